@@ -1,0 +1,220 @@
+"""Read measurements off a batch of final states, exactly or by sampling shots.
+
+Pauli-sum expectations never build a 2**n x 2**n matrix: the terms are grouped by their X/Y
+flip mask; for each group ``w(x) = conj(psi(x)) * psi(x ^ mask)`` is formed once and each term
+is a signed sum of ``w`` marginalised onto its Z/Y wires.
+"""
+from __future__ import annotations
+
+import torch
+
+from qdiff.backends import kernels
+from qdiff.backends.simulate import apply_gate
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.gates import GATES
+from qdiff.circuits.observables import Observable
+
+
+def _axes(state, n):
+    return state.view(state.shape[0], *([2] * n))
+
+
+def marginal(w: torch.Tensor, wires, n: int) -> torch.Tensor:
+    """Sum ``w`` ``(B, 2**n)`` over every wire not in ``wires``; result ``(B, 2**k)`` in ``wires`` order."""
+    wires = list(wires)
+    t = _axes(w, n)
+    others = [1 + i for i in range(n) if i not in wires]
+    if others:
+        t = t.sum(dim=others)
+    kept = sorted(wires)
+    if kept != wires:
+        t = t.permute(0, *[1 + kept.index(x) for x in wires])
+    return t.reshape(w.shape[0], 2 ** len(wires))
+
+
+_SIGN_CACHE: dict = {}
+
+
+def _parity_signs(k: int, device, dtype) -> torch.Tensor:
+    """``(-1)**popcount(x)`` for ``x`` in ``range(2**k)``."""
+    key = (k, str(device), dtype)
+    if key not in _SIGN_CACHE:
+        s = torch.ones(1, dtype=dtype, device=device)
+        for _ in range(k):
+            s = torch.cat([s, -s])
+        _SIGN_CACHE[key] = s
+    return _SIGN_CACHE[key]
+
+
+def pauli_term_values(state: torch.Tensor, words, n: int) -> torch.Tensor:
+    """``<psi|P_t|psi>`` for Pauli words ``words`` (each ``{wire: letter}``): ``(B, T)`` real."""
+    groups: dict = {}
+    for t, word in enumerate(words):
+        mask = tuple(sorted(w for w, l in word.items() if l in "XY"))
+        groups.setdefault(mask, []).append(t)
+    b = state.shape[0]
+    out = [None] * len(words)
+    for mask, terms in groups.items():
+        if mask:
+            flipped = _axes(state, n).flip([1 + w for w in mask]).reshape(state.shape)
+            wv = state.conj() * flipped
+        else:
+            wv = (state.real ** 2 + state.imag ** 2)
+        for t in terms:
+            word = words[t]
+            zy = sorted(w for w, l in word.items() if l in "ZY")
+            n_y = sum(1 for l in word.values() if l == "Y")
+            if zy:
+                val = (marginal(wv, zy, n) * _parity_signs(len(zy), state.device, wv.dtype)).sum(-1)
+            else:
+                val = wv.sum(-1)
+            if val.is_complex():
+                val = (val * (-1j) ** n_y).real
+            out[t] = val
+    return torch.stack(out, dim=-1) if out else torch.zeros(b, 0, dtype=state.real.dtype,
+                                                            device=state.device)
+
+
+def apply_term(state: torch.Tensor, term: tuple, n: int) -> torch.Tensor:
+    """``F psi`` for one tensor-product term (new tensor)."""
+    out = state
+    for f in term:
+        if f.kind == "M":
+            u = kernels.as_batch_matrix(f.matrix.to(state.device), state.dtype)
+            out = kernels.apply_matrix(out, u, f.wires, n) if len(f.wires) > 1 else \
+                kernels.apply_one_qubit(out, u, f.wires[0], n)
+        else:
+            out = apply_gate(out, GATES[f.kind.lower()], f.wires, [], n)
+    return out
+
+
+def apply_observable(state: torch.Tensor, obs: Observable, n: int) -> torch.Tensor:
+    """``O psi`` ``(B, 2**n)`` without a dense matrix."""
+    coeffs = obs.coeffs.to(state.device)
+    total = None
+    for i, term in enumerate(obs.terms):
+        part = apply_term(state, term, n) * coeffs[i].to(state.dtype)
+        total = part if total is None else total + part
+    return total if total is not None else torch.zeros_like(state)
+
+
+def term_values(state: torch.Tensor, obs: Observable, n: int) -> torch.Tensor:
+    """``<psi|F_t|psi>`` for every term of ``obs``: ``(B, T)`` real."""
+    if obs.is_pauli:
+        return pauli_term_values(state, obs.pauli_words(), n)
+    cols = []
+    for term in obs.terms:
+        if all(f.kind != "M" for f in term):
+            cols.append(pauli_term_values(state, [{f.wires[0]: f.kind for f in term}], n)[:, 0])
+        else:
+            cols.append((state.conj() * apply_term(state, term, n)).sum(-1).real)
+    return torch.stack(cols, dim=-1)
+
+
+def expval(state: torch.Tensor, obs: Observable, n: int) -> torch.Tensor:
+    """``<psi|O|psi>``: ``(B,)`` real."""
+    vals = term_values(state, obs, n)
+    c = obs.real_coeffs().to(device=vals.device, dtype=vals.dtype)
+    return vals @ c
+
+
+def variance(state: torch.Tensor, obs: Observable, n: int) -> torch.Tensor:
+    """``<O^2> - <O>^2``: ``(B,)`` real."""
+    phi = apply_observable(state, obs, n)
+    mean = (state.conj() * phi).sum(-1).real
+    sq = (phi.real ** 2 + phi.imag ** 2).sum(-1)
+    return sq - mean ** 2
+
+
+def probs(state: torch.Tensor, wires, n: int) -> torch.Tensor:
+    p = state.real ** 2 + state.imag ** 2
+    return p if wires is None or list(wires) == list(range(n)) else marginal(p, wires, n)
+
+
+# ------------------------------------------------------------------------------------------
+# shots
+
+
+def term_basis(term: tuple):
+    """Basis change and eigenvalues of one term: ``(ops, wires, eigvals (2**k,))``.
+
+    ``ops`` is a list of ``(gate, wires, matrix or None)`` that rotates the term's eigenbasis onto
+    the computational basis.
+    """
+    ops, wires, eig = [], [], torch.ones(1, dtype=torch.float64)
+    for f in term:
+        if f.kind == "M":
+            vals, vecs = torch.linalg.eigh(f.matrix.to(torch.complex128))
+            ops.append((f.wires, vecs.conj().T))
+            e = vals
+        else:
+            if f.kind == "X":
+                ops.append((f.wires, GATES["h"].matrix()))
+            elif f.kind == "Y":
+                ops.append((f.wires, GATES["h"].matrix() @ GATES["sdg"].matrix()))
+            e = torch.tensor([1.0, -1.0], dtype=torch.float64)
+        wires.extend(f.wires)
+        eig = torch.kron(eig, e)
+    return ops, wires, eig
+
+
+def sample_indices(p: torch.Tensor, shots: int, generator) -> torch.Tensor:
+    """``(B, shots)`` basis indices drawn from probabilities ``p`` ``(B, 2**k)``."""
+    p = p.clamp_min(0)
+    p = p / p.sum(-1, keepdim=True)
+    return torch.multinomial(p.to(torch.float64), shots, replacement=True, generator=generator)
+
+
+def rotated_marginal(state, term, n):
+    ops, wires, eig = term_basis(term)
+    s = state
+    for w, u in ops:
+        u = kernels.as_batch_matrix(u.to(state.device), state.dtype)
+        s = kernels.apply_matrix(s, u, w, n) if len(w) > 1 else kernels.apply_one_qubit(s, u, w[0], n)
+    p = probs(s, wires, n) if wires else torch.ones(state.shape[0], 1, dtype=state.real.dtype,
+                                                    device=state.device)
+    return p, eig.to(state.device)
+
+
+def sampled_term_values(state, obs: Observable, n: int, shots: int, generator):
+    """Shot estimates of every term, ``(B, T)``, and of the squared term, for variances."""
+    means, sq = [], []
+    for term in obs.terms:
+        p, eig = rotated_marginal(state, term, n)
+        idx = sample_indices(p, shots, generator)
+        vals = eig.to(p.dtype)[idx]
+        means.append(vals.mean(-1))
+        sq.append((vals ** 2).mean(-1))
+    return torch.stack(means, -1), torch.stack(sq, -1)
+
+
+def sampled_expval(state, obs, n, shots, generator):
+    means, _ = sampled_term_values(state, obs, n, shots, generator)
+    return means @ obs.real_coeffs().to(device=means.device, dtype=means.dtype)
+
+
+def sampled_var(state, obs, n, shots, generator):
+    if len(obs.terms) != 1:
+        raise QdiffError("var() with shots needs an observable with one term; "
+                         "measure the terms separately")
+    means, sq = sampled_term_values(state, obs, n, shots, generator)
+    c = obs.real_coeffs().to(device=means.device, dtype=means.dtype)[0]
+    return (c ** 2) * (sq[:, 0] - means[:, 0] ** 2)
+
+
+def sample_bits(state, wires, n, shots, generator) -> torch.Tensor:
+    """``(B, shots, k)`` int64 bits of ``wires`` (wire order), one row per shot."""
+    wires = list(range(n)) if wires is None else list(wires)
+    idx = sample_indices(probs(state, wires, n), shots, generator)
+    k = len(wires)
+    shifts = torch.arange(k - 1, -1, -1, device=idx.device)
+    return (idx.unsqueeze(-1) >> shifts) & 1
+
+
+def sample_eigvals(state, obs, n, shots, generator) -> torch.Tensor:
+    if len(obs.terms) != 1:
+        raise QdiffError("sample(op) needs an observable with one term")
+    p, eig = rotated_marginal(state, obs.terms[0], n)
+    idx = sample_indices(p, shots, generator)
+    c = obs.real_coeffs().to(device=p.device, dtype=p.dtype)[0]
+    return eig.to(p.dtype)[idx] * c

@@ -1,0 +1,103 @@
+"""The embedded default backend: a pure-torch statevector simulator (CPU or CUDA).
+
+>>> import torch, qdiff as qd
+>>> dev = qd.device("statevector", wires=2, dtype=torch.complex64)
+>>> dev.cdtype
+torch.complex64
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Optional
+
+import torch
+
+from qdiff.backends import measure
+from qdiff.backends.base import Backend, Capabilities, register_backend
+from qdiff.backends.simulate import simulate
+from qdiff.circuits.errors import QdiffError
+
+_DTYPES = {torch.complex128: torch.complex128, torch.complex64: torch.complex64,
+           torch.float64: torch.complex128, torch.float32: torch.complex64,
+           "complex128": torch.complex128, "complex64": torch.complex64}
+
+
+@register_backend("statevector", "default", "default.qubit", "torch")
+class StatevectorBackend(Backend):
+    """Batched torch statevector simulation; exact, or sampled with a seeded generator.
+
+    Args:
+        wires: number of wires or their labels.
+        shots: None for exact results, or the number of samples per measurement.
+        device: torch device (``"cpu"``, ``"cuda"``, ...).
+        dtype: ``torch.complex128`` (default) or ``torch.complex64``.
+        seed: seed of the sampling generator (same seed, same samples).
+    """
+
+    name = "statevector"
+    capabilities = Capabilities(backprop=True, adjoint=True, shots=True, exact=True)
+
+    def __init__(self, wires, shots: Optional[int] = None, device=None, dtype=torch.complex128,
+                 seed: Optional[int] = None, fuse: bool = True):
+        super().__init__(wires, shots, seed)
+        if dtype not in _DTYPES:
+            raise QdiffError(f"dtype must be complex128 or complex64; got {dtype}")
+        self.cdtype = _DTYPES[dtype]
+        self.torch_device = torch.device(device) if device is not None else None
+        self.fuse = fuse
+        self._generator = None
+
+    def generator(self, device) -> torch.Generator:
+        if self._generator is None or self._generator.device != torch.device(device):
+            g = torch.Generator(device=device)
+            if self.seed is not None:
+                g.manual_seed(int(self.seed))
+            else:
+                g.seed()
+            self._generator = g
+        return self._generator
+
+    def target_device(self, theta: torch.Tensor) -> torch.device:
+        return self.torch_device if self.torch_device is not None else theta.device
+
+    def final_state(self, circuit, theta, initial_state=None) -> torch.Tensor:
+        dev = self.target_device(theta)
+        return simulate(circuit, theta.to(dev), initial_state, self.cdtype, dev, self.fuse)
+
+    def execute(self, circuit, theta, initial_state=None, shots="device") -> list:
+        shots = self.shots if shots == "device" else shots
+        state = self.final_state(circuit, theta, initial_state)
+        return measure_all(state, circuit, shots, self.generator(state.device) if shots else None)
+
+
+def measure_all(state, circuit, shots, generator) -> list:
+    """One tensor per measurement of ``circuit`` from the final ``state`` ``(B, 2**n)``."""
+    n = circuit.num_wires
+    out = []
+    for m in circuit.measurements:
+        if m.kind == "expval":
+            out.append(measure.expval(state, m.obs, n) if not shots else
+                       measure.sampled_expval(state, m.obs, n, shots, generator))
+        elif m.kind == "var":
+            out.append(measure.variance(state, m.obs, n) if not shots else
+                       measure.sampled_var(state, m.obs, n, shots, generator))
+        elif m.kind == "probs":
+            p = measure.probs(state, m.wires, n)
+            if shots:
+                idx = measure.sample_indices(p, shots, generator)
+                p = torch.zeros_like(p).scatter_add_(1, idx, torch.ones_like(idx, dtype=p.dtype)) / shots
+            out.append(p)
+        elif m.kind == "state":
+            if shots:
+                raise QdiffError("state() is not available with shots")
+            out.append(state)
+        elif m.kind in ("sample", "counts"):
+            if not shots:
+                raise QdiffError(f"{m.kind}() needs a device with shots (qd.device(..., shots=N))")
+            if m.obs is not None:
+                out.append(measure.sample_eigvals(state, m.obs, n, shots, generator))
+            else:
+                out.append(measure.sample_bits(state, m.wires, n, shots, generator))
+        else:  # pragma: no cover - Measurement kinds are fixed
+            raise QdiffError(f"unknown measurement '{m.kind}'")
+    return out

@@ -1,0 +1,191 @@
+"""The circuit IR: an immutable sequence of operations whose angles index columns of ``theta``.
+
+``theta`` is a ``(B, P)`` tensor: ``B`` bindings of ``P`` parameters. Recording a ``qnode`` call
+turns the user's tensor expressions into ``(Circuit, theta)``; torch itself carries gradients
+from ``theta`` back to the user's inputs and weights.
+
+>>> import torch, qdiff as qd
+>>> with qd.record() as rec:
+...     qd.RX(torch.tensor([0.1, 0.2]), wires=0); qd.CNOT([0, 1]); qd.expval(qd.Z(1))
+>>> rec_c = Circuit.from_recording(rec.items, wires=[0, 1])
+>>> rec_c.circuit.num_params, tuple(rec_c.theta.shape)
+(1, (2, 1))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import torch
+
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.measurements import Measurement
+from qdiff.circuits.operation import Operation, ParamRef
+
+
+@dataclass(frozen=True, eq=False)
+class StatePrep:
+    """Amplitudes ``(..., 2**k)`` loaded on ``wires`` (the rest in |0>); only at the start."""
+
+    vector: torch.Tensor
+    wires: tuple
+
+
+@dataclass(frozen=True, eq=False)
+class Circuit:
+    """Operations on ``num_wires`` qubits (indices 0..n-1) with ``num_params`` theta columns."""
+
+    num_wires: int
+    operations: tuple = ()
+    measurements: tuple = ()
+    num_params: int = 0
+    wire_labels: Optional[tuple] = None
+
+    def __post_init__(self):
+        for op in self.operations:
+            for w in op.wires:
+                if not (isinstance(w, int) and 0 <= w < self.num_wires):
+                    raise QdiffError(f"gate '{op.gate.pl_name or op.name}' on wire {w!r}: out of "
+                                     f"range for a {self.num_wires}-qubit circuit")
+            for p in op.params:
+                if isinstance(p, ParamRef) and not 0 <= p.index < self.num_params:
+                    raise QdiffError(f"gate '{op.name}' refers to parameter {p.index} but the "
+                                     f"circuit has {self.num_params}")
+
+    @property
+    def labels(self) -> tuple:
+        return self.wire_labels if self.wire_labels is not None else tuple(range(self.num_wires))
+
+    def with_operations(self, ops: Sequence[Operation]) -> "Circuit":
+        return Circuit(self.num_wires, tuple(ops), self.measurements, self.num_params,
+                       self.wire_labels)
+
+    def with_measurements(self, ms: Sequence[Measurement]) -> "Circuit":
+        return Circuit(self.num_wires, self.operations, tuple(ms), self.num_params,
+                       self.wire_labels)
+
+    def count_ops(self) -> dict:
+        out: dict = {}
+        for op in self.operations:
+            out[op.name] = out.get(op.name, 0) + 1
+        return out
+
+    def param_uses(self) -> dict:
+        """``{theta column: [(op index, param slot, scale), ...]}``."""
+        uses: dict = {}
+        for i, op in enumerate(self.operations):
+            for j, p in enumerate(op.params):
+                if isinstance(p, ParamRef):
+                    uses.setdefault(p.index, []).append((i, j, p.scale))
+        return uses
+
+    def __len__(self):
+        return len(self.operations)
+
+    def __repr__(self):
+        return (f"Circuit(wires={self.num_wires}, ops={len(self.operations)}, "
+                f"params={self.num_params}, measurements={list(self.measurements)})")
+
+    @staticmethod
+    def from_recording(items, wires) -> "Recorded":
+        """Turn recorded operations/measurements into a Circuit and its ``theta``."""
+        return _from_recording(items, wires)
+
+
+@dataclass
+class Recorded:
+    """A recorded call: the circuit, ``theta`` ``(B, P)``, the batch shape, trainable columns."""
+
+    circuit: Circuit
+    theta: torch.Tensor
+    batch_shape: tuple
+    trainable: tuple
+    initial_state: Optional[torch.Tensor] = None
+    extra: dict = field(default_factory=dict)
+
+
+def _from_recording(items, wires) -> Recorded:
+    labels = tuple(wires)
+    wmap = {w: i for i, w in enumerate(labels)}
+    n = len(labels)
+    ops, cols, meas, prep = [], [], [], None
+
+    def idx(ws, what):
+        try:
+            return tuple(wmap[w] for w in ws)
+        except KeyError as e:
+            raise QdiffError(f"{what} on wire {e.args[0]!r}: the device has wires "
+                             f"{list(labels) if n <= 16 else f'0..{n - 1}'}") from None
+
+    for it in items:
+        if isinstance(it, Operation):
+            params = []
+            for p in it.params:
+                if isinstance(p, torch.Tensor):
+                    params.append(ParamRef(len(cols)))
+                    cols.append(p)
+                else:
+                    params.append(p)
+            ops.append(Operation(it.gate, idx(it.wires, f"gate '{it.gate.pl_name or it.name}'"),
+                                 tuple(params)))
+        elif isinstance(it, Measurement):
+            meas.append(it.map_wires(wmap))
+        elif isinstance(it, StatePrep):
+            if ops or prep is not None:
+                raise QdiffError("state preparation (AmplitudeEmbedding/StatePrep) must come "
+                                 "first in the circuit")
+            prep = it
+    batch_shape: tuple = ()
+    dtype = torch.float64
+    device = None
+    if cols:
+        try:
+            batch_shape = tuple(torch.broadcast_shapes(*[c.shape for c in cols]))
+        except RuntimeError:
+            shapes = sorted({tuple(c.shape) for c in cols})
+            raise QdiffError(f"gate parameters have batch shapes that do not broadcast: {shapes}") from None
+        dtype = cols[0].dtype
+        for c in cols[1:]:
+            dtype = torch.promote_types(dtype, c.dtype)
+        device = cols[0].device
+    initial = None
+    if prep is not None:
+        initial = _initial_state(prep, idx(prep.wires, "state preparation"), n)
+        pb = tuple(initial.shape[:-1])
+        try:
+            batch_shape = tuple(torch.broadcast_shapes(batch_shape, pb))
+        except RuntimeError:
+            raise QdiffError(f"state preparation batch shape {pb} does not broadcast with the "
+                             f"gate parameters' {batch_shape}") from None
+        device = device or initial.device
+        initial = initial.expand(*batch_shape, 2 ** n).reshape(-1, 2 ** n)
+    bsz = 1
+    for s in batch_shape:
+        bsz *= s
+    if cols:
+        theta = torch.stack([c.to(dtype=dtype, device=device).expand(batch_shape) for c in cols],
+                            dim=-1).reshape(bsz, len(cols))
+    else:
+        theta = torch.zeros(bsz, 0, dtype=dtype, device=device)
+    trainable = tuple(bool(c.requires_grad) for c in cols)
+    circuit = Circuit(n, tuple(ops), tuple(meas), len(cols), labels)
+    return Recorded(circuit, theta, batch_shape, trainable, initial)
+
+
+def _initial_state(prep: StatePrep, wires: tuple, n: int) -> torch.Tensor:
+    """Embed ``prep.vector`` on ``wires`` into an n-qubit state ``(..., 2**n)``."""
+    v = prep.vector
+    k = len(wires)
+    batch = v.shape[:-1]
+    if k == n and list(wires) == list(range(n)):
+        return v
+    full = torch.zeros(*batch, *([2] * n), dtype=v.dtype, device=v.device)
+    vv = v.reshape(*batch, *([2] * k))
+    idx = [slice(None)] * len(batch) + [0] * n
+    for w in wires:
+        idx[len(batch) + w] = slice(None)
+    # place vv's axes (in wires order) onto the sorted wire positions
+    order = sorted(range(k), key=lambda i: wires[i])
+    vv = vv.permute(*range(len(batch)), *[len(batch) + i for i in order])
+    full[tuple(idx)] = vv
+    return full.reshape(*batch, 2 ** n)

@@ -1,0 +1,525 @@
+"""Gate definitions: the single extension point for gates.
+
+A :class:`Gate` carries everything the rest of qdiff needs to know about one gate: its OpenQASM
+name, its wire and parameter counts, a differentiable torch matrix function, one Hermitian
+generator per parameter (``U(..., phi_j, ...) = A exp(-i phi_j G_j) B``, from which parameter-shift
+rules are *derived*), its inverse, and structural hints the simulator uses for fast paths
+(diagonal, permutation, controlled).
+
+Conventions follow PennyLane: wire 0 is the most significant bit of a basis index, and a
+k-qubit matrix is written in the order of the wires it acts on.
+
+>>> import torch, qdiff as qd
+>>> qd.RX.matrix(torch.tensor([0.0]))[0]
+tensor([[1.+0.j, 0.+0.j],
+        [0.+0.j, 1.+0.j]], dtype=torch.complex128)
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits import recording
+
+__all__ = ["Gate", "GATES", "register_gate", "get_gate", "MultiRZ", "PauliRot", "QubitUnitary"]
+
+_SQ2 = 1.0 / math.sqrt(2.0)
+
+# ---------------------------------------------------------------------------------------------
+# small tensor helpers (params are real tensors of any batch shape; matrices are (..., d, d))
+
+
+def _cplx(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.complex64 if x.dtype in (torch.float32, torch.float16) else torch.complex128)
+
+
+def _expi(x: torch.Tensor) -> torch.Tensor:
+    return torch.polar(torch.ones_like(x), x)
+
+
+def _stack(rows, like: torch.Tensor) -> torch.Tensor:
+    """Stack a nested list of (...,) tensors / numbers into a (..., d, d) complex tensor."""
+    ref = _cplx(like)
+    zero = torch.zeros_like(ref)
+    out = []
+    for row in rows:
+        out.append(torch.stack([zero + e if not isinstance(e, torch.Tensor) else e.to(ref.dtype) + zero
+                                for e in row], dim=-1))
+    return torch.stack(out, dim=-2)
+
+
+def _diag_embed(d: torch.Tensor) -> torch.Tensor:
+    return torch.diag_embed(d)
+
+
+# ---------------------------------------------------------------------------------------------
+# the gate definition
+
+
+@dataclass(frozen=True, eq=False)
+class Gate:
+    """One gate.
+
+    Attributes:
+        name: OpenQASM lowercase name (the IR's name).
+        num_wires: number of qubits.
+        num_params: number of real angles.
+        matrix_fn: ``(*angles) -> (..., 2**k, 2**k)`` complex, differentiable; angles are real
+            tensors broadcast to a common batch shape ``...`` (constant gates ignore them and
+            return ``(2**k, 2**k)``).
+        generators: one Hermitian ``(2**k, 2**k)`` numpy array per parameter with
+            ``U(phi_j) = A exp(-i phi_j G_j) B`` (None: not differentiable by shift rules).
+        inverse_fn: ``angles -> (Gate, angles)`` giving the inverse gate.
+        diag_fn: for diagonal gates, ``(*angles) -> (..., 2**k)``.
+        perm: for permutation gates, the basis permutation ``out[i] = in[perm[i]]``.
+        controls: number of leading control wires; ``target`` acts on the rest when all are 1.
+        shift_rules: optional user-provided rules, one tuple of ``(coeff, shift)`` per parameter,
+            overriding the rule derived from the generator.
+        pl_name: PennyLane's class name; qiskit_name: Qiskit's gate name.
+    """
+
+    name: str
+    num_wires: int
+    num_params: int
+    matrix_fn: Callable[..., torch.Tensor]
+    generators: Optional[tuple] = None
+    inverse_fn: Optional[Callable] = None
+    diag_fn: Optional[Callable[..., torch.Tensor]] = None
+    perm: Optional[tuple] = None
+    controls: int = 0
+    target: Optional["Gate"] = None
+    shift_rules: Optional[tuple] = None
+    pl_name: str = ""
+    qiskit_name: str = ""
+    hyper: tuple = field(default=())
+
+    # -- math ---------------------------------------------------------------------------------
+    def matrix(self, *angles) -> torch.Tensor:
+        """The unitary, ``(..., 2**k, 2**k)`` complex (constant gates: ``(2**k, 2**k)``)."""
+        angles = [a if isinstance(a, torch.Tensor) else torch.tensor(float(a), dtype=torch.float64)
+                  for a in angles]
+        if self.num_params:
+            angles = list(torch.broadcast_tensors(*angles))
+        return self.matrix_fn(*angles)
+
+    @property
+    def generator(self) -> Optional[np.ndarray]:
+        """The generator of a one-parameter gate (``U = exp(-i phi G)``)."""
+        if self.num_params != 1 or self.generators is None:
+            return None
+        return self.generators[0]
+
+    @property
+    def is_diagonal(self) -> bool:
+        return self.diag_fn is not None
+
+    @property
+    def differentiable(self) -> bool:
+        return self.num_params > 0 and (self.generators is not None or self.shift_rules is not None)
+
+    def inverse(self, angles: Sequence = ()) -> tuple["Gate", tuple]:
+        """``(gate, angles)`` of the inverse; angles may be floats or tensors."""
+        if self.inverse_fn is None:
+            raise QdiffError(f"gate '{self.name}' has no inverse defined")
+        return self.inverse_fn(tuple(angles))
+
+    # -- recording ----------------------------------------------------------------------------
+    def __call__(self, *args, wires=None, **kwargs):
+        """Record this gate: ``qd.RX(0.3, wires=0)``, ``qd.CNOT([0, 1])``, ``qd.Rot(a, b, c, 0)``."""
+        args = list(args)
+        if wires is None:
+            if len(args) != self.num_params + 1:
+                raise QdiffError(f"gate '{self.pl_name or self.name}' takes {self.num_params} "
+                                 f"parameter(s) and wires; got {len(args)} positional argument(s)")
+            wires = args.pop()
+        if len(args) != self.num_params:
+            raise QdiffError(f"gate '{self.pl_name or self.name}' takes {self.num_params} "
+                             f"parameter(s); got {len(args)}")
+        if kwargs:
+            raise QdiffError(f"gate '{self.pl_name or self.name}': unexpected keyword(s) "
+                             f"{sorted(kwargs)}")
+        return recording.record_operation(self, wires, args)
+
+    def __repr__(self):
+        return f"Gate({self.name!r})"
+
+
+def _self_inverse(gate_name: str):
+    return lambda p: (GATES[gate_name], p)
+
+
+def _negate(gate_name: str):
+    return lambda p: (GATES[gate_name], tuple(-a for a in p))
+
+
+# ---------------------------------------------------------------------------------------------
+# matrices
+
+_I2 = np.eye(2, dtype=complex)
+_X = np.array([[0, 1], [1, 0]], dtype=complex)
+_Y = np.array([[0, -1j], [1j, 0]], dtype=complex)
+_Z = np.array([[1, 0], [0, -1]], dtype=complex)
+_H = np.array([[1, 1], [1, -1]], dtype=complex) * _SQ2
+_P1 = np.array([[0, 0], [0, 1]], dtype=complex)
+
+
+def _const(m: np.ndarray):
+    t64 = torch.tensor(m, dtype=torch.complex128)
+
+    def fn(*_):
+        return t64
+    return fn
+
+
+def _controlled_np(u: np.ndarray, controls: int = 1) -> np.ndarray:
+    d = u.shape[0]
+    full = np.eye(d * 2 ** controls, dtype=complex)
+    full[-d:, -d:] = u
+    return full
+
+
+def _controlled_fn(target_fn: Callable, d: int, controls: int = 1):
+    def fn(*angles):
+        u = target_fn(*angles)
+        batch = u.shape[:-2]
+        full = torch.eye(d * 2 ** controls, dtype=u.dtype, device=u.device).expand(*batch, -1, -1)
+        top = full[..., :-d, :]
+        left = torch.zeros(*batch, d, d * 2 ** controls - d, dtype=u.dtype, device=u.device)
+        return torch.cat([top, torch.cat([left, u], dim=-1)], dim=-2)
+    return fn
+
+
+def _rx(t):
+    c, s = _cplx(torch.cos(t / 2)), _cplx(torch.sin(t / 2))
+    return _stack([[c, -1j * s], [-1j * s, c]], t)
+
+
+def _ry(t):
+    c, s = _cplx(torch.cos(t / 2)), _cplx(torch.sin(t / 2))
+    return _stack([[c, -s], [s, c]], t)
+
+
+def _rz_diag(t):
+    return torch.stack([_expi(-t / 2), _expi(t / 2)], dim=-1)
+
+
+def _phase_diag(t):
+    return torch.stack([torch.ones_like(_cplx(t)), _expi(t)], dim=-1)
+
+
+def _rot(phi, theta, omega):
+    return _diag_embed(_rz_diag(omega)) @ _ry(theta) @ _diag_embed(_rz_diag(phi))
+
+
+def _u3(theta, phi, lam):
+    c, s = _cplx(torch.cos(theta / 2)), _cplx(torch.sin(theta / 2))
+    return _stack([[c, -_expi(lam) * s], [_expi(phi) * s, _expi(phi + lam) * c]], theta)
+
+
+def _u2(phi, lam):
+    return _u3(torch.full_like(phi, math.pi / 2), phi, lam)
+
+
+def _ising(pauli: np.ndarray):
+    pp = torch.tensor(np.kron(pauli, pauli), dtype=torch.complex128)
+    eye = torch.eye(4, dtype=torch.complex128)
+
+    def fn(t):
+        c, s = _cplx(torch.cos(t / 2)), _cplx(torch.sin(t / 2))
+        return c[..., None, None] * eye.to(c.dtype) - 1j * s[..., None, None] * pp.to(c.dtype)
+    return fn
+
+
+def _isingzz_diag(t):
+    a, b = _expi(-t / 2), _expi(t / 2)
+    return torch.stack([a, b, b, a], dim=-1)
+
+
+def _single_exc(t):
+    c, s = _cplx(torch.cos(t / 2)), _cplx(torch.sin(t / 2))
+    return _stack([[1, 0, 0, 0], [0, c, -s, 0], [0, s, c, 0], [0, 0, 0, 1]], t)
+
+
+def _double_exc(t):
+    c, s = _cplx(torch.cos(t / 2)), _cplx(torch.sin(t / 2))
+    eye = torch.eye(16, dtype=c.dtype, device=c.device).expand(*t.shape, 16, 16).clone()
+    eye[..., 3, 3] = c
+    eye[..., 12, 12] = c
+    eye[..., 3, 12] = -s
+    eye[..., 12, 3] = s
+    return eye
+
+
+def _exc_generator(d: int, i: int, j: int) -> np.ndarray:
+    g = np.zeros((d, d), dtype=complex)
+    g[i, j] = -0.5j
+    g[j, i] = 0.5j
+    return g
+
+
+def _perm_of(m: np.ndarray) -> tuple:
+    return tuple(int(np.argmax(np.abs(row))) for row in m)
+
+
+# ---------------------------------------------------------------------------------------------
+# the registry
+
+GATES: dict[str, Gate] = {}
+_ALIASES: dict[str, str] = {}
+
+
+def register_gate(gate: Gate, aliases: Sequence[str] = (), replace: bool = False) -> Gate:
+    """Register ``gate`` under its name (and aliases) so that QASM I/O and the rules find it.
+
+    A custom gate needs a ``matrix_fn`` and either ``generators`` (shift rules are derived from
+    their spectra) or explicit ``shift_rules``.
+    """
+    if gate.name in GATES and not replace:
+        raise QdiffError(f"a gate named '{gate.name}' is already registered")
+    GATES[gate.name] = gate
+    for a in (gate.pl_name, *aliases):
+        if a:
+            _ALIASES[a.lower()] = gate.name
+    return gate
+
+
+def get_gate(name: str) -> Gate:
+    """Look a gate up by OpenQASM name, PennyLane name or alias (case-insensitive)."""
+    key = name.lower()
+    key = _ALIASES.get(key, key)
+    if key not in GATES:
+        raise QdiffError(f"unknown gate '{name}'")
+    return GATES[key]
+
+
+def _g(name, wires, params, fn, gens=None, inv=None, diag=None, perm=None, controls=0,
+       target=None, pl="", qk="", aliases=()):
+    gate = Gate(name=name, num_wires=wires, num_params=params, matrix_fn=fn,
+                generators=None if gens is None else tuple(np.asarray(g, dtype=complex) for g in gens),
+                inverse_fn=inv, diag_fn=diag, perm=perm, controls=controls, target=target,
+                pl_name=pl, qiskit_name=qk or name)
+    return register_gate(gate, aliases)
+
+
+def _fixed(name, m, inv=None, pl="", qk="", aliases=(), controls=0, target=None):
+    m = np.asarray(m, dtype=complex)
+    is_diag = np.allclose(m, np.diag(np.diag(m)))
+    is_perm = (not is_diag) and np.allclose(np.abs(m), (np.abs(m) > 0.5)) and np.allclose(
+        m[np.abs(m) > 0.5], 1.0)
+    d = torch.tensor(np.diag(m), dtype=torch.complex128)
+    return _g(name, int(round(math.log2(m.shape[0]))), 0, _const(m),
+              inv=inv or _self_inverse(name), diag=(lambda *_: d) if is_diag else None,
+              perm=_perm_of(m) if is_perm else None, controls=controls, target=target, pl=pl,
+              qk=qk, aliases=aliases)
+
+
+_S = np.diag([1, 1j])
+_T = np.diag([1, np.exp(1j * math.pi / 4)])
+_SX = 0.5 * np.array([[1 + 1j, 1 - 1j], [1 - 1j, 1 + 1j]])
+
+_fixed("id", _I2, pl="Identity", aliases=("I",))
+_fixed("x", _X, pl="PauliX", aliases=("X", "NOT"))
+_fixed("y", _Y, pl="PauliY", aliases=("Y",))
+_fixed("z", _Z, pl="PauliZ", aliases=("Z",))
+_fixed("h", _H, pl="Hadamard", aliases=("H",))
+_fixed("s", _S, inv=lambda p: (GATES["sdg"], p), pl="S")
+_fixed("sdg", _S.conj().T, inv=lambda p: (GATES["s"], p), pl="Sdg", aliases=("Adjoint(S)",))
+_fixed("t", _T, inv=lambda p: (GATES["tdg"], p), pl="T")
+_fixed("tdg", _T.conj().T, inv=lambda p: (GATES["t"], p), pl="Tdg", aliases=("Adjoint(T)",))
+_fixed("sx", _SX, inv=lambda p: (GATES["sxdg"], p), pl="SX")
+_fixed("sxdg", _SX.conj().T, inv=lambda p: (GATES["sx"], p), pl="SXdg", aliases=("Adjoint(SX)",))
+
+_g("rx", 1, 1, _rx, gens=[_X / 2], inv=_negate("rx"), pl="RX")
+_g("ry", 1, 1, _ry, gens=[_Y / 2], inv=_negate("ry"), pl="RY")
+_g("rz", 1, 1, lambda t: _diag_embed(_rz_diag(t)), gens=[_Z / 2], inv=_negate("rz"),
+   diag=_rz_diag, pl="RZ")
+_g("p", 1, 1, lambda t: _diag_embed(_phase_diag(t)), gens=[-_P1], inv=_negate("p"),
+   diag=_phase_diag, pl="PhaseShift", qk="p", aliases=("phase", "cphaseshift0"))
+_g("u1", 1, 1, lambda t: _diag_embed(_phase_diag(t)), gens=[-_P1], inv=_negate("u1"),
+   diag=_phase_diag, pl="U1")
+_g("rot", 1, 3, _rot, gens=[_Z / 2, _Y / 2, _Z / 2],
+   inv=lambda p: (GATES["rot"], (-p[2], -p[1], -p[0])), pl="Rot")
+_g("u3", 1, 3, _u3, gens=[_Y / 2, _Z / 2, _Z / 2],
+   inv=lambda p: (GATES["u3"], (-p[0], -p[2], -p[1])), pl="U3", aliases=("u", "U"))
+_g("u2", 1, 2, _u2, gens=[_Z / 2, _Z / 2],
+   inv=lambda p: (GATES["u3"], (-math.pi / 2, -p[1], -p[0])), pl="U2")
+
+_CX = _controlled_np(_X)
+_fixed("cx", _CX, pl="CNOT", aliases=("CX",), controls=1, target=GATES["x"])
+_fixed("cy", _controlled_np(_Y), pl="CY", controls=1, target=GATES["y"])
+_fixed("cz", _controlled_np(_Z), pl="CZ", controls=1, target=GATES["z"])
+_fixed("ch", _controlled_np(_H), pl="CH", controls=1, target=GATES["h"])
+_SWAP = np.eye(4)[[0, 2, 1, 3]]
+_fixed("swap", _SWAP, pl="SWAP")
+_ISWAP = np.array([[1, 0, 0, 0], [0, 0, 1j, 0], [0, 1j, 0, 0], [0, 0, 0, 1]])
+_fixed("iswap", _ISWAP, inv=lambda p: (GATES["iswapdg"], p), pl="ISWAP", aliases=("iSWAP",))
+_fixed("iswapdg", _ISWAP.conj().T, inv=lambda p: (GATES["iswap"], p), pl="Adjoint(ISWAP)")
+_ECR = _SQ2 * np.array([[0, 0, 1, 1j], [0, 0, 1j, 1], [1, -1j, 0, 0], [-1j, 1, 0, 0]])
+_fixed("ecr", _ECR, pl="ECR")
+_fixed("ccx", _controlled_np(_X, 2), pl="Toffoli", aliases=("CCX", "CCNOT"), controls=2,
+       target=GATES["x"])
+_fixed("cswap", _controlled_np(_SWAP), pl="CSWAP", aliases=("Fredkin",), controls=1,
+       target=GATES["swap"])
+_fixed("ccz", _controlled_np(_Z, 2), pl="CCZ", controls=2, target=GATES["z"])
+
+
+def _controlled_rot(name, base: str, pl: str, qk: str = ""):
+    tgt = GATES[base]
+    gens = [np.kron(_P1, g) for g in tgt.generators]
+    diag = None
+    if tgt.diag_fn is not None:
+        def diag(*a, _t=tgt):
+            d = _t.diag_fn(*a)
+            return torch.cat([torch.ones_like(d), d], dim=-1)
+    inv = (lambda p: (GATES[name], tuple(-a for a in p))) if base != "rot" else (
+        lambda p: (GATES[name], (-p[2], -p[1], -p[0])))
+    return _g(name, 2, tgt.num_params, _controlled_fn(tgt.matrix_fn, 2), gens=gens, inv=inv,
+              diag=diag, controls=1, target=tgt, pl=pl, qk=qk)
+
+
+_controlled_rot("crx", "rx", "CRX")
+_controlled_rot("cry", "ry", "CRY")
+_controlled_rot("crz", "rz", "CRZ")
+_controlled_rot("cp", "p", "ControlledPhaseShift", qk="cp")
+_ALIASES["cphase"] = "cp"
+_ALIASES["cu1"] = "cp"
+_controlled_rot("crot", "rot", "CRot")
+
+_g("rxx", 2, 1, _ising(_X), gens=[np.kron(_X, _X) / 2], inv=_negate("rxx"), pl="IsingXX")
+_g("ryy", 2, 1, _ising(_Y), gens=[np.kron(_Y, _Y) / 2], inv=_negate("ryy"), pl="IsingYY")
+_g("rzz", 2, 1, lambda t: _diag_embed(_isingzz_diag(t)), gens=[np.kron(_Z, _Z) / 2],
+   inv=_negate("rzz"), diag=_isingzz_diag, pl="IsingZZ")
+_g("single_excitation", 2, 1, _single_exc, gens=[_exc_generator(4, 1, 2)],
+   inv=_negate("single_excitation"), pl="SingleExcitation")
+_g("double_excitation", 4, 1, _double_exc, gens=[_exc_generator(16, 3, 12)],
+   inv=_negate("double_excitation"), pl="DoubleExcitation")
+
+
+# ---------------------------------------------------------------------------------------------
+# gate families with a width or data fixed per instance
+
+
+_PAULI = {"I": _I2, "X": _X, "Y": _Y, "Z": _Z}
+
+
+def _kron_all(ms) -> np.ndarray:
+    return functools.reduce(np.kron, ms, np.eye(1, dtype=complex))
+
+
+@functools.lru_cache(maxsize=None)
+def multirz_gate(n: int) -> Gate:
+    """``exp(-i theta Z⊗…⊗Z / 2)`` on ``n`` wires (diagonal)."""
+    zz = np.real(np.diag(_kron_all([_Z] * n)))
+    zz_t = torch.tensor(zz, dtype=torch.float64)
+
+    def diag(t):
+        return _expi(-t[..., None] / 2 * zz_t.to(t.dtype).to(t.device))
+    gate = Gate("multirz", n, 1, lambda t: _diag_embed(diag(t)), generators=(np.diag(zz) / 2 + 0j,),
+                inverse_fn=lambda p: (multirz_gate(n), (-p[0],)), diag_fn=diag,
+                pl_name="MultiRZ", qiskit_name="multirz", hyper=(n,))
+    return gate
+
+
+@functools.lru_cache(maxsize=None)
+def paulirot_gate(word: str) -> Gate:
+    """``exp(-i theta P / 2)`` for a Pauli word such as ``"XYZ"``."""
+    if not word or any(c not in "IXYZ" for c in word):
+        raise QdiffError(f"PauliRot: invalid Pauli word '{word}' (letters I, X, Y, Z)")
+    p = _kron_all([_PAULI[c] for c in word])
+    pt = torch.tensor(p, dtype=torch.complex128)
+    eye = torch.eye(p.shape[0], dtype=torch.complex128)
+
+    def fn(t):
+        c, s = _cplx(torch.cos(t / 2)), _cplx(torch.sin(t / 2))
+        return c[..., None, None] * eye.to(c.dtype) - 1j * s[..., None, None] * pt.to(c.dtype)
+    diag = None
+    if set(word) <= {"I", "Z"}:
+        dz = torch.tensor(np.real(np.diag(p)), dtype=torch.float64)
+
+        def diag(t):
+            return _expi(-t[..., None] / 2 * dz.to(t.dtype).to(t.device))
+    return Gate("paulirot", len(word), 1, fn, generators=(p / 2,),
+                inverse_fn=lambda a: (paulirot_gate(word), (-a[0],)), diag_fn=diag,
+                pl_name="PauliRot", qiskit_name="paulirot", hyper=(word,))
+
+
+def unitary_gate(matrix) -> Gate:
+    """A constant gate from a unitary matrix (not differentiable by shift rules)."""
+    m = matrix.detach() if isinstance(matrix, torch.Tensor) else torch.as_tensor(np.asarray(matrix))
+    m = m.to(torch.complex128) if not m.is_complex() or m.dtype == torch.complex128 else m
+    d = m.shape[-1]
+    if m.ndim != 2 or m.shape[0] != d or d & (d - 1) or d < 2:
+        raise QdiffError(f"QubitUnitary: matrix must be square with a power-of-two size; "
+                         f"got shape {tuple(m.shape)}")
+    eye = torch.eye(d, dtype=m.dtype)
+    if not torch.allclose(m.conj().T @ m, eye, atol=1e-8):
+        raise QdiffError("QubitUnitary: matrix is not unitary")
+    src = matrix if isinstance(matrix, torch.Tensor) else m
+    return Gate("unitary", int(round(math.log2(d))), 0, lambda *_: src.to(m.dtype),
+                inverse_fn=lambda p: (unitary_gate(m.conj().T), ()), pl_name="QubitUnitary",
+                qiskit_name="unitary", hyper=(m,))
+
+
+class _Family:
+    """A user-facing callable for a gate family whose width or data is fixed per call."""
+
+    def __init__(self, pl_name: str, resolve: Callable, num_params: int):
+        self.pl_name = pl_name
+        self.name = pl_name.lower()
+        self._resolve = resolve
+        self.num_params = num_params
+
+    def __call__(self, *args, wires=None, **kw):
+        args = list(args)
+        if wires is None:
+            if not args:
+                raise QdiffError(f"{self.pl_name}: missing wires")
+            wires = args.pop()
+        gate, params = self._resolve(args, wires, **kw)
+        return recording.record_operation(gate, wires, params)
+
+    def __repr__(self):
+        return f"GateFamily({self.pl_name!r})"
+
+
+def _wires_len(wires) -> int:
+    return 1 if isinstance(wires, (int, str)) else len(list(wires))
+
+
+def _resolve_multirz(args, wires):
+    if len(args) != 1:
+        raise QdiffError(f"MultiRZ takes 1 parameter; got {len(args)}")
+    return multirz_gate(_wires_len(wires)), args
+
+
+def _resolve_paulirot(args, wires, pauli_word=None):
+    if pauli_word is None:
+        if len(args) != 2:
+            raise QdiffError("PauliRot takes (theta, pauli_word, wires)")
+        args, pauli_word = args[:1], args[1]
+    if len(pauli_word) != _wires_len(wires):
+        raise QdiffError(f"PauliRot: word '{pauli_word}' has {len(pauli_word)} letters but "
+                         f"{_wires_len(wires)} wire(s) were given")
+    return paulirot_gate(pauli_word), args
+
+
+def _resolve_unitary(args, wires):
+    if len(args) != 1:
+        raise QdiffError("QubitUnitary takes (U, wires)")
+    gate = unitary_gate(args[0])
+    if gate.num_wires != _wires_len(wires):
+        raise QdiffError(f"QubitUnitary: a {2 ** gate.num_wires}x{2 ** gate.num_wires} matrix "
+                         f"acts on {gate.num_wires} wire(s); got {_wires_len(wires)}")
+    return gate, []
+
+
+MultiRZ = _Family("MultiRZ", _resolve_multirz, 1)
+PauliRot = _Family("PauliRot", _resolve_paulirot, 1)
+QubitUnitary = _Family("QubitUnitary", _resolve_unitary, 0)
+FAMILIES = {"multirz": MultiRZ, "paulirot": PauliRot, "unitary": QubitUnitary}

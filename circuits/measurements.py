@@ -1,0 +1,93 @@
+"""Measurements a circuit returns: ``expval``, ``var``, ``probs``, ``sample``, ``counts``, ``state``.
+
+>>> import qdiff as qd
+>>> qd.expval(qd.Z(0)).kind
+'expval'
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from qdiff.circuits import recording
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.observables import Observable, as_observable
+from qdiff.circuits.operation import normalize_wires
+
+
+@dataclass(frozen=True, eq=False)
+class Measurement:
+    """What to read off the final state. ``obs`` for expval/var/sample, ``wires`` for probs/sample."""
+
+    kind: str
+    obs: Optional[Observable] = None
+    wires: Optional[tuple] = None
+
+    @property
+    def is_scalar(self) -> bool:
+        """One real number per binding (expval, var)."""
+        return self.kind in ("expval", "var")
+
+    def map_wires(self, mapping: dict) -> "Measurement":
+        obs = self.obs.map_wires(mapping) if self.obs is not None else None
+        wires = None
+        if self.wires is not None:
+            try:
+                wires = tuple(mapping[w] for w in self.wires)
+            except KeyError as e:
+                raise QdiffError(f"{self.kind}: wire {e.args[0]!r} is not on the device "
+                                 f"(device wires: {list(mapping)})") from None
+        return Measurement(self.kind, obs, wires)
+
+    def __repr__(self):
+        inner = repr(self.obs) if self.obs is not None else (
+            f"wires={list(self.wires)}" if self.wires is not None else "")
+        return f"{self.kind}({inner})"
+
+
+def _record(m: Measurement) -> Measurement:
+    rec = recording.active()
+    if rec is not None:
+        rec.append(m)
+    return m
+
+
+def _obs(op, kind) -> Observable:
+    obs = as_observable(op)
+    obs.check_hermitian()
+    return obs
+
+
+def expval(op) -> Measurement:
+    """Expectation value of an observable: one real number per binding."""
+    return _record(Measurement("expval", _obs(op, "expval")))
+
+
+def var(op) -> Measurement:
+    """Variance of an observable."""
+    return _record(Measurement("var", _obs(op, "var")))
+
+
+def probs(wires=None, op=None) -> Measurement:
+    """Computational-basis probabilities of ``wires`` (all wires if None): ``(..., 2**k)``."""
+    if op is not None:
+        raise QdiffError("probs(op=...) is not supported; rotate the basis with gates and use "
+                         "probs(wires)")
+    return _record(Measurement("probs", None, None if wires is None else normalize_wires(wires)))
+
+
+def sample(op=None, wires=None) -> Measurement:
+    """Shot samples: eigenvalues of ``op`` (``(..., shots)``) or bits of ``wires`` (``(..., shots, k)``)."""
+    if op is not None:
+        return _record(Measurement("sample", _obs(op, "sample")))
+    return _record(Measurement("sample", None, None if wires is None else normalize_wires(wires)))
+
+
+def counts(wires=None) -> Measurement:
+    """Shot counts of bit strings of ``wires``: a dict ``{'01': n, ...}`` (unbatched only)."""
+    return _record(Measurement("counts", None, None if wires is None else normalize_wires(wires)))
+
+
+def state() -> Measurement:
+    """The final state vector, ``(..., 2**n)`` complex."""
+    return _record(Measurement("state"))

@@ -1,0 +1,329 @@
+"""Observables: Pauli words, Hermitian matrices, tensor products and their linear combinations.
+
+Every observable is a linear combination ``sum_t c_t F_t`` of *terms*; a term is a tensor product
+of factors on disjoint wires, each factor a Pauli letter on one wire or a dense Hermitian matrix
+on some wires. Pauli-only observables (``is_pauli``) take the simulator's fast path.
+
+>>> import qdiff as qd
+>>> H = 0.5 * qd.Z(0) @ qd.Z(1) - 0.2 * qd.X(0) + qd.Z(0) @ qd.Z(1)
+>>> H
+1.5 * Z(0) @ Z(1) + -0.2 * X(0)
+"""
+from __future__ import annotations
+
+import functools
+import numbers
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from qdiff.circuits import recording
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.operation import Operation, normalize_wires
+
+# product of Pauli letters: (a, b) -> (phase, letter)
+_PMUL = {("X", "Y"): (1j, "Z"), ("Y", "Z"): (1j, "X"), ("Z", "X"): (1j, "Y"),
+         ("Y", "X"): (-1j, "Z"), ("Z", "Y"): (-1j, "X"), ("X", "Z"): (-1j, "Y")}
+_PAULI_NP = {"X": np.array([[0, 1], [1, 0]], dtype=complex),
+             "Y": np.array([[0, -1j], [1j, 0]], dtype=complex),
+             "Z": np.array([[1, 0], [0, -1]], dtype=complex)}
+
+
+@dataclass(frozen=True, eq=False)
+class Factor:
+    """A Pauli letter on one wire (``matrix`` None) or a Hermitian matrix on ``wires``."""
+
+    wires: tuple
+    kind: str  # "X" | "Y" | "Z" | "M"
+    matrix: Optional[torch.Tensor] = None
+
+    def key(self):
+        return (self.wires, self.kind, None if self.matrix is None else id(self.matrix))
+
+    def dense(self) -> torch.Tensor:
+        if self.matrix is not None:
+            return self.matrix.to(torch.complex128)
+        return torch.tensor(_PAULI_NP[self.kind])
+
+    def __repr__(self):
+        if self.kind == "M":
+            return f"Hermitian(wires={list(self.wires)})"
+        return f"{self.kind}({self.wires[0]})"
+
+
+def _mul_terms(a: tuple, b: tuple) -> tuple[complex, tuple]:
+    """Product of two terms: (phase, term)."""
+    by_wire = {f.wires[0]: f for f in a if f.kind != "M"}
+    mats = [f for f in a if f.kind == "M"]
+    phase = 1.0 + 0j
+    for f in b:
+        if f.kind == "M" or any(set(f.wires) & set(m.wires) for m in mats):
+            used = {w for g in list(by_wire.values()) + mats for w in g.wires}
+            if set(f.wires) & used:
+                raise QdiffError(f"tensor product of observables on overlapping wires {list(f.wires)} "
+                                 "is only supported between Pauli operators")
+            mats.append(f)
+            continue
+        w = f.wires[0]
+        g = by_wire.get(w)
+        if g is None:
+            by_wire[w] = f
+        elif g.kind == f.kind:
+            del by_wire[w]
+        else:
+            p, letter = _PMUL[(g.kind, f.kind)]
+            phase *= p
+            by_wire[w] = Factor((w,), letter)
+    factors = tuple(sorted(list(by_wire.values()) + mats, key=lambda f: str(f.wires[0])))
+    return phase, factors
+
+
+def _as_coeff_tensor(coeffs) -> torch.Tensor:
+    if isinstance(coeffs, torch.Tensor):
+        t = coeffs
+        if not (t.is_complex() or t.dtype.is_floating_point):
+            t = t.to(torch.float64)
+        return t.reshape(-1)
+    arr = np.asarray(coeffs)
+    if np.iscomplexobj(arr):
+        return torch.tensor(arr.reshape(-1), dtype=torch.complex128)
+    return torch.tensor(arr.reshape(-1).astype(float), dtype=torch.float64)
+
+
+class Observable:
+    """A linear combination of tensor-product terms.
+
+    ``coeffs`` is a 1-D tensor (may require grad: expectations are then differentiable with
+    respect to the coefficients); ``terms`` a tuple of factor tuples.
+    """
+
+    def __init__(self, coeffs, terms: Sequence[tuple], simplify: bool = True):
+        self.coeffs = _as_coeff_tensor(coeffs)
+        self.terms = tuple(tuple(t) for t in terms)
+        if len(self.terms) != self.coeffs.numel():
+            raise QdiffError(f"Hamiltonian: {self.coeffs.numel()} coefficient(s) for "
+                             f"{len(self.terms)} observable(s)")
+        if simplify:
+            self._merge()
+
+    # -- construction helpers --------------------------------------------------------------
+    @classmethod
+    def pauli(cls, letter: str, wire) -> "Observable":
+        if letter == "I":
+            return cls([1.0], [()])
+        return cls([1.0], [(Factor((wire,), letter),)])
+
+    def _merge(self):
+        index: dict = {}
+        keys = []
+        for t in self.terms:
+            k = tuple(f.key() for f in t)
+            if k not in index:
+                index[k] = len(index)
+                keys.append(t)
+        if len(index) == len(self.terms):
+            return
+        idx = torch.tensor([index[tuple(f.key() for f in t)] for t in self.terms])
+        merged = torch.zeros(len(index), dtype=self.coeffs.dtype, device=self.coeffs.device)
+        self.coeffs = merged.index_add(0, idx.to(self.coeffs.device), self.coeffs)
+        self.terms = tuple(keys)
+
+    def simplify(self, tol: float = 0.0) -> "Observable":
+        """Drop terms whose coefficient magnitude is at most ``tol`` (like terms are already merged)."""
+        if self.coeffs.requires_grad:
+            return self
+        keep = [i for i in range(len(self.terms)) if abs(complex(self.coeffs[i])) > tol]
+        return Observable(self.coeffs[keep], [self.terms[i] for i in keep], simplify=False)
+
+    # -- properties ------------------------------------------------------------------------
+    @property
+    def wires(self) -> tuple:
+        seen = []
+        for t in self.terms:
+            for f in t:
+                for w in f.wires:
+                    if w not in seen:
+                        seen.append(w)
+        return tuple(seen)
+
+    @property
+    def is_pauli(self) -> bool:
+        return all(f.kind != "M" for t in self.terms for f in t)
+
+    def pauli_words(self) -> list[dict]:
+        """Each term as ``{wire: letter}`` (Pauli observables only)."""
+        if not self.is_pauli:
+            raise QdiffError("observable is not a Pauli sum")
+        return [{f.wires[0]: f.kind for f in t} for t in self.terms]
+
+    def check_hermitian(self, atol: float = 1e-10) -> None:
+        if self.coeffs.is_complex() and float(self.coeffs.detach().imag.abs().max(initial=0)) > atol:
+            raise QdiffError(f"observable {self!r} is not Hermitian (complex coefficients)")
+        for t in self.terms:
+            for f in t:
+                if f.kind == "M":
+                    m = f.matrix.detach()
+                    if not torch.allclose(m, m.conj().transpose(-1, -2), atol=1e-8):
+                        raise QdiffError(f"observable on wires {list(f.wires)} is not Hermitian")
+
+    def real_coeffs(self) -> torch.Tensor:
+        return self.coeffs.real if self.coeffs.is_complex() else self.coeffs
+
+    def map_wires(self, mapping: dict) -> "Observable":
+        def mf(f):
+            try:
+                return Factor(tuple(mapping[w] for w in f.wires), f.kind, f.matrix)
+            except KeyError as e:
+                raise QdiffError(f"observable acts on wire {e.args[0]!r}, which the device does "
+                                 f"not have (device wires: {list(mapping)})") from None
+        return Observable(self.coeffs, [tuple(mf(f) for f in t) for t in self.terms], simplify=False)
+
+    def matrix(self, wire_order: Optional[Sequence] = None) -> torch.Tensor:
+        """Dense ``(2**n, 2**n)`` complex128 matrix in ``wire_order`` (default: own wires)."""
+        order = list(self.wires if wire_order is None else wire_order)
+        n = len(order)
+        total = torch.zeros(2 ** n, 2 ** n, dtype=torch.complex128)
+        for c, t in zip(self.coeffs.to(torch.complex128), self.terms):
+            total = total + c * _term_dense(t, order)
+        return total
+
+    def eigvals(self) -> torch.Tensor:
+        return torch.linalg.eigvalsh(self.matrix())
+
+    # -- arithmetic ------------------------------------------------------------------------
+    def __matmul__(self, other):
+        other = as_observable(other)
+        coeffs, terms = [], []
+        for i, a in enumerate(self.terms):
+            for j, b in enumerate(other.terms):
+                phase, t = _mul_terms(a, b)
+                coeffs.append(self.coeffs[i] * other.coeffs[j] * (phase if phase != 1 else 1.0))
+                terms.append(t)
+        return Observable(torch.stack([torch.as_tensor(c) for c in coeffs]), terms)
+
+    def __rmatmul__(self, other):
+        return as_observable(other) @ self
+
+    def __add__(self, other):
+        if isinstance(other, numbers.Number):
+            other = Observable([other], [()])
+        other = as_observable(other)
+        a, b = self.coeffs, other.coeffs
+        dt = torch.promote_types(a.dtype, b.dtype)
+        return Observable(torch.cat([a.to(dt), b.to(dt)]), self.terms + other.terms)
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return Observable(-self.coeffs, self.terms, simplify=False)
+
+    def __sub__(self, other):
+        return self + (-as_observable(other) if not isinstance(other, numbers.Number) else -other)
+
+    def __rsub__(self, other):
+        return (-self) + other
+
+    def __mul__(self, c):
+        if isinstance(c, (numbers.Number, torch.Tensor)):
+            c = torch.as_tensor(c)
+            if not c.dtype.is_floating_point and not c.is_complex():
+                c = c.to(torch.float64)
+            return Observable(self.coeffs * c, self.terms, simplify=False)
+        return NotImplemented
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, c):
+        return self * (1.0 / c)
+
+    def __repr__(self):
+        parts = []
+        for c, t in zip(self.coeffs.detach().tolist(), self.terms):
+            body = " @ ".join(repr(f) for f in t) if t else "I"
+            parts.append(f"{c:.6g} * {body}" if not isinstance(c, complex) else f"({c:.6g}) * {body}")
+        return " + ".join(parts) if parts else "0"
+
+
+@functools.lru_cache(maxsize=None)
+def _eye(n):
+    return torch.eye(2 ** n, dtype=torch.complex128)
+
+
+def _term_dense(term: tuple, order: list) -> torch.Tensor:
+    """Dense matrix of one term on ``order`` by permuting a kron of its factors."""
+    n = len(order)
+    mats, wires = [], []
+    for f in term:
+        mats.append(f.dense())
+        wires.extend(f.wires)
+    rest = [w for w in order if w not in wires]
+    missing = [w for w in wires if w not in order]
+    if missing:
+        raise QdiffError(f"observable acts on wire(s) {missing} outside the wire order {order}")
+    full = torch.ones(1, 1, dtype=torch.complex128)
+    for m in mats:
+        full = torch.kron(full, m)
+    full = torch.kron(full, _eye(len(rest)))
+    cur = wires + rest
+    perm = [cur.index(w) for w in order]
+    t = full.reshape([2] * (2 * n))
+    t = t.permute(perm + [n + p for p in perm])
+    return t.reshape(2 ** n, 2 ** n)
+
+
+def Hermitian(A, wires) -> Observable:
+    """A Hermitian matrix observable on ``wires`` (checked)."""
+    m = A if isinstance(A, torch.Tensor) else torch.as_tensor(np.asarray(A))
+    m = m.to(torch.complex128)
+    wires = normalize_wires(wires)
+    d = 2 ** len(wires)
+    if m.shape != (d, d):
+        raise QdiffError(f"Hermitian: a matrix on {len(wires)} wire(s) must be {d}x{d}; got "
+                         f"shape {tuple(m.shape)}")
+    if not torch.allclose(m, m.conj().T, atol=1e-8):
+        raise QdiffError(f"Hermitian: the matrix on wires {list(wires)} is not Hermitian")
+    return Observable([1.0], [(Factor(wires, "M", m),)])
+
+
+def Hamiltonian(coeffs, observables) -> Observable:
+    """``sum_i coeffs[i] * observables[i]``, like terms merged.
+
+    >>> import qdiff as qd
+    >>> qd.Hamiltonian([0.5, 0.5], [qd.Z(0), qd.Z(0)])
+    1 * Z(0)
+    """
+    obs = [as_observable(o) for o in observables]
+    c = _as_coeff_tensor(coeffs)
+    if c.numel() != len(obs):
+        raise QdiffError(f"Hamiltonian: {c.numel()} coefficient(s) for {len(obs)} observable(s)")
+    all_c, all_t = [], []
+    for i, o in enumerate(obs):
+        all_c.append(c[i] * o.coeffs.to(torch.promote_types(c.dtype, o.coeffs.dtype)))
+        all_t.extend(o.terms)
+    return Observable(torch.cat(all_c) if all_c else c, all_t)
+
+
+_OP_OBS = {"x": "X", "y": "Y", "z": "Z", "id": "I"}
+
+
+def observable_from_op(op: Operation) -> Observable:
+    """``qd.Z(0)`` used as an observable; removes it from the active recording."""
+    recording.consume(op)
+    name = op.gate.name
+    if name in _OP_OBS:
+        return Observable.pauli(_OP_OBS[name], op.wires[0])
+    if name == "h":
+        s = 1 / np.sqrt(2)
+        return Observable([s, s], [(Factor(op.wires, "X"),), (Factor(op.wires, "Z"),)])
+    raise QdiffError(f"gate '{op.gate.pl_name or name}' cannot be used as an observable "
+                     "(use qd.Hermitian for a general matrix)")
+
+
+def as_observable(obj) -> Observable:
+    if isinstance(obj, Observable):
+        return obj
+    if isinstance(obj, Operation):
+        return observable_from_op(obj)
+    raise QdiffError(f"expected an observable, got {type(obj).__name__}")

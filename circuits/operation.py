@@ -1,0 +1,147 @@
+"""One gate applied to wires with its angles.
+
+In a recording, ``params`` hold the user's numbers or tensors; in a :class:`~qdiff.circuits.Circuit`
+they hold floats (constants) or :class:`ParamRef` (columns of the parameter tensor ``theta``).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import torch
+
+from qdiff.circuits.errors import QdiffError
+
+
+@dataclass(frozen=True)
+class ParamRef:
+    """Angle ``scale * theta[:, index] + offset`` (affine, so compiled angles stay differentiable)."""
+
+    index: int
+    scale: float = 1.0
+    offset: float = 0.0
+
+    def __neg__(self):
+        return ParamRef(self.index, -self.scale, -self.offset)
+
+    def __add__(self, c):
+        if isinstance(c, numbers.Real):
+            return ParamRef(self.index, self.scale, self.offset + float(c))
+        return NotImplemented
+
+    __radd__ = __add__
+
+    def __mul__(self, c):
+        if isinstance(c, numbers.Real):
+            return ParamRef(self.index, self.scale * float(c), self.offset * float(c))
+        return NotImplemented
+
+    __rmul__ = __mul__
+
+
+def normalize_wires(wires) -> tuple:
+    if isinstance(wires, (int, str)) or (isinstance(wires, torch.Tensor) and wires.ndim == 0):
+        wires = [wires]
+    try:
+        out = tuple(int(w) if isinstance(w, (numbers.Integral, torch.Tensor)) else w for w in wires)
+    except TypeError:
+        raise QdiffError(f"invalid wires {wires!r}: expected an int, a label or a sequence") from None
+    return out
+
+
+def check_param(value, gate_name: str):
+    """Validate one angle: a real number or a real tensor, all finite."""
+    if isinstance(value, ParamRef):
+        return value
+    if isinstance(value, torch.Tensor):
+        if value.is_complex():
+            raise QdiffError(f"gate '{gate_name}': angles must be real, got a complex tensor")
+        if not value.dtype.is_floating_point:
+            value = value.to(torch.get_default_dtype() if torch.get_default_dtype() == torch.float64
+                             else torch.float64)
+        if not bool(torch.isfinite(value.detach()).all()):
+            raise QdiffError(f"gate '{gate_name}': angle is NaN or infinite")
+        return value
+    if isinstance(value, numbers.Real):
+        if not math.isfinite(float(value)):
+            raise QdiffError(f"gate '{gate_name}': angle {value} is NaN or infinite")
+        return float(value)
+    try:
+        import numpy as np
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        raise QdiffError(f"gate '{gate_name}': angle must be a real number or tensor, "
+                         f"got {type(value).__name__}") from None
+    return check_param(torch.as_tensor(arr), gate_name)
+
+
+@dataclass(frozen=True, eq=False)
+class Operation:
+    """A gate on ``wires`` with ``params`` (numbers, tensors or :class:`ParamRef`)."""
+
+    gate: object
+    wires: tuple
+    params: tuple = ()
+
+    @classmethod
+    def make(cls, gate, wires, params) -> "Operation":
+        wires = normalize_wires(wires)
+        label = gate.pl_name or gate.name
+        if len(wires) != gate.num_wires:
+            raise QdiffError(f"gate '{label}' acts on {gate.num_wires} wire(s); got wires {list(wires)}")
+        if len(set(wires)) != len(wires):
+            raise QdiffError(f"gate '{label}': repeated wire in {list(wires)}")
+        params = tuple(check_param(p, label) for p in params)
+        return cls(gate, wires, params)
+
+    @property
+    def name(self) -> str:
+        return self.gate.name
+
+    def matrix(self) -> torch.Tensor:
+        """The gate's matrix for concrete (non-reference) params."""
+        return self.gate.matrix(*self.params)
+
+    def with_params(self, params) -> "Operation":
+        return Operation(self.gate, self.wires, tuple(params))
+
+    def inverse(self) -> "Operation":
+        gate, params = self.gate.inverse(self.params)
+        return Operation(gate, self.wires, tuple(params))
+
+    # -- an operation such as qd.Z(0) doubles as an observable -------------------------------
+    def as_observable(self):
+        from qdiff.circuits.observables import observable_from_op
+        return observable_from_op(self)
+
+    def __matmul__(self, other):
+        return self.as_observable() @ other
+
+    def __rmatmul__(self, other):
+        return other @ self.as_observable()
+
+    def __mul__(self, c):
+        return self.as_observable() * c
+
+    __rmul__ = __mul__
+
+    def __add__(self, other):
+        return self.as_observable() + other
+
+    __radd__ = __add__
+
+    def __sub__(self, other):
+        return self.as_observable() - other
+
+    def __rsub__(self, other):
+        return other - self.as_observable()
+
+    def __neg__(self):
+        return -self.as_observable()
+
+    def __repr__(self):
+        ps = ", ".join(f"{p:.4g}" if isinstance(p, float) else repr(p) if isinstance(p, ParamRef)
+                       else f"tensor{tuple(p.shape)}" for p in self.params)
+        label = self.gate.pl_name or self.gate.name
+        return f"{label}({ps + ', ' if ps else ''}wires={list(self.wires)})"

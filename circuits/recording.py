@@ -1,0 +1,86 @@
+"""Recording of gate calls: the queue a ``qnode`` (or ``qd.record()``) collects operations into.
+
+Outside any recording context a gate call just returns its :class:`Operation`.
+
+>>> import qdiff as qd
+>>> with qd.record() as rec:
+...     qd.Hadamard(0); qd.CNOT([0, 1])
+>>> [op.name for op in rec.operations]
+['h', 'cx']
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+
+from qdiff.circuits.operation import Operation
+
+_LOCAL = threading.local()
+
+
+def _stack() -> list:
+    if not hasattr(_LOCAL, "stack"):
+        _LOCAL.stack = []
+    return _LOCAL.stack
+
+
+class Recorder:
+    """Collects operations and measurements in call order."""
+
+    def __init__(self):
+        self.items: list = []
+
+    def append(self, item):
+        self.items.append(item)
+
+    def remove(self, item) -> None:
+        for i in range(len(self.items) - 1, -1, -1):
+            if self.items[i] is item:
+                del self.items[i]
+                return
+
+    @property
+    def operations(self) -> list:
+        return [i for i in self.items if isinstance(i, Operation)]
+
+
+def active() -> Recorder | None:
+    st = _stack()
+    return st[-1] if st else None
+
+
+@contextmanager
+def record():
+    rec = Recorder()
+    _stack().append(rec)
+    try:
+        yield rec
+    finally:
+        _stack().pop()
+
+
+@contextmanager
+def paused():
+    """Stop recording inside (templates build sub-operations explicitly)."""
+    st = _stack()
+    saved = list(st)
+    st.clear()
+    try:
+        yield
+    finally:
+        st.extend(saved)
+
+
+def record_operation(gate, wires, params) -> Operation:
+    op = Operation.make(gate, wires, params)
+    rec = active()
+    if rec is not None:
+        rec.append(op)
+    return op
+
+
+def consume(item) -> None:
+    """Remove an item used as an observable (``qd.expval(qd.Z(0))``) from the active queue."""
+    rec = active()
+    if rec is not None:
+        rec.remove(item)

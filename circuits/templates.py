@@ -1,0 +1,294 @@
+"""Templates and ansatzes, with PennyLane's names, argument orders and conventions.
+
+Every template records its gates into the active recording and keeps them in ``.operations``;
+weights may carry leading batch dimensions (``weights[..., l, i, j]``), which broadcast.
+
+>>> import torch, qdiff as qd
+>>> qd.StronglyEntanglingLayers.shape(n_layers=2, n_wires=4)
+(2, 4, 3)
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from qdiff.circuits import gates as G
+from qdiff.circuits import recording
+from qdiff.circuits.circuit import StatePrep as _StatePrepItem
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.observables import as_observable
+from qdiff.circuits.operation import normalize_wires
+
+
+def _tensor(x) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x if (x.dtype.is_floating_point or x.is_complex()) else x.to(torch.float64)
+    return torch.as_tensor(np.asarray(x, dtype=float))
+
+
+def _check_tail(name: str, w: torch.Tensor, expected: tuple) -> None:
+    k = len(expected)
+    if w.ndim < k or tuple(w.shape[w.ndim - k:]) != tuple(expected):
+        raise QdiffError(f"{name}: weights must have shape (..., {', '.join(map(str, expected))}); "
+                         f"got {tuple(w.shape)}")
+
+
+class Template:
+    """Base: subclasses implement ``_build`` (gate calls); ``__init__`` records them."""
+
+    def __init__(self, *args, **kwargs):
+        with recording.record() as rec:
+            self._build(*args, **kwargs)
+        parent = recording.active()
+        if parent is not None:
+            for item in rec.items:
+                parent.append(item)
+        self.items = list(rec.items)
+
+    @property
+    def operations(self) -> list:
+        return [i for i in self.items if not isinstance(i, _StatePrepItem)]
+
+    def _build(self, *args, **kwargs):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"{type(self).__name__}({len(self.items)} operations)"
+
+
+class AngleEmbedding(Template):
+    """Features ``(..., N)`` as rotation angles on the first N wires (``rotation`` X, Y or Z)."""
+
+    def _build(self, features, wires, rotation="X"):
+        wires = normalize_wires(wires)
+        f = _tensor(features)
+        if f.ndim == 0 or f.shape[-1] > len(wires):
+            raise QdiffError(f"AngleEmbedding: features of shape {tuple(f.shape)} need at most "
+                             f"{len(wires)} entries in the last dimension (one per wire)")
+        gate = {"X": G.GATES["rx"], "Y": G.GATES["ry"], "Z": G.GATES["rz"]}.get(str(rotation).upper())
+        if gate is None:
+            raise QdiffError(f"AngleEmbedding: rotation must be 'X', 'Y' or 'Z'; got {rotation!r}")
+        for i in range(f.shape[-1]):
+            gate(f[..., i], wires=wires[i])
+
+
+class AmplitudeEmbedding(Template):
+    """Features ``(..., 2**k)`` as the amplitudes of the state on ``wires`` (must come first)."""
+
+    def _build(self, features, wires, pad_with=None, normalize=False):
+        wires = normalize_wires(wires)
+        f = _tensor(features)
+        d = 2 ** len(wires)
+        if f.shape[-1] > d or (f.shape[-1] < d and pad_with is None):
+            raise QdiffError(f"AmplitudeEmbedding: {f.shape[-1]} features for {len(wires)} wires "
+                             f"(expected {d}{', or fewer with pad_with' if f.shape[-1] < d else ''})")
+        if f.shape[-1] < d:
+            pad = torch.full((*f.shape[:-1], d - f.shape[-1]), float(pad_with), dtype=f.dtype,
+                             device=f.device)
+            f = torch.cat([f, pad], dim=-1)
+        f = f.to(torch.complex128 if f.dtype != torch.complex64 else f.dtype)
+        norm = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
+        if normalize:
+            if bool((norm.detach() == 0).any()):
+                raise QdiffError("AmplitudeEmbedding: cannot normalize a zero feature vector")
+            f = f / norm
+        elif not torch.allclose(norm.detach(), torch.ones_like(norm.detach()).real.to(norm.dtype), atol=1e-7):
+            raise QdiffError("AmplitudeEmbedding: features must be normalized (norm 1), or pass "
+                             "normalize=True")
+        rec = recording.active()
+        rec.append(_StatePrepItem(f, wires))
+
+
+class StatePrep(AmplitudeEmbedding):
+    """Prepare ``state`` (normalized amplitudes) on ``wires``."""
+
+
+class BasicEntanglerLayers(Template):
+    """Layers of one-parameter rotations followed by a closed ring of CNOTs."""
+
+    @staticmethod
+    def shape(n_layers: int, n_wires: int) -> tuple:
+        return (n_layers, n_wires)
+
+    def _build(self, weights, wires=None, rotation=None):
+        w = _tensor(weights)
+        wires = normalize_wires(wires)
+        n = len(wires)
+        _check_tail("BasicEntanglerLayers", w, (w.shape[-2] if w.ndim >= 2 else -1, n))
+        rot = rotation if rotation is not None else G.GATES["rx"]
+        for layer in range(w.shape[-2]):
+            for i in range(n):
+                rot(w[..., layer, i], wires=wires[i])
+            if n == 2:
+                G.GATES["cx"](wires=[wires[0], wires[1]])
+            elif n > 2:
+                for i in range(n):
+                    G.GATES["cx"](wires=[wires[i], wires[(i + 1) % n]])
+
+
+class StronglyEntanglingLayers(Template):
+    """Layers of general rotations (``Rot``) and CNOTs of range ``r = l mod (N-1) + 1``."""
+
+    @staticmethod
+    def shape(n_layers: int, n_wires: int) -> tuple:
+        return (n_layers, n_wires, 3)
+
+    def _build(self, weights, wires, ranges: Optional[Sequence[int]] = None, imprimitive=None):
+        w = _tensor(weights)
+        wires = normalize_wires(wires)
+        n = len(wires)
+        if w.ndim < 3:
+            raise QdiffError(f"StronglyEntanglingLayers: weights must have shape (..., L, {n}, 3); "
+                             f"got {tuple(w.shape)}")
+        _check_tail("StronglyEntanglingLayers", w, (w.shape[-3], n, 3))
+        layers = w.shape[-3]
+        if ranges is None:
+            ranges = [(l % (n - 1)) + 1 if n > 1 else 0 for l in range(layers)]
+        if len(ranges) != layers:
+            raise QdiffError(f"StronglyEntanglingLayers: {len(ranges)} ranges for {layers} layers")
+        ent = imprimitive if imprimitive is not None else G.GATES["cx"]
+        for layer in range(layers):
+            for i in range(n):
+                G.GATES["rot"](w[..., layer, i, 0], w[..., layer, i, 1], w[..., layer, i, 2],
+                               wires=wires[i])
+            if n > 1:
+                r = ranges[layer]
+                for i in range(n):
+                    ent(wires=[wires[i], wires[(i + r) % n]])
+
+
+class HardwareEfficientAnsatz(Template):
+    """Layers of RY, RZ on every wire followed by a CNOT ladder (i -> i+1)."""
+
+    @staticmethod
+    def shape(n_layers: int, n_wires: int) -> tuple:
+        return (n_layers, n_wires, 2)
+
+    def _build(self, weights, wires):
+        w = _tensor(weights)
+        wires = normalize_wires(wires)
+        n = len(wires)
+        if w.ndim < 3:
+            raise QdiffError(f"HardwareEfficientAnsatz: weights must have shape (..., L, {n}, 2); "
+                             f"got {tuple(w.shape)}")
+        _check_tail("HardwareEfficientAnsatz", w, (w.shape[-3], n, 2))
+        for layer in range(w.shape[-3]):
+            for i in range(n):
+                G.GATES["ry"](w[..., layer, i, 0], wires=wires[i])
+                G.GATES["rz"](w[..., layer, i, 1], wires=wires[i])
+            for i in range(n - 1):
+                G.GATES["cx"](wires=[wires[i], wires[i + 1]])
+
+
+class BasisState(Template):
+    """Prepare the computational basis state ``state`` (bits) on ``wires`` with X gates."""
+
+    def _build(self, state, wires):
+        wires = normalize_wires(wires)
+        bits = np.asarray(state.detach().cpu() if isinstance(state, torch.Tensor) else state).reshape(-1)
+        if len(bits) != len(wires) or not np.isin(bits, [0, 1]).all():
+            raise QdiffError(f"BasisState: state must be {len(wires)} bits (0/1); got {bits.tolist()}")
+        for b, w in zip(bits, wires):
+            if b:
+                G.GATES["x"](wires=w)
+
+
+def hf_state(electrons: int, orbitals: int) -> np.ndarray:
+    """Hartree-Fock occupation ``[1]*electrons + [0]*(orbitals-electrons)`` (Jordan-Wigner)."""
+    if not 0 < electrons <= orbitals:
+        raise QdiffError(f"hf_state: need 0 < electrons <= orbitals; got {electrons}, {orbitals}")
+    return np.array([1] * electrons + [0] * (orbitals - electrons))
+
+
+def excitations(electrons: int, orbitals: int, delta_sz: int = 0):
+    """Spin-conserving single and double excitations, in PennyLane's order."""
+    if not 0 < electrons < orbitals:
+        raise QdiffError(f"excitations: need 0 < electrons < orbitals; got {electrons}, {orbitals}")
+    sz = np.array([0.5 if i % 2 == 0 else -0.5 for i in range(orbitals)])
+    singles = [[r, p] for r in range(electrons) for p in range(electrons, orbitals)
+               if sz[p] - sz[r] == delta_sz]
+    doubles = [[s, r, q, p] for s in range(electrons - 1) for r in range(s + 1, electrons)
+               for q in range(electrons, orbitals - 1) for p in range(q + 1, orbitals)
+               if sz[p] + sz[q] - sz[r] - sz[s] == delta_sz]
+    return singles, doubles
+
+
+class AllSinglesDoubles(Template):
+    """HF state, then Givens rotations: ``DoubleExcitation`` for each double
+    (``weights[..., len(singles)+i]``), then ``SingleExcitation`` for each single (``weights[..., j]``)."""
+
+    @staticmethod
+    def shape(singles, doubles) -> tuple:
+        return (len(singles) + len(doubles),)
+
+    def _build(self, weights, wires, hf_state, singles=None, doubles=None):
+        wires = normalize_wires(wires)
+        singles = [list(s) for s in (singles or [])]
+        doubles = [list(d) for d in (doubles or [])]
+        if not singles and not doubles:
+            raise QdiffError("AllSinglesDoubles: singles and doubles cannot both be empty")
+        w = _tensor(weights)
+        _check_tail("AllSinglesDoubles", w, (len(singles) + len(doubles),))
+        BasisState(hf_state, wires=wires)
+        for i, d in enumerate(doubles):
+            G.GATES["double_excitation"](w[..., len(singles) + i], wires=d)
+        for j, s in enumerate(singles):
+            G.GATES["single_excitation"](w[..., j], wires=s)
+
+
+def cost_layer(gamma, hamiltonian):
+    """``exp(-i gamma H)`` for a Hamiltonian of commuting Pauli words (QAOA cost unitary)."""
+    h = as_observable(hamiltonian)
+    ops = []
+    for c, word in zip(h.real_coeffs(), h.pauli_words()):
+        if not word:
+            continue
+        wires = sorted(word, key=str)
+        letters = "".join(word[x] for x in wires)
+        angle = 2 * _tensor(gamma) * c
+        if set(letters) == {"Z"}:
+            ops.append(G.MultiRZ(angle, wires=wires))
+        else:
+            ops.append(G.PauliRot(angle, letters, wires=wires))
+    return ops
+
+
+def mixer_layer(alpha, hamiltonian):
+    """``exp(-i alpha H_mixer)`` (same construction as :func:`cost_layer`)."""
+    return cost_layer(alpha, hamiltonian)
+
+
+def x_mixer(wires):
+    """The standard QAOA mixer ``sum_i X_i``."""
+    from qdiff.circuits.observables import Observable
+    out = None
+    for w in normalize_wires(wires):
+        o = Observable.pauli("X", w)
+        out = o if out is None else out + o
+    return out
+
+
+class QAOALayers(Template):
+    """``depth`` alternating cost and mixer layers: ``params`` ``(..., depth, 2)`` = (gamma, alpha).
+
+    Starts from |+>^n (Hadamards) unless ``init_plus=False``.
+    """
+
+    @staticmethod
+    def shape(n_layers: int) -> tuple:
+        return (n_layers, 2)
+
+    def _build(self, params, wires, cost_h, mixer_h=None, init_plus=True):
+        wires = normalize_wires(wires)
+        p = _tensor(params)
+        if p.ndim < 2 or p.shape[-1] != 2:
+            raise QdiffError(f"QAOALayers: params must have shape (..., depth, 2); got {tuple(p.shape)}")
+        mixer_h = mixer_h if mixer_h is not None else x_mixer(wires)
+        if init_plus:
+            for w in wires:
+                G.GATES["h"](wires=w)
+        for layer in range(p.shape[-2]):
+            cost_layer(p[..., layer, 0], cost_h)
+            mixer_layer(p[..., layer, 1], mixer_h)

@@ -1,0 +1,1 @@
+"""Torch modules built on qnodes."""

@@ -1,0 +1,89 @@
+"""Text drawings of circuits: ``qd.draw(qnode)(*args)``.
+
+>>> import qdiff as qd
+>>> dev = qd.device("statevector", wires=2)
+>>> @qd.qnode(dev)
+... def f(x):
+...     qd.RX(x, wires=0); qd.CNOT([0, 1]); return qd.expval(qd.Z(1))
+>>> print(qd.draw(f)(0.5))
+0: ──RX(0.50)──╭●──┤
+1: ────────────╰X──┤  <Z>
+"""
+from __future__ import annotations
+
+import torch
+
+from qdiff.circuits.operation import ParamRef
+
+_CTRL_TARGET = {"cx": "X", "cy": "Y", "cz": "Z", "ch": "H", "ccx": "X", "ccz": "Z", "cswap": "SWAP",
+                "crx": "RX", "cry": "RY", "crz": "RZ", "cp": "Rϕ", "crot": "Rot"}
+
+
+def _fmt(p, theta, decimals) -> str:
+    if isinstance(p, ParamRef):
+        v = theta[0, p.index] * p.scale + p.offset if theta.numel() else 0.0
+        v = v.detach() if isinstance(v, torch.Tensor) else v
+        return f"{float(v):.{decimals}f}" if theta.shape[0] == 1 else f"θ{p.index}"
+    return f"{float(p):.{decimals}f}"
+
+
+def _labels(op, theta, decimals):
+    name = op.gate.pl_name or op.name
+    params = ",".join(_fmt(p, theta, decimals) for p in op.params)
+    if op.name in _CTRL_TARGET:
+        c = op.gate.controls
+        t = _CTRL_TARGET[op.name] + (f"({params})" if params else "")
+        return ["●"] * c + [t] * (len(op.wires) - c)
+    label = name + (f"({params})" if params else "")
+    return [label] * len(op.wires)
+
+
+def draw_circuit(circuit, theta=None, decimals: int = 2) -> str:
+    n = circuit.num_wires
+    theta = theta if theta is not None else torch.zeros(1, circuit.num_params)
+    lines = [[] for _ in range(n)]
+    for op in circuit.operations:
+        labels = _labels(op, theta, decimals)
+        lo, hi = min(op.wires), max(op.wires)
+        width = max(len(s) for s in labels)
+        cur = max(len("".join(lines[w])) for w in range(lo, hi + 1))
+        for w in range(lo, hi + 1):
+            pad = cur - len("".join(lines[w]))
+            lines[w].append("─" * pad)
+        for w in range(lo, hi + 1):
+            if w in op.wires:
+                s = labels[op.wires.index(w)]
+                if hi > lo:
+                    s = ("╭" if w == lo else "╰" if w == hi else "├") + s
+                else:
+                    s = s
+            else:
+                s = "│"
+            lines[w].append("──" + s.ljust(width + (1 if hi > lo else 0), "─"))
+    total = max((len("".join(l)) for l in lines), default=0)
+    meas = {w: [] for w in range(n)}
+    for m in circuit.measurements:
+        if m.obs is not None:
+            for term in m.obs.terms:
+                for f in term:
+                    for w in f.wires:
+                        meas[w].append(f"<{f.kind if f.kind != 'M' else 'H'}>")
+        else:
+            for w in (m.wires if m.wires is not None else range(n)):
+                meas[w].append(m.kind)
+    width_label = max(len(str(l)) for l in circuit.labels)
+    out = []
+    for w in range(n):
+        body = "".join(lines[w])
+        body += "─" * (total - len(body)) + "──┤"
+        tail = ("  " + " ".join(dict.fromkeys(meas[w]))) if meas[w] else ""
+        out.append(f"{str(circuit.labels[w]).rjust(width_label)}: {body}{tail}")
+    return "\n".join(out)
+
+
+def draw(qnode, decimals: int = 2):
+    """``draw(qnode)(*args)`` returns a text drawing of the circuit recorded for those args."""
+    def wrapper(*args, **kwargs):
+        rec, _ = qnode.construct(*args, **kwargs)
+        return draw_circuit(rec.circuit, rec.theta, decimals)
+    return wrapper

@@ -1,0 +1,127 @@
+"""``qd.qnode``: a Python function of torch tensors that records a circuit and runs it.
+
+>>> import torch, qdiff as qd
+>>> dev = qd.device("statevector", wires=2)
+>>> @qd.qnode(dev)
+... def f(x):
+...     qd.RX(x, wires=0); qd.CNOT(wires=[0, 1])
+...     return qd.expval(qd.Z(1))
+>>> f(torch.tensor(0.0))
+tensor(1., dtype=torch.float64)
+>>> f(torch.zeros(3)).shape
+torch.Size([3])
+"""
+from __future__ import annotations
+
+import functools
+import torch
+
+from qdiff.circuits import recording
+from qdiff.circuits.circuit import Circuit, Recorded
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.measurements import Measurement
+
+DIFF_METHODS = ("best", "backprop", "adjoint", "parameter-shift", "finite-diff", "spsa")
+
+
+class QNode:
+    """A recorded-and-executed quantum function bound to a backend.
+
+    Args:
+        func: records gates and returns a measurement or a list/tuple of measurements.
+        device: a backend from :func:`qdiff.device`.
+        diff_method: ``"best"`` (default), ``"backprop"``, ``"adjoint"``, ``"parameter-shift"``,
+            ``"finite-diff"`` or ``"spsa"``.
+        **gradient_kwargs: options of the gradient rule (``h`` for finite-diff; ``num_directions``,
+            ``epsilon``, ``seed`` for spsa).
+
+    Calling it returns torch tensors: scalar measurements in a list are stacked along the last
+    dimension, leading batch dimensions of the inputs broadcast into leading output dimensions.
+    """
+
+    def __init__(self, func, device, diff_method: str = "best", **gradient_kwargs):
+        if diff_method not in DIFF_METHODS:
+            raise QdiffError(f"unknown diff_method '{diff_method}'; choose from {list(DIFF_METHODS)}")
+        self.func = func
+        self.device = device
+        self.diff_method = diff_method
+        self.gradient_kwargs = gradient_kwargs
+        functools.update_wrapper(self, func)
+
+    # -- recording ------------------------------------------------------------------------
+    def construct(self, *args, **kwargs) -> tuple[Recorded, object]:
+        """Record one call: ``(Recorded, returned measurement structure)``."""
+        with recording.record() as rec:
+            result = self.func(*args, **kwargs)
+        items = [i for i in rec.items if not isinstance(i, Measurement)]
+        flat = _flatten_measurements(result)
+        recorded = Circuit.from_recording(items, self.device.wires)
+        wmap = {w: i for i, w in enumerate(self.device.wires)}
+        meas = tuple(m.map_wires(wmap) for m in flat)
+        recorded.circuit = recorded.circuit.with_measurements(meas)
+        return recorded, result
+
+    def __call__(self, *args, **kwargs):
+        from qdiff.execute import execute
+        recorded, result = self.construct(*args, **kwargs)
+        outs = execute(recorded, self.device, self.diff_method, **self.gradient_kwargs)
+        return _assemble(outs, recorded, result)
+
+    def __repr__(self):
+        return f"<QNode {getattr(self.func, '__name__', '?')} on {self.device!r}, " \
+               f"diff_method={self.diff_method!r}>"
+
+
+def qnode(device, diff_method: str = "best", **gradient_kwargs):
+    """Decorator form of :class:`QNode`: ``@qd.qnode(dev, diff_method="adjoint")``."""
+    def wrap(func):
+        return QNode(func, device, diff_method, **gradient_kwargs)
+    return wrap
+
+
+def _flatten_measurements(result) -> list:
+    if isinstance(result, Measurement):
+        return [result]
+    if isinstance(result, (list, tuple)) and result and all(isinstance(m, Measurement) for m in result):
+        return list(result)
+    raise QdiffError("a qnode must return a measurement (qd.expval, qd.var, qd.probs, qd.sample, "
+                     f"qd.counts, qd.state) or a list of them; got {type(result).__name__}")
+
+
+def _to_counts(bits: torch.Tensor):
+    def one(b):
+        keys = ["".join(str(int(v)) for v in row) for row in b.tolist()]
+        out: dict = {}
+        for k in keys:
+            out[k] = out.get(k, 0) + 1
+        return dict(sorted(out.items()))
+    return one(bits[0]) if bits.shape[0] == 1 else [one(b) for b in bits]
+
+
+def _assemble(outs: list, recorded: Recorded, result):
+    """Reshape ``(B, ...)`` outputs to ``batch_shape + (...)`` and rebuild the user's structure."""
+    bshape = recorded.batch_shape
+    theta = recorded.theta
+    real_dtype = theta.dtype if recorded.circuit.num_params else None
+    shaped = []
+    for m, o in zip(recorded.circuit.measurements, outs):
+        if m.kind == "counts":
+            shaped.append(_to_counts(o))
+            continue
+        if real_dtype is not None and o.dtype.is_floating_point and o.dtype != real_dtype:
+            o = o.to(real_dtype)
+        shaped.append(o.reshape(*bshape, *o.shape[1:]))
+    if isinstance(result, Measurement):
+        return shaped[0]
+    ms = recorded.circuit.measurements
+    if all(m.is_scalar for m in ms):
+        return torch.stack(shaped, dim=-1)
+    return type(result)(shaped) if isinstance(result, tuple) else list(shaped)
+
+
+def record_circuit(func, wires, *args, **kwargs) -> Recorded:
+    """Record ``func(*args)`` on ``wires`` without running it (for drawing, compiling, export)."""
+    from qdiff.backends.statevector import StatevectorBackend
+    rec, _ = QNode(func, StatevectorBackend(wires)).construct(*args, **kwargs)
+    return rec
+
