@@ -1,0 +1,93 @@
+"""Decompositions of gates that other toolkits lack, derived from the gate definitions.
+
+A one-parameter gate whose generator is a sum of mutually commuting Pauli words,
+``G = sum_k c_k P_k``, is exactly ``prod_k PauliRot(2 c_k phi, P_k)``; a Pauli rotation is a
+basis change, a CNOT ladder and one RZ. So SingleExcitation, DoubleExcitation, MultiRZ and
+PauliRot reach any toolkit's standard gates without a hand-written rule.
+
+>>> from qdiff.circuits.gates import GATES
+>>> from qdiff.circuits.operation import Operation
+>>> [o.name for o in decompose(Operation(GATES["single_excitation"], (0, 1), (0.3,)))][:3]
+['rx', 'h', 'cx']
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+
+import numpy as np
+
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.gates import GATES
+from qdiff.circuits.operation import Operation
+
+_P = {"I": np.eye(2), "X": np.array([[0, 1], [1, 0]]), "Y": np.array([[0, -1j], [1j, 0]]),
+      "Z": np.diag([1.0, -1.0])}
+
+
+def pauli_decompose(m: np.ndarray, tol: float = 1e-12) -> list[tuple[float, str]]:
+    """Real coefficients ``[(c, word), ...]`` of a Hermitian matrix in the Pauli basis."""
+    k = int(round(math.log2(m.shape[0])))
+    out = []
+    for letters in itertools.product("IXYZ", repeat=k):
+        p = functools.reduce(np.kron, [_P[c] for c in letters])
+        c = np.trace(p @ m).real / 2 ** k
+        if abs(c) > tol:
+            out.append((float(c), "".join(letters)))
+    return out
+
+
+def _scaled(p, c: float):
+    """``c * p`` for a float or a ParamRef/tensor angle."""
+    return p * c if not isinstance(p, float) else float(p) * c
+
+
+def paulirot_ops(angle, word: str, wires) -> list[Operation]:
+    """``exp(-i angle P / 2)``: basis change, CNOT ladder onto the last active wire, RZ, undo."""
+    act = [(w, c) for w, c in zip(wires, word) if c != "I"]
+    if not act:
+        return []
+    pre, post = [], []
+    for w, c in act:
+        if c == "X":
+            pre.append(Operation(GATES["h"], (w,)))
+            post.append(Operation(GATES["h"], (w,)))
+        elif c == "Y":
+            pre.append(Operation(GATES["rx"], (w,), (math.pi / 2,)))
+            post.append(Operation(GATES["rx"], (w,), (-math.pi / 2,)))
+    ladder = [Operation(GATES["cx"], (act[i][0], act[i + 1][0])) for i in range(len(act) - 1)]
+    rz = Operation(GATES["rz"], (act[-1][0],), (angle,))
+    return pre + ladder + [rz] + ladder[::-1] + post
+
+
+@functools.lru_cache(maxsize=None)
+def _commuting_terms(gate_key):
+    gate = gate_key
+    terms = pauli_decompose(gate.generators[0])
+    mats = [functools.reduce(np.kron, [_P[c] for c in w]) for _, w in terms]
+    for a, b in itertools.combinations(mats, 2):
+        if not np.allclose(a @ b, b @ a):
+            raise QdiffError(f"gate '{gate.name}': generator terms do not commute; no decomposition")
+    return terms
+
+
+def decompose(op: Operation) -> list[Operation]:
+    """Express ``op`` in standard one- and two-qubit gates (``rot``/``crot``/``u2`` included)."""
+    name, p, w = op.name, op.params, op.wires
+    if name == "rot":
+        return [Operation(GATES["rz"], w, (p[0],)), Operation(GATES["ry"], w, (p[1],)),
+                Operation(GATES["rz"], w, (p[2],))]
+    if name == "crot":
+        return [Operation(GATES["crz"], w, (p[0],)), Operation(GATES["cry"], w, (p[1],)),
+                Operation(GATES["crz"], w, (p[2],))]
+    if name == "paulirot":
+        return paulirot_ops(p[0], op.gate.hyper[0], w)
+    if name == "multirz":
+        return paulirot_ops(p[0], "Z" * len(w), w)
+    if op.gate.num_params == 1 and op.gate.generators is not None:
+        out = []
+        for c, word in _commuting_terms(op.gate):
+            out.extend(paulirot_ops(_scaled(p[0], 2 * c), word, w))
+        return out
+    raise QdiffError(f"no decomposition for gate '{op.gate.pl_name or name}'")
