@@ -345,9 +345,10 @@ _g("u1", 1, 1, lambda t: _diag_embed(_phase_diag(t)), gens=[-_P1], inv=_negate("
    diag=_phase_diag, pl="U1")
 _g("rot", 1, 3, _rot, gens=[_Z / 2, _Y / 2, _Z / 2],
    inv=lambda p: (GATES["rot"], (-p[2], -p[1], -p[0])), pl="Rot")
-_g("u3", 1, 3, _u3, gens=[_Y / 2, _Z / 2, _Z / 2],
+# U3 = exp(i(phi+lam)/2) RZ(phi) RY(theta) RZ(lam): the phase makes the phi/lam generators -P1
+_g("u3", 1, 3, _u3, gens=[_Y / 2, -_P1, -_P1],
    inv=lambda p: (GATES["u3"], (-p[0], -p[2], -p[1])), pl="U3", aliases=("u", "U"))
-_g("u2", 1, 2, _u2, gens=[_Z / 2, _Z / 2],
+_g("u2", 1, 2, _u2, gens=[-_P1, -_P1],
    inv=lambda p: (GATES["u3"], (-math.pi / 2, -p[1], -p[0])), pl="U2")
 
 _CX = _controlled_np(_X)
