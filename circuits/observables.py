@@ -54,30 +54,30 @@ class Factor:
 
 
 def _mul_terms(a: tuple, b: tuple) -> tuple[complex, tuple]:
-    """Product of two terms: (phase, term)."""
-    by_wire = {f.wires[0]: f for f in a if f.kind != "M"}
-    mats = [f for f in a if f.kind == "M"]
+    """Product of two terms: (phase, term). Paulis on one wire multiply by the Pauli algebra;
+    a dense factor multiplies a factor on exactly the same wires as matrices."""
+    factors = list(a)
     phase = 1.0 + 0j
     for f in b:
-        if f.kind == "M" or any(set(f.wires) & set(m.wires) for m in mats):
-            used = {w for g in list(by_wire.values()) + mats for w in g.wires}
-            if set(f.wires) & used:
-                raise QdiffError(f"tensor product of observables on overlapping wires {list(f.wires)} "
-                                 "is only supported between Pauli operators")
-            mats.append(f)
+        hit = [i for i, g in enumerate(factors) if set(g.wires) & set(f.wires)]
+        if not hit:
+            factors.append(f)
             continue
-        w = f.wires[0]
-        g = by_wire.get(w)
-        if g is None:
-            by_wire[w] = f
-        elif g.kind == f.kind:
-            del by_wire[w]
-        else:
-            p, letter = _PMUL[(g.kind, f.kind)]
-            phase *= p
-            by_wire[w] = Factor((w,), letter)
-    factors = tuple(sorted(list(by_wire.values()) + mats, key=lambda f: str(f.wires[0])))
-    return phase, factors
+        g = factors[hit[0]]
+        if len(hit) > 1 or (set(g.wires) != set(f.wires)):
+            raise QdiffError(f"product of observables on overlapping wires {list(f.wires)} and "
+                             f"{list(g.wires)} is not supported")
+        if g.kind != "M" and f.kind != "M":
+            if g.kind == f.kind:
+                del factors[hit[0]]
+            else:
+                p, letter = _PMUL[(g.kind, f.kind)]
+                phase *= p
+                factors[hit[0]] = Factor(g.wires, letter)
+            continue
+        fm = f.dense() if f.wires == g.wires else _term_dense((f,), list(g.wires))
+        factors[hit[0]] = Factor(g.wires, "M", g.dense() @ fm)
+    return phase, tuple(sorted(factors, key=lambda f: str(f.wires[0])))
 
 
 def _as_coeff_tensor(coeffs) -> torch.Tensor:

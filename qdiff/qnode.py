@@ -45,7 +45,10 @@ class QNode:
         self.func = func
         self.device = device
         self.diff_method = diff_method
-        self.gradient_kwargs = gradient_kwargs
+        self.gradient_kwargs = dict(gradient_kwargs)
+        if diff_method == "spsa":  # one direction stream per qnode, advanced every backward
+            from qdiff.bridge import spsa_generator
+            self.gradient_kwargs["_generator"] = spsa_generator(gradient_kwargs.get("seed"))
         functools.update_wrapper(self, func)
 
     # -- recording ------------------------------------------------------------------------

@@ -1,0 +1,323 @@
+"""The torch bridge: one ``torch.autograd.Function`` that carries any backend into autograd.
+
+Forward runs all ``B`` bindings in one backend call. Backward makes ONE more backend call:
+
+* ``adjoint``: a reverse sweep over the saved final states (:mod:`qdiff.adjoint`);
+* ``parameter-shift`` / ``finite-diff`` / ``spsa``: every shifted binding of every trainable
+  parameter, for the whole batch, stacked into one ``theta`` of ``S * B`` rows.
+
+The shifted evaluations go through this same Function, so the parameter-shift backward is
+itself differentiable: ``create_graph=True`` gives exact second derivatives (shift-of-shift).
+Methods whose second derivative would not be exact raise a ``QdiffError`` instead of returning
+a silent zero.
+
+>>> import torch, qdiff as qd
+>>> dev = qd.device("statevector", wires=1)
+>>> @qd.qnode(dev, diff_method="parameter-shift")
+... def f(x):
+...     qd.RX(x, wires=0); return qd.expval(qd.Z(0))
+>>> x = torch.tensor(0.4, requires_grad=True)
+>>> (g,) = torch.autograd.grad(f(x), x, create_graph=True)
+>>> (h,) = torch.autograd.grad(g, x)
+>>> round(float(g + torch.sin(x)), 12), round(float(h + torch.cos(x)), 12)
+(0.0, 0.0)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+import torch
+
+from qdiff.adjoint import adjoint_vjp
+from qdiff.backends.statevector import measure_all
+from qdiff.circuits.circuit import Circuit
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.measurements import Measurement
+from qdiff.circuits.observables import Observable
+from qdiff.circuits.operation import ParamRef
+from qdiff.shift_rules import shift_rule
+
+DIFFERENTIABLE_KINDS = ("expval", "var", "probs")
+
+
+@dataclass(frozen=True, eq=False)
+class Job:
+    """Everything the Function needs besides ``theta`` (not a tensor: passed through)."""
+
+    circuit: Circuit
+    backend: object
+    method: str
+    trainable: tuple
+    initial_state: Optional[torch.Tensor] = None
+    options: dict = field(default_factory=dict)
+
+
+def output_width(m: Measurement, n: int) -> int:
+    if m.kind in ("expval", "var"):
+        return 1
+    if m.kind == "probs":
+        return 2 ** (n if m.wires is None else len(m.wires))
+    raise QdiffError(f"{m.kind}() outputs are not differentiable; return expval, var or probs")
+
+
+# ------------------------------------------------------------------------------------------
+# preparation: one theta column per angle use, expanded Hamiltonian coefficients
+
+
+def unshare(circuit: Circuit, theta: torch.Tensor, trainable) -> tuple:
+    """Give every ``ParamRef`` use its own column with scale 1 (chain rule done by torch)."""
+    uses = [(i, j, p) for i, op in enumerate(circuit.operations) for j, p in enumerate(op.params)
+            if isinstance(p, ParamRef)]
+    idx = [p.index for _, _, p in uses]
+    if len(set(idx)) == len(idx) and idx == list(range(len(idx))) and all(
+            p.scale == 1.0 and p.offset == 0.0 for _, _, p in uses) and len(idx) == circuit.num_params:
+        return circuit, theta, tuple(trainable)
+    ops = [list(op.params) for op in circuit.operations]
+    for new, (i, j, _) in enumerate(uses):
+        ops[i][j] = ParamRef(new)
+    new_ops = tuple(op.with_params(ps) for op, ps in zip(circuit.operations, ops))
+    src = torch.tensor(idx, dtype=torch.long, device=theta.device)
+    scale = torch.tensor([p.scale for _, _, p in uses], dtype=theta.dtype, device=theta.device)
+    offset = torch.tensor([p.offset for _, _, p in uses], dtype=theta.dtype, device=theta.device)
+    theta_u = theta[:, src] * scale + offset
+    new = Circuit(circuit.num_wires, new_ops, circuit.measurements, len(uses), circuit.wire_labels)
+    return new, theta_u, tuple(trainable[i] for i in idx)
+
+
+def expand_coefficients(circuit: Circuit) -> tuple:
+    """Split expvals of observables with trainable coefficients into one output per term.
+
+    Returns the new circuit and, per original measurement, ``(start, width, coeffs or None)``.
+    """
+    ms, post, col = [], [], 0
+    n = circuit.num_wires
+    for m in circuit.measurements:
+        if m.kind == "expval" and m.obs.coeffs.requires_grad and len(m.obs.terms) > 0:
+            for t in m.obs.terms:
+                ms.append(Measurement("expval", Observable([1.0], [t], simplify=False)))
+            post.append((col, len(m.obs.terms), m.obs.real_coeffs()))
+            col += len(m.obs.terms)
+        else:
+            if m.kind not in DIFFERENTIABLE_KINDS:
+                output_width(m, n)  # raises with a clear message
+            if m.obs is not None and m.obs.coeffs.requires_grad:
+                raise QdiffError(f"{m.kind}() of an observable with trainable coefficients is only "
+                                 "differentiable with diff_method='backprop'")
+            ms.append(m)
+            post.append((col, output_width(m, n), None))
+            col += output_width(m, n)
+    return circuit.with_measurements(ms), post
+
+
+# ------------------------------------------------------------------------------------------
+# the Function
+
+
+def _run(job: Job, theta: torch.Tensor):
+    """Flattened real outputs ``(B, K)`` and (adjoint only) the final states."""
+    circuit, backend = job.circuit, job.backend
+    if job.method == "adjoint":
+        state = backend.final_state(circuit, theta, job.initial_state)
+        outs = measure_all(state, circuit, None, None)
+    else:
+        state = None
+        outs = backend.execute(circuit, theta, job.initial_state)
+    flat = torch.cat([o.reshape(o.shape[0], -1) for o in outs], dim=-1)
+    return flat.to(theta.dtype if theta.dtype.is_floating_point else flat.dtype), state
+
+
+class QuantumFunction(torch.autograd.Function):
+    """``theta (B, P) -> outputs (B, K)``; backward by the job's method in one backend call."""
+
+    @staticmethod
+    def forward(theta, job):
+        flat, state = _run(job, theta.detach())
+        return flat, state if state is not None else torch.empty(0, device=flat.device)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        theta, job = inputs
+        _, state = output
+        ctx.job = job
+        ctx.mark_non_differentiable(state)
+        ctx.save_for_backward(theta, state)
+
+    @staticmethod
+    def backward(ctx, g_out, _g_state):
+        theta, state = ctx.saved_tensors
+        job = ctx.job
+        if job.method == "adjoint":
+            if torch.is_grad_enabled():
+                raise QdiffError("second derivatives are not available with diff_method='adjoint' "
+                                 "(its reverse sweep is not differentiable); use "
+                                 "'parameter-shift' or 'backprop' for Hessians")
+            grad = adjoint_vjp(job.circuit, theta.detach(), state, g_out.detach(), job.trainable)
+        else:
+            grad = shift_vjp(theta, g_out, job)
+        return grad.to(theta.dtype), None
+
+    @staticmethod
+    def vmap(info, in_dims, theta, job):
+        """Fold a vmapped dimension into the binding batch: the backend is batched already."""
+        d = in_dims[0]
+        if d is None:
+            flat, state = QuantumFunction.apply(theta, job)
+            return (flat, state), (None, None)
+        t = theta.movedim(d, 0)
+        v, b = t.shape[0], t.shape[1]
+        job_v = _batched_job(job, v)
+        flat, state = QuantumFunction.apply(t.reshape(v * b, -1), job_v)
+        out = flat.reshape(v, b, -1)
+        st = state.reshape(v, b, -1) if state.numel() else state
+        return (out, st), (0, 0 if state.numel() else None)
+
+
+def _batched_job(job: Job, v: int) -> Job:
+    if job.initial_state is None:
+        return job
+    return replace(job, initial_state=job.initial_state.repeat(v, 1))
+
+
+# ------------------------------------------------------------------------------------------
+# shift-based VJPs (parameter-shift, finite differences, SPSA)
+
+
+def shift_plan(job: Job, theta: torch.Tensor):
+    """``(shifts (S, P), weights (S, P))``: ``d f / d theta_j ~ sum_r weights[r, j] f(theta + shifts[r])``."""
+    circuit, p = job.circuit, job.circuit.num_params
+    cols = [j for j in range(p) if job.trainable[j]]
+    dev, dt = theta.device, theta.dtype
+    if job.method == "spsa":
+        k = int(job.options.get("num_directions", 1))
+        eps = float(job.options.get("epsilon", 1e-2))
+        gen = job.options.get("_generator")
+        signs = torch.randint(0, 2, (k, len(cols)), generator=gen).to(dt).mul_(2).sub_(1).to(dev)
+        delta = torch.zeros(k, p, dtype=dt, device=dev)
+        delta[:, cols] = signs
+        shifts = torch.cat([eps * delta, -eps * delta])
+        weights = torch.cat([delta, -delta]) / (2 * eps * k)
+        return shifts, weights
+    rows = []
+    slot_of = {}
+    for op in circuit.operations:
+        for s, par in enumerate(op.params):
+            if isinstance(par, ParamRef):
+                slot_of[par.index] = (op, s)
+    for j in cols:
+        op, s = slot_of[j]
+        if job.method == "finite-diff":
+            h = float(job.options.get("h", 1e-6))
+            rule = ((0.5 / h, h), (-0.5 / h, -h))
+        else:
+            rule = shift_rule(op.gate, s)
+        rows.extend((j, c, x) for c, x in rule)
+    shifts = torch.zeros(len(rows), p, dtype=dt, device=dev)
+    weights = torch.zeros(len(rows), p, dtype=dt, device=dev)
+    for r, (j, c, x) in enumerate(rows):
+        shifts[r, j] = x
+        weights[r, j] = c
+    return shifts, weights
+
+
+def spsa_generator(seed=None) -> torch.Generator:
+    """CPU generator of SPSA directions (seeded: reproducible sequence of directions)."""
+    gen = torch.Generator()
+    if seed is not None:
+        gen.manual_seed(int(seed))
+    else:
+        gen.seed()
+    return gen
+
+
+def validate_rules(job: Job) -> None:
+    """Fail in the forward pass (not mid-backward) when a trainable gate has no shift rule."""
+    if job.method != "parameter-shift":
+        return
+    for op in job.circuit.operations:
+        for s, par in enumerate(op.params):
+            if isinstance(par, ParamRef) and job.trainable[par.index]:
+                shift_rule(op.gate, s)
+
+
+def _shift_measurements(circuit: Circuit) -> tuple:
+    """Measurements evaluated at shifted points: var(O) -> expval(O^2), expval(O)."""
+    ms, layout = [], []
+    for m in circuit.measurements:
+        if m.kind == "var":
+            layout.append(("var", len(ms)))
+            ms.append(Measurement("expval", m.obs @ m.obs))
+            ms.append(Measurement("expval", m.obs))
+        else:
+            w = output_width(m, circuit.num_wires)
+            layout.append(("lin", len(ms), w))
+            ms.append(m)
+    return circuit.with_measurements(ms), layout
+
+
+def _widths(circuit: Circuit) -> list:
+    return [output_width(m, circuit.num_wires) for m in circuit.measurements]
+
+
+def shift_vjp(theta: torch.Tensor, g_out: torch.Tensor, job: Job) -> torch.Tensor:
+    """``(B, P)`` VJP from ONE backend call over all shifted bindings of the batch."""
+    if torch.is_grad_enabled() and job.method != "parameter-shift":
+        raise QdiffError(f"second derivatives with diff_method='{job.method}' would not be exact; "
+                         "use 'parameter-shift' or 'backprop' for Hessians")
+    b, p = theta.shape
+    shifts, weights = shift_plan(job, theta)
+    shift_circ, layout = _shift_measurements(job.circuit)
+    has_var = any(kind == "var" for kind, *_ in layout)
+    if has_var:  # the unshifted point supplies <O> for the variance chain rule
+        shifts = torch.cat([shifts, torch.zeros(1, p, dtype=shifts.dtype, device=shifts.device)])
+        weights = torch.cat([weights, torch.zeros(1, p, dtype=weights.dtype, device=weights.device)])
+    s = shifts.shape[0]
+    if s == 0:
+        return torch.zeros_like(theta)
+    thetas = (theta.unsqueeze(0) + shifts.unsqueeze(1)).reshape(s * b, p)
+    sub = replace(job, circuit=shift_circ, initial_state=None if job.initial_state is None
+                  else job.initial_state.repeat(s, 1))
+    res = QuantumFunction.apply(thetas, sub)[0].reshape(s, b, -1)
+    # d(outputs)/d theta_j for the shifted-measurement columns: (P, B, K')
+    jac = torch.einsum("sp,sbk->pbk", weights.to(res.dtype), res)
+    cols = []
+    for entry in layout:
+        if entry[0] == "var":
+            a = entry[1]
+            mean = res[-1, :, a + 1]
+            cols.append(jac[:, :, a] - 2 * mean.unsqueeze(0) * jac[:, :, a + 1])
+        else:
+            _, start, w = entry
+            cols.extend(jac[:, :, start + i] for i in range(w))
+    jac_out = torch.stack(cols, dim=-1)  # (P, B, K)
+    return torch.einsum("pbk,bk->bp", jac_out, g_out.to(jac_out.dtype))
+
+
+# ------------------------------------------------------------------------------------------
+# entry point used by qdiff.execute
+
+
+def execute_with_rule(recorded, backend, method: str, **options) -> list:
+    """Run ``recorded`` through the Function; one tensor per measurement, leading dim B."""
+    circuit = recorded.circuit
+    if recorded.initial_state is not None and recorded.initial_state.requires_grad:
+        raise QdiffError(f"state preparation inputs are only differentiable with "
+                         f"diff_method='backprop' (got '{method}')")
+    circ_u, theta_u, train_u = unshare(circuit, recorded.theta, recorded.trainable)
+    circ_e, post = expand_coefficients(circ_u)
+    if method == "spsa" and options.get("_generator") is None:
+        options = dict(options, _generator=spsa_generator(options.get("seed")))
+    job = Job(circ_e, backend, method, train_u, recorded.initial_state, options)
+    validate_rules(job)
+    flat, _ = QuantumFunction.apply(theta_u, job)
+    outs = []
+    for m, (start, width, coeffs) in zip(circuit.measurements, post):
+        block = flat[:, start:start + width]
+        if coeffs is not None:
+            outs.append(block @ coeffs.to(device=block.device, dtype=block.dtype))
+        elif m.kind in ("expval", "var"):
+            outs.append(block[:, 0])
+        else:
+            outs.append(block)
+    return outs
+
