@@ -70,9 +70,30 @@ class QNode:
         outs = execute(recorded, self.device, self.diff_method, **self.gradient_kwargs)
         return _assemble(outs, recorded, result)
 
+    def __reduce__(self):
+        """Pickle by reference (module + name), so ``torch.save(model)`` works for qnodes
+        defined at module level with the decorator."""
+        import sys
+        mod, qual = getattr(self, "__module__", None), getattr(self, "__qualname__", "")
+        obj = sys.modules.get(mod)
+        for part in qual.split("."):
+            obj = getattr(obj, part, None)
+        if obj is not self:
+            raise QdiffError(f"cannot pickle qnode '{qual}': it is not reachable as {mod}.{qual} "
+                             "(define it at module level)")
+        return (_load_qnode, (mod, qual))
+
     def __repr__(self):
         return f"<QNode {getattr(self.func, '__name__', '?')} on {self.device!r}, " \
                f"diff_method={self.diff_method!r}>"
+
+
+def _load_qnode(module: str, qualname: str):
+    import importlib
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def qnode(device, diff_method: str = "best", **gradient_kwargs):
@@ -113,7 +134,7 @@ def _assemble(outs: list, recorded: Recorded, result):
             continue
         if real_dtype is not None and o.dtype.is_floating_point and o.dtype != real_dtype:
             o = o.to(real_dtype)
-        shaped.append(o.reshape(*bshape, *o.shape[1:]))
+        shaped.append(o.reshape(tuple(bshape) + tuple(o.shape[1:])))
     if isinstance(result, Measurement):
         return shaped[0]
     ms = recorded.circuit.measurements
