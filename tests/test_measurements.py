@@ -1,0 +1,221 @@
+"""Measurements: exact read-outs against dense matrices, and shots against exact values.
+
+Sampled estimates must lie within 5 standard errors (computed from the exact state) of the exact
+value; the same seed must give the same samples.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import qdiff as qd
+from qdiff.backends import measure
+from qdiff.circuits.observables import as_observable
+
+N = 3
+
+
+def prepare(weights):
+    qd.StronglyEntanglingLayers(weights, wires=range(N))
+
+
+def weights(batch=()):
+    return torch.rand(*batch, 2, N, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(5)) * 3
+
+
+def exact_state(w):
+    dev = qd.device("statevector", wires=N)
+
+    @qd.qnode(dev)
+    def f(w):
+        prepare(w)
+        return qd.state()
+    return f(w)
+
+
+OBSERVABLES = {
+    "z0": lambda: qd.Z(0),
+    "x0y2": lambda: qd.X(0) @ qd.Y(2),
+    "ham": lambda: qd.Hamiltonian([0.4, -1.1, 0.7], [qd.Z(0) @ qd.Z(1), qd.X(1), qd.Y(0) @ qd.X(2)]),
+    "hermitian": lambda: qd.Hermitian(torch.tensor([[1.0, 0.5 - 0.2j], [0.5 + 0.2j, -0.3]]), wires=1),
+    "hadamard": lambda: qd.H(2),
+}
+
+
+def term_std(state, obs) -> float:
+    """Standard error of one shot of the term-wise estimator (terms sampled independently)."""
+    total = 0.0
+    for c, term in zip(obs.real_coeffs().tolist(), obs.terms):
+        single = qd.Observable([1.0], [term])
+        m = single.matrix(wire_order=range(N))
+        mean = float((state.conj() @ m @ state).real)
+        second = float((state.conj() @ m @ m @ state).real)
+        total += c ** 2 * max(second - mean ** 2, 0.0)
+    return total ** 0.5
+
+
+@pytest.mark.parametrize("name", list(OBSERVABLES))
+def test_exact_expval_and_var_match_dense_matrix(name):
+    w = weights()
+    psi = exact_state(w)
+    dev = qd.device("statevector", wires=N)
+
+    @qd.qnode(dev)
+    def f(w):
+        prepare(w)
+        return [qd.expval(OBSERVABLES[name]()), qd.var(OBSERVABLES[name]())]
+    got = f(w)
+    m = as_observable(OBSERVABLES[name]()).matrix(wire_order=range(N))
+    mean = (psi.conj() @ m @ psi).real
+    var = (psi.conj() @ m @ m @ psi).real - mean ** 2
+    assert torch.allclose(got, torch.stack([mean, var]), atol=1e-12)
+
+
+@pytest.mark.parametrize("name", list(OBSERVABLES))
+def test_sampled_expval_within_five_standard_errors(name):
+    shots = 4000
+    w = weights((4,))
+    dev = qd.device("statevector", wires=N, shots=shots, seed=11)
+    exact_dev = qd.device("statevector", wires=N)
+
+    def body(w):
+        prepare(w)
+        return qd.expval(OBSERVABLES[name]())
+    sampled = qd.qnode(dev)(body)(w)
+    exact = qd.qnode(exact_dev)(body)(w)
+    assert sampled.shape == exact.shape == (4,)
+    obs = as_observable(OBSERVABLES[name]())
+    for i in range(4):
+        se = term_std(exact_state(w[i]), obs) / shots ** 0.5
+        assert abs(float(sampled[i] - exact[i])) <= 5 * se + 1e-12, (i, se)
+    assert not torch.equal(sampled, exact), "shots must not return the exact value"
+
+
+def test_sampled_var_within_tolerance():
+    shots = 20000
+    w = weights()
+    dev = qd.device("statevector", wires=N, shots=shots, seed=3)
+
+    def body(w):
+        prepare(w)
+        return qd.var(qd.X(1) @ qd.Z(2))
+    sampled = qd.qnode(dev)(body)(w)
+    exact = qd.qnode(qd.device("statevector", wires=N))(body)(w)
+    # var = 1 - m^2 for a Pauli word; its estimator's error is 2|m| * se(m) to first order
+    m = (1 - float(exact)) ** 0.5
+    se = 2 * m * (float(exact) / shots) ** 0.5 + 1.0 / shots
+    assert abs(float(sampled - exact)) <= 5 * se
+
+
+def test_probs_with_shots_within_five_standard_errors():
+    shots = 5000
+    w = weights()
+    dev = qd.device("statevector", wires=N, shots=shots, seed=7)
+
+    def body(w):
+        prepare(w)
+        return qd.probs(wires=[2, 0])
+    sampled = qd.qnode(dev)(body)(w)
+    exact = qd.qnode(qd.device("statevector", wires=N))(body)(w)
+    assert sampled.shape == exact.shape == (4,)
+    assert abs(float(sampled.sum()) - 1) < 1e-12
+    se = (exact * (1 - exact) / shots).sqrt()
+    assert bool(((sampled - exact).abs() <= 5 * se + 1e-12).all())
+    counts = sampled * shots
+    assert torch.allclose(counts, counts.round(), atol=1e-9), "shot frequencies are k/shots"
+
+
+def test_same_seed_same_samples_and_different_seed_differs():
+    w = weights((2,))
+
+    def run(seed):
+        dev = qd.device("statevector", wires=N, shots=50, seed=seed)
+
+        @qd.qnode(dev)
+        def f(w):
+            prepare(w)
+            return qd.sample(wires=[0, 1, 2])
+        return f(w)
+    a, b, c = run(5), run(5), run(6)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+def test_sample_and_counts_shapes():
+    shots = 64
+    dev = qd.device("statevector", wires=N, shots=shots, seed=1)
+
+    @qd.qnode(dev)
+    def bits(w):
+        prepare(w)
+        return qd.sample(wires=[2, 0])
+
+    @qd.qnode(dev)
+    def eig(w):
+        prepare(w)
+        return qd.sample(qd.Z(0) @ qd.X(1))
+
+    @qd.qnode(dev)
+    def cnt(w):
+        prepare(w)
+        return qd.counts(wires=[0, 1])
+
+    b = bits(weights((5,)))
+    assert b.shape == (5, shots, 2) and set(b.unique().tolist()) <= {0, 1}
+    e = eig(weights((2, 3)))
+    assert e.shape == (2, 3, shots) and set(e.unique().tolist()) <= {-1.0, 1.0}
+    c = cnt(weights())
+    assert isinstance(c, dict) and sum(c.values()) == shots
+    assert all(len(k) == 2 and set(k) <= {"0", "1"} for k in c)
+
+
+def test_sampled_bits_follow_wire_order():
+    """X on wire 2 only: sample(wires=[2, 0]) must always read (1, 0)."""
+    dev = qd.device("statevector", wires=3, shots=20, seed=0)
+
+    @qd.qnode(dev)
+    def f():
+        qd.X(2)
+        return qd.sample(wires=[2, 0])
+    assert torch.equal(f(), torch.tensor([[1, 0]] * 20))
+
+
+def test_probs_marginal_order_matches_dense():
+    gen = torch.Generator().manual_seed(2)
+    psi = torch.randn(2, 2 ** 4, dtype=torch.complex128, generator=gen)
+    psi = psi / psi.norm(dim=-1, keepdim=True)
+    p = (psi.abs() ** 2).reshape(2, 2, 2, 2, 2).numpy()
+    for wires in ([3, 1], [0], [2, 0, 3], [3, 2, 1, 0]):
+        ref = np.einsum(p, [0, 1, 2, 3, 4], [0] + [1 + w for w in wires]).reshape(2, -1)
+        assert np.allclose(measure.probs(psi, wires, 4).numpy(), ref, atol=1e-14)
+
+
+def test_pauli_fast_path_matches_dense_on_many_words():
+    gen = torch.Generator().manual_seed(3)
+    n = 5
+    psi = torch.randn(3, 2 ** n, dtype=torch.complex128, generator=gen)
+    psi = psi / psi.norm(dim=-1, keepdim=True)
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        k = int(rng.integers(1, n + 1))
+        wires = [int(w) for w in rng.permutation(n)[:k]]
+        obs = None
+        for w in wires:
+            f = getattr(qd, str(rng.choice(list("XYZ"))))(w)
+            obs = f if obs is None else obs @ f
+        obs = as_observable(obs)
+        m = obs.matrix(wire_order=range(n))
+        ref = torch.einsum("bi,ij,bj->b", psi.conj(), m, psi).real
+        assert torch.allclose(measure.expval(psi, obs, n), ref, atol=1e-12)
+
+
+def test_observable_algebra_simplifies_like_terms():
+    h = 0.5 * qd.Z(0) @ qd.Z(1) - 0.2 * qd.X(0) + qd.Z(0) @ qd.Z(1)
+    assert len(h.terms) == 2
+    dense = (1.5 * np.kron(np.diag([1, -1]), np.diag([1, -1]))
+             - 0.2 * np.kron(np.array([[0, 1], [1, 0]]), np.eye(2)))
+    assert np.allclose(h.matrix(wire_order=[0, 1]).numpy(), dense)
+    # X @ Y on the same wire is iZ: the product is kept exact (and is not Hermitian)
+    p = qd.X(0) @ qd.Y(0)
+    assert np.allclose(p.matrix(wire_order=[0]).numpy(), 1j * np.diag([1, -1]))
