@@ -18,7 +18,7 @@ import torch
 
 from qdiff.backends import kernels
 from qdiff.circuits.errors import QdiffMemoryError
-from qdiff.circuits.operation import ParamRef
+from qdiff.circuits.operation import ParamRef, is_concrete
 
 
 def real_dtype_of(cdtype: torch.dtype) -> torch.dtype:
@@ -133,7 +133,7 @@ def simulate(circuit, theta: torch.Tensor, initial_state=None, cdtype=torch.comp
     else:
         state = initial_state.to(device=device, dtype=cdtype).expand(batch, 2 ** n)
         state = state if grad else state.clone()
-    inplace = not grad
+    inplace = not grad and is_concrete(theta)  # torch.func transforms need out-of-place ops
     return evolve(state, circuit.operations, theta, n, rdtype, inplace, fuse)
 
 

@@ -20,7 +20,7 @@ import torch
 
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
-from qdiff.circuits.operation import Operation, ParamRef
+from qdiff.circuits.operation import Operation, ParamRef, is_concrete
 
 
 @dataclass(frozen=True, eq=False)
@@ -167,9 +167,26 @@ def _from_recording(items, wires) -> Recorded:
                             dim=-1).reshape(bsz, len(cols))
     else:
         theta = torch.zeros(bsz, 0, dtype=dtype, device=device)
+    _check_finite(theta, ops)
     trainable = tuple(bool(c.requires_grad) for c in cols)
     circuit = Circuit(n, tuple(ops), tuple(meas), len(cols), labels)
     return Recorded(circuit, theta, batch_shape, trainable, initial)
+
+
+def _check_finite(theta: torch.Tensor, ops) -> None:
+    """One check for NaN/inf angles; the message names the first offending gate."""
+    if theta.numel() == 0 or not is_concrete(theta):
+        return
+    ok = torch.isfinite(theta.detach()).all(dim=0)
+    if bool(ok.all()):
+        return
+    bad = int((~ok).nonzero()[0, 0])
+    for op in ops:
+        for p in op.params:
+            if isinstance(p, ParamRef) and p.index == bad:
+                raise QdiffError(f"gate '{op.gate.pl_name or op.name}' on wires {list(op.wires)}: "
+                                 "angle is NaN or infinite")
+    raise QdiffError("a gate angle is NaN or infinite")
 
 
 def _initial_state(prep: StatePrep, wires: tuple, n: int) -> torch.Tensor:

@@ -50,6 +50,15 @@ def normalize_wires(wires) -> tuple:
     return out
 
 
+def is_concrete(t: torch.Tensor) -> bool:
+    """False inside torch.func transforms (vmap/grad), where a tensor's values cannot steer
+    Python control flow."""
+    try:
+        return not torch._C._functorch.is_functorch_wrapped_tensor(t)
+    except AttributeError:  # older torch
+        return True
+
+
 def check_param(value, gate_name: str):
     """Validate one angle: a real number or a real tensor, all finite."""
     if isinstance(value, ParamRef):
@@ -60,9 +69,7 @@ def check_param(value, gate_name: str):
         if not value.dtype.is_floating_point:
             value = value.to(torch.get_default_dtype() if torch.get_default_dtype() == torch.float64
                              else torch.float64)
-        if not bool(torch.isfinite(value.detach()).all()):
-            raise QdiffError(f"gate '{gate_name}': angle is NaN or infinite")
-        return value
+        return value  # finiteness is checked once on the stacked theta (Circuit.from_recording)
     if isinstance(value, numbers.Real):
         if not math.isfinite(float(value)):
             raise QdiffError(f"gate '{gate_name}': angle {value} is NaN or infinite")

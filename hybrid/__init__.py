@@ -1,1 +1,4 @@
-"""Torch modules built on qnodes."""
+"""Torch modules built on qnodes: :class:`QuantumLayer`."""
+from qdiff.hybrid.layer import QuantumLayer
+
+__all__ = ["QuantumLayer"]

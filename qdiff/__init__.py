@@ -24,6 +24,7 @@ from qdiff.circuits.templates import (AllSinglesDoubles, AmplitudeEmbedding, Ang
 from qdiff.backends.base import Backend, device
 from qdiff.qnode import QNode, qnode
 from qdiff.draw import draw
+from qdiff.hybrid import QuantumLayer
 
 __version__ = "0.1.0"
 

@@ -17,7 +17,7 @@ import torch
 from qdiff.backends import measure
 from qdiff.backends.simulate import apply_gate, op_angles, real_dtype_of
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.operation import ParamRef
+from qdiff.circuits.operation import ParamRef, is_concrete
 
 
 def effective_state(state, circuit, cotangent, n):
@@ -76,23 +76,28 @@ def _derivative_matrix(gate, angles, slot, cdtype, device):
 def adjoint_vjp(circuit, theta, state, cotangent, trainable) -> torch.Tensor:
     """``d(sum_bk g[b,k] f_k(theta_b)) / d theta`` ``(B, P)`` by one reverse sweep.
 
-    ``circuit`` must use each theta column once with scale 1 (see ``bridge.unshare``).
+    ``circuit`` must use each theta column once with scale 1 (see ``bridge.unshare``). States
+    are updated in place, except inside torch.func transforms (functional updates there).
     """
     n = circuit.num_wires
     rdtype = real_dtype_of(state.dtype)
+    inplace = is_concrete(state) and is_concrete(cotangent)
     psi = state.clone()
     lam = effective_state(psi, circuit, cotangent, n)
-    grad = torch.zeros(theta.shape, dtype=rdtype, device=psi.device)
+    cols = [None] * theta.shape[1]
     for op in reversed(circuit.operations):
         angles = op_angles(op, theta, rdtype)
         inv_gate, inv_angles = op.gate.inverse(angles)
         inv_angles = [a if isinstance(a, torch.Tensor) else
                       torch.tensor([float(a)], dtype=rdtype, device=psi.device) for a in inv_angles]
-        psi = apply_gate(psi, inv_gate, op.wires, inv_angles, n, inplace=True)
+        psi = apply_gate(psi, inv_gate, op.wires, inv_angles, n, inplace=inplace)
         for slot, p in enumerate(op.params):
             if isinstance(p, ParamRef) and trainable[p.index]:
                 du = _derivative_matrix(op.gate, angles, slot, psi.dtype, psi.device)
                 dpsi = apply_gate(psi, op.gate, op.wires, angles, n, inplace=False, matrix=du)
-                grad[:, p.index] += 2 * (lam.conj() * dpsi).sum(-1).real
-        lam = apply_gate(lam, inv_gate, op.wires, inv_angles, n, inplace=True)
-    return grad
+                cols[p.index] = 2 * (lam.conj() * dpsi).sum(-1).real
+        lam = apply_gate(lam, inv_gate, op.wires, inv_angles, n, inplace=inplace)
+    zero = torch.zeros(psi.shape[0], dtype=rdtype, device=psi.device)
+    if not cols:
+        return torch.zeros(psi.shape[0], 0, dtype=rdtype, device=psi.device)
+    return torch.stack([zero if c is None else c for c in cols], dim=-1)

@@ -127,6 +127,26 @@ def _run(job: Job, theta: torch.Tensor):
     return flat.to(theta.dtype if theta.dtype.is_floating_point else flat.dtype), state
 
 
+class FirstOrderOnly(torch.autograd.Function):
+    """Identity on a computed gradient whose own derivative is not available: differentiating
+    through it raises a clear error instead of returning a silent zero."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(grad, theta, g_out, method):
+        return grad.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.method = inputs[3]
+
+    @staticmethod
+    def backward(ctx, _):
+        raise QdiffError(f"second derivatives are not available with diff_method='{ctx.method}'; "
+                         "use 'parameter-shift' or 'backprop' for Hessians")
+
+
 class QuantumFunction(torch.autograd.Function):
     """``theta (B, P) -> outputs (B, K)``; backward by the job's method in one backend call."""
 
@@ -148,11 +168,10 @@ class QuantumFunction(torch.autograd.Function):
         theta, state = ctx.saved_tensors
         job = ctx.job
         if job.method == "adjoint":
-            if torch.is_grad_enabled():
-                raise QdiffError("second derivatives are not available with diff_method='adjoint' "
-                                 "(its reverse sweep is not differentiable); use "
-                                 "'parameter-shift' or 'backprop' for Hessians")
-            grad = adjoint_vjp(job.circuit, theta.detach(), state, g_out.detach(), job.trainable)
+            with torch.no_grad():
+                grad = adjoint_vjp(job.circuit, theta.detach(), state, g_out.detach(), job.trainable)
+            if torch.is_grad_enabled():  # create_graph: a further derivative must fail loudly
+                grad = FirstOrderOnly.apply(grad, theta, g_out, "adjoint")
         else:
             grad = shift_vjp(theta, g_out, job)
         return grad.to(theta.dtype), None
@@ -262,8 +281,9 @@ def _widths(circuit: Circuit) -> list:
 def shift_vjp(theta: torch.Tensor, g_out: torch.Tensor, job: Job) -> torch.Tensor:
     """``(B, P)`` VJP from ONE backend call over all shifted bindings of the batch."""
     if torch.is_grad_enabled() and job.method != "parameter-shift":
-        raise QdiffError(f"second derivatives with diff_method='{job.method}' would not be exact; "
-                         "use 'parameter-shift' or 'backprop' for Hessians")
+        with torch.no_grad():
+            grad = shift_vjp(theta, g_out, job)
+        return FirstOrderOnly.apply(grad, theta, g_out, job.method)
     b, p = theta.shape
     shifts, weights = shift_plan(job, theta)
     shift_circ, layout = _shift_measurements(job.circuit)

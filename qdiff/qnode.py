@@ -64,7 +64,10 @@ class QNode:
         recorded.circuit = recorded.circuit.with_measurements(meas)
         return recorded, result
 
+    @torch.compiler.disable
     def __call__(self, *args, **kwargs):
+        """Run the circuit. Under ``torch.compile`` this call stays eager (a graph break):
+        recording is Python-level work that dynamo would otherwise retrace gate by gate."""
         from qdiff.execute import execute
         recorded, result = self.construct(*args, **kwargs)
         outs = execute(recorded, self.device, self.diff_method, **self.gradient_kwargs)

@@ -1,0 +1,86 @@
+"""``QuantumLayer``: a qnode as a ``torch.nn.Module`` with trainable weights.
+
+The qnode takes the layer input as its first argument (named ``inputs`` by convention, as in
+PennyLane's ``TorchLayer``) and its weights by the names in ``weight_shapes``. Inputs ``(B, F)``
+or ``(F,)`` run as ONE batched circuit execution; outputs keep the weights' dtype and device.
+
+>>> import torch, qdiff as qd
+>>> dev = qd.device("statevector", wires=2)
+>>> @qd.qnode(dev)
+... def circuit(inputs, weights):
+...     qd.AngleEmbedding(inputs, wires=range(2))
+...     qd.BasicEntanglerLayers(weights, wires=range(2))
+...     return [qd.expval(qd.Z(i)) for i in range(2)]
+>>> layer = qd.QuantumLayer(circuit, {"weights": (3, 2)})
+>>> layer(torch.rand(5, 2)).shape
+torch.Size([5, 2])
+"""
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Callable, Optional, Union
+
+import torch
+from torch import nn
+
+from qdiff.circuits.errors import QdiffError
+
+
+def _default_init(t: torch.Tensor) -> torch.Tensor:
+    return nn.init.uniform_(t, 0.0, 2 * math.pi)
+
+
+class QuantumLayer(nn.Module):
+    """A torch module around ``qnode(inputs, **weights)``.
+
+    Args:
+        qnode: a :class:`qdiff.QNode` whose first parameter receives the layer input.
+        weight_shapes: ``{name: shape}`` of the qnode's weight arguments (ints allowed).
+        init_method: a callable ``tensor -> tensor`` (in-place init), a dict of them per
+            weight, or a dict of ready tensors; default uniform on [0, 2 pi).
+        dtype: dtype of the weights (default float64; ``.float()`` / ``.double()`` change it).
+    """
+
+    def __init__(self, qnode, weight_shapes: dict, init_method: Optional[Union[Callable, dict]] = None,
+                 dtype: torch.dtype = torch.float64):
+        super().__init__()
+        self.qnode = qnode
+        params = list(inspect.signature(qnode.func).parameters)
+        if not params:
+            raise QdiffError("QuantumLayer: the qnode needs an input argument (e.g. 'inputs')")
+        self.input_arg = params[0]
+        missing = [k for k in weight_shapes if k not in params]
+        if missing:
+            raise QdiffError(f"QuantumLayer: weight(s) {missing} are not arguments of the qnode "
+                             f"(its arguments: {params})")
+        if self.input_arg in weight_shapes:
+            raise QdiffError(f"QuantumLayer: the first qnode argument '{self.input_arg}' receives "
+                             "the layer input and cannot be a weight")
+        self.weight_shapes = {k: (v,) if isinstance(v, int) else tuple(v) for k, v in weight_shapes.items()}
+        for name, shape in self.weight_shapes.items():
+            self.register_parameter(name, nn.Parameter(self._init(name, shape, init_method, dtype)))
+
+    @staticmethod
+    def _init(name, shape, init_method, dtype) -> torch.Tensor:
+        init = init_method.get(name) if isinstance(init_method, dict) else init_method
+        if isinstance(init, torch.Tensor):
+            if tuple(init.shape) != tuple(shape):
+                raise QdiffError(f"QuantumLayer: initial value of '{name}' has shape "
+                                 f"{tuple(init.shape)}, expected {tuple(shape)}")
+            return init.detach().clone().to(dtype)
+        t = torch.empty(shape, dtype=dtype)
+        out = (init or _default_init)(t)
+        return (out if isinstance(out, torch.Tensor) else t).detach()
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """``(B, F) -> (B, K)`` or ``(F,) -> (K,)``."""
+        weights = {name: getattr(self, name) for name in self.weight_shapes}
+        ref = next(iter(weights.values()), None)
+        if ref is not None and inputs.dtype.is_floating_point and inputs.dtype != ref.dtype:
+            inputs = inputs.to(ref.dtype)
+        out = self.qnode(**{self.input_arg: inputs}, **weights)
+        return out if isinstance(out, torch.Tensor) else torch.stack(list(out), dim=-1)
+
+    def extra_repr(self) -> str:
+        return f"qnode={getattr(self.qnode, '__name__', '?')}, weights={self.weight_shapes}"
