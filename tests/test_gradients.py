@@ -1,0 +1,295 @@
+"""Every diff method against every other, central finite differences and PennyLane.
+
+200+ random circuits over every differentiable gate, several observables, batched; plus
+gradcheck in float64, parameter-shift rules against autograd for every gate, Hessians against
+PennyLane's param_shift_hessian, custom gates, and shot-based gradients within statistical bounds.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pennylane as qml
+import pytest
+import torch
+
+import qdiff as qd
+from qdiff.circuits.gates import GATES, Gate, multirz_gate, paulirot_gate, register_gate
+from qdiff.shift_rules import frequencies, rule_from_frequencies, shift_rule
+from qdiff.testing import check_directional, check_vjp, compare_methods
+
+DIFF_GATES = [g for g in GATES.values() if g.num_params > 0 and g.generators is not None]
+FIXED_GATES = [GATES[k] for k in ("h", "cx", "s", "swap", "ccx", "iswap", "ecr", "cz", "sx")]
+METHODS = ["backprop", "adjoint", "parameter-shift", "finite-diff"]
+
+
+def _random_ops(rng, n, depth):
+    pool = DIFF_GATES + FIXED_GATES + [multirz_gate(3), paulirot_gate("XY")]
+    ops = []
+    for _ in range(depth):
+        g = pool[rng.integers(len(pool))]
+        if g.num_wires > n:
+            continue
+        wires = [int(w) for w in rng.choice(n, g.num_wires, replace=False)]
+        ops.append((g, wires))
+    return ops
+
+
+def _observables(mod, n):
+    return [mod.expval(mod.PauliZ(0) @ mod.PauliX(n - 1)),
+            mod.expval(mod.PauliY(1)),
+            mod.expval(mod.Hermitian(np.array([[1.0, 0.5j], [-0.5j, -0.3]]), wires=n - 2))]
+
+
+def _circuit(mod, ops, scale=1.0):
+    def body(x):
+        k = 0
+        for g, wires in ops:
+            if g.name == "paulirot":
+                mod.PauliRot(scale * x[..., k], g.hyper[0], wires=wires)
+            elif g.name == "multirz":
+                mod.MultiRZ(scale * x[..., k], wires=wires)
+            else:
+                gate = getattr(mod, g.pl_name)
+                gate(*[scale * x[..., k + i] for i in range(g.num_params)], wires=wires)
+            k += g.num_params
+    return body
+
+
+def _num_params(ops):
+    return sum(g.num_params for g, _ in ops)
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_methods_agree_on_random_circuit(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 5))
+    ops = _random_ops(rng, n, int(rng.integers(4, 12)))
+    p = _num_params(ops)
+    if p == 0:
+        pytest.skip("no parameters drawn")
+    batch = int(rng.integers(1, 4))
+    x = torch.tensor(rng.uniform(-math.pi, math.pi, (batch, p)), requires_grad=True)
+    dev = qd.device("statevector", wires=n)
+    body = _circuit(qd, ops, scale=1.3)
+
+    def f(x):
+        body(x)
+        return _observables(qd, n)
+
+    grads = compare_methods(qd.QNode(f, dev), [x], methods=METHODS, atol=1e-7)
+    assert grads["backprop"][0].shape == x.shape
+    # PennyLane reference (default.qubit, backprop: its parameter-shift refuses broadcast tapes)
+    if seed % 4 == 0:
+        pbody = _circuit(qml, ops, scale=1.3)
+
+        @qml.qnode(qml.device("default.qubit", wires=n), diff_method="backprop")
+        def pf(x):
+            pbody(x)
+            return _observables(qml, n)
+
+        xp = x.detach().clone().requires_grad_(True)
+        out = pf(xp)
+        total = sum(o.sum() for o in out)
+        total.backward()
+        assert torch.allclose(xp.grad, grads["backprop"][0], atol=1e-8)
+
+
+@pytest.mark.parametrize("gate", DIFF_GATES + [multirz_gate(2), paulirot_gate("YZX")],
+                         ids=lambda g: g.name)
+def test_shift_rule_matches_autograd(gate):
+    """f(phi) = <psi|U(phi)^dag O U(phi)|psi>: derived rule vs autograd, every parameter."""
+    gen = torch.Generator().manual_seed(7)
+    d = 2 ** gate.num_wires
+    psi = torch.randn(d, dtype=torch.complex128, generator=gen)
+    psi = psi / psi.norm()
+    a = torch.randn(d, d, dtype=torch.complex128, generator=gen)
+    obs = a + a.conj().T
+    base = torch.rand(gate.num_params, dtype=torch.float64, generator=gen) * 2
+
+    def f(angles):
+        u = gate.matrix_fn(*angles.unbind())
+        phi = u @ psi
+        return (phi.conj() @ obs @ phi).real
+
+    x = base.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(f(x), x)
+    for slot in range(gate.num_params):
+        est = 0.0
+        for c, s in shift_rule(gate, slot):
+            shifted = base.clone()
+            shifted[slot] += s
+            est += c * f(shifted)
+        assert abs(float(est) - float(g[slot])) < 1e-10, (gate.name, slot)
+
+
+def test_rules_have_documented_shapes():
+    assert len(shift_rule(GATES["rx"])) == 2
+    assert len(shift_rule(GATES["crx"])) == 4
+    assert len(shift_rule(GATES["single_excitation"])) == 4
+    assert len(shift_rule(GATES["double_excitation"])) == 4
+    assert len(shift_rule(multirz_gate(4))) == 2
+    # a non-equidistant spectrum still gives an exact rule for the trig polynomial
+    freqs = frequencies([0.0, 1.0, 3.5])
+    rule = rule_from_frequencies(freqs)
+    coeffs = np.random.default_rng(0).normal(size=(2, len(freqs)))
+
+    def f(x):
+        return sum(a * np.cos(w * x) + b * np.sin(w * x) for a, b, w in zip(*coeffs, freqs))
+    exact = sum(b * w for b, w in zip(coeffs[1], freqs))
+    assert abs(sum(c * f(s) for c, s in rule) - exact) < 1e-10
+
+
+def test_gradcheck_float64():
+    dev = qd.device("statevector", wires=3)
+    for method in METHODS[:3]:
+        @qd.qnode(dev, diff_method=method)
+        def f(x, w):
+            qd.AngleEmbedding(x, wires=range(3))
+            qd.StronglyEntanglingLayers(w, wires=range(3))
+            return [qd.expval(qd.Z(i)) for i in range(3)] + [qd.var(qd.X(0) @ qd.Y(2))]
+
+        x = torch.rand(2, 3, dtype=torch.float64, requires_grad=True)
+        w = torch.rand(1, 3, 3, dtype=torch.float64, requires_grad=True)
+        assert torch.autograd.gradcheck(f, (x, w), atol=1e-7)
+
+
+def test_probs_and_var_gradients_all_methods():
+    dev = qd.device("statevector", wires=3)
+
+    def f(x):
+        qd.RY(x[..., 0], wires=0)
+        qd.CRX(x[..., 1], wires=[0, 2])
+        qd.IsingYY(x[..., 2], wires=[1, 2])
+        return [qd.var(qd.Z(0) @ qd.X(2) + 0.5 * qd.Y(1)), qd.probs([2, 0])]
+
+    x = torch.tensor([[0.3, -1.2, 0.8], [2.0, 0.1, -0.4]], dtype=torch.float64, requires_grad=True)
+    compare_methods(qd.QNode(f, dev), [x], methods=METHODS, atol=1e-7)
+
+
+def test_shared_parameters_and_affine_references():
+    """A compiled/imported circuit may reuse a theta column with a scale and an offset."""
+    from qdiff.circuits.circuit import Circuit, Recorded
+    from qdiff.circuits.measurements import Measurement
+    from qdiff.circuits.observables import Observable
+    from qdiff.circuits.operation import Operation, ParamRef
+    from qdiff.execute import execute
+    ops = (Operation(GATES["rx"], (0,), (ParamRef(0, 2.0, 0.1),)),
+           Operation(GATES["cry"], (0, 1), (ParamRef(0, -1.0, 0.0),)),
+           Operation(GATES["rz"], (1,), (ParamRef(1),)),
+           Operation(GATES["rx"], (1,), (ParamRef(0, 0.5, -0.3),)))
+    obs = Observable.pauli("Y", 1) @ Observable.pauli("Z", 0)
+    circ = Circuit(2, ops, (Measurement("expval", obs),), 2)
+    dev = qd.device("statevector", wires=2)
+    grads = {}
+    for m in METHODS:
+        theta = torch.tensor([[0.7, -0.4]], dtype=torch.float64, requires_grad=True)
+        out = execute(Recorded(circ, theta, (1,), (True, True)), dev, m)[0]
+        (grads[m],) = torch.autograd.grad(out.sum(), theta)
+    for m in METHODS[1:]:
+        assert torch.allclose(grads[m], grads["backprop"], atol=1e-8), m
+
+
+def test_trainable_hamiltonian_coefficients():
+    dev = qd.device("statevector", wires=2)
+    coeffs = torch.tensor([0.4, -1.1, 0.25], dtype=torch.float64, requires_grad=True)
+    grads = {}
+    for m in METHODS[:3]:
+        @qd.qnode(dev, diff_method=m)
+        def f(x, c):
+            qd.RX(x, wires=0); qd.CNOT([0, 1]); qd.RY(0.3, wires=1)
+            return qd.expval(qd.Hamiltonian(c, [qd.Z(0), qd.X(1), qd.Z(0) @ qd.Z(1)]))
+        x = torch.tensor(0.9, dtype=torch.float64, requires_grad=True)
+        grads[m] = torch.autograd.grad(f(x, coeffs), (x, coeffs))
+    for m in METHODS[1:3]:
+        for a, b in zip(grads[m], grads["backprop"]):
+            assert torch.allclose(a, b, atol=1e-10)
+
+
+def test_hessian_matches_pennylane_param_shift_hessian():
+    def body(mod, w):
+        mod.RX(w[0], wires=0)
+        mod.CRY(w[1], wires=[0, 1])
+        mod.IsingXX(w[2], wires=[1, 2])
+        mod.Rot(w[0], w[3], w[2], wires=2)
+        mod.SingleExcitation(w[1], wires=[0, 2])
+        return mod.expval(mod.PauliZ(0) @ mod.PauliZ(2) + 0.3 * mod.PauliX(1))
+
+    w = torch.tensor([0.3, 0.5, 0.7, -0.2], dtype=torch.float64, requires_grad=True)
+    dev = qd.device("statevector", wires=3)
+    f = qd.QNode(lambda w: body(qd, w), dev, diff_method="parameter-shift")
+    h = torch.autograd.functional.hessian(f, w)
+    fb = qd.QNode(lambda w: body(qd, w), dev, diff_method="backprop")
+    assert torch.allclose(h, torch.autograd.functional.hessian(fb, w), atol=1e-10)
+
+    pdev = qml.device("default.qubit", wires=3)
+    pf = qml.QNode(lambda w: body(qml, w), pdev, diff_method="parameter-shift", max_diff=2)
+    wp = qml.numpy.array(w.detach().numpy(), requires_grad=True)
+    hp = qml.gradients.param_shift_hessian(pf)(wp)
+    assert np.allclose(h.numpy(), np.asarray(hp), atol=1e-8)
+
+
+def test_custom_gate_with_generator_and_with_rule():
+    """A user-registered gate: rules derived from its generator, or its own shift rule."""
+    zz_x = np.kron(np.diag([1.0, -1.0]), np.array([[0, 1], [1, 0]])) / 2
+
+    def mat(t):
+        c, s = torch.cos(t / 2).to(torch.complex128), torch.sin(t / 2).to(torch.complex128)
+        eye = torch.eye(4, dtype=torch.complex128)
+        g = torch.tensor(zz_x * 2, dtype=torch.complex128)
+        return c[..., None, None] * eye - 1j * s[..., None, None] * g
+
+    g1 = register_gate(Gate("my_zx", 2, 1, mat, generators=(zz_x,),
+                            inverse_fn=lambda p: (GATES["my_zx"], (-p[0],)), pl_name="MyZX"),
+                       replace=True)
+    g2 = register_gate(Gate("my_zx_rule", 2, 1, mat, shift_rules=(((0.5, math.pi / 2),
+                                                                    (-0.5, -math.pi / 2)),),
+                            inverse_fn=lambda p: (GATES["my_zx_rule"], (-p[0],))), replace=True)
+    dev = qd.device("statevector", wires=2)
+    for gate in (g1, g2):
+        def f(x, gate=gate):
+            qd.Hadamard(0); gate(x, wires=[0, 1]); qd.RY(x * 0.5, wires=1)
+            return qd.expval(qd.X(0) @ qd.Z(1))
+        compare_methods(qd.QNode(f, dev), [torch.tensor(0.77, dtype=torch.float64,
+                                                       requires_grad=True)], atol=1e-8)
+
+
+def test_testing_helpers_detect_a_wrong_gradient():
+    class Wrong(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return torch.sin(x)
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 0.5
+
+    x = torch.tensor([0.1, 0.2], dtype=torch.float64)
+    with pytest.raises(qd.QdiffError):
+        check_vjp(Wrong.apply, x)
+    with pytest.raises(qd.QdiffError):
+        check_directional(Wrong.apply, x)
+    assert check_vjp(torch.sin, x) and check_directional(torch.sin, x)
+
+
+def test_shot_gradients_within_statistical_bounds():
+    shots = 20000
+    dev = qd.device("statevector", wires=2, shots=shots, seed=11)
+    exact_dev = qd.device("statevector", wires=2)
+
+    def f(x):
+        qd.RX(x[0], wires=0); qd.CRY(x[1], wires=[0, 1])
+        return qd.expval(qd.Z(0) @ qd.X(1) + 0.5 * qd.Z(1))
+
+    x = torch.tensor([0.8, 1.1], dtype=torch.float64, requires_grad=True)
+    (exact,) = torch.autograd.grad(qd.QNode(f, exact_dev, diff_method="backprop")(x), x)
+    (ps,) = torch.autograd.grad(qd.QNode(f, dev, diff_method="parameter-shift")(x), x)
+    # each shifted term: variance <= (sum |c|)^2 per shot; 4-term rule coefficients < 0.5
+    sigma = 1.5 * 2 * 0.5 / math.sqrt(shots) * 2
+    assert torch.all((ps - exact).abs() < 5 * sigma)
+    spsa_grads = []
+    q = qd.QNode(f, exact_dev, diff_method="spsa", seed=3, num_directions=50, epsilon=1e-3)
+    for _ in range(8):
+        (g,) = torch.autograd.grad(q(x), x)
+        spsa_grads.append(g)
+    assert torch.allclose(torch.stack(spsa_grads).mean(0), exact, atol=0.15)
