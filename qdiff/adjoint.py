@@ -73,11 +73,12 @@ def _derivative_matrix(gate, angles, slot, cdtype, device):
     return du.unsqueeze(0) if du.ndim == 2 else du.reshape(-1, du.shape[-2], du.shape[-1])
 
 
-def adjoint_vjp(circuit, theta, state, cotangent, trainable) -> torch.Tensor:
+def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool = False):
     """``d(sum_bk g[b,k] f_k(theta_b)) / d theta`` ``(B, P)`` by one reverse sweep.
 
     ``circuit`` must use each theta column once with scale 1 (see ``bridge.unshare``). States
     are updated in place, except inside torch.func transforms (functional updates there).
+    With ``return_state`` also returns the uncomputed state (the circuit's input state).
     """
     n = circuit.num_wires
     rdtype = real_dtype_of(state.dtype)
@@ -98,6 +99,6 @@ def adjoint_vjp(circuit, theta, state, cotangent, trainable) -> torch.Tensor:
                 cols[p.index] = 2 * (lam.conj() * dpsi).sum(-1).real
         lam = apply_gate(lam, inv_gate, op.wires, inv_angles, n, inplace=inplace)
     zero = torch.zeros(psi.shape[0], dtype=rdtype, device=psi.device)
-    if not cols:
-        return torch.zeros(psi.shape[0], 0, dtype=rdtype, device=psi.device)
-    return torch.stack([zero if c is None else c for c in cols], dim=-1)
+    grad = torch.stack([zero if c is None else c for c in cols], dim=-1) if cols else \
+        torch.zeros(psi.shape[0], 0, dtype=rdtype, device=psi.device)
+    return (grad, psi) if return_state else grad

@@ -44,7 +44,9 @@ def execute(recorded, backend, diff_method: str = "best", **gradient_kwargs) -> 
                          f"{backend.num_wires}")
     method = resolve_method(diff_method, backend, circuit)
     theta = recorded.theta
-    needs_grad = torch.is_grad_enabled() and theta.requires_grad
+    prep = recorded.initial_state
+    needs_grad = torch.is_grad_enabled() and (theta.requires_grad or (
+        prep is not None and prep.requires_grad))
     if method == "backprop" or not needs_grad:
         return backend.execute(circuit, theta, recorded.initial_state)
     from qdiff.bridge import execute_with_rule

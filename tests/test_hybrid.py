@@ -1,0 +1,249 @@
+"""QuantumLayer in torch: nn.Sequential, optimizers, state_dict, dtypes, devices, pickling,
+torch.compile, torch.func, DistributedDataParallel — and the cases where PennyLane's TorchLayer
+and Qiskit's TorchConnector fail."""
+from __future__ import annotations
+
+import io
+import os
+import socket
+
+import pytest
+import torch
+
+import qdiff as qd
+
+N = 3
+DEV = qd.device("statevector", wires=N)
+ALL_METHODS = ["backprop", "adjoint", "parameter-shift", "finite-diff", "spsa"]
+
+
+def _body(inputs, weights):
+    qd.AngleEmbedding(inputs, wires=range(N))
+    qd.StronglyEntanglingLayers(weights, wires=range(N))
+    return [qd.expval(qd.Z(i)) for i in range(N)]
+
+
+@qd.qnode(DEV)
+def circuit(inputs, weights):
+    return _body(inputs, weights)
+
+
+def _model(method="best", seed=0):
+    torch.manual_seed(seed)
+    q = qd.QNode(_body, DEV, diff_method=method, **({"seed": 1} if method == "spsa" else {}))
+    layer = qd.QuantumLayer(q, {"weights": qd.StronglyEntanglingLayers.shape(2, N)})
+    return torch.nn.Sequential(torch.nn.Linear(4, N, dtype=torch.float64), layer,
+                               torch.nn.Linear(N, 1, dtype=torch.float64))
+
+
+def test_layer_shapes_batched_and_unbatched():
+    layer = qd.QuantumLayer(circuit, {"weights": (2, N, 3)})
+    assert layer(torch.rand(7, N, dtype=torch.float64)).shape == (7, N)
+    assert layer(torch.rand(N, dtype=torch.float64)).shape == (N,)
+    assert [n for n, _ in layer.named_parameters()] == ["weights"]
+
+
+@pytest.mark.parametrize("method", ALL_METHODS)
+def test_every_method_trains_with_batched_inputs_that_require_grad(method):
+    """PennyLane's TorchLayer raises NotImplementedError here for param-shift/SPSA/FD (#6078)."""
+    model = _model(method)
+    x = torch.rand(16, 4, dtype=torch.float64, requires_grad=True)
+    y = torch.rand(16, 1, dtype=torch.float64)
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    losses = []
+    for _ in range(6):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    assert all(p.grad is not None for p in model.parameters())
+    assert losses[-1] < losses[0]
+
+
+def test_gradients_equal_across_methods_in_a_model():
+    x = torch.rand(5, 4, dtype=torch.float64, requires_grad=True)
+    ref = None
+    for method in ["backprop", "adjoint", "parameter-shift"]:
+        model = _model(method, seed=3)
+        xx = x.detach().clone().requires_grad_(True)
+        model(xx).sum().backward()
+        grads = [xx.grad] + [p.grad for p in model.parameters()]
+        if ref is None:
+            ref = grads
+        else:
+            for a, b in zip(ref, grads):
+                assert torch.allclose(a, b, atol=1e-9)
+
+
+def test_batched_parameter_shift_is_one_backend_call():
+    class Counting(type(DEV)):
+        calls = 0
+
+        def execute(self, *a, **k):
+            Counting.calls += 1
+            return super().execute(*a, **k)
+
+    dev = Counting(wires=N)
+    q = qd.QNode(_body, dev, diff_method="parameter-shift")
+    layer = qd.QuantumLayer(q, {"weights": (2, N, 3)})
+    x = torch.rand(32, N, dtype=torch.float64, requires_grad=True)
+    out = layer(x)
+    assert Counting.calls == 1
+    out.sum().backward()
+    assert Counting.calls == 2  # all shifts of all 32 samples in one call
+
+
+def test_state_dict_dtype_and_device_moves():
+    model = _model()
+    sd = model.state_dict()
+    model2 = _model(seed=9)
+    model2.load_state_dict(sd)
+    x = torch.rand(3, 4, dtype=torch.float64)
+    assert torch.allclose(model(x), model2(x))
+    model2.float()
+    out = model2(x.float())
+    assert out.dtype == torch.float32  # the user's dtype is kept, not silently changed
+    assert torch.allclose(out.double(), model(x), atol=1e-5)
+    model2.double().to("cpu")
+    assert model2(x).dtype == torch.float64
+
+
+def test_float32_inputs_keep_dtype_and_gradients():
+    """Qiskit ML casts to float32 and drops input grads silently; qdiff keeps both."""
+    layer = qd.QuantumLayer(qd.QNode(_body, DEV, diff_method="parameter-shift"),
+                            {"weights": (1, N, 3)}).float()
+    x = torch.rand(4, N, dtype=torch.float32, requires_grad=True)
+    out = layer(x)
+    assert out.dtype == torch.float32
+    out.sum().backward()
+    assert x.grad is not None and x.grad.dtype == torch.float32
+    assert layer.weights.grad.dtype == torch.float32
+
+
+def test_torch_save_load_round_trip(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(4, N, dtype=torch.float64),
+                                qd.QuantumLayer(circuit, {"weights": (2, N, 3)}))
+    x = torch.rand(3, 4, dtype=torch.float64)
+    path = tmp_path / "model.pt"
+    torch.save(model, path)
+    loaded = torch.load(path, weights_only=False)
+    assert torch.allclose(loaded(x), model(x))
+    buf = io.BytesIO()
+    torch.save(model.state_dict(), buf)
+
+
+def test_pickling_a_local_qnode_fails_clearly():
+    import pickle
+
+    @qd.qnode(DEV)
+    def local(inputs):
+        qd.RX(inputs, wires=0)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffError, match="module level"):
+        pickle.dumps(local)
+
+
+@pytest.mark.parametrize("method", ["backprop", "adjoint", "parameter-shift"])
+def test_torch_compile_trains_with_same_gradients(method):
+    model = _model(method, seed=5)
+    x = torch.rand(6, 4, dtype=torch.float64)
+    g_eager = torch.autograd.grad(model(x).pow(2).sum(), list(model.parameters()))
+    compiled = torch.compile(model)
+    g_comp = torch.autograd.grad(compiled(x).pow(2).sum(), list(model.parameters()))
+    for a, b in zip(g_eager, g_comp):
+        assert torch.allclose(a, b, atol=1e-12)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = float(compiled(x).pow(2).sum())
+    for _ in range(3):
+        opt.zero_grad()
+        compiled(x).pow(2).sum().backward()
+        opt.step()
+    assert float(compiled(x).pow(2).sum()) < before
+
+
+@pytest.mark.parametrize("method", ["backprop", "adjoint", "parameter-shift"])
+def test_torch_func_grad_and_vmap(method):
+    @qd.qnode(DEV, diff_method=method)
+    def f(w):
+        qd.RX(w[0], wires=0); qd.CRY(w[1], wires=[0, 1]); qd.IsingXX(w[2], wires=[1, 2])
+        return qd.expval(qd.Z(0) @ qd.Z(2) + qd.X(1))
+
+    w = torch.tensor([0.3, 0.5, 0.7], dtype=torch.float64)
+    wr = w.clone().requires_grad_(True)
+    (ref,) = torch.autograd.grad(f(wr), wr)
+    assert torch.allclose(torch.func.grad(f)(w), ref, atol=1e-10)
+    W = torch.rand(4, 3, dtype=torch.float64)
+    assert torch.allclose(torch.func.vmap(f)(W), torch.stack([f(x) for x in W]))
+    per_sample = torch.func.vmap(torch.func.grad(f))(W)
+    for row, x in zip(per_sample, W):
+        xr = x.clone().requires_grad_(True)
+        assert torch.allclose(row, torch.autograd.grad(f(xr), xr)[0], atol=1e-10)
+
+
+@pytest.mark.parametrize("method", ["adjoint", "finite-diff", "spsa"])
+def test_second_derivative_raises_instead_of_silent_zero(method):
+    """PennyLane returns all-zero Hessians for adjoint (#9901); qdiff raises."""
+    q = qd.QNode(lambda w: (qd.RX(w[0], wires=0), qd.RY(w[1], wires=0),
+                            qd.expval(qd.Z(0)))[-1], DEV, diff_method=method)
+    w = torch.tensor([0.3, 0.4], dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(q(w), w, create_graph=True)
+    with pytest.raises(qd.QdiffError, match="second derivatives"):
+        torch.autograd.grad(g.sum(), w)
+
+
+def test_parameter_shift_hessian_is_exact_not_zero():
+    q = qd.QNode(lambda w: (qd.RX(w[0], wires=0), qd.RY(w[1], wires=0),
+                            qd.expval(qd.Z(0)))[-1], DEV, diff_method="parameter-shift")
+    w = torch.tensor([0.3, 0.4], dtype=torch.float64, requires_grad=True)
+    h = torch.autograd.functional.hessian(q, w)
+    a, b = w.detach()
+    # f = cos(a) cos(b)
+    exact = torch.tensor([[-torch.cos(a) * torch.cos(b), torch.sin(a) * torch.sin(b)],
+                          [torch.sin(a) * torch.sin(b), -torch.cos(a) * torch.cos(b)]])
+    assert torch.allclose(h, exact.double(), atol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------
+# DistributedDataParallel: two gloo processes; the replicas must stay equal
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddp_worker(rank, world, port, out_dir):
+    import torch.distributed as dist
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, N, dtype=torch.float64),
+                                qd.QuantumLayer(circuit, {"weights": (2, N, 3)}))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.2)
+    gen = torch.Generator().manual_seed(100 + rank)  # different data per rank
+    for _ in range(3):
+        x = torch.rand(8, 4, dtype=torch.float64, generator=gen)
+        opt.zero_grad()
+        ddp(x).pow(2).sum().backward()
+        opt.step()
+    torch.save({k: v.detach().clone() for k, v in model.state_dict().items()},
+               os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def test_distributed_data_parallel_replicas_stay_equal(tmp_path):
+    import torch.multiprocessing as mp
+    mp.spawn(_ddp_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    s0 = torch.load(tmp_path / "rank0.pt")
+    s1 = torch.load(tmp_path / "rank1.pt")
+    torch.manual_seed(0)
+    init = torch.nn.Sequential(torch.nn.Linear(4, N, dtype=torch.float64),
+                               qd.QuantumLayer(circuit, {"weights": (2, N, 3)})).state_dict()
+    for k in s0:
+        assert torch.allclose(s0[k], s1[k], atol=1e-12), k
+    assert any(not torch.allclose(s0[k], init[k]) for k in s0)  # it did train
