@@ -20,13 +20,22 @@ def _axes(state, n):
 
 
 def marginal(w: torch.Tensor, wires, n: int) -> torch.Tensor:
-    """Sum ``w`` ``(B, 2**n)`` over every wire not in ``wires``; result ``(B, 2**k)`` in ``wires`` order."""
+    """Sum ``w`` ``(B, 2**n)`` over every wire not in ``wires``; result ``(B, 2**k)`` in ``wires`` order.
+
+    Runs of dropped wires are merged into one axis first, so the reduction has at most k+1 axes
+    (a sum over 19 separate size-2 axes is several times slower).
+    """
     wires = list(wires)
-    t = _axes(w, n)
-    others = [1 + i for i in range(n) if i not in wires]
-    if others:
-        t = t.sum(dim=others)
     kept = sorted(wires)
+    shape, drop, prev = [w.shape[0]], [], -1
+    for k in kept:
+        shape.append(2 ** (k - prev - 1))
+        drop.append(len(shape) - 1)
+        shape.append(2)
+        prev = k
+    shape.append(2 ** (n - 1 - prev))
+    drop.append(len(shape) - 1)
+    t = w.reshape(shape).sum(dim=drop)
     if kept != wires:
         t = t.permute(0, *[1 + kept.index(x) for x in wires])
     return t.reshape(w.shape[0], 2 ** len(wires))

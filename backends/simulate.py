@@ -138,7 +138,16 @@ def simulate(circuit, theta: torch.Tensor, initial_state=None, cdtype=torch.comp
 
 
 def evolve(state, operations, theta, n, rdtype, inplace, fuse=True):
-    """Apply ``operations`` to ``state``; fuses runs of one-qubit gates per wire."""
+    """Apply ``operations`` to ``state`` ``(B, 2**n)``; returns the final state.
+
+    ``fuse=True`` multiplies runs of one-qubit gates on a wire into one 2x2 before applying it;
+    ``fuse=k`` (an int >= 2, no-grad path only) also fuses gates within windows of ``k``
+    consecutive wires into ``2**k x 2**k`` blocks (:mod:`qdiff.backends.fusion`), whose result may
+    live in a spare buffer: use the returned tensor.
+    """
+    if inplace and not isinstance(fuse, bool) and int(fuse) >= 2:
+        from qdiff.backends.fusion import evolve_fused
+        return evolve_fused(state, operations, theta, n, rdtype, int(fuse))
     pending: dict[int, torch.Tensor] = {}
     cdtype, device = state.dtype, state.device
 
