@@ -10,6 +10,7 @@ True
 """
 from __future__ import annotations
 
+import importlib
 import numbers
 from dataclasses import dataclass
 from typing import Optional
@@ -27,6 +28,7 @@ class Capabilities:
     adjoint: bool = False    # exposes final states for the adjoint method
     shots: bool = True       # supports finite shots
     exact: bool = True       # supports shots=None (exact expectations)
+    device_vjp: bool = False  # vjp(circuit, theta, cotangent) by the device's own adjoint method
 
 
 def normalize_device_wires(wires) -> tuple:
@@ -79,6 +81,11 @@ class Backend:
 
 
 _REGISTRY: dict = {}
+# backends whose modules import heavy toolkits: imported on first use by device()
+_LAZY = {"aer": "qdiff.backends.aer", "qiskit.aer": "qdiff.backends.aer",
+         "aer_simulator": "qdiff.backends.aer", "ibm": "qdiff.backends.ibm",
+         "qiskit.ibm": "qdiff.backends.ibm", "ibm_runtime": "qdiff.backends.ibm",
+         "pennylane": "qdiff.backends.pennylane_device", "pl": "qdiff.backends.pennylane_device"}
 
 
 def register_backend(*names):
@@ -89,8 +96,11 @@ def register_backend(*names):
     return deco
 
 
-def device(name: str = "statevector", wires=None, **kwargs) -> Backend:
+def device(name: str = "statevector", /, wires=None, **kwargs) -> Backend:
     """Create a backend by name: ``"statevector"`` (default), ``"aer"``, ``"ibm"``, ``"pennylane"``.
+
+    ``name`` is positional-only, so backends may take a ``name=`` option of their own
+    (``qd.device("pennylane", name="lightning.qubit", wires=4)``).
 
     >>> import qdiff as qd
     >>> qd.device("statevector", wires=3)
@@ -100,6 +110,33 @@ def device(name: str = "statevector", wires=None, **kwargs) -> Backend:
     if wires is None:
         raise QdiffError("device(...) needs wires=")
     key = name.lower()
+    if key not in _REGISTRY and key in _LAZY:
+        importlib.import_module(_LAZY[key])  # registers it; qiskit/pennylane load only now
     if key not in _REGISTRY:
-        raise QdiffError(f"unknown device '{name}'; available: {sorted(_REGISTRY)}")
+        names = sorted(set(_REGISTRY) | set(_LAZY))
+        raise QdiffError(f"unknown device '{name}'; available: {names}")
     return _REGISTRY[key](wires=wires, **kwargs)
+
+
+def available(kind: Optional[str] = None):
+    """What ``qd.device`` can create.
+
+    ``available()`` -> ``{"devices": [...], "ibm": [fake backend names], "pennylane": [...]}``;
+    ``available("devices" | "ibm" | "pennylane")`` -> that list. IBM names are the fake
+    backends qiskit-ibm-runtime ships (``fake_manila``, ``fake_sherbrooke``, ...); real
+    device names depend on the account and are not listed (``service.backends()``).
+    """
+    kinds = ("devices", "ibm", "pennylane")
+    if kind is not None and kind not in kinds:
+        raise QdiffError(f"available(kind) takes one of {list(kinds)}; got {kind!r}")
+    out = {}
+    if kind in (None, "devices"):
+        from qdiff.backends import statevector  # noqa: F401
+        out["devices"] = sorted(set(_REGISTRY) | set(_LAZY))
+    if kind in (None, "ibm"):
+        from qdiff.backends.ibm import fake_backend_names
+        out["ibm"] = fake_backend_names()
+    if kind in (None, "pennylane"):
+        from qdiff.backends.pennylane_device import pennylane_device_names
+        out["pennylane"] = pennylane_device_names()
+    return out if kind is None else out[kind]

@@ -1,0 +1,209 @@
+"""``qd.device("aer", ...)``: Qiskit Aer, exact or with shots, optionally noisy.
+
+* ``shots=None`` (exact): one ``AerSimulator.run`` with ``save_expectation_value`` for every
+  Pauli string of the measured observables (``save_probabilities``/``save_statevector`` for
+  probs/state) and all ``B`` bindings as ``parameter_binds``. With a noise model and
+  ``method="density_matrix"`` the expectations are the exact noisy ones.
+* ``shots=N``: one Aer ``SamplerV2`` job; expectations are estimated from the bits measured in
+  each qubit-wise-commuting basis (real shot noise, not a Gaussian surrogate).
+
+>>> import torch, qdiff as qd
+>>> dev = qd.device("aer", wires=1)
+>>> @qd.qnode(dev)
+... def f(x):
+...     qd.RX(x, wires=0)
+...     return qd.expval(qd.Z(0))
+>>> round(float(f(torch.tensor(0.5))), 6) == round(float(torch.cos(torch.tensor(0.5))), 6)
+True
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import numpy as np
+import torch
+
+from qdiff.backends import qiskit_common as qc_common
+from qdiff.backends.base import Capabilities, register_backend
+from qdiff.backends.qiskit_backend import QiskitBackend, assemble, split_variants
+from qdiff.backends.runtime_jobs import JobRunner
+from qdiff.circuits.errors import QdiffError, QdiffMemoryError
+
+AER_BASIS = ("id", "x", "y", "z", "h", "s", "sdg", "t", "tdg", "sx", "sxdg", "rx", "ry", "rz", "p",
+             "u", "cx", "cy", "cz", "swap", "rxx", "ryy", "rzz", "ecr", "ccx")
+METHODS = ("automatic", "statevector", "density_matrix", "matrix_product_state", "stabilizer",
+           "extended_stabilizer", "unitary", "superop", "tensor_network")
+
+
+@register_backend("aer", "qiskit.aer", "aer_simulator")
+class AerBackend(QiskitBackend):
+    """Qiskit Aer simulator backend.
+
+    Args:
+        wires: number of wires or their labels.
+        shots: None (exact expectations) or the number of shots per measurement basis.
+        method: Aer simulation method (``"automatic"``, ``"statevector"``, ``"density_matrix"``,
+            ``"matrix_product_state"``, ...).
+        noise_model: a ``qiskit_aer.noise.NoiseModel``, or a Qiskit backend (e.g. an IBM fake
+            backend) whose noise model is used.
+        seed: simulator seed (same seed, same shots).
+        optimization_level: transpiler level for Aer's basis (0-3).
+        device: ``"CPU"`` or ``"GPU"`` (needs qiskit-aer-gpu).
+        backend_options: further ``AerSimulator`` options.
+    """
+
+    name = "aer"
+    capabilities = Capabilities(backprop=False, adjoint=False, shots=True, exact=True)
+
+    def __init__(self, wires, shots: Optional[int] = None, method: str = "automatic",
+                 noise_model=None, seed: Optional[int] = None, optimization_level: int = 1,
+                 device: str = "CPU", backend_options: Optional[dict] = None, **job_options):
+        if method not in METHODS:
+            raise QdiffError(f"unknown Aer method '{method}'; choose from {list(METHODS)}")
+        if optimization_level not in (0, 1, 2, 3):
+            raise QdiffError(f"optimization_level must be 0..3; got {optimization_level!r}")
+        super().__init__(wires, shots, seed, JobRunner("aer", **job_options))
+        self.method = method
+        self.optimization_level = optimization_level
+        self.noise_model = _noise_model(noise_model)
+        self.backend_options = dict(backend_options or {}, method=method, device=device)
+        if self.noise_model is not None:
+            self.backend_options["noise_model"] = self.noise_model
+        _check_memory(self.num_wires, method)
+        self._simulator = None
+        self._pm = None
+
+    def __repr__(self):
+        shots = f", shots={self.shots}" if self.shots else ""
+        noise = ", noisy" if self.noise_model is not None else ""
+        return f"<AerBackend wires={self.num_wires}{shots}, method={self.method!r}{noise}>"
+
+    # -- hooks -----------------------------------------------------------------------------
+    def simulator(self):
+        if self._simulator is None:
+            from qiskit_aer import AerSimulator
+            self._simulator = AerSimulator(**self.backend_options)
+        return self._simulator
+
+    def _transpile(self, qc):
+        if self._pm is None:
+            from qiskit.transpiler import generate_preset_pass_manager
+            # Aer's native controlled rotations (crx/cry/crz/cp/cu) give wrong results when
+            # their angle is bound through parameter_binds (qiskit-aer 0.18.2; tested in
+            # tests/test_backend_aer.py): compile them away into a basis without them.
+            self._pm = generate_preset_pass_manager(optimization_level=self.optimization_level,
+                                                    basis_gates=list(AER_BASIS))
+        return self._pm.run(qc)
+
+    def _sampler(self):
+        from qiskit_aer.primitives import SamplerV2
+        run_options = {} if self.seed is None else {"seed_simulator": int(self.seed)}
+        return SamplerV2(default_shots=self.shots,
+                         options={"backend_options": self.backend_options,
+                                  "run_options": run_options})
+
+    # -- execution -------------------------------------------------------------------------
+    def execute(self, circuit, theta: torch.Tensor, initial_state=None) -> list:
+        theta = self.check_circuit(circuit, theta)
+        batch = theta.shape[0]
+        variants = split_variants(circuit, batch, initial_state)
+        if self.shots:
+            qc_common.check_measurements(circuit, self.name)
+            plan = qc_common.SamplingPlan(circuit, qc_common.measured_operators(circuit))
+            parts = self.run_sampling(circuit, theta, variants, plan)
+        else:
+            parts = self._run_exact(circuit, theta, variants)
+        return assemble(parts, circuit, batch, theta)
+
+    def _run_exact(self, circuit, theta, variants) -> list:
+        """One AerSimulator run: save instructions for every output, all bindings at once."""
+        ops = qc_common.measured_operators(circuit)
+        labels = sorted({lbl for _, g in ops for op in g for lbl in op.paulis.to_labels()})
+        circuits, binds, sizes = [], [], []
+        for v in variants:
+            isa, cols = self._isa(circuit, v)
+            circuits.append(self._with_saves(circuit, isa, labels))
+            vals = qc_common.binding_values(theta[v.rows], cols)
+            if vals.shape[1]:
+                binds.append({p: vals[:, j] for j, p in enumerate(isa.parameters)})
+            sizes.append(len(v.rows) if vals.shape[1] else 1)
+        run_kw = {} if self.seed is None else {"seed_simulator": int(self.seed)}
+        if any(binds):
+            if len(binds) != len(circuits):
+                raise QdiffError("aer: mixed parametrized and constant variants")  # pragma: no cover
+            run_kw["parameter_binds"] = binds
+        result = self.runner.run(lambda: self.simulator().run(circuits, **run_kw))
+        parts, k = [], 0
+        for v, size in zip(variants, sizes):
+            datas = [result.data(k + j) for j in range(size)]
+            k += size
+            datas = datas * len(v.rows) if size == 1 else datas
+            parts.append((v.rows, self._exact_outputs(circuit, ops, datas)))
+        return parts
+
+    def _with_saves(self, circuit, isa, labels):
+        from qiskit.quantum_info import Pauli
+        qc = isa.copy()
+        n = circuit.num_wires
+        for lbl in labels:
+            qc.save_expectation_value(Pauli(lbl), qubits=range(n), label="ev_" + lbl)
+        for i, m in enumerate(circuit.measurements):
+            wires = list(range(n)) if m.wires is None else list(m.wires)
+            if m.kind == "probs":  # reversed: the first wire becomes the most significant bit
+                qc.save_probabilities(qubits=wires[::-1], label=f"probs_{i}")
+            elif m.kind == "state":
+                if self.method not in ("automatic", "statevector"):
+                    raise QdiffError(f"state() needs method='statevector' (device has "
+                                     f"method={self.method!r})")
+                qc.save_statevector(label=f"state_{i}")
+            elif m.kind in ("sample", "counts"):
+                raise QdiffError(f"{m.kind}() needs a device with shots "
+                                 "(qd.device('aer', wires=..., shots=N))")
+        return qc
+
+    def _exact_outputs(self, circuit, ops, datas) -> dict:
+        n = circuit.num_wires
+        flat = [op for _, g in ops for op in g]
+        evs = np.zeros((len(datas), len(flat)))
+        for b, d in enumerate(datas):
+            for j, op in enumerate(flat):
+                evs[b, j] = sum(float(np.real(c)) * float(np.real(d["ev_" + lbl]))
+                                for lbl, c in zip(op.paulis.to_labels(), op.coeffs))
+        res = qc_common.ops_outputs(ops, evs)
+        for i, m in enumerate(circuit.measurements):
+            if m.kind == "probs":
+                res[i] = np.stack([np.asarray(d[f"probs_{i}"], dtype=float) for d in datas])
+            elif m.kind == "state":
+                res[i] = np.stack([_big_endian(np.asarray(d[f"state_{i}"]), n) for d in datas])
+        return res
+
+
+def _big_endian(vec: np.ndarray, n: int) -> np.ndarray:
+    return vec.reshape([2] * n).transpose(list(range(n))[::-1]).reshape(-1)
+
+
+def _noise_model(noise_model):
+    if noise_model is None:
+        return None
+    from qiskit_aer.noise import NoiseModel
+    if isinstance(noise_model, NoiseModel):
+        return noise_model
+    if hasattr(noise_model, "target") or hasattr(noise_model, "properties"):
+        return NoiseModel.from_backend(noise_model)
+    raise QdiffError("noise_model must be a qiskit_aer.noise.NoiseModel or a Qiskit backend; "
+                     f"got {type(noise_model).__name__}")
+
+
+def _check_memory(n: int, method: str):
+    """Refuse before allocating: a statevector needs 16*2^n bytes, a density matrix 16*4^n."""
+    if method in ("matrix_product_state", "stabilizer", "extended_stabilizer", "tensor_network"):
+        return
+    need = 16 * (4 ** n if method in ("density_matrix", "unitary", "superop") else 2 ** n)
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return
+    if need > have:
+        raise QdiffMemoryError(f"aer: {n} qubits with method={method!r} need about "
+                               f"{need / 2**30:.3g} GiB; this machine has {have / 2**30:.3g} GiB")

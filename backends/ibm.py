@@ -1,0 +1,306 @@
+"""``qd.device("ibm", backend=NAME, ...)``: IBM Quantum hardware through qiskit-ibm-runtime, or
+any fake (noisy, offline) device it ships, through its local testing mode.
+
+* ``NAME`` starting with ``fake_`` (``fake_manila``, ``fake_sherbrooke``, ... see
+  :func:`fake_backend_names`) runs offline with that device's noise model: the fake backend is
+  passed as the primitives' ``mode``.
+* Any other name is a real device: a ``QiskitRuntimeService`` is created from ``token=`` /
+  ``instance=`` / ``channel=``, else the ``QISKIT_IBM_TOKEN`` / ``QISKIT_IBM_INSTANCE`` /
+  ``QISKIT_IBM_CHANNEL`` environment variables, else the account saved with
+  ``QiskitRuntimeService.save_account``. The token is never stored on the backend, and is
+  scrubbed from every error message.
+
+Circuits are transpiled to the device's ISA once per structure (preset pass manager) and
+observables follow the layout. Expectations go out as ONE Estimator job per execute() (one PUB
+with a ``(B, 1, P)`` parameter array and ``(1, K)`` observables): qiskit-ibm-runtime's client-side
+``executor_estimator.Estimator`` where it exists (error mitigation options passed through; it
+mitigates in local mode too), else ``EstimatorV2``. ``probs``/``sample``/``counts`` use a Sampler
+job.
+
+>>> import qdiff as qd
+>>> dev = qd.device("ibm", backend="fake_manila", wires=2, shots=1000)
+>>> dev
+<IbmBackend fake_manila wires=2, shots=1000, mode='job'>
+"""
+from __future__ import annotations
+
+import difflib
+import functools
+import os
+from typing import Optional
+
+from qdiff.backends import qiskit_common as qc_common
+from qdiff.backends.base import Capabilities, register_backend
+from qdiff.backends.qiskit_backend import QiskitBackend, assemble, split_variants
+from qdiff.backends.runtime_jobs import JobRunner, is_transient, register_secret, scrub
+from qdiff.circuits.errors import QdiffError
+
+MODES = ("job", "batch", "session")
+# Local mode simulates the whole device's noise model: slow from here on (7-45 s a job).
+LARGE_FAKE_QUBITS = 100
+
+
+@functools.lru_cache(maxsize=1)
+def _fake_provider():
+    import warnings
+    from qiskit_ibm_runtime.fake_provider import FakeProviderForBackendV2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fake_nighthawk warns about its made-up error values
+        return FakeProviderForBackendV2()
+
+
+@functools.lru_cache(maxsize=1)
+def _fake_table() -> dict:
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {b.name: b for b in _fake_provider().backends()}
+
+
+def fake_backend_names(max_qubits: Optional[int] = None) -> list:
+    """Names of every fake backend qiskit-ibm-runtime ships (``fake_manila``, ...)."""
+    return sorted(n for n, b in _fake_table().items()
+                  if max_qubits is None or b.num_qubits <= max_qubits)
+
+
+def fake_backend(name: str):
+    """The fake backend called ``name`` (a ``FakeBackendV2``), or a QdiffError naming close ones."""
+    table = _fake_table()
+    key = name.lower()
+    if key not in table:
+        close = difflib.get_close_matches(key, table, n=3)
+        hint = f"; did you mean {close}?" if close else ""
+        raise QdiffError(f"unknown fake IBM backend '{name}'{hint} (all fake backends: "
+                         "qd.backends.available('ibm'))")
+    return table[key]
+
+
+def runtime_service(token: Optional[str] = None, instance: Optional[str] = None,
+                    channel: Optional[str] = None):
+    """A ``QiskitRuntimeService`` from arguments, environment variables or a saved account."""
+    from qiskit_ibm_runtime import QiskitRuntimeService
+    token = token or os.environ.get("QISKIT_IBM_TOKEN") or None
+    instance = instance or os.environ.get("QISKIT_IBM_INSTANCE") or None
+    channel = channel or os.environ.get("QISKIT_IBM_CHANNEL") or None
+    register_secret(token)
+    kwargs = {k: v for k, v in (("channel", channel), ("token", token), ("instance", instance))
+              if v is not None}
+    try:
+        return QiskitRuntimeService(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - mapped to a clear, token-free message
+        raise QdiffError(_service_error(exc, token is not None)) from None
+
+
+def _service_error(exc: BaseException, had_token: bool) -> str:
+    name = type(exc).__name__
+    detail = scrub(exc)
+    if name == "AccountNotFoundError" or (not had_token and "account" in detail.lower()):
+        return ("no IBM Quantum account found: set QISKIT_IBM_TOKEN (and QISKIT_IBM_INSTANCE, "
+                "optionally QISKIT_IBM_CHANNEL), pass token=... to qd.device('ibm', ...), or "
+                "save one with QiskitRuntimeService.save_account(...)")
+    if is_transient(exc):
+        return f"could not reach IBM Quantum ({name}): {detail}"
+    return (f"IBM Quantum did not accept the account (invalid or expired token, wrong instance "
+            f"or channel, or the service is unreachable): {name}: {detail}")
+
+
+def _as_dict(value, enabled_key: dict) -> Optional[dict]:
+    """``True``/``False``/dict option -> dict (``enabled_key`` is what ``True`` means)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return {k: value for k in enabled_key}
+    if isinstance(value, dict):
+        return dict(value)
+    raise QdiffError(f"expected True/False or a dict of options; got {value!r}")
+
+
+def _merge(into: dict, extra: dict) -> dict:
+    for k, v in (extra or {}).items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = v
+    return into
+
+
+@register_backend("ibm", "qiskit.ibm", "ibm_runtime")
+class IbmBackend(QiskitBackend):
+    """IBM Quantum device (real, with an account) or fake device (offline, noisy).
+
+    Args:
+        wires: number of wires or their labels (at most the device's qubit count).
+        backend: a device name (``"ibm_brisbane"``, ``"fake_manila"``) or a Qiskit backend.
+        shots: shots per PUB (``default_shots`` of the primitives); 4096 by default.
+        optimization_level: preset pass manager level (0-3).
+        mode: ``"job"`` (default), ``"batch"`` or ``"session"`` (not on every plan).
+        resilience_level: Estimator resilience level (0 none, 1 readout/TREX, 2 ZNE);
+            None keeps the primitive's default.
+        resilience, twirling, dynamical_decoupling: option dicts (``True`` enables) passed
+            to the primitives.
+        estimator_options, sampler_options: further options, deep-merged last.
+        primitive: ``"auto"`` (executor Estimator/Sampler if installed, else the V2 ones),
+            ``"executor"`` or ``"v2"``.
+        token, instance, channel: account for a real device (else env vars / saved account).
+        seed: local-mode simulator seed.
+        timeout, max_retries, backoff, progress: job handling (see ``JobRunner``).
+    """
+
+    name = "ibm"
+    capabilities = Capabilities(backprop=False, adjoint=False, shots=True, exact=False)
+
+    def __init__(self, wires, backend=None, shots: Optional[int] = 4096,
+                 optimization_level: int = 2, mode: str = "job",
+                 resilience_level: Optional[int] = None, resilience: Optional[dict] = None,
+                 twirling=None, dynamical_decoupling=None, estimator_options=None,
+                 sampler_options=None, primitive: str = "auto", token: Optional[str] = None,
+                 instance: Optional[str] = None, channel: Optional[str] = None,
+                 seed: Optional[int] = None, timeout: Optional[float] = None,
+                 max_retries: int = 3, backoff: float = 1.0, progress="auto", service=None):
+        if backend is None:
+            raise QdiffError("qd.device('ibm', ...) needs backend=NAME (a device such as "
+                             "'ibm_brisbane', or a fake one such as 'fake_manila')")
+        if mode not in MODES:
+            raise QdiffError(f"mode must be one of {list(MODES)}; got {mode!r}")
+        if primitive not in ("auto", "executor", "v2"):
+            raise QdiffError(f"primitive must be 'auto', 'executor' or 'v2'; got {primitive!r}")
+        if optimization_level not in (0, 1, 2, 3):
+            raise QdiffError(f"optimization_level must be 0..3; got {optimization_level!r}")
+        self.target_backend, self.is_local = self._resolve(backend, token, instance, channel,
+                                                           service)
+        self.backend_name = str(getattr(self.target_backend, "name", backend))
+        runner = JobRunner(f"ibm {self.backend_name}", timeout=timeout, max_retries=max_retries,
+                           backoff=backoff, progress=progress)
+        super().__init__(wires, shots, seed, runner)
+        nq = self.target_backend.num_qubits
+        if self.num_wires > nq:
+            raise QdiffError(f"too many qubits: {self.num_wires} wires requested but "
+                             f"'{self.backend_name}' has {nq}")
+        self.optimization_level, self.mode, self.primitive = optimization_level, mode, primitive
+        self.options = {"resilience_level": resilience_level, "resilience": resilience,
+                        "twirling": _as_dict(twirling, {"enable_gates": 1, "enable_measure": 1}),
+                        "dynamical_decoupling": _as_dict(dynamical_decoupling, {"enable": 1})}
+        self.extra_options = {"estimator": estimator_options or {},
+                              "sampler": sampler_options or {}}
+        self._pm = None
+        self._mode_obj = None
+
+    @staticmethod
+    def _resolve(backend, token, instance, channel, service):
+        if not isinstance(backend, str):
+            return backend, "fake" in type(backend).__module__
+        if backend.lower().startswith("fake_"):
+            return fake_backend(backend), True
+        service = service or runtime_service(token, instance, channel)
+        try:
+            return service.backend(backend), False
+        except Exception as exc:  # noqa: BLE001
+            if is_transient(exc):
+                raise QdiffError(f"could not reach IBM Quantum to look up '{backend}': "
+                                 f"{scrub(exc)}") from None
+            raise QdiffError(f"unknown IBM backend '{backend}' for this account "
+                             f"({type(exc).__name__}: {scrub(exc)})") from None
+
+    def __repr__(self):
+        return (f"<IbmBackend {self.backend_name} wires={self.num_wires}, shots={self.shots}, "
+                f"mode={self.mode!r}>")
+
+    # -- execution modes ---------------------------------------------------------------------
+    def execution_mode(self):
+        """The ``mode=`` object handed to the primitives: the backend, a Batch or a Session."""
+        if self.mode == "job":
+            return self.target_backend
+        if self._mode_obj is None:
+            from qiskit_ibm_runtime import Batch, Session
+            cls = Batch if self.mode == "batch" else Session
+            try:
+                self._mode_obj = cls(backend=self.target_backend)
+            except Exception as exc:  # noqa: BLE001
+                raise QdiffError(f"could not open a {self.mode} on '{self.backend_name}': "
+                                 f"{type(exc).__name__}: {scrub(exc)}") from None
+        return self._mode_obj
+
+    def close(self):
+        """Close an open Batch/Session (no-op in job mode)."""
+        if self._mode_obj is not None:
+            self._mode_obj.close()
+            self._mode_obj = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- hooks -----------------------------------------------------------------------------
+    def _transpile(self, qc):
+        if self._pm is None:
+            from qiskit.transpiler import generate_preset_pass_manager
+            self._pm = generate_preset_pass_manager(optimization_level=self.optimization_level,
+                                                    backend=self.target_backend,
+                                                    seed_transpiler=self.seed)
+        return self._pm.run(qc)
+
+    def primitive_options(self, kind: str) -> dict:
+        """Options dict for the ``kind`` (``"estimator"``/``"sampler"``) primitive."""
+        opts = {"default_shots": self.shots}
+        for key, val in self.options.items():
+            if val is not None and (kind == "estimator" or not key.startswith("resilience")):
+                opts[key] = val
+        if self.seed is not None and self.is_local:
+            opts["simulator"] = {"seed_simulator": int(self.seed)}
+        return _merge(opts, self.extra_options[kind])
+
+    def _primitive_class(self, kind: str):
+        if self.primitive in ("auto", "executor"):
+            try:
+                if kind == "estimator":
+                    from qiskit_ibm_runtime.executor_estimator import Estimator as cls
+                else:
+                    from qiskit_ibm_runtime.executor_sampler import Sampler as cls
+                return cls
+            except ImportError:
+                if self.primitive == "executor":
+                    raise QdiffError("primitive='executor' needs qiskit-ibm-runtime >= 0.50 "
+                                     "(executor_estimator); use primitive='v2'") from None
+        from qiskit_ibm_runtime import EstimatorV2, SamplerV2
+        return EstimatorV2 if kind == "estimator" else SamplerV2
+
+    def _make(self, kind: str):
+        import warnings
+        cls = self._primitive_class(kind)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # EstimatorV2 on 0.50+
+            try:
+                return cls(mode=self.execution_mode(), options=self.primitive_options(kind))
+            except QdiffError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - bad options, mostly
+                raise QdiffError(f"ibm {self.backend_name}: could not create the {kind} "
+                                 f"({type(exc).__name__}: {scrub(exc)})") from None
+
+    def _estimator(self):
+        return self._make("estimator")
+
+    def _sampler(self):
+        return self._make("sampler")
+
+    # -- execution -------------------------------------------------------------------------
+    def execute(self, circuit, theta, initial_state=None) -> list:
+        """At most two jobs: one Estimator job (expval/var) and one Sampler job (probs/samples)."""
+        theta = self.check_circuit(circuit, theta)
+        qc_common.check_measurements(circuit, self.name)
+        batch = theta.shape[0]
+        variants = split_variants(circuit, batch, initial_state)
+        ops = qc_common.measured_operators(circuit)
+        merged = [(v.rows, {}) for v in variants]
+        if ops:
+            for (rows, res), (_, part) in zip(merged, self.run_estimator(circuit, theta,
+                                                                         variants, ops)):
+                res.update(part)
+        plan = qc_common.SamplingPlan(circuit, [])
+        if plan.bases:
+            for (rows, res), (_, part) in zip(merged, self.run_sampling(circuit, theta,
+                                                                        variants, plan)):
+                res.update(part)
+        return assemble(merged, circuit, batch, theta)

@@ -1,0 +1,171 @@
+"""``qd.device("pennylane", name=..., wires=n, shots=...)``: any PennyLane device.
+
+Circuits convert to PennyLane tapes (:mod:`qdiff.circuits.pennylane_io`), all ``B`` bindings
+as one broadcast tape, and run through ``qml.execute`` (one call per execute()). Devices with
+their own adjoint method (``lightning.qubit``, ``default.qubit``) expose :meth:`vjp`, and the
+``device_vjp`` capability, so ``diff_method="adjoint"`` can use the device's adjoint.
+No dependency on the pennylane-qiskit plugin.
+
+>>> import torch, qdiff as qd
+>>> dev = qd.device("pennylane", name="default.qubit", wires=1)
+>>> @qd.qnode(dev)
+... def f(x):
+...     qd.RY(x, wires=0)
+...     return qd.expval(qd.Z(0))
+>>> round(float(f(torch.tensor(0.3))), 10) == round(float(torch.cos(torch.tensor(0.3))), 10)
+True
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Optional
+
+import numpy as np
+import torch
+
+from qdiff.backends.base import Backend, Capabilities, register_backend
+from qdiff.circuits.errors import QdiffError
+
+
+def pennylane_device_names() -> list:
+    """Short names of the PennyLane devices installed (``default.qubit``, ``lightning.qubit``, ...)."""
+    import pennylane as qml
+    return sorted(qml.plugin_devices)
+
+
+@register_backend("pennylane", "pl")
+class PennyLaneBackend(Backend):
+    """A PennyLane device as a qdiff backend.
+
+    Args:
+        wires: number of wires or their labels.
+        name: the PennyLane device name (``"default.qubit"``, ``"lightning.qubit"``, ...).
+        shots: None (exact) or shots per execution (set on the tapes).
+        seed: the device's seed (where it takes one).
+        **device_kwargs: passed to ``qml.device``.
+    """
+
+    name = "pennylane"
+    capabilities = Capabilities(backprop=False, adjoint=False, shots=True, exact=True)
+
+    def __init__(self, wires, name: str = "default.qubit", shots: Optional[int] = None,
+                 seed: Optional[int] = None, **device_kwargs):
+        super().__init__(wires, shots, seed)
+        import pennylane as qml
+        from pennylane.devices import ExecutionConfig
+        if name not in qml.plugin_devices:
+            raise QdiffError(f"unknown PennyLane device '{name}'; installed: "
+                             f"{pennylane_device_names()}")
+        kwargs = dict(device_kwargs)
+        if seed is not None and "seed" in _device_params(name):
+            kwargs["seed"] = int(seed)
+        try:
+            self.pl_device = qml.device(name, wires=self.num_wires, **kwargs)
+        except Exception as exc:  # noqa: BLE001
+            raise QdiffError(f"could not create PennyLane device '{name}': "
+                             f"{type(exc).__name__}: {exc}") from None
+        self.device_name = name
+        has_adjoint = bool(self.pl_device.supports_derivatives(
+            ExecutionConfig(gradient_method="adjoint")))
+        self.capabilities = Capabilities(backprop=False, adjoint=False, shots=True, exact=True,
+                                         device_vjp=has_adjoint)
+        self.executions = 0  # qml.execute calls made (forward and vjp)
+
+    def __repr__(self):
+        shots = f", shots={self.shots}" if self.shots else ""
+        return f"<PennyLaneBackend {self.device_name} wires={self.num_wires}{shots}>"
+
+    def _check(self, circuit, theta):
+        if circuit.num_wires != self.num_wires:
+            raise QdiffError(f"circuit has {circuit.num_wires} wires but the device has "
+                             f"{self.num_wires}")
+        theta = theta.reshape(1, -1) if theta.ndim == 1 else theta
+        if theta.ndim != 2 or theta.shape[1] != circuit.num_params:
+            raise QdiffError(f"theta must have shape (B, {circuit.num_params}); got "
+                             f"{tuple(theta.shape)}")
+        return theta
+
+    def _tape(self, circuit, theta, initial_state, interface):
+        from qdiff.circuits.pennylane_io import to_pennylane
+        for m in circuit.measurements:
+            if m.kind in ("sample", "counts") and not self.shots:
+                raise QdiffError(f"{m.kind}() needs a device with shots "
+                                 "(qd.device('pennylane', ..., shots=N))")
+        return to_pennylane(circuit, theta, shots=self.shots, initial_state=initial_state,
+                            interface=interface, use_labels=False, counts_as_samples=True)
+
+    def execute(self, circuit, theta: torch.Tensor, initial_state=None) -> list:
+        """One ``qml.execute`` of one broadcast tape: one tensor per measurement, leading dim B."""
+        import pennylane as qml
+        theta = self._check(circuit, theta)
+        tape = self._tape(circuit, theta.detach(), initial_state, "numpy")
+        try:
+            res = qml.execute([tape], self.pl_device)[0]
+        except QdiffError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise QdiffError(f"PennyLane device '{self.device_name}' failed: "
+                             f"{type(exc).__name__}: {exc}") from None
+        self.executions += 1
+        return _outputs(circuit, res, tape.batch_size, theta.shape[0], theta.device)
+
+    def vjp(self, circuit, theta: torch.Tensor, cotangent: torch.Tensor,
+            initial_state=None) -> torch.Tensor:
+        """``(B, P)`` vector-Jacobian product by the device's adjoint method.
+
+        ``cotangent`` ``(B, K)`` matches the flattened outputs of ``circuit`` (expval only,
+        as the adjoint method on PennyLane devices supports).
+        """
+        import pennylane as qml
+        if not self.capabilities.device_vjp:
+            raise QdiffError(f"PennyLane device '{self.device_name}' has no adjoint method")
+        for m in circuit.measurements:
+            if m.kind != "expval":
+                raise QdiffError(f"{m.kind}() is not differentiable with the adjoint method of "
+                                 f"'{self.device_name}'; use diff_method='parameter-shift'")
+        theta = self._check(circuit, theta)
+        t = theta.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            tape = self._tape(circuit, t, initial_state, "torch")
+            try:
+                res = qml.execute([tape], self.pl_device, diff_method="adjoint",
+                                  device_vjp=True)[0]
+            except Exception as exc:  # noqa: BLE001
+                raise QdiffError(f"adjoint on '{self.device_name}' failed: "
+                                 f"{type(exc).__name__}: {exc}") from None
+            self.executions += 1
+            outs = _outputs(circuit, res, tape.batch_size, t.shape[0], t.device, keep_graph=True)
+            flat = torch.cat([o.reshape(o.shape[0], -1) for o in outs], dim=-1)
+            if not flat.requires_grad:
+                return torch.zeros_like(theta)
+            (g,) = torch.autograd.grad(flat, t, cotangent.to(flat.dtype), allow_unused=True)
+        return torch.zeros_like(theta) if g is None else g.to(theta.dtype)
+
+
+def _device_params(name: str) -> set:
+    import pennylane as qml
+    try:
+        cls = qml.plugin_devices[name].load()
+        return set(inspect.signature(cls.__init__).parameters)
+    except Exception:  # noqa: BLE001 - the seed is optional
+        return set()
+
+
+def _outputs(circuit, res, batch_size, batch: int, device, keep_graph: bool = False) -> list:
+    """PennyLane results -> one ``(B, ...)`` tensor per measurement."""
+    res = [res] if len(circuit.measurements) == 1 else list(res)
+    out = []
+    for m, r in zip(circuit.measurements, res):
+        t = r if isinstance(r, torch.Tensor) else torch.as_tensor(np.asarray(r))
+        if batch_size is None:
+            t = t.unsqueeze(0).expand(batch, *t.shape) if batch > 1 else t.unsqueeze(0)
+        if not keep_graph:
+            t = t.detach()
+        if t.is_floating_point():
+            t = t.to(torch.float64)
+        elif m.kind in ("sample", "counts") and m.obs is None:
+            t = t.to(torch.int64)
+        if m.kind in ("sample", "counts") and m.obs is None and t.ndim == 2:
+            t = t.unsqueeze(-1)  # one wire: (B, shots) -> (B, shots, 1)
+        out.append(t.to(device).contiguous())
+    return out

@@ -1,0 +1,164 @@
+"""The execute() flow the Qiskit-based backends share (Aer, IBM Runtime).
+
+One ``execute(circuit, theta)`` call with ``B`` bindings becomes ONE primitive job: one PUB per
+circuit variant (a variant is the circuit with one initial state; without ``initial_state``
+there is one) carrying all its bindings as a ``(Bv, P)`` parameter-value array. Estimator PUBs
+broadcast the ``K`` observables as ``(1, K)`` against ``(Bv, 1, P)`` bindings; Sampler PUBs add
+one circuit per qubit-wise-commuting measurement basis.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from qdiff.backends import qiskit_common as qc_common
+from qdiff.backends.base import Backend, Capabilities
+from qdiff.backends.runtime_jobs import JobRunner
+from qdiff.circuits.errors import QdiffError
+
+
+@dataclass
+class Variant:
+    """The circuit with one initial state (``prep`` None: |0...0>), run for theta ``rows``."""
+
+    key: tuple
+    rows: np.ndarray
+    prep: object = None
+
+    def build(self, circuit):
+        from qdiff.circuits.qiskit_io import to_qiskit
+        body = to_qiskit(circuit)
+        if self.prep is None:
+            return body
+        from qiskit import QuantumCircuit
+        from qiskit.circuit.library import StatePreparation
+        qc = QuantumCircuit(circuit.num_wires)
+        qc.append(StatePreparation(self.prep), range(circuit.num_wires))
+        return qc.compose(body)
+
+
+def _little_endian(vec: np.ndarray, n: int) -> np.ndarray:
+    """A statevector with wire 0 most significant -> Qiskit's order (qubit 0 least significant)."""
+    return np.ascontiguousarray(vec.reshape([2] * n).transpose(list(range(n))[::-1]).reshape(-1))
+
+
+def split_variants(circuit, batch: int, initial_state) -> list:
+    """Group the ``batch`` rows by initial state (identical states share one variant)."""
+    key = qc_common.structure_key(circuit)
+    all_rows = np.arange(batch)
+    if initial_state is None:
+        return [Variant(key, all_rows)]
+    st = initial_state.detach().to("cpu", torch.complex128).numpy().reshape(-1, 2 ** circuit.num_wires)
+    if st.shape[0] not in (1, batch):
+        raise QdiffError(f"initial_state has {st.shape[0]} rows for {batch} parameter bindings")
+    st = np.broadcast_to(st, (batch, st.shape[1]))
+    groups: dict = {}
+    for b in range(batch):
+        groups.setdefault(st[b].tobytes(), []).append(b)
+    out = []
+    for digest_src, rows in groups.items():
+        vec = _little_endian(st[rows[0]], circuit.num_wires)
+        vec = vec / np.linalg.norm(vec)
+        digest = hashlib.sha1(digest_src).hexdigest()
+        out.append(Variant(key + ("prep", digest), np.asarray(rows), vec))
+    return out
+
+
+def assemble(parts: list, circuit, batch: int, like: torch.Tensor) -> list:
+    """``[(rows, {i: (Bv, ...) array})]`` -> one ``(B, ...)`` tensor per measurement."""
+    out = []
+    for i, m in enumerate(circuit.measurements):
+        first = parts[0][1][i]
+        full = np.zeros((batch,) + first.shape[1:], dtype=first.dtype)
+        for rows, res in parts:
+            full[rows] = res[i]
+        t = torch.as_tensor(full, device=like.device)
+        out.append(t.to(torch.float64) if t.is_floating_point() else t)
+    return out
+
+
+class QiskitBackend(Backend):
+    """Base of the Aer and IBM backends: transpile cache, job runner, shared execute flow.
+
+    Subclasses provide ``_transpile(qc)``, ``_sampler()`` and, if they use an Estimator,
+    ``_estimator()`` and ``_layout_ops``.
+    """
+
+    name = "qiskit"
+    capabilities = Capabilities(backprop=False, adjoint=False, shots=True, exact=False)
+
+    def __init__(self, wires, shots, seed, runner: JobRunner):
+        super().__init__(wires, shots, seed)
+        self.runner = runner
+        self.transpile_cache = qc_common.TranspileCache(self._transpile)
+
+    @property
+    def jobs_submitted(self) -> int:
+        """Primitive jobs (or simulator runs) submitted so far."""
+        return self.runner.jobs_submitted
+
+    # -- subclass hooks --------------------------------------------------------------------
+    def _transpile(self, qc):
+        raise NotImplementedError  # each target knows its own ISA
+
+    def _sampler(self):
+        raise NotImplementedError  # each target builds its own primitive
+
+    # -- shared flow -----------------------------------------------------------------------
+    def check_circuit(self, circuit, theta: torch.Tensor) -> torch.Tensor:
+        if circuit.num_wires != self.num_wires:
+            raise QdiffError(f"circuit has {circuit.num_wires} wires but the device has "
+                             f"{self.num_wires}")
+        if theta.ndim == 1:
+            theta = theta.reshape(1, -1)
+        if theta.ndim != 2 or theta.shape[1] != circuit.num_params:
+            raise QdiffError(f"theta must have shape (B, {circuit.num_params}); got "
+                             f"{tuple(theta.shape)}")
+        return theta
+
+    def _isa(self, circuit, variant: Variant, basis=None):
+        key = variant.key if basis is None else variant.key + ("basis", basis)
+        if basis is None:
+            return self.transpile_cache.get(key, lambda: variant.build(circuit))
+        return self.transpile_cache.get(
+            key, lambda: qc_common.append_basis_measurement(variant.build(circuit), basis))
+
+    def run_sampling(self, circuit, theta, variants: list, plan) -> list:
+        """One Sampler job for every (variant, basis): ``[(rows, {i: array}), ...]``."""
+        pubs = []
+        for v in variants:
+            for basis in plan.bases:
+                isa, cols = self._isa(circuit, v, basis)
+                pubs.append((isa, qc_common.binding_values(theta[v.rows], cols), self.shots))
+        result = self.runner.run(lambda: self._sampler().run(pubs))
+        parts, j = [], 0
+        for v in variants:
+            bits = []
+            for _ in plan.bases:
+                data = result[j].data
+                bits.append(qc_common.bits_of(getattr(data, "meas")))
+                j += 1
+            parts.append((v.rows, plan.outputs(bits)))
+        return parts
+
+    def run_estimator(self, circuit, theta, variants: list, ops: list) -> list:
+        """One Estimator job, one PUB per variant: ``[(rows, {i: (Bv,)}), ...]``."""
+        flat = [op for _, g in ops for op in g]
+        pubs = []
+        for v in variants:
+            isa, cols = self._isa(circuit, v)
+            laid = [op.apply_layout(isa.layout, num_qubits=isa.num_qubits) for op in flat]
+            vals = qc_common.binding_values(theta[v.rows], cols)
+            pubs.append((isa, [laid], vals[:, None, :]))
+        result = self.runner.run(lambda: self._estimator().run(pubs))
+        parts = []
+        for j, v in enumerate(variants):
+            evs = np.asarray(result[j].data.evs, dtype=float).reshape(len(v.rows), len(flat))
+            parts.append((v.rows, qc_common.ops_outputs(ops, evs)))
+        return parts
+
+    def _estimator(self):
+        raise NotImplementedError  # only backends that use an Estimator define it

@@ -1,0 +1,185 @@
+"""Running primitive jobs: counting, retries with backoff, status and progress, a timeout, and
+errors mapped to :class:`QdiffError` with any registered secret (an IBM token) scrubbed out.
+
+Works with anything shaped like a Qiskit job: ``status()`` (a ``JobStatus`` or a string such
+as ``"QUEUED"``), ``result()``, ``job_id()``, and optionally ``cancel()``/``error_message()``.
+
+>>> r = JobRunner("demo")
+>>> class Done:
+...     def status(self): return "DONE"
+...     def result(self): return 42
+...     def job_id(self): return "j1"
+>>> r.run(lambda: Done()), r.jobs_submitted
+(42, 1)
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from typing import Callable, Optional
+
+from qdiff.circuits.errors import QdiffError
+
+log = logging.getLogger("qdiff.backends")
+
+_SECRETS: set = set()
+FINAL = ("DONE", "ERROR", "CANCELLED")
+_TRANSIENT_NAMES = {"ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout",
+                    "ChunkedEncodingError", "RemoteDisconnected", "ProtocolError"}
+_TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
+
+
+def register_secret(secret: Optional[str]) -> None:
+    """Remember a secret (a token) so that :func:`scrub` removes it from every message."""
+    if secret:
+        _SECRETS.add(str(secret))
+
+
+def scrub(text) -> str:
+    """``text`` with every registered secret replaced by ``***``."""
+    text = str(text)
+    for s in _SECRETS:
+        text = text.replace(s, "***")
+    return text
+
+
+def status_name(job) -> str:
+    """``"QUEUED"``, ``"RUNNING"``, ``"DONE"``, ... from a JobStatus enum or a string."""
+    st = job.status()
+    return str(getattr(st, "name", st)).upper()
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Network hiccups and 408/429/5xx answers: worth retrying; anything else is not."""
+    if isinstance(exc, (ConnectionError, TimeoutError)):
+        return True
+    code = getattr(exc, "status_code", None)
+    if code in _TRANSIENT_STATUS:
+        return True
+    return any(c.__name__ in _TRANSIENT_NAMES for c in type(exc).__mro__)
+
+
+class JobRunner:
+    """Submits jobs and waits for them.
+
+    Args:
+        label: names the backend in messages (``"ibm fake_manila"``).
+        timeout: seconds to wait for one job before cancelling it (None: no limit).
+        max_retries: submissions retried after a transient failure.
+        backoff: first retry delay in seconds, doubled after each retry.
+        progress: ``True`` prints every status change to stderr, ``"auto"`` only once a job
+            has run longer than ``progress_after`` seconds, ``False`` never (logging only).
+    """
+
+    def __init__(self, label: str, timeout: Optional[float] = None, max_retries: int = 3,
+                 backoff: float = 1.0, progress="auto", progress_after: float = 10.0,
+                 sleep: Callable = time.sleep, clock: Callable = time.monotonic):
+        if timeout is not None and timeout <= 0:
+            raise QdiffError(f"timeout must be positive seconds or None; got {timeout!r}")
+        if max_retries < 0:
+            raise QdiffError(f"max_retries must be >= 0; got {max_retries!r}")
+        self.label = label
+        self.timeout = timeout
+        self.max_retries = int(max_retries)
+        self.backoff = float(backoff)
+        self.progress = progress
+        self.progress_after = progress_after
+        self._sleep, self._clock = sleep, clock
+        self.jobs_submitted = 0
+        self.job_ids: list = []
+
+    def run(self, submit: Callable):
+        """Submit with ``submit()`` (retrying transient failures), wait, return the result."""
+        job = self.submit(submit)
+        self.wait(job)
+        return self.result(job)
+
+    def submit(self, submit: Callable):
+        delay = self.backoff
+        for attempt in range(self.max_retries + 1):
+            try:
+                job = submit()
+            except QdiffError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every failure is mapped below
+                if is_transient(exc) and attempt < self.max_retries:
+                    log.warning("%s: submission failed (%s); retry %d/%d in %.1f s", self.label,
+                                scrub(type(exc).__name__), attempt + 1, self.max_retries, delay)
+                    self._sleep(delay)
+                    delay *= 2
+                    continue
+                raise QdiffError(f"{self.label}: job submission failed"
+                                 f"{' after retries' if attempt else ''}: "
+                                 f"{type(exc).__name__}: {scrub(exc)}") from None
+            self.jobs_submitted += 1
+            self.job_ids = (self.job_ids + [_job_id(job)])[-100:]
+            return job
+
+    def wait(self, job) -> str:
+        start = self._clock()
+        delay, last = 0.02, None
+        while True:
+            st = status_name(job)
+            elapsed = self._clock() - start
+            if st != last:
+                self._report(job, st, elapsed)
+                last = st
+            if st in FINAL:
+                return st
+            if self.timeout is not None and elapsed > self.timeout:
+                _try_cancel(job)
+                raise QdiffError(f"{self.label}: job {_job_id(job)} did not finish within "
+                                 f"{self.timeout:g} s (last status {st}); it was cancelled")
+            self._sleep(delay)
+            delay = min(delay * 1.5, 2.0)
+
+    def result(self, job):
+        st = status_name(job)
+        jid = _job_id(job)
+        if st == "CANCELLED":
+            raise QdiffError(f"{self.label}: job {jid} was cancelled")
+        if st == "ERROR":
+            msg = _error_message(job)
+            raise QdiffError(f"{self.label}: job {jid} failed: {scrub(msg)}")
+        try:
+            return job.result()
+        except Exception as exc:  # noqa: BLE001
+            raise QdiffError(f"{self.label}: job {jid} failed: {type(exc).__name__}: "
+                             f"{scrub(exc)}") from None
+
+    def _report(self, job, st: str, elapsed: float):
+        line = f"[qdiff] {self.label} job {_job_id(job)}: {st} ({elapsed:.0f} s)"
+        log.info(line)
+        if self.progress is True or (self.progress == "auto" and elapsed > self.progress_after):
+            print(line, file=sys.stderr, flush=True)
+
+
+def _job_id(job) -> str:
+    try:
+        return str(job.job_id())
+    except Exception:  # noqa: BLE001 - an id is only for messages
+        return "?"
+
+
+def _try_cancel(job):
+    try:
+        job.cancel()
+    except Exception:  # noqa: BLE001 - best effort; the timeout error follows anyway
+        log.warning("could not cancel job %s", _job_id(job))
+
+
+def _error_message(job) -> str:
+    getter = getattr(job, "error_message", None)
+    if getter is not None:
+        try:
+            msg = getter()
+            if msg:
+                return str(msg)
+        except Exception:  # noqa: BLE001
+            pass
+    try:
+        job.result()
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"
+    return "unknown error"

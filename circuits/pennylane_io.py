@@ -1,0 +1,316 @@
+"""Conversion between qdiff circuits/observables and PennyLane tapes/operators (PennyLane is
+imported lazily).
+
+* :func:`to_pennylane` ``(circuit, theta) -> qml.tape.QuantumScript`` with the measurements; a
+  ``(B, P)`` theta becomes broadcast gate parameters of shape ``(B,)``.
+* :func:`from_pennylane` ``(tape) -> Recorded`` (circuit, theta, batch shape), every numeric
+  gate parameter becoming a theta column.
+* :func:`to_pennylane_observable` / :func:`from_pennylane_observable`: observables both ways,
+  including ``qml.Hamiltonian``/``LinearCombination``, ``Sum``, ``Prod``, ``SProd``, ``Hermitian``.
+
+Both sides use the same conventions (wire 0 = most significant bit, same gate definitions), so
+gates map one to one by name; gates PennyLane lacks are decomposed or become ``QubitUnitary``.
+
+>>> import torch, qdiff as qd
+>>> H = to_pennylane_observable(0.5 * qd.Z(0) @ qd.Z(1) - 0.2 * qd.X(1))
+>>> from_pennylane_observable(H)
+0.5 * Z(0) @ Z(1) + -0.2 * X(1)
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from qdiff.circuits.circuit import Circuit, Recorded, StatePrep
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.gates import GATES, multirz_gate, paulirot_gate, unitary_gate
+from qdiff.circuits.measurements import Measurement
+from qdiff.circuits.observables import Hermitian, Observable, observable_from_op
+from qdiff.circuits.operation import Operation, ParamRef
+
+# qdiff gate name -> PennyLane class name (parameters in the same order and convention)
+_TO_PL = {
+    "id": "Identity", "x": "PauliX", "y": "PauliY", "z": "PauliZ", "h": "Hadamard", "s": "S",
+    "t": "T", "sx": "SX", "rx": "RX", "ry": "RY", "rz": "RZ", "p": "PhaseShift", "u1": "U1",
+    "rot": "Rot", "u3": "U3", "u2": "U2", "cx": "CNOT", "cy": "CY", "cz": "CZ", "ch": "CH",
+    "swap": "SWAP", "iswap": "ISWAP", "ecr": "ECR", "ccx": "Toffoli", "cswap": "CSWAP",
+    "ccz": "CCZ", "crx": "CRX", "cry": "CRY", "crz": "CRZ", "cp": "ControlledPhaseShift",
+    "crot": "CRot", "rxx": "IsingXX", "ryy": "IsingYY", "rzz": "IsingZZ",
+    "single_excitation": "SingleExcitation", "double_excitation": "DoubleExcitation",
+    "multirz": "MultiRZ",
+}
+_ADJOINT_OF = {"sdg": "S", "tdg": "T", "sxdg": "SX", "iswapdg": "ISWAP"}
+_ADJOINT_FROM_PL = {v: k for k, v in _ADJOINT_OF.items()}
+_FROM_PL = {v: k for k, v in _TO_PL.items()}
+_FROM_PL.update({"CZ": "cz", "CPhase": "cp", "MultiRZ": "multirz"})
+_PAULI_CLASS = {"X": "PauliX", "Y": "PauliY", "Z": "PauliZ"}
+
+
+# -- observables -------------------------------------------------------------------------------
+
+
+def to_pennylane_observable(obs: Observable, wire_map=None):
+    """A PennyLane operator for ``obs`` (``wire_map``: qdiff wire -> PennyLane wire)."""
+    import pennylane as qml
+    wm = (lambda w: w) if wire_map is None else (lambda w: wire_map[w])
+    coeffs = obs.real_coeffs().detach().cpu().numpy().astype(float)
+    ops = []
+    for term in obs.terms:
+        factors = []
+        for f in term:
+            if f.kind == "M":
+                factors.append(qml.Hermitian(f.matrix.detach().cpu().numpy(),
+                                             wires=[wm(w) for w in f.wires]))
+            else:
+                factors.append(getattr(qml, _PAULI_CLASS[f.kind])(wm(f.wires[0])))
+        if not factors:
+            any_wire = wm(obs.wires[0]) if obs.wires else 0
+            factors = [qml.Identity(any_wire)]
+        ops.append(factors[0] if len(factors) == 1 else qml.prod(*factors))
+    if len(ops) == 1 and coeffs[0] == 1.0:
+        return ops[0]
+    return qml.Hamiltonian(coeffs.tolist(), ops)
+
+
+def _real(c) -> float:
+    c = complex(c)
+    if abs(c.imag) > 1e-10:
+        raise QdiffError(f"observable coefficient {c} is not real (not Hermitian)")
+    return c.real
+
+
+def from_pennylane_observable(op) -> Observable:
+    """A qdiff observable for a PennyLane operator (wires keep PennyLane's labels)."""
+    rep = getattr(op, "pauli_rep", None)
+    if rep is not None:
+        coeffs, terms = [], []
+        for word, c in rep.items():
+            coeffs.append(_real(c))
+            terms.append(Observable.pauli("I", None).terms[0] if not dict(word) else
+                         Observable.pauli(dict(word)[w], w).terms[0] if len(dict(word)) == 1
+                         else _word_term(dict(word)))
+        return Observable(coeffs, terms) if terms else Observable([0.0], [()])
+    name = type(op).__name__
+    if name == "Hermitian":
+        return Hermitian(np.asarray(op.data[0]), list(op.wires))
+    if name == "SProd":
+        return from_pennylane_observable(op.base) * _real(op.scalar)
+    if name in ("Sum", "LinearCombination", "Hamiltonian"):
+        coeffs, ops = op.terms()
+        total = None
+        for c, o in zip(coeffs, ops):
+            part = from_pennylane_observable(o) * _real(c)
+            total = part if total is None else total + part
+        return total
+    if name == "Prod":
+        out = None
+        for o in op.operands:
+            part = from_pennylane_observable(o)
+            out = part if out is None else out @ part
+        return out
+    if name == "Hadamard":
+        return observable_from_op(Operation(GATES["h"], tuple(op.wires)))
+    if getattr(op, "is_hermitian", False) and op.has_matrix:
+        return Hermitian(np.asarray(op.matrix()), list(op.wires))
+    raise QdiffError(f"cannot convert PennyLane operator {op!r} to an observable")
+
+
+def _word_term(word: dict) -> tuple:
+    obs = None
+    for w, letter in word.items():
+        part = Observable.pauli(letter, w)
+        obs = part if obs is None else obs @ part
+    return obs.terms[0]
+
+
+# -- circuits ----------------------------------------------------------------------------------
+
+
+def _angle(p, theta, interface: str, single: bool):
+    if not isinstance(p, ParamRef):
+        return float(p)
+    col = theta[:, p.index] * p.scale + p.offset
+    if interface == "numpy":
+        col = col.detach().cpu().numpy()
+    return col[0] if single else col
+
+
+def _pl_ops(op: Operation, angles: list, wires: list) -> list:
+    import pennylane as qml
+    name = op.name
+    if name in _ADJOINT_OF:
+        return [qml.adjoint(getattr(qml, _ADJOINT_OF[name])(wires=wires))]
+    if name == "paulirot":
+        return [qml.PauliRot(angles[0], op.gate.hyper[0], wires=wires)]
+    if name == "unitary":
+        return [qml.QubitUnitary(op.gate.hyper[0].detach().cpu().numpy(), wires=wires)]
+    if name in _TO_PL:
+        return [getattr(qml, _TO_PL[name])(*angles, wires=wires)]
+    return None  # caller decomposes
+
+
+def _emit(op: Operation, theta, interface, single, wire_of) -> list:
+    from qdiff.circuits.decompositions import decompose
+    angles = [_angle(p, theta, interface, single) for p in op.params]
+    out = _pl_ops(op, angles, [wire_of(w) for w in op.wires])
+    if out is not None:
+        return out
+    try:
+        subs = decompose(op)
+    except QdiffError:
+        subs = None
+    if subs:
+        return [o for s in subs for o in _emit(s, theta, interface, single, wire_of)]
+    import pennylane as qml  # no decomposition: the gate's (batched) matrix
+    m = op.gate.matrix(*[torch.as_tensor(a) for a in angles])
+    return [qml.QubitUnitary(m if interface == "torch" else m.detach().cpu().numpy(),
+                             wires=[wire_of(w) for w in op.wires])]
+
+
+def _pl_measurement(m: Measurement, wire_of, counts_as_samples: bool):
+    import pennylane as qml
+    wires = None if m.wires is None else [wire_of(w) for w in m.wires]
+    obs = None if m.obs is None else to_pennylane_observable(m.obs, _MapCall(wire_of))
+    if m.kind == "expval":
+        return qml.expval(obs)
+    if m.kind == "var":
+        return qml.var(obs)
+    if m.kind == "probs":
+        return qml.probs(wires=wires)
+    if m.kind == "state":
+        return qml.state()
+    if m.kind == "sample" or (m.kind == "counts" and counts_as_samples):
+        return qml.sample(obs) if obs is not None else qml.sample(wires=wires)
+    if m.kind == "counts":
+        return qml.counts(wires=wires)
+    raise QdiffError(f"measurement '{m.kind}' has no PennyLane equivalent")  # pragma: no cover
+
+
+class _MapCall(dict):
+    def __init__(self, fn):
+        super().__init__()
+        self._fn = fn
+
+    def __getitem__(self, k):
+        return self._fn(k)
+
+
+def to_pennylane(circuit: Circuit, theta=None, shots=None, initial_state=None,
+                 interface: str = "numpy", use_labels: bool = True, counts_as_samples=False):
+    """A ``qml.tape.QuantumScript`` for ``circuit`` bound to ``theta`` ``(B, P)`` or ``(P,)``.
+
+    ``B > 1`` gives broadcast parameters ``(B,)``; ``interface="torch"`` keeps torch tensors
+    (differentiable through PennyLane's torch interface). ``initial_state`` ``(B or 1, 2**n)``
+    becomes a leading ``StatePrep``. Wires are the circuit's labels (``use_labels``) or 0..n-1.
+    """
+    import pennylane as qml
+    if interface not in ("numpy", "torch"):
+        raise QdiffError(f"interface must be 'numpy' or 'torch'; got {interface!r}")
+    if theta is None:
+        if circuit.num_params:
+            raise QdiffError(f"to_pennylane: the circuit has {circuit.num_params} parameters; "
+                             "pass theta")
+        theta = torch.zeros(1, 0, dtype=torch.float64)
+    theta = torch.as_tensor(theta) if not isinstance(theta, torch.Tensor) else theta
+    theta = theta.reshape(1, -1) if theta.ndim == 1 else theta
+    if theta.ndim != 2 or theta.shape[1] != circuit.num_params:
+        raise QdiffError(f"to_pennylane: theta must have shape (B, {circuit.num_params}); got "
+                         f"{tuple(theta.shape)}")
+    labels = circuit.labels if use_labels else tuple(range(circuit.num_wires))
+    wire_of = labels.__getitem__
+    single = theta.shape[0] == 1
+    ops = []
+    if initial_state is not None:
+        st = initial_state if interface == "torch" else initial_state.detach().cpu().numpy()
+        ops.append(qml.StatePrep(st[0] if st.shape[0] == 1 else st, wires=list(labels)))
+    for op in circuit.operations:
+        ops.extend(_emit(op, theta, interface, single, wire_of))
+    meas = [_pl_measurement(m, wire_of, counts_as_samples) for m in circuit.measurements]
+    return qml.tape.QuantumScript(ops, meas, shots=shots)
+
+
+# -- from PennyLane ----------------------------------------------------------------------------
+
+
+def _param_tensor(p) -> torch.Tensor:
+    if isinstance(p, torch.Tensor):
+        return p if p.dtype.is_floating_point else p.to(torch.float64)
+    return torch.as_tensor(np.asarray(p, dtype=float))
+
+
+def _qdiff_ops(op) -> list:
+    """Recorded-style operations (tensor angles, PennyLane wire labels) for one PennyLane op."""
+    name = type(op).__name__
+    wires = tuple(op.wires)
+    if name.startswith("Adjoint") and type(op.base).__name__ in _ADJOINT_FROM_PL:
+        return [Operation(GATES[_ADJOINT_FROM_PL[type(op.base).__name__]], wires, ())]
+    if name == "PauliRot":
+        return [Operation(paulirot_gate(op.hyperparameters["pauli_word"]), wires,
+                          (_param_tensor(op.data[0]),))]
+    if name == "MultiRZ":
+        return [Operation(multirz_gate(len(wires)), wires, (_param_tensor(op.data[0]),))]
+    if name == "QubitUnitary":
+        u = op.data[0]
+        if getattr(u, "ndim", 2) == 2:
+            return [Operation(unitary_gate(torch.as_tensor(np.asarray(u))), wires, ())]
+    if name in _FROM_PL:
+        gate = GATES[_FROM_PL[name]]
+        return [Operation(gate, wires, tuple(_param_tensor(p) for p in op.data))]
+    if name in ("Barrier", "Snapshot"):
+        return []
+    if op.has_decomposition:
+        return [o for sub in op.decomposition() for o in _qdiff_ops(sub)]
+    if op.has_matrix and not op.data:
+        return [Operation(unitary_gate(torch.as_tensor(np.asarray(op.matrix()))), wires, ())]
+    raise QdiffError(f"from_pennylane: operation {op!r} has no qdiff equivalent and no "
+                     "decomposition")
+
+
+def _qdiff_measurement(mp) -> Measurement:
+    kind = {"ExpectationMP": "expval", "VarianceMP": "var", "ProbabilityMP": "probs",
+            "SampleMP": "sample", "CountsMP": "counts", "StateMP": "state"}.get(type(mp).__name__)
+    if kind is None:
+        raise QdiffError(f"from_pennylane: measurement {mp!r} is not supported")
+    obs = None if mp.obs is None else from_pennylane_observable(mp.obs)
+    if kind == "probs" and obs is not None:
+        raise QdiffError("from_pennylane: probs(op=...) is not supported; rotate the basis "
+                         "with gates and use probs(wires)")
+    wires = tuple(mp.wires) if obs is None and len(mp.wires) else None
+    if kind in ("expval", "var") and obs is None:
+        raise QdiffError(f"from_pennylane: {kind} needs an observable")
+    return Measurement(kind, obs, wires)
+
+
+def from_pennylane(tape, wires=None) -> Recorded:
+    """A :class:`Recorded` (circuit, theta ``(B, P)``, batch shape) for a PennyLane tape.
+
+    Every numeric gate parameter becomes a theta column (tensors requiring grad stay trainable);
+    ``wires`` fixes the wire order (default: the tape's). A leading ``StatePrep``/
+    ``AmplitudeEmbedding`` becomes the initial state; ``BasisState`` becomes X gates.
+    """
+    labels = tuple(tape.wires) if wires is None else tuple(wires)
+    items = []
+    for k, op in enumerate(tape.operations):
+        name = type(op).__name__
+        if name in ("StatePrep", "AmplitudeEmbedding", "MottonenStatePreparation"):
+            if k:
+                raise QdiffError("from_pennylane: state preparation must come first")
+            vec = _param_tensor(op.data[0]) if not torch.is_tensor(op.data[0]) else op.data[0]
+            vec = vec.to(torch.complex128)
+            prep_wires = tuple(op.wires)
+            if vec.shape[-1] != 2 ** len(prep_wires):
+                raise QdiffError(f"from_pennylane: {name} vector of length {vec.shape[-1]} "
+                                 f"on {len(prep_wires)} wires (pad/normalize it in PennyLane)")
+            items.append(StatePrep(vec / vec.abs().pow(2).sum(-1, keepdim=True).sqrt(),
+                                   prep_wires))
+            continue
+        if name == "BasisState":
+            bits = np.asarray(op.data[0]).astype(int).reshape(-1)
+            items.extend(Operation(GATES["x"], (w,), ()) for w, b in zip(op.wires, bits) if b)
+            continue
+        items.extend(_qdiff_ops(op))
+    items.extend(_qdiff_measurement(mp) for mp in tape.measurements)
+    try:
+        return Circuit.from_recording(items, labels)
+    except QdiffError as e:
+        raise QdiffError(f"from_pennylane: {e}") from None

@@ -1,0 +1,227 @@
+"""qd.device("aer"): exact mode against the torch statevector simulator (1e-10), shots within
+5 standard errors, noise against closed forms, one simulator run per execute, transpile cache."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import qdiff as qd
+from conftest import close_up_to_phase
+from qdiff import QdiffError, QdiffMemoryError
+from qdiff.circuits.circuit import Circuit
+from qdiff.circuits.gates import GATES
+from qdiff.circuits.measurements import Measurement
+from qdiff.circuits.observables import Observable
+from qdiff.circuits.operation import Operation, ParamRef
+
+
+def _mixed(x, w):
+    qd.Hadamard(0)
+    qd.RX(x, wires=0)
+    qd.RY(w[0], wires=1)
+    qd.CNOT([0, 1])
+    qd.CRZ(w[1], wires=[1, 2])
+    qd.Rot(w[0], x, w[1], wires=2)
+    qd.IsingXX(w[2], wires=[0, 2])
+    qd.SingleExcitation(x, wires=[1, 2])
+    qd.PauliRot(w[1], "XYZ", wires=[0, 1, 2])
+    qd.CRY(x, wires=[2, 0])
+    qd.ControlledPhaseShift(w[2], wires=[0, 1])
+    qd.S(1)
+    qd.T(2)
+    qd.SX(0)
+    qd.ISWAP([1, 2])
+    qd.U3(x, w[0], w[1], wires=1)
+
+
+def _measured(x, w):
+    _mixed(x, w)
+    return [qd.expval(qd.Z(0) @ qd.X(1) - 0.3 * qd.Y(2) + 0.2),
+            qd.var(0.5 * qd.X(0) + qd.Z(2)),
+            qd.expval(qd.Hermitian(torch.tensor([[1.0, 2.0 - 1j], [2.0 + 1j, -0.5]]), wires=1))]
+
+
+X = torch.tensor([0.1, 0.7, -1.3, 2.2], dtype=torch.float64)
+W = torch.tensor([0.4, -0.9, 1.7], dtype=torch.float64)
+
+
+def test_exact_matches_statevector_to_1e10():
+    dev = qd.device("aer", wires=3)
+    got = qd.qnode(dev)(_measured)(X, W)
+    ref = qd.qnode(qd.device("statevector", wires=3))(_measured)(X, W)
+    assert torch.allclose(got, ref, atol=1e-10, rtol=0)
+    assert dev.jobs_submitted == 1  # four bindings, three measurements: one simulator run
+
+
+@pytest.mark.parametrize("gate", ["crx", "cry", "crz", "cp", "crot"])
+def test_controlled_rotations_with_bound_parameters(gate):
+    """Aer 0.18 miscomputes parametrized controlled rotations bound through parameter_binds;
+    qdiff compiles them away, so the result must equal the statevector's."""
+    g = GATES[gate]
+
+    def f(t):
+        qd.Hadamard(0)
+        qd.RY(0.7, wires=1)
+        g(*([t] * g.num_params), wires=[0, 1])
+        return [qd.expval(qd.Y(1)), qd.expval(qd.X(0) @ qd.X(1))]
+    t = torch.tensor([0.3, 1.1, -2.0], dtype=torch.float64)
+    got = qd.qnode(qd.device("aer", wires=2))(f)(t)
+    ref = qd.qnode(qd.device("statevector", wires=2))(f)(t)
+    assert torch.allclose(got, ref, atol=1e-10, rtol=0)
+
+
+def test_probs_and_state_exact():
+    def f(x, w):
+        _mixed(x, w)
+        return qd.probs(wires=[2, 0])
+
+    def s(x, w):
+        _mixed(x, w)
+        return qd.state()
+    dev = qd.device("aer", wires=3, method="statevector")
+    sv = qd.device("statevector", wires=3)
+    assert torch.allclose(qd.qnode(dev)(f)(X, W), qd.qnode(sv)(f)(X, W), atol=1e-10, rtol=0)
+    got, ref = qd.qnode(dev)(s)(X, W), qd.qnode(sv)(s)(X, W)
+    assert all(close_up_to_phase(a, b) for a, b in zip(got, ref))  # transpiling drops phases
+
+
+def test_affine_and_shared_parameters():
+    """ParamRef scale/offset (as produced by compiled circuits) and a column used twice."""
+    ops = (Operation(GATES["rx"], (0,), (ParamRef(0, 2.0, 0.5),)),
+           Operation(GATES["ry"], (1,), (ParamRef(0, -1.0, 0.0),)),
+           Operation(GATES["cx"], (0, 1)),
+           Operation(GATES["rz"], (1,), (ParamRef(1, 0.5, -0.25),)))
+    meas = (Measurement("expval", Observable.pauli("Z", 0) @ Observable.pauli("X", 1)),
+            Measurement("expval", Observable.pauli("Y", 1)))
+    c = Circuit(2, ops, meas, 2)
+    theta = torch.tensor([[0.3, 1.0], [-0.8, 2.5]], dtype=torch.float64)
+    got = qd.device("aer", wires=2).execute(c, theta)
+    ref = qd.device("statevector", wires=2).execute(c, theta)
+    for a, b in zip(got, ref):
+        assert torch.allclose(a, b, atol=1e-10, rtol=0)
+
+
+def test_initial_states_per_row_in_one_run():
+    def f(v, w):
+        qd.AmplitudeEmbedding(v, wires=[0, 1], normalize=True)
+        qd.RY(w, wires=0)
+        qd.CNOT([0, 1])
+        return qd.expval(qd.Z(1) + 0.5 * qd.X(0))
+    gen = torch.Generator().manual_seed(3)
+    v = torch.rand(3, 4, generator=gen, dtype=torch.float64) + 0.1
+    w = torch.tensor([0.2, -0.4, 1.0], dtype=torch.float64)
+    dev = qd.device("aer", wires=2)
+    got = qd.qnode(dev)(f)(v, w)
+    ref = qd.qnode(qd.device("statevector", wires=2))(f)(v, w)
+    assert torch.allclose(got, ref, atol=1e-10, rtol=0)
+    assert dev.jobs_submitted == 1
+
+
+def test_transpile_cache_reused_across_parameter_values():
+    dev = qd.device("aer", wires=3)
+    f = qd.qnode(dev)(_measured)
+    f(X, W)
+    f(X + 0.3, W * 2)
+    assert dev.transpile_cache.misses == 1 and dev.transpile_cache.hits == 1
+
+
+def test_shots_within_five_standard_errors():
+    shots = 4000
+    dev = qd.device("aer", wires=3, shots=shots, seed=11)
+
+    def f(x, w):
+        _mixed(x, w)
+        return [qd.expval(qd.Z(0)), qd.expval(qd.X(1) @ qd.Y(2))]
+
+    def v(x, w):
+        _mixed(x, w)
+        return [qd.var(qd.Z(0)), qd.var(qd.X(1) @ qd.Y(2))]
+    got = qd.qnode(dev)(f)(X, W)
+    sv = qd.device("statevector", wires=3)
+    ref = qd.qnode(sv)(f)(X, W)
+    se = (qd.qnode(sv)(v)(X, W) / shots).sqrt()
+    assert ((got - ref).abs() <= 5 * se + 1e-12).all()
+    assert dev.jobs_submitted == 1  # both bases in one Sampler job
+
+
+def test_shots_probs_samples_counts_and_seed():
+    def f(x):
+        qd.RX(x, wires=0)
+        qd.CNOT([0, 1])
+        return [qd.probs(wires=[0, 1]), qd.sample(wires=[1, 0]), qd.sample(qd.Z(0) @ qd.Z(1))]
+    x = torch.tensor([0.4, 2.0], dtype=torch.float64)
+    p, bits, zz = qd.qnode(qd.device("aer", wires=2, shots=3000, seed=5))(f)(x)
+    assert bits.shape == (2, 3000, 2) and zz.shape == (2, 3000)
+    assert torch.equal(zz, torch.ones_like(zz))  # ZZ = +1 on a Bell-type state
+    assert torch.equal(bits[..., 0], bits[..., 1])
+    p_ref = torch.stack([torch.cos(x / 2) ** 2, torch.zeros(2), torch.zeros(2),
+                         torch.sin(x / 2) ** 2], dim=-1)
+    assert ((p - p_ref).abs() <= 5 * (p_ref * (1 - p_ref) / 3000).sqrt() + 1e-9).all()
+    again = qd.qnode(qd.device("aer", wires=2, shots=3000, seed=5))(f)(x)
+    assert torch.equal(again[1], bits)
+
+    def g():
+        qd.PauliX(0)
+        return qd.counts(wires=[0, 1])
+    assert qd.qnode(qd.device("aer", wires=2, shots=50))(g)() == {"10": 50}
+
+
+def test_depolarizing_noise_matches_closed_form():
+    """rho -> (1-p) rho + p I/2 after the RX: <Z> = (1-p) cos(theta), exactly (density matrix)."""
+    from qiskit_aer.noise import NoiseModel, depolarizing_error
+    p = 0.2
+    nm = NoiseModel()
+    nm.add_all_qubit_quantum_error(depolarizing_error(p, 1), ["rx"])
+    dev = qd.device("aer", wires=1, method="density_matrix", noise_model=nm)
+    t = torch.tensor([0.0, 0.9, 2.5], dtype=torch.float64)
+    got = qd.qnode(dev)(lambda t: (qd.RX(t, wires=0), qd.expval(qd.Z(0)))[1])(t)
+    assert torch.allclose(got, (1 - p) * torch.cos(t), atol=1e-10, rtol=0)
+
+
+def test_parameter_shift_gradients_match_backprop():
+    def f(x, w):
+        _mixed(x, w)
+        return qd.expval(qd.Z(0) @ qd.X(1) - 0.3 * qd.Y(2))
+    x, w = X.clone().requires_grad_(), W.clone().requires_grad_()
+    dev = qd.device("aer", wires=3)
+    gx, gw = torch.autograd.grad(qd.qnode(dev)(f)(x, w).sum(), [x, w])
+    rx, rw = torch.autograd.grad(qd.qnode(qd.device("statevector", wires=3),
+                                          diff_method="backprop")(f)(x, w).sum(), [x, w])
+    assert torch.allclose(gx, rx, atol=1e-9) and torch.allclose(gw, rw, atol=1e-9)
+    assert dev.jobs_submitted == 2  # forward + every shift of the backward pass
+
+
+def test_errors():
+    with pytest.raises(QdiffError, match="unknown Aer method 'fast'"):
+        qd.device("aer", wires=2, method="fast")
+    with pytest.raises(QdiffMemoryError, match="40 qubits"):
+        qd.device("aer", wires=40)
+    with pytest.raises(QdiffError, match="noise_model must be"):
+        qd.device("aer", wires=1, noise_model="lots")
+    with pytest.raises(QdiffError, match="sample\\(\\) needs a device with shots"):
+        qd.qnode(qd.device("aer", wires=1))(lambda: qd.sample(wires=[0]))()
+    with pytest.raises(QdiffError, match="state\\(\\) is not available"):
+        qd.qnode(qd.device("aer", wires=1, shots=10))(lambda: qd.state())()
+    with pytest.raises(QdiffError, match="sample\\(op\\).*commute"):
+        qd.qnode(qd.device("aer", wires=1, shots=10))(lambda: qd.sample(qd.X(0) + qd.Z(0)))()
+
+
+def test_qdiff_import_does_not_import_qiskit():
+    import subprocess
+    import sys
+    code = ("import sys, qdiff as qd; qd.device('statevector', wires=1); "
+            "print(any(m.split('.')[0] in ('qiskit', 'qiskit_aer', 'pennylane') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_repr():
+    assert repr(qd.device("aer", wires=2, shots=10)) == \
+        "<AerBackend wires=2, shots=10, method='automatic'>"
+    assert math.isfinite(float(qd.qnode(qd.device("aer", wires=1))(
+        lambda: (qd.Hadamard(0), qd.expval(qd.X(0)))[1])()))
+    assert np.isclose(float(qd.qnode(qd.device("aer", wires=1))(
+        lambda: (qd.Hadamard(0), qd.expval(qd.X(0)))[1])()), 1.0)

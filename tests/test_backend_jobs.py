@@ -1,0 +1,172 @@
+"""Job handling shared by the Aer and IBM backends: retries with backoff, timeout and cancel,
+failed/cancelled jobs, progress lines, secret scrubbing (fake job objects; no network)."""
+from __future__ import annotations
+
+import pytest
+
+from qdiff import QdiffError
+from qdiff.backends.runtime_jobs import JobRunner, is_transient, register_secret, scrub
+
+
+class FakeJob:
+    """Walks through ``statuses`` (one per status() call, the last one repeats)."""
+
+    def __init__(self, statuses, result=42, error=None, jid="job-1"):
+        self.statuses = list(statuses)
+        self._result, self._error, self.jid = result, error, jid
+        self.cancelled = False
+
+    def status(self):
+        return self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+
+    def result(self):
+        if self._error:
+            raise RuntimeError(self._error)
+        return self._result
+
+    def job_id(self):
+        return self.jid
+
+    def cancel(self):
+        self.cancelled = True
+        self.statuses = ["CANCELLED"]
+
+    def error_message(self):
+        return self._error
+
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+        self.sleeps = []
+
+    def sleep(self, s):
+        self.sleeps.append(s)
+        self.t += s
+
+    def now(self):
+        return self.t
+
+
+def runner(**kw):
+    c = Clock()
+    return JobRunner("test backend", sleep=c.sleep, clock=c.now, **kw), c
+
+
+def test_waits_until_done_and_counts_jobs():
+    r, c = runner()
+    assert r.run(lambda: FakeJob(["QUEUED", "RUNNING", "RUNNING", "DONE"])) == 42
+    assert r.run(lambda: FakeJob(["DONE"], result=7)) == 7
+    assert r.jobs_submitted == 2 and r.job_ids == ["job-1", "job-1"]
+    assert len(c.sleeps) == 3  # one poll per non-final status
+
+
+def test_jobstatus_enums_are_understood():
+    from qiskit.providers import JobStatus
+    r, _ = runner()
+    assert r.run(lambda: FakeJob([JobStatus.RUNNING, JobStatus.DONE])) == 42
+
+
+def test_timeout_cancels_the_job_and_names_it():
+    r, c = runner(timeout=5)
+    job = FakeJob(["QUEUED"], jid="slow-9")
+    with pytest.raises(QdiffError, match=r"slow-9 did not finish within 5 s \(last status QUEUED\)"):
+        r.run(lambda: job)
+    assert job.cancelled and c.t > 5
+
+
+def test_failed_job_reports_the_error_message():
+    r, _ = runner()
+    with pytest.raises(QdiffError, match="job-1 failed: calibration error on qubit 3"):
+        r.run(lambda: FakeJob(["RUNNING", "ERROR"], error="calibration error on qubit 3"))
+
+
+def test_cancelled_job_is_an_error():
+    r, _ = runner()
+    with pytest.raises(QdiffError, match="job-1 was cancelled"):
+        r.run(lambda: FakeJob(["CANCELLED"]))
+
+
+def test_result_exception_becomes_qdiff_error():
+    r, _ = runner()
+    with pytest.raises(QdiffError, match="RuntimeError: boom"):
+        r.run(lambda: FakeJob(["DONE"], error="boom"))
+
+
+def test_transient_submission_failures_are_retried_with_backoff():
+    r, c = runner(max_retries=3, backoff=0.5)
+    calls = []
+
+    def submit():
+        calls.append(1)
+        if len(calls) < 3:
+            raise ConnectionError("connection reset")
+        return FakeJob(["DONE"])
+    assert r.run(submit) == 42
+    assert len(calls) == 3 and c.sleeps[:2] == [0.5, 1.0]
+    assert r.jobs_submitted == 1
+
+
+def test_retries_give_up_with_a_clear_error():
+    r, c = runner(max_retries=2, backoff=1.0)
+
+    def submit():
+        raise TimeoutError("read timed out")
+    with pytest.raises(QdiffError, match="submission failed after retries: TimeoutError"):
+        r.run(submit)
+    assert c.sleeps == [1.0, 2.0] and r.jobs_submitted == 0
+
+
+def test_permanent_submission_failure_is_not_retried():
+    r, c = runner(max_retries=5)
+    calls = []
+
+    def submit():
+        calls.append(1)
+        raise ValueError("circuit is not ISA")
+    with pytest.raises(QdiffError, match="submission failed: ValueError: circuit is not ISA"):
+        r.run(submit)
+    assert len(calls) == 1 and c.sleeps == []
+
+
+def test_transient_classification():
+    class RequestsApiError(Exception):
+        status_code = 503
+
+    class Forbidden(Exception):
+        status_code = 403
+    assert is_transient(ConnectionError()) and is_transient(RequestsApiError())
+    assert not is_transient(Forbidden()) and not is_transient(ValueError())
+
+
+def test_progress_lines_go_to_stderr(capsys):
+    r, _ = runner(progress=True)
+    r.run(lambda: FakeJob(["QUEUED", "RUNNING", "DONE"], jid="abc"))
+    err = capsys.readouterr().err
+    assert "test backend job abc: QUEUED" in err and "job abc: DONE" in err
+    r2, _ = runner(progress=False)
+    r2.run(lambda: FakeJob(["QUEUED", "DONE"]))
+    assert capsys.readouterr().err == ""
+
+
+def test_registered_secrets_are_scrubbed_from_errors():
+    secret = "tok-SECRET-123456"
+    register_secret(secret)
+    assert scrub(f"bad token {secret}!") == "bad token ***!"
+    r, _ = runner(max_retries=0)
+
+    def submit():
+        raise RuntimeError(f"401 for token {secret}")
+    with pytest.raises(QdiffError) as info:
+        r.run(submit)
+    assert secret not in str(info.value) and "***" in str(info.value)
+    with pytest.raises(QdiffError) as info:
+        r.run(lambda: FakeJob(["ERROR"], error=f"auth {secret}"))
+    assert secret not in str(info.value)
+
+
+def test_bad_runner_options():
+    with pytest.raises(QdiffError, match="timeout"):
+        JobRunner("x", timeout=0)
+    with pytest.raises(QdiffError, match="max_retries"):
+        JobRunner("x", max_retries=-1)
