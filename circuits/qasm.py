@@ -36,7 +36,25 @@ def parse_qiskit(text: str, filename: str = "<string>"):
         m = _LINE.search(msg)
         line = f":{m.group(1)}" if m else ""
         msg = re.sub(r"^<input>:\d+,\d+:\s*|^\d+,\d+:\s*", "", msg)
-        raise QdiffParseError(f"{filename}{line}: {msg}") from None
+        if not m:
+            token = _offending_token(exc)   # OpenQASM 3 syntax errors carry it in the chain
+            if token is not None:
+                line = f":{token.line}"
+                msg = msg or f"syntax error at '{token.text}'"
+        raise QdiffParseError(f"{filename}{line}: {msg or type(exc).__name__}") from None
+
+
+def _offending_token(exc):
+    """The ANTLR token an OpenQASM 3 syntax error stopped at (None if not found)."""
+    seen = 0
+    while exc is not None and seen < 10:
+        for a in (exc, *getattr(exc, "args", ())):
+            tok = getattr(a, "offendingToken", None)
+            if tok is not None and getattr(tok, "line", None):
+                return tok
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
 
 
 def loads(text: str, filename: str = "<string>") -> QiskitImport:
@@ -45,7 +63,21 @@ def loads(text: str, filename: str = "<string>") -> QiskitImport:
     try:
         return from_qiskit(qc)
     except QdiffError as exc:
-        raise QdiffError(f"{filename}: {exc}") from None
+        raise QdiffError(f"{filename}{_line_of(text, str(exc))}: {exc}") from None
+
+
+_CONSTRUCTS = (("classically controlled", r"^\s*(if|while|for|switch)\b"),
+               ("reset", r"^\s*reset\b"), ("mid-circuit measurement", r"^\s*measure\b"))
+
+
+def _line_of(text: str, message: str) -> str:
+    """':N' for the first source line with the construct an import error complains about."""
+    for key, pattern in _CONSTRUCTS:
+        if key in message:
+            m = re.search(pattern, text, flags=re.MULTILINE)
+            if m:
+                return f":{text.count(chr(10), 0, m.start()) + 1}"
+    return ""
 
 
 def load(path) -> QiskitImport:

@@ -25,6 +25,7 @@ from qdiff.backends.base import Backend, device
 from qdiff.qnode import QNode, qnode
 from qdiff.draw import draw
 from qdiff.hybrid import QuantumLayer
+from qdiff.compiler import compile  # noqa: A001  (shadows the builtin inside this module only)
 
 __version__ = "0.1.0"
 

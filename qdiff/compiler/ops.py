@@ -1,0 +1,111 @@
+"""Small helpers the passes share: gate classification, constant matrices, counts.
+
+A *constant* operation has only float angles; a *parametric* one has at least one
+:class:`~qdiff.circuits.operation.ParamRef` and is never folded into a matrix.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from qdiff.circuits.gates import GATES
+from qdiff.circuits.operation import Operation, ParamRef
+
+TWO_PI = 2.0 * math.pi
+# one-qubit gates diagonal in Z (commute through a CX control) and "X-like" ones (commute
+# through a CX target); wire types drive the commutation rule in ``commute.py``.
+Z_TYPE = {"rz", "p", "u1", "z", "s", "sdg", "t", "tdg", "id"}
+X_TYPE = {"rx", "x", "sx", "sxdg"}
+# two-qubit gates by the type they have on (first wire, second wire)
+TWO_Q_TYPES = {"cx": ("z", "x"), "cz": ("z", "z"), "cp": ("z", "z"), "crz": ("z", "z"),
+               "rzz": ("z", "z"), "rxx": ("x", "x"), "crx": ("z", "x")}
+
+
+def is_constant(op: Operation) -> bool:
+    return not any(isinstance(p, ParamRef) for p in op.params)
+
+
+def wire_type(op: Operation, wire: int) -> str:
+    """'z', 'x' or '' (neither) for ``op`` on ``wire``."""
+    if len(op.wires) == 1:
+        return "z" if op.name in Z_TYPE else "x" if op.name in X_TYPE else ""
+    types = TWO_Q_TYPES.get(op.name)
+    if types is None or len(op.wires) != 2:
+        return ""
+    return types[op.wires.index(wire)]
+
+
+def commute(a: Operation, b: Operation) -> bool:
+    """True when ``a`` and ``b`` provably commute (disjoint, or matching type on shared wires)."""
+    shared = set(a.wires) & set(b.wires)
+    for w in shared:
+        ta = wire_type(a, w)
+        if not ta or ta != wire_type(b, w):
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=65536)
+def _const_matrix(gate, params: tuple) -> np.ndarray:
+    m = gate.matrix(*params)
+    return np.asarray(m.detach().numpy() if hasattr(m, "detach") else m, dtype=complex)
+
+
+def matrix(op: Operation) -> np.ndarray:
+    """The ``(2**k, 2**k)`` matrix of a constant op (wire order = ``op.wires``)."""
+    return _const_matrix(op.gate, tuple(float(p) for p in op.params))
+
+
+def cx_count(ops) -> int:
+    """Two-qubit gate count (what the compiler minimizes)."""
+    return sum(1 for op in ops if len(op.wires) >= 2)
+
+
+def depth(ops, num_wires: int) -> int:
+    level = [0] * max(num_wires, 1)
+    for op in ops:
+        d = 1 + max(level[w] for w in op.wires)
+        for w in op.wires:
+            level[w] = d
+    return max(level) if ops else 0
+
+
+def op(name: str, wires, params=()) -> Operation:
+    return Operation(GATES[name], tuple(wires), tuple(params))
+
+
+def wrap_angle(a: float) -> float:
+    """Angle in (-pi, pi]."""
+    a = math.fmod(a, TWO_PI)
+    if a <= -math.pi:
+        a += TWO_PI
+    elif a > math.pi:
+        a -= TWO_PI
+    return a
+
+
+def is_zero_angle(p, period: float = TWO_PI, tol: float = 1e-12) -> bool:
+    if isinstance(p, ParamRef):
+        return p.scale == 0.0 and is_zero_angle(p.offset, period, tol)
+    r = math.fmod(float(p), period)
+    return min(abs(r), abs(abs(r) - period)) < tol
+
+
+def add_angles(a, b):
+    """Sum of two angles (floats or ParamRefs on one column); None when not affine."""
+    if isinstance(a, ParamRef) and isinstance(b, ParamRef):
+        if a.index != b.index:
+            return None
+        return ParamRef(a.index, a.scale + b.scale, a.offset + b.offset)
+    if isinstance(a, ParamRef):
+        return a + float(b)
+    if isinstance(b, ParamRef):
+        return b + float(a)
+    return float(a) + float(b)
+
+
+def is_identity_up_to_phase(u: np.ndarray, tol: float = 1e-12) -> bool:
+    d = u.shape[0]
+    return abs(abs(np.trace(u)) / d - 1.0) < tol and np.allclose(u, u[0, 0] * np.eye(d), atol=1e-9)

@@ -1,0 +1,54 @@
+"""Exact synthesis helpers: Qiskit's KAK (two qubits) and Shannon decomposition (more).
+
+Matrices are big-endian in the order of ``wires`` (qdiff's convention); Qiskit reads them
+little-endian, so Qiskit qubit ``i`` is ``wires[k - 1 - i]``.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from qdiff.circuits.errors import QdiffError
+from qdiff.compiler.ops import op
+
+
+@functools.lru_cache(maxsize=1)
+def _kak():
+    from qiskit.circuit.library import CXGate
+    from qiskit.synthesis import TwoQubitBasisDecomposer
+    return TwoQubitBasisDecomposer(CXGate())
+
+
+def kak_cx_count(u: np.ndarray) -> int:
+    return int(_kak().num_basis_gates(u))
+
+
+def kak(u: np.ndarray, wires) -> list:
+    """Optimal (<= 3 CX) circuit for a 4x4 unitary ``u`` on ``wires``."""
+    return from_qiskit_ops(_kak()(u), wires)
+
+
+def shannon(u: np.ndarray, wires) -> list:
+    """Quantum Shannon decomposition of a ``2**k`` unitary (k >= 3), then basis cx/u3."""
+    from qiskit import transpile
+    from qiskit.synthesis import qs_decomposition
+    qc = transpile(qs_decomposition(u), basis_gates=["cx", "u3"], optimization_level=1)
+    return from_qiskit_ops(qc, wires)
+
+
+_NAMES = {"u": "u3", "u3": "u3", "cx": "cx", "rz": "rz", "ry": "ry", "rx": "rx", "sx": "sx",
+          "x": "x", "h": "h", "p": "p", "u1": "u1", "s": "s", "sdg": "sdg", "z": "z", "y": "y",
+          "t": "t", "tdg": "tdg", "cz": "cz", "sxdg": "sxdg", "id": "id", "ecr": "ecr"}
+
+
+def from_qiskit_ops(qc, wires) -> list:
+    k = len(wires)
+    out = []
+    for inst in qc.data:
+        name = _NAMES.get(inst.operation.name)
+        if name is None:
+            raise QdiffError(f"synthesis produced unexpected gate '{inst.operation.name}'")
+        ws = tuple(wires[k - 1 - qc.find_bit(q).index] for q in inst.qubits)
+        out.append(op(name, ws, tuple(float(p) for p in inst.operation.params)))
+    return out

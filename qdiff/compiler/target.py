@@ -1,0 +1,105 @@
+"""``--target``: layout and routing by Qiskit's preset pass manager for an IBM (fake) device.
+
+The routed circuit is compressed to the physical qubits it uses (so it can be verified and
+optimized like any small circuit); qdiff then optimizes it in the device basis, respecting the
+device's coupling (passes never put a two-qubit gate on a new pair) and gate directions, and
+``Routed.expand`` maps the result back onto the device's qubits.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from qdiff.circuits.circuit import Circuit
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.operation import Operation
+from qdiff.compiler.basis import Basis, parse_basis
+from qdiff.compiler.ops import matrix
+from qdiff.compiler.synth import from_qiskit_ops
+
+
+@dataclass
+class Routed:
+    name: str
+    circuit: Circuit          # on the active qubits 0..m-1
+    physical: tuple           # physical qubit of each active wire
+    num_physical: int
+    basis: Basis
+    allowed: frozenset        # (a, b) pairs (active indices) the two-qubit gate may act on
+    measurements: list        # [(physical qubit, clbit)]
+    num_clbits: int
+
+    def expand(self, c: Circuit) -> Circuit:
+        ops = tuple(Operation(o.gate, tuple(self.physical[w] for w in o.wires), o.params)
+                    for o in c.operations)
+        return Circuit(self.num_physical, ops, c.measurements, c.num_params)
+
+
+def fake_backend(name: str):
+    from qiskit_ibm_runtime import fake_provider as fp
+    key = name.lower().replace("ibm_", "").replace("fake_", "").replace("fake", "").strip("_ ")
+    for attr in dir(fp):
+        if attr.startswith("Fake") and not attr.endswith("V2") and attr[4:].lower() == key:
+            return getattr(fp, attr)()
+    known = sorted(a[4:].lower() for a in dir(fp) if a.startswith("Fake") and
+                   not a.endswith(("V2", "Backend")))
+    raise QdiffError(f"unknown target device '{name}' (offline fake devices: "
+                     f"{', '.join(known)})")
+
+
+def route(imp, name: str, seed: int = 0) -> Routed:
+    from qiskit.transpiler import generate_preset_pass_manager
+    from qdiff.circuits.qiskit_io import from_qiskit, to_qiskit
+    backend = fake_backend(name)
+    qc = to_qiskit(imp.circuit)
+    if imp.measurements:
+        from qiskit import ClassicalRegister
+        creg = ClassicalRegister(max(imp.num_clbits, 1 + max(c for _, c in imp.measurements)))
+        qc.add_register(creg)
+        for q, c in imp.measurements:
+            qc.measure(q, creg[c])
+    pm = generate_preset_pass_manager(optimization_level=1, backend=backend, seed_transpiler=seed)
+    r = from_qiskit(pm.run(qc))
+    used = sorted({w for o in r.circuit.operations for w in o.wires} |
+                  {q for q, _ in r.measurements})
+    loc = {p: i for i, p in enumerate(used)}
+    ops = tuple(Operation(o.gate, tuple(loc[w] for w in o.wires), o.params)
+                for o in r.circuit.operations)
+    names = [n for n in backend.target.operation_names if n in _KNOWN]
+    basis = parse_basis(names)
+    allowed = frozenset((loc[a], loc[b]) for a, b in backend.target[basis.two_q].keys()
+                        if a in loc and b in loc)
+    return Routed(backend.name, Circuit(len(used), ops, (), r.circuit.num_params), tuple(used),
+                  r.circuit.num_wires, basis, allowed, list(r.measurements), r.num_clbits)
+
+
+_KNOWN = {"cx", "cz", "ecr", "rz", "sx", "x", "u", "u3", "p", "u1", "u2", "rx", "ry", "h"}
+
+
+def fix_directions(c: Circuit, routed: Routed, basis: Basis) -> Circuit:
+    """Re-orient two-qubit gates the device only supports the other way round."""
+    out = []
+    for o in c.operations:
+        if len(o.wires) == 2 and o.wires not in routed.allowed:
+            a, b = o.wires
+            if (b, a) not in routed.allowed:
+                raise QdiffError(f"target {routed.name}: no {basis.two_q} between physical "
+                                 f"qubits {routed.physical[a]} and {routed.physical[b]}")
+            out.extend(_oriented(o, (a, b), basis))
+        else:
+            out.append(o)
+    return c.with_operations(out)
+
+
+def _oriented(o, wires, basis: Basis) -> list:
+    """``o`` re-synthesized with the basis gate acting on ``(wires[1], wires[0])``."""
+    # Qiskit puts its basis gate on (qubit 0, qubit 1), which from_qiskit_ops maps to (b, a)
+    return from_qiskit_ops(_decomposer(basis.two_q)(matrix(o)), wires)
+
+
+@functools.lru_cache(maxsize=4)
+def _decomposer(two_q: str):
+    from qiskit.circuit.library import CXGate, CZGate, ECRGate
+    from qiskit.synthesis import TwoQubitBasisDecomposer
+    gate = {"cx": CXGate(), "cz": CZGate(), "ecr": ECRGate()}[two_q]
+    return TwoQubitBasisDecomposer(gate, euler_basis="ZSXX")

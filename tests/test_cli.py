@@ -1,0 +1,168 @@
+"""The ``qdiff compile`` command through ``main([...])``: outputs, reports, exit codes."""
+import io
+import json
+import os
+
+import pytest
+
+from qdiff.cli import main
+from qdiff.circuits import qasm
+
+GOOD = """OPENQASM 2.0;
+include "qelib1.inc";
+qreg q[3];
+creg c[3];
+h q[0];
+cx q[0],q[1];
+cx q[0],q[1];
+ccx q[0],q[1],q[2];
+t q[2];
+tdg q[2];
+measure q -> c;
+"""
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def one_line_error(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("qdiff: error: ") and "Traceback" not in err[0]
+    return err[0]
+
+
+def test_compile_file_to_file_keeps_measurements(tmp_path, capsys):
+    src = write(tmp_path, "in.qasm", GOOD)
+    out = str(tmp_path / "out.qasm")
+    assert main(["compile", src, "-o", out, "-O", "2"]) == 0
+    imp_in, imp_out = qasm.load(src), qasm.load(out)
+    assert imp_out.measurements == imp_in.measurements and imp_out.num_clbits == 3
+    from qdiff.compiler import equivalence
+    assert equivalence(imp_in.circuit, imp_out.circuit, "unitary").ok
+    table = capsys.readouterr().out
+    assert "CX in" in table and "yes (unitary)" in table
+
+
+def test_stdout_and_stdin(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO(GOOD))
+    assert main(["compile", "-", "--basis", "rz,sx,x,cx"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("OPENQASM 2.0;") and "sx" in captured.out
+    assert "<stdin>" in captured.err  # the report goes to stderr when QASM goes to stdout
+
+
+def test_qasm3_in_qasm3_out(tmp_path, capsys):
+    src = write(tmp_path, "in3.qasm", 'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\n'
+                                      'h q[0];\ncx q[0], q[1];\ncx q[0], q[1];\n')
+    out = str(tmp_path / "out3.qasm")
+    assert main(["compile", src, "-o", out]) == 0
+    text = open(out).read()
+    assert text.startswith("OPENQASM 3.0;") and "cx" not in text
+
+
+def test_directory_json_report_and_out_dir(tmp_path, capsys):
+    d = tmp_path / "circs"
+    d.mkdir()
+    write(d, "a.qasm", GOOD)
+    write(d, "b.qasm", GOOD.replace("ccx q[0],q[1],q[2];", "swap q[0],q[2];"))
+    outd = tmp_path / "outs"
+    outd.mkdir()
+    assert main(["compile", str(d), "--out-dir", str(outd), "--report", "json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert [os.path.basename(r["name"]) for r in rep] == ["a.qasm", "b.qasm"]
+    assert all(r["verified"] and r["cx_after"] <= r["cx_before"] for r in rep)
+    assert sorted(os.listdir(outd)) == ["a.qasm", "b.qasm"]
+
+
+def test_summary_table_has_total_row(tmp_path, capsys):
+    d = tmp_path / "circs"
+    d.mkdir()
+    write(d, "a.qasm", GOOD)
+    write(d, "b.qasm", GOOD)
+    assert main(["compile", str(d)]) == 0
+    assert "TOTAL" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("OPENQASM 2.0;\ninclude \"qelib1.inc\";\nqreg q[2];\nh q[0]\ncx q[0],q[1];\n", ":5:"),
+    ("OPENQASM 2.0;\ninclude \"qelib1.inc\";\nqreg q[2];\nfoo q[0];\n", ":4:"),
+    ("OPENQASM 2.0;\ninclude \"qelib1.inc\";\nqreg q[2];\ncreg c[2];\nmeasure q[0] -> c[0];\n"
+     "if (c==1) x q[1];\n", ":6:"),
+    ("OPENQASM 2.0;\ninclude \"qelib1.inc\";\nqreg q[1];\ncreg c[1];\nreset q[0];\nh q[0];\n",
+     ":5:"),
+])
+def test_bad_qasm_exit_2_one_line_with_line_number(tmp_path, capsys, text, needle):
+    src = write(tmp_path, "bad.qasm", text)
+    assert main(["compile", src]) == 2
+    line = one_line_error(capsys)
+    assert "bad.qasm" + needle in line
+
+
+def test_unknown_gate_message_names_gate(tmp_path, capsys):
+    src = write(tmp_path, "bad.qasm", "OPENQASM 2.0;\ninclude \"qelib1.inc\";\nqreg q[2];\n"
+                                      "frobnicate q[0];\n")
+    assert main(["compile", src]) == 2
+    assert "frobnicate" in one_line_error(capsys)
+
+
+def test_missing_and_unreadable_files(tmp_path, capsys):
+    assert main(["compile", str(tmp_path / "nope.qasm")]) == 2
+    assert "nope.qasm: cannot read" in one_line_error(capsys)
+    binary = tmp_path / "bin.qasm"
+    binary.write_bytes(b"\xff\xfe\x00\x81")
+    assert main(["compile", str(binary)]) == 2
+    assert "bin.qasm" in one_line_error(capsys)
+
+
+def test_unwritable_output(tmp_path, capsys):
+    src = write(tmp_path, "in.qasm", GOOD)
+    assert main(["compile", src, "-o", str(tmp_path / "no_such_dir" / "out.qasm")]) == 2
+    assert "cannot write" in one_line_error(capsys)
+
+
+def test_bad_options_exit_2(tmp_path, capsys):
+    src = write(tmp_path, "in.qasm", GOOD)
+    assert main(["compile", src, "--basis", "rz,sx"]) == 2
+    assert "two-qubit" in one_line_error(capsys)
+    assert main(["compile", src, src, "-o", str(tmp_path / "x.qasm")]) == 2
+    assert "--out-dir" in one_line_error(capsys)
+    assert main(["compile", src, "-O", "7"]) == 2
+    one_line_error(capsys)
+    assert main([]) == 2
+    one_line_error(capsys)
+
+
+def test_verification_failure_exit_1_writes_nothing(tmp_path, capsys, monkeypatch):
+    from qdiff.compiler import api
+    from qdiff.compiler.verify import Verdict
+    monkeypatch.setattr(api, "equivalence", lambda *a, **k: Verdict(False, "unitary", 0.5))
+    src = write(tmp_path, "in.qasm", GOOD)
+    out = tmp_path / "out.qasm"
+    out.write_text("previous content")
+    assert main(["compile", src, "-o", str(out)]) == 1
+    assert out.read_text() == "previous content"
+    assert "not equivalent" in capsys.readouterr().err
+
+
+def test_ctrl_c_during_write_leaves_no_partial_file(tmp_path, capsys, monkeypatch):
+    src = write(tmp_path, "in.qasm", GOOD)
+    out = tmp_path / "out.qasm"
+    out.write_text("previous content")
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(os, "replace", interrupted)
+    assert main(["compile", src, "-o", str(out)]) == 130
+    assert out.read_text() == "previous content"
+    assert sorted(os.listdir(tmp_path)) == ["in.qasm", "out.qasm"]  # no temp file left
+
+
+def test_console_script_declared():
+    import tomllib
+    with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as fh:
+        meta = tomllib.load(fh)
+    assert meta["project"]["scripts"]["qdiff"] == "qdiff.cli:main"

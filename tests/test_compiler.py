@@ -1,0 +1,243 @@
+"""Compiler passes and levels 0-2: every result is checked against an independent oracle
+(Qiskit's Operator for unitaries, torch autograd for gradients)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from qdiff.circuits import Circuit
+from qdiff.circuits.gates import GATES
+from qdiff.circuits.operation import Operation, ParamRef
+from qdiff.circuits.qiskit_io import to_qiskit
+from qdiff.compiler import (cancel_inverses, chain, commutative_cancellation, compile,
+                            consolidate_2q, equivalence, fuse_1q, guarded, lower,
+                            merge_rotations, parse_basis, remove_identities, translate)
+from qdiff.compiler.ops import cx_count, op
+from qdiff.circuits.errors import QdiffError
+
+
+def qiskit_equiv(a: Circuit, b: Circuit) -> bool:
+    from qiskit.quantum_info import Operator
+    return Operator(to_qiskit(a)).equiv(Operator(to_qiskit(b)))
+
+
+def names(c):
+    return [o.name for o in c.operations]
+
+
+def test_cancel_inverses_adjacent_only():
+    c = Circuit(2, (op("h", (0,)), op("cx", (0, 1)), op("cx", (0, 1)), op("h", (0,)),
+                    op("s", (1,)), op("x", (0,)), op("sdg", (1,))))
+    out = cancel_inverses(c)
+    assert names(out) == ["x"] or sorted(names(out)) == ["x"]
+    assert qiskit_equiv(c, out)
+
+
+def test_merge_rotations_keeps_paramref_affine():
+    c = Circuit(1, (op("rz", (0,), (ParamRef(0, 2.0, 0.1),)), op("rz", (0,), (ParamRef(0, 1.0),)),
+                    op("t", (0,))), num_params=1)
+    out = merge_rotations(c)
+    assert len(out.operations) == 1
+    p = out.operations[0].params[0]
+    assert isinstance(p, ParamRef) and p.index == 0 and p.scale == 3.0
+    assert math.isclose(p.offset, 0.1 + math.pi / 4)
+
+
+def test_remove_identities():
+    c = Circuit(2, (op("rz", (0,), (2 * math.pi,)), op("id", (1,)), op("rx", (1,), (0.0,)),
+                    op("u3", (0,), (0.0, 0.3, -0.3)), op("cx", (0, 1))))
+    assert names(remove_identities(c)) == ["cx"]
+
+
+def test_commutation_through_cx():
+    c = Circuit(2, (op("t", (0,)), op("x", (1,)), op("cx", (0, 1)), op("tdg", (0,)),
+                    op("x", (1,)), op("cx", (0, 1)), op("cx", (0, 1))))
+    out = commutative_cancellation(c)
+    assert names(out) == ["cx"]
+    assert qiskit_equiv(c, out)
+
+
+def test_no_commutation_through_h():
+    c = Circuit(1, (op("t", (0,)), op("h", (0,)), op("tdg", (0,))))
+    assert len(commutative_cancellation(c).operations) == 3
+
+
+def test_fuse_1q_canonical_forms():
+    c = Circuit(2, (op("h", (0,)), op("s", (0,)), op("sdg", (0,)), op("h", (0,)),
+                    op("h", (1,)), op("t", (1,))))
+    out = fuse_1q(c)
+    assert names(out) == ["u3"]
+    assert qiskit_equiv(c, out)
+
+
+def test_consolidate_2q_reaches_kak_count():
+    rng = np.random.default_rng(0)
+    ops = []
+    for _ in range(6):
+        ops += [op("u3", (0,), tuple(rng.uniform(-3, 3, 3))), op("cx", (0, 1)),
+                op("u3", (1,), tuple(rng.uniform(-3, 3, 3))), op("cx", (1, 0))]
+    c = Circuit(2, tuple(ops))
+    out = consolidate_2q(c)
+    assert cx_count(out.operations) <= 3
+    assert qiskit_equiv(c, out)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, g in GATES.items() if n != "unitary"))
+def test_lower_every_registered_gate(name):
+    g = GATES[name]
+    rng = np.random.default_rng(1)
+    params = tuple(float(x) for x in rng.uniform(-2, 2, g.num_params))
+    c = Circuit(g.num_wires, (Operation(g, tuple(range(g.num_wires)), params),))
+    low = lower(c)
+    assert all(len(o.wires) == 1 or o.name == "cx" for o in low.operations)
+    assert equivalence(c, low, "unitary").ok
+
+
+@pytest.mark.parametrize("name", ["rx", "ry", "rz", "crz", "cry", "rzz", "rxx", "cp",
+                                  "single_excitation", "u3"])
+def test_lower_parametric_gates_keeps_paramrefs(name):
+    g = GATES[name]
+    params = tuple(ParamRef(i, 0.5 + i, 0.2) for i in range(g.num_params))
+    c = Circuit(g.num_wires, (Operation(g, tuple(range(g.num_wires)), params),),
+                num_params=g.num_params)
+    low = lower(c)
+    assert all(o.name in ("cx", "rz") or not any(isinstance(p, ParamRef) for p in o.params)
+               for o in low.operations)
+    assert equivalence(c, low, "unitary").ok
+
+
+@pytest.mark.parametrize("basis", ["cx,u", "rz,sx,x,cx", "cz,rz,sx,x", "ecr,rz,sx,x",
+                                   "cx,rz,ry", "cx,h,rz,x", "cx,p,sx"])
+def test_translate_into_basis(basis):
+    rng = np.random.default_rng(2)
+    ops = [op("h", (0,)), op("ccx", (0, 1, 2)), op("u3", (1,), tuple(rng.uniform(-3, 3, 3))),
+           op("crz", (2, 0), (0.7,)), op("t", (2,)), op("swap", (0, 2))]
+    c = Circuit(3, tuple(ops))
+    out, rep = compile(c, level=2, basis=basis)
+    b = parse_basis(basis)
+    assert {o.name if o.name != "u3" else "u" for o in out.operations} <= set(b.names) | {"u"}
+    if "u" not in b.names:
+        assert "u3" not in names(out)
+    assert rep.verified and qiskit_equiv(c, out)
+
+
+def test_clifford_t_basis_snaps_phases():
+    c = Circuit(2, (op("h", (0,)), op("t", (0,)), op("cx", (0, 1)), op("s", (1,)),
+                    op("h", (1,))))
+    out, rep = compile(c, level=2, basis="cx,h,s,sdg,t,tdg,z,x")
+    assert set(names(out)) <= {"cx", "h", "s", "sdg", "t", "tdg", "z", "x"}
+    assert rep.verified and qiskit_equiv(c, out)
+
+
+def test_bad_basis_message():
+    with pytest.raises(QdiffError, match="two-qubit"):
+        parse_basis("u,rz")
+    with pytest.raises(QdiffError, match="one-qubit"):
+        parse_basis("cx,rz")
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_levels_equivalent_and_not_worse(level):
+    from qiskit.circuit.random import random_circuit
+    from qdiff.circuits.qiskit_io import from_qiskit
+    qc = random_circuit(4, 12, max_operands=3, seed=7)
+    c = from_qiskit(qc).circuit
+    out, rep = compile(c, level=level)
+    assert rep.verified
+    assert rep.cx_after <= rep.cx_before
+    from qiskit.quantum_info import Operator
+    assert Operator(qc).equiv(Operator(to_qiskit(out)))
+
+
+def test_level2_beats_level0_on_redundant_circuit():
+    ops = []
+    for _ in range(5):
+        ops += [op("cx", (0, 1)), op("rz", (1,), (0.3,)), op("cx", (0, 1))]
+    c = Circuit(2, tuple(ops))
+    out, rep = compile(c, level=2)
+    assert rep.cx_before == 10 and rep.cx_after == 2
+
+
+def test_verification_detects_difference_both_methods():
+    a = Circuit(3, (op("cx", (0, 1)), op("t", (2,))))
+    b = Circuit(3, (op("cx", (1, 0)), op("t", (2,))))
+    for method in ("unitary", "statevector"):
+        assert not equivalence(a, b, method).ok
+        assert equivalence(a, a, method).ok
+    # a global phase is not a difference
+    assert equivalence(Circuit(1, (op("rz", (0,), (0.4,)),)),
+                       Circuit(1, (op("p", (0,), (0.4,)),)), "unitary").ok
+
+
+def test_guarded_pass_falls_back_on_wrong_result():
+    def broken(c):
+        return c.with_operations(c.operations[:-1])
+    broken.__name__ = "broken"
+    c = Circuit(2, (op("h", (0,)), op("cx", (0, 1))))
+    log = []
+    assert guarded(broken, "auto", log)(c) is c
+    assert "not verified" in log[0]
+
+
+def test_chain_composes_in_order():
+    c = Circuit(1, (op("h", (0,)), op("rz", (0,), (0.0,)), op("h", (0,))))
+    p = chain(remove_identities, cancel_inverses)
+    assert p(c).operations == ()
+
+
+def _expval_z(circuit: Circuit, theta: torch.Tensor, wire: int) -> torch.Tensor:
+    from qdiff.backends.simulate import simulate
+    state = simulate(circuit, theta)
+    probs = state.abs() ** 2
+    n = circuit.num_wires
+    signs = torch.tensor([1.0 - 2.0 * ((i >> (n - 1 - wire)) & 1) for i in range(2 ** n)],
+                         dtype=torch.float64)
+    return (probs * signs).sum(-1)
+
+
+def test_parametric_circuit_keeps_gradients():
+    p = [ParamRef(0), ParamRef(1), ParamRef(2, 0.5, 0.1)]
+    ops = (op("h", (0,)), op("rx", (0,), (p[0],)), op("cx", (0, 1)), op("rz", (1,), (p[1],)),
+           op("rz", (1,), (p[2],)), op("cx", (0, 1)), op("ry", (2,), (p[0],)),
+           op("crz", (2, 1), (p[1],)), op("rzz", (0, 2), (p[2],)), op("cx", (0, 1)),
+           op("cx", (0, 1)))
+    c = Circuit(3, ops, num_params=3)
+    out, rep = compile(c, level=2)
+    assert rep.verified and rep.cx_after < rep.cx_before
+    assert out.num_params == 3
+    assert all(isinstance(q, (float, ParamRef)) for o in out.operations for q in o.params)
+    theta = torch.tensor([[0.3, -0.8, 1.1]], dtype=torch.float64, requires_grad=True)
+    for wire in range(3):
+        f0 = _expval_z(c, theta, wire)
+        g0, = torch.autograd.grad(f0.sum(), theta)
+        f1 = _expval_z(out, theta, wire)
+        g1, = torch.autograd.grad(f1.sum(), theta)
+        assert torch.allclose(f0, f1, atol=1e-10)
+        assert torch.allclose(g0, g1, atol=1e-10)
+
+
+def test_compile_accepts_qasm_text_and_qiskit():
+    from qiskit import QuantumCircuit
+    qc = QuantumCircuit(2)
+    qc.h(0)
+    qc.cx(0, 1)
+    qc.cx(0, 1)
+    out, rep = compile(qc, level=1)
+    assert rep.cx_after == 0
+    src = 'OPENQASM 2.0; include "qelib1.inc"; qreg q[2]; creg c[2]; h q[0]; measure q -> c;'
+    out, rep = compile(src)
+    assert rep.measurements == [(0, 0), (1, 1)] and rep.num_clbits == 2
+
+
+def test_compile_rejects_bad_arguments():
+    c = Circuit(1, ())
+    with pytest.raises(QdiffError, match="level"):
+        compile(c, level=5)
+    with pytest.raises(QdiffError, match="verify"):
+        compile(c, verify="maybe")
+
+
+def test_qd_compile_is_exported():
+    import qdiff as qd
+    assert qd.compile is compile

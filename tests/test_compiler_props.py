@@ -1,0 +1,50 @@
+"""Property tests: random circuits compile to equivalent circuits with no more CX."""
+import numpy as np
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from qdiff.circuits import Circuit
+from qdiff.circuits.gates import GATES
+from qdiff.circuits.operation import Operation, ParamRef
+from qdiff.compiler import compile, equivalence
+
+ONE_Q = ["h", "x", "y", "z", "s", "sdg", "t", "tdg", "sx", "rx", "ry", "rz", "u3"]
+TWO_Q = ["cx", "cz", "swap", "crz", "rzz", "cp", "cy"]
+THREE_Q = ["ccx", "cswap"]
+ANGLES = st.sampled_from([0.0, np.pi / 4, np.pi / 2, np.pi, -np.pi / 4, 0.3, -1.1, 2.5])
+
+
+@st.composite
+def circuits(draw, n_max=4, params=False):
+    n = draw(st.integers(2, n_max))
+    ops = []
+    for _ in range(draw(st.integers(0, 25))):
+        kind = draw(st.sampled_from(ONE_Q * 2 + TWO_Q * 3 + (THREE_Q if n >= 3 else [])))
+        g = GATES[kind]
+        wires = tuple(draw(st.permutations(range(n)))[:g.num_wires])
+        ps = []
+        for _ in range(g.num_params):
+            if params and draw(st.booleans()):
+                ps.append(ParamRef(draw(st.integers(0, 1)), draw(st.sampled_from([1.0, -0.5, 2.0])),
+                                   draw(ANGLES)))
+            else:
+                ps.append(draw(ANGLES))
+        ops.append(Operation(g, wires, tuple(ps)))
+    return Circuit(n, tuple(ops), num_params=2 if params else 0)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(circuits(), st.sampled_from([1, 2]), st.sampled_from(["cx,u", "rz,sx,x,cx", "cz,rz,sx,x"]))
+def test_random_circuits_equivalent_and_never_more_cx(c, level, basis):
+    out, rep = compile(c, level=level, basis=basis)
+    assert rep.verified
+    assert rep.cx_after <= rep.cx_before
+    assert equivalence(c, out, "unitary", seed=99).ok  # independent seed
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(circuits(n_max=3, params=True))
+def test_random_parametric_circuits_equivalent(c):
+    out, rep = compile(c, level=2)
+    assert rep.verified and rep.cx_after <= rep.cx_before
+    assert out.num_params == c.num_params
+    assert equivalence(c, out, "unitary", seed=7).ok
