@@ -159,7 +159,7 @@ class Observable:
         return [{f.wires[0]: f.kind for f in t} for t in self.terms]
 
     def check_hermitian(self, atol: float = 1e-10) -> None:
-        if self.coeffs.is_complex() and float(self.coeffs.detach().imag.abs().max(initial=0)) > atol:
+        if self.coeffs.is_complex() and self.coeffs.numel() and float(self.coeffs.detach().imag.abs().max()) > atol:
             raise QdiffError(f"observable {self!r} is not Hermitian (complex coefficients)")
         for t in self.terms:
             for f in t:
