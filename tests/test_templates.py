@@ -1,0 +1,205 @@
+"""Templates against PennyLane's templates of the same name (final states compared exactly)."""
+from __future__ import annotations
+
+import numpy as np
+import pennylane as qml
+import pytest
+import torch
+
+import qdiff as qd
+
+
+def qd_state(n, body):
+    dev = qd.device("statevector", wires=n)
+
+    @qd.qnode(dev)
+    def f():
+        body()
+        return qd.state()
+    return f().detach().numpy()
+
+
+def pl_state(n, body):
+    dev = qml.device("default.qubit", wires=n)
+
+    @qml.qnode(dev)
+    def f():
+        body()
+        return qml.state()
+    return np.asarray(f())
+
+
+def rand(*shape, seed=0):
+    return np.random.default_rng(seed).uniform(-np.pi, np.pi, size=shape)
+
+
+def prefix(n):
+    """Break the symmetry of |0...0> so that every template acts on a generic state."""
+    ang = rand(n, seed=99)
+    return (lambda: [qd.RY(float(a), wires=i) for i, a in enumerate(ang)],
+            lambda: [qml.RY(float(a), wires=i) for i, a in enumerate(ang)])
+
+
+@pytest.mark.parametrize("rotation", ["X", "Y", "Z"])
+@pytest.mark.parametrize("n_features", [2, 3])
+def test_angle_embedding(rotation, n_features):
+    x = rand(n_features, seed=1)
+    a, b = prefix(3)
+    ours = qd_state(3, lambda: (a(), qd.AngleEmbedding(torch.tensor(x), wires=range(3), rotation=rotation)))
+    theirs = pl_state(3, lambda: (b(), qml.AngleEmbedding(x, wires=range(3), rotation=rotation)))
+    assert np.allclose(ours, theirs, atol=1e-12)
+
+
+@pytest.mark.parametrize("kw,length", [(dict(normalize=True), 8), (dict(pad_with=0.3, normalize=True), 5),
+                                        (dict(), 8)])
+def test_amplitude_embedding(kw, length):
+    x = np.random.default_rng(2).normal(size=length)
+    if not kw.get("normalize"):
+        x = x / np.linalg.norm(x)
+    ours = qd_state(3, lambda: (qd.AmplitudeEmbedding(torch.tensor(x), wires=range(3), **kw), qd.H(1)))
+    theirs = pl_state(3, lambda: (qml.AmplitudeEmbedding(x, wires=range(3), **kw), qml.Hadamard(1)))
+    assert np.allclose(ours, theirs, atol=1e-12)
+
+
+def test_amplitude_embedding_on_a_wire_subset():
+    x = np.random.default_rng(3).normal(size=4)
+    x = x / np.linalg.norm(x)
+    ours = qd_state(3, lambda: qd.AmplitudeEmbedding(torch.tensor(x), wires=[2, 0]))
+    theirs = pl_state(3, lambda: qml.StatePrep(x, wires=[2, 0]))
+    assert np.allclose(ours, theirs, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+@pytest.mark.parametrize("rotation", [None, "RY"])
+def test_basic_entangler_layers(n, rotation):
+    w = rand(*qd.BasicEntanglerLayers.shape(n_layers=2, n_wires=n), seed=4)
+    assert qd.BasicEntanglerLayers.shape(2, n) == qml.BasicEntanglerLayers.shape(2, n)
+    a, b = prefix(n)
+    ours = qd_state(n, lambda: (a(), qd.BasicEntanglerLayers(
+        torch.tensor(w), wires=range(n), rotation=getattr(qd, rotation) if rotation else None)))
+    theirs = pl_state(n, lambda: (b(), qml.BasicEntanglerLayers(
+        w, wires=range(n), rotation=getattr(qml, rotation) if rotation else qml.RX)))
+    assert np.allclose(ours, theirs, atol=1e-12)
+
+
+@pytest.mark.parametrize("n,layers,ranges", [(2, 2, None), (3, 3, None), (5, 4, None),
+                                             (4, 2, [3, 2]), (4, 3, [1, 1, 3])])
+def test_strongly_entangling_layers(n, layers, ranges):
+    shape = qd.StronglyEntanglingLayers.shape(n_layers=layers, n_wires=n)
+    assert shape == qml.StronglyEntanglingLayers.shape(n_layers=layers, n_wires=n)
+    w = rand(*shape, seed=5)
+    ours = qd_state(n, lambda: qd.StronglyEntanglingLayers(torch.tensor(w), wires=range(n), ranges=ranges))
+    theirs = pl_state(n, lambda: qml.StronglyEntanglingLayers(w, wires=range(n), ranges=ranges))
+    assert np.allclose(ours, theirs, atol=1e-12)
+
+
+def test_strongly_entangling_layers_batched_weights():
+    w = rand(3, 2, 3, 3, seed=6)
+    dev = qd.device("statevector", wires=3)
+
+    @qd.qnode(dev)
+    def f(w):
+        qd.StronglyEntanglingLayers(w, wires=range(3))
+        return qd.state()
+    out = f(torch.tensor(w)).numpy()
+    assert out.shape == (3, 8)
+    for i in range(3):
+        ref = pl_state(3, lambda: qml.StronglyEntanglingLayers(w[i], wires=range(3)))
+        assert np.allclose(out[i], ref, atol=1e-12)
+
+
+@pytest.mark.parametrize("bits", [[1, 0, 1], [0, 0, 0], [1, 1, 0, 1]])
+def test_basis_state(bits):
+    n = len(bits)
+    ours = qd_state(n, lambda: qd.BasisState(bits, wires=range(n)))
+    theirs = pl_state(n, lambda: qml.BasisState(np.array(bits), wires=range(n)))
+    assert np.allclose(ours, theirs, atol=1e-12)
+
+
+@pytest.mark.parametrize("electrons,orbitals", [(2, 4), (2, 6), (4, 8), (3, 6)])
+def test_excitations_and_hf_state_match_qchem(electrons, orbitals):
+    assert np.array_equal(qd.hf_state(electrons, orbitals), qml.qchem.hf_state(electrons, orbitals))
+    ours = qd.excitations(electrons, orbitals)
+    theirs = qml.qchem.excitations(electrons, orbitals)
+    assert [list(map(list, x)) for x in ours] == [list(map(list, x)) for x in theirs]
+
+
+@pytest.mark.parametrize("electrons,orbitals", [(2, 4), (2, 6)])
+def test_all_singles_doubles(electrons, orbitals):
+    singles, doubles = qml.qchem.excitations(electrons, orbitals)
+    hf = qml.qchem.hf_state(electrons, orbitals)
+    w = rand(len(singles) + len(doubles), seed=7)
+    assert qd.AllSinglesDoubles.shape(singles, doubles) == w.shape
+    ours = qd_state(orbitals, lambda: qd.AllSinglesDoubles(
+        torch.tensor(w), wires=range(orbitals), hf_state=hf, singles=singles, doubles=doubles))
+    theirs = pl_state(orbitals, lambda: qml.AllSinglesDoubles(
+        w, wires=range(orbitals), hf_state=hf, singles=singles, doubles=doubles))
+    assert np.allclose(ours, theirs, atol=1e-12)
+
+
+def _cost_h(n):
+    # PennyLane's cost_layer takes Z-only Hamiltonians
+    return ([0.7, -1.2, 0.4, 0.9], [(("Z", 0), ("Z", 1)), (("Z", 1), ("Z", 2)), (("Z", 2),),
+                                    (("Z", 0), ("Z", 1), ("Z", 2))])
+
+
+def _h(lib, coeffs, words):
+    ops = []
+    for word in words:
+        fs = [getattr(lib, {"X": "PauliX", "Y": "PauliY", "Z": "PauliZ"}[l])(w) for l, w in word]
+        op = fs[0]
+        for f in fs[1:]:
+            op = op @ f
+        ops.append(op)
+    return lib.Hamiltonian(coeffs, ops)
+
+
+def test_qaoa_cost_and_mixer_layers():
+    n = 3
+    coeffs, words = _cost_h(n)
+    gamma, alpha = 0.37, -0.81
+    a, b = prefix(n)
+
+    def ours_body():
+        a()
+        h = _h(qd, coeffs, words)
+        qd.cost_layer(gamma, h)
+        qd.mixer_layer(alpha, qd.x_mixer(range(n)))
+
+    def pl_body():
+        b()
+        h = _h(qml, coeffs, words)
+        qml.qaoa.cost_layer(gamma, h)
+        qml.qaoa.mixer_layer(alpha, qml.qaoa.x_mixer(range(n)))
+    assert np.allclose(qd_state(n, ours_body), pl_state(n, pl_body), atol=1e-12)
+
+
+def test_qaoa_layers_match_pennylane_layering():
+    n = 3
+    coeffs, words = _cost_h(n)
+    params = rand(2, 2, seed=8)
+    assert qd.QAOALayers.shape(2) == params.shape
+
+    def pl_body():
+        for w in range(n):
+            qml.Hadamard(w)
+        h = _h(qml, coeffs, words)
+
+        def layer(g, a):
+            qml.qaoa.cost_layer(g, h)
+            qml.qaoa.mixer_layer(a, qml.qaoa.x_mixer(range(n)))
+        qml.layer(layer, 2, params[:, 0], params[:, 1])
+    ours = qd_state(n, lambda: qd.QAOALayers(torch.tensor(params), wires=range(n),
+                                             cost_h=_h(qd, coeffs, words)))
+    assert np.allclose(ours, pl_state(n, pl_body), atol=1e-12)
+
+
+def test_hardware_efficient_ansatz_structure():
+    """No PennyLane twin: RY, RZ per wire then a CNOT ladder, per layer (checked gate by gate)."""
+    w = torch.tensor(rand(2, 3, 2, seed=9))
+    t = qd.HardwareEfficientAnsatz(w, wires=[0, 1, 2])
+    names = [(op.name, op.wires) for op in t.operations]
+    layer = [("ry", (0,)), ("rz", (0,)), ("ry", (1,)), ("rz", (1,)), ("ry", (2,)), ("rz", (2,)),
+             ("cx", (0, 1)), ("cx", (1, 2))]
+    assert names == layer * 2
+    assert qd.HardwareEfficientAnsatz.shape(2, 3) == (2, 3, 2)
