@@ -125,17 +125,23 @@ class PennyLaneBackend(Backend):
                                  f"'{self.device_name}'; use diff_method='parameter-shift'")
         theta = self._check(circuit, theta)
         t = theta.detach().clone().requires_grad_(True)
+        states = [None] * t.shape[0] if initial_state is None else \
+            initial_state.expand(t.shape[0], -1).unsqueeze(1)
         with torch.enable_grad():
-            tape = self._tape(circuit, t, initial_state, "torch")
+            # one tape per binding: PennyLane 0.45's adjoint mishandles broadcast tapes
+            # (wrong shapes/values for MultiRZ, crashes on partly broadcast Rot)
+            tapes = [self._tape(circuit, t[b:b + 1], states[b], "torch")
+                     for b in range(t.shape[0])]
             try:
-                res = qml.execute([tape], self.pl_device, diff_method="adjoint",
-                                  device_vjp=True)[0]
+                res = qml.execute(tapes, self.pl_device, diff_method="adjoint", device_vjp=True)
             except Exception as exc:  # noqa: BLE001
                 raise QdiffError(f"adjoint on '{self.device_name}' failed: "
                                  f"{type(exc).__name__}: {exc}") from None
             self.executions += 1
-            outs = _outputs(circuit, res, tape.batch_size, t.shape[0], t.device, keep_graph=True)
-            flat = torch.cat([o.reshape(o.shape[0], -1) for o in outs], dim=-1)
+            rows = [torch.cat([o.reshape(1, -1) for o in _outputs(circuit, r, None, 1, t.device,
+                                                                   keep_graph=True)], dim=-1)
+                    for r in res]
+            flat = torch.cat(rows, dim=0)
             if not flat.requires_grad:
                 return torch.zeros_like(theta)
             (g,) = torch.autograd.grad(flat, t, cotangent.to(flat.dtype), allow_unused=True)

@@ -139,7 +139,10 @@ class QiskitBackend(Backend):
             bits = []
             for _ in plan.bases:
                 data = result[j].data
-                bits.append(qc_common.bits_of(getattr(data, "meas")))
+                b = qc_common.bits_of(getattr(data, "meas"))
+                # a circuit without parameters comes back unbatched: one row for all bindings
+                bits.append(np.broadcast_to(b.reshape(-1, *b.shape[-2:]),
+                                            (len(v.rows),) + b.shape[-2:]))
                 j += 1
             parts.append((v.rows, plan.outputs(bits)))
         return parts
@@ -156,7 +159,8 @@ class QiskitBackend(Backend):
         result = self.runner.run(lambda: self._estimator().run(pubs))
         parts = []
         for j, v in enumerate(variants):
-            evs = np.asarray(result[j].data.evs, dtype=float).reshape(len(v.rows), len(flat))
+            evs = np.asarray(result[j].data.evs, dtype=float).reshape(-1, len(flat))
+            evs = np.broadcast_to(evs, (len(v.rows), len(flat)))
             parts.append((v.rows, qc_common.ops_outputs(ops, evs)))
         return parts
 

@@ -86,9 +86,7 @@ def from_pennylane_observable(op) -> Observable:
         coeffs, terms = [], []
         for word, c in rep.items():
             coeffs.append(_real(c))
-            terms.append(Observable.pauli("I", None).terms[0] if not dict(word) else
-                         Observable.pauli(dict(word)[w], w).terms[0] if len(dict(word)) == 1
-                         else _word_term(dict(word)))
+            terms.append(_word_term(dict(word)))
         return Observable(coeffs, terms) if terms else Observable([0.0], [()])
     name = type(op).__name__
     if name == "Hermitian":
@@ -116,10 +114,10 @@ def from_pennylane_observable(op) -> Observable:
 
 
 def _word_term(word: dict) -> tuple:
-    obs = None
+    """``{wire: letter}`` -> one observable term (``()`` is the identity)."""
+    obs = Observable([1.0], [()])
     for w, letter in word.items():
-        part = Observable.pauli(letter, w)
-        obs = part if obs is None else obs @ part
+        obs = obs @ Observable.pauli(letter, w)
     return obs.terms[0]
 
 

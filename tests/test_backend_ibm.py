@@ -1,0 +1,215 @@
+"""qd.device("ibm"): fake devices offline (local testing mode, noisy), the real-device path as far
+as it goes without network (service from env vars, clear errors, the token never shown)."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+import qdiff as qd
+from qdiff import QdiffError
+
+TOKEN = "qdiff-test-TOKEN-0123456789abcdef"
+# Noisy small fake devices: expectations of <= 3-qubit, <= 4-CNOT circuits stay within this of
+# the ideal value (readout/gate errors of fake_manila with TREX, 4000 shots).
+NOISY_ATOL = 0.15
+
+
+@pytest.fixture
+def no_account(monkeypatch, tmp_path):
+    """No env credentials and an empty home: no saved account can be found."""
+    for var in ("QISKIT_IBM_TOKEN", "QISKIT_IBM_INSTANCE", "QISKIT_IBM_CHANNEL", "QISKIT_IBM_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    import qiskit_ibm_runtime.accounts.management as mgmt
+    monkeypatch.setattr(mgmt, "_DEFAULT_ACCOUNT_CONFIG_JSON_FILE",
+                        str(tmp_path / ".qiskit" / "qiskit-ibm.json"))
+
+
+def test_available_lists_every_shipped_fake_backend():
+    from qiskit_ibm_runtime.fake_provider import FakeProviderForBackendV2
+    names = qd.backends.available("ibm")
+    expected = sorted(b.name for b in FakeProviderForBackendV2().backends())
+    assert names == expected
+    assert {"fake_manila", "fake_sherbrooke", "fake_lima", "fake_nairobi"} <= set(names)
+    assert "ibm" in qd.backends.available("devices")
+
+
+def test_unknown_fake_backend_suggests_a_name():
+    with pytest.raises(QdiffError, match=r"unknown fake IBM backend 'fake_manilla'.*fake_manila"):
+        qd.device("ibm", backend="fake_manilla", wires=2)
+
+
+def test_too_many_qubits():
+    with pytest.raises(QdiffError, match="too many qubits: 6 wires.*'fake_manila' has 5"):
+        qd.device("ibm", backend="fake_manila", wires=6)
+
+
+def test_backend_is_required_and_options_checked():
+    with pytest.raises(QdiffError, match="needs backend=NAME"):
+        qd.device("ibm", wires=2)
+    with pytest.raises(QdiffError, match="mode must be one of"):
+        qd.device("ibm", backend="fake_lima", wires=2, mode="eternal")
+    with pytest.raises(QdiffError, match="needs shots"):
+        qd.device("ibm", backend="fake_lima", wires=2, shots=None)
+
+
+def _routed(x):
+    """X on wires 1 and 3 and a CNOT triangle that forces SWAPs on a line-shaped device."""
+    qd.PauliX(1)
+    qd.PauliX(3)
+    qd.RY(x, wires=0)
+    qd.CNOT([0, 2])
+    qd.CNOT([2, 4])
+    qd.CNOT([4, 0])
+    return [qd.expval(qd.Z(w)) for w in range(5)]
+
+
+def test_observables_follow_the_layout_one_job():
+    dev = qd.device("ibm", backend="fake_manila", wires=5, shots=4000, seed=3,
+                    optimization_level=3)
+    x = torch.tensor([0.0, 3.0], dtype=torch.float64)
+    got = qd.qnode(dev)(_routed)(x)
+    ref = qd.qnode(qd.device("statevector", wires=5))(_routed)(x)
+    assert got.shape == (2, 5)
+    assert (got - ref).abs().max() < 2 * NOISY_ATOL  # 5-qubit routed circuit: looser
+    assert (got.sign() == ref.sign()).all()  # a misplaced observable would flip signs
+    assert dev.jobs_submitted == 1
+
+
+@pytest.mark.parametrize("primitive", ["executor", "v2"])
+def test_expectations_close_to_ideal_and_cached(primitive):
+    def f(x, w):
+        qd.RY(x, wires=0)
+        qd.RX(w, wires=1)
+        qd.CNOT([0, 1])
+        return [qd.expval(qd.Z(0) @ qd.Z(1)), qd.expval(0.5 * qd.X(0) - qd.Z(1)),
+                qd.var(qd.Z(1))]
+    x = torch.tensor([0.2, 1.4, 2.9], dtype=torch.float64)
+    w = torch.tensor([0.5, -0.3, 1.0], dtype=torch.float64)
+    dev = qd.device("ibm", backend="fake_lima", wires=2, shots=4000, seed=1, primitive=primitive)
+    ref = qd.qnode(qd.device("statevector", wires=2))(f)(x, w)
+    got = qd.qnode(dev)(f)(x, w)
+    assert (got - ref).abs().max() < NOISY_ATOL
+    qd.qnode(dev)(f)(x + 0.1, w)
+    assert dev.jobs_submitted == 2
+    assert dev.transpile_cache.misses == 1 and dev.transpile_cache.hits == 1
+
+
+def test_executor_options_are_passed_through():
+    dev = qd.device("ibm", backend="fake_lima", wires=1, resilience_level=2, twirling=True,
+                    dynamical_decoupling={"enable": True, "sequence_type": "XY4"},
+                    estimator_options={"twirling": {"num_randomizations": 8}}, seed=4)
+    opts = dev.primitive_options("estimator")
+    assert opts["resilience_level"] == 2 and opts["default_shots"] == 4096
+    assert opts["twirling"] == {"enable_gates": True, "enable_measure": True,
+                                "num_randomizations": 8}
+    assert opts["dynamical_decoupling"]["sequence_type"] == "XY4"
+    assert opts["simulator"] == {"seed_simulator": 4}
+    assert "resilience_level" not in dev.primitive_options("sampler")
+    est = dev._estimator()
+    assert type(est).__module__.startswith("qiskit_ibm_runtime.executor_estimator")
+    assert est.options.resilience_level == 2
+    bad = qd.device("ibm", backend="fake_lima", wires=1, estimator_options={"no_such": 1})
+    with pytest.raises(QdiffError, match="could not create the estimator"):
+        bad._estimator()
+
+
+def test_probs_and_counts_through_the_sampler():
+    def f():
+        qd.PauliX(0)
+        return qd.probs(wires=[0, 1])
+    dev = qd.device("ibm", backend="fake_quito", wires=2, shots=2000, seed=2, mode="batch")
+    p = qd.qnode(dev)(f)()
+    assert p.shape == (4,) and abs(float(p.sum()) - 1) < 1e-12 and float(p[2]) > 0.85
+    c = qd.qnode(dev)(lambda: (qd.PauliX(1), qd.counts(wires=[0, 1]))[1])()
+    assert sum(c.values()) == 2000 and max(c, key=c.get) == "01"
+    dev.close()
+
+
+def test_parameter_shift_training_step_is_two_jobs():
+    dev = qd.device("ibm", backend="fake_manila", wires=2, shots=2000, seed=5,
+                    resilience_level=0)
+
+    @qd.qnode(dev, diff_method="parameter-shift")
+    def f(x, w):
+        qd.RY(x, wires=0)
+        qd.RY(w[0], wires=1)
+        qd.CNOT([0, 1])
+        qd.RX(w[1], wires=1)
+        return qd.expval(qd.Z(1))
+    x = torch.tensor([0.1, 0.8, -0.5], dtype=torch.float64)
+    w = torch.tensor([0.3, 0.6], dtype=torch.float64, requires_grad=True)
+    f(x, w).sum().backward()
+    assert dev.jobs_submitted == 2  # forward + all 4 shifts x 3 inputs in one PUB
+    ww = w.detach().clone().requires_grad_()
+    ref = qd.qnode(qd.device("statevector", wires=2), diff_method="backprop")(f.func)
+    ref(x, ww).sum().backward()
+    assert (w.grad - ww.grad).abs().max() < 0.35  # noisy, 2000 shots, sums of 3 gradients
+
+
+# -- the real-device path, offline -------------------------------------------------------------
+
+
+def test_missing_account_is_a_clear_error(no_account):
+    with pytest.raises(QdiffError, match="no IBM Quantum account found: set QISKIT_IBM_TOKEN"):
+        qd.device("ibm", backend="ibm_brisbane", wires=2)
+
+
+class RecordingService:
+    """Stands in for QiskitRuntimeService: records how it was created."""
+
+    created: list = []
+
+    def __init__(self, **kwargs):
+        RecordingService.created.append(kwargs)
+
+    def backend(self, name):
+        from qiskit_ibm_runtime.fake_provider import FakeQuitoV2
+        if name != "ibm_quito_like":
+            raise KeyError(f"No backend matches the criteria: {name}")
+        return FakeQuitoV2()
+
+
+def test_service_from_environment_variables(monkeypatch, no_account, caplog):
+    import qiskit_ibm_runtime
+    monkeypatch.setattr(qiskit_ibm_runtime, "QiskitRuntimeService", RecordingService)
+    monkeypatch.setenv("QISKIT_IBM_TOKEN", TOKEN)
+    monkeypatch.setenv("QISKIT_IBM_INSTANCE", "crn:v1:my-instance")
+    monkeypatch.setenv("QISKIT_IBM_CHANNEL", "ibm_quantum_platform")
+    RecordingService.created.clear()
+    with caplog.at_level(logging.DEBUG):
+        dev = qd.device("ibm", backend="ibm_quito_like", wires=2)
+        with pytest.raises(QdiffError) as info:
+            qd.device("ibm", backend="ibm_nowhere", wires=2)
+    assert RecordingService.created[0] == {"channel": "ibm_quantum_platform", "token": TOKEN,
+                                           "instance": "crn:v1:my-instance"}
+    assert not dev.is_local and dev.backend_name == "fake_quito"
+    assert "unknown IBM backend 'ibm_nowhere'" in str(info.value)
+    for text in (repr(dev), str(vars(dev)), str(info.value), caplog.text):
+        assert TOKEN not in text
+
+
+def test_rejected_token_never_appears(no_account, caplog):
+    """A real QiskitRuntimeService with a made-up token: no network here, so it fails; the
+    message is clear and the token is nowhere in it, its cause chain or the logs."""
+    with caplog.at_level(logging.DEBUG):
+        with pytest.raises(QdiffError) as info:
+            qd.device("ibm", backend="ibm_brisbane", wires=2, token=TOKEN,
+                      channel="ibm_quantum_platform")
+    msg = str(info.value)
+    assert "did not accept the account" in msg or "could not reach IBM Quantum" in msg
+    assert TOKEN not in msg and TOKEN not in caplog.text
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+@pytest.mark.slow
+def test_large_fake_device_runs_one_job():
+    """127-qubit fake device in local mode: slow (noise model of the whole device)."""
+    dev = qd.device("ibm", backend="fake_sherbrooke", wires=2, shots=1000, seed=1,
+                    resilience_level=0)
+    got = qd.qnode(dev)(lambda x: (qd.RY(x, wires=0), qd.CNOT([0, 1]),
+                                   qd.expval(qd.Z(1)))[2])(torch.tensor([0.0, 3.0]))
+    assert dev.jobs_submitted == 1
+    assert (got - torch.cos(torch.tensor([0.0, 3.0]))).abs().max() < NOISY_ATOL

@@ -1,0 +1,125 @@
+"""qd.device("pennylane", name=...): exact results equal the torch simulator's (1e-10), shots,
+one qml.execute per call, and the device's own adjoint VJP against backprop."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import qdiff as qd
+from qdiff import QdiffError
+
+DEVICES = ["default.qubit", "lightning.qubit"]
+
+
+def _circuit(x, w):
+    qd.RX(x, wires=0)
+    qd.RY(w[0], wires=1)
+    qd.CNOT([0, 1])
+    qd.CRZ(w[1], wires=[1, 2])
+    qd.Rot(w[0], x, w[1], wires=2)
+    qd.PauliRot(w[1], "XZ", wires=[0, 2])
+    qd.SingleExcitation(x, wires=[1, 2])
+    qd.MultiRZ(w[0], wires=[0, 1, 2])
+    qd.S(0)
+    qd.Sdg(1)
+    qd.ISWAP([0, 2])
+    qd.ECR([2, 0])
+
+
+def _measured(x, w):
+    _circuit(x, w)
+    return [qd.expval(qd.Z(0) @ qd.X(1) - 0.3 * qd.Y(2)), qd.var(qd.X(2)),
+            qd.expval(qd.Hermitian(torch.tensor([[0.5, 1.0], [1.0, -2.0]]), wires=0))]
+
+
+X = torch.tensor([0.3, -1.1, 2.4], dtype=torch.float64)
+W = torch.tensor([0.7, -0.2], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("name", DEVICES)
+def test_exact_matches_statevector(name):
+    dev = qd.device("pennylane", name=name, wires=3)
+    got = qd.qnode(dev)(_measured)(X, W)
+    ref = qd.qnode(qd.device("statevector", wires=3))(_measured)(X, W)
+    assert torch.allclose(got, ref, atol=1e-10, rtol=0)
+    assert dev.executions == 1
+
+    def pr(x, w):
+        _circuit(x, w)
+        return qd.probs(wires=[2, 0])
+    got = qd.qnode(dev)(pr)(X, W)
+    assert torch.allclose(got, qd.qnode(qd.device("statevector", wires=3))(pr)(X, W),
+                          atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("name", DEVICES)
+def test_device_adjoint_vjp_matches_backprop(name):
+    from qdiff.qnode import QNode
+    dev = qd.device("pennylane", name=name, wires=3)
+    assert dev.capabilities.device_vjp
+
+    def f(x, w):
+        _circuit(x, w)
+        return [qd.expval(qd.Z(0) @ qd.X(1) - 0.3 * qd.Y(2)), qd.expval(qd.Y(1))]
+    x, w = X.clone().requires_grad_(), W.clone().requires_grad_()
+    rec, _ = QNode(f, dev).construct(x, w)
+    cot = torch.tensor([[1.0, -0.5], [0.3, 2.0], [-1.0, 0.1]], dtype=torch.float64)
+    g = dev.vjp(rec.circuit, rec.theta.detach(), cot)
+    th = rec.theta.detach().clone().requires_grad_()
+    sv = qd.device("statevector", wires=3)
+    outs = sv.execute(rec.circuit, th)
+    flat = torch.stack(outs, dim=-1)
+    (ref,) = torch.autograd.grad(flat, th, cot)
+    # lightning's adjoint of controlled rotations is good to a few 1e-9 (measured 3e-9 on CRZ)
+    assert g.shape == ref.shape and torch.allclose(g, ref, atol=1e-8, rtol=0)
+
+
+def test_vjp_refuses_non_expval():
+    from qdiff.qnode import QNode
+    dev = qd.device("pennylane", name="lightning.qubit", wires=1)
+    rec, _ = QNode(lambda x: (qd.RX(x, wires=0), qd.probs(wires=[0]))[1], dev).construct(
+        torch.tensor(0.2, dtype=torch.float64))
+    with pytest.raises(QdiffError, match="probs\\(\\) is not differentiable with the adjoint"):
+        dev.vjp(rec.circuit, rec.theta, torch.ones(1, 2, dtype=torch.float64))
+
+
+def test_parameter_shift_through_the_bridge():
+    dev = qd.device("pennylane", name="lightning.qubit", wires=3)
+
+    def f(x, w):
+        _circuit(x, w)
+        return qd.expval(qd.Z(0) @ qd.X(1) - 0.3 * qd.Y(2))
+    x, w = X.clone().requires_grad_(), W.clone().requires_grad_()
+    gx, gw = torch.autograd.grad(qd.qnode(dev)(f)(x, w).sum(), [x, w])
+    rx, rw = torch.autograd.grad(qd.qnode(qd.device("statevector", wires=3),
+                                          diff_method="backprop")(f)(x, w).sum(), [x, w])
+    assert torch.allclose(gx, rx, atol=1e-9) and torch.allclose(gw, rw, atol=1e-9)
+    assert dev.executions == 2
+
+
+def test_shots_samples_and_counts():
+    dev = qd.device("pennylane", name="default.qubit", wires=2, shots=500, seed=7)
+
+    def f(x):
+        qd.RX(x, wires=0)
+        qd.CNOT([0, 1])
+        return [qd.sample(wires=[0, 1]), qd.sample(qd.Z(0) @ qd.Z(1))]
+    bits, zz = qd.qnode(dev)(f)(torch.tensor([0.5, 2.0], dtype=torch.float64))
+    assert bits.shape == (2, 500, 2) and bits.dtype == torch.int64 and zz.shape == (2, 500)
+    assert torch.equal(bits[..., 0], bits[..., 1]) and torch.equal(zz, torch.ones_like(zz))
+    c = qd.qnode(dev)(lambda: (qd.PauliX(1), qd.counts(wires=[0, 1]))[1])()
+    assert c == {"01": 500}
+    e = qd.qnode(dev)(lambda x: (qd.RY(x, wires=0), qd.expval(qd.Z(0)))[1])(
+        torch.tensor(1.0, dtype=torch.float64))
+    assert abs(float(e) - float(torch.cos(torch.tensor(1.0)))) < 5 * (1 / 500) ** 0.5
+
+
+def test_errors_and_repr():
+    with pytest.raises(QdiffError, match="unknown PennyLane device 'nope.qubit'"):
+        qd.device("pennylane", name="nope.qubit", wires=1)
+    with pytest.raises(QdiffError, match="sample\\(\\) needs a device with shots"):
+        qd.qnode(qd.device("pennylane", wires=1))(lambda: qd.sample(wires=[0]))()
+    assert repr(qd.device("pennylane", name="lightning.qubit", wires=2, shots=5)) == \
+        "<PennyLaneBackend lightning.qubit wires=2, shots=5>"
+    assert not qd.device("pennylane", name="default.mixed", wires=1).capabilities.device_vjp
+    assert "lightning.qubit" in qd.backends.available("pennylane")
