@@ -37,3 +37,8 @@ I, X, Y, Z, H = Identity, PauliX, PauliY, PauliZ, Hadamard  # noqa: F821
 CX, CCX, CPhase, iSWAP = CNOT, Toffoli, ControlledPhaseShift, ISWAP  # noqa: F821
 Rxx, Ryy, Rzz = IsingXX, IsingYY, IsingZZ  # noqa: F821
 del _g
+
+# classical kernels (issue 6): Pauli-sum operators, eigen/linear solvers, chemistry
+from qdiff.operators import PauliSumOperator  # noqa: E402
+from qdiff.solvers import SolverInfo, cg, eigsh, ground_state, lanczos, minres  # noqa: E402
+from qdiff import qchem  # noqa: E402

@@ -1,0 +1,437 @@
+"""Eigen- and linear solvers in torch with implicit gradients.
+
+* :func:`eigsh` / :func:`lanczos`: the lowest eigenpairs of a Hermitian operator (a
+  :class:`~qdiff.operators.PauliSumOperator`, a dense or sparse tensor, or a matvec callable) by
+  thick-restart Lanczos with full reorthogonalization; memory ``(max_basis + 1)`` vectors.
+* :func:`ground_state`: the lowest eigenpair of a Pauli-sum Hamiltonian, differentiable with
+  respect to its coefficients without unrolling the iterations: ``dE0/dc_t = <psi0|P_t|psi0>``
+  (Hellmann-Feynman) and, for the state, ``dpsi0 = -(H - E0)^+ dH psi0`` (first-order
+  perturbation theory) whose vector-Jacobian product costs one projected linear solve.
+* :func:`cg` and :func:`minres`: Krylov linear solvers whose backward solves the adjoint system
+  ``A^H lambda = grad_x`` (implicit differentiation) instead of differentiating through the
+  iterations; convergence is reported in a :class:`SolverInfo`.
+
+Everything follows the device and dtype of the input tensors.
+
+>>> import torch, qdiff as qd
+>>> H = qd.PauliSumOperator.from_strings(["ZI", "IZ", "XX"], [1.0, 0.5, 0.3])
+>>> e, psi, info = qd.ground_state(H)
+>>> round(float(e), 6), info.converged
+(-1.529706, True)
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from qdiff.circuits.errors import QdiffError
+from qdiff.operators import PauliSumOperator, as_operator
+
+
+@dataclass
+class SolverInfo:
+    """What an iterative solver did: ``converged``, ``iterations``, ``residual`` (final residual
+    norm; relative for linear solves), the ``tol`` and ``maxiter`` it ran under, ``matvecs``;
+    ``backward`` holds the info of the adjoint solve once backward has run."""
+
+    method: str
+    converged: bool
+    iterations: int
+    residual: float
+    tol: float
+    maxiter: int
+    matvecs: int = 0
+    backward: Optional["SolverInfo"] = None
+
+
+def _matvec_of(A) -> tuple[Callable, Optional[int]]:
+    """A batched matvec ``(..., N) -> (..., N)`` and ``N`` (None when unknown)."""
+    if isinstance(A, PauliSumOperator):
+        return A.apply, A.dim
+    if isinstance(A, torch.Tensor):
+        if A.dim() != 2 or A.shape[0] != A.shape[1]:
+            raise QdiffError(f"operator matrix must be square (N, N); got shape {tuple(A.shape)}")
+        if A.layout != torch.strided:
+            return (lambda v: (A @ v.reshape(-1, A.shape[0]).transpose(0, 1)).transpose(0, 1)
+                    .reshape(v.shape)), A.shape[0]
+        return (lambda v: v @ A.transpose(0, 1)), A.shape[0]
+    if callable(A):
+        return A, None
+    try:
+        return _matvec_of(as_operator(A))
+    except QdiffError:
+        raise QdiffError(f"expected an operator (PauliSumOperator, Observable, tensor or "
+                         f"callable); got {type(A).__name__}") from None
+
+
+def _inner(a, b):
+    """``<a|b>`` along the last axis (conjugating ``a``)."""
+    return (a.conj() * b).sum(-1) if a.is_complex() else (a * b).sum(-1)
+
+
+# ------------------------------------------------------------------------------------------
+# Lanczos
+
+
+def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int] = None,
+            tol: float = 1e-10, max_basis: Optional[int] = None, maxiter: int = 10000,
+            mask: Optional[torch.Tensor] = None, dtype=None, device=None, seed: int = 1234):
+    """Lowest ``k`` eigenpairs of a Hermitian operator by thick-restart Lanczos.
+
+    Args:
+        A: :class:`PauliSumOperator`, Pauli-sum observable, ``(N, N)`` tensor (dense or sparse)
+            or a callable ``(N,) -> (N,)``.
+        k: number of eigenpairs (lowest first).
+        v0: start vector ``(N,)`` (default: seeded random; inside ``mask`` if given).
+        tol: a Ritz pair counts as converged when ``||A x - theta x|| <= tol * max(1, |theta|)``.
+        max_basis: Krylov basis size before a restart (default ``max(2k + 20, 30)``).
+        maxiter: cap on matrix-vector products.
+        mask: ``(N,)`` bool; the search is restricted to these basis states (a symmetry sector
+            the operator preserves, e.g. a particle number): leakage is projected out each step.
+        dtype: default float64 for a real matrix, else complex128.
+
+    Returns:
+        ``(eigenvalues (k,), eigenvectors (k, N), SolverInfo)``.
+    """
+    mv, dim = _matvec_of(A)
+    dim = dim or n or (v0.shape[-1] if v0 is not None else None)
+    if dim is None:
+        raise QdiffError("lanczos: give n (the dimension) or v0 with a callable operator")
+    if dtype is None:
+        real = isinstance(A, PauliSumOperator) and A.real_matrix or (
+            isinstance(A, torch.Tensor) and not A.is_complex())
+        dtype = v0.dtype if v0 is not None else (torch.float64 if real else torch.complex128)
+    if device is None:
+        device = v0.device if v0 is not None else (
+            A.coeffs.device if isinstance(A, PauliSumOperator) else
+            A.device if isinstance(A, torch.Tensor) else torch.device("cpu"))
+    m = max_basis or max(2 * k + 20, 30)
+    m = min(m, dim)
+    if k > m - 1 and dim > k:
+        raise QdiffError(f"lanczos: k={k} needs max_basis > k (got {m})")
+    maskf = None if mask is None else mask.to(device=device, dtype=torch.bool)
+    if v0 is None:
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        v0 = torch.randn(dim, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
+    v = v0.detach().reshape(dim).to(device=device, dtype=dtype).clone()
+    project = (lambda x: x.masked_fill_(~maskf, 0)) if maskf is not None else (lambda x: x)
+    project(v)
+    nv = torch.linalg.vector_norm(v)
+    if float(nv) == 0:
+        raise QdiffError("lanczos: the start vector is zero (inside the mask)")
+    with torch.no_grad():
+        return _thick_restart(mv, project, v / nv, k, m, tol, maxiter, dim)
+
+
+def _thick_restart(mv, project, v, k, m, tol, maxiter, dim):
+    V = torch.zeros(m + 1, dim, dtype=v.dtype, device=v.device)
+    T = torch.zeros(m + 1, m + 1, dtype=v.dtype, device=v.device)
+    V[0] = v
+    p, matvecs, restarts = 0, 0, 0
+    while True:
+        j_end, beta = m, 0.0
+        for j in range(p, m):
+            w = project(mv(V[j]))
+            matvecs += 1
+            h = V[:j + 1].conj() @ w if w.is_complex() else V[:j + 1] @ w
+            w = w - h @ V[:j + 1]
+            h2 = V[:j + 1].conj() @ w if w.is_complex() else V[:j + 1] @ w  # DGKS second pass
+            w = w - h2 @ V[:j + 1]
+            h = h + h2
+            T[:j + 1, j] = h
+            T[j, :j + 1] = h.conj()
+            beta = float(torch.linalg.vector_norm(w))
+            if beta <= 1e-14 * max(1.0, float(h.abs().max())) or j + 1 == dim:
+                j_end, beta = j + 1, 0.0  # invariant subspace: Ritz values are exact
+                break
+            V[j + 1] = w / beta
+            T[j + 1, j] = T[j, j + 1] = beta
+        size = j_end
+        Tm = T[:size, :size]
+        theta, Y = torch.linalg.eigh(0.5 * (Tm + Tm.conj().transpose(0, 1)))
+        res = (beta * Y[size - 1, :]).abs()
+        kk = min(k, size)
+        ok = bool((res[:kk] <= tol * torch.clamp(theta[:kk].abs(), min=1.0)).all())
+        if ok or beta == 0.0 or matvecs >= maxiter:
+            X = Y[:, :kk].transpose(0, 1).to(V.dtype) @ V[:size]
+            info = SolverInfo("lanczos", ok or beta == 0.0, restarts, float(res[:kk].max()), tol,
+                              maxiter, matvecs)
+            if not info.converged:
+                warnings.warn(f"lanczos did not converge in {matvecs} matvecs (residual "
+                              f"{info.residual:.2e} > tol {tol:.1e})", stacklevel=3)
+            return theta[:kk], X, info
+        restarts += 1
+        p = min(size - 1, kk + max(kk, (size - kk) // 2))
+        Yp = Y[:, :p].to(V.dtype)
+        newV = Yp.transpose(0, 1) @ V[:size]
+        V[:p] = newV
+        V[p] = V[size]
+        T.zero_()
+        T[:p, :p] = torch.diag(theta[:p]).to(T.dtype)
+        coup = beta * Y[size - 1, :p]
+        T[p, :p] = coup.to(T.dtype)
+        T[:p, p] = coup.conj().to(T.dtype)
+
+
+def eigsh(A, k: int = 1, **kwargs):
+    """``(eigenvalues (k,), eigenvectors (k, N), SolverInfo)``: alias of :func:`lanczos` with
+    scipy's name (lowest ``k`` only)."""
+    return lanczos(A, k, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------
+# differentiable ground state
+
+
+class _GroundState(torch.autograd.Function):
+    """``coeffs -> (E0, psi0)``; the backward is implicit (no unrolled iterations)."""
+
+    @staticmethod
+    def forward(coeffs, op, opts, info_box):
+        e, x, info = lanczos(op.with_coeffs(coeffs.detach()), 1, **opts)
+        info_box.append(info)
+        return e[0], x[0]
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        coeffs, op, opts, info_box = inputs
+        ctx.op, ctx.opts, ctx.info = op, opts, info_box[0]
+        ctx.save_for_backward(coeffs, *output)
+
+    @staticmethod
+    def backward(ctx, g_e, g_psi):
+        coeffs, e0, psi = ctx.saved_tensors
+        op = ctx.op.with_coeffs(coeffs.detach())
+        grad = None
+        if g_e is not None:
+            grad = g_e * op.term_expvals(psi)
+        if g_psi is not None and bool(g_psi.abs().max() > 0):
+            x, binfo = _perturbation_solve(op, e0, psi, g_psi, ctx.opts)
+            ctx.info.backward = binfo
+            part = op.bilinear_terms(x, psi)
+            grad = part if grad is None else grad + part
+        return (None if grad is None else grad.to(coeffs.dtype)), None, None, None
+
+
+def _perturbation_solve(op, e0, psi, g, opts):
+    """``x = -(H - E0)^+ (1 - |psi><psi|) g`` by CG on the orthogonal complement of ``psi``."""
+    mask = opts.get("mask")
+    mask = None if mask is None else mask.to(psi.device)
+
+    def proj(v):
+        v = v - psi * _inner(psi, v)
+        return v if mask is None else v.masked_fill(~mask, 0)
+
+    def shifted(v):
+        return proj(op.apply(v) - e0 * v)
+
+    rhs = -proj(g.to(psi.dtype))
+    tol = max(opts.get("tol", 1e-10), 1e-12)
+    x, info = _cg_solve(shifted, rhs, None, tol, opts.get("maxiter", 10000), None)
+    return proj(x), info
+
+
+def ground_state(H, *, n_qubits: Optional[int] = None, tol: float = 1e-10,
+                 max_basis: Optional[int] = None, maxiter: int = 10000,
+                 mask: Optional[torch.Tensor] = None, v0: Optional[torch.Tensor] = None,
+                 seed: int = 1234):
+    """Lowest eigenpair ``(E0, psi0 (2**n,), SolverInfo)`` of a Pauli-sum Hamiltonian.
+
+    Differentiable w.r.t. the Hamiltonian's coefficients when they require grad: the energy by
+    Hellmann-Feynman, the state by the perturbation formula (one projected CG solve in the
+    backward; its info lands in ``info.backward``). Losses of ``psi0`` must not depend on its
+    arbitrary global phase/sign (expectations, fidelities, ...). ``mask`` restricts the search
+    to a symmetry sector (e.g. :func:`qdiff.qchem.particle_number_mask`).
+    """
+    op = as_operator(H, n_qubits)
+    opts = dict(tol=tol, max_basis=max_basis, maxiter=maxiter, mask=mask, v0=v0, seed=seed)
+    box: list = []
+    e, psi = _GroundState.apply(op.coeffs, op, opts, box)
+    return e, psi, box[0]
+
+
+# ------------------------------------------------------------------------------------------
+# linear solvers
+
+
+def _cg_solve(mv, b, x0, tol, maxiter, M):
+    """Batched preconditioned CG on ``(..., N)``; returns ``(x, SolverInfo)``."""
+    x = torch.zeros_like(b) if x0 is None else x0.clone()
+    r = b - mv(x) if x0 is not None else b.clone()
+    z = M(r) if M is not None else r
+    p = z.clone()
+    rz = _inner(r, z).real
+    bnorm = torch.linalg.vector_norm(b, dim=-1).clamp_min(1e-300)
+    it, rel = 0, torch.linalg.vector_norm(r, dim=-1) / bnorm
+    while it < maxiter and bool((rel > tol).any()):
+        ap = mv(p)
+        pap = _inner(p, ap).real
+        alpha = torch.where(pap.abs() > 0, rz / torch.where(pap == 0, 1.0, pap), 0.0)
+        active = (rel > tol).to(alpha.dtype)
+        alpha = alpha * active
+        x = x + alpha.unsqueeze(-1) * p
+        r = r - alpha.unsqueeze(-1) * ap
+        z = M(r) if M is not None else r
+        rz_new = _inner(r, z).real
+        beta = torch.where(rz.abs() > 0, rz_new / torch.where(rz == 0, 1.0, rz), 0.0)
+        p = z + beta.unsqueeze(-1) * p
+        rz = rz_new
+        it += 1
+        rel = torch.linalg.vector_norm(r, dim=-1) / bnorm
+    res = float(rel.max()) if rel.numel() else 0.0
+    return x, SolverInfo("cg", res <= tol, it, res, tol, maxiter, it + (x0 is not None))
+
+
+def _minres_solve(mv, b, x0, tol, maxiter, shift=0.0):
+    """Batched MINRES (Paige-Saunders) for Hermitian, possibly indefinite ``A - shift I``."""
+    rdt = b.real.dtype
+    x = torch.zeros_like(b) if x0 is None else x0.clone()
+    r1 = b - (mv(x) - shift * x) if x0 is not None else b.clone()
+    y = r1.clone()
+    beta1 = torch.linalg.vector_norm(r1, dim=-1)
+    bnorm = torch.linalg.vector_norm(b, dim=-1).clamp_min(1e-300)
+    zeros = torch.zeros_like(beta1)
+    oldb, beta, dbar, epsln, phibar = zeros, beta1.clone(), zeros, zeros, beta1.clone()
+    cs, sn = -torch.ones_like(beta1), zeros
+    w = torch.zeros_like(b)
+    w2 = torch.zeros_like(b)
+    r2 = r1.clone()
+    it, rel = 0, phibar / bnorm
+    tiny = torch.finfo(rdt).tiny
+    while it < maxiter and bool((rel > tol).any()):
+        active = (rel > tol) & (beta > tiny)
+        safe_beta = torch.where(beta > tiny, beta, 1.0)
+        v = y / safe_beta.unsqueeze(-1)
+        y = mv(v) - shift * v
+        if it >= 1:
+            y = y - (beta / torch.where(oldb > tiny, oldb, 1.0)).unsqueeze(-1) * r1
+        alfa = _inner(v, y).real.to(rdt)
+        y = y - (alfa / safe_beta).unsqueeze(-1) * r2
+        r1, r2 = r2, y
+        oldb, beta = beta, torch.linalg.vector_norm(y, dim=-1)
+        oldeps = epsln
+        delta = cs * dbar + sn * alfa
+        gbar = sn * dbar - cs * alfa
+        epsln = sn * beta
+        dbar = -cs * beta
+        gamma = torch.sqrt(gbar ** 2 + beta ** 2).clamp_min(tiny)
+        cs, sn = gbar / gamma, beta / gamma
+        phi = cs * phibar
+        phibar = torch.where(active, sn * phibar, phibar)
+        w1, w2 = w2, w
+        w = (v - oldeps.unsqueeze(-1) * w1 - delta.unsqueeze(-1) * w2) / gamma.unsqueeze(-1)
+        x = x + torch.where(active, phi, 0.0).unsqueeze(-1) * w
+        it += 1
+        rel = phibar / bnorm
+    true_res = torch.linalg.vector_norm(b - (mv(x) - shift * x), dim=-1) / bnorm
+    res = float(true_res.max()) if true_res.numel() else 0.0
+    return x, SolverInfo("minres", res <= max(tol, 10 * tol), it, res, tol, maxiter, it + 1)
+
+
+class _ImplicitSolve(torch.autograd.Function):
+    """``(b, *params) -> x`` with ``A(params) x = b``; backward solves ``A^H lam = grad_x``."""
+
+    @staticmethod
+    def forward(b, spec, *params):
+        x, info = spec["solve"](b.detach())
+        spec["info"] = info
+        return x
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        b, spec, *params = inputs
+        ctx.spec = spec
+        ctx.save_for_backward(output, *params)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, *params = ctx.saved_tensors
+        spec = ctx.spec
+        lam, binfo = spec["solve"](g.detach())  # A is Hermitian: the adjoint system is A lam = g
+        spec["info"].backward = binfo
+        grads = [None] * len(params)
+        need = [i for i, p in enumerate(params) if ctx.needs_input_grad[2 + i]]
+        if need:
+            with torch.enable_grad():
+                ax = spec["matvec"](x.detach())
+                got = torch.autograd.grad(ax, [params[i] for i in need], grad_outputs=-lam,
+                                          allow_unused=True)
+            for i, gr in zip(need, got):
+                grads[i] = gr
+        return (lam if ctx.needs_input_grad[0] else None, None, *grads)
+
+
+def _solve(method, A, b, x0, tol, maxiter, params, **kw):
+    mv, dim = _matvec_of(A)
+    if dim is not None and b.shape[-1] != dim:
+        raise QdiffError(f"{method}: right-hand side has length {b.shape[-1]} but the operator "
+                         f"is {dim}x{dim}")
+    maxiter = maxiter or 10 * b.shape[-1]
+    if params is None:
+        params = [A.coeffs] if isinstance(A, PauliSumOperator) else \
+            [A] if isinstance(A, torch.Tensor) else []
+    params = [p for p in params if isinstance(p, torch.Tensor)]
+    if method == "cg":
+        def solve(rhs):
+            with torch.no_grad():
+                return _cg_solve(mv, rhs, x0, tol, maxiter, kw.get("M"))
+    else:
+        def solve(rhs):
+            with torch.no_grad():
+                return _minres_solve(mv, rhs, x0, tol, maxiter, kw.get("shift", 0.0))
+    spec = {"solve": solve, "matvec": mv}
+    x = _ImplicitSolve.apply(b, spec, *params)
+    info = spec["info"]
+    if not info.converged:
+        warnings.warn(f"{method} stopped after {info.iterations} iterations with relative "
+                      f"residual {info.residual:.2e} > tol {tol:.1e}", stacklevel=3)
+    return x, info
+
+
+def cg(A, b: torch.Tensor, *, x0: Optional[torch.Tensor] = None, tol: float = 1e-10,
+       maxiter: Optional[int] = None, M: Optional[Callable] = None, params=None):
+    """Solve ``A x = b`` for Hermitian positive-definite ``A`` by conjugate gradients.
+
+    Args:
+        A: :class:`PauliSumOperator`, ``(N, N)`` tensor (dense or sparse) or a batched matvec
+            callable ``(..., N) -> (..., N)``.
+        b: ``(..., N)``; leading dims are independent systems solved together.
+        tol: stop when ``||r|| <= tol ||b||`` for every system; maxiter: iteration cap
+            (default ``10 N``). M: optional preconditioner callable (approximates ``A^-1``).
+        params: tensors the callable ``A`` depends on, for gradients (a PauliSumOperator's
+            coefficients and a tensor ``A`` are found automatically).
+
+    Returns ``(x, SolverInfo)``. Gradients w.r.t. ``b`` and ``params`` come from one adjoint
+    solve (``info.backward`` after backward), not from the iterations.
+    """
+    return _solve("cg", A, b, x0, tol, maxiter, params, M=M)
+
+
+def minres(A, b: torch.Tensor, *, x0: Optional[torch.Tensor] = None, shift: float = 0.0,
+           tol: float = 1e-10, maxiter: Optional[int] = None, params=None):
+    """Solve ``(A - shift I) x = b`` for Hermitian (possibly indefinite) ``A`` by MINRES.
+
+    Same arguments and implicit backward as :func:`cg`; ``info.residual`` is the true relative
+    residual at exit.
+    """
+    if shift != 0.0:
+        base, _ = _matvec_of(A)
+        return _solve("minres", _Shifted(base, shift, A), b, x0, tol, maxiter,
+                      params if params is not None else _default_params(A))
+    return _solve("minres", A, b, x0, tol, maxiter, params)
+
+
+def _default_params(A):
+    return [A.coeffs] if isinstance(A, PauliSumOperator) else [A] if isinstance(A, torch.Tensor) \
+        else []
+
+
+class _Shifted:
+    def __init__(self, mv, shift, A):
+        self.mv, self.shift, self.A = mv, shift, A
+
+    def __call__(self, v):
+        return self.mv(v) - self.shift * v

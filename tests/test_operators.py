@@ -1,0 +1,123 @@
+"""PauliSumOperator against dense matrices (Observable.matrix), scipy and PennyLane."""
+import random
+
+import numpy as np
+import pytest
+import torch
+
+import qdiff as qd
+from qdiff.operators import PauliSumOperator, walsh_hadamard
+
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device")])]
+
+
+def random_op(n, terms, seed, complex_y=True):
+    rng = random.Random(seed)
+    letters = "XYZ" if complex_y else "XZ"
+    words = [{w: rng.choice(letters) for w in rng.sample(range(n), rng.randint(0, min(n, 4)))}
+             for _ in range(terms)]
+    g = torch.Generator().manual_seed(seed)
+    return PauliSumOperator(words, torch.randn(terms, generator=g, dtype=torch.float64), n)
+
+
+def dense_ref(op):
+    return op.to_observable().matrix(wire_order=list(range(op.n_qubits)))
+
+
+def random_states(b, n, seed, dtype=torch.complex128):
+    g = torch.Generator().manual_seed(seed)
+    psi = torch.randn(b, 2 ** n, generator=g, dtype=torch.float64) + \
+        1j * torch.randn(b, 2 ** n, generator=g, dtype=torch.float64)
+    return (psi / psi.norm(dim=-1, keepdim=True)).to(dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n,terms,seed", [(1, 3, 0), (3, 12, 1), (5, 30, 2), (6, 40, 3)])
+def test_apply_expval_terms_match_dense(n, terms, seed, device):
+    op = random_op(n, terms, seed).to(device)
+    M = dense_ref(random_op(n, terms, seed)).to(device)
+    psi = random_states(4, n, seed).to(device)
+    assert torch.allclose(op.apply(psi), psi @ M.T, atol=1e-12)
+    assert torch.allclose(op.apply(psi[0]), M @ psi[0], atol=1e-12)
+    ref = torch.einsum("bi,ij,bj->b", psi.conj(), M, psi).real
+    assert torch.allclose(op.expval(psi), ref, atol=1e-12)
+    Pt = [dense_ref(PauliSumOperator([w], [1.0], n)).to(device) for w in op.words]
+    tv = torch.stack([torch.einsum("bi,ij,bj->b", psi.conj(), P, psi).real for P in Pt], -1)
+    assert torch.allclose(op.term_expvals(psi), tv, atol=1e-12)
+    phi = random_states(4, n, seed + 100).to(device)
+    bl = torch.stack([torch.einsum("bi,ij,bj->b", phi.conj(), P, psi).real for P in Pt], -1)
+    assert torch.allclose(op.bilinear_terms(phi, psi), bl, atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_matrices_dense_csr_scipy(device):
+    op = random_op(5, 25, 7).to(device)
+    M = dense_ref(random_op(5, 25, 7)).to(device)
+    assert torch.allclose(op.to_dense(), M, atol=1e-13)
+    assert torch.allclose(op.to_sparse_csr().to_dense(), M, atol=1e-13)
+    assert np.allclose(op.to_scipy().toarray(), M.cpu().numpy(), atol=1e-13)
+
+
+def test_real_matrix_keeps_real_states():
+    op = random_op(5, 20, 3, complex_y=False)
+    assert op.real_matrix
+    x = torch.randn(3, 32, dtype=torch.float64)
+    y = op.apply(x)
+    assert not y.is_complex()
+    assert torch.allclose(y.to(torch.complex128), x.to(torch.complex128) @ dense_ref(op).T,
+                          atol=1e-12)
+
+
+def test_complex64_follows_state_dtype():
+    op = random_op(4, 10, 5)
+    psi = random_states(2, 4, 1, torch.complex64)
+    out = op.apply(psi)
+    assert out.dtype == torch.complex64
+    assert torch.allclose(out.to(torch.complex128), psi.to(torch.complex128) @ dense_ref(op).T,
+                          atol=1e-5)
+
+
+def test_walsh_hadamard_matches_definition():
+    x = torch.randn(3, 2 ** 7, dtype=torch.float64)
+    y = torch.arange(2 ** 7)
+    signs = torch.tensor([[(-1) ** bin(a & b).count("1") for b in range(2 ** 7)]
+                          for a in range(2 ** 7)], dtype=torch.float64)
+    assert torch.allclose(walsh_hadamard(x), x @ signs.T, atol=1e-12)
+    assert y.numel() == 128
+
+
+def test_gradcheck_state_and_coeffs():
+    base = random_op(3, 10, 11)
+    c = base.coeffs.clone().requires_grad_()
+    psi = random_states(2, 3, 4).requires_grad_()
+    assert torch.autograd.gradcheck(lambda c, p: base.with_coeffs(c).expval(p), (c, psi))
+    assert torch.autograd.gradcheck(lambda c, p: base.with_coeffs(c).apply(p), (c, psi))
+    assert torch.autograd.gradcheck(lambda c: base.with_coeffs(c).to_dense(), (c,))
+    x = torch.randn(2, 8, dtype=torch.float64, requires_grad=True)
+    real = random_op(3, 8, 2, complex_y=False)
+    assert torch.autograd.gradcheck(lambda c, x: real.with_coeffs(c).expval(x),
+                                    (real.coeffs.clone().requires_grad_(), x))
+
+
+def test_expval_coeff_gradient_is_term_values():
+    op = random_op(4, 15, 9)
+    c = op.coeffs.clone().requires_grad_()
+    psi = random_states(1, 4, 2)
+    op.with_coeffs(c).expval(psi).sum().backward()
+    assert torch.allclose(c.grad, op.term_expvals(psi)[0], atol=1e-12)
+
+
+def test_from_observable_and_errors():
+    H = 0.5 * qd.Z(0) @ qd.Z(2) - 0.25 * qd.Y(1) + 0.1 * qd.X(0) @ qd.Y(2)
+    op = PauliSumOperator.from_observable(H)
+    assert op.n_qubits == 3 and op.num_terms == 3
+    assert torch.allclose(op.to_dense(), H.matrix(wire_order=[0, 1, 2]), atol=1e-14)
+    with pytest.raises(qd.QdiffError, match="length 8"):
+        op.apply(torch.zeros(4, dtype=torch.complex128))
+    with pytest.raises(qd.QdiffError, match="Hermitian-matrix"):
+        PauliSumOperator.from_observable(qd.Hermitian(np.eye(2), wires=0))
+    with pytest.raises(qd.QdiffError, match="outside"):
+        PauliSumOperator([{5: "X"}], [1.0], 3)
+    with pytest.raises(qd.QdiffError, match="2 coefficient"):
+        PauliSumOperator([{0: "X"}], [1.0, 2.0], 1)

@@ -1,0 +1,188 @@
+"""Lanczos against scipy eigsh; implicit gradients against finite differences; CG/MINRES."""
+import random
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse.linalg as sla
+import torch
+
+import qdiff as qd
+from qdiff.operators import PauliSumOperator
+from qdiff.solvers import cg, ground_state, lanczos, minres
+from qdiff.qchem import particle_number_mask
+
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device")])]
+
+
+def random_op(n, terms, seed, letters="XYZ"):
+    rng = random.Random(seed)
+    words = [{w: rng.choice(letters) for w in rng.sample(range(n), rng.randint(1, 3))}
+             for _ in range(terms)]
+    g = torch.Generator().manual_seed(seed)
+    return PauliSumOperator(words, torch.randn(terms, generator=g, dtype=torch.float64), n)
+
+
+def tfim(n, h=0.7, periodic=False):
+    words, c = [], []
+    for i in range(n if periodic else n - 1):
+        words.append({i: "Z", (i + 1) % n: "Z"})
+        c.append(-1.0)
+    for i in range(n):
+        words.append({i: "X"})
+        c.append(-h)
+    return PauliSumOperator(words, torch.tensor(c, dtype=torch.float64), n)
+
+
+def scipy_lowest(op, k):
+    return np.sort(sla.eigsh(op.to_scipy(), k=k, which="SA", tol=1e-14)[0])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n,terms,k,seed,letters", [(6, 30, 1, 0, "XYZ"), (8, 40, 3, 1, "XYZ"),
+                                                    (9, 50, 2, 2, "XZ"), (4, 10, 4, 3, "XYZ")])
+def test_lanczos_matches_eigsh(n, terms, k, seed, letters, device):
+    op = random_op(n, terms, seed, letters)
+    ref = scipy_lowest(op, k)
+    e, X, info = lanczos(op.to(device), k)
+    assert info.converged
+    assert np.allclose(e.cpu().numpy(), ref, atol=1e-9)
+    # eigenvectors: residual and orthonormality
+    for i in range(k):
+        r = op.to(device).apply(X[i]) - e[i] * X[i]
+        assert float(r.norm()) < 1e-7
+    G = X.conj() @ X.T
+    assert torch.allclose(G, torch.eye(k, dtype=G.dtype, device=G.device), atol=1e-10)
+
+
+def test_lanczos_spin_chain_12_qubits_and_restart_small_basis():
+    op = tfim(12, periodic=True)
+    ref = scipy_lowest(op, 2)
+    e, _, info = lanczos(op, 2, max_basis=12)
+    assert info.converged and info.iterations > 0  # restarted at least once
+    assert np.allclose(e.numpy(), ref, atol=1e-9)
+
+
+def test_lanczos_in_particle_number_sector():
+    mol = qd.qchem.molecule("H2")
+    op = PauliSumOperator.from_observable(mol.hamiltonian, mol.n_qubits)
+    mask = particle_number_mask(4, 2)
+    M = op.to_dense().numpy()
+    idx = np.nonzero(mask.numpy())[0]
+    ref = np.linalg.eigvalsh(M[np.ix_(idx, idx)])[0]
+    e, X, info = lanczos(op, 1, mask=mask)
+    assert abs(float(e[0]) - ref) < 1e-9
+    assert float(X[0][~mask].abs().max()) == 0.0
+
+
+def test_lanczos_dense_tensor_and_callable():
+    A = torch.randn(40, 40, dtype=torch.float64)
+    A = A + A.T
+    ref = torch.linalg.eigvalsh(A)[:2]
+    e, _, _ = lanczos(A, 2)
+    assert torch.allclose(e, ref, atol=1e-9)
+    e2, _, _ = lanczos(lambda v: A @ v, 2, n=40, dtype=torch.float64)
+    assert torch.allclose(e2, ref, atol=1e-9)
+    with pytest.raises(qd.QdiffError, match="dimension"):
+        lanczos(lambda v: A @ v, 1)
+
+
+def test_lanczos_reports_non_convergence():
+    op = tfim(10)
+    with pytest.warns(UserWarning, match="did not converge"):
+        _, _, info = lanczos(op, 1, maxiter=5, max_basis=5)
+    assert not info.converged and info.matvecs <= 10 and info.maxiter == 5
+
+
+@pytest.mark.parametrize("letters", ["XZ", "XYZ"])
+def test_ground_state_implicit_gradient_vs_finite_differences(letters):
+    op = random_op(7, 25, 5, letters)
+    obs = PauliSumOperator([{0: "Z", 3: "Z"}, {2: "X"}], [0.7, -0.4], 7)
+
+    def loss(c):
+        e, psi, _ = ground_state(op.with_coeffs(c), tol=1e-12)
+        return e + obs.expval(psi)
+
+    c = op.coeffs.clone().requires_grad_()
+    e, psi, info = ground_state(op.with_coeffs(c), tol=1e-12)
+    (e + obs.expval(psi)).backward()
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(3):  # directional finite differences along random directions
+        d = torch.randn(c.shape, generator=gen, dtype=torch.float64)
+        h = 1e-5
+        fd = (float(loss(op.coeffs + h * d)) - float(loss(op.coeffs - h * d))) / (2 * h)
+        assert abs(float(c.grad @ d) - fd) < 1e-7 * max(1.0, abs(fd))
+    assert info.backward is not None and info.backward.converged
+    # energy alone: Hellmann-Feynman gives the term expectations
+    c2 = op.coeffs.clone().requires_grad_()
+    e2, psi2, _ = ground_state(op.with_coeffs(c2))
+    e2.backward()
+    assert torch.allclose(c2.grad, op.term_expvals(psi2.detach()), atol=1e-12)
+
+
+def test_ground_state_gradcheck():
+    op = random_op(5, 12, 8, "XZ")
+    c = op.coeffs.clone().requires_grad_()
+    obs = PauliSumOperator([{1: "Z"}], [1.0], 5)
+
+    def f(c):
+        e, psi, _ = ground_state(op.with_coeffs(c), tol=1e-13)
+        return torch.stack([e, obs.expval(psi)])
+    assert torch.autograd.gradcheck(f, (c,), atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("solver", [cg, minres])
+def test_linear_solvers_match_direct_and_gradcheck(solver, device):
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(8, 8, generator=g, dtype=torch.float64)
+    A = (A @ A.T + 8 * torch.eye(8, dtype=torch.float64)).to(device).requires_grad_()
+    b = torch.randn(2, 8, generator=g, dtype=torch.float64).to(device).requires_grad_()
+    x, info = solver(A, b, tol=1e-12)
+    assert info.converged and info.iterations <= info.maxiter
+    assert torch.allclose(x, torch.linalg.solve(A, b.T).T, atol=1e-10)
+    assert torch.autograd.gradcheck(lambda A, b: solver(A, b, tol=1e-13)[0], (A, b))
+    x.sum().backward()
+    assert info.backward is not None and info.backward.converged
+
+
+def test_minres_indefinite_and_complex_hermitian():
+    g = torch.Generator().manual_seed(1)
+    M = torch.randn(30, 30, generator=g, dtype=torch.complex128)
+    M = M + M.conj().T  # Hermitian, indefinite
+    b = torch.randn(30, generator=g, dtype=torch.complex128)
+    x, info = minres(M, b, tol=1e-12)
+    assert info.converged
+    assert torch.allclose(x, torch.linalg.solve(M, b), atol=1e-9)
+    x2, _ = minres(M, b, shift=0.5, tol=1e-12)
+    assert torch.allclose(x2, torch.linalg.solve(M - 0.5 * torch.eye(30), b), atol=1e-9)
+
+
+def test_solve_with_pauli_operator_coefficient_gradient():
+    op = random_op(4, 6, 4)
+    n_id = PauliSumOperator([{}], [1.0], 4)
+    shift = float(op.coeffs.abs().sum()) + 1.0  # makes H + shift*I positive definite
+    words = op.words + n_id.words
+    c = torch.cat([op.coeffs, torch.tensor([shift], dtype=torch.float64)]).requires_grad_()
+    b = torch.randn(16, dtype=torch.complex128)
+
+    def f(c):
+        x, _ = cg(PauliSumOperator(words, c, 4), b, tol=1e-13)
+        return (x.conj() * x).real.sum()
+    assert torch.autograd.gradcheck(f, (c,))
+    A = PauliSumOperator(words, c.detach(), 4).to_dense()
+    x, _ = cg(PauliSumOperator(words, c.detach(), 4), b, tol=1e-13)
+    assert torch.allclose(x, torch.linalg.solve(A, b), atol=1e-10)
+
+
+def test_cg_iteration_cap_reported():
+    A = torch.diag(torch.linspace(1, 1000, 200, dtype=torch.float64))
+    b = torch.ones(200, dtype=torch.float64)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        _, info = cg(A, b, tol=1e-12, maxiter=3)
+    assert not info.converged and info.iterations == 3 and info.residual > 1e-12
+    assert any("cg stopped after 3" in str(x.message) for x in w)
+    with pytest.raises(qd.QdiffError, match="length 5"):
+        cg(A, torch.ones(5, dtype=torch.float64))
