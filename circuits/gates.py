@@ -46,12 +46,18 @@ def _expi(x: torch.Tensor) -> torch.Tensor:
 def _stack(rows, like: torch.Tensor) -> torch.Tensor:
     """Stack a nested list of (...,) tensors / numbers into a (..., d, d) complex tensor."""
     ref = _cplx(like)
-    zero = torch.zeros_like(ref)
-    out = []
+    consts: dict = {}
+    flat = []
     for row in rows:
-        out.append(torch.stack([zero + e if not isinstance(e, torch.Tensor) else e.to(ref.dtype) + zero
-                                for e in row], dim=-1))
-    return torch.stack(out, dim=-2)
+        for e in row:
+            if isinstance(e, torch.Tensor):
+                flat.append(e if e.dtype == ref.dtype else e.to(ref.dtype))
+            else:
+                if e not in consts:
+                    consts[e] = torch.tensor(e, dtype=ref.dtype, device=ref.device)
+                flat.append(consts[e])
+    d = len(rows)
+    return torch.stack(torch.broadcast_tensors(*flat), dim=-1).reshape(*ref.shape, d, d)
 
 
 def _diag_embed(d: torch.Tensor) -> torch.Tensor:
@@ -214,7 +220,9 @@ def _phase_diag(t):
 
 
 def _rot(phi, theta, omega):
-    return _diag_embed(_rz_diag(omega)) @ _ry(theta) @ _diag_embed(_rz_diag(phi))
+    c, s_ = _cplx(torch.cos(theta / 2)), _cplx(torch.sin(theta / 2))
+    a, b = _expi(-(phi + omega) / 2), _expi((phi - omega) / 2)
+    return _stack([[a * c, -b * s_], [b.conj() * s_, a.conj() * c]], theta)
 
 
 def _u3(theta, phi, lam):

@@ -15,7 +15,9 @@ from __future__ import annotations
 import torch
 
 from qdiff.backends import measure
-from qdiff.backends.simulate import apply_gate, op_angles, real_dtype_of
+from qdiff.backends.gate_data import (apply_data, circuit_angles, circuit_data, derivative_data,
+                                      full_matrix)
+from qdiff.backends.simulate import real_dtype_of
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import ParamRef, is_concrete
 
@@ -60,44 +62,66 @@ def _expand_marginal(g, wires, n):
     return t.reshape(shape).expand(b, *([2] * n)).reshape(b, 2 ** n)
 
 
-def _derivative_matrix(gate, angles, slot, cdtype, device):
-    """``dU/dphi_slot`` at ``angles``: ``(B', d, d)`` by forward-mode AD of the matrix function."""
-    angles = list(torch.broadcast_tensors(*angles))
+def overlap_matrix(psi, lam, wires, n, diagonal: bool):
+    """``M[b, k, i] = sum_rest psi[b, .., k, ..] conj(lam[b, .., i, ..])`` over the gate wires,
+    ``(B, d, d)`` (``(B, d)``, the diagonal only, when ``diagonal``); one pass over both states."""
+    b = psi.shape[0]
+    k = len(wires)
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    src = list(letters[1:n + 1])
+    lam_idx = list(src)
+    new = letters[n + 1:n + 1 + k]
+    for j, w in enumerate(wires):
+        lam_idx[w] = new[j] if not diagonal else src[w]
+    out = "a" + "".join(src[w] for w in wires) + ("" if diagonal else new)
+    expr = f"a{''.join(src)},a{''.join(lam_idx)}->{out}"
+    m = torch.einsum(expr, psi.view(b, *([2] * n)), lam.conj().view(b, *([2] * n)))
+    d = 2 ** k
+    return m.reshape(-1, d) if diagonal else m.reshape(-1, d, d)
 
-    def f(a):
-        args = list(angles)
-        args[slot] = a
-        return gate.matrix_fn(*args)
-    _, du = torch.func.jvp(f, (angles[slot],), (torch.ones_like(angles[slot]),))
-    du = du.to(device=device, dtype=cdtype)
-    return du.unsqueeze(0) if du.ndim == 2 else du.reshape(-1, du.shape[-2], du.shape[-1])
+
+def gradient_from_overlap(dd, m):
+    """``2 Re <lam| dU |psi>`` per binding from the overlap matrix and dU's data."""
+    v = dd.value
+    if dd.kind == "diag":
+        mm = m if m.shape[-1] == v.shape[-1] else torch.diagonal(m, dim1=-2, dim2=-1)
+        g = 2 * (v.reshape(-1, v.shape[-1]) * mm).sum(-1).real
+    else:
+        full = full_matrix(dd.kind, v)
+        g = 2 * (full.reshape(-1, *full.shape[-2:]) * m.transpose(-1, -2)).sum((-1, -2)).real
+    return g
 
 
 def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool = False):
     """``d(sum_bk g[b,k] f_k(theta_b)) / d theta`` ``(B, P)`` by one reverse sweep.
 
-    ``circuit`` must use each theta column once with scale 1 (see ``bridge.unshare``). States
-    are updated in place, except inside torch.func transforms (functional updates there).
-    With ``return_state`` also returns the uncomputed state (the circuit's input state).
+    ``circuit`` must use each theta column once with scale 1 (see ``bridge.unshare``). Gate
+    matrices and their exact derivatives are computed up front, grouped by gate type
+    (:mod:`qdiff.backends.gate_data`). States are updated in place, except inside torch.func
+    transforms. With ``return_state`` also returns the uncomputed (input) state.
     """
     n = circuit.num_wires
+    ops = circuit.operations
     rdtype = real_dtype_of(state.dtype)
     inplace = is_concrete(state) and is_concrete(cotangent)
+    angles = circuit_angles(ops, theta, rdtype)
+    data = circuit_data(ops, angles, state.dtype)
+    slots = [(i, s) for i, op in enumerate(ops) for s, p in enumerate(op.params)
+             if isinstance(p, ParamRef) and trainable[p.index]]
+    ddata = derivative_data(ops, angles, slots, state.dtype)
     psi = state.clone()
     lam = effective_state(psi, circuit, cotangent, n)
     cols = [None] * theta.shape[1]
-    for op in reversed(circuit.operations):
-        angles = op_angles(op, theta, rdtype)
-        inv_gate, inv_angles = op.gate.inverse(angles)
-        inv_angles = [a if isinstance(a, torch.Tensor) else
-                      torch.tensor([float(a)], dtype=rdtype, device=psi.device) for a in inv_angles]
-        psi = apply_gate(psi, inv_gate, op.wires, inv_angles, n, inplace=inplace)
-        for slot, p in enumerate(op.params):
-            if isinstance(p, ParamRef) and trainable[p.index]:
-                du = _derivative_matrix(op.gate, angles, slot, psi.dtype, psi.device)
-                dpsi = apply_gate(psi, op.gate, op.wires, angles, n, inplace=False, matrix=du)
-                cols[p.index] = 2 * (lam.conj() * dpsi).sum(-1).real
-        lam = apply_gate(lam, inv_gate, op.wires, inv_angles, n, inplace=inplace)
+    for i in range(len(ops) - 1, -1, -1):
+        op = ops[i]
+        psi = apply_data(psi, op, data[i], n, inplace, dagger=True)
+        op_slots = [(s, p) for s, p in enumerate(op.params) if (i, s) in ddata]
+        if op_slots:
+            kinds = {ddata[(i, s)].kind for s, _ in op_slots}
+            m = overlap_matrix(psi, lam, op.wires, n, diagonal=kinds == {"diag"})
+            for s, p in op_slots:
+                cols[p.index] = gradient_from_overlap(ddata[(i, s)], m)
+        lam = apply_data(lam, op, data[i], n, inplace, dagger=True)
     zero = torch.zeros(psi.shape[0], dtype=rdtype, device=psi.device)
     grad = torch.stack([zero if c is None else c for c in cols], dim=-1) if cols else \
         torch.zeros(psi.shape[0], 0, dtype=rdtype, device=psi.device)
