@@ -169,6 +169,17 @@ def _autodiff_matrix(gate, angles, slot, cdtype):
 # application
 
 
+def one_qubit_matrix(op, data: GateData, state) -> torch.Tensor:
+    """``(B', 2, 2)`` matrix of a one-qubit op (for fusing runs of one-qubit gates)."""
+    if data.kind == "const":
+        u = op.gate.matrix_fn()
+    elif data.kind == "diag":
+        u = torch.diag_embed(data.value)
+    else:
+        u = data.value
+    return kernels.as_batch_matrix(u.to(state.device), state.dtype)
+
+
 def _dagger(kind: str, v: torch.Tensor) -> torch.Tensor:
     return v.conj() if kind == "diag" else v.conj().transpose(-1, -2)
 

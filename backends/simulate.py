@@ -148,25 +148,36 @@ def evolve(state, operations, theta, n, rdtype, inplace, fuse=True):
     if inplace and not isinstance(fuse, bool) and int(fuse) >= 2:
         from qdiff.backends.fusion import evolve_fused
         return evolve_fused(state, operations, theta, n, rdtype, int(fuse))
+    from qdiff.backends.gate_data import apply_data, circuit_angles, circuit_data, one_qubit_matrix
+    angles = circuit_angles(operations, theta, rdtype)
+    data = circuit_data(operations, angles, state.dtype)
     pending: dict[int, torch.Tensor] = {}
-    cdtype, device = state.dtype, state.device
 
     def flush(wires):
         nonlocal state
         for w in wires:
             u = pending.pop(w, None)
             if u is not None:
-                state = kernels.apply_one_qubit(state, u, w, n, inplace)
+                state = apply_one_qubit(state, u, w, n, inplace)
 
-    for op in operations:
-        angles = op_angles(op, theta, rdtype)
+    for op, d in zip(operations, data):
         w = op.wires
-        if fuse and len(w) == 1 and (op.gate.diag_fn is None or w[0] in pending):
-            u = gate_matrix(op.gate, angles, cdtype, device)
+        if fuse and len(w) == 1 and (w[0] in pending or d.kind == "mat" or (
+                d.kind == "const" and op.gate.diag_fn is None)):
+            u = one_qubit_matrix(op, d, state)
             prev = pending.get(w[0])
             pending[w[0]] = u if prev is None else u @ prev
             continue
         flush(w)
-        state = apply_gate(state, op.gate, w, angles, n, inplace)
+        state = apply_data(state, op, d, n, inplace)
     flush(list(pending))
     return state
+
+
+def apply_one_qubit(state, u, wire, n, inplace):
+    """A 2x2 ``(B', 2, 2)`` on one wire: one matmul for tiny states, the slice kernel otherwise."""
+    from qdiff.backends.gate_data import SMALL
+    if state.numel() <= SMALL:
+        b = state.shape[0]
+        return torch.matmul(u.unsqueeze(1), state.view(b, 2 ** wire, 2, -1)).reshape(state.shape)
+    return kernels.apply_one_qubit(state, u, wire, n, inplace)
