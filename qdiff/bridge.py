@@ -117,7 +117,7 @@ def expand_coefficients(circuit: Circuit) -> tuple:
 def _run(job: Job, theta: torch.Tensor):
     """Flattened real outputs ``(B, K)`` and (adjoint only) the final states."""
     circuit, backend = job.circuit, job.backend
-    if job.method == "adjoint":
+    if job.method == "adjoint" and backend.capabilities.adjoint:
         state = backend.final_state(circuit, theta, job.initial_state)
         outs = measure_all(state, circuit, None, None)
     else:
@@ -169,7 +169,12 @@ class QuantumFunction(torch.autograd.Function):
         job = ctx.job
         if job.method == "adjoint":
             with torch.no_grad():
-                grad = adjoint_vjp(job.circuit, theta.detach(), state, g_out.detach(), job.trainable)
+                if job.backend.capabilities.adjoint:
+                    grad = adjoint_vjp(job.circuit, theta.detach(), state, g_out.detach(),
+                                       job.trainable)
+                else:  # the device's own adjoint method (e.g. PennyLane lightning)
+                    grad = job.backend.vjp(job.circuit, theta.detach(), g_out.detach(),
+                                           job.initial_state)
             if torch.is_grad_enabled():  # create_graph: a further derivative must fail loudly
                 grad = FirstOrderOnly.apply(grad, theta, g_out, "adjoint")
         else:

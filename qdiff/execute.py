@@ -27,7 +27,7 @@ def resolve_method(method: str, backend, circuit) -> str:
     if method == "backprop" and shots:
         raise QdiffError("diff_method='backprop' is exact only: the device has shots; use "
                          "'parameter-shift' or 'spsa'")
-    if method == "adjoint" and not caps.adjoint:
+    if method == "adjoint" and not (caps.adjoint or caps.device_vjp):
         raise QdiffError(f"diff_method='adjoint' needs a statevector backend; '{backend.name}' "
                          "does not expose states (use 'parameter-shift')")
     if method == "adjoint" and shots:
