@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from qdiff.backends import kernels
+from qdiff.backends import kernels, pauli_sum
 from qdiff.backends.simulate import apply_gate
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import GATES
@@ -98,7 +98,10 @@ def apply_term(state: torch.Tensor, term: tuple, n: int) -> torch.Tensor:
 
 
 def apply_observable(state: torch.Tensor, obs: Observable, n: int) -> torch.Tensor:
-    """``O psi`` ``(B, 2**n)`` without a dense matrix."""
+    """``O psi`` ``(B, 2**n)`` without a dense matrix (Pauli sums of many terms by flip-mask
+    groups, :mod:`qdiff.backends.pauli_sum`; otherwise term by term)."""
+    if pauli_sum.usable(obs):
+        return pauli_sum.apply_pauli_sum(state, obs, n)
     coeffs = obs.coeffs.to(state.device)
     total = None
     for i, term in enumerate(obs.terms):
@@ -122,6 +125,8 @@ def term_values(state: torch.Tensor, obs: Observable, n: int) -> torch.Tensor:
 
 def expval(state: torch.Tensor, obs: Observable, n: int) -> torch.Tensor:
     """``<psi|O|psi>``: ``(B,)`` real."""
+    if pauli_sum.usable(obs):
+        return pauli_sum.pauli_sum_expval(state, obs, n)
     vals = term_values(state, obs, n)
     c = obs.real_coeffs().to(device=vals.device, dtype=vals.dtype)
     return vals @ c
