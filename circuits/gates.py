@@ -297,6 +297,15 @@ def register_gate(gate: Gate, aliases: Sequence[str] = (), replace: bool = False
     return gate
 
 
+def unregister_gate(name: str) -> None:
+    """Remove a registered gate and its aliases (e.g. a custom gate in a test)."""
+    gate = GATES.pop(name, None)
+    for alias in [a for a, target in _ALIASES.items() if target == name]:
+        del _ALIASES[alias]
+    if gate is None:
+        raise QdiffError(f"no gate named '{name}' is registered")
+
+
 def get_gate(name: str) -> Gate:
     """Look a gate up by OpenQASM name, PennyLane name or alias (case-insensitive)."""
     key = name.lower()

@@ -11,7 +11,7 @@
 """
 from qdiff.circuits.errors import QdiffError, QdiffMemoryError, QdiffParseError
 from qdiff.circuits.gates import GATES as _GATES, MultiRZ, PauliRot, QubitUnitary, Gate, \
-    get_gate, register_gate
+    get_gate, register_gate, unregister_gate
 from qdiff.circuits.operation import Operation, ParamRef
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.observables import Hamiltonian, Hermitian, Observable

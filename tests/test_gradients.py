@@ -14,7 +14,8 @@ import pytest
 import torch
 
 import qdiff as qd
-from qdiff.circuits.gates import GATES, Gate, multirz_gate, paulirot_gate, register_gate
+from qdiff.circuits.gates import (GATES, Gate, multirz_gate, paulirot_gate, register_gate,
+                                  unregister_gate)
 from qdiff.shift_rules import frequencies, rule_from_frequencies, shift_rule
 from qdiff.testing import check_directional, check_vjp, compare_methods
 
@@ -246,12 +247,16 @@ def test_custom_gate_with_generator_and_with_rule():
                                                                     (-0.5, -math.pi / 2)),),
                             inverse_fn=lambda p: (GATES["my_zx_rule"], (-p[0],))), replace=True)
     dev = qd.device("statevector", wires=2)
-    for gate in (g1, g2):
-        def f(x, gate=gate):
-            qd.Hadamard(0); gate(x, wires=[0, 1]); qd.RY(x * 0.5, wires=1)
-            return qd.expval(qd.X(0) @ qd.Z(1))
-        compare_methods(qd.QNode(f, dev), [torch.tensor(0.77, dtype=torch.float64,
-                                                       requires_grad=True)], atol=1e-8)
+    try:
+        for gate in (g1, g2):
+            def f(x, gate=gate):
+                qd.Hadamard(0); gate(x, wires=[0, 1]); qd.RY(x * 0.5, wires=1)
+                return qd.expval(qd.X(0) @ qd.Z(1))
+            compare_methods(qd.QNode(f, dev), [torch.tensor(0.77, dtype=torch.float64,
+                                                           requires_grad=True)], atol=1e-8)
+    finally:  # the registry is global: leave it as other tests expect
+        unregister_gate("my_zx")
+        unregister_gate("my_zx_rule")
 
 
 def test_testing_helpers_detect_a_wrong_gradient():
