@@ -42,3 +42,5 @@ del _g
 from qdiff.operators import PauliSumOperator  # noqa: E402
 from qdiff.solvers import SolverInfo, cg, eigsh, ground_state, lanczos, minres  # noqa: E402
 from qdiff import qchem  # noqa: E402
+from qdiff.metric import metric_tensor  # noqa: E402
+from qdiff.optimize import QNGOptimizer  # noqa: E402

@@ -1,0 +1,266 @@
+"""``qd.metric_tensor``: the Fubini-Study metric of a qnode's state, for quantum natural gradient.
+
+``g_ij = Re[<d_i psi|d_j psi> - <d_i psi|psi><psi|d_j psi>]`` with respect to the circuit's
+trainable parameters, PennyLane's ``qml.metric_tensor`` convention (no factor 1/4).
+
+* ``approx=None`` (full): forward-mode derivative states ``d_j psi`` propagated gate by gate
+  on the torch statevector (one extra state per trainable parameter), exact for any gate whose
+  matrix function torch can differentiate; statevector backends only.
+* ``approx="block-diag"`` / ``"diag"``: PennyLane's layering - trainable gates in circuit order,
+  a new layer whenever a gate depends on a gate of the current layer; per layer the covariance
+  ``<G_i G_j> - <G_i><G_j>`` of the gates' generators measured on the state prepared by the
+  layer's ancestors. Those are ordinary expectation values, so this runs on any backend,
+  shot-based simulators and hardware included (one circuit per layer). Multi-parameter gates
+  (Rot, CRot, U3, U2) are split into rotations first, as PennyLane does.
+
+Mapping to the user's arguments (``hybrid=True``, the default): with ``J = d theta / d arg`` the
+classical Jacobian of the recorded angles, the metric of an argument is ``J^T g J``, of shape
+``arg.shape + arg.shape``; with several trainable arguments a tuple of these diagonal blocks
+(as PennyLane returns). ``hybrid=False`` returns ``g`` over the trainable ``theta`` columns,
+``batch_shape + (P, P)``. The result is not differentiable (detached).
+
+>>> import torch, qdiff as qd
+>>> dev = qd.device("statevector", wires=1)
+>>> @qd.qnode(dev)
+... def f(w):
+...     qd.RX(w[0], wires=0); qd.RY(w[1], wires=0)
+...     return qd.expval(qd.Z(0))
+>>> qd.metric_tensor(f, approx=None)(torch.tensor([0.0, 0.0], requires_grad=True))
+tensor([[0.2500, 0.0000],
+        [0.0000, 0.2500]], dtype=torch.float64)
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+
+from qdiff.backends.simulate import apply_gate, op_angles, real_dtype_of, zero_state
+from qdiff.backends import kernels
+from qdiff.circuits.circuit import Circuit
+from qdiff.circuits.decompositions import decompose, pauli_decompose
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.gates import GATES
+from qdiff.circuits.measurements import Measurement
+from qdiff.circuits.observables import Factor, Observable
+from qdiff.circuits.operation import Operation, ParamRef
+
+APPROX = ("block-diag", "diag", None)
+
+
+def metric_tensor(qnode, approx="block-diag", hybrid: bool = True):
+    """Return a function of the qnode's arguments giving its metric tensor (see module doc)."""
+    if approx not in APPROX:
+        raise QdiffError(f"metric_tensor: approx must be one of {list(APPROX)}; got {approx!r}")
+
+    @functools.wraps(qnode)
+    def wrapper(*args, **kwargs):
+        recorded, _ = qnode.construct(*args, **kwargs)
+        g, cols = theta_metric(recorded, qnode.device, approx)
+        if not hybrid:
+            return g.reshape(*recorded.batch_shape, len(cols), len(cols))
+        blocks = contract_with_args(g, cols, recorded, qnode, args, kwargs, joint=False)
+        return blocks[0] if len(blocks) == 1 else tuple(blocks)
+    return wrapper
+
+
+def theta_metric(recorded, backend, approx):
+    """``(g (B, P, P), trainable columns)`` over the trainable theta columns."""
+    cols = [i for i, t in enumerate(recorded.trainable) if t]
+    theta = recorded.theta.detach()
+    if not cols:
+        return theta.new_zeros(theta.shape[0], 0, 0), cols
+    if approx is None:
+        return full_metric(recorded.circuit, theta, cols, backend, recorded.initial_state), cols
+    return block_metric(recorded.circuit, theta, cols, backend, recorded.initial_state,
+                        diag_only=approx == "diag"), cols
+
+
+def contract_with_args(g, cols, recorded, qnode, args, kwargs, joint: bool):
+    """``J^T g J`` per trainable argument (``joint``: one matrix over all of them, flattened)."""
+    if recorded.batch_shape != ():
+        raise QdiffError("metric_tensor with hybrid=True needs unbatched arguments (the metric "
+                         f"of a batch of shape {recorded.batch_shape}); use hybrid=False")
+    train = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
+    if not train:
+        raise QdiffError("metric_tensor: no argument requires grad; mark the trainable ones "
+                         "with requires_grad=True")
+
+    def angles(*targs):
+        full = list(args)
+        for i, a in zip(train, targs):
+            full[i] = a
+        rec, _ = qnode.construct(*full, **kwargs)
+        return rec.theta[0, cols]
+    jac = torch.autograd.functional.jacobian(angles, tuple(args[i].detach() for i in train))
+    g0 = g[0]
+    flat = [j.reshape(len(cols), -1).to(g0.dtype) for j in jac]
+    if joint:
+        J = torch.cat(flat, dim=1)
+        return J.T @ g0 @ J
+    return [(J.T @ g0 @ J).reshape(tuple(args[i].shape) * 2) for i, J in zip(train, flat)]
+
+
+# ------------------------------------------------------------------------------------------
+# full metric by forward-mode derivative states
+
+
+def _matrix_derivative(gate, angles, slot):
+    """``dU/d angle_slot``, ``(B', d, d)``, by forward-mode AD of the gate's matrix function."""
+    base = list(torch.broadcast_tensors(*angles))
+
+    def f(x):
+        a = list(base)
+        a[slot] = x
+        return gate.matrix_fn(*a)
+    _, d = torch.func.jvp(f, (base[slot],), (torch.ones_like(base[slot]),))
+    return d
+
+
+def derivative_states(circuit, theta, cols, cdtype, device, initial_state=None):
+    """``psi (B, N)`` and ``dpsi (B, P, N)``: derivatives w.r.t. theta columns ``cols``."""
+    n, b, p = circuit.num_wires, theta.shape[0], len(cols)
+    rdtype = real_dtype_of(cdtype)
+    theta = theta.to(device=device, dtype=rdtype)
+    pos = {c: k for k, c in enumerate(cols)}
+    psi = zero_state(n, b, cdtype, device) if initial_state is None else \
+        initial_state.to(device=device, dtype=cdtype).expand(b, 1 << n).clone()
+    T = torch.zeros(b, p, 1 << n, dtype=cdtype, device=device)
+    for op in circuit.operations:
+        angles = op_angles(op, theta, rdtype)
+        refs = [(s, q) for s, q in enumerate(op.params) if isinstance(q, ParamRef) and q.index in pos]
+        new_t = []
+        for slot, ref in refs:
+            du = _matrix_derivative(op.gate, angles, slot)
+            du = kernels.as_batch_matrix(du.to(device), cdtype) * ref.scale
+            new_t.append((pos[ref.index], apply_gate(psi, op.gate, op.wires, angles, n, matrix=du)))
+        rep = [a.repeat_interleave(p) if a.numel() > 1 else a for a in angles]
+        T = apply_gate(T.reshape(b * p, -1), op.gate, op.wires, rep, n).reshape(b, p, -1)
+        for k, dpsi in new_t:
+            T[:, k] += dpsi
+        psi = apply_gate(psi, op.gate, op.wires, angles, n)
+    return psi, T
+
+
+def full_metric(circuit, theta, cols, backend, initial_state=None):
+    """Exact Fubini-Study metric ``(B, P, P)`` over theta columns ``cols``."""
+    if not hasattr(backend, "final_state") or getattr(backend, "shots", None):
+        raise QdiffError(f"metric_tensor(approx=None) needs an exact statevector backend; "
+                         f"'{getattr(backend, 'name', backend)}' is not one (use "
+                         "approx='block-diag', which measures generators)")
+    cdtype = getattr(backend, "cdtype", torch.complex128)
+    device = backend.target_device(theta) if hasattr(backend, "target_device") else theta.device
+    with torch.no_grad():
+        psi, T = derivative_states(circuit, theta, cols, cdtype, device, initial_state)
+        gram = torch.einsum("bin,bjn->bij", T.conj(), T)
+        ov = torch.einsum("bin,bn->bi", T.conj(), psi)
+        g = (gram - ov.unsqueeze(-1) * ov.conj().unsqueeze(-2)).real
+    return 0.5 * (g + g.transpose(-1, -2))
+
+
+# ------------------------------------------------------------------------------------------
+# block-diagonal metric from generator covariances
+
+
+def _expand(op):
+    """Multi-parameter gates as one-parameter rotations (global phases dropped)."""
+    name, p, w = op.name, op.params, op.wires
+    if name in ("rot", "crot"):
+        return decompose(op)
+    if name == "u3":
+        return [Operation(GATES["rz"], w, (p[2],)), Operation(GATES["ry"], w, (p[0],)),
+                Operation(GATES["rz"], w, (p[1],))]
+    if name == "u2":
+        return [Operation(GATES["rz"], w, (p[1],)), Operation(GATES["ry"], w, (math.pi / 2,)),
+                Operation(GATES["rz"], w, (p[0],))]
+    return [op]
+
+
+@functools.lru_cache(maxsize=None)
+def _generator_terms(gate):
+    return tuple(pauli_decompose(gate.generator))
+
+
+def generator_observable(op) -> Observable:
+    """The generator ``G`` (``U = exp(-i phi G)``) of a one-parameter gate, on its wires."""
+    if op.gate.generator is None:
+        raise QdiffError(f"metric_tensor: gate '{op.gate.pl_name or op.name}' has no generator; "
+                         "use approx=None (full metric on a statevector backend)")
+    coeffs, terms = [], []
+    for c, word in _generator_terms(op.gate):
+        coeffs.append(c)
+        terms.append(tuple(Factor((w,), l) for w, l in zip(op.wires, word) if l != "I"))
+    return Observable(torch.tensor(coeffs, dtype=torch.float64), terms)
+
+
+def parametrized_layers(ops, cols):
+    """PennyLane's layering: ``[(uses, ancestor op indices)]``, a use = ``(op index, ref)``."""
+    last: dict = {}
+    anc = []
+    for i, op in enumerate(ops):
+        a = 0
+        for w in op.wires:
+            if w in last:
+                j = last[w]
+                a |= anc[j] | (1 << j)
+        anc.append(a)
+        for w in op.wires:
+            last[w] = i
+    layers, current, cur_bits = [], [], 0
+    for i, op in enumerate(ops):
+        refs = [q for q in op.params if isinstance(q, ParamRef) and q.index in cols]
+        if not refs:
+            continue
+        if current and anc[i] & cur_bits:
+            layers.append(current)
+            current, cur_bits = [], 0
+        current.append((i, refs[0]))
+        cur_bits |= 1 << i
+    if current:
+        layers.append(current)
+    out = []
+    for layer in layers:
+        bits = 0
+        for i, _ in layer:
+            bits |= anc[i]
+        out.append((layer, [j for j in range(len(ops)) if bits >> j & 1]))
+    return out
+
+
+def block_metric(circuit, theta, cols, backend, initial_state=None, diag_only=False):
+    """Block-diagonal metric ``(B, P, P)`` over theta columns ``cols`` from generator covariances."""
+    ops = [e for op in circuit.operations for e in _expand(op)]
+    colset = set(cols)
+    for op in ops:
+        refs = [q for q in op.params if isinstance(q, ParamRef) and q.index in colset]
+        if refs and op.gate.num_params != 1:
+            raise QdiffError(f"metric_tensor(approx='block-diag'): gate '{op.gate.pl_name or op.name}' "
+                             "has several parameters and no known split; use approx=None")
+    pos = {c: k for k, c in enumerate(cols)}
+    b = theta.shape[0]
+    g = torch.zeros(b, len(cols), len(cols), dtype=theta.dtype, device=theta.device)
+    jobs, metas = [], []
+    for uses, pre in parametrized_layers(ops, colset):
+        gens = [generator_observable(ops[i]) for i, _ in uses]
+        pairs = [(u, v) for u in range(len(uses)) for v in range(u, len(uses))
+                 if not diag_only or u == v]
+        meas = [Measurement("expval", G) for G in gens] + \
+            [Measurement("expval", gens[u] @ gens[v]) for u, v in pairs]
+        sub = Circuit(circuit.num_wires, tuple(ops[j] for j in pre), tuple(meas),
+                      circuit.num_params, circuit.wire_labels)
+        jobs.append(sub)
+        metas.append((uses, pairs))
+    with torch.no_grad():
+        results = [backend.execute(sub, theta, initial_state) for sub in jobs]
+    for (uses, pairs), res in zip(metas, results):
+        k = len(uses)
+        mean = torch.stack([r.to(g.device, g.dtype) for r in res[:k]], -1)  # (B, k)
+        for (u, v), r in zip(pairs, res[k:]):
+            cov = r.to(g.device, g.dtype) - mean[:, u] * mean[:, v]
+            (iu, ru), (iv, rv) = uses[u], uses[v]
+            a, c = pos[ru.index], pos[rv.index]
+            g[:, a, c] += ru.scale * rv.scale * cov
+            if (u != v) or (a != c):
+                g[:, c, a] += ru.scale * rv.scale * cov
+    return g

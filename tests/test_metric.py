@@ -1,0 +1,166 @@
+"""qd.metric_tensor against PennyLane (block-diag, diag, adjoint full) and a finite-difference
+Fubini-Study oracle."""
+import numpy as np
+import pytest
+import torch
+
+import qdiff as qd
+from qdiff.metric import metric_tensor
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device")])]
+
+
+def body(lib, w):
+    lib.RX(0.4, wires=0)
+    lib.RY(w[0], wires=0)
+    lib.RZ(w[1], wires=1)
+    lib.CNOT(wires=[0, 1])
+    lib.Rot(w[2], w[3], w[4], wires=2)
+    lib.IsingYY(w[5], wires=[1, 2])
+    lib.RY(2 * w[0], wires=1)
+    lib.IsingXX(w[6], wires=[0, 2])
+    lib.PhaseShift(w[7], wires=1)
+    lib.MultiRZ(w[8], wires=[0, 1, 2])
+    lib.Hadamard(wires=2)
+    lib.RX(w[9] * w[1], wires=2)
+
+
+def make(device="cpu"):
+    import pennylane as qml
+    dev = qd.device("statevector", wires=3, device=device)
+
+    @qd.qnode(dev)
+    def f(w):
+        body(qd, w)
+        return qd.expval(qd.Z(0))
+
+    @qml.qnode(qml.device("default.qubit", wires=3), interface="torch")
+    def pf(w):
+        body(qml, w)
+        return qml.expval(qml.PauliZ(0))
+    return f, pf
+
+
+W = torch.tensor(np.random.default_rng(0).normal(size=10), requires_grad=True)
+
+
+@pytest.mark.parametrize("approx", ["block-diag", "diag"])
+def test_block_diag_matches_pennylane(approx):
+    import pennylane as qml
+    f, pf = make()
+    ours = metric_tensor(f, approx=approx)(W)
+    ref = qml.metric_tensor(pf, approx=approx)(W)
+    assert ours.shape == (10, 10)
+    assert torch.allclose(ours, ref.detach(), atol=1e-12)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_full_matches_pennylane_adjoint_metric(device):
+    import pennylane as qml
+    f, pf = make(device)
+    ours = metric_tensor(f, approx=None)(W.detach().to(device).requires_grad_())
+    ref = qml.adjoint_metric_tensor(pf)(W)
+    assert torch.allclose(ours.cpu(), ref.detach(), atol=1e-12)
+
+
+def fs_metric_fd(circuit_fn, theta, h=1e-6):
+    """Fubini-Study metric from finite-difference derivative states (independent oracle)."""
+    psi = circuit_fn(theta)
+    d = []
+    for j in range(theta.numel()):
+        e = torch.zeros_like(theta)
+        e[j] = h
+        d.append((circuit_fn(theta + e) - circuit_fn(theta - e)) / (2 * h))
+    D = torch.stack(d)
+    ov = D.conj() @ psi
+    return (D.conj() @ D.T - torch.outer(ov, ov.conj())).real
+
+
+def test_full_metric_vs_finite_differences_all_gate_kinds():
+    """Gates PennyLane would decompose (CRX, SingleExcitation, U3, CRot) against the oracle."""
+    dev = qd.device("statevector", wires=3)
+
+    def circ(w):
+        qd.RY(w[0], wires=0)
+        qd.CRX(w[1], wires=[0, 1])
+        qd.SingleExcitation(w[2], wires=[1, 2])
+        qd.U3(w[3], w[4], w[5], wires=0)
+        qd.CRot(w[6], w[7], w[8], wires=[2, 0])
+        qd.IsingZZ(w[9], wires=[0, 2])
+
+    @qd.qnode(dev)
+    def f(w):
+        circ(w)
+        return qd.state()
+    w = torch.tensor(np.random.default_rng(1).normal(size=10), requires_grad=True)
+    ref = fs_metric_fd(lambda t: f(t), w.detach())
+    full = metric_tensor(f, approx=None)(w)
+    assert torch.allclose(full, ref, atol=1e-8)
+    # diagonal of the block-diagonal metric is exact (generator variance before the gate)
+    bd = metric_tensor(f, approx="block-diag")(w)
+    assert torch.allclose(torch.diag(bd), torch.diag(full), atol=1e-12)
+
+
+def test_hybrid_mapping_multiple_args_and_theta_space():
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def f(x, y):
+        qd.RX(x[0], wires=0)
+        qd.RY(3 * y, wires=1)
+        qd.CNOT(wires=[0, 1])
+        qd.RZ(x[1] + y, wires=1)
+        return qd.expval(qd.Z(1))
+    x = torch.tensor([0.3, -0.2], requires_grad=True)
+    y = torch.tensor(0.7, requires_grad=True)
+    gx, gy = metric_tensor(f, approx=None)(x, y)
+    gt = metric_tensor(f, approx=None, hybrid=False)(x, y)  # theta columns: x0, 3y, x1+y
+    J = torch.tensor([[1.0, 0, 0], [0, 0, 3.0], [0, 1.0, 1.0]], dtype=torch.float64)
+    joint = J.T @ gt @ J
+    assert gx.shape == (2, 2) and gy.shape == ()
+    assert torch.allclose(gx, joint[:2, :2], atol=1e-12)
+    assert torch.allclose(gy, joint[2, 2], atol=1e-12)
+
+
+def test_batched_theta_metric_and_errors():
+    dev = qd.device("statevector", wires=1)
+
+    @qd.qnode(dev)
+    def f(a):
+        qd.RX(a, wires=0)
+        qd.RY(a, wires=0)
+        return qd.expval(qd.Z(0))
+    a = torch.tensor([0.1, 0.5, 1.0], dtype=torch.float64, requires_grad=True)
+    g = metric_tensor(f, approx=None, hybrid=False)(a)
+    assert g.shape == (3, 2, 2)
+    # RX then RY on |0>: g = [[1/4, 0], [0, cos^2(a)/4]]
+    assert torch.allclose(g[:, 1, 1], torch.cos(a.detach()) ** 2 / 4, atol=1e-12)
+    with pytest.raises(qd.QdiffError, match="unbatched"):
+        metric_tensor(f)(a)
+    with pytest.raises(qd.QdiffError, match="approx"):
+        metric_tensor(f, approx="bogus")
+    with pytest.raises(qd.QdiffError, match="requires grad"):
+        metric_tensor(f)(torch.tensor(0.3))
+
+
+def test_block_diag_on_shot_backend_within_statistics():
+    dev = qd.device("statevector", wires=3, shots=20000, seed=3)
+    exact_dev = qd.device("statevector", wires=3)
+
+    def circ(w):
+        for i in range(3):
+            qd.RY(w[i], wires=i)
+        qd.CNOT(wires=[0, 1])
+        qd.CNOT(wires=[1, 2])
+        for i in range(3):
+            qd.RX(w[3 + i], wires=i)
+        return qd.expval(qd.Z(0))
+    w = torch.tensor([0.3, 0.8, -0.5, 0.2, 0.4, 1.1], requires_grad=True)
+    shots = metric_tensor(qd.qnode(dev, diff_method="parameter-shift")(circ))(w)
+    exact = metric_tensor(qd.qnode(exact_dev)(circ))(w)
+    # each entry is a covariance of +-1/2-valued generators: standard error <= ~0.25/sqrt(shots)
+    assert float((shots - exact).abs().max()) < 6 * 0.25 / np.sqrt(20000) * 2
+    with pytest.raises(qd.QdiffError, match="statevector"):
+        metric_tensor(qd.qnode(dev, diff_method="parameter-shift")(circ), approx=None)(w)
