@@ -118,7 +118,7 @@ class JobRunner:
 
     def wait(self, job) -> str:
         start = self._clock()
-        delay, last = 0.02, None
+        last = None
         while True:
             st = status_name(job)
             elapsed = self._clock() - start
@@ -131,8 +131,10 @@ class JobRunner:
                 _try_cancel(job)
                 raise QdiffError(f"{self.label}: job {_job_id(job)} did not finish within "
                                  f"{self.timeout:g} s (last status {st}); it was cancelled")
+            # poll at ~10% of the time waited so far: local jobs (a second or two) are not
+            # overslept, hardware jobs (minutes in a queue) are not polled every few ms
+            delay = min(max(0.01, 0.1 * elapsed), 2.0)
             self._sleep(delay)
-            delay = min(delay * 1.5, 2.0)
 
     def result(self, job):
         st = status_name(job)

@@ -213,3 +213,36 @@ def test_large_fake_device_runs_one_job():
                                    qd.expval(qd.Z(1)))[2])(torch.tensor([0.0, 3.0]))
     assert dev.jobs_submitted == 1
     assert (got - torch.cos(torch.tensor([0.0, 3.0]))).abs().max() < NOISY_ATOL
+
+
+def test_quantum_layer_trains_on_a_fake_device_with_two_jobs_per_step():
+    """Linear -> QuantumLayer (fake_manila, noisy, shots) -> Linear, trained with Adam: the
+    loss falls and every step (forward + backward) costs at most two runtime jobs."""
+    torch.manual_seed(0)
+    # EstimatorV2 (no client-side mitigation) keeps this test fast; the executor Estimator
+    # path is the same code (test_expectations_close_to_ideal_and_cached)
+    dev = qd.device("ibm", backend="fake_manila", wires=2, shots=1000, seed=7, primitive="v2")
+
+    @qd.qnode(dev)
+    def circuit(inputs, weights):
+        qd.AngleEmbedding(inputs, wires=range(2))
+        qd.BasicEntanglerLayers(weights, wires=range(2))
+        return [qd.expval(qd.Z(0)), qd.expval(qd.Z(1))]
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), qd.QuantumLayer(circuit, {"weights": (1, 2)}),
+                                torch.nn.Linear(2, 1)).double()
+    x = torch.rand(4, 2, dtype=torch.float64) * 2 - 1
+    y = (x[:, :1] * x[:, 1:] > 0).to(torch.float64)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    losses, jobs = [], []
+    for _ in range(3):
+        before = dev.jobs_submitted
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+        jobs.append(dev.jobs_submitted - before)
+    with torch.no_grad():
+        final = float(torch.nn.functional.mse_loss(model(x), y))
+    assert jobs == [2, 2, 2]
+    assert final < losses[0], (losses, final)

@@ -123,3 +123,19 @@ def test_errors_and_repr():
         "<PennyLaneBackend lightning.qubit wires=2, shots=5>"
     assert not qd.device("pennylane", name="default.mixed", wires=1).capabilities.device_vjp
     assert "lightning.qubit" in qd.backends.available("pennylane")
+
+
+def test_qnode_adjoint_uses_the_device_adjoint():
+    dev = qd.device("pennylane", name="lightning.qubit", wires=3)
+
+    def f(x, w):
+        _circuit(x, w)
+        return [qd.expval(qd.Z(0) @ qd.X(1) - 0.3 * qd.Y(2)), qd.expval(qd.X(0))]
+    x, w = X.clone().requires_grad_(), W.clone().requires_grad_()
+    mix = torch.tensor([1.0, -2.0], dtype=torch.float64)
+    gx, gw = torch.autograd.grad((qd.qnode(dev, diff_method="adjoint")(f)(x, w) * mix).sum(),
+                                 [x, w])
+    rx, rw = torch.autograd.grad((qd.qnode(qd.device("statevector", wires=3),
+                                           diff_method="backprop")(f)(x, w) * mix).sum(), [x, w])
+    assert torch.allclose(gx, rx, atol=1e-8) and torch.allclose(gw, rw, atol=1e-8)
+    assert dev.executions == 2  # forward + one adjoint VJP call
