@@ -16,7 +16,7 @@ hardware, where the block-diagonal metric needs one circuit per layer).
 >>> opt = qd.QNGOptimizer([w], cost, lr=0.1)
 >>> for _ in range(40):
 ...     opt.zero_grad(); loss = cost(w); loss.backward(); _ = opt.step()
->>> round(float(cost(w)), 4)
+>>> round(float(cost(w).detach()), 4)
 -1.0
 """
 from __future__ import annotations
