@@ -1,0 +1,28 @@
+"""VQE for BeH2 in STO-3G, linear, Be-H 1.3264 A, active space of 4 electrons in 6 spatial orbitals (12 qubits, 92 parameters).
+
+The Hamiltonian comes from PennyLane's qchem (its differentiable Hartree-Fock, offline) and is
+converted to a qdiff observable (`qdiff.qchem`); the exact energy is qdiff's Lanczos ground
+state in the right particle-number/Sz sector. Ansatz: Hartree-Fock state plus every single and
+double excitation as Givens rotations (`--ansatz hea` for a hardware-efficient one), Adam
+(`--optimizer qng` for quantum natural gradient).
+
+    python examples/vqe_beh2.py [--backend statevector|aer|ibm:fake_manila] [--shots N]
+                              [--device cpu|cuda] [--steps N] [--plot out.png]
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _vqe_common as common  # noqa: E402
+
+
+def main(argv=None, log=print):
+    args = common.parser(__doc__.splitlines()[0], steps=100, lr=0.05).parse_args(argv)
+    common.setup(args)
+    return common.main(common.molecular_problem("BeH2"), args, log)
+
+
+if __name__ == "__main__":
+    main()
