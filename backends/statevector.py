@@ -70,12 +70,56 @@ class StatevectorBackend(Backend):
         return measure_all(state, circuit, shots, self.generator(state.device) if shots else None)
 
 
+_SIGNS: dict = {}
+_SIGN_BUDGET = 1 << 22  # entries of a cached (2**n, T) sign matrix (32 MiB in float64)
+
+
+def _z_word(m) -> bool:
+    return (m.kind == "expval" and m.obs.is_pauli and len(m.obs.terms) == 1
+            and all(f.kind == "Z" for f in m.obs.terms[0]))
+
+
+def _sign_matrix(words: tuple, n: int, dtype, device) -> torch.Tensor:
+    """``S[x, t] = (-1)**popcount(x & mask_t)`` for Z words given as wire tuples."""
+    key = (words, n, dtype, str(device))
+    if key not in _SIGNS:
+        x = torch.arange(2 ** n, device=device)
+        cols = []
+        for wires in words:
+            par = torch.zeros_like(x)
+            for w in wires:
+                par ^= (x >> (n - 1 - w)) & 1
+            cols.append(1 - 2 * par)
+        _SIGNS[key] = torch.stack(cols, dim=-1).to(dtype)
+    return _SIGNS[key]
+
+
+def _joint_z_expvals(state, circuit) -> dict:
+    """All single-Z-word expvals from one ``|psi|^2`` and one matmul (small registers only)."""
+    n = circuit.num_wires
+    idx = [i for i, m in enumerate(circuit.measurements) if _z_word(m)]
+    if len(idx) < 2 or (2 ** n) * len(idx) > _SIGN_BUDGET:
+        return {}
+    words = tuple(tuple(sorted(f.wires[0] for f in circuit.measurements[i].obs.terms[0]))
+                  for i in idx)
+    p = state.real ** 2 + state.imag ** 2
+    vals = p @ _sign_matrix(words, n, p.dtype, p.device)
+    out = {}
+    for j, i in enumerate(idx):
+        c = circuit.measurements[i].obs.real_coeffs().to(device=vals.device, dtype=vals.dtype)[0]
+        out[i] = vals[:, j] * c
+    return out
+
+
 def measure_all(state, circuit, shots, generator) -> list:
     """One tensor per measurement of ``circuit`` from the final ``state`` ``(B, 2**n)``."""
     n = circuit.num_wires
     out = []
-    for m in circuit.measurements:
-        if m.kind == "expval":
+    joint = {} if shots else _joint_z_expvals(state, circuit)
+    for i, m in enumerate(circuit.measurements):
+        if i in joint:
+            out.append(joint[i])
+        elif m.kind == "expval":
             out.append(measure.expval(state, m.obs, n) if not shots else
                        measure.sampled_expval(state, m.obs, n, shots, generator))
         elif m.kind == "var":
