@@ -39,7 +39,7 @@ def shannon(u: np.ndarray, wires) -> list:
 
 _NAMES = {"u": "u3", "u3": "u3", "cx": "cx", "rz": "rz", "ry": "ry", "rx": "rx", "sx": "sx",
           "x": "x", "h": "h", "p": "p", "u1": "u1", "s": "s", "sdg": "sdg", "z": "z", "y": "y",
-          "t": "t", "tdg": "tdg", "cz": "cz", "sxdg": "sxdg", "id": "id", "ecr": "ecr"}
+          "t": "t", "tdg": "tdg", "cz": "cz", "sxdg": "sxdg", "id": "id", "ecr": "ecr", "swap": "swap"}
 
 
 def from_qiskit_ops(qc, wires) -> list:
