@@ -36,8 +36,8 @@ from qdiff.backends.runtime_jobs import JobRunner, is_transient, register_secret
 from qdiff.circuits.errors import QdiffError
 
 MODES = ("job", "batch", "session")
-# Local mode simulates the whole device's noise model: slow from here on (7-45 s a job).
-LARGE_FAKE_QUBITS = 100
+# Local mode with the executor primitives simulates every device qubit: only small devices.
+LOCAL_EXECUTOR_MAX_QUBITS = 32
 
 
 @functools.lru_cache(maxsize=1)
@@ -139,7 +139,8 @@ class IbmBackend(QiskitBackend):
         resilience, twirling, dynamical_decoupling: option dicts (``True`` enables) passed
             to the primitives.
         estimator_options, sampler_options: further options, deep-merged last.
-        primitive: ``"auto"`` (executor Estimator/Sampler if installed, else the V2 ones),
+        primitive: ``"auto"`` (executor Estimator/Sampler if installed, else the V2 ones;
+            V2 for fake devices of more than 32 qubits, see ``_primitive_class``),
             ``"executor"`` or ``"v2"``.
         token, instance, channel: account for a real device (else env vars / saved account).
         seed: local-mode simulator seed.
@@ -252,7 +253,11 @@ class IbmBackend(QiskitBackend):
         return _merge(opts, self.extra_options[kind])
 
     def _primitive_class(self, kind: str):
-        if self.primitive in ("auto", "executor"):
+        # qiskit-ibm-runtime 0.51's executor primitives make Aer simulate every qubit of a large
+        # fake device in local mode (fails: "more memory than max_memory_mb"); the V2 ones
+        # truncate idle qubits. "auto" therefore picks V2 for large fake devices.
+        big_local = self.is_local and self.target_backend.num_qubits > LOCAL_EXECUTOR_MAX_QUBITS
+        if self.primitive == "executor" or (self.primitive == "auto" and not big_local):
             try:
                 if kind == "estimator":
                     from qiskit_ibm_runtime.executor_estimator import Estimator as cls
