@@ -130,9 +130,7 @@ class AerBackend(QiskitBackend):
             sizes.append(len(v.rows) if vals.shape[1] else 1)
         run_kw = {} if self.seed is None else {"seed_simulator": int(self.seed)}
         if any(binds):
-            if len(binds) != len(circuits):
-                raise QdiffError("aer: mixed parametrized and constant variants")  # pragma: no cover
-            run_kw["parameter_binds"] = binds
+            run_kw["parameter_binds"] = binds  # every variant has the same parameters
         result = self.runner.run(lambda: self.simulator().run(circuits, **run_kw))
         parts, k = [], 0
         for v, size in zip(variants, sizes):

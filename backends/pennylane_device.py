@@ -28,7 +28,7 @@ from qdiff.circuits.errors import QdiffError
 
 
 def pennylane_device_names() -> list:
-    """Short names of the PennyLane devices installed (``default.qubit``, ``lightning.qubit``, ...)."""
+    """Names of the installed PennyLane devices (``default.qubit``, ``lightning.qubit``, ...)."""
     import pennylane as qml
     return sorted(qml.plugin_devices)
 

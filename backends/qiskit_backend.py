@@ -51,7 +51,8 @@ def split_variants(circuit, batch: int, initial_state) -> list:
     all_rows = np.arange(batch)
     if initial_state is None:
         return [Variant(key, all_rows)]
-    st = initial_state.detach().to("cpu", torch.complex128).numpy().reshape(-1, 2 ** circuit.num_wires)
+    dim = 2 ** circuit.num_wires
+    st = initial_state.detach().to("cpu", torch.complex128).numpy().reshape(-1, dim)
     if st.shape[0] not in (1, batch):
         raise QdiffError(f"initial_state has {st.shape[0]} rows for {batch} parameter bindings")
     st = np.broadcast_to(st, (batch, st.shape[1]))

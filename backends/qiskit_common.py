@@ -264,7 +264,7 @@ def probs_from_bits(bits: np.ndarray, wires) -> np.ndarray:
 
 
 def bits_of(bitarray) -> np.ndarray:
-    """A SamplerV2 ``BitArray`` of shape ``(B,)`` as int64 bits ``(B, shots, n)``, bit q = clbit q."""
+    """A SamplerV2 ``BitArray`` ``(B,)`` as int64 bits ``(B, shots, n)``, bit q = clbit q."""
     return bitarray.to_bool_array(order="little").astype(np.int64)
 
 
@@ -290,7 +290,7 @@ class SamplingPlan:
                 self.extra[i] = self.bases.index(basis)
 
     def outputs(self, bits_by_basis: list) -> dict:
-        """``{measurement index: (Bv, ...) numpy array}`` from each basis' bits ``(Bv, shots, n)``."""
+        """``{measurement index: (Bv, ...) array}`` from each basis' bits ``(Bv, shots, n)``."""
         circuit, n, res = self.circuit, self.circuit.num_wires, {}
         if self.ops:
             res.update(ops_outputs(self.ops, estimate_from_bits(self.flat, self.bases,
