@@ -258,12 +258,14 @@ def make_optimizer(args, w, qnode):
 # the loop
 
 
-def vqe(problem: Problem, args, log=print) -> Result:
-    """Run the VQE described by ``args`` on ``problem``; returns a :class:`Result`."""
+def vqe(problem: Problem, args, log=print, w0: Optional[torch.Tensor] = None) -> Result:
+    """Run the VQE described by ``args`` on ``problem``; returns a :class:`Result`.
+    ``w0`` overrides the ansatz's initial parameters (a warm start)."""
     dev, method, label = make_device(args, problem.n_qubits)
     if args.diff_method != "best":
         method = args.diff_method
-    ansatz, w0 = make_ansatz(problem, args)
+    ansatz, w_init = make_ansatz(problem, args)
+    w0 = w_init if w0 is None else w0.detach().to(w_init.dtype).reshape(w_init.shape)
     H = problem.hamiltonian
 
     def energy(w):

@@ -24,14 +24,15 @@ import _vqe_common as common  # noqa: E402
 import qdiff as qd  # noqa: E402
 
 
+# qd.Hamiltonian keeps float64 coefficients (``0.7 * qd.X(0)`` goes through a float32 scalar)
 def tfim_hamiltonian(n: int, J: float = 1.0, h: float = 1.0) -> qd.Observable:
-    terms = [-J * qd.Z(i) @ qd.Z(i + 1) for i in range(n - 1)] + [-h * qd.X(i) for i in range(n)]
-    return sum(terms[1:], start=terms[0])
+    ops = [qd.Z(i) @ qd.Z(i + 1) for i in range(n - 1)] + [qd.X(i) for i in range(n)]
+    return qd.Hamiltonian([-J] * (n - 1) + [-h] * n, ops)
 
 
 def heisenberg_hamiltonian(n: int, J: float = 1.0) -> qd.Observable:
-    terms = [J * getattr(qd, P)(i) @ getattr(qd, P)(i + 1) for i in range(n - 1) for P in "XYZ"]
-    return sum(terms[1:], start=terms[0])
+    ops = [getattr(qd, P)(i) @ getattr(qd, P)(i + 1) for i in range(n - 1) for P in "XYZ"]
+    return qd.Hamiltonian([J] * len(ops), ops)
 
 
 def tfim_hva(n: int, layers: int, J: float, h: float, dt: float = 0.3, seed: int = 0):

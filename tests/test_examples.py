@@ -1,0 +1,203 @@
+"""The example scripts in reduced mode (few steps: the energy must fall and stay above the exact
+energy), H2 to chemical accuracy, the chemistry set-up (exact sector energies against dense
+diagonalization, HF errors of the presets), and the long runs (marked slow)."""
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import qdiff as qd
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+def load(name):
+    """Import an example script as the scripts import each other (examples/ on sys.path)."""
+    if EXAMPLES not in sys.path:
+        sys.path.insert(0, EXAMPLES)
+    return importlib.import_module(name)
+
+
+@pytest.fixture(scope="module")
+def common():
+    return load("_vqe_common")
+
+
+def run(name, argv):
+    lines = []
+    res = load(name).main(argv, log=lambda *a: lines.append(" ".join(str(x) for x in a)))
+    return res, "\n".join(lines)
+
+
+def assert_falls(res):
+    e = res.energies
+    assert len(e) >= 2
+    assert e[-1] < e[0] - 1e-6, e
+    assert min(e) >= res.exact - 1e-8  # variational bound on an exact backend
+
+
+# ------------------------------------------------------------------------------------------
+# chemistry set-up
+
+
+def dense_sector_ground(H, n, mask):
+    m = H.matrix(list(range(n))).numpy()
+    idx = np.flatnonzero(mask.numpy())
+    return float(np.linalg.eigvalsh(m[np.ix_(idx, idx)])[0]), float(np.linalg.eigvalsh(m)[0])
+
+
+def test_sector_mask_counts(common):
+    """N electrons with Sz = 0 in n spin orbitals: C(n/2, N/2)**2 states."""
+    from math import comb
+    for n, ne in [(4, 2), (8, 4), (10, 2)]:
+        assert int(common.sector_mask(n, ne).sum()) == comb(n // 2, ne // 2) ** 2
+
+
+def test_h2_problem_against_dense(common):
+    prob = common.molecular_problem("H2")
+    sector, full = dense_sector_ground(prob.hamiltonian, 4, common.sector_mask(4, 2))
+    assert abs(prob.exact - sector) < 1e-9
+    assert abs(prob.exact - full) < 1e-9  # the H2 ground state is the 2-electron singlet
+    assert prob.hf_energy - prob.exact >= 10e-3  # HF misses by >= 10 mHa: the test is real
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,n_params", [("LiH", 24), ("BeH2", 92)])
+def test_presets_hf_error_and_sector(common, name, n_params):
+    prob = common.molecular_problem(name)
+    assert prob.hf_energy - prob.exact >= 10e-3
+    op = qd.PauliSumOperator.from_observable(prob.hamiltonian, n_qubits=prob.n_qubits)
+    e_sector, psi, _ = qd.ground_state(op, mask=common.sector_mask(prob.n_qubits, prob.electrons))
+    assert abs(float(op.expval(psi)) - prob.exact) < 1e-9
+    s, d = qd.excitations(prob.electrons, prob.n_qubits)
+    assert len(s) + len(d) == n_params
+
+
+# ------------------------------------------------------------------------------------------
+# reduced runs (fast)
+
+
+def test_vqe_h2_reaches_chemical_accuracy(tmp_path):
+    png = tmp_path / "h2.png"
+    res, out = run("vqe_h2", ["--steps", "40", "--plot", str(png)])
+    assert res.reached is not None and res.error <= 1.6e-3
+    assert res.error >= -1e-9
+    assert png.stat().st_size > 1000
+    for key in ("energy", "exact energy", "error (mHa)", "steps", "wall time", "backend"):
+        assert key in out
+
+
+@pytest.mark.parametrize("extra", [["--optimizer", "adam", "--diff-method", "adjoint"],
+                                   ["--ansatz", "hea", "--layers", "2"],
+                                   ["--optimizer", "qng", "--lr", "0.3"]])
+def test_vqe_h2_variants_energy_falls(extra):
+    if "qng" in extra:
+        pytest.importorskip("qdiff.metric")
+    res, _ = run("vqe_h2", ["--steps", "3", "--run-all"] + extra)
+    assert_falls(res)
+
+
+def test_vqe_h2_with_shots_reports_exact_error():
+    """Statevector with shots (parameter-shift): runs every step; the final parameters are
+    also evaluated exactly, and that energy is variational."""
+    res, out = run("vqe_h2", ["--shots", "4000", "--steps", "4"])
+    assert res.steps == 4
+    assert "parameter-shift" in res.backend
+    assert res.final_exact_energy >= res.exact - 1e-9
+    assert res.final_exact_energy < res.energies[0] - 1e-3  # well below HF
+    assert "error of final params, exact" in out
+
+
+def test_spin_chain_reduced(tmp_path):
+    res, out = run("vqe_spin_chain", ["--spins", "4", "--steps", "5", "--run-all", "--lr", "0.02",
+                                      "--plot", str(tmp_path / "chain.png")])
+    assert len(res) == 2
+    for r in res:
+        assert_falls(r)
+    assert (tmp_path / "chain_tfim.png").exists() and (tmp_path / "chain_heisenberg.png").exists()
+
+
+@pytest.mark.parametrize("model,n", [("tfim", 6), ("heisenberg", 6)])
+def test_spin_chain_hamiltonians_against_dense(model, n):
+    mod = load("vqe_spin_chain")
+    prob = mod.chain_problem(model, n)
+    full = float(np.linalg.eigvalsh(prob.hamiltonian.matrix(list(range(n))).numpy())[0])
+    assert abs(prob.exact - full) < 1e-9
+
+
+
+def test_spin_chain_hamiltonians_closed_forms():
+    """Two sites: the Heisenberg pair's singlet at -3 J; TFIM -J ZZ - h (X + X) at
+    -sqrt(J^2 + 4 h^2)."""
+    mod = load("vqe_spin_chain")
+    e = np.linalg.eigvalsh(mod.heisenberg_hamiltonian(2).matrix([0, 1]).numpy())
+    assert abs(e[0] + 3.0) < 1e-12 and np.allclose(e[1:], 1.0)
+    e = np.linalg.eigvalsh(mod.tfim_hamiltonian(2, 1.0, 0.7).matrix([0, 1]).numpy())
+    assert abs(e[0] + np.sqrt(1 + 4 * 0.7 ** 2)) < 1e-12
+
+
+def test_bond_dissociation_reduced(tmp_path):
+    png = tmp_path / "curve.png"
+    rows, out = run("bond_dissociation", ["--points", "2", "--rmin", "0.7", "--rmax", "1.5",
+                                          "--plot", str(png)])
+    assert len(rows) == 2
+    for r in rows:
+        assert r["reached"] and 0 <= r["error"] <= 1e-4 + 1e-12
+        assert r["hf"] - r["exact"] > 10e-3
+    assert png.stat().st_size > 1000
+
+
+def test_hybrid_classifier_reduced(tmp_path):
+    png = tmp_path / "boundary.png"
+    (acc, history), out = run("hybrid_classifier", ["--epochs", "3", "--train", "64",
+                                                    "--test", "64", "--qubits", "2",
+                                                    "--layers", "2", "--plot", str(png)])
+    losses = [h[0] for h in history]
+    assert losses[-1] < losses[0]
+    assert 0.0 <= acc <= 1.0 and "test accuracy" in out
+    assert png.stat().st_size > 1000
+
+
+# ------------------------------------------------------------------------------------------
+# long runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["vqe_lih", "vqe_beh2"])
+def test_molecules_reach_chemical_accuracy(name):
+    res, _ = run(name, ["--every", "50"])
+    assert res.reached is not None and -1e-9 <= res.error <= 1.6e-3
+
+
+@pytest.mark.slow
+def test_spin_chains_reach_relative_target():
+    res, _ = run("vqe_spin_chain", ["--spins", "8", "--every", "500"])
+    for r in res:
+        assert r.reached is not None and 0 <= r.error <= 1e-3 * abs(r.exact)
+
+
+@pytest.mark.slow
+def test_hybrid_classifier_learns():
+    (acc, _), _ = run("hybrid_classifier", [])
+    assert acc >= 0.95
+
+
+@pytest.mark.slow
+def test_vqe_h2_on_aer_with_shots():
+    pytest.importorskip("qiskit_aer")
+    res, out = run("vqe_h2", ["--backend", "aer", "--shots", "10000", "--steps", "4"])
+    assert "aer" in res.backend and res.steps == 4
+    assert res.final_exact_energy < res.energies[0] - 5e-3  # parameters improved on HF
+
+
+@pytest.mark.slow
+def test_vqe_h2_on_fake_manila():
+    pytest.importorskip("qiskit_ibm_runtime")
+    res, out = run("vqe_h2", ["--backend", "ibm:fake_manila", "--steps", "2"])
+    assert "fake_manila" in res.backend and res.steps == 2
+    assert res.final_exact_energy < res.energies[0]  # noisy energies, but the step helps
