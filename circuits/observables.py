@@ -227,8 +227,9 @@ class Observable:
 
     def __mul__(self, c):
         if isinstance(c, (numbers.Number, torch.Tensor)):
-            c = torch.as_tensor(c)
-            if not c.dtype.is_floating_point and not c.is_complex():
+            if isinstance(c, numbers.Number):  # python floats stay float64 (not torch's default)
+                c = torch.tensor(c, dtype=torch.complex128 if isinstance(c, complex) else torch.float64)
+            elif not c.dtype.is_floating_point and not c.is_complex():
                 c = c.to(torch.float64)
             return Observable(self.coeffs * c, self.terms, simplify=False)
         return NotImplemented

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import os
-import socket
 
 import pytest
 import torch
@@ -209,17 +208,12 @@ def test_parameter_shift_hessian_is_exact_not_zero():
 # DistributedDataParallel: two gloo processes; the replicas must stay equal
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _ddp_worker(rank, world, port, out_dir):
+def _ddp_worker(rank, world, out_dir):
+    import datetime
     import torch.distributed as dist
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # a file store: no TCP port to race for on a shared machine; a bounded timeout
+    dist.init_process_group("gloo", init_method=f"file://{os.path.join(out_dir, 'store')}",
+                            rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, N, dtype=torch.float64),
                                 qd.QuantumLayer(circuit, {"weights": (2, N, 3)}))
@@ -237,8 +231,16 @@ def _ddp_worker(rank, world, port, out_dir):
 
 
 def test_distributed_data_parallel_replicas_stay_equal(tmp_path):
+    import time
     import torch.multiprocessing as mp
-    mp.spawn(_ddp_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    ctx = mp.start_processes(_ddp_worker, args=(2, str(tmp_path)), nprocs=2, join=False,
+                             start_method="spawn")
+    deadline = time.monotonic() + 300
+    while not ctx.join(timeout=5):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail("DDP workers did not finish within 300 s")
     s0 = torch.load(tmp_path / "rank0.pt")
     s1 = torch.load(tmp_path / "rank1.pt")
     torch.manual_seed(0)
