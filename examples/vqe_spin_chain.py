@@ -24,7 +24,7 @@ import _vqe_common as common  # noqa: E402
 import qdiff as qd  # noqa: E402
 
 
-# qd.Hamiltonian keeps float64 coefficients (``0.7 * qd.X(0)`` goes through a float32 scalar)
+# coefficient lists through qd.Hamiltonian: one float64 tensor, like terms merged
 def tfim_hamiltonian(n: int, J: float = 1.0, h: float = 1.0) -> qd.Observable:
     ops = [qd.Z(i) @ qd.Z(i + 1) for i in range(n - 1)] + [qd.X(i) for i in range(n)]
     return qd.Hamiltonian([-J] * (n - 1) + [-h] * n, ops)
