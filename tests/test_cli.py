@@ -166,3 +166,34 @@ def test_console_script_declared():
     with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as fh:
         meta = tomllib.load(fh)
     assert meta["project"]["scripts"]["qdiff"] == "qdiff.cli:main"
+
+
+def test_level3_and_target_through_main(tmp_path, capsys):
+    src = write(tmp_path, "fredkin.qasm", "OPENQASM 2.0;\ninclude \"qelib1.inc\";\nqreg q[3];\n"
+                                          "cswap q[0],q[1],q[2];\n")
+    out = str(tmp_path / "o.qasm")
+    assert main(["compile", src, "-O", "3", "-o", out, "--report", "json",
+                 "--time-limit", "10"]) == 0
+    rep = json.loads(capsys.readouterr().out)[0]
+    assert rep["verified"] and rep["cx_after"] <= 7 < rep["cx_before"]
+    assert main(["compile", src, "--target", "fake_torino", "-o", out]) == 0
+    text = open(out).read()
+    assert "cz " in text and "cx " not in text
+    assert main(["compile", src, "--target", "nowhere"]) == 2
+    assert "unknown target device" in one_line_error(capsys)
+
+
+def test_console_script_runs(tmp_path):
+    import shutil
+    import subprocess
+    exe = shutil.which("qdiff") or os.path.join(os.path.dirname(os.sys.executable), "qdiff")
+    if not os.path.exists(exe):
+        pytest.skip("console script not installed")
+    src = write(tmp_path, "in.qasm", GOOD)
+    res = subprocess.run([exe, "compile", src, "-o", str(tmp_path / "o.qasm")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and os.path.exists(tmp_path / "o.qasm")
+    res = subprocess.run([exe, "compile", str(tmp_path / "missing.qasm")], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.strip().count("\n") == 0

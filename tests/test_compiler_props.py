@@ -1,5 +1,6 @@
 """Property tests: random circuits compile to equivalent circuits with no more CX."""
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from qdiff.circuits import Circuit
@@ -48,3 +49,12 @@ def test_random_parametric_circuits_equivalent(c):
     assert rep.verified and rep.cx_after <= rep.cx_before
     assert out.num_params == c.num_params
     assert equivalence(c, out, "unitary", seed=7).ok
+
+
+@pytest.mark.slow
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(circuits(n_max=4))
+def test_random_circuits_level3(c):
+    out, rep = compile(c, level=3, time_limit=4)
+    assert rep.verified and rep.cx_after <= rep.cx_before
+    assert equivalence(c, out, "unitary", seed=3).ok

@@ -13,6 +13,7 @@ until the deadline, rounds of level 2 in between, and Clifford+T angle snapping.
 """
 from __future__ import annotations
 
+import functools
 import time
 
 from qdiff.compiler.blockopt import block_resynthesis
@@ -22,6 +23,9 @@ from qdiff.compiler.ops import cx_count, depth, is_constant
 from qdiff.compiler.pauli import pauli_resynthesis
 from qdiff.compiler.pipeline import chain, guarded, level2
 from qdiff.compiler.snap import snap_angles
+
+
+PAULI_VARIANTS = 2
 
 
 def _score(c):
@@ -51,15 +55,19 @@ def optimize3(lowered, opt, verify, seed, deadline, report, basis, coupling=None
     def add(name, p, src):
         if time.perf_counter() > deadline:
             return
-        p.__name__ = name
+        strategy = chain(p, level2)
+        strategy.__name__ = name
         try:
-            cands.append((name, guarded(chain(p, level2), verify, log)(src)))
+            cands.append((name, guarded(strategy, verify, log)(src)))
         except Exception as exc:  # a strategy that cannot handle this circuit is skipped
             log.append(f"{name}: skipped ({type(exc).__name__}: {exc})")
 
     if coupling is None:
         add("pauli", pauli_resynthesis, opt)
         add("pauli(input)", pauli_resynthesis, lowered)
+        for s in range(1, 1 + PAULI_VARIANTS):  # random tie-breaking: cheap, often better
+            add(f"pauli(input,seed={s})", functools.partial(pauli_resynthesis, seed=s), lowered)
+            add(f"pauli(seed={s})", functools.partial(pauli_resynthesis, seed=s), opt)
         if constant:
             add("qiskit", qiskit_o3, lowered)
             if lowered.num_wires <= 4:

@@ -220,14 +220,20 @@ def _lookahead_cost(paulis, gate_wires) -> float:
     return cost
 
 
-def synthesize(rots, cliff, n: int):
-    """Ops realizing ``C . R_N ... R_1`` (rotations greedy, then the Clifford remainder)."""
+def synthesize(rots, cliff, n: int, seed: int = 0):
+    """Ops realizing ``C . R_N ... R_1`` (rotations greedy, then the Clifford remainder).
+
+    ``seed`` > 0 breaks ties between equally good choices at random (a different, equally
+    valid circuit; level 3 tries a few and keeps the smallest)."""
+    import random
+    rng = random.Random(seed)
+    tie = (lambda i: i) if seed == 0 else (lambda i: rng.random())
     frame = _Frame(n)
     out: list = []
     pending = list(rots)
     while pending:
         front = _front(pending)
-        j = min(front, key=lambda i: (weight(frame.image(pending[i][0])), i))
+        j = min(front, key=lambda i: (weight(frame.image(pending[i][0])), tie(i)))
         key, angle = pending.pop(j)
         for g, w in _to_z_ops(frame.image(key)):
             frame.apply(g, w)
@@ -237,7 +243,7 @@ def synthesize(rots, cliff, n: int):
         while weight(p) > 1:
             support = [q for q in range(n) if p[1] >> q & 1]
             best = min(((a, b) for a in support for b in support if a != b),
-                       key=lambda ab: (_lookahead_cost(nxt, ab), ab))
+                       key=lambda ab: (_lookahead_cost(nxt, ab), tie(ab[0] * n + ab[1])))
             frame.apply("cx", best)
             out.append(op("cx", best))
             nxt = [conj(x, "cx", best) for x in nxt]
@@ -278,9 +284,9 @@ def _final_clifford(cliff, emitted, n: int) -> list:
     return list(lower(Circuit(n, tuple(ops))).operations)
 
 
-def pauli_resynthesis(circuit):
+def pauli_resynthesis(circuit, seed: int = 0):
     """Pass: Circuit (one-qubit gates + CX) -> the same unitary as Pauli rotations + Clifford."""
     n = circuit.num_wires
     rots, cliff = extract(circuit.operations, n)
-    ops = synthesize(merge(rots), cliff, n)
+    ops = synthesize(merge(rots), cliff, n, seed)
     return circuit.with_operations(ops)
