@@ -129,14 +129,32 @@ def derivative_weights(gate, slot: int, kind: str):
     return tuple(float(s) for s in shifts), tuple(complex(w) for w in weights)
 
 
-def derivative_data(ops, angles, slots, cdtype) -> dict:
-    """``{(op index, slot): GateData}`` of ``dU/dphi_slot`` for the requested ``slots``."""
+def _generator_tensor(gate, kind, like):
+    g = gate.target.generators[0] if kind == "ctrl" else gate.generators[0]
+    g = torch.as_tensor(g, dtype=like.dtype, device=like.device)
+    return torch.diagonal(g) if kind == "diag" else g
+
+
+def derivative_data(ops, angles, slots, cdtype, data=None) -> dict:
+    """``{(op index, slot): GateData}`` of ``dU/dphi_slot`` for the requested ``slots``.
+
+    One-parameter gates use ``dU = -i G U`` on the forward ``data`` (exact zeros stay zeros);
+    multi-parameter gates use the spectral-shift formula of :func:`derivative_weights`.
+    """
     by_key: dict = {}
     for i, s in slots:
         by_key.setdefault((ops[i].gate, s), []).append(i)
     out = {}
     for (gate, s), idx in by_key.items():
         kind = _kind(gate)
+        dkind = "dctrl" if kind == "ctrl" else kind
+        gens = gate.target.generators if kind == "ctrl" else gate.generators
+        if data is not None and gate.num_params == 1 and gens is not None:
+            g = _generator_tensor(gate, kind, data[idx[0]].value)
+            for i in idx:
+                u = data[i].value
+                out[(i, s)] = GateData(dkind, -1j * (g * u if kind == "diag" else g @ u))
+            continue
         if gate.generators is None and not (kind == "ctrl" and gate.target.generators):
             for i in idx:
                 out[(i, s)] = GateData("mat", _autodiff_matrix(gate, angles[i], s, cdtype))
@@ -149,7 +167,6 @@ def derivative_data(ops, angles, slots, cdtype) -> dict:
         vals = vals.reshape(len(shifts), len(idx), *vals.shape[1:])
         w = torch.tensor(weights, dtype=cdtype, device=vals.device)
         du = torch.tensordot(w, vals, dims=1)
-        dkind = "dctrl" if kind == "ctrl" else kind
         for j, i in enumerate(idx):
             out[(i, s)] = GateData(dkind, du[j])
     return out

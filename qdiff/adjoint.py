@@ -108,7 +108,7 @@ def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool 
     data = circuit_data(ops, angles, state.dtype)
     slots = [(i, s) for i, op in enumerate(ops) for s, p in enumerate(op.params)
              if isinstance(p, ParamRef) and trainable[p.index]]
-    ddata = derivative_data(ops, angles, slots, state.dtype)
+    ddata = derivative_data(ops, angles, slots, state.dtype, data)
     psi = state.clone()
     lam = effective_state(psi, circuit, cotangent, n)
     cols = [None] * theta.shape[1]
