@@ -8,8 +8,8 @@ the most significant bit). Terms sharing a flip mask ``m`` add up to one diagona
 
 so a Hamiltonian of ``T`` terms in ``G`` flip groups costs ``G`` gathers and multiply-adds of the
 state instead of ``T`` term-by-term passes of one gate per factor (BeH2 in 12 qubits: 327 terms,
-far fewer groups). The same construction lives in :mod:`qdiff.operators` (``PauliSumOperator``);
-it is duplicated here, in a smaller form, because backends must not import qdiff's core modules.
+far fewer groups). :mod:`qdiff.operators` (``PauliSumOperator``: CSR/dense conversion, batched
+expectations for the solvers) builds on the same Walsh-Hadamard transform from this module.
 
 The group structure of an observable is cached by its Pauli words (a qnode records a new
 ``Observable`` object each call, with the same words), and its diagonals by the coefficient

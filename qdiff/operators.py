@@ -28,39 +28,12 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from qdiff.backends.pauli_sum import walsh_hadamard
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import Observable
 
 # gather indices of all groups are cached up to this many bytes; beyond it they are recomputed
 _INDEX_CACHE_BYTES = 1 << 29
-
-
-def _hadamard(bits: int, dtype, device) -> torch.Tensor:
-    h = torch.ones(1, 1, dtype=dtype, device=device)
-    h1 = torch.tensor([[1, 1], [1, -1]], dtype=dtype, device=device)
-    for _ in range(bits):
-        h = torch.kron(h, h1)
-    return h
-
-
-def walsh_hadamard(x: torch.Tensor, chunk: int = 5) -> torch.Tensor:
-    """Unnormalized Walsh-Hadamard transform along the last axis (length ``2**n``).
-
-    ``out[..., y] = sum_z x[..., z] * (-1)**popcount(y & z)``. Applied ``chunk`` bits at a time
-    as a small Hadamard matrix product (fewer passes over memory than bit-by-bit butterflies);
-    linear, so autograd passes through it (the transform is its own adjoint).
-    """
-    size = x.shape[-1]
-    n = size.bit_length() - 1
-    lead = x.shape[:-1]
-    k = 0
-    while k < n:
-        c = min(chunk, n - k)
-        h = _hadamard(c, x.dtype, x.device)
-        v = x.reshape(-1, 1 << c, 1 << k)
-        x = torch.einsum("ij,ajb->aib", h, v).reshape(*lead, size)
-        k += c
-    return x
 
 
 def _parity(v: int) -> int:
