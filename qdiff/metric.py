@@ -36,8 +36,9 @@ import math
 
 import torch
 
-from qdiff.backends.simulate import apply_gate, op_angles, real_dtype_of, zero_state
-from qdiff.backends import kernels
+from qdiff.backends.gate_data import (GateData, apply_data, circuit_angles, circuit_data,
+                                      derivative_data)
+from qdiff.backends.simulate import real_dtype_of, zero_state
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.decompositions import decompose, pauli_decompose
 from qdiff.circuits.errors import QdiffError
@@ -106,40 +107,34 @@ def contract_with_args(g, cols, recorded, qnode, args, kwargs, joint: bool):
 # full metric by forward-mode derivative states
 
 
-def _matrix_derivative(gate, angles, slot):
-    """``dU/d angle_slot``, ``(B', d, d)``, by forward-mode AD of the gate's matrix function."""
-    base = list(torch.broadcast_tensors(*angles))
-
-    def f(x):
-        a = list(base)
-        a[slot] = x
-        return gate.matrix_fn(*a)
-    _, d = torch.func.jvp(f, (base[slot],), (torch.ones_like(base[slot]),))
-    return d
-
-
 def derivative_states(circuit, theta, cols, cdtype, device, initial_state=None):
-    """``psi (B, N)`` and ``dpsi (B, P, N)``: derivatives w.r.t. theta columns ``cols``."""
+    """``psi (B, N)`` and ``dpsi (B, P, N)``: derivatives w.r.t. theta columns ``cols``.
+
+    Gate matrices and their exact derivatives come from :mod:`qdiff.backends.gate_data`,
+    evaluated once per gate type for the whole circuit.
+    """
     n, b, p = circuit.num_wires, theta.shape[0], len(cols)
     rdtype = real_dtype_of(cdtype)
     theta = theta.to(device=device, dtype=rdtype)
     pos = {c: k for k, c in enumerate(cols)}
+    ops = circuit.operations
+    angles = circuit_angles(ops, theta, rdtype)
+    data = circuit_data(ops, angles, cdtype)
+    slots = [(i, s) for i, op in enumerate(ops) for s, q in enumerate(op.params)
+             if isinstance(q, ParamRef) and q.index in pos]
+    ddata = derivative_data(ops, angles, slots, cdtype, data)
     psi = zero_state(n, b, cdtype, device) if initial_state is None else \
         initial_state.to(device=device, dtype=cdtype).expand(b, 1 << n).clone()
     T = torch.zeros(b, p, 1 << n, dtype=cdtype, device=device)
-    for op in circuit.operations:
-        angles = op_angles(op, theta, rdtype)
-        refs = [(s, q) for s, q in enumerate(op.params) if isinstance(q, ParamRef) and q.index in pos]
-        new_t = []
-        for slot, ref in refs:
-            du = _matrix_derivative(op.gate, angles, slot)
-            du = kernels.as_batch_matrix(du.to(device), cdtype) * ref.scale
-            new_t.append((pos[ref.index], apply_gate(psi, op.gate, op.wires, angles, n, matrix=du)))
-        rep = [a.repeat_interleave(p) if a.numel() > 1 else a for a in angles]
-        T = apply_gate(T.reshape(b * p, -1), op.gate, op.wires, rep, n).reshape(b, p, -1)
+    for i, op in enumerate(ops):
+        new_t = [(pos[q.index], apply_data(psi, op, ddata[(i, s)], n, inplace=False) * q.scale)
+                 for s, q in enumerate(op.params) if (i, s) in ddata]
+        rep = data[i] if data[i].value is None or data[i].value.shape[0] == 1 else \
+            GateData(data[i].kind, data[i].value.repeat_interleave(p, dim=0))
+        T = apply_data(T.reshape(b * p, -1), op, rep, n, inplace=False).reshape(b, p, -1)
         for k, dpsi in new_t:
             T[:, k] += dpsi
-        psi = apply_gate(psi, op.gate, op.wires, angles, n)
+        psi = apply_data(psi, op, data[i], n, inplace=False)
     return psi, T
 
 
