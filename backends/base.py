@@ -10,6 +10,8 @@ True
 """
 from __future__ import annotations
 
+import abc
+
 import importlib
 import numbers
 from dataclasses import dataclass
@@ -47,7 +49,7 @@ def normalize_device_wires(wires) -> tuple:
     return labels
 
 
-class Backend:
+class Backend(abc.ABC):
     """Base class: holds wires, shots and the seeded generator."""
 
     name = "backend"
@@ -68,8 +70,9 @@ class Backend:
     def num_wires(self) -> int:
         return len(self.wires)
 
+    @abc.abstractmethod
     def execute(self, circuit, theta: torch.Tensor, initial_state=None) -> list:
-        raise NotImplementedError  # abstract: every backend defines it
+        """One tensor per measurement of ``circuit``, each with leading dim ``B``."""
 
     def execute_many(self, jobs) -> list:
         """``[(circuit, theta), ...] -> [[tensor per measurement], ...]``."""

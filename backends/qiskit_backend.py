@@ -8,6 +8,8 @@ one circuit per qubit-wise-commuting measurement basis.
 """
 from __future__ import annotations
 
+import abc
+
 import hashlib
 from dataclasses import dataclass
 
@@ -102,11 +104,13 @@ class QiskitBackend(Backend):
         return self.runner.jobs_submitted
 
     # -- subclass hooks --------------------------------------------------------------------
+    @abc.abstractmethod
     def _transpile(self, qc):
-        raise NotImplementedError  # each target knows its own ISA
+        """The circuit in this target's ISA (each target knows its own)."""
 
+    @abc.abstractmethod
     def _sampler(self):
-        raise NotImplementedError  # each target builds its own primitive
+        """This target's sampler primitive."""
 
     # -- shared flow -----------------------------------------------------------------------
     def check_circuit(self, circuit, theta: torch.Tensor) -> torch.Tensor:
@@ -166,4 +170,5 @@ class QiskitBackend(Backend):
         return parts
 
     def _estimator(self):
-        raise NotImplementedError  # only backends that use an Estimator define it
+        raise QdiffError(f"backend '{self.name}' runs expectations through its sampler; it has "
+                         "no estimator")

@@ -9,6 +9,8 @@ weights may carry leading batch dimensions (``weights[..., l, i, j]``), which br
 """
 from __future__ import annotations
 
+import abc
+
 from typing import Optional, Sequence
 
 import numpy as np
@@ -35,7 +37,7 @@ def _check_tail(name: str, w: torch.Tensor, expected: tuple) -> None:
                          f"got {tuple(w.shape)}")
 
 
-class Template:
+class Template(abc.ABC):
     """Base: subclasses implement ``_build`` (gate calls); ``__init__`` records them."""
 
     def __init__(self, *args, **kwargs):
@@ -51,8 +53,9 @@ class Template:
     def operations(self) -> list:
         return [i for i in self.items if not isinstance(i, _StatePrepItem)]
 
-    def _build(self, *args, **kwargs):  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _build(self, *args, **kwargs):
+        """Record the template's gates (subclasses)."""
 
     def __repr__(self):
         return f"{type(self).__name__}({len(self.items)} operations)"
