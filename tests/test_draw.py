@@ -1,0 +1,38 @@
+"""Text drawings: one line per wire, gate labels with angles, controls, measurements."""
+import torch
+
+import qdiff as qd
+
+
+def test_draw_layout_labels_and_measurements():
+    dev = qd.device("statevector", wires=3)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RX(x, wires=0)
+        qd.CNOT(wires=[0, 2])
+        qd.Hadamard(1)
+        qd.CRZ(0.25, wires=[1, 2])
+        return [qd.expval(qd.Z(0)), qd.probs([1])]
+
+    text = qd.draw(f)(torch.tensor(0.5))
+    lines = text.splitlines()
+    assert len(lines) == 3
+    assert lines[0].startswith("0: ") and "RX(0.50)" in lines[0] and "╭●" in lines[0]
+    assert lines[1].startswith("1: ") and "│" in lines[1] and "Hadamard" in lines[1]
+    assert "╰X" in lines[2] and "RZ(0.25)" in lines[2]
+    assert lines[0].endswith("<Z>") and lines[1].endswith("probs")
+    # every wire line has the same width up to the measurement column
+    assert len({line.index("┤") for line in lines}) == 1
+
+
+def test_draw_batched_parameters_show_symbols_and_decimals():
+    dev = qd.device("statevector", wires=1)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RY(x, wires=0)
+        return qd.expval(qd.X(0))
+
+    assert "RY(θ0)" in qd.draw(f)(torch.rand(4))
+    assert "RY(0.123)" in qd.draw(f, decimals=3)(torch.tensor(0.1234))
