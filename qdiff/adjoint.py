@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from qdiff.backends import measure
+from qdiff.backends import kernels, measure
 from qdiff.backends.gate_data import (GateData, apply_data, circuit_angles, circuit_data,
                                       derivative_data, full_matrix)
 from qdiff.backends.simulate import real_dtype_of
@@ -41,25 +41,13 @@ def effective_state(state, circuit, cotangent, n):
         elif m.kind == "probs":
             wires = list(range(n)) if m.wires is None else list(m.wires)
             k = len(wires)
-            g = cotangent[:, col:col + 2 ** k].to(state.real.dtype)
-            lam = lam + state * _expand_marginal(g, wires, n).to(state.dtype)
+            g = cotangent[:, col:col + 2 ** k].to(state.dtype)
+            # sum_x g_x P_x psi: the cotangent acts as a diagonal on the measured wires
+            lam = lam + kernels.apply_diagonal(state, g, wires, n)
             col += 2 ** k
         else:
             raise QdiffError(f"{m.kind}() outputs are not differentiable with diff_method='adjoint'")
     return lam
-
-
-def _expand_marginal(g, wires, n):
-    """``(B, 2**k)`` values on ``wires`` broadcast to ``(B, 2**n)``."""
-    b = g.shape[0]
-    k = len(wires)
-    t = g.reshape(b, *([2] * k))
-    order = sorted(range(k), key=lambda i: wires[i])
-    t = t.permute(0, *[1 + i for i in order])
-    shape = [b] + [1] * n
-    for w in wires:
-        shape[1 + w] = 2
-    return t.reshape(shape).expand(b, *([2] * n)).reshape(b, 2 ** n)
 
 
 def overlap_matrix(psi, lam, wires, n, diagonal: bool):
