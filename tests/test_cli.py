@@ -197,3 +197,13 @@ def test_console_script_runs(tmp_path):
                          text=True, timeout=120)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert res.stderr.strip().count("\n") == 0
+
+
+def test_qasm2_in_qasm3_out_keeps_measurements(tmp_path, capsys):
+    src = write(tmp_path, "in.qasm", GOOD)
+    out = str(tmp_path / "o3.qasm")
+    assert main(["compile", src, "-o", out, "--qasm-version", "3"]) == 0
+    text = open(out).read()
+    assert text.startswith("OPENQASM 3.0;")
+    imp = qasm.load(out)
+    assert imp.measurements == qasm.load(src).measurements
