@@ -70,15 +70,6 @@ class Circuit:
             out[op.name] = out.get(op.name, 0) + 1
         return out
 
-    def param_uses(self) -> dict:
-        """``{theta column: [(op index, param slot, scale), ...]}``."""
-        uses: dict = {}
-        for i, op in enumerate(self.operations):
-            for j, p in enumerate(op.params):
-                if isinstance(p, ParamRef):
-                    uses.setdefault(p.index, []).append((i, j, p.scale))
-        return uses
-
     def __len__(self):
         return len(self.operations)
 
