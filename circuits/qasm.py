@@ -80,17 +80,21 @@ def _line_of(text: str, message: str) -> str:
     return ""
 
 
-def load(path) -> QiskitImport:
-    """Read an OpenQASM file (``.qasm``, version detected from its header)."""
+def read_text(path) -> str:
+    """The text of an OpenQASM file; unreadable or binary files are a one-line QdiffError."""
     path = os.fspath(path)
     try:
         with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+            return fh.read()
     except OSError as exc:
         raise QdiffError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
         raise QdiffParseError(f"{path}: not a text file") from None
-    return loads(text, path)
+
+
+def load(path) -> QiskitImport:
+    """Read an OpenQASM file (``.qasm``, version detected from its header)."""
+    return loads(read_text(path), os.fspath(path))
 
 
 def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: int = 0) -> str:

@@ -125,13 +125,7 @@ def _read(path):
     if path == "-":
         text = sys.stdin.read()
         return qasm.loads(text, "<stdin>"), qasm.qasm_version(text)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise QdiffError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise QdiffError(f"{path}: not a text file") from None
+    text = qasm.read_text(path)
     return qasm.loads(text, path), qasm.qasm_version(text)
 
 
