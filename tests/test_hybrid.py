@@ -227,7 +227,11 @@ def _ddp_worker(rank, world, out_dir):
         opt.step()
     torch.save({k: v.detach().clone() for k, v in model.state_dict().items()},
                os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()
+    dist.barrier()
+    # Leave without running destructors: tearing down DDP's Reducer joins gloo's worker thread
+    # while holding the GIL, and that thread may need the GIL to free its last work item (a
+    # PyTorch teardown deadlock seen here under load). The results are on disk already.
+    os._exit(0)
 
 
 def test_distributed_data_parallel_replicas_stay_equal(tmp_path):
