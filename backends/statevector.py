@@ -43,7 +43,13 @@ class StatevectorBackend(Backend):
         if dtype not in _DTYPES:
             raise QdiffError(f"dtype must be complex128 or complex64; got {dtype}")
         self.cdtype = _DTYPES[dtype]
-        self.torch_device = torch.device(device) if device is not None else None
+        try:
+            self.torch_device = torch.device(device) if device is not None else None
+        except RuntimeError as exc:
+            raise QdiffError(f"invalid torch device {device!r}: {exc}") from None
+        if self.torch_device is not None and self.torch_device.type == "cuda" and \
+                not torch.cuda.is_available():
+            raise QdiffError(f"device={device!r}: no CUDA device is available here (use 'cpu')")
         self.fuse = fuse
         self._generator = None
 

@@ -42,3 +42,11 @@ def test_values_and_gradients_match_cpu(device, method, cdtype):
     for g, r in zip(grads, ref_g):
         assert g.device.type == device
         assert torch.allclose(g.double().cpu(), r, atol=tol * 10)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_cuda_device_without_a_gpu_is_a_clear_error():
+    with pytest.raises(qd.QdiffError, match="no CUDA device"):
+        qd.device("statevector", wires=2, device="cuda")
+    with pytest.raises(qd.QdiffError, match="invalid torch device"):
+        qd.device("statevector", wires=2, device="gpu0")
