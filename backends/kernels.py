@@ -28,22 +28,49 @@ def _axes_view(state: torch.Tensor, n: int) -> torch.Tensor:
     return state.view(state.shape[0], *([2] * n))
 
 
+def _merged_shape(wires, n: int) -> list:
+    """Sizes of the state's axes with each run of non-gate wires merged into one axis
+    (gate wires keep their own axis of 2): few dims make broadcasting kernels fast."""
+    shape, run = [], 1
+    for w in range(n):
+        if w in wires:
+            if run > 1:
+                shape.append(run)
+                run = 1
+            shape.append(2)
+        else:
+            run *= 2
+    if run > 1:
+        shape.append(run)
+    return shape
+
+
 def apply_diagonal(state: torch.Tensor, diag: torch.Tensor, wires, n: int, inplace=False):
     """Multiply by a diagonal ``diag`` of shape ``(B', 2**k)`` on ``wires``."""
     k = len(wires)
     bp = diag.shape[0]
-    s = _axes_view(state, n)
     d = diag.reshape(bp, *([2] * k))
-    # move the gate axes of d to the positions of the wires, with singleton axes elsewhere
+    # move the gate axes of d into wire order; singleton axes for the merged runs in between
     order = sorted(range(k), key=lambda i: wires[i])
     d = d.permute(0, *[1 + i for i in order])
-    shape = [bp] + [1] * n
-    for w in wires:
-        shape[1 + w] = 2
-    d = d.reshape(shape)
+    sshape = _merged_shape(set(wires), n)
+    dshape = [bp] + [2 if size == 2 and _is_gate_axis(sshape, j, wires, n) else 1
+                     for j, size in enumerate(sshape)]
+    d = d.reshape(dshape)
+    s = state.view(state.shape[0], *sshape)
     if inplace:
         return s.mul_(d).view(state.shape)
     return (s * d).reshape(state.shape)
+
+
+def _is_gate_axis(sshape, j, wires, n) -> bool:
+    """Whether merged axis ``j`` is a gate wire (a run of non-gate wires may also have size 2)."""
+    w = 0
+    for i, size in enumerate(sshape):
+        if i == j:
+            return size == 2 and w in wires
+        w += size.bit_length() - 1
+    return False
 
 
 def apply_one_qubit(state: torch.Tensor, u: torch.Tensor, wire: int, n: int, inplace=False):
