@@ -62,6 +62,8 @@ def apply_gate(state, gate, wires, angles, n: int, inplace: bool = False, matrix
         d = d.to(device=device, dtype=cdtype)
         d = d.unsqueeze(0) if d.ndim == 1 else d.reshape(-1, d.shape[-1])
         return kernels.apply_diagonal(state, d, wires, n, inplace)
+    if gate.name == "cx" and matrix is None:
+        return kernels.apply_cnot(state, wires[0], wires[1], n, inplace)
     if gate.controls and matrix is None and (inplace or gate.controls == 1):
         controls, targets = wires[:gate.controls], wires[gate.controls:]
 
