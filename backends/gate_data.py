@@ -277,6 +277,9 @@ def apply_data(state, op, data: GateData, n: int, inplace: bool, dagger: bool = 
             return kernels.apply_one_qubit(sub, u, tw[0], m, ip) if len(tw) == 1 else \
                 kernels.apply_matrix(sub, u, tw, m)
         if data.kind == "ctrl":
+            if len(targets) == 1:
+                return kernels.apply_controlled_one_qubit(state, op.wires[0], targets[0], u, n,
+                                                          inplace)
             return kernels.apply_controlled(state, op.wires[:1], target_apply, n, inplace)
         return _controlled_derivative(state, op.wires[0], target_apply, n)
     u = kernels.as_batch_matrix(v, state.dtype)

@@ -123,21 +123,40 @@ def apply_x(state: torch.Tensor, wire: int, n: int, inplace=False):
     return state
 
 
-def apply_cnot(state: torch.Tensor, c: int, t: int, n: int, inplace=False):
-    """CNOT on a 6-axis view (runs of other wires merged): swap the target halves of the
-    control-1 block, with no reshaped copy of the slice."""
+def _control_target_halves(state, c: int, t: int, n: int):
+    """``(v, ca, s1, tt)``: a 6-axis view (runs of other wires merged), the control axis, the
+    control-1 block and its target axis."""
     b = state.shape[0]
     lo, hi = min(c, t), max(c, t)
     v = state.view(b, 2 ** lo, 2, 2 ** (hi - lo - 1), 2, 2 ** (n - hi - 1))
     ca, ta = (2, 4) if c < t else (4, 2)
-    s1 = v.select(ca, 1)
-    tt = ta - 1 if ta > ca else ta  # the target axis once the control axis is selected away
+    return v, ca, v.select(ca, 1), (ta - 1 if ta > ca else ta)
+
+
+def apply_cnot(state: torch.Tensor, c: int, t: int, n: int, inplace=False):
+    """CNOT: swap the target halves of the control-1 block (no reshaped copy of the slice)."""
+    v, ca, s1, tt = _control_target_halves(state, c, t, n)
     if not inplace:
         return torch.stack([v.select(ca, 0), s1.flip(tt)], dim=ca).reshape(state.shape)
     x0, x1 = s1.select(tt, 0), s1.select(tt, 1)
     tmp = x0.clone()
     x0.copy_(x1)
     x1.copy_(tmp)
+    return state
+
+
+def apply_controlled_one_qubit(state, c: int, t: int, u: torch.Tensor, n: int, inplace=False):
+    """A controlled 2x2 ``u`` ``(B', 2, 2)``: the elementwise update on the control-1 block."""
+    v, ca, s1, tt = _control_target_halves(state, c, t, n)
+    bp = u.shape[0]
+    x0, x1 = s1.select(tt, 0), s1.select(tt, 1)
+    u00, u01, u10, u11 = (u[:, i, j].view(bp, 1, 1, 1) for i in (0, 1) for j in (0, 1))
+    if not inplace:
+        new1 = torch.stack([u00 * x0 + u01 * x1, u10 * x0 + u11 * x1], dim=tt)
+        return torch.stack([v.select(ca, 0), new1], dim=ca).reshape(state.shape)
+    tmp = x0.clone()
+    x0.mul_(u00).addcmul_(x1, u01)
+    x1.mul_(u11).addcmul_(tmp, u10)
     return state
 
 
