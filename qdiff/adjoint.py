@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from qdiff.backends import kernels, measure
+from qdiff.backends import kernels, measure, native
 from qdiff.backends.gate_data import (GateData, apply_data, circuit_angles, circuit_data,
                                       derivative_data, full_matrix)
 from qdiff.backends.simulate import real_dtype_of
@@ -105,6 +105,12 @@ def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool 
              if isinstance(p, ParamRef) and trainable[p.index]]
     ddata = derivative_data(ops, angles, slots, state.dtype, data)
     b = state.shape[0]
+    if inplace and native.usable(state):
+        try:
+            return _native_vjp(ops, data, ddata, state, circuit, cotangent, theta, n,
+                               return_state)
+        except native.Unsupported:
+            pass
     # psi and lam are uncomputed together as one (2B, N) batch: one kernel call per gate. The
     # gradient then needs <lam_i| dU |psi_{i-1}> = <lam_{i-1}| U^dag dU |psi_{i-1}>.
     both = torch.cat([state, effective_state(state, circuit, cotangent, n)])
@@ -122,6 +128,20 @@ def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool 
     zero = torch.zeros(b, dtype=rdtype, device=psi.device)
     grad = torch.stack([zero if c is None else c for c in cols], dim=-1) if cols else \
         torch.zeros(b, 0, dtype=rdtype, device=psi.device)
+    return (grad, psi) if return_state else grad
+
+
+def _native_vjp(ops, data, ddata, state, circuit, cotangent, theta, n, return_state):
+    """The same sweep in one native call (:mod:`qdiff.backends.native`)."""
+    keys = sorted(ddata)
+    slot_data = [(i, ddata[(i, s)]) for i, s in keys]
+    lam = effective_state(state, circuit, cotangent, n).contiguous()
+    psi = state.clone()
+    g = native.adjoint_sweep(ops, data, slot_data, psi, lam, n)
+    grad = torch.zeros(state.shape[0], theta.shape[1], dtype=g.dtype)
+    if keys:
+        cols = torch.tensor([ops[i].params[s].index for i, s in keys])
+        grad[:, cols] = g
     return (grad, psi) if return_state else grad
 
 

@@ -75,3 +75,11 @@ def test_installed_package_imports_outside_the_checkout(tmp_path):
     assert res.returncode == 0, res.stderr
     assert os.path.samefile(res.stdout.strip(), os.path.join(ROOT, "circuits")) or \
         "site-packages" in res.stdout
+
+
+def test_native_source_ships_as_package_data():
+    """The C kernels are compiled on the user's machine, so the wheel must carry the source."""
+    data = pyproject()["tool"]["setuptools"]["package-data"]["qdiff.backends"]
+    for name in data:
+        assert os.path.exists(os.path.join(ROOT, "backends", name))
+    assert "qdsim.c" in data

@@ -1,0 +1,283 @@
+"""Native CPU kernels: a whole circuit (or a whole adjoint sweep) in one call.
+
+The torch kernels pay torch's per-op dispatch (tens of microseconds) for every gate, and torch's
+complex elementwise kernels run far below memory bandwidth on CPU. On CPU, for complex128
+states outside autograd (inference, the forward pass of the adjoint and parameter-shift
+methods, the adjoint sweep itself), qdiff therefore encodes the circuit as a program of gate
+records and runs it in ``qdsim.c``: one pass per gate at memory speed, runs of gates on the low
+wires of a large state applied chunk by chunk in cache, small states walked gate after gate
+while they sit in L1.
+
+The C file ships with the package and is compiled on first use with the system C compiler
+(``$CC`` or ``cc``, ``-O3 -march=native``, OpenMP when available) into
+``$QDIFF_CACHE_DIR`` (default ``~/.cache/qdiff``), keyed by a hash of the source, the compiler
+and the CPU. Without a compiler, or with ``QDIFF_NATIVE=0``, every path falls back to the torch
+kernels, which compute the same results (tests compare the two). Autograd (backprop), CUDA,
+complex64 and gates on more than 6 wires always use torch.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+REC = 11
+MAXK = 6
+DENSE, DIAG, FLIP, SWAP = 0, 1, 2, 3
+_SOURCE = Path(__file__).with_name("qdsim.c")
+_lib = None
+_tried = False
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("QDIFF_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "qdiff")
+    return Path(root) / "native"
+
+
+def _cpu_tag() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            flags = next((ln for ln in fh if ln.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    return platform.machine() + platform.processor() + flags
+
+
+def _compile(src: Path, out: Path, cc: str) -> bool:
+    base = [cc, "-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
+            "-fassociative-math", "-shared", "-fPIC", "-std=c99", str(src)]
+    for extra in (["-fopenmp"], []):  # OpenMP when the compiler has it
+        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+            tmp_out = Path(tmp) / out.name
+            res = subprocess.run(base[:1] + extra + base[1:] + ["-o", str(tmp_out)],
+                                 capture_output=True, text=True, timeout=120)
+            if res.returncode == 0:
+                os.replace(tmp_out, out)  # atomic: a concurrent build never sees half a file
+                return True
+            log.debug("native build with %s failed: %s", extra, res.stderr[-2000:])
+    return False
+
+
+def library():
+    """The loaded kernel library, or ``None`` (disabled, no compiler, build failed)."""
+    global _lib, _tried
+    if _tried:
+        return _lib
+    _tried = True
+    if os.environ.get("QDIFF_NATIVE", "1").lower() in ("0", "false", "no", "off"):
+        return None
+    try:
+        cc = os.environ.get("CC", "cc")
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True,
+                                 timeout=30).stdout
+        key = hashlib.sha256(_SOURCE.read_bytes() + version.encode() + _cpu_tag().encode())
+        out = _cache_dir() / f"qdsim-{key.hexdigest()[:16]}.so"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if not out.exists() and not _compile(_SOURCE, out, cc):
+            return None
+        lib = ctypes.CDLL(str(out))
+        i64, p = ctypes.c_int64, ctypes.c_void_p
+        lib.qd_run.argtypes = [p, i64, ctypes.c_int, i64, p, p, ctypes.c_int, ctypes.c_int]
+        lib.qd_adjoint.argtypes = [p, p, i64, ctypes.c_int, i64, p, p, i64, p, p, p,
+                                   ctypes.c_int]
+        if lib.qd_abi_version() != 2:
+            return None
+        _lib = lib
+    except (OSError, subprocess.SubprocessError, StopIteration) as exc:
+        log.debug("native kernels unavailable: %s", exc)
+    return _lib
+
+
+@contextlib.contextmanager
+def disabled():
+    """Within the block every path uses the torch kernels (tests and benchmarks compare)."""
+    global _lib, _tried
+    saved = (_lib, _tried)
+    _lib, _tried = None, True
+    try:
+        yield
+    finally:
+        _lib, _tried = saved
+
+
+def usable(state: torch.Tensor) -> bool:
+    """Whether ``state`` ``(B, 2**n)`` can go through the native kernels."""
+    return (state.device.type == "cpu" and state.dtype == torch.complex128
+            and not state.requires_grad and _plain(state) and state.is_contiguous()
+            and library() is not None)
+
+
+def _plain(t: torch.Tensor) -> bool:
+    from torch._C._functorch import is_functorch_wrapped_tensor
+    return not is_functorch_wrapped_tensor(t)
+
+
+# ------------------------------------------------------------------------------------------
+# encoding
+
+
+class Unsupported(Exception):
+    """The circuit has a gate the native kernels do not take (the caller falls back)."""
+
+
+class Program:
+    """Gate records ``(m, REC)`` and one complex128 data buffer."""
+
+    def __init__(self, batch: int, n: int):
+        self.batch, self.n = batch, n
+        self.recs: list = []
+        self.chunks: list = []
+        self.size = 0
+
+    def add(self, kind: int, bits, cmask: int, value: torch.Tensor, per_item: int) -> None:
+        """``value``: ``(B', per_item)`` or ``(per_item,)`` complex data; ``B'`` is 1 or B."""
+        k = len(bits)
+        if k > MAXK or k == 0:
+            raise Unsupported(f"{k}-wire gate")
+        flat = value.reshape(-1)
+        count = flat.numel() // per_item
+        if count not in (1, self.batch):
+            raise Unsupported(f"data for {count} bindings, batch {self.batch}")
+        rec = [kind, k, *bits, *([0] * (MAXK - k)), cmask, self.size,
+               per_item if count > 1 else 0]
+        self.recs.append(rec)
+        self.chunks.append(flat)
+        self.size += flat.numel()
+
+    def add_gate(self, gate, bits, cmask: int = 0) -> None:
+        """A parameterless gate: fast paths for X-type flips, SWAP and diagonals."""
+        if gate.controls and gate.target is not None:
+            c = gate.controls
+            mask = cmask
+            for b in bits[:c]:
+                mask |= 1 << b
+            return self.add_gate(gate.target, bits[c:], mask)
+        if gate.name == "x":
+            return self.add(FLIP, bits, cmask, _ZERO, 1)
+        if gate.name == "swap":
+            return self.add(SWAP, bits, cmask, _ZERO, 1)
+        if gate.diag_fn is not None:
+            d = _const_diag(gate)
+            return self.add(DIAG, bits, cmask, d, d.numel())
+        u = _const_matrix(gate)
+        return self.add(DENSE, bits, cmask, u, u.numel())
+
+    def add_data(self, op, kind: str, value, n: int) -> None:
+        """An op with gate data of ``kind`` (see :mod:`qdiff.backends.gate_data`)."""
+        bits = [n - 1 - w for w in op.wires]
+        if kind == "const":
+            return self.add_gate(op.gate, bits)
+        if kind == "diag":
+            return self.add(DIAG, bits, 0, value, value.shape[-1])
+        d = value.shape[-1]
+        if kind in ("ctrl", "dctrl"):
+            return self.add(DENSE, bits[1:], 1 << bits[0], value, d * d)
+        return self.add(DENSE, bits, 0, value, d * d)
+
+    def add_matrix(self, wire: int, u: torch.Tensor) -> None:
+        self.add(DENSE, [self.n - 1 - wire], 0, u, 4)
+
+    def buffers(self):
+        recs = torch.tensor(self.recs, dtype=torch.int64).reshape(-1, REC)
+        data = torch.cat([c.to(torch.complex128).resolve_conj() for c in self.chunks]) if self.chunks else \
+            _ZERO
+        return recs, data.contiguous()
+
+
+_ZERO = torch.zeros(1, dtype=torch.complex128)
+
+
+@functools.lru_cache(maxsize=None)
+def _const_matrix(gate) -> torch.Tensor:
+    return gate.matrix_fn().to(torch.complex128).reshape(-1).contiguous()
+
+
+@functools.lru_cache(maxsize=None)
+def _const_diag(gate) -> torch.Tensor:
+    return gate.diag_fn().to(torch.complex128).reshape(-1).contiguous()
+
+
+def _ptr(t: torch.Tensor):
+    return ctypes.c_void_p(t.data_ptr())
+
+
+def run(state: torch.Tensor, prog: Program, dagger: bool = False) -> torch.Tensor:
+    """Apply the program (or its inverse) to ``state`` ``(B, 2**n)`` in place."""
+    recs, data = prog.buffers()
+    rc = library().qd_run(_ptr(state), state.shape[0], prog.n, recs.shape[0], _ptr(recs),
+                          _ptr(data), int(dagger), torch.get_num_threads())
+    if rc != 0:
+        raise MemoryError("native kernels could not allocate their gate table")
+    return state
+
+
+# ------------------------------------------------------------------------------------------
+# entry points used by the simulator and the adjoint method
+
+
+def evolve(state, operations, theta, n, rdtype):
+    """Native twin of :func:`qdiff.backends.simulate.evolve` (in place); raises
+    :class:`Unsupported` before touching ``state`` if a gate cannot be encoded."""
+    from qdiff.backends.gate_data import circuit_angles, circuit_data, one_qubit_matrix
+    angles = circuit_angles(operations, theta, rdtype)
+    data = circuit_data(operations, angles, state.dtype)
+    prog = Program(state.shape[0], n)
+    # fusing runs of one-qubit gates costs a small torch matmul per gate: worth it only when
+    # a pass over the states costs more than that
+    fuse = state.numel() >= 1 << 16
+    pending: dict = {}
+
+    def flush(wires):
+        for w in wires:
+            u = pending.pop(w, None)
+            if u is not None:
+                prog.add_matrix(w, u)
+
+    for op, d in zip(operations, data):
+        w = op.wires
+        if fuse and len(w) == 1 and (w[0] in pending or d.kind == "mat" or (
+                d.kind == "const" and op.gate.diag_fn is None and op.gate.name != "x")):
+            u = one_qubit_matrix(op, d, state)
+            prev = pending.get(w[0])
+            pending[w[0]] = u if prev is None else u @ prev
+            continue
+        flush(w)
+        prog.add_data(op, d.kind, d.value, n)
+    flush(list(pending))
+    return run(state, prog)
+
+
+def adjoint_sweep(ops, data, slot_data, psi, lam, n):
+    """One reverse sweep over ``ops`` with forward ``data``; ``slot_data`` is a list of
+    ``(op index, GateData of dU/dphi)`` sorted by op index. Uncomputes ``psi`` and ``lam`` in
+    place and returns the ``(B, len(slot_data))`` gradients ``2 Re <lam_i| dU_i |psi_{i-1}>``."""
+    b = psi.shape[0]
+    prog = Program(b, n)
+    for op, d in zip(ops, data):
+        prog.add_data(op, d.kind, d.value, n)
+    nops = len(prog.recs)
+    for i, dd in slot_data:
+        prog.add_data(ops[i], dd.kind, dd.value, n)
+    recs, buf = prog.buffers()
+    slot_op = torch.tensor([i for i, _ in slot_data], dtype=torch.int64)
+    grads = torch.empty(b, len(slot_data), dtype=torch.float64)
+    slot_recs = recs[nops:].contiguous()
+    gate_recs = recs[:nops].contiguous()
+    rc = library().qd_adjoint(_ptr(psi), _ptr(lam), b, n, nops, _ptr(gate_recs), _ptr(buf),
+                              len(slot_data), _ptr(slot_recs), _ptr(slot_op), _ptr(grads),
+                              torch.get_num_threads())
+    if rc != 0:
+        raise MemoryError("native kernels could not allocate their gate table")
+    return grads

@@ -1,0 +1,364 @@
+/* qdiff native CPU statevector kernels (optional fast path of qdiff.backends.native).
+ *
+ * A state batch is B contiguous vectors of N = 2^n complex numbers (interleaved re, im),
+ * wire 0 the most significant bit, exactly torch's (B, 2**n) complex layout. A circuit arrives
+ * as a program: one record of REC int64 per gate and one buffer of complex gate data, so a whole
+ * forward pass (or a whole adjoint sweep) is ONE call with no Python or dispatch per gate.
+ *
+ * Record fields:
+ *   [0] kind: 0 dense 2^k x 2^k matrix, 1 diagonal of 2^k entries, 2 flip (X on the k targets),
+ *       3 swap (exchange target 0 and target 1)
+ *   [1] k, the number of target bits (1..MAXK)
+ *   [2..2+MAXK) target bit positions (target 0 is the most significant bit of the local index)
+ *   [8] control mask: bits that must be 1 for the gate to act
+ *   [9] offset of the gate's data in the data buffer (complex numbers)
+ *   [10] batch stride of the data (complex numbers; 0 when all bindings share it)
+ *
+ * Every kernel walks groups of 2^k amplitudes that differ only in the target bits; the loop
+ * over the lowest free bits is innermost and contiguous, so the compiler vectorises it.
+ * Large states are processed in cache-sized chunks: runs of gates whose bits all lie below
+ * CHUNK_BITS are applied chunk by chunk, one pass over memory for the whole run.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int64_t i64;
+
+#define REC 11
+#define MAXK 6
+#define CHUNK_BITS 12
+
+enum { K_DENSE = 0, K_DIAG = 1, K_FLIP = 2, K_SWAP = 3 };
+
+typedef struct {
+    int kind, k, nspecial;
+    i64 cmask, tmask;
+    i64 off[1 << MAXK];  /* offset of local index m from the group base */
+    int special[MAXK + 64]; /* sorted bit positions of targets and controls */
+    const double *data;
+    i64 stride;
+} gate_t;
+
+static void decode(const i64 *r, const double *data, gate_t *g) {
+    g->kind = (int)r[0];
+    g->k = (int)r[1];
+    g->cmask = r[8];
+    g->data = data + 2 * r[9];
+    g->stride = r[10];
+    g->tmask = 0;
+    for (int j = 0; j < g->k; j++) g->tmask |= (i64)1 << r[2 + j];
+    for (i64 m = 0; m < ((i64)1 << g->k); m++) {
+        i64 o = 0;
+        for (int j = 0; j < g->k; j++)
+            if ((m >> (g->k - 1 - j)) & 1) o |= (i64)1 << r[2 + j];
+        g->off[m] = o;
+    }
+    i64 all = g->tmask | g->cmask;
+    g->nspecial = 0;
+    for (int p = 0; p < 63; p++)
+        if ((all >> p) & 1) g->special[g->nspecial++] = p;
+}
+
+/* Group base for free index j: insert zeros at the special bits, then set the controls. */
+static inline i64 group_base(const gate_t *g, i64 j) {
+    for (int s = 0; s < g->nspecial; s++) {
+        int p = g->special[s];
+        j = ((j >> p) << (p + 1)) | (j & (((i64)1 << p) - 1));
+    }
+    return j | g->cmask;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* kernels                                                                                   */
+
+#define FOR_GROUPS_(g, nbits, PRAGMA, ...)                                                     \
+    do {                                                                                       \
+        i64 ngroups_ = (i64)1 << ((nbits) - (g)->nspecial);                                    \
+        int pmin_ = (g)->nspecial ? (g)->special[0] : 0;                                       \
+        i64 inner_ = (i64)1 << pmin_;                                                          \
+        if (inner_ > ngroups_) inner_ = ngroups_;                                              \
+        if (inner_ >= 4) {                                                                     \
+            i64 nout_ = ngroups_ / inner_;                                                     \
+            PRAGMA                                                                             \
+            for (i64 o_ = 0; o_ < nout_; o_++) {                                               \
+                i64 base0_ = group_base(g, o_ * inner_);                                       \
+                for (i64 l_ = 0; l_ < inner_; l_++) {                                          \
+                    i64 base = base0_ + l_;                                                    \
+                    __VA_ARGS__                                                                \
+                }                                                                              \
+            }                                                                                  \
+        } else {                                                                               \
+            PRAGMA                                                                             \
+            for (i64 j_ = 0; j_ < ngroups_; j_++) {                                            \
+                i64 base = group_base(g, j_);                                                  \
+                __VA_ARGS__                                                                    \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+
+/* Run BODY for every group base: the innermost loop runs over contiguous amplitudes when the
+ * lowest special bit is >= 2 (vectorised), otherwise one flat loop over groups. The parallel
+ * variant splits the loop over par_ threads (one large state). */
+#define FOR_GROUPS(g, nbits, ...) FOR_GROUPS_(g, nbits, , __VA_ARGS__)
+#define FOR_GROUPS_PAR(g, nbits, ...)                                                          \
+    FOR_GROUPS_(g, nbits, _Pragma("omp parallel for num_threads(par_) schedule(static)"),      \
+                __VA_ARGS__)
+#define FOR_GROUPS_ANY(g, nbits, ...)                                                          \
+    do {                                                                                       \
+        if (par_ > 1) FOR_GROUPS_PAR(g, nbits, __VA_ARGS__);                                   \
+        else FOR_GROUPS(g, nbits, __VA_ARGS__);                                                \
+    } while (0)
+
+#define RE(p, i) (p)[2 * (i)]
+#define IM(p, i) (p)[2 * (i) + 1]
+
+/* The matrix (or diagonal) to apply: u itself, or its adjoint written into buf. */
+static const double *effective(const gate_t *g, const double *u, int dag, double *buf) {
+    if (!dag || g->kind == K_FLIP || g->kind == K_SWAP) return u;
+    int d = 1 << g->k;
+    if (g->kind == K_DIAG) {
+        for (int m = 0; m < d; m++) { buf[2 * m] = u[2 * m]; buf[2 * m + 1] = -u[2 * m + 1]; }
+        return buf;
+    }
+    for (int r = 0; r < d; r++)
+        for (int c = 0; c < d; c++) {
+            buf[2 * (r * d + c)] = u[2 * (c * d + r)];
+            buf[2 * (r * d + c) + 1] = -u[2 * (c * d + r) + 1];
+        }
+    return buf;
+}
+
+static void dense_generic(double *s, i64 base, const gate_t *g, const double *u) {
+    int d = 1 << g->k;
+    double vr[1 << MAXK], vi[1 << MAXK];
+    for (int m = 0; m < d; m++) { vr[m] = RE(s, base + g->off[m]); vi[m] = IM(s, base + g->off[m]); }
+    for (int r = 0; r < d; r++) {
+        double ar = 0, ai = 0;
+        const double *row = u + 2 * r * d;
+        for (int c = 0; c < d; c++) {
+            ar += row[2 * c] * vr[c] - row[2 * c + 1] * vi[c];
+            ai += row[2 * c] * vi[c] + row[2 * c + 1] * vr[c];
+        }
+        RE(s, base + g->off[r]) = ar;
+        IM(s, base + g->off[r]) = ai;
+    }
+}
+
+/* Apply gate g with data u (this binding's) to the 2^nbits amplitudes at st. */
+static void apply_range(double *st, int nbits, const gate_t *g, const double *u_in, int dag,
+                        int par_) {
+    double buf[2 << (2 * MAXK)];
+    const double *u = effective(g, u_in, dag, buf);
+    double *restrict s = st;
+    if (g->kind == K_DENSE && g->k == 1) {
+        const i64 o1 = g->off[1];
+        const double m00r = u[0], m00i = u[1], m01r = u[2], m01i = u[3];
+        const double m10r = u[4], m10i = u[5], m11r = u[6], m11i = u[7];
+        FOR_GROUPS_ANY(g, nbits, {
+            double a0r = RE(s, base), a0i = IM(s, base);
+            double a1r = RE(s, base + o1), a1i = IM(s, base + o1);
+            RE(s, base) = m00r * a0r - m00i * a0i + m01r * a1r - m01i * a1i;
+            IM(s, base) = m00r * a0i + m00i * a0r + m01r * a1i + m01i * a1r;
+            RE(s, base + o1) = m10r * a0r - m10i * a0i + m11r * a1r - m11i * a1i;
+            IM(s, base + o1) = m10r * a0i + m10i * a0r + m11r * a1i + m11i * a1r;
+        });
+    } else if (g->kind == K_DENSE) {
+        FOR_GROUPS_ANY(g, nbits, { dense_generic(s, base, g, u); });
+    } else if (g->kind == K_DIAG && g->k == 1) {
+        const i64 o1 = g->off[1];
+        const double d0r = u[0], d0i = u[1], d1r = u[2], d1i = u[3];
+        FOR_GROUPS_ANY(g, nbits, {
+            double a0r = RE(s, base), a0i = IM(s, base);
+            double a1r = RE(s, base + o1), a1i = IM(s, base + o1);
+            RE(s, base) = d0r * a0r - d0i * a0i;
+            IM(s, base) = d0r * a0i + d0i * a0r;
+            RE(s, base + o1) = d1r * a1r - d1i * a1i;
+            IM(s, base + o1) = d1r * a1i + d1i * a1r;
+        });
+    } else if (g->kind == K_DIAG) {
+        const int d = 1 << g->k;
+        FOR_GROUPS_ANY(g, nbits, {
+            for (int m = 0; m < d; m++) {
+                i64 i = base + g->off[m];
+                double ar = RE(s, i), ai = IM(s, i);
+                RE(s, i) = u[2 * m] * ar - u[2 * m + 1] * ai;
+                IM(s, i) = u[2 * m] * ai + u[2 * m + 1] * ar;
+            }
+        });
+    } else if (g->kind == K_FLIP) {
+        const int d = 1 << g->k;
+        FOR_GROUPS_ANY(g, nbits, {
+            for (int m = 0; m < d / 2; m++) {
+                i64 i = base + g->off[m], j = base + g->off[d - 1 - m];
+                double tr = RE(s, i), ti = IM(s, i);
+                RE(s, i) = RE(s, j); IM(s, i) = IM(s, j);
+                RE(s, j) = tr; IM(s, j) = ti;
+            }
+        });
+    } else { /* K_SWAP */
+        const i64 o1 = g->off[1], o2 = g->off[2];
+        FOR_GROUPS_ANY(g, nbits, {
+            double tr = RE(s, base + o1), ti = IM(s, base + o1);
+            RE(s, base + o1) = RE(s, base + o2); IM(s, base + o1) = IM(s, base + o2);
+            RE(s, base + o2) = tr; IM(s, base + o2) = ti;
+        });
+    }
+}
+
+/* Overlap matrix M[r][c] = sum over groups conj(lam[r]) psi[c] (only r == c, in M[r], for a
+ * diagonal geometry), written to out (complex, d*d or d entries). */
+static void overlap_matrix(const double *lam, const double *psi, int nbits, const gate_t *g,
+                           double *out) {
+    const int d = 1 << g->k;
+    const int diag = g->kind == K_DIAG;
+    if (g->k == 1) {
+        const i64 o1 = g->off[1];
+        double s00r = 0, s00i = 0, s01r = 0, s01i = 0, s10r = 0, s10i = 0, s11r = 0, s11i = 0;
+        FOR_GROUPS(g, nbits, {
+            double l0r = RE(lam, base), l0i = IM(lam, base);
+            double l1r = RE(lam, base + o1), l1i = IM(lam, base + o1);
+            double p0r = RE(psi, base), p0i = IM(psi, base);
+            double p1r = RE(psi, base + o1), p1i = IM(psi, base + o1);
+            s00r += l0r * p0r + l0i * p0i; s00i += l0r * p0i - l0i * p0r;
+            s11r += l1r * p1r + l1i * p1i; s11i += l1r * p1i - l1i * p1r;
+            s01r += l0r * p1r + l0i * p1i; s01i += l0r * p1i - l0i * p1r;
+            s10r += l1r * p0r + l1i * p0i; s10i += l1r * p0i - l1i * p0r;
+        });
+        if (diag) {
+            out[0] = s00r; out[1] = s00i; out[2] = s11r; out[3] = s11i;
+        } else {
+            out[0] = s00r; out[1] = s00i; out[2] = s01r; out[3] = s01i;
+            out[4] = s10r; out[5] = s10i; out[6] = s11r; out[7] = s11i;
+        }
+        return;
+    }
+    int cnt = diag ? d : d * d;
+    for (int i = 0; i < 2 * cnt; i++) out[i] = 0;
+    FOR_GROUPS(g, nbits, {
+        for (int r = 0; r < d; r++) {
+            i64 ir = base + g->off[r];
+            double lr = RE(lam, ir), li = IM(lam, ir);
+            for (int c = diag ? r : 0; c < (diag ? r + 1 : d); c++) {
+                i64 ic = base + g->off[c];
+                double pr = RE(psi, ic), pi = IM(psi, ic);
+                int e = diag ? r : r * d + c;
+                out[2 * e] += lr * pr + li * pi;
+                out[2 * e + 1] += lr * pi - li * pr;
+            }
+        }
+    });
+}
+
+/* Re sum_rc D[r][c] M[r][c] */
+static double contract(const gate_t *g, const double *dm, const double *m) {
+    int d = 1 << g->k;
+    int cnt = g->kind == K_DIAG ? d : d * d;
+    double acc = 0;
+    for (int e = 0; e < cnt; e++) acc += dm[2 * e] * m[2 * e] - dm[2 * e + 1] * m[2 * e + 1];
+    return acc;
+}
+
+static int same_geometry(const i64 *a, const i64 *b) {
+    for (int f = 0; f < 9; f++) if (a[f] != b[f]) return 0;
+    return 1;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* programs                                                                                  */
+
+static int fits_chunk(const gate_t *g, int cb) {
+    return g->nspecial == 0 || g->special[g->nspecial - 1] < cb;
+}
+
+static const double *data_of(const gate_t *g, i64 b) { return g->data + 2 * g->stride * b; }
+
+/* Gates [i0, i1) (all with bits below cb), or their inverses in reverse order, applied chunk
+ * by chunk: one pass over memory for the whole run. */
+static void run_chunked(double *st, int n, int cb, const gate_t *gates, i64 i0, i64 i1, i64 b,
+                        int dag, int par) {
+    i64 nch = (i64)1 << (n - cb);
+#pragma omp parallel for if (par > 1) num_threads(par) schedule(static)
+    for (i64 c = 0; c < nch; c++) {
+        double *chunk = st + 2 * (c << cb);
+        for (i64 t = 0; t < i1 - i0; t++) {
+            i64 i = dag ? i1 - 1 - t : i0 + t;
+            apply_range(chunk, cb, &gates[i], data_of(&gates[i], b), dag, 1);
+        }
+    }
+}
+
+static void run_one(double *st, int n, const gate_t *gates, i64 nops, i64 b, int dag, int par) {
+    int cb = n > CHUNK_BITS + 2 ? CHUNK_BITS : n;
+    i64 t = 0;
+    while (t < nops) {
+        i64 i = dag ? nops - 1 - t : t;
+        i64 e = t;
+        if (cb < n)
+            while (e < nops && fits_chunk(&gates[dag ? nops - 1 - e : e], cb)) e++;
+        if (e - t < 2) {
+            apply_range(st, n, &gates[i], data_of(&gates[i], b), dag, par);
+            t++;
+        } else {
+            if (dag) run_chunked(st, n, cb, gates, nops - e, nops - t, b, 1, par);
+            else run_chunked(st, n, cb, gates, t, e, b, 0, par);
+            t = e;
+        }
+    }
+}
+
+int qd_abi_version(void) { return 2; }
+
+/* Apply the program (in order, or its inverse when dag) to every state of the batch. */
+int qd_run(double *states, i64 B, int n, i64 nops, const i64 *recs, const double *data, int dag,
+           int nthreads) {
+    gate_t *gates = (gate_t *)malloc((size_t)(nops + 1) * sizeof(gate_t));
+    if (!gates) return -1;
+    for (i64 i = 0; i < nops; i++) decode(recs + REC * i, data, &gates[i]);
+    i64 N = (i64)1 << n;
+    if (B == 1) {
+        run_one(states, n, gates, nops, 0, dag, nthreads);
+    } else {
+#pragma omp parallel for if (nthreads > 1) num_threads(nthreads) schedule(static)
+        for (i64 b = 0; b < B; b++) run_one(states + 2 * N * b, n, gates, nops, b, dag, 1);
+    }
+    free(gates);
+    return 0;
+}
+
+/* Adjoint sweep. For i = nops-1 .. 0: psi <- U_i^dag psi; for each slot s of gate i,
+ * grads[b, s] = 2 Re <lam| dU_s |psi> = 2 Re sum_rc dU_s[r][c] M[r][c] with M the overlap
+ * matrix of lam and psi on the slot's geometry (shared by slots with the same geometry); then
+ * lam <- U_i^dag lam. Slot records have the gate record layout (kind dense or diag, dU as
+ * data); slot_op[s] is the gate index of slot s, ascending. */
+int qd_adjoint(double *psi, double *lam, i64 B, int n, i64 nops, const i64 *recs,
+               const double *data, i64 nslots, const i64 *slot_recs, const i64 *slot_op,
+               double *grads, int nthreads) {
+    gate_t *gates = (gate_t *)malloc((size_t)(nops + nslots + 1) * sizeof(gate_t));
+    if (!gates) return -1;
+    gate_t *sg = gates + nops;
+    for (i64 i = 0; i < nops; i++) decode(recs + REC * i, data, &gates[i]);
+    for (i64 s = 0; s < nslots; s++) decode(slot_recs + REC * s, data, &sg[s]);
+    i64 N = (i64)1 << n;
+    int par = B == 1 ? nthreads : 1;
+#pragma omp parallel for if (nthreads > 1 && B > 1) num_threads(nthreads) schedule(static)
+    for (i64 b = 0; b < B; b++) {
+        double *p = psi + 2 * N * b, *l = lam + 2 * N * b;
+        double m[2 << (2 * MAXK)];
+        i64 s = nslots - 1;
+        for (i64 i = nops - 1; i >= 0; i--) {
+            const double *u = data_of(&gates[i], b);
+            apply_range(p, n, &gates[i], u, 1, par);
+            i64 prev = -1;
+            for (; s >= 0 && slot_op[s] == i; s--) {
+                if (prev < 0 || !same_geometry(slot_recs + REC * s, slot_recs + REC * prev))
+                    overlap_matrix(l, p, n, &sg[s], m);
+                prev = s;
+                grads[b * nslots + s] = 2.0 * contract(&sg[s], data_of(&sg[s], b), m);
+            }
+            apply_range(l, n, &gates[i], u, 1, par);
+        }
+    }
+    free(gates);
+    return 0;
+}

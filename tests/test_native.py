@@ -1,0 +1,175 @@
+"""The native CPU kernels (qdsim.c) against the torch kernels they replace.
+
+Random circuits over every registered gate (and MultiRZ/PauliRot families), batched and not,
+small states (gate-by-gate in L1) and states large enough for the chunked path, one and two
+threads; the adjoint sweep against the torch sweep; fallbacks (disabled, unsupported gates).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import qdiff as qd
+from qdiff.backends import native
+from qdiff.backends.simulate import simulate
+from qdiff.bridge import unshare
+from qdiff.circuits import Circuit, Operation, ParamRef
+from qdiff.circuits.gates import GATES, multirz_gate, paulirot_gate
+from qdiff.adjoint import adjoint_vjp
+
+pytestmark = pytest.mark.skipif(native.library() is None,
+                                reason="no C compiler: the native kernels are not built")
+
+POOL = sorted({id(g): g for g in GATES.values()}.values(), key=lambda g: g.name)
+POOL = [g for g in POOL if g.num_wires <= 4 and g.name != "qubitunitary"] + [
+    multirz_gate(3), paulirot_gate("XYZ"), multirz_gate(5)]
+
+
+def _circuit(seed, n, depth, refs=True):
+    rng = np.random.default_rng(seed)
+    ops, p = [], 0
+    for _ in range(depth):
+        g = POOL[rng.integers(len(POOL))]
+        if g.num_wires > n:
+            continue
+        wires = tuple(int(w) for w in rng.choice(n, g.num_wires, replace=False))
+        if refs:
+            params = tuple(ParamRef(p + i, scale=1.0) for i in range(g.num_params))
+            p += g.num_params
+        else:
+            params = tuple(float(a) for a in rng.uniform(-3, 3, g.num_params))
+        ops.append(Operation(g, wires, params))
+    return Circuit(n, tuple(ops), num_params=p)
+
+
+def _torch_state(c, theta, **kw):
+    with native.disabled():
+        return simulate(c, theta, **kw)
+
+
+@pytest.mark.parametrize("n,batch", [(1, 1), (3, 4), (6, 1), (6, 3), (15, 1), (16, 2)])
+@pytest.mark.parametrize("seed", range(3))
+def test_forward_matches_torch(n, batch, seed):
+    c = _circuit(seed, n, 60 if n < 10 else 45)
+    theta = torch.tensor(np.random.default_rng(seed).uniform(-3, 3, (batch, c.num_params)))
+    ref = _torch_state(c, theta)
+    with torch.no_grad():
+        ours = simulate(c, theta)
+    assert torch.allclose(ours, ref, atol=1e-11)
+
+
+def test_two_threads_match_one():
+    c = _circuit(5, 15, 40)
+    theta = torch.rand(1, c.num_params, dtype=torch.float64)
+    c3 = _circuit(6, 6, 40)
+    theta3 = torch.rand(5, c3.num_params, dtype=torch.float64)
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = simulate(c, theta), simulate(c3, theta3)
+        torch.set_num_threads(2)
+        two = simulate(c, theta), simulate(c3, theta3)
+    finally:
+        torch.set_num_threads(old)
+    for a, b in zip(one, two):
+        assert torch.allclose(a, b, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [4, 15])
+def test_program_inverse_restores_state(n):
+    c = _circuit(11, n, 50, refs=False)
+    psi = torch.randn(2, 2 ** n, dtype=torch.complex128)
+    psi = psi / psi.norm(dim=1, keepdim=True)
+    from qdiff.backends.gate_data import circuit_angles, circuit_data
+    theta = torch.zeros(2, 0, dtype=torch.float64)
+    data = circuit_data(c.operations, circuit_angles(c.operations, theta, torch.float64),
+                        torch.complex128)
+    prog = native.Program(2, n)
+    for op, d in zip(c.operations, data):
+        prog.add_data(op, d.kind, d.value, n)
+    state = psi.clone()
+    native.run(state, prog)
+    assert not torch.allclose(state, psi, atol=1e-3)
+    native.run(state, prog, dagger=True)
+    assert torch.allclose(state, psi, atol=1e-11)
+
+
+@pytest.mark.parametrize("n,batch", [(3, 1), (5, 3), (15, 1)])
+@pytest.mark.parametrize("seed", range(3))
+def test_adjoint_sweep_matches_torch(n, batch, seed):
+    c = _circuit(100 + seed, n, 40 if n < 10 else 25)
+    from qdiff.circuits.measurements import Measurement
+    obs = qd.Z(0) @ qd.X(n - 1) + 0.5 * qd.Y(n // 2)
+    c = Circuit(n, c.operations, num_params=c.num_params,
+                measurements=(qd.expval(obs), qd.probs(wires=[0, n - 1])))
+    assert all(isinstance(m, Measurement) for m in c.measurements)
+    theta = torch.tensor(np.random.default_rng(seed).uniform(-3, 3, (batch, c.num_params)))
+    state = _torch_state(c, theta)
+    cot = torch.tensor(np.random.default_rng(seed + 1).normal(size=(batch, 5)))
+    trainable = [True] * c.num_params
+    ours, psi = adjoint_vjp(c, theta, state.clone(), cot, trainable, return_state=True)
+    with native.disabled():
+        ref = adjoint_vjp(c, theta, state.clone(), cot, trainable)
+    assert torch.allclose(ours, ref, atol=1e-10)
+    assert torch.allclose(psi, _torch_state(Circuit(n, (), num_params=0),
+                                            theta[:, :0]).expand_as(psi), atol=1e-10)
+
+
+def test_adjoint_layer_gradients_match_backprop():
+    n = 6
+    dev = qd.device("statevector", wires=n)
+
+    def make(method):
+        @qd.qnode(dev, diff_method=method)
+        def f(x, w):
+            qd.AngleEmbedding(x, wires=range(n))
+            qd.StronglyEntanglingLayers(w, wires=range(n))
+            qd.CRot(w[0, 0, 0], w[0, 1, 1], w[1, 2, 2], wires=[1, 4])
+            return [qd.expval(qd.Z(i)) for i in range(n)] + [qd.var(qd.X(2))]
+        return f
+    x = torch.rand(7, n, dtype=torch.float64)
+    w = torch.rand(2, n, 3, dtype=torch.float64, requires_grad=True)
+    grads = {}
+    for method in ("adjoint", "backprop"):
+        out = make(method)(x, w)
+        loss = out.pow(2).sum() if isinstance(out, torch.Tensor) else sum(
+            o.pow(2).sum() for o in out)
+        grads[method], = torch.autograd.grad(loss, w)
+    assert torch.allclose(grads["adjoint"], grads["backprop"], atol=1e-10)
+
+
+def test_unsupported_gate_falls_back():
+    n = 8
+    ops = (Operation(GATES["h"], (0,), ()), Operation(multirz_gate(7), tuple(range(7)),
+                                                       (ParamRef(0),)))
+    c = Circuit(n, ops, num_params=1)
+    theta = torch.tensor([[0.4]], dtype=torch.float64)
+    with pytest.raises(native.Unsupported):
+        native.evolve(simulate(Circuit(n, (), num_params=1), theta).clone(), ops, theta, n,
+                      torch.float64)
+    assert torch.allclose(simulate(c, theta), _torch_state(c, theta), atol=1e-12)
+
+
+def test_disabled_by_environment(tmp_path):
+    code = ("import qdiff.backends.native as n; import sys; "
+            "sys.exit(0 if n.library() is None else 1)")
+    env = dict(os.environ, QDIFF_NATIVE="0")
+    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no cc")
+def test_fresh_build_into_cache(tmp_path):
+    """A fresh cache dir gets a build (atomically, via a temporary file) that loads."""
+    code = ("import qdiff.backends.native as n, sys; "
+            "sys.exit(0 if n.library() is not None else 1)")
+    env = dict(os.environ, QDIFF_CACHE_DIR=str(tmp_path))
+    assert subprocess.run([sys.executable, "-c", code], env=env, timeout=300).returncode == 0
+    built = list((tmp_path / "native").glob("qdsim-*.so"))
+    assert len(built) == 1
+    assert [p.name for p in (tmp_path / "native").iterdir()] == [built[0].name]
