@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from qdiff.backends import kernels, pauli_sum
+from qdiff.backends import kernels, native, pauli_sum
 from qdiff.backends.simulate import apply_gate
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import GATES
@@ -68,7 +68,7 @@ def pauli_term_values(state: torch.Tensor, words, n: int) -> torch.Tensor:
             flipped = _axes(state, n).flip([1 + w for w in mask]).reshape(state.shape)
             wv = state.conj() * flipped
         else:
-            wv = (state.real ** 2 + state.imag ** 2)
+            wv = native.abs2(state)
         for t in terms:
             word = words[t]
             zy = sorted(w for w, l in word.items() if l in "ZY")
@@ -141,7 +141,7 @@ def variance(state: torch.Tensor, obs: Observable, n: int) -> torch.Tensor:
 
 
 def probs(state: torch.Tensor, wires, n: int) -> torch.Tensor:
-    p = state.real ** 2 + state.imag ** 2
+    p = native.abs2(state)
     return p if wires is None or list(wires) == list(range(n)) else marginal(p, wires, n)
 
 

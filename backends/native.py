@@ -90,6 +90,7 @@ def library():
         lib = ctypes.CDLL(str(out))
         i64, p = ctypes.c_int64, ctypes.c_void_p
         lib.qd_run.argtypes = [p, i64, ctypes.c_int, i64, p, p, ctypes.c_int, ctypes.c_int]
+        lib.qd_abs2.argtypes = [p, p, i64]
         lib.qd_adjoint.argtypes = [p, p, i64, ctypes.c_int, i64, p, p, i64, p, p, p,
                                    ctypes.c_int]
         if lib.qd_abi_version() != 2:
@@ -224,7 +225,17 @@ def run(state: torch.Tensor, prog: Program, dagger: bool = False) -> torch.Tenso
 
 
 # ------------------------------------------------------------------------------------------
-# entry points used by the simulator and the adjoint method
+# entry points used by the simulator, the measurements and the adjoint method
+
+
+def abs2(state: torch.Tensor) -> torch.Tensor:
+    """``|state|^2`` (real): one native pass when possible (torch's complex ``real**2 +
+    imag**2`` takes three passes and two temporaries), differentiable torch otherwise."""
+    if state.numel() >= 1 << 12 and usable(state):
+        out = torch.empty(state.shape, dtype=torch.float64)
+        library().qd_abs2(_ptr(state), _ptr(out), state.numel())
+        return out
+    return state.real ** 2 + state.imag ** 2
 
 
 def evolve(state, operations, theta, n, rdtype):

@@ -89,10 +89,29 @@ static inline i64 group_base(const gate_t *g, i64 j) {
                 }                                                                              \
             }                                                                                  \
         } else {                                                                               \
-            PRAGMA                                                                             \
-            for (i64 j_ = 0; j_ < ngroups_; j_++) {                                            \
-                i64 base = group_base(g, j_);                                                  \
-                __VA_ARGS__                                                                    \
+            /* lowest special bit 0 or 1: runs of groups strided by 2^(pmin+1) up to the    */ \
+            /* next special bit                                                              */ \
+            int s1_ = (g)->nspecial > 1 ? (g)->special[1] : (nbits);                           \
+            i64 run_ = (i64)1 << (s1_ - pmin_ - 1);                                            \
+            if (run_ * inner_ > ngroups_) run_ = ngroups_ / inner_;                            \
+            const i64 step_ = (i64)2 << pmin_;                                                 \
+            if (run_ >= 4) {                                                                   \
+                i64 nout_ = ngroups_ / (run_ * inner_);                                        \
+                PRAGMA                                                                         \
+                for (i64 o_ = 0; o_ < nout_; o_++) {                                           \
+                    i64 base0_ = group_base(g, o_ * run_ * inner_);                            \
+                    for (i64 lo_ = 0; lo_ < inner_; lo_++)                                     \
+                        for (i64 l_ = 0; l_ < run_; l_++) {                                    \
+                            i64 base = base0_ + lo_ + l_ * step_;                              \
+                            __VA_ARGS__                                                        \
+                        }                                                                      \
+                }                                                                              \
+            } else {                                                                           \
+                PRAGMA                                                                         \
+                for (i64 j_ = 0; j_ < ngroups_; j_++) {                                        \
+                    i64 base = group_base(g, j_);                                              \
+                    __VA_ARGS__                                                                \
+                }                                                                              \
             }                                                                                  \
         }                                                                                      \
     } while (0)
@@ -185,6 +204,13 @@ static void apply_range(double *st, int nbits, const gate_t *g, const double *u_
                 RE(s, i) = u[2 * m] * ar - u[2 * m + 1] * ai;
                 IM(s, i) = u[2 * m] * ai + u[2 * m + 1] * ar;
             }
+        });
+    } else if (g->kind == K_FLIP && g->k == 1) {
+        const i64 o1 = g->off[1];
+        FOR_GROUPS_ANY(g, nbits, {
+            double tr = RE(s, base), ti = IM(s, base);
+            RE(s, base) = RE(s, base + o1); IM(s, base) = IM(s, base + o1);
+            RE(s, base + o1) = tr; IM(s, base + o1) = ti;
         });
     } else if (g->kind == K_FLIP) {
         const int d = 1 << g->k;
@@ -361,4 +387,9 @@ int qd_adjoint(double *psi, double *lam, i64 B, int n, i64 nops, const i64 *recs
     }
     free(gates);
     return 0;
+}
+
+/* |s_i|^2 for count complex numbers (probabilities of a batch of states). */
+void qd_abs2(const double *s, double *out, i64 count) {
+    for (i64 i = 0; i < count; i++) out[i] = s[2 * i] * s[2 * i] + s[2 * i + 1] * s[2 * i + 1];
 }

@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from qdiff.backends import measure
+from qdiff.backends import measure, native
 from qdiff.backends.base import Backend, Capabilities, register_backend
 from qdiff.backends.simulate import simulate
 from qdiff.circuits.errors import QdiffError
@@ -101,19 +101,35 @@ def _sign_matrix(words: tuple, n: int, dtype, device) -> torch.Tensor:
 
 
 def _joint_z_expvals(state, circuit) -> dict:
-    """All single-Z-word expvals from one ``|psi|^2`` and one matmul (small registers only)."""
+    """Z-word expvals from one ``|psi|^2``: one sign matmul on a small register; on a large
+    one, the probabilities are first summed to the two halves' marginals (two reductions), and
+    each word within a half is a matmul with that half's small sign matrix (words that span
+    both halves are left to the general path)."""
     n = circuit.num_wires
     idx = [i for i, m in enumerate(circuit.measurements) if _z_word(m)]
-    if len(idx) < 2 or (2 ** n) * len(idx) > _SIGN_BUDGET:
+    big = (2 ** n) * len(idx) > _SIGN_BUDGET or n >= 12
+    if not idx or (len(idx) < 2 and not big):
         return {}
-    words = tuple(tuple(sorted(f.wires[0] for f in circuit.measurements[i].obs.terms[0]))
-                  for i in idx)
-    p = state.real ** 2 + state.imag ** 2
-    vals = p @ _sign_matrix(words, n, p.dtype, p.device)
+    words = {i: tuple(sorted(f.wires[0] for f in circuit.measurements[i].obs.terms[0]))
+             for i in idx}
+    p = native.abs2(state)
+    vals = {}
+    if not big:
+        v = p @ _sign_matrix(tuple(words[i] for i in idx), n, p.dtype, p.device)
+        vals = {i: v[:, j] for j, i in enumerate(idx)}
+    else:
+        a = n // 2
+        pv = p.view(p.shape[0], 2 ** a, 2 ** (n - a))
+        for lo, marg, m in ((0, pv.sum(2), a), (a, pv.sum(1), n - a)):
+            mine = [i for i in idx if all(lo <= w < lo + m for w in words[i])]
+            if mine:
+                shifted = tuple(tuple(w - lo for w in words[i]) for i in mine)
+                v = marg @ _sign_matrix(shifted, m, p.dtype, p.device)
+                vals.update({i: v[:, j] for j, i in enumerate(mine)})
     out = {}
-    for j, i in enumerate(idx):
-        c = circuit.measurements[i].obs.real_coeffs().to(device=vals.device, dtype=vals.dtype)[0]
-        out[i] = vals[:, j] * c
+    for i, v in vals.items():
+        c = circuit.measurements[i].obs.real_coeffs().to(device=v.device, dtype=v.dtype)[0]
+        out[i] = v * c
     return out
 
 

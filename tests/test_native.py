@@ -173,3 +173,32 @@ def test_fresh_build_into_cache(tmp_path):
     built = list((tmp_path / "native").glob("qdsim-*.so"))
     assert len(built) == 1
     assert [p.name for p in (tmp_path / "native").iterdir()] == [built[0].name]
+
+
+def test_z_expvals_on_large_register_match_direct_sums():
+    """The two-halves marginal path for Z words (hi half, lo half, spanning both)."""
+    n = 13
+    dev = qd.device("statevector", wires=n)
+    words = [(0,), (12,), (0, 12), (3, 5), (7, 9, 11), (6,)]
+
+    @qd.qnode(dev)
+    def f(w):
+        qd.StronglyEntanglingLayers(w, wires=range(n))
+        return [qd.expval(qd.Hamiltonian([1.0], [_zword(ws)])) for ws in words] + [qd.state()]
+    w = torch.rand(2, 2, n, 3, dtype=torch.float64)
+    out = f(w)
+    psi = out[-1]
+    p = psi.abs() ** 2
+    x = torch.arange(2 ** n)
+    for j, ws in enumerate(words):
+        par = torch.zeros_like(x)
+        for q in ws:
+            par ^= (x >> (n - 1 - q)) & 1
+        assert torch.allclose(out[j], (p * (1 - 2 * par)).sum(-1), atol=1e-12)
+
+
+def _zword(ws):
+    op = qd.Z(ws[0])
+    for q in ws[1:]:
+        op = op @ qd.Z(q)
+    return op
