@@ -51,7 +51,12 @@ def circuit_angles(ops, theta: torch.Tensor, rdtype) -> list:
             gathered = gathered * torch.tensor(scale, dtype=rdtype, device=theta.device) + \
                 torch.tensor(offset, dtype=rdtype, device=theta.device)
         gathered = gathered.T
-    out, r = [], 0
+    consts = [float(p) for op in ops for p in op.params
+              if not isinstance(p, (ParamRef, torch.Tensor))]
+    # plain-number angles: one tensor for all of them (a torch.full per angle costs more)
+    cvals = torch.tensor(consts, dtype=rdtype, device=theta.device)[:, None].expand(-1, b) \
+        if consts else None
+    out, r, c = [], 0, 0
     for op in ops:
         angles = []
         for p in op.params:
@@ -61,7 +66,8 @@ def circuit_angles(ops, theta: torch.Tensor, rdtype) -> list:
             elif isinstance(p, torch.Tensor):
                 angles.append(p.to(device=theta.device, dtype=rdtype).reshape(-1).expand(b))
             else:
-                angles.append(torch.full((b,), float(p), dtype=rdtype, device=theta.device))
+                angles.append(cvals[c])
+                c += 1
         out.append(angles)
     return out
 

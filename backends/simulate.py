@@ -103,10 +103,15 @@ def available_memory(device: torch.device) -> int:
     return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
+_ALWAYS_FITS = 64 * 2 ** 20  # bytes: below this, skip reading the free memory
+
+
 def check_memory(n: int, batch: int, cdtype, device, copies: float = 4.0) -> None:
     """Refuse (before allocating) a simulation whose ``copies`` states would not fit."""
     item = torch.empty((), dtype=cdtype).element_size()
     need = float(batch) * (2.0 ** n) * item * copies
+    if need < _ALWAYS_FITS:
+        return
     have = available_memory(torch.device(device))
     if need > have:
         raise QdiffMemoryError(

@@ -1,10 +1,12 @@
 """Torch statevector simulator vs PennyLane lightning.qubit / default.qubit and Qiskit Aer.
 
 One thread everywhere (torch.set_num_threads(1); OMP_NUM_THREADS=1 for lightning and Aer), all
-peers timed in the same run, medians of ``--reps`` runs. Per gate: qdiff's kernel
-(``apply_gate`` in place, the no-grad path) on wires 0, n/2, n-1; peers by difference of a
-circuit of ``--gates`` gates and an empty one, divided by the gate count. Full circuit:
-StronglyEntanglingLayers(L=6) forward with expval(Z) on every wire. The floor is
+peers timed in the same run, medians of ``--reps`` runs. Per gate: "qdiff kernel" is one gate
+applied in place (the native kernel when it is built, else the torch one) on wires 0, n/2,
+n-2; "in circuit" (qdiff) and the peers are the difference of a circuit of ``--gates`` gates
+and an empty one, divided by the gate count (qdiff's chunked runs apply several low-wire gates
+per pass there). Full circuit: StronglyEntanglingLayers(L=6) forward with expval(Z) on every
+wire, qdiff with its native kernels and with the torch kernels only. The floor is
 2*16*2**n bytes / the bandwidth of a large torch copy.
 
     python bench/bench_simulator.py            # n = 10, 14, 18, 20
@@ -51,6 +53,9 @@ def bandwidth(reps: int) -> float:
 
 
 def qdiff_gate(kind: str, n: int, reps: int) -> float:
+    """One gate applied in place by qdiff's kernel (native when built, else torch), mean over
+    wires 0, n/2, n-2 (median of ``reps`` each)."""
+    from qdiff.backends import native
     name, p = KINDS[kind]
     gate = GATES[name]
     state = torch.zeros(1, 2 ** n, dtype=torch.complex128)
@@ -59,9 +64,45 @@ def qdiff_gate(kind: str, n: int, reps: int) -> float:
     times = []
     for w in sorted({0, n // 2, n - 2}):
         wires = (w,) if gate.num_wires == 1 else (w, w + 1)
-        times.append(median_time(lambda: apply_gate(state, gate, wires, angles, n, inplace=True),
-                                 reps))
+        if native.usable(state):
+            from qdiff.circuits import Operation, ParamRef
+            from qdiff.backends.gate_data import circuit_angles, circuit_data
+            op = Operation(gate, wires, tuple(ParamRef(i) for i in range(p)))
+            theta = torch.stack(angles, dim=1) if angles else torch.zeros(1, 0)
+            d, = circuit_data([op], circuit_angles([op], theta, torch.float64), state.dtype)
+            prog = native.Program(1, n)
+            prog.add_data(op, d.kind, d.value, n)
+            fn = lambda: native.run(state, prog)  # noqa: E731
+        else:
+            fn = lambda: apply_gate(state, gate, wires, angles, n, inplace=True)  # noqa: E731
+        times.append(median_time(fn, reps))
     return statistics.mean(times)
+
+
+def _gate_circuit(mod, kind: str, n: int, k: int) -> None:
+    for i in range(k):
+        w = (i * 7) % (n - 1)
+        if kind == "1q":
+            mod.U3(0.3, 0.4, 0.5, wires=w)
+        elif kind == "cnot":
+            mod.CNOT(wires=[w, w + 1])
+        else:
+            mod.RZ(0.3, wires=w)
+
+
+def qdiff_gate_circuit(kind: str, n: int, reps: int, count: int) -> float:
+    """Per gate by difference of a ``count``-gate circuit and an empty one (as for the peers)."""
+    dev = qd.device("statevector", wires=n)
+
+    def make(k):
+        @qd.qnode(dev)
+        def f():
+            _gate_circuit(qd, kind, n, k)
+            return qd.expval(qd.Z(0))
+        return f
+    full, empty = make(count), make(0)
+    with torch.no_grad():
+        return max(median_time(full, reps) - median_time(empty, reps), 0.0) / count
 
 
 def pl_gate(device: str, kind: str, n: int, reps: int, count: int) -> float:
@@ -71,14 +112,7 @@ def pl_gate(device: str, kind: str, n: int, reps: int, count: int) -> float:
     def make(k):
         @qml.qnode(dev)
         def f():
-            for i in range(k):
-                w = (i * 7) % (n - 1)
-                if kind == "1q":
-                    qml.U3(0.3, 0.4, 0.5, wires=w)
-                elif kind == "cnot":
-                    qml.CNOT(wires=[w, w + 1])
-                else:
-                    qml.RZ(0.3, wires=w)
+            _gate_circuit(qml, kind, n, k)
             return qml.expval(qml.PauliZ(0))
         return f
     full, empty = make(count), make(0)
@@ -112,8 +146,9 @@ def sel_weights(n: int, layers: int) -> np.ndarray:
     return np.random.default_rng(0).uniform(0, 2 * np.pi, size=(layers, n, 3))
 
 
-def qdiff_sel(n: int, layers: int, reps: int, fuse=True) -> float:
-    dev = qd.device("statevector", wires=n, fuse=fuse)
+def qdiff_sel(n: int, layers: int, reps: int, torch_kernels: bool = False) -> float:
+    from qdiff.backends import native
+    dev = qd.device("statevector", wires=n)
     w = torch.tensor(sel_weights(n, layers))
 
     @qd.qnode(dev)
@@ -121,6 +156,9 @@ def qdiff_sel(n: int, layers: int, reps: int, fuse=True) -> float:
         qd.StronglyEntanglingLayers(w, wires=range(n))
         return [qd.expval(qd.Z(i)) for i in range(n)]
     with torch.no_grad():
+        if torch_kernels:
+            with native.disabled():
+                return median_time(lambda: f(w), reps)
         return median_time(lambda: f(w), reps)
 
 
@@ -165,29 +203,32 @@ def main(argv=None) -> None:
     bw = bandwidth(args.reps)
     print(f"bandwidth {bw / 1e9:.1f} GB/s (256 MiB torch copy), 1 thread, torch {torch.__version__}")
     print("\n## per gate (ms); ratio = time / floor")
-    print("| n | gate | floor | qdiff | lightning | default.qubit | aer | qdiff/floor | "
-          "lightning/floor | aer/floor | default.qubit/qdiff |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| n | gate | floor | qdiff kernel | qdiff in circuit | lightning | default.qubit | aer | "
+          "kernel/floor | lightning/floor | aer/floor | default.qubit/qdiff | "
+          "lightning/qdiff |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
         floor = 2 * 16 * 2 ** n / bw
         for kind in KINDS:
             reps = max(3, args.reps if n <= 20 else 3)
             q = qdiff_gate(kind, n, reps)
+            qc = qdiff_gate_circuit(kind, n, reps, args.gates)
             lq = pl_gate("lightning.qubit", kind, n, reps, args.gates)
             dq = pl_gate("default.qubit", kind, n, 3, args.gates) if n <= args.default_qubit_max \
                 else float("nan")
             aer = aer_gate(kind, n, reps, args.gates)
-            print(f"| {n} | {kind} | {floor * 1e3:.3f} | {q * 1e3:.3f} | {lq * 1e3:.3f} | "
-                  f"{dq * 1e3:.3f} | {aer * 1e3:.3f} | {q / floor:.2f} | {lq / floor:.2f} | "
-                  f"{aer / floor:.2f} | {dq / q:.2f} |", flush=True)
+            print(f"| {n} | {kind} | {floor * 1e3:.3f} | {q * 1e3:.3f} | {qc * 1e3:.3f} | "
+                  f"{lq * 1e3:.3f} | {dq * 1e3:.3f} | {aer * 1e3:.3f} | {q / floor:.2f} | "
+                  f"{lq / floor:.2f} | {aer / floor:.2f} | {dq / max(qc, 1e-9):.2f} | "
+                  f"{lq / max(qc, 1e-9):.2f} |", flush=True)
     print(f"\n## StronglyEntanglingLayers(L={args.layers}) forward + expval(Z) on all wires (s)")
-    print("| n | qdiff | qdiff fuse=4 | lightning | default.qubit | aer | "
+    print("| n | qdiff | qdiff torch kernels | lightning | default.qubit | aer | "
           "qdiff/lightning | qdiff/default.qubit | qdiff/aer |")
     print("|---|---|---|---|---|---|---|---|---|")
     for n in sizes:
         reps = 3 if n <= 20 else 1
         q = qdiff_sel(n, args.layers, reps)
-        q4 = qdiff_sel(n, args.layers, reps, fuse=4)
+        q4 = qdiff_sel(n, args.layers, reps, torch_kernels=True)
         lq = pl_sel("lightning.qubit", n, args.layers, reps)
         dq = pl_sel("default.qubit", n, args.layers, 1) if n <= args.default_qubit_max \
             else float("nan")

@@ -154,14 +154,79 @@ def _from_recording(items, wires) -> Recorded:
     for s in batch_shape:
         bsz *= s
     if cols:
-        theta = torch.stack([c.to(dtype=dtype, device=device).expand(batch_shape) for c in cols],
-                            dim=-1).reshape(bsz, len(cols))
+        theta = _assemble_theta(cols, batch_shape, bsz, dtype, device)
     else:
         theta = torch.zeros(bsz, 0, dtype=dtype, device=device)
     _check_finite(theta, ops)
     trainable = tuple(bool(c.requires_grad) for c in cols)
     circuit = Circuit(n, tuple(ops), tuple(meas), len(cols), labels)
     return Recorded(circuit, theta, batch_shape, trainable, initial)
+
+
+def _view_of(c: torch.Tensor):
+    """``(base, d, offset)`` when ``c`` is ``base[..., i, j, ...]`` (integer indices on trailing
+    dims of a contiguous base, leading dims kept), else ``None``."""
+    b = c._base
+    if b is None or not is_concrete(c) or not b.is_contiguous() or b.dtype != c.dtype:
+        return None
+    d = c.ndim
+    if d > b.ndim or tuple(c.shape) != tuple(b.shape[:d]) or c.stride() != b.stride()[:d]:
+        return None
+    off = c.storage_offset() - b.storage_offset()
+    inner = 1
+    for s in b.shape[d:]:
+        inner *= s
+    if not 0 <= off < inner or (c.requires_grad and not _selects_from(c, b)):
+        return None
+    return b, d, off
+
+
+def _selects_from(c: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether ``c``'s autograd graph is a chain of integer selects straight from ``b``: then
+    gathering from ``b`` is the same function. (``b`` is ``c``'s storage base; an intermediate
+    view, e.g. the ``view_as`` input of ``torch.autograd.functional``, must keep its node.)"""
+    node = c.grad_fn
+    while node is not None and type(node).__name__ == "SelectBackward0":
+        node = node.next_functions[0][0] if node.next_functions else None
+    if node is None:
+        return False
+    if b.grad_fn is not None:
+        return node is b.grad_fn
+    if not b.requires_grad:
+        return False
+    return node is b.view_as(b).grad_fn.next_functions[0][0]  # b's gradient accumulator
+
+
+def _assemble_theta(cols, batch_shape, bsz: int, dtype, device) -> torch.Tensor:
+    """``theta`` ``(B, P)`` from the recorded angle tensors. Angles that index one weight tensor
+    (a template's ``w[..., l, i, k]``) are gathered from it in ONE op, so the backward is one
+    scatter instead of a select/expand chain per angle (hundreds of autograd nodes per layer)."""
+    groups: dict = {}
+    singles = []
+    for j, c in enumerate(cols):
+        v = _view_of(c)
+        if v is None:
+            singles.append(j)
+        else:
+            groups.setdefault((id(v[0]), v[1]), (v[0], v[1], []))[2].append((j, v[2]))
+    blocks, order = [], []
+    for base, d, members in groups.values():
+        if len(members) < 2:
+            singles.extend(j for j, _ in members)
+            continue
+        idx = torch.tensor([o for _, o in members], device=base.device)
+        blk = base.reshape(*base.shape[:d], -1).index_select(d, idx)
+        blocks.append(blk.to(dtype=dtype, device=device).expand(*batch_shape, len(members))
+                      .reshape(bsz, len(members)))
+        order.extend(j for j, _ in members)
+    if singles:
+        blocks.append(torch.stack([cols[j].to(dtype=dtype, device=device).expand(batch_shape)
+                                   for j in singles], dim=-1).reshape(bsz, len(singles)))
+        order.extend(singles)
+    theta = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=1)
+    if order != sorted(order):
+        theta = theta.index_select(1, torch.argsort(torch.tensor(order, device=theta.device)))
+    return theta
 
 
 def _check_finite(theta: torch.Tensor, ops) -> None:
