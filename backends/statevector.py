@@ -53,6 +53,13 @@ class StatevectorBackend(Backend):
         self.fuse = fuse
         self._generator = None
 
+    def native_kernels(self, theta_device=None) -> bool:
+        """Whether exact no-grad runs go through the native CPU kernels (CPU, complex128, the
+        library built): then the adjoint method is the fast gradient (see ``diff_method='best'``)."""
+        dev = self.torch_device or torch.device(theta_device or "cpu")
+        return dev.type == "cpu" and self.cdtype == torch.complex128 and \
+            native.library() is not None
+
     def generator(self, device) -> torch.Generator:
         if self._generator is None or self._generator.device != torch.device(device):
             g = torch.Generator(device=device)

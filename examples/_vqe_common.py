@@ -5,10 +5,10 @@ Every script parses the same options::
     --backend statevector|aer|ibm:fake_manila   --device cpu|cuda   --steps N   --plot out.png
     --shots N   --optimizer adam|qng   --ansatz givens|hea|hva   --lr X   --layers L
 
-``--diff-method best`` (default) resolves as qdiff does: backprop on the exact statevector
-backend up to 16 qubits (measured faster than adjoint for these circuits, see
-bench/RESULTS.md), adjoint above; parameter-shift on shot-based or Qiskit backends (all shifted
-circuits of a step in one job). The loop stops when the
+``--diff-method best`` (default) resolves as qdiff does: on the exact statevector backend with
+its native CPU kernels, backprop up to 8 qubits and adjoint above (LiH and BeH2: adjoint
+1.3-1.5x faster than backprop per step, see bench/RESULTS.md); parameter-shift on shot-based
+or Qiskit backends (all shifted circuits of a step in one job). The loop stops when the
 energy is within the target of the exact energy (chemical accuracy, 1.6 mHa, for molecules;
 1e-3 relative for spin chains) or after ``--steps`` steps; with shots it always runs all steps
 (a noisy estimate may dip below the target by chance) and the error is also reported for the

@@ -202,3 +202,36 @@ def _zword(ws):
     for q in ws[1:]:
         op = op @ qd.Z(q)
     return op
+
+
+def _recorded(n, prep_grad=False, coeff_grad=False):
+    from qdiff.qnode import QNode
+    dev = qd.device("statevector", wires=n)
+    coeff = torch.tensor([0.5], dtype=torch.float64, requires_grad=coeff_grad)
+
+    def f(w, v):
+        if prep_grad:
+            qd.AmplitudeEmbedding(v, wires=range(2), normalize=True)
+        qd.StronglyEntanglingLayers(w, wires=range(n))
+        return qd.expval(qd.Hamiltonian(coeff, [qd.Z(0)]))
+    w = torch.rand(1, n, 3, dtype=torch.float64, requires_grad=True)
+    v = torch.rand(4, dtype=torch.float64, requires_grad=prep_grad)
+    return dev, QNode(f, dev).construct(w, v)[0]
+
+
+def test_best_prefers_native_adjoint_above_eight_qubits():
+    from qdiff.execute import resolve_method
+    for n, expected in ((8, "backprop"), (9, "adjoint"), (12, "adjoint")):
+        dev, rec = _recorded(n)
+        assert resolve_method("best", dev, rec.circuit, rec) == expected
+    # calls only backprop differentiates stay on backprop
+    dev, rec = _recorded(10, prep_grad=True)
+    assert resolve_method("best", dev, rec.circuit, rec) == "backprop"
+    dev, rec = _recorded(10, coeff_grad=True)
+    assert resolve_method("best", dev, rec.circuit, rec) == "backprop"
+    # without the native kernels the torch adjoint is not faster than backprop up to 16 wires
+    dev, rec = _recorded(12)
+    with native.disabled():
+        assert resolve_method("best", dev, rec.circuit, rec) == "backprop"
+    c64 = qd.device("statevector", wires=12, dtype=torch.complex64)
+    assert resolve_method("best", c64, rec.circuit, rec) == "backprop"
