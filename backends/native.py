@@ -210,6 +210,22 @@ def _const_diag(gate) -> torch.Tensor:
     return gate.diag_fn().to(torch.complex128).reshape(-1).contiguous()
 
 
+_parallel_pid = None
+
+
+def _threads() -> int:
+    """``torch.get_num_threads()``, but 1 in a process forked after this one ran OpenMP
+    threads (GNU OpenMP's thread pool does not survive a fork: the child would hang)."""
+    global _parallel_pid
+    n = torch.get_num_threads()
+    if n <= 1:
+        return 1
+    pid = os.getpid()
+    if _parallel_pid is None:
+        _parallel_pid = pid
+    return n if pid == _parallel_pid else 1
+
+
 def _ptr(t: torch.Tensor):
     return ctypes.c_void_p(t.data_ptr())
 
@@ -218,7 +234,7 @@ def run(state: torch.Tensor, prog: Program, dagger: bool = False) -> torch.Tenso
     """Apply the program (or its inverse) to ``state`` ``(B, 2**n)`` in place."""
     recs, data = prog.buffers()
     rc = library().qd_run(_ptr(state), state.shape[0], prog.n, recs.shape[0], _ptr(recs),
-                          _ptr(data), int(dagger), torch.get_num_threads())
+                          _ptr(data), int(dagger), _threads())
     if rc != 0:
         raise MemoryError("native kernels could not allocate their gate table")
     return state
@@ -288,7 +304,7 @@ def adjoint_sweep(ops, data, slot_data, psi, lam, n):
     gate_recs = recs[:nops].contiguous()
     rc = library().qd_adjoint(_ptr(psi), _ptr(lam), b, n, nops, _ptr(gate_recs), _ptr(buf),
                               len(slot_data), _ptr(slot_recs), _ptr(slot_op), _ptr(grads),
-                              torch.get_num_threads())
+                              _threads())
     if rc != 0:
         raise MemoryError("native kernels could not allocate their gate table")
     return grads

@@ -235,3 +235,30 @@ def test_best_prefers_native_adjoint_above_eight_qubits():
         assert resolve_method("best", dev, rec.circuit, rec) == "backprop"
     c64 = qd.device("statevector", wires=12, dtype=torch.complex64)
     assert resolve_method("best", c64, rec.circuit, rec) == "backprop"
+
+
+def _child_run(conn):
+    c = _circuit(6, 6, 40)
+    theta = torch.rand(5, c.num_params, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    conn.send(simulate(c, theta).abs().sum().item())
+    conn.close()
+
+
+def test_forked_child_after_parallel_run_does_not_hang():
+    import multiprocessing as mp
+    c = _circuit(6, 6, 40)
+    theta = torch.rand(5, c.num_params, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        expected = simulate(c, theta).abs().sum().item()  # OpenMP threads started here
+        ctx = mp.get_context("fork")
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_child_run, args=(child,))
+        proc.start()
+        assert parent.poll(120), "forked child hung"
+        got = parent.recv()
+        proc.join(30)
+    finally:
+        torch.set_num_threads(old)
+    assert abs(got - expected) < 1e-9
