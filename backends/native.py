@@ -254,16 +254,17 @@ def abs2(state: torch.Tensor) -> torch.Tensor:
     return state.real ** 2 + state.imag ** 2
 
 
-def evolve(state, operations, theta, n, rdtype):
+def evolve(state, operations, theta, n, rdtype, fuse: bool = True):
     """Native twin of :func:`qdiff.backends.simulate.evolve` (in place); raises
-    :class:`Unsupported` before touching ``state`` if a gate cannot be encoded."""
+    :class:`Unsupported` before touching ``state`` if a gate cannot be encoded. ``fuse``
+    allows multiplying runs of one-qubit gates on a wire into one 2x2 (large states only)."""
     from qdiff.backends.gate_data import circuit_angles, circuit_data, one_qubit_matrix
     angles = circuit_angles(operations, theta, rdtype)
     data = circuit_data(operations, angles, state.dtype)
     prog = Program(state.shape[0], n)
     # fusing runs of one-qubit gates costs a small torch matmul per gate: worth it only when
     # a pass over the states costs more than that
-    fuse = state.numel() >= 1 << 16
+    fuse = fuse and state.numel() >= 1 << 16
     pending: dict = {}
 
     def flush(wires):

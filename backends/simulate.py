@@ -155,11 +155,11 @@ def evolve(state, operations, theta, n, rdtype, inplace, fuse=True):
     if inplace and not isinstance(fuse, bool) and int(fuse) >= 2:
         from qdiff.backends.fusion import evolve_fused
         return evolve_fused(state, operations, theta, n, rdtype, int(fuse))
-    if inplace and fuse is True:
+    if inplace and isinstance(fuse, bool):
         from qdiff.backends import native
         if native.usable(state) and is_concrete(theta):
             try:
-                return native.evolve(state, operations, theta, n, rdtype)
+                return native.evolve(state, operations, theta, n, rdtype, fuse)
             except native.Unsupported:
                 pass
     from qdiff.backends.gate_data import apply_data, circuit_angles, circuit_data, one_qubit_matrix
