@@ -16,6 +16,7 @@ Kinds of data: ``"const"`` (no parameters: the simulator's fast paths apply), ``
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass
 from typing import Optional
 
@@ -24,7 +25,7 @@ import torch
 
 from qdiff.backends import kernels
 from qdiff.backends.simulate import apply_gate
-from qdiff.circuits.operation import ParamRef
+from qdiff.circuits.operation import ParamRef, is_concrete
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,33 @@ def circuit_data(ops, angles, cdtype) -> list:
     return out
 
 
+_LAST = threading.local()
+_CACHE_LIMIT = 1 << 20  # complex entries of gate data worth keeping for the next call
+
+
+def angles_and_data(ops, theta: torch.Tensor, rdtype, cdtype) -> tuple:
+    """:func:`circuit_angles` and :func:`circuit_data`, remembering the last no-grad result.
+
+    The adjoint backward asks for the gate data of exactly the bindings its forward pass just
+    evaluated; the second call is then free. The entry holds ``ops`` and ``theta`` themselves,
+    so a hit (same ops object, same storage, same version counter: no in-place change) cannot
+    be a recycled address.
+    """
+    cacheable = not torch.is_grad_enabled() and is_concrete(theta) and not theta.is_inference()
+    if cacheable:
+        hit = getattr(_LAST, "entry", None)
+        key = (theta.data_ptr(), tuple(theta.shape), theta.stride(), theta._version,
+               theta.dtype, theta.device, rdtype, cdtype)
+        if hit is not None and hit[0] is ops and hit[2] == key:
+            return hit[3], hit[4]
+    angles = circuit_angles(ops, theta, rdtype)
+    data = circuit_data(ops, angles, cdtype)
+    if cacheable:
+        size = sum(d.value.numel() for d in data if d.value is not None)
+        _LAST.entry = (ops, theta, key, angles, data) if size <= _CACHE_LIMIT else None
+    return angles, data
+
+
 @functools.lru_cache(maxsize=None)
 def derivative_weights(gate, slot: int, kind: str):
     """``(shifts, complex weights)`` with ``dU/dphi = sum_m w_m U(phi + s_m)`` (exact)."""
@@ -151,6 +179,7 @@ def derivative_data(ops, angles, slots, cdtype, data=None) -> dict:
     for i, s in slots:
         by_key.setdefault((ops[i].gate, s), []).append(i)
     out = {}
+    spectral: dict = {}  # (gate, op indices) -> slots, evaluated together below
     for (gate, s), idx in by_key.items():
         kind = _kind(gate)
         dkind = "dctrl" if kind == "ctrl" else kind
@@ -165,17 +194,30 @@ def derivative_data(ops, angles, slots, cdtype, data=None) -> dict:
             for i in idx:
                 out[(i, s)] = GateData("mat", _autodiff_matrix(gate, angles[i], s, cdtype))
             continue
-        shifts, weights = derivative_weights(gate, s, kind)
-        base = [torch.stack([angles[i][p] for i in idx]) for p in range(gate.num_params)]
-        args = [torch.cat([a + sh for sh in shifts]) if p == s else a.repeat(len(shifts), 1)
-                for p, a in enumerate(base)]
-        vals = _fn(gate, kind)(*args).to(cdtype)
-        vals = vals.reshape(len(shifts), len(idx), *vals.shape[1:])
+        spectral.setdefault((gate, tuple(idx)), []).append(s)
+    for (gate, idx), gslots in spectral.items():
+        _spectral_derivatives(gate, list(idx), gslots, angles, cdtype, out)
+    return out
+
+
+def _spectral_derivatives(gate, idx, gslots, angles, cdtype, out) -> None:
+    """dU/dphi_s for the ``gslots`` of ``gate`` on ops ``idx`` by the spectral-shift formula,
+    all slots in ONE evaluation of the gate function (a Rot's three slots: 6 shifted copies)."""
+    kind = _kind(gate)
+    dkind = "dctrl" if kind == "ctrl" else kind
+    plans = [derivative_weights(gate, s, kind) for s in gslots]
+    base = [torch.stack([angles[i][p] for i in idx]) for p in range(gate.num_params)]
+    args = [torch.cat([a + sh if p == s else a for s, (shifts, _) in zip(gslots, plans)
+                       for sh in shifts]) for p, a in enumerate(base)]
+    vals = _fn(gate, kind)(*args).to(cdtype)
+    vals = vals.reshape(-1, len(idx), *vals.shape[1:])
+    r = 0
+    for s, (shifts, weights) in zip(gslots, plans):
         w = torch.tensor(weights, dtype=cdtype, device=vals.device)
-        du = torch.tensordot(w, vals, dims=1)
+        du = torch.tensordot(w, vals[r:r + len(shifts)], dims=1)
+        r += len(shifts)
         for j, i in enumerate(idx):
             out[(i, s)] = GateData(dkind, du[j])
-    return out
 
 
 def _autodiff_matrix(gate, angles, slot, cdtype):

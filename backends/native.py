@@ -258,9 +258,8 @@ def evolve(state, operations, theta, n, rdtype, fuse: bool = True):
     """Native twin of :func:`qdiff.backends.simulate.evolve` (in place); raises
     :class:`Unsupported` before touching ``state`` if a gate cannot be encoded. ``fuse``
     allows multiplying runs of one-qubit gates on a wire into one 2x2 (large states only)."""
-    from qdiff.backends.gate_data import circuit_angles, circuit_data, one_qubit_matrix
-    angles = circuit_angles(operations, theta, rdtype)
-    data = circuit_data(operations, angles, state.dtype)
+    from qdiff.backends.gate_data import angles_and_data, one_qubit_matrix
+    _, data = angles_and_data(operations, theta, rdtype, state.dtype)
     prog = Program(state.shape[0], n)
     # fusing runs of one-qubit gates costs a small torch matmul per gate: worth it only when
     # a pass over the states costs more than that

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from qdiff.backends import kernels, measure, native
-from qdiff.backends.gate_data import (GateData, apply_data, circuit_angles, circuit_data,
+from qdiff.backends.gate_data import (GateData, angles_and_data, apply_data,
                                       derivative_data, full_matrix)
 from qdiff.backends.simulate import real_dtype_of
 from qdiff.circuits.errors import QdiffError
@@ -99,8 +99,7 @@ def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool 
     ops = circuit.operations
     rdtype = real_dtype_of(state.dtype)
     inplace = is_concrete(state) and is_concrete(cotangent)
-    angles = circuit_angles(ops, theta, rdtype)
-    data = circuit_data(ops, angles, state.dtype)
+    angles, data = angles_and_data(ops, theta, rdtype, state.dtype)
     slots = [(i, s) for i, op in enumerate(ops) for s, p in enumerate(op.params)
              if isinstance(p, ParamRef) and trainable[p.index]]
     ddata = derivative_data(ops, angles, slots, state.dtype, data)

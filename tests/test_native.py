@@ -262,3 +262,27 @@ def test_forked_child_after_parallel_run_does_not_hang():
     finally:
         torch.set_num_threads(old)
     assert abs(got - expected) < 1e-9
+
+
+def test_gate_data_cache_is_invalidated_by_in_place_changes_and_other_circuits():
+    from qdiff.backends.gate_data import angles_and_data
+    c = _circuit(3, 4, 20)
+    theta = torch.rand(2, c.num_params, dtype=torch.float64)
+    with torch.no_grad():
+        _, d1 = angles_and_data(c.operations, theta, torch.float64, torch.complex128)
+        _, d2 = angles_and_data(c.operations, theta, torch.float64, torch.complex128)
+        assert d2 is d1  # the adjoint backward's second request is free
+        theta.add_(0.5)  # an in-place change bumps the version counter
+        _, d3 = angles_and_data(c.operations, theta, torch.float64, torch.complex128)
+        assert d3 is not d1
+        other = tuple(list(c.operations))  # an equal but different ops tuple
+        assert other is not c.operations
+        _, d4 = angles_and_data(other, theta, torch.float64, torch.complex128)
+        assert d4 is not d3
+        fresh = [x.value for x in angles_and_data(c.operations, theta.clone(), torch.float64,
+                                                  torch.complex128)[1] if x.value is not None]
+        cached = [x.value for x in d3 if x.value is not None]
+        assert all(torch.equal(a, b) for a, b in zip(fresh, cached))
+    _, d5 = angles_and_data(c.operations, theta, torch.float64, torch.complex128)
+    _, d6 = angles_and_data(c.operations, theta, torch.float64, torch.complex128)
+    assert d6 is not d5  # grad mode: never cached
