@@ -163,38 +163,52 @@ def _from_recording(items, wires) -> Recorded:
     return Recorded(circuit, theta, batch_shape, trainable, initial)
 
 
-def _view_of(c: torch.Tensor):
+class _Bases:
+    """Per-call facts about the storage bases of the recorded angles (checked once per base)."""
+
+    def __init__(self):
+        self.info: dict = {}
+
+    def get(self, b: torch.Tensor) -> tuple:
+        """``(usable, shape, strides, storage offset, gradient node)`` of base ``b``."""
+        key = id(b)
+        if key not in self.info:
+            ok = b.is_contiguous()
+            node = b.grad_fn
+            if node is None and b.requires_grad:
+                node = b.view_as(b).grad_fn.next_functions[0][0]  # b's gradient accumulator
+            self.info[key] = (ok, tuple(b.shape), b.stride(), b.storage_offset(), node, b)
+        return self.info[key]
+
+
+def _view_of(c: torch.Tensor, bases: _Bases):
     """``(base, d, offset)`` when ``c`` is ``base[..., i, j, ...]`` (integer indices on trailing
     dims of a contiguous base, leading dims kept), else ``None``."""
     b = c._base
-    if b is None or not is_concrete(c) or not b.is_contiguous() or b.dtype != c.dtype:
+    if b is None or b.dtype != c.dtype or not is_concrete(c):
         return None
+    ok, shape, stride, boff, node, _ = bases.get(b)
     d = c.ndim
-    if d > b.ndim or tuple(c.shape) != tuple(b.shape[:d]) or c.stride() != b.stride()[:d]:
+    if not ok or d > len(shape) or c.shape != shape[:d] or c.stride() != stride[:d]:
         return None
-    off = c.storage_offset() - b.storage_offset()
+    off = c.storage_offset() - boff
     inner = 1
-    for s in b.shape[d:]:
+    for s in shape[d:]:
         inner *= s
-    if not 0 <= off < inner or (c.requires_grad and not _selects_from(c, b)):
+    if not 0 <= off < inner or (c.requires_grad and not _selects_from(c, node)):
         return None
     return b, d, off
 
 
-def _selects_from(c: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether ``c``'s autograd graph is a chain of integer selects straight from ``b``: then
-    gathering from ``b`` is the same function. (``b`` is ``c``'s storage base; an intermediate
-    view, e.g. the ``view_as`` input of ``torch.autograd.functional``, must keep its node.)"""
+def _selects_from(c: torch.Tensor, base_node) -> bool:
+    """Whether ``c``'s autograd graph is a chain of integer selects straight from its storage
+    base (whose gradient node is ``base_node``): then gathering from the base is the same
+    function. An intermediate view, e.g. the ``view_as`` input of ``torch.autograd.functional``,
+    must keep its node."""
     node = c.grad_fn
     while node is not None and type(node).__name__ == "SelectBackward0":
         node = node.next_functions[0][0] if node.next_functions else None
-    if node is None:
-        return False
-    if b.grad_fn is not None:
-        return node is b.grad_fn
-    if not b.requires_grad:
-        return False
-    return node is b.view_as(b).grad_fn.next_functions[0][0]  # b's gradient accumulator
+    return node is not None and node is base_node
 
 
 def _assemble_theta(cols, batch_shape, bsz: int, dtype, device) -> torch.Tensor:
@@ -203,8 +217,9 @@ def _assemble_theta(cols, batch_shape, bsz: int, dtype, device) -> torch.Tensor:
     scatter instead of a select/expand chain per angle (hundreds of autograd nodes per layer)."""
     groups: dict = {}
     singles = []
+    bases = _Bases()
     for j, c in enumerate(cols):
-        v = _view_of(c)
+        v = _view_of(c, bases)
         if v is None:
             singles.append(j)
         else:

@@ -34,7 +34,7 @@ def _inputs():
 def test_gathered_theta_equals_stacked(monkeypatch):
     x, w, extra = _inputs()
     fast = _record(x, w, extra)
-    monkeypatch.setattr(circuit_mod, "_view_of", lambda c: None)
+    monkeypatch.setattr(circuit_mod, "_view_of", lambda c, bases: None)
     slow = _record(x, w, extra)
     sig = lambda r: [(o.name, o.wires, repr(o.params)) for o in r.circuit.operations]  # noqa
     assert sig(fast) == sig(slow)
