@@ -176,7 +176,8 @@ class _Bases:
             ok = b.is_contiguous()
             node = b.grad_fn
             if node is None and b.requires_grad:
-                node = b.view_as(b).grad_fn.next_functions[0][0]  # b's gradient accumulator
+                with torch.enable_grad():  # b's gradient accumulator, reached through a view
+                    node = b.view_as(b).grad_fn.next_functions[0][0]
             self.info[key] = (ok, tuple(b.shape), b.stride(), b.storage_offset(), node, b)
         return self.info[key]
 

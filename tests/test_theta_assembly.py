@@ -84,3 +84,12 @@ def test_view_of_an_intermediate_view_keeps_its_gradient():
     a, b = w.detach()
     assert torch.allclose(jac, torch.stack([-torch.sin(a) * torch.cos(b),
                                             -torch.cos(a) * torch.sin(b)]), atol=1e-12)
+
+
+def test_assembly_under_no_grad_with_trainable_weights():
+    """Inference on a model whose weights require grad (the views carry no graph there)."""
+    x, w, extra = _inputs()
+    with torch.no_grad():
+        rec = _record(x, w, extra)
+    ref = _record(x, w, extra).theta.detach()
+    assert torch.equal(rec.theta, ref)
