@@ -6,7 +6,7 @@ Every script parses the same options::
     --shots N   --optimizer adam|qng   --ansatz givens|hea|hva   --lr X   --layers L
 
 ``--diff-method best`` (default) resolves as qdiff does: on the exact statevector backend with
-its native CPU kernels, backprop up to 8 qubits and adjoint above (LiH and BeH2: adjoint
+its native CPU kernels, backprop up to 5 qubits and adjoint above (LiH and BeH2: adjoint
 1.3-1.5x faster than backprop per step, see bench/RESULTS.md); parameter-shift on shot-based
 or Qiskit backends (all shifted circuits of a step in one job). The loop stops when the
 energy is within the target of the exact energy (chemical accuracy, 1.6 mHa, for molecules;

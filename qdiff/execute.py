@@ -3,10 +3,11 @@
 ``diff_method="best"`` picks, in order:
 
 - on the torch statevector simulator with its native CPU kernels (CPU, complex128): ``backprop``
-  up to 8 qubits (per-call overhead dominates there and backprop gives any order of
-  derivative), ``adjoint`` above (one native reverse sweep: measured 1.5-10x faster than
-  backprop from 10 to 16 qubits), unless the call needs backprop (a trainable state
-  preparation, trainable observable coefficients, or outputs adjoint cannot differentiate);
+  up to 5 qubits (per-call overhead dominates there and backprop gives any order of
+  derivative), ``adjoint`` above (one native reverse sweep: measured faster than backprop from
+  6 qubits on: 1.1-1.3x in a training step at 6 qubits, 1.5-11x for gradients at 12-16), unless
+  the call needs backprop (a trainable state preparation, trainable observable coefficients,
+  or outputs adjoint cannot differentiate);
 - on the torch simulator otherwise (CUDA, complex64, no compiler): ``backprop`` up to 16 qubits,
   ``adjoint`` above;
 - ``parameter-shift`` everywhere else (shot-based simulators, hardware).
@@ -18,7 +19,7 @@ import torch
 from qdiff.circuits.errors import QdiffError
 
 BACKPROP_MAX_WIRES = 16
-NATIVE_BACKPROP_MAX_WIRES = 8
+NATIVE_BACKPROP_MAX_WIRES = 5
 _ADJOINT_KINDS = ("expval", "var", "probs")
 
 

@@ -219,9 +219,9 @@ def _recorded(n, prep_grad=False, coeff_grad=False):
     return dev, QNode(f, dev).construct(w, v)[0]
 
 
-def test_best_prefers_native_adjoint_above_eight_qubits():
+def test_best_prefers_native_adjoint_above_five_qubits():
     from qdiff.execute import resolve_method
-    for n, expected in ((8, "backprop"), (9, "adjoint"), (12, "adjoint")):
+    for n, expected in ((4, "backprop"), (5, "backprop"), (6, "adjoint"), (12, "adjoint")):
         dev, rec = _recorded(n)
         assert resolve_method("best", dev, rec.circuit, rec) == expected
     # calls only backprop differentiates stay on backprop
