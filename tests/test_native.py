@@ -286,3 +286,43 @@ def test_gate_data_cache_is_invalidated_by_in_place_changes_and_other_circuits()
     _, d5 = angles_and_data(c.operations, theta, torch.float64, torch.complex128)
     _, d6 = angles_and_data(c.operations, theta, torch.float64, torch.complex128)
     assert d6 is not d5  # grad mode: never cached
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@st.composite
+def _programs(draw):
+    n = draw(st.integers(1, 9))
+    batch = draw(st.sampled_from([1, 2, 5]))
+    gates = [g for g in POOL if g.num_wires <= n]
+    ops, p = [], 0
+    for _ in range(draw(st.integers(1, 25))):
+        g = draw(st.sampled_from(gates))
+        wires = tuple(draw(st.permutations(range(n)))[:g.num_wires])
+        params = tuple(ParamRef(p + i) for i in range(g.num_params))
+        p += g.num_params
+        ops.append(Operation(g, wires, params))
+    seed = draw(st.integers(0, 2 ** 31 - 1))
+    return Circuit(n, tuple(ops), num_params=p), batch, seed
+
+
+@settings(max_examples=80, deadline=None)
+@given(_programs())
+def test_property_native_forward_and_adjoint_match_torch(prog):
+    c, batch, seed = prog
+    g = torch.Generator().manual_seed(seed)
+    theta = (torch.rand(batch, c.num_params, dtype=torch.float64, generator=g) - 0.5) * 8
+    ref = _torch_state(c, theta)
+    with torch.no_grad():
+        assert torch.allclose(simulate(c, theta), ref, atol=1e-11)
+    if c.num_params == 0:
+        return
+    c = Circuit(c.num_wires, c.operations, num_params=c.num_params,
+                measurements=(qd.expval(qd.Z(0) + 0.3 * qd.X(c.num_wires - 1)),))
+    cot = torch.randn(batch, 1, dtype=torch.float64, generator=g)
+    trainable = [True] * c.num_params
+    ours = adjoint_vjp(c, theta, ref.clone(), cot, trainable)
+    with native.disabled():
+        want = adjoint_vjp(c, theta, ref.clone(), cot, trainable)
+    assert torch.allclose(ours, want, atol=1e-10)
