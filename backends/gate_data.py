@@ -39,8 +39,15 @@ class GateData:
 
 
 def circuit_angles(ops, theta: torch.Tensor, rdtype) -> list:
-    """Per op, a list of ``(B,)`` angle tensors (constants broadcast), one gather for all refs."""
+    """Per op, a list of ``(B,)`` angle tensors, one gather for all refs.
+
+    Outside autograd, an angle that is the same for every binding (a weight shared by the
+    batch, a constant) comes back as ``(1,)``: its gate matrix and derivatives are then computed
+    once instead of B times, and the kernels broadcast it. (Under autograd every angle stays
+    ``(B,)``: a column that only happens to be equal must still get its own gradient rows.)
+    """
     b = theta.shape[0]
+    share = b > 1 and is_concrete(theta) and not (torch.is_grad_enabled() and theta.requires_grad)
     refs = [p for op in ops for p in op.params if isinstance(p, ParamRef)]
     gathered = None
     if refs:
@@ -52,17 +59,18 @@ def circuit_angles(ops, theta: torch.Tensor, rdtype) -> list:
             gathered = gathered * torch.tensor(scale, dtype=rdtype, device=theta.device) + \
                 torch.tensor(offset, dtype=rdtype, device=theta.device)
         gathered = gathered.T
+        same = (gathered == gathered[:, :1]).all(1).tolist() if share else None
     consts = [float(p) for op in ops for p in op.params
               if not isinstance(p, (ParamRef, torch.Tensor))]
     # plain-number angles: one tensor for all of them (a torch.full per angle costs more)
-    cvals = torch.tensor(consts, dtype=rdtype, device=theta.device)[:, None].expand(-1, b) \
-        if consts else None
+    cvals = torch.tensor(consts, dtype=rdtype, device=theta.device)[:, None].expand(
+        -1, 1 if share else b) if consts else None
     out, r, c = [], 0, 0
     for op in ops:
         angles = []
         for p in op.params:
             if isinstance(p, ParamRef):
-                angles.append(gathered[r])
+                angles.append(gathered[r, :1] if share and same[r] else gathered[r])
                 r += 1
             elif isinstance(p, torch.Tensor):
                 angles.append(p.to(device=theta.device, dtype=rdtype).reshape(-1).expand(b))
@@ -108,11 +116,20 @@ def circuit_data(ops, angles, cdtype) -> list:
     out = [GateData("const")] * len(ops)
     for gate, idx in _grouped(ops, angles).items():
         kind = _kind(gate)
-        stacked = [torch.stack([angles[i][s] for i in idx]) for s in range(gate.num_params)]
+        stacked = _stacked_angles(angles, idx, gate.num_params)
         vals = _fn(gate, kind)(*stacked).to(cdtype)
         for j, i in enumerate(idx):
             out[i] = GateData(kind, vals[j])
     return out
+
+
+def _stacked_angles(angles, idx, num_params) -> list:
+    """Per parameter, the ``(m, B')`` angles of ops ``idx``; shared ``(1,)`` and per-binding
+    ``(B,)`` angles in one group are broadcast to ``(B,)``."""
+    cols = [[angles[i][s] for i in idx] for s in range(num_params)]
+    width = max(a.shape[0] for col in cols for a in col)
+    return [torch.stack([a if a.shape[0] == width else a.expand(width) for a in col])
+            for col in cols]
 
 
 _LAST = threading.local()
@@ -206,7 +223,7 @@ def _spectral_derivatives(gate, idx, gslots, angles, cdtype, out) -> None:
     kind = _kind(gate)
     dkind = "dctrl" if kind == "ctrl" else kind
     plans = [derivative_weights(gate, s, kind) for s in gslots]
-    base = [torch.stack([angles[i][p] for i in idx]) for p in range(gate.num_params)]
+    base = _stacked_angles(angles, idx, gate.num_params)
     args = [torch.cat([a + sh if p == s else a for s, (shifts, _) in zip(gslots, plans)
                        for sh in shifts]) for p, a in enumerate(base)]
     vals = _fn(gate, kind)(*args).to(cdtype)
@@ -223,8 +240,9 @@ def _spectral_derivatives(gate, idx, gslots, angles, cdtype, out) -> None:
 def _autodiff_matrix(gate, angles, slot, cdtype):
     """Fallback for gates with no generator: forward-mode AD of the matrix function."""
     import torch.autograd.forward_ad as fwAD
+    width = max(a.shape[0] for a in angles)
     with fwAD.dual_level():
-        args = list(angles)
+        args = [a.expand(width) for a in angles]
         args[slot] = fwAD.make_dual(args[slot], torch.ones_like(args[slot]))
         du = fwAD.unpack_dual(gate.matrix_fn(*args)).tangent
     return du.to(cdtype)

@@ -326,3 +326,39 @@ def test_property_native_forward_and_adjoint_match_torch(prog):
     with native.disabled():
         want = adjoint_vjp(c, theta, ref.clone(), cot, trainable)
     assert torch.allclose(ours, want, atol=1e-10)
+
+
+def test_angles_shared_by_the_batch_are_evaluated_once():
+    from qdiff.backends.gate_data import circuit_angles
+    ops = (Operation(GATES["rx"], (0,), (ParamRef(0),)), Operation(GATES["rot"], (1,), (
+        ParamRef(1), ParamRef(2), 0.3)))
+    theta = torch.tensor([[0.1, 0.5, 0.7], [0.2, 0.5, 0.7], [0.3, 0.5, 0.7]], dtype=torch.float64)
+    with torch.no_grad():
+        a = circuit_angles(ops, theta, torch.float64)
+    assert [t.shape[0] for t in a[0] + a[1]] == [3, 1, 1, 1]
+    t = theta.clone().requires_grad_(True)
+    a = circuit_angles(ops, t, torch.float64)  # autograd: every column keeps its B rows
+    assert [x.shape[0] for x in a[0] + a[1]] == [3, 3, 3, 3]
+
+
+@pytest.mark.parametrize("method", ["adjoint", "backprop", "parameter-shift"])
+def test_equal_input_rows_keep_their_own_gradients(method):
+    """Rows that are equal by coincidence are evaluated once in the no-grad paths; each row
+    must still get its own gradient (checked against one-row-at-a-time calls)."""
+    n = 3
+    dev = qd.device("statevector", wires=n)
+
+    @qd.qnode(dev, diff_method=method)
+    def f(x, w):
+        qd.AngleEmbedding(x, wires=range(n))
+        qd.StronglyEntanglingLayers(w, wires=range(n))
+        return qd.expval(qd.Z(0) @ qd.Z(2))
+    row = torch.tensor([0.3, -0.8, 1.1], dtype=torch.float64)
+    x = row.repeat(4, 1).requires_grad_(True)
+    w = torch.rand(2, n, 3, dtype=torch.float64, requires_grad=True)
+    scale = torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float64)
+    gx, gw = torch.autograd.grad((f(x, w) * scale).sum(), [x, w])
+    one = row.clone().requires_grad_(True)
+    g1x, g1w = torch.autograd.grad(f(one, w), [one, w])
+    assert torch.allclose(gx, scale[:, None] * g1x, atol=1e-10)
+    assert torch.allclose(gw, scale.sum() * g1w, atol=1e-10)
