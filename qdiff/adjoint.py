@@ -22,12 +22,39 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import ParamRef, is_concrete
 
 
+def _z_word_diagonal(state, circuit, cotangent, n):
+    """``(sum over Z-word expvals of g_k c_k S_k) psi`` as ONE real matmul and one product
+    (``S_k`` the word's +-1 signs), and the set of measurement indices it covers; ``None``
+    when fewer than two outputs are Z words or their sign matrix would be too large."""
+    from qdiff.backends.statevector import _SIGN_BUDGET, _sign_matrix, _z_word
+    cols, col = [], 0
+    for i, m in enumerate(circuit.measurements):
+        if _z_word(m):
+            cols.append((i, col))
+        col += 1 if m.kind in ("expval", "var") else (
+            2 ** (n if m.wires is None else len(m.wires)) if m.kind == "probs" else 0)
+    if len(cols) < 2 or (2 ** n) * len(cols) > _SIGN_BUDGET:
+        return None, set()
+    ms = circuit.measurements
+    words = tuple(tuple(sorted(f.wires[0] for f in ms[i].obs.terms[0])) for i, _ in cols)
+    rdtype = state.real.dtype
+    signs = _sign_matrix(words, n, rdtype, state.device)
+    coeff = torch.tensor([float(ms[i].obs.real_coeffs()[0]) for i, _ in cols], dtype=rdtype,
+                         device=state.device)
+    g = cotangent[:, [c for _, c in cols]].to(rdtype) * coeff
+    return state * (g @ signs.T), {i for i, _ in cols}
+
+
 def effective_state(state, circuit, cotangent, n):
     """``lam_b = sum_k g[b, k] O_k psi_b`` for the flattened outputs of ``circuit``."""
-    lam = torch.zeros_like(state)
+    lam, done = _z_word_diagonal(state, circuit, cotangent, n)
+    if lam is None:
+        lam = torch.zeros_like(state)
     col = 0
-    for m in circuit.measurements:
-        if m.kind == "expval":
+    for i, m in enumerate(circuit.measurements):
+        if i in done:
+            col += 1
+        elif m.kind == "expval":
             g = cotangent[:, col].to(state.dtype)
             lam = lam + g[:, None] * measure.apply_observable(state, m.obs, n)
             col += 1

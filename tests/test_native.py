@@ -362,3 +362,25 @@ def test_equal_input_rows_keep_their_own_gradients(method):
     g1x, g1w = torch.autograd.grad(f(one, w), [one, w])
     assert torch.allclose(gx, scale[:, None] * g1x, atol=1e-10)
     assert torch.allclose(gw, scale.sum() * g1w, atol=1e-10)
+
+
+def test_effective_state_z_words_in_one_matmul_match_term_by_term():
+    from qdiff.adjoint import effective_state
+    from qdiff.backends import measure
+    n = 4
+    ms = (qd.expval(qd.Z(0)), qd.probs(wires=[1]), qd.expval(qd.Hamiltonian([0.7], [qd.Z(1) @ qd.Z(3)])),
+          qd.var(qd.X(2)), qd.expval(qd.Z(2)))
+    c = Circuit(n, (), num_params=0, measurements=ms)
+    g = torch.Generator().manual_seed(4)
+    psi = torch.randn(3, 2 ** n, dtype=torch.complex128, generator=g)
+    cot = torch.randn(3, 6, dtype=torch.float64, generator=g)
+    lam = effective_state(psi, c, cot, n)
+    ref = cot[:, 0, None] * measure.apply_observable(psi, ms[0].obs, n)
+    ref = ref + cot[:, 3, None] * measure.apply_observable(psi, ms[2].obs, n)
+    ref = ref + cot[:, 5, None] * measure.apply_observable(psi, ms[4].obs, n)
+    from qdiff.backends import kernels
+    ref = ref + kernels.apply_diagonal(psi, cot[:, 1:3].to(psi.dtype), [1], n)
+    phi = measure.apply_observable(psi, ms[3].obs, n)
+    mean = (psi.conj() * phi).sum(-1).real
+    ref = ref + cot[:, 4, None] * (measure.apply_observable(phi, ms[3].obs, n) - 2 * mean[:, None] * phi)
+    assert torch.allclose(lam, ref, atol=1e-12)
