@@ -26,6 +26,7 @@ import os
 import platform
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import torch
@@ -190,6 +191,11 @@ class Program:
     def add_matrix(self, wire: int, u: torch.Tensor) -> None:
         self.add(DENSE, [self.n - 1 - wire], 0, u, 4)
 
+    def copy(self) -> "Program":
+        other = Program(self.batch, self.n)
+        other.recs, other.chunks, other.size = list(self.recs), list(self.chunks), self.size
+        return other
+
     def buffers(self):
         recs = torch.tensor(self.recs, dtype=torch.int64).reshape(-1, REC)
         data = torch.cat([c.to(torch.complex128).resolve_conj() for c in self.chunks]) if self.chunks else \
@@ -198,6 +204,7 @@ class Program:
 
 
 _ZERO = torch.zeros(1, dtype=torch.complex128)
+_TLS = threading.local()
 
 
 @functools.lru_cache(maxsize=None)
@@ -283,6 +290,9 @@ def evolve(state, operations, theta, n, rdtype, fuse: bool = True):
         flush(w)
         prog.add_data(op, d.kind, d.value, n)
     flush(list(pending))
+    # the adjoint backward encodes these very gates again: remember them. Only without
+    # fusion: fused runs also reorder gates, and the sweep needs one record per op, in order.
+    _TLS.program = None if fuse else (data, prog)
     return run(state, prog)
 
 
@@ -291,9 +301,13 @@ def adjoint_sweep(ops, data, slot_data, psi, lam, n):
     ``(op index, GateData of dU/dphi)`` sorted by op index. Uncomputes ``psi`` and ``lam`` in
     place and returns the ``(B, len(slot_data))`` gradients ``2 Re <lam_i| dU_i |psi_{i-1}>``."""
     b = psi.shape[0]
-    prog = Program(b, n)
-    for op, d in zip(ops, data):
-        prog.add_data(op, d.kind, d.value, n)
+    last = getattr(_TLS, "program", None)
+    if last is not None and last[0] is data and last[1].batch == b:
+        prog = last[1].copy()  # the forward pass's encoding of the same gate data
+    else:
+        prog = Program(b, n)
+        for op, d in zip(ops, data):
+            prog.add_data(op, d.kind, d.value, n)
     nops = len(prog.recs)
     for i, dd in slot_data:
         prog.add_data(ops[i], dd.kind, dd.value, n)
