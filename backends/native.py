@@ -56,13 +56,17 @@ def _cpu_tag() -> str:
     return platform.machine() + platform.processor() + flags
 
 
+_FLAGS = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
+          "-fassociative-math", "-shared", "-fPIC", "-std=c99"]
+# tried in order: OpenMP and the host's vector units, then without OpenMP, then portable code
+_VARIANTS = (["-march=native", "-fopenmp"], ["-march=native"], [])
+
+
 def _compile(src: Path, out: Path, cc: str) -> bool:
-    base = [cc, "-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
-            "-fassociative-math", "-shared", "-fPIC", "-std=c99", str(src)]
-    for extra in (["-fopenmp"], []):  # OpenMP when the compiler has it
+    for extra in _VARIANTS:
         with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
             tmp_out = Path(tmp) / out.name
-            res = subprocess.run(base[:1] + extra + base[1:] + ["-o", str(tmp_out)],
+            res = subprocess.run([cc, *_FLAGS, *extra, str(src), "-o", str(tmp_out)],
                                  capture_output=True, text=True, timeout=120)
             if res.returncode == 0:
                 os.replace(tmp_out, out)  # atomic: a concurrent build never sees half a file
@@ -83,7 +87,8 @@ def library():
         cc = os.environ.get("CC", "cc")
         version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                                  timeout=30).stdout
-        key = hashlib.sha256(_SOURCE.read_bytes() + version.encode() + _cpu_tag().encode())
+        key = hashlib.sha256(_SOURCE.read_bytes() + version.encode() + _cpu_tag().encode()
+                             + repr((_FLAGS, _VARIANTS)).encode())
         out = _cache_dir() / f"qdsim-{key.hexdigest()[:16]}.so"
         out.parent.mkdir(parents=True, exist_ok=True)
         if not out.exists() and not _compile(_SOURCE, out, cc):

@@ -384,3 +384,17 @@ def test_effective_state_z_words_in_one_matmul_match_term_by_term():
     mean = (psi.conj() * phi).sum(-1).real
     ref = ref + cot[:, 4, None] * (measure.apply_observable(phi, ms[3].obs, n) - 2 * mean[:, None] * phi)
     assert torch.allclose(lam, ref, atol=1e-12)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no cc")
+def test_build_falls_back_when_the_compiler_lacks_openmp(tmp_path):
+    """A compiler that rejects -fopenmp (e.g. Apple clang) still gets a serial build."""
+    wrapper = tmp_path / "cc-no-openmp"
+    wrapper.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = "-fopenmp" ] && exit 1; done\n'
+                       f'exec {shutil.which("cc")} "$@"\n')
+    wrapper.chmod(0o755)
+    code = ("import qdiff.backends.native as n, sys; "
+            "sys.exit(0 if n.library() is not None else 1)")
+    env = dict(os.environ, QDIFF_CACHE_DIR=str(tmp_path / "cache"), CC=str(wrapper))
+    assert subprocess.run([sys.executable, "-c", code], env=env, timeout=300).returncode == 0
+    assert len(list((tmp_path / "cache" / "native").glob("qdsim-*.so"))) == 1
