@@ -230,11 +230,16 @@ def _spectral_derivatives(gate, idx, gslots, angles, cdtype, out) -> None:
     vals = vals.reshape(-1, len(idx), *vals.shape[1:])
     r = 0
     for s, (shifts, weights) in zip(gslots, plans):
-        w = torch.tensor(weights, dtype=cdtype, device=vals.device)
+        w = _weight_tensor(weights, cdtype, vals.device)
         du = torch.tensordot(w, vals[r:r + len(shifts)], dims=1)
         r += len(shifts)
         for j, i in enumerate(idx):
             out[(i, s)] = GateData(dkind, du[j])
+
+
+@functools.lru_cache(maxsize=None)
+def _weight_tensor(weights: tuple, cdtype, device) -> torch.Tensor:
+    return torch.tensor(weights, dtype=cdtype, device=device)
 
 
 def _autodiff_matrix(gate, angles, slot, cdtype):

@@ -154,6 +154,10 @@ class Program:
         if k > MAXK or k == 0:
             raise Unsupported(f"{k}-wire gate")
         flat = value.reshape(-1)
+        if flat.dtype != torch.complex128:
+            flat = flat.to(torch.complex128)
+        if flat.is_conj():
+            flat = flat.resolve_conj()
         count = flat.numel() // per_item
         if count not in (1, self.batch):
             raise Unsupported(f"data for {count} bindings, batch {self.batch}")
@@ -203,8 +207,7 @@ class Program:
 
     def buffers(self):
         recs = torch.tensor(self.recs, dtype=torch.int64).reshape(-1, REC)
-        data = torch.cat([c.to(torch.complex128).resolve_conj() for c in self.chunks]) if self.chunks else \
-            _ZERO
+        data = torch.cat(self.chunks) if self.chunks else _ZERO
         return recs, data.contiguous()
 
 
