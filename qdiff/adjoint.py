@@ -23,9 +23,14 @@ from qdiff.circuits.operation import ParamRef, is_concrete
 
 
 def _z_word_diagonal(state, circuit, cotangent, n):
-    """``(sum over Z-word expvals of g_k c_k S_k) psi`` as ONE real matmul and one product
-    (``S_k`` the word's +-1 signs), and the set of measurement indices it covers; ``None``
-    when fewer than two outputs are Z words or their sign matrix would be too large."""
+    """``(sum over Z-word expvals of g_k c_k S_k) psi`` (``S_k`` the word's +-1 signs) as one
+    real diagonal times ``psi``, and the set of measurement indices it covers (``None, set()``
+    when fewer than two outputs are Z words).
+
+    Small registers: the diagonal is one matmul with the ``(2**n, K)`` sign matrix. Large
+    ones: words within the first or the second half of the wires give two small diagonals
+    ``D_hi (2**a)`` and ``D_lo (2**(n-a))``, and the full one is their broadcast sum (words
+    spanning both halves are left to the general path)."""
     from qdiff.backends.statevector import _SIGN_BUDGET, _sign_matrix, _z_word
     cols, col = [], 0
     for i, m in enumerate(circuit.measurements):
@@ -33,16 +38,34 @@ def _z_word_diagonal(state, circuit, cotangent, n):
             cols.append((i, col))
         col += 1 if m.kind in ("expval", "var") else (
             2 ** (n if m.wires is None else len(m.wires)) if m.kind == "probs" else 0)
-    if len(cols) < 2 or (2 ** n) * len(cols) > _SIGN_BUDGET:
+    if len(cols) < 2:
         return None, set()
     ms = circuit.measurements
-    words = tuple(tuple(sorted(f.wires[0] for f in ms[i].obs.terms[0])) for i, _ in cols)
     rdtype = state.real.dtype
-    signs = _sign_matrix(words, n, rdtype, state.device)
-    coeff = torch.tensor([float(ms[i].obs.real_coeffs()[0]) for i, _ in cols], dtype=rdtype,
-                         device=state.device)
-    g = cotangent[:, [c for _, c in cols]].to(rdtype) * coeff
-    return state * (g @ signs.T), {i for i, _ in cols}
+    words = {i: tuple(sorted(f.wires[0] for f in ms[i].obs.terms[0])) for i, _ in cols}
+
+    def weights(sel):
+        coeff = torch.tensor([float(ms[i].obs.real_coeffs()[0]) for i, _ in sel],
+                             dtype=rdtype, device=state.device)
+        return cotangent[:, [c for _, c in sel]].to(rdtype) * coeff
+
+    if (2 ** n) * len(cols) <= _SIGN_BUDGET:
+        signs = _sign_matrix(tuple(words[i] for i, _ in cols), n, rdtype, state.device)
+        return state * (weights(cols) @ signs.T), {i for i, _ in cols}
+    a = n // 2
+    parts, done = [], set()
+    for lo, m in ((0, a), (a, n - a)):
+        sel = [(i, c) for i, c in cols if all(lo <= w < lo + m for w in words[i])]
+        if sel:
+            shifted = tuple(tuple(w - lo for w in words[i]) for i, _ in sel)
+            parts.append(weights(sel) @ _sign_matrix(shifted, m, rdtype, state.device).T)
+            done.update(i for i, _ in sel)
+        else:
+            parts.append(torch.zeros(state.shape[0], 2 ** m, dtype=rdtype, device=state.device))
+    if len(done) < 2:
+        return None, set()
+    diag = (parts[0][:, :, None] + parts[1][:, None, :]).reshape(state.shape[0], -1)
+    return state * diag, done
 
 
 def effective_state(state, circuit, cotangent, n):

@@ -398,3 +398,20 @@ def test_build_falls_back_when_the_compiler_lacks_openmp(tmp_path):
     env = dict(os.environ, QDIFF_CACHE_DIR=str(tmp_path / "cache"), CC=str(wrapper))
     assert subprocess.run([sys.executable, "-c", code], env=env, timeout=300).returncode == 0
     assert len(list((tmp_path / "cache" / "native").glob("qdsim-*.so"))) == 1
+
+
+def test_effective_state_z_words_by_halves_on_large_registers(monkeypatch):
+    """Above the sign-matrix budget the Z-word diagonal is D_hi + D_lo broadcast; words that
+    span both halves take the general path."""
+    from qdiff.adjoint import effective_state
+    from qdiff.backends import measure, statevector
+    monkeypatch.setattr(statevector, "_SIGN_BUDGET", 16)
+    n = 5
+    ms = (qd.expval(qd.Z(0)), qd.expval(qd.Z(4)), qd.expval(qd.Z(1) @ qd.Z(3)),
+          qd.expval(qd.Hamiltonian([-0.4], [qd.Z(3) @ qd.Z(4)])), qd.expval(qd.Z(0) @ qd.Z(1)))
+    c = Circuit(n, (), num_params=0, measurements=ms)
+    g = torch.Generator().manual_seed(5)
+    psi = torch.randn(2, 2 ** n, dtype=torch.complex128, generator=g)
+    cot = torch.randn(2, len(ms), dtype=torch.float64, generator=g)
+    ref = sum(cot[:, k, None] * measure.apply_observable(psi, m.obs, n) for k, m in enumerate(ms))
+    assert torch.allclose(effective_state(psi, c, cot, n), ref, atol=1e-12)
