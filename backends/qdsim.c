@@ -234,23 +234,31 @@ static void apply_range(double *st, int nbits, const gate_t *g, const double *u_
 
 /* Overlap matrix M[r][c] = sum over groups conj(lam[r]) psi[c] (only r == c, in M[r], for a
  * diagonal geometry), written to out (complex, d*d or d entries). */
+#define OVERLAP_1Q_BODY                                                                        \
+    {                                                                                          \
+        double l0r = RE(lam, base), l0i = IM(lam, base);                                       \
+        double l1r = RE(lam, base + o1), l1i = IM(lam, base + o1);                             \
+        double p0r = RE(psi, base), p0i = IM(psi, base);                                       \
+        double p1r = RE(psi, base + o1), p1i = IM(psi, base + o1);                             \
+        s00r += l0r * p0r + l0i * p0i; s00i += l0r * p0i - l0i * p0r;                          \
+        s11r += l1r * p1r + l1i * p1i; s11i += l1r * p1i - l1i * p1r;                          \
+        s01r += l0r * p1r + l0i * p1i; s01i += l0r * p1i - l0i * p1r;                          \
+        s10r += l1r * p0r + l1i * p0i; s10i += l1r * p0i - l1i * p0r;                          \
+    }
+
 static void overlap_matrix(const double *lam, const double *psi, int nbits, const gate_t *g,
-                           double *out) {
+                           double *out, int par_) {
     const int d = 1 << g->k;
     const int diag = g->kind == K_DIAG;
     if (g->k == 1) {
         const i64 o1 = g->off[1];
         double s00r = 0, s00i = 0, s01r = 0, s01i = 0, s10r = 0, s10i = 0, s11r = 0, s11i = 0;
-        FOR_GROUPS(g, nbits, {
-            double l0r = RE(lam, base), l0i = IM(lam, base);
-            double l1r = RE(lam, base + o1), l1i = IM(lam, base + o1);
-            double p0r = RE(psi, base), p0i = IM(psi, base);
-            double p1r = RE(psi, base + o1), p1i = IM(psi, base + o1);
-            s00r += l0r * p0r + l0i * p0i; s00i += l0r * p0i - l0i * p0r;
-            s11r += l1r * p1r + l1i * p1i; s11i += l1r * p1i - l1i * p1r;
-            s01r += l0r * p1r + l0i * p1i; s01i += l0r * p1i - l0i * p1r;
-            s10r += l1r * p0r + l1i * p0i; s10i += l1r * p0i - l1i * p0r;
-        });
+        if (par_ > 1) {  /* one large state: split the sums over threads */
+            FOR_GROUPS_(g, nbits, _Pragma("omp parallel for num_threads(par_) schedule(static) \
+reduction(+: s00r, s00i, s01r, s01i, s10r, s10i, s11r, s11i)"), OVERLAP_1Q_BODY);
+        } else {
+            FOR_GROUPS(g, nbits, OVERLAP_1Q_BODY);
+        }
         if (diag) {
             out[0] = s00r; out[1] = s00i; out[2] = s11r; out[3] = s11i;
         } else {
@@ -378,7 +386,7 @@ int qd_adjoint(double *psi, double *lam, i64 B, int n, i64 nops, const i64 *recs
             i64 prev = -1;
             for (; s >= 0 && slot_op[s] == i; s--) {
                 if (prev < 0 || !same_geometry(slot_recs + REC * s, slot_recs + REC * prev))
-                    overlap_matrix(l, p, n, &sg[s], m);
+                    overlap_matrix(l, p, n, &sg[s], m, par);
                 prev = s;
                 grads[b * nslots + s] = 2.0 * contract(&sg[s], data_of(&sg[s], b), m);
             }

@@ -415,3 +415,21 @@ def test_effective_state_z_words_by_halves_on_large_registers(monkeypatch):
     cot = torch.randn(2, len(ms), dtype=torch.float64, generator=g)
     ref = sum(cot[:, k, None] * measure.apply_observable(psi, m.obs, n) for k, m in enumerate(ms))
     assert torch.allclose(effective_state(psi, c, cot, n), ref, atol=1e-12)
+
+
+def test_adjoint_sweep_two_threads_match_one_on_a_large_state():
+    c = _circuit(21, 15, 25)
+    c = Circuit(15, c.operations, num_params=c.num_params,
+                measurements=(qd.expval(qd.Z(0) @ qd.X(14)),))
+    theta = torch.rand(1, c.num_params, dtype=torch.float64)
+    state = _torch_state(c, theta)
+    cot = torch.ones(1, 1, dtype=torch.float64)
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = adjoint_vjp(c, theta, state.clone(), cot, [True] * c.num_params)
+        torch.set_num_threads(2)
+        two = adjoint_vjp(c, theta, state.clone(), cot, [True] * c.num_params)
+    finally:
+        torch.set_num_threads(old)
+    assert torch.allclose(one, two, atol=1e-11)
