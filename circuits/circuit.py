@@ -131,7 +131,7 @@ def _from_recording(items, wires) -> Recorded:
     device = None
     if cols:
         try:
-            batch_shape = tuple(torch.broadcast_shapes(*[c.shape for c in cols]))
+            batch_shape = tuple(torch.broadcast_shapes(*{c.shape for c in cols}))
         except RuntimeError:
             shapes = sorted({tuple(c.shape) for c in cols})
             raise QdiffError(f"gate parameters have batch shapes that do not broadcast: {shapes}") from None

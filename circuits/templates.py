@@ -21,7 +21,7 @@ from qdiff.circuits import recording
 from qdiff.circuits.circuit import StatePrep as _StatePrepItem
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import as_observable
-from qdiff.circuits.operation import normalize_wires
+from qdiff.circuits.operation import Operation, normalize_wires
 
 
 def _tensor(x) -> torch.Tensor:
@@ -35,6 +35,22 @@ def _check_tail(name: str, w: torch.Tensor, expected: tuple) -> None:
     if w.ndim < k or tuple(w.shape[w.ndim - k:]) != tuple(expected):
         raise QdiffError(f"{name}: weights must have shape (..., {', '.join(map(str, expected))}); "
                          f"got {tuple(w.shape)}")
+
+
+def _real_angles(name: str, t: torch.Tensor) -> None:
+    if t.is_complex():
+        raise QdiffError(f"{name}: angles must be real, got a complex tensor")
+
+
+def _distinct(name: str, wires: tuple) -> None:
+    if len(set(wires)) != len(wires):
+        raise QdiffError(f"{name}: repeated wire in {list(wires)}")
+
+
+def _emit(gate, wires: tuple, params: tuple = ()) -> None:
+    """Record an operation whose wires and angles the template has already validated (the
+    checks of ``Gate.__call__`` cost more than the rest of recording in large templates)."""
+    recording.active().append(Operation(gate, wires, params))
 
 
 class Template(abc.ABC):
@@ -73,8 +89,10 @@ class AngleEmbedding(Template):
         gate = {"X": G.GATES["rx"], "Y": G.GATES["ry"], "Z": G.GATES["rz"]}.get(str(rotation).upper())
         if gate is None:
             raise QdiffError(f"AngleEmbedding: rotation must be 'X', 'Y' or 'Z'; got {rotation!r}")
+        _real_angles("AngleEmbedding", f)
+        _distinct("AngleEmbedding", wires)
         for i in range(f.shape[-1]):
-            gate(f[..., i], wires=wires[i])
+            _emit(gate, (wires[i],), (f[..., i],))
 
 
 class AmplitudeEmbedding(Template):
@@ -151,15 +169,22 @@ class StronglyEntanglingLayers(Template):
             ranges = [(l % (n - 1)) + 1 if n > 1 else 0 for l in range(layers)]
         if len(ranges) != layers:
             raise QdiffError(f"StronglyEntanglingLayers: {len(ranges)} ranges for {layers} layers")
-        ent = imprimitive if imprimitive is not None else G.GATES["cx"]
+        _real_angles("StronglyEntanglingLayers", w)
+        _distinct("StronglyEntanglingLayers", wires)
+        rot = G.GATES["rot"]
+        cx = G.GATES["cx"] if imprimitive is None else None
         for layer in range(layers):
             for i in range(n):
-                G.GATES["rot"](w[..., layer, i, 0], w[..., layer, i, 1], w[..., layer, i, 2],
-                               wires=wires[i])
+                _emit(rot, (wires[i],), (w[..., layer, i, 0], w[..., layer, i, 1],
+                                         w[..., layer, i, 2]))
             if n > 1:
                 r = ranges[layer]
                 for i in range(n):
-                    ent(wires=[wires[i], wires[(i + r) % n]])
+                    pair = (wires[i], wires[(i + r) % n])
+                    if cx is not None and pair[0] != pair[1]:
+                        _emit(cx, pair)
+                    else:  # a custom entangler (or a degenerate range): the checked path
+                        (imprimitive or G.GATES["cx"])(wires=list(pair))
 
 
 class HardwareEfficientAnsatz(Template):

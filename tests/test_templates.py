@@ -203,3 +203,19 @@ def test_hardware_efficient_ansatz_structure():
              ("cx", (0, 1)), ("cx", (1, 2))]
     assert names == layer * 2
     assert qd.HardwareEfficientAnsatz.shape(2, 3) == (2, 3, 2)
+
+
+def test_fast_recorded_templates_still_reject_bad_wires_and_complex_angles():
+    import pytest as _pytest
+    from qdiff.circuits.errors import QdiffError
+    with _pytest.raises(QdiffError, match="repeated wire"):
+        qd.StronglyEntanglingLayers(torch.rand(1, 3, 3), wires=[0, 1, 1])
+    with _pytest.raises(QdiffError, match="repeated wire"):
+        qd.AngleEmbedding(torch.rand(2), wires=[2, 2])
+    with _pytest.raises(QdiffError, match="real"):
+        qd.AngleEmbedding(torch.rand(2, dtype=torch.complex128), wires=[0, 1])
+    with _pytest.raises(QdiffError, match="real"):
+        qd.StronglyEntanglingLayers(torch.rand(1, 2, 3, dtype=torch.complex128), wires=[0, 1])
+    ops = qd.StronglyEntanglingLayers(torch.rand(2, 3, 3), wires=["a", "b", "c"]).operations
+    assert [(o.name, o.wires) for o in ops[:4]] == [("rot", ("a",)), ("rot", ("b",)),
+                                                   ("rot", ("c",)), ("cx", ("a", "b"))]
