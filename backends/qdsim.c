@@ -148,22 +148,6 @@ static const double *effective(const gate_t *g, const double *u, int dag, double
     return buf;
 }
 
-static void dense_generic(double *s, i64 base, const gate_t *g, const double *u) {
-    int d = 1 << g->k;
-    double vr[1 << MAXK], vi[1 << MAXK];
-    for (int m = 0; m < d; m++) { vr[m] = RE(s, base + g->off[m]); vi[m] = IM(s, base + g->off[m]); }
-    for (int r = 0; r < d; r++) {
-        double ar = 0, ai = 0;
-        const double *row = u + 2 * r * d;
-        for (int c = 0; c < d; c++) {
-            ar += row[2 * c] * vr[c] - row[2 * c + 1] * vi[c];
-            ai += row[2 * c] * vi[c] + row[2 * c + 1] * vr[c];
-        }
-        RE(s, base + g->off[r]) = ar;
-        IM(s, base + g->off[r]) = ai;
-    }
-}
-
 /* Apply gate g with data u (this binding's) to the 2^nbits amplitudes at st. */
 static void apply_range(double *st, int nbits, const gate_t *g, const double *u_in, int dag,
                         int par_) {
@@ -209,7 +193,45 @@ static void apply_range(double *st, int nbits, const gate_t *g, const double *u_
             RE(s, base + o3) = yr[3]; IM(s, base + o3) = yi[3];
         });
     } else if (g->kind == K_DENSE) {
-        FOR_GROUPS_ANY(g, nbits, { dense_generic(s, base, g, u); });
+        /* k >= 3: only the rows that differ from the identity, only their nonzero entries
+         * (a DoubleExcitation touches 2 of its 16 amplitudes: 4 products, not 256) */
+        const int d = 1 << g->k;
+        int nact = 0, ptr[(1 << MAXK) + 1], rows[1 << MAXK], cols[1 << (2 * MAXK)];
+        double vr[1 << (2 * MAXK)], vi[1 << (2 * MAXK)];
+        int nnz = 0;
+        ptr[0] = 0;
+        for (int r = 0; r < d; r++) {
+            int start = nnz, ident = 1;
+            for (int c = 0; c < d; c++) {
+                double re = u[2 * (r * d + c)], im = u[2 * (r * d + c) + 1];
+                if (re != 0.0 || im != 0.0) {
+                    cols[nnz] = c; vr[nnz] = re; vi[nnz] = im; nnz++;
+                    if (c != r || re != 1.0 || im != 0.0) ident = 0;
+                } else if (c == r) {
+                    ident = 0;
+                }
+            }
+            if (ident) { nnz = start; continue; }
+            rows[nact++] = r;
+            ptr[nact] = nnz;
+        }
+        if (nact == 0) return;
+        FOR_GROUPS_ANY(g, nbits, {
+            double xr[1 << MAXK], xi[1 << MAXK], yr[1 << MAXK], yi[1 << MAXK];
+            for (int m = 0; m < d; m++) { xr[m] = RE(s, base + g->off[m]); xi[m] = IM(s, base + g->off[m]); }
+            for (int a = 0; a < nact; a++) {
+                double ar = 0, ai = 0;
+                for (int e = ptr[a]; e < ptr[a + 1]; e++) {
+                    ar += vr[e] * xr[cols[e]] - vi[e] * xi[cols[e]];
+                    ai += vr[e] * xi[cols[e]] + vi[e] * xr[cols[e]];
+                }
+                yr[a] = ar; yi[a] = ai;
+            }
+            for (int a = 0; a < nact; a++) {
+                RE(s, base + g->off[rows[a]]) = yr[a];
+                IM(s, base + g->off[rows[a]]) = yi[a];
+            }
+        });
     } else if (g->kind == K_DIAG && g->k == 1) {
         const i64 o1 = g->off[1];
         const double d0r = u[0], d0i = u[1], d1r = u[2], d1i = u[3];
@@ -259,7 +281,8 @@ static void apply_range(double *st, int nbits, const gate_t *g, const double *u_
 }
 
 /* Overlap matrix M[r][c] = sum over groups conj(lam[r]) psi[c] (only r == c, in M[r], for a
- * diagonal geometry), written to out (complex, d*d or d entries). */
+ * diagonal geometry), written to out (complex, d*d or d entries). For k >= 3 dense gates,
+ * ``need`` (the derivative matrix) restricts the sums to its nonzero entries, others are 0. */
 #define OVERLAP_1Q_BODY                                                                        \
     {                                                                                          \
         double l0r = RE(lam, base), l0i = IM(lam, base);                                       \
@@ -273,7 +296,7 @@ static void apply_range(double *st, int nbits, const gate_t *g, const double *u_
     }
 
 static void overlap_matrix(const double *lam, const double *psi, int nbits, const gate_t *g,
-                           double *out, int par_) {
+                           double *out, int par_, const double *need) {
     const int d = 1 << g->k;
     const int diag = g->kind == K_DIAG;
     if (g->k == 1) {
@@ -317,6 +340,23 @@ reduction(+: s00r, s00i, s01r, s01i, s10r, s10i, s11r, s11i)"), OVERLAP_1Q_BODY)
     }
     int cnt = diag ? d : d * d;
     for (int i = 0; i < 2 * cnt; i++) out[i] = 0;
+    if (!diag && need != 0) {  /* only the entries the contraction will use */
+        int ne = 0, er[1 << (2 * MAXK)], ec[1 << (2 * MAXK)];
+        for (int r = 0; r < d; r++)
+            for (int c = 0; c < d; c++)
+                if (need[2 * (r * d + c)] != 0.0 || need[2 * (r * d + c) + 1] != 0.0) {
+                    er[ne] = r; ec[ne] = c; ne++;
+                }
+        FOR_GROUPS(g, nbits, {
+            for (int e = 0; e < ne; e++) {
+                i64 ir = base + g->off[er[e]], ic = base + g->off[ec[e]];
+                double lr = RE(lam, ir), li = IM(lam, ir), pr = RE(psi, ic), pi = IM(psi, ic);
+                out[2 * (er[e] * d + ec[e])] += lr * pr + li * pi;
+                out[2 * (er[e] * d + ec[e]) + 1] += lr * pi - li * pr;
+            }
+        });
+        return;
+    }
     FOR_GROUPS(g, nbits, {
         for (int r = 0; r < d; r++) {
             i64 ir = base + g->off[r];
@@ -433,8 +473,10 @@ int qd_adjoint(double *psi, double *lam, i64 B, int n, i64 nops, const i64 *recs
             apply_range(p, n, &gates[i], u, 1, par);
             i64 prev = -1;
             for (; s >= 0 && slot_op[s] == i; s--) {
-                if (prev < 0 || !same_geometry(slot_recs + REC * s, slot_recs + REC * prev))
-                    overlap_matrix(l, p, n, &sg[s], m, par);
+                /* k >= 3: a sparse M for this slot's dU, never shared */
+                const double *need = sg[s].k >= 3 ? data_of(&sg[s], b) : 0;
+                if (need || prev < 0 || !same_geometry(slot_recs + REC * s, slot_recs + REC * prev))
+                    overlap_matrix(l, p, n, &sg[s], m, par, need);
                 prev = s;
                 grads[b * nslots + s] = 2.0 * contract(&sg[s], data_of(&sg[s], b), m);
             }
