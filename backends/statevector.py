@@ -7,7 +7,6 @@ torch.complex64
 """
 from __future__ import annotations
 
-import numbers
 from typing import Optional
 
 import torch

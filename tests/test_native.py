@@ -18,7 +18,6 @@ import torch
 import qdiff as qd
 from qdiff.backends import native
 from qdiff.backends.simulate import simulate
-from qdiff.bridge import unshare
 from qdiff.circuits import Circuit, Operation, ParamRef
 from qdiff.circuits.gates import GATES, multirz_gate, paulirot_gate
 from qdiff.adjoint import adjoint_vjp
