@@ -268,6 +268,34 @@ def one_qubit_matrix(op, data: GateData, state) -> torch.Tensor:
     return kernels.as_batch_matrix(u.to(state.device), state.dtype)
 
 
+def fused_schedule(operations, data, state, fuse: bool, fuse_flips: bool = True):
+    """Yield ``("1q", wire, u)`` for fused runs of one-qubit gates (``u`` their ``(B', 2, 2)``
+    product) and ``("op", op, data)`` for everything else, in an order equivalent to
+    ``operations``. A run starts at a general or constant non-diagonal one-qubit gate (not at an
+    X when ``fuse_flips`` is false: the native kernels flip without arithmetic) and absorbs
+    every later one-qubit gate on its wire until another gate touches the wire."""
+    pending: dict = {}
+
+    def flush(wires):
+        for w in wires:
+            u = pending.pop(w, None)
+            if u is not None:
+                yield "1q", w, u
+
+    for op, d in zip(operations, data):
+        w = op.wires
+        if fuse and len(w) == 1 and (w[0] in pending or d.kind == "mat" or (
+                d.kind == "const" and op.gate.diag_fn is None
+                and (fuse_flips or op.gate.name != "x"))):
+            u = one_qubit_matrix(op, d, state)
+            prev = pending.get(w[0])
+            pending[w[0]] = u if prev is None else u @ prev
+            continue
+        yield from flush(w)
+        yield "op", op, d
+    yield from flush(list(pending))
+
+
 def _dagger(kind: str, v: torch.Tensor) -> torch.Tensor:
     return v.conj() if kind == "diag" else v.conj().transpose(-1, -2)
 

@@ -273,31 +273,17 @@ def evolve(state, operations, theta, n, rdtype, fuse: bool = True):
     """Native twin of :func:`qdiff.backends.simulate.evolve` (in place); raises
     :class:`Unsupported` before touching ``state`` if a gate cannot be encoded. ``fuse``
     allows multiplying runs of one-qubit gates on a wire into one 2x2 (large states only)."""
-    from qdiff.backends.gate_data import angles_and_data, one_qubit_matrix
+    from qdiff.backends.gate_data import angles_and_data, fused_schedule
     _, data = angles_and_data(operations, theta, rdtype, state.dtype)
     prog = Program(state.shape[0], n)
     # fusing runs of one-qubit gates costs a small torch matmul per gate: worth it only when
     # a pass over the states costs more than that
     fuse = fuse and state.numel() >= 1 << 16
-    pending: dict = {}
-
-    def flush(wires):
-        for w in wires:
-            u = pending.pop(w, None)
-            if u is not None:
-                prog.add_matrix(w, u)
-
-    for op, d in zip(operations, data):
-        w = op.wires
-        if fuse and len(w) == 1 and (w[0] in pending or d.kind == "mat" or (
-                d.kind == "const" and op.gate.diag_fn is None and op.gate.name != "x")):
-            u = one_qubit_matrix(op, d, state)
-            prev = pending.get(w[0])
-            pending[w[0]] = u if prev is None else u @ prev
-            continue
-        flush(w)
-        prog.add_data(op, d.kind, d.value, n)
-    flush(list(pending))
+    for kind, a, b in fused_schedule(operations, data, state, fuse, fuse_flips=False):
+        if kind == "1q":
+            prog.add_matrix(a, b)
+        else:
+            prog.add_data(a, b.kind, b.value, n)
     # the adjoint backward encodes these very gates again: remember them. Only without
     # fusion: fused runs also reorder gates, and the sweep needs one record per op, in order.
     _TLS.program = None if fuse else (data, prog)

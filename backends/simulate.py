@@ -162,29 +162,14 @@ def evolve(state, operations, theta, n, rdtype, inplace, fuse=True):
                 return native.evolve(state, operations, theta, n, rdtype, fuse)
             except native.Unsupported:
                 pass
-    from qdiff.backends.gate_data import apply_data, circuit_angles, circuit_data, one_qubit_matrix
+    from qdiff.backends.gate_data import apply_data, circuit_angles, circuit_data, fused_schedule
     angles = circuit_angles(operations, theta, rdtype)
     data = circuit_data(operations, angles, state.dtype)
-    pending: dict[int, torch.Tensor] = {}
-
-    def flush(wires):
-        nonlocal state
-        for w in wires:
-            u = pending.pop(w, None)
-            if u is not None:
-                state = apply_one_qubit(state, u, w, n, inplace)
-
-    for op, d in zip(operations, data):
-        w = op.wires
-        if fuse and len(w) == 1 and (w[0] in pending or d.kind == "mat" or (
-                d.kind == "const" and op.gate.diag_fn is None)):
-            u = one_qubit_matrix(op, d, state)
-            prev = pending.get(w[0])
-            pending[w[0]] = u if prev is None else u @ prev
-            continue
-        flush(w)
-        state = apply_data(state, op, d, n, inplace)
-    flush(list(pending))
+    for kind, a, b in fused_schedule(operations, data, state, fuse):
+        if kind == "1q":
+            state = apply_one_qubit(state, b, a, n, inplace)
+        else:
+            state = apply_data(state, a, b, n, inplace)
     return state
 
 
