@@ -106,6 +106,18 @@ def _sign_matrix(words: tuple, n: int, dtype, device) -> torch.Tensor:
     return _SIGNS[key]
 
 
+def half_register_words(words: dict, n: int) -> list:
+    """Group Z words ``{key: wire tuple}`` by the half of the register they lie in:
+    ``[(first wire, half size, keys, words shifted into the half)]`` for the first ``n // 2``
+    wires and the rest; words spanning both halves are in neither."""
+    a = n // 2
+    out = []
+    for lo, m in ((0, a), (a, n - a)):
+        keys = [k for k, ws in words.items() if all(lo <= w < lo + m for w in ws)]
+        out.append((lo, m, keys, tuple(tuple(w - lo for w in words[k]) for k in keys)))
+    return out
+
+
 def _joint_z_expvals(state, circuit) -> dict:
     """Z-word expvals from one ``|psi|^2``: one sign matmul on a small register; on a large
     one, the probabilities are first summed to the two halves' marginals (two reductions), and
@@ -126,10 +138,9 @@ def _joint_z_expvals(state, circuit) -> dict:
     else:
         a = n // 2
         pv = p.view(p.shape[0], 2 ** a, 2 ** (n - a))
-        for lo, marg, m in ((0, pv.sum(2), a), (a, pv.sum(1), n - a)):
-            mine = [i for i in idx if all(lo <= w < lo + m for w in words[i])]
+        for (lo, m, mine, shifted), marg in zip(half_register_words(words, n),
+                                                 (pv.sum(2), pv.sum(1))):
             if mine:
-                shifted = tuple(tuple(w - lo for w in words[i]) for i in mine)
                 v = marg @ _sign_matrix(shifted, m, p.dtype, p.device)
                 vals.update({i: v[:, j] for j, i in enumerate(mine)})
     out = {}

@@ -31,7 +31,8 @@ def _z_word_diagonal(state, circuit, cotangent, n):
     ones: words within the first or the second half of the wires give two small diagonals
     ``D_hi (2**a)`` and ``D_lo (2**(n-a))``, and the full one is their broadcast sum (words
     spanning both halves are left to the general path)."""
-    from qdiff.backends.statevector import _SIGN_BUDGET, _sign_matrix, _z_word
+    from qdiff.backends.statevector import (_SIGN_BUDGET, _sign_matrix, _z_word,
+                                            half_register_words)
     cols, col = [], 0
     for i, m in enumerate(circuit.measurements):
         if _z_word(m):
@@ -52,14 +53,13 @@ def _z_word_diagonal(state, circuit, cotangent, n):
     if (2 ** n) * len(cols) <= _SIGN_BUDGET:
         signs = _sign_matrix(tuple(words[i] for i, _ in cols), n, rdtype, state.device)
         return state * (weights(cols) @ signs.T), {i for i, _ in cols}
-    a = n // 2
+    col_of = dict(cols)
     parts, done = [], set()
-    for lo, m in ((0, a), (a, n - a)):
-        sel = [(i, c) for i, c in cols if all(lo <= w < lo + m for w in words[i])]
-        if sel:
-            shifted = tuple(tuple(w - lo for w in words[i]) for i, _ in sel)
+    for _, m, keys, shifted in half_register_words(words, n):
+        if keys:
+            sel = [(i, col_of[i]) for i in keys]
             parts.append(weights(sel) @ _sign_matrix(shifted, m, rdtype, state.device).T)
-            done.update(i for i, _ in sel)
+            done.update(keys)
         else:
             parts.append(torch.zeros(state.shape[0], 2 ** m, dtype=rdtype, device=state.device))
     if len(done) < 2:
