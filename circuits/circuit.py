@@ -13,6 +13,7 @@ from ``theta`` back to the user's inputs and weights.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -20,7 +21,7 @@ import torch
 
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
-from qdiff.circuits.operation import Operation, ParamRef, is_concrete
+from qdiff.circuits.operation import OpBlock, Operation, ParamRef, is_concrete
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,9 +79,9 @@ class Circuit:
                 f"params={self.num_params}, measurements={list(self.measurements)})")
 
     @staticmethod
-    def from_recording(items, wires) -> "Recorded":
+    def from_recording(items, wires, measurements=None) -> "Recorded":
         """Turn recorded operations/measurements into a Circuit and its ``theta``."""
-        return _from_recording(items, wires)
+        return _from_recording(items, wires, measurements)
 
 
 @dataclass
@@ -95,11 +96,99 @@ class Recorded:
     extra: dict = field(default_factory=dict)
 
 
-def _from_recording(items, wires) -> Recorded:
+_STRUCT_CACHE: "OrderedDict" = OrderedDict()
+_STRUCT_CACHE_SIZE = 32
+
+
+def _param_sig(p):
+    if isinstance(p, torch.Tensor):
+        return (p.shape, p.dtype, p.requires_grad, p.device)
+    return p if isinstance(p, ParamRef) else ("c", float(p))
+
+
+def _measurement_sig(m: Measurement):
+    obs = m.obs
+    if obs is None:
+        return (m.kind, m.wires)
+    key = getattr(obs, "_key", None)
+    if key is not None:
+        return (m.kind, m.wires, key)
+    if obs.coeffs.requires_grad:
+        return None
+    return (m.kind, m.wires, "id", id(obs))
+
+
+def _signature(items, meas, labels):
+    """A hashable description of everything but the angle values, plus the angle sources in
+    column order; ``(None, None)`` when the call cannot be cached (state preparation, trainable
+    observable coefficients, unhashable labels)."""
+    parts, cols = [labels], []
+    for it in items:
+        if isinstance(it, OpBlock):
+            src = it.source
+            parts.append((it.structure, src.shape, src.dtype, src.requires_grad, src.device))
+            cols.append(it)
+        elif isinstance(it, Operation):
+            ps = it.params
+            if ps:
+                parts.append((it.gate, it.wires, tuple(_param_sig(p) for p in ps)))
+                cols.extend(p for p in ps if isinstance(p, torch.Tensor))
+            else:
+                parts.append((it.gate, it.wires))
+        else:
+            return None, None
+    for m in meas:
+        ms = _measurement_sig(m)
+        if ms is None:
+            return None, None
+        parts.append(ms)
+    sig = tuple(parts)
+    try:
+        hash(sig)
+    except TypeError:
+        return None, None
+    return sig, cols
+
+
+def _from_recording(items, wires, measurements=None) -> Recorded:
+    """``items``: recorded operations, blocks, state preparation and (unless ``measurements``
+    is given) measurements. A call whose structure (gates, wires, angle shapes, dtypes,
+    trainability, measurements) matches a recent one reuses its Circuit: only the angles are
+    gathered anew, and downstream caches keyed on the circuit object stay valid."""
+    if measurements is None:
+        meas_in = [i for i in items if isinstance(i, Measurement)]
+        items = [i for i in items if not isinstance(i, Measurement)]
+    else:
+        meas_in = list(measurements)
     labels = tuple(wires)
+    sig, cols = _signature(items, meas_in, labels)
+    entry = _STRUCT_CACHE.get(sig) if sig is not None else None
+    if entry is None:
+        rec = _build_recorded(items, meas_in, labels)
+        if sig is not None and rec.initial_state is None:
+            _STRUCT_CACHE[sig] = (rec.circuit, rec.batch_shape, rec.trainable, rec.theta.dtype,
+                                  rec.theta.device, meas_in)
+            if len(_STRUCT_CACHE) > _STRUCT_CACHE_SIZE:
+                _STRUCT_CACHE.popitem(last=False)
+        return rec
+    _STRUCT_CACHE.move_to_end(sig)
+    circuit, batch_shape, trainable, dtype, device, _ = entry
+    bsz = 1
+    for s in batch_shape:
+        bsz *= s
+    if cols:
+        theta = _assemble_theta(cols, batch_shape, bsz, dtype, device)
+    else:
+        theta = torch.zeros(bsz, 0, dtype=dtype, device=device)
+    _check_finite(theta, circuit.operations)
+    return Recorded(circuit, theta, batch_shape, trainable, None)
+
+
+def _build_recorded(items, meas_in, labels) -> Recorded:
     wmap = {w: i for i, w in enumerate(labels)}
     n = len(labels)
     ops, cols, meas, prep = [], [], [], None
+    ncol = 0
 
     def idx(ws, what):
         try:
@@ -109,36 +198,45 @@ def _from_recording(items, wires) -> Recorded:
                              f"{list(labels) if n <= 16 else f'0..{n - 1}'}") from None
 
     for it in items:
-        if isinstance(it, Operation):
+        if isinstance(it, OpBlock):
+            for op in it.structure.ops:
+                ops.append(Operation(op.gate, idx(op.wires, f"gate '{op.gate.pl_name or op.name}'"),
+                                     tuple(ParamRef(ncol + p.index) if isinstance(p, ParamRef)
+                                           else p for p in op.params)))
+            ncol += it.structure.num_angles
+            cols.append(it)
+        elif isinstance(it, Operation):
             params = []
             for p in it.params:
                 if isinstance(p, torch.Tensor):
-                    params.append(ParamRef(len(cols)))
+                    params.append(ParamRef(ncol))
                     cols.append(p)
+                    ncol += 1
                 else:
                     params.append(p)
             ops.append(Operation(it.gate, idx(it.wires, f"gate '{it.gate.pl_name or it.name}'"),
                                  tuple(params)))
-        elif isinstance(it, Measurement):
-            meas.append(it.map_wires(wmap))
         elif isinstance(it, StatePrep):
             if ops or prep is not None:
                 raise QdiffError("state preparation (AmplitudeEmbedding/StatePrep) must come "
                                  "first in the circuit")
             prep = it
+    meas = [m.map_wires(wmap) for m in meas_in]
     batch_shape: tuple = ()
     dtype = torch.float64
     device = None
     if cols:
+        shapes = {c.lead if isinstance(c, OpBlock) else c.shape for c in cols}
         try:
-            batch_shape = tuple(torch.broadcast_shapes(*{c.shape for c in cols}))
+            batch_shape = tuple(torch.broadcast_shapes(*shapes))
         except RuntimeError:
-            shapes = sorted({tuple(c.shape) for c in cols})
-            raise QdiffError(f"gate parameters have batch shapes that do not broadcast: {shapes}") from None
-        dtype = cols[0].dtype
-        for c in cols[1:]:
+            raise QdiffError(f"gate parameters have batch shapes that do not broadcast: "
+                             f"{sorted(tuple(s) for s in shapes)}") from None
+        tensors = [c.source if isinstance(c, OpBlock) else c for c in cols]
+        dtype = tensors[0].dtype
+        for c in tensors[1:]:
             dtype = torch.promote_types(dtype, c.dtype)
-        device = cols[0].device
+        device = tensors[0].device
     initial = None
     if prep is not None:
         initial = _initial_state(prep, idx(prep.wires, "state preparation"), n)
@@ -158,9 +256,14 @@ def _from_recording(items, wires) -> Recorded:
     else:
         theta = torch.zeros(bsz, 0, dtype=dtype, device=device)
     _check_finite(theta, ops)
-    trainable = tuple(bool(c.requires_grad) for c in cols)
-    circuit = Circuit(n, tuple(ops), tuple(meas), len(cols), labels)
-    return Recorded(circuit, theta, batch_shape, trainable, initial)
+    trainable = []
+    for c in cols:
+        if isinstance(c, OpBlock):
+            trainable.extend([bool(c.source.requires_grad)] * c.structure.num_angles)
+        else:
+            trainable.append(bool(c.requires_grad))
+    circuit = Circuit(n, tuple(ops), tuple(meas), ncol, labels)
+    return Recorded(circuit, theta, batch_shape, tuple(trainable), initial)
 
 
 class _Bases:
@@ -213,19 +316,32 @@ def _selects_from(c: torch.Tensor, base_node) -> bool:
 
 
 def _assemble_theta(cols, batch_shape, bsz: int, dtype, device) -> torch.Tensor:
-    """``theta`` ``(B, P)`` from the recorded angle tensors. Angles that index one weight tensor
-    (a template's ``w[..., l, i, k]``) are gathered from it in ONE op, so the backward is one
-    scatter instead of a select/expand chain per angle (hundreds of autograd nodes per layer)."""
+    """``theta`` ``(B, P)`` from the recorded angle sources in column order: tensors (one
+    column each) and :class:`OpBlock` s (one gather for all their angles). Angles that index one
+    weight tensor (a template's ``w[..., l, i, k]``) are gathered from it in ONE op, so the
+    backward is one scatter instead of a select/expand chain per angle (hundreds of autograd
+    nodes per layer)."""
     groups: dict = {}
     singles = []
     bases = _Bases()
+    blocks, order = [], []
+    pos = 0
+    starts = []
+    for c in cols:
+        starts.append(pos)
+        pos += c.structure.num_angles if isinstance(c, OpBlock) else 1
     for j, c in enumerate(cols):
+        if isinstance(c, OpBlock):
+            m = c.structure.num_angles
+            a = c.angles().to(dtype=dtype, device=device)
+            blocks.append(a.expand(*batch_shape, m).reshape(bsz, m))
+            order.extend(range(starts[j], starts[j] + m))
+            continue
         v = _view_of(c, bases)
         if v is None:
             singles.append(j)
         else:
             groups.setdefault((id(v[0]), v[1]), (v[0], v[1], []))[2].append((j, v[2]))
-    blocks, order = [], []
     for base, d, members in groups.values():
         if len(members) < 2:
             singles.extend(j for j, _ in members)
@@ -234,11 +350,11 @@ def _assemble_theta(cols, batch_shape, bsz: int, dtype, device) -> torch.Tensor:
         blk = base.reshape(*base.shape[:d], -1).index_select(d, idx)
         blocks.append(blk.to(dtype=dtype, device=device).expand(*batch_shape, len(members))
                       .reshape(bsz, len(members)))
-        order.extend(j for j, _ in members)
+        order.extend(starts[j] for j, _ in members)
     if singles:
         blocks.append(torch.stack([cols[j].to(dtype=dtype, device=device).expand(batch_shape)
                                    for j in singles], dim=-1).reshape(bsz, len(singles)))
-        order.extend(singles)
+        order.extend(starts[j] for j in singles)
     theta = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=1)
     if order != sorted(order):
         theta = theta.index_select(1, torch.argsort(torch.tensor(order, device=theta.device)))

@@ -109,11 +109,18 @@ class Observable:
             self._merge()
 
     # -- construction helpers --------------------------------------------------------------
+    _key = None  # a content key of observables built by ``pauli`` (lets a qnode reuse its circuit)
+
     @classmethod
     def pauli(cls, letter: str, wire) -> "Observable":
-        if letter == "I":
-            return cls([1.0], [()])
-        return cls([1.0], [(Factor((wire,), letter),)])
+        obs = cls.__new__(cls)  # one term, coefficient 1: nothing to check or merge
+        obs.coeffs = torch.ones(1, dtype=torch.float64)
+        obs.terms = ((),) if letter == "I" else ((Factor((wire,), letter),),)
+        try:
+            obs._key = ("pauli", letter, wire, hash(wire))
+        except TypeError:  # an unhashable wire label
+            pass
+        return obs
 
     def _merge(self):
         index: dict = {}

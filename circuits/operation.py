@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -152,3 +153,48 @@ class Operation:
                        else f"tensor{tuple(p.shape)}" for p in self.params)
         label = self.gate.pl_name or self.gate.name
         return f"{label}({ps + ', ' if ps else ''}wires={list(self.wires)})"
+
+
+@dataclass(frozen=True, eq=False)
+class BlockStructure:
+    """The gate structure of a template call, cached per signature (template, tail shape,
+    wires, options): ``ops`` on wire labels whose angles are ``ParamRef(j)``, angle ``j`` being
+    entry ``index[j]`` of the source's flattened trailing ``tail`` dims (``None``: entries
+    ``0..m-1`` in order)."""
+
+    ops: tuple
+    tail: tuple
+    num_angles: int
+    index: Optional[torch.Tensor] = None
+
+
+@dataclass(frozen=True, eq=False)
+class OpBlock:
+    """A template's operations recorded as ONE item: every angle is an entry of ``source``
+    ``(*lead, *structure.tail)``, the leading dims being batch dims. A qnode gathers all of a
+    block's angles in one tensor op and reuses its recorded circuit while the structure stays
+    the same; :meth:`operations` gives the ordinary operations (tensor angles) on demand."""
+
+    structure: BlockStructure
+    source: torch.Tensor
+
+    @property
+    def lead(self) -> tuple:
+        return tuple(self.source.shape[:self.source.ndim - len(self.structure.tail)])
+
+    def angles(self) -> torch.Tensor:
+        """``(*lead, m)``: the block's angles in ``ParamRef`` order."""
+        flat = self.source.reshape(*self.lead, -1)
+        idx = self.structure.index
+        if idx is None:
+            m = self.structure.num_angles
+            return flat if flat.shape[-1] == m else flat[..., :m]
+        return flat.index_select(-1, idx.to(flat.device))
+
+    def operations(self) -> list:
+        flat = self.source.reshape(*self.lead, -1)
+        idx = self.structure.index
+        pos = (lambda j: j) if idx is None else (lambda j: int(idx[j]))
+        return [Operation(op.gate, op.wires, tuple(flat[..., pos(p.index)] if isinstance(p, ParamRef)
+                                                   else p for p in op.params))
+                for op in self.structure.ops]

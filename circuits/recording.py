@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 
-from qdiff.circuits.operation import Operation
+from qdiff.circuits.operation import Operation, OpBlock
 
 _LOCAL = threading.local()
 
@@ -25,19 +25,31 @@ def _stack() -> list:
 
 
 class Recorder:
-    """Collects operations and measurements in call order."""
+    """Collects operations and measurements in call order. Templates may record an
+    :class:`~qdiff.circuits.operation.OpBlock` (many operations as one item): ``raw`` keeps it
+    as recorded (a qnode reads that), ``items`` and ``operations`` expand it."""
 
     def __init__(self):
-        self.items: list = []
+        self.raw: list = []
 
     def append(self, item):
-        self.items.append(item)
+        self.raw.append(item)
 
     def remove(self, item) -> None:
-        for i in range(len(self.items) - 1, -1, -1):
-            if self.items[i] is item:
-                del self.items[i]
+        for i in range(len(self.raw) - 1, -1, -1):
+            if self.raw[i] is item:
+                del self.raw[i]
                 return
+
+    @property
+    def items(self) -> list:
+        out = []
+        for i in self.raw:
+            if isinstance(i, OpBlock):
+                out.extend(i.operations())
+            else:
+                out.append(i)
+        return out
 
     @property
     def operations(self) -> list:

@@ -21,7 +21,7 @@ from qdiff.circuits import recording
 from qdiff.circuits.circuit import StatePrep as _StatePrepItem
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import as_observable
-from qdiff.circuits.operation import Operation, normalize_wires
+from qdiff.circuits.operation import BlockStructure, OpBlock, Operation, ParamRef, normalize_wires
 
 
 def _tensor(x) -> torch.Tensor:
@@ -54,16 +54,36 @@ def _emit(gate, wires: tuple, params: tuple = ()) -> None:
 
 
 class Template(abc.ABC):
-    """Base: subclasses implement ``_build`` (gate calls); ``__init__`` records them."""
+    """Base: subclasses implement ``_build`` (gate calls); ``__init__`` records them.
+
+    A subclass may also implement ``_block`` returning an :class:`OpBlock` (all its angles drawn
+    from one tensor, structure cached per signature) or ``None`` for the general path: a qnode
+    then records the template as one item, and ``.operations`` expands it on demand."""
 
     def __init__(self, *args, **kwargs):
+        block = self._block(*args, **kwargs)
+        if block is not None:
+            parent = recording.active()
+            if parent is not None:
+                parent.append(block)
+            self._block_item, self._items = block, None
+            return
         with recording.record() as rec:
             self._build(*args, **kwargs)
         parent = recording.active()
         if parent is not None:
-            for item in rec.items:
+            for item in rec.raw:
                 parent.append(item)
-        self.items = list(rec.items)
+        self._block_item, self._items = None, rec.items
+
+    def _block(self, *args, **kwargs) -> Optional[OpBlock]:
+        return None
+
+    @property
+    def items(self) -> list:
+        if self._items is None:
+            self._items = self._block_item.operations()
+        return self._items
 
     @property
     def operations(self) -> list:
@@ -77,10 +97,26 @@ class Template(abc.ABC):
         return f"{type(self).__name__}({len(self.items)} operations)"
 
 
+_STRUCTURES: dict = {}  # signature -> BlockStructure (templates are few; signatures are small)
+
+
+def _structure(key: tuple, build) -> BlockStructure:
+    try:
+        st = _STRUCTURES.get(key)
+    except TypeError:  # unhashable wire labels: no cache
+        return build()
+    if st is None:
+        if len(_STRUCTURES) > 4096:
+            _STRUCTURES.clear()
+        st = _STRUCTURES[key] = build()
+    return st
+
+
 class AngleEmbedding(Template):
     """Features ``(..., N)`` as rotation angles on the first N wires (``rotation`` X, Y or Z)."""
 
-    def _build(self, features, wires, rotation="X"):
+    @staticmethod
+    def _checked(features, wires, rotation):
         wires = normalize_wires(wires)
         f = _tensor(features)
         if f.ndim == 0 or f.shape[-1] > len(wires):
@@ -91,6 +127,19 @@ class AngleEmbedding(Template):
             raise QdiffError(f"AngleEmbedding: rotation must be 'X', 'Y' or 'Z'; got {rotation!r}")
         _real_angles("AngleEmbedding", f)
         _distinct("AngleEmbedding", wires)
+        return f, wires, gate
+
+    def _block(self, features, wires, rotation="X"):
+        f, wires, gate = self._checked(features, wires, rotation)
+        m = f.shape[-1]
+
+        def build():
+            ops = tuple(Operation(gate, (wires[i],), (ParamRef(i),)) for i in range(m))
+            return BlockStructure(ops, (m,), m)
+        return OpBlock(_structure(("AngleEmbedding", gate, m, wires), build), f)
+
+    def _build(self, features, wires, rotation="X"):
+        f, wires, gate = self._checked(features, wires, rotation)
         for i in range(f.shape[-1]):
             _emit(gate, (wires[i],), (f[..., i],))
 
@@ -156,7 +205,8 @@ class StronglyEntanglingLayers(Template):
     def shape(n_layers: int, n_wires: int) -> tuple:
         return (n_layers, n_wires, 3)
 
-    def _build(self, weights, wires, ranges: Optional[Sequence[int]] = None, imprimitive=None):
+    @staticmethod
+    def _checked(weights, wires, ranges):
         w = _tensor(weights)
         wires = normalize_wires(wires)
         n = len(wires)
@@ -171,6 +221,33 @@ class StronglyEntanglingLayers(Template):
             raise QdiffError(f"StronglyEntanglingLayers: {len(ranges)} ranges for {layers} layers")
         _real_angles("StronglyEntanglingLayers", w)
         _distinct("StronglyEntanglingLayers", wires)
+        return w, wires, tuple(int(r) for r in ranges)
+
+    def _block(self, weights, wires, ranges: Optional[Sequence[int]] = None, imprimitive=None):
+        if imprimitive is not None:
+            return None
+        w, wires, ranges = self._checked(weights, wires, ranges)
+        n, layers = len(wires), w.shape[-3]
+        if n > 1 and any(r % n == 0 for r in ranges):
+            return None  # a degenerate range: the checked path reports it
+
+        def build():
+            rot, cx = G.GATES["rot"], G.GATES["cx"]
+            ops = []
+            for layer in range(layers):
+                for i in range(n):
+                    j = 3 * (layer * n + i)
+                    ops.append(Operation(rot, (wires[i],), (ParamRef(j), ParamRef(j + 1),
+                                                           ParamRef(j + 2))))
+                if n > 1:
+                    ops.extend(Operation(cx, (wires[i], wires[(i + ranges[layer]) % n]))
+                               for i in range(n))
+            return BlockStructure(tuple(ops), (layers, n, 3), 3 * layers * n)
+        return OpBlock(_structure(("StronglyEntanglingLayers", layers, wires, ranges), build), w)
+
+    def _build(self, weights, wires, ranges: Optional[Sequence[int]] = None, imprimitive=None):
+        w, wires, ranges = self._checked(weights, wires, ranges)
+        n, layers = len(wires), w.shape[-3]
         rot = G.GATES["rot"]
         cx = G.GATES["cx"] if imprimitive is None else None
         for layer in range(layers):

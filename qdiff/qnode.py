@@ -56,13 +56,9 @@ class QNode:
         """Record one call: ``(Recorded, returned measurement structure)``."""
         with recording.record() as rec:
             result = self.func(*args, **kwargs)
-        items = [i for i in rec.items if not isinstance(i, Measurement)]
+        items = [i for i in rec.raw if not isinstance(i, Measurement)]
         flat = _flatten_measurements(result)
-        recorded = Circuit.from_recording(items, self.device.wires)
-        wmap = {w: i for i, w in enumerate(self.device.wires)}
-        meas = tuple(m.map_wires(wmap) for m in flat)
-        recorded.circuit = recorded.circuit.with_measurements(meas)
-        return recorded, result
+        return Circuit.from_recording(items, self.device.wires, flat), result
 
     @torch.compiler.disable
     def __call__(self, *args, **kwargs):
