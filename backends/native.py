@@ -31,9 +31,11 @@ from pathlib import Path
 
 import torch
 
+from qdiff.circuits.operation import ParamRef
+
 log = logging.getLogger(__name__)
 
-REC = 11
+REC = 17
 MAXK = 6
 DENSE, DIAG, FLIP, SWAP = 0, 1, 2, 3
 _SOURCE = Path(__file__).with_name("qdsim.c")
@@ -95,11 +97,12 @@ def library():
             return None
         lib = ctypes.CDLL(str(out))
         i64, p = ctypes.c_int64, ctypes.c_void_p
-        lib.qd_run.argtypes = [p, i64, ctypes.c_int, i64, p, p, ctypes.c_int, ctypes.c_int]
+        lib.qd_run.argtypes = [p, i64, ctypes.c_int, i64, p, p, p, i64, i64, ctypes.c_int,
+                               ctypes.c_int]
         lib.qd_abs2.argtypes = [p, p, i64]
-        lib.qd_adjoint.argtypes = [p, p, i64, ctypes.c_int, i64, p, p, i64, p, p, p,
-                                   ctypes.c_int]
-        if lib.qd_abi_version() != 2:
+        lib.qd_adjoint.argtypes = [p, p, i64, ctypes.c_int, i64, p, p, i64, p, p, p, p, i64, p,
+                                   i64, p, i64, ctypes.c_int]
+        if lib.qd_abi_version() != 3:
             return None
         _lib = lib
     except (OSError, subprocess.SubprocessError, StopIteration) as exc:
@@ -162,7 +165,7 @@ class Program:
         if count not in (1, self.batch):
             raise Unsupported(f"data for {count} bindings, batch {self.batch}")
         rec = [kind, k, *bits, *([0] * (MAXK - k)), cmask, self.size,
-               per_item if count > 1 else 0]
+               per_item if count > 1 else 0, 0, 0, -1, -1, -1, 0]
         self.recs.append(rec)
         self.chunks.append(flat)
         self.size += flat.numel()
@@ -249,7 +252,7 @@ def run(state: torch.Tensor, prog: Program, dagger: bool = False) -> torch.Tenso
     """Apply the program (or its inverse) to ``state`` ``(B, 2**n)`` in place."""
     recs, data = prog.buffers()
     rc = library().qd_run(_ptr(state), state.shape[0], prog.n, recs.shape[0], _ptr(recs),
-                          _ptr(data), int(dagger), _threads())
+                          _ptr(data), None, 0, 0, int(dagger), _threads())
     if rc != 0:
         raise MemoryError("native kernels could not allocate their gate table")
     return state
@@ -272,8 +275,16 @@ def abs2(state: torch.Tensor) -> torch.Tensor:
 def evolve(state, operations, theta, n, rdtype, fuse: bool = True):
     """Native twin of :func:`qdiff.backends.simulate.evolve` (in place); raises
     :class:`Unsupported` before touching ``state`` if a gate cannot be encoded. ``fuse``
-    allows multiplying runs of one-qubit gates on a wire into one 2x2 (large states only)."""
+    allows multiplying runs of one-qubit gates on a wire into one 2x2 (large states only).
+
+    Circuits whose parameterised gates all have native formulas (:func:`coded_plan`) run
+    from ``theta`` directly: no gate data is computed in torch at all."""
     from qdiff.backends.gate_data import angles_and_data, fused_schedule
+    if not (fuse and n >= 16):  # large states: fusing one-qubit runs saves whole passes
+        plan = coded_plan(operations, n)
+        if plan is not None:
+            _TLS.program = None
+            return run_plan(state, plan, theta)
     _, data = angles_and_data(operations, theta, rdtype, state.dtype)
     prog = Program(state.shape[0], n)
     # fusing runs of one-qubit gates costs a small torch matmul per gate: worth it only when
@@ -312,7 +323,167 @@ def adjoint_sweep(ops, data, slot_data, psi, lam, n):
     gate_recs = recs[:nops].contiguous()
     rc = library().qd_adjoint(_ptr(psi), _ptr(lam), b, n, nops, _ptr(gate_recs), _ptr(buf),
                               len(slot_data), _ptr(slot_recs), _ptr(slot_op), _ptr(grads),
-                              _threads())
+                              None, 0, None, 0, None, 0, _threads())
     if rc != 0:
         raise MemoryError("native kernels could not allocate their gate table")
     return grads
+
+
+# ------------------------------------------------------------------------------------------
+# coded programs: the kernels evaluate the parameterised gates from theta
+
+
+C_RX, C_RY, C_RZ, C_PHASE, C_ROT, C_RXX, C_RYY, C_RZZ, C_SEXC, C_MRZ, C_DEXC = range(1, 12)
+
+
+@functools.lru_cache(maxsize=None)
+def _code_table() -> dict:
+    """Built-in gate object -> ``(code, kind)`` (the kernels' formulas, ``gate_eval`` in
+    qdsim.c; the tests compare each with the gate's torch matrix and derivative)."""
+    from qdiff.circuits.gates import BUILTIN_GATES as G
+    return {G["rx"]: (C_RX, DENSE), G["ry"]: (C_RY, DENSE), G["rz"]: (C_RZ, DIAG),
+            G["p"]: (C_PHASE, DIAG), G["u1"]: (C_PHASE, DIAG), G["rot"]: (C_ROT, DENSE),
+            G["rxx"]: (C_RXX, DENSE), G["ryy"]: (C_RYY, DENSE), G["rzz"]: (C_RZZ, DIAG),
+            G["single_excitation"]: (C_SEXC, DENSE), G["double_excitation"]: (C_DEXC, DENSE)}
+
+
+def _code_of(gate):
+    """``(code, kind, number of control wires)`` or ``None``."""
+    table = _code_table()
+    hit = table.get(gate)
+    if hit is not None:
+        return hit + (0,)
+    if gate.controls == 1 and gate.target in table and gate.target.num_params == gate.num_params:
+        return table[gate.target] + (1,)
+    if getattr(gate, "hyper", None) and gate.name == "multirz" and gate.num_params == 1 and \
+            gate.pl_name == "MultiRZ" and gate.num_wires <= MAXK:
+        return C_MRZ, DIAG, 0
+    return None
+
+
+class CodedPlan:
+    """A circuit encoded once: constant gates with their data, parameterised gates as codes
+    with their theta columns. Runs need only ``theta``."""
+
+    def __init__(self, ops, n: int):
+        self.ops, self.n = ops, n
+        prog = Program(1, n)
+        self.columns = []  # per op: the theta column of each angle (-1: constant)
+        for op in ops:
+            bits = [n - 1 - w for w in op.wires]
+            if not op.params:
+                prog.add_gate(op.gate, bits)
+                self.columns.append(())
+                continue
+            code = _code_of(op.gate)
+            if code is None or len(op.params) > 3:
+                raise Unsupported(f"no native formula for '{op.name}'")
+            code, kind, nctrl = code
+            cmask = 0
+            for b in bits[:nctrl]:
+                cmask |= 1 << b
+            vals, cols = [], []
+            for p in op.params:
+                if isinstance(p, ParamRef):
+                    vals.append(complex(p.scale, p.offset))
+                    cols.append(p.index)
+                elif isinstance(p, torch.Tensor):
+                    raise Unsupported("tensor angle in a circuit")
+                else:
+                    vals.append(complex(0.0, float(p)))
+                    cols.append(-1)
+            prog.add(kind, bits[nctrl:], cmask, torch.tensor(vals, dtype=torch.complex128),
+                     len(vals))
+            rec = prog.recs[-1]
+            rec[11], rec[12] = code, len(vals)
+            rec[13:13 + len(cols)] = cols
+            self.columns.append(tuple(cols))
+        self.recs, self.data = prog.buffers()
+        self._adjoint: dict = {}
+
+    def adjoint_records(self, trainable) -> tuple:
+        """Records with each gate's trainable-angle mask, and the first gate that has one."""
+        key = tuple(trainable)
+        hit = self._adjoint.get(key)
+        if hit is None:
+            recs = self.recs.clone()
+            lo = len(self.columns)
+            for i, cols in enumerate(self.columns):
+                mask = sum(1 << j for j, c in enumerate(cols) if c >= 0 and key[c])
+                recs[i, 16] = mask
+                if mask and lo == len(self.columns):
+                    lo = i
+            hit = self._adjoint[key] = (recs, lo)
+            if len(self._adjoint) > 16:
+                self._adjoint.pop(next(iter(self._adjoint)))
+        return hit
+
+
+_PLANS: dict = {}
+
+
+def coded_plan(ops, n: int):
+    """The :class:`CodedPlan` of ``ops`` (a circuit's operations tuple; cached per object), or
+    ``None`` when a gate has no native formula."""
+    if library() is None:
+        return None
+    hit = _PLANS.get(id(ops))
+    if hit is not None and hit[0] is ops and hit[1] == n:
+        return hit[2]
+    try:
+        plan = CodedPlan(ops, n)
+    except Unsupported:
+        plan = None
+    if len(_PLANS) >= 64:
+        _PLANS.clear()
+    _PLANS[id(ops)] = (ops, n, plan)
+    return plan
+
+
+def _theta_arg(theta: torch.Tensor, batch: int) -> tuple:
+    th = theta.detach()
+    if th.dtype != torch.float64:
+        th = th.to(torch.float64)
+    th = th.contiguous()
+    if th.shape[0] not in (1, batch):
+        raise Unsupported(f"theta has {th.shape[0]} rows for {batch} states")
+    return th, (0 if th.shape[0] == 1 else th.shape[1])
+
+
+def run_plan(state: torch.Tensor, plan: CodedPlan, theta: torch.Tensor,
+             dagger: bool = False) -> torch.Tensor:
+    """Apply the coded circuit (or its inverse) to ``state`` in place."""
+    th, tstride = _theta_arg(theta, state.shape[0])
+    rc = library().qd_run(_ptr(state), state.shape[0], plan.n, plan.recs.shape[0],
+                          _ptr(plan.recs), _ptr(plan.data), _ptr(th), tstride, th.shape[1],
+                          int(dagger), _threads())
+    if rc != 0:
+        raise MemoryError("native kernels could not allocate their gate table")
+    return state
+
+
+def plan_adjoint(plan: CodedPlan, psi, lam, theta, trainable, restore: bool = False,
+                 shared=None):
+    """The adjoint sweep of a coded circuit: ``(B, P)`` gradients with respect to theta's
+    columns (zero for columns not ``trainable``), ``2 Re <lam_i| dU_i/dtheta |psi_{i-1}>``
+    summed over every use of a column, in one native call. ``psi`` and ``lam`` are overwritten;
+    with ``restore`` the sweep runs down to the first gate, leaving ``psi`` the input state.
+
+    ``shared`` (optional, per column): True where the column is one value broadcast over the
+    batch by construction (a weight), so that only its gradient's sum over the rows matters;
+    the kernels may then return partial sums in some rows and zeros in others."""
+    b = psi.shape[0]
+    th, tstride = _theta_arg(theta, b)
+    recs, lo = plan.adjoint_records(trainable)
+    p = theta.shape[1]
+    grad = torch.zeros(b, p, dtype=torch.float64)
+    sh = None
+    if shared is not None and any(shared):
+        sh = torch.tensor([bool(x) for x in shared], dtype=torch.int64)
+    rc = library().qd_adjoint(_ptr(psi), _ptr(lam), b, plan.n, recs.shape[0], _ptr(recs),
+                              _ptr(plan.data), 0, None, None, None, _ptr(th), tstride,
+                              _ptr(grad), p, None if sh is None else _ptr(sh),
+                              0 if restore else lo, _threads())
+    if rc != 0:
+        raise MemoryError("native kernels could not allocate their gate table")
+    return grad

@@ -13,6 +13,14 @@
  *   [8] control mask: bits that must be 1 for the gate to act
  *   [9] offset of the gate's data in the data buffer (complex numbers)
  *   [10] batch stride of the data (complex numbers; 0 when all bindings share it)
+ *   [11] gate code: 0 for data given in the buffer; otherwise a parametric gate whose matrix
+ *        (kind [0]) the kernels evaluate from the angles themselves (see gate_eval)
+ *   [12] number of angles of a coded gate (1..3)
+ *   [13..16) theta column of each angle (-1: a constant angle)
+ *   [16] bit mask of the angles whose gradient the adjoint sweep computes
+ * A coded gate's data is one complex number per angle, (scale, offset): angle =
+ * scale * theta[b, column] + offset. Its matrix and derivatives are evaluated once per binding
+ * and kept while the angles stay the same (a weight shared by the batch: once per call).
  *
  * Every kernel walks groups of 2^k amplitudes that differ only in the target bits; the loop
  * over the lowest free bits is innermost and contiguous, so the compiler vectorises it.
@@ -22,14 +30,22 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#define THREAD_ID omp_get_thread_num()
+#else
+#define THREAD_ID 0
+#endif
 
 typedef int64_t i64;
 
-#define REC 11
+#define REC 17
 #define MAXK 6
 #define CHUNK_BITS 12
 
 enum { K_DENSE = 0, K_DIAG = 1, K_FLIP = 2, K_SWAP = 3 };
+enum { C_NONE = 0, C_RX, C_RY, C_RZ, C_PHASE, C_ROT, C_RXX, C_RYY, C_RZZ, C_SEXC, C_MRZ, C_DEXC };
 
 typedef struct {
     int kind, k, nspecial;
@@ -38,6 +54,12 @@ typedef struct {
     int special[MAXK + 64]; /* sorted bit positions of targets and controls */
     const double *data;
     i64 stride;
+    int code, np, tmask_p;  /* coded gates: code, number of angles, trainable-angle mask */
+    i64 col[3];
+    double scale[3], shift[3];
+    i64 usize;              /* doubles of one matrix (or diagonal) of this gate */
+    int uniform;            /* the same matrix for every binding of the call */
+    int gshared;            /* uniform, and its trainable angles' columns are batch-shared */
 } gate_t;
 
 static void decode(const i64 *r, const double *data, gate_t *g) {
@@ -58,6 +80,116 @@ static void decode(const i64 *r, const double *data, gate_t *g) {
     g->nspecial = 0;
     for (int p = 0; p < 63; p++)
         if ((all >> p) & 1) g->special[g->nspecial++] = p;
+    g->code = (int)r[11];
+    g->np = g->code ? (int)r[12] : 0;
+    g->tmask_p = (int)r[16];
+    for (int j = 0; j < g->np; j++) {
+        g->col[j] = r[13 + j];
+        g->scale[j] = g->data[2 * j];
+        g->shift[j] = g->data[2 * j + 1];
+    }
+    i64 d = (i64)1 << g->k;
+    g->usize = 2 * (g->kind == K_DIAG ? d : d * d);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* coded gates: matrices and derivatives from the angles                                      */
+
+#define SET(u, e, re, im) do { (u)[2 * (e)] = (re); (u)[2 * (e) + 1] = (im); } while (0)
+
+/* U(a) of a coded gate into u (g->usize doubles). */
+static void gate_eval(const gate_t *g, const double *a, double *u) {
+    memset(u, 0, sizeof(double) * g->usize);
+    double c = cos(0.5 * a[0]), s = sin(0.5 * a[0]);
+    switch (g->code) {
+    case C_RX: SET(u, 0, c, 0); SET(u, 1, 0, -s); SET(u, 2, 0, -s); SET(u, 3, c, 0); break;
+    case C_RY: SET(u, 0, c, 0); SET(u, 1, -s, 0); SET(u, 2, s, 0); SET(u, 3, c, 0); break;
+    case C_RZ: SET(u, 0, c, -s); SET(u, 1, c, s); break;
+    case C_PHASE: SET(u, 0, 1, 0); SET(u, 1, cos(a[0]), sin(a[0])); break;
+    case C_ROT: {  /* RZ(omega) RY(theta) RZ(phi), angles (phi, theta, omega) */
+        double ct = cos(0.5 * a[1]), st = sin(0.5 * a[1]);
+        double ap = -0.5 * (a[0] + a[2]), bp = 0.5 * (a[0] - a[2]);
+        double ar = cos(ap), ai = sin(ap), br = cos(bp), bi = sin(bp);
+        SET(u, 0, ar * ct, ai * ct); SET(u, 1, -br * st, -bi * st);
+        SET(u, 2, br * st, -bi * st); SET(u, 3, ar * ct, -ai * ct);
+        break;
+    }
+    case C_RXX:
+        SET(u, 0, c, 0); SET(u, 5, c, 0); SET(u, 10, c, 0); SET(u, 15, c, 0);
+        SET(u, 3, 0, -s); SET(u, 6, 0, -s); SET(u, 9, 0, -s); SET(u, 12, 0, -s);
+        break;
+    case C_RYY:
+        SET(u, 0, c, 0); SET(u, 5, c, 0); SET(u, 10, c, 0); SET(u, 15, c, 0);
+        SET(u, 3, 0, s); SET(u, 6, 0, -s); SET(u, 9, 0, -s); SET(u, 12, 0, s);
+        break;
+    case C_RZZ: SET(u, 0, c, -s); SET(u, 1, c, s); SET(u, 2, c, s); SET(u, 3, c, -s); break;
+    case C_SEXC:
+        SET(u, 0, 1, 0); SET(u, 5, c, 0); SET(u, 6, -s, 0); SET(u, 9, s, 0); SET(u, 10, c, 0);
+        SET(u, 15, 1, 0);
+        break;
+    case C_MRZ: {
+        i64 d = (i64)1 << g->k;
+        for (i64 m = 0; m < d; m++) {
+            if (__builtin_popcountll((unsigned long long)m) & 1) SET(u, m, c, s);
+            else SET(u, m, c, -s);
+        }
+        break;
+    }
+    case C_DEXC:
+        for (int m = 0; m < 16; m++) SET(u, 17 * m, 1, 0);
+        SET(u, 3 * 16 + 3, c, 0); SET(u, 12 * 16 + 12, c, 0);
+        SET(u, 3 * 16 + 12, -s, 0); SET(u, 12 * 16 + 3, s, 0);
+        break;
+    }
+}
+
+/* dU/da_j. Products of Pauli rotations exp(-i a P / 2): dU/da_j = U(a_j + pi) / 2. */
+static void gate_deriv(const gate_t *g, const double *a, int j, double *du) {
+    double c = cos(0.5 * a[0]), s = sin(0.5 * a[0]);
+    switch (g->code) {
+    case C_PHASE:
+        memset(du, 0, sizeof(double) * g->usize);
+        SET(du, 1, -sin(a[0]), cos(a[0]));
+        return;
+    case C_SEXC:
+        memset(du, 0, sizeof(double) * g->usize);
+        SET(du, 5, -0.5 * s, 0); SET(du, 6, -0.5 * c, 0); SET(du, 9, 0.5 * c, 0);
+        SET(du, 10, -0.5 * s, 0);
+        return;
+    case C_DEXC:
+        memset(du, 0, sizeof(double) * g->usize);
+        SET(du, 3 * 16 + 3, -0.5 * s, 0); SET(du, 12 * 16 + 12, -0.5 * s, 0);
+        SET(du, 3 * 16 + 12, -0.5 * c, 0); SET(du, 12 * 16 + 3, 0.5 * c, 0);
+        return;
+    default: {
+        double b[3] = {a[0], g->np > 1 ? a[1] : 0, g->np > 2 ? a[2] : 0};
+        b[j] += 3.14159265358979323846;
+        gate_eval(g, b, du);
+        for (i64 e = 0; e < g->usize; e++) du[e] *= 0.5;
+    }
+    }
+}
+
+/* Workspace of one coded gate for one thread: [angles (3), state (1), U, dU_0 .. dU_{np-1}].
+ * state: 0 empty, 1 U valid, 2 U and the derivatives valid, for the stored angles. */
+static i64 ws_size(const gate_t *g) { return g->code ? 4 + g->usize * (1 + g->np) : 0; }
+
+static const double *coded_data(const gate_t *g, double *w, const double *theta, i64 tstride,
+                                i64 b, int deriv) {
+    double a[3] = {0, 0, 0};
+    for (int j = 0; j < g->np; j++)
+        a[j] = (g->col[j] >= 0 ? g->scale[j] * theta[b * tstride + g->col[j]] : 0.0) + g->shift[j];
+    int same = 1;
+    for (int j = 0; j < g->np; j++) same &= (a[j] == w[j]);
+    int have = same ? (int)w[3] : 0;
+    if (have < 1) gate_eval(g, a, w + 4);
+    if (deriv && have < 2)
+        for (int j = 0; j < g->np; j++) gate_deriv(g, a, j, w + 4 + g->usize * (1 + j));
+    if (have < 1 + deriv) {
+        for (int j = 0; j < g->np; j++) w[j] = a[j];
+        w[3] = 1 + deriv;
+    }
+    return w + 4;
 }
 
 /* Group base for free index j: insert zeros at the special bits, then set the controls. */
@@ -395,22 +527,126 @@ static int fits_chunk(const gate_t *g, int cb) {
 
 static const double *data_of(const gate_t *g, i64 b) { return g->data + 2 * g->stride * b; }
 
+/* Per-call context: the decoded gates, and for coded gates the angles and a per-thread
+ * workspace (ws_off[i]: offset of gate i's workspace, wsize doubles per thread). */
+typedef struct {
+    gate_t *gates;
+    const double *theta;
+    i64 tstride, wsize, *ws_off;
+    double *ws;
+} ctx_t;
+
+/* shared_cols (P entries, may be NULL): 1 where a theta column is one value broadcast over
+ * the batch by construction, so that only the sum of its gradient over the bindings matters. */
+static int ctx_init(ctx_t *c, i64 nops, const i64 *recs, const double *data, i64 nextra,
+                    const double *theta, i64 tstride, i64 B, i64 P, const i64 *shared_cols,
+                    int nthreads) {
+    c->gates = (gate_t *)malloc((size_t)(nops + nextra + 1) * sizeof(gate_t));
+    c->ws_off = (i64 *)malloc((size_t)(nops + 1) * sizeof(i64));
+    c->theta = theta;
+    c->tstride = tstride;
+    c->ws = 0;
+    if (!c->gates || !c->ws_off) return -1;
+    /* columns whose value is the same in every row: their gates apply to many states at once */
+    char *ucol = (char *)malloc((size_t)(P + 1));
+    if (!ucol) return -1;
+    for (i64 k = 0; k < P; k++) {
+        int same = 1;
+        if (tstride)
+            for (i64 b = 1; b < B && same; b++) same = theta[b * tstride + k] == theta[k];
+        ucol[k] = (char)same;
+    }
+    c->wsize = 0;
+    for (i64 i = 0; i < nops; i++) {
+        gate_t *g = &c->gates[i];
+        decode(recs + REC * i, data, g);
+        c->ws_off[i] = c->wsize;
+        c->wsize += ws_size(g);
+        g->uniform = g->code ? 1 : g->stride == 0;
+        g->gshared = g->code ? 1 : 0;
+        for (int j = 0; j < g->np; j++) {
+            if (g->col[j] < 0) continue;
+            g->uniform &= ucol[g->col[j]];
+            if ((g->tmask_p >> j) & 1) g->gshared &= shared_cols ? (int)(shared_cols[g->col[j]] != 0) : 0;
+        }
+        g->gshared &= g->uniform;
+    }
+    free(ucol);
+    if (c->wsize) {
+        c->ws = (double *)calloc((size_t)c->wsize * (nthreads > 1 ? nthreads : 1), sizeof(double));
+        if (!c->ws) return -1;
+    }
+    return 0;
+}
+
+static void ctx_free(ctx_t *c) {
+    free(c->gates);
+    free(c->ws_off);
+    free(c->ws);
+}
+
+static double *ws_of(const ctx_t *c, i64 i, int tid) { return c->ws + tid * c->wsize + c->ws_off[i]; }
+
+/* The data of gate i for binding b (coded gates: evaluated into this thread's workspace). */
+static const double *gate_data(const ctx_t *c, i64 i, i64 b, int tid, int deriv) {
+    const gate_t *g = &c->gates[i];
+    if (!g->code) return data_of(g, b);
+    return coded_data(g, ws_of(c, i, tid), c->theta, c->tstride, b, deriv);
+}
+
+/* Small states are processed in tiles of 2^tb consecutive states: a gate whose matrix is the
+ * same for all bindings applies to the tile as ONE state of n + tb qubits (the batch index
+ * is the high bits), so the per-gate cost is paid once per tile instead of once per state. */
+#define TILE_BITS 10
+
+typedef struct { i64 b0; int tb; } tile_t;
+
+static i64 make_tiles(int n, i64 B, tile_t *out) {
+    int t = TILE_BITS - n;
+    i64 cnt = 0, b0 = 0;
+    if (t < 0) t = 0;
+    while (b0 < B) {
+        int tb = t;
+        while (tb > 0 && ((i64)1 << tb) > B - b0) tb--;
+        if (out) { out[cnt].b0 = b0; out[cnt].tb = tb; }
+        cnt++;
+        b0 += (i64)1 << tb;
+    }
+    return cnt;
+}
+
+/* Apply gate i (or its inverse) to the tile of states st (binding b0 first). */
+static void apply_tile(double *st, int n, int tb, const ctx_t *c, i64 i, i64 b0, int dag,
+                       int par, int tid) {
+    const gate_t *g = &c->gates[i];
+    if (g->uniform) {
+        apply_range(st, n + tb, g, gate_data(c, i, b0, tid, 0), dag, par);
+        return;
+    }
+    i64 N = (i64)1 << n;
+    for (i64 t = 0; t < ((i64)1 << tb); t++)
+        apply_range(st + 2 * N * t, n, g, gate_data(c, i, b0 + t, tid, 0), dag, par);
+}
+
 /* Gates [i0, i1) (all with bits below cb), or their inverses in reverse order, applied chunk
- * by chunk: one pass over memory for the whole run. */
-static void run_chunked(double *st, int n, int cb, const gate_t *gates, i64 i0, i64 i1, i64 b,
-                        int dag, int par) {
+ * by chunk: one pass over memory for the whole run. ``us[i]`` is gate i's data. */
+static void run_chunked(double *st, int n, int cb, const gate_t *gates, const double **us, i64 i0,
+                        i64 i1, int dag, int par) {
     i64 nch = (i64)1 << (n - cb);
 #pragma omp parallel for if (par > 1) num_threads(par) schedule(static)
     for (i64 c = 0; c < nch; c++) {
         double *chunk = st + 2 * (c << cb);
         for (i64 t = 0; t < i1 - i0; t++) {
             i64 i = dag ? i1 - 1 - t : i0 + t;
-            apply_range(chunk, cb, &gates[i], data_of(&gates[i], b), dag, 1);
+            apply_range(chunk, cb, &gates[i], us[i], dag, 1);
         }
     }
 }
 
-static void run_one(double *st, int n, const gate_t *gates, i64 nops, i64 b, int dag, int par) {
+static void run_one(double *st, int n, const ctx_t *c, const double **us, i64 nops, i64 b,
+                    int dag, int par, int tid) {
+    const gate_t *gates = c->gates;
+    for (i64 i = 0; i < nops; i++) us[i] = gate_data(c, i, b, tid, 0);
     int cb = n > CHUNK_BITS + 2 ? CHUNK_BITS : n;
     i64 t = 0;
     while (t < nops) {
@@ -419,71 +655,138 @@ static void run_one(double *st, int n, const gate_t *gates, i64 nops, i64 b, int
         if (cb < n)
             while (e < nops && fits_chunk(&gates[dag ? nops - 1 - e : e], cb)) e++;
         if (e - t < 2) {
-            apply_range(st, n, &gates[i], data_of(&gates[i], b), dag, par);
+            apply_range(st, n, &gates[i], us[i], dag, par);
             t++;
         } else {
-            if (dag) run_chunked(st, n, cb, gates, nops - e, nops - t, b, 1, par);
-            else run_chunked(st, n, cb, gates, t, e, b, 0, par);
+            if (dag) run_chunked(st, n, cb, gates, us, nops - e, nops - t, 1, par);
+            else run_chunked(st, n, cb, gates, us, t, e, 0, par);
             t = e;
         }
     }
 }
 
-int qd_abi_version(void) { return 2; }
+int qd_abi_version(void) { return 3; }
 
-/* Apply the program (in order, or its inverse when dag) to every state of the batch. */
-int qd_run(double *states, i64 B, int n, i64 nops, const i64 *recs, const double *data, int dag,
-           int nthreads) {
-    gate_t *gates = (gate_t *)malloc((size_t)(nops + 1) * sizeof(gate_t));
-    if (!gates) return -1;
-    for (i64 i = 0; i < nops; i++) decode(recs + REC * i, data, &gates[i]);
+/* Apply the program (in order, or its inverse when dag) to every state of the batch. Coded
+ * gates read their angles from theta (row b at theta + b * tstride; tstride 0: one row, P
+ * columns). */
+int qd_run(double *states, i64 B, int n, i64 nops, const i64 *recs, const double *data,
+           const double *theta, i64 tstride, i64 P, int dag, int nthreads) {
+    int nt = (B > 1 && nthreads > 1) ? nthreads : 1;
+    ctx_t c = {0};
+    i64 ntiles = make_tiles(n, B, 0);
+    tile_t *tiles = (tile_t *)malloc((size_t)ntiles * sizeof(tile_t));
+    const double **us = (const double **)malloc((size_t)(nops + 1) * nt * sizeof(double *));
+    if (!us || !tiles || ctx_init(&c, nops, recs, data, 0, theta, tstride, B, P, 0, nt) != 0) {
+        free(us);
+        free(tiles);
+        ctx_free(&c);
+        return -1;
+    }
+    make_tiles(n, B, tiles);
     i64 N = (i64)1 << n;
     if (B == 1) {
-        run_one(states, n, gates, nops, 0, dag, nthreads);
+        run_one(states, n, &c, us, nops, 0, dag, nthreads, 0);
     } else {
-#pragma omp parallel for if (nthreads > 1) num_threads(nthreads) schedule(static)
-        for (i64 b = 0; b < B; b++) run_one(states + 2 * N * b, n, gates, nops, b, dag, 1);
+#pragma omp parallel for if (nt > 1) num_threads(nt) schedule(static)
+        for (i64 k = 0; k < ntiles; k++) {
+            int tid = nt > 1 ? THREAD_ID : 0;
+            double *st = states + 2 * N * tiles[k].b0;
+            if (tiles[k].tb == 0) {
+                run_one(st, n, &c, us + (nops + 1) * tid, nops, tiles[k].b0, dag, 1, tid);
+            } else {
+                for (i64 t = 0; t < nops; t++)
+                    apply_tile(st, n, tiles[k].tb, &c, dag ? nops - 1 - t : t, tiles[k].b0, dag,
+                               1, tid);
+            }
+        }
     }
-    free(gates);
+    free(us);
+    free(tiles);
+    ctx_free(&c);
     return 0;
 }
 
-/* Adjoint sweep. For i = nops-1 .. 0: psi <- U_i^dag psi; for each slot s of gate i,
- * grads[b, s] = 2 Re <lam| dU_s |psi> = 2 Re sum_rc dU_s[r][c] M[r][c] with M the overlap
- * matrix of lam and psi on the slot's geometry (shared by slots with the same geometry); then
- * lam <- U_i^dag lam. Slot records have the gate record layout (kind dense or diag, dU as
- * data); slot_op[s] is the gate index of slot s, ascending. */
+/* Adjoint sweep. For i = nops-1 .. lo: psi <- U_i^dag psi; then the gradients of gate i:
+ *  - fallback slots (data given): grads[b, s] = 2 Re <lam| dU_s |psi> = 2 Re sum_rc
+ *    dU_s[r][c] M[r][c] with M the overlap matrix of lam and psi on the slot's geometry (shared
+ *    by slots with the same geometry). Slot records have the gate record layout (kind dense or
+ *    diag, dU as data); slot_op[s] is the gate index of slot s, ascending;
+ *  - coded gates: the same for every angle in its trainable mask, added (times the angle's
+ *    scale) to gtheta[b, column]. For a uniform gate whose columns are batch-shared
+ *    (shared_cols), one overlap over a whole tile gives the tile's sum, added to the tile's
+ *    first row (only the column sum of such a gradient matters);
+ * then lam <- U_i^dag lam. Gates below lo have nothing to differentiate: the sweep stops
+ * there (psi is uncomputed down to gate lo only; lo = 0 restores the input state). */
 int qd_adjoint(double *psi, double *lam, i64 B, int n, i64 nops, const i64 *recs,
                const double *data, i64 nslots, const i64 *slot_recs, const i64 *slot_op,
-               double *grads, int nthreads) {
-    gate_t *gates = (gate_t *)malloc((size_t)(nops + nslots + 1) * sizeof(gate_t));
-    if (!gates) return -1;
+               double *grads, const double *theta, i64 tstride, double *gtheta, i64 P,
+               const i64 *shared_cols, i64 lo, int nthreads) {
+    int nt = (B > 1 && nthreads > 1) ? nthreads : 1;
+    ctx_t c = {0};
+    /* fallback slots are per binding: no tiles then */
+    i64 ntiles = nslots ? B : make_tiles(n, B, 0);
+    tile_t *tiles = (tile_t *)malloc((size_t)ntiles * sizeof(tile_t));
+    if (!tiles || ctx_init(&c, nops, recs, data, nslots, theta, tstride, B, P, shared_cols,
+                           nt) != 0) {
+        free(tiles);
+        ctx_free(&c);
+        return -1;
+    }
+    if (nslots) {
+        for (i64 b = 0; b < B; b++) { tiles[b].b0 = b; tiles[b].tb = 0; }
+    } else {
+        make_tiles(n, B, tiles);
+    }
+    gate_t *gates = c.gates;
     gate_t *sg = gates + nops;
-    for (i64 i = 0; i < nops; i++) decode(recs + REC * i, data, &gates[i]);
     for (i64 s = 0; s < nslots; s++) decode(slot_recs + REC * s, data, &sg[s]);
     i64 N = (i64)1 << n;
     int par = B == 1 ? nthreads : 1;
-#pragma omp parallel for if (nthreads > 1 && B > 1) num_threads(nthreads) schedule(static)
-    for (i64 b = 0; b < B; b++) {
-        double *p = psi + 2 * N * b, *l = lam + 2 * N * b;
+#pragma omp parallel for if (nt > 1) num_threads(nt) schedule(static)
+    for (i64 k = 0; k < ntiles; k++) {
+        int tid = nt > 1 ? THREAD_ID : 0;
+        i64 b0 = tiles[k].b0;
+        int tb = tiles[k].tb;
+        i64 nb = (i64)1 << tb;
+        double *p = psi + 2 * N * b0, *l = lam + 2 * N * b0;
         double m[2 << (2 * MAXK)];
         i64 s = nslots - 1;
-        for (i64 i = nops - 1; i >= 0; i--) {
-            const double *u = data_of(&gates[i], b);
-            apply_range(p, n, &gates[i], u, 1, par);
+        for (i64 i = nops - 1; i >= lo; i--) {
+            const gate_t *g = &gates[i];
+            int train = g->code ? g->tmask_p : 0;
+            apply_tile(p, n, tb, &c, i, b0, 1, par, tid);
+            if (train) {
+                /* one overlap for all angles (k >= 3: restricted to dU's nonzero entries) */
+                int first = __builtin_ctz((unsigned)train);
+                i64 reps = g->gshared ? 1 : nb;
+                for (i64 t = 0; t < reps; t++) {
+                    i64 b = b0 + t;
+                    const double *u = gate_data(&c, i, b, tid, 1);
+                    const double *du0 = u + g->usize * (1 + first);
+                    int bits = g->gshared ? n + tb : n;
+                    overlap_matrix(l + 2 * N * t, p + 2 * N * t, bits, g, m, par,
+                                   g->k >= 3 ? du0 : 0);
+                    for (int j = 0; j < g->np; j++)
+                        if ((train >> j) & 1)
+                            gtheta[b * P + g->col[j]] +=
+                                g->scale[j] * 2.0 * contract(g, u + g->usize * (1 + j), m);
+                }
+            }
             i64 prev = -1;
-            for (; s >= 0 && slot_op[s] == i; s--) {
+            for (; s >= 0 && slot_op[s] == i; s--) {  /* tb == 0 here: b == b0 */
                 /* k >= 3: a sparse M for this slot's dU, never shared */
-                const double *need = sg[s].k >= 3 ? data_of(&sg[s], b) : 0;
+                const double *need = sg[s].k >= 3 ? data_of(&sg[s], b0) : 0;
                 if (need || prev < 0 || !same_geometry(slot_recs + REC * s, slot_recs + REC * prev))
                     overlap_matrix(l, p, n, &sg[s], m, par, need);
                 prev = s;
-                grads[b * nslots + s] = 2.0 * contract(&sg[s], data_of(&sg[s], b), m);
+                grads[b0 * nslots + s] = 2.0 * contract(&sg[s], data_of(&sg[s], b0), m);
             }
-            apply_range(l, n, &gates[i], u, 1, par);
+            if (i > lo) apply_tile(l, n, tb, &c, i, b0, 1, par, tid);
         }
     }
-    free(gates);
+    free(tiles);
+    ctx_free(&c);
     return 0;
 }
 

@@ -94,6 +94,10 @@ class Recorded:
     trainable: tuple
     initial_state: Optional[torch.Tensor] = None
     extra: dict = field(default_factory=dict)
+    #: per theta column, True where the column is ONE value broadcast over the batch by
+    #: construction (a weight shared by every input): only its gradient's sum over the
+    #: bindings matters (``None``: unknown, every row counts)
+    shared: Optional[tuple] = None
 
 
 _STRUCT_CACHE: "OrderedDict" = OrderedDict()
@@ -167,12 +171,12 @@ def _from_recording(items, wires, measurements=None) -> Recorded:
         rec = _build_recorded(items, meas_in, labels)
         if sig is not None and rec.initial_state is None:
             _STRUCT_CACHE[sig] = (rec.circuit, rec.batch_shape, rec.trainable, rec.theta.dtype,
-                                  rec.theta.device, meas_in)
+                                  rec.theta.device, meas_in, rec.shared)
             if len(_STRUCT_CACHE) > _STRUCT_CACHE_SIZE:
                 _STRUCT_CACHE.popitem(last=False)
         return rec
     _STRUCT_CACHE.move_to_end(sig)
-    circuit, batch_shape, trainable, dtype, device, _ = entry
+    circuit, batch_shape, trainable, dtype, device, _, shared = entry
     bsz = 1
     for s in batch_shape:
         bsz *= s
@@ -181,7 +185,7 @@ def _from_recording(items, wires, measurements=None) -> Recorded:
     else:
         theta = torch.zeros(bsz, 0, dtype=dtype, device=device)
     _check_finite(theta, circuit.operations)
-    return Recorded(circuit, theta, batch_shape, trainable, None)
+    return Recorded(circuit, theta, batch_shape, trainable, None, shared=shared)
 
 
 def _build_recorded(items, meas_in, labels) -> Recorded:
@@ -263,7 +267,25 @@ def _build_recorded(items, meas_in, labels) -> Recorded:
         else:
             trainable.append(bool(c.requires_grad))
     circuit = Circuit(n, tuple(ops), tuple(meas), ncol, labels)
-    return Recorded(circuit, theta, batch_shape, tuple(trainable), initial)
+    return Recorded(circuit, theta, batch_shape, tuple(trainable), initial,
+                    shared=_shared_columns(cols, bsz))
+
+
+def _shared_columns(cols, bsz: int):
+    """Per theta column: a single value expanded over the ``bsz`` bindings (weights without
+    batch dims, scalars). ``None`` for an unbatched call."""
+    if bsz <= 1 or not cols:
+        return None
+    out = []
+    for c in cols:
+        if isinstance(c, OpBlock):
+            lead = 1
+            for d in c.lead:
+                lead *= d
+            out.extend([lead == 1] * c.structure.num_angles)
+        else:
+            out.append(c.numel() == 1)
+    return tuple(out)
 
 
 class _Bases:

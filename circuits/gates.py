@@ -418,6 +418,10 @@ _g("single_excitation", 2, 1, _single_exc, gens=[_exc_generator(4, 1, 2)],
 _g("double_excitation", 4, 1, _double_exc, gens=[_exc_generator(16, 3, 12)],
    inv=_negate("double_excitation"), pl="DoubleExcitation")
 
+# the built-in gates as defined here (a user may replace a registry entry; the native kernels'
+# formulas apply to these objects only)
+BUILTIN_GATES: dict[str, Gate] = dict(GATES)
+
 
 # ---------------------------------------------------------------------------------------------
 # gate families with a width or data fixed per instance

@@ -137,18 +137,29 @@ def gradient_from_overlap(dd, m):
     return g
 
 
-def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool = False):
+def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool = False,
+                shared=None):
     """``d(sum_bk g[b,k] f_k(theta_b)) / d theta`` ``(B, P)`` by one reverse sweep.
 
     ``circuit`` must use each theta column once with scale 1 (see ``bridge.unshare``). Gate
     matrices and their exact derivatives are computed up front, grouped by gate type
     (:mod:`qdiff.backends.gate_data`). States are updated in place, except inside torch.func
-    transforms. With ``return_state`` also returns the uncomputed (input) state.
+    transforms. With ``return_state`` also returns the uncomputed (input) state. ``shared``
+    (per column, optional) marks columns broadcast over the batch by construction: only the
+    sum of their gradient over the rows is then meaningful (see ``native.plan_adjoint``).
     """
     n = circuit.num_wires
     ops = circuit.operations
     rdtype = real_dtype_of(state.dtype)
     inplace = is_concrete(state) and is_concrete(cotangent)
+    if inplace and native.usable(state) and is_concrete(theta):
+        plan = native.coded_plan(ops, n)
+        if plan is not None:  # every parameterised gate has a native formula: one call
+            lam = effective_state(state, circuit, cotangent, n).contiguous()
+            psi = state.clone()
+            grad = native.plan_adjoint(plan, psi, lam, theta, trainable, restore=return_state,
+                                       shared=shared)
+            return (grad, psi) if return_state else grad
     angles, data = angles_and_data(ops, theta, rdtype, state.dtype)
     slots = [(i, s) for i, op in enumerate(ops) for s, p in enumerate(op.params)
              if isinstance(p, ParamRef) and trainable[p.index]]

@@ -51,6 +51,7 @@ class Job:
     trainable: tuple
     initial_state: Optional[torch.Tensor] = None
     options: dict = field(default_factory=dict)
+    shared: Optional[tuple] = None  # per column: one value broadcast over the batch (Recorded)
 
 
 def output_width(m: Measurement, n: int) -> int:
@@ -65,14 +66,15 @@ def output_width(m: Measurement, n: int) -> int:
 # preparation: one theta column per angle use, expanded Hamiltonian coefficients
 
 
-def unshare(circuit: Circuit, theta: torch.Tensor, trainable) -> tuple:
-    """Give every ``ParamRef`` use its own column with scale 1 (chain rule done by torch)."""
+def unshare(circuit: Circuit, theta: torch.Tensor, trainable, shared=None) -> tuple:
+    """Give every ``ParamRef`` use its own column with scale 1 (chain rule done by torch).
+    Returns the circuit, theta, trainable flags and (when given) shared flags per new column."""
     uses = [(i, j, p) for i, op in enumerate(circuit.operations) for j, p in enumerate(op.params)
             if isinstance(p, ParamRef)]
     idx = [p.index for _, _, p in uses]
     if len(set(idx)) == len(idx) and idx == list(range(len(idx))) and all(
             p.scale == 1.0 and p.offset == 0.0 for _, _, p in uses) and len(idx) == circuit.num_params:
-        return circuit, theta, tuple(trainable)
+        return circuit, theta, tuple(trainable), shared
     ops = [list(op.params) for op in circuit.operations]
     for new, (i, j, _) in enumerate(uses):
         ops[i][j] = ParamRef(new)
@@ -82,7 +84,8 @@ def unshare(circuit: Circuit, theta: torch.Tensor, trainable) -> tuple:
     offset = torch.tensor([p.offset for _, _, p in uses], dtype=theta.dtype, device=theta.device)
     theta_u = theta[:, src] * scale + offset
     new = Circuit(circuit.num_wires, new_ops, circuit.measurements, len(uses), circuit.wire_labels)
-    return new, theta_u, tuple(trainable[i] for i in idx)
+    return new, theta_u, tuple(trainable[i] for i in idx), \
+        None if shared is None else tuple(shared[i] for i in idx)
 
 
 def expand_coefficients(circuit: Circuit) -> tuple:
@@ -171,7 +174,7 @@ class QuantumFunction(torch.autograd.Function):
             with torch.no_grad():
                 if job.backend.capabilities.adjoint:
                     grad = adjoint_vjp(job.circuit, theta.detach(), state, g_out.detach(),
-                                       job.trainable)
+                                       job.trainable, shared=job.shared)
                 else:  # the device's own adjoint method (e.g. PennyLane lightning)
                     grad = job.backend.vjp(job.circuit, theta.detach(), g_out.detach(),
                                            job.initial_state)
@@ -198,9 +201,10 @@ class QuantumFunction(torch.autograd.Function):
 
 
 def _batched_job(job: Job, v: int) -> Job:
+    """The job for ``v`` vmapped copies of the batch (a shared column now varies over them)."""
     if job.initial_state is None:
-        return job
-    return replace(job, initial_state=job.initial_state.repeat(v, 1))
+        return replace(job, shared=None)
+    return replace(job, initial_state=job.initial_state.repeat(v, 1), shared=None)
 
 
 # ------------------------------------------------------------------------------------------
@@ -328,11 +332,12 @@ def execute_with_rule(recorded, backend, method: str, **options) -> list:
     if recorded.initial_state is not None and recorded.initial_state.requires_grad:
         raise QdiffError(f"state preparation inputs are only differentiable with "
                          f"diff_method='backprop' (got '{method}')")
-    circ_u, theta_u, train_u = unshare(circuit, recorded.theta, recorded.trainable)
+    circ_u, theta_u, train_u, shared_u = unshare(circuit, recorded.theta, recorded.trainable,
+                                                  recorded.shared)
     circ_e, post = expand_coefficients(circ_u)
     if method == "spsa" and options.get("_generator") is None:
         options = dict(options, _generator=spsa_generator(options.get("seed")))
-    job = Job(circ_e, backend, method, train_u, recorded.initial_state, options)
+    job = Job(circ_e, backend, method, train_u, recorded.initial_state, options, shared_u)
     validate_rules(job)
     flat, _ = QuantumFunction.apply(theta_u, job)
     outs = []

@@ -109,7 +109,7 @@ def test_adjoint_reverse_sweep_restores_the_input_state():
     x = torch.rand(3, 4, dtype=torch.float64, requires_grad=True)
     w = torch.rand(2, 4, 3, dtype=torch.float64, requires_grad=True)
     rec, _ = qd.QNode(f, dev).construct(x, w)
-    circ, theta, trainable = unshare(rec.circuit, rec.theta.detach(), rec.trainable)
+    circ, theta, trainable, _ = unshare(rec.circuit, rec.theta.detach(), rec.trainable)
     state = dev.final_state(circ, theta)
     g = torch.rand(3, 1 + 4, dtype=torch.float64)
     _, restored = adjoint_vjp(circ, theta, state, g, trainable, return_state=True)
