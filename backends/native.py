@@ -98,7 +98,7 @@ def library():
         lib = ctypes.CDLL(str(out))
         i64, p = ctypes.c_int64, ctypes.c_void_p
         lib.qd_run.argtypes = [p, i64, ctypes.c_int, i64, p, p, p, i64, i64, ctypes.c_int,
-                               ctypes.c_int]
+                               ctypes.c_int, ctypes.c_int]
         lib.qd_abs2.argtypes = [p, p, i64]
         lib.qd_adjoint.argtypes = [p, p, i64, ctypes.c_int, i64, p, p, i64, p, p, p, p, i64, p,
                                    i64, p, i64, ctypes.c_int]
@@ -252,7 +252,7 @@ def run(state: torch.Tensor, prog: Program, dagger: bool = False) -> torch.Tenso
     """Apply the program (or its inverse) to ``state`` ``(B, 2**n)`` in place."""
     recs, data = prog.buffers()
     rc = library().qd_run(_ptr(state), state.shape[0], prog.n, recs.shape[0], _ptr(recs),
-                          _ptr(data), None, 0, 0, int(dagger), _threads())
+                          _ptr(data), None, 0, 0, int(dagger), 0, _threads())
     if rc != 0:
         raise MemoryError("native kernels could not allocate their gate table")
     return state
@@ -272,7 +272,7 @@ def abs2(state: torch.Tensor) -> torch.Tensor:
     return state.real ** 2 + state.imag ** 2
 
 
-def evolve(state, operations, theta, n, rdtype, fuse: bool = True):
+def evolve(state, operations, theta, n, rdtype, fuse: bool = True, from_zero: bool = False):
     """Native twin of :func:`qdiff.backends.simulate.evolve` (in place); raises
     :class:`Unsupported` before touching ``state`` if a gate cannot be encoded. ``fuse``
     allows multiplying runs of one-qubit gates on a wire into one 2x2 (large states only).
@@ -284,7 +284,7 @@ def evolve(state, operations, theta, n, rdtype, fuse: bool = True):
         plan = coded_plan(operations, n)
         if plan is not None:
             _TLS.program = None
-            return run_plan(state, plan, theta)
+            return run_plan(state, plan, theta, from_zero=from_zero)
     _, data = angles_and_data(operations, theta, rdtype, state.dtype)
     prog = Program(state.shape[0], n)
     # fusing runs of one-qubit gates costs a small torch matmul per gate: worth it only when
@@ -400,6 +400,20 @@ class CodedPlan:
             self.columns.append(tuple(cols))
         self.recs, self.data = prog.buffers()
         self._adjoint: dict = {}
+        self._shared: dict = {}
+
+    def shared_flags(self, shared):
+        """The int64 flag array of ``shared`` (cached), or ``None`` when no column is shared."""
+        if shared is None:
+            return None
+        key = tuple(bool(x) for x in shared)
+        hit = self._shared.get(key)
+        if hit is None:
+            hit = torch.tensor(key, dtype=torch.int64) if any(key) else False
+            if len(self._shared) > 16:
+                self._shared.clear()
+            self._shared[key] = hit
+        return None if hit is False else hit
 
     def adjoint_records(self, trainable) -> tuple:
         """Records with each gate's trainable-angle mask, and the first gate that has one."""
@@ -451,12 +465,13 @@ def _theta_arg(theta: torch.Tensor, batch: int) -> tuple:
 
 
 def run_plan(state: torch.Tensor, plan: CodedPlan, theta: torch.Tensor,
-             dagger: bool = False) -> torch.Tensor:
-    """Apply the coded circuit (or its inverse) to ``state`` in place."""
+             dagger: bool = False, from_zero: bool = False) -> torch.Tensor:
+    """Apply the coded circuit (or its inverse) to ``state`` in place. ``from_zero``: the state
+    is |0...0> (a leading product of one-qubit gates is then written in one pass)."""
     th, tstride = _theta_arg(theta, state.shape[0])
     rc = library().qd_run(_ptr(state), state.shape[0], plan.n, plan.recs.shape[0],
                           _ptr(plan.recs), _ptr(plan.data), _ptr(th), tstride, th.shape[1],
-                          int(dagger), _threads())
+                          int(dagger), int(from_zero), _threads())
     if rc != 0:
         raise MemoryError("native kernels could not allocate their gate table")
     return state
@@ -477,9 +492,7 @@ def plan_adjoint(plan: CodedPlan, psi, lam, theta, trainable, restore: bool = Fa
     recs, lo = plan.adjoint_records(trainable)
     p = theta.shape[1]
     grad = torch.zeros(b, p, dtype=torch.float64)
-    sh = None
-    if shared is not None and any(shared):
-        sh = torch.tensor([bool(x) for x in shared], dtype=torch.int64)
+    sh = plan.shared_flags(shared)
     rc = library().qd_adjoint(_ptr(psi), _ptr(lam), b, plan.n, recs.shape[0], _ptr(recs),
                               _ptr(plan.data), 0, None, None, None, _ptr(th), tstride,
                               _ptr(grad), p, None if sh is None else _ptr(sh),

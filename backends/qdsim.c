@@ -644,11 +644,11 @@ static void run_chunked(double *st, int n, int cb, const gate_t *gates, const do
 }
 
 static void run_one(double *st, int n, const ctx_t *c, const double **us, i64 nops, i64 b,
-                    int dag, int par, int tid) {
+                    int dag, int par, int tid, i64 start) {
     const gate_t *gates = c->gates;
-    for (i64 i = 0; i < nops; i++) us[i] = gate_data(c, i, b, tid, 0);
+    for (i64 i = start; i < nops; i++) us[i] = gate_data(c, i, b, tid, 0);
     int cb = n > CHUNK_BITS + 2 ? CHUNK_BITS : n;
-    i64 t = 0;
+    i64 t = start;
     while (t < nops) {
         i64 i = dag ? nops - 1 - t : t;
         i64 e = t;
@@ -667,11 +667,62 @@ static void run_one(double *st, int n, const ctx_t *c, const double **us, i64 no
 
 int qd_abi_version(void) { return 3; }
 
+/* The leading one-qubit gates (no controls) of a program, applied to |0...0>, give a product
+ * state: written directly, one pass instead of one per gate. Returns the first gate not in
+ * that prefix (0: nothing written). */
+static i64 product_prefix(const ctx_t *c, i64 nops, int n) {
+    i64 e = 0;
+    while (e < nops) {
+        const gate_t *g = &c->gates[e];
+        if (g->k != 1 || g->cmask || !(g->kind == K_DENSE || g->kind == K_DIAG || g->kind == K_FLIP))
+            break;
+        e++;
+    }
+    return e >= 2 && n >= 2 ? e : 0;
+}
+
+static void write_product(double *st, int n, const ctx_t *c, i64 pe, i64 b, int tid) {
+    double v[64][4];
+    for (int p = 0; p < n; p++) { v[p][0] = 1; v[p][1] = 0; v[p][2] = 0; v[p][3] = 0; }
+    for (i64 i = 0; i < pe; i++) {
+        const gate_t *g = &c->gates[i];
+        int p = g->special[0];
+        double a0r = v[p][0], a0i = v[p][1], a1r = v[p][2], a1i = v[p][3];
+        if (g->kind == K_FLIP) {
+            v[p][0] = a1r; v[p][1] = a1i; v[p][2] = a0r; v[p][3] = a0i;
+            continue;
+        }
+        const double *u = gate_data(c, i, b, tid, 0);
+        if (g->kind == K_DIAG) {
+            v[p][0] = u[0] * a0r - u[1] * a0i; v[p][1] = u[0] * a0i + u[1] * a0r;
+            v[p][2] = u[2] * a1r - u[3] * a1i; v[p][3] = u[2] * a1i + u[3] * a1r;
+        } else {
+            v[p][0] = u[0] * a0r - u[1] * a0i + u[2] * a1r - u[3] * a1i;
+            v[p][1] = u[0] * a0i + u[1] * a0r + u[2] * a1i + u[3] * a1r;
+            v[p][2] = u[4] * a0r - u[5] * a0i + u[6] * a1r - u[7] * a1i;
+            v[p][3] = u[4] * a0i + u[5] * a0r + u[6] * a1i + u[7] * a1r;
+        }
+    }
+    st[0] = 1;
+    st[1] = 0;
+    i64 len = 1;
+    for (int p = n - 1; p >= 0; p--) {  /* the most significant bit first */
+        for (i64 j = len - 1; j >= 0; j--) {
+            double xr = st[2 * j], xi = st[2 * j + 1];
+            st[4 * j] = xr * v[p][0] - xi * v[p][1];
+            st[4 * j + 1] = xr * v[p][1] + xi * v[p][0];
+            st[4 * j + 2] = xr * v[p][2] - xi * v[p][3];
+            st[4 * j + 3] = xr * v[p][3] + xi * v[p][2];
+        }
+        len *= 2;
+    }
+}
+
 /* Apply the program (in order, or its inverse when dag) to every state of the batch. Coded
  * gates read their angles from theta (row b at theta + b * tstride; tstride 0: one row, P
  * columns). */
 int qd_run(double *states, i64 B, int n, i64 nops, const i64 *recs, const double *data,
-           const double *theta, i64 tstride, i64 P, int dag, int nthreads) {
+           const double *theta, i64 tstride, i64 P, int dag, int from_zero, int nthreads) {
     int nt = (B > 1 && nthreads > 1) ? nthreads : 1;
     ctx_t c = {0};
     i64 ntiles = make_tiles(n, B, 0);
@@ -685,20 +736,27 @@ int qd_run(double *states, i64 B, int n, i64 nops, const i64 *recs, const double
     }
     make_tiles(n, B, tiles);
     i64 N = (i64)1 << n;
-    if (B == 1) {
-        run_one(states, n, &c, us, nops, 0, dag, nthreads, 0);
-    } else {
+    /* from_zero: the input is |0...0> (its content is not read); a leading product prefix is
+     * written directly */
+    i64 pe = from_zero && !dag ? product_prefix(&c, nops, n) : 0;
+    if (B == 1) {  /* one state: the kernels split it over the threads */
+        if (pe) write_product(states, n, &c, pe, 0, 0);
+        run_one(states, n, &c, us, nops, 0, dag, nthreads, 0, pe);
+        ntiles = 0;
+    }
 #pragma omp parallel for if (nt > 1) num_threads(nt) schedule(static)
-        for (i64 k = 0; k < ntiles; k++) {
-            int tid = nt > 1 ? THREAD_ID : 0;
-            double *st = states + 2 * N * tiles[k].b0;
-            if (tiles[k].tb == 0) {
-                run_one(st, n, &c, us + (nops + 1) * tid, nops, tiles[k].b0, dag, 1, tid);
-            } else {
-                for (i64 t = 0; t < nops; t++)
-                    apply_tile(st, n, tiles[k].tb, &c, dag ? nops - 1 - t : t, tiles[k].b0, dag,
-                               1, tid);
-            }
+    for (i64 k = 0; k < ntiles; k++) {
+        int tid = nt > 1 ? THREAD_ID : 0;
+        i64 b0 = tiles[k].b0;
+        int tb = tiles[k].tb;
+        double *st = states + 2 * N * b0;
+        if (pe)
+            for (i64 t = 0; t < ((i64)1 << tb); t++) write_product(st + 2 * N * t, n, &c, pe, b0 + t, tid);
+        if (tb == 0) {
+            run_one(st, n, &c, us + (nops + 1) * tid, nops, b0, dag, 1, tid, pe);
+        } else {
+            for (i64 t = pe; t < nops; t++)
+                apply_tile(st, n, tb, &c, dag ? nops - 1 - (t - pe) : t, b0, dag, 1, tid);
         }
     }
     free(us);

@@ -120,6 +120,13 @@ def check_memory(n: int, batch: int, cdtype, device, copies: float = 4.0) -> Non
             f"{have / 2**30:.3g} GiB is available on {device}")
 
 
+def _tensor_params(circuit) -> list:
+    """Tensor angles stored in the circuit itself (rare: circuits built by hand)."""
+    from qdiff.circuits.circuit import memo
+    return memo(circuit, "tensor_params", lambda: [
+        p for op in circuit.operations for p in op.params if isinstance(p, torch.Tensor)])
+
+
 def simulate(circuit, theta: torch.Tensor, initial_state=None, cdtype=torch.complex128,
              device=None, fuse: bool = True) -> torch.Tensor:
     """Final states ``(B, 2**n)`` for parameter bindings ``theta`` ``(B, P)``.
@@ -133,7 +140,7 @@ def simulate(circuit, theta: torch.Tensor, initial_state=None, cdtype=torch.comp
     rdtype = real_dtype_of(cdtype)
     grad = torch.is_grad_enabled() and (theta.requires_grad or (
         isinstance(initial_state, torch.Tensor) and initial_state.requires_grad) or any(
-        isinstance(p, torch.Tensor) and p.requires_grad for op in circuit.operations for p in op.params))
+        p.requires_grad for p in _tensor_params(circuit)))
     check_memory(n, batch, cdtype, device, copies=4.0 + (len(circuit.operations) if grad else 0))
     if initial_state is None:
         state = zero_state(n, batch, cdtype, device)
@@ -141,16 +148,18 @@ def simulate(circuit, theta: torch.Tensor, initial_state=None, cdtype=torch.comp
         state = initial_state.to(device=device, dtype=cdtype).expand(batch, 2 ** n)
         state = state if grad else state.clone()
     inplace = not grad and is_concrete(theta)  # torch.func transforms need out-of-place ops
-    return evolve(state, circuit.operations, theta, n, rdtype, inplace, fuse)
+    return evolve(state, circuit.operations, theta, n, rdtype, inplace, fuse,
+                  from_zero=initial_state is None)
 
 
-def evolve(state, operations, theta, n, rdtype, inplace, fuse=True):
+def evolve(state, operations, theta, n, rdtype, inplace, fuse=True, from_zero=False):
     """Apply ``operations`` to ``state`` ``(B, 2**n)``; returns the final state.
 
     ``fuse=True`` multiplies runs of one-qubit gates on a wire into one 2x2 before applying it;
     ``fuse=k`` (an int >= 2, no-grad path only) also fuses gates within windows of ``k``
     consecutive wires into ``2**k x 2**k`` blocks (:mod:`qdiff.backends.fusion`), whose result may
-    live in a spare buffer: use the returned tensor.
+    live in a spare buffer: use the returned tensor. ``from_zero`` promises that ``state`` is
+    |0...0> (the native kernels then write a leading product of one-qubit gates directly).
     """
     if inplace and not isinstance(fuse, bool) and int(fuse) >= 2:
         from qdiff.backends.fusion import evolve_fused
@@ -159,7 +168,7 @@ def evolve(state, operations, theta, n, rdtype, inplace, fuse=True):
         from qdiff.backends import native
         if native.usable(state) and is_concrete(theta):
             try:
-                return native.evolve(state, operations, theta, n, rdtype, fuse)
+                return native.evolve(state, operations, theta, n, rdtype, fuse, from_zero)
             except native.Unsupported:
                 pass
     from qdiff.backends.gate_data import apply_data, circuit_angles, circuit_data, fused_schedule

@@ -84,6 +84,20 @@ class Circuit:
         return _from_recording(items, wires, measurements)
 
 
+def memo(circuit: Circuit, key, build):
+    """``build()`` computed once per circuit object (circuits are immutable): plans that
+    depend only on the structure, reused by every call that records the same circuit."""
+    d = circuit.__dict__.get("_memo")
+    if d is None:
+        d = {}
+        object.__setattr__(circuit, "_memo", d)
+    try:
+        return d[key]
+    except KeyError:
+        val = d[key] = build()
+        return val
+
+
 @dataclass
 class Recorded:
     """A recorded call: the circuit, ``theta`` ``(B, P)``, the batch shape, trainable columns."""

@@ -33,12 +33,18 @@ def _z_word_diagonal(state, circuit, cotangent, n):
     spanning both halves are left to the general path)."""
     from qdiff.backends.statevector import (_SIGN_BUDGET, _sign_matrix, _z_word,
                                             half_register_words)
-    cols, col = [], 0
-    for i, m in enumerate(circuit.measurements):
-        if _z_word(m):
-            cols.append((i, col))
-        col += 1 if m.kind in ("expval", "var") else (
-            2 ** (n if m.wires is None else len(m.wires)) if m.kind == "probs" else 0)
+    from qdiff.circuits.circuit import memo
+
+    def columns():
+        cols, col = [], 0
+        for i, m in enumerate(circuit.measurements):
+            if _z_word(m):
+                cols.append((i, col))
+            col += 1 if m.kind in ("expval", "var") else (
+                2 ** (n if m.wires is None else len(m.wires)) if m.kind == "probs" else 0)
+        every = [c for _, c in cols] == list(range(col))
+        return cols, every
+    cols, every = memo(circuit, ("z_columns", n), columns)
     if len(cols) < 2:
         return None, set()
     ms = circuit.measurements
@@ -46,13 +52,22 @@ def _z_word_diagonal(state, circuit, cotangent, n):
     words = {i: tuple(sorted(f.wires[0] for f in ms[i].obs.terms[0])) for i, _ in cols}
 
     def weights(sel):
-        coeff = torch.tensor([float(ms[i].obs.real_coeffs()[0]) for i, _ in sel],
-                             dtype=rdtype, device=state.device)
-        return cotangent[:, [c for _, c in sel]].to(rdtype) * coeff
+        coeff = [float(ms[i].obs.real_coeffs().detach()[0]) for i, _ in sel]
+        g = cotangent if every and len(sel) == len(cols) else cotangent[:, [c for _, c in sel]]
+        g = g.to(rdtype)
+        if all(c == 1.0 for c in coeff):
+            return g
+        return g * torch.tensor(coeff, dtype=rdtype, device=state.device)
 
     if (2 ** n) * len(cols) <= _SIGN_BUDGET:
         signs = _sign_matrix(tuple(words[i] for i, _ in cols), n, rdtype, state.device)
-        return state * (weights(cols) @ signs.T), {i for i, _ in cols}
+        diag = weights(cols) @ signs.T
+        if state.dtype in (torch.complex64, torch.complex128) and state.is_contiguous():
+            # a real multiply on the (re, im) view: torch's complex-by-real path converts first
+            lam = torch.view_as_complex(torch.view_as_real(state) * diag.unsqueeze(-1))
+        else:
+            lam = state * diag
+        return lam, {i for i, _ in cols}
     col_of = dict(cols)
     parts, done = [], set()
     for _, m, keys, shifted in half_register_words(words, n):

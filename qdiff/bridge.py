@@ -30,8 +30,8 @@ from typing import Optional
 import torch
 
 from qdiff.adjoint import adjoint_vjp
-from qdiff.backends.statevector import measure_all
-from qdiff.circuits.circuit import Circuit
+from qdiff.backends.statevector import measure_all, stacked_expvals
+from qdiff.circuits.circuit import Circuit, memo
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Observable
@@ -69,23 +69,35 @@ def output_width(m: Measurement, n: int) -> int:
 def unshare(circuit: Circuit, theta: torch.Tensor, trainable, shared=None) -> tuple:
     """Give every ``ParamRef`` use its own column with scale 1 (chain rule done by torch).
     Returns the circuit, theta, trainable flags and (when given) shared flags per new column."""
+    new, idx, scale, offset = memo(circuit, "unshare", lambda: _unshare_plan(circuit))
+    if idx is None:
+        return circuit, theta, tuple(trainable), shared
+    src = torch.tensor(idx, dtype=torch.long, device=theta.device)
+    theta_u = theta[:, src]
+    if scale is not None:
+        theta_u = theta_u * torch.tensor(scale, dtype=theta.dtype, device=theta.device) + \
+            torch.tensor(offset, dtype=theta.dtype, device=theta.device)
+    return new, theta_u, tuple(trainable[i] for i in idx), \
+        None if shared is None else tuple(shared[i] for i in idx)
+
+
+def _unshare_plan(circuit: Circuit) -> tuple:
+    """``(circuit, column of each use or None when already one use per column, scales,
+    offsets)``; scales/offsets are ``None`` when all uses are plain."""
     uses = [(i, j, p) for i, op in enumerate(circuit.operations) for j, p in enumerate(op.params)
             if isinstance(p, ParamRef)]
     idx = [p.index for _, _, p in uses]
-    if len(set(idx)) == len(idx) and idx == list(range(len(idx))) and all(
-            p.scale == 1.0 and p.offset == 0.0 for _, _, p in uses) and len(idx) == circuit.num_params:
-        return circuit, theta, tuple(trainable), shared
+    plain = all(p.scale == 1.0 and p.offset == 0.0 for _, _, p in uses)
+    if idx == list(range(len(idx))) and plain and len(idx) == circuit.num_params:
+        return circuit, None, None, None
     ops = [list(op.params) for op in circuit.operations]
     for new, (i, j, _) in enumerate(uses):
         ops[i][j] = ParamRef(new)
     new_ops = tuple(op.with_params(ps) for op, ps in zip(circuit.operations, ops))
-    src = torch.tensor(idx, dtype=torch.long, device=theta.device)
-    scale = torch.tensor([p.scale for _, _, p in uses], dtype=theta.dtype, device=theta.device)
-    offset = torch.tensor([p.offset for _, _, p in uses], dtype=theta.dtype, device=theta.device)
-    theta_u = theta[:, src] * scale + offset
     new = Circuit(circuit.num_wires, new_ops, circuit.measurements, len(uses), circuit.wire_labels)
-    return new, theta_u, tuple(trainable[i] for i in idx), \
-        None if shared is None else tuple(shared[i] for i in idx)
+    if plain:
+        return new, idx, None, None
+    return new, idx, [p.scale for _, _, p in uses], [p.offset for _, _, p in uses]
 
 
 def expand_coefficients(circuit: Circuit) -> tuple:
@@ -93,6 +105,12 @@ def expand_coefficients(circuit: Circuit) -> tuple:
 
     Returns the new circuit and, per original measurement, ``(start, width, coeffs or None)``.
     """
+    if not any(m.obs is not None and m.obs.coeffs.requires_grad for m in circuit.measurements):
+        return memo(circuit, "expand", lambda: _expand_coefficients(circuit))
+    return _expand_coefficients(circuit)
+
+
+def _expand_coefficients(circuit: Circuit) -> tuple:
     ms, post, col = [], [], 0
     n = circuit.num_wires
     for m in circuit.measurements:
@@ -110,6 +128,8 @@ def expand_coefficients(circuit: Circuit) -> tuple:
             ms.append(m)
             post.append((col, output_width(m, n), None))
             col += output_width(m, n)
+    if all(c is None for _, _, c in post):
+        return circuit.with_measurements(ms) if ms != list(circuit.measurements) else circuit, post
     return circuit.with_measurements(ms), post
 
 
@@ -122,6 +142,9 @@ def _run(job: Job, theta: torch.Tensor):
     circuit, backend = job.circuit, job.backend
     if job.method == "adjoint" and backend.capabilities.adjoint:
         state = backend.final_state(circuit, theta, job.initial_state)
+        flat = stacked_expvals(state, circuit)
+        if flat is not None:
+            return flat.to(theta.dtype if theta.dtype.is_floating_point else flat.dtype), state
         outs = measure_all(state, circuit, None, None)
     else:
         state = None
@@ -326,8 +349,10 @@ def shift_vjp(theta: torch.Tensor, g_out: torch.Tensor, job: Job) -> torch.Tenso
 # entry point used by qdiff.execute
 
 
-def execute_with_rule(recorded, backend, method: str, **options) -> list:
-    """Run ``recorded`` through the Function; one tensor per measurement, leading dim B."""
+def execute_with_rule(recorded, backend, method: str, stacked: bool = False, **options):
+    """Run ``recorded`` through the Function; one tensor per measurement, leading dim B (with
+    ``stacked``, the ``(B, K)`` outputs as one tensor when every measurement is a plain scalar:
+    no per-column slicing and restacking in the autograd graph)."""
     circuit = recorded.circuit
     if recorded.initial_state is not None and recorded.initial_state.requires_grad:
         raise QdiffError(f"state preparation inputs are only differentiable with "
@@ -340,6 +365,9 @@ def execute_with_rule(recorded, backend, method: str, **options) -> list:
     job = Job(circ_e, backend, method, train_u, recorded.initial_state, options, shared_u)
     validate_rules(job)
     flat, _ = QuantumFunction.apply(theta_u, job)
+    if stacked and all(c is None and m.is_scalar for m, (_, _, c) in
+                       zip(circuit.measurements, post)):
+        return flat
     outs = []
     for m, (start, width, coeffs) in zip(circuit.measurements, post):
         block = flat[:, start:start + width]
@@ -350,4 +378,3 @@ def execute_with_rule(recorded, backend, method: str, **options) -> list:
         else:
             outs.append(block)
     return outs
-

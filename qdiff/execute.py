@@ -66,8 +66,11 @@ def resolve_method(method: str, backend, circuit, recorded=None) -> str:
     return method
 
 
-def execute(recorded, backend, diff_method: str = "best", **gradient_kwargs) -> list:
-    """One tensor per measurement of ``recorded.circuit``, each with leading dim ``B``."""
+def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
+            **gradient_kwargs):
+    """One tensor per measurement of ``recorded.circuit``, each with leading dim ``B``; with
+    ``stacked``, the gradient rules may return the ``(B, K)`` outputs of all-scalar
+    measurements as one tensor instead (the caller checks)."""
     circuit = recorded.circuit
     if circuit.num_wires != backend.num_wires:
         raise QdiffError(f"circuit has {circuit.num_wires} wires but the device has "
@@ -80,4 +83,4 @@ def execute(recorded, backend, diff_method: str = "best", **gradient_kwargs) -> 
     if method == "backprop" or not needs_grad:
         return backend.execute(circuit, theta, recorded.initial_state)
     from qdiff.bridge import execute_with_rule
-    return execute_with_rule(recorded, backend, method, **gradient_kwargs)
+    return execute_with_rule(recorded, backend, method, stacked=stacked, **gradient_kwargs)

@@ -66,7 +66,13 @@ class QNode:
         recording is Python-level work that dynamo would otherwise retrace gate by gate."""
         from qdiff.execute import execute
         recorded, result = self.construct(*args, **kwargs)
-        outs = execute(recorded, self.device, self.diff_method, **self.gradient_kwargs)
+        outs = execute(recorded, self.device, self.diff_method, stacked=True,
+                       **self.gradient_kwargs)
+        if isinstance(outs, torch.Tensor):  # (B, K) of scalar measurements
+            bshape = tuple(recorded.batch_shape)
+            if isinstance(result, Measurement):
+                return outs[:, 0].reshape(bshape)
+            return outs.reshape(bshape + (outs.shape[-1],))
         return _assemble(outs, recorded, result)
 
     def __reduce__(self):
