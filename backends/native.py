@@ -101,7 +101,7 @@ def library():
                                ctypes.c_int, ctypes.c_int]
         lib.qd_abs2.argtypes = [p, p, i64]
         lib.qd_adjoint.argtypes = [p, p, i64, ctypes.c_int, i64, p, p, i64, p, p, p, p, i64, p,
-                                   i64, p, i64, ctypes.c_int]
+                                   i64, p, i64, p, ctypes.c_int]
         if lib.qd_abi_version() != 3:
             return None
         _lib = lib
@@ -323,7 +323,7 @@ def adjoint_sweep(ops, data, slot_data, psi, lam, n):
     gate_recs = recs[:nops].contiguous()
     rc = library().qd_adjoint(_ptr(psi), _ptr(lam), b, n, nops, _ptr(gate_recs), _ptr(buf),
                               len(slot_data), _ptr(slot_recs), _ptr(slot_op), _ptr(grads),
-                              None, 0, None, 0, None, 0, _threads())
+                              None, 0, None, 0, None, 0, None, _threads())
     if rc != 0:
         raise MemoryError("native kernels could not allocate their gate table")
     return grads
@@ -478,11 +478,14 @@ def run_plan(state: torch.Tensor, plan: CodedPlan, theta: torch.Tensor,
 
 
 def plan_adjoint(plan: CodedPlan, psi, lam, theta, trainable, restore: bool = False,
-                 shared=None):
+                 shared=None, lam_diagonal=None):
     """The adjoint sweep of a coded circuit: ``(B, P)`` gradients with respect to theta's
     columns (zero for columns not ``trainable``), ``2 Re <lam_i| dU_i/dtheta |psi_{i-1}>``
     summed over every use of a column, in one native call. ``psi`` and ``lam`` are overwritten;
     with ``restore`` the sweep runs down to the first gate, leaving ``psi`` the input state.
+
+    ``lam_diagonal`` (``(B, 2**n)`` float64, instead of ``lam``): ``lam = lam_diagonal * psi``
+    is formed in cache, tile by tile, and ``psi`` is left untouched (no copies of the states).
 
     ``shared`` (optional, per column): True where the column is one value broadcast over the
     batch by construction (a weight), so that only its gradient's sum over the rows matters;
@@ -493,10 +496,15 @@ def plan_adjoint(plan: CodedPlan, psi, lam, theta, trainable, restore: bool = Fa
     p = theta.shape[1]
     grad = torch.zeros(b, p, dtype=torch.float64)
     sh = plan.shared_flags(shared)
-    rc = library().qd_adjoint(_ptr(psi), _ptr(lam), b, plan.n, recs.shape[0], _ptr(recs),
-                              _ptr(plan.data), 0, None, None, None, _ptr(th), tstride,
-                              _ptr(grad), p, None if sh is None else _ptr(sh),
-                              0 if restore else lo, _threads())
+    if lam_diagonal is not None:
+        if restore:
+            raise ValueError("restore needs psi itself to be uncomputed: pass lam")
+        lam_diagonal = lam_diagonal.to(torch.float64).contiguous()
+    rc = library().qd_adjoint(_ptr(psi), None if lam is None else _ptr(lam), b, plan.n,
+                              recs.shape[0], _ptr(recs), _ptr(plan.data), 0, None, None, None,
+                              _ptr(th), tstride, _ptr(grad), p, None if sh is None else _ptr(sh),
+                              0 if restore else lo,
+                              None if lam_diagonal is None else _ptr(lam_diagonal), _threads())
     if rc != 0:
         raise MemoryError("native kernels could not allocate their gate table")
     return grad

@@ -779,7 +779,7 @@ int qd_run(double *states, i64 B, int n, i64 nops, const i64 *recs, const double
 int qd_adjoint(double *psi, double *lam, i64 B, int n, i64 nops, const i64 *recs,
                const double *data, i64 nslots, const i64 *slot_recs, const i64 *slot_op,
                double *grads, const double *theta, i64 tstride, double *gtheta, i64 P,
-               const i64 *shared_cols, i64 lo, int nthreads) {
+               const i64 *shared_cols, i64 lo, const double *ldiag, int nthreads) {
     int nt = (B > 1 && nthreads > 1) ? nthreads : 1;
     ctx_t c = {0};
     /* fallback slots are per binding: no tiles then */
@@ -796,6 +796,20 @@ int qd_adjoint(double *psi, double *lam, i64 B, int n, i64 nops, const i64 *recs
     } else {
         make_tiles(n, B, tiles);
     }
+    /* ldiag: lam = ldiag * psi (a real diagonal per binding, e.g. a sum of Z words), formed
+     * tile by tile in per-thread scratch together with a copy of psi, which stays untouched */
+    double *scratch = 0;
+    i64 tile_amps = 0;
+    if (ldiag) {
+        for (i64 k = 0; k < ntiles; k++)
+            if (((i64)1 << (n + tiles[k].tb)) > tile_amps) tile_amps = (i64)1 << (n + tiles[k].tb);
+        scratch = (double *)malloc((size_t)(4 * tile_amps) * nt * sizeof(double));
+        if (!scratch) {
+            free(tiles);
+            ctx_free(&c);
+            return -1;
+        }
+    }
     gate_t *gates = c.gates;
     gate_t *sg = gates + nops;
     for (i64 s = 0; s < nslots; s++) decode(slot_recs + REC * s, data, &sg[s]);
@@ -808,6 +822,18 @@ int qd_adjoint(double *psi, double *lam, i64 B, int n, i64 nops, const i64 *recs
         int tb = tiles[k].tb;
         i64 nb = (i64)1 << tb;
         double *p = psi + 2 * N * b0, *l = lam + 2 * N * b0;
+        if (ldiag) {
+            i64 amps = N * nb;
+            double *sp = scratch + (i64)4 * tile_amps * tid, *sl = sp + 2 * tile_amps;
+            const double *src = psi + 2 * N * b0, *dg = ldiag + N * b0;
+            memcpy(sp, src, sizeof(double) * 2 * amps);
+            for (i64 x = 0; x < amps; x++) {
+                sl[2 * x] = dg[x] * src[2 * x];
+                sl[2 * x + 1] = dg[x] * src[2 * x + 1];
+            }
+            p = sp;
+            l = sl;
+        }
         double m[2 << (2 * MAXK)];
         i64 s = nslots - 1;
         for (i64 i = nops - 1; i >= lo; i--) {
@@ -844,6 +870,7 @@ int qd_adjoint(double *psi, double *lam, i64 B, int n, i64 nops, const i64 *recs
         }
     }
     free(tiles);
+    free(scratch);
     ctx_free(&c);
     return 0;
 }

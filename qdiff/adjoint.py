@@ -23,9 +23,20 @@ from qdiff.circuits.operation import ParamRef, is_concrete
 
 
 def _z_word_diagonal(state, circuit, cotangent, n):
-    """``(sum over Z-word expvals of g_k c_k S_k) psi`` (``S_k`` the word's +-1 signs) as one
-    real diagonal times ``psi``, and the set of measurement indices it covers (``None, set()``
-    when fewer than two outputs are Z words).
+    """``(lam, covered measurement indices)``: :func:`z_word_diagonal` times ``psi``."""
+    diag, done = z_word_diagonal(state, circuit, cotangent, n)
+    if diag is None:
+        return None, done
+    if state.dtype in (torch.complex64, torch.complex128) and state.is_contiguous():
+        # a real multiply on the (re, im) view: torch's complex-by-real path converts first
+        return torch.view_as_complex(torch.view_as_real(state) * diag.unsqueeze(-1)), done
+    return state * diag, done
+
+
+def z_word_diagonal(state, circuit, cotangent, n):
+    """``sum over Z-word expvals of g_k c_k S_k`` (``S_k`` the word's +-1 signs) as one real
+    diagonal ``(B, 2**n)`` (``lam = diag * psi``), and the set of measurement indices it covers
+    (``None, set()`` when fewer than two outputs are Z words).
 
     Small registers: the diagonal is one matmul with the ``(2**n, K)`` sign matrix. Large
     ones: words within the first or the second half of the wires give two small diagonals
@@ -61,13 +72,7 @@ def _z_word_diagonal(state, circuit, cotangent, n):
 
     if (2 ** n) * len(cols) <= _SIGN_BUDGET:
         signs = _sign_matrix(tuple(words[i] for i, _ in cols), n, rdtype, state.device)
-        diag = weights(cols) @ signs.T
-        if state.dtype in (torch.complex64, torch.complex128) and state.is_contiguous():
-            # a real multiply on the (re, im) view: torch's complex-by-real path converts first
-            lam = torch.view_as_complex(torch.view_as_real(state) * diag.unsqueeze(-1))
-        else:
-            lam = state * diag
-        return lam, {i for i, _ in cols}
+        return weights(cols) @ signs.T, {i for i, _ in cols}
     col_of = dict(cols)
     parts, done = [], set()
     for _, m, keys, shifted in half_register_words(words, n):
@@ -80,7 +85,7 @@ def _z_word_diagonal(state, circuit, cotangent, n):
     if len(done) < 2:
         return None, set()
     diag = (parts[0][:, :, None] + parts[1][:, None, :]).reshape(state.shape[0], -1)
-    return state * diag, done
+    return diag, done
 
 
 def effective_state(state, circuit, cotangent, n):
@@ -170,6 +175,12 @@ def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool 
     if inplace and native.usable(state) and is_concrete(theta):
         plan = native.coded_plan(ops, n)
         if plan is not None:  # every parameterised gate has a native formula: one call
+            if not return_state:
+                diag, done = z_word_diagonal(state, circuit, cotangent, n)
+                if diag is not None and len(done) == len(circuit.measurements):
+                    # lam = diag * psi is formed in cache by the kernels; psi is not copied
+                    return native.plan_adjoint(plan, state, None, theta, trainable,
+                                               shared=shared, lam_diagonal=diag)
             lam = effective_state(state, circuit, cotangent, n).contiguous()
             psi = state.clone()
             grad = native.plan_adjoint(plan, psi, lam, theta, trainable, restore=return_state,
