@@ -280,12 +280,101 @@ static const double *effective(const gate_t *g, const double *u, int dag, double
     return buf;
 }
 
+/* A one-qubit matrix on bit p without controls: the two amplitudes of a
+ * pair are W = 2^(p+1) doubles apart inside blocks of 2W doubles. With W a compile-time
+ * constant (p <= 4) the body is unrolled and vectorised over the block (the group loops
+ * would walk such short runs one complex number at a time). */
+#define BLOCK_1Q(W, BODY)                                                                      \
+    do {                                                                                       \
+        for (i64 j = 0; j < nblk; j++) {                                                       \
+            double *restrict x = s + 2 * (W) * j, *restrict y = x + (W);                       \
+            for (int e = 0; e < (W); e += 2) {                                                 \
+                double a0r = x[e], a0i = x[e + 1], a1r = y[e], a1i = y[e + 1];                 \
+                BODY                                                                           \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+#define DENSE_1Q_BODY                                                                          \
+    x[e] = m00r * a0r - m00i * a0i + m01r * a1r - m01i * a1i;                                  \
+    x[e + 1] = m00r * a0i + m00i * a0r + m01r * a1i + m01i * a1r;                              \
+    y[e] = m10r * a0r - m10i * a0i + m11r * a1r - m11i * a1i;                                  \
+    y[e + 1] = m10r * a0i + m10i * a0r + m11r * a1i + m11i * a1r;
+#define DIAG_1Q_BODY                                                                           \
+    x[e] = d0r * a0r - d0i * a0i; x[e + 1] = d0r * a0i + d0i * a0r;                            \
+    y[e] = d1r * a1r - d1i * a1i; y[e + 1] = d1r * a1i + d1i * a1r;
+
+static void dense_1q_low(double *restrict s, int nbits, int p, const double *u) {
+    const double m00r = u[0], m00i = u[1], m01r = u[2], m01i = u[3];
+    const double m10r = u[4], m10i = u[5], m11r = u[6], m11i = u[7];
+    const i64 nblk = (i64)1 << (nbits - 1 - p);
+    switch (p) {
+    case 0: BLOCK_1Q(2, DENSE_1Q_BODY); break;
+    case 1: BLOCK_1Q(4, DENSE_1Q_BODY); break;
+    case 2: BLOCK_1Q(8, DENSE_1Q_BODY); break;
+    case 3: BLOCK_1Q(16, DENSE_1Q_BODY); break;
+    case 4: BLOCK_1Q(32, DENSE_1Q_BODY); break;
+    default: { const int wd = 2 << p; BLOCK_1Q(wd, DENSE_1Q_BODY); }
+    }
+}
+
+static void diag_1q_low(double *restrict s, int nbits, int p, const double *u) {
+    const double d0r = u[0], d0i = u[1], d1r = u[2], d1i = u[3];
+    const i64 nblk = (i64)1 << (nbits - 1 - p);
+    switch (p) {
+    case 0: BLOCK_1Q(2, DIAG_1Q_BODY); break;
+    case 1: BLOCK_1Q(4, DIAG_1Q_BODY); break;
+    case 2: BLOCK_1Q(8, DIAG_1Q_BODY); break;
+    case 3: BLOCK_1Q(16, DIAG_1Q_BODY); break;
+    case 4: BLOCK_1Q(32, DIAG_1Q_BODY); break;
+    default: { const int wd = 2 << p; BLOCK_1Q(wd, DIAG_1Q_BODY); }
+    }
+}
+
+/* X on bit p with at most one control bit c (-1: none), in the block layout: swap the two
+ * halves of each block whose control is set, as contiguous runs of doubles. */
+static void swap_run(double *restrict x, double *restrict y, i64 len) {
+    for (i64 e = 0; e < len; e++) {
+        double t = x[e];
+        x[e] = y[e];
+        y[e] = t;
+    }
+}
+
+static void flip_1q_low(double *s, int nbits, int p, int c) {
+    const i64 nblk = (i64)1 << (nbits - 1 - p);
+    const i64 w = (i64)2 << p;  /* doubles per half block */
+    if (c < 0 || c > p) {
+        const i64 cb = c < 0 ? 0 : (i64)1 << (c - p - 1);
+        for (i64 j = 0; j < nblk; j++)
+            if (!cb || (j & cb)) swap_run(s + 2 * w * j, s + 2 * w * j + w, w);
+        return;
+    }
+    const i64 run = (i64)2 << c;  /* doubles: 2^c amplitudes with the control set */
+    for (i64 j = 0; j < nblk; j++)
+        for (i64 r = run; r < w; r += 2 * run) swap_run(s + 2 * w * j + r, s + 2 * w * j + w + r, run);
+}
+
 /* Apply gate g with data u (this binding's) to the 2^nbits amplitudes at st. */
 static void apply_range(double *st, int nbits, const gate_t *g, const double *u_in, int dag,
                         int par_) {
     double buf[2 << (2 * MAXK)];
     const double *u = effective(g, u_in, dag, buf);
     double *restrict s = st;
+    if (g->kind == K_FLIP && g->k == 1 && par_ <= 1 && __builtin_popcountll(g->cmask) <= 1) {
+        int p = 0, c = -1;
+        while (!((g->tmask >> p) & 1)) p++;
+        if (g->cmask) c = __builtin_ctzll(g->cmask);
+        if (nbits > p && nbits > c && (c < 0 || c > p || c >= 2)) {  /* runs of >= 4 amps */
+            flip_1q_low(s, nbits, p, c);
+            return;
+        }
+    }
+    if (g->k == 1 && g->cmask == 0 && par_ <= 1 && nbits > g->special[0] &&
+        (g->kind == K_DENSE || g->kind == K_DIAG)) {
+        if (g->kind == K_DENSE) dense_1q_low(s, nbits, g->special[0], u);
+        else diag_1q_low(s, nbits, g->special[0], u);
+        return;
+    }
     if (g->kind == K_DENSE && g->k == 1) {
         const i64 o1 = g->off[1];
         const double m00r = u[0], m00i = u[1], m01r = u[2], m01i = u[3];
@@ -427,10 +516,66 @@ static void apply_range(double *st, int nbits, const gate_t *g, const double *u_
         s10r += l1r * p0r + l1i * p0i; s10i += l1r * p0i - l1i * p0r;                          \
     }
 
+/* The one-qubit overlap sums of a gate on bit p without controls, in the block layout of
+ * dense_1q_low: W = 2^(p+1) doubles between the two amplitudes of a pair. The sums run over
+ * the interleaved doubles as real dot products (Re: l * p, Im: l * swapped p with signs), in
+ * per-lane accumulators that the compiler keeps in vector registers. */
+#define OVERLAP_TERMS(e, q)                                                                    \
+    rr00[q] += lx[e] * px[e]; rr00[q + 1] += lx[e + 1] * px[e + 1];                            \
+    ri00[q] += lx[e] * px[e + 1]; ri00[q + 1] -= lx[e + 1] * px[e];                            \
+    rr01[q] += lx[e] * py[e]; rr01[q + 1] += lx[e + 1] * py[e + 1];                            \
+    ri01[q] += lx[e] * py[e + 1]; ri01[q + 1] -= lx[e + 1] * py[e];                            \
+    rr10[q] += ly[e] * px[e]; rr10[q + 1] += ly[e + 1] * px[e + 1];                            \
+    ri10[q] += ly[e] * px[e + 1]; ri10[q + 1] -= ly[e + 1] * px[e];                            \
+    rr11[q] += ly[e] * py[e]; rr11[q + 1] += ly[e + 1] * py[e + 1];                            \
+    ri11[q] += ly[e] * py[e + 1]; ri11[q + 1] -= ly[e + 1] * py[e];
+#define OVERLAP_BLOCK(W)                                                                       \
+    do {                                                                                       \
+        for (i64 j = 0; j < nblk; j++) {                                                       \
+            const double *restrict lx = lam + 2 * (W) * j, *restrict ly = lx + (W);            \
+            const double *restrict px = psi + 2 * (W) * j, *restrict py = px + (W);            \
+            if ((W) < 8) {                                                                     \
+                for (int e = 0; e < (W); e += 2) { OVERLAP_TERMS(e, e) }                       \
+            } else {                                                                           \
+                for (int e0 = 0; e0 < (W); e0 += 8)                                            \
+                    for (int q = 0; q < 8; q += 2) { OVERLAP_TERMS(e0 + q, q) }                \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+
+static void overlap_1q_low(const double *restrict lam, const double *restrict psi, int nbits,
+                           int p, int diag, double *out) {
+    double rr00[8] = {0}, ri00[8] = {0}, rr01[8] = {0}, ri01[8] = {0};
+    double rr10[8] = {0}, ri10[8] = {0}, rr11[8] = {0}, ri11[8] = {0};
+    const i64 nblk = (i64)1 << (nbits - 1 - p);
+    switch (p) {
+    case 0: OVERLAP_BLOCK(2); break;
+    case 1: OVERLAP_BLOCK(4); break;
+    case 2: OVERLAP_BLOCK(8); break;
+    case 3: OVERLAP_BLOCK(16); break;
+    case 4: OVERLAP_BLOCK(32); break;
+    default: { const int wd = 2 << p; OVERLAP_BLOCK(wd); }
+    }
+    double v[8] = {0};
+    for (int q = 0; q < 8; q++) {
+        v[0] += rr00[q]; v[1] += ri00[q]; v[2] += rr01[q]; v[3] += ri01[q];
+        v[4] += rr10[q]; v[5] += ri10[q]; v[6] += rr11[q]; v[7] += ri11[q];
+    }
+    if (diag) {
+        out[0] = v[0]; out[1] = v[1]; out[2] = v[6]; out[3] = v[7];
+    } else {
+        for (int e = 0; e < 8; e++) out[e] = v[e];
+    }
+}
+
 static void overlap_matrix(const double *lam, const double *psi, int nbits, const gate_t *g,
                            double *out, int par_, const double *need) {
     const int d = 1 << g->k;
     const int diag = g->kind == K_DIAG;
+    if (g->k == 1 && g->cmask == 0 && par_ <= 1 && nbits > g->special[0]) {
+        overlap_1q_low(lam, psi, nbits, g->special[0], diag, out);
+        return;
+    }
     if (g->k == 1) {
         const i64 o1 = g->off[1];
         double s00r = 0, s00i = 0, s01r = 0, s01i = 0, s10r = 0, s10i = 0, s11r = 0, s11i = 0;
