@@ -42,6 +42,11 @@ class ParamRef:
 
 
 def normalize_wires(wires) -> tuple:
+    t = type(wires)
+    if t is int:
+        return (wires,)
+    if (t is tuple or t is list) and all(type(w) is int for w in wires):
+        return tuple(wires)
     if isinstance(wires, (int, str)) or (isinstance(wires, torch.Tensor) and wires.ndim == 0):
         wires = [wires]
     try:
