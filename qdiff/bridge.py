@@ -193,7 +193,11 @@ class QuantumFunction(torch.autograd.Function):
     def backward(ctx, g_out, _g_state):
         theta, state = ctx.saved_tensors
         job = ctx.job
-        if job.method == "adjoint":
+        if job.method == "adjoint" and torch.is_grad_enabled() and \
+                job.options.get("_higher_order") == "parameter-shift" and _has_shift_rules(job):
+            # create_graph through diff_method="best": the exact, differentiable shift rules
+            grad = shift_vjp(theta, g_out, replace(job, method="parameter-shift", shared=None))
+        elif job.method == "adjoint":
             with torch.no_grad():
                 if job.backend.capabilities.adjoint:
                     grad = adjoint_vjp(job.circuit, theta.detach(), state, g_out.detach(),
@@ -279,6 +283,14 @@ def spsa_generator(seed=None) -> torch.Generator:
     else:
         gen.seed()
     return gen
+
+
+def _has_shift_rules(job: Job) -> bool:
+    try:
+        validate_rules(replace(job, method="parameter-shift"))
+    except QdiffError:
+        return False
+    return True
 
 
 def validate_rules(job: Job) -> None:

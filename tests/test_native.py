@@ -218,9 +218,9 @@ def _recorded(n, prep_grad=False, coeff_grad=False):
     return dev, QNode(f, dev).construct(w, v)[0]
 
 
-def test_best_prefers_native_adjoint_above_five_qubits():
+def test_best_prefers_native_adjoint():
     from qdiff.execute import resolve_method
-    for n, expected in ((4, "backprop"), (5, "backprop"), (6, "adjoint"), (12, "adjoint")):
+    for n, expected in ((1, "adjoint"), (4, "adjoint"), (6, "adjoint"), (12, "adjoint")):
         dev, rec = _recorded(n)
         assert resolve_method("best", dev, rec.circuit, rec) == expected
     # calls only backprop differentiates stay on backprop
@@ -432,3 +432,22 @@ def test_adjoint_sweep_two_threads_match_one_on_a_large_state():
     finally:
         torch.set_num_threads(old)
     assert torch.allclose(one, two, atol=1e-11)
+
+
+def test_best_adjoint_gives_exact_hessians_by_shift_rules():
+    """diff_method="best" runs the native adjoint; create_graph switches its backward to the
+    parameter-shift rules, so second derivatives are exact (as with backprop), not an error."""
+    dev = qd.device("statevector", wires=3)
+
+    def body(x, w):
+        qd.AngleEmbedding(x, wires=range(3))
+        qd.StronglyEntanglingLayers(w, wires=range(3))
+        qd.CRY(w[0, 0, 1], wires=[2, 0])
+        return [qd.expval(qd.Z(i)) for i in range(3)]
+    x = torch.rand(4, 3, dtype=torch.float64)
+    w0 = torch.rand(1, 3, 3, dtype=torch.float64)
+    best, back = qd.QNode(body, dev), qd.QNode(body, dev, diff_method="backprop")
+    h_best = torch.autograd.functional.hessian(lambda w: best(x, w).sum(), w0)
+    h_back = torch.autograd.functional.hessian(lambda w: back(x, w).sum(), w0)
+    torch.testing.assert_close(h_best, h_back, atol=1e-10, rtol=0)
+    assert h_back.abs().max() > 1e-3
