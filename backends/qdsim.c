@@ -568,6 +568,97 @@ static void overlap_1q_low(const double *restrict lam, const double *restrict ps
     }
 }
 
+/* One whole adjoint step of an uncontrolled dense one-qubit gate on bit p, in ONE pass over
+ * psi and lam: M[r][c] += conj(lam[r]) psi[c] on the values BEFORE the step (then
+ * <lam| dU |U^dag psi> = sum_rc (dU U^dag)[r][c] M[r][c]), psi <- V psi and, when do_lam,
+ * lam <- V lam, with V = U^dag given in v (2x2 complex). Lane accumulators as in
+ * overlap_1q_low. */
+#define STEP_TERMS(e, q)                                                                       \
+    {                                                                                          \
+        double a0r = px[e], a0i = px[e + 1], a1r = py[e], a1i = py[e + 1];                     \
+        double l0r = lx[e], l0i = lx[e + 1], l1r = ly[e], l1i = ly[e + 1];                     \
+        rr00[q] += l0r * a0r; rr00[q + 1] += l0i * a0i;                                        \
+        ri00[q] += l0r * a0i; ri00[q + 1] -= l0i * a0r;                                        \
+        rr01[q] += l0r * a1r; rr01[q + 1] += l0i * a1i;                                        \
+        ri01[q] += l0r * a1i; ri01[q + 1] -= l0i * a1r;                                        \
+        rr10[q] += l1r * a0r; rr10[q + 1] += l1i * a0i;                                        \
+        ri10[q] += l1r * a0i; ri10[q + 1] -= l1i * a0r;                                        \
+        rr11[q] += l1r * a1r; rr11[q + 1] += l1i * a1i;                                        \
+        ri11[q] += l1r * a1i; ri11[q + 1] -= l1i * a1r;                                        \
+        px[e] = v00r * a0r - v00i * a0i + v01r * a1r - v01i * a1i;                             \
+        px[e + 1] = v00r * a0i + v00i * a0r + v01r * a1i + v01i * a1r;                         \
+        py[e] = v10r * a0r - v10i * a0i + v11r * a1r - v11i * a1i;                             \
+        py[e + 1] = v10r * a0i + v10i * a0r + v11r * a1i + v11i * a1r;                         \
+        if (DO_LAM) {                                                                          \
+            lx[e] = v00r * l0r - v00i * l0i + v01r * l1r - v01i * l1i;                         \
+            lx[e + 1] = v00r * l0i + v00i * l0r + v01r * l1i + v01i * l1r;                     \
+            ly[e] = v10r * l0r - v10i * l0i + v11r * l1r - v11i * l1i;                         \
+            ly[e + 1] = v10r * l0i + v10i * l0r + v11r * l1i + v11i * l1r;                     \
+        }                                                                                      \
+    }
+#define STEP_BLOCK(W)                                                                          \
+    do {                                                                                       \
+        for (i64 j = 0; j < nblk; j++) {                                                       \
+            double *restrict lx = lam + 2 * (W) * j, *restrict ly = lx + (W);                  \
+            double *restrict px = psi + 2 * (W) * j, *restrict py = px + (W);                  \
+            if ((W) < 8) {                                                                     \
+                for (int e = 0; e < (W); e += 2) STEP_TERMS(e, e)                              \
+            } else {                                                                           \
+                for (int e0 = 0; e0 < (W); e0 += 8)                                            \
+                    for (int q = 0; q < 8; q += 2) STEP_TERMS(e0 + q, q)                       \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+#define STEP_SWITCH                                                                            \
+    switch (p) {                                                                               \
+    case 0: STEP_BLOCK(2); break;                                                              \
+    case 1: STEP_BLOCK(4); break;                                                              \
+    case 2: STEP_BLOCK(8); break;                                                              \
+    case 3: STEP_BLOCK(16); break;                                                             \
+    case 4: STEP_BLOCK(32); break;                                                             \
+    default: { const int wd = 2 << p; STEP_BLOCK(wd); }                                       \
+    }
+
+static void adjoint_step_1q(double *restrict psi, double *restrict lam, int nbits, int p,
+                            const double *v, int do_lam, double *out) {
+    double rr00[8] = {0}, ri00[8] = {0}, rr01[8] = {0}, ri01[8] = {0};
+    double rr10[8] = {0}, ri10[8] = {0}, rr11[8] = {0}, ri11[8] = {0};
+    const double v00r = v[0], v00i = v[1], v01r = v[2], v01i = v[3];
+    const double v10r = v[4], v10i = v[5], v11r = v[6], v11i = v[7];
+    const i64 nblk = (i64)1 << (nbits - 1 - p);
+    if (do_lam) {
+#define DO_LAM 1
+        STEP_SWITCH
+#undef DO_LAM
+    } else {
+#define DO_LAM 0
+        STEP_SWITCH
+#undef DO_LAM
+    }
+    double w[8] = {0};
+    for (int q = 0; q < 8; q++) {
+        w[0] += rr00[q]; w[1] += ri00[q]; w[2] += rr01[q]; w[3] += ri01[q];
+        w[4] += rr10[q]; w[5] += ri10[q]; w[6] += rr11[q]; w[7] += ri11[q];
+    }
+    for (int e = 0; e < 8; e++) out[e] = w[e];
+}
+
+/* 2x2 complex product c = a b */
+static void mul2(const double *a, const double *b, double *c) {
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 2; k++) {
+            double re = 0, im = 0;
+            for (int t = 0; t < 2; t++) {
+                double ar = a[2 * (2 * r + t)], ai = a[2 * (2 * r + t) + 1];
+                double br = b[2 * (2 * t + k)], bi = b[2 * (2 * t + k) + 1];
+                re += ar * br - ai * bi;
+                im += ar * bi + ai * br;
+            }
+            c[2 * (2 * r + k)] = re;
+            c[2 * (2 * r + k) + 1] = im;
+        }
+}
+
 static void overlap_matrix(const double *lam, const double *psi, int nbits, const gate_t *g,
                            double *out, int par_, const double *need) {
     const int d = 1 << g->k;
@@ -984,6 +1075,26 @@ int qd_adjoint(double *psi, double *lam, i64 B, int n, i64 nops, const i64 *recs
         for (i64 i = nops - 1; i >= lo; i--) {
             const gate_t *g = &gates[i];
             int train = g->code ? g->tmask_p : 0;
+            if (train && g->kind == K_DENSE && g->k == 1 && g->cmask == 0 && par <= 1 &&
+                g->special[0] <= 4) {
+                /* the fused step: overlap on the values before the step, both updates */
+                i64 reps = g->gshared ? 1 : nb;
+                int bits = g->gshared ? n + tb : n;
+                for (i64 t = 0; t < reps; t++) {
+                    i64 b = b0 + t;
+                    const double *u = gate_data(&c, i, b, tid, 1);
+                    double v[8], gm[8];
+                    effective(g, u, 1, v);  /* v = U^dag */
+                    adjoint_step_1q(p + 2 * N * t, l + 2 * N * t, bits, g->special[0], v,
+                                    i > lo, m);
+                    for (int j = 0; j < g->np; j++)
+                        if ((train >> j) & 1) {
+                            mul2(u + g->usize * (1 + j), v, gm);  /* dU_j U^dag */
+                            gtheta[b * P + g->col[j]] += g->scale[j] * 2.0 * contract(g, gm, m);
+                        }
+                }
+                continue;
+            }
             apply_tile(p, n, tb, &c, i, b0, 1, par, tid);
             if (train) {
                 /* one overlap for all angles (k >= 3: restricted to dU's nonzero entries) */
