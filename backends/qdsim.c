@@ -23,9 +23,12 @@
  * and kept while the angles stay the same (a weight shared by the batch: once per call).
  *
  * Every kernel walks groups of 2^k amplitudes that differ only in the target bits; the loop
- * over the lowest free bits is innermost and contiguous, so the compiler vectorises it.
- * Large states are processed in cache-sized chunks: runs of gates whose bits all lie below
- * CHUNK_BITS are applied chunk by chunk, one pass over memory for the whole run.
+ * over the lowest free bits is innermost and contiguous, so the compiler vectorises it
+ * (uncontrolled one-qubit gates, their overlaps and singly-controlled X use block loops with
+ * compile-time widths instead). Large states are processed in cache-sized chunks: runs of
+ * gates whose bits all lie below CHUNK_BITS are applied chunk by chunk, one pass over memory
+ * for the whole run. Small states are processed in batch tiles of up to 2^TILE_BITS
+ * amplitudes: a gate with the same matrix for every binding applies to the tile at once.
  */
 #include <stdint.h>
 #include <stdlib.h>
