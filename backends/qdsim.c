@@ -285,7 +285,7 @@ static const double *effective(const gate_t *g, const double *u, int dag, double
 
 /* A one-qubit matrix on bit p without controls: the two amplitudes of a
  * pair are W = 2^(p+1) doubles apart inside blocks of 2W doubles. With W a compile-time
- * constant (p <= 4) the body is unrolled and vectorised over the block (the group loops
+ * constant (p <= 7) the body is unrolled and vectorised over the block (the group loops
  * would walk such short runs one complex number at a time). */
 #define BLOCK_1Q(W, BODY)                                                                      \
     do {                                                                                       \
@@ -316,6 +316,9 @@ static void dense_1q_low(double *restrict s, int nbits, int p, const double *u) 
     case 2: BLOCK_1Q(8, DENSE_1Q_BODY); break;
     case 3: BLOCK_1Q(16, DENSE_1Q_BODY); break;
     case 4: BLOCK_1Q(32, DENSE_1Q_BODY); break;
+    case 5: BLOCK_1Q(64, DENSE_1Q_BODY); break;
+    case 6: BLOCK_1Q(128, DENSE_1Q_BODY); break;
+    case 7: BLOCK_1Q(256, DENSE_1Q_BODY); break;
     default: { const int wd = 2 << p; BLOCK_1Q(wd, DENSE_1Q_BODY); }
     }
 }
@@ -329,6 +332,9 @@ static void diag_1q_low(double *restrict s, int nbits, int p, const double *u) {
     case 2: BLOCK_1Q(8, DIAG_1Q_BODY); break;
     case 3: BLOCK_1Q(16, DIAG_1Q_BODY); break;
     case 4: BLOCK_1Q(32, DIAG_1Q_BODY); break;
+    case 5: BLOCK_1Q(64, DIAG_1Q_BODY); break;
+    case 6: BLOCK_1Q(128, DIAG_1Q_BODY); break;
+    case 7: BLOCK_1Q(256, DIAG_1Q_BODY); break;
     default: { const int wd = 2 << p; BLOCK_1Q(wd, DIAG_1Q_BODY); }
     }
 }
@@ -557,6 +563,9 @@ static void overlap_1q_low(const double *restrict lam, const double *restrict ps
     case 2: OVERLAP_BLOCK(8); break;
     case 3: OVERLAP_BLOCK(16); break;
     case 4: OVERLAP_BLOCK(32); break;
+    case 5: OVERLAP_BLOCK(64); break;
+    case 6: OVERLAP_BLOCK(128); break;
+    case 7: OVERLAP_BLOCK(256); break;
     default: { const int wd = 2 << p; OVERLAP_BLOCK(wd); }
     }
     double v[8] = {0};
@@ -619,6 +628,9 @@ static void overlap_1q_low(const double *restrict lam, const double *restrict ps
     case 2: STEP_BLOCK(8); break;                                                              \
     case 3: STEP_BLOCK(16); break;                                                             \
     case 4: STEP_BLOCK(32); break;                                                             \
+    case 5: STEP_BLOCK(64); break;                                                             \
+    case 6: STEP_BLOCK(128); break;                                                            \
+    case 7: STEP_BLOCK(256); break;                                                            \
     default: { const int wd = 2 << p; STEP_BLOCK(wd); }                                       \
     }
 
@@ -1079,7 +1091,7 @@ int qd_adjoint(double *psi, double *lam, i64 B, int n, i64 nops, const i64 *recs
             const gate_t *g = &gates[i];
             int train = g->code ? g->tmask_p : 0;
             if (train && g->kind == K_DENSE && g->k == 1 && g->cmask == 0 && par <= 1 &&
-                g->special[0] <= 4) {
+                g->special[0] <= 7) {
                 /* the fused step: overlap on the values before the step, both updates */
                 i64 reps = g->gshared ? 1 : nb;
                 int bits = g->gshared ? n + tb : n;
