@@ -191,6 +191,12 @@ def _from_recording(items, wires, measurements=None) -> Recorded:
         return rec
     _STRUCT_CACHE.move_to_end(sig)
     circuit, batch_shape, trainable, dtype, device, _, shared = entry
+    theta, _ = _checked_theta(cols, batch_shape, dtype, device, circuit.operations)
+    return Recorded(circuit, theta, batch_shape, trainable, None, shared=shared)
+
+
+def _checked_theta(cols, batch_shape, dtype, device, ops) -> tuple:
+    """``(theta (B, P), B)`` from the angle sources, checked finite (errors name the gate)."""
     bsz = 1
     for s in batch_shape:
         bsz *= s
@@ -198,8 +204,8 @@ def _from_recording(items, wires, measurements=None) -> Recorded:
         theta = _assemble_theta(cols, batch_shape, bsz, dtype, device)
     else:
         theta = torch.zeros(bsz, 0, dtype=dtype, device=device)
-    _check_finite(theta, circuit.operations)
-    return Recorded(circuit, theta, batch_shape, trainable, None, shared=shared)
+    _check_finite(theta, ops)
+    return theta, bsz
 
 
 def _build_recorded(items, meas_in, labels) -> Recorded:
@@ -266,14 +272,7 @@ def _build_recorded(items, meas_in, labels) -> Recorded:
                              f"gate parameters' {batch_shape}") from None
         device = device or initial.device
         initial = initial.expand(*batch_shape, 2 ** n).reshape(-1, 2 ** n)
-    bsz = 1
-    for s in batch_shape:
-        bsz *= s
-    if cols:
-        theta = _assemble_theta(cols, batch_shape, bsz, dtype, device)
-    else:
-        theta = torch.zeros(bsz, 0, dtype=dtype, device=device)
-    _check_finite(theta, ops)
+    theta, bsz = _checked_theta(cols, batch_shape, dtype, device, ops)
     trainable = []
     for c in cols:
         if isinstance(c, OpBlock):
