@@ -189,7 +189,10 @@ def _from_recording(items, wires, measurements=None) -> Recorded:
             if len(_STRUCT_CACHE) > _STRUCT_CACHE_SIZE:
                 _STRUCT_CACHE.popitem(last=False)
         return rec
-    _STRUCT_CACHE.move_to_end(sig)
+    try:
+        _STRUCT_CACHE.move_to_end(sig)
+    except KeyError:  # evicted meanwhile by another thread: the entry is still valid
+        pass
     circuit, batch_shape, trainable, dtype, device, _, shared = entry
     theta, _ = _checked_theta(cols, batch_shape, dtype, device, circuit.operations)
     return Recorded(circuit, theta, batch_shape, trainable, None, shared=shared)
