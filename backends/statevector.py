@@ -159,22 +159,23 @@ def _z_plan(circuit):
         ms, n = circuit.measurements, circuit.num_wires
         if not ms or not all(_z_word(m) for m in ms) or (2 ** n) * len(ms) > _SIGN_BUDGET:
             return None
-        words = tuple(tuple(sorted(f.wires[0] for f in m.obs.terms[0])) for m in ms)
-        coeffs = [float(m.obs.real_coeffs().detach()[0]) for m in ms]
-        return words, coeffs, all(c == 1.0 for c in coeffs)
+        return tuple(tuple(sorted(f.wires[0] for f in m.obs.terms[0])) for m in ms)
     return memo(circuit, "z_plan", build)
 
 
 def stacked_expvals(state, circuit):
     """``(B, K)`` expvals when every measurement is a Z word on a small register (one
     ``|psi|^2`` pass and one matmul), else ``None``."""
-    plan = _z_plan(circuit)
-    if plan is None or any(m.obs.coeffs.requires_grad for m in circuit.measurements):
+    words = _z_plan(circuit)
+    if words is None or any(m.obs.coeffs.requires_grad for m in circuit.measurements):
         return None
-    words, coeffs, unit = plan
+    # coefficients are read on every call: an observable may be changed in place
+    coeffs = [float(m.obs.real_coeffs()[0]) for m in circuit.measurements]
     p = native.abs2(state)
     v = p @ _sign_matrix(words, circuit.num_wires, p.dtype, p.device)
-    return v if unit else v * torch.tensor(coeffs, dtype=v.dtype, device=v.device)
+    if all(c == 1.0 for c in coeffs):
+        return v
+    return v * torch.tensor(coeffs, dtype=v.dtype, device=v.device)
 
 
 def measure_all(state, circuit, shots, generator) -> list:
