@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import qdiff as qd
-from qdiff.adjoint import adjoint_vjp, effective_state
+from qdiff.adjoint import adjoint_vjp
 from qdiff.backends import native
 from qdiff.backends.simulate import simulate
 from qdiff.circuits import Circuit, Operation, ParamRef
