@@ -231,8 +231,9 @@ class StronglyEntanglingLayers(Template):
         if n > 1 and any(r % n == 0 for r in ranges):
             return None  # a degenerate range: the checked path reports it
 
+        rot, cx = G.GATES["rot"], G.GATES["cx"]
+
         def build():
-            rot, cx = G.GATES["rot"], G.GATES["cx"]
             ops = []
             for layer in range(layers):
                 for i in range(n):
@@ -243,7 +244,8 @@ class StronglyEntanglingLayers(Template):
                     ops.extend(Operation(cx, (wires[i], wires[(i + ranges[layer]) % n]))
                                for i in range(n))
             return BlockStructure(tuple(ops), (layers, n, 3), 3 * layers * n)
-        return OpBlock(_structure(("StronglyEntanglingLayers", layers, wires, ranges), build), w)
+        return OpBlock(_structure(("StronglyEntanglingLayers", rot, cx, layers, wires, ranges),
+                                  build), w)
 
     def _build(self, weights, wires, ranges: Optional[Sequence[int]] = None, imprimitive=None):
         w, wires, ranges = self._checked(weights, wires, ranges)
