@@ -19,7 +19,6 @@ import torch
 from qdiff.circuits.errors import QdiffError
 
 BACKPROP_MAX_WIRES = 16
-NATIVE_BACKPROP_MAX_WIRES = 0  # with the native kernels the adjoint is faster at every size
 _ADJOINT_KINDS = ("expval", "var", "probs")
 
 
@@ -42,12 +41,11 @@ def resolve_method(method: str, backend, circuit, recorded=None) -> str:
     shots = getattr(backend, "shots", None)
     if method == "best":
         if caps.backprop and not shots:
-            limit = BACKPROP_MAX_WIRES
             native = getattr(backend, "native_kernels", None)
             theta_dev = recorded.theta.device if recorded is not None else None
-            if native is not None and native(theta_dev):
-                limit = NATIVE_BACKPROP_MAX_WIRES
-            if circuit.num_wires <= limit or _needs_backprop(circuit, recorded):
+            native_adjoint = native is not None and native(theta_dev)
+            if _needs_backprop(circuit, recorded) or (
+                    not native_adjoint and circuit.num_wires <= BACKPROP_MAX_WIRES):
                 return "backprop"
             return "adjoint"
         return "parameter-shift"
