@@ -139,42 +139,30 @@ def test_same_observable_object_with_new_coefficients_is_a_new_structure():
     torch.testing.assert_close(q(x, h2), 1.5 * torch.cos(x), atol=1e-12, rtol=0)
 
 
-def test_observable_changed_in_place_is_read_anew():
+@pytest.mark.parametrize("observable,other,factor,expected", [
+    # a two-term Hamiltonian (general path)
+    (lambda: qd.Z(0) * 0.5 + qd.Z(1) * 0.25, lambda: qd.Z(0) @ qd.Z(1), 2.0,
+     [-1.0 * math.sin(0.3), -0.5 * math.sin(0.9)]),
+    # a one-term Z observable (the stacked Z-word path)
+    (lambda: qd.Z(1) * 0.5, lambda: qd.Z(0), 3.0, [0.0, -1.5 * math.sin(0.9)]),
+])
+def test_observable_changed_in_place_is_read_anew(observable, other, factor, expected):
     """A reused circuit keeps the user's observable; its coefficients are read on every call."""
     _clear()
     dev = qd.device("statevector", wires=2)
-    h = qd.Z(0) * 0.5 + qd.Z(1) * 0.25
+    h = observable()
 
     @qd.qnode(dev, diff_method="adjoint")
     def f(w):
         qd.RX(w[0], wires=0)
         qd.RY(w[1], wires=1)
-        return [qd.expval(h), qd.expval(qd.Z(0) @ qd.Z(1))]
+        return [qd.expval(h), qd.expval(other())]
 
     w = torch.tensor([0.3, 0.9], dtype=torch.float64, requires_grad=True)
     out1 = f(w)
     with torch.no_grad():
-        h.coeffs.mul_(2.0)
+        h.coeffs.mul_(factor)
     out2 = f(w)
-    torch.testing.assert_close(out2[0], 2 * out1[0], atol=1e-12, rtol=0)
+    torch.testing.assert_close(out2[0], factor * out1[0], atol=1e-12, rtol=0)
     (g,) = torch.autograd.grad(out2[0], w)
-    expected = torch.tensor([-1.0 * math.sin(0.3), -0.5 * math.sin(0.9)], dtype=torch.float64)
-    torch.testing.assert_close(g, expected, atol=1e-12, rtol=0)
-
-    # a one-term Z observable takes the stacked Z-word path
-    z = qd.Z(1) * 0.5
-
-    @qd.qnode(dev, diff_method="adjoint")
-    def g1(w):
-        qd.RX(w[0], wires=0)
-        qd.RY(w[1], wires=1)
-        return [qd.expval(z), qd.expval(qd.Z(0))]
-
-    a = g1(w)
-    with torch.no_grad():
-        z.coeffs.mul_(3.0)
-    b = g1(w)
-    torch.testing.assert_close(b[0], 3 * a[0], atol=1e-12, rtol=0)
-    (gz,) = torch.autograd.grad(b[0], w)
-    torch.testing.assert_close(gz, torch.tensor([0.0, -1.5 * math.sin(0.9)], dtype=torch.float64),
-                               atol=1e-12, rtol=0)
+    torch.testing.assert_close(g, torch.tensor(expected, dtype=torch.float64), atol=1e-12, rtol=0)
