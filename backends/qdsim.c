@@ -370,9 +370,7 @@ static void apply_range(double *st, int nbits, const gate_t *g, const double *u_
     const double *u = effective(g, u_in, dag, buf);
     double *restrict s = st;
     if (g->kind == K_FLIP && g->k == 1 && par_ <= 1 && __builtin_popcountll(g->cmask) <= 1) {
-        int p = 0, c = -1;
-        while (!((g->tmask >> p) & 1)) p++;
-        if (g->cmask) c = __builtin_ctzll(g->cmask);
+        int p = __builtin_ctzll(g->tmask), c = g->cmask ? __builtin_ctzll(g->cmask) : -1;
         if (nbits > p && nbits > c && (c < 0 || c > p || c >= 2)) {  /* runs of >= 4 amps */
             flip_1q_low(s, nbits, p, c);
             return;
