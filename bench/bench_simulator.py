@@ -28,7 +28,7 @@ import torch
 torch.set_num_threads(1)
 
 import qdiff as qd  # noqa: E402
-from qdiff.backends.simulate import apply_gate  # noqa: E402
+from qdiff.backends.statevector.simulate import apply_gate  # noqa: E402
 from qdiff.circuits.gates import GATES  # noqa: E402
 
 KINDS = {"1q": ("u3", 3), "cnot": ("cx", 0), "diag": ("rz", 1)}
@@ -55,7 +55,7 @@ def bandwidth(reps: int) -> float:
 def qdiff_gate(kind: str, n: int, reps: int) -> float:
     """One gate applied in place by qdiff's kernel (native when built, else torch), mean over
     wires 0, n/2, n-2 (median of ``reps`` each)."""
-    from qdiff.backends import native
+    from qdiff.backends.statevector import native
     name, p = KINDS[kind]
     gate = GATES[name]
     state = torch.zeros(1, 2 ** n, dtype=torch.complex128)
@@ -66,7 +66,7 @@ def qdiff_gate(kind: str, n: int, reps: int) -> float:
         wires = (w,) if gate.num_wires == 1 else (w, w + 1)
         if native.usable(state):
             from qdiff.circuits import Operation, ParamRef
-            from qdiff.backends.gate_data import circuit_angles, circuit_data
+            from qdiff.backends.statevector.gate_data import circuit_angles, circuit_data
             op = Operation(gate, wires, tuple(ParamRef(i) for i in range(p)))
             theta = torch.stack(angles, dim=1) if angles else torch.zeros(1, 0)
             d, = circuit_data([op], circuit_angles([op], theta, torch.float64), state.dtype)
@@ -147,7 +147,7 @@ def sel_weights(n: int, layers: int) -> np.ndarray:
 
 
 def qdiff_sel(n: int, layers: int, reps: int, torch_kernels: bool = False) -> float:
-    from qdiff.backends import native
+    from qdiff.backends.statevector import native
     dev = qd.device("statevector", wires=n)
     w = torch.tensor(sel_weights(n, layers))
 

@@ -2,7 +2,7 @@
 
 Forward runs all ``B`` bindings in one backend call. Backward makes ONE more backend call:
 
-* ``adjoint``: a reverse sweep over the saved final states (:mod:`qdiff.adjoint`);
+* ``adjoint``: a reverse sweep over the saved final states (:mod:`qdiff.backends.statevector.adjoint`);
 * ``parameter-shift`` / ``finite-diff`` / ``spsa``: every shifted binding of every trainable
   parameter, for the whole batch, stacked into one ``theta`` of ``S * B`` rows.
 
@@ -29,8 +29,9 @@ from typing import Optional
 
 import torch
 
-from qdiff.adjoint import adjoint_vjp
-from qdiff.backends.statevector import measure_all, stacked_expvals
+from qdiff.backends.statevector.adjoint import adjoint_vjp
+from qdiff.backends.statevector.measure import measure_all
+from qdiff.backends.statevector.zwords import stacked_expvals
 from qdiff.circuits.circuit import Circuit, memo
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement

@@ -36,9 +36,9 @@ import math
 
 import torch
 
-from qdiff.backends.gate_data import (GateData, apply_data, circuit_angles, circuit_data,
+from qdiff.backends.statevector.gate_data import (GateData, apply_data, circuit_angles, circuit_data,
                                       derivative_data)
-from qdiff.backends.simulate import real_dtype_of, zero_state
+from qdiff.backends.statevector.simulate import real_dtype_of, zero_state
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.decompositions import decompose, pauli_decompose
 from qdiff.circuits.errors import QdiffError
@@ -110,7 +110,7 @@ def contract_with_args(g, cols, recorded, qnode, args, kwargs, joint: bool):
 def derivative_states(circuit, theta, cols, cdtype, device, initial_state=None):
     """``psi (B, N)`` and ``dpsi (B, P, N)``: derivatives w.r.t. theta columns ``cols``.
 
-    Gate matrices and their exact derivatives come from :mod:`qdiff.backends.gate_data`,
+    Gate matrices and their exact derivatives come from :mod:`qdiff.backends.statevector.gate_data`,
     evaluated once per gate type for the whole circuit.
     """
     n, b, p = circuit.num_wires, theta.shape[0], len(cols)

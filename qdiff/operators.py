@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from qdiff.backends.pauli_sum import walsh_hadamard
+from qdiff.backends.statevector.pauli_sum import walsh_hadamard
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import Observable
 

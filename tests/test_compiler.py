@@ -187,7 +187,7 @@ def test_chain_composes_in_order():
 
 
 def _expval_z(circuit: Circuit, theta: torch.Tensor, wire: int) -> torch.Tensor:
-    from qdiff.backends.simulate import simulate
+    from qdiff.backends.statevector.simulate import simulate
     state = simulate(circuit, theta)
     probs = state.abs() ** 2
     n = circuit.num_wires

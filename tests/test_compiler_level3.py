@@ -135,7 +135,7 @@ def test_snap_angles():
 
 
 def _expvals_and_grads(circuit, theta):
-    from qdiff.backends.simulate import simulate
+    from qdiff.backends.statevector.simulate import simulate
     n = circuit.num_wires
     theta = theta.clone().requires_grad_(True)
     probs = simulate(circuit, theta).abs() ** 2

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import qdiff as qd
-from qdiff.adjoint import adjoint_vjp
+from qdiff.backends.statevector.adjoint import adjoint_vjp
 from qdiff.backends.base import Capabilities
 from qdiff.backends.statevector import StatevectorBackend
 from qdiff.circuits.gates import Gate

@@ -225,7 +225,7 @@ def test_too_many_qubits_refused_before_allocation():
 
 
 def test_memory_guard_counts_the_batch():
-    from qdiff.backends.simulate import check_memory
+    from qdiff.backends.statevector.simulate import check_memory
     check_memory(10, 1, torch.complex128, "cpu")
     with pytest.raises(QdiffMemoryError, match=r"30 qubits with batch 100000"):
         check_memory(30, 100000, torch.complex128, "cpu")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import qdiff as qd
-from qdiff.backends.gate_data import SMALL
+from qdiff.backends.statevector.gate_data import SMALL
 from qdiff.circuits.gates import GATES
 
 N = 16

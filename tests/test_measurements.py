@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import qdiff as qd
-from qdiff.backends import measure
+from qdiff.backends.statevector import measure
 from qdiff.circuits.observables import as_observable
 
 N = 3

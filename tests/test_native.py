@@ -16,11 +16,11 @@ import pytest
 import torch
 
 import qdiff as qd
-from qdiff.backends import native
-from qdiff.backends.simulate import simulate
+from qdiff.backends.statevector import native
+from qdiff.backends.statevector.simulate import simulate
 from qdiff.circuits import Circuit, Operation, ParamRef
 from qdiff.circuits.gates import GATES, multirz_gate, paulirot_gate
-from qdiff.adjoint import adjoint_vjp
+from qdiff.backends.statevector.adjoint import adjoint_vjp
 
 pytestmark = pytest.mark.skipif(native.library() is None,
                                 reason="no C compiler: the native kernels are not built")
@@ -85,7 +85,7 @@ def test_program_inverse_restores_state(n):
     c = _circuit(11, n, 50, refs=False)
     psi = torch.randn(2, 2 ** n, dtype=torch.complex128)
     psi = psi / psi.norm(dim=1, keepdim=True)
-    from qdiff.backends.gate_data import circuit_angles, circuit_data
+    from qdiff.backends.statevector.gate_data import circuit_angles, circuit_data
     theta = torch.zeros(2, 0, dtype=torch.float64)
     data = circuit_data(c.operations, circuit_angles(c.operations, theta, torch.float64),
                         torch.complex128)
@@ -156,7 +156,7 @@ def test_unsupported_gate_falls_back():
 
 
 def test_disabled_by_environment(tmp_path):
-    code = ("import qdiff.backends.native as n; import sys; "
+    code = ("import qdiff.backends.statevector.native as n; import sys; "
             "sys.exit(0 if n.library() is None else 1)")
     env = dict(os.environ, QDIFF_NATIVE="0")
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
@@ -165,7 +165,7 @@ def test_disabled_by_environment(tmp_path):
 @pytest.mark.skipif(shutil.which("cc") is None, reason="no cc")
 def test_fresh_build_into_cache(tmp_path):
     """A fresh cache dir gets a build (atomically, via a temporary file) that loads."""
-    code = ("import qdiff.backends.native as n, sys; "
+    code = ("import qdiff.backends.statevector.native as n, sys; "
             "sys.exit(0 if n.library() is not None else 1)")
     env = dict(os.environ, QDIFF_CACHE_DIR=str(tmp_path))
     assert subprocess.run([sys.executable, "-c", code], env=env, timeout=300).returncode == 0
@@ -264,7 +264,7 @@ def test_forked_child_after_parallel_run_does_not_hang():
 
 
 def test_gate_data_cache_is_invalidated_by_in_place_changes_and_other_circuits():
-    from qdiff.backends.gate_data import angles_and_data
+    from qdiff.backends.statevector.gate_data import angles_and_data
     c = _circuit(3, 4, 20)
     theta = torch.rand(2, c.num_params, dtype=torch.float64)
     with torch.no_grad():
@@ -328,7 +328,7 @@ def test_property_native_forward_and_adjoint_match_torch(prog):
 
 
 def test_angles_shared_by_the_batch_are_evaluated_once():
-    from qdiff.backends.gate_data import circuit_angles
+    from qdiff.backends.statevector.gate_data import circuit_angles
     ops = (Operation(GATES["rx"], (0,), (ParamRef(0),)), Operation(GATES["rot"], (1,), (
         ParamRef(1), ParamRef(2), 0.3)))
     theta = torch.tensor([[0.1, 0.5, 0.7], [0.2, 0.5, 0.7], [0.3, 0.5, 0.7]], dtype=torch.float64)
@@ -364,8 +364,8 @@ def test_equal_input_rows_keep_their_own_gradients(method):
 
 
 def test_effective_state_z_words_in_one_matmul_match_term_by_term():
-    from qdiff.adjoint import effective_state
-    from qdiff.backends import measure
+    from qdiff.backends.statevector.adjoint import effective_state
+    from qdiff.backends.statevector import measure
     n = 4
     ms = (qd.expval(qd.Z(0)), qd.probs(wires=[1]), qd.expval(qd.Hamiltonian([0.7], [qd.Z(1) @ qd.Z(3)])),
           qd.var(qd.X(2)), qd.expval(qd.Z(2)))
@@ -377,7 +377,7 @@ def test_effective_state_z_words_in_one_matmul_match_term_by_term():
     ref = cot[:, 0, None] * measure.apply_observable(psi, ms[0].obs, n)
     ref = ref + cot[:, 3, None] * measure.apply_observable(psi, ms[2].obs, n)
     ref = ref + cot[:, 5, None] * measure.apply_observable(psi, ms[4].obs, n)
-    from qdiff.backends import kernels
+    from qdiff.backends.statevector import kernels
     ref = ref + kernels.apply_diagonal(psi, cot[:, 1:3].to(psi.dtype), [1], n)
     phi = measure.apply_observable(psi, ms[3].obs, n)
     mean = (psi.conj() * phi).sum(-1).real
@@ -392,7 +392,7 @@ def test_build_falls_back_when_the_compiler_lacks_openmp(tmp_path):
     wrapper.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = "-fopenmp" ] && exit 1; done\n'
                        f'exec {shutil.which("cc")} "$@"\n')
     wrapper.chmod(0o755)
-    code = ("import qdiff.backends.native as n, sys; "
+    code = ("import qdiff.backends.statevector.native as n, sys; "
             "sys.exit(0 if n.library() is not None else 1)")
     env = dict(os.environ, QDIFF_CACHE_DIR=str(tmp_path / "cache"), CC=str(wrapper))
     assert subprocess.run([sys.executable, "-c", code], env=env, timeout=300).returncode == 0
@@ -402,9 +402,9 @@ def test_build_falls_back_when_the_compiler_lacks_openmp(tmp_path):
 def test_effective_state_z_words_by_halves_on_large_registers(monkeypatch):
     """Above the sign-matrix budget the Z-word diagonal is D_hi + D_lo broadcast; words that
     span both halves take the general path."""
-    from qdiff.adjoint import effective_state
-    from qdiff.backends import measure, statevector
-    monkeypatch.setattr(statevector, "_SIGN_BUDGET", 16)
+    from qdiff.backends.statevector.adjoint import effective_state
+    from qdiff.backends.statevector import measure, zwords
+    monkeypatch.setattr(zwords, "SIGN_BUDGET", 16)
     n = 5
     ms = (qd.expval(qd.Z(0)), qd.expval(qd.Z(4)), qd.expval(qd.Z(1) @ qd.Z(3)),
           qd.expval(qd.Hamiltonian([-0.4], [qd.Z(3) @ qd.Z(4)])), qd.expval(qd.Z(0) @ qd.Z(1)))

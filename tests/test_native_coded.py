@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import qdiff as qd
-from qdiff.adjoint import adjoint_vjp
-from qdiff.backends import native
-from qdiff.backends.simulate import simulate
+from qdiff.backends.statevector.adjoint import adjoint_vjp
+from qdiff.backends.statevector import native
+from qdiff.backends.statevector.simulate import simulate
 from qdiff.circuits import Circuit, Operation, ParamRef
 from qdiff.circuits.gates import BUILTIN_GATES, Gate, multirz_gate
 
@@ -74,7 +74,7 @@ def test_coded_gate_forward_and_gradient_match_torch(gate, batch):
         g_native, psi0 = adjoint_vjp(cm, theta, st.clone(), cot, trainable, return_state=True)
     t = theta.clone().requires_grad_(True)
     with native.disabled():
-        from qdiff.backends.statevector import measure_all
+        from qdiff.backends.statevector.measure import measure_all
         outs = measure_all(simulate(cm, t), cm, None, None)
     (g_ref,) = torch.autograd.grad(sum((o * cot[:, k]).sum() for k, o in enumerate(outs)), t)
     torch.testing.assert_close(g_native, g_ref, atol=1e-10, rtol=0)

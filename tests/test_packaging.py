@@ -79,7 +79,7 @@ def test_installed_package_imports_outside_the_checkout(tmp_path):
 
 def test_native_source_ships_as_package_data():
     """The C kernels are compiled on the user's machine, so the wheel must carry the source."""
-    data = pyproject()["tool"]["setuptools"]["package-data"]["qdiff.backends"]
+    data = pyproject()["tool"]["setuptools"]["package-data"]["qdiff.backends.statevector"]
     for name in data:
-        assert os.path.exists(os.path.join(ROOT, "backends", name))
+        assert os.path.exists(os.path.join(ROOT, "backends", "statevector", name))
     assert "qdsim.c" in data

@@ -1,4 +1,4 @@
-"""The backends' grouped Pauli-sum kernel (backends/pauli_sum.py) against term-by-term application
+"""The backends' grouped Pauli-sum kernel (backends/statevector/pauli_sum.py) against term-by-term application
 and dense matrices; its caches against changed coefficients; adjoint VQE gradients through it."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import qdiff as qd
-from qdiff.backends import measure, pauli_sum
+from qdiff.backends.statevector import measure, pauli_sum
 from qdiff.circuits.observables import Factor, Observable
 
 

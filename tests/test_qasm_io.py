@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import close_up_to_phase
-from qdiff.backends.simulate import simulate
+from qdiff.backends.statevector.simulate import simulate
 from qdiff.circuits import qasm
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.qiskit_io import from_qiskit, to_qiskit

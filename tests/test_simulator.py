@@ -15,8 +15,8 @@ import torch
 
 import qdiff as qd
 from conftest import random_unitary
-from qdiff.backends import kernels
-from qdiff.backends.simulate import apply_gate, evolve, gate_matrix, op_angles, simulate
+from qdiff.backends.statevector import kernels
+from qdiff.backends.statevector.simulate import apply_gate, evolve, gate_matrix, op_angles, simulate
 from qdiff.circuits import Circuit, Operation, ParamRef
 from qdiff.circuits.gates import GATES, multirz_gate, paulirot_gate, unitary_gate
 
@@ -373,7 +373,7 @@ def test_simulate_from_initial_state(gen):
 def test_evolve_is_differentiable_and_matches_inplace():
     c = random_circuit(5, 50, 21)
     theta = torch.randn(2, c.num_params, dtype=torch.float64, requires_grad=True)
-    from qdiff.backends.simulate import zero_state
+    from qdiff.backends.statevector.simulate import zero_state
     s_grad = evolve(zero_state(5, 2, torch.complex128, "cpu"), c.operations, theta, 5,
                     torch.float64, inplace=False)
     with torch.no_grad():
@@ -407,8 +407,8 @@ def test_kernels_one_qubit_inplace_matches_functional(gen):
 def test_block_fusion_matches_dense(k, seed):
     """evolve(fuse=k): windowed k-qubit blocks (no-grad path) equal the gate-by-gate result,
     batched and unbatched, on states large enough that blocks are really applied."""
-    from qdiff.backends.fusion import plan_blocks
-    from qdiff.backends.simulate import zero_state
+    from qdiff.backends.statevector.fusion import plan_blocks
+    from qdiff.backends.statevector.simulate import zero_state
     n = 9
     c = random_circuit(n, 80, 100 + seed)
     theta = torch.randn(2 if seed % 2 else 1, c.num_params, dtype=torch.float64)
@@ -423,7 +423,7 @@ def test_block_fusion_matches_dense(k, seed):
 
 
 def test_block_plan_keeps_the_order_of_gates_sharing_a_wire():
-    from qdiff.backends.fusion import plan_blocks
+    from qdiff.backends.statevector.fusion import plan_blocks
     c = random_circuit(8, 200, 7)
     for k in (2, 3, 4, 6):
         order = [o for _, ops in plan_blocks(c.operations, k) for o in ops]

@@ -189,7 +189,7 @@ class Program:
         return self.add(DENSE, bits, cmask, u, u.numel())
 
     def add_data(self, op, kind: str, value, n: int) -> None:
-        """An op with gate data of ``kind`` (see :mod:`qdiff.backends.gate_data`)."""
+        """An op with gate data of ``kind`` (see :mod:`qdiff.backends.statevector.gate_data`)."""
         bits = [n - 1 - w for w in op.wires]
         if kind == "const":
             return self.add_gate(op.gate, bits)
@@ -273,13 +273,13 @@ def abs2(state: torch.Tensor) -> torch.Tensor:
 
 
 def evolve(state, operations, theta, n, rdtype, fuse: bool = True, from_zero: bool = False):
-    """Native twin of :func:`qdiff.backends.simulate.evolve` (in place); raises
+    """Native twin of :func:`qdiff.backends.statevector.simulate.evolve` (in place); raises
     :class:`Unsupported` before touching ``state`` if a gate cannot be encoded. ``fuse``
     allows multiplying runs of one-qubit gates on a wire into one 2x2 (large states only).
 
     Circuits whose parameterised gates all have native formulas (:func:`coded_plan`) run
     from ``theta`` directly: no gate data is computed in torch at all."""
-    from qdiff.backends.gate_data import angles_and_data, fused_schedule
+    from qdiff.backends.statevector.gate_data import angles_and_data, fused_schedule
     if not (fuse and n >= 16):  # large states: fusing one-qubit runs saves whole passes
         plan = coded_plan(operations, n)
         if plan is not None:

@@ -23,8 +23,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from qdiff.backends import kernels
-from qdiff.backends.simulate import apply_gate
+from qdiff.backends.statevector import kernels
+from qdiff.backends.statevector.simulate import apply_gate
 from qdiff.circuits.operation import ParamRef, is_concrete
 
 

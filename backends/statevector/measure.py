@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from qdiff.backends import kernels, native, pauli_sum
-from qdiff.backends.simulate import apply_gate
+from qdiff.backends.statevector import kernels, native, pauli_sum, zwords
+from qdiff.backends.statevector.simulate import apply_gate
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import GATES
 from qdiff.circuits.observables import Observable
@@ -99,7 +99,7 @@ def apply_term(state: torch.Tensor, term: tuple, n: int) -> torch.Tensor:
 
 def apply_observable(state: torch.Tensor, obs: Observable, n: int) -> torch.Tensor:
     """``O psi`` ``(B, 2**n)`` without a dense matrix (Pauli sums of many terms by flip-mask
-    groups, :mod:`qdiff.backends.pauli_sum`; otherwise term by term)."""
+    groups, :mod:`qdiff.backends.statevector.pauli_sum`; otherwise term by term)."""
     if pauli_sum.usable(obs):
         return pauli_sum.apply_pauli_sum(state, obs, n)
     coeffs = obs.coeffs.to(state.device)
@@ -232,3 +232,39 @@ def sample_eigvals(state, obs, n, shots, generator) -> torch.Tensor:
     idx = sample_indices(p, shots, generator)
     c = obs.real_coeffs().to(device=p.device, dtype=p.dtype)[0]
     return eig.to(p.dtype)[idx] * c
+
+
+def measure_all(state, circuit, shots, generator) -> list:
+    """One tensor per measurement of ``circuit`` from the final ``state`` ``(B, 2**n)``."""
+    n = circuit.num_wires
+    out = []
+    joint = {} if shots else zwords.joint_z_expvals(state, circuit)
+    for i, m in enumerate(circuit.measurements):
+        if i in joint:
+            out.append(joint[i])
+        elif m.kind == "expval":
+            out.append(expval(state, m.obs, n) if not shots else
+                       sampled_expval(state, m.obs, n, shots, generator))
+        elif m.kind == "var":
+            out.append(variance(state, m.obs, n) if not shots else
+                       sampled_var(state, m.obs, n, shots, generator))
+        elif m.kind == "probs":
+            p = probs(state, m.wires, n)
+            if shots:
+                idx = sample_indices(p, shots, generator)
+                p = torch.zeros_like(p).scatter_add_(1, idx, torch.ones_like(idx, dtype=p.dtype)) / shots
+            out.append(p)
+        elif m.kind == "state":
+            if shots:
+                raise QdiffError("state() is not available with shots")
+            out.append(state)
+        elif m.kind in ("sample", "counts"):
+            if not shots:
+                raise QdiffError(f"{m.kind}() needs a device with shots (qd.device(..., shots=N))")
+            if m.obs is not None:
+                out.append(sample_eigvals(state, m.obs, n, shots, generator))
+            else:
+                out.append(sample_bits(state, m.wires, n, shots, generator))
+        else:  # pragma: no cover - Measurement kinds are fixed
+            raise QdiffError(f"unknown measurement '{m.kind}'")
+    return out

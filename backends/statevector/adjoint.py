@@ -14,83 +14,17 @@ from __future__ import annotations
 
 import torch
 
-from qdiff.backends import kernels, measure, native
-from qdiff.backends.gate_data import (GateData, angles_and_data, apply_data,
+from qdiff.backends.statevector import kernels, measure, native, zwords
+from qdiff.backends.statevector.gate_data import (GateData, angles_and_data, apply_data,
                                       derivative_data, full_matrix)
-from qdiff.backends.simulate import real_dtype_of
+from qdiff.backends.statevector.simulate import real_dtype_of
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import ParamRef, is_concrete
 
 
-def _z_word_diagonal(state, circuit, cotangent, n):
-    """``(lam, covered measurement indices)``: :func:`z_word_diagonal` times ``psi``."""
-    diag, done = z_word_diagonal(state, circuit, cotangent, n)
-    if diag is None:
-        return None, done
-    if state.dtype in (torch.complex64, torch.complex128) and state.is_contiguous():
-        # a real multiply on the (re, im) view: torch's complex-by-real path converts first
-        return torch.view_as_complex(torch.view_as_real(state) * diag.unsqueeze(-1)), done
-    return state * diag, done
-
-
-def z_word_diagonal(state, circuit, cotangent, n):
-    """``sum over Z-word expvals of g_k c_k S_k`` (``S_k`` the word's +-1 signs) as one real
-    diagonal ``(B, 2**n)`` (``lam = diag * psi``), and the set of measurement indices it covers
-    (``None, set()`` when fewer than two outputs are Z words).
-
-    Small registers: the diagonal is one matmul with the ``(2**n, K)`` sign matrix. Large
-    ones: words within the first or the second half of the wires give two small diagonals
-    ``D_hi (2**a)`` and ``D_lo (2**(n-a))``, and the full one is their broadcast sum (words
-    spanning both halves are left to the general path)."""
-    from qdiff.backends.statevector import (_SIGN_BUDGET, _sign_matrix, _z_word,
-                                            half_register_words)
-    from qdiff.circuits.circuit import memo
-
-    def columns():
-        cols, col = [], 0
-        for i, m in enumerate(circuit.measurements):
-            if _z_word(m):
-                cols.append((i, col))
-            col += 1 if m.kind in ("expval", "var") else (
-                2 ** (n if m.wires is None else len(m.wires)) if m.kind == "probs" else 0)
-        every = [c for _, c in cols] == list(range(col))
-        return cols, every
-    cols, every = memo(circuit, ("z_columns", n), columns)
-    if len(cols) < 2:
-        return None, set()
-    ms = circuit.measurements
-    rdtype = state.real.dtype
-    words = {i: tuple(sorted(f.wires[0] for f in ms[i].obs.terms[0])) for i, _ in cols}
-
-    def weights(sel):
-        coeff = [float(ms[i].obs.real_coeffs().detach()[0]) for i, _ in sel]
-        g = cotangent if every and len(sel) == len(cols) else cotangent[:, [c for _, c in sel]]
-        g = g.to(rdtype)
-        if all(c == 1.0 for c in coeff):
-            return g
-        return g * torch.tensor(coeff, dtype=rdtype, device=state.device)
-
-    if (2 ** n) * len(cols) <= _SIGN_BUDGET:
-        signs = _sign_matrix(tuple(words[i] for i, _ in cols), n, rdtype, state.device)
-        return weights(cols) @ signs.T, {i for i, _ in cols}
-    col_of = dict(cols)
-    parts, done = [], set()
-    for _, m, keys, shifted in half_register_words(words, n):
-        if keys:
-            sel = [(i, col_of[i]) for i in keys]
-            parts.append(weights(sel) @ _sign_matrix(shifted, m, rdtype, state.device).T)
-            done.update(keys)
-        else:
-            parts.append(torch.zeros(state.shape[0], 2 ** m, dtype=rdtype, device=state.device))
-    if len(done) < 2:
-        return None, set()
-    diag = (parts[0][:, :, None] + parts[1][:, None, :]).reshape(state.shape[0], -1)
-    return diag, done
-
-
 def effective_state(state, circuit, cotangent, n):
     """``lam_b = sum_k g[b, k] O_k psi_b`` for the flattened outputs of ``circuit``."""
-    lam, done = _z_word_diagonal(state, circuit, cotangent, n)
+    lam, done = zwords.lam_from_z_words(state, circuit, cotangent, n)
     if lam is None:
         lam = torch.zeros_like(state)
     col = 0
@@ -163,7 +97,7 @@ def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool 
 
     ``circuit`` must use each theta column once with scale 1 (see ``bridge.unshare``). Gate
     matrices and their exact derivatives are computed up front, grouped by gate type
-    (:mod:`qdiff.backends.gate_data`). States are updated in place, except inside torch.func
+    (:mod:`qdiff.backends.statevector.gate_data`). States are updated in place, except inside torch.func
     transforms. With ``return_state`` also returns the uncomputed (input) state. ``shared``
     (per column, optional) marks columns broadcast over the batch by construction: only the
     sum of their gradient over the rows is then meaningful (see ``native.plan_adjoint``).
@@ -176,7 +110,7 @@ def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool 
         plan = native.coded_plan(ops, n)
         if plan is not None:  # every parameterised gate has a native formula: one call
             if not return_state:
-                diag, done = z_word_diagonal(state, circuit, cotangent, n)
+                diag, done = zwords.z_word_diagonal(state, circuit, cotangent, n)
                 if diag is not None and len(done) == len(circuit.measurements):
                     # lam = diag * psi is formed in cache by the kernels; psi is not copied
                     return native.plan_adjoint(plan, state, None, theta, trainable,
@@ -218,7 +152,7 @@ def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool 
 
 
 def _native_vjp(ops, data, ddata, state, circuit, cotangent, theta, n, return_state):
-    """The same sweep in one native call (:mod:`qdiff.backends.native`)."""
+    """The same sweep in one native call (:mod:`qdiff.backends.statevector.native`)."""
     keys = sorted(ddata)
     slot_data = [(i, ddata[(i, s)]) for i, s in keys]
     lam = effective_state(state, circuit, cotangent, n).contiguous()

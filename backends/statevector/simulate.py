@@ -16,7 +16,7 @@ import os
 
 import torch
 
-from qdiff.backends import kernels
+from qdiff.backends.statevector import kernels
 from qdiff.circuits.errors import QdiffMemoryError
 from qdiff.circuits.operation import ParamRef, is_concrete
 
@@ -157,21 +157,21 @@ def evolve(state, operations, theta, n, rdtype, inplace, fuse=True, from_zero=Fa
 
     ``fuse=True`` multiplies runs of one-qubit gates on a wire into one 2x2 before applying it;
     ``fuse=k`` (an int >= 2, no-grad path only) also fuses gates within windows of ``k``
-    consecutive wires into ``2**k x 2**k`` blocks (:mod:`qdiff.backends.fusion`), whose result may
+    consecutive wires into ``2**k x 2**k`` blocks (:mod:`qdiff.backends.statevector.fusion`), whose result may
     live in a spare buffer: use the returned tensor. ``from_zero`` promises that ``state`` is
     |0...0> (the native kernels then write a leading product of one-qubit gates directly).
     """
     if inplace and not isinstance(fuse, bool) and int(fuse) >= 2:
-        from qdiff.backends.fusion import evolve_fused
+        from qdiff.backends.statevector.fusion import evolve_fused
         return evolve_fused(state, operations, theta, n, rdtype, int(fuse))
     if inplace and isinstance(fuse, bool):
-        from qdiff.backends import native
+        from qdiff.backends.statevector import native
         if native.usable(state) and is_concrete(theta):
             try:
                 return native.evolve(state, operations, theta, n, rdtype, fuse, from_zero)
             except native.Unsupported:
                 pass
-    from qdiff.backends.gate_data import apply_data, circuit_angles, circuit_data, fused_schedule
+    from qdiff.backends.statevector.gate_data import apply_data, circuit_angles, circuit_data, fused_schedule
     angles = circuit_angles(operations, theta, rdtype)
     data = circuit_data(operations, angles, state.dtype)
     for kind, a, b in fused_schedule(operations, data, state, fuse):
@@ -184,7 +184,7 @@ def evolve(state, operations, theta, n, rdtype, inplace, fuse=True, from_zero=Fa
 
 def apply_one_qubit(state, u, wire, n, inplace):
     """A 2x2 ``(B', 2, 2)`` on one wire: one matmul for tiny states, the slice kernel otherwise."""
-    from qdiff.backends.gate_data import SMALL
+    from qdiff.backends.statevector.gate_data import SMALL
     if state.numel() <= SMALL:
         b = state.shape[0]
         return torch.matmul(u.unsqueeze(1), state.view(b, 2 ** wire, 2, -1)).reshape(state.shape)

@@ -1,0 +1,171 @@
+"""Z-word outputs: expectations of products of Z, read off ``|psi|^2`` with sign matrices.
+
+A Z word ``Z_a Z_b ...`` is diagonal: ``<Z_w> = sum_x |psi_x|^2 (-1)**popcount(x & mask_w)``.
+Many of them (the usual "expval Z on every wire") cost one ``|psi|^2`` pass and one matmul with
+a cached ``(2**n, K)`` sign matrix; on large registers, words within one half of the wires are
+read off that half's marginal. The adjoint method folds its cotangent into the same signs
+(``lam = diag * psi``, :func:`z_word_diagonal`).
+"""
+from __future__ import annotations
+
+import torch
+
+from qdiff.backends.statevector import native
+from qdiff.circuits.circuit import memo
+
+_SIGN_CACHE: dict = {}
+SIGN_BUDGET = 1 << 22  # entries of a cached (2**n, T) sign matrix (32 MiB in float64)
+
+
+def is_z_word(m) -> bool:
+    return (m.kind == "expval" and m.obs.is_pauli and len(m.obs.terms) == 1
+            and all(f.kind == "Z" for f in m.obs.terms[0]))
+
+
+def sign_matrix(words: tuple, n: int, dtype, device) -> torch.Tensor:
+    """``S[x, t] = (-1)**popcount(x & mask_t)`` for Z words given as wire tuples."""
+    key = (words, n, dtype, str(device))
+    if key not in _SIGN_CACHE:
+        x = torch.arange(2 ** n, device=device)
+        cols = []
+        for wires in words:
+            par = torch.zeros_like(x)
+            for w in wires:
+                par ^= (x >> (n - 1 - w)) & 1
+            cols.append(1 - 2 * par)
+        _SIGN_CACHE[key] = torch.stack(cols, dim=-1).to(dtype)
+    return _SIGN_CACHE[key]
+
+
+def half_register_words(words: dict, n: int) -> list:
+    """Group Z words ``{key: wire tuple}`` by the half of the register they lie in:
+    ``[(first wire, half size, keys, words shifted into the half)]`` for the first ``n // 2``
+    wires and the rest; words spanning both halves are in neither."""
+    a = n // 2
+    out = []
+    for lo, m in ((0, a), (a, n - a)):
+        keys = [k for k, ws in words.items() if all(lo <= w < lo + m for w in ws)]
+        out.append((lo, m, keys, tuple(tuple(w - lo for w in words[k]) for k in keys)))
+    return out
+
+
+def joint_z_expvals(state, circuit) -> dict:
+    """Z-word expvals from one ``|psi|^2``: one sign matmul on a small register; on a large
+    one, the probabilities are first summed to the two halves' marginals (two reductions), and
+    each word within a half is a matmul with that half's small sign matrix (words that span
+    both halves are left to the general path)."""
+    n = circuit.num_wires
+    idx = [i for i, m in enumerate(circuit.measurements) if is_z_word(m)]
+    big = (2 ** n) * len(idx) > SIGN_BUDGET or n >= 12
+    if not idx or (len(idx) < 2 and not big):
+        return {}
+    words = {i: tuple(sorted(f.wires[0] for f in circuit.measurements[i].obs.terms[0]))
+             for i in idx}
+    p = native.abs2(state)
+    vals = {}
+    if not big:
+        v = p @ sign_matrix(tuple(words[i] for i in idx), n, p.dtype, p.device)
+        vals = {i: v[:, j] for j, i in enumerate(idx)}
+    else:
+        a = n // 2
+        pv = p.view(p.shape[0], 2 ** a, 2 ** (n - a))
+        for (lo, m, mine, shifted), marg in zip(half_register_words(words, n),
+                                                 (pv.sum(2), pv.sum(1))):
+            if mine:
+                v = marg @ sign_matrix(shifted, m, p.dtype, p.device)
+                vals.update({i: v[:, j] for j, i in enumerate(mine)})
+    out = {}
+    for i, v in vals.items():
+        c = circuit.measurements[i].obs.real_coeffs().to(device=v.device, dtype=v.dtype)[0]
+        out[i] = v * c
+    return out
+
+
+def _z_plan(circuit):
+    """For a circuit whose measurements are all Z words on a small register: the sign matrix
+    ``(2**n, K)`` and the coefficients ``(K,)``; else ``None``."""
+    from qdiff.circuits.circuit import memo
+
+    def build():
+        ms, n = circuit.measurements, circuit.num_wires
+        if not ms or not all(is_z_word(m) for m in ms) or (2 ** n) * len(ms) > SIGN_BUDGET:
+            return None
+        return tuple(tuple(sorted(f.wires[0] for f in m.obs.terms[0])) for m in ms)
+    return memo(circuit, "z_plan", build)
+
+
+def stacked_expvals(state, circuit):
+    """``(B, K)`` expvals when every measurement is a Z word on a small register (one
+    ``|psi|^2`` pass and one matmul), else ``None``."""
+    words = _z_plan(circuit)
+    if words is None or any(m.obs.coeffs.requires_grad for m in circuit.measurements):
+        return None
+    # coefficients are read on every call: an observable may be changed in place
+    coeffs = [float(m.obs.real_coeffs()[0]) for m in circuit.measurements]
+    p = native.abs2(state)
+    v = p @ sign_matrix(words, circuit.num_wires, p.dtype, p.device)
+    if all(c == 1.0 for c in coeffs):
+        return v
+    return v * torch.tensor(coeffs, dtype=v.dtype, device=v.device)
+
+
+def lam_from_z_words(state, circuit, cotangent, n):
+    """``(lam, covered measurement indices)``: :func:`z_word_diagonal` times ``psi``."""
+    diag, done = z_word_diagonal(state, circuit, cotangent, n)
+    if diag is None:
+        return None, done
+    if state.dtype in (torch.complex64, torch.complex128) and state.is_contiguous():
+        # a real multiply on the (re, im) view: torch's complex-by-real path converts first
+        return torch.view_as_complex(torch.view_as_real(state) * diag.unsqueeze(-1)), done
+    return state * diag, done
+
+
+def z_word_diagonal(state, circuit, cotangent, n):
+    """``sum over Z-word expvals of g_k c_k S_k`` (``S_k`` the word's +-1 signs) as one real
+    diagonal ``(B, 2**n)`` (``lam = diag * psi``), and the set of measurement indices it covers
+    (``None, set()`` when fewer than two outputs are Z words).
+
+    Small registers: the diagonal is one matmul with the ``(2**n, K)`` sign matrix. Large
+    ones: words within the first or the second half of the wires give two small diagonals
+    ``D_hi (2**a)`` and ``D_lo (2**(n-a))``, and the full one is their broadcast sum (words
+    spanning both halves are left to the general path)."""
+    def columns():
+        cols, col = [], 0
+        for i, m in enumerate(circuit.measurements):
+            if is_z_word(m):
+                cols.append((i, col))
+            col += 1 if m.kind in ("expval", "var") else (
+                2 ** (n if m.wires is None else len(m.wires)) if m.kind == "probs" else 0)
+        every = [c for _, c in cols] == list(range(col))
+        return cols, every
+    cols, every = memo(circuit, ("z_columns", n), columns)
+    if len(cols) < 2:
+        return None, set()
+    ms = circuit.measurements
+    rdtype = state.real.dtype
+    words = {i: tuple(sorted(f.wires[0] for f in ms[i].obs.terms[0])) for i, _ in cols}
+
+    def weights(sel):
+        coeff = [float(ms[i].obs.real_coeffs().detach()[0]) for i, _ in sel]
+        g = cotangent if every and len(sel) == len(cols) else cotangent[:, [c for _, c in sel]]
+        g = g.to(rdtype)
+        if all(c == 1.0 for c in coeff):
+            return g
+        return g * torch.tensor(coeff, dtype=rdtype, device=state.device)
+
+    if (2 ** n) * len(cols) <= SIGN_BUDGET:
+        signs = sign_matrix(tuple(words[i] for i, _ in cols), n, rdtype, state.device)
+        return weights(cols) @ signs.T, {i for i, _ in cols}
+    col_of = dict(cols)
+    parts, done = [], set()
+    for _, m, keys, shifted in half_register_words(words, n):
+        if keys:
+            sel = [(i, col_of[i]) for i in keys]
+            parts.append(weights(sel) @ sign_matrix(shifted, m, rdtype, state.device).T)
+            done.update(keys)
+        else:
+            parts.append(torch.zeros(state.shape[0], 2 ** m, dtype=rdtype, device=state.device))
+    if len(done) < 2:
+        return None, set()
+    diag = (parts[0][:, :, None] + parts[1][:, None, :]).reshape(state.shape[0], -1)
+    return diag, done
