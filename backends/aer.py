@@ -54,7 +54,7 @@ class AerBackend(QiskitBackend):
     """
 
     name = "aer"
-    capabilities = Capabilities(backprop=False, adjoint=False, shots=True, exact=True)
+    capabilities = Capabilities(backprop=False, vjp=False, shots=True, exact=True)
 
     def __init__(self, wires, shots: Optional[int] = None, method: str = "automatic",
                  noise_model=None, seed: Optional[int] = None, optimization_level: int = 1,
@@ -104,7 +104,7 @@ class AerBackend(QiskitBackend):
                                   "run_options": run_options})
 
     # -- execution -------------------------------------------------------------------------
-    def execute(self, circuit, theta: torch.Tensor, initial_state=None) -> list:
+    def _execute(self, circuit, theta, initial_state=None) -> list:
         theta = self.check_circuit(circuit, theta)
         batch = theta.shape[0]
         variants = split_variants(circuit, batch, initial_state)

@@ -1,39 +1,95 @@
-"""The Backend protocol every executor implements, and the device registry.
+"""The Backend protocol: the one door between qdiff's core and every engine.
 
-A backend runs a :class:`~qdiff.circuits.Circuit` for ``B`` parameter bindings at once:
-``execute(circuit, theta)`` returns one tensor per measurement, each with leading dim ``B``.
-``execute_many(jobs)`` runs several (circuit, theta) jobs — on hardware, as one job.
+A backend runs :class:`Job` s. A job is shaped like a Qiskit EstimatorV2 PUB: one circuit, ``B``
+parameter bindings ``theta`` ``(B, P)``, and the circuit's measurements saying what to return.
+``execute(jobs)`` returns one :class:`Result` per job (one hardware job may carry them all);
+engines with their own reverse mode also offer ``vjp(jobs, cotangents, residuals)``, which
+receives the residuals their forward ``execute`` kept (``Job.keep``): whatever the backward
+needs travels from forward to backward explicitly, never through module state.
 
->>> import qdiff as qd
->>> qd.device("statevector", wires=2).capabilities.backprop
-True
+>>> import torch, qdiff as qd
+>>> from qdiff.backends.base import Job
+>>> dev = qd.device("statevector", wires=1)
+>>> c = qd.Circuit(1, (qd.Operation(qd.get_gate("rx"), (0,), (qd.ParamRef(0),)),),
+...                (qd.expval(qd.Z(0)),), num_params=1)
+>>> [res] = dev.execute([Job(c, torch.tensor([[0.0], [3.14159265358979]]))])
+>>> res.outputs[0].round()
+tensor([ 1., -1.], dtype=torch.float64)
+>>> dev.capabilities.backprop, dev.capabilities.vjp
+(True, True)
 """
 from __future__ import annotations
 
 import abc
-
-import importlib
 import numbers
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional, Sequence, Union
 
 import torch
 
 from qdiff.circuits.errors import QdiffError
 
+DEVICE_SHOTS = "device"  # Job.shots: use the backend's own setting
+
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a backend can do; ``diff_method="best"`` reads this."""
+    """What a backend can do; the differentiation rules (:mod:`qdiff.rules`) read this.
 
-    backprop: bool = False   # torch autograd flows through execute()
-    adjoint: bool = False    # exposes final states for the adjoint method
-    shots: bool = True       # supports finite shots
-    exact: bool = True       # supports shots=None (exact expectations)
-    device_vjp: bool = False  # vjp(circuit, theta, cotangent) by the device's own adjoint method
+    ``backprop``: torch autograd flows through ``execute``. ``vjp``: the backend has its own
+    reverse mode (``vjp``), differentiating the output kinds in ``vjp_kinds``. ``fast_vjp``: that
+    reverse mode is the fastest exact gradient at every size (``diff_method="best"`` then picks
+    it over backprop); otherwise ``best`` prefers backprop up to ``backprop_max_wires``.
+    """
+
+    backprop: bool = False
+    vjp: bool = False
+    shots: bool = True
+    exact: bool = True
+    vjp_kinds: tuple = ("expval", "var", "probs")
+    fast_vjp: bool = False
+    backprop_max_wires: int = 16
+
+
+@dataclass(frozen=True, eq=False)
+class Job:
+    """One unit of work: ``circuit`` for the ``B`` bindings ``theta`` ``(B, P)``.
+
+    Args:
+        circuit: a :class:`~qdiff.circuits.Circuit`; its measurements say what to return.
+        theta: real ``(B, P)`` parameter bindings.
+        initial_state: optional ``(B or 1, 2**n)`` complex start state (default ``|0...0>``).
+        shots: ``"device"`` (the backend's setting), ``None`` (exact) or a positive int.
+        flat: return the outputs as ONE real ``(B, K)`` tensor (expval/var/probs only, in
+            measurement order) instead of one tensor per measurement.
+        keep: keep the residual a later ``vjp`` of this job needs (``Result.residual``).
+        trainable: per theta column, whether ``vjp`` must return its gradient (None: all).
+        shared: per theta column, True when the column is one value broadcast over the batch
+            by construction; ``vjp`` may then return its gradient as partial sums over rows.
+    """
+
+    circuit: Any
+    theta: torch.Tensor
+    initial_state: Optional[torch.Tensor] = None
+    shots: Union[str, int, None] = DEVICE_SHOTS
+    flat: bool = False
+    keep: bool = False
+    trainable: Optional[tuple] = None
+    shared: Optional[tuple] = None
+
+
+@dataclass
+class Result:
+    """``outputs``: one tensor per measurement with leading dim ``B`` (or one ``(B, K)`` tensor
+    for a ``flat`` job); ``residual``: what ``vjp`` needs (opaque; only for ``keep`` jobs)."""
+
+    outputs: Union[list, torch.Tensor]
+    residual: Any = None
 
 
 def normalize_device_wires(wires) -> tuple:
+    if isinstance(wires, bool):
+        raise QdiffError(f"wires must be an int or a sequence of labels; got {wires!r}")
     if isinstance(wires, numbers.Integral):
         if wires < 1:
             raise QdiffError(f"a device needs at least one wire; got wires={wires}")
@@ -49,21 +105,29 @@ def normalize_device_wires(wires) -> tuple:
     return labels
 
 
+def check_shots(shots, what: str = "shots"):
+    """``None`` or a positive int (``True`` and other non-integers are refused)."""
+    if shots is None:
+        return None
+    if isinstance(shots, bool) or not isinstance(shots, numbers.Integral) or shots < 1:
+        raise QdiffError(f"{what} must be a positive integer or None; got {shots!r}")
+    return int(shots)
+
+
 class Backend(abc.ABC):
-    """Base class: holds wires, shots and the seeded generator."""
+    """Base class: holds wires, shots and the seed; engines implement :meth:`execute`."""
 
     name = "backend"
     capabilities = Capabilities()
 
     def __init__(self, wires, shots: Optional[int] = None, seed: Optional[int] = None):
         self.wires = normalize_device_wires(wires)
-        if shots is not None and (not isinstance(shots, numbers.Integral) or shots < 1):
-            raise QdiffError(f"shots must be a positive integer or None; got {shots!r}")
+        shots = check_shots(shots)
         if shots is None and not self.capabilities.exact:
             raise QdiffError(f"backend '{self.name}' needs shots")
         if shots is not None and not self.capabilities.shots:
             raise QdiffError(f"backend '{self.name}' does not support shots")
-        self.shots = None if shots is None else int(shots)
+        self.shots = shots
         self.seed = seed
 
     @property
@@ -71,27 +135,42 @@ class Backend(abc.ABC):
         return len(self.wires)
 
     @abc.abstractmethod
-    def execute(self, circuit, theta: torch.Tensor, initial_state=None) -> list:
-        """One tensor per measurement of ``circuit``, each with leading dim ``B``."""
+    def execute(self, jobs: Sequence[Job]) -> list:
+        """One :class:`Result` per job, in order."""
 
-    def execute_many(self, jobs) -> list:
-        """``[(circuit, theta), ...] -> [[tensor per measurement], ...]``."""
-        return [self.execute(c, t) for c, t in jobs]
+    def vjp(self, jobs: Sequence[Job], cotangents: Sequence[torch.Tensor],
+            residuals: Sequence) -> list:
+        """``(B, P)`` vector-Jacobian products of the jobs' flat outputs with ``cotangents``
+        ``(B, K)``, by the backend's own reverse mode (``capabilities.vjp``)."""
+        raise QdiffError(f"backend '{self.name}' has no reverse mode of its own (vjp); use "
+                         "diff_method='parameter-shift'")
+
+    def run(self, circuit, theta: torch.Tensor, initial_state=None,
+            shots=DEVICE_SHOTS) -> list:
+        """One job: one tensor per measurement, each with leading dim ``B``."""
+        return self.execute([Job(circuit, theta, initial_state, shots)])[0].outputs
+
+    def job_shots(self, job: Job):
+        """The shots a job runs with (its own, or the backend's)."""
+        if job.shots == DEVICE_SHOTS:
+            return self.shots
+        return check_shots(job.shots)
 
     def __repr__(self):
         shots = f", shots={self.shots}" if self.shots else ""
         return f"<{type(self).__name__} wires={self.num_wires}{shots}>"
 
 
+def flat_outputs(outputs: list) -> torch.Tensor:
+    """One real ``(B, K)`` tensor from per-measurement outputs (expval/var/probs)."""
+    return torch.cat([o.reshape(o.shape[0], -1) for o in outputs], dim=-1)
+
+
 _REGISTRY: dict = {}
-# backends whose modules import heavy toolkits: imported on first use by device()
-_LAZY = {"aer": "qdiff.backends.aer", "qiskit.aer": "qdiff.backends.aer",
-         "aer_simulator": "qdiff.backends.aer", "ibm": "qdiff.backends.ibm",
-         "qiskit.ibm": "qdiff.backends.ibm", "ibm_runtime": "qdiff.backends.ibm",
-         "pennylane": "qdiff.backends.pennylane_device", "pl": "qdiff.backends.pennylane_device"}
 
 
 def register_backend(*names):
+    """Class decorator: make a backend available to ``qd.device(name)`` under ``names``."""
     def deco(factory):
         for n in names:
             _REGISTRY[n] = factory
@@ -99,47 +178,6 @@ def register_backend(*names):
     return deco
 
 
-def device(name: str = "statevector", /, wires=None, **kwargs) -> Backend:
-    """Create a backend by name: ``"statevector"`` (default), ``"aer"``, ``"ibm"``, ``"pennylane"``.
-
-    ``name`` is positional-only, so backends may take a ``name=`` option of their own
-    (``qd.device("pennylane", name="lightning.qubit", wires=4)``).
-
-    >>> import qdiff as qd
-    >>> qd.device("statevector", wires=3)
-    <StatevectorBackend wires=3>
-    """
-    from qdiff.backends import statevector  # noqa: F401  (registers the default)
-    if wires is None:
-        raise QdiffError("device(...) needs wires=")
-    key = name.lower()
-    if key not in _REGISTRY and key in _LAZY:
-        importlib.import_module(_LAZY[key])  # registers it; qiskit/pennylane load only now
-    if key not in _REGISTRY:
-        names = sorted(set(_REGISTRY) | set(_LAZY))
-        raise QdiffError(f"unknown device '{name}'; available: {names}")
-    return _REGISTRY[key](wires=wires, **kwargs)
-
-
-def available(kind: Optional[str] = None):
-    """What ``qd.device`` can create.
-
-    ``available()`` -> ``{"devices": [...], "ibm": [fake backend names], "pennylane": [...]}``;
-    ``available("devices" | "ibm" | "pennylane")`` -> that list. IBM names are the fake
-    backends qiskit-ibm-runtime ships (``fake_manila``, ``fake_sherbrooke``, ...); real
-    device names depend on the account and are not listed (``service.backends()``).
-    """
-    kinds = ("devices", "ibm", "pennylane")
-    if kind is not None and kind not in kinds:
-        raise QdiffError(f"available(kind) takes one of {list(kinds)}; got {kind!r}")
-    out = {}
-    if kind in (None, "devices"):
-        from qdiff.backends import statevector  # noqa: F401
-        out["devices"] = sorted(set(_REGISTRY) | set(_LAZY))
-    if kind in (None, "ibm"):
-        from qdiff.backends.ibm import fake_backend_names
-        out["ibm"] = fake_backend_names()
-    if kind in (None, "pennylane"):
-        from qdiff.backends.pennylane_device import pennylane_device_names
-        out["pennylane"] = pennylane_device_names()
-    return out if kind is None else out[kind]
+def registered() -> dict:
+    """``{name: factory}`` of the backends registered so far."""
+    return dict(_REGISTRY)

@@ -148,7 +148,7 @@ class IbmBackend(QiskitBackend):
     """
 
     name = "ibm"
-    capabilities = Capabilities(backprop=False, adjoint=False, shots=True, exact=False)
+    capabilities = Capabilities(backprop=False, vjp=False, shots=True, exact=False)
 
     def __init__(self, wires, backend=None, shots: Optional[int] = 4096,
                  optimization_level: int = 2, mode: str = "job",
@@ -291,7 +291,7 @@ class IbmBackend(QiskitBackend):
         return self._make("sampler")
 
     # -- execution -------------------------------------------------------------------------
-    def execute(self, circuit, theta, initial_state=None) -> list:
+    def _execute(self, circuit, theta, initial_state=None) -> list:
         """At most two jobs: one Estimator job (expval/var) and one Sampler job (probs/samples)."""
         theta = self.check_circuit(circuit, theta)
         qc_common.check_measurements(circuit, self.name)

@@ -23,7 +23,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from qdiff.backends.base import Backend, Capabilities, register_backend
+from qdiff.backends.base import Backend, Capabilities, Result, flat_outputs, register_backend
 from qdiff.circuits.errors import QdiffError
 
 
@@ -46,7 +46,7 @@ class PennyLaneBackend(Backend):
     """
 
     name = "pennylane"
-    capabilities = Capabilities(backprop=False, adjoint=False, shots=True, exact=True)
+    capabilities = Capabilities(backprop=False, vjp=False, shots=True, exact=True)
 
     def __init__(self, wires, name: str = "default.qubit", shots: Optional[int] = None,
                  seed: Optional[int] = None, **device_kwargs):
@@ -67,8 +67,8 @@ class PennyLaneBackend(Backend):
         self.device_name = name
         has_adjoint = bool(self.pl_device.supports_derivatives(
             ExecutionConfig(gradient_method="adjoint")))
-        self.capabilities = Capabilities(backprop=False, adjoint=False, shots=True, exact=True,
-                                         device_vjp=has_adjoint)
+        self.capabilities = Capabilities(backprop=False, vjp=has_adjoint, shots=True, exact=True,
+                                         vjp_kinds=("expval",))
         self.executions = 0  # qml.execute calls made (forward and vjp)
 
     def __repr__(self):
@@ -94,8 +94,18 @@ class PennyLaneBackend(Backend):
         return to_pennylane(circuit, theta, shots=self.shots, initial_state=initial_state,
                             interface=interface, use_labels=False, counts_as_samples=True)
 
-    def execute(self, circuit, theta: torch.Tensor, initial_state=None) -> list:
-        """One ``qml.execute`` of one broadcast tape: one tensor per measurement, leading dim B."""
+    def execute(self, jobs) -> list:
+        """One ``qml.execute`` of one broadcast tape per job (see the Backend protocol)."""
+        out = []
+        for job in jobs:
+            if self.job_shots(job) != self.shots:
+                raise QdiffError(f"PennyLane device '{self.device_name}': shots are set on the "
+                                 f"device ({self.shots}); a job cannot ask for {job.shots}")
+            outs = self._execute(job.circuit, job.theta, job.initial_state)
+            out.append(Result(flat_outputs(outs) if job.flat else outs))
+        return out
+
+    def _execute(self, circuit, theta: torch.Tensor, initial_state=None) -> list:
         import pennylane as qml
         theta = self._check(circuit, theta)
         tape = self._tape(circuit, theta.detach(), initial_state, "numpy")
@@ -109,15 +119,17 @@ class PennyLaneBackend(Backend):
         self.executions += 1
         return _outputs(circuit, res, tape.batch_size, theta.shape[0], theta.device)
 
-    def vjp(self, circuit, theta: torch.Tensor, cotangent: torch.Tensor,
-            initial_state=None) -> torch.Tensor:
-        """``(B, P)`` vector-Jacobian product by the device's adjoint method.
+    def vjp(self, jobs, cotangents, residuals) -> list:
+        """``(B, P)`` vector-Jacobian products by the device's adjoint method, one per job
+        (``cotangents`` ``(B, K)`` match the flat outputs: expval only, as the adjoint method on
+        PennyLane devices supports). The device keeps no residual: it runs its own forward."""
+        return [self._vjp(job.circuit, job.theta, g, job.initial_state)
+                for job, g in zip(jobs, cotangents)]
 
-        ``cotangent`` ``(B, K)`` matches the flattened outputs of ``circuit`` (expval only,
-        as the adjoint method on PennyLane devices supports).
-        """
+    def _vjp(self, circuit, theta: torch.Tensor, cotangent: torch.Tensor,
+             initial_state=None) -> torch.Tensor:
         import pennylane as qml
-        if not self.capabilities.device_vjp:
+        if not self.capabilities.vjp:
             raise QdiffError(f"PennyLane device '{self.device_name}' has no adjoint method")
         for m in circuit.measurements:
             if m.kind != "expval":

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from qdiff.backends import qiskit_common as qc_common
-from qdiff.backends.base import Backend, Capabilities
+from qdiff.backends.base import Backend, Capabilities, Result, flat_outputs
 from qdiff.backends.runtime_jobs import JobRunner
 from qdiff.circuits.errors import QdiffError
 
@@ -91,7 +91,7 @@ class QiskitBackend(Backend):
     """
 
     name = "qiskit"
-    capabilities = Capabilities(backprop=False, adjoint=False, shots=True, exact=False)
+    capabilities = Capabilities(backprop=False, vjp=False, shots=True, exact=False)
 
     def __init__(self, wires, shots, seed, runner: JobRunner):
         super().__init__(wires, shots, seed)
@@ -103,7 +103,22 @@ class QiskitBackend(Backend):
         """Primitive jobs (or simulator runs) submitted so far."""
         return self.runner.jobs_submitted
 
+    def execute(self, jobs) -> list:
+        """One primitive job (or simulator run) per job (see the Backend protocol)."""
+        out = []
+        for job in jobs:
+            if self.job_shots(job) != self.shots:
+                raise QdiffError(f"backend '{self.name}': shots are set on the device "
+                                 f"({self.shots}); a job cannot ask for {job.shots}")
+            outs = self._execute(job.circuit, job.theta, job.initial_state)
+            out.append(Result(flat_outputs(outs) if job.flat else outs))
+        return out
+
     # -- subclass hooks --------------------------------------------------------------------
+    @abc.abstractmethod
+    def _execute(self, circuit, theta, initial_state=None) -> list:
+        """One tensor per measurement of ``circuit`` for the bindings ``theta``."""
+
     @abc.abstractmethod
     def _transpile(self, qc):
         """The circuit in this target's ISA (each target knows its own)."""

@@ -257,8 +257,8 @@ def vqe(problem: Problem, args, log=print, w0: Optional[torch.Tensor] = None) ->
 
     qnode = qd.qnode(dev, diff_method=method)(energy)
     if method == "best":
-        from qdiff.execute import resolve_method
-        method = resolve_method("best", dev, qnode.construct(w0)[0].circuit)
+        from qdiff.rules import resolve
+        method = resolve("best", dev, qnode.construct(w0)[0].circuit).name
     w = w0.clone().requires_grad_(True)
     opt = make_optimizer(args, w, qnode)
     early = not (args.run_all or args.shots or args.backend != "statevector")

@@ -21,7 +21,8 @@ from qdiff.circuits.templates import (AllSinglesDoubles, AmplitudeEmbedding, Ang
                                       BasicEntanglerLayers, BasisState, HardwareEfficientAnsatz,
                                       QAOALayers, StatePrep, StronglyEntanglingLayers, cost_layer,
                                       excitations, hf_state, mixer_layer, x_mixer)
-from qdiff.backends.base import Backend, device
+from qdiff.backends.base import Backend
+from qdiff.backends.registry import device
 from qdiff.qnode import QNode, qnode
 from qdiff.draw import draw
 from qdiff.hybrid import QuantumLayer

@@ -25,34 +25,43 @@ a silent zero.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
-from qdiff.backends.statevector.adjoint import adjoint_vjp
-from qdiff.backends.statevector.measure import measure_all
-from qdiff.backends.statevector.zwords import stacked_expvals
+from qdiff.backends.base import Job
 from qdiff.circuits.circuit import Circuit, memo
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Observable
-from qdiff.circuits.operation import ParamRef
+from qdiff.circuits.operation import ParamRef, is_concrete
+from qdiff.rules import PARAMETER_SHIFT, Options, Rule, make_options
 from qdiff.shift_rules import shift_rule
 
 DIFFERENTIABLE_KINDS = ("expval", "var", "probs")
 
 
 @dataclass(frozen=True, eq=False)
-class Job:
-    """Everything the Function needs besides ``theta`` (not a tensor: passed through)."""
+class Plan:
+    """Everything the Function needs besides ``theta`` (not a tensor: passed through).
+
+    ``rule``: the differentiation rule; ``higher``: the rule a second derivative switches to
+    (``None``: the rule's own ``second_order`` applies); ``shared``: per column, one value
+    broadcast over the batch by construction (see :class:`~qdiff.backends.base.Job`).
+    """
 
     circuit: Circuit
-    backend: object
-    method: str
+    backend: Any
+    rule: Rule
     trainable: tuple
     initial_state: Optional[torch.Tensor] = None
-    options: dict = field(default_factory=dict)
-    shared: Optional[tuple] = None  # per column: one value broadcast over the batch (Recorded)
+    options: Options = field(default_factory=Options)
+    shared: Optional[tuple] = None
+    higher: Optional[Rule] = None
+
+    def job(self, theta: torch.Tensor, keep: bool = False) -> Job:
+        return Job(self.circuit, theta, self.initial_state, flat=True, keep=keep,
+                   trainable=self.trainable, shared=self.shared)
 
 
 def output_width(m: Measurement, n: int) -> int:
@@ -138,20 +147,11 @@ def _expand_coefficients(circuit: Circuit) -> tuple:
 # the Function
 
 
-def _run(job: Job, theta: torch.Tensor):
-    """Flattened real outputs ``(B, K)`` and (adjoint only) the final states."""
-    circuit, backend = job.circuit, job.backend
-    if job.method == "adjoint" and backend.capabilities.adjoint:
-        state = backend.final_state(circuit, theta, job.initial_state)
-        flat = stacked_expvals(state, circuit)
-        if flat is not None:
-            return flat.to(theta.dtype if theta.dtype.is_floating_point else flat.dtype), state
-        outs = measure_all(state, circuit, None, None)
-    else:
-        state = None
-        outs = backend.execute(circuit, theta, job.initial_state)
-    flat = torch.cat([o.reshape(o.shape[0], -1) for o in outs], dim=-1)
-    return flat.to(theta.dtype if theta.dtype.is_floating_point else flat.dtype), state
+def _run(plan: Plan, theta: torch.Tensor):
+    """Flattened real outputs ``(B, K)`` and the engine's residual (rules that keep one)."""
+    res = plan.backend.execute([plan.job(theta, keep=plan.rule.keep)])[0]
+    flat = res.outputs
+    return flat.to(theta.dtype if theta.dtype.is_floating_point else flat.dtype), res.residual
 
 
 class FirstOrderOnly(torch.autograd.Function):
@@ -175,132 +175,87 @@ class FirstOrderOnly(torch.autograd.Function):
 
 
 class QuantumFunction(torch.autograd.Function):
-    """``theta (B, P) -> outputs (B, K)``; backward by the job's method in one backend call."""
+    """``theta (B, P) -> outputs (B, K)``; backward by the plan's rule in one backend call.
+
+    The second output is the engine's residual (an opaque object, or ``None``): it is kept on
+    the autograd context and handed back to the backend's ``vjp``.
+    """
 
     @staticmethod
-    def forward(theta, job):
-        flat, state = _run(job, theta.detach())
-        return flat, state if state is not None else torch.empty(0, device=flat.device)
+    def forward(theta, plan):
+        return _run(plan, theta.detach())
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        theta, job = inputs
-        _, state = output
-        ctx.job = job
-        ctx.mark_non_differentiable(state)
-        ctx.save_for_backward(theta, state)
+        theta, plan = inputs
+        ctx.plan = plan
+        ctx.residual = output[1]
+        ctx.save_for_backward(theta)
 
     @staticmethod
-    def backward(ctx, g_out, _g_state):
-        theta, state = ctx.saved_tensors
-        job = ctx.job
-        if job.method == "adjoint" and torch.is_grad_enabled() and \
-                job.options.get("_higher_order") == "parameter-shift" and _has_shift_rules(job):
-            # create_graph through diff_method="best": the exact, differentiable shift rules
-            grad = shift_vjp(theta, g_out, replace(job, method="parameter-shift", shared=None))
-        elif job.method == "adjoint":
-            with torch.no_grad():
-                if job.backend.capabilities.adjoint:
-                    grad = adjoint_vjp(job.circuit, theta.detach(), state, g_out.detach(),
-                                       job.trainable, shared=job.shared)
-                else:  # the device's own adjoint method (e.g. PennyLane lightning)
-                    grad = job.backend.vjp(job.circuit, theta.detach(), g_out.detach(),
-                                           job.initial_state)
-            if torch.is_grad_enabled():  # create_graph: a further derivative must fail loudly
-                grad = FirstOrderOnly.apply(grad, theta, g_out, "adjoint")
+    def backward(ctx, g_out, _g_residual):
+        (theta,) = ctx.saved_tensors
+        plan = ctx.plan
+        if plan.rule.keep:
+            grad = _engine_vjp(theta, g_out, plan, ctx.residual)
         else:
-            grad = shift_vjp(theta, g_out, job)
+            grad = shift_vjp(theta, g_out, plan)
         return grad.to(theta.dtype), None
 
     @staticmethod
-    def vmap(info, in_dims, theta, job):
+    def vmap(info, in_dims, theta, plan):
         """Fold a vmapped dimension into the binding batch: the backend is batched already."""
         d = in_dims[0]
         if d is None:
-            flat, state = QuantumFunction.apply(theta, job)
-            return (flat, state), (None, None)
+            return QuantumFunction.apply(theta, plan), (None, None)
         t = theta.movedim(d, 0)
         v, b = t.shape[0], t.shape[1]
-        job_v = _batched_job(job, v)
-        flat, state = QuantumFunction.apply(t.reshape(v * b, -1), job_v)
-        out = flat.reshape(v, b, -1)
-        st = state.reshape(v, b, -1) if state.numel() else state
-        return (out, st), (0, 0 if state.numel() else None)
+        flat, residual = QuantumFunction.apply(t.reshape(v * b, -1), _batched_plan(plan, v))
+        return (flat.reshape(v, b, -1), residual), (0, None)
 
 
-def _batched_job(job: Job, v: int) -> Job:
-    """The job for ``v`` vmapped copies of the batch (a shared column now varies over them)."""
-    if job.initial_state is None:
-        return replace(job, shared=None)
-    return replace(job, initial_state=job.initial_state.repeat(v, 1), shared=None)
+def _engine_vjp(theta, g_out, plan: Plan, residual):
+    """The backend's own reverse mode; under ``create_graph`` the plan's higher-order rule
+    (exact shift rules) instead, or a gradient whose further derivative raises."""
+    if torch.is_grad_enabled() and plan.higher is not None and _has_shift_rules(plan):
+        return shift_vjp(theta, g_out, replace(plan, rule=plan.higher, shared=None, higher=None))
+    if not is_concrete(theta):
+        # inside torch.func transforms the residual belongs to the folded batch of the vmap
+        # rule, not to the batched view seen here: the engine runs its own forward instead
+        residual = None
+    with torch.no_grad():
+        grad = plan.backend.vjp([plan.job(theta.detach())], [g_out.detach()], [residual])[0]
+    if torch.is_grad_enabled():  # create_graph: a further derivative must fail loudly
+        grad = FirstOrderOnly.apply(grad, theta, g_out, plan.rule.name)
+    return grad
+
+
+def _batched_plan(plan: Plan, v: int) -> Plan:
+    """The plan for ``v`` vmapped copies of the batch (a shared column now varies over them)."""
+    if plan.initial_state is None:
+        return replace(plan, shared=None)
+    return replace(plan, initial_state=plan.initial_state.repeat(v, 1), shared=None)
 
 
 # ------------------------------------------------------------------------------------------
 # shift-based VJPs (parameter-shift, finite differences, SPSA)
 
 
-def shift_plan(job: Job, theta: torch.Tensor):
-    """``(shifts (S, P), weights (S, P))``: ``d f / d theta_j ~ sum_r weights[r, j] f(theta + shifts[r])``."""
-    circuit, p = job.circuit, job.circuit.num_params
-    cols = [j for j in range(p) if job.trainable[j]]
-    dev, dt = theta.device, theta.dtype
-    if job.method == "spsa":
-        k = int(job.options.get("num_directions", 1))
-        eps = float(job.options.get("epsilon", 1e-2))
-        gen = job.options.get("_generator")
-        signs = torch.randint(0, 2, (k, len(cols)), generator=gen).to(dt).mul_(2).sub_(1).to(dev)
-        delta = torch.zeros(k, p, dtype=dt, device=dev)
-        delta[:, cols] = signs
-        shifts = torch.cat([eps * delta, -eps * delta])
-        weights = torch.cat([delta, -delta]) / (2 * eps * k)
-        return shifts, weights
-    rows = []
-    slot_of = {}
-    for op in circuit.operations:
-        for s, par in enumerate(op.params):
-            if isinstance(par, ParamRef):
-                slot_of[par.index] = (op, s)
-    for j in cols:
-        op, s = slot_of[j]
-        if job.method == "finite-diff":
-            h = float(job.options.get("h", 1e-6))
-            rule = ((0.5 / h, h), (-0.5 / h, -h))
-        else:
-            rule = shift_rule(op.gate, s)
-        rows.extend((j, c, x) for c, x in rule)
-    shifts = torch.zeros(len(rows), p, dtype=dt, device=dev)
-    weights = torch.zeros(len(rows), p, dtype=dt, device=dev)
-    for r, (j, c, x) in enumerate(rows):
-        shifts[r, j] = x
-        weights[r, j] = c
-    return shifts, weights
-
-
-def spsa_generator(seed=None) -> torch.Generator:
-    """CPU generator of SPSA directions (seeded: reproducible sequence of directions)."""
-    gen = torch.Generator()
-    if seed is not None:
-        gen.manual_seed(int(seed))
-    else:
-        gen.seed()
-    return gen
-
-
-def _has_shift_rules(job: Job) -> bool:
+def _has_shift_rules(plan: Plan) -> bool:
     try:
-        validate_rules(replace(job, method="parameter-shift"))
+        validate_rules(replace(plan, rule=PARAMETER_SHIFT))
     except QdiffError:
         return False
     return True
 
 
-def validate_rules(job: Job) -> None:
+def validate_rules(plan: Plan) -> None:
     """Fail in the forward pass (not mid-backward) when a trainable gate has no shift rule."""
-    if job.method != "parameter-shift":
+    if plan.rule is not PARAMETER_SHIFT:
         return
-    for op in job.circuit.operations:
+    for op in plan.circuit.operations:
         for s, par in enumerate(op.params):
-            if isinstance(par, ParamRef) and job.trainable[par.index]:
+            if isinstance(par, ParamRef) and plan.trainable[par.index]:
                 shift_rule(op.gate, s)
 
 
@@ -319,19 +274,16 @@ def _shift_measurements(circuit: Circuit) -> tuple:
     return circuit.with_measurements(ms), layout
 
 
-def _widths(circuit: Circuit) -> list:
-    return [output_width(m, circuit.num_wires) for m in circuit.measurements]
-
-
-def shift_vjp(theta: torch.Tensor, g_out: torch.Tensor, job: Job) -> torch.Tensor:
-    """``(B, P)`` VJP from ONE backend call over all shifted bindings of the batch."""
-    if torch.is_grad_enabled() and job.method != "parameter-shift":
+def shift_vjp(theta: torch.Tensor, g_out: torch.Tensor, plan: Plan) -> torch.Tensor:
+    """``(B, P)`` VJP from ONE backend call over all shifted bindings of the batch (the
+    shifts and weights are the rule's, :mod:`qdiff.rules`)."""
+    if torch.is_grad_enabled() and plan.rule.second_order != "exact":
         with torch.no_grad():
-            grad = shift_vjp(theta, g_out, job)
-        return FirstOrderOnly.apply(grad, theta, g_out, job.method)
+            grad = shift_vjp(theta, g_out, plan)
+        return FirstOrderOnly.apply(grad, theta, g_out, plan.rule.name)
     b, p = theta.shape
-    shifts, weights = shift_plan(job, theta)
-    shift_circ, layout = _shift_measurements(job.circuit)
+    shifts, weights = plan.rule.shifts(plan.circuit, plan.trainable, theta, plan.options)
+    shift_circ, layout = _shift_measurements(plan.circuit)
     has_var = any(kind == "var" for kind, *_ in layout)
     if has_var:  # the unshifted point supplies <O> for the variance chain rule
         shifts = torch.cat([shifts, torch.zeros(1, p, dtype=shifts.dtype, device=shifts.device)])
@@ -340,8 +292,8 @@ def shift_vjp(theta: torch.Tensor, g_out: torch.Tensor, job: Job) -> torch.Tenso
     if s == 0:
         return torch.zeros_like(theta)
     thetas = (theta.unsqueeze(0) + shifts.unsqueeze(1)).reshape(s * b, p)
-    sub = replace(job, circuit=shift_circ, initial_state=None if job.initial_state is None
-                  else job.initial_state.repeat(s, 1))
+    sub = replace(plan, circuit=shift_circ, initial_state=None if plan.initial_state is None
+                  else plan.initial_state.repeat(s, 1))
     res = QuantumFunction.apply(thetas, sub)[0].reshape(s, b, -1)
     # d(outputs)/d theta_j for the shifted-measurement columns: (P, B, K')
     jac = torch.einsum("sp,sbk->pbk", weights.to(res.dtype), res)
@@ -362,22 +314,23 @@ def shift_vjp(theta: torch.Tensor, g_out: torch.Tensor, job: Job) -> torch.Tenso
 # entry point used by qdiff.execute
 
 
-def execute_with_rule(recorded, backend, method: str, stacked: bool = False, **options):
+def execute_with_rule(recorded, backend, rule: Rule, options: Optional[Options] = None,
+                      higher: Optional[Rule] = None, stacked: bool = False):
     """Run ``recorded`` through the Function; one tensor per measurement, leading dim B (with
     ``stacked``, the ``(B, K)`` outputs as one tensor when every measurement is a plain scalar:
     no per-column slicing and restacking in the autograd graph)."""
     circuit = recorded.circuit
     if recorded.initial_state is not None and recorded.initial_state.requires_grad:
         raise QdiffError(f"state preparation inputs are only differentiable with "
-                         f"diff_method='backprop' (got '{method}')")
+                         f"diff_method='backprop' (got '{rule.name}')")
     circ_u, theta_u, train_u, shared_u = unshare(circuit, recorded.theta, recorded.trainable,
                                                   recorded.shared)
     circ_e, post = expand_coefficients(circ_u)
-    if method == "spsa" and options.get("_generator") is None:
-        options = dict(options, _generator=spsa_generator(options.get("seed")))
-    job = Job(circ_e, backend, method, train_u, recorded.initial_state, options, shared_u)
-    validate_rules(job)
-    flat, _ = QuantumFunction.apply(theta_u, job)
+    if options is None:
+        options = make_options(rule.name, {})
+    plan = Plan(circ_e, backend, rule, train_u, recorded.initial_state, options, shared_u, higher)
+    validate_rules(plan)
+    flat, _ = QuantumFunction.apply(theta_u, plan)
     if stacked and all(c is None and m.is_scalar for m, (_, _, c) in
                        zip(circuit.measurements, post)):
         return flat

@@ -36,9 +36,7 @@ import math
 
 import torch
 
-from qdiff.backends.statevector.gate_data import (GateData, apply_data, circuit_angles, circuit_data,
-                                      derivative_data)
-from qdiff.backends.statevector.simulate import real_dtype_of, zero_state
+from qdiff.backends.base import Job
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.decompositions import decompose, pauli_decompose
 from qdiff.circuits.errors import QdiffError
@@ -107,47 +105,32 @@ def contract_with_args(g, cols, recorded, qnode, args, kwargs, joint: bool):
 # full metric by forward-mode derivative states
 
 
-def derivative_states(circuit, theta, cols, cdtype, device, initial_state=None):
-    """``psi (B, N)`` and ``dpsi (B, P, N)``: derivatives w.r.t. theta columns ``cols``.
+def derivative_states(circuit, theta, cols, backend, initial_state=None):
+    """``psi (B, N)`` and ``dpsi (B, P, N)``: the final states and their derivatives with
+    respect to theta columns ``cols``, by forward-mode differentiation through the backend
+    (one ``torch.func.jvp`` of one run whose ``P * B`` rows carry one unit tangent each)."""
+    b, p = theta.shape[0], len(cols)
+    circ = circuit.with_measurements([Measurement("state", None, None)])
+    rows = theta.repeat(p, 1)
+    tangent = torch.zeros_like(rows)
+    for k, c in enumerate(cols):
+        tangent[k * b:(k + 1) * b, c] = 1.0
+    prep = None if initial_state is None else initial_state.expand(b, -1).repeat(p, 1)
 
-    Gate matrices and their exact derivatives come from :mod:`qdiff.backends.statevector.gate_data`,
-    evaluated once per gate type for the whole circuit.
-    """
-    n, b, p = circuit.num_wires, theta.shape[0], len(cols)
-    rdtype = real_dtype_of(cdtype)
-    theta = theta.to(device=device, dtype=rdtype)
-    pos = {c: k for k, c in enumerate(cols)}
-    ops = circuit.operations
-    angles = circuit_angles(ops, theta, rdtype)
-    data = circuit_data(ops, angles, cdtype)
-    slots = [(i, s) for i, op in enumerate(ops) for s, q in enumerate(op.params)
-             if isinstance(q, ParamRef) and q.index in pos]
-    ddata = derivative_data(ops, angles, slots, cdtype, data)
-    psi = zero_state(n, b, cdtype, device) if initial_state is None else \
-        initial_state.to(device=device, dtype=cdtype).expand(b, 1 << n).clone()
-    T = torch.zeros(b, p, 1 << n, dtype=cdtype, device=device)
-    for i, op in enumerate(ops):
-        new_t = [(pos[q.index], apply_data(psi, op, ddata[(i, s)], n, inplace=False) * q.scale)
-                 for s, q in enumerate(op.params) if (i, s) in ddata]
-        rep = data[i] if data[i].value is None or data[i].value.shape[0] == 1 else \
-            GateData(data[i].kind, data[i].value.repeat_interleave(p, dim=0))
-        T = apply_data(T.reshape(b * p, -1), op, rep, n, inplace=False).reshape(b, p, -1)
-        for k, dpsi in new_t:
-            T[:, k] += dpsi
-        psi = apply_data(psi, op, data[i], n, inplace=False)
-    return psi, T
+    def states(th):
+        return backend.run(circ, th, prep)[0]
+    psi, dpsi = torch.func.jvp(states, (rows,), (tangent,))
+    return psi[:b], dpsi.reshape(p, b, -1).transpose(0, 1)
 
 
 def full_metric(circuit, theta, cols, backend, initial_state=None):
     """Exact Fubini-Study metric ``(B, P, P)`` over theta columns ``cols``."""
-    if not hasattr(backend, "final_state") or getattr(backend, "shots", None):
-        raise QdiffError(f"metric_tensor(approx=None) needs an exact statevector backend; "
+    if not backend.capabilities.backprop or getattr(backend, "shots", None):
+        raise QdiffError(f"metric_tensor(approx=None) needs an exact torch-simulated backend; "
                          f"'{getattr(backend, 'name', backend)}' is not one (use "
                          "approx='block-diag', which measures generators)")
-    cdtype = getattr(backend, "cdtype", torch.complex128)
-    device = backend.target_device(theta) if hasattr(backend, "target_device") else theta.device
+    psi, T = derivative_states(circuit, theta, cols, backend, initial_state)
     with torch.no_grad():
-        psi, T = derivative_states(circuit, theta, cols, cdtype, device, initial_state)
         gram = torch.einsum("bin,bjn->bij", T.conj(), T)
         ov = torch.einsum("bin,bn->bi", T.conj(), psi)
         g = (gram - ov.unsqueeze(-1) * ov.conj().unsqueeze(-2)).real
@@ -246,8 +229,9 @@ def block_metric(circuit, theta, cols, backend, initial_state=None, diag_only=Fa
                       circuit.num_params, circuit.wire_labels)
         jobs.append(sub)
         metas.append((uses, pairs))
-    with torch.no_grad():
-        results = [backend.execute(sub, theta, initial_state) for sub in jobs]
+    with torch.no_grad():  # every layer's circuit in one backend call
+        results = [r.outputs for r in backend.execute([Job(sub, theta, initial_state)
+                                                       for sub in jobs])]
     for (uses, pairs), res in zip(metas, results):
         k = len(uses)
         mean = torch.stack([r.to(g.device, g.dtype) for r in res[:k]], -1)  # (B, k)

@@ -159,16 +159,19 @@ def fidelities(qnode, args, train, base, shifts):
     recs = [qnode.construct(*_with_flat(args, train, base + s))[0] for s in shifts]
     thetas = torch.cat([r.theta.detach() for r in recs])
     dev = qnode.device
-    if hasattr(dev, "final_state") and not getattr(dev, "shots", None):
-        a = dev.final_state(rec0.circuit, rec0.theta.detach(), rec0.initial_state)
-        b = dev.final_state(rec0.circuit, thetas, rec0.initial_state)
+    if dev.capabilities.backprop and not getattr(dev, "shots", None):
+        from qdiff.circuits.measurements import Measurement
+        circ = rec0.circuit.with_measurements([Measurement("state", None, None)])
+        with torch.no_grad():
+            (a,) = dev.run(circ, rec0.theta.detach(), rec0.initial_state)
+            (b,) = dev.run(circ, thetas, rec0.initial_state)
         return ((a.conj() * b).sum(-1).abs() ** 2).real.cpu().to(base.dtype)
     if rec0.initial_state is not None:
         raise QdiffError("QN-SPSA fidelities on a sampling backend need circuits that start "
                          "from |0...0> (no StatePrep/AmplitudeEmbedding)")
     circ = _overlap_circuit(rec0.circuit)
     theta = torch.cat([rec0.theta.detach().expand(len(recs), -1), thetas], dim=1)
-    (p,) = dev.execute(circ, theta, rec0.initial_state)
+    (p,) = dev.run(circ, theta, rec0.initial_state)
     return p[:, 0].detach().cpu().to(base.dtype)
 
 

@@ -20,8 +20,7 @@ from qdiff.circuits import recording
 from qdiff.circuits.circuit import Circuit, Recorded
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
-
-DIFF_METHODS = ("best", "backprop", "adjoint", "parameter-shift", "finite-diff", "spsa")
+from qdiff.rules import DIFF_METHODS, make_options  # noqa: F401  (DIFF_METHODS re-exported)
 
 
 class QNode:
@@ -40,25 +39,18 @@ class QNode:
     """
 
     def __init__(self, func, device, diff_method: str = "best", **gradient_kwargs):
-        if diff_method not in DIFF_METHODS:
-            raise QdiffError(f"unknown diff_method '{diff_method}'; choose from {list(DIFF_METHODS)}")
+        # validated once; SPSA's direction stream lives here, advanced by every backward
+        self.options = make_options(diff_method, gradient_kwargs)
         self.func = func
         self.device = device
         self.diff_method = diff_method
         self.gradient_kwargs = dict(gradient_kwargs)
-        if diff_method == "spsa":  # one direction stream per qnode, advanced every backward
-            from qdiff.bridge import spsa_generator
-            self.gradient_kwargs["_generator"] = spsa_generator(gradient_kwargs.get("seed"))
         functools.update_wrapper(self, func)
 
     # -- recording ------------------------------------------------------------------------
     def construct(self, *args, **kwargs) -> tuple[Recorded, object]:
         """Record one call: ``(Recorded, returned measurement structure)``."""
-        with recording.record() as rec:
-            result = self.func(*args, **kwargs)
-        items = [i for i in rec.raw if not isinstance(i, Measurement)]
-        flat = _flatten_measurements(result)
-        return Circuit.from_recording(items, self.device.wires, flat), result
+        return _record(self.func, self.device.wires, args, kwargs)
 
     @torch.compiler.disable
     def __call__(self, *args, **kwargs):
@@ -67,7 +59,7 @@ class QNode:
         from qdiff.execute import execute
         recorded, result = self.construct(*args, **kwargs)
         outs = execute(recorded, self.device, self.diff_method, stacked=True,
-                       **self.gradient_kwargs)
+                       options=self.options)
         if isinstance(outs, torch.Tensor):  # (B, K) of scalar measurements
             bshape = tuple(recorded.batch_shape)
             if isinstance(result, Measurement):
@@ -148,9 +140,16 @@ def _assemble(outs: list, recorded: Recorded, result):
     return type(result)(shaped) if isinstance(result, tuple) else list(shaped)
 
 
+def _record(func, wires, args, kwargs) -> tuple:
+    with recording.record() as rec:
+        result = func(*args, **kwargs)
+    items = [i for i in rec.raw if not isinstance(i, Measurement)]
+    flat = _flatten_measurements(result)
+    return Circuit.from_recording(items, wires, flat), result
+
+
 def record_circuit(func, wires, *args, **kwargs) -> Recorded:
     """Record ``func(*args)`` on ``wires`` without running it (for drawing, compiling, export)."""
-    from qdiff.backends.statevector import StatevectorBackend
-    rec, _ = QNode(func, StatevectorBackend(wires)).construct(*args, **kwargs)
-    return rec
+    from qdiff.backends.base import normalize_device_wires
+    return _record(func, normalize_device_wires(wires), args, kwargs)[0]
 

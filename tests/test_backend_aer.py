@@ -98,8 +98,8 @@ def test_affine_and_shared_parameters():
             Measurement("expval", Observable.pauli("Y", 1)))
     c = Circuit(2, ops, meas, 2)
     theta = torch.tensor([[0.3, 1.0], [-0.8, 2.5]], dtype=torch.float64)
-    got = qd.device("aer", wires=2).execute(c, theta)
-    ref = qd.device("statevector", wires=2).execute(c, theta)
+    got = qd.device("aer", wires=2).run(c, theta)
+    ref = qd.device("statevector", wires=2).run(c, theta)
     for a, b in zip(got, ref):
         assert torch.allclose(a, b, atol=1e-10, rtol=0)
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import qdiff as qd
+from qdiff.backends.base import Job
 from qdiff import QdiffError
 
 DEVICES = ["default.qubit", "lightning.qubit"]
@@ -56,7 +57,7 @@ def test_exact_matches_statevector(name):
 def test_device_adjoint_vjp_matches_backprop(name):
     from qdiff.qnode import QNode
     dev = qd.device("pennylane", name=name, wires=3)
-    assert dev.capabilities.device_vjp
+    assert dev.capabilities.vjp
 
     def f(x, w):
         _circuit(x, w)
@@ -64,10 +65,10 @@ def test_device_adjoint_vjp_matches_backprop(name):
     x, w = X.clone().requires_grad_(), W.clone().requires_grad_()
     rec, _ = QNode(f, dev).construct(x, w)
     cot = torch.tensor([[1.0, -0.5], [0.3, 2.0], [-1.0, 0.1]], dtype=torch.float64)
-    g = dev.vjp(rec.circuit, rec.theta.detach(), cot)
+    [g] = dev.vjp([Job(rec.circuit, rec.theta.detach())], [cot], [None])
     th = rec.theta.detach().clone().requires_grad_()
     sv = qd.device("statevector", wires=3)
-    outs = sv.execute(rec.circuit, th)
+    outs = sv.run(rec.circuit, th)
     flat = torch.stack(outs, dim=-1)
     (ref,) = torch.autograd.grad(flat, th, cot)
     # lightning's adjoint of controlled rotations is good to a few 1e-9 (measured 3e-9 on CRZ)
@@ -80,7 +81,7 @@ def test_vjp_refuses_non_expval():
     rec, _ = QNode(lambda x: (qd.RX(x, wires=0), qd.probs(wires=[0]))[1], dev).construct(
         torch.tensor(0.2, dtype=torch.float64))
     with pytest.raises(QdiffError, match="probs\\(\\) is not differentiable with the adjoint"):
-        dev.vjp(rec.circuit, rec.theta, torch.ones(1, 2, dtype=torch.float64))
+        dev.vjp([Job(rec.circuit, rec.theta)], [torch.ones(1, 2, dtype=torch.float64)], [None])
 
 
 def test_parameter_shift_through_the_bridge():
@@ -121,7 +122,7 @@ def test_errors_and_repr():
         qd.qnode(qd.device("pennylane", wires=1))(lambda: qd.sample(wires=[0]))()
     assert repr(qd.device("pennylane", name="lightning.qubit", wires=2, shots=5)) == \
         "<PennyLaneBackend lightning.qubit wires=2, shots=5>"
-    assert not qd.device("pennylane", name="default.mixed", wires=1).capabilities.device_vjp
+    assert not qd.device("pennylane", name="default.mixed", wires=1).capabilities.vjp
     assert "lightning.qubit" in qd.backends.available("pennylane")
 
 

@@ -17,7 +17,7 @@ class NoBackpropBackend(StatevectorBackend):
     """A backend that, like hardware, exposes neither autograd nor states."""
 
     name = "opaque"
-    capabilities = Capabilities(backprop=False, adjoint=False, shots=True, exact=True)
+    capabilities = Capabilities(backprop=False, vjp=False, shots=True, exact=True)
 
 
 def _f(x):

@@ -38,7 +38,7 @@ def test_every_gate_gives_the_same_state(gate):
     c = Circuit(n, tuple(prep) + (op,), (Measurement("state"),), gate.num_params)
     theta = torch.tensor([[0.37 + 0.5 * j + 0.9 * b for j in range(gate.num_params)]
                           for b in range(2)], dtype=torch.float64)
-    ref = qd.device("statevector", wires=n).execute(c, theta)[0]
+    ref = qd.device("statevector", wires=n).run(c, theta)[0]
     got = qml.execute([to_pennylane(c, theta)], PL_DEV)[0]
     got = np.broadcast_to(np.asarray(got).reshape(-1, 2 ** n), ref.shape)  # constant gates: unbatched
     for a, b in zip(got, ref.numpy()):
@@ -66,8 +66,8 @@ def test_round_trip_keeps_results_and_wire_labels():
     back = from_pennylane(tape)
     assert back.circuit.num_params == sum(len(op.data) for op in tape.operations)
     sv = qd.device("statevector", wires=[0, "b", 2, 3])
-    ours = sv.execute(rec.circuit, rec.theta)
-    again = sv.execute(back.circuit, back.theta)
+    ours = sv.run(rec.circuit, rec.theta)
+    again = sv.run(back.circuit, back.theta)
     for a, b, p in zip(ours, again, pl_res):
         assert torch.allclose(a, b, atol=1e-10) and np.allclose(a.numpy(), np.asarray(p), atol=1e-10)
 
@@ -87,7 +87,7 @@ def test_pennylane_templates_import():
         ref = qml.execute([tape], qml.device("default.qubit", wires=3))[0]
         rec = from_pennylane(tape)
         assert rec.batch_shape == (2,)
-        got = qd.device("statevector", wires=3).execute(rec.circuit, rec.theta, rec.initial_state)
+        got = qd.device("statevector", wires=3).run(rec.circuit, rec.theta, rec.initial_state)
         for a, b in zip(got, ref):
             assert np.allclose(a.numpy(), np.asarray(b), atol=1e-10)
 

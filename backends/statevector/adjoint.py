@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from qdiff.backends.statevector import kernels, measure, native, zwords
-from qdiff.backends.statevector.gate_data import (GateData, angles_and_data, apply_data,
+from qdiff.backends.statevector.gate_data import (GateData, apply_data, circuit_angles, circuit_data,
                                       derivative_data, full_matrix)
 from qdiff.backends.statevector.simulate import real_dtype_of
 from qdiff.circuits.errors import QdiffError
@@ -92,7 +92,7 @@ def gradient_from_overlap(dd, m):
 
 
 def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool = False,
-                shared=None):
+                shared=None, trace=None):
     """``d(sum_bk g[b,k] f_k(theta_b)) / d theta`` ``(B, P)`` by one reverse sweep.
 
     ``circuit`` must use each theta column once with scale 1 (see ``bridge.unshare``). Gate
@@ -101,6 +101,8 @@ def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool 
     transforms. With ``return_state`` also returns the uncomputed (input) state. ``shared``
     (per column, optional) marks columns broadcast over the batch by construction: only the
     sum of their gradient over the rows is then meaningful (see ``native.plan_adjoint``).
+    ``trace`` (:class:`~qdiff.backends.statevector.simulate.Trace`): the gate data and native
+    program of the forward run that produced ``state``, reused instead of recomputed.
     """
     n = circuit.num_wires
     ops = circuit.operations
@@ -120,7 +122,9 @@ def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool 
             grad = native.plan_adjoint(plan, psi, lam, theta, trainable, restore=return_state,
                                        shared=shared)
             return (grad, psi) if return_state else grad
-    angles, data = angles_and_data(ops, theta, rdtype, state.dtype)
+    angles = circuit_angles(ops, theta, rdtype)
+    data = trace.data if trace is not None and trace.data is not None else \
+        circuit_data(ops, angles, state.dtype)
     slots = [(i, s) for i, op in enumerate(ops) for s, p in enumerate(op.params)
              if isinstance(p, ParamRef) and trainable[p.index]]
     ddata = derivative_data(ops, angles, slots, state.dtype, data)
@@ -128,7 +132,7 @@ def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool 
     if inplace and native.usable(state):
         try:
             return _native_vjp(ops, data, ddata, state, circuit, cotangent, theta, n,
-                               return_state)
+                               return_state, None if trace is None else trace.program)
         except native.Unsupported:
             pass
     # psi and lam are uncomputed together as one (2B, N) batch: one kernel call per gate. The
@@ -151,13 +155,13 @@ def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool 
     return (grad, psi) if return_state else grad
 
 
-def _native_vjp(ops, data, ddata, state, circuit, cotangent, theta, n, return_state):
+def _native_vjp(ops, data, ddata, state, circuit, cotangent, theta, n, return_state, program):
     """The same sweep in one native call (:mod:`qdiff.backends.statevector.native`)."""
     keys = sorted(ddata)
     slot_data = [(i, ddata[(i, s)]) for i, s in keys]
     lam = effective_state(state, circuit, cotangent, n).contiguous()
     psi = state.clone()
-    g = native.adjoint_sweep(ops, data, slot_data, psi, lam, n)
+    g = native.adjoint_sweep(ops, data, slot_data, psi, lam, n, program)
     grad = torch.zeros(state.shape[0], theta.shape[1], dtype=g.dtype)
     if keys:
         cols = torch.tensor([ops[i].params[s].index for i, s in keys])

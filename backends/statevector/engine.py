@@ -1,4 +1,5 @@
-"""The embedded default backend: a pure-torch statevector simulator (CPU or CUDA).
+"""The statevector engine behind the Backend protocol: batched torch statevector simulation
+(CPU or CUDA), native CPU kernels where they apply, and the adjoint method as its ``vjp``.
 
 >>> import torch, qdiff as qd
 >>> dev = qd.device("statevector", wires=2, dtype=torch.complex64)
@@ -7,19 +8,31 @@ torch.complex64
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
-from qdiff.backends.base import Backend, Capabilities, register_backend
-from qdiff.backends.statevector import native
+from qdiff.backends.base import Backend, Capabilities, Result, flat_outputs, register_backend
+from qdiff.backends.statevector import native, zwords
+from qdiff.backends.statevector.adjoint import adjoint_vjp
 from qdiff.backends.statevector.measure import measure_all
-from qdiff.backends.statevector.simulate import simulate
+from qdiff.backends.statevector.simulate import Trace, simulate
 from qdiff.circuits.errors import QdiffError
 
 _DTYPES = {torch.complex128: torch.complex128, torch.complex64: torch.complex64,
            torch.float64: torch.complex128, torch.float32: torch.complex64,
            "complex128": torch.complex128, "complex64": torch.complex64}
+_TRACE_LIMIT = 1 << 20  # complex entries of forward gate data worth keeping for the backward
+
+
+@dataclass
+class Residual:
+    """What the adjoint ``vjp`` needs from its forward ``execute``: the final states and the
+    forward's :class:`~qdiff.backends.statevector.simulate.Trace`."""
+
+    state: torch.Tensor
+    trace: Trace
 
 
 @register_backend("statevector", "default", "default.qubit", "torch")
@@ -35,7 +48,16 @@ class StatevectorBackend(Backend):
     """
 
     name = "statevector"
-    capabilities = Capabilities(backprop=True, adjoint=True, shots=True, exact=True)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Backprop, the adjoint method as ``vjp``, shots; ``fast_vjp`` where the native adjoint
+        sweep runs (CPU, complex128, the kernels built): then it is the fastest exact gradient
+        at every size."""
+        dev, cdtype = getattr(self, "torch_device", None), getattr(self, "cdtype", None)
+        fast = (dev is None or dev.type == "cpu") and cdtype == torch.complex128 and \
+            native.library() is not None
+        return Capabilities(backprop=True, vjp=True, shots=True, exact=True, fast_vjp=fast)
 
     def __init__(self, wires, shots: Optional[int] = None, device=None, dtype=torch.complex128,
                  seed: Optional[int] = None, fuse: bool = True):
@@ -53,13 +75,6 @@ class StatevectorBackend(Backend):
         self.fuse = fuse
         self._generator = None
 
-    def native_kernels(self, theta_device=None) -> bool:
-        """Whether exact no-grad runs go through the native CPU kernels (CPU, complex128, the
-        library built): then the adjoint method is the fast gradient (see ``diff_method='best'``)."""
-        dev = self.torch_device or torch.device(theta_device or "cpu")
-        return dev.type == "cpu" and self.cdtype == torch.complex128 and \
-            native.library() is not None
-
     def generator(self, device) -> torch.Generator:
         if self._generator is None or self._generator.device != torch.device(device):
             g = torch.Generator(device=device)
@@ -73,11 +88,51 @@ class StatevectorBackend(Backend):
     def target_device(self, theta: torch.Tensor) -> torch.device:
         return self.torch_device if self.torch_device is not None else theta.device
 
-    def final_state(self, circuit, theta, initial_state=None) -> torch.Tensor:
+    def final_state(self, circuit, theta, initial_state=None, trace=None) -> torch.Tensor:
+        """Final states ``(B, 2**n)`` (differentiable by autograd when ``theta`` requires grad)."""
         dev = self.target_device(theta)
-        return simulate(circuit, theta.to(dev), initial_state, self.cdtype, dev, self.fuse)
+        return simulate(circuit, theta.to(dev), initial_state, self.cdtype, dev, self.fuse,
+                        trace)
 
-    def execute(self, circuit, theta, initial_state=None, shots="device") -> list:
-        shots = self.shots if shots == "device" else shots
-        state = self.final_state(circuit, theta, initial_state)
-        return measure_all(state, circuit, shots, self.generator(state.device) if shots else None)
+    def execute(self, jobs) -> list:
+        """One :class:`~qdiff.backends.base.Result` per job (see the Backend protocol)."""
+        return [self._execute_one(job) for job in jobs]
+
+    def _execute_one(self, job) -> Result:
+        shots = self.job_shots(job)
+        if job.keep and shots:
+            raise QdiffError("the adjoint method is exact only: a job with shots keeps no "
+                             "residual")
+        trace = Trace() if job.keep else None
+        state = self.final_state(job.circuit, job.theta, job.initial_state, trace)
+        residual = None
+        if job.keep:
+            if trace.data is not None and sum(d.value.numel() for d in trace.data
+                                              if d.value is not None) > _TRACE_LIMIT:
+                trace.data = trace.program = None  # recomputed by the sweep: memory first
+            residual = Residual(state, trace)
+        if job.flat and not shots:
+            flat = zwords.stacked_expvals(state, job.circuit)
+            if flat is not None:
+                return Result(flat, residual)
+        outs = measure_all(state, job.circuit, shots,
+                           self.generator(state.device) if shots else None)
+        return Result(flat_outputs(outs) if job.flat else outs, residual)
+
+    def vjp(self, jobs, cotangents, residuals) -> list:
+        """``(B, P)`` gradients by the adjoint method: one reverse sweep per job over the
+        residual its forward kept (or a fresh forward run when there is none)."""
+        out = []
+        for job, g, res in zip(jobs, cotangents, residuals):
+            if res is None:
+                res = self._execute_one(_keeping(job)).residual
+            trainable = job.trainable or (True,) * job.theta.shape[1]
+            theta = job.theta.to(res.state.device)
+            out.append(adjoint_vjp(job.circuit, theta, res.state, g.to(res.state.device),
+                                   trainable, shared=job.shared, trace=res.trace))
+        return out
+
+
+def _keeping(job):
+    from dataclasses import replace
+    return replace(job, keep=True, flat=True)

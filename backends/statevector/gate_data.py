@@ -16,7 +16,6 @@ Kinds of data: ``"const"`` (no parameters: the simulator's fast paths apply), ``
 from __future__ import annotations
 
 import functools
-import threading
 from dataclasses import dataclass
 from typing import Optional
 
@@ -130,33 +129,6 @@ def _stacked_angles(angles, idx, num_params) -> list:
     width = max(a.shape[0] for col in cols for a in col)
     return [torch.stack([a if a.shape[0] == width else a.expand(width) for a in col])
             for col in cols]
-
-
-_LAST = threading.local()
-_CACHE_LIMIT = 1 << 20  # complex entries of gate data worth keeping for the next call
-
-
-def angles_and_data(ops, theta: torch.Tensor, rdtype, cdtype) -> tuple:
-    """:func:`circuit_angles` and :func:`circuit_data`, remembering the last no-grad result.
-
-    The adjoint backward asks for the gate data of exactly the bindings its forward pass just
-    evaluated; the second call is then free. The entry holds ``ops`` and ``theta`` themselves,
-    so a hit (same ops object, same storage, same version counter: no in-place change) cannot
-    be a recycled address.
-    """
-    cacheable = not torch.is_grad_enabled() and is_concrete(theta) and not theta.is_inference()
-    if cacheable:
-        hit = getattr(_LAST, "entry", None)
-        key = (theta.data_ptr(), tuple(theta.shape), theta.stride(), theta._version,
-               theta.dtype, theta.device, rdtype, cdtype)
-        if hit is not None and hit[0] is ops and hit[2] == key:
-            return hit[3], hit[4]
-    angles = circuit_angles(ops, theta, rdtype)
-    data = circuit_data(ops, angles, cdtype)
-    if cacheable:
-        size = sum(d.value.numel() for d in data if d.value is not None)
-        _LAST.entry = (ops, theta, key, angles, data) if size <= _CACHE_LIMIT else None
-    return angles, data
 
 
 @functools.lru_cache(maxsize=None)

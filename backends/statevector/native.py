@@ -26,7 +26,6 @@ import os
 import platform
 import subprocess
 import tempfile
-import threading
 from pathlib import Path
 
 import torch
@@ -215,7 +214,6 @@ class Program:
 
 
 _ZERO = torch.zeros(1, dtype=torch.complex128)
-_TLS = threading.local()
 
 
 @functools.lru_cache(maxsize=None)
@@ -272,20 +270,22 @@ def abs2(state: torch.Tensor) -> torch.Tensor:
     return state.real ** 2 + state.imag ** 2
 
 
-def evolve(state, operations, theta, n, rdtype, fuse: bool = True, from_zero: bool = False):
+def evolve(state, operations, theta, n, rdtype, fuse: bool = True, from_zero: bool = False,
+           trace=None):
     """Native twin of :func:`qdiff.backends.statevector.simulate.evolve` (in place); raises
     :class:`Unsupported` before touching ``state`` if a gate cannot be encoded. ``fuse``
     allows multiplying runs of one-qubit gates on a wire into one 2x2 (large states only).
 
     Circuits whose parameterised gates all have native formulas (:func:`coded_plan`) run
-    from ``theta`` directly: no gate data is computed in torch at all."""
-    from qdiff.backends.statevector.gate_data import angles_and_data, fused_schedule
+    from ``theta`` directly: no gate data is computed in torch at all. ``trace``
+    (:class:`~qdiff.backends.statevector.simulate.Trace`) receives the gate data and program an
+    adjoint sweep of this run can reuse."""
+    from qdiff.backends.statevector.gate_data import circuit_angles, circuit_data, fused_schedule
     if not (fuse and n >= 16):  # large states: fusing one-qubit runs saves whole passes
         plan = coded_plan(operations, n)
         if plan is not None:
-            _TLS.program = None
             return run_plan(state, plan, theta, from_zero=from_zero)
-    _, data = angles_and_data(operations, theta, rdtype, state.dtype)
+    data = circuit_data(operations, circuit_angles(operations, theta, rdtype), state.dtype)
     prog = Program(state.shape[0], n)
     # fusing runs of one-qubit gates costs a small torch matmul per gate: worth it only when
     # a pass over the states costs more than that
@@ -295,20 +295,21 @@ def evolve(state, operations, theta, n, rdtype, fuse: bool = True, from_zero: bo
             prog.add_matrix(a, b)
         else:
             prog.add_data(a, b.kind, b.value, n)
-    # the adjoint backward encodes these very gates again: remember them. Only without
-    # fusion: fused runs also reorder gates, and the sweep needs one record per op, in order.
-    _TLS.program = None if fuse else (data, prog)
+    if trace is not None:
+        # the adjoint sweep needs these very gates: one record per op, in order (fused runs
+        # reorder gates, so a fused program is not reusable)
+        trace.data, trace.program = data, (None if fuse else prog)
     return run(state, prog)
 
 
-def adjoint_sweep(ops, data, slot_data, psi, lam, n):
+def adjoint_sweep(ops, data, slot_data, psi, lam, n, program=None):
     """One reverse sweep over ``ops`` with forward ``data``; ``slot_data`` is a list of
     ``(op index, GateData of dU/dphi)`` sorted by op index. Uncomputes ``psi`` and ``lam`` in
-    place and returns the ``(B, len(slot_data))`` gradients ``2 Re <lam_i| dU_i |psi_{i-1}>``."""
+    place and returns the ``(B, len(slot_data))`` gradients ``2 Re <lam_i| dU_i |psi_{i-1}>``.
+    ``program``: the forward pass's encoding of the same ``data`` (reused when given)."""
     b = psi.shape[0]
-    last = getattr(_TLS, "program", None)
-    if last is not None and last[0] is data and last[1].batch == b:
-        prog = last[1].copy()  # the forward pass's encoding of the same gate data
+    if program is not None and program.batch == b:
+        prog = program.copy()
     else:
         prog = Program(b, n)
         for op, d in zip(ops, data):

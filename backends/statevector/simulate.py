@@ -127,12 +127,23 @@ def _tensor_params(circuit) -> list:
         p for op in circuit.operations for p in op.params if isinstance(p, torch.Tensor)])
 
 
+class Trace:
+    """What a forward pass computed that its adjoint sweep reuses (kept in the engine's
+    residual): the torch gate ``data`` per op, and the encoded native ``program`` of exactly
+    those ops (``None`` when the forward fused or reordered gates, or ran a coded program)."""
+
+    def __init__(self):
+        self.data = None
+        self.program = None
+
+
 def simulate(circuit, theta: torch.Tensor, initial_state=None, cdtype=torch.complex128,
-             device=None, fuse: bool = True) -> torch.Tensor:
+             device=None, fuse: bool = True, trace: Trace = None) -> torch.Tensor:
     """Final states ``(B, 2**n)`` for parameter bindings ``theta`` ``(B, P)``.
 
     Differentiable by torch autograd when ``theta`` (or ``initial_state``) requires grad and
-    grad mode is on; otherwise the state is updated in place.
+    grad mode is on; otherwise the state is updated in place. ``trace``: filled with what an
+    adjoint sweep of this run can reuse.
     """
     n = circuit.num_wires
     device = theta.device if device is None else torch.device(device)
@@ -149,10 +160,11 @@ def simulate(circuit, theta: torch.Tensor, initial_state=None, cdtype=torch.comp
         state = state if grad else state.clone()
     inplace = not grad and is_concrete(theta)  # torch.func transforms need out-of-place ops
     return evolve(state, circuit.operations, theta, n, rdtype, inplace, fuse,
-                  from_zero=initial_state is None)
+                  from_zero=initial_state is None, trace=trace)
 
 
-def evolve(state, operations, theta, n, rdtype, inplace, fuse=True, from_zero=False):
+def evolve(state, operations, theta, n, rdtype, inplace, fuse=True, from_zero=False,
+           trace: Trace = None):
     """Apply ``operations`` to ``state`` ``(B, 2**n)``; returns the final state.
 
     ``fuse=True`` multiplies runs of one-qubit gates on a wire into one 2x2 before applying it;
@@ -168,12 +180,15 @@ def evolve(state, operations, theta, n, rdtype, inplace, fuse=True, from_zero=Fa
         from qdiff.backends.statevector import native
         if native.usable(state) and is_concrete(theta):
             try:
-                return native.evolve(state, operations, theta, n, rdtype, fuse, from_zero)
+                return native.evolve(state, operations, theta, n, rdtype, fuse, from_zero,
+                                     trace)
             except native.Unsupported:
                 pass
     from qdiff.backends.statevector.gate_data import apply_data, circuit_angles, circuit_data, fused_schedule
     angles = circuit_angles(operations, theta, rdtype)
     data = circuit_data(operations, angles, state.dtype)
+    if trace is not None:
+        trace.data = data
     for kind, a, b in fused_schedule(operations, data, state, fuse):
         if kind == "1q":
             state = apply_one_qubit(state, b, a, n, inplace)
