@@ -25,10 +25,10 @@ job.
 from __future__ import annotations
 
 import difflib
-import functools
 import os
 from typing import Optional
 
+from qdiff.circuits import caches
 from qdiff.backends import qiskit_common as qc_common
 from qdiff.backends.base import Capabilities, register_backend
 from qdiff.backends.qiskit_backend import QiskitBackend, assemble, split_variants
@@ -40,7 +40,7 @@ MODES = ("job", "batch", "session")
 LOCAL_EXECUTOR_MAX_QUBITS = 32
 
 
-@functools.lru_cache(maxsize=1)
+@caches.cached(maxsize=1)
 def _fake_provider():
     import warnings
     from qiskit_ibm_runtime.fake_provider import FakeProviderForBackendV2
@@ -49,7 +49,7 @@ def _fake_provider():
         return FakeProviderForBackendV2()
 
 
-@functools.lru_cache(maxsize=1)
+@caches.cached(maxsize=1)
 def _fake_table() -> dict:
     import warnings
     with warnings.catch_warnings():

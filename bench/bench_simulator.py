@@ -28,7 +28,7 @@ import torch
 torch.set_num_threads(1)
 
 import qdiff as qd  # noqa: E402
-from qdiff.backends.statevector.simulate import apply_gate  # noqa: E402
+from qdiff.backends.statevector.apply import apply_gate  # noqa: E402
 from qdiff.circuits.gates import GATES  # noqa: E402
 
 KINDS = {"1q": ("u3", 3), "cnot": ("cx", 0), "diag": ("rz", 1)}

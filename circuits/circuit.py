@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.operation import OpBlock, Operation, ParamRef, is_concrete
@@ -84,12 +85,15 @@ class Circuit:
         return _from_recording(items, wires, measurements)
 
 
+_GENERATION = object()  # memo key of the cache generation the entries belong to
+
+
 def memo(circuit: Circuit, key, build):
     """``build()`` computed once per circuit object (circuits are immutable): plans that
     depend only on the structure, reused by every call that records the same circuit."""
     d = circuit.__dict__.get("_memo")
-    if d is None:
-        d = {}
+    if d is None or d.get(_GENERATION) != caches.generation():
+        d = {_GENERATION: caches.generation()}  # cleared by qdiff.clear_caches()
         object.__setattr__(circuit, "_memo", d)
     try:
         return d[key]
@@ -114,7 +118,7 @@ class Recorded:
     shared: Optional[tuple] = None
 
 
-_STRUCT_CACHE: "OrderedDict" = OrderedDict()
+_STRUCT_CACHE: "OrderedDict" = caches.register("circuit.structures", OrderedDict())
 _STRUCT_CACHE_SIZE = 32
 
 

@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import GATES
 from qdiff.circuits.operation import Operation
@@ -61,7 +62,7 @@ def paulirot_ops(angle, word: str, wires) -> list[Operation]:
     return pre + ladder + [rz] + ladder[::-1] + post
 
 
-@functools.lru_cache(maxsize=None)
+@caches.cached(maxsize=None)
 def _commuting_terms(gate_key):
     gate = gate_key
     terms = pauli_decompose(gate.generators[0])

@@ -24,6 +24,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
+from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits import recording
 
@@ -434,7 +435,7 @@ def _kron_all(ms) -> np.ndarray:
     return functools.reduce(np.kron, ms, np.eye(1, dtype=complex))
 
 
-@functools.lru_cache(maxsize=None)
+@caches.cached(maxsize=None)
 def multirz_gate(n: int) -> Gate:
     """``exp(-i theta Z⊗…⊗Z / 2)`` on ``n`` wires (diagonal)."""
     zz = np.real(np.diag(_kron_all([_Z] * n)))
@@ -448,7 +449,7 @@ def multirz_gate(n: int) -> Gate:
     return gate
 
 
-@functools.lru_cache(maxsize=None)
+@caches.cached(maxsize=None)
 def paulirot_gate(word: str) -> Gate:
     """``exp(-i theta P / 2)`` for a Pauli word such as ``"XYZ"``."""
     if not word or any(c not in "IXYZ" for c in word):

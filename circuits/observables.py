@@ -11,7 +11,6 @@ on some wires. Pauli-only observables (``is_pauli``) take the simulator's fast p
 """
 from __future__ import annotations
 
-import functools
 import numbers
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -19,9 +18,10 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from qdiff.circuits import caches
 from qdiff.circuits import recording
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.operation import Operation, normalize_wires
+from qdiff.circuits.operation import Operation, normalize_wires, set_observable_conversion
 
 # product of Pauli letters: (a, b) -> (phase, letter)
 _PMUL = {("X", "Y"): (1j, "Z"), ("Y", "Z"): (1j, "X"), ("Z", "X"): (1j, "Y"),
@@ -254,7 +254,7 @@ class Observable:
         return " + ".join(parts) if parts else "0"
 
 
-@functools.lru_cache(maxsize=None)
+@caches.cached(maxsize=None)
 def _eye(n):
     return torch.eye(2 ** n, dtype=torch.complex128)
 
@@ -327,6 +327,9 @@ def observable_from_op(op: Operation) -> Observable:
         return Observable([s, s], [(Factor(op.wires, "X"),), (Factor(op.wires, "Z"),)])
     raise QdiffError(f"gate '{op.gate.pl_name or name}' cannot be used as an observable "
                      "(use qd.Hermitian for a general matrix)")
+
+
+set_observable_conversion(observable_from_op)
 
 
 def as_observable(obj) -> Observable:

@@ -89,6 +89,18 @@ def check_param(value, gate_name: str):
     return check_param(torch.as_tensor(arr), gate_name)
 
 
+# Arithmetic on operations (``qd.Z(0) @ qd.Z(1)``, ``0.5 * qd.X(0)``) makes observables. The
+# conversion lives with the observables, which build on this module: they install it here on
+# import (:func:`set_observable_conversion`), so this module does not depend on them.
+_TO_OBSERVABLE = None
+
+
+def set_observable_conversion(fn) -> None:
+    """Install ``fn(operation) -> Observable`` (done by :mod:`qdiff.circuits.observables`)."""
+    global _TO_OBSERVABLE
+    _TO_OBSERVABLE = fn
+
+
 @dataclass(frozen=True, eq=False)
 class Operation:
     """A gate on ``wires`` with ``params`` (numbers, tensors or :class:`ParamRef`)."""
@@ -125,8 +137,9 @@ class Operation:
 
     # -- an operation such as qd.Z(0) doubles as an observable -------------------------------
     def as_observable(self):
-        from qdiff.circuits.observables import observable_from_op
-        return observable_from_op(self)
+        if _TO_OBSERVABLE is None:  # pragma: no cover - installed when the package is imported
+            raise QdiffError("observables are not available (import qdiff.circuits.observables)")
+        return _TO_OBSERVABLE(self)
 
     def __matmul__(self, other):
         return self.as_observable() @ other

@@ -23,7 +23,7 @@ from qdiff.circuits.gates import GATES, unitary_gate
 from qdiff.circuits.operation import Operation, ParamRef
 
 # qiskit instruction name -> (qdiff gate name, angle transform)
-_FROM_QISKIT = {
+FROM_QISKIT = {
     "id": "id", "x": "x", "y": "y", "z": "z", "h": "h", "s": "s", "sdg": "sdg", "t": "t",
     "tdg": "tdg", "sx": "sx", "sxdg": "sxdg", "rx": "rx", "ry": "ry", "rz": "rz", "p": "p",
     "u1": "p", "u2": "u2", "u3": "u3", "u": "u3", "cx": "cx", "cy": "cy", "cz": "cz", "ch": "ch",
@@ -46,7 +46,7 @@ class QiskitImport:
     global_phase: float = 0.0
 
 
-def _angle(value, params: dict, where: str):
+def angle_from_qiskit(value, params: dict, where: str):
     """Float, or ParamRef for an affine expression of one Qiskit Parameter."""
     from qiskit.circuit import ParameterExpression
     if not isinstance(value, ParameterExpression):
@@ -102,9 +102,9 @@ def _convert_into(qc, qmap, params, ops, meas, cidx_top, allow_meas):
         if meas and set(qubits) & {q for q, _ in meas}:
             raise QdiffError(f"{where}: gate on a measured qubit (mid-circuit measurement) "
                              "is not supported")
-        if name in _FROM_QISKIT:
-            gate = GATES[_FROM_QISKIT[name]]
-            angles = tuple(_angle(v, params, where) for v in op.params)
+        if name in FROM_QISKIT:
+            gate = GATES[FROM_QISKIT[name]]
+            angles = tuple(angle_from_qiskit(v, params, where) for v in op.params)
             ops.append(Operation(gate, qubits, angles))
         elif name == "unitary":
             ops.append(Operation(unitary_gate(np.asarray(op.to_matrix())[_le_to_be(len(qubits))]

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from qdiff.circuits import caches
 from qdiff.circuits import gates as G
 from qdiff.circuits import recording
 from qdiff.circuits.circuit import StatePrep as _StatePrepItem
@@ -97,7 +98,7 @@ class Template(abc.ABC):
         return f"{type(self).__name__}({len(self.items)} operations)"
 
 
-_STRUCTURES: dict = {}  # signature -> BlockStructure (templates are few; signatures are small)
+_STRUCTURES: dict = caches.register("templates.structures", {})  # signature -> BlockStructure (templates are few; signatures are small)
 
 
 def _structure(key: tuple, build) -> BlockStructure:

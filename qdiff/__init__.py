@@ -17,6 +17,7 @@ from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.observables import Hamiltonian, Hermitian, Observable
 from qdiff.circuits.measurements import counts, expval, probs, sample, state, var
 from qdiff.circuits.recording import record
+from qdiff.circuits.caches import clear as clear_caches
 from qdiff.circuits.templates import (AllSinglesDoubles, AmplitudeEmbedding, AngleEmbedding,
                                       BasicEntanglerLayers, BasisState, HardwareEfficientAnsatz,
                                       QAOALayers, StatePrep, StronglyEntanglingLayers, cost_layer,

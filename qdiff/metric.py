@@ -36,6 +36,7 @@ import math
 
 import torch
 
+from qdiff.circuits import caches
 from qdiff.backends.base import Job
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.decompositions import decompose, pauli_decompose
@@ -155,7 +156,7 @@ def _expand(op):
     return [op]
 
 
-@functools.lru_cache(maxsize=None)
+@caches.cached(maxsize=None)
 def _generator_terms(gate):
     return tuple(pauli_decompose(gate.generator))
 

@@ -28,35 +28,9 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from qdiff.backends.statevector.pauli_sum import walsh_hadamard
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import Observable
-
-# gather indices of all groups are cached up to this many bytes; beyond it they are recomputed
-_INDEX_CACHE_BYTES = 1 << 29
-
-
-def _parity(v: int) -> int:
-    return bin(v).count("1") & 1
-
-
-def _word_masks(word: dict, n: int) -> tuple[int, int, int]:
-    """``(x mask, zy mask, number of Y)`` of a Pauli word ``{wire: letter}``."""
-    x = zy = ny = 0
-    for w, letter in word.items():
-        if not (isinstance(w, int) and 0 <= w < n):
-            raise QdiffError(f"Pauli word acts on wire {w!r}, outside 0..{n - 1}")
-        bit = 1 << (n - 1 - w)
-        if letter in "XY":
-            x |= bit
-        if letter in "ZY":
-            zy |= bit
-        if letter == "Y":
-            ny += 1
-        if letter not in "XYZ":
-            raise QdiffError(f"unknown Pauli letter {letter!r} on wire {w}")
-    return x, zy, ny
-
+from qdiff.circuits.paulis import PauliGroups, apply, walsh_hadamard
 
 class PauliSumOperator:
     """``H = sum_t c_t P_t`` on ``n_qubits`` qubits, applied to ``(..., 2**n)`` states.
@@ -77,10 +51,9 @@ class PauliSumOperator:
         if self.coeffs.numel() != len(self.words):
             raise QdiffError(f"PauliSumOperator: {self.coeffs.numel()} coefficient(s) for "
                              f"{len(self.words)} Pauli word(s)")
-        masks = [_word_masks(w, self.n_qubits) for w in self.words]
-        self._build_groups(masks)
+        self.groups = PauliGroups(self.words, self.n_qubits)
+        self.masks = self.groups.masks
         self._diag_cache = {}
-        self._index_cache: dict = {}
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
@@ -131,27 +104,6 @@ class PauliSumOperator:
         terms = [tuple(Factor((w,), l) for w, l in sorted(word.items())) for word in self.words]
         return Observable(self.coeffs, terms, simplify=False)
 
-    def _build_groups(self, masks):
-        groups: dict = {}
-        for t, (x, zy, ny) in enumerate(masks):
-            groups.setdefault(x, []).append(t)
-        # diagonal group first: it needs no gather
-        self.masks = sorted(groups, key=lambda m: (m != 0, m))
-        order, gidx, zys, phases = [], [], [], []
-        for g, m in enumerate(self.masks):
-            for t in groups[m]:
-                x, zy, ny = masks[t]
-                order.append(t)
-                gidx.append(g)
-                zys.append(zy)
-                # i**ny * (-1)**popcount(m & zy): the part of the phase that does not depend on y
-                phases.append((1j) ** ny * (-1) ** _parity(m & zy))
-        self._order = torch.tensor(order, dtype=torch.long)
-        self._flat_pos = torch.tensor(gidx, dtype=torch.long) * (1 << self.n_qubits) + \
-            torch.tensor(zys, dtype=torch.long)
-        self._phase = torch.tensor(phases, dtype=torch.complex128)
-        self.is_real = all(abs(p.imag) < 0.5 for p in phases)
-
     # -- properties -----------------------------------------------------------------------
     @property
     def num_terms(self) -> int:
@@ -172,7 +124,7 @@ class PauliSumOperator:
     @property
     def real_matrix(self) -> bool:
         """True when the matrix is real (every term has an even number of Y, real coefficients)."""
-        return self.is_real and not self.coeffs.is_complex()
+        return self.groups.real and not self.coeffs.is_complex()
 
     # -- the diagonals --------------------------------------------------------------------
     def diagonals(self, device=None, dtype=None) -> torch.Tensor:
@@ -185,14 +137,8 @@ class PauliSumOperator:
         key = (c.device, c.dtype, dtype, c._version, c.data_ptr())
         if key in self._diag_cache and not c.requires_grad:
             return self._diag_cache[key]
-        cplx = torch.complex64 if c.dtype in (torch.float32, torch.complex64) else torch.complex128
-        ph = self._phase.to(device=c.device, dtype=cplx)
-        vals = c[self._order.to(c.device)].to(cplx) * ph
-        if self.real_matrix:
-            vals = vals.real
-        flat = torch.zeros(self.num_groups * self.dim, dtype=vals.dtype, device=c.device)
-        flat = flat.index_add(0, self._flat_pos.to(c.device), vals)
-        d = walsh_hadamard(flat.reshape(self.num_groups, self.dim))
+        rdtype = torch.float32 if c.dtype in (torch.float32, torch.complex64) else torch.float64
+        d = self.groups.diagonals(c, rdtype)
         if dtype is not None and (dtype.is_complex or not d.is_complex()):
             d = d.to(dtype)
         if not c.requires_grad:
@@ -200,16 +146,6 @@ class PauliSumOperator:
                 self._diag_cache.clear()
             self._diag_cache[key] = d
         return d
-
-    def _gather_index(self, g: int, device) -> torch.Tensor:
-        key = (g, str(device))
-        idx = self._index_cache.get(key)
-        if idx is None:
-            idx = torch.arange(self.dim, device=device) ^ self.masks[g]
-            idx = idx.to(torch.int32) if device.type == "cpu" else idx
-            if self.num_groups * self.dim * idx.element_size() <= _INDEX_CACHE_BYTES:
-                self._index_cache[key] = idx
-        return idx
 
     # -- application ------------------------------------------------------------------------
     def _check_state(self, psi: torch.Tensor) -> None:
@@ -221,21 +157,7 @@ class PauliSumOperator:
         """``H psi`` for ``psi`` ``(..., 2**n)`` (real psi stays real if the matrix is real)."""
         self._check_state(psi)
         d = self.diagonals(device=psi.device, dtype=psi.dtype)
-        if d.is_complex() and not psi.is_complex():
-            psi = psi.to(d.dtype)
-        grad = torch.is_grad_enabled() and (psi.requires_grad or d.requires_grad)
-        lead = psi.shape[:-1]
-        x = psi.reshape(-1, self.dim)
-        if x.shape[0] == 1:
-            x, dcol = x.reshape(self.dim), d
-        else:  # rows = basis states: gathering rows is several times faster than along dim -1
-            x, dcol = x.transpose(0, 1).contiguous(), d.unsqueeze(-1)
-        out = x * dcol[0] if self.masks[0] == 0 else torch.zeros_like(x)
-        for g in range(0 if self.masks[0] else 1, self.num_groups):
-            shifted = x.index_select(0, self._gather_index(g, x.device))
-            out = out + dcol[g] * shifted if grad else out.addcmul_(dcol[g], shifted)
-        out = out if out.dim() == 1 else out.transpose(0, 1)
-        return out.reshape(*lead, self.dim)
+        return apply(self.groups, self.coeffs.to(psi.device), psi, diagonals=d)
 
     __matmul__ = apply
 
@@ -264,17 +186,17 @@ class PauliSumOperator:
         cd = a.dtype if a.is_complex() else (b.dtype if b.is_complex() else None)
         vals = []
         for g in range(self.num_groups):
-            bg = b if self.masks[g] == 0 else b.index_select(-1, self._gather_index(g, b.device))
+            bg = b if self.masks[g] == 0 else b.index_select(-1, self.groups.gather_index(g, b.device).long())
             w = (a.conj() if a.is_complex() else a) * bg
             vals.append(walsh_hadamard(w))
         full = torch.stack(vals, dim=-2).reshape(*lead, self.num_groups * self.dim)
-        pos = self._flat_pos.to(full.device)
-        picked = full.index_select(-1, pos)
-        ph = self._phase.to(full.device, dtype=cd or torch.complex128)
+        pos = (self.groups.group << self.n_qubits) + self.groups.zy
+        picked = full.index_select(-1, pos.to(full.device))
+        ph = self.groups.phase.to(full.device, dtype=cd or torch.complex128)
         res = (picked * ph).real if (picked.is_complex() or ph.imag.abs().max() > 0) else picked
         res = res.to(a.real.dtype)
         out = torch.empty_like(res)
-        out[..., self._order.to(res.device)] = res
+        out[..., self.groups.order.to(res.device)] = res
         return out
 
     # -- matrices -----------------------------------------------------------------------------

@@ -16,13 +16,13 @@ unit is always explicit (default ``"angstrom"``).
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
 import torch
 
+from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import Factor, Observable
 
@@ -115,7 +115,7 @@ def particle_number_mask(n_qubits: int, electrons: int) -> torch.Tensor:
     return ones == electrons
 
 
-@functools.lru_cache(maxsize=16)
+@caches.cached(maxsize=16)
 def _cached(symbols, coordinates, unit, charge, mult, basis, active_electrons, active_orbitals,
             mapping, method):
     import pennylane as qml

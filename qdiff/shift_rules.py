@@ -24,11 +24,11 @@ Non-equidistant spectra use ``w = Omega_max / R`` and the same linear solve.
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 
+from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
 
 
@@ -60,7 +60,7 @@ def rule_from_frequencies(freqs) -> tuple:
     return tuple(terms)
 
 
-@functools.lru_cache(maxsize=None)
+@caches.cached(maxsize=None)
 def _rule_cached(gate, slot: int) -> tuple:
     if gate.shift_rules is not None:
         return tuple((float(c), float(s)) for c, s in gate.shift_rules[slot])

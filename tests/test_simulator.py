@@ -16,7 +16,8 @@ import torch
 import qdiff as qd
 from conftest import random_unitary
 from qdiff.backends.statevector import kernels
-from qdiff.backends.statevector.simulate import apply_gate, evolve, gate_matrix, op_angles, simulate
+from qdiff.backends.statevector.apply import apply_gate, gate_matrix, op_angles
+from qdiff.backends.statevector.simulate import evolve, simulate
 from qdiff.circuits import Circuit, Operation, ParamRef
 from qdiff.circuits.gates import GATES, multirz_gate, paulirot_gate, unitary_gate
 

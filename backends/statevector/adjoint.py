@@ -17,7 +17,7 @@ import torch
 from qdiff.backends.statevector import kernels, measure, native, zwords
 from qdiff.backends.statevector.gate_data import (GateData, apply_data, circuit_angles, circuit_data,
                                       derivative_data, full_matrix)
-from qdiff.backends.statevector.simulate import real_dtype_of
+from qdiff.backends.statevector.apply import real_dtype_of
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import ParamRef, is_concrete
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from qdiff.backends.statevector.apply import apply_gate, op_angles
+
 
 
 def _span(ws) -> set:
@@ -78,7 +80,6 @@ def block_matrix(ops, wires, theta, rdtype, cdtype, device) -> torch.Tensor:
     The matrix is evolved as a ``2k``-qubit "state" whose first ``k`` qubits are its row index,
     so every gate reuses the simulator's own kernels.
     """
-    from qdiff.backends.statevector.simulate import apply_gate, op_angles
     k = len(wires)
     local = {w: i for i, w in enumerate(wires)}
     m = torch.eye(2 ** k, dtype=cdtype, device=device).reshape(1, 4 ** k)
@@ -150,7 +151,6 @@ class Layout:
 def evolve_fused(state, operations, theta, n, rdtype, k: int):
     """In-place evolution with k-qubit block fusion; returns the final state (same storage as
     ``state`` where possible)."""
-    from qdiff.backends.statevector.simulate import apply_gate, op_angles
     lay = Layout(state, n)
     cdtype, device = state.dtype, state.device
     for wires, ops in plan_blocks(operations, k):

@@ -15,15 +15,15 @@ Kinds of data: ``"const"`` (no parameters: the simulator's fast paths apply), ``
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 import torch
 
+from qdiff.circuits import caches
 from qdiff.backends.statevector import kernels
-from qdiff.backends.statevector.simulate import apply_gate
+from qdiff.backends.statevector.apply import apply_gate
 from qdiff.circuits.operation import ParamRef, is_concrete
 
 
@@ -131,7 +131,7 @@ def _stacked_angles(angles, idx, num_params) -> list:
             for col in cols]
 
 
-@functools.lru_cache(maxsize=None)
+@caches.cached(maxsize=None)
 def derivative_weights(gate, slot: int, kind: str):
     """``(shifts, complex weights)`` with ``dU/dphi = sum_m w_m U(phi + s_m)`` (exact)."""
     gen = gate.target.generators[slot] if kind == "ctrl" else gate.generators[slot]
@@ -209,7 +209,7 @@ def _spectral_derivatives(gate, idx, gslots, angles, cdtype, out) -> None:
             out[(i, s)] = GateData(dkind, du[j])
 
 
-@functools.lru_cache(maxsize=None)
+@caches.cached(maxsize=None)
 def _weight_tensor(weights: tuple, cdtype, device) -> torch.Tensor:
     return torch.tensor(weights, dtype=cdtype, device=device)
 
@@ -275,7 +275,7 @@ def _dagger(kind: str, v: torch.Tensor) -> torch.Tensor:
 SMALL = 1 << 15  # amplitudes (B * 2**n) below which one fused torch op beats the slice kernels
 
 
-@functools.lru_cache(maxsize=4096)
+@caches.cached(maxsize=4096)
 def _perm_index(gate, wires: tuple, n: int, dagger: bool, device: str):
     """Gather index of a permutation gate on ``wires``: ``out[:, i] = in[:, idx[i]]``."""
     idx = torch.arange(2 ** n).reshape([2] * n)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import torch
 
+from qdiff.circuits import caches
 from qdiff.backends.statevector import kernels, native, pauli_sum, zwords
-from qdiff.backends.statevector.simulate import apply_gate
+from qdiff.backends.statevector.apply import apply_gate
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import GATES
 from qdiff.circuits.observables import Observable
@@ -41,7 +42,7 @@ def marginal(w: torch.Tensor, wires, n: int) -> torch.Tensor:
     return t.reshape(w.shape[0], 2 ** len(wires))
 
 
-_SIGN_CACHE: dict = {}
+_SIGN_CACHE: dict = caches.register("statevector.parity_signs", {})
 
 
 def _parity_signs(k: int, device, dtype) -> torch.Tensor:

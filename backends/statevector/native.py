@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import hashlib
 import logging
 import os
@@ -30,6 +29,8 @@ from pathlib import Path
 
 import torch
 
+from qdiff.backends.statevector.gate_data import circuit_angles, circuit_data, fused_schedule
+from qdiff.circuits import caches
 from qdiff.circuits.operation import ParamRef
 
 log = logging.getLogger(__name__)
@@ -216,12 +217,12 @@ class Program:
 _ZERO = torch.zeros(1, dtype=torch.complex128)
 
 
-@functools.lru_cache(maxsize=None)
+@caches.cached(maxsize=None)
 def _const_matrix(gate) -> torch.Tensor:
     return gate.matrix_fn().to(torch.complex128).reshape(-1).contiguous()
 
 
-@functools.lru_cache(maxsize=None)
+@caches.cached(maxsize=None)
 def _const_diag(gate) -> torch.Tensor:
     return gate.diag_fn().to(torch.complex128).reshape(-1).contiguous()
 
@@ -280,7 +281,6 @@ def evolve(state, operations, theta, n, rdtype, fuse: bool = True, from_zero: bo
     from ``theta`` directly: no gate data is computed in torch at all. ``trace``
     (:class:`~qdiff.backends.statevector.simulate.Trace`) receives the gate data and program an
     adjoint sweep of this run can reuse."""
-    from qdiff.backends.statevector.gate_data import circuit_angles, circuit_data, fused_schedule
     if not (fuse and n >= 16):  # large states: fusing one-qubit runs saves whole passes
         plan = coded_plan(operations, n)
         if plan is not None:
@@ -337,7 +337,7 @@ def adjoint_sweep(ops, data, slot_data, psi, lam, n, program=None):
 C_RX, C_RY, C_RZ, C_PHASE, C_ROT, C_RXX, C_RYY, C_RZZ, C_SEXC, C_MRZ, C_DEXC = range(1, 12)
 
 
-@functools.lru_cache(maxsize=None)
+@caches.cached(maxsize=None)
 def _code_table() -> dict:
     """Built-in gate object -> ``(code, kind)`` (the kernels' formulas, ``gate_eval`` in
     qdsim.c; the tests compare each with the gate's torch matrix and derivative)."""
@@ -434,7 +434,7 @@ class CodedPlan:
         return hit
 
 
-_PLANS: dict = {}
+_PLANS: dict = caches.register("native.coded_plans", {})
 
 
 def coded_plan(ops, n: int):

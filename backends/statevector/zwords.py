@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import torch
 
+from qdiff.circuits import caches
 from qdiff.backends.statevector import native
 from qdiff.circuits.circuit import memo
 
-_SIGN_CACHE: dict = {}
+_SIGN_CACHE: dict = caches.register("statevector.z_sign_matrices", {})
 SIGN_BUDGET = 1 << 22  # entries of a cached (2**n, T) sign matrix (32 MiB in float64)
 
 

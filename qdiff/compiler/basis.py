@@ -9,12 +9,12 @@ rz,rx | u1,u2,u3 | h with rz or Clifford+T phases).
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import ParamRef
 from qdiff.compiler.fuse import canonical_1q, fuse_1q
@@ -76,7 +76,7 @@ def _two_q(o, basis: Basis) -> list:
     return [op(name, tuple(o.wires[i] for i in ws), ps) for name, ws, ps in _ecr_template()]
 
 
-@functools.lru_cache(maxsize=1)
+@caches.cached(maxsize=1)
 def _ecr_template():
     from qiskit.circuit.library import ECRGate
     from qiskit.synthesis import TwoQubitBasisDecomposer
@@ -94,7 +94,7 @@ def _one_q(o, basis: Basis) -> list:
         return [o]
     u = matrix(o)
     if basis.euler in ("HRZ", "CLIFFORD_T"):
-        return _h_phase(u, w[0], basis)
+        return h_phase(u, w[0], basis)
     return euler_ops(u, w[0], basis.euler)
 
 
@@ -112,13 +112,13 @@ def euler_ops(u: np.ndarray, wire: int, euler: str) -> list:
     return from_qiskit_ops(_decomposer(euler)(u), (wire,))
 
 
-@functools.lru_cache(maxsize=16)
+@caches.cached(maxsize=16)
 def _decomposer(euler: str):
     from qiskit.synthesis import OneQubitEulerDecomposer
     return OneQubitEulerDecomposer(euler, use_dag=False)
 
 
-def _h_phase(u: np.ndarray, wire: int, basis: Basis) -> list:
+def h_phase(u: np.ndarray, wire: int, basis: Basis) -> list:
     """``rz(a) h rz(b) h rz(c)`` (ZXZ with rx = h rz h); phases exact in Clifford+T if asked."""
     seq = []
     for g in canonical_1q(u, wire):

@@ -5,11 +5,11 @@ A *constant* operation has only float angles; a *parametric* one has at least on
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 
+from qdiff.circuits import caches
 from qdiff.circuits.gates import GATES
 from qdiff.circuits.operation import Operation, ParamRef
 
@@ -47,7 +47,7 @@ def commute(a: Operation, b: Operation) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=65536)
+@caches.cached(maxsize=65536)
 def _const_matrix(gate, params: tuple) -> np.ndarray:
     m = gate.matrix(*params)
     return np.asarray(m.detach().numpy() if hasattr(m, "detach") else m, dtype=complex)

@@ -14,11 +14,11 @@ precision. A fit counts only below ``ACCEPT`` (1e-10) and after an independent n
 """
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 import torch
 
+from qdiff.circuits import caches
 from qdiff.compiler.blocks import block_unitary
 from qdiff.compiler.ops import op
 
@@ -35,7 +35,7 @@ def u3_batch(t: torch.Tensor) -> torch.Tensor:
     return torch.stack([row0, row1], -2)
 
 
-@functools.lru_cache(maxsize=64)
+@caches.cached(maxsize=64)
 def _cx_perm(k: int, a: int, b: int) -> torch.Tensor:
     idx = np.arange(2 ** k)
     ctrl = (idx >> (k - 1 - a)) & 1

@@ -5,15 +5,15 @@ little-endian, so Qiskit qubit ``i`` is ``wires[k - 1 - i]``.
 """
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 
+from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
 from qdiff.compiler.ops import op
 
 
-@functools.lru_cache(maxsize=1)
+@caches.cached(maxsize=1)
 def _kak():
     from qiskit.circuit.library import CXGate
     from qiskit.synthesis import TwoQubitBasisDecomposer

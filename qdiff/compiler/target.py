@@ -7,9 +7,9 @@ device's coupling (passes never put a two-qubit gate on a new pair) and gate dir
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
+from qdiff.circuits import caches
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import Operation
@@ -97,7 +97,7 @@ def _oriented(o, wires, basis: Basis) -> list:
     return from_qiskit_ops(_decomposer(basis.two_q)(matrix(o)), wires)
 
 
-@functools.lru_cache(maxsize=4)
+@caches.cached(maxsize=4)
 def _decomposer(two_q: str):
     from qiskit.circuit.library import CXGate, CZGate, ECRGate
     from qiskit.synthesis import TwoQubitBasisDecomposer

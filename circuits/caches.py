@@ -1,0 +1,61 @@
+"""Every cache in qdiff, registered in one place, and one switch that clears them all.
+
+A cache here holds only what is derived from structure (a gate's shift rule, a template's
+block layout, a circuit's native encoding, sign matrices), never a result that couples one call
+to the next: what a backward pass needs from its forward pass travels on the autograd context.
+:func:`clear` (``qdiff.clear_caches()``) empties every registered cache and invalidates the
+plans memoised on circuit objects (:func:`qdiff.circuits.circuit.memo`); results are the same
+before and after, only slower to get once.
+
+>>> from qdiff.circuits import caches
+>>> @caches.cached(maxsize=8)
+... def square(x):
+...     return x * x
+>>> square(3), "square" in " ".join(caches.names())
+(9, True)
+>>> caches.clear(); square.cache_info().currsize
+0
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+_CLEARERS: dict = {}
+_generation = 0  # bumped by clear(): memo entries of an older generation are stale
+
+
+def register(name: str, cache, clear: Callable = None):
+    """Register ``cache`` (a dict-like with ``clear()``, or anything when ``clear`` is given)
+    under ``name``; returns ``cache`` so that a module can write
+    ``_PLANS = caches.register("native.plans", {})``."""
+    _CLEARERS[name] = clear if clear is not None else cache.clear
+    return cache
+
+
+def cached(maxsize=None):
+    """``functools.lru_cache(maxsize)`` that registers itself under the function's
+    ``module.qualname``."""
+    def deco(fn):
+        wrapped = functools.lru_cache(maxsize=maxsize)(fn)
+        register(f"{fn.__module__}.{fn.__qualname__}", wrapped, wrapped.cache_clear)
+        return wrapped
+    return deco
+
+
+def generation() -> int:
+    """The current cache generation (memoised plans record the one they were built in)."""
+    return _generation
+
+
+def clear() -> None:
+    """Empty every registered cache and invalidate memoised circuit plans."""
+    global _generation
+    _generation += 1
+    for fn in list(_CLEARERS.values()):
+        fn()
+
+
+def names() -> list:
+    """The registered caches' names, sorted."""
+    return sorted(_CLEARERS)
