@@ -22,7 +22,6 @@ import os
 from typing import Optional
 
 import numpy as np
-import torch
 
 from qdiff.backends import qiskit_common as qc_common
 from qdiff.backends.base import Capabilities, register_backend

@@ -76,12 +76,8 @@ def _commuting_terms(gate_key):
 def decompose(op: Operation) -> list[Operation]:
     """Express ``op`` in standard one- and two-qubit gates (``rot``/``crot``/``u2`` included)."""
     name, p, w = op.name, op.params, op.wires
-    if name == "rot":
-        return [Operation(GATES["rz"], w, (p[0],)), Operation(GATES["ry"], w, (p[1],)),
-                Operation(GATES["rz"], w, (p[2],))]
-    if name == "crot":
-        return [Operation(GATES["crz"], w, (p[0],)), Operation(GATES["cry"], w, (p[1],)),
-                Operation(GATES["crz"], w, (p[2],))]
+    if op.gate.decomposition is not None:
+        return [Operation(GATES[g], w, ps) for g, ps in op.gate.decomposition(p)]
     if name == "paulirot":
         return paulirot_ops(p[0], op.gate.hyper[0], w)
     if name == "multirz":

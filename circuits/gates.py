@@ -89,6 +89,9 @@ class Gate:
         shift_rules: optional user-provided rules, one tuple of ``(coeff, shift)`` per parameter,
             overriding the rule derived from the generator.
         pl_name: PennyLane's class name; qiskit_name: Qiskit's gate name.
+        decomposition: for multi-parameter gates, ``params -> [(gate name, params), ...]``: the
+            same unitary (up to a global phase) as one-parameter gates on the same wires, in
+            circuit order (the metric tensor, exporters and the compiler expand with it).
     """
 
     name: str
@@ -105,6 +108,7 @@ class Gate:
     pl_name: str = ""
     qiskit_name: str = ""
     hyper: tuple = field(default=())
+    decomposition: Optional[Callable] = None
 
     # -- math ---------------------------------------------------------------------------------
     def matrix(self, *angles) -> torch.Tensor:
@@ -121,6 +125,11 @@ class Gate:
         if self.num_params != 1 or self.generators is None:
             return None
         return self.generators[0]
+
+    def spectrum(self, slot: int = 0) -> np.ndarray:
+        """The distinct eigenvalues (ascending) of generator ``slot``: the frequencies of the
+        parameter-shift rule and the spectral derivative of the matrix both derive from them."""
+        return generator_spectrum(self, slot)
 
     @property
     def is_diagonal(self) -> bool:
@@ -155,6 +164,19 @@ class Gate:
 
     def __repr__(self):
         return f"Gate({self.name!r})"
+
+
+@caches.cached(maxsize=None)
+def generator_spectrum(gate: Gate, slot: int, tol: float = 1e-9) -> np.ndarray:
+    """Distinct eigenvalues of ``gate.generators[slot]``, ascending (see :meth:`Gate.spectrum`)."""
+    if gate.generators is None or gate.generators[slot] is None:
+        raise QdiffError(f"gate '{gate.pl_name or gate.name}' has no generator for parameter "
+                         f"{slot}")
+    out: list = []
+    for v in np.sort(np.linalg.eigvalsh(np.asarray(gate.generators[slot]))):
+        if not out or v - out[-1] > tol:
+            out.append(float(v))
+    return np.array(out)
 
 
 def _self_inverse(gate_name: str):
@@ -317,11 +339,11 @@ def get_gate(name: str) -> Gate:
 
 
 def _g(name, wires, params, fn, gens=None, inv=None, diag=None, perm=None, controls=0,
-       target=None, pl="", qk="", aliases=()):
+       target=None, pl="", qk="", aliases=(), decomp=None):
     gate = Gate(name=name, num_wires=wires, num_params=params, matrix_fn=fn,
                 generators=None if gens is None else tuple(np.asarray(g, dtype=complex) for g in gens),
                 inverse_fn=inv, diag_fn=diag, perm=perm, controls=controls, target=target,
-                pl_name=pl, qiskit_name=qk or name)
+                pl_name=pl, qiskit_name=qk or name, decomposition=decomp)
     return register_gate(gate, aliases)
 
 
@@ -362,12 +384,15 @@ _g("p", 1, 1, lambda t: _diag_embed(_phase_diag(t)), gens=[-_P1], inv=_negate("p
 _g("u1", 1, 1, lambda t: _diag_embed(_phase_diag(t)), gens=[-_P1], inv=_negate("u1"),
    diag=_phase_diag, pl="U1")
 _g("rot", 1, 3, _rot, gens=[_Z / 2, _Y / 2, _Z / 2],
-   inv=lambda p: (GATES["rot"], (-p[2], -p[1], -p[0])), pl="Rot")
+   inv=lambda p: (GATES["rot"], (-p[2], -p[1], -p[0])), pl="Rot",
+   decomp=lambda p: [("rz", (p[0],)), ("ry", (p[1],)), ("rz", (p[2],))])
 # U3 = exp(i(phi+lam)/2) RZ(phi) RY(theta) RZ(lam): the phase makes the phi/lam generators -P1
 _g("u3", 1, 3, _u3, gens=[_Y / 2, -_P1, -_P1],
-   inv=lambda p: (GATES["u3"], (-p[0], -p[2], -p[1])), pl="U3", aliases=("u", "U"))
+   inv=lambda p: (GATES["u3"], (-p[0], -p[2], -p[1])), pl="U3", aliases=("u", "U"),
+   decomp=lambda p: [("rz", (p[2],)), ("ry", (p[0],)), ("rz", (p[1],))])
 _g("u2", 1, 2, _u2, gens=[-_P1, -_P1],
-   inv=lambda p: (GATES["u3"], (-math.pi / 2, -p[1], -p[0])), pl="U2")
+   inv=lambda p: (GATES["u3"], (-math.pi / 2, -p[1], -p[0])), pl="U2",
+   decomp=lambda p: [("rz", (p[1],)), ("ry", (math.pi / 2,)), ("rz", (p[0],))])
 
 _CX = _controlled_np(_X)
 _fixed("cx", _CX, pl="CNOT", aliases=("CX",), controls=1, target=GATES["x"])
@@ -388,7 +413,7 @@ _fixed("cswap", _controlled_np(_SWAP), pl="CSWAP", aliases=("Fredkin",), control
 _fixed("ccz", _controlled_np(_Z, 2), pl="CCZ", controls=2, target=GATES["z"])
 
 
-def _controlled_rot(name, base: str, pl: str, qk: str = ""):
+def _controlled_rot(name, base: str, pl: str, qk: str = "", decomp=None):
     tgt = GATES[base]
     gens = [np.kron(_P1, g) for g in tgt.generators]
     diag = None
@@ -399,7 +424,7 @@ def _controlled_rot(name, base: str, pl: str, qk: str = ""):
     inv = (lambda p: (GATES[name], tuple(-a for a in p))) if base != "rot" else (
         lambda p: (GATES[name], (-p[2], -p[1], -p[0])))
     return _g(name, 2, tgt.num_params, _controlled_fn(tgt.matrix_fn, 2), gens=gens, inv=inv,
-              diag=diag, controls=1, target=tgt, pl=pl, qk=qk)
+              diag=diag, controls=1, target=tgt, pl=pl, qk=qk, decomp=decomp)
 
 
 _controlled_rot("crx", "rx", "CRX")
@@ -408,7 +433,8 @@ _controlled_rot("crz", "rz", "CRZ")
 _controlled_rot("cp", "p", "ControlledPhaseShift", qk="cp")
 _ALIASES["cphase"] = "cp"
 _ALIASES["cu1"] = "cp"
-_controlled_rot("crot", "rot", "CRot")
+_controlled_rot("crot", "rot", "CRot",
+                decomp=lambda p: [("crz", (p[0],)), ("cry", (p[1],)), ("crz", (p[2],))])
 
 _g("rxx", 2, 1, _ising(_X), gens=[np.kron(_X, _X) / 2], inv=_negate("rxx"), pl="IsingXX")
 _g("ryy", 2, 1, _ising(_Y), gens=[np.kron(_Y, _Y) / 2], inv=_negate("ryy"), pl="IsingYY")

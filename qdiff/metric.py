@@ -32,7 +32,6 @@ tensor([[0.2500, 0.0000],
 from __future__ import annotations
 
 import functools
-import math
 
 import torch
 
@@ -41,10 +40,9 @@ from qdiff.backends.base import Job
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.decompositions import decompose, pauli_decompose
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.gates import GATES
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Factor, Observable
-from qdiff.circuits.operation import Operation, ParamRef
+from qdiff.circuits.operation import ParamRef
 
 APPROX = ("block-diag", "diag", None)
 
@@ -143,17 +141,9 @@ def full_metric(circuit, theta, cols, backend, initial_state=None):
 
 
 def _expand(op):
-    """Multi-parameter gates as one-parameter rotations (global phases dropped)."""
-    name, p, w = op.name, op.params, op.wires
-    if name in ("rot", "crot"):
-        return decompose(op)
-    if name == "u3":
-        return [Operation(GATES["rz"], w, (p[2],)), Operation(GATES["ry"], w, (p[0],)),
-                Operation(GATES["rz"], w, (p[1],))]
-    if name == "u2":
-        return [Operation(GATES["rz"], w, (p[1],)), Operation(GATES["ry"], w, (math.pi / 2,)),
-                Operation(GATES["rz"], w, (p[0],))]
-    return [op]
+    """Multi-parameter gates as one-parameter rotations (their Gate record's decomposition;
+    global phases dropped)."""
+    return decompose(op) if op.gate.decomposition is not None else [op]
 
 
 @caches.cached(maxsize=None)

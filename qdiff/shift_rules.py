@@ -68,8 +68,7 @@ def _rule_cached(gate, slot: int) -> tuple:
         raise QdiffError(f"gate '{gate.pl_name or gate.name}' has no generator or shift rule for "
                          f"parameter {slot}; it cannot be differentiated by parameter-shift "
                          "(decompose it, or use diff_method='backprop' or 'adjoint')")
-    g = np.asarray(gate.generators[slot])
-    return rule_from_frequencies(frequencies(np.linalg.eigvalsh(g)))
+    return rule_from_frequencies(frequencies(gate.spectrum(slot)))
 
 
 def shift_rule(gate, slot: int = 0) -> tuple:

@@ -134,13 +134,7 @@ def _stacked_angles(angles, idx, num_params) -> list:
 @caches.cached(maxsize=None)
 def derivative_weights(gate, slot: int, kind: str):
     """``(shifts, complex weights)`` with ``dU/dphi = sum_m w_m U(phi + s_m)`` (exact)."""
-    gen = gate.target.generators[slot] if kind == "ctrl" else gate.generators[slot]
-    lam = np.linalg.eigvalsh(np.asarray(gen))
-    distinct: list = []
-    for v in np.sort(lam):
-        if not distinct or v - distinct[-1] > 1e-9:
-            distinct.append(float(v))
-    lam = np.array(distinct)
+    lam = (gate.target if kind == "ctrl" else gate).spectrum(slot)
     k = len(lam)
     spacing = np.min(np.diff(lam)) if k > 1 else 1.0
     shifts = 2 * np.pi * np.arange(k) / (k * spacing)
