@@ -6,7 +6,7 @@ from ``theta`` back to the user's inputs and weights.
 
 >>> import torch, qdiff as qd
 >>> with qd.record() as rec:
-...     qd.RX(torch.tensor([0.1, 0.2]), wires=0); qd.CNOT([0, 1]); qd.expval(qd.Z(1))
+...     _ = qd.RX(torch.tensor([0.1, 0.2]), wires=0), qd.CNOT([0, 1]), qd.expval(qd.Z(1))
 >>> rec_c = Circuit.from_recording(rec.items, wires=[0, 1])
 >>> rec_c.circuit.num_params, tuple(rec_c.theta.shape)
 (1, (2, 1))

@@ -8,7 +8,7 @@ PauliRot reach any toolkit's standard gates without a hand-written rule.
 >>> from qdiff.circuits.gates import GATES
 >>> from qdiff.circuits.operation import Operation
 >>> [o.name for o in decompose(Operation(GATES["single_excitation"], (0, 1), (0.3,)))][:3]
-['rx', 'h', 'cx']
+['h', 'rx', 'cx']
 """
 from __future__ import annotations
 

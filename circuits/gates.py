@@ -10,9 +10,9 @@ Conventions follow PennyLane: wire 0 is the most significant bit of a basis inde
 k-qubit matrix is written in the order of the wires it acts on.
 
 >>> import torch, qdiff as qd
->>> qd.RX.matrix(torch.tensor([0.0]))[0]
-tensor([[1.+0.j, 0.+0.j],
-        [0.+0.j, 1.+0.j]], dtype=torch.complex128)
+>>> qd.RX.matrix(torch.tensor([0.0], dtype=torch.float64))[0].real
+tensor([[1., 0.],
+        [0., 1.]], dtype=torch.float64)
 """
 from __future__ import annotations
 

@@ -12,10 +12,10 @@ state instead of ``T`` term-by-term passes. The diagonals can be formed a few gr
 (:func:`apply`), so a long sum on a large register needs O(1) extra states, not O(G).
 
 >>> import torch
->>> g = PauliGroups([{0: "X"}, {0: "Z"}], 1)
->>> apply(g, torch.tensor([1.0, 0.0], dtype=torch.float64),
+>>> g = PauliGroups([{0: "X"}, {0: "Z"}], 1)   # H = 1 X + 0.5 Z
+>>> apply(g, torch.tensor([1.0, 0.5], dtype=torch.float64),
 ...       torch.tensor([[1, 0]], dtype=torch.complex128))
-tensor([[1.+0.j, 1.+0.j]], dtype=torch.complex128)
+tensor([[0.5000+0.j, 1.0000+0.j]], dtype=torch.complex128)
 """
 from __future__ import annotations
 

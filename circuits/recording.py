@@ -4,7 +4,7 @@ Outside any recording context a gate call just returns its :class:`Operation`.
 
 >>> import qdiff as qd
 >>> with qd.record() as rec:
-...     qd.Hadamard(0); qd.CNOT([0, 1])
+...     _ = qd.Hadamard(0), qd.CNOT([0, 1])
 >>> [op.name for op in rec.operations]
 ['h', 'cx']
 """

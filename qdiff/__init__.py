@@ -40,7 +40,7 @@ CX, CCX, CPhase, iSWAP = CNOT, Toffoli, ControlledPhaseShift, ISWAP  # noqa: F82
 Rxx, Ryy, Rzz = IsingXX, IsingYY, IsingZZ  # noqa: F821
 del _g
 
-# classical kernels (issue 6): Pauli-sum operators, eigen/linear solvers, chemistry
+# classical kernels: Pauli-sum operators, eigen/linear solvers, chemistry
 from qdiff.operators import PauliSumOperator  # noqa: E402
 from qdiff.solvers import SolverInfo, cg, eigsh, ground_state, lanczos, minres  # noqa: E402
 from qdiff import qchem  # noqa: E402

@@ -1,4 +1,6 @@
-"""The torch bridge: one ``torch.autograd.Function`` that carries any backend into autograd.
+"""The torch bridge: one ``torch.autograd.Function`` that carries any backend into autograd,
+and :func:`execute`, the entry a qnode call takes (rule from :mod:`qdiff.rules`; backprop runs
+the backend under torch autograd, every other rule goes through the Function).
 
 Forward runs all ``B`` bindings in one backend call. Backward makes ONE more backend call:
 
@@ -16,7 +18,7 @@ a silent zero.
 >>> @qd.qnode(dev, diff_method="parameter-shift")
 ... def f(x):
 ...     qd.RX(x, wires=0); return qd.expval(qd.Z(0))
->>> x = torch.tensor(0.4, requires_grad=True)
+>>> x = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
 >>> (g,) = torch.autograd.grad(f(x), x, create_graph=True)
 >>> (h,) = torch.autograd.grad(g, x)
 >>> round(float(g + torch.sin(x)), 12), round(float(h + torch.cos(x)), 12)
@@ -35,7 +37,8 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Observable
 from qdiff.circuits.operation import ParamRef, is_concrete
-from qdiff.rules import PARAMETER_SHIFT, Options, Rule, make_options
+from qdiff.rules import (BACKPROP, PARAMETER_SHIFT, Options, Rule, higher_order, make_options,
+                         resolve)
 from qdiff.shift_rules import shift_rule
 
 DIFFERENTIABLE_KINDS = ("expval", "var", "probs")
@@ -311,7 +314,7 @@ def shift_vjp(theta: torch.Tensor, g_out: torch.Tensor, plan: Plan) -> torch.Ten
 
 
 # ------------------------------------------------------------------------------------------
-# entry point used by qdiff.execute
+# entry points: a recorded call, with the rule from the table
 
 
 def execute_with_rule(recorded, backend, rule: Rule, options: Optional[Options] = None,
@@ -344,3 +347,26 @@ def execute_with_rule(recorded, backend, rule: Rule, options: Optional[Options] 
         else:
             outs.append(block)
     return outs
+
+
+def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
+            options: Options = None):
+    """One tensor per measurement of ``recorded.circuit``, each with leading dim ``B``; with
+    ``stacked``, the gradient rules may return the ``(B, K)`` outputs of all-scalar
+    measurements as one tensor instead (the caller checks). ``options``: the rule's validated
+    options (:func:`qdiff.rules.make_options`; defaults when omitted)."""
+    circuit = recorded.circuit
+    if circuit.num_wires != backend.num_wires:
+        raise QdiffError(f"circuit has {circuit.num_wires} wires but the device has "
+                         f"{backend.num_wires}")
+    rule = resolve(diff_method, backend, circuit, recorded)
+    theta = recorded.theta
+    prep = recorded.initial_state
+    needs_grad = torch.is_grad_enabled() and (theta.requires_grad or (
+        prep is not None and prep.requires_grad))
+    if rule is BACKPROP or not needs_grad:
+        return backend.run(circuit, theta, prep)
+    if options is None or diff_method == "best":
+        options = make_options(rule.name, {})
+    return execute_with_rule(recorded, backend, rule, options, higher_order(diff_method, rule),
+                             stacked=stacked)

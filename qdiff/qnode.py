@@ -6,7 +6,7 @@
 ... def f(x):
 ...     qd.RX(x, wires=0); qd.CNOT(wires=[0, 1])
 ...     return qd.expval(qd.Z(1))
->>> f(torch.tensor(0.0))
+>>> f(torch.tensor(0.0, dtype=torch.float64))
 tensor(1., dtype=torch.float64)
 >>> f(torch.zeros(3)).shape
 torch.Size([3])
@@ -56,7 +56,7 @@ class QNode:
     def __call__(self, *args, **kwargs):
         """Run the circuit. Under ``torch.compile`` this call stays eager (a graph break):
         recording is Python-level work that dynamo would otherwise retrace gate by gate."""
-        from qdiff.execute import execute
+        from qdiff.bridge import execute
         recorded, result = self.construct(*args, **kwargs)
         outs = execute(recorded, self.device, self.diff_method, stacked=True,
                        options=self.options)

@@ -173,7 +173,7 @@ def test_shared_parameters_and_affine_references():
     from qdiff.circuits.measurements import Measurement
     from qdiff.circuits.observables import Observable
     from qdiff.circuits.operation import Operation, ParamRef
-    from qdiff.execute import execute
+    from qdiff.bridge import execute
     ops = (Operation(GATES["rx"], (0,), (ParamRef(0, 2.0, 0.1),)),
            Operation(GATES["cry"], (0, 1), (ParamRef(0, -1.0, 0.0),)),
            Operation(GATES["rz"], (1,), (ParamRef(1),)),

@@ -42,7 +42,7 @@ def _reference(func, wires, *args):
     from qdiff.qnode import _flatten_measurements
     meas = _flatten_measurements(result)
     recd = circuit_mod._build_recorded(items, meas, tuple(q.device.wires))
-    from qdiff.execute import execute
+    from qdiff.bridge import execute
     from qdiff.qnode import _assemble
     return _assemble(execute(recd, q.device, "backprop"), recd, result)
 

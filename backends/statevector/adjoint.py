@@ -92,7 +92,7 @@ def gradient_from_overlap(dd, m):
 
 
 def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool = False,
-                shared=None, trace=None):
+                shared=None, trace=None, use_native: bool = None):
     """``d(sum_bk g[b,k] f_k(theta_b)) / d theta`` ``(B, P)`` by one reverse sweep.
 
     ``circuit`` must use each theta column once with scale 1 (see ``bridge.unshare``). Gate
@@ -103,12 +103,16 @@ def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool 
     sum of their gradient over the rows is then meaningful (see ``native.plan_adjoint``).
     ``trace`` (:class:`~qdiff.backends.statevector.simulate.Trace`): the gate data and native
     program of the forward run that produced ``state``, reused instead of recomputed.
+    ``use_native``: the engine's kernel choice for this job (``None``: decided from the state).
     """
     n = circuit.num_wires
     ops = circuit.operations
     rdtype = real_dtype_of(state.dtype)
     inplace = is_concrete(state) and is_concrete(cotangent)
-    if inplace and native.usable(state) and is_concrete(theta):
+    if use_native is None:
+        use_native = native.runs(state.dtype, state.device, theta, False)
+    use_native = use_native and inplace and native.usable(state)
+    if use_native:
         plan = native.coded_plan(ops, n)
         if plan is not None:  # every parameterised gate has a native formula: one call
             if not return_state:
@@ -129,7 +133,7 @@ def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool 
              if isinstance(p, ParamRef) and trainable[p.index]]
     ddata = derivative_data(ops, angles, slots, state.dtype, data)
     b = state.shape[0]
-    if inplace and native.usable(state):
+    if use_native:
         try:
             return _native_vjp(ops, data, ddata, state, circuit, cotangent, theta, n,
                                return_state, None if trace is None else trace.program)

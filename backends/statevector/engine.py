@@ -28,11 +28,12 @@ _TRACE_LIMIT = 1 << 20  # complex entries of forward gate data worth keeping for
 
 @dataclass
 class Residual:
-    """What the adjoint ``vjp`` needs from its forward ``execute``: the final states and the
-    forward's :class:`~qdiff.backends.statevector.simulate.Trace`."""
+    """What the adjoint ``vjp`` needs from its forward ``execute``: the final states, the
+    forward's :class:`~qdiff.backends.statevector.simulate.Trace` and its kernel choice."""
 
     state: torch.Tensor
     trace: Trace
+    use_native: bool
 
 
 @register_backend("statevector", "default", "default.qubit", "torch")
@@ -88,11 +89,18 @@ class StatevectorBackend(Backend):
     def target_device(self, theta: torch.Tensor) -> torch.device:
         return self.torch_device if self.torch_device is not None else theta.device
 
-    def final_state(self, circuit, theta, initial_state=None, trace=None) -> torch.Tensor:
+    def final_state(self, circuit, theta, initial_state=None, trace=None,
+                    use_native=None) -> torch.Tensor:
         """Final states ``(B, 2**n)`` (differentiable by autograd when ``theta`` requires grad)."""
         dev = self.target_device(theta)
         return simulate(circuit, theta.to(dev), initial_state, self.cdtype, dev, self.fuse,
-                        trace)
+                        trace, use_native)
+
+    def _use_native(self, job) -> bool:
+        """The kernel choice for ``job``, made once here and kept for its adjoint sweep."""
+        grad = torch.is_grad_enabled() and (job.theta.requires_grad or (
+            job.initial_state is not None and job.initial_state.requires_grad))
+        return native.runs(self.cdtype, self.target_device(job.theta), job.theta, grad)
 
     def execute(self, jobs) -> list:
         """One :class:`~qdiff.backends.base.Result` per job (see the Backend protocol)."""
@@ -104,13 +112,14 @@ class StatevectorBackend(Backend):
             raise QdiffError("the adjoint method is exact only: a job with shots keeps no "
                              "residual")
         trace = Trace() if job.keep else None
-        state = self.final_state(job.circuit, job.theta, job.initial_state, trace)
+        use_native = self._use_native(job)
+        state = self.final_state(job.circuit, job.theta, job.initial_state, trace, use_native)
         residual = None
         if job.keep:
             if trace.data is not None and sum(d.value.numel() for d in trace.data
                                               if d.value is not None) > _TRACE_LIMIT:
                 trace.data = trace.program = None  # recomputed by the sweep: memory first
-            residual = Residual(state, trace)
+            residual = Residual(state, trace, use_native)
         if job.flat and not shots:
             flat = zwords.stacked_expvals(state, job.circuit)
             if flat is not None:
@@ -129,7 +138,8 @@ class StatevectorBackend(Backend):
             trainable = job.trainable or (True,) * job.theta.shape[1]
             theta = job.theta.to(res.state.device)
             out.append(adjoint_vjp(job.circuit, theta, res.state, g.to(res.state.device),
-                                   trainable, shared=job.shared, trace=res.trace))
+                                   trainable, shared=job.shared, trace=res.trace,
+                                   use_native=res.use_native))
         return out
 
 

@@ -122,8 +122,16 @@ def disabled():
         _lib, _tried = saved
 
 
+def runs(cdtype, device, theta: torch.Tensor, grad: bool) -> bool:
+    """THE choice between native and torch kernels for one run, made by the engine once per
+    job and kept for its adjoint sweep: native for complex128 states on the CPU outside
+    autograd and torch.func transforms, when the library is built."""
+    return (not grad and torch.device(device).type == "cpu" and cdtype == torch.complex128
+            and _plain(theta) and library() is not None)
+
+
 def usable(state: torch.Tensor) -> bool:
-    """Whether ``state`` ``(B, 2**n)`` can go through the native kernels."""
+    """Whether ``state`` ``(B, 2**n)`` itself can be handed to the native kernels."""
     return (state.device.type == "cpu" and state.dtype == torch.complex128
             and not state.requires_grad and _plain(state) and state.is_contiguous()
             and library() is not None)

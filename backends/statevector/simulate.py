@@ -81,12 +81,14 @@ class Trace:
 
 
 def simulate(circuit, theta: torch.Tensor, initial_state=None, cdtype=torch.complex128,
-             device=None, fuse: bool = True, trace: Trace = None) -> torch.Tensor:
+             device=None, fuse: bool = True, trace: Trace = None,
+             use_native: bool = None) -> torch.Tensor:
     """Final states ``(B, 2**n)`` for parameter bindings ``theta`` ``(B, P)``.
 
     Differentiable by torch autograd when ``theta`` (or ``initial_state``) requires grad and
     grad mode is on; otherwise the state is updated in place. ``trace``: filled with what an
-    adjoint sweep of this run can reuse.
+    adjoint sweep of this run can reuse. ``use_native``: the engine's kernel choice
+    (:func:`~qdiff.backends.statevector.native.runs`; decided here when ``None``).
     """
     n = circuit.num_wires
     device = theta.device if device is None else torch.device(device)
@@ -102,12 +104,15 @@ def simulate(circuit, theta: torch.Tensor, initial_state=None, cdtype=torch.comp
         state = initial_state.to(device=device, dtype=cdtype).expand(batch, 2 ** n)
         state = state if grad else state.clone()
     inplace = not grad and is_concrete(theta)  # torch.func transforms need out-of-place ops
+    if use_native is None:
+        use_native = native.runs(cdtype, device, theta, grad)
     return evolve(state, circuit.operations, theta, n, rdtype, inplace, fuse,
-                  from_zero=initial_state is None, trace=trace)
+                  from_zero=initial_state is None, trace=trace,
+                  use_native=use_native and inplace)
 
 
 def evolve(state, operations, theta, n, rdtype, inplace, fuse=True, from_zero=False,
-           trace: Trace = None):
+           trace: Trace = None, use_native: bool = None):
     """Apply ``operations`` to ``state`` ``(B, 2**n)``; returns the final state.
 
     ``fuse=True`` multiplies runs of one-qubit gates on a wire into one 2x2 before applying it;
@@ -115,11 +120,15 @@ def evolve(state, operations, theta, n, rdtype, inplace, fuse=True, from_zero=Fa
     consecutive wires into ``2**k x 2**k`` blocks (:mod:`qdiff.backends.statevector.fusion`), whose result may
     live in a spare buffer: use the returned tensor. ``from_zero`` promises that ``state`` is
     |0...0> (the native kernels then write a leading product of one-qubit gates directly).
+    ``use_native``: run the native kernels (``None``: if they apply to ``state`` and ``theta``);
+    a gate they cannot take falls back to torch before anything is applied.
     """
     if inplace and not isinstance(fuse, bool) and int(fuse) >= 2:
         return evolve_fused(state, operations, theta, n, rdtype, int(fuse))
+    if use_native is None:
+        use_native = inplace and native.usable(state) and is_concrete(theta)
     if inplace and isinstance(fuse, bool):
-        if native.usable(state) and is_concrete(theta):
+        if use_native and native.usable(state):
             try:
                 return native.evolve(state, operations, theta, n, rdtype, fuse, from_zero,
                                      trace)
