@@ -1,11 +1,14 @@
-"""Peak memory of one gradient at 20 qubits: adjoint (a few states whatever the depth) vs backprop.
+"""Peak memory of one run at 20 qubits: a forward pass, or one gradient by adjoint (a few states
+whatever the depth) or backprop, of StronglyEntanglingLayers with expval Z(0) or of a 40-term
+Pauli sum of X, Y and Z words (``--observable pauli40``).
 
 Each measurement runs in a fresh subprocess (with glibc's mmap threshold fixed at 1 MiB, so freed
 large buffers leave the resident set) and reads the peak resident set size (``ru_maxrss``)
-before and after the gradient; the figure reported is the increase, in units of one 2**n
+before and after the run; the figure reported is the increase, in units of one 2**n
 complex128 state.
 
-    python bench/bench_adjoint_memory.py [--n 20] [--layers 1,3,6] [--methods adjoint,backprop]
+    python bench/bench_adjoint_memory.py [--n 20] [--layers 1,3,6]
+        [--methods forward,adjoint,backprop] [--observable z|pauli40]
 """
 from __future__ import annotations
 
@@ -18,26 +21,44 @@ import sys
 CHILD = r"""
 import json, resource, sys, torch
 import qdiff as qd
-n, layers, method = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+n, layers, method, observable = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 torch.set_num_threads(1)
 dev = qd.device("statevector", wires=n)
-@qd.qnode(dev, diff_method=method)
+if observable == "pauli40":  # 40 words of 1-3 X/Y/Z factors on spread wires, fixed seed
+    g = torch.Generator().manual_seed(0)
+    terms = []
+    for t in range(40):
+        wires = torch.randperm(n, generator=g)[: 1 + t % 3].tolist()
+        letters = [("X", "Y", "Z")[int(i)] for i in torch.randint(0, 3, (len(wires),), generator=g)]
+        word = None
+        for w_, l in zip(wires, letters):
+            f_ = {"X": qd.X, "Y": qd.Y, "Z": qd.Z}[l](w_)
+            word = f_ if word is None else word @ f_
+        terms.append(word)
+    H = qd.Hamiltonian(torch.linspace(-1, 1, 40, dtype=torch.float64), terms)
+else:
+    H = qd.Z(0)
+@qd.qnode(dev, diff_method="best" if method == "forward" else method)
 def f(w):
     qd.StronglyEntanglingLayers(w, wires=range(n))
-    return qd.expval(qd.Z(0))
-w = torch.rand(layers, n, 3, dtype=torch.float64, requires_grad=True)
+    return qd.expval(H)
+w = torch.rand(layers, n, 3, dtype=torch.float64, requires_grad=method != "forward")
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-g = torch.autograd.grad(f(w), w)
+if method == "forward":
+    with torch.no_grad():
+        f(w)
+else:
+    torch.autograd.grad(f(w), w)
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps({"base_kb": base, "peak_kb": peak}))
 """
 
 
-def measure(n, layers, method):
+def measure(n, layers, method, observable="z"):
     # glibc would otherwise keep freed 16 MiB buffers in its heap (RSS stays high after free);
     # a fixed mmap threshold returns every large buffer to the OS, so RSS tracks live memory.
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="1048576")
-    out = subprocess.run([sys.executable, "-c", CHILD, str(n), str(layers), method],
+    out = subprocess.run([sys.executable, "-c", CHILD, str(n), str(layers), method, observable],
                          capture_output=True, text=True, check=True, env=env)
     d = json.loads(out.stdout.strip().splitlines()[-1])
     state_kb = (2 ** n) * 16 / 1024
@@ -49,13 +70,14 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=20)
     ap.add_argument("--layers", default="1,3,6")
     ap.add_argument("--methods", default="adjoint,backprop")
+    ap.add_argument("--observable", choices=["z", "pauli40"], default="z")
     args = ap.parse_args(argv)
-    print(f"n={args.n}: peak memory increase during one gradient, in statevectors of "
-          f"{(2 ** args.n) * 16 / 2**20:.0f} MiB")
+    print(f"n={args.n}, observable {args.observable}: peak memory increase during one run, in "
+          f"statevectors of {(2 ** args.n) * 16 / 2**20:.0f} MiB")
     print(f"{'method':>10} {'layers':>6} {'gates':>6} {'states':>8}")
     for method in args.methods.split(","):
         for layers in [int(s) for s in args.layers.split(",")]:
-            states = measure(args.n, layers, method)
+            states = measure(args.n, layers, method, args.observable)
             print(f"{method:>10} {layers:>6} {2 * layers * args.n:>6} {states:>8.1f}", flush=True)
 
 
