@@ -42,7 +42,8 @@ from qdiff.backends.statevector import native_lib
 from qdiff.backends.statevector.gate_data import circuit_angles, circuit_data, fused_schedule
 from qdiff.backends.statevector.native_abi import (DENSE, DIAG, DTYPES, MAXK, RECORD,
                                                    AdjointArgs, angles_arg, call_run, check,
-                                                   program_arg, ptr, record, threads)
+                                                   program_arg, ptr, record, threads,
+                                                   tiles)
 from qdiff.backends.statevector.native_coded import (PLANS, CodedPlan, Unsupported,
                                                      code_of, coded_plan, const_gate,
                                                      plan_adjoint, run_plan)
@@ -183,10 +184,9 @@ def evolve(state, operations, theta, n, rdtype, fuse: bool = True, from_zero: bo
     from ``theta`` directly: no gate data is computed in torch at all. ``trace``
     (:class:`~qdiff.backends.statevector.simulate.Trace`) receives the gate data and program an
     adjoint sweep of this run can reuse."""
-    if not (fuse and n >= 16):  # large states: fusing one-qubit runs saves whole passes
-        plan = coded_plan(operations, n)
-        if plan is not None:
-            return run_plan(state, plan, theta, from_zero=from_zero)
+    plan = coded_plan(operations, n)
+    if plan is not None:  # large states: runs of gates share passes in cache tiles
+        return run_plan(state, plan, theta, from_zero=from_zero)
     data = circuit_data(operations, circuit_angles(operations, theta, rdtype), state.dtype)
     prog = Program(state.shape[0], n, state.dtype)
     # fusing runs of one-qubit gates costs a small torch matmul per gate: worth it only when
@@ -228,6 +228,6 @@ def adjoint_sweep(ops, data, slot_data, psi, lam, n, program=None):
     args = AdjointArgs(dtype=DTYPES[psi.dtype], n=n, batch=b, psi=ptr(psi), lam=ptr(lam),
                        prog=program_arg(recs, buf), angles=angles_arg(None),
                        slots=program_arg(slot_recs, buf), slot_op=ptr(slot_op),
-                       grads=ptr(grads), nthreads=threads(), bad_record=-1)
+                       grads=ptr(grads), nthreads=threads(), tiles=tiles(), bad_record=-1)
     check(library(), library().qd_adjoint_slots(ctypes.byref(args)), args, "adjoint sweep")
     return grads

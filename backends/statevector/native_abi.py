@@ -48,7 +48,7 @@ class AnglesArg(ctypes.Structure):
 class RunArgs(ctypes.Structure):
     _fields_ = [("dtype", _i32), ("n", _i32), ("batch", _i64), ("states", _p),
                 ("prog", ProgramArg), ("angles", AnglesArg), ("dagger", _i32),
-                ("from_zero", _i32), ("nthreads", _i32), ("reserved", _i32),
+                ("from_zero", _i32), ("nthreads", _i32), ("tiles", _i32),
                 ("bad_record", _i64)]
 
 
@@ -56,7 +56,7 @@ class AdjointArgs(ctypes.Structure):
     _fields_ = [("dtype", _i32), ("n", _i32), ("batch", _i64), ("psi", _p), ("lam", _p),
                 ("prog", ProgramArg), ("angles", AnglesArg), ("gtheta", _p),
                 ("shared_cols", _p), ("lo", _i64), ("ldiag", _p), ("slots", ProgramArg),
-                ("slot_op", _p), ("grads", _p), ("nthreads", _i32), ("reserved", _i32),
+                ("slot_op", _p), ("grads", _p), ("nthreads", _i32), ("tiles", _i32),
                 ("bad_record", _i64)]
 
 
@@ -74,6 +74,13 @@ def record(kind: int, bits, cmask: int = 0, offset: int = 0, stride: int = 0, co
 
 
 _parallel_pid = None
+
+
+def tiles() -> int:
+    """``QDIFF_NATIVE_TILES``: 1 (default) runs of gates on large states share memory passes in
+    cache tiles where that pays off, 0 never, 2 always (comparisons and tests)."""
+    mode = os.environ.get("QDIFF_NATIVE_TILES", "1").strip()
+    return {"0": 0, "off": 0, "2": 2, "always": 2}.get(mode, 1)
 
 
 def threads() -> int:
@@ -124,7 +131,7 @@ def call_run(lib, state, recs, data, theta=None, dagger=False, from_zero=False):
     args = RunArgs(dtype=DTYPES[state.dtype], n=state.shape[1].bit_length() - 1,
                    batch=state.shape[0], states=ptr(state), prog=program_arg(recs, data),
                    angles=angles_arg(theta), dagger=int(dagger), from_zero=int(from_zero),
-                   nthreads=threads(), bad_record=-1)
+                   nthreads=threads(), tiles=tiles(), bad_record=-1)
     check(lib, lib.qd_run(ctypes.byref(args)), args, "program")
     return state
 

@@ -25,7 +25,7 @@ from qdiff.backends.statevector import native_lib
 from qdiff.backends.statevector.native_abi import (DENSE, DIAG, DTYPES, FLIP, MAXA, MAXK,
                                                    RECORD, SWAP, AdjointArgs, angles_arg,
                                                    call_run, check, program_arg, ptr, record,
-                                                   threads)
+                                                   threads, tiles)
 from qdiff.circuits import caches
 from qdiff.circuits.operation import ParamRef
 
@@ -247,7 +247,7 @@ def plan_adjoint(plan: CodedPlan, psi, lam, theta, trainable, restore: bool = Fa
     args = AdjointArgs(dtype=DTYPES[psi.dtype], n=plan.n, batch=b, psi=ptr(psi), lam=ptr(lam),
                        prog=program_arg(recs, data), angles=angles_arg(th), gtheta=ptr(grad),
                        shared_cols=ptr(sh), lo=0 if restore else lo, ldiag=ptr(lam_diagonal),
-                       nthreads=threads(), bad_record=-1)
+                       nthreads=threads(), tiles=tiles(), bad_record=-1)
     lib = native_lib.library()
     check(lib, lib.qd_adjoint_coded(ctypes.byref(args)), args, "adjoint sweep")
     return grad if psi.dtype == torch.complex128 else grad.to(psi.real.dtype)

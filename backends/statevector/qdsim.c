@@ -237,27 +237,30 @@ typedef struct {
 } gate_t;
 
 /* rsize: bytes of one real of the data's precision */
-static void decode(const qd_record *r, const void *data, size_t rsize, gate_t *g) {
-    g->kind = r->kind;
-    g->k = r->k;
-    g->cmask = r->cmask;
-    g->data = (const char *)data + rsize * 2 * (size_t)(r->code ? 0 : r->offset);
-    g->stride = r->code ? 0 : r->stride;
+/* The masks, group offsets and sorted special bits of g from its bits, k and cmask. */
+static void layout_bits(gate_t *g) {
     g->tmask = 0;
-    for (int j = 0; j < g->k; j++) {
-        g->bits[j] = r->bits[j];
-        g->tmask |= (i64)1 << r->bits[j];
-    }
+    for (int j = 0; j < g->k; j++) g->tmask |= (i64)1 << g->bits[j];
     for (i64 m = 0; m < ((i64)1 << g->k); m++) {
         i64 o = 0;
         for (int j = 0; j < g->k; j++)
-            if ((m >> (g->k - 1 - j)) & 1) o |= (i64)1 << r->bits[j];
+            if ((m >> (g->k - 1 - j)) & 1) o |= (i64)1 << g->bits[j];
         g->off[m] = o;
     }
     i64 all = g->tmask | g->cmask;
     g->nspecial = 0;
     for (int p = 0; p < 63; p++)
         if ((all >> p) & 1) g->special[g->nspecial++] = p;
+}
+
+static void decode(const qd_record *r, const void *data, size_t rsize, gate_t *g) {
+    g->kind = r->kind;
+    g->k = r->k;
+    g->cmask = r->cmask;
+    g->data = (const char *)data + rsize * 2 * (size_t)(r->code ? 0 : r->offset);
+    g->stride = r->code ? 0 : r->stride;
+    for (int j = 0; j < g->k; j++) g->bits[j] = r->bits[j];
+    layout_bits(g);
     g->code = r->code;
     g->np = g->code ? r->nangles : 0;
     g->tmask_p = r->train;
@@ -268,6 +271,72 @@ static void decode(const qd_record *r, const void *data, size_t rsize, gate_t *g
     }
     i64 d = (i64)1 << g->k;
     g->usize = 2 * (g->kind == K_DIAG ? d : d * d);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* cache tiles of a large state: runs of gates applied in one pass                            */
+
+/* A run of gates whose bits all lie in the TILE_LOW low bits and at most TILE_HIGH other
+ * ("high") bits is applied tile by tile: a tile is the 2^(TILE_LOW + k) amplitudes that share
+ * the values of every other bit, i.e. 2^k contiguous runs of 2^TILE_LOW amplitudes, gathered
+ * into a buffer that stays in cache, where every gate of the run is applied with its bits
+ * relocated (high bit h_j becomes bit TILE_LOW + j); then written back. One pass over memory
+ * for the whole run, one parallel region (threads own tiles) instead of one per gate. */
+#define TILE_LOW 10
+#define TILE_HIGH 4
+#define TILE_MIN_N 16
+
+typedef struct {
+    int k;                /* high bits in use */
+    int hbits[TILE_HIGH]; /* ascending */
+} tileset_t;
+
+/* Add g's bits to ts if they fit (returns 1), else leave ts as it was (returns 0). */
+static int tile_add(tileset_t *ts, const gate_t *g) {
+    tileset_t t = *ts;
+    for (int s = 0; s < g->nspecial; s++) {
+        int p = g->special[s], have = 0;
+        if (p < TILE_LOW) continue;
+        for (int j = 0; j < t.k; j++) have |= t.hbits[j] == p;
+        if (have) continue;
+        if (t.k == TILE_HIGH) return 0;
+        int j = t.k++;
+        while (j > 0 && t.hbits[j - 1] > p) { t.hbits[j] = t.hbits[j - 1]; j--; }
+        t.hbits[j] = p;
+    }
+    *ts = t;
+    return 1;
+}
+
+/* First amplitude of tile t: t's bits spread over the bits above TILE_LOW that are not high. */
+static i64 tile_base(const tileset_t *ts, i64 t) {
+    i64 j = t << TILE_LOW;
+    for (int s = 0; s < ts->k; s++) {
+        int p = ts->hbits[s];
+        j = ((j >> p) << (p + 1)) | (j & (((i64)1 << p) - 1));
+    }
+    return j;
+}
+
+/* Offset of the tile's r-th run of 2^TILE_LOW amplitudes. */
+static i64 tile_run_offset(const tileset_t *ts, i64 r) {
+    i64 o = 0;
+    for (int j = 0; j < ts->k; j++)
+        if ((r >> j) & 1) o |= (i64)1 << ts->hbits[j];
+    return o;
+}
+
+/* g with its bits relocated into the tile (dst: a copy of src). */
+static void relocate(const gate_t *src, const tileset_t *ts, gate_t *dst) {
+    *dst = *src;
+    int lpos[64];
+    for (int b = 0; b < 64; b++) lpos[b] = b;
+    for (int j = 0; j < ts->k; j++) lpos[ts->hbits[j]] = TILE_LOW + j;
+    for (int j = 0; j < src->k; j++) dst->bits[j] = lpos[src->bits[j]];
+    dst->cmask = 0;
+    for (int b = 0; b < 63; b++)
+        if ((src->cmask >> b) & 1) dst->cmask |= (i64)1 << lpos[b];
+    layout_bits(dst);
 }
 
 /* Whether two slot records act on the same amplitudes the same way (one overlap for both). */

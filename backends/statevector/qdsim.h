@@ -82,7 +82,7 @@ typedef struct {
     int32_t dagger;
     int32_t from_zero;   /* the input is |0...0> (not read): a product prefix is written */
     int32_t nthreads;
-    int32_t reserved;
+    int32_t tiles;       /* 1: runs of gates on large states share passes in cache tiles */
     int64_t bad_record;  /* out: the record at fault when an error is returned (-1: none) */
 } qd_run_args;
 
@@ -111,7 +111,7 @@ typedef struct {
     const int64_t *slot_op;
     double *grads;
     int32_t nthreads;
-    int32_t reserved;
+    int32_t tiles;
     int64_t bad_record;  /* out: the record (slots: nops + slot) at fault, -1: none */
 } qd_adjoint_args;
 

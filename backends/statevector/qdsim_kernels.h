@@ -21,6 +21,8 @@ typedef struct {
     double *whdr;
     SFX(scratch_t) *scr;
     void *scr_mem;
+    R *tbuf;        /* per thread: two tiles (psi, lam) of 2^(TILE_LOW + TILE_HIGH) amplitudes */
+    int tiles;      /* 0 off, 1 where they pay off, 2 always (tests) */
 } SFX(ctx_t);
 
 static const R *SFX(data_of)(const gate_t *g, i64 b) {
@@ -114,6 +116,79 @@ static void SFX(one_qubit_low)(R *s, int nbits, int p, const R *u, int diag, int
     else SFX(dense_1q_part)(s, p, u, 0, nblk, 0, w);
 }
 
+
+/* ---------------------------------------------------------------------------------------- */
+/* one-qubit gates on the lowest bits (0-2), any controls: lanes of 8-amplitude groups         */
+
+/* A one-qubit gate (dense, diagonal or flip) whose target p < 3 pairs amplitudes inside every
+ * group of 8 (16 reals): with P = 2 << p, out[e] = A[e] v[e] + B[e] v[e^1] + C[e] v[e^P] +
+ * D[e] v[e^P^1] with per-lane coefficients (the identity on lanes whose low control bits are
+ * not all 1), so the compiler keeps a group in vector registers and permutes within them;
+ * groups whose high control bits (>= 3) are not all 1 are never touched. */
+static void SFX(lane_coeffs)(const gate_t *g, const R *u, int p, R *A, R *B, R *C, R *D) {
+    const int lo = (int)(g->cmask & 7);
+    for (int m = 0; m < 8; m++) {
+        int b = (m >> p) & 1, on = (m & lo) == lo;
+        R ur = 1, ui = 0, vr = 0, vi = 0;  /* U[b][b] and U[b][1-b] */
+        if (on && g->kind == K_DENSE) {
+            ur = u[2 * (3 * b)]; ui = u[2 * (3 * b) + 1];
+            vr = u[2 * (2 * b + 1 - b)]; vi = u[2 * (2 * b + 1 - b) + 1];
+        } else if (on && g->kind == K_DIAG) {
+            ur = u[2 * b]; ui = u[2 * b + 1];
+        } else if (on) {  /* flip */
+            ur = 0; vr = 1;
+        }
+        A[2 * m] = ur; B[2 * m] = -ui; C[2 * m] = vr; D[2 * m] = -vi;
+        A[2 * m + 1] = ur; B[2 * m + 1] = ui; C[2 * m + 1] = vr; D[2 * m + 1] = vi;
+    }
+}
+
+#define LANE_BODY(P, TERMS)                                                                    \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        i64 G = j;                                                                             \
+        for (int q = 0; q < nh; q++)                                                           \
+            G = ((G >> hb[q]) << (hb[q] + 1)) | ((i64)1 << hb[q]) | (G & (((i64)1 << hb[q]) - 1)); \
+        R *restrict v = s + 16 * G;                                                            \
+        R t[16];                                                                               \
+        for (int e = 0; e < 16; e++) t[e] = TERMS;                                             \
+        for (int e = 0; e < 16; e++) v[e] = t[e];                                              \
+    }
+
+#define LANE_FULL(P) A[e] * v[e] + B[e] * v[e ^ 1] + C[e] * v[e ^ (P)] + D[e] * v[e ^ (P) ^ 1]
+#define LANE_DIAG A[e] * v[e] + B[e] * v[e ^ 1]
+
+static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A, const R *B, const R *C,
+                           const R *D, const int *hb, int nh, i64 j0, i64 j1) {
+    if (diag) {  /* diagonal: no partner terms */
+        LANE_BODY(2, LANE_DIAG);
+        return;
+    }
+    switch (p) {
+    case 0: LANE_BODY(2, LANE_FULL(2)); break;
+    case 1: LANE_BODY(4, LANE_FULL(4)); break;
+    default: LANE_BODY(8, LANE_FULL(8)); break;
+    }
+}
+
+static void SFX(lane_1q)(R *s, int nbits, const gate_t *g, const R *u, int par) {
+    int p = __builtin_ctzll((unsigned long long)g->tmask), hb[64], nh = 0;
+    R A[16], B[16], C[16], D[16];
+    SFX(lane_coeffs)(g, u, p, A, B, C, D);
+    for (int b = 3; b < 63; b++)
+        if ((g->cmask >> b) & 1) hb[nh++] = b - 3;  /* group-index bits forced to 1 */
+    const i64 ngroups = (i64)1 << (nbits - 3 - nh);
+    if (par > 1 && nbits >= PAR_MIN_BITS) {
+#pragma omp parallel num_threads(par)
+        {
+            i64 j0, j1;
+            share(ngroups, THREAD_ID, NUM_THREADS, &j0, &j1);
+            SFX(lane_part)(s, p, g->kind == K_DIAG, A, B, C, D, hb, nh, j0, j1);
+        }
+        return;
+    }
+    SFX(lane_part)(s, p, g->kind == K_DIAG, A, B, C, D, hb, nh, 0, ngroups);
+}
+
 /* X on bit p with at most one control bit c (-1: none), in the block layout: swap the two
  * halves of each block whose control is set, as contiguous runs of reals. */
 static void SFX(swap_run)(R *restrict x, R *restrict y, i64 len) {
@@ -130,6 +205,19 @@ static void SFX(flip_part)(R *s, int p, int c, i64 j0, i64 j1) {
         const i64 cb = c < 0 ? 0 : (i64)1 << (c - p - 1);
         for (i64 j = j0; j < j1; j++)
             if (!cb || (j & cb)) SFX(swap_run)(s + 2 * w * j, s + 2 * w * j + w, w);
+        return;
+    }
+    if (c < 2 && w >= 16) {  /* control on bit 0 or 1: masked swaps of 8-amplitude groups */
+        for (i64 j = j0; j < j1; j++) {
+            R *restrict x = s + 2 * w * j, *restrict y = x + w;
+            for (i64 e = 0; e < w; e += 16)
+                for (int l = 0; l < 16; l++) {
+                    int on = (l >> (c + 1)) & 1;
+                    R xv = x[e + l], yv = y[e + l];
+                    x[e + l] = on ? yv : xv;
+                    y[e + l] = on ? xv : yv;
+                }
+        }
         return;
     }
     const i64 run = (i64)2 << c;  /* reals: 2^c amplitudes with the control set */
@@ -161,11 +249,15 @@ static void SFX(apply_range)(R *st, int nbits, const gate_t *g, const R *u_in, i
     R small[32];
     const R *u = SFX(effective)(g, u_in, dag, g->k <= 2 ? small : sc->u);
     R *restrict s = st;
+    if (g->k == 1 && g->tmask < 8 && nbits >= 3 + __builtin_popcountll(g->cmask >> 3) &&
+        (g->cmask >> nbits) == 0 && !(g->kind == K_DIAG && g->cmask == 0)) {
+        SFX(lane_1q)(s, nbits, g, u, par_);
+        return;
+    }
     if (g->kind == K_FLIP && g->k == 1 && __builtin_popcountll(g->cmask) <= 1) {
         int p = __builtin_ctzll(g->tmask), c = g->cmask ? __builtin_ctzll(g->cmask) : -1;
         i64 nblk = (i64)1 << (nbits - 1 - p);
-        if (nbits > p && nbits > c && (c < 0 || c > p || c >= 2) &&  /* runs of >= 4 amps */
-            (par_ <= 1 || nblk >= par_)) {
+        if (nbits > p && nbits > c && (par_ <= 1 || nblk >= par_)) {
             SFX(flip_1q_low)(s, nbits, p, c, par_);
             return;
         }
@@ -660,7 +752,8 @@ static const R *SFX(coded_data)(const gate_t *g, double *hdr, R *w, const double
  * over the batch by construction, so that only the sum of its gradient over the bindings
  * matters. Decodes nops gates and nextra slot records; scratch for nthreads threads. */
 static int SFX(ctx_init)(SFX(ctx_t) *c, const qd_program *prog, const qd_program *extra,
-                         const qd_angles *ang, i64 B, const i64 *shared_cols, int nthreads) {
+                         const qd_angles *ang, i64 B, const i64 *shared_cols, int nthreads,
+                         int n, int tiles) {
     i64 nops = prog->nops, nextra = extra ? extra->nops : 0;
     memset(c, 0, sizeof(*c));
     c->ngates = nops;
@@ -715,6 +808,11 @@ static int SFX(ctx_init)(SFX(ctx_t) *c, const qd_program *prog, const qd_program
     c->scr_mem = malloc(bytes * nt + 64);
     c->scr = (SFX(scratch_t) *)malloc(sizeof(SFX(scratch_t)) * nt);
     if (!c->scr_mem || !c->scr) return QD_ENOMEM;
+    c->tiles = tiles;
+    if (n >= TILE_MIN_N && tiles) {
+        c->tbuf = (R *)malloc(sizeof(R) * 4 * ((size_t)1 << (TILE_LOW + TILE_HIGH)) * nt);
+        if (!c->tbuf) return QD_ENOMEM;
+    }
     for (size_t t = 0; t < nt; t++) {
         char *p = (char *)c->scr_mem + t * bytes;
         SFX(scratch_t) *s = &c->scr[t];
@@ -738,6 +836,7 @@ static void SFX(ctx_free)(SFX(ctx_t) *c) {
     free(c->whdr);
     free(c->scr);
     free(c->scr_mem);
+    free(c->tbuf);
 }
 
 /* The data of gate i for binding b (coded gates: evaluated into this thread's workspace). */
@@ -765,12 +864,12 @@ static void SFX(apply_tile)(R *st, int n, int tb, const SFX(ctx_t) *c, i64 i, i6
 /* Gates [i0, i1) (all with bits below cb), or their inverses in reverse order, applied chunk
  * by chunk: one pass over memory for the whole run. ``us[i]`` is gate i's data. */
 static void SFX(run_chunked)(R *st, int n, int cb, const SFX(ctx_t) *c, const R **us, i64 i0,
-                             i64 i1, int dag, int par) {
+                             i64 i1, int dag, int par, int tid) {
     i64 nch = (i64)1 << (n - cb);
 #pragma omp parallel for if (par > 1) num_threads(par) schedule(static)
     for (i64 ch = 0; ch < nch; ch++) {
         R *chunk = st + 2 * (ch << cb);
-        SFX(scratch_t) *sc = &c->scr[par > 1 ? THREAD_ID : 0];
+        SFX(scratch_t) *sc = &c->scr[par > 1 ? THREAD_ID : tid];
         for (i64 t = 0; t < i1 - i0; t++) {
             i64 i = dag ? i1 - 1 - t : i0 + t;
             SFX(apply_range)(chunk, cb, &c->gates[i], us[i], dag, 1, sc);
@@ -778,10 +877,84 @@ static void SFX(run_chunked)(R *st, int n, int cb, const SFX(ctx_t) *c, const R 
     }
 }
 
+
+/* The tile buffer of thread tid (two tiles: which 0 psi, 1 lam). */
+static R *SFX(tile_buf)(const SFX(ctx_t) *c, int tid, int which) {
+    return c->tbuf + ((size_t)(2 * tid + which) << (TILE_LOW + TILE_HIGH + 1));
+}
+
+/* Copy tile t of st into buf (dir 0) or back (dir 1). */
+static void SFX(tile_copy)(R *st, R *buf, const tileset_t *ts, i64 t, int dir) {
+    i64 base = tile_base(ts, t);
+    const size_t run = sizeof(R) * 2 * ((size_t)1 << TILE_LOW);
+    for (i64 r = 0; r < ((i64)1 << ts->k); r++) {
+        R *mem = st + 2 * (base + tile_run_offset(ts, r)), *loc = buf + 2 * (r << TILE_LOW);
+        if (dir) memcpy(mem, loc, run);
+        else memcpy(loc, mem, run);
+    }
+}
+
+/* The gates order[0..cnt) (all within ts), or their inverses, with data us[order[..]], applied
+ * tile by tile (in place when the run has no high bits). */
+static void SFX(run_tiles)(R *st, int n, const SFX(ctx_t) *c, const R **us, const i64 *order,
+                           int cnt, const tileset_t *ts, int dag, int par, int tid) {
+    gate_t *loc = (gate_t *)malloc(sizeof(gate_t) * (size_t)cnt);
+    if (!loc) {  /* no memory for the relocated gates: gate by gate */
+        for (int q = 0; q < cnt; q++)
+            SFX(apply_range)(st, n, &c->gates[order[q]], us[order[q]], dag, par, &c->scr[tid]);
+        return;
+    }
+    for (int q = 0; q < cnt; q++) relocate(&c->gates[order[q]], ts, &loc[q]);
+    const int tb = TILE_LOW + ts->k;
+    const i64 ntile = (i64)1 << (n - tb);
+#pragma omp parallel for if (par > 1) num_threads(par) schedule(static)
+    for (i64 t = 0; t < ntile; t++) {
+        int me = par > 1 ? THREAD_ID : tid;
+        R *buf = ts->k ? SFX(tile_buf)(c, me, 0) : st + 2 * (t << TILE_LOW);
+        if (ts->k) SFX(tile_copy)(st, buf, ts, t, 0);
+        for (int q = 0; q < cnt; q++)
+            SFX(apply_range)(buf, tb, &loc[q], us[order[q]], dag, 1, &c->scr[me]);
+        if (ts->k) SFX(tile_copy)(st, buf, ts, t, 1);
+    }
+    free(loc);
+}
+
+/* Gates from position t on (in order, or reversed when dag) that fit one tile set: their
+ * count, and the set in ts. */
+static int SFX(tile_extent)(const SFX(ctx_t) *c, i64 t, i64 nops, int dag, tileset_t *ts) {
+    ts->k = 0;
+    i64 e = t;
+    while (e < nops && tile_add(ts, &c->gates[dag ? nops - 1 - e : e])) e++;
+    return (int)(e - t);
+}
+
 static void SFX(run_one)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, i64 b,
                          int dag, int par, int tid, i64 start) {
     const gate_t *gates = c->gates;
     for (i64 i = start; i < nops; i++) us[i] = SFX(gate_data)(c, i, b, tid, 0);
+    /* forward runs: tiles pay off once the state is larger than the last-level cache (below,
+     * the kernels are compute-bound and the tile copies cost more than the passes saved) */
+    if (c->tbuf && (c->tiles == 2 || (RSIZE << (n + 1)) >= ((size_t)32 << 20))) {
+        i64 *order = (i64 *)malloc(sizeof(i64) * (size_t)(nops + 1));
+        i64 t = start;
+        while (order && t < nops) {
+            tileset_t ts;
+            int cnt = SFX(tile_extent)(c, t, nops, dag, &ts);
+            if (cnt < 2) {
+                i64 i = dag ? nops - 1 - t : t;
+                SFX(apply_range)(st, n, &gates[i], us[i], dag, par, &c->scr[tid]);
+                t++;
+                continue;
+            }
+            for (int q = 0; q < cnt; q++) order[q] = dag ? nops - 1 - (t + q) : t + q;
+            SFX(run_tiles)(st, n, c, us, order, cnt, &ts, dag, par, tid);
+            t += cnt;
+        }
+        if (order) {
+            free(order);
+            return;
+        }
+    }
     int cb = n > CHUNK_BITS + 2 ? CHUNK_BITS : n;
     i64 t = start;
     while (t < nops) {
@@ -793,8 +966,8 @@ static void SFX(run_one)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 no
             SFX(apply_range)(st, n, &gates[i], us[i], dag, par, &c->scr[tid]);
             t++;
         } else {
-            if (dag) SFX(run_chunked)(st, n, cb, c, us, nops - e, nops - t, 1, par);
-            else SFX(run_chunked)(st, n, cb, c, us, t, e, 0, par);
+            if (dag) SFX(run_chunked)(st, n, cb, c, us, nops - e, nops - t, 1, par, tid);
+            else SFX(run_chunked)(st, n, cb, c, us, t, e, 0, par, tid);
             t = e;
         }
     }
@@ -860,7 +1033,7 @@ static int SFX(run)(qd_run_args *a) {
     i64 ntiles = make_tiles(n, B, 0);
     tile_t *tiles = (tile_t *)malloc((size_t)ntiles * sizeof(tile_t));
     const R **us = (const R **)malloc((size_t)(nops + 1) * (size_t)nt * sizeof(R *));
-    int rc = SFX(ctx_init)(&c, &a->prog, 0, &a->angles, B, 0, nthreads);
+    int rc = SFX(ctx_init)(&c, &a->prog, 0, &a->angles, B, 0, nthreads, n, a->tiles);
     if (!us || !tiles || rc) {
         free(us);
         free(tiles);
@@ -946,6 +1119,85 @@ static void SFX(fused_step)(const SFX(ctx_t) *c, i64 i, R *p, R *l, int n, int t
     }
 }
 
+
+/* Coded gates i_hi, i_hi - 1, .., i_hi - cnt + 1 (all within ts) of the adjoint sweep, tile
+ * by tile: psi and lam tiles are uncomputed together and every trainable angle's overlap is
+ * summed over the tiles (the overlap of a gate is a sum over all amplitudes, so its tile parts
+ * add up); lam is not uncomputed through gate lo. */
+static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, i64 i_hi, int cnt, const tileset_t *ts,
+                              R *psi, R *lam, int n, i64 b, int par, int tid, i64 lo,
+                              double *gtheta, i64 P) {
+    int nthr = par > 1 ? par : 1;
+    gate_t *loc = (gate_t *)malloc(sizeof(gate_t) * (size_t)cnt);
+    const R **us = (const R **)malloc(sizeof(R *) * (size_t)cnt);
+    R *vs = (R *)malloc(sizeof(R) * 8 * (size_t)cnt);
+    double *gms = (double *)malloc(sizeof(double) * 8 * QD_MAXA * (size_t)cnt);
+    double *acc = (double *)calloc((size_t)nthr * QD_MAXA * (size_t)cnt, sizeof(double));
+    if (!loc || !us || !vs || !gms || !acc) {
+        free(loc); free(us); free(vs); free(gms); free(acc);
+        return QD_ENOMEM;
+    }
+    for (int q = 0; q < cnt; q++) {
+        const gate_t *g = &c->gates[i_hi - q];
+        relocate(g, ts, &loc[q]);
+        us[q] = SFX(gate_data)(c, i_hi - q, b, tid, g->tmask_p != 0);
+        if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0) {
+            SFX(effective)(g, us[q], 1, vs + 8 * q);  /* U^dag */
+            for (int j = 0; j < g->np; j++)
+                SFX(mul2)(us[q] + g->usize * (1 + j), vs + 8 * q, gms + 8 * (QD_MAXA * q + j));
+        }
+    }
+    const int tb = TILE_LOW + ts->k;
+    const i64 ntile = (i64)1 << (n - tb);
+#pragma omp parallel for if (par > 1) num_threads(par) schedule(static)
+    for (i64 t = 0; t < ntile; t++) {
+        int me = par > 1 ? THREAD_ID : tid, slot = par > 1 ? THREAD_ID : 0;
+        SFX(scratch_t) *sc = &c->scr[me];
+        double *a = acc + (size_t)slot * QD_MAXA * cnt, m8[8];
+        R *pb = ts->k ? SFX(tile_buf)(c, me, 0) : psi + 2 * (t << TILE_LOW);
+        R *lb = ts->k ? SFX(tile_buf)(c, me, 1) : lam + 2 * (t << TILE_LOW);
+        if (ts->k) {
+            SFX(tile_copy)(psi, pb, ts, t, 0);
+            SFX(tile_copy)(lam, lb, ts, t, 0);
+        }
+        for (int q = 0; q < cnt; q++) {
+            const gate_t *g = &loc[q];
+            int do_lam = i_hi - q > lo, train = g->tmask_p;
+            if (train && g->kind == K_DENSE && g->k == 1 && g->cmask == 0) {
+                SFX(adjoint_step_1q)(pb, lb, tb, g->special[0], vs + 8 * q, do_lam, m8, 1);
+                for (int j = 0; j < g->np; j++)
+                    if ((train >> j) & 1)
+                        a[QD_MAXA * q + j] += SFX(contract_d)(gms + 8 * (QD_MAXA * q + j), m8, 4);
+                continue;
+            }
+            SFX(apply_range)(pb, tb, g, us[q], 1, 1, sc);
+            if (train) {
+                const R *du0 = us[q] + g->usize * (1 + __builtin_ctz((unsigned)train));
+                SFX(overlap_matrix)(lb, pb, tb, g, sc->m, 1, g->k >= 3 ? du0 : 0, sc);
+                for (int j = 0; j < g->np; j++)
+                    if ((train >> j) & 1)
+                        a[QD_MAXA * q + j] += SFX(contract)(g, us[q] + g->usize * (1 + j), sc->m);
+            }
+            if (do_lam) SFX(apply_range)(lb, tb, g, us[q], 1, 1, sc);
+        }
+        if (ts->k) {
+            SFX(tile_copy)(psi, pb, ts, t, 1);
+            SFX(tile_copy)(lam, lb, ts, t, 1);
+        }
+    }
+    for (int q = 0; q < cnt; q++) {
+        const gate_t *g = &c->gates[i_hi - q];
+        for (int j = 0; j < g->np; j++)
+            if ((g->tmask_p >> j) & 1) {
+                double sum = 0;
+                for (int t = 0; t < nthr; t++) sum += acc[(size_t)t * QD_MAXA * cnt + QD_MAXA * q + j];
+                gtheta[b * P + g->col[j]] += g->scale[j] * 2.0 * sum;
+            }
+    }
+    free(loc); free(us); free(vs); free(gms); free(acc);
+    return QD_OK;
+}
+
 /* ldiag: lam = ldiag * psi (a real diagonal per binding, e.g. a sum of Z words), formed in
  * this thread's scratch together with a copy of psi, which stays untouched. */
 static void SFX(diag_lam)(const R *src, const R *dg, R *sp, R *sl, i64 amps) {
@@ -969,7 +1221,7 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
     i64 ntiles = slots ? B : make_tiles(n, B, 0);
     tile_t *tiles = (tile_t *)malloc((size_t)ntiles * sizeof(tile_t));
     int rc = SFX(ctx_init)(&c, &a->prog, slots ? &a->slots : 0, &a->angles, B, a->shared_cols,
-                           nthreads);
+                           nthreads, n, a->tiles);
     R *scratch = 0;
     i64 tile_amps = 0;
     if (!rc && tiles) {
@@ -1009,7 +1261,19 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
         }
         double *m = c.scr[tid].m;
         i64 s = nslots - 1;
+        int tiled = !slots && tb == 0 && n >= TILE_MIN_N && c.tbuf;
         for (i64 i = nops - 1; i >= lo; i--) {
+            if (tiled) {
+                tileset_t ts = {0, {0}};
+                i64 j = i;
+                while (j >= lo && tile_add(&ts, &gates[j])) j--;
+                if (i - j >= 2 &&
+                    SFX(adjoint_tiles)(&c, i, (int)(i - j), &ts, p, l, n, b0, par, tid, lo,
+                                       a->gtheta, P) == QD_OK) {
+                    i = j + 1;  /* the loop's i-- moves on to gate j */
+                    continue;
+                }
+            }
             const gate_t *g = &gates[i];
             if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0 &&
                 (g->special[0] <= 7 || par > 1)) {
