@@ -5,9 +5,11 @@ gradient of sum_i <Z_i> (forward + backward through torch), complex128 and compl
 Each round measures every configuration with 1 and then 2 threads back to back (median of
 ``--reps``); the speed-up is the same-round ratio, reported as the median and range over
 ``--runs`` rounds. On a machine shared with other work, two threads only help when two cores
-are free: the load average at the start and end is printed.
+are free: the load average at the start and end is printed. The kernels share torch's GNU
+OpenMP runtime, whose threads spin at barriers: on a busy machine run with a short spin
+(``GOMP_SPINCOUNT=10000``, read when torch starts), as the command below does.
 
-    python bench/bench_native_threads.py [--sizes 18 20 22] [--runs 3]
+    GOMP_SPINCOUNT=10000 python bench/bench_native_threads.py [--sizes 18 20 22] [--runs 3]
 """
 from __future__ import annotations
 
@@ -47,7 +49,8 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3)
     args = ap.parse_args()
-    print(f"{datetime.date.today()}  torch {torch.__version__}; load average at start "
+    print(f"{datetime.date.today()}  torch {torch.__version__}; GOMP_SPINCOUNT="
+          f"{os.environ.get('GOMP_SPINCOUNT', 'unset')}; load average at start "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     out = {}
     for r in range(args.runs):

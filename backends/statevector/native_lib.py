@@ -239,17 +239,9 @@ def _compile(cmd: list) -> str:
     return ""
 
 
-# GNU OpenMP threads spin at a barrier before they sleep; by default long enough that on a
-# machine shared with other work (a busy core) two threads run many times slower than one.
-# The kernels' threads spin briefly unless the user chose a policy (read when libgomp loads).
-_SPIN_DEFAULT = "10000"
-
-
 def _open(blob: bytes, out: Path):
     """Load the verified bytes: from an in-memory file where the platform has one (the
     mapping then never depends on the cache file again), else from the cache path."""
-    if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
-        os.environ["GOMP_SPINCOUNT"] = _SPIN_DEFAULT
     if hasattr(os, "memfd_create") and os.path.isdir("/proc/self/fd"):
         fd = os.memfd_create("qdsim", 0)
         try:
