@@ -7,7 +7,8 @@ peers return theirs, which the table also shows as "empty circuit" overhead); ra
 qdiff / peer in the same run (< 1: qdiff faster).
 Table 2 (gradient): forward + backward of sum_i <Z_i> with respect to the SEL weights through
 torch autograd: qdiff ``diff_method="adjoint"`` vs lightning.qubit ``diff_method="adjoint"``
-(both through PennyLane/qdiff's torch interface).
+(both through PennyLane/qdiff's torch interface; lightning with ``device_vjp=True``, so that it
+computes one vector-Jacobian product, not the full Jacobian).
 
 Each configuration is measured in ``--runs`` interleaved rounds (median CPU time of ``--reps``
 calls each; 1 thread everywhere); the tables give the median and the range over the rounds.
@@ -64,7 +65,7 @@ def grad_lightning(n, layers, cdtype):
     dev = qml.device("lightning.qubit", wires=n,
                      c_dtype=np.complex128 if cdtype == torch.complex128 else np.complex64)
 
-    @qml.qnode(dev, interface="torch", diff_method="adjoint")
+    @qml.qnode(dev, interface="torch", diff_method="adjoint", device_vjp=True)
     def f(w):
         qml.StronglyEntanglingLayers(w, wires=range(n))
         return [qml.expval(qml.PauliZ(i)) for i in range(n)]
@@ -112,6 +113,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--no-grad", action="store_true")
+    ap.add_argument("--no-forward", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
     sims = {dt: ["qdiff"] + [p for p in ("qulacs", "qsim", "lightning", "aer")
@@ -120,13 +122,17 @@ def main():
     fwd, grad = {}, {}
     for r in range(args.runs):
         for n in args.sizes:
-            forward_round(n, args.layers, sims, args.reps, fwd)
+            if not args.no_forward:
+                forward_round(n, args.layers, sims, args.reps, fwd)
             if not args.no_grad:
                 grad_round(n, args.layers, max(1, args.reps - 1), grad)
         print(f"round {r + 1}/{args.runs} done", file=sys.stderr, flush=True)
     if args.no_grad:
         grad = {k: [1.0] * args.runs for n in args.sizes for k in
                 [(n, dt, s) for dt in DTYPES for s in ("qdiff", "lightning")]}
+    if args.no_forward:
+        sims = {dt: ["qdiff"] for dt in DTYPES}
+        fwd = {(n, dt, "qdiff"): [1.0] * args.runs for n in args.sizes for dt in DTYPES}
     tables(args.sizes, sims, fwd, grad)
 
 
