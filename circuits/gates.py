@@ -92,6 +92,10 @@ class Gate:
         decomposition: for multi-parameter gates, ``params -> [(gate name, params), ...]``: the
             same unitary (up to a global phase) as one-parameter gates on the same wires, in
             circuit order (the metric tensor, exporters and the compiler expand with it).
+        native_code: name of the formula the native CPU kernels evaluate this gate's matrix
+            and derivatives with (``CODES`` in ``backends/statevector/qdsim.c``; "" for none:
+            the kernels then take the matrix computed by ``matrix_fn``). A controlled gate
+            whose target has one is coded through its target.
     """
 
     name: str
@@ -109,6 +113,7 @@ class Gate:
     qiskit_name: str = ""
     hyper: tuple = field(default=())
     decomposition: Optional[Callable] = None
+    native_code: str = ""
 
     # -- math ---------------------------------------------------------------------------------
     def matrix(self, *angles) -> torch.Tensor:
@@ -339,11 +344,11 @@ def get_gate(name: str) -> Gate:
 
 
 def _g(name, wires, params, fn, gens=None, inv=None, diag=None, perm=None, controls=0,
-       target=None, pl="", qk="", aliases=(), decomp=None):
+       target=None, pl="", qk="", aliases=(), decomp=None, native=""):
     gate = Gate(name=name, num_wires=wires, num_params=params, matrix_fn=fn,
                 generators=None if gens is None else tuple(np.asarray(g, dtype=complex) for g in gens),
                 inverse_fn=inv, diag_fn=diag, perm=perm, controls=controls, target=target,
-                pl_name=pl, qiskit_name=qk or name, decomposition=decomp)
+                pl_name=pl, qiskit_name=qk or name, decomposition=decomp, native_code=native)
     return register_gate(gate, aliases)
 
 
@@ -375,16 +380,16 @@ _fixed("tdg", _T.conj().T, inv=lambda p: (GATES["t"], p), pl="Tdg", aliases=("Ad
 _fixed("sx", _SX, inv=lambda p: (GATES["sxdg"], p), pl="SX")
 _fixed("sxdg", _SX.conj().T, inv=lambda p: (GATES["sx"], p), pl="SXdg", aliases=("Adjoint(SX)",))
 
-_g("rx", 1, 1, _rx, gens=[_X / 2], inv=_negate("rx"), pl="RX")
-_g("ry", 1, 1, _ry, gens=[_Y / 2], inv=_negate("ry"), pl="RY")
+_g("rx", 1, 1, _rx, gens=[_X / 2], inv=_negate("rx"), pl="RX", native="rx")
+_g("ry", 1, 1, _ry, gens=[_Y / 2], inv=_negate("ry"), pl="RY", native="ry")
 _g("rz", 1, 1, lambda t: _diag_embed(_rz_diag(t)), gens=[_Z / 2], inv=_negate("rz"),
-   diag=_rz_diag, pl="RZ")
+   diag=_rz_diag, pl="RZ", native="rz")
 _g("p", 1, 1, lambda t: _diag_embed(_phase_diag(t)), gens=[-_P1], inv=_negate("p"),
-   diag=_phase_diag, pl="PhaseShift", qk="p", aliases=("phase", "cphaseshift0"))
+   diag=_phase_diag, pl="PhaseShift", qk="p", aliases=("phase", "cphaseshift0"), native="phase")
 _g("u1", 1, 1, lambda t: _diag_embed(_phase_diag(t)), gens=[-_P1], inv=_negate("u1"),
-   diag=_phase_diag, pl="U1")
+   diag=_phase_diag, pl="U1", native="phase")
 _g("rot", 1, 3, _rot, gens=[_Z / 2, _Y / 2, _Z / 2],
-   inv=lambda p: (GATES["rot"], (-p[2], -p[1], -p[0])), pl="Rot",
+   inv=lambda p: (GATES["rot"], (-p[2], -p[1], -p[0])), pl="Rot", native="rot",
    decomp=lambda p: [("rz", (p[0],)), ("ry", (p[1],)), ("rz", (p[2],))])
 # U3 = exp(i(phi+lam)/2) RZ(phi) RY(theta) RZ(lam): the phase makes the phi/lam generators -P1
 _g("u3", 1, 3, _u3, gens=[_Y / 2, -_P1, -_P1],
@@ -436,14 +441,16 @@ _ALIASES["cu1"] = "cp"
 _controlled_rot("crot", "rot", "CRot",
                 decomp=lambda p: [("crz", (p[0],)), ("cry", (p[1],)), ("crz", (p[2],))])
 
-_g("rxx", 2, 1, _ising(_X), gens=[np.kron(_X, _X) / 2], inv=_negate("rxx"), pl="IsingXX")
-_g("ryy", 2, 1, _ising(_Y), gens=[np.kron(_Y, _Y) / 2], inv=_negate("ryy"), pl="IsingYY")
+_g("rxx", 2, 1, _ising(_X), gens=[np.kron(_X, _X) / 2], inv=_negate("rxx"), pl="IsingXX",
+   native="rxx")
+_g("ryy", 2, 1, _ising(_Y), gens=[np.kron(_Y, _Y) / 2], inv=_negate("ryy"), pl="IsingYY",
+   native="ryy")
 _g("rzz", 2, 1, lambda t: _diag_embed(_isingzz_diag(t)), gens=[np.kron(_Z, _Z) / 2],
-   inv=_negate("rzz"), diag=_isingzz_diag, pl="IsingZZ")
+   inv=_negate("rzz"), diag=_isingzz_diag, pl="IsingZZ", native="rzz")
 _g("single_excitation", 2, 1, _single_exc, gens=[_exc_generator(4, 1, 2)],
-   inv=_negate("single_excitation"), pl="SingleExcitation")
+   inv=_negate("single_excitation"), pl="SingleExcitation", native="single_excitation")
 _g("double_excitation", 4, 1, _double_exc, gens=[_exc_generator(16, 3, 12)],
-   inv=_negate("double_excitation"), pl="DoubleExcitation")
+   inv=_negate("double_excitation"), pl="DoubleExcitation", native="double_excitation")
 
 # the built-in gates as defined here (a user may replace a registry entry; the native kernels'
 # formulas apply to these objects only)
@@ -471,7 +478,7 @@ def multirz_gate(n: int) -> Gate:
         return _expi(-t[..., None] / 2 * zz_t.to(t.dtype).to(t.device))
     gate = Gate("multirz", n, 1, lambda t: _diag_embed(diag(t)), generators=(np.diag(zz) / 2 + 0j,),
                 inverse_fn=lambda p: (multirz_gate(n), (-p[0],)), diag_fn=diag,
-                pl_name="MultiRZ", qiskit_name="multirz", hyper=(n,))
+                pl_name="MultiRZ", qiskit_name="multirz", hyper=(n,), native_code="multirz")
     return gate
 
 

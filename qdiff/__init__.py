@@ -24,6 +24,7 @@ from qdiff.circuits.templates import (AllSinglesDoubles, AmplitudeEmbedding, Ang
                                       excitations, hf_state, mixer_layer, x_mixer)
 from qdiff.backends.base import Backend
 from qdiff.backends.registry import device
+from qdiff.backends.statevector.native_lib import native_status
 from qdiff.qnode import QNode, qnode
 from qdiff.draw import draw
 from qdiff.hybrid import QuantumLayer

@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="time budget per circuit for level 3 (default 60)")
     c.add_argument("--qasm-version", type=int, choices=[2, 3], default=None,
                    help="OpenQASM version of the output (default: that of the input)")
+    sub.add_parser("doctor", help="report whether the native CPU kernels run, and why not")
     return p
 
 
@@ -51,6 +52,8 @@ def main(argv=None) -> int:
     """Entry point of the ``qdiff`` console script; returns the exit code."""
     try:
         args = build_parser().parse_args(argv)
+        if args.command == "doctor":
+            return _doctor()
         if args.command != "compile":
             raise QdiffError("a command is required: qdiff compile INPUT... (see qdiff --help)")
         return _compile(args)
@@ -60,6 +63,17 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         _err("interrupted (no partial output was written)")
         return EXIT_INTERRUPT
+
+
+def _doctor() -> int:
+    """``qdiff doctor``: the native kernels' status (builds them if needed); exit 0 either
+    way (the torch kernels compute the same results)."""
+    import torch
+    from qdiff.backends.statevector.native_lib import cache_dir, native_status
+    print(native_status())
+    print(f"kernel cache: {cache_dir()}")
+    print(f"threads: {torch.get_num_threads()} (torch.set_num_threads / OMP_NUM_THREADS)")
+    return EXIT_OK
 
 
 def _err(msg: str) -> None:

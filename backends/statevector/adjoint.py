@@ -166,10 +166,10 @@ def _native_vjp(ops, data, ddata, state, circuit, cotangent, theta, n, return_st
     lam = effective_state(state, circuit, cotangent, n).contiguous()
     psi = state.clone()
     g = native.adjoint_sweep(ops, data, slot_data, psi, lam, n, program)
-    grad = torch.zeros(state.shape[0], theta.shape[1], dtype=g.dtype)
+    grad = torch.zeros(state.shape[0], theta.shape[1], dtype=real_dtype_of(state.dtype))
     if keys:
         cols = torch.tensor([ops[i].params[s].index for i, s in keys])
-        grad[:, cols] = g
+        grad[:, cols] = g.to(grad.dtype)
     return (grad, psi) if return_state else grad
 
 

@@ -53,11 +53,11 @@ class StatevectorBackend(Backend):
     @property
     def capabilities(self) -> Capabilities:
         """Backprop, the adjoint method as ``vjp``, shots; ``fast_vjp`` where the native adjoint
-        sweep runs (CPU, complex128, the kernels built): then it is the fastest exact gradient
-        at every size."""
+        sweep runs (CPU, complex128 or complex64, the kernels built): then it is the fastest
+        exact gradient at every size."""
         dev, cdtype = getattr(self, "torch_device", None), getattr(self, "cdtype", None)
-        fast = (dev is None or dev.type == "cpu") and cdtype == torch.complex128 and \
-            native.library() is not None
+        fast = (dev is None or dev.type == "cpu") and \
+            cdtype in (torch.complex128, torch.complex64) and native.library() is not None
         return Capabilities(backprop=True, vjp=True, shots=True, exact=True, fast_vjp=fast)
 
     def __init__(self, wires, shots: Optional[int] = None, device=None, dtype=torch.complex128,

@@ -1,0 +1,129 @@
+/* qdiff native statevector kernels: the C boundary (records, argument blocks, error codes).
+ *
+ * Everything Python passes to the kernels is declared here once. The Python side
+ * (native_lib.py) mirrors qd_record as a numpy structured dtype and checks its size and field
+ * offsets against qd_record_layout() when the library is loaded; the kernels validate every
+ * index of every record (qd_validate, run before any state is touched) and return an error
+ * code instead of reading or writing out of bounds.
+ */
+#ifndef QDSIM_H
+#define QDSIM_H
+
+#include <stdint.h>
+
+#define QD_ABI_VERSION 4
+#define QD_MAXK 6        /* target bits of one gate */
+#define QD_MAXA 3        /* angles of one coded gate */
+#define QD_MAXN 40       /* qubits of one state */
+
+/* record kinds */
+enum { QD_DENSE = 0, QD_DIAG = 1, QD_FLIP = 2, QD_SWAP = 3, QD_NKINDS };
+
+/* precisions of states and gate data */
+enum { QD_C128 = 0, QD_C64 = 1 };
+
+/* error codes (qd_strerror names them) */
+enum {
+    QD_OK = 0, QD_ENOMEM, QD_EARGS, QD_EKIND, QD_EK, QD_EBITS, QD_ECMASK, QD_EDATA,
+    QD_ECODE, QD_ECOLUMN, QD_ETRAIN, QD_ESLOT, QD_EDTYPE, QD_NERRORS
+};
+
+/* One gate of a program.
+ *  kind, k: QD_DENSE (2^k x 2^k matrix), QD_DIAG (2^k diagonal entries), QD_FLIP (X on every
+ *     target), QD_SWAP (k == 2: exchange the two targets); 1 <= k <= QD_MAXK
+ *  bits[0..k): target bit positions (< n, distinct; bits[0] is the most significant bit of the
+ *     gate's local index)
+ *  cmask: control bits (all must be 1 for the gate to act; disjoint from the targets)
+ *  offset, stride: the gate's data in the data buffer, in complex numbers (stride: per binding,
+ *     0 when all bindings share it)
+ *  code, nangles, col, scale, shift, train: a coded gate (code != 0, no data) evaluates its
+ *     matrix from nangles angles scale[j] * theta[b, col[j]] + shift[j] (col -1: the constant
+ *     shift[j]); train is the mask of the angles whose gradient the adjoint sweep computes */
+typedef struct {
+    int32_t kind;
+    int32_t k;
+    int32_t bits[QD_MAXK];
+    int64_t cmask;
+    int64_t offset;
+    int64_t stride;
+    int32_t code;
+    int32_t nangles;
+    int64_t col[QD_MAXA];
+    int32_t train;
+    int32_t reserved;
+    double scale[QD_MAXA];
+    double shift[QD_MAXA];
+} qd_record;
+
+/* A program: nops records and their data (data_len complex numbers of the precision dtype). */
+typedef struct {
+    const qd_record *recs;
+    int64_t nops;
+    const void *data;
+    int64_t data_len;
+} qd_program;
+
+/* Angles of coded gates: theta is rows x P float64 (rows 1: shared by the batch, or B),
+ * row b at theta + b * P. */
+typedef struct {
+    const double *theta;
+    int64_t rows;
+    int64_t P;
+} qd_angles;
+
+/* qd_run: apply a program (or its inverse) to batch states of 2^n amplitudes, in place. */
+typedef struct {
+    int32_t dtype;
+    int32_t n;
+    int64_t batch;
+    void *states;
+    qd_program prog;
+    qd_angles angles;
+    int32_t dagger;
+    int32_t from_zero;   /* the input is |0...0> (not read): a product prefix is written */
+    int32_t nthreads;
+    int32_t tiles;       /* 1: runs of gates on large states share passes in cache tiles */
+    int64_t bad_record;  /* out: the record at fault when an error is returned (-1: none) */
+} qd_run_args;
+
+/* The adjoint sweeps: psi (final states) and lam (the cotangent state) are uncomputed gate by
+ * gate from the last to the first.
+ *  qd_adjoint_coded: the gradients of the coded gates' trainable angles are added to
+ *     gtheta (batch x P float64); shared_cols (P entries, may be NULL) marks columns broadcast
+ *     over the batch (only their column sum matters); lo: the sweep stops at record lo (0:
+ *     psi is restored to the input state); ldiag (batch x 2^n reals, with lam NULL): lam is
+ *     ldiag * psi, formed tile by tile, and psi is left untouched.
+ *  qd_adjoint_slots: gates given as data; slot s (a record of kind DENSE or DIAG with dU as
+ *     data, slot_op[s] its gate, ascending) gets grads[b, s] = 2 Re <lam| dU_s |psi>. */
+typedef struct {
+    int32_t dtype;
+    int32_t n;
+    int64_t batch;
+    void *psi;
+    void *lam;
+    qd_program prog;
+    qd_angles angles;
+    double *gtheta;
+    const int64_t *shared_cols;
+    int64_t lo;
+    const void *ldiag;   /* real, of the precision dtype */
+    qd_program slots;
+    const int64_t *slot_op;
+    double *grads;
+    int32_t nthreads;
+    int32_t tiles;
+    int64_t bad_record;  /* out: the record (slots: nops + slot) at fault, -1: none */
+} qd_adjoint_args;
+
+int qd_abi_version(void);
+int qd_record_layout(char *buf, int cap);  /* "size;name:offset:bytes;..." of qd_record */
+void qd_args_sizes(int64_t out[4]);        /* sizeof qd_program, qd_angles, qd_run_args, qd_adjoint_args */
+const char *qd_strerror(int code);
+int qd_gate_code(const char *formula);  /* 0: no such formula */
+int qd_code_info(int code, int32_t *kind, int32_t *k, int32_t *nangles);
+int qd_run(qd_run_args *a);
+int qd_adjoint_coded(qd_adjoint_args *a);
+int qd_adjoint_slots(qd_adjoint_args *a);
+int qd_abs2(int32_t dtype, const void *s, void *out, int64_t count);
+
+#endif

@@ -1,0 +1,1301 @@
+/* The statevector kernels of qdsim.c for one precision: included once with R = double
+ * (complex128 states, names ending _c128) and once with R = float (complex64, _c64). */
+
+/* Per-thread scratch: the adjoint of a dense k >= 3 matrix, its sparse rows, the overlap
+ * matrix of the adjoint sweep (heap: sized by the widest gate of the call). */
+typedef struct {
+    R *u, *vr, *vi;
+    int *cols, *ptr, *rows, *er, *ec;
+    double *m;
+} SFX(scratch_t);
+
+/* Per-call context: the decoded gates, and for coded gates the angles and a per-thread
+ * workspace (ws_off[i]: offset of gate i's workspace, wsize reals per thread; whdr: the
+ * angles the workspace holds and its state, 4 doubles per gate and thread). */
+typedef struct {
+    gate_t *gates;
+    i64 ngates;
+    const double *theta;
+    i64 tstride, wsize, *ws_off;
+    R *ws;
+    double *whdr;
+    SFX(scratch_t) *scr;
+    void *scr_mem;
+    R *tbuf;        /* per thread: two tiles (psi, lam) of 2^(TILE_LOW + TILE_HIGH) amplitudes */
+    int tiles;      /* 0 off, 1 where they pay off, 2 always (tests) */
+} SFX(ctx_t);
+
+static const R *SFX(data_of)(const gate_t *g, i64 b) {
+    return (const R *)g->data + 2 * g->stride * b;
+}
+
+/* The matrix (or diagonal) to apply: u itself, or its adjoint written into buf. */
+static const R *SFX(effective)(const gate_t *g, const R *u, int dag, R *buf) {
+    if (!dag || g->kind == K_FLIP || g->kind == K_SWAP) return u;
+    int d = 1 << g->k;
+    if (g->kind == K_DIAG) {
+        for (int m = 0; m < d; m++) { buf[2 * m] = u[2 * m]; buf[2 * m + 1] = -u[2 * m + 1]; }
+        return buf;
+    }
+    for (int r = 0; r < d; r++)
+        for (int c = 0; c < d; c++) {
+            buf[2 * (r * d + c)] = u[2 * (c * d + r)];
+            buf[2 * (r * d + c) + 1] = -u[2 * (c * d + r) + 1];
+        }
+    return buf;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* one-qubit gates without controls: block loops                                              */
+
+/* The two amplitudes of a pair are W reals apart inside blocks of 2W reals (W = 2^(p+1)).
+ * With W a compile-time constant (p <= 7) the body is unrolled and vectorised over the block
+ * (the group loops would walk such short runs one complex number at a time). Blocks
+ * [j0, j1), reals [E0, E1) of each half. */
+#define BLOCK_1Q(W, E0, E1, BODY)                                                              \
+    do {                                                                                       \
+        for (i64 j = j0; j < j1; j++) {                                                        \
+            R *restrict x = s + 2 * (i64)(W) * j, *restrict y = x + (W);                       \
+            for (i64 e = (E0); e < (E1); e += 2) {                                             \
+                R a0r = x[e], a0i = x[e + 1], a1r = y[e], a1i = y[e + 1];                      \
+                BODY                                                                           \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+#define DENSE_1Q_BODY                                                                          \
+    x[e] = m00r * a0r - m00i * a0i + m01r * a1r - m01i * a1i;                                  \
+    x[e + 1] = m00r * a0i + m00i * a0r + m01r * a1i + m01i * a1r;                              \
+    y[e] = m10r * a0r - m10i * a0i + m11r * a1r - m11i * a1i;                                  \
+    y[e + 1] = m10r * a0i + m10i * a0r + m11r * a1i + m11i * a1r;
+#define DIAG_1Q_BODY                                                                           \
+    x[e] = d0r * a0r - d0i * a0i; x[e + 1] = d0r * a0i + d0i * a0r;                            \
+    y[e] = d1r * a1r - d1i * a1i; y[e + 1] = d1r * a1i + d1i * a1r;
+#define SWITCH_1Q(BODY)                                                                        \
+    if (e0 != 0 || e1 != w) { BLOCK_1Q(w, e0, e1, BODY); return; }                             \
+    switch (p) {                                                                               \
+    case 0: BLOCK_1Q(2, 0, 2, BODY); break;                                                    \
+    case 1: BLOCK_1Q(4, 0, 4, BODY); break;                                                    \
+    case 2: BLOCK_1Q(8, 0, 8, BODY); break;                                                    \
+    case 3: BLOCK_1Q(16, 0, 16, BODY); break;                                                  \
+    case 4: BLOCK_1Q(32, 0, 32, BODY); break;                                                  \
+    case 5: BLOCK_1Q(64, 0, 64, BODY); break;                                                  \
+    case 6: BLOCK_1Q(128, 0, 128, BODY); break;                                                \
+    case 7: BLOCK_1Q(256, 0, 256, BODY); break;                                                \
+    default: BLOCK_1Q(w, 0, w, BODY);                                                          \
+    }
+
+static void SFX(dense_1q_part)(R *restrict s, int p, const R *u, i64 j0, i64 j1, i64 e0,
+                               i64 e1) {
+    const R m00r = u[0], m00i = u[1], m01r = u[2], m01i = u[3];
+    const R m10r = u[4], m10i = u[5], m11r = u[6], m11i = u[7];
+    const i64 w = (i64)2 << p;
+    SWITCH_1Q(DENSE_1Q_BODY)
+}
+
+static void SFX(diag_1q_part)(R *restrict s, int p, const R *u, i64 j0, i64 j1, i64 e0,
+                              i64 e1) {
+    const R d0r = u[0], d0i = u[1], d1r = u[2], d1i = u[3];
+    const i64 w = (i64)2 << p;
+    SWITCH_1Q(DIAG_1Q_BODY)
+}
+
+/* A one-qubit gate on bit p of 2^nbits amplitudes, split over par threads for a large state. */
+static void SFX(one_qubit_low)(R *s, int nbits, int p, const R *u, int diag, int par) {
+    const i64 nblk = (i64)1 << (nbits - 1 - p), w = (i64)2 << p;
+    if (par > 1 && nbits >= PAR_MIN_BITS) {
+#pragma omp parallel num_threads(par)
+        {
+            i64 j0, j1, e0, e1;
+            split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
+            if (diag) SFX(diag_1q_part)(s, p, u, j0, j1, e0, e1);
+            else SFX(dense_1q_part)(s, p, u, j0, j1, e0, e1);
+        }
+        return;
+    }
+    if (diag) SFX(diag_1q_part)(s, p, u, 0, nblk, 0, w);
+    else SFX(dense_1q_part)(s, p, u, 0, nblk, 0, w);
+}
+
+
+/* ---------------------------------------------------------------------------------------- */
+/* one-qubit gates on the lowest bits (0-2), any controls: lanes of 8-amplitude groups         */
+
+/* A one-qubit gate (dense, diagonal or flip) whose target p < 3 pairs amplitudes inside every
+ * group of 8 (16 reals): with P = 2 << p, out[e] = A[e] v[e] + B[e] v[e^1] + C[e] v[e^P] +
+ * D[e] v[e^P^1] with per-lane coefficients (the identity on lanes whose low control bits are
+ * not all 1), so the compiler keeps a group in vector registers and permutes within them;
+ * groups whose high control bits (>= 3) are not all 1 are never touched. */
+static void SFX(lane_coeffs)(const gate_t *g, const R *u, int p, R *A, R *B, R *C, R *D) {
+    const int lo = (int)(g->cmask & 7);
+    for (int m = 0; m < 8; m++) {
+        int b = (m >> p) & 1, on = (m & lo) == lo;
+        R ur = 1, ui = 0, vr = 0, vi = 0;  /* U[b][b] and U[b][1-b] */
+        if (on && g->kind == K_DENSE) {
+            ur = u[2 * (3 * b)]; ui = u[2 * (3 * b) + 1];
+            vr = u[2 * (2 * b + 1 - b)]; vi = u[2 * (2 * b + 1 - b) + 1];
+        } else if (on && g->kind == K_DIAG) {
+            ur = u[2 * b]; ui = u[2 * b + 1];
+        } else if (on) {  /* flip */
+            ur = 0; vr = 1;
+        }
+        A[2 * m] = ur; B[2 * m] = -ui; C[2 * m] = vr; D[2 * m] = -vi;
+        A[2 * m + 1] = ur; B[2 * m + 1] = ui; C[2 * m + 1] = vr; D[2 * m + 1] = vi;
+    }
+}
+
+#define LANE_BODY(P, TERMS)                                                                    \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        i64 G = j;                                                                             \
+        for (int q = 0; q < nh; q++)                                                           \
+            G = ((G >> hb[q]) << (hb[q] + 1)) | ((i64)1 << hb[q]) | (G & (((i64)1 << hb[q]) - 1)); \
+        R *restrict v = s + 16 * G;                                                            \
+        R t[16];                                                                               \
+        for (int e = 0; e < 16; e++) t[e] = TERMS;                                             \
+        for (int e = 0; e < 16; e++) v[e] = t[e];                                              \
+    }
+
+#define LANE_FULL(P) A[e] * v[e] + B[e] * v[e ^ 1] + C[e] * v[e ^ (P)] + D[e] * v[e ^ (P) ^ 1]
+#define LANE_DIAG A[e] * v[e] + B[e] * v[e ^ 1]
+
+static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A, const R *B, const R *C,
+                           const R *D, const int *hb, int nh, i64 j0, i64 j1) {
+    if (diag) {  /* diagonal: no partner terms */
+        LANE_BODY(2, LANE_DIAG);
+        return;
+    }
+    switch (p) {
+    case 0: LANE_BODY(2, LANE_FULL(2)); break;
+    case 1: LANE_BODY(4, LANE_FULL(4)); break;
+    default: LANE_BODY(8, LANE_FULL(8)); break;
+    }
+}
+
+static void SFX(lane_1q)(R *s, int nbits, const gate_t *g, const R *u, int par) {
+    int p = __builtin_ctzll((unsigned long long)g->tmask), hb[64], nh = 0;
+    R A[16], B[16], C[16], D[16];
+    SFX(lane_coeffs)(g, u, p, A, B, C, D);
+    for (int b = 3; b < 63; b++)
+        if ((g->cmask >> b) & 1) hb[nh++] = b - 3;  /* group-index bits forced to 1 */
+    const i64 ngroups = (i64)1 << (nbits - 3 - nh);
+    if (par > 1 && nbits >= PAR_MIN_BITS) {
+#pragma omp parallel num_threads(par)
+        {
+            i64 j0, j1;
+            share(ngroups, THREAD_ID, NUM_THREADS, &j0, &j1);
+            SFX(lane_part)(s, p, g->kind == K_DIAG, A, B, C, D, hb, nh, j0, j1);
+        }
+        return;
+    }
+    SFX(lane_part)(s, p, g->kind == K_DIAG, A, B, C, D, hb, nh, 0, ngroups);
+}
+
+/* X on bit p with at most one control bit c (-1: none), in the block layout: swap the two
+ * halves of each block whose control is set, as contiguous runs of reals. */
+static void SFX(swap_run)(R *restrict x, R *restrict y, i64 len) {
+    for (i64 e = 0; e < len; e++) {
+        R t = x[e];
+        x[e] = y[e];
+        y[e] = t;
+    }
+}
+
+static void SFX(flip_part)(R *s, int p, int c, i64 j0, i64 j1) {
+    const i64 w = (i64)2 << p;  /* reals per half block */
+    if (c < 0 || c > p) {
+        const i64 cb = c < 0 ? 0 : (i64)1 << (c - p - 1);
+        for (i64 j = j0; j < j1; j++)
+            if (!cb || (j & cb)) SFX(swap_run)(s + 2 * w * j, s + 2 * w * j + w, w);
+        return;
+    }
+    if (c < 2 && w >= 16) {  /* control on bit 0 or 1: masked swaps of 8-amplitude groups */
+        for (i64 j = j0; j < j1; j++) {
+            R *restrict x = s + 2 * w * j, *restrict y = x + w;
+            for (i64 e = 0; e < w; e += 16)
+                for (int l = 0; l < 16; l++) {
+                    int on = (l >> (c + 1)) & 1;
+                    R xv = x[e + l], yv = y[e + l];
+                    x[e + l] = on ? yv : xv;
+                    y[e + l] = on ? xv : yv;
+                }
+        }
+        return;
+    }
+    const i64 run = (i64)2 << c;  /* reals: 2^c amplitudes with the control set */
+    for (i64 j = j0; j < j1; j++)
+        for (i64 r = run; r < w; r += 2 * run)
+            SFX(swap_run)(s + 2 * w * j + r, s + 2 * w * j + w + r, run);
+}
+
+static void SFX(flip_1q_low)(R *s, int nbits, int p, int c, int par) {
+    const i64 nblk = (i64)1 << (nbits - 1 - p);
+    if (par > 1 && nbits >= PAR_MIN_BITS && nblk >= par) {
+#pragma omp parallel num_threads(par)
+        {
+            i64 j0, j1;
+            share(nblk, THREAD_ID, NUM_THREADS, &j0, &j1);
+            SFX(flip_part)(s, p, c, j0, j1);
+        }
+        return;
+    }
+    SFX(flip_part)(s, p, c, 0, nblk);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* any gate                                                                                   */
+
+/* Apply gate g with data u (this binding's) to the 2^nbits amplitudes at st. */
+static void SFX(apply_range)(R *st, int nbits, const gate_t *g, const R *u_in, int dag,
+                             int par_, SFX(scratch_t) *sc) {
+    R small[32];
+    const R *u = SFX(effective)(g, u_in, dag, g->k <= 2 ? small : sc->u);
+    R *restrict s = st;
+    if (g->k == 1 && g->tmask < 8 && nbits >= 3 + __builtin_popcountll(g->cmask >> 3) &&
+        (g->cmask >> nbits) == 0 && !(g->kind == K_DIAG && g->cmask == 0)) {
+        SFX(lane_1q)(s, nbits, g, u, par_);
+        return;
+    }
+    if (g->kind == K_FLIP && g->k == 1 && __builtin_popcountll(g->cmask) <= 1) {
+        int p = __builtin_ctzll(g->tmask), c = g->cmask ? __builtin_ctzll(g->cmask) : -1;
+        i64 nblk = (i64)1 << (nbits - 1 - p);
+        if (nbits > p && nbits > c && (par_ <= 1 || nblk >= par_)) {
+            SFX(flip_1q_low)(s, nbits, p, c, par_);
+            return;
+        }
+    }
+    if (g->k == 1 && g->cmask == 0 && nbits > g->special[0] &&
+        (g->kind == K_DENSE || g->kind == K_DIAG)) {
+        SFX(one_qubit_low)(s, nbits, g->special[0], u, g->kind == K_DIAG, par_);
+        return;
+    }
+    if (g->kind == K_DENSE && g->k == 1) {
+        const i64 o1 = g->off[1];
+        const R m00r = u[0], m00i = u[1], m01r = u[2], m01i = u[3];
+        const R m10r = u[4], m10i = u[5], m11r = u[6], m11i = u[7];
+        FOR_GROUPS_ANY(g, nbits, {
+            R a0r = RE(s, base), a0i = IM(s, base);
+            R a1r = RE(s, base + o1), a1i = IM(s, base + o1);
+            RE(s, base) = m00r * a0r - m00i * a0i + m01r * a1r - m01i * a1i;
+            IM(s, base) = m00r * a0i + m00i * a0r + m01r * a1i + m01i * a1r;
+            RE(s, base + o1) = m10r * a0r - m10i * a0i + m11r * a1r - m11i * a1i;
+            IM(s, base + o1) = m10r * a0i + m10i * a0r + m11r * a1i + m11i * a1r;
+        });
+    } else if (g->kind == K_DENSE && g->k == 2) {
+        /* two-qubit gates (Ising, Givens, iSWAP, ...): a fixed 4x4 body the compiler vectorises
+         * over the contiguous amplitudes, instead of the generic loops */
+        const i64 o1 = g->off[1], o2 = g->off[2], o3 = g->off[3];
+        R mr[16], mi[16];
+        for (int e = 0; e < 16; e++) { mr[e] = u[2 * e]; mi[e] = u[2 * e + 1]; }
+        FOR_GROUPS_ANY(g, nbits, {
+            R ar[4], ai[4];
+            ar[0] = RE(s, base); ai[0] = IM(s, base);
+            ar[1] = RE(s, base + o1); ai[1] = IM(s, base + o1);
+            ar[2] = RE(s, base + o2); ai[2] = IM(s, base + o2);
+            ar[3] = RE(s, base + o3); ai[3] = IM(s, base + o3);
+            R yr[4], yi[4];
+            for (int r = 0; r < 4; r++) {
+                yr[r] = mr[4 * r] * ar[0] - mi[4 * r] * ai[0] + mr[4 * r + 1] * ar[1]
+                      - mi[4 * r + 1] * ai[1] + mr[4 * r + 2] * ar[2] - mi[4 * r + 2] * ai[2]
+                      + mr[4 * r + 3] * ar[3] - mi[4 * r + 3] * ai[3];
+                yi[r] = mr[4 * r] * ai[0] + mi[4 * r] * ar[0] + mr[4 * r + 1] * ai[1]
+                      + mi[4 * r + 1] * ar[1] + mr[4 * r + 2] * ai[2] + mi[4 * r + 2] * ar[2]
+                      + mr[4 * r + 3] * ai[3] + mi[4 * r + 3] * ar[3];
+            }
+            RE(s, base) = yr[0]; IM(s, base) = yi[0];
+            RE(s, base + o1) = yr[1]; IM(s, base + o1) = yi[1];
+            RE(s, base + o2) = yr[2]; IM(s, base + o2) = yi[2];
+            RE(s, base + o3) = yr[3]; IM(s, base + o3) = yi[3];
+        });
+    } else if (g->kind == K_DENSE) {
+        /* k >= 3: only the rows that differ from the identity, only their nonzero entries
+         * (a DoubleExcitation touches 2 of its 16 amplitudes: 4 products, not 256) */
+        const int d = 1 << g->k;
+        int nact = 0, nnz = 0, *ptr = sc->ptr, *rows = sc->rows, *cols = sc->cols;
+        R *vr = sc->vr, *vi = sc->vi;
+        ptr[0] = 0;
+        for (int r = 0; r < d; r++) {
+            int start = nnz, ident = 1;
+            for (int c = 0; c < d; c++) {
+                R re = u[2 * (r * d + c)], im = u[2 * (r * d + c) + 1];
+                if (re != 0 || im != 0) {
+                    cols[nnz] = c; vr[nnz] = re; vi[nnz] = im; nnz++;
+                    if (c != r || re != 1 || im != 0) ident = 0;
+                } else if (c == r) {
+                    ident = 0;
+                }
+            }
+            if (ident) { nnz = start; continue; }
+            rows[nact++] = r;
+            ptr[nact] = nnz;
+        }
+        if (nact == 0) return;
+        FOR_GROUPS_ANY(g, nbits, {
+            R xr[1 << MAXK], xi[1 << MAXK], yr[1 << MAXK], yi[1 << MAXK];
+            for (int m = 0; m < d; m++) { xr[m] = RE(s, base + g->off[m]); xi[m] = IM(s, base + g->off[m]); }
+            for (int a = 0; a < nact; a++) {
+                R ar = 0, ai = 0;
+                for (int e = ptr[a]; e < ptr[a + 1]; e++) {
+                    ar += vr[e] * xr[cols[e]] - vi[e] * xi[cols[e]];
+                    ai += vr[e] * xi[cols[e]] + vi[e] * xr[cols[e]];
+                }
+                yr[a] = ar; yi[a] = ai;
+            }
+            for (int a = 0; a < nact; a++) {
+                RE(s, base + g->off[rows[a]]) = yr[a];
+                IM(s, base + g->off[rows[a]]) = yi[a];
+            }
+        });
+    } else if (g->kind == K_DIAG && g->k == 1) {
+        const i64 o1 = g->off[1];
+        const R d0r = u[0], d0i = u[1], d1r = u[2], d1i = u[3];
+        if (d0r == 1 && d0i == 0) {  /* a phase on the 1 half only (CZ, CP, S, T): half the reads */
+            FOR_GROUPS_ANY(g, nbits, {
+                R a1r = RE(s, base + o1), a1i = IM(s, base + o1);
+                RE(s, base + o1) = d1r * a1r - d1i * a1i;
+                IM(s, base + o1) = d1r * a1i + d1i * a1r;
+            });
+        } else {
+            FOR_GROUPS_ANY(g, nbits, {
+                R a0r = RE(s, base), a0i = IM(s, base);
+                R a1r = RE(s, base + o1), a1i = IM(s, base + o1);
+                RE(s, base) = d0r * a0r - d0i * a0i;
+                IM(s, base) = d0r * a0i + d0i * a0r;
+                RE(s, base + o1) = d1r * a1r - d1i * a1i;
+                IM(s, base + o1) = d1r * a1i + d1i * a1r;
+            });
+        }
+    } else if (g->kind == K_DIAG) {
+        const int d = 1 << g->k;
+        FOR_GROUPS_ANY(g, nbits, {
+            for (int m = 0; m < d; m++) {
+                i64 i = base + g->off[m];
+                R ar = RE(s, i), ai = IM(s, i);
+                RE(s, i) = u[2 * m] * ar - u[2 * m + 1] * ai;
+                IM(s, i) = u[2 * m] * ai + u[2 * m + 1] * ar;
+            }
+        });
+    } else if (g->kind == K_FLIP && g->k == 1) {
+        const i64 o1 = g->off[1];
+        FOR_GROUPS_ANY(g, nbits, {
+            R tr = RE(s, base), ti = IM(s, base);
+            RE(s, base) = RE(s, base + o1); IM(s, base) = IM(s, base + o1);
+            RE(s, base + o1) = tr; IM(s, base + o1) = ti;
+        });
+    } else if (g->kind == K_FLIP) {
+        const int d = 1 << g->k;
+        FOR_GROUPS_ANY(g, nbits, {
+            for (int m = 0; m < d / 2; m++) {
+                i64 i = base + g->off[m], j = base + g->off[d - 1 - m];
+                R tr = RE(s, i), ti = IM(s, i);
+                RE(s, i) = RE(s, j); IM(s, i) = IM(s, j);
+                RE(s, j) = tr; IM(s, j) = ti;
+            }
+        });
+    } else { /* K_SWAP */
+        const i64 o1 = g->off[1], o2 = g->off[2];
+        FOR_GROUPS_ANY(g, nbits, {
+            R tr = RE(s, base + o1), ti = IM(s, base + o1);
+            RE(s, base + o1) = RE(s, base + o2); IM(s, base + o1) = IM(s, base + o2);
+            RE(s, base + o2) = tr; IM(s, base + o2) = ti;
+        });
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* overlaps <lam| . |psi> for the adjoint sweep                                               */
+
+/* The one-qubit overlap sums of a gate on bit p without controls, in the block layout of
+ * dense_1q_part: the sums run over the interleaved reals as real dot products (Re: l * p,
+ * Im: l * swapped p with signs), in per-lane double accumulators the compiler keeps in
+ * vector registers. out: (M00, M01, M10, M11) complex. */
+#define OVERLAP_TERMS(e, q)                                                                    \
+    rr00[q] += lx[e] * px[e]; rr00[q + 1] += lx[e + 1] * px[e + 1];                            \
+    ri00[q] += lx[e] * px[e + 1]; ri00[q + 1] -= lx[e + 1] * px[e];                            \
+    rr01[q] += lx[e] * py[e]; rr01[q + 1] += lx[e + 1] * py[e + 1];                            \
+    ri01[q] += lx[e] * py[e + 1]; ri01[q + 1] -= lx[e + 1] * py[e];                            \
+    rr10[q] += ly[e] * px[e]; rr10[q + 1] += ly[e + 1] * px[e + 1];                            \
+    ri10[q] += ly[e] * px[e + 1]; ri10[q + 1] -= ly[e + 1] * px[e];                            \
+    rr11[q] += ly[e] * py[e]; rr11[q + 1] += ly[e + 1] * py[e + 1];                            \
+    ri11[q] += ly[e] * py[e + 1]; ri11[q + 1] -= ly[e + 1] * py[e];
+#define OVERLAP_BLOCK(W, E0, E1)                                                               \
+    do {                                                                                       \
+        for (i64 j = j0; j < j1; j++) {                                                        \
+            const R *restrict lx = lam + 2 * (i64)(W) * j, *restrict ly = lx + (W);            \
+            const R *restrict px = psi + 2 * (i64)(W) * j, *restrict py = px + (W);            \
+            if ((W) < 8) {                                                                     \
+                for (int e = 0; e < (W); e += 2) { OVERLAP_TERMS(e, e) }                       \
+            } else {                                                                           \
+                for (i64 e0_ = (E0); e0_ < (E1); e0_ += 8)                                     \
+                    for (int q = 0; q < 8; q += 2) { OVERLAP_TERMS(e0_ + q, q) }               \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+#define LANES_SUM(v)                                                                           \
+    for (int q = 0; q < 8; q++) {                                                              \
+        v[0] += rr00[q]; v[1] += ri00[q]; v[2] += rr01[q]; v[3] += ri01[q];                    \
+        v[4] += rr10[q]; v[5] += ri10[q]; v[6] += rr11[q]; v[7] += ri11[q];                    \
+    }
+
+static void SFX(overlap_1q_part)(const R *restrict lam, const R *restrict psi, int p, i64 j0,
+                                 i64 j1, i64 e0, i64 e1, double *out) {
+    double rr00[8] = {0}, ri00[8] = {0}, rr01[8] = {0}, ri01[8] = {0};
+    double rr10[8] = {0}, ri10[8] = {0}, rr11[8] = {0}, ri11[8] = {0};
+    const i64 w = (i64)2 << p;
+    if (e0 != 0 || e1 != w) {
+        OVERLAP_BLOCK(w, e0, e1);
+    } else {
+        switch (p) {
+        case 0: OVERLAP_BLOCK(2, 0, 2); break;
+        case 1: OVERLAP_BLOCK(4, 0, 4); break;
+        case 2: OVERLAP_BLOCK(8, 0, 8); break;
+        case 3: OVERLAP_BLOCK(16, 0, 16); break;
+        case 4: OVERLAP_BLOCK(32, 0, 32); break;
+        case 5: OVERLAP_BLOCK(64, 0, 64); break;
+        case 6: OVERLAP_BLOCK(128, 0, 128); break;
+        case 7: OVERLAP_BLOCK(256, 0, 256); break;
+        default: OVERLAP_BLOCK(w, 0, w);
+        }
+    }
+    for (int e = 0; e < 8; e++) out[e] = 0;
+    LANES_SUM(out)
+}
+
+/* out: M (diag: M00, M11 only) of a one-qubit gate on bit p, split over par threads. */
+static void SFX(overlap_1q_low)(const R *lam, const R *psi, int nbits, int p, int diag,
+                                double *out, int par) {
+    const i64 nblk = (i64)1 << (nbits - 1 - p), w = (i64)2 << p;
+    double v[8] = {0};
+    if (par > 1 && nbits >= PAR_MIN_BITS) {
+#pragma omp parallel num_threads(par)
+        {
+            i64 j0, j1, e0, e1;
+            double part[8];
+            split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
+            SFX(overlap_1q_part)(lam, psi, p, j0, j1, e0, e1, part);
+#pragma omp critical
+            for (int e = 0; e < 8; e++) v[e] += part[e];
+        }
+    } else {
+        SFX(overlap_1q_part)(lam, psi, p, 0, nblk, 0, w, v);
+    }
+    if (diag) {
+        out[0] = v[0]; out[1] = v[1]; out[2] = v[6]; out[3] = v[7];
+    } else {
+        for (int e = 0; e < 8; e++) out[e] = v[e];
+    }
+}
+
+/* One whole adjoint step of an uncontrolled dense one-qubit gate on bit p, in ONE pass over
+ * psi and lam: M[r][c] += conj(lam[r]) psi[c] on the values BEFORE the step (then
+ * <lam| dU |U^dag psi> = sum_rc (dU U^dag)[r][c] M[r][c]), psi <- V psi and, when do_lam,
+ * lam <- V lam, with V = U^dag given in v (2x2 complex). Lane accumulators as in
+ * overlap_1q_part. */
+#define STEP_TERMS(e, q)                                                                       \
+    {                                                                                          \
+        R a0r = px[e], a0i = px[e + 1], a1r = py[e], a1i = py[e + 1];                          \
+        R l0r = lx[e], l0i = lx[e + 1], l1r = ly[e], l1i = ly[e + 1];                          \
+        rr00[q] += l0r * a0r; rr00[q + 1] += l0i * a0i;                                        \
+        ri00[q] += l0r * a0i; ri00[q + 1] -= l0i * a0r;                                        \
+        rr01[q] += l0r * a1r; rr01[q + 1] += l0i * a1i;                                        \
+        ri01[q] += l0r * a1i; ri01[q + 1] -= l0i * a1r;                                        \
+        rr10[q] += l1r * a0r; rr10[q + 1] += l1i * a0i;                                        \
+        ri10[q] += l1r * a0i; ri10[q + 1] -= l1i * a0r;                                        \
+        rr11[q] += l1r * a1r; rr11[q + 1] += l1i * a1i;                                        \
+        ri11[q] += l1r * a1i; ri11[q + 1] -= l1i * a1r;                                        \
+        px[e] = v00r * a0r - v00i * a0i + v01r * a1r - v01i * a1i;                             \
+        px[e + 1] = v00r * a0i + v00i * a0r + v01r * a1i + v01i * a1r;                         \
+        py[e] = v10r * a0r - v10i * a0i + v11r * a1r - v11i * a1i;                             \
+        py[e + 1] = v10r * a0i + v10i * a0r + v11r * a1i + v11i * a1r;                         \
+        if (DO_LAM) {                                                                          \
+            lx[e] = v00r * l0r - v00i * l0i + v01r * l1r - v01i * l1i;                         \
+            lx[e + 1] = v00r * l0i + v00i * l0r + v01r * l1i + v01i * l1r;                     \
+            ly[e] = v10r * l0r - v10i * l0i + v11r * l1r - v11i * l1i;                         \
+            ly[e + 1] = v10r * l0i + v10i * l0r + v11r * l1i + v11i * l1r;                     \
+        }                                                                                      \
+    }
+#define STEP_BLOCK(W, E0, E1)                                                                  \
+    do {                                                                                       \
+        for (i64 j = j0; j < j1; j++) {                                                        \
+            R *restrict lx = lam + 2 * (i64)(W) * j, *restrict ly = lx + (W);                  \
+            R *restrict px = psi + 2 * (i64)(W) * j, *restrict py = px + (W);                  \
+            if ((W) < 8) {                                                                     \
+                for (int e = 0; e < (W); e += 2) STEP_TERMS(e, e)                              \
+            } else {                                                                           \
+                for (i64 e0_ = (E0); e0_ < (E1); e0_ += 8)                                     \
+                    for (int q = 0; q < 8; q += 2) STEP_TERMS(e0_ + q, q)                      \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+#define STEP_SWITCH                                                                            \
+    if (e0 != 0 || e1 != w) {                                                                  \
+        STEP_BLOCK(w, e0, e1);                                                                 \
+    } else {                                                                                   \
+        switch (p) {                                                                           \
+        case 0: STEP_BLOCK(2, 0, 2); break;                                                    \
+        case 1: STEP_BLOCK(4, 0, 4); break;                                                    \
+        case 2: STEP_BLOCK(8, 0, 8); break;                                                    \
+        case 3: STEP_BLOCK(16, 0, 16); break;                                                  \
+        case 4: STEP_BLOCK(32, 0, 32); break;                                                  \
+        case 5: STEP_BLOCK(64, 0, 64); break;                                                  \
+        case 6: STEP_BLOCK(128, 0, 128); break;                                                \
+        case 7: STEP_BLOCK(256, 0, 256); break;                                                \
+        default: STEP_BLOCK(w, 0, w);                                                          \
+        }                                                                                      \
+    }
+
+static void SFX(step_1q_part)(R *restrict psi, R *restrict lam, int p, const R *v, int do_lam,
+                              i64 j0, i64 j1, i64 e0, i64 e1, double *out) {
+    double rr00[8] = {0}, ri00[8] = {0}, rr01[8] = {0}, ri01[8] = {0};
+    double rr10[8] = {0}, ri10[8] = {0}, rr11[8] = {0}, ri11[8] = {0};
+    const R v00r = v[0], v00i = v[1], v01r = v[2], v01i = v[3];
+    const R v10r = v[4], v10i = v[5], v11r = v[6], v11i = v[7];
+    const i64 w = (i64)2 << p;
+    if (do_lam) {
+#define DO_LAM 1
+        STEP_SWITCH
+#undef DO_LAM
+    } else {
+#define DO_LAM 0
+        STEP_SWITCH
+#undef DO_LAM
+    }
+    for (int e = 0; e < 8; e++) out[e] = 0;
+    LANES_SUM(out)
+}
+
+static void SFX(adjoint_step_1q)(R *psi, R *lam, int nbits, int p, const R *v, int do_lam,
+                                 double *out, int par) {
+    const i64 nblk = (i64)1 << (nbits - 1 - p), w = (i64)2 << p;
+    if (par > 1 && nbits >= PAR_MIN_BITS) {
+        for (int e = 0; e < 8; e++) out[e] = 0;
+#pragma omp parallel num_threads(par)
+        {
+            i64 j0, j1, e0, e1;
+            double part[8];
+            split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
+            SFX(step_1q_part)(psi, lam, p, v, do_lam, j0, j1, e0, e1, part);
+#pragma omp critical
+            for (int e = 0; e < 8; e++) out[e] += part[e];
+        }
+        return;
+    }
+    SFX(step_1q_part)(psi, lam, p, v, do_lam, 0, nblk, 0, w, out);
+}
+
+/* 2x2 complex product c = a b (a: R, b: R, c: double) */
+static void SFX(mul2)(const R *a, const R *b, double *c) {
+    for (int r = 0; r < 2; r++)
+        for (int k = 0; k < 2; k++) {
+            double re = 0, im = 0;
+            for (int t = 0; t < 2; t++) {
+                double ar = a[2 * (2 * r + t)], ai = a[2 * (2 * r + t) + 1];
+                double br = b[2 * (2 * t + k)], bi = b[2 * (2 * t + k) + 1];
+                re += ar * br - ai * bi;
+                im += ar * bi + ai * br;
+            }
+            c[2 * (2 * r + k)] = re;
+            c[2 * (2 * r + k) + 1] = im;
+        }
+}
+
+#define OVERLAP_PAIR(l, p, r, c)                                                               \
+    sr[4 * (r) + (c)] += (double)lr[r] * pr[c] + (double)li[r] * pi[c];                        \
+    si[4 * (r) + (c)] += (double)lr[r] * pi[c] - (double)li[r] * pr[c];
+
+/* Overlap matrix M[r][c] = sum over groups conj(lam[r]) psi[c] (only r == c, in M[r], for a
+ * diagonal geometry), written to out (complex, d*d or d entries). For k >= 3 dense gates,
+ * ``need`` (the derivative matrix) restricts the sums to its nonzero entries, others are 0. */
+static void SFX(overlap_matrix)(const R *lam, const R *psi, int nbits, const gate_t *g,
+                                double *out, int par_, const R *need, SFX(scratch_t) *sc) {
+    const int d = 1 << g->k;
+    const int diag = g->kind == K_DIAG;
+    if (g->k == 1 && g->cmask == 0 && nbits > g->special[0]) {
+        SFX(overlap_1q_low)(lam, psi, nbits, g->special[0], diag, out, par_);
+        return;
+    }
+    if (g->k == 1) {
+        const i64 o1 = g->off[1];
+        double s00r = 0, s00i = 0, s01r = 0, s01i = 0, s10r = 0, s10i = 0, s11r = 0, s11i = 0;
+#define OVERLAP_1Q_BODY                                                                        \
+    {                                                                                          \
+        double l0r = RE(lam, base), l0i = IM(lam, base);                                       \
+        double l1r = RE(lam, base + o1), l1i = IM(lam, base + o1);                             \
+        double p0r = RE(psi, base), p0i = IM(psi, base);                                       \
+        double p1r = RE(psi, base + o1), p1i = IM(psi, base + o1);                             \
+        s00r += l0r * p0r + l0i * p0i; s00i += l0r * p0i - l0i * p0r;                          \
+        s11r += l1r * p1r + l1i * p1i; s11i += l1r * p1i - l1i * p1r;                          \
+        s01r += l0r * p1r + l0i * p1i; s01i += l0r * p1i - l0i * p1r;                          \
+        s10r += l1r * p0r + l1i * p0i; s10i += l1r * p0i - l1i * p0r;                          \
+    }
+        if (par_ > 1) {  /* one large state: split the sums over threads */
+            FOR_GROUPS_(g, nbits, _Pragma("omp parallel for num_threads(par_) schedule(static) \
+reduction(+: s00r, s00i, s01r, s01i, s10r, s10i, s11r, s11i)"), OVERLAP_1Q_BODY);
+        } else {
+            FOR_GROUPS(g, nbits, OVERLAP_1Q_BODY);
+        }
+#undef OVERLAP_1Q_BODY
+        if (diag) {
+            out[0] = s00r; out[1] = s00i; out[2] = s11r; out[3] = s11i;
+        } else {
+            out[0] = s00r; out[1] = s00i; out[2] = s01r; out[3] = s01i;
+            out[4] = s10r; out[5] = s10i; out[6] = s11r; out[7] = s11i;
+        }
+        return;
+    }
+    if (g->k == 2 && !diag) {
+        const i64 o1 = g->off[1], o2 = g->off[2], o3 = g->off[3];
+        double sr[16] = {0}, si[16] = {0};
+#define OVERLAP_2Q_BODY                                                                        \
+    {                                                                                          \
+        R lr[4], li[4], pr[4], pi[4];                                                          \
+        lr[0] = RE(lam, base); li[0] = IM(lam, base);                                          \
+        lr[1] = RE(lam, base + o1); li[1] = IM(lam, base + o1);                                \
+        lr[2] = RE(lam, base + o2); li[2] = IM(lam, base + o2);                                \
+        lr[3] = RE(lam, base + o3); li[3] = IM(lam, base + o3);                                \
+        pr[0] = RE(psi, base); pi[0] = IM(psi, base);                                          \
+        pr[1] = RE(psi, base + o1); pi[1] = IM(psi, base + o1);                                \
+        pr[2] = RE(psi, base + o2); pi[2] = IM(psi, base + o2);                                \
+        pr[3] = RE(psi, base + o3); pi[3] = IM(psi, base + o3);                                \
+        for (int r = 0; r < 4; r++)                                                            \
+            for (int c = 0; c < 4; c++) { OVERLAP_PAIR(l, p, r, c) }                           \
+    }
+        if (par_ > 1) {
+            FOR_GROUPS_(g, nbits, _Pragma("omp parallel for num_threads(par_) schedule(static) \
+reduction(+: sr[:16], si[:16])"), OVERLAP_2Q_BODY);
+        } else {
+            FOR_GROUPS(g, nbits, OVERLAP_2Q_BODY);
+        }
+#undef OVERLAP_2Q_BODY
+        for (int e = 0; e < 16; e++) { out[2 * e] = sr[e]; out[2 * e + 1] = si[e]; }
+        return;
+    }
+    int cnt = diag ? d : d * d;
+    for (int i = 0; i < 2 * cnt; i++) out[i] = 0;
+    if (!diag && need != 0) {  /* only the entries the contraction will use */
+        int ne = 0, *er = sc->er, *ec = sc->ec;
+        for (int r = 0; r < d; r++)
+            for (int c = 0; c < d; c++)
+                if (need[2 * (r * d + c)] != 0 || need[2 * (r * d + c) + 1] != 0) {
+                    er[ne] = r; ec[ne] = c; ne++;
+                }
+        FOR_GROUPS(g, nbits, {
+            for (int e = 0; e < ne; e++) {
+                i64 ir = base + g->off[er[e]], ic = base + g->off[ec[e]];
+                double lr = RE(lam, ir), li = IM(lam, ir), pr = RE(psi, ic), pi = IM(psi, ic);
+                out[2 * (er[e] * d + ec[e])] += lr * pr + li * pi;
+                out[2 * (er[e] * d + ec[e]) + 1] += lr * pi - li * pr;
+            }
+        });
+        return;
+    }
+    FOR_GROUPS(g, nbits, {
+        for (int r = 0; r < d; r++) {
+            i64 ir = base + g->off[r];
+            double lr = RE(lam, ir), li = IM(lam, ir);
+            for (int c = diag ? r : 0; c < (diag ? r + 1 : d); c++) {
+                i64 ic = base + g->off[c];
+                double pr = RE(psi, ic), pi = IM(psi, ic);
+                int e = diag ? r : r * d + c;
+                out[2 * e] += lr * pr + li * pi;
+                out[2 * e + 1] += lr * pi - li * pr;
+            }
+        }
+    });
+}
+
+/* Re sum_rc D[r][c] M[r][c] (D of the data's precision, M double) */
+static double SFX(contract)(const gate_t *g, const R *dm, const double *m) {
+    int d = 1 << g->k;
+    int cnt = g->kind == K_DIAG ? d : d * d;
+    double acc = 0;
+    for (int e = 0; e < cnt; e++) acc += (double)dm[2 * e] * m[2 * e] - (double)dm[2 * e + 1] * m[2 * e + 1];
+    return acc;
+}
+
+static double SFX(contract_d)(const double *dm, const double *m, int cnt) {
+    double acc = 0;
+    for (int e = 0; e < cnt; e++) acc += dm[2 * e] * m[2 * e] - dm[2 * e + 1] * m[2 * e + 1];
+    return acc;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* programs                                                                                  */
+
+/* Coded gate g's matrix (and with deriv its derivatives) for binding b into its workspace
+ * w = [U, dU_0, .., dU_{np-1}]; hdr = [angles (3), state] (state 0 empty, 1 U valid, 2 U and
+ * the derivatives valid, for the stored angles). */
+static const R *SFX(coded_data)(const gate_t *g, double *hdr, R *w, const double *theta,
+                                i64 tstride, i64 b, int deriv) {
+    double a[3] = {0, 0, 0}, tmp[CODED_MAX_USIZE];
+    for (int j = 0; j < g->np; j++)
+        a[j] = (g->col[j] >= 0 ? g->scale[j] * theta[b * tstride + g->col[j]] : 0.0) + g->shift[j];
+    int same = 1;
+    for (int j = 0; j < g->np; j++) same &= (a[j] == hdr[j]);
+    int have = same ? (int)hdr[3] : 0;
+    if (have < 1) {
+        gate_eval(g, a, tmp);
+        for (i64 e = 0; e < g->usize; e++) w[e] = (R)tmp[e];
+    }
+    if (deriv && have < 2)
+        for (int j = 0; j < g->np; j++) {
+            gate_deriv(g, a, j, tmp);
+            R *dst = w + g->usize * (1 + j);
+            for (i64 e = 0; e < g->usize; e++) dst[e] = (R)tmp[e];
+        }
+    if (have < 1 + deriv) {
+        for (int j = 0; j < g->np; j++) hdr[j] = a[j];
+        hdr[3] = 1 + deriv;
+    }
+    return w;
+}
+
+/* shared_cols (P entries, may be NULL): nonzero where a theta column is one value broadcast
+ * over the batch by construction, so that only the sum of its gradient over the bindings
+ * matters. Decodes nops gates and nextra slot records; scratch for nthreads threads. */
+static int SFX(ctx_init)(SFX(ctx_t) *c, const qd_program *prog, const qd_program *extra,
+                         const qd_angles *ang, i64 B, const i64 *shared_cols, int nthreads,
+                         int n, int tiles) {
+    i64 nops = prog->nops, nextra = extra ? extra->nops : 0;
+    memset(c, 0, sizeof(*c));
+    c->ngates = nops;
+    c->gates = (gate_t *)malloc((size_t)(nops + nextra + 1) * sizeof(gate_t));
+    c->ws_off = (i64 *)malloc((size_t)(nops + 1) * sizeof(i64));
+    c->theta = ang->theta;
+    c->tstride = ang->rows > 1 ? ang->P : 0;
+    i64 P = ang->theta ? ang->P : 0;
+    char *ucol = (char *)malloc((size_t)(P + 1));
+    if (!c->gates || !c->ws_off || !ucol) {
+        free(ucol);
+        return QD_ENOMEM;
+    }
+    /* columns whose value is the same in every row: their gates apply to many states at once */
+    for (i64 k = 0; k < P; k++) {
+        int same = 1;
+        if (c->tstride)
+            for (i64 b = 1; b < B && same; b++) same = c->theta[b * c->tstride + k] == c->theta[k];
+        ucol[k] = (char)same;
+    }
+    int maxk = 2;
+    c->wsize = 0;
+    for (i64 i = 0; i < nops + nextra; i++) {
+        gate_t *g = &c->gates[i];
+        if (i < nops) decode(&prog->recs[i], prog->data, RSIZE, g);
+        else decode(&extra->recs[i - nops], extra->data, RSIZE, g);
+        if (g->k > maxk) maxk = g->k;
+        if (i >= nops) continue;
+        c->ws_off[i] = c->wsize;
+        c->wsize += g->code ? g->usize * (1 + g->np) : 0;
+        g->uniform = g->code ? 1 : g->stride == 0;
+        g->gshared = g->code ? 1 : 0;
+        for (int j = 0; j < g->np; j++) {
+            if (g->col[j] < 0) continue;
+            g->uniform &= ucol[g->col[j]];
+            if ((g->tmask_p >> j) & 1)
+                g->gshared &= shared_cols ? (int)(shared_cols[g->col[j]] != 0) : 0;
+        }
+        g->gshared &= g->uniform;
+    }
+    free(ucol);
+    size_t nt = (size_t)(nthreads > 1 ? nthreads : 1);
+    if (c->wsize) {
+        c->ws = (R *)calloc((size_t)c->wsize * nt, sizeof(R));
+        c->whdr = (double *)calloc((size_t)(4 * nops) * nt, sizeof(double));
+        if (!c->ws || !c->whdr) return QD_ENOMEM;
+    }
+    /* scratch per thread, sized by the widest gate */
+    size_t dd = (size_t)1 << (2 * maxk), d = (size_t)1 << maxk;
+    size_t bytes = sizeof(R) * 4 * dd + sizeof(int) * (3 * dd + 2 * d + 1) + sizeof(double) * 2 * dd;
+    bytes = (bytes + 63) & ~(size_t)63;
+    c->scr_mem = malloc(bytes * nt + 64);
+    c->scr = (SFX(scratch_t) *)malloc(sizeof(SFX(scratch_t)) * nt);
+    if (!c->scr_mem || !c->scr) return QD_ENOMEM;
+    c->tiles = tiles;
+    if (n >= TILE_MIN_N && tiles) {
+        c->tbuf = (R *)malloc(sizeof(R) * 4 * ((size_t)1 << (TILE_LOW + TILE_HIGH)) * nt);
+        if (!c->tbuf) return QD_ENOMEM;
+    }
+    for (size_t t = 0; t < nt; t++) {
+        char *p = (char *)c->scr_mem + t * bytes;
+        SFX(scratch_t) *s = &c->scr[t];
+        s->m = (double *)p; p += sizeof(double) * 2 * dd;
+        s->u = (R *)p; p += sizeof(R) * 2 * dd;
+        s->vr = (R *)p; p += sizeof(R) * dd;
+        s->vi = (R *)p; p += sizeof(R) * dd;
+        s->cols = (int *)p; p += sizeof(int) * dd;
+        s->er = (int *)p; p += sizeof(int) * dd;
+        s->ec = (int *)p; p += sizeof(int) * dd;
+        s->ptr = (int *)p; p += sizeof(int) * (d + 1);
+        s->rows = (int *)p;
+    }
+    return QD_OK;
+}
+
+static void SFX(ctx_free)(SFX(ctx_t) *c) {
+    free(c->gates);
+    free(c->ws_off);
+    free(c->ws);
+    free(c->whdr);
+    free(c->scr);
+    free(c->scr_mem);
+    free(c->tbuf);
+}
+
+/* The data of gate i for binding b (coded gates: evaluated into this thread's workspace). */
+static const R *SFX(gate_data)(const SFX(ctx_t) *c, i64 i, i64 b, int tid, int deriv) {
+    const gate_t *g = &c->gates[i];
+    if (!g->code) return SFX(data_of)(g, b);
+    return SFX(coded_data)(g, c->whdr + 4 * (tid * c->ngates + i), c->ws + tid * c->wsize + c->ws_off[i],
+                           c->theta, c->tstride, b, deriv);
+}
+
+/* Apply gate i (or its inverse) to the tile of states st (binding b0 first). */
+static void SFX(apply_tile)(R *st, int n, int tb, const SFX(ctx_t) *c, i64 i, i64 b0, int dag,
+                            int par, int tid) {
+    const gate_t *g = &c->gates[i];
+    SFX(scratch_t) *sc = &c->scr[tid];
+    if (g->uniform) {
+        SFX(apply_range)(st, n + tb, g, SFX(gate_data)(c, i, b0, tid, 0), dag, par, sc);
+        return;
+    }
+    i64 N = (i64)1 << n;
+    for (i64 t = 0; t < ((i64)1 << tb); t++)
+        SFX(apply_range)(st + 2 * N * t, n, g, SFX(gate_data)(c, i, b0 + t, tid, 0), dag, par, sc);
+}
+
+/* Gates [i0, i1) (all with bits below cb), or their inverses in reverse order, applied chunk
+ * by chunk: one pass over memory for the whole run. ``us[i]`` is gate i's data. */
+static void SFX(run_chunked)(R *st, int n, int cb, const SFX(ctx_t) *c, const R **us, i64 i0,
+                             i64 i1, int dag, int par, int tid) {
+    i64 nch = (i64)1 << (n - cb);
+#pragma omp parallel for if (par > 1) num_threads(par) schedule(static)
+    for (i64 ch = 0; ch < nch; ch++) {
+        R *chunk = st + 2 * (ch << cb);
+        SFX(scratch_t) *sc = &c->scr[par > 1 ? THREAD_ID : tid];
+        for (i64 t = 0; t < i1 - i0; t++) {
+            i64 i = dag ? i1 - 1 - t : i0 + t;
+            SFX(apply_range)(chunk, cb, &c->gates[i], us[i], dag, 1, sc);
+        }
+    }
+}
+
+
+/* The tile buffer of thread tid (two tiles: which 0 psi, 1 lam). */
+static R *SFX(tile_buf)(const SFX(ctx_t) *c, int tid, int which) {
+    return c->tbuf + ((size_t)(2 * tid + which) << (TILE_LOW + TILE_HIGH + 1));
+}
+
+/* Copy tile t of st into buf (dir 0) or back (dir 1). */
+static void SFX(tile_copy)(R *st, R *buf, const tileset_t *ts, i64 t, int dir) {
+    i64 base = tile_base(ts, t);
+    const size_t run = sizeof(R) * 2 * ((size_t)1 << TILE_LOW);
+    for (i64 r = 0; r < ((i64)1 << ts->k); r++) {
+        R *mem = st + 2 * (base + tile_run_offset(ts, r)), *loc = buf + 2 * (r << TILE_LOW);
+        if (dir) memcpy(mem, loc, run);
+        else memcpy(loc, mem, run);
+    }
+}
+
+/* The gates order[0..cnt) (all within ts), or their inverses, with data us[order[..]], applied
+ * tile by tile (in place when the run has no high bits). */
+static void SFX(run_tiles)(R *st, int n, const SFX(ctx_t) *c, const R **us, const i64 *order,
+                           int cnt, const tileset_t *ts, int dag, int par, int tid) {
+    gate_t *loc = (gate_t *)malloc(sizeof(gate_t) * (size_t)cnt);
+    if (!loc) {  /* no memory for the relocated gates: gate by gate */
+        for (int q = 0; q < cnt; q++)
+            SFX(apply_range)(st, n, &c->gates[order[q]], us[order[q]], dag, par, &c->scr[tid]);
+        return;
+    }
+    for (int q = 0; q < cnt; q++) relocate(&c->gates[order[q]], ts, &loc[q]);
+    const int tb = TILE_LOW + ts->k;
+    const i64 ntile = (i64)1 << (n - tb);
+#pragma omp parallel for if (par > 1) num_threads(par) schedule(static)
+    for (i64 t = 0; t < ntile; t++) {
+        int me = par > 1 ? THREAD_ID : tid;
+        R *buf = ts->k ? SFX(tile_buf)(c, me, 0) : st + 2 * (t << TILE_LOW);
+        if (ts->k) SFX(tile_copy)(st, buf, ts, t, 0);
+        for (int q = 0; q < cnt; q++)
+            SFX(apply_range)(buf, tb, &loc[q], us[order[q]], dag, 1, &c->scr[me]);
+        if (ts->k) SFX(tile_copy)(st, buf, ts, t, 1);
+    }
+    free(loc);
+}
+
+/* Gates from position t on (in order, or reversed when dag) that fit one tile set: their
+ * count, and the set in ts. */
+static int SFX(tile_extent)(const SFX(ctx_t) *c, i64 t, i64 nops, int dag, tileset_t *ts) {
+    ts->k = 0;
+    i64 e = t;
+    while (e < nops && tile_add(ts, &c->gates[dag ? nops - 1 - e : e])) e++;
+    return (int)(e - t);
+}
+
+static void SFX(run_one)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, i64 b,
+                         int dag, int par, int tid, i64 start) {
+    const gate_t *gates = c->gates;
+    for (i64 i = start; i < nops; i++) us[i] = SFX(gate_data)(c, i, b, tid, 0);
+    /* forward runs: tiles pay off once the state is larger than the last-level cache (below,
+     * the kernels are compute-bound and the tile copies cost more than the passes saved) */
+    if (c->tbuf && (c->tiles == 2 || (RSIZE << (n + 1)) >= ((size_t)32 << 20))) {
+        i64 *order = (i64 *)malloc(sizeof(i64) * (size_t)(nops + 1));
+        i64 t = start;
+        while (order && t < nops) {
+            tileset_t ts;
+            int cnt = SFX(tile_extent)(c, t, nops, dag, &ts);
+            if (cnt < 2) {
+                i64 i = dag ? nops - 1 - t : t;
+                SFX(apply_range)(st, n, &gates[i], us[i], dag, par, &c->scr[tid]);
+                t++;
+                continue;
+            }
+            for (int q = 0; q < cnt; q++) order[q] = dag ? nops - 1 - (t + q) : t + q;
+            SFX(run_tiles)(st, n, c, us, order, cnt, &ts, dag, par, tid);
+            t += cnt;
+        }
+        if (order) {
+            free(order);
+            return;
+        }
+    }
+    int cb = n > CHUNK_BITS + 2 ? CHUNK_BITS : n;
+    i64 t = start;
+    while (t < nops) {
+        i64 i = dag ? nops - 1 - t : t;
+        i64 e = t;
+        if (cb < n)
+            while (e < nops && fits_chunk(&gates[dag ? nops - 1 - e : e], cb)) e++;
+        if (e - t < 2) {
+            SFX(apply_range)(st, n, &gates[i], us[i], dag, par, &c->scr[tid]);
+            t++;
+        } else {
+            if (dag) SFX(run_chunked)(st, n, cb, c, us, nops - e, nops - t, 1, par, tid);
+            else SFX(run_chunked)(st, n, cb, c, us, t, e, 0, par, tid);
+            t = e;
+        }
+    }
+}
+
+/* The leading one-qubit gates (no controls) of a program, applied to |0...0>, give a product
+ * state: written directly, one pass instead of one per gate. Returns the first gate not in
+ * that prefix (0: nothing written). */
+static i64 SFX(product_prefix)(const SFX(ctx_t) *c, i64 nops, int n) {
+    i64 e = 0;
+    while (e < nops) {
+        const gate_t *g = &c->gates[e];
+        if (g->k != 1 || g->cmask || !(g->kind == K_DENSE || g->kind == K_DIAG || g->kind == K_FLIP))
+            break;
+        e++;
+    }
+    return e >= 2 && n >= 2 ? e : 0;
+}
+
+static void SFX(write_product)(R *st, int n, const SFX(ctx_t) *c, i64 pe, i64 b, int tid) {
+    double v[QD_MAXN][4];
+    for (int p = 0; p < n; p++) { v[p][0] = 1; v[p][1] = 0; v[p][2] = 0; v[p][3] = 0; }
+    for (i64 i = 0; i < pe; i++) {
+        const gate_t *g = &c->gates[i];
+        int p = g->special[0];
+        double a0r = v[p][0], a0i = v[p][1], a1r = v[p][2], a1i = v[p][3];
+        if (g->kind == K_FLIP) {
+            v[p][0] = a1r; v[p][1] = a1i; v[p][2] = a0r; v[p][3] = a0i;
+            continue;
+        }
+        const R *u = SFX(gate_data)(c, i, b, tid, 0);
+        if (g->kind == K_DIAG) {
+            v[p][0] = u[0] * a0r - u[1] * a0i; v[p][1] = u[0] * a0i + u[1] * a0r;
+            v[p][2] = u[2] * a1r - u[3] * a1i; v[p][3] = u[2] * a1i + u[3] * a1r;
+        } else {
+            v[p][0] = u[0] * a0r - u[1] * a0i + u[2] * a1r - u[3] * a1i;
+            v[p][1] = u[0] * a0i + u[1] * a0r + u[2] * a1i + u[3] * a1r;
+            v[p][2] = u[4] * a0r - u[5] * a0i + u[6] * a1r - u[7] * a1i;
+            v[p][3] = u[4] * a0i + u[5] * a0r + u[6] * a1i + u[7] * a1r;
+        }
+    }
+    st[0] = 1;
+    st[1] = 0;
+    i64 len = 1;
+    for (int p = n - 1; p >= 0; p--) {  /* the most significant bit first */
+        for (i64 j = len - 1; j >= 0; j--) {
+            double xr = st[2 * j], xi = st[2 * j + 1];
+            st[4 * j] = (R)(xr * v[p][0] - xi * v[p][1]);
+            st[4 * j + 1] = (R)(xr * v[p][1] + xi * v[p][0]);
+            st[4 * j + 2] = (R)(xr * v[p][2] - xi * v[p][3]);
+            st[4 * j + 3] = (R)(xr * v[p][3] + xi * v[p][2]);
+        }
+        len *= 2;
+    }
+}
+
+/* Apply the program (in order, or its inverse when dagger) to every state of the batch. */
+static int SFX(run)(qd_run_args *a) {
+    int n = a->n, nthreads = a->nthreads, dag = a->dagger;
+    i64 B = a->batch, nops = a->prog.nops;
+    int nt = (B > 1 && nthreads > 1) ? nthreads : 1;
+    SFX(ctx_t) c;
+    i64 ntiles = make_tiles(n, B, 0);
+    tile_t *tiles = (tile_t *)malloc((size_t)ntiles * sizeof(tile_t));
+    const R **us = (const R **)malloc((size_t)(nops + 1) * (size_t)nt * sizeof(R *));
+    int rc = SFX(ctx_init)(&c, &a->prog, 0, &a->angles, B, 0, nthreads, n, a->tiles);
+    if (!us || !tiles || rc) {
+        free(us);
+        free(tiles);
+        SFX(ctx_free)(&c);
+        return rc ? rc : QD_ENOMEM;
+    }
+    make_tiles(n, B, tiles);
+    i64 N = (i64)1 << n;
+    R *states = (R *)a->states;
+    /* from_zero: the input is |0...0> (its content is not read); a leading product prefix is
+     * written directly */
+    i64 pe = a->from_zero && !dag ? SFX(product_prefix)(&c, nops, n) : 0;
+    if (B == 1) {  /* one state: the kernels split it over the threads */
+        if (pe) SFX(write_product)(states, n, &c, pe, 0, 0);
+        SFX(run_one)(states, n, &c, us, nops, 0, dag, nthreads, 0, pe);
+        ntiles = 0;
+    }
+#pragma omp parallel for if (nt > 1) num_threads(nt) schedule(static)
+    for (i64 k = 0; k < ntiles; k++) {
+        int tid = nt > 1 ? THREAD_ID : 0;
+        i64 b0 = tiles[k].b0;
+        int tb = tiles[k].tb;
+        R *st = states + 2 * N * b0;
+        if (pe)
+            for (i64 t = 0; t < ((i64)1 << tb); t++)
+                SFX(write_product)(st + 2 * N * t, n, &c, pe, b0 + t, tid);
+        if (tb == 0) {
+            SFX(run_one)(st, n, &c, us + (nops + 1) * tid, nops, b0, dag, 1, tid, pe);
+        } else {
+            for (i64 t = pe; t < nops; t++)
+                SFX(apply_tile)(st, n, tb, &c, dag ? nops - 1 - (t - pe) : t, b0, dag, 1, tid);
+        }
+    }
+    free(us);
+    free(tiles);
+    SFX(ctx_free)(&c);
+    return QD_OK;
+}
+
+/* The gradients of coded gate i at tile (p, l) after psi <- U_i^dag psi: one overlap for all
+ * of its trainable angles (k >= 3: restricted to dU's nonzero entries). */
+static void SFX(coded_grads)(const SFX(ctx_t) *c, i64 i, R *p, R *l, int n, int tb, i64 b0,
+                             int par, int tid, double *gtheta, i64 P) {
+    const gate_t *g = &c->gates[i];
+    int train = g->tmask_p, first = __builtin_ctz((unsigned)train);
+    i64 N = (i64)1 << n, reps = g->gshared ? 1 : (i64)1 << tb;
+    double *m = c->scr[tid].m;
+    for (i64 t = 0; t < reps; t++) {
+        i64 b = b0 + t;
+        const R *u = SFX(gate_data)(c, i, b, tid, 1);
+        const R *du0 = u + g->usize * (1 + first);
+        int bits = g->gshared ? n + tb : n;
+        SFX(overlap_matrix)(l + 2 * N * t, p + 2 * N * t, bits, g, m, par, g->k >= 3 ? du0 : 0,
+                            &c->scr[tid]);
+        for (int j = 0; j < g->np; j++)
+            if ((train >> j) & 1)
+                gtheta[b * P + g->col[j]] +=
+                    g->scale[j] * 2.0 * SFX(contract)(g, u + g->usize * (1 + j), m);
+    }
+}
+
+/* The fused adjoint step of an uncontrolled dense one-qubit coded gate (overlap on the values
+ * before the step, psi and lam updated in the same pass). */
+static void SFX(fused_step)(const SFX(ctx_t) *c, i64 i, R *p, R *l, int n, int tb, i64 b0,
+                            int par, int tid, int do_lam, double *gtheta, i64 P) {
+    const gate_t *g = &c->gates[i];
+    int train = g->tmask_p;
+    i64 N = (i64)1 << n, reps = g->gshared ? 1 : (i64)1 << tb;
+    int bits = g->gshared ? n + tb : n;
+    for (i64 t = 0; t < reps; t++) {
+        i64 b = b0 + t;
+        const R *u = SFX(gate_data)(c, i, b, tid, 1);
+        R v[8];
+        double gm[8], m[8];
+        SFX(effective)(g, u, 1, v);  /* v = U^dag */
+        SFX(adjoint_step_1q)(p + 2 * N * t, l + 2 * N * t, bits, g->special[0], v, do_lam, m,
+                             par);
+        for (int j = 0; j < g->np; j++)
+            if ((train >> j) & 1) {
+                SFX(mul2)(u + g->usize * (1 + j), v, gm);  /* dU_j U^dag */
+                gtheta[b * P + g->col[j]] += g->scale[j] * 2.0 * SFX(contract_d)(gm, m, 4);
+            }
+    }
+}
+
+
+/* Coded gates i_hi, i_hi - 1, .., i_hi - cnt + 1 (all within ts) of the adjoint sweep, tile
+ * by tile: psi and lam tiles are uncomputed together and every trainable angle's overlap is
+ * summed over the tiles (the overlap of a gate is a sum over all amplitudes, so its tile parts
+ * add up); lam is not uncomputed through gate lo. */
+static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, i64 i_hi, int cnt, const tileset_t *ts,
+                              R *psi, R *lam, int n, i64 b, int par, int tid, i64 lo,
+                              double *gtheta, i64 P) {
+    int nthr = par > 1 ? par : 1;
+    gate_t *loc = (gate_t *)malloc(sizeof(gate_t) * (size_t)cnt);
+    const R **us = (const R **)malloc(sizeof(R *) * (size_t)cnt);
+    R *vs = (R *)malloc(sizeof(R) * 8 * (size_t)cnt);
+    double *gms = (double *)malloc(sizeof(double) * 8 * QD_MAXA * (size_t)cnt);
+    double *acc = (double *)calloc((size_t)nthr * QD_MAXA * (size_t)cnt, sizeof(double));
+    if (!loc || !us || !vs || !gms || !acc) {
+        free(loc); free(us); free(vs); free(gms); free(acc);
+        return QD_ENOMEM;
+    }
+    for (int q = 0; q < cnt; q++) {
+        const gate_t *g = &c->gates[i_hi - q];
+        relocate(g, ts, &loc[q]);
+        us[q] = SFX(gate_data)(c, i_hi - q, b, tid, g->tmask_p != 0);
+        if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0) {
+            SFX(effective)(g, us[q], 1, vs + 8 * q);  /* U^dag */
+            for (int j = 0; j < g->np; j++)
+                SFX(mul2)(us[q] + g->usize * (1 + j), vs + 8 * q, gms + 8 * (QD_MAXA * q + j));
+        }
+    }
+    const int tb = TILE_LOW + ts->k;
+    const i64 ntile = (i64)1 << (n - tb);
+#pragma omp parallel for if (par > 1) num_threads(par) schedule(static)
+    for (i64 t = 0; t < ntile; t++) {
+        int me = par > 1 ? THREAD_ID : tid, slot = par > 1 ? THREAD_ID : 0;
+        SFX(scratch_t) *sc = &c->scr[me];
+        double *a = acc + (size_t)slot * QD_MAXA * cnt, m8[8];
+        R *pb = ts->k ? SFX(tile_buf)(c, me, 0) : psi + 2 * (t << TILE_LOW);
+        R *lb = ts->k ? SFX(tile_buf)(c, me, 1) : lam + 2 * (t << TILE_LOW);
+        if (ts->k) {
+            SFX(tile_copy)(psi, pb, ts, t, 0);
+            SFX(tile_copy)(lam, lb, ts, t, 0);
+        }
+        for (int q = 0; q < cnt; q++) {
+            const gate_t *g = &loc[q];
+            int do_lam = i_hi - q > lo, train = g->tmask_p;
+            if (train && g->kind == K_DENSE && g->k == 1 && g->cmask == 0) {
+                SFX(adjoint_step_1q)(pb, lb, tb, g->special[0], vs + 8 * q, do_lam, m8, 1);
+                for (int j = 0; j < g->np; j++)
+                    if ((train >> j) & 1)
+                        a[QD_MAXA * q + j] += SFX(contract_d)(gms + 8 * (QD_MAXA * q + j), m8, 4);
+                continue;
+            }
+            SFX(apply_range)(pb, tb, g, us[q], 1, 1, sc);
+            if (train) {
+                const R *du0 = us[q] + g->usize * (1 + __builtin_ctz((unsigned)train));
+                SFX(overlap_matrix)(lb, pb, tb, g, sc->m, 1, g->k >= 3 ? du0 : 0, sc);
+                for (int j = 0; j < g->np; j++)
+                    if ((train >> j) & 1)
+                        a[QD_MAXA * q + j] += SFX(contract)(g, us[q] + g->usize * (1 + j), sc->m);
+            }
+            if (do_lam) SFX(apply_range)(lb, tb, g, us[q], 1, 1, sc);
+        }
+        if (ts->k) {
+            SFX(tile_copy)(psi, pb, ts, t, 1);
+            SFX(tile_copy)(lam, lb, ts, t, 1);
+        }
+    }
+    for (int q = 0; q < cnt; q++) {
+        const gate_t *g = &c->gates[i_hi - q];
+        for (int j = 0; j < g->np; j++)
+            if ((g->tmask_p >> j) & 1) {
+                double sum = 0;
+                for (int t = 0; t < nthr; t++) sum += acc[(size_t)t * QD_MAXA * cnt + QD_MAXA * q + j];
+                gtheta[b * P + g->col[j]] += g->scale[j] * 2.0 * sum;
+            }
+    }
+    free(loc); free(us); free(vs); free(gms); free(acc);
+    return QD_OK;
+}
+
+/* ldiag: lam = ldiag * psi (a real diagonal per binding, e.g. a sum of Z words), formed in
+ * this thread's scratch together with a copy of psi, which stays untouched. */
+static void SFX(diag_lam)(const R *src, const R *dg, R *sp, R *sl, i64 amps) {
+    memcpy(sp, src, sizeof(R) * 2 * (size_t)amps);
+    for (i64 x = 0; x < amps; x++) {
+        sl[2 * x] = dg[x] * src[2 * x];
+        sl[2 * x + 1] = dg[x] * src[2 * x + 1];
+    }
+}
+
+/* Adjoint sweep. For i = nops-1 .. lo: psi <- U_i^dag psi; the gradients of gate i (coded
+ * gates: their trainable angles into gtheta; slots: the slots of gate i into grads, one
+ * overlap shared by slots of the same geometry); then lam <- U_i^dag lam. */
+static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
+    int n = a->n, nthreads = a->nthreads;
+    i64 B = a->batch, nops = a->prog.nops, nslots = slots ? a->slots.nops : 0, lo = a->lo;
+    i64 P = a->angles.theta ? a->angles.P : 0;
+    int nt = (B > 1 && nthreads > 1) ? nthreads : 1;
+    SFX(ctx_t) c;
+    /* fallback slots are per binding: no tiles then */
+    i64 ntiles = slots ? B : make_tiles(n, B, 0);
+    tile_t *tiles = (tile_t *)malloc((size_t)ntiles * sizeof(tile_t));
+    int rc = SFX(ctx_init)(&c, &a->prog, slots ? &a->slots : 0, &a->angles, B, a->shared_cols,
+                           nthreads, n, a->tiles);
+    R *scratch = 0;
+    i64 tile_amps = 0;
+    if (!rc && tiles) {
+        if (slots) {
+            for (i64 b = 0; b < B; b++) { tiles[b].b0 = b; tiles[b].tb = 0; }
+        } else {
+            make_tiles(n, B, tiles);
+        }
+        if (a->ldiag) {
+            for (i64 k = 0; k < ntiles; k++)
+                if (((i64)1 << (n + tiles[k].tb)) > tile_amps) tile_amps = (i64)1 << (n + tiles[k].tb);
+            scratch = (R *)malloc((size_t)(4 * tile_amps) * (size_t)nt * sizeof(R));
+            if (!scratch) rc = QD_ENOMEM;
+        }
+    }
+    if (rc || !tiles) {
+        free(tiles);
+        SFX(ctx_free)(&c);
+        return rc ? rc : QD_ENOMEM;
+    }
+    const gate_t *gates = c.gates, *sg = c.gates + nops;
+    i64 N = (i64)1 << n;
+    int par = B == 1 ? nthreads : 1;
+    R *psi = (R *)a->psi, *lam = (R *)a->lam;
+    const R *ldiag = (const R *)a->ldiag;
+#pragma omp parallel for if (nt > 1) num_threads(nt) schedule(static)
+    for (i64 k = 0; k < ntiles; k++) {
+        int tid = nt > 1 ? THREAD_ID : 0;
+        i64 b0 = tiles[k].b0;
+        int tb = tiles[k].tb;
+        R *p = psi + 2 * N * b0, *l = lam ? lam + 2 * N * b0 : 0;
+        if (ldiag) {
+            R *sp = scratch + (i64)4 * tile_amps * tid;
+            SFX(diag_lam)(p, ldiag + N * b0, sp, sp + 2 * tile_amps, N << tb);
+            p = sp;
+            l = sp + 2 * tile_amps;
+        }
+        double *m = c.scr[tid].m;
+        i64 s = nslots - 1;
+        int tiled = !slots && tb == 0 && n >= TILE_MIN_N && c.tbuf;
+        for (i64 i = nops - 1; i >= lo; i--) {
+            if (tiled) {
+                tileset_t ts = {0, {0}};
+                i64 j = i;
+                while (j >= lo && tile_add(&ts, &gates[j])) j--;
+                if (i - j >= 2 &&
+                    SFX(adjoint_tiles)(&c, i, (int)(i - j), &ts, p, l, n, b0, par, tid, lo,
+                                       a->gtheta, P) == QD_OK) {
+                    i = j + 1;  /* the loop's i-- moves on to gate j */
+                    continue;
+                }
+            }
+            const gate_t *g = &gates[i];
+            if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0 &&
+                (g->special[0] <= 7 || par > 1)) {
+                SFX(fused_step)(&c, i, p, l, n, tb, b0, par, tid, i > lo, a->gtheta, P);
+                continue;
+            }
+            SFX(apply_tile)(p, n, tb, &c, i, b0, 1, par, tid);
+            if (g->tmask_p) SFX(coded_grads)(&c, i, p, l, n, tb, b0, par, tid, a->gtheta, P);
+            i64 prev = -1;
+            for (; s >= 0 && a->slot_op[s] == i; s--) {  /* tb == 0 here: b == b0 */
+                /* k >= 3: a sparse M for this slot's dU, never shared */
+                const R *need = sg[s].k >= 3 ? SFX(data_of)(&sg[s], b0) : 0;
+                if (need || prev < 0 || !same_geometry(&a->slots.recs[s], &a->slots.recs[prev]))
+                    SFX(overlap_matrix)(l, p, n, &sg[s], m, par, need, &c.scr[tid]);
+                prev = s;
+                a->grads[b0 * nslots + s] = 2.0 * SFX(contract)(&sg[s], SFX(data_of)(&sg[s], b0), m);
+            }
+            if (i > lo) SFX(apply_tile)(l, n, tb, &c, i, b0, 1, par, tid);
+        }
+    }
+    free(tiles);
+    free(scratch);
+    SFX(ctx_free)(&c);
+    return QD_OK;
+}

@@ -1,0 +1,74 @@
+"""Thread scaling of the native kernels: SEL(L=6) forward (the coded program) and the adjoint
+gradient of sum_i <Z_i> (forward + backward through torch), complex128 and complex64, with 1 and
+2 threads (``torch.set_num_threads``, which the kernels follow), wall time.
+
+Each round measures every configuration with 1 and then 2 threads back to back (median of
+``--reps``); the speed-up is the same-round ratio, reported as the median and range over
+``--runs`` rounds. On a machine shared with other work, two threads only help when two cores
+are free: the load average at the start and end is printed. The kernels share torch's GNU
+OpenMP runtime, whose threads spin at barriers: on a busy machine run with a short spin
+(``GOMP_SPINCOUNT=10000``, read when torch starts), as the command below does.
+
+    GOMP_SPINCOUNT=10000 python bench/bench_native_threads.py [--sizes 18 20 22] [--runs 3]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import sys
+import warnings
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from native_peers import make_qdiff, sel_ops, wall_time  # noqa: E402
+from bench_native_sel import grad_qdiff  # noqa: E402
+
+warnings.filterwarnings("ignore")
+DTYPES = {"c128": torch.complex128, "c64": torch.complex64}
+
+
+def one_round(n, reps, out):
+    for dt, cdtype in DTYPES.items():
+        fwd = make_qdiff(n, sel_ops(n, 6), cdtype)
+        grad = grad_qdiff(n, 6, cdtype)
+        for what, fn in (("forward", fwd), ("adjoint", grad)):
+            ts = []
+            for t in (1, 2):
+                torch.set_num_threads(t)
+                ts.append(wall_time(fn, reps))
+            out.setdefault((n, dt, what), []).append(ts)
+    torch.set_num_threads(1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[18, 20, 22])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    print(f"{datetime.date.today()}  torch {torch.__version__}; GOMP_SPINCOUNT="
+          f"{os.environ.get('GOMP_SPINCOUNT', 'unset')}; load average at start "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    out = {}
+    for r in range(args.runs):
+        for n in args.sizes:
+            one_round(n, args.reps, out)
+        print(f"round {r + 1}/{args.runs} done", file=sys.stderr, flush=True)
+    print(f"load average at end {os.getloadavg()[0]:.1f}\n")
+    print("| n | dtype | run | 1 thread (ms) | 2 threads (ms) | speed-up, median [range] |")
+    print("|---|---|---|---|---|---|")
+    for n in args.sizes:
+        for dt in DTYPES:
+            for what in ("forward", "adjoint"):
+                rows = out[(n, dt, what)]
+                sp = [a / b for a, b in rows]
+                print(f"| {n} | {dt} | {what} | {statistics.median(r[0] for r in rows) * 1e3:.4g}"
+                      f" | {statistics.median(r[1] for r in rows) * 1e3:.4g} | "
+                      f"{statistics.median(sp):.2f} [{min(sp):.2f}-{max(sp):.2f}] |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""One gate list, run by qdiff's native kernels and by the fastest CPU statevector simulators
+(qulacs, qsim through qsimcirq, PennyLane lightning.qubit, Qiskit Aer), for the native-kernel
+benchmarks (``bench_native_gates.py``, ``bench_native_sel.py``, ``bench_native_threads.py``).
+
+A circuit is a list of ``(name, bits, angles)`` with name in ``rx``, ``rot`` (RZ RY RZ, the
+general one-qubit gate), ``cx``; ``bits`` count from the least significant bit of the basis
+index (qdiff wire ``n - 1 - bit``), so every simulator acts on the same amplitudes whatever its
+own qubit order. Each ``make_*`` returns ``run()`` that evolves a fresh |0...0> state through
+the circuit and returns nothing; peers that cannot skip returning the state return it
+(``empty`` circuits time that overhead so that per-gate figures can subtract it).
+
+The peers are bench-only dependencies (``pip install -e ".[bench]"``); a missing one is
+reported as unavailable, never faked.
+"""
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+
+import numpy as np
+import torch
+
+PEERS = ("qulacs", "qsim", "lightning", "aer")
+
+
+def cpu_time(fn, reps: int) -> float:
+    """Median CPU time of ``fn()`` over ``reps`` calls (after one warm-up): on a shared machine
+    CPU time is steadier than wall time for single-threaded runs."""
+    fn()
+    ts = []
+    for _ in range(reps):
+        t = time.process_time()
+        fn()
+        ts.append(time.process_time() - t)
+    return statistics.median(ts)
+
+
+def wall_time(fn, reps: int) -> float:
+    fn()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+
+def copy_bandwidth() -> float:
+    """Bytes per second of a 256 MiB copy (the floor of a gate: read and write the state)."""
+    a = torch.ones(1 << 25, dtype=torch.float64)
+    b = torch.empty_like(a)
+    t = wall_time(lambda: b.copy_(a), 5)
+    return 2 * a.numel() * 8 / t
+
+
+def sel_ops(n: int, layers: int, seed: int = 0) -> list:
+    """StronglyEntanglingLayers: Rot on every wire, then a CNOT ring with range r = l % (n-1) + 1."""
+    rng = np.random.default_rng(seed)
+    ops = []
+    for layer in range(layers):
+        for w in range(n):
+            ops.append(("rot", (n - 1 - w,), tuple(rng.uniform(0, 2 * math.pi, 3))))
+        r = layer % (n - 1) + 1
+        for w in range(n):
+            ops.append(("cx", (n - 1 - w, n - 1 - (w + r) % n), ()))
+    return ops
+
+
+# ------------------------------------------------------------------------------------------
+# qdiff
+
+
+def qdiff_circuit(n: int, ops):
+    """A qdiff Circuit of ``ops`` with every angle a theta column; returns (circuit, theta)."""
+    from qdiff.circuits import Circuit, Operation, ParamRef, get_gate
+    out, vals = [], []
+    for name, bits, angles in ops:
+        wires = tuple(n - 1 - b for b in bits)
+        refs = tuple(ParamRef(len(vals) + i) for i in range(len(angles)))
+        vals.extend(angles)
+        out.append(Operation(get_gate(name), wires, refs))
+    theta = torch.tensor([vals], dtype=torch.float64).reshape(1, len(vals))
+    return Circuit(n, tuple(out), num_params=len(vals)), theta
+
+
+def make_qdiff(n: int, ops, cdtype=torch.complex128):
+    """The native kernels on the coded program (no measurement)."""
+    from qdiff.backends.statevector import native
+    from qdiff.backends.statevector.simulate import zero_state
+    c, theta = qdiff_circuit(n, ops)
+    plan = native.coded_plan(c.operations, n)
+    if plan is None:
+        raise RuntimeError("the native kernels are not built")
+    state = zero_state(n, 1, cdtype, "cpu")
+
+    def run():
+        state.zero_()
+        state[0, 0] = 1
+        native.run_plan(state, plan, theta)
+    return run
+
+
+# ------------------------------------------------------------------------------------------
+# peers
+
+
+def make_qulacs(n: int, ops, cdtype=torch.complex128):
+    import qulacs
+    if cdtype != torch.complex128:
+        raise RuntimeError("qulacs (CPU) is double precision only")
+    circ = qulacs.QuantumCircuit(n)
+    for name, bits, a in ops:
+        if name == "rx":
+            circ.add_RX_gate(bits[0], a[0])
+        elif name == "rot":  # RZ(omega) RY(theta) RZ(phi) as one U3 up to a phase
+            circ.add_U3_gate(bits[0], a[1], a[0], a[2])
+        else:
+            circ.add_CNOT_gate(bits[0], bits[1])
+    state = qulacs.QuantumState(n)
+
+    def run():
+        state.set_zero_state()
+        circ.update_quantum_state(state)
+    return run
+
+
+def make_qsim(n: int, ops, cdtype=torch.complex64):
+    import cirq
+    import qsimcirq
+    if cdtype != torch.complex64:
+        raise RuntimeError("qsim is single precision only")
+    q = cirq.LineQubit.range(n)
+    wire = lambda b: q[n - 1 - b]  # noqa: E731
+    moments = []
+    for name, bits, a in ops:
+        if name == "rx":
+            moments.append(cirq.rx(a[0]).on(wire(bits[0])))
+        elif name == "rot":
+            t = wire(bits[0])
+            moments += [cirq.rz(a[0]).on(t), cirq.ry(a[1]).on(t), cirq.rz(a[2]).on(t)]
+        else:
+            moments.append(cirq.CNOT(wire(bits[0]), wire(bits[1])))
+    circuit = cirq.Circuit(moments)
+    sim = qsimcirq.QSimSimulator(qsimcirq.QSimOptions(cpu_threads=torch.get_num_threads()))
+    return lambda: sim.simulate(circuit, qubit_order=q)
+
+
+def make_lightning(n: int, ops, cdtype=torch.complex128):
+    import pennylane as qml
+    c_dtype = np.complex128 if cdtype == torch.complex128 else np.complex64
+    dev = qml.device("lightning.qubit", wires=n, c_dtype=c_dtype)
+
+    @qml.qnode(dev)
+    def circuit():
+        for name, bits, a in ops:
+            wires = [n - 1 - b for b in bits]
+            if name == "rx":
+                qml.RX(a[0], wires=wires[0])
+            elif name == "rot":
+                qml.Rot(*a, wires=wires[0])
+            else:
+                qml.CNOT(wires=wires)
+        return qml.state()
+    return circuit
+
+
+def make_aer(n: int, ops, cdtype=torch.complex128):
+    from qiskit import QuantumCircuit
+    from qiskit_aer import AerSimulator
+    qc = QuantumCircuit(n)
+    for name, bits, a in ops:
+        if name == "rx":
+            qc.rx(a[0], bits[0])
+        elif name == "rot":
+            qc.rz(a[0], bits[0])
+            qc.ry(a[1], bits[0])
+            qc.rz(a[2], bits[0])
+        else:
+            qc.cx(bits[0], bits[1])
+    qc.save_statevector()
+    sim = AerSimulator(method="statevector", max_parallel_threads=torch.get_num_threads(),
+                       precision="double" if cdtype == torch.complex128 else "single",
+                       fusion_enable=True)
+    return lambda: sim.run(qc, shots=1).result()
+
+
+MAKERS = {"qdiff": make_qdiff, "qulacs": make_qulacs, "qsim": make_qsim,
+          "lightning": make_lightning, "aer": make_aer}
+
+
+def available(name: str, cdtype) -> bool:
+    """Whether ``name`` runs ``cdtype`` here (installed, and that precision supported)."""
+    try:
+        MAKERS[name](2, [("rx", (0,), (0.1,))], cdtype)()
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "not available here"
+        return False
+
+
+def threads_env() -> str:
+    return os.environ.get("OMP_NUM_THREADS", "unset")

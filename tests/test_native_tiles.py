@@ -1,0 +1,101 @@
+"""Large states: runs of gates applied in cache tiles (the low bits and up to four other bits of
+the state, gathered into a buffer), forward and adjoint, one and two threads, both precisions,
+against the torch kernels. Random circuits mix gates on high, middle and low wires, controlled
+and wide (4-wire dense, 5-wire diagonal) gates, so runs break at every kind of boundary."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import qdiff as qd
+from qdiff.backends.statevector import native
+from qdiff.backends.statevector.adjoint import adjoint_vjp
+from qdiff.backends.statevector.simulate import simulate
+from qdiff.circuits import Circuit, Operation, ParamRef
+from qdiff.circuits.gates import GATES, multirz_gate
+
+pytestmark = pytest.mark.skipif(native.library() is None,
+                                reason="no C compiler: the native kernels are not built")
+
+POOL = sorted({id(g): g for g in GATES.values()}.values(), key=lambda g: g.name)
+POOL = [g for g in POOL if g.num_wires <= 4 and g.name != "qubitunitary"] + [multirz_gate(5)]
+CODED = [g for g in POOL if g.num_params == 0 or native.code_of(g)]
+ATOL = {torch.complex128: 1e-10, torch.complex64: 3e-5}
+
+
+def _circuit(seed, n, depth, pool):
+    rng = np.random.default_rng(seed)
+    ops, p = [], 0
+    for _ in range(depth):
+        g = pool[rng.integers(len(pool))]
+        wires = tuple(int(w) for w in rng.choice(n, g.num_wires, replace=False))
+        ops.append(Operation(g, wires, tuple(ParamRef(p + i) for i in range(g.num_params))))
+        p += g.num_params
+    return Circuit(n, tuple(ops), num_params=p)
+
+
+def _threads(t):
+    class Ctx:
+        def __enter__(self):
+            self.old = torch.get_num_threads()
+            torch.set_num_threads(t)
+
+        def __exit__(self, *exc):
+            torch.set_num_threads(self.old)
+    return Ctx()
+
+
+@pytest.mark.parametrize("n,batch", [(16, 1), (17, 2)])
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("pool", ["all", "coded"])
+def test_tiled_forward_matches_torch(n, batch, cdtype, threads, pool, monkeypatch):
+    monkeypatch.setenv("QDIFF_NATIVE_TILES", "2")  # tiles at every size from 2^16 on
+    c = _circuit(n + batch + threads, n, 60, POOL if pool == "all" else CODED)
+    theta = torch.tensor(np.random.default_rng(n).uniform(-3, 3, (batch, c.num_params)))
+    with torch.no_grad(), _threads(threads):
+        ours = simulate(c, theta, cdtype=cdtype)
+        with native.disabled():
+            ref = simulate(c, theta, cdtype=cdtype)
+    assert torch.allclose(ours, ref, atol=ATOL[cdtype])
+
+
+@pytest.mark.parametrize("n,batch", [(16, 1), (17, 1), (16, 2)])
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tiled_adjoint_matches_torch(n, batch, cdtype, threads, monkeypatch):
+    monkeypatch.setenv("QDIFF_NATIVE_TILES", "2")
+    c = _circuit(3 * n + batch, n, 40, CODED)
+    assert native.coded_plan(c.operations, n) is not None
+    theta = torch.tensor(np.random.default_rng(n + 5).uniform(-3, 3, (batch, c.num_params)))
+    trainable = [bool(i % 3) for i in range(c.num_params)]
+    cases = {"general": (qd.expval(qd.Z(0) @ qd.X(n - 1) + 0.5 * qd.Y(n // 2)),),
+             "zwords": tuple(qd.expval(qd.Z(i)) for i in (0, 3, n - 1))}
+    tol = 1e-9 if cdtype == torch.complex128 else 2e-3
+    biggest = 0.0
+    for name, ms in cases.items():
+        cm = c.with_measurements(ms)
+        cot = torch.tensor(np.random.default_rng(n).normal(size=(batch, len(ms))))
+        with torch.no_grad(), _threads(threads):
+            state = simulate(cm, theta, cdtype=cdtype)
+            ours = adjoint_vjp(cm, theta, state.clone(), cot, trainable)
+            with native.disabled():
+                ref = adjoint_vjp(cm, theta, state.clone(), cot, trainable)
+        torch.testing.assert_close(ours, ref, atol=tol, rtol=tol, msg=name)
+        biggest = max(biggest, float(ours.abs().max()))
+    assert biggest > 1e-3
+
+
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+def test_tiled_sweep_restores_the_input_state(cdtype):
+    n = 16
+    c = _circuit(77, n, 50, CODED).with_measurements((qd.expval(qd.X(2)),))
+    theta = torch.rand(1, c.num_params, dtype=torch.float64)
+    with torch.no_grad(), _threads(2):
+        state = simulate(c, theta, cdtype=cdtype)
+        _, psi = adjoint_vjp(c, theta, state.clone(), torch.ones(1, 1, dtype=torch.float64),
+                             [True] * c.num_params, return_state=True)
+    zero = torch.zeros_like(psi)
+    zero[:, 0] = 1
+    assert torch.allclose(psi, zero, atol=ATOL[cdtype] * 10)
