@@ -13,6 +13,7 @@ from ``theta`` back to the user's inputs and weights.
 """
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
@@ -50,9 +51,15 @@ class Circuit:
                     raise QdiffError(f"gate '{op.gate.pl_name or op.name}' on wire {w!r}: out of "
                                      f"range for a {self.num_wires}-qubit circuit")
             for p in op.params:
-                if isinstance(p, ParamRef) and not 0 <= p.index < self.num_params:
-                    raise QdiffError(f"gate '{op.name}' refers to parameter {p.index} but the "
-                                     f"circuit has {self.num_params}")
+                if type(p) is float:
+                    if not math.isfinite(p):
+                        _not_finite(op, p)
+                elif isinstance(p, ParamRef):
+                    if not 0 <= p.index < self.num_params:
+                        raise QdiffError(f"gate '{op.name}' refers to parameter {p.index} but "
+                                         f"the circuit has {self.num_params}")
+                    if not (math.isfinite(p.scale) and math.isfinite(p.offset)):
+                        _not_finite(op, p)
 
     @property
     def labels(self) -> tuple:
@@ -83,6 +90,11 @@ class Circuit:
     def from_recording(items, wires, measurements=None) -> "Recorded":
         """Turn recorded operations/measurements into a Circuit and its ``theta``."""
         return _from_recording(items, wires, measurements)
+
+
+def _not_finite(op, value):
+    raise QdiffError(f"gate '{op.gate.pl_name or op.name}' on wires {list(op.wires)}: angle "
+                     f"{value!r} is NaN or infinite")
 
 
 _GENERATION = object()  # memo key of the cache generation the entries belong to
