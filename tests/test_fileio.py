@@ -101,9 +101,19 @@ def test_directory_and_missing_folder_are_clear_errors(tmp_path):
         write_atomic(tmp_path / "nope" / "out.qasm", "x")
 
 
-def test_character_device_is_written_directly():
-    write_atomic(os.devnull, "discarded")  # no temp file next to /dev/null, no rename over it
-    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+def test_fifo_and_devices_are_written_directly_not_replaced(tmp_path):
+    """``-o /dev/null`` once renamed a regular file over /dev/null (as root: for everyone).
+    Special files are opened and written in place; a FIFO shows it (a reader gets the data
+    and the FIFO stays a FIFO)."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()))
+    reader.start()
+    write_atomic(fifo, "streamed")
+    reader.join(timeout=30)
+    assert got == ["streamed"] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert names(tmp_path) == ["pipe"]
 
 
 @pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt])
