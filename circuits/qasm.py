@@ -53,10 +53,14 @@ def _parse2(text: str):
 def _parse3(text: str):
     """Qiskit's OpenQASM 3 importer on an AST parsed without ANTLR's console listener, which
     would print a second, unprefixed line on stderr for every syntax error."""
-    from openqasm3.parser import (BailErrorStrategy, CommonTokenStream, InputStream,
-                                  QASMNodeVisitor, _RaiseOnErrorListener, qasm3Lexer,
-                                  qasm3Parser)
-    from qiskit_qasm3_import import convert
+    try:
+        from openqasm3.parser import (BailErrorStrategy, CommonTokenStream, InputStream,
+                                      QASMNodeVisitor, _RaiseOnErrorListener, qasm3Lexer,
+                                      qasm3Parser)
+        from qiskit_qasm3_import import convert
+    except ImportError:  # another openqasm3 layout: Qiskit's own entry (ANTLR may print)
+        import qiskit.qasm3 as q3
+        return q3.loads(text)
     lexer = qasm3Lexer(InputStream(text))
     lexer.removeErrorListeners()
     lexer.addErrorListener(_RaiseOnErrorListener())
