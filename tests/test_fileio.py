@@ -225,7 +225,9 @@ def test_sigterm_inside_the_write_window_leaves_no_temp_file(tmp_path):
 
 
 def test_read_text_is_capped_and_rejects_binary(tmp_path):
-    assert fileio.read_text(os.devnull, 10) == ""
+    empty = tmp_path / "empty.qasm"
+    empty.write_text("")
+    assert fileio.read_text(empty, 10) == ""
     big = tmp_path / "big.qasm"
     big.write_text("x" * 11)
     with pytest.raises(QdiffError, match=r"big.qasm: larger than the input limit of 10 bytes"):
