@@ -18,7 +18,6 @@ True
 """
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import numpy as np
@@ -27,7 +26,8 @@ from qdiff.backends import qiskit_common as qc_common
 from qdiff.backends.base import Capabilities, register_backend
 from qdiff.backends.qiskit_backend import QiskitBackend, assemble, split_variants
 from qdiff.backends.runtime_jobs import JobRunner
-from qdiff.circuits.errors import QdiffError, QdiffMemoryError
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.memory import require
 
 AER_BASIS = ("id", "x", "y", "z", "h", "s", "sdg", "t", "tdg", "sx", "sxdg", "rx", "ry", "rz", "p",
              "u", "cx", "cy", "cz", "swap", "rxx", "ryy", "rzz", "ecr", "ccx")
@@ -193,14 +193,11 @@ def _noise_model(noise_model):
 
 
 def _check_memory(n: int, method: str):
-    """Refuse before allocating: a statevector needs 16*2^n bytes, a density matrix 16*4^n."""
+    """Refuse before allocating: a statevector needs 16*2^n bytes, a density matrix 16*4^n,
+    against the memory available now (:mod:`qdiff.circuits.memory`)."""
     if method in ("matrix_product_state", "stabilizer", "extended_stabilizer", "tensor_network"):
         return
-    need = 16 * (4 ** n if method in ("density_matrix", "unitary", "superop") else 2 ** n)
-    try:
-        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-        return
-    if need > have:
-        raise QdiffMemoryError(f"aer: {n} qubits with method={method!r} need about "
-                               f"{need / 2**30:.3g} GiB; this machine has {have / 2**30:.3g} GiB")
+    dense = method in ("density_matrix", "unitary", "superop")
+    require(16.0 * (4.0 ** n if dense else 2.0 ** n),
+            f"aer: {n} qubits with method={method!r}",
+            hint="method='matrix_product_state' needs far less for weakly entangled circuits")

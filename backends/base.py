@@ -28,6 +28,7 @@ from typing import Any, Optional, Sequence, Union
 import torch
 
 from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.memory import require
 
 DEVICE_SHOTS = "device"  # Job.shots: use the backend's own setting
 
@@ -137,6 +138,19 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def execute(self, jobs: Sequence[Job]) -> list:
         """One :class:`Result` per job, in order."""
+
+    def check_batch(self, batch: int, num_params: int) -> None:
+        """Refuse (``QdiffMemoryError``), before a qnode assembles theta ``(B, P)``, a batch
+        whose execution would not fit: theta itself and, on a backend that holds the states of
+        the whole batch in this process (``capabilities.backprop``: the torch engine), four
+        states per binding (the simulator's own minimum)."""
+        need = 8.0 * batch * num_params
+        what = f"the parameters of a batch of {batch} bindings"
+        if self.capabilities.backprop:
+            item = getattr(self, "cdtype", torch.complex128).itemsize
+            need += 4.0 * batch * item * 2.0 ** self.num_wires
+            what = f"simulating {self.num_wires} qubits with batch {batch}"
+        require(need, what, getattr(self, "torch_device", None))
 
     def vjp(self, jobs: Sequence[Job], cotangents: Sequence[torch.Tensor],
             residuals: Sequence) -> list:

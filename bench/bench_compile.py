@@ -151,8 +151,8 @@ def main(argv=None) -> int:
     table = markdown(rows, use_pytket)
     print(table)
     if args.markdown:
-        with open(args.markdown, "w") as fh:
-            fh.write(table + "\n")
+        from qdiff.circuits.fileio import write_atomic
+        write_atomic(args.markdown, table + "\n")
     worse = [r["name"] for r in rows if r["qd_cx"] > r["qk_cx"]]
     print(f"\nqdiff CX > Qiskit O3 on: {worse or 'none'}; unverified: "
           f"{[r['name'] for r in rows if not r['qd_ok']] or 'none'}")

@@ -13,13 +13,14 @@ from ``theta`` back to the user's inputs and weights.
 """
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import torch
 
-from qdiff.circuits import caches
+from qdiff.circuits import caches, memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.operation import OpBlock, Operation, ParamRef, is_concrete
@@ -50,9 +51,15 @@ class Circuit:
                     raise QdiffError(f"gate '{op.gate.pl_name or op.name}' on wire {w!r}: out of "
                                      f"range for a {self.num_wires}-qubit circuit")
             for p in op.params:
-                if isinstance(p, ParamRef) and not 0 <= p.index < self.num_params:
-                    raise QdiffError(f"gate '{op.name}' refers to parameter {p.index} but the "
-                                     f"circuit has {self.num_params}")
+                if type(p) is float:
+                    if not math.isfinite(p):
+                        _not_finite(op, p)
+                elif isinstance(p, ParamRef):
+                    if not 0 <= p.index < self.num_params:
+                        raise QdiffError(f"gate '{op.name}' refers to parameter {p.index} but "
+                                         f"the circuit has {self.num_params}")
+                    if not (math.isfinite(p.scale) and math.isfinite(p.offset)):
+                        _not_finite(op, p)
 
     @property
     def labels(self) -> tuple:
@@ -80,9 +87,17 @@ class Circuit:
                 f"params={self.num_params}, measurements={list(self.measurements)})")
 
     @staticmethod
-    def from_recording(items, wires, measurements=None) -> "Recorded":
-        """Turn recorded operations/measurements into a Circuit and its ``theta``."""
-        return _from_recording(items, wires, measurements)
+    def from_recording(items, wires, measurements=None, check_batch=None) -> "Recorded":
+        """Turn recorded operations/measurements into a Circuit and its ``theta``.
+
+        ``check_batch(B, P)`` (optional, e.g. a backend's) is called before ``theta``
+        ``(B, P)`` is assembled, so an oversized batch is refused before it is materialised."""
+        return _from_recording(items, wires, measurements, check_batch)
+
+
+def _not_finite(op, value):
+    raise QdiffError(f"gate '{op.gate.pl_name or op.name}' on wires {list(op.wires)}: angle "
+                     f"{value!r} is NaN or infinite")
 
 
 _GENERATION = object()  # memo key of the cache generation the entries belong to
@@ -172,7 +187,7 @@ def _signature(items, meas, labels):
     return sig, cols
 
 
-def _from_recording(items, wires, measurements=None) -> Recorded:
+def _from_recording(items, wires, measurements=None, check_batch=None) -> Recorded:
     """``items``: recorded operations, blocks, state preparation and (unless ``measurements``
     is given) measurements. A call whose structure (gates, wires, angle shapes, dtypes,
     trainability, measurements) matches a recent one reuses its Circuit: only the angles are
@@ -186,7 +201,7 @@ def _from_recording(items, wires, measurements=None) -> Recorded:
     sig, cols = _signature(items, meas_in, labels)
     entry = _STRUCT_CACHE.get(sig) if sig is not None else None
     if entry is None:
-        rec = _build_recorded(items, meas_in, labels)
+        rec = _build_recorded(items, meas_in, labels, check_batch)
         if sig is not None and rec.initial_state is None:
             _STRUCT_CACHE[sig] = (rec.circuit, rec.batch_shape, rec.trainable, rec.theta.dtype,
                                   rec.theta.device, meas_in, rec.shared)
@@ -198,15 +213,22 @@ def _from_recording(items, wires, measurements=None) -> Recorded:
     except KeyError:  # evicted meanwhile by another thread: the entry is still valid
         pass
     circuit, batch_shape, trainable, dtype, device, _, shared = entry
-    theta, _ = _checked_theta(cols, batch_shape, dtype, device, circuit.operations)
+    theta, _ = _checked_theta(cols, batch_shape, dtype, device, circuit.operations,
+                              check_batch, circuit.num_params)
     return Recorded(circuit, theta, batch_shape, trainable, None, shared=shared)
 
 
-def _checked_theta(cols, batch_shape, dtype, device, ops) -> tuple:
-    """``(theta (B, P), B)`` from the angle sources, checked finite (errors name the gate)."""
+def _checked_theta(cols, batch_shape, dtype, device, ops, check_batch=None,
+                   num_params: int = 0) -> tuple:
+    """``(theta (B, P), B)`` from the angle sources, checked finite (errors name the gate);
+    ``check_batch(B, P)`` runs first, and theta's own size is checked against the memory
+    budget before it is assembled."""
     bsz = 1
     for s in batch_shape:
         bsz *= s
+    if check_batch is not None:
+        check_batch(bsz, num_params)
+    memory.require(8.0 * bsz * num_params, f"the parameters of a batch of {bsz} bindings", device)
     if cols:
         theta = _assemble_theta(cols, batch_shape, bsz, dtype, device)
     else:
@@ -215,7 +237,7 @@ def _checked_theta(cols, batch_shape, dtype, device, ops) -> tuple:
     return theta, bsz
 
 
-def _build_recorded(items, meas_in, labels) -> Recorded:
+def _build_recorded(items, meas_in, labels, check_batch=None) -> Recorded:
     wmap = {w: i for i, w in enumerate(labels)}
     n = len(labels)
     ops, cols, meas, prep = [], [], [], None
@@ -278,8 +300,13 @@ def _build_recorded(items, meas_in, labels) -> Recorded:
             raise QdiffError(f"state preparation batch shape {pb} does not broadcast with the "
                              f"gate parameters' {batch_shape}") from None
         device = device or initial.device
+        bsz = math.prod(batch_shape)
+        if check_batch is not None:
+            check_batch(bsz, ncol)
+        memory.require(float(bsz) * 2 ** n * initial.element_size(),
+                       f"the initial states of a batch of {bsz} bindings", device)
         initial = initial.expand(*batch_shape, 2 ** n).reshape(-1, 2 ** n)
-    theta, bsz = _checked_theta(cols, batch_shape, dtype, device, ops)
+    theta, bsz = _checked_theta(cols, batch_shape, dtype, device, ops, check_batch, ncol)
     trainable = []
     for c in cols:
         if isinstance(c, OpBlock):

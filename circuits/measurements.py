@@ -59,6 +59,18 @@ def _obs(op, kind) -> Observable:
     return obs
 
 
+def _wires(wires, kind: str):
+    """``None`` (all wires) or the tuple of ``wires``, each at most once."""
+    if wires is None:
+        return None
+    if isinstance(wires, bool):
+        raise QdiffError(f"{kind}: wires must be an int, a label or a sequence; got {wires!r}")
+    ws = normalize_wires(wires)
+    if len(set(ws)) != len(ws):
+        raise QdiffError(f"{kind}: repeated wire in {list(ws)}")
+    return ws
+
+
 def expval(op) -> Measurement:
     """Expectation value of an observable: one real number per binding."""
     return _record(Measurement("expval", _obs(op, "expval")))
@@ -74,19 +86,19 @@ def probs(wires=None, op=None) -> Measurement:
     if op is not None:
         raise QdiffError("probs(op=...) is not supported; rotate the basis with gates and use "
                          "probs(wires)")
-    return _record(Measurement("probs", None, None if wires is None else normalize_wires(wires)))
+    return _record(Measurement("probs", None, _wires(wires, "probs")))
 
 
 def sample(op=None, wires=None) -> Measurement:
     """Shot samples: eigenvalues of ``op`` (``(..., shots)``) or bits of ``wires`` (``(..., shots, k)``)."""
     if op is not None:
         return _record(Measurement("sample", _obs(op, "sample")))
-    return _record(Measurement("sample", None, None if wires is None else normalize_wires(wires)))
+    return _record(Measurement("sample", None, _wires(wires, "sample")))
 
 
 def counts(wires=None) -> Measurement:
     """Shot counts of bit strings of ``wires``: a dict ``{'01': n, ...}`` (unbatched only)."""
-    return _record(Measurement("counts", None, None if wires is None else normalize_wires(wires)))
+    return _record(Measurement("counts", None, _wires(wires, "counts")))
 
 
 def state() -> Measurement:

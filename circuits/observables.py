@@ -21,7 +21,8 @@ import torch
 from qdiff.circuits import caches
 from qdiff.circuits import recording
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.operation import Operation, normalize_wires, set_observable_conversion
+from qdiff.circuits.operation import (Operation, is_concrete, normalize_wires,
+                                      set_observable_conversion)
 
 # product of Pauli letters: (a, b) -> (phase, letter)
 _PMUL = {("X", "Y"): (1j, "Z"), ("Y", "Z"): (1j, "X"), ("Z", "X"): (1j, "Y"),
@@ -92,6 +93,14 @@ def _as_coeff_tensor(coeffs) -> torch.Tensor:
     return torch.tensor(arr.reshape(-1).astype(float), dtype=torch.float64)
 
 
+def _check_finite(coeffs: torch.Tensor) -> None:
+    """NaN or infinite coefficients would only turn every result into NaN: refuse them."""
+    if coeffs.numel() and is_concrete(coeffs) and not bool(torch.isfinite(coeffs.detach()).all()):
+        bad = [c for c in coeffs.detach().reshape(-1).tolist()
+               if not (abs(c) < float("inf"))]
+        raise QdiffError(f"observable coefficient {bad[0]} is NaN or infinite")
+
+
 class Observable:
     """A linear combination of tensor-product terms.
 
@@ -99,8 +108,10 @@ class Observable:
     respect to the coefficients); ``terms`` a tuple of factor tuples.
     """
 
-    def __init__(self, coeffs, terms: Sequence[tuple], simplify: bool = True):
+    def __init__(self, coeffs, terms: Sequence[tuple], simplify: bool = True, check: bool = True):
         self.coeffs = _as_coeff_tensor(coeffs)
+        if check:  # off where the coefficients come unchanged from a checked observable
+            _check_finite(self.coeffs)
         self.terms = tuple(tuple(t) for t in terms)
         if len(self.terms) != self.coeffs.numel():
             raise QdiffError(f"Hamiltonian: {self.coeffs.numel()} coefficient(s) for "
@@ -185,7 +196,8 @@ class Observable:
             except KeyError as e:
                 raise QdiffError(f"observable acts on wire {e.args[0]!r}, which the device does "
                                  f"not have (device wires: {list(mapping)})") from None
-        return Observable(self.coeffs, [tuple(mf(f) for f in t) for t in self.terms], simplify=False)
+        return Observable(self.coeffs, [tuple(mf(f) for f in t) for t in self.terms],
+                          simplify=False, check=False)
 
     def matrix(self, wire_order: Optional[Sequence] = None) -> torch.Tensor:
         """Dense ``(2**n, 2**n)`` complex128 matrix in ``wire_order`` (default: own wires)."""
@@ -224,7 +236,7 @@ class Observable:
     __radd__ = __add__
 
     def __neg__(self):
-        return Observable(-self.coeffs, self.terms, simplify=False)
+        return Observable(-self.coeffs, self.terms, simplify=False, check=False)
 
     def __sub__(self, other):
         return self + (-as_observable(other) if not isinstance(other, numbers.Number) else -other)
@@ -286,6 +298,8 @@ def Hermitian(A, wires) -> Observable:
     m = A if isinstance(A, torch.Tensor) else torch.as_tensor(np.asarray(A))
     m = m.to(torch.complex128)
     wires = normalize_wires(wires)
+    if len(set(wires)) != len(wires):
+        raise QdiffError(f"Hermitian: repeated wire in {list(wires)}")
     d = 2 ** len(wires)
     if m.shape != (d, d):
         raise QdiffError(f"Hermitian: a matrix on {len(wires)} wire(s) must be {d}x{d}; got "

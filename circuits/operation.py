@@ -76,6 +76,9 @@ def check_param(value, gate_name: str):
             value = value.to(torch.get_default_dtype() if torch.get_default_dtype() == torch.float64
                              else torch.float64)
         return value  # finiteness is checked once on the stacked theta (Circuit.from_recording)
+    if isinstance(value, (str, bytes, bool)):  # numpy would turn "0.3" into 0.3 silently
+        raise QdiffError(f"gate '{gate_name}': angle must be a real number or tensor, "
+                         f"got {type(value).__name__} {value!r}")
     if isinstance(value, numbers.Real):
         if not math.isfinite(float(value)):
             raise QdiffError(f"gate '{gate_name}': angle {value} is NaN or infinite")

@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import re
 
+from qdiff.circuits import fileio, qasm_bounds
 from qdiff.circuits.errors import QdiffError, QdiffParseError
+from qdiff.circuits.fileio import write_atomic  # noqa: F401  (qasm.write_atomic, as before)
 from qdiff.circuits.qiskit_io import QiskitImport, from_qiskit, to_qiskit
 
 _LINE = re.compile(r"(\d+),(\d+)")
@@ -23,25 +25,87 @@ def qasm_version(text: str) -> int:
 
 
 def parse_qiskit(text: str, filename: str = "<string>"):
-    """Parse OpenQASM 2 or 3 into a ``QuantumCircuit``; errors name the file and line."""
+    """Parse OpenQASM 2 or 3 into a ``QuantumCircuit``; errors name the file and line.
+
+    The input limits of :mod:`qdiff.circuits.qasm_bounds` are checked first; any failure of
+    Qiskit's parsers (a Rust panic included) is one :class:`QdiffParseError`."""
+    if not qasm_bounds.strip_comments(text).strip():
+        raise QdiffParseError(f"{filename}: empty input (no OpenQASM program)")
+    qasm_bounds.check_source(text, filename)
     version = qasm_version(text)
     try:
-        if version == 2:
-            import qiskit.qasm2 as q2
-            return q2.loads(text, custom_instructions=q2.LEGACY_CUSTOM_INSTRUCTIONS), 2
+        qc = _parse2(text) if version == 2 else _parse3(text)
+    except (KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # qiskit raises parser-specific types; Rust panics too
+        raise _parse_error(exc, filename) from None
+    if qc.num_qubits > qasm_bounds.MAX_QUBITS:
+        raise QdiffParseError(f"{filename}: {qc.num_qubits} qubits; the limit is "
+                              f"{qasm_bounds.MAX_QUBITS}")
+    return qc, version
+
+
+def _parse2(text: str):
+    import qiskit.qasm2 as q2
+    return q2.loads(text, custom_instructions=q2.LEGACY_CUSTOM_INSTRUCTIONS)
+
+
+def _parse3(text: str):
+    """Qiskit's OpenQASM 3 importer on an AST parsed without ANTLR's console listener, which
+    would print a second, unprefixed line on stderr for every syntax error."""
+    try:
+        from openqasm3.parser import (BailErrorStrategy, CommonTokenStream, InputStream,
+                                      QASMNodeVisitor, _RaiseOnErrorListener, qasm3Lexer,
+                                      qasm3Parser)
+        from qiskit_qasm3_import import convert
+    except ImportError:  # another openqasm3 layout: Qiskit's own entry (ANTLR may print)
         import qiskit.qasm3 as q3
-        return q3.loads(text), 3
-    except Exception as exc:  # qiskit raises several parser-specific types
-        msg = str(exc).strip().strip("'\"")
-        m = _LINE.search(msg)
-        line = f":{m.group(1)}" if m else ""
-        msg = re.sub(r"^<input>:\d+,\d+:\s*|^\d+,\d+:\s*", "", msg)
-        if not m:
-            token = _offending_token(exc)   # OpenQASM 3 syntax errors carry it in the chain
-            if token is not None:
-                line = f":{token.line}"
-                msg = msg or f"syntax error at '{token.text}'"
-        raise QdiffParseError(f"{filename}{line}: {msg or type(exc).__name__}") from None
+        return q3.loads(text)
+    lexer = qasm3Lexer(InputStream(text))
+    lexer.removeErrorListeners()
+    lexer.addErrorListener(_RaiseOnErrorListener())
+    parser = qasm3Parser(CommonTokenStream(lexer))
+    parser.removeErrorListeners()
+    parser._errHandler = BailErrorStrategy()
+    return convert(QASMNodeVisitor().visitProgram(parser.program()))
+
+
+def _parse_error(exc: BaseException, filename: str) -> QdiffParseError:
+    """One line: ``file:line: message`` (the line from the message, the ANTLR token or the
+    AST node being converted when the importer failed)."""
+    if isinstance(exc, ZeroDivisionError):
+        msg = "division by zero in an expression"
+    elif type(exc).__name__ == "PanicException":
+        msg = "the OpenQASM parser failed on this input (a number too large?)"
+    else:
+        msg = " ".join(str(exc).split()).strip("'\"")
+        msg = "" if msg == "None" else msg  # ANTLR's bail-out exception has no message
+    m = _LINE.search(msg)
+    line = f":{m.group(1)}" if m else ""
+    msg = re.sub(r"^<input>:\d+,\d+:\s*|^\d+,\d+:\s*", "", msg)
+    if not m:
+        token = _offending_token(exc)   # OpenQASM 3 syntax errors carry it in the chain
+        if token is not None:
+            line = f":{token.line}"
+            msg = msg or f"syntax error at '{token.text}'"
+        else:
+            node_line = _node_line(exc)
+            line = f":{node_line}" if node_line else ""
+    return QdiffParseError(f"{filename}{line}: {msg or type(exc).__name__}")
+
+
+def _node_line(exc: BaseException):
+    """Line of the innermost OpenQASM 3 AST node on the failing call stack (None if none)."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        for value in list(tb.tb_frame.f_locals.values()):
+            span = getattr(value, "span", None)
+            line = getattr(span, "start_line", None)
+            if isinstance(line, int) and line > 0:
+                found = line
+        tb = tb.tb_next
+    return found
 
 
 def _offending_token(exc):
@@ -71,7 +135,13 @@ _CONSTRUCTS = (("classically controlled", r"^\s*(if|while|for|switch)\b"),
 
 
 def _line_of(text: str, message: str) -> str:
-    """':N' for the first source line with the construct an import error complains about."""
+    """':N' for the first source line with the construct an import error complains about
+    (for a non-finite angle: the only line calling that gate with arguments, if one)."""
+    m = re.match(r"gate '(\w+)' on wires .*NaN or infinite", message)
+    if m:
+        calls = [c.start() for c in re.finditer(rf"^\s*{m.group(1).lower()}\s*\(", text,
+                                                 flags=re.MULTILINE)]
+        return f":{text.count(chr(10), 0, calls[0]) + 1}" if len(calls) == 1 else ""
     for key, pattern in _CONSTRUCTS:
         if key in message:
             m = re.search(pattern, text, flags=re.MULTILINE)
@@ -81,15 +151,9 @@ def _line_of(text: str, message: str) -> str:
 
 
 def read_text(path) -> str:
-    """The text of an OpenQASM file; unreadable or binary files are a one-line QdiffError."""
-    path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except OSError as exc:
-        raise QdiffError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise QdiffParseError(f"{path}: not a text file") from None
+    """The text of an OpenQASM file, read with a cap of ``qasm_bounds.MAX_BYTES``; unreadable,
+    oversized or binary files are a one-line QdiffError."""
+    return fileio.read_text(path, qasm_bounds.MAX_BYTES)
 
 
 def load(path) -> QiskitImport:
@@ -115,31 +179,7 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
     raise QdiffError(f"unsupported OpenQASM version {version} (2 or 3)")
 
 
-def dump(circuit, path, version: int = 2, **kwargs) -> None:
-    """Write OpenQASM atomically (temp file + rename): a failure never leaves a partial file."""
-    text = dumps(circuit, version, **kwargs)
-    write_atomic(path, text)
-
-
-def write_atomic(path, text: str) -> None:
-    path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(d, f".{os.path.basename(path)}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise QdiffError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+def dump(circuit, path, version: int = 2, *, force: bool = False, **kwargs) -> None:
+    """Write OpenQASM with :func:`qdiff.circuits.fileio.write_atomic` (temp file + rename, the
+    existing file's mode kept, a read-only one replaced only with ``force``)."""
+    write_atomic(path, dumps(circuit, version, **kwargs), force=force)

@@ -28,6 +28,7 @@ import torch
 import qdiff as qd
 from qdiff import qchem
 from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.fileio import save_figure
 
 CHEMICAL_ACCURACY = 1.6e-3  # Ha
 QNG_LR = 0.25  # reached chemical accuracy in 2-3 steps on H2, LiH, BeH2; 0.5 diverged on BeH2
@@ -367,7 +368,7 @@ def plot(problem: Problem, res: Result, path: str) -> None:
     b.set_ylabel("E - E_exact")
     b.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)  # atomic: an interrupted run leaves no partial plot
     plt.close(fig)
 
 

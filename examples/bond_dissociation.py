@@ -18,6 +18,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _vqe_common as common  # noqa: E402
+from qdiff.circuits.fileio import save_figure  # noqa: E402
 
 
 def curve(args, log=print) -> list:
@@ -61,7 +62,7 @@ def plot(rows, path: str) -> None:
     b.set_ylabel("E - E_exact (mHa)")
     b.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)  # atomic: an interrupted run leaves no partial plot
     plt.close(fig)
 
 

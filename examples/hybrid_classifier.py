@@ -19,6 +19,7 @@ import time
 import torch
 
 import qdiff as qd
+from qdiff.circuits.fileio import save_figure
 
 
 def two_moons(n: int, noise: float, gen: torch.Generator):
@@ -107,7 +108,7 @@ def plot(model, xt, yt, path: str, title: str) -> None:
     fig.colorbar(cs, ax=ax, label="P(class 1)")
     ax.set_title(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)  # atomic: an interrupted run leaves no partial plot
     plt.close(fig)
 
 

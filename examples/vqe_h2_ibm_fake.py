@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 import qdiff as qd
+from qdiff.circuits.fileio import save_figure
 from qdiff.circuits.pennylane_io import from_pennylane_observable
 
 GEOMETRY = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.7414])  # angstrom
@@ -111,7 +112,7 @@ def main():
         ax.set_title(f"H2 on {out['backend']} (noisy, {args.shots} shots)")
         ax.legend()
         fig.tight_layout()
-        fig.savefig(args.plot, dpi=120)
+        save_figure(fig, args.plot, dpi=120)  # atomic: no partial plot on interruption
 
 
 if __name__ == "__main__":

@@ -1,19 +1,31 @@
 """The ``qdiff`` command line: ``qdiff compile INPUT... [-o OUT | --out-dir DIR] [-O N] ...``.
 
 Exit codes: 0 success, 1 a verification failed (that file is not written), 2 bad input (one
-line naming the file, line and fault; no traceback), 130 interrupted. Outputs are written
-atomically, so an existing file is never left truncated and Ctrl-C leaves no partial file.
+line naming the file, line and fault; no traceback), 130 interrupted (Ctrl-C or SIGTERM, at any
+time, start-up included), 3 an internal error (a bug: one line asking for a report;
+``QDIFF_DEBUG=1`` prints the traceback). A batch compiles every file, reports the failures per
+file at the end and exits with the worst code. Outputs are written atomically and never
+through a symlink (:mod:`qdiff.circuits.fileio`): an existing file is never left truncated, a
+read-only one is replaced only with ``--force``, and an interruption leaves no partial file.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import signal
 import sys
+import threading
 
 from qdiff.circuits.errors import QdiffError
 
-EXIT_OK, EXIT_VERIFY, EXIT_INPUT, EXIT_INTERRUPT = 0, 1, 2, 130
+EXIT_OK, EXIT_VERIFY, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPT = 0, 1, 2, 3, 130
+REPORT_HINT = "please report it with the input and command line (QDIFF_DEBUG=1 shows details)"
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised by the SIGTERM handler: unwinds like Ctrl-C (temp files removed, exit 130)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,8 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--verify", choices=["auto", "unitary", "statevector", "none"],
                    default="auto")
     c.add_argument("--report", choices=["table", "json"], default="table")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+    c.add_argument("--seed", type=_seed, default=0, help="random seed (a non-negative integer)")
+    c.add_argument("--force", action="store_true",
+                   help="replace existing outputs even if they are read-only")
+    c.add_argument("--time-limit", type=_seconds, default=None, metavar="SECONDS",
                    help="time budget per circuit for level 3 (default 60)")
     c.add_argument("--qasm-version", type=int, choices=[2, 3], default=None,
                    help="OpenQASM version of the output (default: that of the input)")
@@ -48,8 +62,42 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2 ** 63:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer in [0, 2**63)")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of seconds")
+    return value
+
+
 def main(argv=None) -> int:
-    """Entry point of the ``qdiff`` console script; returns the exit code."""
+    """Entry point of the ``qdiff`` console script; returns the exit code (never raises,
+    whatever the input: see the module doc for the codes)."""
+    previous = _install_sigterm()
+    try:
+        return _main(argv)
+    except KeyboardInterrupt as exc:
+        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        _err(f"{what}; no partial output was written")
+        return EXIT_INTERRUPT
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv) -> int:
     try:
         args = build_parser().parse_args(argv)
         if args.command == "doctor":
@@ -60,9 +108,13 @@ def main(argv=None) -> int:
     except QdiffError as exc:
         _err(str(exc))
         return EXIT_INPUT
-    except KeyboardInterrupt:
-        _err("interrupted (no partial output was written)")
-        return EXIT_INTERRUPT
+    except SystemExit as exc:  # --help / --version
+        return exc.code if isinstance(exc.code, int) else EXIT_OK
+    except (KeyboardInterrupt, GeneratorExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001  (the last resort: a bug, never exit 1)
+        _internal(exc)
+        return EXIT_INTERNAL
 
 
 def _doctor() -> int:
@@ -76,8 +128,27 @@ def _doctor() -> int:
     return EXIT_OK
 
 
-def _err(msg: str) -> None:
-    print(f"qdiff: error: {' '.join(msg.split())}", file=sys.stderr)
+def _install_sigterm():
+    """SIGTERM raises :class:`Terminated` (main thread only; returns the previous handler)."""
+    if threading.current_thread() is not threading.main_thread() or \
+            not hasattr(signal, "SIGTERM"):
+        return None
+
+    def on_term(signum, frame):
+        raise Terminated()
+    return signal.signal(signal.SIGTERM, on_term)
+
+
+def _internal(exc: BaseException, path: str | None = None) -> None:
+    where = f"{path}: " if path else ""
+    _err(f"{where}{type(exc).__name__}: {exc}; {REPORT_HINT}", "internal error")
+    if os.environ.get("QDIFF_DEBUG"):
+        import traceback
+        traceback.print_exception(exc, file=sys.stderr)
+
+
+def _err(msg: str, kind: str = "error") -> None:
+    print(f"qdiff: {kind}: {' '.join(str(msg).split())}", file=sys.stderr)
 
 
 def expand_inputs(inputs) -> list:
@@ -95,9 +166,7 @@ def expand_inputs(inputs) -> list:
 
 
 def _compile(args) -> int:
-    from qdiff.compiler.api import compile as qcompile
     from qdiff.compiler.basis import parse_basis
-    from qdiff.compiler.report import table
     files = expand_inputs(args.inputs)
     if args.output and len(files) > 1:
         raise QdiffError("-o names one output file but there are several inputs; use --out-dir")
@@ -106,25 +175,81 @@ def _compile(args) -> int:
     if args.out_dir and not os.path.isdir(args.out_dir):
         raise QdiffError(f"{args.out_dir}: output directory does not exist")
     to_stdout = args.output == "-" or (not args.output and not args.out_dir and len(files) == 1)
+    outputs = _output_paths(files, args, to_stdout)
     info = sys.stderr if to_stdout else sys.stdout
-    reports, status = [], EXIT_OK
+    reports, failures = [], []
     for path in _progress(files):
+        code, msg = _compile_one(args, path, outputs[path], to_stdout, reports)
+        if code != EXIT_OK:
+            failures.append((path, code, msg))
+    if reports:
+        _print_reports(reports, args.report, info)
+    for path, code, msg in failures:
+        if code == EXIT_INTERNAL:
+            _err(f"{msg}; {REPORT_HINT}", "internal error")
+        else:
+            _err(msg if len(files) == 1 or msg.startswith(path) else f"{path}: {msg}")
+    return max([code for _, code, _ in failures], default=EXIT_OK)
+
+
+def _output_paths(files, args, to_stdout) -> dict:
+    """``{input: output path or None}``; two inputs with one output is a bad-input error
+    raised before anything is compiled or written, and so is a read-only existing output
+    without ``--force``."""
+    from qdiff.circuits import fileio
+    if to_stdout or not (args.output or args.out_dir):
+        return {f: None for f in files}  # several inputs and no output option: reports only
+    if args.output:
+        out = {files[0]: args.output}
+    else:
+        out, seen = {}, {}
+        for f in files:
+            target = os.path.join(args.out_dir, "stdin.qasm" if f == "-" else os.path.basename(f))
+            key = os.path.normcase(os.path.abspath(target))
+            if key in seen:
+                raise QdiffError(f"{seen[key]} and {f} would both be written to {target}; "
+                                 "rename one or compile them separately")
+            seen[key] = f
+            out[f] = target
+    for target in out.values():
+        try:
+            fileio.check_target(target, args.force)
+        except fileio.ReadOnlyOutputError as exc:
+            raise QdiffError(f"{str(exc).split(';')[0]}; --force replaces it") from None
+    return out
+
+
+def _compile_one(args, path, output, to_stdout, reports) -> tuple:
+    """Compile, verify and write one input; ``(exit code, message)``."""
+    from qdiff.compiler.api import compile as qcompile
+    try:
         imp, version = _read(path)
         out, rep = qcompile(imp, level=args.level, basis=args.basis, verify=args.verify,
                             seed=args.seed, time_limit=args.time_limit, target=args.target,
                             name="<stdin>" if path == "-" else path)
         reports.append(rep)
         if rep.verified is False:
-            _err(f"{path}: output not equivalent to the input (1-F = {rep.infidelity:.3g}); "
-                 "nothing written")
-            status = EXIT_VERIFY
-            continue
-        _write(out, rep, args, path, version, to_stdout)
-    if args.report == "json":
+            return EXIT_VERIFY, (f"{path}: output not equivalent to the input "
+                                 f"(1-F = {rep.infidelity:.3g}); nothing written")
+        _write(out, rep, args, output, version, to_stdout)
+        return EXIT_OK, ""
+    except QdiffError as exc:
+        return EXIT_INPUT, str(exc)
+    except (KeyboardInterrupt, GeneratorExit, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001  (a bug on this file: the others still run)
+        if os.environ.get("QDIFF_DEBUG"):
+            import traceback
+            traceback.print_exception(exc, file=sys.stderr)
+        return EXIT_INTERNAL, f"{path}: {type(exc).__name__}: {exc}"
+
+
+def _print_reports(reports, kind, info) -> None:
+    from qdiff.compiler.report import table
+    if kind == "json":
         print(json.dumps([r.to_dict() for r in reports], indent=1), file=info)
     else:
         print(table(reports), file=info)
-    return status
 
 
 def _progress(files):
@@ -135,25 +260,22 @@ def _progress(files):
 
 
 def _read(path):
-    from qdiff.circuits import qasm
+    from qdiff.circuits import fileio, qasm, qasm_bounds
     if path == "-":
-        text = sys.stdin.read()
+        text = fileio.read_text(sys.stdin, qasm_bounds.MAX_BYTES, "<stdin>")
         return qasm.loads(text, "<stdin>"), qasm.qasm_version(text)
     text = qasm.read_text(path)
     return qasm.loads(text, path), qasm.qasm_version(text)
 
 
-def _write(out, rep, args, path, version, to_stdout) -> None:
-    from qdiff.circuits import qasm
+def _write(out, rep, args, output, version, to_stdout) -> None:
+    from qdiff.circuits import fileio, qasm
     text = qasm.dumps(out, args.qasm_version or version, measurements=rep.measurements,
                       num_clbits=rep.num_clbits)
     if to_stdout:
         sys.stdout.write(text)
-    elif args.output:
-        qasm.write_atomic(args.output, text)
-    elif args.out_dir:
-        name = "stdin.qasm" if path == "-" else os.path.basename(path)
-        qasm.write_atomic(os.path.join(args.out_dir, name), text)
+    elif output is not None:
+        fileio.write_atomic(output, text, force=args.force)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -57,7 +57,9 @@ class QNode:
         """Run the circuit. Under ``torch.compile`` this call stays eager (a graph break):
         recording is Python-level work that dynamo would otherwise retrace gate by gate."""
         from qdiff.bridge import execute
-        recorded, result = self.construct(*args, **kwargs)
+        # the device refuses a batch that cannot run before theta (B, P) is assembled
+        recorded, result = _record(self.func, self.device.wires, args, kwargs,
+                                   getattr(self.device, "check_batch", None))
         outs = execute(recorded, self.device, self.diff_method, stacked=True,
                        options=self.options)
         if isinstance(outs, torch.Tensor):  # (B, K) of scalar measurements
@@ -140,12 +142,12 @@ def _assemble(outs: list, recorded: Recorded, result):
     return type(result)(shaped) if isinstance(result, tuple) else list(shaped)
 
 
-def _record(func, wires, args, kwargs) -> tuple:
+def _record(func, wires, args, kwargs, check_batch=None) -> tuple:
     with recording.record() as rec:
         result = func(*args, **kwargs)
     items = [i for i in rec.raw if not isinstance(i, Measurement)]
     flat = _flatten_measurements(result)
-    return Circuit.from_recording(items, wires, flat), result
+    return Circuit.from_recording(items, wires, flat, check_batch=check_batch), result
 
 
 def record_circuit(func, wires, *args, **kwargs) -> Recorded:

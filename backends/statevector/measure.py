@@ -11,6 +11,7 @@ import torch
 from qdiff.circuits import caches
 from qdiff.backends.statevector import kernels, native, pauli_sum, zwords
 from qdiff.backends.statevector.apply import apply_gate
+from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import GATES
 from qdiff.circuits.observables import Observable
@@ -173,11 +174,25 @@ def term_basis(term: tuple):
     return ops, wires, eig
 
 
-def sample_indices(p: torch.Tensor, shots: int, generator) -> torch.Tensor:
-    """``(B, shots)`` basis indices drawn from probabilities ``p`` ``(B, 2**k)``."""
-    p = p.clamp_min(0)
+_MULTINOMIAL_MAX = 2 ** 24  # torch.multinomial's limit on the number of categories
+
+
+def sample_indices(p: torch.Tensor, shots: int, generator, words: int = 3) -> torch.Tensor:
+    """``(B, shots)`` basis indices drawn from probabilities ``p`` ``(B, 2**k)``.
+
+    ``words``: 8-byte values per shot the caller builds from the indices (checked against
+    the memory budget with the indices themselves before anything is drawn). Above 2**24
+    outcomes, inverse-CDF sampling replaces ``torch.multinomial``, which refuses them."""
+    b, d = p.shape
+    memory.require(8.0 * b * (shots * words + 2 * d), f"sampling {shots} shots of {b} "
+                   f"distribution(s) over {d} outcomes", p.device)
+    p = p.clamp_min(0).to(torch.float64)
     p = p / p.sum(-1, keepdim=True)
-    return torch.multinomial(p.to(torch.float64), shots, replacement=True, generator=generator)
+    if d <= _MULTINOMIAL_MAX:
+        return torch.multinomial(p, shots, replacement=True, generator=generator)
+    cdf = torch.cumsum(p, -1)
+    u = torch.rand(b, shots, dtype=torch.float64, device=p.device, generator=generator)
+    return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_max_(d - 1)
 
 
 def rotated_marginal(state, term, n):
@@ -220,8 +235,8 @@ def sampled_var(state, obs, n, shots, generator):
 def sample_bits(state, wires, n, shots, generator) -> torch.Tensor:
     """``(B, shots, k)`` int64 bits of ``wires`` (wire order), one row per shot."""
     wires = list(range(n)) if wires is None else list(wires)
-    idx = sample_indices(probs(state, wires, n), shots, generator)
     k = len(wires)
+    idx = sample_indices(probs(state, wires, n), shots, generator, words=k + 1)
     shifts = torch.arange(k - 1, -1, -1, device=idx.device)
     return (idx.unsqueeze(-1) >> shifts) & 1
 

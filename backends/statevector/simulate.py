@@ -12,8 +12,6 @@ tensor([[1., 0.],
 """
 from __future__ import annotations
 
-import os
-
 import torch
 
 from qdiff.backends.statevector import kernels, native
@@ -21,7 +19,7 @@ from qdiff.backends.statevector.fusion import evolve_fused
 from qdiff.backends.statevector.gate_data import (SMALL, apply_data, circuit_angles, circuit_data,
                                                   fused_schedule)
 from qdiff.backends.statevector.apply import real_dtype_of
-from qdiff.circuits.errors import QdiffMemoryError
+from qdiff.circuits import memory
 from qdiff.circuits.operation import is_concrete
 
 
@@ -32,35 +30,17 @@ def zero_state(n: int, batch: int, cdtype, device) -> torch.Tensor:
 
 
 def available_memory(device: torch.device) -> int:
-    """Bytes free for a new allocation on ``device``."""
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free)
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-
-
-_ALWAYS_FITS = 64 * 2 ** 20  # bytes: below this, skip reading the free memory
+    """Bytes free for a new allocation on ``device`` (:func:`qdiff.circuits.memory.available`)."""
+    return memory.available(device)
 
 
 def check_memory(n: int, batch: int, cdtype, device, copies: float = 4.0) -> None:
-    """Refuse (before allocating) a simulation whose ``copies`` states would not fit."""
-    item = torch.empty((), dtype=cdtype).element_size()
+    """Refuse (before allocating) a simulation whose ``copies`` states would not fit the
+    memory budget (:func:`qdiff.circuits.memory.require`)."""
+    item = cdtype.itemsize
     need = float(batch) * (2.0 ** n) * item * copies
-    if need < _ALWAYS_FITS:
-        return
-    have = available_memory(torch.device(device))
-    if need > have:
-        raise QdiffMemoryError(
-            f"simulating {n} qubits with batch {batch} needs about {need / 2**30:.3g} GiB "
-            f"({copies:g} state(s) of {2**n * item * batch / 2**30:.3g} GiB) but only "
-            f"{have / 2**30:.3g} GiB is available on {device}")
+    memory.require(need, f"simulating {n} qubits with batch {batch} ({copies:g} state(s) of "
+                         f"{memory.gib(2.0 ** n * item * batch)})", device)
 
 
 def _tensor_params(circuit) -> list:

@@ -12,11 +12,13 @@ True
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.errors import QdiffError, QdiffMemoryError
+from qdiff.circuits.memory import require
 from qdiff.circuits.operation import Operation, ParamRef
 from qdiff.compiler.ops import matrix
 
@@ -98,22 +100,64 @@ def choose_method(n: int, num_ops: int, method: str = "auto") -> str:
     return "unitary" if n <= 12 and (4.0 ** n) * max(num_ops, 1) <= UNITARY_BUDGET else "statevector"
 
 
+MAX_SIM_QUBITS = 25  # run() names the state's axes with letters: a batch axis + 25 wires
+_COPIES = {"unitary": 4, "statevector": 5}  # live arrays of the check's size at its peak
+
+
+def check_memory(n: int, method: str, num_states: int = 4) -> None:
+    """Refuse, before anything is allocated, a check that would not fit in memory."""
+    if method not in _COPIES:
+        return
+    width = 2 ** n if method == "unitary" else num_states
+    if n > MAX_SIM_QUBITS:
+        raise QdiffMemoryError(f"verification by simulation supports up to {MAX_SIM_QUBITS} "
+                               f"qubits; this circuit has {n} (--verify none skips it)")
+    require(_COPIES[method] * 16.0 * width * 2.0 ** n,
+            f"verifying {n} qubits by {'unitary' if method == 'unitary' else 'random states'}",
+            hint="--verify statevector or none needs less" if method == "unitary" else
+            "--verify none skips the check")
+
+
+def feasible_method(n: int, num_ops: int, method: str, num_states: int) -> str:
+    """``method`` ('auto' resolved: the unitary check where it fits, else random states),
+    checked against the memory budget."""
+    chosen = choose_method(n, num_ops, method)
+    if method == "auto" and chosen == "unitary":
+        try:
+            check_memory(n, "unitary")
+        except QdiffMemoryError:
+            chosen = "statevector"
+    check_memory(n, chosen, num_states)
+    return chosen
+
+
+def _check_finite(ops) -> None:
+    for o in ops:
+        for p in o.params:
+            if not (isinstance(p, ParamRef) or math.isfinite(p)):
+                raise QdiffError(f"verification: gate '{o.name}' on wires {list(o.wires)} has "
+                                 f"the non-finite angle {p}")
+
+
 def equivalence(a, b, method: str = "auto", seed: int = 1234, num_states: int = 4,
                 tol: float = TOL) -> Verdict:
     """Compare circuits ``a`` and ``b`` (same wires and parameters) up to global phase."""
     if a.num_wires != b.num_wires:
         raise QdiffError(f"verification: {a.num_wires} vs {b.num_wires} qubits")
     n = a.num_wires
-    method = choose_method(n, len(a.operations) + len(b.operations), method)
     if method == "none":
         return Verdict(True, "none", float("nan"))
+    method = feasible_method(n, len(a.operations) + len(b.operations), method, num_states)
     rng = np.random.default_rng(seed)
     nb = 1 if max(a.num_params, b.num_params) == 0 else 2
     worst = 0.0
     for _ in range(nb):
         theta = rng.uniform(-np.pi, np.pi, size=max(a.num_params, b.num_params))
         oa, ob = bind(a.operations, theta), bind(b.operations, theta)
-        worst = max(worst, _infidelity(oa, ob, n, method, rng, num_states))
+        _check_finite(oa)
+        _check_finite(ob)
+        bad = _infidelity(oa, ob, n, method, rng, num_states)
+        worst = max(worst, bad if math.isfinite(bad) else math.inf)  # NaN is a failure
     return Verdict(worst < tol, method, worst)
 
 
@@ -122,7 +166,7 @@ def _infidelity(oa, ob, n, method, rng, num_states) -> float:
     if method == "unitary":
         st = np.eye(d, dtype=complex).reshape((d,) + (2,) * n)
         w = run(run(st, oa), ob, inverse=True).reshape(d, d)
-        return float(max(0.0, 1.0 - abs(np.trace(w)) / d))
+        return _nonnegative(1.0 - abs(np.trace(w)) / d)
     if method != "statevector":
         raise QdiffError(f"unknown verification method '{method}' (auto, unitary, statevector, none)")
     psi = rng.normal(size=(num_states, d)) + 1j * rng.normal(size=(num_states, d))
@@ -131,4 +175,10 @@ def _infidelity(oa, ob, n, method, rng, num_states) -> float:
     ov = np.einsum("bi,bi->b", psi.conj(), out.reshape(num_states, d))
     # the same phase on every state, and unit modulus: W is a multiple of the identity
     spread = float(np.max(np.abs(ov - ov[0])))
-    return float(max(0.0, 1.0 - np.min(np.abs(ov)), spread ** 2))
+    return _nonnegative(max(1.0 - np.min(np.abs(ov)), spread ** 2))
+
+
+def _nonnegative(x) -> float:
+    """``max(0, x)`` where NaN stays a failure (``max(0.0, nan)`` is 0.0 in Python)."""
+    x = float(x)
+    return max(0.0, x) if math.isfinite(x) else math.inf

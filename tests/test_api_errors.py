@@ -1,0 +1,82 @@
+"""API misuse that used to raise TypeError/RuntimeError/QiskitError, or nothing, and gave
+wrong results: each is now a QdiffError naming the fault."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import qdiff as qd
+from qdiff.circuits.errors import QdiffError
+
+
+def run(n, body, **dev_kw):
+    return qd.qnode(qd.device("statevector", wires=n, **dev_kw))(body)()
+
+
+@pytest.mark.parametrize("make", [lambda: qd.probs(wires=[0, 0]),
+                                  lambda: qd.sample(wires=[1, 1]),
+                                  lambda: qd.counts(wires=(0, 1, 0))])
+def test_repeated_measurement_wires(make):
+    """``qd.probs(wires=[0, 0])`` was a torch TypeError from reshape."""
+    def body():
+        qd.H(0)
+        return make()
+    with pytest.raises(QdiffError, match=r"(probs|sample|counts): repeated wire in \["):
+        run(2, body, shots=10)
+
+
+def test_hermitian_on_repeated_wires():
+    """Accepted before, and expectations returned a meaningless number."""
+    with pytest.raises(QdiffError, match=r"Hermitian: repeated wire in \[0, 0\]"):
+        qd.Hermitian(np.diag([1.0, 2.0, 3.0, 4.0]), wires=[0, 0])
+
+
+def test_compile_quantum_circuit_with_nan_angle():
+    """Was QiskitError 'OneQubitEulerDecomposer: input matrix is not unitary.'"""
+    from qiskit import QuantumCircuit
+    qc = QuantumCircuit(1)
+    qc.rz(float("nan"), 0)
+    with pytest.raises(QdiffError, match=r"gate 'RZ' on wires \[0\]: angle nan is NaN"):
+        qd.compile(qc)
+
+
+@pytest.mark.parametrize("kw,pattern", [({"wires": 1, "shots": True}, "shots must be a positive"),
+                                        ({"wires": True}, "wires must be an int")])
+def test_bool_shots_and_wires(kw, pattern):
+    """``shots=True`` meant 1 shot and ``wires=True`` one wire."""
+    with pytest.raises(QdiffError, match=pattern):
+        qd.device("statevector", **kw)
+
+
+@pytest.mark.parametrize("angle", ["0.3", b"0.3", True])
+def test_string_and_bool_angles(angle):
+    """The string "0.3" was silently converted to 0.3 rad."""
+    def body():
+        qd.RX(angle, wires=0)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(QdiffError, match=r"'RX': angle must be a real number or tensor, got"):
+        run(1, body)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: qd.Hamiltonian([float("nan"), 1.0], [qd.Z(0), qd.X(0)]),
+    lambda: qd.Hamiltonian(torch.tensor([1.0, float("inf")]), [qd.Z(0), qd.X(0)]),
+    lambda: float("nan") * qd.Z(0),
+    lambda: qd.Z(0) + float("inf") * qd.X(0),
+])
+def test_non_finite_hamiltonian_coefficients(make):
+    """Gave NaN results."""
+    with pytest.raises(QdiffError, match=r"observable coefficient (nan|inf) is NaN or infinite"):
+        make()
+
+
+def test_finite_observables_still_build_and_differentiate():
+    c = torch.tensor([0.5, -0.25], requires_grad=True)
+
+    def body():
+        qd.RX(0.3, wires=0)
+        return qd.expval(qd.Hamiltonian(c, [qd.Z(0), qd.X(0)]))
+    out = run(1, body)
+    out.backward()
+    assert torch.allclose(c.grad, torch.tensor([np.cos(0.3), 0.0], dtype=c.dtype), atol=1e-12)

@@ -1,0 +1,253 @@
+"""The CLI's exit-code contract for every input: 0 ok, 1 verification failed, 2 bad input,
+3 internal error, 130 interrupted; one stderr line, never a traceback; batches compile every
+file; outputs are safe (atomic, symlink-safe, read-only kept unless --force)."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from qdiff.cli import main
+
+H2 = 'OPENQASM 2.0;\ninclude "qelib1.inc";\n'
+H3 = 'OPENQASM 3.0;\ninclude "stdgates.inc";\n'
+GOOD = H2 + "qreg q[2];\nh q[0];\ncx q[0],q[1];\ncx q[0],q[1];\n"
+
+
+def write(folder, name, text):
+    p = folder / name
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+    return str(p)
+
+
+def err_lines(capsys) -> list:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert all("Traceback" not in line for line in err)
+    return err
+
+
+def nested_bomb() -> str:
+    lines = [H2 + "gate g0 a { x a; x a; }"]
+    lines += [f"gate g{i} a {{ g{i - 1} a; g{i - 1} a; }}" for i in range(1, 26)]
+    return "\n".join(lines + ["qreg q[1];", "g25 q[0];", ""])
+
+
+def chain(depth=2000) -> str:
+    lines = [H2 + "gate c0 a { x a; }"] + [f"gate c{i} a {{ c{i - 1} a; }}"
+                                             for i in range(1, depth)]
+    return "\n".join(lines + ["qreg q[1];", f"c{depth - 1} q[0];", ""])
+
+
+BAD_INPUTS = {
+    "rz_1e999": (H2 + "qreg q[1];\nrz(1e999) q[0];\n", "bad.qasm:4: gate 'RZ'"),
+    "exp_1000": (H2 + "qreg q[1];\nrz(exp(1000)) q[0];\n", "bad.qasm:4: gate 'RZ'"),
+    "qreg_100000": (H2 + "qreg q[100000];\nh q[0];\n", "bad.qasm:3: register 'q' of size 100000"),
+    "qreg_rust_panic": (H2 + "qreg q[99999999999999999999];\nh q[0];\n", "bad.qasm:3: register"),
+    "chained_2000": (chain(), "definitions nested more than 100 deep"),
+    "nested_bomb": (nested_bomb(), "bad.qasm:29: the program expands to more than"),
+    "empty": ("", "bad.qasm: empty input"),
+    "qasm3_zero_div": (H3 + "qubit[1] q;\nrz(0/0) q[0];\n", "bad.qasm:4: division by zero"),
+    "qasm3_syntax": (H3 + "qubit[2] q;\nh q[0;\n", "bad.qasm:4: syntax error at ';'"),
+    "qasm3_slice": (H3 + "qubit[2] q;\nh q[0:5];\n", "bad.qasm:4: q[0:5]: index 5 is out"),
+    "binary": ("\x00\x01", "bad.qasm: not a text file"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUTS))
+def test_bad_input_exit_2_one_line(tmp_path, capsys, name):
+    text, needle = BAD_INPUTS[name]
+    src = write(tmp_path, "bad.qasm", text)
+    out = tmp_path / "out.qasm"
+    out.write_text("previous")
+    assert main(["compile", src, "-o", str(out)]) == 2
+    err = err_lines(capsys)
+    assert len(err) == 1 and err[0].startswith("qdiff: error: ") and needle in err[0], err
+    assert out.read_text() == "previous"
+    assert sorted(os.listdir(tmp_path)) == ["bad.qasm", "out.qasm"]
+
+
+@pytest.mark.parametrize("path,needle", [("/dev/null", "empty input"),
+                                         ("/dev/zero", "larger than the input limit")])
+def test_device_files_as_input(capsys, path, needle):
+    if not stat.S_ISCHR(os.stat(path).st_mode):
+        pytest.skip(f"{path} is not a device on this machine")
+    assert main(["compile", path]) == 2
+    err = err_lines(capsys)
+    assert len(err) == 1 and f"{path}: {needle}" in err[0]
+
+
+@pytest.mark.parametrize("option", [["--seed", "-5"], ["--seed", "x"],
+                                    ["--time-limit", "nan"], ["--time-limit", "-1"]])
+def test_bad_option_values_exit_2(tmp_path, capsys, option):
+    """``--seed -5`` was numpy's ValueError traceback and exit 1."""
+    src = write(tmp_path, "in.qasm", GOOD)
+    assert main(["compile", src, *option]) == 2
+    err = err_lines(capsys)
+    assert len(err) == 1 and f"argument {option[0]}" in err[0]
+
+
+def test_help_is_exit_0(capsys):
+    assert main(["--help"]) == 0
+    assert "compile" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("exc", [ValueError("boom"), RecursionError("deep"),
+                                 type("PanicException", (BaseException,), {})("rust")])
+def test_unexpected_exception_is_internal_error_exit_3(tmp_path, capsys, monkeypatch, exc):
+    from qdiff.compiler import api
+
+    def broken(*a, **k):
+        raise exc
+    monkeypatch.setattr(api, "compile", broken)
+    src = write(tmp_path, "in.qasm", GOOD)
+    assert main(["compile", src, "-o", str(tmp_path / "o.qasm")]) == 3
+    err = err_lines(capsys)
+    assert len(err) == 1 and err[0].startswith("qdiff: internal error: ")
+    assert type(exc).__name__ in err[0] and "report" in err[0]
+    assert not (tmp_path / "o.qasm").exists()
+
+
+def test_same_output_name_is_refused_before_anything_is_written(tmp_path, capsys):
+    """``d1/x.qasm d2/x.qasm --out-dir out``: the second silently overwrote the first."""
+    a = write(tmp_path, "d1/x.qasm", GOOD)
+    b = write(tmp_path, "d2/x.qasm", GOOD.replace("h q[0];", "x q[0];"))
+    outd = tmp_path / "out"
+    outd.mkdir()
+    assert main(["compile", a, b, "--out-dir", str(outd)]) == 2
+    err = err_lines(capsys)
+    assert len(err) == 1 and "d1/x.qasm and" in err[0] and "d2/x.qasm" in err[0]
+    assert os.listdir(outd) == []
+
+
+def test_batch_compiles_every_file_and_reports_failures_at_the_end(tmp_path, capsys):
+    """A bad file in the middle stopped the batch: the files after it were never compiled."""
+    d = tmp_path / "circs"
+    write(d, "a.qasm", GOOD)
+    write(d, "b.qasm", H2 + "qreg q[2];\nfrobnicate q[0];\n")
+    write(d, "c.qasm", GOOD)
+    write(d, "d.qasm", "")
+    outd = tmp_path / "out"
+    outd.mkdir()
+    assert main(["compile", str(d), "--out-dir", str(outd)]) == 2
+    captured = capsys.readouterr()
+    assert sorted(os.listdir(outd)) == ["a.qasm", "c.qasm"]
+    err = [line for line in captured.err.splitlines() if line.startswith("qdiff:")]  # no progress
+    assert [line.split(": ")[2].split(":")[0] for line in err] == [str(d / "b.qasm"),
+                                                                   str(d / "d.qasm")]
+    assert "frobnicate" in err[0] and "empty input" in err[1]
+    assert "a.qasm" in captured.out and "c.qasm" in captured.out
+
+
+def test_batch_exit_code_is_the_worst(tmp_path, capsys, monkeypatch):
+    from qdiff.compiler import api
+    from qdiff.compiler.verify import Verdict
+    real = api.equivalence
+    monkeypatch.setattr(api, "equivalence", lambda a, b, *r, **k: Verdict(False, "unitary", 0.5)
+                        if a.num_wires == 3 else real(a, b, *r, **k))
+    d = tmp_path / "circs"
+    write(d, "a.qasm", GOOD)
+    write(d, "b.qasm", GOOD.replace("qreg q[2];", "qreg q[3];"))
+    outd = tmp_path / "out"
+    outd.mkdir()
+    assert main(["compile", str(d), "--out-dir", str(outd)]) == 1
+    write(d, "c.qasm", "")
+    assert main(["compile", str(d), "--out-dir", str(outd)]) == 2
+    assert sorted(os.listdir(outd)) == ["a.qasm"]
+    err = err_lines(capsys)
+    assert sum("not equivalent" in line for line in err) == 2
+
+
+def test_read_only_output_needs_force(tmp_path, capsys):
+    """An existing 0444 output was replaced without complaint (and became 0644)."""
+    src = write(tmp_path, "in.qasm", GOOD)
+    out = tmp_path / "out.qasm"
+    out.write_text("previous")
+    os.chmod(out, 0o444)
+    assert main(["compile", src, "-o", str(out)]) == 2
+    err = err_lines(capsys)
+    assert len(err) == 1 and "read-only" in err[0] and "--force" in err[0]
+    assert out.read_text() == "previous"
+    assert main(["compile", src, "-o", str(out), "--force"]) == 0
+    assert "OPENQASM" in out.read_text() and stat.S_IMODE(out.stat().st_mode) == 0o444
+
+
+def test_output_mode_is_kept(tmp_path, capsys):
+    src = write(tmp_path, "in.qasm", GOOD)
+    out = tmp_path / "out.qasm"
+    out.write_text("previous")
+    os.chmod(out, 0o600)
+    assert main(["compile", src, "-o", str(out)]) == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
+def test_symlink_attack_on_the_temp_file(tmp_path, capsys):
+    """``ln -s victim.txt .out.qasm.tmp<PID>``: the victim received the compiled QASM."""
+    src = write(tmp_path, "in.qasm", GOOD)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    os.symlink(victim, tmp_path / f".out.qasm.tmp{os.getpid()}")
+    assert main(["compile", src, "-o", str(tmp_path / "out.qasm")]) == 0
+    assert victim.read_text() == "precious"
+    assert not (tmp_path / "out.qasm").is_symlink()
+
+
+def _console_script():
+    exe = shutil.which("qdiff") or os.path.join(os.path.dirname(sys.executable), "qdiff")
+    if not os.path.exists(exe):
+        pytest.skip("console script not installed")
+    return exe
+
+
+def _front_is_lazy() -> bool:
+    """Whether ``import qdiff.cli`` stays light: main() can only catch what happens after
+    the console script has imported it."""
+    code = "import sys, qdiff.cli; sys.exit('torch' in sys.modules)"
+    return subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+
+
+def _wait_until_loaded(proc, library: str, timeout: float = 120.0) -> bool:
+    """Poll the process's memory map until ``library`` is mapped (it is being imported)."""
+    maps = f"/proc/{proc.pid}/maps"
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            with open(maps, encoding="utf-8", errors="replace") as fh:
+                if library in fh.read():
+                    return True
+        except OSError:
+            return False
+        time.sleep(0.01)
+    return False
+
+
+@pytest.mark.parametrize("when", ["torch", "qiskit", 0.5])
+def test_ctrl_c_during_start_up_is_130_and_one_line(tmp_path, when):
+    """Ctrl-C in the first seconds (heavy imports) printed a KeyboardInterrupt traceback and
+    exited with -2. The signal is sent while torch's or Qiskit's native libraries are being
+    loaded, or after a fixed half second."""
+    if not _front_is_lazy():
+        pytest.skip("the package front imports torch eagerly: Ctrl-C can land before main()")
+    if not os.path.exists("/proc/self/maps"):
+        pytest.skip("needs /proc to see what the process is importing")
+    src = write(tmp_path, "in.qasm", GOOD)
+    proc = subprocess.Popen([_console_script(), "compile", src, "-o", str(tmp_path / "o.qasm")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if isinstance(when, str):
+        assert _wait_until_loaded(proc, when), proc.communicate()[1]
+    else:
+        time.sleep(when)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.skip("finished before the signal arrived")
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == ["qdiff: error: interrupted; no partial output was "
+                                        "written"]
+    assert sorted(os.listdir(tmp_path)) == ["in.qasm"]

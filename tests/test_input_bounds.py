@@ -1,0 +1,125 @@
+"""Bounded OpenQASM input and one-line parse errors (qdiff.circuits.qasm_bounds, qasm)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from qdiff.circuits import qasm, qasm_bounds
+from qdiff.circuits.errors import QdiffError, QdiffParseError
+
+H2 = 'OPENQASM 2.0;\ninclude "qelib1.inc";\n'
+H3 = 'OPENQASM 3.0;\ninclude "stdgates.inc";\n'
+
+
+def nested(levels: int) -> str:
+    """``gate g<levels>`` expands to 2**(levels+1) gates: a few hundred bytes of text."""
+    lines = [H2 + "gate g0 a { x a; x a; }"]
+    lines += [f"gate g{i} a {{ g{i - 1} a; g{i - 1} a; }}" for i in range(1, levels + 1)]
+    return "\n".join(lines + ["qreg q[1];", f"g{levels} q[0];", ""])
+
+
+def chained(depth: int) -> str:
+    lines = [H2 + "gate c0 a { x a; }"]
+    lines += [f"gate c{i} a {{ c{i - 1} a; }}" for i in range(1, depth)]
+    return "\n".join(lines + ["qreg q[1];", f"c{depth - 1} q[0];", ""])
+
+
+def test_expansion_is_counted_without_expanding():
+    assert qasm_bounds.program_size(nested(3)) == 16
+    text = H2 + "qreg q[5];\ngate g a, b { cx a, b; h a; }\ng q[0], q[1];\nh q;\n" \
+        "pow(3) @ x q[0];\n"
+    assert qasm_bounds.program_size(text) == 2 + 5 + 3
+
+
+def test_doubly_nested_gate_definitions_refused_up_front():
+    """772 bytes expanding to 2**26 gates took 127 s and 7.9 GB before a MemoryError."""
+    text = nested(25)
+    assert len(text) < 800
+    with pytest.raises(QdiffParseError, match=rf"bomb.qasm:29: the program expands to more "
+                                              rf"than {qasm_bounds.MAX_GATES} gates"):
+        qasm.loads(text, "bomb.qasm")
+
+
+def test_chained_gate_definitions_refused_by_nesting_limit():
+    """2000 chained definitions raised RecursionError (a traceback, exit 1)."""
+    with pytest.raises(QdiffParseError, match=rf"chain.qasm:{qasm_bounds.MAX_NESTING + 3}: gate "
+                                              rf"'c{qasm_bounds.MAX_NESTING}': definitions nested"):
+        qasm.loads(chained(2000), "chain.qasm")
+    assert qasm.loads(chained(50)).circuit.count_ops() == {"x": 1}
+
+
+@pytest.mark.parametrize("size", ["100000", "99999999999999999999"])
+def test_register_size_limit(size):
+    """``qreg q[99999999999999999999]`` made Qiskit's Rust parser panic (a BaseException)."""
+    with pytest.raises(QdiffParseError, match=rf"big.qasm:3: register 'q' of size {size} brings "
+                                              rf"the program above the limit of 10000 qubits"):
+        qasm.loads(H2 + f"qreg q[{size}];\nh q[0];\n", "big.qasm")
+
+
+def test_rust_panic_in_the_parser_is_a_parse_error(monkeypatch):
+    """A panic that gets past the text checks is still one QdiffParseError."""
+    panic = type("PanicException", (BaseException,), {})
+
+    def boom(text):
+        raise panic("called `Result::unwrap()` on an `Err` value")
+    monkeypatch.setattr(qasm, "_parse2", boom)
+    with pytest.raises(QdiffParseError, match="p.qasm: the OpenQASM parser failed"):
+        qasm.loads(H2 + "qreg q[1];\n", "p.qasm")
+
+
+def test_file_size_cap(tmp_path, monkeypatch):
+    monkeypatch.setattr(qasm_bounds, "MAX_BYTES", 100)
+    path = tmp_path / "long.qasm"
+    path.write_text(H2 + "qreg q[1];\n" + "h q[0];\n" * 20)
+    with pytest.raises(QdiffError, match=r"long.qasm: larger than the input limit of 100 bytes"):
+        qasm.load(path)
+
+
+@pytest.mark.parametrize("text", ["", "   \n", "// only a comment\n"])
+def test_empty_input_is_named(text):
+    """Used to be "'NoneType' object has no attribute 'line'"."""
+    with pytest.raises(QdiffParseError, match=r"^e.qasm: empty input \(no OpenQASM program\)$"):
+        qasm.loads(text, "e.qasm")
+
+
+def test_qasm3_division_by_zero_names_the_line():
+    with pytest.raises(QdiffParseError, match=r"^z.qasm:4: division by zero in an expression$"):
+        qasm.loads(H3 + "qubit[1] q;\nrz(0/0) q[0];\n", "z.qasm")
+
+
+def test_qasm3_index_error_names_the_line():
+    with pytest.raises(QdiffParseError, match=r"^i.qasm:4: "):
+        qasm.loads(H3 + "qubit[2] q;\nh q[5];\n", "i.qasm")
+
+
+def test_qasm3_syntax_error_is_one_line_of_ours(capfd):
+    """ANTLR's console listener printed 'line 4:5 no viable alternative ...' before ours."""
+    with pytest.raises(QdiffParseError, match=r"^s.qasm:4: syntax error at ';'$"):
+        qasm.loads(H3 + "qubit[2] q;\nh q[0;\n", "s.qasm")
+    captured = capfd.readouterr()
+    assert captured.err == "" and captured.out == ""
+
+
+@pytest.mark.parametrize("body,bad", [("h q[0:5];", "q[0:5]: index 5"),
+                                      ("h q[-3:1];", "q[-3:1]: index -3"),
+                                      ("h q[0:1:7];", "q[0:1:7]: index 7")])
+def test_qasm3_range_beyond_register_is_refused_not_clipped(body, bad):
+    with pytest.raises(QdiffParseError, match=rf"r.qasm:4: {re.escape(bad)} is out of range for "
+                                              r"register 'q' of size 2"):
+        qasm.loads(H3 + "qubit[2] q;\n" + body + "\n", "r.qasm")
+    ok = qasm.loads(H3 + "qubit[2] q;\nh q[0:1];\n").circuit
+    assert ok.count_ops() == {"h": 2}
+
+
+@pytest.mark.parametrize("expr", ["1e999", "exp(1000)", "-1e400"])
+def test_non_finite_angle_is_named_with_its_line(expr):
+    with pytest.raises(QdiffError, match=r"^f.qasm:5: gate 'RZ' on wires \[0\]: angle -?inf is "
+                                         r"NaN or infinite$"):
+        qasm.loads(H2 + f"qreg q[1];\nh q[0];\nrz({expr}) q[0];\n", "f.qasm")
+
+
+def test_benchmark_sized_inputs_are_within_the_limits():
+    text = H2 + "qreg q[16];\n" + "cx q[0],q[1];\nrz(0.1) q[2];\n" * 5000
+    assert qasm_bounds.program_size(text) == 10000
+    qasm_bounds.check_source(text)

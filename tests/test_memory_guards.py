@@ -1,0 +1,190 @@
+"""The memory model (qdiff.circuits.memory) and the guards that consult it before allocating:
+the compiler's verifier, shot sampling, the batch of bindings, the Aer backend."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import qdiff as qd
+from qdiff.circuits import Circuit, memory
+from qdiff.circuits.errors import QdiffError, QdiffMemoryError
+from qdiff.compiler.ops import op
+from qdiff.compiler.verify import equivalence
+
+GiB = 2 ** 30
+
+
+@pytest.fixture
+def available(monkeypatch):
+    """Pretend the machine has ``set(n)`` bytes available (and a much larger total)."""
+    def set_(nbytes):
+        monkeypatch.setattr(memory, "_meminfo_available", lambda: int(nbytes))
+        monkeypatch.setattr(memory, "_cgroup_room", lambda: None)
+    return set_
+
+
+def test_budget_is_a_margin_of_available_memory(available, monkeypatch):
+    available(10 * GiB)
+    monkeypatch.delenv("QDIFF_MEMORY_LIMIT", raising=False)
+    assert memory.budget() == int(memory.MARGIN * 10 * GiB)
+    memory.require(8 * GiB, "eight")
+    with pytest.raises(QdiffMemoryError, match=r"^twelve needs about 12 GiB but the memory "
+                                                r"budget on cpu is 9 GiB \(90% of the available"):
+        memory.require(12 * GiB, "twelve")
+
+
+def test_env_limit_caps_the_budget(available, monkeypatch):
+    available(100 * GiB)
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "2G")
+    assert memory.budget() == 2 * GiB
+    with pytest.raises(QdiffMemoryError, match=r"capped by QDIFF_MEMORY_LIMIT\); try less"):
+        memory.require(3 * GiB, "three", hint="try less")
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "lots")
+    with pytest.raises(QdiffError, match="QDIFF_MEMORY_LIMIT='lots'"):
+        memory.budget()
+
+
+def test_cgroup_room_lowers_available(monkeypatch):
+    monkeypatch.setattr(memory, "_meminfo_available", lambda: 50 * GiB)
+    monkeypatch.setattr(memory, "_cgroup_room", lambda: 3 * GiB)
+    assert memory.available("cpu") == 3 * GiB
+
+
+def test_nan_need_is_refused():
+    with pytest.raises(QdiffMemoryError):
+        memory.require(float("nan"), "a broken estimate")
+
+
+# -- the verifier ---------------------------------------------------------------------------
+
+def wide(n: int) -> Circuit:
+    return Circuit(n, (op("h", (0,)), op("cx", (0, n - 1)), op("h", (n - 1,))))
+
+
+def test_verifier_refuses_a_unitary_check_that_cannot_fit():
+    """``--verify unitary`` at 24 qubits used 5.7 GB and minutes, then numpy MemoryError."""
+    with pytest.raises(QdiffMemoryError, match=r"verifying 24 qubits by unitary needs about "
+                                                r"[\d.e+]+ GiB .*--verify statevector"):
+        equivalence(wide(24), wide(24), "unitary")
+
+
+def test_verifier_refuses_40_qubits_up_front():
+    """Raised numpy's 'Unable to allocate 32.0 TiB' with a traceback."""
+    with pytest.raises(QdiffMemoryError, match="up to 25 qubits; this circuit has 40"):
+        equivalence(wide(40), wide(40))
+
+
+def test_verifier_fifteen_qubit_unitary_against_a_small_budget(monkeypatch):
+    """``--verify unitary`` on a 15-qubit benchmark: 16 GiB per copy of the unitary."""
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "8G")
+    with pytest.raises(QdiffMemoryError, match="verifying 15 qubits by unitary"):
+        equivalence(wide(15), wide(15), "unitary")
+    assert equivalence(wide(15), wide(15), "statevector").ok
+
+
+def test_auto_verification_downgrades_to_random_states_when_the_unitary_cannot_fit(monkeypatch):
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "100M")
+    v = equivalence(wide(12), wide(12))
+    assert v.ok and v.method == "statevector"
+    monkeypatch.delenv("QDIFF_MEMORY_LIMIT")
+    assert equivalence(wide(3), wide(3)).method == "unitary"
+
+
+def test_verifier_rejects_non_finite_angles():
+    """``equivalence(rz(nan), x)`` was ``Verdict(ok=True, infidelity=0.0)``."""
+    x = Circuit(1, (op("x", (0,)),))
+    with pytest.raises(QdiffError, match="NaN or infinite"):
+        equivalence(Circuit(1, (op("rz", (0,), (float("nan"),)),)), x)
+    tensor_nan = Circuit(1, (op("rz", (0,), (torch.tensor(float("nan")),)),))
+    with pytest.raises(QdiffError, match="verification: gate 'rz' on wires \\[0\\] has the "
+                                         "non-finite angle"):
+        equivalence(tensor_nan, x)
+
+
+def test_cli_exit_2_for_a_verification_that_cannot_fit(tmp_path, capsys):
+    from qdiff.cli import main
+    src = tmp_path / "w40.qasm"
+    src.write_text('OPENQASM 2.0;\ninclude "qelib1.inc";\nqreg q[40];\nh q[0];\ncx q[0],q[39];\n')
+    assert main(["compile", str(src), "-o", str(tmp_path / "o.qasm")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "40" in err[0] and "--verify none" in err[0]
+    assert main(["compile", str(src), "-o", str(tmp_path / "o.qasm"), "--verify", "none"]) == 0
+
+
+# -- shots, batches, Aer --------------------------------------------------------------------
+
+def run(n, body, **dev_kw):
+    return qd.qnode(qd.device("statevector", wires=n, **dev_kw))(body)()
+
+
+def test_shot_buffers_refused_before_allocating():
+    """``shots=10**10`` tried to allocate 80 GB (a raw torch RuntimeError)."""
+    def body():
+        qd.H(0)
+        return qd.sample()
+    with pytest.raises(QdiffMemoryError, match=r"sampling 10000000000 shots"):
+        run(2, body, shots=10 ** 10)
+
+
+def test_sampling_above_the_multinomial_limit(monkeypatch):
+    """More than 2**24 outcomes raised torch's 'number of categories cannot exceed 2^24';
+    the inverse-CDF sampler is checked here against the exact distribution."""
+    from qdiff.backends.statevector import measure
+    monkeypatch.setattr(measure, "_MULTINOMIAL_MAX", 2)
+
+    def body():
+        qd.RY(1.0, wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.RY(0.4, wires=2)
+        return qd.probs(wires=[0, 1, 2])
+    exact = run(3, body)
+    est = run(3, body, shots=200_000, seed=7)
+    assert torch.allclose(est, exact, atol=0.01)
+    assert est[2] == 0 and est[5] == 0  # impossible outcomes are never drawn
+
+
+@pytest.mark.slow
+def test_sample_of_25_wires_with_shots():
+    def body():
+        qd.H(0)
+        return qd.sample()
+    bits = run(25, body, shots=2000, seed=3)
+    assert bits.shape == (2000, 25)
+    assert bits[:, 1:].sum() == 0 and 800 < int(bits[:, 0].sum()) < 1200
+
+
+def test_batch_refused_before_theta_is_materialised(monkeypatch):
+    """A batch of 10**8 as an expanded view on 4 qubits reached 4.5 GB RSS first."""
+    from qdiff.circuits import circuit as circuit_mod
+
+    def must_not_run(*a, **k):
+        raise AssertionError("theta was assembled before the batch was checked")
+    monkeypatch.setattr(circuit_mod, "_assemble_theta", must_not_run)
+    dev = qd.device("statevector", wires=4)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.AngleEmbedding(x, wires=range(4))
+        return qd.expval(qd.Z(0))
+    x = torch.zeros(1, 4, dtype=torch.float64).expand(10 ** 8, 4)
+    with pytest.raises(QdiffMemoryError, match="simulating 4 qubits with batch 100000000"):
+        f(x)
+
+
+def test_aer_guard_uses_available_memory(available):
+    """Compared with total memory before: 30 qubits passed on a machine with less free."""
+    pytest.importorskip("qiskit_aer")
+    available(8 * GiB)
+    with pytest.raises(QdiffMemoryError, match=r"aer: 30 qubits with method='automatic' needs "
+                                                r"about 16 GiB but the memory budget"):
+        qd.device("aer", wires=30)
+    qd.device("aer", wires=20)
+    qd.device("aer", wires=30, method="matrix_product_state")
+
+
+def test_engine_guard_is_the_memory_model(monkeypatch):
+    from qdiff.backends.statevector.simulate import available_memory, check_memory
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1M")
+    with pytest.raises(QdiffMemoryError, match="simulating 10 qubits with batch 32"):
+        check_memory(10, 32, torch.complex128, "cpu")
+    assert available_memory(torch.device("cpu")) == memory.available("cpu")
