@@ -22,7 +22,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from qdiff import __version__
     p = _Parser(prog="qdiff", description="qdiff: differentiable quantum stack tools")
+    p.add_argument("--version", action="version", version=f"qdiff {__version__}")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     c = sub.add_parser("compile", help="optimize OpenQASM circuits (fewer CX, verified)")
     c.add_argument("inputs", nargs="+", metavar="INPUT",
