@@ -127,7 +127,7 @@ def test_pauli_resynthesis_random_clifford_t(seed):
 
 def test_snap_angles():
     c = Circuit(1, (op("rz", (0,), (math.pi / 2 - 1e-12,)), op("rx", (0,), (0.3,)),
-                    op("rz", (0,), (ParamRef(0, 1.0, math.pi / 4 + 1e-11),))), num_params=1)
+                    op("rz", (0,), (ParamRef(0, 1.0, math.pi / 4 + 3e-12),))), num_params=1)
     out = snap_angles(c)
     assert out.operations[0].params[0] == math.pi / 2
     assert out.operations[1].params[0] == 0.3

@@ -20,6 +20,7 @@ Exact compilation (no ``approx``) spends nothing: only replacements at rounding 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,3 +84,33 @@ class Budget:
     def tol(self) -> float:
         """The tolerance a check of the result uses: 1e-12 when exact, else ``eps``."""
         return max(self.eps, 1e-12)
+
+
+class Work:
+    """A search's work budget, counted in units the search defines (e.g. Levenberg-Marquardt
+    iterations times starts), so that a result does not depend on the machine's load.
+    ``deadline`` (``time.perf_counter()`` value) is only the user's outer bound
+    (``--time-limit``): when it stops the search, ``cut`` says so and the report shows it.
+
+    >>> w = Work(10)
+    >>> w.take(7)
+    >>> w.exhausted
+    False
+    >>> w.take(5)
+    >>> w.exhausted
+    True
+    """
+
+    def __init__(self, limit: float, deadline: float | None = None):
+        self.limit, self.used, self.deadline, self.cut = limit, 0.0, deadline, False
+
+    def take(self, units: float) -> None:
+        self.used += units
+
+    @property
+    def exhausted(self) -> bool:
+        if self.used >= self.limit:
+            return True
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            self.cut = True
+        return self.cut

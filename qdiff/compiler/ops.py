@@ -12,6 +12,7 @@ import numpy as np
 from qdiff.circuits import caches
 from qdiff.circuits.gates import GATES
 from qdiff.circuits.operation import Operation, ParamRef
+from qdiff.compiler.budget import EXACT_DELTA, phase_distance
 
 TWO_PI = 2.0 * math.pi
 # one-qubit gates diagonal in Z (commute through a CX control) and "X-like" ones (commute
@@ -106,9 +107,10 @@ def add_angles(a, b):
     return float(a) + float(b)
 
 
-def is_identity_up_to_phase(u: np.ndarray, tol: float = 1e-12) -> bool:
-    d = u.shape[0]
-    return abs(abs(np.trace(u)) / d - 1.0) < tol and np.allclose(u, u[0, 0] * np.eye(d), atol=1e-9)
+def is_identity_up_to_phase(u: np.ndarray, tol: float = EXACT_DELTA) -> bool:
+    """True when ``u`` is the identity up to phase to ``tol`` in phase-aligned distance (a
+    rotation by ``a`` is at distance ``|a| / 2``: only rounding residues count as identity)."""
+    return phase_distance(u, np.eye(u.shape[0], dtype=complex)) <= tol
 
 
 class single_thread:

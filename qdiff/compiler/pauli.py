@@ -18,13 +18,14 @@ Paulis are ``(x, z, r)``: ``i**r X**x Z**z`` with bit masks ``x``, ``z`` over th
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-from qdiff.circuits import caches
 from qdiff.circuits.operation import ParamRef
-from qdiff.compiler.basis import h_phase, parse_basis
+from qdiff.compiler.basis import _h_phase, parse_basis
+from qdiff.compiler.budget import EXACT_DELTA, phase_distance
 from qdiff.compiler.ops import add_angles, is_constant, matrix, op
 
 LOOKAHEAD = 8
@@ -73,7 +74,7 @@ def conj(p, gate: str, wires):
 
 
 # -- extraction ----------------------------------------------------------------------------
-@caches.cached(maxsize=1)
+@functools.lru_cache(maxsize=1)
 def _clifford_words() -> list:
     """The 24 one-qubit Cliffords (mod phase) as shortest words in h and s."""
     words, seen, frontier = [], [], [()]
@@ -84,7 +85,7 @@ def _clifford_words() -> list:
             m = np.eye(2, dtype=complex)
             for g in w:
                 m = mats[g] @ m
-            if not any(abs(abs(np.trace(m.conj().T @ s)) - 2) < 1e-9 for s in seen):
+            if not any(phase_distance(m, s) <= 1e-9 for s in seen):
                 seen.append(m)
                 words.append((w, m))
                 nxt += [w + ("h",), w + ("s",)]
@@ -94,7 +95,7 @@ def _clifford_words() -> list:
 
 def clifford_word(u: np.ndarray):
     for w, m in _clifford_words():
-        if abs(abs(np.trace(m.conj().T @ u)) - 2) < 1e-9:
+        if phase_distance(u, m) <= EXACT_DELTA:  # a Clifford to rounding, never approximately
             return w
     return None
 
@@ -107,7 +108,7 @@ def _as_h_s_rz(o) -> list:
     if w is not None:
         return [(g, None) for g in w]
     out = []
-    for g in h_phase(matrix(o), 0, _HRZ):
+    for g in _h_phase(matrix(o), 0, _HRZ):
         if g.name == "h":
             out.append(("h", None))
         else:
