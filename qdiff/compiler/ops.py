@@ -64,6 +64,11 @@ def cx_count(ops) -> int:
     return sum(1 for op in ops if len(op.wires) >= 2)
 
 
+def t_count(ops) -> int:
+    """Non-Clifford phase gates (``t``/``tdg``) -- the cost measure of fault-tolerant circuits."""
+    return sum(1 for op in ops if op.name in ("t", "tdg"))
+
+
 def depth(ops, num_wires: int) -> int:
     level = [0] * max(num_wires, 1)
     for op in ops:

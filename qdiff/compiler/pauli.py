@@ -25,7 +25,7 @@ import numpy as np
 
 from qdiff.circuits.operation import ParamRef
 from qdiff.compiler.basis import _h_phase, parse_basis
-from qdiff.compiler.budget import EXACT_DELTA, phase_distance
+from qdiff.compiler.budget import EXACT_DELTA, phase_distance, rotation_distance
 from qdiff.compiler.ops import add_angles, is_constant, matrix, op
 
 LOOKAHEAD = 8
@@ -285,9 +285,25 @@ def _final_clifford(cliff, emitted, n: int) -> list:
     return list(lower(Circuit(n, tuple(ops))).operations)
 
 
-def pauli_resynthesis(circuit, seed: int = 0):
-    """Pass: Circuit (one-qubit gates + CX) -> the same unitary as Pauli rotations + Clifford."""
+def drop_rotations(rots, budget) -> list:
+    """Drop the smallest constant rotations the approximation ``budget`` pays for (a rotation
+    by ``a`` about any Pauli string is at distance ``2|sin(a/4)|`` from the identity)."""
+    if budget is None or budget.exact:
+        return rots
+    ranked = sorted((rotation_distance(a), i) for i, (_, a) in enumerate(rots)
+                    if not isinstance(a, ParamRef))
+    drop = set()
+    for delta, i in ranked:
+        if not budget.spend(delta):
+            break
+        drop.add(i)
+    return [r for i, r in enumerate(rots) if i not in drop]
+
+
+def pauli_resynthesis(circuit, seed: int = 0, budget=None):
+    """Pass: Circuit (one-qubit gates + CX) -> the same unitary as Pauli rotations + Clifford
+    (``budget``: an approximation budget to spend on dropping the smallest rotations)."""
     n = circuit.num_wires
     rots, cliff = extract(circuit.operations, n)
-    ops = synthesize(merge(rots), cliff, n, seed)
+    ops = synthesize(drop_rotations(merge(rots), budget), cliff, n, seed)
     return circuit.with_operations(ops)
