@@ -36,14 +36,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="optimization level (default 2; 3 adds gradient re-synthesis)")
     c.add_argument("--basis", default="cx,u", help="target gates, e.g. cx,u | rz,sx,x,cx | "
                    "cz,rz,sx,x (default cx,u)")
-    c.add_argument("--target", metavar="DEVICE", help="IBM device (fake backends offline, e.g. "
-                   "fake_sherbrooke): layout/routing by Qiskit, then qdiff in its basis")
-    c.add_argument("--verify", choices=["auto", "unitary", "statevector", "none"],
-                   default="auto")
+    c.add_argument("--target", metavar="DEVICE", help="IBM device, any name qd.device('ibm', "
+                   "backend=...) accepts (fake_* offline, e.g. fake_manila; real names with an "
+                   "account): layout/routing by Qiskit, then qdiff in its basis")
+    c.add_argument("--approx", type=float, default=None, metavar="EPS",
+                   help="allow a process infidelity of at most EPS per circuit (resynthesis and "
+                   "gate dropping; verified and reported); default: exact (1e-12)")
+    c.add_argument("--work", type=float, default=None, metavar="UNITS",
+                   help="level-3 search budget in work units (default 2500): the same input, "
+                   "level, basis and seed give the same output on any machine")
+    c.add_argument("--verify", choices=["final", "auto", "unitary", "statevector", "none"],
+                   default="final", help="final (default): full unitary up to 12 qubits, "
+                   "random states above")
     c.add_argument("--report", choices=["table", "json"], default="table")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
-                   help="time budget per circuit for level 3 (default 60)")
+                   help="outer bound per circuit on the level-3 search (default none); the report "
+                   "says when it cut the search")
     c.add_argument("--qasm-version", type=int, choices=[2, 3], default=None,
                    help="OpenQASM version of the output (default: that of the input)")
     return p
@@ -91,8 +100,10 @@ def _compile(args) -> int:
         raise QdiffError("-o names one output file but there are several inputs; use --out-dir")
     if args.target is None:
         parse_basis(args.basis)  # a bad --basis is an input error before any work
-    if args.out_dir and not os.path.isdir(args.out_dir):
-        raise QdiffError(f"{args.out_dir}: output directory does not exist")
+    if args.approx is not None and not 0 < args.approx < 1:
+        raise QdiffError(f"--approx {args.approx:g}: expected a process infidelity in (0, 1)")
+    if args.out_dir:
+        _make_out_dir(args.out_dir)
     to_stdout = args.output == "-" or (not args.output and not args.out_dir and len(files) == 1)
     info = sys.stderr if to_stdout else sys.stdout
     reports, status = [], EXIT_OK
@@ -100,7 +111,9 @@ def _compile(args) -> int:
         imp, version = _read(path)
         out, rep = qcompile(imp, level=args.level, basis=args.basis, verify=args.verify,
                             seed=args.seed, time_limit=args.time_limit, target=args.target,
-                            name="<stdin>" if path == "-" else path)
+                            name="<stdin>" if path == "-" else path, approx=args.approx,
+                            work=args.work, progress=_stage_printer(path))
+        _clear_stage()
         reports.append(rep)
         if rep.verified is False:
             _err(f"{path}: output not equivalent to the input (1-F = {rep.infidelity:.3g}); "
@@ -113,6 +126,34 @@ def _compile(args) -> int:
     else:
         print(table(reports), file=info)
     return status
+
+
+def _make_out_dir(path: str) -> None:
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise QdiffError(f"{path}: --out-dir exists and is not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise QdiffError(f"{path}: cannot create the output directory ({exc.strerror})") from None
+
+
+def _stage_printer(path: str):
+    """On a terminal, one status line (file, stage, best two-qubit count so far); None when
+    stderr is piped or redirected, so logs stay clean."""
+    if not sys.stderr.isatty():
+        return None
+    label = "<stdin>" if path == "-" else os.path.basename(path)
+
+    def show(stage: str, best: int) -> None:
+        sys.stderr.write(f"\r\033[K{label}: {stage}, best {best} two-qubit gates")
+        sys.stderr.flush()
+    return show
+
+
+def _clear_stage() -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
 
 
 def _progress(files):
