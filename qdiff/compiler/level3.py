@@ -28,7 +28,7 @@ from qdiff.compiler.pauli import pauli_resynthesis
 from qdiff.compiler.pipeline import chain, guarded, level1, level2
 from qdiff.compiler.snap import snap_angles
 
-PAULI_VARIANTS = 4
+PAULI_VARIANTS = 10
 BLOCK_ROUNDS = 3
 
 

@@ -12,9 +12,9 @@ exactly one kind of parametric gate. Angles stay affine in theta columns.
 """
 from __future__ import annotations
 
+import functools
 import math
 
-from qdiff.circuits import caches
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import Operation, ParamRef
@@ -86,7 +86,7 @@ def _via_qiskit(o: Operation) -> list:
     return out
 
 
-@caches.cached(maxsize=4096)
+@functools.lru_cache(maxsize=4096)
 def _expand_cached(gate, hyper, slots, consts):
     return _expand_uncached(gate, slots, consts)
 
@@ -105,28 +105,41 @@ def _hashable(x) -> bool:
         return False
 
 
+@functools.lru_cache(maxsize=1)
+def _translator():
+    """Qiskit's unitary synthesis, high-level synthesis and basis translation (its equivalence
+    library) as one pass manager: what ``transpile(optimization_level=0)`` runs for this,
+    without building the preset pass managers (whose plugin scan imports
+    qiskit-ibm-runtime, several seconds)."""
+    from qiskit.circuit.equivalence_library import SessionEquivalenceLibrary
+    from qiskit.transpiler import PassManager
+    from qiskit.transpiler.passes import BasisTranslator, HighLevelSynthesis, UnitarySynthesis
+    return PassManager([UnitarySynthesis(_QISKIT_BASIS),
+                        HighLevelSynthesis(basis_gates=_QISKIT_BASIS),
+                        BasisTranslator(SessionEquivalenceLibrary, _QISKIT_BASIS)])
+
+
 def _expand_uncached(gate, slots, consts):
-    from qiskit import transpile
-    from qdiff.circuits.qiskit_io import FROM_QISKIT, angle_from_qiskit, to_qiskit
+    from qdiff.circuits.qiskit_io import _angle, to_qiskit, _FROM_QISKIT
     refs = iter(range(len(slots)))
     params = tuple(ParamRef(next(refs)) if c is None else c for c in consts) if consts else ()
     circ = Circuit(gate.num_wires, (Operation(gate, tuple(range(gate.num_wires)), params),),
                    num_params=len(slots))
     qc = to_qiskit(circ)
     try:
-        low = transpile(qc, basis_gates=_QISKIT_BASIS, optimization_level=0)
+        low = _translator().run(qc)
     except Exception as exc:  # qiskit raises its own types for gates it cannot translate
         raise QdiffError(f"gate '{gate.name}': cannot decompose ({exc})") from None
     pmap = {p: i for i, p in enumerate(sorted(qc.parameters, key=lambda q: q.index))}
     out = []
     for inst in low.data:
-        name = FROM_QISKIT.get(inst.operation.name)
+        name = _FROM_QISKIT.get(inst.operation.name)
         if name is None:
             raise QdiffError(f"gate '{gate.name}': decomposition produced '{inst.operation.name}'")
         wires = tuple(low.find_bit(q).index for q in inst.qubits)
         ps = []
         for v in inst.operation.params:
-            a = angle_from_qiskit(v, dict(pmap), f"decomposition of '{gate.name}'")
+            a = _angle(v, dict(pmap), f"decomposition of '{gate.name}'")
             ps.append((a.index, a.scale, a.offset) if isinstance(a, ParamRef) else a)
         out.append((name, wires, tuple(ps)))
     return tuple(out)

@@ -37,7 +37,8 @@ from qdiff.compiler.ops import matrix
 
 TOL = 1e-12  # process infidelity of an exact result; rounding adds ~1e-28 per 1000 gates
 MAX_UNITARY_QUBITS = 12
-UNITARY_BUDGET = 2e8  # 4**n * gates above which a pass guard ('auto') uses random states
+FINAL_BUDGET = 8e9
+UNITARY_BUDGET = 1e7  # 4**n * gates above which a pass guard ('auto') uses random states
 NUM_STATES = 8
 
 
@@ -148,10 +149,13 @@ def run(state: np.ndarray, ops, inverse: bool = False) -> np.ndarray:
 
 
 def choose_method(n: int, num_ops: int, method: str = "auto") -> str:
-    """``auto``: the full unitary when ``n <= 12`` and ``4**n * gates <= UNITARY_BUDGET``;
-    ``final``: the full unitary whenever ``n <= 12`` (one check per compiled circuit)."""
+    """``auto`` (the checks between passes): the full unitary when ``n <= 12`` and
+    ``4**n * gates <= UNITARY_BUDGET``, random states otherwise; ``final`` (the check of a
+    compiled circuit): the full unitary whenever ``n <= 12`` and ``4**n * gates <=
+    FINAL_BUDGET`` (12 qubits and about 500 gates: tens of seconds)."""
     if method == "final":
-        return "unitary" if n <= MAX_UNITARY_QUBITS else "statevector"
+        fits = n <= MAX_UNITARY_QUBITS and (4.0 ** n) * max(num_ops, 1) <= FINAL_BUDGET
+        return "unitary" if fits else "statevector"
     if method != "auto":
         return method
     fits = n <= MAX_UNITARY_QUBITS and (4.0 ** n) * max(num_ops, 1) <= UNITARY_BUDGET
