@@ -13,7 +13,6 @@ exactly one kind of parametric gate. Angles stay affine in theta columns.
 from __future__ import annotations
 
 import functools
-import math
 
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.errors import QdiffError
@@ -45,20 +44,15 @@ def lower_op(o: Operation) -> list:
 
 
 def _lower_param_1q(o: Operation) -> list:
-    w, p = o.wires, o.params
-    if o.name in ("rz", "p", "u1"):  # p/u1 differ from rz by a global phase only
+    w, p, g = o.wires, o.params, o.gate
+    if g.wire_axes == ("z",) and g.additive:  # rz, p, u1: equal up to a global phase
         return [op("rz", w, p)]
     if o.name == "rx":
         return [op("h", w), op("rz", w, p), op("h", w)]
     if o.name == "ry":  # S RX S^dag = RY
         return [op("sdg", w), op("h", w), op("rz", w, p), op("h", w), op("s", w)]
-    if o.name in ("u3", "u2", "rot"):
-        if o.name == "u2":
-            th, ph, lam = math.pi / 2, p[0], p[1]
-        elif o.name == "u3":
-            th, ph, lam = p
-        else:  # rot(phi, theta, omega) = RZ(omega) RY(theta) RZ(phi)
-            lam, th, ph = p
+    if g.zyz is not None:  # u3, u2, rot: the record's Euler angles
+        lam, th, ph = g.zyz(p)
         seq = [op("rz", w, (lam,)), op("ry", w, (th,)), op("rz", w, (ph,))]
         return [s for part in seq for s in (lower_op(part) if not is_constant(part) else [part])]
     return _via_qiskit(o)

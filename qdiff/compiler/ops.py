@@ -15,13 +15,6 @@ from qdiff.circuits.operation import Operation, ParamRef
 from qdiff.compiler.budget import EXACT_DELTA, phase_distance
 
 TWO_PI = 2.0 * math.pi
-# one-qubit gates diagonal in Z (commute through a CX control) and "X-like" ones (commute
-# through a CX target); wire types drive the commutation rule in ``commute.py``.
-Z_TYPE = {"rz", "p", "u1", "z", "s", "sdg", "t", "tdg", "id"}
-X_TYPE = {"rx", "x", "sx", "sxdg"}
-# two-qubit gates by the type they have on (first wire, second wire)
-TWO_Q_TYPES = {"cx": ("z", "x"), "cz": ("z", "z"), "cp": ("z", "z"), "crz": ("z", "z"),
-               "rzz": ("z", "z"), "rxx": ("x", "x"), "crx": ("z", "x")}
 
 
 def is_constant(op: Operation) -> bool:
@@ -29,13 +22,10 @@ def is_constant(op: Operation) -> bool:
 
 
 def wire_type(op: Operation, wire: int) -> str:
-    """'z', 'x' or '' (neither) for ``op`` on ``wire``."""
-    if len(op.wires) == 1:
-        return "z" if op.name in Z_TYPE else "x" if op.name in X_TYPE else ""
-    types = TWO_Q_TYPES.get(op.name)
-    if types is None or len(op.wires) != 2:
-        return ""
-    return types[op.wires.index(wire)]
+    """'z', 'x' or '' (neither) for ``op`` on ``wire``: the gate record's commutation class
+    (a Z-type gate commutes through a CX control, an X-type one through a CX target)."""
+    axes = getattr(op.gate, "wire_axes", ())
+    return axes[op.wires.index(wire)] if len(axes) == len(op.wires) else ""
 
 
 def commute(a: Operation, b: Operation) -> bool:
