@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -18,7 +19,7 @@ from qdiff.compiler.basis import parse_basis, translate
 from qdiff.compiler.budget import Budget, Work
 from qdiff.compiler.level3 import Search, score
 from qdiff.compiler.lower import lower
-from qdiff.compiler.ops import cx_count, depth, t_count
+from qdiff.compiler.ops import cx_count, depth, single_thread, t_count
 from qdiff.compiler.pipeline import chain, guarded, level1, level2
 from qdiff.compiler.report import CompileReport
 from qdiff.compiler.verify import equivalence
@@ -49,6 +50,13 @@ def compile(circuit_or_qasm, level: int = 2, basis="cx,u", verify: str = "final"
     (otherwise the rebased input is returned). ``progress(stage, best_cx)`` is called as
     level 3 advances. Parametric angles (theta columns) stay affine ParamRefs.
     """
+    with single_thread():  # small tensors: torch's thread pool costs more than it gains
+        return _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, name,
+                        approx, work, progress)
+
+
+def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, name, approx,
+             work, progress):
     t0 = time.perf_counter()
     _check_args(level, verify, approx)
     imp = _as_import(circuit_or_qasm)
@@ -71,7 +79,8 @@ def compile(circuit_or_qasm, level: int = 2, basis="cx,u", verify: str = "final"
     if level >= 1:
         deadline = None if time_limit is None else t0 + time_limit
         s = Search(verify, seed, Work(DEFAULT_WORK if work is None else work, deadline),
-                   budget, report.log, progress, b.euler == "CLIFFORD_T")
+                   budget, report.log, progress, b.euler == "CLIFFORD_T",
+                   functools.partial(_admissible, basis=b, limit=score(base), routed=routed))
         cands = _candidates(lowered, level, s, b, routed)
         out, report.strategy = _no_worse(cands, base)
         report.time_cut, report.work = s.work.cut, s.work.used
@@ -127,15 +136,28 @@ def _candidates(lowered: Circuit, level: int, s, b, routed) -> list:
     out = []
     for name, c in raw:
         try:
-            t = translate(c, b, fuse=True)
-            if routed is not None:
-                from qdiff.compiler.target import fix_directions
-                t = translate(fix_directions(t, routed, b), b, fuse=True)
+            t = _in_basis(c, b, routed)
         except QdiffError as exc:  # e.g. an angle a discrete basis cannot write exactly
             log.append(f"{name}: not expressible in the basis ({exc})")
             continue
         out.append((name, t))
     return out
+
+
+def _in_basis(c, b, routed):
+    t = translate(c, b, fuse=True)
+    if routed is not None:
+        from qdiff.compiler.target import fix_directions
+        t = translate(fix_directions(t, routed, b), b, fuse=True)
+    return t
+
+
+def _admissible(c, basis, limit, routed) -> bool:
+    """Whether ``c``, written in the basis, is within the rebased input's three counts."""
+    try:
+        return all(x <= y for x, y in zip(score(_in_basis(c, basis, routed)), limit))
+    except QdiffError:
+        return False
 
 
 def _no_worse(cands, base):

@@ -27,6 +27,7 @@ from qdiff.compiler.ops import cx_count, depth, is_constant
 from qdiff.compiler.pauli import pauli_resynthesis
 from qdiff.compiler.pipeline import chain, guarded, level1, level2
 from qdiff.compiler.snap import snap_angles
+from qdiff.compiler.verify import equivalence
 
 PAULI_VARIANTS = 10
 BLOCK_ROUNDS = 3
@@ -43,6 +44,7 @@ class Search:
     log: list = field(default_factory=list)
     progress: object = None  # callable(stage: str, best_cx: int) or None
     discrete: bool = False   # Clifford+T: keep angles at multiples of pi/4
+    admissible: object = None  # callable(circuit) -> bool: within the rebased input's counts
 
     def tell(self, stage: str, best_cx: int) -> None:
         if self.progress is not None:
@@ -86,27 +88,47 @@ def _strategies(lowered, opt, s: Search, coupling):
 
 
 def optimize3(lowered, opt, s: Search, coupling=None):
-    """The best of the candidates, then block re-synthesis; returns ``(circuit, name)``."""
+    """The best of the candidates, then block re-synthesis; returns ``(circuit, name)``.
+
+    Candidates are built unchecked, then checked best first until one verifies: a check costs
+    more than most strategies, and only the winner needs one."""
     clean = level1 if s.discrete else level2
-    cands = [("level2", opt, s.budget.copy())]
+    cands = [("level2", None, opt, s.budget.copy())]
+    best_cx = cx_count(opt.operations)
     for name, p, src in _strategies(lowered, opt, s, coupling):
         if s.work.exhausted:
             break
         b = s.budget.copy()
         fn = functools.partial(p, budget=b) if getattr(p, "func", None) is pauli_resynthesis else p
-        strategy = chain(fn, clean)
-        strategy.__name__ = name
         try:
-            cands.append((name, guarded(strategy, s.verify, s.log, b.tol)(src), b))
+            out = chain(fn, clean)(src)
         except Exception as exc:  # a strategy that cannot handle this circuit is skipped
             s.log.append(f"{name}: skipped ({type(exc).__name__}: {exc})")
-        s.tell(name, min(cx_count(c.operations) for _, c, _ in cands))
-    name, best, budget = min(cands, key=lambda t: score(t[1]))
+            continue
+        cands.append((name, src, out, b))
+        best_cx = min(best_cx, cx_count(out.operations))
+        s.tell(name, best_cx)
+    s.log.append("candidates: " + ", ".join(f"{n}={cx_count(c.operations)}" for n, _, c, _ in cands))
+    name, best, budget = _first_verified(cands, s)
     s.budget.spent = budget.spent
-    s.log.append("candidates: " + ", ".join(f"{n}={cx_count(c.operations)}" for n, c, _ in cands))
     if not s.discrete:
         best, name = _block_rounds(best, name, s)
     return best, name
+
+
+def _first_verified(cands, s: Search):
+    """The best admissible candidate whose check passes (the level-2 result needs none)."""
+    order = sorted(cands, key=lambda t: score(t[2]))
+    for name, src, out, budget in order:
+        if s.admissible is not None and not s.admissible(out):
+            continue
+        if src is None or s.verify == "none":
+            return name, out, budget
+        v = equivalence(src, out, "auto", tol=budget.tol)
+        if v.ok:
+            return name, out, budget
+        s.log.append(f"{name}: not verified (1-F={v.infidelity:.2e}); dropped")
+    return cands[0][0], cands[0][2], cands[0][3]
 
 
 def _block_rounds(best, name, s: Search):
@@ -119,13 +141,13 @@ def _block_rounds(best, name, s: Search):
         blocks.__name__ = f"blocks{rnd}"
         spent = s.budget.spent
         new = guarded(blocks, s.verify, s.log, s.budget.tol)(best)
-        if score(new) >= score(best):
+        if score(new) >= score(best) or (s.admissible is not None and not s.admissible(new)):
             s.budget.spent = spent
             break
         best = new
         name = name.split("+")[0] + "+blocks"
         s.tell(f"blocks round {rnd + 1}", cx_count(best.operations))
     snapped = guarded(chain(snap_angles, level2), s.verify, s.log, s.budget.tol)(best)
-    if score(snapped) <= score(best):
+    if score(snapped) <= score(best) and (s.admissible is None or s.admissible(snapped)):
         best = snapped
     return best, name

@@ -109,8 +109,9 @@ def is_identity_up_to_phase(u: np.ndarray, tol: float = EXACT_DELTA) -> bool:
 
 
 class single_thread:
-    """Run torch on one thread: the fits use thousands of tiny tensors, for which the thread
-    pool costs far more than it gains (measured ~15x slower with 2 busy cores)."""
+    """Run torch on one thread: the fits use thousands of tiny tensors and the checks
+    mid-sized ones, for which the thread pool costs far more than it gains on a busy machine
+    (measured 8x slower for a 15-qubit check with 2 busy cores)."""
 
     def __enter__(self):
         import torch

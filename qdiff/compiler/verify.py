@@ -102,20 +102,24 @@ def _dagger(seq) -> list:
 
 
 def _apply_torch(st, g, w, n: int):
-    """One fused gate on a torch state ``(B, 2, ..., 2)``; 1q gates and CX by slices."""
+    """One fused gate on a torch state ``(B, 2, ..., 2)``. One-qubit gates and CX work on
+    3-5 dimensional views (few dimensions keep torch's strided loops fast), in place."""
     import torch
+    b = st.shape[0]
     if isinstance(g, str):  # cx: swap the target halves where the control is 1
-        c, t = w[0] + 1, w[1] + 1
-        one = st.select(c, 1)
-        t2 = t - 1 if t > c else t
-        a, b = one.select(t2, 0).clone(), one.select(t2, 1).clone()
-        one.select(t2, 0).copy_(b)
-        one.select(t2, 1).copy_(a)
+        c, t = w
+        lo, hi = min(c, t), max(c, t)
+        v = st.view(b * 2 ** lo, 2, 2 ** (hi - lo - 1), 2, 2 ** (n - hi - 1))
+        one = v[:, 1] if c == lo else v[:, :, :, 1]
+        sel = (lambda x, i: x[:, :, i]) if c == lo else (lambda x, i: x[:, i])
+        tmp = sel(one, 0).clone()
+        sel(one, 0).copy_(sel(one, 1))
+        sel(one, 1).copy_(tmp)
         return st
-    if len(w) == 1:  # in place: two half-size passes, no temporaries of the full state
-        q = w[0] + 1
-        x0, x1 = st.select(q, 0), st.select(q, 1)
-        g00, g01, g10, g11 = (complex(v) for v in g.ravel())
+    if len(w) == 1:  # in place: two half-size passes
+        v = st.view(b * 2 ** w[0], 2, 2 ** (n - w[0] - 1))
+        x0, x1 = v[:, 0], v[:, 1]
+        g00, g01, g10, g11 = (complex(x) for x in g.ravel())
         if g01 == 0 and g10 == 0:
             x0.mul_(g00)
             x1.mul_(g11)
@@ -132,7 +136,7 @@ def _apply_torch(st, g, w, n: int):
     for i, q in enumerate(w):
         out[q + 1] = new[i]
     expr = f"{new}{''.join(ins[q + 1] for q in w)},{ins}->{''.join(out)}"
-    return torch.einsum(expr, torch.from_numpy(g.reshape((2,) * (2 * k))), st)
+    return torch.einsum(expr, torch.from_numpy(g.reshape((2,) * (2 * k))), st).contiguous()
 
 
 def run(state: np.ndarray, ops, inverse: bool = False) -> np.ndarray:
