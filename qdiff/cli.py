@@ -43,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="allow a process infidelity of at most EPS per circuit (resynthesis and "
                    "gate dropping; verified and reported); default: exact (1e-12)")
     c.add_argument("--work", type=float, default=None, metavar="UNITS",
-                   help="level-3 search budget in work units (default 2500): the same input, "
+                   help="level-3 search budget in work units (default 25 per input CX, 100-2500): the same input, "
                    "level, basis and seed give the same output on any machine")
     c.add_argument("--verify", choices=["final", "auto", "unitary", "statevector", "none"],
                    default="final", help="final (default): full unitary up to 12 qubits, "

@@ -25,7 +25,9 @@ from qdiff.compiler.report import CompileReport
 from qdiff.compiler.verify import equivalence
 
 LEVELS = (0, 1, 2, 3)
-DEFAULT_WORK = 2500  # level-3 search: Levenberg-Marquardt iterations x starts per circuit
+# level-3 search budget in Levenberg-Marquardt iterations x starts: 25 per two-qubit gate of
+# the input, between 100 and 2500 (a function of the input only, so results are reproducible)
+WORK_PER_CX, MIN_WORK, MAX_WORK = 25, 100, 2500
 VERIFY = ("auto", "final", "unitary", "statevector", "none")
 
 
@@ -43,7 +45,8 @@ def compile(circuit_or_qasm, level: int = 2, basis="cx,u", verify: str = "final"
     The output is exact (process infidelity at most 1e-12, measured and reported) unless
     ``approx`` = EPS in (0, 1) is given: then resynthesis and gate dropping may spend a process
     infidelity of at most EPS, and the check enforces it. The level-3 search is bounded by
-    ``work`` (default 2500 units of Levenberg-Marquardt iterations x starts), so a result does
+    ``work`` (default 25 per input CX, 100 to 2500 units of Levenberg-Marquardt iterations x
+    starts), so a result does
     not depend on the machine's load; ``time_limit`` (seconds) is an outer bound only, and
     ``report.time_cut`` says when it stopped the search. Gate count, depth and two-qubit
     count of the output are each at most those of the input rebased into ``basis``
@@ -78,7 +81,9 @@ def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, na
     out = base
     if level >= 1:
         deadline = None if time_limit is None else t0 + time_limit
-        s = Search(verify, seed, Work(DEFAULT_WORK if work is None else work, deadline),
+        if work is None:
+            work = min(MAX_WORK, max(MIN_WORK, WORK_PER_CX * report.cx_before))
+        s = Search(verify, seed, Work(work, deadline),
                    budget, report.log, progress, b.euler == "CLIFFORD_T",
                    functools.partial(_admissible, basis=b, limit=score(base), routed=routed))
         cands = _candidates(lowered, level, s, b, routed)

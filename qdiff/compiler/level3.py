@@ -4,7 +4,7 @@ Candidates (each cleaned up by level 2 and verified against its input):
 
 * ``level2``: the level-2 result;
 * ``pauli``: Pauli-rotation re-synthesis (``pauli.py``) of the level-2 result and of the input,
-  with seeded tie-breaking variants;
+  with seeded tie-breaking variants and two syntheses of the remaining Clifford;
 * ``qiskit``: Qiskit's ``transpile(optimization_level=3)`` output, then qdiff's level 2;
 * ``shannon``: for whole circuits of at most four qubits, the quantum Shannon decomposition of
   the circuit's unitary.
@@ -30,6 +30,7 @@ from qdiff.compiler.snap import snap_angles
 from qdiff.compiler.verify import equivalence
 
 PAULI_VARIANTS = 10
+LAYERED_VARIANTS = 4
 BLOCK_ROUNDS = 3
 
 
@@ -80,6 +81,10 @@ def _strategies(lowered, opt, s: Search, coupling):
     for seed in range(1, 1 + PAULI_VARIANTS):  # random tie-breaking: cheap, often better
         variant = functools.partial(pauli_resynthesis, seed=seed)
         out += [(f"pauli(input,seed={seed})", variant, lowered), (f"pauli(seed={seed})", variant, opt)]
+    for seed in range(LAYERED_VARIANTS):  # the final Clifford by Qiskit's layered synthesis
+        variant = functools.partial(pauli_resynthesis, seed=seed, clifford="layers")
+        out += [(f"pauli(input,seed={seed},layers)", variant, lowered),
+                (f"pauli(seed={seed},layers)", variant, opt)]
     if not s.discrete and all(is_constant(o) for o in lowered.operations):
         out.append(("qiskit", qiskit_o3, lowered))
         if lowered.num_wires <= 4:

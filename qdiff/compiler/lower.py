@@ -113,6 +113,11 @@ def _translator():
                         BasisTranslator(SessionEquivalenceLibrary, _QISKIT_BASIS)])
 
 
+def qiskit_basis_translation(qc):
+    """A Qiskit circuit rewritten over the lowering basis (synthesis plugins + equivalences)."""
+    return _translator().run(qc)
+
+
 def _expand_uncached(gate, slots, consts):
     from qdiff.circuits.qiskit_io import _angle, to_qiskit, _FROM_QISKIT
     refs = iter(range(len(slots)))

@@ -221,7 +221,7 @@ def _lookahead_cost(paulis, gate_wires) -> float:
     return cost
 
 
-def synthesize(rots, cliff, n: int, seed: int = 0):
+def synthesize(rots, cliff, n: int, seed: int = 0, clifford: str = "full"):
     """Ops realizing ``C . R_N ... R_1`` (rotations greedy, then the Clifford remainder).
 
     ``seed`` > 0 breaks ties between equally good choices at random (a different, equally
@@ -252,7 +252,7 @@ def synthesize(rots, cliff, n: int, seed: int = 0):
         q = p[1].bit_length() - 1
         sign = 1 if p[2] % 4 == 0 else -1
         out.append(op("rz", (q,), (angle * sign if isinstance(angle, ParamRef) else angle * sign,)))
-    out.extend(_final_clifford(cliff, frame.gates, n))
+    out.extend(_final_clifford(cliff, frame.gates, n, clifford))
     return out
 
 
@@ -266,23 +266,25 @@ def _front(pending) -> list:
     return idx
 
 
-def _final_clifford(cliff, emitted, n: int) -> list:
-    """Ops for C V^dag (time order: undo the emitted Cliffords, then the circuit's)."""
+def _final_clifford(cliff, emitted, n: int, method: str = "full") -> list:
+    """Ops for C V^dag (time order: undo the emitted Cliffords, then the circuit's) by Qiskit's
+    ``full`` (greedy) or ``layers`` Clifford synthesis."""
     from qiskit import QuantumCircuit
     from qiskit.quantum_info import Clifford
-    from qiskit.synthesis import synth_clifford_full
-    from qdiff.compiler.lower import lower
-    from qdiff.compiler.synth import from_qiskit_ops
+    from qiskit.synthesis import synth_clifford_full, synth_clifford_layers
     from qdiff.circuits.circuit import Circuit
+    from qdiff.compiler.lower import lower, qiskit_basis_translation
+    from qdiff.compiler.synth import from_qiskit_ops
     qv, qc = QuantumCircuit(n), QuantumCircuit(n)
     for g, w in emitted:
         getattr(qv, g)(*w)
     for g, w in cliff:
         getattr(qc, g)(*w)
-    total = qv.inverse().compose(qc)
-    synth = synth_clifford_full(Clifford(total))
-    ops = from_qiskit_ops(synth, tuple(reversed(range(n))))
-    return list(lower(Circuit(n, tuple(ops))).operations)
+    target = Clifford(qv.inverse().compose(qc))
+    synth = {"full": synth_clifford_full, "layers": synth_clifford_layers}[method]
+    qc_out = qiskit_basis_translation(synth(target))
+    return list(lower(Circuit(n, tuple(from_qiskit_ops(qc_out, tuple(reversed(range(n))))))
+                      ).operations)
 
 
 def drop_rotations(rots, budget) -> list:
@@ -300,10 +302,11 @@ def drop_rotations(rots, budget) -> list:
     return [r for i, r in enumerate(rots) if i not in drop]
 
 
-def pauli_resynthesis(circuit, seed: int = 0, budget=None):
+def pauli_resynthesis(circuit, seed: int = 0, budget=None, clifford: str = "full"):
     """Pass: Circuit (one-qubit gates + CX) -> the same unitary as Pauli rotations + Clifford
-    (``budget``: an approximation budget to spend on dropping the smallest rotations)."""
+    (``budget``: an approximation budget to spend on dropping the smallest rotations;
+    ``clifford``: ``full`` or ``layers``, Qiskit's synthesis of the remaining Clifford)."""
     n = circuit.num_wires
     rots, cliff = extract(circuit.operations, n)
-    ops = synthesize(drop_rotations(merge(rots), budget), cliff, n, seed)
+    ops = synthesize(drop_rotations(merge(rots), budget), cliff, n, seed, clifford)
     return circuit.with_operations(ops)
