@@ -22,9 +22,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from qdiff import __version__
+    import qdiff  # the lazy front: its version without importing torch
     p = _Parser(prog="qdiff", description="qdiff: differentiable quantum stack tools")
-    p.add_argument("--version", action="version", version=f"qdiff {__version__}")
+    p.add_argument("--version", action="version", version=f"qdiff {qdiff.__version__}")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     c = sub.add_parser("compile", help="optimize OpenQASM circuits (fewer CX, verified)")
     c.add_argument("inputs", nargs="+", metavar="INPUT",

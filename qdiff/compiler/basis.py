@@ -9,12 +9,12 @@ rz,rx | u1,u2,u3 | h with rz or Clifford+T phases).
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import ParamRef
 from qdiff.compiler.fuse import canonical_1q
@@ -114,7 +114,7 @@ def _unitary_key(u: np.ndarray) -> bytes:
 _CONST_1Q = ("id", "x", "y", "z", "h", "s", "sdg", "t", "tdg", "sx", "sxdg")
 
 
-@functools.lru_cache(maxsize=16)
+@caches.cached(maxsize=16)
 def _words(basis: Basis, max_len: int = 5) -> dict:
     """Shortest words (up to ``max_len``) of the basis's constant one-qubit gates, by unitary."""
     gates = [g for g in _CONST_1Q if g in basis.names and g != "id"]
@@ -141,7 +141,7 @@ def _two_q(o, basis: Basis) -> list:
     return [op(name, tuple(o.wires[i] for i in ws), ps) for name, ws, ps in _ecr_template()]
 
 
-@functools.lru_cache(maxsize=1)
+@caches.cached(maxsize=1)
 def _ecr_template():
     from qiskit.circuit.library import ECRGate
     from qiskit.synthesis import TwoQubitBasisDecomposer
@@ -161,7 +161,7 @@ def _one_q(o, basis: Basis) -> list:
     word = _words(basis).get(_unitary_key(u))
     word = None if word is None else [op(n, w) for n in word]
     try:
-        synth = (_h_phase(u, w[0], basis) if basis.euler in ("HRZ", "CLIFFORD_T")
+        synth = (h_phase(u, w[0], basis) if basis.euler in ("HRZ", "CLIFFORD_T")
                  else euler_ops(u, w[0], basis.euler))
     except QdiffError:
         if word is None:
@@ -184,13 +184,13 @@ def euler_ops(u: np.ndarray, wire: int, euler: str) -> list:
     return from_qiskit_ops(_decomposer(euler)(u), (wire,))
 
 
-@functools.lru_cache(maxsize=16)
+@caches.cached(maxsize=16)
 def _decomposer(euler: str):
     from qiskit.synthesis import OneQubitEulerDecomposer
     return OneQubitEulerDecomposer(euler, use_dag=False)
 
 
-def _h_phase(u: np.ndarray, wire: int, basis: Basis) -> list:
+def h_phase(u: np.ndarray, wire: int, basis: Basis) -> list:
     """``rz(a) h rz(b) h rz(c)`` (ZXZ with rx = h rz h); phases exact in Clifford+T if asked."""
     seq = []
     for g in canonical_1q(u, wire):
@@ -211,7 +211,7 @@ def _h_phase(u: np.ndarray, wire: int, basis: Basis) -> list:
 _EIGHTHS = {"t": 1, "s": 2, "z": 4, "sdg": 6, "tdg": 7}
 
 
-@functools.lru_cache(maxsize=16)
+@caches.cached(maxsize=16)
 def _phase_words(names: frozenset) -> dict:
     """``k -> shortest list of phase gates`` adding up to ``k pi/4`` (mod 2 pi)."""
     gates = [g for g in _EIGHTHS if g in names]

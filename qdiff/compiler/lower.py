@@ -12,8 +12,8 @@ exactly one kind of parametric gate. Angles stay affine in theta columns.
 """
 from __future__ import annotations
 
-import functools
 
+from qdiff.circuits import caches
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import Operation, ParamRef
@@ -80,7 +80,7 @@ def _via_qiskit(o: Operation) -> list:
     return out
 
 
-@functools.lru_cache(maxsize=4096)
+@caches.cached(maxsize=4096)
 def _expand_cached(gate, hyper, slots, consts):
     return _expand_uncached(gate, slots, consts)
 
@@ -99,7 +99,7 @@ def _hashable(x) -> bool:
         return False
 
 
-@functools.lru_cache(maxsize=1)
+@caches.cached(maxsize=1)
 def _translator():
     """Qiskit's unitary synthesis, high-level synthesis and basis translation (its equivalence
     library) as one pass manager: what ``transpile(optimization_level=0)`` runs for this,
@@ -119,7 +119,7 @@ def qiskit_basis_translation(qc):
 
 
 def _expand_uncached(gate, slots, consts):
-    from qdiff.circuits.qiskit_io import _angle, to_qiskit, _FROM_QISKIT
+    from qdiff.circuits.qiskit_io import FROM_QISKIT, angle_from_qiskit, to_qiskit
     refs = iter(range(len(slots)))
     params = tuple(ParamRef(next(refs)) if c is None else c for c in consts) if consts else ()
     circ = Circuit(gate.num_wires, (Operation(gate, tuple(range(gate.num_wires)), params),),
@@ -132,13 +132,13 @@ def _expand_uncached(gate, slots, consts):
     pmap = {p: i for i, p in enumerate(sorted(qc.parameters, key=lambda q: q.index))}
     out = []
     for inst in low.data:
-        name = _FROM_QISKIT.get(inst.operation.name)
+        name = FROM_QISKIT.get(inst.operation.name)
         if name is None:
             raise QdiffError(f"gate '{gate.name}': decomposition produced '{inst.operation.name}'")
         wires = tuple(low.find_bit(q).index for q in inst.qubits)
         ps = []
         for v in inst.operation.params:
-            a = _angle(v, dict(pmap), f"decomposition of '{gate.name}'")
+            a = angle_from_qiskit(v, dict(pmap), f"decomposition of '{gate.name}'")
             ps.append((a.index, a.scale, a.offset) if isinstance(a, ParamRef) else a)
         out.append((name, wires, tuple(ps)))
     return tuple(out)

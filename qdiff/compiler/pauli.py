@@ -18,13 +18,13 @@ Paulis are ``(x, z, r)``: ``i**r X**x Z**z`` with bit masks ``x``, ``z`` over th
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
 
+from qdiff.circuits import caches
 from qdiff.circuits.operation import ParamRef
-from qdiff.compiler.basis import _h_phase, parse_basis
+from qdiff.compiler.basis import h_phase, parse_basis
 from qdiff.compiler.budget import EXACT_DELTA, phase_distance, rotation_distance
 from qdiff.compiler.ops import add_angles, is_constant, matrix, op
 
@@ -74,7 +74,7 @@ def conj(p, gate: str, wires):
 
 
 # -- extraction ----------------------------------------------------------------------------
-@functools.lru_cache(maxsize=1)
+@caches.cached(maxsize=1)
 def _clifford_words() -> list:
     """The 24 one-qubit Cliffords (mod phase) as shortest words in h and s."""
     words, seen, frontier = [], [], [()]
@@ -108,7 +108,7 @@ def _as_h_s_rz(o) -> list:
     if w is not None:
         return [(g, None) for g in w]
     out = []
-    for g in _h_phase(matrix(o), 0, _HRZ):
+    for g in h_phase(matrix(o), 0, _HRZ):
         if g.name == "h":
             out.append(("h", None))
         else:

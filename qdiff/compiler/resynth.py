@@ -21,13 +21,13 @@ numpy product of the emitted gates.
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from qdiff.circuits import caches
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.operation import Operation, ParamRef
 from qdiff.circuits.unitary import unitary, unitary_jacobian
@@ -52,7 +52,7 @@ def _u3(q: int, j: int) -> Operation:
     return Operation(GATES["u3"], (q,), (ParamRef(j), ParamRef(j + 1), ParamRef(j + 2)))
 
 
-@functools.lru_cache(maxsize=4096)
+@caches.cached(maxsize=4096)
 def template(pairs: tuple, k: int) -> Circuit:
     """The parameterized template circuit of a CX structure ``pairs`` on ``k`` qubits."""
     ops = [_u3(q, 3 * q) for q in range(k)]

@@ -12,9 +12,9 @@ device's coupling (passes never put a two-qubit gate on a new pair) and gate dir
 from __future__ import annotations
 
 import difflib
-import functools
 from dataclasses import dataclass
 
+from qdiff.circuits import caches
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import Operation
@@ -40,7 +40,7 @@ class Routed:
         return Circuit(self.num_physical, ops, c.measurements, c.num_params)
 
 
-@functools.lru_cache(maxsize=1)
+@caches.cached(maxsize=1)
 def _fake_table() -> dict:
     """Every fake device qiskit-ibm-runtime ships, by name -- the same table
     ``qd.device("ibm", backend=...)`` reads (one device namespace)."""
@@ -143,7 +143,7 @@ def _oriented(o, wires, basis: Basis) -> list:
     return from_qiskit_ops(_decomposer(basis.two_q)(matrix(o)), wires)
 
 
-@functools.lru_cache(maxsize=4)
+@caches.cached(maxsize=4)
 def _decomposer(two_q: str):
     from qiskit.circuit.library import CXGate, CZGate, ECRGate
     from qiskit.synthesis import TwoQubitBasisDecomposer
