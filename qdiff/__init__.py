@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
+import types
 
 __version__ = "0.1.0"
 
@@ -96,6 +98,21 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(_EXPORTS) | set(_GATE_NAMES) | set(_GATE_ALIASES))
+
+
+class _Front(types.ModuleType):
+    """The package module: importing ``qdiff.qnode`` (or ``qdiff.draw``) binds that submodule
+    on the package under the same name as the public function; the front keeps the
+    function."""
+
+    def __setattr__(self, name, value):
+        spec = _EXPORTS.get(name)
+        if spec is not None and spec[1] is not None and isinstance(value, types.ModuleType):
+            value = getattr(value, spec[1])
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Front
 
 
 __all__ = sorted(set(_EXPORTS) | set(_GATE_NAMES) | set(_GATE_ALIASES))

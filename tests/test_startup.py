@@ -53,6 +53,14 @@ def test_gate_names_match_the_registry():
         assert getattr(qd, alias) is getattr(qd, target)
 
 
+def test_function_names_beat_submodules_of_the_same_name():
+    code = ("import qdiff.qnode, qdiff.draw, qdiff as qd\n"
+            "assert callable(qd.qnode) and callable(qd.draw), (qd.qnode, qd.draw)\n"
+            "assert qd.qnode.__module__ == 'qdiff.qnode'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert callable(qd.qnode) and callable(qd.draw)
+
+
 def test_dir_is_complete_and_names_resolve():
     names = dir(qd)
     for n in ("RX", "CNOT", "H", "compile", "qnode", "device", "QuantumLayer", "Circuit",
