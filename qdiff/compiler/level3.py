@@ -5,7 +5,8 @@ Candidates (each cleaned up by level 2 and verified against its input):
 * ``level2``: the level-2 result;
 * ``pauli``: Pauli-rotation re-synthesis (``pauli.py``) of the level-2 result and of the input,
   with seeded tie-breaking variants and two syntheses of the remaining Clifford;
-* ``qiskit``: Qiskit's ``transpile(optimization_level=3)`` output, then qdiff's level 2;
+* ``qiskit``: Qiskit's ``transpile(optimization_level=3)`` output, then qdiff's level 2 (above
+  four qubits);
 * ``shannon``: for whole circuits of at most four qubits, the quantum Shannon decomposition of
   the circuit's unitary.
 
@@ -86,9 +87,13 @@ def _strategies(lowered, opt, s: Search, coupling):
         out += [(f"pauli(input,seed={seed},layers)", variant, lowered),
                 (f"pauli(seed={seed},layers)", variant, opt)]
     if not s.discrete and all(is_constant(o) for o in lowered.operations):
-        out.append(("qiskit", qiskit_o3, lowered))
+        # up to 4 qubits the whole-circuit Shannon decomposition takes Qiskit O3's place (its
+        # first call loads Qiskit's transpiler plugins: seconds, for a candidate that small
+        # circuits' Pauli/Shannon/block results beat)
         if lowered.num_wires <= 4:
             out.append(("shannon", shannon_whole, lowered))
+        else:
+            out.append(("qiskit", qiskit_o3, lowered))
     return out
 
 

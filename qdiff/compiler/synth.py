@@ -31,11 +31,11 @@ def kak(u: np.ndarray, wires) -> list:
 
 
 def shannon(u: np.ndarray, wires) -> list:
-    """Quantum Shannon decomposition of a ``2**k`` unitary (k >= 3), then basis cx/u3."""
-    from qiskit import transpile
+    """Quantum Shannon decomposition of a ``2**k`` unitary (k >= 3), then basis cx/u3 by
+    Qiskit's basis translation (not ``transpile``, whose first call loads every plugin)."""
     from qiskit.synthesis import qs_decomposition
-    qc = transpile(qs_decomposition(u), basis_gates=["cx", "u3"], optimization_level=1)
-    return from_qiskit_ops(qc, wires)
+    from qdiff.compiler.lower import qiskit_basis_translation
+    return from_qiskit_ops(qiskit_basis_translation(qs_decomposition(u)), wires)
 
 
 def from_qiskit_ops(qc, wires) -> list:
