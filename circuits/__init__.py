@@ -1,12 +1,30 @@
-"""The circuit IR: gates, operations, circuits, observables, measurements, templates, QASM I/O."""
-from qdiff.circuits.errors import QdiffError, QdiffMemoryError, QdiffParseError
-from qdiff.circuits.gates import GATES, Gate, get_gate, register_gate
-from qdiff.circuits.operation import Operation, ParamRef
-from qdiff.circuits.circuit import Circuit, Recorded, StatePrep
-from qdiff.circuits.observables import Hamiltonian, Hermitian, Observable
-from qdiff.circuits.measurements import Measurement
-from qdiff.circuits.recording import record
+"""The circuit IR: gates, operations, circuits, observables, measurements, templates, QASM I/O.
 
-__all__ = ["QdiffError", "QdiffMemoryError", "QdiffParseError", "GATES", "Gate", "get_gate",
-           "register_gate", "Operation", "ParamRef", "Circuit", "Recorded", "StatePrep",
-           "Hamiltonian", "Hermitian", "Observable", "Measurement", "record"]
+Names load on first use (PEP 562), so ``from qdiff.circuits.errors import QdiffError`` does not
+import torch.
+"""
+import importlib
+
+_EXPORTS = {
+    "QdiffError": "errors", "QdiffMemoryError": "errors", "QdiffParseError": "errors",
+    "GATES": "gates", "Gate": "gates", "get_gate": "gates", "register_gate": "gates",
+    "Operation": "operation", "ParamRef": "operation",
+    "Circuit": "circuit", "Recorded": "circuit", "StatePrep": "circuit",
+    "Hamiltonian": "observables", "Hermitian": "observables", "Observable": "observables",
+    "Measurement": "measurements", "record": "recording",
+}
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'qdiff.circuits' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"qdiff.circuits.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+__all__ = sorted(_EXPORTS)

@@ -114,6 +114,16 @@ class Gate:
     hyper: tuple = field(default=())
     decomposition: Optional[Callable] = None
     native_code: str = ""
+    # -- compiler facts (filled in by ``_compiler_facts`` below; qdiff.compiler reads them) --
+    # wire_axes: per wire "z" (diagonal there), "x" (diagonal in the X basis there) or "";
+    # axis_angle: a constant one-qubit gate equal up to phase to a rotation by this angle about
+    # its axis; additive: two applications on the same wires add their angles; symmetric:
+    # the wires may be exchanged; zyz: angles -> (a, b, c) with U = RZ(c) RY(b) RZ(a) up to phase
+    wire_axes: tuple = ()
+    axis_angle: Optional[float] = None
+    additive: bool = False
+    symmetric: bool = False
+    zyz: Optional[Callable] = None
 
     # -- math ---------------------------------------------------------------------------------
     def matrix(self, *angles) -> torch.Tensor:
@@ -451,6 +461,40 @@ _g("single_excitation", 2, 1, _single_exc, gens=[_exc_generator(4, 1, 2)],
    inv=_negate("single_excitation"), pl="SingleExcitation", native="single_excitation")
 _g("double_excitation", 4, 1, _double_exc, gens=[_exc_generator(16, 3, 12)],
    inv=_negate("double_excitation"), pl="DoubleExcitation", native="double_excitation")
+
+# ---------------------------------------------------------------------------------------------
+# compiler facts: commutation classes, rotation axes and angles, symmetric wires, Euler angles
+
+
+def _compiler_facts(name: str, **facts) -> None:
+    """Attach compiler facts to a registered gate (at import, before any use: the record stays
+    one object, so identity-based lookups such as the native kernels' keep working)."""
+    for key, value in facts.items():
+        object.__setattr__(GATES[name], key, value)
+
+
+for _n in ("id", "z", "s", "sdg", "t", "tdg"):
+    _compiler_facts(_n, wire_axes=("z",),
+                    axis_angle={"id": 0.0, "z": math.pi, "s": math.pi / 2, "sdg": -math.pi / 2,
+                                "t": math.pi / 4, "tdg": -math.pi / 4}[_n])
+for _n in ("x", "sx", "sxdg"):
+    _compiler_facts(_n, wire_axes=("x",),
+                    axis_angle={"x": math.pi, "sx": math.pi / 2, "sxdg": -math.pi / 2}[_n])
+for _n in ("rz", "p", "u1"):
+    _compiler_facts(_n, wire_axes=("z",), additive=True)
+_compiler_facts("rx", wire_axes=("x",), additive=True)
+_compiler_facts("ry", additive=True)
+for _n, _axes in (("cx", ("z", "x")), ("cz", ("z", "z")), ("cp", ("z", "z")),
+                  ("crz", ("z", "z")), ("rzz", ("z", "z")), ("rxx", ("x", "x")),
+                  ("crx", ("z", "x"))):
+    _compiler_facts(_n, wire_axes=_axes)
+for _n in ("rzz", "rxx", "ryy", "crz", "crx", "cry", "cp"):
+    _compiler_facts(_n, additive=True)
+for _n in ("cz", "swap", "rzz", "rxx", "ryy", "cp", "iswap", "ccz"):
+    _compiler_facts(_n, symmetric=True)
+_compiler_facts("u3", zyz=lambda p: (p[2], p[0], p[1]))
+_compiler_facts("u2", zyz=lambda p: (p[1], math.pi / 2, p[0]))
+_compiler_facts("rot", zyz=lambda p: (p[0], p[1], p[2]))  # rot = RZ(omega) RY(theta) RZ(phi)
 
 # the built-in gates as defined here (a user may replace a registry entry; the native kernels'
 # formulas apply to these objects only)

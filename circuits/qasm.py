@@ -38,11 +38,24 @@ def parse_qiskit(text: str, filename: str = "<string>"):
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except BaseException as exc:  # qiskit raises parser-specific types; Rust panics too
+        if _interrupted(exc):  # Ctrl-C while Qiskit's extension loads arrives wrapped
+            raise KeyboardInterrupt from exc
         raise _parse_error(exc, filename) from None
     if qc.num_qubits > qasm_bounds.MAX_QUBITS:
         raise QdiffParseError(f"{filename}: {qc.num_qubits} qubits; the limit is "
                               f"{qasm_bounds.MAX_QUBITS}")
     return qc, version
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` was caused by a KeyboardInterrupt (its cause/context chain)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _parse2(text: str):

@@ -8,42 +8,112 @@
 ...     return qd.expval(qd.Z(0) @ qd.Z(1))
 >>> float(bell(torch.tensor(0.3)))
 1.0
+
+The front is lazy (PEP 562): ``import qdiff`` loads no submodule; each name below is imported
+the first time it is used, so ``qdiff --help`` and scripts that need one corner of the package
+start fast. ``dir(qdiff)`` lists every public name.
 """
-from qdiff.circuits.errors import QdiffError, QdiffMemoryError, QdiffParseError
-from qdiff.circuits.gates import GATES as _GATES, MultiRZ, PauliRot, QubitUnitary, Gate, \
-    get_gate, register_gate, unregister_gate
-from qdiff.circuits.operation import Operation, ParamRef
-from qdiff.circuits.circuit import Circuit
-from qdiff.circuits.observables import Hamiltonian, Hermitian, Observable
-from qdiff.circuits.measurements import counts, expval, probs, sample, state, var
-from qdiff.circuits.recording import record
-from qdiff.circuits.caches import clear as clear_caches
-from qdiff.circuits.templates import (AllSinglesDoubles, AmplitudeEmbedding, AngleEmbedding,
-                                      BasicEntanglerLayers, BasisState, HardwareEfficientAnsatz,
-                                      QAOALayers, StatePrep, StronglyEntanglingLayers, cost_layer,
-                                      excitations, hf_state, mixer_layer, x_mixer)
-from qdiff.backends.base import Backend
-from qdiff.backends.registry import device
-from qdiff.backends.statevector.native_lib import native_status
-from qdiff.qnode import QNode, qnode
-from qdiff.draw import draw
-from qdiff.hybrid import QuantumLayer
-from qdiff.compiler import compile  # noqa: A001  (shadows the builtin inside this module only)
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import types
 
 __version__ = "0.1.0"
 
-# Gates under PennyLane's class names and short aliases (qd.RX, qd.CNOT, qd.H, qd.CX, ...).
-for _g in _GATES.values():
-    if _g.pl_name and _g.pl_name.isidentifier():
-        globals()[_g.pl_name] = _g
-I, X, Y, Z, H = Identity, PauliX, PauliY, PauliZ, Hadamard  # noqa: F821
-CX, CCX, CPhase, iSWAP = CNOT, Toffoli, ControlledPhaseShift, ISWAP  # noqa: F821
-Rxx, Ryy, Rzz = IsingXX, IsingYY, IsingZZ  # noqa: F821
-del _g
+# public name -> (module, attribute); attribute None: the module itself
+_EXPORTS = {
+    **{n: ("qdiff.circuits.errors", n) for n in ("QdiffError", "QdiffMemoryError",
+                                                  "QdiffParseError")},
+    **{n: ("qdiff.circuits.gates", n) for n in ("MultiRZ", "PauliRot", "QubitUnitary", "Gate",
+                                                 "get_gate", "register_gate",
+                                                 "unregister_gate")},
+    "Operation": ("qdiff.circuits.operation", "Operation"),
+    "ParamRef": ("qdiff.circuits.operation", "ParamRef"),
+    "Circuit": ("qdiff.circuits.circuit", "Circuit"),
+    **{n: ("qdiff.circuits.observables", n) for n in ("Hamiltonian", "Hermitian", "Observable")},
+    **{n: ("qdiff.circuits.measurements", n) for n in ("counts", "expval", "probs", "sample",
+                                                        "state", "var")},
+    "record": ("qdiff.circuits.recording", "record"),
+    "clear_caches": ("qdiff.circuits.caches", "clear"),
+    **{n: ("qdiff.circuits.templates", n) for n in (
+        "AllSinglesDoubles", "AmplitudeEmbedding", "AngleEmbedding", "BasicEntanglerLayers",
+        "BasisState", "HardwareEfficientAnsatz", "QAOALayers", "StatePrep",
+        "StronglyEntanglingLayers", "cost_layer", "excitations", "hf_state", "mixer_layer",
+        "x_mixer")},
+    "Backend": ("qdiff.backends.base", "Backend"),
+    "device": ("qdiff.backends.registry", "device"),
+    "native_status": ("qdiff.backends.statevector.native_lib", "native_status"),
+    "QNode": ("qdiff.qnode", "QNode"),
+    "qnode": ("qdiff.qnode", "qnode"),
+    "draw": ("qdiff.draw", "draw"),
+    "QuantumLayer": ("qdiff.hybrid", "QuantumLayer"),
+    "compile": ("qdiff.compiler.api", "compile"),
+    "PauliSumOperator": ("qdiff.operators", "PauliSumOperator"),
+    **{n: ("qdiff.solvers", n) for n in ("SolverInfo", "cg", "eigsh", "ground_state", "lanczos",
+                                          "minres")},
+    "qchem": ("qdiff.qchem", None),
+    "metric_tensor": ("qdiff.metric", "metric_tensor"),
+    "QNGOptimizer": ("qdiff.optimize", "QNGOptimizer"),
+}
 
-# classical kernels: Pauli-sum operators, eigen/linear solvers, chemistry
-from qdiff.operators import PauliSumOperator  # noqa: E402
-from qdiff.solvers import SolverInfo, cg, eigsh, ground_state, lanczos, minres  # noqa: E402
-from qdiff import qchem  # noqa: E402
-from qdiff.metric import metric_tensor  # noqa: E402
-from qdiff.optimize import QNGOptimizer  # noqa: E402
+# Gates under PennyLane's class names (qd.RX, qd.CNOT, ...): the same list the gate registry
+# builds, written out so that it is known without importing torch; short aliases map onto them
+# (tests/test_lazy_front.py checks both lists against the registry).
+_GATE_NAMES = (
+    "Identity", "PauliX", "PauliY", "PauliZ", "Hadamard", "S", "Sdg", "T", "Tdg", "SX", "SXdg",
+    "RX", "RY", "RZ", "PhaseShift", "U1", "Rot", "U3", "U2", "CNOT", "CY", "CZ", "CH", "SWAP",
+    "ISWAP", "ECR", "Toffoli", "CSWAP", "CCZ", "CRX", "CRY", "CRZ", "ControlledPhaseShift",
+    "CRot", "IsingXX", "IsingYY", "IsingZZ", "SingleExcitation", "DoubleExcitation")
+_GATE_ALIASES = {"I": "Identity", "X": "PauliX", "Y": "PauliY", "Z": "PauliZ", "H": "Hadamard",
+                 "CX": "CNOT", "CCX": "Toffoli", "CPhase": "ControlledPhaseShift",
+                 "iSWAP": "ISWAP", "Rxx": "IsingXX", "Ryy": "IsingYY", "Rzz": "IsingZZ"}
+
+
+def _gate(pl_name: str):
+    from qdiff.circuits.gates import GATES
+    for g in GATES.values():
+        if g.pl_name == pl_name:
+            return g
+    raise AttributeError(f"module 'qdiff' has no attribute {pl_name!r}")
+
+
+def __getattr__(name: str):
+    """Import a public name on first use and cache it in the module's namespace."""
+    if name in _EXPORTS:
+        module, attr = _EXPORTS[name]
+        mod = importlib.import_module(module)
+        value = mod if attr is None else getattr(mod, attr)
+    elif name in _GATE_NAMES:
+        value = _gate(name)
+    elif name in _GATE_ALIASES:
+        value = _gate(_GATE_ALIASES[name])
+    elif not name.startswith("__") and importlib.util.find_spec(f"qdiff.{name}") is not None:
+        value = importlib.import_module(f"qdiff.{name}")  # a submodule: qd.backends, ...
+    else:
+        raise AttributeError(f"module 'qdiff' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS) | set(_GATE_NAMES) | set(_GATE_ALIASES))
+
+
+class _Front(types.ModuleType):
+    """The package module: importing ``qdiff.qnode`` (or ``qdiff.draw``) binds that submodule
+    on the package under the same name as the public function; the front keeps the
+    function."""
+
+    def __setattr__(self, name, value):
+        spec = _EXPORTS.get(name)
+        if spec is not None and spec[1] is not None and isinstance(value, types.ModuleType):
+            value = getattr(value, spec[1])
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Front
+
+
+__all__ = sorted(set(_EXPORTS) | set(_GATE_NAMES) | set(_GATE_ALIASES))

@@ -34,7 +34,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import qdiff  # the lazy front: its version without importing torch
     p = _Parser(prog="qdiff", description="qdiff: differentiable quantum stack tools")
+    p.add_argument("--version", action="version", version=f"qdiff {qdiff.__version__}")
     sub = p.add_subparsers(dest="command", parser_class=_Parser)
     c = sub.add_parser("compile", help="optimize OpenQASM circuits (fewer CX, verified)")
     c.add_argument("inputs", nargs="+", metavar="INPUT",
@@ -46,16 +48,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="optimization level (default 2; 3 adds gradient re-synthesis)")
     c.add_argument("--basis", default="cx,u", help="target gates, e.g. cx,u | rz,sx,x,cx | "
                    "cz,rz,sx,x (default cx,u)")
-    c.add_argument("--target", metavar="DEVICE", help="IBM device (fake backends offline, e.g. "
-                   "fake_sherbrooke): layout/routing by Qiskit, then qdiff in its basis")
-    c.add_argument("--verify", choices=["auto", "unitary", "statevector", "none"],
-                   default="auto")
+    c.add_argument("--target", metavar="DEVICE", help="IBM device, any name qd.device('ibm', "
+                   "backend=...) accepts (fake_* offline, e.g. fake_manila; real names with an "
+                   "account): layout/routing by Qiskit, then qdiff in its basis")
+    c.add_argument("--approx", type=float, default=None, metavar="EPS",
+                   help="allow a process infidelity of at most EPS per circuit (resynthesis and "
+                   "gate dropping; verified and reported); default: exact (1e-12)")
+    c.add_argument("--work", type=float, default=None, metavar="UNITS",
+                   help="level-3 search budget in work units (default 25 per input CX, 100-2500): the same input, "
+                   "level, basis and seed give the same output on any machine")
+    c.add_argument("--verify", choices=["final", "auto", "unitary", "statevector", "none"],
+                   default="final", help="final (default): full unitary up to 12 qubits, "
+                   "random states above")
     c.add_argument("--report", choices=["table", "json"], default="table")
     c.add_argument("--seed", type=_seed, default=0, help="random seed (a non-negative integer)")
     c.add_argument("--force", action="store_true",
                    help="replace existing outputs even if they are read-only")
     c.add_argument("--time-limit", type=_seconds, default=None, metavar="SECONDS",
-                   help="time budget per circuit for level 3 (default 60)")
+                   help="outer bound per circuit on the level-3 search (default none); the report "
+                   "says when it cut the search")
     c.add_argument("--qasm-version", type=int, choices=[2, 3], default=None,
                    help="OpenQASM version of the output (default: that of the input)")
     sub.add_parser("doctor", help="report whether the native CPU kernels run, and why not")
@@ -172,8 +183,10 @@ def _compile(args) -> int:
         raise QdiffError("-o names one output file but there are several inputs; use --out-dir")
     if args.target is None:
         parse_basis(args.basis)  # a bad --basis is an input error before any work
-    if args.out_dir and not os.path.isdir(args.out_dir):
-        raise QdiffError(f"{args.out_dir}: output directory does not exist")
+    if args.approx is not None and not 0 < args.approx < 1:
+        raise QdiffError(f"--approx {args.approx:g}: expected a process infidelity in (0, 1)")
+    if args.out_dir:
+        _make_out_dir(args.out_dir)
     to_stdout = args.output == "-" or (not args.output and not args.out_dir and len(files) == 1)
     outputs = _output_paths(files, args, to_stdout)
     info = sys.stderr if to_stdout else sys.stdout
@@ -226,7 +239,9 @@ def _compile_one(args, path, output, to_stdout, reports) -> tuple:
         imp, version = _read(path)
         out, rep = qcompile(imp, level=args.level, basis=args.basis, verify=args.verify,
                             seed=args.seed, time_limit=args.time_limit, target=args.target,
-                            name="<stdin>" if path == "-" else path)
+                            name="<stdin>" if path == "-" else path, approx=args.approx,
+                            work=args.work, progress=_stage_printer(path))
+        _clear_stage()
         reports.append(rep)
         if rep.verified is False:
             return EXIT_VERIFY, (f"{path}: output not equivalent to the input "
@@ -250,6 +265,34 @@ def _print_reports(reports, kind, info) -> None:
         print(json.dumps([r.to_dict() for r in reports], indent=1), file=info)
     else:
         print(table(reports), file=info)
+
+
+def _make_out_dir(path: str) -> None:
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise QdiffError(f"{path}: --out-dir exists and is not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise QdiffError(f"{path}: cannot create the output directory ({exc.strerror})") from None
+
+
+def _stage_printer(path: str):
+    """On a terminal, one status line (file, stage, best two-qubit count so far); None when
+    stderr is piped or redirected, so logs stay clean."""
+    if not sys.stderr.isatty():
+        return None
+    label = "<stdin>" if path == "-" else os.path.basename(path)
+
+    def show(stage: str, best: int) -> None:
+        sys.stderr.write(f"\r\033[K{label}: {stage}, best {best} two-qubit gates")
+        sys.stderr.flush()
+    return show
+
+
+def _clear_stage() -> None:
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K")
+        sys.stderr.flush()
 
 
 def _progress(files):

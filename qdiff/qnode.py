@@ -23,6 +23,15 @@ from qdiff.circuits.measurements import Measurement
 from qdiff.rules import DIFF_METHODS, make_options  # noqa: F401  (DIFF_METHODS re-exported)
 
 
+def _keep_calls_eager() -> None:
+    """Wrap ``QNode.__call__`` in ``torch.compiler.disable`` once, when the first qnode is made
+    rather than at import: the wrapper imports ``torch._dynamo`` (about 2 s), and no qnode can
+    be traced by ``torch.compile`` before one exists."""
+    if not getattr(QNode, "_calls_eager", False):
+        QNode.__call__ = torch.compiler.disable(QNode.__call__)
+        QNode._calls_eager = True
+
+
 class QNode:
     """A recorded-and-executed quantum function bound to a backend.
 
@@ -46,16 +55,17 @@ class QNode:
         self.diff_method = diff_method
         self.gradient_kwargs = dict(gradient_kwargs)
         functools.update_wrapper(self, func)
+        _keep_calls_eager()
 
     # -- recording ------------------------------------------------------------------------
     def construct(self, *args, **kwargs) -> tuple[Recorded, object]:
         """Record one call: ``(Recorded, returned measurement structure)``."""
         return _record(self.func, self.device.wires, args, kwargs)
 
-    @torch.compiler.disable
     def __call__(self, *args, **kwargs):
         """Run the circuit. Under ``torch.compile`` this call stays eager (a graph break):
-        recording is Python-level work that dynamo would otherwise retrace gate by gate."""
+        recording is Python-level work that dynamo would otherwise retrace gate by gate
+        (``_keep_calls_eager`` wraps it when the first qnode is made)."""
         from qdiff.bridge import execute
         # the device refuses a batch that cannot run before theta (B, P) is assembled
         recorded, result = _record(self.func, self.device.wires, args, kwargs,

@@ -33,28 +33,64 @@ def circuits(draw, n_max=4, params=False):
     return Circuit(n, tuple(ops), num_params=2 if params else 0)
 
 
+BASES = ["cx,u", "h,rz,cx", "rz,sx,x,cx", "cz,rz,sx,x", "ecr,rz,sx,x"]
+CLIFFORD_T = ["h,s,sdg,t,tdg,cx", "h,s,sdg,t,tdg,cx,x,z"]
+CT_GATES = ["h", "x", "z", "s", "sdg", "t", "tdg"]
+
+
+def _not_worse(rep):
+    return (rep.gates_after <= rep.gates_before and rep.depth_after <= rep.depth_before
+            and rep.cx_after <= rep.cx_before)
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(circuits(), st.sampled_from([1, 2]), st.sampled_from(["cx,u", "rz,sx,x,cx", "cz,rz,sx,x"]))
-def test_random_circuits_equivalent_and_never_more_cx(c, level, basis):
+@given(circuits(), st.sampled_from([1, 2]), st.sampled_from(BASES))
+def test_random_circuits_equivalent_and_never_worse(c, level, basis):
     out, rep = compile(c, level=level, basis=basis)
-    assert rep.verified
-    assert rep.cx_after <= rep.cx_before
+    assert rep.verified and rep.infidelity <= 1e-12
+    assert _not_worse(rep)
+    assert set(o.name for o in out.operations) <= set(basis.split(",")) | {"u3"}
     assert equivalence(c, out, "unitary", seed=99).ok  # independent seed
+
+
+@st.composite
+def clifford_t_circuits(draw):
+    n = draw(st.integers(2, 4))
+    ops = []
+    for _ in range(draw(st.integers(0, 25))):
+        if draw(st.integers(0, 2)) == 0:
+            a, b = draw(st.permutations(range(n)))[:2]
+            ops.append(Operation(GATES["cx"], (a, b)))
+        else:
+            ops.append(Operation(GATES[draw(st.sampled_from(CT_GATES))], (draw(st.integers(0, n - 1)),)))
+    return Circuit(n, tuple(ops))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clifford_t_circuits(), st.sampled_from([0, 1, 2]), st.sampled_from(CLIFFORD_T))
+def test_clifford_t_bases_every_level(c, level, basis):
+    out, rep = compile(c, level=level, basis=basis)
+    assert rep.verified and _not_worse(rep)
+    assert set(o.name for o in out.operations) <= set(basis.split(","))
+    assert rep.t_after <= rep.t_before
+    assert equivalence(c, out, "unitary", seed=5).ok
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(circuits(n_max=3, params=True))
 def test_random_parametric_circuits_equivalent(c):
     out, rep = compile(c, level=2)
-    assert rep.verified and rep.cx_after <= rep.cx_before
+    assert rep.verified and _not_worse(rep)
     assert out.num_params == c.num_params
     assert equivalence(c, out, "unitary", seed=7).ok
 
 
 @pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(circuits(n_max=4))
-def test_random_circuits_level3(c):
-    out, rep = compile(c, level=3, time_limit=4)
-    assert rep.verified and rep.cx_after <= rep.cx_before
+@given(circuits(n_max=4), st.sampled_from(BASES + CLIFFORD_T[:1]))
+def test_random_circuits_level3(c, basis):
+    if basis.startswith("h,s"):
+        c = c.with_operations([o for o in c.operations if o.name in CT_GATES + ["cx"]])
+    out, rep = compile(c, level=3, basis=basis, work=200)
+    assert rep.verified and _not_worse(rep)
     assert equivalence(c, out, "unitary", seed=3).ok

@@ -92,3 +92,11 @@ def test_the_checker_sees_real_imports():
     io = imports(os.path.join("circuits", "qiskit_io.py"))
     assert any(n.startswith("qiskit") and not top for n, top in io)
     assert len(ALL) > 20
+
+
+@pytest.mark.parametrize("path", [p for p in ALL if p.startswith(os.path.join("qdiff", "compiler"))])
+def test_compiler_imports_only_circuits_and_itself(path):
+    for name, _ in imports(path):
+        if name == "qdiff" or name.startswith("qdiff."):
+            assert name.startswith(("qdiff.circuits", "qdiff.compiler")), \
+                f"{path} imports {name} (the compiler may import only qdiff.circuits)"

@@ -8,42 +8,63 @@
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.errors import QdiffError
+from qdiff.compiler.approx import drop_small_gates
 from qdiff.compiler.basis import parse_basis, translate
+from qdiff.compiler.budget import Budget, Work
+from qdiff.compiler.level3 import Search, score
 from qdiff.compiler.lower import lower
-from qdiff.compiler.ops import cx_count, depth
-from qdiff.compiler.pipeline import guarded, level1, level2
+from qdiff.compiler.ops import cx_count, depth, single_thread, t_count
+from qdiff.compiler.pipeline import chain, guarded, level1, level2
 from qdiff.compiler.report import CompileReport
 from qdiff.compiler.verify import equivalence
 
 LEVELS = (0, 1, 2, 3)
-DEFAULT_TIME_LIMIT = 60.0  # seconds per circuit at level 3
-VERIFY = ("auto", "unitary", "statevector", "none")
+# level-3 search budget in Levenberg-Marquardt iterations x starts: 25 per two-qubit gate of
+# the input, between 100 and 2500 (a function of the input only, so results are reproducible)
+WORK_PER_CX, MIN_WORK, MAX_WORK = 25, 100, 2500
+VERIFY = ("auto", "final", "unitary", "statevector", "none")
 
 
-def compile(circuit_or_qasm, level: int = 2, basis="cx,u", verify: str = "auto", seed: int = 0,
-            time_limit: float | None = None, target: str | None = None, name: str = "<circuit>"):
+def compile(circuit_or_qasm, level: int = 2, basis="cx,u", verify: str = "final", seed: int = 0,
+            time_limit: float | None = None, target: str | None = None, name: str = "<circuit>",
+            approx: float | None = None, work: float | None = None, progress=None):
     """Optimize a circuit; returns ``(Circuit, CompileReport)``.
 
     ``circuit_or_qasm``: a qdiff ``Circuit``, a Qiskit ``QuantumCircuit``, OpenQASM 2/3 text or
-    a path. ``level`` 0-3 (3 adds gradient-based re-synthesis), ``basis`` a comma-separated gate
-    list (``"cx,u"``, ``"rz,sx,x,cx"``, ``"cz,rz,sx,x"``, ...), ``target`` an IBM (fake) device
-    name whose layout, routing and basis are used, ``time_limit`` seconds per circuit for
-    level 3 (default 60; its search stops at 80% of it, verification takes the rest).
-    Parametric angles (theta columns) stay affine ParamRefs, so gradients are unchanged.
+    a path. ``level`` 0-3 (3 adds re-synthesis searches), ``basis`` a comma-separated gate list
+    (``"cx,u"``, ``"rz,sx,x,cx"``, ``"cz,rz,sx,x"``, ``"h,s,sdg,t,tdg,cx"``, ...), ``target``
+    an IBM device name (``qd.device("ibm", backend=...)``'s names) whose layout, routing and
+    basis are used.
+
+    The output is exact (process infidelity at most 1e-12, measured and reported) unless
+    ``approx`` = EPS in (0, 1) is given: then resynthesis and gate dropping may spend a process
+    infidelity of at most EPS, and the check enforces it. The level-3 search is bounded by
+    ``work`` (default 25 per input CX, 100 to 2500 units of Levenberg-Marquardt iterations x
+    starts), so a result does
+    not depend on the machine's load; ``time_limit`` (seconds) is an outer bound only, and
+    ``report.time_cut`` says when it stopped the search. Gate count, depth and two-qubit
+    count of the output are each at most those of the input rebased into ``basis``
+    (otherwise the rebased input is returned). ``progress(stage, best_cx)`` is called as
+    level 3 advances. Parametric angles (theta columns) stay affine ParamRefs.
     """
+    with single_thread():  # small tensors: torch's thread pool costs more than it gains
+        return _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, name,
+                        approx, work, progress)
+
+
+def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, name, approx,
+             work, progress):
     t0 = time.perf_counter()
-    if level not in LEVELS:
-        raise QdiffError(f"optimization level {level!r}: expected 0, 1, 2 or 3")
-    if verify not in VERIFY:
-        raise QdiffError(f"verify {verify!r}: expected one of {', '.join(VERIFY)}")
+    _check_args(level, verify, approx)
     imp = _as_import(circuit_or_qasm)
     report = CompileReport(name=name, level=level, measurements=list(imp.measurements),
-                           num_clbits=imp.num_clbits)
+                           num_clbits=imp.num_clbits, approx=approx)
     routed = None
     if target is not None:
         from qdiff.compiler.target import route
@@ -52,29 +73,31 @@ def compile(circuit_or_qasm, level: int = 2, basis="cx,u", verify: str = "auto",
         report.target, report.num_clbits = routed.name, routed.num_clbits
     else:
         source, b = imp.circuit, parse_basis(basis)
-    report.basis, report.num_qubits = str(b), source.num_wires
+    report.basis, report.num_qubits, report.two_q = str(b), source.num_wires, b.two_q
     lowered = lower(source)
     base = translate(lowered, b, fuse=False)
-    report.cx_before, report.depth_before = cx_count(base.operations), depth(base.operations,
-                                                                                base.num_wires)
-    report.gates_before = len(base.operations)
+    _count(report, base, "before")
+    budget = Budget(approx or 0.0)
     out = base
     if level >= 1:
-        # the search stops at 80% of the budget: the rest is for clean-up and verification
-        deadline = t0 + 0.8 * (time_limit if time_limit is not None else DEFAULT_TIME_LIMIT)
-        opt = _optimize(lowered, level, verify, seed, deadline, report, b,
-                        routed.allowed if routed is not None else None)
-        out = translate(opt, b, fuse=True)
-        if routed is not None:
-            from qdiff.compiler.target import fix_directions
-            out = translate(fix_directions(out, routed, b), b, fuse=True)
-        if cx_count(out.operations) > report.cx_before:
-            out = base
-    report.cx_after, report.depth_after = cx_count(out.operations), depth(out.operations,
-                                                                          out.num_wires)
-    report.gates_after = len(out.operations)
+        deadline = None if time_limit is None else t0 + time_limit
+        if work is None:
+            work = min(MAX_WORK, max(MIN_WORK, WORK_PER_CX * report.cx_before))
+        s = Search(verify, seed, Work(work, deadline),
+                   budget, report.log, progress, b.euler == "CLIFFORD_T",
+                   functools.partial(_admissible, basis=b, limit=score(base), routed=routed))
+        cands = _candidates(lowered, level, s, b, routed)
+        out, report.strategy = _no_worse(cands, base)
+        report.time_cut, report.work = s.work.cut, s.work.used
+    _count(report, out, "after")
+    report.approx_bound = budget.spent_bound if approx else None
     if verify != "none":
-        v = equivalence(source, out, verify, seed=seed + 1)
+        v = equivalence(source, out, verify, seed=seed + 1, tol=budget.tol)
+        if not v.ok and out is not base:  # never expected: every pass was checked
+            report.log.append(f"final check failed (1-F={v.infidelity:.2e}); rebased input kept")
+            out = base
+            _count(report, out, "after")
+            v = equivalence(source, out, verify, seed=seed + 1, tol=budget.tol)
         report.verified, report.method, report.infidelity = v.ok, v.method, v.infidelity
     if routed is not None:
         out = routed.expand(out)
@@ -82,15 +105,75 @@ def compile(circuit_or_qasm, level: int = 2, basis="cx,u", verify: str = "auto",
     return out, report
 
 
-def _optimize(lowered: Circuit, level: int, verify: str, seed: int, deadline: float,
-              report: CompileReport, b, coupling=None):
-    log = report.log
-    opt = guarded(level1 if level == 1 else level2, verify, log)(lowered)
-    report.strategy = f"level{min(level, 2)}"
+def _check_args(level, verify, approx) -> None:
+    if level not in LEVELS:
+        raise QdiffError(f"optimization level {level!r}: expected 0, 1, 2 or 3")
+    if verify not in VERIFY:
+        raise QdiffError(f"verify {verify!r}: expected one of {', '.join(VERIFY)}")
+    if approx is not None and not (isinstance(approx, (int, float)) and 0 < approx < 1):
+        raise QdiffError(f"approx {approx!r}: expected a process-infidelity budget in (0, 1)")
+
+
+def _count(report, c, when: str) -> None:
+    setattr(report, f"cx_{when}", cx_count(c.operations))
+    setattr(report, f"depth_{when}", depth(c.operations, c.num_wires))
+    setattr(report, f"gates_{when}", len(c.operations))
+    setattr(report, f"t_{when}", t_count(c.operations))
+
+
+def _candidates(lowered: Circuit, level: int, s, b, routed) -> list:
+    """``[(name, circuit in the basis)]`` from the levels up to ``level``, best last."""
+    log, tol = s.log, s.budget.tol
+    l1 = guarded(level1, s.verify, log, tol)(lowered)
+    raw = [("level1", l1)]
+    if level >= 2:
+        l2 = guarded(level2, s.verify, log, tol)(lowered)
+        raw.append(("level2", l2))
     if level >= 3:
         from qdiff.compiler.level3 import optimize3
-        opt = optimize3(lowered, opt, verify, seed, deadline, report, b, coupling)
-    return opt
+        opt3, name3 = optimize3(lowered, raw[-1][1], s, routed and routed.allowed)
+        raw.append((name3, opt3))
+    if not s.budget.exact:  # spend what is left on the gates nearest the identity
+        name, c = raw[-1]
+        dropped = guarded(chain(lambda x: drop_small_gates(x, s.budget), level1 if s.discrete
+                                else level2), s.verify, log, tol)(c)
+        raw.append((name + "+drop", dropped))
+    out = []
+    for name, c in raw:
+        try:
+            t = _in_basis(c, b, routed)
+        except QdiffError as exc:  # e.g. an angle a discrete basis cannot write exactly
+            log.append(f"{name}: not expressible in the basis ({exc})")
+            continue
+        out.append((name, t))
+    return out
+
+
+def _in_basis(c, b, routed):
+    t = translate(c, b, fuse=True)
+    if routed is not None:
+        from qdiff.compiler.target import fix_directions
+        t = translate(fix_directions(t, routed, b), b, fuse=True)
+    return t
+
+
+def _admissible(c, basis, limit, routed) -> bool:
+    """Whether ``c``, written in the basis, is within the rebased input's three counts."""
+    try:
+        return all(x <= y for x, y in zip(score(_in_basis(c, basis, routed)), limit))
+    except QdiffError:
+        return False
+
+
+def _no_worse(cands, base):
+    """The candidate with the fewest (2q, depth, gates) whose three counts are each at most the
+    rebased input's; the rebased input when none is."""
+    limit = score(base)
+    ok = [(n, c) for n, c in cands if all(x <= y for x, y in zip(score(c), limit))]
+    if not ok:
+        return base, "input"
+    name, c = min(reversed(ok), key=lambda t: score(t[1]))
+    return c, name
 
 
 def _as_import(x):

@@ -17,7 +17,7 @@ import numpy as np
 from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import ParamRef
-from qdiff.compiler.fuse import canonical_1q, fuse_1q
+from qdiff.compiler.fuse import canonical_1q
 from qdiff.compiler.ops import is_constant, matrix, op
 from qdiff.compiler.synth import from_qiskit_ops
 
@@ -25,7 +25,7 @@ _TWO_Q = ("cx", "cz", "ecr")
 _EULER = [({"u"}, "U3"), ({"u3"}, "U3"), ({"rz", "sx", "x"}, "ZSXX"), ({"rz", "sx"}, "ZSX"),
           ({"p", "sx"}, "PSX"), ({"rz", "ry"}, "ZYZ"), ({"rz", "rx"}, "ZXZ"),
           ({"u1", "u2", "u3"}, "U321"), ({"h", "rz"}, "HRZ"), ({"h", "t"}, "CLIFFORD_T")]
-SNAP_TOL = 1e-9
+SNAP_TOL = 1e-11
 
 
 @dataclass(frozen=True)
@@ -53,20 +53,85 @@ def parse_basis(text) -> Basis:
 
 
 def translate(circuit, basis: Basis, fuse: bool = True):
-    """Pass: rewrite a lowered circuit (one-qubit gates + CX) into ``basis``."""
+    """Pass: rewrite a lowered circuit (one-qubit gates + CX) into ``basis``.
+
+    ``fuse=False`` rewrites gate by gate (the *rebased input* every level is compared with).
+    ``fuse=True`` rewrites each run of constant one-qubit gates on a wire as the shortest of:
+    the run gate by gate, a known short word of basis gates for the run's product (exact
+    Clifford+T words included), and the Euler/``h``-phase synthesis of the product when the
+    basis can write it exactly -- so a run never grows (a lone ``h`` stays ``h``)."""
     ops = []
     for o in circuit.operations:
         ops.extend(_two_q(o, basis) if o.name == "cx" and basis.two_q != "cx" else [o])
-    c = circuit.with_operations(ops)
-    if fuse:
-        c = fuse_1q(c)
-    out = []
-    for o in c.operations:
-        if len(o.wires) == 1:
-            out.extend(_one_q(o, basis))
-        else:
-            out.append(o)
+    out: list = []
+    if not fuse:
+        for o in ops:
+            out.extend(_one_q(o, basis) if len(o.wires) == 1 else [o])
+        return circuit.with_operations(out)
+    pending: dict = {}
+
+    def flush(w):
+        run = pending.pop(w, None)
+        if run:
+            out.extend(_run_ops(run, w, basis))
+
+    for o in ops:
+        if len(o.wires) == 1 and is_constant(o):
+            pending.setdefault(o.wires[0], []).append(o)
+            continue
+        for w in o.wires:
+            flush(w)
+        out.extend(_one_q(o, basis) if len(o.wires) == 1 else [o])
+    for w in sorted(pending):
+        flush(w)
     return circuit.with_operations(out)
+
+
+def _run_ops(run, wire: int, basis: Basis) -> list:
+    by_gate = [x for o in run for x in _one_q(o, basis)]
+    u = np.eye(2, dtype=complex)
+    for o in run:
+        u = matrix(o) @ u
+    cands = []
+    word = _words(basis).get(_unitary_key(u))
+    if word is not None:
+        cands.append([op(n, (wire,)) for n in word])
+    try:
+        cands.append([x for g in canonical_1q(u, wire) for x in _one_q(g, basis)])
+    except QdiffError:  # not exactly writable in a discrete basis: keep the run's own gates
+        pass
+    cands.append(by_gate)
+    return min(cands, key=len)
+
+
+def _unitary_key(u: np.ndarray) -> bytes:
+    """The 2x2 unitary up to global phase, rounded (a dictionary key)."""
+    i = int(np.argmax(np.abs(u.ravel()) > 0.3))
+    ph = u.ravel()[i] / abs(u.ravel()[i])
+    return (np.round(u / ph, 9) + 0.0).tobytes()  # + 0.0 turns -0.0 into 0.0
+
+
+_CONST_1Q = ("id", "x", "y", "z", "h", "s", "sdg", "t", "tdg", "sx", "sxdg")
+
+
+@caches.cached(maxsize=16)
+def _words(basis: Basis, max_len: int = 5) -> dict:
+    """Shortest words (up to ``max_len``) of the basis's constant one-qubit gates, by unitary."""
+    gates = [g for g in _CONST_1Q if g in basis.names and g != "id"]
+    mats = {g: matrix(op(g, (0,))) for g in gates}
+    table = {_unitary_key(np.eye(2, dtype=complex)): ()}
+    frontier = [((), np.eye(2, dtype=complex))]
+    for _ in range(max_len):
+        nxt = []
+        for word, m in frontier:
+            for g in gates:
+                m2 = mats[g] @ m
+                key = _unitary_key(m2)
+                if key not in table:
+                    table[key] = word + (g,)
+                    nxt.append((word + (g,), m2))
+        frontier = nxt
+    return table
 
 
 def _two_q(o, basis: Basis) -> list:
@@ -93,9 +158,16 @@ def _one_q(o, basis: Basis) -> list:
     if o.name in basis.names and o.name != "u3":
         return [o]
     u = matrix(o)
-    if basis.euler in ("HRZ", "CLIFFORD_T"):
-        return h_phase(u, w[0], basis)
-    return euler_ops(u, w[0], basis.euler)
+    word = _words(basis).get(_unitary_key(u))
+    word = None if word is None else [op(n, w) for n in word]
+    try:
+        synth = (h_phase(u, w[0], basis) if basis.euler in ("HRZ", "CLIFFORD_T")
+                 else euler_ops(u, w[0], basis.euler))
+    except QdiffError:
+        if word is None:
+            raise
+        return word
+    return word if word is not None and len(word) <= len(synth) else synth
 
 
 def _param_rz_name(basis: Basis) -> str:
@@ -136,15 +208,32 @@ def h_phase(u: np.ndarray, wire: int, basis: Basis) -> list:
     return out
 
 
-_PHASES = {0: [], 1: ["t"], 2: ["s"], 3: ["s", "t"], 4: ["z"], 5: ["z", "t"], 6: ["sdg"],
-           7: ["tdg"]}
+_EIGHTHS = {"t": 1, "s": 2, "z": 4, "sdg": 6, "tdg": 7}
+
+
+@caches.cached(maxsize=16)
+def _phase_words(names: frozenset) -> dict:
+    """``k -> shortest list of phase gates`` adding up to ``k pi/4`` (mod 2 pi)."""
+    gates = [g for g in _EIGHTHS if g in names]
+    best: dict = {0: []}
+    frontier = [0]
+    while frontier:
+        nxt = []
+        for k in frontier:
+            for g in gates:
+                k2 = (k + _EIGHTHS[g]) % 8
+                if k2 not in best:
+                    best[k2] = best[k] + [g]
+                    nxt.append(k2)
+        frontier = nxt
+    return best
 
 
 def _phase(a: float, wire: int, basis: Basis) -> list:
     k = round(a / (math.pi / 4))
     if abs(a - k * math.pi / 4) < SNAP_TOL:
-        names = _PHASES[k % 8]
-        if all(n in basis.names for n in names):
+        names = _phase_words(basis.names).get(k % 8)
+        if names is not None and (len(names) <= 1 or "rz" not in basis.names):
             return [op(n, (wire,)) for n in names]
     if "rz" in basis.names:
         return [op("rz", (wire,), (a,))]

@@ -2,15 +2,14 @@
 
 Each block of at most three qubits is written exactly as a CX template (its own CX sequence,
 U3 gates in between, angles read off the block). Then, CX by CX, the pass deletes one CX and
-re-fits the angles (Levenberg-Marquardt on autograd-free analytic Jacobians, warm-started from
-the current angles plus random starts); a deletion stays only if the fit reaches 1e-10 in
-fidelity, so the block's unitary is kept exactly. Blocks with the most CX go first, results are
-cached by unitary (arithmetic circuits repeat the same blocks), and the pass stops at its
-deadline.
+re-fits the angles (``resynth.fit``: Levenberg-Marquardt on the Jacobian torch computes through
+the template circuit's unitary, warm-started from the current angles plus random starts); a
+deletion stays only if the fit reaches the block's unitary to rounding (phase-aligned distance
+1e-11) or, with an approximation budget, within the budget's share. Blocks with the most CX go
+first, results are cached by unitary (arithmetic circuits repeat the same blocks), and the pass
+stops when its work budget (LM iterations times starts) is spent.
 """
 from __future__ import annotations
-
-import time
 
 import numpy as np
 import torch
@@ -18,9 +17,11 @@ import torch
 from qdiff.compiler.blocks import partition
 from qdiff.compiler.fuse import u3_angles
 from qdiff.compiler.ops import matrix, single_thread
-from qdiff.compiler.resynth import fit_from
+from qdiff.compiler.budget import EXACT_DELTA, Budget, Work
+from qdiff.compiler.resynth import fit
 
 MIN_CX = 3
+BLOCK_SHARE = 8  # an approximate block fit may use at most this fraction of the budget
 
 
 def template_angles(ops, wires):
@@ -52,23 +53,25 @@ def _starts(x: torch.Tensor, i: int, k: int, rng: torch.Generator, n_random: int
     return torch.stack(rows)
 
 
-def shrink_block(u: np.ndarray, ops, wires, deadline: float, seed: int = 0):
-    """Ops for ``u`` with fewer CX than ``ops`` (None when no deletion holds)."""
+def shrink_block(u: np.ndarray, ops, wires, work: Work, budget: Budget, seed: int = 0):
+    """``(ops, delta)`` for ``u`` with fewer CX than ``ops`` (None when no deletion holds);
+    ``delta`` is the distance to ``u`` (rounding when exact, within ``budget`` otherwise)."""
     pairs, x = template_angles(ops, wires)
     k = len(wires)
     rng = torch.Generator().manual_seed(seed)
+    accept = max(EXACT_DELTA, min(budget.left, budget.total / BLOCK_SHARE))
     best = None
     improved = True
-    while improved and len(pairs) > 0 and time.perf_counter() < deadline:
+    while improved and len(pairs) > 0 and not work.exhausted:
         improved = False
-        order = list(range(len(pairs)))[::-1]
-        for i in order:
-            if time.perf_counter() > deadline:
+        for i in range(len(pairs) - 1, -1, -1):
+            if work.exhausted:
                 break
             cand = pairs[:i] + pairs[i + 1:]
-            new, xn, _ = fit_from(u, cand, wires, _starts(x, i, k, rng))
-            if new is not None:
-                best, pairs, x, improved = new, cand, xn, True
+            res = fit(u, cand, wires, starts=_starts(x, i, k, rng), iters=30, accept=accept)
+            work.take(res.work)
+            if res.ops is not None:
+                best, pairs, x, improved = (res.ops, res.delta), cand, res.x, True
                 break
     return best
 
@@ -79,35 +82,52 @@ def _key(u: np.ndarray) -> bytes:
     return np.round(u / ph, 9).tobytes()
 
 
-def block_resynthesis(circuit, deadline: float, seed: int = 0, log=None, k: int = 3):
-    """Circuit -> Circuit with three-qubit blocks re-fitted with fewer CX until ``deadline``."""
+def block_resynthesis(circuit, work: Work, budget: Budget, seed: int = 0, log=None,
+                      k: int = 3):
+    """Circuit -> Circuit with three-qubit blocks re-fitted with fewer CX within ``work``."""
     with single_thread():
-        return _block_resynthesis(circuit, deadline, seed, log, k)
+        return _block_resynthesis(circuit, work, budget, seed, log, k)
 
 
-def _block_resynthesis(circuit, deadline, seed, log, k):
+def _block_resynthesis(circuit, work, budget, seed, log, k):
     blocks = partition(circuit.operations, k)
     todo = sorted((i for i, b in enumerate(blocks) if len(b.wires) == k and b.cx >= MIN_CX),
-                  key=lambda i: -blocks[i].cx)
+                  key=lambda i: (-blocks[i].cx, i))
     cache: dict = {}
     saved = tried = 0
     for i in todo:
-        if time.perf_counter() > deadline:
+        if work.exhausted:
             break
         b = blocks[i]
         u = b.unitary()
         key = _key(u)
         if key not in cache:
             tried += 1
-            new = shrink_block(u, b.ops, b.wires, deadline, seed)
-            cache[key] = None if new is None else (new, b.wires)
+            cache[key] = shrink_block(u, b.ops, b.wires, work, budget, seed)
         hit = cache[key]
-        if hit is not None:
-            new, w0 = hit
-            remap = dict(zip(w0, b.wires))
-            ops = [o.__class__(o.gate, tuple(remap[w] for w in o.wires), o.params) for o in new]
-            saved += b.cx - sum(1 for o in ops if len(o.wires) == 2)
-            b.ops = ops
+        if hit is None:
+            continue
+        new, delta = hit
+        if not budget.spend(delta):  # a cached approximate fit may no longer fit the budget
+            continue
+        # the cached ops may come from an equal block on other wires
+        w0 = _cache_wires(new)
+        remap = dict(zip(w0, b.wires)) if w0 != b.wires else None
+        ops = new if remap is None else [o.__class__(o.gate, tuple(remap[w] for w in o.wires),
+                                                     o.params) for o in new]
+        saved += b.cx - sum(1 for o in ops if len(o.wires) == 2)
+        b.ops = ops
     if log is not None:
-        log.append(f"block_resynthesis: {len(todo)} blocks, {tried} fitted, {saved} CX saved")
+        log.append(f"block_resynthesis: {len(todo)} blocks, {tried} fitted, {saved} CX saved, "
+                   f"work {work.used:.0f}/{work.limit:.0f}")
     return circuit.with_operations([o for b in blocks for o in b.ops])
+
+
+def _cache_wires(ops) -> tuple:
+    """The wires a fitted block was emitted on (its first k U3 gates, in order)."""
+    seen = []
+    for o in ops:
+        for w in o.wires:
+            if w not in seen:
+                seen.append(w)
+    return tuple(seen)

@@ -1,7 +1,7 @@
 """Pass: collect two-qubit blocks and re-synthesize each with the optimal CX count (KAK).
 
 A block is replaced only when the synthesis uses fewer CX than the block and reproduces its
-4x4 unitary to 1e-10 (checked here, independently of the decomposer).
+4x4 unitary to rounding (phase-aligned distance 1e-11) (checked here, independently of the decomposer).
 
 >>> from qdiff.circuits import Circuit
 >>> from qdiff.compiler.ops import op
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from qdiff.compiler.budget import EXACT_DELTA, phase_distance
 from qdiff.compiler.blocks import block_unitary, partition
 from qdiff.compiler.synth import kak, kak_cx_count
 
@@ -33,5 +34,5 @@ def consolidate_2q(circuit):
     return circuit.with_operations(out)
 
 
-def same_up_to_phase(a: np.ndarray, b: np.ndarray, tol: float = 1e-10) -> bool:
-    return 1.0 - abs(np.trace(a.conj().T @ b)) / a.shape[0] < tol
+def same_up_to_phase(a: np.ndarray, b: np.ndarray, tol: float = EXACT_DELTA) -> bool:
+    return phase_distance(a, b) <= tol

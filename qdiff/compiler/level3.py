@@ -3,32 +3,57 @@
 Candidates (each cleaned up by level 2 and verified against its input):
 
 * ``level2``: the level-2 result;
-* ``pauli``: Pauli-rotation re-synthesis (``pauli.py``) of the level-2 result and of the input;
-* ``qiskit``: Qiskit's ``transpile(optimization_level=3)`` output, then qdiff's level 2;
+* ``pauli``: Pauli-rotation re-synthesis (``pauli.py``) of the level-2 result and of the input,
+  with seeded tie-breaking variants and two syntheses of the remaining Clifford;
+* ``qiskit``: Qiskit's ``transpile(optimization_level=3)`` output, then qdiff's level 2 (above
+  four qubits);
 * ``shannon``: for whole circuits of at most four qubits, the quantum Shannon decomposition of
   the circuit's unitary.
 
 The winner then goes through gradient-based three-qubit block re-synthesis (``blockopt.py``)
-until the deadline, rounds of level 2 in between, and Clifford+T angle snapping.
+within a work budget (Levenberg-Marquardt iterations, not seconds: the same input and seed give
+the same output on any machine), rounds of level 2 in between, and Clifford+T angle snapping.
+In a discrete basis (Clifford+T) only the strategies that keep angles at multiples of pi/4 run.
 """
 from __future__ import annotations
 
 import functools
-import time
+from dataclasses import dataclass, field
 
 from qdiff.compiler.blockopt import block_resynthesis
 from qdiff.compiler.blocks import block_unitary
+from qdiff.compiler.budget import Budget, Work
 from qdiff.compiler.lower import lower
 from qdiff.compiler.ops import cx_count, depth, is_constant
 from qdiff.compiler.pauli import pauli_resynthesis
-from qdiff.compiler.pipeline import chain, guarded, level2
+from qdiff.compiler.pipeline import chain, guarded, level1, level2
 from qdiff.compiler.snap import snap_angles
+from qdiff.compiler.verify import equivalence
+
+PAULI_VARIANTS = 10
+LAYERED_VARIANTS = 4
+BLOCK_ROUNDS = 3
 
 
-PAULI_VARIANTS = 2
+@dataclass
+class Search:
+    """What a level-3 search needs besides the circuit."""
+
+    verify: str = "auto"
+    seed: int = 0
+    work: Work = field(default_factory=lambda: Work(float("inf")))
+    budget: Budget = field(default_factory=Budget)
+    log: list = field(default_factory=list)
+    progress: object = None  # callable(stage: str, best_cx: int) or None
+    discrete: bool = False   # Clifford+T: keep angles at multiples of pi/4
+    admissible: object = None  # callable(circuit) -> bool: within the rebased input's counts
+
+    def tell(self, stage: str, best_cx: int) -> None:
+        if self.progress is not None:
+            self.progress(stage, best_cx)
 
 
-def _score(c):
+def score(c):
     return (cx_count(c.operations), depth(c.operations, c.num_wires), len(c.operations))
 
 
@@ -37,7 +62,7 @@ def qiskit_o3(circuit):
     from qiskit import transpile
     from qdiff.circuits.qiskit_io import from_qiskit, to_qiskit
     qc = transpile(to_qiskit(circuit), basis_gates=["cx", "u"], optimization_level=3,
-                   seed_transpiler=0)
+                   seed_transpiler=0, approximation_degree=1.0)
     return lower(circuit.with_operations(from_qiskit(qc).circuit.operations))
 
 
@@ -47,46 +72,92 @@ def shannon_whole(circuit):
     return circuit.with_operations(shannon(block_unitary(circuit.operations, wires), wires))
 
 
-def optimize3(lowered, opt, verify, seed, deadline, report, basis, coupling=None):
-    log = report.log
-    constant = all(is_constant(o) for o in lowered.operations)
-    cands = [("level2", opt)]
+def _strategies(lowered, opt, s: Search, coupling):
+    """``[(name, pass, source)]`` in a fixed order (each pauli pass gets its own budget copy)."""
+    out = []
+    if coupling is not None:
+        return out
+    pauli = functools.partial(pauli_resynthesis)
+    out += [("pauli", pauli, opt), ("pauli(input)", pauli, lowered)]
+    for seed in range(1, 1 + PAULI_VARIANTS):  # random tie-breaking: cheap, often better
+        variant = functools.partial(pauli_resynthesis, seed=seed)
+        out += [(f"pauli(input,seed={seed})", variant, lowered), (f"pauli(seed={seed})", variant, opt)]
+    for seed in range(LAYERED_VARIANTS):  # the final Clifford by Qiskit's layered synthesis
+        variant = functools.partial(pauli_resynthesis, seed=seed, clifford="layers")
+        out += [(f"pauli(input,seed={seed},layers)", variant, lowered),
+                (f"pauli(seed={seed},layers)", variant, opt)]
+    if not s.discrete and all(is_constant(o) for o in lowered.operations):
+        # up to 4 qubits the whole-circuit Shannon decomposition takes Qiskit O3's place (its
+        # first call loads Qiskit's transpiler plugins: seconds, for a candidate that small
+        # circuits' Pauli/Shannon/block results beat)
+        if lowered.num_wires <= 4:
+            out.append(("shannon", shannon_whole, lowered))
+        else:
+            out.append(("qiskit", qiskit_o3, lowered))
+    return out
 
-    def add(name, p, src):
-        if time.perf_counter() > deadline:
-            return
-        strategy = chain(p, level2)
-        strategy.__name__ = name
-        try:
-            cands.append((name, guarded(strategy, verify, log)(src)))
-        except Exception as exc:  # a strategy that cannot handle this circuit is skipped
-            log.append(f"{name}: skipped ({type(exc).__name__}: {exc})")
 
-    if coupling is None:
-        add("pauli", pauli_resynthesis, opt)
-        add("pauli(input)", pauli_resynthesis, lowered)
-        for s in range(1, 1 + PAULI_VARIANTS):  # random tie-breaking: cheap, often better
-            add(f"pauli(input,seed={s})", functools.partial(pauli_resynthesis, seed=s), lowered)
-            add(f"pauli(seed={s})", functools.partial(pauli_resynthesis, seed=s), opt)
-        if constant:
-            add("qiskit", qiskit_o3, lowered)
-            if lowered.num_wires <= 4:
-                add("shannon", shannon_whole, lowered)
-    name, best = min(cands, key=lambda t: _score(t[1]))
-    log.append(f"candidates: " + ", ".join(f"{n}={cx_count(c.operations)}" for n, c in cands))
-    for rnd in range(3):
-        if time.perf_counter() > deadline:
+def optimize3(lowered, opt, s: Search, coupling=None):
+    """The best of the candidates, then block re-synthesis; returns ``(circuit, name)``.
+
+    Candidates are built unchecked, then checked best first until one verifies: a check costs
+    more than most strategies, and only the winner needs one."""
+    clean = level1 if s.discrete else level2
+    cands = [("level2", None, opt, s.budget.copy())]
+    best_cx = cx_count(opt.operations)
+    for name, p, src in _strategies(lowered, opt, s, coupling):
+        if s.work.exhausted:
             break
+        b = s.budget.copy()
+        fn = functools.partial(p, budget=b) if getattr(p, "func", None) is pauli_resynthesis else p
+        try:
+            out = chain(fn, clean)(src)
+        except Exception as exc:  # a strategy that cannot handle this circuit is skipped
+            s.log.append(f"{name}: skipped ({type(exc).__name__}: {exc})")
+            continue
+        cands.append((name, src, out, b))
+        best_cx = min(best_cx, cx_count(out.operations))
+        s.tell(name, best_cx)
+    s.log.append("candidates: " + ", ".join(f"{n}={cx_count(c.operations)}" for n, _, c, _ in cands))
+    name, best, budget = _first_verified(cands, s)
+    s.budget.spent = budget.spent
+    if not s.discrete:
+        best, name = _block_rounds(best, name, s)
+    return best, name
+
+
+def _first_verified(cands, s: Search):
+    """The best admissible candidate whose check passes (the level-2 result needs none)."""
+    order = sorted(cands, key=lambda t: score(t[2]))
+    for name, src, out, budget in order:
+        if s.admissible is not None and not s.admissible(out):
+            continue
+        if src is None or s.verify == "none":
+            return name, out, budget
+        v = equivalence(src, out, "auto", tol=budget.tol)
+        if v.ok:
+            return name, out, budget
+        s.log.append(f"{name}: not verified (1-F={v.infidelity:.2e}); dropped")
+    return cands[0][0], cands[0][2], cands[0][3]
+
+
+def _block_rounds(best, name, s: Search):
+    for rnd in range(BLOCK_ROUNDS):
+        if s.work.exhausted:
+            break
+
         def blocks(c, _r=rnd):
-            return level2(block_resynthesis(c, deadline, seed + _r, log))
+            return level2(block_resynthesis(c, s.work, s.budget, s.seed + _r, s.log))
         blocks.__name__ = f"blocks{rnd}"
-        new = guarded(blocks, verify, log)(best)
-        if _score(new) >= _score(best):
+        spent = s.budget.spent
+        new = guarded(blocks, s.verify, s.log, s.budget.tol)(best)
+        if score(new) >= score(best) or (s.admissible is not None and not s.admissible(new)):
+            s.budget.spent = spent
             break
         best = new
         name = name.split("+")[0] + "+blocks"
-    snapped = guarded(chain(snap_angles, level2), verify, log)(best)
-    if _score(snapped) <= _score(best):
+        s.tell(f"blocks round {rnd + 1}", cx_count(best.operations))
+    snapped = guarded(chain(snap_angles, level2), s.verify, s.log, s.budget.tol)(best)
+    if score(snapped) <= score(best) and (s.admissible is None or s.admissible(snapped)):
         best = snapped
-    report.strategy = name
-    return best
+    return best, name

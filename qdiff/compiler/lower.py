@@ -12,7 +12,6 @@ exactly one kind of parametric gate. Angles stay affine in theta columns.
 """
 from __future__ import annotations
 
-import math
 
 from qdiff.circuits import caches
 from qdiff.circuits.circuit import Circuit
@@ -45,20 +44,15 @@ def lower_op(o: Operation) -> list:
 
 
 def _lower_param_1q(o: Operation) -> list:
-    w, p = o.wires, o.params
-    if o.name in ("rz", "p", "u1"):  # p/u1 differ from rz by a global phase only
+    w, p, g = o.wires, o.params, o.gate
+    if g.wire_axes == ("z",) and g.additive:  # rz, p, u1: equal up to a global phase
         return [op("rz", w, p)]
     if o.name == "rx":
         return [op("h", w), op("rz", w, p), op("h", w)]
     if o.name == "ry":  # S RX S^dag = RY
         return [op("sdg", w), op("h", w), op("rz", w, p), op("h", w), op("s", w)]
-    if o.name in ("u3", "u2", "rot"):
-        if o.name == "u2":
-            th, ph, lam = math.pi / 2, p[0], p[1]
-        elif o.name == "u3":
-            th, ph, lam = p
-        else:  # rot(phi, theta, omega) = RZ(omega) RY(theta) RZ(phi)
-            lam, th, ph = p
+    if g.zyz is not None:  # u3, u2, rot: the record's Euler angles
+        lam, th, ph = g.zyz(p)
         seq = [op("rz", w, (lam,)), op("ry", w, (th,)), op("rz", w, (ph,))]
         return [s for part in seq for s in (lower_op(part) if not is_constant(part) else [part])]
     return _via_qiskit(o)
@@ -105,8 +99,26 @@ def _hashable(x) -> bool:
         return False
 
 
+@caches.cached(maxsize=1)
+def _translator():
+    """Qiskit's unitary synthesis, high-level synthesis and basis translation (its equivalence
+    library) as one pass manager: what ``transpile(optimization_level=0)`` runs for this,
+    without building the preset pass managers (whose plugin scan imports
+    qiskit-ibm-runtime, several seconds)."""
+    from qiskit.circuit.equivalence_library import SessionEquivalenceLibrary
+    from qiskit.transpiler import PassManager
+    from qiskit.transpiler.passes import BasisTranslator, HighLevelSynthesis, UnitarySynthesis
+    return PassManager([UnitarySynthesis(_QISKIT_BASIS),
+                        HighLevelSynthesis(basis_gates=_QISKIT_BASIS),
+                        BasisTranslator(SessionEquivalenceLibrary, _QISKIT_BASIS)])
+
+
+def qiskit_basis_translation(qc):
+    """A Qiskit circuit rewritten over the lowering basis (synthesis plugins + equivalences)."""
+    return _translator().run(qc)
+
+
 def _expand_uncached(gate, slots, consts):
-    from qiskit import transpile
     from qdiff.circuits.qiskit_io import FROM_QISKIT, angle_from_qiskit, to_qiskit
     refs = iter(range(len(slots)))
     params = tuple(ParamRef(next(refs)) if c is None else c for c in consts) if consts else ()
@@ -114,7 +126,7 @@ def _expand_uncached(gate, slots, consts):
                    num_params=len(slots))
     qc = to_qiskit(circ)
     try:
-        low = transpile(qc, basis_gates=_QISKIT_BASIS, optimization_level=0)
+        low = _translator().run(qc)
     except Exception as exc:  # qiskit raises its own types for gates it cannot translate
         raise QdiffError(f"gate '{gate.name}': cannot decompose ({exc})") from None
     pmap = {p: i for i, p in enumerate(sorted(qc.parameters, key=lambda q: q.index))}

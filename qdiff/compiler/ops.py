@@ -12,15 +12,9 @@ import numpy as np
 from qdiff.circuits import caches
 from qdiff.circuits.gates import GATES
 from qdiff.circuits.operation import Operation, ParamRef
+from qdiff.compiler.budget import EXACT_DELTA, phase_distance
 
 TWO_PI = 2.0 * math.pi
-# one-qubit gates diagonal in Z (commute through a CX control) and "X-like" ones (commute
-# through a CX target); wire types drive the commutation rule in ``commute.py``.
-Z_TYPE = {"rz", "p", "u1", "z", "s", "sdg", "t", "tdg", "id"}
-X_TYPE = {"rx", "x", "sx", "sxdg"}
-# two-qubit gates by the type they have on (first wire, second wire)
-TWO_Q_TYPES = {"cx": ("z", "x"), "cz": ("z", "z"), "cp": ("z", "z"), "crz": ("z", "z"),
-               "rzz": ("z", "z"), "rxx": ("x", "x"), "crx": ("z", "x")}
 
 
 def is_constant(op: Operation) -> bool:
@@ -28,13 +22,10 @@ def is_constant(op: Operation) -> bool:
 
 
 def wire_type(op: Operation, wire: int) -> str:
-    """'z', 'x' or '' (neither) for ``op`` on ``wire``."""
-    if len(op.wires) == 1:
-        return "z" if op.name in Z_TYPE else "x" if op.name in X_TYPE else ""
-    types = TWO_Q_TYPES.get(op.name)
-    if types is None or len(op.wires) != 2:
-        return ""
-    return types[op.wires.index(wire)]
+    """'z', 'x' or '' (neither) for ``op`` on ``wire``: the gate record's commutation class
+    (a Z-type gate commutes through a CX control, an X-type one through a CX target)."""
+    axes = getattr(op.gate, "wire_axes", ())
+    return axes[op.wires.index(wire)] if len(axes) == len(op.wires) else ""
 
 
 def commute(a: Operation, b: Operation) -> bool:
@@ -61,6 +52,11 @@ def matrix(op: Operation) -> np.ndarray:
 def cx_count(ops) -> int:
     """Two-qubit gate count (what the compiler minimizes)."""
     return sum(1 for op in ops if len(op.wires) >= 2)
+
+
+def t_count(ops) -> int:
+    """Non-Clifford phase gates (``t``/``tdg``) -- the cost measure of fault-tolerant circuits."""
+    return sum(1 for op in ops if op.name in ("t", "tdg"))
 
 
 def depth(ops, num_wires: int) -> int:
@@ -106,14 +102,16 @@ def add_angles(a, b):
     return float(a) + float(b)
 
 
-def is_identity_up_to_phase(u: np.ndarray, tol: float = 1e-12) -> bool:
-    d = u.shape[0]
-    return abs(abs(np.trace(u)) / d - 1.0) < tol and np.allclose(u, u[0, 0] * np.eye(d), atol=1e-9)
+def is_identity_up_to_phase(u: np.ndarray, tol: float = EXACT_DELTA) -> bool:
+    """True when ``u`` is the identity up to phase to ``tol`` in phase-aligned distance (a
+    rotation by ``a`` is at distance ``|a| / 2``: only rounding residues count as identity)."""
+    return phase_distance(u, np.eye(u.shape[0], dtype=complex)) <= tol
 
 
 class single_thread:
-    """Run torch on one thread: the fits use thousands of tiny tensors, for which the thread
-    pool costs far more than it gains (measured ~15x slower with 2 busy cores)."""
+    """Run torch on one thread: the fits use thousands of tiny tensors and the checks
+    mid-sized ones, for which the thread pool costs far more than it gains on a busy machine
+    (measured 8x slower for a 15-qubit check with 2 busy cores)."""
 
     def __enter__(self):
         import torch

@@ -25,6 +25,7 @@ import numpy as np
 from qdiff.circuits import caches
 from qdiff.circuits.operation import ParamRef
 from qdiff.compiler.basis import h_phase, parse_basis
+from qdiff.compiler.budget import EXACT_DELTA, phase_distance, rotation_distance
 from qdiff.compiler.ops import add_angles, is_constant, matrix, op
 
 LOOKAHEAD = 8
@@ -84,7 +85,7 @@ def _clifford_words() -> list:
             m = np.eye(2, dtype=complex)
             for g in w:
                 m = mats[g] @ m
-            if not any(abs(abs(np.trace(m.conj().T @ s)) - 2) < 1e-9 for s in seen):
+            if not any(phase_distance(m, s) <= 1e-9 for s in seen):
                 seen.append(m)
                 words.append((w, m))
                 nxt += [w + ("h",), w + ("s",)]
@@ -94,7 +95,7 @@ def _clifford_words() -> list:
 
 def clifford_word(u: np.ndarray):
     for w, m in _clifford_words():
-        if abs(abs(np.trace(m.conj().T @ u)) - 2) < 1e-9:
+        if phase_distance(u, m) <= EXACT_DELTA:  # a Clifford to rounding, never approximately
             return w
     return None
 
@@ -220,7 +221,7 @@ def _lookahead_cost(paulis, gate_wires) -> float:
     return cost
 
 
-def synthesize(rots, cliff, n: int, seed: int = 0):
+def synthesize(rots, cliff, n: int, seed: int = 0, clifford: str = "full"):
     """Ops realizing ``C . R_N ... R_1`` (rotations greedy, then the Clifford remainder).
 
     ``seed`` > 0 breaks ties between equally good choices at random (a different, equally
@@ -251,7 +252,7 @@ def synthesize(rots, cliff, n: int, seed: int = 0):
         q = p[1].bit_length() - 1
         sign = 1 if p[2] % 4 == 0 else -1
         out.append(op("rz", (q,), (angle * sign if isinstance(angle, ParamRef) else angle * sign,)))
-    out.extend(_final_clifford(cliff, frame.gates, n))
+    out.extend(_final_clifford(cliff, frame.gates, n, clifford))
     return out
 
 
@@ -265,28 +266,47 @@ def _front(pending) -> list:
     return idx
 
 
-def _final_clifford(cliff, emitted, n: int) -> list:
-    """Ops for C V^dag (time order: undo the emitted Cliffords, then the circuit's)."""
+def _final_clifford(cliff, emitted, n: int, method: str = "full") -> list:
+    """Ops for C V^dag (time order: undo the emitted Cliffords, then the circuit's) by Qiskit's
+    ``full`` (greedy) or ``layers`` Clifford synthesis."""
     from qiskit import QuantumCircuit
     from qiskit.quantum_info import Clifford
-    from qiskit.synthesis import synth_clifford_full
-    from qdiff.compiler.lower import lower
-    from qdiff.compiler.synth import from_qiskit_ops
+    from qiskit.synthesis import synth_clifford_full, synth_clifford_layers
     from qdiff.circuits.circuit import Circuit
+    from qdiff.compiler.lower import lower, qiskit_basis_translation
+    from qdiff.compiler.synth import from_qiskit_ops
     qv, qc = QuantumCircuit(n), QuantumCircuit(n)
     for g, w in emitted:
         getattr(qv, g)(*w)
     for g, w in cliff:
         getattr(qc, g)(*w)
-    total = qv.inverse().compose(qc)
-    synth = synth_clifford_full(Clifford(total))
-    ops = from_qiskit_ops(synth, tuple(reversed(range(n))))
-    return list(lower(Circuit(n, tuple(ops))).operations)
+    target = Clifford(qv.inverse().compose(qc))
+    synth = {"full": synth_clifford_full, "layers": synth_clifford_layers}[method]
+    qc_out = qiskit_basis_translation(synth(target))
+    return list(lower(Circuit(n, tuple(from_qiskit_ops(qc_out, tuple(reversed(range(n))))))
+                      ).operations)
 
 
-def pauli_resynthesis(circuit, seed: int = 0):
-    """Pass: Circuit (one-qubit gates + CX) -> the same unitary as Pauli rotations + Clifford."""
+def drop_rotations(rots, budget) -> list:
+    """Drop the smallest constant rotations the approximation ``budget`` pays for (a rotation
+    by ``a`` about any Pauli string is at distance ``2|sin(a/4)|`` from the identity)."""
+    if budget is None or budget.exact:
+        return rots
+    ranked = sorted((rotation_distance(a), i) for i, (_, a) in enumerate(rots)
+                    if not isinstance(a, ParamRef))
+    drop = set()
+    for delta, i in ranked:
+        if not budget.spend(delta):
+            break
+        drop.add(i)
+    return [r for i, r in enumerate(rots) if i not in drop]
+
+
+def pauli_resynthesis(circuit, seed: int = 0, budget=None, clifford: str = "full"):
+    """Pass: Circuit (one-qubit gates + CX) -> the same unitary as Pauli rotations + Clifford
+    (``budget``: an approximation budget to spend on dropping the smallest rotations;
+    ``clifford``: ``full`` or ``layers``, Qiskit's synthesis of the remaining Clifford)."""
     n = circuit.num_wires
     rots, cliff = extract(circuit.operations, n)
-    ops = synthesize(merge(rots), cliff, n, seed)
+    ops = synthesize(drop_rotations(merge(rots), budget), cliff, n, seed, clifford)
     return circuit.with_operations(ops)

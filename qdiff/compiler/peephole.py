@@ -7,19 +7,10 @@ gate back is valid because it commutes with every gate it passed.
 """
 from __future__ import annotations
 
-import math
-
 from qdiff.circuits.operation import Operation, ParamRef
-from qdiff.compiler.ops import X_TYPE, Z_TYPE, add_angles, is_constant, matrix, op, \
-    is_identity_up_to_phase
+from qdiff.compiler.ops import add_angles, is_constant, matrix, op, is_identity_up_to_phase
 
 LOOKBACK = 64
-SYMMETRIC = {"cz", "swap", "rzz", "rxx", "ryy", "cp", "iswap", "ccz"}
-ROTATIONS = {"rz", "rx", "ry", "p", "u1", "rzz", "rxx", "ryy", "crz", "crx", "cry", "cp"}
-# constant one-qubit gates as rotation angles about Z or X (equal up to a global phase)
-Z_ANGLE = {"z": math.pi, "s": math.pi / 2, "sdg": -math.pi / 2, "t": math.pi / 4,
-           "tdg": -math.pi / 4, "id": 0.0}
-X_ANGLE = {"x": math.pi, "sx": math.pi / 2, "sxdg": -math.pi / 2}
 
 
 def run(circuit, combine, commutes, lookback: int = LOOKBACK):
@@ -72,7 +63,7 @@ def same_params(a, b, tol: float = 1e-12) -> bool:
 def same_wires(a: Operation, b: Operation) -> bool:
     if a.wires == b.wires:
         return True
-    return a.name == b.name and a.name in SYMMETRIC and sorted(a.wires) == sorted(b.wires)
+    return a.gate is b.gate and a.gate.symmetric and sorted(a.wires) == sorted(b.wires)
 
 
 def inverse_pair(prev: Operation, new: Operation):
@@ -87,24 +78,27 @@ def inverse_pair(prev: Operation, new: Operation):
 
 def rotation_merge(prev: Operation, new: Operation):
     """Two rotations about the same axis on the same wires -> one (angles stay affine)."""
-    if prev.name == new.name and prev.name in ROTATIONS and prev.wires == new.wires:
+    if prev.gate is new.gate and prev.gate.additive and prev.wires == new.wires:
         s = add_angles(prev.params[0], new.params[0])
         return None if s is None else [Operation(prev.gate, prev.wires, (s,))]
     if len(prev.wires) == 1 and prev.wires == new.wires:
-        for axis, table, gate in (("z", Z_ANGLE, "rz"), ("x", X_ANGLE, "rx")):
-            a, b = _axis_angle(prev, table, gate), _axis_angle(new, table, gate)
+        for axis, gate in (("z", "rz"), ("x", "rx")):
+            a, b = _axis_angle(prev, axis), _axis_angle(new, axis)
             if a is not None and b is not None:
                 s = add_angles(a, b)
                 return None if s is None else [op(gate, prev.wires, (s,))]
     return None
 
 
-def _axis_angle(o: Operation, table: dict, gate: str):
-    if o.name in table:
-        return table[o.name]
-    if o.name == gate or (gate == "rz" and o.name in ("p", "u1")):
-        return o.params[0]
-    return None
+def _axis_angle(o: Operation, axis: str):
+    """The angle of a one-qubit rotation about ``axis`` (constant Clifford+T gates by their
+    record's ``axis_angle``, rz/p/u1/rx by their parameter), or None."""
+    g = o.gate
+    if g.wire_axes != (axis,):
+        return None
+    if g.axis_angle is not None:
+        return g.axis_angle
+    return o.params[0] if g.additive and g.num_params == 1 else None
 
 
 def inverse_or_merge(prev, new):
@@ -116,5 +110,4 @@ def disjoint(a, b) -> bool:
     return not set(a.wires) & set(b.wires)
 
 
-__all__ = ["run", "inverse_pair", "rotation_merge", "inverse_or_merge", "disjoint",
-           "Z_TYPE", "X_TYPE"]
+__all__ = ["run", "inverse_pair", "rotation_merge", "inverse_or_merge", "disjoint"]

@@ -21,7 +21,7 @@ from qdiff.compiler.fuse import fuse_1q
 from qdiff.compiler.identity import remove_identities
 from qdiff.compiler.merge import merge_rotations
 from qdiff.compiler.ops import cx_count
-from qdiff.compiler.verify import equivalence
+from qdiff.compiler.verify import TOL, equivalence
 
 
 def chain(*passes):
@@ -34,13 +34,14 @@ def chain(*passes):
     return composed
 
 
-def guarded(p, verify: str = "auto", log: list | None = None):
-    """``p`` whose result is verified equivalent to its input; on failure the input is kept."""
+def guarded(p, verify: str = "auto", log: list | None = None, tol: float = TOL):
+    """``p`` whose result is verified equivalent to its input (process infidelity at most
+    ``tol``: 1e-12, or an approximation budget); on failure the input is kept."""
     def safe(circuit):
         t0 = time.perf_counter()
         out = p(circuit)
         if verify != "none" and out is not circuit:
-            v = equivalence(circuit, out, verify)
+            v = equivalence(circuit, out, "auto" if verify == "final" else verify, tol=tol)
             if not v.ok:
                 if log is not None:
                     log.append(f"{p.__name__}: not verified (1-F={v.infidelity:.2e}); kept input")

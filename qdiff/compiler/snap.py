@@ -15,7 +15,7 @@ import math
 
 from qdiff.circuits.operation import Operation, ParamRef
 
-TOL = 1e-9
+TOL = 1e-11  # synthesis rounding is ~1e-15; a snap moves the gate by at most TOL / 2
 _Q = math.pi / 4
 
 

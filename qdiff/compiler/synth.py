@@ -10,6 +10,7 @@ import numpy as np
 
 from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.gates import get_gate
 from qdiff.compiler.ops import op
 
 
@@ -30,25 +31,23 @@ def kak(u: np.ndarray, wires) -> list:
 
 
 def shannon(u: np.ndarray, wires) -> list:
-    """Quantum Shannon decomposition of a ``2**k`` unitary (k >= 3), then basis cx/u3."""
-    from qiskit import transpile
+    """Quantum Shannon decomposition of a ``2**k`` unitary (k >= 3), then basis cx/u3 by
+    Qiskit's basis translation (not ``transpile``, whose first call loads every plugin)."""
     from qiskit.synthesis import qs_decomposition
-    qc = transpile(qs_decomposition(u), basis_gates=["cx", "u3"], optimization_level=1)
-    return from_qiskit_ops(qc, wires)
-
-
-_NAMES = {"u": "u3", "u3": "u3", "cx": "cx", "rz": "rz", "ry": "ry", "rx": "rx", "sx": "sx",
-          "x": "x", "h": "h", "p": "p", "u1": "u1", "s": "s", "sdg": "sdg", "z": "z", "y": "y",
-          "t": "t", "tdg": "tdg", "cz": "cz", "sxdg": "sxdg", "id": "id", "ecr": "ecr", "swap": "swap"}
+    from qdiff.compiler.lower import qiskit_basis_translation
+    return from_qiskit_ops(qiskit_basis_translation(qs_decomposition(u)), wires)
 
 
 def from_qiskit_ops(qc, wires) -> list:
+    """Qiskit instructions as qdiff ops on ``wires`` (gates looked up in the registry)."""
     k = len(wires)
     out = []
     for inst in qc.data:
-        name = _NAMES.get(inst.operation.name)
-        if name is None:
-            raise QdiffError(f"synthesis produced unexpected gate '{inst.operation.name}'")
+        try:
+            name = get_gate(inst.operation.name).name
+        except QdiffError:
+            raise QdiffError(f"synthesis produced unexpected gate '{inst.operation.name}'") \
+                from None
         ws = tuple(wires[k - 1 - qc.find_bit(q).index] for q in inst.qubits)
         out.append(op(name, ws, tuple(float(p) for p in inst.operation.params)))
     return out

@@ -1,4 +1,8 @@
-"""``--target``: layout and routing by Qiskit's preset pass manager for an IBM (fake) device.
+"""``--target``: layout and routing by Qiskit's preset pass manager for an IBM device.
+
+Device names are those ``qd.device("ibm", backend=NAME)`` accepts: every fake device
+qiskit-ibm-runtime ships (offline), and real device names when an IBM Quantum account is
+configured; a real name without an account is an error that names the fake twin.
 
 The routed circuit is compressed to the physical qubits it uses (so it can be verified and
 optimized like any small circuit); qdiff then optimizes it in the device basis, respecting the
@@ -7,6 +11,7 @@ device's coupling (passes never put a two-qubit gate on a new pair) and gate dir
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 from qdiff.circuits import caches
@@ -35,22 +40,63 @@ class Routed:
         return Circuit(self.num_physical, ops, c.measurements, c.num_params)
 
 
-def fake_backend(name: str):
-    from qiskit_ibm_runtime import fake_provider as fp
-    key = name.lower().replace("ibm_", "").replace("fake_", "").replace("fake", "").strip("_ ")
-    for attr in dir(fp):
-        if attr.startswith("Fake") and not attr.endswith("V2") and attr[4:].lower() == key:
-            return getattr(fp, attr)()
-    known = sorted(a[4:].lower() for a in dir(fp) if a.startswith("Fake") and
-                   not a.endswith(("V2", "Backend")))
-    raise QdiffError(f"unknown target device '{name}' (offline fake devices: "
-                     f"{', '.join(known)})")
+@caches.cached(maxsize=1)
+def _fake_table() -> dict:
+    """Every fake device qiskit-ibm-runtime ships, by name -- the same table
+    ``qd.device("ibm", backend=...)`` reads (one device namespace)."""
+    import warnings
+    from qiskit_ibm_runtime.fake_provider import FakeProviderForBackendV2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # some fakes warn about made-up error values
+        return {b.name: b for b in FakeProviderForBackendV2().backends()}
+
+
+def target_names() -> list:
+    """The offline target names (``fake_manila``, ...); real device names need an account."""
+    return sorted(_fake_table())
+
+
+def device_backend(name):
+    """The Qiskit backend for ``--target NAME``: a fake device offline, or a real one through
+    the configured IBM Quantum account (never a fake silently standing in for a real one)."""
+    if not isinstance(name, str):
+        return name
+    table = _fake_table()
+    key = name.lower()
+    if key in table:
+        return table[key]
+    twin = "fake_" + key.removeprefix("ibm_")
+    if twin not in table and not key.startswith("ibm_"):
+        close = difflib.get_close_matches(key, table, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise QdiffError(f"unknown target device '{name}'{hint} (offline devices: "
+                         f"{', '.join(target_names())}; real ones need an IBM Quantum account)")
+    return _real_backend(name, twin if twin in table else None)
+
+
+def _real_backend(name: str, twin):
+    import os
+    from qiskit_ibm_runtime import QiskitRuntimeService
+    suggest = f"; its offline twin is '{twin}' (--target {twin})" if twin else ""
+    kwargs = {k: os.environ[e] for k, e in (("token", "QISKIT_IBM_TOKEN"),
+                                           ("instance", "QISKIT_IBM_INSTANCE"),
+                                           ("channel", "QISKIT_IBM_CHANNEL")) if os.environ.get(e)}
+    try:
+        service = QiskitRuntimeService(**kwargs)
+    except Exception:  # noqa: BLE001 - no account (the message never echoes a token)
+        raise QdiffError(f"target '{name}' is a real IBM device and no IBM Quantum account is "
+                         f"configured (set QISKIT_IBM_TOKEN or save an account){suggest}") from None
+    try:
+        return service.backend(name)
+    except Exception as exc:  # noqa: BLE001
+        raise QdiffError(f"target '{name}': the IBM Quantum account has no such device "
+                         f"({type(exc).__name__}){suggest}") from None
 
 
 def route(imp, name: str, seed: int = 0) -> Routed:
     from qiskit.transpiler import generate_preset_pass_manager
     from qdiff.circuits.qiskit_io import from_qiskit, to_qiskit
-    backend = fake_backend(name)
+    backend = device_backend(name)
     qc = to_qiskit(imp.circuit)
     if imp.measurements:
         from qiskit import ClassicalRegister

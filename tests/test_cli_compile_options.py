@@ -1,0 +1,117 @@
+"""``qdiff compile`` options of the compiler itself: --approx, --work, --target device names,
+--out-dir creation, progress on a terminal only, the two-qubit gate named in the report."""
+import json
+import sys
+
+import pytest
+
+import qdiff as qd
+from qdiff.cli import main
+from qdiff.compiler.target import target_names
+
+SRC = """OPENQASM 2.0;
+include "qelib1.inc";
+qreg q[3];
+h q[0];
+cx q[0],q[1];
+rz(0.0002) q[1];
+cx q[0],q[1];
+ccx q[0],q[1],q[2];
+"""
+
+
+@pytest.fixture
+def src(tmp_path):
+    p = tmp_path / "in.qasm"
+    p.write_text(SRC)
+    return str(p)
+
+
+def _err_line(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("qdiff: error: "), err
+    return err[0]
+
+
+def test_out_dir_is_created(tmp_path, src, capsys):
+    out = tmp_path / "a" / "b"
+    assert main(["compile", src, "--out-dir", str(out)]) == 0
+    assert (out / "in.qasm").exists()
+
+
+def test_out_dir_that_is_a_file_is_bad_input(tmp_path, src, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    assert main(["compile", src, "--out-dir", str(f)]) == 2
+    assert "not a directory" in _err_line(capsys)
+
+
+def test_approx_is_reported_and_bounded(tmp_path, src, capsys):
+    assert main(["compile", src, "-o", str(tmp_path / "o.qasm"), "--approx", "1e-6",
+                 "--report", "json"]) == 0
+    rep = json.loads(capsys.readouterr().out)[0]
+    assert rep["approx"] == 1e-6 and rep["infidelity"] <= 1e-6 and rep["verified"]
+
+
+@pytest.mark.parametrize("eps", ["0", "1", "-1e-3", "abc"])
+def test_bad_approx_exit_2(src, capsys, eps):
+    assert main(["compile", src, "--approx", eps]) == 2
+    _err_line(capsys)
+
+
+def test_exact_report_prints_the_measured_infidelity(tmp_path, src, capsys):
+    assert main(["compile", src, "-o", str(tmp_path / "o.qasm")]) == 0
+    out = capsys.readouterr().out
+    assert "1-F" in out and "yes (unitary)" in out
+
+
+def test_every_fake_device_of_qd_device_is_a_target():
+    assert target_names() == qd.backends.available()["ibm"]
+    assert "fake_manila" in target_names()
+
+
+@pytest.mark.parametrize("device,gate", [("fake_manila", "CX"), ("fake_sherbrooke", "ECR")])
+def test_target_fake_devices_and_the_two_qubit_column(tmp_path, src, capsys, device, gate):
+    assert main(["compile", src, "-O", "1", "--target", device, "-o",
+                 str(tmp_path / "o.qasm")]) == 0
+    out = capsys.readouterr().out
+    assert f"{gate} in" in out and f"{gate} out" in out
+
+
+def test_real_device_without_account_is_an_error_naming_the_twin(src, capsys, monkeypatch,
+                                                                 tmp_path):
+    for var in ("QISKIT_IBM_TOKEN", "QISKIT_IBM_INSTANCE", "QISKIT_IBM_CHANNEL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no saved account either
+    monkeypatch.setenv("QISKIT_SETTINGS", str(tmp_path / "settings.conf"))
+    assert main(["compile", src, "--target", "ibm_brisbane"]) == 2
+    line = _err_line(capsys)
+    assert "no IBM Quantum account" in line and "fake_brisbane" in line
+
+
+def test_unknown_device_lists_close_names(src, capsys):
+    assert main(["compile", src, "--target", "fake_manilla"]) == 2
+    assert "fake_manila" in _err_line(capsys)
+
+
+class _Tty:
+    def __init__(self):
+        self.text = ""
+
+    def write(self, s):
+        self.text += s
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return True
+
+
+def test_progress_on_a_terminal_and_quiet_when_piped(tmp_path, src, capsys, monkeypatch):
+    assert main(["compile", src, "-O", "3", "--work", "50", "-o", str(tmp_path / "o.qasm")]) == 0
+    assert capsys.readouterr().err == ""  # piped: nothing on stderr
+    tty = _Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    assert main(["compile", src, "-O", "3", "--work", "50", "-o", str(tmp_path / "o.qasm")]) == 0
+    assert "best" in tty.text and "pauli" in tty.text and "two-qubit gates" in tty.text

@@ -1,0 +1,154 @@
+"""Exactness, approximation budgets, work budgets and the differentiable template unitary.
+
+Oracles: full unitaries (numpy), closed forms for rotation distances, torch autograd Jacobians."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from qdiff.circuits import Circuit
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.gates import GATES
+from qdiff.circuits.operation import Operation, ParamRef
+from qdiff.circuits.unitary import unitary, unitary_jacobian
+from qdiff.compiler import compile, equivalence
+from qdiff.compiler.blocks import block_unitary
+from qdiff.compiler.budget import Budget, Work, phase_distance, rotation_distance
+from qdiff.compiler.ops import op
+
+
+def _gadget(a, b, c, angle):
+    """exp(-i angle Z_a Z_b Z_c / 2) with a CX ladder (4 CX), as in chemistry circuits."""
+    return [op("cx", (a, b)), op("cx", (b, c)), op("rz", (c,), (angle,)), op("cx", (b, c)),
+            op("cx", (a, b))]
+
+
+def _uccsd_like(small=2.5e-5):
+    ops = [op("h", (0,)), op("h", (2,))]
+    for i, s in enumerate([small, -small, 4 * small, -4 * small, small]):
+        ops += _gadget(0, 1, 2, s) + [op("h", (i % 3,)), op("s", ((i + 1) % 3,))]
+        ops += _gadget(1, 2, 3, -s) + [op("h", (3,))]
+    return Circuit(4, tuple(ops))
+
+
+def _true_infidelity(a, b):
+    ua, ub = block_unitary(a.operations, tuple(range(a.num_wires))), \
+        block_unitary(b.operations, tuple(range(b.num_wires)))
+    t = abs(np.trace(ua.conj().T @ ub)) / ua.shape[0]
+    return (1 - t) * (1 + t)
+
+
+@pytest.mark.parametrize("level", [1, 2, 3])
+def test_small_rotations_survive_every_level(level):
+    c = _uccsd_like()
+    out, rep = compile(c, level=level, work=200)
+    assert rep.verified and rep.method == "unitary" and rep.infidelity <= 1e-12
+    assert _true_infidelity(c, out) <= 1e-12  # independent of the compiler's own check
+    dropped = _true_infidelity(c, Circuit(4, tuple(o for o in c.operations if o.name != "rz")))
+    assert dropped > 1e-10  # dropping the rotations would have been caught
+
+
+def test_verifier_sees_a_1e5_rotation_with_both_methods():
+    a = Circuit(3, (op("h", (0,)), op("cx", (0, 1)), op("rz", (1,), (1e-5,)), op("cx", (0, 1))))
+    b = Circuit(3, (op("h", (0,)),))
+    for method in ("unitary", "statevector"):
+        v = equivalence(a, b, method)
+        assert not v.ok
+        assert v.infidelity == pytest.approx(math.sin(0.5e-5) ** 2, rel=0.8 if
+                                             method == "statevector" else 1e-6)
+
+
+def test_statevector_reading_is_unbiased_for_the_process_infidelity():
+    # E[1 - |<psi|W|psi>|^2] = d/(d+1) (1 - |Tr W|^2/d^2): the mean of many readings matches
+    rng = np.random.default_rng(0)
+    a = Circuit(4, (op("rz", (2,), (0.02,)), op("cx", (2, 3))))
+    b = Circuit(4, (op("cx", (2, 3)),))
+    exact = equivalence(a, b, "unitary").infidelity
+    reads = [equivalence(a, b, "statevector", seed=int(s), num_states=1).infidelity
+             for s in rng.integers(0, 10 ** 6, 200)]
+    assert np.mean(reads) == pytest.approx(exact, rel=0.25)
+
+
+def test_approx_spends_its_budget_and_reports_it():
+    c = _uccsd_like(small=2e-4)
+    exact, rep0 = compile(c, level=2)
+    out, rep = compile(c, level=2, approx=1e-6)
+    assert rep.cx_after < rep0.cx_after
+    assert rep.verified and rep.infidelity <= 1e-6
+    assert _true_infidelity(c, out) <= rep.approx_bound + 1e-12 <= 1e-6 + 1e-12
+    assert rep.approx == 1e-6 and "approx" in rep.summary()
+
+
+@pytest.mark.parametrize("bad", [0, 1, -1e-3, 2.0, "x"])
+def test_approx_must_be_a_budget(bad):
+    with pytest.raises(QdiffError, match="approx"):
+        compile(Circuit(1, ()), approx=bad)
+
+
+def test_budget_bounds_the_process_infidelity():
+    # (sum of distances)^2 bounds the process infidelity of the product of replacements
+    rng = np.random.default_rng(1)
+    angles = rng.uniform(-1e-3, 1e-3, 6)
+    b = Budget(1.0)
+    for a in angles:
+        assert b.spend(rotation_distance(a))
+    c = Circuit(2, tuple(op("rz" if i % 2 else "rx", (i % 2,), (float(a),)) for i, a in
+                         enumerate(angles)))
+    assert _true_infidelity(c, Circuit(2, ())) <= b.spent_bound
+    u = block_unitary([op("rz", (0,), (0.3,))], (0,))
+    assert phase_distance(u, np.eye(2)) == pytest.approx(rotation_distance(0.3), rel=1e-12)
+
+
+def test_same_input_same_output_and_time_limit_is_reported():
+    c = _uccsd_like(small=0.3)
+    a, ra = compile(c, level=3, work=300)
+    b, rb = compile(c, level=3, work=300)
+    assert [(o.name, o.wires, o.params) for o in a.operations] == \
+        [(o.name, o.wires, o.params) for o in b.operations]
+    assert not ra.time_cut and ra.work <= 300 + 200  # the last fit may overrun a little
+    _, rc = compile(c, level=3, time_limit=1e-6)
+    assert rc.time_cut and rc.verified and "time limit" in rc.summary()
+
+
+def test_work_budget_counts_units():
+    w = Work(5)
+    assert not w.exhausted
+    w.take(5)
+    assert w.exhausted and not w.cut
+
+
+def _random_template(rng, n=3, m=5):
+    ops = []
+    for q in range(n):
+        ops.append(Operation(GATES["u3"], (q,), (ParamRef(3 * q), ParamRef(3 * q + 1, -2.0, 0.5),
+                                                 0.7)))
+    for i in range(m):
+        a, b = rng.choice(n, 2, replace=False)
+        ops += [Operation(GATES["cx"], (int(a), int(b))),
+                Operation(GATES["rz"], (int(b),), (ParamRef(int(rng.integers(0, 9)), 1.5),)),
+                Operation(GATES["crx"], (int(b), int(a)), (ParamRef(2),))]
+    return Circuit(n, tuple(ops), num_params=9)
+
+
+def test_unitary_matches_the_numpy_product_and_jacobian_matches_autograd():
+    rng = np.random.default_rng(4)
+    c = _random_template(rng)
+    x = torch.as_tensor(rng.uniform(-3, 3, (2, 9)))
+    u, jac = unitary_jacobian(c, x)
+    assert torch.allclose(u, unitary(c, x), atol=1e-14)
+    bound = [Operation(o.gate, o.wires, tuple(p.scale * float(x[1, p.index]) + p.offset
+                                             if isinstance(p, ParamRef) else p for p in o.params))
+             for o in c.operations]
+    assert np.allclose(u[1].numpy(), block_unitary(bound, (0, 1, 2)), atol=1e-13)
+    ref = torch.autograd.functional.jacobian(lambda z: torch.view_as_real(unitary(c, z)), x[1])
+    assert torch.allclose(torch.view_as_real(jac[1].permute(2, 0, 1)).permute(1, 2, 3, 0), ref,
+                          atol=1e-12)
+
+
+def test_unitary_rejects_bad_theta():
+    c = _random_template(np.random.default_rng(0))
+    with pytest.raises(QdiffError, match="theta"):
+        unitary(c, torch.zeros(3))
+    with pytest.raises(QdiffError, match="parameter"):
+        unitary(c)

@@ -1,0 +1,70 @@
+"""Start-up: the package front is lazy; ``qdiff --help``/``--version`` import neither torch nor
+Qiskit; ``import qdiff`` imports no torch._dynamo, Qiskit or PennyLane; every public name loads."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import qdiff as qd
+from qdiff.circuits.gates import GATES
+
+
+def _modules_after(code: str) -> set:
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys\nprint(' '.join(sys.modules))"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    return set(out)
+
+
+def test_import_qdiff_is_light():
+    mods = _modules_after("import qdiff")
+    for heavy in ("torch._dynamo", "qiskit", "pennylane", "torch"):
+        assert heavy not in mods, heavy
+
+
+def test_every_public_name_loads_without_dynamo_qiskit_pennylane():
+    mods = _modules_after("import qdiff as qd\nfor n in dir(qd): getattr(qd, n)")
+    assert "torch" in mods  # the names did load
+    for heavy in ("torch._dynamo", "qiskit", "pennylane"):
+        assert heavy not in mods, heavy
+
+
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+def test_cli_help_and_version_import_no_torch_or_qiskit(flag):
+    code = (f"import sys\nsys.argv = ['qdiff', '{flag}']\nfrom qdiff.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass")
+    mods = _modules_after(code)
+    assert "torch" not in mods and "qiskit" not in mods
+
+
+def test_version_flag(capsys):
+    from qdiff.cli import main
+    assert main(["--version"]) == 0  # main returns the exit code, it never raises
+    assert capsys.readouterr().out.strip() == f"qdiff {qd.__version__}"
+
+
+def test_gate_names_match_the_registry():
+    names = {g.pl_name for g in GATES.values() if g.pl_name and g.pl_name.isidentifier()}
+    assert names == set(qd._GATE_NAMES)
+    for alias, target in qd._GATE_ALIASES.items():
+        assert getattr(qd, alias) is getattr(qd, target)
+
+
+def test_function_names_beat_submodules_of_the_same_name():
+    code = ("import qdiff.qnode, qdiff.draw, qdiff as qd\n"
+            "assert callable(qd.qnode) and callable(qd.draw), (qd.qnode, qd.draw)\n"
+            "assert qd.qnode.__module__ == 'qdiff.qnode'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert callable(qd.qnode) and callable(qd.draw)
+
+
+def test_dir_is_complete_and_names_resolve():
+    names = dir(qd)
+    for n in ("RX", "CNOT", "H", "compile", "qnode", "device", "QuantumLayer", "Circuit",
+              "expval", "qchem", "__version__"):
+        assert n in names
+    assert qd.RX is GATES["rx"] and qd.compile.__module__ == "qdiff.compiler.api"
+    assert qd.backends.available()["devices"]  # submodules resolve too
+    with pytest.raises(AttributeError):
+        qd.no_such_name
