@@ -10,6 +10,7 @@ import os
 import re
 
 from qdiff.circuits import fileio, qasm_bounds
+from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.errors import QdiffError, QdiffParseError
 from qdiff.circuits.fileio import write_atomic  # noqa: F401  (qasm.write_atomic, as before)
 from qdiff.circuits.qiskit_io import QiskitImport, from_qiskit, to_qiskit
@@ -135,7 +136,9 @@ def _offending_token(exc):
 
 
 def loads(text: str, filename: str = "<string>") -> QiskitImport:
-    """OpenQASM text -> :class:`~qdiff.circuits.qiskit_io.QiskitImport`."""
+    """OpenQASM text -> :class:`~qdiff.circuits.qiskit_io.QiskitImport`: ``.circuit`` is the
+    ``Circuit``; the import itself is accepted by ``qd.qnode(dev)(imp)``, ``qd.compile`` and
+    :func:`dumps` (which keeps its parameter names, angle expressions and measurements)."""
     qc, _ = parse_qiskit(text, filename)
     try:
         return from_qiskit(qc)
@@ -150,7 +153,7 @@ _CONSTRUCTS = (("classically controlled", r"^\s*(if|while|for|switch)\b"),
 def _line_of(text: str, message: str) -> str:
     """':N' for the first source line with the construct an import error complains about
     (for a non-finite angle: the only line calling that gate with arguments, if one)."""
-    m = re.match(r"gate '(\w+)' on wires .*NaN or infinite", message)
+    m = re.search(r"(?:gate '|\(')(\w+)' on (?:wires|qubits) .*NaN or infinite", message)
     if m:
         calls = [c.start() for c in re.finditer(rf"^\s*{m.group(1).lower()}\s*\(", text,
                                                  flags=re.MULTILINE)]
@@ -175,21 +178,39 @@ def load(path) -> QiskitImport:
 
 
 def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: int = 0) -> str:
-    """OpenQASM text of ``circuit``; ``measurements`` ``[(qubit, clbit)]`` are appended."""
-    qc = to_qiskit(circuit, theta)
+    """OpenQASM text of ``circuit`` (a ``Circuit`` or a ``QiskitImport`` from :func:`loads`,
+    whose parameters, expressions and measurements are written unless given here);
+    ``measurements`` ``[(qubit, clbit)]`` are appended. Free parameters need ``version=3``
+    (``input float[64]``) or a ``theta`` binding."""
+    columns, phase = None, 0.0
+    if isinstance(circuit, QiskitImport):
+        imp = circuit
+        circuit, phase = imp.circuit, imp.global_phase
+        if theta is None and all(p is not None for p in imp.parameters):
+            columns = imp.columns()
+        if measurements is None:
+            measurements, num_clbits = imp.measurements, max(num_clbits, imp.num_clbits)
+    elif not isinstance(circuit, Circuit):
+        raise QdiffError(f"dumps: expected a Circuit or a QiskitImport; got "
+                         f"{type(circuit).__name__}")
+    if version == 2 and theta is None and circuit.num_params:
+        raise QdiffError(f"dumps: OpenQASM 2 has no free parameters and the circuit has "
+                         f"{circuit.num_params}; use version=3 or bind them with theta=")
+    qc = to_qiskit(circuit, theta, columns=columns, global_phase=phase)
     if measurements:
         from qiskit import ClassicalRegister
         creg = ClassicalRegister(max(num_clbits, 1 + max(c for _, c in measurements)), "c")
         qc.add_register(creg)
         for q, c in measurements:
             qc.measure(q, creg[c])
-    if version == 2:
-        import qiskit.qasm2 as q2
-        return q2.dumps(qc)
-    if version == 3:
-        import qiskit.qasm3 as q3
-        return q3.dumps(qc)
-    raise QdiffError(f"unsupported OpenQASM version {version} (2 or 3)")
+    if version not in (2, 3):
+        raise QdiffError(f"unsupported OpenQASM version {version} (2 or 3)")
+    import qiskit.qasm2 as q2
+    import qiskit.qasm3 as q3
+    try:
+        return (q2 if version == 2 else q3).dumps(qc)
+    except Exception as exc:  # the exporters raise their own types
+        raise QdiffError(f"cannot write OpenQASM {version}: {exc}") from None
 
 
 def dump(circuit, path, version: int = 2, *, force: bool = False, **kwargs) -> None:

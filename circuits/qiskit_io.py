@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
+import torch
 
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.decompositions import decompose
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import GATES, unitary_gate
+from qdiff.circuits.observables import Factor, Observable, as_observable
 from qdiff.circuits.operation import Operation, ParamRef
+from qdiff.circuits.qiskit_expr import ExpressionTable, analyse
 
 # qiskit instruction name -> (qdiff gate name, angle transform)
 FROM_QISKIT = {
@@ -37,51 +41,111 @@ _SKIP = {"barrier", "delay"}
 @dataclass
 class QiskitImport:
     """Result of :func:`from_qiskit`: the circuit, Qiskit parameters in column order, and the
-    trailing measurements ``[(qubit, clbit), ...]`` with the classical register size."""
+    trailing measurements ``[(qubit, clbit), ...]`` with the classical register size.
+
+    ``circuit`` has ``len(parameters) + len(expressions)`` theta columns: one per parameter,
+    then one per distinct non-affine angle expression (``expressions``, evaluated in torch from
+    the parameter columns by :meth:`theta`). Run it with bindings through ``qd.qnode(dev)(imp)``.
+    """
 
     circuit: Circuit
     parameters: list = field(default_factory=list)
     measurements: list = field(default_factory=list)
     num_clbits: int = 0
     global_phase: float = 0.0
+    expressions: Optional[ExpressionTable] = None
+
+    @property
+    def num_expressions(self) -> int:
+        return 0 if self.expressions is None else len(self.expressions)
+
+    def columns(self) -> list:
+        """The Qiskit object (``Parameter`` or ``ParameterExpression``) of every theta column."""
+        extra = [] if self.expressions is None else list(self.expressions.expressions)
+        return list(self.parameters) + extra
+
+    def theta(self, values: torch.Tensor) -> torch.Tensor:
+        """``(B, len(parameters))`` parameter values -> the circuit's ``(B, P)`` theta (the
+        expression columns computed in torch, so gradients reach ``values``)."""
+        if values.ndim != 2 or values.shape[1] != len(self.parameters):
+            raise QdiffError(f"parameter values have shape {tuple(values.shape)}; expected "
+                             f"(B, {len(self.parameters)})")
+        if not self.num_expressions:
+            return values
+        return torch.cat([values, self.expressions.evaluate(values)], dim=1)
 
 
 def angle_from_qiskit(value, params: dict, where: str):
-    """Float, or ParamRef for an affine expression of one Qiskit Parameter."""
+    """Float, or ``ParamRef`` for an expression affine in one Qiskit Parameter (columns from
+    ``params``, extended in place); any other expression is an error. For callers that need
+    affine angles only (gate decompositions); :func:`from_qiskit` accepts every expression."""
     from qiskit.circuit import ParameterExpression
-    if not isinstance(value, ParameterExpression):
+    if not isinstance(value, ParameterExpression) or not value.parameters:
         return float(value)
-    if not value.parameters:
-        return float(value)
-    if len(value.parameters) != 1:
-        raise QdiffError(f"{where}: angle {value} depends on several parameters; only affine "
-                         "expressions of one parameter are supported")
-    (par,) = value.parameters
-    b = float(value.bind({par: 0.0}))
-    a = float(value.bind({par: 1.0})) - b
-    if abs(float(value.bind({par: 0.5})) - (0.5 * a + b)) > 1e-12:
-        raise QdiffError(f"{where}: angle {value} is not affine in {par}")
+    kind, *rest = analyse(value, where)
+    if kind == "const":
+        return rest[0]
+    if kind != "affine":
+        raise QdiffError(f"{where}: angle {value} is not affine in one parameter")
+    par, a, b = rest
     if par not in params:
         params[par] = len(params)
     return ParamRef(params[par], a, b)
 
 
+class _Importer:
+    """State of one conversion: parameter columns, the expression table, the output lists."""
+
+    def __init__(self, qc, allow_measurements: bool):
+        self.params = {p: i for i, p in enumerate(qc.parameters)}
+        self.table = ExpressionTable(self.params)
+        self.ops: list = []
+        self.meas: list = []
+        self.cidx = {c: i for i, c in enumerate(qc.clbits)}
+        self.allow_meas = allow_measurements
+
+    def angle(self, value, where: str):
+        """Float, ``ParamRef`` (affine in one parameter) or the column of an expression."""
+        from qiskit.circuit import Parameter, ParameterExpression
+        if not isinstance(value, ParameterExpression):
+            v = float(value)
+            if not math.isfinite(v):
+                raise QdiffError(f"{where}: angle {value} is NaN or infinite")
+            return v
+        if isinstance(value, Parameter):
+            return ParamRef(self._column(value, where))
+        kind, *rest = analyse(value, where)
+        if kind == "const":
+            return rest[0]
+        if kind == "affine":
+            par, a, b = rest
+            return ParamRef(self._column(par, where), a, b)
+        return ParamRef(len(self.params) + self.table.add(value, where))
+
+    def _column(self, par, where: str) -> int:
+        if par not in self.params:
+            raise QdiffError(f"{where}: parameter {par} is not a parameter of the circuit")
+        return self.params[par]
+
+
 def from_qiskit(qc, allow_measurements: bool = True) -> QiskitImport:
-    """Convert a ``QuantumCircuit``; unknown gates are expanded through their Qiskit definition."""
-    ordered = {p: i for i, p in enumerate(qc.parameters)}
-    ops: list = []
-    meas: list = []
+    """Convert a ``QuantumCircuit``; unknown gates are expanded through their Qiskit definition.
+    Angles affine in one parameter become ``ParamRef`` s; any other parameter expression becomes
+    a theta column evaluated in torch (see :mod:`qdiff.circuits.qiskit_expr`)."""
+    imp = _Importer(qc, allow_measurements)
     qidx = {q: i for i, q in enumerate(qc.qubits)}
-    cidx = {c: i for i, c in enumerate(qc.clbits)}
-    _convert_into(qc, [qidx[q] for q in qc.qubits], ordered, ops, meas, cidx, allow_measurements)
+    _convert_into(qc, [qidx[q] for q in qc.qubits], imp, True)
     params = list(qc.parameters)
-    circ = Circuit(qc.num_qubits, tuple(ops), (), len(params))
-    return QiskitImport(circ, params, meas, qc.num_clbits, float(qc.global_phase)
-                        if not hasattr(qc.global_phase, "parameters") else 0.0)
+    table = imp.table if len(imp.table) else None
+    circ = Circuit(qc.num_qubits, tuple(imp.ops), (), len(params) + len(imp.table))
+    phase = qc.global_phase
+    return QiskitImport(circ, params, imp.meas, qc.num_clbits,
+                        0.0 if hasattr(phase, "parameters") else float(phase), table)
 
 
-def _convert_into(qc, qmap, params, ops, meas, cidx_top, allow_meas):
+def _convert_into(qc, qmap, imp: _Importer, top: bool):
     local_q = {q: qmap[i] for i, q in enumerate(qc.qubits)}
+    ops, meas = imp.ops, imp.meas
     for k, inst in enumerate(qc.data):
         op = inst.operation
         name = op.name
@@ -93,9 +157,9 @@ def _convert_into(qc, qmap, params, ops, meas, cidx_top, allow_meas):
         if name in _SKIP:
             continue
         if name == "measure":
-            if not allow_meas:
+            if not (imp.allow_meas and top):
                 raise QdiffError(f"{where}: mid-circuit measurement is not supported")
-            meas.append((qubits[0], cidx_top.get(inst.clbits[0], 0)))
+            meas.append((qubits[0], imp.cidx.get(inst.clbits[0], 0)))
             continue
         if name == "reset":
             raise QdiffError(f"{where}: reset is not supported")
@@ -104,15 +168,47 @@ def _convert_into(qc, qmap, params, ops, meas, cidx_top, allow_meas):
                              "is not supported")
         if name in FROM_QISKIT:
             gate = GATES[FROM_QISKIT[name]]
-            angles = tuple(angle_from_qiskit(v, params, where) for v in op.params)
-            ops.append(Operation(gate, qubits, angles))
+            ops.append(Operation(gate, qubits, tuple(imp.angle(v, where) for v in op.params)))
         elif name == "unitary":
             ops.append(Operation(unitary_gate(np.asarray(op.to_matrix())[_le_to_be(len(qubits))]
                                               [:, _le_to_be(len(qubits))]), qubits, ()))
         elif op.definition is not None:
-            _convert_into(op.definition, list(qubits), params, ops, meas, cidx_top, False)
+            _convert_into(op.definition, list(qubits), imp, False)
         else:
             raise QdiffError(f"{where}: unknown gate '{name}' with no definition")
+
+
+def observable_from_qiskit(obj, num_qubits: int, where: str = "observable") -> Observable:
+    """A qdiff observable on wires ``0..num_qubits-1`` from a ``SparsePauliOp``, ``Pauli``,
+    ``SparseObservable`` (projector letters expanded into Paulis), a Pauli label such as
+    ``"ZZI"`` (Qiskit order: the last letter is qubit 0), or a qdiff observable (``qd.Z(0)``,
+    ``qd.Hamiltonian``), whose width is checked."""
+    if isinstance(obj, (Observable, Operation)):
+        obs = as_observable(obj)
+        bad = [w for w in obs.wires if not (isinstance(w, int) and 0 <= w < num_qubits)]
+        if bad:
+            raise QdiffError(f"{where} acts on wire {bad[0]!r}; the circuit has qubits "
+                             f"0..{num_qubits - 1}")
+        return obs
+    from qiskit.quantum_info import SparseObservable
+    try:
+        sparse = SparseObservable(obj)
+    except (TypeError, ValueError) as exc:
+        raise QdiffError(f"{where}: expected a SparsePauliOp, Pauli, Pauli label or qdiff "
+                         f"observable; got {type(obj).__name__} ({exc})") from None
+    if sparse.num_qubits != num_qubits:
+        raise QdiffError(f"{where} acts on {sparse.num_qubits} qubit(s); the circuit has "
+                         f"{num_qubits}")
+    coeffs, terms = [], []
+    for letters, indices, c in sparse.as_paulis().to_sparse_list():
+        if abs(complex(c).imag) > 1e-12:
+            raise QdiffError(f"{where} is not Hermitian (coefficient {c} of "
+                             f"{letters or 'I'} on qubits {list(indices)})")
+        coeffs.append(complex(c).real)
+        terms.append(tuple(Factor((int(q),), ch) for ch, q in zip(letters, indices)))
+    if not terms:
+        return Observable([0.0], [()])
+    return Observable(coeffs, terms)
 
 
 def _le_to_be(k: int) -> np.ndarray:
@@ -133,24 +229,22 @@ _TO_QISKIT_METHOD = {
 }
 
 
-def to_qiskit(circuit: Circuit, theta=None, measure: bool = False):
+def to_qiskit(circuit: Circuit, theta=None, measure: bool = False, columns=None,
+              global_phase: float = 0.0):
     """A ``QuantumCircuit``; theta columns become a ``ParameterVector('theta', P)`` unless
-    ``theta`` (a ``(P,)`` or ``(1, P)`` tensor/array) binds them. ``measure`` adds final measures."""
+    ``theta`` (a ``(P,)`` or ``(1, P)`` tensor/array) binds them, or ``columns`` (one Qiskit
+    ``Parameter``/``ParameterExpression`` per column, e.g. ``QiskitImport.columns()``) names
+    them. ``measure`` adds final measures."""
     from qiskit import QuantumCircuit
-    from qiskit.circuit import ParameterVector
-    pv = ParameterVector("theta", circuit.num_params) if circuit.num_params else []
-    values = None
-    if theta is not None:
-        values = np.asarray(theta.detach().cpu() if hasattr(theta, "detach") else theta,
-                            dtype=float).reshape(-1)
-        if values.size != circuit.num_params:
-            raise QdiffError(f"to_qiskit: theta has {values.size} values for "
-                             f"{circuit.num_params} parameters")
+    pv, values = _column_sources(circuit.num_params, theta, columns)
     qc = QuantumCircuit(circuit.num_wires, circuit.num_wires if measure else 0)
+    qc.global_phase = float(global_phase)
 
     def val(p):
         if isinstance(p, ParamRef):
             base = values[p.index] if values is not None else pv[p.index]
+            if p.scale == 1.0 and p.offset == 0.0:
+                return base  # keeps a parameter a plain symbol in exported text
             return p.scale * base + p.offset
         return float(p)
 
@@ -176,9 +270,42 @@ def to_qiskit(circuit: Circuit, theta=None, measure: bool = False):
 
     for op in circuit.operations:
         emit(op)
+    if columns is not None and values is None:
+        _keep_unused(qc, pv)
     if measure:
         qc.measure(range(circuit.num_wires), range(circuit.num_wires))
     return qc
+
+
+def _column_sources(num_params: int, theta, columns) -> tuple:
+    """``(symbols per column, bound values or None)`` for :func:`to_qiskit`."""
+    from qiskit.circuit import ParameterVector
+    if columns is not None:
+        pv = list(columns)
+        if len(pv) != num_params:
+            raise QdiffError(f"to_qiskit: {len(pv)} column expressions for {num_params} "
+                             "parameters")
+    else:
+        pv = ParameterVector("theta", num_params) if num_params else []
+    values = None
+    if theta is not None:
+        values = np.asarray(theta.detach().cpu() if hasattr(theta, "detach") else theta,
+                            dtype=float).reshape(-1)
+        if values.size != num_params:
+            raise QdiffError(f"to_qiskit: theta has {values.size} values for {num_params} "
+                             "parameters")
+    return pv, values
+
+
+def _keep_unused(qc, columns) -> None:
+    """Keep named parameters that no gate uses (an OpenQASM 3 ``input`` read nowhere) in the
+    circuit's interface: ``p - p`` in the global phase is zero but still refers to ``p`` (the
+    idiom Qiskit's own OpenQASM 3 importer uses)."""
+    from qiskit.circuit import Parameter
+    present = set(qc.parameters)
+    for p in columns:
+        if isinstance(p, Parameter) and p not in present:
+            qc.global_phase += p - p
 
 
 def _iswap_dg():

@@ -46,7 +46,7 @@ class QuantumLayer(nn.Module):
                  dtype: torch.dtype = torch.float64):
         super().__init__()
         self.qnode = qnode
-        params = list(inspect.signature(qnode.func).parameters)
+        params = list(inspect.signature(getattr(qnode, "func", qnode)).parameters)
         if not params:
             raise QdiffError("QuantumLayer: the qnode needs an input argument (e.g. 'inputs')")
         self.input_arg = params[0]
@@ -72,6 +72,31 @@ class QuantumLayer(nn.Module):
         t = torch.empty(shape, dtype=dtype)
         out = (init or _default_init)(t)
         return (out if isinstance(out, torch.Tensor) else t).detach()
+
+    @classmethod
+    def from_qiskit(cls, qc, input_params=None, weight_params=None, observables=None,
+                    device=None, diff_method: str = "best", init_method=None,
+                    dtype: torch.dtype = torch.float64, **gradient_kwargs) -> "QuantumLayer":
+        """A Qiskit ``QuantumCircuit`` (or an OpenQASM import) as a layer, like Qiskit ML's
+        ``TorchConnector(EstimatorQNN(...))``.
+
+        Args:
+            qc: the circuit (feature map composed with ansatz).
+            input_params: the parameters fed by the layer input, in input-feature order
+                (``Parameter`` s, ``ParameterVector`` s or names); ``inputs`` is ``(B, F)``.
+            weight_params: the trainable parameters: ONE weight tensor ``weights`` ``(W,)``
+                whose entries follow ``weight_params`` in the order given. Every circuit
+                parameter must be an input or a weight (exactly once).
+            observables: ``SparsePauliOp`` s / Pauli labels / qdiff observables, one output
+                each; default ``Z`` on every qubit as one observable (output ``(B, 1)``).
+            device: a backend or a device name (default the statevector simulator).
+            diff_method: any qnode method; ``init_method``: a callable or a ``(W,)`` tensor.
+
+        Angles may be any Qiskit parameter expression; they are evaluated in torch.
+        """
+        from qdiff.hybrid.qiskit_layer import layer_from_qiskit
+        return layer_from_qiskit(cls, qc, input_params, weight_params, observables, device,
+                                 diff_method, init_method, dtype, **gradient_kwargs)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         """``(B, F) -> (B, K)`` or ``(F,) -> (K,)``."""

@@ -106,8 +106,16 @@ def _load_qnode(module: str, qualname: str):
 
 
 def qnode(device, diff_method: str = "best", **gradient_kwargs):
-    """Decorator form of :class:`QNode`: ``@qd.qnode(dev, diff_method="adjoint")``."""
+    """Decorator form of :class:`QNode`: ``@qd.qnode(dev, diff_method="adjoint")``.
+
+    Applied to a ready circuit instead of a function (a ``Circuit``, a Qiskit
+    ``QuantumCircuit`` or an OpenQASM import), it returns a
+    :class:`~qdiff.circuit_qnode.CircuitQNode` called with parameter bindings
+    (``observables=`` and ``arguments=`` are its options)."""
     def wrap(func):
+        if not callable(func):
+            from qdiff.circuit_qnode import CircuitQNode
+            return CircuitQNode(func, device, diff_method, **gradient_kwargs)
         return QNode(func, device, diff_method, **gradient_kwargs)
     return wrap
 

@@ -37,7 +37,7 @@ def test_compile_quantum_circuit_with_nan_angle():
     from qiskit import QuantumCircuit
     qc = QuantumCircuit(1)
     qc.rz(float("nan"), 0)
-    with pytest.raises(QdiffError, match=r"gate 'RZ' on wires \[0\]: angle nan is NaN"):
+    with pytest.raises(QdiffError, match=r"instruction 0 \('rz' on qubits \[0\]\): angle nan is NaN"):
         qd.compile(qc)
 
 

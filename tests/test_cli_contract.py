@@ -46,8 +46,8 @@ def chain(depth=2000) -> str:
 
 
 BAD_INPUTS = {
-    "rz_1e999": (H2 + "qreg q[1];\nrz(1e999) q[0];\n", "bad.qasm:4: gate 'RZ'"),
-    "exp_1000": (H2 + "qreg q[1];\nrz(exp(1000)) q[0];\n", "bad.qasm:4: gate 'RZ'"),
+    "rz_1e999": (H2 + "qreg q[1];\nrz(1e999) q[0];\n", "bad.qasm:4: instruction 0 ('rz'"),
+    "exp_1000": (H2 + "qreg q[1];\nrz(exp(1000)) q[0];\n", "bad.qasm:4: instruction 0 ('rz'"),
     "qreg_100000": (H2 + "qreg q[100000];\nh q[0];\n", "bad.qasm:3: register 'q' of size 100000"),
     "qreg_rust_panic": (H2 + "qreg q[99999999999999999999];\nh q[0];\n", "bad.qasm:3: register"),
     "chained_2000": (chain(), "definitions nested more than 100 deep"),

@@ -1,0 +1,40 @@
+"""``QuantumLayer.from_qiskit``: a Qiskit ``QuantumCircuit`` as a torch layer, in the vocabulary
+of Qiskit Machine Learning's ``EstimatorQNN`` + ``TorchConnector``.
+
+>>> import torch, qdiff as qd
+>>> from qiskit.circuit.library import real_amplitudes, zz_feature_map
+>>> fm, ansatz = zz_feature_map(2), real_amplitudes(2, reps=1)
+>>> layer = qd.QuantumLayer.from_qiskit(fm.compose(ansatz), input_params=fm.parameters,
+...                                     weight_params=ansatz.parameters)
+>>> [tuple(p.shape) for p in layer.parameters()], tuple(layer(torch.rand(5, 2)).shape)
+([(4,)], (5, 1))
+"""
+from __future__ import annotations
+
+from qdiff.circuits.errors import QdiffError
+
+
+def layer_from_qiskit(cls, qc, input_params=None, weight_params=None, observables=None,
+                      device=None, diff_method: str = "best", init_method=None, dtype=None,
+                      **gradient_kwargs):
+    """Build ``cls`` (a :class:`~qdiff.hybrid.layer.QuantumLayer`) around ``qc``; see
+    :meth:`QuantumLayer.from_qiskit`."""
+    import torch
+    import qdiff as qd
+    from qdiff.circuit_qnode import CircuitQNode, as_import
+    n = qc.num_qubits if type(qc).__name__ == "QuantumCircuit" else \
+        as_import(qc).circuit.num_wires
+    if device is None or isinstance(device, str):
+        device = qd.device(device or "statevector", wires=n)
+    if observables is not None and not isinstance(observables, (list, tuple)):
+        observables = [observables]  # a layer's output is always (B, K)
+    qnode = CircuitQNode(qc, device, diff_method, observables,
+                         {"inputs": input_params, "weights": weight_params}, **gradient_kwargs)
+    num_weights = qnode.arg_sizes[1]
+    if init_method is not None and not callable(init_method) and \
+            not isinstance(init_method, torch.Tensor):
+        init_method = torch.as_tensor(init_method, dtype=torch.float64)
+    if isinstance(init_method, torch.Tensor) and init_method.ndim != 1:
+        raise QdiffError(f"initial weights have shape {tuple(init_method.shape)}; expected "
+                         f"({num_weights},), in weight_params order")
+    return cls(qnode, {"weights": (num_weights,)}, init_method, dtype or torch.float64)

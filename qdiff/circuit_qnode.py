@@ -1,0 +1,332 @@
+"""A ready circuit as a qnode: a qdiff ``Circuit``, a Qiskit ``QuantumCircuit`` or an OpenQASM
+import (:class:`~qdiff.circuits.qiskit_io.QiskitImport`), run with parameter bindings.
+
+``qd.qnode(dev)(circuit)`` returns a :class:`CircuitQNode`. It records nothing per call: the
+circuit is fixed, and each call builds ``theta`` ``(B, P)`` from the bindings with a few tensor
+operations (one column per parameter; angle expressions that are not affine in one parameter are
+evaluated in torch into extra columns), then runs the same execute path as any qnode: every
+backend and ``diff_method``, batched bindings, torch autograd back into the bindings.
+
+>>> import torch, qdiff as qd
+>>> from qiskit import QuantumCircuit
+>>> from qiskit.circuit import Parameter
+>>> a, b = Parameter("a"), Parameter("b")
+>>> qc = QuantumCircuit(1); _ = qc.rx(a * b, 0)
+>>> f = qd.qnode(qd.device("statevector", wires=1))(qc)
+>>> f(torch.tensor([0.5, 2.0]))          # values of qc.parameters (a, b) on the last dim
+tensor([0.5403], dtype=torch.float64)
+>>> f({a: torch.zeros(3), "b": 1.0}).shape   # or a mapping by Parameter or name
+torch.Size([3, 1])
+"""
+from __future__ import annotations
+
+import inspect
+import numbers
+
+import torch
+
+from qdiff.circuits.circuit import Circuit, Recorded
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.measurements import Measurement
+from qdiff.circuits.observables import Factor, Observable
+from qdiff.circuits.qiskit_io import QiskitImport, from_qiskit, observable_from_qiskit
+
+
+class CircuitQNode:
+    """A fixed circuit bound to a backend, called with parameter bindings.
+
+    Args:
+        source: a ``Circuit`` (columns named ``theta[i]``), a ``QuantumCircuit`` or a
+            ``QiskitImport`` (``qasm.load``; parameters are ``imp.parameters``).
+        device: a backend from :func:`qdiff.device`, as wide as the circuit.
+        diff_method: as for :class:`qdiff.QNode`.
+        observables: ``None`` (the circuit's own measurements; else the probabilities of its
+            final measured qubits; else ``Z`` on every qubit as one observable, ``Z⊗...⊗Z`` as
+            Qiskit ML's EstimatorQNN), one observable (output without a trailing dim) or a list
+            (output ``(..., K)``); each a ``SparsePauliOp``, ``Pauli``, label or qdiff observable.
+        arguments: ``{argument name: parameters}`` splitting the parameters into named call
+            arguments (Qiskit ``Parameter`` s, ``ParameterVector`` s, names or column indices);
+            default one argument ``values`` with every parameter in order. Every parameter must
+            be in exactly one argument.
+
+    Calling it with tensors ``(..., k)`` per argument (``k`` its number of parameters; leading
+    dims broadcast into the batch) returns ``(..., K)`` expectation values (float64).
+    """
+
+    def __init__(self, source, device, diff_method: str = "best", observables=None,
+                 arguments=None, **gradient_kwargs):
+        from qdiff.rules import make_options
+        # validated once; SPSA's direction stream lives here, advanced by every backward
+        self.options = make_options(diff_method, gradient_kwargs)
+        imp = as_import(source)
+        # a QuantumCircuit source is kept so that the qnode pickles (torch.save of a model)
+        self._args = (source if type(source).__name__ == "QuantumCircuit" else None,
+                      device, diff_method, observables, arguments, dict(gradient_kwargs))
+        circuit = imp.circuit
+        if device.num_wires != circuit.num_wires:
+            raise QdiffError(f"the circuit has {circuit.num_wires} qubits but the device has "
+                             f"{device.num_wires} wires")
+        self.source, self.device, self.diff_method = imp, device, diff_method
+        self.gradient_kwargs = dict(gradient_kwargs)
+        ms, self.single = _measurements(imp, observables)
+        if observables is not None:  # converted (qd.Z(0) holds a gate object: not picklable)
+            obs = [m.obs for m in ms]
+            self._args = self._args[:3] + (obs[0] if self.single else obs,) + self._args[4:]
+        self.circuit = circuit.with_measurements(ms)
+        self.names = _parameter_names(imp)
+        self.arg_names, self.arg_sizes, self.perm = _split(imp, self.names, arguments)
+        self.__signature__ = inspect.Signature(
+            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in self.arg_names])
+        self.__name__ = "circuit"
+
+    @property
+    def num_parameters(self) -> int:
+        return len(self.names)
+
+    @torch.compiler.disable
+    def __call__(self, *args, **kwargs):
+        """Run the circuit for the given bindings (stays eager under ``torch.compile``)."""
+        from qdiff.bridge import execute
+        recorded = self.record(*args, **kwargs)
+        outs = execute(recorded, self.device, self.diff_method, stacked=True,
+                       options=self.options)
+        bshape = tuple(recorded.batch_shape)
+        if isinstance(outs, torch.Tensor):
+            outs = list(outs.unbind(1)) if self.single else [outs]
+            if not self.single:
+                return outs[0].reshape(bshape + (outs[0].shape[-1],))
+        shaped = [o.reshape(bshape + tuple(o.shape[1:])) for o in outs]
+        if self.single:
+            return shaped[0]
+        if all(m.is_scalar for m in self.circuit.measurements):
+            return torch.stack(shaped, dim=-1)
+        return shaped
+
+    def record(self, *args, **kwargs) -> Recorded:
+        """The :class:`~qdiff.circuits.circuit.Recorded` call: the circuit, ``theta`` ``(B, P)``
+        built from the bindings, the batch shape and the trainable/shared columns."""
+        try:
+            bound = self.__signature__.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise QdiffError(f"circuit qnode: {exc}; its arguments are {list(self.arg_names)}") \
+                from None
+        values = [bound.arguments[n] for n in self.arg_names]
+        if len(values) == 1 and isinstance(values[0], dict):
+            values = [self._from_mapping(values[0])]
+        tensors = [_as_tensor(v, n, k) for v, n, k in zip(values, self.arg_names, self.arg_sizes)]
+        return self._recorded(tensors)
+
+    def _from_mapping(self, mapping: dict) -> torch.Tensor:
+        """``{Parameter or name: value}`` -> ``(..., Np)`` in argument order."""
+        by_key: dict = {}
+        for key, v in mapping.items():
+            name = key if isinstance(key, str) else getattr(key, "name", None)
+            if name not in self.names:
+                raise QdiffError(f"binding for {key!r}: not a parameter of the circuit "
+                                 f"(its parameters: {_preview(self.names)})")
+            by_key[name] = torch.as_tensor(v) if not isinstance(v, torch.Tensor) else v
+        order = [self.names[i] for i in self.perm] if self.perm is not None else self.names
+        missing = [n for n in order if n not in by_key]
+        if missing:
+            raise QdiffError(f"no binding for parameter(s) {_preview(missing)}")
+        cols = [_float(by_key[n]) for n in order]
+        shape = torch.broadcast_shapes(*(c.shape for c in cols)) if cols else ()
+        if not cols:
+            return torch.zeros(0, dtype=torch.float64)
+        return torch.stack([c.expand(shape) for c in cols], dim=-1)
+
+    def _recorded(self, tensors: list) -> Recorded:
+        try:
+            batch_shape = tuple(torch.broadcast_shapes(*(t.shape[:-1] for t in tensors)))
+        except RuntimeError:
+            raise QdiffError("argument batch shapes do not broadcast: " + ", ".join(
+                f"{n} {tuple(t.shape)}" for n, t in zip(self.arg_names, tensors))) from None
+        dtype = _result_dtype(tensors)
+        device = next((t.device for t in tensors if t.numel()), None)
+        bsz = 1
+        for s in batch_shape:
+            bsz *= s
+        parts = [t.to(dtype=dtype, device=device).expand(*batch_shape, t.shape[-1])
+                 .reshape(bsz, t.shape[-1]) for t in tensors]
+        values = torch.cat(parts, dim=1) if len(parts) > 1 else parts[0] if parts else \
+            torch.zeros(bsz, 0, dtype=dtype, device=device)
+        if self.perm is not None:
+            values = values.index_select(1, self.perm.to(values.device))
+        theta = self.source.theta(values) if isinstance(self.source, QiskitImport) and \
+            self.source.num_expressions else values
+        self._check_finite(theta)
+        trainable, shared = self._column_flags(tensors, bsz)
+        return Recorded(self.circuit, theta, batch_shape, trainable, None, shared=shared)
+
+    def _column_flags(self, tensors: list, bsz: int) -> tuple:
+        train, share = [], []
+        for t in tensors:
+            k = t.shape[-1]
+            train.extend([bool(t.requires_grad)] * k)
+            share.extend([t.numel() == k] * k)
+        if self.perm is not None:
+            order = self.perm.tolist()
+            train, share = [train[i] for i in order], [share[i] for i in order]
+        table = getattr(self.source, "expressions", None)
+        for deps in ([] if table is None else table.dependencies):
+            train.append(any(train[d] for d in deps))
+            share.append(all(share[d] for d in deps))
+        return tuple(train), (tuple(share) if bsz > 1 else None)
+
+    def _check_finite(self, theta: torch.Tensor) -> None:
+        if theta.numel() == 0:
+            return
+        ok = torch.isfinite(theta.detach()).all(dim=0)
+        if bool(ok.all()):
+            return
+        bad = int((~ok).nonzero()[0, 0])
+        if bad < len(self.names):
+            raise QdiffError(f"parameter '{self.names[bad]}' has a NaN or infinite value")
+        expr = self.source.expressions.expressions[bad - len(self.names)]
+        raise QdiffError(f"angle {expr} is NaN or infinite at the given parameter values")
+
+    def __reduce__(self):
+        """Pickle by construction arguments (a QuantumCircuit source; a converted circuit holds
+        gate objects that do not pickle)."""
+        if self._args[0] is None:
+            raise QdiffError("cannot pickle a qnode built from a Circuit or an OpenQASM import; "
+                             "save the model's state_dict() instead")
+        qc, device, method, observables, arguments, kwargs = self._args
+        return (_rebuild, (qc, device, method, observables, arguments, kwargs))
+
+    def __repr__(self):
+        return (f"<CircuitQNode {self.circuit.num_wires} qubits, {self.num_parameters} "
+                f"parameters on {self.device!r}, diff_method={self.diff_method!r}>")
+
+
+def _rebuild(qc, device, diff_method, observables, arguments, kwargs) -> CircuitQNode:
+    return CircuitQNode(qc, device, diff_method, observables, arguments, **kwargs)
+
+
+def as_import(source) -> QiskitImport:
+    """A ``QiskitImport`` view of a ``Circuit`` / ``QuantumCircuit`` / ``QiskitImport``."""
+    if isinstance(source, QiskitImport):
+        return source
+    if isinstance(source, Circuit):
+        return QiskitImport(source, [None] * source.num_params)
+    if type(source).__name__ == "QuantumCircuit":
+        return from_qiskit(source)
+    raise QdiffError(f"expected a callable, a Circuit, a QuantumCircuit or a QiskitImport "
+                     f"(qasm.load); got {type(source).__name__}")
+
+
+def _parameter_names(imp: QiskitImport) -> list:
+    return [f"theta[{i}]" if p is None else p.name for i, p in enumerate(imp.parameters)]
+
+
+def _preview(names, limit: int = 8) -> str:
+    names = list(names)
+    more = f", ... ({len(names)} in all)" if len(names) > limit else ""
+    return ", ".join(repr(n) for n in names[:limit]) + more
+
+
+def _measurements(imp: QiskitImport, observables) -> tuple:
+    """``(measurements, single)``: ``single`` when one observable was given (no trailing dim)."""
+    n = imp.circuit.num_wires
+    if observables is None:
+        if imp.circuit.measurements:
+            return tuple(imp.circuit.measurements), len(imp.circuit.measurements) == 1
+        if imp.measurements:
+            wires = []
+            for q, _ in sorted(imp.measurements, key=lambda qc: qc[1]):
+                if q not in wires:
+                    wires.append(q)
+            return (Measurement("probs", None, tuple(wires)),), True
+        z_all = Observable([1.0], [tuple(Factor((w,), "Z") for w in range(n))])
+        return (Measurement("expval", z_all),), False
+    single = not isinstance(observables, (list, tuple))
+    obs = [observables] if single else list(observables)
+    if not obs:
+        raise QdiffError("observables: an empty list (give at least one observable)")
+    ms = []
+    for i, o in enumerate(obs):
+        ob = observable_from_qiskit(o, n, "observable" if single else f"observables[{i}]")
+        ob.check_hermitian()
+        ms.append(Measurement("expval", ob))
+    return tuple(ms), single
+
+
+def _split(imp: QiskitImport, names: list, arguments) -> tuple:
+    """``(argument names, sizes, permutation to column order or None)``."""
+    if arguments is None:
+        return ("values",), (len(names),), None
+    if not isinstance(arguments, dict) or not arguments:
+        raise QdiffError("arguments must be a non-empty dict {name: parameters}")
+    owner: dict = {}
+    cols, sizes = [], []
+    for arg, params in arguments.items():
+        if not str(arg).isidentifier():
+            raise QdiffError(f"argument name {arg!r} is not a Python identifier")
+        mine = resolve_parameters(imp, names, params, arg)
+        for c in mine:
+            if c in owner:
+                where = "twice in" if owner[c] == arg else f"in both {owner[c]} and"
+                raise QdiffError(f"parameter '{names[c]}' is listed {where} {arg}")
+            owner[c] = arg
+        cols.extend(mine)
+        sizes.append(len(mine))
+    left = [names[c] for c in range(len(names)) if c not in owner]
+    if left:
+        raise QdiffError(f"circuit parameter(s) {_preview(left)} are in none of "
+                         f"{' / '.join(arguments)}: every parameter must be an input or a weight")
+    perm = None
+    if cols != list(range(len(cols))):
+        perm = torch.argsort(torch.tensor(cols, dtype=torch.long))
+    return tuple(arguments), tuple(sizes), perm
+
+
+def resolve_parameters(imp: QiskitImport, names: list, params, what: str) -> list:
+    """Column indices of ``params`` (Parameters, ParameterVectors, names or column ints)."""
+    if params is None:
+        return []
+    if isinstance(params, (str, numbers.Integral)) or hasattr(params, "uuid"):
+        params = [params]
+    out = []
+    for p in params:
+        if hasattr(p, "params") and not hasattr(p, "uuid"):  # a ParameterVector
+            out.extend(resolve_parameters(imp, names, list(p), what))
+            continue
+        if isinstance(p, numbers.Integral) and not isinstance(p, bool):
+            if not 0 <= int(p) < len(names):
+                raise QdiffError(f"{what}: column {p} is out of range (the circuit has "
+                                 f"{len(names)} parameters)")
+            out.append(int(p))
+            continue
+        name = p if isinstance(p, str) else getattr(p, "name", None)
+        if name not in names or (hasattr(p, "uuid") and imp.parameters[names.index(name)] != p):
+            raise QdiffError(f"{what}: {p!r} is not a parameter of the circuit (its parameters: "
+                             f"{_preview(names)})")
+        out.append(names.index(name))
+    return out
+
+
+def _float(t: torch.Tensor) -> torch.Tensor:
+    if t.is_complex():
+        raise QdiffError("parameter values must be real; got a complex tensor")
+    return t if t.dtype.is_floating_point else t.to(torch.float64)
+
+
+def _as_tensor(value, name: str, k: int) -> torch.Tensor:
+    """An argument as a real tensor ``(..., k)``."""
+    if not isinstance(value, torch.Tensor):
+        try:
+            value = torch.as_tensor(value, dtype=torch.float64)
+        except (TypeError, ValueError, RuntimeError):
+            raise QdiffError(f"argument '{name}': expected a real tensor of shape (..., {k}); "
+                             f"got {type(value).__name__}") from None
+    value = _float(value)
+    if value.ndim == 0 or value.shape[-1] != k:
+        raise QdiffError(f"argument '{name}' has shape {tuple(value.shape)}; expected "
+                         f"(..., {k}) ({k} parameter value(s) on the last dim)")
+    return value
+
+
+def _result_dtype(tensors: list) -> torch.dtype:
+    """float64 unless every argument is float32 (a model cast with ``.float()``)."""
+    dts = {t.dtype for t in tensors}
+    return torch.float32 if dts == {torch.float32} else torch.float64

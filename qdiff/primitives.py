@@ -1,0 +1,322 @@
+"""qdiff as Qiskit primitives: :class:`Estimator` (``BaseEstimatorV2``) and :class:`Sampler`
+(``BaseSamplerV2``) on qdiff's statevector simulator.
+
+A PUB's parameter-value array, of any broadcast shape, runs as ONE batched simulation; the
+Estimator also stacks every PUB of a ``run`` that shares a circuit into that one simulation (a
+parameter-shift gradient sends hundreds of one-binding PUBs). Circuits run through the ordinary
+qnode path (:class:`~qdiff.circuit_qnode.CircuitQNode`), so every Qiskit parameter expression
+is supported.
+
+- ``Estimator``: exact expectation values (``stds`` 0) at precision 0; with a precision ``p > 0``
+  every Pauli term is estimated from ``ceil(1 / p**2)`` sampled shots in its eigenbasis (as a
+  shot-based device does) and ``stds`` holds each estimate's standard error.
+- ``Sampler``: ``shots`` samples of the final measurements per binding, one ``BitArray`` per
+  classical register (Qiskit's bit layout).
+
+>>> import numpy as np
+>>> from qiskit import QuantumCircuit
+>>> from qiskit.circuit import Parameter
+>>> qc = QuantumCircuit(2); _ = qc.ry(Parameter("a"), 0); _ = qc.cx(0, 1)
+>>> res = Estimator().run([(qc, ["ZZ", "ZI"], np.array([[0.0], [np.pi / 2]]))]).result()
+>>> res[0].data.evs.round(12).tolist()
+[1.0, 0.0]
+>>> qc.measure_all()
+>>> counts = Sampler(seed=1).run([(qc, [np.pi])], shots=100).result()[0].data.meas.get_counts()
+>>> counts
+{'11': 100}
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+
+import numpy as np
+import torch
+from qiskit.primitives import BaseEstimatorV2, BaseSamplerV2, PrimitiveJob
+from qiskit.primitives.containers import (BitArray, DataBin, PrimitiveResult, PubResult,
+                                          SamplerPubResult)
+from qiskit.primitives.containers.estimator_pub import EstimatorPub
+from qiskit.primitives.containers.sampler_pub import SamplerPub
+
+from qdiff.circuit_qnode import CircuitQNode
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.observables import Factor, Observable
+from qdiff.circuits.qiskit_io import from_qiskit
+
+_QNODE_CACHE_SIZE = 64
+
+
+class _Runner:
+    """Shared machinery: circuit imports (per run), qnodes (cached by structure), devices."""
+
+    def __init__(self, seed):
+        self._rng = np.random.default_rng(seed)
+        self._qnodes: "OrderedDict" = OrderedDict()
+        self._devices: dict = {}
+
+    def _device(self, n: int, shots=None):
+        key = (n, shots)
+        if key not in self._devices:
+            import qdiff  # the device registry sits above the engines, at the package front
+            seed = None if shots is None else int(self._rng.integers(2 ** 62))
+            self._devices[key] = qdiff.device("statevector", wires=n, shots=shots, seed=seed)
+        return self._devices[key]
+
+    def _qnode(self, imp, observables: list, obs_keys: tuple, shots=None) -> CircuitQNode:
+        """A qnode for ``imp`` measuring ``observables`` (reused while the structure stays)."""
+        key = (_structure_key(imp), obs_keys, shots)
+        qn = self._qnodes.get(key)
+        if qn is None:
+            qn = CircuitQNode(imp, self._device(imp.circuit.num_wires, shots),
+                              observables=observables or None)
+            self._qnodes[key] = qn
+            if len(self._qnodes) > _QNODE_CACHE_SIZE:
+                self._qnodes.popitem(last=False)
+        else:
+            self._qnodes.move_to_end(key)
+        return qn
+
+    def _generator(self) -> torch.Generator:
+        g = torch.Generator()
+        g.manual_seed(int(self._rng.integers(2 ** 62)))
+        return g
+
+
+def _structure_key(imp) -> tuple:
+    c = imp.circuit
+    ops = tuple((op.gate, op.wires, op.params) for op in c.operations)
+    exprs = tuple(str(e) for e in imp.columns()[len(imp.parameters):])
+    return (c.num_wires, c.num_params, ops, exprs, tuple(imp.measurements))
+
+
+def _import(qc, cache: dict, what: str):
+    """``from_qiskit(qc)`` once per circuit object within a run."""
+    imp = cache.get(id(qc))
+    if imp is None:
+        if qc.num_vars or any(op.operation.name == "reset" for op in qc.data):
+            raise QdiffError(f"{what}: classical variables and reset are not supported")
+        imp = cache[id(qc)] = (from_qiskit(qc), qc)
+    return imp[0]
+
+
+def _values(pub, qc) -> np.ndarray:
+    """``(prod(shape), Np)`` float64 parameter values in ``qc.parameters`` order."""
+    arr = np.asarray(pub.parameter_values.as_array(qc.parameters), dtype=np.float64)
+    shape = pub.parameter_values.shape
+    return arr.reshape(int(np.prod(shape, dtype=np.int64)), qc.num_parameters)
+
+
+def _pauli_terms(sparse) -> list:
+    """``[(Pauli word ((qubit, letter), ...), real coefficient)]`` of a SparseObservable."""
+    out = []
+    for letters, qubits, c in sparse.as_paulis().simplify().to_sparse_list():
+        c = complex(c)
+        if abs(c.imag) > 1e-12:
+            raise QdiffError(f"Estimator: observable {sparse} is not Hermitian")
+        out.append((tuple(sorted((int(q), ch) for ch, q in zip(letters, qubits))), c.real))
+    return out
+
+
+def _word_observable(word: tuple) -> Observable:
+    return Observable([1.0], [tuple(Factor((q,), ch) for q, ch in word)])
+
+
+class Estimator(BaseEstimatorV2):
+    """``BaseEstimatorV2`` on qdiff's statevector simulator.
+
+    Args:
+        default_precision: precision of PUBs that give none (0: exact).
+        seed: seed (or ``np.random.Generator``) of the shot sampling at precision > 0.
+    """
+
+    def __init__(self, *, default_precision: float = 0.0, seed=None):
+        if not default_precision >= 0:
+            raise QdiffError(f"default_precision must be >= 0; got {default_precision!r}")
+        self._default_precision = float(default_precision)
+        self._seed = seed
+        self._runner = _Runner(seed)
+
+    @property
+    def default_precision(self) -> float:
+        return self._default_precision
+
+    @property
+    def seed(self):
+        return self._seed
+
+    def run(self, pubs, *, precision=None) -> PrimitiveJob:
+        if precision is None:
+            precision = self._default_precision
+        coerced = [EstimatorPub.coerce(pub, precision) for pub in pubs]
+        for p in coerced:
+            if not p.precision >= 0:
+                raise QdiffError(f"precision must be >= 0; got {p.precision!r}")
+        job = PrimitiveJob(self._run, coerced)
+        job._submit()
+        return job
+
+    def _run(self, pubs: list) -> PrimitiveResult:
+        groups: "OrderedDict" = OrderedDict()
+        for i, pub in enumerate(pubs):
+            groups.setdefault((id(pub.circuit), pub.precision), []).append(i)
+        results = [None] * len(pubs)
+        imports: dict = {}
+        for (_, precision), members in groups.items():
+            for i, (evs, stds) in zip(members, self._run_group([pubs[i] for i in members],
+                                                               precision, imports)):
+                pub = pubs[i]
+                results[i] = PubResult(
+                    DataBin(evs=evs, stds=stds, shape=evs.shape),
+                    metadata={"target_precision": precision, "circuit_metadata":
+                              pub.circuit.metadata, **({"shots": _shots(precision)}
+                                                       if precision > 0 else {})})
+        return PrimitiveResult(results, metadata={"version": 2})
+
+    def _run_group(self, pubs: list, precision: float, imports: dict) -> list:
+        """One simulation for every PUB of one circuit: ``[(evs, stds)]`` per PUB."""
+        qc = pubs[0].circuit
+        imp = _import(qc, imports, "Estimator")
+        if imp.measurements:
+            raise QdiffError("Estimator: the circuit has measurements; estimate observables of "
+                             "a circuit without them (circuit.remove_final_measurements())")
+        words: "OrderedDict" = OrderedDict()   # Pauli word -> output column
+        rows, plans, start = [], [], 0
+        for pub in pubs:
+            vals = _values(pub, qc)
+            rows.append(vals)
+            obs = pub.observables.sparse_observables_array()
+            terms = [[(words.setdefault(w, len(words)), c) for w, c in _pauli_terms(o)]
+                     for o in obs.reshape(-1)]
+            plans.append((start, pub.parameter_values.shape, obs.shape, terms))
+            start += len(vals)
+        values = np.concatenate(rows) if rows else np.zeros((0, qc.num_parameters))
+        shots = _shots(precision) if precision > 0 else None
+        means = self._term_means(imp, values, list(words), shots)
+        return [_combine(means, plan, shots) for plan in plans]
+
+    def _term_means(self, imp, values: np.ndarray, words: list, shots) -> np.ndarray:
+        """``(R, W)`` expectation values of every Pauli word (exact, or from ``shots``)."""
+        live = [w for w in words if w]  # the identity word is 1 exactly
+        out = np.ones((values.shape[0], len(words)))
+        if live:
+            qn = self._runner._qnode(imp, [_word_observable(w) for w in live], tuple(live), shots)
+            with torch.no_grad():
+                vals = qn(torch.as_tensor(values, dtype=torch.float64)).reshape(len(values), -1)
+            cols = [i for i, w in enumerate(words) if w]
+            out[:, cols] = vals.numpy()
+        return out
+
+
+def _shots(precision: float) -> int:
+    return int(math.ceil(1.0 / precision ** 2))
+
+
+def _combine(means: np.ndarray, plan: tuple, shots) -> tuple:
+    """``(evs, stds)`` of one PUB from the term means of its rows."""
+    start, pshape, oshape, terms = plan
+    if not pshape and not oshape:  # one binding, one observable (a gradient's shifted PUB)
+        ev = sum(c * means[start, col] for col, c in terms[0])
+        var = sum(c * c * max(1.0 - means[start, col] ** 2, 0.0) for col, c in terms[0])
+        return np.array(ev, dtype=np.float64), np.array(math.sqrt(var / shots) if shots else 0.0)
+    shape = np.broadcast_shapes(pshape, oshape)
+    prow = np.broadcast_to(np.arange(int(np.prod(pshape, dtype=np.int64))).reshape(pshape), shape)
+    oidx = np.broadcast_to(np.arange(len(terms)).reshape(oshape), shape)
+    evs = np.zeros(shape)
+    var = np.zeros(shape)
+    for k, obs_terms in enumerate(terms):
+        mask = oidx == k
+        r = start + prow[mask]
+        for col, c in obs_terms:
+            m = means[r, col]
+            evs[mask] += c * m
+            if shots:
+                var[mask] += c * c * np.clip(1.0 - m * m, 0.0, None) / shots
+    return evs, np.sqrt(var) if shots else np.zeros(shape)
+
+
+class Sampler(BaseSamplerV2):
+    """``BaseSamplerV2`` on qdiff's statevector simulator: the exact distribution of the final
+    measurements per binding, sampled ``shots`` times.
+
+    Args:
+        default_shots: shots of PUBs that give none.
+        seed: seed (or ``np.random.Generator``) of the sampling (a reproducible sequence).
+    """
+
+    def __init__(self, *, default_shots: int = 1024, seed=None):
+        if not (isinstance(default_shots, (int, np.integer)) and default_shots >= 1):
+            raise QdiffError(f"default_shots must be a positive integer; got {default_shots!r}")
+        self._default_shots = int(default_shots)
+        self._seed = seed
+        self._runner = _Runner(seed)
+
+    @property
+    def default_shots(self) -> int:
+        return self._default_shots
+
+    @property
+    def seed(self):
+        return self._seed
+
+    def run(self, pubs, *, shots=None) -> PrimitiveJob:
+        if shots is None:
+            shots = self._default_shots
+        coerced = [SamplerPub.coerce(pub, shots) for pub in pubs]
+        job = PrimitiveJob(self._run, coerced)
+        job._submit()
+        return job
+
+    def _run(self, pubs: list) -> PrimitiveResult:
+        imports: dict = {}
+        return PrimitiveResult([self._run_pub(p, imports) for p in pubs], metadata={"version": 2})
+
+    def _run_pub(self, pub, imports: dict) -> SamplerPubResult:
+        qc = pub.circuit
+        imp = _import(qc, imports, "Sampler")
+        values = _values(pub, qc)
+        owner = {}  # clbit -> qubit of its last final measurement
+        for q, c in imp.measurements:
+            owner[c] = q
+        wires = sorted(set(owner.values()))
+        bits = self._sample(imp, values, wires, pub.shots)  # (R, shots, len(wires))
+        pos = {q: i for i, q in enumerate(wires)}
+        data = {}
+        for creg in qc.cregs:
+            clbits = [qc.find_bit(b).index for b in creg]
+            reg = np.zeros(bits.shape[:2] + (len(clbits),), dtype=np.uint8)
+            for j, c in enumerate(clbits):
+                if c in owner:
+                    reg[..., j] = bits[..., pos[owner[c]]]
+            data[creg.name] = BitArray(_pack(reg).reshape(pub.shape + (pub.shots, -1)),
+                                       len(clbits))
+        return SamplerPubResult(DataBin(**data, shape=pub.shape),
+                                metadata={"shots": pub.shots,
+                                          "circuit_metadata": qc.metadata})
+
+    def _sample(self, imp, values: np.ndarray, wires: list, shots: int) -> np.ndarray:
+        """``(R, shots, k)`` uint8 bits of ``wires`` (in that order) per binding row."""
+        r = values.shape[0]
+        if not wires:
+            return np.zeros((r, shots, 0), dtype=np.uint8)
+        from qdiff.circuits.measurements import Measurement
+        circ = imp.circuit.with_measurements((Measurement("probs", None, tuple(wires)),))
+        src = type(imp)(circ, imp.parameters, [], 0, imp.global_phase, imp.expressions)
+        qn = self._runner._qnode(src, [], ("probs", tuple(wires)))
+        with torch.no_grad():
+            p = qn(torch.as_tensor(values, dtype=torch.float64)).reshape(r, -1)
+        idx = torch.multinomial(p.clamp_min(0), shots, replacement=True,
+                                generator=self._runner._generator()).numpy()
+        k = len(wires)
+        shifts = np.arange(k - 1, -1, -1)
+        return ((idx[..., None] >> shifts) & 1).astype(np.uint8)
+
+
+def _pack(reg: np.ndarray) -> np.ndarray:
+    """Bits ``(..., nbits)`` (bit j = clbit j of the register) -> Qiskit's packed big-endian
+    bytes ``(..., ceil(nbits / 8))``."""
+    nbits = reg.shape[-1]
+    big = reg[..., ::-1]
+    pad = -nbits % 8
+    if pad:
+        big = np.concatenate([np.zeros(reg.shape[:-1] + (pad,), dtype=np.uint8), big], axis=-1)
+    return np.packbits(big, axis=-1)

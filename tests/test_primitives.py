@@ -1,0 +1,241 @@
+"""qdiff.primitives: Estimator/Sampler against Qiskit's StatevectorEstimator/StatevectorSampler
+on random PUBs (random parametrized circuits, observables and broadcast shapes), shot
+statistics, the bit layout of registers, errors, and Qiskit ML's EstimatorQNN + TorchConnector
+training on qdiff's Estimator."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from qdiff import QdiffError
+from qdiff.primitives import Estimator, Sampler
+
+GATES1 = ["rx", "ry", "rz", "p"]
+GATES2 = ["crx", "cp", "rzz", "rxx"]
+
+
+def random_circuit(rng, n: int, num_params: int, depth: int = 6):
+    """A random parametrized circuit; angles are parameters, affine maps, or products/sines."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import ParameterVector
+    pv = ParameterVector("p", num_params)
+    qc = QuantumCircuit(n)
+
+    def angle():
+        if not num_params:
+            return rng.uniform(-3, 3)
+        a, b = pv[rng.integers(num_params)], pv[rng.integers(num_params)]
+        return [a, 2 * a - 0.3, a * b, (a + b).sin()][rng.integers(0, 4)]
+    for q in range(n):
+        qc.h(q)
+    for _ in range(depth):
+        if n > 1 and rng.random() < 0.4:
+            q0, q1 = rng.choice(n, 2, replace=False)
+            g = GATES2[rng.integers(len(GATES2))] if rng.random() < 0.6 else "cx"
+            getattr(qc, g)(*([angle()] if g != "cx" else []), int(q0), int(q1))
+        else:
+            getattr(qc, GATES1[rng.integers(len(GATES1))])(angle(), int(rng.integers(n)))
+    used = qc.num_parameters
+    return qc, used
+
+
+def random_observable(rng, n: int):
+    from qiskit.quantum_info import SparsePauliOp
+    k = int(rng.integers(1, 4))
+    labels = ["".join(rng.choice(list("IXYZ"), n)) for _ in range(k)]
+    return SparsePauliOp(labels, rng.uniform(-1, 1, k))
+
+
+@st.composite
+def pubs(draw):
+    seed = draw(st.integers(0, 2 ** 31 - 1))
+    rng = np.random.default_rng(seed)
+    n = draw(st.integers(1, 4))
+    qc, used = random_circuit(rng, n, draw(st.integers(0, 3)))
+    pshape = draw(st.sampled_from([(), (3,), (2, 1), (1, 4), (2, 3)]))
+    oshape = draw(st.sampled_from([(), (1,), (3,), (2, 1), (1, 3)]))
+    obs = np.empty(oshape, dtype=object)
+    for i in np.ndindex(oshape):
+        obs[i] = random_observable(rng, n)
+    values = rng.uniform(-np.pi, np.pi, pshape + (used,))
+    if used == 0:
+        return (qc, obs.tolist() if oshape else obs[()])
+    try:
+        np.broadcast_shapes(pshape, oshape)
+    except ValueError:
+        oshape = ()
+        obs = obs.reshape(-1)[:1].reshape(())
+    return (qc, obs.tolist() if oshape else obs[()], values)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(pubs(), min_size=1, max_size=3))
+def test_estimator_matches_statevector_estimator(pub_list):
+    from qiskit.primitives import StatevectorEstimator
+    ours = Estimator().run(pub_list).result()
+    ref = StatevectorEstimator().run(pub_list).result()
+    assert len(ours) == len(ref)
+    for a, b in zip(ours, ref):
+        assert a.data.evs.shape == b.data.evs.shape
+        np.testing.assert_allclose(a.data.evs, b.data.evs, atol=1e-10)
+        assert (a.data.stds == 0).all()
+        assert a.metadata["target_precision"] == 0.0
+
+
+def test_pubs_of_one_circuit_run_as_one_simulation(monkeypatch):
+    """EstimatorQNN's gradient sends one PUB per shifted binding: one qnode call for all."""
+    from qiskit.primitives import StatevectorEstimator
+    from qdiff.circuit_qnode import CircuitQNode
+    rng = np.random.default_rng(0)
+    qc, used = random_circuit(rng, 3, 3)
+    obs = random_observable(rng, 3)
+    pub_list = [(qc, obs, rng.uniform(-1, 1, used)) for _ in range(12)]
+    pub_list.append((qc, [obs, "ZZZ"], rng.uniform(-1, 1, (4, 1, used))))
+    calls = []
+    real = CircuitQNode.__call__
+    monkeypatch.setattr(CircuitQNode, "__call__", lambda self, *a, **k: calls.append(1) or
+                        real(self, *a, **k))
+    ours = Estimator().run(pub_list).result()
+    assert len(calls) == 1
+    ref = StatevectorEstimator().run(pub_list).result()
+    for a, b in zip(ours, ref):
+        np.testing.assert_allclose(a.data.evs, b.data.evs, atol=1e-10)
+
+
+def test_projector_observables_and_unparametrized_circuits():
+    from qiskit import QuantumCircuit
+    from qiskit.primitives import StatevectorEstimator
+    from qiskit.quantum_info import SparseObservable
+    qc = QuantumCircuit(2)
+    qc.h(0)
+    qc.ry(0.4, 1)
+    obs = [SparseObservable("0+"), SparseObservable.from_list([("r1", 0.5), ("XZ", -1.0)]), "II"]
+    a = Estimator().run([(qc, obs)]).result()[0].data.evs
+    # Qiskit's StatevectorEstimator reads Pauli strings only: the projectors expanded for it
+    from qiskit.quantum_info import SparsePauliOp
+    paulis = [SparsePauliOp.from_sparse_list(SparseObservable(o).as_paulis().to_sparse_list(), 2)
+              for o in obs]
+    b = StatevectorEstimator().run([(qc, paulis)]).result()[0].data.evs
+    np.testing.assert_allclose(a, b, atol=1e-12)
+
+
+def test_precision_samples_shots_with_standard_errors():
+    from qiskit.primitives import StatevectorEstimator
+    from qiskit.quantum_info import SparsePauliOp
+    rng = np.random.default_rng(5)
+    qc, used = random_circuit(rng, 2, 2)
+    obs = SparsePauliOp.from_list([("XZ", 0.8), ("YI", -0.5), ("II", 0.25)])
+    vals = rng.uniform(-1, 1, (200, used))
+    exact = StatevectorEstimator().run([(qc, obs, vals)]).result()[0].data.evs
+    res = Estimator(default_precision=0.05, seed=7).run([(qc, obs, vals)]).result()[0]
+    assert res.metadata["target_precision"] == 0.05 and res.metadata["shots"] == 400
+    z = (res.data.evs - exact) / res.data.stds
+    assert abs(z.mean()) < 0.35 and 0.7 < z.std() < 1.3  # standard normal errors
+    expected = np.sqrt(0.64 + 0.25) / 20  # sqrt(sum c^2 (1 - m^2) / shots) <= this
+    assert (res.data.stds <= expected + 1e-12).all()
+    again = Estimator(default_precision=0.05, seed=7).run([(qc, obs, vals)]).result()[0]
+    np.testing.assert_array_equal(again.data.evs, res.data.evs)  # seeded
+
+
+def test_estimator_errors():
+    from qiskit import QuantumCircuit
+    qc = QuantumCircuit(1, 1)
+    qc.h(0)
+    qc.measure(0, 0)
+    with pytest.raises(QdiffError, match="Estimator: the circuit has measurements"):
+        Estimator().run([(qc, "Z")]).result()
+    with pytest.raises(QdiffError, match="default_precision must be >= 0"):
+        Estimator(default_precision=-1)
+
+
+def test_sampler_bit_layout_matches_statevector_sampler():
+    """Deterministic outcomes: several registers, clbits out of qubit order, an unmeasured
+    clbit, one qubit into two clbits."""
+    from qiskit import ClassicalRegister, QuantumCircuit, QuantumRegister
+    from qiskit.circuit import Parameter
+    from qiskit.primitives import StatevectorSampler
+    a = Parameter("a")
+    q = QuantumRegister(4)
+    c1, c2 = ClassicalRegister(3, "alpha"), ClassicalRegister(10, "beta")
+    qc = QuantumCircuit(q, c1, c2)
+    qc.rx(a, 0)
+    qc.x(2)
+    qc.cx(0, 3)
+    qc.measure(0, c1[2])
+    qc.measure(2, c1[0])
+    qc.measure(3, c2[9])
+    qc.measure(2, c2[4])
+    vals = np.array([[[0.0]], [[np.pi]]])  # shape (2, 1): |0..> and |1..> on qubit 0
+    ours = Sampler(seed=1).run([(qc, vals)], shots=5).result()[0]
+    ref = StatevectorSampler(seed=1).run([(qc, vals)], shots=5).result()[0]
+    for reg in ("alpha", "beta"):
+        x, y = getattr(ours.data, reg), getattr(ref.data, reg)
+        assert x.shape == y.shape == (2, 1) and x.num_bits == y.num_bits
+        np.testing.assert_array_equal(x.array, y.array)
+    assert ours.data.alpha.get_counts((1, 0)) == {"101": 5}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sampler_distribution_matches_exact_probabilities(seed):
+    from qiskit.quantum_info import Statevector
+    rng = np.random.default_rng(seed)
+    qc, used = random_circuit(rng, 3, 2)
+    vals = rng.uniform(-np.pi, np.pi, (3, used))
+    meas = qc.copy()
+    meas.measure_all()
+    shots = 20000
+    res = Sampler(seed=seed).run([(meas, vals)], shots=shots).result()[0]
+    assert res.data.meas.shape == (3,) and res.metadata["shots"] == shots
+    for i in range(3):
+        exact = Statevector(qc.assign_parameters(vals[i])).probabilities_dict()
+        counts = res.data.meas.get_counts(i)
+        for key in set(exact) | set(counts):
+            p = exact.get(key, 0.0)
+            got = counts.get(key, 0) / shots
+            assert abs(got - p) < 5 * np.sqrt(p * (1 - p) / shots) + 1e-3, (key, got, p)
+
+
+def test_sampler_without_measurements_and_shots_validation():
+    from qiskit import ClassicalRegister, QuantumCircuit
+    qc = QuantumCircuit(2)
+    qc.add_register(ClassicalRegister(2, "c"))
+    qc.h(0)
+    res = Sampler().run([qc], shots=3).result()[0]
+    assert res.data.c.get_counts() == {"00": 3}
+    with pytest.raises(QdiffError, match="default_shots must be a positive integer"):
+        Sampler(default_shots=0)
+
+
+def test_estimator_qnn_trains_on_qdiff_estimator():
+    from qiskit.circuit.library import real_amplitudes, zz_feature_map
+    from qiskit.primitives import StatevectorEstimator
+    from qiskit_machine_learning.connectors import TorchConnector
+    from qiskit_machine_learning.neural_networks import EstimatorQNN
+    fm, ansatz = zz_feature_map(2), real_amplitudes(2, reps=1)
+    qc = fm.compose(ansatz)
+
+    def qnn(estimator):
+        return EstimatorQNN(circuit=qc, input_params=fm.parameters,
+                            weight_params=ansatz.parameters, estimator=estimator,
+                            input_gradients=True, default_precision=0.0)
+    rng = np.random.default_rng(2)
+    x, w = rng.uniform(0, 1, (6, 2)), rng.uniform(0, 6, ansatz.num_parameters)
+    ours, ref = qnn(Estimator()), qnn(StatevectorEstimator())
+    np.testing.assert_allclose(ours.forward(x, w), ref.forward(x, w), atol=1e-12)
+    for a, b in zip(ours.backward(x, w), ref.backward(x, w)):
+        np.testing.assert_allclose(a, b, atol=1e-10)
+    torch.manual_seed(0)
+    model = TorchConnector(ours, initial_weights=w)
+    xt = torch.tensor(x, dtype=torch.float32)
+    y = torch.tensor(np.sign(x[:, :1] - 0.5), dtype=torch.float32)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(8):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(xt), y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert losses[-1] < losses[0]

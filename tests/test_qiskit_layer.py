@@ -1,0 +1,263 @@
+"""Qiskit circuits as torch layers and qnodes: ``QuantumLayer.from_qiskit`` against Qiskit
+Machine Learning's EstimatorQNN (values and gradients, float64), every diff method, the weight
+order, errors, batching, state_dict, torch.compile, Aer and IBM fake devices, and
+``qd.qnode(dev)(circuit)`` for QuantumCircuits, Circuits and OpenQASM imports."""
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+import torch
+
+import qdiff as qd
+from qdiff import QdiffError
+
+METHODS = ["best", "backprop", "adjoint", "parameter-shift", "finite-diff"]
+GRAD_TOL = {"finite-diff": 1e-5}
+
+
+def classifier(n=3, reps=1):
+    from qiskit.circuit.library import real_amplitudes, zz_feature_map
+    fm, ansatz = zz_feature_map(n), real_amplitudes(n, reps=reps)
+    return fm, ansatz, fm.compose(ansatz)
+
+
+def observables():
+    from qiskit.quantum_info import SparsePauliOp
+    return [SparsePauliOp("ZZZ"), SparsePauliOp.from_list([("XIZ", 0.3), ("IYY", -0.7)])]
+
+
+@pytest.fixture(scope="module")
+def qml_reference():
+    """Qiskit ML's exact forward and backward (float64 numpy) on zz_feature_map + real_amplitudes."""
+    from qiskit.primitives import StatevectorEstimator
+    from qiskit_machine_learning.neural_networks import EstimatorQNN
+    fm, ansatz, qc = classifier()
+    qnn = EstimatorQNN(circuit=qc, observables=observables(), input_params=fm.parameters,
+                       weight_params=ansatz.parameters, estimator=StatevectorEstimator(),
+                       input_gradients=True, default_precision=0.0)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0, 2, (4, 3))
+    w = rng.uniform(0, 2 * np.pi, ansatz.num_parameters)
+    fwd = qnn.forward(x, w)
+    gx, gw = qnn.backward(x, w)
+    return x, w, fwd, gx, gw
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_layer_matches_qiskit_ml_values_and_gradients(qml_reference, method):
+    x, w, fwd, gx, gw = qml_reference
+    fm, ansatz, qc = classifier()
+    layer = qd.QuantumLayer.from_qiskit(qc, input_params=fm.parameters,
+                                        weight_params=ansatz.parameters,
+                                        observables=observables(), diff_method=method,
+                                        init_method=torch.tensor(w))
+    xt = torch.tensor(x, requires_grad=True)
+    out = layer(xt)
+    assert out.shape == (4, 2) and out.dtype == torch.float64
+    np.testing.assert_allclose(out.detach().numpy(), fwd, atol=1e-12)
+    tol = GRAD_TOL.get(method, 1e-10)
+    for k in range(2):  # one output at a time: the full Jacobians, not only their sum
+        g_x, g_w = torch.autograd.grad(out[:, k].sum(), [xt, layer.weights], retain_graph=True)
+        np.testing.assert_allclose(g_x.numpy(), gx[:, k, :], atol=tol)
+        np.testing.assert_allclose(g_w.numpy(), gw[:, k, :].sum(0), atol=tol)
+
+
+def test_weights_follow_weight_params_order_and_default_observable():
+    from qiskit.quantum_info import SparsePauliOp, Statevector
+    fm, ansatz, qc = classifier()
+    order = list(ansatz.parameters)[::-1]
+    layer = qd.QuantumLayer.from_qiskit(qc, input_params=list(fm.parameters), weight_params=order)
+    (weights,) = list(layer.parameters())
+    assert tuple(weights.shape) == (len(order),)
+    x = torch.tensor([0.3, -0.2, 1.1], dtype=torch.float64)
+    out = layer(x)
+    assert out.shape == (1,)  # Z on every qubit, one observable
+    vals = dict(zip(fm.parameters, x.tolist())) | dict(zip(order, weights.tolist()))
+    ref = Statevector(qc.assign_parameters(vals)).expectation_value(SparsePauliOp("ZZZ")).real
+    assert abs(float(out[0]) - ref) < 1e-12
+
+
+def test_layer_errors_name_the_parameter_or_observable():
+    from qiskit.circuit import Parameter
+    from qiskit.quantum_info import SparsePauliOp
+    fm, ansatz, qc = classifier()
+    w = list(ansatz.parameters)
+    with pytest.raises(QdiffError, match=r"θ\[5\].*in none of inputs / weights"):
+        qd.QuantumLayer.from_qiskit(qc, fm.parameters, w[:-1])
+    with pytest.raises(QdiffError, match=r"'θ\[0\]' is listed in both inputs and weights"):
+        qd.QuantumLayer.from_qiskit(qc, list(fm.parameters) + [w[0]], w)
+    with pytest.raises(QdiffError, match=r"'θ\[1\]' is listed twice in weights"):
+        qd.QuantumLayer.from_qiskit(qc, fm.parameters, w + [w[1]])
+    with pytest.raises(QdiffError, match=r"Parameter\(zz\).*not a parameter"):
+        qd.QuantumLayer.from_qiskit(qc, fm.parameters, w + [Parameter("zz")])
+    with pytest.raises(QdiffError, match=r"observables\[1\] acts on 2 qubit\(s\); the circuit has 3"):
+        qd.QuantumLayer.from_qiskit(qc, fm.parameters, w,
+                                    observables=[SparsePauliOp("ZZZ"), SparsePauliOp("ZZ")])
+    with pytest.raises(QdiffError, match=r"observables\[0\] acts on wire 3"):
+        qd.QuantumLayer.from_qiskit(qc, fm.parameters, w, observables=[qd.Z(3)])
+    layer = qd.QuantumLayer.from_qiskit(qc, fm.parameters, w)
+    with pytest.raises(QdiffError, match=r"argument 'inputs' has shape \(5, 2\); expected \(\.\.\., 3\)"):
+        layer(torch.zeros(5, 2))
+    with pytest.raises(QdiffError, match=r"parameter 'x\[1\]' has a NaN"):
+        layer(torch.tensor([0.0, float("nan"), 0.0]))
+
+
+def test_batches_state_dict_and_qdiff_observables():
+    fm, ansatz, qc = classifier()
+    obs = [qd.Z(0), 0.5 * qd.X(1) @ qd.Y(2) - qd.Z(2)]
+    a = qd.QuantumLayer.from_qiskit(qc, fm.parameters, ansatz.parameters, observables=obs)
+    b = qd.QuantumLayer.from_qiskit(qc, fm.parameters, ansatz.parameters, observables=obs)
+    b.load_state_dict(a.state_dict())
+    assert list(a.state_dict()) == ["weights"]
+    x = torch.rand(2, 5, 3, dtype=torch.float64)
+    out = a(x)
+    assert out.shape == (2, 5, 2)
+    assert torch.allclose(out, b(x), atol=0)
+    rows = torch.stack([a(x[i, j]) for i in range(2) for j in range(5)]).reshape(2, 5, 2)
+    assert torch.allclose(out, rows, atol=1e-13)
+    # float32 models: .float() casts the weights; outputs follow
+    assert a.float()(x.float()).dtype == torch.float32
+
+
+def test_torch_compile_and_training_step():
+    fm, ansatz, qc = classifier()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(qd.QuantumLayer.from_qiskit(qc, fm.parameters, ansatz.parameters),
+                                torch.nn.Linear(1, 1)).double()
+    x = torch.rand(8, 3, dtype=torch.float64)
+    y = (x.sum(1, keepdim=True) > 1.5).double()
+    compiled = torch.compile(model, backend="eager")
+    g_eager = torch.autograd.grad(model(x).sub(y).pow(2).sum(), list(model.parameters()))
+    g_comp = torch.autograd.grad(compiled(x).sub(y).pow(2).sum(), list(model.parameters()))
+    for a, b in zip(g_eager, g_comp):
+        assert torch.allclose(a, b, atol=1e-12)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(15):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(compiled(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert losses[-1] < losses[0]
+
+
+def test_aer_backend_matches_statevector():
+    fm, ansatz, qc = classifier()
+    w = torch.rand(ansatz.num_parameters, dtype=torch.float64)
+    ref = qd.QuantumLayer.from_qiskit(qc, fm.parameters, ansatz.parameters,
+                                      observables=observables(), init_method=w)
+    aer = qd.QuantumLayer.from_qiskit(qc, fm.parameters, ansatz.parameters,
+                                      observables=observables(), init_method=w, device="aer")
+    x = torch.rand(3, 3, dtype=torch.float64)
+    out_r, out_a = ref(x), aer(x)
+    assert torch.allclose(out_r, out_a, atol=1e-10)
+    g_r = torch.autograd.grad(out_r.sum(), ref.weights)[0]
+    g_a = torch.autograd.grad(out_a.sum(), aer.weights)[0]
+    assert torch.allclose(g_r, g_a, atol=1e-9)
+
+
+def test_ibm_fake_device_trains():
+    from qiskit.quantum_info import SparsePauliOp
+    fm, ansatz, qc = classifier(n=2)
+    dev = qd.device("ibm", backend="fake_manila", wires=2, shots=2000, seed=4, primitive="v2")
+    w = torch.rand(ansatz.num_parameters, dtype=torch.float64)
+    obs = [SparsePauliOp("ZZ")]
+    layer = qd.QuantumLayer.from_qiskit(qc, fm.parameters, ansatz.parameters, observables=obs,
+                                        device=dev, init_method=w)
+    ideal = qd.QuantumLayer.from_qiskit(qc, fm.parameters, ansatz.parameters, observables=obs,
+                                        init_method=w)
+    x = torch.tensor([[0.2, 0.9], [1.3, -0.4]], dtype=torch.float64)
+    out = layer(x)
+    assert (out - ideal(x)).abs().max() < 0.15  # readout/gate noise of fake_manila
+    (g,) = torch.autograd.grad(out.sum(), layer.weights)
+    (g_ideal,) = torch.autograd.grad(ideal(x).sum(), ideal.weights)
+    assert torch.isfinite(g).all() and (g - g_ideal).abs().max() < 0.3
+
+
+def test_qnode_of_quantum_circuit_circuit_and_import_agree():
+    from qdiff.circuits import qasm
+    from qdiff.circuits.qiskit_io import from_qiskit
+    fm, ansatz, qc = classifier()
+    obs = observables()
+    dev = qd.device("statevector", wires=3)
+    vals = torch.rand(2, 4, qc.num_parameters, dtype=torch.float64)
+    f_qc = qd.qnode(dev, observables=obs)(qc)
+    out = f_qc(vals)
+    assert out.shape == (2, 4, 2)
+    imp = from_qiskit(qc)
+    assert torch.allclose(qd.qnode(dev, observables=obs)(imp)(vals), out, atol=0)
+    # a bare Circuit takes full theta columns: parameters, then the expression columns
+    theta = imp.theta(vals.reshape(8, -1)).reshape(2, 4, -1)
+    assert torch.allclose(qd.qnode(dev, observables=obs)(imp.circuit)(theta), out, atol=1e-14)
+    # bindings by mapping, broadcast leading shapes
+    mapping = {p: vals[..., i] for i, p in enumerate(qc.parameters)}
+    mapping[qc.parameters[0].name] = mapping.pop(qc.parameters[0])
+    assert torch.allclose(f_qc(mapping), out, atol=0)
+    # one observable: no trailing dim
+    assert qd.qnode(dev, observables=obs[0])(qc)(vals).shape == (2, 4)
+    # through OpenQASM 3 (the exporter spells x[0] as the identifier _x_0_)
+    text = qasm.dumps(imp, version=3)
+    again = qasm.loads(text)
+    assert [p.name for p in again.parameters] == [
+        "_" + p.name.replace("[", "_").replace("]", "_") for p in qc.parameters]
+    assert torch.allclose(qd.qnode(dev, observables=obs)(again)(vals), out, atol=1e-12)
+
+
+def test_qnode_of_circuit_with_measurements_returns_probabilities():
+    from qiskit import QuantumCircuit
+    from qiskit.quantum_info import Statevector
+    from qiskit.circuit import Parameter
+    a = Parameter("a")
+    qc = QuantumCircuit(3, 2)
+    qc.ry(a, 0)
+    qc.cx(0, 2)
+    qc.h(1)
+    qc.measure(2, 0)
+    qc.measure(0, 1)
+    p = qd.qnode(qd.device("statevector", wires=3))(qc)(torch.tensor([[0.7]], dtype=torch.float64))
+    probs = Statevector(qc.remove_final_measurements(inplace=False).assign_parameters([0.7]))
+    ref = probs.probabilities([0, 2])  # Qiskit little-endian: index = bit(q0)*2 + bit(q2)
+    # ours: wires in clbit order (qubit 2, then qubit 0), wire 0 most significant
+    assert p.shape == (1, 4)
+    assert np.allclose(p[0].numpy(), ref, atol=1e-12)
+
+
+def test_qnode_errors():
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    qc = QuantumCircuit(2)
+    qc.rx(Parameter("a"), 0)
+    with pytest.raises(QdiffError, match="circuit has 2 qubits but the device has 3"):
+        qd.qnode(qd.device("statevector", wires=3))(qc)
+    f = qd.qnode(qd.device("statevector", wires=2))(qc)
+    with pytest.raises(QdiffError, match=r"binding for 'b': not a parameter"):
+        f({"b": 1.0})
+    with pytest.raises(QdiffError, match=r"no binding for parameter\(s\) 'a'"):
+        f({})
+    with pytest.raises(QdiffError, match="expected a callable, a Circuit"):
+        qd.qnode(qd.device("statevector", wires=2))(3)
+    with pytest.raises(QdiffError, match="unknown diff_method"):
+        qd.qnode(qd.device("statevector", wires=2), diff_method="magic")(qc)
+
+
+
+def test_whole_model_saves_and_loads_and_spsa_runs():
+    import io
+    fm, ansatz, qc = classifier()
+    layer = qd.QuantumLayer.from_qiskit(qc, fm.parameters, ansatz.parameters,
+                                        observables=[qd.Z(0), "XXZ"], diff_method="spsa", seed=3)
+    model = torch.nn.Sequential(layer, torch.nn.Linear(2, 1)).double()
+    x = torch.rand(4, 3, dtype=torch.float64)
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    again = torch.load(buf, weights_only=False)
+    assert torch.allclose(again(x), model(x), atol=0)
+    (g,) = torch.autograd.grad(layer(x).sum(), layer.weights)
+    assert g.shape == (ansatz.num_parameters,) and torch.isfinite(g).all()
+    from qdiff.circuits.qiskit_io import from_qiskit
+    bare = qd.qnode(qd.device("statevector", wires=3))(from_qiskit(qc).circuit)
+    with pytest.raises(QdiffError, match="save the model's state_dict"):
+        torch.save(bare, io.BytesIO())
