@@ -60,7 +60,7 @@ _EXPORTS = {
 
 # Gates under PennyLane's class names (qd.RX, qd.CNOT, ...): the same list the gate registry
 # builds, written out so that it is known without importing torch; short aliases map onto them
-# (tests/test_lazy_front.py checks both lists against the registry).
+# (tests/test_startup.py checks both lists against the registry).
 _GATE_NAMES = (
     "Identity", "PauliX", "PauliY", "PauliZ", "Hadamard", "S", "Sdg", "T", "Tdg", "SX", "SXdg",
     "RX", "RY", "RZ", "PhaseShift", "U1", "Rot", "U3", "U2", "CNOT", "CY", "CZ", "CH", "SWAP",
@@ -73,6 +73,7 @@ _GATE_ALIASES = {"I": "Identity", "X": "PauliX", "Y": "PauliY", "Z": "PauliZ", "
 
 def _gate(pl_name: str):
     from qdiff.circuits.gates import GATES
+    import qdiff.circuits.observables  # noqa: F401  (arithmetic on gates makes observables)
     for g in GATES.values():
         if g.pl_name == pl_name:
             return g
