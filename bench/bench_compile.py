@@ -13,7 +13,9 @@ process infidelity against the input (qdiff's checker: full unitary up to 12 qub
 states above). Each circuit runs in its own interpreter under a wall-clock limit
 (``--timeout`` seconds for all its tools together; a tool that did not finish is reported as
 such); with ``--json`` every finished circuit is saved at once and circuits already in the file
-are skipped, so an interrupted run resumes where it stopped. Circuits run smallest first.
+are skipped, so an interrupted run resumes where it stopped (an interrupted circuit leaves a
+``NAME.running`` marker beside the file; delete it to run that circuit again). Circuits run
+smallest first; a second shard with ``--reverse`` on the same file runs largest first.
 """
 from __future__ import annotations
 
@@ -241,6 +243,19 @@ def _save_json(path, data) -> None:
     write_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
+def _claim_path(path, name) -> str:
+    return f"{path}.{name}.running"
+
+
+def _claim(path, name) -> bool:
+    """Mark ``name`` as running for shards sharing the JSON file; False if already marked."""
+    try:
+        os.close(os.open(_claim_path(path, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default=DEFAULT_DIR)
@@ -252,6 +267,8 @@ def main(argv=None) -> int:
                     "circuits already saved (resume)")
     ap.add_argument("--timeout", type=float, default=1200.0,
                     help="wall-clock seconds per circuit, all tools together")
+    ap.add_argument("--reverse", action="store_true", help="largest circuits first (a second "
+                    "shard on the same --json meets the first in the middle)")
     ap.add_argument("--redo", action="store_true", help="re-run circuits already in --json")
     ap.add_argument("--table", action="store_true", help="only print the table of --json")
     ap.add_argument("--markdown", default=None, help="also write the table to this file")
@@ -274,17 +291,24 @@ def main(argv=None) -> int:
     if not args.table:
         data["meta"].update(level=args.level, approx=args.approx, timeout=args.timeout,
                             python=platform.python_version(), cores=os.cpu_count())
-        for f in files:
+        for f in (reversed(files) if args.reverse else files):
             name = os.path.basename(f)[:-5]
+            if args.json:  # another shard may have saved rows meanwhile
+                data["rows"] = _load_json(args.json)["rows"]
             if not args.redo and any(r["name"] == name for r in data["rows"]):
                 continue
+            if args.json and not _claim(args.json, name):
+                continue  # another shard is running it
             load0 = os.getloadavg()[0]
             r = run_circuit(f, args, use_pytket)
             r["load"] = round((load0 + os.getloadavg()[0]) / 2, 1)
             r["date"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+            if args.json:
+                data["rows"] = _load_json(args.json)["rows"]
             data["rows"] = [x for x in data["rows"] if x["name"] != name] + [r]
             if args.json:
                 _save_json(args.json, data)
+                os.unlink(_claim_path(args.json, name))
             qd, ax = r.get("qd") or {}, r.get("ax") or {}
             print(f"{name:34s} in={_g(r, 'in', 'cx'):>5} qk={_g(r, 'qk', 'cx'):>5} "
                   f"tk={_g(r, 'tk', 'cx'):>5} qd={_g(r, 'qd', 'cx'):>5} "
