@@ -134,7 +134,6 @@ class QdiffStatevector(Device):
         seed = np.random.randint(0, 2 ** 31 - 1) if seed == "global" else seed
         self._rng = np.random.default_rng(seed)
         self._engines: dict = {}
-        self._kept: dict = {}  # tape hash -> (job, residual) of the last adjoint-ready execute
 
     def _engine(self, n: int) -> StatevectorBackend:
         eng = self._engines.get(n)
@@ -182,7 +181,7 @@ class QdiffStatevector(Device):
         if config.use_device_jacobian_product is None:
             updated["use_device_jacobian_product"] = method == "adjoint"
         if config.grad_on_execution is None:
-            updated["grad_on_execution"] = False
+            updated["grad_on_execution"] = method == "adjoint"
         mcm = config.mcm_config
         if mcm.mcm_method not in (None, "deferred"):
             raise DeviceError(f"mcm_method={mcm.mcm_method!r} is not supported with "
@@ -223,6 +222,9 @@ class QdiffStatevector(Device):
         program.add_transform(validate_measurements, analytic_measurements=_adjoint_measurement,
                               name=name)
         program.add_transform(validate_adjoint_trainable_params)
+        # PennyLane's derivative formats have no broadcast axis: expand, and the engine merges
+        # the expanded tapes (one structure) back into one batched job
+        program.add_transform(qml.transforms.broadcast_expand)
         return program
 
     # -- conversion ------------------------------------------------------------------------
@@ -232,7 +234,7 @@ class QdiffStatevector(Device):
             return tuple(self.wires)
         return tuple(tape.wires)
 
-    def _plan(self, tape, keep=False) -> _Plan:
+    def _plan(self, tape) -> _Plan:
         labels = self._labels(tape)
         n = len(labels)
         if n == 0:
@@ -240,54 +242,54 @@ class QdiffStatevector(Device):
         wire_map = None if labels == tuple(range(n)) else {w: i for i, w in enumerate(labels)}
         native = None if tape.shots else _native_measurements(tape.measurements, labels)
         meas = native if native is not None else [Measurement("state")]
-        keep = keep and native is not None and _adjointable(tape)
         engine = self._engine(n)
         try:
             rec, sources = from_pennylane_tape(tape, labels, meas, engine.check_batch)
         except QdiffError as exc:
             raise DeviceError(f"{self.name}: {exc}") from None
         trainable = _column_trainable(tape, sources)
-        job = Job(rec.circuit, rec.theta, rec.initial_state, shots=None, keep=keep,
-                  flat=keep, trainable=trainable)
+        job = Job(rec.circuit, rec.theta, rec.initial_state, shots=None, trainable=trainable)
         return _Plan(tape, job, sources, native is not None, n, wire_map)
 
     # -- execution -------------------------------------------------------------------------
 
     def execute(self, circuits, execution_config: Optional[ExecutionConfig] = None):
-        config = execution_config or ExecutionConfig()
-        keep = bool(config.use_device_jacobian_product) and config.gradient_method == "adjoint"
-        plans = [self._plan(t, keep=keep) for t in circuits]
-        results = self._run(plans)
-        self._kept = {}
-        out = []
-        for p, r in zip(plans, results):
-            if p.job.keep:
-                self._kept[p.tape.hash] = (p.job, r.residual, p.sources)
-            out.append(self._finish(p, r.outputs))
-        return tuple(out)
+        plans = [self._plan(t) for t in circuits]
+        outputs = self._execute_grouped([p.job for p in plans])
+        return tuple(self._finish(p, o) for p, o in zip(plans, outputs))
 
-    def _run(self, plans) -> list:
-        """All jobs of one engine size in one ``execute`` call (the engine batches each)."""
-        results = [None] * len(plans)
+    def _execute_grouped(self, jobs, keep_residuals=False):
+        """Run ``jobs`` with ONE engine ``execute`` call per register size; jobs of the same
+        circuit structure (tapes that differ only in their parameter values, e.g. a broadcast
+        tape after ``broadcast_expand``) are merged into one job of stacked theta rows. Returns
+        each job's outputs (and, with ``keep_residuals``, the merged jobs and residuals)."""
+        merged, members = _merge(jobs)
+        results = [None] * len(merged)
         by_n: dict = {}
-        for i, p in enumerate(plans):
-            by_n.setdefault(p.n, []).append(i)
+        for i, job in enumerate(merged):
+            by_n.setdefault(job.circuit.num_wires, []).append(i)
         for n, idx in by_n.items():
-            res = self._engine(n).execute([plans[i].job for i in idx])
+            res = self._engine(n).execute([merged[i] for i in idx])
             for i, r in zip(idx, res):
                 results[i] = r
-        return results
+        outputs = [None] * len(jobs)
+        for r, mem in zip(results, members):
+            for j, rows in mem:
+                o = r.outputs
+                outputs[j] = o[rows] if isinstance(o, torch.Tensor) else [x[rows] for x in o]
+        if keep_residuals:
+            return outputs, merged, members, results
+        return outputs
 
     def _finish(self, plan: _Plan, outputs):
         tape = plan.tape
         mps = tape.measurements
         if plan.native:
-            if plan.job.flat:
+            if isinstance(outputs, torch.Tensor):  # flat
                 outputs = _split_flat(outputs, plan.job.circuit.measurements, plan.n)
             vals = [_to_user(o if plan.batched else o[0]) for o in outputs]
             return vals[0] if len(mps) == 1 else tuple(vals)
-        state = outputs[0]
-        state = _to_user(state)
+        state = _to_user(outputs[0])
         shape = ((state.shape[0],) if plan.batched else ()) + (2,) * plan.n
         state = state.reshape(shape) if plan.batched else state[0].reshape(shape)
         if plan.wire_map is not None:
@@ -299,36 +301,78 @@ class QdiffStatevector(Device):
     # -- derivatives -----------------------------------------------------------------------
 
     def compute_derivatives(self, circuits, execution_config=None):
-        return tuple(self._jacobian(t) for t in circuits)
+        return self._derivatives(circuits, results=False)
 
     def execute_and_compute_derivatives(self, circuits, execution_config=None):
-        results = self.execute(circuits, execution_config)
-        return results, self.compute_derivatives(circuits, execution_config)
+        return self._derivatives(circuits, results=True)
+
+    def _derivatives(self, circuits, results: bool):
+        """Jacobians in PennyLane's nested format by the engine's reverse mode: each tape's
+        rows repeated once per output with one-hot cotangents, tapes of one structure merged,
+        one forward (keeping its residual) and one reverse sweep per merged job."""
+        plans = [self._adjoint_plan(t) for t in circuits]
+        big = []
+        for p in plans:
+            job, b = p.job, p.job.theta.shape[0]
+            k = sum(_flat_size(m, p.n) for m in job.circuit.measurements)
+            init = None if job.initial_state is None else \
+                job.initial_state.expand(b, -1).repeat(k, 1)
+            big.append(replace(job, theta=job.theta.repeat(k, 1), initial_state=init, flat=True,
+                               keep=True, trainable=job.trainable if p.tape.trainable_params
+                               else (False,) * job.theta.shape[1]))
+        outputs, merged, members, res = self._execute_grouped(big, keep_residuals=True)
+        cots = []
+        for job, mem in zip(merged, members):
+            parts = []
+            for j, _ in mem:
+                b = plans[j].job.theta.shape[0]
+                k = big[j].theta.shape[0] // b
+                parts.append(torch.eye(k, dtype=torch.float64).repeat_interleave(b, dim=0))
+            cots.append(torch.cat(parts) if len(parts) > 1 else parts[0])
+        grads = self._vjp(merged, cots, [r.residual for r in res])
+        jacs = [None] * len(plans)
+        for g, mem in zip(grads, members):
+            for j, rows in mem:
+                p = plans[j]
+                if not p.tape.trainable_params:
+                    jacs[j] = ()
+                    continue
+                b = p.job.theta.shape[0]
+                sizes = [_flat_size(m, p.n) for m in p.job.circuit.measurements]
+                gj = g[rows].reshape(sum(sizes), b, -1)  # (output, row, column)
+                jac_cols = _columns_to_params(p.tape, p.sources, gj)
+                jacs[j] = _jacobian_format(p.tape, jac_cols, sizes, p.batched)
+        jacs = tuple(jacs)
+        if not results:
+            return jacs
+        vals = tuple(self._finish(p, o[:p.job.theta.shape[0]]) for p, o in zip(plans, outputs))
+        return vals, jacs
+
+    def _adjoint_plan(self, tape) -> _Plan:
+        plan = self._plan(tape)
+        if not plan.native or tape.shots:
+            raise DeviceError(f"{self.name}: the adjoint method differentiates exact expval, var "
+                              f"and probs(wires) only; got {list(tape.measurements)}")
+        return plan
 
     def compute_vjp(self, circuits, cotangents, execution_config=None):
-        jobs, cots, residuals, plans = [], [], [], []
-        for tape, dy in zip(circuits, cotangents):
-            kept = self._kept.get(tape.hash)
-            if kept is None:
-                plan = self._plan(tape)
-                kept = (plan.job, None, plan.sources)
-            job, residual, sources = kept
-            if not tape.trainable_params:
-                continue
-            plans.append((tape, sources))
-            jobs.append(job)
-            residuals.append(residual)
-            cots.append(_flat_cotangent(tape, dy, job))
-        grads = iter(self._vjp(jobs, cots, residuals))
-        done = {id(t): (t, s) for t, s in plans}
-        return tuple(_param_grads(tape, next(grads), done[id(tape)][1]) if id(tape) in done
-                     else () for tape in circuits)
+        plans = [self._adjoint_plan(t) for t in circuits]
+        cots = [_flat_cotangent(p.tape, dy, p.job) for p, dy in zip(plans, cotangents)]
+        merged, members = _merge([p.job for p in plans])
+        mcots = [torch.cat([cots[j] for j, _ in mem]) if len(mem) > 1 else cots[mem[0][0]]
+                 for mem in members]
+        grads = self._vjp(merged, mcots, [None] * len(merged))
+        out = [None] * len(plans)
+        for g, mem in zip(grads, members):
+            for j, rows in mem:
+                p = plans[j]
+                out[j] = _param_grads(p.tape, g[rows], p.sources) if p.tape.trainable_params \
+                    else ()
+        return tuple(out)
 
     def execute_and_compute_vjp(self, circuits, cotangents, execution_config=None):
-        results = self.execute(circuits, replace(execution_config or ExecutionConfig(),
-                                                 gradient_method="adjoint",
-                                                 use_device_jacobian_product=True))
-        return results, self.compute_vjp(circuits, cotangents, execution_config)
+        return self.execute(circuits, execution_config), \
+            self.compute_vjp(circuits, cotangents, execution_config)
 
     def _vjp(self, jobs, cots, residuals) -> list:
         out = [None] * len(jobs)
@@ -342,26 +386,33 @@ class QdiffStatevector(Device):
                 out[i] = g
         return out
 
-    def _jacobian(self, tape):
-        """The Jacobian in PennyLane's nested format, from one reverse sweep per output
-        (rows repeated, one-hot cotangents, one engine call)."""
-        if not tape.trainable_params:
-            return ()
-        plan = self._plan(tape)
-        job = plan.job
-        mps = plan.job.circuit.measurements
-        sizes = [_flat_size(m, plan.n) for m in mps]
-        k = sum(sizes)
+
+def _merge(jobs):
+    """Merge jobs of one circuit object (same structure, same trainable columns, no initial
+    state) into one job of stacked theta rows: ``(merged jobs, members)``, ``members[i]`` the
+    ``(job index, row slice)`` pairs merged job ``i`` serves."""
+    merged, members, slot = [], [], {}
+    for j, job in enumerate(jobs):
         b = job.theta.shape[0]
-        theta = job.theta.repeat(k, 1)
-        init = None if job.initial_state is None else \
-            job.initial_state.expand(b, -1).repeat(k, 1)
-        big = replace(job, theta=theta, initial_state=init, flat=True, keep=False)
-        eye = torch.eye(k, dtype=torch.float64).repeat_interleave(b, dim=0)
-        [g] = self._vjp([big], [eye], [None])
-        g = g.reshape(k, b, -1)  # (output, row, column)
-        jac_cols = _columns_to_params(tape, plan.sources, g)  # per trainable param (k, b)
-        return _jacobian_format(tape, jac_cols, sizes, plan.batched)
+        key = None if job.initial_state is not None or job.theta.requires_grad else \
+            (id(job.circuit), job.trainable, job.flat, job.keep)
+        i = slot.get(key) if key is not None else None
+        if i is None:
+            if key is not None:
+                slot[key] = len(merged)
+            merged.append([job])
+            members.append([(j, slice(0, b))])
+        else:
+            start = members[i][-1][1].stop
+            merged[i].append(job)
+            members[i].append((j, slice(start, start + b)))
+    out = []
+    for group in merged:
+        if len(group) == 1:
+            out.append(group[0])
+        else:
+            out.append(replace(group[0], theta=torch.cat([g.theta for g in group])))
+    return out, members
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -409,10 +460,6 @@ def _native_measurements(mps, labels):
         else:
             return None
     return out
-
-
-def _adjointable(tape) -> bool:
-    return not tape.shots and all(_adjoint_measurement(m) for m in tape.measurements)
 
 
 def _column_trainable(tape, sources) -> tuple:
