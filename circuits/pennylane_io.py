@@ -349,28 +349,32 @@ def _gate_param(p) -> torch.Tensor:
 
 
 def from_pennylane_tape(tape, labels, measurements=None, check_batch=None):
-    """Convert a PennyLane tape whose operations all pass :func:`tape_op_supported` (a leading
-    ``StatePrep``/``BasisState`` allowed) into ``(recorded, sources)``.
+    """Convert a PennyLane tape whose operations all pass :func:`tape_op_supported` into
+    ``(recorded, sources)``.
 
     ``recorded`` is a :class:`Recorded` on the wires ``labels`` (in that order) whose circuit
-    carries ``measurements`` (qdiff measurements; default none). ``sources[c] = (k, factor)``
+    carries ``measurements`` (qdiff measurements; default none). A leading state preparation
+    (any ``StatePrepBase``: ``StatePrep``, ``AmplitudeEmbedding``, ``BasisEmbedding``, ...)
+    becomes the initial state. ``sources[c] = (k, factor)``
     says theta column ``c`` is ``factor`` times the tape's parameter ``k`` (index into
     ``tape.get_parameters(trainable_only=False)``), so gradients by column map back to the
     tape's parameters. Tensors requiring grad stay in the graph (backprop through torch).
     """
+    from pennylane.operation import StatePrepBase
     items, sources = [], []
     k = 0
     for pos, op in enumerate(tape.operations):
         name = type(op).__name__
         wires = tuple(op.wires)
         nd = len(op.data)
-        if name in ("StatePrep", "BasisState") and pos == 0:
-            if name == "BasisState":
+        if pos == 0 and isinstance(op, StatePrepBase):
+            if name == "BasisState" and op.batch_size is None:
                 bits = np.asarray(op.data[0]).astype(int).reshape(-1)
                 items.extend(Operation(GATES["x"], (w,), ()) for w, b in zip(wires, bits) if b)
-            else:
-                vec = op.data[0]
+            else:  # StatePrep, AmplitudeEmbedding, BasisEmbedding, CosineWindow, ...
+                vec = op.state_vector(wire_order=wires)
                 vec = vec if isinstance(vec, torch.Tensor) else torch.as_tensor(np.asarray(vec))
+                vec = vec.reshape(*vec.shape[:vec.ndim - len(wires)], 2 ** len(wires))
                 vec = vec.to(torch.complex128)
                 items.append(StatePrep(vec / vec.abs().pow(2).sum(-1, keepdim=True).sqrt(),
                                        wires))

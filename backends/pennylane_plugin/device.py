@@ -314,7 +314,8 @@ class QdiffStatevector(Device):
         big = []
         for p in plans:
             job, b = p.job, p.job.theta.shape[0]
-            k = sum(_flat_size(m, p.n) for m in job.circuit.measurements)
+            k = sum(_flat_size(m, p.n) for m in job.circuit.measurements) \
+                if p.tape.trainable_params else 1
             init = None if job.initial_state is None else \
                 job.initial_state.expand(b, -1).repeat(k, 1)
             big.append(replace(job, theta=job.theta.repeat(k, 1), initial_state=init, flat=True,
@@ -329,7 +330,11 @@ class QdiffStatevector(Device):
                 k = big[j].theta.shape[0] // b
                 parts.append(torch.eye(k, dtype=torch.float64).repeat_interleave(b, dim=0))
             cots.append(torch.cat(parts) if len(parts) > 1 else parts[0])
-        grads = self._vjp(merged, cots, [r.residual for r in res])
+        todo = [i for i, job in enumerate(merged) if any(job.trainable)]
+        grads = [None] * len(merged)
+        for i, g in zip(todo, self._vjp([merged[i] for i in todo], [cots[i] for i in todo],
+                                        [res[i].residual for i in todo])):
+            grads[i] = g
         jacs = [None] * len(plans)
         for g, mem in zip(grads, members):
             for j, rows in mem:
