@@ -168,10 +168,15 @@ def test_broadcast_tapes_run_as_one_engine_job(monkeypatch):
     calls.clear()
     g = qml.QNode(sel_circuit(N), qml.device("qdiff.statevector", wires=N),
                   diff_method="adjoint")
+    sweeps = []
+    vjp = StatevectorBackend.vjp
+    monkeypatch.setattr(StatevectorBackend, "vjp", lambda self, jobs, cots, res: (
+        sweeps.append([tuple(c.shape) for c in cots]), vjp(self, jobs, cots, res))[1])
     qml.jacobian(lambda w: qml.math.stack(g(x, w)))(w)
-    # broadcast_expand gives 32 tapes: merged into one job, rows repeated per output, values
-    # and Jacobian from one forward and one reverse sweep
-    assert calls == [[(32 * N, N + 2 * N * 3)]]
+    # broadcast_expand gives 32 tapes: merged into one job; one forward over the 32 rows, one
+    # reverse sweep over them repeated once per output
+    assert calls == [[(32, N + 2 * N * 3)]]
+    assert sweeps == [[(32 * N, N)]]
 
 
 def test_shot_statistics_agree_with_exact_values():

@@ -42,6 +42,8 @@ from pennylane.transforms import defer_measurements
 
 from qdiff.backends.base import Job
 from qdiff.backends.statevector import StatevectorBackend
+from qdiff.backends.statevector.engine import Residual
+from qdiff.backends.statevector.simulate import Trace
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.pennylane_io import (from_pennylane_observable, from_pennylane_tape,
@@ -307,50 +309,42 @@ class QdiffStatevector(Device):
         return self._derivatives(circuits, results=True)
 
     def _derivatives(self, circuits, results: bool):
-        """Jacobians in PennyLane's nested format by the engine's reverse mode: each tape's
-        rows repeated once per output with one-hot cotangents, tapes of one structure merged,
-        one forward (keeping its residual) and one reverse sweep per merged job."""
+        """Jacobians in PennyLane's nested format by the engine's reverse mode: tapes of one
+        structure merged into one job, ONE forward over its rows, then one reverse sweep per
+        output over the final states repeated once per output (one-hot cotangents, one engine
+        ``vjp`` call)."""
         plans = [self._adjoint_plan(t) for t in circuits]
-        big = []
-        for p in plans:
-            job, b = p.job, p.job.theta.shape[0]
-            k = sum(_flat_size(m, p.n) for m in job.circuit.measurements) \
-                if p.tape.trainable_params else 1
+        jobs = [replace(p.job, flat=True, keep=True) for p in plans]
+        outputs, merged, members, res = self._execute_grouped(jobs, keep_residuals=True)
+        big, cots, resid, todo = [], [], [], []
+        for i, (job, mem, r) in enumerate(zip(merged, members, res)):
+            if not any(job.trainable or ()):
+                continue
+            k = sum(_flat_size(m, job.circuit.num_wires) for m in job.circuit.measurements)
+            b = job.theta.shape[0]
             init = None if job.initial_state is None else \
                 job.initial_state.expand(b, -1).repeat(k, 1)
-            big.append(replace(job, theta=job.theta.repeat(k, 1), initial_state=init, flat=True,
-                               keep=True, trainable=job.trainable if p.tape.trainable_params
-                               else (False,) * job.theta.shape[1]))
-        outputs, merged, members, res = self._execute_grouped(big, keep_residuals=True)
-        cots = []
-        for job, mem in zip(merged, members):
-            parts = []
-            for j, _ in mem:
-                b = plans[j].job.theta.shape[0]
-                k = big[j].theta.shape[0] // b
-                parts.append(torch.eye(k, dtype=torch.float64).repeat_interleave(b, dim=0))
-            cots.append(torch.cat(parts) if len(parts) > 1 else parts[0])
-        todo = [i for i, job in enumerate(merged) if any(job.trainable)]
+            big.append(replace(job, theta=job.theta.repeat(k, 1), initial_state=init))
+            cots.append(torch.eye(k, dtype=torch.float64).repeat_interleave(b, dim=0))
+            resid.append(Residual(r.residual.state.repeat(k, 1), Trace(),
+                                  r.residual.use_native))
+            todo.append(i)
         grads = [None] * len(merged)
-        for i, g in zip(todo, self._vjp([merged[i] for i in todo], [cots[i] for i in todo],
-                                        [res[i].residual for i in todo])):
-            grads[i] = g
-        jacs = [None] * len(plans)
+        for i, g in zip(todo, self._vjp(big, cots, resid)):
+            grads[i] = g.reshape(-1, merged[i].theta.shape[0], g.shape[-1])  # (out, row, col)
+        jacs = [()] * len(plans)
         for g, mem in zip(grads, members):
             for j, rows in mem:
                 p = plans[j]
-                if not p.tape.trainable_params:
-                    jacs[j] = ()
+                if g is None or not p.tape.trainable_params:
                     continue
-                b = p.job.theta.shape[0]
                 sizes = [_flat_size(m, p.n) for m in p.job.circuit.measurements]
-                gj = g[rows].reshape(sum(sizes), b, -1)  # (output, row, column)
-                jac_cols = _columns_to_params(p.tape, p.sources, gj)
-                jacs[j] = _jacobian_format(p.tape, jac_cols, sizes, p.batched)
+                jac = g[:, rows].detach().cpu().numpy() @ _column_map(p.tape, p.sources)
+                jacs[j] = _jacobian_format(p.tape, jac, sizes, p.batched)
         jacs = tuple(jacs)
         if not results:
             return jacs
-        vals = tuple(self._finish(p, o[:p.job.theta.shape[0]]) for p, o in zip(plans, outputs))
+        vals = tuple(self._finish(p, o) for p, o in zip(plans, outputs))
         return vals, jacs
 
     def _adjoint_plan(self, tape) -> _Plan:
@@ -505,47 +499,44 @@ def _flat_cotangent(tape, dy, job) -> torch.Tensor:
     return torch.cat(cols, dim=1)
 
 
-def _columns_to_params(tape, sources, g: torch.Tensor) -> list:
-    """Per trainable tape parameter, the sum over its theta columns of ``factor * g[..., c]``
-    (``g`` has the columns last)."""
+def _column_map(tape, sources) -> np.ndarray:
+    """``(P, T)`` matrix taking gradients by theta column to gradients by trainable tape
+    parameter (``factor`` where column ``c`` comes from parameter ``t``)."""
     index = {k: i for i, k in enumerate(tape.trainable_params)}
-    out = [None] * len(index)
+    m = np.zeros((len(sources), len(index)))
     for c, (k, factor) in enumerate(sources):
         i = index.get(k)
-        if i is None:
-            continue
-        part = g[..., c] * factor
-        out[i] = part if out[i] is None else out[i] + part
-    zeros = torch.zeros(g.shape[:-1], dtype=g.dtype)
-    return [zeros if o is None else o for o in out]
+        if i is not None:
+            m[c, i] += factor
+    return m
 
 
 def _param_grads(tape, g: torch.Tensor, sources) -> tuple:
     """``(B, P)`` column gradients -> one gradient per trainable tape parameter, shaped like
     the parameter (a broadcast parameter keeps its rows; a scalar sums them)."""
-    per = _columns_to_params(tape, sources, g)
+    per = g.detach().cpu().numpy() @ _column_map(tape, sources)  # (B, T)
     params = tape.get_parameters(trainable_only=True)
     out = []
-    for p, v in zip(params, per):
+    for t, p in enumerate(params):
         shape = np.shape(p)
-        v = v.detach().cpu().numpy()
+        v = per[:, t]
         out.append(v.reshape(shape) if len(shape) and np.prod(shape) == v.size
                    else np.asarray(v.sum()))
     return tuple(out)
 
 
-def _jacobian_format(tape, jac_cols, sizes, batched):
-    """PennyLane's nested Jacobian: per measurement, per trainable parameter."""
-    nm, npar = len(sizes), len(jac_cols)
+def _jacobian_format(tape, jac, sizes, batched):
+    """PennyLane's nested Jacobian (per measurement, per trainable parameter) from ``jac``
+    ``(K, B, T)`` (flat outputs, rows, trainable parameters)."""
+    nm, npar = len(sizes), jac.shape[-1]
     per_meas = []
     start = 0
     for s, mp in zip(sizes, tape.measurements):
-        entries = []
-        for j in jac_cols:  # (K, B)
-            blk = j[start:start + s].detach().cpu().numpy()  # (s, B)
-            blk = blk.T if isinstance(mp, ProbabilityMP) else blk[0]  # (B, s) or (B,)
-            entries.append(blk if batched else blk[0])
-        per_meas.append(entries)
+        blk = jac[start:start + s]  # (s, B, T)
+        blk = np.moveaxis(blk, 0, -1) if isinstance(mp, ProbabilityMP) else blk[0]  # (B,T,s)|(B,T)
+        blk = blk if batched else blk[0]
+        per_meas.append([blk[..., t, :] if isinstance(mp, ProbabilityMP) else blk[..., t]
+                         for t in range(npar)])
         start += s
     if nm == 1 and npar == 1:
         return per_meas[0][0]
