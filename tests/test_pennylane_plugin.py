@@ -277,3 +277,25 @@ def test_complex64_amplitudes():
     b = qml.QNode(circuit, qml.device("default.qubit", wires=2))()
     assert a[1].dtype == np.complex64
     close(a, b, atol=1e-6)
+
+
+@pytest.mark.parametrize("device_vjp", [False, True])
+def test_torchlayer_training_step_equals_default_qubit(device_vjp):
+    n = 3
+
+    def circuit_with_inputs(inputs, w):  # TorchLayer's signature: the input argument first
+        return sel_circuit(n)(inputs, w)
+
+    torch.manual_seed(3)
+    x, y = torch.rand(16, n), torch.rand(16, 1)
+    grads = []
+    for name, diff, kw in (("qdiff.statevector", "adjoint", {"device_vjp": device_vjp}),
+                           ("default.qubit", "backprop", {})):
+        dev = qml.device(name, wires=n)
+        q = qml.QNode(circuit_with_inputs, dev, interface="torch", diff_method=diff, **kw)
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(qml.qnn.TorchLayer(q, {"w": (2, n, 3)}), torch.nn.Linear(n, 1))
+        loss = torch.nn.functional.mse_loss(m(x), y)
+        loss.backward()
+        grads.append((loss.detach(), m[0].w.grad.clone(), m[1].weight.grad.clone()))
+    close(grads[0], grads[1], atol=1e-6)  # float32 inputs and Linear

@@ -93,6 +93,15 @@ def _accepted_sample(mp) -> bool:
     return isinstance(mp, SampleMeasurement)
 
 
+@qml.transform
+def _expand_trainable_broadcast(tape):
+    """``broadcast_expand`` for a broadcast tape with a trainable non-scalar parameter."""
+    if tape.batch_size is not None and any(
+            qml.math.ndim(p) > 0 for p in tape.get_parameters(trainable_only=True)):
+        return qml.transforms.broadcast_expand(tape)
+    return (tape,), lambda results: results[0]
+
+
 class _Plan:
     """One tape as one engine job: the job, its theta sources, and how to read the results."""
 
@@ -210,10 +219,10 @@ class QdiffStatevector(Device):
         if config.gradient_method == "backprop":
             program.add_transform(no_sampling, name=f"backprop + {self.name}")
         if config.gradient_method == "adjoint":
-            program += self._adjoint_program()
+            program += self._adjoint_program(expand=not config.use_device_jacobian_product)
         return program
 
-    def _adjoint_program(self):
+    def _adjoint_program(self, expand=True):
         name = f"adjoint + {self.name}"
         program = qml.CompilePipeline()
         program.add_transform(no_sampling, name=name)
@@ -224,9 +233,12 @@ class QdiffStatevector(Device):
         program.add_transform(validate_measurements, analytic_measurements=_adjoint_measurement,
                               name=name)
         program.add_transform(validate_adjoint_trainable_params)
-        # PennyLane's derivative formats have no broadcast axis: expand, and the engine merges
-        # the expanded tapes (one structure) back into one batched job
-        program.add_transform(qml.transforms.broadcast_expand)
+        # PennyLane's Jacobian format has no broadcast axis, and its VJPs none for a trainable
+        # broadcast parameter: expand those tapes (the engine merges the expanded tapes, one
+        # structure, back into one batched job). A VJP w.r.t. scalar parameters keeps the
+        # broadcast tape as it is.
+        program.add_transform(qml.transforms.broadcast_expand if expand
+                              else _expand_trainable_broadcast)
         return program
 
     # -- conversion ------------------------------------------------------------------------
