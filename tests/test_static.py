@@ -327,3 +327,42 @@ def test_other_refusals():
     nan(torch.tensor(0.1, dtype=torch.float64))
     with pytest.raises(qd.QdiffError, match="NaN"):
         nan(torch.tensor(float("nan"), dtype=torch.float64))
+
+
+def _embedding_body(n, kind):
+    def body(inputs, weights):
+        if kind == "h+rz":  # two gates per wire: the kernels write the product state
+            for i in range(n):
+                qd.Hadamard(wires=i)
+                qd.RZ(inputs[..., i], wires=i)
+        else:
+            qd.AngleEmbedding(inputs, wires=range(n), rotation=kind)
+        qd.StronglyEntanglingLayers(weights, wires=range(n))
+        return [qd.expval(qd.Z(i)) for i in range(n)] + [qd.expval(qd.Z(0) @ qd.Z(n - 1))]
+    return body
+
+
+@pytest.mark.parametrize("kind", ["X", "Y", "Z", "h+rz"])
+@pytest.mark.parametrize("inputs_grad", [True, False])
+def test_embedding_then_shared_unitary_path(kind, inputs_grad):
+    """Batches much larger than 2**n take the embedding-then-shared-unitary path (V once,
+    matmuls over the batch, one sweep over V for the weights, a product-state gradient per
+    binding): outputs and gradients equal the plain qnode's."""
+    if not qd.native_status().available:
+        pytest.skip("native kernels not built")
+    n = 3
+    dev = qd.device("statevector", wires=n)
+    body = _embedding_body(n, kind)
+    plain, static = qd.qnode(dev)(body), qd.qnode(dev, static=True)(body)
+    g = torch.Generator().manual_seed(3)
+    w = (torch.rand(2, n, 3, generator=g, dtype=torch.float64) * 6).requires_grad_()
+    for rep in range(2):
+        x = (torch.rand(40, n, generator=g, dtype=torch.float64) * 6).requires_grad_(inputs_grad)
+        args = [x, w] if inputs_grad else [w]
+        o1, o2 = plain(x, w), static(x, w)
+        torch.testing.assert_close(o2, o1)
+        ct = torch.randn(o1.shape, generator=g, dtype=torch.float64)
+        for a, b in zip(torch.autograd.grad(o1, args, ct), torch.autograd.grad(o2, args, ct)):
+            torch.testing.assert_close(b, a)
+    (trace,) = static._traces.values()
+    assert isinstance(trace.prepared, NativePrepared) and trace.prepared.dense is not None
