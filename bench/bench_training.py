@@ -116,7 +116,10 @@ def main(argv=None):
     ap.add_argument("--lightning", action="store_true",
                     help="also time PennyLane lightning.qubit (adjoint, device_vjp)")
     args = ap.parse_args(argv)
-    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    # every BLAS and OpenMP pool in the process: idle pool threads that spin after a call
+    # (NumPy's OpenBLAS under PennyLane) would otherwise add CPU time to the next step timed
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, str(args.threads))
     import torch
     torch.set_num_threads(args.threads)
     print(f"# load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "

@@ -357,7 +357,7 @@ def test_embedding_then_shared_unitary_path(kind, inputs_grad):
     g = torch.Generator().manual_seed(3)
     w = (torch.rand(2, n, 3, generator=g, dtype=torch.float64) * 6).requires_grad_()
     for rep in range(2):
-        x = (torch.rand(40, n, generator=g, dtype=torch.float64) * 6).requires_grad_(inputs_grad)
+        x = (torch.rand(70, n, generator=g, dtype=torch.float64) * 6).requires_grad_(inputs_grad)
         args = [x, w] if inputs_grad else [w]
         o1, o2 = plain(x, w), static(x, w)
         torch.testing.assert_close(o2, o1)

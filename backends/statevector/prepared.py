@@ -26,6 +26,7 @@ import torch
 
 from qdiff.backends.base import Prepared, Result
 from qdiff.backends.statevector import native, zwords
+from qdiff.backends.statevector.native_abi import DTYPES, ptr
 from qdiff.backends.statevector.simulate import check_memory, zero_state
 
 _MAX_WIRES = 16  # above, the sign matrix and the engine's half-register reads are better
@@ -77,16 +78,24 @@ class NativePrepared(Prepared):
             (True,) * job.theta.shape[1]
         self.shared = job.shared
         check_memory(self.n, self.batch, self.cdtype, "cpu", copies=4.0)
+        self.zero = zero_state(self.n, self.batch, self.cdtype, "cpu")  # cloned per run
         self.dense = None
         split = embedding_split(c, job.shared)
         d = 2 ** self.n
-        if split and d <= _DENSE_MAX and self.batch >= 2 * d:
+        if split and d <= _DENSE_MAX and self.batch >= 8 * d:  # measured crossover
             pre = ProductPrefix.build(c.operations[:split], self.n, self.cdtype) or \
                 native.coded_plan(c.operations[:split], self.n)
             post = native.coded_plan(c.operations[split:], self.n)
             if pre is not None and post is not None:
                 self.dense = (pre, post, _columns(c.operations[:split]),
                               _columns(c.operations[split:]))
+
+    def abs2(self, state: torch.Tensor) -> torch.Tensor:
+        """``|state|^2`` in one native pass (also for small states: one call, no temporaries)."""
+        out = torch.empty(state.shape, dtype=self.rdtype)
+        if native.library().qd_abs2(DTYPES[state.dtype], ptr(state), ptr(out), state.numel()):
+            return native.abs2(state)
+        return out
 
     def _check(self, theta):
         if theta.shape[0] != self.batch or theta.device.type != "cpu" or theta.requires_grad:
@@ -97,9 +106,9 @@ class NativePrepared(Prepared):
         self._check(theta)
         if self.dense is not None:
             return self._dense_execute(theta, keep)
-        state = zero_state(self.n, self.batch, self.cdtype, "cpu")
+        state = self.zero.clone()
         native.run_plan(state, self.plan, theta, from_zero=True)
-        flat = native.abs2(state) @ self.signs
+        flat = self.abs2(state) @ self.signs
         return Result(flat, state if keep else None)
 
     def vjp(self, theta: torch.Tensor, cotangent: torch.Tensor, residual) -> torch.Tensor:
@@ -124,12 +133,11 @@ class NativePrepared(Prepared):
         if isinstance(pre, ProductPrefix):
             e = pre.state(theta)
         else:
-            e = zero_state(self.n, self.batch, self.cdtype, "cpu")
-            native.run_plan(e, pre, theta, from_zero=True)
+            e = native.run_plan(self.zero.clone(), pre, theta, from_zero=True)
         s = torch.eye(2 ** self.n, dtype=self.cdtype)  # row c: V|c>, so V = s^T
         native.run_plan(s, post, theta[:1])
         psi = e @ s
-        flat = native.abs2(psi) @ self.signs
+        flat = self.abs2(psi) @ self.signs
         return Result(flat, (e, s, psi) if keep else None)
 
     def _dense_vjp(self, theta, cotangent, residual):
