@@ -166,6 +166,8 @@ class Trace:
         parts = [t.reshape(-1) for t in tensors]
         if self.consts is not None:
             parts.append(self.consts)
+        if not parts:  # no tensor arguments and no angles
+            return torch.zeros(self.idx.shape, dtype=self.dtype, device=self.idx.device)
         src = parts[0] if len(parts) == 1 else torch.cat(parts)
         if src.dtype != self.dtype:
             src = src.to(self.dtype)

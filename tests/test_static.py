@@ -366,3 +366,24 @@ def test_embedding_then_shared_unitary_path(kind, inputs_grad):
             torch.testing.assert_close(b, a)
     (trace,) = static._traces.values()
     assert isinstance(trace.prepared, NativePrepared) and trace.prepared.dense is not None
+
+
+def test_constant_angles_and_no_tensor_arguments():
+    dev = qd.device("statevector", wires=2)
+
+    def body(a, x=None):
+        qd.RY(a, wires=0)  # a Python float: part of the signature
+        if x is not None:
+            qd.RX(x, wires=1)
+            qd.RZ(torch.tensor(0.3, dtype=torch.float64), wires=1)  # a tensor constant
+        return [qd.expval(qd.Z(0)), qd.expval(qd.Y(1))]
+    plain, static = qd.qnode(dev)(body), qd.qnode(dev, static=True)(body)
+    torch.testing.assert_close(static(0.4), plain(0.4))
+    torch.testing.assert_close(static(0.7), plain(0.7))
+    assert static.num_traces == 2
+    x = torch.tensor([0.1, 0.5], dtype=torch.float64, requires_grad=True)
+    for k in (1.0, 2.0):
+        torch.testing.assert_close(static(0.4, x * k), plain(0.4, x * k))
+        (g1,) = torch.autograd.grad(plain(0.4, x * k).sum(), x)
+        (g2,) = torch.autograd.grad(static(0.4, x * k).sum(), x)
+        torch.testing.assert_close(g2, g1)
