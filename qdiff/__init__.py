@@ -47,6 +47,8 @@ _EXPORTS = {
     "native_status": ("qdiff.backends.statevector.native_lib", "native_status"),
     "QNode": ("qdiff.qnode", "QNode"),
     "qnode": ("qdiff.qnode", "qnode"),
+    "jit": ("qdiff.static", "jit"),
+    "StaticQNode": ("qdiff.static", "StaticQNode"),
     "draw": ("qdiff.draw", "draw"),
     "QuantumLayer": ("qdiff.hybrid", "QuantumLayer"),
     "compile": ("qdiff.compiler.api", "compile"),

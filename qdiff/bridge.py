@@ -200,7 +200,7 @@ class QuantumFunction(torch.autograd.Function):
         (theta,) = ctx.saved_tensors
         plan = ctx.plan
         if plan.rule.keep:
-            grad = _engine_vjp(theta, g_out, plan, ctx.residual)
+            grad = engine_vjp(theta, g_out, plan, ctx.residual)
         else:
             grad = shift_vjp(theta, g_out, plan)
         return grad.to(theta.dtype), None
@@ -217,7 +217,7 @@ class QuantumFunction(torch.autograd.Function):
         return (flat.reshape(v, b, -1), residual), (0, None)
 
 
-def _engine_vjp(theta, g_out, plan: Plan, residual):
+def engine_vjp(theta, g_out, plan: Plan, residual):
     """The backend's own reverse mode; under ``create_graph`` the plan's higher-order rule
     (exact shift rules) instead, or a gradient whose further derivative raises."""
     if torch.is_grad_enabled() and plan.higher is not None and _has_shift_rules(plan):

@@ -105,18 +105,32 @@ def _load_qnode(module: str, qualname: str):
     return obj
 
 
-def qnode(device, diff_method: str = "best", **gradient_kwargs):
+def qnode(device, diff_method: str = "best", static: bool = False, **gradient_kwargs):
     """Decorator form of :class:`QNode`: ``@qd.qnode(dev, diff_method="adjoint")``.
+
+    ``static=True`` records the circuit once per call signature and replays only the angle
+    binding (:class:`~qdiff.static.StaticQNode`; valid when the structure depends on argument
+    shapes and non-tensor arguments only, which the trace checks).
 
     Applied to a ready circuit instead of a function (a ``Circuit``, a Qiskit
     ``QuantumCircuit`` or an OpenQASM import), it returns a
     :class:`~qdiff.circuit_qnode.CircuitQNode` called with parameter bindings
     (``observables=`` and ``arguments=`` are its options)."""
+    if not isinstance(static, bool):
+        raise QdiffError(f"static must be True or False; got {static!r}")
+
     def wrap(func):
         if not callable(func):
+            if static:
+                raise QdiffError("static=True applies to a qnode function, not to a ready "
+                                 "circuit (whose structure is fixed already)")
             from qdiff.circuit_qnode import CircuitQNode
             return CircuitQNode(func, device, diff_method, **gradient_kwargs)
-        return QNode(func, device, diff_method, **gradient_kwargs)
+        node = QNode(func, device, diff_method, **gradient_kwargs)
+        if static:
+            from qdiff.static import StaticQNode
+            return StaticQNode(node)
+        return node
     return wrap
 
 

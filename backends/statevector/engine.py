@@ -128,6 +128,12 @@ class StatevectorBackend(Backend):
                            self.generator(state.device) if shots else None)
         return Result(flat_outputs(outs) if job.flat else outs, residual)
 
+    def prepare(self, job):
+        """The job with its structure fixed: the native kernels' coded program and output
+        signs kept when the job fits them (:mod:`qdiff.backends.statevector.prepared`)."""
+        from qdiff.backends.statevector.prepared import prepare
+        return prepare(self, job)
+
     def vjp(self, jobs, cotangents, residuals) -> list:
         """``(B, P)`` gradients by the adjoint method: one reverse sweep per job over the
         residual its forward kept (or a fresh forward run when there is none)."""
