@@ -187,10 +187,15 @@ def _fake(name: str):
 
 
 def _channel_of(error) -> object:
-    """A constant channel with Aer's Kraus operators of ``error`` (a QuantumError), in qdiff's
-    wire order (the error's qubit 0 is its least significant bit in Qiskit)."""
+    """A constant channel with Aer's Kraus operators of ``error`` (a QuantumError) on the
+    error's qubits in their order: Qiskit's matrices have the first qubit as the least
+    significant bit, qdiff's as the most significant, so the bit order is reversed."""
     from qiskit.quantum_info import Kraus
     ks = np.asarray(Kraus(error).data)
+    k = int(round(np.log2(ks.shape[-1])))
+    t = ks.reshape(ks.shape[0], *([2] * (2 * k)))
+    rev = [0] + [k - i for i in range(k)] + [2 * k - i for i in range(k)]
+    ks = t.transpose(rev).reshape(ks.shape)
     return qubit_channel(ks, atol=1e-8)
 
 
@@ -219,7 +224,7 @@ def from_qiskit(source, name: Optional[str] = None) -> NoiseModel:
             continue  # reset, delay, measure: not gates of qdiff circuits
         for qubits, err in per_qubits.items():
             ch = _channel_of(err)
-            model.rules.append(NoiseRule(by_qiskit[gname], tuple(reversed(qubits)), ch, ()))
+            model.rules.append(NoiseRule(by_qiskit[gname], tuple(qubits), ch, ()))
     for qubits, ro in getattr(aer, "_local_readout_errors", {}).items():
         if len(qubits) != 1:
             raise QdiffError("noise: correlated readout errors are not converted")

@@ -2,6 +2,8 @@
 backprop gradients), finite differences, closed forms, and bad input."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -403,3 +405,21 @@ def test_state_on_mixed_device_says_to_use_density_matrix():
         return qd.state()
     with pytest.raises(qd.QdiffError, match="density_matrix"):
         f()
+
+
+def test_best_with_shots_differentiates_channel_parameters_by_finite_differences():
+    from qdiff.rules import FINITE_DIFF, best
+    dev = qd.device("mixed", wires=1, shots=200000, seed=3)
+
+    @qd.qnode(dev)
+    def f(x, p):
+        qd.RX(x, wires=0)
+        qd.DepolarizingChannel(p, wires=0)
+        return qd.expval(qd.Z(0))
+    x = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    p = torch.tensor(0.2, dtype=torch.float64, requires_grad=True)
+    assert best(dev, f.construct(x, p)[0].circuit, f.construct(x, p)[0]) is FINITE_DIFF
+    f(x, p).backward()
+    # <Z> = cos(x) (1 - 4p/3)
+    assert abs(float(x.grad) + math.sin(0.5) * (1 - 0.8 / 3)) < 0.03
+    assert abs(float(p.grad) + 4 / 3 * math.cos(0.5)) < 0.03

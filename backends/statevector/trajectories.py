@@ -2,8 +2,9 @@
 
 Each binding runs as ``K`` trajectories in ONE batched simulation (``B*K`` state vectors).
 At a channel with Kraus operators ``K_k``, every trajectory draws ``k`` with a probability
-``q_k`` that does not depend on its state (``q_k ~ Tr(K_k^+ K_k)``, mixed with 5% of the
-uniform choice so that no branch is ever excluded) and continues with ``K_k psi / sqrt(q_k)``.
+``q_k`` that does not depend on its state (``q_k ~ Tr(K_k^+ K_k)``; where a branch has
+zero weight, mixed with 5% of the uniform choice so that it stays reachable: its derivative
+may not vanish) and continues with ``K_k psi / sqrt(q_k)``.
 Then ``E[psi psi^+] = sum_k K_k rho K_k^+`` exactly: every average over trajectories (expval,
 probs, density matrices) is an unbiased estimate of the mixed-state value, and since the
 states are linear in each Kraus operator at fixed draws, autograd through the simulation gives
@@ -46,7 +47,9 @@ def apply_channel(state, kraus, wires, n, generator) -> torch.Tensor:
         weight = (kraus.abs() ** 2).sum((-2, -1)).real.to(torch.float64)     # (R', m)
         weight = weight / weight.sum(-1, keepdim=True)
         m = weight.shape[-1]
-        q = (1 - UNIFORM_SHARE) * weight + UNIFORM_SHARE / m
+        # rows where a branch has zero weight (p = 0) keep it reachable: its derivative counts
+        mixed = (1 - UNIFORM_SHARE) * weight + UNIFORM_SHARE / m
+        q = torch.where((weight == 0).any(-1, keepdim=True), mixed, weight)
         q = q.expand(r, m).to(state.device)
         idx = torch.multinomial(q.cpu() if generator.device.type == "cpu" else q, 1,
                                 generator=generator).to(state.device)[:, 0]
