@@ -25,6 +25,7 @@ tensor([0.5000, 0.0000, 0.0000, 0.5000], dtype=torch.float64)
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
@@ -152,6 +153,10 @@ class Channel:
 
     def check(self, params: Sequence) -> None:
         """Validate concrete parameters (numbers or tensors); raises :class:`QdiffError`."""
+        if not params:
+            return self.check_fn()
+        if all(type(p) is float or type(p) is int for p in params):
+            return _check_numbers(self, tuple(float(p) for p in params))
         vals = []
         for p in params:
             if isinstance(p, torch.Tensor):
@@ -191,6 +196,13 @@ class Channel:
 
     def __repr__(self):
         return f"Channel({self.name!r})"
+
+
+@functools.lru_cache(maxsize=4096)
+def _check_numbers(channel: Channel, params: tuple) -> None:
+    """Validation of plain-number parameters, remembered (noise after every gate repeats the
+    same few values)."""
+    channel.check([torch.tensor(p, dtype=torch.float64) for p in params])
 
 
 def _in_unit(name, pname, v):

@@ -17,8 +17,9 @@ import string
 
 import torch
 
-from qdiff.backends.mixed.superops import block_superop, fusion_plan, op_matrices
+from qdiff.backends.mixed.superops import Evaluator, fusion_plan, is_constant, op_matrices
 from qdiff.circuits import memory
+from qdiff.circuits.circuit import memo
 
 _LETTERS = string.ascii_letters[1:]  # "a" is the batch
 
@@ -103,15 +104,17 @@ def evolve(circuit, theta: torch.Tensor, initial=None, cdtype=torch.complex128,
     ops = circuit.operations
     if not ops:
         return rho.clone() if initial is not None else rho
-    mats = op_matrices(ops, theta.to(device), rdtype, cdtype)
+    mats = op_matrices(ops, theta.to(device), rdtype, cdtype, skip=is_constant)
+    cache = memo(circuit, ("mixed.constants", cdtype, str(device)), dict)
+    ev = Evaluator(ops, mats, cache, cdtype, device)
     vec = rho.reshape(batch, 4 ** n)
     m = 2 * n
-    for blk in plan:
+    for blk, steps in plan:
         if blk.big:
-            u = mats[blk.ops[0]][1]
+            u = ev.op(blk.ops[0])
             vec = apply_on(vec, u, blk.wires, m)
             vec = apply_on(vec, u.conj(), tuple(n + w for w in blk.wires), m)
         else:
-            s = block_superop(blk, mats, ops)
+            s = ev.steps(steps, blk)
             vec = apply_on(vec, s, blk.wires + tuple(n + w for w in blk.wires), m)
     return vec.reshape(batch, 2 ** n, 2 ** n)

@@ -13,7 +13,7 @@ the columns.
 
 >>> import torch, qdiff as qd
 >>> c = qd.Circuit(2, (qd.Operation(qd.get_gate("h"), (0,)), qd.Operation(qd.get_gate("cx"), (0, 1))))
->>> [b.wires for b in fusion_plan(c)]
+>>> [b.wires for b, _ in fusion_plan(c)]
 [(0, 1)]
 """
 from __future__ import annotations
@@ -41,8 +41,10 @@ class Block:
 
 
 def fusion_plan(circuit) -> list:
-    """The blocks of ``circuit`` in application order (memoized per circuit)."""
-    return memo(circuit, "mixed.fusion", lambda: _plan(circuit.operations))
+    """``[(block, steps)]`` of ``circuit`` in application order (memoized per circuit)."""
+    return memo(circuit, "mixed.fusion", lambda: [
+        (b, None if b.big else block_steps(b, circuit.operations))
+        for b in _plan(circuit.operations)])
 
 
 def _plan(ops) -> list:
@@ -100,15 +102,16 @@ def _unitary_superop(u: torch.Tensor) -> torch.Tensor:
     return s.reshape(*u.shape[:-2], d * d, d * d)
 
 
-def op_matrices(ops, theta: torch.Tensor, rdtype, cdtype) -> list:
-    """Per operation: ``("super", (B', D, D))`` for channels and gates on at most two wires,
+def op_matrices(ops, theta: torch.Tensor, rdtype, cdtype, skip=None) -> list:
+    """Per operation (``None`` where ``skip(op)``): ``("super", (B', D, D))`` for channels and gates on at most two wires,
     ``("unitary", (B', d, d))`` for gates on more. Each gate's or channel's function is
     evaluated once for all its uses."""
-    angles = circuit_angles(ops, theta, rdtype)
+    angles = circuit_angles(ops, theta, rdtype) if ops else []
     out = [None] * len(ops)
     groups: dict = {}
     for i, op in enumerate(ops):
-        groups.setdefault(op.gate, []).append(i)
+        if skip is None or not skip(op):
+            groups.setdefault(op.gate, []).append(i)
     for rec, idx in groups.items():
         chan = is_channel(rec)
         if rec.num_params:
@@ -153,10 +156,130 @@ def embed(s: torch.Tensor, op_wires: tuple, block_wires: tuple) -> torch.Tensor:
     return out.reshape(bp, d, d)
 
 
-def block_superop(block: Block, mats: list, ops) -> torch.Tensor:
-    """The product of the block's embedded superoperators (last applied leftmost)."""
-    total = None
+def is_constant(op) -> bool:
+    """No theta column and no tensor among the parameters: the superoperator is a constant."""
+    return all(type(p) is float or type(p) is int for p in op.params)
+
+
+def _fold(idx, ops) -> tuple:
+    """A run of one-wire ops as entries ``("v", i)`` (variable) and ``("c", (i, ...))`` (a
+    run of constant ops, multiplied once and cached)."""
+    out, run = [], []
+    for i in idx:
+        if is_constant(ops[i]):
+            run.append(i)
+            continue
+        if run:
+            out.append(("c", tuple(run)))
+            run = []
+        out.append(("v", i))
+    if run:
+        out.append(("c", tuple(run)))
+    return tuple(out)
+
+
+def block_steps(block: Block, ops) -> tuple:
+    """The block as steps: ``("chain", entries)`` for a one-wire block; ``("kron", entries
+    on the first wire, entries on the second)`` and ``("two", op)`` for a pair: one-qubit
+    runs are multiplied as 4x4s and embedded once per two-qubit operation. Runs of constant
+    steps are folded into ``("const", steps)`` (computed once per circuit)."""
+    if len(block.wires) == 1:
+        return (("chain", _fold(block.ops, ops)),)
+    a, b = block.wires
+    steps, ca, cb = [], [], []
     for i in block.ops:
-        s = embed(mats[i][1], tuple(ops[i].wires), block.wires)
-        total = s if total is None else torch.matmul(s, total)
-    return total
+        ws = tuple(ops[i].wires)
+        if len(ws) == 1:
+            (ca if ws[0] == a else cb).append(i)
+            continue
+        if ca or cb:
+            steps.append(("kron", _fold(ca, ops), _fold(cb, ops)))
+            ca, cb = [], []
+        steps.append(("two", i))
+    if ca or cb:
+        steps.append(("kron", _fold(ca, ops), _fold(cb, ops)))
+    out, run = [], []
+    for st in steps:
+        const = (st[0] == "two" and is_constant(ops[st[1]])) or \
+            (st[0] == "kron" and all(e[0] == "c" for e in st[1] + st[2]))
+        if const:
+            run.append(st)
+            continue
+        if run:
+            out.append(("const", tuple(run)))
+            run = []
+        out.append(st)
+    if run:
+        out.append(("const", tuple(run)))
+    return tuple(out)
+
+
+class Evaluator:
+    """Evaluates block steps from the per-call matrices ``mats`` (variable ops only) and a
+    cache of constant factors (kept per circuit, dtype and torch device)."""
+
+    def __init__(self, ops, mats, cache: dict, cdtype, device):
+        self.ops, self.mats, self.cache = ops, mats, cache
+        self.cdtype, self.device = cdtype, device
+        self._const_mats = None
+
+    def const_mats(self):
+        if self._const_mats is None:
+            with torch.no_grad():
+                theta = torch.zeros(1, 0, dtype=torch.float64, device=self.device)
+                idx = [i for i, op in enumerate(self.ops) if is_constant(op)]
+                rd = torch.float32 if self.cdtype == torch.complex64 else torch.float64
+                vals = op_matrices([self.ops[i] for i in idx], theta, rd, self.cdtype)
+                self._const_mats = dict(zip(idx, vals))
+        return self._const_mats
+
+    def op(self, i):
+        m = self.mats[i] if self.mats[i] is not None else self.const_mats()[i]
+        return m[1]
+
+    def chain(self, entries):
+        total = None
+        for kind, val in entries:
+            s = self.const(("c", val)) if kind == "c" else self.op(val)
+            total = s if total is None else torch.matmul(s, total)
+        return total
+
+    def const(self, key):
+        got = self.cache.get(key)
+        if got is None:
+            with torch.no_grad():
+                if key[0] == "c":
+                    got = None
+                    for i in key[1]:
+                        s = self.op(i)
+                        got = s if got is None else torch.matmul(s, got)
+                else:
+                    got = self.steps(key[1], key[2])
+            self.cache[key] = got
+        return got
+
+    def steps(self, steps, block):
+        total = None
+        for st in steps:
+            if st[0] == "chain":
+                s = self.chain(st[1])
+            elif st[0] == "kron":
+                s = _kron_pair(self.chain(st[1]), self.chain(st[2]), self.cdtype, self.device)
+            elif st[0] == "two":
+                s = embed(self.op(st[1]), tuple(self.ops[st[1]].wires), block.wires)
+            else:
+                s = self.const(("s", st[1], block))
+            total = s if total is None else torch.matmul(s, total)
+        return total
+
+
+def _kron_pair(x, y, cdtype, device):
+    """``(rows a, rows b, cols a, cols b)`` superoperator of one-wire superoperators ``x`` on
+    the first wire and ``y`` on the second (``None``: identity)."""
+    eye = torch.eye(4, dtype=cdtype, device=device).unsqueeze(0)
+    x = eye if x is None else x
+    y = eye if y is None else y
+    bx, by = x.shape[0], y.shape[0]
+    k = torch.einsum("...abcd,...efgh->...aebfcgdh", x.reshape(bx, 2, 2, 2, 2),
+                     y.reshape(by, 2, 2, 2, 2))
+    return k.reshape(max(bx, by), 16, 16)
