@@ -34,7 +34,12 @@ _EXPORTS = {
     "Circuit": ("qdiff.circuits.circuit", "Circuit"),
     **{n: ("qdiff.circuits.observables", n) for n in ("Hamiltonian", "Hermitian", "Observable")},
     **{n: ("qdiff.circuits.measurements", n) for n in ("counts", "expval", "probs", "sample",
-                                                        "state", "var")},
+                                                        "state", "var", "density_matrix",
+                                                        "purity")},
+    **{n: ("qdiff.circuits.channels", n) for n in (
+        "BitFlip", "PhaseFlip", "DepolarizingChannel", "AmplitudeDamping",
+        "GeneralizedAmplitudeDamping", "PhaseDamping", "ThermalRelaxationError", "ResetError",
+        "PauliError", "QubitChannel", "Channel")},
     "record": ("qdiff.circuits.recording", "record"),
     "clear_caches": ("qdiff.circuits.caches", "clear"),
     **{n: ("qdiff.circuits.templates", n) for n in (
