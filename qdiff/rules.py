@@ -167,7 +167,14 @@ def needs_backprop(circuit, recorded) -> bool:
     return False
 
 
-def best(backend, circuit, recorded=None) -> Rule:
+_DEVICE = "device"  # shots: the backend's own setting (qdiff.backends.base.DEVICE_SHOTS)
+
+
+def _shots(backend, shots):
+    return getattr(backend, "shots", None) if shots == _DEVICE else shots
+
+
+def best(backend, circuit, recorded=None, shots=_DEVICE) -> Rule:
     """The rule ``diff_method="best"`` stands for on this backend and call.
 
     On a torch-simulated backend without shots: backprop when the call needs it; the engine's
@@ -175,7 +182,7 @@ def best(backend, circuit, recorded=None) -> Rule:
     ``backprop_max_wires``; backprop otherwise. Everywhere else: parameter-shift.
     """
     caps = backend.capabilities
-    if getattr(backend, "shots", None) or not caps.backprop:
+    if _shots(backend, shots) or not caps.backprop:
         return PARAMETER_SHIFT
     if needs_backprop(circuit, recorded) or not caps.vjp:
         return BACKPROP
@@ -184,10 +191,11 @@ def best(backend, circuit, recorded=None) -> Rule:
     return BACKPROP
 
 
-def resolve(method: str, backend, circuit, recorded=None) -> Rule:
-    """The :class:`Rule` for ``method`` on ``backend``, checked against its capabilities."""
+def resolve(method: str, backend, circuit, recorded=None, shots=_DEVICE) -> Rule:
+    """The :class:`Rule` for ``method`` on ``backend``, checked against its capabilities and
+    the call's ``shots`` (``"device"``: the backend's own)."""
     if method == "best":
-        return best(backend, circuit, recorded)
+        return best(backend, circuit, recorded, shots)
     rule = RULES.get(method)
     if rule is None:
         raise QdiffError(f"unknown diff_method '{method}'; choose from {list(DIFF_METHODS)}")
@@ -195,9 +203,9 @@ def resolve(method: str, backend, circuit, recorded=None) -> Rule:
     if rule.needs is not None and not getattr(caps, rule.needs):
         raise QdiffError(f"diff_method='{method}' needs {_NEEDS_TEXT[rule.needs]}; "
                          f"'{backend.name}' is not one (use 'parameter-shift')")
-    if rule.exact_only and getattr(backend, "shots", None):
-        raise QdiffError(f"diff_method='{method}' is exact only and cannot be used with a "
-                         "device that has shots; use 'parameter-shift' or 'spsa'")
+    if rule.exact_only and _shots(backend, shots):
+        raise QdiffError(f"diff_method='{method}' is exact only and cannot be used with "
+                         f"shots={_shots(backend, shots)}; use 'parameter-shift' or 'spsa'")
     return rule
 
 

@@ -36,7 +36,7 @@ class Residual:
     use_native: bool
 
 
-@register_backend("statevector", "default", "default.qubit", "torch")
+@register_backend("statevector", "default", "torch")
 class StatevectorBackend(Backend):
     """Batched torch statevector simulation; exact, or sampled with a seeded generator.
 
