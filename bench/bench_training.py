@@ -29,7 +29,7 @@ def qdiff_model(n, method):
         qd.AngleEmbedding(inputs, wires=range(n))
         qd.StronglyEntanglingLayers(weights, wires=range(n))
         return [qd.expval(qd.Z(i)) for i in range(n)]
-    layer = qd.QuantumLayer(circuit, {"weights": (3, n, 3)})
+    layer = qd.QuantumLayer(circuit, {"weights": (3, n, 3)}, dtype=torch.float64)
     return torch.nn.Sequential(layer, torch.nn.Linear(n, 1, dtype=torch.float64))
 
 

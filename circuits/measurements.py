@@ -1,4 +1,5 @@
-"""Measurements a circuit returns: ``expval``, ``var``, ``probs``, ``sample``, ``counts``, ``state``.
+"""Measurements a circuit returns: ``expval``, ``var``, ``probs``, ``sample``, ``counts``,
+``state``, ``density_matrix``.
 
 >>> import qdiff as qd
 >>> qd.expval(qd.Z(0)).kind
@@ -104,3 +105,13 @@ def counts(wires=None) -> Measurement:
 def state() -> Measurement:
     """The final state vector, ``(..., 2**n)`` complex."""
     return _record(Measurement("state"))
+
+
+def density_matrix(wires) -> Measurement:
+    """The reduced density matrix of ``wires`` (the others traced out), ``(..., 2**k, 2**k)``
+    complex, rows and columns in ``wires`` order (exact simulation only; differentiable by
+    backprop)."""
+    ws = _wires(wires, "density_matrix")
+    if ws is None:
+        raise QdiffError("density_matrix: give the wires to keep")
+    return _record(Measurement("density_matrix", None, ws))

@@ -181,6 +181,8 @@ def _pl_measurement(m: Measurement, wire_of, counts_as_samples: bool):
         return qml.probs(wires=wires)
     if m.kind == "state":
         return qml.state()
+    if m.kind == "density_matrix":
+        return qml.density_matrix(wires=wires)
     if m.kind == "sample" or (m.kind == "counts" and counts_as_samples):
         return qml.sample(obs) if obs is not None else qml.sample(wires=wires)
     if m.kind == "counts":
@@ -270,7 +272,8 @@ def _qdiff_ops(op) -> list:
 
 def _qdiff_measurement(mp) -> Measurement:
     kind = {"ExpectationMP": "expval", "VarianceMP": "var", "ProbabilityMP": "probs",
-            "SampleMP": "sample", "CountsMP": "counts", "StateMP": "state"}.get(type(mp).__name__)
+            "SampleMP": "sample", "CountsMP": "counts", "StateMP": "state",
+            "DensityMatrixMP": "density_matrix"}.get(type(mp).__name__)
     if kind is None:
         raise QdiffError(f"from_pennylane: measurement {mp!r} is not supported")
     obs = None if mp.obs is None else from_pennylane_observable(mp.obs)

@@ -147,6 +147,17 @@ def probs(state: torch.Tensor, wires, n: int) -> torch.Tensor:
     return p if wires is None or list(wires) == list(range(n)) else marginal(p, wires, n)
 
 
+def reduced_density_matrix(state: torch.Tensor, wires, n: int) -> torch.Tensor:
+    """``(B, 2**k, 2**k)``: ``Tr_rest |psi><psi|`` with rows in ``wires`` order."""
+    wires = list(wires)
+    rest = [w for w in range(n) if w not in wires]
+    memory.require(float(state.shape[0]) * 4 ** len(wires) * state.element_size(),
+                   f"density matrices of {len(wires)} wire(s)", state.device)
+    a = _axes(state, n).permute(0, *[1 + w for w in wires + rest])
+    a = a.reshape(state.shape[0], 2 ** len(wires), 2 ** len(rest))
+    return a @ a.conj().transpose(-1, -2)
+
+
 # ------------------------------------------------------------------------------------------
 # shots
 
@@ -274,6 +285,10 @@ def measure_all(state, circuit, shots, generator) -> list:
             if shots:
                 raise QdiffError("state() is not available with shots")
             out.append(state)
+        elif m.kind == "density_matrix":
+            if shots:
+                raise QdiffError("density_matrix() is not available with shots")
+            out.append(reduced_density_matrix(state, m.wires, n))
         elif m.kind in ("sample", "counts"):
             if not shots:
                 raise QdiffError(f"{m.kind}() needs a device with shots (qd.device(..., shots=N))")
