@@ -23,7 +23,8 @@ import torch
 
 from qdiff.circuits.circuit import Circuit, Recorded, StatePrep
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.gates import GATES, multirz_gate, paulirot_gate, unitary_gate
+from qdiff.circuits.gates import (GATES, controlled_gate, multirz_gate, paulirot_gate,
+                                  unitary_gate)
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import (Hermitian, Observable, observable_from_op,
                                         set_pennylane_conversion)
@@ -146,6 +147,12 @@ def _pl_ops(op: Operation, angles: list, wires: list) -> list:
         return [qml.PauliRot(angles[0], op.gate.hyper[0], wires=wires)]
     if name == "unitary":
         return [qml.QubitUnitary(op.gate.hyper[0].detach().cpu().numpy(), wires=wires)]
+    if name == "ctrl":
+        base, k = op.gate.hyper
+        inner = _pl_ops(Operation(base, op.wires[k:], op.params), angles, wires[k:])
+        if inner is None or len(inner) != 1:
+            return None
+        return [qml.ctrl(inner[0], control=wires[:k])]
     if name in _TO_PL:
         return [getattr(qml, _TO_PL[name])(*angles, wires=wires)]
     return None  # caller decomposes
@@ -260,6 +267,13 @@ def _qdiff_ops(op) -> list:
     if name in _FROM_PL:
         gate = GATES[_FROM_PL[name]]
         return [Operation(gate, wires, tuple(_param_tensor(p) for p in op.data))]
+    if name == "Controlled":
+        ctrl = tuple(op.control_wires)
+        flips = [Operation(GATES["x"], (w,), ()) for w, v in zip(ctrl, op.control_values)
+                 if not v]
+        inner = [Operation(controlled_gate(o.gate, len(ctrl)), ctrl + o.wires, o.params)
+                 for o in _qdiff_ops(op.base)]
+        return flips + inner + flips
     if name in ("Barrier", "Snapshot"):
         return []
     if op.has_decomposition:
