@@ -32,6 +32,7 @@ class Recorder:
 
     def __init__(self):
         self.raw: list = []
+        self.mid_count = 0  # mid-circuit measurements so far (their extra wires' indices)
 
     def append(self, item):
         self.raw.append(item)
@@ -55,6 +56,11 @@ class Recorder:
     @property
     def operations(self) -> list:
         return [i for i in self.items if isinstance(i, Operation)]
+
+
+def recorders() -> list:
+    """The active recorders, outermost first."""
+    return list(_stack())
 
 
 def active() -> Recorder | None:

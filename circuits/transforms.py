@@ -17,6 +17,7 @@ from qdiff.circuits import recording
 from qdiff.circuits.circuit import StatePrep
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import GATES, controlled_gate
+from qdiff.circuits.midcircuit import is_mid_wire
 from qdiff.circuits.operation import Operation, OpBlock, normalize_wires
 
 
@@ -38,6 +39,10 @@ def _recorded_ops(fn, args, kwargs, what: str) -> tuple:
         else:
             raise QdiffError(f"{what}: {type(it).__name__} {it!r} is not an operation "
                              "(measurements cannot be inverted or controlled)")
+    for op in ops:
+        if any(is_mid_wire(w) for w in op.wires[op.gate.controls:]):
+            raise QdiffError(f"{what}: a mid-circuit measurement (qd.measure) inside cannot be "
+                             "inverted or controlled")
     return ops, out
 
 

@@ -36,6 +36,7 @@ _EXPORTS = {
     **{n: ("qdiff.circuits.measurements", n) for n in ("counts", "density_matrix", "expval",
                                                         "probs", "sample", "state", "var")},
     **{n: ("qdiff.circuits.transforms", n) for n in ("adjoint", "ctrl")},
+    **{n: ("qdiff.circuits.midcircuit", n) for n in ("cond", "measure")},
     "record": ("qdiff.circuits.recording", "record"),
     "clear_caches": ("qdiff.circuits.caches", "clear"),
     **{n: ("qdiff.circuits.templates", n) for n in (

@@ -264,17 +264,20 @@ def validate_rules(plan: Plan) -> None:
 
 
 def _shift_measurements(circuit: Circuit) -> tuple:
-    """Measurements evaluated at shifted points: var(O) -> expval(O^2), expval(O)."""
-    ms, layout = [], []
+    """Measurements evaluated at shifted points: var(O) -> expval(O^2), expval(O). The
+    layout gives each original measurement's first output column among the shifted ones."""
+    ms, layout, col = [], [], 0
     for m in circuit.measurements:
         if m.kind == "var":
-            layout.append(("var", len(ms)))
+            layout.append(("var", col))
             ms.append(Measurement("expval", m.obs @ m.obs))
             ms.append(Measurement("expval", m.obs))
+            col += 2
         else:
             w = output_width(m, circuit.num_wires)
-            layout.append(("lin", len(ms), w))
+            layout.append(("lin", col, w))
             ms.append(m)
+            col += w
     return circuit.with_measurements(ms), layout
 
 

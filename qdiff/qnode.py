@@ -107,14 +107,34 @@ class QNode:
         # the device refuses a batch that cannot run before theta (B, P) is assembled
         recorded, result = _record(self.func, self.device.wires, args, kwargs,
                                    getattr(self.device, "check_batch", None))
-        outs = execute(recorded, self.device, self.diff_method, stacked=True,
-                       options=self.options, shots=shots)
+        outs = execute(recorded, self._backend_for(recorded.circuit), self.diff_method,
+                       stacked=True, options=self.options, shots=shots)
         if isinstance(outs, torch.Tensor):  # (B, K) of scalar measurements
             bshape = tuple(recorded.batch_shape)
             if isinstance(result, Measurement):
                 return outs[:, 0].reshape(bshape)
             return outs.reshape(bshape + (outs.shape[-1],))
         return _assemble(outs, recorded, result)
+
+    def _backend_for(self, circuit):
+        """The device, or for a circuit with mid-circuit measurements (extra wires after the
+        device's) a copy of it with those wires, kept per width so its sampling stream goes
+        on from call to call."""
+        extra = circuit.num_wires - self.device.num_wires
+        if extra <= 0:
+            return self.device
+        if not self.device.capabilities.backprop:
+            raise QdiffError(f"mid-circuit measurements are simulated by deferred measurement "
+                             f"(one extra wire each) on qdiff's torch engine; device "
+                             f"'{self.device.name}' has a fixed register: use "
+                             f"qd.device(\"statevector\", ...)")
+        cache = self.__dict__.setdefault("_widened", {})
+        if extra not in cache:
+            import copy
+            dev = copy.copy(self.device)
+            dev.wires = tuple(self.device.wires) + tuple(circuit.labels[self.device.num_wires:])
+            cache[extra] = dev
+        return cache[extra]
 
     def __reduce__(self):
         """Pickle by reference (module + name), so ``torch.save(model)`` works for qnodes
@@ -213,7 +233,25 @@ def _record(func, wires, args, kwargs, check_batch=None) -> tuple:
         raw, result = pennylane_io.convert_recording(raw, result)
     items = [i for i in raw if not isinstance(i, Measurement)]
     flat = _flatten_measurements(result)
+    if rec.mid_count:
+        wires, flat = _deferred(wires, flat, rec.mid_count)
     return Circuit.from_recording(items, wires, flat, check_batch=check_batch), result
+
+
+def _deferred(wires: tuple, flat: list, count: int) -> tuple:
+    """Wires and measurements of a call with ``count`` mid-circuit measurements: one extra
+    wire per measurement after the device's (deferred measurement); measurements of "all
+    wires" keep meaning the device's wires."""
+    from qdiff.circuits.midcircuit import MidWire
+    out = []
+    for m in flat:
+        if m.kind == "state":
+            raise QdiffError("state() of a circuit with mid-circuit measurements is a mixed "
+                             "state; return density_matrix(wires) or probs() instead")
+        if m.wires is None and m.obs is None and m.kind in ("probs", "sample", "counts"):
+            m = Measurement(m.kind, None, tuple(wires))
+        out.append(m)
+    return tuple(wires) + tuple(MidWire(i) for i in range(count)), out
 
 
 def record_circuit(func, wires, *args, **kwargs) -> Recorded:
