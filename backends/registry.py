@@ -49,7 +49,13 @@ def device(name: str = "statevector", /, wires=None, **kwargs) -> Backend:
     factories = registered()
     if key not in factories:
         names = sorted(set(factories) | set(_LAZY))
-        raise QdiffError(f"unknown device '{name}'; available: {names}")
+        hint = ""
+        if "." in key:  # PennyLane's device names: default.qubit, lightning.qubit, ...
+            hint = (f"; '{name}' looks like a PennyLane device: run it through qdiff with "
+                    f"qd.device(\"pennylane\", name=\"{name}\", wires=...)"
+                    + (" (qdiff's own simulator is qd.device(\"statevector\", wires=...))"
+                       if key.startswith("default.") else ""))
+        raise QdiffError(f"unknown device '{name}'{hint}; available: {names}")
     return factories[key](wires=wires, **kwargs)
 
 

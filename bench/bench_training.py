@@ -44,7 +44,7 @@ def qdiff_model(shape, n, static):
         qd.AngleEmbedding(inputs, wires=range(n))
         qd.StronglyEntanglingLayers(weights, wires=range(n))
         return [qd.expval(qd.Z(i)) for i in range(n)]
-    layer = qd.QuantumLayer(circuit, {"weights": (3, n, 3)})
+    layer = qd.QuantumLayer(circuit, {"weights": (3, n, 3)}, dtype=torch.float64)
     return _wrap(shape, n, layer)
 
 

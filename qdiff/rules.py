@@ -179,7 +179,14 @@ def has_shiftless_trainables(circuit, recorded=None) -> bool:
     return False
 
 
-def best(backend, circuit, recorded=None) -> Rule:
+_DEVICE = "device"  # shots: the backend's own setting (qdiff.backends.base.DEVICE_SHOTS)
+
+
+def _shots(backend, shots):
+    return getattr(backend, "shots", None) if shots == _DEVICE else shots
+
+
+def best(backend, circuit, recorded=None, shots=_DEVICE) -> Rule:
     """The rule ``diff_method="best"`` stands for on this backend and call.
 
     On a torch-simulated backend without shots: backprop when the call needs it; the engine's
@@ -188,7 +195,7 @@ def best(backend, circuit, recorded=None) -> Rule:
     differences when a trainable parameter has no shift rule (a channel's probability).
     """
     caps = backend.capabilities
-    if getattr(backend, "shots", None) or not caps.backprop:
+    if _shots(backend, shots) or not caps.backprop:
         return FINITE_DIFF if has_shiftless_trainables(circuit, recorded) else PARAMETER_SHIFT
     if needs_backprop(circuit, recorded) or not caps.vjp:
         return BACKPROP
@@ -200,18 +207,19 @@ def best(backend, circuit, recorded=None) -> Rule:
 SHOT_FD_STEP = 0.1  # finite-difference step "best" takes on a device with shots
 
 
-def best_options(rule: Rule, backend) -> dict:
-    """Options of a rule ``best`` picked: on a device with shots, finite differences step by
+def best_options(rule: Rule, backend, shots=_DEVICE) -> dict:
+    """Options of a rule ``best`` picked: with shots, finite differences step by
     ``SHOT_FD_STEP`` (a step of 1e-6 would divide shot noise by 1e-6; the bias is O(h**2))."""
-    if rule is FINITE_DIFF and getattr(backend, "shots", None):
+    if rule is FINITE_DIFF and _shots(backend, shots):
         return {"h": SHOT_FD_STEP}
     return {}
 
 
-def resolve(method: str, backend, circuit, recorded=None) -> Rule:
-    """The :class:`Rule` for ``method`` on ``backend``, checked against its capabilities."""
+def resolve(method: str, backend, circuit, recorded=None, shots=_DEVICE) -> Rule:
+    """The :class:`Rule` for ``method`` on ``backend``, checked against its capabilities and
+    the call's ``shots`` (``"device"``: the backend's own)."""
     if method == "best":
-        return best(backend, circuit, recorded)
+        return best(backend, circuit, recorded, shots)
     rule = RULES.get(method)
     if rule is None:
         raise QdiffError(f"unknown diff_method '{method}'; choose from {list(DIFF_METHODS)}")
@@ -219,9 +227,9 @@ def resolve(method: str, backend, circuit, recorded=None) -> Rule:
     if rule.needs is not None and not getattr(caps, rule.needs):
         raise QdiffError(f"diff_method='{method}' needs {_NEEDS_TEXT[rule.needs]}; "
                          f"'{backend.name}' is not one (use 'parameter-shift')")
-    if rule.exact_only and getattr(backend, "shots", None):
-        raise QdiffError(f"diff_method='{method}' is exact only and cannot be used with a "
-                         "device that has shots; use 'parameter-shift' or 'spsa'")
+    if rule.exact_only and _shots(backend, shots):
+        raise QdiffError(f"diff_method='{method}' is exact only and cannot be used with "
+                         f"shots={_shots(backend, shots)}; use 'parameter-shift' or 'spsa'")
     return rule
 
 

@@ -46,12 +46,12 @@ import threading
 import torch
 
 from qdiff.backends.base import Prepared, flat_outputs
-from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, engine_vjp,
-                          expand_coefficients, unshare, validate_rules)
+from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective_shots,
+                          engine_vjp, expand_coefficients, unshare, validate_rules)
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.operation import ParamRef
-from qdiff.rules import BACKPROP, higher_order, make_options, resolve
+from qdiff.rules import BACKPROP, best_options, higher_order, make_options, resolve
 
 _GUARD = threading.local()
 _READS = frozenset({"__bool__", "item", "tolist", "__float__", "__int__", "__index__",
@@ -296,8 +296,10 @@ def _gather_map(thetas, perm, total: int, tol: float):
     return kr, a, c, moving, ok
 
 
-def trace_call(qnode, args, kwargs, key, tensors) -> Trace:
-    """Record ``qnode`` for this call signature (see the module docstring)."""
+def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
+    """Record ``qnode`` for this call signature and ``shots`` (``"device"``: the device's
+    own; see the module docstring)."""
+    shots = effective_shots(qnode.device, shots)
     func = qnode.func
 
     def guarded_func(*a, **k):
@@ -366,10 +368,11 @@ def trace_call(qnode, args, kwargs, key, tensors) -> Trace:
                          "reproduced by a gather (use static=False)")
     circ_e, post = expand_coefficients(circ_u)
     rec_like = _Rec(circ_u, thetas[-1], train_u)
-    rule = resolve(qnode.diff_method, qnode.device, circ_u, rec_like)
-    options = qnode.options if qnode.diff_method != "best" else make_options(rule.name, {})
+    rule = resolve(qnode.diff_method, qnode.device, circ_u, rec_like, shots)
+    options = qnode.options if qnode.diff_method != "best" else \
+        make_options(rule.name, best_options(rule, qnode.device, shots))
     trace.plan = Plan(circ_e, qnode.device, rule, train_u, None, options, shared_u,
-                      higher_order(qnode.diff_method, rule))
+                      higher_order(qnode.diff_method, rule), shots)
     trace.rule = rule
     validate_rules(trace.plan)
     job = trace.plan.job(thetas[-1].detach(), keep=rule.keep)
@@ -457,10 +460,14 @@ class StaticQNode:
         return self.qnode.construct(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
+        shots = self.qnode.shots
+        if "shots" in kwargs and not self.qnode._func_takes_shots:
+            shots = kwargs.pop("shots")  # this call's shots, as for a plain qnode
         key, tensors = call_signature(args, kwargs)
+        key = (key, shots)
         trace = self._traces.get(key)
         if trace is None:
-            trace = trace_call(self.qnode, args, kwargs, key, tensors)
+            trace = trace_call(self.qnode, args, kwargs, key, tensors, shots)
             self._traces[key] = trace
             if len(self._traces) > self.max_traces:
                 self._traces.popitem(last=False)

@@ -26,7 +26,7 @@ _DTYPES = {torch.complex128: torch.complex128, torch.complex64: torch.complex64,
            "complex128": torch.complex128, "complex64": torch.complex64}
 
 
-@register_backend("mixed", "default.mixed", "density_matrix")
+@register_backend("mixed", "density_matrix")
 class MixedBackend(Backend):
     """Density matrices ``(B, 2**n, 2**n)`` in torch, batched over bindings; channels and
     gates; exact results or shots.

@@ -16,7 +16,8 @@ import torch
 from qdiff.backends.base import Backend, Capabilities, Result, flat_outputs, register_backend
 from qdiff.backends.statevector import native, zwords
 from qdiff.backends.statevector.adjoint import adjoint_vjp
-from qdiff.backends.statevector.measure import measure_all, probs, purity, reduced_density
+from qdiff.backends.statevector.measure import (measure_all, probs, purity,
+                                                reduced_density_matrix)
 from qdiff.backends.statevector.measure import expval as state_expval
 from qdiff.backends.statevector.trajectories import simulate_trajectories
 from qdiff.circuits.channels import has_channels, is_channel
@@ -40,7 +41,7 @@ class Residual:
     use_native: bool
 
 
-@register_backend("statevector", "default", "default.qubit", "torch")
+@register_backend("statevector", "default", "torch")
 class StatevectorBackend(Backend):
     """Batched torch statevector simulation; exact, or sampled with a seeded generator.
 
@@ -220,7 +221,7 @@ def trajectory_measurements(states, circuit, k: int, noise=None) -> list:
             p = mean(probs(states, wires, n))
             out.append(noise.readout_probs(p, wires) if noise is not None else p)
         elif m.kind in ("density_matrix", "purity"):
-            rho = mean(reduced_density(states, m.wires, n))
+            rho = mean(reduced_density_matrix(states, m.wires, n))
             out.append(rho if m.kind == "density_matrix" else purity(rho))
         else:
             raise QdiffError(f"{m.kind}() is not available with trajectories (expval, var, "
