@@ -387,3 +387,18 @@ def test_constant_angles_and_no_tensor_arguments():
         (g1,) = torch.autograd.grad(plain(0.4, x * k).sum(), x)
         (g2,) = torch.autograd.grad(static(0.4, x * k).sum(), x)
         torch.testing.assert_close(g2, g1)
+
+
+def test_static_qnode_honours_qnode_and_per_call_shots():
+    dev = qd.device("statevector", wires=1, seed=5)
+
+    @qd.qnode(dev, shots=50, static=True)
+    def f(x):
+        qd.RX(x, wires=0)
+        return qd.expval(qd.Z(0))
+
+    x = torch.tensor(0.7, dtype=torch.float64)
+    sampled = float(f(x))
+    assert sampled != pytest.approx(math.cos(0.7), abs=1e-9)  # 50 shots: a multiple of 1/25
+    assert round(sampled * 25) == pytest.approx(sampled * 25, abs=1e-9)
+    assert float(f(x, shots=None)) == pytest.approx(math.cos(0.7), abs=1e-12)
