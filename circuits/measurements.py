@@ -1,4 +1,5 @@
-"""Measurements a circuit returns: ``expval``, ``var``, ``probs``, ``sample``, ``counts``, ``state``.
+"""Measurements a circuit returns: ``expval``, ``var``, ``probs``, ``sample``, ``counts``,
+``state``, and the reduced ``density_matrix`` of some wires with its ``purity``.
 
 >>> import qdiff as qd
 >>> qd.expval(qd.Z(0)).kind
@@ -104,3 +105,20 @@ def counts(wires=None) -> Measurement:
 def state() -> Measurement:
     """The final state vector, ``(..., 2**n)`` complex."""
     return _record(Measurement("state"))
+
+
+def density_matrix(wires) -> Measurement:
+    """The reduced density matrix of ``wires`` (the rest traced out): ``(..., 2**k, 2**k)``
+    complex, indexed in the order of ``wires``."""
+    ws = _wires(wires, "density_matrix")
+    if ws is None or not ws:
+        raise QdiffError("density_matrix: needs wires=")
+    return _record(Measurement("density_matrix", None, ws))
+
+
+def purity(wires) -> Measurement:
+    """``Tr(rho_W**2)`` of the reduced state of ``wires``: one real number per binding."""
+    ws = _wires(wires, "purity")
+    if ws is None or not ws:
+        raise QdiffError("purity: needs wires=")
+    return _record(Measurement("purity", None, ws))

@@ -34,7 +34,12 @@ _EXPORTS = {
     "Circuit": ("qdiff.circuits.circuit", "Circuit"),
     **{n: ("qdiff.circuits.observables", n) for n in ("Hamiltonian", "Hermitian", "Observable")},
     **{n: ("qdiff.circuits.measurements", n) for n in ("counts", "expval", "probs", "sample",
-                                                        "state", "var")},
+                                                        "state", "var", "density_matrix",
+                                                        "purity")},
+    **{n: ("qdiff.circuits.channels", n) for n in (
+        "BitFlip", "PhaseFlip", "DepolarizingChannel", "AmplitudeDamping",
+        "GeneralizedAmplitudeDamping", "PhaseDamping", "ThermalRelaxationError", "ResetError",
+        "PauliError", "QubitChannel", "Channel")},
     "record": ("qdiff.circuits.recording", "record"),
     "clear_caches": ("qdiff.circuits.caches", "clear"),
     **{n: ("qdiff.circuits.templates", n) for n in (
@@ -62,7 +67,7 @@ _EXPORTS = {
 
 # Gates under PennyLane's class names (qd.RX, qd.CNOT, ...): the same list the gate registry
 # builds, written out so that it is known without importing torch; short aliases map onto them
-# (tests/test_lazy_front.py checks both lists against the registry).
+# (tests/test_startup.py checks both lists against the registry).
 _GATE_NAMES = (
     "Identity", "PauliX", "PauliY", "PauliZ", "Hadamard", "S", "Sdg", "T", "Tdg", "SX", "SXdg",
     "RX", "RY", "RZ", "PhaseShift", "U1", "Rot", "U3", "U2", "CNOT", "CY", "CZ", "CH", "SWAP",
@@ -75,6 +80,7 @@ _GATE_ALIASES = {"I": "Identity", "X": "PauliX", "Y": "PauliY", "Z": "PauliZ", "
 
 def _gate(pl_name: str):
     from qdiff.circuits.gates import GATES
+    import qdiff.circuits.observables  # noqa: F401  (arithmetic on gates makes observables)
     for g in GATES.values():
         if g.pl_name == pl_name:
             return g

@@ -37,8 +37,8 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Observable
 from qdiff.circuits.operation import ParamRef, is_concrete
-from qdiff.rules import (BACKPROP, PARAMETER_SHIFT, Options, Rule, higher_order, make_options,
-                         resolve)
+from qdiff.rules import (BACKPROP, PARAMETER_SHIFT, Options, Rule, best_options, higher_order,
+                         make_options, resolve)
 from qdiff.shift_rules import shift_rule
 
 DIFFERENTIABLE_KINDS = ("expval", "var", "probs")
@@ -367,6 +367,6 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
     if rule is BACKPROP or not needs_grad:
         return backend.run(circuit, theta, prep)
     if options is None or diff_method == "best":
-        options = make_options(rule.name, {})
+        options = make_options(rule.name, best_options(rule, backend))
     return execute_with_rule(recorded, backend, rule, options, higher_order(diff_method, rule),
                              stacked=stacked)

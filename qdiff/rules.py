@@ -167,21 +167,45 @@ def needs_backprop(circuit, recorded) -> bool:
     return False
 
 
+def has_shiftless_trainables(circuit, recorded=None) -> bool:
+    """Whether a trainable theta column feeds an operation without a shift rule (a noise
+    channel's parameter)."""
+    trainable = getattr(recorded, "trainable", None)
+    for op in circuit.operations:
+        if op.gate.generators is None and op.gate.shift_rules is None and any(
+                isinstance(p, ParamRef) and (trainable is None or trainable[p.index])
+                for p in op.params):
+            return True
+    return False
+
+
 def best(backend, circuit, recorded=None) -> Rule:
     """The rule ``diff_method="best"`` stands for on this backend and call.
 
     On a torch-simulated backend without shots: backprop when the call needs it; the engine's
     reverse mode when it is the fast gradient (``fast_vjp``) or the register is larger than
-    ``backprop_max_wires``; backprop otherwise. Everywhere else: parameter-shift.
+    ``backprop_max_wires``; backprop otherwise. Everywhere else: parameter-shift, or finite
+    differences when a trainable parameter has no shift rule (a channel's probability).
     """
     caps = backend.capabilities
     if getattr(backend, "shots", None) or not caps.backprop:
-        return PARAMETER_SHIFT
+        return FINITE_DIFF if has_shiftless_trainables(circuit, recorded) else PARAMETER_SHIFT
     if needs_backprop(circuit, recorded) or not caps.vjp:
         return BACKPROP
     if caps.fast_vjp or circuit.num_wires > caps.backprop_max_wires:
         return ADJOINT
     return BACKPROP
+
+
+SHOT_FD_STEP = 0.1  # finite-difference step "best" takes on a device with shots
+
+
+def best_options(rule: Rule, backend) -> dict:
+    """Options of a rule ``best`` picked: on a device with shots, finite differences step by
+    ``SHOT_FD_STEP`` (a step of 1e-6 would divide shot noise by 1e-6; the bias is O(h**2))."""
+    if rule is FINITE_DIFF and getattr(backend, "shots", None):
+        return {"h": SHOT_FD_STEP}
+    return {}
 
 
 def resolve(method: str, backend, circuit, recorded=None) -> Rule:

@@ -45,6 +45,8 @@ def _fits(backend, job) -> bool:
     dev = backend.torch_device
     if backend.job_shots(job) or job.initial_state is not None or not job.flat:
         return False
+    if backend.trajectories:  # noisy runs go through execute (trajectories are sampled)
+        return False
     if (dev is not None and dev.type != "cpu") or job.theta.device.type != "cpu":
         return False
     if backend.cdtype not in (torch.complex128, torch.complex64) or native.library() is None:
