@@ -243,8 +243,10 @@ class ReplayFunction(torch.autograd.Function):
         if torch.is_grad_enabled():  # create_graph: a differentiable gradient
             theta = trace.theta(tensors)
             grad = engine_vjp(theta, g_out, trace.plan, None)
-            return (None,) + tuple(torch.autograd.grad(theta, tensors, grad, create_graph=True,
-                                                       allow_unused=True))
+            wrt = [t for t, need in zip(tensors, needs) if need]
+            got = iter(torch.autograd.grad(theta, wrt, grad, create_graph=True,
+                                           allow_unused=True))
+            return (None,) + tuple(next(got) if need else None for need in needs)
         grad = trace.prepared.vjp(ctx.theta, g_out, ctx.residual)
         ctx.residual = None
         return (None,) + tuple(trace.scatter(grad.to(trace.dtype), tensors, needs))

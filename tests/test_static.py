@@ -208,6 +208,11 @@ def test_second_derivatives_follow_the_plain_qnode():
             hs.append(torch.stack([torch.autograd.grad(gw[i], w, retain_graph=True)[0]
                                    for i in range(2)]))
         torch.testing.assert_close(hs[1], hs[0])
+        # inputs that need no gradient, weights that do
+        xc = x.detach()
+        gs = [torch.autograd.grad(f(xc, w), w, create_graph=True)[0] for f in (plain, static)]
+        hs = [torch.autograd.grad(g[1], w)[0] for g in gs]
+        torch.testing.assert_close(hs[1], hs[0])
     static = qd.qnode(dev, diff_method="adjoint", static=True)(body)
     (gw,) = torch.autograd.grad(static(x, w), w, create_graph=True)
     with pytest.raises(qd.QdiffError, match="second derivatives"):
