@@ -6,7 +6,9 @@ qdiff: the mixed-state engine, backprop. Peers, timed in the same run (medians o
 interleaved repetitions): PennyLane default.mixed (torch backprop, parameter broadcasting for
 the batch) and Qiskit Aer density-matrix simulation with parameter-shift (all 2P shifted
 bindings of every batch member in one EstimatorV2 call, exact expectation values). A peer
-whose first run exceeds --peer-limit seconds is not run at larger sizes (reported as such).
+whose first run exceeds --peer-limit seconds, or whose run is predicted to exceed it (16x per
+two more qubits from the previous size, or 64x its batch-1 time for batch 64 on Aer, which
+runs the bindings one after another), is not run (reported as skipped).
 Memory: bytes of one density matrix (16 * 4**n) and the peak resident memory of a fresh
 process that runs one qdiff gradient (minus the same process before it).
 
@@ -125,17 +127,19 @@ def timed(fn, reps):
     return ts
 
 
+_HWM = ("[l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]")
+
+
 def peak_memory(n, batch) -> float:
-    """Peak resident bytes a fresh process adds for one qdiff gradient (Linux ru_maxrss)."""
-    code = ("import resource, sys; sys.path.insert(0, %r); import bench_noise as b; "
-            "g = b.qdiff_grad(%d, %d); g(); base = resource.getrusage(resource.RUSAGE_SELF)"
-            ".ru_maxrss; print(base)") % (os.path.dirname(os.path.abspath(__file__)), n, batch)
-    before = ("import resource, sys; sys.path.insert(0, %r); import bench_noise as b; "
-              "import torch, qdiff, qdiff.backends.mixed; g = b.qdiff_grad(2, 1); g(); "
-              "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)") % (
-        os.path.dirname(os.path.abspath(__file__)),)
-    out = [int(subprocess.run([sys.executable, "-c", c], capture_output=True, text=True,
-                              check=True).stdout.split()[-1]) for c in (code, before)]
+    """Peak resident bytes a fresh process adds for one qdiff gradient: its VmHWM (the
+    high-water mark of this process image; ru_maxrss would carry the parent's over exec)
+    minus that of the same process after a 2-qubit gradient."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    run = ("import sys; sys.path.insert(0, %r); import bench_noise as b; "
+           "g = b.qdiff_grad(%d, %d); g(); print(" + _HWM + ")")
+    out = [int(subprocess.run([sys.executable, "-c", run % (here, nn, bb)], capture_output=True,
+                              text=True, check=True).stdout.split()[-1])
+           for nn, bb in ((n, batch), (2, 1))]
     return 1024.0 * (out[0] - out[1])
 
 
@@ -151,6 +155,7 @@ def main(argv=None):
     torch.set_num_threads(1)
     rows = []
     skip = {"pennylane": set(), "aer": set()}
+    last = {}  # (peer, batch) -> (n, seconds) of its previous size; (peer, 1, n) -> seconds
     print(f"threads=1; machine shared and noisy; {LAYERS} layers, dep p={P_DEP}, amp gamma={GAMMA}")
     print(f"{'n':>3} {'B':>4} {'qdiff s':>9} {'default.mixed s':>16} {'aer PS s':>10} "
           f"{'x dm':>7} {'x aer':>7} {'state MiB':>10} {'peak MiB':>9}")
@@ -164,6 +169,14 @@ def main(argv=None):
                 rows.append({"n": n, "batch": batch, "refused": str(exc)})
                 continue
             for peer, make in (("pennylane", pennylane_grad), ("aer", aer_grad)):
+                guess = None
+                if (peer, batch) in last:
+                    pn, pt = last[(peer, batch)]
+                    guess = pt * 4.0 ** (n - pn) * n / pn
+                if peer == "aer" and batch > 1 and (peer, 1, n) in last:
+                    guess = last[(peer, 1, n)] * batch
+                if guess is not None and guess > args.peer_limit:
+                    skip[peer].add(batch)
                 if batch not in skip[peer]:
                     fns[peer] = make(n, batch)
             times = {k: [] for k in fns}
@@ -179,6 +192,10 @@ def main(argv=None):
                 for k, fn in fns.items():
                     times[k] += timed(fn, 1)
             med = {k: statistics.median(v) for k, v in times.items()}
+            for k, v in med.items():
+                last[(k, batch)] = (n, v)
+                if batch == 1:
+                    last[(k, 1, n)] = v
             row = {"n": n, "batch": batch, **{k + "_s": v for k, v in med.items()},
                    "state_bytes": 16.0 * 4 ** n, "peak_bytes": peak_memory(n, batch)}
             rows.append(row)

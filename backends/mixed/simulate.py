@@ -107,14 +107,15 @@ def evolve(circuit, theta: torch.Tensor, initial=None, cdtype=torch.complex128,
     mats = op_matrices(ops, theta.to(device), rdtype, cdtype, skip=is_constant)
     cache = memo(circuit, ("mixed.constants", cdtype, str(device)), dict)
     ev = Evaluator(ops, mats, cache, cdtype, device)
+    ev.prefetch(plan)
     vec = rho.reshape(batch, 4 ** n)
     m = 2 * n
-    for blk, steps in plan:
+    for bi, (blk, steps) in enumerate(plan):
         if blk.big:
             u = ev.op(blk.ops[0])
             vec = apply_on(vec, u, blk.wires, m)
             vec = apply_on(vec, u.conj(), tuple(n + w for w in blk.wires), m)
         else:
-            s = ev.steps(steps, blk)
+            s = ev.steps(steps, blk, bi)
             vec = apply_on(vec, s, blk.wires + tuple(n + w for w in blk.wires), m)
     return vec.reshape(batch, 2 ** n, 2 ** n)

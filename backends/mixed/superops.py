@@ -222,6 +222,63 @@ class Evaluator:
         self.ops, self.mats, self.cache = ops, mats, cache
         self.cdtype, self.device = cdtype, device
         self._const_mats = None
+        self.pre: dict = {}     # chain entries -> value, computed in batches by prefetch
+        self.krons: dict = {}   # (block index, step index) -> value
+
+    def _signature(self, entries) -> tuple:
+        sig = []
+        for kind, val in entries:
+            if kind == "v":
+                sig.append(("v", self.ops[val].gate))
+            else:
+                sig.append(("c", tuple((self.ops[j].gate, self.ops[j].params) for j in val)))
+        return tuple(sig)
+
+    def prefetch(self, plan) -> None:
+        """Evaluate every one-wire chain and every kron step of ``plan`` in a few batched
+        products: chains of the same shape (gate types and constant values, position by
+        position) are stacked, so the autograd graph has a few nodes per circuit rather than
+        several per block."""
+        chains, krons = {}, []
+        for bi, (blk, steps) in enumerate(plan):
+            if blk.big:
+                continue
+            for si, st in enumerate(steps):
+                if st[0] == "chain":
+                    chains[st[1]] = None
+                elif st[0] == "kron":
+                    chains[st[1]] = chains[st[2]] = None
+                    krons.append((bi, si, st))
+        chains.pop((), None)
+        width = max([self.mats[i][1].shape[0] for e in chains for k, i in e if k == "v"] or [1])
+        groups: dict = {}
+        for ent in chains:
+            groups.setdefault(self._signature(ent), []).append(ent)
+        for members in groups.values():
+            total = None
+            for pos, (kind, val) in enumerate(members[0]):
+                if kind == "c":
+                    f = self.const(("c", val))
+                else:
+                    f = torch.stack([self.op(m[pos][1]).expand(width, 4, 4) for m in members])
+                total = f if total is None else torch.matmul(f, total)
+            if total.dim() == 3:  # constants only
+                for m in members:
+                    self.pre[m] = total
+            else:
+                for m, t in zip(members, total.unbind(0)):
+                    self.pre[m] = t
+        if not krons:
+            return
+        eye = torch.eye(4, dtype=self.cdtype, device=self.device).expand(width, 4, 4)
+
+        def val(entries):
+            return eye if not entries else self.pre[entries].expand(width, 4, 4)
+        xa = torch.stack([val(st[1]) for _, _, st in krons]).reshape(-1, width, 2, 2, 2, 2)
+        xb = torch.stack([val(st[2]) for _, _, st in krons]).reshape(-1, width, 2, 2, 2, 2)
+        k = torch.einsum("kzabcd,kzefgh->kzaebfcgdh", xa, xb).reshape(-1, width, 16, 16)
+        for (bi, si, _), t in zip(krons, k.unbind(0)):
+            self.krons[(bi, si)] = t
 
     def const_mats(self):
         if self._const_mats is None:
@@ -238,6 +295,8 @@ class Evaluator:
         return m[1]
 
     def chain(self, entries):
+        if entries in self.pre:
+            return self.pre[entries]
         total = None
         for kind, val in entries:
             s = self.const(("c", val)) if kind == "c" else self.op(val)
@@ -254,15 +313,17 @@ class Evaluator:
                         s = self.op(i)
                         got = s if got is None else torch.matmul(s, got)
                 else:
-                    got = self.steps(key[1], key[2])
+                    got = self.steps(key[1], key[2], None)
             self.cache[key] = got
         return got
 
-    def steps(self, steps, block):
+    def steps(self, steps, block, index=None):
         total = None
-        for st in steps:
+        for si, st in enumerate(steps):
             if st[0] == "chain":
                 s = self.chain(st[1])
+            elif st[0] == "kron" and (index, si) in self.krons:
+                s = self.krons[(index, si)]
             elif st[0] == "kron":
                 s = _kron_pair(self.chain(st[1]), self.chain(st[2]), self.cdtype, self.device)
             elif st[0] == "two":
