@@ -323,3 +323,9 @@ def test_pennylane_device_names_point_to_the_pennylane_backend(name):
 def test_default_qubit_is_not_remapped():
     with pytest.raises(QdiffError, match=r'qd\.device\("statevector"'):
         qd.device("default.qubit", wires=2)
+
+
+@pytest.mark.parametrize("name", ["statevector", "aer"])
+def test_device_refuses_unknown_keywords_by_name(name):
+    with pytest.raises(QdiffError, match=r"unknown keyword\(s\) \['shotz'\].*'shots'"):
+        qd.device(name, wires=2, shotz=10)
