@@ -169,13 +169,12 @@ def test_unconvertible_pennylane_objects_are_refused_by_name():
     dev = qd.device("statevector", wires=2)
 
     @qd.qnode(dev)
-    def mid(x):
+    def entropy(x):
         qd.RX(x, 0)
-        qml.measure(0)
-        return qd.expval(qd.Z(1))
+        return qml.vn_entropy(wires=[0])
 
-    with pytest.raises(QdiffError, match=r"MidMeasure.*qd\.measure"):
-        mid(torch.tensor(0.1))
+    with pytest.raises(QdiffError, match=r"PennyLane measurement vnentropy.*not supported"):
+        entropy(torch.tensor(0.1))
 
     @qd.qnode(dev)
     def bad_obs():
