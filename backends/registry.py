@@ -24,10 +24,12 @@ _LAZY = {"aer": "qdiff.backends.aer", "qiskit.aer": "qdiff.backends.aer",
 
 def _builtin() -> None:
     import qdiff.backends.statevector  # noqa: F401  (registers the default engine)
+    import qdiff.backends.mixed  # noqa: F401  (registers the density-matrix engine)
 
 
 def device(name: str = "statevector", /, wires=None, **kwargs) -> Backend:
-    """Create a backend by name: ``"statevector"`` (default), ``"aer"``, ``"ibm"``, ``"pennylane"``.
+    """Create a backend by name: ``"statevector"`` (default), ``"mixed"`` (density matrices,
+    noise), ``"aer"``, ``"ibm"``, ``"pennylane"``.
 
     ``name`` is positional-only, so backends may take a ``name=`` option of their own
     (``qd.device("pennylane", name="lightning.qubit", wires=4)``).

@@ -1,5 +1,5 @@
 """Measurements a circuit returns: ``expval``, ``var``, ``probs``, ``sample``, ``counts``,
-``state``, ``density_matrix``.
+``state``, and the reduced ``density_matrix`` of some wires with its ``purity``.
 
 >>> import qdiff as qd
 >>> qd.expval(qd.Z(0)).kind
@@ -121,10 +121,17 @@ def state() -> Measurement:
 
 
 def density_matrix(wires) -> Measurement:
-    """The reduced density matrix of ``wires`` (the others traced out), ``(..., 2**k, 2**k)``
-    complex, rows and columns in ``wires`` order (exact simulation only; differentiable by
-    backprop)."""
+    """The reduced density matrix of ``wires`` (the rest traced out): ``(..., 2**k, 2**k)``
+    complex, indexed in the order of ``wires``."""
     ws = _wires(wires, "density_matrix")
-    if ws is None:
-        raise QdiffError("density_matrix: give the wires to keep")
+    if ws is None or not ws:
+        raise QdiffError("density_matrix: give the wires to keep (wires=...)")
     return _record(Measurement("density_matrix", None, ws))
+
+
+def purity(wires) -> Measurement:
+    """``Tr(rho_W**2)`` of the reduced state of ``wires``: one real number per binding."""
+    ws = _wires(wires, "purity")
+    if ws is None or not ws:
+        raise QdiffError("purity: give the wires whose reduced state to measure (wires=...)")
+    return _record(Measurement("purity", None, ws))

@@ -110,8 +110,10 @@ def from_pennylane_observable(op) -> Observable:
         return out
     if name == "Hadamard":
         return observable_from_op(Operation(GATES["h"], tuple(op.wires)))
-    if getattr(op, "is_hermitian", False) and op.has_matrix:
-        return Hermitian(np.asarray(op.matrix()), list(op.wires))
+    if op.has_matrix and not getattr(op, "batch_size", None):
+        m = np.asarray(op.matrix())
+        if np.allclose(m, m.conj().T, atol=1e-10):  # Projector, Exp, ...: a Hermitian matrix
+            return Hermitian(m, list(op.wires))
     raise QdiffError(f"cannot convert PennyLane operator {op!r} to an observable")
 
 
@@ -463,3 +465,100 @@ def from_pennylane(tape, wires=None) -> Recorded:
         return Circuit.from_recording(items, labels)
     except QdiffError as e:
         raise QdiffError(f"from_pennylane: {e}") from None
+
+
+# -- whole tapes, for a device ------------------------------------------------------------------
+
+#: PennyLane operation names a tape may hold when :func:`from_pennylane_tape` converts it (one
+#: qdiff gate each, or a fixed gate sequence for ``GlobalPhase``); anything else is decomposed
+#: by the device's preprocessing first
+TAPE_NATIVE = frozenset(_FROM_PL) | {"PauliRot", "QubitUnitary", "GlobalPhase", "Snapshot",
+                                     "Barrier", "StatePrep", "BasisState"}
+TAPE_ADJOINT_BASES = frozenset(_ADJOINT_FROM_PL)
+
+
+def tape_op_supported(op) -> bool:
+    """Whether :func:`from_pennylane_tape` converts ``op`` directly: a gate qdiff has (with
+    PennyLane's parameters and convention), ``Adjoint`` of S/T/SX/ISWAP, ``PauliRot``,
+    ``GlobalPhase``, and an unbatched ``QubitUnitary`` whose matrix is not trainable."""
+    name = type(op).__name__
+    if name == "QubitUnitary":
+        import pennylane as qml
+        return op.batch_size is None and not qml.math.requires_grad(op.data[0])
+    if name in ("StatePrep", "BasisState"):
+        return False  # only as the first operation (the device keeps that one)
+    if name in TAPE_NATIVE:
+        return True
+    return name.startswith("Adjoint") and type(getattr(op, "base", None)).__name__ in \
+        TAPE_ADJOINT_BASES
+
+
+def _gate_param(p) -> torch.Tensor:
+    if isinstance(p, torch.Tensor):
+        return p if p.dtype.is_floating_point else p.to(torch.float64)
+    return torch.as_tensor(np.asarray(p, dtype=np.float64))
+
+
+def from_pennylane_tape(tape, labels, measurements=None, check_batch=None):
+    """Convert a PennyLane tape whose operations all pass :func:`tape_op_supported` into
+    ``(recorded, sources)``.
+
+    ``recorded`` is a :class:`Recorded` on the wires ``labels`` (in that order) whose circuit
+    carries ``measurements`` (qdiff measurements; default none). A leading state preparation
+    (any ``StatePrepBase``: ``StatePrep``, ``AmplitudeEmbedding``, ``BasisEmbedding``, ...)
+    becomes the initial state. ``sources[c] = (k, factor)``
+    says theta column ``c`` is ``factor`` times the tape's parameter ``k`` (index into
+    ``tape.get_parameters(trainable_only=False)``), so gradients by column map back to the
+    tape's parameters. Tensors requiring grad stay in the graph (backprop through torch).
+    """
+    from pennylane.operation import StatePrepBase
+    items, sources = [], []
+    k = 0
+    for pos, op in enumerate(tape.operations):
+        name = type(op).__name__
+        wires = tuple(op.wires)
+        nd = len(op.data)
+        if pos == 0 and isinstance(op, StatePrepBase):
+            if name == "BasisState" and op.batch_size is None:
+                bits = np.asarray(op.data[0]).astype(int).reshape(-1)
+                items.extend(Operation(GATES["x"], (w,), ()) for w, b in zip(wires, bits) if b)
+            else:  # StatePrep, AmplitudeEmbedding, BasisEmbedding, CosineWindow, ...
+                vec = op.state_vector(wire_order=wires)
+                vec = vec if isinstance(vec, torch.Tensor) else torch.as_tensor(np.asarray(vec))
+                vec = vec.reshape(*vec.shape[:vec.ndim - len(wires)], 2 ** len(wires))
+                vec = vec.to(torch.complex128)
+                items.append(StatePrep(vec / vec.abs().pow(2).sum(-1, keepdim=True).sqrt(),
+                                       wires))
+            k += nd
+            continue
+        if not tape_op_supported(op):
+            raise QdiffError(f"operation {op.name} on wires {list(wires)} is not supported "
+                             "directly; decompose it first")
+        if name == "GlobalPhase":
+            # exp(-i phi) I = X P(-phi) X P(-phi) on any one wire
+            w = (wires or tuple(labels))[:1]
+            neg = -_gate_param(op.data[0])
+            for _ in range(2):
+                items.append(Operation(GATES["x"], w, ()))
+                items.append(Operation(GATES["p"], w, (neg,)))
+                sources.append((k, -1.0))
+        elif name in ("Snapshot", "Barrier"):
+            pass
+        elif name == "QubitUnitary":
+            items.append(Operation(unitary_gate(torch.as_tensor(np.asarray(op.data[0]))),
+                                   wires, ()))
+        elif name.startswith("Adjoint"):
+            items.append(Operation(GATES[_ADJOINT_FROM_PL[type(op.base).__name__]], wires, ()))
+        else:
+            if name == "PauliRot":
+                gate = paulirot_gate(op.hyperparameters["pauli_word"])
+            elif name == "MultiRZ":
+                gate = multirz_gate(len(wires))
+            else:
+                gate = GATES[_FROM_PL[name]]
+            params = tuple(_gate_param(p) for p in op.data)
+            items.append(Operation(gate, wires, params))
+            sources.extend((k + i, 1.0) for i in range(nd))
+        k += nd
+    rec = Circuit.from_recording(items, labels, list(measurements or ()), check_batch)
+    return rec, sources

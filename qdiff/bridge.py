@@ -37,8 +37,8 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Observable
 from qdiff.circuits.operation import ParamRef, is_concrete
-from qdiff.rules import (BACKPROP, PARAMETER_SHIFT, Options, Rule, higher_order, make_options,
-                         resolve)
+from qdiff.rules import (BACKPROP, PARAMETER_SHIFT, Options, Rule, best_options, higher_order,
+                         make_options, resolve)
 from qdiff.shift_rules import shift_rule
 
 DIFFERENTIABLE_KINDS = ("expval", "var", "probs")
@@ -201,7 +201,7 @@ class QuantumFunction(torch.autograd.Function):
         (theta,) = ctx.saved_tensors
         plan = ctx.plan
         if plan.rule.keep:
-            grad = _engine_vjp(theta, g_out, plan, ctx.residual)
+            grad = engine_vjp(theta, g_out, plan, ctx.residual)
         else:
             grad = shift_vjp(theta, g_out, plan)
         return grad.to(theta.dtype), None
@@ -218,7 +218,7 @@ class QuantumFunction(torch.autograd.Function):
         return (flat.reshape(v, b, -1), residual), (0, None)
 
 
-def _engine_vjp(theta, g_out, plan: Plan, residual):
+def engine_vjp(theta, g_out, plan: Plan, residual):
     """The backend's own reverse mode; under ``create_graph`` the plan's higher-order rule
     (exact shift rules) instead, or a gradient whose further derivative raises."""
     if torch.is_grad_enabled() and plan.higher is not None and _has_shift_rules(plan):
@@ -390,6 +390,6 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
     if rule is BACKPROP or not needs_grad:
         return backend.run(circuit, theta, prep, shots=shots)
     if options is None or diff_method == "best":
-        options = make_options(rule.name, {})
+        options = make_options(rule.name, best_options(rule, backend, shots))
     return execute_with_rule(recorded, backend, rule, options, higher_order(diff_method, rule),
                              stacked=stacked, shots=shots)

@@ -34,7 +34,7 @@ def check_keywords(gradient_kwargs: dict, interface) -> None:
     unknown = sorted(set(gradient_kwargs) - set(rule_opts))
     if unknown:
         raise QdiffError(f"qnode: unknown keyword(s) {unknown}; valid keywords: "
-                         f"{['device', 'diff_method', 'interface', 'shots']} and the options "
+                         f"{['device', 'diff_method', 'interface', 'shots', 'static']} and the options "
                          f"of a diff_method {rule_opts}")
     if interface not in INTERFACES:
         raise QdiffError(f"qnode: interface={interface!r} is not available; qdiff qnodes take "
@@ -164,15 +164,25 @@ def _load_qnode(module: str, qualname: str):
 
 
 def qnode(device, diff_method: str = "best", interface: str = "auto", shots=DEVICE_SHOTS,
-          **gradient_kwargs):
+          static: bool = False, **gradient_kwargs):
     """Decorator form of :class:`QNode`: ``@qd.qnode(dev, diff_method="adjoint")``.
+
+    ``static=True`` records the circuit once per call signature and replays only the angle
+    binding (:class:`~qdiff.static.StaticQNode`; valid when the structure depends on argument
+    shapes and non-tensor arguments only, which the trace checks).
 
     Applied to a ready circuit instead of a function (a ``Circuit``, a Qiskit
     ``QuantumCircuit`` or an OpenQASM import), it returns a
     :class:`~qdiff.circuit_qnode.CircuitQNode` called with parameter bindings
     (``observables=`` and ``arguments=`` are its options)."""
+    if not isinstance(static, bool):
+        raise QdiffError(f"static must be True or False; got {static!r}")
+
     def wrap(func):
         if not callable(func):
+            if static:
+                raise QdiffError("static=True applies to a qnode function, not to a ready "
+                                 "circuit (whose structure is fixed already)")
             if shots != DEVICE_SHOTS:
                 raise QdiffError("qnode: shots= is taken by qnodes of functions; for a ready "
                                  "circuit give the device its shots")
@@ -180,7 +190,11 @@ def qnode(device, diff_method: str = "best", interface: str = "auto", shots=DEVI
                             if k not in ("observables", "arguments")}, interface)
             from qdiff.circuit_qnode import CircuitQNode
             return CircuitQNode(func, device, diff_method, **gradient_kwargs)
-        return QNode(func, device, diff_method, interface, shots, **gradient_kwargs)
+        node = QNode(func, device, diff_method, interface, shots, **gradient_kwargs)
+        if static:
+            from qdiff.static import StaticQNode
+            return StaticQNode(node)
+        return node
     return wrap
 
 

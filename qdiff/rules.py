@@ -167,6 +167,18 @@ def needs_backprop(circuit, recorded) -> bool:
     return False
 
 
+def has_shiftless_trainables(circuit, recorded=None) -> bool:
+    """Whether a trainable theta column feeds an operation without a shift rule (a noise
+    channel's parameter)."""
+    trainable = getattr(recorded, "trainable", None)
+    for op in circuit.operations:
+        if op.gate.generators is None and op.gate.shift_rules is None and any(
+                isinstance(p, ParamRef) and (trainable is None or trainable[p.index])
+                for p in op.params):
+            return True
+    return False
+
+
 _DEVICE = "device"  # shots: the backend's own setting (qdiff.backends.base.DEVICE_SHOTS)
 
 
@@ -179,16 +191,28 @@ def best(backend, circuit, recorded=None, shots=_DEVICE) -> Rule:
 
     On a torch-simulated backend without shots: backprop when the call needs it; the engine's
     reverse mode when it is the fast gradient (``fast_vjp``) or the register is larger than
-    ``backprop_max_wires``; backprop otherwise. Everywhere else: parameter-shift.
+    ``backprop_max_wires``; backprop otherwise. Everywhere else: parameter-shift, or finite
+    differences when a trainable parameter has no shift rule (a channel's probability).
     """
     caps = backend.capabilities
     if _shots(backend, shots) or not caps.backprop:
-        return PARAMETER_SHIFT
+        return FINITE_DIFF if has_shiftless_trainables(circuit, recorded) else PARAMETER_SHIFT
     if needs_backprop(circuit, recorded) or not caps.vjp:
         return BACKPROP
     if caps.fast_vjp or circuit.num_wires > caps.backprop_max_wires:
         return ADJOINT
     return BACKPROP
+
+
+SHOT_FD_STEP = 0.1  # finite-difference step "best" takes on a device with shots
+
+
+def best_options(rule: Rule, backend, shots=_DEVICE) -> dict:
+    """Options of a rule ``best`` picked: with shots, finite differences step by
+    ``SHOT_FD_STEP`` (a step of 1e-6 would divide shot noise by 1e-6; the bias is O(h**2))."""
+    if rule is FINITE_DIFF and _shots(backend, shots):
+        return {"h": SHOT_FD_STEP}
+    return {}
 
 
 def resolve(method: str, backend, circuit, recorded=None, shots=_DEVICE) -> Rule:

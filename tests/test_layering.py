@@ -77,11 +77,28 @@ def test_dependency_direction(path):
         assert layer in ALLOWED[top], f"{path} (layer {top}) imports {name} (layer {layer})"
 
 
-@pytest.mark.parametrize("path", [p for p in ALL if p.split(os.sep)[0] in ("circuits", "backends")])
+#: PennyLane's device plugin subclasses PennyLane's Device, so it imports PennyLane at module
+#: level; PennyLane loads it through its entry point, and no other module imports it eagerly
+PLUGIN = os.path.join("backends", "pennylane_plugin") + os.sep
+
+
+@pytest.mark.parametrize("path", [p for p in ALL if p.split(os.sep)[0] in ("circuits", "backends")
+                                  and not p.startswith(PLUGIN)])
 def test_qiskit_and_pennylane_are_imported_lazily(path):
     for name, top_level in imports(path):
         if name.split(".")[0] in HEAVY:
             assert not top_level, f"{path}: module-level import of {name} (import it inside the function)"
+        if name.startswith("qdiff.backends.pennylane_plugin"):
+            assert not top_level, f"{path}: module-level import of the PennyLane plugin {name}"
+
+
+def test_the_pennylane_plugin_is_not_imported_by_qdiff():
+    import subprocess
+    import sys
+    code = ("import sys, qdiff, qdiff.backends; "
+            "print('qdiff.backends.pennylane_plugin' in sys.modules, 'pennylane' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.split() == ["False", "False"], out.stdout + out.stderr
 
 
 def test_the_checker_sees_real_imports():

@@ -261,6 +261,11 @@ def sample_eigvals(state, obs, n, shots, generator) -> torch.Tensor:
     return eig.to(p.dtype)[idx] * c
 
 
+def purity(rho: torch.Tensor) -> torch.Tensor:
+    """``Tr(rho**2)`` of ``(B, d, d)`` density matrices: ``(B,)`` real."""
+    return (rho * rho.transpose(1, 2)).sum((1, 2)).real
+
+
 def measure_all(state, circuit, shots, generator) -> list:
     """One tensor per measurement of ``circuit`` from the final ``state`` ``(B, 2**n)``."""
     n = circuit.num_wires
@@ -281,14 +286,15 @@ def measure_all(state, circuit, shots, generator) -> list:
                 idx = sample_indices(p, shots, generator)
                 p = torch.zeros_like(p).scatter_add_(1, idx, torch.ones_like(idx, dtype=p.dtype)) / shots
             out.append(p)
+        elif m.kind in ("density_matrix", "purity"):
+            if shots:
+                raise QdiffError(f"{m.kind}() is exact only; it is not available with shots")
+            rho = reduced_density_matrix(state, m.wires, n)
+            out.append(rho if m.kind == "density_matrix" else purity(rho))
         elif m.kind == "state":
             if shots:
                 raise QdiffError("state() is not available with shots")
             out.append(state)
-        elif m.kind == "density_matrix":
-            if shots:
-                raise QdiffError("density_matrix() is not available with shots")
-            out.append(reduced_density_matrix(state, m.wires, n))
         elif m.kind in ("sample", "counts"):
             if not shots:
                 raise QdiffError(f"{m.kind}() needs a device with shots (qd.device(..., shots=N))")

@@ -1,0 +1,559 @@
+"""``qml.device("qdiff.statevector")``: qdiff's statevector engine as a PennyLane device.
+
+The device speaks PennyLane's ``pennylane.devices.Device`` API. Preprocessing decomposes every
+operation into the gates qdiff runs natively (the TOML file beside this module lists them),
+resolves mid-circuit measurements by deferring them, and validates wires and measurements.
+``execute`` converts each tape (:func:`qdiff.circuits.pennylane_io.from_pennylane_tape`) into a
+:class:`~qdiff.backends.base.Job` and runs the whole batch through the engine in ONE
+``execute(jobs)`` call; a broadcast tape is one job with ``B`` parameter rows.
+
+Measurements: exact ``expval``/``var`` of any observable qdiff converts, ``probs(wires)`` and
+``state()`` are computed by the engine itself. Every other measurement (``density_matrix``,
+``probs(op=...)``, projectors, sparse Hamiltonians, mid-circuit measurement statistics) and every
+finite-shot measurement (``sample``, ``counts``, estimated ``expval``/``var``/``probs``, shot
+vectors) is read off the engine's final state by PennyLane's own measurement functions, the
+same ones ``default.qubit`` uses, so the result formats are PennyLane's.
+
+Derivatives: ``diff_method="adjoint"`` (and ``"best"``) uses the engine's adjoint reverse mode
+(``Backend.vjp``) for ``compute_vjp``/``execute_and_compute_vjp`` and, with one-hot
+cotangents, ``compute_derivatives``; ``diff_method="backprop"`` runs the torch engine inside
+torch autograd (torch interface, exact results).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pennylane as qml
+import torch
+from pennylane.devices import Device, ExecutionConfig
+from pennylane.devices.modifiers import simulator_tracking, single_tape_support
+from pennylane.devices.preprocess import (decompose, device_resolve_dynamic_wires, no_sampling,
+                                          validate_adjoint_trainable_params,
+                                          validate_device_wires, validate_measurements,
+                                          validate_observables)
+from pennylane.exceptions import DeviceError
+from pennylane.math import Interface
+from pennylane.measurements import (ExpectationMP, ProbabilityMP, SampleMeasurement, StateMP,
+                                    StateMeasurement, VarianceMP)
+from pennylane.transforms import defer_measurements
+
+from qdiff.backends.base import Job
+from qdiff.backends.statevector import StatevectorBackend
+from qdiff.backends.statevector.engine import Residual
+from qdiff.backends.statevector.simulate import Trace
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.measurements import Measurement
+from qdiff.circuits.pennylane_io import (from_pennylane_observable, from_pennylane_tape,
+                                        tape_op_supported)
+
+_DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
+           torch.complex128: torch.complex128, torch.complex64: torch.complex64}
+_BACKPROP_INTERFACES = (Interface.TORCH,)
+
+
+def _stopping_condition(op) -> bool:
+    return tape_op_supported(op)
+
+
+def _decomposer(op):
+    """PennyLane's decomposition of ``op``; an operation without one but with a matrix (e.g.
+    ``BlockEncode``, ``DoubleExcitationPlus``) becomes that ``QubitUnitary`` (a trainable one
+    decomposes further, differentiably)."""
+    if op.has_decomposition or not op.has_matrix:
+        return op.decomposition()
+    return [qml.QubitUnitary(op.matrix(), wires=op.wires)]
+
+
+def _adjoint_stopping_condition(op) -> bool:
+    """Gates the adjoint sweep differentiates: every native gate except a trainable
+    ``QubitUnitary``/``GlobalPhase`` matrix-only op (those are decomposed)."""
+    return tape_op_supported(op)
+
+
+def _adjoint_measurement(mp) -> bool:
+    """Measurements the engine's reverse mode differentiates: exact expval/var of an observable
+    qdiff converts, probs of wires."""
+    if isinstance(mp, (ExpectationMP, VarianceMP)):
+        return mp.obs is not None and mp.mv is None
+    return type(mp) is ProbabilityMP and mp.obs is None and mp.mv is None
+
+
+def _adjoint_observable(obs) -> bool:
+    return _observable(obs) is not None
+
+
+def _accepted_analytic(mp) -> bool:
+    return isinstance(mp, StateMeasurement)
+
+
+def _accepted_sample(mp) -> bool:
+    return isinstance(mp, SampleMeasurement)
+
+
+@qml.transform
+def _expand_trainable_broadcast(tape):
+    """``broadcast_expand`` for a broadcast tape with a trainable non-scalar parameter."""
+    if tape.batch_size is not None and any(
+            qml.math.ndim(p) > 0 for p in tape.get_parameters(trainable_only=True)):
+        return qml.transforms.broadcast_expand(tape)
+    return (tape,), lambda results: results[0]
+
+
+class _Plan:
+    """One tape as one engine job: the job, its theta sources, and how to read the results."""
+
+    __slots__ = ("tape", "job", "sources", "native", "batched", "n", "wire_map")
+
+    def __init__(self, tape, job, sources, native, n, wire_map):
+        self.tape, self.job, self.sources, self.native = tape, job, sources, native
+        self.batched = tape.batch_size is not None
+        self.n, self.wire_map = n, wire_map
+
+
+@simulator_tracking
+@single_tape_support
+class QdiffStatevector(Device):
+    """qdiff's statevector engine (native CPU kernels, adjoint reverse mode) as a PennyLane
+    device.
+
+    Args:
+        wires: number of wires or their labels (None: the wires of each circuit).
+        shots: None (exact), an int, or a shot vector.
+        seed: seed of the sampling generator (``numpy.random.default_rng`` seed; ``"global"``
+            draws it from numpy's global generator).
+        c_dtype: ``numpy.complex128`` (default) or ``numpy.complex64`` state amplitudes.
+    """
+
+    config_filepath = Path(__file__).parent / "qdiff_statevector.toml"
+    _device_options = ("c_dtype",)
+
+    @property
+    def name(self):
+        return "qdiff.statevector"
+
+    def __init__(self, wires=None, shots=None, seed="global", c_dtype=np.complex128):
+        super().__init__(wires=wires, shots=shots)
+        key = c_dtype if c_dtype in _DTYPES else getattr(np, str(c_dtype), None)
+        if key not in _DTYPES:
+            raise DeviceError(f"qdiff.statevector: c_dtype must be numpy.complex128 or "
+                              f"numpy.complex64; got {c_dtype!r}")
+        self._c_dtype = c_dtype
+        self._cdtype = _DTYPES[key]
+        seed = np.random.randint(0, 2 ** 31 - 1) if seed == "global" else seed
+        self._rng = np.random.default_rng(seed)
+        self._engines: dict = {}
+
+    def _engine(self, n: int) -> StatevectorBackend:
+        eng = self._engines.get(n)
+        if eng is None:
+            eng = self._engines[n] = StatevectorBackend(n, dtype=self._cdtype)
+        return eng
+
+    # -- configuration ---------------------------------------------------------------------
+
+    def supports_derivatives(self, execution_config: Optional[ExecutionConfig] = None,
+                             circuit=None) -> bool:
+        if execution_config is None:
+            return True
+        method = execution_config.gradient_method
+        if method == "backprop":
+            if execution_config.interface not in _BACKPROP_INTERFACES:
+                return False
+            return circuit is None or not circuit.shots
+        if method in ("adjoint", "best"):
+            if circuit is None:
+                return True
+            try:
+                self._adjoint_program()((circuit,))
+            except (DeviceError, qml.exceptions.DecompositionUndefinedError, AttributeError):
+                return False
+            return True
+        return False
+
+    def supports_vjp(self, execution_config=None, circuit=None) -> bool:
+        return execution_config is None or execution_config.gradient_method != "backprop" and \
+            self.supports_derivatives(execution_config, circuit)
+
+    def setup_execution_config(self, config: Optional[ExecutionConfig] = None,
+                               circuit=None) -> ExecutionConfig:
+        config = config or ExecutionConfig()
+        for option in config.device_options:
+            if option not in self._device_options:
+                raise DeviceError(f"device option {option} not present on {self}")
+        updated = {}
+        method = config.gradient_method
+        if method == "best":
+            method = updated["gradient_method"] = "adjoint"
+        if config.use_device_gradient is None:
+            updated["use_device_gradient"] = method in ("adjoint", "backprop")
+        if config.use_device_jacobian_product is None:
+            updated["use_device_jacobian_product"] = method == "adjoint"
+        if config.grad_on_execution is None:
+            updated["grad_on_execution"] = method == "adjoint"
+        mcm = config.mcm_config
+        if mcm.mcm_method not in (None, "deferred"):
+            raise DeviceError(f"mcm_method={mcm.mcm_method!r} is not supported with "
+                              f"{self.name}; use mcm_method='deferred'")
+        if mcm.postselect_mode == "fill-shots":
+            raise DeviceError(f"postselect_mode='fill-shots' is not supported with {self.name}")
+        updated["mcm_config"] = replace(mcm, mcm_method="deferred")
+        options = dict(config.device_options)
+        options.setdefault("c_dtype", self._c_dtype)
+        updated["device_options"] = options
+        return replace(config, **updated)
+
+    def preprocess_transforms(self, execution_config: Optional[ExecutionConfig] = None):
+        config = execution_config or ExecutionConfig()
+        program = qml.CompilePipeline()
+        program.add_transform(defer_measurements, allow_postselect=True)
+        program.add_transform(decompose, stopping_condition=_stopping_condition,
+                              decomposer=_decomposer, device_wires=self.wires,
+                              target_gates=self.capabilities.gate_set(), name=self.name)
+        program.add_transform(device_resolve_dynamic_wires, wires=self.wires, allow_resets=False)
+        program.add_transform(validate_device_wires, self.wires, name=self.name)
+        program.add_transform(validate_measurements, analytic_measurements=_accepted_analytic,
+                              sample_measurements=_accepted_sample, name=self.name)
+        if config.gradient_method == "backprop":
+            program.add_transform(no_sampling, name=f"backprop + {self.name}")
+        if config.gradient_method == "adjoint":
+            program += self._adjoint_program(expand=not config.use_device_jacobian_product)
+        return program
+
+    def _adjoint_program(self, expand=True):
+        name = f"adjoint + {self.name}"
+        program = qml.CompilePipeline()
+        program.add_transform(no_sampling, name=name)
+        program.add_transform(decompose, stopping_condition=_adjoint_stopping_condition,
+                              decomposer=_decomposer, device_wires=self.wires, target_gates=self.capabilities.gate_set(),
+                              skip_initial_state_prep=False, name=name)
+        program.add_transform(validate_observables, _adjoint_observable, name=name)
+        program.add_transform(validate_measurements, analytic_measurements=_adjoint_measurement,
+                              name=name)
+        program.add_transform(validate_adjoint_trainable_params)
+        # PennyLane's Jacobian format has no broadcast axis, and its VJPs none for a trainable
+        # broadcast parameter: expand those tapes (the engine merges the expanded tapes, one
+        # structure, back into one batched job). A VJP w.r.t. scalar parameters keeps the
+        # broadcast tape as it is.
+        program.add_transform(qml.transforms.broadcast_expand if expand
+                              else _expand_trainable_broadcast)
+        return program
+
+    # -- conversion ------------------------------------------------------------------------
+
+    def _labels(self, tape):
+        if self.wires is not None:
+            return tuple(self.wires)
+        return tuple(tape.wires)
+
+    def _plan(self, tape) -> _Plan:
+        labels = self._labels(tape)
+        n = len(labels)
+        if n == 0:
+            labels, n = (0,), 1
+        wire_map = None if labels == tuple(range(n)) else {w: i for i, w in enumerate(labels)}
+        native = None if tape.shots else _native_measurements(tape.measurements, labels)
+        meas = native if native is not None else [Measurement("state")]
+        engine = self._engine(n)
+        try:
+            rec, sources = from_pennylane_tape(tape, labels, meas, engine.check_batch)
+        except QdiffError as exc:
+            raise DeviceError(f"{self.name}: {exc}") from None
+        trainable = _column_trainable(tape, sources)
+        job = Job(rec.circuit, rec.theta, rec.initial_state, shots=None, trainable=trainable)
+        return _Plan(tape, job, sources, native is not None, n, wire_map)
+
+    # -- execution -------------------------------------------------------------------------
+
+    def execute(self, circuits, execution_config: Optional[ExecutionConfig] = None):
+        plans = [self._plan(t) for t in circuits]
+        outputs = self._execute_grouped([p.job for p in plans])
+        return tuple(self._finish(p, o) for p, o in zip(plans, outputs))
+
+    def _execute_grouped(self, jobs, keep_residuals=False):
+        """Run ``jobs`` with ONE engine ``execute`` call per register size; jobs of the same
+        circuit structure (tapes that differ only in their parameter values, e.g. a broadcast
+        tape after ``broadcast_expand``) are merged into one job of stacked theta rows. Returns
+        each job's outputs (and, with ``keep_residuals``, the merged jobs and residuals)."""
+        merged, members = _merge(jobs)
+        results = [None] * len(merged)
+        by_n: dict = {}
+        for i, job in enumerate(merged):
+            by_n.setdefault(job.circuit.num_wires, []).append(i)
+        for n, idx in by_n.items():
+            res = self._engine(n).execute([merged[i] for i in idx])
+            for i, r in zip(idx, res):
+                results[i] = r
+        outputs = [None] * len(jobs)
+        for r, mem in zip(results, members):
+            for j, rows in mem:
+                o = r.outputs
+                outputs[j] = o[rows] if isinstance(o, torch.Tensor) else [x[rows] for x in o]
+        if keep_residuals:
+            return outputs, merged, members, results
+        return outputs
+
+    def _finish(self, plan: _Plan, outputs):
+        tape = plan.tape
+        mps = tape.measurements
+        if plan.native:
+            if isinstance(outputs, torch.Tensor):  # flat
+                outputs = _split_flat(outputs, plan.job.circuit.measurements, plan.n)
+            vals = [_to_user(o if plan.batched else o[0]) for o in outputs]
+            return vals[0] if len(mps) == 1 else tuple(vals)
+        state = _to_user(outputs[0])
+        shape = ((state.shape[0],) if plan.batched else ()) + (2,) * plan.n
+        state = state.reshape(shape) if plan.batched else state[0].reshape(shape)
+        if plan.wire_map is not None:
+            mps = [m.map_wires(plan.wire_map) for m in mps]
+        from pennylane.devices.qubit.simulate import measure_final_state
+        script = qml.tape.QuantumScript([], mps, shots=tape.shots)
+        return measure_final_state(script, state, plan.batched, rng=self._rng)
+
+    # -- derivatives -----------------------------------------------------------------------
+
+    def compute_derivatives(self, circuits, execution_config=None):
+        return self._derivatives(circuits, results=False)
+
+    def execute_and_compute_derivatives(self, circuits, execution_config=None):
+        return self._derivatives(circuits, results=True)
+
+    def _derivatives(self, circuits, results: bool):
+        """Jacobians in PennyLane's nested format by the engine's reverse mode: tapes of one
+        structure merged into one job, ONE forward over its rows, then one reverse sweep per
+        output over the final states repeated once per output (one-hot cotangents, one engine
+        ``vjp`` call)."""
+        plans = [self._adjoint_plan(t) for t in circuits]
+        jobs = [replace(p.job, flat=True, keep=True) for p in plans]
+        outputs, merged, members, res = self._execute_grouped(jobs, keep_residuals=True)
+        big, cots, resid, todo = [], [], [], []
+        for i, (job, mem, r) in enumerate(zip(merged, members, res)):
+            if not any(job.trainable or ()):
+                continue
+            k = sum(_flat_size(m, job.circuit.num_wires) for m in job.circuit.measurements)
+            b = job.theta.shape[0]
+            init = None if job.initial_state is None else \
+                job.initial_state.expand(b, -1).repeat(k, 1)
+            big.append(replace(job, theta=job.theta.repeat(k, 1), initial_state=init))
+            cots.append(torch.eye(k, dtype=torch.float64).repeat_interleave(b, dim=0))
+            resid.append(Residual(r.residual.state.repeat(k, 1), Trace(),
+                                  r.residual.use_native))
+            todo.append(i)
+        grads = [None] * len(merged)
+        for i, g in zip(todo, self._vjp(big, cots, resid)):
+            grads[i] = g.reshape(-1, merged[i].theta.shape[0], g.shape[-1])  # (out, row, col)
+        jacs = [()] * len(plans)
+        for g, mem in zip(grads, members):
+            for j, rows in mem:
+                p = plans[j]
+                if g is None or not p.tape.trainable_params:
+                    continue
+                sizes = [_flat_size(m, p.n) for m in p.job.circuit.measurements]
+                jac = g[:, rows].detach().cpu().numpy() @ _column_map(p.tape, p.sources)
+                jacs[j] = _jacobian_format(p.tape, jac, sizes, p.batched)
+        jacs = tuple(jacs)
+        if not results:
+            return jacs
+        vals = tuple(self._finish(p, o) for p, o in zip(plans, outputs))
+        return vals, jacs
+
+    def _adjoint_plan(self, tape) -> _Plan:
+        plan = self._plan(tape)
+        if not plan.native or tape.shots:
+            raise DeviceError(f"{self.name}: the adjoint method differentiates exact expval, var "
+                              f"and probs(wires) only; got {list(tape.measurements)}")
+        return plan
+
+    def compute_vjp(self, circuits, cotangents, execution_config=None):
+        plans = [self._adjoint_plan(t) for t in circuits]
+        cots = [_flat_cotangent(p.tape, dy, p.job) for p, dy in zip(plans, cotangents)]
+        merged, members = _merge([p.job for p in plans])
+        mcots = [torch.cat([cots[j] for j, _ in mem]) if len(mem) > 1 else cots[mem[0][0]]
+                 for mem in members]
+        grads = self._vjp(merged, mcots, [None] * len(merged))
+        out = [None] * len(plans)
+        for g, mem in zip(grads, members):
+            for j, rows in mem:
+                p = plans[j]
+                out[j] = _param_grads(p.tape, g[rows], p.sources) if p.tape.trainable_params \
+                    else ()
+        return tuple(out)
+
+    def execute_and_compute_vjp(self, circuits, cotangents, execution_config=None):
+        return self.execute(circuits, execution_config), \
+            self.compute_vjp(circuits, cotangents, execution_config)
+
+    def _vjp(self, jobs, cots, residuals) -> list:
+        out = [None] * len(jobs)
+        by_eng: dict = {}
+        for i, job in enumerate(jobs):
+            by_eng.setdefault(job.circuit.num_wires, []).append(i)
+        for n, idx in by_eng.items():
+            res = self._engine(n).vjp([jobs[i] for i in idx], [cots[i] for i in idx],
+                                      [residuals[i] for i in idx])
+            for i, g in zip(idx, res):
+                out[i] = g
+        return out
+
+
+def _merge(jobs):
+    """Merge jobs of one circuit object (same structure, same trainable columns, no initial
+    state) into one job of stacked theta rows: ``(merged jobs, members)``, ``members[i]`` the
+    ``(job index, row slice)`` pairs merged job ``i`` serves."""
+    merged, members, slot = [], [], {}
+    for j, job in enumerate(jobs):
+        b = job.theta.shape[0]
+        key = None if job.initial_state is not None or job.theta.requires_grad else \
+            (id(job.circuit), job.trainable, job.flat, job.keep)
+        i = slot.get(key) if key is not None else None
+        if i is None:
+            if key is not None:
+                slot[key] = len(merged)
+            merged.append([job])
+            members.append([(j, slice(0, b))])
+        else:
+            start = members[i][-1][1].stop
+            merged[i].append(job)
+            members[i].append((j, slice(start, start + b)))
+    out = []
+    for group in merged:
+        if len(group) == 1:
+            out.append(group[0])
+        else:
+            out.append(replace(group[0], theta=torch.cat([g.theta for g in group])))
+    return out, members
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+_OBS_CACHE: dict = {}
+
+
+def _observable(op):
+    """The qdiff observable for a PennyLane observable, or None when it has none (cached)."""
+    key = (op.hash, tuple(map(repr, op.wires)))  # hash(-1) == hash(-2): the labels too
+    if key in _OBS_CACHE:
+        return _OBS_CACHE[key]
+    try:
+        obs = from_pennylane_observable(op)
+    except Exception:  # noqa: BLE001 - PennyLane raises many kinds; the fallback handles it
+        obs = None
+    if obs is not None and not obs.terms:
+        obs = None
+    if len(_OBS_CACHE) > 256:
+        _OBS_CACHE.clear()
+    _OBS_CACHE[key] = obs
+    return obs
+
+
+def _native_measurements(mps, labels):
+    """qdiff measurements for ``mps`` when the engine computes them all exactly, else None."""
+    out = []
+    for mp in mps:
+        if mp.mv is not None:
+            return None
+        if isinstance(mp, (ExpectationMP, VarianceMP)) and mp.obs is not None:
+            if any(qml.math.requires_grad(d) for d in mp.obs.data):
+                return None
+            obs = _observable(mp.obs)
+            if obs is None:
+                return None
+            if not obs.terms:
+                return None
+            out.append(Measurement("expval" if isinstance(mp, ExpectationMP) else "var", obs))
+        elif type(mp) is ProbabilityMP and mp.obs is None:
+            out.append(Measurement("probs", None, tuple(mp.wires)))
+        elif type(mp) is StateMP and (not mp.wires or tuple(mp.wires) == tuple(labels)):
+            out.append(Measurement("state"))
+        else:
+            return None
+    return out
+
+
+def _column_trainable(tape, sources) -> tuple:
+    tr = set(tape.trainable_params)
+    return tuple(k in tr for k, _ in sources)
+
+
+def _to_user(t: torch.Tensor):
+    """Numpy for results outside autograd, the tensor itself inside it (backprop)."""
+    if t.requires_grad:
+        return t
+    return t.detach().cpu().numpy()
+
+
+def _flat_size(m: Measurement, n: int) -> int:
+    if m.kind == "probs":
+        return 2 ** (len(m.wires) if m.wires is not None else n)
+    return 1
+
+
+def _split_flat(flat: torch.Tensor, mps, n: int) -> list:
+    out, i = [], 0
+    for m in mps:
+        s = _flat_size(m, n)
+        out.append(flat[:, i:i + s] if m.kind == "probs" else flat[:, i])
+        i += s
+    return out
+
+
+def _flat_cotangent(tape, dy, job) -> torch.Tensor:
+    """PennyLane's cotangent structure for one tape -> a real ``(B, K)`` tensor."""
+    b = job.theta.shape[0]
+    parts = [dy] if len(tape.measurements) == 1 else list(dy)
+    cols = []
+    for part in parts:
+        t = torch.as_tensor(np.asarray(qml.math.unwrap(part), dtype=np.float64))
+        cols.append(t.reshape(b, -1) if tape.batch_size is not None else t.reshape(1, -1))
+    return torch.cat(cols, dim=1)
+
+
+def _column_map(tape, sources) -> np.ndarray:
+    """``(P, T)`` matrix taking gradients by theta column to gradients by trainable tape
+    parameter (``factor`` where column ``c`` comes from parameter ``t``)."""
+    index = {k: i for i, k in enumerate(tape.trainable_params)}
+    m = np.zeros((len(sources), len(index)))
+    for c, (k, factor) in enumerate(sources):
+        i = index.get(k)
+        if i is not None:
+            m[c, i] += factor
+    return m
+
+
+def _param_grads(tape, g: torch.Tensor, sources) -> tuple:
+    """``(B, P)`` column gradients -> one gradient per trainable tape parameter, shaped like
+    the parameter (a broadcast parameter keeps its rows; a scalar sums them)."""
+    per = g.detach().cpu().numpy() @ _column_map(tape, sources)  # (B, T)
+    params = tape.get_parameters(trainable_only=True)
+    out = []
+    for t, p in enumerate(params):
+        shape = np.shape(p)
+        v = per[:, t]
+        out.append(v.reshape(shape) if len(shape) and np.prod(shape) == v.size
+                   else np.asarray(v.sum()))
+    return tuple(out)
+
+
+def _jacobian_format(tape, jac, sizes, batched):
+    """PennyLane's nested Jacobian (per measurement, per trainable parameter) from ``jac``
+    ``(K, B, T)`` (flat outputs, rows, trainable parameters)."""
+    nm, npar = len(sizes), jac.shape[-1]
+    per_meas = []
+    start = 0
+    for s, mp in zip(sizes, tape.measurements):
+        blk = jac[start:start + s]  # (s, B, T)
+        blk = np.moveaxis(blk, 0, -1) if isinstance(mp, ProbabilityMP) else blk[0]  # (B,T,s)|(B,T)
+        blk = blk if batched else blk[0]
+        per_meas.append([blk[..., t, :] if isinstance(mp, ProbabilityMP) else blk[..., t]
+                         for t in range(npar)])
+        start += s
+    if nm == 1 and npar == 1:
+        return per_meas[0][0]
+    if nm == 1:
+        return tuple(per_meas[0])
+    if npar == 1:
+        return tuple(e[0] for e in per_meas)
+    return tuple(tuple(e) for e in per_meas)

@@ -1,0 +1,169 @@
+"""qdiff as a PennyLane device: ``qml.device("qdiff.statevector")`` inside PennyLane's own
+pipeline, against ``lightning.qubit`` (adjoint) and ``default.qubit`` (backprop).
+
+1. Training step of a PennyLane ``qml.qnn.TorchLayer`` model: AngleEmbedding +
+   StronglyEntanglingLayers(3) with expval Z on every wire, then ``nn.Linear(n, 2)``, MSE loss,
+   Adam; forward + backward + optimizer step on a batch of B inputs (the inputs are broadcast
+   by TorchLayer: one broadcast tape per step).
+2. Gradient of sum_i <Z_i> after SEL(L=3) w.r.t. the SEL weights (one input), n = 12..20.
+
+Every configuration is timed interleaved with its peers in the same run (rounds of one call
+each, after a warm-up); the script prints medians and the ratios qdiff / peer (< 1: qdiff
+faster) and checks that the gradients agree. ``--empty`` also times an empty circuit (one RZ,
+one expval) per device: PennyLane's own fixed cost per call.
+
+    OMP_NUM_THREADS=1 python bench/bench_pennylane_plugin.py [--layer-sizes 4,8]
+        [--batches 32,256] [--sel-sizes 12,14,16,18,20] [--rounds 5] [--device-vjp]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+import time
+import warnings
+
+warnings.filterwarnings("ignore")
+
+PEERS = (("qdiff", "qdiff.statevector", "adjoint"), ("lightning", "lightning.qubit", "adjoint"),
+         ("default", "default.qubit", "backprop"))
+
+
+def layer_step(name, diff, n, batch, device_vjp, seed=0):
+    import pennylane as qml
+    import torch
+    dev = qml.device(name, wires=n)
+    kw = {"device_vjp": device_vjp} if diff == "adjoint" else {}
+
+    @qml.qnode(dev, interface="torch", diff_method=diff, **kw)
+    def circuit(inputs, weights):
+        qml.AngleEmbedding(inputs, wires=range(n))
+        qml.StronglyEntanglingLayers(weights, wires=range(n))
+        return [qml.expval(qml.Z(i)) for i in range(n)]
+
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(qml.qnn.TorchLayer(circuit, {"weights": (3, n, 3)}),
+                                torch.nn.Linear(n, 2))
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(batch, n, generator=g) * 3.0
+    y = torch.rand(batch, 2, generator=g)
+    opt = torch.optim.Adam(model.parameters(), lr=0.0)  # lr 0: every step sees the same weights
+
+    def step():
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        return model[0].weights.grad.detach().double().clone()
+    return step
+
+
+def sel_grad(name, diff, n, device_vjp, seed=0):
+    import pennylane as qml
+    import torch
+    dev = qml.device(name, wires=n)
+    kw = {"device_vjp": device_vjp} if diff == "adjoint" else {}
+
+    @qml.qnode(dev, interface="torch", diff_method=diff, **kw)
+    def circuit(weights):
+        qml.StronglyEntanglingLayers(weights, wires=range(n))
+        return [qml.expval(qml.Z(i)) for i in range(n)]
+
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.rand(3, n, 3, generator=g, dtype=torch.float64) * 6.2832).requires_grad_()
+
+    def step():
+        out = circuit(w)
+        (gw,) = torch.autograd.grad(sum(out), (w,))
+        return gw.detach().clone()
+    return step
+
+
+def empty_call(name):
+    import pennylane as qml
+    dev = qml.device(name, wires=1)
+
+    @qml.qnode(dev)
+    def circuit(x):
+        qml.RZ(x, 0)
+        return qml.expval(qml.Z(0))
+    return lambda: (circuit(0.1), None)[1]
+
+
+def interleave(steps: dict, rounds: int) -> dict:
+    """Median seconds per call of each step, timed round-robin after one warm-up each; also
+    checks that the returned gradients agree."""
+    results = {k: s() for k, s in steps.items()}
+    ref = next(iter(results.values()))
+    for k, r in results.items():
+        if r is not None and ref is not None:
+            err = float((r - ref).abs().max())
+            assert err < 1e-4, f"{k}: gradient differs from {next(iter(results))} by {err}"
+    times = {k: [] for k in steps}
+    for _ in range(rounds):
+        for k, s in steps.items():
+            t0 = time.perf_counter()
+            s()
+            times[k].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def fmt(t):
+    return f"{t * 1e3:.3g}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layer-sizes", default="4,8")
+    ap.add_argument("--batches", default="32,256")
+    ap.add_argument("--sel-sizes", default="12,14,16,18,20")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--default-max", type=int, default=16,
+                    help="largest n for default.qubit backprop in the SEL table")
+    ap.add_argument("--device-vjp", action="store_true",
+                    help="adjoint with device_vjp=True (PennyLane's default is False)")
+    ap.add_argument("--empty", action="store_true")
+    args = ap.parse_args()
+    import pennylane as qml
+    import torch
+    torch.set_num_threads(1)
+    print(f"{datetime.date.today()}  pennylane {qml.__version__}, torch {torch.__version__}, "
+          f"1 torch thread, device_vjp={args.device_vjp}, {args.rounds} interleaved rounds, "
+          "median ms per call")
+    if args.empty:
+        t = interleave({k: empty_call(name) for k, name, _ in PEERS}, max(args.rounds, 20))
+        print("empty circuit (one RZ, one expval), ms: " +
+              ", ".join(f"{k} {fmt(v)}" for k, v in t.items()))
+    sizes = [int(s) for s in args.layer_sizes.split(",") if s]
+    batches = [int(b) for b in args.batches.split(",") if b]
+    if sizes:
+        print("\nTorchLayer training step (forward + backward + Adam), ms")
+        print("| n | B | qdiff adjoint | lightning adjoint | default backprop | "
+              "qdiff/lightning | qdiff/default |")
+        print("|---|---|---|---|---|---|---|")
+        for n in sizes:
+            for b in batches:
+                steps = {k: layer_step(name, diff, n, b, args.device_vjp)
+                         for k, name, diff in PEERS}
+                t = interleave(steps, args.rounds)
+                print(f"| {n} | {b} | {fmt(t['qdiff'])} | {fmt(t['lightning'])} | "
+                      f"{fmt(t['default'])} | {t['qdiff'] / t['lightning']:.2f} | "
+                      f"{t['qdiff'] / t['default']:.2f} |", flush=True)
+    sel = [int(s) for s in args.sel_sizes.split(",") if s]
+    if sel:
+        print("\nSEL(L=3) gradient of sum_i <Z_i> (forward + backward), ms")
+        print("| n | qdiff adjoint | lightning adjoint | default backprop | qdiff/lightning | "
+              "qdiff/default |")
+        print("|---|---|---|---|---|---|")
+        for n in sel:
+            steps = {k: sel_grad(name, diff, n, args.device_vjp) for k, name, diff in PEERS
+                     if k != "default" or n <= args.default_max}
+            t = interleave(steps, args.rounds)
+            d = t.get("default")
+            print(f"| {n} | {fmt(t['qdiff'])} | {fmt(t['lightning'])} | "
+                  f"{fmt(d) if d else '-'} | {t['qdiff'] / t['lightning']:.2f} | "
+                  f"{t['qdiff'] / d if d else float('nan'):.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,301 @@
+"""The PennyLane device ``qml.device("qdiff.statevector")`` against ``default.qubit``: values of
+random circuits (every measurement kind), adjoint and backprop gradients, parameter
+broadcasting, shot statistics, one engine call per batch, and bad input. PennyLane's own device
+suite runs on the device in CI (.ci/run)."""
+from __future__ import annotations
+
+import importlib.metadata
+
+import numpy as np
+import pytest
+import torch
+
+qml = pytest.importorskip("pennylane")
+from pennylane import numpy as pnp  # noqa: E402
+from pennylane.exceptions import DeviceError  # noqa: E402
+
+from qdiff.backends.statevector import StatevectorBackend  # noqa: E402
+
+N = 4
+ONE = ["RX", "RY", "RZ", "PhaseShift", "Hadamard", "S", "T", "SX", "PauliX", "PauliY"]
+TWO = ["CNOT", "CZ", "CRX", "CRY", "IsingXX", "IsingXY", "IsingZZ", "SWAP", "ISWAP", "CRot",
+       "SingleExcitation", "PSWAP", "ECR"]
+
+
+def random_ops(rng, n=N, depth=14, params=None, extras=True):
+    """A random circuit; ``params`` (a tensor) supplies the angles when given."""
+    ops, k = [], 0
+    for _ in range(depth):
+        if rng.random() < 0.5:
+            name = ONE[rng.integers(len(ONE))]
+            wires = [int(rng.integers(n))]
+        else:
+            name = TWO[rng.integers(len(TWO))]
+            wires = [int(w) for w in rng.choice(n, 2, replace=False)]
+        cls = getattr(qml, name)
+        np_ = cls.num_params
+        if np_:
+            ang = [params[(k + i) % len(params)] for i in range(np_)] if params is not None \
+                else list(rng.uniform(-np.pi, np.pi, np_))
+            k += np_
+            ops.append(cls(*ang, wires=wires))
+        else:
+            ops.append(cls(wires=wires))
+    if extras:
+        ops.append(qml.PauliRot(0.37, "XYZ", wires=[0, 1, 2]))
+        ops.append(qml.GlobalPhase(0.21))
+        ops.append(qml.QFT(wires=[1, 2, 3]))
+    return ops
+
+
+def both(qfunc, n=N, **kw):
+    return (qml.QNode(qfunc, qml.device("qdiff.statevector", wires=n), **kw),
+            qml.QNode(qfunc, qml.device("default.qubit", wires=n), **kw))
+
+
+def close(a, b, atol=1e-10):
+    if isinstance(a, (tuple, list)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            close(x, y, atol)
+        return
+    a = a.detach().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+    b = b.detach().numpy() if isinstance(b, torch.Tensor) else np.asarray(b)
+    assert a.shape == b.shape
+    np.testing.assert_allclose(a, b, atol=atol, rtol=0)
+
+
+def test_the_entry_point_is_registered():
+    names = [e.name for e in importlib.metadata.entry_points(group="pennylane.plugins")]
+    assert "qdiff.statevector" in names
+    dev = qml.device("qdiff.statevector", wires=2)
+    assert dev.name == "qdiff.statevector"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_circuits_every_measurement_equals_default_qubit(seed):
+    rng = np.random.default_rng(seed)
+    ops = random_ops(rng)
+    H = 0.3 * qml.X(0) @ qml.Y(2) - 0.7 * qml.Z(1) + 0.2 * qml.Hermitian(
+        np.array([[1.0, 0.5j], [-0.5j, 2.0]]), wires=3)
+
+    def circuit():
+        for op in ops:
+            qml.apply(op)
+        return (qml.expval(qml.Z(0)), qml.expval(H), qml.var(qml.X(1) @ qml.Z(3)),
+                qml.probs(wires=[2, 0]), qml.state(), qml.density_matrix(wires=[1, 3]),
+                qml.expval(qml.Projector([1, 0], wires=[0, 2])))
+
+    a, b = both(circuit)
+    close(a(), b())
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_adjoint_gradients_equal_default_qubit_backprop(seed):
+    rng = np.random.default_rng(100 + seed)
+    x = pnp.array(rng.uniform(-np.pi, np.pi, 9), requires_grad=True)
+
+    def circuit(x):
+        for op in random_ops(np.random.default_rng(seed), params=x):
+            qml.apply(op)
+        return qml.expval(qml.Z(0) @ qml.X(2)), qml.var(qml.Y(1)), qml.probs(wires=[3])
+
+    a, b = both(circuit, diff_method="adjoint")
+    ref = qml.QNode(circuit, qml.device("default.qubit", wires=N), diff_method="backprop")
+    ja = qml.jacobian(lambda x: qml.math.hstack(a(x)))(x)
+    jr = qml.jacobian(lambda x: qml.math.hstack(ref(x)))(x)
+    close(ja, jr)
+
+
+def sel_circuit(n):
+    def circuit(x, w):
+        qml.AngleEmbedding(x, wires=range(n))
+        qml.StronglyEntanglingLayers(w, wires=range(n))
+        return [qml.expval(qml.Z(i)) for i in range(n)]
+    return circuit
+
+
+@pytest.mark.parametrize("device_vjp", [False, True])
+def test_torch_adjoint_with_broadcasting_equals_default_qubit(device_vjp):
+    torch.manual_seed(0)
+    x = torch.rand(7, N, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(2, N, 3, dtype=torch.float64, requires_grad=True)
+    a = qml.QNode(sel_circuit(N), qml.device("qdiff.statevector", wires=N), interface="torch",
+                  diff_method="adjoint", device_vjp=device_vjp)
+    r = qml.QNode(sel_circuit(N), qml.device("default.qubit", wires=N), interface="torch",
+                  diff_method="backprop")
+    oa, orf = torch.stack(a(x, w)), torch.stack(r(x, w))
+    assert oa.shape == (N, 7)
+    close(oa, orf)
+    ga = torch.autograd.grad((oa ** 2).sum(), (x, w))
+    gr = torch.autograd.grad((orf ** 2).sum(), (x, w))
+    close(ga, gr)
+
+
+def test_torch_backprop_through_the_engine_equals_default_qubit():
+    torch.manual_seed(1)
+    x = torch.rand(5, 3, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(2, 3, 3, dtype=torch.float64, requires_grad=True)
+    dev = qml.device("qdiff.statevector", wires=3)
+    config = qml.devices.ExecutionConfig(gradient_method="backprop", interface="torch")
+    assert dev.supports_derivatives(config)
+    with qml.queuing.AnnotatedQueue() as q:
+        sel_circuit(3)(x, w)
+        qml.probs(wires=[0, 2])
+    tape = qml.tape.QuantumScript.from_queue(q)
+    [res] = qml.execute([tape], dev, diff_method="backprop", interface="torch")
+    [ref] = qml.execute([tape], qml.device("default.qubit", wires=3), diff_method="backprop",
+                        interface="torch")
+    close(res, ref)
+    loss = lambda r: sum((t ** 2).sum() for t in r)  # noqa: E731
+    close(torch.autograd.grad(loss(res), (x, w)), torch.autograd.grad(loss(ref), (x, w)))
+
+
+def test_broadcast_tapes_run_as_one_engine_job(monkeypatch):
+    calls = []
+    orig = StatevectorBackend.execute
+
+    def spy(self, jobs):
+        calls.append([tuple(j.theta.shape) for j in jobs])
+        return orig(self, jobs)
+
+    monkeypatch.setattr(StatevectorBackend, "execute", spy)
+    x = pnp.array(np.random.default_rng(0).uniform(size=(32, N)), requires_grad=False)
+    w = pnp.array(np.random.default_rng(1).uniform(size=(2, N, 3)), requires_grad=True)
+    f = qml.QNode(sel_circuit(N), qml.device("qdiff.statevector", wires=N))
+    f(x, pnp.array(w, requires_grad=False))
+    assert calls == [[(32, N + 2 * N * 3)]]  # one call, one job, 32 rows
+    calls.clear()
+    g = qml.QNode(sel_circuit(N), qml.device("qdiff.statevector", wires=N),
+                  diff_method="adjoint")
+    sweeps = []
+    vjp = StatevectorBackend.vjp
+    monkeypatch.setattr(StatevectorBackend, "vjp", lambda self, jobs, cots, res: (
+        sweeps.append([tuple(c.shape) for c in cots]), vjp(self, jobs, cots, res))[1])
+    qml.jacobian(lambda w: qml.math.stack(g(x, w)))(w)
+    # broadcast_expand gives 32 tapes: merged into one job; one forward over the 32 rows, one
+    # reverse sweep over them repeated once per output
+    assert calls == [[(32, N + 2 * N * 3)]]
+    assert sweeps == [[(32 * N, N)]]
+
+
+def test_shot_statistics_agree_with_exact_values():
+    ops = random_ops(np.random.default_rng(7), n=3, depth=8, extras=False)
+
+    def circuit():
+        for op in ops:
+            qml.apply(op)
+        return qml.expval(qml.Z(0) @ qml.X(1)), qml.var(qml.Y(2)), qml.probs(wires=[0, 1])
+
+    exact = qml.QNode(circuit, qml.device("default.qubit", wires=3))()
+    shots = 40000
+    got = qml.QNode(circuit, qml.device("qdiff.statevector", wires=3, shots=shots, seed=11))()
+    sd = 1 / np.sqrt(shots)
+    assert abs(got[0] - exact[0]) < 6 * sd * 1.0
+    assert abs(got[1] - exact[1]) < 6 * sd * 1.0
+    assert np.all(np.abs(got[2] - exact[2]) < 6 * sd)
+
+
+def test_samples_counts_shot_vectors_and_seeds():
+    def circuit():
+        qml.Hadamard(0)
+        qml.CNOT([0, 1])
+        return qml.sample(wires=[0, 1]), qml.counts(wires=[0, 1]), qml.sample(qml.Z(1))
+
+    dev = qml.device("qdiff.statevector", wires=2, shots=500, seed=3)
+    s, c, z = qml.QNode(circuit, dev)()
+    assert s.shape == (500, 2) and np.all(s[:, 0] == s[:, 1])
+    assert set(c) <= {"00", "11"} and sum(c.values()) == 500
+    assert set(np.unique(z)) <= {-1, 1}
+    again = qml.QNode(circuit, qml.device("qdiff.statevector", wires=2, shots=500, seed=3))()
+    np.testing.assert_array_equal(s, again[0])
+    vec = qml.QNode(lambda: (qml.Hadamard(0), qml.expval(qml.Z(0)))[1:][0],
+                    qml.device("qdiff.statevector", wires=1, shots=[10, 20, 30]))()
+    assert len(vec) == 3
+
+
+def test_wire_labels_and_dynamic_wires():
+    def circuit():
+        qml.RX(0.4, "a")
+        qml.CNOT(["a", -2])
+        qml.RY(0.3, -1)
+        return qml.expval(qml.Z(-2)), qml.expval(qml.Z(-1)), qml.probs(wires=["a"])
+
+    a = qml.QNode(circuit, qml.device("qdiff.statevector", wires=["a", -1, -2]))()
+    b = qml.QNode(circuit, qml.device("default.qubit", wires=["a", -1, -2]))()
+    close(a, b)
+    c = qml.QNode(circuit, qml.device("qdiff.statevector"))()
+    close(c, b)
+
+
+def test_bad_input_names_the_operation_wire_or_option():
+    dev = qml.device("qdiff.statevector", wires=2)
+
+    class Opaque(qml.operation.Operation):
+        num_wires = 1
+        num_params = 0
+
+    with pytest.raises(DeviceError, match="Opaque"):
+        qml.QNode(lambda: (Opaque(wires=0), qml.expval(qml.Z(0)))[1], dev)()
+    with pytest.raises(Exception, match="wire.*5|5.*wire|Cannot run circuit"):
+        qml.QNode(lambda: (qml.RX(0.1, 5), qml.expval(qml.Z(0)))[1], dev)()
+    with pytest.raises(DeviceError, match="c_dtype"):
+        qml.device("qdiff.statevector", wires=2, c_dtype=np.float32)
+    with pytest.raises(DeviceError, match="mcm_method"):
+        dev.setup_execution_config(qml.devices.ExecutionConfig(
+            mcm_config=qml.devices.MCMConfig(mcm_method="one-shot")))
+    with pytest.raises(DeviceError, match="bogus"):
+        dev.setup_execution_config(qml.devices.ExecutionConfig(device_options={"bogus": 1}))
+    shots_dev = qml.device("qdiff.statevector", wires=2, shots=100)
+    with pytest.raises(Exception, match="adjoint"):
+        qml.grad(qml.QNode(lambda x: (qml.RX(x, 0), qml.expval(qml.Z(0)))[1], shots_dev,
+                           diff_method="adjoint"))(pnp.array(0.3, requires_grad=True))
+    with pytest.raises(TypeError):
+        qml.device("qdiff.statevector", wires=2, not_an_option=1)
+
+
+def test_mid_circuit_measurement_is_deferred_exactly():
+    def circuit(x):
+        qml.RX(x, 0)
+        m = qml.measure(0)
+        qml.cond(m, qml.RY)(0.7, 1)
+        return qml.expval(qml.Z(1)), qml.probs(op=m)
+
+    a = qml.QNode(circuit, qml.device("qdiff.statevector", wires=3))(0.9)
+    b = qml.QNode(circuit, qml.device("default.qubit", wires=3))(0.9)
+    close(a, b)
+
+
+def test_complex64_amplitudes():
+    def circuit():
+        qml.Hadamard(0)
+        qml.RY(0.3, 1)
+        qml.CNOT([0, 1])
+        return qml.expval(qml.Z(1)), qml.state()
+
+    a = qml.QNode(circuit, qml.device("qdiff.statevector", wires=2, c_dtype=np.complex64))()
+    b = qml.QNode(circuit, qml.device("default.qubit", wires=2))()
+    assert a[1].dtype == np.complex64
+    close(a, b, atol=1e-6)
+
+
+@pytest.mark.parametrize("device_vjp", [False, True])
+def test_torchlayer_training_step_equals_default_qubit(device_vjp):
+    n = 3
+
+    def circuit_with_inputs(inputs, w):  # TorchLayer's signature: the input argument first
+        return sel_circuit(n)(inputs, w)
+
+    torch.manual_seed(3)
+    x, y = torch.rand(16, n), torch.rand(16, 1)
+    grads = []
+    for name, diff, kw in (("qdiff.statevector", "adjoint", {"device_vjp": device_vjp}),
+                           ("default.qubit", "backprop", {})):
+        dev = qml.device(name, wires=n)
+        q = qml.QNode(circuit_with_inputs, dev, interface="torch", diff_method=diff, **kw)
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(qml.qnn.TorchLayer(q, {"w": (2, n, 3)}), torch.nn.Linear(n, 1))
+        loss = torch.nn.functional.mse_loss(m(x), y)
+        loss.backward()
+        grads.append((loss.detach(), m[0].w.grad.clone(), m[1].weight.grad.clone()))
+    close(grads[0], grads[1], atol=1e-6)  # float32 inputs and Linear
