@@ -62,6 +62,14 @@ class AerBackend(QiskitBackend):
             raise QdiffError(f"unknown Aer method '{method}'; choose from {list(METHODS)}")
         if optimization_level not in (0, 1, 2, 3):
             raise QdiffError(f"optimization_level must be 0..3; got {optimization_level!r}")
+        import inspect
+        runner_kw = tuple(n for n in inspect.signature(JobRunner).parameters if n != "label")
+        unknown = sorted(set(job_options) - set(runner_kw))
+        if unknown:
+            raise QdiffError(f"device 'aer': unknown keyword(s) {unknown}; valid keywords: "
+                             f"['wires', 'shots', 'method', 'noise_model', 'seed', "
+                             f"'optimization_level', 'device', 'backend_options', "
+                             f"{', '.join(repr(k) for k in runner_kw)}]")
         super().__init__(wires, shots, seed, JobRunner("aer", **job_options))
         self.method = method
         self.optimization_level = optimization_level

@@ -56,7 +56,25 @@ def device(name: str = "statevector", /, wires=None, **kwargs) -> Backend:
                     + (" (qdiff's own simulator is qd.device(\"statevector\", wires=...))"
                        if key.startswith("default.") else ""))
         raise QdiffError(f"unknown device '{name}'{hint}; available: {names}")
+    _check_keywords(name, factories[key], kwargs)
     return factories[key](wires=wires, **kwargs)
+
+
+def _check_keywords(name: str, factory, kwargs: dict) -> None:
+    """An unknown keyword is a QdiffError listing the device's keywords, not a TypeError."""
+    import inspect
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    valid = [n for n, p in params.items() if n != "self" and p.kind in (
+        inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    unknown = sorted(set(kwargs) - set(valid))
+    if unknown:
+        raise QdiffError(f"device '{name}': unknown keyword(s) {unknown}; valid keywords: "
+                         f"{valid}")
 
 
 def available(kind: Optional[str] = None):

@@ -150,17 +150,29 @@ def measure(wires, reset: bool = False, postselect=None) -> MeasurementValue:
     root = stack[0]
     aux = MidWire(root.mid_count)
     root.mid_count += 1
-    rec = stack[-1]
-    rec.append(Operation(GATES["cx"], (w, aux), ()))
-    if reset:
-        rec.append(Operation(GATES["cx"], (aux, w), ()))
+    for op in measurement_ops(w, aux, reset):
+        stack[-1].append(op)
     return MeasurementValue([(aux, 1)])
 
 
+def controlled_by(op: Operation, wires: tuple, values: tuple) -> list:
+    """``op`` applied when the measurement wires ``wires`` hold ``values``: X flips around
+    the controlled gate for the values 0."""
+    flips = [Operation(GATES["x"], (w,), ()) for w, v in zip(wires, values) if not v]
+    gate = controlled_gate(op.gate, len(wires))
+    return flips + [Operation(gate, tuple(wires) + op.wires, op.params)] + flips
+
+
+def measurement_ops(wire, aux: MidWire, reset: bool) -> list:
+    """The deferred form of measuring ``wire`` into ``aux`` (and resetting it)."""
+    ops = [Operation(GATES["cx"], (wire, aux), ())]
+    if reset:
+        ops.append(Operation(GATES["cx"], (aux, wire), ()))
+    return ops
+
+
 def _controlled_by(op: Operation, cond: MeasurementValue) -> list:
-    flips = [Operation(GATES["x"], (w,), ()) for w, v in cond.pairs if not v]
-    gate = controlled_gate(op.gate, len(cond.pairs))
-    return flips + [Operation(gate, cond.wires + op.wires, op.params)] + flips
+    return controlled_by(op, cond.wires, cond.values)
 
 
 def _ops_of(fn, args, kwargs) -> list:

@@ -286,12 +286,23 @@ def _qdiff_ops(op) -> list:
                      "decomposition")
 
 
-def _qdiff_measurement(mp) -> Measurement:
+def _qdiff_measurement(mp, mids=None) -> Measurement:
     kind = {"ExpectationMP": "expval", "VarianceMP": "var", "ProbabilityMP": "probs",
             "SampleMP": "sample", "CountsMP": "counts", "StateMP": "state",
             "DensityMatrixMP": "density_matrix"}.get(type(mp).__name__)
     if kind is None:
         raise QdiffError(f"from_pennylane: measurement {mp!r} is not supported")
+    mv = getattr(mp, "mv", None)
+    if mv is not None:
+        if mids is None:
+            raise QdiffError(f"from_pennylane: {mp!r} measures a mid-circuit outcome; record "
+                             "the circuit in a qdiff qnode")
+        if kind in ("probs", "counts") or isinstance(mv, (list, tuple)):
+            if kind not in ("probs", "sample", "counts"):
+                raise QdiffError(f"{kind} of a list of measurement values is not supported")
+            ws = mids.plain_wires(mv if isinstance(mv, (list, tuple)) else [mv])
+            return Measurement(kind, None, ws)
+        return Measurement(kind, mids.observable(mv))
     obs = None if mp.obs is None else from_pennylane_observable(mp.obs)
     if kind == "probs" and obs is not None:
         raise QdiffError("from_pennylane: probs(op=...) is not supported; rotate the basis "
@@ -328,27 +339,36 @@ def _op_items(op, who: str, first: bool) -> list:
     return _qdiff_ops(op)
 
 
-def convert_recording(raw: list, result):
+def convert_recording(raw: list, result, mid_start: int = 0):
     """Replace the PennyLane objects a qnode recorded (PennyLane operations and measurement
     processes queued while the qnode ran) by qdiff items, in call order; ``result`` (the
     function's return value) has its PennyLane measurements replaced by the same qdiff ones.
-    Anything PennyLane that has no qdiff form raises :class:`QdiffError` naming it."""
+    PennyLane's mid-circuit measurements (``qml.measure``, ``qml.cond``, statistics of their
+    values) take the deferred form of :mod:`qdiff.circuits.midcircuit`, their extra wires
+    numbered from ``mid_start``. Returns ``(items, result, number of mid-circuit measurements
+    in all)``. Anything PennyLane that has no qdiff form raises :class:`QdiffError` naming it."""
     from qdiff.circuits.recording import is_pennylane
     converted: dict = {}
+    mids = _MidWires(mid_start)
 
     def measurement(mp):
         if id(mp) not in converted:
             try:
-                converted[id(mp)] = _qdiff_measurement(mp)
+                converted[id(mp)] = _qdiff_measurement(mp, mids)
             except QdiffError as e:
                 raise QdiffError(f"qnode: PennyLane measurement {mp!r}: {e}") from None
         return converted[id(mp)]
 
     items = []
     for it in raw:
+        name = type(it).__name__
         if not is_pennylane(it):
             items.append(it)
-        elif _is_measurement(it) and type(it).__name__ != "MidMeasureMP":
+        elif name in ("MidMeasure", "MidMeasureMP"):
+            items.extend(mids.measure(it))
+        elif name == "Conditional":
+            items.extend(mids.conditional(it))
+        elif _is_measurement(it):
             items.append(measurement(it))
         elif hasattr(it, "wires") and hasattr(it, "data"):
             first = not any(not isinstance(i, Measurement) for i in items)
@@ -366,7 +386,61 @@ def convert_recording(raw: list, result):
     elif isinstance(result, (list, tuple)):
         out = [measurement(m) if _is_measurement(m) else m for m in result]
         result = tuple(out) if isinstance(result, tuple) else out
-    return items, result
+    return items, result, mids.count
+
+
+class _MidWires:
+    """PennyLane mid-circuit measurements met so far, each with its extra wire."""
+
+    def __init__(self, start: int):
+        self.count = start
+        self.wire_of: dict = {}
+
+    def measure(self, mp) -> list:
+        from qdiff.circuits.midcircuit import MidWire, measurement_ops
+        if mp.postselect is not None:
+            raise QdiffError(f"qnode: {mp!r}: postselect is not supported (deferred measurement "
+                             "keeps every outcome)")
+        aux = MidWire(self.count)
+        self.count += 1
+        self.wire_of[id(mp)] = aux
+        return measurement_ops(mp.wires[0], aux, bool(mp.reset))
+
+    def wires(self, mv) -> tuple:
+        try:
+            return tuple(self.wire_of[id(m)] for m in mv.measurements)
+        except KeyError:
+            raise QdiffError(f"qnode: the mid-circuit measurement value {mv!r} comes from a "
+                             "measurement made outside this circuit") from None
+
+    def conditional(self, op) -> list:
+        from qdiff.circuits.midcircuit import controlled_by
+        mv = op.meas_val
+        wires = self.wires(mv)
+        base = _qdiff_ops(op.base)
+        out = []
+        for bits, value in mv.branches.items():  # exclusive branches: at most one fires
+            if value:
+                out.extend(o for b in base for o in controlled_by(b, wires, tuple(bits)))
+        return out
+
+    def observable(self, mv):
+        """The diagonal observable whose eigenvalue on each branch is the value there."""
+        wires = self.wires(mv)
+        diag = np.zeros(2 ** len(wires))
+        for bits, value in mv.branches.items():
+            diag[int("".join(str(int(b)) for b in bits), 2) if bits else 0] = float(value)
+        return Hermitian(np.diag(diag), list(wires))
+
+    def plain_wires(self, mvs) -> tuple:
+        out = []
+        for mv in mvs:
+            if len(mv.measurements) != 1 or {k: int(v) for k, v in mv.branches.items()} != \
+                    {(0,): 0, (1,): 1}:
+                raise QdiffError(f"probs/counts of {mv!r}: only plain measurement values "
+                                 "(qml.measure's own) are supported")
+            out.extend(self.wires(mv))
+        return tuple(out)
 
 
 def _is_measurement(obj) -> bool:

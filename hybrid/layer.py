@@ -102,6 +102,7 @@ class QuantumLayer(nn.Module):
                 each; default ``Z`` on every qubit as one observable (output ``(B, 1)``).
             device: a backend or a device name (default the statevector simulator).
             diff_method: any qnode method; ``init_method``: a callable or a ``(W,)`` tensor.
+            dtype: the weights' dtype (default float64, as Qiskit ML's ``TorchConnector``).
 
         Angles may be any Qiskit parameter expression; they are evaluated in torch.
         """

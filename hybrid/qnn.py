@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Union
 
+from qdiff.circuits.errors import QdiffError
 from qdiff.hybrid.layer import QuantumLayer
 
 
@@ -27,6 +28,12 @@ class TorchLayer(QuantumLayer):
     def __init__(self, qnode, weight_shapes: dict,
                  init_method: Optional[Union[Callable, dict]] = None):
         super().__init__(qnode, weight_shapes, init_method)
+
+    @classmethod
+    def from_qiskit(cls, *args, **kwargs):
+        """Not on ``TorchLayer`` (PennyLane's has none): use ``qd.QuantumLayer.from_qiskit``."""
+        raise QdiffError("TorchLayer.from_qiskit does not exist; use "
+                         "qd.QuantumLayer.from_qiskit(...)")
 
 
 __all__ = ["TorchLayer"]

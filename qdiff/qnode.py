@@ -244,11 +244,13 @@ def _record(func, wires, args, kwargs, check_batch=None) -> tuple:
     raw = rec.raw
     if any(recording.is_pennylane(i) for i in raw) or recording.is_pennylane(result) or (
             isinstance(result, (list, tuple)) and any(map(recording.is_pennylane, result))):
-        raw, result = pennylane_io.convert_recording(raw, result)
+        raw, result, mid_count = pennylane_io.convert_recording(raw, result, rec.mid_count)
+    else:
+        mid_count = rec.mid_count
     items = [i for i in raw if not isinstance(i, Measurement)]
     flat = _flatten_measurements(result)
-    if rec.mid_count:
-        wires, flat = _deferred(wires, flat, rec.mid_count)
+    if mid_count:
+        wires, flat = _deferred(wires, flat, mid_count)
     return Circuit.from_recording(items, wires, flat, check_batch=check_batch), result
 
 

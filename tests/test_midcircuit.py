@@ -167,3 +167,40 @@ def test_shots_and_seed_stream_continue_across_calls():
     a, b = f(), f()
     assert not torch.equal(a, b)  # one sampling stream, not restarted per call
     assert np.isin(a.numpy(), [0.0, 1.0]).all()
+
+
+@pytest.mark.parametrize("diff_method", ["backprop", "parameter-shift"])
+def test_pennylane_mid_circuit_measurements_inside_a_qdiff_qnode(diff_method):
+    """qml.measure / qml.cond / statistics of PennyLane measurement values, written inside a
+    qdiff qnode, are converted to the deferred form: same values and gradients."""
+    x = torch.tensor([0.7, -1.2, 0.4, 2.1], dtype=DT, requires_grad=True)
+    ours = qd.qnode(qd.device("statevector", wires=3), diff_method=diff_method)(
+        lambda x: _body(qml, x))
+    ref = qml.qnode(qml.device("default.qubit"), interface="torch")(lambda x: _body(qml, x))
+    a, b = _outputs(ours(x)), _outputs(ref(x))
+    assert torch.allclose(a, b, atol=1e-12)
+    (ga,) = torch.autograd.grad(a.sum(), x)
+    (gb,) = torch.autograd.grad(b.sum(), x)
+    assert torch.allclose(ga, gb, atol=1e-10)
+
+
+def test_pennylane_measurement_value_arithmetic_as_statistic():
+    def body(lib):
+        lib.RY(0.9, wires=0)
+        lib.RX(1.7, wires=1)
+        m0, m1 = lib.measure(0), lib.measure(1)
+        lib.cond(m0 + m1 == 1, lib.RY)(0.5, wires=2)
+        return qml.expval(m0 + 2 * m1), qml.var(m0 * m1), qml.expval(qml.Z(2))
+
+    ours = qd.qnode(qd.device("statevector", wires=3))(lambda: body(qml))()
+    ref = qml.qnode(qml.device("default.qubit"), interface="torch")(lambda: body(qml))()
+    assert torch.allclose(_outputs(ours), _outputs(ref), atol=1e-12)
+
+
+def test_pennylane_postselect_is_refused():
+    @qd.qnode(qd.device("statevector", wires=2))
+    def f():
+        qml.measure(0, postselect=1)
+        return qd.expval(qd.Z(1))
+    with pytest.raises(QdiffError, match="postselect is not supported"):
+        f()

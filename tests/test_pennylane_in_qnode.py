@@ -169,13 +169,12 @@ def test_unconvertible_pennylane_objects_are_refused_by_name():
     dev = qd.device("statevector", wires=2)
 
     @qd.qnode(dev)
-    def mid(x):
+    def entropy(x):
         qd.RX(x, 0)
-        qml.measure(0)
-        return qd.expval(qd.Z(1))
+        return qml.vn_entropy(wires=[0])
 
-    with pytest.raises(QdiffError, match=r"MidMeasure.*qd\.measure"):
-        mid(torch.tensor(0.1))
+    with pytest.raises(QdiffError, match=r"PennyLane measurement vnentropy.*not supported"):
+        entropy(torch.tensor(0.1))
 
     @qd.qnode(dev)
     def bad_obs():
@@ -323,3 +322,9 @@ def test_pennylane_device_names_point_to_the_pennylane_backend(name):
 def test_default_qubit_is_not_remapped():
     with pytest.raises(QdiffError, match=r'qd\.device\("statevector"'):
         qd.device("default.qubit", wires=2)
+
+
+@pytest.mark.parametrize("name", ["statevector", "aer"])
+def test_device_refuses_unknown_keywords_by_name(name):
+    with pytest.raises(QdiffError, match=r"unknown keyword\(s\) \['shotz'\].*'shots'"):
+        qd.device(name, wires=2, shotz=10)
