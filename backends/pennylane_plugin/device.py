@@ -186,7 +186,11 @@ class QdiffStatevector(Device):
         updated = {}
         method = config.gradient_method
         if method == "best":
+            # the engine's reverse mode, used as a VJP (one reverse sweep per backward pass,
+            # broadcast tapes kept whole): the fastest exact derivative this device has
             method = updated["gradient_method"] = "adjoint"
+            updated["use_device_jacobian_product"] = True
+            updated["grad_on_execution"] = False
         if config.use_device_gradient is None:
             updated["use_device_gradient"] = method in ("adjoint", "backprop")
         if config.use_device_jacobian_product is None:
