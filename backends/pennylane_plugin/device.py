@@ -96,8 +96,10 @@ def _accepted_sample(mp) -> bool:
 @qml.transform
 def _expand_trainable_broadcast(tape):
     """``broadcast_expand`` for a broadcast tape with a trainable non-scalar parameter."""
+    # (the tape's trainable_params are not set yet here: ask the parameters themselves)
     if tape.batch_size is not None and any(
-            qml.math.ndim(p) > 0 for p in tape.get_parameters(trainable_only=True)):
+            qml.math.ndim(p) > 0 and qml.math.requires_grad(p)
+            for p in tape.get_parameters(trainable_only=False)):
         return qml.transforms.broadcast_expand(tape)
     return (tape,), lambda results: results[0]
 
