@@ -147,6 +147,7 @@ class QdiffStatevector(Device):
         seed = np.random.randint(0, 2 ** 31 - 1) if seed == "global" else seed
         self._rng = np.random.default_rng(seed)
         self._engines: dict = {}
+        self._gate_set = self.capabilities.gate_set()  # the TOML's gates (computed once)
 
     def _engine(self, n: int) -> StatevectorBackend:
         eng = self._engines.get(n)
@@ -217,7 +218,7 @@ class QdiffStatevector(Device):
         program.add_transform(defer_measurements, allow_postselect=True)
         program.add_transform(decompose, stopping_condition=_stopping_condition,
                               decomposer=_decomposer, device_wires=self.wires,
-                              target_gates=self.capabilities.gate_set(), name=self.name)
+                              target_gates=self._gate_set, name=self.name)
         program.add_transform(device_resolve_dynamic_wires, wires=self.wires, allow_resets=False)
         program.add_transform(validate_device_wires, self.wires, name=self.name)
         program.add_transform(validate_measurements, analytic_measurements=_accepted_analytic,
@@ -233,7 +234,8 @@ class QdiffStatevector(Device):
         program = qml.CompilePipeline()
         program.add_transform(no_sampling, name=name)
         program.add_transform(decompose, stopping_condition=_adjoint_stopping_condition,
-                              decomposer=_decomposer, device_wires=self.wires, target_gates=self.capabilities.gate_set(),
+                              decomposer=_decomposer, device_wires=self.wires,
+                              target_gates=self._gate_set,
                               skip_initial_state_prep=False, name=name)
         program.add_transform(validate_observables, _adjoint_observable, name=name)
         program.add_transform(validate_measurements, analytic_measurements=_adjoint_measurement,
