@@ -107,6 +107,9 @@ class AerBackend(QiskitBackend):
         theta = self.check_circuit(circuit, theta)
         batch = theta.shape[0]
         variants = split_variants(circuit, batch, initial_state)
+        if any(m.kind == "density_matrix" for m in circuit.measurements):
+            raise QdiffError("density_matrix() is not available on backend 'aer' (use the "
+                             "statevector device)")
         if self.shots:
             qc_common.check_measurements(circuit, self.name)
             plan = qc_common.SamplingPlan(circuit, qc_common.measured_operators(circuit))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import abc
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence, Union
 
 import torch
@@ -159,6 +159,13 @@ class Backend(abc.ABC):
         raise QdiffError(f"backend '{self.name}' has no reverse mode of its own (vjp); use "
                          "diff_method='parameter-shift'")
 
+    def prepare(self, job: Job) -> "Prepared":
+        """``job`` with its structure fixed (circuit, batch size, trainable and shared columns,
+        initial state): the returned :class:`Prepared` runs it for new bindings ``theta``.
+        Engines may override this to do their per-structure work once; the default runs
+        :meth:`execute` and :meth:`vjp` with the job's fields."""
+        return Prepared(self, job)
+
     def run(self, circuit, theta: torch.Tensor, initial_state=None,
             shots=DEVICE_SHOTS) -> list:
         """One job: one tensor per measurement, each with leading dim ``B``."""
@@ -173,6 +180,28 @@ class Backend(abc.ABC):
     def __repr__(self):
         shots = f", shots={self.shots}" if self.shots else ""
         return f"<{type(self).__name__} wires={self.num_wires}{shots}>"
+
+
+class Prepared:
+    """A job of fixed structure (:meth:`Backend.prepare`), run for new bindings.
+
+    ``execute(theta, keep)`` returns the job's :class:`Result` for ``theta`` ``(B, P)`` (``B``
+    the prepared batch size); ``vjp(theta, cotangent, residual)`` the ``(B, P)`` gradient, with
+    the residual an ``execute(..., keep=True)`` of the same object returned (or ``None``)."""
+
+    def __init__(self, backend: "Backend", job: Job):
+        self.backend, self.job = backend, job
+
+    @property
+    def batch(self) -> int:
+        return int(self.job.theta.shape[0])
+
+    def execute(self, theta: torch.Tensor, keep: bool = False) -> Result:
+        return self.backend.execute([replace(self.job, theta=theta, keep=keep)])[0]
+
+    def vjp(self, theta: torch.Tensor, cotangent: torch.Tensor, residual) -> torch.Tensor:
+        return self.backend.vjp([replace(self.job, theta=theta, keep=False)], [cotangent],
+                                [residual])[0]
 
 
 def flat_outputs(outputs: list) -> torch.Tensor:

@@ -309,6 +309,9 @@ class SamplingPlan:
 
 def check_measurements(circuit, backend_name: str, allow_state: bool = False):
     for m in circuit.measurements:
+        if m.kind == "density_matrix":
+            raise QdiffError(f"density_matrix() is not available on backend '{backend_name}' "
+                             "(use the statevector device)")
         if m.kind == "state" and not allow_state:
             raise QdiffError(f"state() is not available on backend '{backend_name}' (use the "
                              "statevector device, or qd.device('aer', method='statevector') "

@@ -24,10 +24,12 @@ _LAZY = {"aer": "qdiff.backends.aer", "qiskit.aer": "qdiff.backends.aer",
 
 def _builtin() -> None:
     import qdiff.backends.statevector  # noqa: F401  (registers the default engine)
+    import qdiff.backends.mixed  # noqa: F401  (registers the density-matrix engine)
 
 
 def device(name: str = "statevector", /, wires=None, **kwargs) -> Backend:
-    """Create a backend by name: ``"statevector"`` (default), ``"aer"``, ``"ibm"``, ``"pennylane"``.
+    """Create a backend by name: ``"statevector"`` (default), ``"mixed"`` (density matrices,
+    noise), ``"aer"``, ``"ibm"``, ``"pennylane"``.
 
     ``name`` is positional-only, so backends may take a ``name=`` option of their own
     (``qd.device("pennylane", name="lightning.qubit", wires=4)``).
@@ -47,7 +49,13 @@ def device(name: str = "statevector", /, wires=None, **kwargs) -> Backend:
     factories = registered()
     if key not in factories:
         names = sorted(set(factories) | set(_LAZY))
-        raise QdiffError(f"unknown device '{name}'; available: {names}")
+        hint = ""
+        if "." in key:  # PennyLane's device names: default.qubit, lightning.qubit, ...
+            hint = (f"; '{name}' looks like a PennyLane device: run it through qdiff with "
+                    f"qd.device(\"pennylane\", name=\"{name}\", wires=...)"
+                    + (" (qdiff's own simulator is qd.device(\"statevector\", wires=...))"
+                       if key.startswith("default.") else ""))
+        raise QdiffError(f"unknown device '{name}'{hint}; available: {names}")
     return factories[key](wires=wires, **kwargs)
 
 

@@ -1,6 +1,7 @@
 """CX saved by ``--approx EPS`` on the public set: qdiff -O3 exact vs EPS = 1e-6, 1e-4, 1e-2.
 
     python bench/bench_approx.py [--dir ../shared/benchmarks/qasm] [--eps 1e-6 1e-4 1e-2]
+                                 [--only NAME ...]
 
 Per circuit: the exact CX count, then for each budget the CX count, the measured process
 infidelity (which the budget bounds) and the proven bound on what the approximations spent.
@@ -22,6 +23,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", default=DEFAULT_DIR)
     ap.add_argument("--eps", type=float, nargs="+", default=[1e-6, 1e-4, 1e-2])
     ap.add_argument("--level", type=int, default=3)
+    ap.add_argument("--only", nargs="*", default=None, help="circuit names (without .qasm)")
     args = ap.parse_args(argv)
     head = ["circuit", "exact CX"]
     for e in args.eps:
@@ -29,7 +31,10 @@ def main(argv=None) -> int:
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     tot = [0] * (1 + len(args.eps))
-    for path in sorted(glob.glob(os.path.join(args.dir, "*.qasm"))):
+    files = sorted(glob.glob(os.path.join(args.dir, "*.qasm")))
+    if args.only:
+        files = [f for f in files if os.path.basename(f)[:-5] in args.only]
+    for path in files:
         _, ex = qd.compile(path, level=args.level)
         row, cx = [os.path.basename(path)[:-5], ex.cx_after], [ex.cx_after]
         for e in args.eps:

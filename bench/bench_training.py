@@ -1,12 +1,23 @@
 """Hybrid training step (forward + backward + Adam) with a quantum layer: qdiff vs PennyLane.
 
-Model: AngleEmbedding + StronglyEntanglingLayers(3), expval Z on every wire, then Linear(n, 1).
-Peers: PennyLane TorchLayer on default.qubit (backprop, broadcasting) and on lightning.qubit
-(adjoint, device_vjp=True). Each configuration is timed in the same run, interleaved, and the
-median of several steps is reported with the ratio to qdiff.
+Two model shapes, float64, AngleEmbedding + StronglyEntanglingLayers(3) with expval Z on every
+wire as the quantum layer:
 
-    python bench/bench_training.py [--sizes 4,8] [--batches 32,256] [--steps 7] [--threads 1]
-        [--qdiff-methods backprop,adjoint]
+* ``first``:  QuantumLayer -> Linear(n, 1), MSE (the layer sees the data: its embedding angles
+  need no gradient);
+* ``hybrid``: Linear(16, n) -> QuantumLayer -> Linear(n, 2), cross-entropy (the usual shape:
+  the embedding angles require gradients, per sample).
+
+qdiff runs as a plain qnode (``diff_method="best"``) and as a record-once qnode
+(``static=True``); the peer is the same model with PennyLane's ``qml.qnn.TorchLayer`` on
+``default.qubit`` (backprop) and, with ``--lightning``, on ``lightning.qubit`` (adjoint,
+device_vjp). Each run times ``--steps`` steps of every configuration interleaved (one step of
+each in turn, CPU time of this process), and reports per configuration the median step; the
+ratios are PennyLane default.qubit's median over qdiff static's. ``--runs`` runs; the summary
+gives the median and the range of the run medians.
+
+    python bench/bench_training.py [--shapes first,hybrid] [--sizes 4,8] [--batches 32,256]
+        [--steps 7] [--runs 3] [--threads 1] [--lightning]
 """
 from __future__ import annotations
 
@@ -19,23 +30,26 @@ import warnings
 warnings.filterwarnings("ignore")
 
 
-def qdiff_model(n, method):
+def quantum_dims(shape, n):
+    return (n, 1) if shape == "first" else (16, 2)
+
+
+def qdiff_model(shape, n, static):
     import torch
     import qdiff as qd
     dev = qd.device("statevector", wires=n)
 
-    @qd.qnode(dev, diff_method=method)
+    @qd.qnode(dev, static=static)
     def circuit(inputs, weights):
         qd.AngleEmbedding(inputs, wires=range(n))
         qd.StronglyEntanglingLayers(weights, wires=range(n))
         return [qd.expval(qd.Z(i)) for i in range(n)]
-    layer = qd.QuantumLayer(circuit, {"weights": (3, n, 3)})
-    return torch.nn.Sequential(layer, torch.nn.Linear(n, 1, dtype=torch.float64))
+    layer = qd.QuantumLayer(circuit, {"weights": (3, n, 3)}, dtype=torch.float64)
+    return _wrap(shape, n, layer)
 
 
-def pennylane_model(n, device_name, diff_method, **kw):
+def pennylane_model(shape, n, device_name, diff_method, **kw):
     import pennylane as qml
-    import torch
     dev = qml.device(device_name, wires=n)
 
     @qml.qnode(dev, interface="torch", diff_method=diff_method, **kw)
@@ -44,69 +58,102 @@ def pennylane_model(n, device_name, diff_method, **kw):
         qml.StronglyEntanglingLayers(weights, wires=range(n))
         return [qml.expval(qml.PauliZ(i)) for i in range(n)]
     layer = qml.qnn.TorchLayer(circuit, {"weights": (3, n, 3)})
-    return torch.nn.Sequential(layer, torch.nn.Linear(n, 1, dtype=torch.float64)).double()
+    return _wrap(shape, n, layer).double()
 
 
-def step_timer(model, x, y):
+def _wrap(shape, n, layer):
+    import torch
+    f64 = torch.float64
+    if shape == "first":
+        return torch.nn.Sequential(layer, torch.nn.Linear(n, 1, dtype=f64))
+    return torch.nn.Sequential(torch.nn.Linear(16, n, dtype=f64), layer,
+                               torch.nn.Linear(n, 2, dtype=f64))
+
+
+def data(shape, n, b):
+    import torch
+    torch.manual_seed(0)
+    x = torch.rand(b, quantum_dims(shape, n)[0], dtype=torch.float64)
+    if shape == "first":
+        return x, torch.rand(b, 1, dtype=torch.float64)
+    return x, torch.randint(0, 2, (b,))
+
+
+def step_fn(shape, model, x, y):
     import torch
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    loss_fn = torch.nn.functional.mse_loss if shape == "first" else \
+        torch.nn.functional.cross_entropy
 
     def step():
         opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x).reshape(-1, 1), y)
+        out = model(x)
+        loss = loss_fn(out.reshape(-1, 1) if shape == "first" else out, y)
         loss.backward()
         opt.step()
     return step
 
 
-def median_time(step, reps):
-    step()
-    ts = []
+def one_run(steps: dict, reps: int) -> dict:
+    """CPU-time median per configuration of ``reps`` interleaved steps."""
+    times = {k: [] for k in steps}
     for _ in range(reps):
-        t0 = time.perf_counter()
-        step()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+        for k, s in steps.items():
+            t0 = time.process_time()
+            s()
+            times[k].append(time.process_time() - t0)
+    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default="first,hybrid")
     ap.add_argument("--sizes", default="4,8")
     ap.add_argument("--batches", default="32,256")
     ap.add_argument("--steps", type=int, default=7)
+    ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--qdiff-methods", default="backprop,adjoint",
-                    help="comma-separated qdiff diff methods, each timed in the same run")
+    ap.add_argument("--lightning", action="store_true",
+                    help="also time PennyLane lightning.qubit (adjoint, device_vjp)")
     args = ap.parse_args(argv)
-    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    # every BLAS and OpenMP pool in the process: idle pool threads that spin after a call
+    # (NumPy's OpenBLAS under PennyLane) would otherwise add CPU time to the next step timed
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, str(args.threads))
     import torch
     torch.set_num_threads(args.threads)
-    methods = args.qdiff_methods.split(",")
+    print(f"# load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "
+          f"{args.runs} runs x {args.steps} interleaved steps, CPU time, "
+          f"{args.threads} thread(s)")
+    head = f"{'shape':>7} {'n':>3} {'B':>5} {'qdiff ms':>10} {'static ms':>10} " \
+           f"{'PL dq ms':>10}" + (f" {'PL lt ms':>10}" if args.lightning else "") + \
+           f" {'dq/static':>18} {'dq/qdiff':>10}"
+    print(head)
     rows = []
-    head = "".join(f"{'qdiff ' + m + ' ms':>22}" for m in methods)
-    print(f"{'n':>3} {'B':>5}{head} {'PL default.qubit ms':>20} {'PL lightning ms':>16} "
-          f"{'best qdiff vs best PL':>22}")
-    for n in [int(s) for s in args.sizes.split(",")]:
-        for b in [int(s) for s in args.batches.split(",")]:
-            torch.manual_seed(0)
-            x = torch.rand(b, n, dtype=torch.float64)
-            y = torch.rand(b, 1, dtype=torch.float64)
-            steps = {m: step_timer(qdiff_model(n, m), x, y) for m in methods}
-            steps["default"] = step_timer(pennylane_model(n, "default.qubit", "backprop"), x, y)
-            steps["lightning"] = step_timer(pennylane_model(n, "lightning.qubit", "adjoint",
-                                                            device_vjp=True), x, y)
-            times = {k: [] for k in steps}
-            for _ in range(3):  # interleave so that load drift hits every configuration
-                for k, s in steps.items():
-                    times[k].append(median_time(s, args.steps))
-            med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-            best_pl = min(med["default"], med["lightning"])
-            best_q = min(med[m] for m in methods)
-            ratio = best_pl / best_q
-            rows.append((n, b, med, ratio))
-            cols = "".join(f"{med[m]:>22.2f}" for m in methods)
-            print(f"{n:>3} {b:>5}{cols} {med['default']:>20.2f} {med['lightning']:>16.2f} "
-                  f"{ratio:>21.1f}x", flush=True)
+    for shape in args.shapes.split(","):
+        for n in [int(s) for s in args.sizes.split(",")]:
+            for b in [int(s) for s in args.batches.split(",")]:
+                x, y = data(shape, n, b)
+                steps = {"qdiff": step_fn(shape, qdiff_model(shape, n, False), x, y),
+                         "static": step_fn(shape, qdiff_model(shape, n, True), x, y),
+                         "dq": step_fn(shape, pennylane_model(shape, n, "default.qubit",
+                                                              "backprop"), x, y)}
+                if args.lightning:
+                    steps["lt"] = step_fn(shape, pennylane_model(
+                        shape, n, "lightning.qubit", "adjoint", device_vjp=True), x, y)
+                for s in steps.values():  # warm-up: traces, caches, kernels
+                    s()
+                    s()
+                runs = [one_run(steps, args.steps) for _ in range(args.runs)]
+                med = {k: statistics.median(r[k] for r in runs) for k in steps}
+                ratios = [r["dq"] / r["static"] for r in runs]
+                rows.append((shape, n, b, med, ratios))
+                lt = f" {med['lt']:>10.2f}" if args.lightning else ""
+                rng = f"{statistics.median(ratios):.1f}x ({min(ratios):.1f}-{max(ratios):.1f})"
+                print(f"{shape:>7} {n:>3} {b:>5} {med['qdiff']:>10.2f} {med['static']:>10.2f} "
+                      f"{med['dq']:>10.2f}{lt} {rng:>18} {med['dq'] / med['qdiff']:>9.1f}x",
+                      flush=True)
+    print(f"# load average after: {os.getloadavg()[0]:.2f}")
     return rows
 
 

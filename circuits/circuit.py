@@ -274,6 +274,9 @@ def _build_recorded(items, meas_in, labels, check_batch=None) -> Recorded:
                 raise QdiffError("state preparation (AmplitudeEmbedding/StatePrep) must come "
                                  "first in the circuit")
             prep = it
+        elif not isinstance(it, Measurement):
+            raise QdiffError(f"cannot record {it!r} ({type(it).__module__}.{type(it).__name__}) "
+                             "in a circuit: use qdiff gates, templates and measurements")
     meas = [m.map_wires(wmap) for m in meas_in]
     batch_shape: tuple = ()
     dtype = torch.float64

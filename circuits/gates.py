@@ -623,3 +623,51 @@ MultiRZ = _Family("MultiRZ", _resolve_multirz, 1)
 PauliRot = _Family("PauliRot", _resolve_paulirot, 1)
 QubitUnitary = _Family("QubitUnitary", _resolve_unitary, 0)
 FAMILIES = {"multirz": MultiRZ, "paulirot": PauliRot, "unitary": QubitUnitary}
+
+
+# ---------------------------------------------------------------------------------------------
+# controlled gates: any gate with k more control wires, one record per (gate, k)
+
+# a built-in gate controlled by k wires that is itself a built-in gate
+_CONTROLLED_BUILTIN = {("x", 1): "cx", ("x", 2): "ccx", ("y", 1): "cy", ("z", 1): "cz",
+                       ("z", 2): "ccz", ("h", 1): "ch", ("swap", 1): "cswap", ("rx", 1): "crx",
+                       ("ry", 1): "cry", ("rz", 1): "crz", ("p", 1): "cp", ("rot", 1): "crot"}
+
+
+@caches.cached(maxsize=None)
+def controlled_gate(base: Gate, k: int) -> Gate:
+    """``base`` acting when ``k`` leading control wires are all 1.
+
+    Its generators are ``|1..1><1..1| ⊗ G_j`` (so the shift rules, derived from their spectra,
+    are the four-term rules of controlled rotations); a built-in controlled gate is returned
+    where one exists (``controlled_gate(RX, 1)`` is ``CRX``)."""
+    if k < 1:
+        raise QdiffError(f"ctrl: need at least one control wire; got {k}")
+    short = _CONTROLLED_BUILTIN.get((base.name, k))
+    if short is not None and BUILTIN_GATES.get(base.name) is base and short in BUILTIN_GATES:
+        return BUILTIN_GATES[short]
+    d = 2 ** base.num_wires
+    rest = (2 ** k - 1) * d
+    proj = np.zeros((2 ** k, 2 ** k), dtype=complex)
+    proj[-1, -1] = 1.0
+    gens = None if base.generators is None else tuple(
+        None if g is None else np.kron(proj, g) for g in base.generators)
+    diag = None
+    if base.diag_fn is not None:
+        def diag(*angles):
+            t = base.diag_fn(*angles)
+            ones = torch.ones(*t.shape[:-1], rest, dtype=t.dtype, device=t.device)
+            return torch.cat([ones, t], dim=-1)
+    perm = None
+    if base.perm is not None:
+        perm = tuple(range(rest)) + tuple(rest + i for i in base.perm)
+
+    def inverse(p):
+        g, q = base.inverse(p)
+        return controlled_gate(g, k), q
+    label = base.pl_name or base.name
+    return Gate("ctrl", base.num_wires + k, base.num_params,
+                _controlled_fn(base.matrix_fn, d, k), generators=gens, inverse_fn=inverse,
+                diag_fn=diag, perm=perm, controls=k, target=base,
+                pl_name=f"C({label})" if k == 1 else f"C{k}({label})",
+                qiskit_name="ctrl", hyper=(base, k))

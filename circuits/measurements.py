@@ -1,4 +1,5 @@
-"""Measurements a circuit returns: ``expval``, ``var``, ``probs``, ``sample``, ``counts``, ``state``.
+"""Measurements a circuit returns: ``expval``, ``var``, ``probs``, ``sample``, ``counts``,
+``state``, and the reduced ``density_matrix`` of some wires with its ``purity``.
 
 >>> import qdiff as qd
 >>> qd.expval(qd.Z(0)).kind
@@ -11,6 +12,7 @@ from typing import Optional
 
 from qdiff.circuits import recording
 from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.midcircuit import MeasurementValue
 from qdiff.circuits.observables import Observable, as_observable
 from qdiff.circuits.operation import normalize_wires
 
@@ -53,6 +55,8 @@ def _record(m: Measurement) -> Measurement:
 
 
 def _obs(op, kind) -> Observable:
+    if isinstance(op, MeasurementValue):  # a mid-circuit outcome: its 0/1 projector
+        return op.observable()
     obs = as_observable(op)
     if obs._key is None:  # a Pauli word built from a gate is Hermitian by construction
         obs.check_hermitian()
@@ -82,15 +86,25 @@ def var(op) -> Measurement:
 
 
 def probs(wires=None, op=None) -> Measurement:
-    """Computational-basis probabilities of ``wires`` (all wires if None): ``(..., 2**k)``."""
+    """Computational-basis probabilities of ``wires`` (all wires if None): ``(..., 2**k)``;
+    ``op=m`` (or ``[m0, m1]``) gives those of mid-circuit measurement outcomes."""
     if op is not None:
-        raise QdiffError("probs(op=...) is not supported; rotate the basis with gates and use "
-                         "probs(wires)")
+        ms = list(op) if isinstance(op, (list, tuple)) else [op]
+        if wires is not None or not ms or not all(isinstance(m, MeasurementValue) for m in ms):
+            raise QdiffError("probs(op=...) takes mid-circuit measurement values (m = "
+                             "qd.measure(w)); for an observable rotate the basis with gates "
+                             "and use probs(wires)")
+        ws = tuple(w for m in ms for w in m.probs_wires())
+        return _record(Measurement("probs", None, _wires(ws, "probs")))
     return _record(Measurement("probs", None, _wires(wires, "probs")))
 
 
 def sample(op=None, wires=None) -> Measurement:
-    """Shot samples: eigenvalues of ``op`` (``(..., shots)``) or bits of ``wires`` (``(..., shots, k)``)."""
+    """Shot samples: eigenvalues of ``op`` (``(..., shots)``; a mid-circuit measurement value
+    gives its 0/1 outcomes) or bits of ``wires`` (``(..., shots, k)``)."""
+    if isinstance(op, (list, tuple)) and op and all(isinstance(m, MeasurementValue) for m in op):
+        ws = tuple(w for m in op for w in m.probs_wires())
+        return _record(Measurement("sample", None, _wires(ws, "sample")))
     if op is not None:
         return _record(Measurement("sample", _obs(op, "sample")))
     return _record(Measurement("sample", None, _wires(wires, "sample")))
@@ -104,3 +118,20 @@ def counts(wires=None) -> Measurement:
 def state() -> Measurement:
     """The final state vector, ``(..., 2**n)`` complex."""
     return _record(Measurement("state"))
+
+
+def density_matrix(wires) -> Measurement:
+    """The reduced density matrix of ``wires`` (the rest traced out): ``(..., 2**k, 2**k)``
+    complex, indexed in the order of ``wires``."""
+    ws = _wires(wires, "density_matrix")
+    if ws is None or not ws:
+        raise QdiffError("density_matrix: give the wires to keep (wires=...)")
+    return _record(Measurement("density_matrix", None, ws))
+
+
+def purity(wires) -> Measurement:
+    """``Tr(rho_W**2)`` of the reduced state of ``wires``: one real number per binding."""
+    ws = _wires(wires, "purity")
+    if ws is None or not ws:
+        raise QdiffError("purity: give the wires whose reduced state to measure (wires=...)")
+    return _record(Measurement("purity", None, ws))

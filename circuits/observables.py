@@ -346,9 +346,36 @@ def observable_from_op(op: Operation) -> Observable:
 set_observable_conversion(observable_from_op)
 
 
+_FROM_PENNYLANE = None
+
+
+def set_pennylane_conversion(fn) -> None:
+    """Install ``fn(pennylane_operator) -> Observable`` (done by
+    :mod:`qdiff.circuits.pennylane_io` on import)."""
+    global _FROM_PENNYLANE
+    _FROM_PENNYLANE = fn
+
+
 def as_observable(obj) -> Observable:
     if isinstance(obj, Observable):
         return obj
     if isinstance(obj, Operation):
         return observable_from_op(obj)
-    raise QdiffError(f"expected an observable, got {type(obj).__name__}")
+    if recording.is_pennylane(obj):
+        # a PennyLane operator: converted (and taken off the recording, where PennyLane's
+        # queuing put it) by qdiff.circuits.pennylane_io.from_pennylane_observable, which that
+        # module installs here when it is imported (a qnode imports it)
+        if _FROM_PENNYLANE is None:
+            raise QdiffError(f"expected a qdiff observable, got PennyLane's "
+                             f"{type(obj).__name__}; convert it with qdiff.circuits."
+                             "pennylane_io.from_pennylane_observable")
+        try:
+            obs = _FROM_PENNYLANE(obj)
+        except QdiffError as e:
+            raise QdiffError(f"{e}; convert it with qdiff.circuits.pennylane_io."
+                             "from_pennylane_observable or build it from qd.X/qd.Y/qd.Z/"
+                             "qd.Hermitian") from None
+        recording.consume(obj)
+        return obs
+    raise QdiffError(f"expected an observable (qd.Z(0), a product/sum of them, qd.Hermitian, "
+                     f"or a PennyLane observable), got {type(obj).__name__}")

@@ -23,7 +23,9 @@ import torch
 
 from qdiff.circuits.errors import QdiffError
 
-INDEX_CACHE_BYTES = 1 << 29  # gather indices kept per PauliGroups object, in bytes
+
+
+DIRECT_TERMS = 8  # a group with at most this many terms builds its diagonal term by term
 
 
 def _hadamard(bits: int, dtype, device) -> torch.Tensor:
@@ -91,7 +93,6 @@ class PauliGroups:
         self.zy = torch.tensor(zys, dtype=torch.long)
         self.phase = torch.tensor(phase, dtype=torch.complex128)
         self.real = all(abs(p.imag) < 0.5 for p in phase)
-        self._index: dict = {}
 
     @property
     def num_groups(self) -> int:
@@ -106,24 +107,48 @@ class PauliGroups:
         cdtype = torch.complex64 if rdtype == torch.float32 else torch.complex128
         sel = ((self.group >= lo) & (self.group < hi)).nonzero().reshape(-1)
         vals = coeffs[self.order[sel].to(dev)].to(cdtype) * self.phase[sel].to(dev, cdtype)
-        if self.real and not coeffs.is_complex():
-            vals = vals.real
+        if not coeffs.is_complex() and bool((self.phase[sel].imag == 0).all()):
+            vals = vals.real  # these groups' diagonals are real
+        if hi - lo == 1 and len(sel) <= DIRECT_TERMS:
+            # a few terms: their sign vectors directly (no transform temporaries)
+            grad = torch.is_grad_enabled() and vals.requires_grad
+            d = torch.zeros(1 << self.n, dtype=vals.dtype, device=dev)
+            for v, zy in zip(vals, self.zy[sel].tolist()):
+                signs = z_signs(zy, self.n, vals.real.dtype, dev)
+                d = d + v * signs if grad else d.addcmul_(signs, v)
+            return d.reshape(1, 1 << self.n)
         pos = ((self.group[sel] - lo) << self.n) + self.zy[sel]
         flat = torch.zeros((hi - lo) << self.n, dtype=vals.dtype, device=dev)
         flat = flat.index_add(0, pos.to(dev), vals)
         return walsh_hadamard(flat.reshape(hi - lo, 1 << self.n))
 
-    def gather_index(self, g: int, device) -> torch.Tensor:
-        """``arange(2**n) ^ masks[g]`` (kept while all groups' indices fit the cache bound)."""
-        device = torch.device(device)
-        key = (g, str(device))
-        idx = self._index.get(key)
-        if idx is None:
-            idx = torch.arange(1 << self.n, device=device) ^ self.masks[g]
-            idx = idx.to(torch.int32) if device.type == "cpu" else idx
-            if self.num_groups * idx.numel() * idx.element_size() <= INDEX_CACHE_BYTES:
-                self._index[key] = idx
-        return idx
+
+def z_signs(zy: int, n: int, dtype, device) -> torch.Tensor:
+    """``(-1)**popcount(y & zy)`` for ``y`` in ``0..2**n-1`` (the diagonal of a Z word)."""
+    s = torch.ones(1, dtype=dtype, device=device)
+    for b in range(n - 1, -1, -1):
+        s = torch.stack((s, -s) if (zy >> b) & 1 else (s, s), dim=-1).reshape(-1)
+    return s
+
+
+def xor_permute(x: torch.Tensor, mask: int, n: int, dim: int = 0) -> torch.Tensor:
+    """``y[i] = x[i ^ mask]`` along axis ``dim`` (of length ``2**n``), as a new tensor.
+
+    The axis is viewed as runs of consecutive index bits, flipped or kept; reversing a run of
+    ``k`` bits is XOR with ``2**k - 1``, so one ``flip`` does it with no index tensor."""
+    dim = dim % x.dim()
+    sizes, flipped, b = [], [], n - 1
+    while b >= 0:
+        f = (mask >> b) & 1
+        k = 0
+        while b >= 0 and (mask >> b) & 1 == f:
+            k += 1
+            b -= 1
+        sizes.append(1 << k)
+        flipped.append(bool(f))
+    dims = [dim + i for i, f in enumerate(flipped) if f]
+    view = x.reshape(*x.shape[:dim], *sizes, *x.shape[dim + 1:])
+    return view.flip(dims).reshape(x.shape)
 
 
 def group_chunks(num_groups: int, n: int, rows: int) -> int:
@@ -149,6 +174,11 @@ def apply(groups: PauliGroups, coeffs: torch.Tensor, psi: torch.Tensor,
     needs_complex = not (groups.real and not coeffs.is_complex())
     if needs_complex and not psi.is_complex():
         psi = psi.to(torch.complex64 if rdtype == torch.float32 else torch.complex128)
+    if (torch.is_grad_enabled() and psi.requires_grad and not coeffs.requires_grad
+            and not coeffs.is_complex() and (diagonals is None or not diagonals.requires_grad)):
+        # H is Hermitian: its vector-Jacobian product is H applied again, so nothing of the
+        # forward (a diagonal per group) is kept for the backward pass
+        return _HermitianApply.apply(psi, groups, coeffs, diagonals)
     lead = psi.shape[:-1]
     x = psi.reshape(-1, dim)
     rows = x.shape[0]
@@ -165,8 +195,7 @@ def apply(groups: PauliGroups, coeffs: torch.Tensor, psi: torch.Tensor,
         d = d.to(psi.device)
         dcol = d if rows == 1 else d.unsqueeze(-1)
         for g in range(lo, hi):
-            term = x if groups.masks[g] == 0 else \
-                x.index_select(0, groups.gather_index(g, x.device))
+            term = x if groups.masks[g] == 0 else xor_permute(x, groups.masks[g], groups.n)
             if out is None:
                 out = dcol[g - lo] * term
             elif grad:
@@ -177,3 +206,17 @@ def apply(groups: PauliGroups, coeffs: torch.Tensor, psi: torch.Tensor,
         out = torch.zeros_like(x)
     out = out if out.dim() == 1 else out.transpose(0, 1)
     return out.reshape(*lead, dim)
+
+
+class _HermitianApply(torch.autograd.Function):
+    """``H psi`` for a Hermitian ``H`` (real coefficients, no grad): backward is ``H g``."""
+
+    @staticmethod
+    def forward(ctx, psi, groups, coeffs, diagonals):
+        ctx.groups, ctx.coeffs, ctx.diagonals = groups, coeffs, diagonals
+        with torch.no_grad():
+            return apply(groups, coeffs, psi.detach(), diagonals)
+
+    @staticmethod
+    def backward(ctx, g):
+        return apply(ctx.groups, ctx.coeffs, g, ctx.diagonals), None, None, None

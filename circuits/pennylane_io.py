@@ -23,9 +23,11 @@ import torch
 
 from qdiff.circuits.circuit import Circuit, Recorded, StatePrep
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.gates import GATES, multirz_gate, paulirot_gate, unitary_gate
+from qdiff.circuits.gates import (GATES, controlled_gate, multirz_gate, paulirot_gate,
+                                  unitary_gate)
 from qdiff.circuits.measurements import Measurement
-from qdiff.circuits.observables import Hermitian, Observable, observable_from_op
+from qdiff.circuits.observables import (Hermitian, Observable, observable_from_op,
+                                        set_pennylane_conversion)
 from qdiff.circuits.operation import Operation, ParamRef
 
 # qdiff gate name -> PennyLane class name (parameters in the same order and convention)
@@ -115,6 +117,9 @@ def from_pennylane_observable(op) -> Observable:
     raise QdiffError(f"cannot convert PennyLane operator {op!r} to an observable")
 
 
+set_pennylane_conversion(from_pennylane_observable)
+
+
 def _word_term(word: dict) -> tuple:
     """``{wire: letter}`` -> one observable term (``()`` is the identity)."""
     obs = Observable([1.0], [()])
@@ -144,6 +149,12 @@ def _pl_ops(op: Operation, angles: list, wires: list) -> list:
         return [qml.PauliRot(angles[0], op.gate.hyper[0], wires=wires)]
     if name == "unitary":
         return [qml.QubitUnitary(op.gate.hyper[0].detach().cpu().numpy(), wires=wires)]
+    if name == "ctrl":
+        base, k = op.gate.hyper
+        inner = _pl_ops(Operation(base, op.wires[k:], op.params), angles, wires[k:])
+        if inner is None or len(inner) != 1:
+            return None
+        return [qml.ctrl(inner[0], control=wires[:k])]
     if name in _TO_PL:
         return [getattr(qml, _TO_PL[name])(*angles, wires=wires)]
     return None  # caller decomposes
@@ -179,6 +190,8 @@ def _pl_measurement(m: Measurement, wire_of, counts_as_samples: bool):
         return qml.probs(wires=wires)
     if m.kind == "state":
         return qml.state()
+    if m.kind == "density_matrix":
+        return qml.density_matrix(wires=wires)
     if m.kind == "sample" or (m.kind == "counts" and counts_as_samples):
         return qml.sample(obs) if obs is not None else qml.sample(wires=wires)
     if m.kind == "counts":
@@ -256,6 +269,13 @@ def _qdiff_ops(op) -> list:
     if name in _FROM_PL:
         gate = GATES[_FROM_PL[name]]
         return [Operation(gate, wires, tuple(_param_tensor(p) for p in op.data))]
+    if name == "Controlled":
+        ctrl = tuple(op.control_wires)
+        flips = [Operation(GATES["x"], (w,), ()) for w, v in zip(ctrl, op.control_values)
+                 if not v]
+        inner = [Operation(controlled_gate(o.gate, len(ctrl)), ctrl + o.wires, o.params)
+                 for o in _qdiff_ops(op.base)]
+        return flips + inner + flips
     if name in ("Barrier", "Snapshot"):
         return []
     if op.has_decomposition:
@@ -268,7 +288,8 @@ def _qdiff_ops(op) -> list:
 
 def _qdiff_measurement(mp) -> Measurement:
     kind = {"ExpectationMP": "expval", "VarianceMP": "var", "ProbabilityMP": "probs",
-            "SampleMP": "sample", "CountsMP": "counts", "StateMP": "state"}.get(type(mp).__name__)
+            "SampleMP": "sample", "CountsMP": "counts", "StateMP": "state",
+            "DensityMatrixMP": "density_matrix"}.get(type(mp).__name__)
     if kind is None:
         raise QdiffError(f"from_pennylane: measurement {mp!r} is not supported")
     obs = None if mp.obs is None else from_pennylane_observable(mp.obs)
@@ -281,6 +302,79 @@ def _qdiff_measurement(mp) -> Measurement:
     return Measurement(kind, obs, wires)
 
 
+_STATE_PREPS = ("StatePrep", "AmplitudeEmbedding", "MottonenStatePreparation")
+
+
+def _op_items(op, who: str, first: bool) -> list:
+    """Recorded-style items (operations, a leading :class:`StatePrep`) for one PennyLane
+    operation; ``who`` names the caller in errors."""
+    name = type(op).__name__
+    if name in _STATE_PREPS:
+        if not first:
+            raise QdiffError(f"{who}: state preparation {name} must come first")
+        vec = _param_tensor(op.data[0]) if not torch.is_tensor(op.data[0]) else op.data[0]
+        vec = vec.to(torch.complex128)
+        prep_wires = tuple(op.wires)
+        if vec.shape[-1] != 2 ** len(prep_wires):
+            raise QdiffError(f"{who}: {name} vector of length {vec.shape[-1]} "
+                             f"on {len(prep_wires)} wires (pad/normalize it in PennyLane)")
+        return [StatePrep(vec / vec.abs().pow(2).sum(-1, keepdim=True).sqrt(), prep_wires)]
+    if name == "BasisState":
+        bits = np.asarray(op.data[0]).astype(int).reshape(-1)
+        return [Operation(GATES["x"], (w,), ()) for w, b in zip(op.wires, bits) if b]
+    if name in ("MidMeasureMP", "MidMeasure", "Conditional"):
+        raise QdiffError(f"{who}: PennyLane's mid-circuit {name} ({op!r}) is not converted; "
+                         "use qd.measure(wire) and qd.cond(m, op) in a qdiff qnode")
+    return _qdiff_ops(op)
+
+
+def convert_recording(raw: list, result):
+    """Replace the PennyLane objects a qnode recorded (PennyLane operations and measurement
+    processes queued while the qnode ran) by qdiff items, in call order; ``result`` (the
+    function's return value) has its PennyLane measurements replaced by the same qdiff ones.
+    Anything PennyLane that has no qdiff form raises :class:`QdiffError` naming it."""
+    from qdiff.circuits.recording import is_pennylane
+    converted: dict = {}
+
+    def measurement(mp):
+        if id(mp) not in converted:
+            try:
+                converted[id(mp)] = _qdiff_measurement(mp)
+            except QdiffError as e:
+                raise QdiffError(f"qnode: PennyLane measurement {mp!r}: {e}") from None
+        return converted[id(mp)]
+
+    items = []
+    for it in raw:
+        if not is_pennylane(it):
+            items.append(it)
+        elif _is_measurement(it) and type(it).__name__ != "MidMeasureMP":
+            items.append(measurement(it))
+        elif hasattr(it, "wires") and hasattr(it, "data"):
+            first = not any(not isinstance(i, Measurement) for i in items)
+            try:
+                items.extend(_op_items(it, "qnode", first))
+            except QdiffError as e:
+                msg = str(e)
+                raise QdiffError(msg if msg.startswith("qnode") else
+                                 f"qnode: PennyLane operation {it!r}: {msg}") from None
+        else:
+            raise QdiffError(f"qnode: PennyLane object {it!r} ({type(it).__name__}) has no "
+                             "qdiff form; use qdiff's gates and measurements")
+    if _is_measurement(result):
+        result = measurement(result)
+    elif isinstance(result, (list, tuple)):
+        out = [measurement(m) if _is_measurement(m) else m for m in result]
+        result = tuple(out) if isinstance(result, tuple) else out
+    return items, result
+
+
+def _is_measurement(obj) -> bool:
+    from qdiff.circuits.recording import is_pennylane
+    return is_pennylane(obj) and any(c.__name__ == "MeasurementProcess"
+                                     for c in type(obj).__mro__)
+
+
 def from_pennylane(tape, wires=None) -> Recorded:
     """A :class:`Recorded` (circuit, theta ``(B, P)``, batch shape) for a PennyLane tape.
 
@@ -291,24 +385,7 @@ def from_pennylane(tape, wires=None) -> Recorded:
     labels = tuple(tape.wires) if wires is None else tuple(wires)
     items = []
     for k, op in enumerate(tape.operations):
-        name = type(op).__name__
-        if name in ("StatePrep", "AmplitudeEmbedding", "MottonenStatePreparation"):
-            if k:
-                raise QdiffError("from_pennylane: state preparation must come first")
-            vec = _param_tensor(op.data[0]) if not torch.is_tensor(op.data[0]) else op.data[0]
-            vec = vec.to(torch.complex128)
-            prep_wires = tuple(op.wires)
-            if vec.shape[-1] != 2 ** len(prep_wires):
-                raise QdiffError(f"from_pennylane: {name} vector of length {vec.shape[-1]} "
-                                 f"on {len(prep_wires)} wires (pad/normalize it in PennyLane)")
-            items.append(StatePrep(vec / vec.abs().pow(2).sum(-1, keepdim=True).sqrt(),
-                                   prep_wires))
-            continue
-        if name == "BasisState":
-            bits = np.asarray(op.data[0]).astype(int).reshape(-1)
-            items.extend(Operation(GATES["x"], (w,), ()) for w, b in zip(op.wires, bits) if b)
-            continue
-        items.extend(_qdiff_ops(op))
+        items.extend(_op_items(op, "from_pennylane", first=k == 0))
     items.extend(_qdiff_measurement(mp) for mp in tape.measurements)
     try:
         return Circuit.from_recording(items, labels)

@@ -234,11 +234,24 @@ def to_qiskit(circuit: Circuit, theta=None, measure: bool = False, columns=None,
     """A ``QuantumCircuit``; theta columns become a ``ParameterVector('theta', P)`` unless
     ``theta`` (a ``(P,)`` or ``(1, P)`` tensor/array) binds them, or ``columns`` (one Qiskit
     ``Parameter``/``ParameterExpression`` per column, e.g. ``QiskitImport.columns()``) names
-    them. ``measure`` adds final measures."""
-    from qiskit import QuantumCircuit
+    them. ``measure`` adds final measures. The extra wires of mid-circuit measurements
+    (deferred measurement, :mod:`qdiff.circuits.midcircuit`) become classical bits again: a
+    ``measure`` into bit ``m<i>`` and ``if`` blocks for the operations they control."""
+    from qiskit import ClassicalRegister, QuantumCircuit, QuantumRegister
+    from qdiff.circuits.midcircuit import is_mid_wire
     pv, values = _column_sources(circuit.num_params, theta, columns)
-    qc = QuantumCircuit(circuit.num_wires, circuit.num_wires if measure else 0)
+    mids = [i for i, lbl in enumerate(circuit.labels) if is_mid_wire(lbl)]
+    nq = circuit.num_wires - len(mids)
+    if mids:
+        if measure:
+            raise QdiffError("to_qiskit: measure=True with mid-circuit measurements; measure "
+                             "explicitly")
+        qc = QuantumCircuit(QuantumRegister(nq, "q"), ClassicalRegister(len(mids), "m"))
+    else:
+        qc = QuantumCircuit(circuit.num_wires, circuit.num_wires if measure else 0)
     qc.global_phase = float(global_phase)
+    clbit = {w: qc.clbits[k] for k, w in enumerate(mids)}
+    negated: set = set()  # mid wires currently flipped (an X pair around a condition on 0)
 
     def val(p):
         if isinstance(p, ParamRef):
@@ -248,33 +261,76 @@ def to_qiskit(circuit: Circuit, theta=None, measure: bool = False, columns=None,
             return p.scale * base + p.offset
         return float(p)
 
-    def emit(op):
+    def emit(op, qc, wmap):
         if op.name == "iswapdg":
-            qc.append(_iswap_dg(), list(op.wires))
+            qc.append(_iswap_dg(), [wmap[w] for w in op.wires])
             return
         if op.name == "u2":
-            qc.u(math.pi / 2, val(op.params[0]), val(op.params[1]), op.wires[0])
+            qc.u(math.pi / 2, val(op.params[0]), val(op.params[1]), wmap[op.wires[0]])
             return
         if op.name == "unitary":
             from qiskit.circuit.library import UnitaryGate
             m = np.asarray(op.gate.hyper[0].detach().cpu())
             perm = _le_to_be(len(op.wires))
-            qc.append(UnitaryGate(m[perm][:, perm]), list(op.wires))
+            qc.append(UnitaryGate(m[perm][:, perm]), [wmap[w] for w in op.wires])
+            return
+        if op.name == "ctrl":
+            base, k = op.gate.hyper
+            sub = QuantumCircuit(base.num_wires, name=base.qiskit_name or base.name)
+            emit(Operation(base, tuple(range(base.num_wires)), op.params), sub,
+                 list(range(base.num_wires)))
+            qc.append(sub.to_gate().control(k), [wmap[w] for w in op.wires])
             return
         meth = _TO_QISKIT_METHOD.get(op.name)
         if meth is None:
             for sub in decompose(op):
-                emit(sub)
+                emit(sub, qc, wmap)
             return
-        getattr(qc, meth)(*[val(p) for p in op.params], *op.wires)
+        getattr(qc, meth)(*[val(p) for p in op.params], *[wmap[w] for w in op.wires])
 
+    def emit_mid(op):
+        """An operation touching mid-circuit measurement wires."""
+        from qdiff.circuits.gates import controlled_gate
+        w = op.wires
+        if op.name == "x":
+            negated.symmetric_difference_update(w)
+            return
+        if op.name == "cx" and w[1] in clbit and w[0] not in clbit:
+            qc.measure(w[0], clbit[w[1]])
+            return
+        k = op.gate.controls
+        conds = [c for c in w[:k] if c in clbit]
+        if any(t in clbit for t in w[k:]) or not conds:
+            raise QdiffError(f"to_qiskit: operation {op!r} acts on a measurement outcome")
+        rest = tuple(c for c in w[:k] if c not in clbit)
+        gate = op.gate.target if not rest else controlled_gate(op.gate.target, len(rest))
+        inner = Operation(gate, rest + w[k:], op.params)
+        with qc.if_test(_condition([(clbit[c], c not in negated) for c in conds])):
+            emit(inner, qc, list(range(nq)))
+
+    wmap = list(range(circuit.num_wires))
     for op in circuit.operations:
-        emit(op)
+        if mids and any(w in clbit for w in op.wires):
+            emit_mid(op)
+        else:
+            emit(op, qc, wmap)
     if columns is not None and values is None:
         _keep_unused(qc, pv)
     if measure:
         qc.measure(range(circuit.num_wires), range(circuit.num_wires))
     return qc
+
+
+def _condition(bits: list):
+    """A Qiskit ``if_test`` condition: every ``(clbit, value)`` holds."""
+    if len(bits) == 1:
+        return (bits[0][0], int(bits[0][1]))
+    from qiskit.circuit.classical import expr
+    terms = [expr.lift(b) if v else expr.logic_not(b) for b, v in bits]
+    out = terms[0]
+    for t in terms[1:]:
+        out = expr.logic_and(out, t)
+    return out
 
 
 def _column_sources(num_params: int, theta, columns) -> tuple:

@@ -10,8 +10,9 @@ Outside any recording context a gate call just returns its :class:`Operation`.
 """
 from __future__ import annotations
 
+import sys
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from qdiff.circuits.operation import Operation, OpBlock
 
@@ -31,6 +32,7 @@ class Recorder:
 
     def __init__(self):
         self.raw: list = []
+        self.mid_count = 0  # mid-circuit measurements so far (their extra wires' indices)
 
     def append(self, item):
         self.raw.append(item)
@@ -56,6 +58,11 @@ class Recorder:
         return [i for i in self.items if isinstance(i, Operation)]
 
 
+def recorders() -> list:
+    """The active recorders, outermost first."""
+    return list(_stack())
+
+
 def active() -> Recorder | None:
     st = _stack()
     return st[-1] if st else None
@@ -63,12 +70,53 @@ def active() -> Recorder | None:
 
 @contextmanager
 def record():
+    """Collect the operations and measurements made inside. Where PennyLane is loaded, its
+    operators and measurements made inside are collected too, in call order (a queue that
+    forwards PennyLane's queuing into this recorder): a qnode converts or refuses them, it
+    never drops them."""
     rec = Recorder()
     _stack().append(rec)
     try:
-        yield rec
+        with _pennylane_capture(rec):
+            yield rec
     finally:
         _stack().pop()
+
+
+def _pennylane_capture(rec: Recorder):
+    """A PennyLane queuing context forwarding into ``rec`` (a no-op while PennyLane is not
+    imported: then no PennyLane object can be made inside)."""
+    if "pennylane" not in sys.modules:
+        return nullcontext()
+    global _FORWARD
+    if _FORWARD is None:
+        from pennylane.queuing import AnnotatedQueue
+
+        class ForwardingQueue(AnnotatedQueue):
+            """PennyLane's queue, mirrored into a qdiff :class:`Recorder`."""
+
+            def __init__(self, target):
+                super().__init__()
+                self.target = target
+
+            def append(self, obj, **kwargs):
+                super().append(obj, **kwargs)
+                self.target.append(obj)
+
+            def remove(self, obj):
+                super().remove(obj)
+                self.target.remove(obj)
+
+        _FORWARD = ForwardingQueue
+    return _FORWARD(rec)
+
+
+_FORWARD = None
+
+
+def is_pennylane(obj) -> bool:
+    """Whether ``obj`` is a PennyLane object (operator, measurement process, ...)."""
+    return type(obj).__module__.split(".", 1)[0] == "pennylane"
 
 
 @contextmanager

@@ -400,3 +400,54 @@ class QAOALayers(Template):
         for layer in range(p.shape[-2]):
             cost_layer(p[..., layer, 0], cost_h)
             mixer_layer(p[..., layer, 1], mixer_h)
+
+
+class QFT(Template):
+    """The quantum Fourier transform on ``wires`` (PennyLane's ``QFT``: Hadamards and
+    controlled phases ``pi / 2**(j-i)``, then the wire-reversing SWAPs)."""
+
+    def _build(self, wires):
+        wires = normalize_wires(wires)
+        _distinct("QFT", wires)
+        n = len(wires)
+        for i in range(n):
+            _emit(G.GATES["h"], (wires[i],))
+            for j in range(i + 1, n):
+                _emit(G.GATES["cp"], (wires[j], wires[i]), (np.pi / 2 ** (j - i),))
+        for i in range(n // 2):
+            _emit(G.GATES["swap"], (wires[i], wires[n - 1 - i]))
+
+
+class IQPEmbedding(Template):
+    """Features ``(..., N)`` in an IQP circuit on N wires, repeated ``n_repeats`` times:
+    Hadamards, ``RZ(x_i)`` on wire i, then ``MultiRZ(x_i * x_j)`` on each pair of ``pattern``
+    (default: every pair of wires, in order), as PennyLane's ``IQPEmbedding``."""
+
+    def _build(self, features, wires, n_repeats: int = 1, pattern=None):
+        wires = normalize_wires(wires)
+        f = _tensor(features)
+        _real_angles("IQPEmbedding", f)
+        _distinct("IQPEmbedding", wires)
+        if f.ndim == 0 or f.shape[-1] != len(wires):
+            raise QdiffError(f"IQPEmbedding: features of shape {tuple(f.shape)} need one entry "
+                             f"per wire ({len(wires)}) in the last dimension")
+        if isinstance(n_repeats, bool) or not isinstance(n_repeats, int) or n_repeats < 1:
+            raise QdiffError(f"IQPEmbedding: n_repeats must be a positive integer; got "
+                             f"{n_repeats!r}")
+        pos = {w: i for i, w in enumerate(wires)}
+        if pattern is None:
+            pairs = [(wires[i], wires[j]) for i in range(len(wires))
+                     for j in range(i + 1, len(wires))]
+        else:
+            pairs = [tuple(normalize_wires(p)) for p in pattern]
+            for p in pairs:
+                if len(p) != 2 or p[0] == p[1] or any(w not in pos for w in p):
+                    raise QdiffError(f"IQPEmbedding: pattern entry {list(p)} must be two "
+                                     f"distinct wires of {list(wires)}")
+        zz = G.multirz_gate(2)
+        for _ in range(n_repeats):
+            for i, w in enumerate(wires):
+                _emit(G.GATES["h"], (w,))
+                _emit(G.GATES["rz"], (w,), (f[..., i],))
+            for a, b in pairs:
+                _emit(zz, (a, b), (f[..., pos[a]] * f[..., pos[b]],))

@@ -49,7 +49,7 @@ def make_model(n_qubits: int, layers: int, diff_method: str, device: str,
     shapes = {"weights": qd.StronglyEntanglingLayers.shape(layers, n_qubits)}
     return torch.nn.Sequential(
         torch.nn.Linear(2, n_qubits, dtype=torch.float64),
-        qd.QuantumLayer(circuit, shapes),
+        qd.QuantumLayer(circuit, shapes, dtype=torch.float64),
         torch.nn.Linear(n_qubits, 1, dtype=torch.float64)).to(device)
 
 

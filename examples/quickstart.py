@@ -38,7 +38,8 @@ def hybrid_classifier(epochs: int = 30) -> float:
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Linear(2, n_wires, dtype=torch.float64), torch.nn.Tanh(),
-        qd.QuantumLayer(circuit, {"weights": qd.StronglyEntanglingLayers.shape(2, n_wires)}),
+        qd.QuantumLayer(circuit, {"weights": qd.StronglyEntanglingLayers.shape(2, n_wires)},
+                        dtype=torch.float64),
         torch.nn.Linear(n_wires, 1, dtype=torch.float64))
     gen = torch.Generator().manual_seed(1)
     x, y = two_moons(200, 0.1, gen)

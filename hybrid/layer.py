@@ -2,7 +2,9 @@
 
 The qnode takes the layer input as its first argument (named ``inputs`` by convention, as in
 PennyLane's ``TorchLayer``) and its weights by the names in ``weight_shapes``. Inputs ``(B, F)``
-or ``(F,)`` run as ONE batched circuit execution; outputs keep the weights' dtype and device.
+or ``(F,)`` run as ONE batched circuit execution. Weights take ``torch.get_default_dtype()``
+unless ``dtype`` is given (as PennyLane's ``TorchLayer``); the output takes the input's floating
+dtype, so a float32 ``nn.Linear`` can follow.
 
 >>> import torch, qdiff as qd
 >>> dev = qd.device("statevector", wires=2)
@@ -39,12 +41,21 @@ class QuantumLayer(nn.Module):
         weight_shapes: ``{name: shape}`` of the qnode's weight arguments (ints allowed).
         init_method: a callable ``tensor -> tensor`` (in-place init), a dict of them per
             weight, or a dict of ready tensors; default uniform on [0, 2 pi).
-        dtype: dtype of the weights (default float64; ``.float()`` / ``.double()`` change it).
+        dtype: dtype of the weights (default ``torch.get_default_dtype()`` at construction;
+            ``.float()`` / ``.double()`` change it).
+
+    The circuit runs in the wider of the input and weight dtypes (angles in float64 when
+    either is); the output is cast to the input's floating dtype (the weights' dtype for
+    integer inputs).
     """
 
     def __init__(self, qnode, weight_shapes: dict, init_method: Optional[Union[Callable, dict]] = None,
-                 dtype: torch.dtype = torch.float64):
+                 dtype: Optional[torch.dtype] = None):
         super().__init__()
+        if dtype is None:
+            dtype = torch.get_default_dtype()
+        if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise QdiffError(f"QuantumLayer: dtype must be a floating torch dtype; got {dtype!r}")
         self.qnode = qnode
         params = list(inspect.signature(getattr(qnode, "func", qnode)).parameters)
         if not params:
@@ -76,7 +87,7 @@ class QuantumLayer(nn.Module):
     @classmethod
     def from_qiskit(cls, qc, input_params=None, weight_params=None, observables=None,
                     device=None, diff_method: str = "best", init_method=None,
-                    dtype: torch.dtype = torch.float64, **gradient_kwargs) -> "QuantumLayer":
+                    dtype: Optional[torch.dtype] = None, **gradient_kwargs) -> "QuantumLayer":
         """A Qiskit ``QuantumCircuit`` (or an OpenQASM import) as a layer, like Qiskit ML's
         ``TorchConnector(EstimatorQNN(...))``.
 
@@ -102,10 +113,15 @@ class QuantumLayer(nn.Module):
         """``(B, F) -> (B, K)`` or ``(F,) -> (K,)``."""
         weights = {name: getattr(self, name) for name in self.weight_shapes}
         ref = next(iter(weights.values()), None)
-        if ref is not None and inputs.dtype.is_floating_point and inputs.dtype != ref.dtype:
-            inputs = inputs.to(ref.dtype)
         out = self.qnode(**{self.input_arg: inputs}, **weights)
-        return out if isinstance(out, torch.Tensor) else torch.stack(list(out), dim=-1)
+        out = out if isinstance(out, torch.Tensor) else torch.stack(list(out), dim=-1)
+        if isinstance(inputs, torch.Tensor) and inputs.dtype.is_floating_point:
+            want = inputs.dtype
+        else:
+            want = ref.dtype if ref is not None else None
+        if want is not None and out.dtype.is_floating_point and out.dtype != want:
+            out = out.to(want)
+        return out
 
     def extra_repr(self) -> str:
         return f"qnode={getattr(self.qnode, '__name__', '?')}, weights={self.weight_shapes}"

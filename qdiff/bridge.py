@@ -31,14 +31,14 @@ from typing import Any, Optional
 
 import torch
 
-from qdiff.backends.base import Job
+from qdiff.backends.base import DEVICE_SHOTS, Job, check_shots
 from qdiff.circuits.circuit import Circuit, memo
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Observable
 from qdiff.circuits.operation import ParamRef, is_concrete
-from qdiff.rules import (BACKPROP, PARAMETER_SHIFT, Options, Rule, higher_order, make_options,
-                         resolve)
+from qdiff.rules import (BACKPROP, PARAMETER_SHIFT, Options, Rule, best_options, higher_order,
+                         make_options, resolve)
 from qdiff.shift_rules import shift_rule
 
 DIFFERENTIABLE_KINDS = ("expval", "var", "probs")
@@ -61,10 +61,11 @@ class Plan:
     options: Options = field(default_factory=Options)
     shared: Optional[tuple] = None
     higher: Optional[Rule] = None
+    shots: Any = DEVICE_SHOTS
 
     def job(self, theta: torch.Tensor, keep: bool = False) -> Job:
-        return Job(self.circuit, theta, self.initial_state, flat=True, keep=keep,
-                   trainable=self.trainable, shared=self.shared)
+        return Job(self.circuit, theta, self.initial_state, shots=self.shots, flat=True,
+                   keep=keep, trainable=self.trainable, shared=self.shared)
 
 
 def output_width(m: Measurement, n: int) -> int:
@@ -200,7 +201,7 @@ class QuantumFunction(torch.autograd.Function):
         (theta,) = ctx.saved_tensors
         plan = ctx.plan
         if plan.rule.keep:
-            grad = _engine_vjp(theta, g_out, plan, ctx.residual)
+            grad = engine_vjp(theta, g_out, plan, ctx.residual)
         else:
             grad = shift_vjp(theta, g_out, plan)
         return grad.to(theta.dtype), None
@@ -217,7 +218,7 @@ class QuantumFunction(torch.autograd.Function):
         return (flat.reshape(v, b, -1), residual), (0, None)
 
 
-def _engine_vjp(theta, g_out, plan: Plan, residual):
+def engine_vjp(theta, g_out, plan: Plan, residual):
     """The backend's own reverse mode; under ``create_graph`` the plan's higher-order rule
     (exact shift rules) instead, or a gradient whose further derivative raises."""
     if torch.is_grad_enabled() and plan.higher is not None and _has_shift_rules(plan):
@@ -263,17 +264,20 @@ def validate_rules(plan: Plan) -> None:
 
 
 def _shift_measurements(circuit: Circuit) -> tuple:
-    """Measurements evaluated at shifted points: var(O) -> expval(O^2), expval(O)."""
-    ms, layout = [], []
+    """Measurements evaluated at shifted points: var(O) -> expval(O^2), expval(O). The
+    layout gives each original measurement's first output column among the shifted ones."""
+    ms, layout, col = [], [], 0
     for m in circuit.measurements:
         if m.kind == "var":
-            layout.append(("var", len(ms)))
+            layout.append(("var", col))
             ms.append(Measurement("expval", m.obs @ m.obs))
             ms.append(Measurement("expval", m.obs))
+            col += 2
         else:
             w = output_width(m, circuit.num_wires)
-            layout.append(("lin", len(ms), w))
+            layout.append(("lin", col, w))
             ms.append(m)
+            col += w
     return circuit.with_measurements(ms), layout
 
 
@@ -318,7 +322,8 @@ def shift_vjp(theta: torch.Tensor, g_out: torch.Tensor, plan: Plan) -> torch.Ten
 
 
 def execute_with_rule(recorded, backend, rule: Rule, options: Optional[Options] = None,
-                      higher: Optional[Rule] = None, stacked: bool = False):
+                      higher: Optional[Rule] = None, stacked: bool = False,
+                      shots=DEVICE_SHOTS):
     """Run ``recorded`` through the Function; one tensor per measurement, leading dim B (with
     ``stacked``, the ``(B, K)`` outputs as one tensor when every measurement is a plain scalar:
     no per-column slicing and restacking in the autograd graph)."""
@@ -331,7 +336,8 @@ def execute_with_rule(recorded, backend, rule: Rule, options: Optional[Options] 
     circ_e, post = expand_coefficients(circ_u)
     if options is None:
         options = make_options(rule.name, {})
-    plan = Plan(circ_e, backend, rule, train_u, recorded.initial_state, options, shared_u, higher)
+    plan = Plan(circ_e, backend, rule, train_u, recorded.initial_state, options, shared_u, higher,
+                shots)
     validate_rules(plan)
     flat, _ = QuantumFunction.apply(theta_u, plan)
     if stacked and all(c is None and m.is_scalar for m, (_, _, c) in
@@ -349,24 +355,41 @@ def execute_with_rule(recorded, backend, rule: Rule, options: Optional[Options] 
     return outs
 
 
+def effective_shots(backend, shots=DEVICE_SHOTS):
+    """The shots a call runs with: the backend's own (``"device"``), or ``None`` (exact) / a
+    positive int, checked against what the backend can do."""
+    if shots == DEVICE_SHOTS:
+        return getattr(backend, "shots", None)
+    shots = check_shots(shots)
+    caps = backend.capabilities
+    if shots is None and not caps.exact:
+        raise QdiffError(f"shots=None: backend '{backend.name}' has no exact mode; give a "
+                         "number of shots")
+    if shots is not None and not caps.shots:
+        raise QdiffError(f"shots={shots}: backend '{backend.name}' does not sample shots")
+    return shots
+
+
 def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
-            options: Options = None):
+            options: Options = None, shots=DEVICE_SHOTS):
     """One tensor per measurement of ``recorded.circuit``, each with leading dim ``B``; with
     ``stacked``, the gradient rules may return the ``(B, K)`` outputs of all-scalar
     measurements as one tensor instead (the caller checks). ``options``: the rule's validated
-    options (:func:`qdiff.rules.make_options`; defaults when omitted)."""
+    options (:func:`qdiff.rules.make_options`; defaults when omitted). ``shots``: ``"device"``
+    (the backend's setting), ``None`` (exact) or a number of shots for this call."""
     circuit = recorded.circuit
     if circuit.num_wires != backend.num_wires:
         raise QdiffError(f"circuit has {circuit.num_wires} wires but the device has "
                          f"{backend.num_wires}")
-    rule = resolve(diff_method, backend, circuit, recorded)
+    shots = effective_shots(backend, shots)
+    rule = resolve(diff_method, backend, circuit, recorded, shots)
     theta = recorded.theta
     prep = recorded.initial_state
     needs_grad = torch.is_grad_enabled() and (theta.requires_grad or (
         prep is not None and prep.requires_grad))
     if rule is BACKPROP or not needs_grad:
-        return backend.run(circuit, theta, prep)
+        return backend.run(circuit, theta, prep, shots=shots)
     if options is None or diff_method == "best":
-        options = make_options(rule.name, {})
+        options = make_options(rule.name, best_options(rule, backend, shots))
     return execute_with_rule(recorded, backend, rule, options, higher_order(diff_method, rule),
-                             stacked=stacked)
+                             stacked=stacked, shots=shots)

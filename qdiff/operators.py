@@ -30,7 +30,7 @@ import torch
 
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import Observable
-from qdiff.circuits.paulis import PauliGroups, apply, walsh_hadamard
+from qdiff.circuits.paulis import PauliGroups, apply, walsh_hadamard, xor_permute
 
 class PauliSumOperator:
     """``H = sum_t c_t P_t`` on ``n_qubits`` qubits, applied to ``(..., 2**n)`` states.
@@ -186,7 +186,7 @@ class PauliSumOperator:
         cd = a.dtype if a.is_complex() else (b.dtype if b.is_complex() else None)
         vals = []
         for g in range(self.num_groups):
-            bg = b if self.masks[g] == 0 else b.index_select(-1, self.groups.gather_index(g, b.device).long())
+            bg = b if self.masks[g] == 0 else xor_permute(b, self.masks[g], self.n_qubits, -1)
             w = (a.conj() if a.is_complex() else a) * bg
             vals.append(walsh_hadamard(w))
         full = torch.stack(vals, dim=-2).reshape(*lead, self.num_groups * self.dim)

@@ -6,12 +6,14 @@ no network) and maps it to qubits (Jordan-Wigner by default); this module conver
 resulting operator, through its ``pauli_rep``, into a :class:`qdiff.Observable` on wires
 ``0..n-1`` and returns it with the facts a VQE needs (qubits, active electrons, HF state).
 
-PennyLane's ``Molecule`` takes coordinates in bohr unless told ``unit="angstrom"``; here the
-unit is always explicit (default ``"angstrom"``).
+:func:`molecular_hamiltonian` follows PennyLane's ``qml.qchem.molecular_hamiltonian``: coordinates
+in bohr unless ``unit="angstrom"``, and it returns ``(H, qubits)``. :func:`molecular_problem`
+returns the same Hamiltonian with the facts a VQE needs (:class:`MolecularProblem`); the presets
+of :func:`molecule` are in angstrom.
 
 >>> from qdiff import qchem
->>> mol = qchem.molecule("H2")                         # doctest: +SKIP
->>> mol.n_qubits, len(mol.hamiltonian.terms)           # doctest: +SKIP
+>>> H, qubits = qchem.molecular_hamiltonian(["H", "H"], [0, 0, -0.6614, 0, 0, 0.6614])  # doctest: +SKIP
+>>> qubits, len(H.terms)                                                                 # doctest: +SKIP
 (4, 15)
 """
 from __future__ import annotations
@@ -129,17 +131,46 @@ def _cached(symbols, coordinates, unit, charge, mult, basis, active_electrons, a
     return obs.coeffs.detach().clone(), obs.terms, int(n), int(mol.n_electrons)
 
 
-def molecular_hamiltonian(symbols: Sequence[str], coordinates, *, unit: str = "angstrom",
-                          charge: int = 0, mult: int = 1, basis: str = "sto-3g",
-                          active_electrons: Optional[int] = None,
-                          active_orbitals: Optional[int] = None, mapping: str = "jordan_wigner",
-                          method: str = "dhf") -> MolecularProblem:
-    """Qubit Hamiltonian of a molecule via ``qml.qchem.molecular_hamiltonian`` (cached in memory).
+_OPTIONS = ("unit", "charge", "mult", "basis", "active_electrons", "active_orbitals",
+            "mapping", "method")
+
+
+def molecular_hamiltonian(symbols: Sequence[str], coordinates, **options) -> tuple:
+    """``(H, qubits)``: the qubit Hamiltonian of a molecule as a :class:`qdiff.Observable` on
+    wires ``0..qubits-1`` and its number of qubits, as PennyLane's
+    ``qml.qchem.molecular_hamiltonian`` returns them (coordinates in bohr by default).
+
+    Keyword options (PennyLane's names and defaults): ``unit="bohr"`` (or ``"angstrom"``),
+    ``charge=0``, ``mult=1``, ``basis="sto-3g"``, ``method="dhf"``, ``active_electrons``,
+    ``active_orbitals`` (None: all), ``mapping="jordan_wigner"``; any other keyword is refused.
+    """
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise QdiffError(f"molecular_hamiltonian: unknown keyword(s) {unknown}; valid: "
+                         f"{list(_OPTIONS)}")
+    options.setdefault("unit", "bohr")
+    prob = molecular_problem(symbols, coordinates, **options)
+    return prob.hamiltonian, prob.n_qubits
+
+
+def hf_state(electrons: int, orbitals: int) -> np.ndarray:
+    """Occupation bits of the Hartree-Fock state, as ``qml.qchem.hf_state``."""
+    from qdiff.circuits.templates import hf_state as _hf
+    return _hf(electrons, orbitals)
+
+
+def molecular_problem(symbols: Sequence[str], coordinates, *, unit: str,
+                      charge: int = 0, mult: int = 1, basis: str = "sto-3g",
+                      active_electrons: Optional[int] = None,
+                      active_orbitals: Optional[int] = None, mapping: str = "jordan_wigner",
+                      method: str = "dhf") -> MolecularProblem:
+    """Qubit Hamiltonian of a molecule via ``qml.qchem.molecular_hamiltonian`` (cached in memory),
+    with what a VQE needs to know (qubits, active electrons, HF state).
 
     Args:
         symbols: atomic symbols, e.g. ``["Li", "H"]``.
         coordinates: ``(3 * atoms,)`` or ``(atoms, 3)`` positions in ``unit``.
-        unit: ``"angstrom"`` (default here) or ``"bohr"`` (PennyLane's own default).
+        unit: ``"angstrom"`` or ``"bohr"`` (required: a geometry means nothing without it).
         active_electrons, active_orbitals: active space (None: all).
     """
     if unit not in ("angstrom", "bohr"):
@@ -161,6 +192,6 @@ def molecule(name: str, **overrides) -> MolecularProblem:
     ``"BeH2"`` (12 qubits); keyword arguments override the preset."""
     if name not in PRESETS:
         raise QdiffError(f"unknown molecule preset {name!r}; choose from {sorted(PRESETS)}")
-    kw = dict(PRESETS[name])
+    kw = dict(PRESETS[name], unit="angstrom")
     kw.update(overrides)
-    return molecular_hamiltonian(kw.pop("symbols"), kw.pop("coordinates"), **kw)
+    return molecular_problem(kw.pop("symbols"), kw.pop("coordinates"), **kw)

@@ -16,11 +16,29 @@ from __future__ import annotations
 import functools
 import torch
 
-from qdiff.circuits import recording
+from qdiff.circuits import pennylane_io, recording  # noqa: F401  (pennylane_io installs the
+# conversion of PennyLane observables given to qd.expval & co.; PennyLane itself stays unimported)
 from qdiff.circuits.circuit import Circuit, Recorded
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
-from qdiff.rules import DIFF_METHODS, make_options  # noqa: F401  (DIFF_METHODS re-exported)
+from qdiff.rules import DIFF_METHODS, RULES, make_options  # noqa: F401  (DIFF_METHODS re-exported)
+
+DEVICE_SHOTS = "device"  # shots=: the device's own setting (qdiff.backends.base.DEVICE_SHOTS)
+INTERFACES = ("auto", "torch")  # results are torch tensors, differentiable by torch autograd
+
+
+def check_keywords(gradient_kwargs: dict, interface) -> None:
+    """Refuse a keyword no qnode takes (listing those it takes) and an interface other than
+    torch: nothing the user wrote is silently ignored."""
+    rule_opts = sorted({k for r in RULES.values() for k in r.options})
+    unknown = sorted(set(gradient_kwargs) - set(rule_opts))
+    if unknown:
+        raise QdiffError(f"qnode: unknown keyword(s) {unknown}; valid keywords: "
+                         f"{['device', 'diff_method', 'interface', 'shots', 'static']} and the options "
+                         f"of a diff_method {rule_opts}")
+    if interface not in INTERFACES:
+        raise QdiffError(f"qnode: interface={interface!r} is not available; qdiff qnodes take "
+                         f"and return torch tensors (interface 'torch' or 'auto')")
 
 
 def _keep_calls_eager() -> None:
@@ -40,6 +58,10 @@ class QNode:
         device: a backend from :func:`qdiff.device`.
         diff_method: ``"best"`` (default), ``"backprop"``, ``"adjoint"``, ``"parameter-shift"``,
             ``"finite-diff"`` or ``"spsa"``.
+        interface: ``"auto"`` or ``"torch"`` (the only one: results are torch tensors).
+        shots: ``"device"`` (default: the device's setting), ``None`` (exact) or a number of
+            shots; a call may override it with ``shots=`` (unless the function itself has a
+            ``shots`` argument).
         **gradient_kwargs: options of the gradient rule (``h`` for finite-diff; ``num_directions``,
             ``epsilon``, ``seed`` for spsa).
 
@@ -47,13 +69,25 @@ class QNode:
     dimension, leading batch dimensions of the inputs broadcast into leading output dimensions.
     """
 
-    def __init__(self, func, device, diff_method: str = "best", **gradient_kwargs):
+    def __init__(self, func, device, diff_method: str = "best", interface: str = "auto",
+                 shots=DEVICE_SHOTS, **gradient_kwargs):
+        check_keywords(gradient_kwargs, interface)
         # validated once; SPSA's direction stream lives here, advanced by every backward
         self.options = make_options(diff_method, gradient_kwargs)
+        from qdiff.bridge import effective_shots
+        if shots != DEVICE_SHOTS:
+            effective_shots(device, shots)  # refused now, not at the first call
         self.func = func
         self.device = device
         self.diff_method = diff_method
+        self.interface = interface
+        self.shots = shots
         self.gradient_kwargs = dict(gradient_kwargs)
+        try:
+            import inspect
+            self._func_takes_shots = "shots" in inspect.signature(func).parameters
+        except (TypeError, ValueError):
+            self._func_takes_shots = False
         functools.update_wrapper(self, func)
         _keep_calls_eager()
 
@@ -67,17 +101,40 @@ class QNode:
         recording is Python-level work that dynamo would otherwise retrace gate by gate
         (``_keep_calls_eager`` wraps it when the first qnode is made)."""
         from qdiff.bridge import execute
+        shots = self.shots
+        if "shots" in kwargs and not self._func_takes_shots:
+            shots = kwargs.pop("shots")
         # the device refuses a batch that cannot run before theta (B, P) is assembled
         recorded, result = _record(self.func, self.device.wires, args, kwargs,
                                    getattr(self.device, "check_batch", None))
-        outs = execute(recorded, self.device, self.diff_method, stacked=True,
-                       options=self.options)
+        outs = execute(recorded, self._backend_for(recorded.circuit), self.diff_method,
+                       stacked=True, options=self.options, shots=shots)
         if isinstance(outs, torch.Tensor):  # (B, K) of scalar measurements
             bshape = tuple(recorded.batch_shape)
             if isinstance(result, Measurement):
                 return outs[:, 0].reshape(bshape)
             return outs.reshape(bshape + (outs.shape[-1],))
         return _assemble(outs, recorded, result)
+
+    def _backend_for(self, circuit):
+        """The device, or for a circuit with mid-circuit measurements (extra wires after the
+        device's) a copy of it with those wires, kept per width so its sampling stream goes
+        on from call to call."""
+        extra = circuit.num_wires - self.device.num_wires
+        if extra <= 0:
+            return self.device
+        if not self.device.capabilities.backprop:
+            raise QdiffError(f"mid-circuit measurements are simulated by deferred measurement "
+                             f"(one extra wire each) on qdiff's torch engine; device "
+                             f"'{self.device.name}' has a fixed register: use "
+                             f"qd.device(\"statevector\", ...)")
+        cache = self.__dict__.setdefault("_widened", {})
+        if extra not in cache:
+            import copy
+            dev = copy.copy(self.device)
+            dev.wires = tuple(self.device.wires) + tuple(circuit.labels[self.device.num_wires:])
+            cache[extra] = dev
+        return cache[extra]
 
     def __reduce__(self):
         """Pickle by reference (module + name), so ``torch.save(model)`` works for qnodes
@@ -93,8 +150,9 @@ class QNode:
         return (_load_qnode, (mod, qual))
 
     def __repr__(self):
+        shots = "" if self.shots == DEVICE_SHOTS else f", shots={self.shots}"
         return f"<QNode {getattr(self.func, '__name__', '?')} on {self.device!r}, " \
-               f"diff_method={self.diff_method!r}>"
+               f"diff_method={self.diff_method!r}{shots}>"
 
 
 def _load_qnode(module: str, qualname: str):
@@ -105,18 +163,38 @@ def _load_qnode(module: str, qualname: str):
     return obj
 
 
-def qnode(device, diff_method: str = "best", **gradient_kwargs):
+def qnode(device, diff_method: str = "best", interface: str = "auto", shots=DEVICE_SHOTS,
+          static: bool = False, **gradient_kwargs):
     """Decorator form of :class:`QNode`: ``@qd.qnode(dev, diff_method="adjoint")``.
+
+    ``static=True`` records the circuit once per call signature and replays only the angle
+    binding (:class:`~qdiff.static.StaticQNode`; valid when the structure depends on argument
+    shapes and non-tensor arguments only, which the trace checks).
 
     Applied to a ready circuit instead of a function (a ``Circuit``, a Qiskit
     ``QuantumCircuit`` or an OpenQASM import), it returns a
     :class:`~qdiff.circuit_qnode.CircuitQNode` called with parameter bindings
     (``observables=`` and ``arguments=`` are its options)."""
+    if not isinstance(static, bool):
+        raise QdiffError(f"static must be True or False; got {static!r}")
+
     def wrap(func):
         if not callable(func):
+            if static:
+                raise QdiffError("static=True applies to a qnode function, not to a ready "
+                                 "circuit (whose structure is fixed already)")
+            if shots != DEVICE_SHOTS:
+                raise QdiffError("qnode: shots= is taken by qnodes of functions; for a ready "
+                                 "circuit give the device its shots")
+            check_keywords({k: v for k, v in gradient_kwargs.items()
+                            if k not in ("observables", "arguments")}, interface)
             from qdiff.circuit_qnode import CircuitQNode
             return CircuitQNode(func, device, diff_method, **gradient_kwargs)
-        return QNode(func, device, diff_method, **gradient_kwargs)
+        node = QNode(func, device, diff_method, interface, shots, **gradient_kwargs)
+        if static:
+            from qdiff.static import StaticQNode
+            return StaticQNode(node)
+        return node
     return wrap
 
 
@@ -163,9 +241,31 @@ def _assemble(outs: list, recorded: Recorded, result):
 def _record(func, wires, args, kwargs, check_batch=None) -> tuple:
     with recording.record() as rec:
         result = func(*args, **kwargs)
-    items = [i for i in rec.raw if not isinstance(i, Measurement)]
+    raw = rec.raw
+    if any(recording.is_pennylane(i) for i in raw) or recording.is_pennylane(result) or (
+            isinstance(result, (list, tuple)) and any(map(recording.is_pennylane, result))):
+        raw, result = pennylane_io.convert_recording(raw, result)
+    items = [i for i in raw if not isinstance(i, Measurement)]
     flat = _flatten_measurements(result)
+    if rec.mid_count:
+        wires, flat = _deferred(wires, flat, rec.mid_count)
     return Circuit.from_recording(items, wires, flat, check_batch=check_batch), result
+
+
+def _deferred(wires: tuple, flat: list, count: int) -> tuple:
+    """Wires and measurements of a call with ``count`` mid-circuit measurements: one extra
+    wire per measurement after the device's (deferred measurement); measurements of "all
+    wires" keep meaning the device's wires."""
+    from qdiff.circuits.midcircuit import MidWire
+    out = []
+    for m in flat:
+        if m.kind == "state":
+            raise QdiffError("state() of a circuit with mid-circuit measurements is a mixed "
+                             "state; return density_matrix(wires) or probs() instead")
+        if m.wires is None and m.obs is None and m.kind in ("probs", "sample", "counts"):
+            m = Measurement(m.kind, None, tuple(wires))
+        out.append(m)
+    return tuple(wires) + tuple(MidWire(i) for i in range(count)), out
 
 
 def record_circuit(func, wires, *args, **kwargs) -> Recorded:

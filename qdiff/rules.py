@@ -167,16 +167,36 @@ def needs_backprop(circuit, recorded) -> bool:
     return False
 
 
-def best(backend, circuit, recorded=None) -> Rule:
+def has_shiftless_trainables(circuit, recorded=None) -> bool:
+    """Whether a trainable theta column feeds an operation without a shift rule (a noise
+    channel's parameter)."""
+    trainable = getattr(recorded, "trainable", None)
+    for op in circuit.operations:
+        if op.gate.generators is None and op.gate.shift_rules is None and any(
+                isinstance(p, ParamRef) and (trainable is None or trainable[p.index])
+                for p in op.params):
+            return True
+    return False
+
+
+_DEVICE = "device"  # shots: the backend's own setting (qdiff.backends.base.DEVICE_SHOTS)
+
+
+def _shots(backend, shots):
+    return getattr(backend, "shots", None) if shots == _DEVICE else shots
+
+
+def best(backend, circuit, recorded=None, shots=_DEVICE) -> Rule:
     """The rule ``diff_method="best"`` stands for on this backend and call.
 
     On a torch-simulated backend without shots: backprop when the call needs it; the engine's
     reverse mode when it is the fast gradient (``fast_vjp``) or the register is larger than
-    ``backprop_max_wires``; backprop otherwise. Everywhere else: parameter-shift.
+    ``backprop_max_wires``; backprop otherwise. Everywhere else: parameter-shift, or finite
+    differences when a trainable parameter has no shift rule (a channel's probability).
     """
     caps = backend.capabilities
-    if getattr(backend, "shots", None) or not caps.backprop:
-        return PARAMETER_SHIFT
+    if _shots(backend, shots) or not caps.backprop:
+        return FINITE_DIFF if has_shiftless_trainables(circuit, recorded) else PARAMETER_SHIFT
     if needs_backprop(circuit, recorded) or not caps.vjp:
         return BACKPROP
     if caps.fast_vjp or circuit.num_wires > caps.backprop_max_wires:
@@ -184,10 +204,22 @@ def best(backend, circuit, recorded=None) -> Rule:
     return BACKPROP
 
 
-def resolve(method: str, backend, circuit, recorded=None) -> Rule:
-    """The :class:`Rule` for ``method`` on ``backend``, checked against its capabilities."""
+SHOT_FD_STEP = 0.1  # finite-difference step "best" takes on a device with shots
+
+
+def best_options(rule: Rule, backend, shots=_DEVICE) -> dict:
+    """Options of a rule ``best`` picked: with shots, finite differences step by
+    ``SHOT_FD_STEP`` (a step of 1e-6 would divide shot noise by 1e-6; the bias is O(h**2))."""
+    if rule is FINITE_DIFF and _shots(backend, shots):
+        return {"h": SHOT_FD_STEP}
+    return {}
+
+
+def resolve(method: str, backend, circuit, recorded=None, shots=_DEVICE) -> Rule:
+    """The :class:`Rule` for ``method`` on ``backend``, checked against its capabilities and
+    the call's ``shots`` (``"device"``: the backend's own)."""
     if method == "best":
-        return best(backend, circuit, recorded)
+        return best(backend, circuit, recorded, shots)
     rule = RULES.get(method)
     if rule is None:
         raise QdiffError(f"unknown diff_method '{method}'; choose from {list(DIFF_METHODS)}")
@@ -195,9 +227,9 @@ def resolve(method: str, backend, circuit, recorded=None) -> Rule:
     if rule.needs is not None and not getattr(caps, rule.needs):
         raise QdiffError(f"diff_method='{method}' needs {_NEEDS_TEXT[rule.needs]}; "
                          f"'{backend.name}' is not one (use 'parameter-shift')")
-    if rule.exact_only and getattr(backend, "shots", None):
-        raise QdiffError(f"diff_method='{method}' is exact only and cannot be used with a "
-                         "device that has shots; use 'parameter-shift' or 'spsa'")
+    if rule.exact_only and _shots(backend, shots):
+        raise QdiffError(f"diff_method='{method}' is exact only and cannot be used with "
+                         f"shots={_shots(backend, shots)}; use 'parameter-shift' or 'spsa'")
     return rule
 
 

@@ -12,7 +12,8 @@ import torch
 from qdiff.circuits import Circuit
 from qdiff.circuits.operation import ParamRef
 from qdiff.compiler import compile, equivalence, level2, lower
-from qdiff.compiler.blockopt import shrink_block, template_angles
+from qdiff.compiler import blockopt
+from qdiff.compiler.blockopt import cut_tails, reachable, shrink_block, template_angles
 from qdiff.compiler.blocks import block_unitary, partition
 from qdiff.compiler.ops import cx_count, op
 from qdiff.compiler.pauli import extract, merge, pauli_resynthesis
@@ -63,6 +64,43 @@ def test_template_angles_reproduce_block_exactly():
     assert pairs == [(0, 1), (1, 2), (0, 2)]
     got = block_unitary(to_ops(x.numpy(), pairs, wires), wires)
     assert infidelity(block_unitary(ops, wires), got) < 1e-12
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cut_tails_lower_bound_every_template_distance(seed):
+    """Eckart-Young: a template with c CX on qubit q is never closer to U than tails[q, c]; the
+    template a unitary was built from is always reachable from it."""
+    rng = np.random.default_rng(seed)
+    from qiskit.quantum_info import random_unitary
+    u = random_unitary(8, seed=seed).data
+    tails = cut_tails(u)
+    assert tails.shape == (3, 5) and np.all(tails[:, 2:] == 0) and np.all(tails[:, :2] > 0.1)
+    for pairs in ([(0, 1)], [(0, 1), (1, 2)], [(1, 2), (0, 2), (1, 2)], [(0, 1), (0, 1)]):
+        v = block_unitary(to_ops(rng.uniform(-3, 3, 9 + 6 * len(pairs)), pairs, (0, 1, 2)),
+                          (0, 1, 2))
+        for q in range(3):
+            c = sum(1 for p in pairs if q in p)
+            assert phase_distance(u, v) >= tails[q, min(c, 4)] - 1e-12
+        assert not reachable(pairs, 3, tails, 1e-2)  # a Haar unitary needs CX on every cut
+        vt = cut_tails(v)  # v's own template reaches v exactly
+        assert reachable(pairs, 3, vt, 1e-11)
+        assert np.all(vt[[q for q in range(3) if sum(1 for p in pairs if q in p) == 1], 1]
+                      < 1e-12)
+
+
+def test_shrink_block_skips_unreachable_deletions_with_the_same_result(monkeypatch):
+    """A block whose every one-CX-shorter template fails the cut bound costs no fitting work;
+    fitting those templates anyway confirms none of them reaches the block."""
+    rng = np.random.default_rng(7)
+    pairs = [(1, 0), (1, 0), (2, 1), (2, 1)]
+    ops = to_ops(rng.uniform(-3, 3, 9 + 6 * len(pairs)), pairs, (0, 1, 2))
+    u = block_unitary(ops, (0, 1, 2))
+    assert np.all(cut_tails(u)[:, 1] > 1e-3)  # rank 4 across every one-qubit cut
+    w = Work(1e6)
+    assert shrink_block(u, ops, (0, 1, 2), w, Budget()) is None and w.used == 0
+    monkeypatch.setattr(blockopt, "reachable", lambda *a: True)
+    w2 = Work(1e6)
+    assert shrink_block(u, ops, (0, 1, 2), w2, Budget()) is None and w2.used > 0
 
 
 def _bench_circuit(name):

@@ -94,3 +94,14 @@ def test_random_circuits_level3(c, basis):
     out, rep = compile(c, level=3, basis=basis, work=200)
     assert rep.verified and _not_worse(rep)
     assert equivalence(c, out, "unitary", seed=3).ok
+
+
+def test_clifford_t_never_gains_t_gates_from_two_qubit_resynthesis():
+    # level 2 re-synthesised this block to 1 CX but 3 T gates (from 1): T counts as a cost too
+    names = [("s", (1,)), ("z", (0,)), ("sdg", (1,)), ("sdg", (0,)), ("cx", (0, 1)),
+             ("cx", (1, 0)), ("h", (0,)), ("cx", (1, 0)), ("x", (1,)), ("cx", (0, 1)),
+             ("h", (0,)), ("cx", (1, 0)), ("z", (1,)), ("t", (1,)), ("s", (0,)), ("cx", (1, 0))]
+    c = Circuit(2, tuple(Operation(GATES[g], w) for g, w in names))
+    for level in (1, 2, 3):
+        out, rep = compile(c, level=level, basis="h,s,sdg,t,tdg,cx")
+        assert rep.verified and _not_worse(rep) and rep.t_after <= rep.t_before == 1

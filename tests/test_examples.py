@@ -201,3 +201,19 @@ def test_vqe_h2_on_fake_manila():
     res, out = run("vqe_h2", ["--backend", "ibm:fake_manila", "--steps", "2"])
     assert "fake_manila" in res.backend and res.steps == 2
     assert res.final_exact_energy < res.energies[0]  # noisy energies, but the step helps
+
+
+def test_noise_aware_vqe_reduced(tmp_path):
+    """Two steps: the noisy energy falls, stays above the exact energy, and Aer's
+    density-matrix estimate with the device's own noise model equals the mixed engine's."""
+    pytest.importorskip("qiskit_aer")
+    pytest.importorskip("qiskit_ibm_runtime")
+    png = tmp_path / "noise.png"
+    res, out = run("noise_aware_vqe", ["--steps", "2", "--aer-every", "1", "--layers", "1",
+                                       "--plot", str(png)])
+    assert_falls(res)
+    assert all(abs(a - res.aware[s]) < 1e-8 for s, a in res.aer)
+    # noise costs energy: the noisy energy of the same parameters is above the noiseless one
+    assert res.naive_noisy[0] > res.naive_ideal[0] + 1e-3
+    assert png.stat().st_size > 1000
+    assert "Aer vs mixed engine" in out

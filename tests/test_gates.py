@@ -16,16 +16,25 @@ import pytest
 import torch
 
 from conftest import close_up_to_phase, random_unitary
-from qdiff.circuits.gates import GATES, multirz_gate, paulirot_gate, unitary_gate
+from qdiff.circuits.gates import (GATES, controlled_gate, multirz_gate, paulirot_gate,
+                                  unitary_gate)
 
 pytestmark = pytest.mark.filterwarnings("ignore::scipy.sparse.SparseEfficiencyWarning")
 
 FAMILY = [multirz_gate(k) for k in (1, 2, 3, 4)] + [paulirot_gate(w) for w in
                                                     ("X", "ZY", "XYZ", "IXZY", "ZZI")]
+# controlled versions of gates (qd.ctrl): one Gate record each, generators |1..1><1..1| (x) G
+CONTROLLED = [controlled_gate(GATES[b], k) for b, k in (
+    ("rx", 2), ("ry", 3), ("rz", 2), ("p", 2), ("rot", 2), ("u3", 1), ("h", 2), ("s", 1),
+    ("rxx", 1), ("single_excitation", 1), ("cry", 1), ("swap", 2), ("sx", 1), ("y", 2))] + \
+    [controlled_gate(multirz_gate(2), 1)]
+FAMILY = FAMILY + CONTROLLED
 ALL = list(GATES.values()) + FAMILY
 
 
 def gate_id(g) -> str:
+    if g.name == "ctrl":
+        return f"ctrl{g.hyper[1]}[{gate_id(g.hyper[0])}]"
     return g.name + ("" if not g.hyper else f"[{g.hyper[0]}]")
 
 
@@ -184,7 +193,11 @@ def pennylane_matrix(gate, angles) -> np.ndarray:
     import pennylane as qml
     wires = list(range(gate.num_wires))
     vals = [float(a) for a in angles]
-    if gate.name in _PL_ADJOINT:
+    if gate.name == "ctrl":
+        base, k = gate.hyper
+        m = pennylane_matrix(base, angles)
+        op = qml.ctrl(qml.QubitUnitary(m, wires=wires[k:]), control=wires[:k])
+    elif gate.name in _PL_ADJOINT:
         op = qml.adjoint(getattr(qml, _PL_ADJOINT[gate.name])(wires=wires))
     elif gate.name == "paulirot":
         op = qml.PauliRot(vals[0], gate.hyper[0], wires=wires)
@@ -247,7 +260,13 @@ def qiskit_matrix(gate, angles):
     k = gate.num_wires
     qc = QuantumCircuit(k)
     vals = [float(a) for a in angles]
-    if gate.name == "multirz":
+    if gate.name == "ctrl":
+        base, c = gate.hyper
+        sub = Operator(np.asarray(qiskit_matrix(base, angles)))
+        from qiskit.circuit.library import UnitaryGate
+        ug = UnitaryGate(Operator(sub.data).reverse_qargs()).control(c)
+        qc.append(ug, list(range(k)))
+    elif gate.name == "multirz":
         pauli_evolution("Z" * k)(qc, vals, list(range(k)))
     elif gate.name == "paulirot":
         pauli_evolution(gate.hyper[0])(qc, vals, list(range(k)))

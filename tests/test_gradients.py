@@ -297,3 +297,23 @@ def test_shot_gradients_within_statistical_bounds():
         (g,) = torch.autograd.grad(q(x), x)
         spsa_grads.append(g)
     assert torch.allclose(torch.stack(spsa_grads).mean(0), exact, atol=0.15)
+
+
+def test_parameter_shift_with_probs_before_var_and_expval():
+    """Output columns after a multi-column probs keep their place in the shifted layout."""
+    dev = qd.device("statevector", wires=2)
+    x = torch.tensor([0.7, -1.2], dtype=torch.float64, requires_grad=True)
+
+    def body(x):
+        qd.RY(x[0], wires=0)
+        qd.RX(x[1], wires=1)
+        qd.CNOT(wires=[0, 1])
+        return qd.probs(wires=[0, 1]), qd.var(qd.Y(1)), qd.expval(qd.X(0))
+
+    grads = []
+    for method in ("parameter-shift", "backprop"):
+        out = qd.qnode(dev, diff_method=method)(body)(x)
+        flat = torch.cat([t.reshape(-1) for t in out])
+        w = torch.linspace(-1, 1, flat.numel(), dtype=torch.float64)
+        grads.append(torch.autograd.grad(flat @ w, x)[0])
+    assert torch.allclose(grads[0], grads[1], atol=1e-12)

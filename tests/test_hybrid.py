@@ -30,7 +30,8 @@ def circuit(inputs, weights):
 def _model(method="best", seed=0):
     torch.manual_seed(seed)
     q = qd.QNode(_body, DEV, diff_method=method, **({"seed": 1} if method == "spsa" else {}))
-    layer = qd.QuantumLayer(q, {"weights": qd.StronglyEntanglingLayers.shape(2, N)})
+    layer = qd.QuantumLayer(q, {"weights": qd.StronglyEntanglingLayers.shape(2, N)},
+                            dtype=torch.float64)
     return torch.nn.Sequential(torch.nn.Linear(4, N, dtype=torch.float64), layer,
                                torch.nn.Linear(N, 1, dtype=torch.float64))
 

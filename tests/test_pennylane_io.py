@@ -133,6 +133,6 @@ def test_errors():
     with pytest.raises(QdiffError, match="probs\\(op=...\\) is not supported"):
         from_pennylane(qml.tape.QuantumScript([], [qml.probs(op=qml.X(0))]))
     with pytest.raises(QdiffError, match="is not supported"):
-        from_pennylane(qml.tape.QuantumScript([qml.RX(0.1, 0)], [qml.density_matrix(wires=[0])]))
+        from_pennylane(qml.tape.QuantumScript([qml.RX(0.1, 0)], [qml.vn_entropy(wires=[0])]))
     with pytest.raises(QdiffError, match="not real"):
         from_pennylane_observable(qml.s_prod(1j, qml.Z(0)))

@@ -92,12 +92,29 @@ def test_bad_input_and_units():
         qchem.molecular_hamiltonian(["H", "H"], [0.0, 0.0, 0.7])
     with pytest.raises(qd.QdiffError, match="unit"):
         qchem.molecular_hamiltonian(["H", "H"], [0, 0, 0, 0, 0, 0.74], unit="pm")
+    with pytest.raises(qd.QdiffError, match=r"unknown keyword\(s\) \['units'\]"):
+        qchem.molecular_hamiltonian(["H", "H"], [0, 0, 0, 0, 0, 0.74], units="angstrom")
     # bohr vs angstrom: the same geometry in the two units gives the same Hamiltonian
-    a = qchem.molecular_hamiltonian(["H", "H"], [0, 0, 0, 0, 0, 0.7414])
-    b = qchem.molecular_hamiltonian(["H", "H"], [0, 0, 0, 0, 0, 0.7414 / 0.529177210903],
-                                    unit="bohr")
-    ma, mb = a.hamiltonian.matrix(wire_order=range(4)), b.hamiltonian.matrix(wire_order=range(4))
+    a, na = qchem.molecular_hamiltonian(["H", "H"], [0, 0, 0, 0, 0, 0.7414], unit="angstrom")
+    b, nb = qchem.molecular_hamiltonian(["H", "H"], [0, 0, 0, 0, 0, 0.7414 / 0.529177210903])
+    assert na == nb == 4
+    ma, mb = a.matrix(wire_order=range(4)), b.matrix(wire_order=range(4))
     assert torch.allclose(ma, mb, atol=1e-6)
+
+
+def test_molecular_hamiltonian_matches_pennylane_defaults():
+    """PennyLane's unit default (bohr) and return convention (H, qubits): the H2 demo's
+    coordinates give PennyLane's Hamiltonian, whose ground energy is -1.1362 Ha."""
+    import pennylane as qml
+    symbols, coords = ["H", "H"], np.array([0.0, 0.0, -0.6614, 0.0, 0.0, 0.6614])
+    H, qubits = qchem.molecular_hamiltonian(symbols, coords)
+    H_pl, q_pl = qml.qchem.molecular_hamiltonian(symbols, coords)
+    assert qubits == q_pl == 4
+    ref = torch.tensor(qml.matrix(H_pl, wire_order=range(4)))
+    assert torch.allclose(H.matrix(wire_order=range(4)), ref, atol=1e-10)
+    assert float(torch.linalg.eigvalsh(ref)[0]) == pytest.approx(-1.13619, abs=1e-4)
+    assert np.array_equal(qchem.hf_state(2, 4), qml.qchem.hf_state(2, 4))
+    assert np.array_equal(qd.qchem.hf_state(4, 12), qml.qchem.hf_state(4, 12))
 
 
 def test_particle_number_mask():

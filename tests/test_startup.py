@@ -68,3 +68,11 @@ def test_dir_is_complete_and_names_resolve():
     assert qd.backends.available()["devices"]  # submodules resolve too
     with pytest.raises(AttributeError):
         qd.no_such_name
+
+
+def test_operator_arithmetic_works_first_thing_in_a_fresh_interpreter():
+    # the observables module is not imported by the lazy front; arithmetic on gates loads it
+    code = ("import qdiff as qd\nh = 0.5 * qd.X(0) @ qd.Z(1) + qd.Y(2)\n"
+            "print(type(h).__name__, len(h.terms))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["Observable", "2"]

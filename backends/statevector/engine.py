@@ -16,7 +16,12 @@ import torch
 from qdiff.backends.base import Backend, Capabilities, Result, flat_outputs, register_backend
 from qdiff.backends.statevector import native, zwords
 from qdiff.backends.statevector.adjoint import adjoint_vjp
-from qdiff.backends.statevector.measure import measure_all
+from qdiff.backends.statevector.measure import (measure_all, probs, purity,
+                                                reduced_density_matrix)
+from qdiff.backends.statevector.measure import expval as state_expval
+from qdiff.backends.statevector.trajectories import simulate_trajectories
+from qdiff.circuits.channels import has_channels, is_channel
+from qdiff.circuits.noise import resolve_noise
 from qdiff.backends.statevector.simulate import Trace, simulate
 from qdiff.circuits.errors import QdiffError
 
@@ -36,7 +41,7 @@ class Residual:
     use_native: bool
 
 
-@register_backend("statevector", "default", "default.qubit", "torch")
+@register_backend("statevector", "default", "torch")
 class StatevectorBackend(Backend):
     """Batched torch statevector simulation; exact, or sampled with a seeded generator.
 
@@ -46,6 +51,11 @@ class StatevectorBackend(Backend):
         device: torch device (``"cpu"``, ``"cuda"``, ...).
         dtype: ``torch.complex128`` (default) or ``torch.complex64``.
         seed: seed of the sampling generator (same seed, same samples).
+        noise: a noise model (:mod:`qdiff.noise`, a device name, a Qiskit backend or Aer
+            noise model); needs ``trajectories``.
+        trajectories: ``K``: run circuits with channels as ``K`` quantum trajectories per
+            binding (one batched simulation); results are unbiased estimates of the
+            mixed-state values, their gradients by backpropagation.
     """
 
     name = "statevector"
@@ -56,13 +66,30 @@ class StatevectorBackend(Backend):
         sweep runs (CPU, complex128 or complex64, the kernels built): then it is the fastest
         exact gradient at every size."""
         dev, cdtype = getattr(self, "torch_device", None), getattr(self, "cdtype", None)
+        if getattr(self, "trajectories", None):
+            return Capabilities(backprop=True, vjp=False, shots=False, exact=True)
         fast = (dev is None or dev.type == "cpu") and \
             cdtype in (torch.complex128, torch.complex64) and native.library() is not None
         return Capabilities(backprop=True, vjp=True, shots=True, exact=True, fast_vjp=fast)
 
     def __init__(self, wires, shots: Optional[int] = None, device=None, dtype=torch.complex128,
-                 seed: Optional[int] = None, fuse: bool = True):
+                 seed: Optional[int] = None, fuse: bool = True, noise=None,
+                 trajectories: Optional[int] = None):
+        if trajectories is not None and (isinstance(trajectories, bool) or
+                                         not isinstance(trajectories, int) or trajectories < 1):
+            raise QdiffError(f"trajectories must be a positive integer; got {trajectories!r}")
+        if trajectories and shots:
+            raise QdiffError("trajectories and shots together are not supported: trajectory "
+                             "averages are already estimates (use qd.device('mixed', shots=...) "
+                             "for sampled noisy outcomes)")
+        self.trajectories = trajectories
         super().__init__(wires, shots, seed)
+        self.noise = resolve_noise(noise)
+        if self.noise is not None and not trajectories:
+            raise QdiffError("noise on the statevector device needs trajectories=K (or use "
+                             "qd.device('mixed', noise=...) for exact density matrices)")
+        if self.noise is not None:
+            self.noise.check_wires(self.num_wires)
         if dtype not in _DTYPES:
             raise QdiffError(f"dtype must be complex128 or complex64; got {dtype}")
         self.cdtype = _DTYPES[dtype]
@@ -107,6 +134,13 @@ class StatevectorBackend(Backend):
         return [self._execute_one(job) for job in jobs]
 
     def _execute_one(self, job) -> Result:
+        if self.trajectories:
+            return self._execute_trajectories(job)
+        if has_channels(job.circuit):
+            ch = next(op for op in job.circuit.operations if is_channel(op.gate))
+            raise QdiffError(f"channel '{ch.gate.pl_name}' on wires {list(ch.wires)}: the "
+                             "statevector device runs channels only with trajectories=K; use "
+                             "qd.device('mixed') for exact density matrices")
         shots = self.job_shots(job)
         if job.keep and shots:
             raise QdiffError("the adjoint method is exact only: a job with shots keeps no "
@@ -128,6 +162,26 @@ class StatevectorBackend(Backend):
                            self.generator(state.device) if shots else None)
         return Result(flat_outputs(outs) if job.flat else outs, residual)
 
+    def prepare(self, job):
+        """The job with its structure fixed: the native kernels' coded program and output
+        signs kept when the job fits them (:mod:`qdiff.backends.statevector.prepared`)."""
+        from qdiff.backends.statevector.prepared import prepare
+        return prepare(self, job)
+
+    def _execute_trajectories(self, job) -> Result:
+        if job.keep:
+            raise QdiffError("trajectories are differentiated by backprop only; use "
+                             "diff_method='backprop' (or 'best')")
+        if self.job_shots(job):
+            raise QdiffError("trajectories and shots together are not supported")
+        circuit = job.circuit if self.noise is None else self.noise.apply(job.circuit)
+        dev = self.target_device(job.theta)
+        k = self.trajectories
+        states = simulate_trajectories(circuit, job.theta, k, self.cdtype, dev,
+                                       self.generator(dev), job.initial_state)
+        outs = trajectory_measurements(states, circuit, k, self.noise)
+        return Result(flat_outputs(outs) if job.flat else outs)
+
     def vjp(self, jobs, cotangents, residuals) -> list:
         """``(B, P)`` gradients by the adjoint method: one reverse sweep per job over the
         residual its forward kept (or a fresh forward run when there is none)."""
@@ -146,3 +200,30 @@ class StatevectorBackend(Backend):
 def _keeping(job):
     from dataclasses import replace
     return replace(job, keep=True, flat=True)
+
+
+def trajectory_measurements(states, circuit, k: int, noise=None) -> list:
+    """Trajectory averages (``states`` ``(B*K, 2**n)``, unnormalised) of each measurement."""
+    n = circuit.num_wires
+    b = states.shape[0] // k
+
+    def mean(x):
+        return x.reshape(b, k, *x.shape[1:]).mean(1)
+    out = []
+    for m in circuit.measurements:
+        if m.kind == "expval":
+            out.append(mean(state_expval(states, m.obs, n)))
+        elif m.kind == "var":
+            out.append(mean(state_expval(states, m.obs @ m.obs, n)) -
+                       mean(state_expval(states, m.obs, n)) ** 2)
+        elif m.kind == "probs":
+            wires = list(range(n)) if m.wires is None else list(m.wires)
+            p = mean(probs(states, wires, n))
+            out.append(noise.readout_probs(p, wires) if noise is not None else p)
+        elif m.kind in ("density_matrix", "purity"):
+            rho = mean(reduced_density_matrix(states, m.wires, n))
+            out.append(rho if m.kind == "density_matrix" else purity(rho))
+        else:
+            raise QdiffError(f"{m.kind}() is not available with trajectories (expval, var, "
+                             "probs, density_matrix and purity are)")
+    return out

@@ -147,6 +147,17 @@ def probs(state: torch.Tensor, wires, n: int) -> torch.Tensor:
     return p if wires is None or list(wires) == list(range(n)) else marginal(p, wires, n)
 
 
+def reduced_density_matrix(state: torch.Tensor, wires, n: int) -> torch.Tensor:
+    """``(B, 2**k, 2**k)``: ``Tr_rest |psi><psi|`` with rows in ``wires`` order."""
+    wires = list(wires)
+    rest = [w for w in range(n) if w not in wires]
+    memory.require(float(state.shape[0]) * 4 ** len(wires) * state.element_size(),
+                   f"density matrices of {len(wires)} wire(s)", state.device)
+    a = _axes(state, n).permute(0, *[1 + w for w in wires + rest])
+    a = a.reshape(state.shape[0], 2 ** len(wires), 2 ** len(rest))
+    return a @ a.conj().transpose(-1, -2)
+
+
 # ------------------------------------------------------------------------------------------
 # shots
 
@@ -250,6 +261,11 @@ def sample_eigvals(state, obs, n, shots, generator) -> torch.Tensor:
     return eig.to(p.dtype)[idx] * c
 
 
+def purity(rho: torch.Tensor) -> torch.Tensor:
+    """``Tr(rho**2)`` of ``(B, d, d)`` density matrices: ``(B,)`` real."""
+    return (rho * rho.transpose(1, 2)).sum((1, 2)).real
+
+
 def measure_all(state, circuit, shots, generator) -> list:
     """One tensor per measurement of ``circuit`` from the final ``state`` ``(B, 2**n)``."""
     n = circuit.num_wires
@@ -270,6 +286,11 @@ def measure_all(state, circuit, shots, generator) -> list:
                 idx = sample_indices(p, shots, generator)
                 p = torch.zeros_like(p).scatter_add_(1, idx, torch.ones_like(idx, dtype=p.dtype)) / shots
             out.append(p)
+        elif m.kind in ("density_matrix", "purity"):
+            if shots:
+                raise QdiffError(f"{m.kind}() is exact only; it is not available with shots")
+            rho = reduced_density_matrix(state, m.wires, n)
+            out.append(rho if m.kind == "density_matrix" else purity(rho))
         elif m.kind == "state":
             if shots:
                 raise QdiffError("state() is not available with shots")

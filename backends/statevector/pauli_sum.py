@@ -12,10 +12,10 @@ from collections import OrderedDict
 
 import torch
 
-from qdiff.circuits import caches
+from qdiff.circuits import caches, memory
 from qdiff.circuits.paulis import PauliGroups, apply
 
-# cached diagonals and gather indices, in bytes over all observables
+# cached diagonals, in bytes over all observables
 _CACHE_BYTES = 1 << 28
 # below this many terms the term-by-term path is as fast and needs no set-up
 MIN_TERMS = 6
@@ -72,6 +72,11 @@ def usable(obs) -> bool:
 def apply_pauli_sum(state: torch.Tensor, obs, n: int) -> torch.Tensor:
     """``O psi`` ``(B, 2**n)`` for a Pauli-sum observable by flip groups (new tensor). The
     diagonals come from the cache when they fit it, else a few groups at a time."""
+    # the result, one permuted copy, a group's diagonal and its sign vectors (measured: about
+    # 5.5 states beside a 20-qubit state for 40 terms in 29 groups)
+    memory.require(6.0 * state.numel() * state.element_size(),
+                   f"applying a {len(obs.terms)}-term Pauli sum to {state.shape[0]} state(s) of "
+                   f"{n} qubits", state.device)
     groups = groups_of(obs, n)
     c = obs.coeffs.to(state.device)
     if (groups.num_groups << n) * 8 > _CACHE_BYTES // 4 and not c.requires_grad:
@@ -83,4 +88,9 @@ def apply_pauli_sum(state: torch.Tensor, obs, n: int) -> torch.Tensor:
 def pauli_sum_expval(state: torch.Tensor, obs, n: int) -> torch.Tensor:
     """``<psi|O|psi>`` ``(B,)`` real for a Pauli-sum observable, by flip groups."""
     h = apply_pauli_sum(state, obs, n)
-    return (state.conj() * h).real.sum(-1) if state.is_complex() else (state * h).sum(-1)
+    if not state.is_complex():
+        return (state * h).sum(-1)
+    if state.shape[-1] >= 1 << 16 and not (torch.is_grad_enabled() and state.requires_grad):
+        # large states: one dot product per row, no product state
+        return torch.stack([torch.vdot(s, t).real for s, t in zip(state, h)])
+    return (state.conj() * h).real.sum(-1)

@@ -158,7 +158,7 @@ def _in_basis(c, b, routed):
 
 
 def _admissible(c, basis, limit, routed) -> bool:
-    """Whether ``c``, written in the basis, is within the rebased input's three counts."""
+    """Whether ``c``, written in the basis, is within the rebased input's counts."""
     try:
         return all(x <= y for x, y in zip(score(_in_basis(c, basis, routed)), limit))
     except QdiffError:
@@ -166,7 +166,7 @@ def _admissible(c, basis, limit, routed) -> bool:
 
 
 def _no_worse(cands, base):
-    """The candidate with the fewest (2q, depth, gates) whose three counts are each at most the
+    """The candidate with the fewest (2q, depth, gates, T) whose counts are each at most the
     rebased input's; the rebased input when none is."""
     limit = score(base)
     ok = [(n, c) for n, c in cands if all(x <= y for x, y in zip(score(c), limit))]

@@ -8,6 +8,14 @@ deletion stays only if the fit reaches the block's unitary to rounding (phase-al
 1e-11) or, with an approximation budget, within the budget's share. Blocks with the most CX go
 first, results are cached by unitary (arithmetic circuits repeat the same blocks), and the pass
 stops when its work budget (LM iterations times starts) is spent.
+
+A deletion is tried only when the shorter template can reach the block at all: the CX gates
+touching qubit ``q`` are the only ones crossing the cut ``q | rest``, each has operator Schmidt
+rank 2 across it and one-qubit gates rank 1, so a template with ``c`` of them has rank at most
+``2**c`` there; by Eckart-Young on the realigned matrix, its distance to the block is at least
+the norm of the block's Schmidt coefficients beyond ``2**c`` (over ``sqrt(d)``). When that
+exceeds what the fit may accept, the deletion is skipped without fitting (no work spent, the
+same result).
 """
 from __future__ import annotations
 
@@ -53,6 +61,32 @@ def _starts(x: torch.Tensor, i: int, k: int, rng: torch.Generator, n_random: int
     return torch.stack(rows)
 
 
+def cut_tails(u: np.ndarray) -> np.ndarray:
+    """``(k, 5)``: for each qubit ``q`` of the ``k``-qubit block ``u`` and ``c = 0..4``, the
+    smallest phase-aligned distance from ``u`` to any operator of Schmidt rank at most
+    ``min(2**c, 4)`` across the cut ``q | rest`` (0 where ``2**c >= 4``)."""
+    k = int(round(np.log2(u.shape[0])))
+    t = u.reshape([2] * (2 * k))
+    out = np.zeros((k, 5))
+    for q in range(k):
+        rest = [i for i in range(k) if i != q]
+        m = t.transpose([q, k + q] + rest + [k + i for i in rest]).reshape(4, -1)
+        sv = np.linalg.svd(m, compute_uv=False)
+        for c in range(2):  # rank 1 (c = 0) and 2 (c = 1); c >= 2 allows the full rank 4
+            out[q, c] = float(np.sqrt(np.sum(sv[2 ** c:] ** 2)) / np.sqrt(u.shape[0]))
+    return out
+
+
+def reachable(pairs, k: int, tails: np.ndarray, accept: float) -> bool:
+    """Whether a template with CX ``pairs`` on ``k`` qubits can come within ``accept`` of the
+    block whose :func:`cut_tails` are ``tails`` (a necessary condition only)."""
+    for q in range(k):
+        c = sum(1 for p in pairs if q in p)
+        if c < 2 and tails[q, c] > accept:
+            return False
+    return True
+
+
 def shrink_block(u: np.ndarray, ops, wires, work: Work, budget: Budget, seed: int = 0):
     """``(ops, delta)`` for ``u`` with fewer CX than ``ops`` (None when no deletion holds);
     ``delta`` is the distance to ``u`` (rounding when exact, within ``budget`` otherwise)."""
@@ -60,6 +94,7 @@ def shrink_block(u: np.ndarray, ops, wires, work: Work, budget: Budget, seed: in
     k = len(wires)
     rng = torch.Generator().manual_seed(seed)
     accept = max(EXACT_DELTA, min(budget.left, budget.total / BLOCK_SHARE))
+    tails = cut_tails(u)
     best = None
     improved = True
     while improved and len(pairs) > 0 and not work.exhausted:
@@ -68,6 +103,8 @@ def shrink_block(u: np.ndarray, ops, wires, work: Work, budget: Budget, seed: in
             if work.exhausted:
                 break
             cand = pairs[:i] + pairs[i + 1:]
+            if not reachable(cand, k, tails, accept):
+                continue
             res = fit(u, cand, wires, starts=_starts(x, i, k, rng), iters=30, accept=accept)
             work.take(res.work)
             if res.ops is not None:

@@ -24,7 +24,7 @@ from qdiff.compiler.blockopt import block_resynthesis
 from qdiff.compiler.blocks import block_unitary
 from qdiff.compiler.budget import Budget, Work
 from qdiff.compiler.lower import lower
-from qdiff.compiler.ops import cx_count, depth, is_constant
+from qdiff.compiler.ops import cx_count, depth, is_constant, t_count
 from qdiff.compiler.pauli import pauli_resynthesis
 from qdiff.compiler.pipeline import chain, guarded, level1, level2
 from qdiff.compiler.snap import snap_angles
@@ -54,7 +54,11 @@ class Search:
 
 
 def score(c):
-    return (cx_count(c.operations), depth(c.operations, c.num_wires), len(c.operations))
+    """``(2q gates, depth, gates, T gates)``: smaller is better, compared in that order; the
+    "never worse" checks require each count to be at most the input's (T included, so a
+    Clifford+T circuit never gains T gates)."""
+    return (cx_count(c.operations), depth(c.operations, c.num_wires), len(c.operations),
+            t_count(c.operations))
 
 
 def qiskit_o3(circuit):

@@ -1,0 +1,121 @@
+"""Evolve a batch of density matrices through a circuit (gates and channels).
+
+``rho`` is ``(B, 2**n, 2**n)``; internally a vector on ``2n`` wires (row wires ``0..n-1``,
+column wires ``n..2n-1``), updated block by block (:mod:`qdiff.backends.mixed.superops`) with
+one einsum per block over a view whose untouched wires are merged into few axes.
+
+>>> import torch, qdiff as qd
+>>> c = qd.Circuit(1, (qd.Operation(qd.get_gate("h"), (0,)),
+...                    qd.Operation(qd.PhaseFlip, (0,), (0.5,))))
+>>> evolve(c, torch.zeros(1, 0, dtype=torch.float64))[0].real
+tensor([[0.5000, 0.0000],
+        [0.0000, 0.5000]], dtype=torch.float64)
+"""
+from __future__ import annotations
+
+import string
+
+import torch
+
+from qdiff.backends.mixed.superops import Evaluator, fusion_plan, is_constant, op_matrices
+from qdiff.circuits import memory
+from qdiff.circuits.circuit import memo
+
+_LETTERS = string.ascii_letters[1:]  # "a" is the batch
+
+
+def state_bytes(n: int, cdtype) -> float:
+    """Bytes of one density matrix: ``4**n`` entries (16 * 4**n for complex128)."""
+    return float(4 ** n) * cdtype.itemsize
+
+
+def check_memory(n: int, batch: int, cdtype, device, copies: float) -> None:
+    """Refuse (before allocating) ``copies`` batches of density matrices that do not fit."""
+    one = state_bytes(n, cdtype)
+    memory.require(one * batch * copies, f"simulating {n} qubits as density matrices with batch "
+                   f"{batch} ({copies:g} cop{'y' if copies == 1 else 'ies'} of "
+                   f"{memory.gib(one * batch)}; 16*4**n bytes per complex128 state)", device)
+
+
+def zero_density(n: int, batch: int, cdtype, device) -> torch.Tensor:
+    rho = torch.zeros(batch, 2 ** n, 2 ** n, dtype=cdtype, device=device)
+    rho[:, 0, 0] = 1
+    return rho
+
+
+def _merged(wires: set, m: int) -> list:
+    """Per axis of the merged view: ``("g", wire)`` for a wire in ``wires``, ``("r", size)``
+    for a run of other wires."""
+    out, run = [], 1
+    for w in range(m):
+        if w in wires:
+            if run > 1:
+                out.append(("r", run))
+                run = 1
+            out.append(("g", w))
+        else:
+            run *= 2
+    if run > 1:
+        out.append(("r", run))
+    return out
+
+
+def apply_on(vec: torch.Tensor, mat: torch.Tensor, wires, m: int) -> torch.Tensor:
+    """``mat`` ``(B', 2**k, 2**k)`` on ``wires`` (in matrix order) of ``vec`` ``(B, 2**m)``."""
+    b, bp = vec.shape[0], mat.shape[0]
+    k = len(wires)
+    axes = _merged(set(wires), m)
+    letters = iter(_LETTERS)
+    src, dst, shape, gl = [], [], [], {}
+    for kind, val in axes:
+        c = next(letters)
+        src.append(c)
+        if kind == "g":
+            gl[val] = c
+            shape.append(2)
+        else:
+            shape.append(val)
+    new = {w: next(letters) for w in wires}
+    dst = [new[val] if kind == "g" else c for (kind, val), c in zip(axes, src)]
+    um = mat.reshape(bp, *([2] * (2 * k)))
+    batch = "a" if bp == b and b > 1 else ""
+    if not batch:
+        um = um.reshape(*([2] * (2 * k)))
+    spec = f"{batch}{''.join(new[w] for w in wires)}{''.join(gl[w] for w in wires)}," \
+           f"a{''.join(src)}->a{''.join(dst)}"
+    return torch.einsum(spec, um, vec.view(b, *shape)).reshape(vec.shape)
+
+
+def evolve(circuit, theta: torch.Tensor, initial=None, cdtype=torch.complex128,
+           device=None) -> torch.Tensor:
+    """Final density matrices ``(B, 2**n, 2**n)`` for bindings ``theta`` ``(B, P)``;
+    differentiable by torch autograd in ``theta`` (gate angles and channel parameters)."""
+    n = circuit.num_wires
+    device = theta.device if device is None else torch.device(device)
+    batch = theta.shape[0]
+    rdtype = torch.float32 if cdtype == torch.complex64 else torch.float64
+    plan = fusion_plan(circuit)
+    grad = torch.is_grad_enabled() and theta.requires_grad
+    check_memory(n, batch, cdtype, device, 3.0 + (2.0 * len(plan) if grad else 0.0))
+    if initial is None:
+        rho = zero_density(n, batch, cdtype, device)
+    else:
+        rho = initial.to(device=device, dtype=cdtype).expand(batch, 2 ** n, 2 ** n)
+    ops = circuit.operations
+    if not ops:
+        return rho.clone() if initial is not None else rho
+    mats = op_matrices(ops, theta.to(device), rdtype, cdtype, skip=is_constant)
+    cache = memo(circuit, ("mixed.constants", cdtype, str(device)), dict)
+    ev = Evaluator(ops, mats, cache, cdtype, device)
+    ev.prefetch(plan)
+    vec = rho.reshape(batch, 4 ** n)
+    m = 2 * n
+    for bi, (blk, steps) in enumerate(plan):
+        if blk.big:
+            u = ev.op(blk.ops[0])
+            vec = apply_on(vec, u, blk.wires, m)
+            vec = apply_on(vec, u.conj(), tuple(n + w for w in blk.wires), m)
+        else:
+            s = ev.steps(steps, blk, bi)
+            vec = apply_on(vec, s, blk.wires + tuple(n + w for w in blk.wires), m)
+    return vec.reshape(batch, 2 ** n, 2 ** n)

@@ -1,0 +1,94 @@
+"""Noisy circuits on state vectors by quantum trajectories (Monte-Carlo wave functions).
+
+Each binding runs as ``K`` trajectories in ONE batched simulation (``B*K`` state vectors).
+At a channel with Kraus operators ``K_k``, every trajectory draws ``k`` with a probability
+``q_k`` that does not depend on its state (``q_k ~ Tr(K_k^+ K_k)``; where a branch has
+zero weight, mixed with 5% of the uniform choice so that it stays reachable: its derivative
+may not vanish) and continues with ``K_k psi / sqrt(q_k)``.
+Then ``E[psi psi^+] = sum_k K_k rho K_k^+`` exactly: every average over trajectories (expval,
+probs, density matrices) is an unbiased estimate of the mixed-state value, and since the
+states are linear in each Kraus operator at fixed draws, autograd through the simulation gives
+unbiased gradients of gate angles and channel parameters alike. The draws come from the
+device's seeded generator.
+"""
+from __future__ import annotations
+
+import torch
+
+from qdiff.backends.statevector import kernels
+from qdiff.backends.statevector.apply import real_dtype_of
+from qdiff.backends.statevector.gate_data import circuit_angles
+from qdiff.backends.statevector.simulate import check_memory, evolve, zero_state
+from qdiff.circuits.channels import is_channel
+
+UNIFORM_SHARE = 0.05
+
+
+def _segments(ops) -> list:
+    """``[("gates", [ops]) | ("channel", index)]`` in circuit order."""
+    out, run = [], []
+    for i, op in enumerate(ops):
+        if is_channel(op.gate):
+            if run:
+                out.append(("gates", run))
+                run = []
+            out.append(("channel", i))
+        else:
+            run.append(op)
+    if run:
+        out.append(("gates", run))
+    return out
+
+
+def apply_channel(state, kraus, wires, n, generator) -> torch.Tensor:
+    """One draw per trajectory: ``state`` ``(R, 2**n)``, ``kraus`` ``(R or 1, m, d, d)``."""
+    r = state.shape[0]
+    with torch.no_grad():
+        weight = (kraus.abs() ** 2).sum((-2, -1)).real.to(torch.float64)     # (R', m)
+        weight = weight / weight.sum(-1, keepdim=True)
+        m = weight.shape[-1]
+        # rows where a branch has zero weight (p = 0) keep it reachable: its derivative counts
+        mixed = (1 - UNIFORM_SHARE) * weight + UNIFORM_SHARE / m
+        q = torch.where((weight == 0).any(-1, keepdim=True), mixed, weight)
+        q = q.expand(r, m).to(state.device)
+        idx = torch.multinomial(q.cpu() if generator.device.type == "cpu" else q, 1,
+                                generator=generator).to(state.device)[:, 0]
+        scale = q.gather(1, idx[:, None])[:, 0].rsqrt().to(state.real.dtype)
+    ks = kraus.expand(r, *kraus.shape[1:])
+    chosen = ks[torch.arange(r, device=state.device), idx] * scale.to(ks.dtype)[:, None, None]
+    chosen = chosen.to(state.dtype)
+    if len(wires) == 1:
+        return kernels.apply_one_qubit(state, chosen, wires[0], n, False)
+    return kernels.apply_matrix(state, chosen, tuple(wires), n)
+
+
+def simulate_trajectories(circuit, theta, trajectories: int, cdtype, device, generator,
+                          initial_state=None) -> torch.Tensor:
+    """Final (unnormalised) trajectory states ``(B*K, 2**n)``: rows ``b*K .. b*K+K-1`` belong
+    to binding ``b``."""
+    n = circuit.num_wires
+    b = theta.shape[0]
+    rows = b * trajectories
+    rdtype = real_dtype_of(cdtype)
+    grad = torch.is_grad_enabled() and theta.requires_grad
+    check_memory(n, rows, cdtype, device, copies=4.0 + (len(circuit.operations) if grad else 0))
+    th = theta.to(device).repeat_interleave(trajectories, 0)
+    if initial_state is None:
+        state = zero_state(n, rows, cdtype, device)
+    else:
+        state = initial_state.to(device=device, dtype=cdtype).expand(b, 2 ** n)
+        state = state.repeat_interleave(trajectories, 0)
+    ops = circuit.operations
+    angles = None
+    for kind, part in _segments(ops):
+        if kind == "gates":
+            state = evolve(state, part, th, n, rdtype, inplace=False, fuse=True,
+                           use_native=False)
+            continue
+        op = ops[part]
+        if angles is None:
+            angles = circuit_angles(ops, th, rdtype)
+        ps = [a.expand(rows) if a.shape[0] == 1 else a for a in angles[part]]
+        kraus = op.gate.kraus_fn(*ps) if ps else op.gate.kraus_fn().unsqueeze(0)
+        state = apply_channel(state, kraus.to(device), op.wires, n, generator)
+    return state

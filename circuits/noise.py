@@ -1,0 +1,253 @@
+"""Noise models: rules "after gate G on wires W insert channel C", plus readout errors.
+
+A :class:`NoiseModel` rewrites a circuit (its channels become ordinary operations, so the
+mixed engine and the trajectory method see one circuit) and carries per-wire readout confusion
+matrices ``M[measured, prepared]``. :func:`from_qiskit` converts an IBM device (a fake device
+name, any Qiskit backend) or a ``qiskit_aer.noise.NoiseModel``: each gate error Aer derives
+(thermal relaxation from T1/T2 and the gate time, composed with the depolarizing part of the
+reported gate error) becomes a channel on the gate's wires with Aer's own Kraus operators, and
+each readout error a confusion matrix. Wire ``i`` is the device's qubit ``i``; a model from a
+device also knows its basis gates and coupled pairs (``native``), and circuits that use other
+gates or pairs are refused with a message that names the gate (route them first with
+``qd.compile(..., target=NAME)``, or let :func:`qdiff.noise.prepare` do it).
+
+>>> import qdiff as qd
+>>> from qdiff.circuits.circuit import Circuit
+>>> from qdiff.circuits.operation import Operation
+>>> m = NoiseModel().add("cx", qd.DepolarizingChannel, 0.01)
+>>> c = Circuit(2, (Operation(qd.get_gate("cx"), (0, 1)),))
+>>> [op.name for op in m.apply(c).operations]
+['cx', 'DepolarizingChannel', 'DepolarizingChannel']
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import torch
+
+from qdiff.circuits.channels import is_channel, qubit_channel
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.operation import Operation
+
+
+@dataclass(frozen=True)
+class NoiseRule:
+    """After gate ``gate`` (IR name, ``"*"``: every gate) on exactly ``wires`` (``None``: any
+    wires), insert ``channel`` with ``params``: on each wire of the gate (a one-wire channel)
+    or on the gate's wires (a channel of as many wires)."""
+
+    gate: str
+    wires: Optional[tuple]
+    channel: object
+    params: tuple = ()
+
+    def matches(self, op) -> bool:
+        return (self.gate == "*" or op.gate.name == self.gate) and \
+            (self.wires is None or tuple(op.wires) == self.wires)
+
+    def operations(self, op) -> list:
+        k = self.channel.num_wires
+        if k == 1:
+            return [Operation(self.channel, (w,), self.params) for w in op.wires]
+        if k == len(op.wires):
+            return [Operation(self.channel, tuple(op.wires), self.params)]
+        raise QdiffError(f"noise rule: channel '{self.channel.name}' acts on {k} wires but gate "
+                         f"'{op.gate.name}' on wires {list(op.wires)} has {len(op.wires)}")
+
+
+@dataclass
+class NoiseModel:
+    """Rules of gate noise and per-wire readout errors.
+
+    ``native``: ``(basis gate names, coupled pairs)`` of a device, or ``None`` (any circuit).
+    """
+
+    rules: list = field(default_factory=list)
+    readout: dict = field(default_factory=dict)
+    name: str = "custom"
+    native: Optional[tuple] = None
+    num_qubits: Optional[int] = None
+
+    def add(self, gate, channel, *params, wires=None) -> "NoiseModel":
+        """After every ``gate`` (name like ``"cx"`` or a gate such as ``qd.CNOT``; ``"*"`` for
+        all) on ``wires`` (``None``: anywhere), insert ``channel`` with ``params``. Returns
+        the model (calls chain)."""
+        name = gate if isinstance(gate, str) else getattr(gate, "name", None)
+        if not isinstance(name, str):
+            raise QdiffError(f"noise rule: gate must be a name or a gate; got {gate!r}")
+        if name != "*":
+            from qdiff.circuits.gates import GATES
+            if name not in GATES:
+                raise QdiffError(f"noise rule: unknown gate '{name}'")
+        if not is_channel(channel):
+            raise QdiffError(f"noise rule: {channel!r} is not a channel (qd.DepolarizingChannel, "
+                             "qd.AmplitudeDamping, ...)")
+        if len(params) != channel.num_params:
+            raise QdiffError(f"noise rule: channel '{channel.name}' takes {channel.num_params} "
+                             f"parameter(s) {list(channel.param_names)}; got {len(params)}")
+        for i, p in enumerate(params):
+            if not isinstance(p, numbers.Real) or isinstance(p, bool):
+                raise QdiffError(f"noise rule: channel '{channel.name}' parameter "
+                                 f"{channel.param_names[i]} must be a number; got {p!r}")
+        channel.check([float(p) for p in params])
+        ws = None if wires is None else tuple(int(w) for w in
+                                              ([wires] if isinstance(wires, int) else wires))
+        self.rules.append(NoiseRule(name, ws, channel, tuple(float(p) for p in params)))
+        return self
+
+    def add_readout(self, wire: int, p01: float, p10: float) -> "NoiseModel":
+        """Readout error of ``wire``: ``p01`` = P(read 1 | prepared 0), ``p10`` = P(read 0 |
+        prepared 1)."""
+        for nm, p in (("p01", p01), ("p10", p10)):
+            if not isinstance(p, numbers.Real) or isinstance(p, bool) or not 0 <= p <= 1:
+                raise QdiffError(f"readout error of wire {wire}: {nm}={p!r} is not a probability "
+                                 "in [0, 1]")
+        self.readout[int(wire)] = torch.tensor([[1 - p01, p10], [p01, 1 - p10]],
+                                               dtype=torch.float64)
+        return self
+
+    def readout_probs(self, p: torch.Tensor, wires) -> torch.Tensor:
+        """Outcome probabilities ``p`` ``(B, 2**k)`` of ``wires`` seen through each wire's
+        confusion matrix."""
+        wires = list(wires)
+        if not any(w in self.readout for w in wires):
+            return p
+        k = len(wires)
+        t = p.reshape(p.shape[0], *([2] * k))
+        for i, w in enumerate(wires):
+            if w in self.readout:
+                m = self.readout[w].to(device=p.device, dtype=p.dtype)
+                t = torch.movedim(torch.tensordot(t, m, dims=([1 + i], [1])), -1, 1 + i)
+        return t.reshape(p.shape)
+
+    def check_wires(self, n: int) -> None:
+        """Refuse a device of ``n`` wires larger than the model's device."""
+        if self.num_qubits is not None and n > self.num_qubits:
+            raise QdiffError(f"noise model '{self.name}' describes {self.num_qubits} qubits; the "
+                             f"device has {n} wires")
+
+    def check_native(self, circuit) -> None:
+        """Refuse gates outside the device's basis and two-qubit gates on uncoupled pairs."""
+        if self.native is None:
+            return
+        basis, pairs = self.native
+        for op in circuit.operations:
+            if is_channel(op.gate):
+                continue
+            qn = op.gate.qiskit_name or op.gate.name
+            if qn not in basis:
+                raise QdiffError(f"gate '{op.gate.pl_name or op.name}' on wires {list(op.wires)} "
+                                 f"is not a basis gate of {self.name} ({', '.join(sorted(basis))}"
+                                 f"); route and translate the circuit first "
+                                 f"(qd.noise.prepare or qd.compile(..., target='{self.name}'))")
+            if len(op.wires) == 2 and tuple(op.wires) not in pairs:
+                raise QdiffError(f"gate '{op.gate.pl_name or op.name}' on wires "
+                                 f"{list(op.wires)}: the qubits are not coupled on {self.name}; "
+                                 f"route the circuit first (qd.noise.prepare or "
+                                 f"qd.compile(..., target='{self.name}'))")
+
+    def apply(self, circuit):
+        """``circuit`` with the channels of every matching rule after each gate."""
+        from qdiff.circuits.circuit import memo
+        return memo(circuit, ("noise", id(self), len(self.rules)), lambda: self._apply(circuit))
+
+    def _apply(self, circuit):
+        self.check_native(circuit)
+        ops = []
+        for op in circuit.operations:
+            ops.append(op)
+            if is_channel(op.gate):
+                continue
+            for rule in self.rules:
+                if rule.matches(op):
+                    ops.extend(rule.operations(op))
+        return circuit.with_operations(ops)
+
+
+# ---------------------------------------------------------------------------------------------
+# conversion from Qiskit
+
+
+def _fake(name: str):
+    import difflib
+    import warnings
+    from qiskit_ibm_runtime.fake_provider import FakeProviderForBackendV2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = {b.name: b for b in FakeProviderForBackendV2().backends()}
+    key = name.lower()
+    if key not in table:
+        close = difflib.get_close_matches(key, table, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise QdiffError(f"unknown fake IBM device '{name}'{hint}")
+    return table[key]
+
+
+def _channel_of(error) -> object:
+    """A constant channel with Aer's Kraus operators of ``error`` (a QuantumError) on the
+    error's qubits in their order: Qiskit's matrices have the first qubit as the least
+    significant bit, qdiff's as the most significant, so the bit order is reversed."""
+    from qiskit.quantum_info import Kraus
+    ks = np.asarray(Kraus(error).data)
+    k = int(round(np.log2(ks.shape[-1])))
+    t = ks.reshape(ks.shape[0], *([2] * (2 * k)))
+    rev = [0] + [k - i for i in range(k)] + [2 * k - i for i in range(k)]
+    ks = t.transpose(rev).reshape(ks.shape)
+    return qubit_channel(ks, atol=1e-8)
+
+
+def from_qiskit(source, name: Optional[str] = None) -> NoiseModel:
+    """A :class:`NoiseModel` from a fake device name (``"fake_manila"``), a Qiskit backend or
+    a ``qiskit_aer.noise.NoiseModel``."""
+    from qiskit_aer.noise import NoiseModel as AerNoiseModel
+    backend = None
+    if isinstance(source, str):
+        backend = _fake(source)
+    elif not isinstance(source, AerNoiseModel):
+        if not hasattr(source, "target") and not hasattr(source, "properties"):
+            raise QdiffError(f"noise: expected a device name, a Qiskit backend or a "
+                             f"qiskit_aer NoiseModel; got {type(source).__name__}")
+        backend = source
+    aer = AerNoiseModel.from_backend(backend) if backend is not None else source
+    label = name or (backend.name if backend is not None else "aer_noise_model")
+    model = NoiseModel(name=label)
+    if getattr(aer, "_default_quantum_errors", None):
+        raise QdiffError("noise: qiskit_aer models with errors on all qubits of a gate "
+                         "(add_all_qubit_quantum_error) are not converted; use per-qubit errors")
+    from qdiff.circuits.gates import GATES
+    by_qiskit = {g.qiskit_name or g.name: g.name for g in GATES.values()}
+    for gname, per_qubits in getattr(aer, "_local_quantum_errors", {}).items():
+        if gname not in by_qiskit:
+            continue  # reset, delay, measure: not gates of qdiff circuits
+        for qubits, err in per_qubits.items():
+            ch = _channel_of(err)
+            model.rules.append(NoiseRule(by_qiskit[gname], tuple(qubits), ch, ()))
+    for qubits, ro in getattr(aer, "_local_readout_errors", {}).items():
+        if len(qubits) != 1:
+            raise QdiffError("noise: correlated readout errors are not converted")
+        p = np.asarray(ro.probabilities, dtype=float)      # [prepared, measured]
+        model.readout[int(qubits[0])] = torch.tensor(p.T, dtype=torch.float64)
+    if getattr(aer, "_default_readout_error", None) is not None:
+        raise QdiffError("noise: an all-qubit readout error is not converted; give it per qubit")
+    if backend is not None:
+        model.num_qubits = backend.num_qubits
+        basis = set(backend.operation_names) - {"delay", "measure", "reset", "if_else",
+                                                 "for_loop", "switch_case", "while_loop"}
+        pairs = set()
+        for op_name in basis:
+            props = backend.target[op_name]
+            for qargs in props or {}:
+                if qargs is not None and len(qargs) == 2:
+                    pairs.add(tuple(qargs))
+        model.native = (frozenset(basis), frozenset(pairs))
+    return model
+
+
+def resolve_noise(noise) -> Optional[NoiseModel]:
+    """``None``, a :class:`NoiseModel`, or something :func:`from_qiskit` converts."""
+    if noise is None or isinstance(noise, NoiseModel):
+        return noise
+    return from_qiskit(noise)

@@ -1,0 +1,142 @@
+"""``adjoint`` and ``ctrl``: the inverse and the controlled version of an operation or of a
+quantum function, recorded in place (PennyLane's ``qml.adjoint`` / ``qml.ctrl``).
+
+Applied to an operation just recorded (``qd.adjoint(qd.RX(x, 0))``), they replace it; applied to
+a function or a gate (``qd.adjoint(f)(*args)``, ``qd.ctrl(qd.RX, control=1)(x, wires=0)``) they
+record what it records, inverted in reverse order or controlled, gate by gate.
+
+>>> import qdiff as qd
+>>> with qd.record() as rec:
+...     _ = qd.adjoint(qd.S(0)), qd.ctrl(qd.RX(0.3, 1), control=[0, 2])
+>>> [op.gate.pl_name for op in rec.operations]
+['Sdg', 'C2(RX)']
+"""
+from __future__ import annotations
+
+from qdiff.circuits import recording
+from qdiff.circuits.circuit import StatePrep
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.gates import GATES, controlled_gate
+from qdiff.circuits.midcircuit import is_mid_wire
+from qdiff.circuits.operation import Operation, OpBlock, normalize_wires
+
+
+def _recorded_ops(fn, args, kwargs, what: str) -> tuple:
+    """Record ``fn(*args, **kwargs)`` apart: ``(operations, return value)``."""
+    with recording.record() as rec:
+        out = fn(*args, **kwargs)
+    ops = []
+    for it in rec.raw:
+        if isinstance(it, OpBlock):
+            ops.extend(it.operations())
+        elif isinstance(it, Operation):
+            ops.append(it)
+        elif isinstance(it, StatePrep):
+            raise QdiffError(f"{what}: state preparation cannot be inverted or controlled")
+        elif recording.is_pennylane(it):
+            raise QdiffError(f"{what}: PennyLane operation {it!r} inside; use qdiff gates or "
+                             "PennyLane's own qml.adjoint/qml.ctrl")
+        else:
+            raise QdiffError(f"{what}: {type(it).__name__} {it!r} is not an operation "
+                             "(measurements cannot be inverted or controlled)")
+    for op in ops:
+        if any(is_mid_wire(w) for w in op.wires[op.gate.controls:]):
+            raise QdiffError(f"{what}: a mid-circuit measurement (qd.measure) inside cannot be "
+                             "inverted or controlled")
+    return ops, out
+
+
+def _emit(ops) -> None:
+    rec = recording.active()
+    if rec is not None:
+        for op in ops:
+            rec.append(op)
+
+
+def _operation(obj, what: str):
+    if isinstance(obj, Operation):
+        recording.consume(obj)  # it was recorded when made; its transform replaces it
+        return obj
+    return None
+
+
+def adjoint(op_or_fn):
+    """The inverse of an operation, or a function recording the inverse of ``op_or_fn``'s
+    operations (reverse order, each gate's own inverse from its record).
+
+    >>> import torch, qdiff as qd
+    >>> with qd.record() as rec:
+    ...     qd.adjoint(qd.RX(0.3, wires=0))
+    RX(-0.3, wires=[0])
+    """
+    op = _operation(op_or_fn, "adjoint")
+    if op is not None:
+        inv = op.inverse()
+        _emit([inv])
+        return inv
+    if not callable(op_or_fn):
+        raise QdiffError(f"adjoint: expected an operation or a quantum function, got "
+                         f"{type(op_or_fn).__name__}")
+
+    def inverted(*args, **kwargs):
+        ops, out = _recorded_ops(op_or_fn, args, kwargs, "adjoint")
+        inv = [o.inverse() for o in reversed(ops)]
+        _emit(inv)
+        return inv[0] if len(inv) == 1 and isinstance(out, Operation) else out
+    return inverted
+
+
+def _controls(control, control_values, what):
+    ctrl = normalize_wires(control)
+    if not ctrl:
+        raise QdiffError(f"{what}: need at least one control wire")
+    if len(set(ctrl)) != len(ctrl):
+        raise QdiffError(f"{what}: repeated control wire in {list(ctrl)}")
+    if control_values is None:
+        values = (1,) * len(ctrl)
+    else:
+        values = (control_values,) if isinstance(control_values, (bool, int)) else \
+            tuple(control_values)
+        if len(values) != len(ctrl) or any(v not in (0, 1, True, False) for v in values):
+            raise QdiffError(f"{what}: control_values {control_values!r} must be one 0/1 per "
+                             f"control wire {list(ctrl)}")
+    return ctrl, tuple(int(v) for v in values)
+
+
+def _controlled(op: Operation, ctrl: tuple, values: tuple) -> list:
+    clash = set(ctrl) & set(op.wires)
+    if clash:
+        raise QdiffError(f"ctrl: control wire(s) {sorted(clash, key=str)} overlap the wires "
+                         f"{list(op.wires)} of {op!r}")
+    flips = [Operation(GATES["x"], (w,)) for w, v in zip(ctrl, values) if not v]
+    gate = controlled_gate(op.gate, len(ctrl))
+    return flips + [Operation(gate, ctrl + op.wires, op.params)] + flips
+
+
+def ctrl(op_or_fn, control, control_values=None):
+    """``op_or_fn`` controlled by the wires ``control`` (acting when they hold
+    ``control_values``, default all 1): an operation, or a function recording its operations
+    controlled.
+
+    >>> import qdiff as qd
+    >>> with qd.record() as rec:
+    ...     _ = qd.ctrl(qd.RY(0.2, wires=2), control=[0, 1], control_values=[1, 0])
+    >>> [op.gate.pl_name for op in rec.operations]
+    ['PauliX', 'C2(RY)', 'PauliX']
+    """
+    ctrl_w, values = _controls(control, control_values, "ctrl")
+    op = _operation(op_or_fn, "ctrl")
+    if op is not None:
+        ops = _controlled(op, ctrl_w, values)
+        _emit(ops)
+        return ops[len(ops) // 2]
+    if not callable(op_or_fn):
+        raise QdiffError(f"ctrl: expected an operation or a quantum function, got "
+                         f"{type(op_or_fn).__name__}")
+
+    def controlled(*args, **kwargs):
+        ops, out = _recorded_ops(op_or_fn, args, kwargs, "ctrl")
+        for o in ops:
+            _emit(_controlled(o, ctrl_w, values))
+        return out
+    return controlled

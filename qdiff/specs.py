@@ -1,0 +1,97 @@
+"""``qd.specs(qnode)(*args)``: what one call of a qnode records and what its gradient costs.
+
+>>> import torch, qdiff as qd
+>>> dev = qd.device("statevector", wires=2)
+>>> @qd.qnode(dev, diff_method="parameter-shift")
+... def f(x):
+...     qd.RX(x, 0); qd.CNOT([0, 1]); qd.CRY(x, [0, 1])
+...     return qd.expval(qd.Z(1))
+>>> s = qd.specs(f)(torch.tensor(0.3, requires_grad=True))
+>>> s["gate_types"], s["depth"], s["num_trainable_params"], s["gradient_method"]
+({'RX': 1, 'CNOT': 1, 'CRY': 1}, 3, 2, 'parameter-shift')
+>>> s["backend_calls_per_gradient"], s["circuits_per_gradient"]
+(1, 6)
+"""
+from __future__ import annotations
+
+import torch
+
+from qdiff.circuits.errors import QdiffError
+
+
+def _depth(circuit) -> int:
+    level = [0] * circuit.num_wires
+    depth = 0
+    for op in circuit.operations:
+        d = 1 + max((level[w] for w in op.wires), default=0)
+        for w in op.wires:
+            level[w] = d
+        depth = max(depth, d)
+    return depth
+
+
+def _gradient_cost(qnode, recorded, rule, shots) -> tuple:
+    """``(backend calls, circuit executions)`` of one backward pass of this call."""
+    from qdiff.bridge import expand_coefficients, unshare
+    from qdiff.rules import BACKPROP, make_options
+    b = recorded.theta.shape[0]
+    if not any(recorded.trainable):
+        return 0, 0
+    if rule is BACKPROP:
+        return 0, 0  # torch differentiates the forward simulation itself
+    if rule.shifts is None:
+        return 1, b  # the backend's own reverse mode: one vjp call over the batch
+    circ, theta, train, _ = unshare(recorded.circuit, recorded.theta, recorded.trainable)
+    circ, _ = expand_coefficients(circ)
+    opts = qnode.options if qnode.diff_method != "best" else make_options(rule.name, {})
+    shifts, _ = rule.shifts(circ, train, theta.detach(), opts)
+    s = shifts.shape[0]
+    if s and any(m.kind == "var" for m in circ.measurements):
+        s += 1  # the unshifted point, for the variance's chain rule
+    return (1 if s else 0), s * b
+
+
+def specs(qnode):
+    """A function of the qnode's arguments returning a dict: ``gate_types`` (PennyLane names
+    and counts), ``num_operations``, ``depth``, ``num_wires`` (device) and ``num_used_wires``,
+    ``num_params`` (angle uses, i.e. theta columns) and ``num_trainable_params``,
+    ``batch_size``, ``measurements``, ``diff_method`` (as given) and ``gradient_method`` (the
+    rule a call with gradients uses), ``shots``, and what one backward pass costs:
+    ``backend_calls_per_gradient`` (backend calls) and ``circuits_per_gradient`` (circuit
+    executions in them, bindings included; 0 for backprop, which differentiates the forward)."""
+    from qdiff.qnode import QNode
+    if not isinstance(qnode, QNode):
+        raise QdiffError(f"specs: expected a qdiff qnode, got {type(qnode).__name__}")
+
+    def run(*args, **kwargs):
+        from qdiff.bridge import effective_shots
+        from qdiff.rules import resolve
+        shots = qnode.shots
+        if "shots" in kwargs and not qnode._func_takes_shots:
+            shots = kwargs.pop("shots")
+        recorded, _ = qnode.construct(*args, **kwargs)
+        circuit = recorded.circuit
+        shots = effective_shots(qnode.device, shots)
+        rule = resolve(qnode.diff_method, qnode.device, circuit, recorded, shots)
+        types: dict = {}
+        for op in circuit.operations:
+            label = op.gate.pl_name or op.name
+            types[label] = types.get(label, 0) + 1
+        calls, circuits = _gradient_cost(qnode, recorded, rule, shots)
+        return {
+            "gate_types": types,
+            "num_operations": len(circuit.operations),
+            "depth": _depth(circuit),
+            "num_wires": circuit.num_wires,
+            "num_used_wires": len({w for op in circuit.operations for w in op.wires}),
+            "num_params": circuit.num_params,
+            "num_trainable_params": int(sum(recorded.trainable)),
+            "batch_size": int(recorded.theta.shape[0]) if recorded.batch_shape else None,
+            "measurements": [repr(m) for m in circuit.measurements],
+            "diff_method": qnode.diff_method,
+            "gradient_method": rule.name,
+            "shots": shots,
+            "backend_calls_per_gradient": calls,
+            "circuits_per_gradient": circuits,
+        }
+    return run

@@ -1,0 +1,516 @@
+"""Record-once qnodes: ``qd.qnode(dev, static=True)`` and ``qd.jit(qnode)``.
+
+A static qnode records its circuit ONCE per *call signature* (the shapes, dtypes, devices and
+``requires_grad`` of its tensor arguments, and the values of its other arguments) and then
+replays only the angle binding: every later call with the same signature gathers the angles
+straight from the argument tensors into ``theta`` in one indexing op and runs the traced plan
+through the torch bridge, without running the Python function again.
+
+The trace checks that a replay is exact:
+
+* the function runs once on *guarded* tensors: reading a value into Python (``bool(x > 0)``,
+  ``float(x)``, ``x.item()``, ``x.tolist()``, NumPy conversion, data-dependent shapes) raises
+  a :class:`~qdiff.circuits.errors.QdiffError`, since Python control flow on values would make
+  the structure depend on them;
+* it runs on four probe bindings (zeros, ones, an index encoding and a permuted one): the
+  circuit structure must be the same for all of them, and every gate angle must be one
+  argument element times a constant plus a constant (``x[i]``, ``w[l, i, k]``, ``pi * x[i]``)
+  or a constant. Anything else (``torch.sin(x)`` as an angle) is refused at trace time; compute
+  it outside the qnode or use a plain qnode.
+
+A new signature (another batch size, a new ``requires_grad``, another non-tensor argument)
+traces again (up to ``max_traces`` kept). What the function reads from outside its arguments
+(globals, closures, attributes) is part of the trace: after changing such state call
+:meth:`StaticQNode.retrace`.
+
+>>> import torch, qdiff as qd
+>>> dev = qd.device("statevector", wires=2)
+>>> @qd.qnode(dev, static=True)
+... def f(x, w):
+...     qd.RX(x[..., 0], wires=0); qd.RY(2 * w[0], wires=1); qd.CNOT(wires=[0, 1])
+...     return [qd.expval(qd.Z(0)), qd.expval(qd.Z(1))]
+>>> x = torch.zeros(3, 1, dtype=torch.float64)
+>>> w = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+>>> f(x, w).shape, f.num_traces
+(torch.Size([3, 2]), 1)
+>>> f(x + 1, w).shape, f.num_traces
+(torch.Size([3, 2]), 1)
+"""
+from __future__ import annotations
+
+import functools
+from collections import OrderedDict
+from contextlib import contextmanager
+import threading
+
+import torch
+
+from qdiff.backends.base import Prepared, flat_outputs
+from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective_shots,
+                          engine_vjp, expand_coefficients, unshare, validate_rules)
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.measurements import Measurement
+from qdiff.circuits.operation import ParamRef
+from qdiff.rules import BACKPROP, best_options, higher_order, make_options, resolve
+
+_GUARD = threading.local()
+_READS = frozenset({"__bool__", "item", "tolist", "__float__", "__int__", "__index__",
+                    "__complex__", "numpy", "__array__", "nonzero", "argwhere", "masked_select",
+                    "unique", "unique_consecutive", "bincount", "equal", "allclose"})
+
+
+class GuardedTensor(torch.Tensor):
+    """A tensor whose values may not flow into Python while a static qnode is traced."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if getattr(_GUARD, "on", False):
+            name = getattr(func, "__name__", "")
+            if name in _READS:
+                raise QdiffError(
+                    f"static qnode: the function reads an argument's value in Python "
+                    f"('{name}'), so the circuit structure may depend on it; a static qnode "
+                    "replays one structure per signature. Keep value-dependent logic in torch "
+                    "ops, pass the value as a non-tensor argument, or use static=False")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+@contextmanager
+def _guarded():
+    _GUARD.on = True
+    try:
+        yield
+    finally:
+        _GUARD.on = False
+
+
+# ------------------------------------------------------------------------------------------
+# signatures
+
+
+def _arg_sig(value, where: str):
+    if isinstance(value, torch.Tensor):
+        if not value.dtype.is_floating_point or value.dtype not in (torch.float64, torch.float32):
+            raise QdiffError(f"static qnode: tensor argument {where} has dtype {value.dtype}; "
+                             "tensor arguments must be float32 or float64 (pass integers as "
+                             "Python ints)")
+        return ("t", tuple(value.shape), value.dtype, value.device, value.requires_grad)
+    try:
+        hash(value)
+    except TypeError:
+        raise QdiffError(f"static qnode: argument {where} of type {type(value).__name__} is "
+                         "neither a tensor nor hashable; the trace is keyed on it") from None
+    return ("v", type(value), value)
+
+
+def call_signature(args, kwargs) -> tuple:
+    """``(key, tensors)``: the hashable signature of a call and its tensor arguments in a fixed
+    order (positional, then keywords by name)."""
+    names = sorted(kwargs)
+    vals = list(args) + [kwargs[k] for k in names]
+    where = [str(i) for i in range(len(args))] + [repr(k) for k in names]
+    key = (len(args), tuple(names), tuple(_arg_sig(v, w) for v, w in zip(vals, where)))
+    return key, [v for v in vals if isinstance(v, torch.Tensor)]
+
+
+def _obs_sig(obs):
+    if obs is None:
+        return None
+    terms = tuple(tuple((f.wires, f.kind, None if f.matrix is None else
+                         tuple(f.matrix.detach().reshape(-1).tolist())) for f in t)
+                  for t in obs.terms)
+    return terms, tuple(obs.coeffs.detach().reshape(-1).tolist()), obs.coeffs.requires_grad
+
+
+def structure_signature(circuit) -> tuple:
+    """Everything about ``circuit`` except the values in ``theta``: gates, wires, angle
+    references (column, scale, offset) and constants, measurements with their observables."""
+    ops = tuple((op.gate.name, op.wires, tuple(
+        (p.index, p.scale, p.offset) if isinstance(p, ParamRef) else ("c", float(p))
+        for p in op.params)) for op in circuit.operations)
+    meas = tuple((m.kind, m.wires, _obs_sig(m.obs)) for m in circuit.measurements)
+    return circuit.num_wires, circuit.num_params, circuit.labels, ops, meas
+
+
+# ------------------------------------------------------------------------------------------
+# the trace
+
+
+class Trace:
+    """One signature's record: the bridge plan and the affine gather ``theta = a * src[idx] +
+    c`` from the flattened tensor arguments ``src`` (constants appended)."""
+
+    def __init__(self, plan, rule, idx, scale, offset, consts, dtype, batch_shape, result,
+                 widths):
+        self.plan, self.rule, self.prepared = plan, rule, None
+        self.idx, self.scale, self.offset, self.consts = idx, scale, offset, consts
+        self.flat_idx = idx.reshape(-1)
+        self.dtype, self.batch_shape, self.result, self.widths = dtype, batch_shape, result, widths
+
+    def scatter(self, grad_theta: torch.Tensor, tensors, needs) -> list:
+        """The gradients of the tensor arguments from ``grad_theta`` ``(B, P)`` (the
+        transpose of :meth:`theta`: one scatter-add)."""
+        g = grad_theta if self.scale is None else grad_theta * self.scale
+        total = sum(t.numel() for t in tensors) + (0 if self.consts is None else
+                                                    self.consts.numel())
+        src = torch.zeros(total, dtype=g.dtype, device=g.device)
+        src.index_add_(0, self.flat_idx, g.reshape(-1))
+        out, pos = [], 0
+        for t, need in zip(tensors, needs):
+            m = t.numel()
+            out.append(src[pos:pos + m].view(t.shape).to(t.dtype) if need else None)
+            pos += m
+        return out
+
+    def theta(self, tensors) -> torch.Tensor:
+        parts = [t.reshape(-1) for t in tensors]
+        if self.consts is not None:
+            parts.append(self.consts)
+        if not parts:  # no tensor arguments and no angles
+            return torch.zeros(self.idx.shape, dtype=self.dtype, device=self.idx.device)
+        src = parts[0] if len(parts) == 1 else torch.cat(parts)
+        if src.dtype != self.dtype:
+            src = src.to(self.dtype)
+        theta = src[self.idx]
+        if self.scale is not None:
+            theta = theta * self.scale + self.offset
+        return theta
+
+    def replay(self, tensors):
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        if grad and self.rule.keep:
+            return self.shape(ReplayFunction.apply(self, *tensors))
+        if not grad or self.rule is not BACKPROP:
+            with torch.no_grad():
+                theta = self.checked_theta(tensors)
+        else:
+            theta = self.checked_theta(tensors)
+        plan = self.plan
+        if not grad:
+            flat = self.prepared.execute(theta).outputs
+            flat = flat.to(self.dtype) if flat.dtype.is_floating_point else flat
+        elif self.rule is BACKPROP:
+            flat = flat_outputs(plan.backend.run(plan.circuit, theta))
+        else:
+            flat = QuantumFunction.apply(self.theta(tensors), plan)[0]
+        return self.shape(flat)
+
+    def checked_theta(self, tensors) -> torch.Tensor:
+        theta = self.theta(tensors)
+        if theta.numel() and not bool(torch.isfinite(theta).all()):
+            raise QdiffError("static qnode: a gate angle is NaN or infinite")
+        return theta
+
+    def shape(self, flat: torch.Tensor):
+        bshape = self.batch_shape
+        if isinstance(self.result, Measurement):
+            if self.result.is_scalar:
+                return flat[:, 0].reshape(bshape)
+            return flat.reshape(bshape + (flat.shape[-1],))
+        if all(w is None for w in self.widths):
+            return flat.reshape(bshape + (flat.shape[-1],))
+        outs, col = [], 0
+        for w in self.widths:
+            if w is None:
+                outs.append(flat[:, col].reshape(bshape))
+                col += 1
+            else:
+                outs.append(flat[:, col:col + w].reshape(bshape + (w,)))
+                col += w
+        return type(self.result)(outs)
+
+
+class ReplayFunction(torch.autograd.Function):
+    """``tensors -> flat outputs (B, K)`` of a trace whose rule is the engine's reverse mode:
+    the angle gather, the prepared run and (backward) ONE prepared vjp and ONE scatter-add
+    into the arguments. Under ``create_graph`` the backward goes through the bridge's
+    :func:`~qdiff.bridge.engine_vjp` on a differentiable theta instead (higher-order rules)."""
+
+    @staticmethod
+    def forward(ctx, trace, *tensors):
+        theta = trace.checked_theta(tensors)
+        res = trace.prepared.execute(theta, keep=True)
+        ctx.trace, ctx.theta, ctx.residual = trace, theta, res.residual
+        ctx.save_for_backward(*tensors)
+        out = res.outputs
+        return out if out.dtype == trace.dtype else out.to(trace.dtype)
+
+    @staticmethod
+    def backward(ctx, g_out):
+        trace = ctx.trace
+        tensors = ctx.saved_tensors
+        needs = ctx.needs_input_grad[1:]
+        if torch.is_grad_enabled():  # create_graph: a differentiable gradient
+            theta = trace.theta(tensors)
+            grad = engine_vjp(theta, g_out, trace.plan, None)
+            wrt = [t for t, need in zip(tensors, needs) if need]
+            got = iter(torch.autograd.grad(theta, wrt, grad, create_graph=True,
+                                           allow_unused=True))
+            return (None,) + tuple(next(got) if need else None for need in needs)
+        grad = trace.prepared.vjp(ctx.theta, g_out, ctx.residual)
+        ctx.residual = None
+        return (None,) + tuple(trace.scatter(grad.to(trace.dtype), tensors, needs))
+
+
+def _probes(tensors, total: int):
+    """Four probe bindings of the arguments: zeros, ones, ``k + 1`` and ``perm[k] + 1`` for the
+    ``k``-th element of their concatenation."""
+    perm = torch.randperm(total, generator=torch.Generator().manual_seed(1234))
+    enc = [torch.zeros(total, dtype=torch.float64), torch.ones(total, dtype=torch.float64),
+           torch.arange(1, total + 1, dtype=torch.float64), (perm + 1).to(torch.float64)]
+    out = []
+    for e in enc:
+        one, pos = [], 0
+        for t in tensors:
+            m = t.numel()
+            one.append(e[pos:pos + m].reshape(t.shape).to(dtype=t.dtype, device=t.device)
+                       .requires_grad_(t.requires_grad))
+            pos += m
+        out.append(one)
+    return out, perm
+
+
+def _substitute(args, kwargs, tensors):
+    it = iter(tensors)
+    a = [next(it) if isinstance(v, torch.Tensor) else v for v in args]
+    names = sorted(kwargs)
+    k = {n: next(it) if isinstance(kwargs[n], torch.Tensor) else kwargs[n] for n in names}
+    return a, k
+
+
+def _gather_map(thetas, perm, total: int, tol: float):
+    """Per theta element ``(idx, a, c)`` with ``theta = a * src[idx] + c`` from the probe
+    thetas (zeros, ones, index, permuted index), checked on the real binding. Constants get
+    indices past the arguments (``consts``). Raises when an angle is not of that form."""
+    t0, t1, t2, t3 = (t.detach().to(torch.float64) for t in thetas)
+    c = t0
+    a = t1 - t0
+    moving = a != 0
+    k = torch.where(moving, (t2 - c) / torch.where(moving, a, torch.ones_like(a)) - 1,
+                    torch.zeros_like(a))
+    kr = k.round()
+    ok = (k - kr).abs() <= 1e-6 * (1 + kr.abs())
+    kr = kr.clamp(0, max(total - 1, 0)).long()
+    expect3 = torch.where(moving, a * (perm[kr].to(torch.float64) + 1) + c, c)
+    ok &= (t3 - expect3).abs() <= tol * (1 + t3.abs())
+    ok &= moving | ((t2 - c).abs() <= tol * (1 + c.abs()))
+    ok &= torch.isfinite(t0) & torch.isfinite(t1)
+    return kr, a, c, moving, ok
+
+
+def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
+    """Record ``qnode`` for this call signature and ``shots`` (``"device"``: the device's
+    own; see the module docstring)."""
+    shots = effective_shots(qnode.device, shots)
+    func = qnode.func
+
+    def guarded_func(*a, **k):
+        with _guarded():
+            return func(*a, **k)
+
+    guarded = object.__new__(type(qnode))  # the same qnode recording guarded_func
+    guarded.__dict__.update(qnode.__dict__)
+    guarded.func = guarded_func
+    g = [t.detach().as_subclass(GuardedTensor).requires_grad_(t.requires_grad) for t in tensors]
+    ga, gk = _substitute(args, kwargs, g)
+    ref, result = guarded.construct(*ga, **gk)
+    sig = structure_signature(ref.circuit)
+    circuit = ref.circuit
+    for m in circuit.measurements:
+        if m.kind not in DIFFERENTIABLE_KINDS:
+            raise QdiffError(f"static qnode: {m.kind}() is not supported; return expval, var "
+                             "or probs (or use static=False)")
+        if m.obs is not None and m.obs.coeffs.requires_grad:
+            raise QdiffError("static qnode: observables with trainable coefficients are not "
+                             "supported (use static=False)")
+    if ref.initial_state is not None:
+        raise QdiffError("static qnode: state preparation (AmplitudeEmbedding/StatePrep) is "
+                         "not supported (use static=False)")
+    total = sum(t.numel() for t in tensors)
+    probes, perm = _probes(tensors, total)
+    thetas = []
+    for p in probes + [[t.detach().requires_grad_(t.requires_grad) for t in tensors]]:
+        pa, pk = _substitute(args, kwargs, p)
+        rec, _ = qnode.construct(*pa, **pk)
+        if structure_signature(rec.circuit) != sig:
+            raise QdiffError("static qnode: the circuit structure (gates, wires, constant "
+                             "angles or observables) depends on the argument values; a static "
+                             "qnode cannot replay it (use static=False)")
+        _, th, train, shared = unshare(rec.circuit, rec.theta, rec.trainable, rec.shared)
+        thetas.append(th)
+    circ_u, _, train_u, shared_u = unshare(circuit, ref.theta.as_subclass(torch.Tensor),
+                                           ref.trainable, ref.shared)
+    dtype = thetas[-1].dtype
+    tol = 1e-9 if dtype == torch.float64 else 1e-5
+    idx, a, c, moving, ok = _gather_map(thetas[:4], perm, total, tol)
+    if not bool(ok.all()):
+        _refuse_angle(circ_u, ok)
+    b, p = idx.shape
+    consts = None
+    if not bool(moving.all()):
+        consts = c[~moving].to(dtype)
+        idx = idx.clone()
+        idx[~moving] = total + torch.arange(consts.numel())
+        a = torch.where(moving, a, torch.ones_like(a))
+        c = torch.where(moving, c, torch.zeros_like(c))
+    scale = offset = None
+    if not bool((a == 1).all() and (c == 0).all()):
+        scale, offset = a.to(dtype), c.to(dtype)
+    dev = tensors[0].device if tensors else None
+    if dev is not None:
+        idx = idx.to(dev)
+        consts = consts.to(dev) if consts is not None else None
+        scale = scale.to(dev) if scale is not None else None
+        offset = offset.to(dev) if offset is not None else None
+    trace = Trace(None, None, idx, scale, offset, consts, dtype, tuple(ref.batch_shape), result,
+                  _widths(result, circuit))
+    check = trace.theta(tensors).detach().to(torch.float64)
+    if not torch.allclose(check, thetas[-1].detach().to(torch.float64), rtol=tol, atol=tol):
+        raise QdiffError("static qnode: the angles recorded from the arguments could not be "
+                         "reproduced by a gather (use static=False)")
+    circ_e, post = expand_coefficients(circ_u)
+    rec_like = _Rec(circ_u, thetas[-1], train_u)
+    rule = resolve(qnode.diff_method, qnode.device, circ_u, rec_like, shots)
+    options = qnode.options if qnode.diff_method != "best" else \
+        make_options(rule.name, best_options(rule, qnode.device, shots))
+    trace.plan = Plan(circ_e, qnode.device, rule, train_u, None, options, shared_u,
+                      higher_order(qnode.diff_method, rule), shots)
+    trace.rule = rule
+    validate_rules(trace.plan)
+    job = trace.plan.job(thetas[-1].detach(), keep=rule.keep)
+    prepare = getattr(qnode.device, "prepare", None)
+    trace.prepared = prepare(job) if prepare is not None else Prepared(qnode.device, job)
+    check_batch = getattr(qnode.device, "check_batch", None)
+    if check_batch is not None:
+        check_batch(b, p)
+    return trace
+
+
+class _Rec:
+    """What the rule table reads from a recorded call."""
+
+    def __init__(self, circuit, theta, trainable):
+        self.circuit, self.theta, self.trainable = circuit, theta, trainable
+        self.initial_state = None
+        self.batch_shape = ()
+
+
+def _widths(result, circuit):
+    """Per measurement of a list/tuple result: ``None`` for a scalar, else its output width."""
+    if isinstance(result, Measurement):
+        return None
+    n = circuit.num_wires
+    return [None if m.is_scalar else 2 ** (n if m.wires is None else len(m.wires))
+            for m in circuit.measurements]
+
+
+def _refuse_angle(circuit, ok):
+    bad = int((~ok.all(dim=0)).nonzero()[0, 0])
+    for op in circuit.operations:
+        for par in op.params:
+            if isinstance(par, ParamRef) and par.index == bad:
+                raise QdiffError(
+                    f"static qnode: the angle of gate '{op.gate.pl_name or op.name}' on wires "
+                    f"{list(op.wires)} is not an argument element times a constant plus a "
+                    "constant (e.g. it is computed by torch.sin); compute it before the call "
+                    "and pass it in, or use static=False")
+    raise QdiffError("static qnode: a gate angle is not an affine function of one argument "
+                     "element (use static=False)")
+
+
+# ------------------------------------------------------------------------------------------
+# the qnode
+
+
+class StaticQNode:
+    """A :class:`~qdiff.qnode.QNode` that records once per call signature and replays the
+    angle binding (see the module docstring for when that is valid).
+
+    Args:
+        qnode: the qnode to wrap.
+        max_traces: how many signatures are kept (least recently used dropped).
+    """
+
+    def __init__(self, qnode, max_traces: int = 16):
+        if isinstance(qnode, StaticQNode):
+            qnode = qnode.qnode
+        if not (callable(getattr(qnode, "construct", None)) and callable(getattr(qnode, "func", None))
+                and hasattr(qnode, "options") and hasattr(qnode, "device")):
+            raise QdiffError(f"qd.jit takes a qnode made by qd.qnode; got "
+                             f"{type(qnode).__name__}")
+        if isinstance(max_traces, bool) or not isinstance(max_traces, int) or max_traces < 1:
+            raise QdiffError(f"max_traces must be a positive int; got {max_traces!r}")
+        self.qnode = qnode
+        self.func = qnode.func
+        self.device = qnode.device
+        self.diff_method = qnode.diff_method
+        self.max_traces = max_traces
+        self._traces: OrderedDict = OrderedDict()
+        functools.update_wrapper(self, qnode.func)
+
+    @property
+    def num_traces(self) -> int:
+        """How many call signatures have been traced and are kept."""
+        return len(self._traces)
+
+    def retrace(self) -> None:
+        """Drop every trace: the next call records again (after changing state the function
+        reads from outside its arguments)."""
+        self._traces.clear()
+
+    def construct(self, *args, **kwargs):
+        return self.qnode.construct(*args, **kwargs)
+
+    def __call__(self, *args, **kwargs):
+        shots = self.qnode.shots
+        if "shots" in kwargs and not self.qnode._func_takes_shots:
+            shots = kwargs.pop("shots")  # this call's shots, as for a plain qnode
+        key, tensors = call_signature(args, kwargs)
+        key = (key, shots)
+        trace = self._traces.get(key)
+        if trace is None:
+            trace = trace_call(self.qnode, args, kwargs, key, tensors, shots)
+            self._traces[key] = trace
+            if len(self._traces) > self.max_traces:
+                self._traces.popitem(last=False)
+        return trace.replay(tensors)
+
+    def __reduce__(self):
+        """Pickle by reference, like a qnode (define it at module level)."""
+        import sys
+        mod, qual = getattr(self, "__module__", None), getattr(self, "__qualname__", "")
+        obj = sys.modules.get(mod)
+        for part in qual.split("."):
+            obj = getattr(obj, part, None)
+        if obj is not self:
+            raise QdiffError(f"cannot pickle static qnode '{qual}': it is not reachable as "
+                             f"{mod}.{qual} (define it at module level)")
+        return (_load, (mod, qual))
+
+    def __repr__(self):
+        return f"<StaticQNode {getattr(self.func, '__name__', '?')} on {self.device!r}, " \
+               f"diff_method={self.diff_method!r}, traces={self.num_traces}>"
+
+
+def _load(module: str, qualname: str):
+    import importlib
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def jit(qnode, max_traces: int = 16) -> StaticQNode:
+    """Record ``qnode`` once per call signature and replay the angle binding afterwards.
+
+    >>> import torch, qdiff as qd
+    >>> dev = qd.device("statevector", wires=1)
+    >>> @qd.qnode(dev)
+    ... def f(x):
+    ...     qd.RX(x, wires=0); return qd.expval(qd.Z(0))
+    >>> g = qd.jit(f)
+    >>> bool(torch.isclose(g(torch.tensor(0.3, dtype=torch.float64)),
+    ...                    torch.cos(torch.tensor(0.3, dtype=torch.float64))))
+    True
+    """
+    return StaticQNode(qnode, max_traces)

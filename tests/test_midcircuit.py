@@ -1,0 +1,169 @@
+"""Mid-circuit measurement (``qd.measure``, ``qd.cond``, statistics of outcomes) by deferred
+measurement: values and gradients against PennyLane's default.qubit (``qml.measure``,
+``qml.cond``), sampling against exact probabilities, OpenQASM 3 export run on Aer's dynamic
+circuits, and the refusals.
+"""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import qdiff as qd
+from qdiff import QdiffError
+from qdiff.qnode import record_circuit
+
+qml = pytest.importorskip("pennylane")
+
+DT = torch.float64
+
+
+def _body(lib, x):
+    lib.RY(x[0], wires=0)
+    lib.RX(x[1], wires=1)
+    lib.CNOT(wires=[0, 1])
+    m0 = lib.measure(0)
+    lib.cond(m0, lib.RY)(x[2], wires=2)
+    lib.Hadamard(wires=0)
+    m1 = lib.measure(1, reset=True)
+    lib.cond(~m0 & m1, lib.CRX)(x[3], wires=[0, 2])
+    lib.cond(m1, lib.PauliX, lib.Hadamard)(wires=1)
+    m2 = lib.measure(2)
+    lib.cond(m2, lib.IsingXX)(x[0] * x[1], wires=[0, 1])
+    return (lib.expval(lib.Z(0) @ lib.X(1)), lib.expval(m0), lib.expval(m2),
+            lib.probs(op=[m0, m1]), lib.var(lib.Y(1)), lib.probs(wires=[2, 0]))
+
+
+def _outputs(res):
+    return torch.cat([torch.as_tensor(r, dtype=DT).reshape(-1) for r in res])
+
+
+@pytest.mark.parametrize("diff_method", ["backprop", "adjoint", "parameter-shift"])
+def test_values_and_gradients_match_pennylane(diff_method):
+    x = torch.tensor([0.7, -1.2, 0.4, 2.1], dtype=DT, requires_grad=True)
+    ours = qd.qnode(qd.device("statevector", wires=3), diff_method=diff_method)(
+        lambda x: _body(qd, x))
+    ref = qml.qnode(qml.device("default.qubit"), interface="torch")(lambda x: _body(qml, x))
+    a, b = _outputs(ours(x)), _outputs(ref(x))
+    assert torch.allclose(a, b, atol=1e-12)
+    w = torch.linspace(-1, 1, a.numel(), dtype=DT)
+    (ga,) = torch.autograd.grad(a @ w, x)
+    (gb,) = torch.autograd.grad(b @ w, x)
+    assert torch.allclose(ga, gb, atol=1e-10)
+
+
+def test_batched_inputs_and_closed_form():
+    """RY(x) then measure and copy: <Z1> = cos x, P(m = 1) = sin^2(x/2), for a batch."""
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RY(x, wires=0)
+        m = qd.measure(0, reset=True)
+        qd.cond(m, qd.X(wires=1))
+        return qd.expval(qd.Z(1)), qd.expval(m), qd.expval(qd.Z(0))
+
+    x = torch.linspace(0.1, 3.0, 5, dtype=DT, requires_grad=True)
+    out = f(x)
+    assert out.shape == (5, 3)
+    assert torch.allclose(out[:, 0], torch.cos(x), atol=1e-12)
+    assert torch.allclose(out[:, 1], torch.sin(x / 2) ** 2, atol=1e-12)
+    assert torch.allclose(out[:, 2], torch.ones_like(x), atol=1e-12)  # reset to |0>
+    (g,) = torch.autograd.grad(out[:, 1].sum(), x)
+    assert torch.allclose(g, torch.sin(x) / 2, atol=1e-12)
+
+
+def test_samples_of_an_outcome_follow_its_probability():
+    dev = qd.device("statevector", wires=2, shots=4000, seed=5)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RY(x, wires=0)
+        m = qd.measure(0)
+        return qd.sample(m), qd.sample([m]), qd.probs(op=m)
+
+    s, s2, p = f(torch.tensor(1.1, dtype=DT))
+    assert s.shape == (4000,) and set(s.unique().tolist()) <= {0.0, 1.0}
+    assert s2.shape == (4000, 1)
+    q = math.sin(0.55) ** 2
+    assert abs(float(s.mean()) - q) < 5 * math.sqrt(q * (1 - q) / 4000)
+    assert p.shape == (2,) and abs(float(p[1]) - q) < 5 * math.sqrt(q * (1 - q) / 4000)
+
+
+def test_qasm3_export_runs_as_a_dynamic_circuit_on_aer():
+    pytest.importorskip("qiskit_aer")
+    from qiskit import ClassicalRegister
+    from qiskit_aer import AerSimulator
+    from qdiff.circuits.qasm import dumps
+    from qdiff.circuits.qiskit_io import to_qiskit
+    x = torch.tensor([0.7, -1.2, 0.4, 2.1], dtype=DT)
+
+    def f(x):
+        _body(qd, x)
+        return qd.probs(wires=[0, 1, 2])
+
+    rec = record_circuit(f, 3, x)
+    text = dumps(rec.circuit, version=3)
+    assert "m[0] = measure q[0];" in text and "if (!m[0] && m[1])" in text
+    assert "qubit[3] q;" in text and "bit[3] m;" in text
+    exact = qd.qnode(qd.device("statevector", wires=3))(f)(x)
+    qc = to_qiskit(rec.circuit, rec.theta)
+    out = ClassicalRegister(3, "out")
+    qc.add_register(out)
+    qc.measure([0, 1, 2], out)
+    shots = 20000
+    counts = AerSimulator(seed_simulator=3).run(qc, shots=shots).result().get_counts()
+    freq = torch.zeros(8, dtype=DT)
+    for key, c in counts.items():
+        bits = key.split()[0]  # the 'out' register comes first, little-endian
+        freq[int(bits[::-1], 2)] += c / shots
+    sd = torch.sqrt(exact * (1 - exact) / shots)
+    assert bool(((freq - exact).abs() <= 5 * sd + 1e-3).all())
+
+
+def test_refusals_name_the_fix():
+    dev = qd.device("statevector", wires=2)
+    with pytest.raises(QdiffError, match="only available while a qnode records"):
+        qd.measure(0)
+
+    def run(body):
+        return qd.qnode(dev)(body)()
+
+    with pytest.raises(QdiffError, match="density_matrix"):
+        run(lambda: (qd.measure(0), qd.state())[1])
+    with pytest.raises(QdiffError, match="no Python truth value"):
+        run(lambda: qd.X(1) if qd.measure(0) else None)
+    with pytest.raises(QdiffError, match="'\\+' is not supported"):
+        run(lambda: qd.measure(0) + qd.measure(1))
+    with pytest.raises(QdiffError, match="cond: the condition must be"):
+        run(lambda: qd.cond(True, qd.X)(wires=1))
+    with pytest.raises(QdiffError, match="postselect"):
+        run(lambda: qd.measure(0, postselect=1))
+    with pytest.raises(QdiffError, match="one wire at a time"):
+        run(lambda: qd.measure([0, 1]))
+    with pytest.raises(QdiffError, match="adjoint: a mid-circuit measurement"):
+        run(lambda: qd.adjoint(lambda: qd.measure(0))())
+    with pytest.raises(QdiffError, match="false_fn needs a condition on one"):
+        run(lambda: (lambda m, n: qd.cond(m & n, qd.X, qd.Z)(wires=0))(qd.measure(0),
+                                                                      qd.measure(1)))
+    pl_dev = qd.device("pennylane", name="default.qubit", wires=2)
+
+    @qd.qnode(pl_dev)
+    def g():
+        m = qd.measure(0)
+        return qd.expval(m)
+    with pytest.raises(QdiffError, match=r'fixed register: use qd.device\("statevector"'):
+        g()
+
+
+def test_shots_and_seed_stream_continue_across_calls():
+    dev = qd.device("statevector", wires=1, shots=50, seed=2)
+
+    @qd.qnode(dev)
+    def f():
+        qd.Hadamard(0)
+        return qd.sample(qd.measure(0))
+
+    a, b = f(), f()
+    assert not torch.equal(a, b)  # one sampling stream, not restarted per call
+    assert np.isin(a.numpy(), [0.0, 1.0]).all()

@@ -1,0 +1,425 @@
+"""The mixed-state engine against PennyLane's default.mixed (values, density matrices and
+backprop gradients), finite differences, closed forms, and bad input."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import qdiff as qd
+from qdiff.circuits import channels as C
+
+qml = pytest.importorskip("pennylane")
+
+GATES_1Q = [("Hadamard", 0), ("S", 0), ("T", 0), ("SX", 0), ("PauliX", 0), ("PauliY", 0),
+            ("RX", 1), ("RY", 1), ("RZ", 1), ("PhaseShift", 1), ("Rot", 3), ("U3", 3)]
+GATES_2Q = [("CNOT", 0), ("CZ", 0), ("CY", 0), ("SWAP", 0), ("ISWAP", 0), ("CRX", 1),
+            ("CRY", 1), ("CRZ", 1), ("IsingXX", 1), ("IsingYY", 1), ("IsingZZ", 1),
+            ("ControlledPhaseShift", 1), ("CRot", 3), ("SingleExcitation", 1)]
+GATES_3Q = [("Toffoli", 0), ("CSWAP", 0)]
+CHANNELS_1Q = [("BitFlip", lambda r: [r.uniform(0, 1)]),
+               ("PhaseFlip", lambda r: [r.uniform(0, 1)]),
+               ("DepolarizingChannel", lambda r: [r.uniform(0, 1)]),
+               ("AmplitudeDamping", lambda r: [r.uniform(0, 1)]),
+               ("GeneralizedAmplitudeDamping", lambda r: [r.uniform(0, 1), r.uniform(0, 1)]),
+               ("PhaseDamping", lambda r: [r.uniform(0, 1)]),
+               ("ResetError", lambda r: [r.uniform(0, 0.5), r.uniform(0, 0.5)]),
+               ("ThermalRelaxationError", lambda r: _thermal(r))]
+
+
+def _thermal(r):
+    t1 = r.uniform(50, 150)
+    return [r.uniform(0, 1), t1, r.uniform(10, 2 * t1), r.uniform(1, 30)]
+
+
+def random_kraus(r, k, wires=1):
+    """A random trace-preserving Kraus set (k operators) from an isometry."""
+    d = 2 ** wires
+    a = r.normal(size=(k * d, d)) + 1j * r.normal(size=(k * d, d))
+    q, _ = np.linalg.qr(a)
+    return [q[i * d:(i + 1) * d] for i in range(k)]
+
+
+def random_ops(r, n, depth, trainable_channels=True):
+    """``[(kind, name, wires, params)]``; kind: gate, channel, pauli (word), kraus (matrices)."""
+    ops = []
+    for _ in range(depth):
+        u = r.uniform()
+        if u < 0.4 or n == 1:
+            name, p = GATES_1Q[r.integers(len(GATES_1Q))]
+            ops.append(("gate", name, [int(r.integers(n))], list(r.uniform(-np.pi, np.pi, p))))
+        elif u < 0.6 or n < 3:
+            name, p = GATES_2Q[r.integers(len(GATES_2Q))]
+            ops.append(("gate", name, [int(w) for w in r.choice(n, 2, replace=False)],
+                        list(r.uniform(-np.pi, np.pi, p))))
+        elif u < 0.63:
+            name, _ = GATES_3Q[r.integers(len(GATES_3Q))]
+            ops.append(("gate", name, [int(w) for w in r.choice(n, 3, replace=False)], []))
+        elif u < 0.9:
+            name, gen = CHANNELS_1Q[r.integers(len(CHANNELS_1Q))]
+            ops.append(("channel", name, [int(r.integers(n))], gen(r)))
+        elif u < 0.95:
+            k = int(r.integers(1, min(n, 2) + 1))
+            word = "".join(r.choice(list("IXYZ"), k))
+            ops.append(("pauli", word, [int(w) for w in r.choice(n, k, replace=False)],
+                        [r.uniform(0, 1)]))
+        else:
+            ops.append(("kraus", random_kraus(r, int(r.integers(1, 4))), [int(r.integers(n))],
+                        []))
+    return ops
+
+
+def random_observable(r, n):
+    terms = []
+    for _ in range(int(r.integers(1, 4))):
+        word = {int(w): str(r.choice(list("XYZ"))) for w in
+                r.choice(n, int(r.integers(1, n + 1)), replace=False)}
+        terms.append((float(r.normal()), word))
+    return terms
+
+
+def qd_obs(terms):
+    total = None
+    for c, word in terms:
+        t = None
+        for w, l in word.items():
+            f = getattr(qd, l)(w)
+            t = f if t is None else t @ f
+        total = c * t if total is None else total + c * t
+    return total
+
+
+def pl_obs(terms):
+    ops = []
+    for c, word in terms:
+        ops.append(qml.prod(*[getattr(qml, "Pauli" + l)(w) for w, l in word.items()]))
+    return qml.Hamiltonian([c for c, _ in terms], ops)
+
+
+def run_ops(lib, ops, params):
+    """Apply ``ops`` with ``lib`` (qd or qml); ``params`` replaces each op's parameters."""
+    for (kind, name, wires, _), ps in zip(ops, params):
+        if kind == "gate":
+            getattr(lib, name)(*ps, wires=wires)
+        elif kind == "channel":
+            getattr(lib, name)(*ps, wires=wires)
+        elif kind == "pauli":
+            lib.PauliError(name, ps[0], wires=wires)
+        else:
+            lib.QubitChannel(name, wires=wires)
+
+
+def measurements(lib, r_meas, n):
+    kinds, obs, wires = r_meas
+    out = []
+    for k, o, w in zip(kinds, obs, wires):
+        if k == "expval":
+            out.append(lib.expval(qd_obs(o) if lib is qd else pl_obs(o)))
+        elif k == "var":
+            out.append(lib.var(qd_obs(o) if lib is qd else pl_obs(o)))
+        elif k == "probs":
+            out.append(lib.probs(wires=w))
+        elif k == "density_matrix":
+            out.append(lib.density_matrix(wires=w))
+        else:
+            out.append(lib.purity(wires=w))
+    return out
+
+
+def random_measurements(r, n):
+    kinds = list(r.choice(["expval", "var", "probs", "density_matrix", "purity"],
+                          int(r.integers(1, 4))))
+    obs = [random_observable(r, n) for _ in kinds]
+    wires = [[int(w) for w in r.choice(n, int(r.integers(1, n + 1)), replace=False)]
+             for _ in kinds]
+    return kinds, obs, wires
+
+
+def compare_one(seed, batch=2):
+    r = np.random.default_rng(seed)
+    n = int(r.integers(1, 5))
+    ops = random_ops(r, n, int(r.integers(3, 16)))
+    meas = random_measurements(r, n)
+    # the first gate angle (if any) is batched: B bindings
+    bidx = next((i for i, o in enumerate(ops) if o[0] == "gate" and o[3]), None)
+    angles = r.uniform(-np.pi, np.pi, batch)
+
+    def params_for(b, as_tensor):
+        ps = []
+        for i, o in enumerate(ops):
+            p = list(o[3])
+            if i == bidx:
+                p[0] = torch.tensor(angles) if as_tensor else angles[b]
+            ps.append(p)
+        return ps
+
+    dev = qd.device("mixed", wires=n)
+    got = qd.qnode(dev)(lambda: (run_ops(qd, ops, params_for(None, True)),
+                                 measurements(qd, meas, n))[1])()
+    if isinstance(got, torch.Tensor):  # all scalar: stacked on the last dim
+        got = list(got.unbind(-1))
+    pl_dev = qml.device("default.mixed", wires=n)
+
+    @qml.qnode(pl_dev)
+    def ref(b):
+        run_ops(qml, ops, params_for(b, False))
+        return measurements(qml, meas, n)
+
+    for b in range(batch if bidx is not None else 1):
+        want = ref(b)
+        for g, w in zip(got, want):
+            g = g[b] if bidx is not None else g
+            np.testing.assert_allclose(np.asarray(g.detach()), np.asarray(w), atol=1e-10,
+                                       rtol=0, err_msg=f"seed {seed}")
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_noisy_circuits_equal_default_mixed(seed):
+    compare_one(seed)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(30, 150))
+def test_random_noisy_circuits_equal_default_mixed_bulk(seed):
+    compare_one(seed)
+
+
+def test_every_channel_and_measurement_is_exercised():
+    seen_ch, seen_m = set(), set()
+    for seed in range(30):
+        r = np.random.default_rng(seed)
+        n = int(r.integers(1, 5))
+        ops = random_ops(r, n, int(r.integers(3, 16)))
+        seen_ch |= {o[1] if o[0] == "channel" else o[0] for o in ops if o[0] != "gate"}
+        seen_m |= set(random_measurements(r, n)[0])
+    assert {c[0] for c in CHANNELS_1Q} | {"pauli", "kraus"} <= seen_ch
+    assert seen_m == {"expval", "var", "probs", "density_matrix", "purity"}
+
+
+# ------------------------------------------------------------------------------------------
+# gradients
+
+
+def _grad_circuit(lib, x, p, g):
+    lib.RX(x[0], wires=0)
+    lib.RY(x[1], wires=1)
+    lib.CNOT(wires=[0, 1])
+    lib.DepolarizingChannel(p[0], wires=0)
+    lib.AmplitudeDamping(p[1], wires=1)
+    lib.CRZ(x[2], wires=[1, 0])
+    lib.GeneralizedAmplitudeDamping(p[2], p[3], wires=0)
+    lib.ThermalRelaxationError(p[4], g[0], g[1], g[2], wires=1)
+    lib.PhaseDamping(p[5], wires=0)
+    lib.Rot(x[3], x[4], x[5], wires=1)
+    lib.BitFlip(p[6], wires=1)
+    lib.ResetError(p[7], p[8], wires=0)
+    lib.PauliError("XZ", p[9], wires=[1, 0])
+    lib.PhaseFlip(p[10], wires=1)
+
+
+def _values():
+    r = np.random.default_rng(7)
+    x = r.uniform(-2, 2, 6)
+    p = r.uniform(0.05, 0.4, 11)
+    g = np.array([90.0, 60.0, 12.0])  # t1, t2, tq
+    return x, p, g
+
+
+def _qd_fn(dev):
+    H = 0.7 * qd.Z(0) @ qd.Z(1) + 0.3 * qd.X(0) - 0.4 * qd.Y(1)
+
+    @qd.qnode(dev, diff_method="backprop")
+    def f(x, p, g):
+        _grad_circuit(qd, x, p, g)
+        return qd.expval(H), qd.var(qd.X(1)), qd.purity([0, 1])
+    return f
+
+
+def test_gradients_equal_default_mixed_backprop_and_finite_differences():
+    x, p, g = _values()
+    f = _qd_fn(qd.device("mixed", wires=2))
+    tx = torch.tensor(x, requires_grad=True)
+    tp = torch.tensor(p, requires_grad=True)
+    tg = torch.tensor(g, requires_grad=True)
+    jac = torch.autograd.functional.jacobian(lambda a, b, c: torch.stack(f(a, b, c)),
+                                             (tx, tp, tg))
+
+    H = 0.7 * qml.PauliZ(0) @ qml.PauliZ(1) + 0.3 * qml.PauliX(0) - 0.4 * qml.PauliY(1)
+    pnp = qml.numpy
+
+    # PennyLane's backprop through autograd (its torch path loses ~1e-9 in these channels)
+    @qml.qnode(qml.device("default.mixed", wires=2), interface="autograd", diff_method="backprop")
+    def ref(a, b, c):
+        _grad_circuit(qml, a, b, c)
+        return pnp.stack([qml.expval(H), qml.var(qml.PauliX(1)), qml.purity(wires=[0, 1])])
+
+    def stacked(a, b, c):
+        return pnp.stack(ref(a, b, c))
+    pj = qml.jacobian(stacked, argnums=[0, 1, 2])(pnp.array(x, requires_grad=True),
+                                                 pnp.array(p, requires_grad=True),
+                                                 pnp.array(g, requires_grad=True))
+    for a, b in zip(jac, pj):
+        np.testing.assert_allclose(a.numpy(), np.asarray(b), atol=1e-8, rtol=0)
+    # central finite differences (all three inputs at once, one direction per column)
+    h = 1e-5
+    for k, base in enumerate((x, p, g)):
+        for j in range(len(base)):
+            args_p = [x.copy(), p.copy(), g.copy()]
+            args_m = [x.copy(), p.copy(), g.copy()]
+            args_p[k][j] += h
+            args_m[k][j] -= h
+            fp = f(*[torch.tensor(a) for a in args_p])
+            fm = f(*[torch.tensor(a) for a in args_m])
+            fd = (torch.stack(fp) - torch.stack(fm)) / (2 * h)
+            np.testing.assert_allclose(jac[k][:, j].numpy(), fd.numpy(), atol=1e-8, rtol=0)
+
+
+def test_channel_gradient_at_zero_probability_is_finite():
+    dev = qd.device("mixed", wires=1)
+
+    @qd.qnode(dev)
+    def f(p):
+        qd.Hadamard(0)
+        qd.DepolarizingChannel(p, wires=0)
+        qd.BitFlip(p, wires=0)
+        return qd.expval(qd.X(0))
+    p = torch.tensor(0.0, dtype=torch.float64, requires_grad=True)
+    f(p).backward()
+    # <X> = 1 - 4p/3 (depolarizing; the bit flip leaves |+> alone)
+    assert abs(float(p.grad) + 4 / 3) < 1e-12
+
+
+def test_batched_channel_parameters_and_closed_forms():
+    dev = qd.device("mixed", wires=1)
+
+    @qd.qnode(dev)
+    def f(g):
+        qd.PauliX(0)
+        qd.AmplitudeDamping(g, wires=0)
+        return qd.expval(qd.Z(0))
+    g = torch.linspace(0, 1, 5, dtype=torch.float64)
+    torch.testing.assert_close(f(g), 2 * g - 1)
+
+
+def test_noiseless_circuits_agree_with_the_statevector_engine():
+    r = np.random.default_rng(3)
+    n = 3
+    ops = [o for o in random_ops(r, n, 30) if o[0] == "gate"]
+    terms = random_observable(r, n)
+
+    def body(lib):
+        run_ops(lib, ops, [o[3] for o in ops])
+        return lib.expval(qd_obs(terms)), lib.probs(wires=[0, 2])
+    a = qd.qnode(qd.device("mixed", wires=n))(lambda: body(qd))()
+    b = qd.qnode(qd.device("statevector", wires=n))(lambda: body(qd))()
+    for u, v in zip(a, b):
+        torch.testing.assert_close(u, v, atol=1e-12, rtol=0)
+
+
+def test_shots_sample_counts_and_probs():
+    dev = qd.device("mixed", wires=2, shots=4000, seed=1)
+
+    @qd.qnode(dev)
+    def f():
+        qd.Hadamard(0)
+        qd.CNOT(wires=[0, 1])
+        qd.BitFlip(0.2, wires=1)
+        return qd.probs(wires=[0, 1]), qd.sample(wires=[0, 1]), qd.expval(qd.Z(0) @ qd.Z(1))
+    p, s, e = f()
+    exact = torch.tensor([0.4, 0.1, 0.1, 0.4], dtype=p.dtype)
+    assert (p - exact).abs().max() < 0.04
+    assert s.shape == (4000, 2)
+    assert abs(float(e) - 0.6) < 0.06
+
+    @qd.qnode(dev)
+    def g():
+        qd.PauliX(0)
+        return qd.counts(wires=[0])
+    assert g() == {"1": 4000}
+
+
+def test_density_matrix_wire_order_and_purity_of_bell_state():
+    dev = qd.device("mixed", wires=3)
+
+    @qd.qnode(dev)
+    def f():
+        qd.PauliX(2)
+        qd.Hadamard(0)
+        qd.CNOT(wires=[0, 1])
+        return qd.density_matrix([2, 0]), qd.purity([0]), qd.purity([0, 1])
+    rho, p1, p2 = f()
+    want = torch.zeros(4, 4, dtype=torch.complex128)
+    want[2, 2] = want[3, 3] = 0.5  # wire 2 in |1>, wire 0 maximally mixed
+    torch.testing.assert_close(rho, want)
+    assert abs(float(p1) - 0.5) < 1e-12 and abs(float(p2) - 1) < 1e-12
+
+
+# ------------------------------------------------------------------------------------------
+# bad input
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: qd.DepolarizingChannel(1.5, wires=0), ["DepolarizingChannel", "p=1.5"]),
+    (lambda: qd.AmplitudeDamping(-0.1, wires=0), ["AmplitudeDamping", "gamma"]),
+    (lambda: qd.ResetError(0.6, 0.6, wires=0), ["ResetError", "p_0 + p_1"]),
+    (lambda: qd.GeneralizedAmplitudeDamping(0.2, 2.0, wires=0), ["GeneralizedAmplitude", "p="]),
+    (lambda: qd.ThermalRelaxationError(0.1, 10.0, 30.0, 1.0, wires=0), ["t2", "2*t1"]),
+    (lambda: qd.ThermalRelaxationError(0.1, -1.0, 1.0, 1.0, wires=0), ["t1", "positive"]),
+    (lambda: qd.QubitChannel([np.eye(2), np.eye(2)], wires=0), ["QubitChannel",
+                                                                 "trace preserving"]),
+    (lambda: qd.QubitChannel([np.eye(3)], wires=0), ["QubitChannel", "2**k"]),
+    (lambda: qd.PauliError("XQ", 0.1, wires=[0, 1]), ["PauliError", "XQ"]),
+    (lambda: qd.BitFlip(torch.tensor([0.1, 1.2]), wires=0), ["BitFlip", "1.2"]),
+    (lambda: qd.BitFlip("0.1", wires=0), ["BitFlip", "p"]),
+    (lambda: qd.BitFlip(0.1, wires=0, foo=1), ["BitFlip", "foo"]),
+    (lambda: qd.DepolarizingChannel(0.1, wires=[0, 1]), ["DepolarizingChannel", "1 wire"]),
+])
+def test_bad_channel_input_names_the_channel_and_parameter(call, words):
+    with pytest.raises(qd.QdiffError) as e:
+        call()
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_channels_on_a_statevector_device_are_refused():
+    dev = qd.device("statevector", wires=1)
+
+    @qd.qnode(dev)
+    def f():
+        qd.BitFlip(0.1, wires=0)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffError, match="BitFlip.*trajectories"):
+        f()
+
+
+def test_too_many_qubits_for_density_matrices_is_refused():
+    with pytest.raises(qd.QdiffError, match=r"density matrices.*16\*4\*\*n"):
+        qd.device("mixed", wires=30)
+
+
+def test_state_on_mixed_device_says_to_use_density_matrix():
+    @qd.qnode(qd.device("mixed", wires=1))
+    def f():
+        return qd.state()
+    with pytest.raises(qd.QdiffError, match="density_matrix"):
+        f()
+
+
+def test_best_with_shots_differentiates_channel_parameters_by_finite_differences():
+    from qdiff.rules import FINITE_DIFF, best
+    dev = qd.device("mixed", wires=1, shots=200000, seed=3)
+
+    @qd.qnode(dev)
+    def f(x, p):
+        qd.RX(x, wires=0)
+        qd.DepolarizingChannel(p, wires=0)
+        return qd.expval(qd.Z(0))
+    x = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    p = torch.tensor(0.2, dtype=torch.float64, requires_grad=True)
+    assert best(dev, f.construct(x, p)[0].circuit, f.construct(x, p)[0]) is FINITE_DIFF
+    f(x, p).backward()
+    # <Z> = cos(x) (1 - 4p/3)
+    assert abs(float(x.grad) + math.sin(0.5) * (1 - 0.8 / 3)) < 0.03
+    assert abs(float(p.grad) + 4 / 3 * math.cos(0.5)) < 0.03

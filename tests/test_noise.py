@@ -1,0 +1,258 @@
+"""Noise models: rules, readout, conversion of IBM device noise (Aer density-matrix
+simulation with the same noise model as the oracle), native-circuit checks, and the
+trajectory method converging to the mixed engine."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import qdiff as qd
+
+PI = math.pi
+
+
+def native_layer(x, n):
+    """A hardware-efficient layer in IBM's basis (rz, sx, x, cx) on a line of qubits:
+    RY(t) = RZ(pi) SX RZ(t + pi) SX up to a global phase."""
+    for w in range(n):
+        qd.SX(wires=w)
+        qd.RZ(x[w] + PI, wires=w)
+        qd.SX(wires=w)
+        qd.RZ(x[n + w], wires=w)
+    for w in range(n - 1):
+        qd.CNOT(wires=[w, w + 1])
+    qd.PauliX(wires=0)
+
+
+def to_qiskit(x, n, layers):
+    from qiskit import QuantumCircuit
+    qc = QuantumCircuit(n)
+    for layer in range(layers):
+        xs = x[layer]
+        for w in range(n):
+            qc.sx(w)
+            qc.rz(float(xs[w]) + PI, w)
+            qc.sx(w)
+            qc.rz(float(xs[n + w]), w)
+        for w in range(n - 1):
+            qc.cx(w, w + 1)
+        qc.x(0)
+    return qc
+
+
+@pytest.fixture(scope="module")
+def manila():
+    pytest.importorskip("qiskit_aer")
+    pytest.importorskip("qiskit_ibm_runtime")
+    return qd.noise.from_backend("fake_manila")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_fake_manila_density_matrix_equals_aer(manila, n):
+    from qiskit_aer import AerSimulator
+    from qiskit_aer.noise import NoiseModel as AerNoise
+    from qiskit_ibm_runtime.fake_provider import FakeManilaV2
+    layers = 2
+    x = np.random.default_rng(n).uniform(-PI, PI, (layers, 2 * n))
+    dev = qd.device("mixed", wires=n, noise=manila)
+
+    @qd.qnode(dev)
+    def f(t):
+        for layer in range(layers):
+            native_layer(t[layer], n)
+        return qd.density_matrix(list(range(n))), qd.expval(qd.Z(0) @ qd.Z(n - 1)), \
+            qd.expval(qd.X(1))
+    rho, zz, x1 = f(torch.tensor(x))
+    qc = to_qiskit(x, n, layers)
+    qc.save_density_matrix()
+    sim = AerSimulator(method="density_matrix", noise_model=AerNoise.from_backend(FakeManilaV2()))
+    want = np.asarray(sim.run(qc).result().data()["density_matrix"])
+    # Qiskit orders qubit 0 as the least significant bit: reverse the wires
+    t = want.reshape([2] * (2 * n))
+    want = t.transpose(list(range(n))[::-1] + list(range(n, 2 * n))[::-1]).reshape(2 ** n, 2 ** n)
+    np.testing.assert_allclose(rho.numpy(), want, atol=1e-8, rtol=0)
+    from qiskit.quantum_info import DensityMatrix, SparsePauliOp
+    dm = DensityMatrix(sim.run(qc).result().data()["density_matrix"])
+    lbl = ["I"] * n
+    lbl[0] = lbl[n - 1] = "Z"
+    assert abs(float(zz) - dm.expectation_value(SparsePauliOp("".join(lbl[::-1]))).real) < 1e-8
+    lbl = ["I"] * n
+    lbl[1] = "X"
+    assert abs(float(x1) - dm.expectation_value(SparsePauliOp("".join(lbl[::-1]))).real) < 1e-8
+    # the noise really acts: purity well below one
+    assert float(torch.einsum("ij,ji->", rho, rho).real) < 0.99
+
+
+def test_aer_noise_model_object_converts_the_same(manila):
+    from qiskit_aer.noise import NoiseModel as AerNoise
+    from qiskit_ibm_runtime.fake_provider import FakeManilaV2
+    m2 = qd.noise.from_backend(AerNoise.from_backend(FakeManilaV2()))
+    assert len(m2.rules) == len(manila.rules)
+    assert set(m2.readout) == set(manila.readout)
+    dev_a = qd.device("mixed", wires=2, noise=manila)
+    dev_b = qd.device("mixed", wires=2, noise=m2)
+
+    def body():
+        qd.SX(wires=0)
+        qd.CNOT(wires=[0, 1])
+        return qd.expval(qd.Z(0) @ qd.Z(1))
+    assert abs(float(qd.qnode(dev_a)(body)()) - float(qd.qnode(dev_b)(body)())) < 1e-14
+
+
+def test_device_name_shortcut_and_readout_error(manila):
+    dev = qd.device("mixed", wires=1, noise="fake_manila")
+
+    @qd.qnode(dev)
+    def f():
+        qd.PauliX(wires=0)
+        return qd.probs(wires=[0]), qd.expval(qd.Z(0))
+    p, z = f()
+    m = manila.readout[0]
+    # the X gate's own error is tiny; readout turns |1> into M @ (0, 1)
+    assert abs(float(p[0]) - float(m[0, 1])) < 2e-3
+    assert abs(float(z) + 1) < 2e-3  # expval is of the state, before readout
+
+
+def test_non_native_circuits_are_refused_with_the_gate_named(manila):
+    dev = qd.device("mixed", wires=3, noise=manila)
+
+    @qd.qnode(dev)
+    def f():
+        qd.Hadamard(0)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffError, match="Hadamard.*not a basis gate of fake_manila"):
+        f()
+
+    @qd.qnode(dev)
+    def g():
+        qd.CNOT(wires=[0, 2])
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffError, match="not coupled on fake_manila"):
+        g()
+    assert not qd.noise.native(qd.qnode(dev)(g).construct()[0].circuit, manila)
+
+
+def test_device_with_more_wires_than_the_noise_model_is_refused(manila):
+    with pytest.raises(qd.QdiffError, match="describes 5 qubits"):
+        qd.device("mixed", wires=6, noise=manila)
+
+
+def test_rules_insert_channels_after_matching_gates_only():
+    m = qd.noise.NoiseModel().add("cx", qd.BitFlip, 0.1, wires=[0, 1]).add(
+        "rx", qd.PhaseFlip, 0.2)
+    c = qd.Circuit(2, tuple(qd.Operation(qd.get_gate(g), w, p) for g, w, p in (
+        ("cx", (0, 1), ()), ("cx", (1, 0), ()), ("rx", (1,), (0.3,)))))
+    names = [(op.name, op.wires) for op in m.apply(c).operations]
+    assert names == [("cx", (0, 1)), ("BitFlip", (0,)), ("BitFlip", (1,)), ("cx", (1, 0)),
+                     ("rx", (1,)), ("PhaseFlip", (1,))]
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: qd.noise.NoiseModel().add("nope", qd.BitFlip, 0.1), ["unknown gate", "nope"]),
+    (lambda: qd.noise.NoiseModel().add("cx", qd.BitFlip, 1.1), ["BitFlip", "p=1.1"]),
+    (lambda: qd.noise.NoiseModel().add("cx", qd.BitFlip), ["BitFlip", "1 parameter"]),
+    (lambda: qd.noise.NoiseModel().add("cx", qd.RX, 0.1), ["not a channel"]),
+    (lambda: qd.noise.NoiseModel().add_readout(0, 0.1, -0.2), ["readout", "p10"]),
+    (lambda: qd.noise.from_backend("fake_nowhere"), ["unknown fake IBM device"]),
+    (lambda: qd.noise.from_backend(42), ["expected a device name"]),
+    (lambda: qd.device("statevector", wires=1, noise=qd.noise.NoiseModel()), ["trajectories"]),
+    (lambda: qd.device("statevector", wires=1, trajectories=0), ["trajectories", "0"]),
+])
+def test_bad_noise_input(call, words):
+    with pytest.raises(qd.QdiffError) as e:
+        call()
+    for w in words:
+        assert w in str(e.value)
+
+
+# ------------------------------------------------------------------------------------------
+# trajectories
+
+
+def _noisy_model():
+    return (qd.noise.NoiseModel().add("cx", qd.DepolarizingChannel, 0.08)
+            .add("ry", qd.AmplitudeDamping, 0.15)
+            .add("rz", qd.ThermalRelaxationError, 0.1, 50.0, 40.0, 5.0)
+            .add("ry", qd.GeneralizedAmplitudeDamping, 0.1, 0.3))
+
+
+def _body(x, p):
+    for w in range(3):
+        qd.RY(x[w], wires=w)
+        qd.RZ(x[3 + w], wires=w)
+    qd.CNOT(wires=[0, 1])
+    qd.PhaseDamping(p, wires=1)
+    qd.CNOT(wires=[1, 2])
+    return qd.expval(qd.Z(0) @ qd.Z(2) + 0.5 * qd.X(1)), qd.probs(wires=[0])
+
+
+def test_trajectories_converge_to_the_mixed_engine_within_statistical_bounds():
+    k = 4000
+    x = torch.tensor([0.3, 1.1, -0.7, 0.2, 0.9, 1.3], dtype=torch.float64, requires_grad=True)
+    p = torch.tensor(0.2, dtype=torch.float64, requires_grad=True)
+    e_m, p_m = qd.qnode(qd.device("mixed", wires=3, noise=_noisy_model()))(_body)(x, p)
+    gm = torch.autograd.grad(e_m, (x, p))
+    traj = qd.device("statevector", wires=3, noise=_noisy_model(), trajectories=k, seed=11)
+    # independent repetitions give the spread of the estimator (values and gradients)
+    vals, grads = [], []
+    for _ in range(6):
+        e_t, p_t = qd.qnode(traj)(_body)(x, p)
+        g = torch.autograd.grad(e_t, (x, p))
+        vals.append(torch.cat([e_t.reshape(1), p_t.reshape(-1)]).detach())
+        grads.append(torch.cat([g[0], g[1].reshape(1)]))
+    vals, grads = torch.stack(vals), torch.stack(grads)
+    want_v = torch.cat([e_m.reshape(1), p_m.reshape(-1)]).detach()
+    want_g = torch.cat([gm[0], gm[1].reshape(1)])
+    for est, want in ((vals, want_v), (grads, want_g)):
+        mean, sem = est.mean(0), est.std(0) / math.sqrt(est.shape[0])
+        # 5 standard errors, plus a floor for components whose spread is ~0
+        assert ((mean - want).abs() <= 5 * sem + 2e-3).all(), (mean, want, sem)
+
+
+def test_trajectories_of_a_pauli_channel_on_a_basis_state_are_exact():
+    dev = qd.device("statevector", wires=1, trajectories=64, seed=0)
+
+    @qd.qnode(dev)
+    def f():
+        qd.PauliX(wires=0)
+        qd.PhaseFlip(0.3, wires=0)  # Z on |1> only changes a global sign
+        return qd.expval(qd.Z(0))
+    assert abs(float(f()) + 1) < 1e-12
+
+
+def test_trajectories_refuse_shots_and_unsupported_measurements():
+    with pytest.raises(qd.QdiffError, match="shots"):
+        qd.device("statevector", wires=1, trajectories=4, shots=10)
+    dev = qd.device("statevector", wires=1, trajectories=4)
+
+    @qd.qnode(dev)
+    def f():
+        qd.BitFlip(0.1, wires=0)
+        return qd.state()
+    with pytest.raises(qd.QdiffError, match="trajectories"):
+        f()
+
+
+def test_a_static_qnode_on_a_trajectory_device_samples_trajectories():
+    # the record-once fast path must not run a noisy device's circuit noiselessly
+    model = qd.noise.NoiseModel().add("rx", qd.BitFlip, 0.25)
+    dev = qd.device("statevector", wires=1, trajectories=2000, seed=3, noise=model)
+
+    @qd.qnode(dev, static=True)
+    def f(t):
+        qd.RX(t, wires=0)
+        return qd.expval(qd.Z(0))
+
+    @qd.qnode(qd.device("mixed", wires=1, noise=model))
+    def g(t):
+        qd.RX(t, wires=0)
+        return qd.expval(qd.Z(0))
+
+    t = torch.tensor(0.4, dtype=torch.float64)
+    noiseless = math.cos(0.4)
+    exact = float(g(t))
+    assert abs(exact - noiseless) > 0.05  # the model does act on this circuit
+    assert abs(float(f(t)) - exact) < 0.08

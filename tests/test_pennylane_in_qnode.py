@@ -1,0 +1,325 @@
+"""PennyLane objects inside a qdiff qnode are recorded (converted) or refused, never dropped;
+qnode keywords are validated; ``shots=`` is honoured; device names point to the fix.
+
+Oracles: the same circuit written with qdiff's own gates, PennyLane's default.qubit, closed
+forms, and binomial statistics for shots.
+"""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import qdiff as qd
+from qdiff import QdiffError
+from qdiff.circuits.gates import GATES
+from qdiff.circuits.pennylane_io import _ADJOINT_OF, _TO_PL
+
+qml = pytest.importorskip("pennylane")
+
+N = 4
+
+
+def _prep(x):
+    for w in range(N):
+        qd.RY(x[w], wires=w)
+        qd.RZ(x[N + w], wires=w)
+
+
+def _pl_gate(name):
+    if name in _ADJOINT_OF:
+        return lambda *a, wires: qml.adjoint(getattr(qml, _ADJOINT_OF[name])(wires=wires))
+    if name == "paulirot":
+        return lambda a, wires: qml.PauliRot(a, "XYZ", wires=wires)
+    return getattr(qml, _TO_PL[name])
+
+
+@pytest.mark.parametrize("name", sorted(_TO_PL) + sorted(_ADJOINT_OF) + ["paulirot"])
+def test_every_shared_gate_same_state_either_way(name):
+    """Each gate qdiff and PennyLane share: the qdiff gate and the PennyLane gate inside a qdiff
+    qnode give the same final state, equal to default.qubit's."""
+    if name == "multirz":
+        gate, k = qd.MultiRZ, 3
+    elif name == "paulirot":
+        gate, k = (lambda a, wires: qd.PauliRot(a, "XYZ", wires=wires)), 3
+        gate.num_params = 1
+    else:
+        gate = GATES[name]
+        k = gate.num_wires
+    wires = [2, 0, 3, 1][:k]
+    gen = torch.Generator().manual_seed(hash(name) % 1000)
+    x = torch.rand(2 * N, generator=gen, dtype=torch.float64) * 3
+    angles = [torch.rand((), generator=gen, dtype=torch.float64) * 4 - 2
+              for _ in range(gate.num_params)]
+    dev = qd.device("statevector", wires=N)
+    pl_cls = _pl_gate(name)
+
+    @qd.qnode(dev)
+    def with_qdiff(x, *a):
+        _prep(x)
+        gate(*a, wires=wires)
+        return qd.state()
+
+    @qd.qnode(dev)
+    def with_pennylane(x, *a):
+        _prep(x)
+        pl_cls(*a, wires=wires)
+        return qd.state()
+
+    @qml.qnode(qml.device("default.qubit", wires=N), interface="torch")
+    def reference(x, *a):
+        for w in range(N):
+            qml.RY(x[w], wires=w)
+            qml.RZ(x[N + w], wires=w)
+        pl_cls(*a, wires=wires)
+        return qml.state()
+
+    a = with_qdiff(x, *angles)
+    b = with_pennylane(x, *angles)
+    ref = reference(x, *angles)
+    assert torch.allclose(a, b, atol=1e-12)
+    assert torch.allclose(b, ref.to(b.dtype), atol=1e-10)
+
+
+def test_pennylane_gate_is_not_dropped():
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RX(x, 0)
+        qml.CNOT([0, 1])
+        return qd.expval(qd.Z(1))
+
+    x = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    y = f(x)
+    assert torch.allclose(y, torch.cos(x))
+    y.backward()
+    assert torch.allclose(x.grad, -torch.sin(x.detach()))
+
+
+@pytest.mark.parametrize("diff_method", ["backprop", "adjoint", "parameter-shift"])
+def test_pennylane_parameters_are_differentiable(diff_method):
+    """Gradients through PennyLane gates' torch parameters, batched, against default.qubit."""
+    dev = qd.device("statevector", wires=3)
+    w = torch.rand(2, 3, 3, dtype=torch.float64, requires_grad=True)
+    x = torch.rand(5, 3, dtype=torch.float64)
+
+    @qd.qnode(dev, diff_method=diff_method)
+    def f(x, w):
+        qml.AngleEmbedding(x, wires=range(3))
+        qml.StronglyEntanglingLayers(w, wires=range(3))
+        qml.CRX(w[0, 0, 0] * 2, wires=[0, 2])
+        return [qml.expval(qml.Z(i)) for i in range(3)]
+
+    @qml.qnode(qml.device("default.qubit", wires=3), interface="torch")
+    def ref(x, w):
+        qml.AngleEmbedding(x, wires=range(3))
+        qml.StronglyEntanglingLayers(w, wires=range(3))
+        qml.CRX(w[0, 0, 0] * 2, wires=[0, 2])
+        return [qml.expval(qml.Z(i)) for i in range(3)]
+
+    out = f(x, w)
+    (g,) = torch.autograd.grad(out.sum(), w)
+    expect = torch.stack(ref(x, w), dim=-1)
+    (g_ref,) = torch.autograd.grad(expect.sum(), w)
+    assert out.shape == (5, 3)
+    assert torch.allclose(out, expect, atol=1e-10)
+    assert torch.allclose(g, g_ref, atol=1e-9)
+
+
+def test_pennylane_measurements_and_observables():
+    dev = qd.device("statevector", wires=2)
+    x = torch.tensor([0.3, 1.1], dtype=torch.float64)
+
+    @qd.qnode(dev)
+    def f(x):
+        qml.RX(x, 0)
+        qml.CNOT([0, 1])
+        qml.RY(0.4, 1)
+        return (qml.expval(qml.Z(0) @ qml.Z(1)), qd.expval(qml.X(1) + 0.5 * qml.Z(0)),
+                qml.var(qml.Z(1)), qml.probs(wires=[1]))
+
+    @qml.qnode(qml.device("default.qubit", wires=2), interface="torch")
+    def ref(x):
+        qml.RX(x, 0)
+        qml.CNOT([0, 1])
+        qml.RY(0.4, 1)
+        return (qml.expval(qml.Z(0) @ qml.Z(1)), qml.expval(qml.X(1) + 0.5 * qml.Z(0)),
+                qml.var(qml.Z(1)), qml.probs(wires=[1]))
+
+    for a, b in zip(f(x), ref(x)):
+        assert torch.allclose(a, b.to(a.dtype), atol=1e-12)
+
+
+def test_pennylane_observable_in_expval_is_converted():
+    dev = qd.device("statevector", wires=2)
+    h = qml.Hamiltonian([0.5, -0.2], [qml.Z(0) @ qml.Z(1), qml.X(1)])
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RY(x, 0)
+        qd.CNOT([0, 1])
+        return qd.expval(h)
+
+    x = torch.tensor(0.9, dtype=torch.float64)
+    assert torch.allclose(f(x), torch.tensor(0.5, dtype=torch.float64))  # <ZZ> = 1, <X1> = 0
+
+
+def test_unconvertible_pennylane_objects_are_refused_by_name():
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def mid(x):
+        qd.RX(x, 0)
+        qml.measure(0)
+        return qd.expval(qd.Z(1))
+
+    with pytest.raises(QdiffError, match=r"MidMeasure.*qd\.measure"):
+        mid(torch.tensor(0.1))
+
+    @qd.qnode(dev)
+    def bad_obs():
+        return qd.expval(qml.Hermitian(np.array([[1, 2j], [1, 0]]), wires=0))
+
+    with pytest.raises(QdiffError, match="from_pennylane_observable"):
+        bad_obs()
+
+    @qd.qnode(dev)
+    def snapshot_state():
+        qml.Hadamard(0)
+        qml.StatePrep(np.array([1, 0, 0, 0]), wires=[0, 1])
+        return qd.expval(qd.Z(0))
+
+    with pytest.raises(QdiffError, match="StatePrep must come first"):
+        snapshot_state()
+
+
+def test_foreign_object_in_recording_is_refused():
+    with qd.record() as rec:
+        qd.RX(0.1, 0)
+    rec.append(object())
+    with pytest.raises(QdiffError, match="cannot record"):
+        qd.Circuit.from_recording(rec.raw, wires=[0])
+
+
+# -- keywords -----------------------------------------------------------------------------------
+
+
+def _f():
+    return qd.expval(qd.Z(0))
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(interface="autograd"), r"interface='autograd'.*'torch' or 'auto'"),
+    (dict(interface="jax"), r"interface='jax'"),
+    (dict(max_diff=2), r"unknown keyword\(s\) \['max_diff'\].*'shots'"),
+    (dict(cache=False, grad_on_execution=True), r"\['cache', 'grad_on_execution'\]"),
+    (dict(shots=0), r"shots must be a positive integer"),
+    (dict(shots=2.5), r"shots must be a positive integer"),
+])
+def test_qnode_refuses_unknown_or_untrue_keywords(kw, match):
+    with pytest.raises(QdiffError, match=match):
+        qd.qnode(qd.device("statevector", wires=1), **kw)(_f)
+
+
+@pytest.mark.parametrize("interface", ["torch", "auto"])
+def test_qnode_accepts_torch_interface(interface):
+    q = qd.qnode(qd.device("statevector", wires=1), interface=interface)(_f)
+    assert float(q()) == 1.0
+
+
+def _binomial_ok(est, p_plus, shots, sigmas=5.0):
+    """An estimate of <Z> = 2p - 1 from ``shots`` samples within ``sigmas`` standard errors."""
+    sd = 2 * math.sqrt(p_plus * (1 - p_plus) / shots)
+    return abs(float(est) - (2 * p_plus - 1)) <= sigmas * sd + 1e-12
+
+
+def test_qnode_shots_are_honoured_and_per_call_overrides():
+    dev = qd.device("statevector", wires=1, seed=11)
+
+    @qd.qnode(dev, shots=20)
+    def f(x):
+        qd.RX(x, 0)
+        return qd.expval(qd.Z(0))
+
+    x = torch.tensor(1.2, dtype=torch.float64)
+    p = math.cos(0.6) ** 2
+    exact = math.cos(1.2)
+    vals = torch.stack([f(x) for _ in range(40)])
+    # 20 shots: every estimate is a multiple of 2/20 = 0.1, and they vary
+    assert torch.allclose(vals * 10, torch.round(vals * 10), atol=1e-9)
+    assert vals.unique().numel() > 1
+    assert _binomial_ok(vals.mean(), p, 20 * 40)
+    assert float(f(x, shots=None)) == pytest.approx(exact, abs=1e-12)
+    big = f(x, shots=200000)
+    assert _binomial_ok(big, p, 200000) and float(big) != pytest.approx(exact, abs=1e-12)
+    v7 = f(x, shots=7).item() * 7  # (n+ - n-) of 7 shots: an odd integer
+    assert v7 == pytest.approx(round(v7), abs=1e-9) and round(v7) % 2 == 1
+
+
+def test_qnode_shots_sample_and_gradient():
+    dev = qd.device("statevector", wires=2, seed=3)
+
+    @qd.qnode(dev, shots=50)
+    def s(x):
+        qd.RX(x, 0)
+        return qd.sample(wires=[0, 1])
+
+    assert s(torch.tensor(0.4)).shape == (50, 2)
+
+    @qd.qnode(dev, shots=40000)
+    def f(x):
+        qd.RX(x, 0)
+        return qd.expval(qd.Z(0))
+
+    x = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
+    f(x).backward()  # best -> parameter-shift with shots
+    sd = math.sqrt(2) * 0.5 * 2 / math.sqrt(40000)
+    assert abs(float(x.grad) + math.sin(0.8)) < 6 * sd
+
+    @qd.qnode(dev, shots=10, diff_method="adjoint")
+    def g(x):
+        qd.RX(x, 0)
+        return qd.expval(qd.Z(0))
+
+    with pytest.raises(QdiffError, match=r"adjoint.*shots=10"):
+        g(x)
+    # exact per call on a shots qnode: adjoint is fine
+    g(x, shots=None).backward()
+
+
+def test_qnode_exact_on_a_shots_device():
+    dev = qd.device("statevector", wires=1, shots=5, seed=1)
+
+    @qd.qnode(dev, shots=None)
+    def f(x):
+        qd.RX(x, 0)
+        return qd.expval(qd.Z(0))
+
+    assert float(f(torch.tensor(0.3, dtype=torch.float64))) == pytest.approx(math.cos(0.3))
+
+
+def test_function_with_its_own_shots_argument_keeps_it():
+    dev = qd.device("statevector", wires=1)
+
+    @qd.qnode(dev)
+    def f(x, shots):
+        qd.RX(x * shots, 0)
+        return qd.expval(qd.Z(0))
+
+    assert float(f(torch.tensor(0.1, dtype=torch.float64), shots=3)) == pytest.approx(
+        math.cos(0.3))
+
+
+# -- device names -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["lightning.qubit", "default.qubit", "default.mixed"])
+def test_pennylane_device_names_point_to_the_pennylane_backend(name):
+    with pytest.raises(QdiffError, match=rf'qd\.device\("pennylane", name="{name}"'):
+        qd.device(name, wires=2)
+
+
+def test_default_qubit_is_not_remapped():
+    with pytest.raises(QdiffError, match=r'qd\.device\("statevector"'):
+        qd.device("default.qubit", wires=2)

@@ -1,0 +1,370 @@
+"""PennyLane's names in qdiff: ``adjoint``, ``ctrl``, ``QFT``, ``IQPEmbedding``,
+``density_matrix``, ``specs``, ``qnn.TorchLayer`` and the layer's dtypes.
+
+Oracles: PennyLane's default.qubit on the same circuit, finite differences, and a count of the
+backend calls a backward pass really makes.
+"""
+import inspect
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import qdiff as qd
+from qdiff import QdiffError
+
+qml = pytest.importorskip("pennylane")
+
+DT = torch.float64
+
+
+def _pl_state(body, n, *args):
+    @qml.qnode(qml.device("default.qubit", wires=n), interface="torch")
+    def circ(*a):
+        body(*a)
+        return qml.state()
+    return circ(*args)
+
+
+def _qd_state(body, n, *args, diff_method="best"):
+    @qd.qnode(qd.device("statevector", wires=n), diff_method=diff_method)
+    def circ(*a):
+        body(*a)
+        return qd.state()
+    return circ(*args)
+
+
+def _prep(lib, x, n):
+    for w in range(n):
+        lib.RY(x[w], wires=w)
+        lib.RZ(x[n + w] * 0.7, wires=w)
+
+
+# -- adjoint ------------------------------------------------------------------------------------
+
+
+def test_adjoint_of_operations_functions_and_templates():
+    x = torch.rand(6, dtype=DT) * 3
+    w = torch.rand(2, 3, 3, dtype=DT) * 3
+
+    def body(lib):
+        def f(x, w):
+            _prep(lib, x, 3)
+            lib.adjoint(lib.RX(x[0] * 2, wires=1))
+            lib.adjoint(lib.S(wires=2))
+            lib.adjoint(lib.StronglyEntanglingLayers)(w, wires=range(3))
+            lib.adjoint(lambda: (lib.CRY(x[1], wires=[0, 2]), lib.IsingXX(x[2], wires=[1, 2])))()
+        return f
+
+    a = _qd_state(body(qd), 3, x, w)
+    b = _pl_state(body(qml), 3, x, w)
+    assert torch.allclose(a, b.to(a.dtype), atol=1e-12)
+
+
+def test_adjoint_undoes_the_function_and_is_differentiable():
+    w = torch.rand(2, 3, 3, dtype=DT, requires_grad=True)
+    dev = qd.device("statevector", wires=3)
+
+    @qd.qnode(dev, diff_method="parameter-shift")
+    def f(w):
+        qd.StronglyEntanglingLayers(w, wires=range(3))
+        qd.adjoint(qd.StronglyEntanglingLayers)(w * 0.5, wires=range(3))
+        return qd.expval(qd.Z(0) @ qd.X(2))
+
+    @qml.qnode(qml.device("default.qubit", wires=3), interface="torch")
+    def g(w):
+        qml.StronglyEntanglingLayers(w, wires=range(3))
+        qml.adjoint(qml.StronglyEntanglingLayers)(w * 0.5, wires=range(3))
+        return qml.expval(qml.Z(0) @ qml.X(2))
+
+    (ga,) = torch.autograd.grad(f(w), w)
+    (gb,) = torch.autograd.grad(g(w), w)
+    assert torch.allclose(ga, gb, atol=1e-10)
+    assert torch.allclose(_qd_state(lambda: (qd.StronglyEntanglingLayers(w, wires=range(3)),
+                                             qd.adjoint(qd.StronglyEntanglingLayers)(
+                                                 w, wires=range(3))), 3)[0].abs(),
+                          torch.tensor(1.0, dtype=DT))
+
+
+def test_adjoint_refuses_what_it_cannot_invert():
+    with pytest.raises(QdiffError, match="adjoint: expected an operation"):
+        qd.adjoint(3)
+    with qd.record():
+        with pytest.raises(QdiffError, match="measurements cannot be inverted"):
+            qd.adjoint(lambda: qd.expval(qd.Z(0)))()
+        with pytest.raises(QdiffError, match="state preparation"):
+            qd.adjoint(qd.AmplitudeEmbedding)(np.array([0.6, 0.8]), wires=0)
+
+
+# -- ctrl ---------------------------------------------------------------------------------------
+
+ONE_PARAM = ["RX", "RY", "RZ", "PhaseShift", "IsingXX", "IsingZZ", "SingleExcitation", "CRY"]
+
+
+@pytest.mark.parametrize("name", ONE_PARAM)
+@pytest.mark.parametrize("control, values", [([0], None), ([0, 3], [1, 0]), ([3, 0, 1], None)])
+def test_ctrl_matches_pennylane_and_its_gradient(name, control, values):
+    k = getattr(qml, name).num_wires
+    targets = [w for w in (2, 4, 1, 3, 0) if w not in control][:k]
+    x = torch.rand(10, dtype=DT) * 3
+    a = torch.tensor(0.83, dtype=DT, requires_grad=True)
+
+    def body(lib):
+        def f(x, a):
+            _prep(lib, x, 5)
+            lib.ctrl(getattr(lib, name)(a, wires=targets), control=control, control_values=values)
+        return f
+
+    out = {}
+    for method in ("backprop", "parameter-shift", "adjoint"):
+        @qd.qnode(qd.device("statevector", wires=5), diff_method=method)
+        def e(x, a):
+            body(qd)(x, a)
+            return qd.expval(qd.X(targets[0]) @ qd.Y(control[0]) + 0.4 * qd.Z(targets[-1]))
+        v = e(x, a)
+        out[method] = (v, torch.autograd.grad(v, a)[0])
+
+    @qml.qnode(qml.device("default.qubit", wires=5), interface="torch")
+    def ref(x, a):
+        body(qml)(x, a)
+        return qml.expval(qml.X(targets[0]) @ qml.Y(control[0]) + 0.4 * qml.Z(targets[-1]))
+    r = ref(x, a)
+    (gr,) = torch.autograd.grad(r, a)
+    for v, g in out.values():
+        assert torch.allclose(v, r, atol=1e-12)
+        assert torch.allclose(g, gr, atol=1e-10)
+
+
+def test_ctrl_of_a_function_and_multi_parameter_gates():
+    x = torch.rand(8, dtype=DT) * 3
+
+    def body(lib):
+        def f(x):
+            _prep(lib, x, 4)
+            lib.ctrl(lambda: (lib.Rot(x[0], x[1], x[2], wires=1), lib.CNOT(wires=[1, 2]),
+                              lib.Hadamard(wires=3)), control=0, control_values=0)()
+            lib.ctrl(lib.Toffoli, control=[3])(wires=[0, 1, 2])
+        return f
+
+    a = _qd_state(body(qd), 4, x)
+    b = _pl_state(body(qml), 4, x)
+    assert torch.allclose(a, b.to(a.dtype), atol=1e-12)
+
+
+def test_ctrl_gradient_of_multi_parameter_gate_by_finite_differences():
+    dev = qd.device("statevector", wires=3)
+
+    @qd.qnode(dev, diff_method="parameter-shift")
+    def f(p):
+        qd.Hadamard(0)
+        qd.RY(0.4, wires=1)
+        qd.ctrl(qd.Rot(p[0], p[1], p[2], wires=2), control=[0, 1])
+        return qd.expval(qd.X(2) + qd.Y(2) @ qd.Z(0))
+
+    from qdiff.testing import check_vjp
+    check_vjp(f, torch.tensor([0.3, -1.1, 0.7], dtype=DT))
+
+
+def test_ctrl_refuses_bad_controls():
+    with qd.record():
+        with pytest.raises(QdiffError, match=r"overlap the wires \[0\]"):
+            qd.ctrl(qd.RX(0.1, wires=0), control=0)
+        with pytest.raises(QdiffError, match="control_values"):
+            qd.ctrl(qd.RX(0.1, wires=0), control=[1, 2], control_values=[1])
+        with pytest.raises(QdiffError, match="repeated control wire"):
+            qd.ctrl(qd.RX(0.1, wires=0), control=[1, 1])
+
+
+# -- templates ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_qft_matches_pennylane(n):
+    x = torch.rand(2 * n, dtype=DT) * 3
+    wires = list(range(n))[::-1]
+
+    def body(lib):
+        def f(x):
+            _prep(lib, x, n)
+            lib.QFT(wires=wires)
+        return f
+    a, b = _qd_state(body(qd), n, x), _pl_state(body(qml), n, x)
+    assert torch.allclose(a, b.to(a.dtype), atol=1e-12)
+
+
+@pytest.mark.parametrize("repeats, pattern", [(1, None), (2, None), (2, [[2, 0], [1, 2]])])
+def test_iqp_embedding_matches_pennylane_batched_with_gradient(repeats, pattern):
+    x = torch.rand(4, 3, dtype=DT, requires_grad=True)
+
+    @qd.qnode(qd.device("statevector", wires=3))
+    def f(x):
+        qd.IQPEmbedding(x, wires=[0, 1, 2], n_repeats=repeats, pattern=pattern)
+        return [qd.expval(qd.X(i)) for i in range(3)]
+
+    @qml.qnode(qml.device("default.qubit", wires=3), interface="torch")
+    def g(x):
+        qml.IQPEmbedding(x, wires=[0, 1, 2], n_repeats=repeats, pattern=pattern)
+        return [qml.expval(qml.X(i)) for i in range(3)]
+
+    a, b = f(x), torch.stack(g(x), dim=-1)
+    assert torch.allclose(a, b, atol=1e-12)
+    (ga,) = torch.autograd.grad(a.sum(), x)
+    (gb,) = torch.autograd.grad(b.sum(), x)
+    assert torch.allclose(ga, gb, atol=1e-10)
+
+
+def test_template_errors_name_the_argument():
+    with qd.record():
+        with pytest.raises(QdiffError, match="IQPEmbedding: features"):
+            qd.IQPEmbedding(torch.rand(2), wires=[0, 1, 2])
+        with pytest.raises(QdiffError, match="n_repeats"):
+            qd.IQPEmbedding(torch.rand(2), wires=[0, 1], n_repeats=0)
+        with pytest.raises(QdiffError, match=r"pattern entry \[0, 0\]"):
+            qd.IQPEmbedding(torch.rand(2), wires=[0, 1], pattern=[[0, 0]])
+        with pytest.raises(QdiffError, match="QFT: repeated wire"):
+            qd.QFT(wires=[0, 0])
+
+
+# -- density_matrix -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wires", [[0], [2, 0], [1, 2, 3], [3, 2, 1, 0]])
+def test_density_matrix_matches_pennylane(wires):
+    x = torch.rand(3, 8, dtype=DT, requires_grad=True)
+
+    @qd.qnode(qd.device("statevector", wires=4))
+    def f(x):
+        _prep(qd, x.T, 4)
+        qd.CNOT([0, 2])
+        qd.CRX(x[..., 0], wires=[1, 3])
+        return qd.density_matrix(wires)
+
+    @qml.qnode(qml.device("default.qubit", wires=4), interface="torch")
+    def g(x):
+        _prep(qml, x.T, 4)
+        qml.CNOT([0, 2])
+        qml.CRX(x[..., 0], wires=[1, 3])
+        return qml.density_matrix(wires)
+
+    a, b = f(x), g(x)
+    assert a.shape == (3, 2 ** len(wires), 2 ** len(wires))
+    assert torch.allclose(a, b.to(a.dtype), atol=1e-12)
+    (ga,) = torch.autograd.grad(a.real.sum() + a.imag.abs().sum(), x)
+    (gb,) = torch.autograd.grad(b.real.sum() + b.imag.abs().sum(), x)
+    assert torch.allclose(ga, gb, atol=1e-10)
+
+
+def test_density_matrix_refusals():
+    with pytest.raises(QdiffError, match="density_matrix: give the wires"):
+        qd.density_matrix(None)
+
+    @qd.qnode(qd.device("statevector", wires=2, shots=10))
+    def f():
+        return qd.density_matrix([0])
+    with pytest.raises(QdiffError, match="density_matrix.*shots"):
+        f()
+
+
+# -- specs --------------------------------------------------------------------------------------
+
+
+class _Counting:
+    """Wraps a backend and counts execute calls and bindings run."""
+
+    def __init__(self, dev):
+        self.dev, self.calls, self.rows = dev, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.dev, name)
+
+    def execute(self, jobs):
+        self.calls += 1
+        self.rows += sum(j.theta.shape[0] for j in jobs)
+        return self.dev.execute(jobs)
+
+    def vjp(self, jobs, cot, res):
+        self.calls += 1
+        self.rows += sum(j.theta.shape[0] for j in jobs)
+        return self.dev.vjp(jobs, cot, res)
+
+
+@pytest.mark.parametrize("method", ["parameter-shift", "adjoint", "finite-diff", "backprop"])
+def test_specs_counts_and_the_real_gradient_cost(method):
+    dev = _Counting(qd.device("statevector", wires=3))
+
+    @qd.qnode(dev, diff_method=method)
+    def f(x, w):
+        qd.AngleEmbedding(x, wires=range(3))
+        qd.CRY(w[0], wires=[0, 1])
+        qd.Rot(w[0], w[1], w[2], wires=2)
+        qd.CNOT([1, 2])
+        return [qd.expval(qd.Z(0)), qd.var(qd.X(2))] if method != "adjoint" else \
+            qd.expval(qd.Z(2))
+
+    x = torch.rand(5, 3, dtype=DT)
+    w = torch.rand(3, dtype=DT, requires_grad=True)
+    s = qd.specs(f)(x, w)
+    assert s["gate_types"] == {"RX": 3, "CRY": 1, "Rot": 1, "CNOT": 1}
+    assert s["depth"] == 3 and s["num_wires"] == 3 and s["num_used_wires"] == 3
+    assert s["num_params"] == 7 and s["num_trainable_params"] == 4 and s["batch_size"] == 5
+    assert s["diff_method"] == method and s["gradient_method"] == method
+    out = f(x, w)
+    dev.calls = dev.rows = 0
+    out.sum().backward()
+    assert (dev.calls, dev.rows) == (s["backend_calls_per_gradient"], s["circuits_per_gradient"])
+    expected_rows = {"parameter-shift": (4 + 2 * 3 + 1) * 5, "adjoint": 5,
+                     "finite-diff": (2 * 4 + 1) * 5, "backprop": 0}[method]
+    assert s["circuits_per_gradient"] == expected_rows
+
+
+def test_specs_refuses_other_objects():
+    with pytest.raises(QdiffError, match="specs: expected a qdiff qnode"):
+        qd.specs(lambda: None)
+
+
+# -- qnn.TorchLayer and dtypes ------------------------------------------------------------------
+
+
+def _circuit():
+    @qd.qnode(qd.device("statevector", wires=2))
+    def circuit(inputs, weights):
+        qd.AngleEmbedding(inputs, wires=range(2))
+        qd.BasicEntanglerLayers(weights, wires=range(2))
+        return [qd.expval(qd.Z(i)) for i in range(2)]
+    return circuit
+
+
+def test_torch_layer_has_pennylanes_signature():
+    ours = list(inspect.signature(qd.qnn.TorchLayer.__init__).parameters)
+    theirs = list(inspect.signature(qml.qnn.TorchLayer.__init__).parameters)
+    assert ours == theirs
+    assert issubclass(qd.qnn.TorchLayer, qd.QuantumLayer)
+
+
+def test_layer_follows_default_dtype_and_input_dtype():
+    layer = qd.qnn.TorchLayer(_circuit(), {"weights": (3, 2)})
+    assert layer.weights.dtype == torch.float32
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), layer, torch.nn.Linear(2, 1))
+    out = model(torch.rand(4, 2))  # float32 throughout: no dtype error
+    assert out.dtype == torch.float32
+    assert layer(torch.rand(4, 2, dtype=DT)).dtype == DT
+    assert qd.QuantumLayer(_circuit(), {"weights": (3, 2)}, dtype=DT).weights.dtype == DT
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert qd.qnn.TorchLayer(_circuit(), {"weights": (3, 2)}).weights.dtype == DT
+    finally:
+        torch.set_default_dtype(old)
+    with pytest.raises(QdiffError, match="dtype must be a floating"):
+        qd.QuantumLayer(_circuit(), {"weights": (3, 2)}, dtype=torch.int64)
+
+
+def test_float32_layer_matches_float64_to_float32_precision():
+    torch.manual_seed(0)
+    l32 = qd.qnn.TorchLayer(_circuit(), {"weights": (3, 2)})
+    l64 = qd.QuantumLayer(_circuit(), {"weights": (3, 2)}, init_method={"weights": l32.weights},
+                          dtype=DT)
+    x = torch.rand(6, 2)
+    assert torch.allclose(l32(x).double(), l64(x.double()), atol=1e-6)
+    assert math.isfinite(float(l32(x).detach().sum()))

@@ -1,0 +1,409 @@
+"""Record-once qnodes (``static=True`` / ``qd.jit``): outputs and gradients equal the plain
+qnode's on random circuits (batched inputs that require grad, weights, scaled and constant
+angles), re-tracing on a new signature, and refusal of what a replay could get wrong."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+import qdiff as qd
+from qdiff.backends.base import Job, Prepared
+from qdiff.backends.statevector.prepared import NativePrepared
+
+ONE = ["rx", "ry", "rz", "phaseshift"]
+TWO = ["crx", "cry", "crz", "isingxx", "isingzz"]
+FIXED1 = ["h", "s", "t", "x", "sx"]
+FIXED2 = ["cx", "cz", "swap"]
+
+
+def _gate(name):
+    return qd.get_gate(name)
+
+
+def random_body(n, n_in, n_w, seed, measure="z"):
+    """A random circuit whose angles are inputs x[..., i], weights w[j] (plain, scaled and
+    shifted) and constants."""
+    rng = random.Random(seed)
+    plan = []
+    for _ in range(rng.randint(6, 14)):
+        kind = rng.random()
+        if kind < 0.4:
+            plan.append(("1", rng.choice(ONE), (rng.randrange(n),), rng.randrange(4)))
+        elif kind < 0.6:
+            a, b = rng.sample(range(n), 2)
+            plan.append(("2", rng.choice(TWO), (a, b), rng.randrange(4)))
+        elif kind < 0.8:
+            plan.append(("f", rng.choice(FIXED1), (rng.randrange(n),), 0))
+        elif kind < 0.9:
+            a, b = rng.sample(range(n), 2)
+            plan.append(("f", rng.choice(FIXED2), (a, b), 0))
+        else:
+            plan.append(("rot", "rot", (rng.randrange(n),), 0))
+    picks = [(rng.randrange(n_in), rng.randrange(n_w), rng.uniform(-2, 2)) for _ in plan]
+
+    def body(x, w):
+        for (kind, name, wires, src), (i, j, s) in zip(plan, picks):
+            g = _gate(name)
+            if kind == "f":
+                _emit(g, wires, ())
+                continue
+            if kind == "rot":
+                _emit(g, wires, (x[..., i], w[j], 0.25))
+                continue
+            angle = (x[..., i], w[j], s * w[j] + 0.5, 0.7)[src]
+            _emit(g, wires, (angle,))
+        if measure == "z":
+            return [qd.expval(qd.Z(k)) for k in range(n)]
+        if measure == "mixed":
+            return [qd.expval(qd.Z(0) @ qd.Z(1)), qd.var(qd.X(n - 1)),
+                    qd.expval(0.5 * qd.Z(0) + 0.25 * qd.Y(1))]
+        if measure == "probs":
+            return qd.probs(wires=[0, 1])
+        return qd.expval(qd.Z(0))
+    return body
+
+
+def _emit(gate, wires, params):
+    from qdiff.circuits import recording
+    recording.record_operation(gate, wires, params)
+
+
+def _inputs(b, n_in, n_w, seed):
+    g = torch.Generator().manual_seed(seed)
+    shape = (b, n_in) if b else (n_in,)
+    x = (torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1).requires_grad_()
+    w = (torch.rand(n_w, generator=g, dtype=torch.float64) * 2 - 1).requires_grad_()
+    return x, w
+
+
+def _grads(f, x, w):
+    out = f(x, w)
+    out = out if isinstance(out, torch.Tensor) else torch.cat([o.reshape(-1) for o in out])
+    g = torch.linspace(0.3, 1.7, out.numel(), dtype=out.dtype).reshape(out.shape)
+    gx, gw = torch.autograd.grad(out, [x, w], g)
+    return out.detach(), gx, gw
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("method", ["best", "adjoint", "backprop", "parameter-shift"])
+@pytest.mark.parametrize("batch", [0, 1, 5])
+def test_static_equals_plain_on_random_circuits(seed, method, batch):
+    n, n_in, n_w = 3, 3, 4
+    dev = qd.device("statevector", wires=n)
+    body = random_body(n, n_in, n_w, seed)
+    plain = qd.qnode(dev, diff_method=method)(body)
+    static = qd.qnode(dev, diff_method=method, static=True)(body)
+    for rep in range(2):  # the second call replays the trace
+        x, w = _inputs(batch, n_in, n_w, 100 * seed + rep)
+        o1, gx1, gw1 = _grads(plain, x, w)
+        o2, gx2, gw2 = _grads(static, x, w)
+        torch.testing.assert_close(o2, o1, atol=1e-10, rtol=1e-10)
+        torch.testing.assert_close(gx2, gx1, atol=1e-9, rtol=1e-9)
+        torch.testing.assert_close(gw2, gw1, atol=1e-9, rtol=1e-9)
+    assert static.num_traces == 1
+
+
+@pytest.mark.parametrize("measure", ["mixed", "probs", "single"])
+def test_static_other_measurements(measure):
+    n = 3
+    dev = qd.device("statevector", wires=n)
+    body = random_body(n, 3, 4, 7, measure)
+    plain, static = qd.qnode(dev)(body), qd.jit(qd.qnode(dev)(body))
+    x, w = _inputs(4, 3, 4, 1)
+    for _ in range(2):
+        o1, gx1, gw1 = _grads(plain, x, w)
+        o2, gx2, gw2 = _grads(static, x, w)
+        torch.testing.assert_close(o2, o1)
+        torch.testing.assert_close(gx2, gx1)
+        torch.testing.assert_close(gw2, gw1)
+    out1, out2 = plain(x, w), static(x, w)
+    assert type(out1) is type(out2)
+    if not isinstance(out1, torch.Tensor):
+        assert [o.shape for o in out1] == [o.shape for o in out2]
+
+
+def test_gradients_match_finite_differences():
+    n = 3
+    dev = qd.device("statevector", wires=n)
+    f = qd.qnode(dev, static=True)(random_body(n, 3, 4, 3))
+    x, w = _inputs(2, 3, 4, 5)
+    f(x, w)  # trace
+    xd, wd = x.detach(), w.detach()
+    assert torch.autograd.gradcheck(lambda a, b: torch.stack(f(a, b), -1) if isinstance(
+        f(a, b), list) else f(a, b), (xd.clone().requires_grad_(), wd.clone().requires_grad_()))
+
+
+def _hybrid(static, n=4, seed=0):
+    dev = qd.device("statevector", wires=n)
+
+    @qd.qnode(dev, static=static)
+    def circuit(inputs, weights):
+        qd.AngleEmbedding(inputs, wires=range(n))
+        qd.StronglyEntanglingLayers(weights, wires=range(n))
+        return [qd.expval(qd.Z(i)) for i in range(n)]
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(16, n, dtype=torch.float64),
+                               qd.QuantumLayer(circuit, {"weights": (3, n, 3)}),
+                               torch.nn.Linear(n, 2, dtype=torch.float64))
+
+
+def test_hybrid_model_trains_identically():
+    """The usual hybrid shape (classical layers on both sides, so the embedding angles
+    require grad): several Adam steps, static and plain, stay equal."""
+    a, b = _hybrid(False), _hybrid(True)
+    x = torch.rand(32, 16, dtype=torch.float64)
+    y = torch.randint(0, 2, (32,))
+    opts = [torch.optim.Adam(m.parameters(), lr=0.05) for m in (a, b)]
+    for _ in range(4):
+        for m, opt in zip((a, b), opts):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(m(x), y).backward()
+            opt.step()
+        for pa, pb in zip(a.parameters(), b.parameters()):
+            torch.testing.assert_close(pb, pa, atol=1e-9, rtol=1e-9)  # Adam divides by sqrt(v)
+
+
+def test_native_fast_path_is_used_and_matches_the_generic_job():
+    if not qd.native_status().available:
+        pytest.skip("native kernels not built")
+    b = _hybrid(True)
+    x = torch.rand(8, 16, dtype=torch.float64)
+    b(x).sum().backward()
+    static = b[1].qnode
+    (trace,) = static._traces.values()
+    prep = trace.prepared
+    assert isinstance(prep, NativePrepared)
+    generic = Prepared(prep.backend, prep.job)
+    theta = torch.rand(prep.batch, prep.job.theta.shape[1], dtype=torch.float64) * 6
+    r1, r2 = prep.execute(theta, keep=True), generic.execute(theta, keep=True)
+    torch.testing.assert_close(r1.outputs, r2.outputs)
+    g = torch.randn(prep.batch, r1.outputs.shape[1], dtype=torch.float64)
+    v1, v2 = prep.vjp(theta, g, r1.residual), generic.vjp(theta, g, r2.residual)
+    if prep.shared is not None:  # shared columns: only the column sums are defined
+        sh = torch.tensor(prep.shared)
+        torch.testing.assert_close(v1[:, sh].sum(0), v2[:, sh].sum(0))
+        v1, v2 = v1[:, ~sh], v2[:, ~sh]
+    torch.testing.assert_close(v1, v2)
+
+
+def test_second_derivatives_follow_the_plain_qnode():
+    dev = qd.device("statevector", wires=2)
+
+    def body(x, w):
+        qd.RX(x[..., 0], wires=0); qd.RY(w[0], wires=1); qd.CNOT(wires=[0, 1])
+        qd.RZ(2 * w[1], wires=1)
+        return qd.expval(qd.Z(1) @ qd.X(0))
+    for method in ("best", "parameter-shift"):
+        plain, static = qd.qnode(dev, diff_method=method)(body), \
+            qd.qnode(dev, diff_method=method, static=True)(body)
+        x = torch.tensor([0.3], dtype=torch.float64, requires_grad=True)
+        w = torch.tensor([0.5, -0.2], dtype=torch.float64, requires_grad=True)
+        hs = []
+        for f in (plain, static):
+            f(x, w)
+            (gw,) = torch.autograd.grad(f(x, w), w, create_graph=True)
+            hs.append(torch.stack([torch.autograd.grad(gw[i], w, retain_graph=True)[0]
+                                   for i in range(2)]))
+        torch.testing.assert_close(hs[1], hs[0])
+        # inputs that need no gradient, weights that do
+        xc = x.detach()
+        gs = [torch.autograd.grad(f(xc, w), w, create_graph=True)[0] for f in (plain, static)]
+        hs = [torch.autograd.grad(g[1], w)[0] for g in gs]
+        torch.testing.assert_close(hs[1], hs[0])
+    static = qd.qnode(dev, diff_method="adjoint", static=True)(body)
+    (gw,) = torch.autograd.grad(static(x, w), w, create_graph=True)
+    with pytest.raises(qd.QdiffError, match="second derivatives"):
+        torch.autograd.grad(gw[0], w)
+
+
+def test_no_grad_and_inputs_without_grad():
+    f = _hybrid(True)[1]
+    x = torch.rand(5, 4, dtype=torch.float64)
+    g = _hybrid(False)[1]
+    g.load_state_dict(f.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), g(x))
+    torch.testing.assert_close(f(x), g(x))
+
+
+def test_retrace_on_new_signature():
+    dev = qd.device("statevector", wires=2)
+    calls = []
+
+    @qd.qnode(dev, static=True)
+    def f(x, w, layers):
+        calls.append(1)
+        for _ in range(layers):
+            qd.RX(x[..., 0], wires=0); qd.CRY(w, wires=[0, 1])
+        return qd.expval(qd.Z(1))
+    plain = qd.QNode(f.func, dev)
+    w = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
+    x = torch.rand(3, 1, dtype=torch.float64)
+    f(x, w, 1)
+    n0 = len(calls)
+    f(x * 2, w, 1)
+    assert len(calls) == n0 and f.num_traces == 1  # replayed, the function did not run
+    for args in ((torch.rand(5, 1, dtype=torch.float64), w, 1),  # batch size
+                 (x, w, 2),  # a non-tensor argument
+                 (x.clone().requires_grad_(), w, 1),  # requires_grad
+                 (x.float(), w, 1)):  # dtype
+        before = f.num_traces
+        torch.testing.assert_close(f(*args), plain(*args))
+        assert f.num_traces == before + 1
+    f.retrace()
+    assert f.num_traces == 0
+
+
+def test_retrace_picks_up_outside_state():
+    dev = qd.device("statevector", wires=1)
+    cfg = {"gate": qd.RX}
+
+    @qd.qnode(dev, static=True)
+    def f(x):
+        cfg["gate"](x, wires=0)
+        return qd.expval(qd.Z(0))
+    x = torch.tensor(0.7, dtype=torch.float64)
+    torch.testing.assert_close(f(x), torch.cos(x))
+    cfg["gate"] = qd.RZ
+    f.retrace()
+    torch.testing.assert_close(f(x), torch.tensor(1.0, dtype=torch.float64))
+
+
+def test_value_dependent_control_flow_is_refused():
+    dev = qd.device("statevector", wires=1)
+
+    @qd.qnode(dev, static=True)
+    def branch(x):
+        if x > 0:
+            qd.RX(x, wires=0)
+        return qd.expval(qd.Z(0))
+
+    @qd.qnode(dev, static=True)
+    def as_float(x):
+        qd.RX(float(x), wires=0)
+        return qd.expval(qd.Z(0))
+
+    @qd.qnode(dev, static=True)
+    def as_int(x):
+        for _ in range(int(x.sum())):
+            qd.RX(0.1, wires=0)
+        return qd.expval(qd.Z(0))
+    for f in (branch, as_float, as_int):
+        with pytest.raises(qd.QdiffError, match="reads an argument's value"):
+            f(torch.tensor(0.5, dtype=torch.float64))
+    # the plain qnode runs them
+    assert qd.QNode(branch.func, dev)(torch.tensor(0.5, dtype=torch.float64)) < 1
+
+
+def test_non_affine_angles_are_refused():
+    dev = qd.device("statevector", wires=1)
+    for angle in (lambda x: torch.sin(x[0]), lambda x: x[0] * x[1], lambda x: x[0] + x[1],
+                  lambda x: x[0] ** 2):
+        f = qd.qnode(dev, static=True)(lambda x, a=angle: (qd.RX(a(x), wires=0),
+                                                             qd.expval(qd.Z(0)))[1])
+        with pytest.raises(qd.QdiffError, match="not an argument element"):
+            f(torch.tensor([0.2, 0.3], dtype=torch.float64))
+    # affine ones replay
+    g = qd.qnode(dev, static=True)(lambda x: (qd.RX(math.pi * x[1] - 0.5, wires=0),
+                                              qd.expval(qd.Z(0)))[1])
+    x = torch.tensor([0.2, 0.3], dtype=torch.float64)
+    torch.testing.assert_close(g(x), torch.cos(math.pi * x[1] - 0.5))
+    torch.testing.assert_close(g(x + 1), torch.cos(math.pi * (x[1] + 1) - 0.5))
+
+
+def test_other_refusals():
+    dev = qd.device("statevector", wires=1)
+    f = qd.qnode(dev, static=True)(lambda x: (qd.RX(x, wires=0), qd.sample(qd.Z(0)))[1])
+    with pytest.raises(qd.QdiffError, match="sample"):
+        f(torch.tensor(0.2, dtype=torch.float64))
+    g = qd.qnode(dev, static=True)(lambda x: (qd.RX(0.1, wires=0), qd.expval(qd.Z(0)))[1])
+    with pytest.raises(qd.QdiffError, match="dtype torch.int64"):
+        g(torch.tensor(1))
+    with pytest.raises(qd.QdiffError, match="hashable"):
+        g([torch.tensor(0.1)])
+    with pytest.raises(qd.QdiffError, match="qd.jit takes a qnode"):
+        qd.jit(lambda x: x)
+    with pytest.raises(qd.QdiffError, match="static must be"):
+        qd.qnode(dev, static="yes")
+    nan = qd.qnode(dev, static=True)(lambda x: (qd.RX(x, wires=0), qd.expval(qd.Z(0)))[1])
+    nan(torch.tensor(0.1, dtype=torch.float64))
+    with pytest.raises(qd.QdiffError, match="NaN"):
+        nan(torch.tensor(float("nan"), dtype=torch.float64))
+
+
+def _embedding_body(n, kind):
+    def body(inputs, weights):
+        if kind == "h+rz":  # two gates per wire: the kernels write the product state
+            for i in range(n):
+                qd.Hadamard(wires=i)
+                qd.RZ(inputs[..., i], wires=i)
+        else:
+            qd.AngleEmbedding(inputs, wires=range(n), rotation=kind)
+        qd.StronglyEntanglingLayers(weights, wires=range(n))
+        return [qd.expval(qd.Z(i)) for i in range(n)] + [qd.expval(qd.Z(0) @ qd.Z(n - 1))]
+    return body
+
+
+@pytest.mark.parametrize("kind", ["X", "Y", "Z", "h+rz"])
+@pytest.mark.parametrize("inputs_grad", [True, False])
+def test_embedding_then_shared_unitary_path(kind, inputs_grad):
+    """Batches much larger than 2**n take the embedding-then-shared-unitary path (V once,
+    matmuls over the batch, one sweep over V for the weights, a product-state gradient per
+    binding): outputs and gradients equal the plain qnode's."""
+    if not qd.native_status().available:
+        pytest.skip("native kernels not built")
+    n = 3
+    dev = qd.device("statevector", wires=n)
+    body = _embedding_body(n, kind)
+    plain, static = qd.qnode(dev)(body), qd.qnode(dev, static=True)(body)
+    g = torch.Generator().manual_seed(3)
+    w = (torch.rand(2, n, 3, generator=g, dtype=torch.float64) * 6).requires_grad_()
+    for rep in range(2):
+        x = (torch.rand(70, n, generator=g, dtype=torch.float64) * 6).requires_grad_(inputs_grad)
+        args = [x, w] if inputs_grad else [w]
+        o1, o2 = plain(x, w), static(x, w)
+        torch.testing.assert_close(o2, o1)
+        ct = torch.randn(o1.shape, generator=g, dtype=torch.float64)
+        for a, b in zip(torch.autograd.grad(o1, args, ct), torch.autograd.grad(o2, args, ct)):
+            torch.testing.assert_close(b, a)
+    (trace,) = static._traces.values()
+    assert isinstance(trace.prepared, NativePrepared) and trace.prepared.dense is not None
+
+
+def test_constant_angles_and_no_tensor_arguments():
+    dev = qd.device("statevector", wires=2)
+
+    def body(a, x=None):
+        qd.RY(a, wires=0)  # a Python float: part of the signature
+        if x is not None:
+            qd.RX(x, wires=1)
+            qd.RZ(torch.tensor(0.3, dtype=torch.float64), wires=1)  # a tensor constant
+        return [qd.expval(qd.Z(0)), qd.expval(qd.Y(1))]
+    plain, static = qd.qnode(dev)(body), qd.qnode(dev, static=True)(body)
+    torch.testing.assert_close(static(0.4), plain(0.4))
+    torch.testing.assert_close(static(0.7), plain(0.7))
+    assert static.num_traces == 2
+    x = torch.tensor([0.1, 0.5], dtype=torch.float64, requires_grad=True)
+    for k in (1.0, 2.0):
+        torch.testing.assert_close(static(0.4, x * k), plain(0.4, x * k))
+        (g1,) = torch.autograd.grad(plain(0.4, x * k).sum(), x)
+        (g2,) = torch.autograd.grad(static(0.4, x * k).sum(), x)
+        torch.testing.assert_close(g2, g1)
+
+
+def test_static_qnode_honours_qnode_and_per_call_shots():
+    dev = qd.device("statevector", wires=1, seed=5)
+
+    @qd.qnode(dev, shots=50, static=True)
+    def f(x):
+        qd.RX(x, wires=0)
+        return qd.expval(qd.Z(0))
+
+    x = torch.tensor(0.7, dtype=torch.float64)
+    sampled = float(f(x))
+    assert sampled != pytest.approx(math.cos(0.7), abs=1e-9)  # 50 shots: a multiple of 1/25
+    assert round(sampled * 25) == pytest.approx(sampled * 25, abs=1e-9)
+    assert float(f(x, shots=None)) == pytest.approx(math.cos(0.7), abs=1e-12)
