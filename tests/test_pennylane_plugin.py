@@ -299,3 +299,15 @@ def test_torchlayer_training_step_equals_default_qubit(device_vjp):
         loss.backward()
         grads.append((loss.detach(), m[0].w.grad.clone(), m[1].weight.grad.clone()))
     close(grads[0], grads[1], atol=1e-6)  # float32 inputs and Linear
+
+
+def test_backprop_is_offered_for_the_torch_interface_only():
+    dev = qml.device("qdiff.statevector", wires=1)
+    cfg = qml.devices.ExecutionConfig
+    assert dev.supports_derivatives(cfg(gradient_method="backprop", interface="torch"))
+    assert not dev.supports_derivatives(cfg(gradient_method="backprop", interface="autograd"))
+    # PennyLane checks a QNode's diff_method with an interface-less (numpy) configuration
+    assert not dev.supports_derivatives(cfg(gradient_method="backprop"))
+    with pytest.raises(qml.exceptions.QuantumFunctionError, match="backprop"):
+        qml.QNode(lambda x: (qml.RX(x, 0), qml.expval(qml.Z(0)))[1], dev, interface="torch",
+                  diff_method="backprop")

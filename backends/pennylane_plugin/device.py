@@ -96,8 +96,10 @@ def _accepted_sample(mp) -> bool:
 @qml.transform
 def _expand_trainable_broadcast(tape):
     """``broadcast_expand`` for a broadcast tape with a trainable non-scalar parameter."""
+    # (the tape's trainable_params are not set yet here: ask the parameters themselves)
     if tape.batch_size is not None and any(
-            qml.math.ndim(p) > 0 for p in tape.get_parameters(trainable_only=True)):
+            qml.math.ndim(p) > 0 and qml.math.requires_grad(p)
+            for p in tape.get_parameters(trainable_only=False)):
         return qml.transforms.broadcast_expand(tape)
     return (tape,), lambda results: results[0]
 
@@ -145,6 +147,7 @@ class QdiffStatevector(Device):
         seed = np.random.randint(0, 2 ** 31 - 1) if seed == "global" else seed
         self._rng = np.random.default_rng(seed)
         self._engines: dict = {}
+        self._gate_set = self.capabilities.gate_set()  # the TOML's gates (computed once)
 
     def _engine(self, n: int) -> StatevectorBackend:
         eng = self._engines.get(n)
@@ -186,7 +189,11 @@ class QdiffStatevector(Device):
         updated = {}
         method = config.gradient_method
         if method == "best":
+            # the engine's reverse mode, used as a VJP (one reverse sweep per backward pass,
+            # broadcast tapes kept whole): the fastest exact derivative this device has
             method = updated["gradient_method"] = "adjoint"
+            updated["use_device_jacobian_product"] = True
+            updated["grad_on_execution"] = False
         if config.use_device_gradient is None:
             updated["use_device_gradient"] = method in ("adjoint", "backprop")
         if config.use_device_jacobian_product is None:
@@ -211,7 +218,7 @@ class QdiffStatevector(Device):
         program.add_transform(defer_measurements, allow_postselect=True)
         program.add_transform(decompose, stopping_condition=_stopping_condition,
                               decomposer=_decomposer, device_wires=self.wires,
-                              target_gates=self.capabilities.gate_set(), name=self.name)
+                              target_gates=self._gate_set, name=self.name)
         program.add_transform(device_resolve_dynamic_wires, wires=self.wires, allow_resets=False)
         program.add_transform(validate_device_wires, self.wires, name=self.name)
         program.add_transform(validate_measurements, analytic_measurements=_accepted_analytic,
@@ -227,7 +234,8 @@ class QdiffStatevector(Device):
         program = qml.CompilePipeline()
         program.add_transform(no_sampling, name=name)
         program.add_transform(decompose, stopping_condition=_adjoint_stopping_condition,
-                              decomposer=_decomposer, device_wires=self.wires, target_gates=self.capabilities.gate_set(),
+                              decomposer=_decomposer, device_wires=self.wires,
+                              target_gates=self._gate_set,
                               skip_initial_state_prep=False, name=name)
         program.add_transform(validate_observables, _adjoint_observable, name=name)
         program.add_transform(validate_measurements, analytic_measurements=_adjoint_measurement,
