@@ -11,8 +11,8 @@ it reports two-qubit gate count, depth and time of each tool (CPU seconds in the
 machine is shared; wall seconds are saved too), and each output's measured
 process infidelity against the input (qdiff's checker: full unitary up to 12 qubits, random
 states above). Each circuit runs in its own interpreter under a wall-clock limit
-(``--timeout`` seconds for all its tools together; a tool that did not finish is reported as
-such); with ``--json`` every finished circuit is saved at once and circuits already in the file
+(``--cpu-limit`` CPU seconds and ``--timeout`` wall seconds for all its tools together; a
+tool that did not finish is reported as such); with ``--json`` every finished circuit is saved at once and circuits already in the file
 are skipped, so an interrupted run resumes where it stopped (an interrupted circuit leaves a
 ``NAME.running`` marker beside the file; delete it to run that circuit again). Circuits run
 smallest first; a second shard with ``--reverse`` on the same file runs largest first.
@@ -24,6 +24,7 @@ import glob
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -122,6 +123,19 @@ def _worker_main(args) -> int:
     return 0
 
 
+def _cpu_limit(seconds):
+    """A ``preexec_fn`` limiting the child's CPU time (a limit the machine's load cannot
+    shorten, unlike the wall-clock ``--timeout``)."""
+    if not seconds:
+        return None
+
+    def limit():
+        import resource
+        s = int(seconds)
+        resource.setrlimit(resource.RLIMIT_CPU, (s, s + 5))
+    return limit
+
+
 def run_circuit(path, args, use_pytket) -> dict:
     """One circuit in a fresh interpreter under ``args.timeout`` seconds; returns its row."""
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", path, "--level",
@@ -130,13 +144,16 @@ def run_circuit(path, args, use_pytket) -> dict:
     row = {"name": os.path.basename(path)[:-5]}
     t = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_cpu_limit(args.cpu_limit))
         try:
             _, err = proc.communicate(timeout=args.timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             _, err = proc.communicate()
             row["timeout"] = args.timeout
+        if proc.returncode == -signal.SIGXCPU:
+            row["timeout"] = f"{args.cpu_limit} CPU s"
         out.seek(0)
         for line in out:
             if line.startswith("{"):
@@ -265,8 +282,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-pytket", action="store_true")
     ap.add_argument("--json", default=None, help="save rows here as they finish; skip the "
                     "circuits already saved (resume)")
-    ap.add_argument("--timeout", type=float, default=1200.0,
+    ap.add_argument("--timeout", type=float, default=7200.0,
                     help="wall-clock seconds per circuit, all tools together")
+    ap.add_argument("--cpu-limit", type=float, default=900.0,
+                    help="CPU seconds per circuit, all tools together (0: none)")
     ap.add_argument("--reverse", action="store_true", help="largest circuits first (a second "
                     "shard on the same --json meets the first in the middle)")
     ap.add_argument("--redo", action="store_true", help="re-run circuits already in --json")
@@ -290,6 +309,7 @@ def main(argv=None) -> int:
         files = [f for f in files if os.path.basename(f)[:-5] in args.only]
     if not args.table:
         data["meta"].update(level=args.level, approx=args.approx, timeout=args.timeout,
+                            cpu_limit=args.cpu_limit,
                             python=platform.python_version(), cores=os.cpu_count())
         for f in (reversed(files) if args.reverse else files):
             name = os.path.basename(f)[:-5]
@@ -314,7 +334,7 @@ def main(argv=None) -> int:
                   f"tk={_g(r, 'tk', 'cx'):>5} qd={_g(r, 'qd', 'cx'):>5} "
                   f"({qd.get('cpu', 0):.1f} CPU s, {qd.get('s', 0):.1f} s, 1-F={_inf(qd.get('inf'))})"
                   f" ax={_g(r, 'ax', 'cx')} ({ax.get('cpu', 0):.1f} CPU s) load={r['load']}"
-                  + (f" TIMEOUT {args.timeout:.0f}s" if "timeout" in r else "")
+                  + (f" TIMEOUT {r['timeout']}" if "timeout" in r else "")
                   + (f" ERROR {r['error']}" if "error" in r else ""), flush=True)
     order = {os.path.basename(f)[:-5]: i for i, f in enumerate(
         sorted(glob.glob(os.path.join(args.dir, "*.qasm")), key=os.path.getsize))}

@@ -14,8 +14,8 @@ touching qubit ``q`` are the only ones crossing the cut ``q | rest``, each has o
 rank 2 across it and one-qubit gates rank 1, so a template with ``c`` of them has rank at most
 ``2**c`` there; by Eckart-Young on the realigned matrix, its distance to the block is at least
 the norm of the block's Schmidt coefficients beyond ``2**c`` (over ``sqrt(d)``). When that
-exceeds what the fit may accept, the deletion is skipped without fitting (no work spent, the
-same result).
+exceeds what the fit may accept, the deletion is skipped without fitting (no work spent; no
+fit that could have been accepted is skipped).
 """
 from __future__ import annotations
 
