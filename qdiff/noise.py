@@ -98,7 +98,7 @@ def prepare(circuit: Circuit, model: NoiseModel, layout=None, seed: int = 0) -> 
     n = circuit.num_wires
     model.check_wires(n)
     lay = model.check_layout(layout, n)
-    return memo(circuit, ("noise.route", id(model), lay, int(seed)),
+    return memo(circuit, ("noise.route", model.name, model.native, lay, int(seed)),
                 lambda: _prepare(circuit, model, lay, int(seed)))
 
 

@@ -222,3 +222,42 @@ def test_what_routing_cannot_fix_is_refused(manila):
     rec = g.construct()[0]
     with pytest.raises(qd.QdiffError, match="Hadamard.*not a basis gate of fake_manila"):
         dev.run(rec.circuit, rec.theta)
+
+
+
+def body3(t):
+    qd.Hadamard(wires=0)
+    qd.RY(2 * t[0], wires=1)
+    qd.CNOT(wires=[0, 2])          # uncoupled on the line 0-1-2
+    qd.RX(t[1], wires=2)
+    return qd.expval(qd.Z(0) @ qd.Z(2)), qd.expval(qd.X(1))
+
+
+def body3_dm(t):
+    body3(t)
+    return qd.density_matrix([0, 1, 2])
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_a_smaller_device_routes_on_its_own_qubits_only(manila, static):
+    from qdiff.circuits.qiskit_io import to_qiskit
+    dev = qd.device("mixed", wires=3, noise=manila)
+    t = torch.tensor([0.3, 0.5], dtype=torch.float64, requires_grad=True)
+    rec = qd.qnode(dev)(body3_dm).construct(t)[0]
+    r = qd.noise.prepare(rec.circuit, manila)
+    assert all(w < 3 for op in r.circuit.operations for w in op.wires)
+    rho = _logical(_aer_rho(to_qiskit(r.circuit, theta=r.theta(rec.theta).detach())), r.final)
+    np.testing.assert_allclose(qd.qnode(dev)(body3_dm)(t).detach().numpy(), rho, atol=1e-8,
+                               rtol=0)
+    f = qd.qnode(dev, static=static)(body3)
+    zz, x1 = f(t)
+    assert abs(float(zz.detach()) - _expect(rho, "ZIZ")) < 1e-8
+    assert abs(float(x1.detach()) - _expect(rho, "IXI")) < 1e-8
+    g = torch.autograd.grad(zz + x1, t)[0]
+    h = 1e-5
+    for i in range(2):
+        e = torch.zeros(2, dtype=torch.float64)
+        e[i] = h
+        with torch.no_grad():
+            fd = (sum(f(t + e)) - sum(f(t - e))) / (2 * h)
+        assert abs(float(g[i]) - float(fd)) < 1e-8

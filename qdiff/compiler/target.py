@@ -111,15 +111,17 @@ def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None) -
         qc.add_register(creg)
         for q, c in imp.measurements:
             qc.measure(q, creg[c])
-    extra = {}
+    extra = {"backend": backend}
     if num_qubits is not None and num_qubits < backend.num_qubits:
-        extra["coupling_map"] = backend.coupling_map.reduce(list(range(num_qubits)))
+        # the device's qubits 0..num_qubits-1 only: their coupling and the device's basis
+        # (with the whole backend, the noise-aware layout may move to other qubits)
+        extra = {"coupling_map": backend.coupling_map.reduce(list(range(num_qubits))),
+                 "basis_gates": [g for g in backend.operation_names if g not in _CONTROL]}
     if initial_layout is not None:
         extra["initial_layout"] = list(initial_layout)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a reduced coupling map drops the backend's timings
-        pm = generate_preset_pass_manager(optimization_level=1, backend=backend,
-                                          seed_transpiler=seed, **extra)
+        warnings.simplefilter("ignore")
+        pm = generate_preset_pass_manager(optimization_level=1, seed_transpiler=seed, **extra)
         out = pm.run(qc)
     r = from_qiskit(out)
     k = imp.circuit.num_wires
@@ -140,6 +142,7 @@ def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None) -
                   final, initial)
 
 
+_CONTROL = {"if_else", "for_loop", "switch_case", "while_loop", "delay", "reset", "measure"}
 _KNOWN = {"cx", "cz", "ecr", "rz", "sx", "x", "u", "u3", "p", "u1", "u2", "rx", "ry", "h"}
 
 
