@@ -32,6 +32,7 @@ from typing import Optional
 
 import torch
 
+from qdiff.circuits import caches
 from qdiff.circuits.channels import is_channel
 from qdiff.circuits.circuit import Circuit, memo
 from qdiff.circuits.errors import QdiffError
@@ -103,7 +104,6 @@ def prepare(circuit: Circuit, model: NoiseModel, layout=None, seed: int = 0) -> 
 
 
 def _prepare(circuit: Circuit, model: NoiseModel, lay, seed: int) -> Routing:
-    from qdiff.compiler.target import route
     n = circuit.num_wires
     ident = tuple(range(n))
     if lay is None and native(circuit, model):
@@ -119,30 +119,47 @@ def _prepare(circuit: Circuit, model: NoiseModel, lay, seed: int) -> Routing:
             raise QdiffError(f"state() of a circuit routed for {model.name}: the routed "
                              "circuit's state is of the physical qubits; return density_matrix "
                              "or probs of given wires")
-    bare = Circuit(n, circuit.operations, (), circuit.num_params, circuit.wire_labels)
+    ops_key = tuple((op.gate, op.wires, op.params) for op in circuit.operations)
     try:
-        routed = route(SimpleNamespace(circuit=bare, measurements=[], num_clbits=0),
-                       model.name, seed, num_qubits=n, initial_layout=lay)
-    except QdiffError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - Qiskit's transpiler errors
-        raise QdiffError(f"the circuit cannot be routed on {model.name}'s qubits 0..{n - 1}: "
-                         f"{type(exc).__name__}: {exc}") from None
-    phys = routed.expand(routed.circuit)
-    if any(w >= n for o in phys.operations for w in o.wires):
-        raise QdiffError(f"routing for {model.name} used qubits outside 0..{n - 1}")
-    imp = routed.imported
-    columns = tuple(_column_of(p) for p in imp.parameters)
-    final = tuple(int(q) for q in routed.final)
+        hash(ops_key)
+    except TypeError:  # tensor angles: no structural cache
+        core = _route_ops.__wrapped__(ops_key, n, circuit.num_params, model.name, lay, seed)
+    else:
+        core = _route_ops(ops_key, n, circuit.num_params, model.name, lay, seed)
+    phys, columns, imp, initial, final = core
     mapping = dict(zip(range(n), final))
     ms = []
     for m in circuit.measurements:
         if m.wires is None and m.obs is None:
             m = replace(m, wires=ident)
         ms.append(m.map_wires(mapping))
-    out = Circuit(n, phys.operations, tuple(ms), phys.num_params, circuit.wire_labels)
+    out = Circuit(n, phys, tuple(ms), imp.circuit.num_params, circuit.wire_labels)
     model.check_native(out)
-    return Routing(out, tuple(int(q) for q in routed.initial), final, columns, imp)
+    return Routing(out, initial, final, columns, imp)
+
+
+@caches.cached(maxsize=64)
+def _route_ops(ops_key, n: int, num_params: int, name: str, lay, seed: int) -> tuple:
+    """The routed operations of a circuit's operations (by structure: the transpiler runs
+    once per structure), its parameter columns, the import, initial and final layouts."""
+    from qdiff.circuits.operation import Operation
+    from qdiff.compiler.target import route
+    bare = Circuit(n, tuple(Operation(g, w, p) for g, w, p in ops_key), (), num_params)
+    try:
+        routed = route(SimpleNamespace(circuit=bare, measurements=[], num_clbits=0),
+                       name, seed, num_qubits=n, initial_layout=lay)
+    except QdiffError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Qiskit's transpiler errors
+        raise QdiffError(f"the circuit cannot be routed on {name}'s qubits 0..{n - 1}: "
+                         f"{type(exc).__name__}: {exc}") from None
+    phys = routed.expand(routed.circuit)
+    if any(w >= n for o in phys.operations for w in o.wires):
+        raise QdiffError(f"routing for {name} used qubits outside 0..{n - 1}")
+    imp = routed.imported
+    columns = tuple(_column_of(p) for p in imp.parameters)
+    return (phys.operations, columns, imp, tuple(int(q) for q in routed.initial),
+            tuple(int(q) for q in routed.final))
 
 
 def _column_of(p) -> int:

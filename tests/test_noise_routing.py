@@ -261,3 +261,14 @@ def test_a_smaller_device_routes_on_its_own_qubits_only(manila, static):
         with torch.no_grad():
             fd = (sum(f(t + e)) - sum(f(t - e))) / (2 * h)
         assert abs(float(g[i]) - float(fd)) < 1e-8
+
+
+def test_the_transpiler_runs_once_per_circuit_structure(manila):
+    from qdiff.noise import _route_ops
+    f = qd.qnode(qd.device("mixed", wires=N, noise=manila))(body)
+    x, y = torch.tensor(0.1, dtype=torch.float64), torch.tensor(0.2, dtype=torch.float64)
+    f(x, y)
+    misses = _route_ops.cache_info().misses
+    for k in range(3):
+        f(x + k, y - k)
+    assert _route_ops.cache_info().misses == misses
