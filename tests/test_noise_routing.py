@@ -272,3 +272,18 @@ def test_the_transpiler_runs_once_per_circuit_structure(manila):
     for k in range(3):
         f(x + k, y - k)
     assert _route_ops.cache_info().misses == misses
+
+
+def test_trajectories_route_like_the_mixed_engine(manila):
+    t = torch.tensor([0.3, 0.5], dtype=torch.float64)
+    exact = qd.qnode(qd.device("mixed", wires=3, noise=manila))(body3)(t)
+    k = 4000
+    dev = qd.device("statevector", wires=3, noise=manila, trajectories=k, seed=11)
+
+    def one(t):
+        body3(t)
+        return qd.expval(qd.Z(0) @ qd.Z(2))
+    # every trajectory estimate of <ZZ> is bounded by 1: a standard error of at most 1/sqrt(K)
+    est = qd.qnode(dev)(one)(t)
+    assert abs(float(est) - float(exact[0])) < 5 / k ** 0.5
+    assert abs(float(exact[0]) - 1.0) > 1e-3
