@@ -7,9 +7,10 @@ name, any Qiskit backend) or a ``qiskit_aer.noise.NoiseModel``: each gate error 
 (thermal relaxation from T1/T2 and the gate time, composed with the depolarizing part of the
 reported gate error) becomes a channel on the gate's wires with Aer's own Kraus operators, and
 each readout error a confusion matrix. Wire ``i`` is the device's qubit ``i``; a model from a
-device also knows its basis gates and coupled pairs (``native``), and circuits that use other
-gates or pairs are refused with a message that names the gate (route them first with
-``qd.compile(..., target=NAME)``, or let :func:`qdiff.noise.prepare` do it).
+device also knows its basis gates and coupled pairs (``native``); a circuit that uses other
+gates or pairs is routed and translated on the qdiff side before it reaches an engine
+(:func:`qdiff.noise.prepare`), and an engine handed one directly refuses it with a message
+that names the gate.
 
 >>> import qdiff as qd
 >>> from qdiff.circuits.circuit import Circuit
@@ -128,6 +129,25 @@ class NoiseModel:
         if self.num_qubits is not None and n > self.num_qubits:
             raise QdiffError(f"noise model '{self.name}' describes {self.num_qubits} qubits; the "
                              f"device has {n} wires")
+
+    def check_layout(self, layout, n: int):
+        """``layout`` (the device qubit of each of ``n`` wires: a permutation of
+        ``0..n-1``) as a tuple; ``None`` stays ``None``."""
+        if layout is None:
+            return None
+        if self.native is None:
+            raise QdiffError(f"layout={layout!r}: noise model '{self.name}' describes no device "
+                             "to lay the wires out on")
+        try:
+            lay = tuple(int(q) for q in layout)
+        except (TypeError, ValueError):
+            raise QdiffError(f"layout must be a list of device qubits, one per wire; got "
+                             f"{layout!r}") from None
+        if len(lay) != n or len(set(lay)) != n or any(not 0 <= q < n for q in lay):
+            raise QdiffError(f"layout {layout!r}: give {n} distinct device qubits among "
+                             f"0..{n - 1}, one per wire (the device uses {self.name}'s qubits "
+                             f"0..{n - 1})")
+        return lay
 
     def check_native(self, circuit) -> None:
         """Refuse gates outside the device's basis and two-qubit gates on uncoupled pairs."""

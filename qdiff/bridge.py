@@ -377,6 +377,9 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
     measurements as one tensor instead (the caller checks). ``options``: the rule's validated
     options (:func:`qdiff.rules.make_options`; defaults when omitted). ``shots``: ``"device"``
     (the backend's setting), ``None`` (exact) or a number of shots for this call."""
+    if getattr(getattr(backend, "noise", None), "native", None) is not None:
+        from qdiff.noise import route_recorded
+        recorded = route_recorded(recorded, backend)  # the gates the device would run
     circuit = recorded.circuit
     if circuit.num_wires != backend.num_wires:
         raise QdiffError(f"circuit has {circuit.num_wires} wires but the device has "

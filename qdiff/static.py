@@ -315,6 +315,7 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     ga, gk = _substitute(args, kwargs, g)
     ref, result = guarded.construct(*ga, **gk)
     sig = structure_signature(ref.circuit)
+    ref = _routed(ref, qnode.device)
     circuit = ref.circuit
     for m in circuit.measurements:
         if m.kind not in DIFFERENTIABLE_KINDS:
@@ -336,6 +337,7 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
             raise QdiffError("static qnode: the circuit structure (gates, wires, constant "
                              "angles or observables) depends on the argument values; a static "
                              "qnode cannot replay it (use static=False)")
+        rec = _routed(rec, qnode.device)
         _, th, train, shared = unshare(rec.circuit, rec.theta, rec.trainable, rec.shared)
         thetas.append(th)
     circ_u, _, train_u, shared_u = unshare(circuit, ref.theta.as_subclass(torch.Tensor),
@@ -384,6 +386,16 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     if check_batch is not None:
         check_batch(b, p)
     return trace
+
+
+def _routed(rec, device):
+    """``rec`` routed for the device's noise model when it is not native to it (see
+    :mod:`qdiff.noise`)."""
+    if getattr(getattr(device, "noise", None), "native", None) is None:
+        return rec
+    from dataclasses import replace
+    from qdiff.noise import route_recorded
+    return route_recorded(replace(rec, theta=rec.theta.as_subclass(torch.Tensor)), device)
 
 
 class _Rec:

@@ -38,6 +38,9 @@ class MixedBackend(Backend):
         shots: None for exact results, or samples per measurement.
         device: torch device; dtype: ``torch.complex128`` (default) or ``torch.complex64``.
         seed: seed of the sampling generator.
+        layout: with a device noise model, the device qubit of each wire (a permutation of
+            ``0..n-1``); circuits are then routed from that placement. Without it, wire ``i``
+            is device qubit ``i``; a circuit not native to the device is routed first.
     """
 
     name = "mixed"
@@ -45,7 +48,7 @@ class MixedBackend(Backend):
                                 backprop_max_wires=14)
 
     def __init__(self, wires, noise=None, shots: Optional[int] = None, device=None,
-                 dtype=torch.complex128, seed: Optional[int] = None):
+                 dtype=torch.complex128, seed: Optional[int] = None, layout=None):
         super().__init__(wires, shots, seed)
         if dtype not in _DTYPES:
             raise QdiffError(f"dtype must be complex128 or complex64; got {dtype}")
@@ -60,6 +63,10 @@ class MixedBackend(Backend):
         self.noise = resolve_noise(noise)
         if self.noise is not None:
             self.noise.check_wires(self.num_wires)
+        if layout is not None and self.noise is None:
+            raise QdiffError(f"layout={layout!r} needs a device noise model (noise=...)")
+        self.layout = None if self.noise is None else self.noise.check_layout(layout,
+                                                                              self.num_wires)
         check_memory(self.num_wires, 1, self.cdtype, self.torch_device, 3.0)
         self._generator = None
 

@@ -56,6 +56,9 @@ class StatevectorBackend(Backend):
         trajectories: ``K``: run circuits with channels as ``K`` quantum trajectories per
             binding (one batched simulation); results are unbiased estimates of the
             mixed-state values, their gradients by backpropagation.
+        layout: with a device noise model, the device qubit of each wire (a permutation of
+            ``0..n-1``); circuits are then routed from that placement. Without it, wire ``i``
+            is device qubit ``i``; a circuit not native to the device is routed first.
     """
 
     name = "statevector"
@@ -74,7 +77,7 @@ class StatevectorBackend(Backend):
 
     def __init__(self, wires, shots: Optional[int] = None, device=None, dtype=torch.complex128,
                  seed: Optional[int] = None, fuse: bool = True, noise=None,
-                 trajectories: Optional[int] = None):
+                 trajectories: Optional[int] = None, layout=None):
         if trajectories is not None and (isinstance(trajectories, bool) or
                                          not isinstance(trajectories, int) or trajectories < 1):
             raise QdiffError(f"trajectories must be a positive integer; got {trajectories!r}")
@@ -90,6 +93,10 @@ class StatevectorBackend(Backend):
                              "qd.device('mixed', noise=...) for exact density matrices)")
         if self.noise is not None:
             self.noise.check_wires(self.num_wires)
+        if layout is not None and self.noise is None:
+            raise QdiffError(f"layout={layout!r} needs a device noise model (noise=...)")
+        self.layout = None if self.noise is None else self.noise.check_layout(layout,
+                                                                              self.num_wires)
         if dtype not in _DTYPES:
             raise QdiffError(f"dtype must be complex128 or complex64; got {dtype}")
         self.cdtype = _DTYPES[dtype]

@@ -33,6 +33,9 @@ class Routed:
     allowed: frozenset        # (a, b) pairs (active indices) the two-qubit gate may act on
     measurements: list        # [(physical qubit, clbit)]
     num_clbits: int
+    imported: object = None   # the routed circuit as imported (theta columns, expressions)
+    final: tuple = ()         # physical qubit holding each input wire's state at the end
+    initial: tuple = ()       # physical qubit of each input wire at the start
 
     def expand(self, c: Circuit) -> Circuit:
         ops = tuple(Operation(o.gate, tuple(self.physical[w] for w in o.wires), o.params)
@@ -93,7 +96,11 @@ def _real_backend(name: str, twin):
                          f"({type(exc).__name__}){suggest}") from None
 
 
-def route(imp, name: str, seed: int = 0) -> Routed:
+def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None) -> Routed:
+    """Lay out, route and translate ``imp.circuit`` for device ``name`` by Qiskit's preset
+    pass manager (level 1). ``num_qubits``: use only the device's qubits ``0..num_qubits-1``
+    (their coupling); ``initial_layout``: the physical qubit of each input wire."""
+    import warnings
     from qiskit.transpiler import generate_preset_pass_manager
     from qdiff.circuits.qiskit_io import from_qiskit, to_qiskit
     backend = device_backend(name)
@@ -104,8 +111,23 @@ def route(imp, name: str, seed: int = 0) -> Routed:
         qc.add_register(creg)
         for q, c in imp.measurements:
             qc.measure(q, creg[c])
-    pm = generate_preset_pass_manager(optimization_level=1, backend=backend, seed_transpiler=seed)
-    r = from_qiskit(pm.run(qc))
+    extra = {"backend": backend}
+    if num_qubits is not None and num_qubits < backend.num_qubits:
+        # the device's qubits 0..num_qubits-1 only: their coupling and the device's basis
+        # (with the whole backend, the noise-aware layout may move to other qubits)
+        extra = {"coupling_map": backend.coupling_map.reduce(list(range(num_qubits))),
+                 "basis_gates": [g for g in backend.operation_names if g not in _CONTROL]}
+    if initial_layout is not None:
+        extra["initial_layout"] = list(initial_layout)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        pm = generate_preset_pass_manager(optimization_level=1, seed_transpiler=seed, **extra)
+        out = pm.run(qc)
+    r = from_qiskit(out)
+    k = imp.circuit.num_wires
+    final = tuple(out.layout.final_index_layout()) if out.layout is not None else tuple(range(k))
+    initial = tuple(out.layout.initial_index_layout()[:k]) if out.layout is not None else \
+        tuple(range(k))
     used = sorted({w for o in r.circuit.operations for w in o.wires} |
                   {q for q, _ in r.measurements})
     loc = {p: i for i, p in enumerate(used)}
@@ -116,9 +138,11 @@ def route(imp, name: str, seed: int = 0) -> Routed:
     allowed = frozenset((loc[a], loc[b]) for a, b in backend.target[basis.two_q].keys()
                         if a in loc and b in loc)
     return Routed(backend.name, Circuit(len(used), ops, (), r.circuit.num_params), tuple(used),
-                  r.circuit.num_wires, basis, allowed, list(r.measurements), r.num_clbits)
+                  r.circuit.num_wires, basis, allowed, list(r.measurements), r.num_clbits, r,
+                  final, initial)
 
 
+_CONTROL = {"if_else", "for_loop", "switch_case", "while_loop", "delay", "reset", "measure"}
 _KNOWN = {"cx", "cz", "ecr", "rz", "sx", "x", "u", "u3", "p", "u1", "u2", "rx", "ry", "h"}
 
 

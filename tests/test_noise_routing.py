@@ -1,0 +1,289 @@
+"""Circuits not native to a noisy IBM device are routed and translated (the compiler's
+``--target`` path) before they run: oracles are Aer's density-matrix simulation of the routed
+circuit with the same noise model (Qiskit's own transpilation of the circuit, and the routed
+circuit qdiff runs), and the noiseless values of the unrouted circuit."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import qdiff as qd
+
+pytest.importorskip("qiskit_aer")
+pytest.importorskip("qiskit_ibm_runtime")
+
+N = 5
+
+
+@pytest.fixture(scope="module")
+def manila():
+    return qd.noise.from_backend("fake_manila")
+
+
+@pytest.fixture(scope="module")
+def quiet(manila):
+    """fake_manila's basis and coupling with no errors at all."""
+    return qd.noise.NoiseModel(name="fake_manila", native=manila.native, num_qubits=5)
+
+
+def body(x, y):
+    qd.Hadamard(wires=0)
+    qd.RY(x, wires=1)
+    qd.CZ(wires=[0, 1])
+    qd.CNOT(wires=[0, 3])          # uncoupled on the line 0-1-2-3-4
+    qd.RY(2 * y + 0.3, wires=4)
+    qd.CNOT(wires=[4, 1])          # uncoupled
+    qd.RX(y, wires=2)
+    return qd.expval(qd.Z(0) @ qd.Z(3)), qd.expval(qd.X(1) @ qd.Y(4)), qd.expval(qd.Z(2)), \
+        qd.density_matrix(list(range(N)))
+
+
+def _logical_qiskit():
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import ParameterVector
+    t = ParameterVector("theta", 3)
+    qc = QuantumCircuit(N)
+    qc.h(0)
+    qc.ry(t[0], 1)
+    qc.cz(0, 1)
+    qc.cx(0, 3)
+    qc.ry(t[1], 4)
+    qc.cx(4, 1)
+    qc.rx(t[2], 2)
+    return qc, t
+
+
+def _aer_rho(qc):
+    from qiskit_aer import AerSimulator
+    from qiskit_aer.noise import NoiseModel as AerNoise
+    from qiskit_ibm_runtime.fake_provider import FakeManilaV2
+    qc = qc.copy()
+    qc.save_density_matrix()
+    sim = AerSimulator(method="density_matrix", noise_model=AerNoise.from_backend(FakeManilaV2()))
+    rho = np.asarray(sim.run(qc).result().data()["density_matrix"])
+    n = qc.num_qubits
+    t = rho.reshape([2] * (2 * n))   # Qiskit: qubit 0 least significant -> reverse
+    return t.transpose(list(range(n))[::-1] + list(range(n, 2 * n))[::-1])
+
+
+def _logical(rho_t, final):
+    """The physical density tensor (axes 0..n-1, then their columns) seen in the order of the
+    logical wires (wire i lives on physical qubit final[i])."""
+    n = len(final)
+    return rho_t.transpose(list(final) + [n + q for q in final]).reshape(2 ** n, 2 ** n)
+
+
+def _expect(rho, paulis):
+    mats = {"I": np.eye(2), "X": np.array([[0, 1], [1, 0]]), "Y": np.array([[0, -1j], [1j, 0]]),
+            "Z": np.diag([1.0, -1.0])}
+    op = np.array([[1.0]])
+    for p in paulis:
+        op = np.kron(op, mats[p])
+    return float(np.trace(rho @ op).real)
+
+
+def _check(outs, rho):
+    zz, xy, z2, dm = (o.detach().numpy() for o in outs)
+    np.testing.assert_allclose(dm, rho, atol=1e-8, rtol=0)
+    assert abs(float(zz) - _expect(rho, "ZIIZI")) < 1e-8
+    assert abs(float(xy) - _expect(rho, "IXIIY")) < 1e-8
+    assert abs(float(z2) - _expect(rho, "IIZII")) < 1e-8
+
+
+def test_a_non_native_circuit_equals_aer_on_qiskits_transpilation(manila):
+    from qiskit.transpiler import generate_preset_pass_manager
+    from qiskit_ibm_runtime.fake_provider import FakeManilaV2
+    x, y = 0.4, -0.7
+    f = qd.qnode(qd.device("mixed", wires=N, noise=manila))(body)
+    outs = f(torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.float64))
+    qc, t = _logical_qiskit()
+    pm = generate_preset_pass_manager(optimization_level=1, backend=FakeManilaV2(),
+                                      seed_transpiler=0)
+    tq = pm.run(qc)
+    final = tq.layout.final_index_layout()
+    bound = tq.assign_parameters({t[0]: x, t[1]: 2 * y + 0.3, t[2]: y})
+    rec = f.construct(torch.tensor(x, dtype=torch.float64),
+                      torch.tensor(y, dtype=torch.float64))[0]
+    routed = qd.noise.prepare(rec.circuit, manila)
+    if tuple(final) != routed.final or len(routed.circuit.operations) != tq.size():
+        pytest.skip("Qiskit's transpile chose another routing here (checked below against "
+                    "the routed circuit itself)")
+    _check(outs, _logical(_aer_rho(bound), final))
+    # the noise really acts on the routed gates
+    assert abs(float(outs[0]) - 1.0) > 1e-3
+
+
+@pytest.mark.parametrize("x, y", [(0.4, -0.7), (2.1, 1.3)])
+def test_a_non_native_circuit_equals_aer_on_the_routed_circuit(manila, x, y):
+    from qdiff.circuits.qiskit_io import to_qiskit
+    f = qd.qnode(qd.device("mixed", wires=N, noise=manila))(body)
+    args = (torch.tensor(x, dtype=torch.float64), torch.tensor(y, dtype=torch.float64))
+    outs = f(*args)
+    rec = f.construct(*args)[0]
+    assert not qd.noise.native(rec.circuit, manila)
+    r = qd.noise.prepare(rec.circuit, manila)
+    assert qd.noise.native(r.circuit, manila)
+    assert sorted(r.final) == list(range(N))
+    qc = to_qiskit(r.circuit, theta=r.theta(rec.theta).detach())
+    _check(outs, _logical(_aer_rho(qc), r.final))
+
+
+def test_routing_never_changes_the_noiseless_answer(quiet):
+    ideal = qd.qnode(qd.device("statevector", wires=N))(body)
+    routed = qd.qnode(qd.device("mixed", wires=N, noise=quiet))(body)
+    traj = qd.qnode(qd.device("statevector", wires=N, noise=quiet, trajectories=2))(body)
+    x = torch.tensor([0.4, -1.2, 2.5], dtype=torch.float64)   # a batch of bindings
+    y = torch.tensor([-0.7, 0.9, 0.1], dtype=torch.float64)
+    want = ideal(x, y)
+    for got in (routed(x, y), traj(x, y)):
+        for a, b in zip(got[:3], want[:3]):
+            assert torch.allclose(a, b, atol=1e-10, rtol=0)
+    rho = routed(x, y)[3]
+    psi = qd.qnode(qd.device("statevector", wires=N))(lambda x, y: (body(x, y), qd.state())[1])(
+        x, y)
+    assert torch.allclose(rho, psi.unsqueeze(-1) * psi.conj().unsqueeze(-2), atol=1e-10,
+                          rtol=0)
+    assert not qd.noise.native(routed.construct(x, y)[0].circuit, quiet)
+
+
+def test_gradients_flow_through_the_routed_circuit(manila, quiet):
+    def loss(dev, x, y):
+        zz, xy, z2, _ = qd.qnode(dev, diff_method="backprop")(body)(x, y)
+        return zz + 0.5 * xy - z2
+
+    x = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
+    y = torch.tensor(-0.7, dtype=torch.float64, requires_grad=True)
+    g_quiet = torch.autograd.grad(loss(qd.device("mixed", wires=N, noise=quiet), x, y), (x, y))
+    g_ideal = torch.autograd.grad(loss(qd.device("statevector", wires=N), x, y), (x, y))
+    for a, b in zip(g_quiet, g_ideal):
+        assert abs(float(a - b)) < 1e-10
+    dev = qd.device("mixed", wires=N, noise=manila)
+    g = torch.autograd.grad(loss(dev, x, y), (x, y))
+    h = 1e-5
+    for i, gi in enumerate(g):
+        e = [0.0, 0.0]
+        e[i] = h
+        with torch.no_grad():
+            fd = (loss(dev, x + e[0], y + e[1]) - loss(dev, x - e[0], y - e[1])) / (2 * h)
+        assert abs(float(gi) - float(fd)) < 1e-8
+    assert max(abs(float(a - b)) for a, b in zip(g, g_ideal)) > 1e-4  # the noise acts
+
+
+def test_a_native_circuit_runs_as_written(manila):
+    dev = qd.device("mixed", wires=3, noise=manila)
+
+    @qd.qnode(dev)
+    def f(t):
+        qd.SX(wires=0)
+        qd.RZ(t, wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.CNOT(wires=[2, 1])
+        return qd.expval(qd.Z(1))
+    t = torch.tensor(0.3, dtype=torch.float64)
+    c = f.construct(t)[0].circuit
+    r = qd.noise.prepare(c, manila)
+    assert r.circuit is c and r.final == (0, 1, 2)
+
+
+def test_a_given_layout_places_the_wires(quiet, manila):
+    ideal = qd.qnode(qd.device("statevector", wires=N))(body)
+    dev = qd.device("mixed", wires=N, noise=quiet, layout=[4, 3, 2, 1, 0])
+    f = qd.qnode(dev)(body)
+    x, y = torch.tensor(0.4, dtype=torch.float64), torch.tensor(-0.7, dtype=torch.float64)
+    for a, b in zip(f(x, y)[:3], ideal(x, y)[:3]):
+        assert abs(float(a - b)) < 1e-10
+    r = qd.noise.prepare(f.construct(x, y)[0].circuit, quiet, layout=[4, 3, 2, 1, 0])
+    assert r.initial == (4, 3, 2, 1, 0)
+    with pytest.raises(qd.QdiffError, match="layout"):
+        qd.device("mixed", wires=3, noise=manila, layout=[0, 1, 4])
+    with pytest.raises(qd.QdiffError, match="layout.*noise model"):
+        qd.device("mixed", wires=3, layout=[0, 1, 2])
+
+
+def test_what_routing_cannot_fix_is_refused(manila):
+    with pytest.raises(qd.QdiffError, match="describes 5 qubits"):
+        qd.device("mixed", wires=6, noise=manila)
+
+    @qd.qnode(qd.device("mixed", wires=3, noise=manila))
+    def f():
+        qd.Hadamard(wires=0)
+        qd.BitFlip(0.1, wires=0)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffError, match="BitFlip"):
+        f()
+    # an engine handed a non-native circuit directly still refuses it, naming the gate
+    dev = qd.device("mixed", wires=3, noise=manila)
+
+    @qd.qnode(dev)
+    def g():
+        qd.Hadamard(wires=0)
+        return qd.expval(qd.Z(0))
+    rec = g.construct()[0]
+    with pytest.raises(qd.QdiffError, match="Hadamard.*not a basis gate of fake_manila"):
+        dev.run(rec.circuit, rec.theta)
+
+
+
+def body3(t):
+    qd.Hadamard(wires=0)
+    qd.RY(2 * t[0], wires=1)
+    qd.CNOT(wires=[0, 2])          # uncoupled on the line 0-1-2
+    qd.RX(t[1], wires=2)
+    return qd.expval(qd.Z(0) @ qd.Z(2)), qd.expval(qd.X(1))
+
+
+def body3_dm(t):
+    body3(t)
+    return qd.density_matrix([0, 1, 2])
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_a_smaller_device_routes_on_its_own_qubits_only(manila, static):
+    from qdiff.circuits.qiskit_io import to_qiskit
+    dev = qd.device("mixed", wires=3, noise=manila)
+    t = torch.tensor([0.3, 0.5], dtype=torch.float64, requires_grad=True)
+    rec = qd.qnode(dev)(body3_dm).construct(t)[0]
+    r = qd.noise.prepare(rec.circuit, manila)
+    assert all(w < 3 for op in r.circuit.operations for w in op.wires)
+    rho = _logical(_aer_rho(to_qiskit(r.circuit, theta=r.theta(rec.theta).detach())), r.final)
+    np.testing.assert_allclose(qd.qnode(dev)(body3_dm)(t).detach().numpy(), rho, atol=1e-8,
+                               rtol=0)
+    f = qd.qnode(dev, static=static)(body3)
+    zz, x1 = f(t)
+    assert abs(float(zz.detach()) - _expect(rho, "ZIZ")) < 1e-8
+    assert abs(float(x1.detach()) - _expect(rho, "IXI")) < 1e-8
+    g = torch.autograd.grad(zz + x1, t)[0]
+    h = 1e-5
+    for i in range(2):
+        e = torch.zeros(2, dtype=torch.float64)
+        e[i] = h
+        with torch.no_grad():
+            fd = (sum(f(t + e)) - sum(f(t - e))) / (2 * h)
+        assert abs(float(g[i]) - float(fd)) < 1e-8
+
+
+def test_the_transpiler_runs_once_per_circuit_structure(manila):
+    from qdiff.noise import _route_ops
+    f = qd.qnode(qd.device("mixed", wires=N, noise=manila))(body)
+    x, y = torch.tensor(0.1, dtype=torch.float64), torch.tensor(0.2, dtype=torch.float64)
+    f(x, y)
+    misses = _route_ops.cache_info().misses
+    for k in range(3):
+        f(x + k, y - k)
+    assert _route_ops.cache_info().misses == misses
+
+
+def test_trajectories_route_like_the_mixed_engine(manila):
+    t = torch.tensor([0.3, 0.5], dtype=torch.float64)
+    exact = qd.qnode(qd.device("mixed", wires=3, noise=manila))(body3)(t)
+    k = 4000
+    dev = qd.device("statevector", wires=3, noise=manila, trajectories=k, seed=11)
+
+    def one(t):
+        body3(t)
+        return qd.expval(qd.Z(0) @ qd.Z(2))
+    # every trajectory estimate of <ZZ> is bounded by 1: a standard error of at most 1/sqrt(K)
+    est = qd.qnode(dev)(one)(t)
+    assert abs(float(est) - float(exact[0])) < 5 / k ** 0.5
+    assert abs(float(exact[0]) - 1.0) > 1e-3
