@@ -115,6 +115,26 @@ def check_shots(shots, what: str = "shots"):
     return int(shots)
 
 
+TORCH_DTYPES = {torch.complex128: torch.complex128, torch.complex64: torch.complex64,
+                torch.float64: torch.complex128, torch.float32: torch.complex64,
+                "complex128": torch.complex128, "complex64": torch.complex64}
+
+
+def torch_placement(dtype, device) -> tuple:
+    """``(complex dtype, torch.device or None)`` of a torch engine from its ``dtype=`` and
+    ``device=`` options, checked (an unknown dtype or device, or CUDA where there is none, is a
+    ``QdiffError``)."""
+    if dtype not in TORCH_DTYPES:
+        raise QdiffError(f"dtype must be complex128 or complex64; got {dtype}")
+    try:
+        torch_device = torch.device(device) if device is not None else None
+    except RuntimeError as exc:
+        raise QdiffError(f"invalid torch device {device!r}: {exc}") from None
+    if torch_device is not None and torch_device.type == "cuda" and not torch.cuda.is_available():
+        raise QdiffError(f"device={device!r}: no CUDA device is available here (use 'cpu')")
+    return TORCH_DTYPES[dtype], torch_device
+
+
 class Backend(abc.ABC):
     """Base class: holds wires, shots and the seed; engines implement :meth:`execute`."""
 

@@ -15,15 +15,13 @@ from typing import Optional
 
 import torch
 
-from qdiff.backends.base import Backend, Capabilities, Result, flat_outputs, register_backend
+from qdiff.backends.base import (Backend, Capabilities, Result, flat_outputs, register_backend,
+                                 torch_placement)
 from qdiff.backends.mixed.measure import measure_all
 from qdiff.backends.mixed.simulate import check_memory, evolve
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.noise import NoiseModel, resolve_noise
 
-_DTYPES = {torch.complex128: torch.complex128, torch.complex64: torch.complex64,
-           torch.float64: torch.complex128, torch.float32: torch.complex64,
-           "complex128": torch.complex128, "complex64": torch.complex64}
 
 
 @register_backend("mixed", "density_matrix")
@@ -50,16 +48,7 @@ class MixedBackend(Backend):
     def __init__(self, wires, noise=None, shots: Optional[int] = None, device=None,
                  dtype=torch.complex128, seed: Optional[int] = None, layout=None):
         super().__init__(wires, shots, seed)
-        if dtype not in _DTYPES:
-            raise QdiffError(f"dtype must be complex128 or complex64; got {dtype}")
-        self.cdtype = _DTYPES[dtype]
-        try:
-            self.torch_device = torch.device(device) if device is not None else None
-        except RuntimeError as exc:
-            raise QdiffError(f"invalid torch device {device!r}: {exc}") from None
-        if self.torch_device is not None and self.torch_device.type == "cuda" and \
-                not torch.cuda.is_available():
-            raise QdiffError(f"device={device!r}: no CUDA device is available here (use 'cpu')")
+        self.cdtype, self.torch_device = torch_placement(dtype, device)
         self.noise = resolve_noise(noise)
         if self.noise is not None:
             self.noise.check_wires(self.num_wires)

@@ -13,7 +13,8 @@ from typing import Optional
 
 import torch
 
-from qdiff.backends.base import Backend, Capabilities, Result, flat_outputs, register_backend
+from qdiff.backends.base import (Backend, Capabilities, Result, flat_outputs, register_backend,
+                                 torch_placement)
 from qdiff.backends.statevector import native, zwords
 from qdiff.backends.statevector.adjoint import adjoint_vjp
 from qdiff.backends.statevector.measure import (measure_all, probs, purity,
@@ -25,9 +26,6 @@ from qdiff.circuits.noise import resolve_noise
 from qdiff.backends.statevector.simulate import Trace, simulate
 from qdiff.circuits.errors import QdiffError
 
-_DTYPES = {torch.complex128: torch.complex128, torch.complex64: torch.complex64,
-           torch.float64: torch.complex128, torch.float32: torch.complex64,
-           "complex128": torch.complex128, "complex64": torch.complex64}
 _TRACE_LIMIT = 1 << 20  # complex entries of forward gate data worth keeping for the backward
 
 
@@ -97,16 +95,7 @@ class StatevectorBackend(Backend):
             raise QdiffError(f"layout={layout!r} needs a device noise model (noise=...)")
         self.layout = None if self.noise is None else self.noise.check_layout(layout,
                                                                               self.num_wires)
-        if dtype not in _DTYPES:
-            raise QdiffError(f"dtype must be complex128 or complex64; got {dtype}")
-        self.cdtype = _DTYPES[dtype]
-        try:
-            self.torch_device = torch.device(device) if device is not None else None
-        except RuntimeError as exc:
-            raise QdiffError(f"invalid torch device {device!r}: {exc}") from None
-        if self.torch_device is not None and self.torch_device.type == "cuda" and \
-                not torch.cuda.is_available():
-            raise QdiffError(f"device={device!r}: no CUDA device is available here (use 'cpu')")
+        self.cdtype, self.torch_device = torch_placement(dtype, device)
         self.fuse = fuse
         self._generator = None
 
