@@ -150,6 +150,19 @@ class Backend(abc.ABC):
             raise QdiffError(f"backend '{self.name}' does not support shots")
         self.shots = shots
         self.seed = seed
+        self._generator = None
+
+    def generator(self, device) -> torch.Generator:
+        """The backend's random generator on ``device`` (seeded by ``seed=`` when given), kept
+        across calls so that successive shot draws differ."""
+        if self._generator is None or self._generator.device != torch.device(device):
+            g = torch.Generator(device=device)
+            if self.seed is not None:
+                g.manual_seed(int(self.seed))
+            else:
+                g.seed()
+            self._generator = g
+        return self._generator
 
     @property
     def num_wires(self) -> int:

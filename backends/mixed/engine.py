@@ -57,21 +57,10 @@ class MixedBackend(Backend):
         self.layout = None if self.noise is None else self.noise.check_layout(layout,
                                                                               self.num_wires)
         check_memory(self.num_wires, 1, self.cdtype, self.torch_device, 3.0)
-        self._generator = None
 
     def check_batch(self, batch: int, num_params: int) -> None:
         """Refuse a batch whose density matrices cannot fit (three per binding at least)."""
         check_memory(self.num_wires, batch, self.cdtype, self.torch_device, 3.0)
-
-    def generator(self, device) -> torch.Generator:
-        if self._generator is None or self._generator.device != torch.device(device):
-            g = torch.Generator(device=device)
-            if self.seed is not None:
-                g.manual_seed(int(self.seed))
-            else:
-                g.seed()
-            self._generator = g
-        return self._generator
 
     def noisy(self, circuit):
         """``circuit`` with the noise model's channels inserted (itself without a model)."""

@@ -97,17 +97,6 @@ class StatevectorBackend(Backend):
                                                                               self.num_wires)
         self.cdtype, self.torch_device = torch_placement(dtype, device)
         self.fuse = fuse
-        self._generator = None
-
-    def generator(self, device) -> torch.Generator:
-        if self._generator is None or self._generator.device != torch.device(device):
-            g = torch.Generator(device=device)
-            if self.seed is not None:
-                g.manual_seed(int(self.seed))
-            else:
-                g.seed()
-            self._generator = g
-        return self._generator
 
     def target_device(self, theta: torch.Tensor) -> torch.device:
         return self.torch_device if self.torch_device is not None else theta.device
