@@ -22,12 +22,11 @@ every other measurement is of the state (as qdiff's own devices do). Mid-circuit
 measurements with a noise model are refused (deferred measurement would add wires and gates
 the model would treat as device qubits and gates).
 
-Derivatives: ``diff_method="best"`` with the torch interface is backprop, the torch engine
-inside torch autograd: exact gradients of gate angles and channel parameters (an explicit
-``diff_method="backprop"`` is refused when the QNode is built, because PennyLane asks the
-device before it knows the interface, as it does for ``qdiff.statevector``; ``qml.execute``
-with ``diff_method="backprop", interface="torch"`` takes it). Other interfaces get PennyLane's
-gradient transforms (``"best"``: parameter-shift, finite differences for channel parameters).
+Derivatives: ``diff_method="backprop"`` (and ``"best"``) with the torch interface runs the
+torch engine inside torch autograd: exact gradients of gate angles and channel parameters.
+``"backprop"`` with another interface (autograd, jax, tensorflow) is refused when the call
+resolves its interface (PennyLane's ``QuantumFunctionError``); ``"best"`` there gives
+PennyLane's gradient transforms (parameter-shift, finite differences for channel parameters).
 
 >>> import pennylane as qml, torch
 >>> dev = qml.device("qdiff.mixed", wires=1)
@@ -69,8 +68,9 @@ from qdiff.noise import routing_for
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
            torch.complex128: torch.complex128, torch.complex64: torch.complex64}
-# torch autograd runs through the engine (autograd, jax, tensorflow cannot trace it)
-_BACKPROP_INTERFACES = (Interface.TORCH,)
+# torch autograd runs through the engine (autograd, jax, tensorflow cannot trace it); numpy is
+# what PennyLane asks about when a QNode is built, before the interface is known
+_BACKPROP_INTERFACES = (Interface.TORCH, Interface.NUMPY)
 
 
 def _stopping_condition(op) -> bool:
@@ -187,7 +187,7 @@ class QdiffMixed(Device):
                 raise DeviceError(f"device option {option} not present on {self}")
         updated = {}
         method = config.gradient_method
-        if method == "best" and config.interface in _BACKPROP_INTERFACES:
+        if method == "best" and config.interface == Interface.TORCH:
             method = updated["gradient_method"] = "backprop"
         updated["use_device_gradient"] = method == "backprop"
         updated["use_device_jacobian_product"] = False
@@ -229,14 +229,6 @@ class QdiffMixed(Device):
         labels = tuple(self.wires) if self.wires is not None else tuple(tape.wires)
         return labels or (0,)
 
-    def _run_native(self, tape, native):
-        """Exact expval/var/probs/density_matrix/purity computed by the engine itself (readout
-        errors of a noise model on probs, as qdiff's own devices apply them)."""
-        outs, _ = self._engine_run(tape, native)
-        batched = tape.batch_size is not None
-        vals = [_to_user(o if batched else o[0]) for o in outs]
-        return vals[0] if len(vals) == 1 else tuple(vals)
-
     def _engine_run(self, tape, meas):
         """Run ``tape`` with the qdiff measurements ``meas`` (on wire labels): ``(outputs, final
         device qubit of each wire)``, routed for a device noise model (see the module)."""
@@ -254,26 +246,33 @@ class QdiffMixed(Device):
             raise DeviceError(f"{self.name}: {exc}") from None
         return res.outputs, final
 
-    def final_density_matrix(self, tape):
-        """``(rho, final)``: the final density matrix of ``tape`` (``(B, 2**n, 2**n)``, wires in
-        the device's order; a torch tensor in the autograd graph of trainable torch
-        parameters) and the device qubit holding each wire at the end (routing)."""
-        labels = self._labels(tape)
-        outs, final = self._engine_run(tape, [Measurement("density_matrix", None, labels)])
-        return outs[0], final
-
     def _run(self, tape):
-        native = None if tape.shots else _native_measurements(tape.measurements)
-        if native is not None:
-            return self._run_native(tape, native)
-        rho, final = self.final_density_matrix(tape)
-        n = len(self._labels(tape))
-        batched = tape.batch_size is not None
         labels = self._labels(tape)
+        n = len(labels)
+        batched = tape.batch_size is not None
         mps = list(tape.measurements)
         if labels != tuple(range(n)):
             wire_map = {w: i for i, w in enumerate(labels)}
-            mps = [m.map_wires(wire_map) for m in mps]
+            mps_idx = [m.map_wires(wire_map) for m in mps]
+        else:
+            mps_idx = mps
+        if tape.shots:  # every sample from the one final density matrix
+            outs, final = self._engine_run(tape, [Measurement("density_matrix", None, labels)])
+            return self._sampled(mps_idx, outs[0], final, tape, batched, n)
+        native = [_native_measurement(m, labels) for m in mps]
+        rest = [m for m, q in zip(mps_idx, native) if q is None]
+        meas = [q for q in native if q is not None]
+        if rest:
+            meas.append(Measurement("density_matrix", None, labels))
+        outs, _ = self._engine_run(tape, meas)
+        got = iter(_to_user(o if batched else o[0]) for o in outs[:len(outs) - bool(rest)])
+        if rest:  # the others (entropies, projector probs, ...) by PennyLane from rho
+            read = self._measure(rest, outs[-1], tape, batched, n)
+            others = iter((read,) if len(rest) == 1 else read)
+        vals = [next(got) if q is not None else next(others) for q in native]
+        return vals[0] if len(vals) == 1 else tuple(vals)
+
+    def _sampled(self, mps, rho, final, tape, batched, n):
         read = self._readout(rho, final) if self.noise is not None and self.noise.readout \
             and any(_computational(m) for m in mps) else None
         if read is None or all(_computational(m) for m in mps):
@@ -315,32 +314,29 @@ class QdiffMixed(Device):
                f"{noise}, shots={self.shots})>"
 
 
-def _native_measurements(mps):
-    """qdiff measurements (on wire labels) for ``mps`` when the engine computes them all
-    exactly (expval/var of an observable qdiff converts, probs/density_matrix/purity of wires),
-    else ``None``."""
-    out = []
-    for mp in mps:
-        if mp.mv is not None:
+def _native_measurement(mp, labels):
+    """The qdiff measurement (on wire labels) of ``mp`` when the engine computes it exactly
+    (expval/var of an observable qdiff converts, probs/density_matrix/purity of wires), else
+    ``None`` (PennyLane measures it from the density matrix)."""
+    if mp.mv is not None:
+        return None
+    if isinstance(mp, (ExpectationMP, VarianceMP)) and mp.obs is not None:
+        if any(qml.math.requires_grad(d) for d in mp.obs.data):
             return None
-        if isinstance(mp, (ExpectationMP, VarianceMP)) and mp.obs is not None:
-            if any(qml.math.requires_grad(d) for d in mp.obs.data):
-                return None
-            try:
-                obs = from_pennylane_observable(mp.obs)
-            except Exception:  # noqa: BLE001 - PennyLane raises many kinds; measured from rho
-                return None
-            if not obs.terms:
-                return None
-            out.append(Measurement("expval" if isinstance(mp, ExpectationMP) else "var", obs))
-        elif type(mp) is ProbabilityMP and mp.obs is None and len(mp.wires):
-            out.append(Measurement("probs", None, tuple(mp.wires)))
-        elif type(mp) in (DensityMatrixMP, PurityMP) and len(mp.wires):
-            kind = "density_matrix" if type(mp) is DensityMatrixMP else "purity"
-            out.append(Measurement(kind, None, tuple(mp.wires)))
-        else:
+        try:
+            obs = from_pennylane_observable(mp.obs)
+        except Exception:  # noqa: BLE001 - PennyLane raises many kinds; measured from rho
             return None
-    return out
+        if not obs.terms:
+            return None
+        return Measurement("expval" if isinstance(mp, ExpectationMP) else "var", obs)
+    wires = tuple(mp.wires) or tuple(labels)
+    if type(mp) is ProbabilityMP and mp.obs is None:
+        return Measurement("probs", None, wires)
+    if type(mp) in (DensityMatrixMP, PurityMP):
+        return Measurement("density_matrix" if type(mp) is DensityMatrixMP else "purity", None,
+                           wires)
+    return None
 
 
 def _to_user(t: torch.Tensor):

@@ -96,8 +96,7 @@ def test_backprop_gradients_equal_default_mixed_and_finite_differences(seed):
         pytest.skip("no parameters drawn")
     circuit = _trainable_circuit(n, ops)
     mine, ref = (qml.QNode(circuit, qml.device(name, wires=n), interface="torch",
-                           diff_method=method) for name, method in (("qdiff.mixed", "best"),
-                                                                    ("default.mixed", "backprop")))
+                           diff_method="backprop") for name in ("qdiff.mixed", "default.mixed"))
 
     def flat(q, *ps):
         e, p = q(*ps)
@@ -237,8 +236,21 @@ def test_a_device_noise_model_routes_and_equals_aer_on_the_routed_circuit():
     assert torch.allclose(probs, probs_qd, atol=1e-12, rtol=0)
     ideal = torch.tensor(np.diag(want).real).reshape(2, 2, 2).permute(2, 0, 1).sum(-1).reshape(-1)
     assert float((probs - ideal).abs().max()) > 1e-3          # readout errors act on probs
-    # a tape with a measurement the engine does not compute (vn_entropy) is measured from the
-    # density matrix: the readout errors then act as a classical channel on it
+    # with shots, every measurement is sampled from the density matrix, with the readout
+    # errors as a classical channel on it: the estimates follow the read-out probabilities
+    def sampled(x, y):
+        _logical_body(x, y)
+        return qml.probs(wires=[2, 0]), qml.counts(wires=[0])
+    shots = 40000
+    est, counts = qml.set_shots(qml.QNode(sampled, qml.device("qdiff.mixed", wires=3,
+                                                                noise=manila, seed=3)),
+                                shots=shots)(x.detach(), y.detach())
+    se = np.sqrt(probs_qd.detach().numpy() * (1 - probs_qd.detach().numpy()) / shots)
+    assert np.all(np.abs(np.asarray(est) - probs_qd.detach().numpy()) < 5 * se + 1e-12)
+    p0 = float(probs_qd[0] + probs_qd[2])   # wire 0 reads 0: outcomes 00 and 10 of (2, 0)
+    assert abs(counts.get("0", 0) / shots - p0) < 5 * np.sqrt(p0 * (1 - p0) / shots)
+    assert float((probs_qd - ideal).abs().max()) > 6 * se.max()   # the readout is visible
+    # a measurement the engine does not compute (vn_entropy) is read off the density matrix
     def mixed_tape(x, y):
         _logical_body(x, y)
         return qml.probs(wires=[2, 0]), qml.vn_entropy(wires=[1])
@@ -298,6 +310,13 @@ def test_bad_input_names_what_is_wrong():
 
 def test_explicit_backprop_takes_the_torch_interface_only():
     dev = qml.device("qdiff.mixed", wires=1)
+
+    @qml.qnode(dev, diff_method="backprop")
+    def f(x):
+        qml.RX(x, wires=0)
+        return qml.expval(qml.PauliZ(0))
+    with pytest.raises(qml.exceptions.QuantumFunctionError, match="backprop"):
+        qml.grad(f)(qml.numpy.array(0.3, requires_grad=True))
     x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
     tape = qml.tape.QuantumScript([qml.RX(x, wires=0), qml.AmplitudeDamping(0.2, wires=0)],
                                   [qml.expval(qml.PauliZ(0))])
