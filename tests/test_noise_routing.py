@@ -517,3 +517,18 @@ def test_aer_with_a_device_noise_model_runs_the_translated_gates():
         return qd.expval(qd.Z(2))
     with pytest.raises(qd.QdiffError, match=r"'cx' on qubits \[0, 2\].*noiselessly"):
         uncoupled()
+
+
+def test_state_of_a_routed_circuit_is_refused_and_density_matrix_follows_the_wires(manila):
+    """The routed circuit's state is of the physical qubits (its wires moved): state() is refused
+    with the reason, on the mixed device and with trajectories; density_matrix of the logical
+    wires is the one checked against Aer above."""
+    for dev in (qd.device("mixed", wires=3, noise=manila),
+                qd.device("statevector", wires=3, noise=manila, trajectories=2)):
+        @qd.qnode(dev)
+        def f():
+            qd.Hadamard(wires=0)
+            qd.CNOT(wires=[0, 2])
+            return qd.state()
+        with pytest.raises(qd.QdiffError, match="state\\(\\)"):
+            f()
