@@ -532,3 +532,16 @@ def test_state_of_a_routed_circuit_is_refused_and_density_matrix_follows_the_wir
             return qd.state()
         with pytest.raises(qd.QdiffError, match="state\\(\\)"):
             f()
+
+
+def test_draw_shows_the_routed_circuit_at_the_device_level(manila):
+    f = qd.qnode(qd.device("mixed", wires=3, noise=manila))(layered3)
+    w = torch.tensor([0.3, -0.4], dtype=torch.float64)
+    top, device = qd.draw(f)(w), qd.draw(f, level="device")(w)
+    assert "Hadamard" in top and "Hadamard" not in device and "SX" in device
+    routed = qd.noise.prepare(f.construct(w)[0].circuit, manila).circuit
+    assert device.count("SX") == sum(op.name == "sx" for op in routed.operations)
+    plain = qd.qnode(qd.device("statevector", wires=3))(layered3)
+    assert qd.draw(plain, level="device")(w) == qd.draw(plain)(w)
+    with pytest.raises(qd.QdiffError, match="level"):
+        qd.draw(f, level="gradient")
