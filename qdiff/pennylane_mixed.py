@@ -6,7 +6,8 @@ measurements and decomposes every operation into the gates and channels qdiff co
 (:func:`~qdiff.circuits.pennylane_io.from_pennylane_tape`: qdiff's gates, and PennyLane's
 ``BitFlip``, ``PhaseFlip``, ``DepolarizingChannel``, ``AmplitudeDamping``,
 ``GeneralizedAmplitudeDamping``, ``PhaseDamping``, ``ThermalRelaxationError``, ``ResetError``,
-``PauliError`` and constant ``QubitChannel``). ``execute`` runs each tape (all its broadcast
+``PauliError`` and constant ``QubitChannel``; a leading ``QubitDensityMatrix`` runs as the
+batch of its eigenvectors, weighted). ``execute`` runs each tape (all its broadcast
 rows at once) on the mixed engine (``qd.device("mixed")``), which returns the final density
 matrix; every measurement is then read off that density matrix by PennyLane's own
 ``default.mixed`` measurement functions (expval, var, probs, ``density_matrix``, ``purity``,
@@ -74,7 +75,8 @@ _BACKPROP_INTERFACES = (Interface.TORCH, Interface.NUMPY)
 
 
 def _stopping_condition(op) -> bool:
-    return tape_op_supported(op) or tape_channel_supported(op)
+    return tape_op_supported(op) or tape_channel_supported(op) or \
+        type(op).__name__ == "QubitDensityMatrix"
 
 
 def _decomposer(op):
@@ -229,6 +231,47 @@ class QdiffMixed(Device):
         labels = tuple(self.wires) if self.wires is not None else tuple(tape.wires)
         return labels or (0,)
 
+    def _mixture_run(self, tape, labels):
+        """The final density matrix of a tape that starts from ``QubitDensityMatrix(rho0)``:
+        by linearity, ``sum_i p_i E(|v_i><v_i|)`` over the eigen-decomposition of ``rho0``
+        (the other wires in |0>), all eigenvectors run as one batch of initial states."""
+        op = tape.operations[0]
+        rho0 = op.data[0]
+        if qml.math.requires_grad(rho0) or qml.math.ndim(rho0) != 2:
+            raise DeviceError(f"{self.name}: QubitDensityMatrix must be one constant density "
+                              "matrix (not trainable, not broadcast)")
+        lam, vecs = np.linalg.eigh(np.asarray(qml.math.unwrap(rho0), dtype=complex))
+        keep = lam > 1e-15
+        lam, vecs = lam[keep], vecs[:, keep]
+        n, k = len(labels), len(op.wires)
+        where = [slice(None) if w in op.wires else 0 for w in labels]
+        order = [list(op.wires).index(w) for w in labels if w in op.wires]
+        states = []
+        for v in vecs.T:
+            full = np.zeros((2,) * n, dtype=complex)
+            full[tuple(where)] = np.transpose(v.reshape((2,) * k), order)
+            states.append(full.reshape(-1))
+        rest = tape.copy(operations=tape.operations[1:])
+        engine = self._engine(n)
+        m = len(states)
+        try:
+            rec, _ = from_pennylane_tape(rest, labels,
+                                         [Measurement("density_matrix", None, labels)],
+                                         engine.check_batch, channels=True)
+            b = rec.theta.shape[0]
+            init = torch.tensor(np.stack(states), dtype=torch.complex128)
+            init = init.repeat_interleave(b, dim=0)
+            routing = routing_for(rec.circuit, engine, init)
+            final = tuple(range(n))
+            res = engine.execute([Job(rec.circuit, rec.theta.repeat(m, 1), init,
+                                      shots=None)])[0]
+        except QdiffError as exc:
+            raise DeviceError(f"{self.name}: {exc}") from None
+        assert routing is None  # a circuit that needs routing refuses a state preparation
+        rho = res.outputs[0].reshape(m, b, 2 ** n, 2 ** n)
+        weights = torch.tensor(lam, dtype=rho.real.dtype, device=rho.device)
+        return torch.einsum("m,mbij->bij", weights.to(rho.dtype), rho), final
+
     def _engine_run(self, tape, meas):
         """Run ``tape`` with the qdiff measurements ``meas`` (on wire labels): ``(outputs, final
         device qubit of each wire)``, routed for a device noise model (see the module)."""
@@ -256,6 +299,11 @@ class QdiffMixed(Device):
             mps_idx = [m.map_wires(wire_map) for m in mps]
         else:
             mps_idx = mps
+        if _density_prep(tape) is not None:
+            rho, final = self._mixture_run(tape, labels)
+            if tape.shots:
+                return self._sampled(mps_idx, rho, final, tape, batched, n)
+            return self._measure(mps_idx, rho, tape, batched, n)
         if tape.shots:  # every sample from the one final density matrix
             outs, final = self._engine_run(tape, [Measurement("density_matrix", None, labels)])
             return self._sampled(mps_idx, outs[0], final, tape, batched, n)
@@ -312,6 +360,12 @@ class QdiffMixed(Device):
         noise = f", noise={self.noise.name!r}" if self.noise is not None else ""
         return f"<QdiffMixed device (wires={None if self.wires is None else len(self.wires)}" \
                f"{noise}, shots={self.shots})>"
+
+
+def _density_prep(tape):
+    """The leading ``QubitDensityMatrix`` of ``tape``, or ``None``."""
+    ops = tape.operations
+    return ops[0] if ops and type(ops[0]).__name__ == "QubitDensityMatrix" else None
 
 
 def _native_measurement(mp, labels):

@@ -326,3 +326,29 @@ def test_explicit_backprop_takes_the_torch_interface_only():
     assert abs(float(g) + 0.8 * np.sin(0.3)) < 1e-12
     with pytest.raises(qml.exceptions.QuantumFunctionError, match="backprop"):
         qml.execute([tape], dev, diff_method="backprop", interface="autograd")
+
+
+def test_a_density_matrix_as_initial_state_equals_default_mixed():
+    r = np.random.default_rng(4)
+    a = r.normal(size=(4, 4)) + 1j * r.normal(size=(4, 4))
+    rho = a @ a.conj().T
+    rho /= np.trace(rho)
+
+    def circuit(x):
+        qml.QubitDensityMatrix(rho, wires=[2, 0])
+        qml.RX(x, wires=1)
+        qml.CNOT(wires=[0, 1])
+        qml.AmplitudeDamping(0.3, wires=2)
+        return (qml.expval(qml.PauliZ(1) @ qml.PauliX(2)), qml.density_matrix(wires=[0, 2]),
+                qml.purity(wires=[0, 1]), qml.var(qml.PauliY(0)), qml.probs(wires=[2]))
+    for x in (0.7, np.array([0.1, -2.0])):
+        got, want = (q(x) for q in _both(3, circuit))
+        _same(got, want, 1e-10)
+    trainable = torch.tensor(rho, requires_grad=True)
+
+    @qml.qnode(qml.device("qdiff.mixed", wires=2), interface="torch")
+    def g(m):
+        qml.QubitDensityMatrix(m, wires=[0, 1])
+        return qml.expval(qml.PauliZ(0))
+    with pytest.raises(qml.exceptions.DeviceError, match="QubitDensityMatrix.*not trainable"):
+        g(trainable)
