@@ -30,7 +30,7 @@ warnings.filterwarnings("ignore")
 LAYERS, P_DEP, GAMMA = 6, 0.01, 0.02
 
 
-def qdiff_grad(n, batch):
+def qdiff_grad(n, batch, method="best"):
     import torch
     import qdiff as qd
     dev = qd.device("mixed", wires=n)
@@ -39,7 +39,7 @@ def qdiff_grad(n, batch):
         qd.DepolarizingChannel(P_DEP, wires=w)
         qd.AmplitudeDamping(GAMMA, wires=w)
 
-    @qd.qnode(dev, diff_method="backprop")
+    @qd.qnode(dev, diff_method=method)
     def f(x):
         for layer in range(LAYERS):
             for w in range(n):
