@@ -33,7 +33,7 @@ import torch
 
 from qdiff.backends.base import flat_outputs
 from qdiff.backends.mixed.measure import measure_all
-from qdiff.backends.mixed.simulate import merged_axes, apply_on, state_bytes, zero_density
+from qdiff.backends.mixed.simulate import apply_on, state_bytes, zero_density
 from qdiff.backends.mixed.superops import (Evaluator, kron_pair, embed,
                                            fusion_plan, is_constant, op_matrices)
 from qdiff.backends.statevector.gate_data import circuit_angles, derivative_weights
@@ -42,8 +42,6 @@ from qdiff.circuits.channels import is_channel
 from qdiff.circuits.circuit import memo
 from qdiff.circuits.errors import QdiffError, QdiffMemoryError
 from qdiff.circuits.operation import ParamRef
-
-_LETTERS = "bcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"  # "a" is the batch
 
 #: Density matrices (per binding) the sweep holds besides its checkpoints: the state, the
 #: observable, and the transient copies of one block product or overlap (einsum's permuted
@@ -248,24 +246,13 @@ def _apply_block(vec, blk, s, n, dagger=False):
 
 def overlap_on(lam: torch.Tensor, vec: torch.Tensor, wires, m: int) -> torch.Tensor:
     """``M[b, i, j] = sum_rest conj(lam[b, i, rest]) vec[b, j, rest]`` over ``wires`` (in
-    order) of two ``(B, 2**m)`` vectors: ``(B, 2**k, 2**k)``."""
-    b = vec.shape[0]
-    k = len(wires)
-    axes = merged_axes(set(wires), m)
-    letters = iter(_LETTERS)
-    src, shape, gl = [], [], {}
-    for kind, val in axes:
-        c = next(letters)
-        src.append(c)
-        shape.append(2 if kind == "g" else val)
-        if kind == "g":
-            gl[val] = c
-    new = {w: next(letters) for w in wires}
-    lsrc = [new[val] if kind == "g" else c for (kind, val), c in zip(axes, src)]
-    spec = f"a{''.join(lsrc)},a{''.join(src)}->a{''.join(new[w] for w in wires)}" \
-           f"{''.join(gl[w] for w in wires)}"
-    out = torch.einsum(spec, lam.conj().view(b, *shape), vec.view(b, *shape))
-    return out.reshape(b, 2 ** k, 2 ** k)
+    order) of two ``(B, 2**m)`` vectors: ``(B, 2**k, 2**k)`` (both brought to ``(B, 2**k,
+    rest)`` by one permuted copy each, then one product with the conjugate transpose)."""
+    b, k = vec.shape[0], len(wires)
+    order = [0] + [1 + w for w in wires] + [1 + w for w in range(m) if w not in set(wires)]
+    p = vec.view(b, *([2] * m)).permute(*order).reshape(b, 2 ** k, -1)
+    q = lam.view(b, *([2] * m)).permute(*order).reshape(b, 2 ** k, -1)
+    return torch.matmul(p, q.mH).transpose(-1, -2)
 
 
 # ------------------------------------------------------------------------------------------
@@ -435,7 +422,10 @@ def _gate_slot_grads(rec, cols: list, env: torch.Tensor, slots: list) -> dict:
     v = torch.einsum("...acbd,...ab->...cd", e, u)         # pairs with U (x) conj(dU)
     out = {}
     for s in slots:
-        if rec.generators is not None:
+        if rec.generators is not None and rec.num_params == 1:  # U = exp(-i phi G) V
+            g = torch.as_tensor(rec.generators[0], dtype=u.dtype, device=u.device)
+            du = -1j * torch.matmul(g, u)
+        elif rec.generators is not None:
             shifts, weights = derivative_weights(rec, s, "mat")
             du = None
             for sh, wt in zip(shifts, weights):
