@@ -14,9 +14,10 @@ blocks backwards:
 
 and ``dF/dS_k = M_k``: the gradient of each parameter inside a block follows from ``M_k`` by
 products of the block's small factors (16x16 and 4x4 superoperators: the environment of each
-operation's superoperator), and finally from the operation's own superoperator as a function
-of its parameters (torch autograd on that small function only: gate angles and channel
-parameters alike).
+operation's superoperator, for blocks of one structure at once), and finally from the
+operation's own superoperator as a function of its parameters: a gate's by its exact matrix
+derivative (``-iGU``, or the spectral-shift formula of its generators), a channel's by torch
+autograd on its small superoperator function (so every channel parameter is differentiable).
 
 States of non-unitary blocks are kept as checkpoints: every input when memory allows, else
 one every ``interval`` blocks with the segment in between recomputed; the batch is split into
@@ -47,8 +48,6 @@ from qdiff.circuits.operation import ParamRef
 #: observable, and the transient copies of one block product or overlap (einsum's permuted
 #: operands and its output).
 WORKING = 5.0
-#: What a forward run without checkpoints holds (the state, one product's output and copy).
-FORWARD = 3.0
 KINDS = ("expval", "var", "probs")
 
 
