@@ -11,17 +11,32 @@ tensor(0.6000, dtype=torch.float64)
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 from qdiff.backends.base import (Backend, Capabilities, Result, flat_outputs, register_backend,
                                  torch_placement)
+from qdiff.backends.mixed import reverse
 from qdiff.backends.mixed.measure import measure_all
 from qdiff.backends.mixed.simulate import check_memory, evolve
+from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.noise import NoiseModel, resolve_noise
 
+
+@dataclass
+class Residual:
+    """What the reverse mode's ``vjp`` takes from a forward ``execute``: the memory plan and,
+    when the whole batch fits it at once, the blocks, their superoperators and the recorded
+    forward (:class:`~qdiff.backends.mixed.reverse.Tape`); otherwise ``vjp`` reruns the
+    forward chunk by chunk."""
+
+    plan: reverse.Plan
+    blocks: Optional[reverse.Blocks] = None
+    sups: Optional[list] = None
+    tape: Optional[reverse.Tape] = None
 
 
 @register_backend("mixed", "density_matrix")
@@ -42,8 +57,8 @@ class MixedBackend(Backend):
     """
 
     name = "mixed"
-    capabilities = Capabilities(backprop=True, vjp=False, shots=True, exact=True,
-                                backprop_max_wires=14)
+    capabilities = Capabilities(backprop=True, vjp=True, shots=True, exact=True,
+                                fast_vjp=True, backprop_max_wires=14)
 
     def __init__(self, wires, noise=None, shots: Optional[int] = None, device=None,
                  dtype=torch.complex128, seed: Optional[int] = None, layout=None):
@@ -59,8 +74,12 @@ class MixedBackend(Backend):
         check_memory(self.num_wires, 1, self.cdtype, self.torch_device, 3.0)
 
     def check_batch(self, batch: int, num_params: int) -> None:
-        """Refuse a batch whose density matrices cannot fit (three per binding at least)."""
-        check_memory(self.num_wires, batch, self.cdtype, self.torch_device, 3.0)
+        """Refuse a batch that cannot run at all: its parameters, and the density matrices of
+        one binding (three). The whole batch is checked where it is simulated: backprop and
+        plain forward runs hold it at once, the reverse mode runs it in chunks that fit."""
+        memory.require(8.0 * batch * num_params, f"the parameters of a batch of {batch} "
+                       "bindings", self.torch_device)
+        check_memory(self.num_wires, 1, self.cdtype, self.torch_device, 3.0)
 
     def noisy(self, circuit):
         """``circuit`` with the noise model's channels inserted (itself without a model)."""
@@ -75,17 +94,105 @@ class MixedBackend(Backend):
             init = psi.unsqueeze(-1) * psi.conj().unsqueeze(-2)
         return evolve(self.noisy(circuit), theta, init, self.cdtype, dev)
 
+    def _device_of(self, theta):
+        return self.torch_device if self.torch_device is not None else theta.device
+
+    def _initial(self, job, dev, rows=None):
+        """The job's start state as ``(B', 4**n)`` vectors (rows ``s:e`` of the batch)."""
+        b = job.theta.shape[0] if rows is None else rows[1] - rows[0]
+        init = job.initial_state
+        if init is not None and rows is not None and init.shape[0] != 1:
+            init = init[rows[0]:rows[1]]
+        return reverse.initial_vectors(self.num_wires, b, self.cdtype, dev, init)
+
+    def reverse_plan(self, circuit, batch: int) -> reverse.Plan:
+        """The reverse mode's memory plan (chunk of bindings, checkpoint interval) for the
+        noisy ``circuit`` run for ``batch`` bindings."""
+        stored = sum(1 for blk, _ in reverse.fusion_plan(circuit)
+                     if any(reverse.is_channel(circuit.operations[i].gate) for i in blk.ops))
+        return reverse.plan(self.num_wires, batch, stored, self.cdtype, self.torch_device)
+
     def execute(self, jobs) -> list:
         out = []
         for job in jobs:
-            if job.keep:
-                raise QdiffError("the mixed device has no reverse mode of its own; use "
-                                 "diff_method='backprop' (or 'best')")
             shots = self.job_shots(job)
+            if job.keep:
+                if shots:
+                    raise QdiffError("the mixed device's reverse mode is exact only: a job with "
+                                     "shots keeps no residual")
+                out.append(self._execute_keeping(job))
+                continue
             rho = self.density_matrices(job.circuit, job.theta, job.initial_state)
             outs = measure_all(rho, job.circuit, shots,
                                self.generator(rho.device) if shots else None, self.noise)
             out.append(Result(flat_outputs(outs) if job.flat else outs))
+        return out
+
+    def _execute_keeping(self, job) -> Result:
+        """The forward of the reverse mode: recorded for the whole batch when its plan allows,
+        else run chunk by chunk (the backward then records each chunk again)."""
+        circuit = self.noisy(job.circuit)
+        theta = job.theta.detach()
+        dev = self._device_of(theta)
+        theta = theta.to(dev)
+        b, n = theta.shape[0], self.num_wires
+        plan = self.reverse_plan(circuit, b)
+        trainable = job.trainable or (True,) * theta.shape[1]
+        if plan.chunk >= b:
+            blocks = reverse.build_blocks(circuit, theta, self.cdtype, dev, trainable)
+            sups = reverse.block_superops(blocks)
+            tape = reverse.forward(blocks, sups, self._initial(job, dev), n, plan.interval)
+            rho = tape.rho.reshape(b, 2 ** n, 2 ** n)
+            outs = measure_all(rho, job.circuit, None, None, self.noise)
+            res = Residual(plan, blocks, sups, tape)
+        else:
+            parts = []
+            for rows in reverse.chunk_rows(b, plan.chunk):
+                init = self._initial(job, dev, rows).reshape(-1, 2 ** n, 2 ** n)
+                rho = evolve(circuit, theta[rows[0]:rows[1]], init, self.cdtype, dev)
+                parts.append(measure_all(rho, job.circuit, None, None, self.noise))
+                del rho
+            outs = [torch.cat(col) for col in zip(*parts)]
+            res = Residual(plan)
+        return Result(flat_outputs(outs) if job.flat else outs, res)
+
+    def vjp(self, jobs, cotangents, residuals) -> list:
+        """``(B, P)`` gradients by the reverse mode (:mod:`qdiff.backends.mixed.reverse`): one
+        backward sweep of the cotangent-weighted observable through the adjoint maps, over the
+        forward its ``execute`` recorded, or chunk by chunk (forward recorded, then swept) when
+        the batch does not fit at once."""
+        out = []
+        for job, g, res in zip(jobs, cotangents, residuals):
+            circuit = self.noisy(job.circuit)
+            theta = job.theta.detach()
+            dev = self._device_of(theta)
+            theta = theta.to(dev)
+            g = g.to(dev)
+            b, n = theta.shape[0], self.num_wires
+            trainable = job.trainable or (True,) * theta.shape[1]
+            train = reverse.trainable_ops(circuit, trainable)
+            rdtype = torch.float32 if self.cdtype == torch.complex64 else torch.float64
+            if res is None:
+                res = Residual(self.reverse_plan(circuit, b))
+            if res.tape is not None:
+                lam = reverse.observable(res.tape.rho, job.circuit, g, n, self.noise)
+                envs = reverse.sweep(res.blocks, res.sups, res.tape, lam, n, res.plan.interval,
+                                     train)
+                out.append(reverse.gradients(circuit, theta, envs, trainable, rdtype))
+                continue
+            parts = []
+            for s, e in reverse.chunk_rows(b, res.plan.chunk):
+                th = theta[s:e]
+                blocks = reverse.build_blocks(circuit, th, self.cdtype, dev, trainable)
+                sups = reverse.block_superops(blocks)
+                tape = reverse.forward(blocks, sups, self._initial(job, dev, (s, e)), n,
+                                       res.plan.interval)
+                lam = reverse.observable(tape.rho, job.circuit, g[s:e], n, self.noise)
+                envs = reverse.sweep(blocks, sups, tape, lam, n, res.plan.interval, train)
+                del tape, lam
+                parts.append(reverse.gradients(circuit, th, envs, trainable, rdtype))
+            out.append(torch.cat(parts) if parts else
+                       torch.zeros(0, theta.shape[1], dtype=rdtype, device=dev))
         return out
 
     def __repr__(self):

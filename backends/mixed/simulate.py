@@ -43,7 +43,7 @@ def zero_density(n: int, batch: int, cdtype, device) -> torch.Tensor:
     return rho
 
 
-def _merged(wires: set, m: int) -> list:
+def merged_axes(wires: set, m: int) -> list:
     """Per axis of the merged view: ``("g", wire)`` for a wire in ``wires``, ``("r", size)``
     for a run of other wires."""
     out, run = [], 1
@@ -64,7 +64,7 @@ def apply_on(vec: torch.Tensor, mat: torch.Tensor, wires, m: int) -> torch.Tenso
     """``mat`` ``(B', 2**k, 2**k)`` on ``wires`` (in matrix order) of ``vec`` ``(B, 2**m)``."""
     b, bp = vec.shape[0], mat.shape[0]
     k = len(wires)
-    axes = _merged(set(wires), m)
+    axes = merged_axes(set(wires), m)
     letters = iter(_LETTERS)
     src, dst, shape, gl = [], [], [], {}
     for kind, val in axes:

@@ -95,7 +95,7 @@ def _plan(ops) -> list:
 # superoperators of operations
 
 
-def _unitary_superop(u: torch.Tensor) -> torch.Tensor:
+def unitary_superop(u: torch.Tensor) -> torch.Tensor:
     """``U (x) conj(U)`` of ``(..., d, d)``: ``(..., d*d, d*d)``."""
     d = u.shape[-1]
     s = torch.einsum("...ab,...cd->...acbd", u, u.conj())
@@ -125,7 +125,7 @@ def op_matrices(ops, theta: torch.Tensor, rdtype, cdtype, skip=None) -> list:
         vals = vals.to(device=theta.device, dtype=cdtype)
         big = not chan and rec.num_wires > 2
         if not chan and not big:
-            vals = _unitary_superop(vals)
+            vals = unitary_superop(vals)
         for j, i in enumerate(idx):
             out[i] = ("unitary" if big else "super", vals[j])
     return out
@@ -325,7 +325,7 @@ class Evaluator:
             elif st[0] == "kron" and (index, si) in self.krons:
                 s = self.krons[(index, si)]
             elif st[0] == "kron":
-                s = _kron_pair(self.chain(st[1]), self.chain(st[2]), self.cdtype, self.device)
+                s = kron_pair(self.chain(st[1]), self.chain(st[2]), self.cdtype, self.device)
             elif st[0] == "two":
                 s = embed(self.op(st[1]), tuple(self.ops[st[1]].wires), block.wires)
             else:
@@ -334,7 +334,7 @@ class Evaluator:
         return total
 
 
-def _kron_pair(x, y, cdtype, device):
+def kron_pair(x, y, cdtype, device):
     """``(rows a, rows b, cols a, cols b)`` superoperator of one-wire superoperators ``x`` on
     the first wire and ``y`` on the second (``None``: identity)."""
     eye = torch.eye(4, dtype=cdtype, device=device).unsqueeze(0)
