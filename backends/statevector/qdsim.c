@@ -635,7 +635,7 @@ int64_t qd_batch_args_size(void) { return (int64_t)sizeof(qd_batch_args); }
 
 static int check_batch(qd_batch_args *a, int adjoint) {
     if (a->dtype != QD_C128 && a->dtype != QD_C64) return QD_EDTYPE;
-    if (a->n < 0 || a->n > QD_BATCH_MAXN || a->batch < 0 || a->lanes < 1 || a->lanes > 4096 ||
+    if (a->n < 0 || a->n > QD_BATCH_MAXN || a->batch < 0 || a->lanes < 8 || a->lanes > QD_BATCH_MAXW || a->lanes % 8 ||
         a->nthreads < 1 || a->nthreads > 4096 || a->P < 0 || a->K < 0 || a->nsrc < 0)
         return QD_EARGS;
     if (a->batch == 0) return QD_OK;

@@ -126,6 +126,7 @@ typedef struct {
  *  adjoint: cot (B x K) the outputs' cotangent; the gradient of every source element (records'
  *     train masks) is added to gsrc (sum of src_len float64) */
 #define QD_BATCH_MAXN 16
+#define QD_BATCH_MAXW 512  /* lanes: a multiple of 8, at most this */
 typedef struct {
     int32_t dtype;
     int32_t n;

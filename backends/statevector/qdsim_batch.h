@@ -17,6 +17,8 @@
  * contracted with the other wires' factors, and scatters every gradient into the sources. */
 
 #define BLM(e) ml[(e) * W + l]
+/* the lane loops: rows of one chunk never overlap (GCC ignores restrict on local pointers) */
+#define LANES _Pragma("GCC ivdep") for (i64 l = 0; l < W; l++)
 
 /* Per-call context of the batched kernels. */
 typedef struct {
@@ -147,7 +149,7 @@ static void SFX(blane_mats)(const SFX(bctx_t) *c, i64 i, i64 b0, int deriv, R *m
     const gate_t *g = &c->gates[i];
     i64 W = c->W, us = g->usize;
     double tmp[CODED_MAX_USIZE];
-    for (i64 l = 0; l < W; l++) {
+    LANES {
         const double *th = c->theta + (b0 + l) * c->P;
         if (g->code) {
             double ang[3] = {0, 0, 0};
@@ -177,7 +179,7 @@ static void SFX(blane_all)(const SFX(bctx_t) *c, i64 i, i64 b0, int deriv, R *ml
     }
     i64 W = c->W, cnt = g->usize * (deriv ? 1 + g->np : 1);
     for (i64 e = 0; e < cnt; e++)
-        for (i64 l = 0; l < W; l++) ml[e * W + l] = (R)c->umat[i][e];
+        LANES ml[e * W + l] = (R)c->umat[i][e];
 }
 
 /* Lane matrices (count matrices of d x d complex, or diagonals) replaced by their adjoints. */
@@ -185,13 +187,13 @@ static void SFX(blane_dagger)(const gate_t *g, R *ml, i64 W) {
     int d = 1 << g->k;
     if (g->kind == K_DIAG) {
         for (int m = 0; m < d; m++)
-            for (i64 l = 0; l < W; l++) ml[(2 * m + 1) * W + l] = -ml[(2 * m + 1) * W + l];
+            LANES ml[(2 * m + 1) * W + l] = -ml[(2 * m + 1) * W + l];
         return;
     }
     for (int r = 0; r < d; r++)
         for (int q = r; q < d; q++) {
             i64 x = r * d + q, y = q * d + r;
-            for (i64 l = 0; l < W; l++) {
+            LANES {
                 R xr = ml[2 * x * W + l], xi = ml[(2 * x + 1) * W + l];
                 R yr = ml[2 * y * W + l], yi = ml[(2 * y + 1) * W + l];
                 ml[2 * x * W + l] = yr; ml[(2 * x + 1) * W + l] = -yi;
@@ -202,7 +204,7 @@ static void SFX(blane_dagger)(const gate_t *g, R *ml, i64 W) {
 
 /* One-qubit dense matrix on the pair (x, y) of rows (W lanes each: re then im). */
 #define B1Q_BODY(M)                                                                            \
-    for (i64 l = 0; l < W; l++) {                                                              \
+    LANES {                                                              \
         R a0r = x[l], a0i = x[W + l], a1r = y[l], a1i = y[W + l];                              \
         x[l] = M(0) * a0r - M(1) * a0i + M(2) * a1r - M(3) * a1i;                              \
         x[W + l] = M(0) * a0i + M(1) * a0r + M(2) * a1i + M(3) * a1r;                          \
@@ -245,14 +247,14 @@ static void SFX(bapply)(R *S, const i64 *perm, i64 d, i64 W, const gate_t *g, co
             R *restrict x = S + rw * perm[i];
             if (um) {
                 const R dr = um[2 * m], di = um[2 * m + 1];
-                for (i64 l = 0; l < W; l++) {
+                LANES {
                     R ar = x[l], ai = x[W + l];
                     x[l] = dr * ar - di * ai;
                     x[W + l] = dr * ai + di * ar;
                 }
             } else {
                 const R *restrict mr = ml + 2 * m * W, *restrict mi = mr + W;
-                for (i64 l = 0; l < W; l++) {
+                LANES {
                     R ar = x[l], ai = x[W + l];
                     x[l] = mr[l] * ar - mi[l] * ai;
                     x[W + l] = mr[l] * ai + mi[l] * ar;
@@ -267,20 +269,20 @@ static void SFX(bapply)(R *S, const i64 *perm, i64 d, i64 W, const gate_t *g, co
         for (int m = 0; m < dk; m++) memcpy(tmp + rw * m, S + rw * perm[i + g->off[m]], sizeof(R) * (size_t)rw);
         for (int r = 0; r < dk; r++) {
             R *restrict y = S + rw * perm[i + g->off[r]];
-            for (i64 l = 0; l < W; l++) { y[l] = 0; y[W + l] = 0; }
+            LANES { y[l] = 0; y[W + l] = 0; }
             for (int q = 0; q < dk; q++) {
                 i64 e = r * dk + q;
                 const R *restrict x = tmp + rw * q;
                 if (um) {
                     const R mr = um[2 * e], mi = um[2 * e + 1];
                     if (mr == 0 && mi == 0) continue;
-                    for (i64 l = 0; l < W; l++) {
+                    LANES {
                         y[l] += mr * x[l] - mi * x[W + l];
                         y[W + l] += mr * x[W + l] + mi * x[l];
                     }
                 } else {
                     const R *restrict mr = ml + 2 * e * W, *restrict mi = mr + W;
-                    for (i64 l = 0; l < W; l++) {
+                    LANES {
                         y[l] += mr[l] * x[l] - mi[l] * x[W + l];
                         y[W + l] += mr[l] * x[W + l] + mi[l] * x[l];
                     }
@@ -315,7 +317,7 @@ static const R *SFX(bto_r)(const double *u, i64 cnt, R *buf) {
 static void SFX(bprefix_vectors)(const SFX(bctx_t) *c, i64 b0, double *v, R *ml) {
     i64 W = c->W;
     for (int p = 0; p < c->n; p++)
-        for (i64 l = 0; l < W; l++) {
+        LANES {
             v[(p * 4 + 0) * W + l] = 1; v[(p * 4 + 1) * W + l] = 0;
             v[(p * 4 + 2) * W + l] = 0; v[(p * 4 + 3) * W + l] = 0;
         }
@@ -324,14 +326,14 @@ static void SFX(bprefix_vectors)(const SFX(bctx_t) *c, i64 b0, double *v, R *ml)
         int p = g->bits[0];
         double *v0r = v + (p * 4) * W, *v0i = v0r + W, *v1r = v0i + W, *v1i = v1r + W;
         if (g->kind == K_FLIP) {
-            for (i64 l = 0; l < W; l++) {
+            LANES {
                 double t = v0r[l]; v0r[l] = v1r[l]; v1r[l] = t;
                 t = v0i[l]; v0i[l] = v1i[l]; v1i[l] = t;
             }
             continue;
         }
         SFX(blane_all)(c, i, b0, 0, ml);
-        for (i64 l = 0; l < W; l++) {
+        LANES {
             double a0r = v0r[l], a0i = v0i[l], a1r = v1r[l], a1i = v1i[l];
             if (g->kind == K_DIAG) {
                 v0r[l] = BL(0) * a0r - BL(1) * a0i; v0i[l] = BL(0) * a0i + BL(1) * a0r;
@@ -350,14 +352,14 @@ static void SFX(bprefix_vectors)(const SFX(bctx_t) *c, i64 b0, double *v, R *ml)
  * bits in order[0..cnt) (descending), written into S (identity table). */
 static void SFX(bkron)(R *S, i64 W, const double *v, const int *order, int cnt) {
     const i64 rw = 2 * W;
-    for (i64 l = 0; l < W; l++) { S[l] = 1; S[W + l] = 0; }
+    LANES { S[l] = 1; S[W + l] = 0; }
     i64 len = 1;
     for (int q = 0; q < cnt; q++) {
         int p = order[q];
         const double *v0r = v + (p * 4) * W, *v0i = v0r + W, *v1r = v0i + W, *v1i = v1r + W;
         for (i64 j = len - 1; j >= 0; j--) {
             R *restrict x = S + rw * j, *restrict y0 = S + rw * 2 * j, *restrict y1 = y0 + rw;
-            for (i64 l = 0; l < W; l++) {
+            LANES {
                 double xr = x[l], xi = x[W + l];
                 y1[l] = (R)(xr * v1r[l] - xi * v1i[l]);
                 y1[W + l] = (R)(xr * v1i[l] + xi * v1r[l]);
@@ -404,7 +406,7 @@ static void SFX(bforward_chunk)(const SFX(bctx_t) *c, R *S, i64 b0, SFX(bscr_t) 
         SFX(bkron)(S, W, s->v, order, c->n);
     } else {
         memset(S, 0, sizeof(R) * (size_t)(2 * W * d));
-        for (i64 l = 0; l < W; l++) S[l] = 1;
+        LANES S[l] = 1;
     }
     for (i64 i = 0; i < d; i++) s->perm[i] = i;
     R ubuf[CODED_MAX_USIZE];
@@ -431,7 +433,7 @@ static void SFX(boutputs)(const SFX(bctx_t) *c, const R *S, i64 b0, double *out,
         for (i64 k = 0; k < K; k++) {
             const double t = c->tab[i * K + k];
             double *restrict o = acc + k * W;
-            for (i64 l = 0; l < W; l++) o[l] += t * ((double)x[l] * x[l] + (double)x[W + l] * x[W + l]);
+            LANES o[l] += t * ((double)x[l] * x[l] + (double)x[W + l] * x[W + l]);
         }
     }
     for (i64 l = 0; l < W && b0 + l < c->B; l++)
@@ -481,41 +483,59 @@ static void SFX(bgrad_add)(const SFX(bctx_t) *c, const gate_t *g, int j, i64 b0,
 /* Adjoint step of an uncontrolled or controlled dense one-qubit gate: the overlaps M[r][q] =
  * sum conj(lam_r) psi_q on the values before the step (per lane), psi <- V psi and lam <- V
  * lam with V = U^dag (uniform: vu; else lane matrices vl), in one pass. */
-#define BSTEP_BODY(M)                                                                          \
-    for (i64 l = 0; l < W; l++) {                                                              \
-        R a0r = x[l], a0i = x[W + l], a1r = y[l], a1i = y[W + l];                              \
-        R l0r = lx[l], l0i = lx[W + l], l1r = ly[l], l1i = ly[W + l];                          \
-        m[0 * W + l] += l0r * a0r + l0i * a0i; m[1 * W + l] += l0r * a0i - l0i * a0r;          \
-        m[2 * W + l] += l0r * a1r + l0i * a1i; m[3 * W + l] += l0r * a1i - l0i * a1r;          \
-        m[4 * W + l] += l1r * a0r + l1i * a0i; m[5 * W + l] += l1r * a0i - l1i * a0r;          \
-        m[6 * W + l] += l1r * a1r + l1i * a1i; m[7 * W + l] += l1r * a1i - l1i * a1r;          \
-        x[l] = M(0) * a0r - M(1) * a0i + M(2) * a1r - M(3) * a1i;                              \
-        x[W + l] = M(0) * a0i + M(1) * a0r + M(2) * a1i + M(3) * a1r;                          \
-        y[l] = M(4) * a0r - M(5) * a0i + M(6) * a1r - M(7) * a1i;                              \
-        y[W + l] = M(4) * a0i + M(5) * a0r + M(6) * a1i + M(7) * a1r;                          \
-        if (do_lam) {                                                                          \
-            lx[l] = M(0) * l0r - M(1) * l0i + M(2) * l1r - M(3) * l1i;                         \
-            lx[W + l] = M(0) * l0i + M(1) * l0r + M(2) * l1i + M(3) * l1r;                     \
-            ly[l] = M(4) * l0r - M(5) * l0i + M(6) * l1r - M(7) * l1i;                         \
-            ly[W + l] = M(4) * l0i + M(5) * l0r + M(6) * l1i + M(7) * l1r;                     \
+/* Lanes are taken 8 at a time (a vector) with the 8 overlap sums in registers. */
+#define BSTEP_HEAD(M)                                                                          \
+        R a0r = x[q], a0i = x[W + q], a1r = y[q], a1i = y[W + q];                              \
+        R l0r = lx[q], l0i = lx[W + q], l1r = ly[q], l1i = ly[W + q];                          \
+        m0[q] += l0r * a0r + l0i * a0i; m1[q] += l0r * a0i - l0i * a0r;                        \
+        m2[q] += l0r * a1r + l0i * a1i; m3[q] += l0r * a1i - l0i * a1r;                        \
+        m4[q] += l1r * a0r + l1i * a0i; m5[q] += l1r * a0i - l1i * a0r;                        \
+        m6[q] += l1r * a1r + l1i * a1i; m7[q] += l1r * a1i - l1i * a1r;                        \
+        x[q] = M(0) * a0r - M(1) * a0i + M(2) * a1r - M(3) * a1i;                              \
+        x[W + q] = M(0) * a0i + M(1) * a0r + M(2) * a1i + M(3) * a1r;                          \
+        y[q] = M(4) * a0r - M(5) * a0i + M(6) * a1r - M(7) * a1i;                              \
+        y[W + q] = M(4) * a0i + M(5) * a0r + M(6) * a1i + M(7) * a1r;
+#define BSTEP_LAM(M)                                                                           \
+        lx[q] = M(0) * l0r - M(1) * l0i + M(2) * l1r - M(3) * l1i;                             \
+        lx[W + q] = M(0) * l0i + M(1) * l0r + M(2) * l1i + M(3) * l1r;                         \
+        ly[q] = M(4) * l0r - M(5) * l0i + M(6) * l1r - M(7) * l1i;                             \
+        ly[W + q] = M(4) * l0i + M(5) * l0r + M(6) * l1i + M(7) * l1r;
+#define BSTEP_LOOP(M, LAM)                                                                     \
+    for (i64 lb = 0; lb < W; lb += 8) {                                                        \
+        double m0[8] = {0}, m1[8] = {0}, m2[8] = {0}, m3[8] = {0};                             \
+        double m4[8] = {0}, m5[8] = {0}, m6[8] = {0}, m7[8] = {0};                             \
+        for (i64 i = 0; i < d; i++) {                                                          \
+            if ((i & g->tmask) || (i & g->cmask) != g->cmask) continue;                        \
+            R *restrict x = S + rw * perm[i] + lb, *restrict y = S + rw * perm[i + o1] + lb;   \
+            R *restrict lx = L + rw * perm[i] + lb, *restrict ly = L + rw * perm[i + o1] + lb; \
+            _Pragma("GCC ivdep") for (int q = 0; q < 8; q++) {                                 \
+                BSTEP_HEAD(M)                                                                  \
+                LAM                                                                            \
+            }                                                                                  \
+        }                                                                                      \
+        for (int q = 0; q < 8; q++) {                                                          \
+            m[0 * W + lb + q] = m0[q]; m[1 * W + lb + q] = m1[q];                              \
+            m[2 * W + lb + q] = m2[q]; m[3 * W + lb + q] = m3[q];                              \
+            m[4 * W + lb + q] = m4[q]; m[5 * W + lb + q] = m5[q];                              \
+            m[6 * W + lb + q] = m6[q]; m[7 * W + lb + q] = m7[q];                              \
         }                                                                                      \
     }
+#define BLQ(e) ml[(e) * W + lb + q]
 
+/* Adjoint step of an uncontrolled or controlled dense one-qubit gate: the overlaps M[r][q] =
+ * sum conj(lam_r) psi_q on the values before the step (per lane), psi <- V psi and lam <- V
+ * lam with V = U^dag (uniform: vu; else lane matrices ml), in one pass. W: a multiple of 8. */
 static void SFX(bstep_1q)(const SFX(bctx_t) *c, const gate_t *g, R *S, R *L, const i64 *perm,
-                          const R *vu, const R *ml, int do_lam, double *m) {
-    i64 d = c->d, W = c->W, rw = 2 * W, o1 = g->off[1];
-    for (i64 e = 0; e < 8 * W; e++) m[e] = 0;
-    for (i64 i = 0; i < d; i++) {
-        if ((i & g->tmask) || (i & g->cmask) != g->cmask) continue;
-        R *restrict x = S + rw * perm[i], *restrict y = S + rw * perm[i + o1];
-        R *restrict lx = L + rw * perm[i], *restrict ly = L + rw * perm[i + o1];
-        if (vu) {
-            const R u0 = vu[0], u1 = vu[1], u2 = vu[2], u3 = vu[3];
-            const R u4 = vu[4], u5 = vu[5], u6 = vu[6], u7 = vu[7];
-            BSTEP_BODY(BU)
-        } else {
-            BSTEP_BODY(BL)
-        }
+                          const R *vu, const R *ml, int do_lam, double *restrict m) {
+    const i64 d = c->d, W = c->W, rw = 2 * W, o1 = g->off[1];
+    if (vu) {
+        const R u0 = vu[0], u1 = vu[1], u2 = vu[2], u3 = vu[3];
+        const R u4 = vu[4], u5 = vu[5], u6 = vu[6], u7 = vu[7];
+        if (do_lam) BSTEP_LOOP(BU, BSTEP_LAM(BU))
+        else BSTEP_LOOP(BU, )
+    } else {
+        if (do_lam) BSTEP_LOOP(BLQ, BSTEP_LAM(BLQ))
+        else BSTEP_LOOP(BLQ, )
     }
 }
 
@@ -530,7 +550,7 @@ static void SFX(boverlap_generic)(const SFX(bctx_t) *c, i64 i, const R *S, const
     for (int j = 0; j < g->np; j++) {
         if (!((g->tmask_p >> j) & 1)) continue;
         const R *du = ml + g->usize * (1 + j) * W;  /* lane arrays of dU_j */
-        for (i64 l = 0; l < W; l++) vr[l] = 0;
+        LANES vr[l] = 0;
         for (i64 i0 = 0; i0 < d; i0++) {
             if ((i0 & g->cmask) != g->cmask) continue;
             if (g->kind == K_DIAG) {
@@ -538,7 +558,7 @@ static void SFX(boverlap_generic)(const SFX(bctx_t) *c, i64 i, const R *S, const
                 for (int q = 0; q < g->k; q++) mm = (mm << 1) | (int)((i0 >> g->bits[q]) & 1);
                 const R *x = S + rw * perm[i0], *lr = L + rw * perm[i0];
                 const R *dr = du + 2 * mm * W, *di = dr + W;
-                for (i64 l = 0; l < W; l++) {
+                LANES {
                     R tr = dr[l] * x[l] - di[l] * x[W + l], ti = dr[l] * x[W + l] + di[l] * x[l];
                     vr[l] += (double)lr[l] * tr + (double)lr[W + l] * ti;
                 }
@@ -547,16 +567,16 @@ static void SFX(boverlap_generic)(const SFX(bctx_t) *c, i64 i, const R *S, const
             if (i0 & g->tmask) continue;
             for (int r = 0; r < dk; r++) {
                 const R *lr = L + rw * perm[i0 + g->off[r]];
-                for (i64 l = 0; l < W; l++) { tmp[l] = 0; tmp[W + l] = 0; }
+                LANES { tmp[l] = 0; tmp[W + l] = 0; }
                 for (int q = 0; q < dk; q++) {
                     const R *x = S + rw * perm[i0 + g->off[q]];
                     const R *dr = du + 2 * (r * dk + q) * W, *di = dr + W;
-                    for (i64 l = 0; l < W; l++) {
+                    LANES {
                         tmp[l] += dr[l] * x[l] - di[l] * x[W + l];
                         tmp[W + l] += dr[l] * x[W + l] + di[l] * x[l];
                     }
                 }
-                for (i64 l = 0; l < W; l++) vr[l] += (double)lr[l] * tmp[l] + (double)lr[W + l] * tmp[W + l];
+                LANES vr[l] += (double)lr[l] * tmp[l] + (double)lr[W + l] * tmp[W + l];
             }
         }
         SFX(bgrad_add)(c, g, j, b0, vr, gtheta);
@@ -582,12 +602,12 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
             if (q != p) order[cnt++] = q;
         SFX(bkron)(spare, W, v, order, cnt);  /* rows j: the other bits' product */
         double *e0r = env + (p * 4) * W, *e0i = e0r + W, *e1r = e0i + W, *e1i = e1r + W;
-        for (i64 l = 0; l < W; l++) { e0r[l] = 0; e0i[l] = 0; e1r[l] = 0; e1i[l] = 0; }
+        LANES { e0r[l] = 0; e0i[l] = 0; e1r[l] = 0; e1i[l] = 0; }
         i64 lowmask = ((i64)1 << p) - 1;
         for (i64 j = 0; j < ((i64)1 << (n - 1)); j++) {
             i64 i0 = ((j >> p) << (p + 1)) | (j & lowmask), i1 = i0 | ((i64)1 << p);
             const R *o = spare + rw * j, *l0 = L + rw * i0, *l1 = L + rw * i1;
-            for (i64 l = 0; l < W; l++) {  /* conj(lam) * o */
+            LANES {  /* conj(lam) * o */
                 e0r[l] += (double)l0[l] * o[l] + (double)l0[W + l] * o[W + l];
                 e0i[l] += (double)l0[l] * o[W + l] - (double)l0[W + l] * o[l];
                 e1r[l] += (double)l1[l] * o[l] + (double)l1[W + l] * o[W + l];
@@ -601,18 +621,18 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
         for (i64 t = 0; t < c->pe; t++)
             if (c->gates[t].bits[0] == p) chain[m++] = t;
         double *ws = s->wchain;  /* (m + 1) x 4 x W */
-        for (i64 l = 0; l < W; l++) { ws[l] = 1; ws[W + l] = 0; ws[2 * W + l] = 0; ws[3 * W + l] = 0; }
+        LANES { ws[l] = 1; ws[W + l] = 0; ws[2 * W + l] = 0; ws[3 * W + l] = 0; }
         for (int q = 0; q < m; q++) {
             const gate_t *h = &c->gates[chain[q]];
             const double *a0r = ws + 4 * W * q, *a0i = a0r + W, *a1r = a0i + W, *a1i = a1r + W;
             double *w0r = ws + 4 * W * (q + 1), *w0i = w0r + W, *w1r = w0i + W, *w1i = w1r + W;
             if (h->kind == K_FLIP) {
-                for (i64 l = 0; l < W; l++) { w0r[l] = a1r[l]; w0i[l] = a1i[l]; w1r[l] = a0r[l]; w1i[l] = a0i[l]; }
+                LANES { w0r[l] = a1r[l]; w0i[l] = a1i[l]; w1r[l] = a0r[l]; w1i[l] = a0i[l]; }
                 continue;
             }
             R *ml = s->ml;
             SFX(blane_all)(c, chain[q], b0, 0, ml);
-            for (i64 l = 0; l < W; l++) {
+            LANES {
                 if (h->kind == K_DIAG) {
                     w0r[l] = BL(0) * a0r[l] - BL(1) * a0i[l]; w0i[l] = BL(0) * a0i[l] + BL(1) * a0r[l];
                     w1r[l] = BL(2) * a1r[l] - BL(3) * a1i[l]; w1i[l] = BL(2) * a1i[l] + BL(3) * a1r[l];
@@ -628,7 +648,7 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
         for (int q = m - 1; q >= 0; q--) {
             const gate_t *h = &c->gates[chain[q]];
             if (h->kind == K_FLIP) {
-                for (i64 l = 0; l < W; l++) {
+                LANES {
                     double t = e0r[l]; e0r[l] = e1r[l]; e1r[l] = t;
                     t = e0i[l]; e0i[l] = e1i[l]; e1i[l] = t;
                 }
@@ -642,7 +662,7 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
                 if (!((h->tmask_p >> j) & 1)) continue;
                 const R *du = ml + h->usize * (1 + j) * W;
 #define DU(e) du[(e) * W + l]
-                for (i64 l = 0; l < W; l++) {
+                LANES {
                     double t0r, t0i, t1r, t1i;  /* dG w */
                     if (diag) {
                         t0r = DU(0) * a0r[l] - DU(1) * a0i[l]; t0i = DU(0) * a0i[l] + DU(1) * a0r[l];
@@ -658,7 +678,7 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
 #undef DU
                 SFX(bgrad_add)(c, h, j, b0, vr, gtheta);
             }
-            for (i64 l = 0; l < W; l++) {  /* e <- e G */
+            LANES {  /* e <- e G */
                 double x0r = e0r[l], x0i = e0i[l], x1r = e1r[l], x1i = e1i[l];
                 if (diag) {
                     e0r[l] = x0r * BL(0) - x0i * BL(1); e0i[l] = x0r * BL(1) + x0i * BL(0);
@@ -697,16 +717,20 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
             i64 b0 = ch * W;
             double *cot = s->acc + 8 * W;  /* K x W */
             for (i64 k = 0; k < K; k++)
-                for (i64 l = 0; l < W; l++)
+                LANES
                     cot[k * W + l] = b0 + l < c.B ? a->cot[(b0 + l) * K + k] : 0.0;
             for (i64 i = 0; i < d; i++) {  /* lam = (sum_k cot_k Z_k) psi */
                 i64 r = c.fperm[i];
                 R *x = S + rw * r, *y = L + rw * r;
-                for (i64 l = 0; l < W; l++) {
-                    double dg = 0;
-                    for (i64 k = 0; k < K; k++) dg += c.tab[i * K + k] * cot[k * W + l];
-                    y[l] = (R)(dg * x[l]);
-                    y[W + l] = (R)(dg * x[W + l]);
+                double dg[QD_BATCH_MAXW];
+                LANES dg[l] = 0;
+                for (i64 k = 0; k < K; k++) {
+                    const double t = c.tab[i * K + k], *ck = cot + k * W;
+                    LANES dg[l] += t * ck[l];
+                }
+                LANES {
+                    y[l] = (R)(dg[l] * x[l]);
+                    y[W + l] = (R)(dg[l] * x[W + l]);
                 }
             }
             memcpy(s->perm, c.fperm, sizeof(i64) * (size_t)d);
@@ -736,7 +760,7 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
                     double *vr = s->acc + 8 * W + K * W;
                     for (int j = 0; j < g->np; j++) {
                         if (!((g->tmask_p >> j) & 1)) continue;
-                        for (i64 l = 0; l < W; l++) {
+                        LANES {
                             double du[8], uu[8], gm[8];
                             for (int e = 0; e < 8; e++) {
                                 du[e] = vu ? c.umat[i][8 * (1 + j) + e] : ml[(8 * (1 + j) + e) * W + l];
