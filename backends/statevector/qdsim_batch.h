@@ -49,14 +49,15 @@ static void SFX(bperm)(i64 *perm, i64 d, const gate_t *g) {
     for (i64 i = 0; i < d; i++) {
         if ((i & g->cmask) != g->cmask) continue;
         i64 j;
-        if (g->kind == K_FLIP) {
+        if (g->kind == K_FLIP) {  /* each pair once: from its smaller index */
             j = i ^ g->tmask;
-        } else {  /* swap: exchange bits 0 and 1 of the gate */
+            if (j < i) continue;
+        } else {  /* swap: exchange bits 0 and 1 of the gate; each pair once: from bit 0 set */
             i64 b0 = (i64)1 << g->bits[0], b1 = (i64)1 << g->bits[1];
             if (!(i & b0) || (i & b1)) continue;
             j = i ^ b0 ^ b1;
         }
-        if (j > i) { i64 t = perm[i]; perm[i] = perm[j]; perm[j] = t; }
+        i64 t = perm[i]; perm[i] = perm[j]; perm[j] = t;
     }
 }
 
@@ -312,9 +313,14 @@ static const R *SFX(bto_r)(const double *u, i64 cnt, R *buf) {
     return buf;
 }
 
+/* A prefix gate's matrices for the chunk: element e of lane l at m[e * se + l * sl] (sl 0: one
+ * matrix for the whole batch). */
+typedef struct { const R *m; i64 se, sl; } SFX(pmat_t);
+#define PM(pm, e) (pm).m[(e) * (pm).se + l * (pm).sl]
+
 /* Per-lane factor vectors of the product prefix: v[(p * 4 + e) * W + l] (e: re0 im0 re1 im1)
- * for bit p after the prefix gates; ml: scratch. */
-static void SFX(bprefix_vectors)(const SFX(bctx_t) *c, i64 b0, double *v, R *ml) {
+ * for bit p after the prefix gates (pm: their matrices). */
+static void SFX(bprefix_vectors)(const SFX(bctx_t) *c, const SFX(pmat_t) *pm, double *v) {
     i64 W = c->W;
     for (int p = 0; p < c->n; p++)
         LANES {
@@ -332,17 +338,17 @@ static void SFX(bprefix_vectors)(const SFX(bctx_t) *c, i64 b0, double *v, R *ml)
             }
             continue;
         }
-        SFX(blane_all)(c, i, b0, 0, ml);
+        const SFX(pmat_t) u = pm[i];
         LANES {
             double a0r = v0r[l], a0i = v0i[l], a1r = v1r[l], a1i = v1i[l];
             if (g->kind == K_DIAG) {
-                v0r[l] = BL(0) * a0r - BL(1) * a0i; v0i[l] = BL(0) * a0i + BL(1) * a0r;
-                v1r[l] = BL(2) * a1r - BL(3) * a1i; v1i[l] = BL(2) * a1i + BL(3) * a1r;
+                v0r[l] = PM(u, 0) * a0r - PM(u, 1) * a0i; v0i[l] = PM(u, 0) * a0i + PM(u, 1) * a0r;
+                v1r[l] = PM(u, 2) * a1r - PM(u, 3) * a1i; v1i[l] = PM(u, 2) * a1i + PM(u, 3) * a1r;
             } else {
-                v0r[l] = BL(0) * a0r - BL(1) * a0i + BL(2) * a1r - BL(3) * a1i;
-                v0i[l] = BL(0) * a0i + BL(1) * a0r + BL(2) * a1i + BL(3) * a1r;
-                v1r[l] = BL(4) * a0r - BL(5) * a0i + BL(6) * a1r - BL(7) * a1i;
-                v1i[l] = BL(4) * a0i + BL(5) * a0r + BL(6) * a1i + BL(7) * a1r;
+                v0r[l] = PM(u, 0) * a0r - PM(u, 1) * a0i + PM(u, 2) * a1r - PM(u, 3) * a1i;
+                v0i[l] = PM(u, 0) * a0i + PM(u, 1) * a0r + PM(u, 2) * a1i + PM(u, 3) * a1r;
+                v1r[l] = PM(u, 4) * a0r - PM(u, 5) * a0i + PM(u, 6) * a1r - PM(u, 7) * a1i;
+                v1i[l] = PM(u, 4) * a0i + PM(u, 5) * a0r + PM(u, 6) * a1i + PM(u, 7) * a1r;
             }
         }
     }
@@ -376,6 +382,8 @@ typedef struct {
     R *lam, *ml, *tmp;
     double *v, *acc, *wchain;
     i64 *perm, *chain;
+    R *pml, *pu;            /* the prefix gates' lane matrices, and uniform ones in R */
+    SFX(pmat_t) *pm;
 } SFX(bscr_t);
 
 static int SFX(bscr_alloc)(const SFX(bctx_t) *c, SFX(bscr_t) *s) {
@@ -386,14 +394,39 @@ static int SFX(bscr_alloc)(const SFX(bctx_t) *c, SFX(bscr_t) *s) {
     s->v = (double *)malloc(sizeof(double) * (size_t)(4 * W * (c->n + 1)));
     s->acc = (double *)malloc(sizeof(double) * (size_t)(W * (8 + c->K + 4 * (c->n + 1))));
     s->perm = (i64 *)malloc(sizeof(i64) * (size_t)d);
-    s->wchain = (double *)malloc(sizeof(double) * (size_t)(4 * W * (c->pe + 2)));
+    s->wchain = (double *)malloc(sizeof(double) * (size_t)(4 * W * (c->pe + c->n + 2)));
     s->chain = (i64 *)malloc(sizeof(i64) * (size_t)(c->pe + 1));
-    return s->lam && s->ml && s->tmp && s->v && s->acc && s->perm && s->wchain && s->chain
+    s->pml = (R *)malloc(sizeof(R) * (size_t)(c->pe * c->maxu * W + 1));
+    s->pu = (R *)malloc(sizeof(R) * (size_t)(c->pe * c->maxu + 1));
+    s->pm = (SFX(pmat_t) *)malloc(sizeof(SFX(pmat_t)) * (size_t)(c->pe + 1));
+    return s->lam && s->ml && s->tmp && s->v && s->acc && s->perm && s->wchain && s->chain &&
+                   s->pml && s->pu && s->pm
                ? QD_OK : QD_ENOMEM;
 }
 
 static void SFX(bscr_free)(SFX(bscr_t) *s) {
     free(s->lam); free(s->ml); free(s->tmp); free(s->v); free(s->acc); free(s->perm); free(s->wchain); free(s->chain);
+    free(s->pml); free(s->pu); free(s->pm);
+}
+
+/* The prefix gates' matrices for the chunk at b0 (deriv: and the derivatives of trainable
+ * ones) into s->pm. */
+static void SFX(bprefix_mats)(const SFX(bctx_t) *c, i64 b0, int deriv, SFX(bscr_t) *s) {
+    for (i64 t = 0; t < c->pe; t++) {
+        const gate_t *g = &c->gates[t];
+        SFX(pmat_t) *pm = &s->pm[t];
+        if (g->kind == K_FLIP) { pm->m = 0; continue; }
+        int dv = deriv && g->tmask_p;
+        if (c->umat[t]) {
+            R *u = s->pu + t * c->maxu;
+            for (i64 e = 0; e < g->usize * (dv ? 1 + g->np : 1); e++) u[e] = (R)c->umat[t][e];
+            pm->m = u; pm->se = 1; pm->sl = 0;
+        } else {
+            R *u = s->pml + t * c->maxu * c->W;
+            SFX(blane_mats)(c, t, b0, dv, u);
+            pm->m = u; pm->se = c->W; pm->sl = 1;
+        }
+    }
 }
 
 /* The chunk's state after the program: the product prefix written, the other gates applied. */
@@ -402,7 +435,8 @@ static void SFX(bforward_chunk)(const SFX(bctx_t) *c, R *S, i64 b0, SFX(bscr_t) 
     int order[QD_MAXN];
     for (int q = 0; q < c->n; q++) order[q] = c->n - 1 - q;
     if (c->pe) {
-        SFX(bprefix_vectors)(c, b0, s->v, s->ml);
+        SFX(bprefix_mats)(c, b0, 0, s);
+        SFX(bprefix_vectors)(c, s->pm, s->v);
         SFX(bkron)(S, W, s->v, order, c->n);
     } else {
         memset(S, 0, sizeof(R) * (size_t)(2 * W * d));
@@ -483,6 +517,22 @@ static void SFX(bgrad_add)(const SFX(bctx_t) *c, const gate_t *g, int j, i64 b0,
 /* Adjoint step of an uncontrolled or controlled dense one-qubit gate: the overlaps M[r][q] =
  * sum conj(lam_r) psi_q on the values before the step (per lane), psi <- V psi and lam <- V
  * lam with V = U^dag (uniform: vu; else lane matrices vl), in one pass. */
+/* gm = a b for 2x2 complex a (double) and b (R). */
+static void SFX(bmul2)(const double *a, const R *b, double *gm) {
+    for (int r = 0; r < 2; r++)
+        for (int q = 0; q < 2; q++) {
+            double sr = 0, si = 0;
+            for (int t = 0; t < 2; t++) {
+                double ar = a[2 * (2 * r + t)], ai = a[2 * (2 * r + t) + 1];
+                double br = b[2 * (2 * t + q)], bi = b[2 * (2 * t + q) + 1];
+                sr += ar * br - ai * bi;
+                si += ar * bi + ai * br;
+            }
+            gm[2 * (2 * r + q)] = sr;
+            gm[2 * (2 * r + q) + 1] = si;
+        }
+}
+
 /* Lanes are taken 8 at a time (a vector) with the 8 overlap sums in registers. */
 #define BSTEP_HEAD(M)                                                                          \
         R a0r = x[q], a0i = x[W + q], a1r = y[q], a1i = y[W + q];                              \
@@ -584,14 +634,51 @@ static void SFX(boverlap_generic)(const SFX(bctx_t) *c, i64 i, const R *S, const
 }
 
 /* The prefix gates' gradients: lam (at the prefix's end, identity table) contracted with the
- * other wires' factors gives per wire p the 2-vector c_p[s] = <lam| (x)_{p' != p} v_p' (x) |s>;
- * the gradient of an angle of a prefix gate on p is 2 Re sum_s conj(c_p[s]) dv_p[s]. */
+ * other wires' factors gives per wire p the 2-vector e_p[s] = sum conj(lam) ((x)_{p' != p}
+ * v_p' (x) |s>); with the chain of prefix gates on p, w_q = G_q .. G_1 |0> (forward) and the
+ * row vector e <- e G_q (backward), the gradient of angle j of G_q is 2 Re(e dG_qj w_{q-1}). */
 static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b0,
                                SFX(bscr_t) *s, double *gtheta) {
     i64 W = c->W, rw = 2 * W;
     int n = c->n;
-    double *v = s->v, *env = s->acc + 8 * W;  /* env[(p * 4 + e) * W + l] */
-    SFX(bprefix_vectors)(c, b0, v, s->ml);
+    double *v = s->v, *env = s->acc + 8 * W, *vr = s->acc;
+    SFX(bprefix_mats)(c, b0, 1, s);
+    /* forward chains of every wire: w_0 = |0>, then one vector per gate (wire p's at wo) */
+    i64 wo[QD_MAXN + 1], pos = 0;
+    for (int p = 0; p < n; p++) {
+        wo[p] = pos;
+        double *ws = s->wchain + 4 * W * pos;
+        LANES { ws[l] = 1; ws[W + l] = 0; ws[2 * W + l] = 0; ws[3 * W + l] = 0; }
+        pos++;
+        for (i64 t = 0; t < c->pe; t++) {
+            const gate_t *h = &c->gates[t];
+            if (h->bits[0] != p) continue;
+            const double *a0r = s->wchain + 4 * W * (pos - 1), *a0i = a0r + W, *a1r = a0i + W,
+                         *a1i = a1r + W;
+            double *w0r = s->wchain + 4 * W * pos, *w0i = w0r + W, *w1r = w0i + W, *w1i = w1r + W;
+            pos++;
+            if (h->kind == K_FLIP) {
+                LANES { w0r[l] = a1r[l]; w0i[l] = a1i[l]; w1r[l] = a0r[l]; w1i[l] = a0i[l]; }
+                continue;
+            }
+            const SFX(pmat_t) u = s->pm[t];
+            if (h->kind == K_DIAG) {
+                LANES {
+                    w0r[l] = PM(u, 0) * a0r[l] - PM(u, 1) * a0i[l]; w0i[l] = PM(u, 0) * a0i[l] + PM(u, 1) * a0r[l];
+                    w1r[l] = PM(u, 2) * a1r[l] - PM(u, 3) * a1i[l]; w1i[l] = PM(u, 2) * a1i[l] + PM(u, 3) * a1r[l];
+                }
+            } else {
+                LANES {
+                    w0r[l] = PM(u, 0) * a0r[l] - PM(u, 1) * a0i[l] + PM(u, 2) * a1r[l] - PM(u, 3) * a1i[l];
+                    w0i[l] = PM(u, 0) * a0i[l] + PM(u, 1) * a0r[l] + PM(u, 2) * a1i[l] + PM(u, 3) * a1r[l];
+                    w1r[l] = PM(u, 4) * a0r[l] - PM(u, 5) * a0i[l] + PM(u, 6) * a1r[l] - PM(u, 7) * a1i[l];
+                    w1i[l] = PM(u, 4) * a0i[l] + PM(u, 5) * a0r[l] + PM(u, 6) * a1i[l] + PM(u, 7) * a1r[l];
+                }
+            }
+        }
+        memcpy(v + 4 * W * p, s->wchain + 4 * W * (pos - 1), sizeof(double) * (size_t)(4 * W));
+    }
+    wo[n] = pos;
     for (int p = 0; p < n; p++) {
         int train = 0;
         for (i64 i = 0; i < c->pe; i++)
@@ -601,7 +688,7 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
         for (int q = n - 1; q >= 0; q--)
             if (q != p) order[cnt++] = q;
         SFX(bkron)(spare, W, v, order, cnt);  /* rows j: the other bits' product */
-        double *e0r = env + (p * 4) * W, *e0i = e0r + W, *e1r = e0i + W, *e1i = e1r + W;
+        double *e0r = env, *e0i = e0r + W, *e1r = e0i + W, *e1i = e1r + W;
         LANES { e0r[l] = 0; e0i[l] = 0; e1r[l] = 0; e1i[l] = 0; }
         i64 lowmask = ((i64)1 << p) - 1;
         for (i64 j = 0; j < ((i64)1 << (n - 1)); j++) {
@@ -614,80 +701,51 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
                 e1i[l] += (double)l1[l] * o[W + l] - (double)l1[W + l] * o[l];
             }
         }
-        /* the chain of prefix gates on p: w_q = G_q .. G_1 |0> forward, then the row vector
-         * e <- e G_q backward; the gradient of angle j of G_q is Re(e dG_qj w_{q-1}) */
-        i64 *chain = s->chain;
-        int m = 0;
-        for (i64 t = 0; t < c->pe; t++)
-            if (c->gates[t].bits[0] == p) chain[m++] = t;
-        double *ws = s->wchain;  /* (m + 1) x 4 x W */
-        LANES { ws[l] = 1; ws[W + l] = 0; ws[2 * W + l] = 0; ws[3 * W + l] = 0; }
-        for (int q = 0; q < m; q++) {
-            const gate_t *h = &c->gates[chain[q]];
-            const double *a0r = ws + 4 * W * q, *a0i = a0r + W, *a1r = a0i + W, *a1i = a1r + W;
-            double *w0r = ws + 4 * W * (q + 1), *w0i = w0r + W, *w1r = w0i + W, *w1i = w1r + W;
-            if (h->kind == K_FLIP) {
-                LANES { w0r[l] = a1r[l]; w0i[l] = a1i[l]; w1r[l] = a0r[l]; w1i[l] = a0i[l]; }
-                continue;
-            }
-            R *ml = s->ml;
-            SFX(blane_all)(c, chain[q], b0, 0, ml);
-            LANES {
-                if (h->kind == K_DIAG) {
-                    w0r[l] = BL(0) * a0r[l] - BL(1) * a0i[l]; w0i[l] = BL(0) * a0i[l] + BL(1) * a0r[l];
-                    w1r[l] = BL(2) * a1r[l] - BL(3) * a1i[l]; w1i[l] = BL(2) * a1i[l] + BL(3) * a1r[l];
-                } else {
-                    w0r[l] = BL(0) * a0r[l] - BL(1) * a0i[l] + BL(2) * a1r[l] - BL(3) * a1i[l];
-                    w0i[l] = BL(0) * a0i[l] + BL(1) * a0r[l] + BL(2) * a1i[l] + BL(3) * a1r[l];
-                    w1r[l] = BL(4) * a0r[l] - BL(5) * a0i[l] + BL(6) * a1r[l] - BL(7) * a1i[l];
-                    w1i[l] = BL(4) * a0i[l] + BL(5) * a0r[l] + BL(6) * a1i[l] + BL(7) * a1r[l];
-                }
-            }
-        }
-        double *vr = s->acc;
-        for (int q = m - 1; q >= 0; q--) {
-            const gate_t *h = &c->gates[chain[q]];
+        i64 q = wo[p + 1] - wo[p] - 1;  /* gates on p */
+        for (i64 t = c->pe - 1; t >= 0 && q > 0; t--) {
+            const gate_t *h = &c->gates[t];
+            if (h->bits[0] != p) continue;
+            q--;  /* w_q: the vector before gate t */
             if (h->kind == K_FLIP) {
                 LANES {
-                    double t = e0r[l]; e0r[l] = e1r[l]; e1r[l] = t;
-                    t = e0i[l]; e0i[l] = e1i[l]; e1i[l] = t;
+                    double x = e0r[l]; e0r[l] = e1r[l]; e1r[l] = x;
+                    x = e0i[l]; e0i[l] = e1i[l]; e1i[l] = x;
                 }
                 continue;
             }
-            R *ml = s->ml;
-            SFX(blane_all)(c, chain[q], b0, h->tmask_p != 0, ml);
-            const double *a0r = ws + 4 * W * q, *a0i = a0r + W, *a1r = a0i + W, *a1i = a1r + W;
+            const double *a0r = s->wchain + 4 * W * (wo[p] + q), *a0i = a0r + W, *a1r = a0i + W,
+                         *a1i = a1r + W;
+            const SFX(pmat_t) u = s->pm[t];
             int diag = h->kind == K_DIAG;
             for (int j = 0; j < h->np; j++) {
                 if (!((h->tmask_p >> j) & 1)) continue;
-                const R *du = ml + h->usize * (1 + j) * W;
-#define DU(e) du[(e) * W + l]
+                SFX(pmat_t) du = u;
+                du.m = u.m + h->usize * (1 + j) * u.se;
                 LANES {
                     double t0r, t0i, t1r, t1i;  /* dG w */
                     if (diag) {
-                        t0r = DU(0) * a0r[l] - DU(1) * a0i[l]; t0i = DU(0) * a0i[l] + DU(1) * a0r[l];
-                        t1r = DU(2) * a1r[l] - DU(3) * a1i[l]; t1i = DU(2) * a1i[l] + DU(3) * a1r[l];
+                        t0r = PM(du, 0) * a0r[l] - PM(du, 1) * a0i[l]; t0i = PM(du, 0) * a0i[l] + PM(du, 1) * a0r[l];
+                        t1r = PM(du, 2) * a1r[l] - PM(du, 3) * a1i[l]; t1i = PM(du, 2) * a1i[l] + PM(du, 3) * a1r[l];
                     } else {
-                        t0r = DU(0) * a0r[l] - DU(1) * a0i[l] + DU(2) * a1r[l] - DU(3) * a1i[l];
-                        t0i = DU(0) * a0i[l] + DU(1) * a0r[l] + DU(2) * a1i[l] + DU(3) * a1r[l];
-                        t1r = DU(4) * a0r[l] - DU(5) * a0i[l] + DU(6) * a1r[l] - DU(7) * a1i[l];
-                        t1i = DU(4) * a0i[l] + DU(5) * a0r[l] + DU(6) * a1i[l] + DU(7) * a1r[l];
+                        t0r = PM(du, 0) * a0r[l] - PM(du, 1) * a0i[l] + PM(du, 2) * a1r[l] - PM(du, 3) * a1i[l];
+                        t0i = PM(du, 0) * a0i[l] + PM(du, 1) * a0r[l] + PM(du, 2) * a1i[l] + PM(du, 3) * a1r[l];
+                        t1r = PM(du, 4) * a0r[l] - PM(du, 5) * a0i[l] + PM(du, 6) * a1r[l] - PM(du, 7) * a1i[l];
+                        t1i = PM(du, 4) * a0i[l] + PM(du, 5) * a0r[l] + PM(du, 6) * a1i[l] + PM(du, 7) * a1r[l];
                     }
                     vr[l] = e0r[l] * t0r - e0i[l] * t0i + e1r[l] * t1r - e1i[l] * t1i;
                 }
-#undef DU
                 SFX(bgrad_add)(c, h, j, b0, vr, gtheta);
             }
             LANES {  /* e <- e G */
                 double x0r = e0r[l], x0i = e0i[l], x1r = e1r[l], x1i = e1i[l];
                 if (diag) {
-                    e0r[l] = x0r * BL(0) - x0i * BL(1); e0i[l] = x0r * BL(1) + x0i * BL(0);
-                    e1r[l] = x1r * BL(2) - x1i * BL(3); e1i[l] = x1r * BL(3) + x1i * BL(2);
+                    e0r[l] = x0r * PM(u, 0) - x0i * PM(u, 1); e0i[l] = x0r * PM(u, 1) + x0i * PM(u, 0);
+                    e1r[l] = x1r * PM(u, 2) - x1i * PM(u, 3); e1i[l] = x1r * PM(u, 3) + x1i * PM(u, 2);
                 } else {
-                    e0r[l] = x0r * BL(0) - x0i * BL(1) + x1r * BL(4) - x1i * BL(5);
-                    e0i[l] = x0r * BL(1) + x0i * BL(0) + x1r * BL(5) + x1i * BL(4);
-                    e1r[l] = x0r * BL(2) - x0i * BL(3) + x1r * BL(6) - x1i * BL(7);
-                    e1i[l] = x0r * BL(3) + x0i * BL(2) + x1r * BL(7) + x1i * BL(6);
+                    e0r[l] = x0r * PM(u, 0) - x0i * PM(u, 1) + x1r * PM(u, 4) - x1i * PM(u, 5);
+                    e0i[l] = x0r * PM(u, 1) + x0i * PM(u, 0) + x1r * PM(u, 5) + x1i * PM(u, 4);
+                    e1r[l] = x0r * PM(u, 2) - x0i * PM(u, 3) + x1r * PM(u, 6) - x1i * PM(u, 7);
+                    e1i[l] = x0r * PM(u, 3) + x0i * PM(u, 2) + x1r * PM(u, 7) + x1i * PM(u, 6);
                 }
             }
         }
@@ -760,6 +818,14 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
                     double *vr = s->acc + 8 * W + K * W;
                     for (int j = 0; j < g->np; j++) {
                         if (!((g->tmask_p >> j) & 1)) continue;
+                        if (vu && c.cshared[g->col[j]]) {  /* one matrix, one column: lane sums */
+                            double ms[8] = {0}, gm[8], acc = 0;
+                            for (int e = 0; e < 8; e++) LANES ms[e] += m[e * W + l];
+                            SFX(bmul2)(c.umat[i] + 8 * (1 + j), vbuf, gm);
+                            for (int e = 0; e < 4; e++) acc += gm[2 * e] * ms[2 * e] - gm[2 * e + 1] * ms[2 * e + 1];
+                            gtheta[b0 * c.P + g->col[j]] += 2.0 * g->scale[j] * acc;
+                            continue;
+                        }
                         LANES {
                             double du[8], uu[8], gm[8];
                             for (int e = 0; e < 8; e++) {
