@@ -261,8 +261,8 @@ class Gather:
 class Bound(abc.ABC):
     """A prepared job bound to a :class:`Gather`: ``run(tensors, keep)`` returns the flat
     float64 outputs ``(B, K)`` and (``keep``) the residual; ``grad(tensors, residual,
-    cotangent)`` the gradient of ``sum(cotangent * outputs)`` per argument tensor (flat
-    float64, ``None`` where not wanted), consuming the residual."""
+    cotangent)`` the gradient of ``sum(cotangent * outputs)`` per argument tensor (float64 of
+    the argument's shape, ``None`` where not wanted), consuming the residual."""
 
     @abc.abstractmethod
     def run(self, tensors, keep: bool) -> tuple:

@@ -284,7 +284,7 @@ class BoundFunction(torch.autograd.Function):
         res, ctx.residual = ctx.residual, None  # consumed by the sweep (a second call reruns)
         grads = trace.bound.grad(tensors, res, g_out)
         return (None,) + tuple(
-            None if g is None or not need else g.view(t.shape).to(t.dtype)
+            None if g is None or not need else g if g.dtype == t.dtype else g.to(t.dtype)
             for g, t, need in zip(grads, tensors, needs))
 
 

@@ -310,7 +310,6 @@ class LaneBound(Bound):
     def _sources(self, tensors) -> list:
         out = []
         for t in tensors:
-            t = t.detach()
             if t.dtype != torch.float64 or t.device.type != "cpu":
                 t = t.to("cpu", torch.float64)
             out.append(t if t.is_contiguous() else t.contiguous())
@@ -339,12 +338,15 @@ class LaneBound(Bound):
             residual = self.run(tensors, keep=True)[1]
         psi, srcs = residual
         a, arr = self._args(srcs)
-        cot = cotangent.detach().to("cpu", torch.float64).contiguous()
-        gsrc = torch.zeros(max(self.total, 1), dtype=torch.float64)
-        a.psi, a.cot, a.gsrc = ptr(psi), ptr(cot), ptr(gsrc)
+        cot = cotangent.detach()
+        if cot.dtype != torch.float64 or cot.device.type != "cpu":
+            cot = cot.to("cpu", torch.float64)
+        if not cot.is_contiguous():
+            cot = cot.contiguous()
+        out = [torch.zeros(t.shape, dtype=torch.float64) if need else None
+               for t, need in zip(tensors, self.needs)]
+        gout = (ctypes.c_void_p * max(len(srcs), 1))(*[None if g is None else g.data_ptr()
+                                                      for g in out])
+        a.psi, a.cot, a.gout = ptr(psi), ptr(cot), ctypes.addressof(gout)
         check(self.lib, self.lib.qd_batch_adjoint(ctypes.byref(a)), a, "batched adjoint sweep")
-        out, pos = [], 0
-        for m, need in zip(self.sizes, self.needs):
-            out.append(gsrc[pos:pos + m] if need else None)
-            pos += m
         return out

@@ -641,7 +641,7 @@ static int check_batch(qd_batch_args *a, int adjoint) {
     if (a->batch == 0) return QD_OK;
     if (!a->psi || (a->K && (!a->words || !a->coeffs)) || (!a->scale) != (!a->offset))
         return QD_EARGS;
-    if (adjoint ? (!a->cot || !a->gsrc) : !a->out) return QD_EARGS;
+    if (adjoint ? (!a->cot || (a->nsrc && !a->gout)) : !a->out) return QD_EARGS;
     i64 total = 0;
     for (int s = 0; s < a->nsrc; s++) {
         if (!a->src_len || a->src_len[s] < 0 || (a->src_len[s] > 0 && (!a->src || !a->src[s])))

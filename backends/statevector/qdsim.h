@@ -124,7 +124,7 @@ typedef struct {
  *  psi: ceil(B / lanes) * lanes * 2^n complex numbers of the precision dtype: written by the
  *     run (the final states, lane layout), read and overwritten by the adjoint
  *  adjoint: cot (B x K) the outputs' cotangent; the gradient of every source element (records'
- *     train masks) is added to gsrc (sum of src_len float64) */
+ *     train masks) is added to gout[s] (src_len[s] float64; NULL: not wanted) */
 #define QD_BATCH_MAXN 16
 #define QD_BATCH_MAXW 512  /* lanes: a multiple of 8, at most this */
 typedef struct {
@@ -147,7 +147,7 @@ typedef struct {
     void *psi;
     int64_t lanes;
     const double *cot;
-    double *gsrc;
+    double *const *gout;
     int64_t bad_record;
 } qd_batch_args;
 

@@ -61,7 +61,7 @@ static void SFX(bperm)(i64 *perm, i64 d, const gate_t *g) {
     }
 }
 
-static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a) {
+static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a, int deriv) {
     memset(c, 0, sizeof(*c));
     int n = a->n;
     i64 B = a->batch, W = a->lanes, P = a->P, K = a->K, nops = a->prog.nops;
@@ -118,7 +118,7 @@ static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a) {
             for (int j = 0; j < g->np; j++)
                 ang[j] = (g->col[j] >= 0 ? g->scale[j] * c->theta[g->col[j]] : 0.0) + g->shift[j];
             gate_eval(g, ang, u);
-            for (int j = 0; j < g->np; j++) gate_deriv(g, ang, j, u + g->usize * (1 + j));
+            for (int j = 0; j < g->np && deriv; j++) gate_deriv(g, ang, j, u + g->usize * (1 + j));
         } else {
             const R *src = (const R *)g->data;
             for (i64 e = 0; e < g->usize; e++) u[e] = src[e];
@@ -476,7 +476,7 @@ static void SFX(boutputs)(const SFX(bctx_t) *c, const R *S, i64 b0, double *out,
 
 static int SFX(batch_run)(qd_batch_args *a) {
     SFX(bctx_t) c;
-    int rc = SFX(bctx_init)(&c, a);
+    int rc = SFX(bctx_init)(&c, a, 0);
     if (rc) { SFX(bctx_free)(&c); return rc; }
     int nt = a->nthreads > 1 && c.nch > 1 ? a->nthreads : 1;
     if (nt > c.nch) nt = (int)c.nch;
@@ -754,7 +754,7 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
 
 static int SFX(batch_adjoint)(qd_batch_args *a) {
     SFX(bctx_t) c;
-    int rc = SFX(bctx_init)(&c, a);
+    int rc = SFX(bctx_init)(&c, a, 1);
     if (rc) { SFX(bctx_free)(&c); return rc; }
     i64 bpad = c.nch * c.W, lo = c.nops;
     for (i64 i = 0; i < c.nops; i++)
@@ -881,7 +881,9 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
                     if (!trained[j]) continue;
                     double gv = gtheta[b * P + j];
                     if (a->scale) gv *= a->scale[b * P + j];
-                    a->gsrc[a->idx[b * P + j]] += gv;
+                    i64 x = a->idx[b * P + j], src = 0;
+                    while (x >= a->src_len[src]) x -= a->src_len[src++];
+                    if (a->gout[src]) a->gout[src][x] += gv;
                 }
             free(trained);
         }
