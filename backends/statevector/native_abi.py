@@ -67,7 +67,8 @@ class BatchArgs(ctypes.Structure):
                 ("P", _i64), ("idx", _p), ("scale", _p), ("offset", _p), ("src", _p),
                 ("src_len", _p), ("nsrc", _i32), ("nthreads", _i32), ("K", _i64),
                 ("words", _p), ("coeffs", _p), ("out", _p), ("psi", _p), ("lanes", _i64),
-                ("cot", _p), ("gout", _p), ("bad_record", _i64)]
+                ("cot", _p), ("gout", _p), ("theta", _p), ("theta_ready", _i32),
+                ("reserved", _i32), ("bad_record", _i64)]
 
 
 def _pad(values, size: int, fill=0) -> tuple:

@@ -329,15 +329,17 @@ class LaneBound(Bound):
         a, arr = self._args(srcs)
         out = torch.empty(self.prep.batch, self.k, dtype=torch.float64)
         psi = torch.empty(max(2 * self.bpad << self.prep.n, 1), dtype=self.prep.rdtype)
-        a.out, a.psi = ptr(out), ptr(psi)
+        theta = torch.empty(max(self.bpad * self.args.P, 1), dtype=torch.float64)
+        a.out, a.psi, a.theta = ptr(out), ptr(psi), ptr(theta)
         check(self.lib, self.lib.qd_batch_run(ctypes.byref(a)), a, "batched program")
-        return out, ((psi, srcs) if keep else None)
+        return out, ((psi, srcs, theta) if keep else None)
 
     def grad(self, tensors, residual, cotangent: torch.Tensor) -> list:
         if residual is None:
             residual = self.run(tensors, keep=True)[1]
-        psi, srcs = residual
+        psi, srcs, theta = residual
         a, arr = self._args(srcs)
+        a.theta, a.theta_ready = ptr(theta), 1  # the run's angles
         cot = cotangent.detach()
         if cot.dtype != torch.float64 or cot.device.type != "cpu":
             cot = cot.to("cpu", torch.float64)

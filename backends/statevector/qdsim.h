@@ -148,6 +148,9 @@ typedef struct {
     int64_t lanes;
     const double *cot;
     double *const *gout;
+    double *theta;        /* optional: ceil(B / lanes) * lanes x P scratch for the angles */
+    int32_t theta_ready;  /* theta holds this call's angles (the run's, for its adjoint) */
+    int32_t reserved;
     int64_t bad_record;
 } qd_batch_args;
 

@@ -26,6 +26,7 @@ typedef struct {
     i64 d, B, W, nch, P, nops, pe, K;
     gate_t *gates;
     double *theta;     /* Bpad x P */
+    int own_theta;
     char *cshared;     /* per column: the same source element in every row */
     double **umat;     /* per gate: uniform matrix and derivatives (double), or NULL */
     double *tab;       /* d x K: coefficient times the sign of Z word k on basis state i */
@@ -38,7 +39,7 @@ static void SFX(bctx_free)(SFX(bctx_t) *c) {
         for (i64 i = 0; i < c->nops; i++) free(c->umat[i]);
     free(c->umat);
     free(c->gates);
-    free(c->theta);
+    if (c->own_theta) free(c->theta);
     free(c->cshared);
     free(c->tab);
     free(c->fperm);
@@ -69,7 +70,8 @@ static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a, int deriv) {
     c->nch = (B + W - 1) / W;
     i64 bpad = c->nch * W, d = c->d;
     c->gates = (gate_t *)malloc(sizeof(gate_t) * (size_t)(nops + 1));
-    c->theta = (double *)malloc(sizeof(double) * (size_t)(bpad * P + 1));
+    c->own_theta = !a->theta;
+    c->theta = a->theta ? a->theta : (double *)malloc(sizeof(double) * (size_t)(bpad * P + 1));
     c->cshared = (char *)malloc((size_t)P + 1);
     c->umat = (double **)calloc((size_t)nops + 1, sizeof(double *));
     c->tab = (double *)malloc(sizeof(double) * (size_t)(d * K + 1));
@@ -79,7 +81,7 @@ static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a, int deriv) {
     /* the angles from the sources */
     i64 total = 0;
     for (int s = 0; s < a->nsrc; s++) total += a->src_len[s];
-    for (i64 b = 0; b < B; b++)
+    for (i64 b = 0; b < B && !(a->theta && a->theta_ready); b++)
         for (i64 j = 0; j < P; j++) {
             i64 x = a->idx[b * P + j], s = 0;
             while (x >= a->src_len[s]) x -= a->src_len[s++];
@@ -150,6 +152,30 @@ static void SFX(blane_mats)(const SFX(bctx_t) *c, i64 i, i64 b0, int deriv, R *m
     const gate_t *g = &c->gates[i];
     i64 W = c->W, us = g->usize;
     double tmp[CODED_MAX_USIZE];
+    if (g->code == C_RX || g->code == C_RY || g->code == C_RZ) {
+        /* the Pauli rotations of gate_eval, U and dU/da = U(a + pi) / 2 from one sine and
+         * cosine of the half angle */
+        const int code = g->code;
+        LANES {
+            const double *th = c->theta + (b0 + l) * c->P;
+            double a = (g->col[0] >= 0 ? g->scale[0] * th[g->col[0]] : 0.0) + g->shift[0];
+            double cs = cos(0.5 * a), sn = sin(0.5 * a);
+            for (int dv = 0; dv <= deriv; dv++) {
+                double cc = dv ? -0.5 * sn : cs, ss = dv ? 0.5 * cs : sn;
+                R *o = ml + (dv ? us : 0) * W + l;
+                if (code == C_RZ) {
+                    o[0] = (R)cc; o[W] = (R)-ss; o[2 * W] = (R)cc; o[3 * W] = (R)ss;
+                } else if (code == C_RX) {
+                    o[0] = (R)cc; o[W] = 0; o[2 * W] = 0; o[3 * W] = (R)-ss;
+                    o[4 * W] = 0; o[5 * W] = (R)-ss; o[6 * W] = (R)cc; o[7 * W] = 0;
+                } else {
+                    o[0] = (R)cc; o[W] = 0; o[2 * W] = (R)-ss; o[3 * W] = 0;
+                    o[4 * W] = (R)ss; o[5 * W] = 0; o[6 * W] = (R)cc; o[7 * W] = 0;
+                }
+            }
+        }
+        return;
+    }
     LANES {
         const double *th = c->theta + (b0 + l) * c->P;
         if (g->code) {
