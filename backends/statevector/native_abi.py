@@ -68,7 +68,7 @@ class BatchArgs(ctypes.Structure):
                 ("src_len", _p), ("nsrc", _i32), ("nthreads", _i32), ("K", _i64),
                 ("words", _p), ("coeffs", _p), ("out", _p), ("psi", _p), ("lanes", _i64),
                 ("cot", _p), ("gout", _p), ("theta", _p), ("theta_ready", _i32),
-                ("reserved", _i32), ("bad_record", _i64)]
+                ("reserved", _i32), ("cshared", _p), ("bad_record", _i64)]
 
 
 def _pad(values, size: int, fill=0) -> tuple:

@@ -300,11 +300,17 @@ class LaneBound(Bound):
         self.bpad = -(-b // self.lanes) * self.lanes if b else 0
         check_memory(n, self.bpad + self.lanes, prep.cdtype, "cpu", copies=1.0)
         self.src_len = np.array(sizes, dtype=np.int64)
+        shared = (idx == idx[:1]).all(dim=0) if b else torch.ones(p, dtype=torch.bool)
+        for t in (self.scale, self.offset):
+            if t is not None and b:
+                shared &= (t == t[:1]).all(dim=0)
+        self.cshared = shared.to(torch.int8).contiguous()
         self.args = BatchArgs(
             dtype=DTYPES[prep.cdtype], n=n, batch=b, prog=program_arg(recs, self.data), P=p,
             idx=ptr(idx), scale=ptr(self.scale), offset=ptr(self.offset),
             src_len=self.src_len.ctypes.data, nsrc=len(sizes), K=self.k,
-            words=ptr(self.words), coeffs=ptr(self.coeffs), lanes=self.lanes, bad_record=-1)
+            words=ptr(self.words), coeffs=ptr(self.coeffs), lanes=self.lanes,
+            cshared=ptr(self.cshared), bad_record=-1)
         self.lib = native.library()
 
     def _sources(self, tensors) -> list:

@@ -151,6 +151,8 @@ typedef struct {
     double *theta;        /* optional: ceil(B / lanes) * lanes x P scratch for the angles */
     int32_t theta_ready;  /* theta holds this call's angles (the run's, for its adjoint) */
     int32_t reserved;
+    const int8_t *cshared;  /* optional, P flags: column j reads one source element in every
+                               row (idx, scale and offset the same); computed when NULL */
     int64_t bad_record;
 } qd_batch_args;
 

@@ -81,25 +81,34 @@ static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a, int deriv) {
     /* the angles from the sources */
     i64 total = 0;
     for (int s = 0; s < a->nsrc; s++) total += a->src_len[s];
-    for (i64 b = 0; b < B && !(a->theta && a->theta_ready); b++)
-        for (i64 j = 0; j < P; j++) {
-            i64 x = a->idx[b * P + j], s = 0;
-            while (x >= a->src_len[s]) x -= a->src_len[s++];
-            double v = a->src[s][x];
-            if (a->scale) v = a->scale[b * P + j] * v + a->offset[b * P + j];
-            if (!isfinite(v)) return QD_ENONFINITE;
-            c->theta[b * P + j] = v;
-        }
-    for (i64 b = B; b < bpad; b++)  /* padding lanes: a valid binding (cotangent zero) */
-        memcpy(c->theta + b * P, c->theta, sizeof(double) * (size_t)P);
     for (i64 j = 0; j < P; j++) {
         int same = 1;
-        for (i64 b = 1; b < B && same; b++)
-            same = a->idx[b * P + j] == a->idx[j] &&
-                   (!a->scale || (a->scale[b * P + j] == a->scale[j] &&
-                                  a->offset[b * P + j] == a->offset[j]));
+        if (a->cshared) {
+            same = a->cshared[j] != 0;
+        } else {
+            for (i64 b = 1; b < B && same; b++)
+                same = a->idx[b * P + j] == a->idx[j] &&
+                       (!a->scale || (a->scale[b * P + j] == a->scale[j] &&
+                                      a->offset[b * P + j] == a->offset[j]));
+        }
         c->cshared[j] = (char)same;
     }
+    if (!(a->theta && a->theta_ready))
+        for (i64 j = 0; j < P; j++)
+            for (i64 b = 0; b < B; b++) {
+                if (b && c->cshared[j]) {  /* one source element for every row */
+                    c->theta[b * P + j] = c->theta[j];
+                    continue;
+                }
+                i64 x = a->idx[b * P + j], s = 0;
+                while (x >= a->src_len[s]) x -= a->src_len[s++];
+                double v = a->src[s][x];
+                if (a->scale) v = a->scale[b * P + j] * v + a->offset[b * P + j];
+                if (!isfinite(v)) return QD_ENONFINITE;
+                c->theta[b * P + j] = v;
+            }
+    for (i64 b = B; b < bpad; b++)  /* padding lanes: a valid binding (cotangent zero) */
+        memcpy(c->theta + b * P, c->theta, sizeof(double) * (size_t)P);
     (void)total;
     /* gates */
     c->maxu = 8;
