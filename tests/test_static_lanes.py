@@ -217,3 +217,16 @@ def test_non_finite_angle_is_refused():
     bad[1, 0] = float("nan")
     with pytest.raises(qd.QdiffError, match="NaN or infinite"):
         static(bad.requires_grad_(), w)
+
+
+def test_chunks_split_over_threads():
+    n, b = 3, 50
+    g = torch.Generator().manual_seed(9)
+    x = torch.rand(b, n, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(3, n, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        _compare(_hybrid_circuit(n, False), _hybrid_circuit(n, True), [x, w])
+    finally:
+        torch.set_num_threads(saved)
