@@ -230,3 +230,15 @@ def test_chunks_split_over_threads():
         _compare(_hybrid_circuit(n, False), _hybrid_circuit(n, True), [x, w])
     finally:
         torch.set_num_threads(saved)
+
+
+def test_float32_arguments():
+    n = 3
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(13, n, generator=g, dtype=torch.float32, requires_grad=True)
+    w = torch.rand(3, n, 3, generator=g, dtype=torch.float32, requires_grad=True)
+    static = _hybrid_circuit(n, True)
+    _compare(_hybrid_circuit(n, False), static, [x, w], atol=1e-5)
+    out = _flat(static(x, w))
+    assert out.dtype == torch.float32 and isinstance(_bound(static), LaneBound)
+    assert all(t.dtype == torch.float32 for t in torch.autograd.grad(out.sum(), [x, w]))
