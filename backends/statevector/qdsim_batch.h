@@ -351,7 +351,7 @@ static const R *SFX(bto_r)(const double *u, i64 cnt, R *buf) {
 /* A prefix gate's matrices for the chunk: element e of lane l at m[e * se + l * sl] (sl 0: one
  * matrix for the whole batch). */
 typedef struct { const R *m; i64 se, sl; } SFX(pmat_t);
-#define PM(pm, e) (pm).m[(e) * (pm).se + l * (pm).sl]
+#define PM(pm, e) ((pm).sl ? (pm).m[(e) * W + l] : (pm).m[(e)])  /* unswitched by the compiler */
 
 /* Per-lane factor vectors of the product prefix: v[(p * 4 + e) * W + l] (e: re0 im0 re1 im1)
  * for bit p after the prefix gates (pm: their matrices). */
@@ -915,6 +915,7 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
                 for (i64 j = 0; j < P; j++) {
                     if (!trained[j]) continue;
                     double gv = gtheta[b * P + j];
+                    if (gv == 0) continue;  /* e.g. a shared column's rows past its chunk's first */
                     if (a->scale) gv *= a->scale[b * P + j];
                     i64 x = a->idx[b * P + j], src = 0;
                     while (x >= a->src_len[src]) x -= a->src_len[src++];
