@@ -236,6 +236,42 @@ class Prepared:
         return self.backend.vjp([replace(self.job, theta=theta, keep=False)], [cotangent],
                                 [residual])[0]
 
+    def bind(self, gather: "Gather") -> Optional["Bound"]:
+        """A :class:`Bound` runner that reads the angles straight from the argument tensors
+        (``gather``) and returns their gradients, or ``None`` when the engine has none for this
+        job (the caller then gathers ``theta`` itself and uses :meth:`execute` / :meth:`vjp`)."""
+        return None
+
+
+@dataclass(frozen=True)
+class Gather:
+    """How a record-once caller binds the angles: ``theta[b, j] = scale[b, j] * src[idx[b, j]]
+    + offset[b, j]`` (``scale``/``offset`` ``None``: 1 and 0), ``src`` the flattened argument
+    tensors concatenated, then ``consts``. ``sizes``: each argument's number of elements;
+    ``needs``: whether its gradient is wanted."""
+
+    idx: torch.Tensor
+    scale: Optional[torch.Tensor]
+    offset: Optional[torch.Tensor]
+    consts: Optional[torch.Tensor]
+    sizes: tuple
+    needs: tuple
+
+
+class Bound(abc.ABC):
+    """A prepared job bound to a :class:`Gather`: ``run(tensors, keep)`` returns the flat
+    float64 outputs ``(B, K)`` and (``keep``) the residual; ``grad(tensors, residual,
+    cotangent)`` the gradient of ``sum(cotangent * outputs)`` per argument tensor (float64 of
+    the argument's shape, ``None`` where not wanted), consuming the residual."""
+
+    @abc.abstractmethod
+    def run(self, tensors, keep: bool) -> tuple:
+        ...
+
+    @abc.abstractmethod
+    def grad(self, tensors, residual, cotangent: torch.Tensor) -> list:
+        ...
+
 
 def flat_outputs(outputs: list) -> torch.Tensor:
     """One real ``(B, K)`` tensor from per-measurement outputs (expval/var/probs)."""

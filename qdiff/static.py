@@ -45,7 +45,7 @@ import threading
 
 import torch
 
-from qdiff.backends.base import Prepared, flat_outputs
+from qdiff.backends.base import Gather, Prepared, flat_outputs
 from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective_shots,
                           engine_vjp, expand_coefficients, unshare, validate_rules)
 from qdiff.circuits.errors import QdiffError
@@ -142,7 +142,7 @@ class Trace:
 
     def __init__(self, plan, rule, idx, scale, offset, consts, dtype, batch_shape, result,
                  widths):
-        self.plan, self.rule, self.prepared = plan, rule, None
+        self.plan, self.rule, self.prepared, self.bound = plan, rule, None, None
         self.idx, self.scale, self.offset, self.consts = idx, scale, offset, consts
         self.flat_idx = idx.reshape(-1)
         self.dtype, self.batch_shape, self.result, self.widths = dtype, batch_shape, result, widths
@@ -178,6 +178,11 @@ class Trace:
 
     def replay(self, tensors):
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        if self.bound is not None and (not grad or self.rule.keep):
+            if grad:
+                return self.shape(BoundFunction.apply(self, *tensors))
+            flat = self.bound.run(tensors, keep=False)[0]
+            return self.shape(flat if flat.dtype == self.dtype else flat.to(self.dtype))
         if grad and self.rule.keep:
             return self.shape(ReplayFunction.apply(self, *tensors))
         if not grad or self.rule is not BACKPROP:
@@ -250,6 +255,37 @@ class ReplayFunction(torch.autograd.Function):
         grad = trace.prepared.vjp(ctx.theta, g_out, ctx.residual)
         ctx.residual = None
         return (None,) + tuple(trace.scatter(grad.to(trace.dtype), tensors, needs))
+
+
+class BoundFunction(torch.autograd.Function):
+    """``tensors -> flat outputs (B, K)`` through the engine's :class:`~qdiff.backends.base.Bound`
+    runner: the engine reads the angles from the tensors and (backward) returns their gradients
+    in one call each way. Under ``create_graph`` the backward is :class:`ReplayFunction`'s."""
+
+    @staticmethod
+    def forward(ctx, trace, *tensors):
+        out, res = trace.bound.run(tensors, keep=True)
+        ctx.trace, ctx.residual = trace, res
+        ctx.save_for_backward(*tensors)
+        return out if out.dtype == trace.dtype else out.to(trace.dtype)
+
+    @staticmethod
+    def backward(ctx, g_out):
+        trace = ctx.trace
+        tensors = ctx.saved_tensors
+        needs = ctx.needs_input_grad[1:]
+        if torch.is_grad_enabled():  # create_graph: a differentiable gradient
+            theta = trace.theta(tensors)
+            grad = engine_vjp(theta, g_out, trace.plan, None)
+            wrt = [t for t, need in zip(tensors, needs) if need]
+            got = iter(torch.autograd.grad(theta, wrt, grad, create_graph=True,
+                                           allow_unused=True))
+            return (None,) + tuple(next(got) if need else None for need in needs)
+        res, ctx.residual = ctx.residual, None  # consumed by the sweep (a second call reruns)
+        grads = trace.bound.grad(tensors, res, g_out)
+        return (None,) + tuple(
+            None if g is None or not need else g if g.dtype == t.dtype else g.to(t.dtype)
+            for g, t, need in zip(grads, tensors, needs))
 
 
 def _probes(tensors, total: int):
@@ -382,6 +418,11 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     job = trace.plan.job(thetas[-1].detach(), keep=rule.keep)
     prepare = getattr(qnode.device, "prepare", None)
     trace.prepared = prepare(job) if prepare is not None else Prepared(qnode.device, job)
+    if trace.idx.device.type == "cpu" and not job.theta.requires_grad:
+        trace.bound = trace.prepared.bind(Gather(
+            trace.idx, None if scale is None else scale.expand(b, p).contiguous(),
+            None if offset is None else offset.expand(b, p).contiguous(), consts,
+            tuple(t.numel() for t in tensors), tuple(t.requires_grad for t in tensors)))
     check_batch = getattr(qnode.device, "check_batch", None)
     if check_batch is not None:
         check_batch(b, p)

@@ -370,7 +370,19 @@ def test_embedding_then_shared_unitary_path(kind, inputs_grad):
         for a, b in zip(torch.autograd.grad(o1, args, ct), torch.autograd.grad(o2, args, ct)):
             torch.testing.assert_close(b, a)
     (trace,) = static._traces.values()
-    assert isinstance(trace.prepared, NativePrepared) and trace.prepared.dense is not None
+    prep = trace.prepared
+    assert isinstance(prep, NativePrepared) and prep.dense is not None
+    # the replay itself runs the lane kernels (trace.bound); the prepared job's own dense path
+    # stays available to Backend.prepare callers: against the generic job
+    generic = Prepared(prep.backend, prep.job)
+    theta = trace.theta([x, w]).detach()
+    r1, r2 = prep.execute(theta, keep=True), generic.execute(theta, keep=True)
+    torch.testing.assert_close(r1.outputs, r2.outputs)
+    ct = torch.randn(r1.outputs.shape, generator=g, dtype=torch.float64)
+    v1, v2 = prep.vjp(theta, ct, r1.residual), generic.vjp(theta, ct, r2.residual)
+    sh = torch.tensor(prep.shared)
+    torch.testing.assert_close(v1[:, sh].sum(0), v2[:, sh].sum(0))
+    torch.testing.assert_close(v1[:, ~sh], v2[:, ~sh])
 
 
 def test_constant_angles_and_no_tensor_arguments():

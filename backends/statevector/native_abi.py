@@ -25,6 +25,8 @@ MAXA = 3   # angles of one coded gate (QD_MAXA)
 C128, C64 = 0, 1          # QD_C128, QD_C64
 DENSE, DIAG, FLIP, SWAP = 0, 1, 2, 3  # record kinds
 ENOMEM = 1                # QD_ENOMEM
+ENONFINITE = 13           # QD_ENONFINITE
+BATCH_MAXN = 16           # QD_BATCH_MAXN
 DTYPES = {torch.complex128: C128, torch.complex64: C64}
 
 #: qd_record (qdsim.h) as a numpy structured dtype; checked against the library at load.
@@ -59,6 +61,14 @@ class AdjointArgs(ctypes.Structure):
                 ("slot_op", _p), ("grads", _p), ("nthreads", _i32), ("tiles", _i32),
                 ("bad_record", _i64)]
 
+
+class BatchArgs(ctypes.Structure):
+    _fields_ = [("dtype", _i32), ("n", _i32), ("batch", _i64), ("prog", ProgramArg),
+                ("P", _i64), ("idx", _p), ("scale", _p), ("offset", _p), ("src", _p),
+                ("src_len", _p), ("nsrc", _i32), ("nthreads", _i32), ("K", _i64),
+                ("words", _p), ("coeffs", _p), ("out", _p), ("psi", _p), ("lanes", _i64),
+                ("cot", _p), ("gout", _p), ("theta", _p), ("theta_ready", _i32),
+                ("reserved", _i32), ("cshared", _p), ("bad_record", _i64)]
 
 
 def _pad(values, size: int, fill=0) -> tuple:
@@ -158,7 +168,13 @@ def check_abi(lib) -> str:
     want = [ctypes.sizeof(t) for t in (ProgramArg, AnglesArg, RunArgs, AdjointArgs)]
     if list(sizes) != want:
         return f"argument block sizes mismatch: C {list(sizes)} vs Python {want}"
+    lib.qd_batch_args_size.restype = _i64
+    if lib.qd_batch_args_size() != ctypes.sizeof(BatchArgs):
+        return (f"batch argument block size mismatch: C {lib.qd_batch_args_size()} vs Python "
+                f"{ctypes.sizeof(BatchArgs)}")
     for name, args in (("qd_run", [ctypes.POINTER(RunArgs)]),
+                       ("qd_batch_run", [ctypes.POINTER(BatchArgs)]),
+                       ("qd_batch_adjoint", [ctypes.POINTER(BatchArgs)]),
                        ("qd_adjoint_coded", [ctypes.POINTER(AdjointArgs)]),
                        ("qd_adjoint_slots", [ctypes.POINTER(AdjointArgs)]),
                        ("qd_abs2", [_i32, _p, _p, _i64]),

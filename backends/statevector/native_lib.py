@@ -38,7 +38,7 @@ from qdiff.backends.statevector.native_abi import check_abi
 log = logging.getLogger(__name__)
 
 _DIR = Path(__file__).parent
-SOURCES = ("qdsim.c", "qdsim.h", "qdsim_kernels.h")
+SOURCES = ("qdsim.c", "qdsim.h", "qdsim_kernels.h", "qdsim_batch.h")
 _FLAGS = ["-O3", "-fno-math-errno", "-fno-trapping-math", "-fno-signed-zeros",
           "-fassociative-math", "-shared", "-fPIC", "-std=c99"]
 # tried in order: OpenMP and the host's vector units, then without OpenMP, then portable code

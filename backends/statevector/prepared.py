@@ -22,15 +22,20 @@ tensor([[1., 1.],
 """
 from __future__ import annotations
 
+import ctypes
+
+import numpy as np
 import torch
 
-from qdiff.backends.base import Prepared, Result
+from qdiff.backends.base import Bound, Prepared, Result
 from qdiff.backends.statevector import native, zwords
-from qdiff.backends.statevector.native_abi import DTYPES, ptr
+from qdiff.backends.statevector.native_abi import (DTYPES, BatchArgs, check, program_arg, ptr,
+                                                   threads)
 from qdiff.backends.statevector.simulate import check_memory, zero_state
 
 _MAX_WIRES = 16  # above, the sign matrix and the engine's half-register reads are better
 _DENSE_MAX = 64  # largest 2**n for the embedding-then-shared-unitary path
+_LANE_MAXN = 10  # largest register for the lane-layout kernels (a chunk stays in cache)
 
 
 def prepare(backend, job) -> Prepared:
@@ -91,6 +96,13 @@ class NativePrepared(Prepared):
             if pre is not None and post is not None:
                 self.dense = (pre, post, _columns(c.operations[:split]),
                               _columns(c.operations[split:]))
+
+    def bind(self, gather):
+        """A :class:`LaneBound` (the lane-layout kernels, angles read from the arguments) for
+        registers of up to ``_LANE_MAXN`` qubits, else ``None``."""
+        if self.n > _LANE_MAXN or gather.idx.device.type != "cpu":
+            return None
+        return LaneBound(self, gather)
 
     def abs2(self, state: torch.Tensor) -> torch.Tensor:
         """``|state|^2`` in one native pass (also for small states: one call, no temporaries)."""
@@ -242,3 +254,107 @@ class ProductPrefix:
             grad[:, self.cols] += g.to(grad.dtype)
         elif keep:
             grad[:, self.cols[keep]] += g[:, keep].to(grad.dtype)
+
+
+def lanes_for(n: int, batch: int) -> int:
+    """Bindings per chunk of the lane layout: a multiple of 8, about 8192 amplitudes per chunk
+    (psi and lam of a chunk stay in the L2 cache), at most 64 and not beyond the batch."""
+    w = max(8, min(64, (8192 >> n) // 8 * 8))
+    return min(w, -(-batch // 8) * 8)
+
+
+class LaneBound(Bound):
+    """The prepared job run by ``qd_batch_run`` / ``qd_batch_adjoint`` (``qdsim_batch.h``):
+    the angles gathered from the argument tensors, the outputs, ``lam`` and the scatter of the
+    gradients into the arguments all in the kernels; one call each way."""
+
+    def __init__(self, prep: NativePrepared, gather, lanes: int = 0):
+        self.prep, self.gather = prep, gather
+        n, b = prep.n, prep.batch
+        idx = gather.idx.to("cpu", torch.int64).contiguous()
+        p = idx.shape[1]
+        sizes = list(gather.sizes) + ([gather.consts.numel()] if gather.consts is not None else [])
+        self.sizes, self.needs = tuple(gather.sizes), tuple(gather.needs)
+        self.total = sum(sizes)
+        bounds = torch.tensor(np.cumsum([0] + list(gather.sizes)), dtype=torch.int64)
+        owner = torch.bucketize(idx, bounds[1:], right=True)  # argument of each element
+        need = torch.tensor(list(gather.needs) + [False], dtype=torch.bool)
+        col_need = need[owner].any(dim=0).tolist() if b else [False] * p
+        train = tuple(bool(prep.trainable[j]) and col_need[j] for j in range(p))
+        recs, _ = prep.plan.adjoint_records(train)
+        self.recs, self.data = recs, prep.plan.data_for(prep.cdtype)
+        self.idx = idx
+        self.scale = None if gather.scale is None else \
+            gather.scale.to("cpu", torch.float64).contiguous()
+        self.offset = None if gather.offset is None else \
+            gather.offset.to("cpu", torch.float64).contiguous()
+        self.consts = None if gather.consts is None else \
+            gather.consts.to("cpu", torch.float64).contiguous()
+        c = prep.job.circuit
+        self.words = np.array([sum(1 << (n - 1 - f.wires[0]) for f in m.obs.terms[0])
+                               for m in c.measurements], dtype=np.int64)
+        self.coeffs = np.array([float(m.obs.real_coeffs()[0]) for m in c.measurements],
+                               dtype=np.float64)
+        self.k = len(self.words)
+        self.lanes = lanes or lanes_for(n, b)
+        self.bpad = -(-b // self.lanes) * self.lanes if b else 0
+        check_memory(n, self.bpad + self.lanes, prep.cdtype, "cpu", copies=1.0)
+        self.src_len = np.array(sizes, dtype=np.int64)
+        shared = (idx == idx[:1]).all(dim=0) if b else torch.ones(p, dtype=torch.bool)
+        for t in (self.scale, self.offset):
+            if t is not None and b:
+                shared &= (t == t[:1]).all(dim=0)
+        self.cshared = shared.to(torch.int8).contiguous()
+        self.args = BatchArgs(
+            dtype=DTYPES[prep.cdtype], n=n, batch=b, prog=program_arg(recs, self.data), P=p,
+            idx=ptr(idx), scale=ptr(self.scale), offset=ptr(self.offset),
+            src_len=self.src_len.ctypes.data, nsrc=len(sizes), K=self.k,
+            words=ptr(self.words), coeffs=ptr(self.coeffs), lanes=self.lanes,
+            cshared=ptr(self.cshared), bad_record=-1)
+        self.lib = native.library()
+
+    def _sources(self, tensors) -> list:
+        out = []
+        for t in tensors:
+            if t.dtype != torch.float64 or t.device.type != "cpu":
+                t = t.to("cpu", torch.float64)
+            out.append(t if t.is_contiguous() else t.contiguous())
+        if self.consts is not None:
+            out.append(self.consts)
+        return out
+
+    def _args(self, srcs):
+        a = BatchArgs.from_buffer_copy(self.args)
+        arr = (ctypes.c_void_p * max(len(srcs), 1))(*[ptr(t) for t in srcs])
+        a.src = ctypes.addressof(arr)
+        a.nthreads = threads()
+        return a, arr
+
+    def run(self, tensors, keep: bool) -> tuple:
+        srcs = self._sources(tensors)
+        a, arr = self._args(srcs)
+        out = torch.empty(self.prep.batch, self.k, dtype=torch.float64)
+        psi = torch.empty(max(2 * self.bpad << self.prep.n, 1), dtype=self.prep.rdtype)
+        theta = torch.empty(max(self.bpad * self.args.P, 1), dtype=torch.float64)
+        a.out, a.psi, a.theta = ptr(out), ptr(psi), ptr(theta)
+        check(self.lib, self.lib.qd_batch_run(ctypes.byref(a)), a, "batched program")
+        return out, ((psi, srcs, theta) if keep else None)
+
+    def grad(self, tensors, residual, cotangent: torch.Tensor) -> list:
+        if residual is None:
+            residual = self.run(tensors, keep=True)[1]
+        psi, srcs, theta = residual
+        a, arr = self._args(srcs)
+        a.theta, a.theta_ready = ptr(theta), 1  # the run's angles
+        cot = cotangent.detach()
+        if cot.dtype != torch.float64 or cot.device.type != "cpu":
+            cot = cot.to("cpu", torch.float64)
+        if not cot.is_contiguous():
+            cot = cot.contiguous()
+        out = [torch.zeros(t.shape, dtype=torch.float64) if need else None
+               for t, need in zip(tensors, self.needs)]
+        gout = (ctypes.c_void_p * max(len(srcs), 1))(*[None if g is None else g.data_ptr()
+                                                      for g in out])
+        a.psi, a.cot, a.gout = ptr(psi), ptr(cot), ctypes.addressof(gout)
+        check(self.lib, self.lib.qd_batch_adjoint(ctypes.byref(a)), a, "batched adjoint sweep")
+        return out

@@ -118,6 +118,7 @@ static const char *ERRORS[QD_NERRORS] = {
     "trainable-angle mask names an angle without a theta column",
     "slot record invalid (kind, order or gate index)",
     "unknown precision",
+    "a gate angle is NaN or infinite",
 };
 
 const char *qd_strerror(int code) {
@@ -566,6 +567,23 @@ static i64 make_tiles(int n, i64 B, tile_t *out) {
 #undef SFX
 #undef RSIZE
 
+/* batched small states in the lane layout (qdsim_batch.h), once per precision */
+#define R double
+#define SFX(name) name##_c128
+#define RSIZE sizeof(double)
+#include "qdsim_batch.h"
+#undef R
+#undef SFX
+#undef RSIZE
+
+#define R float
+#define SFX(name) name##_c64
+#define RSIZE sizeof(float)
+#include "qdsim_batch.h"
+#undef R
+#undef SFX
+#undef RSIZE
+
 /* ---------------------------------------------------------------------------------------- */
 /* entry points                                                                              */
 
@@ -608,4 +626,49 @@ int qd_abs2(int32_t dtype, const void *s, void *out, int64_t count) {
         return QD_EDTYPE;
     }
     return QD_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* batched small states                                                                       */
+
+int64_t qd_batch_args_size(void) { return (int64_t)sizeof(qd_batch_args); }
+
+static int check_batch(qd_batch_args *a, int adjoint) {
+    if (a->dtype != QD_C128 && a->dtype != QD_C64) return QD_EDTYPE;
+    if (a->n < 0 || a->n > QD_BATCH_MAXN || a->batch < 0 || a->lanes < 8 || a->lanes > QD_BATCH_MAXW || a->lanes % 8 ||
+        a->nthreads < 1 || a->nthreads > 4096 || a->P < 0 || a->K < 0 || a->nsrc < 0)
+        return QD_EARGS;
+    if (a->batch == 0) return QD_OK;
+    if (!a->psi || (a->K && (!a->words || !a->coeffs)) || (!a->scale) != (!a->offset))
+        return QD_EARGS;
+    if (adjoint ? (!a->cot || (a->nsrc && !a->gout)) : !a->out) return QD_EARGS;
+    i64 total = 0;
+    for (int s = 0; s < a->nsrc; s++) {
+        if (!a->src_len || a->src_len[s] < 0 || (a->src_len[s] > 0 && (!a->src || !a->src[s])))
+            return QD_EARGS;
+        total += a->src_len[s];
+    }
+    if (a->P) {
+        if (!a->idx) return QD_ECOLUMN;
+        for (i64 e = 0; e < a->batch * a->P; e++)
+            if (a->idx[e] < 0 || a->idx[e] >= total) return QD_ECOLUMN;
+    }
+    for (i64 k = 0; k < a->K; k++)
+        if (a->words[k] < 0 || (a->words[k] >> a->n) != 0) return QD_EARGS;
+    qd_angles ang = {a->P ? (const double *)a->idx : 0, a->batch, a->P};  /* columns only */
+    return check_program(&a->prog, a->n, a->batch, &ang, 0, 0, &a->bad_record);
+}
+
+int qd_batch_run(qd_batch_args *a) {
+    a->bad_record = -1;
+    int rc = check_batch(a, 0);
+    if (rc || a->batch == 0) return rc;
+    return a->dtype == QD_C64 ? batch_run_c64(a) : batch_run_c128(a);
+}
+
+int qd_batch_adjoint(qd_batch_args *a) {
+    a->bad_record = -1;
+    int rc = check_batch(a, 1);
+    if (rc || a->batch == 0) return rc;
+    return a->dtype == QD_C64 ? batch_adjoint_c64(a) : batch_adjoint_c128(a);
 }

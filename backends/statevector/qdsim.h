@@ -25,7 +25,7 @@ enum { QD_C128 = 0, QD_C64 = 1 };
 /* error codes (qd_strerror names them) */
 enum {
     QD_OK = 0, QD_ENOMEM, QD_EARGS, QD_EKIND, QD_EK, QD_EBITS, QD_ECMASK, QD_EDATA,
-    QD_ECODE, QD_ECOLUMN, QD_ETRAIN, QD_ESLOT, QD_EDTYPE, QD_NERRORS
+    QD_ECODE, QD_ECOLUMN, QD_ETRAIN, QD_ESLOT, QD_EDTYPE, QD_ENONFINITE, QD_NERRORS
 };
 
 /* One gate of a program.
@@ -115,6 +115,47 @@ typedef struct {
     int64_t bad_record;  /* out: the record (slots: nops + slot) at fault, -1: none */
 } qd_adjoint_args;
 
+/* qd_batch_run / qd_batch_adjoint: a batch of small states (n <= QD_BATCH_MAXN) in the lane
+ * layout (qdsim_batch.h), angles gathered from the argument tensors, Z-word outputs.
+ *  theta[b, j] = scale[b, j] * src(idx[b, j]) + offset[b, j] (scale and offset B x P or both
+ *     NULL: 1 and 0), src(x) the x-th element of the concatenation of the nsrc float64 sources
+ *     (src[s]: src_len[s] elements); every angle must be finite (QD_ENONFINITE)
+ *  outputs: out[b, k] = coeffs[k] <psi_b| Z on the bits of words[k] |psi_b> (B x K)
+ *  psi: ceil(B / lanes) * lanes * 2^n complex numbers of the precision dtype: written by the
+ *     run (the final states, lane layout), read and overwritten by the adjoint
+ *  adjoint: cot (B x K) the outputs' cotangent; the gradient of every source element (records'
+ *     train masks) is added to gout[s] (src_len[s] float64; NULL: not wanted) */
+#define QD_BATCH_MAXN 16
+#define QD_BATCH_MAXW 512  /* lanes: a multiple of 8, at most this */
+typedef struct {
+    int32_t dtype;
+    int32_t n;
+    int64_t batch;
+    qd_program prog;
+    int64_t P;
+    const int64_t *idx;
+    const double *scale;
+    const double *offset;
+    const double *const *src;
+    const int64_t *src_len;
+    int32_t nsrc;
+    int32_t nthreads;
+    int64_t K;
+    const int64_t *words;
+    const double *coeffs;
+    double *out;
+    void *psi;
+    int64_t lanes;
+    const double *cot;
+    double *const *gout;
+    double *theta;        /* optional: ceil(B / lanes) * lanes x P scratch for the angles */
+    int32_t theta_ready;  /* theta holds this call's angles (the run's, for its adjoint) */
+    int32_t reserved;
+    const int8_t *cshared;  /* optional, P flags: column j reads one source element in every
+                               row (idx, scale and offset the same); computed when NULL */
+    int64_t bad_record;
+} qd_batch_args;
+
 int qd_abi_version(void);
 int qd_record_layout(char *buf, int cap);  /* "size;name:offset:bytes;..." of qd_record */
 void qd_args_sizes(int64_t out[4]);        /* sizeof qd_program, qd_angles, qd_run_args, qd_adjoint_args */
@@ -125,5 +166,8 @@ int qd_run(qd_run_args *a);
 int qd_adjoint_coded(qd_adjoint_args *a);
 int qd_adjoint_slots(qd_adjoint_args *a);
 int qd_abs2(int32_t dtype, const void *s, void *out, int64_t count);
+int64_t qd_batch_args_size(void);
+int qd_batch_run(qd_batch_args *a);
+int qd_batch_adjoint(qd_batch_args *a);
 
 #endif

@@ -1,0 +1,932 @@
+/* Batched small states in the lane layout, for one precision (included by qdsim.c with R and
+ * SFX set, like qdsim_kernels.h).
+ *
+ * A batch of B states of 2^n amplitudes (n small) is cut into chunks of W bindings ("lanes");
+ * a chunk is stored row by row: row r holds amplitude r of the W states as W reals then W
+ * imaginary parts. Every gate is a loop over rows whose innermost loop runs over the lanes, so
+ * it vectorises for any wire, and a chunk (psi and lam of the adjoint) stays in cache while the
+ * whole circuit runs over it. Gates whose matrix is the same for the whole batch (weights)
+ * use one matrix; others (per-binding angles, e.g. an embedding) a matrix per lane. X-type
+ * flips and swaps move no data: a row table (logical index -> row) is permuted instead.
+ *
+ * Angles come straight from the argument tensors: theta[b, j] = scale * src[idx[b, j]] + offset
+ * (src: the concatenation of the sources), checked finite. Outputs are Z words (with
+ * coefficients) of every binding. The adjoint sweep forms lam = (sum_k cot[b, k] Z_k) psi,
+ * runs back over the gates after the product prefix (the leading one-qubit gates, whose state
+ * is a product written directly), takes the prefix gates' gradients in closed form from lam
+ * contracted with the other wires' factors, and scatters every gradient into the sources. */
+
+#define BLM(e) ml[(e) * W + l]
+/* the lane loops: rows of one chunk never overlap (GCC ignores restrict on local pointers) */
+#define LANES _Pragma("GCC ivdep") for (i64 l = 0; l < W; l++)
+
+/* Per-call context of the batched kernels. */
+typedef struct {
+    int n;
+    i64 d, B, W, nch, P, nops, pe, K;
+    gate_t *gates;
+    double *theta;     /* Bpad x P */
+    int own_theta;
+    char *cshared;     /* per column: the same source element in every row */
+    double **umat;     /* per gate: uniform matrix and derivatives (double), or NULL */
+    double *tab;       /* d x K: coefficient times the sign of Z word k on basis state i */
+    i64 *fperm;        /* the row table after the program (prefix excluded) */
+    i64 maxu;          /* largest usize * (1 + np) of a gate */
+} SFX(bctx_t);
+
+static void SFX(bctx_free)(SFX(bctx_t) *c) {
+    if (c->umat)
+        for (i64 i = 0; i < c->nops; i++) free(c->umat[i]);
+    free(c->umat);
+    free(c->gates);
+    if (c->own_theta) free(c->theta);
+    free(c->cshared);
+    free(c->tab);
+    free(c->fperm);
+}
+
+/* Swap rows in the table for a flip or swap gate (its own inverse). */
+static void SFX(bperm)(i64 *perm, i64 d, const gate_t *g) {
+    for (i64 i = 0; i < d; i++) {
+        if ((i & g->cmask) != g->cmask) continue;
+        i64 j;
+        if (g->kind == K_FLIP) {  /* each pair once: from its smaller index */
+            j = i ^ g->tmask;
+            if (j < i) continue;
+        } else {  /* swap: exchange bits 0 and 1 of the gate; each pair once: from bit 0 set */
+            i64 b0 = (i64)1 << g->bits[0], b1 = (i64)1 << g->bits[1];
+            if (!(i & b0) || (i & b1)) continue;
+            j = i ^ b0 ^ b1;
+        }
+        i64 t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+    }
+}
+
+static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a, int deriv) {
+    memset(c, 0, sizeof(*c));
+    int n = a->n;
+    i64 B = a->batch, W = a->lanes, P = a->P, K = a->K, nops = a->prog.nops;
+    c->n = n; c->d = (i64)1 << n; c->B = B; c->W = W; c->P = P; c->K = K; c->nops = nops;
+    c->nch = (B + W - 1) / W;
+    i64 bpad = c->nch * W, d = c->d;
+    c->gates = (gate_t *)malloc(sizeof(gate_t) * (size_t)(nops + 1));
+    c->own_theta = !a->theta;
+    c->theta = a->theta ? a->theta : (double *)malloc(sizeof(double) * (size_t)(bpad * P + 1));
+    c->cshared = (char *)malloc((size_t)P + 1);
+    c->umat = (double **)calloc((size_t)nops + 1, sizeof(double *));
+    c->tab = (double *)malloc(sizeof(double) * (size_t)(d * K + 1));
+    c->fperm = (i64 *)malloc(sizeof(i64) * (size_t)d);
+    if (!c->gates || !c->theta || !c->cshared || !c->umat || !c->tab || !c->fperm)
+        return QD_ENOMEM;
+    /* the angles from the sources */
+    i64 total = 0;
+    for (int s = 0; s < a->nsrc; s++) total += a->src_len[s];
+    for (i64 j = 0; j < P; j++) {
+        int same = 1;
+        if (a->cshared) {
+            same = a->cshared[j] != 0;
+        } else {
+            for (i64 b = 1; b < B && same; b++)
+                same = a->idx[b * P + j] == a->idx[j] &&
+                       (!a->scale || (a->scale[b * P + j] == a->scale[j] &&
+                                      a->offset[b * P + j] == a->offset[j]));
+        }
+        c->cshared[j] = (char)same;
+    }
+    if (!(a->theta && a->theta_ready))
+        for (i64 j = 0; j < P; j++)
+            for (i64 b = 0; b < B; b++) {
+                if (b && c->cshared[j]) {  /* one source element for every row */
+                    c->theta[b * P + j] = c->theta[j];
+                    continue;
+                }
+                i64 x = a->idx[b * P + j], s = 0;
+                while (x >= a->src_len[s]) x -= a->src_len[s++];
+                double v = a->src[s][x];
+                if (a->scale) v = a->scale[b * P + j] * v + a->offset[b * P + j];
+                if (!isfinite(v)) return QD_ENONFINITE;
+                c->theta[b * P + j] = v;
+            }
+    for (i64 b = B; b < bpad; b++)  /* padding lanes: a valid binding (cotangent zero) */
+        memcpy(c->theta + b * P, c->theta, sizeof(double) * (size_t)P);
+    (void)total;
+    /* gates */
+    c->maxu = 8;
+    for (i64 i = 0; i < nops; i++) {
+        gate_t *g = &c->gates[i];
+        decode(&a->prog.recs[i], a->prog.data, RSIZE, g);
+        i64 us = g->usize * (1 + g->np);
+        if (us > c->maxu) c->maxu = us;
+        g->uniform = g->code ? 1 : g->stride == 0;
+        for (int j = 0; j < g->np; j++)
+            if (g->col[j] >= 0) g->uniform &= c->cshared[g->col[j]];
+        if (g->kind == K_FLIP || g->kind == K_SWAP || !g->uniform) continue;
+        double *u = (double *)malloc(sizeof(double) * (size_t)us);
+        if (!u) return QD_ENOMEM;
+        c->umat[i] = u;
+        if (g->code) {
+            double ang[3] = {0, 0, 0};
+            for (int j = 0; j < g->np; j++)
+                ang[j] = (g->col[j] >= 0 ? g->scale[j] * c->theta[g->col[j]] : 0.0) + g->shift[j];
+            gate_eval(g, ang, u);
+            for (int j = 0; j < g->np && deriv; j++) gate_deriv(g, ang, j, u + g->usize * (1 + j));
+        } else {
+            const R *src = (const R *)g->data;
+            for (i64 e = 0; e < g->usize; e++) u[e] = src[e];
+        }
+    }
+    /* the product prefix: leading uncontrolled one-qubit gates */
+    i64 pe = 0;
+    while (pe < nops) {
+        const gate_t *g = &c->gates[pe];
+        if (g->k != 1 || g->cmask || !(g->kind == K_DENSE || g->kind == K_DIAG || g->kind == K_FLIP))
+            break;
+        pe++;
+    }
+    c->pe = pe;
+    for (i64 i = 0; i < d; i++) c->fperm[i] = i;
+    for (i64 i = pe; i < nops; i++)
+        if (c->gates[i].kind == K_FLIP || c->gates[i].kind == K_SWAP)
+            SFX(bperm)(c->fperm, d, &c->gates[i]);
+    for (i64 i = 0; i < d; i++)
+        for (i64 k = 0; k < K; k++)
+            c->tab[i * K + k] = (__builtin_popcountll((unsigned long long)(i & a->words[k])) & 1)
+                                    ? -a->coeffs[k] : a->coeffs[k];
+    return QD_OK;
+}
+
+/* Per-lane matrices of gate i for the chunk's lanes (bindings b0 ..): U (and with deriv the
+ * derivatives), element e of lane l at ml[e * W + l]. */
+static void SFX(blane_mats)(const SFX(bctx_t) *c, i64 i, i64 b0, int deriv, R *ml) {
+    const gate_t *g = &c->gates[i];
+    i64 W = c->W, us = g->usize;
+    double tmp[CODED_MAX_USIZE];
+    if (g->code == C_RX || g->code == C_RY || g->code == C_RZ) {
+        /* the Pauli rotations of gate_eval, U and dU/da = U(a + pi) / 2 from one sine and
+         * cosine of the half angle */
+        const int code = g->code;
+        LANES {
+            const double *th = c->theta + (b0 + l) * c->P;
+            double a = (g->col[0] >= 0 ? g->scale[0] * th[g->col[0]] : 0.0) + g->shift[0];
+            double cs = cos(0.5 * a), sn = sin(0.5 * a);
+            for (int dv = 0; dv <= deriv; dv++) {
+                double cc = dv ? -0.5 * sn : cs, ss = dv ? 0.5 * cs : sn;
+                R *o = ml + (dv ? us : 0) * W + l;
+                if (code == C_RZ) {
+                    o[0] = (R)cc; o[W] = (R)-ss; o[2 * W] = (R)cc; o[3 * W] = (R)ss;
+                } else if (code == C_RX) {
+                    o[0] = (R)cc; o[W] = 0; o[2 * W] = 0; o[3 * W] = (R)-ss;
+                    o[4 * W] = 0; o[5 * W] = (R)-ss; o[6 * W] = (R)cc; o[7 * W] = 0;
+                } else {
+                    o[0] = (R)cc; o[W] = 0; o[2 * W] = (R)-ss; o[3 * W] = 0;
+                    o[4 * W] = (R)ss; o[5 * W] = 0; o[6 * W] = (R)cc; o[7 * W] = 0;
+                }
+            }
+        }
+        return;
+    }
+    LANES {
+        const double *th = c->theta + (b0 + l) * c->P;
+        if (g->code) {
+            double ang[3] = {0, 0, 0};
+            for (int j = 0; j < g->np; j++)
+                ang[j] = (g->col[j] >= 0 ? g->scale[j] * th[g->col[j]] : 0.0) + g->shift[j];
+            gate_eval(g, ang, tmp);
+            for (i64 e = 0; e < us; e++) ml[e * W + l] = (R)tmp[e];
+            if (deriv)
+                for (int j = 0; j < g->np; j++) {
+                    gate_deriv(g, ang, j, tmp);
+                    for (i64 e = 0; e < us; e++) ml[(us * (1 + j) + e) * W + l] = (R)tmp[e];
+                }
+        } else {
+            i64 b = b0 + l < c->B ? b0 + l : 0;
+            const R *src = SFX(data_of)(g, b);
+            for (i64 e = 0; e < us; e++) ml[e * W + l] = src[e];
+        }
+    }
+}
+
+/* The matrices of gate i for the chunk as lane arrays (uniform gates broadcast). */
+static void SFX(blane_all)(const SFX(bctx_t) *c, i64 i, i64 b0, int deriv, R *ml) {
+    const gate_t *g = &c->gates[i];
+    if (!c->umat[i]) {
+        SFX(blane_mats)(c, i, b0, deriv, ml);
+        return;
+    }
+    i64 W = c->W, cnt = g->usize * (deriv ? 1 + g->np : 1);
+    for (i64 e = 0; e < cnt; e++)
+        LANES ml[e * W + l] = (R)c->umat[i][e];
+}
+
+/* Lane matrices (count matrices of d x d complex, or diagonals) replaced by their adjoints. */
+static void SFX(blane_dagger)(const gate_t *g, R *ml, i64 W) {
+    int d = 1 << g->k;
+    if (g->kind == K_DIAG) {
+        for (int m = 0; m < d; m++)
+            LANES ml[(2 * m + 1) * W + l] = -ml[(2 * m + 1) * W + l];
+        return;
+    }
+    for (int r = 0; r < d; r++)
+        for (int q = r; q < d; q++) {
+            i64 x = r * d + q, y = q * d + r;
+            LANES {
+                R xr = ml[2 * x * W + l], xi = ml[(2 * x + 1) * W + l];
+                R yr = ml[2 * y * W + l], yi = ml[(2 * y + 1) * W + l];
+                ml[2 * x * W + l] = yr; ml[(2 * x + 1) * W + l] = -yi;
+                ml[2 * y * W + l] = xr; ml[(2 * y + 1) * W + l] = -xi;
+            }
+        }
+}
+
+/* One-qubit dense matrix on the pair (x, y) of rows (W lanes each: re then im). */
+#define B1Q_BODY(M)                                                                            \
+    LANES {                                                              \
+        R a0r = x[l], a0i = x[W + l], a1r = y[l], a1i = y[W + l];                              \
+        x[l] = M(0) * a0r - M(1) * a0i + M(2) * a1r - M(3) * a1i;                              \
+        x[W + l] = M(0) * a0i + M(1) * a0r + M(2) * a1i + M(3) * a1r;                          \
+        y[l] = M(4) * a0r - M(5) * a0i + M(6) * a1r - M(7) * a1i;                              \
+        y[W + l] = M(4) * a0i + M(5) * a0r + M(6) * a1i + M(7) * a1r;                          \
+    }
+#define BU(e) u##e
+#define BL(e) ml[(e) * W + l]
+
+/* Apply gate g (data: uniform matrix um, or lane matrices ml; already the adjoint when the
+ * caller wants U^dag) to the chunk S with row table perm. */
+static void SFX(bapply)(R *S, const i64 *perm, i64 d, i64 W, const gate_t *g, const R *um,
+                        const R *ml, R *tmp) {
+    const i64 rw = 2 * W;
+    if (g->kind == K_DENSE && g->k == 1) {
+        const i64 o1 = g->off[1];
+        if (um) {
+            const R u0 = um[0], u1 = um[1], u2 = um[2], u3 = um[3];
+            const R u4 = um[4], u5 = um[5], u6 = um[6], u7 = um[7];
+            for (i64 i = 0; i < d; i++) {
+                if ((i & g->tmask) || (i & g->cmask) != g->cmask) continue;
+                R *restrict x = S + rw * perm[i], *restrict y = S + rw * perm[i + o1];
+                B1Q_BODY(BU)
+            }
+        } else {
+            for (i64 i = 0; i < d; i++) {
+                if ((i & g->tmask) || (i & g->cmask) != g->cmask) continue;
+                R *restrict x = S + rw * perm[i], *restrict y = S + rw * perm[i + o1];
+                B1Q_BODY(BL)
+            }
+        }
+        return;
+    }
+    const int dk = 1 << g->k;
+    if (g->kind == K_DIAG) {
+        for (i64 i = 0; i < d; i++) {
+            if ((i & g->cmask) != g->cmask) continue;
+            int m = 0;
+            for (int j = 0; j < g->k; j++) m = (m << 1) | (int)((i >> g->bits[j]) & 1);
+            R *restrict x = S + rw * perm[i];
+            if (um) {
+                const R dr = um[2 * m], di = um[2 * m + 1];
+                LANES {
+                    R ar = x[l], ai = x[W + l];
+                    x[l] = dr * ar - di * ai;
+                    x[W + l] = dr * ai + di * ar;
+                }
+            } else {
+                const R *restrict mr = ml + 2 * m * W, *restrict mi = mr + W;
+                LANES {
+                    R ar = x[l], ai = x[W + l];
+                    x[l] = mr[l] * ar - mi[l] * ai;
+                    x[W + l] = mr[l] * ai + mi[l] * ar;
+                }
+            }
+        }
+        return;
+    }
+    /* dense k >= 2: rows of a group into tmp, then the matrix rows back */
+    for (i64 i = 0; i < d; i++) {
+        if ((i & g->tmask) || (i & g->cmask) != g->cmask) continue;
+        for (int m = 0; m < dk; m++) memcpy(tmp + rw * m, S + rw * perm[i + g->off[m]], sizeof(R) * (size_t)rw);
+        for (int r = 0; r < dk; r++) {
+            R *restrict y = S + rw * perm[i + g->off[r]];
+            LANES { y[l] = 0; y[W + l] = 0; }
+            for (int q = 0; q < dk; q++) {
+                i64 e = r * dk + q;
+                const R *restrict x = tmp + rw * q;
+                if (um) {
+                    const R mr = um[2 * e], mi = um[2 * e + 1];
+                    if (mr == 0 && mi == 0) continue;
+                    LANES {
+                        y[l] += mr * x[l] - mi * x[W + l];
+                        y[W + l] += mr * x[W + l] + mi * x[l];
+                    }
+                } else {
+                    const R *restrict mr = ml + 2 * e * W, *restrict mi = mr + W;
+                    LANES {
+                        y[l] += mr[l] * x[l] - mi[l] * x[W + l];
+                        y[W + l] += mr[l] * x[W + l] + mi[l] * x[l];
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* The adjoint of a uniform gate's matrix (R) into buf. */
+static const R *SFX(bdag_uniform)(const gate_t *g, const double *u, R *buf) {
+    int d = 1 << g->k;
+    if (g->kind == K_DIAG) {
+        for (int m = 0; m < d; m++) { buf[2 * m] = (R)u[2 * m]; buf[2 * m + 1] = (R)-u[2 * m + 1]; }
+        return buf;
+    }
+    for (int r = 0; r < d; r++)
+        for (int q = 0; q < d; q++) {
+            buf[2 * (r * d + q)] = (R)u[2 * (q * d + r)];
+            buf[2 * (r * d + q) + 1] = (R)-u[2 * (q * d + r) + 1];
+        }
+    return buf;
+}
+
+static const R *SFX(bto_r)(const double *u, i64 cnt, R *buf) {
+    for (i64 e = 0; e < cnt; e++) buf[e] = (R)u[e];
+    return buf;
+}
+
+/* A prefix gate's matrices for the chunk: element e of lane l at m[e * se + l * sl] (sl 0: one
+ * matrix for the whole batch). */
+typedef struct { const R *m; i64 se, sl; } SFX(pmat_t);
+#define PM(pm, e) ((pm).sl ? (pm).m[(e) * W + l] : (pm).m[(e)])  /* unswitched by the compiler */
+
+/* Per-lane factor vectors of the product prefix: v[(p * 4 + e) * W + l] (e: re0 im0 re1 im1)
+ * for bit p after the prefix gates (pm: their matrices). */
+static void SFX(bprefix_vectors)(const SFX(bctx_t) *c, const SFX(pmat_t) *pm, double *v) {
+    i64 W = c->W;
+    for (int p = 0; p < c->n; p++)
+        LANES {
+            v[(p * 4 + 0) * W + l] = 1; v[(p * 4 + 1) * W + l] = 0;
+            v[(p * 4 + 2) * W + l] = 0; v[(p * 4 + 3) * W + l] = 0;
+        }
+    for (i64 i = 0; i < c->pe; i++) {
+        const gate_t *g = &c->gates[i];
+        int p = g->bits[0];
+        double *v0r = v + (p * 4) * W, *v0i = v0r + W, *v1r = v0i + W, *v1i = v1r + W;
+        if (g->kind == K_FLIP) {
+            LANES {
+                double t = v0r[l]; v0r[l] = v1r[l]; v1r[l] = t;
+                t = v0i[l]; v0i[l] = v1i[l]; v1i[l] = t;
+            }
+            continue;
+        }
+        const SFX(pmat_t) u = pm[i];
+        LANES {
+            double a0r = v0r[l], a0i = v0i[l], a1r = v1r[l], a1i = v1i[l];
+            if (g->kind == K_DIAG) {
+                v0r[l] = PM(u, 0) * a0r - PM(u, 1) * a0i; v0i[l] = PM(u, 0) * a0i + PM(u, 1) * a0r;
+                v1r[l] = PM(u, 2) * a1r - PM(u, 3) * a1i; v1i[l] = PM(u, 2) * a1i + PM(u, 3) * a1r;
+            } else {
+                v0r[l] = PM(u, 0) * a0r - PM(u, 1) * a0i + PM(u, 2) * a1r - PM(u, 3) * a1i;
+                v0i[l] = PM(u, 0) * a0i + PM(u, 1) * a0r + PM(u, 2) * a1i + PM(u, 3) * a1r;
+                v1r[l] = PM(u, 4) * a0r - PM(u, 5) * a0i + PM(u, 6) * a1r - PM(u, 7) * a1i;
+                v1i[l] = PM(u, 4) * a0i + PM(u, 5) * a0r + PM(u, 6) * a1i + PM(u, 7) * a1r;
+            }
+        }
+    }
+}
+
+/* Rows 0 .. 2^len of the kron product (most significant first) of the factor vectors of the
+ * bits in order[0..cnt) (descending), written into S (identity table). */
+static void SFX(bkron)(R *S, i64 W, const double *v, const int *order, int cnt) {
+    const i64 rw = 2 * W;
+    LANES { S[l] = 1; S[W + l] = 0; }
+    i64 len = 1;
+    for (int q = 0; q < cnt; q++) {
+        int p = order[q];
+        const double *v0r = v + (p * 4) * W, *v0i = v0r + W, *v1r = v0i + W, *v1i = v1r + W;
+        for (i64 j = len - 1; j >= 0; j--) {
+            R *restrict x = S + rw * j, *restrict y0 = S + rw * 2 * j, *restrict y1 = y0 + rw;
+            LANES {
+                double xr = x[l], xi = x[W + l];
+                y1[l] = (R)(xr * v1r[l] - xi * v1i[l]);
+                y1[W + l] = (R)(xr * v1i[l] + xi * v1r[l]);
+                y0[l] = (R)(xr * v0r[l] - xi * v0i[l]);
+                y0[W + l] = (R)(xr * v0i[l] + xi * v0r[l]);
+            }
+        }
+        len *= 2;
+    }
+}
+
+/* Scratch per thread: two chunks (lam and a spare), lane matrices, factor vectors, sums. */
+typedef struct {
+    R *lam, *ml, *tmp;
+    double *v, *acc, *wchain;
+    i64 *perm, *chain;
+    R *pml, *pu;            /* the prefix gates' lane matrices, and uniform ones in R */
+    SFX(pmat_t) *pm;
+} SFX(bscr_t);
+
+static int SFX(bscr_alloc)(const SFX(bctx_t) *c, SFX(bscr_t) *s) {
+    i64 W = c->W, d = c->d;
+    s->lam = (R *)malloc(sizeof(R) * (size_t)(2 * W * d));
+    s->ml = (R *)malloc(sizeof(R) * (size_t)(W * c->maxu * 2 + 8 * W));
+    s->tmp = (R *)malloc(sizeof(R) * (size_t)(2 * W * (1 << MAXK)));
+    s->v = (double *)malloc(sizeof(double) * (size_t)(4 * W * (c->n + 1)));
+    s->acc = (double *)malloc(sizeof(double) * (size_t)(W * (8 + c->K + 4 * (c->n + 1))));
+    s->perm = (i64 *)malloc(sizeof(i64) * (size_t)d);
+    s->wchain = (double *)malloc(sizeof(double) * (size_t)(4 * W * (c->pe + c->n + 2)));
+    s->chain = (i64 *)malloc(sizeof(i64) * (size_t)(c->pe + 1));
+    s->pml = (R *)malloc(sizeof(R) * (size_t)(c->pe * c->maxu * W + 1));
+    s->pu = (R *)malloc(sizeof(R) * (size_t)(c->pe * c->maxu + 1));
+    s->pm = (SFX(pmat_t) *)malloc(sizeof(SFX(pmat_t)) * (size_t)(c->pe + 1));
+    return s->lam && s->ml && s->tmp && s->v && s->acc && s->perm && s->wchain && s->chain &&
+                   s->pml && s->pu && s->pm
+               ? QD_OK : QD_ENOMEM;
+}
+
+static void SFX(bscr_free)(SFX(bscr_t) *s) {
+    free(s->lam); free(s->ml); free(s->tmp); free(s->v); free(s->acc); free(s->perm); free(s->wchain); free(s->chain);
+    free(s->pml); free(s->pu); free(s->pm);
+}
+
+/* The prefix gates' matrices for the chunk at b0 (deriv: and the derivatives of trainable
+ * ones) into s->pm. */
+static void SFX(bprefix_mats)(const SFX(bctx_t) *c, i64 b0, int deriv, SFX(bscr_t) *s) {
+    for (i64 t = 0; t < c->pe; t++) {
+        const gate_t *g = &c->gates[t];
+        SFX(pmat_t) *pm = &s->pm[t];
+        if (g->kind == K_FLIP) { pm->m = 0; continue; }
+        int dv = deriv && g->tmask_p;
+        if (c->umat[t]) {
+            R *u = s->pu + t * c->maxu;
+            for (i64 e = 0; e < g->usize * (dv ? 1 + g->np : 1); e++) u[e] = (R)c->umat[t][e];
+            pm->m = u; pm->se = 1; pm->sl = 0;
+        } else {
+            R *u = s->pml + t * c->maxu * c->W;
+            SFX(blane_mats)(c, t, b0, dv, u);
+            pm->m = u; pm->se = c->W; pm->sl = 1;
+        }
+    }
+}
+
+/* The chunk's state after the program: the product prefix written, the other gates applied. */
+static void SFX(bforward_chunk)(const SFX(bctx_t) *c, R *S, i64 b0, SFX(bscr_t) *s) {
+    i64 d = c->d, W = c->W;
+    int order[QD_MAXN];
+    for (int q = 0; q < c->n; q++) order[q] = c->n - 1 - q;
+    if (c->pe) {
+        SFX(bprefix_mats)(c, b0, 0, s);
+        SFX(bprefix_vectors)(c, s->pm, s->v);
+        SFX(bkron)(S, W, s->v, order, c->n);
+    } else {
+        memset(S, 0, sizeof(R) * (size_t)(2 * W * d));
+        LANES S[l] = 1;
+    }
+    for (i64 i = 0; i < d; i++) s->perm[i] = i;
+    R ubuf[CODED_MAX_USIZE];
+    for (i64 i = c->pe; i < c->nops; i++) {
+        const gate_t *g = &c->gates[i];
+        if (g->kind == K_FLIP || g->kind == K_SWAP) {
+            SFX(bperm)(s->perm, d, g);
+            continue;
+        }
+        if (c->umat[i]) {
+            SFX(bapply)(S, s->perm, d, W, g, SFX(bto_r)(c->umat[i], g->usize, ubuf), 0, s->tmp);
+        } else {
+            SFX(blane_mats)(c, i, b0, 0, s->ml);
+            SFX(bapply)(S, s->perm, d, W, g, 0, s->ml, s->tmp);
+        }
+    }
+}
+
+static void SFX(boutputs)(const SFX(bctx_t) *c, const R *S, i64 b0, double *out, double *acc) {
+    i64 d = c->d, W = c->W, K = c->K, rw = 2 * W;
+    for (i64 e = 0; e < K * W; e++) acc[e] = 0;
+    for (i64 i = 0; i < d; i++) {
+        const R *x = S + rw * c->fperm[i];
+        for (i64 k = 0; k < K; k++) {
+            const double t = c->tab[i * K + k];
+            double *restrict o = acc + k * W;
+            LANES o[l] += t * ((double)x[l] * x[l] + (double)x[W + l] * x[W + l]);
+        }
+    }
+    for (i64 l = 0; l < W && b0 + l < c->B; l++)
+        for (i64 k = 0; k < K; k++) out[(b0 + l) * K + k] = acc[k * W + l];
+}
+
+static int SFX(batch_run)(qd_batch_args *a) {
+    SFX(bctx_t) c;
+    int rc = SFX(bctx_init)(&c, a, 0);
+    if (rc) { SFX(bctx_free)(&c); return rc; }
+    int nt = a->nthreads > 1 && c.nch > 1 ? a->nthreads : 1;
+    if (nt > c.nch) nt = (int)c.nch;
+    SFX(bscr_t) *scr = (SFX(bscr_t) *)calloc((size_t)nt, sizeof(SFX(bscr_t)));
+    if (!scr) { SFX(bctx_free)(&c); return QD_ENOMEM; }
+    for (int t = 0; t < nt; t++) rc |= SFX(bscr_alloc)(&c, &scr[t]);
+    if (!rc) {
+        R *psi = (R *)a->psi;
+#pragma omp parallel for if (nt > 1) num_threads(nt) schedule(static)
+        for (i64 ch = 0; ch < c.nch; ch++) {
+            SFX(bscr_t) *s = &scr[nt > 1 ? THREAD_ID : 0];
+            R *S = psi + 2 * c.W * c.d * ch;
+            SFX(bforward_chunk)(&c, S, ch * c.W, s);
+            SFX(boutputs)(&c, S, ch * c.W, a->out, s->acc);
+        }
+    }
+    for (int t = 0; t < nt; t++) SFX(bscr_free)(&scr[t]);
+    free(scr);
+    SFX(bctx_free)(&c);
+    return rc ? QD_ENOMEM : QD_OK;
+}
+
+/* Add scale * 2 Re(val) for angle j of gate g to the chunk's gradient rows: per lane, or
+ * (a batch-shared column) the lanes' sum into the chunk's first row. vr: per-lane values. */
+static void SFX(bgrad_add)(const SFX(bctx_t) *c, const gate_t *g, int j, i64 b0,
+                           const double *vr, double *gtheta) {
+    i64 W = c->W, P = c->P, col = g->col[j];
+    double f = 2.0 * g->scale[j];
+    if (c->cshared[col]) {
+        double sum = 0;
+        for (i64 l = 0; l < W && b0 + l < c->B; l++) sum += vr[l];
+        gtheta[b0 * P + col] += f * sum;
+        return;
+    }
+    for (i64 l = 0; l < W && b0 + l < c->B; l++) gtheta[(b0 + l) * P + col] += f * vr[l];
+}
+
+/* Adjoint step of an uncontrolled or controlled dense one-qubit gate: the overlaps M[r][q] =
+ * sum conj(lam_r) psi_q on the values before the step (per lane), psi <- V psi and lam <- V
+ * lam with V = U^dag (uniform: vu; else lane matrices vl), in one pass. */
+/* gm = a b for 2x2 complex a (double) and b (R). */
+static void SFX(bmul2)(const double *a, const R *b, double *gm) {
+    for (int r = 0; r < 2; r++)
+        for (int q = 0; q < 2; q++) {
+            double sr = 0, si = 0;
+            for (int t = 0; t < 2; t++) {
+                double ar = a[2 * (2 * r + t)], ai = a[2 * (2 * r + t) + 1];
+                double br = b[2 * (2 * t + q)], bi = b[2 * (2 * t + q) + 1];
+                sr += ar * br - ai * bi;
+                si += ar * bi + ai * br;
+            }
+            gm[2 * (2 * r + q)] = sr;
+            gm[2 * (2 * r + q) + 1] = si;
+        }
+}
+
+/* Lanes are taken 8 at a time (a vector) with the 8 overlap sums in registers. */
+#define BSTEP_HEAD(M)                                                                          \
+        R a0r = x[q], a0i = x[W + q], a1r = y[q], a1i = y[W + q];                              \
+        R l0r = lx[q], l0i = lx[W + q], l1r = ly[q], l1i = ly[W + q];                          \
+        m0[q] += l0r * a0r + l0i * a0i; m1[q] += l0r * a0i - l0i * a0r;                        \
+        m2[q] += l0r * a1r + l0i * a1i; m3[q] += l0r * a1i - l0i * a1r;                        \
+        m4[q] += l1r * a0r + l1i * a0i; m5[q] += l1r * a0i - l1i * a0r;                        \
+        m6[q] += l1r * a1r + l1i * a1i; m7[q] += l1r * a1i - l1i * a1r;                        \
+        x[q] = M(0) * a0r - M(1) * a0i + M(2) * a1r - M(3) * a1i;                              \
+        x[W + q] = M(0) * a0i + M(1) * a0r + M(2) * a1i + M(3) * a1r;                          \
+        y[q] = M(4) * a0r - M(5) * a0i + M(6) * a1r - M(7) * a1i;                              \
+        y[W + q] = M(4) * a0i + M(5) * a0r + M(6) * a1i + M(7) * a1r;
+#define BSTEP_LAM(M)                                                                           \
+        lx[q] = M(0) * l0r - M(1) * l0i + M(2) * l1r - M(3) * l1i;                             \
+        lx[W + q] = M(0) * l0i + M(1) * l0r + M(2) * l1i + M(3) * l1r;                         \
+        ly[q] = M(4) * l0r - M(5) * l0i + M(6) * l1r - M(7) * l1i;                             \
+        ly[W + q] = M(4) * l0i + M(5) * l0r + M(6) * l1i + M(7) * l1r;
+#define BSTEP_LOOP(M, LAM)                                                                     \
+    for (i64 lb = 0; lb < W; lb += 8) {                                                        \
+        double m0[8] = {0}, m1[8] = {0}, m2[8] = {0}, m3[8] = {0};                             \
+        double m4[8] = {0}, m5[8] = {0}, m6[8] = {0}, m7[8] = {0};                             \
+        for (i64 i = 0; i < d; i++) {                                                          \
+            if ((i & g->tmask) || (i & g->cmask) != g->cmask) continue;                        \
+            R *restrict x = S + rw * perm[i] + lb, *restrict y = S + rw * perm[i + o1] + lb;   \
+            R *restrict lx = L + rw * perm[i] + lb, *restrict ly = L + rw * perm[i + o1] + lb; \
+            _Pragma("GCC ivdep") for (int q = 0; q < 8; q++) {                                 \
+                BSTEP_HEAD(M)                                                                  \
+                LAM                                                                            \
+            }                                                                                  \
+        }                                                                                      \
+        for (int q = 0; q < 8; q++) {                                                          \
+            m[0 * W + lb + q] = m0[q]; m[1 * W + lb + q] = m1[q];                              \
+            m[2 * W + lb + q] = m2[q]; m[3 * W + lb + q] = m3[q];                              \
+            m[4 * W + lb + q] = m4[q]; m[5 * W + lb + q] = m5[q];                              \
+            m[6 * W + lb + q] = m6[q]; m[7 * W + lb + q] = m7[q];                              \
+        }                                                                                      \
+    }
+#define BLQ(e) ml[(e) * W + lb + q]
+
+/* Adjoint step of an uncontrolled or controlled dense one-qubit gate: the overlaps M[r][q] =
+ * sum conj(lam_r) psi_q on the values before the step (per lane), psi <- V psi and lam <- V
+ * lam with V = U^dag (uniform: vu; else lane matrices ml), in one pass. W: a multiple of 8. */
+static void SFX(bstep_1q)(const SFX(bctx_t) *c, const gate_t *g, R *S, R *L, const i64 *perm,
+                          const R *vu, const R *ml, int do_lam, double *restrict m) {
+    const i64 d = c->d, W = c->W, rw = 2 * W, o1 = g->off[1];
+    if (vu) {
+        const R u0 = vu[0], u1 = vu[1], u2 = vu[2], u3 = vu[3];
+        const R u4 = vu[4], u5 = vu[5], u6 = vu[6], u7 = vu[7];
+        if (do_lam) BSTEP_LOOP(BU, BSTEP_LAM(BU))
+        else BSTEP_LOOP(BU, )
+    } else {
+        if (do_lam) BSTEP_LOOP(BLQ, BSTEP_LAM(BLQ))
+        else BSTEP_LOOP(BLQ, )
+    }
+}
+
+/* The gradient contributions of gate i at the chunk (psi already uncomputed through it:
+ * <lam| dU_j |psi> per lane) for its trainable angles, any kind and width. */
+static void SFX(boverlap_generic)(const SFX(bctx_t) *c, i64 i, const R *S, const R *L,
+                                  const i64 *perm, const R *ml, R *tmp, double *vr, i64 b0,
+                                  double *gtheta) {
+    const gate_t *g = &c->gates[i];
+    i64 d = c->d, W = c->W, rw = 2 * W;
+    int dk = 1 << g->k;
+    for (int j = 0; j < g->np; j++) {
+        if (!((g->tmask_p >> j) & 1)) continue;
+        const R *du = ml + g->usize * (1 + j) * W;  /* lane arrays of dU_j */
+        LANES vr[l] = 0;
+        for (i64 i0 = 0; i0 < d; i0++) {
+            if ((i0 & g->cmask) != g->cmask) continue;
+            if (g->kind == K_DIAG) {
+                int mm = 0;
+                for (int q = 0; q < g->k; q++) mm = (mm << 1) | (int)((i0 >> g->bits[q]) & 1);
+                const R *x = S + rw * perm[i0], *lr = L + rw * perm[i0];
+                const R *dr = du + 2 * mm * W, *di = dr + W;
+                LANES {
+                    R tr = dr[l] * x[l] - di[l] * x[W + l], ti = dr[l] * x[W + l] + di[l] * x[l];
+                    vr[l] += (double)lr[l] * tr + (double)lr[W + l] * ti;
+                }
+                continue;
+            }
+            if (i0 & g->tmask) continue;
+            for (int r = 0; r < dk; r++) {
+                const R *lr = L + rw * perm[i0 + g->off[r]];
+                LANES { tmp[l] = 0; tmp[W + l] = 0; }
+                for (int q = 0; q < dk; q++) {
+                    const R *x = S + rw * perm[i0 + g->off[q]];
+                    const R *dr = du + 2 * (r * dk + q) * W, *di = dr + W;
+                    LANES {
+                        tmp[l] += dr[l] * x[l] - di[l] * x[W + l];
+                        tmp[W + l] += dr[l] * x[W + l] + di[l] * x[l];
+                    }
+                }
+                LANES vr[l] += (double)lr[l] * tmp[l] + (double)lr[W + l] * tmp[W + l];
+            }
+        }
+        SFX(bgrad_add)(c, g, j, b0, vr, gtheta);
+    }
+}
+
+/* The prefix gates' gradients: lam (at the prefix's end, identity table) contracted with the
+ * other wires' factors gives per wire p the 2-vector e_p[s] = sum conj(lam) ((x)_{p' != p}
+ * v_p' (x) |s>); with the chain of prefix gates on p, w_q = G_q .. G_1 |0> (forward) and the
+ * row vector e <- e G_q (backward), the gradient of angle j of G_q is 2 Re(e dG_qj w_{q-1}). */
+static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b0,
+                               SFX(bscr_t) *s, double *gtheta) {
+    i64 W = c->W, rw = 2 * W;
+    int n = c->n;
+    double *v = s->v, *env = s->acc + 8 * W, *vr = s->acc;
+    SFX(bprefix_mats)(c, b0, 1, s);
+    /* forward chains of every wire: w_0 = |0>, then one vector per gate (wire p's at wo) */
+    i64 wo[QD_MAXN + 1], pos = 0;
+    for (int p = 0; p < n; p++) {
+        wo[p] = pos;
+        double *ws = s->wchain + 4 * W * pos;
+        LANES { ws[l] = 1; ws[W + l] = 0; ws[2 * W + l] = 0; ws[3 * W + l] = 0; }
+        pos++;
+        for (i64 t = 0; t < c->pe; t++) {
+            const gate_t *h = &c->gates[t];
+            if (h->bits[0] != p) continue;
+            const double *a0r = s->wchain + 4 * W * (pos - 1), *a0i = a0r + W, *a1r = a0i + W,
+                         *a1i = a1r + W;
+            double *w0r = s->wchain + 4 * W * pos, *w0i = w0r + W, *w1r = w0i + W, *w1i = w1r + W;
+            pos++;
+            if (h->kind == K_FLIP) {
+                LANES { w0r[l] = a1r[l]; w0i[l] = a1i[l]; w1r[l] = a0r[l]; w1i[l] = a0i[l]; }
+                continue;
+            }
+            const SFX(pmat_t) u = s->pm[t];
+            if (h->kind == K_DIAG) {
+                LANES {
+                    w0r[l] = PM(u, 0) * a0r[l] - PM(u, 1) * a0i[l]; w0i[l] = PM(u, 0) * a0i[l] + PM(u, 1) * a0r[l];
+                    w1r[l] = PM(u, 2) * a1r[l] - PM(u, 3) * a1i[l]; w1i[l] = PM(u, 2) * a1i[l] + PM(u, 3) * a1r[l];
+                }
+            } else {
+                LANES {
+                    w0r[l] = PM(u, 0) * a0r[l] - PM(u, 1) * a0i[l] + PM(u, 2) * a1r[l] - PM(u, 3) * a1i[l];
+                    w0i[l] = PM(u, 0) * a0i[l] + PM(u, 1) * a0r[l] + PM(u, 2) * a1i[l] + PM(u, 3) * a1r[l];
+                    w1r[l] = PM(u, 4) * a0r[l] - PM(u, 5) * a0i[l] + PM(u, 6) * a1r[l] - PM(u, 7) * a1i[l];
+                    w1i[l] = PM(u, 4) * a0i[l] + PM(u, 5) * a0r[l] + PM(u, 6) * a1i[l] + PM(u, 7) * a1r[l];
+                }
+            }
+        }
+        memcpy(v + 4 * W * p, s->wchain + 4 * W * (pos - 1), sizeof(double) * (size_t)(4 * W));
+    }
+    wo[n] = pos;
+    for (int p = 0; p < n; p++) {
+        int train = 0;
+        for (i64 i = 0; i < c->pe; i++)
+            if (c->gates[i].bits[0] == p) train |= c->gates[i].tmask_p;
+        if (!train) continue;
+        int order[QD_MAXN], cnt = 0;
+        for (int q = n - 1; q >= 0; q--)
+            if (q != p) order[cnt++] = q;
+        SFX(bkron)(spare, W, v, order, cnt);  /* rows j: the other bits' product */
+        double *e0r = env, *e0i = e0r + W, *e1r = e0i + W, *e1i = e1r + W;
+        LANES { e0r[l] = 0; e0i[l] = 0; e1r[l] = 0; e1i[l] = 0; }
+        i64 lowmask = ((i64)1 << p) - 1;
+        for (i64 j = 0; j < ((i64)1 << (n - 1)); j++) {
+            i64 i0 = ((j >> p) << (p + 1)) | (j & lowmask), i1 = i0 | ((i64)1 << p);
+            const R *o = spare + rw * j, *l0 = L + rw * i0, *l1 = L + rw * i1;
+            LANES {  /* conj(lam) * o */
+                e0r[l] += (double)l0[l] * o[l] + (double)l0[W + l] * o[W + l];
+                e0i[l] += (double)l0[l] * o[W + l] - (double)l0[W + l] * o[l];
+                e1r[l] += (double)l1[l] * o[l] + (double)l1[W + l] * o[W + l];
+                e1i[l] += (double)l1[l] * o[W + l] - (double)l1[W + l] * o[l];
+            }
+        }
+        i64 q = wo[p + 1] - wo[p] - 1;  /* gates on p */
+        for (i64 t = c->pe - 1; t >= 0 && q > 0; t--) {
+            const gate_t *h = &c->gates[t];
+            if (h->bits[0] != p) continue;
+            q--;  /* w_q: the vector before gate t */
+            if (h->kind == K_FLIP) {
+                LANES {
+                    double x = e0r[l]; e0r[l] = e1r[l]; e1r[l] = x;
+                    x = e0i[l]; e0i[l] = e1i[l]; e1i[l] = x;
+                }
+                continue;
+            }
+            const double *a0r = s->wchain + 4 * W * (wo[p] + q), *a0i = a0r + W, *a1r = a0i + W,
+                         *a1i = a1r + W;
+            const SFX(pmat_t) u = s->pm[t];
+            int diag = h->kind == K_DIAG;
+            for (int j = 0; j < h->np; j++) {
+                if (!((h->tmask_p >> j) & 1)) continue;
+                SFX(pmat_t) du = u;
+                du.m = u.m + h->usize * (1 + j) * u.se;
+                LANES {
+                    double t0r, t0i, t1r, t1i;  /* dG w */
+                    if (diag) {
+                        t0r = PM(du, 0) * a0r[l] - PM(du, 1) * a0i[l]; t0i = PM(du, 0) * a0i[l] + PM(du, 1) * a0r[l];
+                        t1r = PM(du, 2) * a1r[l] - PM(du, 3) * a1i[l]; t1i = PM(du, 2) * a1i[l] + PM(du, 3) * a1r[l];
+                    } else {
+                        t0r = PM(du, 0) * a0r[l] - PM(du, 1) * a0i[l] + PM(du, 2) * a1r[l] - PM(du, 3) * a1i[l];
+                        t0i = PM(du, 0) * a0i[l] + PM(du, 1) * a0r[l] + PM(du, 2) * a1i[l] + PM(du, 3) * a1r[l];
+                        t1r = PM(du, 4) * a0r[l] - PM(du, 5) * a0i[l] + PM(du, 6) * a1r[l] - PM(du, 7) * a1i[l];
+                        t1i = PM(du, 4) * a0i[l] + PM(du, 5) * a0r[l] + PM(du, 6) * a1i[l] + PM(du, 7) * a1r[l];
+                    }
+                    vr[l] = e0r[l] * t0r - e0i[l] * t0i + e1r[l] * t1r - e1i[l] * t1i;
+                }
+                SFX(bgrad_add)(c, h, j, b0, vr, gtheta);
+            }
+            LANES {  /* e <- e G */
+                double x0r = e0r[l], x0i = e0i[l], x1r = e1r[l], x1i = e1i[l];
+                if (diag) {
+                    e0r[l] = x0r * PM(u, 0) - x0i * PM(u, 1); e0i[l] = x0r * PM(u, 1) + x0i * PM(u, 0);
+                    e1r[l] = x1r * PM(u, 2) - x1i * PM(u, 3); e1i[l] = x1r * PM(u, 3) + x1i * PM(u, 2);
+                } else {
+                    e0r[l] = x0r * PM(u, 0) - x0i * PM(u, 1) + x1r * PM(u, 4) - x1i * PM(u, 5);
+                    e0i[l] = x0r * PM(u, 1) + x0i * PM(u, 0) + x1r * PM(u, 5) + x1i * PM(u, 4);
+                    e1r[l] = x0r * PM(u, 2) - x0i * PM(u, 3) + x1r * PM(u, 6) - x1i * PM(u, 7);
+                    e1i[l] = x0r * PM(u, 3) + x0i * PM(u, 2) + x1r * PM(u, 7) + x1i * PM(u, 6);
+                }
+            }
+        }
+    }
+}
+
+static int SFX(batch_adjoint)(qd_batch_args *a) {
+    SFX(bctx_t) c;
+    int rc = SFX(bctx_init)(&c, a, 1);
+    if (rc) { SFX(bctx_free)(&c); return rc; }
+    i64 bpad = c.nch * c.W, lo = c.nops;
+    for (i64 i = 0; i < c.nops; i++)
+        if (c.gates[i].tmask_p) { lo = i; break; }
+    double *gtheta = (double *)calloc((size_t)(bpad * c.P + 1), sizeof(double));
+    int nt = a->nthreads > 1 && c.nch > 1 ? a->nthreads : 1;
+    if (nt > c.nch) nt = (int)c.nch;
+    SFX(bscr_t) *scr = (SFX(bscr_t) *)calloc((size_t)nt, sizeof(SFX(bscr_t)));
+    if (!gtheta || !scr) rc = QD_ENOMEM;
+    for (int t = 0; !rc && t < nt; t++) rc |= SFX(bscr_alloc)(&c, &scr[t]);
+    if (!rc && lo < c.nops) {
+        R *psi = (R *)a->psi;
+        i64 d = c.d, W = c.W, rw = 2 * W, K = c.K;
+#pragma omp parallel for if (nt > 1) num_threads(nt) schedule(static)
+        for (i64 ch = 0; ch < c.nch; ch++) {
+            SFX(bscr_t) *s = &scr[nt > 1 ? THREAD_ID : 0];
+            R *S = psi + rw * d * ch, *L = s->lam;
+            i64 b0 = ch * W;
+            double *cot = s->acc + 8 * W;  /* K x W */
+            for (i64 k = 0; k < K; k++)
+                LANES
+                    cot[k * W + l] = b0 + l < c.B ? a->cot[(b0 + l) * K + k] : 0.0;
+            for (i64 i = 0; i < d; i++) {  /* lam = (sum_k cot_k Z_k) psi */
+                i64 r = c.fperm[i];
+                R *x = S + rw * r, *y = L + rw * r;
+                double dg[QD_BATCH_MAXW];
+                LANES dg[l] = 0;
+                for (i64 k = 0; k < K; k++) {
+                    const double t = c.tab[i * K + k], *ck = cot + k * W;
+                    LANES dg[l] += t * ck[l];
+                }
+                LANES {
+                    y[l] = (R)(dg[l] * x[l]);
+                    y[W + l] = (R)(dg[l] * x[W + l]);
+                }
+            }
+            memcpy(s->perm, c.fperm, sizeof(i64) * (size_t)d);
+            R vbuf[CODED_MAX_USIZE];
+            i64 stop = lo > c.pe ? lo : c.pe;
+            for (i64 i = c.nops - 1; i >= stop; i--) {
+                const gate_t *g = &c.gates[i];
+                int do_lam = i > lo;
+                if (g->kind == K_FLIP || g->kind == K_SWAP) {
+                    SFX(bperm)(s->perm, d, g);
+                    continue;
+                }
+                if (g->tmask_p && g->kind == K_DENSE && g->k == 1) {
+                    const R *vu = 0;
+                    R *ml = s->ml;
+                    if (c.umat[i]) vu = SFX(bdag_uniform)(g, c.umat[i], vbuf);
+                    else SFX(blane_mats)(&c, i, b0, 1, ml);
+                    /* lane arrays of V = U^dag after the derivatives (per-lane gates) */
+                    R *vl = ml + W * g->usize * (1 + g->np);
+                    if (!vu) {
+                        memcpy(vl, ml, sizeof(R) * (size_t)(W * g->usize));
+                        SFX(blane_dagger)(g, vl, W);
+                    }
+                    double *m = s->acc;
+                    SFX(bstep_1q)(&c, g, S, L, s->perm, vu, vl, do_lam, m);
+                    /* grad_j = Re sum_rq (dU_j U^dag)[r][q] M[r][q] per lane */
+                    double *vr = s->acc + 8 * W + K * W;
+                    for (int j = 0; j < g->np; j++) {
+                        if (!((g->tmask_p >> j) & 1)) continue;
+                        if (vu && c.cshared[g->col[j]]) {  /* one matrix, one column: lane sums */
+                            double ms[8] = {0}, gm[8], acc = 0;
+                            for (int e = 0; e < 8; e++) LANES ms[e] += m[e * W + l];
+                            SFX(bmul2)(c.umat[i] + 8 * (1 + j), vbuf, gm);
+                            for (int e = 0; e < 4; e++) acc += gm[2 * e] * ms[2 * e] - gm[2 * e + 1] * ms[2 * e + 1];
+                            gtheta[b0 * c.P + g->col[j]] += 2.0 * g->scale[j] * acc;
+                            continue;
+                        }
+                        LANES {
+                            double du[8], uu[8], gm[8];
+                            for (int e = 0; e < 8; e++) {
+                                du[e] = vu ? c.umat[i][8 * (1 + j) + e] : ml[(8 * (1 + j) + e) * W + l];
+                                uu[e] = vu ? vbuf[e] : vl[e * W + l];  /* U^dag */
+                            }
+                            for (int r = 0; r < 2; r++)
+                                for (int q = 0; q < 2; q++) {
+                                    double sr = 0, si = 0;
+                                    for (int t = 0; t < 2; t++) {
+                                        double ar = du[2 * (2 * r + t)], ai = du[2 * (2 * r + t) + 1];
+                                        double br = uu[2 * (2 * t + q)], bi = uu[2 * (2 * t + q) + 1];
+                                        sr += ar * br - ai * bi;
+                                        si += ar * bi + ai * br;
+                                    }
+                                    gm[2 * (2 * r + q)] = sr;
+                                    gm[2 * (2 * r + q) + 1] = si;
+                                }
+                            double acc = 0;
+                            for (int e = 0; e < 4; e++)
+                                acc += gm[2 * e] * m[(2 * e) * W + l] - gm[2 * e + 1] * m[(2 * e + 1) * W + l];
+                            vr[l] = acc;
+                        }
+                        SFX(bgrad_add)(&c, g, j, b0, vr, gtheta);
+                    }
+                    continue;
+                }
+                /* any other gate: psi <- U^dag psi, overlaps, lam <- U^dag lam */
+                R *ml = s->ml;
+                SFX(blane_all)(&c, i, b0, g->tmask_p != 0, ml);
+                R *vl = ml + W * g->usize * (1 + g->np);
+                memcpy(vl, ml, sizeof(R) * (size_t)(W * g->usize));
+                SFX(blane_dagger)(g, vl, W);
+                SFX(bapply)(S, s->perm, d, W, g, 0, vl, s->tmp);
+                if (g->tmask_p)
+                    SFX(boverlap_generic)(&c, i, S, L, s->perm, ml, s->tmp,
+                                          s->acc + 8 * W + K * W, b0, gtheta);
+                if (do_lam) SFX(bapply)(L, s->perm, d, W, g, 0, vl, s->tmp);
+            }
+            if (lo < c.pe) SFX(bprefix_grads)(&c, L, S, b0, s, gtheta);
+        }
+        /* scatter into the sources */
+        i64 P = c.P;
+        char *trained = (char *)calloc((size_t)P + 1, 1);
+        if (!trained) {
+            rc = QD_ENOMEM;
+        } else {
+            for (i64 i = 0; i < c.nops; i++)
+                for (int j = 0; j < c.gates[i].np; j++)
+                    if ((c.gates[i].tmask_p >> j) & 1) trained[c.gates[i].col[j]] = 1;
+            for (i64 b = 0; b < c.B; b++)
+                for (i64 j = 0; j < P; j++) {
+                    if (!trained[j]) continue;
+                    double gv = gtheta[b * P + j];
+                    if (gv == 0) continue;  /* e.g. a shared column's rows past its chunk's first */
+                    if (a->scale) gv *= a->scale[b * P + j];
+                    i64 x = a->idx[b * P + j], src = 0;
+                    while (x >= a->src_len[src]) x -= a->src_len[src++];
+                    if (a->gout[src]) a->gout[src][x] += gv;
+                }
+            free(trained);
+        }
+    }
+    for (int t = 0; t < nt && scr; t++) SFX(bscr_free)(&scr[t]);
+    free(scr);
+    free(gtheta);
+    SFX(bctx_free)(&c);
+    return rc;
+}

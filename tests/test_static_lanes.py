@@ -1,0 +1,244 @@
+"""The lane-layout kernels of a record-once qnode (``qdsim_batch.h``: the batch cut into chunks of
+lanes, angles read from the argument tensors, product prefix written directly and its gradients
+in closed form, outputs and gradient scatter in the kernels): outputs and gradients against the
+plain qnode (the engine's ordinary native and torch paths) and finite differences, on the
+hybrid model, on random circuits with every kind of gate record (coded one-, two- and four-qubit
+gates, controlled coded gates, diagonals, flips with controls, swaps, constant matrices), per
+binding gates after shared ones, every chunk width and edge sizes (n = 1, 2; B = 1; batches
+that leave padding lanes), complex64, and refusal of non-finite angles."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import qdiff as qd
+from qdiff.backends.statevector import prepared as prep_mod
+from qdiff.backends.statevector.prepared import LaneBound
+
+pytestmark = pytest.mark.skipif(not qd.native_status().available,
+                                reason="native kernels not built")
+
+
+def _hybrid_circuit(n, static, dtype=torch.complex128):
+    dev = qd.device("statevector", wires=n, dtype=dtype)
+
+    @qd.qnode(dev, static=static)
+    def circuit(inputs, weights):
+        qd.AngleEmbedding(inputs, wires=range(n))
+        qd.StronglyEntanglingLayers(weights, wires=range(n))
+        return [qd.expval(qd.Z(i)) for i in range(n)]
+    return circuit
+
+
+def _flat(out):
+    return out if isinstance(out, torch.Tensor) else torch.stack(list(out), -1)
+
+
+def _bound(static):
+    (trace,) = static._traces.values()
+    return trace.bound
+
+
+def _compare(plain, static, args, atol=1e-10):
+    outs = []
+    for f in (plain, static):
+        for _ in range(2):  # the second call of the static qnode replays
+            a = [t.detach().clone().requires_grad_(t.requires_grad) for t in args]
+            out = _flat(f(*a))
+        cot = torch.linspace(-1.3, 0.9, out.numel(), dtype=out.dtype).reshape(out.shape)
+        wrt = [t for t in a if t.requires_grad]
+        got = torch.autograd.grad(out, wrt, cot, allow_unused=True)
+        outs.append((out.detach(), [torch.zeros_like(t) if g is None else g
+                                    for g, t in zip(got, wrt)]))
+    (o1, g1), (o2, g2) = outs
+    torch.testing.assert_close(o2, o1, atol=atol, rtol=atol)
+    for x, y in zip(g2, g1):
+        torch.testing.assert_close(x, y, atol=10 * atol, rtol=10 * atol)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8])
+@pytest.mark.parametrize("batch", [0, 1, 7, 9, 70])
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_hybrid_layer_matches_plain_qnode(n, batch, input_grad):
+    g = torch.Generator().manual_seed(n * 100 + batch)
+    shape = (batch, n) if batch else (n,)
+    x = (torch.rand(shape, generator=g, dtype=torch.float64) * 6 - 3).requires_grad_(input_grad)
+    w = (torch.rand(3, n, 3, generator=g, dtype=torch.float64) * 6).requires_grad_()
+    plain, static = _hybrid_circuit(n, False), _hybrid_circuit(n, True)
+    _compare(plain, static, [x, w])
+    assert isinstance(_bound(static), LaneBound)
+
+
+@pytest.mark.parametrize("lanes", [8, 16, 64])
+def test_every_chunk_width(monkeypatch, lanes):
+    monkeypatch.setattr(prep_mod, "lanes_for", lambda n, b: lanes)
+    n, b = 3, 37
+    g = torch.Generator().manual_seed(lanes)
+    x = torch.rand(b, n, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(3, n, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    static = _hybrid_circuit(n, True)
+    _compare(_hybrid_circuit(n, False), static, [x, w])
+    assert _bound(static).lanes == lanes
+
+
+ONE = ["rx", "ry", "rz", "phaseshift"]
+TWO = ["crx", "cry", "crz", "isingxx", "isingyy", "isingzz", "cphase"]
+FIXED = [("h", 1), ("s", 1), ("t", 1), ("x", 1), ("sx", 1), ("cnot", 2), ("cz", 2),
+         ("swap", 2), ("toffoli", 3), ("cswap", 3)]
+
+
+def _emit(name, wires, params=()):
+    from qdiff.circuits import recording
+    recording.record_operation(qd.get_gate(name), tuple(wires), tuple(params))
+
+
+def _random_body(n, seed, prefix=True):
+    """A product prefix (per-binding, shared and constant angles, a flip), then random gates of
+    every record kind whose angles are inputs (per binding), weights (shared), scaled/shifted
+    weights and constants, and Z words with coefficients as outputs."""
+    rng = random.Random(seed)
+    ops = []
+    if prefix:
+        for q in range(n):
+            ops.append(("ry", (q,), ("x", q % 3, 1.0, 0.0)))
+            ops.append((rng.choice(["rz", "rx", "rot"]), (q,), ("w", rng.randrange(6), 1.0, 0.0)))
+        ops.append(("x", (0,), None))
+    for _ in range(rng.randint(10, 18)):
+        kind = rng.random()
+        src = rng.choice([("x", rng.randrange(3), 1.0, 0.0), ("w", rng.randrange(6), 1.0, 0.0),
+                          ("w", rng.randrange(6), -1.7, 0.3), ("c", 0, 0.0, 0.45)])
+        if kind < 0.35:
+            ops.append((rng.choice(ONE + ["rot"]), (rng.randrange(n),), src))
+        elif kind < 0.6 and n >= 2:
+            ops.append((rng.choice(TWO), tuple(rng.sample(range(n), 2)), src))
+        elif kind < 0.65 and n >= 4:
+            ops.append(("doubleexcitation", tuple(rng.sample(range(n), 4)), src))
+        elif kind < 0.7 and n >= 3:
+            ops.append(("multirz", tuple(rng.sample(range(n), 3)), src))
+        else:
+            name, k = rng.choice([f for f in FIXED if f[1] <= n])
+            ops.append((name, tuple(rng.sample(range(n), k)), None))
+
+    def angle(x, w, src):
+        which, i, a, c = src
+        if which == "c":
+            return c
+        v = x[..., i] if which == "x" else w[i]
+        return v if (a, c) == (1.0, 0.0) else a * v + c
+
+    def body(x, w):
+        for name, wires, src in ops:
+            if src is None:
+                _emit(name, wires)
+            elif name == "multirz":
+                qd.MultiRZ(angle(x, w, src), wires=list(wires))
+            elif name == "rot":
+                _emit(name, wires, (angle(x, w, src), w[(src[1] + 1) % 6], 0.25))
+            else:
+                _emit(name, wires, (angle(x, w, src),))
+        out = [qd.expval(qd.Z(k)) for k in range(n)]
+        if n >= 2:
+            out.append(qd.expval(0.5 * (qd.Z(0) @ qd.Z(n - 1))))
+        return out
+    return body
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("n", [1, 2, 3, 5])
+def test_random_circuits_with_every_record_kind(seed, n):
+    dev = qd.device("statevector", wires=n)
+    body = _random_body(n, seed, prefix=seed % 4 != 3)
+    plain, static = qd.qnode(dev)(body), qd.qnode(dev, static=True)(body)
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.rand(11, 3, generator=g, dtype=torch.float64) * 6 - 3).requires_grad_()
+    w = (torch.rand(6, generator=g, dtype=torch.float64) * 6 - 3).requires_grad_()
+    _compare(plain, static, [x, w])
+    assert isinstance(_bound(static), LaneBound)
+
+
+def test_finite_differences():
+    n = 3
+    dev = qd.device("statevector", wires=n)
+    f = qd.qnode(dev, static=True)(_random_body(n, 5))
+    g = torch.Generator().manual_seed(2)
+    x = torch.rand(4, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(6, generator=g, dtype=torch.float64, requires_grad=True)
+    _flat(f(x, w))
+    assert isinstance(_bound(f), LaneBound)
+    assert torch.autograd.gradcheck(lambda a, b: _flat(f(a, b)), (x, w))
+
+
+def test_complex64_states():
+    n, b = 4, 19
+    g = torch.Generator().manual_seed(4)
+    x = torch.rand(b, n, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(3, n, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    static = _hybrid_circuit(n, True, torch.complex64)
+    _compare(_hybrid_circuit(n, False), static, [x, w], atol=2e-5)
+    assert _bound(static).prep.cdtype == torch.complex64
+
+
+def test_repeated_backward_and_no_grad():
+    n = 3
+    static, plain = _hybrid_circuit(n, True), _hybrid_circuit(n, False)
+    x = torch.rand(5, n, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(3, n, 3, dtype=torch.float64, requires_grad=True)
+    out = _flat(static(x, w))
+    first = torch.autograd.grad(out.sum(), [x, w], retain_graph=True)
+    second = torch.autograd.grad(out.sum(), [x, w])  # the residual was consumed: rerun
+    for a, b in zip(first, second):
+        torch.testing.assert_close(a, b)
+    with torch.no_grad():
+        torch.testing.assert_close(_flat(static(x, w)), _flat(plain(x, w)))
+
+
+def test_second_derivatives_take_the_differentiable_path():
+    n = 2
+    static, plain = _hybrid_circuit(n, True), _hybrid_circuit(n, False)
+    x = torch.rand(3, n, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(3, n, 3, dtype=torch.float64, requires_grad=True)
+    hs = []
+    for f in (plain, static):
+        f(x, w)
+        (gw,) = torch.autograd.grad(_flat(f(x, w)).sum(), [w], create_graph=True)
+        hs.append(torch.autograd.grad(gw.sum(), [x])[0])
+    torch.testing.assert_close(hs[1], hs[0])
+
+
+def test_non_finite_angle_is_refused():
+    n = 2
+    static = _hybrid_circuit(n, True)
+    x = torch.rand(3, n, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(3, n, 3, dtype=torch.float64, requires_grad=True)
+    static(x, w)
+    bad = x.detach().clone()
+    bad[1, 0] = float("nan")
+    with pytest.raises(qd.QdiffError, match="NaN or infinite"):
+        static(bad.requires_grad_(), w)
+
+
+def test_chunks_split_over_threads():
+    n, b = 3, 50
+    g = torch.Generator().manual_seed(9)
+    x = torch.rand(b, n, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(3, n, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        _compare(_hybrid_circuit(n, False), _hybrid_circuit(n, True), [x, w])
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_float32_arguments():
+    n = 3
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(13, n, generator=g, dtype=torch.float32, requires_grad=True)
+    w = torch.rand(3, n, 3, generator=g, dtype=torch.float32, requires_grad=True)
+    static = _hybrid_circuit(n, True)
+    _compare(_hybrid_circuit(n, False), static, [x, w], atol=1e-5)
+    out = _flat(static(x, w))
+    assert out.dtype == torch.float32 and isinstance(_bound(static), LaneBound)
+    assert all(t.dtype == torch.float32 for t in torch.autograd.grad(out.sum(), [x, w]))
