@@ -43,6 +43,19 @@
 
 typedef int64_t i64;
 
+/* Vector extensions (GCC >= 12, clang): kernels that permute amplitudes inside a vector
+ * register are written with constant shuffles; other compilers get the scalar loops. */
+#ifndef QD_VEC
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define QD_VEC 1
+#endif
+#endif
+#endif
+#ifndef QD_VEC
+#define QD_VEC 0
+#endif
+
 #define MAXK QD_MAXK
 #define CHUNK_BITS 12
 #define TILE_BITS 10

@@ -157,6 +157,45 @@ static void SFX(lane_coeffs)(const gate_t *g, const R *u, int p, R *A, R *B, R *
 #define LANE_FULL(P) A[e] * v[e] + B[e] * v[e ^ 1] + C[e] * v[e ^ (P)] + D[e] * v[e ^ (P) ^ 1]
 #define LANE_DIAG A[e] * v[e] + B[e] * v[e ^ 1]
 
+#if QD_VEC
+/* The same with the group as one vector of 16 reals and the partners as constant shuffles
+ * (the loop above stays scalar: the compiler does not see the permutations). */
+typedef R SFX(v16) __attribute__((vector_size(16 * sizeof(R))));
+#define LANE_VBODY(EXPR)                                                                       \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        i64 G = j;                                                                             \
+        for (int q = 0; q < nh; q++)                                                           \
+            G = ((G >> hb[q]) << (hb[q] + 1)) | ((i64)1 << hb[q]) | (G & (((i64)1 << hb[q]) - 1)); \
+        R *v_ = s + 16 * G;                                                                    \
+        SFX(v16) v, t;                                                                         \
+        memcpy(&v, v_, sizeof v);                                                              \
+        t = EXPR;                                                                              \
+        memcpy(v_, &t, sizeof t);                                                              \
+    }
+#define SHUF(v, IDX) __builtin_shufflevector(v, v, IDX)
+#define LX1 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14
+#define LX2 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13
+#define LX3 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12
+#define LX4 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11
+#define LX5 5, 4, 7, 6, 1, 0, 3, 2, 13, 12, 15, 14, 9, 8, 11, 10
+#define LX8 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7
+#define LX9 9, 8, 11, 10, 13, 12, 15, 14, 1, 0, 3, 2, 5, 4, 7, 6
+static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, const R *B_,
+                           const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
+    SFX(v16) A, B, C, D;
+    memcpy(&A, A_, sizeof A); memcpy(&B, B_, sizeof B);
+    memcpy(&C, C_, sizeof C); memcpy(&D, D_, sizeof D);
+    if (diag) {
+        LANE_VBODY(A * v + B * SHUF(v, LX1));
+        return;
+    }
+    switch (p) {
+    case 0: LANE_VBODY(A * v + B * SHUF(v, LX1) + C * SHUF(v, LX2) + D * SHUF(v, LX3)); break;
+    case 1: LANE_VBODY(A * v + B * SHUF(v, LX1) + C * SHUF(v, LX4) + D * SHUF(v, LX5)); break;
+    default: LANE_VBODY(A * v + B * SHUF(v, LX1) + C * SHUF(v, LX8) + D * SHUF(v, LX9)); break;
+    }
+}
+#else
 static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A, const R *B, const R *C,
                            const R *D, const int *hb, int nh, i64 j0, i64 j1) {
     if (diag) {  /* diagonal: no partner terms */
@@ -169,6 +208,8 @@ static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A, const R *
     default: LANE_BODY(8, LANE_FULL(8)); break;
     }
 }
+
+#endif
 
 static void SFX(lane_1q)(R *s, int nbits, const gate_t *g, const R *u, int par) {
     int p = __builtin_ctzll((unsigned long long)g->tmask), hb[64], nh = 0;
