@@ -161,6 +161,8 @@ static void SFX(lane_coeffs)(const gate_t *g, const R *u, int p, R *A, R *B, R *
 /* The same with the group as one vector of 16 reals and the partners as constant shuffles
  * (the loop above stays scalar: the compiler does not see the permutations). */
 typedef R SFX(v16) __attribute__((vector_size(16 * sizeof(R))));
+static inline SFX(v16) SFX(vld)(const R *p) { SFX(v16) v; memcpy(&v, p, sizeof v); return v; }
+static inline void SFX(vst)(R *p, SFX(v16) v) { memcpy(p, &v, sizeof v); }
 #define LANE_VBODY(EXPR)                                                                       \
     for (i64 j = j0; j < j1; j++) {                                                            \
         i64 G = j;                                                                             \
@@ -172,7 +174,7 @@ typedef R SFX(v16) __attribute__((vector_size(16 * sizeof(R))));
         t = EXPR;                                                                              \
         memcpy(v_, &t, sizeof t);                                                              \
     }
-#define SHUF(v, IDX) __builtin_shufflevector(v, v, IDX)
+#define SHUF(v, ...) __builtin_shufflevector(v, v, __VA_ARGS__)
 #define LX1 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14
 #define LX2 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13
 #define LX3 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12
@@ -603,9 +605,206 @@ static void SFX(step_1q_part)(R *restrict psi, R *restrict lam, int p, const R *
     LANES_SUM(out)
 }
 
+#if QD_VEC
+/* The same step with vectors of VL reals (64 bytes: 16 floats or 8 doubles) and constant
+ * shuffles, and (complex64) the overlap sums kept in single precision for at most STEP_FLUSH
+ * vectors per lane before they are added to double sums: the whole step then runs at the
+ * width of the data.
+ *  Halves of w >= VL reals (block path): a0, a1 are VL reals of each half;
+ *  w < VL (lane path): a vector holds whole blocks, the partner of lane e is lane e ^ w.
+ * Sums: r_rc += l_r * a_c and i_rc += l_r * swap(a_c) (swap: re <-> im), so that
+ * Re M[r][c] = sum of r_rc over the lanes and Im M[r][c] = even minus odd lanes of i_rc. */
+#if RBYTES == 4
+#define VL 16
+#define VX1 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14
+#define VX2 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13
+#define VX3 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12
+#define VX4 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11
+#define VX5 5, 4, 7, 6, 1, 0, 3, 2, 13, 12, 15, 14, 9, 8, 11, 10
+#define VX8 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7
+#define VX9 9, 8, 11, 10, 13, 12, 15, 14, 1, 0, 3, 2, 5, 4, 7, 6
+#define STEP_FLUSH 64
+#else
+#define VL 8
+#define VX1 1, 0, 3, 2, 5, 4, 7, 6
+#define VX2 2, 3, 0, 1, 6, 7, 4, 5
+#define VX3 3, 2, 1, 0, 7, 6, 5, 4
+#define VX4 4, 5, 6, 7, 0, 1, 2, 3
+#define VX5 5, 4, 7, 6, 1, 0, 3, 2
+#define STEP_FLUSH (1 << 30)
+#endif
+typedef R SFX(vv) __attribute__((vector_size(VL * sizeof(R))));
+typedef struct { double d[8][VL]; } SFX(vacc_t);
+
+static inline SFX(vv) SFX(vvld)(const R *p) { SFX(vv) v; memcpy(&v, p, sizeof v); return v; }
+static inline void SFX(vvst)(R *p, SFX(vv) v) { memcpy(p, &v, sizeof v); }
+
+static inline __attribute__((always_inline)) void SFX(vflush)(SFX(vacc_t) *da, SFX(vv) *acc) {
+    for (int k = 0; k < 8; k++) {
+        for (int l = 0; l < VL; l++) da->d[k][l] += (double)acc[k][l];
+        acc[k] = (SFX(vv)){0};
+    }
+}
+
+/* block path: halves of w >= VL reals, blocks [j0, j1), reals [e0, e1) of each half
+ * (multiples of 16); upd: 0 sums only, 1 also psi <- V psi, 2 also lam <- V lam */
+static inline __attribute__((always_inline)) void SFX(vstep_blocks)(
+        R *restrict psi, R *restrict lam, i64 w, const R *v, int upd, i64 j0, i64 j1, i64 e0,
+        i64 e1, SFX(vacc_t) *da) {
+    SFX(vv) acc[8], V[8];
+    for (int k = 0; k < 8; k++) acc[k] = (SFX(vv)){0};
+    for (int k = 0; k < 4; k++)
+        for (int l = 0; l < VL; l++) {
+            V[2 * k][l] = v[2 * k];
+            V[2 * k + 1][l] = (l & 1) ? v[2 * k + 1] : -v[2 * k + 1];
+        }
+    int cnt = 0;
+    for (i64 j = j0; j < j1; j++) {
+        R *restrict lx = lam + 2 * w * j, *restrict ly = lx + w;
+        R *restrict px = psi + 2 * w * j, *restrict py = px + w;
+        for (i64 e = e0; e < e1; e += VL) {
+            SFX(vv) a0 = SFX(vvld)(px + e), a1 = SFX(vvld)(py + e);
+            SFX(vv) l0 = SFX(vvld)(lx + e), l1 = SFX(vvld)(ly + e);
+            SFX(vv) s0 = SHUF(a0, VX1), s1 = SHUF(a1, VX1);
+            acc[0] += l0 * a0; acc[1] += l0 * s0; acc[2] += l0 * a1; acc[3] += l0 * s1;
+            acc[4] += l1 * a0; acc[5] += l1 * s0; acc[6] += l1 * a1; acc[7] += l1 * s1;
+            if (upd >= 1) {
+                SFX(vvst)(px + e, V[0] * a0 + V[1] * s0 + V[2] * a1 + V[3] * s1);
+                SFX(vvst)(py + e, V[4] * a0 + V[5] * s0 + V[6] * a1 + V[7] * s1);
+            }
+            if (upd >= 2) {
+                SFX(vv) t0 = SHUF(l0, VX1), t1 = SHUF(l1, VX1);
+                SFX(vvst)(lx + e, V[0] * l0 + V[1] * t0 + V[2] * l1 + V[3] * t1);
+                SFX(vvst)(ly + e, V[4] * l0 + V[5] * t0 + V[6] * l1 + V[7] * t1);
+            }
+            if (++cnt == STEP_FLUSH) { SFX(vflush)(da, acc); cnt = 0; }
+        }
+    }
+    SFX(vflush)(da, acc);
+}
+
+/* lane path: w = 2 << p < VL reals, groups [g0, g1) of VL reals */
+#define VSTEP_LANES(XW, XW1)                                                                   \
+    for (i64 gi = g0; gi < g1; gi++) {                                                         \
+        R *restrict pv = psi + VL * gi, *restrict lv = lam + VL * gi;                          \
+        SFX(vv) a = SFX(vvld)(pv), l = SFX(vvld)(lv);                                          \
+        SFX(vv) sa = SHUF(a, VX1), ap = SHUF(a, XW), sap = SHUF(a, XW1);                       \
+        acc[0] += l * a; acc[1] += l * sa; acc[2] += l * ap; acc[3] += l * sap;                \
+        if (upd >= 1) SFX(vvst)(pv, A * a + B * sa + C * ap + D * sap);                        \
+        if (upd >= 2) {                                                                        \
+            SFX(vv) sl = SHUF(l, VX1), lp = SHUF(l, XW), slp = SHUF(l, XW1);                   \
+            SFX(vvst)(lv, A * l + B * sl + C * lp + D * slp);                                  \
+        }                                                                                      \
+        if (++cnt == STEP_FLUSH) { SFX(vflush)(da, acc); cnt = 0; }                            \
+    }
+
+static inline __attribute__((always_inline)) void SFX(vstep_lanes)(
+        R *restrict psi, R *restrict lam, int p, const R *v, int upd, i64 g0, i64 g1,
+        SFX(vacc_t) *da) {
+    SFX(vv) acc[8], A, B, C, D;
+    for (int k = 0; k < 8; k++) acc[k] = (SFX(vv)){0};
+    const i64 w = (i64)2 << p;
+    for (int l = 0; l < VL; l++) {
+        int y = (l & w) != 0, sg = (l & 1) ? 1 : -1;
+        int own = y ? 3 : 0, part = y ? 2 : 1;  /* V[own half][own], V[own half][partner] */
+        A[l] = v[2 * own]; B[l] = sg * v[2 * own + 1];
+        C[l] = v[2 * part]; D[l] = sg * v[2 * part + 1];
+    }
+    int cnt = 0;
+    switch (p) {
+    case 0: VSTEP_LANES(VX2, VX3); break;
+    case 1: VSTEP_LANES(VX4, VX5); break;
+#if VL == 16
+    default: VSTEP_LANES(VX8, VX9); break;
+#endif
+    }
+    SFX(vflush)(da, acc);
+}
+
+/* The sums of da as M (M00, M01, M10, M11 complex, 8 doubles); lanes: the lane layout of
+ * a target of w reals, else the block layout */
+static void SFX(vsums)(const SFX(vacc_t) *da, int lanes, i64 w, double *out) {
+    for (int e = 0; e < 8; e++) out[e] = 0;
+    if (!lanes) {
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < VL; l++) {
+                out[2 * k] += da->d[2 * k][l];
+                out[2 * k + 1] += (l & 1) ? -da->d[2 * k + 1][l] : da->d[2 * k + 1][l];
+            }
+        return;
+    }
+    for (int l = 0; l < VL; l++) {
+        int y = (l & w) != 0;
+        double im = (l & 1) ? -1.0 : 1.0;
+        int own = y ? 3 : 0, part = y ? 2 : 1;  /* M index (r, c) = (0,0)/(1,1), (0,1)/(1,0) */
+        out[2 * own] += da->d[0][l];
+        out[2 * own + 1] += im * da->d[1][l];
+        out[2 * part] += da->d[2][l];
+        out[2 * part + 1] += im * da->d[3][l];
+    }
+}
+
+/* One part of the vector step (blocks [j0, j1), reals [e0, e1) of each half as split_1q
+ * gives them; for w < VL whole groups of VL reals) into M (8 doubles). */
+static void SFX(vstep_part)(R *psi, R *lam, int p, const R *v, int upd, i64 j0, i64 j1,
+                            i64 e0, i64 e1, double *out) {
+    SFX(vacc_t) da;
+    memset(&da, 0, sizeof da);
+    const i64 w = (i64)2 << p;
+    if (w < VL) {  /* blocks of 2w reals, VL / (2w) of them per group */
+        i64 per = VL / (2 * w);
+        if (upd == 2) SFX(vstep_lanes)(psi, lam, p, v, 2, j0 / per, j1 / per, &da);
+        else if (upd == 1) SFX(vstep_lanes)(psi, lam, p, v, 1, j0 / per, j1 / per, &da);
+        else SFX(vstep_lanes)(psi, lam, p, v, 0, j0 / per, j1 / per, &da);
+    } else {
+        if (upd == 2) SFX(vstep_blocks)(psi, lam, w, v, 2, j0, j1, e0, e1, &da);
+        else if (upd == 1) SFX(vstep_blocks)(psi, lam, w, v, 1, j0, j1, e0, e1, &da);
+        else SFX(vstep_blocks)(psi, lam, w, v, 0, j0, j1, e0, e1, &da);
+    }
+    SFX(vsums)(&da, w < VL, w, out);
+}
+#undef VL
+#undef VX1
+#undef VX2
+#undef VX3
+#undef VX4
+#undef VX5
+#undef VX8
+#undef VX9
+#undef STEP_FLUSH
+#endif
+
 static void SFX(adjoint_step_1q)(R *psi, R *lam, int nbits, int p, const R *v, int do_lam,
                                  double *out, int par) {
     const i64 nblk = (i64)1 << (nbits - 1 - p), w = (i64)2 << p;
+#if QD_VEC
+    if (nbits >= 4) {  /* vectors of 16 reals (see vstep_part) */
+        const int upd = do_lam ? 2 : 1;
+        const int vl = 64 / (int)sizeof(R);  /* reals per vector (VL of vstep_part) */
+        const i64 ngroups = ((i64)2 << nbits) / vl, per = w < vl ? vl / (2 * w) : 1;
+        if (par > 1 && nbits >= PAR_MIN_BITS) {
+            for (int e = 0; e < 8; e++) out[e] = 0;
+#pragma omp parallel num_threads(par)
+            {
+                i64 j0, j1, e0 = 0, e1 = w;
+                double part[8];
+                if (w < vl) {
+                    share(ngroups, THREAD_ID, NUM_THREADS, &j0, &j1);
+                    j0 *= per;
+                    j1 *= per;
+                } else {
+                    split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
+                }
+                SFX(vstep_part)(psi, lam, p, v, upd, j0, j1, e0, e1, part);
+#pragma omp critical
+                for (int e = 0; e < 8; e++) out[e] += part[e];
+            }
+            return;
+        }
+        SFX(vstep_part)(psi, lam, p, v, upd, 0, nblk, 0, w, out);
+        return;
+    }
+#endif
     if (par > 1 && nbits >= PAR_MIN_BITS) {
         for (int e = 0; e < 8; e++) out[e] = 0;
 #pragma omp parallel num_threads(par)
