@@ -446,165 +446,6 @@ static void SFX(apply_range)(R *st, int nbits, const gate_t *g, const R *u_in, i
 /* ---------------------------------------------------------------------------------------- */
 /* overlaps <lam| . |psi> for the adjoint sweep                                               */
 
-/* The one-qubit overlap sums of a gate on bit p without controls, in the block layout of
- * dense_1q_part: the sums run over the interleaved reals as real dot products (Re: l * p,
- * Im: l * swapped p with signs), in per-lane double accumulators the compiler keeps in
- * vector registers. out: (M00, M01, M10, M11) complex. */
-#define OVERLAP_TERMS(e, q)                                                                    \
-    rr00[q] += lx[e] * px[e]; rr00[q + 1] += lx[e + 1] * px[e + 1];                            \
-    ri00[q] += lx[e] * px[e + 1]; ri00[q + 1] -= lx[e + 1] * px[e];                            \
-    rr01[q] += lx[e] * py[e]; rr01[q + 1] += lx[e + 1] * py[e + 1];                            \
-    ri01[q] += lx[e] * py[e + 1]; ri01[q + 1] -= lx[e + 1] * py[e];                            \
-    rr10[q] += ly[e] * px[e]; rr10[q + 1] += ly[e + 1] * px[e + 1];                            \
-    ri10[q] += ly[e] * px[e + 1]; ri10[q + 1] -= ly[e + 1] * px[e];                            \
-    rr11[q] += ly[e] * py[e]; rr11[q + 1] += ly[e + 1] * py[e + 1];                            \
-    ri11[q] += ly[e] * py[e + 1]; ri11[q + 1] -= ly[e + 1] * py[e];
-#define OVERLAP_BLOCK(W, E0, E1)                                                               \
-    do {                                                                                       \
-        for (i64 j = j0; j < j1; j++) {                                                        \
-            const R *restrict lx = lam + 2 * (i64)(W) * j, *restrict ly = lx + (W);            \
-            const R *restrict px = psi + 2 * (i64)(W) * j, *restrict py = px + (W);            \
-            if ((W) < 8) {                                                                     \
-                for (int e = 0; e < (W); e += 2) { OVERLAP_TERMS(e, e) }                       \
-            } else {                                                                           \
-                for (i64 e0_ = (E0); e0_ < (E1); e0_ += 8)                                     \
-                    for (int q = 0; q < 8; q += 2) { OVERLAP_TERMS(e0_ + q, q) }               \
-            }                                                                                  \
-        }                                                                                      \
-    } while (0)
-#define LANES_SUM(v)                                                                           \
-    for (int q = 0; q < 8; q++) {                                                              \
-        v[0] += rr00[q]; v[1] += ri00[q]; v[2] += rr01[q]; v[3] += ri01[q];                    \
-        v[4] += rr10[q]; v[5] += ri10[q]; v[6] += rr11[q]; v[7] += ri11[q];                    \
-    }
-
-static void SFX(overlap_1q_part)(const R *restrict lam, const R *restrict psi, int p, i64 j0,
-                                 i64 j1, i64 e0, i64 e1, double *out) {
-    double rr00[8] = {0}, ri00[8] = {0}, rr01[8] = {0}, ri01[8] = {0};
-    double rr10[8] = {0}, ri10[8] = {0}, rr11[8] = {0}, ri11[8] = {0};
-    const i64 w = (i64)2 << p;
-    if (e0 != 0 || e1 != w) {
-        OVERLAP_BLOCK(w, e0, e1);
-    } else {
-        switch (p) {
-        case 0: OVERLAP_BLOCK(2, 0, 2); break;
-        case 1: OVERLAP_BLOCK(4, 0, 4); break;
-        case 2: OVERLAP_BLOCK(8, 0, 8); break;
-        case 3: OVERLAP_BLOCK(16, 0, 16); break;
-        case 4: OVERLAP_BLOCK(32, 0, 32); break;
-        case 5: OVERLAP_BLOCK(64, 0, 64); break;
-        case 6: OVERLAP_BLOCK(128, 0, 128); break;
-        case 7: OVERLAP_BLOCK(256, 0, 256); break;
-        default: OVERLAP_BLOCK(w, 0, w);
-        }
-    }
-    for (int e = 0; e < 8; e++) out[e] = 0;
-    LANES_SUM(out)
-}
-
-/* out: M (diag: M00, M11 only) of a one-qubit gate on bit p, split over par threads. */
-static void SFX(overlap_1q_low)(const R *lam, const R *psi, int nbits, int p, int diag,
-                                double *out, int par) {
-    const i64 nblk = (i64)1 << (nbits - 1 - p), w = (i64)2 << p;
-    double v[8] = {0};
-    if (par > 1 && nbits >= PAR_MIN_BITS) {
-#pragma omp parallel num_threads(par)
-        {
-            i64 j0, j1, e0, e1;
-            double part[8];
-            split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
-            SFX(overlap_1q_part)(lam, psi, p, j0, j1, e0, e1, part);
-#pragma omp critical
-            for (int e = 0; e < 8; e++) v[e] += part[e];
-        }
-    } else {
-        SFX(overlap_1q_part)(lam, psi, p, 0, nblk, 0, w, v);
-    }
-    if (diag) {
-        out[0] = v[0]; out[1] = v[1]; out[2] = v[6]; out[3] = v[7];
-    } else {
-        for (int e = 0; e < 8; e++) out[e] = v[e];
-    }
-}
-
-/* One whole adjoint step of an uncontrolled dense one-qubit gate on bit p, in ONE pass over
- * psi and lam: M[r][c] += conj(lam[r]) psi[c] on the values BEFORE the step (then
- * <lam| dU |U^dag psi> = sum_rc (dU U^dag)[r][c] M[r][c]), psi <- V psi and, when do_lam,
- * lam <- V lam, with V = U^dag given in v (2x2 complex). Lane accumulators as in
- * overlap_1q_part. */
-#define STEP_TERMS(e, q)                                                                       \
-    {                                                                                          \
-        R a0r = px[e], a0i = px[e + 1], a1r = py[e], a1i = py[e + 1];                          \
-        R l0r = lx[e], l0i = lx[e + 1], l1r = ly[e], l1i = ly[e + 1];                          \
-        rr00[q] += l0r * a0r; rr00[q + 1] += l0i * a0i;                                        \
-        ri00[q] += l0r * a0i; ri00[q + 1] -= l0i * a0r;                                        \
-        rr01[q] += l0r * a1r; rr01[q + 1] += l0i * a1i;                                        \
-        ri01[q] += l0r * a1i; ri01[q + 1] -= l0i * a1r;                                        \
-        rr10[q] += l1r * a0r; rr10[q + 1] += l1i * a0i;                                        \
-        ri10[q] += l1r * a0i; ri10[q + 1] -= l1i * a0r;                                        \
-        rr11[q] += l1r * a1r; rr11[q + 1] += l1i * a1i;                                        \
-        ri11[q] += l1r * a1i; ri11[q + 1] -= l1i * a1r;                                        \
-        px[e] = v00r * a0r - v00i * a0i + v01r * a1r - v01i * a1i;                             \
-        px[e + 1] = v00r * a0i + v00i * a0r + v01r * a1i + v01i * a1r;                         \
-        py[e] = v10r * a0r - v10i * a0i + v11r * a1r - v11i * a1i;                             \
-        py[e + 1] = v10r * a0i + v10i * a0r + v11r * a1i + v11i * a1r;                         \
-        if (DO_LAM) {                                                                          \
-            lx[e] = v00r * l0r - v00i * l0i + v01r * l1r - v01i * l1i;                         \
-            lx[e + 1] = v00r * l0i + v00i * l0r + v01r * l1i + v01i * l1r;                     \
-            ly[e] = v10r * l0r - v10i * l0i + v11r * l1r - v11i * l1i;                         \
-            ly[e + 1] = v10r * l0i + v10i * l0r + v11r * l1i + v11i * l1r;                     \
-        }                                                                                      \
-    }
-#define STEP_BLOCK(W, E0, E1)                                                                  \
-    do {                                                                                       \
-        for (i64 j = j0; j < j1; j++) {                                                        \
-            R *restrict lx = lam + 2 * (i64)(W) * j, *restrict ly = lx + (W);                  \
-            R *restrict px = psi + 2 * (i64)(W) * j, *restrict py = px + (W);                  \
-            if ((W) < 8) {                                                                     \
-                for (int e = 0; e < (W); e += 2) STEP_TERMS(e, e)                              \
-            } else {                                                                           \
-                for (i64 e0_ = (E0); e0_ < (E1); e0_ += 8)                                     \
-                    for (int q = 0; q < 8; q += 2) STEP_TERMS(e0_ + q, q)                      \
-            }                                                                                  \
-        }                                                                                      \
-    } while (0)
-#define STEP_SWITCH                                                                            \
-    if (e0 != 0 || e1 != w) {                                                                  \
-        STEP_BLOCK(w, e0, e1);                                                                 \
-    } else {                                                                                   \
-        switch (p) {                                                                           \
-        case 0: STEP_BLOCK(2, 0, 2); break;                                                    \
-        case 1: STEP_BLOCK(4, 0, 4); break;                                                    \
-        case 2: STEP_BLOCK(8, 0, 8); break;                                                    \
-        case 3: STEP_BLOCK(16, 0, 16); break;                                                  \
-        case 4: STEP_BLOCK(32, 0, 32); break;                                                  \
-        case 5: STEP_BLOCK(64, 0, 64); break;                                                  \
-        case 6: STEP_BLOCK(128, 0, 128); break;                                                \
-        case 7: STEP_BLOCK(256, 0, 256); break;                                                \
-        default: STEP_BLOCK(w, 0, w);                                                          \
-        }                                                                                      \
-    }
-
-static void SFX(step_1q_part)(R *restrict psi, R *restrict lam, int p, const R *v, int do_lam,
-                              i64 j0, i64 j1, i64 e0, i64 e1, double *out) {
-    double rr00[8] = {0}, ri00[8] = {0}, rr01[8] = {0}, ri01[8] = {0};
-    double rr10[8] = {0}, ri10[8] = {0}, rr11[8] = {0}, ri11[8] = {0};
-    const R v00r = v[0], v00i = v[1], v01r = v[2], v01i = v[3];
-    const R v10r = v[4], v10i = v[5], v11r = v[6], v11i = v[7];
-    const i64 w = (i64)2 << p;
-    if (do_lam) {
-#define DO_LAM 1
-        STEP_SWITCH
-#undef DO_LAM
-    } else {
-#define DO_LAM 0
-        STEP_SWITCH
-#undef DO_LAM
-    }
-    for (int e = 0; e < 8; e++) out[e] = 0;
-    LANES_SUM(out)
-}
-
 #if QD_VEC
 /* The same step with vectors of VL reals (64 bytes: 16 floats or 8 doubles) and constant
  * shuffles, and (complex64) the overlap sums kept in single precision for at most STEP_FLUSH
@@ -763,6 +604,34 @@ static void SFX(vstep_part)(R *psi, R *lam, int p, const R *v, int upd, i64 j0, 
     }
     SFX(vsums)(&da, w < VL, w, out);
 }
+
+/* The vector step over 2^nbits amplitudes (upd as in vstep_blocks), split over par threads
+ * for a large state: whole groups of 64 bytes per thread for w < VL, split_1q otherwise. */
+static void SFX(vstep_all)(R *psi, R *lam, int nbits, int p, const R *v, int upd, double *out,
+                           int par) {
+    const i64 nblk = (i64)1 << (nbits - 1 - p), w = (i64)2 << p;
+    const i64 ngroups = ((i64)2 << nbits) / VL, per = w < VL ? VL / (2 * w) : 1;
+    if (par > 1 && nbits >= PAR_MIN_BITS) {
+        for (int e = 0; e < 8; e++) out[e] = 0;
+#pragma omp parallel num_threads(par)
+        {
+            i64 j0, j1, e0 = 0, e1 = w;
+            double part[8];
+            if (w < VL) {
+                share(ngroups, THREAD_ID, NUM_THREADS, &j0, &j1);
+                j0 *= per;
+                j1 *= per;
+            } else {
+                split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
+            }
+            SFX(vstep_part)(psi, lam, p, v, upd, j0, j1, e0, e1, part);
+#pragma omp critical
+            for (int e = 0; e < 8; e++) out[e] += part[e];
+        }
+        return;
+    }
+    SFX(vstep_part)(psi, lam, p, v, upd, 0, nblk, 0, w, out);
+}
 #undef VL
 #undef VX1
 #undef VX2
@@ -774,34 +643,178 @@ static void SFX(vstep_part)(R *psi, R *lam, int p, const R *v, int upd, i64 j0, 
 #undef STEP_FLUSH
 #endif
 
+/* The one-qubit overlap sums of a gate on bit p without controls, in the block layout of
+ * dense_1q_part: the sums run over the interleaved reals as real dot products (Re: l * p,
+ * Im: l * swapped p with signs), in per-lane double accumulators the compiler keeps in
+ * vector registers. out: (M00, M01, M10, M11) complex. */
+#define OVERLAP_TERMS(e, q)                                                                    \
+    rr00[q] += lx[e] * px[e]; rr00[q + 1] += lx[e + 1] * px[e + 1];                            \
+    ri00[q] += lx[e] * px[e + 1]; ri00[q + 1] -= lx[e + 1] * px[e];                            \
+    rr01[q] += lx[e] * py[e]; rr01[q + 1] += lx[e + 1] * py[e + 1];                            \
+    ri01[q] += lx[e] * py[e + 1]; ri01[q + 1] -= lx[e + 1] * py[e];                            \
+    rr10[q] += ly[e] * px[e]; rr10[q + 1] += ly[e + 1] * px[e + 1];                            \
+    ri10[q] += ly[e] * px[e + 1]; ri10[q + 1] -= ly[e + 1] * px[e];                            \
+    rr11[q] += ly[e] * py[e]; rr11[q + 1] += ly[e + 1] * py[e + 1];                            \
+    ri11[q] += ly[e] * py[e + 1]; ri11[q + 1] -= ly[e + 1] * py[e];
+#define OVERLAP_BLOCK(W, E0, E1)                                                               \
+    do {                                                                                       \
+        for (i64 j = j0; j < j1; j++) {                                                        \
+            const R *restrict lx = lam + 2 * (i64)(W) * j, *restrict ly = lx + (W);            \
+            const R *restrict px = psi + 2 * (i64)(W) * j, *restrict py = px + (W);            \
+            if ((W) < 8) {                                                                     \
+                for (int e = 0; e < (W); e += 2) { OVERLAP_TERMS(e, e) }                       \
+            } else {                                                                           \
+                for (i64 e0_ = (E0); e0_ < (E1); e0_ += 8)                                     \
+                    for (int q = 0; q < 8; q += 2) { OVERLAP_TERMS(e0_ + q, q) }               \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+#define LANES_SUM(v)                                                                           \
+    for (int q = 0; q < 8; q++) {                                                              \
+        v[0] += rr00[q]; v[1] += ri00[q]; v[2] += rr01[q]; v[3] += ri01[q];                    \
+        v[4] += rr10[q]; v[5] += ri10[q]; v[6] += rr11[q]; v[7] += ri11[q];                    \
+    }
+
+static void SFX(overlap_1q_part)(const R *restrict lam, const R *restrict psi, int p, i64 j0,
+                                 i64 j1, i64 e0, i64 e1, double *out) {
+    double rr00[8] = {0}, ri00[8] = {0}, rr01[8] = {0}, ri01[8] = {0};
+    double rr10[8] = {0}, ri10[8] = {0}, rr11[8] = {0}, ri11[8] = {0};
+    const i64 w = (i64)2 << p;
+    if (e0 != 0 || e1 != w) {
+        OVERLAP_BLOCK(w, e0, e1);
+    } else {
+        switch (p) {
+        case 0: OVERLAP_BLOCK(2, 0, 2); break;
+        case 1: OVERLAP_BLOCK(4, 0, 4); break;
+        case 2: OVERLAP_BLOCK(8, 0, 8); break;
+        case 3: OVERLAP_BLOCK(16, 0, 16); break;
+        case 4: OVERLAP_BLOCK(32, 0, 32); break;
+        case 5: OVERLAP_BLOCK(64, 0, 64); break;
+        case 6: OVERLAP_BLOCK(128, 0, 128); break;
+        case 7: OVERLAP_BLOCK(256, 0, 256); break;
+        default: OVERLAP_BLOCK(w, 0, w);
+        }
+    }
+    for (int e = 0; e < 8; e++) out[e] = 0;
+    LANES_SUM(out)
+}
+
+/* out: M (diag: M00, M11 only) of a one-qubit gate on bit p, split over par threads. */
+static void SFX(overlap_1q_low)(const R *lam, const R *psi, int nbits, int p, int diag,
+                                double *out, int par) {
+    const i64 nblk = (i64)1 << (nbits - 1 - p), w = (i64)2 << p;
+    double v[8] = {0};
+#if QD_VEC
+    if (nbits >= 4) {  /* the vector step without updates (psi and lam are only read) */
+        const R none[8] = {0};
+        SFX(vstep_all)((R *)psi, (R *)lam, nbits, p, none, 0, v, par);
+    } else
+#endif
+    if (par > 1 && nbits >= PAR_MIN_BITS) {
+#pragma omp parallel num_threads(par)
+        {
+            i64 j0, j1, e0, e1;
+            double part[8];
+            split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
+            SFX(overlap_1q_part)(lam, psi, p, j0, j1, e0, e1, part);
+#pragma omp critical
+            for (int e = 0; e < 8; e++) v[e] += part[e];
+        }
+    } else {
+        SFX(overlap_1q_part)(lam, psi, p, 0, nblk, 0, w, v);
+    }
+    if (diag) {
+        out[0] = v[0]; out[1] = v[1]; out[2] = v[6]; out[3] = v[7];
+    } else {
+        for (int e = 0; e < 8; e++) out[e] = v[e];
+    }
+}
+
+/* One whole adjoint step of an uncontrolled dense one-qubit gate on bit p, in ONE pass over
+ * psi and lam: M[r][c] += conj(lam[r]) psi[c] on the values BEFORE the step (then
+ * <lam| dU |U^dag psi> = sum_rc (dU U^dag)[r][c] M[r][c]), psi <- V psi and, when do_lam,
+ * lam <- V lam, with V = U^dag given in v (2x2 complex). Lane accumulators as in
+ * overlap_1q_part. */
+#define STEP_TERMS(e, q)                                                                       \
+    {                                                                                          \
+        R a0r = px[e], a0i = px[e + 1], a1r = py[e], a1i = py[e + 1];                          \
+        R l0r = lx[e], l0i = lx[e + 1], l1r = ly[e], l1i = ly[e + 1];                          \
+        rr00[q] += l0r * a0r; rr00[q + 1] += l0i * a0i;                                        \
+        ri00[q] += l0r * a0i; ri00[q + 1] -= l0i * a0r;                                        \
+        rr01[q] += l0r * a1r; rr01[q + 1] += l0i * a1i;                                        \
+        ri01[q] += l0r * a1i; ri01[q + 1] -= l0i * a1r;                                        \
+        rr10[q] += l1r * a0r; rr10[q + 1] += l1i * a0i;                                        \
+        ri10[q] += l1r * a0i; ri10[q + 1] -= l1i * a0r;                                        \
+        rr11[q] += l1r * a1r; rr11[q + 1] += l1i * a1i;                                        \
+        ri11[q] += l1r * a1i; ri11[q + 1] -= l1i * a1r;                                        \
+        px[e] = v00r * a0r - v00i * a0i + v01r * a1r - v01i * a1i;                             \
+        px[e + 1] = v00r * a0i + v00i * a0r + v01r * a1i + v01i * a1r;                         \
+        py[e] = v10r * a0r - v10i * a0i + v11r * a1r - v11i * a1i;                             \
+        py[e + 1] = v10r * a0i + v10i * a0r + v11r * a1i + v11i * a1r;                         \
+        if (DO_LAM) {                                                                          \
+            lx[e] = v00r * l0r - v00i * l0i + v01r * l1r - v01i * l1i;                         \
+            lx[e + 1] = v00r * l0i + v00i * l0r + v01r * l1i + v01i * l1r;                     \
+            ly[e] = v10r * l0r - v10i * l0i + v11r * l1r - v11i * l1i;                         \
+            ly[e + 1] = v10r * l0i + v10i * l0r + v11r * l1i + v11i * l1r;                     \
+        }                                                                                      \
+    }
+#define STEP_BLOCK(W, E0, E1)                                                                  \
+    do {                                                                                       \
+        for (i64 j = j0; j < j1; j++) {                                                        \
+            R *restrict lx = lam + 2 * (i64)(W) * j, *restrict ly = lx + (W);                  \
+            R *restrict px = psi + 2 * (i64)(W) * j, *restrict py = px + (W);                  \
+            if ((W) < 8) {                                                                     \
+                for (int e = 0; e < (W); e += 2) STEP_TERMS(e, e)                              \
+            } else {                                                                           \
+                for (i64 e0_ = (E0); e0_ < (E1); e0_ += 8)                                     \
+                    for (int q = 0; q < 8; q += 2) STEP_TERMS(e0_ + q, q)                      \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+#define STEP_SWITCH                                                                            \
+    if (e0 != 0 || e1 != w) {                                                                  \
+        STEP_BLOCK(w, e0, e1);                                                                 \
+    } else {                                                                                   \
+        switch (p) {                                                                           \
+        case 0: STEP_BLOCK(2, 0, 2); break;                                                    \
+        case 1: STEP_BLOCK(4, 0, 4); break;                                                    \
+        case 2: STEP_BLOCK(8, 0, 8); break;                                                    \
+        case 3: STEP_BLOCK(16, 0, 16); break;                                                  \
+        case 4: STEP_BLOCK(32, 0, 32); break;                                                  \
+        case 5: STEP_BLOCK(64, 0, 64); break;                                                  \
+        case 6: STEP_BLOCK(128, 0, 128); break;                                                \
+        case 7: STEP_BLOCK(256, 0, 256); break;                                                \
+        default: STEP_BLOCK(w, 0, w);                                                          \
+        }                                                                                      \
+    }
+
+static void SFX(step_1q_part)(R *restrict psi, R *restrict lam, int p, const R *v, int do_lam,
+                              i64 j0, i64 j1, i64 e0, i64 e1, double *out) {
+    double rr00[8] = {0}, ri00[8] = {0}, rr01[8] = {0}, ri01[8] = {0};
+    double rr10[8] = {0}, ri10[8] = {0}, rr11[8] = {0}, ri11[8] = {0};
+    const R v00r = v[0], v00i = v[1], v01r = v[2], v01i = v[3];
+    const R v10r = v[4], v10i = v[5], v11r = v[6], v11i = v[7];
+    const i64 w = (i64)2 << p;
+    if (do_lam) {
+#define DO_LAM 1
+        STEP_SWITCH
+#undef DO_LAM
+    } else {
+#define DO_LAM 0
+        STEP_SWITCH
+#undef DO_LAM
+    }
+    for (int e = 0; e < 8; e++) out[e] = 0;
+    LANES_SUM(out)
+}
+
+
 static void SFX(adjoint_step_1q)(R *psi, R *lam, int nbits, int p, const R *v, int do_lam,
                                  double *out, int par) {
     const i64 nblk = (i64)1 << (nbits - 1 - p), w = (i64)2 << p;
 #if QD_VEC
-    if (nbits >= 4) {  /* vectors of 16 reals (see vstep_part) */
-        const int upd = do_lam ? 2 : 1;
-        const int vl = 64 / (int)sizeof(R);  /* reals per vector (VL of vstep_part) */
-        const i64 ngroups = ((i64)2 << nbits) / vl, per = w < vl ? vl / (2 * w) : 1;
-        if (par > 1 && nbits >= PAR_MIN_BITS) {
-            for (int e = 0; e < 8; e++) out[e] = 0;
-#pragma omp parallel num_threads(par)
-            {
-                i64 j0, j1, e0 = 0, e1 = w;
-                double part[8];
-                if (w < vl) {
-                    share(ngroups, THREAD_ID, NUM_THREADS, &j0, &j1);
-                    j0 *= per;
-                    j1 *= per;
-                } else {
-                    split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
-                }
-                SFX(vstep_part)(psi, lam, p, v, upd, j0, j1, e0, e1, part);
-#pragma omp critical
-                for (int e = 0; e < 8; e++) out[e] += part[e];
-            }
-            return;
-        }
-        SFX(vstep_part)(psi, lam, p, v, upd, 0, nblk, 0, w, out);
+    if (nbits >= 4) {  /* vectors of 64 bytes (vstep_part) */
+        SFX(vstep_all)(psi, lam, nbits, p, v, do_lam ? 2 : 1, out, par);
         return;
     }
 #endif
@@ -1516,7 +1529,7 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
             }
             const gate_t *g = &gates[i];
             if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0 &&
-                (g->special[0] <= 7 || par > 1)) {
+                (QD_VEC || g->special[0] <= 7 || par > 1)) {
                 SFX(fused_step)(&c, i, p, l, n, tb, b0, par, tid, i > lo, a->gtheta, P);
                 continue;
             }
