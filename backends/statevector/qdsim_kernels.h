@@ -1172,13 +1172,33 @@ static void SFX(run_tiles)(R *st, int n, const SFX(ctx_t) *c, const R **us, cons
     free(loc);
 }
 
-/* Gates from position t on (in order, or reversed when dag) that fit one tile set: their
- * count, and the set in ts. */
-static int SFX(tile_extent)(const SFX(ctx_t) *c, i64 t, i64 nops, int dag, tileset_t *ts) {
+/* The next run of a schedule that may reorder gates on disjoint bits (which commute): walking
+ * the gates not yet done (done[i] == 0) at positions [t, tend) (in order, or reversed when
+ * rev: position e is gate e, or nops - 1 - e), a gate joins the run when its bits fit the tile set
+ * and no gate skipped before it shares a bit with it; a gate that does not fit blocks its bits
+ * for the rest of the walk. The run's gates go to order[] (in application order) and are marked
+ * done; returns their count (0: the first pending gate fits no tile set). One memory pass per
+ * run: a layer of one-qubit gates and the entangling gates after it share passes where the
+ * gates' order would split them. */
+static int SFX(tile_schedule)(const SFX(ctx_t) *c, i64 t, i64 tend, i64 nops, int rev,
+                              char *done, i64 *order, tileset_t *ts, int nbits) {
+    const i64 all = nbits >= 63 ? -1 : (((i64)1 << nbits) - 1);
+    i64 blocked = 0;
+    int cnt = 0;
     ts->k = 0;
-    i64 e = t;
-    while (e < nops && tile_add(ts, &c->gates[dag ? nops - 1 - e : e])) e++;
-    return (int)(e - t);
+    for (i64 e = t; e < tend && (blocked & all) != all; e++) {
+        i64 i = rev ? nops - 1 - e : e;
+        if (done[i]) continue;
+        const gate_t *g = &c->gates[i];
+        i64 gb = g->tmask | g->cmask;
+        if (!(gb & blocked) && tile_add(ts, g)) {
+            order[cnt++] = i;
+            done[i] = 1;
+        } else {
+            blocked |= gb;
+        }
+    }
+    return cnt;
 }
 
 static void SFX(run_one)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, i64 b,
@@ -1189,24 +1209,28 @@ static void SFX(run_one)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 no
      * the kernels are compute-bound and the tile copies cost more than the passes saved) */
     if (c->tbuf && (c->tiles == 2 || (RSIZE << (n + 1)) >= ((size_t)32 << 20))) {
         i64 *order = (i64 *)malloc(sizeof(i64) * (size_t)(nops + 1));
+        char *done = (char *)calloc((size_t)(nops + 1), 1);
         i64 t = start;
-        while (order && t < nops) {
+        while (order && done && t < nops) {
+            i64 i = dag ? nops - 1 - t : t;
+            if (done[i]) { t++; continue; }
             tileset_t ts;
-            int cnt = SFX(tile_extent)(c, t, nops, dag, &ts);
-            if (cnt < 2) {
-                i64 i = dag ? nops - 1 - t : t;
+            int cnt = SFX(tile_schedule)(c, t, nops, nops, dag, done, order, &ts, n);
+            if (cnt < 2) {  /* one gate: in place */
+                if (cnt == 1) i = order[0];
+                done[i] = 1;
                 SFX(apply_range)(st, n, &gates[i], us[i], dag, par, &c->scr[tid]);
-                t++;
                 continue;
             }
-            for (int q = 0; q < cnt; q++) order[q] = dag ? nops - 1 - (t + q) : t + q;
             SFX(run_tiles)(st, n, c, us, order, cnt, &ts, dag, par, tid);
-            t += cnt;
         }
-        if (order) {
+        if (order && done) {
             free(order);
+            free(done);
             return;
         }
+        free(order);
+        free(done);
     }
     int cb = n > CHUNK_BITS + 2 ? CHUNK_BITS : n;
     i64 t = start;
@@ -1373,13 +1397,29 @@ static void SFX(fused_step)(const SFX(ctx_t) *c, i64 i, R *p, R *l, int n, int t
 }
 
 
-/* Coded gates i_hi, i_hi - 1, .., i_hi - cnt + 1 (all within ts) of the adjoint sweep, tile
- * by tile: psi and lam tiles are uncomputed together and every trainable angle's overlap is
- * summed over the tiles (the overlap of a gate is a sum over all amplitudes, so its tile parts
- * add up); lam is not uncomputed through gate lo. */
-static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, i64 i_hi, int cnt, const tileset_t *ts,
-                              R *psi, R *lam, int n, i64 b, int par, int tid, i64 lo,
-                              double *gtheta, i64 P) {
+/* One coded gate i of the adjoint sweep on its own (no slots): psi <- U^dag psi, the
+ * gradients of its trainable angles, lam <- U^dag lam when do_lam. */
+static void SFX(coded_step)(const SFX(ctx_t) *c, i64 i, R *p, R *l, int n, int tb, i64 b0,
+                            int par, int tid, int do_lam, double *gtheta, i64 P) {
+    const gate_t *g = &c->gates[i];
+    if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0 &&
+        (QD_VEC || g->special[0] <= 7 || par > 1)) {
+        SFX(fused_step)(c, i, p, l, n, tb, b0, par, tid, do_lam, gtheta, P);
+        return;
+    }
+    SFX(apply_tile)(p, n, tb, c, i, b0, 1, par, tid);
+    if (g->tmask_p) SFX(coded_grads)(c, i, p, l, n, tb, b0, par, tid, gtheta, P);
+    if (do_lam) SFX(apply_tile)(l, n, tb, c, i, b0, 1, par, tid);
+}
+
+/* Coded gates order[0], .., order[cnt - 1] (all within ts, in sweep order) of the adjoint
+ * sweep, tile by tile: psi and lam tiles are uncomputed together and every trainable angle's
+ * overlap is summed over the tiles (the overlap of a gate is a sum over all amplitudes, so its
+ * tile parts add up); with last, lam is not uncomputed through the run's last gate (the last
+ * of the sweep). */
+static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, const i64 *order, int cnt,
+                              const tileset_t *ts, R *psi, R *lam, int n, i64 b, int par,
+                              int tid, int last, double *gtheta, i64 P) {
     int nthr = par > 1 ? par : 1;
     gate_t *loc = (gate_t *)malloc(sizeof(gate_t) * (size_t)cnt);
     const R **us = (const R **)malloc(sizeof(R *) * (size_t)cnt);
@@ -1391,9 +1431,9 @@ static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, i64 i_hi, int cnt, const tile
         return QD_ENOMEM;
     }
     for (int q = 0; q < cnt; q++) {
-        const gate_t *g = &c->gates[i_hi - q];
+        const gate_t *g = &c->gates[order[q]];
         relocate(g, ts, &loc[q]);
-        us[q] = SFX(gate_data)(c, i_hi - q, b, tid, g->tmask_p != 0);
+        us[q] = SFX(gate_data)(c, order[q], b, tid, g->tmask_p != 0);
         if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0) {
             SFX(effective)(g, us[q], 1, vs + 8 * q);  /* U^dag */
             for (int j = 0; j < g->np; j++)
@@ -1415,7 +1455,7 @@ static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, i64 i_hi, int cnt, const tile
         }
         for (int q = 0; q < cnt; q++) {
             const gate_t *g = &loc[q];
-            int do_lam = i_hi - q > lo, train = g->tmask_p;
+            int do_lam = !(last && q == cnt - 1), train = g->tmask_p;
             if (train && g->kind == K_DENSE && g->k == 1 && g->cmask == 0) {
                 SFX(adjoint_step_1q)(pb, lb, tb, g->special[0], vs + 8 * q, do_lam, m8, 1);
                 for (int j = 0; j < g->np; j++)
@@ -1439,7 +1479,7 @@ static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, i64 i_hi, int cnt, const tile
         }
     }
     for (int q = 0; q < cnt; q++) {
-        const gate_t *g = &c->gates[i_hi - q];
+        const gate_t *g = &c->gates[order[q]];
         for (int j = 0; j < g->np; j++)
             if ((g->tmask_p >> j) & 1) {
                 double sum = 0;
@@ -1515,18 +1555,36 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
         double *m = c.scr[tid].m;
         i64 s = nslots - 1;
         int tiled = !slots && tb == 0 && n >= TILE_MIN_N && c.tbuf;
-        for (i64 i = nops - 1; i >= lo; i--) {
-            if (tiled) {
-                tileset_t ts = {0, {0}};
-                i64 j = i;
-                while (j >= lo && tile_add(&ts, &gates[j])) j--;
-                if (i - j >= 2 &&
-                    SFX(adjoint_tiles)(&c, i, (int)(i - j), &ts, p, l, n, b0, par, tid, lo,
-                                       a->gtheta, P) == QD_OK) {
-                    i = j + 1;  /* the loop's i-- moves on to gate j */
+        if (tiled) {  /* runs of gates in cache tiles, scheduled across commuting gates */
+            const i64 nsw = nops - lo;
+            i64 left = nsw, t = 0;
+            char *done = (char *)calloc((size_t)(nops + 1), 1);
+            i64 *order = (i64 *)malloc(sizeof(i64) * (size_t)(nsw + 1));
+            while (done && order && t < nsw) {
+                i64 i = nops - 1 - t;
+                if (done[i]) { t++; continue; }
+                tileset_t ts;
+                int cnt = SFX(tile_schedule)(&c, t, nsw, nops, 1, done, order, &ts, n);
+                if (cnt >= 2) {
+                    left -= cnt;
+                    if (SFX(adjoint_tiles)(&c, order, cnt, &ts, p, l, n, b0, par, tid, left == 0,
+                                           a->gtheta, P) != QD_OK)
+                        for (int q = 0; q < cnt; q++)  /* no memory for a run: gate by gate */
+                            SFX(coded_step)(&c, order[q], p, l, n, 0, b0, par, tid,
+                                            left > 0 || q < cnt - 1, a->gtheta, P);
                     continue;
                 }
+                if (cnt == 1) i = order[0];
+                done[i] = 1;
+                left--;
+                SFX(coded_step)(&c, i, p, l, n, 0, b0, par, tid, left > 0, a->gtheta, P);
             }
+            int ran = done && order;
+            free(done);
+            free(order);
+            if (ran) continue;
+        }
+        for (i64 i = nops - 1; i >= lo; i--) {
             const gate_t *g = &gates[i];
             if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0 &&
                 (QD_VEC || g->special[0] <= 7 || par > 1)) {
