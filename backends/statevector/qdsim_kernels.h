@@ -100,8 +100,31 @@ static void SFX(diag_1q_part)(R *restrict s, int p, const R *u, i64 j0, i64 j1, 
 }
 
 /* A one-qubit gate on bit p of 2^nbits amplitudes, split over par threads for a large state. */
+#if QD_VEC
+static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
+                                i64 e1);
+#define VDENSE_OK(w) ((w) >= 64 / (i64)sizeof(R))
+#else
+#define VDENSE_OK(w) 0
+#endif
+
 static void SFX(one_qubit_low)(R *s, int nbits, int p, const R *u, int diag, int par) {
     const i64 nblk = (i64)1 << (nbits - 1 - p), w = (i64)2 << p;
+#if QD_VEC
+    if (!diag && VDENSE_OK(w)) {  /* halves of at least one vector: the vector kernel */
+        if (par > 1 && nbits >= PAR_MIN_BITS) {
+#pragma omp parallel num_threads(par)
+            {
+                i64 j0, j1, e0, e1;
+                split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
+                SFX(vdense_1q_part)(s, w, u, j0, j1, e0, e1);
+            }
+            return;
+        }
+        SFX(vdense_1q_part)(s, w, u, 0, nblk, 0, w);
+        return;
+    }
+#endif
     if (par > 1 && nbits >= PAR_MIN_BITS) {
 #pragma omp parallel num_threads(par)
         {
@@ -522,6 +545,27 @@ static inline __attribute__((always_inline)) void SFX(vstep_blocks)(
         }
     }
     SFX(vflush)(da, acc);
+}
+
+/* A dense one-qubit gate u on halves of w >= VL reals: blocks [j0, j1), reals [e0, e1) of
+ * each half (multiples of VL). */
+static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
+                                i64 e1) {
+    SFX(vv) V[8];
+    for (int k = 0; k < 4; k++)
+        for (int l = 0; l < VL; l++) {
+            V[2 * k][l] = u[2 * k];
+            V[2 * k + 1][l] = (l & 1) ? u[2 * k + 1] : -u[2 * k + 1];
+        }
+    for (i64 j = j0; j < j1; j++) {
+        R *restrict x = s + 2 * w * j, *restrict y = x + w;
+        for (i64 e = e0; e < e1; e += VL) {
+            SFX(vv) a0 = SFX(vvld)(x + e), a1 = SFX(vvld)(y + e);
+            SFX(vv) s0 = SHUF(a0, VX1), s1 = SHUF(a1, VX1);
+            SFX(vvst)(x + e, V[0] * a0 + V[1] * s0 + V[2] * a1 + V[3] * s1);
+            SFX(vvst)(y + e, V[4] * a0 + V[5] * s0 + V[6] * a1 + V[7] * s1);
+        }
+    }
 }
 
 /* lane path: w = 2 << p < VL reals, groups [g0, g1) of VL reals */
