@@ -67,3 +67,32 @@ def test_fused_steps_match_torch_sweep(n, batch, cdtype, threads, tiles, monkeyp
     start = torch.zeros(batch, 2 ** n, dtype=torch.complex128)
     start[:, 0] = 1
     assert torch.allclose(back.to(torch.complex128), start, atol=10 * tol)
+
+
+@pytest.mark.parametrize("n", [12, 13, 16])
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+def test_threads_product_prefix_and_z_word_lam_match_torch(n, cdtype):
+    """Two threads on one state: the leading product of one-qubit gates written as high-bit
+    times low-bit factors, lam = (Z-word diagonal) * psi formed block by block."""
+    c = _circuit(n)
+    rot = [Operation(G["rx" if w % 2 else "ry"], (w,), (0.1 + 0.3 * w,)) for w in range(n)]
+    c = Circuit(n, tuple(rot) + c.operations, num_params=c.num_params)
+    c = c.with_measurements(tuple(qd.expval(qd.Z(w)) for w in (0, n // 2, n - 1)))
+    g = torch.Generator().manual_seed(n)
+    theta = (torch.rand(1, c.num_params, dtype=torch.float64, generator=g) - 0.5) * 6
+    cot = torch.randn(1, 3, dtype=torch.float64, generator=g)
+    trainable = [True] * c.num_params
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with torch.no_grad():
+            state = simulate(c, theta, cdtype=cdtype)
+            ours = adjoint_vjp(c, theta, state.clone(), cot, trainable)
+    finally:
+        torch.set_num_threads(old)
+    with torch.no_grad(), native.disabled():
+        ref_state = simulate(c, theta, cdtype=torch.complex128)
+        ref = adjoint_vjp(c, theta, ref_state.clone(), cot, trainable)
+    tol = 1e-10 if cdtype == torch.complex128 else 2e-4
+    assert torch.allclose(state.to(torch.complex128), ref_state, atol=tol / 4)
+    torch.testing.assert_close(ours.double(), ref, atol=tol, rtol=tol)

@@ -1308,7 +1308,8 @@ static i64 SFX(product_prefix)(const SFX(ctx_t) *c, i64 nops, int n) {
     return e >= 2 && n >= 2 ? e : 0;
 }
 
-static void SFX(write_product)(R *st, int n, const SFX(ctx_t) *c, i64 pe, i64 b, int tid) {
+static void SFX(write_product)(R *st, int n, const SFX(ctx_t) *c, i64 pe, i64 b, int tid,
+                               int par) {
     double v[QD_MAXN][4];
     for (int p = 0; p < n; p++) { v[p][0] = 1; v[p][1] = 0; v[p][2] = 0; v[p][3] = 0; }
     for (i64 i = 0; i < pe; i++) {
@@ -1328,6 +1329,42 @@ static void SFX(write_product)(R *st, int n, const SFX(ctx_t) *c, i64 pe, i64 b,
             v[p][1] = u[0] * a0i + u[1] * a0r + u[2] * a1i + u[3] * a1r;
             v[p][2] = u[4] * a0r - u[5] * a0i + u[6] * a1r - u[7] * a1i;
             v[p][3] = u[4] * a0i + u[5] * a0r + u[6] * a1i + u[7] * a1r;
+        }
+    }
+    if (par > 1 && n >= PAR_MIN_BITS) {  /* high-bit factor times low-bit factor, in parallel */
+        const int nl = n / 2, nh = n - nl;
+        double *hf = (double *)malloc(sizeof(double) * 2 * (((size_t)1 << nh) + ((size_t)1 << nl)));
+        if (hf) {
+            double *lf = hf + ((size_t)2 << nh);
+            for (int half = 0; half < 2; half++) {
+                double *f = half ? lf : hf;
+                int top = half ? nl - 1 : n - 1, bottom = half ? 0 : nl;
+                i64 len = 1;
+                f[0] = 1;
+                f[1] = 0;
+                for (int p = top; p >= bottom; p--) {
+                    for (i64 j = len - 1; j >= 0; j--) {
+                        double xr = f[2 * j], xi = f[2 * j + 1];
+                        f[4 * j] = xr * v[p][0] - xi * v[p][1];
+                        f[4 * j + 1] = xr * v[p][1] + xi * v[p][0];
+                        f[4 * j + 2] = xr * v[p][2] - xi * v[p][3];
+                        f[4 * j + 3] = xr * v[p][3] + xi * v[p][2];
+                    }
+                    len *= 2;
+                }
+            }
+            const i64 nlow = (i64)1 << nl;
+#pragma omp parallel for num_threads(par) schedule(static)
+            for (i64 h = 0; h < ((i64)1 << nh); h++) {
+                const double hr = hf[2 * h], hi = hf[2 * h + 1];
+                R *o = st + 2 * (h << nl);
+                for (i64 l = 0; l < nlow; l++) {
+                    o[2 * l] = (R)(hr * lf[2 * l] - hi * lf[2 * l + 1]);
+                    o[2 * l + 1] = (R)(hr * lf[2 * l + 1] + hi * lf[2 * l]);
+                }
+            }
+            free(hf);
+            return;
         }
     }
     st[0] = 1;
@@ -1368,7 +1405,7 @@ static int SFX(run)(qd_run_args *a) {
      * written directly */
     i64 pe = a->from_zero && !dag ? SFX(product_prefix)(&c, nops, n) : 0;
     if (B == 1) {  /* one state: the kernels split it over the threads */
-        if (pe) SFX(write_product)(states, n, &c, pe, 0, 0);
+        if (pe) SFX(write_product)(states, n, &c, pe, 0, 0, nthreads);
         SFX(run_one)(states, n, &c, us, nops, 0, dag, nthreads, 0, pe);
         ntiles = 0;
     }
@@ -1380,7 +1417,7 @@ static int SFX(run)(qd_run_args *a) {
         R *st = states + 2 * N * b0;
         if (pe)
             for (i64 t = 0; t < ((i64)1 << tb); t++)
-                SFX(write_product)(st + 2 * N * t, n, &c, pe, b0 + t, tid);
+                SFX(write_product)(st + 2 * N * t, n, &c, pe, b0 + t, tid, 1);
         if (tb == 0) {
             SFX(run_one)(st, n, &c, us + (nops + 1) * tid, nops, b0, dag, 1, tid, pe);
         } else {
@@ -1537,11 +1574,16 @@ static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, const i64 *order, int cnt,
 
 /* ldiag: lam = ldiag * psi (a real diagonal per binding, e.g. a sum of Z words), formed in
  * this thread's scratch together with a copy of psi, which stays untouched. */
-static void SFX(diag_lam)(const R *src, const R *dg, R *sp, R *sl, i64 amps) {
-    memcpy(sp, src, sizeof(R) * 2 * (size_t)amps);
-    for (i64 x = 0; x < amps; x++) {
-        sl[2 * x] = dg[x] * src[2 * x];
-        sl[2 * x + 1] = dg[x] * src[2 * x + 1];
+static void SFX(diag_lam)(const R *src, const R *dg, R *sp, R *sl, i64 amps, int par) {
+    const i64 blk = (i64)1 << 14, nblk = (amps + blk - 1) / blk;
+#pragma omp parallel for if (par > 1 && nblk > 1) num_threads(par) schedule(static)
+    for (i64 k = 0; k < nblk; k++) {
+        i64 x0 = k * blk, x1 = x0 + blk < amps ? x0 + blk : amps;
+        memcpy(sp + 2 * x0, src + 2 * x0, sizeof(R) * 2 * (size_t)(x1 - x0));
+        for (i64 x = x0; x < x1; x++) {
+            sl[2 * x] = dg[x] * src[2 * x];
+            sl[2 * x + 1] = dg[x] * src[2 * x + 1];
+        }
     }
 }
 
@@ -1592,7 +1634,7 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
         R *p = psi + 2 * N * b0, *l = lam ? lam + 2 * N * b0 : 0;
         if (ldiag) {
             R *sp = scratch + (i64)4 * tile_amps * tid;
-            SFX(diag_lam)(p, ldiag + N * b0, sp, sp + 2 * tile_amps, N << tb);
+            SFX(diag_lam)(p, ldiag + N * b0, sp, sp + 2 * tile_amps, N << tb, par);
             p = sp;
             l = sp + 2 * tile_amps;
         }
