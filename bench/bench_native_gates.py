@@ -11,7 +11,13 @@ n-2) for CNOT (control, target) and the second of them for one-qubit gates. The 
 into larger matrices before simulating (its figures include that), and its Python front end
 translates the circuit on every call, which the empty circuit does not fully remove at small n.
 
-    OMP_NUM_THREADS=1 python bench/bench_native_gates.py [--sizes 16 20 22] [--runs 3]
+``--one-pass``: the cost of ONE pass of one gate for everyone: circuits of a single gate
+(``--gates`` is ignored), qsim with ``max_fused_gate_size=1`` and Aer with
+``fusion_enable=False`` (qdiff runs a single gate in place, one pass, whatever its settings).
+Without it, ``--gates`` copies measure what each simulator makes of a run of equal gates
+(qsim and Aer fuse them, qdiff shares memory passes in cache tiles).
+
+    OMP_NUM_THREADS=1 python bench/bench_native_gates.py [--sizes 16 20 22] [--runs 3] [--one-pass]
 """
 from __future__ import annotations
 
@@ -41,13 +47,19 @@ def ops_for(gate, bits, count):
     return [(gate, (bits[1],), GATES[gate])] * count
 
 
-def one_round(n, sims, count, reps, out):
+def make(name, n, ops, cdtype, fuse):
+    if not fuse and name in ("qsim", "aer"):
+        return MAKERS[name](n, ops, cdtype, fuse=False)
+    return MAKERS[name](n, ops, cdtype)
+
+
+def one_round(n, sims, count, reps, out, fuse=True):
     for dt, cdtype in DTYPES.items():
         for name in sims[dt]:
-            empty = cpu_time(MAKERS[name](n, [], cdtype), reps)
+            empty = cpu_time(make(name, n, [], cdtype, fuse), reps)
             for gate in GATES:
                 for where, bits in placements(n).items():
-                    t = cpu_time(MAKERS[name](n, ops_for(gate, bits, count), cdtype), reps)
+                    t = cpu_time(make(name, n, ops_for(gate, bits, count), cdtype, fuse), reps)
                     out.setdefault((n, dt, gate, where, name), []).append(
                         max(t - empty, 0.0) / count)
 
@@ -58,17 +70,22 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--gates", type=int, default=20)
+    ap.add_argument("--one-pass", action="store_true",
+                    help="one gate per circuit, peers' fusion off: the cost of one pass")
     args = ap.parse_args()
+    count = 1 if args.one_pass else args.gates
     torch.set_num_threads(1)
     sims = {dt: ["qdiff"] + [p for p in ("qulacs", "qsim", "lightning", "aer")
                              if available(p, cd)] for dt, cd in DTYPES.items()}
     bw = copy_bandwidth()
     print(f"{datetime.date.today()}  torch {torch.__version__}, 1 thread; copy bandwidth "
-          f"{bw / 1e9:.1f} GB/s; simulators: {sims}")
+          f"{bw / 1e9:.1f} GB/s; simulators: {sims}; "
+          + ("one pass (one gate per circuit, fusion off)" if args.one_pass
+             else f"{count} copies per circuit, fusion on"))
     out = {}
     for r in range(args.runs):
         for n in args.sizes:
-            one_round(n, sims, args.gates, args.reps, out)
+            one_round(n, sims, count, args.reps, out, fuse=not args.one_pass)
         print(f"round {r + 1}/{args.runs} done", file=sys.stderr, flush=True)
     for dt in DTYPES:
         peers = [s for s in sims[dt] if s != "qdiff"]

@@ -4,7 +4,11 @@ gradient of sum_i <Z_i> (forward + backward through torch), complex128 and compl
 
 Each round measures every configuration with 1 and then 2 threads back to back (median of
 ``--reps``); the speed-up is the same-round ratio, reported as the median and range over
-``--runs`` rounds. On a machine shared with other work, two threads only help when two cores
+``--runs`` rounds. Beside it, measures that another process's load does not distort as much:
+the CPU efficiency at 2 threads (process CPU time / (wall time x 2): 1.0 when both threads
+compute all the time, lower when one waits at a barrier or for a core) and the work ratio
+(CPU time with 2 threads / with 1: above 1.0 is work the split adds, spinning included);
+2 x work ratio^-1 x efficiency is the speed-up two free cores would give. On a machine shared with other work, two threads only help when two cores
 are free: the load average at the start and end is printed. The kernels share torch's GNU
 OpenMP runtime, whose threads spin at barriers: on a busy machine run with a short spin
 (``GOMP_SPINCOUNT=10000``, read when torch starts), as the command below does.
@@ -18,16 +22,29 @@ import datetime
 import os
 import statistics
 import sys
+import time
 import warnings
 
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from native_peers import make_qdiff, sel_ops, wall_time  # noqa: E402
+from native_peers import make_qdiff, sel_ops  # noqa: E402
 from bench_native_sel import grad_qdiff  # noqa: E402
 
 warnings.filterwarnings("ignore")
 DTYPES = {"c128": torch.complex128, "c64": torch.complex64}
+
+
+def times(fn, reps):
+    """Medians of (wall, process CPU) time of ``fn()`` over ``reps`` calls after a warm-up."""
+    fn()
+    walls, cpus = [], []
+    for _ in range(reps):
+        w, c = time.perf_counter(), time.process_time()
+        fn()
+        walls.append(time.perf_counter() - w)
+        cpus.append(time.process_time() - c)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def one_round(n, reps, out):
@@ -38,7 +55,7 @@ def one_round(n, reps, out):
             ts = []
             for t in (1, 2):
                 torch.set_num_threads(t)
-                ts.append(wall_time(fn, reps))
+                ts.append(times(fn, reps))
             out.setdefault((n, dt, what), []).append(ts)
     torch.set_num_threads(1)
 
@@ -58,16 +75,22 @@ def main():
             one_round(n, args.reps, out)
         print(f"round {r + 1}/{args.runs} done", file=sys.stderr, flush=True)
     print(f"load average at end {os.getloadavg()[0]:.1f}\n")
-    print("| n | dtype | run | 1 thread (ms) | 2 threads (ms) | speed-up, median [range] |")
-    print("|---|---|---|---|---|---|")
+    print("| n | dtype | run | 1 thread (ms) | 2 threads (ms) | speed-up, median [range] | "
+          "CPU efficiency at 2 | work ratio 2/1 |")
+    print("|---|---|---|---|---|---|---|---|")
     for n in args.sizes:
         for dt in DTYPES:
             for what in ("forward", "adjoint"):
                 rows = out[(n, dt, what)]
-                sp = [a / b for a, b in rows]
-                print(f"| {n} | {dt} | {what} | {statistics.median(r[0] for r in rows) * 1e3:.4g}"
-                      f" | {statistics.median(r[1] for r in rows) * 1e3:.4g} | "
-                      f"{statistics.median(sp):.2f} [{min(sp):.2f}-{max(sp):.2f}] |")
+                sp = [a[0] / b[0] for a, b in rows]
+                eff = [b[1] / (2 * b[0]) for a, b in rows]
+                work = [b[1] / a[1] for a, b in rows]
+                print(f"| {n} | {dt} | {what} | "
+                      f"{statistics.median(r[0][0] for r in rows) * 1e3:.4g} | "
+                      f"{statistics.median(r[1][0] for r in rows) * 1e3:.4g} | "
+                      f"{statistics.median(sp):.2f} [{min(sp):.2f}-{max(sp):.2f}] | "
+                      f"{statistics.median(eff):.2f} [{min(eff):.2f}-{max(eff):.2f}] | "
+                      f"{statistics.median(work):.2f} [{min(work):.2f}-{max(work):.2f}] |")
 
 
 if __name__ == "__main__":

@@ -126,7 +126,7 @@ def make_qulacs(n: int, ops, cdtype=torch.complex128):
     return run
 
 
-def make_qsim(n: int, ops, cdtype=torch.complex64):
+def make_qsim(n: int, ops, cdtype=torch.complex64, fuse: bool = True):
     import cirq
     import qsimcirq
     if cdtype != torch.complex64:
@@ -143,7 +143,10 @@ def make_qsim(n: int, ops, cdtype=torch.complex64):
         else:
             moments.append(cirq.CNOT(wire(bits[0]), wire(bits[1])))
     circuit = cirq.Circuit(moments)
-    sim = qsimcirq.QSimSimulator(qsimcirq.QSimOptions(cpu_threads=torch.get_num_threads()))
+    opts = dict(cpu_threads=torch.get_num_threads())
+    if not fuse:  # gates stay one matrix each (one-qubit gates on one qubit may still merge)
+        opts["max_fused_gate_size"] = 1
+    sim = qsimcirq.QSimSimulator(qsimcirq.QSimOptions(**opts))
     return lambda: sim.simulate(circuit, qubit_order=q)
 
 
@@ -166,23 +169,21 @@ def make_lightning(n: int, ops, cdtype=torch.complex128):
     return circuit
 
 
-def make_aer(n: int, ops, cdtype=torch.complex128):
+def make_aer(n: int, ops, cdtype=torch.complex128, fuse: bool = True):
     from qiskit import QuantumCircuit
     from qiskit_aer import AerSimulator
     qc = QuantumCircuit(n)
     for name, bits, a in ops:
         if name == "rx":
             qc.rx(a[0], bits[0])
-        elif name == "rot":
-            qc.rz(a[0], bits[0])
-            qc.ry(a[1], bits[0])
-            qc.rz(a[2], bits[0])
+        elif name == "rot":  # RZ(omega) RY(theta) RZ(phi) as one U gate up to a phase
+            qc.u(a[1], a[0], a[2], bits[0])
         else:
             qc.cx(bits[0], bits[1])
     qc.save_statevector()
     sim = AerSimulator(method="statevector", max_parallel_threads=torch.get_num_threads(),
                        precision="double" if cdtype == torch.complex128 else "single",
-                       fusion_enable=True)
+                       fusion_enable=fuse)
     return lambda: sim.run(qc, shots=1).result()
 
 

@@ -43,6 +43,19 @@
 
 typedef int64_t i64;
 
+/* Vector extensions (GCC >= 12, clang): kernels that permute amplitudes inside a vector
+ * register are written with constant shuffles; other compilers get the scalar loops. */
+#ifndef QD_VEC
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_shufflevector)
+#define QD_VEC 1
+#endif
+#endif
+#endif
+#ifndef QD_VEC
+#define QD_VEC 0
+#endif
+
 #define MAXK QD_MAXK
 #define CHUNK_BITS 12
 #define TILE_BITS 10
@@ -449,9 +462,9 @@ static void share(i64 count, int t, int nt, i64 *lo, i64 *hi) {
 
 /* The part of a one-qubit block loop (nblk blocks of two halves of w reals) for thread t of
  * nt: whole blocks [j0, j1) when there are enough blocks, else the reals [e0, e1) of every
- * half block (multiples of 8: the lane accumulators stay aligned). */
+ * half block (multiples of 16: the vector accumulators stay aligned). */
 static void split_1q(i64 nblk, i64 w, int t, int nt, i64 *j0, i64 *j1, i64 *e0, i64 *e1) {
-    if (nblk >= nt || w < 8 * (i64)nt) {
+    if (nblk >= nt || w < 16 * (i64)nt) {
         if (nblk >= nt) share(nblk, t, nt, j0, j1);
         else { *j0 = 0; *j1 = t == 0 ? nblk : 0; }
         *e0 = 0;
@@ -459,11 +472,11 @@ static void split_1q(i64 nblk, i64 w, int t, int nt, i64 *j0, i64 *j1, i64 *e0, 
         return;
     }
     i64 a, b;
-    share(w / 8, t, nt, &a, &b);
+    share(w / 16, t, nt, &a, &b);
     *j0 = 0;
     *j1 = nblk;
-    *e0 = 8 * a;
-    *e1 = 8 * b;
+    *e0 = 16 * a;
+    *e1 = 16 * b;
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -552,18 +565,22 @@ static i64 make_tiles(int n, i64 B, tile_t *out) {
 /* the kernels, once per precision                                                            */
 
 #define R double
+#define RBYTES 8
 #define SFX(name) name##_c128
 #define RSIZE sizeof(double)
 #include "qdsim_kernels.h"
 #undef R
+#undef RBYTES
 #undef SFX
 #undef RSIZE
 
 #define R float
+#define RBYTES 4
 #define SFX(name) name##_c64
 #define RSIZE sizeof(float)
 #include "qdsim_kernels.h"
 #undef R
+#undef RBYTES
 #undef SFX
 #undef RSIZE
 

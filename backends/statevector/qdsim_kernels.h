@@ -100,8 +100,31 @@ static void SFX(diag_1q_part)(R *restrict s, int p, const R *u, i64 j0, i64 j1, 
 }
 
 /* A one-qubit gate on bit p of 2^nbits amplitudes, split over par threads for a large state. */
+#if QD_VEC
+static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
+                                i64 e1);
+#define VDENSE_OK(w) ((w) >= 64 / (i64)sizeof(R))
+#else
+#define VDENSE_OK(w) 0
+#endif
+
 static void SFX(one_qubit_low)(R *s, int nbits, int p, const R *u, int diag, int par) {
     const i64 nblk = (i64)1 << (nbits - 1 - p), w = (i64)2 << p;
+#if QD_VEC
+    if (!diag && VDENSE_OK(w)) {  /* halves of at least one vector: the vector kernel */
+        if (par > 1 && nbits >= PAR_MIN_BITS) {
+#pragma omp parallel num_threads(par)
+            {
+                i64 j0, j1, e0, e1;
+                split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
+                SFX(vdense_1q_part)(s, w, u, j0, j1, e0, e1);
+            }
+            return;
+        }
+        SFX(vdense_1q_part)(s, w, u, 0, nblk, 0, w);
+        return;
+    }
+#endif
     if (par > 1 && nbits >= PAR_MIN_BITS) {
 #pragma omp parallel num_threads(par)
         {
@@ -157,6 +180,47 @@ static void SFX(lane_coeffs)(const gate_t *g, const R *u, int p, R *A, R *B, R *
 #define LANE_FULL(P) A[e] * v[e] + B[e] * v[e ^ 1] + C[e] * v[e ^ (P)] + D[e] * v[e ^ (P) ^ 1]
 #define LANE_DIAG A[e] * v[e] + B[e] * v[e ^ 1]
 
+#if QD_VEC
+/* The same with the group as one vector of 16 reals and the partners as constant shuffles
+ * (the loop above stays scalar: the compiler does not see the permutations). */
+typedef R SFX(v16) __attribute__((vector_size(16 * sizeof(R))));
+static inline SFX(v16) SFX(vld)(const R *p) { SFX(v16) v; memcpy(&v, p, sizeof v); return v; }
+static inline void SFX(vst)(R *p, SFX(v16) v) { memcpy(p, &v, sizeof v); }
+#define LANE_VBODY(EXPR)                                                                       \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        i64 G = j;                                                                             \
+        for (int q = 0; q < nh; q++)                                                           \
+            G = ((G >> hb[q]) << (hb[q] + 1)) | ((i64)1 << hb[q]) | (G & (((i64)1 << hb[q]) - 1)); \
+        R *v_ = s + 16 * G;                                                                    \
+        SFX(v16) v, t;                                                                         \
+        memcpy(&v, v_, sizeof v);                                                              \
+        t = EXPR;                                                                              \
+        memcpy(v_, &t, sizeof t);                                                              \
+    }
+#define SHUF(v, ...) __builtin_shufflevector(v, v, __VA_ARGS__)
+#define LX1 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14
+#define LX2 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13
+#define LX3 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12
+#define LX4 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11
+#define LX5 5, 4, 7, 6, 1, 0, 3, 2, 13, 12, 15, 14, 9, 8, 11, 10
+#define LX8 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7
+#define LX9 9, 8, 11, 10, 13, 12, 15, 14, 1, 0, 3, 2, 5, 4, 7, 6
+static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, const R *B_,
+                           const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
+    SFX(v16) A, B, C, D;
+    memcpy(&A, A_, sizeof A); memcpy(&B, B_, sizeof B);
+    memcpy(&C, C_, sizeof C); memcpy(&D, D_, sizeof D);
+    if (diag) {
+        LANE_VBODY(A * v + B * SHUF(v, LX1));
+        return;
+    }
+    switch (p) {
+    case 0: LANE_VBODY(A * v + B * SHUF(v, LX1) + C * SHUF(v, LX2) + D * SHUF(v, LX3)); break;
+    case 1: LANE_VBODY(A * v + B * SHUF(v, LX1) + C * SHUF(v, LX4) + D * SHUF(v, LX5)); break;
+    default: LANE_VBODY(A * v + B * SHUF(v, LX1) + C * SHUF(v, LX8) + D * SHUF(v, LX9)); break;
+    }
+}
+#else
 static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A, const R *B, const R *C,
                            const R *D, const int *hb, int nh, i64 j0, i64 j1) {
     if (diag) {  /* diagonal: no partner terms */
@@ -169,6 +233,8 @@ static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A, const R *
     default: LANE_BODY(8, LANE_FULL(8)); break;
     }
 }
+
+#endif
 
 static void SFX(lane_1q)(R *s, int nbits, const gate_t *g, const R *u, int par) {
     int p = __builtin_ctzll((unsigned long long)g->tmask), hb[64], nh = 0;
@@ -403,6 +469,224 @@ static void SFX(apply_range)(R *st, int nbits, const gate_t *g, const R *u_in, i
 /* ---------------------------------------------------------------------------------------- */
 /* overlaps <lam| . |psi> for the adjoint sweep                                               */
 
+#if QD_VEC
+/* The same step with vectors of VL reals (64 bytes: 16 floats or 8 doubles) and constant
+ * shuffles, and (complex64) the overlap sums kept in single precision for at most STEP_FLUSH
+ * vectors per lane before they are added to double sums: the whole step then runs at the
+ * width of the data.
+ *  Halves of w >= VL reals (block path): a0, a1 are VL reals of each half;
+ *  w < VL (lane path): a vector holds whole blocks, the partner of lane e is lane e ^ w.
+ * Sums: r_rc += l_r * a_c and i_rc += l_r * swap(a_c) (swap: re <-> im), so that
+ * Re M[r][c] = sum of r_rc over the lanes and Im M[r][c] = even minus odd lanes of i_rc. */
+#if RBYTES == 4
+#define VL 16
+#define VX1 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14
+#define VX2 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13
+#define VX3 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12
+#define VX4 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11
+#define VX5 5, 4, 7, 6, 1, 0, 3, 2, 13, 12, 15, 14, 9, 8, 11, 10
+#define VX8 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7
+#define VX9 9, 8, 11, 10, 13, 12, 15, 14, 1, 0, 3, 2, 5, 4, 7, 6
+#define STEP_FLUSH 64
+#else
+#define VL 8
+#define VX1 1, 0, 3, 2, 5, 4, 7, 6
+#define VX2 2, 3, 0, 1, 6, 7, 4, 5
+#define VX3 3, 2, 1, 0, 7, 6, 5, 4
+#define VX4 4, 5, 6, 7, 0, 1, 2, 3
+#define VX5 5, 4, 7, 6, 1, 0, 3, 2
+#define STEP_FLUSH (1 << 30)
+#endif
+typedef R SFX(vv) __attribute__((vector_size(VL * sizeof(R))));
+typedef struct { double d[8][VL]; } SFX(vacc_t);
+
+static inline SFX(vv) SFX(vvld)(const R *p) { SFX(vv) v; memcpy(&v, p, sizeof v); return v; }
+static inline void SFX(vvst)(R *p, SFX(vv) v) { memcpy(p, &v, sizeof v); }
+
+static inline __attribute__((always_inline)) void SFX(vflush)(SFX(vacc_t) *da, SFX(vv) *acc) {
+    for (int k = 0; k < 8; k++) {
+        for (int l = 0; l < VL; l++) da->d[k][l] += (double)acc[k][l];
+        acc[k] = (SFX(vv)){0};
+    }
+}
+
+/* block path: halves of w >= VL reals, blocks [j0, j1), reals [e0, e1) of each half
+ * (multiples of 16); upd: 0 sums only, 1 also psi <- V psi, 2 also lam <- V lam */
+static inline __attribute__((always_inline)) void SFX(vstep_blocks)(
+        R *restrict psi, R *restrict lam, i64 w, const R *v, int upd, i64 j0, i64 j1, i64 e0,
+        i64 e1, SFX(vacc_t) *da) {
+    SFX(vv) acc[8], V[8];
+    for (int k = 0; k < 8; k++) acc[k] = (SFX(vv)){0};
+    for (int k = 0; k < 4; k++)
+        for (int l = 0; l < VL; l++) {
+            V[2 * k][l] = v[2 * k];
+            V[2 * k + 1][l] = (l & 1) ? v[2 * k + 1] : -v[2 * k + 1];
+        }
+    int cnt = 0;
+    for (i64 j = j0; j < j1; j++) {
+        R *restrict lx = lam + 2 * w * j, *restrict ly = lx + w;
+        R *restrict px = psi + 2 * w * j, *restrict py = px + w;
+        for (i64 e = e0; e < e1; e += VL) {
+            SFX(vv) a0 = SFX(vvld)(px + e), a1 = SFX(vvld)(py + e);
+            SFX(vv) l0 = SFX(vvld)(lx + e), l1 = SFX(vvld)(ly + e);
+            SFX(vv) s0 = SHUF(a0, VX1), s1 = SHUF(a1, VX1);
+            acc[0] += l0 * a0; acc[1] += l0 * s0; acc[2] += l0 * a1; acc[3] += l0 * s1;
+            acc[4] += l1 * a0; acc[5] += l1 * s0; acc[6] += l1 * a1; acc[7] += l1 * s1;
+            if (upd >= 1) {
+                SFX(vvst)(px + e, V[0] * a0 + V[1] * s0 + V[2] * a1 + V[3] * s1);
+                SFX(vvst)(py + e, V[4] * a0 + V[5] * s0 + V[6] * a1 + V[7] * s1);
+            }
+            if (upd >= 2) {
+                SFX(vv) t0 = SHUF(l0, VX1), t1 = SHUF(l1, VX1);
+                SFX(vvst)(lx + e, V[0] * l0 + V[1] * t0 + V[2] * l1 + V[3] * t1);
+                SFX(vvst)(ly + e, V[4] * l0 + V[5] * t0 + V[6] * l1 + V[7] * t1);
+            }
+            if (++cnt == STEP_FLUSH) { SFX(vflush)(da, acc); cnt = 0; }
+        }
+    }
+    SFX(vflush)(da, acc);
+}
+
+/* A dense one-qubit gate u on halves of w >= VL reals: blocks [j0, j1), reals [e0, e1) of
+ * each half (multiples of VL). */
+static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
+                                i64 e1) {
+    SFX(vv) V[8];
+    for (int k = 0; k < 4; k++)
+        for (int l = 0; l < VL; l++) {
+            V[2 * k][l] = u[2 * k];
+            V[2 * k + 1][l] = (l & 1) ? u[2 * k + 1] : -u[2 * k + 1];
+        }
+    for (i64 j = j0; j < j1; j++) {
+        R *restrict x = s + 2 * w * j, *restrict y = x + w;
+        for (i64 e = e0; e < e1; e += VL) {
+            SFX(vv) a0 = SFX(vvld)(x + e), a1 = SFX(vvld)(y + e);
+            SFX(vv) s0 = SHUF(a0, VX1), s1 = SHUF(a1, VX1);
+            SFX(vvst)(x + e, V[0] * a0 + V[1] * s0 + V[2] * a1 + V[3] * s1);
+            SFX(vvst)(y + e, V[4] * a0 + V[5] * s0 + V[6] * a1 + V[7] * s1);
+        }
+    }
+}
+
+/* lane path: w = 2 << p < VL reals, groups [g0, g1) of VL reals */
+#define VSTEP_LANES(XW, XW1)                                                                   \
+    for (i64 gi = g0; gi < g1; gi++) {                                                         \
+        R *restrict pv = psi + VL * gi, *restrict lv = lam + VL * gi;                          \
+        SFX(vv) a = SFX(vvld)(pv), l = SFX(vvld)(lv);                                          \
+        SFX(vv) sa = SHUF(a, VX1), ap = SHUF(a, XW), sap = SHUF(a, XW1);                       \
+        acc[0] += l * a; acc[1] += l * sa; acc[2] += l * ap; acc[3] += l * sap;                \
+        if (upd >= 1) SFX(vvst)(pv, A * a + B * sa + C * ap + D * sap);                        \
+        if (upd >= 2) {                                                                        \
+            SFX(vv) sl = SHUF(l, VX1), lp = SHUF(l, XW), slp = SHUF(l, XW1);                   \
+            SFX(vvst)(lv, A * l + B * sl + C * lp + D * slp);                                  \
+        }                                                                                      \
+        if (++cnt == STEP_FLUSH) { SFX(vflush)(da, acc); cnt = 0; }                            \
+    }
+
+static inline __attribute__((always_inline)) void SFX(vstep_lanes)(
+        R *restrict psi, R *restrict lam, int p, const R *v, int upd, i64 g0, i64 g1,
+        SFX(vacc_t) *da) {
+    SFX(vv) acc[8], A, B, C, D;
+    for (int k = 0; k < 8; k++) acc[k] = (SFX(vv)){0};
+    const i64 w = (i64)2 << p;
+    for (int l = 0; l < VL; l++) {
+        int y = (l & w) != 0, sg = (l & 1) ? 1 : -1;
+        int own = y ? 3 : 0, part = y ? 2 : 1;  /* V[own half][own], V[own half][partner] */
+        A[l] = v[2 * own]; B[l] = sg * v[2 * own + 1];
+        C[l] = v[2 * part]; D[l] = sg * v[2 * part + 1];
+    }
+    int cnt = 0;
+    switch (p) {
+    case 0: VSTEP_LANES(VX2, VX3); break;
+    case 1: VSTEP_LANES(VX4, VX5); break;
+#if VL == 16
+    default: VSTEP_LANES(VX8, VX9); break;
+#endif
+    }
+    SFX(vflush)(da, acc);
+}
+
+/* The sums of da as M (M00, M01, M10, M11 complex, 8 doubles); lanes: the lane layout of
+ * a target of w reals, else the block layout */
+static void SFX(vsums)(const SFX(vacc_t) *da, int lanes, i64 w, double *out) {
+    for (int e = 0; e < 8; e++) out[e] = 0;
+    if (!lanes) {
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < VL; l++) {
+                out[2 * k] += da->d[2 * k][l];
+                out[2 * k + 1] += (l & 1) ? -da->d[2 * k + 1][l] : da->d[2 * k + 1][l];
+            }
+        return;
+    }
+    for (int l = 0; l < VL; l++) {
+        int y = (l & w) != 0;
+        double im = (l & 1) ? -1.0 : 1.0;
+        int own = y ? 3 : 0, part = y ? 2 : 1;  /* M index (r, c) = (0,0)/(1,1), (0,1)/(1,0) */
+        out[2 * own] += da->d[0][l];
+        out[2 * own + 1] += im * da->d[1][l];
+        out[2 * part] += da->d[2][l];
+        out[2 * part + 1] += im * da->d[3][l];
+    }
+}
+
+/* One part of the vector step (blocks [j0, j1), reals [e0, e1) of each half as split_1q
+ * gives them; for w < VL whole groups of VL reals) into M (8 doubles). */
+static void SFX(vstep_part)(R *psi, R *lam, int p, const R *v, int upd, i64 j0, i64 j1,
+                            i64 e0, i64 e1, double *out) {
+    SFX(vacc_t) da;
+    memset(&da, 0, sizeof da);
+    const i64 w = (i64)2 << p;
+    if (w < VL) {  /* blocks of 2w reals, VL / (2w) of them per group */
+        i64 per = VL / (2 * w);
+        if (upd == 2) SFX(vstep_lanes)(psi, lam, p, v, 2, j0 / per, j1 / per, &da);
+        else if (upd == 1) SFX(vstep_lanes)(psi, lam, p, v, 1, j0 / per, j1 / per, &da);
+        else SFX(vstep_lanes)(psi, lam, p, v, 0, j0 / per, j1 / per, &da);
+    } else {
+        if (upd == 2) SFX(vstep_blocks)(psi, lam, w, v, 2, j0, j1, e0, e1, &da);
+        else if (upd == 1) SFX(vstep_blocks)(psi, lam, w, v, 1, j0, j1, e0, e1, &da);
+        else SFX(vstep_blocks)(psi, lam, w, v, 0, j0, j1, e0, e1, &da);
+    }
+    SFX(vsums)(&da, w < VL, w, out);
+}
+
+/* The vector step over 2^nbits amplitudes (upd as in vstep_blocks), split over par threads
+ * for a large state: whole groups of 64 bytes per thread for w < VL, split_1q otherwise. */
+static void SFX(vstep_all)(R *psi, R *lam, int nbits, int p, const R *v, int upd, double *out,
+                           int par) {
+    const i64 nblk = (i64)1 << (nbits - 1 - p), w = (i64)2 << p;
+    const i64 ngroups = ((i64)2 << nbits) / VL, per = w < VL ? VL / (2 * w) : 1;
+    if (par > 1 && nbits >= PAR_MIN_BITS) {
+        for (int e = 0; e < 8; e++) out[e] = 0;
+#pragma omp parallel num_threads(par)
+        {
+            i64 j0, j1, e0 = 0, e1 = w;
+            double part[8];
+            if (w < VL) {
+                share(ngroups, THREAD_ID, NUM_THREADS, &j0, &j1);
+                j0 *= per;
+                j1 *= per;
+            } else {
+                split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
+            }
+            SFX(vstep_part)(psi, lam, p, v, upd, j0, j1, e0, e1, part);
+#pragma omp critical
+            for (int e = 0; e < 8; e++) out[e] += part[e];
+        }
+        return;
+    }
+    SFX(vstep_part)(psi, lam, p, v, upd, 0, nblk, 0, w, out);
+}
+#undef VL
+#undef VX1
+#undef VX2
+#undef VX3
+#undef VX4
+#undef VX5
+#undef VX8
+#undef VX9
+#undef STEP_FLUSH
+#endif
+
 /* The one-qubit overlap sums of a gate on bit p without controls, in the block layout of
  * dense_1q_part: the sums run over the interleaved reals as real dot products (Re: l * p,
  * Im: l * swapped p with signs), in per-lane double accumulators the compiler keeps in
@@ -464,6 +748,12 @@ static void SFX(overlap_1q_low)(const R *lam, const R *psi, int nbits, int p, in
                                 double *out, int par) {
     const i64 nblk = (i64)1 << (nbits - 1 - p), w = (i64)2 << p;
     double v[8] = {0};
+#if QD_VEC
+    if (nbits >= 4) {  /* the vector step without updates (psi and lam are only read) */
+        const R none[8] = {0};
+        SFX(vstep_all)((R *)psi, (R *)lam, nbits, p, none, 0, v, par);
+    } else
+#endif
     if (par > 1 && nbits >= PAR_MIN_BITS) {
 #pragma omp parallel num_threads(par)
         {
@@ -562,9 +852,16 @@ static void SFX(step_1q_part)(R *restrict psi, R *restrict lam, int p, const R *
     LANES_SUM(out)
 }
 
+
 static void SFX(adjoint_step_1q)(R *psi, R *lam, int nbits, int p, const R *v, int do_lam,
                                  double *out, int par) {
     const i64 nblk = (i64)1 << (nbits - 1 - p), w = (i64)2 << p;
+#if QD_VEC
+    if (nbits >= 4) {  /* vectors of 64 bytes (vstep_part) */
+        SFX(vstep_all)(psi, lam, nbits, p, v, do_lam ? 2 : 1, out, par);
+        return;
+    }
+#endif
     if (par > 1 && nbits >= PAR_MIN_BITS) {
         for (int e = 0; e < 8; e++) out[e] = 0;
 #pragma omp parallel num_threads(par)
@@ -919,13 +1216,33 @@ static void SFX(run_tiles)(R *st, int n, const SFX(ctx_t) *c, const R **us, cons
     free(loc);
 }
 
-/* Gates from position t on (in order, or reversed when dag) that fit one tile set: their
- * count, and the set in ts. */
-static int SFX(tile_extent)(const SFX(ctx_t) *c, i64 t, i64 nops, int dag, tileset_t *ts) {
+/* The next run of a schedule that may reorder gates on disjoint bits (which commute): walking
+ * the gates not yet done (done[i] == 0) at positions [t, tend) (in order, or reversed when
+ * rev: position e is gate e, or nops - 1 - e), a gate joins the run when its bits fit the tile set
+ * and no gate skipped before it shares a bit with it; a gate that does not fit blocks its bits
+ * for the rest of the walk. The run's gates go to order[] (in application order) and are marked
+ * done; returns their count (0: the first pending gate fits no tile set). One memory pass per
+ * run: a layer of one-qubit gates and the entangling gates after it share passes where the
+ * gates' order would split them. */
+static int SFX(tile_schedule)(const SFX(ctx_t) *c, i64 t, i64 tend, i64 nops, int rev,
+                              char *done, i64 *order, tileset_t *ts, int nbits) {
+    const i64 all = nbits >= 63 ? -1 : (((i64)1 << nbits) - 1);
+    i64 blocked = 0;
+    int cnt = 0;
     ts->k = 0;
-    i64 e = t;
-    while (e < nops && tile_add(ts, &c->gates[dag ? nops - 1 - e : e])) e++;
-    return (int)(e - t);
+    for (i64 e = t; e < tend && (blocked & all) != all; e++) {
+        i64 i = rev ? nops - 1 - e : e;
+        if (done[i]) continue;
+        const gate_t *g = &c->gates[i];
+        i64 gb = g->tmask | g->cmask;
+        if (!(gb & blocked) && tile_add(ts, g)) {
+            order[cnt++] = i;
+            done[i] = 1;
+        } else {
+            blocked |= gb;
+        }
+    }
+    return cnt;
 }
 
 static void SFX(run_one)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, i64 b,
@@ -936,24 +1253,28 @@ static void SFX(run_one)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 no
      * the kernels are compute-bound and the tile copies cost more than the passes saved) */
     if (c->tbuf && (c->tiles == 2 || (RSIZE << (n + 1)) >= ((size_t)32 << 20))) {
         i64 *order = (i64 *)malloc(sizeof(i64) * (size_t)(nops + 1));
+        char *done = (char *)calloc((size_t)(nops + 1), 1);
         i64 t = start;
-        while (order && t < nops) {
+        while (order && done && t < nops) {
+            i64 i = dag ? nops - 1 - t : t;
+            if (done[i]) { t++; continue; }
             tileset_t ts;
-            int cnt = SFX(tile_extent)(c, t, nops, dag, &ts);
-            if (cnt < 2) {
-                i64 i = dag ? nops - 1 - t : t;
+            int cnt = SFX(tile_schedule)(c, t, nops, nops, dag, done, order, &ts, n);
+            if (cnt < 2) {  /* one gate: in place */
+                if (cnt == 1) i = order[0];
+                done[i] = 1;
                 SFX(apply_range)(st, n, &gates[i], us[i], dag, par, &c->scr[tid]);
-                t++;
                 continue;
             }
-            for (int q = 0; q < cnt; q++) order[q] = dag ? nops - 1 - (t + q) : t + q;
             SFX(run_tiles)(st, n, c, us, order, cnt, &ts, dag, par, tid);
-            t += cnt;
         }
-        if (order) {
+        if (order && done) {
             free(order);
+            free(done);
             return;
         }
+        free(order);
+        free(done);
     }
     int cb = n > CHUNK_BITS + 2 ? CHUNK_BITS : n;
     i64 t = start;
@@ -987,7 +1308,8 @@ static i64 SFX(product_prefix)(const SFX(ctx_t) *c, i64 nops, int n) {
     return e >= 2 && n >= 2 ? e : 0;
 }
 
-static void SFX(write_product)(R *st, int n, const SFX(ctx_t) *c, i64 pe, i64 b, int tid) {
+static void SFX(write_product)(R *st, int n, const SFX(ctx_t) *c, i64 pe, i64 b, int tid,
+                               int par) {
     double v[QD_MAXN][4];
     for (int p = 0; p < n; p++) { v[p][0] = 1; v[p][1] = 0; v[p][2] = 0; v[p][3] = 0; }
     for (i64 i = 0; i < pe; i++) {
@@ -1007,6 +1329,42 @@ static void SFX(write_product)(R *st, int n, const SFX(ctx_t) *c, i64 pe, i64 b,
             v[p][1] = u[0] * a0i + u[1] * a0r + u[2] * a1i + u[3] * a1r;
             v[p][2] = u[4] * a0r - u[5] * a0i + u[6] * a1r - u[7] * a1i;
             v[p][3] = u[4] * a0i + u[5] * a0r + u[6] * a1i + u[7] * a1r;
+        }
+    }
+    if (par > 1 && n >= PAR_MIN_BITS) {  /* high-bit factor times low-bit factor, in parallel */
+        const int nl = n / 2, nh = n - nl;
+        double *hf = (double *)malloc(sizeof(double) * 2 * (((size_t)1 << nh) + ((size_t)1 << nl)));
+        if (hf) {
+            double *lf = hf + ((size_t)2 << nh);
+            for (int half = 0; half < 2; half++) {
+                double *f = half ? lf : hf;
+                int top = half ? nl - 1 : n - 1, bottom = half ? 0 : nl;
+                i64 len = 1;
+                f[0] = 1;
+                f[1] = 0;
+                for (int p = top; p >= bottom; p--) {
+                    for (i64 j = len - 1; j >= 0; j--) {
+                        double xr = f[2 * j], xi = f[2 * j + 1];
+                        f[4 * j] = xr * v[p][0] - xi * v[p][1];
+                        f[4 * j + 1] = xr * v[p][1] + xi * v[p][0];
+                        f[4 * j + 2] = xr * v[p][2] - xi * v[p][3];
+                        f[4 * j + 3] = xr * v[p][3] + xi * v[p][2];
+                    }
+                    len *= 2;
+                }
+            }
+            const i64 nlow = (i64)1 << nl;
+#pragma omp parallel for num_threads(par) schedule(static)
+            for (i64 h = 0; h < ((i64)1 << nh); h++) {
+                const double hr = hf[2 * h], hi = hf[2 * h + 1];
+                R *o = st + 2 * (h << nl);
+                for (i64 l = 0; l < nlow; l++) {
+                    o[2 * l] = (R)(hr * lf[2 * l] - hi * lf[2 * l + 1]);
+                    o[2 * l + 1] = (R)(hr * lf[2 * l + 1] + hi * lf[2 * l]);
+                }
+            }
+            free(hf);
+            return;
         }
     }
     st[0] = 1;
@@ -1047,7 +1405,7 @@ static int SFX(run)(qd_run_args *a) {
      * written directly */
     i64 pe = a->from_zero && !dag ? SFX(product_prefix)(&c, nops, n) : 0;
     if (B == 1) {  /* one state: the kernels split it over the threads */
-        if (pe) SFX(write_product)(states, n, &c, pe, 0, 0);
+        if (pe) SFX(write_product)(states, n, &c, pe, 0, 0, nthreads);
         SFX(run_one)(states, n, &c, us, nops, 0, dag, nthreads, 0, pe);
         ntiles = 0;
     }
@@ -1059,7 +1417,7 @@ static int SFX(run)(qd_run_args *a) {
         R *st = states + 2 * N * b0;
         if (pe)
             for (i64 t = 0; t < ((i64)1 << tb); t++)
-                SFX(write_product)(st + 2 * N * t, n, &c, pe, b0 + t, tid);
+                SFX(write_product)(st + 2 * N * t, n, &c, pe, b0 + t, tid, 1);
         if (tb == 0) {
             SFX(run_one)(st, n, &c, us + (nops + 1) * tid, nops, b0, dag, 1, tid, pe);
         } else {
@@ -1120,13 +1478,29 @@ static void SFX(fused_step)(const SFX(ctx_t) *c, i64 i, R *p, R *l, int n, int t
 }
 
 
-/* Coded gates i_hi, i_hi - 1, .., i_hi - cnt + 1 (all within ts) of the adjoint sweep, tile
- * by tile: psi and lam tiles are uncomputed together and every trainable angle's overlap is
- * summed over the tiles (the overlap of a gate is a sum over all amplitudes, so its tile parts
- * add up); lam is not uncomputed through gate lo. */
-static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, i64 i_hi, int cnt, const tileset_t *ts,
-                              R *psi, R *lam, int n, i64 b, int par, int tid, i64 lo,
-                              double *gtheta, i64 P) {
+/* One coded gate i of the adjoint sweep on its own (no slots): psi <- U^dag psi, the
+ * gradients of its trainable angles, lam <- U^dag lam when do_lam. */
+static void SFX(coded_step)(const SFX(ctx_t) *c, i64 i, R *p, R *l, int n, int tb, i64 b0,
+                            int par, int tid, int do_lam, double *gtheta, i64 P) {
+    const gate_t *g = &c->gates[i];
+    if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0 &&
+        (QD_VEC || g->special[0] <= 7 || par > 1)) {
+        SFX(fused_step)(c, i, p, l, n, tb, b0, par, tid, do_lam, gtheta, P);
+        return;
+    }
+    SFX(apply_tile)(p, n, tb, c, i, b0, 1, par, tid);
+    if (g->tmask_p) SFX(coded_grads)(c, i, p, l, n, tb, b0, par, tid, gtheta, P);
+    if (do_lam) SFX(apply_tile)(l, n, tb, c, i, b0, 1, par, tid);
+}
+
+/* Coded gates order[0], .., order[cnt - 1] (all within ts, in sweep order) of the adjoint
+ * sweep, tile by tile: psi and lam tiles are uncomputed together and every trainable angle's
+ * overlap is summed over the tiles (the overlap of a gate is a sum over all amplitudes, so its
+ * tile parts add up); with last, lam is not uncomputed through the run's last gate (the last
+ * of the sweep). */
+static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, const i64 *order, int cnt,
+                              const tileset_t *ts, R *psi, R *lam, int n, i64 b, int par,
+                              int tid, int last, double *gtheta, i64 P) {
     int nthr = par > 1 ? par : 1;
     gate_t *loc = (gate_t *)malloc(sizeof(gate_t) * (size_t)cnt);
     const R **us = (const R **)malloc(sizeof(R *) * (size_t)cnt);
@@ -1138,9 +1512,9 @@ static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, i64 i_hi, int cnt, const tile
         return QD_ENOMEM;
     }
     for (int q = 0; q < cnt; q++) {
-        const gate_t *g = &c->gates[i_hi - q];
+        const gate_t *g = &c->gates[order[q]];
         relocate(g, ts, &loc[q]);
-        us[q] = SFX(gate_data)(c, i_hi - q, b, tid, g->tmask_p != 0);
+        us[q] = SFX(gate_data)(c, order[q], b, tid, g->tmask_p != 0);
         if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0) {
             SFX(effective)(g, us[q], 1, vs + 8 * q);  /* U^dag */
             for (int j = 0; j < g->np; j++)
@@ -1162,7 +1536,7 @@ static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, i64 i_hi, int cnt, const tile
         }
         for (int q = 0; q < cnt; q++) {
             const gate_t *g = &loc[q];
-            int do_lam = i_hi - q > lo, train = g->tmask_p;
+            int do_lam = !(last && q == cnt - 1), train = g->tmask_p;
             if (train && g->kind == K_DENSE && g->k == 1 && g->cmask == 0) {
                 SFX(adjoint_step_1q)(pb, lb, tb, g->special[0], vs + 8 * q, do_lam, m8, 1);
                 for (int j = 0; j < g->np; j++)
@@ -1186,7 +1560,7 @@ static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, i64 i_hi, int cnt, const tile
         }
     }
     for (int q = 0; q < cnt; q++) {
-        const gate_t *g = &c->gates[i_hi - q];
+        const gate_t *g = &c->gates[order[q]];
         for (int j = 0; j < g->np; j++)
             if ((g->tmask_p >> j) & 1) {
                 double sum = 0;
@@ -1200,11 +1574,16 @@ static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, i64 i_hi, int cnt, const tile
 
 /* ldiag: lam = ldiag * psi (a real diagonal per binding, e.g. a sum of Z words), formed in
  * this thread's scratch together with a copy of psi, which stays untouched. */
-static void SFX(diag_lam)(const R *src, const R *dg, R *sp, R *sl, i64 amps) {
-    memcpy(sp, src, sizeof(R) * 2 * (size_t)amps);
-    for (i64 x = 0; x < amps; x++) {
-        sl[2 * x] = dg[x] * src[2 * x];
-        sl[2 * x + 1] = dg[x] * src[2 * x + 1];
+static void SFX(diag_lam)(const R *src, const R *dg, R *sp, R *sl, i64 amps, int par) {
+    const i64 blk = (i64)1 << 14, nblk = (amps + blk - 1) / blk;
+#pragma omp parallel for if (par > 1 && nblk > 1) num_threads(par) schedule(static)
+    for (i64 k = 0; k < nblk; k++) {
+        i64 x0 = k * blk, x1 = x0 + blk < amps ? x0 + blk : amps;
+        memcpy(sp + 2 * x0, src + 2 * x0, sizeof(R) * 2 * (size_t)(x1 - x0));
+        for (i64 x = x0; x < x1; x++) {
+            sl[2 * x] = dg[x] * src[2 * x];
+            sl[2 * x + 1] = dg[x] * src[2 * x + 1];
+        }
     }
 }
 
@@ -1255,28 +1634,46 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
         R *p = psi + 2 * N * b0, *l = lam ? lam + 2 * N * b0 : 0;
         if (ldiag) {
             R *sp = scratch + (i64)4 * tile_amps * tid;
-            SFX(diag_lam)(p, ldiag + N * b0, sp, sp + 2 * tile_amps, N << tb);
+            SFX(diag_lam)(p, ldiag + N * b0, sp, sp + 2 * tile_amps, N << tb, par);
             p = sp;
             l = sp + 2 * tile_amps;
         }
         double *m = c.scr[tid].m;
         i64 s = nslots - 1;
         int tiled = !slots && tb == 0 && n >= TILE_MIN_N && c.tbuf;
-        for (i64 i = nops - 1; i >= lo; i--) {
-            if (tiled) {
-                tileset_t ts = {0, {0}};
-                i64 j = i;
-                while (j >= lo && tile_add(&ts, &gates[j])) j--;
-                if (i - j >= 2 &&
-                    SFX(adjoint_tiles)(&c, i, (int)(i - j), &ts, p, l, n, b0, par, tid, lo,
-                                       a->gtheta, P) == QD_OK) {
-                    i = j + 1;  /* the loop's i-- moves on to gate j */
+        if (tiled) {  /* runs of gates in cache tiles, scheduled across commuting gates */
+            const i64 nsw = nops - lo;
+            i64 left = nsw, t = 0;
+            char *done = (char *)calloc((size_t)(nops + 1), 1);
+            i64 *order = (i64 *)malloc(sizeof(i64) * (size_t)(nsw + 1));
+            while (done && order && t < nsw) {
+                i64 i = nops - 1 - t;
+                if (done[i]) { t++; continue; }
+                tileset_t ts;
+                int cnt = SFX(tile_schedule)(&c, t, nsw, nops, 1, done, order, &ts, n);
+                if (cnt >= 2) {
+                    left -= cnt;
+                    if (SFX(adjoint_tiles)(&c, order, cnt, &ts, p, l, n, b0, par, tid, left == 0,
+                                           a->gtheta, P) != QD_OK)
+                        for (int q = 0; q < cnt; q++)  /* no memory for a run: gate by gate */
+                            SFX(coded_step)(&c, order[q], p, l, n, 0, b0, par, tid,
+                                            left > 0 || q < cnt - 1, a->gtheta, P);
                     continue;
                 }
+                if (cnt == 1) i = order[0];
+                done[i] = 1;
+                left--;
+                SFX(coded_step)(&c, i, p, l, n, 0, b0, par, tid, left > 0, a->gtheta, P);
             }
+            int ran = done && order;
+            free(done);
+            free(order);
+            if (ran) continue;
+        }
+        for (i64 i = nops - 1; i >= lo; i--) {
             const gate_t *g = &gates[i];
             if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0 &&
-                (g->special[0] <= 7 || par > 1)) {
+                (QD_VEC || g->special[0] <= 7 || par > 1)) {
                 SFX(fused_step)(&c, i, p, l, n, tb, b0, par, tid, i > lo, a->gtheta, P);
                 continue;
             }
