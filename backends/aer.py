@@ -99,9 +99,15 @@ class AerBackend(QiskitBackend):
             # Aer's native controlled rotations (crx/cry/crz/cp/cu) give wrong results when
             # their angle is bound through parameter_binds (qiskit-aer 0.18.2; tested in
             # tests/test_backend_aer.py): compile them away into a basis without them.
+            # With a noise model: its basis gates, the gates its errors are attached to.
+            basis = list(AER_BASIS) if self.noise_model is None else \
+                [g for g in self.noise_model.basis_gates if g not in _CONTROL_FLOW]
             self._pm = generate_preset_pass_manager(optimization_level=self.optimization_level,
-                                                    basis_gates=list(AER_BASIS))
-        return self._pm.run(qc)
+                                                    basis_gates=basis)
+        isa = self._pm.run(qc)
+        if self.noise_model is not None:
+            check_noise_coverage(isa, self.noise_model)
+        return isa
 
     def _sampler(self):
         from qiskit_aer.primitives import SamplerV2
@@ -185,6 +191,29 @@ class AerBackend(QiskitBackend):
             elif m.kind == "state":
                 res[i] = np.stack([_big_endian(np.asarray(d[f"state_{i}"]), n) for d in datas])
         return res
+
+
+_CONTROL_FLOW = ("if_else", "for_loop", "switch_case", "while_loop", "box")
+
+
+def check_noise_coverage(isa, noise_model) -> None:
+    """Refuse a gate that the noise model gives errors on some qubits but not on the qubits it
+    acts on here (a device's model: a two-qubit gate on an uncoupled pair, a gate on a qubit
+    the device lacks): Aer would run it noiselessly while the same gate elsewhere is noisy."""
+    local = getattr(noise_model, "_local_quantum_errors", {})
+    default = getattr(noise_model, "_default_quantum_errors", {})
+    for inst in isa.data:
+        name = inst.operation.name
+        if name not in local or name in default:
+            continue
+        qubits = tuple(isa.find_bit(q).index for q in inst.qubits)
+        if qubits not in local[name]:
+            raise QdiffError(
+                f"gate '{name}' on qubits {list(qubits)}: the noise model has '{name}' errors "
+                f"only on {sorted(local[name])}, so Aer would run this one noiselessly (the "
+                "qubits are not coupled on the device the model describes); route the circuit "
+                "for the device first (qd.compile(..., target=...)), or run it on "
+                "qd.device('mixed', noise=...) or qd.device('ibm', backend=...), which route")
 
 
 def _big_endian(vec: np.ndarray, n: int) -> np.ndarray:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from qdiff.circuits.channels import CHANNELS, pauli_error_channel, qubit_channel
 from qdiff.circuits.circuit import Circuit, Recorded, StatePrep
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import (GATES, controlled_gate, multirz_gate, paulirot_gate,
@@ -477,6 +478,36 @@ TAPE_NATIVE = frozenset(_FROM_PL) | {"PauliRot", "QubitUnitary", "GlobalPhase", 
 TAPE_ADJOINT_BASES = frozenset(_ADJOINT_FROM_PL)
 
 
+#: PennyLane's noise channels :func:`from_pennylane_tape` converts with ``channels=True``
+TAPE_CHANNELS = frozenset(CHANNELS) | {"PauliError", "QubitChannel"}
+
+
+def tape_channel_supported(op) -> bool:
+    """Whether ``op`` is a PennyLane channel :func:`from_pennylane_tape` converts: every qdiff
+    channel by PennyLane's name, ``PauliError``, and a ``QubitChannel`` whose Kraus matrices
+    are neither trainable nor broadcast (a constant channel)."""
+    name = type(op).__name__
+    if name not in TAPE_CHANNELS:
+        return False
+    if name == "QubitChannel":
+        import pennylane as qml
+        return not any(qml.math.requires_grad(k) or qml.math.ndim(k) != 2 for k in op.data)
+    return True
+
+
+def _channel_operation(op, wires) -> Operation:
+    """The qdiff operation of a PennyLane channel (parameters as tensors, in PennyLane's
+    order)."""
+    name = type(op).__name__
+    if name == "QubitChannel":
+        return Operation(qubit_channel([np.asarray(k) for k in op.data]), wires, ())
+    ch = pauli_error_channel(op.hyperparameters["operators"]) if name == "PauliError" \
+        else CHANNELS[name]
+    params = tuple(_gate_param(p) for p in op.data)
+    ch.check(params)
+    return Operation(ch, wires, params)
+
+
 def tape_op_supported(op) -> bool:
     """Whether :func:`from_pennylane_tape` converts ``op`` directly: a gate qdiff has (with
     PennyLane's parameters and convention), ``Adjoint`` of S/T/SX/ISWAP, ``PauliRot``,
@@ -499,9 +530,9 @@ def _gate_param(p) -> torch.Tensor:
     return torch.as_tensor(np.asarray(p, dtype=np.float64))
 
 
-def from_pennylane_tape(tape, labels, measurements=None, check_batch=None):
-    """Convert a PennyLane tape whose operations all pass :func:`tape_op_supported` into
-    ``(recorded, sources)``.
+def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, channels=False):
+    """Convert a PennyLane tape whose operations all pass :func:`tape_op_supported` (or, with
+    ``channels``, :func:`tape_channel_supported`) into ``(recorded, sources)``.
 
     ``recorded`` is a :class:`Recorded` on the wires ``labels`` (in that order) whose circuit
     carries ``measurements`` (qdiff measurements; default none). A leading state preparation
@@ -529,6 +560,12 @@ def from_pennylane_tape(tape, labels, measurements=None, check_batch=None):
                 vec = vec.to(torch.complex128)
                 items.append(StatePrep(vec / vec.abs().pow(2).sum(-1, keepdim=True).sqrt(),
                                        wires))
+            k += nd
+            continue
+        if channels and tape_channel_supported(op):
+            items.append(_channel_operation(op, wires))
+            if name != "QubitChannel":
+                sources.extend((k + i, 1.0) for i in range(nd))
             k += nd
             continue
         if not tape_op_supported(op):

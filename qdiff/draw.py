@@ -81,9 +81,21 @@ def draw_circuit(circuit, theta=None, decimals: int = 2) -> str:
     return "\n".join(out)
 
 
-def draw(qnode, decimals: int = 2):
-    """``draw(qnode)(*args)`` returns a text drawing of the circuit recorded for those args."""
+LEVELS = ("top", "device")
+
+
+def draw(qnode, decimals: int = 2, level: str = "top"):
+    """``draw(qnode)(*args)`` returns a text drawing of the circuit recorded for those args:
+    as written (``level="top"``), or as it runs on the device (``level="device"``: on a device
+    with a device noise model, the routed and translated circuit, :mod:`qdiff.noise`)."""
+    from qdiff.circuits.errors import QdiffError
+    if level not in LEVELS:
+        raise QdiffError(f"draw: level must be one of {list(LEVELS)}; got {level!r}")
+
     def wrapper(*args, **kwargs):
         rec, _ = qnode.construct(*args, **kwargs)
+        if level == "device":
+            from qdiff.noise import route_recorded
+            rec = route_recorded(rec, qnode.device)
         return draw_circuit(rec.circuit, rec.theta, decimals)
     return wrapper

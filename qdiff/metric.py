@@ -11,7 +11,10 @@ trainable parameters, PennyLane's ``qml.metric_tensor`` convention (no factor 1/
   ``<G_i G_j> - <G_i><G_j>`` of the gates' generators measured on the state prepared by the
   layer's ancestors. Those are ordinary expectation values, so this runs on any backend,
   shot-based simulators and hardware included (one circuit per layer). Multi-parameter gates
-  (Rot, CRot, U3, U2) are split into rotations first, as PennyLane does.
+  (Rot, CRot, U3, U2) are split into rotations first, as PennyLane does. On a device with a
+  device noise model (``qd.device("mixed", noise="fake_manila")``, trajectories) each layer's
+  circuit is routed and translated for the device first, like any circuit run there
+  (:mod:`qdiff.noise`): the covariances are those of the noisy states the device prepares.
 
 Mapping to the user's arguments (``hybrid=True``, the default): with ``J = d theta / d arg`` the
 classical Jacobian of the recorded angles, the metric of an argument is ``J^T g J``, of shape
@@ -43,6 +46,7 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Factor, Observable
 from qdiff.circuits.operation import ParamRef
+from qdiff.noise import route_circuit
 
 APPROX = ("block-diag", "diag", None)
 
@@ -124,6 +128,11 @@ def derivative_states(circuit, theta, cols, backend, initial_state=None):
 
 def full_metric(circuit, theta, cols, backend, initial_state=None):
     """Exact Fubini-Study metric ``(B, P, P)`` over theta columns ``cols``."""
+    if getattr(backend, "noise", None) is not None or getattr(backend, "name", "") == "mixed":
+        raise QdiffError(f"metric_tensor(approx=None) is the Fubini-Study metric of a pure "
+                         f"state; {backend!r} prepares mixed (noisy) states: use "
+                         "approx='block-diag' or 'diag' (generator covariances on the states "
+                         "the device prepares)")
     if not backend.capabilities.backprop or getattr(backend, "shots", None):
         raise QdiffError(f"metric_tensor(approx=None) needs an exact torch-simulated backend; "
                          f"'{getattr(backend, 'name', backend)}' is not one (use "
@@ -221,8 +230,9 @@ def block_metric(circuit, theta, cols, backend, initial_state=None, diag_only=Fa
         jobs.append(sub)
         metas.append((uses, pairs))
     with torch.no_grad():  # every layer's circuit in one backend call
-        results = [r.outputs for r in backend.execute([Job(sub, theta, initial_state)
-                                                       for sub in jobs])]
+        results = [r.outputs for r in backend.execute([Job(*route_circuit(sub, theta, backend,
+                                                                          initial_state),
+                                                           initial_state) for sub in jobs])]
     for (uses, pairs), res in zip(metas, results):
         k = len(uses)
         mean = torch.stack([r.to(g.device, g.dtype) for r in res[:k]], -1)  # (B, k)

@@ -38,7 +38,8 @@ from qdiff.circuits.circuit import Circuit, memo
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.noise import NoiseModel, NoiseRule, from_qiskit
 
-__all__ = ["NoiseModel", "NoiseRule", "Routing", "from_backend", "native", "prepare"]
+__all__ = ["NoiseModel", "NoiseRule", "Routing", "from_backend", "native", "prepare",
+           "route_circuit", "routes"]
 
 
 def from_backend(source, name=None) -> NoiseModel:
@@ -179,21 +180,44 @@ class _Plain:
         return values
 
 
+def routes(backend) -> bool:
+    """Whether ``backend`` carries a device noise model (basis gates and coupling), so that
+    circuits not native to the device are routed before they run on it."""
+    return getattr(getattr(backend, "noise", None), "native", None) is not None
+
+
+def routing_for(circuit: Circuit, backend, initial_state=None) -> Optional[Routing]:
+    """The :class:`Routing` of ``circuit`` on ``backend`` (its noise model's device, its
+    ``layout``), or ``None`` when the circuit runs as written (no device noise model, or a
+    circuit already native to the device and no layout)."""
+    if not routes(backend):
+        return None
+    model = backend.noise
+    layout = getattr(backend, "layout", None)
+    if circuit.num_wires != backend.num_wires:
+        return None  # the caller reports the mismatch
+    if layout is None and native(circuit, model):
+        return None
+    if initial_state is not None:
+        raise QdiffError(f"a state preparation in a circuit that must be routed for "
+                         f"{model.name} is not supported; prepare the state with gates")
+    return prepare(circuit, model, layout)
+
+
+def route_circuit(circuit: Circuit, theta: torch.Tensor, backend, initial_state=None) -> tuple:
+    """``(circuit, theta)`` as they run on ``backend``: routed and translated for its noise
+    model's device (``theta`` mapped to the routed circuit's columns, differentiably), or
+    unchanged. Every direct engine call of the core goes through this (or
+    :func:`route_recorded`), so device noise always acts on the gates the device would run."""
+    r = routing_for(circuit, backend, initial_state)
+    return (circuit, theta) if r is None else (r.circuit, r.theta(theta))
+
+
 def route_recorded(recorded, backend):
     """``recorded`` as it runs on ``backend``: routed for its noise model's device when the
     circuit is not native to it, unchanged otherwise."""
-    model = getattr(backend, "noise", None)
-    if model is None or getattr(model, "native", None) is None:
+    r = routing_for(recorded.circuit, backend, recorded.initial_state)
+    if r is None:
         return recorded
-    layout = getattr(backend, "layout", None)
-    circuit = recorded.circuit
-    if circuit.num_wires != backend.num_wires:
-        return recorded  # the caller reports the mismatch
-    if layout is None and native(circuit, model):
-        return recorded
-    if recorded.initial_state is not None:
-        raise QdiffError(f"a state preparation in a circuit that must be routed for "
-                         f"{model.name} is not supported; prepare the state with gates")
-    r = prepare(circuit, model, layout)
     return replace(recorded, circuit=r.circuit, theta=r.theta(recorded.theta),
                    trainable=r.trainable(recorded.trainable), shared=None)

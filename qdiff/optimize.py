@@ -152,14 +152,17 @@ def _with_flat(args, train, flat):
 def fidelities(qnode, args, train, base, shifts):
     """``|<psi(base)|psi(base + shift_k)>|^2`` for each row of ``shifts`` ``(K, D)``: ``(K,)``.
 
-    Statevector backends: from the states. Other backends: one compute-uncompute circuit per
-    shift, all K bindings in one ``execute`` call (one hardware job), read off P(0...0).
+    Noiseless statevector backends: from the states. Other backends (shots, hardware, noisy
+    or mixed-state devices): one compute-uncompute circuit per shift, all K bindings in one
+    ``execute`` call (one hardware job), read off P(0...0); with a device noise model that
+    circuit is routed for the device (:mod:`qdiff.noise`) like any other.
     """
     rec0, _ = qnode.construct(*_with_flat(args, train, base))
     recs = [qnode.construct(*_with_flat(args, train, base + s))[0] for s in shifts]
     thetas = torch.cat([r.theta.detach() for r in recs])
     dev = qnode.device
-    if dev.capabilities.backprop and not getattr(dev, "shots", None):
+    pure = getattr(dev, "noise", None) is None and getattr(dev, "name", "") != "mixed"
+    if pure and dev.capabilities.backprop and not getattr(dev, "shots", None):
         from qdiff.circuits.measurements import Measurement
         circ = rec0.circuit.with_measurements([Measurement("state", None, None)])
         with torch.no_grad():
@@ -171,6 +174,8 @@ def fidelities(qnode, args, train, base, shifts):
                          "from |0...0> (no StatePrep/AmplitudeEmbedding)")
     circ = _overlap_circuit(rec0.circuit)
     theta = torch.cat([rec0.theta.detach().expand(len(recs), -1), thetas], dim=1)
+    from qdiff.noise import route_circuit
+    circ, theta = route_circuit(circ, theta, dev)
     (p,) = dev.run(circ, theta, rec0.initial_state)
     return p[:, 0].detach().cpu().to(base.dtype)
 

@@ -128,6 +128,12 @@ class QNode:
                              f"(one extra wire each) on qdiff's torch engine; device "
                              f"'{self.device.name}' has a fixed register: use "
                              f"qd.device(\"statevector\", ...)")
+        noise = getattr(self.device, "noise", None)
+        if noise is not None:
+            raise QdiffError(f"mid-circuit measurements on a noisy device (noise model "
+                             f"'{noise.name}') are not simulated: deferred measurement adds "
+                             "wires and gates that the noise model would treat as device "
+                             "qubits and gates; measure at the end of the circuit")
         cache = self.__dict__.setdefault("_widened", {})
         if extra not in cache:
             import copy

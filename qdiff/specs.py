@@ -58,7 +58,11 @@ def specs(qnode):
     ``batch_size``, ``measurements``, ``diff_method`` (as given) and ``gradient_method`` (the
     rule a call with gradients uses), ``shots``, and what one backward pass costs:
     ``backend_calls_per_gradient`` (backend calls) and ``circuits_per_gradient`` (circuit
-    executions in them, bindings included; 0 for backprop, which differentiates the forward)."""
+    executions in them, bindings included; 0 for backprop, which differentiates the forward).
+
+    On a device with a device noise model the circuit that runs is the routed one
+    (:mod:`qdiff.noise`): every count above is of that circuit, and ``routed_for`` names the
+    device it was routed for (``None``: the circuit runs as written)."""
     from qdiff.qnode import QNode
     if not isinstance(qnode, QNode):
         raise QdiffError(f"specs: expected a qdiff qnode, got {type(qnode).__name__}")
@@ -70,6 +74,10 @@ def specs(qnode):
         if "shots" in kwargs and not qnode._func_takes_shots:
             shots = kwargs.pop("shots")
         recorded, _ = qnode.construct(*args, **kwargs)
+        from qdiff.noise import route_recorded
+        routed = route_recorded(recorded, qnode.device)
+        routed_for = None if routed is recorded else qnode.device.noise.name
+        recorded = routed
         circuit = recorded.circuit
         shots = effective_shots(qnode.device, shots)
         rule = resolve(qnode.diff_method, qnode.device, circuit, recorded, shots)
@@ -93,5 +101,6 @@ def specs(qnode):
             "shots": shots,
             "backend_calls_per_gradient": calls,
             "circuits_per_gradient": circuits,
+            "routed_for": routed_for,
         }
     return run

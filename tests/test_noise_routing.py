@@ -287,3 +287,261 @@ def test_trajectories_route_like_the_mixed_engine(manila):
     est = qd.qnode(dev)(one)(t)
     assert abs(float(est) - float(exact[0])) < 5 / k ** 0.5
     assert abs(float(exact[0]) - 1.0) > 1e-3
+
+
+# -- every entry point that runs circuits on a device with a device noise model routes them --
+
+
+def prefix3():
+    qd.Hadamard(wires=0)
+    qd.RY(0.7, wires=2)
+    qd.CNOT(wires=[0, 2])          # uncoupled on the line 0-1-2
+
+
+def layered3(w):
+    prefix3()
+    qd.RY(w[0], wires=2)           # one layer: both depend on the CNOT, not on each other
+    qd.RX(w[1], wires=0)
+    return qd.expval(qd.Z(0))
+
+
+def _routed_rho(manila, record):
+    """Aer's noisy density matrix (logical wire order) of the routed circuit of ``record``."""
+    from qdiff.circuits.qiskit_io import to_qiskit
+    rec = record()
+    r = qd.noise.prepare(rec.circuit, manila)
+    qc = to_qiskit(r.circuit, theta=r.theta(rec.theta).detach())
+    return _logical(_aer_rho(qc), r.final)
+
+
+@pytest.mark.parametrize("approx", ["block-diag", "diag"])
+def test_metric_tensor_measures_the_routed_layers_under_noise(manila, approx):
+    dev = qd.device("mixed", wires=3, noise=manila)
+    w = torch.tensor([0.3, -0.4], dtype=torch.float64, requires_grad=True)
+    g = qd.metric_tensor(qd.qnode(dev)(layered3), approx=approx)(w)
+    pre = qd.qnode(dev)(lambda: (prefix3(), qd.density_matrix([0, 1, 2]))[1])
+    rho = _routed_rho(manila, lambda: pre.construct()[0])
+    y2, x0, x0y2 = _expect(rho, "IIY"), _expect(rho, "XII"), _expect(rho, "XIY")
+    want = np.array([[1 - y2 ** 2, x0y2 - x0 * y2], [x0y2 - x0 * y2, 1 - x0 ** 2]]) / 4
+    if approx == "diag":
+        want = np.diag(np.diag(want))
+    np.testing.assert_allclose(g.numpy(), want, atol=1e-8, rtol=0)
+    ideal = qd.metric_tensor(qd.qnode(qd.device("statevector", wires=3))(layered3),
+                             approx=approx)(w)
+    assert float((g - ideal).abs().max()) > 1e-3   # the noise acts
+
+
+def deep3(w):
+    qd.Hadamard(wires=0)
+    qd.RY(w[0], wires=1)
+    qd.CNOT(wires=[0, 2])
+    qd.RX(w[1], wires=2)
+    qd.CRY(w[2], wires=[2, 0])
+    qd.RZ(w[3], wires=1)
+    qd.CNOT(wires=[1, 2])
+    qd.RY(w[4], wires=0)
+    return qd.expval(qd.Z(0) @ qd.Z(1))
+
+
+def test_metric_tensor_of_routed_layers_is_the_noiseless_metric_without_errors(quiet):
+    w = torch.tensor([0.3, -0.4, 0.8, 1.1, -0.2], dtype=torch.float64, requires_grad=True)
+    want = qd.metric_tensor(qd.qnode(qd.device("statevector", wires=3))(deep3))(w)
+    for dev in (qd.device("mixed", wires=3, noise=quiet),
+                qd.device("statevector", wires=3, noise=quiet, trajectories=2)):
+        got = qd.metric_tensor(qd.qnode(dev)(deep3))(w)
+        assert torch.allclose(got, want, atol=1e-10, rtol=0)
+    assert float((torch.diag(want) - 0.25).abs().max()) > 0.1   # states the layers depend on
+
+
+def test_metric_tensor_on_trajectories_estimates_the_mixed_one(manila):
+    w = torch.tensor([0.3, -0.4], dtype=torch.float64, requires_grad=True)
+    exact = qd.metric_tensor(qd.qnode(qd.device("mixed", wires=3, noise=manila))(layered3))(w)
+    k = 4000
+    dev = qd.device("statevector", wires=3, noise=manila, trajectories=k, seed=5)
+    est = qd.metric_tensor(qd.qnode(dev)(layered3))(w)
+    assert float((est - exact).abs().max()) < 5 / k ** 0.5
+
+
+def test_full_metric_tensor_refuses_mixed_states(manila):
+    w = torch.tensor([0.3, -0.4], dtype=torch.float64, requires_grad=True)
+    for dev in (qd.device("mixed", wires=3, noise=manila), qd.device("mixed", wires=3),
+                qd.device("statevector", wires=3, noise=manila, trajectories=4)):
+        with pytest.raises(qd.QdiffError, match="pure state.*block-diag"):
+            qd.metric_tensor(qd.qnode(dev)(layered3), approx=None)(w)
+
+
+def test_qng_steps_with_the_routed_metric(manila):
+    dev = qd.device("mixed", wires=3, noise=manila)
+    f = qd.qnode(dev)(layered3)
+    w = torch.tensor([0.3, -0.4], dtype=torch.float64, requires_grad=True)
+    want = qd.metric_tensor(f)(w)
+    opt = qd.QNGOptimizer([w], f, lr=0.1)
+    opt.zero_grad()
+    f(w).backward()
+    opt.step()
+    assert torch.allclose(opt.last_metric, want, atol=1e-12, rtol=0)
+
+
+def test_qnspsa_fidelities_run_the_routed_overlap_circuit(manila, quiet):
+    from qdiff.optimize import _overlap_circuit, fidelities
+    from qdiff.circuits.qiskit_io import to_qiskit
+
+    def f(w):
+        qd.Hadamard(wires=0)
+        qd.RY(w[0], wires=1)
+        qd.CNOT(wires=[0, 2])
+        qd.RX(w[1], wires=2)
+        return qd.expval(qd.Z(0))
+    base = torch.tensor([0.3, -0.4], dtype=torch.float64)
+    shifts = torch.tensor([[0.0, 0.0], [0.2, -0.1], [-0.3, 0.5]], dtype=torch.float64)
+    ideal = fidelities(qd.qnode(qd.device("statevector", wires=3))(f), (base,), [0], base,
+                       shifts)
+    got = fidelities(qd.qnode(qd.device("mixed", wires=3, noise=quiet))(f), (base,), [0], base,
+                     shifts)
+    assert torch.allclose(got, ideal, atol=1e-10, rtol=0)
+    noisy = fidelities(qd.qnode(qd.device("mixed", wires=3, noise=manila))(f), (base,), [0],
+                       base, shifts)
+    rec = qd.qnode(qd.device("mixed", wires=3))(f).construct(base)[0]
+    over = _overlap_circuit(rec.circuit)
+    for k, s in enumerate(shifts):
+        theta = torch.cat([rec.theta, rec.theta + s[[0, 1]].reshape(1, -1)], dim=1)
+        r = qd.noise.prepare(over, manila)
+        rho = _aer_rho(to_qiskit(r.circuit, theta=r.theta(theta)))   # physical qubit order
+        probs = torch.tensor(np.diag(rho.reshape(8, 8)).real).reshape(1, 8)
+        read = manila.readout_probs(probs, [0, 1, 2])   # P(0...0) as read out on the device
+        assert abs(float(noisy[k]) - float(read[0, 0])) < 1e-8
+    assert float(noisy[0]) < 1 - 1e-3     # noise lowers the overlap of a state with itself
+
+
+@pytest.mark.parametrize("kind", ["device", "custom", "trajectories"])
+def test_mid_circuit_measurements_on_a_noisy_device_are_refused(manila, kind):
+    if kind == "device":
+        dev = qd.device("mixed", wires=3, noise=manila)
+    elif kind == "custom":
+        dev = qd.device("mixed", wires=3, noise=qd.noise.NoiseModel().add(
+            "cx", qd.DepolarizingChannel, 0.01))
+    else:
+        dev = qd.device("statevector", wires=3, noise=manila, trajectories=4)
+
+    @qd.qnode(dev)
+    def f():
+        qd.Hadamard(wires=0)
+        m = qd.measure(0)
+        qd.cond(m, qd.PauliX)(wires=1)
+        return qd.expval(qd.Z(1))
+    with pytest.raises(qd.QdiffError, match="mid-circuit measurements on a noisy device"):
+        f()
+
+
+def test_specs_count_the_routed_circuit(manila):
+    dev = qd.device("mixed", wires=3, noise=manila)
+    w = torch.tensor([0.3, -0.4], dtype=torch.float64, requires_grad=True)
+    f = qd.qnode(dev)(layered3)
+    s = qd.specs(f)(w)
+    r = qd.noise.prepare(f.construct(w)[0].circuit, manila)
+    counts: dict = {}
+    for op in r.circuit.operations:
+        counts[op.gate.pl_name or op.name] = counts.get(op.gate.pl_name or op.name, 0) + 1
+    assert s["gate_types"] == counts and "Hadamard" not in counts
+    assert s["num_operations"] == len(r.circuit.operations)
+    assert s["routed_for"] == "fake_manila"
+
+    @qd.qnode(dev)
+    def g(t):
+        qd.SX(wires=0)
+        qd.RZ(t, wires=0)
+        qd.CNOT(wires=[0, 1])
+        return qd.expval(qd.Z(1))
+    s = qd.specs(g)(torch.tensor(0.3, dtype=torch.float64))
+    assert s["routed_for"] is None and s["gate_types"] == {"SX": 1, "RZ": 1, "CNOT": 1}
+    assert qd.specs(qd.qnode(qd.device("statevector", wires=3))(layered3))(w)["routed_for"] is None
+
+
+def test_a_qiskit_circuit_on_a_noisy_device_is_routed(manila):
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    from qdiff.circuit_qnode import CircuitQNode
+    a = Parameter("a")
+    qc = QuantumCircuit(3)
+    qc.h(0)
+    qc.ry(a, 1)
+    qc.cx(0, 2)
+    dev = qd.device("mixed", wires=3, noise=manila)
+    qn = CircuitQNode(qc, dev, observables=[qd.Z(0) @ qd.Z(2), qd.X(1)])
+
+    def f(t):
+        qd.Hadamard(wires=0)
+        qd.RY(t, wires=1)
+        qd.CNOT(wires=[0, 2])
+        return qd.expval(qd.Z(0) @ qd.Z(2)), qd.expval(qd.X(1))
+    t = torch.tensor(0.7, dtype=torch.float64)
+    want = qd.qnode(dev)(f)(t)
+    got = qn(t.reshape(1)).reshape(-1)
+    assert torch.allclose(got, want, atol=1e-12, rtol=0)
+    assert abs(float(want[0]) - 1.0) > 1e-3
+
+
+def test_aer_with_a_device_noise_model_runs_the_translated_gates():
+    """Aer's noise model of a device has errors only on the device's basis gates and coupled
+    pairs: a Hadamard must run as the rz/sx/rz it is on the device (noisy sx), and a CNOT on an
+    uncoupled pair is refused rather than run noiselessly."""
+    from qiskit_ibm_runtime.fake_provider import FakeManilaV2
+    aer = qd.device("aer", wires=2, method="density_matrix", noise_model=FakeManilaV2())
+    mixed = qd.device("mixed", wires=2, noise="fake_manila")
+
+    def logical(t):
+        qd.Hadamard(wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.RZ(t, wires=1)
+        return qd.expval(qd.X(0) @ qd.X(1)), qd.expval(qd.Z(0))
+
+    def native(t):   # H = RZ(pi/2) SX RZ(pi/2) up to phase
+        qd.RZ(np.pi / 2, wires=0)
+        qd.SX(wires=0)
+        qd.RZ(np.pi / 2, wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.RZ(t, wires=1)
+        return qd.expval(qd.X(0) @ qd.X(1)), qd.expval(qd.Z(0))
+    t = torch.tensor(0.4, dtype=torch.float64)
+    got = qd.qnode(aer)(logical)(t)
+    want = qd.qnode(mixed)(native)(t)
+    assert torch.allclose(got, want, atol=1e-8, rtol=0)
+    noiseless = qd.qnode(qd.device("statevector", wires=2))(logical)(t)
+    assert float((got - noiseless).abs().max()) > 1e-3
+    wide = qd.device("aer", wires=3, method="density_matrix", noise_model=FakeManilaV2())
+
+    @qd.qnode(wide)
+    def uncoupled():
+        qd.Hadamard(wires=0)
+        qd.CNOT(wires=[0, 2])
+        return qd.expval(qd.Z(2))
+    with pytest.raises(qd.QdiffError, match=r"'cx' on qubits \[0, 2\].*noiselessly"):
+        uncoupled()
+
+
+def test_state_of_a_routed_circuit_is_refused_and_density_matrix_follows_the_wires(manila):
+    """The routed circuit's state is of the physical qubits (its wires moved): state() is refused
+    with the reason, on the mixed device and with trajectories; density_matrix of the logical
+    wires is the one checked against Aer above."""
+    for dev in (qd.device("mixed", wires=3, noise=manila),
+                qd.device("statevector", wires=3, noise=manila, trajectories=2)):
+        @qd.qnode(dev)
+        def f():
+            qd.Hadamard(wires=0)
+            qd.CNOT(wires=[0, 2])
+            return qd.state()
+        with pytest.raises(qd.QdiffError, match="state\\(\\)"):
+            f()
+
+
+def test_draw_shows_the_routed_circuit_at_the_device_level(manila):
+    f = qd.qnode(qd.device("mixed", wires=3, noise=manila))(layered3)
+    w = torch.tensor([0.3, -0.4], dtype=torch.float64)
+    top, device = qd.draw(f)(w), qd.draw(f, level="device")(w)
+    assert "Hadamard" in top and "Hadamard" not in device and "SX" in device
+    routed = qd.noise.prepare(f.construct(w)[0].circuit, manila).circuit
+    assert device.count("SX") == sum(op.name == "sx" for op in routed.operations)
+    plain = qd.qnode(qd.device("statevector", wires=3))(layered3)
+    assert qd.draw(plain, level="device")(w) == qd.draw(plain)(w)
+    with pytest.raises(qd.QdiffError, match="level"):
+        qd.draw(f, level="gradient")

@@ -1,0 +1,400 @@
+"""``qml.device("qdiff.mixed", wires=n, noise=None)``: qdiff's mixed-state engine as a PennyLane
+device.
+
+The device speaks PennyLane's ``pennylane.devices.Device`` API. Preprocessing defers mid-circuit
+measurements and decomposes every operation into the gates and channels qdiff converts
+(:func:`~qdiff.circuits.pennylane_io.from_pennylane_tape`: qdiff's gates, and PennyLane's
+``BitFlip``, ``PhaseFlip``, ``DepolarizingChannel``, ``AmplitudeDamping``,
+``GeneralizedAmplitudeDamping``, ``PhaseDamping``, ``ThermalRelaxationError``, ``ResetError``,
+``PauliError`` and constant ``QubitChannel``; a leading ``QubitDensityMatrix`` runs as the
+batch of its eigenvectors, weighted). ``execute`` runs each tape (all its broadcast
+rows at once) on the mixed engine (``qd.device("mixed")``), which returns the final density
+matrix; every measurement is then read off that density matrix by PennyLane's own
+``default.mixed`` measurement functions (expval, var, probs, ``density_matrix``, ``purity``,
+``vn_entropy``, ``mutual_info``, sample/counts with shots, shot vectors), so results have
+PennyLane's formats.
+
+``noise=`` (a device name such as ``"fake_manila"``, a Qiskit backend, an Aer noise model or a
+:class:`qdiff.noise.NoiseModel`) adds the device's noise: a tape not native to the device is
+routed and translated first (:mod:`qdiff.noise`, the compiler's ``--target`` path), so the
+noise acts on the gates the device would run; wire ``i`` of the device is qubit ``i`` (or
+``layout=``). Readout errors of the model act on ``probs``/``sample``/``counts`` of wires;
+every other measurement is of the state (as qdiff's own devices do). Mid-circuit
+measurements with a noise model are refused (deferred measurement would add wires and gates
+the model would treat as device qubits and gates).
+
+Derivatives: ``diff_method="backprop"`` (and ``"best"``) with the torch interface runs the
+torch engine inside torch autograd: exact gradients of gate angles and channel parameters.
+``"backprop"`` with another interface (autograd, jax, tensorflow) is refused when the call
+resolves its interface (PennyLane's ``QuantumFunctionError``); ``"best"`` there gives
+PennyLane's gradient transforms (parameter-shift, finite differences for channel parameters).
+
+>>> import pennylane as qml, torch
+>>> dev = qml.device("qdiff.mixed", wires=1)
+>>> @qml.qnode(dev, interface="torch")
+... def f(p):
+...     qml.Hadamard(0); qml.DepolarizingChannel(p, wires=0)
+...     return qml.expval(qml.PauliX(0)), qml.purity(wires=[0])
+>>> [round(float(v), 6) for v in f(torch.tensor(0.3, dtype=torch.float64))]
+[0.6, 0.68]
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional
+
+import numpy as np
+import pennylane as qml
+import torch
+from pennylane.devices import Device, ExecutionConfig
+from pennylane.devices.default_mixed import observable_stopping_condition
+from pennylane.devices.modifiers import simulator_tracking, single_tape_support
+from pennylane.devices.preprocess import (decompose, device_resolve_dynamic_wires, no_sampling,
+                                          validate_device_wires, validate_measurements,
+                                          validate_observables)
+from pennylane.devices.qubit_mixed import measure_final_state
+from pennylane.exceptions import DeviceError
+from pennylane.math import Interface
+from pennylane.measurements import (CountsMP, DensityMatrixMP, ExpectationMP, ProbabilityMP,
+                                    PurityMP, SampleMP, VarianceMP)
+from pennylane.transforms import defer_measurements
+
+from qdiff.backends.base import Job
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.measurements import Measurement
+from qdiff.circuits.noise import resolve_noise
+from qdiff.circuits.pennylane_io import (from_pennylane_observable, from_pennylane_tape,
+                                        tape_channel_supported, tape_op_supported)
+from qdiff.noise import routing_for
+
+_DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
+           torch.complex128: torch.complex128, torch.complex64: torch.complex64}
+# torch autograd runs through the engine (autograd, jax, tensorflow cannot trace it); numpy is
+# what PennyLane asks about when a QNode is built, before the interface is known
+_BACKPROP_INTERFACES = (Interface.TORCH, Interface.NUMPY)
+
+
+def _stopping_condition(op) -> bool:
+    return tape_op_supported(op) or tape_channel_supported(op) or \
+        type(op).__name__ == "QubitDensityMatrix"
+
+
+def _decomposer(op):
+    """PennyLane's decomposition of ``op``; an operation without one but with a matrix becomes
+    that ``QubitUnitary``."""
+    if op.has_decomposition or not op.has_matrix:
+        return op.decomposition()
+    return [qml.QubitUnitary(op.matrix(), wires=op.wires)]
+
+
+def _accepted_analytic(mp) -> bool:
+    return qml.devices.default_qubit.accepted_analytic_measurement(mp)
+
+
+def _accepted_sample(mp) -> bool:
+    return qml.devices.default_qubit.accepted_sample_measurement(mp)
+
+
+@qml.transform
+def _refuse_mid_circuit_measurements(tape, noise_name: str):
+    """Mid-circuit measurements with a noise model: refused (see the module)."""
+    for op in tape.operations:
+        if type(op).__name__ in ("MidMeasureMP", "MidMeasure", "Conditional"):
+            raise DeviceError(f"qdiff.mixed: mid-circuit measurements with the noise model "
+                              f"'{noise_name}' are not simulated: deferred measurement adds "
+                              "wires and gates that the model would treat as device qubits and "
+                              "gates; measure at the end of the circuit")
+    return (tape,), lambda results: results[0]
+
+
+def _computational(mp) -> bool:
+    """A measurement in the computational basis of wires (readout errors act on it)."""
+    return isinstance(mp, (ProbabilityMP, SampleMP, CountsMP)) and mp.obs is None and \
+        mp.mv is None
+
+
+@simulator_tracking
+@single_tape_support
+class QdiffMixed(Device):
+    """qdiff's mixed-state engine (batched density matrices in torch, channels, device noise
+    models) as a PennyLane device.
+
+    Args:
+        wires: number of wires or their labels (None: the wires of each circuit).
+        shots: None (exact), an int, or a shot vector.
+        seed: seed of the sampling generator (``numpy.random.default_rng`` seed; ``"global"``
+            draws it from numpy's global generator).
+        c_dtype: ``numpy.complex128`` (default) or ``numpy.complex64``.
+        noise: ``None``, a fake IBM device name (``"fake_manila"``), a Qiskit backend, a
+            ``qiskit_aer.noise.NoiseModel`` or a :class:`qdiff.noise.NoiseModel`.
+        layout: with a device noise model, the device qubit of each wire (a permutation of
+            ``0..n-1``).
+    """
+
+    _device_options = ("c_dtype",)
+
+    @property
+    def name(self):
+        return "qdiff.mixed"
+
+    def __init__(self, wires=None, shots=None, seed="global", c_dtype=np.complex128,
+                 noise=None, layout=None):
+        super().__init__(wires=wires, shots=shots)
+        key = c_dtype if c_dtype in _DTYPES else getattr(np, str(c_dtype), None)
+        if key not in _DTYPES:
+            raise DeviceError(f"qdiff.mixed: c_dtype must be numpy.complex128 or "
+                              f"numpy.complex64; got {c_dtype!r}")
+        self._c_dtype = c_dtype
+        self._cdtype = _DTYPES[key]
+        try:
+            self.noise = resolve_noise(noise)
+        except QdiffError as exc:
+            raise DeviceError(f"qdiff.mixed: {exc}") from None
+        self.layout = layout
+        seed = np.random.randint(0, 2 ** 31 - 1) if seed == "global" else seed
+        self._rng = np.random.default_rng(seed)
+        self._engines: dict = {}
+        if self.wires is not None:
+            self._engine(len(self.wires))  # a device wider than the noise model: refused now
+
+    def _engine(self, n: int):
+        eng = self._engines.get(n)
+        if eng is None:
+            import qdiff  # the device registry sits above the engines, at the package front
+            try:
+                eng = qdiff.device("mixed", wires=n, noise=self.noise, dtype=self._cdtype,
+                                   layout=self.layout)
+            except QdiffError as exc:
+                raise DeviceError(f"qdiff.mixed: {exc}") from None
+            self._engines[n] = eng
+        return eng
+
+    # -- configuration ---------------------------------------------------------------------
+
+    def supports_derivatives(self, execution_config: Optional[ExecutionConfig] = None,
+                             circuit=None) -> bool:
+        if execution_config is None:
+            return True
+        if execution_config.gradient_method not in ("backprop", "best"):
+            return False
+        if execution_config.interface not in _BACKPROP_INTERFACES:
+            return False  # autograd, jax, tensorflow: PennyLane's gradient transforms
+        return circuit is None or not circuit.shots
+
+    def setup_execution_config(self, config: Optional[ExecutionConfig] = None,
+                               circuit=None) -> ExecutionConfig:
+        config = config or ExecutionConfig()
+        for option in config.device_options:
+            if option not in self._device_options:
+                raise DeviceError(f"device option {option} not present on {self}")
+        updated = {}
+        method = config.gradient_method
+        if method == "best" and config.interface == Interface.TORCH:
+            method = updated["gradient_method"] = "backprop"
+        updated["use_device_gradient"] = method == "backprop"
+        updated["use_device_jacobian_product"] = False
+        updated["grad_on_execution"] = False
+        mcm = config.mcm_config
+        if mcm.mcm_method not in (None, "deferred"):
+            raise DeviceError(f"mcm_method={mcm.mcm_method!r} is not supported with "
+                              f"{self.name}; use mcm_method='deferred'")
+        updated["mcm_config"] = replace(mcm, mcm_method="deferred")
+        options = dict(config.device_options)
+        options.setdefault("c_dtype", self._c_dtype)
+        updated["device_options"] = options
+        return replace(config, **updated)
+
+    def preprocess_transforms(self, execution_config: Optional[ExecutionConfig] = None):
+        config = execution_config or ExecutionConfig()
+        program = qml.CompilePipeline()
+        if self.noise is not None:
+            program.add_transform(_refuse_mid_circuit_measurements, self.noise.name)
+        program.add_transform(defer_measurements, allow_postselect=False)
+        program.add_transform(decompose, stopping_condition=_stopping_condition,
+                              decomposer=_decomposer, name=self.name)
+        program.add_transform(device_resolve_dynamic_wires, wires=self.wires, allow_resets=False)
+        program.add_transform(validate_device_wires, self.wires, name=self.name)
+        program.add_transform(validate_measurements, analytic_measurements=_accepted_analytic,
+                              sample_measurements=_accepted_sample, name=self.name)
+        program.add_transform(validate_observables, stopping_condition=observable_stopping_condition,
+                              name=self.name)
+        if config.gradient_method == "backprop":
+            program.add_transform(no_sampling, name=f"backprop + {self.name}")
+        return program
+
+    # -- execution -------------------------------------------------------------------------
+
+    def execute(self, circuits, execution_config: Optional[ExecutionConfig] = None):
+        return tuple(self._run(t) for t in circuits)
+
+    def _labels(self, tape) -> tuple:
+        labels = tuple(self.wires) if self.wires is not None else tuple(tape.wires)
+        return labels or (0,)
+
+    def _mixture_run(self, tape, labels):
+        """The final density matrix of a tape that starts from ``QubitDensityMatrix(rho0)``:
+        by linearity, ``sum_i p_i E(|v_i><v_i|)`` over the eigen-decomposition of ``rho0``
+        (the other wires in |0>), all eigenvectors run as one batch of initial states."""
+        op = tape.operations[0]
+        rho0 = op.data[0]
+        if qml.math.requires_grad(rho0) or qml.math.ndim(rho0) != 2:
+            raise DeviceError(f"{self.name}: QubitDensityMatrix must be one constant density "
+                              "matrix (not trainable, not broadcast)")
+        lam, vecs = np.linalg.eigh(np.asarray(qml.math.unwrap(rho0), dtype=complex))
+        keep = lam > 1e-15
+        lam, vecs = lam[keep], vecs[:, keep]
+        n, k = len(labels), len(op.wires)
+        where = [slice(None) if w in op.wires else 0 for w in labels]
+        order = [list(op.wires).index(w) for w in labels if w in op.wires]
+        states = []
+        for v in vecs.T:
+            full = np.zeros((2,) * n, dtype=complex)
+            full[tuple(where)] = np.transpose(v.reshape((2,) * k), order)
+            states.append(full.reshape(-1))
+        rest = tape.copy(operations=tape.operations[1:])
+        engine = self._engine(n)
+        m = len(states)
+        try:
+            rec, _ = from_pennylane_tape(rest, labels,
+                                         [Measurement("density_matrix", None, labels)],
+                                         engine.check_batch, channels=True)
+            b = rec.theta.shape[0]
+            init = torch.tensor(np.stack(states), dtype=torch.complex128)
+            init = init.repeat_interleave(b, dim=0)
+            routing = routing_for(rec.circuit, engine, init)
+            final = tuple(range(n))
+            res = engine.execute([Job(rec.circuit, rec.theta.repeat(m, 1), init,
+                                      shots=None)])[0]
+        except QdiffError as exc:
+            raise DeviceError(f"{self.name}: {exc}") from None
+        assert routing is None  # a circuit that needs routing refuses a state preparation
+        rho = res.outputs[0].reshape(m, b, 2 ** n, 2 ** n)
+        weights = torch.tensor(lam, dtype=rho.real.dtype, device=rho.device)
+        return torch.einsum("m,mbij->bij", weights.to(rho.dtype), rho), final
+
+    def _engine_run(self, tape, meas):
+        """Run ``tape`` with the qdiff measurements ``meas`` (on wire labels): ``(outputs, final
+        device qubit of each wire)``, routed for a device noise model (see the module)."""
+        labels = self._labels(tape)
+        n = len(labels)
+        engine = self._engine(n)
+        try:
+            rec, _ = from_pennylane_tape(tape, labels, meas, engine.check_batch, channels=True)
+            routing = routing_for(rec.circuit, engine, rec.initial_state)
+            circuit, theta, final = rec.circuit, rec.theta, tuple(range(n))
+            if routing is not None:
+                circuit, theta, final = routing.circuit, routing.theta(theta), routing.final
+            res = engine.execute([Job(circuit, theta, rec.initial_state, shots=None)])[0]
+        except QdiffError as exc:
+            raise DeviceError(f"{self.name}: {exc}") from None
+        return res.outputs, final
+
+    def _run(self, tape):
+        labels = self._labels(tape)
+        n = len(labels)
+        batched = tape.batch_size is not None
+        mps = list(tape.measurements)
+        if labels != tuple(range(n)):
+            wire_map = {w: i for i, w in enumerate(labels)}
+            mps_idx = [m.map_wires(wire_map) for m in mps]
+        else:
+            mps_idx = mps
+        if _density_prep(tape) is not None:
+            rho, final = self._mixture_run(tape, labels)
+            if tape.shots:
+                return self._sampled(mps_idx, rho, final, tape, batched, n)
+            return self._measure(mps_idx, rho, tape, batched, n)
+        if tape.shots:  # every sample from the one final density matrix
+            outs, final = self._engine_run(tape, [Measurement("density_matrix", None, labels)])
+            return self._sampled(mps_idx, outs[0], final, tape, batched, n)
+        native = [_native_measurement(m, labels) for m in mps]
+        rest = [m for m, q in zip(mps_idx, native) if q is None]
+        meas = [q for q in native if q is not None]
+        if rest:
+            meas.append(Measurement("density_matrix", None, labels))
+        outs, _ = self._engine_run(tape, meas)
+        got = iter(_to_user(o if batched else o[0]) for o in outs[:len(outs) - bool(rest)])
+        if rest:  # the others (entropies, projector probs, ...) by PennyLane from rho
+            read = self._measure(rest, outs[-1], tape, batched, n)
+            others = iter((read,) if len(rest) == 1 else read)
+        vals = [next(got) if q is not None else next(others) for q in native]
+        return vals[0] if len(vals) == 1 else tuple(vals)
+
+    def _sampled(self, mps, rho, final, tape, batched, n):
+        read = self._readout(rho, final) if self.noise is not None and self.noise.readout \
+            and any(_computational(m) for m in mps) else None
+        if read is None or all(_computational(m) for m in mps):
+            return self._measure(mps, read if read is not None else rho, tape, batched, n)
+        # readout errors on the computational-basis measurements only: measured one by one
+        parts = [self._measure([m], read if _computational(m) else rho, tape, batched, n)
+                 for m in mps]
+        if tape.shots.has_partitioned_shots:
+            return tuple(tuple(p[i] for p in parts) for i in range(tape.shots.num_copies))
+        return tuple(parts)
+
+    def _measure(self, mps, rho, tape, batched: bool, n: int):
+        state = _to_user(rho)
+        shape = ((rho.shape[0],) if batched else ()) + (2,) * (2 * n)
+        state = state.reshape(shape) if batched else state[0].reshape(shape)
+        script = qml.tape.QuantumScript([], mps, shots=tape.shots)
+        return measure_final_state(script, state, batched, rng=self._rng)
+
+    def _readout(self, rho: torch.Tensor, final) -> torch.Tensor:
+        """``rho`` through the noise model's readout confusion of each wire's device qubit,
+        as the classical channel ``|p><p| -> sum_m M[m, p] |m><m|`` (exact for measurements in
+        the computational basis)."""
+        n = len(final)
+        b = rho.shape[0]
+        t = rho.reshape((b,) + (2,) * (2 * n))
+        for i, q in enumerate(final):
+            m = self.noise.readout.get(q)
+            if m is None:
+                continue
+            m = m.to(device=rho.device, dtype=rho.real.dtype).to(rho.dtype)
+            diag = torch.diagonal(t, dim1=1 + i, dim2=1 + n + i)     # (b, ..., 2)
+            new = torch.tensordot(diag, m, dims=([-1], [1]))         # (b, ..., 2) measured
+            t = torch.diag_embed(new, dim1=1 + i, dim2=1 + n + i)
+        return t.reshape(rho.shape)
+
+    def __repr__(self):
+        noise = f", noise={self.noise.name!r}" if self.noise is not None else ""
+        return f"<QdiffMixed device (wires={None if self.wires is None else len(self.wires)}" \
+               f"{noise}, shots={self.shots})>"
+
+
+def _density_prep(tape):
+    """The leading ``QubitDensityMatrix`` of ``tape``, or ``None``."""
+    ops = tape.operations
+    return ops[0] if ops and type(ops[0]).__name__ == "QubitDensityMatrix" else None
+
+
+def _native_measurement(mp, labels):
+    """The qdiff measurement (on wire labels) of ``mp`` when the engine computes it exactly
+    (expval/var of an observable qdiff converts, probs/density_matrix/purity of wires), else
+    ``None`` (PennyLane measures it from the density matrix)."""
+    if mp.mv is not None:
+        return None
+    if isinstance(mp, (ExpectationMP, VarianceMP)) and mp.obs is not None:
+        if any(qml.math.requires_grad(d) for d in mp.obs.data):
+            return None
+        try:
+            obs = from_pennylane_observable(mp.obs)
+        except Exception:  # noqa: BLE001 - PennyLane raises many kinds; measured from rho
+            return None
+        if not obs.terms:
+            return None
+        return Measurement("expval" if isinstance(mp, ExpectationMP) else "var", obs)
+    wires = tuple(mp.wires) or tuple(labels)
+    if type(mp) is ProbabilityMP and mp.obs is None:
+        return Measurement("probs", None, wires)
+    if type(mp) in (DensityMatrixMP, PurityMP):
+        return Measurement("density_matrix" if type(mp) is DensityMatrixMP else "purity", None,
+                           wires)
+    return None
+
+
+def _to_user(t: torch.Tensor):
+    """Numpy for results outside autograd, the tensor itself inside it (backprop)."""
+    if t.requires_grad:
+        return t
+    return t.detach().cpu().numpy()

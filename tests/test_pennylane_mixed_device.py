@@ -1,0 +1,354 @@
+"""``qml.device("qdiff.mixed")`` against PennyLane's ``default.mixed`` (values, density matrices,
+entropies and backprop gradients on random noisy circuits), finite differences, Aer's
+density-matrix simulation of the routed circuit (device noise), and bad input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import qdiff as qd
+
+qml = pytest.importorskip("pennylane")
+
+from test_mixed import random_measurements, random_ops, run_ops  # noqa: E402
+from test_mixed import measurements as pl_measurements  # noqa: E402
+
+
+def _same(got, want, atol, msg=""):
+    if isinstance(want, (tuple, list)):
+        assert isinstance(got, (tuple, list)) and len(got) == len(want), msg
+        for g, w in zip(got, want):
+            _same(g, w, atol, msg)
+        return
+    g = got.detach().numpy() if isinstance(got, torch.Tensor) else np.asarray(got)
+    np.testing.assert_allclose(g, np.asarray(want), atol=atol, rtol=0, err_msg=msg)
+
+
+def _circuit(seed, batch=None):
+    r = np.random.default_rng(seed)
+    n = int(r.integers(1, 5))
+    ops = random_ops(r, n, int(r.integers(3, 16)))
+    meas = random_measurements(r, n)
+    params = [list(o[3]) for o in ops]
+    if batch:
+        i = next((i for i, o in enumerate(ops) if o[0] == "gate" and o[3]), None)
+        if i is not None:
+            params[i][0] = r.uniform(-np.pi, np.pi, batch)
+    return n, ops, meas, params
+
+
+def _both(n, fn, **kw):
+    return [qml.QNode(fn, qml.device(name, wires=n), **kw)
+            for name in ("qdiff.mixed", "default.mixed")]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_noisy_circuits_equal_default_mixed(seed):
+    n, ops, meas, params = _circuit(seed, batch=2 if seed % 2 else None)
+
+    def circuit():
+        run_ops(qml, ops, params)
+        return pl_measurements(qml, meas, n)
+    got, want = (q() for q in _both(n, circuit))
+    _same(got, want, 1e-10, f"seed {seed}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(40, 140))
+def test_random_noisy_circuits_equal_default_mixed_bulk(seed):
+    test_random_noisy_circuits_equal_default_mixed(seed)
+
+
+def test_entropies_and_mutual_information_equal_default_mixed():
+    def circuit(x):
+        qml.RY(x, wires=0)
+        qml.CNOT(wires=[0, 1])
+        qml.AmplitudeDamping(0.2, wires=1)
+        qml.DepolarizingChannel(0.1, wires=2)
+        qml.CRX(0.7, wires=[1, 2])
+        return (qml.vn_entropy(wires=[0]), qml.vn_entropy(wires=[1, 2], log_base=2),
+                qml.mutual_info(wires0=[0], wires1=[1]), qml.purity(wires=[0, 2]),
+                qml.density_matrix(wires=[2, 0]))
+    for x in (0.4, np.array([0.1, 1.3, 2.9])):
+        got, want = (q(x) for q in _both(3, circuit))
+        _same(got, want, 1e-10)
+
+
+def _trainable_circuit(n, ops):
+    def circuit(*ps):
+        it = iter(ps)
+        full = [[next(it) for _ in o[3]] for o in ops]
+        run_ops(qml, ops, full)
+        return qml.expval(qml.Hamiltonian([0.7, -0.4], [qml.PauliZ(0), qml.PauliX(n - 1)])), \
+            qml.probs(wires=[0])
+    return circuit
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_backprop_gradients_equal_default_mixed_and_finite_differences(seed):
+    """Gate angles and channel parameters (every kind) trainable, torch interface."""
+    r = np.random.default_rng(100 + seed)
+    n = int(r.integers(1, 4))
+    ops = random_ops(r, n, int(r.integers(3, 12)))
+    values = [v for o in ops for v in o[3]]
+    if not values:
+        pytest.skip("no parameters drawn")
+    circuit = _trainable_circuit(n, ops)
+    mine, ref = (qml.QNode(circuit, qml.device(name, wires=n), interface="torch",
+                           diff_method="backprop") for name in ("qdiff.mixed", "default.mixed"))
+
+    def flat(q, *ps):
+        e, p = q(*ps)
+        return torch.cat([torch.as_tensor(e).reshape(1), torch.as_tensor(p).reshape(-1)])
+    xs = tuple(torch.tensor(v, dtype=torch.float64, requires_grad=True) for v in values)
+    jac = torch.autograd.functional.jacobian(lambda *ps: flat(mine, *ps), xs)
+    want = torch.autograd.functional.jacobian(lambda *ps: flat(ref, *ps), xs)
+    h = 1e-5   # central differences: truncation and rounding errors near 1e-10
+    for i, g in enumerate(jac):
+        ps_lo = [t.detach() - (h if j == i else 0.0) for j, t in enumerate(xs)]
+        ps_hi = [t.detach() + (h if j == i else 0.0) for j, t in enumerate(xs)]
+        fd = (flat(mine, *ps_hi) - flat(mine, *ps_lo)) / (2 * h)
+        assert torch.allclose(g, fd, atol=1e-8, rtol=0), f"seed {seed}, parameter {i}"
+        # default.mixed's own backprop is off by up to ~6e-8 after Rot/U3 (against the same
+        # differences) and NaN after some gates (below): compared where finite, to 1e-7
+        ok = torch.isfinite(want[i])
+        assert torch.allclose(g[ok], want[i][ok], atol=1e-7, rtol=0), f"seed {seed}"
+
+
+def test_backprop_is_finite_where_default_mixed_gives_nan():
+    """default.mixed's backprop returns NaN for d<Z>/dx after a SWAP of |00> and RY(x)
+    (PennyLane 0.45); the engine's exact gradient is -sin(x)."""
+    def circuit(x):
+        qml.SWAP(wires=[1, 0])
+        qml.RY(x, wires=0)
+        return qml.expval(qml.PauliZ(0))
+    x = torch.tensor(1.75, dtype=torch.float64, requires_grad=True)
+    mine, ref = _both(2, circuit, interface="torch")
+    with qml.Tracker(mine.device) as tracker:
+        (g,) = torch.autograd.grad(mine(x), x)
+    assert tracker.totals["executions"] == 1     # backprop: one run, no shifted circuits
+    assert abs(float(g) + np.sin(1.75)) < 1e-12
+    (r,) = torch.autograd.grad(ref(x), x)
+    assert bool(torch.isnan(r)) or abs(float(r) + np.sin(1.75)) < 1e-12
+
+
+def test_other_interfaces_use_parameter_shift_exactly():
+    def circuit(x, y):
+        qml.RX(x, wires=0)
+        qml.PhaseDamping(0.3, wires=0)
+        qml.CRY(y, wires=[0, 1])
+        qml.BitFlip(0.1, wires=1)
+        return qml.expval(qml.PauliZ(1) @ qml.PauliY(0))
+    x = qml.numpy.array(0.4, requires_grad=True)
+    y = qml.numpy.array(-1.1, requires_grad=True)
+    mine, ref = _both(2, circuit, diff_method="best")
+    with qml.Tracker(mine.device) as tracker:
+        got = qml.grad(mine)(x, y)
+    assert tracker.totals["executions"] > 3      # the shifted circuits, not one backprop run
+    want = qml.grad(ref)(x, y)
+    _same(got, want, 1e-8)
+
+
+def test_shots_sample_the_noisy_distribution():
+    def body():
+        qml.Hadamard(wires=0)
+        qml.CNOT(wires=[0, 1])
+        qml.AmplitudeDamping(0.4, wires=0)
+
+    def sampled():
+        body()
+        return qml.probs(wires=[0, 1]), qml.expval(qml.PauliZ(0)), qml.counts(wires=[1])
+
+    def exact():
+        body()
+        return qml.probs(wires=[0, 1]), qml.expval(qml.PauliZ(0))
+    dev = qml.device("qdiff.mixed", wires=2, seed=7)
+    probs, z, counts = qml.set_shots(qml.QNode(sampled, dev), shots=20000)()
+    want = qml.QNode(exact, qml.device("default.mixed", wires=2))()
+    # standard errors below 0.0036 (probabilities) and 0.0071 (<Z>): five of them
+    assert np.abs(probs - want[0]).max() < 0.02 and abs(z - want[1]) < 0.036
+    assert sum(counts.values()) == 20000 and set(counts) <= {"0", "1"}
+    res = qml.set_shots(qml.QNode(sampled, dev), shots=[100, (10, 2)])()
+    assert len(res) == 3 and all(len(r) == 3 for r in res)
+    assert sum(res[0][2].values()) == 100 and sum(res[2][2].values()) == 10
+
+
+def test_mid_circuit_measurements_are_deferred_like_default_mixed():
+    def circuit(x):
+        qml.RY(x, wires=0)
+        qml.DepolarizingChannel(0.2, wires=0)
+        m = qml.measure(0)
+        qml.cond(m, qml.PauliX)(wires=1)
+        return qml.expval(qml.PauliZ(1)), qml.probs(op=m)
+    devs = [qml.device(name, wires=3) for name in ("qdiff.mixed", "default.mixed")]
+    got, want = (qml.QNode(circuit, d)(0.9) for d in devs)
+    _same(got, want, 1e-10)
+
+
+# -- device noise models ---------------------------------------------------------------------
+
+
+def _logical_body(x, y):
+    qml.Hadamard(wires=0)
+    qml.RY(x, wires=1)
+    qml.CNOT(wires=[0, 2])          # uncoupled on fake_manila's line 0-1-2
+    qml.RX(y, wires=2)
+    qml.CRZ(0.3, wires=[2, 1])
+
+
+def _logical_circuit(x, y):
+    _logical_body(x, y)
+    return (qml.expval(qml.PauliZ(0) @ qml.PauliZ(2)), qml.density_matrix(wires=[0, 1, 2]),
+            qml.probs(wires=[2, 0]))
+
+
+def _qd_circuit(x, y):
+    qd.Hadamard(wires=0)
+    qd.RY(x, wires=1)
+    qd.CNOT(wires=[0, 2])
+    qd.RX(y, wires=2)
+    qd.CRZ(0.3, wires=[2, 1])
+    return (qd.expval(qd.Z(0) @ qd.Z(2)), qd.density_matrix([0, 1, 2]), qd.probs([2, 0]))
+
+
+def test_a_device_noise_model_routes_and_equals_aer_on_the_routed_circuit():
+    pytest.importorskip("qiskit_aer")
+    pytest.importorskip("qiskit_ibm_runtime")
+    from test_noise_routing import _aer_rho, _logical
+    from qdiff.circuits.qiskit_io import to_qiskit
+    manila = qd.noise.from_backend("fake_manila")
+    dev = qml.device("qdiff.mixed", wires=3, noise=manila)
+    x = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
+    y = torch.tensor(-0.7, dtype=torch.float64, requires_grad=True)
+    zz, rho, probs = qml.QNode(_logical_circuit, dev, interface="torch")(x, y)
+    f = qd.qnode(qd.device("mixed", wires=3, noise=manila))(_qd_circuit)
+    rec = f.construct(x, y)[0]
+    r = qd.noise.prepare(rec.circuit, manila)
+    assert not qd.noise.native(rec.circuit, manila)
+    want = _logical(_aer_rho(to_qiskit(r.circuit, theta=r.theta(rec.theta).detach())), r.final)
+    np.testing.assert_allclose(rho.detach().numpy(), want, atol=1e-8, rtol=0)
+    zz_want = np.trace(want @ np.kron(np.kron(np.diag([1, -1]), np.eye(2)), np.diag([1, -1])))
+    assert abs(float(zz) - zz_want.real) < 1e-8
+    # probs go through the device's readout errors: qdiff's own engine applies them to its
+    # probabilities, the PennyLane device as a classical channel on the density matrix
+    _, _, probs_qd = f(x, y)
+    assert torch.allclose(probs, probs_qd, atol=1e-12, rtol=0)
+    ideal = torch.tensor(np.diag(want).real).reshape(2, 2, 2).permute(2, 0, 1).sum(-1).reshape(-1)
+    assert float((probs - ideal).abs().max()) > 1e-3          # readout errors act on probs
+    # with shots, every measurement is sampled from the density matrix, with the readout
+    # errors as a classical channel on it: the estimates follow the read-out probabilities
+    def sampled(x, y):
+        _logical_body(x, y)
+        return qml.probs(wires=[2, 0]), qml.counts(wires=[0])
+    shots = 40000
+    est, counts = qml.set_shots(qml.QNode(sampled, qml.device("qdiff.mixed", wires=3,
+                                                                noise=manila, seed=3)),
+                                shots=shots)(x.detach(), y.detach())
+    se = np.sqrt(probs_qd.detach().numpy() * (1 - probs_qd.detach().numpy()) / shots)
+    assert np.all(np.abs(np.asarray(est) - probs_qd.detach().numpy()) < 5 * se + 1e-12)
+    p0 = float(probs_qd[0] + probs_qd[2])   # wire 0 reads 0: outcomes 00 and 10 of (2, 0)
+    assert abs(counts.get("0", 0) / shots - p0) < 5 * np.sqrt(p0 * (1 - p0) / shots)
+    assert float((probs_qd - ideal).abs().max()) > 6 * se.max()   # the readout is visible
+    # a measurement the engine does not compute (vn_entropy) is read off the density matrix
+    def mixed_tape(x, y):
+        _logical_body(x, y)
+        return qml.probs(wires=[2, 0]), qml.vn_entropy(wires=[1])
+    probs_rho, ent = qml.QNode(mixed_tape, dev, interface="torch")(x, y)
+    assert torch.allclose(torch.as_tensor(probs_rho), probs_qd, atol=1e-12, rtol=0)
+    red = want.reshape(2, 2, 2, 2, 2, 2).trace(axis1=0, axis2=3).trace(axis1=1, axis2=3)
+    ev = np.linalg.eigvalsh(red)
+    assert abs(float(ent) + sum(v * np.log(v) for v in ev if v > 1e-15)) < 1e-8
+    (gx,) = torch.autograd.grad(zz, x)
+    h = 1e-6
+    with torch.no_grad():
+        fd = (qml.QNode(_logical_circuit, dev)(x + h, y)[0] -
+              qml.QNode(_logical_circuit, dev)(x - h, y)[0]) / (2 * h)
+    assert abs(float(gx) - float(fd)) < 1e-8
+
+
+def test_noise_by_device_name_and_what_is_refused():
+    pytest.importorskip("qiskit_ibm_runtime")
+    dev = qml.device("qdiff.mixed", wires=2, noise="fake_manila")
+    assert dev.noise.name == "fake_manila"
+
+    @qml.qnode(dev)
+    def mcm():
+        qml.Hadamard(wires=0)
+        m = qml.measure(0)
+        qml.cond(m, qml.PauliX)(wires=1)
+        return qml.expval(qml.PauliZ(1))
+    with pytest.raises(qml.exceptions.DeviceError, match="mid-circuit measurements"):
+        mcm()
+    with pytest.raises(qml.exceptions.DeviceError, match="describes 5 qubits"):
+        qml.device("qdiff.mixed", wires=6, noise="fake_manila")
+
+    @qml.qnode(dev)
+    def own_channel():
+        qml.Hadamard(wires=0)
+        qml.BitFlip(0.1, wires=0)
+        qml.CNOT(wires=[0, 1])
+        return qml.expval(qml.PauliZ(1))
+    with pytest.raises(qml.exceptions.DeviceError, match="BitFlip"):
+        own_channel()
+
+
+def test_bad_input_names_what_is_wrong():
+    with pytest.raises(qml.exceptions.DeviceError, match="c_dtype"):
+        qml.device("qdiff.mixed", wires=1, c_dtype=np.float64)
+
+    @qml.qnode(qml.device("qdiff.mixed", wires=1))
+    def f(p):
+        qml.DepolarizingChannel(p, wires=0)
+        return qml.expval(qml.PauliZ(0))
+    with pytest.raises((qml.exceptions.DeviceError, ValueError), match="DepolarizingChannel|p"):
+        f(1.5)
+    with pytest.raises((qml.exceptions.DeviceError, ValueError), match="[Tt]race"):
+        qml.QNode(lambda: (qml.QubitChannel([np.eye(2), np.eye(2)], wires=0),
+                           qml.expval(qml.PauliZ(0)))[1], qml.device("qdiff.mixed", wires=1))()
+
+
+def test_explicit_backprop_takes_the_torch_interface_only():
+    dev = qml.device("qdiff.mixed", wires=1)
+
+    @qml.qnode(dev, diff_method="backprop")
+    def f(x):
+        qml.RX(x, wires=0)
+        return qml.expval(qml.PauliZ(0))
+    with pytest.raises(qml.exceptions.QuantumFunctionError, match="backprop"):
+        qml.grad(f)(qml.numpy.array(0.3, requires_grad=True))
+    x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    tape = qml.tape.QuantumScript([qml.RX(x, wires=0), qml.AmplitudeDamping(0.2, wires=0)],
+                                  [qml.expval(qml.PauliZ(0))])
+    [res] = qml.execute([tape], dev, diff_method="backprop", interface="torch")
+    (g,) = torch.autograd.grad(res, x)
+    # <Z> = 1 - (1 - gamma) (1 - cos x)
+    assert abs(float(g) + 0.8 * np.sin(0.3)) < 1e-12
+    with pytest.raises(qml.exceptions.QuantumFunctionError, match="backprop"):
+        qml.execute([tape], dev, diff_method="backprop", interface="autograd")
+
+
+def test_a_density_matrix_as_initial_state_equals_default_mixed():
+    r = np.random.default_rng(4)
+    a = r.normal(size=(4, 4)) + 1j * r.normal(size=(4, 4))
+    rho = a @ a.conj().T
+    rho /= np.trace(rho)
+
+    def circuit(x):
+        qml.QubitDensityMatrix(rho, wires=[2, 0])
+        qml.RX(x, wires=1)
+        qml.CNOT(wires=[0, 1])
+        qml.AmplitudeDamping(0.3, wires=2)
+        return (qml.expval(qml.PauliZ(1) @ qml.PauliX(2)), qml.density_matrix(wires=[0, 2]),
+                qml.purity(wires=[0, 1]), qml.var(qml.PauliY(0)), qml.probs(wires=[2]))
+    for x in (0.7, np.array([0.1, -2.0])):
+        got, want = (q(x) for q in _both(3, circuit))
+        _same(got, want, 1e-10)
+    trainable = torch.tensor(rho, requires_grad=True)
+
+    @qml.qnode(qml.device("qdiff.mixed", wires=2), interface="torch")
+    def g(m):
+        qml.QubitDensityMatrix(m, wires=[0, 1])
+        return qml.expval(qml.PauliZ(0))
+    with pytest.raises(qml.exceptions.DeviceError, match="QubitDensityMatrix.*not trainable"):
+        g(trainable)
