@@ -160,7 +160,6 @@ def reverse_plan(n, batch):
     import qdiff as qd
     from qdiff.rules import ADJOINT, best
     dev = qd.device("mixed", wires=n)
-    captured = {}
 
     @qd.qnode(dev)
     def f(x):
@@ -180,8 +179,8 @@ def reverse_plan(n, batch):
         return qd.expval(qd.Z(0))
     x = torch.zeros(batch, LAYERS, n, 2, dtype=torch.float64, requires_grad=True)
     rec = f.construct(x)[0]
-    captured["best"] = best(dev, rec.circuit, rec)
-    assert captured["best"] is ADJOINT, captured["best"]
+    picked = best(dev, rec.circuit, rec)
+    assert picked is ADJOINT, picked
     return dev.reverse_plan(dev.noisy(rec.circuit), batch)
 
 

@@ -99,7 +99,8 @@ SPSA = Rule("spsa", None, exact_only=False, second_order="none",
 RULES = {r.name: r for r in (BACKPROP, ADJOINT, PARAMETER_SHIFT, FINITE_DIFF, SPSA)}
 DIFF_METHODS = ("best",) + tuple(RULES)
 _NEEDS_TEXT = {"backprop": "a torch-simulated backend", "vjp": "a backend with its own reverse "
-               "mode (the statevector engine, or a PennyLane device with an adjoint method)"}
+               "mode (the statevector or mixed engine, or a PennyLane device with an adjoint "
+               "method)"}
 
 
 @dataclass(frozen=True)

@@ -342,7 +342,8 @@ def test_plan_accepts_ten_qubits_batch_64_where_backprop_is_refused(monkeypatch)
                                                  dev.cdtype, torch.device("cpu"),
                                                  (True,) * c.num_params).unitary if not u)
     assert plan.interval == 1 and plan.states == stored + reverse.WORKING
-    assert plan.need <= 8 * 2 ** 30 < plan.states * one * (plan.chunk + 1)
+    assert plan.need <= 8 * 2 ** 30 < plan.need / plan.chunk * (plan.chunk + 1)
+    assert plan.states * one * plan.chunk < plan.need < 1.01 * plan.states * one * plan.chunk
     assert 1 <= plan.chunk < 64
     monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1G")  # one binding with all inputs: 1.1 GiB
     small = dev.reverse_plan(c, 64)
@@ -385,7 +386,7 @@ print(hwm() - h0, plan.need, plan.chunk, plan.interval)
 @pytest.mark.parametrize("n,b,limit", [
     (7, 4, None),
     pytest.param(7, 6, "30M", marks=pytest.mark.slow),
-    pytest.param(7, 3, "5M", marks=pytest.mark.slow),
+    pytest.param(7, 3, "6M", marks=pytest.mark.slow),
     pytest.param(8, 4, None, marks=pytest.mark.slow),
     pytest.param(8, 6, "120M", marks=pytest.mark.slow),
     pytest.param(8, 3, "20M", marks=pytest.mark.slow)])
@@ -407,6 +408,6 @@ def test_memory_plan_matches_what_is_allocated(n, b, limit):
     peak, need, chunk, interval = (float(v) for v in out.stdout.split())
     if limit in ("30M", "120M"):
         assert 1 < chunk < b and interval == 1
-    if limit in ("5M", "20M"):
+    if limit in ("6M", "20M"):
         assert chunk == 1 and interval > 1
     assert 0.8 * need <= peak <= 1.15 * need + 4 * 2 ** 20, (peak, need)

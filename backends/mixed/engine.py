@@ -110,7 +110,8 @@ class MixedBackend(Backend):
         noisy ``circuit`` run for ``batch`` bindings."""
         stored = sum(1 for blk, _ in reverse.fusion_plan(circuit)
                      if any(reverse.is_channel(circuit.operations[i].gate) for i in blk.ops))
-        return reverse.plan(self.num_wires, batch, stored, self.cdtype, self.torch_device)
+        return reverse.plan(self.num_wires, batch, stored, self.cdtype, self.torch_device,
+                            extra=reverse.block_bytes(circuit, self.cdtype))
 
     def execute(self, jobs) -> list:
         out = []

@@ -55,11 +55,17 @@ KINDS = ("expval", "var", "probs")
 # the memory plan
 
 
+#: Block-sized matrices (per binding and block) the reverse mode holds: the block's
+#: superoperator, its factors, the overlap ``M_k`` and the stacked environments.
+BLOCK_COPIES = 5.0
+
+
 @dataclass(frozen=True)
 class Plan:
     """How a batch is run in reverse: ``chunk`` bindings at a time; inputs of non-unitary
     blocks kept every ``interval`` of them (1: all kept, no recomputation); ``states``: density
-    matrices per binding held at the peak; ``need``: those bytes for one chunk."""
+    matrices per binding held at the peak; ``need``: the bytes of one chunk (those states and
+    the blocks' own matrices)."""
 
     chunk: int
     interval: int
@@ -76,34 +82,43 @@ def states_needed(stored: int, interval: int) -> float:
     return math.ceil(stored / interval) + (interval - 1) + WORKING
 
 
-def plan(n: int, batch: int, stored: int, cdtype, device, budget: Optional[float] = None) -> Plan:
+def block_bytes(circuit, cdtype) -> float:
+    """Bytes per binding of the block-sized matrices the reverse mode holds
+    (:data:`BLOCK_COPIES` per block: its ``D x D`` superoperator, ``D = 4**wires``)."""
+    return BLOCK_COPIES * cdtype.itemsize * sum(
+        16.0 ** len(blk.wires) for blk, _ in fusion_plan(circuit))
+
+
+def plan(n: int, batch: int, stored: int, cdtype, device, budget: Optional[float] = None,
+         extra: float = 0.0) -> Plan:
     """The reverse mode's plan for ``batch`` bindings of ``n`` wires with ``stored`` non-unitary
-    blocks, within ``budget`` bytes (default: the memory budget of ``device``): every block
-    input kept, the largest chunk of bindings that fits (the whole batch when it does); when
-    not even one binding fits so, checkpoints every ~sqrt(stored) blocks. Raises
+    blocks and ``extra`` bytes per binding besides the density matrices (:func:`block_bytes`),
+    within ``budget`` bytes (default: the memory budget of ``device``): every block input kept,
+    the largest chunk of bindings that fits (the whole batch when it does); when not even one
+    binding fits so, checkpoints every ~sqrt(stored) blocks. Raises
     :class:`~qdiff.circuits.errors.QdiffMemoryError` when one binding does not fit either way."""
     one = state_bytes(n, cdtype)
     full = states_needed(stored, 1)
     if budget is None:
-        if full * one * batch < memory.ALWAYS_FITS and memory.env_limit() is None:
-            return Plan(batch, 1, full, full * one * batch)
+        if (full * one + extra) * batch < memory.ALWAYS_FITS and memory.env_limit() is None:
+            return Plan(batch, 1, full, (full * one + extra) * batch)
         budget = memory.budget(device)
-    fits = int(budget // (full * one))
+    fits = int(budget // (full * one + extra))
     if fits >= 1:
         c = min(batch, fits)
-        return Plan(c, 1, full, full * one * c)
+        return Plan(c, 1, full, (full * one + extra) * c)
     interval = math.isqrt(max(stored - 1, 0)) + 1  # ceil(sqrt(stored))
     per = states_needed(stored, interval)
-    fits = int(budget // (per * one))
+    fits = int(budget // (per * one + extra))
     if fits >= 1:
         c = min(batch, fits)
-        return Plan(c, interval, per, per * one * c)
+        return Plan(c, interval, per, (per * one + extra) * c)
     raise QdiffMemoryError(
         f"the reverse mode on {n} qubits as density matrices needs about "
-        f"{memory.gib(per * one)} for one binding ({per:g} density matrices of "
+        f"{memory.gib(per * one + extra)} for one binding ({per:g} density matrices of "
         f"{memory.gib(one)}: checkpoints of {stored} non-unitary blocks every {interval}, the "
-        f"recomputed segment and the working set) but the memory budget is "
-        f"{memory.gib(budget)}")
+        f"recomputed segment and the working set; and the blocks' own matrices) but the memory "
+        f"budget is {memory.gib(budget)}")
 
 
 # ------------------------------------------------------------------------------------------
