@@ -330,7 +330,8 @@ def _bench_like(n):
 
 def test_plan_accepts_ten_qubits_batch_64_where_backprop_is_refused(monkeypatch):
     """At n = 10, batch 64 (1 GiB of density matrices per copy of the batch) under an 8 GiB
-    budget, the reverse mode runs in chunks that fit; backprop (two density matrices per fused
+    budget, the reverse mode runs in chunks that fit (of one binding: a density matrix of 16 MiB
+    reaches the chunk's size bound); backprop (two density matrices per fused
     block for the whole batch) is refused before allocating. Nothing is allocated here."""
     monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "8G")
     dev = qd.device("mixed", wires=10)
@@ -342,9 +343,11 @@ def test_plan_accepts_ten_qubits_batch_64_where_backprop_is_refused(monkeypatch)
                                                  dev.cdtype, torch.device("cpu"),
                                                  (True,) * c.num_params).unitary if not u)
     assert plan.interval == 1 and plan.states == stored + reverse.WORKING
-    assert plan.need <= 8 * 2 ** 30 < plan.need / plan.chunk * (plan.chunk + 1)
+    per = plan.need / plan.chunk
+    fits = int(8 * 2 ** 30 // per)
+    assert 1 <= fits < 64  # the whole batch does not fit
+    assert plan.chunk == min(fits, max(1, reverse.CHUNK_STATE_BYTES // one)) == 1
     assert plan.states * one * plan.chunk < plan.need < 1.01 * plan.states * one * plan.chunk
-    assert 1 <= plan.chunk < 64
     monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1G")  # one binding with all inputs: 1.1 GiB
     small = dev.reverse_plan(c, 64)
     assert small.interval > 1 and small.need <= 2 ** 30

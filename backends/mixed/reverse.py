@@ -58,6 +58,11 @@ KINDS = ("expval", "var", "probs")
 #: Block-sized matrices (per binding and block) the reverse mode holds: the block's
 #: superoperator, its factors, the overlap ``M_k`` and the stacked environments.
 BLOCK_COPIES = 5.0
+# bindings of one chunk hold at most this many bytes of one density matrix each, memory
+# permitting: the sweep's batched products slow down per binding on large states (measured at
+# n = 10: two bindings in one chunk cost 1.9x the time of two chunks of one; at n <= 9 a chunk
+# of several costs the same or less)
+CHUNK_STATE_BYTES = 16 * 2**20
 
 
 @dataclass(frozen=True)
@@ -94,24 +99,26 @@ def plan(n: int, batch: int, stored: int, cdtype, device, budget: Optional[float
     """The reverse mode's plan for ``batch`` bindings of ``n`` wires with ``stored`` non-unitary
     blocks and ``extra`` bytes per binding besides the density matrices (:func:`block_bytes`),
     within ``budget`` bytes (default: the memory budget of ``device``): every block input kept,
-    the largest chunk of bindings that fits (the whole batch when it does); when not even one
+    the largest chunk of bindings that fits, of at most :data:`CHUNK_STATE_BYTES` of one
+    density matrix each (the whole batch when it does); when not even one
     binding fits so, checkpoints every ~sqrt(stored) blocks. Raises
     :class:`~qdiff.circuits.errors.QdiffMemoryError` when one binding does not fit either way."""
     one = state_bytes(n, cdtype)
     full = states_needed(stored, 1)
+    most = min(batch, max(1, int(CHUNK_STATE_BYTES // one)))
     if budget is None:
-        if (full * one + extra) * batch < memory.ALWAYS_FITS and memory.env_limit() is None:
-            return Plan(batch, 1, full, (full * one + extra) * batch)
+        if (full * one + extra) * most < memory.ALWAYS_FITS and memory.env_limit() is None:
+            return Plan(most, 1, full, (full * one + extra) * most)
         budget = memory.budget(device)
     fits = int(budget // (full * one + extra))
     if fits >= 1:
-        c = min(batch, fits)
+        c = min(most, fits)
         return Plan(c, 1, full, (full * one + extra) * c)
     interval = math.isqrt(max(stored - 1, 0)) + 1  # ceil(sqrt(stored))
     per = states_needed(stored, interval)
     fits = int(budget // (per * one + extra))
     if fits >= 1:
-        c = min(batch, fits)
+        c = min(most, fits)
         return Plan(c, interval, per, (per * one + extra) * c)
     raise QdiffMemoryError(
         f"the reverse mode on {n} qubits as density matrices needs about "
