@@ -5,6 +5,8 @@ Candidates (each cleaned up by level 2 and verified against its input):
 * ``level2``: the level-2 result;
 * ``pauli``: Pauli-rotation re-synthesis (``pauli.py``) of the level-2 result and of the input,
   with seeded tie-breaking variants and two syntheses of the remaining Clifford;
+* ``gadgets``: greedy Pauli-gadget re-synthesis by pytket (``gadgets.py``) of the input and of
+  the level-2 result, a few deterministic variants each;
 * ``qiskit``: Qiskit's ``transpile(optimization_level=3)`` output, then qdiff's level 2 (above
   four qubits);
 * ``shannon``: for whole circuits of at most four qubits, the quantum Shannon decomposition of
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from qdiff.compiler.blockopt import block_resynthesis
 from qdiff.compiler.blocks import block_unitary
 from qdiff.compiler.budget import Budget, Work
+from qdiff.compiler.gadgets import VARIANTS as GADGET_VARIANTS, greedy_pauli
 from qdiff.compiler.lower import lower
 from qdiff.compiler.ops import cx_count, depth, is_constant, t_count
 from qdiff.compiler.pauli import pauli_resynthesis
@@ -91,6 +94,11 @@ def _strategies(lowered, opt, s: Search, coupling):
         out += [(f"pauli(input,seed={seed},layers)", variant, lowered),
                 (f"pauli(seed={seed},layers)", variant, opt)]
     if not s.discrete and all(is_constant(o) for o in lowered.operations):
+        for seed, rate, dw in GADGET_VARIANTS:
+            variant = functools.partial(greedy_pauli, seed=seed, discount_rate=rate,
+                                        depth_weight=dw)
+            tag = f"seed={seed},rate={rate},depth={dw}"
+            out += [(f"gadgets(input,{tag})", variant, lowered), (f"gadgets({tag})", variant, opt)]
         # up to 4 qubits the whole-circuit Shannon decomposition takes Qiskit O3's place (its
         # first call loads Qiskit's transpiler plugins: seconds, for a candidate that small
         # circuits' Pauli/Shannon/block results beat)
