@@ -120,7 +120,7 @@ FAMILIES = {"trotter": _trotter(4, 2, 0.5), "qaoa": _qaoa(5, 2), "uccsd": _uccsd
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_families_stay_equivalent(family):
     c = lower(FAMILIES[family])
-    for variant in VARIANTS[:3]:
+    for variant in VARIANTS[:2] + VARIANTS[8:10]:  # forward and on the inverse circuit
         _check(c, greedy_pauli(c, *variant))
 
 

@@ -29,12 +29,14 @@ import numpy as np
 
 from qdiff.circuits.errors import QdiffError
 from qdiff.compiler.fuse import canonical_1q
-from qdiff.compiler.ops import is_constant, op
+from qdiff.compiler.ops import cx_count, is_constant, matrix, op
 from qdiff.compiler.pauli import _as_h_s_rz
 
-# (seed, discount_rate, depth_weight): pytket's default first, then CX-only weightings
-VARIANTS = ((0, 0.7, 0.3), (0, 0.7, 0.0), (1, 0.7, 0.3), (1, 0.7, 0.0), (2, 0.7, 0.3),
+# (seed, discount_rate, depth_weight, reverse): pytket's default first, then CX-only
+# weightings; each also on the inverse circuit (a different final Clifford to reduce)
+_FORWARD = ((0, 0.7, 0.3), (0, 0.7, 0.0), (1, 0.7, 0.3), (1, 0.7, 0.0), (2, 0.7, 0.3),
             (0, 0.5, 0.0), (0, 0.9, 0.0), (3, 0.8, 0.1))
+VARIANTS = tuple(v + (False,) for v in _FORWARD) + tuple(v + (True,) for v in _FORWARD)
 THREAD_TIMEOUT_MS = 2**31 - 1  # never reached: the search is bounded by its work limits
 
 
@@ -85,10 +87,28 @@ def from_tket(tk, circuit):
     return circuit.with_operations(ops)
 
 
+def inverse(circuit):
+    """``circuit`` with the inverse unitary (ops reversed, each one inverted)."""
+    ops: list = []
+    for o in reversed(circuit.operations):
+        if o.name == "cx":
+            ops.append(o)
+        elif len(o.wires) == 1 and is_constant(o):
+            ops.extend(canonical_1q(matrix(o).conj().T, o.wires[0]))
+        else:
+            raise QdiffError(f"greedy Pauli re-synthesis: cannot invert gate {o.name} on "
+                             f"wires {o.wires} (constant one-qubit gates and cx only)")
+    return circuit.with_operations(ops)
+
+
 def greedy_pauli(circuit, seed: int = 0, discount_rate: float = 0.7,
-                 depth_weight: float = 0.3):
+                 depth_weight: float = 0.3, reverse: bool = False):
     """Pass: Circuit (one-qubit gates + CX, constant) -> the same unitary (up to global
-    phase) re-synthesized by pytket's ``GreedyPauliSimp`` with the given options."""
+    phase) re-synthesized by pytket's ``GreedyPauliSimp`` with the given options
+    (``reverse``: re-synthesize the inverse circuit and invert the result, which leaves a
+    different final Clifford to the greedy reduction)."""
+    if reverse:
+        return inverse(greedy_pauli(inverse(circuit), seed, discount_rate, depth_weight))
     from pytket.circuit import OpType
     from pytket.passes import AutoRebase, GreedyPauliSimp
     tk = to_tket(circuit)
@@ -96,3 +116,36 @@ def greedy_pauli(circuit, seed: int = 0, discount_rate: float = 0.7,
                     thread_timeout=THREAD_TIMEOUT_MS, trials=1).apply(tk)
     AutoRebase({OpType.CX, OpType.TK1}).apply(tk)  # CY, CZ, ... -> CX and one-qubit gates
     return from_tket(tk, circuit)
+
+
+def windowed(circuit, width: int, offset: int = 0, variants=VARIANTS, clean=None):
+    """Pass: greedy Pauli re-synthesis of consecutive windows of ``width`` CX (the first one
+    ``offset`` CX wide when ``offset`` > 0), each replaced only when a variant lowers its
+    ``(CX, gates)``. Local re-synthesis finds the savings that a whole-circuit one misses on
+    arithmetic circuits, whose whole-circuit Clifford is expensive to write again.
+    ``clean``: a pass applied to each re-synthesized window (e.g. level 2)."""
+    ops = list(circuit.operations)
+    out: list = []
+    i, limit = 0, (offset or width)
+    while i < len(ops):
+        j, k = i, 0
+        while j < len(ops) and (k < limit or len(ops[j].wires) == 1):
+            k += len(ops[j].wires) == 2
+            j += 1
+        limit = width
+        seg = circuit.with_operations(tuple(ops[i:j]))
+        best, key = seg, (cx_count(seg.operations), len(seg.operations))
+        if key[0] >= 2:
+            found = None
+            for v in variants:  # ranked as synthesized; only the best one is cleaned
+                r = greedy_pauli(seg, *v)
+                rk = (cx_count(r.operations), len(r.operations))
+                if found is None or rk < found[1]:
+                    found = (r, rk)
+            r = found[0] if clean is None else clean(found[0])
+            rk = (cx_count(r.operations), len(r.operations))
+            if rk < key:
+                best, key = r, rk
+        out += list(best.operations)
+        i = j
+    return circuit.with_operations(out)

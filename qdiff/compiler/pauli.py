@@ -93,10 +93,24 @@ def _clifford_words() -> list:
     return words
 
 
+@caches.cached(maxsize=1)
+def _clifford_stack() -> np.ndarray:
+    return np.stack([m for _, m in _clifford_words()]).astype(complex)
+
+
 def clifford_word(u: np.ndarray):
-    for w, m in _clifford_words():
-        if phase_distance(u, m) <= EXACT_DELTA:  # a Clifford to rounding, never approximately
-            return w
+    """The word in h and s of the one-qubit Clifford ``u`` (to rounding), or None."""
+    # phase_distance(u, m) for the 24 Cliffords at once: ||u - e^{i phi} m||_F / sqrt(2)
+    # with e^{i phi} the phase of Tr(m^dag u), the same formula vectorized
+    stack = _clifford_stack()
+    t = np.einsum("kij,ij->k", stack.conj(), u)
+    a = np.abs(t)
+    ph = np.where(a > 0, t / np.where(a > 0, a, 1.0), 1.0)
+    dist = np.linalg.norm((u[None] - ph[:, None, None] * stack).reshape(len(stack), -1),
+                          axis=1) / math.sqrt(2.0)
+    k = int(np.argmin(dist))
+    if dist[k] <= EXACT_DELTA:  # a Clifford to rounding, never approximately
+        return _clifford_words()[k][0]
     return None
 
 
