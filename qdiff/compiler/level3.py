@@ -5,8 +5,6 @@ Candidates (each cleaned up by level 2 and verified against its input):
 * ``level2``: the level-2 result;
 * ``pauli``: Pauli-rotation re-synthesis (``pauli.py``) of the level-2 result and of the input,
   with seeded tie-breaking variants and two syntheses of the remaining Clifford;
-* ``gadgets``: greedy Pauli-gadget re-synthesis by pytket (``gadgets.py``) of the input and of
-  the level-2 result, a few deterministic variants each;
 * ``qiskit``: Qiskit's ``transpile(optimization_level=3)`` output, then qdiff's level 2 (above
   four qubits);
 * ``shannon``: for whole circuits of at most four qubits, the quantum Shannon decomposition of
@@ -25,7 +23,6 @@ from dataclasses import dataclass, field
 from qdiff.compiler.blockopt import block_resynthesis
 from qdiff.compiler.blocks import block_unitary
 from qdiff.compiler.budget import Budget, Work
-from qdiff.compiler.gadgets import VARIANTS as GADGET_VARIANTS, greedy_pauli, windowed
 from qdiff.compiler.lower import lower
 from qdiff.compiler.ops import cx_count, depth, is_constant, t_count
 from qdiff.compiler.pauli import pauli_resynthesis
@@ -33,8 +30,6 @@ from qdiff.compiler.pipeline import chain, guarded, level1, level2
 from qdiff.compiler.snap import snap_angles
 from qdiff.compiler.verify import equivalence
 
-# windowed gadget re-synthesis of the winner: (width in CX, offset of the first window)
-WINDOWS = ((64, 0), (96, 48))
 # CX counts of the sources of the optional strategies, summed (see _strategies)
 STRATEGY_WORK = 24000
 PAULI_VARIANTS = 10
@@ -87,7 +82,7 @@ def _strategies(lowered, opt, s: Search, coupling):
     """``[(name, pass, source)]`` in a fixed order (each pauli pass gets its own budget copy).
 
     The first Pauli syntheses and Qiskit O3 / Shannon always run; the variants after them
-    (greedy Pauli-gadget syntheses first, then seeded Pauli syntheses) run while the CX counts
+    (seeded Pauli syntheses) run while the CX counts
     of their sources add up to at most ``STRATEGY_WORK``: a function of the input only, so the
     result does not depend on the machine's load, and large circuits stay within their time."""
     if coupling is not None:
@@ -103,12 +98,6 @@ def _strategies(lowered, opt, s: Search, coupling):
             core.append(("shannon", shannon_whole, lowered))
         else:
             core.append(("qiskit", qiskit_o3, lowered))
-        for seed, rate, dw, rev in GADGET_VARIANTS:
-            variant = functools.partial(greedy_pauli, seed=seed, discount_rate=rate,
-                                        depth_weight=dw, reverse=rev)
-            tag = f"seed={seed},rate={rate},depth={dw}" + (",reverse" if rev else "")
-            extra += [(f"gadgets(input,{tag})", variant, lowered),
-                      (f"gadgets({tag})", variant, opt)]
     for seed in range(1, 1 + PAULI_VARIANTS):  # random tie-breaking: cheap, often better
         variant = functools.partial(pauli_resynthesis, seed=seed)
         extra += [(f"pauli(input,seed={seed})", variant, lowered),
@@ -152,8 +141,6 @@ def optimize3(lowered, opt, s: Search, coupling=None):
     s.log.append("candidates: " + ", ".join(f"{n}={cx_count(c.operations)}" for n, _, c, _ in cands))
     name, best, budget = _first_verified(cands, s)
     s.budget.spent = budget.spent
-    if not s.discrete and coupling is None and all(is_constant(o) for o in best.operations):
-        best, name = _window_rounds(best, name, s)
     if not s.discrete:
         best, name = _block_rounds(best, name, s)
     return best, name
@@ -172,28 +159,6 @@ def _first_verified(cands, s: Search):
             return name, out, budget
         s.log.append(f"{name}: not verified (1-F={v.infidelity:.2e}); dropped")
     return cands[0][0], cands[0][2], cands[0][3]
-
-
-def _window_rounds(best, name, s: Search):
-    """Greedy Pauli-gadget re-synthesis of CX windows of the winner (``WINDOWS``), checked
-    once for all windows; kept when it lowers the score."""
-    passes = [functools.partial(windowed, width=w, offset=o, clean=level2) for w, o in WINDOWS]
-    for p in passes:
-        p.__name__ = "windows"
-
-    def windows(c):
-        for p in passes:
-            c = level2(p(c))
-        return c
-    try:
-        new = guarded(windows, s.verify, s.log, s.budget.tol)(best)
-    except Exception as exc:  # e.g. a gate pytket cannot take: the winner stands
-        s.log.append(f"windows: skipped ({type(exc).__name__}: {exc})")
-        return best, name
-    if score(new) < score(best) and (s.admissible is None or s.admissible(new)):
-        s.tell("windows", cx_count(new.operations))
-        return new, name + "+windows"
-    return best, name
 
 
 def _block_rounds(best, name, s: Search):
