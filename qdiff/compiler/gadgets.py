@@ -32,8 +32,8 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import ParamRef
 from qdiff.compiler.fuse import canonical_1q
 from qdiff.compiler.ops import cx_count, is_constant, matrix, op
-from qdiff.compiler.pauli import (LOOKAHEAD, _Frame, _final_clifford, _front, conj, extract,
-                                  merge, weight)
+from qdiff.compiler.pauli import (LOOKAHEAD, Frame, conj, extract, final_clifford,
+                                  front_indices, merge, weight)
 
 # (seed, weight of the remaining Clifford in the cost, reverse)
 VARIANTS = ((0, 0.3, False), (0, 0.1, False), (1, 0.3, False), (0, 0.6, False),
@@ -90,7 +90,7 @@ def synthesize(rots, cliff, n: int, seed: int = 0, cliff_weight: float = 0.1,
     """Ops realizing ``C . R_N ... R_1`` with entangler choices scored as described above."""
     rng = random.Random(seed)
     tie = (lambda: 0.0) if seed == 0 else rng.random
-    frame = _Frame(n)
+    frame = Frame(n)
     rows = _clifford_rows(cliff, n)  # of M = V C^dag, updated as gates are emitted
     out: list = []
     pending = list(rots)
@@ -103,7 +103,7 @@ def synthesize(rots, cliff, n: int, seed: int = 0, cliff_weight: float = 0.1,
             out.append(op(g, w))
 
     while pending:
-        front = _front(pending)
+        front = front_indices(pending)
         j = min(front, key=lambda i: (weight(frame.image(pending[i][0])), i))
         key, angle = pending.pop(j)
         p = frame.image(key)
@@ -138,7 +138,7 @@ def synthesize(rots, cliff, n: int, seed: int = 0, cliff_weight: float = 0.1,
         p = frame.image(key)
         sign = 1 if p[2] % 4 == 0 else -1
         out.append(op("rz", (q,), (angle * sign,)))
-    out.extend(_final_clifford(cliff, frame.gates, n, clifford))
+    out.extend(final_clifford(cliff, frame.gates, n, clifford))
     return out
 
 

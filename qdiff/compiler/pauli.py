@@ -184,7 +184,7 @@ def merge(rots) -> list:
 
 
 # -- synthesis -----------------------------------------------------------------------------
-class _Frame:
+class Frame:
     """The Clifford V emitted so far, as images V X_q V^dag and V Z_q V^dag."""
 
     def __init__(self, n: int):
@@ -243,11 +243,11 @@ def synthesize(rots, cliff, n: int, seed: int = 0, clifford: str = "full"):
     import random
     rng = random.Random(seed)
     tie = (lambda i: i) if seed == 0 else (lambda i: rng.random())
-    frame = _Frame(n)
+    frame = Frame(n)
     out: list = []
     pending = list(rots)
     while pending:
-        front = _front(pending)
+        front = front_indices(pending)
         j = min(front, key=lambda i: (weight(frame.image(pending[i][0])), tie(i)))
         key, angle = pending.pop(j)
         for g, w in _to_z_ops(frame.image(key)):
@@ -266,11 +266,11 @@ def synthesize(rots, cliff, n: int, seed: int = 0, clifford: str = "full"):
         q = p[1].bit_length() - 1
         sign = 1 if p[2] % 4 == 0 else -1
         out.append(op("rz", (q,), (angle * sign if isinstance(angle, ParamRef) else angle * sign,)))
-    out.extend(_final_clifford(cliff, frame.gates, n, clifford))
+    out.extend(final_clifford(cliff, frame.gates, n, clifford))
     return out
 
 
-def _front(pending) -> list:
+def front_indices(pending) -> list:
     """Indices (among the first FRONT) of rotations commuting with every earlier pending one."""
     idx = []
     for i in range(min(FRONT, len(pending))):
@@ -280,7 +280,7 @@ def _front(pending) -> list:
     return idx
 
 
-def _final_clifford(cliff, emitted, n: int, method: str = "full") -> list:
+def final_clifford(cliff, emitted, n: int, method: str = "full") -> list:
     """Ops for C V^dag (time order: undo the emitted Cliffords, then the circuit's) by Qiskit's
     ``full`` (greedy) or ``layers`` Clifford synthesis."""
     from qiskit import QuantumCircuit
