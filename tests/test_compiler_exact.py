@@ -152,3 +152,57 @@ def test_unitary_rejects_bad_theta():
         unitary(c, torch.zeros(3))
     with pytest.raises(QdiffError, match="parameter"):
         unitary(c)
+
+
+def test_approx_keeps_the_exact_result_when_the_budgeted_search_does_worse(monkeypatch):
+    # the budgeted search may build other candidates than the exact one; whatever it finds,
+    # the exact search's result is a candidate too
+    from qdiff.compiler import api
+    real = api._candidates
+
+    def worse_when_budgeted(lowered, level, s, b, routed):
+        out = real(lowered, level, s, b, routed)
+        return out if s.budget.exact else out[:1]  # the budgeted search: level 1 only
+    monkeypatch.setattr(api, "_candidates", worse_when_budgeted)
+    c = _uccsd_like(small=0.3)
+    _, rep0 = compile(c, level=3, work=200)
+    out, rep = compile(c, level=3, work=200, approx=1e-6)
+    assert rep.cx_after == rep0.cx_after and rep.strategy.endswith("(exact)")
+    assert rep.approx_bound == 0.0 and _true_infidelity(c, out) <= 1e-12
+
+
+def _small_angle_circuits():
+    from hypothesis import strategies as st
+
+    @st.composite
+    def draw_circuit(draw):
+        n = draw(st.integers(2, 4))
+        ops = []
+        for _ in range(draw(st.integers(1, 14))):
+            a, b = draw(st.permutations(range(n)))[:2]
+            kind = draw(st.sampled_from(["cx", "cx", "rz", "rx", "h", "gadget"]))
+            angle = draw(st.sampled_from([1e-4, -3e-4, 2e-3, 0.7, -1.3]))
+            if kind == "cx":
+                ops.append(op("cx", (a, b)))
+            elif kind == "gadget":
+                ops += [op("cx", (a, b)), op("rz", (b,), (angle,)), op("cx", (a, b))]
+            elif kind == "h":
+                ops.append(op("h", (a,)))
+            else:
+                ops.append(op(kind, (a,), (angle,)))
+        return Circuit(n, tuple(ops))
+    return draw_circuit()
+
+
+def test_approx_is_never_worse_than_exact():
+    from hypothesis import HealthCheck, given, settings
+    from qdiff.compiler.level3 import score
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(_small_angle_circuits())
+    def check(c):
+        ex, _ = compile(c, level=3, work=100)
+        ap, rep = compile(c, level=3, work=100, approx=1e-5)
+        assert score(ap) <= score(ex)
+        assert _true_infidelity(c, ap) <= rep.approx_bound + 1e-12 <= 1e-5 + 1e-12
+    check()

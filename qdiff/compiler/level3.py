@@ -5,6 +5,9 @@ Candidates (each cleaned up by level 2 and verified against its input):
 * ``level2``: the level-2 result;
 * ``pauli``: Pauli-rotation re-synthesis (``pauli.py``) of the level-2 result and of the input,
   with seeded tie-breaking variants and two syntheses of the remaining Clifford;
+* ``gadgets``: greedy Pauli-network re-synthesis with two-qubit Clifford entanglers scored
+  on the next rotations and the remaining Clifford (``gadgets.py``), of the input and of the
+  level-2 result, a few deterministic variants each (constant circuits);
 * ``qiskit``: Qiskit's ``transpile(optimization_level=3)`` output, then qdiff's level 2 (above
   four qubits);
 * ``shannon``: for whole circuits of at most four qubits, the quantum Shannon decomposition of
@@ -25,11 +28,16 @@ from qdiff.compiler.blocks import block_unitary
 from qdiff.compiler.budget import Budget, Work
 from qdiff.compiler.lower import lower
 from qdiff.compiler.ops import cx_count, depth, is_constant, t_count
+from qdiff.compiler.gadgets import VARIANTS as GADGET_VARIANTS, greedy_pauli, windowed
 from qdiff.compiler.pauli import pauli_resynthesis
 from qdiff.compiler.pipeline import chain, guarded, level1, level2
 from qdiff.compiler.snap import snap_angles
 from qdiff.compiler.verify import equivalence
 
+# windowed re-synthesis of the winner: (width in CX, offset of the first window)
+WINDOWS = ((64, 0), (96, 48))
+# CX counts of the sources of the optional strategies, summed (see _strategies)
+STRATEGY_WORK = 24000
 PAULI_VARIANTS = 10
 LAYERED_VARIANTS = 4
 BLOCK_ROUNDS = 3
@@ -77,27 +85,46 @@ def shannon_whole(circuit):
 
 
 def _strategies(lowered, opt, s: Search, coupling):
-    """``[(name, pass, source)]`` in a fixed order (each pauli pass gets its own budget copy)."""
-    out = []
+    """``[(name, pass, source)]`` in a fixed order (each pauli pass gets its own budget copy).
+
+    The first Pauli syntheses and Qiskit O3 / Shannon always run; the variants after them
+    (greedy Pauli-network syntheses first, then seeded Pauli syntheses) run while the CX counts
+    of their sources add up to at most ``STRATEGY_WORK``: a function of the input only, so the
+    result does not depend on the machine's load, and large circuits stay within their time."""
     if coupling is not None:
-        return out
+        return []
     pauli = functools.partial(pauli_resynthesis)
-    out += [("pauli", pauli, opt), ("pauli(input)", pauli, lowered)]
-    for seed in range(1, 1 + PAULI_VARIANTS):  # random tie-breaking: cheap, often better
-        variant = functools.partial(pauli_resynthesis, seed=seed)
-        out += [(f"pauli(input,seed={seed})", variant, lowered), (f"pauli(seed={seed})", variant, opt)]
-    for seed in range(LAYERED_VARIANTS):  # the final Clifford by Qiskit's layered synthesis
-        variant = functools.partial(pauli_resynthesis, seed=seed, clifford="layers")
-        out += [(f"pauli(input,seed={seed},layers)", variant, lowered),
-                (f"pauli(seed={seed},layers)", variant, opt)]
+    core = [("pauli", pauli, opt), ("pauli(input)", pauli, lowered)]
+    extra = []
     if not s.discrete and all(is_constant(o) for o in lowered.operations):
         # up to 4 qubits the whole-circuit Shannon decomposition takes Qiskit O3's place (its
         # first call loads Qiskit's transpiler plugins: seconds, for a candidate that small
         # circuits' Pauli/Shannon/block results beat)
         if lowered.num_wires <= 4:
-            out.append(("shannon", shannon_whole, lowered))
+            core.append(("shannon", shannon_whole, lowered))
         else:
-            out.append(("qiskit", qiskit_o3, lowered))
+            core.append(("qiskit", qiskit_o3, lowered))
+        for seed, cw, rev in GADGET_VARIANTS:
+            variant = functools.partial(greedy_pauli, seed=seed, cliff_weight=cw, reverse=rev)
+            tag = f"seed={seed},clifford={cw}" + (",reverse" if rev else "")
+            extra += [(f"gadgets(input,{tag})", variant, lowered),
+                      (f"gadgets({tag})", variant, opt)]
+    for seed in range(1, 1 + PAULI_VARIANTS):  # random tie-breaking: cheap, often better
+        variant = functools.partial(pauli_resynthesis, seed=seed)
+        extra += [(f"pauli(input,seed={seed})", variant, lowered),
+                  (f"pauli(seed={seed})", variant, opt)]
+    for seed in range(LAYERED_VARIANTS):  # the final Clifford by Qiskit's layered synthesis
+        variant = functools.partial(pauli_resynthesis, seed=seed, clifford="layers")
+        extra += [(f"pauli(input,seed={seed},layers)", variant, lowered),
+                  (f"pauli(seed={seed},layers)", variant, opt)]
+    out, work = list(core), 0
+    for cand in extra:
+        work += max(1, cx_count(cand[2].operations))
+        if work > STRATEGY_WORK:
+            s.log.append(f"strategies: {len(extra) - len(out) + len(core)} variants left out "
+                         f"(their sources' CX would pass {STRATEGY_WORK})")
+            break
+        out.append(cand)
     return out
 
 
@@ -125,6 +152,8 @@ def optimize3(lowered, opt, s: Search, coupling=None):
     s.log.append("candidates: " + ", ".join(f"{n}={cx_count(c.operations)}" for n, _, c, _ in cands))
     name, best, budget = _first_verified(cands, s)
     s.budget.spent = budget.spent
+    if not s.discrete and coupling is None and all(is_constant(o) for o in best.operations):
+        best, name = _window_rounds(best, name, s)
     if not s.discrete:
         best, name = _block_rounds(best, name, s)
     return best, name
@@ -145,6 +174,20 @@ def _first_verified(cands, s: Search):
     return cands[0][0], cands[0][2], cands[0][3]
 
 
+def _window_rounds(best, name, s: Search):
+    """Greedy Pauli-network re-synthesis of CX windows of the winner (``WINDOWS``), checked
+    once for all windows; kept when it lowers the score."""
+    def windows(c):
+        for w, o in WINDOWS:
+            c = level2(windowed(c, w, o, clean=level2))
+        return c
+    new = guarded(windows, s.verify, s.log, s.budget.tol)(best)
+    if score(new) < score(best) and (s.admissible is None or s.admissible(new)):
+        s.tell("windows", cx_count(new.operations))
+        return new, name + "+windows"
+    return best, name
+
+
 def _block_rounds(best, name, s: Search):
     for rnd in range(BLOCK_ROUNDS):
         if s.work.exhausted:
@@ -159,7 +202,7 @@ def _block_rounds(best, name, s: Search):
             s.budget.spent = spent
             break
         best = new
-        name = name.split("+")[0] + "+blocks"
+        name = name if name.endswith("+blocks") else name + "+blocks"
         s.tell(f"blocks round {rnd + 1}", cx_count(best.operations))
     snapped = guarded(chain(snap_angles, level2), s.verify, s.log, s.budget.tol)(best)
     if score(snapped) <= score(best) and (s.admissible is None or s.admissible(snapped)):

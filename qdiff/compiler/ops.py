@@ -105,6 +105,11 @@ def add_angles(a, b):
 def is_identity_up_to_phase(u: np.ndarray, tol: float = EXACT_DELTA) -> bool:
     """True when ``u`` is the identity up to phase to ``tol`` in phase-aligned distance (a
     rotation by ``a`` is at distance ``|a| / 2``: only rounding residues count as identity)."""
+    if u.shape == (2, 2):  # quick rejection, implied by the distance bound: an entry of
+        # u - e^{i phi} I is at most sqrt(2) tol, so |u01|, |u10| <= 1.5 tol, |u00 - u11| <= 2 tol
+        if abs(u[0, 1]) > 1.5 * tol or abs(u[1, 0]) > 1.5 * tol or \
+                abs(u[0, 0] - u[1, 1]) > 2.5 * tol:
+            return False
     return phase_distance(u, np.eye(u.shape[0], dtype=complex)) <= tol
 
 

@@ -93,10 +93,24 @@ def _clifford_words() -> list:
     return words
 
 
+@caches.cached(maxsize=1)
+def _clifford_stack() -> np.ndarray:
+    return np.stack([m for _, m in _clifford_words()]).astype(complex)
+
+
 def clifford_word(u: np.ndarray):
-    for w, m in _clifford_words():
-        if phase_distance(u, m) <= EXACT_DELTA:  # a Clifford to rounding, never approximately
-            return w
+    """The word in h and s of the one-qubit Clifford ``u`` (to rounding), or None."""
+    # phase_distance(u, m) for the 24 Cliffords at once: ||u - e^{i phi} m||_F / sqrt(2)
+    # with e^{i phi} the phase of Tr(m^dag u), the same formula vectorized
+    stack = _clifford_stack()
+    t = np.einsum("kij,ij->k", stack.conj(), u)
+    a = np.abs(t)
+    ph = np.where(a > 0, t / np.where(a > 0, a, 1.0), 1.0)
+    dist = np.linalg.norm((u[None] - ph[:, None, None] * stack).reshape(len(stack), -1),
+                          axis=1) / math.sqrt(2.0)
+    k = int(np.argmin(dist))
+    if dist[k] <= EXACT_DELTA:  # a Clifford to rounding, never approximately
+        return _clifford_words()[k][0]
     return None
 
 
@@ -170,7 +184,7 @@ def merge(rots) -> list:
 
 
 # -- synthesis -----------------------------------------------------------------------------
-class _Frame:
+class Frame:
     """The Clifford V emitted so far, as images V X_q V^dag and V Z_q V^dag."""
 
     def __init__(self, n: int):
@@ -229,11 +243,11 @@ def synthesize(rots, cliff, n: int, seed: int = 0, clifford: str = "full"):
     import random
     rng = random.Random(seed)
     tie = (lambda i: i) if seed == 0 else (lambda i: rng.random())
-    frame = _Frame(n)
+    frame = Frame(n)
     out: list = []
     pending = list(rots)
     while pending:
-        front = _front(pending)
+        front = front_indices(pending)
         j = min(front, key=lambda i: (weight(frame.image(pending[i][0])), tie(i)))
         key, angle = pending.pop(j)
         for g, w in _to_z_ops(frame.image(key)):
@@ -252,11 +266,11 @@ def synthesize(rots, cliff, n: int, seed: int = 0, clifford: str = "full"):
         q = p[1].bit_length() - 1
         sign = 1 if p[2] % 4 == 0 else -1
         out.append(op("rz", (q,), (angle * sign if isinstance(angle, ParamRef) else angle * sign,)))
-    out.extend(_final_clifford(cliff, frame.gates, n, clifford))
+    out.extend(final_clifford(cliff, frame.gates, n, clifford))
     return out
 
 
-def _front(pending) -> list:
+def front_indices(pending) -> list:
     """Indices (among the first FRONT) of rotations commuting with every earlier pending one."""
     idx = []
     for i in range(min(FRONT, len(pending))):
@@ -266,7 +280,7 @@ def _front(pending) -> list:
     return idx
 
 
-def _final_clifford(cliff, emitted, n: int, method: str = "full") -> list:
+def final_clifford(cliff, emitted, n: int, method: str = "full") -> list:
     """Ops for C V^dag (time order: undo the emitted Cliffords, then the circuit's) by Qiskit's
     ``full`` (greedy) or ``layers`` Clifford synthesis."""
     from qiskit import QuantumCircuit
