@@ -225,6 +225,17 @@ class Trace:
         return type(self.result)(outs)
 
 
+def differentiable_grads(trace, tensors, g_out, needs) -> tuple:
+    """The tensors' gradients as a differentiable function of them (backward under
+    ``create_graph``): the engine's differentiable vjp at the recorded angles, pulled back
+    through the angle gather by autograd."""
+    theta = trace.theta(tensors)
+    grad = engine_vjp(theta, g_out, trace.plan, None)
+    wrt = [t for t, need in zip(tensors, needs) if need]
+    got = iter(torch.autograd.grad(theta, wrt, grad, create_graph=True, allow_unused=True))
+    return tuple(next(got) if need else None for need in needs)
+
+
 class ReplayFunction(torch.autograd.Function):
     """``tensors -> flat outputs (B, K)`` of a trace whose rule is the engine's reverse mode:
     the angle gather, the prepared run and (backward) ONE prepared vjp and ONE scatter-add
@@ -246,12 +257,7 @@ class ReplayFunction(torch.autograd.Function):
         tensors = ctx.saved_tensors
         needs = ctx.needs_input_grad[1:]
         if torch.is_grad_enabled():  # create_graph: a differentiable gradient
-            theta = trace.theta(tensors)
-            grad = engine_vjp(theta, g_out, trace.plan, None)
-            wrt = [t for t, need in zip(tensors, needs) if need]
-            got = iter(torch.autograd.grad(theta, wrt, grad, create_graph=True,
-                                           allow_unused=True))
-            return (None,) + tuple(next(got) if need else None for need in needs)
+            return (None,) + differentiable_grads(trace, tensors, g_out, needs)
         grad = trace.prepared.vjp(ctx.theta, g_out, ctx.residual)
         ctx.residual = None
         return (None,) + tuple(trace.scatter(grad.to(trace.dtype), tensors, needs))
@@ -275,12 +281,7 @@ class BoundFunction(torch.autograd.Function):
         tensors = ctx.saved_tensors
         needs = ctx.needs_input_grad[1:]
         if torch.is_grad_enabled():  # create_graph: a differentiable gradient
-            theta = trace.theta(tensors)
-            grad = engine_vjp(theta, g_out, trace.plan, None)
-            wrt = [t for t, need in zip(tensors, needs) if need]
-            got = iter(torch.autograd.grad(theta, wrt, grad, create_graph=True,
-                                           allow_unused=True))
-            return (None,) + tuple(next(got) if need else None for need in needs)
+            return (None,) + differentiable_grads(trace, tensors, g_out, needs)
         res, ctx.residual = ctx.residual, None  # consumed by the sweep (a second call reruns)
         grads = trace.bound.grad(tensors, res, g_out)
         return (None,) + tuple(
