@@ -549,9 +549,6 @@ static void SFX(bgrad_add)(const SFX(bctx_t) *c, const gate_t *g, int j, i64 b0,
     for (i64 l = 0; l < W && b0 + l < c->B; l++) gtheta[(b0 + l) * P + col] += f * vr[l];
 }
 
-/* Adjoint step of an uncontrolled or controlled dense one-qubit gate: the overlaps M[r][q] =
- * sum conj(lam_r) psi_q on the values before the step (per lane), psi <- V psi and lam <- V
- * lam with V = U^dag (uniform: vu; else lane matrices vl), in one pass. */
 /* gm = a b for 2x2 complex a (double) and b (R). */
 static void SFX(bmul2)(const double *a, const R *b, double *gm) {
     for (int r = 0; r < 2; r++)
