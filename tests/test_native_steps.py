@@ -34,14 +34,14 @@ def _circuit(n):
     return Circuit(n, tuple(ops), num_params=p)
 
 
-@pytest.mark.parametrize("n,batch", [(1, 1), (3, 2), (4, 1), (5, 3), (9, 1), (12, 1), (13, 2),
-                                     (16, 1)])
+SIZES = [(1, 1), (3, 2), (4, 1), (5, 3), (9, 1), (12, 1), (13, 2), (16, 1)]
+
+
+# tiles (QDIFF_NATIVE_TILES=2) start at 16 qubits: forced only where they apply
+@pytest.mark.parametrize("n,batch,tiles", [(n, b, "0") for n, b in SIZES] + [(16, 1, "2")])
 @pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("tiles", ["0", "2"])
 def test_fused_steps_match_torch_sweep(n, batch, cdtype, threads, tiles, monkeypatch):
-    if tiles == "2" and n < 16:
-        pytest.skip("tiles start at 16 qubits")
     monkeypatch.setenv("QDIFF_NATIVE_TILES", tiles)
     c = _circuit(n)
     obs = qd.Z(0) @ qd.X(n - 1) + 0.5 * qd.Y(n // 2) if n > 1 else qd.X(0)
