@@ -80,6 +80,15 @@ def grad_round(n, layers, reps, out):
 
 
 def tables(sizes, sims, fwd, grad):
+    """The forward tables (when ``fwd`` holds timings) and the gradient table (when ``grad``
+    does)."""
+    if fwd:
+        forward_tables(sizes, sims, fwd)
+    if grad:
+        gradient_table(sizes, grad)
+
+
+def forward_tables(sizes, sims, fwd):
     print("\nForward, SEL(L=6) to the final state: CPU ms, median [range] over rounds")
     for dt in DTYPES:
         peers = [s for s in sims[dt] if s != "qdiff"]
@@ -94,6 +103,9 @@ def tables(sizes, sims, fwd, grad):
         print("peers' fixed overhead (empty circuit, ms): " + ", ".join(
             f"n={n} {p} {statistics.median(fwd[(n, dt, p + ' empty')]) * 1e3:.3g}"
             for n in sizes for p in peers))
+
+
+def gradient_table(sizes, grad):
     print("\nGradient of sum_i <Z_i> (forward + adjoint backward), CPU ms, median [range]")
     print("\n| n | dtype | qdiff | lightning | qdiff/lightning | qdiff c64/c128 |")
     print("|---|---|---|---|---|---|")
@@ -127,12 +139,6 @@ def main():
             if not args.no_grad:
                 grad_round(n, args.layers, max(1, args.reps - 1), grad)
         print(f"round {r + 1}/{args.runs} done", file=sys.stderr, flush=True)
-    if args.no_grad:
-        grad = {k: [1.0] * args.runs for n in args.sizes for k in
-                [(n, dt, s) for dt in DTYPES for s in ("qdiff", "lightning")]}
-    if args.no_forward:
-        sims = {dt: ["qdiff"] for dt in DTYPES}
-        fwd = {(n, dt, "qdiff"): [1.0] * args.runs for n in args.sizes for dt in DTYPES}
     tables(args.sizes, sims, fwd, grad)
 
 
