@@ -1493,21 +1493,6 @@ static void SFX(coded_step)(const SFX(ctx_t) *c, i64 i, R *p, R *l, int n, int t
     if (do_lam) SFX(apply_tile)(l, n, tb, c, i, b0, 1, par, tid);
 }
 
-/* ldiag: lam = ldiag * psi (a real diagonal per binding, e.g. a sum of Z words), formed in
- * this thread's scratch together with a copy of psi, which stays untouched. */
-static void SFX(diag_lam)(const R *src, const R *dg, R *sp, R *sl, i64 amps, int par) {
-    const i64 blk = (i64)1 << 14, nblk = (amps + blk - 1) / blk;
-#pragma omp parallel for if (par > 1 && nblk > 1) num_threads(par) schedule(static)
-    for (i64 k = 0; k < nblk; k++) {
-        i64 x0 = k * blk, x1 = x0 + blk < amps ? x0 + blk : amps;
-        memcpy(sp + 2 * x0, src + 2 * x0, sizeof(R) * 2 * (size_t)(x1 - x0));
-        for (i64 x = x0; x < x1; x++) {
-            sl[2 * x] = dg[x] * src[2 * x];
-            sl[2 * x + 1] = dg[x] * src[2 * x + 1];
-        }
-    }
-}
-
 /* The tiled adjoint sweep of one binding. The whole schedule (runs of coded gates within a tile
  * set, scheduled across commuting gates in sweep order) is made first; consecutive runs then
  * execute in ONE parallel region: the gates' matrices, derivatives and relocations are
@@ -1530,29 +1515,10 @@ typedef struct {
     tileset_t ts;
 } SFX(trun_t);
 
-/* Tile t of psi (copied from src) and of lam = dg * src, into pb and lb. */
-static void SFX(tile_diag)(const R *src, const R *dg, R *pb, R *lb, const tileset_t *ts, i64 t) {
-    i64 base = tile_base(ts, t);
-    const i64 run = (i64)1 << TILE_LOW;
-    for (i64 r = 0; r < ((i64)1 << ts->k); r++) {
-        i64 o = base + tile_run_offset(ts, r);
-        const R *x = src + 2 * o, *d = dg + o;
-        R *pp = pb + 2 * (r << TILE_LOW), *ll = lb + 2 * (r << TILE_LOW);
-        memcpy(pp, x, sizeof(R) * 2 * (size_t)run);
-        for (i64 e = 0; e < run; e++) {
-            ll[2 * e] = d[e] * x[2 * e];
-            ll[2 * e + 1] = d[e] * x[2 * e + 1];
-        }
-    }
-}
-
-/* The tile work of one chunk of run r: tiles [t0, t1), partial sums into a (QD_MAXA per gate).
- * With src, the tiles of psi are read from src and lam's are dg * src; with discard, the tiles
- * are not written back. */
+/* The tile work of one chunk of run r: tiles [t0, t1), partial sums into a (QD_MAXA per gate). */
 static void SFX(sweep_chunk)(const SFX(ctx_t) *c, const SFX(trun_t) *r, const gate_t *loc,
                              const R *const *us, const R *vs, const double *gms, R *psi, R *lam,
-                             const R *src, const R *dg, int last, int discard, int me, i64 t0,
-                             i64 t1, double *a) {
+                             int last, int me, i64 t0, i64 t1, double *a) {
     const tileset_t *ts = &r->ts;
     const int tb = TILE_LOW + ts->k, cnt = r->cnt;
     SFX(scratch_t) *sc = &c->scr[me];
@@ -1560,9 +1526,7 @@ static void SFX(sweep_chunk)(const SFX(ctx_t) *c, const SFX(trun_t) *r, const ga
     for (i64 t = t0; t < t1; t++) {
         R *pb = ts->k ? SFX(tile_buf)(c, me, 0) : psi + 2 * (t << TILE_LOW);
         R *lb = ts->k ? SFX(tile_buf)(c, me, 1) : lam + 2 * (t << TILE_LOW);
-        if (src) {
-            SFX(tile_diag)(src, dg, pb, lb, ts, t);
-        } else if (ts->k) {
+        if (ts->k) {
             SFX(tile_copy)(psi, pb, ts, t, 0);
             SFX(tile_copy)(lam, lb, ts, t, 0);
         }
@@ -1587,7 +1551,7 @@ static void SFX(sweep_chunk)(const SFX(ctx_t) *c, const SFX(trun_t) *r, const ga
             }
             if (do_lam) SFX(apply_range)(lb, tb, g, u, 1, 1, sc);
         }
-        if (ts->k && !discard) {
+        if (ts->k) {
             SFX(tile_copy)(psi, pb, ts, t, 1);
             SFX(tile_copy)(lam, lb, ts, t, 1);
         }
@@ -1611,11 +1575,9 @@ static void SFX(sweep_prepare)(const SFX(ctx_t) *c, const i64 *order, const tile
 }
 
 /* The tiled sweep of binding b from gate nops - 1 down to lo on psi p and lam l, par threads
- * (tid: the calling thread's scratch when par == 1). With src: psi and lam are scratch, formed
- * from src and the diagonal dg (lam = dg * src) as the first run gathers its tiles, and the
- * last run does not write its tiles back. QD_ENOMEM before anything is touched. */
-static int SFX(sweep_tiled)(const SFX(ctx_t) *c, R *psi, R *lam, const R *src, const R *dg,
-                            int n, i64 b, i64 lo, int par, int tid, double *gtheta, i64 P) {
+ * (tid: the calling thread's scratch when par == 1). QD_ENOMEM before anything is touched. */
+static int SFX(sweep_tiled)(const SFX(ctx_t) *c, R *psi, R *lam, int n, i64 b, i64 lo,
+                            int par, int tid, double *gtheta, i64 P) {
     const i64 nops = c->ngates, nsw = nops - lo;
     char *done = (char *)calloc((size_t)(nops + 1), 1);
     i64 *order = (i64 *)malloc(sizeof(i64) * (size_t)(nsw + 1));
@@ -1661,10 +1623,6 @@ static int SFX(sweep_tiled)(const SFX(ctx_t) *c, R *psi, R *lam, const R *src, c
     }
     for (i64 r0 = 0; r0 < nr;) {
         const SFX(trun_t) *r = &runs[r0];
-        if (src && (r0 || !r->cnt)) {  /* lam = dg * psi formed on its own */
-            SFX(diag_lam)(src, dg, psi, lam, (i64)1 << n, par);
-            src = 0;
-        }
         if (!r->cnt) {
             SFX(coded_step)(c, order[r->pos], psi, lam, n, 0, b, par, tid, r0 < nr - 1, gtheta, P);
             r0++;
@@ -1690,11 +1648,10 @@ static int SFX(sweep_tiled)(const SFX(ctx_t) *c, R *psi, R *lam, const R *src, c
                 const SFX(trun_t) *rq = &runs[q];
                 const i64 off = rq->pos - p0, ntile = (i64)1 << (n - TILE_LOW - rq->ts.k);
                 const int last = q == nr - 1;
-                const R *qsrc = q == 0 ? src : 0;
 #pragma omp for schedule(dynamic, 1)
                 for (int ch = 0; ch < rq->nch; ch++)
                     SFX(sweep_chunk)(c, rq, loc + off, us + off, vs + 8 * off, gms + 8 * QD_MAXA * off,
-                                     psi, lam, qsrc, dg, last, last && dg, me, ntile * ch / rq->nch,
+                                     psi, lam, last, me, ntile * ch / rq->nch,
                                      ntile * (ch + 1) / rq->nch,
                                      acc + rq->acc + (i64)ch * QD_MAXA * rq->cnt);
             }
@@ -1712,11 +1669,25 @@ static int SFX(sweep_tiled)(const SFX(ctx_t) *c, R *psi, R *lam, const R *src, c
                     }
             }
         }
-        src = 0;
         r0 = r1;
     }
     free(loc); free(us); free(vs); free(gms); free(acc); free(order); free(runs); free(rix);
     return QD_OK;
+}
+
+/* ldiag: lam = ldiag * psi (a real diagonal per binding, e.g. a sum of Z words), formed in
+ * this thread's scratch together with a copy of psi, which stays untouched. */
+static void SFX(diag_lam)(const R *src, const R *dg, R *sp, R *sl, i64 amps, int par) {
+    const i64 blk = (i64)1 << 14, nblk = (amps + blk - 1) / blk;
+#pragma omp parallel for if (par > 1 && nblk > 1) num_threads(par) schedule(static)
+    for (i64 k = 0; k < nblk; k++) {
+        i64 x0 = k * blk, x1 = x0 + blk < amps ? x0 + blk : amps;
+        memcpy(sp + 2 * x0, src + 2 * x0, sizeof(R) * 2 * (size_t)(x1 - x0));
+        for (i64 x = x0; x < x1; x++) {
+            sl[2 * x] = dg[x] * src[2 * x];
+            sl[2 * x + 1] = dg[x] * src[2 * x + 1];
+        }
+    }
 }
 
 /* Adjoint sweep. For i = nops-1 .. lo: psi <- U_i^dag psi; the gradients of gate i (coded
@@ -1764,21 +1735,18 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
         i64 b0 = tiles[k].b0;
         int tb = tiles[k].tb;
         R *p = psi + 2 * N * b0, *l = lam ? lam + 2 * N * b0 : 0;
-        int tiled = !slots && tb == 0 && n >= TILE_MIN_N && c.tbuf;
-        const R *src = 0, *dg = 0;  /* ldiag: psi and lam are formed from these in scratch */
         if (ldiag) {
             R *sp = scratch + (i64)4 * tile_amps * tid;
-            src = p;
-            dg = ldiag + N * b0;
+            SFX(diag_lam)(p, ldiag + N * b0, sp, sp + 2 * tile_amps, N << tb, par);
             p = sp;
             l = sp + 2 * tile_amps;
         }
         double *m = c.scr[tid].m;
         i64 s = nslots - 1;
+        int tiled = !slots && tb == 0 && n >= TILE_MIN_N && c.tbuf;
         if (tiled &&  /* runs of gates in cache tiles, scheduled across commuting gates */
-            SFX(sweep_tiled)(&c, p, l, src, dg, n, b0, lo, par, tid, a->gtheta, P) == QD_OK)
+            SFX(sweep_tiled)(&c, p, l, n, b0, lo, par, tid, a->gtheta, P) == QD_OK)
             continue;  /* (no memory for the schedule: gate by gate below) */
-        if (src) SFX(diag_lam)(src, dg, p, l, N << tb, par);
         for (i64 i = nops - 1; i >= lo; i--) {
             const gate_t *g = &gates[i];
             if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0 &&
