@@ -14,7 +14,8 @@
  * coefficients) of every binding. The adjoint sweep forms lam = (sum_k cot[b, k] Z_k) psi,
  * runs back over the gates after the product prefix (the leading one-qubit gates, whose state
  * is a product written directly), takes the prefix gates' gradients in closed form from lam
- * contracted with the other wires' factors, and scatters every gradient into the sources. */
+ * contracted with the other wires' factors, and scatters every gradient into the sources (the
+ * gradient buffers are zeroed first: written, not added to). */
 
 #define BLM(e) ml[(e) * W + l]
 /* the lane loops: rows of one chunk never overlap (GCC ignores restrict on local pointers) */
@@ -785,6 +786,8 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
 }
 
 static int SFX(batch_adjoint)(qd_batch_args *a) {
+    for (int s = 0; s < a->nsrc; s++)  /* the gradients are written, not added */
+        if (a->gout[s]) memset(a->gout[s], 0, sizeof(double) * (size_t)a->src_len[s]);
     SFX(bctx_t) c;
     int rc = SFX(bctx_init)(&c, a, 1);
     if (rc) { SFX(bctx_free)(&c); return rc; }
