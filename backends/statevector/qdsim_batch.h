@@ -765,16 +765,22 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
             if (q != p) order[cnt++] = q;
         SFX(bkron)(spare, W, v, order, cnt);  /* rows j: the other bits' product */
         double *e0r = env, *e0i = e0r + W, *e1r = e0i + W, *e1i = e1r + W;
-        LANES { e0r[l] = 0; e0i[l] = 0; e1r[l] = 0; e1i[l] = 0; }
-        i64 lowmask = ((i64)1 << p) - 1;
-        for (i64 j = 0; j < ((i64)1 << (n - 1)); j++) {
-            i64 i0 = ((j >> p) << (p + 1)) | (j & lowmask), i1 = i0 | ((i64)1 << p);
-            const R *o = spare + rw * j, *l0 = L + rw * i0, *l1 = L + rw * i1;
-            LANES {  /* conj(lam) * o */
-                e0r[l] += (double)l0[l] * o[l] + (double)l0[W + l] * o[W + l];
-                e0i[l] += (double)l0[l] * o[W + l] - (double)l0[W + l] * o[l];
-                e1r[l] += (double)l1[l] * o[l] + (double)l1[W + l] * o[W + l];
-                e1i[l] += (double)l1[l] * o[W + l] - (double)l1[W + l] * o[l];
+        i64 lowmask = ((i64)1 << p) - 1, half = (i64)1 << (n - 1);
+        for (i64 lb = 0; lb < W; lb += 8) {  /* 8 lanes at a time, the sums in registers */
+            double s0r[8] = {0}, s0i[8] = {0}, s1r[8] = {0}, s1i[8] = {0};
+            for (i64 j = 0; j < half; j++) {
+                i64 i0 = ((j >> p) << (p + 1)) | (j & lowmask), i1 = i0 | ((i64)1 << p);
+                const R *o = spare + rw * j + lb, *l0 = L + rw * i0 + lb, *l1 = L + rw * i1 + lb;
+                _Pragma("GCC ivdep") for (int u = 0; u < 8; u++) {  /* conj(lam) * o */
+                    s0r[u] += (double)l0[u] * o[u] + (double)l0[W + u] * o[W + u];
+                    s0i[u] += (double)l0[u] * o[W + u] - (double)l0[W + u] * o[u];
+                    s1r[u] += (double)l1[u] * o[u] + (double)l1[W + u] * o[W + u];
+                    s1i[u] += (double)l1[u] * o[W + u] - (double)l1[W + u] * o[u];
+                }
+            }
+            for (int u = 0; u < 8; u++) {
+                e0r[lb + u] = s0r[u]; e0i[lb + u] = s0i[u];
+                e1r[lb + u] = s1r[u]; e1i[lb + u] = s1i[u];
             }
         }
         i64 q = wo[p + 1] - wo[p] - 1;  /* gates on p */
