@@ -317,6 +317,7 @@ class LaneBound(Bound):
         psi_bytes = (2 * self.bpad << n) * (8 if prep.cdtype == torch.complex128 else 4)
         self._theta_at = -(-psi_bytes // 8) * 8
         self._buf_len = max((self._theta_at >> 3) + self.bpad * p, 1)
+        self._spare = []  # residual buffers free again (list pop/append: thread-safe)
         self.lib = native.library()
 
     def _sources(self, tensors) -> list:
@@ -342,19 +343,28 @@ class LaneBound(Bound):
         srcs = self._sources(tensors)
         a, arr = self._args(srcs)
         out = torch.empty(self.prep.batch, self.k, dtype=_F64)
-        # the final states and the angles in one buffer (the residual of a kept run)
-        buf = torch.empty(self._buf_len, dtype=_F64)
+        # the final states and the angles in one buffer (the residual of a kept run): a spare
+        # one when a gradient has consumed its residual, else a new one
+        try:
+            buf = self._spare.pop()
+        except IndexError:
+            buf = torch.empty(self._buf_len, dtype=_F64)
         a.out = out.data_ptr()
         a.psi = base = buf.data_ptr()
         a.theta = base + self._theta_at
         rc = self.lib.qd_batch_run(ctypes.byref(a))
         if rc:
             check(self.lib, rc, a, "batched program")
-        return out, ((buf, srcs) if keep else None)
+        if keep:
+            return out, (buf, srcs)
+        if len(self._spare) < 2:
+            self._spare.append(buf)
+        return out, None
 
     def grad(self, tensors, residual, cotangent: torch.Tensor) -> list:
         """The run's gradients; with a residual ``tensors`` is not read (the residual holds
-        the run's sources and angles)."""
+        the run's sources and angles). The residual is consumed: the sweep overwrites its
+        states, and its buffer serves a later run."""
         if residual is None:
             residual = self.run(tensors, keep=True)[1]
         buf, srcs = residual
@@ -374,4 +384,6 @@ class LaneBound(Bound):
         rc = self.lib.qd_batch_adjoint(ctypes.byref(a))
         if rc:
             check(self.lib, rc, a, "batched adjoint sweep")
+        if len(self._spare) < 2:  # the residual is consumed: its buffer serves the next run
+            self._spare.append(buf)
         return out
