@@ -91,20 +91,23 @@ def _guarded():
 _FLOATS = (torch.float64, torch.float32)
 
 
+def _where(i: int, npos: int, names) -> str:
+    return str(i) if i < npos else repr(names[i - npos])
+
+
 def _arg_sig(value, i: int, npos: int, names):
-    def where():
-        return str(i) if i < npos else repr(names[i - npos])
     if isinstance(value, torch.Tensor):
         if value.dtype not in _FLOATS:
-            raise QdiffError(f"static qnode: tensor argument {where()} has dtype {value.dtype}; "
-                             "tensor arguments must be float32 or float64 (pass integers as "
-                             "Python ints)")
+            raise QdiffError(f"static qnode: tensor argument {_where(i, npos, names)} has dtype "
+                             f"{value.dtype}; tensor arguments must be float32 or float64 (pass "
+                             "integers as Python ints)")
         return ("t", value.shape, value.dtype, value.device, value.requires_grad)
     try:
         hash(value)
     except TypeError:
-        raise QdiffError(f"static qnode: argument {where()} of type {type(value).__name__} is "
-                         "neither a tensor nor hashable; the trace is keyed on it") from None
+        raise QdiffError(f"static qnode: argument {_where(i, npos, names)} of type "
+                         f"{type(value).__name__} is neither a tensor nor hashable; the trace is "
+                         "keyed on it") from None
     return ("v", type(value), value)
 
 
@@ -112,9 +115,9 @@ def call_signature(args, kwargs) -> tuple:
     """``(key, tensors)``: the hashable signature of a call and its tensor arguments in a fixed
     order (positional, then keywords by name)."""
     names = sorted(kwargs) if len(kwargs) > 1 else tuple(kwargs)
-    vals = list(args) + [kwargs[k] for k in names]
+    vals = list(args) + [kwargs[k] for k in names] if args else [kwargs[k] for k in names]
     npos = len(args)
-    sigs = tuple(_arg_sig(v, i, npos, names) for i, v in enumerate(vals))
+    sigs = tuple([_arg_sig(v, i, npos, names) for i, v in enumerate(vals)])
     return (npos, tuple(names), sigs), [v for v in vals if isinstance(v, torch.Tensor)]
 
 
