@@ -956,27 +956,37 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
             }
             if (lo < c.pe) SFX(bprefix_grads)(&c, L, S, b0, s, gtheta);
         }
-        /* scatter into the sources */
+        /* scatter into the sources: a per-binding column from every row, a batch-shared one
+         * from its chunks' first rows (where bgrad_add sums its lanes) */
         i64 P = c.P;
         char *trained = (char *)calloc((size_t)P + 1, 1);
-        if (!trained) {
+        i64 *cols = (i64 *)malloc(sizeof(i64) * (size_t)(P + 1));
+        if (!trained || !cols) {
             rc = QD_ENOMEM;
         } else {
             for (i64 i = 0; i < c.nops; i++)
                 for (int j = 0; j < c.gates[i].np; j++)
                     if ((c.gates[i].tmask_p >> j) & 1) trained[c.gates[i].col[j]] = 1;
+            i64 nper = 0, nsh = 0;
+            for (i64 j = 0; j < P; j++)  /* per-binding columns first, shared ones from the end */
+                if (trained[j]) {
+                    if (c.cshared[j]) cols[P - 1 - nsh++] = j;
+                    else cols[nper++] = j;
+                }
             for (i64 b = 0; b < c.B; b++)
-                for (i64 j = 0; j < P; j++) {
-                    if (!trained[j]) continue;
+                for (i64 t = 0; t < nper + nsh; t++) {
+                    if (t >= nper && b % c.W) break;
+                    i64 j = t < nper ? cols[t] : cols[P - 1 - (t - nper)];
                     double gv = gtheta[b * P + j];
-                    if (gv == 0) continue;  /* e.g. a shared column's rows past its chunk's first */
+                    if (gv == 0) continue;
                     if (a->scale) gv *= a->scale[b * P + j];
                     i64 x = a->idx[b * P + j], src = 0;
                     while (x >= a->src_len[src]) x -= a->src_len[src++];
                     if (a->gout[src]) a->gout[src][x] += gv;
                 }
-            free(trained);
         }
+        free(trained);
+        free(cols);
     }
     for (int t = 0; t < nt && scr; t++) SFX(bscr_free)(&scr[t]);
     free(scr);
