@@ -205,8 +205,16 @@ static inline void SFX(vst)(R *p, SFX(v16) v) { memcpy(p, &v, sizeof v); }
 #define LX5 5, 4, 7, 6, 1, 0, 3, 2, 13, 12, 15, 14, 9, 8, 11, 10
 #define LX8 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7
 #define LX9 9, 8, 11, 10, 13, 12, 15, 14, 1, 0, 3, 2, 5, 4, 7, 6
+#if RBYTES == 8
+static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const R *B_,
+                             const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1);
+#endif
 static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, const R *B_,
                            const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
+#if RBYTES == 8  /* 16 doubles span two vector registers: the kernel on two halves */
+    SFX(lane_part_v)(s, p, diag, A_, B_, C_, D_, hb, nh, j0, j1);
+    return;
+#endif
     SFX(v16) A, B, C, D;
     memcpy(&A, A_, sizeof A); memcpy(&B, B_, sizeof B);
     memcpy(&C, C_, sizeof C); memcpy(&D, D_, sizeof D);
@@ -254,6 +262,30 @@ static void SFX(lane_1q)(R *s, int nbits, const gate_t *g, const R *u, int par) 
     }
     SFX(lane_part)(s, p, g->kind == K_DIAG, A, B, C, D, hb, nh, 0, ngroups);
 }
+
+#if QD_VEC
+static void SFX(flip_low_part)(R *restrict s, int p, int lo, const int *hb, int nh, i64 j0,
+                               i64 j1);
+/* X on bit p < 3 with any controls: a constant permutation inside each group of 8 amplitudes
+ * whose high control bits are 1 (flip_low_part). */
+static void SFX(flip_low_1q)(R *s, int nbits, const gate_t *g, int par) {
+    int p = __builtin_ctzll((unsigned long long)g->tmask), hb[64], nh = 0;
+    for (int b = 3; b < 63; b++)
+        if ((g->cmask >> b) & 1) hb[nh++] = b - 3;
+    const int lo = (int)(g->cmask & 7);
+    const i64 ngroups = (i64)1 << (nbits - 3 - nh);
+    if (par > 1 && nbits >= PAR_MIN_BITS) {
+#pragma omp parallel num_threads(par)
+        {
+            i64 j0, j1;
+            share(ngroups, THREAD_ID, NUM_THREADS, &j0, &j1);
+            SFX(flip_low_part)(s, p, lo, hb, nh, j0, j1);
+        }
+        return;
+    }
+    SFX(flip_low_part)(s, p, lo, hb, nh, 0, ngroups);
+}
+#endif
 
 /* X on bit p with at most one control bit c (-1: none), in the block layout: swap the two
  * halves of each block whose control is set, as contiguous runs of reals. */
@@ -317,6 +349,12 @@ static void SFX(apply_range)(R *st, int nbits, const gate_t *g, const R *u_in, i
     R *restrict s = st;
     if (g->k == 1 && g->tmask < 8 && nbits >= 3 + __builtin_popcountll(g->cmask >> 3) &&
         (g->cmask >> nbits) == 0 && !(g->kind == K_DIAG && g->cmask == 0)) {
+#if QD_VEC
+        if (g->kind == K_FLIP) {
+            SFX(flip_low_1q)(s, nbits, g, par_);
+            return;
+        }
+#endif
         SFX(lane_1q)(s, nbits, g, u, par_);
         return;
     }
@@ -567,6 +605,109 @@ static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1
         }
     }
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* gates on the lowest bits (0-2) at the vector width                                         */
+
+/* A group of 8 amplitudes (16 reals) is one vector of VL = 16 floats, or two of VL = 8 doubles
+ * (lo: amplitudes 0-3, hi: 4-7): every operand is a hardware register, so the partner
+ * permutations are register shuffles (a 16-double vector is wider than the registers and the
+ * compiler would assemble each shuffled lane from a scalar load). */
+#ifndef QD_LOWV_ONCE
+#define QD_LOWV_ONCE
+/* the real that lands on real e of a group when X on bit P acts where the group's low control
+ * bits L are all 1 */
+#define FI(e, P, L) (((((e) >> 1) & (L)) == (L)) ? ((e) ^ (2 << (P))) : (e))
+#define FI8(o, P, L) FI((o), P, L), FI((o) + 1, P, L), FI((o) + 2, P, L), FI((o) + 3, P, L),   \
+                     FI((o) + 4, P, L), FI((o) + 5, P, L), FI((o) + 6, P, L), FI((o) + 7, P, L)
+/* group index j with the bits hb[0..nh) (ascending) inserted as 1 */
+#define LOW_GROUP(j, G)                                                                        \
+    i64 G = (j);                                                                               \
+    for (int q = 0; q < nh; q++)                                                               \
+        G = ((G >> hb[q]) << (hb[q] + 1)) | ((i64)1 << hb[q]) | (G & (((i64)1 << hb[q]) - 1));
+#endif
+
+#if RBYTES == 8
+/* lane_part for complex128: out[e] = A[e] v[e] + B[e] v[e^1] + C[e] v[e^P] + D[e] v[e^P^1]
+ * (P = 2 << p) on the two halves of each group. */
+static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const R *B_,
+                             const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
+    const SFX(vv) A0 = SFX(vvld)(A_), A1 = SFX(vvld)(A_ + 8), B0 = SFX(vvld)(B_),
+                  B1 = SFX(vvld)(B_ + 8), C0 = SFX(vvld)(C_), C1 = SFX(vvld)(C_ + 8),
+                  D0 = SFX(vvld)(D_), D1 = SFX(vvld)(D_ + 8);
+#define LANE_V(LO, HI)                                                                         \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        LOW_GROUP(j, G)                                                                        \
+        R *v_ = s + 16 * G;                                                                    \
+        SFX(vv) a = SFX(vvld)(v_), b = SFX(vvld)(v_ + 8);                                      \
+        SFX(vv) x = LO, y = HI;                                                                \
+        SFX(vvst)(v_, x);                                                                      \
+        SFX(vvst)(v_ + 8, y);                                                                  \
+    }
+    if (diag) {
+        LANE_V(A0 * a + B0 * SHUF(a, VX1), A1 * b + B1 * SHUF(b, VX1));
+        return;
+    }
+    switch (p) {
+    case 0:
+        LANE_V(A0 * a + B0 * SHUF(a, VX1) + C0 * SHUF(a, VX2) + D0 * SHUF(a, VX3),
+               A1 * b + B1 * SHUF(b, VX1) + C1 * SHUF(b, VX2) + D1 * SHUF(b, VX3));
+        break;
+    case 1:
+        LANE_V(A0 * a + B0 * SHUF(a, VX1) + C0 * SHUF(a, VX4) + D0 * SHUF(a, VX5),
+               A1 * b + B1 * SHUF(b, VX1) + C1 * SHUF(b, VX4) + D1 * SHUF(b, VX5));
+        break;
+    default:
+        LANE_V(A0 * a + B0 * SHUF(a, VX1) + C0 * b + D0 * SHUF(b, VX1),
+               A1 * b + B1 * SHUF(b, VX1) + C1 * a + D1 * SHUF(a, VX1));
+        break;
+    }
+#undef LANE_V
+}
+#endif
+
+/* X on bit p < 3 where the low control bits lo (of bits 0-2) are all 1, in the groups of
+ * [j0, j1) (group bits hb[0..nh) forced to 1: the high controls): a constant permutation of
+ * each group's reals, no arithmetic. In complex128 a half whose amplitudes all have a control
+ * bit 0 (lo has bit 2: amplitudes 0-3) is neither read nor written. */
+#if RBYTES == 8
+#define FLIP_V(P, L)                                                                           \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        LOW_GROUP(j, G)                                                                        \
+        R *v_ = s + 16 * G;                                                                    \
+        SFX(vv) a = SFX(vvld)(v_), b = SFX(vvld)(v_ + 8);                                      \
+        SFX(vv) x = __builtin_shufflevector(a, b, FI8(0, P, L));                               \
+        SFX(vv) y = __builtin_shufflevector(a, b, FI8(8, P, L));                               \
+        if (!((L) & 4)) SFX(vvst)(v_, x);                                                      \
+        SFX(vvst)(v_ + 8, y);                                                                  \
+    }
+#else
+#define FLIP_V(P, L)                                                                           \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        LOW_GROUP(j, G)                                                                        \
+        R *v_ = s + 16 * G;                                                                    \
+        SFX(vv) a = SFX(vvld)(v_);                                                             \
+        SFX(vvst)(v_, __builtin_shufflevector(a, a, FI8(0, P, L), FI8(8, P, L)));              \
+    }
+#endif
+static void SFX(flip_low_part)(R *restrict s, int p, int lo, const int *hb, int nh, i64 j0,
+                               i64 j1) {
+    switch (p * 8 + lo) {
+    case 0: FLIP_V(0, 0); break;
+    case 2: FLIP_V(0, 2); break;
+    case 4: FLIP_V(0, 4); break;
+    case 6: FLIP_V(0, 6); break;
+    case 8: FLIP_V(1, 0); break;
+    case 9: FLIP_V(1, 1); break;
+    case 12: FLIP_V(1, 4); break;
+    case 13: FLIP_V(1, 5); break;
+    case 16: FLIP_V(2, 0); break;
+    case 17: FLIP_V(2, 1); break;
+    case 18: FLIP_V(2, 2); break;
+    default: FLIP_V(2, 3); break;
+    }
+}
+#undef FLIP_V
 
 /* lane path: w = 2 << p < VL reals, groups [g0, g1) of VL reals */
 #define VSTEP_LANES(XW, XW1)                                                                   \
