@@ -66,8 +66,11 @@ def _random(shape, seed, cdtype):
 
 @pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 14])
-@pytest.mark.parametrize("kind", [FLIP, DENSE, DIAG])
-def test_low_target_every_control_set(kind, n, cdtype):
+@pytest.mark.parametrize("kind,form", [(FLIP, ""), (DENSE, "general"), (DENSE, "real"),
+                                       (DENSE, "rx"), (DIAG, "")])
+def test_low_target_every_control_set(kind, form, n, cdtype):
+    """form: a general unitary (four products per output), a real one (RY, H) or a real
+    diagonal with an imaginary off-diagonal (RX): the two-product kernels."""
     batch = 3
     threads = torch.get_num_threads()
     try:
@@ -80,6 +83,11 @@ def test_low_target_every_control_set(kind, n, cdtype):
                 psi = _random((batch, 2 ** n), seed, cdtype)
                 if kind == DENSE:  # unitary matrices, one per binding
                     q, _ = np.linalg.qr(_random((batch, 2, 2), seed + 1, torch.complex128))
+                    if form != "general":
+                        a = np.random.default_rng(seed).uniform(-3, 3, batch)
+                        c, s_ = np.cos(a / 2), np.sin(a / 2)
+                        q = (np.stack([c, -s_, s_, c], 1) if form == "real" else
+                             np.stack([c, -1j * s_, -1j * s_, c], 1)).reshape(batch, 2, 2)
                     mats, value = q, torch.tensor(q.astype(psi.dtype)).reshape(batch, 4)
                 elif kind == DIAG:
                     mats = np.exp(1j * np.random.default_rng(seed).uniform(-3, 3, (batch, 2)))
@@ -98,7 +106,8 @@ def test_low_target_every_control_set(kind, n, cdtype):
         torch.set_num_threads(threads)
 
 
-LOW_GATES = ["x", "cx", "ccx", "cz", "cy", "h", "rx", "rot", "crx", "crz", "cp", "crot"]
+LOW_GATES = ["x", "cx", "ccx", "cz", "cy", "h", "rx", "ry", "rot", "crx", "cry", "crz", "cp",
+             "crot"]
 
 
 @pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])

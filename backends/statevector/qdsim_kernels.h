@@ -103,6 +103,8 @@ static void SFX(diag_1q_part)(R *restrict s, int p, const R *u, i64 j0, i64 j1, 
 #if QD_VEC
 static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
                                 i64 e1);
+static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
+                               i64 e1);
 #define VDENSE_OK(w) ((w) >= 64 / (i64)sizeof(R))
 #else
 #define VDENSE_OK(w) 0
@@ -117,11 +119,11 @@ static void SFX(one_qubit_low)(R *s, int nbits, int p, const R *u, int diag, int
             {
                 i64 j0, j1, e0, e1;
                 split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
-                SFX(vdense_1q_part)(s, w, u, j0, j1, e0, e1);
+                SFX(vdense_1q_fwd)(s, w, u, j0, j1, e0, e1);
             }
             return;
         }
-        SFX(vdense_1q_part)(s, w, u, 0, nblk, 0, w);
+        SFX(vdense_1q_fwd)(s, w, u, 0, nblk, 0, w);
         return;
     }
 #endif
@@ -209,8 +211,11 @@ static inline void SFX(vst)(R *p, SFX(v16) v) { memcpy(p, &v, sizeof v); }
 static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const R *B_,
                              const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1);
 #endif
+static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R *C_,
+                         const R *D_, const int *hb, int nh, i64 j0, i64 j1);
 static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, const R *B_,
                            const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
+    if (!diag && SFX(lane_two)(s, p, A_, B_, C_, D_, hb, nh, j0, j1)) return;
 #if RBYTES == 8  /* 16 doubles span two vector registers: the kernel on two halves */
     SFX(lane_part_v)(s, p, diag, A_, B_, C_, D_, hb, nh, j0, j1);
     return;
@@ -665,6 +670,100 @@ static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const 
 #undef LANE_V
 }
 #endif
+
+/* The lane kernel when every output needs two products, not four: B = D = 0 (a real matrix:
+ * RY, H) or B = C = 0 (a real diagonal and an imaginary off-diagonal: RX); lanes outside the
+ * controls (A = 1, B = C = D = 0) fit both. Returns 0 (nothing done) for other matrices. */
+static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R *C_,
+                         const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
+    int nb = 1, nc = 1, nd = 1;
+    for (int e = 0; e < 16; e++) {
+        nb &= B_[e] == 0;
+        nc &= C_[e] == 0;
+        nd &= D_[e] == 0;
+    }
+    if (!nb || !(nc || nd)) return 0;
+    const int rx = !nd;            /* the partner term: D (re/im swapped partner), else C */
+    const R *E_ = rx ? D_ : C_;
+#if RBYTES == 8
+    const SFX(vv) A0 = SFX(vvld)(A_), A1 = SFX(vvld)(A_ + 8), E0 = SFX(vvld)(E_),
+                  E1 = SFX(vvld)(E_ + 8);
+#define TWO_V(LO, HI)                                                                          \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        LOW_GROUP(j, G)                                                                        \
+        R *v_ = s + 16 * G;                                                                    \
+        SFX(vv) a = SFX(vvld)(v_), b = SFX(vvld)(v_ + 8);                                      \
+        SFX(vv) x = LO, y = HI;                                                                \
+        SFX(vvst)(v_, x);                                                                      \
+        SFX(vvst)(v_ + 8, y);                                                                  \
+    }
+    switch (p * 2 + rx) {
+    case 0: TWO_V(A0 * a + E0 * SHUF(a, VX2), A1 * b + E1 * SHUF(b, VX2)); break;
+    case 1: TWO_V(A0 * a + E0 * SHUF(a, VX3), A1 * b + E1 * SHUF(b, VX3)); break;
+    case 2: TWO_V(A0 * a + E0 * SHUF(a, VX4), A1 * b + E1 * SHUF(b, VX4)); break;
+    case 3: TWO_V(A0 * a + E0 * SHUF(a, VX5), A1 * b + E1 * SHUF(b, VX5)); break;
+    case 4: TWO_V(A0 * a + E0 * b, A1 * b + E1 * a); break;
+    default: TWO_V(A0 * a + E0 * SHUF(b, VX1), A1 * b + E1 * SHUF(a, VX1)); break;
+    }
+#else
+    const SFX(vv) A = SFX(vvld)(A_), E = SFX(vvld)(E_);
+#define TWO_V(EXPR)                                                                            \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        LOW_GROUP(j, G)                                                                        \
+        R *v_ = s + 16 * G;                                                                    \
+        SFX(vv) a = SFX(vvld)(v_);                                                             \
+        SFX(vvst)(v_, EXPR);                                                                   \
+    }
+    switch (p * 2 + rx) {
+    case 0: TWO_V(A * a + E * SHUF(a, VX2)); break;
+    case 1: TWO_V(A * a + E * SHUF(a, VX3)); break;
+    case 2: TWO_V(A * a + E * SHUF(a, VX4)); break;
+    case 3: TWO_V(A * a + E * SHUF(a, VX5)); break;
+    case 4: TWO_V(A * a + E * SHUF(a, VX8)); break;
+    default: TWO_V(A * a + E * SHUF(a, VX9)); break;
+    }
+#endif
+#undef TWO_V
+    return 1;
+}
+
+/* vdense_1q_part with the products the matrix needs: a real matrix (RY, H) or a real diagonal
+ * with an imaginary off-diagonal (RX) takes two vector products per output instead of four. */
+static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
+                               i64 e1) {
+    const int real = u[1] == 0 && u[3] == 0 && u[5] == 0 && u[7] == 0;
+    const int rx = u[1] == 0 && u[7] == 0 && u[2] == 0 && u[4] == 0;
+    if (!real && !rx) {
+        SFX(vdense_1q_part)(s, w, u, j0, j1, e0, e1);
+        return;
+    }
+    SFX(vv) P0, P3, Q1, Q2;
+    for (int l = 0; l < VL; l++) {
+        P0[l] = u[0];
+        P3[l] = u[6];
+        Q1[l] = real ? u[2] : ((l & 1) ? u[3] : -u[3]);
+        Q2[l] = real ? u[4] : ((l & 1) ? u[5] : -u[5]);
+    }
+    if (real) {
+        for (i64 j = j0; j < j1; j++) {
+            R *restrict x = s + 2 * w * j, *restrict y = x + w;
+            for (i64 e = e0; e < e1; e += VL) {
+                SFX(vv) a0 = SFX(vvld)(x + e), a1 = SFX(vvld)(y + e);
+                SFX(vvst)(x + e, P0 * a0 + Q1 * a1);
+                SFX(vvst)(y + e, Q2 * a0 + P3 * a1);
+            }
+        }
+        return;
+    }
+    for (i64 j = j0; j < j1; j++) {
+        R *restrict x = s + 2 * w * j, *restrict y = x + w;
+        for (i64 e = e0; e < e1; e += VL) {
+            SFX(vv) a0 = SFX(vvld)(x + e), a1 = SFX(vvld)(y + e);
+            SFX(vvst)(x + e, P0 * a0 + Q1 * SHUF(a1, VX1));
+            SFX(vvst)(y + e, Q2 * SHUF(a0, VX1) + P3 * a1);
+        }
+    }
+}
 
 /* X on bit p < 3 where the low control bits lo (of bits 0-2) are all 1, in the groups of
  * [j0, j1) (group bits hb[0..nh) forced to 1: the high controls): a constant permutation of
