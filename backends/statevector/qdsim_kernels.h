@@ -227,10 +227,13 @@ static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, const R 
         LANE_VBODY(A * v + B * SHUF(v, LX1));
         return;
     }
+    /* B v[e^1] + D v[e^P^1] is (Bs v + Ds v[.^P]) re/im swapped, Bs and Ds the swapped
+     * coefficients: two shuffles per group instead of three */
+    const SFX(v16) Bs = SHUF(B, LX1), Ds = SHUF(D, LX1);
     switch (p) {
-    case 0: LANE_VBODY(A * v + B * SHUF(v, LX1) + C * SHUF(v, LX2) + D * SHUF(v, LX3)); break;
-    case 1: LANE_VBODY(A * v + B * SHUF(v, LX1) + C * SHUF(v, LX4) + D * SHUF(v, LX5)); break;
-    default: LANE_VBODY(A * v + B * SHUF(v, LX1) + C * SHUF(v, LX8) + D * SHUF(v, LX9)); break;
+    case 0: LANE_VBODY(A * v + C * SHUF(v, LX2) + SHUF(Bs * v + Ds * SHUF(v, LX2), LX1)); break;
+    case 1: LANE_VBODY(A * v + C * SHUF(v, LX4) + SHUF(Bs * v + Ds * SHUF(v, LX4), LX1)); break;
+    default: LANE_VBODY(A * v + C * SHUF(v, LX8) + SHUF(Bs * v + Ds * SHUF(v, LX8), LX1)); break;
     }
 }
 #else
@@ -653,14 +656,17 @@ static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const 
         LANE_V(A0 * a + B0 * SHUF(a, VX1), A1 * b + B1 * SHUF(b, VX1));
         return;
     }
+    /* p < 2: B v[e^1] + D v[e^P^1] as (Bs v + Ds v[.^P]) re/im swapped (as lane_part) */
+    const SFX(vv) B0s = SHUF(B0, VX1), B1s = SHUF(B1, VX1), D0s = SHUF(D0, VX1),
+                  D1s = SHUF(D1, VX1);
     switch (p) {
     case 0:
-        LANE_V(A0 * a + B0 * SHUF(a, VX1) + C0 * SHUF(a, VX2) + D0 * SHUF(a, VX3),
-               A1 * b + B1 * SHUF(b, VX1) + C1 * SHUF(b, VX2) + D1 * SHUF(b, VX3));
+        LANE_V(A0 * a + C0 * SHUF(a, VX2) + SHUF(B0s * a + D0s * SHUF(a, VX2), VX1),
+               A1 * b + C1 * SHUF(b, VX2) + SHUF(B1s * b + D1s * SHUF(b, VX2), VX1));
         break;
     case 1:
-        LANE_V(A0 * a + B0 * SHUF(a, VX1) + C0 * SHUF(a, VX4) + D0 * SHUF(a, VX5),
-               A1 * b + B1 * SHUF(b, VX1) + C1 * SHUF(b, VX4) + D1 * SHUF(b, VX5));
+        LANE_V(A0 * a + C0 * SHUF(a, VX4) + SHUF(B0s * a + D0s * SHUF(a, VX4), VX1),
+               A1 * b + C1 * SHUF(b, VX4) + SHUF(B1s * b + D1s * SHUF(b, VX4), VX1));
         break;
     default:
         LANE_V(A0 * a + B0 * SHUF(a, VX1) + C0 * b + D0 * SHUF(b, VX1),
