@@ -743,13 +743,13 @@ static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1,
         SFX(vdense_1q_part)(s, w, u, j0, j1, e0, e1);
         return;
     }
-    SFX(vv) P0, P3, Q1, Q2;
-    for (int l = 0; l < VL; l++) {
-        P0[l] = u[0];
-        P3[l] = u[6];
-        Q1[l] = real ? u[2] : ((l & 1) ? u[3] : -u[3]);
-        Q2[l] = real ? u[4] : ((l & 1) ? u[5] : -u[5]);
-    }
+    /* broadcasts (built lane by lane the coefficients stayed in memory, one more load each
+     * per vector) */
+    const SFX(vv) zero = {0};
+    SFX(vv) alt = zero + 1;  /* -1 on real lanes, +1 on imaginary lanes */
+    for (int l = 0; l < VL; l += 2) alt[l] = -1;
+    const SFX(vv) P0 = zero + u[0], P3 = zero + u[6];
+    const SFX(vv) Q1 = real ? zero + u[2] : alt * u[3], Q2 = real ? zero + u[4] : alt * u[5];
     if (real) {
         for (i64 j = j0; j < j1; j++) {
             R *restrict x = s + 2 * w * j, *restrict y = x + w;
