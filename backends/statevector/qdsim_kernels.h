@@ -103,6 +103,8 @@ static void SFX(diag_1q_part)(R *restrict s, int p, const R *u, i64 j0, i64 j1, 
 #if QD_VEC
 static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
                                 i64 e1);
+static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
+                               i64 e1);
 #define VDENSE_OK(w) ((w) >= 64 / (i64)sizeof(R))
 #else
 #define VDENSE_OK(w) 0
@@ -117,11 +119,11 @@ static void SFX(one_qubit_low)(R *s, int nbits, int p, const R *u, int diag, int
             {
                 i64 j0, j1, e0, e1;
                 split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
-                SFX(vdense_1q_part)(s, w, u, j0, j1, e0, e1);
+                SFX(vdense_1q_fwd)(s, w, u, j0, j1, e0, e1);
             }
             return;
         }
-        SFX(vdense_1q_part)(s, w, u, 0, nblk, 0, w);
+        SFX(vdense_1q_fwd)(s, w, u, 0, nblk, 0, w);
         return;
     }
 #endif
@@ -205,8 +207,19 @@ static inline void SFX(vst)(R *p, SFX(v16) v) { memcpy(p, &v, sizeof v); }
 #define LX5 5, 4, 7, 6, 1, 0, 3, 2, 13, 12, 15, 14, 9, 8, 11, 10
 #define LX8 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7
 #define LX9 9, 8, 11, 10, 13, 12, 15, 14, 1, 0, 3, 2, 5, 4, 7, 6
+#if RBYTES == 8
+static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const R *B_,
+                             const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1);
+#endif
+static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R *C_,
+                         const R *D_, const int *hb, int nh, i64 j0, i64 j1);
 static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, const R *B_,
                            const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
+    if (!diag && SFX(lane_two)(s, p, A_, B_, C_, D_, hb, nh, j0, j1)) return;
+#if RBYTES == 8  /* 16 doubles span two vector registers: the kernel on two halves */
+    SFX(lane_part_v)(s, p, diag, A_, B_, C_, D_, hb, nh, j0, j1);
+    return;
+#endif
     SFX(v16) A, B, C, D;
     memcpy(&A, A_, sizeof A); memcpy(&B, B_, sizeof B);
     memcpy(&C, C_, sizeof C); memcpy(&D, D_, sizeof D);
@@ -214,10 +227,13 @@ static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, const R 
         LANE_VBODY(A * v + B * SHUF(v, LX1));
         return;
     }
+    /* B v[e^1] + D v[e^P^1] is (Bs v + Ds v[.^P]) re/im swapped, Bs and Ds the swapped
+     * coefficients: two shuffles per group instead of three */
+    const SFX(v16) Bs = SHUF(B, LX1), Ds = SHUF(D, LX1);
     switch (p) {
-    case 0: LANE_VBODY(A * v + B * SHUF(v, LX1) + C * SHUF(v, LX2) + D * SHUF(v, LX3)); break;
-    case 1: LANE_VBODY(A * v + B * SHUF(v, LX1) + C * SHUF(v, LX4) + D * SHUF(v, LX5)); break;
-    default: LANE_VBODY(A * v + B * SHUF(v, LX1) + C * SHUF(v, LX8) + D * SHUF(v, LX9)); break;
+    case 0: LANE_VBODY(A * v + C * SHUF(v, LX2) + SHUF(Bs * v + Ds * SHUF(v, LX2), LX1)); break;
+    case 1: LANE_VBODY(A * v + C * SHUF(v, LX4) + SHUF(Bs * v + Ds * SHUF(v, LX4), LX1)); break;
+    default: LANE_VBODY(A * v + C * SHUF(v, LX8) + SHUF(Bs * v + Ds * SHUF(v, LX8), LX1)); break;
     }
 }
 #else
@@ -254,6 +270,30 @@ static void SFX(lane_1q)(R *s, int nbits, const gate_t *g, const R *u, int par) 
     }
     SFX(lane_part)(s, p, g->kind == K_DIAG, A, B, C, D, hb, nh, 0, ngroups);
 }
+
+#if QD_VEC
+static void SFX(flip_low_part)(R *restrict s, int p, int lo, const int *hb, int nh, i64 j0,
+                               i64 j1);
+/* X on bit p < 3 with any controls: a constant permutation inside each group of 8 amplitudes
+ * whose high control bits are 1 (flip_low_part). */
+static void SFX(flip_low_1q)(R *s, int nbits, const gate_t *g, int par) {
+    int p = __builtin_ctzll((unsigned long long)g->tmask), hb[64], nh = 0;
+    for (int b = 3; b < 63; b++)
+        if ((g->cmask >> b) & 1) hb[nh++] = b - 3;
+    const int lo = (int)(g->cmask & 7);
+    const i64 ngroups = (i64)1 << (nbits - 3 - nh);
+    if (par > 1 && nbits >= PAR_MIN_BITS) {
+#pragma omp parallel num_threads(par)
+        {
+            i64 j0, j1;
+            share(ngroups, THREAD_ID, NUM_THREADS, &j0, &j1);
+            SFX(flip_low_part)(s, p, lo, hb, nh, j0, j1);
+        }
+        return;
+    }
+    SFX(flip_low_part)(s, p, lo, hb, nh, 0, ngroups);
+}
+#endif
 
 /* X on bit p with at most one control bit c (-1: none), in the block layout: swap the two
  * halves of each block whose control is set, as contiguous runs of reals. */
@@ -317,6 +357,12 @@ static void SFX(apply_range)(R *st, int nbits, const gate_t *g, const R *u_in, i
     R *restrict s = st;
     if (g->k == 1 && g->tmask < 8 && nbits >= 3 + __builtin_popcountll(g->cmask >> 3) &&
         (g->cmask >> nbits) == 0 && !(g->kind == K_DIAG && g->cmask == 0)) {
+#if QD_VEC
+        if (g->kind == K_FLIP) {
+            SFX(flip_low_1q)(s, nbits, g, par_);
+            return;
+        }
+#endif
         SFX(lane_1q)(s, nbits, g, u, par_);
         return;
     }
@@ -567,6 +613,206 @@ static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1
         }
     }
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* gates on the lowest bits (0-2) at the vector width                                         */
+
+/* A group of 8 amplitudes (16 reals) is one vector of VL = 16 floats, or two of VL = 8 doubles
+ * (lo: amplitudes 0-3, hi: 4-7): every operand is a hardware register, so the partner
+ * permutations are register shuffles (a 16-double vector is wider than the registers and the
+ * compiler would assemble each shuffled lane from a scalar load). */
+#ifndef QD_LOWV_ONCE
+#define QD_LOWV_ONCE
+/* the real that lands on real e of a group when X on bit P acts where the group's low control
+ * bits L are all 1 */
+#define FI(e, P, L) (((((e) >> 1) & (L)) == (L)) ? ((e) ^ (2 << (P))) : (e))
+#define FI8(o, P, L) FI((o), P, L), FI((o) + 1, P, L), FI((o) + 2, P, L), FI((o) + 3, P, L),   \
+                     FI((o) + 4, P, L), FI((o) + 5, P, L), FI((o) + 6, P, L), FI((o) + 7, P, L)
+/* group index j with the bits hb[0..nh) (ascending) inserted as 1 */
+#define LOW_GROUP(j, G)                                                                        \
+    i64 G = (j);                                                                               \
+    for (int q = 0; q < nh; q++)                                                               \
+        G = ((G >> hb[q]) << (hb[q] + 1)) | ((i64)1 << hb[q]) | (G & (((i64)1 << hb[q]) - 1));
+#endif
+
+#if RBYTES == 8
+/* lane_part for complex128: out[e] = A[e] v[e] + B[e] v[e^1] + C[e] v[e^P] + D[e] v[e^P^1]
+ * (P = 2 << p) on the two halves of each group. */
+static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const R *B_,
+                             const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
+    const SFX(vv) A0 = SFX(vvld)(A_), A1 = SFX(vvld)(A_ + 8), B0 = SFX(vvld)(B_),
+                  B1 = SFX(vvld)(B_ + 8), C0 = SFX(vvld)(C_), C1 = SFX(vvld)(C_ + 8),
+                  D0 = SFX(vvld)(D_), D1 = SFX(vvld)(D_ + 8);
+#define LANE_V(LO, HI)                                                                         \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        LOW_GROUP(j, G)                                                                        \
+        R *v_ = s + 16 * G;                                                                    \
+        SFX(vv) a = SFX(vvld)(v_), b = SFX(vvld)(v_ + 8);                                      \
+        SFX(vv) x = LO, y = HI;                                                                \
+        SFX(vvst)(v_, x);                                                                      \
+        SFX(vvst)(v_ + 8, y);                                                                  \
+    }
+    if (diag) {
+        LANE_V(A0 * a + B0 * SHUF(a, VX1), A1 * b + B1 * SHUF(b, VX1));
+        return;
+    }
+    /* p < 2: B v[e^1] + D v[e^P^1] as (Bs v + Ds v[.^P]) re/im swapped (as lane_part) */
+    const SFX(vv) B0s = SHUF(B0, VX1), B1s = SHUF(B1, VX1), D0s = SHUF(D0, VX1),
+                  D1s = SHUF(D1, VX1);
+    switch (p) {
+    case 0:
+        LANE_V(A0 * a + C0 * SHUF(a, VX2) + SHUF(B0s * a + D0s * SHUF(a, VX2), VX1),
+               A1 * b + C1 * SHUF(b, VX2) + SHUF(B1s * b + D1s * SHUF(b, VX2), VX1));
+        break;
+    case 1:
+        LANE_V(A0 * a + C0 * SHUF(a, VX4) + SHUF(B0s * a + D0s * SHUF(a, VX4), VX1),
+               A1 * b + C1 * SHUF(b, VX4) + SHUF(B1s * b + D1s * SHUF(b, VX4), VX1));
+        break;
+    default:
+        LANE_V(A0 * a + B0 * SHUF(a, VX1) + C0 * b + D0 * SHUF(b, VX1),
+               A1 * b + B1 * SHUF(b, VX1) + C1 * a + D1 * SHUF(a, VX1));
+        break;
+    }
+#undef LANE_V
+}
+#endif
+
+/* The lane kernel when every output needs two products, not four: B = D = 0 (a real matrix:
+ * RY, H) or B = C = 0 (a real diagonal and an imaginary off-diagonal: RX); lanes outside the
+ * controls (A = 1, B = C = D = 0) fit both. Returns 0 (nothing done) for other matrices. */
+static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R *C_,
+                         const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
+    int nb = 1, nc = 1, nd = 1;
+    for (int e = 0; e < 16; e++) {
+        nb &= B_[e] == 0;
+        nc &= C_[e] == 0;
+        nd &= D_[e] == 0;
+    }
+    if (!nb || !(nc || nd)) return 0;
+    const int rx = !nd;            /* the partner term: D (re/im swapped partner), else C */
+    const R *E_ = rx ? D_ : C_;
+#if RBYTES == 8
+    const SFX(vv) A0 = SFX(vvld)(A_), A1 = SFX(vvld)(A_ + 8), E0 = SFX(vvld)(E_),
+                  E1 = SFX(vvld)(E_ + 8);
+#define TWO_V(LO, HI)                                                                          \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        LOW_GROUP(j, G)                                                                        \
+        R *v_ = s + 16 * G;                                                                    \
+        SFX(vv) a = SFX(vvld)(v_), b = SFX(vvld)(v_ + 8);                                      \
+        SFX(vv) x = LO, y = HI;                                                                \
+        SFX(vvst)(v_, x);                                                                      \
+        SFX(vvst)(v_ + 8, y);                                                                  \
+    }
+    switch (p * 2 + rx) {
+    case 0: TWO_V(A0 * a + E0 * SHUF(a, VX2), A1 * b + E1 * SHUF(b, VX2)); break;
+    case 1: TWO_V(A0 * a + E0 * SHUF(a, VX3), A1 * b + E1 * SHUF(b, VX3)); break;
+    case 2: TWO_V(A0 * a + E0 * SHUF(a, VX4), A1 * b + E1 * SHUF(b, VX4)); break;
+    case 3: TWO_V(A0 * a + E0 * SHUF(a, VX5), A1 * b + E1 * SHUF(b, VX5)); break;
+    case 4: TWO_V(A0 * a + E0 * b, A1 * b + E1 * a); break;
+    default: TWO_V(A0 * a + E0 * SHUF(b, VX1), A1 * b + E1 * SHUF(a, VX1)); break;
+    }
+#else
+    const SFX(vv) A = SFX(vvld)(A_), E = SFX(vvld)(E_);
+#define TWO_V(EXPR)                                                                            \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        LOW_GROUP(j, G)                                                                        \
+        R *v_ = s + 16 * G;                                                                    \
+        SFX(vv) a = SFX(vvld)(v_);                                                             \
+        SFX(vvst)(v_, EXPR);                                                                   \
+    }
+    switch (p * 2 + rx) {
+    case 0: TWO_V(A * a + E * SHUF(a, VX2)); break;
+    case 1: TWO_V(A * a + E * SHUF(a, VX3)); break;
+    case 2: TWO_V(A * a + E * SHUF(a, VX4)); break;
+    case 3: TWO_V(A * a + E * SHUF(a, VX5)); break;
+    case 4: TWO_V(A * a + E * SHUF(a, VX8)); break;
+    default: TWO_V(A * a + E * SHUF(a, VX9)); break;
+    }
+#endif
+#undef TWO_V
+    return 1;
+}
+
+/* vdense_1q_part with the products the matrix needs: a real matrix (RY, H) or a real diagonal
+ * with an imaginary off-diagonal (RX) takes two vector products per output instead of four. */
+static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
+                               i64 e1) {
+    const int real = u[1] == 0 && u[3] == 0 && u[5] == 0 && u[7] == 0;
+    const int rx = u[1] == 0 && u[7] == 0 && u[2] == 0 && u[4] == 0;
+    if (!real && !rx) {
+        SFX(vdense_1q_part)(s, w, u, j0, j1, e0, e1);
+        return;
+    }
+    /* broadcasts (built lane by lane the coefficients stayed in memory, one more load each
+     * per vector) */
+    const SFX(vv) zero = {0};
+    SFX(vv) alt = zero + 1;  /* -1 on real lanes, +1 on imaginary lanes */
+    for (int l = 0; l < VL; l += 2) alt[l] = -1;
+    const SFX(vv) P0 = zero + u[0], P3 = zero + u[6];
+    const SFX(vv) Q1 = real ? zero + u[2] : alt * u[3], Q2 = real ? zero + u[4] : alt * u[5];
+    if (real) {
+        for (i64 j = j0; j < j1; j++) {
+            R *restrict x = s + 2 * w * j, *restrict y = x + w;
+            for (i64 e = e0; e < e1; e += VL) {
+                SFX(vv) a0 = SFX(vvld)(x + e), a1 = SFX(vvld)(y + e);
+                SFX(vvst)(x + e, P0 * a0 + Q1 * a1);
+                SFX(vvst)(y + e, Q2 * a0 + P3 * a1);
+            }
+        }
+        return;
+    }
+    for (i64 j = j0; j < j1; j++) {
+        R *restrict x = s + 2 * w * j, *restrict y = x + w;
+        for (i64 e = e0; e < e1; e += VL) {
+            SFX(vv) a0 = SFX(vvld)(x + e), a1 = SFX(vvld)(y + e);
+            SFX(vvst)(x + e, P0 * a0 + Q1 * SHUF(a1, VX1));
+            SFX(vvst)(y + e, Q2 * SHUF(a0, VX1) + P3 * a1);
+        }
+    }
+}
+
+/* X on bit p < 3 where the low control bits lo (of bits 0-2) are all 1, in the groups of
+ * [j0, j1) (group bits hb[0..nh) forced to 1: the high controls): a constant permutation of
+ * each group's reals, no arithmetic. In complex128 a half whose amplitudes all have a control
+ * bit 0 (lo has bit 2: amplitudes 0-3) is neither read nor written. */
+#if RBYTES == 8
+#define FLIP_V(P, L)                                                                           \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        LOW_GROUP(j, G)                                                                        \
+        R *v_ = s + 16 * G;                                                                    \
+        SFX(vv) a = SFX(vvld)(v_), b = SFX(vvld)(v_ + 8);                                      \
+        SFX(vv) x = __builtin_shufflevector(a, b, FI8(0, P, L));                               \
+        SFX(vv) y = __builtin_shufflevector(a, b, FI8(8, P, L));                               \
+        if (!((L) & 4)) SFX(vvst)(v_, x);                                                      \
+        SFX(vvst)(v_ + 8, y);                                                                  \
+    }
+#else
+#define FLIP_V(P, L)                                                                           \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        LOW_GROUP(j, G)                                                                        \
+        R *v_ = s + 16 * G;                                                                    \
+        SFX(vv) a = SFX(vvld)(v_);                                                             \
+        SFX(vvst)(v_, __builtin_shufflevector(a, a, FI8(0, P, L), FI8(8, P, L)));              \
+    }
+#endif
+static void SFX(flip_low_part)(R *restrict s, int p, int lo, const int *hb, int nh, i64 j0,
+                               i64 j1) {
+    switch (p * 8 + lo) {
+    case 0: FLIP_V(0, 0); break;
+    case 2: FLIP_V(0, 2); break;
+    case 4: FLIP_V(0, 4); break;
+    case 6: FLIP_V(0, 6); break;
+    case 8: FLIP_V(1, 0); break;
+    case 9: FLIP_V(1, 1); break;
+    case 12: FLIP_V(1, 4); break;
+    case 13: FLIP_V(1, 5); break;
+    case 16: FLIP_V(2, 0); break;
+    case 17: FLIP_V(2, 1); break;
+    case 18: FLIP_V(2, 2); break;
+    default: FLIP_V(2, 3); break;
+    }
+}
+#undef FLIP_V
 
 /* lane path: w = 2 << p < VL reals, groups [g0, g1) of VL reals */
 #define VSTEP_LANES(XW, XW1)                                                                   \
