@@ -839,6 +839,87 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
     }
 }
 
+/* The reverse sweep of a chunk (b0: its first binding) over gates nops-1 .. stop: psi <- U^dag
+ * psi, the trainable angles' gradients, lam <- U^dag lam while a trainable gate lies before
+ * (lo: the first one); s->perm holds the chunk's row table. */
+static void SFX(bsweep)(const SFX(bctx_t) *cp, R *S, R *L, i64 b0, i64 lo, i64 stop,
+                        SFX(bscr_t) *s, double *gtheta) {
+    const SFX(bctx_t) c = *cp;
+    const i64 d = c.d, W = c.W, K = c.K;
+    R vbuf[CODED_MAX_USIZE];
+    for (i64 i = c.nops - 1; i >= stop; i--) {
+        const gate_t *g = &c.gates[i];
+        int do_lam = i > lo;
+        if (g->kind == K_FLIP || g->kind == K_SWAP) {
+            SFX(bperm)(s->perm, d, g);
+            continue;
+        }
+        if (g->tmask_p && g->kind == K_DENSE && g->k == 1) {
+            const R *vu = 0;
+            R *ml = s->ml;
+            if (c.umat[i]) vu = SFX(bdag_uniform)(g, c.umat[i], vbuf);
+            else SFX(blane_mats)(&c, i, b0, 1, ml);
+            /* lane arrays of V = U^dag after the derivatives (per-lane gates) */
+            R *vl = ml + W * g->usize * (1 + g->np);
+            if (!vu) {
+                memcpy(vl, ml, sizeof(R) * (size_t)(W * g->usize));
+                SFX(blane_dagger)(g, vl, W);
+            }
+            double *m = s->acc;
+            SFX(bstep_1q)(&c, g, S, L, s->perm, vu, vl, do_lam, m);
+            /* grad_j = Re sum_rq (dU_j U^dag)[r][q] M[r][q] per lane */
+            double *vr = s->acc + 8 * W + K * W;
+            for (int j = 0; j < g->np; j++) {
+                if (!((g->tmask_p >> j) & 1)) continue;
+                if (vu && c.cshared[g->col[j]]) {  /* one matrix, one column: lane sums */
+                    double ms[8] = {0}, gm[8], acc = 0;
+                    for (int e = 0; e < 8; e++) LANES ms[e] += m[e * W + l];
+                    SFX(bmul2)(c.umat[i] + 8 * (1 + j), vbuf, gm);
+                    for (int e = 0; e < 4; e++) acc += gm[2 * e] * ms[2 * e] - gm[2 * e + 1] * ms[2 * e + 1];
+                    gtheta[b0 * c.P + g->col[j]] += 2.0 * g->scale[j] * acc;
+                    continue;
+                }
+                LANES {
+                    double du[8], uu[8], gm[8];
+                    for (int e = 0; e < 8; e++) {
+                        du[e] = vu ? c.umat[i][8 * (1 + j) + e] : ml[(8 * (1 + j) + e) * W + l];
+                        uu[e] = vu ? vbuf[e] : vl[e * W + l];  /* U^dag */
+                    }
+                    for (int r = 0; r < 2; r++)
+                        for (int q = 0; q < 2; q++) {
+                            double sr = 0, si = 0;
+                            for (int t = 0; t < 2; t++) {
+                                double ar = du[2 * (2 * r + t)], ai = du[2 * (2 * r + t) + 1];
+                                double br = uu[2 * (2 * t + q)], bi = uu[2 * (2 * t + q) + 1];
+                                sr += ar * br - ai * bi;
+                                si += ar * bi + ai * br;
+                            }
+                            gm[2 * (2 * r + q)] = sr;
+                            gm[2 * (2 * r + q) + 1] = si;
+                        }
+                    double acc = 0;
+                    for (int e = 0; e < 4; e++)
+                        acc += gm[2 * e] * m[(2 * e) * W + l] - gm[2 * e + 1] * m[(2 * e + 1) * W + l];
+                    vr[l] = acc;
+                }
+                SFX(bgrad_add)(&c, g, j, b0, vr, gtheta);
+            }
+            continue;
+        }
+        /* any other gate: psi <- U^dag psi, overlaps, lam <- U^dag lam */
+        R *ml = s->ml;
+        SFX(blane_all)(&c, i, b0, g->tmask_p != 0, ml);
+        R *vl = ml + W * g->usize * (1 + g->np);
+        memcpy(vl, ml, sizeof(R) * (size_t)(W * g->usize));
+        SFX(blane_dagger)(g, vl, W);
+        SFX(bapply)(S, s->perm, d, W, g, 0, vl, s->tmp);
+        if (g->tmask_p)
+            SFX(boverlap_generic)(&c, i, S, L, s->perm, ml, s->tmp,
+                                  s->acc + 8 * W + K * W, b0, gtheta);
+        if (do_lam) SFX(bapply)(L, s->perm, d, W, g, 0, vl, s->tmp);
+    }
+}
+
 static int SFX(batch_adjoint)(qd_batch_args *a) {
     for (int s = 0; s < a->nsrc; s++)  /* the gradients are written, not added */
         if (a->gout[s]) memset(a->gout[s], 0, sizeof(double) * (size_t)a->src_len[s]);
@@ -881,79 +962,8 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
                 }
             }
             memcpy(s->perm, c.fperm, sizeof(i64) * (size_t)d);
-            R vbuf[CODED_MAX_USIZE];
             i64 stop = lo > c.pe ? lo : c.pe;
-            for (i64 i = c.nops - 1; i >= stop; i--) {
-                const gate_t *g = &c.gates[i];
-                int do_lam = i > lo;
-                if (g->kind == K_FLIP || g->kind == K_SWAP) {
-                    SFX(bperm)(s->perm, d, g);
-                    continue;
-                }
-                if (g->tmask_p && g->kind == K_DENSE && g->k == 1) {
-                    const R *vu = 0;
-                    R *ml = s->ml;
-                    if (c.umat[i]) vu = SFX(bdag_uniform)(g, c.umat[i], vbuf);
-                    else SFX(blane_mats)(&c, i, b0, 1, ml);
-                    /* lane arrays of V = U^dag after the derivatives (per-lane gates) */
-                    R *vl = ml + W * g->usize * (1 + g->np);
-                    if (!vu) {
-                        memcpy(vl, ml, sizeof(R) * (size_t)(W * g->usize));
-                        SFX(blane_dagger)(g, vl, W);
-                    }
-                    double *m = s->acc;
-                    SFX(bstep_1q)(&c, g, S, L, s->perm, vu, vl, do_lam, m);
-                    /* grad_j = Re sum_rq (dU_j U^dag)[r][q] M[r][q] per lane */
-                    double *vr = s->acc + 8 * W + K * W;
-                    for (int j = 0; j < g->np; j++) {
-                        if (!((g->tmask_p >> j) & 1)) continue;
-                        if (vu && c.cshared[g->col[j]]) {  /* one matrix, one column: lane sums */
-                            double ms[8] = {0}, gm[8], acc = 0;
-                            for (int e = 0; e < 8; e++) LANES ms[e] += m[e * W + l];
-                            SFX(bmul2)(c.umat[i] + 8 * (1 + j), vbuf, gm);
-                            for (int e = 0; e < 4; e++) acc += gm[2 * e] * ms[2 * e] - gm[2 * e + 1] * ms[2 * e + 1];
-                            gtheta[b0 * c.P + g->col[j]] += 2.0 * g->scale[j] * acc;
-                            continue;
-                        }
-                        LANES {
-                            double du[8], uu[8], gm[8];
-                            for (int e = 0; e < 8; e++) {
-                                du[e] = vu ? c.umat[i][8 * (1 + j) + e] : ml[(8 * (1 + j) + e) * W + l];
-                                uu[e] = vu ? vbuf[e] : vl[e * W + l];  /* U^dag */
-                            }
-                            for (int r = 0; r < 2; r++)
-                                for (int q = 0; q < 2; q++) {
-                                    double sr = 0, si = 0;
-                                    for (int t = 0; t < 2; t++) {
-                                        double ar = du[2 * (2 * r + t)], ai = du[2 * (2 * r + t) + 1];
-                                        double br = uu[2 * (2 * t + q)], bi = uu[2 * (2 * t + q) + 1];
-                                        sr += ar * br - ai * bi;
-                                        si += ar * bi + ai * br;
-                                    }
-                                    gm[2 * (2 * r + q)] = sr;
-                                    gm[2 * (2 * r + q) + 1] = si;
-                                }
-                            double acc = 0;
-                            for (int e = 0; e < 4; e++)
-                                acc += gm[2 * e] * m[(2 * e) * W + l] - gm[2 * e + 1] * m[(2 * e + 1) * W + l];
-                            vr[l] = acc;
-                        }
-                        SFX(bgrad_add)(&c, g, j, b0, vr, gtheta);
-                    }
-                    continue;
-                }
-                /* any other gate: psi <- U^dag psi, overlaps, lam <- U^dag lam */
-                R *ml = s->ml;
-                SFX(blane_all)(&c, i, b0, g->tmask_p != 0, ml);
-                R *vl = ml + W * g->usize * (1 + g->np);
-                memcpy(vl, ml, sizeof(R) * (size_t)(W * g->usize));
-                SFX(blane_dagger)(g, vl, W);
-                SFX(bapply)(S, s->perm, d, W, g, 0, vl, s->tmp);
-                if (g->tmask_p)
-                    SFX(boverlap_generic)(&c, i, S, L, s->perm, ml, s->tmp,
-                                          s->acc + 8 * W + K * W, b0, gtheta);
-                if (do_lam) SFX(bapply)(L, s->perm, d, W, g, 0, vl, s->tmp);
-            }
+            SFX(bsweep)(&c, S, L, b0, lo, stop, s, gtheta);
             if (lo < c.pe) SFX(bprefix_grads)(&c, L, S, b0, s, gtheta);
         }
         /* scatter into the sources: a per-binding column from every row, a batch-shared one
