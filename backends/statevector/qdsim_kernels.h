@@ -1739,85 +1739,6 @@ static void SFX(coded_step)(const SFX(ctx_t) *c, i64 i, R *p, R *l, int n, int t
     if (do_lam) SFX(apply_tile)(l, n, tb, c, i, b0, 1, par, tid);
 }
 
-/* Coded gates order[0], .., order[cnt - 1] (all within ts, in sweep order) of the adjoint
- * sweep, tile by tile: psi and lam tiles are uncomputed together and every trainable angle's
- * overlap is summed over the tiles (the overlap of a gate is a sum over all amplitudes, so its
- * tile parts add up); with last, lam is not uncomputed through the run's last gate (the last
- * of the sweep). */
-static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, const i64 *order, int cnt,
-                              const tileset_t *ts, R *psi, R *lam, int n, i64 b, int par,
-                              int tid, int last, double *gtheta, i64 P) {
-    int nthr = par > 1 ? par : 1;
-    gate_t *loc = (gate_t *)malloc(sizeof(gate_t) * (size_t)cnt);
-    const R **us = (const R **)malloc(sizeof(R *) * (size_t)cnt);
-    R *vs = (R *)malloc(sizeof(R) * 8 * (size_t)cnt);
-    double *gms = (double *)malloc(sizeof(double) * 8 * QD_MAXA * (size_t)cnt);
-    double *acc = (double *)calloc((size_t)nthr * QD_MAXA * (size_t)cnt, sizeof(double));
-    if (!loc || !us || !vs || !gms || !acc) {
-        free(loc); free(us); free(vs); free(gms); free(acc);
-        return QD_ENOMEM;
-    }
-    for (int q = 0; q < cnt; q++) {
-        const gate_t *g = &c->gates[order[q]];
-        relocate(g, ts, &loc[q]);
-        us[q] = SFX(gate_data)(c, order[q], b, tid, g->tmask_p != 0);
-        if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0) {
-            SFX(effective)(g, us[q], 1, vs + 8 * q);  /* U^dag */
-            for (int j = 0; j < g->np; j++)
-                SFX(mul2)(us[q] + g->usize * (1 + j), vs + 8 * q, gms + 8 * (QD_MAXA * q + j));
-        }
-    }
-    const int tb = TILE_LOW + ts->k;
-    const i64 ntile = (i64)1 << (n - tb);
-#pragma omp parallel for if (par > 1) num_threads(par) schedule(static)
-    for (i64 t = 0; t < ntile; t++) {
-        int me = par > 1 ? THREAD_ID : tid, slot = par > 1 ? THREAD_ID : 0;
-        SFX(scratch_t) *sc = &c->scr[me];
-        double *a = acc + (size_t)slot * QD_MAXA * cnt, m8[8];
-        R *pb = ts->k ? SFX(tile_buf)(c, me, 0) : psi + 2 * (t << TILE_LOW);
-        R *lb = ts->k ? SFX(tile_buf)(c, me, 1) : lam + 2 * (t << TILE_LOW);
-        if (ts->k) {
-            SFX(tile_copy)(psi, pb, ts, t, 0);
-            SFX(tile_copy)(lam, lb, ts, t, 0);
-        }
-        for (int q = 0; q < cnt; q++) {
-            const gate_t *g = &loc[q];
-            int do_lam = !(last && q == cnt - 1), train = g->tmask_p;
-            if (train && g->kind == K_DENSE && g->k == 1 && g->cmask == 0) {
-                SFX(adjoint_step_1q)(pb, lb, tb, g->special[0], vs + 8 * q, do_lam, m8, 1);
-                for (int j = 0; j < g->np; j++)
-                    if ((train >> j) & 1)
-                        a[QD_MAXA * q + j] += SFX(contract_d)(gms + 8 * (QD_MAXA * q + j), m8, 4);
-                continue;
-            }
-            SFX(apply_range)(pb, tb, g, us[q], 1, 1, sc);
-            if (train) {
-                const R *du0 = us[q] + g->usize * (1 + __builtin_ctz((unsigned)train));
-                SFX(overlap_matrix)(lb, pb, tb, g, sc->m, 1, g->k >= 3 ? du0 : 0, sc);
-                for (int j = 0; j < g->np; j++)
-                    if ((train >> j) & 1)
-                        a[QD_MAXA * q + j] += SFX(contract)(g, us[q] + g->usize * (1 + j), sc->m);
-            }
-            if (do_lam) SFX(apply_range)(lb, tb, g, us[q], 1, 1, sc);
-        }
-        if (ts->k) {
-            SFX(tile_copy)(psi, pb, ts, t, 1);
-            SFX(tile_copy)(lam, lb, ts, t, 1);
-        }
-    }
-    for (int q = 0; q < cnt; q++) {
-        const gate_t *g = &c->gates[order[q]];
-        for (int j = 0; j < g->np; j++)
-            if ((g->tmask_p >> j) & 1) {
-                double sum = 0;
-                for (int t = 0; t < nthr; t++) sum += acc[(size_t)t * QD_MAXA * cnt + QD_MAXA * q + j];
-                gtheta[b * P + g->col[j]] += g->scale[j] * 2.0 * sum;
-            }
-    }
-    free(loc); free(us); free(vs); free(gms); free(acc);
-    return QD_OK;
-}
-
 /* ldiag: lam = ldiag * psi (a real diagonal per binding, e.g. a sum of Z words), formed in
  * this thread's scratch together with a copy of psi, which stays untouched. */
 static void SFX(diag_lam)(const R *src, const R *dg, R *sp, R *sl, i64 amps, int par) {
@@ -1831,6 +1752,217 @@ static void SFX(diag_lam)(const R *src, const R *dg, R *sp, R *sl, i64 amps, int
             sl[2 * x + 1] = dg[x] * src[2 * x + 1];
         }
     }
+}
+
+/* The tiled adjoint sweep of one binding. The whole schedule (runs of coded gates within a tile
+ * set, scheduled across commuting gates in sweep order) is made first; consecutive runs then
+ * execute in ONE parallel region: the gates' matrices, derivatives and relocations are
+ * evaluated once (gates split over the threads), then run after run the threads take chunks of
+ * tiles (dynamically: a thread slowed by other work holds up the run by one chunk at most),
+ * with a barrier between runs. In a run, the psi and lam tiles are uncomputed together and
+ * every trainable angle's overlap is summed over the tiles (the overlap of a gate is a sum over
+ * all amplitudes, so its tile parts add up): per chunk of tiles (at most TS_CHUNKS per run,
+ * independent of the thread count), then over the chunks in order, so the gradients do not
+ * depend on the number of threads. A gate no tile set holds is applied on its own between
+ * regions. lam is not uncomputed through the sweep's last gate. */
+#define TS_CHUNKS 64
+#define TS_SEG_GATES 1024  /* gates per region (bounds the relocated gates and partial sums) */
+
+typedef struct {
+    i64 pos;       /* first position of the run in the sweep order */
+    int cnt;       /* gates in the run; 0: one gate applied on its own (not in a tile set) */
+    int nch;       /* chunks of tiles */
+    i64 acc;       /* offset of the run's partial sums (nch * QD_MAXA * cnt doubles) */
+    tileset_t ts;
+} SFX(trun_t);
+
+/* Tile t of psi (copied from src) and of lam = dg * src, into pb and lb. */
+static void SFX(tile_diag)(const R *src, const R *dg, R *pb, R *lb, const tileset_t *ts, i64 t) {
+    i64 base = tile_base(ts, t);
+    const i64 run = (i64)1 << TILE_LOW;
+    for (i64 r = 0; r < ((i64)1 << ts->k); r++) {
+        i64 o = base + tile_run_offset(ts, r);
+        const R *x = src + 2 * o, *d = dg + o;
+        R *pp = pb + 2 * (r << TILE_LOW), *ll = lb + 2 * (r << TILE_LOW);
+        memcpy(pp, x, sizeof(R) * 2 * (size_t)run);
+        for (i64 e = 0; e < run; e++) {
+            ll[2 * e] = d[e] * x[2 * e];
+            ll[2 * e + 1] = d[e] * x[2 * e + 1];
+        }
+    }
+}
+
+/* The tile work of one chunk of run r: tiles [t0, t1), partial sums into a (QD_MAXA per gate).
+ * With src, the tiles of psi are read from src and lam's are dg * src; with discard, the tiles
+ * are not written back. */
+static void SFX(sweep_chunk)(const SFX(ctx_t) *c, const SFX(trun_t) *r, const gate_t *loc,
+                             const R *const *us, const R *vs, const double *gms, R *psi, R *lam,
+                             const R *src, const R *dg, int last, int discard, int me, i64 t0,
+                             i64 t1, double *a) {
+    const tileset_t *ts = &r->ts;
+    const int tb = TILE_LOW + ts->k, cnt = r->cnt;
+    SFX(scratch_t) *sc = &c->scr[me];
+    double m8[8];
+    for (i64 t = t0; t < t1; t++) {
+        R *pb = ts->k ? SFX(tile_buf)(c, me, 0) : psi + 2 * (t << TILE_LOW);
+        R *lb = ts->k ? SFX(tile_buf)(c, me, 1) : lam + 2 * (t << TILE_LOW);
+        if (src) {
+            SFX(tile_diag)(src, dg, pb, lb, ts, t);
+        } else if (ts->k) {
+            SFX(tile_copy)(psi, pb, ts, t, 0);
+            SFX(tile_copy)(lam, lb, ts, t, 0);
+        }
+        for (int q = 0; q < cnt; q++) {
+            const gate_t *g = &loc[q];
+            const R *u = us[q];
+            int do_lam = !(last && q == cnt - 1), train = g->tmask_p;
+            if (train && g->kind == K_DENSE && g->k == 1 && g->cmask == 0) {
+                SFX(adjoint_step_1q)(pb, lb, tb, g->special[0], vs + 8 * q, do_lam, m8, 1);
+                for (int j = 0; j < g->np; j++)
+                    if ((train >> j) & 1)
+                        a[QD_MAXA * q + j] += SFX(contract_d)(gms + 8 * (QD_MAXA * q + j), m8, 4);
+                continue;
+            }
+            SFX(apply_range)(pb, tb, g, u, 1, 1, sc);
+            if (train) {
+                const R *du0 = u + g->usize * (1 + __builtin_ctz((unsigned)train));
+                SFX(overlap_matrix)(lb, pb, tb, g, sc->m, 1, g->k >= 3 ? du0 : 0, sc);
+                for (int j = 0; j < g->np; j++)
+                    if ((train >> j) & 1)
+                        a[QD_MAXA * q + j] += SFX(contract)(g, u + g->usize * (1 + j), sc->m);
+            }
+            if (do_lam) SFX(apply_range)(lb, tb, g, u, 1, 1, sc);
+        }
+        if (ts->k && !discard) {
+            SFX(tile_copy)(psi, pb, ts, t, 1);
+            SFX(tile_copy)(lam, lb, ts, t, 1);
+        }
+    }
+}
+
+/* Gate at sweep position e of a region (order[e]) prepared for its run: relocated into loc[e],
+ * its data (and derivatives when trainable) evaluated into thread me's workspace, and for a
+ * trainable dense one-qubit gate U^dag (vs) and dU_j U^dag (gms). */
+static void SFX(sweep_prepare)(const SFX(ctx_t) *c, const i64 *order, const tileset_t *ts,
+                               i64 e, i64 b, int me, gate_t *loc, const R **us, R *vs,
+                               double *gms) {
+    const gate_t *g = &c->gates[order[e]];
+    relocate(g, ts, &loc[e]);
+    us[e] = SFX(gate_data)(c, order[e], b, me, g->tmask_p != 0);
+    if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0) {
+        SFX(effective)(g, us[e], 1, vs + 8 * e);  /* U^dag */
+        for (int j = 0; j < g->np; j++)
+            SFX(mul2)(us[e] + g->usize * (1 + j), vs + 8 * e, gms + 8 * (QD_MAXA * e + j));
+    }
+}
+
+/* The tiled sweep of binding b from gate nops - 1 down to lo on psi p and lam l, par threads
+ * (tid: the calling thread's scratch when par == 1). With src: psi and lam are scratch, formed
+ * from src and the diagonal dg (lam = dg * src) as the first run gathers its tiles, and the
+ * last run does not write its tiles back. QD_ENOMEM before anything is touched. */
+static int SFX(sweep_tiled)(const SFX(ctx_t) *c, R *psi, R *lam, const R *src, const R *dg,
+                            int n, i64 b, i64 lo, int par, int tid, double *gtheta, i64 P) {
+    const i64 nops = c->ngates, nsw = nops - lo;
+    char *done = (char *)calloc((size_t)(nops + 1), 1);
+    i64 *order = (i64 *)malloc(sizeof(i64) * (size_t)(nsw + 1));
+    SFX(trun_t) *runs = (SFX(trun_t) *)malloc(sizeof(SFX(trun_t)) * (size_t)(nsw + 1));
+    i64 *rix = (i64 *)malloc(sizeof(i64) * (size_t)(nsw + 1));  /* run of each position */
+    if (!done || !order || !runs || !rix) {
+        free(done); free(order); free(runs); free(rix);
+        return QD_ENOMEM;
+    }
+    /* the schedule */
+    i64 nr = 0, pos = 0, t = 0, seg_cap = nsw < TS_SEG_GATES ? nsw : TS_SEG_GATES;
+    while (t < nsw) {
+        i64 i = nops - 1 - t;
+        if (done[i]) { t++; continue; }
+        SFX(trun_t) *r = &runs[nr++];
+        int cnt = SFX(tile_schedule)(c, t, nsw, nops, 1, done, order + pos, &r->ts, n);
+        r->pos = pos;
+        if (cnt < 2) {  /* one gate (the first pending one if it fits no tile set): in place */
+            if (cnt == 0) order[pos] = i;
+            done[order[pos]] = 1;
+            cnt = 0;
+        }
+        r->cnt = cnt;
+        r->nch = 0;
+        for (i64 e = pos; e < pos + (cnt ? cnt : 1); e++) rix[e] = nr - 1;
+        if (cnt) {
+            i64 ntile = (i64)1 << (n - TILE_LOW - r->ts.k);
+            r->nch = (int)(ntile < TS_CHUNKS ? ntile : TS_CHUNKS);
+        }
+        if (cnt > seg_cap) seg_cap = cnt;
+        pos += cnt ? cnt : 1;
+    }
+    free(done);
+    /* per region: relocated gates, data pointers, U^dag and dU U^dag, partial sums */
+    gate_t *loc = (gate_t *)malloc(sizeof(gate_t) * (size_t)seg_cap);
+    const R **us = (const R **)malloc(sizeof(R *) * (size_t)seg_cap);
+    R *vs = (R *)malloc(sizeof(R) * 8 * (size_t)seg_cap);
+    double *gms = (double *)malloc(sizeof(double) * 8 * QD_MAXA * (size_t)seg_cap);
+    double *acc = (double *)malloc(sizeof(double) * TS_CHUNKS * QD_MAXA * (size_t)seg_cap);
+    if (!loc || !us || !vs || !gms || !acc) {
+        free(loc); free(us); free(vs); free(gms); free(acc); free(order); free(runs); free(rix);
+        return QD_ENOMEM;
+    }
+    for (i64 r0 = 0; r0 < nr;) {
+        const SFX(trun_t) *r = &runs[r0];
+        if (src && (r0 || !r->cnt)) {  /* lam = dg * psi formed on its own */
+            SFX(diag_lam)(src, dg, psi, lam, (i64)1 << n, par);
+            src = 0;
+        }
+        if (!r->cnt) {
+            SFX(coded_step)(c, order[r->pos], psi, lam, n, 0, b, par, tid, r0 < nr - 1, gtheta, P);
+            r0++;
+            continue;
+        }
+        /* the region: runs [r0, r1), sweep positions [p0, p1) */
+        i64 r1 = r0, p0 = r->pos, p1 = p0, nacc = 0;
+        while (r1 < nr && runs[r1].cnt && (r1 == r0 || p1 - p0 + runs[r1].cnt <= seg_cap)) {
+            runs[r1].acc = nacc;
+            nacc += (i64)runs[r1].nch * QD_MAXA * runs[r1].cnt;
+            p1 += runs[r1].cnt;
+            r1++;
+        }
+        memset(acc, 0, sizeof(double) * (size_t)nacc);
+#pragma omp parallel num_threads(par) if (par > 1)
+        {
+            int me = par > 1 ? THREAD_ID : tid;
+#pragma omp for schedule(static)
+            for (i64 e = p0; e < p1; e++)
+                SFX(sweep_prepare)(c, order + p0, &runs[rix[e]].ts, e - p0, b, me, loc, us, vs,
+                                   gms);
+            for (i64 q = r0; q < r1; q++) {
+                const SFX(trun_t) *rq = &runs[q];
+                const i64 off = rq->pos - p0, ntile = (i64)1 << (n - TILE_LOW - rq->ts.k);
+                const int last = q == nr - 1;
+                const R *qsrc = q == 0 ? src : 0;
+#pragma omp for schedule(dynamic, 1)
+                for (int ch = 0; ch < rq->nch; ch++)
+                    SFX(sweep_chunk)(c, rq, loc + off, us + off, vs + 8 * off, gms + 8 * QD_MAXA * off,
+                                     psi, lam, qsrc, dg, last, last && dg, me, ntile * ch / rq->nch,
+                                     ntile * (ch + 1) / rq->nch,
+                                     acc + rq->acc + (i64)ch * QD_MAXA * rq->cnt);
+            }
+        }
+        for (i64 q = r0; q < r1; q++) {
+            const SFX(trun_t) *rq = &runs[q];
+            for (int k = 0; k < rq->cnt; k++) {
+                const gate_t *g = &c->gates[order[rq->pos + k]];
+                for (int j = 0; j < g->np; j++)
+                    if ((g->tmask_p >> j) & 1) {
+                        double sum = 0;
+                        for (int ch = 0; ch < rq->nch; ch++)
+                            sum += acc[rq->acc + (i64)ch * QD_MAXA * rq->cnt + QD_MAXA * k + j];
+                        gtheta[b * P + g->col[j]] += g->scale[j] * 2.0 * sum;
+                    }
+            }
+        }
+        src = 0;
+        r0 = r1;
+    }
+    free(loc); free(us); free(vs); free(gms); free(acc); free(order); free(runs); free(rix);
+    return QD_OK;
 }
 
 /* Adjoint sweep. For i = nops-1 .. lo: psi <- U_i^dag psi; the gradients of gate i (coded
@@ -1878,44 +2010,21 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
         i64 b0 = tiles[k].b0;
         int tb = tiles[k].tb;
         R *p = psi + 2 * N * b0, *l = lam ? lam + 2 * N * b0 : 0;
+        int tiled = !slots && tb == 0 && n >= TILE_MIN_N && c.tbuf;
+        const R *src = 0, *dg = 0;  /* ldiag: psi and lam are formed from these in scratch */
         if (ldiag) {
             R *sp = scratch + (i64)4 * tile_amps * tid;
-            SFX(diag_lam)(p, ldiag + N * b0, sp, sp + 2 * tile_amps, N << tb, par);
+            src = p;
+            dg = ldiag + N * b0;
             p = sp;
             l = sp + 2 * tile_amps;
         }
         double *m = c.scr[tid].m;
         i64 s = nslots - 1;
-        int tiled = !slots && tb == 0 && n >= TILE_MIN_N && c.tbuf;
-        if (tiled) {  /* runs of gates in cache tiles, scheduled across commuting gates */
-            const i64 nsw = nops - lo;
-            i64 left = nsw, t = 0;
-            char *done = (char *)calloc((size_t)(nops + 1), 1);
-            i64 *order = (i64 *)malloc(sizeof(i64) * (size_t)(nsw + 1));
-            while (done && order && t < nsw) {
-                i64 i = nops - 1 - t;
-                if (done[i]) { t++; continue; }
-                tileset_t ts;
-                int cnt = SFX(tile_schedule)(&c, t, nsw, nops, 1, done, order, &ts, n);
-                if (cnt >= 2) {
-                    left -= cnt;
-                    if (SFX(adjoint_tiles)(&c, order, cnt, &ts, p, l, n, b0, par, tid, left == 0,
-                                           a->gtheta, P) != QD_OK)
-                        for (int q = 0; q < cnt; q++)  /* no memory for a run: gate by gate */
-                            SFX(coded_step)(&c, order[q], p, l, n, 0, b0, par, tid,
-                                            left > 0 || q < cnt - 1, a->gtheta, P);
-                    continue;
-                }
-                if (cnt == 1) i = order[0];
-                done[i] = 1;
-                left--;
-                SFX(coded_step)(&c, i, p, l, n, 0, b0, par, tid, left > 0, a->gtheta, P);
-            }
-            int ran = done && order;
-            free(done);
-            free(order);
-            if (ran) continue;
-        }
+        if (tiled &&  /* runs of gates in cache tiles, scheduled across commuting gates */
+            SFX(sweep_tiled)(&c, p, l, src, dg, n, b0, lo, par, tid, a->gtheta, P) == QD_OK)
+            continue;  /* (no memory for the schedule: gate by gate below) */
+        if (src) SFX(diag_lam)(src, dg, p, l, N << tb, par);
         for (i64 i = nops - 1; i >= lo; i--) {
             const gate_t *g = &gates[i];
             if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0 &&
