@@ -18,8 +18,8 @@ n = 16, 16 at n = 20, 8 at n = 22).
   cache tile or in-cache chunk is shared across the copies); t_empty is K calls of the empty
   program, so the calls' own overhead is not counted;
 - lightning.qubit: its state-vector kernels called directly, one binding call per gate
-  (``StateVectorC128/C64.RX/Rot/CNOT``: no qnode or tape, which cost 10-50 us of Python per
-  op); t_empty is K calls of its Identity kernel;
+  (``StateVectorC128/C64.RX/Rot/CNOT``: no qnode or tape, which add Python work per op);
+  t_empty is K calls of its Identity kernel;
 - qulacs: one ``QuantumCircuit`` of K gates (it applies them one by one: no fusion unless a
   circuit optimiser is called), Rot as one U3 gate;
 - Aer: one circuit of K gates with ``fusion_enable=False``, Rot as one U gate;
