@@ -16,7 +16,8 @@ n = 16, 16 at n = 20, 8 at n = 22).
 
 - qdiff applies the gate as K **separate one-gate native programs** (K calls; no memory pass,
   cache tile or in-cache chunk is shared across the copies); t_empty is K calls of the empty
-  program, so the calls' own overhead is not counted;
+  program, so the calls' own overhead is not counted, but a one-gate program's setup (records
+  decoded and checked, the coded matrix evaluated: printed, measured at n = 4) is;
 - lightning.qubit: its state-vector kernels called directly, one binding call per gate
   (``StateVectorC128/C64.RX/Rot/CNOT``: no qnode or tape, which add Python work per op);
   t_empty is K calls of its Identity kernel;
@@ -122,11 +123,19 @@ def main():
             for dt, cd in DTYPES.items()}
     bw = copy_bandwidth()
     copies = {n: copies_for(n, args.gates) for n in args.sizes}
+    setup = {}  # qdiff's cost of a one-gate program beyond an empty one where the gate is ~free
+    if args.mode == "per-gate":
+        for dt, cdtype in DTYPES.items():
+            t, empty, k = timed_pair("qdiff", 4, "rot", (1, 0), cdtype, 256, args.reps, args.mode)
+            setup[dt] = max(t - empty, 0.0) / k
     print(f"{datetime.date.today()}  torch {torch.__version__}, 1 thread; copy bandwidth "
           f"{bw / 1e9:.1f} GB/s; simulators: {sims}; copies per circuit {copies}; "
           + ("per gate: qdiff K separate one-gate programs, lightning's kernels called "
              "directly, qulacs/Aer circuits of K gates without fusion, qsim (1) one gate"
              if args.mode == "per-gate" else "fused: one circuit of K copies, fusion on"))
+    if setup:
+        print("qdiff per-call setup of a one-gate program (n = 4, Rot; included in every qdiff "
+              "per-gate figure): " + ", ".join(f"{dt} {v * 1e6:.2f} us" for dt, v in setup.items()))
     out = {}
     for r in range(args.runs):
         for n in args.sizes:
