@@ -68,11 +68,19 @@ def _analyse(expr, where: str):
     if not params:
         return ("const", _real_constant(complex(expr), expr, where))
     import sympy
+    by_name = {p.name: p for p in params}
     try:
         sym = sympy.sympify(expr.sympify())
     except Exception as exc:  # a symbolic form sympy cannot read
         raise QdiffError(f"{where}: angle {expr} cannot be evaluated ({exc})") from None
-    by_name = {p.name: p for p in params}
+    if not _agrees(sym, expr, by_name):
+        # Qiskit's symbolic export can drop or swap a symbol that cancels (``(b / b) * a``
+        # came back as ``b``); its printed form is read instead, and checked the same way
+        sym = _from_text(expr, by_name)
+        if sym is None or not _agrees(sym, expr, by_name):
+            raise QdiffError(f"{where}: angle {expr}: Qiskit's symbolic form of this expression "
+                             "disagrees with its numeric value; write the angle without "
+                             "cancelling parameters") from None
     symbols = sorted(sym.free_symbols, key=lambda s: s.name)
     if not symbols:  # the parameters cancel (0 * a)
         return ("const", _real_constant(complex(sym), expr, where))
@@ -85,6 +93,53 @@ def _analyse(expr, where: str):
     canonical = sym.xreplace(dict(zip(symbols, slots)))
     compiled(canonical, len(slots), f"{where}: angle {expr}")  # unsupported forms fail here
     return ("expr", canonical, [by_name[s.name] for s in symbols])
+
+
+# parameter values at which a symbolic form is checked against Qiskit's numeric binding
+_PROBES = ((0.7316, 1.2931, 0.4127, 1.6183, 0.9547, 1.4419, 0.5861, 1.1173),
+           (1.3469, 0.5237, 1.7711, 0.8389, 1.2267, 0.6653, 1.5531, 0.9109))
+
+
+def _agrees(sym, expr, by_name: dict) -> bool:
+    """Whether ``sym`` and Qiskit's ``expr`` have the same value at probe points (points
+    where Qiskit's own value is not a finite real are skipped; none left: nothing to check)."""
+    import sympy
+    names = sorted(by_name)
+    if any(s.name not in by_name for s in sym.free_symbols):
+        return False
+    for probe in _PROBES:
+        vals = {n: probe[i % len(probe)] * (1 + i // len(probe)) for i, n in enumerate(names)}
+        try:
+            want = complex(expr.bind({by_name[n]: v for n, v in vals.items()}))
+        except Exception:  # a pole or a domain error of Qiskit's evaluation: not a probe
+            continue
+        if not (math.isfinite(want.real) and math.isfinite(want.imag)):
+            continue
+        try:
+            got = complex(sym.xreplace({s: sympy.Float(vals[s.name]) for s in sym.free_symbols}))
+        except Exception:
+            return False
+        if abs(got - want) > 1e-9 * max(1.0, abs(want)):
+            return False
+    return True
+
+
+def _from_text(expr, by_name: dict):
+    """``expr``'s printed form read by sympy (parameter names replaced by placeholders, so
+    names such as ``x[0]`` parse), or ``None`` when it does not parse."""
+    import re
+    import sympy
+    text = str(expr)
+    local = {}
+    for i, name in enumerate(sorted(by_name, key=len, reverse=True)):
+        token = f"_qdp{i}"
+        text = re.sub(r"(?<![\w\[\]])" + re.escape(name) + r"(?![\w\[\]])", token, text)
+        local[token] = sympy.Symbol(name)
+    try:
+        sym = sympy.sympify(text, locals=local)
+    except Exception:
+        return None
+    return sym if isinstance(sym, sympy.Expr) else None
 
 
 def _is_affine(sym, s) -> bool:

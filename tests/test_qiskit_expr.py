@@ -194,3 +194,53 @@ def test_qiskit_ml_gradient_on_products_uses_the_same_chain_rule():
         v = torch.tensor(vals, requires_grad=True)
         (g,) = torch.autograd.grad(f(v), v)
         np.testing.assert_allclose(g.numpy(), ref, atol=1e-10)
+
+
+class _WrongSymbolic:
+    """A Qiskit expression whose symbolic export is replaced (as Qiskit's own export sometimes
+    returns a cancelling symbol in place of the surviving one: ``(b / b) * a`` as ``b``)."""
+
+    def __init__(self, expr, symbolic):
+        self._expr, self._symbolic = expr, symbolic
+
+    def sympify(self):
+        return self._symbolic
+
+    def __getattr__(self, name):
+        return getattr(self._expr, name)
+
+    def __str__(self):
+        return str(self._expr)
+
+
+def test_symbolic_form_is_checked_against_qiskits_numeric_value():
+    import sympy
+    from qdiff.circuits import qiskit_expr
+    from qiskit.circuit import ParameterVector
+    a, b, _ = params()
+    expr = (b / b) * a  # Qiskit prints "a"; its numeric binding is a
+    good = qiskit_expr._analyse(expr, "angle")
+    assert good[0] == "affine" and good[1] == a and (good[2], good[3]) == (1.0, 0.0)
+    wrong = _WrongSymbolic(expr, sympy.Symbol("b"))
+    out = qiskit_expr._analyse(wrong, "angle")  # the printed form is read instead
+    assert out[0] == "affine" and out[1] == a and (out[2], out[3]) == (1.0, 0.0)
+    x = ParameterVector("x", 2)
+    prod = x[0] * x[1].sin() + 2 * x[1]
+    out = qiskit_expr._analyse(_WrongSymbolic(prod, sympy.Symbol("x[0]")), "angle")
+    assert out[0] == "expr" and out[2] == [x[0], x[1]]
+    fn = qiskit_expr.compiled(out[1], 2, "angle")
+    v = [torch.tensor(0.4, dtype=torch.float64), torch.tensor(1.3, dtype=torch.float64)]
+    assert float(fn(v)) == pytest.approx(0.4 * np.sin(1.3) + 2.6, abs=1e-12)
+
+
+def test_symbolic_form_that_cannot_be_confirmed_is_an_error():
+    import sympy
+    from qdiff.circuits import qiskit_expr
+    a, b, _ = params()
+
+    class Unprintable(_WrongSymbolic):
+        def __str__(self):
+            return "a +* b"
+    bad = Unprintable(a * b, sympy.Symbol("a") + sympy.Symbol("b"))
+    with pytest.raises(QdiffError, match=r"instruction 3: angle .*disagrees with its numeric"):
+        qiskit_expr._analyse(bad, "instruction 3")
