@@ -262,7 +262,9 @@ class Bound(abc.ABC):
     """A prepared job bound to a :class:`Gather`: ``run(tensors, keep)`` returns the flat
     float64 outputs ``(B, K)`` and (``keep``) the residual; ``grad(tensors, residual,
     cotangent)`` the gradient of ``sum(cotangent * outputs)`` per argument tensor (float64 of
-    the argument's shape, ``None`` where not wanted), consuming the residual."""
+    the argument's shape, ``None`` where not wanted), consuming the residual. The residual
+    holds everything the run read from the tensors: with one, ``grad`` gets ``tensors=None``;
+    without one (``None``) it runs again from ``tensors``."""
 
     @abc.abstractmethod
     def run(self, tensors, keep: bool) -> tuple:

@@ -2,22 +2,39 @@
 RX, Rot (the general one-qubit gate) and CNOT on the low, middle and high bits, complex128 and
 complex64, against the memory-bandwidth floor.
 
-Per-gate time = (time of a circuit of ``--gates`` copies of the gate - time of an empty
-circuit) / ``--gates``, for every simulator alike (CPU time, 1 thread, median of ``--reps``;
-``--runs`` interleaved rounds give the median and range). Bits count from the least
-significant bit of the basis index: low = bits (1, 0), middle = (n/2, n/2 - 1), high = (n-1,
-n-2) for CNOT (control, target) and the second of them for one-qubit gates. The floor is
-2 * (bytes of the state) / copy bandwidth measured in the same run. qsim fuses runs of gates
-into larger matrices before simulating (its figures include that), and its Python front end
-translates the circuit on every call, which the empty circuit does not fully remove at small n.
+Bits count from the least significant bit of the basis index: low = bits (1, 0), middle =
+(n/2, n/2 - 1), high = (n-1, n-2) for CNOT (control, target) and the second of them for
+one-qubit gates. The floor is 2 * (bytes of the state) / copy bandwidth measured in the same
+run. CPU time, 1 thread, median of ``--reps`` calls; ``--runs`` interleaved rounds give the
+median and range.
 
-``--one-pass``: the cost of ONE pass of one gate for everyone: circuits of a single gate
-(``--gates`` is ignored), qsim with ``max_fused_gate_size=1`` and Aer with
-``fusion_enable=False`` (qdiff runs a single gate in place, one pass, whatever its settings).
-Without it, ``--gates`` copies measure what each simulator makes of a run of equal gates
-(qsim and Aer fuse them, qdiff shares memory passes in cache tiles).
+``--mode per-gate`` (default): the cost of ONE memory pass of one gate, measured over K copies
+so that the gates, not the peers' fixed cost per call (cirq translation, qnode, Aer's result
+object: 0.1-5 ms, jittering by as much), dominate the time. Per gate = (t_K - t_empty) / K.
+K = ``--gates``, or by default about 2^24 amplitudes of work per circuit (256 copies at
+n = 16, 16 at n = 20, 8 at n = 22).
 
-    OMP_NUM_THREADS=1 python bench/bench_native_gates.py [--sizes 16 20 22] [--runs 3] [--one-pass]
+- qdiff applies the gate as K **separate one-gate native programs** (K calls; no memory pass,
+  cache tile or in-cache chunk is shared across the copies); t_empty is K calls of the empty
+  program, so the calls' own overhead is not counted;
+- lightning.qubit: its state-vector kernels called directly, one binding call per gate
+  (``StateVectorC128/C64.RX/Rot/CNOT``: no qnode or tape, which add Python work per op);
+  t_empty is K calls of its Identity kernel;
+- qulacs: one ``QuantumCircuit`` of K gates (it applies them one by one: no fusion unless a
+  circuit optimiser is called), Rot as one U3 gate;
+- Aer: one circuit of K gates with ``fusion_enable=False``, Rot as one U gate;
+- qsim: fuses gates on the same qubits whatever ``max_fused_gate_size`` (measured: 16 copies
+  cost about 1/16 of one), so its figure is its ONE-gate circuit with
+  ``max_fused_gate_size=1`` minus the empty circuit (3x ``--reps`` calls), marked ``(1)``:
+  at n <= 20 its fixed cost per call still blurs that figure.
+
+``--mode fused``: one circuit of K copies per simulator with every simulator's own
+optimisations on (qsim and Aer fuse the copies into one matrix, qdiff runs them as one program
+and shares memory passes in cache tiles or chunks; lightning through its qnode): what each
+makes of a run of equal gates, not the cost of a gate.
+
+    OMP_NUM_THREADS=1 python bench/bench_native_gates.py [--sizes 16 20 22] [--runs 3]
+        [--mode per-gate|fused] [--gates K]
 """
 from __future__ import annotations
 
@@ -30,7 +47,7 @@ import warnings
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from native_peers import MAKERS, available, copy_bandwidth, cpu_time  # noqa: E402
+from native_peers import KERNEL_MAKERS, MAKERS, available, copy_bandwidth, cpu_time  # noqa: E402
 
 warnings.filterwarnings("ignore")
 DTYPES = {"c128": torch.complex128, "c64": torch.complex64}
@@ -47,21 +64,42 @@ def ops_for(gate, bits, count):
     return [(gate, (bits[1],), GATES[gate])] * count
 
 
-def make(name, n, ops, cdtype, fuse):
-    if not fuse and name in ("qsim", "aer"):
-        return MAKERS[name](n, ops, cdtype, fuse=False)
-    return MAKERS[name](n, ops, cdtype)
+def copies_for(n, gates):
+    return gates if gates else max(8, 1 << max(0, 24 - n))
 
 
-def one_round(n, sims, count, reps, out, fuse=True):
+def timed_pair(name, n, gate, bits, cdtype, count, reps, mode):
+    """(t_K, t_empty, copies) of one simulator for ``count`` copies of the gate."""
+    ops = ops_for(gate, bits, count)
+    if mode == "fused":
+        return (cpu_time(MAKERS[name](n, ops, cdtype), reps),
+                cpu_time(MAKERS[name](n, [], cdtype), reps), count)
+    if name == "qdiff":
+        return (cpu_time(MAKERS[name](n, ops, cdtype, separate=True), reps),
+                cpu_time(MAKERS[name](n, [], cdtype, calls=count), reps), count)
+    if name in KERNEL_MAKERS:
+        return (cpu_time(KERNEL_MAKERS[name](n, ops, cdtype), reps),
+                cpu_time(KERNEL_MAKERS[name](n, [("id", (0,), ())] * count, cdtype), reps),
+                count)
+    if name == "qsim":  # fuses copies whatever its settings: one gate
+        one = ops_for(gate, bits, 1)
+        return (cpu_time(MAKERS[name](n, one, cdtype, fuse=False), 3 * reps),
+                cpu_time(MAKERS[name](n, [], cdtype, fuse=False), 3 * reps), 1)
+    if name == "aer":
+        return (cpu_time(MAKERS[name](n, ops, cdtype, fuse=False), reps),
+                cpu_time(MAKERS[name](n, [], cdtype, fuse=False), reps), count)
+    return (cpu_time(MAKERS[name](n, ops, cdtype), reps),
+            cpu_time(MAKERS[name](n, [], cdtype), reps), count)
+
+
+def one_round(n, sims, count, reps, out, mode):
     for dt, cdtype in DTYPES.items():
         for name in sims[dt]:
-            empty = cpu_time(make(name, n, [], cdtype, fuse), reps)
             for gate in GATES:
                 for where, bits in placements(n).items():
-                    t = cpu_time(make(name, n, ops_for(gate, bits, count), cdtype, fuse), reps)
+                    t, empty, k = timed_pair(name, n, gate, bits, cdtype, count, reps, mode)
                     out.setdefault((n, dt, gate, where, name), []).append(
-                        max(t - empty, 0.0) / count)
+                        max(t - empty, 0.0) / k)
 
 
 def main():
@@ -69,29 +107,37 @@ def main():
     ap.add_argument("--sizes", type=int, nargs="+", default=[16, 20, 22])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--gates", type=int, default=20)
-    ap.add_argument("--one-pass", action="store_true",
-                    help="one gate per circuit, peers' fusion off: the cost of one pass")
+    ap.add_argument("--gates", type=int, default=0,
+                    help="copies per circuit (default: about 2^24 amplitudes of work)")
+    ap.add_argument("--mode", choices=("per-gate", "fused"), default="per-gate",
+                    help="per-gate: one pass per gate for everyone (default); fused: a run of "
+                         "copies with each simulator's own optimisations")
+    ap.add_argument("--sims", nargs="+", default=None,
+                    help="simulators to time (default: qdiff and every available peer)")
     args = ap.parse_args()
-    count = 1 if args.one_pass else args.gates
     torch.set_num_threads(1)
+    wanted = args.sims or ["qdiff", "qulacs", "qsim", "lightning", "aer"]
     sims = {dt: ["qdiff"] + [p for p in ("qulacs", "qsim", "lightning", "aer")
-                             if available(p, cd)] for dt, cd in DTYPES.items()}
+                             if p in wanted and available(p, cd)]
+            for dt, cd in DTYPES.items()}
     bw = copy_bandwidth()
+    copies = {n: copies_for(n, args.gates) for n in args.sizes}
     print(f"{datetime.date.today()}  torch {torch.__version__}, 1 thread; copy bandwidth "
-          f"{bw / 1e9:.1f} GB/s; simulators: {sims}; "
-          + ("one pass (one gate per circuit, fusion off)" if args.one_pass
-             else f"{count} copies per circuit, fusion on"))
+          f"{bw / 1e9:.1f} GB/s; simulators: {sims}; copies per circuit {copies}; "
+          + ("per gate: qdiff K separate one-gate programs, lightning's kernels called "
+             "directly, qulacs/Aer circuits of K gates without fusion, qsim (1) one gate"
+             if args.mode == "per-gate" else "fused: one circuit of K copies, fusion on"))
     out = {}
     for r in range(args.runs):
         for n in args.sizes:
-            one_round(n, sims, count, args.reps, out, fuse=not args.one_pass)
+            one_round(n, sims, copies[n], args.reps, out, args.mode)
         print(f"round {r + 1}/{args.runs} done", file=sys.stderr, flush=True)
     for dt in DTYPES:
         peers = [s for s in sims[dt] if s != "qdiff"]
+        heads = [p + (" (1)" if p == "qsim" and args.mode == "per-gate" else "") for p in peers]
         print(f"\n{dt}: microseconds per gate, median [range]; ratios qdiff/floor and "
-              "qdiff/fastest peer (< 1: qdiff faster)")
-        print("| n | gate | bits | floor | qdiff | " + " | ".join(peers)
+              "qdiff/fastest peer (< 1: qdiff faster; per round)")
+        print("| n | gate | bits | floor | qdiff | " + " | ".join(heads)
               + " | qdiff/floor | qdiff/fastest peer |")
         print("|---" * (6 + len(peers) + 1) + "|")
         for n in args.sizes:

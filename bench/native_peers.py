@@ -85,20 +85,28 @@ def qdiff_circuit(n: int, ops):
     return Circuit(n, tuple(out), num_params=len(vals)), theta
 
 
-def make_qdiff(n: int, ops, cdtype=torch.complex128):
-    """The native kernels on the coded program (no measurement)."""
+def make_qdiff(n: int, ops, cdtype=torch.complex128, separate: bool = False, calls: int = 1):
+    """The native kernels on the coded program (no measurement). ``separate``: every gate of
+    ``ops`` is its own one-gate program, run by its own call (one memory pass per gate: no
+    tile runs or in-cache chunks shared across gates); otherwise ``ops`` is one program, run
+    ``calls`` times (an empty ``ops`` with ``calls`` = K times the calls' own overhead)."""
     from qdiff.backends.statevector import native
     from qdiff.backends.statevector.simulate import zero_state
-    c, theta = qdiff_circuit(n, ops)
-    plan = native.coded_plan(c.operations, n)
-    if plan is None:
-        raise RuntimeError("the native kernels are not built")
+    parts = [[op] for op in ops] if separate else [ops] * calls
+    plans = []
+    for part in parts:
+        c, theta = qdiff_circuit(n, part)
+        plan = native.coded_plan(c.operations, n)
+        if plan is None:
+            raise RuntimeError("the native kernels are not built")
+        plans.append((plan, theta))
     state = zero_state(n, 1, cdtype, "cpu")
 
     def run():
         state.zero_()
         state[0, 0] = 1
-        native.run_plan(state, plan, theta)
+        for plan, theta in plans:
+            native.run_plan(state, plan, theta)
     return run
 
 
@@ -169,6 +177,26 @@ def make_lightning(n: int, ops, cdtype=torch.complex128):
     return circuit
 
 
+def make_lightning_kernels(n: int, ops, cdtype=torch.complex128):
+    """lightning.qubit's state-vector kernels called directly (``StateVectorC128/C64``, one
+    binding call per gate: no qnode, no tape): the per-gate cost without PennyLane's per-op
+    Python work. ``("id", bits, ())`` calls its Identity kernel (a call that touches no
+    amplitude: the per-call overhead, for baselines)."""
+    from pennylane_lightning import lightning_qubit_ops as ops_mod
+    sv = (ops_mod.StateVectorC128 if cdtype == torch.complex128 else ops_mod.StateVectorC64)(n)
+    calls = []
+    for name, bits, a in ops:
+        wires = [n - 1 - b for b in bits]
+        kernel = {"rx": sv.RX, "rot": sv.Rot, "cx": sv.CNOT, "id": sv.Identity}[name]
+        calls.append((kernel, wires, list(a)))
+
+    def run():
+        sv.resetStateVector()
+        for kernel, wires, a in calls:
+            kernel(wires, False, a)
+    return run
+
+
 def make_aer(n: int, ops, cdtype=torch.complex128, fuse: bool = True):
     from qiskit import QuantumCircuit
     from qiskit_aer import AerSimulator
@@ -189,6 +217,8 @@ def make_aer(n: int, ops, cdtype=torch.complex128, fuse: bool = True):
 
 MAKERS = {"qdiff": make_qdiff, "qulacs": make_qulacs, "qsim": make_qsim,
           "lightning": make_lightning, "aer": make_aer}
+# lightning's kernels without its qnode (bench_native_gates.py's per-gate mode)
+KERNEL_MAKERS = {"lightning": make_lightning_kernels}
 
 
 def available(name: str, cdtype) -> bool:

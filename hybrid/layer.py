@@ -112,9 +112,14 @@ class QuantumLayer(nn.Module):
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         """``(B, F) -> (B, K)`` or ``(F,) -> (K,)``."""
-        weights = {name: getattr(self, name) for name in self.weight_shapes}
-        ref = next(iter(weights.values()), None)
-        out = self.qnode(**{self.input_arg: inputs}, **weights)
+        params = self._parameters
+        weights = {self.input_arg: inputs}
+        ref = None
+        for name in self.weight_shapes:
+            w = params.get(name)
+            weights[name] = w = w if w is not None else getattr(self, name)
+            ref = w if ref is None else ref
+        out = self.qnode(**weights)
         out = out if isinstance(out, torch.Tensor) else torch.stack(list(out), dim=-1)
         if isinstance(inputs, torch.Tensor) and inputs.dtype.is_floating_point:
             want = inputs.dtype

@@ -88,29 +88,37 @@ def _guarded():
 # signatures
 
 
-def _arg_sig(value, where: str):
+_FLOATS = (torch.float64, torch.float32)
+
+
+def _where(i: int, npos: int, names) -> str:
+    return str(i) if i < npos else repr(names[i - npos])
+
+
+def _arg_sig(value, i: int, npos: int, names):
     if isinstance(value, torch.Tensor):
-        if not value.dtype.is_floating_point or value.dtype not in (torch.float64, torch.float32):
-            raise QdiffError(f"static qnode: tensor argument {where} has dtype {value.dtype}; "
-                             "tensor arguments must be float32 or float64 (pass integers as "
-                             "Python ints)")
-        return ("t", tuple(value.shape), value.dtype, value.device, value.requires_grad)
+        if value.dtype not in _FLOATS:
+            raise QdiffError(f"static qnode: tensor argument {_where(i, npos, names)} has dtype "
+                             f"{value.dtype}; tensor arguments must be float32 or float64 (pass "
+                             "integers as Python ints)")
+        return ("t", value.shape, value.dtype, value.device, value.requires_grad)
     try:
         hash(value)
     except TypeError:
-        raise QdiffError(f"static qnode: argument {where} of type {type(value).__name__} is "
-                         "neither a tensor nor hashable; the trace is keyed on it") from None
+        raise QdiffError(f"static qnode: argument {_where(i, npos, names)} of type "
+                         f"{type(value).__name__} is neither a tensor nor hashable; the trace is "
+                         "keyed on it") from None
     return ("v", type(value), value)
 
 
 def call_signature(args, kwargs) -> tuple:
     """``(key, tensors)``: the hashable signature of a call and its tensor arguments in a fixed
     order (positional, then keywords by name)."""
-    names = sorted(kwargs)
-    vals = list(args) + [kwargs[k] for k in names]
-    where = [str(i) for i in range(len(args))] + [repr(k) for k in names]
-    key = (len(args), tuple(names), tuple(_arg_sig(v, w) for v, w in zip(vals, where)))
-    return key, [v for v in vals if isinstance(v, torch.Tensor)]
+    names = sorted(kwargs) if len(kwargs) > 1 else tuple(kwargs)
+    vals = list(args) + [kwargs[k] for k in names] if args else [kwargs[k] for k in names]
+    npos = len(args)
+    sigs = tuple([_arg_sig(v, i, npos, names) for i, v in enumerate(vals)])
+    return (npos, tuple(names), sigs), [v for v in vals if isinstance(v, torch.Tensor)]
 
 
 def _obs_sig(obs):
@@ -146,6 +154,11 @@ class Trace:
         self.idx, self.scale, self.offset, self.consts = idx, scale, offset, consts
         self.flat_idx = idx.reshape(-1)
         self.dtype, self.batch_shape, self.result, self.widths = dtype, batch_shape, result, widths
+        # the flat (B, K) outputs are the result as they are: a list/tuple of scalar
+        # measurements over one batch dimension (no reshape, no view node in the graph)
+        self.flat_out = len(batch_shape) == 1 and not isinstance(result, Measurement) and \
+            widths is not None and all(w is None for w in widths)
+        self.arg_dtypes = ()  # the tensor arguments' dtypes (set by the trace)
 
     def scatter(self, grad_theta: torch.Tensor, tensors, needs) -> list:
         """The gradients of the tensor arguments from ``grad_theta`` ``(B, P)`` (the
@@ -180,7 +193,8 @@ class Trace:
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
         if self.bound is not None and (not grad or self.rule.keep):
             if grad:
-                return self.shape(BoundFunction.apply(self, *tensors))
+                flat = BoundFunction.apply(self, *tensors)
+                return flat if self.flat_out else self.shape(flat)
             flat = self.bound.run(tensors, keep=False)[0]
             return self.shape(flat if flat.dtype == self.dtype else flat.to(self.dtype))
         if grad and self.rule.keep:
@@ -207,6 +221,8 @@ class Trace:
         return theta
 
     def shape(self, flat: torch.Tensor):
+        if self.flat_out:
+            return flat
         bshape = self.batch_shape
         if isinstance(self.result, Measurement):
             if self.result.is_scalar:
@@ -278,15 +294,17 @@ class BoundFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g_out):
         trace = ctx.trace
-        tensors = ctx.saved_tensors
         needs = ctx.needs_input_grad[1:]
         if torch.is_grad_enabled():  # create_graph: a differentiable gradient
-            return (None,) + differentiable_grads(trace, tensors, g_out, needs)
+            return (None,) + differentiable_grads(trace, ctx.saved_tensors, g_out, needs)
         res, ctx.residual = ctx.residual, None  # consumed by the sweep (a second call reruns)
-        grads = trace.bound.grad(tensors, res, g_out)
+        # with the run's residual the engine reads neither the tensors nor their values (the
+        # angles are the run's): the saved tensors are unpacked only for a rerun
+        grads = trace.bound.grad(ctx.saved_tensors if res is None else None, res, g_out)
+        dtypes = trace.arg_dtypes
         return (None,) + tuple(
-            None if g is None or not need else g if g.dtype == t.dtype else g.to(t.dtype)
-            for g, t, need in zip(grads, tensors, needs))
+            None if g is None or not need else g if g.dtype is dt else g.to(dt)
+            for g, dt, need in zip(grads, dtypes, needs))
 
 
 def _probes(tensors, total: int):
@@ -403,6 +421,7 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
         offset = offset.to(dev) if offset is not None else None
     trace = Trace(None, None, idx, scale, offset, consts, dtype, tuple(ref.batch_shape), result,
                   _widths(result, circuit))
+    trace.arg_dtypes = tuple(t.dtype for t in tensors)
     check = trace.theta(tensors).detach().to(torch.float64)
     if not torch.allclose(check, thetas[-1].detach().to(torch.float64), rtol=tol, atol=tol):
         raise QdiffError("static qnode: the angles recorded from the arguments could not be "

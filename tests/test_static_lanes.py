@@ -242,3 +242,94 @@ def test_float32_arguments():
     out = _flat(static(x, w))
     assert out.dtype == torch.float32 and isinstance(_bound(static), LaneBound)
     assert all(t.dtype == torch.float32 for t in torch.autograd.grad(out.sum(), [x, w]))
+
+
+def _reference(n, x, w):
+    """Outputs and input/weight gradients (cotangent: ones) of the plain qnode."""
+    plain = _hybrid_circuit(n, False)
+    a, b = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    out = _flat(plain(a, b))
+    ga, gb = torch.autograd.grad(out.sum(), [a, b])
+    return out.detach(), ga, gb
+
+
+def test_calls_in_a_row_keep_earlier_outputs_and_gradients():
+    """The residual buffer is reused once a gradient has consumed it and the kernel writes the
+    gradients into new tensors: outputs and gradients handed out earlier stay intact while
+    later calls (forward only, forward and backward, no grad) run with other inputs."""
+    n, b = 4, 21
+    static = _hybrid_circuit(n, True)
+    g = torch.Generator().manual_seed(11)
+    xs = [torch.rand(b, n, generator=g, dtype=torch.float64) * 4 - 2 for _ in range(4)]
+    w = torch.rand(3, n, 3, generator=g, dtype=torch.float64)
+    refs = [_reference(n, x, w) for x in xs]
+    kept = []
+    for x in xs[:2]:  # two forwards in flight before any backward: two residual buffers
+        a, c = x.clone().requires_grad_(), w.clone().requires_grad_()
+        kept.append((a, c, _flat(static(a, c))))
+    bound = _bound(static)
+    assert bound._spare == []
+    grads = []
+    for a, c, out in kept:
+        grads.append(torch.autograd.grad(out.sum(), [a, c]))
+    assert len(bound._spare) == 2  # both consumed: both buffers free again
+    for x in xs[2:]:  # later calls reuse them
+        a, c = x.clone().requires_grad_(), w.clone().requires_grad_()
+        later = _flat(static(a, c))
+        torch.autograd.grad(later.sum(), [a, c])
+        with torch.no_grad():
+            _flat(static(a, c))
+    for (a, c, out), (ga, gc), (ro, rga, rgc) in zip(kept, grads, refs):
+        torch.testing.assert_close(out.detach(), ro, atol=1e-12, rtol=1e-12)
+        torch.testing.assert_close(ga, rga, atol=1e-11, rtol=1e-11)
+        torch.testing.assert_close(gc, rgc, atol=1e-11, rtol=1e-11)
+    # accumulation into .grad over steps: the kernel's gradients are written, never added
+    a, c = xs[3].clone().requires_grad_(), w.clone().requires_grad_()
+    for _ in range(3):
+        _flat(static(a, c)).sum().backward()
+    torch.testing.assert_close(a.grad, 3 * refs[3][1], atol=1e-11, rtol=1e-11)
+    torch.testing.assert_close(c.grad, 3 * refs[3][2], atol=1e-11, rtol=1e-11)
+
+
+def test_gradient_of_unused_argument_is_zero_not_garbage():
+    """A wanted gradient that no angle feeds is written as zeros by the kernel (the gradient
+    buffers are not initialised in Python)."""
+    n = 2
+    dev = qd.device("statevector", wires=n)
+
+    @qd.qnode(dev, static=True)
+    def f(x, w, unused):
+        qd.RX(x[..., 0], wires=0)
+        qd.RY(w[0], wires=1)
+        qd.CNOT(wires=[0, 1])
+        return [qd.expval(qd.Z(0)), qd.expval(qd.Z(1))]
+    x = torch.rand(9, 1, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(1, dtype=torch.float64, requires_grad=True)
+    for _ in range(3):  # with fresh and reused buffers
+        u = torch.full((5,), float("nan"), dtype=torch.float64).requires_grad_()
+        out = _flat(f(x, w, u))
+        gu = torch.autograd.grad(out.sum(), [u], allow_unused=True)[0]
+        assert gu is None or torch.equal(gu, torch.zeros(5, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("steps", [[(8, torch.float64), (8, torch.float32), (40, torch.float64),
+                                    (8, torch.float64), (1, torch.float32)]])
+def test_batch_size_and_dtype_changes_between_calls(steps):
+    """Each signature has its own trace, bound job and buffers: alternating batch sizes and
+    dtypes keeps every call exact."""
+    n = 3
+    static = _hybrid_circuit(n, True)
+    g = torch.Generator().manual_seed(5)
+    w64 = torch.rand(3, n, 3, generator=g, dtype=torch.float64)
+    for b, dt in steps:
+        x = torch.rand(b, n, generator=g, dtype=torch.float64) * 2
+        ro, rgx, rgw = _reference(n, x, w64)
+        a, c = x.to(dt).requires_grad_(), w64.to(dt).requires_grad_()
+        out = _flat(static(a, c))
+        ga, gc = torch.autograd.grad(out.sum(), [a, c])
+        assert out.dtype == dt and ga.dtype == dt and gc.dtype == dt
+        tol = 1e-12 if dt == torch.float64 else 2e-5
+        torch.testing.assert_close(out.double(), ro, atol=tol, rtol=tol)
+        torch.testing.assert_close(ga.double(), rgx, atol=10 * tol, rtol=10 * tol)
+        torch.testing.assert_close(gc.double(), rgw, atol=10 * tol, rtol=10 * tol)
+    assert static.num_traces == 4

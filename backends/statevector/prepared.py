@@ -35,6 +35,7 @@ from qdiff.backends.statevector.simulate import check_memory, zero_state
 
 _MAX_WIRES = 16  # above, the sign matrix and the engine's half-register reads are better
 _DENSE_MAX = 64  # largest 2**n for the embedding-then-shared-unitary path
+_F64 = torch.float64
 _LANE_MAXN = 10  # largest register for the lane-layout kernels (a chunk stays in cache)
 
 
@@ -311,21 +312,29 @@ class LaneBound(Bound):
             src_len=self.src_len.ctypes.data, nsrc=len(sizes), K=self.k,
             words=ptr(self.words), coeffs=ptr(self.coeffs), lanes=self.lanes,
             cshared=ptr(self.cshared), bad_record=-1)
+        self._src_array = ctypes.c_void_p * max(len(sizes), 1)
+        # the residual buffer: the final states (psi), then the angles (float64, aligned)
+        psi_bytes = (2 * self.bpad << n) * (8 if prep.cdtype == torch.complex128 else 4)
+        self._theta_at = -(-psi_bytes // 8) * 8
+        self._buf_len = max((self._theta_at >> 3) + self.bpad * p, 1)
+        self._spare = []  # residual buffers free again (list pop/append: thread-safe)
         self.lib = native.library()
 
     def _sources(self, tensors) -> list:
         out = []
         for t in tensors:
-            if t.dtype != torch.float64 or t.device.type != "cpu":
-                t = t.to("cpu", torch.float64)
+            if t.dtype is not _F64 or t.device.type != "cpu":
+                t = t.to("cpu", _F64)
             out.append(t if t.is_contiguous() else t.contiguous())
         if self.consts is not None:
             out.append(self.consts)
         return out
 
     def _args(self, srcs):
+        """This call's argument block: a copy of the fixed one with the sources' pointers
+        (the array is returned too: it must outlive the call)."""
         a = BatchArgs.from_buffer_copy(self.args)
-        arr = (ctypes.c_void_p * max(len(srcs), 1))(*[ptr(t) for t in srcs])
+        arr = self._src_array(*[t.data_ptr() for t in srcs])
         a.src = ctypes.addressof(arr)
         a.nthreads = threads()
         return a, arr
@@ -333,28 +342,48 @@ class LaneBound(Bound):
     def run(self, tensors, keep: bool) -> tuple:
         srcs = self._sources(tensors)
         a, arr = self._args(srcs)
-        out = torch.empty(self.prep.batch, self.k, dtype=torch.float64)
-        psi = torch.empty(max(2 * self.bpad << self.prep.n, 1), dtype=self.prep.rdtype)
-        theta = torch.empty(max(self.bpad * self.args.P, 1), dtype=torch.float64)
-        a.out, a.psi, a.theta = ptr(out), ptr(psi), ptr(theta)
-        check(self.lib, self.lib.qd_batch_run(ctypes.byref(a)), a, "batched program")
-        return out, ((psi, srcs, theta) if keep else None)
+        out = torch.empty(self.prep.batch, self.k, dtype=_F64)
+        # the final states and the angles in one buffer (the residual of a kept run): a spare
+        # one when a gradient has consumed its residual, else a new one
+        try:
+            buf = self._spare.pop()
+        except IndexError:
+            buf = torch.empty(self._buf_len, dtype=_F64)
+        a.out = out.data_ptr()
+        a.psi = base = buf.data_ptr()
+        a.theta = base + self._theta_at
+        rc = self.lib.qd_batch_run(ctypes.byref(a))
+        if rc:
+            check(self.lib, rc, a, "batched program")
+        if keep:
+            return out, (buf, srcs)
+        if len(self._spare) < 2:
+            self._spare.append(buf)
+        return out, None
 
     def grad(self, tensors, residual, cotangent: torch.Tensor) -> list:
+        """The run's gradients; with a residual ``tensors`` is not read (the residual holds
+        the run's sources and angles). The residual is consumed: the sweep overwrites its
+        states, and its buffer serves a later run."""
         if residual is None:
             residual = self.run(tensors, keep=True)[1]
-        psi, srcs, theta = residual
+        buf, srcs = residual
         a, arr = self._args(srcs)
-        a.theta, a.theta_ready = ptr(theta), 1  # the run's angles
+        a.psi = base = buf.data_ptr()
+        a.theta, a.theta_ready = base + self._theta_at, 1  # the run's angles
         cot = cotangent.detach()
-        if cot.dtype != torch.float64 or cot.device.type != "cpu":
-            cot = cot.to("cpu", torch.float64)
+        if cot.dtype is not _F64 or cot.device.type != "cpu":
+            cot = cot.to("cpu", _F64)
         if not cot.is_contiguous():
             cot = cot.contiguous()
-        out = [torch.zeros(t.shape, dtype=torch.float64) if need else None
-               for t, need in zip(tensors, self.needs)]
-        gout = (ctypes.c_void_p * max(len(srcs), 1))(*[None if g is None else g.data_ptr()
-                                                      for g in out])
-        a.psi, a.cot, a.gout = ptr(psi), ptr(cot), ctypes.addressof(gout)
-        check(self.lib, self.lib.qd_batch_adjoint(ctypes.byref(a)), a, "batched adjoint sweep")
+        # the kernel writes every element of each wanted gradient (zeros where none flows)
+        new = torch.empty if self.prep.batch else torch.zeros
+        out = [new(t.shape, dtype=_F64) if need else None for t, need in zip(srcs, self.needs)]
+        gout = self._src_array(*[0 if g is None else g.data_ptr() for g in out])
+        a.cot, a.gout = cot.data_ptr(), ctypes.addressof(gout)
+        rc = self.lib.qd_batch_adjoint(ctypes.byref(a))
+        if rc:
+            check(self.lib, rc, a, "batched adjoint sweep")
+        if len(self._spare) < 2:  # the residual is consumed: its buffer serves the next run
+            self._spare.append(buf)
         return out

@@ -124,7 +124,8 @@ typedef struct {
  *  psi: ceil(B / lanes) * lanes * 2^n complex numbers of the precision dtype: written by the
  *     run (the final states, lane layout), read and overwritten by the adjoint
  *  adjoint: cot (B x K) the outputs' cotangent; the gradient of every source element (records'
- *     train masks) is added to gout[s] (src_len[s] float64; NULL: not wanted) */
+ *     train masks) is written into gout[s] (src_len[s] float64, zeroed first; NULL: not
+ *     wanted) */
 #define QD_BATCH_MAXN 16
 #define QD_BATCH_MAXW 512  /* lanes: a multiple of 8, at most this */
 typedef struct {

@@ -14,7 +14,43 @@
  * coefficients) of every binding. The adjoint sweep forms lam = (sum_k cot[b, k] Z_k) psi,
  * runs back over the gates after the product prefix (the leading one-qubit gates, whose state
  * is a product written directly), takes the prefix gates' gradients in closed form from lam
- * contracted with the other wires' factors, and scatters every gradient into the sources. */
+ * contracted with the other wires' factors, and scatters every gradient into the sources (the
+ * gradient buffers are zeroed first: written, not added to). */
+
+#ifndef QD_VSINCOS_DEFINED
+#define QD_VSINCOS_DEFINED
+/* sin and cos of n angles, vectorised: reduction by pi/2 with a three-part constant in fused
+ * multiply-adds (immune to the reassociation the build allows) and fdlibm's kernel polynomials
+ * on [-pi/4, pi/4] (error within an ulp or two); libm for a batch with any |x| >= 8e5. */
+static void qd_vsincos(const double *restrict x, double *restrict s, double *restrict c,
+                       long long n) {
+    double big = 0;
+    for (long long i = 0; i < n; i++) big = fmax(big, fabs(x[i]));
+    if (!(big < 8.0e5)) {
+        for (long long i = 0; i < n; i++) { s[i] = sin(x[i]); c[i] = cos(x[i]); }
+        return;
+    }
+    const double inv = 6.36619772367581382433e-01, p1 = 1.57079632673412561417e+00,
+                 p2 = 6.07710050630396597660e-11, p3 = 2.02226624871116645580e-21;
+    const double S1 = -1.66666666666666324348e-01, S2 = 8.33333333332248946124e-03,
+                 S3 = -1.98412698298579493134e-04, S4 = 2.75573137070700676789e-06,
+                 S5 = -2.50507602534068634195e-08, S6 = 1.58969099521155010221e-10;
+    const double C1 = 4.16666666666666019037e-02, C2 = -1.38888888888741095749e-03,
+                 C3 = 2.48015872894767294178e-05, C4 = -2.75573143513906633035e-07,
+                 C5 = 2.08757232129817482790e-09, C6 = -1.13596475577881948265e-11;
+    _Pragma("GCC ivdep") for (long long i = 0; i < n; i++) {
+        double k = __builtin_round(x[i] * inv);
+        double y = fma(-k, p3, fma(-k, p2, fma(-k, p1, x[i])));  /* fused: no reassociation */
+        double z = y * y;
+        double ps = y + y * z * (S1 + z * (S2 + z * (S3 + z * (S4 + z * (S5 + z * S6)))));
+        double pc = 1.0 - 0.5 * z + z * z * (C1 + z * (C2 + z * (C3 + z * (C4 + z * (C5 + z * C6)))));
+        long long q = (long long)k & 3;
+        double sv = (q & 1) ? pc : ps, cv = (q & 1) ? ps : pc;
+        s[i] = (q & 2) ? -sv : sv;
+        c[i] = ((q + 1) & 2) ? -cv : cv;
+    }
+}
+#endif
 
 #define BLM(e) ml[(e) * W + l]
 /* the lane loops: rows of one chunk never overlap (GCC ignores restrict on local pointers) */
@@ -165,10 +201,14 @@ static void SFX(blane_mats)(const SFX(bctx_t) *c, i64 i, i64 b0, int deriv, R *m
         /* the Pauli rotations of gate_eval, U and dU/da = U(a + pi) / 2 from one sine and
          * cosine of the half angle */
         const int code = g->code;
+        double half[QD_BATCH_MAXW], vcs[QD_BATCH_MAXW], vsn[QD_BATCH_MAXW];
         LANES {
             const double *th = c->theta + (b0 + l) * c->P;
-            double a = (g->col[0] >= 0 ? g->scale[0] * th[g->col[0]] : 0.0) + g->shift[0];
-            double cs = cos(0.5 * a), sn = sin(0.5 * a);
+            half[l] = 0.5 * ((g->col[0] >= 0 ? g->scale[0] * th[g->col[0]] : 0.0) + g->shift[0]);
+        }
+        qd_vsincos(half, vsn, vcs, W);
+        LANES {
+            const double cs = vcs[l], sn = vsn[l];
             for (int dv = 0; dv <= deriv; dv++) {
                 double cc = dv ? -0.5 * sn : cs, ss = dv ? 0.5 * cs : sn;
                 R *o = ml + (dv ? us : 0) * W + l;
@@ -348,10 +388,10 @@ static const R *SFX(bto_r)(const double *u, i64 cnt, R *buf) {
     return buf;
 }
 
-/* A prefix gate's matrices for the chunk: element e of lane l at m[e * se + l * sl] (sl 0: one
- * matrix for the whole batch). */
-typedef struct { const R *m; i64 se, sl; } SFX(pmat_t);
-#define PM(pm, e) ((pm).sl ? (pm).m[(e) * W + l] : (pm).m[(e)])  /* unswitched by the compiler */
+/* A prefix gate's matrices for the chunk as lane arrays: element e of lane l at m[e * W + l]
+ * (a batch-uniform matrix broadcast, so every lane loop over them vectorises). */
+typedef struct { const R *m; } SFX(pmat_t);
+#define PM(pm, e) ((pm).m[(e) * W + l])
 
 /* Per-lane factor vectors of the product prefix: v[(p * 4 + e) * W + l] (e: re0 im0 re1 im1)
  * for bit p after the prefix gates (pm: their matrices). */
@@ -374,12 +414,15 @@ static void SFX(bprefix_vectors)(const SFX(bctx_t) *c, const SFX(pmat_t) *pm, do
             continue;
         }
         const SFX(pmat_t) u = pm[i];
-        LANES {
-            double a0r = v0r[l], a0i = v0i[l], a1r = v1r[l], a1i = v1i[l];
-            if (g->kind == K_DIAG) {
+        if (g->kind == K_DIAG) {
+            LANES {
+                double a0r = v0r[l], a0i = v0i[l], a1r = v1r[l], a1i = v1i[l];
                 v0r[l] = PM(u, 0) * a0r - PM(u, 1) * a0i; v0i[l] = PM(u, 0) * a0i + PM(u, 1) * a0r;
                 v1r[l] = PM(u, 2) * a1r - PM(u, 3) * a1i; v1i[l] = PM(u, 2) * a1i + PM(u, 3) * a1r;
-            } else {
+            }
+        } else {
+            LANES {
+                double a0r = v0r[l], a0i = v0i[l], a1r = v1r[l], a1i = v1i[l];
                 v0r[l] = PM(u, 0) * a0r - PM(u, 1) * a0i + PM(u, 2) * a1r - PM(u, 3) * a1i;
                 v0i[l] = PM(u, 0) * a0i + PM(u, 1) * a0r + PM(u, 2) * a1i + PM(u, 3) * a1r;
                 v1r[l] = PM(u, 4) * a0r - PM(u, 5) * a0i + PM(u, 6) * a1r - PM(u, 7) * a1i;
@@ -417,7 +460,7 @@ typedef struct {
     R *lam, *ml, *tmp;
     double *v, *acc, *wchain;
     i64 *perm, *chain;
-    R *pml, *pu;            /* the prefix gates' lane matrices, and uniform ones in R */
+    R *pml;                 /* the prefix gates' lane matrices */
     SFX(pmat_t) *pm;
 } SFX(bscr_t);
 
@@ -432,16 +475,15 @@ static int SFX(bscr_alloc)(const SFX(bctx_t) *c, SFX(bscr_t) *s) {
     s->wchain = (double *)malloc(sizeof(double) * (size_t)(4 * W * (c->pe + c->n + 2)));
     s->chain = (i64 *)malloc(sizeof(i64) * (size_t)(c->pe + 1));
     s->pml = (R *)malloc(sizeof(R) * (size_t)(c->pe * c->maxu * W + 1));
-    s->pu = (R *)malloc(sizeof(R) * (size_t)(c->pe * c->maxu + 1));
     s->pm = (SFX(pmat_t) *)malloc(sizeof(SFX(pmat_t)) * (size_t)(c->pe + 1));
     return s->lam && s->ml && s->tmp && s->v && s->acc && s->perm && s->wchain && s->chain &&
-                   s->pml && s->pu && s->pm
+                   s->pml && s->pm
                ? QD_OK : QD_ENOMEM;
 }
 
 static void SFX(bscr_free)(SFX(bscr_t) *s) {
     free(s->lam); free(s->ml); free(s->tmp); free(s->v); free(s->acc); free(s->perm); free(s->wchain); free(s->chain);
-    free(s->pml); free(s->pu); free(s->pm);
+    free(s->pml); free(s->pm);
 }
 
 /* The prefix gates' matrices for the chunk at b0 (deriv: and the derivatives of trainable
@@ -452,15 +494,17 @@ static void SFX(bprefix_mats)(const SFX(bctx_t) *c, i64 b0, int deriv, SFX(bscr_
         SFX(pmat_t) *pm = &s->pm[t];
         if (g->kind == K_FLIP) { pm->m = 0; continue; }
         int dv = deriv && g->tmask_p;
+        R *u = s->pml + t * c->maxu * c->W;
         if (c->umat[t]) {
-            R *u = s->pu + t * c->maxu;
-            for (i64 e = 0; e < g->usize * (dv ? 1 + g->np : 1); e++) u[e] = (R)c->umat[t][e];
-            pm->m = u; pm->se = 1; pm->sl = 0;
+            i64 W = c->W;
+            for (i64 e = 0; e < g->usize * (dv ? 1 + g->np : 1); e++) {
+                const R v = (R)c->umat[t][e];
+                LANES u[e * W + l] = v;
+            }
         } else {
-            R *u = s->pml + t * c->maxu * c->W;
             SFX(blane_mats)(c, t, b0, dv, u);
-            pm->m = u; pm->se = c->W; pm->sl = 1;
         }
+        pm->m = u;
     }
 }
 
@@ -721,16 +765,22 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
             if (q != p) order[cnt++] = q;
         SFX(bkron)(spare, W, v, order, cnt);  /* rows j: the other bits' product */
         double *e0r = env, *e0i = e0r + W, *e1r = e0i + W, *e1i = e1r + W;
-        LANES { e0r[l] = 0; e0i[l] = 0; e1r[l] = 0; e1i[l] = 0; }
-        i64 lowmask = ((i64)1 << p) - 1;
-        for (i64 j = 0; j < ((i64)1 << (n - 1)); j++) {
-            i64 i0 = ((j >> p) << (p + 1)) | (j & lowmask), i1 = i0 | ((i64)1 << p);
-            const R *o = spare + rw * j, *l0 = L + rw * i0, *l1 = L + rw * i1;
-            LANES {  /* conj(lam) * o */
-                e0r[l] += (double)l0[l] * o[l] + (double)l0[W + l] * o[W + l];
-                e0i[l] += (double)l0[l] * o[W + l] - (double)l0[W + l] * o[l];
-                e1r[l] += (double)l1[l] * o[l] + (double)l1[W + l] * o[W + l];
-                e1i[l] += (double)l1[l] * o[W + l] - (double)l1[W + l] * o[l];
+        i64 lowmask = ((i64)1 << p) - 1, half = (i64)1 << (n - 1);
+        for (i64 lb = 0; lb < W; lb += 8) {  /* 8 lanes at a time, the sums in registers */
+            double s0r[8] = {0}, s0i[8] = {0}, s1r[8] = {0}, s1i[8] = {0};
+            for (i64 j = 0; j < half; j++) {
+                i64 i0 = ((j >> p) << (p + 1)) | (j & lowmask), i1 = i0 | ((i64)1 << p);
+                const R *o = spare + rw * j + lb, *l0 = L + rw * i0 + lb, *l1 = L + rw * i1 + lb;
+                _Pragma("GCC ivdep") for (int u = 0; u < 8; u++) {  /* conj(lam) * o */
+                    s0r[u] += (double)l0[u] * o[u] + (double)l0[W + u] * o[W + u];
+                    s0i[u] += (double)l0[u] * o[W + u] - (double)l0[W + u] * o[u];
+                    s1r[u] += (double)l1[u] * o[u] + (double)l1[W + u] * o[W + u];
+                    s1i[u] += (double)l1[u] * o[W + u] - (double)l1[W + u] * o[u];
+                }
+            }
+            for (int u = 0; u < 8; u++) {
+                e0r[lb + u] = s0r[u]; e0i[lb + u] = s0i[u];
+                e1r[lb + u] = s1r[u]; e1i[lb + u] = s1i[u];
             }
         }
         i64 q = wo[p + 1] - wo[p] - 1;  /* gates on p */
@@ -752,28 +802,33 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
             for (int j = 0; j < h->np; j++) {
                 if (!((h->tmask_p >> j) & 1)) continue;
                 SFX(pmat_t) du = u;
-                du.m = u.m + h->usize * (1 + j) * u.se;
-                LANES {
-                    double t0r, t0i, t1r, t1i;  /* dG w */
-                    if (diag) {
-                        t0r = PM(du, 0) * a0r[l] - PM(du, 1) * a0i[l]; t0i = PM(du, 0) * a0i[l] + PM(du, 1) * a0r[l];
-                        t1r = PM(du, 2) * a1r[l] - PM(du, 3) * a1i[l]; t1i = PM(du, 2) * a1i[l] + PM(du, 3) * a1r[l];
-                    } else {
-                        t0r = PM(du, 0) * a0r[l] - PM(du, 1) * a0i[l] + PM(du, 2) * a1r[l] - PM(du, 3) * a1i[l];
-                        t0i = PM(du, 0) * a0i[l] + PM(du, 1) * a0r[l] + PM(du, 2) * a1i[l] + PM(du, 3) * a1r[l];
-                        t1r = PM(du, 4) * a0r[l] - PM(du, 5) * a0i[l] + PM(du, 6) * a1r[l] - PM(du, 7) * a1i[l];
-                        t1i = PM(du, 4) * a0i[l] + PM(du, 5) * a0r[l] + PM(du, 6) * a1i[l] + PM(du, 7) * a1r[l];
+                du.m = u.m + h->usize * (1 + j) * W;
+                if (diag) {
+                    LANES {
+                        double t0r = PM(du, 0) * a0r[l] - PM(du, 1) * a0i[l], t0i = PM(du, 0) * a0i[l] + PM(du, 1) * a0r[l];
+                        double t1r = PM(du, 2) * a1r[l] - PM(du, 3) * a1i[l], t1i = PM(du, 2) * a1i[l] + PM(du, 3) * a1r[l];
+                        vr[l] = e0r[l] * t0r - e0i[l] * t0i + e1r[l] * t1r - e1i[l] * t1i;
                     }
-                    vr[l] = e0r[l] * t0r - e0i[l] * t0i + e1r[l] * t1r - e1i[l] * t1i;
+                } else {
+                    LANES {
+                        double t0r = PM(du, 0) * a0r[l] - PM(du, 1) * a0i[l] + PM(du, 2) * a1r[l] - PM(du, 3) * a1i[l];
+                        double t0i = PM(du, 0) * a0i[l] + PM(du, 1) * a0r[l] + PM(du, 2) * a1i[l] + PM(du, 3) * a1r[l];
+                        double t1r = PM(du, 4) * a0r[l] - PM(du, 5) * a0i[l] + PM(du, 6) * a1r[l] - PM(du, 7) * a1i[l];
+                        double t1i = PM(du, 4) * a0i[l] + PM(du, 5) * a0r[l] + PM(du, 6) * a1i[l] + PM(du, 7) * a1r[l];
+                        vr[l] = e0r[l] * t0r - e0i[l] * t0i + e1r[l] * t1r - e1i[l] * t1i;
+                    }
                 }
                 SFX(bgrad_add)(c, h, j, b0, vr, gtheta);
             }
-            LANES {  /* e <- e G */
-                double x0r = e0r[l], x0i = e0i[l], x1r = e1r[l], x1i = e1i[l];
-                if (diag) {
+            if (diag) {  /* e <- e G */
+                LANES {
+                    double x0r = e0r[l], x0i = e0i[l], x1r = e1r[l], x1i = e1i[l];
                     e0r[l] = x0r * PM(u, 0) - x0i * PM(u, 1); e0i[l] = x0r * PM(u, 1) + x0i * PM(u, 0);
                     e1r[l] = x1r * PM(u, 2) - x1i * PM(u, 3); e1i[l] = x1r * PM(u, 3) + x1i * PM(u, 2);
-                } else {
+                }
+            } else {
+                LANES {
+                    double x0r = e0r[l], x0i = e0i[l], x1r = e1r[l], x1i = e1i[l];
                     e0r[l] = x0r * PM(u, 0) - x0i * PM(u, 1) + x1r * PM(u, 4) - x1i * PM(u, 5);
                     e0i[l] = x0r * PM(u, 1) + x0i * PM(u, 0) + x1r * PM(u, 5) + x1i * PM(u, 4);
                     e1r[l] = x0r * PM(u, 2) - x0i * PM(u, 3) + x1r * PM(u, 6) - x1i * PM(u, 7);
@@ -784,7 +839,90 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
     }
 }
 
+/* The reverse sweep of a chunk (b0: its first binding) over gates nops-1 .. stop: psi <- U^dag
+ * psi, the trainable angles' gradients, lam <- U^dag lam while a trainable gate lies before
+ * (lo: the first one); s->perm holds the chunk's row table. */
+static void SFX(bsweep)(const SFX(bctx_t) *cp, R *S, R *L, i64 b0, i64 lo, i64 stop,
+                        SFX(bscr_t) *s, double *gtheta) {
+    const SFX(bctx_t) c = *cp;
+    const i64 d = c.d, W = c.W, K = c.K;
+    R vbuf[CODED_MAX_USIZE];
+    for (i64 i = c.nops - 1; i >= stop; i--) {
+        const gate_t *g = &c.gates[i];
+        int do_lam = i > lo;
+        if (g->kind == K_FLIP || g->kind == K_SWAP) {
+            SFX(bperm)(s->perm, d, g);
+            continue;
+        }
+        if (g->tmask_p && g->kind == K_DENSE && g->k == 1) {
+            const R *vu = 0;
+            R *ml = s->ml;
+            if (c.umat[i]) vu = SFX(bdag_uniform)(g, c.umat[i], vbuf);
+            else SFX(blane_mats)(&c, i, b0, 1, ml);
+            /* lane arrays of V = U^dag after the derivatives (per-lane gates) */
+            R *vl = ml + W * g->usize * (1 + g->np);
+            if (!vu) {
+                memcpy(vl, ml, sizeof(R) * (size_t)(W * g->usize));
+                SFX(blane_dagger)(g, vl, W);
+            }
+            double *m = s->acc;
+            SFX(bstep_1q)(&c, g, S, L, s->perm, vu, vl, do_lam, m);
+            /* grad_j = Re sum_rq (dU_j U^dag)[r][q] M[r][q] per lane */
+            double *vr = s->acc + 8 * W + K * W;
+            for (int j = 0; j < g->np; j++) {
+                if (!((g->tmask_p >> j) & 1)) continue;
+                if (vu && c.cshared[g->col[j]]) {  /* one matrix, one column: lane sums */
+                    double ms[8] = {0}, gm[8], acc = 0;
+                    for (int e = 0; e < 8; e++) LANES ms[e] += m[e * W + l];
+                    SFX(bmul2)(c.umat[i] + 8 * (1 + j), vbuf, gm);
+                    for (int e = 0; e < 4; e++) acc += gm[2 * e] * ms[2 * e] - gm[2 * e + 1] * ms[2 * e + 1];
+                    gtheta[b0 * c.P + g->col[j]] += 2.0 * g->scale[j] * acc;
+                    continue;
+                }
+                LANES {
+                    double du[8], uu[8], gm[8];
+                    for (int e = 0; e < 8; e++) {
+                        du[e] = vu ? c.umat[i][8 * (1 + j) + e] : ml[(8 * (1 + j) + e) * W + l];
+                        uu[e] = vu ? vbuf[e] : vl[e * W + l];  /* U^dag */
+                    }
+                    for (int r = 0; r < 2; r++)
+                        for (int q = 0; q < 2; q++) {
+                            double sr = 0, si = 0;
+                            for (int t = 0; t < 2; t++) {
+                                double ar = du[2 * (2 * r + t)], ai = du[2 * (2 * r + t) + 1];
+                                double br = uu[2 * (2 * t + q)], bi = uu[2 * (2 * t + q) + 1];
+                                sr += ar * br - ai * bi;
+                                si += ar * bi + ai * br;
+                            }
+                            gm[2 * (2 * r + q)] = sr;
+                            gm[2 * (2 * r + q) + 1] = si;
+                        }
+                    double acc = 0;
+                    for (int e = 0; e < 4; e++)
+                        acc += gm[2 * e] * m[(2 * e) * W + l] - gm[2 * e + 1] * m[(2 * e + 1) * W + l];
+                    vr[l] = acc;
+                }
+                SFX(bgrad_add)(&c, g, j, b0, vr, gtheta);
+            }
+            continue;
+        }
+        /* any other gate: psi <- U^dag psi, overlaps, lam <- U^dag lam */
+        R *ml = s->ml;
+        SFX(blane_all)(&c, i, b0, g->tmask_p != 0, ml);
+        R *vl = ml + W * g->usize * (1 + g->np);
+        memcpy(vl, ml, sizeof(R) * (size_t)(W * g->usize));
+        SFX(blane_dagger)(g, vl, W);
+        SFX(bapply)(S, s->perm, d, W, g, 0, vl, s->tmp);
+        if (g->tmask_p)
+            SFX(boverlap_generic)(&c, i, S, L, s->perm, ml, s->tmp,
+                                  s->acc + 8 * W + K * W, b0, gtheta);
+        if (do_lam) SFX(bapply)(L, s->perm, d, W, g, 0, vl, s->tmp);
+    }
+}
+
 static int SFX(batch_adjoint)(qd_batch_args *a) {
+    for (int s = 0; s < a->nsrc; s++)  /* the gradients are written, not added */
+        if (a->gout[s]) memset(a->gout[s], 0, sizeof(double) * (size_t)a->src_len[s]);
     SFX(bctx_t) c;
     int rc = SFX(bctx_init)(&c, a, 1);
     if (rc) { SFX(bctx_free)(&c); return rc; }
@@ -824,102 +962,41 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
                 }
             }
             memcpy(s->perm, c.fperm, sizeof(i64) * (size_t)d);
-            R vbuf[CODED_MAX_USIZE];
             i64 stop = lo > c.pe ? lo : c.pe;
-            for (i64 i = c.nops - 1; i >= stop; i--) {
-                const gate_t *g = &c.gates[i];
-                int do_lam = i > lo;
-                if (g->kind == K_FLIP || g->kind == K_SWAP) {
-                    SFX(bperm)(s->perm, d, g);
-                    continue;
-                }
-                if (g->tmask_p && g->kind == K_DENSE && g->k == 1) {
-                    const R *vu = 0;
-                    R *ml = s->ml;
-                    if (c.umat[i]) vu = SFX(bdag_uniform)(g, c.umat[i], vbuf);
-                    else SFX(blane_mats)(&c, i, b0, 1, ml);
-                    /* lane arrays of V = U^dag after the derivatives (per-lane gates) */
-                    R *vl = ml + W * g->usize * (1 + g->np);
-                    if (!vu) {
-                        memcpy(vl, ml, sizeof(R) * (size_t)(W * g->usize));
-                        SFX(blane_dagger)(g, vl, W);
-                    }
-                    double *m = s->acc;
-                    SFX(bstep_1q)(&c, g, S, L, s->perm, vu, vl, do_lam, m);
-                    /* grad_j = Re sum_rq (dU_j U^dag)[r][q] M[r][q] per lane */
-                    double *vr = s->acc + 8 * W + K * W;
-                    for (int j = 0; j < g->np; j++) {
-                        if (!((g->tmask_p >> j) & 1)) continue;
-                        if (vu && c.cshared[g->col[j]]) {  /* one matrix, one column: lane sums */
-                            double ms[8] = {0}, gm[8], acc = 0;
-                            for (int e = 0; e < 8; e++) LANES ms[e] += m[e * W + l];
-                            SFX(bmul2)(c.umat[i] + 8 * (1 + j), vbuf, gm);
-                            for (int e = 0; e < 4; e++) acc += gm[2 * e] * ms[2 * e] - gm[2 * e + 1] * ms[2 * e + 1];
-                            gtheta[b0 * c.P + g->col[j]] += 2.0 * g->scale[j] * acc;
-                            continue;
-                        }
-                        LANES {
-                            double du[8], uu[8], gm[8];
-                            for (int e = 0; e < 8; e++) {
-                                du[e] = vu ? c.umat[i][8 * (1 + j) + e] : ml[(8 * (1 + j) + e) * W + l];
-                                uu[e] = vu ? vbuf[e] : vl[e * W + l];  /* U^dag */
-                            }
-                            for (int r = 0; r < 2; r++)
-                                for (int q = 0; q < 2; q++) {
-                                    double sr = 0, si = 0;
-                                    for (int t = 0; t < 2; t++) {
-                                        double ar = du[2 * (2 * r + t)], ai = du[2 * (2 * r + t) + 1];
-                                        double br = uu[2 * (2 * t + q)], bi = uu[2 * (2 * t + q) + 1];
-                                        sr += ar * br - ai * bi;
-                                        si += ar * bi + ai * br;
-                                    }
-                                    gm[2 * (2 * r + q)] = sr;
-                                    gm[2 * (2 * r + q) + 1] = si;
-                                }
-                            double acc = 0;
-                            for (int e = 0; e < 4; e++)
-                                acc += gm[2 * e] * m[(2 * e) * W + l] - gm[2 * e + 1] * m[(2 * e + 1) * W + l];
-                            vr[l] = acc;
-                        }
-                        SFX(bgrad_add)(&c, g, j, b0, vr, gtheta);
-                    }
-                    continue;
-                }
-                /* any other gate: psi <- U^dag psi, overlaps, lam <- U^dag lam */
-                R *ml = s->ml;
-                SFX(blane_all)(&c, i, b0, g->tmask_p != 0, ml);
-                R *vl = ml + W * g->usize * (1 + g->np);
-                memcpy(vl, ml, sizeof(R) * (size_t)(W * g->usize));
-                SFX(blane_dagger)(g, vl, W);
-                SFX(bapply)(S, s->perm, d, W, g, 0, vl, s->tmp);
-                if (g->tmask_p)
-                    SFX(boverlap_generic)(&c, i, S, L, s->perm, ml, s->tmp,
-                                          s->acc + 8 * W + K * W, b0, gtheta);
-                if (do_lam) SFX(bapply)(L, s->perm, d, W, g, 0, vl, s->tmp);
-            }
+            SFX(bsweep)(&c, S, L, b0, lo, stop, s, gtheta);
             if (lo < c.pe) SFX(bprefix_grads)(&c, L, S, b0, s, gtheta);
         }
-        /* scatter into the sources */
+        /* scatter into the sources: a per-binding column from every row, a batch-shared one
+         * from its chunks' first rows (where bgrad_add sums its lanes) */
         i64 P = c.P;
         char *trained = (char *)calloc((size_t)P + 1, 1);
-        if (!trained) {
+        i64 *cols = (i64 *)malloc(sizeof(i64) * (size_t)(P + 1));
+        if (!trained || !cols) {
             rc = QD_ENOMEM;
         } else {
             for (i64 i = 0; i < c.nops; i++)
                 for (int j = 0; j < c.gates[i].np; j++)
                     if ((c.gates[i].tmask_p >> j) & 1) trained[c.gates[i].col[j]] = 1;
+            i64 nper = 0, nsh = 0;
+            for (i64 j = 0; j < P; j++)  /* per-binding columns first, shared ones from the end */
+                if (trained[j]) {
+                    if (c.cshared[j]) cols[P - 1 - nsh++] = j;
+                    else cols[nper++] = j;
+                }
             for (i64 b = 0; b < c.B; b++)
-                for (i64 j = 0; j < P; j++) {
-                    if (!trained[j]) continue;
+                for (i64 t = 0; t < nper + nsh; t++) {
+                    if (t >= nper && b % c.W) break;
+                    i64 j = t < nper ? cols[t] : cols[P - 1 - (t - nper)];
                     double gv = gtheta[b * P + j];
-                    if (gv == 0) continue;  /* e.g. a shared column's rows past its chunk's first */
+                    if (gv == 0) continue;
                     if (a->scale) gv *= a->scale[b * P + j];
                     i64 x = a->idx[b * P + j], src = 0;
                     while (x >= a->src_len[src]) x -= a->src_len[src++];
                     if (a->gout[src]) a->gout[src][x] += gv;
                 }
-            free(trained);
         }
+        free(trained);
+        free(cols);
     }
     for (int t = 0; t < nt && scr; t++) SFX(bscr_free)(&scr[t]);
     free(scr);

@@ -103,6 +103,8 @@ static void SFX(diag_1q_part)(R *restrict s, int p, const R *u, i64 j0, i64 j1, 
 #if QD_VEC
 static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
                                 i64 e1);
+static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
+                               i64 e1);
 #define VDENSE_OK(w) ((w) >= 64 / (i64)sizeof(R))
 #else
 #define VDENSE_OK(w) 0
@@ -117,11 +119,11 @@ static void SFX(one_qubit_low)(R *s, int nbits, int p, const R *u, int diag, int
             {
                 i64 j0, j1, e0, e1;
                 split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
-                SFX(vdense_1q_part)(s, w, u, j0, j1, e0, e1);
+                SFX(vdense_1q_fwd)(s, w, u, j0, j1, e0, e1);
             }
             return;
         }
-        SFX(vdense_1q_part)(s, w, u, 0, nblk, 0, w);
+        SFX(vdense_1q_fwd)(s, w, u, 0, nblk, 0, w);
         return;
     }
 #endif
@@ -205,8 +207,19 @@ static inline void SFX(vst)(R *p, SFX(v16) v) { memcpy(p, &v, sizeof v); }
 #define LX5 5, 4, 7, 6, 1, 0, 3, 2, 13, 12, 15, 14, 9, 8, 11, 10
 #define LX8 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7
 #define LX9 9, 8, 11, 10, 13, 12, 15, 14, 1, 0, 3, 2, 5, 4, 7, 6
+#if RBYTES == 8
+static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const R *B_,
+                             const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1);
+#endif
+static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R *C_,
+                         const R *D_, const int *hb, int nh, i64 j0, i64 j1);
 static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, const R *B_,
                            const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
+    if (!diag && SFX(lane_two)(s, p, A_, B_, C_, D_, hb, nh, j0, j1)) return;
+#if RBYTES == 8  /* 16 doubles span two vector registers: the kernel on two halves */
+    SFX(lane_part_v)(s, p, diag, A_, B_, C_, D_, hb, nh, j0, j1);
+    return;
+#endif
     SFX(v16) A, B, C, D;
     memcpy(&A, A_, sizeof A); memcpy(&B, B_, sizeof B);
     memcpy(&C, C_, sizeof C); memcpy(&D, D_, sizeof D);
@@ -214,10 +227,13 @@ static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, const R 
         LANE_VBODY(A * v + B * SHUF(v, LX1));
         return;
     }
+    /* B v[e^1] + D v[e^P^1] is (Bs v + Ds v[.^P]) re/im swapped, Bs and Ds the swapped
+     * coefficients: two shuffles per group instead of three */
+    const SFX(v16) Bs = SHUF(B, LX1), Ds = SHUF(D, LX1);
     switch (p) {
-    case 0: LANE_VBODY(A * v + B * SHUF(v, LX1) + C * SHUF(v, LX2) + D * SHUF(v, LX3)); break;
-    case 1: LANE_VBODY(A * v + B * SHUF(v, LX1) + C * SHUF(v, LX4) + D * SHUF(v, LX5)); break;
-    default: LANE_VBODY(A * v + B * SHUF(v, LX1) + C * SHUF(v, LX8) + D * SHUF(v, LX9)); break;
+    case 0: LANE_VBODY(A * v + C * SHUF(v, LX2) + SHUF(Bs * v + Ds * SHUF(v, LX2), LX1)); break;
+    case 1: LANE_VBODY(A * v + C * SHUF(v, LX4) + SHUF(Bs * v + Ds * SHUF(v, LX4), LX1)); break;
+    default: LANE_VBODY(A * v + C * SHUF(v, LX8) + SHUF(Bs * v + Ds * SHUF(v, LX8), LX1)); break;
     }
 }
 #else
@@ -254,6 +270,30 @@ static void SFX(lane_1q)(R *s, int nbits, const gate_t *g, const R *u, int par) 
     }
     SFX(lane_part)(s, p, g->kind == K_DIAG, A, B, C, D, hb, nh, 0, ngroups);
 }
+
+#if QD_VEC
+static void SFX(flip_low_part)(R *restrict s, int p, int lo, const int *hb, int nh, i64 j0,
+                               i64 j1);
+/* X on bit p < 3 with any controls: a constant permutation inside each group of 8 amplitudes
+ * whose high control bits are 1 (flip_low_part). */
+static void SFX(flip_low_1q)(R *s, int nbits, const gate_t *g, int par) {
+    int p = __builtin_ctzll((unsigned long long)g->tmask), hb[64], nh = 0;
+    for (int b = 3; b < 63; b++)
+        if ((g->cmask >> b) & 1) hb[nh++] = b - 3;
+    const int lo = (int)(g->cmask & 7);
+    const i64 ngroups = (i64)1 << (nbits - 3 - nh);
+    if (par > 1 && nbits >= PAR_MIN_BITS) {
+#pragma omp parallel num_threads(par)
+        {
+            i64 j0, j1;
+            share(ngroups, THREAD_ID, NUM_THREADS, &j0, &j1);
+            SFX(flip_low_part)(s, p, lo, hb, nh, j0, j1);
+        }
+        return;
+    }
+    SFX(flip_low_part)(s, p, lo, hb, nh, 0, ngroups);
+}
+#endif
 
 /* X on bit p with at most one control bit c (-1: none), in the block layout: swap the two
  * halves of each block whose control is set, as contiguous runs of reals. */
@@ -317,6 +357,12 @@ static void SFX(apply_range)(R *st, int nbits, const gate_t *g, const R *u_in, i
     R *restrict s = st;
     if (g->k == 1 && g->tmask < 8 && nbits >= 3 + __builtin_popcountll(g->cmask >> 3) &&
         (g->cmask >> nbits) == 0 && !(g->kind == K_DIAG && g->cmask == 0)) {
+#if QD_VEC
+        if (g->kind == K_FLIP) {
+            SFX(flip_low_1q)(s, nbits, g, par_);
+            return;
+        }
+#endif
         SFX(lane_1q)(s, nbits, g, u, par_);
         return;
     }
@@ -567,6 +613,206 @@ static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1
         }
     }
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* gates on the lowest bits (0-2) at the vector width                                         */
+
+/* A group of 8 amplitudes (16 reals) is one vector of VL = 16 floats, or two of VL = 8 doubles
+ * (lo: amplitudes 0-3, hi: 4-7): every operand is a hardware register, so the partner
+ * permutations are register shuffles (a 16-double vector is wider than the registers and the
+ * compiler would assemble each shuffled lane from a scalar load). */
+#ifndef QD_LOWV_ONCE
+#define QD_LOWV_ONCE
+/* the real that lands on real e of a group when X on bit P acts where the group's low control
+ * bits L are all 1 */
+#define FI(e, P, L) (((((e) >> 1) & (L)) == (L)) ? ((e) ^ (2 << (P))) : (e))
+#define FI8(o, P, L) FI((o), P, L), FI((o) + 1, P, L), FI((o) + 2, P, L), FI((o) + 3, P, L),   \
+                     FI((o) + 4, P, L), FI((o) + 5, P, L), FI((o) + 6, P, L), FI((o) + 7, P, L)
+/* group index j with the bits hb[0..nh) (ascending) inserted as 1 */
+#define LOW_GROUP(j, G)                                                                        \
+    i64 G = (j);                                                                               \
+    for (int q = 0; q < nh; q++)                                                               \
+        G = ((G >> hb[q]) << (hb[q] + 1)) | ((i64)1 << hb[q]) | (G & (((i64)1 << hb[q]) - 1));
+#endif
+
+#if RBYTES == 8
+/* lane_part for complex128: out[e] = A[e] v[e] + B[e] v[e^1] + C[e] v[e^P] + D[e] v[e^P^1]
+ * (P = 2 << p) on the two halves of each group. */
+static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const R *B_,
+                             const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
+    const SFX(vv) A0 = SFX(vvld)(A_), A1 = SFX(vvld)(A_ + 8), B0 = SFX(vvld)(B_),
+                  B1 = SFX(vvld)(B_ + 8), C0 = SFX(vvld)(C_), C1 = SFX(vvld)(C_ + 8),
+                  D0 = SFX(vvld)(D_), D1 = SFX(vvld)(D_ + 8);
+#define LANE_V(LO, HI)                                                                         \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        LOW_GROUP(j, G)                                                                        \
+        R *v_ = s + 16 * G;                                                                    \
+        SFX(vv) a = SFX(vvld)(v_), b = SFX(vvld)(v_ + 8);                                      \
+        SFX(vv) x = LO, y = HI;                                                                \
+        SFX(vvst)(v_, x);                                                                      \
+        SFX(vvst)(v_ + 8, y);                                                                  \
+    }
+    if (diag) {
+        LANE_V(A0 * a + B0 * SHUF(a, VX1), A1 * b + B1 * SHUF(b, VX1));
+        return;
+    }
+    /* p < 2: B v[e^1] + D v[e^P^1] as (Bs v + Ds v[.^P]) re/im swapped (as lane_part) */
+    const SFX(vv) B0s = SHUF(B0, VX1), B1s = SHUF(B1, VX1), D0s = SHUF(D0, VX1),
+                  D1s = SHUF(D1, VX1);
+    switch (p) {
+    case 0:
+        LANE_V(A0 * a + C0 * SHUF(a, VX2) + SHUF(B0s * a + D0s * SHUF(a, VX2), VX1),
+               A1 * b + C1 * SHUF(b, VX2) + SHUF(B1s * b + D1s * SHUF(b, VX2), VX1));
+        break;
+    case 1:
+        LANE_V(A0 * a + C0 * SHUF(a, VX4) + SHUF(B0s * a + D0s * SHUF(a, VX4), VX1),
+               A1 * b + C1 * SHUF(b, VX4) + SHUF(B1s * b + D1s * SHUF(b, VX4), VX1));
+        break;
+    default:
+        LANE_V(A0 * a + B0 * SHUF(a, VX1) + C0 * b + D0 * SHUF(b, VX1),
+               A1 * b + B1 * SHUF(b, VX1) + C1 * a + D1 * SHUF(a, VX1));
+        break;
+    }
+#undef LANE_V
+}
+#endif
+
+/* The lane kernel when every output needs two products, not four: B = D = 0 (a real matrix:
+ * RY, H) or B = C = 0 (a real diagonal and an imaginary off-diagonal: RX); lanes outside the
+ * controls (A = 1, B = C = D = 0) fit both. Returns 0 (nothing done) for other matrices. */
+static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R *C_,
+                         const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
+    int nb = 1, nc = 1, nd = 1;
+    for (int e = 0; e < 16; e++) {
+        nb &= B_[e] == 0;
+        nc &= C_[e] == 0;
+        nd &= D_[e] == 0;
+    }
+    if (!nb || !(nc || nd)) return 0;
+    const int rx = !nd;            /* the partner term: D (re/im swapped partner), else C */
+    const R *E_ = rx ? D_ : C_;
+#if RBYTES == 8
+    const SFX(vv) A0 = SFX(vvld)(A_), A1 = SFX(vvld)(A_ + 8), E0 = SFX(vvld)(E_),
+                  E1 = SFX(vvld)(E_ + 8);
+#define TWO_V(LO, HI)                                                                          \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        LOW_GROUP(j, G)                                                                        \
+        R *v_ = s + 16 * G;                                                                    \
+        SFX(vv) a = SFX(vvld)(v_), b = SFX(vvld)(v_ + 8);                                      \
+        SFX(vv) x = LO, y = HI;                                                                \
+        SFX(vvst)(v_, x);                                                                      \
+        SFX(vvst)(v_ + 8, y);                                                                  \
+    }
+    switch (p * 2 + rx) {
+    case 0: TWO_V(A0 * a + E0 * SHUF(a, VX2), A1 * b + E1 * SHUF(b, VX2)); break;
+    case 1: TWO_V(A0 * a + E0 * SHUF(a, VX3), A1 * b + E1 * SHUF(b, VX3)); break;
+    case 2: TWO_V(A0 * a + E0 * SHUF(a, VX4), A1 * b + E1 * SHUF(b, VX4)); break;
+    case 3: TWO_V(A0 * a + E0 * SHUF(a, VX5), A1 * b + E1 * SHUF(b, VX5)); break;
+    case 4: TWO_V(A0 * a + E0 * b, A1 * b + E1 * a); break;
+    default: TWO_V(A0 * a + E0 * SHUF(b, VX1), A1 * b + E1 * SHUF(a, VX1)); break;
+    }
+#else
+    const SFX(vv) A = SFX(vvld)(A_), E = SFX(vvld)(E_);
+#define TWO_V(EXPR)                                                                            \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        LOW_GROUP(j, G)                                                                        \
+        R *v_ = s + 16 * G;                                                                    \
+        SFX(vv) a = SFX(vvld)(v_);                                                             \
+        SFX(vvst)(v_, EXPR);                                                                   \
+    }
+    switch (p * 2 + rx) {
+    case 0: TWO_V(A * a + E * SHUF(a, VX2)); break;
+    case 1: TWO_V(A * a + E * SHUF(a, VX3)); break;
+    case 2: TWO_V(A * a + E * SHUF(a, VX4)); break;
+    case 3: TWO_V(A * a + E * SHUF(a, VX5)); break;
+    case 4: TWO_V(A * a + E * SHUF(a, VX8)); break;
+    default: TWO_V(A * a + E * SHUF(a, VX9)); break;
+    }
+#endif
+#undef TWO_V
+    return 1;
+}
+
+/* vdense_1q_part with the products the matrix needs: a real matrix (RY, H) or a real diagonal
+ * with an imaginary off-diagonal (RX) takes two vector products per output instead of four. */
+static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
+                               i64 e1) {
+    const int real = u[1] == 0 && u[3] == 0 && u[5] == 0 && u[7] == 0;
+    const int rx = u[1] == 0 && u[7] == 0 && u[2] == 0 && u[4] == 0;
+    if (!real && !rx) {
+        SFX(vdense_1q_part)(s, w, u, j0, j1, e0, e1);
+        return;
+    }
+    /* broadcasts (built lane by lane the coefficients stayed in memory, one more load each
+     * per vector) */
+    const SFX(vv) zero = {0};
+    SFX(vv) alt = zero + 1;  /* -1 on real lanes, +1 on imaginary lanes */
+    for (int l = 0; l < VL; l += 2) alt[l] = -1;
+    const SFX(vv) P0 = zero + u[0], P3 = zero + u[6];
+    const SFX(vv) Q1 = real ? zero + u[2] : alt * u[3], Q2 = real ? zero + u[4] : alt * u[5];
+    if (real) {
+        for (i64 j = j0; j < j1; j++) {
+            R *restrict x = s + 2 * w * j, *restrict y = x + w;
+            for (i64 e = e0; e < e1; e += VL) {
+                SFX(vv) a0 = SFX(vvld)(x + e), a1 = SFX(vvld)(y + e);
+                SFX(vvst)(x + e, P0 * a0 + Q1 * a1);
+                SFX(vvst)(y + e, Q2 * a0 + P3 * a1);
+            }
+        }
+        return;
+    }
+    for (i64 j = j0; j < j1; j++) {
+        R *restrict x = s + 2 * w * j, *restrict y = x + w;
+        for (i64 e = e0; e < e1; e += VL) {
+            SFX(vv) a0 = SFX(vvld)(x + e), a1 = SFX(vvld)(y + e);
+            SFX(vvst)(x + e, P0 * a0 + Q1 * SHUF(a1, VX1));
+            SFX(vvst)(y + e, Q2 * SHUF(a0, VX1) + P3 * a1);
+        }
+    }
+}
+
+/* X on bit p < 3 where the low control bits lo (of bits 0-2) are all 1, in the groups of
+ * [j0, j1) (group bits hb[0..nh) forced to 1: the high controls): a constant permutation of
+ * each group's reals, no arithmetic. In complex128 a half whose amplitudes all have a control
+ * bit 0 (lo has bit 2: amplitudes 0-3) is neither read nor written. */
+#if RBYTES == 8
+#define FLIP_V(P, L)                                                                           \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        LOW_GROUP(j, G)                                                                        \
+        R *v_ = s + 16 * G;                                                                    \
+        SFX(vv) a = SFX(vvld)(v_), b = SFX(vvld)(v_ + 8);                                      \
+        SFX(vv) x = __builtin_shufflevector(a, b, FI8(0, P, L));                               \
+        SFX(vv) y = __builtin_shufflevector(a, b, FI8(8, P, L));                               \
+        if (!((L) & 4)) SFX(vvst)(v_, x);                                                      \
+        SFX(vvst)(v_ + 8, y);                                                                  \
+    }
+#else
+#define FLIP_V(P, L)                                                                           \
+    for (i64 j = j0; j < j1; j++) {                                                            \
+        LOW_GROUP(j, G)                                                                        \
+        R *v_ = s + 16 * G;                                                                    \
+        SFX(vv) a = SFX(vvld)(v_);                                                             \
+        SFX(vvst)(v_, __builtin_shufflevector(a, a, FI8(0, P, L), FI8(8, P, L)));              \
+    }
+#endif
+static void SFX(flip_low_part)(R *restrict s, int p, int lo, const int *hb, int nh, i64 j0,
+                               i64 j1) {
+    switch (p * 8 + lo) {
+    case 0: FLIP_V(0, 0); break;
+    case 2: FLIP_V(0, 2); break;
+    case 4: FLIP_V(0, 4); break;
+    case 6: FLIP_V(0, 6); break;
+    case 8: FLIP_V(1, 0); break;
+    case 9: FLIP_V(1, 1); break;
+    case 12: FLIP_V(1, 4); break;
+    case 13: FLIP_V(1, 5); break;
+    case 16: FLIP_V(2, 0); break;
+    case 17: FLIP_V(2, 1); break;
+    case 18: FLIP_V(2, 2); break;
+    default: FLIP_V(2, 3); break;
+    }
+}
+#undef FLIP_V
 
 /* lane path: w = 2 << p < VL reals, groups [g0, g1) of VL reals */
 #define VSTEP_LANES(XW, XW1)                                                                   \
@@ -1965,41 +2211,37 @@ static void SFX(coded_step)(const SFX(ctx_t) *c, i64 i, R *p, R *l, int n, int t
     if (do_lam) SFX(apply_tile)(l, n, tb, c, i, b0, 1, par, tid);
 }
 
-/* Coded gates order[0], .., order[cnt - 1] (all within ts, in sweep order) of the adjoint
- * sweep, tile by tile: psi and lam tiles are uncomputed together and every trainable angle's
- * overlap is summed over the tiles (the overlap of a gate is a sum over all amplitudes, so its
- * tile parts add up); with last, lam is not uncomputed through the run's last gate (the last
- * of the sweep). */
-static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, const i64 *order, int cnt,
-                              const tileset_t *ts, R *psi, R *lam, int n, i64 b, int par,
-                              int tid, int last, double *gtheta, i64 P) {
-    int nthr = par > 1 ? par : 1;
-    gate_t *loc = (gate_t *)malloc(sizeof(gate_t) * (size_t)cnt);
-    const R **us = (const R **)malloc(sizeof(R *) * (size_t)cnt);
-    R *vs = (R *)malloc(sizeof(R) * 8 * (size_t)cnt);
-    double *gms = (double *)malloc(sizeof(double) * 8 * QD_MAXA * (size_t)cnt);
-    double *acc = (double *)calloc((size_t)nthr * QD_MAXA * (size_t)cnt, sizeof(double));
-    if (!loc || !us || !vs || !gms || !acc) {
-        free(loc); free(us); free(vs); free(gms); free(acc);
-        return QD_ENOMEM;
-    }
-    for (int q = 0; q < cnt; q++) {
-        const gate_t *g = &c->gates[order[q]];
-        relocate(g, ts, &loc[q]);
-        us[q] = SFX(gate_data)(c, order[q], b, tid, g->tmask_p != 0);
-        if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0) {
-            SFX(effective)(g, us[q], 1, vs + 8 * q);  /* U^dag */
-            for (int j = 0; j < g->np; j++)
-                SFX(mul2)(us[q] + g->usize * (1 + j), vs + 8 * q, gms + 8 * (QD_MAXA * q + j));
-        }
-    }
-    const int tb = TILE_LOW + ts->k;
-    const i64 ntile = (i64)1 << (n - tb);
-#pragma omp parallel for if (par > 1) num_threads(par) schedule(static)
-    for (i64 t = 0; t < ntile; t++) {
-        int me = par > 1 ? THREAD_ID : tid, slot = par > 1 ? THREAD_ID : 0;
-        SFX(scratch_t) *sc = &c->scr[me];
-        double *a = acc + (size_t)slot * QD_MAXA * cnt, m8[8];
+/* The tiled adjoint sweep of one binding. The whole schedule (runs of coded gates within a tile
+ * set, scheduled across commuting gates in sweep order) is made first; consecutive runs then
+ * execute in ONE parallel region: the gates' matrices, derivatives and relocations are
+ * evaluated once (gates split over the threads), then run after run the threads take chunks of
+ * tiles (dynamically: a thread slowed by other work holds up the run by one chunk at most),
+ * with a barrier between runs. In a run, the psi and lam tiles are uncomputed together and
+ * every trainable angle's overlap is summed over the tiles (the overlap of a gate is a sum over
+ * all amplitudes, so its tile parts add up): per chunk of tiles (at most TS_CHUNKS per run,
+ * independent of the thread count), then over the chunks in order, so the gradients do not
+ * depend on the number of threads. A gate no tile set holds is applied on its own between
+ * regions. lam is not uncomputed through the sweep's last gate. */
+#define TS_CHUNKS 64
+#define TS_SEG_GATES 1024  /* gates per region (bounds the relocated gates and partial sums) */
+
+typedef struct {
+    i64 pos;       /* first position of the run in the sweep order */
+    int cnt;       /* gates in the run; 0: one gate applied on its own (not in a tile set) */
+    int nch;       /* chunks of tiles */
+    i64 acc;       /* offset of the run's partial sums (nch * QD_MAXA * cnt doubles) */
+    tileset_t ts;
+} SFX(trun_t);
+
+/* The tile work of one chunk of run r: tiles [t0, t1), partial sums into a (QD_MAXA per gate). */
+static void SFX(sweep_chunk)(const SFX(ctx_t) *c, const SFX(trun_t) *r, const gate_t *loc,
+                             const R *const *us, const R *vs, const double *gms, R *psi, R *lam,
+                             int last, int me, i64 t0, i64 t1, double *a) {
+    const tileset_t *ts = &r->ts;
+    const int tb = TILE_LOW + ts->k, cnt = r->cnt;
+    SFX(scratch_t) *sc = &c->scr[me];
+    double m8[8];
+    for (i64 t = t0; t < t1; t++) {
         R *pb = ts->k ? SFX(tile_buf)(c, me, 0) : psi + 2 * (t << TILE_LOW);
         R *lb = ts->k ? SFX(tile_buf)(c, me, 1) : lam + 2 * (t << TILE_LOW);
         if (ts->k) {
@@ -2008,6 +2250,7 @@ static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, const i64 *order, int cnt,
         }
         for (int q = 0; q < cnt; q++) {
             const gate_t *g = &loc[q];
+            const R *u = us[q];
             int do_lam = !(last && q == cnt - 1), train = g->tmask_p;
             if (train && g->kind == K_DENSE && g->k == 1 && g->cmask == 0) {
                 SFX(adjoint_step_1q)(pb, lb, tb, g->special[0], vs + 8 * q, do_lam, m8, 1);
@@ -2016,31 +2259,137 @@ static int SFX(adjoint_tiles)(const SFX(ctx_t) *c, const i64 *order, int cnt,
                         a[QD_MAXA * q + j] += SFX(contract_d)(gms + 8 * (QD_MAXA * q + j), m8, 4);
                 continue;
             }
-            SFX(apply_range)(pb, tb, g, us[q], 1, 1, sc);
+            SFX(apply_range)(pb, tb, g, u, 1, 1, sc);
             if (train) {
-                const R *du0 = us[q] + g->usize * (1 + __builtin_ctz((unsigned)train));
+                const R *du0 = u + g->usize * (1 + __builtin_ctz((unsigned)train));
                 SFX(overlap_matrix)(lb, pb, tb, g, sc->m, 1, g->k >= 3 ? du0 : 0, sc);
                 for (int j = 0; j < g->np; j++)
                     if ((train >> j) & 1)
-                        a[QD_MAXA * q + j] += SFX(contract)(g, us[q] + g->usize * (1 + j), sc->m);
+                        a[QD_MAXA * q + j] += SFX(contract)(g, u + g->usize * (1 + j), sc->m);
             }
-            if (do_lam) SFX(apply_range)(lb, tb, g, us[q], 1, 1, sc);
+            if (do_lam) SFX(apply_range)(lb, tb, g, u, 1, 1, sc);
         }
         if (ts->k) {
             SFX(tile_copy)(psi, pb, ts, t, 1);
             SFX(tile_copy)(lam, lb, ts, t, 1);
         }
     }
-    for (int q = 0; q < cnt; q++) {
-        const gate_t *g = &c->gates[order[q]];
+}
+
+/* Gate at sweep position e of a region (order[e]) prepared for its run: relocated into loc[e],
+ * its data (and derivatives when trainable) evaluated into thread me's workspace, and for a
+ * trainable dense one-qubit gate U^dag (vs) and dU_j U^dag (gms). */
+static void SFX(sweep_prepare)(const SFX(ctx_t) *c, const i64 *order, const tileset_t *ts,
+                               i64 e, i64 b, int me, gate_t *loc, const R **us, R *vs,
+                               double *gms) {
+    const gate_t *g = &c->gates[order[e]];
+    relocate(g, ts, &loc[e]);
+    us[e] = SFX(gate_data)(c, order[e], b, me, g->tmask_p != 0);
+    if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0) {
+        SFX(effective)(g, us[e], 1, vs + 8 * e);  /* U^dag */
         for (int j = 0; j < g->np; j++)
-            if ((g->tmask_p >> j) & 1) {
-                double sum = 0;
-                for (int t = 0; t < nthr; t++) sum += acc[(size_t)t * QD_MAXA * cnt + QD_MAXA * q + j];
-                gtheta[b * P + g->col[j]] += g->scale[j] * 2.0 * sum;
-            }
+            SFX(mul2)(us[e] + g->usize * (1 + j), vs + 8 * e, gms + 8 * (QD_MAXA * e + j));
     }
-    free(loc); free(us); free(vs); free(gms); free(acc);
+}
+
+/* The tiled sweep of binding b from gate nops - 1 down to lo on psi p and lam l, par threads
+ * (tid: the calling thread's scratch when par == 1). QD_ENOMEM before anything is touched. */
+static int SFX(sweep_tiled)(const SFX(ctx_t) *c, R *psi, R *lam, int n, i64 b, i64 lo,
+                            int par, int tid, double *gtheta, i64 P) {
+    const i64 nops = c->ngates, nsw = nops - lo;
+    char *done = (char *)calloc((size_t)(nops + 1), 1);
+    i64 *order = (i64 *)malloc(sizeof(i64) * (size_t)(nsw + 1));
+    SFX(trun_t) *runs = (SFX(trun_t) *)malloc(sizeof(SFX(trun_t)) * (size_t)(nsw + 1));
+    i64 *rix = (i64 *)malloc(sizeof(i64) * (size_t)(nsw + 1));  /* run of each position */
+    if (!done || !order || !runs || !rix) {
+        free(done); free(order); free(runs); free(rix);
+        return QD_ENOMEM;
+    }
+    /* the schedule */
+    i64 nr = 0, pos = 0, t = 0, seg_cap = nsw < TS_SEG_GATES ? nsw : TS_SEG_GATES;
+    while (t < nsw) {
+        i64 i = nops - 1 - t;
+        if (done[i]) { t++; continue; }
+        SFX(trun_t) *r = &runs[nr++];
+        int cnt = SFX(tile_schedule)(c, t, nsw, nops, 1, done, order + pos, &r->ts, n);
+        r->pos = pos;
+        if (cnt < 2) {  /* one gate (the first pending one if it fits no tile set): in place */
+            if (cnt == 0) order[pos] = i;
+            done[order[pos]] = 1;
+            cnt = 0;
+        }
+        r->cnt = cnt;
+        r->nch = 0;
+        for (i64 e = pos; e < pos + (cnt ? cnt : 1); e++) rix[e] = nr - 1;
+        if (cnt) {
+            i64 ntile = (i64)1 << (n - TILE_LOW - r->ts.k);
+            r->nch = (int)(ntile < TS_CHUNKS ? ntile : TS_CHUNKS);
+        }
+        if (cnt > seg_cap) seg_cap = cnt;
+        pos += cnt ? cnt : 1;
+    }
+    free(done);
+    /* per region: relocated gates, data pointers, U^dag and dU U^dag, partial sums */
+    gate_t *loc = (gate_t *)malloc(sizeof(gate_t) * (size_t)seg_cap);
+    const R **us = (const R **)malloc(sizeof(R *) * (size_t)seg_cap);
+    R *vs = (R *)malloc(sizeof(R) * 8 * (size_t)seg_cap);
+    double *gms = (double *)malloc(sizeof(double) * 8 * QD_MAXA * (size_t)seg_cap);
+    double *acc = (double *)malloc(sizeof(double) * TS_CHUNKS * QD_MAXA * (size_t)seg_cap);
+    if (!loc || !us || !vs || !gms || !acc) {
+        free(loc); free(us); free(vs); free(gms); free(acc); free(order); free(runs); free(rix);
+        return QD_ENOMEM;
+    }
+    for (i64 r0 = 0; r0 < nr;) {
+        const SFX(trun_t) *r = &runs[r0];
+        if (!r->cnt) {
+            SFX(coded_step)(c, order[r->pos], psi, lam, n, 0, b, par, tid, r0 < nr - 1, gtheta, P);
+            r0++;
+            continue;
+        }
+        /* the region: runs [r0, r1), sweep positions [p0, p1) */
+        i64 r1 = r0, p0 = r->pos, p1 = p0, nacc = 0;
+        while (r1 < nr && runs[r1].cnt && (r1 == r0 || p1 - p0 + runs[r1].cnt <= seg_cap)) {
+            runs[r1].acc = nacc;
+            nacc += (i64)runs[r1].nch * QD_MAXA * runs[r1].cnt;
+            p1 += runs[r1].cnt;
+            r1++;
+        }
+        memset(acc, 0, sizeof(double) * (size_t)nacc);
+#pragma omp parallel num_threads(par) if (par > 1)
+        {
+            int me = par > 1 ? THREAD_ID : tid;
+#pragma omp for schedule(static)
+            for (i64 e = p0; e < p1; e++)
+                SFX(sweep_prepare)(c, order + p0, &runs[rix[e]].ts, e - p0, b, me, loc, us, vs,
+                                   gms);
+            for (i64 q = r0; q < r1; q++) {
+                const SFX(trun_t) *rq = &runs[q];
+                const i64 off = rq->pos - p0, ntile = (i64)1 << (n - TILE_LOW - rq->ts.k);
+                const int last = q == nr - 1;
+#pragma omp for schedule(dynamic, 1)
+                for (int ch = 0; ch < rq->nch; ch++)
+                    SFX(sweep_chunk)(c, rq, loc + off, us + off, vs + 8 * off, gms + 8 * QD_MAXA * off,
+                                     psi, lam, last, me, ntile * ch / rq->nch,
+                                     ntile * (ch + 1) / rq->nch,
+                                     acc + rq->acc + (i64)ch * QD_MAXA * rq->cnt);
+            }
+        }
+        for (i64 q = r0; q < r1; q++) {
+            const SFX(trun_t) *rq = &runs[q];
+            for (int k = 0; k < rq->cnt; k++) {
+                const gate_t *g = &c->gates[order[rq->pos + k]];
+                for (int j = 0; j < g->np; j++)
+                    if ((g->tmask_p >> j) & 1) {
+                        double sum = 0;
+                        for (int ch = 0; ch < rq->nch; ch++)
+                            sum += acc[rq->acc + (i64)ch * QD_MAXA * rq->cnt + QD_MAXA * k + j];
+                        gtheta[b * P + g->col[j]] += g->scale[j] * 2.0 * sum;
+                    }
+            }
+        }
+        r0 = r1;
+    }
+    free(loc); free(us); free(vs); free(gms); free(acc); free(order); free(runs); free(rix);
     return QD_OK;
 }
 
@@ -2113,35 +2462,9 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
         double *m = c.scr[tid].m;
         i64 s = nslots - 1;
         int tiled = !slots && tb == 0 && n >= TILE_MIN_N && c.tbuf;
-        if (tiled) {  /* runs of gates in cache tiles, scheduled across commuting gates */
-            const i64 nsw = nops - lo;
-            i64 left = nsw, t = 0;
-            char *done = (char *)calloc((size_t)(nops + 1), 1);
-            i64 *order = (i64 *)malloc(sizeof(i64) * (size_t)(nsw + 1));
-            while (done && order && t < nsw) {
-                i64 i = nops - 1 - t;
-                if (done[i]) { t++; continue; }
-                tileset_t ts;
-                int cnt = SFX(tile_schedule)(&c, t, nsw, nops, 1, done, order, &ts, n);
-                if (cnt >= 2) {
-                    left -= cnt;
-                    if (SFX(adjoint_tiles)(&c, order, cnt, &ts, p, l, n, b0, par, tid, left == 0,
-                                           a->gtheta, P) != QD_OK)
-                        for (int q = 0; q < cnt; q++)  /* no memory for a run: gate by gate */
-                            SFX(coded_step)(&c, order[q], p, l, n, 0, b0, par, tid,
-                                            left > 0 || q < cnt - 1, a->gtheta, P);
-                    continue;
-                }
-                if (cnt == 1) i = order[0];
-                done[i] = 1;
-                left--;
-                SFX(coded_step)(&c, i, p, l, n, 0, b0, par, tid, left > 0, a->gtheta, P);
-            }
-            int ran = done && order;
-            free(done);
-            free(order);
-            if (ran) continue;
-        }
+        if (tiled &&  /* runs of gates in cache tiles, scheduled across commuting gates */
+            SFX(sweep_tiled)(&c, p, l, n, b0, lo, par, tid, a->gtheta, P) == QD_OK)
+            continue;  /* (no memory for the schedule: gate by gate below) */
         for (i64 i = nops - 1; i >= lo; i--) {
             const gate_t *g = &gates[i];
             if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0 &&

@@ -1,0 +1,146 @@
+"""The kernels of one-qubit gates whose target is on bits 0-2 (the lowest bits of the basis
+index): X flips as constant permutations of 8-amplitude groups, dense and diagonal gates on the
+two vector halves of a complex128 group. Every target bit 0-2, every set of low controls (bits
+0-4) and a high control, n = 1..6 (fewer bits than a group, one group, several) and n = 14
+(split over two threads), both precisions, batches with one matrix per binding, inverse
+programs; against a closed-form reference (the permutation / the 2x2 product on the pairs)
+and against the torch kernels on circuits."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from qdiff.backends.statevector import native
+from qdiff.backends.statevector.native_abi import DENSE, DIAG, FLIP
+from qdiff.backends.statevector.simulate import simulate
+from qdiff.circuits import Circuit, Operation, ParamRef
+from qdiff.circuits.gates import BUILTIN_GATES as G
+
+pytestmark = pytest.mark.skipif(native.library() is None,
+                                reason="no C compiler: the native kernels are not built")
+
+TOL = {torch.complex128: 1e-12, torch.complex64: 2e-6}
+
+
+def _reference(psi, kind, t, cmask, mats):
+    """psi (B, 2^n) numpy; mats (B, 2, 2) (diag: (B, 2)); the gate on bit t where every bit of
+    cmask is 1."""
+    out = psi.copy()
+    idx = np.arange(psi.shape[1])
+    i0 = idx[((idx >> t) & 1 == 0) & ((idx & cmask) == cmask)]
+    i1 = i0 | (1 << t)
+    for b in range(psi.shape[0]):
+        a0, a1 = psi[b, i0], psi[b, i1]
+        if kind == FLIP:
+            out[b, i0], out[b, i1] = a1, a0
+        elif kind == DIAG:
+            out[b, i0], out[b, i1] = mats[b, 0] * a0, mats[b, 1] * a1
+        else:
+            u = mats[b]
+            out[b, i0] = u[0, 0] * a0 + u[0, 1] * a1
+            out[b, i1] = u[1, 0] * a0 + u[1, 1] * a1
+    return out
+
+
+def _cmasks(n, t):
+    """Every set of controls among bits 0-4 other than t (below n), and each with bit n-1."""
+    low = [b for b in range(min(n, 5)) if b != t]
+    out = []
+    for r in range(len(low) + 1):
+        for c in itertools.combinations(low, r):
+            m = sum(1 << b for b in c)
+            out.append(m)
+            if n - 1 > 4 and n - 1 != t:
+                out.append(m | 1 << (n - 1))
+    return out
+
+
+def _random(shape, seed, cdtype):
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=shape) + 1j * rng.normal(size=shape)
+    return z.astype(np.complex128 if cdtype == torch.complex128 else np.complex64)
+
+
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 14])
+@pytest.mark.parametrize("kind,form", [(FLIP, ""), (DENSE, "general"), (DENSE, "real"),
+                                       (DENSE, "rx"), (DIAG, "")])
+def test_low_target_every_control_set(kind, form, n, cdtype):
+    """form: a general unitary (four products per output), a real one (RY, H) or a real
+    diagonal with an imaginary off-diagonal (RX): the two-product kernels."""
+    batch = 3
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2 if n == 14 else 1)
+        for t in range(min(n, 3)):
+            for k, cmask in enumerate(_cmasks(n, t)):
+                if kind == DIAG and cmask == 0:
+                    continue  # uncontrolled diagonals take the block loops
+                seed = 1000 * n + 100 * t + k
+                psi = _random((batch, 2 ** n), seed, cdtype)
+                if kind == DENSE:  # unitary matrices, one per binding
+                    q, _ = np.linalg.qr(_random((batch, 2, 2), seed + 1, torch.complex128))
+                    if form != "general":
+                        a = np.random.default_rng(seed).uniform(-3, 3, batch)
+                        c, s_ = np.cos(a / 2), np.sin(a / 2)
+                        q = (np.stack([c, -s_, s_, c], 1) if form == "real" else
+                             np.stack([c, -1j * s_, -1j * s_, c], 1)).reshape(batch, 2, 2)
+                    mats, value = q, torch.tensor(q.astype(psi.dtype)).reshape(batch, 4)
+                elif kind == DIAG:
+                    mats = np.exp(1j * np.random.default_rng(seed).uniform(-3, 3, (batch, 2)))
+                    value = torch.tensor(mats.astype(psi.dtype))
+                else:
+                    mats, value = None, None
+                prog = native.Program(batch, n, cdtype)
+                prog.add(kind, [t], cmask, value, {DENSE: 4, DIAG: 2, FLIP: 0}[kind])
+                state = torch.tensor(psi)
+                native.run(state, prog)
+                ref = _reference(psi.astype(np.complex128), kind, t, cmask, mats)
+                assert np.allclose(state.numpy(), ref, atol=TOL[cdtype]), (t, cmask)
+                native.run(state, prog, dagger=True)  # the inverse program restores psi
+                assert np.allclose(state.numpy(), psi, atol=2 * TOL[cdtype]), (t, cmask)
+    finally:
+        torch.set_num_threads(threads)
+
+
+LOW_GATES = ["x", "cx", "ccx", "cz", "cy", "h", "rx", "ry", "rot", "crx", "cry", "crz", "cp",
+             "crot"]
+
+
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+@pytest.mark.parametrize("n,batch", [(3, 2), (4, 1), (5, 3), (6, 1), (14, 1)])
+def test_low_target_circuits_match_torch(n, batch, cdtype):
+    """Every gate above with its target on bits 0-2 and its controls anywhere (a sample at
+    n = 14), after a mixer, from a random state; batch rows with their own angles."""
+    ops, p = [], 0
+    for w in range(n):
+        ops += [Operation(G["h"], (w,)), Operation(G["ry"], (w,), (0.3 + 0.2 * w,))]
+    rng = np.random.default_rng(n)
+    for name in LOW_GATES:
+        gate = G[name]
+        places = [pl for pl in itertools.permutations(range(n), gate.num_wires)
+                  if n - 1 - pl[-1] < 3]
+        if len(places) > 40:
+            places = [places[i] for i in rng.choice(len(places), 40, replace=False)]
+        for wires in places:
+            ops.append(Operation(gate, wires,
+                                 tuple(ParamRef(p + i) for i in range(gate.num_params))))
+            p += gate.num_params
+    c = Circuit(n, tuple(ops), num_params=p)
+    theta = torch.tensor(rng.uniform(-3, 3, (batch, p)))
+    psi0 = torch.tensor(_random((1, 2 ** n), n, cdtype))
+    psi0 = psi0 / psi0.norm()
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2 if n == 14 else 1)
+        with torch.no_grad():
+            ours = simulate(c, theta, initial_state=psi0, cdtype=cdtype)
+            with native.disabled():
+                ref = simulate(c, theta, initial_state=psi0, cdtype=cdtype)
+    finally:
+        torch.set_num_threads(threads)
+    atol = 1e-11 if cdtype == torch.complex128 else 5e-5
+    assert torch.allclose(ours, ref, atol=atol)
