@@ -88,7 +88,8 @@ _parallel_pid = None
 
 def tiles() -> int:
     """``QDIFF_NATIVE_TILES``: 1 (default) runs of gates on large states share memory passes in
-    cache tiles where that pays off, 0 never, 2 always (comparisons and tests)."""
+    cache tiles where that pays off (and, below, gates on two bits fuse into blocks), 0 never,
+    2 always (comparisons and tests)."""
     mode = os.environ.get("QDIFF_NATIVE_TILES", "1").strip()
     return {"0": 0, "off": 0, "2": 2, "always": 2}.get(mode, 1)
 

@@ -1491,6 +1491,475 @@ static int SFX(tile_schedule)(const SFX(ctx_t) *c, i64 t, i64 tend, i64 nops, in
     return cnt;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* two-bit gate fusion (states up to the last-level cache)                                    */
+
+/* Gates on at most two bits are merged into blocks while they are applied: a block is the
+ * product of consecutive gates on one bit, or on the same two bits (one-qubit gates, their
+ * singly controlled forms, two-qubit gates), kept as a 2x2 or 4x4 matrix in double precision
+ * and applied in one pass when a gate that does not fit it touches its bits (blocks on
+ * disjoint bits stay open side by side: they commute). CNOT, CZ and the like cost no pass of
+ * their own: CNOT(a, b) after one-qubit gates on a and b is one 4x4 pass with the flops of the
+ * one-qubit gates, and a 4x4 block whose rows have at most two entries (a one-qubit gate and a
+ * permutation) runs with the flops of one one-qubit gate. Only gates on bits >= FZ_VB take
+ * part (the contiguous runs below a block's lower bit then fill vectors of at least 32 bytes;
+ * below, the lane kernels are faster); other gates flush the blocks on their bits and run as
+ * they are (low-bit runs still share chunked passes). Used for one state of at least
+ * 2^FZ_MIN_N amplitudes that is not run in tiles. */
+#ifndef FZ_MIN_N
+#define FZ_MIN_N 6
+#endif
+#undef FZ_VB
+#define FZ_VB (RBYTES == 4 ? 2 : 1)
+
+typedef struct {
+    const gate_t *g;  /* the gate (fused: a dense gate on the block's bits) */
+    const R *u;       /* its data */
+    int dag;          /* apply the inverse (original gates only) */
+    int fused;        /* a fused 4x4 block */
+} SFX(fzop_t);
+
+typedef struct {
+    int nb, bl[2];    /* bits: bl[0] (and bl[1] < bl[0] for two bits) */
+    int cnt;          /* gates in the block */
+    i64 first;        /* the gate when cnt == 1 */
+    double m[32];     /* 2x2 or 4x4 complex, row-major; local index bit (nb - 1 - j) <-> bl[j] */
+} SFX(fzblk_t);
+
+/* Whether g may join a block: one or two bits in all, each at or above FZ_VB. */
+static int SFX(fz_ok)(const gate_t *g) {
+    i64 all = g->tmask | g->cmask;
+    int cnt = __builtin_popcountll((unsigned long long)all);
+    if (cnt < 1 || cnt > 2 || (all & (((i64)1 << FZ_VB) - 1))) return 0;
+    if (g->k == 1) return g->kind == K_DENSE || g->kind == K_DIAG || g->kind == K_FLIP;
+    return g->k == 2 && g->cmask == 0;
+}
+
+/* E (D x D complex, D = 2^nb) = gate g (data u, already the inverse where applied so) on the
+ * block bits bl. */
+static void SFX(fz_expand)(const gate_t *g, const R *u, int nb, const int *bl, double *E) {
+    const int D = 1 << nb, d = 1 << g->k;
+    memset(E, 0, sizeof(double) * 2 * (size_t)(D * D));
+    for (int m = 0; m < D; m++) {
+        i64 x = 0;
+        for (int j = 0; j < nb; j++)
+            if ((m >> (nb - 1 - j)) & 1) x |= (i64)1 << bl[j];
+        if ((x & g->cmask) != g->cmask) { E[2 * (m * D + m)] = 1; continue; }
+        int gi = 0;
+        for (int j = 0; j < g->k; j++) gi |= (int)((x >> g->bits[j]) & 1) << (g->k - 1 - j);
+        const i64 rest = x & ~g->tmask;
+        for (int gr = 0; gr < d; gr++) {
+            double vr = 0, vi = 0;
+            if (g->kind == K_DENSE) { vr = u[2 * (gr * d + gi)]; vi = u[2 * (gr * d + gi) + 1]; }
+            else if (g->kind == K_DIAG) { if (gr == gi) { vr = u[2 * gi]; vi = u[2 * gi + 1]; } }
+            else if (g->kind == K_FLIP) { vr = gr == d - 1 - gi; }
+            else { vr = gr == (gi == 1 ? 2 : gi == 2 ? 1 : gi); }  /* swap */
+            if (vr == 0 && vi == 0) continue;
+            i64 y = rest | g->off[gr];
+            int r = 0;
+            for (int j = 0; j < nb; j++) r |= (int)((y >> bl[j]) & 1) << (nb - 1 - j);
+            E[2 * (r * D + m)] += vr;
+            E[2 * (r * D + m) + 1] += vi;
+        }
+    }
+}
+
+/* M <- E M (D x D complex). */
+static void SFX(fz_mul)(double *M, const double *E, int D) {
+    double t[32];
+    for (int r = 0; r < D; r++)
+        for (int c = 0; c < D; c++) {
+            double sr = 0, si = 0;
+            for (int q = 0; q < D; q++) {
+                double er = E[2 * (r * D + q)], ei = E[2 * (r * D + q) + 1];
+                double mr = M[2 * (q * D + c)], mi = M[2 * (q * D + c) + 1];
+                sr += er * mr - ei * mi;
+                si += er * mi + ei * mr;
+            }
+            t[2 * (r * D + c)] = sr;
+            t[2 * (r * D + c) + 1] = si;
+        }
+    memcpy(M, t, sizeof(double) * 2 * (size_t)(D * D));
+}
+
+/* The pairing of a 4x4 m's columns into two pairs such that every row reads one pair only
+ * and each pair feeds two rows (a one-qubit gate times a permutation): io[0..3] the columns
+ * (pair 0, pair 1), io[4..7] the rows they feed (in the same order); returns 0 if none. */
+static int SFX(fz_pairs)(const R *m, int *io) {
+    static const int P[3][4] = {{0, 1, 2, 3}, {0, 2, 1, 3}, {0, 3, 1, 2}};
+    for (int t = 0; t < 3; t++) {
+        int rows[2][4], cnt[2] = {0, 0}, ok = 1;
+        for (int r = 0; r < 4 && ok; r++) {
+            int in[2] = {0, 0};
+            for (int c = 0; c < 4; c++)
+                if (m[2 * (4 * r + c)] != 0 || m[2 * (4 * r + c) + 1] != 0)
+                    in[(c == P[t][2] || c == P[t][3]) ? 1 : 0] = 1;
+            if (in[0] && in[1]) { ok = 0; break; }
+            int q = in[1];
+            rows[q][cnt[q]++ & 3] = r;
+        }
+        if (!ok || cnt[0] != 2 || cnt[1] != 2) continue;
+        for (int e = 0; e < 4; e++) io[e] = P[t][e];
+        io[4] = rows[0][0]; io[5] = rows[0][1]; io[6] = rows[1][0]; io[7] = rows[1][1];
+        return 1;
+    }
+    return 0;
+}
+
+#if QD_VEC
+/* Vectors [v0, v1) of NV / 2 amplitudes (of the 2^(nbits - 2) free amplitudes; 2^lo >= NV / 2)
+ * of a 4x4 on bits hi > lo: paired (pc: the two 2x2 blocks, o: column then row offsets in
+ * reals) or dense (m). One function per vector width (64 bytes down to one amplitude), so
+ * that gates on the lowest bits fuse too. */
+#define FZ_PART(NAME, NV, ...)                                                                 \
+typedef R SFX(NAME##_t) __attribute__((vector_size(NV * sizeof(R))));                          \
+static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R *pc, const i64 *o_,  \
+                      const R *m, i64 v0, i64 v1) {                                            \
+    typedef SFX(NAME##_t) V;                                                                   \
+    const i64 va = NV / 2, olo = (i64)2 << lo, ohi = (i64)2 << hi;                             \
+    const i64 mlo = ((i64)1 << lo) - 1, mhi = ((i64)1 << hi) - 1;                              \
+    if (paired) {                                                                              \
+        V Vr[8], Vi[8];                                                                        \
+        for (int e = 0; e < 8; e++)                                                            \
+            for (int l = 0; l < NV; l++) {                                                     \
+                Vr[e][l] = pc[2 * e];                                                          \
+                Vi[e][l] = (l & 1) ? pc[2 * e + 1] : -pc[2 * e + 1];                           \
+            }                                                                                  \
+        const i64 o0 = o_[0], o1 = o_[1], o2 = o_[2], o3 = o_[3];                              \
+        const i64 o4 = o_[4], o5 = o_[5], o6 = o_[6], o7 = o_[7];                              \
+        for (i64 v = v0; v < v1; v++) {                                                        \
+            i64 j = v * va;                                                                    \
+            j = ((j & ~mlo) << 1) | (j & mlo);                                                 \
+            j = ((j & ~mhi) << 1) | (j & mhi);                                                 \
+            R *p = st + 2 * j;                                                                 \
+            V a0, a1, a2, a3;                                                                  \
+            memcpy(&a0, p + o0, sizeof(V)); memcpy(&a1, p + o1, sizeof(V));                    \
+            memcpy(&a2, p + o2, sizeof(V)); memcpy(&a3, p + o3, sizeof(V));                    \
+            V s0 = SHUF(a0, __VA_ARGS__), s1 = SHUF(a1, __VA_ARGS__);                          \
+            V s2 = SHUF(a2, __VA_ARGS__), s3 = SHUF(a3, __VA_ARGS__);                          \
+            V y0 = Vr[0] * a0 + Vi[0] * s0 + Vr[1] * a1 + Vi[1] * s1;                          \
+            V y1 = Vr[2] * a0 + Vi[2] * s0 + Vr[3] * a1 + Vi[3] * s1;                          \
+            V y2 = Vr[4] * a2 + Vi[4] * s2 + Vr[5] * a3 + Vi[5] * s3;                          \
+            V y3 = Vr[6] * a2 + Vi[6] * s2 + Vr[7] * a3 + Vi[7] * s3;                          \
+            memcpy(p + o4, &y0, sizeof(V)); memcpy(p + o5, &y1, sizeof(V));                    \
+            memcpy(p + o6, &y2, sizeof(V)); memcpy(p + o7, &y3, sizeof(V));                    \
+        }                                                                                      \
+        return;                                                                                \
+    }                                                                                          \
+    V Vr[16], Vi[16];                                                                          \
+    for (int e = 0; e < 16; e++)                                                               \
+        for (int l = 0; l < NV; l++) {                                                         \
+            Vr[e][l] = m[2 * e];                                                               \
+            Vi[e][l] = (l & 1) ? m[2 * e + 1] : -m[2 * e + 1];                                 \
+        }                                                                                      \
+    for (i64 v = v0; v < v1; v++) {                                                            \
+        i64 j = v * va;                                                                        \
+        j = ((j & ~mlo) << 1) | (j & mlo);                                                     \
+        j = ((j & ~mhi) << 1) | (j & mhi);                                                     \
+        R *p = st + 2 * j;                                                                     \
+        V a0, a1, a2, a3;                                                                      \
+        memcpy(&a0, p, sizeof(V)); memcpy(&a1, p + olo, sizeof(V));                            \
+        memcpy(&a2, p + ohi, sizeof(V)); memcpy(&a3, p + ohi + olo, sizeof(V));                \
+        V s0 = SHUF(a0, __VA_ARGS__), s1 = SHUF(a1, __VA_ARGS__);                              \
+        V s2 = SHUF(a2, __VA_ARGS__), s3 = SHUF(a3, __VA_ARGS__);                              \
+        V y[4];                                                                                \
+        for (int r = 0; r < 4; r++)                                                            \
+            y[r] = Vr[4 * r] * a0 + Vi[4 * r] * s0 + Vr[4 * r + 1] * a1 + Vi[4 * r + 1] * s1 + \
+                   Vr[4 * r + 2] * a2 + Vi[4 * r + 2] * s2 + Vr[4 * r + 3] * a3 +             \
+                   Vi[4 * r + 3] * s3;                                                         \
+        memcpy(p, &y[0], sizeof(V)); memcpy(p + olo, &y[1], sizeof(V));                        \
+        memcpy(p + ohi, &y[2], sizeof(V)); memcpy(p + ohi + olo, &y[3], sizeof(V));            \
+    }                                                                                          \
+}
+#if RBYTES == 4
+FZ_PART(fz_part16, 16, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14)
+#endif
+FZ_PART(fz_part8, 8, 1, 0, 3, 2, 5, 4, 7, 6)
+FZ_PART(fz_part4, 4, 1, 0, 3, 2)
+FZ_PART(fz_part2, 2, 1, 0)
+#undef FZ_PART
+
+/* The widest vector part for lo: reals per vector. */
+static void SFX(fz_part)(R *restrict st, int hi, int lo, int paired, const R *pc,
+                         const i64 *o, const R *m, i64 v0, i64 v1, int nv) {
+    switch (nv) {
+#if RBYTES == 4
+    case 16: SFX(fz_part16)(st, hi, lo, paired, pc, o, m, v0, v1); break;
+#endif
+    case 8: SFX(fz_part8)(st, hi, lo, paired, pc, o, m, v0, v1); break;
+    case 4: SFX(fz_part4)(st, hi, lo, paired, pc, o, m, v0, v1); break;
+    default: SFX(fz_part2)(st, hi, lo, paired, pc, o, m, v0, v1); break;
+    }
+}
+#endif
+
+/* A dense 4x4 m (R, row-major; local index 2 b_hi + b_lo) on bits hi > lo >= FZ_VB of
+ * 2^nbits amplitudes, in one pass: as two 2x2 products where m is a one-qubit gate times a
+ * permutation (the flops of one one-qubit gate), else all 16 entries. */
+static void SFX(fz_apply2)(R *st, int nbits, int hi, int lo, const R *m, int par) {
+    int io[8] = {0, 1, 2, 3, 0, 1, 2, 3};
+    const int paired = SFX(fz_pairs)(m, io);
+    const i64 olo = (i64)2 << lo, ohi = (i64)2 << hi;  /* reals */
+    i64 o[8];
+    for (int e = 0; e < 8; e++) o[e] = (io[e] >> 1) * ohi + (io[e] & 1) * olo;
+    /* the pair coefficients: rows io[4+q], io[5+q] (q = 0, 2) from columns io[q], io[q+1] */
+    R pc[16];
+    for (int q = 0; q < 4; q += 2)
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++) {
+                int r = io[4 + q + a], cl = io[q + b];
+                pc[2 * (2 * q + 2 * a + b)] = m[2 * (4 * r + cl)];
+                pc[2 * (2 * q + 2 * a + b) + 1] = m[2 * (4 * r + cl) + 1];
+            }
+    const i64 ngr = (i64)1 << (nbits - 2);
+#if QD_VEC
+    int nv = 64 / (int)sizeof(R);  /* reals per vector: 64 bytes, or 2^lo amplitudes */
+    while (nv > 2 && ((i64)nv >> 1) > ((i64)1 << lo)) nv >>= 1;
+    const i64 nvec = ngr / (nv / 2);
+    if (par > 1 && nbits >= PAR_MIN_BITS) {
+#pragma omp parallel num_threads(par)
+        {
+            i64 v0, v1;
+            share(nvec, THREAD_ID, NUM_THREADS, &v0, &v1);
+            SFX(fz_part)(st, hi, lo, paired, pc, o, m, v0, v1, nv);
+        }
+        return;
+    }
+    SFX(fz_part)(st, hi, lo, paired, pc, o, m, 0, nvec, nv);
+#else
+    (void)pc; (void)paired;
+#pragma omp parallel for if (par > 1 && nbits >= PAR_MIN_BITS) num_threads(par) schedule(static)
+    for (i64 j0 = 0; j0 < ngr; j0++) {
+        i64 j = ((j0 >> lo) << (lo + 1)) | (j0 & (((i64)1 << lo) - 1));
+        j = ((j >> hi) << (hi + 1)) | (j & (((i64)1 << hi) - 1));
+        R *p[4] = {st + 2 * j, st + 2 * j + olo, st + 2 * j + ohi, st + 2 * j + ohi + olo};
+        R xr[4], xi[4];
+        for (int c = 0; c < 4; c++) { xr[c] = p[c][0]; xi[c] = p[c][1]; }
+        for (int r = 0; r < 4; r++) {
+            R yr = 0, yi = 0;
+            for (int c = 0; c < 4; c++) {
+                yr += m[2 * (4 * r + c)] * xr[c] - m[2 * (4 * r + c) + 1] * xi[c];
+                yi += m[2 * (4 * r + c)] * xi[c] + m[2 * (4 * r + c) + 1] * xr[c];
+            }
+            p[r][0] = yr; p[r][1] = yi;
+        }
+    }
+#endif
+}
+
+/* One op of a fused list on 2^nbits amplitudes. */
+static void SFX(fz_one)(R *st, int nbits, const SFX(fzop_t) *op, int par, SFX(scratch_t) *sc) {
+    if (op->fused) SFX(fz_apply2)(st, nbits, op->g->bits[0], op->g->bits[1], op->u, par);
+    else SFX(apply_range)(st, nbits, op->g, op->u, op->dag, par, sc);
+}
+
+/* A fused list: ops, the fused gates and their data. */
+typedef struct {
+    SFX(fzop_t) *ops;
+    gate_t *fg;
+    R *fu;
+    i64 nout;
+} SFX(fzlist_t);
+
+static void SFX(fz_free)(SFX(fzlist_t) *L) {
+    free(L->ops); free(L->fg); free(L->fu);
+}
+
+/* The gates gs[0..cnt) with data ud[..] (in application order; their inverses when dag) as a
+ * fused list. Returns 0 when out of memory. */
+static int SFX(fz_build)(const gate_t *const *gs, const R *const *ud, i64 cnt, int dag,
+                         SFX(fzlist_t) *L) {
+    SFX(fzop_t) *ops = (SFX(fzop_t) *)malloc(sizeof(SFX(fzop_t)) * (size_t)(cnt + 1));
+    gate_t *fg = (gate_t *)malloc(sizeof(gate_t) * (size_t)(cnt + 1));
+    R *fu = (R *)malloc(sizeof(R) * 32 * (size_t)(cnt + 1));
+    SFX(fzblk_t) *blk = (SFX(fzblk_t) *)malloc(sizeof(SFX(fzblk_t)) * 64);
+    L->ops = ops; L->fg = fg; L->fu = fu; L->nout = 0;
+    if (!ops || !fg || !fu || !blk) {
+        SFX(fz_free)(L);
+        free(blk);
+        return 0;
+    }
+    memset(blk, 0, sizeof(SFX(fzblk_t)) * 64);
+    int open[64];        /* block of each bit, -1: none */
+    for (int p = 0; p < 64; p++) open[p] = -1;
+    i64 nout = 0, nfg = 0;
+    R ubuf[32];
+    double E[32];
+#define FZ_EMIT_GATE(i)                                                                        \
+    do {                                                                                       \
+        ops[nout].g = gs[i]; ops[nout].u = ud[i]; ops[nout].dag = dag;                          \
+        ops[nout].fused = 0; nout++;                                                           \
+    } while (0)
+    /* apply (emit) the block open on bit p, if any */
+#define FZ_FLUSH(p)                                                                            \
+    do {                                                                                       \
+        int b_ = open[p];                                                                      \
+        if (b_ < 0) break;                                                                     \
+        SFX(fzblk_t) *k_ = &blk[b_];                                                                \
+        const int nb_ = k_->nb;                                                                \
+        for (int j_ = 0; j_ < nb_; j_++) open[k_->bl[j_]] = -1;                                \
+        k_->nb = 0;                                                                            \
+        if (k_->cnt == 1) { FZ_EMIT_GATE(k_->first); break; }                                  \
+        gate_t *f_ = &fg[nfg];                                                                 \
+        R *d_ = fu + 32 * nfg;                                                                 \
+        nfg++;                                                                                 \
+        memset(f_, 0, sizeof(gate_t));                                                         \
+        f_->kind = K_DENSE; f_->k = nb_;                                                       \
+        for (int j_ = 0; j_ < nb_; j_++) f_->bits[j_] = k_->bl[j_];                            \
+        layout_bits(f_);                                                                       \
+        f_->usize = 2 << (2 * nb_);                                                            \
+        for (int e_ = 0; e_ < (int)f_->usize; e_++) d_[e_] = (R)k_->m[e_];                     \
+        ops[nout].g = f_; ops[nout].u = d_; ops[nout].dag = 0;                                 \
+        ops[nout].fused = nb_ == 2; nout++;                                                    \
+    } while (0)
+    for (i64 i = 0; i < cnt; i++) {
+        const gate_t *g = gs[i];
+        const i64 all = g->tmask | g->cmask;
+        if (!SFX(fz_ok)(g)) {
+            for (int q = 0; q < g->nspecial; q++) FZ_FLUSH(g->special[q]);
+            FZ_EMIT_GATE(i);
+            continue;
+        }
+        const R *u = g->kind == K_FLIP || g->kind == K_SWAP ? 0 : SFX(effective)(g, ud[i], dag, ubuf);
+        int a = g->special[g->nspecial - 1], b = g->nspecial > 1 ? g->special[0] : -1;
+        int ba = open[a], bb = b >= 0 ? open[b] : -1;
+        int nb = b >= 0 ? 2 : 1;
+        int target = -1;
+        if (ba >= 0 && (nb == 1 || ba == bb)) {
+            target = ba;  /* the block on these bits (or a two-bit block holding a) */
+        } else {
+            if (ba >= 0 && blk[ba].nb == 2) { FZ_FLUSH(a); ba = -1; }
+            if (bb >= 0 && blk[bb].nb == 2) { FZ_FLUSH(b); bb = -1; }
+            /* a new block on a (and b), from the one-bit blocks there */
+            int slot = 0;
+            while (blk[slot].nb != 0) slot++;  /* open blocks hold disjoint bits: < 64 */
+            SFX(fzblk_t) *k = &blk[slot];
+            k->nb = nb; k->bl[0] = a; k->bl[1] = b;
+            memset(k->m, 0, sizeof k->m);
+            const int D = 1 << nb;
+            for (int r = 0; r < D; r++)
+                for (int q = 0; q < D; q++) {
+                    double hr = 1, hi_ = 0, lr = 1, li = 0;
+                    int rh = nb == 2 ? r >> 1 : r, qh = nb == 2 ? q >> 1 : q;
+                    if (ba >= 0) { hr = blk[ba].m[2 * (rh * 2 + qh)]; hi_ = blk[ba].m[2 * (rh * 2 + qh) + 1]; }
+                    else if (rh != qh) hr = 0;
+                    if (nb == 2) {
+                        int rl = r & 1, ql = q & 1;
+                        if (bb >= 0) { lr = blk[bb].m[2 * (rl * 2 + ql)]; li = blk[bb].m[2 * (rl * 2 + ql) + 1]; }
+                        else if (rl != ql) lr = 0;
+                    }
+                    k->m[2 * (r * D + q)] = hr * lr - hi_ * li;
+                    k->m[2 * (r * D + q) + 1] = hr * li + hi_ * lr;
+                }
+            k->cnt = (ba >= 0 ? blk[ba].cnt : 0) + (bb >= 0 ? blk[bb].cnt : 0);
+            k->first = ba >= 0 ? blk[ba].first : bb >= 0 ? blk[bb].first : i;
+            if (ba >= 0) blk[ba].nb = 0;
+            if (bb >= 0) blk[bb].nb = 0;
+            open[a] = slot;
+            if (b >= 0) open[b] = slot;
+            target = slot;
+        }
+        SFX(fzblk_t) *k = &blk[target];
+        SFX(fz_expand)(g, u, k->nb, k->bl, E);
+        SFX(fz_mul)(k->m, E, 1 << k->nb);
+        if (k->cnt == 0) k->first = i;
+        k->cnt++;
+        (void)all;
+    }
+    for (int p = 0; p < 64; p++) FZ_FLUSH(p);
+#undef FZ_FLUSH
+#undef FZ_EMIT_GATE
+    free(blk);
+    L->nout = nout;
+    return 1;
+}
+
+/* The gates from position start (in order, or their inverses in reverse order), fused into
+ * two-bit blocks, then applied: consecutive ops whose bits all lie below CHUNK_BITS share
+ * chunked passes. Returns 0 when out of memory (nothing applied). */
+static int SFX(run_fused)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, int dag,
+                          int par, int tid, i64 start) {
+    const i64 cnt = nops - start;
+    const gate_t **gs = (const gate_t **)malloc(sizeof(gate_t *) * (size_t)(cnt + 1));
+    const R **ud = (const R **)malloc(sizeof(R *) * (size_t)(cnt + 1));
+    SFX(fzlist_t) L;
+    if (!gs || !ud) {
+        free(gs); free(ud);
+        return 0;
+    }
+    for (i64 t = start; t < nops; t++) {
+        const i64 i = dag ? nops - 1 - t : t;
+        gs[t - start] = &c->gates[i];
+        ud[t - start] = us[i];
+    }
+    int ok = SFX(fz_build)(gs, ud, cnt, dag, &L);
+    free(gs); free(ud);
+    if (!ok) return 0;
+    const SFX(fzop_t) *ops = L.ops;
+    const i64 nout = L.nout;
+    /* apply: runs of ops below CHUNK_BITS share chunked passes */
+    int cb = n > CHUNK_BITS + 2 ? CHUNK_BITS : n;
+    i64 t = 0;
+    while (t < nout) {
+        i64 e = t;
+        if (cb < n)
+            while (e < nout && fits_chunk(ops[e].g, cb)) e++;
+        if (e - t < 2) {
+            SFX(fz_one)(st, n, &ops[t], par, &c->scr[tid]);
+            t++;
+            continue;
+        }
+        const i64 nch = (i64)1 << (n - cb), t0 = t;
+#pragma omp parallel for if (par > 1) num_threads(par) schedule(static)
+        for (i64 ch = 0; ch < nch; ch++) {
+            SFX(scratch_t) *sc = &c->scr[par > 1 ? THREAD_ID : tid];
+            for (i64 q = t0; q < e; q++) SFX(fz_one)(st + 2 * (ch << cb), cb, &ops[q], 1, sc);
+        }
+        t = e;
+    }
+    SFX(fz_free)(&L);
+    return 1;
+}
+
+/* run_tiles with the run's gates fused into two-bit blocks (relocated into the tile first):
+ * fewer passes over each tile and no pass of its own for a CNOT. */
+static void SFX(run_tiles_fused)(R *st, int n, const SFX(ctx_t) *c, const R **us,
+                                 const i64 *order, int cnt, const tileset_t *ts, int dag,
+                                 int par, int tid) {
+    gate_t *loc = (gate_t *)malloc(sizeof(gate_t) * (size_t)cnt);
+    const gate_t **gs = (const gate_t **)malloc(sizeof(gate_t *) * (size_t)cnt);
+    const R **ud = (const R **)malloc(sizeof(R *) * (size_t)cnt);
+    SFX(fzlist_t) L;
+    int ok = loc && gs && ud;
+    if (ok) {
+        for (int q = 0; q < cnt; q++) {
+            relocate(&c->gates[order[q]], ts, &loc[q]);
+            gs[q] = &loc[q];
+            ud[q] = us[order[q]];
+        }
+        ok = SFX(fz_build)(gs, ud, cnt, dag, &L);
+    }
+    free(gs);
+    free(ud);
+    if (!ok) {
+        free(loc);
+        SFX(run_tiles)(st, n, c, us, order, cnt, ts, dag, par, tid);
+        return;
+    }
+    const int tb = TILE_LOW + ts->k;
+    const i64 ntile = (i64)1 << (n - tb);
+#pragma omp parallel for if (par > 1) num_threads(par) schedule(static)
+    for (i64 t = 0; t < ntile; t++) {
+        int me = par > 1 ? THREAD_ID : tid;
+        R *buf = ts->k ? SFX(tile_buf)(c, me, 0) : st + 2 * (t << TILE_LOW);
+        if (ts->k) SFX(tile_copy)(st, buf, ts, t, 0);
+        for (i64 q = 0; q < L.nout; q++) SFX(fz_one)(buf, tb, &L.ops[q], 1, &c->scr[me]);
+        if (ts->k) SFX(tile_copy)(st, buf, ts, t, 1);
+    }
+    SFX(fz_free)(&L);
+    free(loc);
+}
+
 static void SFX(run_one)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, i64 b,
                          int dag, int par, int tid, i64 start) {
     const gate_t *gates = c->gates;
@@ -1512,7 +1981,7 @@ static void SFX(run_one)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 no
                 SFX(apply_range)(st, n, &gates[i], us[i], dag, par, &c->scr[tid]);
                 continue;
             }
-            SFX(run_tiles)(st, n, c, us, order, cnt, &ts, dag, par, tid);
+            SFX(run_tiles_fused)(st, n, c, us, order, cnt, &ts, dag, par, tid);
         }
         if (order && done) {
             free(order);
@@ -1522,6 +1991,9 @@ static void SFX(run_one)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 no
         free(order);
         free(done);
     }
+    /* below: gates on two bits fused into blocks */
+    if (c->tiles && n >= FZ_MIN_N && SFX(run_fused)(st, n, c, us, nops, dag, par, tid, start))
+        return;
     int cb = n > CHUNK_BITS + 2 ? CHUNK_BITS : n;
     i64 t = start;
     while (t < nops) {
