@@ -2215,7 +2215,8 @@ static void SFX(coded_step)(const SFX(ctx_t) *c, i64 i, R *p, R *l, int n, int t
  * set, scheduled across commuting gates in sweep order) is made first; consecutive runs then
  * execute in ONE parallel region: the gates' matrices, derivatives and relocations are
  * evaluated once (gates split over the threads), then run after run the threads take chunks of
- * tiles (dynamically: a thread slowed by other work holds up the run by one chunk at most),
+ * tiles (guided: contiguous blocks of decreasing size, so a thread slowed by other work holds
+ * up the run by one chunk at most),
  * with a barrier between runs. In a run, the psi and lam tiles are uncomputed together and
  * every trainable angle's overlap is summed over the tiles (the overlap of a gate is a sum over
  * all amplitudes, so its tile parts add up): per chunk of tiles (at most TS_CHUNKS per run,
@@ -2366,7 +2367,7 @@ static int SFX(sweep_tiled)(const SFX(ctx_t) *c, R *psi, R *lam, int n, i64 b, i
                 const SFX(trun_t) *rq = &runs[q];
                 const i64 off = rq->pos - p0, ntile = (i64)1 << (n - TILE_LOW - rq->ts.k);
                 const int last = q == nr - 1;
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(guided)
                 for (int ch = 0; ch < rq->nch; ch++)
                     SFX(sweep_chunk)(c, rq, loc + off, us + off, vs + 8 * off, gms + 8 * QD_MAXA * off,
                                      psi, lam, last, me, ntile * ch / rq->nch,
