@@ -673,7 +673,6 @@ static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const 
                A1 * b + B1 * SHUF(b, VX1) + C1 * a + D1 * SHUF(a, VX1));
         break;
     }
-#undef LANE_V
 }
 #endif
 
@@ -694,22 +693,13 @@ static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R
 #if RBYTES == 8
     const SFX(vv) A0 = SFX(vvld)(A_), A1 = SFX(vvld)(A_ + 8), E0 = SFX(vvld)(E_),
                   E1 = SFX(vvld)(E_ + 8);
-#define TWO_V(LO, HI)                                                                          \
-    for (i64 j = j0; j < j1; j++) {                                                            \
-        LOW_GROUP(j, G)                                                                        \
-        R *v_ = s + 16 * G;                                                                    \
-        SFX(vv) a = SFX(vvld)(v_), b = SFX(vvld)(v_ + 8);                                      \
-        SFX(vv) x = LO, y = HI;                                                                \
-        SFX(vvst)(v_, x);                                                                      \
-        SFX(vvst)(v_ + 8, y);                                                                  \
-    }
     switch (p * 2 + rx) {
-    case 0: TWO_V(A0 * a + E0 * SHUF(a, VX2), A1 * b + E1 * SHUF(b, VX2)); break;
-    case 1: TWO_V(A0 * a + E0 * SHUF(a, VX3), A1 * b + E1 * SHUF(b, VX3)); break;
-    case 2: TWO_V(A0 * a + E0 * SHUF(a, VX4), A1 * b + E1 * SHUF(b, VX4)); break;
-    case 3: TWO_V(A0 * a + E0 * SHUF(a, VX5), A1 * b + E1 * SHUF(b, VX5)); break;
-    case 4: TWO_V(A0 * a + E0 * b, A1 * b + E1 * a); break;
-    default: TWO_V(A0 * a + E0 * SHUF(b, VX1), A1 * b + E1 * SHUF(a, VX1)); break;
+    case 0: LANE_V(A0 * a + E0 * SHUF(a, VX2), A1 * b + E1 * SHUF(b, VX2)); break;
+    case 1: LANE_V(A0 * a + E0 * SHUF(a, VX3), A1 * b + E1 * SHUF(b, VX3)); break;
+    case 2: LANE_V(A0 * a + E0 * SHUF(a, VX4), A1 * b + E1 * SHUF(b, VX4)); break;
+    case 3: LANE_V(A0 * a + E0 * SHUF(a, VX5), A1 * b + E1 * SHUF(b, VX5)); break;
+    case 4: LANE_V(A0 * a + E0 * b, A1 * b + E1 * a); break;
+    default: LANE_V(A0 * a + E0 * SHUF(b, VX1), A1 * b + E1 * SHUF(a, VX1)); break;
     }
 #else
     const SFX(vv) A = SFX(vvld)(A_), E = SFX(vvld)(E_);
@@ -730,6 +720,7 @@ static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R
     }
 #endif
 #undef TWO_V
+#undef LANE_V
     return 1;
 }
 
