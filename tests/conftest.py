@@ -1,9 +1,22 @@
 """Shared test helpers: seeded generators and comparisons up to a global phase."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 import torch
+
+
+@contextlib.contextmanager
+def torch_threads(t: int):
+    """``torch.set_num_threads(t)`` for the block (the native kernels follow it)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(t)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def close_up_to_phase(a, b, atol: float = 1e-10) -> bool:

@@ -16,6 +16,7 @@ from qdiff.backends.statevector.native_coded import coded_plan, run_plan
 from qdiff.backends.statevector.simulate import simulate
 from qdiff.circuits import Circuit, Operation, ParamRef
 from qdiff.circuits.gates import GATES, get_gate
+from conftest import torch_threads
 
 pytestmark = pytest.mark.skipif(native.library() is None,
                                 reason="no C compiler: the native kernels are not built")
@@ -26,17 +27,6 @@ FUSING = ["rx", "ry", "rz", "rot", "h", "x", "y", "z", "s", "t", "sx", "p", "u3"
           "cz", "ch", "crx", "cry", "crz", "crot", "cp", "swap", "iswap", "ecr", "rxx", "ryy",
           "rzz", "single_excitation"]
 WIDE = ["ccx", "ccz", "cswap", "double_excitation"]
-
-
-def _threads(t):
-    class Ctx:
-        def __enter__(self):
-            self.old = torch.get_num_threads()
-            torch.set_num_threads(t)
-
-        def __exit__(self, *exc):
-            torch.set_num_threads(self.old)
-    return Ctx()
 
 
 def _circuit(seed, n, depth, names, low_bias=False):
@@ -71,7 +61,7 @@ def _sel(n, layers):
 
 
 def _compare(c, theta, cdtype, threads=1):
-    with torch.no_grad(), _threads(threads):
+    with torch.no_grad(), torch_threads(threads):
         ours = simulate(c, theta, cdtype=cdtype)
         with native.disabled():
             ref = simulate(c, theta, cdtype=cdtype)

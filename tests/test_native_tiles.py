@@ -14,6 +14,7 @@ from qdiff.backends.statevector.adjoint import adjoint_vjp
 from qdiff.backends.statevector.simulate import simulate
 from qdiff.circuits import Circuit, Operation, ParamRef
 from qdiff.circuits.gates import GATES, multirz_gate
+from conftest import torch_threads
 
 pytestmark = pytest.mark.skipif(native.library() is None,
                                 reason="no C compiler: the native kernels are not built")
@@ -35,17 +36,6 @@ def _circuit(seed, n, depth, pool):
     return Circuit(n, tuple(ops), num_params=p)
 
 
-def _threads(t):
-    class Ctx:
-        def __enter__(self):
-            self.old = torch.get_num_threads()
-            torch.set_num_threads(t)
-
-        def __exit__(self, *exc):
-            torch.set_num_threads(self.old)
-    return Ctx()
-
-
 @pytest.mark.parametrize("n,batch", [(16, 1), (17, 2)])
 @pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
 @pytest.mark.parametrize("threads", [1, 2])
@@ -54,7 +44,7 @@ def test_tiled_forward_matches_torch(n, batch, cdtype, threads, pool, monkeypatc
     monkeypatch.setenv("QDIFF_NATIVE_TILES", "2")  # tiles at every size from 2^16 on
     c = _circuit(n + batch + threads, n, 60, POOL if pool == "all" else CODED)
     theta = torch.tensor(np.random.default_rng(n).uniform(-3, 3, (batch, c.num_params)))
-    with torch.no_grad(), _threads(threads):
+    with torch.no_grad(), torch_threads(threads):
         ours = simulate(c, theta, cdtype=cdtype)
         with native.disabled():
             ref = simulate(c, theta, cdtype=cdtype)
@@ -77,7 +67,7 @@ def test_tiled_adjoint_matches_torch(n, batch, cdtype, threads, monkeypatch):
     for name, ms in cases.items():
         cm = c.with_measurements(ms)
         cot = torch.tensor(np.random.default_rng(n).normal(size=(batch, len(ms))))
-        with torch.no_grad(), _threads(threads):
+        with torch.no_grad(), torch_threads(threads):
             state = simulate(cm, theta, cdtype=cdtype)
             ours = adjoint_vjp(cm, theta, state.clone(), cot, trainable)
             with native.disabled():
@@ -92,7 +82,7 @@ def test_tiled_sweep_restores_the_input_state(cdtype):
     n = 16
     c = _circuit(77, n, 50, CODED).with_measurements((qd.expval(qd.X(2)),))
     theta = torch.rand(1, c.num_params, dtype=torch.float64)
-    with torch.no_grad(), _threads(2):
+    with torch.no_grad(), torch_threads(2):
         state = simulate(c, theta, cdtype=cdtype)
         _, psi = adjoint_vjp(c, theta, state.clone(), torch.ones(1, 1, dtype=torch.float64),
                              [True] * c.num_params, return_state=True)
@@ -130,7 +120,7 @@ def test_tiled_sweep_gradients_do_not_depend_on_the_thread_count(cdtype):
         state = simulate(c, theta, cdtype=cdtype)
     grads = []
     for t in (1, 2, 3):
-        with torch.no_grad(), _threads(t):
+        with torch.no_grad(), torch_threads(t):
             grads.append(adjoint_vjp(c, theta, state.clone(), cot, [True] * c.num_params))
     assert float(grads[0].abs().max()) > 1e-3
     assert torch.equal(grads[0], grads[1]) and torch.equal(grads[0], grads[2])
@@ -151,7 +141,7 @@ def test_tiled_sweep_of_a_deep_circuit_matches_the_untiled_sweep(threads, monkey
     out = {}
     for mode in ("1", "0"):
         monkeypatch.setenv("QDIFF_NATIVE_TILES", mode)
-        with torch.no_grad(), _threads(threads):
+        with torch.no_grad(), torch_threads(threads):
             state = simulate(c, theta, cdtype=torch.complex128)
             out[mode] = adjoint_vjp(c, theta, state, cot, [True] * c.num_params)
     assert float(out["1"].abs().max()) > 1e-3
