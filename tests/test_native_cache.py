@@ -173,6 +173,31 @@ def test_disabled_status_says_why(tmp_path):
     assert status == ["False", "True"]
 
 
+@pytest.mark.parametrize("var,value", [("QDIFF_NATIVE", "maybe"), ("QDIFF_NATIVE_TILES", "3"),
+                                       ("QDIFF_NATIVE_TILES", "fast")])
+def test_unknown_switch_values_are_errors(var, value, monkeypatch):
+    from qdiff.backends.statevector import native_abi, native_lib
+    monkeypatch.setenv(var, value)
+    read = native_lib._disabled_by_env if var == "QDIFF_NATIVE" else native_abi.tiles
+    with pytest.raises(qd.QdiffError, match=rf"{var}='{value}': expected"):
+        read()
+
+
+@pytest.mark.parametrize("value,off", [("0", True), ("off", True), ("FALSE", True), ("1", False),
+                                       (" on ", False), ("yes", False)])
+def test_native_switch_values(value, off, monkeypatch):
+    from qdiff.backends.statevector import native_lib
+    monkeypatch.setenv("QDIFF_NATIVE", value)
+    assert native_lib._disabled_by_env() is off
+
+
+def test_tile_modes(monkeypatch):
+    from qdiff.backends.statevector import native_abi
+    for value, mode in [("0", 0), ("off", 0), ("1", 1), ("", 1), ("2", 2), ("Always", 2)]:
+        monkeypatch.setenv("QDIFF_NATIVE_TILES", value)
+        assert native_abi.tiles() == mode
+
+
 def test_doctor_reports_the_kernels(capsys):
     from qdiff.cli import main
     assert main(["doctor"]) == 0

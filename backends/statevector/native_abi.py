@@ -90,8 +90,15 @@ def tiles() -> int:
     """``QDIFF_NATIVE_TILES``: 1 (default) runs of gates on large states share memory passes in
     cache tiles where that pays off (and, below, gates on two bits fuse into blocks), 0 never,
     2 always (comparisons and tests)."""
-    mode = os.environ.get("QDIFF_NATIVE_TILES", "1").strip()
-    return {"0": 0, "off": 0, "2": 2, "always": 2}.get(mode, 1)
+    mode = os.environ.get("QDIFF_NATIVE_TILES", "1").strip().lower()
+    try:
+        return _TILE_MODES[mode]
+    except KeyError:
+        raise QdiffError(f"QDIFF_NATIVE_TILES={mode!r}: expected 0 (off), 1 (the default) or "
+                         "2 (always)") from None
+
+
+_TILE_MODES = {"0": 0, "off": 0, "1": 1, "on": 1, "": 1, "2": 2, "always": 2}
 
 
 def threads() -> int:

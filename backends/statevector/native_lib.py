@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from qdiff.circuits.errors import QdiffError
 from qdiff.backends.statevector.native_abi import check_abi
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,14 @@ def _cpu_tag() -> str:
 
 
 def _disabled_by_env() -> bool:
-    return os.environ.get("QDIFF_NATIVE", "1").strip().lower() in ("0", "false", "no", "off")
+    """``QDIFF_NATIVE``: 0/off/false/no turns the native kernels off, 1/on/true/yes (the
+    default) leaves them on; any other value is an error."""
+    value = os.environ.get("QDIFF_NATIVE", "1").strip().lower()
+    if value in ("0", "false", "no", "off"):
+        return True
+    if value in ("1", "true", "yes", "on", ""):
+        return False
+    raise QdiffError(f"QDIFF_NATIVE={value!r}: expected 0 or 1 (off/on, false/true, no/yes)")
 
 
 def library():
