@@ -593,8 +593,8 @@ static void SFX(bgrad_add)(const SFX(bctx_t) *c, const gate_t *g, int j, i64 b0,
     for (i64 l = 0; l < W && b0 + l < c->B; l++) gtheta[(b0 + l) * P + col] += f * vr[l];
 }
 
-/* gm = a b for 2x2 complex a (double) and b (R). */
-static void SFX(bmul2)(const double *a, const R *b, double *gm) {
+/* gm = a b for 2x2 complex a and b, all double. */
+static void SFX(dmul2)(const double *a, const double *b, double *gm) {
     for (int r = 0; r < 2; r++)
         for (int q = 0; q < 2; q++) {
             double sr = 0, si = 0;
@@ -607,6 +607,13 @@ static void SFX(bmul2)(const double *a, const R *b, double *gm) {
             gm[2 * (2 * r + q)] = sr;
             gm[2 * (2 * r + q) + 1] = si;
         }
+}
+
+/* gm = a b for 2x2 complex a (double) and b (R): b widened, then dmul2. */
+static void SFX(bmul2)(const double *a, const R *b, double *gm) {
+    double bd[8];
+    for (int e = 0; e < 8; e++) bd[e] = (double)b[e];
+    SFX(dmul2)(a, bd, gm);
 }
 
 /* Lanes are taken 8 at a time (a vector) with the 8 overlap sums in registers. */
@@ -885,18 +892,7 @@ static void SFX(bsweep)(const SFX(bctx_t) *cp, R *S, R *L, i64 b0, i64 lo, i64 s
                         du[e] = vu ? c.umat[i][8 * (1 + j) + e] : ml[(8 * (1 + j) + e) * W + l];
                         uu[e] = vu ? vbuf[e] : vl[e * W + l];  /* U^dag */
                     }
-                    for (int r = 0; r < 2; r++)
-                        for (int q = 0; q < 2; q++) {
-                            double sr = 0, si = 0;
-                            for (int t = 0; t < 2; t++) {
-                                double ar = du[2 * (2 * r + t)], ai = du[2 * (2 * r + t) + 1];
-                                double br = uu[2 * (2 * t + q)], bi = uu[2 * (2 * t + q) + 1];
-                                sr += ar * br - ai * bi;
-                                si += ar * bi + ai * br;
-                            }
-                            gm[2 * (2 * r + q)] = sr;
-                            gm[2 * (2 * r + q) + 1] = si;
-                        }
+                    SFX(dmul2)(du, uu, gm);
                     double acc = 0;
                     for (int e = 0; e < 4; e++)
                         acc += gm[2 * e] * m[(2 * e) * W + l] - gm[2 * e + 1] * m[(2 * e + 1) * W + l];
