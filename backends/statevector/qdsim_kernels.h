@@ -21,7 +21,8 @@ typedef struct {
     double *whdr;
     SFX(scratch_t) *scr;
     void *scr_mem;
-    R *tbuf;        /* per thread: two tiles (psi, lam) of 2^(TILE_LOW + TILE_HIGH) amplitudes */
+    R *tbuf;        /* per thread: two tiles (psi, lam) of 2^(TILE_LOW + tk) amplitudes */
+    int tk;         /* high bits of a tile in this call (tile_high) */
     int tiles;      /* 0 off, 1 where they pay off, 2 always (tests) */
 } SFX(ctx_t);
 
@@ -569,10 +570,17 @@ static inline __attribute__((always_inline)) void SFX(vstep_blocks)(
             V[2 * k + 1][l] = (l & 1) ? v[2 * k + 1] : -v[2 * k + 1];
         }
     int cnt = 0;
+    const int pf = pf_run(w * (i64)sizeof(R));
+    const i64 pd = PF_BYTES / (i64)sizeof(R);
     for (i64 j = j0; j < j1; j++) {
         R *restrict lx = lam + 2 * w * j, *restrict ly = lx + w;
         R *restrict px = psi + 2 * w * j, *restrict py = px + w;
         for (i64 e = e0; e < e1; e += VL) {
+            if (pf) {
+                const i64 o_ = pf_ahead(e, pd, w);
+                PF_AT(px, o_, sizeof(R)); PF_AT(px, o_ + w, sizeof(R));
+                PF_AT(lx, o_, sizeof(R)); PF_AT(lx, o_ + w, sizeof(R));
+            }
             SFX(vv) a0 = SFX(vvld)(px + e), a1 = SFX(vvld)(py + e);
             SFX(vv) l0 = SFX(vvld)(lx + e), l1 = SFX(vvld)(ly + e);
             SFX(vv) s0 = SHUF(a0, VX1), s1 = SHUF(a1, VX1);
@@ -603,9 +611,15 @@ static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1
             V[2 * k][l] = u[2 * k];
             V[2 * k + 1][l] = (l & 1) ? u[2 * k + 1] : -u[2 * k + 1];
         }
+    const int pf = pf_run(w * (i64)sizeof(R));
+    const i64 pd = PF_BYTES / (i64)sizeof(R);
     for (i64 j = j0; j < j1; j++) {
         R *restrict x = s + 2 * w * j, *restrict y = x + w;
         for (i64 e = e0; e < e1; e += VL) {
+            if (pf) {
+                const i64 o_ = pf_ahead(e, pd, w);
+                PF_AT(x, o_, sizeof(R)); PF_AT(x, o_ + w, sizeof(R));
+            }
             SFX(vv) a0 = SFX(vvld)(x + e), a1 = SFX(vvld)(y + e);
             SFX(vv) s0 = SHUF(a0, VX1), s1 = SHUF(a1, VX1);
             SFX(vvst)(x + e, V[0] * a0 + V[1] * s0 + V[2] * a1 + V[3] * s1);
@@ -741,10 +755,16 @@ static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1,
     for (int l = 0; l < VL; l += 2) alt[l] = -1;
     const SFX(vv) P0 = zero + u[0], P3 = zero + u[6];
     const SFX(vv) Q1 = real ? zero + u[2] : alt * u[3], Q2 = real ? zero + u[4] : alt * u[5];
+    const int pf = pf_run(w * (i64)sizeof(R));
+    const i64 pd = PF_BYTES / (i64)sizeof(R);
     if (real) {
         for (i64 j = j0; j < j1; j++) {
             R *restrict x = s + 2 * w * j, *restrict y = x + w;
             for (i64 e = e0; e < e1; e += VL) {
+                if (pf) {
+                    const i64 o_ = pf_ahead(e, pd, w);
+                    PF_AT(x, o_, sizeof(R)); PF_AT(x, o_ + w, sizeof(R));
+                }
                 SFX(vv) a0 = SFX(vvld)(x + e), a1 = SFX(vvld)(y + e);
                 SFX(vvst)(x + e, P0 * a0 + Q1 * a1);
                 SFX(vvst)(y + e, Q2 * a0 + P3 * a1);
@@ -755,6 +775,10 @@ static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1,
     for (i64 j = j0; j < j1; j++) {
         R *restrict x = s + 2 * w * j, *restrict y = x + w;
         for (i64 e = e0; e < e1; e += VL) {
+            if (pf) {
+                const i64 o_ = pf_ahead(e, pd, w);
+                PF_AT(x, o_, sizeof(R)); PF_AT(x, o_ + w, sizeof(R));
+            }
             SFX(vv) a0 = SFX(vvld)(x + e), a1 = SFX(vvld)(y + e);
             SFX(vvst)(x + e, P0 * a0 + Q1 * SHUF(a1, VX1));
             SFX(vvst)(y + e, Q2 * SHUF(a0, VX1) + P3 * a1);
@@ -1287,7 +1311,7 @@ static const R *SFX(coded_data)(const gate_t *g, double *hdr, R *w, const double
  * matters. Decodes nops gates and nextra slot records; scratch for nthreads threads. */
 static int SFX(ctx_init)(SFX(ctx_t) *c, const qd_program *prog, const qd_program *extra,
                          const qd_angles *ang, i64 B, const i64 *shared_cols, int nthreads,
-                         int n, int tiles) {
+                         int n, int tiles, int fwd) {
     i64 nops = prog->nops, nextra = extra ? extra->nops : 0;
     memset(c, 0, sizeof(*c));
     c->ngates = nops;
@@ -1344,7 +1368,8 @@ static int SFX(ctx_init)(SFX(ctx_t) *c, const qd_program *prog, const qd_program
     if (!c->scr_mem || !c->scr) return QD_ENOMEM;
     c->tiles = tiles;
     if (n >= TILE_MIN_N && tiles) {
-        c->tbuf = (R *)malloc(sizeof(R) * 4 * ((size_t)1 << (TILE_LOW + TILE_HIGH)) * nt);
+        c->tk = tile_high(fwd, RSIZE);
+        c->tbuf = (R *)malloc(sizeof(R) * 4 * ((size_t)1 << (TILE_LOW + c->tk)) * nt);
         if (!c->tbuf) return QD_ENOMEM;
     }
     for (size_t t = 0; t < nt; t++) {
@@ -1414,7 +1439,7 @@ static void SFX(run_chunked)(R *st, int n, int cb, const SFX(ctx_t) *c, const R 
 
 /* The tile buffer of thread tid (two tiles: which 0 psi, 1 lam). */
 static R *SFX(tile_buf)(const SFX(ctx_t) *c, int tid, int which) {
-    return c->tbuf + ((size_t)(2 * tid + which) << (TILE_LOW + TILE_HIGH + 1));
+    return c->tbuf + ((size_t)(2 * tid + which) << (TILE_LOW + c->tk + 1));
 }
 
 /* Copy tile t of st into buf (dir 0) or back (dir 1). */
@@ -1467,6 +1492,7 @@ static int SFX(tile_schedule)(const SFX(ctx_t) *c, i64 t, i64 tend, i64 nops, in
     i64 blocked = 0;
     int cnt = 0;
     ts->k = 0;
+    ts->kmax = c->tk;
     for (i64 e = t; e < tend && (blocked & all) != all; e++) {
         i64 i = rev ? nops - 1 - e : e;
         if (done[i]) continue;
@@ -1602,6 +1628,15 @@ static int SFX(fz_pairs)(const R *m, int *io) {
  * of a 4x4 on bits hi > lo: paired (pc: the two 2x2 blocks, o: column then row offsets in
  * reals) or dense (m). One function per vector width (64 bytes down to one amplitude), so
  * that gates on the lowest bits fuse too. */
+/* prefetch the four amplitude groups of vector q (for the streams of a middle-bit pass) */
+#define FZ_PF(q)                                                                               \
+    do {                                                                                       \
+        i64 t_ = (q) * va;                                                                     \
+        t_ = ((t_ & ~mlo) << 1) | (t_ & mlo);                                                  \
+        t_ = 2 * (((t_ & ~mhi) << 1) | (t_ & mhi));                                            \
+        PF_AT(st, t_, sizeof(R)); PF_AT(st, t_ + olo, sizeof(R));                              \
+        PF_AT(st, t_ + ohi, sizeof(R)); PF_AT(st, t_ + ohi + olo, sizeof(R));                  \
+    } while (0)
 #define FZ_PART(NAME, NV, ...)                                                                 \
 typedef R SFX(NAME##_t) __attribute__((vector_size(NV * sizeof(R))));                          \
 static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R *pc, const i64 *o_,  \
@@ -1609,6 +1644,8 @@ static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R *pc, c
     typedef SFX(NAME##_t) V;                                                                   \
     const i64 va = NV / 2, olo = (i64)2 << lo, ohi = (i64)2 << hi;                             \
     const i64 mlo = ((i64)1 << lo) - 1, mhi = ((i64)1 << hi) - 1;                              \
+    const i64 rlo = olo * (i64)sizeof(R), dv = PF_BYTES / (NV * (i64)sizeof(R));               \
+    const int pf = pf_run(rlo >= 512 ? rlo : ohi * (i64)sizeof(R));                            \
     if (paired) {                                                                              \
         V Vr[8], Vi[8];                                                                        \
         for (int e = 0; e < 8; e++)                                                            \
@@ -1622,6 +1659,7 @@ static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R *pc, c
             i64 j = v * va;                                                                    \
             j = ((j & ~mlo) << 1) | (j & mlo);                                                 \
             j = ((j & ~mhi) << 1) | (j & mhi);                                                 \
+            if (pf) FZ_PF(v + dv);                                                             \
             R *p = st + 2 * j;                                                                 \
             V a0, a1, a2, a3;                                                                  \
             memcpy(&a0, p + o0, sizeof(V)); memcpy(&a1, p + o1, sizeof(V));                    \
@@ -1647,6 +1685,7 @@ static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R *pc, c
         i64 j = v * va;                                                                        \
         j = ((j & ~mlo) << 1) | (j & mlo);                                                     \
         j = ((j & ~mhi) << 1) | (j & mhi);                                                     \
+        if (pf) FZ_PF(v + dv);                                                                 \
         R *p = st + 2 * j;                                                                     \
         V a0, a1, a2, a3;                                                                      \
         memcpy(&a0, p, sizeof(V)); memcpy(&a1, p + olo, sizeof(V));                            \
@@ -1669,6 +1708,7 @@ FZ_PART(fz_part8, 8, 1, 0, 3, 2, 5, 4, 7, 6)
 FZ_PART(fz_part4, 4, 1, 0, 3, 2)
 FZ_PART(fz_part2, 2, 1, 0)
 #undef FZ_PART
+#undef FZ_PF
 
 /* The widest vector part for lo: reals per vector. */
 static void SFX(fz_part)(R *restrict st, int hi, int lo, int paired, const R *pc,
@@ -1868,6 +1908,23 @@ static int SFX(fz_build)(const gate_t *const *gs, const R *const *ud, i64 cnt, i
 /* The gates from position start (in order, or their inverses in reverse order), fused into
  * two-bit blocks, then applied: consecutive ops whose bits all lie below CHUNK_BITS share
  * chunked passes. Returns 0 when out of memory (nothing applied). */
+/* Ops that fit a chunk of 2^cb amplitudes move later, past ops that do not fit and act on
+ * other bits (ops on disjoint bits commute), up to the next op that fits: they then share that
+ * op's chunked pass instead of taking a pass of their own (SEL: the rotation on bit 0 waits
+ * for the layer's low-bit blocks). At most 64 places per op. */
+static void SFX(fz_sink)(SFX(fzop_t) *ops, i64 nout, int cb) {
+    for (i64 i = nout - 2; i >= 0; i--) {
+        if (!fits_chunk(ops[i].g, cb)) continue;
+        for (i64 j = i; j + 1 < nout && j - i < 64; j++) {
+            const gate_t *a = ops[j].g, *b = ops[j + 1].g;
+            if (fits_chunk(b, cb) || ((a->tmask | a->cmask) & (b->tmask | b->cmask))) break;
+            SFX(fzop_t) tmp = ops[j];
+            ops[j] = ops[j + 1];
+            ops[j + 1] = tmp;
+        }
+    }
+}
+
 static int SFX(run_fused)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, int dag,
                           int par, int tid, i64 start) {
     const i64 cnt = nops - start;
@@ -1888,8 +1945,12 @@ static int SFX(run_fused)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 n
     if (!ok) return 0;
     const SFX(fzop_t) *ops = L.ops;
     const i64 nout = L.nout;
-    /* apply: runs of ops below CHUNK_BITS share chunked passes */
-    int cb = n > CHUNK_BITS + 2 ? CHUNK_BITS : n;
+    /* apply: runs of ops on the low bits share chunked passes (chunks of up to 512 KiB, at
+     * least 8 of them; none below 2^15 amplitudes) */
+    const int fcb = RSIZE == 4 ? 16 : 15;
+    int cb = n - 3 < fcb ? n - 3 : fcb;
+    if (cb < CHUNK_BITS) cb = n;
+    if (cb < n) SFX(fz_sink)(L.ops, nout, cb);
     i64 t = 0;
     while (t < nout) {
         i64 e = t;
@@ -2100,7 +2161,7 @@ static int SFX(run)(qd_run_args *a) {
     i64 ntiles = make_tiles(n, B, 0);
     tile_t *tiles = (tile_t *)malloc((size_t)ntiles * sizeof(tile_t));
     const R **us = (const R **)malloc((size_t)(nops + 1) * (size_t)nt * sizeof(R *));
-    int rc = SFX(ctx_init)(&c, &a->prog, 0, &a->angles, B, 0, nthreads, n, a->tiles);
+    int rc = SFX(ctx_init)(&c, &a->prog, 0, &a->angles, B, 0, nthreads, n, a->tiles, 1);
     if (!us || !tiles || rc) {
         free(us);
         free(tiles);
@@ -2413,7 +2474,7 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
     i64 ntiles = slots ? B : make_tiles(n, B, 0);
     tile_t *tiles = (tile_t *)malloc((size_t)ntiles * sizeof(tile_t));
     int rc = SFX(ctx_init)(&c, &a->prog, slots ? &a->slots : 0, &a->angles, B, a->shared_cols,
-                           nthreads, n, a->tiles);
+                           nthreads, n, a->tiles, 0);
     R *scratch = 0;
     i64 tile_amps = 0;
     if (!rc && tiles) {
