@@ -2046,7 +2046,8 @@ static void SFX(run_one)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 no
     /* below: gates on two bits fused into blocks */
     if (c->tiles && n >= FZ_MIN_N && SFX(run_fused)(st, n, c, us, nops, dag, par, tid, start))
         return;
-    int cb = n > CHUNK_BITS + 2 ? CHUNK_BITS : n;
+    /* tiles off (QDIFF_NATIVE_TILES=0): every gate its own pass, no chunks shared either */
+    int cb = c->tiles && n > CHUNK_BITS + 2 ? CHUNK_BITS : n;
     i64 t = start;
     while (t < nops) {
         i64 i = dag ? nops - 1 - t : t;
