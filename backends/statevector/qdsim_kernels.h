@@ -1453,31 +1453,6 @@ static void SFX(tile_copy)(R *st, R *buf, const tileset_t *ts, i64 t, int dir) {
     }
 }
 
-/* The gates order[0..cnt) (all within ts), or their inverses, with data us[order[..]], applied
- * tile by tile (in place when the run has no high bits). */
-static void SFX(run_tiles)(R *st, int n, const SFX(ctx_t) *c, const R **us, const i64 *order,
-                           int cnt, const tileset_t *ts, int dag, int par, int tid) {
-    gate_t *loc = (gate_t *)malloc(sizeof(gate_t) * (size_t)cnt);
-    if (!loc) {  /* no memory for the relocated gates: gate by gate */
-        for (int q = 0; q < cnt; q++)
-            SFX(apply_range)(st, n, &c->gates[order[q]], us[order[q]], dag, par, &c->scr[tid]);
-        return;
-    }
-    for (int q = 0; q < cnt; q++) relocate(&c->gates[order[q]], ts, &loc[q]);
-    const int tb = TILE_LOW + ts->k;
-    const i64 ntile = (i64)1 << (n - tb);
-#pragma omp parallel for if (par > 1) num_threads(par) schedule(static)
-    for (i64 t = 0; t < ntile; t++) {
-        int me = par > 1 ? THREAD_ID : tid;
-        R *buf = ts->k ? SFX(tile_buf)(c, me, 0) : st + 2 * (t << TILE_LOW);
-        if (ts->k) SFX(tile_copy)(st, buf, ts, t, 0);
-        for (int q = 0; q < cnt; q++)
-            SFX(apply_range)(buf, tb, &loc[q], us[order[q]], dag, 1, &c->scr[me]);
-        if (ts->k) SFX(tile_copy)(st, buf, ts, t, 1);
-    }
-    free(loc);
-}
-
 /* The next run of a schedule that may reorder gates on disjoint bits (which commute): walking
  * the gates not yet done (done[i] == 0) at positions [t, tend) (in order, or reversed when
  * rev: position e is gate e, or nops - 1 - e), a gate joins the run when its bits fit the tile set
@@ -1485,9 +1460,11 @@ static void SFX(run_tiles)(R *st, int n, const SFX(ctx_t) *c, const R **us, cons
  * for the rest of the walk. The run's gates go to order[] (in application order) and are marked
  * done; returns their count (0: the first pending gate fits no tile set). One memory pass per
  * run: a layer of one-qubit gates and the entangling gates after it share passes where the
- * gates' order would split them. */
-static int SFX(tile_schedule)(const SFX(ctx_t) *c, i64 t, i64 tend, i64 nops, int rev,
-                              char *done, i64 *order, tileset_t *ts, int nbits) {
+ * gates' order would split them. gl (optional): the gate at position i is gl[i] (a list of
+ * fused ops) instead of c->gates[i]. */
+static int SFX(tile_schedule)(const SFX(ctx_t) *c, const gate_t *const *gl, i64 t, i64 tend,
+                              i64 nops, int rev, char *done, i64 *order, tileset_t *ts,
+                              int nbits) {
     const i64 all = nbits >= 63 ? -1 : (((i64)1 << nbits) - 1);
     i64 blocked = 0;
     int cnt = 0;
@@ -1496,7 +1473,7 @@ static int SFX(tile_schedule)(const SFX(ctx_t) *c, i64 t, i64 tend, i64 nops, in
     for (i64 e = t; e < tend && (blocked & all) != all; e++) {
         i64 i = rev ? nops - 1 - e : e;
         if (done[i]) continue;
-        const gate_t *g = &c->gates[i];
+        const gate_t *g = gl ? gl[i] : &c->gates[i];
         i64 gb = g->tmask | g->cmask;
         if (!(gb & blocked) && tile_add(ts, g)) {
             order[cnt++] = i;
@@ -1925,24 +1902,30 @@ static void SFX(fz_sink)(SFX(fzop_t) *ops, i64 nout, int cb) {
     }
 }
 
-static int SFX(run_fused)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, int dag,
-                          int par, int tid, i64 start) {
+/* The program's gates from position start on (or their inverses, last first), fused into L;
+ * 0 when there is no memory for it. */
+static int SFX(fz_program)(const SFX(ctx_t) *c, const R **us, i64 nops, int dag, i64 start,
+                           SFX(fzlist_t) *L) {
     const i64 cnt = nops - start;
     const gate_t **gs = (const gate_t **)malloc(sizeof(gate_t *) * (size_t)(cnt + 1));
     const R **ud = (const R **)malloc(sizeof(R *) * (size_t)(cnt + 1));
-    SFX(fzlist_t) L;
-    if (!gs || !ud) {
-        free(gs); free(ud);
-        return 0;
+    int ok = gs && ud;
+    if (ok) {
+        for (i64 t = start; t < nops; t++) {
+            const i64 i = dag ? nops - 1 - t : t;
+            gs[t - start] = &c->gates[i];
+            ud[t - start] = us[i];
+        }
+        ok = SFX(fz_build)(gs, ud, cnt, dag, L);
     }
-    for (i64 t = start; t < nops; t++) {
-        const i64 i = dag ? nops - 1 - t : t;
-        gs[t - start] = &c->gates[i];
-        ud[t - start] = us[i];
-    }
-    int ok = SFX(fz_build)(gs, ud, cnt, dag, &L);
     free(gs); free(ud);
-    if (!ok) return 0;
+    return ok;
+}
+
+static int SFX(run_fused)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, int dag,
+                          int par, int tid, i64 start) {
+    SFX(fzlist_t) L;
+    if (!SFX(fz_program)(c, us, nops, dag, start, &L)) return 0;
     const SFX(fzop_t) *ops = L.ops;
     const i64 nout = L.nout;
     /* apply: runs of ops on the low bits share chunked passes (chunks of up to 512 KiB, at
@@ -1973,30 +1956,23 @@ static int SFX(run_fused)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 n
     return 1;
 }
 
-/* run_tiles with the run's gates fused into two-bit blocks (relocated into the tile first):
- * fewer passes over each tile and no pass of its own for a CNOT. */
-static void SFX(run_tiles_fused)(R *st, int n, const SFX(ctx_t) *c, const R **us,
-                                 const i64 *order, int cnt, const tileset_t *ts, int dag,
-                                 int par, int tid) {
+/* Fused ops ops[order[0..cnt)] (all within ts) applied tile by tile: each relocated into the
+ * tile, then every tile gathered into this thread's buffer (in place when the run has no high
+ * bits), the ops applied in order, the tile written back. No memory for the relocated ops: one
+ * by one on the whole state. */
+static void SFX(run_tiles)(R *st, int n, const SFX(ctx_t) *c, const SFX(fzop_t) *ops,
+                           const i64 *order, int cnt, const tileset_t *ts, int par, int tid) {
     gate_t *loc = (gate_t *)malloc(sizeof(gate_t) * (size_t)cnt);
-    const gate_t **gs = (const gate_t **)malloc(sizeof(gate_t *) * (size_t)cnt);
-    const R **ud = (const R **)malloc(sizeof(R *) * (size_t)cnt);
-    SFX(fzlist_t) L;
-    int ok = loc && gs && ud;
-    if (ok) {
-        for (int q = 0; q < cnt; q++) {
-            relocate(&c->gates[order[q]], ts, &loc[q]);
-            gs[q] = &loc[q];
-            ud[q] = us[order[q]];
-        }
-        ok = SFX(fz_build)(gs, ud, cnt, dag, &L);
-    }
-    free(gs);
-    free(ud);
-    if (!ok) {
-        free(loc);
-        SFX(run_tiles)(st, n, c, us, order, cnt, ts, dag, par, tid);
+    SFX(fzop_t) *lops = (SFX(fzop_t) *)malloc(sizeof(SFX(fzop_t)) * (size_t)cnt);
+    if (!loc || !lops) {
+        free(loc); free(lops);
+        for (int q = 0; q < cnt; q++) SFX(fz_one)(st, n, &ops[order[q]], par, &c->scr[tid]);
         return;
+    }
+    for (int q = 0; q < cnt; q++) {
+        relocate(ops[order[q]].g, ts, &loc[q]);
+        lops[q] = ops[order[q]];
+        lops[q].g = &loc[q];
     }
     const int tb = TILE_LOW + ts->k;
     const i64 ntile = (i64)1 << (n - tb);
@@ -2005,11 +1981,47 @@ static void SFX(run_tiles_fused)(R *st, int n, const SFX(ctx_t) *c, const R **us
         int me = par > 1 ? THREAD_ID : tid;
         R *buf = ts->k ? SFX(tile_buf)(c, me, 0) : st + 2 * (t << TILE_LOW);
         if (ts->k) SFX(tile_copy)(st, buf, ts, t, 0);
-        for (i64 q = 0; q < L.nout; q++) SFX(fz_one)(buf, tb, &L.ops[q], 1, &c->scr[me]);
+        for (int q = 0; q < cnt; q++) SFX(fz_one)(buf, tb, &lops[q], 1, &c->scr[me]);
         if (ts->k) SFX(tile_copy)(st, buf, ts, t, 1);
     }
-    SFX(fz_free)(&L);
     free(loc);
+    free(lops);
+}
+
+/* A large state's forward in tile runs: the program is fused into two-bit blocks first (a
+ * CNOT and the rotations on its wires stay one block), then the fused ops are scheduled into
+ * runs (tile_schedule over the ops) and each run applied tile by tile; an op no tile set holds
+ * runs on the whole state. 0 when there is no memory for the schedule. */
+static int SFX(run_tiled)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, int dag,
+                          int par, int tid, i64 start) {
+    SFX(fzlist_t) L;
+    if (!SFX(fz_program)(c, us, nops, dag, start, &L)) return 0;
+    const i64 nout = L.nout;
+    i64 *order = (i64 *)malloc(sizeof(i64) * (size_t)(nout + 1));
+    char *done = (char *)calloc((size_t)(nout + 1), 1);
+    const gate_t **gl = (const gate_t **)malloc(sizeof(gate_t *) * (size_t)(nout + 1));
+    if (!order || !done || !gl) {
+        free(order); free(done); free(gl);
+        SFX(fz_free)(&L);
+        return 0;
+    }
+    for (i64 q = 0; q < nout; q++) gl[q] = L.ops[q].g;
+    i64 t = 0;
+    while (t < nout) {
+        if (done[t]) { t++; continue; }
+        tileset_t ts;
+        int cnt = SFX(tile_schedule)(c, gl, t, nout, nout, 0, done, order, &ts, n);
+        if (cnt < 2) {  /* one op: on the whole state */
+            i64 q = cnt == 1 ? order[0] : t;
+            done[q] = 1;
+            SFX(fz_one)(st, n, &L.ops[q], par, &c->scr[tid]);
+            continue;
+        }
+        SFX(run_tiles)(st, n, c, L.ops, order, cnt, &ts, par, tid);
+    }
+    free(order); free(done); free(gl);
+    SFX(fz_free)(&L);
+    return 1;
 }
 
 static void SFX(run_one)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, i64 b,
@@ -2018,31 +2030,9 @@ static void SFX(run_one)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 no
     for (i64 i = start; i < nops; i++) us[i] = SFX(gate_data)(c, i, b, tid, 0);
     /* forward runs: tiles pay off once the state is larger than the last-level cache (below,
      * the kernels are compute-bound and the tile copies cost more than the passes saved) */
-    if (c->tbuf && (c->tiles == 2 || (RSIZE << (n + 1)) >= ((size_t)32 << 20))) {
-        i64 *order = (i64 *)malloc(sizeof(i64) * (size_t)(nops + 1));
-        char *done = (char *)calloc((size_t)(nops + 1), 1);
-        i64 t = start;
-        while (order && done && t < nops) {
-            i64 i = dag ? nops - 1 - t : t;
-            if (done[i]) { t++; continue; }
-            tileset_t ts;
-            int cnt = SFX(tile_schedule)(c, t, nops, nops, dag, done, order, &ts, n);
-            if (cnt < 2) {  /* one gate: in place */
-                if (cnt == 1) i = order[0];
-                done[i] = 1;
-                SFX(apply_range)(st, n, &gates[i], us[i], dag, par, &c->scr[tid]);
-                continue;
-            }
-            SFX(run_tiles_fused)(st, n, c, us, order, cnt, &ts, dag, par, tid);
-        }
-        if (order && done) {
-            free(order);
-            free(done);
-            return;
-        }
-        free(order);
-        free(done);
-    }
+    if (c->tbuf && (c->tiles == 2 || (RSIZE << (n + 1)) >= ((size_t)32 << 20)) &&
+        SFX(run_tiled)(st, n, c, us, nops, dag, par, tid, start))
+        return;
     /* below: gates on two bits fused into blocks */
     if (c->tiles && n >= FZ_MIN_N && SFX(run_fused)(st, n, c, us, nops, dag, par, tid, start))
         return;
@@ -2365,7 +2355,7 @@ static int SFX(sweep_tiled)(const SFX(ctx_t) *c, R *psi, R *lam, int n, i64 b, i
         i64 i = nops - 1 - t;
         if (done[i]) { t++; continue; }
         SFX(trun_t) *r = &runs[nr++];
-        int cnt = SFX(tile_schedule)(c, t, nsw, nops, 1, done, order + pos, &r->ts, n);
+        int cnt = SFX(tile_schedule)(c, 0, t, nsw, nops, 1, done, order + pos, &r->ts, n);
         r->pos = pos;
         if (cnt < 2) {  /* one gate (the first pending one if it fits no tile set): in place */
             if (cnt == 0) order[pos] = i;
