@@ -68,6 +68,15 @@ typedef int64_t i64;
  * along each stream's traversal (for write: every line is stored too). Shorter runs read like
  * one sequential stream, longer ones are followed by the hardware. */
 #define PF_BYTES 4096
+
+/* The general complex 2x2 and 4x4 kernels are compute-bound in cache: there products and sums
+ * contract into fused multiply-adds (the build's -std=c99 turns contraction off elsewhere;
+ * 3-9% less time for a general one-qubit gate measured). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define QD_FMA __attribute__((optimize("fp-contract=fast")))
+#else
+#define QD_FMA
+#endif
 static inline int pf_run(i64 run_bytes) { return run_bytes >= 512 && run_bytes <= 32768; }
 /* Offset (in elements, from the start of a block's first half) of the element d further along
  * the traversal of halves of w elements (w a power of two; blocks of 2w). */

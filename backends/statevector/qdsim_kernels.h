@@ -603,8 +603,8 @@ static inline __attribute__((always_inline)) void SFX(vstep_blocks)(
 
 /* A dense one-qubit gate u on halves of w >= VL reals: blocks [j0, j1), reals [e0, e1) of
  * each half (multiples of VL). */
-static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
-                                i64 e1) {
+QD_FMA static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1,
+                                       i64 e0, i64 e1) {
     SFX(vv) V[8];
     for (int k = 0; k < 4; k++)
         for (int l = 0; l < VL; l++) {
@@ -1616,8 +1616,8 @@ static int SFX(fz_pairs)(const R *m, int *io) {
     } while (0)
 #define FZ_PART(NAME, NV, ...)                                                                 \
 typedef R SFX(NAME##_t) __attribute__((vector_size(NV * sizeof(R))));                          \
-static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R *pc, const i64 *o_,  \
-                      const R *m, i64 v0, i64 v1) {                                            \
+QD_FMA static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R *pc,         \
+                             const i64 *o_, const R *m, i64 v0, i64 v1) {                      \
     typedef SFX(NAME##_t) V;                                                                   \
     const i64 va = NV / 2, olo = (i64)2 << lo, ohi = (i64)2 << hi;                             \
     const i64 mlo = ((i64)1 << lo) - 1, mhi = ((i64)1 << hi) - 1;                              \
