@@ -69,9 +69,9 @@ typedef int64_t i64;
  * one sequential stream, longer ones are followed by the hardware. */
 #define PF_BYTES 4096
 
-/* The general complex 2x2 and 4x4 kernels are compute-bound in cache: there products and sums
- * contract into fused multiply-adds (the build's -std=c99 turns contraction off elsewhere;
- * 3-9% less time for a general one-qubit gate measured). */
+/* The forward's one-qubit (vector and lane) and 4x4 kernels are compute-bound in cache: there
+ * products and sums contract into fused multiply-adds (the build's -std=c99 turns contraction
+ * off elsewhere; 3-20% less time for a general one-qubit gate measured). */
 #if defined(__GNUC__) && !defined(__clang__)
 #define QD_FMA __attribute__((optimize("fp-contract=fast")))
 #else

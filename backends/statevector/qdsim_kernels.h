@@ -214,7 +214,7 @@ static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const 
 #endif
 static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R *C_,
                          const R *D_, const int *hb, int nh, i64 j0, i64 j1);
-static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, const R *B_,
+QD_FMA static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, const R *B_,
                            const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
     if (!diag && SFX(lane_two)(s, p, A_, B_, C_, D_, hb, nh, j0, j1)) return;
 #if RBYTES == 8  /* 16 doubles span two vector registers: the kernel on two halves */
@@ -652,7 +652,7 @@ QD_FMA static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0,
 #if RBYTES == 8
 /* lane_part for complex128: out[e] = A[e] v[e] + B[e] v[e^1] + C[e] v[e^P] + D[e] v[e^P^1]
  * (P = 2 << p) on the two halves of each group. */
-static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const R *B_,
+QD_FMA static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const R *B_,
                              const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
     const SFX(vv) A0 = SFX(vvld)(A_), A1 = SFX(vvld)(A_ + 8), B0 = SFX(vvld)(B_),
                   B1 = SFX(vvld)(B_ + 8), C0 = SFX(vvld)(C_), C1 = SFX(vvld)(C_ + 8),
@@ -693,7 +693,7 @@ static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const 
 /* The lane kernel when every output needs two products, not four: B = D = 0 (a real matrix:
  * RY, H) or B = C = 0 (a real diagonal and an imaginary off-diagonal: RX); lanes outside the
  * controls (A = 1, B = C = D = 0) fit both. Returns 0 (nothing done) for other matrices. */
-static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R *C_,
+QD_FMA static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R *C_,
                          const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
     int nb = 1, nc = 1, nd = 1;
     for (int e = 0; e < 16; e++) {
@@ -740,7 +740,7 @@ static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R
 
 /* vdense_1q_part with the products the matrix needs: a real matrix (RY, H) or a real diagonal
  * with an imaginary off-diagonal (RX) takes two vector products per output instead of four. */
-static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
+QD_FMA static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
                                i64 e1) {
     const int real = u[1] == 0 && u[3] == 0 && u[5] == 0 && u[7] == 0;
     const int rx = u[1] == 0 && u[7] == 0 && u[2] == 0 && u[4] == 0;
