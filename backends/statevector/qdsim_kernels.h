@@ -315,6 +315,36 @@ static void SFX(flip_part)(R *s, int p, int c, i64 j0, i64 j1) {
         return;
     }
     if (c < 2 && w >= 16) {  /* control on bit 0 or 1: masked swaps of 8-amplitude groups */
+#if QD_VEC
+        /* as constant blends of the two halves' 64-byte vectors (lanes whose control is set
+         * swap); a 16-double vector would be split into scalar moves */
+        typedef R vb_t __attribute__((vector_size(64)));
+#if RBYTES == 4
+#define FB(l, c) ((((l) >> ((c) + 1)) & 1) ? 16 + (l) : (l))
+#define FBS(c) FB(0, c), FB(1, c), FB(2, c), FB(3, c), FB(4, c), FB(5, c), FB(6, c),          \
+               FB(7, c), FB(8, c), FB(9, c), FB(10, c), FB(11, c), FB(12, c), FB(13, c),       \
+               FB(14, c), FB(15, c)
+#else
+#define FB(l, c) ((((l) >> ((c) + 1)) & 1) ? 8 + (l) : (l))
+#define FBS(c) FB(0, c), FB(1, c), FB(2, c), FB(3, c), FB(4, c), FB(5, c), FB(6, c), FB(7, c)
+#endif
+#define FLIP_BLEND(C)                                                                          \
+        for (i64 j = j0; j < j1; j++) {                                                        \
+            R *restrict x = s + 2 * w * j, *restrict y = x + w;                                \
+            for (i64 e = 0; e < w; e += 64 / (i64)sizeof(R)) {                                 \
+                vb_t xv, yv, nx, ny;                                                           \
+                memcpy(&xv, x + e, 64); memcpy(&yv, y + e, 64);                                \
+                nx = __builtin_shufflevector(xv, yv, FBS(C));                                  \
+                ny = __builtin_shufflevector(yv, xv, FBS(C));                                  \
+                memcpy(x + e, &nx, 64); memcpy(y + e, &ny, 64);                                \
+            }                                                                                  \
+        }
+        if (c == 0) { FLIP_BLEND(0) } else { FLIP_BLEND(1) }
+#undef FLIP_BLEND
+#undef FBS
+#undef FB
+        return;
+#endif
         for (i64 j = j0; j < j1; j++) {
             R *restrict x = s + 2 * w * j, *restrict y = x + w;
             for (i64 e = 0; e < w; e += 16)
