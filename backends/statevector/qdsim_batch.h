@@ -98,6 +98,26 @@ static void SFX(bperm)(i64 *perm, i64 d, const gate_t *g) {
     }
 }
 
+/* Rot(phi, theta, omega) = RZ(omega) RY(theta) RZ(phi) as gate_eval writes it, from one sine
+ * and cosine per half angle; with deriv also dU/da_j = U(a_j + pi) / 2 (a product of Pauli
+ * rotations), the shifted half angles' sines and cosines read off the same values. */
+static void SFX(brot_fill)(double *u, double ar, double ai, double br, double bi, double ct,
+                           double st, double f) {
+    u[0] = f * ar * ct; u[1] = f * ai * ct; u[2] = -f * br * st; u[3] = -f * bi * st;
+    u[4] = f * br * st; u[5] = -f * bi * st; u[6] = f * ar * ct; u[7] = -f * ai * ct;
+}
+
+static void SFX(brot_eval)(const double *a, int deriv, double *u) {
+    double ct = cos(0.5 * a[1]), st = sin(0.5 * a[1]);
+    double ap = -0.5 * (a[0] + a[2]), bp = 0.5 * (a[0] - a[2]);
+    double ar = cos(ap), ai = sin(ap), br = cos(bp), bi = sin(bp);
+    SFX(brot_fill)(u, ar, ai, br, bi, ct, st, 1.0);
+    if (!deriv) return;
+    SFX(brot_fill)(u + 8, ai, -ar, -bi, br, ct, st, 0.5);   /* phi + pi: ap - pi/2, bp + pi/2 */
+    SFX(brot_fill)(u + 16, ar, ai, br, bi, -st, ct, 0.5);   /* theta + pi */
+    SFX(brot_fill)(u + 24, ai, -ar, bi, -br, ct, st, 0.5);  /* omega + pi: ap - pi/2, bp - pi/2 */
+}
+
 static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a, int deriv) {
     memset(c, 0, sizeof(*c));
     int n = a->n;
@@ -162,8 +182,11 @@ static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a, int deriv) {
             double ang[3] = {0, 0, 0};
             for (int j = 0; j < g->np; j++)
                 ang[j] = (g->col[j] >= 0 ? g->scale[j] * c->theta[g->col[j]] : 0.0) + g->shift[j];
-            gate_eval(g, ang, u);
-            for (int j = 0; j < g->np && deriv; j++) gate_deriv(g, ang, j, u + g->usize * (1 + j));
+            if (g->code == C_ROT) SFX(brot_eval)(ang, deriv, u);
+            else {
+                gate_eval(g, ang, u);
+                for (int j = 0; j < g->np && deriv; j++) gate_deriv(g, ang, j, u + g->usize * (1 + j));
+            }
         } else {
             const R *src = (const R *)g->data;
             for (i64 e = 0; e < g->usize; e++) u[e] = src[e];
@@ -876,11 +899,20 @@ static void SFX(bsweep)(const SFX(bctx_t) *cp, R *S, R *L, i64 b0, i64 lo, i64 s
             SFX(bstep_1q)(&c, g, S, L, s->perm, vu, vl, do_lam, m);
             /* grad_j = Re sum_rq (dU_j U^dag)[r][q] M[r][q] per lane */
             double *vr = s->acc + 8 * W + K * W;
+            double ms[8];  /* the lanes' sums of M (once per gate, when a shared angle needs them) */
+            int summed = 0;
             for (int j = 0; j < g->np; j++) {
                 if (!((g->tmask_p >> j) & 1)) continue;
                 if (vu && c.cshared[g->col[j]]) {  /* one matrix, one column: lane sums */
-                    double ms[8] = {0}, gm[8], acc = 0;
-                    for (int e = 0; e < 8; e++) LANES ms[e] += m[e * W + l];
+                    double gm[8], acc = 0;
+                    if (!summed) {
+                        for (int e = 0; e < 8; e++) {
+                            double t = 0;
+                            LANES t += m[e * W + l];
+                            ms[e] = t;
+                        }
+                        summed = 1;
+                    }
                     SFX(bmul2)(c.umat[i] + 8 * (1 + j), vbuf, gm);
                     for (int e = 0; e < 4; e++) acc += gm[2 * e] * ms[2 * e] - gm[2 * e + 1] * ms[2 * e + 1];
                     gtheta[b0 * c.P + g->col[j]] += 2.0 * g->scale[j] * acc;
