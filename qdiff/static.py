@@ -190,10 +190,15 @@ class Trace:
         return theta
 
     def replay(self, tensors):
-        grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        grad = False
+        if torch.is_grad_enabled():
+            for t in tensors:
+                if t.requires_grad:
+                    grad = True
+                    break
         if self.bound is not None and (not grad or self.rule.keep):
             if grad:
-                flat = BoundFunction.apply(self, *tensors)
+                flat = _apply_bound(self, tensors)
                 return flat if self.flat_out else self.shape(flat)
             flat = self.bound.run(tensors, keep=False)[0]
             return self.shape(flat if flat.dtype == self.dtype else flat.to(self.dtype))
@@ -289,22 +294,36 @@ class BoundFunction(torch.autograd.Function):
         out, res = trace.bound.run(tensors, keep=True)
         ctx.trace, ctx.residual = trace, res
         ctx.save_for_backward(*tensors)
-        return out if out.dtype == trace.dtype else out.to(trace.dtype)
+        return out if out.dtype is trace.dtype else out.to(trace.dtype)
 
     @staticmethod
     def backward(ctx, g_out):
         trace = ctx.trace
-        needs = ctx.needs_input_grad[1:]
+        needs = ctx.needs_input_grad
         if torch.is_grad_enabled():  # create_graph: a differentiable gradient
-            return (None,) + differentiable_grads(trace, ctx.saved_tensors, g_out, needs)
+            return (None,) + differentiable_grads(trace, ctx.saved_tensors, g_out, needs[1:])
         res, ctx.residual = ctx.residual, None  # consumed by the sweep (a second call reruns)
         # with the run's residual the engine reads neither the tensors nor their values (the
         # angles are the run's): the saved tensors are unpacked only for a rerun
         grads = trace.bound.grad(ctx.saved_tensors if res is None else None, res, g_out)
-        dtypes = trace.arg_dtypes
-        return (None,) + tuple(
-            None if g is None or not need else g if g.dtype is dt else g.to(dt)
-            for g, dt, need in zip(grads, dtypes, needs))
+        out = [None]
+        for g, dt, need in zip(grads, trace.arg_dtypes, needs[1:]):
+            out.append(None if g is None or not need else g if g.dtype is dt else g.to(dt))
+        return tuple(out)
+
+
+_FunctionBase_apply = super(torch.autograd.Function, BoundFunction).apply
+
+
+def _apply_bound(trace, tensors):
+    """``BoundFunction.apply(trace, *tensors)``; outside functorch transforms straight through
+    torch's C entry point with the arguments' dead functorch wrappers unwrapped, as
+    ``Function.apply`` does (it adds only the ``setup_context`` binding, which
+    :class:`BoundFunction` does not use)."""
+    if torch._C._are_functorch_transforms_active():
+        return BoundFunction.apply(trace, *tensors)
+    unwrap = torch._C._functorch.unwrap_if_dead
+    return _FunctionBase_apply(trace, *[unwrap(t) for t in tensors])
 
 
 def _probes(tensors, total: int):

@@ -333,3 +333,62 @@ def test_batch_size_and_dtype_changes_between_calls(steps):
         torch.testing.assert_close(ga.double(), rgx, atol=10 * tol, rtol=10 * tol)
         torch.testing.assert_close(gc.double(), rgw, atol=10 * tol, rtol=10 * tol)
     assert static.num_traces == 4
+
+
+@pytest.mark.parametrize("lanes", [8, 16, 32])
+@pytest.mark.parametrize("batch", [5, 19, 40])
+def test_gates_mixing_shared_and_per_binding_angles(monkeypatch, lanes, batch):
+    """A batch-shared angle column is held in the first row only (the kernels read it from
+    there): gates whose angles mix per-binding (scaled and shifted) and shared columns, in the
+    product prefix and after shared gates, with padding lanes, match the plain qnode."""
+    monkeypatch.setattr(prep_mod, "lanes_for", lambda n, b: lanes)
+    n = 3
+    dev = qd.device("statevector", wires=n)
+
+    def body(x, w):
+        qd.Rot(x[..., 0], w[0], 0.5 * x[..., 1] - 0.2, wires=0)  # prefix, mixed
+        qd.RY(-1.3 * w[1] + 0.4, wires=1)                       # prefix, shared
+        qd.RX(x[..., 2], wires=2)                               # prefix, per binding
+        qd.CNOT(wires=[0, 1])
+        qd.Rot(w[2], w[3], w[4], wires=1)                       # shared after the prefix
+        qd.Rot(w[5], 2.0 * x[..., 0], w[0], wires=2)            # mixed after shared gates
+        qd.CRY(w[1], wires=[2, 0])
+        qd.CRZ(x[..., 1] * 0.7 + 0.1, wires=[1, 2])
+        qd.IsingXX(w[3], wires=[0, 2])
+        return [qd.expval(qd.Z(0)), qd.expval(qd.Z(1) @ qd.Z(2)), qd.expval(qd.Z(2))]
+
+    plain, static = qd.qnode(dev)(body), qd.qnode(dev, static=True)(body)
+    g = torch.Generator().manual_seed(batch * 10 + lanes)
+    x = (torch.rand(batch, 3, generator=g, dtype=torch.float64) * 8 - 4).requires_grad_()
+    w = (torch.rand(6, generator=g, dtype=torch.float64) * 20 - 10).requires_grad_()
+    _compare(plain, static, [x, w])
+    assert _bound(static).lanes == lanes
+
+
+def test_shared_rot_gradients_against_finite_differences():
+    """Rot gates with batch-shared angles (their matrices and the three derivatives from one
+    set of half-angle sines and cosines) at large angles: central differences of the outputs."""
+    n, b = 2, 9
+    dev = qd.device("statevector", wires=n)
+
+    @qd.qnode(dev, static=True)
+    def f(x, w):
+        qd.AngleEmbedding(x, wires=range(n))
+        qd.Rot(w[0], w[1], w[2], wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.Rot(w[3], w[4], w[5], wires=1)
+        qd.Rot(w[2], w[0], w[4], wires=0)
+        return [qd.expval(qd.Z(0)), qd.expval(qd.Z(1))]
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(b, n, generator=g, dtype=torch.float64) * 4 - 2
+    w = (torch.tensor([37.1, -12.6, 0.3, 101.7, -5.5, 2.9], dtype=torch.float64)
+         ).requires_grad_()
+    cot = torch.linspace(-1.0, 1.5, b * n, dtype=torch.float64).reshape(b, n)
+    (gw,) = torch.autograd.grad((_flat(f(x, w)) * cot).sum(), [w])
+    h = 1e-6
+    for j in range(6):
+        e = torch.zeros(6, dtype=torch.float64)
+        e[j] = h
+        with torch.no_grad():
+            fd = ((_flat(f(x, w + e)) - _flat(f(x, w - e))) * cot).sum() / (2 * h)
+        assert abs(float(gw[j]) - float(fd)) < 1e-7 * (1 + abs(float(fd)))

@@ -317,73 +317,95 @@ class LaneBound(Bound):
         psi_bytes = (2 * self.bpad << n) * (8 if prep.cdtype == torch.complex128 else 4)
         self._theta_at = -(-psi_bytes // 8) * 8
         self._buf_len = max((self._theta_at >> 3) + self.bpad * p, 1)
-        self._spare = []  # residual buffers free again (list pop/append: thread-safe)
+        self._nsrc = len(gather.sizes)
+        self._spare = []  # slots free again (list pop/append: thread-safe)
         self.lib = native.library()
+
+    def _slot(self) -> "_Slot":
+        """A free slot (the residual buffer with its own argument block), or a new one."""
+        try:
+            return self._spare.pop()
+        except IndexError:
+            return _Slot(self)
+
+    def _release(self, slot) -> None:
+        if len(self._spare) < 2:
+            self._spare.append(slot)
 
     def _sources(self, tensors) -> list:
         out = []
         for t in tensors:
-            if t.dtype is not _F64 or t.device.type != "cpu":
+            if t.dtype is not _F64 or not t.is_cpu:
                 t = t.to("cpu", _F64)
             out.append(t if t.is_contiguous() else t.contiguous())
-        if self.consts is not None:
-            out.append(self.consts)
         return out
-
-    def _args(self, srcs):
-        """This call's argument block: a copy of the fixed one with the sources' pointers
-        (the array is returned too: it must outlive the call)."""
-        a = BatchArgs.from_buffer_copy(self.args)
-        arr = self._src_array(*[t.data_ptr() for t in srcs])
-        a.src = ctypes.addressof(arr)
-        a.nthreads = threads()
-        return a, arr
 
     def run(self, tensors, keep: bool) -> tuple:
         srcs = self._sources(tensors)
-        a, arr = self._args(srcs)
+        slot = self._slot()
+        a, arr = slot.args, slot.src
+        for i, t in enumerate(srcs):
+            arr[i] = t.data_ptr()
         out = torch.empty(self.prep.batch, self.k, dtype=_F64)
-        # the final states and the angles in one buffer (the residual of a kept run): a spare
-        # one when a gradient has consumed its residual, else a new one
-        try:
-            buf = self._spare.pop()
-        except IndexError:
-            buf = torch.empty(self._buf_len, dtype=_F64)
         a.out = out.data_ptr()
-        a.psi = base = buf.data_ptr()
-        a.theta = base + self._theta_at
-        rc = self.lib.qd_batch_run(ctypes.byref(a))
+        a.nthreads = threads()
+        a.theta_ready = 0
+        rc = self.lib.qd_batch_run(slot.ref)
         if rc:
+            self._release(slot)
             check(self.lib, rc, a, "batched program")
-        if keep:
-            return out, (buf, srcs)
-        if len(self._spare) < 2:
-            self._spare.append(buf)
+        if keep:  # the residual: the slot (final states, angles) and the sources it read
+            return out, (slot, srcs)
+        self._release(slot)
         return out, None
 
     def grad(self, tensors, residual, cotangent: torch.Tensor) -> list:
         """The run's gradients; with a residual ``tensors`` is not read (the residual holds
         the run's sources and angles). The residual is consumed: the sweep overwrites its
-        states, and its buffer serves a later run."""
+        states, and its slot serves a later run."""
         if residual is None:
             residual = self.run(tensors, keep=True)[1]
-        buf, srcs = residual
-        a, arr = self._args(srcs)
-        a.psi = base = buf.data_ptr()
-        a.theta, a.theta_ready = base + self._theta_at, 1  # the run's angles
-        cot = cotangent.detach()
-        if cot.dtype is not _F64 or cot.device.type != "cpu":
-            cot = cot.to("cpu", _F64)
+        slot, srcs = residual
+        a = slot.args  # the run's sources and angles are in it already
+        a.theta_ready = 1
+        a.nthreads = threads()
+        cot = cotangent  # read through its pointer only (never part of a graph here)
+        if cot.dtype is not _F64 or not cot.is_cpu:
+            cot = cot.detach().to("cpu", _F64)
         if not cot.is_contiguous():
             cot = cot.contiguous()
         # the kernel writes every element of each wanted gradient (zeros where none flows)
         new = torch.empty if self.prep.batch else torch.zeros
-        out = [new(t.shape, dtype=_F64) if need else None for t, need in zip(srcs, self.needs)]
-        gout = self._src_array(*[0 if g is None else g.data_ptr() for g in out])
-        a.cot, a.gout = cot.data_ptr(), ctypes.addressof(gout)
-        rc = self.lib.qd_batch_adjoint(ctypes.byref(a))
+        out = []
+        gout = slot.gout
+        for i, (t, need) in enumerate(zip(srcs, self.needs)):
+            g = new(t.shape, dtype=_F64) if need else None
+            gout[i] = None if g is None else g.data_ptr()
+            out.append(g)
+        a.cot = cot.data_ptr()
+        rc = self.lib.qd_batch_adjoint(slot.ref)
+        self._release(slot)  # the residual is consumed: its slot serves the next run
         if rc:
             check(self.lib, rc, a, "batched adjoint sweep")
-        if len(self._spare) < 2:  # the residual is consumed: its buffer serves the next run
-            self._spare.append(buf)
         return out
+
+
+class _Slot:
+    """One run's residual buffer (final states, then angles) with its own argument block: the
+    fixed fields, the constants' and the buffer's pointers set once; a run fills in the
+    sources and the outputs, its gradient the cotangent and the gradient buffers."""
+
+    __slots__ = ("buf", "args", "ref", "src", "gout")
+
+    def __init__(self, bound: LaneBound):
+        self.buf = torch.empty(bound._buf_len, dtype=_F64)
+        self.args = a = BatchArgs.from_buffer_copy(bound.args)
+        self.ref = ctypes.byref(a)
+        self.src = bound._src_array()
+        self.gout = bound._src_array()
+        if bound.consts is not None:
+            self.src[bound._nsrc] = bound.consts.data_ptr()
+        a.src = ctypes.addressof(self.src)
+        a.gout = ctypes.addressof(self.gout)
+        a.psi = base = self.buf.data_ptr()
+        a.theta = base + bound._theta_at

@@ -24,8 +24,8 @@
  * on [-pi/4, pi/4] (error within an ulp or two); libm for a batch with any |x| >= 8e5. */
 static void qd_vsincos(const double *restrict x, double *restrict s, double *restrict c,
                        long long n) {
-    double big = 0;
-    for (long long i = 0; i < n; i++) big = fmax(big, fabs(x[i]));
+    double big = 0;  /* a NaN leaves big as it is (as fmax would); inline, vectorised */
+    for (long long i = 0; i < n; i++) { double ax = fabs(x[i]); big = ax > big ? ax : big; }
     if (!(big < 8.0e5)) {
         for (long long i = 0; i < n; i++) { s[i] = sin(x[i]); c[i] = cos(x[i]); }
         return;
@@ -61,7 +61,7 @@ typedef struct {
     int n;
     i64 d, B, W, nch, P, nops, pe, K;
     gate_t *gates;
-    double *theta;     /* Bpad x P */
+    double *theta;     /* Bpad x P; a batch-shared column is held (and read) in row 0 only */
     int own_theta;
     char *cshared;     /* per column: the same source element in every row */
     double **umat;     /* per gate: uniform matrix and derivatives (double), or NULL */
@@ -98,6 +98,26 @@ static void SFX(bperm)(i64 *perm, i64 d, const gate_t *g) {
     }
 }
 
+/* Rot(phi, theta, omega) = RZ(omega) RY(theta) RZ(phi) as gate_eval writes it, from one sine
+ * and cosine per half angle; with deriv also dU/da_j = U(a_j + pi) / 2 (a product of Pauli
+ * rotations), the shifted half angles' sines and cosines read off the same values. */
+static void SFX(brot_fill)(double *u, double ar, double ai, double br, double bi, double ct,
+                           double st, double f) {
+    u[0] = f * ar * ct; u[1] = f * ai * ct; u[2] = -f * br * st; u[3] = -f * bi * st;
+    u[4] = f * br * st; u[5] = -f * bi * st; u[6] = f * ar * ct; u[7] = -f * ai * ct;
+}
+
+static void SFX(brot_eval)(const double *a, int deriv, double *u) {
+    double ct = cos(0.5 * a[1]), st = sin(0.5 * a[1]);
+    double ap = -0.5 * (a[0] + a[2]), bp = 0.5 * (a[0] - a[2]);
+    double ar = cos(ap), ai = sin(ap), br = cos(bp), bi = sin(bp);
+    SFX(brot_fill)(u, ar, ai, br, bi, ct, st, 1.0);
+    if (!deriv) return;
+    SFX(brot_fill)(u + 8, ai, -ar, -bi, br, ct, st, 0.5);   /* phi + pi: ap - pi/2, bp + pi/2 */
+    SFX(brot_fill)(u + 16, ar, ai, br, bi, -st, ct, 0.5);   /* theta + pi */
+    SFX(brot_fill)(u + 24, ai, -ar, bi, -br, ct, st, 0.5);  /* omega + pi: ap - pi/2, bp - pi/2 */
+}
+
 static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a, int deriv) {
     memset(c, 0, sizeof(*c));
     int n = a->n;
@@ -132,10 +152,7 @@ static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a, int deriv) {
     if (!(a->theta && a->theta_ready))
         for (i64 j = 0; j < P; j++)
             for (i64 b = 0; b < B; b++) {
-                if (b && c->cshared[j]) {  /* one source element for every row */
-                    c->theta[b * P + j] = c->theta[j];
-                    continue;
-                }
+                if (b && c->cshared[j]) break;  /* one source element for every row: row 0 */
                 i64 x = a->idx[b * P + j], s = 0;
                 while (x >= a->src_len[s]) x -= a->src_len[s++];
                 double v = a->src[s][x];
@@ -144,7 +161,8 @@ static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a, int deriv) {
                 c->theta[b * P + j] = v;
             }
     for (i64 b = B; b < bpad; b++)  /* padding lanes: a valid binding (cotangent zero) */
-        memcpy(c->theta + b * P, c->theta, sizeof(double) * (size_t)P);
+        for (i64 j = 0; j < P; j++)
+            if (!c->cshared[j]) c->theta[b * P + j] = c->theta[j];
     (void)total;
     /* gates */
     c->maxu = 8;
@@ -164,8 +182,11 @@ static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a, int deriv) {
             double ang[3] = {0, 0, 0};
             for (int j = 0; j < g->np; j++)
                 ang[j] = (g->col[j] >= 0 ? g->scale[j] * c->theta[g->col[j]] : 0.0) + g->shift[j];
-            gate_eval(g, ang, u);
-            for (int j = 0; j < g->np && deriv; j++) gate_deriv(g, ang, j, u + g->usize * (1 + j));
+            if (g->code == C_ROT) SFX(brot_eval)(ang, deriv, u);
+            else {
+                gate_eval(g, ang, u);
+                for (int j = 0; j < g->np && deriv; j++) gate_deriv(g, ang, j, u + g->usize * (1 + j));
+            }
         } else {
             const R *src = (const R *)g->data;
             for (i64 e = 0; e < g->usize; e++) u[e] = src[e];
@@ -202,10 +223,10 @@ static void SFX(blane_mats)(const SFX(bctx_t) *c, i64 i, i64 b0, int deriv, R *m
          * cosine of the half angle */
         const int code = g->code;
         double half[QD_BATCH_MAXW], vcs[QD_BATCH_MAXW], vsn[QD_BATCH_MAXW];
-        LANES {
-            const double *th = c->theta + (b0 + l) * c->P;
-            half[l] = 0.5 * ((g->col[0] >= 0 ? g->scale[0] * th[g->col[0]] : 0.0) + g->shift[0]);
-        }
+        const i64 col = g->col[0];
+        const double *th = c->theta + (col >= 0 && !c->cshared[col] ? b0 * c->P : 0);
+        const i64 step = col >= 0 && !c->cshared[col] ? c->P : 0;
+        LANES half[l] = 0.5 * ((col >= 0 ? g->scale[0] * th[l * step + col] : 0.0) + g->shift[0]);
         qd_vsincos(half, vsn, vcs, W);
         LANES {
             const double cs = vcs[l], sn = vsn[l];
@@ -226,11 +247,13 @@ static void SFX(blane_mats)(const SFX(bctx_t) *c, i64 i, i64 b0, int deriv, R *m
         return;
     }
     LANES {
-        const double *th = c->theta + (b0 + l) * c->P;
         if (g->code) {
             double ang[3] = {0, 0, 0};
-            for (int j = 0; j < g->np; j++)
-                ang[j] = (g->col[j] >= 0 ? g->scale[j] * th[g->col[j]] : 0.0) + g->shift[j];
+            for (int j = 0; j < g->np; j++) {
+                const i64 col = g->col[j];
+                ang[j] = (col >= 0 ? g->scale[j] * c->theta[(c->cshared[col] ? 0 : (b0 + l) * c->P) + col]
+                                   : 0.0) + g->shift[j];
+            }
             gate_eval(g, ang, tmp);
             for (i64 e = 0; e < us; e++) ml[e * W + l] = (R)tmp[e];
             if (deriv)
@@ -876,11 +899,20 @@ static void SFX(bsweep)(const SFX(bctx_t) *cp, R *S, R *L, i64 b0, i64 lo, i64 s
             SFX(bstep_1q)(&c, g, S, L, s->perm, vu, vl, do_lam, m);
             /* grad_j = Re sum_rq (dU_j U^dag)[r][q] M[r][q] per lane */
             double *vr = s->acc + 8 * W + K * W;
+            double ms[8];  /* the lanes' sums of M (once per gate, when a shared angle needs them) */
+            int summed = 0;
             for (int j = 0; j < g->np; j++) {
                 if (!((g->tmask_p >> j) & 1)) continue;
                 if (vu && c.cshared[g->col[j]]) {  /* one matrix, one column: lane sums */
-                    double ms[8] = {0}, gm[8], acc = 0;
-                    for (int e = 0; e < 8; e++) LANES ms[e] += m[e * W + l];
+                    double gm[8], acc = 0;
+                    if (!summed) {
+                        for (int e = 0; e < 8; e++) {
+                            double t = 0;
+                            LANES t += m[e * W + l];
+                            ms[e] = t;
+                        }
+                        summed = 1;
+                    }
                     SFX(bmul2)(c.umat[i] + 8 * (1 + j), vbuf, gm);
                     for (int e = 0; e < 4; e++) acc += gm[2 * e] * ms[2 * e] - gm[2 * e + 1] * ms[2 * e + 1];
                     gtheta[b0 * c.P + g->col[j]] += 2.0 * g->scale[j] * acc;
@@ -922,14 +954,29 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
     SFX(bctx_t) c;
     int rc = SFX(bctx_init)(&c, a, 1);
     if (rc) { SFX(bctx_free)(&c); return rc; }
-    i64 bpad = c.nch * c.W, lo = c.nops;
+    i64 bpad = c.nch * c.W, lo = c.nops, P = c.P;
     for (i64 i = 0; i < c.nops; i++)
         if (c.gates[i].tmask_p) { lo = i; break; }
-    double *gtheta = (double *)calloc((size_t)(bpad * c.P + 1), sizeof(double));
+    /* the gradient rows (Bpad x P): only the trained columns are touched, a per-binding one
+     * in every row, a batch-shared one in its chunks' first rows (where bgrad_add sums the
+     * lanes); each chunk zeroes its own entries */
+    double *gtheta = (double *)malloc(sizeof(double) * (size_t)(bpad * P + 1));
+    char *trained = (char *)calloc((size_t)P + 1, 1);
+    i64 *cols = (i64 *)malloc(sizeof(i64) * (size_t)(P + 1)), nper = 0, nsh = 0;
     int nt = a->nthreads > 1 && c.nch > 1 ? a->nthreads : 1;
     if (nt > c.nch) nt = (int)c.nch;
     SFX(bscr_t) *scr = (SFX(bscr_t) *)calloc((size_t)nt, sizeof(SFX(bscr_t)));
-    if (!gtheta || !scr) rc = QD_ENOMEM;
+    if (!gtheta || !scr || !trained || !cols) rc = QD_ENOMEM;
+    if (!rc) {
+        for (i64 i = 0; i < c.nops; i++)
+            for (int j = 0; j < c.gates[i].np; j++)
+                if ((c.gates[i].tmask_p >> j) & 1) trained[c.gates[i].col[j]] = 1;
+        for (i64 j = 0; j < P; j++)  /* per-binding columns first, shared ones from the end */
+            if (trained[j]) {
+                if (c.cshared[j]) cols[P - 1 - nsh++] = j;
+                else cols[nper++] = j;
+            }
+    }
     for (int t = 0; !rc && t < nt; t++) rc |= SFX(bscr_alloc)(&c, &scr[t]);
     if (!rc && lo < c.nops) {
         R *psi = (R *)a->psi;
@@ -939,6 +986,9 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
             SFX(bscr_t) *s = &scr[nt > 1 ? THREAD_ID : 0];
             R *S = psi + rw * d * ch, *L = s->lam;
             i64 b0 = ch * W;
+            for (i64 l = 0; l < W; l++)
+                for (i64 t = 0; t < nper; t++) gtheta[(b0 + l) * P + cols[t]] = 0;
+            for (i64 t = 0; t < nsh; t++) gtheta[b0 * P + cols[P - 1 - t]] = 0;
             double *cot = s->acc + 8 * W;  /* K x W */
             for (i64 k = 0; k < K; k++)
                 LANES
@@ -964,21 +1014,7 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
         }
         /* scatter into the sources: a per-binding column from every row, a batch-shared one
          * from its chunks' first rows (where bgrad_add sums its lanes) */
-        i64 P = c.P;
-        char *trained = (char *)calloc((size_t)P + 1, 1);
-        i64 *cols = (i64 *)malloc(sizeof(i64) * (size_t)(P + 1));
-        if (!trained || !cols) {
-            rc = QD_ENOMEM;
-        } else {
-            for (i64 i = 0; i < c.nops; i++)
-                for (int j = 0; j < c.gates[i].np; j++)
-                    if ((c.gates[i].tmask_p >> j) & 1) trained[c.gates[i].col[j]] = 1;
-            i64 nper = 0, nsh = 0;
-            for (i64 j = 0; j < P; j++)  /* per-binding columns first, shared ones from the end */
-                if (trained[j]) {
-                    if (c.cshared[j]) cols[P - 1 - nsh++] = j;
-                    else cols[nper++] = j;
-                }
+        {
             for (i64 b = 0; b < c.B; b++)
                 for (i64 t = 0; t < nper + nsh; t++) {
                     if (t >= nper && b % c.W) break;
@@ -991,9 +1027,9 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
                     if (a->gout[src]) a->gout[src][x] += gv;
                 }
         }
-        free(trained);
-        free(cols);
     }
+    free(trained);
+    free(cols);
     for (int t = 0; t < nt && scr; t++) SFX(bscr_free)(&scr[t]);
     free(scr);
     free(gtheta);
