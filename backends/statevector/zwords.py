@@ -76,8 +76,8 @@ def joint_z_expvals(state, circuit) -> dict:
                 v = marg @ sign_matrix(shifted, m, p.dtype, p.device)
                 vals.update({i: v[:, j] for j, i in enumerate(mine)})
     out = {}
-    for i, v in vals.items():
-        c = coefficient(circuit.measurements[i])
+    ms = circuit.measurements
+    for (i, v), c in zip(vals.items(), coefficients([ms[i] for i in vals])):
         out[i] = v if c == 1.0 else v * c
     return out
 
@@ -108,6 +108,19 @@ def coefficient(m) -> float:
     tensor may be changed in place between calls)."""
     c = m.obs.coeffs
     return float(c.real if c.is_complex() else c)
+
+
+def coefficients(ms) -> list:
+    """:func:`coefficient` of each measurement in ``ms``, read in one gather."""
+    cs = [m.obs.coeffs for m in ms]
+    if len(cs) < 2:
+        return [coefficient(m) for m in ms]
+    try:
+        with torch.no_grad():
+            v = torch.cat(cs)
+    except RuntimeError:  # coefficients on different devices
+        return [coefficient(m) for m in ms]
+    return (v.real if v.is_complex() else v).tolist()
 
 
 def _z_plan(circuit):
@@ -144,7 +157,7 @@ def stacked_expvals(state, circuit):
     words, split = plan
     n = circuit.num_wires
     # coefficients are read on every call: an observable may be changed in place
-    coeffs = [coefficient(m) for m in ms]
+    coeffs = coefficients(ms)
     p = native.abs2(state)
     if split is False:
         v = p @ sign_matrix(words, n, p.dtype, p.device)
@@ -196,7 +209,7 @@ def z_word_diagonal(state, circuit, cotangent, n):
     words = z_words(circuit)
 
     def weights(sel):
-        coeff = [coefficient(ms[i]) for i, _ in sel]
+        coeff = coefficients([ms[i] for i, _ in sel])
         g = cotangent if every and len(sel) == len(cols) else cotangent[:, [c for _, c in sel]]
         g = g.to(rdtype)
         if all(c == 1.0 for c in coeff):
