@@ -336,13 +336,15 @@ typedef struct {
 } tileset_t;
 
 /* High bits of a tile for a call: the adjoint sweep keeps a psi and a lam tile per thread,
- * 2^14 amplitudes each (512 KiB together in complex128); a forward run keeps only the state's
- * tile, so it takes 2^17 amplitudes in complex64 and 2^16 in complex128 (1 MiB, a core's L2
- * cache on the machines measured): fewer runs, so fewer memory passes (SEL(L=6) at n = 22:
- * 11 runs instead of 29 with 2^14-amplitude tiles, 0.78x (complex64) and 0.87x (complex128)
- * of the time; a 2 MiB tile was no faster). */
+ * 512 KiB together (2^14 amplitudes each in complex128, 2^15 in complex64); a forward run
+ * keeps only the state's tile, so it takes 1 MiB, a core's L2 cache on the machines measured
+ * (2^16 amplitudes in complex128, 2^17 in complex64): fewer runs, so fewer memory passes
+ * (SEL(L=6) at n = 22: 11 forward runs instead of 29 with 2^14-amplitude tiles, 0.78x
+ * (complex64) and 0.87x (complex128) of the time; a 2 MiB tile was no faster; the complex64
+ * gradient took 0.93x the time with 2^15- instead of 2^14-amplitude tiles). */
 static int tile_high(int forward, size_t rsize) {
-    return forward ? (rsize == 4 ? 7 : 6) : 4;
+    if (forward) return rsize == 4 ? 7 : 6;
+    return rsize == 4 ? 5 : 4;
 }
 
 /* Add g's bits to ts if they fit (returns 1), else leave ts as it was (returns 0). */
