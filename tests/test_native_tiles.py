@@ -1,8 +1,9 @@
 """Large states: runs of gates applied in cache tiles (the low bits and up to four other bits of
 the state in the adjoint sweep (five in complex64), up to six (complex128) or seven (complex64)
 in a forward run, gathered into a buffer), forward and adjoint, one and two threads, both
-precisions, against the torch kernels. Random circuits mix gates on high, middle and low wires, controlled
-and wide (4-wire dense, 5-wire diagonal) gates, so runs break at every kind of boundary."""
+precisions, against the torch kernels. Random circuits mix gates on high, middle and low wires,
+controlled and wide (4-wire dense, 5-wire diagonal) gates, so runs break at every kind of
+boundary."""
 from __future__ import annotations
 
 import numpy as np
