@@ -1399,6 +1399,7 @@ static int SFX(ctx_init)(SFX(ctx_t) *c, const qd_program *prog, const qd_program
     c->tiles = tiles;
     if (n >= TILE_MIN_N && tiles) {
         c->tk = tile_high(fwd, RSIZE);
+        if (c->tk > n - TILE_LOW) c->tk = n - TILE_LOW;  /* no larger than the state */
         c->tbuf = (R *)malloc(sizeof(R) * 4 * ((size_t)1 << (TILE_LOW + c->tk)) * nt);
         if (!c->tbuf) return QD_ENOMEM;
     }
