@@ -491,7 +491,11 @@ def is_channel(gate) -> bool:
 
 
 def has_channels(circuit) -> bool:
-    """Whether any operation of ``circuit`` is a channel."""
+    """Whether any operation of ``circuit`` is a channel (found once per circuit object)."""
+    from qdiff.circuits.circuit import Circuit, memo
+    if isinstance(circuit, Circuit):
+        return memo(circuit, "has_channels",
+                    lambda: any(is_channel(op.gate) for op in circuit.operations))
     return any(is_channel(op.gate) for op in circuit.operations)
 
 

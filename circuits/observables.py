@@ -125,13 +125,22 @@ class Observable:
     @classmethod
     def pauli(cls, letter: str, wire) -> "Observable":
         obs = cls.__new__(cls)  # one term, coefficient 1: nothing to check or merge
-        obs.coeffs = torch.ones(1, dtype=torch.float64)
+        # (the coefficient tensor is made when first read: a qnode call that reuses its
+        # recorded circuit never reads it)
         obs.terms = ((),) if letter == "I" else ((Factor((wire,), letter),),)
         try:
             obs._key = ("pauli", letter, wire, hash(wire))
         except TypeError:  # an unhashable wire label
             pass
         return obs
+
+    def __getattr__(self, name):
+        """Only reached when ``name`` is not set: the unit coefficient of a :meth:`pauli`
+        observable, made on first use."""
+        if name == "coeffs" and "terms" in self.__dict__:
+            c = self.coeffs = torch.ones(1, dtype=torch.float64)
+            return c
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
     def _merge(self):
         index: dict = {}

@@ -89,6 +89,22 @@ def test_fused_forward_batched_and_threaded(n, batch, cdtype, threads):
     _compare(c, theta, cdtype, threads)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+def test_fused_chunks_of_a_large_state_match_torch(cdtype, threads):
+    """2^19 amplitudes: blocks on the low bits share chunked passes of 2^15 (complex128) or
+    2^16 (complex64) amplitudes, and low-bit ops move past high-bit ops on other bits to join
+    them (a rotation on bit 0 waits for the layer's low blocks; one sharing a bit with the op
+    after it stays)."""
+    n = 19
+    c = _sel(n, 4)
+    theta = torch.tensor(np.random.default_rng(n).uniform(-3, 3, (1, c.num_params)))
+    _compare(c, theta, cdtype, threads)
+    c = _circuit(threads + 3, n, 80, FUSING + WIDE, low_bias=True)
+    theta = torch.tensor(np.random.default_rng(threads).uniform(-3, 3, (1, c.num_params)))
+    _compare(c, theta, cdtype, threads)
+
+
 @pytest.mark.parametrize("n", [7, 12, 16])
 @pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
 def test_fused_ring_layers_match_torch(n, cdtype):

@@ -106,6 +106,30 @@ def test_low_target_every_control_set(kind, form, n, cdtype):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+@pytest.mark.parametrize("n", [4, 5, 8, 12])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_flip_on_a_high_bit_controlled_by_bit_0_or_1(n, cdtype, threads):
+    """X on bit t >= 3 controlled by bit 0 or 1 (alone or with another control): the halves'
+    vectors are blended lane by lane (the control's lanes swap)."""
+    psi = _random((2, 2 ** n), n, cdtype)
+    try:
+        old = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        for t in range(3, n):
+            for c in (0, 1):
+                for extra in (0, 1 << 2):
+                    cmask = (1 << c) | extra
+                    prog = native.Program(2, n, cdtype)
+                    prog.add(FLIP, [t], cmask, None, 0)
+                    state = torch.tensor(psi)
+                    native.run(state, prog)
+                    ref = _reference(psi.astype(np.complex128), FLIP, t, cmask, None)
+                    assert np.array_equal(state.numpy(), ref.astype(psi.dtype)), (t, cmask)
+    finally:
+        torch.set_num_threads(old)
+
+
 LOW_GATES = ["x", "cx", "ccx", "cz", "cy", "h", "rx", "ry", "rot", "crx", "cry", "crz", "cp",
              "crot"]
 

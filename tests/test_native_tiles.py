@@ -1,7 +1,9 @@
 """Large states: runs of gates applied in cache tiles (the low bits and up to four other bits of
-the state, gathered into a buffer), forward and adjoint, one and two threads, both precisions,
-against the torch kernels. Random circuits mix gates on high, middle and low wires, controlled
-and wide (4-wire dense, 5-wire diagonal) gates, so runs break at every kind of boundary."""
+the state in the adjoint sweep (five in complex64), up to six (complex128) or seven (complex64)
+in a forward run, gathered into a buffer), forward and adjoint, one and two threads, both
+precisions, against the torch kernels. Random circuits mix gates on high, middle and low wires,
+controlled and wide (4-wire dense, 5-wire diagonal) gates, so runs break at every kind of
+boundary."""
 from __future__ import annotations
 
 import numpy as np
@@ -36,7 +38,7 @@ def _circuit(seed, n, depth, pool):
     return Circuit(n, tuple(ops), num_params=p)
 
 
-@pytest.mark.parametrize("n,batch", [(16, 1), (17, 2)])
+@pytest.mark.parametrize("n,batch", [(16, 1), (17, 2), (18, 1)])
 @pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("pool", ["all", "coded"])

@@ -37,6 +37,7 @@ import ctypes
 
 import numpy as np
 import torch
+from torch._C._functorch import is_functorch_wrapped_tensor as _is_functorch_wrapped
 
 from qdiff.backends.statevector import native_lib
 from qdiff.backends.statevector.gate_data import circuit_angles, circuit_data, fused_schedule
@@ -84,8 +85,7 @@ def usable(state: torch.Tensor) -> bool:
 
 
 def _plain(t: torch.Tensor) -> bool:
-    from torch._C._functorch import is_functorch_wrapped_tensor
-    return not is_functorch_wrapped_tensor(t)
+    return not _is_functorch_wrapped(t)
 
 
 # ------------------------------------------------------------------------------------------

@@ -88,8 +88,9 @@ _parallel_pid = None
 
 def tiles() -> int:
     """``QDIFF_NATIVE_TILES``: 1 (default) runs of gates on large states share memory passes in
-    cache tiles where that pays off (and, below, gates on two bits fuse into blocks), 0 never,
-    2 always (comparisons and tests)."""
+    cache tiles where that pays off (and, below, gates on two bits fuse into blocks and runs of
+    low-bit gates share chunked passes), 0 never (every gate its own pass), 2 always
+    (comparisons and tests)."""
     mode = os.environ.get("QDIFF_NATIVE_TILES", "1").strip().lower()
     try:
         return _TILE_MODES[mode]

@@ -61,6 +61,35 @@ typedef int64_t i64;
 #define TILE_BITS 10
 #define PAR_MIN_BITS 12  /* one state is split over threads from 2^12 amplitudes on */
 
+/* Software prefetch for passes over a state out of the core's caches whose contiguous runs
+ * are 512 bytes to 32 KiB long (gates on middle bits): the hardware prefetchers lose track of
+ * several interleaved streams that jump every few lines, and such passes ran at up to 3x the
+ * time of the same gate on a high bit. The loops then prefetch the element PF_BYTES further
+ * along each stream's traversal (for write: every line is stored too). Shorter runs read like
+ * one sequential stream, longer ones are followed by the hardware. */
+#define PF_BYTES 4096
+
+static inline int pf_run(i64 run_bytes) { return run_bytes >= 512 && run_bytes <= 32768; }
+/* Offset (in elements, from the start of a block's first half) of the element d further along
+ * the traversal of halves of w elements (w a power of two; blocks of 2w). */
+static inline i64 pf_ahead(i64 e, i64 d, i64 w) {
+    i64 t = e + d;
+    return ((t & ~(w - 1)) << 1) | (t & (w - 1));
+}
+/* Prefetch for write the address off elements of size sz past base (an address, never
+ * dereferenced: the target may lie past the end of the state near its end). */
+#define PF_AT(base, off, sz)                                                                   \
+    __builtin_prefetch((const void *)((uintptr_t)(base) + (uintptr_t)((off) * (sz))), 1)
+
+/* The forward's one-qubit (vector and lane) and 4x4 kernels are compute-bound in cache: there
+ * products and sums contract into fused multiply-adds (the build's -std=c99 turns contraction
+ * off elsewhere; 3-20% less time for a general one-qubit gate measured). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define QD_FMA __attribute__((optimize("fp-contract=fast")))
+#else
+#define QD_FMA
+#endif
+
 enum { K_DENSE = QD_DENSE, K_DIAG = QD_DIAG, K_FLIP = QD_FLIP, K_SWAP = QD_SWAP };
 enum { C_NONE = 0, C_RX, C_RY, C_RZ, C_PHASE, C_ROT, C_RXX, C_RYY, C_RZZ, C_SEXC, C_MRZ, C_DEXC,
        C_NCODES };
@@ -290,20 +319,33 @@ static void decode(const qd_record *r, const void *data, size_t rsize, gate_t *g
 /* ---------------------------------------------------------------------------------------- */
 /* cache tiles of a large state: runs of gates applied in one pass                            */
 
-/* A run of gates whose bits all lie in the TILE_LOW low bits and at most TILE_HIGH other
+/* A run of gates whose bits all lie in the TILE_LOW low bits and at most tile_high() other
  * ("high") bits is applied tile by tile: a tile is the 2^(TILE_LOW + k) amplitudes that share
  * the values of every other bit, i.e. 2^k contiguous runs of 2^TILE_LOW amplitudes, gathered
  * into a buffer that stays in cache, where every gate of the run is applied with its bits
  * relocated (high bit h_j becomes bit TILE_LOW + j); then written back. One pass over memory
  * for the whole run, one parallel region (threads own tiles) instead of one per gate. */
 #define TILE_LOW 10
-#define TILE_HIGH 4
+#define TILE_HMAX 7  /* high bits a tile set can hold */
 #define TILE_MIN_N 16
 
 typedef struct {
     int k;                /* high bits in use */
-    int hbits[TILE_HIGH]; /* ascending */
+    int kmax;             /* at most this many (the call's tile width: tile_high) */
+    int hbits[TILE_HMAX]; /* ascending */
 } tileset_t;
+
+/* High bits of a tile for a call: the adjoint sweep keeps a psi and a lam tile per thread,
+ * 512 KiB together (2^14 amplitudes each in complex128, 2^15 in complex64); a forward run
+ * keeps only the state's tile, so it takes 1 MiB, a core's L2 cache on the machines measured
+ * (2^16 amplitudes in complex128, 2^17 in complex64): fewer runs, so fewer memory passes
+ * (SEL(L=6) at n = 22: 11 forward runs instead of 29 with 2^14-amplitude tiles, 0.78x
+ * (complex64) and 0.87x (complex128) of the time; a 2 MiB tile was no faster; the complex64
+ * gradient took 0.93x the time with 2^15- instead of 2^14-amplitude tiles). */
+static int tile_high(int forward, size_t rsize) {
+    if (forward) return rsize == 4 ? 7 : 6;
+    return rsize == 4 ? 5 : 4;
+}
 
 /* Add g's bits to ts if they fit (returns 1), else leave ts as it was (returns 0). */
 static int tile_add(tileset_t *ts, const gate_t *g) {
@@ -313,7 +355,7 @@ static int tile_add(tileset_t *ts, const gate_t *g) {
         if (p < TILE_LOW) continue;
         for (int j = 0; j < t.k; j++) have |= t.hbits[j] == p;
         if (have) continue;
-        if (t.k == TILE_HIGH) return 0;
+        if (t.k == t.kmax) return 0;
         int j = t.k++;
         while (j > 0 && t.hbits[j - 1] > p) { t.hbits[j] = t.hbits[j - 1]; j--; }
         t.hbits[j] = p;

@@ -21,7 +21,8 @@ typedef struct {
     double *whdr;
     SFX(scratch_t) *scr;
     void *scr_mem;
-    R *tbuf;        /* per thread: two tiles (psi, lam) of 2^(TILE_LOW + TILE_HIGH) amplitudes */
+    R *tbuf;        /* per thread: two tiles (psi, lam) of 2^(TILE_LOW + tk) amplitudes */
+    int tk;         /* high bits of a tile in this call (tile_high) */
     int tiles;      /* 0 off, 1 where they pay off, 2 always (tests) */
 } SFX(ctx_t);
 
@@ -213,7 +214,7 @@ static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const 
 #endif
 static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R *C_,
                          const R *D_, const int *hb, int nh, i64 j0, i64 j1);
-static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, const R *B_,
+QD_FMA static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, const R *B_,
                            const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
     if (!diag && SFX(lane_two)(s, p, A_, B_, C_, D_, hb, nh, j0, j1)) return;
 #if RBYTES == 8  /* 16 doubles span two vector registers: the kernel on two halves */
@@ -314,6 +315,36 @@ static void SFX(flip_part)(R *s, int p, int c, i64 j0, i64 j1) {
         return;
     }
     if (c < 2 && w >= 16) {  /* control on bit 0 or 1: masked swaps of 8-amplitude groups */
+#if QD_VEC
+        /* as constant blends of the two halves' 64-byte vectors (lanes whose control is set
+         * swap); a 16-double vector would be split into scalar moves */
+        typedef R vb_t __attribute__((vector_size(64)));
+#if RBYTES == 4
+#define FB(l, c) ((((l) >> ((c) + 1)) & 1) ? 16 + (l) : (l))
+#define FBS(c) FB(0, c), FB(1, c), FB(2, c), FB(3, c), FB(4, c), FB(5, c), FB(6, c),          \
+               FB(7, c), FB(8, c), FB(9, c), FB(10, c), FB(11, c), FB(12, c), FB(13, c),       \
+               FB(14, c), FB(15, c)
+#else
+#define FB(l, c) ((((l) >> ((c) + 1)) & 1) ? 8 + (l) : (l))
+#define FBS(c) FB(0, c), FB(1, c), FB(2, c), FB(3, c), FB(4, c), FB(5, c), FB(6, c), FB(7, c)
+#endif
+#define FLIP_BLEND(C)                                                                          \
+        for (i64 j = j0; j < j1; j++) {                                                        \
+            R *restrict x = s + 2 * w * j, *restrict y = x + w;                                \
+            for (i64 e = 0; e < w; e += 64 / (i64)sizeof(R)) {                                 \
+                vb_t xv, yv, nx, ny;                                                           \
+                memcpy(&xv, x + e, 64); memcpy(&yv, y + e, 64);                                \
+                nx = __builtin_shufflevector(xv, yv, FBS(C));                                  \
+                ny = __builtin_shufflevector(yv, xv, FBS(C));                                  \
+                memcpy(x + e, &nx, 64); memcpy(y + e, &ny, 64);                                \
+            }                                                                                  \
+        }
+        if (c == 0) { FLIP_BLEND(0) } else { FLIP_BLEND(1) }
+#undef FLIP_BLEND
+#undef FBS
+#undef FB
+        return;
+#endif
         for (i64 j = j0; j < j1; j++) {
             R *restrict x = s + 2 * w * j, *restrict y = x + w;
             for (i64 e = 0; e < w; e += 16)
@@ -569,10 +600,17 @@ static inline __attribute__((always_inline)) void SFX(vstep_blocks)(
             V[2 * k + 1][l] = (l & 1) ? v[2 * k + 1] : -v[2 * k + 1];
         }
     int cnt = 0;
+    const int pf = pf_run(w * (i64)sizeof(R));
+    const i64 pd = PF_BYTES / (i64)sizeof(R);
     for (i64 j = j0; j < j1; j++) {
         R *restrict lx = lam + 2 * w * j, *restrict ly = lx + w;
         R *restrict px = psi + 2 * w * j, *restrict py = px + w;
         for (i64 e = e0; e < e1; e += VL) {
+            if (pf) {
+                const i64 o_ = pf_ahead(e, pd, w);
+                PF_AT(px, o_, sizeof(R)); PF_AT(px, o_ + w, sizeof(R));
+                PF_AT(lx, o_, sizeof(R)); PF_AT(lx, o_ + w, sizeof(R));
+            }
             SFX(vv) a0 = SFX(vvld)(px + e), a1 = SFX(vvld)(py + e);
             SFX(vv) l0 = SFX(vvld)(lx + e), l1 = SFX(vvld)(ly + e);
             SFX(vv) s0 = SHUF(a0, VX1), s1 = SHUF(a1, VX1);
@@ -595,17 +633,23 @@ static inline __attribute__((always_inline)) void SFX(vstep_blocks)(
 
 /* A dense one-qubit gate u on halves of w >= VL reals: blocks [j0, j1), reals [e0, e1) of
  * each half (multiples of VL). */
-static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
-                                i64 e1) {
+QD_FMA static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1,
+                                       i64 e0, i64 e1) {
     SFX(vv) V[8];
     for (int k = 0; k < 4; k++)
         for (int l = 0; l < VL; l++) {
             V[2 * k][l] = u[2 * k];
             V[2 * k + 1][l] = (l & 1) ? u[2 * k + 1] : -u[2 * k + 1];
         }
+    const int pf = pf_run(w * (i64)sizeof(R));
+    const i64 pd = PF_BYTES / (i64)sizeof(R);
     for (i64 j = j0; j < j1; j++) {
         R *restrict x = s + 2 * w * j, *restrict y = x + w;
         for (i64 e = e0; e < e1; e += VL) {
+            if (pf) {
+                const i64 o_ = pf_ahead(e, pd, w);
+                PF_AT(x, o_, sizeof(R)); PF_AT(x, o_ + w, sizeof(R));
+            }
             SFX(vv) a0 = SFX(vvld)(x + e), a1 = SFX(vvld)(y + e);
             SFX(vv) s0 = SHUF(a0, VX1), s1 = SHUF(a1, VX1);
             SFX(vvst)(x + e, V[0] * a0 + V[1] * s0 + V[2] * a1 + V[3] * s1);
@@ -638,7 +682,7 @@ static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1
 #if RBYTES == 8
 /* lane_part for complex128: out[e] = A[e] v[e] + B[e] v[e^1] + C[e] v[e^P] + D[e] v[e^P^1]
  * (P = 2 << p) on the two halves of each group. */
-static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const R *B_,
+QD_FMA static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const R *B_,
                              const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
     const SFX(vv) A0 = SFX(vvld)(A_), A1 = SFX(vvld)(A_ + 8), B0 = SFX(vvld)(B_),
                   B1 = SFX(vvld)(B_ + 8), C0 = SFX(vvld)(C_), C1 = SFX(vvld)(C_ + 8),
@@ -679,7 +723,7 @@ static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const 
 /* The lane kernel when every output needs two products, not four: B = D = 0 (a real matrix:
  * RY, H) or B = C = 0 (a real diagonal and an imaginary off-diagonal: RX); lanes outside the
  * controls (A = 1, B = C = D = 0) fit both. Returns 0 (nothing done) for other matrices. */
-static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R *C_,
+QD_FMA static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R *C_,
                          const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
     int nb = 1, nc = 1, nd = 1;
     for (int e = 0; e < 16; e++) {
@@ -726,7 +770,7 @@ static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R
 
 /* vdense_1q_part with the products the matrix needs: a real matrix (RY, H) or a real diagonal
  * with an imaginary off-diagonal (RX) takes two vector products per output instead of four. */
-static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
+QD_FMA static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
                                i64 e1) {
     const int real = u[1] == 0 && u[3] == 0 && u[5] == 0 && u[7] == 0;
     const int rx = u[1] == 0 && u[7] == 0 && u[2] == 0 && u[4] == 0;
@@ -741,10 +785,16 @@ static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1,
     for (int l = 0; l < VL; l += 2) alt[l] = -1;
     const SFX(vv) P0 = zero + u[0], P3 = zero + u[6];
     const SFX(vv) Q1 = real ? zero + u[2] : alt * u[3], Q2 = real ? zero + u[4] : alt * u[5];
+    const int pf = pf_run(w * (i64)sizeof(R));
+    const i64 pd = PF_BYTES / (i64)sizeof(R);
     if (real) {
         for (i64 j = j0; j < j1; j++) {
             R *restrict x = s + 2 * w * j, *restrict y = x + w;
             for (i64 e = e0; e < e1; e += VL) {
+                if (pf) {
+                    const i64 o_ = pf_ahead(e, pd, w);
+                    PF_AT(x, o_, sizeof(R)); PF_AT(x, o_ + w, sizeof(R));
+                }
                 SFX(vv) a0 = SFX(vvld)(x + e), a1 = SFX(vvld)(y + e);
                 SFX(vvst)(x + e, P0 * a0 + Q1 * a1);
                 SFX(vvst)(y + e, Q2 * a0 + P3 * a1);
@@ -755,6 +805,10 @@ static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1,
     for (i64 j = j0; j < j1; j++) {
         R *restrict x = s + 2 * w * j, *restrict y = x + w;
         for (i64 e = e0; e < e1; e += VL) {
+            if (pf) {
+                const i64 o_ = pf_ahead(e, pd, w);
+                PF_AT(x, o_, sizeof(R)); PF_AT(x, o_ + w, sizeof(R));
+            }
             SFX(vv) a0 = SFX(vvld)(x + e), a1 = SFX(vvld)(y + e);
             SFX(vvst)(x + e, P0 * a0 + Q1 * SHUF(a1, VX1));
             SFX(vvst)(y + e, Q2 * SHUF(a0, VX1) + P3 * a1);
@@ -1287,7 +1341,7 @@ static const R *SFX(coded_data)(const gate_t *g, double *hdr, R *w, const double
  * matters. Decodes nops gates and nextra slot records; scratch for nthreads threads. */
 static int SFX(ctx_init)(SFX(ctx_t) *c, const qd_program *prog, const qd_program *extra,
                          const qd_angles *ang, i64 B, const i64 *shared_cols, int nthreads,
-                         int n, int tiles) {
+                         int n, int tiles, int fwd) {
     i64 nops = prog->nops, nextra = extra ? extra->nops : 0;
     memset(c, 0, sizeof(*c));
     c->ngates = nops;
@@ -1344,7 +1398,8 @@ static int SFX(ctx_init)(SFX(ctx_t) *c, const qd_program *prog, const qd_program
     if (!c->scr_mem || !c->scr) return QD_ENOMEM;
     c->tiles = tiles;
     if (n >= TILE_MIN_N && tiles) {
-        c->tbuf = (R *)malloc(sizeof(R) * 4 * ((size_t)1 << (TILE_LOW + TILE_HIGH)) * nt);
+        c->tk = tile_high(fwd, RSIZE);
+        c->tbuf = (R *)malloc(sizeof(R) * 4 * ((size_t)1 << (TILE_LOW + c->tk)) * nt);
         if (!c->tbuf) return QD_ENOMEM;
     }
     for (size_t t = 0; t < nt; t++) {
@@ -1414,7 +1469,7 @@ static void SFX(run_chunked)(R *st, int n, int cb, const SFX(ctx_t) *c, const R 
 
 /* The tile buffer of thread tid (two tiles: which 0 psi, 1 lam). */
 static R *SFX(tile_buf)(const SFX(ctx_t) *c, int tid, int which) {
-    return c->tbuf + ((size_t)(2 * tid + which) << (TILE_LOW + TILE_HIGH + 1));
+    return c->tbuf + ((size_t)(2 * tid + which) << (TILE_LOW + c->tk + 1));
 }
 
 /* Copy tile t of st into buf (dir 0) or back (dir 1). */
@@ -1428,31 +1483,6 @@ static void SFX(tile_copy)(R *st, R *buf, const tileset_t *ts, i64 t, int dir) {
     }
 }
 
-/* The gates order[0..cnt) (all within ts), or their inverses, with data us[order[..]], applied
- * tile by tile (in place when the run has no high bits). */
-static void SFX(run_tiles)(R *st, int n, const SFX(ctx_t) *c, const R **us, const i64 *order,
-                           int cnt, const tileset_t *ts, int dag, int par, int tid) {
-    gate_t *loc = (gate_t *)malloc(sizeof(gate_t) * (size_t)cnt);
-    if (!loc) {  /* no memory for the relocated gates: gate by gate */
-        for (int q = 0; q < cnt; q++)
-            SFX(apply_range)(st, n, &c->gates[order[q]], us[order[q]], dag, par, &c->scr[tid]);
-        return;
-    }
-    for (int q = 0; q < cnt; q++) relocate(&c->gates[order[q]], ts, &loc[q]);
-    const int tb = TILE_LOW + ts->k;
-    const i64 ntile = (i64)1 << (n - tb);
-#pragma omp parallel for if (par > 1) num_threads(par) schedule(static)
-    for (i64 t = 0; t < ntile; t++) {
-        int me = par > 1 ? THREAD_ID : tid;
-        R *buf = ts->k ? SFX(tile_buf)(c, me, 0) : st + 2 * (t << TILE_LOW);
-        if (ts->k) SFX(tile_copy)(st, buf, ts, t, 0);
-        for (int q = 0; q < cnt; q++)
-            SFX(apply_range)(buf, tb, &loc[q], us[order[q]], dag, 1, &c->scr[me]);
-        if (ts->k) SFX(tile_copy)(st, buf, ts, t, 1);
-    }
-    free(loc);
-}
-
 /* The next run of a schedule that may reorder gates on disjoint bits (which commute): walking
  * the gates not yet done (done[i] == 0) at positions [t, tend) (in order, or reversed when
  * rev: position e is gate e, or nops - 1 - e), a gate joins the run when its bits fit the tile set
@@ -1460,17 +1490,20 @@ static void SFX(run_tiles)(R *st, int n, const SFX(ctx_t) *c, const R **us, cons
  * for the rest of the walk. The run's gates go to order[] (in application order) and are marked
  * done; returns their count (0: the first pending gate fits no tile set). One memory pass per
  * run: a layer of one-qubit gates and the entangling gates after it share passes where the
- * gates' order would split them. */
-static int SFX(tile_schedule)(const SFX(ctx_t) *c, i64 t, i64 tend, i64 nops, int rev,
-                              char *done, i64 *order, tileset_t *ts, int nbits) {
+ * gates' order would split them. gl (optional): the gate at position i is gl[i] (a list of
+ * fused ops) instead of c->gates[i]. */
+static int SFX(tile_schedule)(const SFX(ctx_t) *c, const gate_t *const *gl, i64 t, i64 tend,
+                              i64 nops, int rev, char *done, i64 *order, tileset_t *ts,
+                              int nbits) {
     const i64 all = nbits >= 63 ? -1 : (((i64)1 << nbits) - 1);
     i64 blocked = 0;
     int cnt = 0;
     ts->k = 0;
+    ts->kmax = c->tk;
     for (i64 e = t; e < tend && (blocked & all) != all; e++) {
         i64 i = rev ? nops - 1 - e : e;
         if (done[i]) continue;
-        const gate_t *g = &c->gates[i];
+        const gate_t *g = gl ? gl[i] : &c->gates[i];
         i64 gb = g->tmask | g->cmask;
         if (!(gb & blocked) && tile_add(ts, g)) {
             order[cnt++] = i;
@@ -1602,13 +1635,24 @@ static int SFX(fz_pairs)(const R *m, int *io) {
  * of a 4x4 on bits hi > lo: paired (pc: the two 2x2 blocks, o: column then row offsets in
  * reals) or dense (m). One function per vector width (64 bytes down to one amplitude), so
  * that gates on the lowest bits fuse too. */
+/* prefetch the four amplitude groups of vector q (for the streams of a middle-bit pass) */
+#define FZ_PF(q)                                                                               \
+    do {                                                                                       \
+        i64 t_ = (q) * va;                                                                     \
+        t_ = ((t_ & ~mlo) << 1) | (t_ & mlo);                                                  \
+        t_ = 2 * (((t_ & ~mhi) << 1) | (t_ & mhi));                                            \
+        PF_AT(st, t_, sizeof(R)); PF_AT(st, t_ + olo, sizeof(R));                              \
+        PF_AT(st, t_ + ohi, sizeof(R)); PF_AT(st, t_ + ohi + olo, sizeof(R));                  \
+    } while (0)
 #define FZ_PART(NAME, NV, ...)                                                                 \
 typedef R SFX(NAME##_t) __attribute__((vector_size(NV * sizeof(R))));                          \
-static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R *pc, const i64 *o_,  \
-                      const R *m, i64 v0, i64 v1) {                                            \
+QD_FMA static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R *pc,         \
+                             const i64 *o_, const R *m, i64 v0, i64 v1) {                      \
     typedef SFX(NAME##_t) V;                                                                   \
     const i64 va = NV / 2, olo = (i64)2 << lo, ohi = (i64)2 << hi;                             \
     const i64 mlo = ((i64)1 << lo) - 1, mhi = ((i64)1 << hi) - 1;                              \
+    const i64 rlo = olo * (i64)sizeof(R), dv = PF_BYTES / (NV * (i64)sizeof(R));               \
+    const int pf = pf_run(rlo >= 512 ? rlo : ohi * (i64)sizeof(R));                            \
     if (paired) {                                                                              \
         V Vr[8], Vi[8];                                                                        \
         for (int e = 0; e < 8; e++)                                                            \
@@ -1622,6 +1666,7 @@ static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R *pc, c
             i64 j = v * va;                                                                    \
             j = ((j & ~mlo) << 1) | (j & mlo);                                                 \
             j = ((j & ~mhi) << 1) | (j & mhi);                                                 \
+            if (pf) FZ_PF(v + dv);                                                             \
             R *p = st + 2 * j;                                                                 \
             V a0, a1, a2, a3;                                                                  \
             memcpy(&a0, p + o0, sizeof(V)); memcpy(&a1, p + o1, sizeof(V));                    \
@@ -1647,6 +1692,7 @@ static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R *pc, c
         i64 j = v * va;                                                                        \
         j = ((j & ~mlo) << 1) | (j & mlo);                                                     \
         j = ((j & ~mhi) << 1) | (j & mhi);                                                     \
+        if (pf) FZ_PF(v + dv);                                                                 \
         R *p = st + 2 * j;                                                                     \
         V a0, a1, a2, a3;                                                                      \
         memcpy(&a0, p, sizeof(V)); memcpy(&a1, p + olo, sizeof(V));                            \
@@ -1669,6 +1715,7 @@ FZ_PART(fz_part8, 8, 1, 0, 3, 2, 5, 4, 7, 6)
 FZ_PART(fz_part4, 4, 1, 0, 3, 2)
 FZ_PART(fz_part2, 2, 1, 0)
 #undef FZ_PART
+#undef FZ_PF
 
 /* The widest vector part for lo: reals per vector. */
 static void SFX(fz_part)(R *restrict st, int hi, int lo, int paired, const R *pc,
@@ -1868,28 +1915,55 @@ static int SFX(fz_build)(const gate_t *const *gs, const R *const *ud, i64 cnt, i
 /* The gates from position start (in order, or their inverses in reverse order), fused into
  * two-bit blocks, then applied: consecutive ops whose bits all lie below CHUNK_BITS share
  * chunked passes. Returns 0 when out of memory (nothing applied). */
-static int SFX(run_fused)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, int dag,
-                          int par, int tid, i64 start) {
+/* Ops that fit a chunk of 2^cb amplitudes move later, past ops that do not fit and act on
+ * other bits (ops on disjoint bits commute), up to the next op that fits: they then share that
+ * op's chunked pass instead of taking a pass of their own (SEL: the rotation on bit 0 waits
+ * for the layer's low-bit blocks). At most 64 places per op. */
+static void SFX(fz_sink)(SFX(fzop_t) *ops, i64 nout, int cb) {
+    for (i64 i = nout - 2; i >= 0; i--) {
+        if (!fits_chunk(ops[i].g, cb)) continue;
+        for (i64 j = i; j + 1 < nout && j - i < 64; j++) {
+            const gate_t *a = ops[j].g, *b = ops[j + 1].g;
+            if (fits_chunk(b, cb) || ((a->tmask | a->cmask) & (b->tmask | b->cmask))) break;
+            SFX(fzop_t) tmp = ops[j];
+            ops[j] = ops[j + 1];
+            ops[j + 1] = tmp;
+        }
+    }
+}
+
+/* The program's gates from position start on (or their inverses, last first), fused into L;
+ * 0 when there is no memory for it. */
+static int SFX(fz_program)(const SFX(ctx_t) *c, const R **us, i64 nops, int dag, i64 start,
+                           SFX(fzlist_t) *L) {
     const i64 cnt = nops - start;
     const gate_t **gs = (const gate_t **)malloc(sizeof(gate_t *) * (size_t)(cnt + 1));
     const R **ud = (const R **)malloc(sizeof(R *) * (size_t)(cnt + 1));
-    SFX(fzlist_t) L;
-    if (!gs || !ud) {
-        free(gs); free(ud);
-        return 0;
+    int ok = gs && ud;
+    if (ok) {
+        for (i64 t = start; t < nops; t++) {
+            const i64 i = dag ? nops - 1 - t : t;
+            gs[t - start] = &c->gates[i];
+            ud[t - start] = us[i];
+        }
+        ok = SFX(fz_build)(gs, ud, cnt, dag, L);
     }
-    for (i64 t = start; t < nops; t++) {
-        const i64 i = dag ? nops - 1 - t : t;
-        gs[t - start] = &c->gates[i];
-        ud[t - start] = us[i];
-    }
-    int ok = SFX(fz_build)(gs, ud, cnt, dag, &L);
     free(gs); free(ud);
-    if (!ok) return 0;
+    return ok;
+}
+
+static int SFX(run_fused)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, int dag,
+                          int par, int tid, i64 start) {
+    SFX(fzlist_t) L;
+    if (!SFX(fz_program)(c, us, nops, dag, start, &L)) return 0;
     const SFX(fzop_t) *ops = L.ops;
     const i64 nout = L.nout;
-    /* apply: runs of ops below CHUNK_BITS share chunked passes */
-    int cb = n > CHUNK_BITS + 2 ? CHUNK_BITS : n;
+    /* apply: runs of ops on the low bits share chunked passes (chunks of up to 512 KiB, at
+     * least 8 of them; none below 2^15 amplitudes) */
+    const int fcb = RSIZE == 4 ? 16 : 15;
+    int cb = n - 3 < fcb ? n - 3 : fcb;
+    if (cb < CHUNK_BITS) cb = n;
+    if (cb < n) SFX(fz_sink)(L.ops, nout, cb);
     i64 t = 0;
     while (t < nout) {
         i64 e = t;
@@ -1912,30 +1986,23 @@ static int SFX(run_fused)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 n
     return 1;
 }
 
-/* run_tiles with the run's gates fused into two-bit blocks (relocated into the tile first):
- * fewer passes over each tile and no pass of its own for a CNOT. */
-static void SFX(run_tiles_fused)(R *st, int n, const SFX(ctx_t) *c, const R **us,
-                                 const i64 *order, int cnt, const tileset_t *ts, int dag,
-                                 int par, int tid) {
+/* Fused ops ops[order[0..cnt)] (all within ts) applied tile by tile: each relocated into the
+ * tile, then every tile gathered into this thread's buffer (in place when the run has no high
+ * bits), the ops applied in order, the tile written back. No memory for the relocated ops: one
+ * by one on the whole state. */
+static void SFX(run_tiles)(R *st, int n, const SFX(ctx_t) *c, const SFX(fzop_t) *ops,
+                           const i64 *order, int cnt, const tileset_t *ts, int par, int tid) {
     gate_t *loc = (gate_t *)malloc(sizeof(gate_t) * (size_t)cnt);
-    const gate_t **gs = (const gate_t **)malloc(sizeof(gate_t *) * (size_t)cnt);
-    const R **ud = (const R **)malloc(sizeof(R *) * (size_t)cnt);
-    SFX(fzlist_t) L;
-    int ok = loc && gs && ud;
-    if (ok) {
-        for (int q = 0; q < cnt; q++) {
-            relocate(&c->gates[order[q]], ts, &loc[q]);
-            gs[q] = &loc[q];
-            ud[q] = us[order[q]];
-        }
-        ok = SFX(fz_build)(gs, ud, cnt, dag, &L);
-    }
-    free(gs);
-    free(ud);
-    if (!ok) {
-        free(loc);
-        SFX(run_tiles)(st, n, c, us, order, cnt, ts, dag, par, tid);
+    SFX(fzop_t) *lops = (SFX(fzop_t) *)malloc(sizeof(SFX(fzop_t)) * (size_t)cnt);
+    if (!loc || !lops) {
+        free(loc); free(lops);
+        for (int q = 0; q < cnt; q++) SFX(fz_one)(st, n, &ops[order[q]], par, &c->scr[tid]);
         return;
+    }
+    for (int q = 0; q < cnt; q++) {
+        relocate(ops[order[q]].g, ts, &loc[q]);
+        lops[q] = ops[order[q]];
+        lops[q].g = &loc[q];
     }
     const int tb = TILE_LOW + ts->k;
     const i64 ntile = (i64)1 << (n - tb);
@@ -1944,11 +2011,47 @@ static void SFX(run_tiles_fused)(R *st, int n, const SFX(ctx_t) *c, const R **us
         int me = par > 1 ? THREAD_ID : tid;
         R *buf = ts->k ? SFX(tile_buf)(c, me, 0) : st + 2 * (t << TILE_LOW);
         if (ts->k) SFX(tile_copy)(st, buf, ts, t, 0);
-        for (i64 q = 0; q < L.nout; q++) SFX(fz_one)(buf, tb, &L.ops[q], 1, &c->scr[me]);
+        for (int q = 0; q < cnt; q++) SFX(fz_one)(buf, tb, &lops[q], 1, &c->scr[me]);
         if (ts->k) SFX(tile_copy)(st, buf, ts, t, 1);
     }
-    SFX(fz_free)(&L);
     free(loc);
+    free(lops);
+}
+
+/* A large state's forward in tile runs: the program is fused into two-bit blocks first (a
+ * CNOT and the rotations on its wires stay one block), then the fused ops are scheduled into
+ * runs (tile_schedule over the ops) and each run applied tile by tile; an op no tile set holds
+ * runs on the whole state. 0 when there is no memory for the schedule. */
+static int SFX(run_tiled)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, int dag,
+                          int par, int tid, i64 start) {
+    SFX(fzlist_t) L;
+    if (!SFX(fz_program)(c, us, nops, dag, start, &L)) return 0;
+    const i64 nout = L.nout;
+    i64 *order = (i64 *)malloc(sizeof(i64) * (size_t)(nout + 1));
+    char *done = (char *)calloc((size_t)(nout + 1), 1);
+    const gate_t **gl = (const gate_t **)malloc(sizeof(gate_t *) * (size_t)(nout + 1));
+    if (!order || !done || !gl) {
+        free(order); free(done); free(gl);
+        SFX(fz_free)(&L);
+        return 0;
+    }
+    for (i64 q = 0; q < nout; q++) gl[q] = L.ops[q].g;
+    i64 t = 0;
+    while (t < nout) {
+        if (done[t]) { t++; continue; }
+        tileset_t ts;
+        int cnt = SFX(tile_schedule)(c, gl, t, nout, nout, 0, done, order, &ts, n);
+        if (cnt < 2) {  /* one op: on the whole state */
+            i64 q = cnt == 1 ? order[0] : t;
+            done[q] = 1;
+            SFX(fz_one)(st, n, &L.ops[q], par, &c->scr[tid]);
+            continue;
+        }
+        SFX(run_tiles)(st, n, c, L.ops, order, cnt, &ts, par, tid);
+    }
+    free(order); free(done); free(gl);
+    SFX(fz_free)(&L);
+    return 1;
 }
 
 static void SFX(run_one)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, i64 b,
@@ -1957,35 +2060,14 @@ static void SFX(run_one)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 no
     for (i64 i = start; i < nops; i++) us[i] = SFX(gate_data)(c, i, b, tid, 0);
     /* forward runs: tiles pay off once the state is larger than the last-level cache (below,
      * the kernels are compute-bound and the tile copies cost more than the passes saved) */
-    if (c->tbuf && (c->tiles == 2 || (RSIZE << (n + 1)) >= ((size_t)32 << 20))) {
-        i64 *order = (i64 *)malloc(sizeof(i64) * (size_t)(nops + 1));
-        char *done = (char *)calloc((size_t)(nops + 1), 1);
-        i64 t = start;
-        while (order && done && t < nops) {
-            i64 i = dag ? nops - 1 - t : t;
-            if (done[i]) { t++; continue; }
-            tileset_t ts;
-            int cnt = SFX(tile_schedule)(c, t, nops, nops, dag, done, order, &ts, n);
-            if (cnt < 2) {  /* one gate: in place */
-                if (cnt == 1) i = order[0];
-                done[i] = 1;
-                SFX(apply_range)(st, n, &gates[i], us[i], dag, par, &c->scr[tid]);
-                continue;
-            }
-            SFX(run_tiles_fused)(st, n, c, us, order, cnt, &ts, dag, par, tid);
-        }
-        if (order && done) {
-            free(order);
-            free(done);
-            return;
-        }
-        free(order);
-        free(done);
-    }
+    if (c->tbuf && (c->tiles == 2 || (RSIZE << (n + 1)) >= ((size_t)32 << 20)) &&
+        SFX(run_tiled)(st, n, c, us, nops, dag, par, tid, start))
+        return;
     /* below: gates on two bits fused into blocks */
     if (c->tiles && n >= FZ_MIN_N && SFX(run_fused)(st, n, c, us, nops, dag, par, tid, start))
         return;
-    int cb = n > CHUNK_BITS + 2 ? CHUNK_BITS : n;
+    /* tiles off (QDIFF_NATIVE_TILES=0): every gate its own pass, no chunks shared either */
+    int cb = c->tiles && n > CHUNK_BITS + 2 ? CHUNK_BITS : n;
     i64 t = start;
     while (t < nops) {
         i64 i = dag ? nops - 1 - t : t;
@@ -2100,7 +2182,7 @@ static int SFX(run)(qd_run_args *a) {
     i64 ntiles = make_tiles(n, B, 0);
     tile_t *tiles = (tile_t *)malloc((size_t)ntiles * sizeof(tile_t));
     const R **us = (const R **)malloc((size_t)(nops + 1) * (size_t)nt * sizeof(R *));
-    int rc = SFX(ctx_init)(&c, &a->prog, 0, &a->angles, B, 0, nthreads, n, a->tiles);
+    int rc = SFX(ctx_init)(&c, &a->prog, 0, &a->angles, B, 0, nthreads, n, a->tiles, 1);
     if (!us || !tiles || rc) {
         free(us);
         free(tiles);
@@ -2303,7 +2385,7 @@ static int SFX(sweep_tiled)(const SFX(ctx_t) *c, R *psi, R *lam, int n, i64 b, i
         i64 i = nops - 1 - t;
         if (done[i]) { t++; continue; }
         SFX(trun_t) *r = &runs[nr++];
-        int cnt = SFX(tile_schedule)(c, t, nsw, nops, 1, done, order + pos, &r->ts, n);
+        int cnt = SFX(tile_schedule)(c, 0, t, nsw, nops, 1, done, order + pos, &r->ts, n);
         r->pos = pos;
         if (cnt < 2) {  /* one gate (the first pending one if it fits no tile set): in place */
             if (cnt == 0) order[pos] = i;
@@ -2413,7 +2495,7 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
     i64 ntiles = slots ? B : make_tiles(n, B, 0);
     tile_t *tiles = (tile_t *)malloc((size_t)ntiles * sizeof(tile_t));
     int rc = SFX(ctx_init)(&c, &a->prog, slots ? &a->slots : 0, &a->angles, B, a->shared_cols,
-                           nthreads, n, a->tiles);
+                           nthreads, n, a->tiles, 0);
     R *scratch = 0;
     i64 tile_amps = 0;
     if (!rc && tiles) {

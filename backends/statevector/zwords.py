@@ -16,6 +16,10 @@ from qdiff.circuits.circuit import memo
 
 _SIGN_CACHE: dict = caches.register("statevector.z_sign_matrices", {})
 SIGN_BUDGET = 1 << 22  # entries of a cached (2**n, T) sign matrix (32 MiB in float64)
+#: from this many wires on, Z words within one half of the register are read off (or folded
+#: into) the two half-register marginals: a (2**n, K) sign matrix is then too large to read
+#: per call (measured: 6-10x slower at n = 16)
+HALVES_MIN_WIRES = 12
 
 
 def is_z_word(m) -> bool:
@@ -56,55 +60,113 @@ def joint_z_expvals(state, circuit) -> dict:
     each word within a half is a matmul with that half's small sign matrix (words that span
     both halves are left to the general path)."""
     n = circuit.num_wires
-    idx = [i for i, m in enumerate(circuit.measurements) if is_z_word(m)]
-    big = (2 ** n) * len(idx) > SIGN_BUDGET or n >= 12
+    words = z_words(circuit)
+    idx = list(words)
+    big = (2 ** n) * len(idx) > SIGN_BUDGET or n >= HALVES_MIN_WIRES
     if not idx or (len(idx) < 2 and not big):
         return {}
-    words = {i: tuple(sorted(f.wires[0] for f in circuit.measurements[i].obs.terms[0]))
-             for i in idx}
     p = native.abs2(state)
     vals = {}
     if not big:
         v = p @ sign_matrix(tuple(words[i] for i in idx), n, p.dtype, p.device)
         vals = {i: v[:, j] for j, i in enumerate(idx)}
     else:
-        a = n // 2
-        pv = p.view(p.shape[0], 2 ** a, 2 ** (n - a))
-        for (lo, m, mine, shifted), marg in zip(half_register_words(words, n),
-                                                 (pv.sum(2), pv.sum(1))):
+        for (lo, m, mine, shifted), marg in zip(halves(circuit), marginals(p, n)):
             if mine:
                 v = marg @ sign_matrix(shifted, m, p.dtype, p.device)
                 vals.update({i: v[:, j] for j, i in enumerate(mine)})
     out = {}
-    for i, v in vals.items():
-        c = circuit.measurements[i].obs.real_coeffs().to(device=v.device, dtype=v.dtype)[0]
-        out[i] = v * c
+    ms = circuit.measurements
+    for (i, v), c in zip(vals.items(), coefficients([ms[i] for i in vals])):
+        out[i] = v if c == 1.0 else v * c
     return out
 
 
+def z_words(circuit) -> dict:
+    """``{measurement index: sorted wire tuple}`` of the circuit's Z-word expvals (cached per
+    circuit object: circuits are immutable)."""
+    return memo(circuit, "z_words", lambda: {
+        i: tuple(sorted(f.wires[0] for f in m.obs.terms[0]))
+        for i, m in enumerate(circuit.measurements) if is_z_word(m)})
+
+
+def halves(circuit) -> list:
+    """:func:`half_register_words` of the circuit's Z words (cached per circuit object)."""
+    return memo(circuit, "z_halves",
+                lambda: half_register_words(z_words(circuit), circuit.num_wires))
+
+
+def marginals(p: torch.Tensor, n: int) -> tuple:
+    """The probabilities ``(B, 2**n)`` summed to the first ``n // 2`` wires and to the rest."""
+    a = n // 2
+    pv = p.view(p.shape[0], 2 ** a, 2 ** (n - a))
+    return pv.sum(2), pv.sum(1)
+
+
+def coefficient(m) -> float:
+    """The real coefficient of a one-term observable, read now (an observable's coefficient
+    tensor may be changed in place between calls)."""
+    c = m.obs.coeffs
+    return float(c.real if c.is_complex() else c)
+
+
+def coefficients(ms) -> list:
+    """:func:`coefficient` of each measurement in ``ms``, read in one gather."""
+    cs = [m.obs.coeffs for m in ms]
+    if len(cs) < 2:
+        return [coefficient(m) for m in ms]
+    try:
+        with torch.no_grad():
+            v = torch.cat(cs)
+    except RuntimeError:  # coefficients on different devices
+        return [coefficient(m) for m in ms]
+    return (v.real if v.is_complex() else v).tolist()
+
+
 def _z_plan(circuit):
-    """For a circuit whose measurements are all Z words on a small register: the sign matrix
-    ``(2**n, K)`` and the coefficients ``(K,)``; else ``None``."""
-    from qdiff.circuits.circuit import memo
+    """For a circuit whose measurements are all Z words: ``(words, halves)`` where ``halves``
+    says the words are read off the two half-register marginals (:func:`halves`, each word
+    within one half, and a large register), else off one ``(2**n, K)`` sign matrix (small
+    registers within :data:`SIGN_BUDGET`); ``None`` when neither applies."""
 
     def build():
         ms, n = circuit.measurements, circuit.num_wires
-        if not ms or not all(is_z_word(m) for m in ms) or (2 ** n) * len(ms) > SIGN_BUDGET:
+        if not ms or not all(is_z_word(m) for m in ms):
             return None
-        return tuple(tuple(sorted(f.wires[0] for f in m.obs.terms[0])) for m in ms)
+        words = tuple(tuple(sorted(f.wires[0] for f in m.obs.terms[0])) for m in ms)
+        if n >= HALVES_MIN_WIRES and sum(len(h[2]) for h in halves(circuit)) == len(ms):
+            order = [i for h in halves(circuit) for i in h[2]]
+            return words, (None if order == list(range(len(ms))) else
+                           torch.argsort(torch.tensor(order)))
+        if (2 ** n) * len(ms) > SIGN_BUDGET:
+            return None
+        return words, False
     return memo(circuit, "z_plan", build)
 
 
 def stacked_expvals(state, circuit):
-    """``(B, K)`` expvals when every measurement is a Z word on a small register (one
-    ``|psi|^2`` pass and one matmul), else ``None``."""
-    words = _z_plan(circuit)
-    if words is None or any(m.obs.coeffs.requires_grad for m in circuit.measurements):
+    """``(B, K)`` expvals when every measurement is a Z word, on a small register (one
+    ``|psi|^2`` pass and one matmul) or, each word within one half, on a large one (the two
+    half-register marginals and two small matmuls); else ``None``."""
+    plan = _z_plan(circuit)
+    if plan is None:
         return None
+    ms = circuit.measurements
+    if any(m.obs.coeffs.requires_grad for m in ms):
+        return None
+    words, split = plan
+    n = circuit.num_wires
     # coefficients are read on every call: an observable may be changed in place
-    coeffs = [float(m.obs.real_coeffs()[0]) for m in circuit.measurements]
+    coeffs = coefficients(ms)
     p = native.abs2(state)
-    v = p @ sign_matrix(words, circuit.num_wires, p.dtype, p.device)
+    if split is False:
+        v = p @ sign_matrix(words, n, p.dtype, p.device)
+    else:
+        v = torch.cat([marg @ sign_matrix(shifted, m, p.dtype, p.device)
+                       for (_, m, keys, shifted), marg in zip(halves(circuit), marginals(p, n))
+                       if keys], dim=1)
+        if split is not None:  # back to measurement order
+            v = v[:, split.to(v.device)]
     if all(c == 1.0 for c in coeffs):
         return v
     return v * torch.tensor(coeffs, dtype=v.dtype, device=v.device)
@@ -144,22 +206,27 @@ def z_word_diagonal(state, circuit, cotangent, n):
         return None, set()
     ms = circuit.measurements
     rdtype = state.real.dtype
-    words = {i: tuple(sorted(f.wires[0] for f in ms[i].obs.terms[0])) for i, _ in cols}
+    words = z_words(circuit)
 
     def weights(sel):
-        coeff = [float(ms[i].obs.real_coeffs().detach()[0]) for i, _ in sel]
+        coeff = coefficients([ms[i] for i, _ in sel])
         g = cotangent if every and len(sel) == len(cols) else cotangent[:, [c for _, c in sel]]
         g = g.to(rdtype)
         if all(c == 1.0 for c in coeff):
             return g
         return g * torch.tensor(coeff, dtype=rdtype, device=state.device)
 
-    if (2 ** n) * len(cols) <= SIGN_BUDGET:
+    split = halves(circuit) if n >= HALVES_MIN_WIRES or (2 ** n) * len(cols) > SIGN_BUDGET \
+        else None
+    if split is not None and sum(len(h[2]) for h in split) < len(cols) and \
+            (2 ** n) * len(cols) <= SIGN_BUDGET:
+        split = None  # a word spans both halves: one sign matrix covers them all
+    if split is None:
         signs = sign_matrix(tuple(words[i] for i, _ in cols), n, rdtype, state.device)
         return weights(cols) @ signs.T, {i for i, _ in cols}
     col_of = dict(cols)
     parts, done = [], set()
-    for _, m, keys, shifted in half_register_words(words, n):
+    for _, m, keys, shifted in split:
         if keys:
             sel = [(i, col_of[i]) for i in keys]
             parts.append(weights(sel) @ sign_matrix(shifted, m, rdtype, state.device).T)
