@@ -392,3 +392,94 @@ def test_shared_rot_gradients_against_finite_differences():
         with torch.no_grad():
             fd = ((_flat(f(x, w + e)) - _flat(f(x, w - e))) * cot).sum() / (2 * h)
         assert abs(float(gw[j]) - float(fd)) < 1e-7 * (1 + abs(float(fd)))
+
+
+def _shared_body(n, seed):
+    """A product prefix of per-binding and shared angles, then random gates of every record
+    kind whose angles are all batch-shared (weights, scaled weights, constants): the dense form
+    of the adjoint sweep (one sweep over the register's basis, rho = sum_b psi_b lam_b^dag)."""
+    rng = random.Random(seed)
+    ops = []
+    for q in range(n):
+        ops.append(("rx", (q,), ("x", q % 3, 0.8, -0.1)))
+        ops.append((rng.choice(["rz", "ry", "rot"]), (q,), ("w", rng.randrange(6), 1.0, 0.0)))
+    for _ in range(rng.randint(10, 16)):
+        kind = rng.random()
+        src = rng.choice([("w", rng.randrange(6), 1.0, 0.0), ("w", rng.randrange(6), -1.7, 0.3),
+                          ("c", 0, 0.0, 0.45)])
+        if kind < 0.4:
+            ops.append((rng.choice(ONE + ["rot"]), (rng.randrange(n),), src))
+        elif kind < 0.65 and n >= 2:
+            ops.append((rng.choice(TWO), tuple(rng.sample(range(n), 2)), src))
+        elif kind < 0.7 and n >= 3:
+            ops.append(("multirz", tuple(rng.sample(range(n), 3)), src))
+        else:
+            name, k = rng.choice([f for f in FIXED if f[1] <= n])
+            ops.append((name, tuple(rng.sample(range(n), k)), None))
+
+    def angle(x, w, src):
+        which, i, a, c = src
+        if which == "c":
+            return c
+        v = x[..., i] if which == "x" else w[i]
+        return v if (a, c) == (1.0, 0.0) else a * v + c
+
+    def body(x, w):
+        for name, wires, src in ops:
+            if src is None:
+                _emit(name, wires)
+            elif name == "multirz":
+                qd.MultiRZ(angle(x, w, src), wires=list(wires))
+            elif name == "rot":
+                _emit(name, wires, (angle(x, w, src), w[(src[1] + 1) % 6], 0.25))
+            else:
+                _emit(name, wires, (angle(x, w, src),))
+        out = [qd.expval(qd.Z(k)) for k in range(n)]
+        if n >= 2:
+            out.append(qd.expval(0.5 * (qd.Z(0) @ qd.Z(n - 1))))
+        return out
+    return body
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_shared_gates_after_the_prefix_in_a_large_batch(seed, n, input_grad):
+    """Batches of at least four times the register's size with only batch-shared angles after
+    the product prefix take the dense sweep: outputs and gradients (inputs and weights) match
+    the plain qnode, with padding lanes."""
+    dev = qd.device("statevector", wires=n)
+    body = _shared_body(n, seed)
+    plain, static = qd.qnode(dev)(body), qd.qnode(dev, static=True)(body)
+    g = torch.Generator().manual_seed(seed + 10 * n)
+    b = 4 * 2 ** n + 3
+    x = (torch.rand(b, 3, generator=g, dtype=torch.float64) * 6 - 3).requires_grad_(input_grad)
+    w = (torch.rand(6, generator=g, dtype=torch.float64) * 6 - 3).requires_grad_()
+    _compare(plain, static, [x, w])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("lanes", [8, 16, 64])
+def test_dense_sweep_over_chunks_and_threads(monkeypatch, threads, lanes):
+    """The dense sweep's rho summed over many chunks (and per thread), then the prefix
+    gradients per chunk, on the hybrid model (SEL weights after an angle embedding)."""
+    monkeypatch.setattr(prep_mod, "lanes_for", lambda n, b: lanes)
+    n, b = 3, 203
+    g = torch.Generator().manual_seed(lanes + threads)
+    x = torch.rand(b, n, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(3, n, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        _compare(_hybrid_circuit(n, False), _hybrid_circuit(n, True), [x, w])
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_dense_sweep_complex64():
+    n, b = 3, 70
+    g = torch.Generator().manual_seed(6)
+    x = torch.rand(b, n, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(3, n, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    static = _hybrid_circuit(n, True, torch.complex64)
+    _compare(_hybrid_circuit(n, False), static, [x, w], atol=2e-5)

@@ -948,6 +948,91 @@ static void SFX(bsweep)(const SFX(bctx_t) *cp, R *S, R *L, i64 b0, i64 lo, i64 s
     }
 }
 
+/* lam = (sum_k cot[b, k] Z_k) psi for the chunk at b0 (rows of the final row table; padding
+ * lanes zero); cot: K x W scratch. */
+static void SFX(blam)(const SFX(bctx_t) *c, const R *S, R *L, i64 b0, const double *acot,
+                      double *cot) {
+    const i64 d = c->d, W = c->W, rw = 2 * W, K = c->K;
+    for (i64 k = 0; k < K; k++)
+        LANES cot[k * W + l] = b0 + l < c->B ? acot[(b0 + l) * K + k] : 0.0;
+    for (i64 i = 0; i < d; i++) {
+        i64 r = c->fperm[i];
+        const R *x = S + rw * r;
+        R *y = L + rw * r;
+        double dg[QD_BATCH_MAXW];
+        LANES dg[l] = 0;
+        for (i64 k = 0; k < K; k++) {
+            const double t = c->tab[i * K + k], *ck = cot + k * W;
+            LANES dg[l] += t * ck[l];
+        }
+        LANES {
+            y[l] = (R)(dg[l] * x[l]);
+            y[W + l] = (R)(dg[l] * x[W + l]);
+        }
+    }
+}
+
+/* 8 lanes as one vector (GCC vector extension: unaligned, aliasing its element type). */
+typedef R SFX(v8) __attribute__((vector_size(8 * sizeof(R)), aligned(sizeof(R)), may_alias));
+typedef double SFX(v8d) __attribute__((vector_size(64), aligned(8), may_alias));
+#define V8(p) (*(const SFX(v8) *)(p))
+
+/* rho[r][q] += sum over the chunk's lanes of psi_r conj(lam_q) (logical indices; d even):
+ * 2 x 2 blocks of (r, q), 8 lanes at a time with the sums in vector registers. */
+static void SFX(brho_add)(const SFX(bctx_t) *c, const R *S, const R *L, double *rho) {
+    const i64 d = c->d, W = c->W, rw = 2 * W;
+    for (i64 r = 0; r < d; r += 2)
+        for (i64 q = 0; q < d; q += 2) {
+            const R *x0 = S + rw * c->fperm[r], *x1 = S + rw * c->fperm[r + 1];
+            const R *y0 = L + rw * c->fperm[q], *y1 = L + rw * c->fperm[q + 1];
+            SFX(v8d) s00r = {0}, s00i = {0}, s01r = {0}, s01i = {0};
+            SFX(v8d) s10r = {0}, s10i = {0}, s11r = {0}, s11i = {0};
+            for (i64 lb = 0; lb < W; lb += 8) {
+                SFX(v8d) ar, ai, br, bi, pr, pi, qr, qi;
+                for (int u = 0; u < 8; u++) {  /* widened (a no-op in double precision) */
+                    ar[u] = x0[lb + u]; ai[u] = x0[W + lb + u]; br[u] = x1[lb + u]; bi[u] = x1[W + lb + u];
+                    pr[u] = y0[lb + u]; pi[u] = y0[W + lb + u]; qr[u] = y1[lb + u]; qi[u] = y1[W + lb + u];
+                }
+                s00r += ar * pr + ai * pi; s00i += ai * pr - ar * pi;
+                s01r += ar * qr + ai * qi; s01i += ai * qr - ar * qi;
+                s10r += br * pr + bi * pi; s10i += bi * pr - br * pi;
+                s11r += br * qr + bi * qi; s11i += bi * qr - br * qi;
+            }
+            double t[8] = {0};
+            for (int u = 0; u < 8; u++) {
+                t[0] += s00r[u]; t[1] += s00i[u]; t[2] += s01r[u]; t[3] += s01i[u];
+                t[4] += s10r[u]; t[5] += s10i[u]; t[6] += s11r[u]; t[7] += s11i[u];
+            }
+            double *o0 = rho + 2 * (r * d + q), *o1 = o0 + 2 * d;
+            o0[0] += t[0]; o0[1] += t[1]; o0[2] += t[2]; o0[3] += t[3];
+            o1[0] += t[4]; o1[1] += t[5]; o1[2] += t[6]; o1[3] += t[7];
+        }
+}
+
+/* mu_r = sum_q V[r][q] lam_q for the chunk (lam in the final row table, mu in logical rows;
+ * V[r][q] at v[2 * wv * r + q] (re) and v[2 * wv * r + wv + q] (im); d even): two rows at a
+ * time, 8 lanes at a time with the sums in vector registers. */
+static void SFX(bmu)(const SFX(bctx_t) *c, const R *v, i64 wv, const R *L, R *M) {
+    const i64 d = c->d, W = c->W, rw = 2 * W;
+    for (i64 r = 0; r < d; r += 2) {
+        const R *v0 = v + 2 * wv * r, *v1 = v0 + 2 * wv;
+        for (i64 lb = 0; lb < W; lb += 8) {
+            SFX(v8) m0r = {0}, m0i = {0}, m1r = {0}, m1i = {0};
+            for (i64 q = 0; q < d; q++) {
+                const R *lq = L + rw * c->fperm[q] + lb;
+                const SFX(v8) lr = V8(lq), li = V8(lq + W);
+                const R ar = v0[q], ai = v0[wv + q], br = v1[q], bi = v1[wv + q];
+                m0r += ar * lr - ai * li; m0i += ar * li + ai * lr;
+                m1r += br * lr - bi * li; m1i += br * li + bi * lr;
+            }
+            R *o0 = M + rw * r + lb, *o1 = o0 + rw;
+            for (int u = 0; u < 8; u++) {
+                o0[u] = m0r[u]; o0[W + u] = m0i[u]; o1[u] = m1r[u]; o1[W + u] = m1i[u];
+            }
+        }
+    }
+}
+
 static int SFX(batch_adjoint)(qd_batch_args *a) {
     for (int s = 0; s < a->nsrc; s++)  /* the gradients are written, not added */
         if (a->gout[s]) memset(a->gout[s], 0, sizeof(double) * (size_t)a->src_len[s]);
@@ -978,39 +1063,83 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
             }
     }
     for (int t = 0; !rc && t < nt; t++) rc |= SFX(bscr_alloc)(&c, &scr[t]);
+    /* the dense form of the sweep (every gate after the product prefix the same for the whole
+     * batch, a large batch, a small register): with rho = sum_b psi_b lam_b^dag, the shared
+     * angles' gradients are 2 Re Tr(dU U^dag rho) along ONE sweep of d lanes X_c = rho e_c,
+     * Y_c = e_c (rho <- U^dag rho U as the sweep goes), which leaves Y_c = V^dag e_c (V: the
+     * gates after the prefix); the prefix's lam is then V^dag lam_b per binding */
+    i64 wd = (c.d + 7) / 8 * 8;
+    int dense = 0;
+    if (!rc && lo < c.nops && c.d >= 2 && c.B >= 4 * c.d && wd <= c.W) {
+        i64 nd = 0;
+        dense = 1;
+        for (i64 i = c.pe; i < c.nops && dense; i++) {
+            const gate_t *g = &c.gates[i];
+            if (g->kind == K_FLIP || g->kind == K_SWAP) continue;
+            if (!c.umat[i]) dense = 0;
+            nd++;
+        }
+        if (2 * nd < c.d) dense = 0;
+    }
+    double *rho = 0;
+    R *xbuf = 0, *ybuf = 0, *mubuf = 0;
+    if (dense) {
+        rho = (double *)calloc((size_t)(nt * 2 * c.d * c.d), sizeof(double));
+        xbuf = (R *)calloc((size_t)(2 * wd * c.d), sizeof(R));
+        ybuf = (R *)calloc((size_t)(2 * wd * c.d), sizeof(R));
+        mubuf = lo < c.pe ? (R *)malloc(sizeof(R) * (size_t)(nt * 2 * c.W * c.d)) : 0;
+        if (!rho || !xbuf || !ybuf || (lo < c.pe && !mubuf)) rc = QD_ENOMEM;
+    }
     if (!rc && lo < c.nops) {
         R *psi = (R *)a->psi;
-        i64 d = c.d, W = c.W, rw = 2 * W, K = c.K;
+        i64 d = c.d, W = c.W, rw = 2 * W;
+        i64 stop = lo > c.pe ? lo : c.pe;
 #pragma omp parallel for if (nt > 1) num_threads(nt) schedule(static)
         for (i64 ch = 0; ch < c.nch; ch++) {
-            SFX(bscr_t) *s = &scr[nt > 1 ? THREAD_ID : 0];
+            int tid = nt > 1 ? THREAD_ID : 0;
+            SFX(bscr_t) *s = &scr[tid];
             R *S = psi + rw * d * ch, *L = s->lam;
             i64 b0 = ch * W;
             for (i64 l = 0; l < W; l++)
                 for (i64 t = 0; t < nper; t++) gtheta[(b0 + l) * P + cols[t]] = 0;
             for (i64 t = 0; t < nsh; t++) gtheta[b0 * P + cols[P - 1 - t]] = 0;
-            double *cot = s->acc + 8 * W;  /* K x W */
-            for (i64 k = 0; k < K; k++)
-                LANES
-                    cot[k * W + l] = b0 + l < c.B ? a->cot[(b0 + l) * K + k] : 0.0;
-            for (i64 i = 0; i < d; i++) {  /* lam = (sum_k cot_k Z_k) psi */
-                i64 r = c.fperm[i];
-                R *x = S + rw * r, *y = L + rw * r;
-                double dg[QD_BATCH_MAXW];
-                LANES dg[l] = 0;
-                for (i64 k = 0; k < K; k++) {
-                    const double t = c.tab[i * K + k], *ck = cot + k * W;
-                    LANES dg[l] += t * ck[l];
-                }
-                LANES {
-                    y[l] = (R)(dg[l] * x[l]);
-                    y[W + l] = (R)(dg[l] * x[W + l]);
-                }
+            SFX(blam)(&c, S, L, b0, a->cot, s->acc + 8 * W);
+            if (dense) {  /* this chunk's share of rho[r][q] = sum psi_r conj(lam_q) */
+                SFX(brho_add)(&c, S, L, rho + tid * 2 * d * d);
+                continue;
             }
             memcpy(s->perm, c.fperm, sizeof(i64) * (size_t)d);
-            i64 stop = lo > c.pe ? lo : c.pe;
             SFX(bsweep)(&c, S, L, b0, lo, stop, s, gtheta);
             if (lo < c.pe) SFX(bprefix_grads)(&c, L, S, b0, s, gtheta);
+        }
+        if (dense) {
+            SFX(bscr_t) *s = &scr[0];
+            for (int t = 1; t < nt; t++)
+                for (i64 e = 0; e < 2 * d * d; e++) rho[e] += rho[t * 2 * d * d + e];
+            SFX(bctx_t) cd = c;  /* d lanes (padded to a multiple of 8), batch-shared angles */
+            cd.W = wd;
+            for (i64 r = 0; r < d; r++) {
+                R *xr = xbuf + 2 * wd * c.fperm[r];
+                for (i64 q = 0; q < d; q++) {
+                    xr[q] = (R)rho[2 * (r * d + q)];
+                    xr[wd + q] = (R)rho[2 * (r * d + q) + 1];
+                }
+                ybuf[2 * wd * c.fperm[r] + r] = 1;
+            }
+            memcpy(s->perm, c.fperm, sizeof(i64) * (size_t)d);
+            SFX(bsweep)(&cd, xbuf, ybuf, 0, lo, stop, s, gtheta);
+            if (lo < c.pe) {  /* ybuf: row r, lane q = (V^dag)[r][q] (identity row table) */
+#pragma omp parallel for if (nt > 1) num_threads(nt) schedule(static)
+                for (i64 ch = 0; ch < c.nch; ch++) {
+                    int tid = nt > 1 ? THREAD_ID : 0;
+                    SFX(bscr_t) *st = &scr[tid];
+                    R *S = psi + rw * d * ch, *L = st->lam, *M = mubuf + tid * 2 * W * d;
+                    i64 b0 = ch * W;
+                    SFX(blam)(&c, S, L, b0, a->cot, st->acc + 8 * W);
+                    SFX(bmu)(&c, ybuf, wd, L, M);
+                    SFX(bprefix_grads)(&c, M, S, b0, st, gtheta);
+                }
+            }
         }
         /* scatter into the sources: a per-binding column from every row, a batch-shared one
          * from its chunks' first rows (where bgrad_add sums its lanes) */
@@ -1030,6 +1159,10 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
     }
     free(trained);
     free(cols);
+    free(rho);
+    free(xbuf);
+    free(ybuf);
+    free(mubuf);
     for (int t = 0; t < nt && scr; t++) SFX(bscr_free)(&scr[t]);
     free(scr);
     free(gtheta);
