@@ -2486,10 +2486,56 @@ static void SFX(diag_lam)(const R *src, const R *dg, R *sp, R *sl, i64 amps, int
 /* Adjoint sweep. For i = nops-1 .. lo: psi <- U_i^dag psi; the gradients of gate i (coded
  * gates: their trainable angles into gtheta; slots: the slots of gate i into grads, one
  * overlap shared by slots of the same geometry); then lam <- U_i^dag lam. */
+/* The adjoint sweep of the states of tile k (thread tid's scratch; par threads inside). */
+static void SFX(adjoint_tile)(qd_adjoint_args *a, const SFX(ctx_t) *cp, const tile_t *tiles,
+                              i64 k, R *scratch, i64 tile_amps, int slots, int tid, int par) {
+    const SFX(ctx_t) c = *cp;
+    const int n = a->n;
+    const i64 nops = a->prog.nops, nslots = slots ? a->slots.nops : 0, lo = a->lo;
+    const i64 P = a->angles.theta ? a->angles.P : 0, N = (i64)1 << n;
+    const gate_t *gates = c.gates, *sg = c.gates + nops;
+    R *psi = (R *)a->psi, *lam = (R *)a->lam;
+    const R *ldiag = (const R *)a->ldiag;
+    i64 b0 = tiles[k].b0;
+    int tb = tiles[k].tb;
+    R *p = psi + 2 * N * b0, *l = lam ? lam + 2 * N * b0 : 0;
+    if (ldiag) {
+        R *sp = scratch + (i64)4 * tile_amps * tid;
+        SFX(diag_lam)(p, ldiag + N * b0, sp, sp + 2 * tile_amps, N << tb, par);
+        p = sp;
+        l = sp + 2 * tile_amps;
+    }
+    double *m = c.scr[tid].m;
+    i64 s = nslots - 1;
+    int tiled = !slots && tb == 0 && n >= TILE_MIN_N && c.tbuf;
+    if (tiled &&  /* runs of gates in cache tiles, scheduled across commuting gates */
+        SFX(sweep_tiled)(&c, p, l, n, b0, lo, par, tid, a->gtheta, P) == QD_OK)
+        return;  /* (no memory for the schedule: gate by gate below) */
+    for (i64 i = nops - 1; i >= lo; i--) {
+        const gate_t *g = &gates[i];
+        if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0 &&
+            (QD_VEC || g->special[0] <= 7 || par > 1)) {
+            SFX(fused_step)(&c, i, p, l, n, tb, b0, par, tid, i > lo, a->gtheta, P);
+            continue;
+        }
+        SFX(apply_tile)(p, n, tb, &c, i, b0, 1, par, tid);
+        if (g->tmask_p) SFX(coded_grads)(&c, i, p, l, n, tb, b0, par, tid, a->gtheta, P);
+        i64 prev = -1;
+        for (; s >= 0 && a->slot_op[s] == i; s--) {  /* tb == 0 here: b == b0 */
+            /* k >= 3: a sparse M for this slot's dU, never shared */
+            const R *need = sg[s].k >= 3 ? SFX(data_of)(&sg[s], b0) : 0;
+            if (need || prev < 0 || !same_geometry(&a->slots.recs[s], &a->slots.recs[prev]))
+                SFX(overlap_matrix)(l, p, n, &sg[s], m, par, need, &c.scr[tid]);
+            prev = s;
+            a->grads[b0 * nslots + s] = 2.0 * SFX(contract)(&sg[s], SFX(data_of)(&sg[s], b0), m);
+        }
+        if (i > lo) SFX(apply_tile)(l, n, tb, &c, i, b0, 1, par, tid);
+    }
+}
+
 static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
     int n = a->n, nthreads = a->nthreads;
-    i64 B = a->batch, nops = a->prog.nops, nslots = slots ? a->slots.nops : 0, lo = a->lo;
-    i64 P = a->angles.theta ? a->angles.P : 0;
+    i64 B = a->batch;
     int nt = (B > 1 && nthreads > 1) ? nthreads : 1;
     SFX(ctx_t) c;
     /* fallback slots are per binding: no tiles then */
@@ -2517,49 +2563,17 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
         SFX(ctx_free)(&c);
         return rc ? rc : QD_ENOMEM;
     }
-    const gate_t *gates = c.gates, *sg = c.gates + nops;
-    i64 N = (i64)1 << n;
     int par = B == 1 ? nthreads : 1;
-    R *psi = (R *)a->psi, *lam = (R *)a->lam;
-    const R *ldiag = (const R *)a->ldiag;
-#pragma omp parallel for if (nt > 1) num_threads(nt) schedule(static)
-    for (i64 k = 0; k < ntiles; k++) {
-        int tid = nt > 1 ? THREAD_ID : 0;
-        i64 b0 = tiles[k].b0;
-        int tb = tiles[k].tb;
-        R *p = psi + 2 * N * b0, *l = lam ? lam + 2 * N * b0 : 0;
-        if (ldiag) {
-            R *sp = scratch + (i64)4 * tile_amps * tid;
-            SFX(diag_lam)(p, ldiag + N * b0, sp, sp + 2 * tile_amps, N << tb, par);
-            p = sp;
-            l = sp + 2 * tile_amps;
-        }
-        double *m = c.scr[tid].m;
-        i64 s = nslots - 1;
-        int tiled = !slots && tb == 0 && n >= TILE_MIN_N && c.tbuf;
-        if (tiled &&  /* runs of gates in cache tiles, scheduled across commuting gates */
-            SFX(sweep_tiled)(&c, p, l, n, b0, lo, par, tid, a->gtheta, P) == QD_OK)
-            continue;  /* (no memory for the schedule: gate by gate below) */
-        for (i64 i = nops - 1; i >= lo; i--) {
-            const gate_t *g = &gates[i];
-            if (g->tmask_p && g->kind == K_DENSE && g->k == 1 && g->cmask == 0 &&
-                (QD_VEC || g->special[0] <= 7 || par > 1)) {
-                SFX(fused_step)(&c, i, p, l, n, tb, b0, par, tid, i > lo, a->gtheta, P);
-                continue;
-            }
-            SFX(apply_tile)(p, n, tb, &c, i, b0, 1, par, tid);
-            if (g->tmask_p) SFX(coded_grads)(&c, i, p, l, n, tb, b0, par, tid, a->gtheta, P);
-            i64 prev = -1;
-            for (; s >= 0 && a->slot_op[s] == i; s--) {  /* tb == 0 here: b == b0 */
-                /* k >= 3: a sparse M for this slot's dU, never shared */
-                const R *need = sg[s].k >= 3 ? SFX(data_of)(&sg[s], b0) : 0;
-                if (need || prev < 0 || !same_geometry(&a->slots.recs[s], &a->slots.recs[prev]))
-                    SFX(overlap_matrix)(l, p, n, &sg[s], m, par, need, &c.scr[tid]);
-                prev = s;
-                a->grads[b0 * nslots + s] = 2.0 * SFX(contract)(&sg[s], SFX(data_of)(&sg[s], b0), m);
-            }
-            if (i > lo) SFX(apply_tile)(l, n, tb, &c, i, b0, 1, par, tid);
-        }
+    /* one tile (one state, its kernels split over the threads): no enclosing region, so that
+     * the kernels' own parallel regions are top-level and reuse the runtime's threads (nested
+     * in an inactive region, GNU OpenMP starts and ends fresh threads for every one) */
+    if (nt == 1) {
+        for (i64 k = 0; k < ntiles; k++)
+            SFX(adjoint_tile)(a, &c, tiles, k, scratch, tile_amps, slots, 0, par);
+    } else {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (i64 k = 0; k < ntiles; k++)
+            SFX(adjoint_tile)(a, &c, tiles, k, scratch, tile_amps, slots, THREAD_ID, par);
     }
     free(tiles);
     free(scratch);
