@@ -94,6 +94,35 @@ def _emit(name, wires, params=()):
     recording.record_operation(qd.get_gate(name), tuple(wires), tuple(params))
 
 
+def _angle(x, w, src):
+    """An op's angle: an input column, a weight (scaled and shifted) or a constant."""
+    which, i, a, c = src
+    if which == "c":
+        return c
+    v = x[..., i] if which == "x" else w[i]
+    return v if (a, c) == (1.0, 0.0) else a * v + c
+
+
+def _ops_body(ops, n):
+    """The qnode body of ``ops`` ((name, wires, angle source or None)), Z on every wire and a
+    scaled ZZ word."""
+    def body(x, w):
+        for name, wires, src in ops:
+            if src is None:
+                _emit(name, wires)
+            elif name == "multirz":
+                qd.MultiRZ(_angle(x, w, src), wires=list(wires))
+            elif name == "rot":
+                _emit(name, wires, (_angle(x, w, src), w[(src[1] + 1) % 6], 0.25))
+            else:
+                _emit(name, wires, (_angle(x, w, src),))
+        out = [qd.expval(qd.Z(k)) for k in range(n)]
+        if n >= 2:
+            out.append(qd.expval(0.5 * (qd.Z(0) @ qd.Z(n - 1))))
+        return out
+    return body
+
+
 def _random_body(n, seed, prefix=True):
     """A product prefix (per-binding, shared and constant angles, a flip), then random gates of
     every record kind whose angles are inputs (per binding), weights (shared), scaled/shifted
@@ -120,29 +149,7 @@ def _random_body(n, seed, prefix=True):
         else:
             name, k = rng.choice([f for f in FIXED if f[1] <= n])
             ops.append((name, tuple(rng.sample(range(n), k)), None))
-
-    def angle(x, w, src):
-        which, i, a, c = src
-        if which == "c":
-            return c
-        v = x[..., i] if which == "x" else w[i]
-        return v if (a, c) == (1.0, 0.0) else a * v + c
-
-    def body(x, w):
-        for name, wires, src in ops:
-            if src is None:
-                _emit(name, wires)
-            elif name == "multirz":
-                qd.MultiRZ(angle(x, w, src), wires=list(wires))
-            elif name == "rot":
-                _emit(name, wires, (angle(x, w, src), w[(src[1] + 1) % 6], 0.25))
-            else:
-                _emit(name, wires, (angle(x, w, src),))
-        out = [qd.expval(qd.Z(k)) for k in range(n)]
-        if n >= 2:
-            out.append(qd.expval(0.5 * (qd.Z(0) @ qd.Z(n - 1))))
-        return out
-    return body
+    return _ops_body(ops, n)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -416,29 +423,7 @@ def _shared_body(n, seed):
         else:
             name, k = rng.choice([f for f in FIXED if f[1] <= n])
             ops.append((name, tuple(rng.sample(range(n), k)), None))
-
-    def angle(x, w, src):
-        which, i, a, c = src
-        if which == "c":
-            return c
-        v = x[..., i] if which == "x" else w[i]
-        return v if (a, c) == (1.0, 0.0) else a * v + c
-
-    def body(x, w):
-        for name, wires, src in ops:
-            if src is None:
-                _emit(name, wires)
-            elif name == "multirz":
-                qd.MultiRZ(angle(x, w, src), wires=list(wires))
-            elif name == "rot":
-                _emit(name, wires, (angle(x, w, src), w[(src[1] + 1) % 6], 0.25))
-            else:
-                _emit(name, wires, (angle(x, w, src),))
-        out = [qd.expval(qd.Z(k)) for k in range(n)]
-        if n >= 2:
-            out.append(qd.expval(0.5 * (qd.Z(0) @ qd.Z(n - 1))))
-        return out
-    return body
+    return _ops_body(ops, n)
 
 
 @pytest.mark.parametrize("seed", range(4))
