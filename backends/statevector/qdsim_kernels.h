@@ -1636,14 +1636,17 @@ static int SFX(fz_pairs)(const R *m, int *io) {
  * of a 4x4 on bits hi > lo: paired (pc: the two 2x2 blocks, o: column then row offsets in
  * reals) or dense (m). One function per vector width (64 bytes down to one amplitude), so
  * that gates on the lowest bits fuse too. */
+/* J: the first amplitude of vector q's group (zeros inserted at bits lo and hi) */
+#define FZ_GROUP(q, J)                                                                         \
+    i64 J = (q) * va;                                                                          \
+    J = ((J & ~mlo) << 1) | (J & mlo);                                                         \
+    J = ((J & ~mhi) << 1) | (J & mhi);
 /* prefetch the four amplitude groups of vector q (for the streams of a middle-bit pass) */
 #define FZ_PF(q)                                                                               \
     do {                                                                                       \
-        i64 t_ = (q) * va;                                                                     \
-        t_ = ((t_ & ~mlo) << 1) | (t_ & mlo);                                                  \
-        t_ = 2 * (((t_ & ~mhi) << 1) | (t_ & mhi));                                            \
-        PF_AT(st, t_, sizeof(R)); PF_AT(st, t_ + olo, sizeof(R));                              \
-        PF_AT(st, t_ + ohi, sizeof(R)); PF_AT(st, t_ + ohi + olo, sizeof(R));                  \
+        FZ_GROUP(q, t_)                                                                        \
+        PF_AT(st, 2 * t_, sizeof(R)); PF_AT(st, 2 * t_ + olo, sizeof(R));                      \
+        PF_AT(st, 2 * t_ + ohi, sizeof(R)); PF_AT(st, 2 * t_ + ohi + olo, sizeof(R));          \
     } while (0)
 #define FZ_PART(NAME, NV, ...)                                                                 \
 typedef R SFX(NAME##_t) __attribute__((vector_size(NV * sizeof(R))));                          \
@@ -1664,9 +1667,7 @@ QD_FMA static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R
         const i64 o0 = o_[0], o1 = o_[1], o2 = o_[2], o3 = o_[3];                              \
         const i64 o4 = o_[4], o5 = o_[5], o6 = o_[6], o7 = o_[7];                              \
         for (i64 v = v0; v < v1; v++) {                                                        \
-            i64 j = v * va;                                                                    \
-            j = ((j & ~mlo) << 1) | (j & mlo);                                                 \
-            j = ((j & ~mhi) << 1) | (j & mhi);                                                 \
+            FZ_GROUP(v, j)                                                                     \
             if (pf) FZ_PF(v + dv);                                                             \
             R *p = st + 2 * j;                                                                 \
             V a0, a1, a2, a3;                                                                  \
@@ -1690,9 +1691,7 @@ QD_FMA static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R
             Vi[e][l] = (l & 1) ? m[2 * e + 1] : -m[2 * e + 1];                                 \
         }                                                                                      \
     for (i64 v = v0; v < v1; v++) {                                                            \
-        i64 j = v * va;                                                                        \
-        j = ((j & ~mlo) << 1) | (j & mlo);                                                     \
-        j = ((j & ~mhi) << 1) | (j & mhi);                                                     \
+        FZ_GROUP(v, j)                                                                         \
         if (pf) FZ_PF(v + dv);                                                                 \
         R *p = st + 2 * j;                                                                     \
         V a0, a1, a2, a3;                                                                      \
@@ -1717,6 +1716,7 @@ FZ_PART(fz_part4, 4, 1, 0, 3, 2)
 FZ_PART(fz_part2, 2, 1, 0)
 #undef FZ_PART
 #undef FZ_PF
+#undef FZ_GROUP
 
 /* The widest vector part for lo: reals per vector. */
 static void SFX(fz_part)(R *restrict st, int hi, int lo, int paired, const R *pc,
