@@ -292,8 +292,8 @@ static void layout_bits(gate_t *g) {
     }
     i64 all = g->tmask | g->cmask;
     g->nspecial = 0;
-    for (int p = 0; p < 63; p++)
-        if ((all >> p) & 1) g->special[g->nspecial++] = p;
+    for (unsigned long long m = (unsigned long long)all & ((1ULL << 63) - 1); m; m &= m - 1)
+        g->special[g->nspecial++] = __builtin_ctzll(m);
 }
 
 static void decode(const qd_record *r, const void *data, size_t rsize, gate_t *g) {

@@ -183,6 +183,24 @@ static void SFX(lane_coeffs)(const gate_t *g, const R *u, int p, R *A, R *B, R *
 #define LANE_FULL(P) A[e] * v[e] + B[e] * v[e ^ 1] + C[e] * v[e ^ (P)] + D[e] * v[e ^ (P) ^ 1]
 #define LANE_DIAG A[e] * v[e] + B[e] * v[e ^ 1]
 
+#ifndef QD_GROUPS_ONCE
+#define QD_GROUPS_ONCE
+/* group index j with the bits hb[0..nh) (ascending) inserted as 1 */
+#define LOW_GROUP(j, G)                                                                        \
+    i64 G = (j);                                                                               \
+    for (int q = 0; q < nh; q++)                                                               \
+        G = ((G >> hb[q]) << (hb[q] + 1)) | ((i64)1 << hb[q]) | (G & (((i64)1 << hb[q]) - 1));
+/* the groups [j0, j1) of 16 reals, v_ the first real of each: without high control bits
+ * (nh = 0) a plain walk (the index loop costs more than the body of a cache-resident
+ * group), else the group index with the bits hb[0..nh) inserted */
+#define LOW_GROUPS(...)                                                                        \
+    if (nh == 0) {                                                                             \
+        for (i64 j = j0; j < j1; j++) { R *v_ = s + 16 * j; __VA_ARGS__ }                      \
+    } else {                                                                                   \
+        for (i64 j = j0; j < j1; j++) { LOW_GROUP(j, G) R *v_ = s + 16 * G; __VA_ARGS__ }      \
+    }
+#endif
+
 #if QD_VEC
 /* The same with the group as one vector of 16 reals and the partners as constant shuffles
  * (the loop above stays scalar: the compiler does not see the permutations). */
@@ -190,16 +208,12 @@ typedef R SFX(v16) __attribute__((vector_size(16 * sizeof(R))));
 static inline SFX(v16) SFX(vld)(const R *p) { SFX(v16) v; memcpy(&v, p, sizeof v); return v; }
 static inline void SFX(vst)(R *p, SFX(v16) v) { memcpy(p, &v, sizeof v); }
 #define LANE_VBODY(EXPR)                                                                       \
-    for (i64 j = j0; j < j1; j++) {                                                            \
-        i64 G = j;                                                                             \
-        for (int q = 0; q < nh; q++)                                                           \
-            G = ((G >> hb[q]) << (hb[q] + 1)) | ((i64)1 << hb[q]) | (G & (((i64)1 << hb[q]) - 1)); \
-        R *v_ = s + 16 * G;                                                                    \
+    LOW_GROUPS({                                                                               \
         SFX(v16) v, t;                                                                         \
         memcpy(&v, v_, sizeof v);                                                              \
         t = EXPR;                                                                              \
         memcpy(v_, &t, sizeof t);                                                              \
-    }
+    })
 #define SHUF(v, ...) __builtin_shufflevector(v, v, __VA_ARGS__)
 #define LX1 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14
 #define LX2 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13
@@ -257,8 +271,10 @@ static void SFX(lane_1q)(R *s, int nbits, const gate_t *g, const R *u, int par) 
     int p = __builtin_ctzll((unsigned long long)g->tmask), hb[64], nh = 0;
     R A[16], B[16], C[16], D[16];
     SFX(lane_coeffs)(g, u, p, A, B, C, D);
-    for (int b = 3; b < 63; b++)
-        if ((g->cmask >> b) & 1) hb[nh++] = b - 3;  /* group-index bits forced to 1 */
+    /* group-index bits forced to 1: the controls on bits 3-62 */
+    for (unsigned long long m = ((unsigned long long)g->cmask >> 3) & ((1ULL << 60) - 1); m;
+         m &= m - 1)
+        hb[nh++] = __builtin_ctzll(m);
     const i64 ngroups = (i64)1 << (nbits - 3 - nh);
     if (par > 1 && nbits >= PAR_MIN_BITS) {
 #pragma omp parallel num_threads(par)
@@ -279,8 +295,9 @@ static void SFX(flip_low_part)(R *restrict s, int p, int lo, const int *hb, int 
  * whose high control bits are 1 (flip_low_part). */
 static void SFX(flip_low_1q)(R *s, int nbits, const gate_t *g, int par) {
     int p = __builtin_ctzll((unsigned long long)g->tmask), hb[64], nh = 0;
-    for (int b = 3; b < 63; b++)
-        if ((g->cmask >> b) & 1) hb[nh++] = b - 3;
+    for (unsigned long long m = ((unsigned long long)g->cmask >> 3) & ((1ULL << 60) - 1); m;
+         m &= m - 1)
+        hb[nh++] = __builtin_ctzll(m);
     const int lo = (int)(g->cmask & 7);
     const i64 ngroups = (i64)1 << (nbits - 3 - nh);
     if (par > 1 && nbits >= PAR_MIN_BITS) {
@@ -672,11 +689,6 @@ QD_FMA static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0,
 #define FI(e, P, L) (((((e) >> 1) & (L)) == (L)) ? ((e) ^ (2 << (P))) : (e))
 #define FI8(o, P, L) FI((o), P, L), FI((o) + 1, P, L), FI((o) + 2, P, L), FI((o) + 3, P, L),   \
                      FI((o) + 4, P, L), FI((o) + 5, P, L), FI((o) + 6, P, L), FI((o) + 7, P, L)
-/* group index j with the bits hb[0..nh) (ascending) inserted as 1 */
-#define LOW_GROUP(j, G)                                                                        \
-    i64 G = (j);                                                                               \
-    for (int q = 0; q < nh; q++)                                                               \
-        G = ((G >> hb[q]) << (hb[q] + 1)) | ((i64)1 << hb[q]) | (G & (((i64)1 << hb[q]) - 1));
 #endif
 
 #if RBYTES == 8
@@ -688,14 +700,12 @@ QD_FMA static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_,
                   B1 = SFX(vvld)(B_ + 8), C0 = SFX(vvld)(C_), C1 = SFX(vvld)(C_ + 8),
                   D0 = SFX(vvld)(D_), D1 = SFX(vvld)(D_ + 8);
 #define LANE_V(LO, HI)                                                                         \
-    for (i64 j = j0; j < j1; j++) {                                                            \
-        LOW_GROUP(j, G)                                                                        \
-        R *v_ = s + 16 * G;                                                                    \
+    LOW_GROUPS({                                                                               \
         SFX(vv) a = SFX(vvld)(v_), b = SFX(vvld)(v_ + 8);                                      \
         SFX(vv) x = LO, y = HI;                                                                \
         SFX(vvst)(v_, x);                                                                      \
         SFX(vvst)(v_ + 8, y);                                                                  \
-    }
+    })
     if (diag) {
         LANE_V(A0 * a + B0 * SHUF(a, VX1), A1 * b + B1 * SHUF(b, VX1));
         return;
@@ -748,12 +758,10 @@ QD_FMA static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, 
 #else
     const SFX(vv) A = SFX(vvld)(A_), E = SFX(vvld)(E_);
 #define TWO_V(EXPR)                                                                            \
-    for (i64 j = j0; j < j1; j++) {                                                            \
-        LOW_GROUP(j, G)                                                                        \
-        R *v_ = s + 16 * G;                                                                    \
+    LOW_GROUPS({                                                                               \
         SFX(vv) a = SFX(vvld)(v_);                                                             \
         SFX(vvst)(v_, EXPR);                                                                   \
-    }
+    })
     switch (p * 2 + rx) {
     case 0: TWO_V(A * a + E * SHUF(a, VX2)); break;
     case 1: TWO_V(A * a + E * SHUF(a, VX3)); break;
@@ -822,23 +830,19 @@ QD_FMA static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, 
  * bit 0 (lo has bit 2: amplitudes 0-3) is neither read nor written. */
 #if RBYTES == 8
 #define FLIP_V(P, L)                                                                           \
-    for (i64 j = j0; j < j1; j++) {                                                            \
-        LOW_GROUP(j, G)                                                                        \
-        R *v_ = s + 16 * G;                                                                    \
+    LOW_GROUPS({                                                                               \
         SFX(vv) a = SFX(vvld)(v_), b = SFX(vvld)(v_ + 8);                                      \
         SFX(vv) x = __builtin_shufflevector(a, b, FI8(0, P, L));                               \
         SFX(vv) y = __builtin_shufflevector(a, b, FI8(8, P, L));                               \
         if (!((L) & 4)) SFX(vvst)(v_, x);                                                      \
         SFX(vvst)(v_ + 8, y);                                                                  \
-    }
+    })
 #else
 #define FLIP_V(P, L)                                                                           \
-    for (i64 j = j0; j < j1; j++) {                                                            \
-        LOW_GROUP(j, G)                                                                        \
-        R *v_ = s + 16 * G;                                                                    \
+    LOW_GROUPS({                                                                               \
         SFX(vv) a = SFX(vvld)(v_);                                                             \
         SFX(vvst)(v_, __builtin_shufflevector(a, a, FI8(0, P, L), FI8(8, P, L)));              \
-    }
+    })
 #endif
 static void SFX(flip_low_part)(R *restrict s, int p, int lo, const int *hb, int nh, i64 j0,
                                i64 j1) {
