@@ -228,7 +228,7 @@ static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const 
 #endif
 static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R *C_,
                          const R *D_, const int *hb, int nh, i64 j0, i64 j1);
-QD_FMA static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, const R *B_,
+QD_FMA_CHAIN static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, const R *B_,
                            const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
     if (!diag && SFX(lane_two)(s, p, A_, B_, C_, D_, hb, nh, j0, j1)) return;
 #if RBYTES == 8  /* 16 doubles span two vector registers: the kernel on two halves */
@@ -243,12 +243,13 @@ QD_FMA static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, c
         return;
     }
     /* B v[e^1] + D v[e^P^1] is (Bs v + Ds v[.^P]) re/im swapped, Bs and Ds the swapped
-     * coefficients: two shuffles per group instead of three */
+     * coefficients: two shuffles per group instead of three; one chain of multiply-adds,
+     * A v + (C v[.^P] + swap(Ds v[.^P] + Bs v)), no final add */
     const SFX(v16) Bs = SHUF(B, LX1), Ds = SHUF(D, LX1);
     switch (p) {
-    case 0: LANE_VBODY(A * v + C * SHUF(v, LX2) + SHUF(Bs * v + Ds * SHUF(v, LX2), LX1)); break;
-    case 1: LANE_VBODY(A * v + C * SHUF(v, LX4) + SHUF(Bs * v + Ds * SHUF(v, LX4), LX1)); break;
-    default: LANE_VBODY(A * v + C * SHUF(v, LX8) + SHUF(Bs * v + Ds * SHUF(v, LX8), LX1)); break;
+    case 0: LANE_VBODY(A * v + (C * SHUF(v, LX2) + SHUF(Ds * SHUF(v, LX2) + Bs * v, LX1))); break;
+    case 1: LANE_VBODY(A * v + (C * SHUF(v, LX4) + SHUF(Ds * SHUF(v, LX4) + Bs * v, LX1))); break;
+    default: LANE_VBODY(A * v + (C * SHUF(v, LX8) + SHUF(Ds * SHUF(v, LX8) + Bs * v, LX1))); break;
     }
 }
 #else
@@ -694,37 +695,41 @@ QD_FMA static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0,
 #if RBYTES == 8
 /* lane_part for complex128: out[e] = A[e] v[e] + B[e] v[e^1] + C[e] v[e^P] + D[e] v[e^P^1]
  * (P = 2 << p) on the two halves of each group. */
-QD_FMA static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const R *B_,
+QD_FMA_CHAIN static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const R *B_,
                              const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
     const SFX(vv) A0 = SFX(vvld)(A_), A1 = SFX(vvld)(A_ + 8), B0 = SFX(vvld)(B_),
                   B1 = SFX(vvld)(B_ + 8), C0 = SFX(vvld)(C_), C1 = SFX(vvld)(C_ + 8),
                   D0 = SFX(vvld)(D_), D1 = SFX(vvld)(D_ + 8);
+/* (memcpy, not vvld/vvst: those are not inlined into lane_part_v, whose options differ) */
 #define LANE_V(LO, HI)                                                                         \
     LOW_GROUPS({                                                                               \
-        SFX(vv) a = SFX(vvld)(v_), b = SFX(vvld)(v_ + 8);                                      \
+        SFX(vv) a, b;                                                                          \
+        memcpy(&a, v_, sizeof a);                                                              \
+        memcpy(&b, v_ + 8, sizeof b);                                                          \
         SFX(vv) x = LO, y = HI;                                                                \
-        SFX(vvst)(v_, x);                                                                      \
-        SFX(vvst)(v_ + 8, y);                                                                  \
+        memcpy(v_, &x, sizeof x);                                                              \
+        memcpy(v_ + 8, &y, sizeof y);                                                          \
     })
     if (diag) {
         LANE_V(A0 * a + B0 * SHUF(a, VX1), A1 * b + B1 * SHUF(b, VX1));
         return;
     }
-    /* p < 2: B v[e^1] + D v[e^P^1] as (Bs v + Ds v[.^P]) re/im swapped (as lane_part) */
+    /* p < 2: B v[e^1] + D v[e^P^1] as (Bs v + Ds v[.^P]) re/im swapped (as lane_part); every
+     * output one chain of multiply-adds in the order written */
     const SFX(vv) B0s = SHUF(B0, VX1), B1s = SHUF(B1, VX1), D0s = SHUF(D0, VX1),
                   D1s = SHUF(D1, VX1);
     switch (p) {
     case 0:
-        LANE_V(A0 * a + C0 * SHUF(a, VX2) + SHUF(B0s * a + D0s * SHUF(a, VX2), VX1),
-               A1 * b + C1 * SHUF(b, VX2) + SHUF(B1s * b + D1s * SHUF(b, VX2), VX1));
+        LANE_V(A0 * a + (C0 * SHUF(a, VX2) + SHUF(D0s * SHUF(a, VX2) + B0s * a, VX1)),
+               A1 * b + (C1 * SHUF(b, VX2) + SHUF(D1s * SHUF(b, VX2) + B1s * b, VX1)));
         break;
     case 1:
-        LANE_V(A0 * a + C0 * SHUF(a, VX4) + SHUF(B0s * a + D0s * SHUF(a, VX4), VX1),
-               A1 * b + C1 * SHUF(b, VX4) + SHUF(B1s * b + D1s * SHUF(b, VX4), VX1));
+        LANE_V(A0 * a + (C0 * SHUF(a, VX4) + SHUF(D0s * SHUF(a, VX4) + B0s * a, VX1)),
+               A1 * b + (C1 * SHUF(b, VX4) + SHUF(D1s * SHUF(b, VX4) + B1s * b, VX1)));
         break;
     default:
-        LANE_V(A0 * a + B0 * SHUF(a, VX1) + C0 * b + D0 * SHUF(b, VX1),
-               A1 * b + B1 * SHUF(b, VX1) + C1 * a + D1 * SHUF(a, VX1));
+        LANE_V(A0 * a + (B0 * SHUF(a, VX1) + (C0 * b + D0 * SHUF(b, VX1))),
+               A1 * b + (B1 * SHUF(b, VX1) + (C1 * a + D1 * SHUF(a, VX1))));
         break;
     }
 }
