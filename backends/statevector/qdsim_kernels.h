@@ -102,10 +102,10 @@ static void SFX(diag_1q_part)(R *restrict s, int p, const R *u, i64 j0, i64 j1, 
 
 /* A one-qubit gate on bit p of 2^nbits amplitudes, split over par threads for a large state. */
 #if QD_VEC
-static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
-                                i64 e1);
-static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
-                               i64 e1);
+static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, int pf, i64 j0, i64 j1,
+                                i64 e0, i64 e1);
+static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, int pf, i64 j0, i64 j1,
+                               i64 e0, i64 e1);
 #define VDENSE_OK(w) ((w) >= 64 / (i64)sizeof(R))
 #else
 #define VDENSE_OK(w) 0
@@ -115,16 +115,17 @@ static void SFX(one_qubit_low)(R *s, int nbits, int p, const R *u, int diag, int
     const i64 nblk = (i64)1 << (nbits - 1 - p), w = (i64)2 << p;
 #if QD_VEC
     if (!diag && VDENSE_OK(w)) {  /* halves of at least one vector: the vector kernel */
+        const int pf = pf_run(w * (i64)sizeof(R)) && (RSIZE << (nbits + 1)) >= PF_MIN_STATE;
         if (par > 1 && nbits >= PAR_MIN_BITS) {
 #pragma omp parallel num_threads(par)
             {
                 i64 j0, j1, e0, e1;
                 split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
-                SFX(vdense_1q_fwd)(s, w, u, j0, j1, e0, e1);
+                SFX(vdense_1q_fwd)(s, w, u, pf, j0, j1, e0, e1);
             }
             return;
         }
-        SFX(vdense_1q_fwd)(s, w, u, 0, nblk, 0, w);
+        SFX(vdense_1q_fwd)(s, w, u, pf, 0, nblk, 0, w);
         return;
     }
 #endif
@@ -651,15 +652,14 @@ static inline __attribute__((always_inline)) void SFX(vstep_blocks)(
 
 /* A dense one-qubit gate u on halves of w >= VL reals: blocks [j0, j1), reals [e0, e1) of
  * each half (multiples of VL). */
-QD_FMA static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1,
-                                       i64 e0, i64 e1) {
+QD_FMA static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, int pf, i64 j0,
+                                       i64 j1, i64 e0, i64 e1) {
     SFX(vv) V[8];
     for (int k = 0; k < 4; k++)
         for (int l = 0; l < VL; l++) {
             V[2 * k][l] = u[2 * k];
             V[2 * k + 1][l] = (l & 1) ? u[2 * k + 1] : -u[2 * k + 1];
         }
-    const int pf = pf_run(w * (i64)sizeof(R));
     const i64 pd = PF_BYTES / (i64)sizeof(R);
     for (i64 j = j0; j < j1; j++) {
         R *restrict x = s + 2 * w * j, *restrict y = x + w;
@@ -783,12 +783,12 @@ QD_FMA static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, 
 
 /* vdense_1q_part with the products the matrix needs: a real matrix (RY, H) or a real diagonal
  * with an imaginary off-diagonal (RX) takes two vector products per output instead of four. */
-QD_FMA static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, i64 j1, i64 e0,
-                               i64 e1) {
+QD_FMA static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, int pf, i64 j0, i64 j1,
+                                      i64 e0, i64 e1) {
     const int real = u[1] == 0 && u[3] == 0 && u[5] == 0 && u[7] == 0;
     const int rx = u[1] == 0 && u[7] == 0 && u[2] == 0 && u[4] == 0;
     if (!real && !rx) {
-        SFX(vdense_1q_part)(s, w, u, j0, j1, e0, e1);
+        SFX(vdense_1q_part)(s, w, u, pf, j0, j1, e0, e1);
         return;
     }
     /* broadcasts (built lane by lane the coefficients stayed in memory, one more load each
@@ -798,7 +798,6 @@ QD_FMA static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, i64 j0, 
     for (int l = 0; l < VL; l += 2) alt[l] = -1;
     const SFX(vv) P0 = zero + u[0], P3 = zero + u[6];
     const SFX(vv) Q1 = real ? zero + u[2] : alt * u[3], Q2 = real ? zero + u[4] : alt * u[5];
-    const int pf = pf_run(w * (i64)sizeof(R));
     const i64 pd = PF_BYTES / (i64)sizeof(R);
     if (real) {
         for (i64 j = j0; j < j1; j++) {
