@@ -50,3 +50,30 @@ def test_gate_at_every_placement(name, n, batch, cdtype):
             ref = simulate(c, theta, cdtype=cdtype)
     atol = 1e-11 if cdtype == torch.complex128 else 3e-5
     assert torch.allclose(ours, ref, atol=atol)
+
+
+@pytest.mark.parametrize("cdtype,n", [(torch.complex128, 20), (torch.complex64, 21)])
+def test_one_qubit_gates_on_middle_bits_of_a_16_mib_state(cdtype, n, monkeypatch):
+    """States of 16 MiB and more take the one-qubit block loops that prefetch along runs of
+    512 bytes to 32 KiB (targets on bits 4-10 in complex128, 5-11 in complex64; smaller
+    states take the same loops without prefetches): a general, a real and an RX matrix on
+    each such bit and its neighbours after an entangling mixer, one pass each (no fusion, no
+    tiles), against the torch kernels."""
+    monkeypatch.setenv("QDIFF_NATIVE_TILES", "0")
+    lo, hi = (4, 10) if cdtype == torch.complex128 else (5, 11)
+    ops, p = _mixer(n), 0
+    for b in range(lo - 1, hi + 2):
+        for name in ("rot", "ry", "rx"):
+            gate = G[name]
+            ops.append(Operation(gate, (n - 1 - b,),
+                                 tuple(ParamRef(p + i) for i in range(gate.num_params))))
+            p += gate.num_params
+    c = Circuit(n, tuple(ops), num_params=p)
+    g = torch.Generator().manual_seed(n)
+    theta = (torch.rand(1, p, dtype=torch.float64, generator=g) - 0.5) * 6
+    with torch.no_grad():
+        ours = simulate(c, theta, cdtype=cdtype)
+        with native.disabled():
+            ref = simulate(c, theta, cdtype=cdtype)
+    atol = 1e-12 if cdtype == torch.complex128 else 2e-6
+    assert torch.allclose(ours, ref, atol=atol)
