@@ -130,6 +130,30 @@ def test_flip_on_a_high_bit_controlled_by_bit_0_or_1(n, cdtype, threads):
         torch.set_num_threads(old)
 
 
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+@pytest.mark.parametrize("n", [4, 7, 12, 14])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_flip_with_no_control_or_one_above_the_target(n, cdtype, threads):
+    """X on bit t, uncontrolled or controlled by one bit c > t: the halves of the blocks whose
+    control is set swap as whole vectors where a half holds at least one (t >= 3 in complex64,
+    t >= 2 in complex128; runs of blocks without the control skipped), as a generic swap
+    below; every (t, c), split over one or two threads."""
+    psi = _random((2, 2 ** n), 7 * n, cdtype)
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        for t in range(n):
+            for cmask in [0] + [1 << c for c in range(t + 1, n)]:
+                prog = native.Program(2, n, cdtype)
+                prog.add(FLIP, [t], cmask, None, 0)
+                state = torch.tensor(psi)
+                native.run(state, prog)
+                ref = _reference(psi.astype(np.complex128), FLIP, t, cmask, None)
+                assert np.array_equal(state.numpy(), ref.astype(psi.dtype)), (t, cmask)
+    finally:
+        torch.set_num_threads(old)
+
+
 LOW_GATES = ["x", "cx", "ccx", "cz", "cy", "h", "rx", "ry", "rot", "crx", "cry", "crz", "cp",
              "crot"]
 

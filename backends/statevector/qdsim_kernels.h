@@ -325,10 +325,20 @@ static void SFX(swap_run)(R *restrict x, R *restrict y, i64 len) {
     }
 }
 
+#if QD_VEC
+static void SFX(swap_blocks_v)(R *restrict s, i64 w, i64 cb, i64 j0, i64 j1);
+#endif
+
 static void SFX(flip_part)(R *s, int p, int c, i64 j0, i64 j1) {
     const i64 w = (i64)2 << p;  /* reals per half block */
     if (c < 0 || c > p) {
         const i64 cb = c < 0 ? 0 : (i64)1 << (c - p - 1);
+#if QD_VEC
+        if (w >= 64 / (i64)sizeof(R)) {  /* halves of whole vectors */
+            SFX(swap_blocks_v)(s, w, cb, j0, j1);
+            return;
+        }
+#endif
         for (i64 j = j0; j < j1; j++)
             if (!cb || (j & cb)) SFX(swap_run)(s + 2 * w * j, s + 2 * w * j + w, w);
         return;
@@ -848,6 +858,25 @@ QD_FMA static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, int pf, 
         SFX(vvst)(v_, __builtin_shufflevector(a, a, FI8(0, P, L), FI8(8, P, L)));              \
     })
 #endif
+/* X on bit p (halves of w >= VL reals) in the blocks [j0, j1) whose control bit cb is set (cb
+ * = 0: every block): the halves swapped as 64-byte vectors; the blocks without the control
+ * are skipped a run at a time (no per-run set-up of a generic swap loop: 16-64 vectors per
+ * half on the middle bits of a cache-resident state). */
+static void SFX(swap_blocks_v)(R *restrict s, i64 w, i64 cb, i64 j0, i64 j1) {
+    for (i64 j = j0; j < j1; j++) {
+        if (cb && !(j & cb)) {  /* the rest of this run of blocks without the control */
+            j |= cb - 1;
+            continue;
+        }
+        R *restrict x = s + 2 * w * j, *restrict y = x + w;
+        for (i64 e = 0; e < w; e += VL) {
+            SFX(vv) a = SFX(vvld)(x + e), b = SFX(vvld)(y + e);
+            SFX(vvst)(x + e, b);
+            SFX(vvst)(y + e, a);
+        }
+    }
+}
+
 static void SFX(flip_low_part)(R *restrict s, int p, int lo, const int *hb, int nh, i64 j0,
                                i64 j1) {
     switch (p * 8 + lo) {
