@@ -54,11 +54,11 @@ def test_gate_at_every_placement(name, n, batch, cdtype):
 
 @pytest.mark.parametrize("cdtype,n", [(torch.complex128, 20), (torch.complex64, 21)])
 def test_one_qubit_gates_on_middle_bits_of_a_16_mib_state(cdtype, n, monkeypatch):
-    """States of 16 MiB and more take the one-qubit block loops that prefetch along runs of
-    512 bytes to 32 KiB (targets on bits 4-10 in complex128, 5-11 in complex64; smaller
-    states take the same loops without prefetches): a general, a real and an RX matrix on
-    each such bit and its neighbours after an entangling mixer, one pass each (no fusion, no
-    tiles), against the torch kernels."""
+    """On states of 16 MiB and more every one-qubit block loop prefetches along runs of 512
+    bytes to 32 KiB (targets on bits 4-10 in complex128, 5-11 in complex64; the two-product
+    loops of RX and RY skip the prefetches on states of 2-16 MiB): a general, a real and an
+    RX matrix on each such bit and its neighbours after an entangling mixer, one pass each
+    (no fusion, no tiles), against the torch kernels."""
     monkeypatch.setenv("QDIFF_NATIVE_TILES", "0")
     lo, hi = (4, 10) if cdtype == torch.complex128 else (5, 11)
     ops, p = _mixer(n), 0

@@ -70,11 +70,13 @@ typedef int64_t i64;
 #define PF_BYTES 4096
 
 static inline int pf_run(i64 run_bytes) { return run_bytes >= 512 && run_bytes <= 32768; }
-/* The forward's one-qubit block kernels prefetch only for a state of at least PF_MIN_STATE
- * bytes: a smaller one stays in the caches between passes, where the prefetches only cost
- * (measured on middle bits: up to 30% more time for 0.5-8 MiB states, 10-25% less from
- * 16 MiB on). */
-#define PF_MIN_STATE ((size_t)16 << 20)
+/* The forward's two-product one-qubit block loops (RX, RY, H: two loads, two shuffles and four
+ * products per pair of vectors) skip the prefetches for states of PF_LIGHT_LO to PF_LIGHT_HI
+ * bytes, which stay in the last-level cache between passes: there they cost 15-30% more time
+ * on middle bits (the general four-product loop still gained from them, as did both loops on
+ * larger states). */
+#define PF_LIGHT_LO ((size_t)2 << 20)
+#define PF_LIGHT_HI ((size_t)16 << 20)
 /* Offset (in elements, from the start of a block's first half) of the element d further along
  * the traversal of halves of w elements (w a power of two; blocks of 2w). */
 static inline i64 pf_ahead(i64 e, i64 d, i64 w) {

@@ -104,8 +104,8 @@ static void SFX(diag_1q_part)(R *restrict s, int p, const R *u, i64 j0, i64 j1, 
 #if QD_VEC
 static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, int pf, i64 j0, i64 j1,
                                 i64 e0, i64 e1);
-static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, int pf, i64 j0, i64 j1,
-                               i64 e0, i64 e1);
+static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, int pf, int pf_light,
+                               i64 j0, i64 j1, i64 e0, i64 e1);
 #define VDENSE_OK(w) ((w) >= 64 / (i64)sizeof(R))
 #else
 #define VDENSE_OK(w) 0
@@ -115,17 +115,19 @@ static void SFX(one_qubit_low)(R *s, int nbits, int p, const R *u, int diag, int
     const i64 nblk = (i64)1 << (nbits - 1 - p), w = (i64)2 << p;
 #if QD_VEC
     if (!diag && VDENSE_OK(w)) {  /* halves of at least one vector: the vector kernel */
-        const int pf = pf_run(w * (i64)sizeof(R)) && (RSIZE << (nbits + 1)) >= PF_MIN_STATE;
+        const size_t bytes = RSIZE << (nbits + 1);
+        const int pf = pf_run(w * (i64)sizeof(R));
+        const int pf_light = pf && (bytes < PF_LIGHT_LO || bytes >= PF_LIGHT_HI);
         if (par > 1 && nbits >= PAR_MIN_BITS) {
 #pragma omp parallel num_threads(par)
             {
                 i64 j0, j1, e0, e1;
                 split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
-                SFX(vdense_1q_fwd)(s, w, u, pf, j0, j1, e0, e1);
+                SFX(vdense_1q_fwd)(s, w, u, pf, pf_light, j0, j1, e0, e1);
             }
             return;
         }
-        SFX(vdense_1q_fwd)(s, w, u, pf, 0, nblk, 0, w);
+        SFX(vdense_1q_fwd)(s, w, u, pf, pf_light, 0, nblk, 0, w);
         return;
     }
 #endif
@@ -793,8 +795,8 @@ QD_FMA static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, 
 
 /* vdense_1q_part with the products the matrix needs: a real matrix (RY, H) or a real diagonal
  * with an imaginary off-diagonal (RX) takes two vector products per output instead of four. */
-QD_FMA static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, int pf, i64 j0, i64 j1,
-                                      i64 e0, i64 e1) {
+QD_FMA static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, int pf, int pf_light,
+                                      i64 j0, i64 j1, i64 e0, i64 e1) {
     const int real = u[1] == 0 && u[3] == 0 && u[5] == 0 && u[7] == 0;
     const int rx = u[1] == 0 && u[7] == 0 && u[2] == 0 && u[4] == 0;
     if (!real && !rx) {
@@ -813,7 +815,7 @@ QD_FMA static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, int pf, 
         for (i64 j = j0; j < j1; j++) {
             R *restrict x = s + 2 * w * j, *restrict y = x + w;
             for (i64 e = e0; e < e1; e += VL) {
-                if (pf) {
+                if (pf_light) {
                     const i64 o_ = pf_ahead(e, pd, w);
                     PF_AT(x, o_, sizeof(R)); PF_AT(x, o_ + w, sizeof(R));
                 }
@@ -827,7 +829,7 @@ QD_FMA static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, int pf, 
     for (i64 j = j0; j < j1; j++) {
         R *restrict x = s + 2 * w * j, *restrict y = x + w;
         for (i64 e = e0; e < e1; e += VL) {
-            if (pf) {
+            if (pf_light) {
                 const i64 o_ = pf_ahead(e, pd, w);
                 PF_AT(x, o_, sizeof(R)); PF_AT(x, o_ + w, sizeof(R));
             }
