@@ -1526,11 +1526,14 @@ static int SFX(tile_schedule)(const SFX(ctx_t) *c, const gate_t *const *gl, i64 
  * disjoint bits stay open side by side: they commute). CNOT, CZ and the like cost no pass of
  * their own: CNOT(a, b) after one-qubit gates on a and b is one 4x4 pass with the flops of the
  * one-qubit gates, and a 4x4 block whose rows have at most two entries (a one-qubit gate and a
- * permutation) runs with the flops of one one-qubit gate. Only gates on bits >= FZ_VB take
- * part (the contiguous runs below a block's lower bit then fill vectors of at least 32 bytes;
- * below, the lane kernels are faster); other gates flush the blocks on their bits and run as
+ * permutation) runs with the flops of one one-qubit gate. A block whose lower bit is below
+ * FZ_VB (the contiguous runs below it would fill less than 32 bytes) runs in lane form
+ * (fz_lane: one vector per group of amplitudes, per-lane coefficients). A singly controlled
+ * one-qubit gate whose control has no pending gate joins its target's block with the control
+ * as a selector bit (two matrices: where the selector is 0 and where it is 1), so a CNOT
+ * chain takes one pass per two links. Other gates flush the blocks on their bits and run as
  * they are (low-bit runs still share chunked passes). Used for one state of at least
- * 2^FZ_MIN_N amplitudes that is not run in tiles. */
+ * 2^FZ_MIN_N amplitudes, and on the ops of tile runs. */
 #ifndef FZ_MIN_N
 #define FZ_MIN_N 6
 #endif
@@ -1553,7 +1556,8 @@ typedef struct {
     double m1[32];
 } SFX(fzblk_t);
 
-/* Whether g may join a block: one or two bits in all, each at or above FZ_VB. */
+/* Whether g may join a block: one or two bits in all (without vector kernels: each at or above
+ * FZ_VB). */
 static int SFX(fz_ok)(const gate_t *g) {
     i64 all = g->tmask | g->cmask;
     int cnt = __builtin_popcountll((unsigned long long)all);
@@ -1999,62 +2003,66 @@ static int SFX(fz_build)(const gate_t *const *gs, const R *const *ud, i64 cnt, i
         ops[nout].g = gs[i]; ops[nout].u = ud[i]; ops[nout].dag = dag;                          \
         ops[nout].fused = 0; nout++;                                                           \
     } while (0)
-    /* apply (emit) the block open on bit p, if any. A one-bit block with a selector is the
-     * two-bit block diag(m, m1) on (selector, bit); a two-bit one keeps both matrices. */
+    /* a one-bit block with a selector becomes the two-bit block diag(m, m1) on (selector, bit) */
+#define FZ_PROMOTE(k_)                                                                         \
+    do {                                                                                       \
+        const int s_ = (k_)->sel, t_ = (k_)->bl[0], shi_ = s_ > t_;                            \
+        double M_[32];                                                                         \
+        memset(M_, 0, sizeof M_);                                                              \
+        for (int v_ = 0; v_ < 2; v_++)                                                         \
+            for (int r_ = 0; r_ < 2; r_++)                                                     \
+                for (int c2_ = 0; c2_ < 2; c2_++) {                                            \
+                    const double *src_ = v_ ? (k_)->m1 : (k_)->m;                              \
+                    int R_ = shi_ ? 2 * v_ + r_ : 2 * r_ + v_;                                 \
+                    int C_ = shi_ ? 2 * v_ + c2_ : 2 * c2_ + v_;                               \
+                    M_[2 * (4 * R_ + C_)] = src_[2 * (2 * r_ + c2_)];                          \
+                    M_[2 * (4 * R_ + C_) + 1] = src_[2 * (2 * r_ + c2_) + 1];                  \
+                }                                                                              \
+        memcpy((k_)->m, M_, sizeof M_);                                                        \
+        (k_)->bl[0] = shi_ ? s_ : t_; (k_)->bl[1] = shi_ ? t_ : s_;                            \
+        (k_)->nb = 2;                                                                          \
+        (k_)->sel = -1;                                                                        \
+        open[s_] = open[t_];                                                                   \
+        if (--nsel[s_] == 0) selmask &= ~((i64)1 << s_);                                       \
+    } while (0)
+    /* apply (emit) the block open on bit p, if any */
 #define FZ_FLUSH(p)                                                                            \
     do {                                                                                       \
         int b_ = open[p];                                                                      \
         if (b_ < 0) break;                                                                     \
         SFX(fzblk_t) *k_ = &blk[b_];                                                           \
-        int nb_ = k_->nb;                                                                      \
+        if (k_->sel >= 0 && k_->nb == 1) FZ_PROMOTE(k_);                                       \
+        const int nb_ = k_->nb, s_ = k_->sel;                                                  \
         for (int j_ = 0; j_ < nb_; j_++) open[k_->bl[j_]] = -1;                                \
         k_->nb = 0;                                                                            \
-        const int s_ = k_->sel;                                                                \
         if (s_ >= 0 && --nsel[s_] == 0) selmask &= ~((i64)1 << s_);                            \
         if (k_->cnt == 1) { FZ_EMIT_GATE(k_->first); break; }                                  \
         gate_t *f_ = &fg[nfg];                                                                 \
         R *d_ = fu + 64 * nfg;                                                                 \
         nfg++;                                                                                 \
         memset(f_, 0, sizeof(gate_t));                                                         \
-        f_->kind = K_DENSE;                                                                    \
-        int two_ = 0;                                                                          \
-        if (s_ >= 0 && nb_ == 1) {                                                             \
-            const int t_ = k_->bl[0], shi_ = s_ > t_;                                          \
-            double M_[32];                                                                     \
-            memset(M_, 0, sizeof M_);                                                          \
-            for (int v_ = 0; v_ < 2; v_++)                                                     \
-                for (int r_ = 0; r_ < 2; r_++)                                                 \
-                    for (int c2_ = 0; c2_ < 2; c2_++) {                                        \
-                        const double *src_ = v_ ? k_->m1 : k_->m;                              \
-                        int R_ = shi_ ? 2 * v_ + r_ : 2 * r_ + v_;                             \
-                        int C_ = shi_ ? 2 * v_ + c2_ : 2 * c2_ + v_;                           \
-                        M_[2 * (4 * R_ + C_)] = src_[2 * (2 * r_ + c2_)];                      \
-                        M_[2 * (4 * R_ + C_) + 1] = src_[2 * (2 * r_ + c2_) + 1];              \
-                    }                                                                          \
-            memcpy(k_->m, M_, sizeof M_);                                                      \
-            k_->bl[0] = shi_ ? s_ : t_; k_->bl[1] = shi_ ? t_ : s_;                            \
-            nb_ = 2;                                                                           \
-        } else if (s_ >= 0) {                                                                  \
-            two_ = 1;                                                                          \
-            f_->cmask = (i64)1 << s_;                                                          \
-        }                                                                                      \
-        f_->k = nb_;                                                                           \
+        f_->kind = K_DENSE; f_->k = nb_;                                                       \
+        if (s_ >= 0) f_->cmask = (i64)1 << s_;                                                 \
         for (int j_ = 0; j_ < nb_; j_++) f_->bits[j_] = k_->bl[j_];                            \
         layout_bits(f_);                                                                       \
         f_->usize = 2 << (2 * nb_);                                                            \
         for (int e_ = 0; e_ < (int)f_->usize; e_++) d_[e_] = (R)k_->m[e_];                     \
-        if (two_)                                                                              \
+        if (s_ >= 0)                                                                           \
             for (int e_ = 0; e_ < 32; e_++) d_[32 + e_] = (R)k_->m1[e_];                       \
         ops[nout].g = f_; ops[nout].u = d_; ops[nout].dag = 0;                                 \
-        ops[nout].fused = two_ ? 2 : nb_ == 2; nout++;                                         \
+        ops[nout].fused = s_ >= 0 ? 2 : nb_ == 2; nout++;                                      \
     } while (0)
-    /* apply the blocks that have one of the bits in mask as their selector */
+    /* before a gate on bits mask: the blocks with a selector among them are applied (a
+     * one-bit one becomes a plain two-bit block the gate may join) */
 #define FZ_FLUSH_SEL(mask)                                                                     \
     do {                                                                                       \
         if (!((mask) & selmask)) break;                                                        \
-        for (int q_ = 0; q_ < 64; q_++)                                                        \
-            if (blk[q_].nb && blk[q_].sel >= 0 && (((mask) >> blk[q_].sel) & 1))               \
-                FZ_FLUSH(blk[q_].bl[0]);                                                       \
+        for (int q_ = 0; q_ < 64; q_++) {                                                      \
+            SFX(fzblk_t) *k_ = &blk[q_];                                                       \
+            if (!k_->nb || k_->sel < 0 || !(((mask) >> k_->sel) & 1)) continue;                \
+            if (k_->nb == 1) FZ_PROMOTE(k_);                                                   \
+            else FZ_FLUSH(k_->bl[0]);                                                          \
+        }                                                                                      \
     } while (0)
     for (i64 i = 0; i < cnt; i++) {
         const gate_t *g = gs[i];
@@ -2172,6 +2180,7 @@ static int SFX(fz_build)(const gate_t *const *gs, const R *const *ud, i64 cnt, i
     for (int p = 0; p < 64; p++) FZ_FLUSH(p);
 #undef FZ_FLUSH_SEL
 #undef FZ_FLUSH
+#undef FZ_PROMOTE
 #undef FZ_EMIT_GATE
     free(blk);
     L->nout = nout;
