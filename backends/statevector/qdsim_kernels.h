@@ -1978,8 +1978,12 @@ static void SFX(fz_free)(SFX(fzlist_t) *L) {
 
 /* The gates gs[0..cnt) with data ud[..] (in application order; their inverses when dag) as a
  * fused list. Returns 0 when out of memory. */
+/* cbits: the ops whose bits all lie below it run in cache-resident chunks or tiles; a selector
+ * block there may have any selector, elsewhere its selector splits the state into runs of at
+ * least FZ_SEL_RUN bytes (the two half passes then stream like one). */
+#define FZ_SEL_RUN 4096
 static int SFX(fz_build)(const gate_t *const *gs, const R *const *ud, i64 cnt, int dag,
-                         SFX(fzlist_t) *L) {
+                         int cbits, SFX(fzlist_t) *L) {
     SFX(fzop_t) *ops = (SFX(fzop_t) *)malloc(sizeof(SFX(fzop_t)) * (size_t)(cnt + 1));
     gate_t *fg = (gate_t *)malloc(sizeof(gate_t) * (size_t)(cnt + 1));
     R *fu = (R *)malloc(sizeof(R) * 64 * (size_t)(cnt + 1));
@@ -2086,10 +2090,15 @@ static int SFX(fz_build)(const gate_t *const *gs, const R *const *ud, i64 cnt, i
             int X = open[t], Y = open[cb_];
             /* the selector above the amplitudes of one 64-byte vector */
             int ok = cb_ >= (RBYTES == 4 ? 3 : 2) && t >= FZ_VB && (Y < 0 || blk[Y].nb == 2);
+            int hi_bits = cb_ >= cbits || t >= cbits;
             if (ok && X >= 0) {
                 ok = (blk[X].sel < 0 || blk[X].sel == cb_);
-                for (int j = 0; j < blk[X].nb; j++) ok &= blk[X].bl[j] >= FZ_VB;
+                for (int j = 0; j < blk[X].nb; j++) {
+                    ok &= blk[X].bl[j] >= FZ_VB;
+                    hi_bits |= blk[X].bl[j] >= cbits;
+                }
             }
+            if (hi_bits && ((size_t)2 * RSIZE << cb_) < FZ_SEL_RUN) ok = 0;
             if (ok) {
                 if (Y >= 0) FZ_FLUSH(cb_);
                 X = open[t];
@@ -2128,6 +2137,11 @@ static int SFX(fz_build)(const gate_t *const *gs, const R *const *ud, i64 cnt, i
             if (ba >= 0 && bb >= 0 && blk[ba].sel >= 0 && blk[bb].sel >= 0 &&
                 blk[ba].sel != blk[bb].sel) { FZ_FLUSH(b); bb = -1; }
             if (ba >= 0 && blk[ba].sel >= 0 && b >= 0 && b < FZ_VB) { FZ_FLUSH(a); ba = -1; }
+            /* a short-run selector stays on bits that run in cache */
+            if (ba >= 0 && blk[ba].sel >= 0 && a >= cbits &&
+                ((size_t)2 * RSIZE << blk[ba].sel) < FZ_SEL_RUN) { FZ_FLUSH(a); ba = -1; }
+            if (bb >= 0 && blk[bb].sel >= 0 && a >= cbits &&
+                ((size_t)2 * RSIZE << blk[bb].sel) < FZ_SEL_RUN) { FZ_FLUSH(b); bb = -1; }
             if (bb >= 0 && blk[bb].sel >= 0 && a < FZ_VB) { FZ_FLUSH(b); bb = -1; }
             /* a new block on a (and b), from the one-bit blocks there */
             int slot = 0;
@@ -2210,7 +2224,7 @@ static void SFX(fz_sink)(SFX(fzop_t) *ops, i64 nout, int cb) {
 /* The program's gates from position start on (or their inverses, last first), fused into L;
  * 0 when there is no memory for it. */
 static int SFX(fz_program)(const SFX(ctx_t) *c, const R **us, i64 nops, int dag, i64 start,
-                           SFX(fzlist_t) *L) {
+                           int cbits, SFX(fzlist_t) *L) {
     const i64 cnt = nops - start;
     const gate_t **gs = (const gate_t **)malloc(sizeof(gate_t *) * (size_t)(cnt + 1));
     const R **ud = (const R **)malloc(sizeof(R *) * (size_t)(cnt + 1));
@@ -2221,7 +2235,7 @@ static int SFX(fz_program)(const SFX(ctx_t) *c, const R **us, i64 nops, int dag,
             gs[t - start] = &c->gates[i];
             ud[t - start] = us[i];
         }
-        ok = SFX(fz_build)(gs, ud, cnt, dag, L);
+        ok = SFX(fz_build)(gs, ud, cnt, dag, cbits, L);
     }
     free(gs); free(ud);
     return ok;
@@ -2229,15 +2243,15 @@ static int SFX(fz_program)(const SFX(ctx_t) *c, const R **us, i64 nops, int dag,
 
 static int SFX(run_fused)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, int dag,
                           int par, int tid, i64 start) {
-    SFX(fzlist_t) L;
-    if (!SFX(fz_program)(c, us, nops, dag, start, &L)) return 0;
-    const SFX(fzop_t) *ops = L.ops;
-    const i64 nout = L.nout;
-    /* apply: runs of ops on the low bits share chunked passes (chunks of up to 512 KiB, at
-     * least 8 of them; none below 2^15 amplitudes) */
+    /* runs of ops on the low bits share chunked passes (chunks of up to 512 KiB, at least 8
+     * of them; none below 2^15 amplitudes) */
     const int fcb = RSIZE == 4 ? 16 : 15;
     int cb = n - 3 < fcb ? n - 3 : fcb;
     if (cb < CHUNK_BITS) cb = n;
+    SFX(fzlist_t) L;
+    if (!SFX(fz_program)(c, us, nops, dag, start, cb, &L)) return 0;
+    const SFX(fzop_t) *ops = L.ops;
+    const i64 nout = L.nout;
     if (cb < n) SFX(fz_sink)(L.ops, nout, cb);
     i64 t = 0;
     while (t < nout) {
@@ -2300,7 +2314,7 @@ static void SFX(run_tiles)(R *st, int n, const SFX(ctx_t) *c, const SFX(fzop_t) 
 static int SFX(run_tiled)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, int dag,
                           int par, int tid, i64 start) {
     SFX(fzlist_t) L;
-    if (!SFX(fz_program)(c, us, nops, dag, start, &L)) return 0;
+    if (!SFX(fz_program)(c, us, nops, dag, start, TILE_LOW + c->tk, &L)) return 0;
     const i64 nout = L.nout;
     i64 *order = (i64 *)malloc(sizeof(i64) * (size_t)(nout + 1));
     char *done = (char *)calloc((size_t)(nout + 1), 1);
