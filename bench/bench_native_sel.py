@@ -3,8 +3,11 @@ and Aer, complex128 and complex64, forward to the final state and the adjoint gr
 
 Table 1 (forward): time to evolve |0...0> through SEL(L=6) (6n Rot + 6n CNOT) and have the
 final state; qdiff = the native coded program (``native.run_plan``, no copy of the state; the
-peers return theirs, which the table also shows as "empty circuit" overhead); ratios are
-qdiff / peer in the same run (< 1: qdiff faster).
+peers return theirs, which the table also shows as "empty circuit" overhead) run from |0...0>
+as the engine runs a circuit without an initial state (the first layer's rotations, a product
+state, written in one pass); "every gate" = the same program applied gate by gate to the
+state as it is (no product start); ratios are qdiff / peer in the same run (< 1: qdiff
+faster).
 Table 2 (gradient): forward + backward of sum_i <Z_i> with respect to the SEL weights through
 torch autograd: qdiff ``diff_method="adjoint"`` vs lightning.qubit ``diff_method="adjoint"``
 (both through PennyLane/qdiff's torch interface; lightning with ``device_vjp=True``, so that it
@@ -40,9 +43,14 @@ def fmt(vals, scale=1e3):
 def forward_round(n, layers, sims, reps, out):
     ops = sel_ops(n, layers)
     for dt, cdtype in DTYPES.items():
-        for name in sims[dt]:
-            run = MAKERS[name](n, ops, cdtype)
-            empty = MAKERS[name](n, [], cdtype) if name != "qdiff" else (lambda: None)
+        for name in sims[dt] + ["qdiff every gate"]:
+            if name == "qdiff every gate":
+                run = MAKERS["qdiff"](n, ops, cdtype)
+            elif name == "qdiff":
+                run = MAKERS["qdiff"](n, ops, cdtype, from_zero=True)
+            else:
+                run = MAKERS[name](n, ops, cdtype)
+            empty = MAKERS[name](n, [], cdtype) if name in MAKERS and name != "qdiff" else (lambda: None)
             out.setdefault((n, dt, name), []).append(cpu_time(run, reps))
             out.setdefault((n, dt, name + " empty"), []).append(cpu_time(empty, reps))
 
@@ -92,14 +100,17 @@ def forward_tables(sizes, sims, fwd):
     print("\nForward, SEL(L=6) to the final state: CPU ms, median [range] over rounds")
     for dt in DTYPES:
         peers = [s for s in sims[dt] if s != "qdiff"]
-        print(f"\n{dt}\n| n | qdiff | " + " | ".join(peers) + " | " +
-              " | ".join(f"qdiff/{p}" for p in peers) + " |")
-        print("|---" * (2 + 2 * len(peers)) + "|")
+        last = "lightning" if "lightning" in peers else peers[0]
+        print(f"\n{dt}\n| n | qdiff | qdiff every gate | " + " | ".join(peers) + " | " +
+              " | ".join(f"qdiff/{p}" for p in peers) + f" | every gate/{last} |")
+        print("|---" * (4 + 2 * len(peers)) + "|")
         for n in sizes:
-            q = fwd[(n, dt, "qdiff")]
+            q, qa = fwd[(n, dt, "qdiff")], fwd[(n, dt, "qdiff every gate")]
             cells = [fmt(fwd[(n, dt, p)]) for p in peers]
             ratios = [fmt([a / b for a, b in zip(q, fwd[(n, dt, p)])], 1) for p in peers]
-            print(f"| {n} | {fmt(q)} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
+            every = fmt([a / b for a, b in zip(qa, fwd[(n, dt, last)])], 1)
+            print(f"| {n} | {fmt(q)} | {fmt(qa)} | " + " | ".join(cells) + " | " +
+                  " | ".join(ratios) + f" | {every} |")
         print("peers' fixed overhead (empty circuit, ms): " + ", ".join(
             f"n={n} {p} {statistics.median(fwd[(n, dt, p + ' empty')]) * 1e3:.3g}"
             for n in sizes for p in peers))

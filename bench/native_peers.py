@@ -85,11 +85,15 @@ def qdiff_circuit(n: int, ops):
     return Circuit(n, tuple(out), num_params=len(vals)), theta
 
 
-def make_qdiff(n: int, ops, cdtype=torch.complex128, separate: bool = False, calls: int = 1):
+def make_qdiff(n: int, ops, cdtype=torch.complex128, separate: bool = False, calls: int = 1,
+               from_zero: bool = False):
     """The native kernels on the coded program (no measurement). ``separate``: every gate of
     ``ops`` is its own one-gate program, run by its own call (one memory pass per gate: no
     tile runs or in-cache chunks shared across gates); otherwise ``ops`` is one program, run
-    ``calls`` times (an empty ``ops`` with ``calls`` = K times the calls' own overhead)."""
+    ``calls`` times (an empty ``ops`` with ``calls`` = K times the calls' own overhead).
+    ``from_zero``: the program starts from |0...0> as the engine runs a circuit without an
+    initial state (a leading product of one-qubit gates is written in one pass); otherwise
+    every gate is applied to the state as it is."""
     from qdiff.backends.statevector import native
     from qdiff.backends.statevector.simulate import zero_state
     parts = [[op] for op in ops] if separate else [ops] * calls
@@ -106,7 +110,7 @@ def make_qdiff(n: int, ops, cdtype=torch.complex128, separate: bool = False, cal
         state.zero_()
         state[0, 0] = 1
         for plan, theta in plans:
-            native.run_plan(state, plan, theta)
+            native.run_plan(state, plan, theta, from_zero=from_zero)
     return run
 
 

@@ -170,3 +170,75 @@ def test_fusion_off_matches_fusion_on(cdtype, monkeypatch):
         off = simulate(c, theta, cdtype=cdtype)
     assert float((on - off).abs().max()) < ATOL[cdtype]
     assert float((on.abs() ** 2).sum()) == pytest.approx(1.0, abs=1e-4)
+
+
+def _chains(seed, n, layers, names=("cx", "cy", "cz", "ch", "crx", "cry", "crz", "cp", "crot"),
+            oneq=("rot", "rx", "ry", "h", "u3")):
+    """Layers of one-qubit gates on every wire, then controlled gates along a random chain of
+    the wires (each link's control the previous link's target, as in entangling ladders and
+    rings): a link whose control carries no pending gate of its own joins its target's block
+    with the control as a selector bit, so that a chain takes one pass per two links."""
+    rng = np.random.default_rng(seed)
+    ops, p = [], 0
+    for _ in range(layers):
+        for w in range(n):
+            g = get_gate(oneq[rng.integers(len(oneq))])
+            ops.append(Operation(g, (w,), tuple(ParamRef(p + i) for i in range(g.num_params))))
+            p += g.num_params
+        chain = [int(w) for w in rng.permutation(n)]
+        for a, b in zip(chain, chain[1:] + chain[:1]):
+            g = get_gate(names[rng.integers(len(names))])
+            ops.append(Operation(g, (a, b), tuple(ParamRef(p + i) for i in range(g.num_params))))
+            p += g.num_params
+    return Circuit(n, tuple(ops), num_params=p)
+
+
+@pytest.mark.parametrize("n", [8, 12, 17])
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_controlled_chains_with_selector_bits_match_torch(n, cdtype, threads):
+    """Chains of controlled gates in every wire order (selectors above and below the block's
+    bits, in and out of the chunks of a large state), rings of every range, one and two
+    threads; against the torch kernels."""
+    for seed in range(2):
+        c = _chains(seed + n, n, 3)
+        theta = torch.tensor(np.random.default_rng(seed).uniform(-3, 3, (1, c.num_params)))
+        _compare(c, theta, cdtype, threads)
+    c = _sel(n, n - 1 if n < 17 else 4)
+    theta = torch.tensor(np.random.default_rng(n).uniform(-3, 3, (1, c.num_params)))
+    _compare(c, theta, cdtype, threads)
+
+
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+def test_controlled_chains_inverse_program_matches_unitary(cdtype):
+    """The inverse of a coded chain program (selector blocks of the inverse gates, in reverse
+    order): U^dag psi against the unitary from the torch kernels."""
+    n = 9
+    names = tuple(g for g in ("cx", "cy", "cz", "ch", "crx", "cry", "crz", "cp", "crot")
+                  if get_gate(g).num_params == 0 or native.code_of(get_gate(g)))
+    assert len(names) >= 5
+    c = _chains(11, n, 3, names=names, oneq=("rot", "rx", "ry", "h"))
+    plan = coded_plan(c.operations, n)
+    assert plan is not None
+    th = torch.tensor(np.random.default_rng(5).uniform(-3, 3, (1, c.num_params)))
+    u = _unitary(c, th, n)
+    psi = torch.randn(1, 2 ** n, dtype=torch.complex128)
+    psi = psi / psi.norm()
+    state = psi.to(cdtype).clone()
+    run_plan(state, plan, th, dagger=True)
+    want = (u.conj().T @ psi[0]).unsqueeze(0)
+    assert float((state.to(torch.complex128) - want).abs().max()) < ATOL[cdtype]
+    run_plan(state, plan, th)
+    assert float((state.to(torch.complex128) - psi).abs().max()) < ATOL[cdtype]
+
+
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_selector_blocks_in_tile_runs_match_torch(cdtype, threads, monkeypatch):
+    """Tile runs (forced from 2^16 amplitudes on): selector blocks relocated into tiles, the
+    selector among the tile's high bits or its low ones."""
+    monkeypatch.setenv("QDIFF_NATIVE_TILES", "2")
+    n = 17
+    c = _chains(3 + threads, n, 3)
+    theta = torch.tensor(np.random.default_rng(threads).uniform(-3, 3, (1, c.num_params)))
+    _compare(c, theta, cdtype, threads)

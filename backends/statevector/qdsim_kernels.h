@@ -1565,11 +1565,14 @@ static int SFX(tile_schedule)(const SFX(ctx_t) *c, const gate_t *const *gl, i64 
  * disjoint bits stay open side by side: they commute). CNOT, CZ and the like cost no pass of
  * their own: CNOT(a, b) after one-qubit gates on a and b is one 4x4 pass with the flops of the
  * one-qubit gates, and a 4x4 block whose rows have at most two entries (a one-qubit gate and a
- * permutation) runs with the flops of one one-qubit gate. Only gates on bits >= FZ_VB take
- * part (the contiguous runs below a block's lower bit then fill vectors of at least 32 bytes;
- * below, the lane kernels are faster); other gates flush the blocks on their bits and run as
+ * permutation) runs with the flops of one one-qubit gate. A block whose lower bit is below
+ * FZ_VB (the contiguous runs below it would fill less than 32 bytes) runs in lane form
+ * (fz_lane: one vector per group of amplitudes, per-lane coefficients). A singly controlled
+ * one-qubit gate whose control has no pending gate joins its target's block with the control
+ * as a selector bit (two matrices: where the selector is 0 and where it is 1), so a CNOT
+ * chain takes one pass per two links. Other gates flush the blocks on their bits and run as
  * they are (low-bit runs still share chunked passes). Used for one state of at least
- * 2^FZ_MIN_N amplitudes that is not run in tiles. */
+ * 2^FZ_MIN_N amplitudes, and on the ops of tile runs. */
 #ifndef FZ_MIN_N
 #define FZ_MIN_N 6
 #endif
@@ -1587,14 +1590,17 @@ typedef struct {
     int nb, bl[2];    /* bits: bl[0] (and bl[1] < bl[0] for two bits) */
     int cnt;          /* gates in the block */
     i64 first;        /* the gate when cnt == 1 */
+    int sel;          /* selector bit (-1: none): m where it is 0, m1 where it is 1 */
     double m[32];     /* 2x2 or 4x4 complex, row-major; local index bit (nb - 1 - j) <-> bl[j] */
+    double m1[32];
 } SFX(fzblk_t);
 
-/* Whether g may join a block: one or two bits in all, each at or above FZ_VB. */
+/* Whether g may join a block: one or two bits in all (without vector kernels: each at or above
+ * FZ_VB). */
 static int SFX(fz_ok)(const gate_t *g) {
     i64 all = g->tmask | g->cmask;
     int cnt = __builtin_popcountll((unsigned long long)all);
-    if (cnt < 1 || cnt > 2 || (all & (((i64)1 << FZ_VB) - 1))) return 0;
+    if (cnt < 1 || cnt > 2 || (!QD_VEC && (all & (((i64)1 << FZ_VB) - 1)))) return 0;
     if (g->k == 1) return g->kind == K_DENSE || g->kind == K_DIAG || g->kind == K_FLIP;
     return g->k == 2 && g->cmask == 0;
 }
@@ -1678,8 +1684,9 @@ static int SFX(fz_pairs)(const R *m, int *io) {
 /* J: the first amplitude of vector q's group (zeros inserted at bits lo and hi) */
 #define FZ_GROUP(q, J)                                                                         \
     i64 J = (q) * va;                                                                          \
-    J = ((J & ~mlo) << 1) | (J & mlo);                                                         \
-    J = ((J & ~mhi) << 1) | (J & mhi);
+    J = ((J & ~ma) << 1) | (J & ma);                                                           \
+    J = ((J & ~mb) << 1) | (J & mb);                                                           \
+    J = ((J & ~mc) << 1) | (J & mc) | sb;
 /* prefetch the four amplitude groups of vector q (for the streams of a middle-bit pass) */
 #define FZ_PF(q)                                                                               \
     do {                                                                                       \
@@ -1690,10 +1697,10 @@ static int SFX(fz_pairs)(const R *m, int *io) {
 #define FZ_PART(NAME, NV, ...)                                                                 \
 typedef R SFX(NAME##_t) __attribute__((vector_size(NV * sizeof(R))));                          \
 QD_FMA static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R *pc,         \
-                             const i64 *o_, const R *m, i64 v0, i64 v1) {                      \
+                             const i64 *o_, const R *m, i64 v0, i64 v1, const i64 *ins) {      \
     typedef SFX(NAME##_t) V;                                                                   \
     const i64 va = NV / 2, olo = (i64)2 << lo, ohi = (i64)2 << hi;                             \
-    const i64 mlo = ((i64)1 << lo) - 1, mhi = ((i64)1 << hi) - 1;                              \
+    const i64 ma = ins[0], mb = ins[1], mc = ins[2], sb = ins[3];                              \
     const i64 rlo = olo * (i64)sizeof(R), dv = PF_BYTES / (NV * (i64)sizeof(R));               \
     const int pf = pf_run(rlo >= 512 ? rlo : ohi * (i64)sizeof(R));                            \
     if (paired) {                                                                              \
@@ -1757,24 +1764,173 @@ FZ_PART(fz_part2, 2, 1, 0)
 #undef FZ_PF
 #undef FZ_GROUP
 
-/* The widest vector part for lo: reals per vector. */
+/* The widest vector part for lo: reals per vector. ins: the masks of the zeros inserted
+ * into a vector's group index (ascending bits; the last all ones unless a selector bit is
+ * fixed) and the selector's value there. */
 static void SFX(fz_part)(R *restrict st, int hi, int lo, int paired, const R *pc,
-                         const i64 *o, const R *m, i64 v0, i64 v1, int nv) {
+                         const i64 *o, const R *m, i64 v0, i64 v1, int nv, const i64 *ins) {
     switch (nv) {
 #if RBYTES == 4
-    case 16: SFX(fz_part16)(st, hi, lo, paired, pc, o, m, v0, v1); break;
+    case 16: SFX(fz_part16)(st, hi, lo, paired, pc, o, m, v0, v1, ins); break;
 #endif
-    case 8: SFX(fz_part8)(st, hi, lo, paired, pc, o, m, v0, v1); break;
-    case 4: SFX(fz_part4)(st, hi, lo, paired, pc, o, m, v0, v1); break;
-    default: SFX(fz_part2)(st, hi, lo, paired, pc, o, m, v0, v1); break;
+    case 8: SFX(fz_part8)(st, hi, lo, paired, pc, o, m, v0, v1, ins); break;
+    case 4: SFX(fz_part4)(st, hi, lo, paired, pc, o, m, v0, v1, ins); break;
+    default: SFX(fz_part2)(st, hi, lo, paired, pc, o, m, v0, v1, ins); break;
     }
 }
 #endif
 
-/* A dense 4x4 m (R, row-major; local index 2 b_hi + b_lo) on bits hi > lo >= FZ_VB of
- * 2^nbits amplitudes, in one pass: as two 2x2 products where m is a one-qubit gate times a
- * permutation (the flops of one one-qubit gate), else all 16 entries. */
-static void SFX(fz_apply2)(R *st, int nbits, int hi, int lo, const R *m, int par) {
+#if QD_VEC
+/* A 4x4 block whose lower bit lo lies inside one vector register (lo < FZ_VB: the contiguous
+ * runs below it are too short for the vector parts above): the lane form. A group of 64 bytes
+ * (FZL_GB bits: 4 amplitudes in complex128, 8 in complex64) is one vector; the block's bits
+ * inside it are constant shuffles, and every output lane e sums, over four sources src_s (the
+ * group at the block's outer bit hc, or the group itself, with the in-group block bits flipped
+ * or not), A_s[e] src_s[e] + B_s[e] src_s[e ^ 1] with per-lane coefficients read off m (the
+ * row and column of lane e depend on its own block bits). The same flops per amplitude as the
+ * dense vector parts, so a CNOT or a rotation on the lowest bits joins the blocks on its
+ * partner bit instead of taking passes of its own. hi >= FZL_GB: sources (hc, flip lo),
+ * outputs the two groups at hi = 0 and 1; hi < FZL_GB: sources (flip hi, flip lo) of one
+ * group. */
+#define FZL_NV (64 / RBYTES)
+#define FZL_GB (RBYTES == 4 ? 3 : 2)
+static void SFX(fz_lane_coeffs)(const R *m, int hi, int lo, R (*A)[16], R (*B)[16]) {
+    const int outer = hi >= FZL_GB;
+    for (int h = 0; h < 1 + outer; h++)
+        for (int s = 0; s < 4; s++)
+            for (int a = 0; a < FZL_NV / 2; a++) {
+                const int bl = (a >> lo) & 1, bh = outer ? h : (a >> hi) & 1;
+                const int fl = s & 1, fh = s >> 1;  /* outer: fh is the source group hc */
+                const int r = 2 * bh + bl, c = 2 * (outer ? fh : bh ^ fh) + (bl ^ fl);
+                const R ur = m[2 * (4 * r + c)], ui = m[2 * (4 * r + c) + 1];
+                R *pa = A[4 * h + s], *pb = B[4 * h + s];
+                pa[2 * a] = ur; pa[2 * a + 1] = ur;
+                pb[2 * a] = -ui; pb[2 * a + 1] = ui;
+            }
+}
+/* shuffles of a group: X1 re/im, Xk the flip of amplitude bits k (1: bit 0, 2: bit 1, ...) */
+#if RBYTES == 4
+#define FZL_X1 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14
+#define FZL_X2 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13
+#define FZL_X4 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11
+#define FZL_X6 6, 7, 4, 5, 2, 3, 0, 1, 14, 15, 12, 13, 10, 11, 8, 9
+#define FZL_X8 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7
+#define FZL_X10 10, 11, 8, 9, 14, 15, 12, 13, 2, 3, 0, 1, 6, 7, 4, 5
+#define FZL_X12 12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3
+#else
+#define FZL_X1 1, 0, 3, 2, 5, 4, 7, 6
+#define FZL_X2 2, 3, 0, 1, 6, 7, 4, 5
+#define FZL_X4 4, 5, 6, 7, 0, 1, 2, 3
+#define FZL_X6 6, 7, 4, 5, 2, 3, 0, 1
+#endif
+/* groups [g0, g1) of the outer form (groups at hi = 0; partner + ohi reals) and of the inner
+ * form (every group); XL: the flip of lo, XH: of hi, XB: of both */
+#define FZL_OUTER(XL)                                                                          \
+    for (i64 g = g0; g < g1; g++) {                                                            \
+        i64 G = ((g & ~mh) << 1) | (g & mh);                                                   \
+        if (pf) {                                                                              \
+            i64 T = g + dv;                                                                    \
+            T = ((T & ~mh) << 1) | (T & mh);                                                   \
+            PF_AT(st, FZL_NV * T, sizeof(R)); PF_AT(st, FZL_NV * T + ohi, sizeof(R));          \
+        }                                                                                      \
+        R *p = st + FZL_NV * G;                                                                \
+        V v0, v1;                                                                              \
+        memcpy(&v0, p, sizeof v0); memcpy(&v1, p + ohi, sizeof v1);                            \
+        const V f0 = SHUF(v0, XL), f1 = SHUF(v1, XL);                                          \
+        const V y0 = A[0] * v0 + A[1] * f0 + A[2] * v1 + A[3] * f1 +                           \
+                     SHUF(B[0] * v0 + B[1] * f0 + B[2] * v1 + B[3] * f1, FZL_X1);              \
+        const V y1 = A[4] * v0 + A[5] * f0 + A[6] * v1 + A[7] * f1 +                           \
+                     SHUF(B[4] * v0 + B[5] * f0 + B[6] * v1 + B[7] * f1, FZL_X1);              \
+        memcpy(p, &y0, sizeof y0); memcpy(p + ohi, &y1, sizeof y1);                            \
+    }
+#define FZL_INNER(XL, XH, XB)                                                                  \
+    for (i64 g = g0; g < g1; g++) {                                                            \
+        R *p = st + FZL_NV * g;                                                                \
+        V v;                                                                                   \
+        memcpy(&v, p, sizeof v);                                                               \
+        const V fl = SHUF(v, XL), fh = SHUF(v, XH), fb = SHUF(v, XB);                          \
+        const V y = A[0] * v + A[1] * fl + A[2] * fh + A[3] * fb +                             \
+                    SHUF(B[0] * v + B[1] * fl + B[2] * fh + B[3] * fb, FZL_X1);                \
+        memcpy(p, &y, sizeof y);                                                               \
+    }
+typedef R SFX(vl) __attribute__((vector_size(64)));
+QD_FMA static void SFX(fz_lane_part)(R *restrict st, int hi, int lo, const R (*A_)[16],
+                                     const R (*B_)[16], i64 g0, i64 g1) {
+    typedef SFX(vl) V;
+    V A[8], B[8];
+    for (int q = 0; q < 8; q++) {
+        memcpy(&A[q], A_[q], sizeof(V));
+        V b;
+        memcpy(&b, B_[q], sizeof(V));
+        B[q] = SHUF(b, FZL_X1);  /* B x[e ^ 1] = (Bs x) re/im swapped */
+    }
+    if (hi >= FZL_GB) {
+        const i64 ohi = (i64)2 << hi, mh = ((i64)1 << (hi - FZL_GB)) - 1;
+        const i64 dv = PF_BYTES / 64;
+        const int pf = pf_run(ohi * (i64)sizeof(R));
+#if RBYTES == 4
+        switch (lo) {
+        case 0: FZL_OUTER(FZL_X2) break;
+        case 1: FZL_OUTER(FZL_X4) break;
+        default: FZL_OUTER(FZL_X8) break;
+        }
+#else
+        if (lo == 0) FZL_OUTER(FZL_X2)
+        else FZL_OUTER(FZL_X4)
+#endif
+        return;
+    }
+#if RBYTES == 4
+    if (hi == 1) FZL_INNER(FZL_X2, FZL_X4, FZL_X6)       /* lo = 0 */
+    else if (lo == 0) FZL_INNER(FZL_X2, FZL_X8, FZL_X10) /* hi = 2 */
+    else FZL_INNER(FZL_X4, FZL_X8, FZL_X12)              /* hi = 2, lo = 1 */
+#else
+    FZL_INNER(FZL_X2, FZL_X4, FZL_X6)                    /* hi = 1, lo = 0 */
+#endif
+}
+#undef FZL_OUTER
+#undef FZL_INNER
+#undef FZL_X1
+#undef FZL_X2
+#undef FZL_X4
+#undef FZL_X6
+#if RBYTES == 4
+#undef FZL_X8
+#undef FZL_X10
+#undef FZL_X12
+#endif
+
+static void SFX(fz_lane)(R *st, int nbits, int hi, int lo, const R *m, int par) {
+    R A[8][16], B[8][16];
+    SFX(fz_lane_coeffs)(m, hi, lo, A, B);
+    const i64 ng = (i64)1 << (nbits - FZL_GB - (hi >= FZL_GB));
+    if (par > 1 && nbits >= PAR_MIN_BITS) {
+#pragma omp parallel num_threads(par)
+        {
+            i64 g0, g1;
+            share(ng, THREAD_ID, NUM_THREADS, &g0, &g1);
+            SFX(fz_lane_part)(st, hi, lo, (const R(*)[16])A, (const R(*)[16])B, g0, g1);
+        }
+        return;
+    }
+    SFX(fz_lane_part)(st, hi, lo, (const R(*)[16])A, (const R(*)[16])B, 0, ng);
+}
+#undef FZL_NV
+#undef FZL_GB
+#endif
+
+/* A dense 4x4 m (R, row-major; local index 2 b_hi + b_lo) on bits hi > lo of 2^nbits
+ * amplitudes, in one pass: as two 2x2 products where m is a one-qubit gate times a permutation
+ * (the flops of one one-qubit gate), else all 16 entries. sel >= 0: only on the amplitudes
+ * whose bit sel is sval (a selector bit outside the 64-byte vectors). */
+static void SFX(fz_apply2)(R *st, int nbits, int hi, int lo, const R *m, int par, int sel,
+                           int sval) {
+#if QD_VEC
+    if (lo < FZ_VB) {  /* never with a selector */
+        SFX(fz_lane)(st, nbits, hi, lo, m, par);
+        return;
+    }
+#endif
     int io[8] = {0, 1, 2, 3, 0, 1, 2, 3};
     const int paired = SFX(fz_pairs)(m, io);
     const i64 olo = (i64)2 << lo, ohi = (i64)2 << hi;  /* reals */
@@ -1789,7 +1945,15 @@ static void SFX(fz_apply2)(R *st, int nbits, int hi, int lo, const R *m, int par
                 pc[2 * (2 * q + 2 * a + b)] = m[2 * (4 * r + cl)];
                 pc[2 * (2 * q + 2 * a + b) + 1] = m[2 * (4 * r + cl) + 1];
             }
-    const i64 ngr = (i64)1 << (nbits - 2);
+    /* zeros inserted into the group index at lo, hi (and sel), in ascending order */
+    int pos[3] = {lo, hi, sel >= 0 ? sel : 63}, np = sel >= 0 ? 3 : 2;
+    for (int x = 0; x < 2; x++)
+        for (int y = 0; y + 1 < np - x; y++)
+            if (pos[y] > pos[y + 1]) { int t_ = pos[y]; pos[y] = pos[y + 1]; pos[y + 1] = t_; }
+    const i64 ins[4] = {((i64)1 << pos[0]) - 1, ((i64)1 << pos[1]) - 1,
+                        sel >= 0 ? ((i64)1 << pos[2]) - 1 : -1,
+                        sel >= 0 ? (i64)sval << sel : 0};
+    const i64 ngr = (i64)1 << (nbits - np);
 #if QD_VEC
     int nv = 64 / (int)sizeof(R);  /* reals per vector: 64 bytes, or 2^lo amplitudes */
     while (nv > 2 && ((i64)nv >> 1) > ((i64)1 << lo)) nv >>= 1;
@@ -1799,17 +1963,18 @@ static void SFX(fz_apply2)(R *st, int nbits, int hi, int lo, const R *m, int par
         {
             i64 v0, v1;
             share(nvec, THREAD_ID, NUM_THREADS, &v0, &v1);
-            SFX(fz_part)(st, hi, lo, paired, pc, o, m, v0, v1, nv);
+            SFX(fz_part)(st, hi, lo, paired, pc, o, m, v0, v1, nv, ins);
         }
         return;
     }
-    SFX(fz_part)(st, hi, lo, paired, pc, o, m, 0, nvec, nv);
+    SFX(fz_part)(st, hi, lo, paired, pc, o, m, 0, nvec, nv, ins);
 #else
-    (void)pc; (void)paired;
+    (void)pc; (void)paired; (void)o;
 #pragma omp parallel for if (par > 1 && nbits >= PAR_MIN_BITS) num_threads(par) schedule(static)
     for (i64 j0 = 0; j0 < ngr; j0++) {
-        i64 j = ((j0 >> lo) << (lo + 1)) | (j0 & (((i64)1 << lo) - 1));
-        j = ((j >> hi) << (hi + 1)) | (j & (((i64)1 << hi) - 1));
+        i64 j = ((j0 & ~ins[0]) << 1) | (j0 & ins[0]);
+        j = ((j & ~ins[1]) << 1) | (j & ins[1]);
+        j = ((j & ~ins[2]) << 1) | (j & ins[2]) | ins[3];
         R *p[4] = {st + 2 * j, st + 2 * j + olo, st + 2 * j + ohi, st + 2 * j + ohi + olo};
         R xr[4], xi[4];
         for (int c = 0; c < 4; c++) { xr[c] = p[c][0]; xi[c] = p[c][1]; }
@@ -1827,8 +1992,15 @@ static void SFX(fz_apply2)(R *st, int nbits, int hi, int lo, const R *m, int par
 
 /* One op of a fused list on 2^nbits amplitudes. */
 static void SFX(fz_one)(R *st, int nbits, const SFX(fzop_t) *op, int par, SFX(scratch_t) *sc) {
-    if (op->fused) SFX(fz_apply2)(st, nbits, op->g->bits[0], op->g->bits[1], op->u, par);
-    else SFX(apply_range)(st, nbits, op->g, op->u, op->dag, par, sc);
+    if (op->fused == 2) {  /* a selector block: m0 where the selector bit is 0, m1 where 1 */
+        const int sel = __builtin_ctzll((unsigned long long)op->g->cmask);
+        SFX(fz_apply2)(st, nbits, op->g->bits[0], op->g->bits[1], op->u, par, sel, 0);
+        SFX(fz_apply2)(st, nbits, op->g->bits[0], op->g->bits[1], op->u + 32, par, sel, 1);
+    } else if (op->fused) {
+        SFX(fz_apply2)(st, nbits, op->g->bits[0], op->g->bits[1], op->u, par, -1, 0);
+    } else {
+        SFX(apply_range)(st, nbits, op->g, op->u, op->dag, par, sc);
+    }
 }
 
 /* A fused list: ops, the fused gates and their data. */
@@ -1845,11 +2017,15 @@ static void SFX(fz_free)(SFX(fzlist_t) *L) {
 
 /* The gates gs[0..cnt) with data ud[..] (in application order; their inverses when dag) as a
  * fused list. Returns 0 when out of memory. */
+/* cbits: the ops whose bits all lie below it run in cache-resident chunks or tiles; a selector
+ * block there may have any selector, elsewhere its selector splits the state into runs of at
+ * least FZ_SEL_RUN bytes (the two half passes then stream like one). */
+#define FZ_SEL_RUN 4096
 static int SFX(fz_build)(const gate_t *const *gs, const R *const *ud, i64 cnt, int dag,
-                         SFX(fzlist_t) *L) {
+                         int cbits, SFX(fzlist_t) *L) {
     SFX(fzop_t) *ops = (SFX(fzop_t) *)malloc(sizeof(SFX(fzop_t)) * (size_t)(cnt + 1));
     gate_t *fg = (gate_t *)malloc(sizeof(gate_t) * (size_t)(cnt + 1));
-    R *fu = (R *)malloc(sizeof(R) * 32 * (size_t)(cnt + 1));
+    R *fu = (R *)malloc(sizeof(R) * 64 * (size_t)(cnt + 1));
     SFX(fzblk_t) *blk = (SFX(fzblk_t) *)malloc(sizeof(SFX(fzblk_t)) * 64);
     L->ops = ops; L->fg = fg; L->fu = fu; L->nout = 0;
     if (!ops || !fg || !fu || !blk) {
@@ -1859,7 +2035,9 @@ static int SFX(fz_build)(const gate_t *const *gs, const R *const *ud, i64 cnt, i
     }
     memset(blk, 0, sizeof(SFX(fzblk_t)) * 64);
     int open[64];        /* block of each bit, -1: none */
-    for (int p = 0; p < 64; p++) open[p] = -1;
+    int nsel[64];        /* open blocks with this selector bit */
+    for (int p = 0; p < 64; p++) { open[p] = -1; nsel[p] = 0; }
+    i64 selmask = 0;     /* bits with nsel > 0 */
     i64 nout = 0, nfg = 0;
     R ubuf[32];
     double E[32];
@@ -1868,31 +2046,71 @@ static int SFX(fz_build)(const gate_t *const *gs, const R *const *ud, i64 cnt, i
         ops[nout].g = gs[i]; ops[nout].u = ud[i]; ops[nout].dag = dag;                          \
         ops[nout].fused = 0; nout++;                                                           \
     } while (0)
+    /* a one-bit block with a selector becomes the two-bit block diag(m, m1) on (selector, bit) */
+#define FZ_PROMOTE(k_)                                                                         \
+    do {                                                                                       \
+        const int s_ = (k_)->sel, t_ = (k_)->bl[0], shi_ = s_ > t_;                            \
+        double M_[32];                                                                         \
+        memset(M_, 0, sizeof M_);                                                              \
+        for (int v_ = 0; v_ < 2; v_++)                                                         \
+            for (int r_ = 0; r_ < 2; r_++)                                                     \
+                for (int c2_ = 0; c2_ < 2; c2_++) {                                            \
+                    const double *src_ = v_ ? (k_)->m1 : (k_)->m;                              \
+                    int R_ = shi_ ? 2 * v_ + r_ : 2 * r_ + v_;                                 \
+                    int C_ = shi_ ? 2 * v_ + c2_ : 2 * c2_ + v_;                               \
+                    M_[2 * (4 * R_ + C_)] = src_[2 * (2 * r_ + c2_)];                          \
+                    M_[2 * (4 * R_ + C_) + 1] = src_[2 * (2 * r_ + c2_) + 1];                  \
+                }                                                                              \
+        memcpy((k_)->m, M_, sizeof M_);                                                        \
+        (k_)->bl[0] = shi_ ? s_ : t_; (k_)->bl[1] = shi_ ? t_ : s_;                            \
+        (k_)->nb = 2;                                                                          \
+        (k_)->sel = -1;                                                                        \
+        open[s_] = open[t_];                                                                   \
+        if (--nsel[s_] == 0) selmask &= ~((i64)1 << s_);                                       \
+    } while (0)
     /* apply (emit) the block open on bit p, if any */
 #define FZ_FLUSH(p)                                                                            \
     do {                                                                                       \
         int b_ = open[p];                                                                      \
         if (b_ < 0) break;                                                                     \
-        SFX(fzblk_t) *k_ = &blk[b_];                                                                \
-        const int nb_ = k_->nb;                                                                \
+        SFX(fzblk_t) *k_ = &blk[b_];                                                           \
+        if (k_->sel >= 0 && k_->nb == 1) FZ_PROMOTE(k_);                                       \
+        const int nb_ = k_->nb, s_ = k_->sel;                                                  \
         for (int j_ = 0; j_ < nb_; j_++) open[k_->bl[j_]] = -1;                                \
         k_->nb = 0;                                                                            \
+        if (s_ >= 0 && --nsel[s_] == 0) selmask &= ~((i64)1 << s_);                            \
         if (k_->cnt == 1) { FZ_EMIT_GATE(k_->first); break; }                                  \
         gate_t *f_ = &fg[nfg];                                                                 \
-        R *d_ = fu + 32 * nfg;                                                                 \
+        R *d_ = fu + 64 * nfg;                                                                 \
         nfg++;                                                                                 \
         memset(f_, 0, sizeof(gate_t));                                                         \
         f_->kind = K_DENSE; f_->k = nb_;                                                       \
+        if (s_ >= 0) f_->cmask = (i64)1 << s_;                                                 \
         for (int j_ = 0; j_ < nb_; j_++) f_->bits[j_] = k_->bl[j_];                            \
         layout_bits(f_);                                                                       \
         f_->usize = 2 << (2 * nb_);                                                            \
         for (int e_ = 0; e_ < (int)f_->usize; e_++) d_[e_] = (R)k_->m[e_];                     \
+        if (s_ >= 0)                                                                           \
+            for (int e_ = 0; e_ < 32; e_++) d_[32 + e_] = (R)k_->m1[e_];                       \
         ops[nout].g = f_; ops[nout].u = d_; ops[nout].dag = 0;                                 \
-        ops[nout].fused = nb_ == 2; nout++;                                                    \
+        ops[nout].fused = s_ >= 0 ? 2 : nb_ == 2; nout++;                                      \
+    } while (0)
+    /* before a gate on bits mask: the blocks with a selector among them are applied (a
+     * one-bit one becomes a plain two-bit block the gate may join) */
+#define FZ_FLUSH_SEL(mask)                                                                     \
+    do {                                                                                       \
+        if (!((mask) & selmask)) break;                                                        \
+        for (int q_ = 0; q_ < 64; q_++) {                                                      \
+            SFX(fzblk_t) *k_ = &blk[q_];                                                       \
+            if (!k_->nb || k_->sel < 0 || !(((mask) >> k_->sel) & 1)) continue;                \
+            if (k_->nb == 1) FZ_PROMOTE(k_);                                                   \
+            else FZ_FLUSH(k_->bl[0]);                                                          \
+        }                                                                                      \
     } while (0)
     for (i64 i = 0; i < cnt; i++) {
         const gate_t *g = gs[i];
         const i64 all = g->tmask | g->cmask;
+        FZ_FLUSH_SEL(all);
         if (!SFX(fz_ok)(g)) {
             for (int q = 0; q < g->nspecial; q++) FZ_FLUSH(g->special[q]);
             FZ_EMIT_GATE(i);
@@ -1902,33 +2120,100 @@ static int SFX(fz_build)(const gate_t *const *gs, const R *const *ud, i64 cnt, i
         int a = g->special[g->nspecial - 1], b = g->nspecial > 1 ? g->special[0] : -1;
         int ba = open[a], bb = b >= 0 ? open[b] : -1;
         int nb = b >= 0 ? 2 : 1;
+        /* a singly controlled one-qubit gate whose control has no pending one-qubit gate of
+         * its own joins the block of its target with the control as a selector bit (the
+         * block's bits and the selector all clear of the 64-byte vectors): a CNOT chain
+         * then takes one pass per two links, not one per link */
+        if (QD_VEC && g->k == 1 && nb == 2 && (ba < 0 || ba != bb)) {
+            const int t = g->bits[0], cb_ = a == t ? b : a;
+            int X = open[t], Y = open[cb_];
+            /* the selector above the amplitudes of one 64-byte vector */
+            int ok = cb_ >= (RBYTES == 4 ? 3 : 2) && t >= FZ_VB && (Y < 0 || blk[Y].nb == 2);
+            int hi_bits = cb_ >= cbits || t >= cbits;
+            if (ok && X >= 0) {
+                ok = (blk[X].sel < 0 || blk[X].sel == cb_);
+                for (int j = 0; j < blk[X].nb; j++) {
+                    ok &= blk[X].bl[j] >= FZ_VB;
+                    hi_bits |= blk[X].bl[j] >= cbits;
+                }
+            }
+            if (hi_bits && ((size_t)2 * RSIZE << cb_) < FZ_SEL_RUN) ok = 0;
+            if (ok) {
+                if (Y >= 0) FZ_FLUSH(cb_);
+                X = open[t];
+                if (X < 0) {
+                    int slot = 0;
+                    while (blk[slot].nb != 0) slot++;
+                    SFX(fzblk_t) *k = &blk[slot];
+                    k->nb = 1; k->bl[0] = t; k->bl[1] = -1; k->cnt = 0; k->sel = -1;
+                    memset(k->m, 0, sizeof k->m);
+                    k->m[0] = 1; k->m[6] = 1;
+                    open[t] = X = slot;
+                }
+                SFX(fzblk_t) *k = &blk[X];
+                if (k->sel < 0) {
+                    k->sel = cb_;
+                    memcpy(k->m1, k->m, sizeof k->m);
+                    if (nsel[cb_]++ == 0) selmask |= (i64)1 << cb_;
+                }
+                gate_t gt = *g;  /* the target's gate, uncontrolled, on the block's bits */
+                gt.cmask = 0;
+                layout_bits(&gt);
+                SFX(fz_expand)(&gt, u, k->nb, k->bl, E);
+                SFX(fz_mul)(k->m1, E, 1 << k->nb);
+                if (k->cnt == 0) k->first = i;
+                k->cnt++;
+                continue;
+            }
+        }
         int target = -1;
         if (ba >= 0 && (nb == 1 || ba == bb)) {
             target = ba;  /* the block on these bits (or a two-bit block holding a) */
         } else {
             if (ba >= 0 && blk[ba].nb == 2) { FZ_FLUSH(a); ba = -1; }
             if (bb >= 0 && blk[bb].nb == 2) { FZ_FLUSH(b); bb = -1; }
+            /* one selector at most, on bits clear of the vectors */
+            if (ba >= 0 && bb >= 0 && blk[ba].sel >= 0 && blk[bb].sel >= 0 &&
+                blk[ba].sel != blk[bb].sel) { FZ_FLUSH(b); bb = -1; }
+            if (ba >= 0 && blk[ba].sel >= 0 && b >= 0 && b < FZ_VB) { FZ_FLUSH(a); ba = -1; }
+            /* a short-run selector stays on bits that run in cache */
+            if (ba >= 0 && blk[ba].sel >= 0 && a >= cbits &&
+                ((size_t)2 * RSIZE << blk[ba].sel) < FZ_SEL_RUN) { FZ_FLUSH(a); ba = -1; }
+            if (bb >= 0 && blk[bb].sel >= 0 && a >= cbits &&
+                ((size_t)2 * RSIZE << blk[bb].sel) < FZ_SEL_RUN) { FZ_FLUSH(b); bb = -1; }
+            if (bb >= 0 && blk[bb].sel >= 0 && a < FZ_VB) { FZ_FLUSH(b); bb = -1; }
             /* a new block on a (and b), from the one-bit blocks there */
             int slot = 0;
             while (blk[slot].nb != 0) slot++;  /* open blocks hold disjoint bits: < 64 */
             SFX(fzblk_t) *k = &blk[slot];
+            const int sa = ba >= 0 ? blk[ba].sel : -1, sbb = bb >= 0 ? blk[bb].sel : -1;
             k->nb = nb; k->bl[0] = a; k->bl[1] = b;
-            memset(k->m, 0, sizeof k->m);
+            k->sel = sa >= 0 ? sa : sbb;
             const int D = 1 << nb;
-            for (int r = 0; r < D; r++)
-                for (int q = 0; q < D; q++) {
-                    double hr = 1, hi_ = 0, lr = 1, li = 0;
-                    int rh = nb == 2 ? r >> 1 : r, qh = nb == 2 ? q >> 1 : q;
-                    if (ba >= 0) { hr = blk[ba].m[2 * (rh * 2 + qh)]; hi_ = blk[ba].m[2 * (rh * 2 + qh) + 1]; }
-                    else if (rh != qh) hr = 0;
-                    if (nb == 2) {
-                        int rl = r & 1, ql = q & 1;
-                        if (bb >= 0) { lr = blk[bb].m[2 * (rl * 2 + ql)]; li = blk[bb].m[2 * (rl * 2 + ql) + 1]; }
-                        else if (rl != ql) lr = 0;
+            for (int v = 0; v < 1 + (k->sel >= 0); v++) {
+                double *dst = v ? k->m1 : k->m;
+                memset(dst, 0, sizeof k->m);
+                for (int r = 0; r < D; r++)
+                    for (int q = 0; q < D; q++) {
+                        double hr = 1, hi_ = 0, lr = 1, li = 0;
+                        int rh = nb == 2 ? r >> 1 : r, qh = nb == 2 ? q >> 1 : q;
+                        if (ba >= 0) {
+                            const double *ma_ = v && sa >= 0 ? blk[ba].m1 : blk[ba].m;
+                            hr = ma_[2 * (rh * 2 + qh)]; hi_ = ma_[2 * (rh * 2 + qh) + 1];
+                        } else if (rh != qh) hr = 0;
+                        if (nb == 2) {
+                            int rl = r & 1, ql = q & 1;
+                            if (bb >= 0) {
+                                const double *mb_ = v && sbb >= 0 ? blk[bb].m1 : blk[bb].m;
+                                lr = mb_[2 * (rl * 2 + ql)]; li = mb_[2 * (rl * 2 + ql) + 1];
+                            } else if (rl != ql) lr = 0;
+                        }
+                        dst[2 * (r * D + q)] = hr * lr - hi_ * li;
+                        dst[2 * (r * D + q) + 1] = hr * li + hi_ * lr;
                     }
-                    k->m[2 * (r * D + q)] = hr * lr - hi_ * li;
-                    k->m[2 * (r * D + q) + 1] = hr * li + hi_ * lr;
-                }
+            }
+            /* the selector counts move with the blocks (two with the same selector: one) */
+            if (sa >= 0 && sbb >= 0 && --nsel[sa] == 0) selmask &= ~((i64)1 << sa);
             k->cnt = (ba >= 0 ? blk[ba].cnt : 0) + (bb >= 0 ? blk[bb].cnt : 0);
             k->first = ba >= 0 ? blk[ba].first : bb >= 0 ? blk[bb].first : i;
             if (ba >= 0) blk[ba].nb = 0;
@@ -1940,12 +2225,15 @@ static int SFX(fz_build)(const gate_t *const *gs, const R *const *ud, i64 cnt, i
         SFX(fzblk_t) *k = &blk[target];
         SFX(fz_expand)(g, u, k->nb, k->bl, E);
         SFX(fz_mul)(k->m, E, 1 << k->nb);
+        if (k->sel >= 0) SFX(fz_mul)(k->m1, E, 1 << k->nb);
         if (k->cnt == 0) k->first = i;
         k->cnt++;
         (void)all;
     }
     for (int p = 0; p < 64; p++) FZ_FLUSH(p);
+#undef FZ_FLUSH_SEL
 #undef FZ_FLUSH
+#undef FZ_PROMOTE
 #undef FZ_EMIT_GATE
     free(blk);
     L->nout = nout;
@@ -1975,7 +2263,7 @@ static void SFX(fz_sink)(SFX(fzop_t) *ops, i64 nout, int cb) {
 /* The program's gates from position start on (or their inverses, last first), fused into L;
  * 0 when there is no memory for it. */
 static int SFX(fz_program)(const SFX(ctx_t) *c, const R **us, i64 nops, int dag, i64 start,
-                           SFX(fzlist_t) *L) {
+                           int cbits, SFX(fzlist_t) *L) {
     const i64 cnt = nops - start;
     const gate_t **gs = (const gate_t **)malloc(sizeof(gate_t *) * (size_t)(cnt + 1));
     const R **ud = (const R **)malloc(sizeof(R *) * (size_t)(cnt + 1));
@@ -1986,7 +2274,7 @@ static int SFX(fz_program)(const SFX(ctx_t) *c, const R **us, i64 nops, int dag,
             gs[t - start] = &c->gates[i];
             ud[t - start] = us[i];
         }
-        ok = SFX(fz_build)(gs, ud, cnt, dag, L);
+        ok = SFX(fz_build)(gs, ud, cnt, dag, cbits, L);
     }
     free(gs); free(ud);
     return ok;
@@ -1994,15 +2282,15 @@ static int SFX(fz_program)(const SFX(ctx_t) *c, const R **us, i64 nops, int dag,
 
 static int SFX(run_fused)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, int dag,
                           int par, int tid, i64 start) {
-    SFX(fzlist_t) L;
-    if (!SFX(fz_program)(c, us, nops, dag, start, &L)) return 0;
-    const SFX(fzop_t) *ops = L.ops;
-    const i64 nout = L.nout;
-    /* apply: runs of ops on the low bits share chunked passes (chunks of up to 512 KiB, at
-     * least 8 of them; none below 2^15 amplitudes) */
+    /* runs of ops on the low bits share chunked passes (chunks of up to 512 KiB, at least 8
+     * of them; none below 2^15 amplitudes) */
     const int fcb = RSIZE == 4 ? 16 : 15;
     int cb = n - 3 < fcb ? n - 3 : fcb;
     if (cb < CHUNK_BITS) cb = n;
+    SFX(fzlist_t) L;
+    if (!SFX(fz_program)(c, us, nops, dag, start, cb, &L)) return 0;
+    const SFX(fzop_t) *ops = L.ops;
+    const i64 nout = L.nout;
     if (cb < n) SFX(fz_sink)(L.ops, nout, cb);
     i64 t = 0;
     while (t < nout) {
@@ -2065,7 +2353,7 @@ static void SFX(run_tiles)(R *st, int n, const SFX(ctx_t) *c, const SFX(fzop_t) 
 static int SFX(run_tiled)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 nops, int dag,
                           int par, int tid, i64 start) {
     SFX(fzlist_t) L;
-    if (!SFX(fz_program)(c, us, nops, dag, start, &L)) return 0;
+    if (!SFX(fz_program)(c, us, nops, dag, start, TILE_LOW + c->tk, &L)) return 0;
     const i64 nout = L.nout;
     i64 *order = (i64 *)malloc(sizeof(i64) * (size_t)(nout + 1));
     char *done = (char *)calloc((size_t)(nout + 1), 1);
