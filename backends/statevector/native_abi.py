@@ -193,4 +193,7 @@ def check_abi(lib) -> str:
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, ctypes.c_int
     lib.qd_strerror.argtypes, lib.qd_strerror.restype = [ctypes.c_int], ctypes.c_char_p
+    for name in ("qd_scratch_release", "qd_scratch_held"):
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = [], _i64
     return ""

@@ -604,6 +604,107 @@ static i64 make_tiles(int n, i64 B, tile_t *out) {
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* scratch kept between calls                                                                 */
+
+/* The large per-call scratch (the adjoint's copies of psi and lam, the tile buffers) is kept
+ * for the next call instead of being freed: a fresh block's pages are mapped and zeroed by the
+ * kernel on first touch (a fault per 4 KiB page, about 2 us each on a virtual machine: 1000 or
+ * more faults per SEL gradient at 18 qubits). At most QD_KEEP_SLOTS blocks and QD_KEEP_MAX
+ * bytes in all are kept; larger requests are malloc'd and freed per call as before.
+ * qd_scratch_release() frees every kept block not in use. The table's lock is only ever
+ * tried: a call that finds it taken (another thread's call, or a fork while it was held)
+ * takes a fresh block and frees it after, so nothing waits and nothing deadlocks. Callers
+ * write a block before they read it: no data passes from one call to the next. */
+#define QD_KEEP_SLOTS 4
+#define QD_KEEP_MAX ((size_t)64 << 20)
+
+typedef struct { void *p; size_t bytes; int busy; } keep_t;
+static keep_t qd_keep[QD_KEEP_SLOTS];
+static char qd_keep_lock;
+
+static int keep_try_lock(void) { return !__atomic_test_and_set(&qd_keep_lock, __ATOMIC_ACQUIRE); }
+static void keep_unlock(void) { __atomic_clear(&qd_keep_lock, __ATOMIC_RELEASE); }
+
+/* A block of at least bytes: the smallest free kept one that is large enough, else malloc. */
+static void *keep_get(size_t bytes) {
+    void *p = 0;
+    if (keep_try_lock()) {
+        int best = -1;
+        for (int i = 0; i < QD_KEEP_SLOTS; i++)
+            if (qd_keep[i].p && !qd_keep[i].busy && qd_keep[i].bytes >= bytes &&
+                (best < 0 || qd_keep[i].bytes < qd_keep[best].bytes))
+                best = i;
+        if (best >= 0) {
+            qd_keep[best].busy = 1;
+            p = qd_keep[best].p;
+        }
+        keep_unlock();
+    }
+    return p ? p : malloc(bytes ? bytes : 1);
+}
+
+/* Hand back a block of keep_get(bytes): kept when it is one of the table's or fits the budget
+ * (a smaller free block makes room for it), else freed. */
+static void keep_put(void *p, size_t bytes) {
+    if (!p) return;
+    void *drop = p;
+    if (keep_try_lock()) {
+        int slot = -1;
+        for (int i = 0; i < QD_KEEP_SLOTS; i++)
+            if (qd_keep[i].p == p) { qd_keep[i].busy = 0; slot = i; drop = 0; break; }
+        if (slot < 0 && bytes <= QD_KEEP_MAX) {
+            size_t held = 0;
+            for (int i = 0; i < QD_KEEP_SLOTS; i++) held += qd_keep[i].p ? qd_keep[i].bytes : 0;
+            int victim = -1;  /* an empty slot, else the smallest free block smaller than p */
+            for (int i = 0; i < QD_KEEP_SLOTS && victim < 0; i++)
+                if (!qd_keep[i].p) victim = i;
+            for (int i = 0; i < QD_KEEP_SLOTS && victim < 0; i++)
+                if (!qd_keep[i].busy && qd_keep[i].bytes < bytes &&
+                    (victim < 0 || qd_keep[i].bytes < qd_keep[victim].bytes))
+                    victim = i;
+            if (victim >= 0) {
+                size_t freed = qd_keep[victim].p ? qd_keep[victim].bytes : 0;
+                if (held - freed + bytes <= QD_KEEP_MAX) {
+                    drop = qd_keep[victim].p;
+                    qd_keep[victim].p = p;
+                    qd_keep[victim].bytes = bytes;
+                    qd_keep[victim].busy = 0;
+                }
+            }
+        }
+        keep_unlock();
+    }
+    free(drop);
+}
+
+/* Free every kept block not in use; returns the bytes still kept (blocks in use). */
+int64_t qd_scratch_release(void) {
+    void *drop[QD_KEEP_SLOTS] = {0};
+    int64_t left = 0;
+    if (!keep_try_lock()) return -1;
+    for (int i = 0; i < QD_KEEP_SLOTS; i++) {
+        if (qd_keep[i].p && !qd_keep[i].busy) {
+            drop[i] = qd_keep[i].p;
+            qd_keep[i].p = 0;
+            qd_keep[i].bytes = 0;
+        }
+        left += qd_keep[i].p ? (int64_t)qd_keep[i].bytes : 0;
+    }
+    keep_unlock();
+    for (int i = 0; i < QD_KEEP_SLOTS; i++) free(drop[i]);
+    return left;
+}
+
+/* Bytes kept between calls (in use or not); -1 when the table is busy. */
+int64_t qd_scratch_held(void) {
+    int64_t held = 0;
+    if (!keep_try_lock()) return -1;
+    for (int i = 0; i < QD_KEEP_SLOTS; i++) held += qd_keep[i].p ? (int64_t)qd_keep[i].bytes : 0;
+    keep_unlock();
+    return held;
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* the kernels, once per precision                                                            */
 
 #define R double

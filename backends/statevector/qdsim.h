@@ -167,6 +167,8 @@ int qd_run(qd_run_args *a);
 int qd_adjoint_coded(qd_adjoint_args *a);
 int qd_adjoint_slots(qd_adjoint_args *a);
 int qd_abs2(int32_t dtype, const void *s, void *out, int64_t count);
+int64_t qd_scratch_release(void);  /* free the scratch kept between calls */
+int64_t qd_scratch_held(void);     /* bytes of scratch kept between calls */
 int64_t qd_batch_args_size(void);
 int qd_batch_run(qd_batch_args *a);
 int qd_batch_adjoint(qd_batch_args *a);

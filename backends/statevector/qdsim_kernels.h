@@ -22,6 +22,7 @@ typedef struct {
     SFX(scratch_t) *scr;
     void *scr_mem;
     R *tbuf;        /* per thread: two tiles (psi, lam) of 2^(TILE_LOW + tk) amplitudes */
+    size_t tbytes;  /* tbuf's size (a block kept between calls: keep_get) */
     int tk;         /* high bits of a tile in this call (tile_high) */
     int tiles;      /* 0 off, 1 where they pay off, 2 always (tests) */
 } SFX(ctx_t);
@@ -1400,7 +1401,8 @@ static int SFX(ctx_init)(SFX(ctx_t) *c, const qd_program *prog, const qd_program
     if (n >= TILE_MIN_N && tiles) {
         c->tk = tile_high(fwd, RSIZE);
         if (c->tk > n - TILE_LOW) c->tk = n - TILE_LOW;  /* no larger than the state */
-        c->tbuf = (R *)malloc(sizeof(R) * 4 * ((size_t)1 << (TILE_LOW + c->tk)) * nt);
+        c->tbytes = sizeof(R) * 4 * ((size_t)1 << (TILE_LOW + c->tk)) * nt;
+        c->tbuf = (R *)keep_get(c->tbytes);
         if (!c->tbuf) return QD_ENOMEM;
     }
     for (size_t t = 0; t < nt; t++) {
@@ -1426,7 +1428,7 @@ static void SFX(ctx_free)(SFX(ctx_t) *c) {
     free(c->whdr);
     free(c->scr);
     free(c->scr_mem);
-    free(c->tbuf);
+    keep_put(c->tbuf, c->tbytes);
 }
 
 /* The data of gate i for binding b (coded gates: evaluated into this thread's workspace). */
@@ -2554,7 +2556,7 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
         if (a->ldiag) {
             for (i64 k = 0; k < ntiles; k++)
                 if (((i64)1 << (n + tiles[k].tb)) > tile_amps) tile_amps = (i64)1 << (n + tiles[k].tb);
-            scratch = (R *)malloc((size_t)(4 * tile_amps) * (size_t)nt * sizeof(R));
+            scratch = (R *)keep_get((size_t)(4 * tile_amps) * (size_t)nt * sizeof(R));
             if (!scratch) rc = QD_ENOMEM;
         }
     }
@@ -2576,7 +2578,7 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
             SFX(adjoint_tile)(a, &c, tiles, k, scratch, tile_amps, slots, THREAD_ID, par);
     }
     free(tiles);
-    free(scratch);
+    keep_put(scratch, (size_t)(4 * tile_amps) * (size_t)nt * sizeof(R));
     SFX(ctx_free)(&c);
     return QD_OK;
 }
