@@ -1,7 +1,8 @@
 """Scratch the native kernels keep between calls (tile buffers, the adjoint sweep's copies of
 psi and lam): calls of other sizes, precisions and thread counts in between, and calls from two
 Python threads at once, give the very bits a call on fresh buffers gives, and the gradients
-match the torch kernels'. ``qdiff.clear_caches()`` frees what is kept."""
+match the torch kernels'. ``qdiff.clear_caches()`` frees what is kept. The one-pass
+half-register marginals that Z words are read off: against torch, any thread count."""
 from __future__ import annotations
 
 import threading
@@ -98,3 +99,44 @@ def test_calls_from_two_python_threads_at_once():
             th.join()
     assert not errors
     assert native_lib.scratch_held() <= 64 << 20
+
+
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+@pytest.mark.parametrize("n,batch", [(12, 1), (13, 3), (15, 1), (16, 2), (17, 1)])
+def test_half_marginals_match_torch_and_any_thread_count(n, batch, cdtype):
+    """One native pass gives the two half-register marginals of ``|psi|^2`` (sums in double
+    precision), the same bits with one and two threads, whether the bindings or one binding's
+    rows are split."""
+    from qdiff.backends.statevector import zwords
+    g = torch.Generator().manual_seed(n + batch)
+    s = torch.randn(batch, 2 ** n, dtype=cdtype, generator=g)
+    out = []
+    for t in (1, 2):
+        with torch_threads(t):
+            out.append(native.half_marginals(s, n, n - n // 2))
+    for a, b in zip(*out):
+        assert torch.equal(a, b)
+    p = (s.to(torch.complex128).abs() ** 2)
+    ref = zwords.marginals(p, n)
+    tol = 1e-12 if cdtype == torch.complex128 else 1e-6
+    for a, r in zip(out[0], ref):
+        assert a.dtype == s.real.dtype and a.shape == r.shape
+        torch.testing.assert_close(a.double(), r, rtol=tol, atol=0)
+    # the expvals read off them match the torch path's
+    dev = qd.device("statevector", wires=n, dtype=cdtype)
+
+    @qd.qnode(dev)
+    def f(w):
+        qd.StronglyEntanglingLayers(w, wires=range(n))
+        return [qd.expval(qd.Z(i)) for i in range(n)] + [qd.expval(qd.Z(0) @ qd.Z(1))]
+    w = _weights(n, 1, layers=1)
+    ours = f(w)
+    with native.disabled():
+        ref = f(w)
+    torch.testing.assert_close(ours, ref, atol=1e-10 if cdtype == torch.complex128 else 1e-5,
+                               rtol=0)
+
+
+def test_half_marginals_fall_back_under_autograd():
+    s = torch.randn(1, 2 ** 12, dtype=torch.complex128, requires_grad=True)
+    assert native.half_marginals(s, 12, 6) is None

@@ -187,6 +187,7 @@ def check_abi(lib) -> str:
                        ("qd_adjoint_coded", [ctypes.POINTER(AdjointArgs)]),
                        ("qd_adjoint_slots", [ctypes.POINTER(AdjointArgs)]),
                        ("qd_abs2", [_i32, _p, _p, _i64]),
+                       ("qd_zmarginals", [_i32, _p, _i64, _i32, _i32, _p, _p, _i32]),
                        ("qd_gate_code", [ctypes.c_char_p]),
                        ("qd_code_info", [ctypes.c_int, ctypes.POINTER(_i32),
                                          ctypes.POINTER(_i32), ctypes.POINTER(_i32)])):

@@ -788,6 +788,93 @@ int qd_abs2(int32_t dtype, const void *s, void *out, int64_t count) {
     return QD_OK;
 }
 
+/* The probabilities |s_b(x)|^2 of B states of 2^n amplitudes summed to their high bits
+ * (hi[b, x >> lb]: 2^(n - lb) entries a binding) and to their lb low bits (lo[b, x & (2^lb - 1)]),
+ * in one pass, in double precision, rounded once to the states' real type: the marginals of the
+ * two halves of a register that Z words are read off. A binding's rows (x >> lb) are cut into
+ * ZM_BLOCKS blocks whatever the thread count, each block's sums to the low bits start from zero
+ * and are added in block order, so the results are the same bits for any number of threads:
+ * bindings are split over the threads when there are several, else a binding's blocks are. */
+#define ZM_BLOCKS 16
+#define ZM_MIN_AMPS ((i64)1 << 14)  /* one binding is split over threads from here on */
+
+/* Rows [h0, h1) of one state (rows of L amplitudes): their sums into hi, their sums to the low
+ * bits into tmp (from zero). One function per type, called by every path, and the blocks' sums
+ * added by zm_reduce alone: the same instructions whatever the split. */
+#define ZM_BLOCK_FN(T, NAME)                                                                   \
+    static __attribute__((noinline)) void NAME(const T *src, i64 h0, i64 h1, i64 L, T *hi,    \
+                                               double *tmp) {                                  \
+        for (i64 l = 0; l < L; l++) tmp[l] = 0;                                                \
+        for (i64 h = h0; h < h1; h++) {                                                        \
+            const T *row = src + 2 * (h * L);                                                  \
+            double rs = 0;                                                                     \
+            for (i64 l = 0; l < L; l++) {                                                      \
+                double v = (double)row[2 * l] * row[2 * l] + (double)row[2 * l + 1] * row[2 * l + 1]; \
+                rs += v;                                                                       \
+                tmp[l] += v;                                                                   \
+            }                                                                                  \
+            hi[h] = (T)rs;                                                                     \
+        }                                                                                      \
+    }
+ZM_BLOCK_FN(double, zm_block_c128)
+ZM_BLOCK_FN(float, zm_block_c64)
+
+/* acc[l] = sum over blocks k in order of part[k * L + l] */
+static __attribute__((noinline)) void zm_reduce(const double *part, i64 nblk, i64 L,
+                                                double *acc) {
+    for (i64 l = 0; l < L; l++) acc[l] = part[l];
+    for (i64 k = 1; k < nblk; k++)
+        for (i64 l = 0; l < L; l++) acc[l] += part[k * L + l];
+}
+
+#define ZM_BODY(T, BLOCK)                                                                      \
+    do {                                                                                       \
+        const T *s = (const T *)sv;                                                            \
+        T *hi = (T *)hv, *lo = (T *)lv;                                                        \
+        const i64 L = (i64)1 << lb, H = (i64)1 << (n - lb);                                    \
+        const i64 nblk = H < ZM_BLOCKS ? H : ZM_BLOCKS;                                        \
+        const int nt = nthreads > 1 ? nthreads : 1;                                            \
+        const int bpar = B > 1 && nt > 1, split = !bpar && nt > 1 && H * L >= ZM_MIN_AMPS;   \
+        /* nblk + 1 vectors of L doubles (the blocks' sums, their total) per thread when the   \
+         * bindings are split, once otherwise */                                               \
+        const i64 per = (nblk + 1) * L;                                                        \
+        double *buf = (double *)malloc(sizeof(double) * (size_t)(per * (bpar ? nt : 1)));     \
+        if (!buf) return QD_ENOMEM;                                                            \
+        if (bpar) {                                                                            \
+            _Pragma("omp parallel for num_threads(nt) schedule(static)")                       \
+            for (i64 b = 0; b < B; b++) {                                                      \
+                double *part = buf + per * THREAD_ID, *acc = part + nblk * L;                  \
+                for (i64 k = 0; k < nblk; k++)                                                 \
+                    BLOCK(s + 2 * (b << n), H * k / nblk, H * (k + 1) / nblk, L, hi + b * H,  \
+                          part + k * L);                                                       \
+                zm_reduce(part, nblk, L, acc);                                                 \
+                for (i64 l = 0; l < L; l++) lo[b * L + l] = (T)acc[l];                         \
+            }                                                                                  \
+        } else {                                                                               \
+            double *part = buf, *acc = buf + nblk * L;                                         \
+            for (i64 b = 0; b < B; b++) {                                                      \
+                _Pragma("omp parallel for if (split) num_threads(nt) schedule(static)")        \
+                for (i64 k = 0; k < nblk; k++)                                                 \
+                    BLOCK(s + 2 * (b << n), H * k / nblk, H * (k + 1) / nblk, L, hi + b * H,  \
+                          part + k * L);                                                       \
+                zm_reduce(part, nblk, L, acc);                                                 \
+                for (i64 l = 0; l < L; l++) lo[b * L + l] = (T)acc[l];                         \
+            }                                                                                  \
+        }                                                                                      \
+        free(buf);                                                                             \
+    } while (0)
+
+int qd_zmarginals(int32_t dtype, const void *sv, int64_t B, int32_t n, int32_t lb, void *hv,
+                  void *lv, int32_t nthreads) {
+    if (B < 0 || n < 0 || n > 62 || lb < 0 || lb > n || nthreads < 1 || nthreads > 4096 ||
+        (B > 0 && (!sv || !hv || !lv)))
+        return QD_EARGS;
+    if (dtype == QD_C128) ZM_BODY(double, zm_block_c128);
+    else if (dtype == QD_C64) ZM_BODY(float, zm_block_c64);
+    else return QD_EDTYPE;
+    return QD_OK;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* batched small states                                                                       */
 

@@ -167,6 +167,10 @@ int qd_run(qd_run_args *a);
 int qd_adjoint_coded(qd_adjoint_args *a);
 int qd_adjoint_slots(qd_adjoint_args *a);
 int qd_abs2(int32_t dtype, const void *s, void *out, int64_t count);
+/* |s|^2 of B states of 2^n amplitudes summed to the high bits (hi: B x 2^(n - lb)) and to the
+ * lb low bits (lo: B x 2^lb), the states' real type; the same bits for any nthreads */
+int qd_zmarginals(int32_t dtype, const void *s, int64_t B, int32_t n, int32_t lb, void *hi,
+                  void *lo, int32_t nthreads);
 int64_t qd_scratch_release(void);  /* free the scratch kept between calls */
 int64_t qd_scratch_held(void);     /* bytes of scratch kept between calls */
 int64_t qd_batch_args_size(void);
