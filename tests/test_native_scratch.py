@@ -2,7 +2,8 @@
 psi and lam): calls of other sizes, precisions and thread counts in between, and calls from two
 Python threads at once, give the very bits a call on fresh buffers gives, and the gradients
 match the torch kernels'. ``qdiff.clear_caches()`` frees what is kept. The one-pass
-half-register marginals that Z words are read off: against torch, any thread count."""
+half-register marginals that Z words are read off, and the adjoint sweep's lam formed from the
+two halves' diagonals: against torch, any thread count."""
 from __future__ import annotations
 
 import threading
@@ -140,3 +141,51 @@ def test_half_marginals_match_torch_and_any_thread_count(n, batch, cdtype):
 def test_half_marginals_fall_back_under_autograd():
     s = torch.randn(1, 2 ** 12, dtype=torch.complex128, requires_grad=True)
     assert native.half_marginals(s, 12, 6) is None
+
+
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+@pytest.mark.parametrize("n", [12, 13, 16, 17])
+def test_sweep_from_diagonal_halves_gives_the_bits_of_the_whole_diagonal(n, cdtype):
+    """Z words within either half of a large register: the sweep forms lam from the two
+    halves' diagonals (no 2^n diagonal), the same bits as from their broadcast sum, at one and
+    two threads (and, tiled, the same bits at either); the gradients match the torch path's."""
+    from qdiff.backends.statevector import zwords
+    from qdiff.backends.statevector.adjoint import adjoint_vjp
+    from qdiff.backends.statevector.simulate import simulate
+    from qdiff.circuits import Circuit, Operation, ParamRef, get_gate
+    ops, p = [], 0
+    for layer in range(2):
+        for w in range(n):
+            ops.append(Operation(get_gate("rot"), (w,), tuple(ParamRef(p + i) for i in range(3))))
+            p += 3
+        for w in range(n):
+            ops.append(Operation(get_gate("cnot"), (w, (w + 1 + layer) % n), ()))
+    ms = tuple(qd.expval(qd.Z(i)) for i in range(n)) + (qd.expval(qd.Z(0) @ qd.Z(2)),
+                                                        qd.expval(qd.Z(n - 1) @ qd.Z(n - 2)))
+    c = Circuit(n, tuple(ops), num_params=p).with_measurements(ms)
+    g = torch.Generator().manual_seed(n)
+    theta = torch.rand(1, p, dtype=torch.float64, generator=g) * 6 - 3
+    cot = torch.randn(1, len(ms), dtype=torch.float64, generator=g)
+    with torch.no_grad():
+        state = simulate(c, theta, cdtype=cdtype)
+    parts, done = zwords.z_word_diagonal_parts(state, c, cot, n)
+    assert isinstance(parts, tuple) and len(done) == len(ms)
+    full, _ = zwords.z_word_diagonal(state, c, cot, n)
+    plan = native.coded_plan(c.operations, n)
+    train = [True] * p
+    for t in (1, 2):
+        with torch_threads(t):
+            a = native.plan_adjoint(plan, state, None, theta, train, lam_diagonal=parts)
+            b = native.plan_adjoint(plan, state, None, theta, train, lam_diagonal=full)
+        assert torch.equal(a, b), t
+        if t == 1:
+            one = a
+        elif n >= 16:  # the tiled sweep: overlaps summed per chunk of tiles, in order
+            assert torch.equal(a, one)
+    with torch.no_grad(), native.disabled():
+        ref = adjoint_vjp(c, theta, state.clone(), cot, train)
+    tol = 1e-10 if cdtype == torch.complex128 else 1e-4
+    torch.testing.assert_close(one.double(), ref.double(), atol=tol, rtol=0)
+    with pytest.raises(ValueError, match="halves"):
+        native.plan_adjoint(plan, state, None, theta, train, lam_diagonal=(parts[0][:, :-1],
+                                                                           parts[1]))

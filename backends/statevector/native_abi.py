@@ -19,7 +19,7 @@ import torch
 
 from qdiff.circuits.errors import QdiffError, QdiffMemoryError
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 MAXK = 6   # target bits of one record (qdsim.h QD_MAXK)
 MAXA = 3   # angles of one coded gate (QD_MAXA)
 C128, C64 = 0, 1          # QD_C128, QD_C64
@@ -59,7 +59,7 @@ class AdjointArgs(ctypes.Structure):
                 ("prog", ProgramArg), ("angles", AnglesArg), ("gtheta", _p),
                 ("shared_cols", _p), ("lo", _i64), ("ldiag", _p), ("slots", ProgramArg),
                 ("slot_op", _p), ("grads", _p), ("nthreads", _i32), ("tiles", _i32),
-                ("bad_record", _i64)]
+                ("bad_record", _i64), ("ldiag_lo", _p), ("ldiag_bits", _i64)]
 
 
 class BatchArgs(ctypes.Structure):

@@ -242,6 +242,9 @@ static int check_adjoint(qd_adjoint_args *a, int slots) {
     if (a->batch > 0 && (!a->psi || (!a->lam) == (!a->ldiag))) return QD_EARGS;
     if (a->lo < 0 || a->lo > a->prog.nops) return QD_EARGS;
     if (slots && a->ldiag) return QD_EARGS;
+    if (a->ldiag_bits < 0 || a->ldiag_bits > a->n || (a->ldiag_bits && a->batch > 0 &&
+                                                      (!a->ldiag || !a->ldiag_lo)))
+        return QD_EARGS;
     rc = check_program(&a->prog, a->n, a->batch, &a->angles, 0, 0, &a->bad_record);
     if (rc) return rc;
     int train = 0;

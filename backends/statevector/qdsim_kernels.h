@@ -2471,16 +2471,37 @@ static int SFX(sweep_tiled)(const SFX(ctx_t) *c, R *psi, R *lam, int n, i64 b, i
 }
 
 /* ldiag: lam = ldiag * psi (a real diagonal per binding, e.g. a sum of Z words), formed in
- * this thread's scratch together with a copy of psi, which stays untouched. */
-static void SFX(diag_lam)(const R *src, const R *dg, R *sp, R *sl, i64 amps, int par) {
+ * this thread's scratch together with a copy of psi, which stays untouched. With mb > 0 the
+ * diagonal at amplitude x of binding b is dg[b, y >> mb] + dl[b, y & (2^mb - 1)], y the index
+ * of x in its state of 2^n (Z words within either half of the register: no diagonal of 2^n
+ * entries is written or read); the sum is rounded to R as the whole diagonal's would be. */
+static void SFX(diag_lam)(const R *src, const R *dg, const R *dl, int n, int mb, R *sp, R *sl,
+                          i64 amps, int par) {
     const i64 blk = (i64)1 << 14, nblk = (amps + blk - 1) / blk;
+    const i64 lmask = ((i64)1 << mb) - 1, smask = ((i64)1 << n) - 1, H = (i64)1 << (n - mb);
 #pragma omp parallel for if (par > 1 && nblk > 1) num_threads(par) schedule(static)
     for (i64 k = 0; k < nblk; k++) {
         i64 x0 = k * blk, x1 = x0 + blk < amps ? x0 + blk : amps;
         memcpy(sp + 2 * x0, src + 2 * x0, sizeof(R) * 2 * (size_t)(x1 - x0));
-        for (i64 x = x0; x < x1; x++) {
-            sl[2 * x] = dg[x] * src[2 * x];
-            sl[2 * x + 1] = dg[x] * src[2 * x + 1];
+        if (!mb) {
+            for (i64 x = x0; x < x1; x++) {
+                sl[2 * x] = dg[x] * src[2 * x];
+                sl[2 * x + 1] = dg[x] * src[2 * x + 1];
+            }
+            continue;
+        }
+        for (i64 x = x0; x < x1;) {  /* a run of up to 2^mb amplitudes: one high part */
+            const i64 b = x >> n, y = x & smask, base = x - (y & lmask);
+            i64 e = base + lmask + 1;
+            if (e > x1) e = x1;
+            const R h = dg[b * H + (y >> mb)];
+            const R *lo = dl + (b << mb);
+            for (i64 z = x; z < e; z++) {
+                const R d = h + lo[z - base];
+                sl[2 * z] = d * src[2 * z];
+                sl[2 * z + 1] = d * src[2 * z + 1];
+            }
+            x = e;
         }
     }
 }
@@ -2503,7 +2524,9 @@ static void SFX(adjoint_tile)(qd_adjoint_args *a, const SFX(ctx_t) *cp, const ti
     R *p = psi + 2 * N * b0, *l = lam ? lam + 2 * N * b0 : 0;
     if (ldiag) {
         R *sp = scratch + (i64)4 * tile_amps * tid;
-        SFX(diag_lam)(p, ldiag + N * b0, sp, sp + 2 * tile_amps, N << tb, par);
+        const int mb = (int)a->ldiag_bits;
+        SFX(diag_lam)(p, ldiag + (N >> mb) * b0, mb ? (const R *)a->ldiag_lo + (b0 << mb) : 0, n,
+                      mb, sp, sp + 2 * tile_amps, N << tb, par);
         p = sp;
         l = sp + 2 * tile_amps;
     }

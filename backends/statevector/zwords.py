@@ -200,6 +200,17 @@ def z_word_diagonal(state, circuit, cotangent, n):
     ones: words within the first or the second half of the wires give two small diagonals
     ``D_hi (2**a)`` and ``D_lo (2**(n-a))``, and the full one is their broadcast sum (words
     spanning both halves are left to the general path)."""
+    diag, done = z_word_diagonal_parts(state, circuit, cotangent, n)
+    if isinstance(diag, tuple):
+        hi, lo = diag
+        diag = (hi[:, :, None] + lo[:, None, :]).reshape(state.shape[0], -1)
+    return diag, done
+
+
+def z_word_diagonal_parts(state, circuit, cotangent, n):
+    """:func:`z_word_diagonal`, with a large register's diagonal left as its two halves'
+    ``(D_hi (B, 2**a), D_lo (B, 2**(n-a)))`` (a tuple; ``diag[b, x] = D_hi[b, x >> (n - a)] +
+    D_lo[b, x & (2**(n-a) - 1)]``, the native sweep forms ``lam`` from them directly)."""
     def columns():
         cols, col = [], 0
         for i, m in enumerate(circuit.measurements):
@@ -243,5 +254,4 @@ def z_word_diagonal(state, circuit, cotangent, n):
             parts.append(torch.zeros(state.shape[0], 2 ** m, dtype=rdtype, device=state.device))
     if len(done) < 2:
         return None, set()
-    diag = (parts[0][:, :, None] + parts[1][:, None, :]).reshape(state.shape[0], -1)
-    return diag, done
+    return (parts[0], parts[1]), done
