@@ -148,7 +148,7 @@ def test_half_marginals_fall_back_under_autograd():
 def test_sweep_from_diagonal_halves_gives_the_bits_of_the_whole_diagonal(n, cdtype):
     """Z words within either half of a large register: the sweep forms lam from the two
     halves' diagonals (no 2^n diagonal), the same bits as from their broadcast sum, at one and
-    two threads (and, tiled, the same bits at either); the gradients match the torch path's."""
+    two threads (and the same bits at either); the gradients match the torch path's."""
     from qdiff.backends.statevector import zwords
     from qdiff.backends.statevector.adjoint import adjoint_vjp
     from qdiff.backends.statevector.simulate import simulate
@@ -180,7 +180,7 @@ def test_sweep_from_diagonal_halves_gives_the_bits_of_the_whole_diagonal(n, cdty
         assert torch.equal(a, b), t
         if t == 1:
             one = a
-        elif n >= 16:  # the tiled sweep: overlaps summed per chunk of tiles, in order
+        else:  # tiled: overlaps summed per chunk of tiles, in order; below: one thread
             assert torch.equal(a, one)
     with torch.no_grad(), native.disabled():
         ref = adjoint_vjp(c, theta, state.clone(), cot, train)

@@ -2300,6 +2300,7 @@ static void SFX(coded_step)(const SFX(ctx_t) *c, i64 i, R *p, R *l, int n, int t
  * depend on the number of threads. A gate no tile set holds is applied on its own between
  * regions. lam is not uncomputed through the sweep's last gate. */
 #define TS_CHUNKS 64
+#define ADJ_PAR_MIN_BITS 16  /* one state's sweep is split over threads from here on */
 #define TS_SEG_GATES 1024  /* gates per region (bounds the relocated gates and partial sums) */
 
 typedef struct {
@@ -2588,7 +2589,10 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
         SFX(ctx_free)(&c);
         return rc ? rc : QD_ENOMEM;
     }
-    int par = B == 1 ? nthreads : 1;
+    /* one state of fewer than 2^ADJ_PAR_MIN_BITS amplitudes is swept by one thread: gate by gate
+     * (no cache tiles below TILE_MIN_N), a parallel region per kernel call costs about what the
+     * split saves on a state this small, and much more whenever a thread waits for a core */
+    int par = B == 1 && n >= ADJ_PAR_MIN_BITS ? nthreads : 1;
     /* one tile (one state, its kernels split over the threads): no enclosing region, so that
      * the kernels' own parallel regions are top-level and reuse the runtime's threads (nested
      * in an inactive region, GNU OpenMP starts and ends fresh threads for every one) */
