@@ -189,3 +189,34 @@ def test_sweep_from_diagonal_halves_gives_the_bits_of_the_whole_diagonal(n, cdty
     with pytest.raises(ValueError, match="halves"):
         native.plan_adjoint(plan, state, None, theta, train, lam_diagonal=(parts[0][:, :-1],
                                                                            parts[1]))
+
+
+@pytest.mark.parametrize("bits,low", [(-1, True), (13, True), (3, False)])
+def test_invalid_diagonal_halves_are_refused_before_the_sweep(bits, low):
+    """``ldiag_bits`` outside ``[0, n]``, or halves without the low part: an argument error
+    (a ``QdiffError``) and the state untouched."""
+    import ctypes
+    from qdiff.backends.statevector import native_abi
+    from qdiff.circuits import Circuit, Operation, ParamRef, get_gate
+    from qdiff.circuits.errors import QdiffError
+    n = 12
+    ops = tuple(Operation(get_gate("rx"), (w,), (ParamRef(w),)) for w in range(n))
+    plan = native.coded_plan(ops, n)
+    recs, _ = plan.adjoint_records([True] * n)
+    theta = torch.rand(1, n, dtype=torch.float64)
+    psi = torch.randn(1, 2 ** n, dtype=torch.complex128)
+    before = psi.clone()
+    hi = torch.rand(1, 2 ** (n - 6), dtype=torch.float64)
+    lo = torch.rand(1, 2 ** 6, dtype=torch.float64)
+    grad = torch.zeros(1, n, dtype=torch.float64)
+    args = native_abi.AdjointArgs(
+        dtype=native_abi.C128, n=n, batch=1, psi=native_abi.ptr(psi), lam=None,
+        prog=native_abi.program_arg(recs, plan.data_for(psi.dtype)),
+        angles=native_abi.angles_arg(theta), gtheta=native_abi.ptr(grad), nthreads=1,
+        bad_record=-1, ldiag=native_abi.ptr(hi), ldiag_lo=native_abi.ptr(lo) if low else None,
+        ldiag_bits=bits)
+    rc = native.library().qd_adjoint_coded(ctypes.byref(args))
+    assert rc != 0
+    with pytest.raises(QdiffError):
+        native_abi.check(native.library(), rc, args, "adjoint sweep")
+    assert torch.equal(psi, before) and not grad.any()
