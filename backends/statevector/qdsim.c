@@ -628,13 +628,16 @@ static char qd_keep_lock;
 static int keep_try_lock(void) { return !__atomic_test_and_set(&qd_keep_lock, __ATOMIC_ACQUIRE); }
 static void keep_unlock(void) { __atomic_clear(&qd_keep_lock, __ATOMIC_RELEASE); }
 
-/* A block of at least bytes: the smallest free kept one that is large enough, else malloc. */
+/* A block of at least bytes: the smallest free kept one that is large enough and at most
+ * twice as large (a small request does not take the block a large one will need), else
+ * malloc. */
 static void *keep_get(size_t bytes) {
     void *p = 0;
     if (keep_try_lock()) {
         int best = -1;
         for (int i = 0; i < QD_KEEP_SLOTS; i++)
             if (qd_keep[i].p && !qd_keep[i].busy && qd_keep[i].bytes >= bytes &&
+                qd_keep[i].bytes / 2 <= bytes &&
                 (best < 0 || qd_keep[i].bytes < qd_keep[best].bytes))
                 best = i;
         if (best >= 0) {
@@ -646,38 +649,43 @@ static void *keep_get(size_t bytes) {
     return p ? p : malloc(bytes ? bytes : 1);
 }
 
-/* Hand back a block of keep_get(bytes): kept when it is one of the table's or fits the budget
- * (a smaller free block makes room for it), else freed. */
+/* Hand back a block of keep_get(bytes): kept when it is one of the table's, or when it fits
+ * the budget and a slot once free blocks smaller than it are dropped (smallest first: the
+ * larger a block, the more first-touch faults keeping it saves), else freed. */
 static void keep_put(void *p, size_t bytes) {
     if (!p) return;
-    void *drop = p;
+    void *drop[QD_KEEP_SLOTS + 1] = {0};
+    int nd = 0;
+    drop[nd++] = p;
     if (keep_try_lock()) {
-        int slot = -1;
+        int mine = 0;
         for (int i = 0; i < QD_KEEP_SLOTS; i++)
-            if (qd_keep[i].p == p) { qd_keep[i].busy = 0; slot = i; drop = 0; break; }
-        if (slot < 0 && bytes <= QD_KEEP_MAX) {
+            if (qd_keep[i].p == p) { qd_keep[i].busy = 0; mine = 1; nd = 0; break; }
+        while (!mine && bytes <= QD_KEEP_MAX) {
             size_t held = 0;
-            for (int i = 0; i < QD_KEEP_SLOTS; i++) held += qd_keep[i].p ? qd_keep[i].bytes : 0;
-            int victim = -1;  /* an empty slot, else the smallest free block smaller than p */
-            for (int i = 0; i < QD_KEEP_SLOTS && victim < 0; i++)
-                if (!qd_keep[i].p) victim = i;
-            for (int i = 0; i < QD_KEEP_SLOTS && victim < 0; i++)
+            int empty = -1, small = -1;
+            for (int i = 0; i < QD_KEEP_SLOTS; i++) {
+                if (!qd_keep[i].p) { if (empty < 0) empty = i; continue; }
+                held += qd_keep[i].bytes;
                 if (!qd_keep[i].busy && qd_keep[i].bytes < bytes &&
-                    (victim < 0 || qd_keep[i].bytes < qd_keep[victim].bytes))
-                    victim = i;
-            if (victim >= 0) {
-                size_t freed = qd_keep[victim].p ? qd_keep[victim].bytes : 0;
-                if (held - freed + bytes <= QD_KEEP_MAX) {
-                    drop = qd_keep[victim].p;
-                    qd_keep[victim].p = p;
-                    qd_keep[victim].bytes = bytes;
-                    qd_keep[victim].busy = 0;
-                }
+                    (small < 0 || qd_keep[i].bytes < qd_keep[small].bytes))
+                    small = i;
             }
+            if (empty >= 0 && held + bytes <= QD_KEEP_MAX) {
+                qd_keep[empty].p = p;
+                qd_keep[empty].bytes = bytes;
+                qd_keep[empty].busy = 0;
+                drop[0] = 0;  /* p is kept */
+                break;
+            }
+            if (small < 0) break;  /* nothing smaller to drop: p is freed */
+            drop[nd++] = qd_keep[small].p;
+            qd_keep[small].p = 0;
+            qd_keep[small].bytes = 0;
         }
         keep_unlock();
     }
-    free(drop);
+    for (int i = 0; i < nd; i++) free(drop[i]);
 }
 
 /* Free every kept block not in use; returns the bytes still kept (blocks in use). */

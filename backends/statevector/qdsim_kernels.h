@@ -2605,7 +2605,7 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
             SFX(adjoint_tile)(a, &c, tiles, k, scratch, tile_amps, slots, THREAD_ID, par);
     }
     free(tiles);
+    SFX(ctx_free)(&c);  /* its tile buffers first: the larger scratch may take their room */
     keep_put(scratch, (size_t)(4 * tile_amps) * (size_t)nt * sizeof(R));
-    SFX(ctx_free)(&c);
     return QD_OK;
 }
