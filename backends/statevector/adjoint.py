@@ -116,7 +116,7 @@ def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool 
         plan = native.coded_plan(ops, n)
         if plan is not None:  # every parameterised gate has a native formula: one call
             if not return_state:
-                diag, done = zwords.z_word_diagonal(state, circuit, cotangent, n)
+                diag, done = zwords.z_word_diagonal_parts(state, circuit, cotangent, n)
                 if diag is not None and len(done) == len(circuit.measurements):
                     # lam = diag * psi is formed in cache by the kernels; psi is not copied
                     return native.plan_adjoint(plan, state, None, theta, trainable,

@@ -174,6 +174,22 @@ def abs2(state: torch.Tensor) -> torch.Tensor:
     return state.real ** 2 + state.imag ** 2
 
 
+def half_marginals(state: torch.Tensor, n: int, low_bits: int):
+    """``|state|^2`` ``(B, 2**n)`` summed to its high ``n - low_bits`` bits and to its low
+    ``low_bits`` bits (the first wires and the rest): ``(B, 2**(n - low_bits))`` and
+    ``(B, 2**low_bits)`` in the states' real dtype, in one native pass over the states (no
+    ``|state|^2`` array; sums in double precision, the same bits for any thread count), or
+    ``None`` where the kernels do not take ``state`` (autograd, other dtypes or devices)."""
+    if state.numel() < 1 << 12 or not usable(state):
+        return None
+    b, rd = state.shape[0], state.real.dtype
+    hi = torch.empty(b, 2 ** (n - low_bits), dtype=rd)
+    lo = torch.empty(b, 2 ** low_bits, dtype=rd)
+    rc = library().qd_zmarginals(DTYPES[state.dtype], ptr(state), b, n, low_bits, ptr(hi),
+                                 ptr(lo), threads())
+    return (hi, lo) if rc == 0 else None
+
+
 def evolve(state, operations, theta, n, rdtype, fuse: bool = True, from_zero: bool = False,
            trace=None):
     """Native twin of :func:`qdiff.backends.statevector.simulate.evolve` (in place); raises

@@ -19,7 +19,7 @@ import torch
 
 from qdiff.circuits.errors import QdiffError, QdiffMemoryError
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 MAXK = 6   # target bits of one record (qdsim.h QD_MAXK)
 MAXA = 3   # angles of one coded gate (QD_MAXA)
 C128, C64 = 0, 1          # QD_C128, QD_C64
@@ -59,7 +59,7 @@ class AdjointArgs(ctypes.Structure):
                 ("prog", ProgramArg), ("angles", AnglesArg), ("gtheta", _p),
                 ("shared_cols", _p), ("lo", _i64), ("ldiag", _p), ("slots", ProgramArg),
                 ("slot_op", _p), ("grads", _p), ("nthreads", _i32), ("tiles", _i32),
-                ("bad_record", _i64)]
+                ("bad_record", _i64), ("ldiag_lo", _p), ("ldiag_bits", _i64)]
 
 
 class BatchArgs(ctypes.Structure):
@@ -187,10 +187,14 @@ def check_abi(lib) -> str:
                        ("qd_adjoint_coded", [ctypes.POINTER(AdjointArgs)]),
                        ("qd_adjoint_slots", [ctypes.POINTER(AdjointArgs)]),
                        ("qd_abs2", [_i32, _p, _p, _i64]),
+                       ("qd_zmarginals", [_i32, _p, _i64, _i32, _i32, _p, _p, _i32]),
                        ("qd_gate_code", [ctypes.c_char_p]),
                        ("qd_code_info", [ctypes.c_int, ctypes.POINTER(_i32),
                                          ctypes.POINTER(_i32), ctypes.POINTER(_i32)])):
         fn = getattr(lib, name)
         fn.argtypes, fn.restype = args, ctypes.c_int
     lib.qd_strerror.argtypes, lib.qd_strerror.restype = [ctypes.c_int], ctypes.c_char_p
+    for name in ("qd_scratch_release", "qd_scratch_held"):
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = [], _i64
     return ""

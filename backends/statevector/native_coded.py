@@ -230,6 +230,8 @@ def plan_adjoint(plan: CodedPlan, psi, lam, theta, trainable, restore: bool = Fa
 
     ``lam_diagonal`` (``(B, 2**n)`` real, instead of ``lam``): ``lam = lam_diagonal * psi``
     is formed in cache, tile by tile, and ``psi`` is left untouched (no copies of the states).
+    It may be given as two halves ``(D_hi (B, 2**(n-m)), D_lo (B, 2**m))``:
+    ``lam_diagonal[b, x] = D_hi[b, x >> m] + D_lo[b, x & (2**m - 1)]``.
 
     ``shared`` (optional, per column): True where the column is one value broadcast over the
     batch by construction (a weight), so that only its gradient's sum over the rows matters;
@@ -239,15 +241,25 @@ def plan_adjoint(plan: CodedPlan, psi, lam, theta, trainable, restore: bool = Fa
     recs, lo = plan.adjoint_records(trainable)
     grad = torch.zeros(b, th.shape[1], dtype=torch.float64)
     sh = plan.shared_flags(shared)
+    low, low_bits = None, 0
     if lam_diagonal is not None:
         if restore:
             raise ValueError("restore needs psi itself to be uncomputed: pass lam")
-        lam_diagonal = lam_diagonal.to(psi.real.dtype).contiguous()
+        if isinstance(lam_diagonal, tuple):
+            lam_diagonal, low = (d.to(psi.real.dtype).contiguous() for d in lam_diagonal)
+            low_bits = low.shape[1].bit_length() - 1
+            if lam_diagonal.shape != (b, 2 ** (plan.n - low_bits)) or \
+                    low.shape != (b, 2 ** low_bits):
+                raise ValueError(f"diagonal halves of shapes {tuple(lam_diagonal.shape)} and "
+                                 f"{tuple(low.shape)} for {b} states of {plan.n} qubits")
+        else:
+            lam_diagonal = lam_diagonal.to(psi.real.dtype).contiguous()
     data = plan.data_for(psi.dtype)
     args = AdjointArgs(dtype=DTYPES[psi.dtype], n=plan.n, batch=b, psi=ptr(psi), lam=ptr(lam),
                        prog=program_arg(recs, data), angles=angles_arg(th), gtheta=ptr(grad),
                        shared_cols=ptr(sh), lo=0 if restore else lo, ldiag=ptr(lam_diagonal),
-                       nthreads=threads(), tiles=tiles(), bad_record=-1)
+                       nthreads=threads(), tiles=tiles(), bad_record=-1, ldiag_lo=ptr(low),
+                       ldiag_bits=low_bits)
     lib = native_lib.library()
     check(lib, lib.qd_adjoint_coded(ctypes.byref(args)), args, "adjoint sweep")
     return grad if psi.dtype == torch.complex128 else grad.to(psi.real.dtype)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
 from qdiff.backends.statevector.native_abi import check_abi
 
@@ -109,6 +110,24 @@ def library():
             if not status.available and status.reason.startswith("build failed"):
                 _warn_once(status.reason)
     return _state["lib"]
+
+
+def release_scratch() -> int:
+    """Free the scratch the kernels keep between calls (their tile buffers and the adjoint
+    sweep's copies of psi and lam, at most 64 MiB in all: a fresh block costs a page fault per
+    4 KiB on first touch); returns the bytes still kept (blocks in use by a running call).
+    ``qdiff.clear_caches()`` calls it; a library not loaded yet is not loaded for it."""
+    lib = _state["lib"]
+    return 0 if lib is None else max(int(lib.qd_scratch_release()), 0)
+
+
+def scratch_held() -> int:
+    """Bytes of scratch the loaded kernels keep between calls (0 when none is loaded)."""
+    lib = _state["lib"]
+    return 0 if lib is None else max(int(lib.qd_scratch_held()), 0)
+
+
+caches.register("native.scratch", None, clear=release_scratch)
 
 
 def native_status() -> NativeStatus:

@@ -254,6 +254,9 @@ static int check_adjoint(qd_adjoint_args *a, int slots) {
     if (a->batch > 0 && (!a->psi || (!a->lam) == (!a->ldiag))) return QD_EARGS;
     if (a->lo < 0 || a->lo > a->prog.nops) return QD_EARGS;
     if (slots && a->ldiag) return QD_EARGS;
+    if (a->ldiag_bits < 0 || a->ldiag_bits > a->n || (a->ldiag_bits && a->batch > 0 &&
+                                                      (!a->ldiag || !a->ldiag_lo)))
+        return QD_EARGS;
     rc = check_program(&a->prog, a->n, a->batch, &a->angles, 0, 0, &a->bad_record);
     if (rc) return rc;
     int train = 0;
@@ -616,6 +619,115 @@ static i64 make_tiles(int n, i64 B, tile_t *out) {
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* scratch kept between calls                                                                 */
+
+/* The large per-call scratch (the adjoint's copies of psi and lam, the tile buffers) is kept
+ * for the next call instead of being freed: a fresh block's pages are mapped and zeroed by the
+ * kernel on first touch (a fault per 4 KiB page, about 2 us each on a virtual machine: 1000 or
+ * more faults per SEL gradient at 18 qubits). At most QD_KEEP_SLOTS blocks and QD_KEEP_MAX
+ * bytes in all are kept; larger requests are malloc'd and freed per call as before.
+ * qd_scratch_release() frees every kept block not in use. The table's lock is only ever
+ * tried: a call that finds it taken (another thread's call, or a fork while it was held)
+ * takes a fresh block and frees it after, so nothing waits and nothing deadlocks. Callers
+ * write a block before they read it: no data passes from one call to the next. */
+#define QD_KEEP_SLOTS 4
+#define QD_KEEP_MAX ((size_t)64 << 20)
+
+typedef struct { void *p; size_t bytes; int busy; } keep_t;
+static keep_t qd_keep[QD_KEEP_SLOTS];
+static char qd_keep_lock;
+
+static int keep_try_lock(void) { return !__atomic_test_and_set(&qd_keep_lock, __ATOMIC_ACQUIRE); }
+static void keep_unlock(void) { __atomic_clear(&qd_keep_lock, __ATOMIC_RELEASE); }
+
+/* A block of at least bytes: the smallest free kept one that is large enough and at most
+ * twice as large (a small request does not take the block a large one will need), else
+ * malloc. */
+static void *keep_get(size_t bytes) {
+    void *p = 0;
+    if (keep_try_lock()) {
+        int best = -1;
+        for (int i = 0; i < QD_KEEP_SLOTS; i++)
+            if (qd_keep[i].p && !qd_keep[i].busy && qd_keep[i].bytes >= bytes &&
+                qd_keep[i].bytes / 2 <= bytes &&
+                (best < 0 || qd_keep[i].bytes < qd_keep[best].bytes))
+                best = i;
+        if (best >= 0) {
+            qd_keep[best].busy = 1;
+            p = qd_keep[best].p;
+        }
+        keep_unlock();
+    }
+    return p ? p : malloc(bytes ? bytes : 1);
+}
+
+/* Hand back a block of keep_get(bytes): kept when it is one of the table's, or when it fits
+ * the budget and a slot once free blocks smaller than it are dropped (smallest first: the
+ * larger a block, the more first-touch faults keeping it saves), else freed. */
+static void keep_put(void *p, size_t bytes) {
+    if (!p) return;
+    void *drop[QD_KEEP_SLOTS + 1] = {0};
+    int nd = 0;
+    drop[nd++] = p;
+    if (keep_try_lock()) {
+        int mine = 0;
+        for (int i = 0; i < QD_KEEP_SLOTS; i++)
+            if (qd_keep[i].p == p) { qd_keep[i].busy = 0; mine = 1; nd = 0; break; }
+        while (!mine && bytes <= QD_KEEP_MAX) {
+            size_t held = 0;
+            int empty = -1, small = -1;
+            for (int i = 0; i < QD_KEEP_SLOTS; i++) {
+                if (!qd_keep[i].p) { if (empty < 0) empty = i; continue; }
+                held += qd_keep[i].bytes;
+                if (!qd_keep[i].busy && qd_keep[i].bytes < bytes &&
+                    (small < 0 || qd_keep[i].bytes < qd_keep[small].bytes))
+                    small = i;
+            }
+            if (empty >= 0 && held + bytes <= QD_KEEP_MAX) {
+                qd_keep[empty].p = p;
+                qd_keep[empty].bytes = bytes;
+                qd_keep[empty].busy = 0;
+                drop[0] = 0;  /* p is kept */
+                break;
+            }
+            if (small < 0) break;  /* nothing smaller to drop: p is freed */
+            drop[nd++] = qd_keep[small].p;
+            qd_keep[small].p = 0;
+            qd_keep[small].bytes = 0;
+        }
+        keep_unlock();
+    }
+    for (int i = 0; i < nd; i++) free(drop[i]);
+}
+
+/* Free every kept block not in use; returns the bytes still kept (blocks in use). */
+int64_t qd_scratch_release(void) {
+    void *drop[QD_KEEP_SLOTS] = {0};
+    int64_t left = 0;
+    if (!keep_try_lock()) return -1;
+    for (int i = 0; i < QD_KEEP_SLOTS; i++) {
+        if (qd_keep[i].p && !qd_keep[i].busy) {
+            drop[i] = qd_keep[i].p;
+            qd_keep[i].p = 0;
+            qd_keep[i].bytes = 0;
+        }
+        left += qd_keep[i].p ? (int64_t)qd_keep[i].bytes : 0;
+    }
+    keep_unlock();
+    for (int i = 0; i < QD_KEEP_SLOTS; i++) free(drop[i]);
+    return left;
+}
+
+/* Bytes kept between calls (in use or not); -1 when the table is busy. */
+int64_t qd_scratch_held(void) {
+    int64_t held = 0;
+    if (!keep_try_lock()) return -1;
+    for (int i = 0; i < QD_KEEP_SLOTS; i++) held += qd_keep[i].p ? (int64_t)qd_keep[i].bytes : 0;
+    keep_unlock();
+    return held;
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* the kernels, once per precision                                                            */
 
 #define R double
@@ -696,6 +808,93 @@ int qd_abs2(int32_t dtype, const void *s, void *out, int64_t count) {
     } else {
         return QD_EDTYPE;
     }
+    return QD_OK;
+}
+
+/* The probabilities |s_b(x)|^2 of B states of 2^n amplitudes summed to their high bits
+ * (hi[b, x >> lb]: 2^(n - lb) entries a binding) and to their lb low bits (lo[b, x & (2^lb - 1)]),
+ * in one pass, in double precision, rounded once to the states' real type: the marginals of the
+ * two halves of a register that Z words are read off. A binding's rows (x >> lb) are cut into
+ * ZM_BLOCKS blocks whatever the thread count, each block's sums to the low bits start from zero
+ * and are added in block order, so the results are the same bits for any number of threads:
+ * bindings are split over the threads when there are several, else a binding's blocks are. */
+#define ZM_BLOCKS 16
+#define ZM_MIN_AMPS ((i64)1 << 14)  /* one binding is split over threads from here on */
+
+/* Rows [h0, h1) of one state (rows of L amplitudes): their sums into hi, their sums to the low
+ * bits into tmp (from zero). One function per type, called by every path, and the blocks' sums
+ * added by zm_reduce alone: the same instructions whatever the split. */
+#define ZM_BLOCK_FN(T, NAME)                                                                   \
+    static __attribute__((noinline)) void NAME(const T *src, i64 h0, i64 h1, i64 L, T *hi,    \
+                                               double *tmp) {                                  \
+        for (i64 l = 0; l < L; l++) tmp[l] = 0;                                                \
+        for (i64 h = h0; h < h1; h++) {                                                        \
+            const T *row = src + 2 * (h * L);                                                  \
+            double rs = 0;                                                                     \
+            for (i64 l = 0; l < L; l++) {                                                      \
+                double v = (double)row[2 * l] * row[2 * l] + (double)row[2 * l + 1] * row[2 * l + 1]; \
+                rs += v;                                                                       \
+                tmp[l] += v;                                                                   \
+            }                                                                                  \
+            hi[h] = (T)rs;                                                                     \
+        }                                                                                      \
+    }
+ZM_BLOCK_FN(double, zm_block_c128)
+ZM_BLOCK_FN(float, zm_block_c64)
+
+/* acc[l] = sum over blocks k in order of part[k * L + l] */
+static __attribute__((noinline)) void zm_reduce(const double *part, i64 nblk, i64 L,
+                                                double *acc) {
+    for (i64 l = 0; l < L; l++) acc[l] = part[l];
+    for (i64 k = 1; k < nblk; k++)
+        for (i64 l = 0; l < L; l++) acc[l] += part[k * L + l];
+}
+
+#define ZM_BODY(T, BLOCK)                                                                      \
+    do {                                                                                       \
+        const T *s = (const T *)sv;                                                            \
+        T *hi = (T *)hv, *lo = (T *)lv;                                                        \
+        const i64 L = (i64)1 << lb, H = (i64)1 << (n - lb);                                    \
+        const i64 nblk = H < ZM_BLOCKS ? H : ZM_BLOCKS;                                        \
+        const int nt = nthreads > 1 ? nthreads : 1;                                            \
+        const int bpar = B > 1 && nt > 1, split = !bpar && nt > 1 && H * L >= ZM_MIN_AMPS;   \
+        /* nblk + 1 vectors of L doubles (the blocks' sums, their total) per thread when the   \
+         * bindings are split, once otherwise */                                               \
+        const i64 per = (nblk + 1) * L;                                                        \
+        double *buf = (double *)malloc(sizeof(double) * (size_t)(per * (bpar ? nt : 1)));     \
+        if (!buf) return QD_ENOMEM;                                                            \
+        if (bpar) {                                                                            \
+            _Pragma("omp parallel for num_threads(nt) schedule(static)")                       \
+            for (i64 b = 0; b < B; b++) {                                                      \
+                double *part = buf + per * THREAD_ID, *acc = part + nblk * L;                  \
+                for (i64 k = 0; k < nblk; k++)                                                 \
+                    BLOCK(s + 2 * (b << n), H * k / nblk, H * (k + 1) / nblk, L, hi + b * H,  \
+                          part + k * L);                                                       \
+                zm_reduce(part, nblk, L, acc);                                                 \
+                for (i64 l = 0; l < L; l++) lo[b * L + l] = (T)acc[l];                         \
+            }                                                                                  \
+        } else {                                                                               \
+            double *part = buf, *acc = buf + nblk * L;                                         \
+            for (i64 b = 0; b < B; b++) {                                                      \
+                _Pragma("omp parallel for if (split) num_threads(nt) schedule(static)")        \
+                for (i64 k = 0; k < nblk; k++)                                                 \
+                    BLOCK(s + 2 * (b << n), H * k / nblk, H * (k + 1) / nblk, L, hi + b * H,  \
+                          part + k * L);                                                       \
+                zm_reduce(part, nblk, L, acc);                                                 \
+                for (i64 l = 0; l < L; l++) lo[b * L + l] = (T)acc[l];                         \
+            }                                                                                  \
+        }                                                                                      \
+        free(buf);                                                                             \
+    } while (0)
+
+int qd_zmarginals(int32_t dtype, const void *sv, int64_t B, int32_t n, int32_t lb, void *hv,
+                  void *lv, int32_t nthreads) {
+    if (B < 0 || n < 0 || n > 62 || lb < 0 || lb > n || nthreads < 1 || nthreads > 4096 ||
+        (B > 0 && (!sv || !hv || !lv)))
+        return QD_EARGS;
+    if (dtype == QD_C128) ZM_BODY(double, zm_block_c128);
+    else if (dtype == QD_C64) ZM_BODY(float, zm_block_c64);
+    else return QD_EDTYPE;
     return QD_OK;
 }
 

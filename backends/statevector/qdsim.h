@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#define QD_ABI_VERSION 4
+#define QD_ABI_VERSION 5
 #define QD_MAXK 6        /* target bits of one gate */
 #define QD_MAXA 3        /* angles of one coded gate */
 #define QD_MAXN 40       /* qubits of one state */
@@ -92,7 +92,9 @@ typedef struct {
  *     gtheta (batch x P float64); shared_cols (P entries, may be NULL) marks columns broadcast
  *     over the batch (only their column sum matters); lo: the sweep stops at record lo (0:
  *     psi is restored to the input state); ldiag (batch x 2^n reals, with lam NULL): lam is
- *     ldiag * psi, formed tile by tile, and psi is left untouched.
+ *     ldiag * psi, formed tile by tile, and psi is left untouched; with ldiag_bits = m > 0
+ *     the diagonal is a sum of two, one over the high and one over the m low bits of x:
+ *     ldiag[b, x >> m] + ldiag_lo[b, x & (2^m - 1)] (ldiag batch x 2^(n-m), ldiag_lo batch x 2^m).
  *  qd_adjoint_slots: gates given as data; slot s (a record of kind DENSE or DIAG with dU as
  *     data, slot_op[s] its gate, ascending) gets grads[b, s] = 2 Re <lam| dU_s |psi>. */
 typedef struct {
@@ -113,6 +115,8 @@ typedef struct {
     int32_t nthreads;
     int32_t tiles;
     int64_t bad_record;  /* out: the record (slots: nops + slot) at fault, -1: none */
+    const void *ldiag_lo;  /* with ldiag_bits > 0: the low bits' part of the diagonal */
+    int64_t ldiag_bits;    /* 0: ldiag is the whole diagonal */
 } qd_adjoint_args;
 
 /* qd_batch_run / qd_batch_adjoint: a batch of small states (n <= QD_BATCH_MAXN) in the lane
@@ -167,6 +171,12 @@ int qd_run(qd_run_args *a);
 int qd_adjoint_coded(qd_adjoint_args *a);
 int qd_adjoint_slots(qd_adjoint_args *a);
 int qd_abs2(int32_t dtype, const void *s, void *out, int64_t count);
+/* |s|^2 of B states of 2^n amplitudes summed to the high bits (hi: B x 2^(n - lb)) and to the
+ * lb low bits (lo: B x 2^lb), the states' real type; the same bits for any nthreads */
+int qd_zmarginals(int32_t dtype, const void *s, int64_t B, int32_t n, int32_t lb, void *hi,
+                  void *lo, int32_t nthreads);
+int64_t qd_scratch_release(void);  /* free the scratch kept between calls */
+int64_t qd_scratch_held(void);     /* bytes of scratch kept between calls */
 int64_t qd_batch_args_size(void);
 int qd_batch_run(qd_batch_args *a);
 int qd_batch_adjoint(qd_batch_args *a);

@@ -22,6 +22,7 @@ typedef struct {
     SFX(scratch_t) *scr;
     void *scr_mem;
     R *tbuf;        /* per thread: two tiles (psi, lam) of 2^(TILE_LOW + tk) amplitudes */
+    size_t tbytes;  /* tbuf's size (a block kept between calls: keep_get) */
     int tk;         /* high bits of a tile in this call (tile_high) */
     int tiles;      /* 0 off, 1 where they pay off, 2 always (tests) */
 } SFX(ctx_t);
@@ -1439,7 +1440,8 @@ static int SFX(ctx_init)(SFX(ctx_t) *c, const qd_program *prog, const qd_program
     if (n >= TILE_MIN_N && tiles) {
         c->tk = tile_high(fwd, RSIZE);
         if (c->tk > n - TILE_LOW) c->tk = n - TILE_LOW;  /* no larger than the state */
-        c->tbuf = (R *)malloc(sizeof(R) * 4 * ((size_t)1 << (TILE_LOW + c->tk)) * nt);
+        c->tbytes = sizeof(R) * 4 * ((size_t)1 << (TILE_LOW + c->tk)) * nt;
+        c->tbuf = (R *)keep_get(c->tbytes);
         if (!c->tbuf) return QD_ENOMEM;
     }
     for (size_t t = 0; t < nt; t++) {
@@ -1465,7 +1467,7 @@ static void SFX(ctx_free)(SFX(ctx_t) *c) {
     free(c->whdr);
     free(c->scr);
     free(c->scr_mem);
-    free(c->tbuf);
+    keep_put(c->tbuf, c->tbytes);
 }
 
 /* The data of gate i for binding b (coded gates: evaluated into this thread's workspace). */
@@ -2625,6 +2627,7 @@ static void SFX(coded_step)(const SFX(ctx_t) *c, i64 i, R *p, R *l, int n, int t
  * depend on the number of threads. A gate no tile set holds is applied on its own between
  * regions. lam is not uncomputed through the sweep's last gate. */
 #define TS_CHUNKS 64
+#define ADJ_PAR_MIN_BITS 16  /* one state's sweep is split over threads from here on */
 #define TS_SEG_GATES 1024  /* gates per region (bounds the relocated gates and partial sums) */
 
 typedef struct {
@@ -2796,16 +2799,37 @@ static int SFX(sweep_tiled)(const SFX(ctx_t) *c, R *psi, R *lam, int n, i64 b, i
 }
 
 /* ldiag: lam = ldiag * psi (a real diagonal per binding, e.g. a sum of Z words), formed in
- * this thread's scratch together with a copy of psi, which stays untouched. */
-static void SFX(diag_lam)(const R *src, const R *dg, R *sp, R *sl, i64 amps, int par) {
+ * this thread's scratch together with a copy of psi, which stays untouched. With mb > 0 the
+ * diagonal at amplitude x of binding b is dg[b, y >> mb] + dl[b, y & (2^mb - 1)], y the index
+ * of x in its state of 2^n (Z words within either half of the register: no diagonal of 2^n
+ * entries is written or read); the sum is rounded to R as the whole diagonal's would be. */
+static void SFX(diag_lam)(const R *src, const R *dg, const R *dl, int n, int mb, R *sp, R *sl,
+                          i64 amps, int par) {
     const i64 blk = (i64)1 << 14, nblk = (amps + blk - 1) / blk;
+    const i64 lmask = ((i64)1 << mb) - 1, smask = ((i64)1 << n) - 1, H = (i64)1 << (n - mb);
 #pragma omp parallel for if (par > 1 && nblk > 1) num_threads(par) schedule(static)
     for (i64 k = 0; k < nblk; k++) {
         i64 x0 = k * blk, x1 = x0 + blk < amps ? x0 + blk : amps;
         memcpy(sp + 2 * x0, src + 2 * x0, sizeof(R) * 2 * (size_t)(x1 - x0));
-        for (i64 x = x0; x < x1; x++) {
-            sl[2 * x] = dg[x] * src[2 * x];
-            sl[2 * x + 1] = dg[x] * src[2 * x + 1];
+        if (!mb) {
+            for (i64 x = x0; x < x1; x++) {
+                sl[2 * x] = dg[x] * src[2 * x];
+                sl[2 * x + 1] = dg[x] * src[2 * x + 1];
+            }
+            continue;
+        }
+        for (i64 x = x0; x < x1;) {  /* a run of up to 2^mb amplitudes: one high part */
+            const i64 b = x >> n, y = x & smask, base = x - (y & lmask);
+            i64 e = base + lmask + 1;
+            if (e > x1) e = x1;
+            const R h = dg[b * H + (y >> mb)];
+            const R *lo = dl + (b << mb);
+            for (i64 z = x; z < e; z++) {
+                const R d = h + lo[z - base];
+                sl[2 * z] = d * src[2 * z];
+                sl[2 * z + 1] = d * src[2 * z + 1];
+            }
+            x = e;
         }
     }
 }
@@ -2828,7 +2852,9 @@ static void SFX(adjoint_tile)(qd_adjoint_args *a, const SFX(ctx_t) *cp, const ti
     R *p = psi + 2 * N * b0, *l = lam ? lam + 2 * N * b0 : 0;
     if (ldiag) {
         R *sp = scratch + (i64)4 * tile_amps * tid;
-        SFX(diag_lam)(p, ldiag + N * b0, sp, sp + 2 * tile_amps, N << tb, par);
+        const int mb = (int)a->ldiag_bits;
+        SFX(diag_lam)(p, ldiag + (N >> mb) * b0, mb ? (const R *)a->ldiag_lo + (b0 << mb) : 0, n,
+                      mb, sp, sp + 2 * tile_amps, N << tb, par);
         p = sp;
         l = sp + 2 * tile_amps;
     }
@@ -2881,7 +2907,7 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
         if (a->ldiag) {
             for (i64 k = 0; k < ntiles; k++)
                 if (((i64)1 << (n + tiles[k].tb)) > tile_amps) tile_amps = (i64)1 << (n + tiles[k].tb);
-            scratch = (R *)malloc((size_t)(4 * tile_amps) * (size_t)nt * sizeof(R));
+            scratch = (R *)keep_get((size_t)(4 * tile_amps) * (size_t)nt * sizeof(R));
             if (!scratch) rc = QD_ENOMEM;
         }
     }
@@ -2890,7 +2916,10 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
         SFX(ctx_free)(&c);
         return rc ? rc : QD_ENOMEM;
     }
-    int par = B == 1 ? nthreads : 1;
+    /* one state of fewer than 2^ADJ_PAR_MIN_BITS amplitudes is swept by one thread: gate by gate
+     * (no cache tiles below TILE_MIN_N), a parallel region per kernel call costs about what the
+     * split saves on a state this small, and much more whenever a thread waits for a core */
+    int par = B == 1 && n >= ADJ_PAR_MIN_BITS ? nthreads : 1;
     /* one tile (one state, its kernels split over the threads): no enclosing region, so that
      * the kernels' own parallel regions are top-level and reuse the runtime's threads (nested
      * in an inactive region, GNU OpenMP starts and ends fresh threads for every one) */
@@ -2903,7 +2932,7 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
             SFX(adjoint_tile)(a, &c, tiles, k, scratch, tile_amps, slots, THREAD_ID, par);
     }
     free(tiles);
-    free(scratch);
-    SFX(ctx_free)(&c);
+    SFX(ctx_free)(&c);  /* its tile buffers first: the larger scratch may take their room */
+    keep_put(scratch, (size_t)(4 * tile_amps) * (size_t)nt * sizeof(R));
     return QD_OK;
 }

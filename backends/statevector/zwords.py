@@ -65,15 +65,15 @@ def joint_z_expvals(state, circuit) -> dict:
     big = (2 ** n) * len(idx) > SIGN_BUDGET or n >= HALVES_MIN_WIRES
     if not idx or (len(idx) < 2 and not big):
         return {}
-    p = native.abs2(state)
     vals = {}
     if not big:
+        p = native.abs2(state)
         v = p @ sign_matrix(tuple(words[i] for i in idx), n, p.dtype, p.device)
         vals = {i: v[:, j] for j, i in enumerate(idx)}
     else:
-        for (lo, m, mine, shifted), marg in zip(halves(circuit), marginals(p, n)):
+        for (lo, m, mine, shifted), marg in zip(halves(circuit), state_marginals(state, n)):
             if mine:
-                v = marg @ sign_matrix(shifted, m, p.dtype, p.device)
+                v = marg @ sign_matrix(shifted, m, marg.dtype, marg.device)
                 vals.update({i: v[:, j] for j, i in enumerate(mine)})
     out = {}
     ms = circuit.measurements
@@ -101,6 +101,13 @@ def marginals(p: torch.Tensor, n: int) -> tuple:
     a = n // 2
     pv = p.view(p.shape[0], 2 ** a, 2 ** (n - a))
     return pv.sum(2), pv.sum(1)
+
+
+def state_marginals(state: torch.Tensor, n: int) -> tuple:
+    """:func:`marginals` of ``|state|^2``: in one native pass where the kernels take the
+    states (split over the threads, no ``|state|^2`` array), else in torch."""
+    out = native.half_marginals(state, n, n - n // 2)
+    return out if out is not None else marginals(native.abs2(state), n)
 
 
 def coefficient(m) -> float:
@@ -158,12 +165,13 @@ def stacked_expvals(state, circuit):
     n = circuit.num_wires
     # coefficients are read on every call: an observable may be changed in place
     coeffs = coefficients(ms)
-    p = native.abs2(state)
     if split is False:
+        p = native.abs2(state)
         v = p @ sign_matrix(words, n, p.dtype, p.device)
     else:
-        v = torch.cat([marg @ sign_matrix(shifted, m, p.dtype, p.device)
-                       for (_, m, keys, shifted), marg in zip(halves(circuit), marginals(p, n))
+        v = torch.cat([marg @ sign_matrix(shifted, m, marg.dtype, marg.device)
+                       for (_, m, keys, shifted), marg in zip(halves(circuit),
+                                                              state_marginals(state, n))
                        if keys], dim=1)
         if split is not None:  # back to measurement order
             v = v[:, split.to(v.device)]
@@ -192,6 +200,17 @@ def z_word_diagonal(state, circuit, cotangent, n):
     ones: words within the first or the second half of the wires give two small diagonals
     ``D_hi (2**a)`` and ``D_lo (2**(n-a))``, and the full one is their broadcast sum (words
     spanning both halves are left to the general path)."""
+    diag, done = z_word_diagonal_parts(state, circuit, cotangent, n)
+    if isinstance(diag, tuple):
+        hi, lo = diag
+        diag = (hi[:, :, None] + lo[:, None, :]).reshape(state.shape[0], -1)
+    return diag, done
+
+
+def z_word_diagonal_parts(state, circuit, cotangent, n):
+    """:func:`z_word_diagonal`, with a large register's diagonal left as its two halves'
+    ``(D_hi (B, 2**a), D_lo (B, 2**(n-a)))`` (a tuple; ``diag[b, x] = D_hi[b, x >> (n - a)] +
+    D_lo[b, x & (2**(n-a) - 1)]``, the native sweep forms ``lam`` from them directly)."""
     def columns():
         cols, col = [], 0
         for i, m in enumerate(circuit.measurements):
@@ -235,5 +254,4 @@ def z_word_diagonal(state, circuit, cotangent, n):
             parts.append(torch.zeros(state.shape[0], 2 ** m, dtype=rdtype, device=state.device))
     if len(done) < 2:
         return None, set()
-    diag = (parts[0][:, :, None] + parts[1][:, None, :]).reshape(state.shape[0], -1)
-    return diag, done
+    return (parts[0], parts[1]), done
