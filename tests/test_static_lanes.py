@@ -445,13 +445,16 @@ def test_shared_gates_after_the_prefix_in_a_large_batch(seed, n, input_grad):
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("lanes", [8, 16, 64])
-def test_dense_sweep_over_chunks_and_threads(monkeypatch, threads, lanes):
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_dense_sweep_over_chunks_and_threads(monkeypatch, threads, lanes, input_grad):
     """The dense sweep's rho summed over many chunks (and per thread), then the prefix
-    gradients per chunk, on the hybrid model (SEL weights after an angle embedding)."""
+    gradients per chunk, on the hybrid model (SEL weights after an angle embedding: the first
+    layer's rotations, batch-shared, join the sweep; without input gradients no per-binding
+    prefix gradient is taken)."""
     monkeypatch.setattr(prep_mod, "lanes_for", lambda n, b: lanes)
     n, b = 3, 203
     g = torch.Generator().manual_seed(lanes + threads)
-    x = torch.rand(b, n, generator=g, dtype=torch.float64, requires_grad=True)
+    x = torch.rand(b, n, generator=g, dtype=torch.float64, requires_grad=input_grad)
     w = torch.rand(3, n, 3, generator=g, dtype=torch.float64, requires_grad=True)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)

@@ -1081,14 +1081,20 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
         }
         if (2 * nd < c.d) dense = 0;
     }
+    /* in the dense form the product prefix's trailing batch-uniform gates (e.g. the weights'
+     * first rotations) join the sweep: only the gates before pg take per-binding prefix
+     * gradients (none when no angle before pg is trained) */
+    i64 pg = c.pe;
+    if (dense)
+        while (pg > 0 && c.umat[pg - 1]) pg--;
     double *rho = 0;
     R *xbuf = 0, *ybuf = 0, *mubuf = 0;
     if (dense) {
         rho = (double *)calloc((size_t)(nt * 2 * c.d * c.d), sizeof(double));
         xbuf = (R *)calloc((size_t)(2 * wd * c.d), sizeof(R));
         ybuf = (R *)calloc((size_t)(2 * wd * c.d), sizeof(R));
-        mubuf = lo < c.pe ? (R *)malloc(sizeof(R) * (size_t)(nt * 2 * c.W * c.d)) : 0;
-        if (!rho || !xbuf || !ybuf || (lo < c.pe && !mubuf)) rc = QD_ENOMEM;
+        mubuf = lo < pg ? (R *)malloc(sizeof(R) * (size_t)(nt * 2 * c.W * c.d)) : 0;
+        if (!rho || !xbuf || !ybuf || (lo < pg && !mubuf)) rc = QD_ENOMEM;
     }
     if (!rc && lo < c.nops) {
         R *psi = (R *)a->psi;
@@ -1127,8 +1133,10 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
                 ybuf[2 * wd * c.fperm[r] + r] = 1;
             }
             memcpy(s->perm, c.fperm, sizeof(i64) * (size_t)d);
-            SFX(bsweep)(&cd, xbuf, ybuf, 0, lo, stop, s, gtheta);
-            if (lo < c.pe) {  /* ybuf: row r, lane q = (V^dag)[r][q] (identity row table) */
+            SFX(bsweep)(&cd, xbuf, ybuf, 0, lo, lo > pg ? lo : pg, s, gtheta);
+            SFX(bctx_t) cg = c;  /* the prefix gates before pg */
+            cg.pe = pg;
+            if (lo < pg) {  /* ybuf: row r, lane q = (V^dag)[r][q] (identity row table) */
 #pragma omp parallel for if (nt > 1) num_threads(nt) schedule(static)
                 for (i64 ch = 0; ch < c.nch; ch++) {
                     int tid = nt > 1 ? THREAD_ID : 0;
@@ -1137,7 +1145,7 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
                     i64 b0 = ch * W;
                     SFX(blam)(&c, S, L, b0, a->cot, st->acc + 8 * W);
                     SFX(bmu)(&c, ybuf, wd, L, M);
-                    SFX(bprefix_grads)(&c, M, S, b0, st, gtheta);
+                    SFX(bprefix_grads)(&cg, M, S, b0, st, gtheta);
                 }
             }
         }
