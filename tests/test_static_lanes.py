@@ -226,6 +226,36 @@ def test_non_finite_angle_is_refused():
         static(bad.requires_grad_(), w)
 
 
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_kernels_check_the_gather_indices_they_read(monkeypatch, lanes):
+    """The kernels refuse a gather index outside the sources: in any row of a per-binding
+    column, and in the first row of a chunk for a batch-shared column (the rows of such a
+    column that the kernels read); an intact index runs again afterwards."""
+    monkeypatch.setattr(prep_mod, "lanes_for", lambda n, b: lanes)
+    n, b = 2, 21
+    static = _hybrid_circuit(n, True)
+    x = torch.rand(b, n, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(3, n, 3, dtype=torch.float64, requires_grad=True)
+    out = static(x, w)
+    bound = _bound(static)
+    args = [x.detach(), w.detach()]
+    shared = bound.cshared.bool()
+    per_col = int((~shared).nonzero()[0, 0])
+    sh_col = int(shared.nonzero()[0, 0])
+    total = x.numel() + w.numel()
+    for row, col in [(b - 1, per_col), (3, per_col), (0, sh_col), (lanes, sh_col)]:
+        keep = int(bound.idx[row, col])
+        for bad in (total, -1):
+            residual = bound.run(args, keep=True)[1]  # a good run, then its gradient
+            bound.idx[row, col] = bad
+            with pytest.raises(qd.QdiffError, match="native kernels rejected"):
+                bound.grad(None, residual, torch.ones(b, n, dtype=torch.float64))
+            with pytest.raises(qd.QdiffError, match="native kernels rejected"):
+                bound.run(args, keep=False)
+            bound.idx[row, col] = keep
+    torch.testing.assert_close(static(x, w), out)
+
+
 def test_chunks_split_over_threads():
     n, b = 3, 50
     g = torch.Generator().manual_seed(9)
