@@ -485,6 +485,7 @@ typedef struct {
     i64 *perm, *chain;
     R *pml;                 /* the prefix gates' lane matrices */
     SFX(pmat_t) *pm;
+    double *tree, *envs;    /* the prefix gradients' contractions (benv) and their results */
 } SFX(bscr_t);
 
 static int SFX(bscr_alloc)(const SFX(bctx_t) *c, SFX(bscr_t) *s) {
@@ -499,14 +500,16 @@ static int SFX(bscr_alloc)(const SFX(bctx_t) *c, SFX(bscr_t) *s) {
     s->chain = (i64 *)malloc(sizeof(i64) * (size_t)(c->pe + 1));
     s->pml = (R *)malloc(sizeof(R) * (size_t)(c->pe * c->maxu * W + 1));
     s->pm = (SFX(pmat_t) *)malloc(sizeof(SFX(pmat_t)) * (size_t)(c->pe + 1));
+    s->tree = c->pe ? (double *)malloc(sizeof(double) * (size_t)(6 * W * d)) : 0;
+    s->envs = c->pe ? (double *)malloc(sizeof(double) * (size_t)(4 * W * c->n)) : 0;
     return s->lam && s->ml && s->tmp && s->v && s->acc && s->perm && s->wchain && s->chain &&
-                   s->pml && s->pm
+                   s->pml && s->pm && (!c->pe || (s->tree && s->envs))
                ? QD_OK : QD_ENOMEM;
 }
 
 static void SFX(bscr_free)(SFX(bscr_t) *s) {
     free(s->lam); free(s->ml); free(s->tmp); free(s->v); free(s->acc); free(s->perm); free(s->wchain); free(s->chain);
-    free(s->pml); free(s->pm);
+    free(s->pml); free(s->pm); free(s->tree); free(s->envs);
 }
 
 /* The prefix gates' matrices for the chunk at b0 (deriv: and the derivatives of trainable
@@ -739,6 +742,49 @@ static void SFX(boverlap_generic)(const SFX(bctx_t) *c, i64 i, const R *S, const
     }
 }
 
+/* T' = T (m bits, rows of 2W doubles) contracted over its bit at position k with the factor
+ * vector fv (lanes f0r f0i f1r f1i): T'[j] = T[j with 0 at k] f0 + T[j with 1 at k] f1. */
+static void SFX(bcontract)(const double *T, int m, int k, const double *fv, double *out, i64 W) {
+    const i64 rw = 2 * W, half = (i64)1 << (m - 1), low = ((i64)1 << k) - 1;
+    const double *f0r = fv, *f0i = fv + W, *f1r = fv + 2 * W, *f1i = fv + 3 * W;
+    for (i64 j = 0; j < half; j++) {
+        const i64 i0 = ((j >> k) << (k + 1)) | (j & low);
+        const double *a = T + rw * i0, *b = a + rw * ((i64)1 << k);
+        double *o = out + rw * j;
+        LANES {
+            const double ar = a[l], ai = a[W + l], br = b[l], bi = b[W + l];
+            o[l] = ar * f0r[l] - ai * f0i[l] + br * f1r[l] - bi * f1i[l];
+            o[W + l] = ar * f0i[l] + ai * f0r[l] + br * f1i[l] + bi * f1r[l];
+        }
+    }
+}
+
+/* For every bit of T (m bits at positions 0 .. m-1, wires pos[0 .. m)), T contracted over all
+ * its other bits with their factor vectors (v: 4W doubles per wire), into env + 4W * wire
+ * (e0r e0i e1r e1i); divide and conquer: each half of the bits is contracted away once for
+ * the other half, O(m 2^m) per lane in all. bump: scratch of 2^(m+1) rows. */
+static void SFX(benv)(const double *T, int m, const int *pos, const double *v, double *bump,
+                      double *env, i64 W) {
+    if (m == 1) {
+        memcpy(env + 4 * W * pos[0], T, sizeof(double) * (size_t)(4 * W));
+        return;
+    }
+    const int h = m / 2;
+    for (int side = 0; side < 2; side++) {  /* 0: keep positions [0, h); 1: keep [h, m) */
+        const double *cur = T;
+        double *b = bump;
+        int mm = m;
+        for (int t = 0; t < (side ? h : m - h); t++) {
+            const int k = side ? 0 : mm - 1, wire = side ? pos[t] : pos[m - 1 - t];
+            SFX(bcontract)(cur, mm, k, v + 4 * W * wire, b, W);
+            cur = b;
+            b += (2 * W) << (mm - 1);
+            mm--;
+        }
+        SFX(benv)(cur, mm, side ? pos + h : pos, v, b, env, W);
+    }
+}
+
 /* The prefix gates' gradients: lam (at the prefix's end, identity table) contracted with the
  * other wires' factors gives per wire p the 2-vector e_p[s] = sum conj(lam) ((x)_{p' != p}
  * v_p' (x) |s>); with the chain of prefix gates on p, w_q = G_q .. G_1 |0> (forward) and the
@@ -747,7 +793,7 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
                                SFX(bscr_t) *s, double *gtheta) {
     i64 W = c->W, rw = 2 * W;
     int n = c->n;
-    double *v = s->v, *env = s->acc + 8 * W, *vr = s->acc;
+    double *v = s->v, *vr = s->acc;
     SFX(bprefix_mats)(c, b0, 1, s);
     /* forward chains of every wire: w_0 = |0>, then one vector per gate (wire p's at wo) */
     i64 wo[QD_MAXN + 1], pos = 0;
@@ -785,34 +831,27 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
         memcpy(v + 4 * W * p, s->wchain + 4 * W * (pos - 1), sizeof(double) * (size_t)(4 * W));
     }
     wo[n] = pos;
+    int trained = 0;
+    for (i64 i = 0; i < c->pe; i++) trained |= c->gates[i].tmask_p;
+    if (trained) {  /* every wire's e_p: conj(lam) contracted with the other wires' factors */
+        const i64 d = c->d;
+        double *T = s->tree;
+        for (i64 i = 0; i < d; i++) {
+            const R *x = L + rw * i;
+            double *y = T + rw * i;
+            LANES { y[l] = x[l]; y[W + l] = -(double)x[W + l]; }
+        }
+        int wires[QD_MAXN];
+        for (int p = 0; p < n; p++) wires[p] = p;  /* bit p of a row index: wire p's factor */
+        SFX(benv)(T, n, wires, v, T + rw * d, s->envs, W);
+    }
+    (void)spare;
     for (int p = 0; p < n; p++) {
         int train = 0;
         for (i64 i = 0; i < c->pe; i++)
             if (c->gates[i].bits[0] == p) train |= c->gates[i].tmask_p;
         if (!train) continue;
-        int order[QD_MAXN], cnt = 0;
-        for (int q = n - 1; q >= 0; q--)
-            if (q != p) order[cnt++] = q;
-        SFX(bkron)(spare, W, v, order, cnt);  /* rows j: the other bits' product */
-        double *e0r = env, *e0i = e0r + W, *e1r = e0i + W, *e1i = e1r + W;
-        i64 lowmask = ((i64)1 << p) - 1, half = (i64)1 << (n - 1);
-        for (i64 lb = 0; lb < W; lb += 8) {  /* 8 lanes at a time, the sums in registers */
-            double s0r[8] = {0}, s0i[8] = {0}, s1r[8] = {0}, s1i[8] = {0};
-            for (i64 j = 0; j < half; j++) {
-                i64 i0 = ((j >> p) << (p + 1)) | (j & lowmask), i1 = i0 | ((i64)1 << p);
-                const R *o = spare + rw * j + lb, *l0 = L + rw * i0 + lb, *l1 = L + rw * i1 + lb;
-                _Pragma("GCC ivdep") for (int u = 0; u < 8; u++) {  /* conj(lam) * o */
-                    s0r[u] += (double)l0[u] * o[u] + (double)l0[W + u] * o[W + u];
-                    s0i[u] += (double)l0[u] * o[W + u] - (double)l0[W + u] * o[u];
-                    s1r[u] += (double)l1[u] * o[u] + (double)l1[W + u] * o[W + u];
-                    s1i[u] += (double)l1[u] * o[W + u] - (double)l1[W + u] * o[u];
-                }
-            }
-            for (int u = 0; u < 8; u++) {
-                e0r[lb + u] = s0r[u]; e0i[lb + u] = s0i[u];
-                e1r[lb + u] = s1r[u]; e1i[lb + u] = s1i[u];
-            }
-        }
+        double *e0r = s->envs + 4 * W * p, *e0i = e0r + W, *e1r = e0i + W, *e1i = e1r + W;
         i64 q = wo[p + 1] - wo[p] - 1;  /* gates on p */
         for (i64 t = c->pe - 1; t >= 0 && q > 0; t--) {
             const gate_t *h = &c->gates[t];
