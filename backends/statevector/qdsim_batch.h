@@ -762,7 +762,8 @@ static void SFX(bcontract)(const double *T, int m, int k, const double *fv, doub
 /* For every bit of T (m bits at positions 0 .. m-1, wires pos[0 .. m)), T contracted over all
  * its other bits with their factor vectors (v: 4W doubles per wire), into env + 4W * wire
  * (e0r e0i e1r e1i); divide and conquer: each half of the bits is contracted away once for
- * the other half, O(m 2^m) per lane in all. bump: scratch of 2^(m+1) rows. */
+ * the other half, about 2^(m+1) complex products per lane in all (one bkron and contraction
+ * per wire would take m 2^m). bump: scratch of 2^(m+1) rows. */
 static void SFX(benv)(const double *T, int m, const int *pos, const double *v, double *bump,
                       double *env, i64 W) {
     if (m == 1) {
