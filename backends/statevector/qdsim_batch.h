@@ -59,9 +59,10 @@ static void qd_vsincos(const double *restrict x, double *restrict s, double *res
 /* Per-call context of the batched kernels. */
 typedef struct {
     int n;
-    i64 d, B, W, nch, P, nops, pe, K;
+    i64 d, B, W, nch, bpad, P, nops, pe, K;
     gate_t *gates;
-    double *theta;     /* Bpad x P; a batch-shared column is held (and read) in row 0 only */
+    double *theta;     /* P x Bpad (column j of binding b at j * bpad + b, a column's bindings
+                          contiguous); a batch-shared column is held (and read) in row 0 only */
     int own_theta;
     char *cshared;     /* per column: the same source element in every row */
     double **umat;     /* per gate: uniform matrix and derivatives (double), or NULL */
@@ -69,6 +70,7 @@ typedef struct {
     i64 *fperm;        /* the row table after the program (prefix excluded) */
     i64 maxu;          /* largest usize * (1 + np) of a gate */
 } SFX(bctx_t);
+#define BTH(c, b, j) ((c)->theta[(j) * (c)->bpad + (b)])
 
 static void SFX(bctx_free)(SFX(bctx_t) *c) {
     if (c->umat)
@@ -125,6 +127,7 @@ static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a, int deriv) {
     c->n = n; c->d = (i64)1 << n; c->B = B; c->W = W; c->P = P; c->K = K; c->nops = nops;
     c->nch = (B + W - 1) / W;
     i64 bpad = c->nch * W, d = c->d;
+    c->bpad = bpad;
     c->gates = (gate_t *)malloc(sizeof(gate_t) * (size_t)(nops + 1));
     c->own_theta = !a->theta;
     c->theta = a->theta ? a->theta : (double *)malloc(sizeof(double) * (size_t)(bpad * P + 1));
@@ -158,11 +161,11 @@ static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a, int deriv) {
                 double v = a->src[s][x];
                 if (a->scale) v = a->scale[b * P + j] * v + a->offset[b * P + j];
                 if (!isfinite(v)) return QD_ENONFINITE;
-                c->theta[b * P + j] = v;
+                BTH(c, b, j) = v;
             }
     for (i64 b = B; b < bpad; b++)  /* padding lanes: a valid binding (cotangent zero) */
         for (i64 j = 0; j < P; j++)
-            if (!c->cshared[j]) c->theta[b * P + j] = c->theta[j];
+            if (!c->cshared[j]) BTH(c, b, j) = BTH(c, 0, j);
     (void)total;
     /* gates */
     c->maxu = 8;
@@ -181,7 +184,7 @@ static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a, int deriv) {
         if (g->code) {
             double ang[3] = {0, 0, 0};
             for (int j = 0; j < g->np; j++)
-                ang[j] = (g->col[j] >= 0 ? g->scale[j] * c->theta[g->col[j]] : 0.0) + g->shift[j];
+                ang[j] = (g->col[j] >= 0 ? g->scale[j] * BTH(c, 0, g->col[j]) : 0.0) + g->shift[j];
             if (g->code == C_ROT) SFX(brot_eval)(ang, deriv, u);
             else {
                 gate_eval(g, ang, u);
@@ -224,9 +227,9 @@ static void SFX(blane_mats)(const SFX(bctx_t) *c, i64 i, i64 b0, int deriv, R *m
         const int code = g->code;
         double half[QD_BATCH_MAXW], vcs[QD_BATCH_MAXW], vsn[QD_BATCH_MAXW];
         const i64 col = g->col[0];
-        const double *th = c->theta + (col >= 0 && !c->cshared[col] ? b0 * c->P : 0);
-        const i64 step = col >= 0 && !c->cshared[col] ? c->P : 0;
-        LANES half[l] = 0.5 * ((col >= 0 ? g->scale[0] * th[l * step + col] : 0.0) + g->shift[0]);
+        const i64 step = col >= 0 && !c->cshared[col] ? 1 : 0;
+        const double *th = col >= 0 ? &BTH(c, step ? b0 : 0, col) : c->theta;
+        LANES half[l] = 0.5 * ((col >= 0 ? g->scale[0] * th[l * step] : 0.0) + g->shift[0]);
         qd_vsincos(half, vsn, vcs, W);
         LANES {
             const double cs = vcs[l], sn = vsn[l];
@@ -251,7 +254,7 @@ static void SFX(blane_mats)(const SFX(bctx_t) *c, i64 i, i64 b0, int deriv, R *m
             double ang[3] = {0, 0, 0};
             for (int j = 0; j < g->np; j++) {
                 const i64 col = g->col[j];
-                ang[j] = (col >= 0 ? g->scale[j] * c->theta[(c->cshared[col] ? 0 : (b0 + l) * c->P) + col]
+                ang[j] = (col >= 0 ? g->scale[j] * BTH(c, c->cshared[col] ? 0 : b0 + l, col)
                                    : 0.0) + g->shift[j];
             }
             gate_eval(g, ang, tmp);
@@ -604,19 +607,20 @@ static int SFX(batch_run)(qd_batch_args *a) {
     return rc ? QD_ENOMEM : QD_OK;
 }
 
-/* Add scale * 2 Re(val) for angle j of gate g to the chunk's gradient rows: per lane, or
- * (a batch-shared column) the lanes' sum into the chunk's first row. vr: per-lane values. */
+/* Add scale * 2 Re(val) for angle j of gate g to the chunk's gradient rows (gtheta: P x Bpad,
+ * like theta): per lane, or (a batch-shared column) the lanes' sum into the chunk's first row.
+ * vr: per-lane values. */
 static void SFX(bgrad_add)(const SFX(bctx_t) *c, const gate_t *g, int j, i64 b0,
                            const double *vr, double *gtheta) {
-    i64 W = c->W, P = c->P, col = g->col[j];
-    double f = 2.0 * g->scale[j];
+    i64 W = c->W, col = g->col[j];
+    double f = 2.0 * g->scale[j], *gc = gtheta + col * c->bpad + b0;
     if (c->cshared[col]) {
         double sum = 0;
         for (i64 l = 0; l < W && b0 + l < c->B; l++) sum += vr[l];
-        gtheta[b0 * P + col] += f * sum;
+        gc[0] += f * sum;
         return;
     }
-    for (i64 l = 0; l < W && b0 + l < c->B; l++) gtheta[(b0 + l) * P + col] += f * vr[l];
+    for (i64 l = 0; l < W && b0 + l < c->B; l++) gc[l] += f * vr[l];
 }
 
 /* gm = a b for 2x2 complex a and b, all double. */
@@ -955,7 +959,7 @@ static void SFX(bsweep)(const SFX(bctx_t) *cp, R *S, R *L, i64 b0, i64 lo, i64 s
                     }
                     SFX(bmul2)(c.umat[i] + 8 * (1 + j), vbuf, gm);
                     for (int e = 0; e < 4; e++) acc += gm[2 * e] * ms[2 * e] - gm[2 * e + 1] * ms[2 * e + 1];
-                    gtheta[b0 * c.P + g->col[j]] += 2.0 * g->scale[j] * acc;
+                    gtheta[g->col[j] * c.bpad + b0] += 2.0 * g->scale[j] * acc;
                     continue;
                 }
                 LANES {
@@ -1146,9 +1150,8 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
             SFX(bscr_t) *s = &scr[tid];
             R *S = psi + rw * d * ch, *L = s->lam;
             i64 b0 = ch * W;
-            for (i64 l = 0; l < W; l++)
-                for (i64 t = 0; t < nper; t++) gtheta[(b0 + l) * P + cols[t]] = 0;
-            for (i64 t = 0; t < nsh; t++) gtheta[b0 * P + cols[P - 1 - t]] = 0;
+            for (i64 t = 0; t < nper; t++) memset(gtheta + cols[t] * bpad + b0, 0, sizeof(double) * (size_t)W);
+            for (i64 t = 0; t < nsh; t++) gtheta[cols[P - 1 - t] * bpad + b0] = 0;
             SFX(blam)(&c, S, L, b0, a->cot, s->acc + 8 * W);
             if (dense) {  /* this chunk's share of rho[r][q] = sum psi_r conj(lam_q) */
                 SFX(brho_add)(&c, S, L, rho + tid * 2 * d * d);
@@ -1192,11 +1195,10 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
         /* scatter into the sources: a per-binding column from every row, a batch-shared one
          * from its chunks' first rows (where bgrad_add sums its lanes) */
         {
-            for (i64 b = 0; b < c.B; b++)
-                for (i64 t = 0; t < nper + nsh; t++) {
-                    if (t >= nper && b % c.W) break;
+            for (i64 t = 0; t < nper + nsh; t++)
+                for (i64 b = 0; b < c.B; b += t < nper ? 1 : c.W) {
                     i64 j = t < nper ? cols[t] : cols[P - 1 - (t - nper)];
-                    double gv = gtheta[b * P + j];
+                    double gv = gtheta[j * bpad + b];
                     if (gv == 0) continue;
                     if (a->scale) gv *= a->scale[b * P + j];
                     i64 x = a->idx[b * P + j], src = 0;
