@@ -488,7 +488,7 @@ typedef struct {
     i64 *perm, *chain;
     R *pml;                 /* the prefix gates' lane matrices */
     SFX(pmat_t) *pm;
-    double *tree, *envs;    /* the prefix gradients' contractions (benv) and their results */
+    double *tree, *envs;    /* single precision: benv's scratch; every wire's environment */
 } SFX(bscr_t);
 
 static int SFX(bscr_alloc)(const SFX(bctx_t) *c, SFX(bscr_t) *s) {
@@ -503,10 +503,12 @@ static int SFX(bscr_alloc)(const SFX(bctx_t) *c, SFX(bscr_t) *s) {
     s->chain = (i64 *)malloc(sizeof(i64) * (size_t)(c->pe + 1));
     s->pml = (R *)malloc(sizeof(R) * (size_t)(c->pe * c->maxu * W + 1));
     s->pm = (SFX(pmat_t) *)malloc(sizeof(SFX(pmat_t)) * (size_t)(c->pe + 1));
-    s->tree = c->pe ? (double *)malloc(sizeof(double) * (size_t)(6 * W * d)) : 0;
+    /* benv's scratch: the spare chunk in double precision (d rows of 2W doubles), else this */
+    const int tree = c->pe && sizeof(R) != sizeof(double);
+    s->tree = tree ? (double *)malloc(sizeof(double) * (size_t)(2 * W * d)) : 0;
     s->envs = c->pe ? (double *)malloc(sizeof(double) * (size_t)(4 * W * c->n)) : 0;
     return s->lam && s->ml && s->tmp && s->v && s->acc && s->perm && s->wchain && s->chain &&
-                   s->pml && s->pm && (!c->pe || (s->tree && s->envs))
+                   s->pml && s->pm && (!tree || s->tree) && (!c->pe || s->envs)
                ? QD_OK : QD_ENOMEM;
 }
 
@@ -763,15 +765,38 @@ static void SFX(bcontract)(const double *T, int m, int k, const double *fv, doub
     }
 }
 
+/* The same from conj(lam) (lam: rows of 2W reals of the precision). */
+static void SFX(bcontract_lam)(const R *T, int m, int k, const double *fv, double *out, i64 W) {
+    const i64 rw = 2 * W, half = (i64)1 << (m - 1), low = ((i64)1 << k) - 1;
+    const double *f0r = fv, *f0i = fv + W, *f1r = fv + 2 * W, *f1i = fv + 3 * W;
+    for (i64 j = 0; j < half; j++) {
+        const i64 i0 = ((j >> k) << (k + 1)) | (j & low);
+        const R *a = T + rw * i0, *b = a + rw * ((i64)1 << k);
+        double *o = out + rw * j;
+        LANES {
+            const double ar = a[l], ai = -(double)a[W + l], br = b[l], bi = -(double)b[W + l];
+            o[l] = ar * f0r[l] - ai * f0i[l] + br * f1r[l] - bi * f1i[l];
+            o[W + l] = ar * f0i[l] + ai * f0r[l] + br * f1i[l] + bi * f1r[l];
+        }
+    }
+}
+
 /* For every bit of T (m bits at positions 0 .. m-1, wires pos[0 .. m)), T contracted over all
  * its other bits with their factor vectors (v: 4W doubles per wire), into env + 4W * wire
- * (e0r e0i e1r e1i); divide and conquer: each half of the bits is contracted away once for
- * the other half, about 2^(m+1) complex products per lane in all (one bkron and contraction
- * per wire would take m 2^m). bump: scratch of 2^(m+1) rows. */
-static void SFX(benv)(const double *T, int m, const int *pos, const double *v, double *bump,
-                      double *env, i64 W) {
+ * (e0r e0i e1r e1i); T is conj(lam) when lam is given (the top level), else T (double).
+ * Divide and conquer: each half of the bits is contracted away once for the other half,
+ * about 2^(m+1) complex products per lane in all (one bkron and contraction per wire would
+ * take m 2^m). bump: scratch of 2^m - 2 rows (2W doubles each). */
+static void SFX(benv)(const double *T, const R *lam, int m, const int *pos, const double *v,
+                      double *bump, double *env, i64 W) {
     if (m == 1) {
-        memcpy(env + 4 * W * pos[0], T, sizeof(double) * (size_t)(4 * W));
+        double *e = env + 4 * W * pos[0];
+        if (!lam) {
+            memcpy(e, T, sizeof(double) * (size_t)(4 * W));
+            return;
+        }
+        for (i64 e2 = 0; e2 < 4 * W; e2 += 2 * W)
+            LANES { e[e2 + l] = lam[e2 + l]; e[e2 + W + l] = -(double)lam[e2 + W + l]; }
         return;
     }
     const int h = m / 2;
@@ -781,22 +806,24 @@ static void SFX(benv)(const double *T, int m, const int *pos, const double *v, d
         int mm = m;
         for (int t = 0; t < (side ? h : m - h); t++) {
             const int k = side ? 0 : mm - 1, wire = side ? pos[t] : pos[m - 1 - t];
-            SFX(bcontract)(cur, mm, k, v + 4 * W * wire, b, W);
+            if (lam && t == 0) SFX(bcontract_lam)(lam, mm, k, v + 4 * W * wire, b, W);
+            else SFX(bcontract)(cur, mm, k, v + 4 * W * wire, b, W);
             cur = b;
             b += (2 * W) << (mm - 1);
             mm--;
         }
-        SFX(benv)(cur, mm, side ? pos + h : pos, v, b, env, W);
+        SFX(benv)(cur, 0, mm, side ? pos + h : pos, v, b, env, W);
     }
 }
 
 /* The prefix gates' gradients: lam (at the prefix's end, identity table) contracted with the
  * other wires' factors gives per wire p the 2-vector e_p[s] = sum conj(lam) ((x)_{p' != p}
  * v_p' (x) |s>); with the chain of prefix gates on p, w_q = G_q .. G_1 |0> (forward) and the
- * row vector e <- e G_q (backward), the gradient of angle j of G_q is 2 Re(e dG_qj w_{q-1}). */
+ * row vector e <- e G_q (backward), the gradient of angle j of G_q is 2 Re(e dG_qj w_{q-1}).
+ * spare: a chunk of scratch (not L). */
 static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b0,
                                SFX(bscr_t) *s, double *gtheta) {
-    i64 W = c->W, rw = 2 * W;
+    i64 W = c->W;
     int n = c->n;
     double *v = s->v, *vr = s->acc;
     SFX(bprefix_mats)(c, b0, 1, s);
@@ -839,18 +866,11 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
     int trained = 0;
     for (i64 i = 0; i < c->pe; i++) trained |= c->gates[i].tmask_p;
     if (trained) {  /* every wire's e_p: conj(lam) contracted with the other wires' factors */
-        const i64 d = c->d;
-        double *T = s->tree;
-        for (i64 i = 0; i < d; i++) {
-            const R *x = L + rw * i;
-            double *y = T + rw * i;
-            LANES { y[l] = x[l]; y[W + l] = -(double)x[W + l]; }
-        }
         int wires[QD_MAXN];
         for (int p = 0; p < n; p++) wires[p] = p;  /* bit p of a row index: wire p's factor */
-        SFX(benv)(T, n, wires, v, T + rw * d, s->envs, W);
+        SFX(benv)(0, L, n, wires, v, sizeof(R) == sizeof(double) ? (double *)spare : s->tree,
+                  s->envs, W);
     }
-    (void)spare;
     for (int p = 0; p < n; p++) {
         int train = 0;
         for (i64 i = 0; i < c->pe; i++)
