@@ -1152,13 +1152,12 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
     if (dense)
         while (pg > 0 && c.umat[pg - 1]) pg--;
     double *rho = 0;
-    R *xbuf = 0, *ybuf = 0, *mubuf = 0;
+    R *xbuf = 0, *ybuf = 0;
     if (dense) {
         rho = (double *)calloc((size_t)(nt * 2 * c.d * c.d), sizeof(double));
         xbuf = (R *)calloc((size_t)(2 * wd * c.d), sizeof(R));
         ybuf = (R *)calloc((size_t)(2 * wd * c.d), sizeof(R));
-        mubuf = lo < pg ? (R *)malloc(sizeof(R) * (size_t)(nt * 2 * c.W * c.d)) : 0;
-        if (!rho || !xbuf || !ybuf || (lo < pg && !mubuf)) rc = QD_ENOMEM;
+        if (!rho || !xbuf || !ybuf) rc = QD_ENOMEM;
     }
     if (!rc && lo < c.nops) {
         R *psi = (R *)a->psi;
@@ -1204,11 +1203,11 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
                 for (i64 ch = 0; ch < c.nch; ch++) {
                     int tid = nt > 1 ? THREAD_ID : 0;
                     SFX(bscr_t) *st = &scr[tid];
-                    R *S = psi + rw * d * ch, *L = st->lam, *M = mubuf + tid * 2 * W * d;
+                    R *S = psi + rw * d * ch, *L = st->lam;
                     i64 b0 = ch * W;
                     SFX(blam)(&c, S, L, b0, a->cot, st->acc + 8 * W);
-                    SFX(bmu)(&c, ybuf, wd, L, M);
-                    SFX(bprefix_grads)(&cg, M, S, b0, st, gtheta);
+                    SFX(bmu)(&c, ybuf, wd, L, S);  /* mu over the chunk's states (read) */
+                    SFX(bprefix_grads)(&cg, S, L, b0, st, gtheta);
                 }
             }
         }
@@ -1232,7 +1231,6 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
     free(rho);
     free(xbuf);
     free(ybuf);
-    free(mubuf);
     for (int t = 0; t < nt && scr; t++) SFX(bscr_free)(&scr[t]);
     free(scr);
     free(gtheta);
