@@ -226,6 +226,36 @@ def test_non_finite_angle_is_refused():
         static(bad.requires_grad_(), w)
 
 
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_kernels_check_the_gather_indices_they_read(monkeypatch, lanes):
+    """The kernels refuse a gather index outside the sources: in any row of a per-binding
+    column, and in the first row of a chunk for a batch-shared column (the rows of such a
+    column that the kernels read); an intact index runs again afterwards."""
+    monkeypatch.setattr(prep_mod, "lanes_for", lambda n, b: lanes)
+    n, b = 2, 21
+    static = _hybrid_circuit(n, True)
+    x = torch.rand(b, n, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(3, n, 3, dtype=torch.float64, requires_grad=True)
+    out = static(x, w)
+    bound = _bound(static)
+    args = [x.detach(), w.detach()]
+    shared = bound.cshared.bool()
+    per_col = int((~shared).nonzero()[0, 0])
+    sh_col = int(shared.nonzero()[0, 0])
+    total = x.numel() + w.numel()
+    for row, col in [(b - 1, per_col), (3, per_col), (0, sh_col), (lanes, sh_col)]:
+        keep = int(bound.idx[row, col])
+        for bad in (total, -1):
+            residual = bound.run(args, keep=True)[1]  # a good run, then its gradient
+            bound.idx[row, col] = bad
+            with pytest.raises(qd.QdiffError, match="native kernels rejected"):
+                bound.grad(None, residual, torch.ones(b, n, dtype=torch.float64))
+            with pytest.raises(qd.QdiffError, match="native kernels rejected"):
+                bound.run(args, keep=False)
+            bound.idx[row, col] = keep
+    torch.testing.assert_close(static(x, w), out)
+
+
 def test_chunks_split_over_threads():
     n, b = 3, 50
     g = torch.Generator().manual_seed(9)
@@ -445,13 +475,16 @@ def test_shared_gates_after_the_prefix_in_a_large_batch(seed, n, input_grad):
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("lanes", [8, 16, 64])
-def test_dense_sweep_over_chunks_and_threads(monkeypatch, threads, lanes):
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_dense_sweep_over_chunks_and_threads(monkeypatch, threads, lanes, input_grad):
     """The dense sweep's rho summed over many chunks (and per thread), then the prefix
-    gradients per chunk, on the hybrid model (SEL weights after an angle embedding)."""
+    gradients per chunk, on the hybrid model (SEL weights after an angle embedding: the first
+    layer's rotations, batch-shared, join the sweep; without input gradients no per-binding
+    prefix gradient is taken)."""
     monkeypatch.setattr(prep_mod, "lanes_for", lambda n, b: lanes)
     n, b = 3, 203
     g = torch.Generator().manual_seed(lanes + threads)
-    x = torch.rand(b, n, generator=g, dtype=torch.float64, requires_grad=True)
+    x = torch.rand(b, n, generator=g, dtype=torch.float64, requires_grad=input_grad)
     w = torch.rand(3, n, 3, generator=g, dtype=torch.float64, requires_grad=True)
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)

@@ -920,8 +920,23 @@ static int check_batch(qd_batch_args *a, int adjoint) {
     }
     if (a->P) {
         if (!a->idx) return QD_ECOLUMN;
-        for (i64 e = 0; e < a->batch * a->P; e++)
-            if (a->idx[e] < 0 || a->idx[e] >= total) return QD_ECOLUMN;
+        /* the entries the kernels read: a column flagged batch-shared (cshared) only in the
+         * first row of each chunk, any other in every row */
+        i64 per[256], np = 0;
+        for (i64 j = 0; a->cshared && a->P <= 256 && j < a->P; j++)
+            if (!a->cshared[j]) per[np++] = j;
+        if (!a->cshared || a->P > 256) np = -1;
+        for (i64 b = 0; b < a->batch; b++) {
+            const int64_t *row = a->idx + b * a->P;
+            if (np < 0 || b % a->lanes == 0) {
+                int bad = 0;
+                for (i64 j = 0; j < a->P; j++) bad |= row[j] < 0 || row[j] >= total;
+                if (bad) return QD_ECOLUMN;
+            } else {
+                for (i64 t = 0; t < np; t++)
+                    if (row[per[t]] < 0 || row[per[t]] >= total) return QD_ECOLUMN;
+            }
+        }
     }
     for (i64 k = 0; k < a->K; k++)
         if (a->words[k] < 0 || (a->words[k] >> a->n) != 0) return QD_EARGS;

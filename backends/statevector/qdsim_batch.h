@@ -59,9 +59,10 @@ static void qd_vsincos(const double *restrict x, double *restrict s, double *res
 /* Per-call context of the batched kernels. */
 typedef struct {
     int n;
-    i64 d, B, W, nch, P, nops, pe, K;
+    i64 d, B, W, nch, bpad, P, nops, pe, K;
     gate_t *gates;
-    double *theta;     /* Bpad x P; a batch-shared column is held (and read) in row 0 only */
+    double *theta;     /* P x Bpad (column j of binding b at j * bpad + b, a column's bindings
+                          contiguous); a batch-shared column is held (and read) in row 0 only */
     int own_theta;
     char *cshared;     /* per column: the same source element in every row */
     double **umat;     /* per gate: uniform matrix and derivatives (double), or NULL */
@@ -69,6 +70,7 @@ typedef struct {
     i64 *fperm;        /* the row table after the program (prefix excluded) */
     i64 maxu;          /* largest usize * (1 + np) of a gate */
 } SFX(bctx_t);
+#define BTH(c, b, j) ((c)->theta[(j) * (c)->bpad + (b)])
 
 static void SFX(bctx_free)(SFX(bctx_t) *c) {
     if (c->umat)
@@ -125,6 +127,7 @@ static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a, int deriv) {
     c->n = n; c->d = (i64)1 << n; c->B = B; c->W = W; c->P = P; c->K = K; c->nops = nops;
     c->nch = (B + W - 1) / W;
     i64 bpad = c->nch * W, d = c->d;
+    c->bpad = bpad;
     c->gates = (gate_t *)malloc(sizeof(gate_t) * (size_t)(nops + 1));
     c->own_theta = !a->theta;
     c->theta = a->theta ? a->theta : (double *)malloc(sizeof(double) * (size_t)(bpad * P + 1));
@@ -158,11 +161,11 @@ static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a, int deriv) {
                 double v = a->src[s][x];
                 if (a->scale) v = a->scale[b * P + j] * v + a->offset[b * P + j];
                 if (!isfinite(v)) return QD_ENONFINITE;
-                c->theta[b * P + j] = v;
+                BTH(c, b, j) = v;
             }
     for (i64 b = B; b < bpad; b++)  /* padding lanes: a valid binding (cotangent zero) */
         for (i64 j = 0; j < P; j++)
-            if (!c->cshared[j]) c->theta[b * P + j] = c->theta[j];
+            if (!c->cshared[j]) BTH(c, b, j) = BTH(c, 0, j);
     (void)total;
     /* gates */
     c->maxu = 8;
@@ -181,7 +184,7 @@ static int SFX(bctx_init)(SFX(bctx_t) *c, qd_batch_args *a, int deriv) {
         if (g->code) {
             double ang[3] = {0, 0, 0};
             for (int j = 0; j < g->np; j++)
-                ang[j] = (g->col[j] >= 0 ? g->scale[j] * c->theta[g->col[j]] : 0.0) + g->shift[j];
+                ang[j] = (g->col[j] >= 0 ? g->scale[j] * BTH(c, 0, g->col[j]) : 0.0) + g->shift[j];
             if (g->code == C_ROT) SFX(brot_eval)(ang, deriv, u);
             else {
                 gate_eval(g, ang, u);
@@ -224,9 +227,9 @@ static void SFX(blane_mats)(const SFX(bctx_t) *c, i64 i, i64 b0, int deriv, R *m
         const int code = g->code;
         double half[QD_BATCH_MAXW], vcs[QD_BATCH_MAXW], vsn[QD_BATCH_MAXW];
         const i64 col = g->col[0];
-        const double *th = c->theta + (col >= 0 && !c->cshared[col] ? b0 * c->P : 0);
-        const i64 step = col >= 0 && !c->cshared[col] ? c->P : 0;
-        LANES half[l] = 0.5 * ((col >= 0 ? g->scale[0] * th[l * step + col] : 0.0) + g->shift[0]);
+        const i64 step = col >= 0 && !c->cshared[col] ? 1 : 0;
+        const double *th = col >= 0 ? &BTH(c, step ? b0 : 0, col) : c->theta;
+        LANES half[l] = 0.5 * ((col >= 0 ? g->scale[0] * th[l * step] : 0.0) + g->shift[0]);
         qd_vsincos(half, vsn, vcs, W);
         LANES {
             const double cs = vcs[l], sn = vsn[l];
@@ -251,7 +254,7 @@ static void SFX(blane_mats)(const SFX(bctx_t) *c, i64 i, i64 b0, int deriv, R *m
             double ang[3] = {0, 0, 0};
             for (int j = 0; j < g->np; j++) {
                 const i64 col = g->col[j];
-                ang[j] = (col >= 0 ? g->scale[j] * c->theta[(c->cshared[col] ? 0 : (b0 + l) * c->P) + col]
+                ang[j] = (col >= 0 ? g->scale[j] * BTH(c, c->cshared[col] ? 0 : b0 + l, col)
                                    : 0.0) + g->shift[j];
             }
             gate_eval(g, ang, tmp);
@@ -485,6 +488,7 @@ typedef struct {
     i64 *perm, *chain;
     R *pml;                 /* the prefix gates' lane matrices */
     SFX(pmat_t) *pm;
+    double *tree, *envs;    /* single precision: benv's scratch; every wire's environment */
 } SFX(bscr_t);
 
 static int SFX(bscr_alloc)(const SFX(bctx_t) *c, SFX(bscr_t) *s) {
@@ -499,14 +503,18 @@ static int SFX(bscr_alloc)(const SFX(bctx_t) *c, SFX(bscr_t) *s) {
     s->chain = (i64 *)malloc(sizeof(i64) * (size_t)(c->pe + 1));
     s->pml = (R *)malloc(sizeof(R) * (size_t)(c->pe * c->maxu * W + 1));
     s->pm = (SFX(pmat_t) *)malloc(sizeof(SFX(pmat_t)) * (size_t)(c->pe + 1));
+    /* benv's scratch: the spare chunk in double precision (d rows of 2W doubles), else this */
+    const int tree = c->pe && sizeof(R) != sizeof(double);
+    s->tree = tree ? (double *)malloc(sizeof(double) * (size_t)(2 * W * d)) : 0;
+    s->envs = c->pe ? (double *)malloc(sizeof(double) * (size_t)(4 * W * c->n)) : 0;
     return s->lam && s->ml && s->tmp && s->v && s->acc && s->perm && s->wchain && s->chain &&
-                   s->pml && s->pm
+                   s->pml && s->pm && (!tree || s->tree) && (!c->pe || s->envs)
                ? QD_OK : QD_ENOMEM;
 }
 
 static void SFX(bscr_free)(SFX(bscr_t) *s) {
     free(s->lam); free(s->ml); free(s->tmp); free(s->v); free(s->acc); free(s->perm); free(s->wchain); free(s->chain);
-    free(s->pml); free(s->pm);
+    free(s->pml); free(s->pm); free(s->tree); free(s->envs);
 }
 
 /* The prefix gates' matrices for the chunk at b0 (deriv: and the derivatives of trainable
@@ -601,19 +609,20 @@ static int SFX(batch_run)(qd_batch_args *a) {
     return rc ? QD_ENOMEM : QD_OK;
 }
 
-/* Add scale * 2 Re(val) for angle j of gate g to the chunk's gradient rows: per lane, or
- * (a batch-shared column) the lanes' sum into the chunk's first row. vr: per-lane values. */
+/* Add scale * 2 Re(val) for angle j of gate g to the chunk's gradient rows (gtheta: P x Bpad,
+ * like theta): per lane, or (a batch-shared column) the lanes' sum into the chunk's first row.
+ * vr: per-lane values. */
 static void SFX(bgrad_add)(const SFX(bctx_t) *c, const gate_t *g, int j, i64 b0,
                            const double *vr, double *gtheta) {
-    i64 W = c->W, P = c->P, col = g->col[j];
-    double f = 2.0 * g->scale[j];
+    i64 W = c->W, col = g->col[j];
+    double f = 2.0 * g->scale[j], *gc = gtheta + col * c->bpad + b0;
     if (c->cshared[col]) {
         double sum = 0;
         for (i64 l = 0; l < W && b0 + l < c->B; l++) sum += vr[l];
-        gtheta[b0 * P + col] += f * sum;
+        gc[0] += f * sum;
         return;
     }
-    for (i64 l = 0; l < W && b0 + l < c->B; l++) gtheta[(b0 + l) * P + col] += f * vr[l];
+    for (i64 l = 0; l < W && b0 + l < c->B; l++) gc[l] += f * vr[l];
 }
 
 /* gm = a b for 2x2 complex a and b, all double. */
@@ -739,15 +748,84 @@ static void SFX(boverlap_generic)(const SFX(bctx_t) *c, i64 i, const R *S, const
     }
 }
 
+/* T' = T (m bits, rows of 2W doubles) contracted over its bit at position k with the factor
+ * vector fv (lanes f0r f0i f1r f1i): T'[j] = T[j with 0 at k] f0 + T[j with 1 at k] f1. */
+static void SFX(bcontract)(const double *T, int m, int k, const double *fv, double *out, i64 W) {
+    const i64 rw = 2 * W, half = (i64)1 << (m - 1), low = ((i64)1 << k) - 1;
+    const double *f0r = fv, *f0i = fv + W, *f1r = fv + 2 * W, *f1i = fv + 3 * W;
+    for (i64 j = 0; j < half; j++) {
+        const i64 i0 = ((j >> k) << (k + 1)) | (j & low);
+        const double *a = T + rw * i0, *b = a + rw * ((i64)1 << k);
+        double *o = out + rw * j;
+        LANES {
+            const double ar = a[l], ai = a[W + l], br = b[l], bi = b[W + l];
+            o[l] = ar * f0r[l] - ai * f0i[l] + br * f1r[l] - bi * f1i[l];
+            o[W + l] = ar * f0i[l] + ai * f0r[l] + br * f1i[l] + bi * f1r[l];
+        }
+    }
+}
+
+/* The same from conj(lam) (lam: rows of 2W reals of the precision). */
+static void SFX(bcontract_lam)(const R *T, int m, int k, const double *fv, double *out, i64 W) {
+    const i64 rw = 2 * W, half = (i64)1 << (m - 1), low = ((i64)1 << k) - 1;
+    const double *f0r = fv, *f0i = fv + W, *f1r = fv + 2 * W, *f1i = fv + 3 * W;
+    for (i64 j = 0; j < half; j++) {
+        const i64 i0 = ((j >> k) << (k + 1)) | (j & low);
+        const R *a = T + rw * i0, *b = a + rw * ((i64)1 << k);
+        double *o = out + rw * j;
+        LANES {
+            const double ar = a[l], ai = -(double)a[W + l], br = b[l], bi = -(double)b[W + l];
+            o[l] = ar * f0r[l] - ai * f0i[l] + br * f1r[l] - bi * f1i[l];
+            o[W + l] = ar * f0i[l] + ai * f0r[l] + br * f1i[l] + bi * f1r[l];
+        }
+    }
+}
+
+/* For every bit of T (m bits at positions 0 .. m-1, wires pos[0 .. m)), T contracted over all
+ * its other bits with their factor vectors (v: 4W doubles per wire), into env + 4W * wire
+ * (e0r e0i e1r e1i); T is conj(lam) when lam is given (the top level), else T (double).
+ * Divide and conquer: each half of the bits is contracted away once for the other half,
+ * about 2^(m+1) complex products per lane in all (one bkron and contraction per wire would
+ * take m 2^m). bump: scratch of 2^m - 2 rows (2W doubles each). */
+static void SFX(benv)(const double *T, const R *lam, int m, const int *pos, const double *v,
+                      double *bump, double *env, i64 W) {
+    if (m == 1) {
+        double *e = env + 4 * W * pos[0];
+        if (!lam) {
+            memcpy(e, T, sizeof(double) * (size_t)(4 * W));
+            return;
+        }
+        for (i64 e2 = 0; e2 < 4 * W; e2 += 2 * W)
+            LANES { e[e2 + l] = lam[e2 + l]; e[e2 + W + l] = -(double)lam[e2 + W + l]; }
+        return;
+    }
+    const int h = m / 2;
+    for (int side = 0; side < 2; side++) {  /* 0: keep positions [0, h); 1: keep [h, m) */
+        const double *cur = T;
+        double *b = bump;
+        int mm = m;
+        for (int t = 0; t < (side ? h : m - h); t++) {
+            const int k = side ? 0 : mm - 1, wire = side ? pos[t] : pos[m - 1 - t];
+            if (lam && t == 0) SFX(bcontract_lam)(lam, mm, k, v + 4 * W * wire, b, W);
+            else SFX(bcontract)(cur, mm, k, v + 4 * W * wire, b, W);
+            cur = b;
+            b += (2 * W) << (mm - 1);
+            mm--;
+        }
+        SFX(benv)(cur, 0, mm, side ? pos + h : pos, v, b, env, W);
+    }
+}
+
 /* The prefix gates' gradients: lam (at the prefix's end, identity table) contracted with the
  * other wires' factors gives per wire p the 2-vector e_p[s] = sum conj(lam) ((x)_{p' != p}
  * v_p' (x) |s>); with the chain of prefix gates on p, w_q = G_q .. G_1 |0> (forward) and the
- * row vector e <- e G_q (backward), the gradient of angle j of G_q is 2 Re(e dG_qj w_{q-1}). */
+ * row vector e <- e G_q (backward), the gradient of angle j of G_q is 2 Re(e dG_qj w_{q-1}).
+ * spare: a chunk of scratch (not L). */
 static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b0,
                                SFX(bscr_t) *s, double *gtheta) {
-    i64 W = c->W, rw = 2 * W;
+    i64 W = c->W;
     int n = c->n;
-    double *v = s->v, *env = s->acc + 8 * W, *vr = s->acc;
+    double *v = s->v, *vr = s->acc;
     SFX(bprefix_mats)(c, b0, 1, s);
     /* forward chains of every wire: w_0 = |0>, then one vector per gate (wire p's at wo) */
     i64 wo[QD_MAXN + 1], pos = 0;
@@ -785,34 +863,20 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
         memcpy(v + 4 * W * p, s->wchain + 4 * W * (pos - 1), sizeof(double) * (size_t)(4 * W));
     }
     wo[n] = pos;
+    int trained = 0;
+    for (i64 i = 0; i < c->pe; i++) trained |= c->gates[i].tmask_p;
+    if (trained) {  /* every wire's e_p: conj(lam) contracted with the other wires' factors */
+        int wires[QD_MAXN];
+        for (int p = 0; p < n; p++) wires[p] = p;  /* bit p of a row index: wire p's factor */
+        SFX(benv)(0, L, n, wires, v, sizeof(R) == sizeof(double) ? (double *)spare : s->tree,
+                  s->envs, W);
+    }
     for (int p = 0; p < n; p++) {
         int train = 0;
         for (i64 i = 0; i < c->pe; i++)
             if (c->gates[i].bits[0] == p) train |= c->gates[i].tmask_p;
         if (!train) continue;
-        int order[QD_MAXN], cnt = 0;
-        for (int q = n - 1; q >= 0; q--)
-            if (q != p) order[cnt++] = q;
-        SFX(bkron)(spare, W, v, order, cnt);  /* rows j: the other bits' product */
-        double *e0r = env, *e0i = e0r + W, *e1r = e0i + W, *e1i = e1r + W;
-        i64 lowmask = ((i64)1 << p) - 1, half = (i64)1 << (n - 1);
-        for (i64 lb = 0; lb < W; lb += 8) {  /* 8 lanes at a time, the sums in registers */
-            double s0r[8] = {0}, s0i[8] = {0}, s1r[8] = {0}, s1i[8] = {0};
-            for (i64 j = 0; j < half; j++) {
-                i64 i0 = ((j >> p) << (p + 1)) | (j & lowmask), i1 = i0 | ((i64)1 << p);
-                const R *o = spare + rw * j + lb, *l0 = L + rw * i0 + lb, *l1 = L + rw * i1 + lb;
-                _Pragma("GCC ivdep") for (int u = 0; u < 8; u++) {  /* conj(lam) * o */
-                    s0r[u] += (double)l0[u] * o[u] + (double)l0[W + u] * o[W + u];
-                    s0i[u] += (double)l0[u] * o[W + u] - (double)l0[W + u] * o[u];
-                    s1r[u] += (double)l1[u] * o[u] + (double)l1[W + u] * o[W + u];
-                    s1i[u] += (double)l1[u] * o[W + u] - (double)l1[W + u] * o[u];
-                }
-            }
-            for (int u = 0; u < 8; u++) {
-                e0r[lb + u] = s0r[u]; e0i[lb + u] = s0i[u];
-                e1r[lb + u] = s1r[u]; e1i[lb + u] = s1i[u];
-            }
-        }
+        double *e0r = s->envs + 4 * W * p, *e0i = e0r + W, *e1r = e0i + W, *e1i = e1r + W;
         i64 q = wo[p + 1] - wo[p] - 1;  /* gates on p */
         for (i64 t = c->pe - 1; t >= 0 && q > 0; t--) {
             const gate_t *h = &c->gates[t];
@@ -915,7 +979,7 @@ static void SFX(bsweep)(const SFX(bctx_t) *cp, R *S, R *L, i64 b0, i64 lo, i64 s
                     }
                     SFX(bmul2)(c.umat[i] + 8 * (1 + j), vbuf, gm);
                     for (int e = 0; e < 4; e++) acc += gm[2 * e] * ms[2 * e] - gm[2 * e + 1] * ms[2 * e + 1];
-                    gtheta[b0 * c.P + g->col[j]] += 2.0 * g->scale[j] * acc;
+                    gtheta[g->col[j] * c.bpad + b0] += 2.0 * g->scale[j] * acc;
                     continue;
                 }
                 LANES {
@@ -1081,14 +1145,19 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
         }
         if (2 * nd < c.d) dense = 0;
     }
+    /* in the dense form the product prefix's trailing batch-uniform gates (e.g. the weights'
+     * first rotations) join the sweep: only the gates before pg take per-binding prefix
+     * gradients (none when no angle before pg is trained) */
+    i64 pg = c.pe;
+    if (dense)
+        while (pg > 0 && c.umat[pg - 1]) pg--;
     double *rho = 0;
-    R *xbuf = 0, *ybuf = 0, *mubuf = 0;
+    R *xbuf = 0, *ybuf = 0;
     if (dense) {
         rho = (double *)calloc((size_t)(nt * 2 * c.d * c.d), sizeof(double));
         xbuf = (R *)calloc((size_t)(2 * wd * c.d), sizeof(R));
         ybuf = (R *)calloc((size_t)(2 * wd * c.d), sizeof(R));
-        mubuf = lo < c.pe ? (R *)malloc(sizeof(R) * (size_t)(nt * 2 * c.W * c.d)) : 0;
-        if (!rho || !xbuf || !ybuf || (lo < c.pe && !mubuf)) rc = QD_ENOMEM;
+        if (!rho || !xbuf || !ybuf) rc = QD_ENOMEM;
     }
     if (!rc && lo < c.nops) {
         R *psi = (R *)a->psi;
@@ -1100,9 +1169,8 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
             SFX(bscr_t) *s = &scr[tid];
             R *S = psi + rw * d * ch, *L = s->lam;
             i64 b0 = ch * W;
-            for (i64 l = 0; l < W; l++)
-                for (i64 t = 0; t < nper; t++) gtheta[(b0 + l) * P + cols[t]] = 0;
-            for (i64 t = 0; t < nsh; t++) gtheta[b0 * P + cols[P - 1 - t]] = 0;
+            for (i64 t = 0; t < nper; t++) memset(gtheta + cols[t] * bpad + b0, 0, sizeof(double) * (size_t)W);
+            for (i64 t = 0; t < nsh; t++) gtheta[cols[P - 1 - t] * bpad + b0] = 0;
             SFX(blam)(&c, S, L, b0, a->cot, s->acc + 8 * W);
             if (dense) {  /* this chunk's share of rho[r][q] = sum psi_r conj(lam_q) */
                 SFX(brho_add)(&c, S, L, rho + tid * 2 * d * d);
@@ -1127,28 +1195,29 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
                 ybuf[2 * wd * c.fperm[r] + r] = 1;
             }
             memcpy(s->perm, c.fperm, sizeof(i64) * (size_t)d);
-            SFX(bsweep)(&cd, xbuf, ybuf, 0, lo, stop, s, gtheta);
-            if (lo < c.pe) {  /* ybuf: row r, lane q = (V^dag)[r][q] (identity row table) */
+            SFX(bsweep)(&cd, xbuf, ybuf, 0, lo, lo > pg ? lo : pg, s, gtheta);
+            SFX(bctx_t) cg = c;  /* the prefix gates before pg */
+            cg.pe = pg;
+            if (lo < pg) {  /* ybuf: row r, lane q = (V^dag)[r][q] (identity row table) */
 #pragma omp parallel for if (nt > 1) num_threads(nt) schedule(static)
                 for (i64 ch = 0; ch < c.nch; ch++) {
                     int tid = nt > 1 ? THREAD_ID : 0;
                     SFX(bscr_t) *st = &scr[tid];
-                    R *S = psi + rw * d * ch, *L = st->lam, *M = mubuf + tid * 2 * W * d;
+                    R *S = psi + rw * d * ch, *L = st->lam;
                     i64 b0 = ch * W;
                     SFX(blam)(&c, S, L, b0, a->cot, st->acc + 8 * W);
-                    SFX(bmu)(&c, ybuf, wd, L, M);
-                    SFX(bprefix_grads)(&c, M, S, b0, st, gtheta);
+                    SFX(bmu)(&c, ybuf, wd, L, S);  /* mu over the chunk's states (read) */
+                    SFX(bprefix_grads)(&cg, S, L, b0, st, gtheta);
                 }
             }
         }
         /* scatter into the sources: a per-binding column from every row, a batch-shared one
          * from its chunks' first rows (where bgrad_add sums its lanes) */
         {
-            for (i64 b = 0; b < c.B; b++)
-                for (i64 t = 0; t < nper + nsh; t++) {
-                    if (t >= nper && b % c.W) break;
+            for (i64 t = 0; t < nper + nsh; t++)
+                for (i64 b = 0; b < c.B; b += t < nper ? 1 : c.W) {
                     i64 j = t < nper ? cols[t] : cols[P - 1 - (t - nper)];
-                    double gv = gtheta[b * P + j];
+                    double gv = gtheta[j * bpad + b];
                     if (gv == 0) continue;
                     if (a->scale) gv *= a->scale[b * P + j];
                     i64 x = a->idx[b * P + j], src = 0;
@@ -1162,7 +1231,6 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
     free(rho);
     free(xbuf);
     free(ybuf);
-    free(mubuf);
     for (int t = 0; t < nt && scr; t++) SFX(bscr_free)(&scr[t]);
     free(scr);
     free(gtheta);
