@@ -1923,70 +1923,83 @@ static void SFX(fz_lane)(R *st, int nbits, int hi, int lo, const R *m, int par) 
 
 /* A dense 4x4 m (R, row-major; local index 2 b_hi + b_lo) on bits hi > lo of 2^nbits
  * amplitudes, in one pass: as two 2x2 products where m is a one-qubit gate times a permutation
- * (the flops of one one-qubit gate), else all 16 entries. sel >= 0: only on the amplitudes
- * whose bit sel is sval (a selector bit outside the 64-byte vectors). */
+ * (the flops of one one-qubit gate), else all 16 entries. sel >= 0 (a selector bit above the
+ * 64-byte vectors): m where bit sel is 0 and m1 where it is 1, two half passes in one
+ * parallel region. */
 static void SFX(fz_apply2)(R *st, int nbits, int hi, int lo, const R *m, int par, int sel,
-                           int sval) {
+                           const R *m1) {
 #if QD_VEC
     if (lo < FZ_VB) {  /* never with a selector */
         SFX(fz_lane)(st, nbits, hi, lo, m, par);
         return;
     }
 #endif
-    int io[8] = {0, 1, 2, 3, 0, 1, 2, 3};
-    const int paired = SFX(fz_pairs)(m, io);
+    const int nh = sel >= 0 ? 2 : 1;  /* halves: the selector's values */
     const i64 olo = (i64)2 << lo, ohi = (i64)2 << hi;  /* reals */
-    i64 o[8];
-    for (int e = 0; e < 8; e++) o[e] = (io[e] >> 1) * ohi + (io[e] & 1) * olo;
-    /* the pair coefficients: rows io[4+q], io[5+q] (q = 0, 2) from columns io[q], io[q+1] */
-    R pc[16];
-    for (int q = 0; q < 4; q += 2)
-        for (int a = 0; a < 2; a++)
-            for (int b = 0; b < 2; b++) {
-                int r = io[4 + q + a], cl = io[q + b];
-                pc[2 * (2 * q + 2 * a + b)] = m[2 * (4 * r + cl)];
-                pc[2 * (2 * q + 2 * a + b) + 1] = m[2 * (4 * r + cl) + 1];
-            }
+    int paired[2];
+    i64 o[2][8], ins[2][4];
+    R pc[2][16];
     /* zeros inserted into the group index at lo, hi (and sel), in ascending order */
     int pos[3] = {lo, hi, sel >= 0 ? sel : 63}, np = sel >= 0 ? 3 : 2;
     for (int x = 0; x < 2; x++)
         for (int y = 0; y + 1 < np - x; y++)
             if (pos[y] > pos[y + 1]) { int t_ = pos[y]; pos[y] = pos[y + 1]; pos[y + 1] = t_; }
-    const i64 ins[4] = {((i64)1 << pos[0]) - 1, ((i64)1 << pos[1]) - 1,
-                        sel >= 0 ? ((i64)1 << pos[2]) - 1 : -1,
-                        sel >= 0 ? (i64)sval << sel : 0};
+    for (int h = 0; h < nh; h++) {
+        const R *mh = h ? m1 : m;
+        int io[8] = {0, 1, 2, 3, 0, 1, 2, 3};
+        paired[h] = SFX(fz_pairs)(mh, io);
+        for (int e = 0; e < 8; e++) o[h][e] = (io[e] >> 1) * ohi + (io[e] & 1) * olo;
+        /* the pair coefficients: rows io[4+q], io[5+q] (q = 0, 2) from columns io[q], io[q+1] */
+        for (int q = 0; q < 4; q += 2)
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 2; b++) {
+                    int r = io[4 + q + a], cl = io[q + b];
+                    pc[h][2 * (2 * q + 2 * a + b)] = mh[2 * (4 * r + cl)];
+                    pc[h][2 * (2 * q + 2 * a + b) + 1] = mh[2 * (4 * r + cl) + 1];
+                }
+        ins[h][0] = ((i64)1 << pos[0]) - 1;
+        ins[h][1] = ((i64)1 << pos[1]) - 1;
+        ins[h][2] = sel >= 0 ? ((i64)1 << pos[2]) - 1 : -1;
+        ins[h][3] = sel >= 0 ? (i64)h << sel : 0;
+    }
     const i64 ngr = (i64)1 << (nbits - np);
 #if QD_VEC
     int nv = 64 / (int)sizeof(R);  /* reals per vector: 64 bytes, or 2^lo amplitudes */
     while (nv > 2 && ((i64)nv >> 1) > ((i64)1 << lo)) nv >>= 1;
     const i64 nvec = ngr / (nv / 2);
-    if (par > 1 && nbits >= PAR_MIN_BITS) {
+    if (par > 1 && nbits >= PAR_MIN_BITS) {  /* both halves in one region */
 #pragma omp parallel num_threads(par)
         {
             i64 v0, v1;
             share(nvec, THREAD_ID, NUM_THREADS, &v0, &v1);
-            SFX(fz_part)(st, hi, lo, paired, pc, o, m, v0, v1, nv, ins);
+            for (int h = 0; h < nh; h++)
+                SFX(fz_part)(st, hi, lo, paired[h], pc[h], o[h], h ? m1 : m, v0, v1, nv, ins[h]);
         }
         return;
     }
-    SFX(fz_part)(st, hi, lo, paired, pc, o, m, 0, nvec, nv, ins);
+    for (int h = 0; h < nh; h++)
+        SFX(fz_part)(st, hi, lo, paired[h], pc[h], o[h], h ? m1 : m, 0, nvec, nv, ins[h]);
 #else
     (void)pc; (void)paired; (void)o;
+    for (int h = 0; h < nh; h++) {
+        const R *mh = h ? m1 : m;
+        const i64 *in = ins[h];
 #pragma omp parallel for if (par > 1 && nbits >= PAR_MIN_BITS) num_threads(par) schedule(static)
-    for (i64 j0 = 0; j0 < ngr; j0++) {
-        i64 j = ((j0 & ~ins[0]) << 1) | (j0 & ins[0]);
-        j = ((j & ~ins[1]) << 1) | (j & ins[1]);
-        j = ((j & ~ins[2]) << 1) | (j & ins[2]) | ins[3];
-        R *p[4] = {st + 2 * j, st + 2 * j + olo, st + 2 * j + ohi, st + 2 * j + ohi + olo};
-        R xr[4], xi[4];
-        for (int c = 0; c < 4; c++) { xr[c] = p[c][0]; xi[c] = p[c][1]; }
-        for (int r = 0; r < 4; r++) {
-            R yr = 0, yi = 0;
-            for (int c = 0; c < 4; c++) {
-                yr += m[2 * (4 * r + c)] * xr[c] - m[2 * (4 * r + c) + 1] * xi[c];
-                yi += m[2 * (4 * r + c)] * xi[c] + m[2 * (4 * r + c) + 1] * xr[c];
+        for (i64 j0 = 0; j0 < ngr; j0++) {
+            i64 j = ((j0 & ~in[0]) << 1) | (j0 & in[0]);
+            j = ((j & ~in[1]) << 1) | (j & in[1]);
+            j = ((j & ~in[2]) << 1) | (j & in[2]) | in[3];
+            R *p[4] = {st + 2 * j, st + 2 * j + olo, st + 2 * j + ohi, st + 2 * j + ohi + olo};
+            R xr[4], xi[4];
+            for (int c = 0; c < 4; c++) { xr[c] = p[c][0]; xi[c] = p[c][1]; }
+            for (int r = 0; r < 4; r++) {
+                R yr = 0, yi = 0;
+                for (int c = 0; c < 4; c++) {
+                    yr += mh[2 * (4 * r + c)] * xr[c] - mh[2 * (4 * r + c) + 1] * xi[c];
+                    yi += mh[2 * (4 * r + c)] * xi[c] + mh[2 * (4 * r + c) + 1] * xr[c];
+                }
+                p[r][0] = yr; p[r][1] = yi;
             }
-            p[r][0] = yr; p[r][1] = yi;
         }
     }
 #endif
@@ -1994,15 +2007,13 @@ static void SFX(fz_apply2)(R *st, int nbits, int hi, int lo, const R *m, int par
 
 /* One op of a fused list on 2^nbits amplitudes. */
 static void SFX(fz_one)(R *st, int nbits, const SFX(fzop_t) *op, int par, SFX(scratch_t) *sc) {
-    if (op->fused == 2) {  /* a selector block: m0 where the selector bit is 0, m1 where 1 */
-        const int sel = __builtin_ctzll((unsigned long long)op->g->cmask);
-        SFX(fz_apply2)(st, nbits, op->g->bits[0], op->g->bits[1], op->u, par, sel, 0);
-        SFX(fz_apply2)(st, nbits, op->g->bits[0], op->g->bits[1], op->u + 32, par, sel, 1);
-    } else if (op->fused) {
+    if (op->fused == 2)  /* a selector block: u where the selector bit is 0, u + 32 where 1 */
+        SFX(fz_apply2)(st, nbits, op->g->bits[0], op->g->bits[1], op->u, par,
+                       __builtin_ctzll((unsigned long long)op->g->cmask), op->u + 32);
+    else if (op->fused)
         SFX(fz_apply2)(st, nbits, op->g->bits[0], op->g->bits[1], op->u, par, -1, 0);
-    } else {
+    else
         SFX(apply_range)(st, nbits, op->g, op->u, op->dag, par, sc);
-    }
 }
 
 /* A fused list: ops, the fused gates and their data. */
