@@ -113,19 +113,22 @@ def test_flip_on_a_high_bit_controlled_by_bit_0_or_1(n, cdtype, threads):
     """X on bit t >= 3 controlled by bit 0 or 1 (alone or with another control): the halves'
     vectors are blended lane by lane (the control's lanes swap)."""
     psi = _random((2, 2 ** n), n, cdtype)
+    cases = [(t, (1 << c) | extra) for t in range(3, n) for c in (0, 1) for extra in (0, 1 << 2)]
+    _check_flips(psi, n, cdtype, threads, cases)
+
+
+def _check_flips(psi, n, cdtype, threads, cases):
+    """X on bit t with controls cmask, for every (t, cmask) of cases: exactly the swap."""
+    old = torch.get_num_threads()
     try:
-        old = torch.get_num_threads()
         torch.set_num_threads(threads)
-        for t in range(3, n):
-            for c in (0, 1):
-                for extra in (0, 1 << 2):
-                    cmask = (1 << c) | extra
-                    prog = native.Program(2, n, cdtype)
-                    prog.add(FLIP, [t], cmask, None, 0)
-                    state = torch.tensor(psi)
-                    native.run(state, prog)
-                    ref = _reference(psi.astype(np.complex128), FLIP, t, cmask, None)
-                    assert np.array_equal(state.numpy(), ref.astype(psi.dtype)), (t, cmask)
+        for t, cmask in cases:
+            prog = native.Program(2, n, cdtype)
+            prog.add(FLIP, [t], cmask, None, 0)
+            state = torch.tensor(psi)
+            native.run(state, prog)
+            ref = _reference(psi.astype(np.complex128), FLIP, t, cmask, None)
+            assert np.array_equal(state.numpy(), ref.astype(psi.dtype)), (t, cmask)
     finally:
         torch.set_num_threads(old)
 
@@ -139,19 +142,8 @@ def test_flip_with_no_control_or_one_above_the_target(n, cdtype, threads):
     t >= 2 in complex128; runs of blocks without the control skipped), as a generic swap
     below; every (t, c), split over one or two threads."""
     psi = _random((2, 2 ** n), 7 * n, cdtype)
-    old = torch.get_num_threads()
-    try:
-        torch.set_num_threads(threads)
-        for t in range(n):
-            for cmask in [0] + [1 << c for c in range(t + 1, n)]:
-                prog = native.Program(2, n, cdtype)
-                prog.add(FLIP, [t], cmask, None, 0)
-                state = torch.tensor(psi)
-                native.run(state, prog)
-                ref = _reference(psi.astype(np.complex128), FLIP, t, cmask, None)
-                assert np.array_equal(state.numpy(), ref.astype(psi.dtype)), (t, cmask)
-    finally:
-        torch.set_num_threads(old)
+    cases = [(t, cmask) for t in range(n) for cmask in [0] + [1 << c for c in range(t + 1, n)]]
+    _check_flips(psi, n, cdtype, threads, cases)
 
 
 LOW_GATES = ["x", "cx", "ccx", "cz", "cy", "h", "rx", "ry", "rot", "crx", "cry", "crz", "cp",
