@@ -242,3 +242,39 @@ def test_selector_blocks_in_tile_runs_match_torch(cdtype, threads, monkeypatch):
     c = _chains(3 + threads, n, 3)
     theta = torch.tensor(np.random.default_rng(threads).uniform(-3, 3, (1, c.num_params)))
     _compare(c, theta, cdtype, threads)
+
+
+def _ladder(seed, n, down=True):
+    """One-qubit gates on every wire, then CNOTs: a ladder whose controls lie above their
+    targets (written with the product start), a random tail in any direction after it."""
+    rng = np.random.default_rng(seed)
+    ops, p = [], 0
+    for w in rng.permutation(n):
+        g = get_gate(["rot", "rx", "ry", "h", "x", "s"][rng.integers(6)])
+        ops.append(Operation(g, (int(w),), tuple(ParamRef(p + i) for i in range(g.num_params))))
+        p += g.num_params
+    # wire w is bit n - 1 - w: a control above its target is a lower wire number
+    pairs = [(int(a), int(b)) for a in range(n) for b in range(n) if a < b]
+    for _ in range(2 * n):
+        a, b = pairs[rng.integers(len(pairs))]
+        ops.append(Operation(GATES["cx"], (a, b) if down else (b, a), ()))
+    for _ in range(n):
+        a, b = (int(w) for w in rng.choice(n, 2, replace=False))
+        ops.append(Operation(GATES["cx"], (a, b), ()))
+        g = get_gate(["rot", "ry"][rng.integers(2)])
+        ops.append(Operation(g, (b,), tuple(ParamRef(p + i) for i in range(g.num_params))))
+        p += g.num_params
+    return Circuit(n, tuple(ops), num_params=p)
+
+
+@pytest.mark.parametrize("n,batch", [(5, 1), (12, 1), (13, 3), (16, 1)])
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_product_start_with_cnot_ladders_matches_torch(n, batch, cdtype, threads):
+    """From |0...0>: the leading one-qubit gates and the CNOTs after them whose control lies
+    above the target are written as one permuted product state (serially, split over runs of
+    the low bits, per binding of a batch); ladders the other way round stop the prefix."""
+    for seed, down in ((n, True), (n + 1, False), (n + 2, True)):
+        c = _ladder(seed, n, down)
+        theta = torch.tensor(np.random.default_rng(seed).uniform(-3, 3, (batch, c.num_params)))
+        _compare(c, theta, cdtype, threads)

@@ -214,7 +214,8 @@ def _theta_arg(theta: torch.Tensor, batch: int) -> torch.Tensor:
 def run_plan(state: torch.Tensor, plan: CodedPlan, theta: torch.Tensor,
              dagger: bool = False, from_zero: bool = False) -> torch.Tensor:
     """Apply the coded circuit (or its inverse) to ``state`` in place. ``from_zero``: the state
-    is |0...0> (a leading product of one-qubit gates is then written in one pass)."""
+    is |0...0> (a leading product of one-qubit gates, with the CNOTs after it whose control
+    lies above the target, is then written in one pass)."""
     th = _theta_arg(theta, state.shape[0])
     return call_run(native_lib.library(), state, plan.recs, plan.data_for(state.dtype), th,
                     dagger, from_zero)

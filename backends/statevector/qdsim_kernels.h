@@ -2427,8 +2427,15 @@ static void SFX(run_one)(R *st, int n, const SFX(ctx_t) *c, const R **us, i64 no
 }
 
 /* The leading one-qubit gates (no controls) of a program, applied to |0...0>, give a product
- * state: written directly, one pass instead of one per gate. Returns the first gate not in
- * that prefix (0: nothing written). */
+ * state; CNOTs after them whose control lies above their target (a ladder down the wires, as
+ * in entangling layers) only permute its basis states: the final index x holds the product's
+ * amplitude at y, y_p = x_p ^ parity(x & m_p) with m_p over bits above p, so the state is
+ * still written directly, bit by bit from the top, in one pass instead of one per gate.
+ * Returns the first gate not in that prefix (0: nothing written). */
+static int SFX(prefix_cnot)(const gate_t *g) {
+    return g->kind == K_FLIP && g->k == 1 && __builtin_popcountll((unsigned long long)g->cmask) == 1 &&
+           g->cmask > g->tmask;
+}
 static i64 SFX(product_prefix)(const SFX(ctx_t) *c, i64 nops, int n) {
     i64 e = 0;
     while (e < nops) {
@@ -2437,15 +2444,30 @@ static i64 SFX(product_prefix)(const SFX(ctx_t) *c, i64 nops, int n) {
             break;
         e++;
     }
+    if (e == 0) return 0;
+    while (e < nops && SFX(prefix_cnot)(&c->gates[e])) e++;
     return e >= 2 && n >= 2 ? e : 0;
 }
+
+#ifndef QD_PARITY64
+#define QD_PARITY64
+static inline int parity64(i64 x) { return __builtin_parityll((unsigned long long)x); }
+#endif
 
 static void SFX(write_product)(R *st, int n, const SFX(ctx_t) *c, i64 pe, i64 b, int tid,
                                int par) {
     double v[QD_MAXN][4];
-    for (int p = 0; p < n; p++) { v[p][0] = 1; v[p][1] = 0; v[p][2] = 0; v[p][3] = 0; }
+    i64 m[QD_MAXN];  /* the parity masks of the CNOTs after the one-qubit gates */
+    for (int p = 0; p < n; p++) { v[p][0] = 1; v[p][1] = 0; v[p][2] = 0; v[p][3] = 0; m[p] = 0; }
     for (i64 i = 0; i < pe; i++) {
         const gate_t *g = &c->gates[i];
+        if (g->cmask) {  /* CNOT(cb -> t), cb > t: y_t gains x_cb, and so does every y_p reading t */
+            const int t = __builtin_ctzll((unsigned long long)g->tmask);
+            const i64 cbit = g->cmask;
+            for (int p = 0; p < n; p++)
+                if (p == t || ((m[p] >> t) & 1)) m[p] ^= cbit;
+            continue;
+        }
         int p = g->special[0];
         double a0r = v[p][0], a0i = v[p][1], a1r = v[p][2], a1i = v[p][3];
         if (g->kind == K_FLIP) {
@@ -2463,55 +2485,68 @@ static void SFX(write_product)(R *st, int n, const SFX(ctx_t) *c, i64 pe, i64 b,
             v[p][3] = u[4] * a0i + u[5] * a0r + u[6] * a1i + u[7] * a1r;
         }
     }
-    if (par > 1 && n >= PAR_MIN_BITS) {  /* high-bit factor times low-bit factor, in parallel */
-        const int nl = n / 2, nh = n - nl;
-        double *hf = (double *)malloc(sizeof(double) * 2 * (((size_t)1 << nh) + ((size_t)1 << nl)));
-        if (hf) {
-            double *lf = hf + ((size_t)2 << nh);
-            for (int half = 0; half < 2; half++) {
-                double *f = half ? lf : hf;
-                int top = half ? nl - 1 : n - 1, bottom = half ? 0 : nl;
-                i64 len = 1;
-                f[0] = 1;
-                f[1] = 0;
-                for (int p = top; p >= bottom; p--) {
-                    for (i64 j = len - 1; j >= 0; j--) {
-                        double xr = f[2 * j], xi = f[2 * j + 1];
-                        f[4 * j] = xr * v[p][0] - xi * v[p][1];
-                        f[4 * j + 1] = xr * v[p][1] + xi * v[p][0];
-                        f[4 * j + 2] = xr * v[p][2] - xi * v[p][3];
-                        f[4 * j + 3] = xr * v[p][3] + xi * v[p][2];
-                    }
-                    len *= 2;
-                }
+    /* the top nh bits' factors hf (double), then every run of 2^nl amplitudes from its
+     * factor by doubling over the low bits (in parallel over the runs) */
+    const int nl = par > 1 && n >= PAR_MIN_BITS ? n / 2 : n, nh = n - nl;
+    double *hf = (double *)malloc(sizeof(double) * ((size_t)2 << nh));
+    if (!hf) {  /* no memory for the factors: the whole state by doubling, one thread */
+        st[0] = 1;
+        st[1] = 0;
+        i64 len = 1;
+        for (int p = n - 1; p >= 0; p--) {
+            const i64 mj = m[p] >> (p + 1);
+            for (i64 j = len - 1; j >= 0; j--) {
+                const double xr = st[2 * j], xi = st[2 * j + 1];
+                const int f = parity64(j & mj);
+                const double *w0 = v[p] + 2 * f, *w1 = v[p] + 2 * (f ^ 1);
+                st[4 * j] = (R)(xr * w0[0] - xi * w0[1]);
+                st[4 * j + 1] = (R)(xr * w0[1] + xi * w0[0]);
+                st[4 * j + 2] = (R)(xr * w1[0] - xi * w1[1]);
+                st[4 * j + 3] = (R)(xr * w1[1] + xi * w1[0]);
             }
-            const i64 nlow = (i64)1 << nl;
-#pragma omp parallel for num_threads(par) schedule(static)
-            for (i64 h = 0; h < ((i64)1 << nh); h++) {
-                const double hr = hf[2 * h], hi = hf[2 * h + 1];
-                R *o = st + 2 * (h << nl);
-                for (i64 l = 0; l < nlow; l++) {
-                    o[2 * l] = (R)(hr * lf[2 * l] - hi * lf[2 * l + 1]);
-                    o[2 * l + 1] = (R)(hr * lf[2 * l + 1] + hi * lf[2 * l]);
-                }
-            }
-            free(hf);
-            return;
+            len *= 2;
         }
+        return;
     }
-    st[0] = 1;
-    st[1] = 0;
+    hf[0] = 1;
+    hf[1] = 0;
     i64 len = 1;
-    for (int p = n - 1; p >= 0; p--) {  /* the most significant bit first */
+    for (int p = n - 1; p >= nl; p--) {
+        const i64 mj = m[p] >> (p + 1);
         for (i64 j = len - 1; j >= 0; j--) {
-            double xr = st[2 * j], xi = st[2 * j + 1];
-            st[4 * j] = (R)(xr * v[p][0] - xi * v[p][1]);
-            st[4 * j + 1] = (R)(xr * v[p][1] + xi * v[p][0]);
-            st[4 * j + 2] = (R)(xr * v[p][2] - xi * v[p][3]);
-            st[4 * j + 3] = (R)(xr * v[p][3] + xi * v[p][2]);
+            const double xr = hf[2 * j], xi = hf[2 * j + 1];
+            const int f = parity64(j & mj);
+            const double *w0 = v[p] + 2 * f, *w1 = v[p] + 2 * (f ^ 1);
+            hf[4 * j] = xr * w0[0] - xi * w0[1];
+            hf[4 * j + 1] = xr * w0[1] + xi * w0[0];
+            hf[4 * j + 2] = xr * w1[0] - xi * w1[1];
+            hf[4 * j + 3] = xr * w1[1] + xi * w1[0];
         }
         len *= 2;
     }
+#pragma omp parallel for if (nh > 0) num_threads(par) schedule(static)
+    for (i64 h = 0; h < ((i64)1 << nh); h++) {
+        R *o = st + 2 * (h << nl);
+        o[0] = (R)hf[2 * h];
+        o[1] = (R)hf[2 * h + 1];
+        i64 ln = 1;
+        for (int p = nl - 1; p >= 0; p--) {
+            /* the bits above p: h's, then the run's bits p+1 .. nl-1 (j) */
+            const i64 mj = m[p] >> (p + 1);
+            const int fh = parity64(h & (m[p] >> nl));
+            for (i64 j = ln - 1; j >= 0; j--) {
+                const R xr = o[2 * j], xi = o[2 * j + 1];
+                const int f = fh ^ parity64(j & mj & (((i64)1 << (nl - 1 - p)) - 1));
+                const double *w0 = v[p] + 2 * f, *w1 = v[p] + 2 * (f ^ 1);
+                o[4 * j] = (R)(xr * w0[0] - xi * w0[1]);
+                o[4 * j + 1] = (R)(xr * w0[1] + xi * w0[0]);
+                o[4 * j + 2] = (R)(xr * w1[0] - xi * w1[1]);
+                o[4 * j + 3] = (R)(xr * w1[1] + xi * w1[0]);
+            }
+            ln *= 2;
+        }
+    }
+    free(hf);
 }
 
 /* Apply the program (in order, or its inverse when dagger) to every state of the batch. */
