@@ -2487,26 +2487,13 @@ static void SFX(write_product)(R *st, int n, const SFX(ctx_t) *c, i64 pe, i64 b,
     }
     /* the top nh bits' factors hf (double), then every run of 2^nl amplitudes from its
      * factor by doubling over the low bits (in parallel over the runs) */
-    const int nl = par > 1 && n >= PAR_MIN_BITS ? n / 2 : n, nh = n - nl;
-    double *hf = (double *)malloc(sizeof(double) * ((size_t)2 << nh));
-    if (!hf) {  /* no memory for the factors: the whole state by doubling, one thread */
-        st[0] = 1;
-        st[1] = 0;
-        i64 len = 1;
-        for (int p = n - 1; p >= 0; p--) {
-            const i64 mj = m[p] >> (p + 1);
-            for (i64 j = len - 1; j >= 0; j--) {
-                const double xr = st[2 * j], xi = st[2 * j + 1];
-                const int f = parity64(j & mj);
-                const double *w0 = v[p] + 2 * f, *w1 = v[p] + 2 * (f ^ 1);
-                st[4 * j] = (R)(xr * w0[0] - xi * w0[1]);
-                st[4 * j + 1] = (R)(xr * w0[1] + xi * w0[0]);
-                st[4 * j + 2] = (R)(xr * w1[0] - xi * w1[1]);
-                st[4 * j + 3] = (R)(xr * w1[1] + xi * w1[0]);
-            }
-            len *= 2;
-        }
-        return;
+    int nl = par > 1 && n >= PAR_MIN_BITS ? n / 2 : n, nh = n - nl;
+    double one[2];
+    double *hf = nh ? (double *)malloc(sizeof(double) * ((size_t)2 << nh)) : one;
+    if (!hf) {  /* no memory for the factors: the whole state as one run, one thread */
+        nl = n;
+        nh = 0;
+        hf = one;
     }
     hf[0] = 1;
     hf[1] = 0;
@@ -2546,7 +2533,7 @@ static void SFX(write_product)(R *st, int n, const SFX(ctx_t) *c, i64 pe, i64 b,
             ln *= 2;
         }
     }
-    free(hf);
+    if (hf != one) free(hf);
 }
 
 /* Apply the program (in order, or its inverse when dagger) to every state of the batch. */
