@@ -231,19 +231,28 @@ static void SFX(blane_mats)(const SFX(bctx_t) *c, i64 i, i64 b0, int deriv, R *m
         const double *th = col >= 0 ? &BTH(c, step ? b0 : 0, col) : c->theta;
         LANES half[l] = 0.5 * ((col >= 0 ? g->scale[0] * th[l * step] : 0.0) + g->shift[0]);
         qd_vsincos(half, vsn, vcs, W);
-        LANES {
-            const double cs = vcs[l], sn = vsn[l];
-            for (int dv = 0; dv <= deriv; dv++) {
-                double cc = dv ? -0.5 * sn : cs, ss = dv ? 0.5 * cs : sn;
-                R *o = ml + (dv ? us : 0) * W + l;
-                if (code == C_RZ) {
-                    o[0] = (R)cc; o[W] = (R)-ss; o[2 * W] = (R)cc; o[3 * W] = (R)ss;
-                } else if (code == C_RX) {
-                    o[0] = (R)cc; o[W] = 0; o[2 * W] = 0; o[3 * W] = (R)-ss;
-                    o[4 * W] = 0; o[5 * W] = (R)-ss; o[6 * W] = (R)cc; o[7 * W] = 0;
-                } else {
-                    o[0] = (R)cc; o[W] = 0; o[2 * W] = (R)-ss; o[3 * W] = 0;
-                    o[4 * W] = (R)ss; o[5 * W] = 0; o[6 * W] = (R)cc; o[7 * W] = 0;
+        /* U from (cos, sin), then dU from (-sin / 2, cos / 2): one straight loop per matrix
+         * and kind, so each vectorises over the lanes */
+        for (int dv = 0; dv <= deriv; dv++) {
+            const double fc = dv ? -0.5 : 1.0, fs = dv ? 0.5 : 1.0;
+            const double *restrict ca = dv ? vsn : vcs, *restrict sa = dv ? vcs : vsn;
+            R *restrict o = ml + (dv ? us : 0) * W;
+            if (code == C_RZ) {
+                LANES {
+                    const double cc = fc * ca[l], ss = fs * sa[l];
+                    o[l] = (R)cc; o[W + l] = (R)-ss; o[2 * W + l] = (R)cc; o[3 * W + l] = (R)ss;
+                }
+            } else if (code == C_RX) {
+                LANES {
+                    const double cc = fc * ca[l], ss = fs * sa[l];
+                    o[l] = (R)cc; o[W + l] = 0; o[2 * W + l] = 0; o[3 * W + l] = (R)-ss;
+                    o[4 * W + l] = 0; o[5 * W + l] = (R)-ss; o[6 * W + l] = (R)cc; o[7 * W + l] = 0;
+                }
+            } else {
+                LANES {
+                    const double cc = fc * ca[l], ss = fs * sa[l];
+                    o[l] = (R)cc; o[W + l] = 0; o[2 * W + l] = (R)-ss; o[3 * W + l] = 0;
+                    o[4 * W + l] = (R)ss; o[5 * W + l] = 0; o[6 * W + l] = (R)cc; o[7 * W + l] = 0;
                 }
             }
         }
