@@ -111,14 +111,28 @@ def _arg_sig(value, i: int, npos: int, names):
     return ("v", type(value), value)
 
 
+_Tensor = torch.Tensor
+_F64, _F32 = torch.float64, torch.float32
+
+
 def call_signature(args, kwargs) -> tuple:
     """``(key, tensors)``: the hashable signature of a call and its tensor arguments in a fixed
-    order (positional, then keywords by name)."""
-    names = sorted(kwargs) if len(kwargs) > 1 else tuple(kwargs)
-    vals = list(args) + [kwargs[k] for k in names] if args else [kwargs[k] for k in names]
-    npos = len(args)
-    sigs = tuple([_arg_sig(v, i, npos, names) for i, v in enumerate(vals)])
-    return (npos, tuple(names), sigs), [v for v in vals if isinstance(v, torch.Tensor)]
+    order (positional, then keywords by name). A tensor's entry is its shape, dtype, device
+    (``"cpu"`` for every CPU tensor) and ``requires_grad``; any other value's is its type and
+    value."""
+    names = tuple(sorted(kwargs)) if len(kwargs) > 1 else tuple(kwargs)
+    vals = [*args, *[kwargs[k] for k in names]] if names else args
+    sigs, tensors = [], []
+    for v in vals:
+        if isinstance(v, _Tensor):
+            dt = v.dtype
+            if dt is _F64 or dt is _F32:
+                sigs.append((v.shape, dt, "cpu" if v.is_cpu else v.device, v.requires_grad))
+                tensors.append(v)
+                continue
+        i = len(sigs)
+        sigs.append(_arg_sig(v, i, len(args), names))
+    return (len(args), names, tuple(sigs)), tensors
 
 
 def _obs_sig(obs):
@@ -159,6 +173,7 @@ class Trace:
         self.flat_out = len(batch_shape) == 1 and not isinstance(result, Measurement) and \
             widths is not None and all(w is None for w in widths)
         self.arg_dtypes = ()  # the tensor arguments' dtypes (set by the trace)
+        self.any_requires_grad = True  # whether any tensor argument requires grad (ditto)
 
     def scatter(self, grad_theta: torch.Tensor, tensors, needs) -> list:
         """The gradients of the tensor arguments from ``grad_theta`` ``(B, P)`` (the
@@ -190,12 +205,8 @@ class Trace:
         return theta
 
     def replay(self, tensors):
-        grad = False
-        if torch.is_grad_enabled():
-            for t in tensors:
-                if t.requires_grad:
-                    grad = True
-                    break
+        # the signature holds every tensor's requires_grad: the trace knows whether any does
+        grad = self.any_requires_grad and torch.is_grad_enabled()
         if self.bound is not None and (not grad or self.rule.keep):
             if grad:
                 flat = _apply_bound(self, tensors)
@@ -313,6 +324,8 @@ class BoundFunction(torch.autograd.Function):
 
 
 _FunctionBase_apply = super(torch.autograd.Function, BoundFunction).apply
+_transforms_active = torch._C._are_functorch_transforms_active
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 
 
 def _apply_bound(trace, tensors):
@@ -320,9 +333,9 @@ def _apply_bound(trace, tensors):
     torch's C entry point with the arguments' dead functorch wrappers unwrapped, as
     ``Function.apply`` does (it adds only the ``setup_context`` binding, which
     :class:`BoundFunction` does not use)."""
-    if torch._C._are_functorch_transforms_active():
+    if _transforms_active():
         return BoundFunction.apply(trace, *tensors)
-    unwrap = torch._C._functorch.unwrap_if_dead
+    unwrap = _unwrap_if_dead
     return _FunctionBase_apply(trace, *[unwrap(t) for t in tensors])
 
 
@@ -441,6 +454,7 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     trace = Trace(None, None, idx, scale, offset, consts, dtype, tuple(ref.batch_shape), result,
                   _widths(result, circuit))
     trace.arg_dtypes = tuple(t.dtype for t in tensors)
+    trace.any_requires_grad = any(t.requires_grad for t in tensors)
     check = trace.theta(tensors).detach().to(torch.float64)
     if not torch.allclose(check, thetas[-1].detach().to(torch.float64), rtol=tol, atol=tol):
         raise QdiffError("static qnode: the angles recorded from the arguments could not be "

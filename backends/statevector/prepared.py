@@ -319,20 +319,20 @@ class LaneBound(Bound):
         self._buf_len = max((self._theta_at >> 3) + self.bpad * p, 1)
         self._nsrc = len(gather.sizes)
         self._spare = []  # slots free again (list pop/append: thread-safe)
+        self._out_shape = (b, self.k)
         self.lib = native.library()
-
-    def _slot(self) -> "_Slot":
-        """A free slot (the residual buffer with its own argument block), or a new one."""
-        try:
-            return self._spare.pop()
-        except IndexError:
-            return _Slot(self)
 
     def _release(self, slot) -> None:
         if len(self._spare) < 2:
             self._spare.append(slot)
 
-    def _sources(self, tensors) -> list:
+    def _sources(self, tensors):
+        """The tensors as contiguous float64 CPU tensors (themselves when they are)."""
+        for t in tensors:
+            if t.dtype is not _F64 or not t.is_cpu or not t.is_contiguous():
+                break
+        else:
+            return tensors
         out = []
         for t in tensors:
             if t.dtype is not _F64 or not t.is_cpu:
@@ -342,11 +342,16 @@ class LaneBound(Bound):
 
     def run(self, tensors, keep: bool) -> tuple:
         srcs = self._sources(tensors)
-        slot = self._slot()
+        try:  # a free slot (the residual buffer with its own argument block), or a new one
+            slot = self._spare.pop()
+        except IndexError:
+            slot = _Slot(self)
         a, arr = slot.args, slot.src
-        for i, t in enumerate(srcs):
+        i = 0
+        for t in srcs:
             arr[i] = t.data_ptr()
-        out = torch.empty(self.prep.batch, self.k, dtype=_F64)
+            i += 1
+        out = torch.empty(self._out_shape, dtype=_F64)
         a.out = out.data_ptr()
         a.nthreads = threads()
         a.theta_ready = 0
@@ -370,18 +375,24 @@ class LaneBound(Bound):
         a.theta_ready = 1
         a.nthreads = threads()
         cot = cotangent  # read through its pointer only (never part of a graph here)
-        if cot.dtype is not _F64 or not cot.is_cpu:
-            cot = cot.detach().to("cpu", _F64)
-        if not cot.is_contiguous():
-            cot = cot.contiguous()
+        if cot.dtype is not _F64 or not cot.is_cpu or not cot.is_contiguous():
+            if cot.dtype is not _F64 or not cot.is_cpu:
+                cot = cot.detach().to("cpu", _F64)
+            if not cot.is_contiguous():
+                cot = cot.contiguous()
         # the kernel writes every element of each wanted gradient (zeros where none flows)
         new = torch.empty if self.prep.batch else torch.zeros
         out = []
         gout = slot.gout
-        for i, (t, need) in enumerate(zip(srcs, self.needs)):
-            g = new(t.shape, dtype=_F64) if need else None
-            gout[i] = None if g is None else g.data_ptr()
+        i = 0
+        for t, need in zip(srcs, self.needs):
+            if need:
+                g = new(t.shape, dtype=_F64)
+                gout[i] = g.data_ptr()
+            else:
+                g = gout[i] = None
             out.append(g)
+            i += 1
         a.cot = cot.data_ptr()
         rc = self.lib.qd_batch_adjoint(slot.ref)
         self._release(slot)  # the residual is consumed: its slot serves the next run
