@@ -490,7 +490,9 @@ static void SFX(bkron)(R *S, i64 W, const double *v, const int *order, int cnt) 
     }
 }
 
-/* Scratch per thread: two chunks (lam and a spare), lane matrices, factor vectors, sums. */
+/* Scratch per thread: two chunks (lam and a spare), lane matrices, factor vectors, sums; all
+ * of it one block kept between calls (keep_get): a call reuses the previous one's memory
+ * instead of a dozen mallocs and frees, so its addresses stay the same from call to call. */
 typedef struct {
     R *lam, *ml, *tmp;
     double *v, *acc, *wchain;
@@ -498,32 +500,60 @@ typedef struct {
     R *pml;                 /* the prefix gates' lane matrices */
     SFX(pmat_t) *pm;
     double *tree, *envs;    /* single precision: benv's scratch; every wire's environment */
+    void *mem;              /* the block all of it lies in, and its size */
+    size_t bytes;
 } SFX(bscr_t);
 
-static int SFX(bscr_alloc)(const SFX(bctx_t) *c, SFX(bscr_t) *s) {
+#ifndef QD_BCARVE_DEFINED
+#define QD_BCARVE_DEFINED
+/* Carve n bytes, 64-byte aligned, from a block (base 0: only count). */
+static void *bcarve(char *base, size_t *off, size_t n) {
+    size_t at = (*off + 63) & ~(size_t)63;
+    *off = at + (n ? n : 1);
+    return base ? base + at : 0;
+}
+
+/* A kept block (keep_get) of bytes plus room to align its start to 64 bytes; *off: the
+ * aligned start. */
+static char *bblock(size_t bytes, size_t *alloc, size_t *off) {
+    *alloc = bytes + 64;
+    char *mem = (char *)keep_get(*alloc);
+    *off = mem ? (size_t)((64 - ((uintptr_t)mem & 63)) & 63) : 0;
+    return mem;
+}
+#endif
+
+static void SFX(bscr_layout)(const SFX(bctx_t) *c, SFX(bscr_t) *s, char *base, size_t *off) {
     i64 W = c->W, d = c->d;
-    s->lam = (R *)malloc(sizeof(R) * (size_t)(2 * W * d));
-    s->ml = (R *)malloc(sizeof(R) * (size_t)(W * c->maxu * 2 + 8 * W));
-    s->tmp = (R *)malloc(sizeof(R) * (size_t)(2 * W * (1 << MAXK)));
-    s->v = (double *)malloc(sizeof(double) * (size_t)(4 * W * (c->n + 1)));
-    s->acc = (double *)malloc(sizeof(double) * (size_t)(W * (8 + c->K + 4 * (c->n + 1))));
-    s->perm = (i64 *)malloc(sizeof(i64) * (size_t)d);
-    s->wchain = (double *)malloc(sizeof(double) * (size_t)(4 * W * (c->pe + c->n + 2)));
-    s->chain = (i64 *)malloc(sizeof(i64) * (size_t)(c->pe + 1));
-    s->pml = (R *)malloc(sizeof(R) * (size_t)(c->pe * c->maxu * W + 1));
-    s->pm = (SFX(pmat_t) *)malloc(sizeof(SFX(pmat_t)) * (size_t)(c->pe + 1));
+    s->lam = (R *)bcarve(base, off, sizeof(R) * (size_t)(2 * W * d));
+    s->ml = (R *)bcarve(base, off, sizeof(R) * (size_t)(W * c->maxu * 2 + 8 * W));
+    s->tmp = (R *)bcarve(base, off, sizeof(R) * (size_t)(2 * W * (1 << MAXK)));
+    s->v = (double *)bcarve(base, off, sizeof(double) * (size_t)(4 * W * (c->n + 1)));
+    s->acc = (double *)bcarve(base, off, sizeof(double) * (size_t)(W * (8 + c->K + 4 * (c->n + 1))));
+    s->perm = (i64 *)bcarve(base, off, sizeof(i64) * (size_t)d);
+    s->wchain = (double *)bcarve(base, off, sizeof(double) * (size_t)(4 * W * (c->pe + c->n + 2)));
+    s->chain = (i64 *)bcarve(base, off, sizeof(i64) * (size_t)(c->pe + 1));
+    s->pml = (R *)bcarve(base, off, sizeof(R) * (size_t)(c->pe * c->maxu * W + 1));
+    s->pm = (SFX(pmat_t) *)bcarve(base, off, sizeof(SFX(pmat_t)) * (size_t)(c->pe + 1));
     /* benv's scratch: the spare chunk in double precision (d rows of 2W doubles), else this */
     const int tree = c->pe && sizeof(R) != sizeof(double);
-    s->tree = tree ? (double *)malloc(sizeof(double) * (size_t)(2 * W * d)) : 0;
-    s->envs = c->pe ? (double *)malloc(sizeof(double) * (size_t)(4 * W * c->n)) : 0;
-    return s->lam && s->ml && s->tmp && s->v && s->acc && s->perm && s->wchain && s->chain &&
-                   s->pml && s->pm && (!tree || s->tree) && (!c->pe || s->envs)
-               ? QD_OK : QD_ENOMEM;
+    s->tree = tree ? (double *)bcarve(base, off, sizeof(double) * (size_t)(2 * W * d)) : 0;
+    s->envs = c->pe ? (double *)bcarve(base, off, sizeof(double) * (size_t)(4 * W * c->n)) : 0;
+}
+
+static int SFX(bscr_alloc)(const SFX(bctx_t) *c, SFX(bscr_t) *s) {
+    size_t bytes = 0, off;
+    SFX(bscr_layout)(c, s, 0, &bytes);
+    char *mem = bblock(bytes, &s->bytes, &off);
+    s->mem = mem;
+    if (!mem) return QD_ENOMEM;
+    SFX(bscr_layout)(c, s, mem, &off);
+    return QD_OK;
 }
 
 static void SFX(bscr_free)(SFX(bscr_t) *s) {
-    free(s->lam); free(s->ml); free(s->tmp); free(s->v); free(s->acc); free(s->perm); free(s->wchain); free(s->chain);
-    free(s->pml); free(s->pm); free(s->tree); free(s->envs);
+    keep_put(s->mem, s->bytes);
+    s->mem = 0;
 }
 
 /* The prefix gates' matrices for the chunk at b0 (deriv: and the derivatives of trainable
@@ -1118,13 +1148,19 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
     /* the gradient rows (Bpad x P): only the trained columns are touched, a per-binding one
      * in every row, a batch-shared one in its chunks' first rows (where bgrad_add sums the
      * lanes); each chunk zeroes its own entries */
-    double *gtheta = (double *)malloc(sizeof(double) * (size_t)(bpad * P + 1));
-    char *trained = (char *)calloc((size_t)P + 1, 1);
-    i64 *cols = (i64 *)malloc(sizeof(i64) * (size_t)(P + 1)), nper = 0, nsh = 0;
+    /* the gradient rows, the trained flags and the column order: one kept block */
+    size_t gsz[3] = {sizeof(double) * (size_t)(bpad * P + 1), (size_t)P + 1,
+                     sizeof(i64) * (size_t)(P + 1)}, gbytes = 0, galloc = 0, goff;
+    for (int k = 0; k < 3; k++) bcarve(0, &gbytes, gsz[k]);
+    char *gmem = bblock(gbytes, &galloc, &goff);
+    double *gtheta = gmem ? (double *)bcarve(gmem, &goff, gsz[0]) : 0;
+    char *trained = gmem ? (char *)bcarve(gmem, &goff, gsz[1]) : 0;
+    i64 *cols = gmem ? (i64 *)bcarve(gmem, &goff, gsz[2]) : 0, nper = 0, nsh = 0;
+    if (trained) memset(trained, 0, gsz[1]);
     int nt = a->nthreads > 1 && c.nch > 1 ? a->nthreads : 1;
     if (nt > c.nch) nt = (int)c.nch;
     SFX(bscr_t) *scr = (SFX(bscr_t) *)calloc((size_t)nt, sizeof(SFX(bscr_t)));
-    if (!gtheta || !scr || !trained || !cols) rc = QD_ENOMEM;
+    if (!gmem || !scr) rc = QD_ENOMEM;
     if (!rc) {
         for (i64 i = 0; i < c.nops; i++)
             for (int j = 0; j < c.gates[i].np; j++)
@@ -1162,11 +1198,24 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
         while (pg > 0 && c.umat[pg - 1]) pg--;
     double *rho = 0;
     R *xbuf = 0, *ybuf = 0;
-    if (dense) {
-        rho = (double *)calloc((size_t)(nt * 2 * c.d * c.d), sizeof(double));
-        xbuf = (R *)calloc((size_t)(2 * wd * c.d), sizeof(R));
-        ybuf = (R *)calloc((size_t)(2 * wd * c.d), sizeof(R));
-        if (!rho || !xbuf || !ybuf) rc = QD_ENOMEM;
+    char *dmem = 0;
+    size_t dalloc = 0;
+    if (dense) {  /* rho and the sweep's two chunks of d lanes: one kept block, zeroed */
+        size_t dsz[3] = {sizeof(double) * (size_t)(nt * 2 * c.d * c.d),
+                         sizeof(R) * (size_t)(2 * wd * c.d), sizeof(R) * (size_t)(2 * wd * c.d)};
+        size_t dbytes = 0, doff;
+        for (int k = 0; k < 3; k++) bcarve(0, &dbytes, dsz[k]);
+        dmem = bblock(dbytes, &dalloc, &doff);
+        if (!dmem) {
+            rc = QD_ENOMEM;
+        } else {
+            rho = (double *)bcarve(dmem, &doff, dsz[0]);
+            xbuf = (R *)bcarve(dmem, &doff, dsz[1]);
+            ybuf = (R *)bcarve(dmem, &doff, dsz[2]);
+            memset(rho, 0, dsz[0]);
+            memset(xbuf, 0, dsz[1]);
+            memset(ybuf, 0, dsz[2]);
+        }
     }
     if (!rc && lo < c.nops) {
         R *psi = (R *)a->psi;
@@ -1235,14 +1284,10 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
                 }
         }
     }
-    free(trained);
-    free(cols);
-    free(rho);
-    free(xbuf);
-    free(ybuf);
+    keep_put(dmem, dalloc);
     for (int t = 0; t < nt && scr; t++) SFX(bscr_free)(&scr[t]);
     free(scr);
-    free(gtheta);
+    keep_put(gmem, galloc);
     SFX(bctx_free)(&c);
     return rc;
 }
