@@ -501,3 +501,41 @@ def test_dense_sweep_complex64():
     w = torch.rand(3, n, 3, generator=g, dtype=torch.float64, requires_grad=True)
     static = _hybrid_circuit(n, True, torch.complex64)
     _compare(_hybrid_circuit(n, False), static, [x, w], atol=2e-5)
+
+
+def test_kept_scratch_gives_the_bits_of_fresh_scratch():
+    """The lane kernels' scratch (per-thread chunks and lane matrices, the gradient rows, the
+    dense sweep's rho) lies in blocks kept between calls: calls of other registers, batches,
+    precisions and thread counts in between (each leaving its blocks behind) give the very
+    bits of the same call on fresh blocks; ``qd.clear_caches()`` frees them."""
+    from qdiff.backends.statevector import native_lib
+    from conftest import torch_threads
+
+    cases = [(4, 256, torch.complex128, 1), (3, 70, torch.complex64, 2),
+             (2, 5, torch.complex128, 2), (5, 200, torch.complex128, 2),
+             (4, 33, torch.complex64, 1)]
+
+    def run(n, b, cdtype, t):
+        g = torch.Generator().manual_seed(n * 1000 + b)
+        x = torch.rand(b, n, generator=g, dtype=torch.float64, requires_grad=True)
+        w = torch.rand(3, n, 3, generator=g, dtype=torch.float64, requires_grad=True)
+        with torch_threads(t):
+            f = _hybrid_circuit(n, True, cdtype)
+            out = _flat(f(x, w))
+            cot = torch.linspace(-1.1, 0.7, out.numel(), dtype=out.dtype).reshape(out.shape)
+            gx, gw = torch.autograd.grad(out, (x, w), cot)
+        return out.detach(), gx, gw
+
+    fresh = {}
+    for case in cases:
+        qd.clear_caches()
+        fresh[case] = run(*case)
+        assert native_lib.scratch_held() > 0  # the call's blocks were kept
+    qd.clear_caches()
+    assert native_lib.scratch_held() == 0
+    for case in cases[::-1] + cases:
+        got = run(*case)
+        for a, b in zip(got, fresh[case]):
+            assert torch.equal(a, b), case
+    qd.clear_caches()
+    assert native_lib.scratch_held() == 0
