@@ -2536,6 +2536,19 @@ static void SFX(write_product)(R *st, int n, const SFX(ctx_t) *c, i64 pe, i64 b,
     if (hf != one) free(hf);
 }
 
+/* |0...0> written over a state of 2^n amplitudes whose content is not read, split over par
+ * threads from 2^PAR_MIN_BITS amplitudes on (static blocks, as the gates split the state). */
+static void SFX(write_zero)(R *st, int n, int par) {
+    const i64 amps = (i64)1 << n, blk = (i64)1 << 14, nblk = (amps + blk - 1) / blk;
+#pragma omp parallel for if (par > 1 && n >= PAR_MIN_BITS && nblk > 1) num_threads(par) \
+    schedule(static)
+    for (i64 k = 0; k < nblk; k++) {
+        const i64 x0 = k * blk, x1 = x0 + blk < amps ? x0 + blk : amps;
+        memset(st + 2 * x0, 0, sizeof(R) * 2 * (size_t)(x1 - x0));
+    }
+    st[0] = (R)1;
+}
+
 /* Apply the program (in order, or its inverse when dagger) to every state of the batch. */
 static int SFX(run)(qd_run_args *a) {
     int n = a->n, nthreads = a->nthreads, dag = a->dagger;
@@ -2555,11 +2568,14 @@ static int SFX(run)(qd_run_args *a) {
     make_tiles(n, B, tiles);
     i64 N = (i64)1 << n;
     R *states = (R *)a->states;
-    /* from_zero: the input is |0...0> (its content is not read); a leading product prefix is
-     * written directly */
+    /* from_zero: the input is |0...0> and its content is not read (it may be uninitialised
+     * memory): a leading product prefix is written directly, or else |0...0> itself, in the
+     * same parallel split as the gates (first touch of fresh pages on every thread) */
     i64 pe = a->from_zero && !dag ? SFX(product_prefix)(&c, nops, n) : 0;
+    const int zfill = a->from_zero && !pe;
     if (B == 1) {  /* one state: the kernels split it over the threads */
         if (pe) SFX(write_product)(states, n, &c, pe, 0, 0, nthreads);
+        if (zfill) SFX(write_zero)(states, n, nthreads);
         SFX(run_one)(states, n, &c, us, nops, 0, dag, nthreads, 0, pe);
         ntiles = 0;
     }
@@ -2572,6 +2588,8 @@ static int SFX(run)(qd_run_args *a) {
         if (pe)
             for (i64 t = 0; t < ((i64)1 << tb); t++)
                 SFX(write_product)(st + 2 * N * t, n, &c, pe, b0 + t, tid, 1);
+        if (zfill)
+            for (i64 t = 0; t < ((i64)1 << tb); t++) SFX(write_zero)(st + 2 * N * t, n, 1);
         if (tb == 0) {
             SFX(run_one)(st, n, &c, us + (nops + 1) * tid, nops, b0, dag, 1, tid, pe);
         } else {
