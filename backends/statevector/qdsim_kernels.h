@@ -2454,12 +2454,13 @@ static i64 SFX(product_prefix)(const SFX(ctx_t) *c, i64 nops, int n) {
 static inline int parity64(i64 x) { return __builtin_parityll((unsigned long long)x); }
 #endif
 
-/* A large product state in runs of 2^PT_BITS amplitudes: with h the bits above a run, the
- * run's low bits read y_low = A x_low ^ F(h) (A: the low bits' parity masks, F_p =
- * parity(h & m_p above the run)), so the run is hf[h] times R0(x_low ^ d) with A d = F and R0
- * the low bits' permuted product; R0 is tabulated once, in one copy per XOR of the bits inside
- * a 64-byte vector, and every run is one complex scale of a table read in whole vectors.
- * 0 when there is no memory for the tables. */
+/* A large product state in runs of 2^K amplitudes (K = PT_BITS, n - 6 below 2^18
+ * amplitudes): with h the bits above a run, the run's low bits read y_low = A x_low ^ F(h)
+ * (A: the low bits' parity masks, F_p = parity(h & m_p above the run)), so the run is hf[h]
+ * times R0(x_low ^ d) with A d = F and R0 the low bits' permuted product; R0 is tabulated
+ * once, in one copy per XOR of the bits inside a 64-byte vector, and every run is one complex
+ * scale of a table read in whole vectors (product_run). 0 when there is no memory for the
+ * tables. */
 #define PT_BITS 12
 #define PT_MIN_N 16
 #if RBYTES == 4
