@@ -92,8 +92,9 @@ def make_qdiff(n: int, ops, cdtype=torch.complex128, separate: bool = False, cal
     tile runs or in-cache chunks shared across gates); otherwise ``ops`` is one program, run
     ``calls`` times (an empty ``ops`` with ``calls`` = K times the calls' own overhead).
     ``from_zero``: the program starts from |0...0> as the engine runs a circuit without an
-    initial state (a leading product of one-qubit gates is written in one pass); otherwise
-    every gate is applied to the state as it is."""
+    initial state: the kernels write the start state themselves (a leading product of
+    one-qubit gates in one pass) and never read the buffer, so it is not reset between calls;
+    otherwise the state is reset to |0...0> and every gate is applied to it as it is."""
     from qdiff.backends.statevector import native
     from qdiff.backends.statevector.simulate import zero_state
     parts = [[op] for op in ops] if separate else [ops] * calls
@@ -107,8 +108,9 @@ def make_qdiff(n: int, ops, cdtype=torch.complex128, separate: bool = False, cal
     state = zero_state(n, 1, cdtype, "cpu")
 
     def run():
-        state.zero_()
-        state[0, 0] = 1
+        if not from_zero:
+            state.zero_()
+            state[0, 0] = 1
         for plan, theta in plans:
             native.run_plan(state, plan, theta, from_zero=from_zero)
     return run

@@ -267,7 +267,7 @@ def _ladder(seed, n, down=True):
     return Circuit(n, tuple(ops), num_params=p)
 
 
-@pytest.mark.parametrize("n,batch", [(5, 1), (12, 1), (13, 3), (16, 1)])
+@pytest.mark.parametrize("n,batch", [(5, 1), (12, 1), (13, 3), (16, 1), (17, 2), (19, 1)])
 @pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_product_start_with_cnot_ladders_matches_torch(n, batch, cdtype, threads):

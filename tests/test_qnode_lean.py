@@ -203,3 +203,34 @@ def test_channel_check_per_circuit_still_refuses_channels():
                 f(x, noisy)
         else:
             torch.testing.assert_close(f(x, noisy), torch.cos(x), atol=1e-12, rtol=0)
+
+
+def test_half_register_diagonal_with_other_outputs_and_changed_coefficients():
+    """The two half-register diagonals of the adjoint's lam when Z words sit between other
+    outputs (their cotangent columns are not the first ones; the columns are kept per
+    circuit) and a coefficient is changed in place between calls: each call matches the full
+    sign matrix of that call's coefficients."""
+    from qdiff.circuits import Circuit
+    n = 13
+    a = n // 2
+    ms = (qd.probs(wires=[0, 1]), qd.expval(2.0 * qd.Z(n - 1)), qd.expval(qd.Z(0) @ qd.Z(3)),
+          qd.expval(qd.X(4)), qd.expval(qd.Z(a)), qd.expval(-0.5 * qd.Z(1)))
+    c = Circuit(n, (), ms)
+    zcols = [(4, 1), (5, 2), (7, 4), (8, 5)]  # (cotangent column, measurement index)
+    g = torch.Generator().manual_seed(4)
+    psi = torch.randn(2, 2 ** n, dtype=torch.complex128, generator=g)
+    cot = torch.randn(2, 9, dtype=torch.float64, generator=g)
+    for scale in (1.0, 3.0):
+        if scale != 1.0:
+            with torch.no_grad():
+                ms[1].obs.coeffs.mul_(scale)  # changed in place: read again on this call
+        parts, done = zwords.z_word_diagonal_parts(psi, c, cot, n)
+        assert isinstance(parts, tuple) and done == {i for _, i in zcols}
+        words = tuple(tuple(sorted(f.wires[0] for f in ms[i].obs.terms[0])) for _, i in zcols)
+        coeffs = torch.tensor([float(ms[i].obs.coeffs.real[0]) for _, i in zcols],
+                              dtype=torch.float64)
+        ref = (cot[:, [col for col, _ in zcols]] * coeffs) @ \
+            zwords.sign_matrix(words, n, torch.float64, "cpu").T
+        full = (parts[0][:, :, None] + parts[1][:, None, :]).reshape(2, -1)
+        torch.testing.assert_close(full, ref, atol=1e-12, rtol=0)
+    assert float(ms[1].obs.coeffs.real[0]) == 6.0

@@ -19,7 +19,7 @@ import torch
 
 from qdiff.circuits.errors import QdiffError, QdiffMemoryError
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 MAXK = 6   # target bits of one record (qdsim.h QD_MAXK)
 MAXA = 3   # angles of one coded gate (QD_MAXA)
 C128, C64 = 0, 1          # QD_C128, QD_C64

@@ -31,7 +31,7 @@ from qdiff.backends.base import Bound, Prepared, Result
 from qdiff.backends.statevector import native, zwords
 from qdiff.backends.statevector.native_abi import (DTYPES, BatchArgs, check, program_arg, ptr,
                                                    threads)
-from qdiff.backends.statevector.simulate import check_memory, zero_state
+from qdiff.backends.statevector.simulate import check_memory
 
 _MAX_WIRES = 16  # above, the sign matrix and the engine's half-register reads are better
 _DENSE_MAX = 64  # largest 2**n for the embedding-then-shared-unitary path
@@ -86,7 +86,6 @@ class NativePrepared(Prepared):
             (True,) * job.theta.shape[1]
         self.shared = job.shared
         check_memory(self.n, self.batch, self.cdtype, "cpu", copies=4.0)
-        self.zero = zero_state(self.n, self.batch, self.cdtype, "cpu")  # cloned per run
         self.dense = None
         split = embedding_split(c, job.shared)
         d = 2 ** self.n
@@ -112,6 +111,11 @@ class NativePrepared(Prepared):
             return native.abs2(state)
         return out
 
+    def _start(self) -> torch.Tensor:
+        """Room for the batch's states (checked against memory when prepared): the kernels
+        write |0...0> or the leading product into it themselves (``from_zero``)."""
+        return torch.empty(self.batch, 2 ** self.n, dtype=self.cdtype)
+
     def _check(self, theta):
         if theta.shape[0] != self.batch or theta.device.type != "cpu" or theta.requires_grad:
             raise ValueError(f"prepared for {self.batch} CPU bindings without grad; got theta "
@@ -121,7 +125,7 @@ class NativePrepared(Prepared):
         self._check(theta)
         if self.dense is not None:
             return self._dense_execute(theta, keep)
-        state = self.zero.clone()
+        state = self._start()
         native.run_plan(state, self.plan, theta, from_zero=True)
         flat = self.abs2(state) @ self.signs
         return Result(flat, state if keep else None)
@@ -148,7 +152,7 @@ class NativePrepared(Prepared):
         if isinstance(pre, ProductPrefix):
             e = pre.state(theta)
         else:
-            e = native.run_plan(self.zero.clone(), pre, theta, from_zero=True)
+            e = native.run_plan(self._start(), pre, theta, from_zero=True)
         s = torch.eye(2 ** self.n, dtype=self.cdtype)  # row c: V|c>, so V = s^T
         native.run_plan(s, post, theta[:1])
         psi = e @ s
@@ -242,7 +246,8 @@ class ProductPrefix:
 
     def state(self, theta):
         """``(B, 2**n)`` product states (the native kernels write them directly)."""
-        e = zero_state(self.n, theta.shape[0], self.cdtype, "cpu")
+        # written whole by the kernels (from_zero): no zero pass first
+        e = torch.empty(theta.shape[0], 2 ** self.n, dtype=self.cdtype)
         return native.run_plan(e, self.plan, theta, from_zero=True)
 
     def add_gradient(self, grad, e, mu, trainable) -> None:

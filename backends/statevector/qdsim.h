@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#define QD_ABI_VERSION 5
+#define QD_ABI_VERSION 6
 #define QD_MAXK 6        /* target bits of one gate */
 #define QD_MAXA 3        /* angles of one coded gate */
 #define QD_MAXN 40       /* qubits of one state */
@@ -80,7 +80,8 @@ typedef struct {
     qd_program prog;
     qd_angles angles;
     int32_t dagger;
-    int32_t from_zero;   /* the input is |0...0> (not read): a product prefix is written */
+    int32_t from_zero;   /* the input is |0...0>, its content never read (uninitialised memory
+                          * will do): a product prefix, or |0...0>, is written */
     int32_t nthreads;
     int32_t tiles;       /* 1: runs of gates on large states share passes in cache tiles */
     int64_t bad_record;  /* out: the record at fault when an error is returned (-1: none) */

@@ -2454,6 +2454,85 @@ static i64 SFX(product_prefix)(const SFX(ctx_t) *c, i64 nops, int n) {
 static inline int parity64(i64 x) { return __builtin_parityll((unsigned long long)x); }
 #endif
 
+/* A large product state in runs of 2^K amplitudes (K = PT_BITS, n - 6 below 2^18
+ * amplitudes): with h the bits above a run, the run's low bits read y_low = A x_low ^ F(h)
+ * (A: the low bits' parity masks, F_p = parity(h & m_p above the run)), so the run is hf[h]
+ * times R0(x_low ^ d) with A d = F and R0 the low bits' permuted product; R0 is tabulated
+ * once, in one copy per XOR of the bits inside a 64-byte vector, and every run is one complex
+ * scale of a table read in whole vectors (product_run). 0 when there is no memory for the
+ * tables. */
+#define PT_BITS 12
+#define PT_MIN_N 16
+#if RBYTES == 4
+#define PT_X1 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14
+#else
+#define PT_X1 1, 0, 3, 2, 5, 4, 7, 6
+#endif
+/* o[vector vb] = (sr + i si) t[vector vb ^ dh], nv vectors */
+QD_FMA static void SFX(product_run)(R *restrict o, const R *restrict t, i64 dh, i64 nv, R sr,
+                                    R si) {
+    typedef SFX(vl) V;
+    V a, b;
+    for (int e = 0; e < (int)(64 / sizeof(R)); e++) {
+        a[e] = sr;
+        b[e] = e & 1 ? si : -si;
+    }
+    for (i64 vb = 0; vb < nv; vb++) {
+        V x;
+        memcpy(&x, t + (64 / sizeof(R)) * (vb ^ dh), sizeof x);
+        const V y = a * x + b * SHUF(x, PT_X1);
+        memcpy(o + (64 / sizeof(R)) * vb, &y, sizeof y);
+    }
+}
+#undef PT_X1
+static int SFX(product_tables)(R *st, int n, const double (*v)[4], const i64 *m, int par) {
+    enum { G = 64 / (2 * RBYTES) };  /* amplitudes per 64-byte vector */
+    const int K = n - 6 < PT_BITS ? n - 6 : PT_BITS, nh = n - K;
+    const i64 L = (i64)1 << K, low = L - 1;
+    const size_t tbytes = sizeof(R) * 2 * (size_t)L * G;
+    const size_t bytes = tbytes + sizeof(double) * (2 * (size_t)L + ((size_t)2 << nh));
+    char *blk = (char *)keep_get(bytes);
+    if (!blk) return 0;
+    R *tab = (R *)blk;
+    double *r0 = (double *)(blk + tbytes), *hf = r0 + 2 * L;
+    /* R0 and the high factors by doubling, from the top bit of each down */
+    r0[0] = 1; r0[1] = 0;
+    hf[0] = 1; hf[1] = 0;
+    for (int part = 0; part < 2; part++) {
+        double *x = part ? hf : r0;
+        const int top = part ? n - 1 : K - 1, bot = part ? K : 0;
+        i64 len = 1;
+        for (int p = top; p >= bot; p--) {
+            const i64 mj = (part ? m[p] : (m[p] & low)) >> (p + 1);
+            for (i64 j = len - 1; j >= 0; j--) {
+                const double xr = x[2 * j], xi = x[2 * j + 1];
+                const int f = parity64(j & mj);
+                const double *w0 = v[p] + 2 * f, *w1 = v[p] + 2 * (f ^ 1);
+                x[4 * j] = xr * w0[0] - xi * w0[1];
+                x[4 * j + 1] = xr * w0[1] + xi * w0[0];
+                x[4 * j + 2] = xr * w1[0] - xi * w1[1];
+                x[4 * j + 3] = xr * w1[1] + xi * w1[0];
+            }
+            len *= 2;
+        }
+    }
+    for (int dl = 0; dl < G; dl++)
+        for (i64 z = 0; z < L; z++) {
+            tab[2 * (dl * L + z)] = (R)r0[2 * (z ^ dl)];
+            tab[2 * (dl * L + z) + 1] = (R)r0[2 * (z ^ dl) + 1];
+        }
+#pragma omp parallel for if (par > 1) num_threads(par) schedule(static)
+    for (i64 h = 0; h < ((i64)1 << nh); h++) {
+        i64 d = 0;  /* A d = F(h), solved from the top bit down (A is unit upper triangular) */
+        for (int p = K - 1; p >= 0; p--)
+            d |= (i64)(parity64(h & (m[p] >> K)) ^ parity64(d & m[p] & low)) << p;
+        SFX(product_run)(st + 2 * (h << K), tab + 2 * (d & (G - 1)) * L, d / G, L / G,
+                         (R)hf[2 * h], (R)hf[2 * h + 1]);
+    }
+    keep_put(blk, bytes);
+    return 1;
+}
+
 static void SFX(write_product)(R *st, int n, const SFX(ctx_t) *c, i64 pe, i64 b, int tid,
                                int par) {
     double v[QD_MAXN][4];
@@ -2485,6 +2564,7 @@ static void SFX(write_product)(R *st, int n, const SFX(ctx_t) *c, i64 pe, i64 b,
             v[p][3] = u[4] * a0i + u[5] * a0r + u[6] * a1i + u[7] * a1r;
         }
     }
+    if (n >= PT_MIN_N && SFX(product_tables)(st, n, (const double (*)[4])v, m, par)) return;
     /* the top nh bits' factors hf (double), then every run of 2^nl amplitudes from its
      * factor by doubling over the low bits (in parallel over the runs) */
     int nl = par > 1 && n >= PAR_MIN_BITS ? n / 2 : n, nh = n - nl;
@@ -2536,6 +2616,19 @@ static void SFX(write_product)(R *st, int n, const SFX(ctx_t) *c, i64 pe, i64 b,
     if (hf != one) free(hf);
 }
 
+/* |0...0> written over a state of 2^n amplitudes whose content is not read, split over par
+ * threads from 2^PAR_MIN_BITS amplitudes on (static blocks, as the gates split the state). */
+static void SFX(write_zero)(R *st, int n, int par) {
+    const i64 amps = (i64)1 << n, blk = (i64)1 << 14, nblk = (amps + blk - 1) / blk;
+#pragma omp parallel for if (par > 1 && n >= PAR_MIN_BITS && nblk > 1) num_threads(par) \
+    schedule(static)
+    for (i64 k = 0; k < nblk; k++) {
+        const i64 x0 = k * blk, x1 = x0 + blk < amps ? x0 + blk : amps;
+        memset(st + 2 * x0, 0, sizeof(R) * 2 * (size_t)(x1 - x0));
+    }
+    st[0] = (R)1;
+}
+
 /* Apply the program (in order, or its inverse when dagger) to every state of the batch. */
 static int SFX(run)(qd_run_args *a) {
     int n = a->n, nthreads = a->nthreads, dag = a->dagger;
@@ -2555,11 +2648,14 @@ static int SFX(run)(qd_run_args *a) {
     make_tiles(n, B, tiles);
     i64 N = (i64)1 << n;
     R *states = (R *)a->states;
-    /* from_zero: the input is |0...0> (its content is not read); a leading product prefix is
-     * written directly */
+    /* from_zero: the input is |0...0> and its content is not read (it may be uninitialised
+     * memory): a leading product prefix is written directly, or else |0...0> itself, in the
+     * same parallel split as the gates (first touch of fresh pages on every thread) */
     i64 pe = a->from_zero && !dag ? SFX(product_prefix)(&c, nops, n) : 0;
+    const int zfill = a->from_zero && !pe;
     if (B == 1) {  /* one state: the kernels split it over the threads */
         if (pe) SFX(write_product)(states, n, &c, pe, 0, 0, nthreads);
+        if (zfill) SFX(write_zero)(states, n, nthreads);
         SFX(run_one)(states, n, &c, us, nops, 0, dag, nthreads, 0, pe);
         ntiles = 0;
     }
@@ -2572,6 +2668,8 @@ static int SFX(run)(qd_run_args *a) {
         if (pe)
             for (i64 t = 0; t < ((i64)1 << tb); t++)
                 SFX(write_product)(st + 2 * N * t, n, &c, pe, b0 + t, tid, 1);
+        if (zfill)
+            for (i64 t = 0; t < ((i64)1 << tb); t++) SFX(write_zero)(st + 2 * N * t, n, 1);
         if (tb == 0) {
             SFX(run_one)(st, n, &c, us + (nops + 1) * tid, nops, b0, dag, 1, tid, pe);
         } else {

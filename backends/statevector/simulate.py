@@ -29,6 +29,12 @@ def zero_state(n: int, batch: int, cdtype, device) -> torch.Tensor:
     return s
 
 
+def _set_zero(state: torch.Tensor) -> None:
+    """|0...0> written over ``state`` ``(B, 2**n)`` in place."""
+    state.zero_()
+    state[:, 0] = 1
+
+
 def available_memory(device: torch.device) -> int:
     """Bytes free for a new allocation on ``device`` (:func:`qdiff.circuits.memory.available`)."""
     return memory.available(device)
@@ -78,14 +84,20 @@ def simulate(circuit, theta: torch.Tensor, initial_state=None, cdtype=torch.comp
         isinstance(initial_state, torch.Tensor) and initial_state.requires_grad) or any(
         p.requires_grad for p in _tensor_params(circuit)))
     check_memory(n, batch, cdtype, device, copies=4.0 + (len(circuit.operations) if grad else 0))
-    if initial_state is None:
-        state = zero_state(n, batch, cdtype, device)
-    else:
-        state = initial_state.to(device=device, dtype=cdtype).expand(batch, 2 ** n)
-        state = state if grad else state.clone()
     inplace = not grad and is_concrete(theta)  # torch.func transforms need out-of-place ops
     if use_native is None:
         use_native = native.runs(cdtype, device, theta, grad)
+    if initial_state is None:
+        if inplace and use_native and isinstance(fuse, bool) and \
+                native.coded_plan(circuit.operations, n) is not None:
+            # the coded program writes the whole start state itself (from_zero), in parallel:
+            # no serial zero pass, fresh pages first touched by every thread
+            state = torch.empty(batch, 2 ** n, dtype=cdtype, device=device)
+        else:
+            state = zero_state(n, batch, cdtype, device)
+    else:
+        state = initial_state.to(device=device, dtype=cdtype).expand(batch, 2 ** n)
+        state = state if grad else state.clone()
     return evolve(state, circuit.operations, theta, n, rdtype, inplace, fuse,
                   from_zero=initial_state is None, trace=trace,
                   use_native=use_native and inplace)
@@ -98,8 +110,10 @@ def evolve(state, operations, theta, n, rdtype, inplace, fuse=True, from_zero=Fa
     ``fuse=True`` multiplies runs of one-qubit gates on a wire into one 2x2 before applying it;
     ``fuse=k`` (an int >= 2, no-grad path only) also fuses gates within windows of ``k``
     consecutive wires into ``2**k x 2**k`` blocks (:mod:`qdiff.backends.statevector.fusion`), whose result may
-    live in a spare buffer: use the returned tensor. ``from_zero`` promises that ``state`` is
-    |0...0> (the native kernels then write a leading product of one-qubit gates directly).
+    live in a spare buffer: use the returned tensor. ``from_zero`` says that ``state`` stands
+    for |0...0>: the native kernels do not read it (it may be uninitialised) and write the
+    start state themselves (a leading product of one-qubit gates directly); a fallback from
+    the native kernels to torch's first sets it to |0...0>.
     ``use_native``: run the native kernels (``None``: if they apply to ``state`` and ``theta``);
     a gate they cannot take falls back to torch before anything is applied.
     """
@@ -113,7 +127,8 @@ def evolve(state, operations, theta, n, rdtype, inplace, fuse=True, from_zero=Fa
                 return native.evolve(state, operations, theta, n, rdtype, fuse, from_zero,
                                      trace)
             except native.Unsupported:
-                pass
+                if from_zero:  # not written by the kernels: |0...0> for the torch kernels
+                    _set_zero(state)
     angles = circuit_angles(operations, theta, rdtype)
     data = circuit_data(operations, angles, state.dtype)
     if trace is not None:

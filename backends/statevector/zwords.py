@@ -243,15 +243,26 @@ def z_word_diagonal_parts(state, circuit, cotangent, n):
     if split is None:
         signs = sign_matrix(tuple(words[i] for i, _ in cols), n, rdtype, state.device)
         return weights(cols) @ signs.T, {i for i, _ in cols}
-    col_of = dict(cols)
+    if sum(len(h[2]) for h in split) < 2:
+        return None, set()
+
+    def half_columns():  # per half: its cotangent columns as an index tensor (cached)
+        col_of = dict(cols)
+        return [torch.tensor([col_of[i] for i in keys], device=state.device) if keys else None
+                for _, _, keys, _ in split]
+    index = memo(circuit, ("z_half_columns", n, str(state.device)), half_columns)
+    # the coefficients of every Z word in one read, the cotangent converted once
+    coeff = dict(zip((i for i, _ in cols), coefficients([ms[i] for i, _ in cols])))
+    g_all = cotangent.to(rdtype)
     parts, done = [], set()
-    for _, m, keys, shifted in split:
+    for (_, m, keys, shifted), idx in zip(split, index):
         if keys:
-            sel = [(i, col_of[i]) for i in keys]
-            parts.append(weights(sel) @ sign_matrix(shifted, m, rdtype, state.device).T)
+            g = g_all.index_select(1, idx)
+            c = [coeff[i] for i in keys]
+            if not all(x == 1.0 for x in c):
+                g = g * torch.tensor(c, dtype=rdtype, device=state.device)
+            parts.append(g @ sign_matrix(shifted, m, rdtype, state.device).T)
             done.update(keys)
         else:
             parts.append(torch.zeros(state.shape[0], 2 ** m, dtype=rdtype, device=state.device))
-    if len(done) < 2:
-        return None, set()
     return (parts[0], parts[1]), done
