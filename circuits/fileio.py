@@ -90,7 +90,7 @@ def check_target(path, force: bool = False):
 
 
 @contextlib.contextmanager
-def _signals_held():
+def signals_held():
     """Defer Python-level SIGINT/SIGTERM handlers (main thread only: they run nowhere else)
     for the duration of the block, then deliver what arrived meanwhile."""
     if threading.current_thread() is not threading.main_thread():
@@ -135,7 +135,7 @@ def atomic_open(path, mode: str = "w", *, force: bool = False, encoding: str = "
     folder = os.path.dirname(os.path.abspath(path))
     created: list = []
     try:
-        with _signals_held():
+        with signals_held():
             fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
                                        dir=folder)
             created.append(tmp)

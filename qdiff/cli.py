@@ -131,6 +131,7 @@ def _main(argv) -> int:
 def _doctor() -> int:
     """``qdiff doctor``: the native kernels' status (builds them if needed); exit 0 either
     way (the torch kernels compute the same results)."""
+    _import_held("torch")
     import torch
     from qdiff.backends.statevector.native_lib import cache_dir, native_status
     print(native_status())
@@ -176,7 +177,21 @@ def expand_inputs(inputs) -> list:
     return files
 
 
+def _import_held(*modules: str) -> None:
+    """Import ``modules`` with SIGINT/SIGTERM held until they are loaded: a KeyboardInterrupt
+    raised while an extension module initialises (torch's calls back into Python) can abort
+    the process (std::terminate) instead of unwinding. A signal that arrived meanwhile is
+    delivered once the imports are done, and then interrupts as anywhere else."""
+    import importlib
+
+    from qdiff.circuits import fileio
+    with fileio.signals_held():
+        for name in modules:
+            importlib.import_module(name)
+
+
 def _compile(args) -> int:
+    _import_held("qiskit", "torch", "qdiff.compiler.api")  # parse_basis's module needs torch
     from qdiff.compiler.basis import parse_basis
     files = expand_inputs(args.inputs)
     if args.output and len(files) > 1:

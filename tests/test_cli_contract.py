@@ -251,3 +251,26 @@ def test_ctrl_c_during_start_up_is_130_and_one_line(tmp_path, when):
     assert err.strip().splitlines() == ["qdiff: error: interrupted; no partial output was "
                                         "written"]
     assert sorted(os.listdir(tmp_path)) == ["in.qasm"]
+
+
+def test_ctrl_c_during_a_held_import_lands_after_it(tmp_path, monkeypatch):
+    """The start-up imports run with SIGINT held: a Ctrl-C raised in the middle of a module's
+    initialisation lets the module finish loading and interrupts right after it (as
+    KeyboardInterrupt, which main turns into exit 130), never inside the module."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("SIGINT is not handled by Python in this process")
+    from qdiff import cli
+    name = "qdiff_test_interrupted_import"
+    (tmp_path / f"{name}.py").write_text(
+        "import signal\nsignal.raise_signal(signal.SIGINT)\nx = sum(range(1000))\nLOADED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        cli._import_held(name)
+    assert sys.modules[name].LOADED is True
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # without the hold the same import stops at the signal, half loaded
+    monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(KeyboardInterrupt):
+        __import__(name)
+    assert name not in sys.modules
