@@ -2452,6 +2452,28 @@ static i64 SFX(product_prefix)(const SFX(ctx_t) *c, i64 nops, int n) {
 #ifndef QD_PARITY64
 #define QD_PARITY64
 static inline int parity64(i64 x) { return __builtin_parityll((unsigned long long)x); }
+/* x (2^(top-bot+1) complex, double): the permuted product of the one-qubit factors v[p] of
+ * bits top down to bot, doubled in from the top (x[0] = 1 first): y_p = x_p ^ parity(x &
+ * m_p & mask), m_p over the bits above p. */
+static void product_double(double *x, const double (*v)[4], const i64 *m, int top, int bot,
+                           i64 mask) {
+    x[0] = 1;
+    x[1] = 0;
+    i64 len = 1;
+    for (int p = top; p >= bot; p--) {
+        const i64 mj = (m[p] & mask) >> (p + 1);
+        for (i64 j = len - 1; j >= 0; j--) {
+            const double xr = x[2 * j], xi = x[2 * j + 1];
+            const int f = parity64(j & mj);
+            const double *w0 = v[p] + 2 * f, *w1 = v[p] + 2 * (f ^ 1);
+            x[4 * j] = xr * w0[0] - xi * w0[1];
+            x[4 * j + 1] = xr * w0[1] + xi * w0[0];
+            x[4 * j + 2] = xr * w1[0] - xi * w1[1];
+            x[4 * j + 3] = xr * w1[1] + xi * w1[0];
+        }
+        len *= 2;
+    }
+}
 #endif
 
 /* A large product state in runs of 2^K amplitudes (K = PT_BITS, n - 6 below 2^18
@@ -2495,27 +2517,8 @@ static int SFX(product_tables)(R *st, int n, const double (*v)[4], const i64 *m,
     if (!blk) return 0;
     R *tab = (R *)blk;
     double *r0 = (double *)(blk + tbytes), *hf = r0 + 2 * L;
-    /* R0 and the high factors by doubling, from the top bit of each down */
-    r0[0] = 1; r0[1] = 0;
-    hf[0] = 1; hf[1] = 0;
-    for (int part = 0; part < 2; part++) {
-        double *x = part ? hf : r0;
-        const int top = part ? n - 1 : K - 1, bot = part ? K : 0;
-        i64 len = 1;
-        for (int p = top; p >= bot; p--) {
-            const i64 mj = (part ? m[p] : (m[p] & low)) >> (p + 1);
-            for (i64 j = len - 1; j >= 0; j--) {
-                const double xr = x[2 * j], xi = x[2 * j + 1];
-                const int f = parity64(j & mj);
-                const double *w0 = v[p] + 2 * f, *w1 = v[p] + 2 * (f ^ 1);
-                x[4 * j] = xr * w0[0] - xi * w0[1];
-                x[4 * j + 1] = xr * w0[1] + xi * w0[0];
-                x[4 * j + 2] = xr * w1[0] - xi * w1[1];
-                x[4 * j + 3] = xr * w1[1] + xi * w1[0];
-            }
-            len *= 2;
-        }
-    }
+    product_double(r0, v, m, K - 1, 0, low);  /* the runs' own bits */
+    product_double(hf, v, m, n - 1, K, -1);   /* the bits above the runs */
     for (int dl = 0; dl < G; dl++)
         for (i64 z = 0; z < L; z++) {
             tab[2 * (dl * L + z)] = (R)r0[2 * (z ^ dl)];
@@ -2575,22 +2578,7 @@ static void SFX(write_product)(R *st, int n, const SFX(ctx_t) *c, i64 pe, i64 b,
         nh = 0;
         hf = one;
     }
-    hf[0] = 1;
-    hf[1] = 0;
-    i64 len = 1;
-    for (int p = n - 1; p >= nl; p--) {
-        const i64 mj = m[p] >> (p + 1);
-        for (i64 j = len - 1; j >= 0; j--) {
-            const double xr = hf[2 * j], xi = hf[2 * j + 1];
-            const int f = parity64(j & mj);
-            const double *w0 = v[p] + 2 * f, *w1 = v[p] + 2 * (f ^ 1);
-            hf[4 * j] = xr * w0[0] - xi * w0[1];
-            hf[4 * j + 1] = xr * w0[1] + xi * w0[0];
-            hf[4 * j + 2] = xr * w1[0] - xi * w1[1];
-            hf[4 * j + 3] = xr * w1[1] + xi * w1[0];
-        }
-        len *= 2;
-    }
+    product_double(hf, (const double (*)[4])v, m, n - 1, nl, -1);
 #pragma omp parallel for if (nh > 0) num_threads(par) schedule(static)
     for (i64 h = 0; h < ((i64)1 << nh); h++) {
         R *o = st + 2 * (h << nl);
