@@ -88,20 +88,17 @@ def _guarded():
 # signatures
 
 
-_FLOATS = (torch.float64, torch.float32)
-
-
 def _where(i: int, npos: int, names) -> str:
     return str(i) if i < npos else repr(names[i - npos])
 
 
 def _arg_sig(value, i: int, npos: int, names):
+    """The signature entry of a non-tensor argument (float tensors are keyed by
+    :func:`call_signature` itself; any other tensor is an error)."""
     if isinstance(value, torch.Tensor):
-        if value.dtype not in _FLOATS:
-            raise QdiffError(f"static qnode: tensor argument {_where(i, npos, names)} has dtype "
-                             f"{value.dtype}; tensor arguments must be float32 or float64 (pass "
-                             "integers as Python ints)")
-        return ("t", value.shape, value.dtype, value.device, value.requires_grad)
+        raise QdiffError(f"static qnode: tensor argument {_where(i, npos, names)} has dtype "
+                         f"{value.dtype}; tensor arguments must be float32 or float64 (pass "
+                         "integers as Python ints)")
     try:
         hash(value)
     except TypeError:
