@@ -51,6 +51,15 @@ static void qd_vsincos(const double *restrict x, double *restrict s, double *res
     }
 }
 #endif
+/* The lane kernels below run in cache (a chunk's psi and lam stay there through the whole
+ * circuit), so they are bound by the floating-point units: their products and sums contract
+ * into fused multiply-adds, as the forward's in-cache kernels do (the build's -std=c99 turns
+ * contraction off elsewhere; qd_vsincos above keeps its own explicit ones): a training step's
+ * run + gradient measured 4-9% faster at 8 qubits (batch 32 and 256), within +-4% at 4. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize ("fp-contract=fast")
+#endif
 
 #define BLM(e) ml[(e) * W + l]
 /* the lane loops: rows of one chunk never overlap (GCC ignores restrict on local pointers) */
@@ -1291,3 +1300,7 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
     SFX(bctx_free)(&c);
     return rc;
 }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
