@@ -16,14 +16,26 @@ each in turn, CPU time of this process), and reports per configuration the media
 ratios are PennyLane default.qubit's median over qdiff static's. ``--runs`` runs; the summary
 gives the median and the range of the run medians.
 
+``--torchquantum PYTHON`` adds TorchQuantum's step (the same models on ``tq.QuantumDevice``,
+backprop, complex64 and float32: its only state precision) from ``bench/tq_worker.py`` run
+by that interpreter (TorchQuantum needs its own torch and Qiskit): interleaved with the
+others step by step, its CPU time measured inside the worker. Before timing, its quantum
+layer is checked against qdiff's on the same inputs and weights (to 1e-4).
+``--catalyst PYTHON`` adds PennyLane Catalyst's step the same way (``bench/catalyst_worker.py``:
+the models in JAX, float64, ``qml.qjit`` with ``lightning.qubit``'s adjoint, the batch loop
+unrolled); its compile time (the first step) is printed separately.
+
     python bench/bench_training.py [--shapes first,hybrid] [--sizes 4,8] [--batches 32,256]
-        [--steps 7] [--runs 3] [--threads 1] [--lightning]
+        [--steps 7] [--runs 3] [--threads 1] [--lightning] [--torchquantum PYTHON]
+        [--catalyst PYTHON]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import time
 import warnings
 
@@ -94,14 +106,67 @@ def step_fn(shape, model, x, y):
     return step
 
 
+class Worker:
+    """A peer's step run by another interpreter (``bench/tq_worker.py``,
+    ``bench/catalyst_worker.py``), one JSON line per request."""
+
+    def __init__(self, python: str, script: str, threads: int):
+        env = dict(os.environ)
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            env[var] = str(threads)
+        worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), script)
+        self.proc = subprocess.Popen([python, worker], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=env)
+        self.threads, self.script, self.setups = threads, script, []
+
+    def ask(self, **req):
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.script} worker exited")
+        ans = json.loads(line)
+        if "error" in ans:
+            raise RuntimeError(ans["error"])
+        return ans
+
+    def model(self, shape, n, b, qdiff_layer):
+        """Set up the worker's model; check its quantum layer against ``qdiff_layer``; return
+        its step (which returns the worker's CPU time)."""
+        import torch
+        self.setups.append((shape, n, b, self.ask(cmd="setup", shape=shape, n=n, b=b,
+                                                  threads=self.threads)))
+        gen = torch.Generator().manual_seed(7)
+        x = torch.rand(4, n, dtype=torch.float64, generator=gen) * 3
+        w = torch.rand(3, n, 3, dtype=torch.float64, generator=gen) * 6
+        got = torch.tensor(self.ask(cmd="layer", x=x.tolist(), w=w.tolist())["out"],
+                           dtype=torch.float64)
+        with torch.no_grad():
+            want = qdiff_layer.qnode(inputs=x, weights=w)
+        want = want if isinstance(want, torch.Tensor) else torch.stack(list(want), dim=-1)
+        err = float((got - want).abs().max())
+        if err > 1e-4:
+            raise RuntimeError(f"{self.script}: the quantum layer differs from qdiff's by "
+                               f"{err:.2e}")
+        return lambda: self.ask(cmd="step")["cpu"]
+
+    def close(self):
+        try:
+            self.ask(cmd="quit")
+        except (RuntimeError, BrokenPipeError, ValueError):
+            pass
+        self.proc.wait(timeout=30)
+
+
 def one_run(steps: dict, reps: int) -> dict:
-    """CPU-time median per configuration of ``reps`` interleaved steps."""
+    """CPU-time median per configuration of ``reps`` interleaved steps (a step that returns a
+    number reports its own CPU time: another process's)."""
     times = {k: [] for k in steps}
     for _ in range(reps):
         for k, s in steps.items():
             t0 = time.process_time()
-            s()
-            times[k].append(time.process_time() - t0)
+            own = s()
+            times[k].append(own if isinstance(own, float) else time.process_time() - t0)
     return {k: statistics.median(v) * 1e3 for k, v in times.items()}
 
 
@@ -115,6 +180,11 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--lightning", action="store_true",
                     help="also time PennyLane lightning.qubit (adjoint, device_vjp)")
+    ap.add_argument("--torchquantum", metavar="PYTHON",
+                    help="also time TorchQuantum, run by this interpreter (bench/tq_worker.py)")
+    ap.add_argument("--catalyst", metavar="PYTHON",
+                    help="also time PennyLane Catalyst (qml.qjit, lightning.qubit adjoint), run "
+                         "by this interpreter (bench/catalyst_worker.py)")
     args = ap.parse_args(argv)
     # every BLAS and OpenMP pool in the process: idle pool threads that spin after a call
     # (NumPy's OpenBLAS under PennyLane) would otherwise add CPU time to the next step timed
@@ -127,20 +197,33 @@ def main(argv=None):
           f"{args.threads} thread(s)")
     head = f"{'shape':>7} {'n':>3} {'B':>5} {'qdiff ms':>10} {'static ms':>10} " \
            f"{'PL dq ms':>10}" + (f" {'PL lt ms':>10}" if args.lightning else "") + \
-           f" {'dq/static':>18} {'dq/qdiff':>10}"
+           (f" {'TQ ms':>10}" if args.torchquantum else "") + \
+           (f" {'Cat ms':>10}" if args.catalyst else "") + \
+           f" {'dq/static':>18} {'dq/qdiff':>10}" + \
+           (f" {'TQ/static':>10}" if args.torchquantum else "") + \
+           (f" {'Cat/static':>10}" if args.catalyst else "")
     print(head)
     rows = []
+    peers = {}
+    if args.torchquantum:
+        peers["tq"] = Worker(args.torchquantum, "tq_worker.py", args.threads)
+    if args.catalyst:
+        peers["cat"] = Worker(args.catalyst, "catalyst_worker.py", args.threads)
     for shape in args.shapes.split(","):
         for n in [int(s) for s in args.sizes.split(",")]:
             for b in [int(s) for s in args.batches.split(",")]:
                 x, y = data(shape, n, b)
+                static_model = qdiff_model(shape, n, True)
                 steps = {"qdiff": step_fn(shape, qdiff_model(shape, n, False), x, y),
-                         "static": step_fn(shape, qdiff_model(shape, n, True), x, y),
+                         "static": step_fn(shape, static_model, x, y),
                          "dq": step_fn(shape, pennylane_model(shape, n, "default.qubit",
                                                               "backprop"), x, y)}
                 if args.lightning:
                     steps["lt"] = step_fn(shape, pennylane_model(
                         shape, n, "lightning.qubit", "adjoint", device_vjp=True), x, y)
+                for key, worker in peers.items():
+                    steps[key] = worker.model(shape, n, b, static_model[0 if shape == "first"
+                                                                        else 1])
                 for s in steps.values():  # warm-up: traces, caches, kernels
                     s()
                     s()
@@ -149,10 +232,20 @@ def main(argv=None):
                 ratios = [r["dq"] / r["static"] for r in runs]
                 rows.append((shape, n, b, med, ratios))
                 lt = f" {med['lt']:>10.2f}" if args.lightning else ""
+                pm = "".join(f" {med[k]:>10.2f}" for k in peers)
                 rng = f"{statistics.median(ratios):.1f}x ({min(ratios):.1f}-{max(ratios):.1f})"
+                pr = "".join(f" {med[k] / med['static']:>9.1f}x" for k in peers)
                 print(f"{shape:>7} {n:>3} {b:>5} {med['qdiff']:>10.2f} {med['static']:>10.2f} "
-                      f"{med['dq']:>10.2f}{lt} {rng:>18} {med['dq'] / med['qdiff']:>9.1f}x",
-                      flush=True)
+                      f"{med['dq']:>10.2f}{lt}{pm} {rng:>18} {med['dq'] / med['qdiff']:>9.1f}x"
+                      f"{pr}", flush=True)
+    if "tq" in peers:
+        print(f"# TorchQuantum worker: torch {peers['tq'].setups[0][3]['torch']}")
+    if "cat" in peers:
+        print(f"# Catalyst {peers['cat'].setups[0][3]['version']}: compile + first step (s): " +
+              ", ".join(f"{sh} n={n} B={b}: {a['compile']:.1f}"
+                        for sh, n, b, a in peers["cat"].setups))
+    for worker in peers.values():
+        worker.close()
     print(f"# load average after: {os.getloadavg()[0]:.2f}")
     return rows
 
