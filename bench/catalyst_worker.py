@@ -21,7 +21,6 @@ line per request like ``bench/tq_worker.py``:
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -111,35 +110,33 @@ def build(shape, n, b):
 def main():
     import jax
     import jax.numpy as jnp
+    from peer_worker import serve
     jax.config.update("jax_enable_x64", True)
     state = {}
-    for line in sys.stdin:
-        req = json.loads(line)
-        cmd = req["cmd"]
-        if cmd == "setup":
-            state["circuit"], state["step"] = build(req["shape"], int(req["n"]), int(req["b"]))
-            t0 = time.perf_counter()
-            state["step"]()
-            import catalyst
-            ans = {"compile": time.perf_counter() - t0, "version": catalyst.__version__}
-        elif cmd == "step":
-            t0 = time.process_time()
-            state["step"]()
-            ans = {"cpu": time.process_time() - t0}
-        elif cmd == "layer":
-            w = jnp.array(req["w"])
-            out = [[float(v) for v in state["circuit"](jnp.array(row), w)] for row in req["x"]]
-            ans = {"out": out}
-        elif cmd == "quit":
-            break
-        else:
-            ans = {"error": f"unknown command {cmd!r}"}
-        sys.stdout.write(json.dumps(ans) + "\n")
-        sys.stdout.flush()
+
+    def setup(req):
+        import catalyst
+        state["circuit"], state["step"] = build(req["shape"], int(req["n"]), int(req["b"]))
+        t0 = time.perf_counter()
+        state["step"]()
+        return {"compile": time.perf_counter() - t0, "version": catalyst.__version__}
+
+    def step(req):
+        t0 = time.process_time()
+        state["step"]()
+        return {"cpu": time.process_time() - t0}
+
+    def layer(req):
+        w = jnp.array(req["w"])
+        return {"out": [[float(v) for v in state["circuit"](jnp.array(row), w)]
+                        for row in req["x"]]}
+
+    serve({"setup": setup, "step": step, "layer": layer})
 
 
 if __name__ == "__main__":
     threads = os.environ.get("OMP_NUM_THREADS", "1")
     os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
                           f"intra_op_parallelism_threads={threads}")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     main()

@@ -15,7 +15,6 @@ run as qdiff's and PennyLane's, interleaved step by step:
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -55,58 +54,44 @@ def layer_class():
 
 
 def build(shape, n, b):
+    """The quantum layer and the step of the benchmark's model (its data, in float32)."""
     import torch
+    from bench_training import data, step_fn
     layer = layer_class()(n)
     if shape == "first":
         model = torch.nn.Sequential(layer, torch.nn.Linear(n, 1))
     else:
         model = torch.nn.Sequential(torch.nn.Linear(16, n), layer, torch.nn.Linear(n, 2))
-    torch.manual_seed(0)  # the data of bench_training.data, in float32
-    x = torch.rand(b, n if shape == "first" else 16, dtype=torch.float64).float()
-    y = torch.rand(b, 1, dtype=torch.float64).float() if shape == "first" else \
-        torch.randint(0, 2, (b,))
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    loss_fn = torch.nn.functional.mse_loss if shape == "first" else \
-        torch.nn.functional.cross_entropy
-
-    def step():
-        opt.zero_grad()
-        out = model(x)
-        loss = loss_fn(out.reshape(-1, 1) if shape == "first" else out, y)
-        loss.backward()
-        opt.step()
-    return layer, step
+    x, y = data(shape, n, b)
+    return layer, step_fn(shape, model, x.float(), y.float() if shape == "first" else y)
 
 
 def main():
     import torch
+    from peer_worker import serve
     state = {}
-    for line in sys.stdin:
-        req = json.loads(line)
-        cmd = req["cmd"]
-        if cmd == "setup":
-            threads = int(req.get("threads", 1))
-            torch.set_num_threads(threads)
-            state["layer"], state["step"] = build(req["shape"], int(req["n"]), int(req["b"]))
-            ans = {"ok": True, "torch": torch.__version__}
-        elif cmd == "step":
-            t0 = time.process_time()
-            state["step"]()
-            ans = {"cpu": time.process_time() - t0}
-        elif cmd == "layer":
-            layer = state["layer"]
-            with torch.no_grad():
-                layer.weights.copy_(torch.tensor(req["w"], dtype=torch.float32))
-                out = layer(torch.tensor(req["x"], dtype=torch.float32))
-            ans = {"out": out.double().tolist()}
-        elif cmd == "quit":
-            break
-        else:
-            ans = {"error": f"unknown command {cmd!r}"}
-        sys.stdout.write(json.dumps(ans) + "\n")
-        sys.stdout.flush()
+
+    def setup(req):
+        torch.set_num_threads(int(req.get("threads", 1)))
+        state["layer"], state["step"] = build(req["shape"], int(req["n"]), int(req["b"]))
+        return {"ok": True, "torch": torch.__version__}
+
+    def step(req):
+        t0 = time.process_time()
+        state["step"]()
+        return {"cpu": time.process_time() - t0}
+
+    def layer(req):
+        lay = state["layer"]
+        with torch.no_grad():
+            lay.weights.copy_(torch.tensor(req["w"], dtype=torch.float32))
+            out = lay(torch.tensor(req["x"], dtype=torch.float32))
+        return {"out": out.double().tolist()}
+
+    serve({"setup": setup, "step": step, "layer": layer})
 
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     main()
