@@ -132,10 +132,15 @@ class Worker:
 
     def model(self, shape, n, b, qdiff_layer):
         """Set up the worker's model; check its quantum layer against ``qdiff_layer``; return
-        its step (which returns the worker's CPU time)."""
+        its step (which returns the worker's CPU time), or ``None`` when the peer fails to set
+        it up (said on stdout; the benchmark goes on without it)."""
         import torch
-        self.setups.append((shape, n, b, self.ask(cmd="setup", shape=shape, n=n, b=b,
-                                                  threads=self.threads)))
+        try:
+            self.setups.append((shape, n, b, self.ask(cmd="setup", shape=shape, n=n, b=b,
+                                                      threads=self.threads)))
+        except RuntimeError as exc:
+            print(f"# {self.script}: {shape} n={n} B={b} not run: {exc}", flush=True)
+            return None
         gen = torch.Generator().manual_seed(7)
         x = torch.rand(4, n, dtype=torch.float64, generator=gen) * 3
         w = torch.rand(3, n, 3, dtype=torch.float64, generator=gen) * 6
@@ -222,8 +227,9 @@ def main(argv=None):
                     steps["lt"] = step_fn(shape, pennylane_model(
                         shape, n, "lightning.qubit", "adjoint", device_vjp=True), x, y)
                 for key, worker in peers.items():
-                    steps[key] = worker.model(shape, n, b, static_model[0 if shape == "first"
-                                                                        else 1])
+                    step = worker.model(shape, n, b, static_model[0 if shape == "first" else 1])
+                    if step is not None:
+                        steps[key] = step
                 for s in steps.values():  # warm-up: traces, caches, kernels
                     s()
                     s()
@@ -232,15 +238,17 @@ def main(argv=None):
                 ratios = [r["dq"] / r["static"] for r in runs]
                 rows.append((shape, n, b, med, ratios))
                 lt = f" {med['lt']:>10.2f}" if args.lightning else ""
-                pm = "".join(f" {med[k]:>10.2f}" for k in peers)
+                pm = "".join(f" {med[k]:>10.2f}" if k in med else f" {'n/a':>10}"
+                             for k in peers)
                 rng = f"{statistics.median(ratios):.1f}x ({min(ratios):.1f}-{max(ratios):.1f})"
-                pr = "".join(f" {med[k] / med['static']:>9.1f}x" for k in peers)
+                pr = "".join(f" {med[k] / med['static']:>9.1f}x" if k in med else f" {'n/a':>10}"
+                             for k in peers)
                 print(f"{shape:>7} {n:>3} {b:>5} {med['qdiff']:>10.2f} {med['static']:>10.2f} "
                       f"{med['dq']:>10.2f}{lt}{pm} {rng:>18} {med['dq'] / med['qdiff']:>9.1f}x"
                       f"{pr}", flush=True)
-    if "tq" in peers:
+    if "tq" in peers and peers["tq"].setups:
         print(f"# TorchQuantum worker: torch {peers['tq'].setups[0][3]['torch']}")
-    if "cat" in peers:
+    if "cat" in peers and peers["cat"].setups:
         print(f"# Catalyst {peers['cat'].setups[0][3]['version']}: compile + first step (s): " +
               ", ".join(f"{sh} n={n} B={b}: {a['compile']:.1f}"
                         for sh, n, b, a in peers["cat"].setups))

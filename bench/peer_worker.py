@@ -1,6 +1,7 @@
 """The request loop of a peer's worker (``bench/tq_worker.py``, ``bench/catalyst_worker.py``):
 one JSON object per line on stdin, ``{"cmd": name, ...}``, answered by ``handlers[name](req)``
-as one JSON line on stdout; ``quit`` ends it. Standard library only: it runs under the peer's
+as one JSON line on stdout (``{"error": ...}`` when the handler raised); ``quit`` ends it.
+Standard library only: it runs under the peer's
 own environment."""
 from __future__ import annotations
 
@@ -15,6 +16,13 @@ def serve(handlers: dict) -> None:
         if cmd == "quit":
             break
         handler = handlers.get(cmd)
-        ans = handler(req) if handler is not None else {"error": f"unknown command {cmd!r}"}
+        if handler is None:
+            ans = {"error": f"unknown command {cmd!r}"}
+        else:
+            try:
+                ans = handler(req)
+            except Exception as exc:  # the peer failed on this request: say so and go on
+                first = (str(exc).strip().splitlines() or [""])[0][:300]
+                ans = {"error": f"{type(exc).__name__}: {first}"}
         sys.stdout.write(json.dumps(ans) + "\n")
         sys.stdout.flush()
