@@ -1209,11 +1209,16 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
     R *xbuf = 0, *ybuf = 0;
     char *dmem = 0;
     size_t dalloc = 0;
-    if (dense) {  /* rho and the sweep's two chunks of d lanes: one kept block, zeroed */
-        size_t dsz[3] = {sizeof(double) * (size_t)(nt * 2 * c.d * c.d),
-                         sizeof(R) * (size_t)(2 * wd * c.d), sizeof(R) * (size_t)(2 * wd * c.d)};
+    /* with prefix gradients every chunk's lam is kept from rho's pass for theirs */
+    R *lamall = 0;
+    const int keep_lam = dense && lo < pg;
+    if (dense) {  /* rho, the sweep's two chunks of d lanes (and the lams): one kept block,
+                   * zeroed but for the lams (written whole) */
+        size_t dsz[4] = {sizeof(double) * (size_t)(nt * 2 * c.d * c.d),
+                         sizeof(R) * (size_t)(2 * wd * c.d), sizeof(R) * (size_t)(2 * wd * c.d),
+                         keep_lam ? sizeof(R) * (size_t)(2 * bpad * c.d) : 0};
         size_t dbytes = 0, doff;
-        for (int k = 0; k < 3; k++) bcarve(0, &dbytes, dsz[k]);
+        for (int k = 0; k < 4; k++) bcarve(0, &dbytes, dsz[k]);
         dmem = bblock(dbytes, &dalloc, &doff);
         if (!dmem) {
             rc = QD_ENOMEM;
@@ -1221,6 +1226,7 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
             rho = (double *)bcarve(dmem, &doff, dsz[0]);
             xbuf = (R *)bcarve(dmem, &doff, dsz[1]);
             ybuf = (R *)bcarve(dmem, &doff, dsz[2]);
+            lamall = keep_lam ? (R *)bcarve(dmem, &doff, dsz[3]) : 0;
             memset(rho, 0, dsz[0]);
             memset(xbuf, 0, dsz[1]);
             memset(ybuf, 0, dsz[2]);
@@ -1234,7 +1240,7 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
         for (i64 ch = 0; ch < c.nch; ch++) {
             int tid = nt > 1 ? THREAD_ID : 0;
             SFX(bscr_t) *s = &scr[tid];
-            R *S = psi + rw * d * ch, *L = s->lam;
+            R *S = psi + rw * d * ch, *L = lamall ? lamall + rw * d * ch : s->lam;
             i64 b0 = ch * W;
             for (i64 t = 0; t < nper; t++) memset(gtheta + cols[t] * bpad + b0, 0, sizeof(double) * (size_t)W);
             for (i64 t = 0; t < nsh; t++) gtheta[cols[P - 1 - t] * bpad + b0] = 0;
@@ -1270,9 +1276,8 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
                 for (i64 ch = 0; ch < c.nch; ch++) {
                     int tid = nt > 1 ? THREAD_ID : 0;
                     SFX(bscr_t) *st = &scr[tid];
-                    R *S = psi + rw * d * ch, *L = st->lam;
+                    R *S = psi + rw * d * ch, *L = lamall + rw * d * ch;
                     i64 b0 = ch * W;
-                    SFX(blam)(&c, S, L, b0, a->cot, st->acc + 8 * W);
                     SFX(bmu)(&c, ybuf, wd, L, S);  /* mu over the chunk's states (read) */
                     SFX(bprefix_grads)(&cg, S, L, b0, st, gtheta);
                 }
