@@ -815,7 +815,17 @@ QD_FMA static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, int pf, 
     if (real) {
         for (i64 j = j0; j < j1; j++) {
             R *restrict x = s + 2 * w * j, *restrict y = x + w;
-            for (i64 e = e0; e < e1; e += VL) {
+            i64 e = e0;
+            if (!pf_light)  /* two vectors per half at a time (more loads in flight) */
+                for (; e + 2 * VL <= e1; e += 2 * VL) {
+                    SFX(vv) a0 = SFX(vvld)(x + e), a1 = SFX(vvld)(y + e);
+                    SFX(vv) b0 = SFX(vvld)(x + e + VL), b1 = SFX(vvld)(y + e + VL);
+                    SFX(vvst)(x + e, P0 * a0 + Q1 * a1);
+                    SFX(vvst)(y + e, Q2 * a0 + P3 * a1);
+                    SFX(vvst)(x + e + VL, P0 * b0 + Q1 * b1);
+                    SFX(vvst)(y + e + VL, Q2 * b0 + P3 * b1);
+                }
+            for (; e < e1; e += VL) {
                 if (pf_light) {
                     const i64 o_ = pf_ahead(e, pd, w);
                     PF_AT(x, o_, sizeof(R)); PF_AT(x, o_ + w, sizeof(R));
@@ -829,7 +839,17 @@ QD_FMA static void SFX(vdense_1q_fwd)(R *restrict s, i64 w, const R *u, int pf, 
     }
     for (i64 j = j0; j < j1; j++) {
         R *restrict x = s + 2 * w * j, *restrict y = x + w;
-        for (i64 e = e0; e < e1; e += VL) {
+        i64 e = e0;
+        if (!pf_light)  /* two vectors per half at a time (more loads in flight) */
+            for (; e + 2 * VL <= e1; e += 2 * VL) {
+                SFX(vv) a0 = SFX(vvld)(x + e), a1 = SFX(vvld)(y + e);
+                SFX(vv) b0 = SFX(vvld)(x + e + VL), b1 = SFX(vvld)(y + e + VL);
+                SFX(vvst)(x + e, P0 * a0 + Q1 * SHUF(a1, VX1));
+                SFX(vvst)(y + e, Q2 * SHUF(a0, VX1) + P3 * a1);
+                SFX(vvst)(x + e + VL, P0 * b0 + Q1 * SHUF(b1, VX1));
+                SFX(vvst)(y + e + VL, Q2 * SHUF(b0, VX1) + P3 * b1);
+            }
+        for (; e < e1; e += VL) {
             if (pf_light) {
                 const i64 o_ = pf_ahead(e, pd, w);
                 PF_AT(x, o_, sizeof(R)); PF_AT(x, o_ + w, sizeof(R));
