@@ -676,7 +676,19 @@ QD_FMA static void SFX(vdense_1q_part)(R *restrict s, i64 w, const R *u, int pf,
     const i64 pd = PF_BYTES / (i64)sizeof(R);
     for (i64 j = j0; j < j1; j++) {
         R *restrict x = s + 2 * w * j, *restrict y = x + w;
-        for (i64 e = e0; e < e1; e += VL) {
+        i64 e = e0;
+        if (!pf)  /* two vectors per half at a time (more loads in flight) */
+            for (; e + 2 * VL <= e1; e += 2 * VL) {
+                SFX(vv) a0 = SFX(vvld)(x + e), a1 = SFX(vvld)(y + e);
+                SFX(vv) b0 = SFX(vvld)(x + e + VL), b1 = SFX(vvld)(y + e + VL);
+                SFX(vv) s0 = SHUF(a0, VX1), s1 = SHUF(a1, VX1);
+                SFX(vv) t0 = SHUF(b0, VX1), t1 = SHUF(b1, VX1);
+                SFX(vvst)(x + e, V[0] * a0 + V[1] * s0 + V[2] * a1 + V[3] * s1);
+                SFX(vvst)(y + e, V[4] * a0 + V[5] * s0 + V[6] * a1 + V[7] * s1);
+                SFX(vvst)(x + e + VL, V[0] * b0 + V[1] * t0 + V[2] * b1 + V[3] * t1);
+                SFX(vvst)(y + e + VL, V[4] * b0 + V[5] * t0 + V[6] * b1 + V[7] * t1);
+            }
+        for (; e < e1; e += VL) {
             if (pf) {
                 const i64 o_ = pf_ahead(e, pd, w);
                 PF_AT(x, o_, sizeof(R)); PF_AT(x, o_ + w, sizeof(R));
