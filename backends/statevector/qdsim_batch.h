@@ -1209,7 +1209,7 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
     R *xbuf = 0, *ybuf = 0;
     char *dmem = 0;
     size_t dalloc = 0;
-    /* with prefix gradients every chunk's lam is kept from rho's pass for theirs */
+    /* with prefix gradients, every chunk's lam is kept from the rho pass for the prefix pass */
     R *lamall = 0;
     const int keep_lam = dense && lo < pg;
     if (dense) {  /* rho, the sweep's two chunks of d lanes (and the lams): one kept block,
