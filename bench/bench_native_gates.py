@@ -6,7 +6,7 @@ Bits count from the least significant bit of the basis index: low = bits (1, 0),
 (n/2, n/2 - 1), high = (n-1, n-2) for CNOT (control, target) and the second of them for
 one-qubit gates. The floor is 2 * (bytes of the state) / copy bandwidth measured in the same
 run. CPU time, 1 thread, median of ``--reps`` calls; ``--runs`` interleaved rounds give the
-median and range.
+median and range (in a round, each row's simulators run back to back).
 
 ``--mode per-gate`` (default): the cost of ONE memory pass of one gate, measured over K copies
 so that the gates, not the peers' fixed cost per call (cirq translation, qnode, Aer's result
@@ -112,10 +112,12 @@ def timed_pair(name, n, gate, bits, cdtype, count, reps, mode):
 
 
 def one_round(n, sims, count, reps, out, mode):
+    """Every row once: a row's simulators back to back (the machine's state then moves its
+    ratios least)."""
     for dt, cdtype in DTYPES.items():
-        for name in sims[dt]:
-            for gate in GATES:
-                for where, bits in placements(n).items():
+        for gate in GATES:
+            for where, bits in placements(n).items():
+                for name in sims[dt]:
                     t, empty, k = timed_pair(name, n, gate, bits, cdtype, count, reps, mode)
                     out.setdefault((n, dt, gate, where, name), []).append(
                         max(t - empty, 0.0) / k)
