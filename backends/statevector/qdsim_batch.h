@@ -530,6 +530,16 @@ static char *bblock(size_t bytes, size_t *alloc, size_t *off) {
     *off = mem ? (size_t)((64 - ((uintptr_t)mem & 63)) & 63) : 0;
     return mem;
 }
+
+/* A kept block carved into cnt parts of sizes[k] bytes each (64-byte aligned): part[k] (all 0
+ * when there is no memory). Returns the block, for keep_put(block, *alloc). */
+static char *bparts(const size_t *sizes, int cnt, void **part, size_t *alloc) {
+    size_t bytes = 0, off;
+    for (int k = 0; k < cnt; k++) bcarve(0, &bytes, sizes[k]);
+    char *mem = bblock(bytes, alloc, &off);
+    for (int k = 0; k < cnt; k++) part[k] = mem ? bcarve(mem, &off, sizes[k]) : 0;
+    return mem;
+}
 #endif
 
 static void SFX(bscr_layout)(const SFX(bctx_t) *c, SFX(bscr_t) *s, char *base, size_t *off) {
@@ -1159,12 +1169,12 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
      * lanes); each chunk zeroes its own entries */
     /* the gradient rows, the trained flags and the column order: one kept block */
     size_t gsz[3] = {sizeof(double) * (size_t)(bpad * P + 1), (size_t)P + 1,
-                     sizeof(i64) * (size_t)(P + 1)}, gbytes = 0, galloc = 0, goff;
-    for (int k = 0; k < 3; k++) bcarve(0, &gbytes, gsz[k]);
-    char *gmem = bblock(gbytes, &galloc, &goff);
-    double *gtheta = gmem ? (double *)bcarve(gmem, &goff, gsz[0]) : 0;
-    char *trained = gmem ? (char *)bcarve(gmem, &goff, gsz[1]) : 0;
-    i64 *cols = gmem ? (i64 *)bcarve(gmem, &goff, gsz[2]) : 0, nper = 0, nsh = 0;
+                     sizeof(i64) * (size_t)(P + 1)}, galloc = 0;
+    void *gp[3];
+    char *gmem = bparts(gsz, 3, gp, &galloc);
+    double *gtheta = (double *)gp[0];
+    char *trained = (char *)gp[1];
+    i64 *cols = (i64 *)gp[2], nper = 0, nsh = 0;
     if (trained) memset(trained, 0, gsz[1]);
     int nt = a->nthreads > 1 && c.nch > 1 ? a->nthreads : 1;
     if (nt > c.nch) nt = (int)c.nch;
@@ -1217,16 +1227,15 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
         size_t dsz[4] = {sizeof(double) * (size_t)(nt * 2 * c.d * c.d),
                          sizeof(R) * (size_t)(2 * wd * c.d), sizeof(R) * (size_t)(2 * wd * c.d),
                          keep_lam ? sizeof(R) * (size_t)(2 * bpad * c.d) : 0};
-        size_t dbytes = 0, doff;
-        for (int k = 0; k < 4; k++) bcarve(0, &dbytes, dsz[k]);
-        dmem = bblock(dbytes, &dalloc, &doff);
+        void *dp[4];
+        dmem = bparts(dsz, 4, dp, &dalloc);
         if (!dmem) {
             rc = QD_ENOMEM;
         } else {
-            rho = (double *)bcarve(dmem, &doff, dsz[0]);
-            xbuf = (R *)bcarve(dmem, &doff, dsz[1]);
-            ybuf = (R *)bcarve(dmem, &doff, dsz[2]);
-            lamall = keep_lam ? (R *)bcarve(dmem, &doff, dsz[3]) : 0;
+            rho = (double *)dp[0];
+            xbuf = (R *)dp[1];
+            ybuf = (R *)dp[2];
+            lamall = keep_lam ? (R *)dp[3] : 0;
             memset(rho, 0, dsz[0]);
             memset(xbuf, 0, dsz[1]);
             memset(ybuf, 0, dsz[2]);
