@@ -503,6 +503,92 @@ def test_dense_sweep_complex64():
     _compare(_hybrid_circuit(n, False), static, [x, w], atol=2e-5)
 
 
+EMBEDDINGS = {  # per wire q: the prefix ops before the shared body
+    "rx": lambda q: [("rx", (q,), ("x", q, 1.0, 0.0))],
+    "ry_scaled": lambda q: [("ry", (q,), ("x", q, -1.7, 0.3))],
+    "flip_then_ry": lambda q: [("x", (q,), None), ("ry", (q,), ("x", q, 1.0, 0.0))],
+    "rx_chain": lambda q: [("rx", (q,), ("x", q, 1.0, 0.0)), ("rx", (q,), ("x", q - 1, 0.5, 0.2))],
+    "skip_last_wire": lambda q: [("rx", (q,), ("x", q, 1.0, 0.0))] if q else [],
+    "rx_then_rz": lambda q: [("rx", (q,), ("x", q, 1.0, 0.0)), ("rz", (q,), ("x", q, 1.0, 0.0))],
+    "h_then_rz": lambda q: [("h", (q,), None), ("rz", (q,), ("x", q, 1.0, 0.0))],
+}
+
+
+def _embedded_body(n, kind):
+    """An embedding prefix of per-binding angles (EMBEDDINGS[kind]), then shared layers: two
+    rotations of weights per wire and a ring of CNOTs, twice."""
+    ops = [op for q in range(n) for op in EMBEDDINGS[kind](q)]
+    for layer in range(2):
+        for q in range(n):
+            ops.append(("rot", (q,), ("w", (q + layer) % 6, 1.0, 0.0)))
+            ops.append(("ry", (q,), ("w", (q + 3 * layer + 1) % 6, -0.6, 0.1)))
+        ops += [("cnot", (q, (q + 1) % n), None) for q in range(n)]
+    return _ops_body(ops, n)
+
+
+@pytest.mark.parametrize("kind", sorted(EMBEDDINGS))
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("input_grad", [True, False])
+def test_dense_form_on_embeddings(monkeypatch, kind, n, input_grad):
+    """The dense form with real factors (embeddings whose per-binding states are real up to a
+    fixed phase on each basis state: RX, RY, flips, chains of them; forward psi = (V D) e~ and
+    gradient E = D sum e~ lam^dag) and with complex ones (RZ after RX or H: the general
+    products), over several chunks with padding lanes: outputs and gradients match the plain
+    qnode. With H then RZ and zero angles in the first chunks, those chunks' states are real
+    while the later ones' are not: without input gradients one call mixes the two forms."""
+    monkeypatch.setattr(prep_mod, "lanes_for", lambda n, b: 8 * max(1, 2 ** n // 8))
+    dev = qd.device("statevector", wires=n)
+    body = _embedded_body(n, kind)
+    plain, static = qd.qnode(dev)(body), qd.qnode(dev, static=True)(body)
+    g = torch.Generator().manual_seed(n * 10 + len(kind))
+    b = 4 * 2 ** n + 5
+    x = torch.rand(b, n, generator=g, dtype=torch.float64) * 6 - 3
+    x[: b // 2] = 0  # the first chunks' angles zero
+    x.requires_grad_(input_grad)
+    w = (torch.rand(6, generator=g, dtype=torch.float64) * 6 - 3).requires_grad_()
+    _compare(plain, static, [x, w])
+
+
+@pytest.mark.parametrize("kind", ["rx", "flip_then_ry", "rx_chain"])
+def test_dense_form_real_factors_against_finite_differences(kind):
+    """Input and weight gradients of the real-factor dense form against central differences
+    (not the plain qnode): complex128, n = 3, batch 40."""
+    n, b = 3, 40
+    dev = qd.device("statevector", wires=n)
+    f = qd.qnode(dev, static=True)(_embedded_body(n, kind))
+    g = torch.Generator().manual_seed(3)
+    x = (torch.rand(b, n, generator=g, dtype=torch.float64) * 4 - 2).requires_grad_()
+    w = (torch.rand(6, generator=g, dtype=torch.float64) * 4 - 2).requires_grad_()
+    out = _flat(f(x, w))
+    cot = torch.linspace(-1.0, 1.2, out.numel(), dtype=torch.float64).reshape(out.shape)
+    gx, gw = torch.autograd.grad(out, (x, w), cot)
+    h = 1e-6
+    for t, gt in ((x, gx), (w, gw)):
+        for j in random.Random(kind).sample(range(t.numel()), min(8, t.numel())):
+            e = torch.zeros(t.numel(), dtype=torch.float64)
+            e[j] = h
+            e = e.reshape(t.shape)
+            args = (x + e, w) if t is x else (x, w + e)
+            args_m = (x - e, w) if t is x else (x, w - e)
+            with torch.no_grad():
+                fd = ((_flat(f(*args)) - _flat(f(*args_m))) * cot).sum() / (2 * h)
+            assert abs(float(gt.reshape(-1)[j]) - float(fd)) < 1e-7 * (1 + abs(float(fd)))
+
+
+@pytest.mark.parametrize("kind", ["rx", "rx_chain", "h_then_rz"])
+def test_dense_form_complex64_and_threads(kind):
+    from conftest import torch_threads
+    n, b = 4, 150
+    dev64 = qd.device("statevector", wires=n, dtype=torch.complex64)
+    body = _embedded_body(n, kind)
+    g = torch.Generator().manual_seed(8)
+    x = torch.rand(b, n, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(6, generator=g, dtype=torch.float64, requires_grad=True)
+    with torch_threads(2):
+        _compare(qd.qnode(qd.device("statevector", wires=n))(body),
+                 qd.qnode(dev64, static=True)(body), [x, w], atol=2e-5)
+
+
 def test_kept_scratch_gives_the_bits_of_fresh_scratch():
     """The lane kernels' scratch (per-thread chunks and lane matrices, the gradient rows, the
     dense sweep's rho) lies in blocks kept between calls: calls of other registers, batches,

@@ -304,10 +304,9 @@ class LaneBound(Bound):
         self.k = len(self.words)
         self.lanes = lanes or lanes_for(n, b)
         self.bpad = -(-b // self.lanes) * self.lanes if b else 0
-        # the residual's states, a chunk of scratch, and (the gradient's dense form with
-        # prefix gradients, from a batch of four times the register on) every chunk's lam
-        dense = self.bpad if b >= 4 << n else 0
-        check_memory(n, self.bpad + self.lanes + dense, prep.cdtype, "cpu", copies=1.0)
+        # the residual's states and a chunk of scratch (the dense form's blocks are a few
+        # d x d matrices)
+        check_memory(n, self.bpad + self.lanes, prep.cdtype, "cpu", copies=1.0)
         self.src_len = np.array(sizes, dtype=np.int64)
         shared = (idx == idx[:1]).all(dim=0) if b else torch.ones(p, dtype=torch.bool)
         for t in (self.scale, self.offset):

@@ -78,6 +78,7 @@ typedef struct {
     double *tab;       /* d x K: coefficient times the sign of Z word k on basis state i */
     i64 *fperm;        /* the row table after the program (prefix excluded) */
     i64 maxu;          /* largest usize * (1 + np) of a gate */
+    int rform;         /* the scratch holds the real form's buffers (breal_factors) */
 } SFX(bctx_t);
 #define BTH(c, b, j) ((c)->theta[(j) * (c)->bpad + (b)])
 
@@ -509,6 +510,10 @@ typedef struct {
     R *pml;                 /* the prefix gates' lane matrices */
     SFX(pmat_t) *pm;
     double *tree, *envs;    /* single precision: benv's scratch; every wire's environment */
+    double *rv, *rdv, *et, *ew, *renv, *dt;  /* the real form's factors, derivatives, rows,
+                                                contractions, environments, two temporaries */
+    R *mt;                  /* the real form's matrix Re(D^dag V^dag) (d rows of 2d) */
+    double *vt;             /* the real form's V D (d rows of 2d: real parts, imaginary parts) */
     void *mem;              /* the block all of it lies in, and its size */
     size_t bytes;
 } SFX(bscr_t);
@@ -558,6 +563,15 @@ static void SFX(bscr_layout)(const SFX(bctx_t) *c, SFX(bscr_t) *s, char *base, s
     const int tree = c->pe && sizeof(R) != sizeof(double);
     s->tree = tree ? (double *)bcarve(base, off, sizeof(double) * (size_t)(2 * W * d)) : 0;
     s->envs = c->pe ? (double *)bcarve(base, off, sizeof(double) * (size_t)(4 * W * c->n)) : 0;
+    const int rf = c->rform;
+    s->rv = rf ? (double *)bcarve(base, off, sizeof(double) * (size_t)(2 * W * c->n)) : 0;
+    s->rdv = rf ? (double *)bcarve(base, off, sizeof(double) * (size_t)(4 * W * (3 * c->pe + 1))) : 0;
+    s->et = rf ? (double *)bcarve(base, off, sizeof(double) * (size_t)(d * W)) : 0;
+    s->ew = rf ? (double *)bcarve(base, off, sizeof(double) * (size_t)(d * W)) : 0;
+    s->renv = rf ? (double *)bcarve(base, off, sizeof(double) * (size_t)(2 * W * c->n)) : 0;
+    s->dt = rf ? (double *)bcarve(base, off, sizeof(double) * (size_t)(8 * W)) : 0;
+    s->mt = rf ? (R *)bcarve(base, off, sizeof(R) * (size_t)(2 * d * d)) : 0;
+    s->vt = rf ? (double *)bcarve(base, off, sizeof(double) * (size_t)(2 * d * d)) : 0;
 }
 
 static int SFX(bscr_alloc)(const SFX(bctx_t) *c, SFX(bscr_t) *s) {
@@ -640,31 +654,6 @@ static void SFX(boutputs)(const SFX(bctx_t) *c, const R *S, i64 b0, double *out,
     }
     for (i64 l = 0; l < W && b0 + l < c->B; l++)
         for (i64 k = 0; k < K; k++) out[(b0 + l) * K + k] = acc[k * W + l];
-}
-
-static int SFX(batch_run)(qd_batch_args *a) {
-    SFX(bctx_t) c;
-    int rc = SFX(bctx_init)(&c, a, 0);
-    if (rc) { SFX(bctx_free)(&c); return rc; }
-    int nt = a->nthreads > 1 && c.nch > 1 ? a->nthreads : 1;
-    if (nt > c.nch) nt = (int)c.nch;
-    SFX(bscr_t) *scr = (SFX(bscr_t) *)calloc((size_t)nt, sizeof(SFX(bscr_t)));
-    if (!scr) { SFX(bctx_free)(&c); return QD_ENOMEM; }
-    for (int t = 0; t < nt; t++) rc |= SFX(bscr_alloc)(&c, &scr[t]);
-    if (!rc) {
-        R *psi = (R *)a->psi;
-#pragma omp parallel for if (nt > 1) num_threads(nt) schedule(static)
-        for (i64 ch = 0; ch < c.nch; ch++) {
-            SFX(bscr_t) *s = &scr[nt > 1 ? THREAD_ID : 0];
-            R *S = psi + 2 * c.W * c.d * ch;
-            SFX(bforward_chunk)(&c, S, ch * c.W, s);
-            SFX(boutputs)(&c, S, ch * c.W, a->out, s->acc);
-        }
-    }
-    for (int t = 0; t < nt; t++) SFX(bscr_free)(&scr[t]);
-    free(scr);
-    SFX(bctx_free)(&c);
-    return rc ? QD_ENOMEM : QD_OK;
 }
 
 /* Add scale * 2 Re(val) for angle j of gate g to the chunk's gradient rows (gtheta: P x Bpad,
@@ -874,6 +863,50 @@ static void SFX(benv)(const double *T, const R *lam, int m, const int *pos, cons
     }
 }
 
+/* o = G a for prefix gate g (lane matrix u) on one wire's factor vectors (4W doubles: re0
+ * im0 re1 im1 of every lane); o does not alias a. */
+static void SFX(bvec_apply)(const gate_t *g, SFX(pmat_t) u, const double *a, double *o, i64 W) {
+    const double *a0r = a, *a0i = a + W, *a1r = a + 2 * W, *a1i = a + 3 * W;
+    double *w0r = o, *w0i = o + W, *w1r = o + 2 * W, *w1i = o + 3 * W;
+    if (g->kind == K_FLIP) {
+        LANES { w0r[l] = a1r[l]; w0i[l] = a1i[l]; w1r[l] = a0r[l]; w1i[l] = a0i[l]; }
+    } else if (g->kind == K_DIAG) {
+        LANES {
+            w0r[l] = PM(u, 0) * a0r[l] - PM(u, 1) * a0i[l]; w0i[l] = PM(u, 0) * a0i[l] + PM(u, 1) * a0r[l];
+            w1r[l] = PM(u, 2) * a1r[l] - PM(u, 3) * a1i[l]; w1i[l] = PM(u, 2) * a1i[l] + PM(u, 3) * a1r[l];
+        }
+    } else {
+        LANES {
+            w0r[l] = PM(u, 0) * a0r[l] - PM(u, 1) * a0i[l] + PM(u, 2) * a1r[l] - PM(u, 3) * a1i[l];
+            w0i[l] = PM(u, 0) * a0i[l] + PM(u, 1) * a0r[l] + PM(u, 2) * a1i[l] + PM(u, 3) * a1r[l];
+            w1r[l] = PM(u, 4) * a0r[l] - PM(u, 5) * a0i[l] + PM(u, 6) * a1r[l] - PM(u, 7) * a1i[l];
+            w1i[l] = PM(u, 4) * a0i[l] + PM(u, 5) * a0r[l] + PM(u, 6) * a1i[l] + PM(u, 7) * a1r[l];
+        }
+    }
+}
+
+/* Every wire's forward chain through the prefix gates (s->pm): w_0 = |0>, then one factor
+ * vector per gate on the wire, wire p's from s->wchain + 4W * wo[p] (wo[n]: the end); the last
+ * one of each wire into s->v. */
+static void SFX(bchains)(const SFX(bctx_t) *c, SFX(bscr_t) *s, i64 *wo) {
+    const i64 W = c->W;
+    i64 pos = 0;
+    for (int p = 0; p < c->n; p++) {
+        wo[p] = pos;
+        double *ws = s->wchain + 4 * W * pos;
+        LANES { ws[l] = 1; ws[W + l] = 0; ws[2 * W + l] = 0; ws[3 * W + l] = 0; }
+        pos++;
+        for (i64 t = 0; t < c->pe; t++) {
+            const gate_t *h = &c->gates[t];
+            if (h->bits[0] != p) continue;
+            SFX(bvec_apply)(h, s->pm[t], s->wchain + 4 * W * (pos - 1), s->wchain + 4 * W * pos, W);
+            pos++;
+        }
+        memcpy(s->v + 4 * W * p, s->wchain + 4 * W * (pos - 1), sizeof(double) * (size_t)(4 * W));
+    }
+    wo[c->n] = pos;
+}
+
 /* The prefix gates' gradients: lam (at the prefix's end, identity table) contracted with the
  * other wires' factors gives per wire p the 2-vector e_p[s] = sum conj(lam) ((x)_{p' != p}
  * v_p' (x) |s>); with the chain of prefix gates on p, w_q = G_q .. G_1 |0> (forward) and the
@@ -885,42 +918,8 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
     int n = c->n;
     double *v = s->v, *vr = s->acc;
     SFX(bprefix_mats)(c, b0, 1, s);
-    /* forward chains of every wire: w_0 = |0>, then one vector per gate (wire p's at wo) */
-    i64 wo[QD_MAXN + 1], pos = 0;
-    for (int p = 0; p < n; p++) {
-        wo[p] = pos;
-        double *ws = s->wchain + 4 * W * pos;
-        LANES { ws[l] = 1; ws[W + l] = 0; ws[2 * W + l] = 0; ws[3 * W + l] = 0; }
-        pos++;
-        for (i64 t = 0; t < c->pe; t++) {
-            const gate_t *h = &c->gates[t];
-            if (h->bits[0] != p) continue;
-            const double *a0r = s->wchain + 4 * W * (pos - 1), *a0i = a0r + W, *a1r = a0i + W,
-                         *a1i = a1r + W;
-            double *w0r = s->wchain + 4 * W * pos, *w0i = w0r + W, *w1r = w0i + W, *w1i = w1r + W;
-            pos++;
-            if (h->kind == K_FLIP) {
-                LANES { w0r[l] = a1r[l]; w0i[l] = a1i[l]; w1r[l] = a0r[l]; w1i[l] = a0i[l]; }
-                continue;
-            }
-            const SFX(pmat_t) u = s->pm[t];
-            if (h->kind == K_DIAG) {
-                LANES {
-                    w0r[l] = PM(u, 0) * a0r[l] - PM(u, 1) * a0i[l]; w0i[l] = PM(u, 0) * a0i[l] + PM(u, 1) * a0r[l];
-                    w1r[l] = PM(u, 2) * a1r[l] - PM(u, 3) * a1i[l]; w1i[l] = PM(u, 2) * a1i[l] + PM(u, 3) * a1r[l];
-                }
-            } else {
-                LANES {
-                    w0r[l] = PM(u, 0) * a0r[l] - PM(u, 1) * a0i[l] + PM(u, 2) * a1r[l] - PM(u, 3) * a1i[l];
-                    w0i[l] = PM(u, 0) * a0i[l] + PM(u, 1) * a0r[l] + PM(u, 2) * a1i[l] + PM(u, 3) * a1r[l];
-                    w1r[l] = PM(u, 4) * a0r[l] - PM(u, 5) * a0i[l] + PM(u, 6) * a1r[l] - PM(u, 7) * a1i[l];
-                    w1i[l] = PM(u, 4) * a0i[l] + PM(u, 5) * a0r[l] + PM(u, 6) * a1i[l] + PM(u, 7) * a1r[l];
-                }
-            }
-        }
-        memcpy(v + 4 * W * p, s->wchain + 4 * W * (pos - 1), sizeof(double) * (size_t)(4 * W));
-    }
-    wo[n] = pos;
+    i64 wo[QD_MAXN + 1];
+    SFX(bchains)(c, s, wo);
     int trained = 0;
     for (i64 i = 0; i < c->pe; i++) trained |= c->gates[i].tmask_p;
     if (trained) {  /* every wire's e_p: conj(lam) contracted with the other wires' factors */
@@ -1155,6 +1154,393 @@ static void SFX(bmu)(const SFX(bctx_t) *c, const R *v, i64 wv, const R *L, R *M)
     }
 }
 
+/* The real form of the dense gradient. When each of a chunk's wire factors after the
+ * per-binding prefix gates (and its derivative in each trained angle) has each of its two
+ * components real on every lane, or imaginary on every lane (angle embeddings by RX or RY, bit
+ * flips), every binding's start state is e_b = D e~_b with e~_b real and D a fixed diagonal of
+ * powers of i. The chunk's share of rho then enters as E = sum_b e_b lam_b^dag at the start of
+ * the body (V E at its end): D times a real-by-complex sum, half the multiply-adds of
+ * psi lam^dag; and the prefix gradients 2 Re <mu_b | d e_b> read only Re(D^dag mu_b), a real
+ * matrix Re(D^dag V^dag) times lam (half of V^dag lam's), contracted with real factors. */
+
+/* Bits 0 and 1 of the phase mask of a component: (any real part nonzero, any imaginary part
+ * nonzero) over the lanes of a factor vector's component s (4W doubles). */
+static int SFX(bparts_nz)(const double *a, int s, i64 W) {
+    const double *re = a + 2 * s * W, *im = re + W;
+    int nr = 0, ni = 0;
+    LANES { nr |= re[l] != 0; ni |= im[l] != 0; }
+    return nr | ni << 1;
+}
+
+/* The chunk's real factors (chains built, s->pm with the trained prefix angles' derivatives
+ * when deriv): per wire p, ph[p] has bit s set when component s is imaginary; the real factors
+ * into s->rv (2W per wire: component 0, then 1), the derivatives' in each trained prefix angle
+ * into s->rdv (2W each, wires in order, then gates and angles in order). 0 when a component
+ * is neither real nor imaginary on all lanes. */
+static int SFX(breal_factors)(const SFX(bctx_t) *c, SFX(bscr_t) *s, const i64 *wo, int deriv,
+                              int *ph) {
+    const i64 W = c->W;
+    i64 k = 0;
+    double *t0 = s->dt, *t1 = s->dt + 4 * W;
+    for (int p = 0; p < c->n; p++) {
+        const double *v = s->v + 4 * W * p;
+        int nz[2] = {SFX(bparts_nz)(v, 0, W), SFX(bparts_nz)(v, 1, W)};
+        i64 k0 = k, q = 0;
+        for (i64 t = 0; t < c->pe && deriv; t++) {
+            const gate_t *h = &c->gates[t];
+            if (h->bits[0] != p) continue;
+            q++;  /* w_q: the vector after gate t */
+            for (int j = 0; j < h->np; j++) {
+                if (!((h->tmask_p >> j) & 1)) continue;
+                SFX(pmat_t) du = s->pm[t];
+                du.m += h->usize * (1 + j) * W;
+                /* d w / d angle = G_last .. G_{t+1} dG_t w_{q-1} */
+                SFX(bvec_apply)(h, du, s->wchain + 4 * W * (wo[p] + q - 1), t0, W);
+                for (i64 u = t + 1; u < c->pe; u++) {
+                    const gate_t *h2 = &c->gates[u];
+                    if (h2->bits[0] != p) continue;
+                    SFX(bvec_apply)(h2, s->pm[u], t0, t1, W);
+                    double *x = t0; t0 = t1; t1 = x;
+                }
+                memcpy(s->rdv + 4 * W * k++, t0, sizeof(double) * (size_t)(4 * W));
+                nz[0] |= SFX(bparts_nz)(t0, 0, W);
+                nz[1] |= SFX(bparts_nz)(t0, 1, W);
+            }
+        }
+        if (nz[0] == 3 || nz[1] == 3) return 0;
+        ph[p] = (nz[0] >> 1) | (nz[1] >> 1) << 1;
+        for (int cs = 0; cs < 2; cs++)  /* the real part, or the imaginary one */
+            memcpy(s->rv + 2 * W * p + cs * W, v + 2 * cs * W + ((ph[p] >> cs) & 1) * W,
+                   sizeof(double) * (size_t)W);
+        for (i64 e = k0; e < k; e++)  /* in place, in order: 4W per angle into 2W per angle */
+            for (int cs = 0; cs < 2; cs++)
+                memmove(s->rdv + 2 * W * e + cs * W,
+                        s->rdv + 4 * W * e + 2 * cs * W + ((ph[p] >> cs) & 1) * W,
+                        sizeof(double) * (size_t)W);
+    }
+    return 1;
+}
+
+/* e~ (d rows of W doubles, identity table): row x = prod_p rv_p[bit p of x]. */
+static void SFX(breal_kron)(const double *rv, int n, i64 W, double *et) {
+    LANES et[l] = 1;
+    i64 len = 1;
+    for (int p = n - 1; p >= 0; p--) {
+        const double *f0 = rv + 2 * W * p, *f1 = f0 + W;
+        for (i64 j = len - 1; j >= 0; j--) {
+            const double *x = et + W * j;
+            double *y0 = et + W * 2 * j, *y1 = y0 + W;
+            LANES { const double a = x[l]; y1[l] = a * f1[l]; y0[l] = a * f0[l]; }
+        }
+        len *= 2;
+    }
+}
+
+/* E[x][q] += D[x] sum over the chunk's lanes of e~_x conj(lam_q) (E: d x d real parts, then
+ * d x d imaginary parts; dm[x]: D[x] = i^dm[x]; lam in the final row table; d a multiple of
+ * 4): 4 x 2 blocks of (x, q), 8 lanes at a time with the sums in vector registers. */
+#define BRR_ACC(z) SFX(v8d) z##0r = {0}, z##0i = {0}, z##1r = {0}, z##1i = {0};
+#define BRR_FMA(z, e) z##0r += e * pr; z##0i -= e * pi; z##1r += e * qr; z##1i -= e * qi;
+static void SFX(brho_real)(const SFX(bctx_t) *c, const double *et, const R *L, const int *dm,
+                           double *E) {
+    const i64 d = c->d, W = c->W, rw = 2 * W;
+    for (i64 x = 0; x < d; x += 4)
+        for (i64 q = 0; q < d; q += 2) {
+            const double *e0 = et + W * x, *e1 = e0 + W, *e2 = e1 + W, *e3 = e2 + W;
+            const R *y0 = L + rw * c->fperm[q], *y1 = L + rw * c->fperm[q + 1];
+            BRR_ACC(a) BRR_ACC(b) BRR_ACC(f) BRR_ACC(g)
+            for (i64 lb = 0; lb < W; lb += 8) {
+                SFX(v8d) pr, pi, qr, qi;
+                for (int u = 0; u < 8; u++) {  /* widened (a no-op in double precision) */
+                    pr[u] = y0[lb + u]; pi[u] = y0[W + lb + u]; qr[u] = y1[lb + u]; qi[u] = y1[W + lb + u];
+                }
+                const SFX(v8d) ea = *(const SFX(v8d) *)(e0 + lb), eb = *(const SFX(v8d) *)(e1 + lb);
+                const SFX(v8d) ef = *(const SFX(v8d) *)(e2 + lb), eg = *(const SFX(v8d) *)(e3 + lb);
+                BRR_FMA(a, ea) BRR_FMA(b, eb) BRR_FMA(f, ef) BRR_FMA(g, eg)
+            }
+            SFX(v8d) sums[16] = {a0r, a0i, a1r, a1i, b0r, b0i, b1r, b1i,
+                                 f0r, f0i, f1r, f1i, g0r, g0i, g1r, g1i};
+            for (int r = 0; r < 4; r++)
+                for (int h = 0; h < 2; h++) {
+                    double sr = 0, si = 0;
+                    for (int u = 0; u < 8; u++) { sr += sums[4 * r + 2 * h][u]; si += sums[4 * r + 2 * h + 1][u]; }
+                    const int m = dm[x + r];  /* times i^m */
+                    const double tr = m == 0 ? sr : m == 1 ? -si : m == 2 ? -sr : si;
+                    const double ti = m == 0 ? si : m == 1 ? sr : m == 2 ? -si : -sr;
+                    E[(x + r) * d + q + h] += tr;
+                    E[d * d + (x + r) * d + q + h] += ti;
+                }
+        }
+}
+#undef BRR_ACC
+#undef BRR_FMA
+
+/* mu~_x = sum_r mt[x][r] Re lam_r + mt[x][d + r] Im lam_r into et (d rows of W doubles; lam
+ * in the final row table; d a multiple of 4): four rows at a time, 8 lanes at a time with the
+ * sums in vector registers. */
+static void SFX(bmu_real)(const SFX(bctx_t) *c, const R *mt, const R *L, double *et) {
+    const i64 d = c->d, W = c->W, rw = 2 * W;
+    for (i64 x = 0; x < d; x += 4) {
+        const R *a0 = mt + 2 * d * x, *a1 = a0 + 2 * d, *a2 = a1 + 2 * d, *a3 = a2 + 2 * d;
+        for (i64 lb = 0; lb < W; lb += 8) {
+            SFX(v8) m0 = {0}, m1 = {0}, m2 = {0}, m3 = {0};
+            for (i64 r = 0; r < d; r++) {
+                const R *lq = L + rw * c->fperm[r] + lb;
+                const SFX(v8) lr = V8(lq), li = V8(lq + W);
+                m0 += a0[r] * lr; m0 += a0[d + r] * li;
+                m1 += a1[r] * lr; m1 += a1[d + r] * li;
+                m2 += a2[r] * lr; m2 += a2[d + r] * li;
+                m3 += a3[r] * lr; m3 += a3[d + r] * li;
+            }
+            double *o = et + W * x + lb;
+            for (int u = 0; u < 8; u++) {
+                o[u] = m0[u]; o[W + u] = m1[u]; o[2 * W + u] = m2[u]; o[3 * W + u] = m3[u];
+            }
+        }
+    }
+}
+
+/* For every bit of T (m bits at positions 0 .. m-1, wires pos[0 .. m); rows of W doubles), T
+ * contracted over all its other bits with their real factors (rv: 2W per wire), into
+ * env + 2W * wire; divide and conquer as benv. bump: scratch of 2^m - 2 rows. */
+static void SFX(benv_real)(const double *T, int m, const int *pos, const double *rv,
+                           double *bump, double *env, i64 W) {
+    if (m == 1) {
+        memcpy(env + 2 * W * pos[0], T, sizeof(double) * (size_t)(2 * W));
+        return;
+    }
+    const int h = m / 2;
+    for (int side = 0; side < 2; side++) {  /* 0: keep positions [0, h); 1: keep [h, m) */
+        const double *cur = T;
+        double *b = bump;
+        int mm = m;
+        for (int t = 0; t < (side ? h : m - h); t++) {
+            const int k = side ? 0 : mm - 1, wire = side ? pos[t] : pos[m - 1 - t];
+            const double *f0 = rv + 2 * W * wire, *f1 = f0 + W;
+            const i64 half = (i64)1 << (mm - 1), low = ((i64)1 << k) - 1;
+            for (i64 j = 0; j < half; j++) {
+                const i64 i0 = ((j >> k) << (k + 1)) | (j & low);
+                const double *x0 = cur + W * i0, *x1 = x0 + W * ((i64)1 << k);
+                double *o = b + W * j;
+                LANES o[l] = x0[l] * f0[l] + x1[l] * f1[l];
+            }
+            cur = b;
+            b += W << (mm - 1);
+            mm--;
+        }
+        SFX(benv_real)(cur, mm, side ? pos + h : pos, rv, b, env, W);
+    }
+}
+
+/* The real form's prefix gradients of the chunk (breal_factors done; mu~ in s->et): every
+ * wire's environment env_p[s] = mu~ contracted over the other bits with their real factors,
+ * then for each trained angle 2 Re sum_s env_p[s] de~_p[s] (bgrad_add's factor 2). */
+static void SFX(breal_grads)(const SFX(bctx_t) *c, SFX(bscr_t) *s, i64 b0, double *gtheta) {
+    const i64 W = c->W;
+    const int n = c->n;
+    double *vr = s->acc;
+    int wires[QD_MAXN];
+    for (int p = 0; p < n; p++) wires[p] = p;  /* bit p of a row index: wire p's factor */
+    SFX(benv_real)(s->et, n, wires, s->rv, s->ew, s->renv, W);
+    i64 k = 0;
+    for (int p = 0; p < n; p++) {
+        const double *e0 = s->renv + 2 * W * p, *e1 = e0 + W;
+        for (i64 t = 0; t < c->pe; t++) {
+            const gate_t *h = &c->gates[t];
+            if (h->bits[0] != p) continue;
+            for (int j = 0; j < h->np; j++) {
+                if (!((h->tmask_p >> j) & 1)) continue;
+                const double *g0 = s->rdv + 2 * W * k, *g1 = g0 + W;
+                k++;
+                LANES vr[l] = e0[l] * g0[l] + e1[l] * g1[l];
+                SFX(bgrad_add)(c, h, j, b0, vr, gtheta);
+            }
+        }
+    }
+}
+
+/* The body's unitary V (gates pg .. nops-1, batch-uniform) over d lanes from the identity
+ * (lane x: V e_x) in vb (2 wd x d of R, rows in the table perm), then into vl (d x d real
+ * parts, then imaginary parts; row r, column x). */
+static void SFX(bvbody)(const SFX(bctx_t) *c, i64 pg, i64 wd, R *vb, i64 *perm, R *tmp,
+                        double *vl) {
+    const i64 d = c->d;
+    memset(vb, 0, sizeof(R) * (size_t)(2 * wd * d));
+    for (i64 r = 0; r < d; r++) { vb[2 * wd * r + r] = 1; perm[r] = r; }
+    R ubuf[CODED_MAX_USIZE];
+    for (i64 i = pg; i < c->nops; i++) {
+        const gate_t *g = &c->gates[i];
+        if (g->kind == K_FLIP || g->kind == K_SWAP) { SFX(bperm)(perm, d, g); continue; }
+        SFX(bapply)(vb, perm, d, wd, g, SFX(bto_r)(c->umat[i], g->usize, ubuf), 0, tmp);
+    }
+    for (i64 r = 0; r < d; r++) {
+        const R *row = vb + 2 * wd * perm[r];
+        for (i64 x = 0; x < d; x++) { vl[r * d + x] = row[x]; vl[d * d + r * d + x] = row[wd + x]; }
+    }
+}
+
+/* mt = Re(D^dag V^dag) for D[x] = i^dm[x]: row x holds the coefficients of Re lam_r (first d)
+ * and Im lam_r (next d) in Re(conj(D[x]) sum_r conj(V[r][x]) lam_r). */
+static void SFX(breal_mt)(const double *vl, i64 d, const int *dm, R *mt) {
+    for (i64 x = 0; x < d; x++) {
+        R *a = mt + 2 * d * x, *b = a + d;
+        const int m = dm[x];
+        for (i64 r = 0; r < d; r++) {
+            const double vr = vl[r * d + x], vi = vl[d * d + r * d + x];
+            a[r] = (R)(m == 0 ? vr : m == 1 ? -vi : m == 2 ? -vr : vi);
+            b[r] = (R)(m == 0 ? vi : m == 1 ? vr : m == 2 ? -vi : -vr);
+        }
+    }
+}
+
+/* D[x] = i^dm[x] from the wires' phase masks (breal_factors). */
+static void SFX(bphases)(const SFX(bctx_t) *c, const int *ph, int *dm) {
+    for (i64 x = 0; x < c->d; x++) {
+        int m = 0;
+        for (int p = 0; p < c->n; p++) m += (ph[p] >> ((x >> p) & 1)) & 1;
+        dm[x] = m & 3;
+    }
+}
+
+/* The real form of a dense chunk (lam in L): its share of E, and (ptrain) its prefix
+ * gradients. 0 (nothing done) when its factors are not real up to D. cg: the context with
+ * the per-binding prefix (pe = pg). */
+static int SFX(breal_chunk)(const SFX(bctx_t) *cg, const SFX(bctx_t) *c, const R *L, i64 b0,
+                            int ptrain, const double *vl, SFX(bscr_t) *s, double *E,
+                            double *gtheta) {
+    i64 wo[QD_MAXN + 1];
+    int ph[QD_MAXN], dm[QD_BATCH_MAXW];
+    SFX(bprefix_mats)(cg, b0, ptrain, s);
+    SFX(bchains)(cg, s, wo);
+    if (!SFX(breal_factors)(cg, s, wo, ptrain, ph)) return 0;
+    SFX(bphases)(c, ph, dm);
+    SFX(breal_kron)(s->rv, c->n, c->W, s->et);
+    SFX(brho_real)(c, s->et, L, dm, E);
+    if (ptrain) {
+        SFX(breal_mt)(vl, c->d, dm, s->mt);
+        SFX(bmu_real)(c, s->mt, L, s->et);
+        SFX(breal_grads)(cg, s, b0, gtheta);
+    }
+    return 1;
+}
+
+/* The dense form (every gate after the product prefix batch-uniform, a batch of at least four
+ * times the register, d lanes within a chunk, at least d/2 gates after the prefix): 1, with
+ * *pg the first of the prefix's trailing batch-uniform gates (they join the body V). */
+static int SFX(bdense)(const SFX(bctx_t) *c, i64 *pg) {
+    const i64 wd = (c->d + 7) / 8 * 8;
+    i64 nd = 0;
+    *pg = c->pe;
+    if (c->d < 2 || c->B < 4 * c->d || wd > c->W) return 0;
+    for (i64 i = c->pe; i < c->nops; i++) {
+        const gate_t *g = &c->gates[i];
+        if (g->kind == K_FLIP || g->kind == K_SWAP) continue;
+        if (!c->umat[i]) return 0;
+        nd++;
+    }
+    if (2 * nd < c->d) return 0;
+    while (*pg > 0 && c->umat[*pg - 1]) (*pg)--;
+    return 1;
+}
+
+/* psi_r = sum_x vt[r][x] e~_x (vt: d rows of d real parts, then d imaginary parts; d a
+ * multiple of 4) into S in the final row table: four rows at a time, 8 lanes at a time with
+ * the sums in vector registers. */
+static void SFX(bpsi_real)(const SFX(bctx_t) *c, const double *vt, const double *et, R *S) {
+    const i64 d = c->d, W = c->W, rw = 2 * W;
+    for (i64 r = 0; r < d; r += 4) {
+        const double *a0 = vt + 2 * d * r, *a1 = a0 + 2 * d, *a2 = a1 + 2 * d, *a3 = a2 + 2 * d;
+        R *o0 = S + rw * c->fperm[r], *o1 = S + rw * c->fperm[r + 1];
+        R *o2 = S + rw * c->fperm[r + 2], *o3 = S + rw * c->fperm[r + 3];
+        for (i64 lb = 0; lb < W; lb += 8) {
+            SFX(v8d) p0r = {0}, p0i = {0}, p1r = {0}, p1i = {0};
+            SFX(v8d) p2r = {0}, p2i = {0}, p3r = {0}, p3i = {0};
+            for (i64 x = 0; x < d; x++) {
+                const SFX(v8d) e = *(const SFX(v8d) *)(et + W * x + lb);
+                p0r += a0[x] * e; p0i += a0[d + x] * e;
+                p1r += a1[x] * e; p1i += a1[d + x] * e;
+                p2r += a2[x] * e; p2i += a2[d + x] * e;
+                p3r += a3[x] * e; p3i += a3[d + x] * e;
+            }
+            for (int u = 0; u < 8; u++) {
+                o0[lb + u] = (R)p0r[u]; o0[W + lb + u] = (R)p0i[u];
+                o1[lb + u] = (R)p1r[u]; o1[W + lb + u] = (R)p1i[u];
+                o2[lb + u] = (R)p2r[u]; o2[W + lb + u] = (R)p2i[u];
+                o3[lb + u] = (R)p3r[u]; o3[W + lb + u] = (R)p3i[u];
+            }
+        }
+    }
+}
+
+/* The real form of a dense chunk's forward: psi_b = (V D) e~_b, one real-by-complex product
+ * per binding in place of the body's gates. 0 (nothing written) when its factors are not real
+ * up to D. cg: the context with the per-binding prefix (pe = pg); vl: V (bvbody). */
+static int SFX(breal_forward)(const SFX(bctx_t) *cg, const SFX(bctx_t) *c, R *S, i64 b0,
+                              const double *vl, SFX(bscr_t) *s) {
+    i64 wo[QD_MAXN + 1];
+    int ph[QD_MAXN], dm[QD_BATCH_MAXW];
+    const i64 d = c->d, dd = d * d;
+    SFX(bprefix_mats)(cg, b0, 0, s);
+    SFX(bchains)(cg, s, wo);
+    if (!SFX(breal_factors)(cg, s, wo, 0, ph)) return 0;
+    SFX(bphases)(c, ph, dm);
+    for (i64 r = 0; r < d; r++)
+        for (i64 x = 0; x < d; x++) {  /* V[r][x] i^dm[x] */
+            const double vr = vl[r * d + x], vi = vl[dd + r * d + x];
+            const int m = dm[x];
+            s->vt[2 * d * r + x] = m == 0 ? vr : m == 1 ? -vi : m == 2 ? -vr : vi;
+            s->vt[2 * d * r + d + x] = m == 0 ? vi : m == 1 ? vr : m == 2 ? -vi : -vr;
+        }
+    SFX(breal_kron)(s->rv, c->n, c->W, s->et);
+    SFX(bpsi_real)(c, s->vt, s->et, S);
+    return 1;
+}
+
+static int SFX(batch_run)(qd_batch_args *a) {
+    SFX(bctx_t) c;
+    int rc = SFX(bctx_init)(&c, a, 0);
+    if (rc) { SFX(bctx_free)(&c); return rc; }
+    int nt = a->nthreads > 1 && c.nch > 1 ? a->nthreads : 1;
+    if (nt > c.nch) nt = (int)c.nch;
+    i64 pg;
+    c.rform = SFX(bdense)(&c, &pg) && c.d >= 4;  /* the real form's chunks (breal_forward) */
+    const i64 wd = (c.d + 7) / 8 * 8;
+    SFX(bscr_t) *scr = (SFX(bscr_t) *)calloc((size_t)nt, sizeof(SFX(bscr_t)));
+    if (!scr) { SFX(bctx_free)(&c); return QD_ENOMEM; }
+    for (int t = 0; t < nt; t++) rc |= SFX(bscr_alloc)(&c, &scr[t]);
+    char *vmem = 0;
+    size_t valloc = 0;
+    double *vl = 0;
+    if (!rc && c.rform) {  /* the body's V: as lanes, then as a matrix (one kept block) */
+        size_t vsz[2] = {sizeof(R) * (size_t)(2 * wd * c.d), sizeof(double) * (size_t)(2 * c.d * c.d)};
+        void *vp[2];
+        vmem = bparts(vsz, 2, vp, &valloc);
+        if (!vmem) rc = QD_ENOMEM;
+        else {
+            vl = (double *)vp[1];
+            SFX(bvbody)(&c, pg, wd, (R *)vp[0], scr[0].perm, scr[0].tmp, vl);
+        }
+    }
+    if (!rc) {
+        R *psi = (R *)a->psi;
+        SFX(bctx_t) cg = c;  /* the per-binding prefix gates (before pg) */
+        cg.pe = pg;
+#pragma omp parallel for if (nt > 1) num_threads(nt) schedule(static)
+        for (i64 ch = 0; ch < c.nch; ch++) {
+            SFX(bscr_t) *s = &scr[nt > 1 ? THREAD_ID : 0];
+            R *S = psi + 2 * c.W * c.d * ch;
+            if (!(c.rform && SFX(breal_forward)(&cg, &c, S, ch * c.W, vl, s)))
+                SFX(bforward_chunk)(&c, S, ch * c.W, s);
+            SFX(boutputs)(&c, S, ch * c.W, a->out, s->acc);
+        }
+    }
+    keep_put(vmem, valloc);
+    for (int t = 0; t < nt; t++) SFX(bscr_free)(&scr[t]);
+    free(scr);
+    SFX(bctx_free)(&c);
+    return rc ? QD_ENOMEM : QD_OK;
+}
+
 static int SFX(batch_adjoint)(qd_batch_args *a) {
     for (int s = 0; s < a->nsrc; s++)  /* the gradients are written, not added */
         if (a->gout[s]) memset(a->gout[s], 0, sizeof(double) * (size_t)a->src_len[s]);
@@ -1190,107 +1576,109 @@ static int SFX(batch_adjoint)(qd_batch_args *a) {
                 else cols[nper++] = j;
             }
     }
-    for (int t = 0; !rc && t < nt; t++) rc |= SFX(bscr_alloc)(&c, &scr[t]);
     /* the dense form of the sweep (every gate after the product prefix the same for the whole
      * batch, a large batch, a small register): with rho = sum_b psi_b lam_b^dag, the shared
      * angles' gradients are 2 Re Tr(dU U^dag rho) along ONE sweep of d lanes X_c = rho e_c,
-     * Y_c = e_c (rho <- U^dag rho U as the sweep goes), which leaves Y_c = V^dag e_c (V: the
-     * gates after the prefix); the prefix's lam is then V^dag lam_b per binding */
-    i64 wd = (c.d + 7) / 8 * 8;
-    int dense = 0;
-    if (!rc && lo < c.nops && c.d >= 2 && c.B >= 4 * c.d && wd <= c.W) {
-        i64 nd = 0;
-        dense = 1;
-        for (i64 i = c.pe; i < c.nops && dense; i++) {
-            const gate_t *g = &c.gates[i];
-            if (g->kind == K_FLIP || g->kind == K_SWAP) continue;
-            if (!c.umat[i]) dense = 0;
-            nd++;
-        }
-        if (2 * nd < c.d) dense = 0;
-    }
-    /* in the dense form the product prefix's trailing batch-uniform gates (e.g. the weights'
-     * first rotations) join the sweep: only the gates before pg take per-binding prefix
-     * gradients (none when no angle before pg is trained) */
+     * Y_c = e_c (rho <- U^dag rho U as the sweep goes); the prefix's lam is V^dag lam_b per
+     * binding (V: the gates after the prefix) */
+    const i64 wd = (c.d + 7) / 8 * 8;
     i64 pg = c.pe;
-    if (dense)
-        while (pg > 0 && c.umat[pg - 1]) pg--;
-    double *rho = 0;
-    R *xbuf = 0, *ybuf = 0;
+    const int dense = !rc && lo < c.nops && SFX(bdense)(&c, &pg);
+    const int ptrain = dense && lo < pg;
+    c.rform = dense && c.d >= 4;  /* the real form's chunks (breal_chunk): d a multiple of 4 */
+    for (int t = 0; !rc && t < nt; t++) rc |= SFX(bscr_alloc)(&c, &scr[t]);
+    double *rho = 0, *ebuf = 0, *vl = 0;
+    R *xbuf = 0, *ybuf = 0, *vb = 0, *vdag = 0;
     char *dmem = 0;
     size_t dalloc = 0;
-    /* with prefix gradients, every chunk's lam is kept from the rho pass for the prefix pass */
-    R *lamall = 0;
-    const int keep_lam = dense && lo < pg;
-    if (dense) {  /* rho, the sweep's two chunks of d lanes (and the lams): one kept block,
-                   * zeroed but for the lams (written whole) */
-        size_t dsz[4] = {sizeof(double) * (size_t)(nt * 2 * c.d * c.d),
-                         sizeof(R) * (size_t)(2 * wd * c.d), sizeof(R) * (size_t)(2 * wd * c.d),
-                         keep_lam ? sizeof(R) * (size_t)(2 * bpad * c.d) : 0};
-        void *dp[4];
-        dmem = bparts(dsz, 4, dp, &dalloc);
+    if (!rc && dense) {  /* per thread rho (complex chunks) and E (real ones); the sweep's two
+                          * blocks of d lanes; V as lanes and as a matrix; V^dag for bmu: one
+                          * kept block, zeroed but for V (written whole) */
+        const size_t db = sizeof(double) * (size_t)(nt * 2 * c.d * c.d);
+        const size_t lb = sizeof(R) * (size_t)(2 * wd * c.d);
+        size_t dsz[7] = {db, db, lb, lb, lb, sizeof(double) * (size_t)(2 * c.d * c.d),
+                         ptrain ? lb : 0};
+        void *dp[7];
+        dmem = bparts(dsz, 7, dp, &dalloc);
         if (!dmem) {
             rc = QD_ENOMEM;
         } else {
             rho = (double *)dp[0];
-            xbuf = (R *)dp[1];
-            ybuf = (R *)dp[2];
-            lamall = keep_lam ? (R *)dp[3] : 0;
-            memset(rho, 0, dsz[0]);
-            memset(xbuf, 0, dsz[1]);
-            memset(ybuf, 0, dsz[2]);
+            ebuf = (double *)dp[1];
+            xbuf = (R *)dp[2];
+            ybuf = (R *)dp[3];
+            vb = (R *)dp[4];
+            vl = (double *)dp[5];
+            vdag = ptrain ? (R *)dp[6] : 0;
+            memset(rho, 0, db);
+            memset(ebuf, 0, db);
+            memset(xbuf, 0, lb);
+            memset(ybuf, 0, lb);
+            SFX(bvbody)(&c, pg, wd, vb, scr[0].perm, scr[0].tmp, vl);
+            for (i64 r = 0; r < c.d && vdag; r++)  /* row r, lane q: (V^dag)[r][q] */
+                for (i64 q = 0; q < c.d; q++) {
+                    vdag[2 * wd * r + q] = (R)vl[q * c.d + r];
+                    vdag[2 * wd * r + wd + q] = (R)-vl[c.d * c.d + q * c.d + r];
+                }
         }
     }
     if (!rc && lo < c.nops) {
         R *psi = (R *)a->psi;
         i64 d = c.d, W = c.W, rw = 2 * W;
         i64 stop = lo > c.pe ? lo : c.pe;
+        SFX(bctx_t) cg = c;  /* the per-binding prefix gates (before pg) */
+        cg.pe = pg;
 #pragma omp parallel for if (nt > 1) num_threads(nt) schedule(static)
         for (i64 ch = 0; ch < c.nch; ch++) {
             int tid = nt > 1 ? THREAD_ID : 0;
             SFX(bscr_t) *s = &scr[tid];
-            R *S = psi + rw * d * ch, *L = lamall ? lamall + rw * d * ch : s->lam;
+            R *S = psi + rw * d * ch, *L = s->lam;
             i64 b0 = ch * W;
             for (i64 t = 0; t < nper; t++) memset(gtheta + cols[t] * bpad + b0, 0, sizeof(double) * (size_t)W);
             for (i64 t = 0; t < nsh; t++) gtheta[cols[P - 1 - t] * bpad + b0] = 0;
             SFX(blam)(&c, S, L, b0, a->cot, s->acc + 8 * W);
-            if (dense) {  /* this chunk's share of rho[r][q] = sum psi_r conj(lam_q) */
+            if (dense) {  /* this chunk's share of E (real form) or rho, and its prefix gradients */
+                if (c.rform && SFX(breal_chunk)(&cg, &c, L, b0, ptrain, vl, s,
+                                                ebuf + tid * 2 * d * d, gtheta))
+                    continue;
                 SFX(brho_add)(&c, S, L, rho + tid * 2 * d * d);
+                if (ptrain) {
+                    SFX(bmu)(&c, vdag, wd, L, S);  /* mu over the chunk's states (read) */
+                    SFX(bprefix_grads)(&cg, S, L, b0, s, gtheta);
+                }
                 continue;
             }
             memcpy(s->perm, c.fperm, sizeof(i64) * (size_t)d);
             SFX(bsweep)(&c, S, L, b0, lo, stop, s, gtheta);
             if (lo < c.pe) SFX(bprefix_grads)(&c, L, S, b0, s, gtheta);
         }
-        if (dense) {
+        if (dense) {  /* rho = (the complex chunks' rho) + V E, then the one sweep */
             SFX(bscr_t) *s = &scr[0];
+            const i64 dd = d * d;
             for (int t = 1; t < nt; t++)
-                for (i64 e = 0; e < 2 * d * d; e++) rho[e] += rho[t * 2 * d * d + e];
+                for (i64 e = 0; e < 2 * dd; e++) {
+                    rho[e] += rho[t * 2 * dd + e];
+                    ebuf[e] += ebuf[t * 2 * dd + e];
+                }
             SFX(bctx_t) cd = c;  /* d lanes (padded to a multiple of 8), batch-shared angles */
             cd.W = wd;
+            double xr[QD_BATCH_MAXW], xi[QD_BATCH_MAXW];
             for (i64 r = 0; r < d; r++) {
-                R *xr = xbuf + 2 * wd * c.fperm[r];
-                for (i64 q = 0; q < d; q++) {
-                    xr[q] = (R)rho[2 * (r * d + q)];
-                    xr[wd + q] = (R)rho[2 * (r * d + q) + 1];
+                for (i64 q = 0; q < d; q++) { xr[q] = rho[2 * (r * d + q)]; xi[q] = rho[2 * (r * d + q) + 1]; }
+                for (i64 x = 0; x < d; x++) {
+                    const double vr = vl[r * d + x], vi = vl[dd + r * d + x];
+                    const double *er = ebuf + x * d, *ei = ebuf + dd + x * d;
+                    for (i64 q = 0; q < d; q++) {
+                        xr[q] += vr * er[q] - vi * ei[q];
+                        xi[q] += vr * ei[q] + vi * er[q];
+                    }
                 }
+                R *row = xbuf + 2 * wd * c.fperm[r];
+                for (i64 q = 0; q < d; q++) { row[q] = (R)xr[q]; row[wd + q] = (R)xi[q]; }
                 ybuf[2 * wd * c.fperm[r] + r] = 1;
             }
             memcpy(s->perm, c.fperm, sizeof(i64) * (size_t)d);
             SFX(bsweep)(&cd, xbuf, ybuf, 0, lo, lo > pg ? lo : pg, s, gtheta);
-            SFX(bctx_t) cg = c;  /* the prefix gates before pg */
-            cg.pe = pg;
-            if (lo < pg) {  /* ybuf: row r, lane q = (V^dag)[r][q] (identity row table) */
-#pragma omp parallel for if (nt > 1) num_threads(nt) schedule(static)
-                for (i64 ch = 0; ch < c.nch; ch++) {
-                    int tid = nt > 1 ? THREAD_ID : 0;
-                    SFX(bscr_t) *st = &scr[tid];
-                    R *S = psi + rw * d * ch, *L = lamall + rw * d * ch;
-                    i64 b0 = ch * W;
-                    SFX(bmu)(&c, ybuf, wd, L, S);  /* mu over the chunk's states (read) */
-                    SFX(bprefix_grads)(&cg, S, L, b0, st, gtheta);
-                }
-            }
         }
         /* scatter into the sources: a per-binding column from every row, a batch-shared one
          * from its chunks' first rows (where bgrad_add sums its lanes) */
