@@ -828,18 +828,34 @@ static void SFX(bcontract_lam)(const R *T, int m, int k, const double *fv, doubl
     }
 }
 
+/* T' = T (m bits, rows of W doubles) contracted over its bit at position k with the real
+ * factor fv (lanes f0 f1): T'[j] = T[j with 0 at k] f0 + T[j with 1 at k] f1. */
+static void SFX(bcontract_real)(const double *T, int m, int k, const double *fv, double *out,
+                                i64 W) {
+    const i64 half = (i64)1 << (m - 1), low = ((i64)1 << k) - 1;
+    const double *f0 = fv, *f1 = fv + W;
+    for (i64 j = 0; j < half; j++) {
+        const i64 i0 = ((j >> k) << (k + 1)) | (j & low);
+        const double *a = T + W * i0, *b = a + W * ((i64)1 << k);
+        double *o = out + W * j;
+        LANES o[l] = a[l] * f0[l] + b[l] * f1[l];
+    }
+}
+
 /* For every bit of T (m bits at positions 0 .. m-1, wires pos[0 .. m)), T contracted over all
- * its other bits with their factor vectors (v: 4W doubles per wire), into env + 4W * wire
- * (e0r e0i e1r e1i); T is conj(lam) when lam is given (the top level), else T (double).
- * Divide and conquer: each half of the bits is contracted away once for the other half,
- * about 2^(m+1) complex products per lane in all (one bkron and contraction per wire would
- * take m 2^m). bump: scratch of 2^m - 2 rows (2W doubles each). */
+ * its other bits with their factor vectors, into env + f * wire. Complex (real = 0): rows of
+ * 2W doubles, factors and environments of f = 4W (e0r e0i e1r e1i), T is conj(lam) when lam
+ * is given (the top level), else T (double); real: rows of W doubles, factors and
+ * environments of f = 2W (e0 e1). Divide and conquer: each half of the bits is contracted
+ * away once for the other half, about 2^(m+1) products per lane in all (one bkron and
+ * contraction per wire would take m 2^m). bump: scratch of 2^m - 2 rows. */
 static void SFX(benv)(const double *T, const R *lam, int m, const int *pos, const double *v,
-                      double *bump, double *env, i64 W) {
+                      double *bump, double *env, i64 W, int real) {
+    const i64 rw = real ? W : 2 * W, f = 2 * rw;
     if (m == 1) {
-        double *e = env + 4 * W * pos[0];
+        double *e = env + f * pos[0];
         if (!lam) {
-            memcpy(e, T, sizeof(double) * (size_t)(4 * W));
+            memcpy(e, T, sizeof(double) * (size_t)f);
             return;
         }
         for (i64 e2 = 0; e2 < 4 * W; e2 += 2 * W)
@@ -853,13 +869,14 @@ static void SFX(benv)(const double *T, const R *lam, int m, const int *pos, cons
         int mm = m;
         for (int t = 0; t < (side ? h : m - h); t++) {
             const int k = side ? 0 : mm - 1, wire = side ? pos[t] : pos[m - 1 - t];
-            if (lam && t == 0) SFX(bcontract_lam)(lam, mm, k, v + 4 * W * wire, b, W);
-            else SFX(bcontract)(cur, mm, k, v + 4 * W * wire, b, W);
+            if (real) SFX(bcontract_real)(cur, mm, k, v + f * wire, b, W);
+            else if (lam && t == 0) SFX(bcontract_lam)(lam, mm, k, v + f * wire, b, W);
+            else SFX(bcontract)(cur, mm, k, v + f * wire, b, W);
             cur = b;
-            b += (2 * W) << (mm - 1);
+            b += rw << (mm - 1);
             mm--;
         }
-        SFX(benv)(cur, 0, mm, side ? pos + h : pos, v, b, env, W);
+        SFX(benv)(cur, 0, mm, side ? pos + h : pos, v, b, env, W, real);
     }
 }
 
@@ -926,7 +943,7 @@ static void SFX(bprefix_grads)(const SFX(bctx_t) *c, const R *L, R *spare, i64 b
         int wires[QD_MAXN];
         for (int p = 0; p < n; p++) wires[p] = p;  /* bit p of a row index: wire p's factor */
         SFX(benv)(0, L, n, wires, v, sizeof(R) == sizeof(double) ? (double *)spare : s->tree,
-                  s->envs, W);
+                  s->envs, W, 0);
     }
     for (int p = 0; p < n; p++) {
         int train = 0;
@@ -1300,38 +1317,6 @@ static void SFX(bmu_real)(const SFX(bctx_t) *c, const R *mt, const R *L, double 
     }
 }
 
-/* For every bit of T (m bits at positions 0 .. m-1, wires pos[0 .. m); rows of W doubles), T
- * contracted over all its other bits with their real factors (rv: 2W per wire), into
- * env + 2W * wire; divide and conquer as benv. bump: scratch of 2^m - 2 rows. */
-static void SFX(benv_real)(const double *T, int m, const int *pos, const double *rv,
-                           double *bump, double *env, i64 W) {
-    if (m == 1) {
-        memcpy(env + 2 * W * pos[0], T, sizeof(double) * (size_t)(2 * W));
-        return;
-    }
-    const int h = m / 2;
-    for (int side = 0; side < 2; side++) {  /* 0: keep positions [0, h); 1: keep [h, m) */
-        const double *cur = T;
-        double *b = bump;
-        int mm = m;
-        for (int t = 0; t < (side ? h : m - h); t++) {
-            const int k = side ? 0 : mm - 1, wire = side ? pos[t] : pos[m - 1 - t];
-            const double *f0 = rv + 2 * W * wire, *f1 = f0 + W;
-            const i64 half = (i64)1 << (mm - 1), low = ((i64)1 << k) - 1;
-            for (i64 j = 0; j < half; j++) {
-                const i64 i0 = ((j >> k) << (k + 1)) | (j & low);
-                const double *x0 = cur + W * i0, *x1 = x0 + W * ((i64)1 << k);
-                double *o = b + W * j;
-                LANES o[l] = x0[l] * f0[l] + x1[l] * f1[l];
-            }
-            cur = b;
-            b += W << (mm - 1);
-            mm--;
-        }
-        SFX(benv_real)(cur, mm, side ? pos + h : pos, rv, b, env, W);
-    }
-}
-
 /* The real form's prefix gradients of the chunk (breal_factors done; mu~ in s->et): every
  * wire's environment env_p[s] = mu~ contracted over the other bits with their real factors,
  * then for each trained angle 2 Re sum_s env_p[s] de~_p[s] (bgrad_add's factor 2). */
@@ -1341,7 +1326,7 @@ static void SFX(breal_grads)(const SFX(bctx_t) *c, SFX(bscr_t) *s, i64 b0, doubl
     double *vr = s->acc;
     int wires[QD_MAXN];
     for (int p = 0; p < n; p++) wires[p] = p;  /* bit p of a row index: wire p's factor */
-    SFX(benv_real)(s->et, n, wires, s->rv, s->ew, s->renv, W);
+    SFX(benv)(s->et, 0, n, wires, s->rv, s->ew, s->renv, W, 1);
     i64 k = 0;
     for (int p = 0; p < n; p++) {
         const double *e0 = s->renv + 2 * W * p, *e1 = e0 + W;
