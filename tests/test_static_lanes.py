@@ -527,7 +527,7 @@ def _embedded_body(n, kind):
 
 
 @pytest.mark.parametrize("kind", sorted(EMBEDDINGS))
-@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
 @pytest.mark.parametrize("input_grad", [True, False])
 def test_dense_form_on_embeddings(monkeypatch, kind, n, input_grad):
     """The dense form with real factors (embeddings whose per-binding states are real up to a
