@@ -5,7 +5,8 @@ plain qnode (the engine's ordinary native and torch paths) and finite difference
 hybrid model, on random circuits with every kind of gate record (coded one-, two- and four-qubit
 gates, controlled coded gates, diagonals, flips with controls, swaps, constant matrices), per
 binding gates after shared ones, every chunk width and edge sizes (n = 1, 2; B = 1; batches
-that leave padding lanes), complex64, and refusal of non-finite angles."""
+that leave padding lanes), the dense form of large batches with real and complex embedding
+factors, complex64, and refusal of non-finite angles."""
 from __future__ import annotations
 
 import random
@@ -508,7 +509,7 @@ EMBEDDINGS = {  # per wire q: the prefix ops before the shared body
     "ry_scaled": lambda q: [("ry", (q,), ("x", q, -1.7, 0.3))],
     "flip_then_ry": lambda q: [("x", (q,), None), ("ry", (q,), ("x", q, 1.0, 0.0))],
     "rx_chain": lambda q: [("rx", (q,), ("x", q, 1.0, 0.0)), ("rx", (q,), ("x", q - 1, 0.5, 0.2))],
-    "skip_last_wire": lambda q: [("rx", (q,), ("x", q, 1.0, 0.0))] if q else [],
+    "skip_first_wire": lambda q: [("rx", (q,), ("x", q, 1.0, 0.0))] if q else [],
     "rx_then_rz": lambda q: [("rx", (q,), ("x", q, 1.0, 0.0)), ("rz", (q,), ("x", q, 1.0, 0.0))],
     "h_then_rz": lambda q: [("h", (q,), None), ("rz", (q,), ("x", q, 1.0, 0.0))],
 }
