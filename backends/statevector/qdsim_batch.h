@@ -1253,6 +1253,15 @@ static void SFX(breal_kron)(const double *rv, int n, i64 W, double *et) {
     }
 }
 
+#ifndef QD_IPOW_DEFINED
+#define QD_IPOW_DEFINED
+/* (re + i im) i^m into o[0] (real part) and o[1] (imaginary part), m in 0..3. */
+static inline void qd_ipow(int m, double re, double im, double *o) {
+    o[0] = m == 0 ? re : m == 1 ? -im : m == 2 ? -re : im;
+    o[1] = m == 0 ? im : m == 1 ? re : m == 2 ? -im : -re;
+}
+#endif
+
 /* E[x][q] += D[x] sum over the chunk's lanes of e~_x conj(lam_q) (E: d x d real parts, then
  * d x d imaginary parts; dm[x]: D[x] = i^dm[x]; lam in the final row table; d a multiple of
  * 4): 4 x 2 blocks of (x, q), 8 lanes at a time with the sums in vector registers. */
@@ -1281,11 +1290,10 @@ static void SFX(brho_real)(const SFX(bctx_t) *c, const double *et, const R *L, c
                 for (int h = 0; h < 2; h++) {
                     double sr = 0, si = 0;
                     for (int u = 0; u < 8; u++) { sr += sums[4 * r + 2 * h][u]; si += sums[4 * r + 2 * h + 1][u]; }
-                    const int m = dm[x + r];  /* times i^m */
-                    const double tr = m == 0 ? sr : m == 1 ? -si : m == 2 ? -sr : si;
-                    const double ti = m == 0 ? si : m == 1 ? sr : m == 2 ? -si : -sr;
-                    E[(x + r) * d + q + h] += tr;
-                    E[d * d + (x + r) * d + q + h] += ti;
+                    double t[2];
+                    qd_ipow(dm[x + r], sr, si, t);
+                    E[(x + r) * d + q + h] += t[0];
+                    E[d * d + (x + r) * d + q + h] += t[1];
                 }
         }
 }
@@ -1365,15 +1373,16 @@ static void SFX(bvbody)(const SFX(bctx_t) *c, i64 pg, i64 wd, R *vb, i64 *perm, 
 }
 
 /* mt = Re(D^dag V^dag) for D[x] = i^dm[x]: row x holds the coefficients of Re lam_r (first d)
- * and Im lam_r (next d) in Re(conj(D[x]) sum_r conj(V[r][x]) lam_r). */
+ * and Im lam_r (next d) in Re(conj(D[x]) sum_r conj(V[r][x]) lam_r), i.e. the real and
+ * imaginary parts of (V D)[r][x]. */
 static void SFX(breal_mt)(const double *vl, i64 d, const int *dm, R *mt) {
     for (i64 x = 0; x < d; x++) {
         R *a = mt + 2 * d * x, *b = a + d;
-        const int m = dm[x];
         for (i64 r = 0; r < d; r++) {
-            const double vr = vl[r * d + x], vi = vl[d * d + r * d + x];
-            a[r] = (R)(m == 0 ? vr : m == 1 ? -vi : m == 2 ? -vr : vi);
-            b[r] = (R)(m == 0 ? vi : m == 1 ? vr : m == 2 ? -vi : -vr);
+            double t[2];
+            qd_ipow(dm[x], vl[r * d + x], vl[d * d + r * d + x], t);
+            a[r] = (R)t[0];
+            b[r] = (R)t[1];
         }
     }
 }
@@ -1471,10 +1480,10 @@ static int SFX(breal_forward)(const SFX(bctx_t) *cg, const SFX(bctx_t) *c, R *S,
     SFX(bphases)(c, ph, dm);
     for (i64 r = 0; r < d; r++)
         for (i64 x = 0; x < d; x++) {  /* V[r][x] i^dm[x] */
-            const double vr = vl[r * d + x], vi = vl[dd + r * d + x];
-            const int m = dm[x];
-            s->vt[2 * d * r + x] = m == 0 ? vr : m == 1 ? -vi : m == 2 ? -vr : vi;
-            s->vt[2 * d * r + d + x] = m == 0 ? vi : m == 1 ? vr : m == 2 ? -vi : -vr;
+            double t[2];
+            qd_ipow(dm[x], vl[r * d + x], vl[dd + r * d + x], t);
+            s->vt[2 * d * r + x] = t[0];
+            s->vt[2 * d * r + d + x] = t[1];
         }
     SFX(breal_kron)(s->rv, c->n, c->W, s->et);
     SFX(bpsi_real)(c, s->vt, s->et, S);
