@@ -168,6 +168,68 @@ def test_concurrent_first_use_builds_once(tmp_path):
     assert _builds(tmp_path) == 1
 
 
+def _old_builds(cache: Path, count: int, start: float) -> list:
+    """``count`` stand-in libraries of other builds (with hash and lock files), used at
+    ``start``, ``start + 1``, ... seconds since the epoch."""
+    cache.mkdir(parents=True, exist_ok=True)
+    libs = []
+    for i in range(count):
+        so = cache / f"qdsim-old{i:012d}.so"
+        so.write_bytes(b"old")
+        so.with_name(so.name + ".sha256").write_text("x\n")
+        so.with_name(so.name + ".lock").write_text("")
+        os.utime(so, (start + i, start + i))
+        libs.append(so)
+    return libs
+
+
+def test_a_new_build_prunes_the_least_recently_used(tmp_path):
+    """Each new build keeps the cache at the most recently used libraries: older builds go
+    with their hash and lock files, a lock left without its library for more than a day goes,
+    and a library whose lock another process holds stays."""
+    import fcntl
+    from qdiff.backends.statevector import native_lib
+    cache = tmp_path / "cache" / "native"
+    keep = native_lib.KEEP_BUILDS
+    libs = _old_builds(cache, keep + 3, start=1_000_000)
+    orphan = cache / "qdsim-orphan00000000.so.lock"
+    orphan.write_text("")
+    os.utime(orphan, (1_000_000, 1_000_000))
+    fresh_orphan = cache / "qdsim-fresh000000000.so.lock"
+    fresh_orphan.write_text("")  # a build may be starting: kept
+    busy = libs[0]  # the oldest, but another process holds its lock
+    with open(busy.with_name(busy.name + ".lock"), "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        assert _run_child(tmp_path, _fake_cc(tmp_path))[0] == ["True", "True"]
+    assert _builds(tmp_path) == 1
+    left = sorted(p.name for p in cache.glob("qdsim-*.so"))
+    new = [n for n in left if "old" not in n]
+    assert len(new) == 1
+    # the new build and the keep - 1 most recent old ones, plus the busy one
+    want = sorted([f"qdsim-old{i:012d}.so" for i in range(4, keep + 3)] + [busy.name] + new)
+    assert left == want
+    for lib in libs[1:4]:
+        for suffix in ("", ".sha256", ".lock"):
+            assert not lib.with_name(lib.name + suffix).exists()
+    assert busy.with_name(busy.name + ".sha256").exists()
+    assert not orphan.exists() and fresh_orphan.exists()
+
+
+def test_a_cache_hit_marks_its_library_used(tmp_path):
+    cc = _fake_cc(tmp_path)
+    _run_child(tmp_path, cc)
+    so = _library(tmp_path)
+    os.utime(so, (1_000_000, 1_000_000))
+    assert _run_child(tmp_path, cc)[0] == ["True", "True"]
+    assert _builds(tmp_path) == 1 and so.stat().st_mtime > 1_000_000
+
+
+def test_pruning_keeps_everything_it_cannot_read(tmp_path):
+    from qdiff.backends.statevector import native_lib
+    missing = tmp_path / "nowhere" / "qdsim-x.so"
+    assert native_lib._prune(missing) == []
+
+
 def test_disabled_status_says_why(tmp_path):
     status, _ = _run_child(tmp_path, "cc", extra_env={"QDIFF_NATIVE": "0"})
     assert status == ["False", "True"]

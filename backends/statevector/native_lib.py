@@ -206,6 +206,7 @@ def _read_verified(out: Path):
 def _verified_or_built(out: Path, cc: str):
     hit = _read_verified(out)
     if hit is not None:
+        _touch(out)
         return hit
     import fcntl
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -217,9 +218,72 @@ def _verified_or_built(out: Path, cc: str):
                 return hit
             if out.exists():
                 log.warning("qdiff: rebuilding the damaged or stale native kernel cache %s", out)
-            return _build(out, cc)
+            built = _build(out, cc)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+    if built[0] is not None:
+        _prune(out)
+    return built
+
+
+KEEP_BUILDS = 8  # libraries kept in the cache: the most recently used ones
+
+
+def _touch(out: Path) -> None:
+    """Mark a cached library as used now (its modification time orders the pruning)."""
+    try:
+        os.utime(out)
+    except OSError:
+        pass
+
+
+def _prune(out: Path, keep: int = KEEP_BUILDS) -> list:
+    """Remove the cache's libraries beyond the ``keep`` most recently used (``out``, just
+    built, always stays), each with its hash file and its lock file, and lock files older than
+    a day without a library (left by a build that was killed). A library another process is
+    building or checking (its lock held) is skipped; a running process is unaffected (it runs
+    from its own in-memory copy). Returns the paths removed; errors leave files in place."""
+    import fcntl
+    import time
+    removed = []
+    try:
+        entries = [p for p in out.parent.iterdir() if p.name.startswith("qdsim-")]
+    except OSError:
+        return removed
+    libs = []
+    for p in entries:
+        if p.suffix == ".so" and p != out:
+            try:
+                libs.append((p.stat().st_mtime, p))
+            except OSError:
+                pass
+    libs.sort(reverse=True)
+    doomed = [p for _, p in libs[max(keep - 1, 0):]]
+    now = time.time()
+    for p in entries:
+        if p.name.endswith(".so.lock") and not p.with_name(p.name[:-5]).exists():
+            try:
+                if now - p.stat().st_mtime > 86400:
+                    doomed.append(p.with_name(p.name[:-5]))
+            except OSError:
+                pass
+    for lib in doomed:
+        lock_path = lib.with_name(lib.name + ".lock")
+        try:
+            with open(lock_path, "a+") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # in use by another process: left for a later pruning
+                for f in (lib, lib.with_name(lib.name + ".sha256"), lock_path):
+                    try:
+                        f.unlink()
+                        removed.append(f)
+                    except FileNotFoundError:
+                        pass
+        except OSError:
+            continue
+    return removed
 
 
 def _build(out: Path, cc: str):
