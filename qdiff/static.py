@@ -12,11 +12,12 @@ The trace checks that a replay is exact:
   ``float(x)``, ``x.item()``, ``x.tolist()``, NumPy conversion, data-dependent shapes) raises
   a :class:`~qdiff.circuits.errors.QdiffError`, since Python control flow on values would make
   the structure depend on them;
-* it runs on four probe bindings (zeros, ones, an index encoding and a permuted one): the
-  circuit structure must be the same for all of them, and every gate angle must be one
-  argument element times a constant plus a constant (``x[i]``, ``w[l, i, k]``, ``pi * x[i]``)
-  or a constant. Anything else (``torch.sin(x)`` as an angle) is refused at trace time; compute
-  it outside the qnode or use a plain qnode.
+* it runs on six probe bindings (zeros, ones, an index encoding, a permuted one, a negative
+  and large one and a fractional one): the circuit structure must be the same for all of them,
+  and every gate angle must be one argument element times a constant plus a constant
+  (``x[i]``, ``w[l, i, k]``, ``pi * x[i]``) or a constant. Anything else (``torch.sin(x)``,
+  ``torch.relu(x)`` or ``x ** 2`` as an angle) is refused at trace time; compute it outside
+  the qnode or use a plain qnode.
 
 A new signature (another batch size, a new ``requires_grad``, another non-tensor argument)
 traces again (up to ``max_traces`` kept). What the function reads from outside its arguments
@@ -336,14 +337,24 @@ def _apply_bound(trace, tensors):
     return _FunctionBase_apply(trace, *[unwrap(t) for t in tensors])
 
 
-def _probes(tensors, total: int):
-    """Four probe bindings of the arguments: zeros, ones, ``k + 1`` and ``perm[k] + 1`` for the
-    ``k``-th element of their concatenation."""
+def _probe_codes(total: int) -> list:
+    """The probe bindings' values for the ``k``-th element of the arguments' concatenation:
+    zeros, ones, ``k + 1``, ``perm[k] + 1`` (the two that identify the element), then a
+    negative, large one (``-e^2 (k + 1)``) and a fractional one (``(perm[k] + 1) / pi + 1/4``)
+    that only an affine angle also matches (``relu``, ``abs``, ``x ** 2``, ``sin`` or a
+    clamp agree with a line on non-negative integers but not there)."""
     perm = torch.randperm(total, generator=torch.Generator().manual_seed(1234))
-    enc = [torch.zeros(total, dtype=torch.float64), torch.ones(total, dtype=torch.float64),
-           torch.arange(1, total + 1, dtype=torch.float64), (perm + 1).to(torch.float64)]
-    out = []
-    for e in enc:
+    k1 = torch.arange(1, total + 1, dtype=torch.float64)
+    p1 = (perm + 1).to(torch.float64)
+    return [torch.zeros(total, dtype=torch.float64), torch.ones(total, dtype=torch.float64),
+            k1, p1, -7.38905609893065 * k1, p1 * 0.3183098861837907 + 0.25]
+
+
+def _probes(tensors, total: int):
+    """The probe bindings of the arguments (:func:`_probe_codes`) and their codes as the
+    arguments hold them (rounded to each one's dtype)."""
+    out, held = [], []
+    for e in _probe_codes(total):
         one, pos = [], 0
         for t in tensors:
             m = t.numel()
@@ -351,7 +362,9 @@ def _probes(tensors, total: int):
                        .requires_grad_(t.requires_grad))
             pos += m
         out.append(one)
-    return out, perm
+        held.append(torch.cat([p.detach().reshape(-1).cpu().to(torch.float64) for p in one])
+                    if one else e)
+    return out, held
 
 
 def _substitute(args, kwargs, tensors):
@@ -362,11 +375,12 @@ def _substitute(args, kwargs, tensors):
     return a, k
 
 
-def _gather_map(thetas, perm, total: int, tol: float):
+def _gather_map(thetas, codes, total: int, tol: float):
     """Per theta element ``(idx, a, c)`` with ``theta = a * src[idx] + c`` from the probe
-    thetas (zeros, ones, index, permuted index), checked on the real binding. Constants get
-    indices past the arguments (``consts``). Raises when an angle is not of that form."""
-    t0, t1, t2, t3 = (t.detach().to(torch.float64) for t in thetas)
+    thetas (:func:`_probe_codes`: zeros and ones give ``c`` and ``a``, the index encoding gives
+    ``idx``, every other probe must agree), checked on the real binding. Constants get indices
+    past the arguments (``consts``). Raises when an angle is not of that form."""
+    t0, t1, t2 = (t.detach().to(torch.float64) for t in thetas[:3])
     c = t0
     a = t1 - t0
     moving = a != 0
@@ -375,8 +389,10 @@ def _gather_map(thetas, perm, total: int, tol: float):
     kr = k.round()
     ok = (k - kr).abs() <= 1e-6 * (1 + kr.abs())
     kr = kr.clamp(0, max(total - 1, 0)).long()
-    expect3 = torch.where(moving, a * (perm[kr].to(torch.float64) + 1) + c, c)
-    ok &= (t3 - expect3).abs() <= tol * (1 + t3.abs())
+    for t, code in zip(thetas[3:], codes[3:]):
+        t = t.detach().to(torch.float64)
+        expect = torch.where(moving, a * code[kr] + c, c)
+        ok &= (t - expect).abs() <= tol * (1 + t.abs())
     ok &= moving | ((t2 - c).abs() <= tol * (1 + c.abs()))
     ok &= torch.isfinite(t0) & torch.isfinite(t1)
     return kr, a, c, moving, ok
@@ -412,7 +428,7 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
         raise QdiffError("static qnode: state preparation (AmplitudeEmbedding/StatePrep) is "
                          "not supported (use static=False)")
     total = sum(t.numel() for t in tensors)
-    probes, perm = _probes(tensors, total)
+    probes, codes = _probes(tensors, total)
     thetas = []
     for p in probes + [[t.detach().requires_grad_(t.requires_grad) for t in tensors]]:
         pa, pk = _substitute(args, kwargs, p)
@@ -427,8 +443,10 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     circ_u, _, train_u, shared_u = unshare(circuit, ref.theta.as_subclass(torch.Tensor),
                                            ref.trainable, ref.shared)
     dtype = thetas[-1].dtype
-    tol = 1e-9 if dtype == torch.float64 else 1e-5
-    idx, a, c, moving, ok = _gather_map(thetas[:4], perm, total, tol)
+    # an angle computed from a float32 argument carries float32 rounding
+    tol = 1e-9 if dtype == torch.float64 and all(t.dtype == torch.float64 for t in tensors) \
+        else 1e-5
+    idx, a, c, moving, ok = _gather_map(thetas[:-1], codes, total, tol)
     if not bool(ok.all()):
         _refuse_angle(circ_u, ok)
     b, p = idx.shape

@@ -314,6 +314,44 @@ def test_non_affine_angles_are_refused():
     torch.testing.assert_close(g(x + 1), torch.cos(math.pi * (x[1] + 1) - 0.5))
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("name,angle,first", [
+    ("relu", torch.relu, 0.5), ("abs", torch.abs, 0.5), ("square", lambda x: x ** 2, 0.0),
+    ("sin", torch.sin, 0.0), ("clamp", lambda x: torch.clamp(x, -3.0, 3.0), 0.5),
+    ("remainder", lambda x: torch.remainder(x, 2 * math.pi), 0.5),
+    ("floor", torch.floor, 1.0), ("cube", lambda x: x ** 3, 1.0)])
+@pytest.mark.parametrize("shape", [(), (3,)])
+def test_angles_affine_only_at_the_first_values_are_refused(name, angle, first, shape, dtype):
+    """Functions that agree with a line on zeros, ones and positive integers (and at the first
+    call's values) are still refused: the probes include negative, large and fractional
+    values."""
+    dev = qd.device("statevector", wires=1)
+    f = qd.qnode(dev, static=True)(lambda x: (qd.RX(angle(x), wires=0), qd.expval(qd.Z(0)))[1])
+    with pytest.raises(qd.QdiffError, match="not an argument element"):
+        f(torch.full(shape, first, dtype=dtype, requires_grad=True))
+
+
+def test_scaled_float32_arguments_beside_float64_ones_replay():
+    """Affine angles of float32 arguments in a float64 circuit carry float32 rounding in the
+    probes: they are accepted and replay exactly as the plain qnode runs them."""
+    dev = qd.device("statevector", wires=2)
+
+    def body(x, w):
+        qd.RX(math.pi * w[0] - 0.3, wires=0)
+        qd.RY(x[..., 1] * 1.7, wires=1)
+        qd.CNOT(wires=[0, 1])
+        qd.RZ(-2.9 * w[1], wires=1)
+        return [qd.expval(qd.Z(0)), qd.expval(qd.Z(1))]
+    f, g = qd.qnode(dev, static=True)(body), qd.qnode(dev)(body)
+    x = torch.rand(5, 2, dtype=torch.float64)
+    w = torch.rand(2, dtype=torch.float32, requires_grad=True)
+    for scale in (1.0, -3.0):
+        got, want = f(x * scale, w * scale), g(x * scale, w * scale)
+        torch.testing.assert_close(torch.stack(list(got), -1).to(torch.float64),
+                                   torch.stack(list(want), -1).to(torch.float64))
+    assert f.num_traces == 1
+
+
 def test_other_refusals():
     dev = qd.device("statevector", wires=1)
     f = qd.qnode(dev, static=True)(lambda x: (qd.RX(x, wires=0), qd.sample(qd.Z(0)))[1])
