@@ -88,13 +88,23 @@ class Result:
     residual: Any = None
 
 
+MAX_DEVICE_WIRES = 100_000  # far above any simulable or existing register; bounds the labels
+
+
 def normalize_device_wires(wires) -> tuple:
     if isinstance(wires, bool):
         raise QdiffError(f"wires must be an int or a sequence of labels; got {wires!r}")
     if isinstance(wires, numbers.Integral):
         if wires < 1:
             raise QdiffError(f"a device needs at least one wire; got wires={wires}")
+        if wires > MAX_DEVICE_WIRES:
+            raise QdiffError(f"wires={wires}: a device has at most {MAX_DEVICE_WIRES} wires")
         return tuple(range(int(wires)))
+    if isinstance(wires, str):  # one label, as for an operation's wires
+        return (wires,)
+    size = len(wires) if hasattr(wires, "__len__") else None
+    if size is not None and size > MAX_DEVICE_WIRES:
+        raise QdiffError(f"{size} wire labels: a device has at most {MAX_DEVICE_WIRES} wires")
     try:
         labels = tuple(wires)
     except TypeError:

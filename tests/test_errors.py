@@ -250,6 +250,9 @@ def test_sample_needs_shots_and_state_refuses_shots():
     (dict(wires=2, _name="nonexistent"), r"unknown device 'nonexistent'"),
     (dict(wires=0), r"at least one wire"),
     (dict(wires=[0, 0]), r"duplicates"),
+    (dict(wires=10 ** 9), r"wires=1000000000: a device has at most 100000 wires"),
+    (dict(wires=range(10 ** 9)), r"1000000000 wire labels: a device has at most"),
+    (dict(wires=10 ** 9, _name="mixed"), r"at most 100000 wires"),
     (dict(wires=2, shots=0), r"shots must be a positive integer"),
     (dict(wires=2, dtype=torch.float16), r"dtype must be complex128 or complex64"),
     (dict(), r"needs wires="),
@@ -258,6 +261,17 @@ def test_bad_device_arguments(kwargs, pattern):
     name = kwargs.pop("_name", "statevector")
     with pytest.raises(QdiffError, match=pattern):
         qd.device(name, **kwargs)
+
+
+def test_a_string_is_one_device_wire_label():
+    dev = qd.device("statevector", wires="anc")
+    assert dev.wires == ("anc",)
+
+    @qd.qnode(dev)
+    def f():
+        qd.RX(0.3, wires="anc")
+        return qd.expval(qd.Z("anc"))
+    torch.testing.assert_close(f(), torch.cos(torch.tensor(0.3, dtype=torch.float64)))
 
 
 def test_qnode_must_return_measurements():
