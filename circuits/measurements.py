@@ -24,6 +24,7 @@ class Measurement:
     kind: str
     obs: Optional[Observable] = None
     wires: Optional[tuple] = None
+    all_outcomes: bool = False  # counts: every possible outcome, zero counts included
 
     @property
     def is_scalar(self) -> bool:
@@ -39,7 +40,7 @@ class Measurement:
             except KeyError as e:
                 raise QdiffError(f"{self.kind}: wire {e.args[0]!r} is not on the device "
                                  f"(device wires: {list(mapping)})") from None
-        return Measurement(self.kind, obs, wires)
+        return Measurement(self.kind, obs, wires, self.all_outcomes)
 
     def __repr__(self):
         inner = repr(self.obs) if self.obs is not None else (
@@ -110,9 +111,56 @@ def sample(op=None, wires=None) -> Measurement:
     return _record(Measurement("sample", None, _wires(wires, "sample")))
 
 
-def counts(wires=None) -> Measurement:
-    """Shot counts of bit strings of ``wires``: a dict ``{'01': n, ...}`` (unbatched only)."""
-    return _record(Measurement("counts", None, _wires(wires, "counts")))
+MAX_ALL_OUTCOMES_WIRES = 20  # all_outcomes=True lists 2**k bit strings
+
+
+def counts(op=None, wires=None, all_outcomes: bool = False) -> Measurement:
+    """Shot counts: of the bit strings of ``wires`` (all wires if None), a dict
+    ``{'01': n, ...}``, or of the eigenvalues of ``op`` (one term), ``{-1.0: n, 1.0: m}``; a
+    mid-circuit measurement value counts its 0/1 values, a list of them their bits. One dict per
+    binding (a list for a batch). ``all_outcomes=True`` lists every possible outcome, zero
+    counts included (at most 2**20 bit strings)."""
+    if not isinstance(all_outcomes, bool):
+        raise QdiffError(f"counts: all_outcomes must be True or False; got {all_outcomes!r}")
+    if op is not None and wires is not None:
+        raise QdiffError("counts: give an observable (op) or wires, not both")
+    if isinstance(op, (list, tuple)):
+        if not op or not all(isinstance(m, MeasurementValue) for m in op):
+            raise QdiffError("counts(op=[...]) takes mid-circuit measurement values")
+        ws = tuple(w for m in op for w in m.probs_wires())
+        m = Measurement("counts", None, _wires(ws, "counts"), all_outcomes)
+    elif op is not None:
+        obs = _obs(op, "counts")
+        if len(obs.terms) != 1:
+            raise QdiffError("counts(op) needs an observable with one term (a product of "
+                             "one-wire observables); measure the terms separately")
+        m = Measurement("counts", obs, None, all_outcomes)
+    else:
+        m = Measurement("counts", None, _wires(wires, "counts"), all_outcomes)
+    if all_outcomes and m.wires is not None and len(m.wires) > MAX_ALL_OUTCOMES_WIRES:
+        raise QdiffError(f"counts(all_outcomes=True) of {len(m.wires)} wires would list "
+                         f"2**{len(m.wires)} outcomes; at most {MAX_ALL_OUTCOMES_WIRES} wires")
+    return _record(m)
+
+
+def outcome_key(value: float) -> float:
+    """The dict key of a counted eigenvalue (12 decimals, no negative zero), so that equal
+    eigenvalues computed in different ways count together."""
+    return round(float(value), 12) + 0.0
+
+
+def outcome_values(obs: Observable) -> list:
+    """Every eigenvalue a one-term observable can show (sorted :func:`outcome_key` values):
+    the products of its factors' eigenvalues, times its coefficient."""
+    import numpy as np
+    (term,) = obs.terms
+    vals = {1.0}
+    for f in term:
+        eig = [1.0, -1.0] if f.matrix is None else \
+            np.linalg.eigvalsh(f.matrix.detach().cpu().numpy()).tolist()
+        vals = {outcome_key(v * e) for v in vals for e in eig}
+    c = float(obs.real_coeffs()[0])
+    return sorted({outcome_key(c * v) for v in vals})
 
 
 def state() -> Measurement:

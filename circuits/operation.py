@@ -155,6 +155,9 @@ class Operation:
 
     __rmul__ = __mul__
 
+    def __truediv__(self, c):
+        return self.as_observable() / c
+
     def __add__(self, other):
         return self.as_observable() + other
 

@@ -196,7 +196,8 @@ def _pl_measurement(m: Measurement, wire_of, counts_as_samples: bool):
     if m.kind == "sample" or (m.kind == "counts" and counts_as_samples):
         return qml.sample(obs) if obs is not None else qml.sample(wires=wires)
     if m.kind == "counts":
-        return qml.counts(wires=wires)
+        return qml.counts(obs, all_outcomes=m.all_outcomes) if obs is not None else \
+            qml.counts(wires=wires, all_outcomes=m.all_outcomes)
     raise QdiffError(f"measurement '{m.kind}' has no PennyLane equivalent")  # pragma: no cover
 
 
@@ -293,6 +294,7 @@ def _qdiff_measurement(mp, mids=None) -> Measurement:
             "DensityMatrixMP": "density_matrix"}.get(type(mp).__name__)
     if kind is None:
         raise QdiffError(f"from_pennylane: measurement {mp!r} is not supported")
+    every = kind == "counts" and bool(getattr(mp, "all_outcomes", False))
     mv = getattr(mp, "mv", None)
     if mv is not None:
         if mids is None:
@@ -302,8 +304,8 @@ def _qdiff_measurement(mp, mids=None) -> Measurement:
             if kind not in ("probs", "sample", "counts"):
                 raise QdiffError(f"{kind} of a list of measurement values is not supported")
             ws = mids.plain_wires(mv if isinstance(mv, (list, tuple)) else [mv])
-            return Measurement(kind, None, ws)
-        return Measurement(kind, mids.observable(mv))
+            return Measurement(kind, None, ws, every)
+        return Measurement(kind, mids.observable(mv), None, every)
     obs = None if mp.obs is None else from_pennylane_observable(mp.obs)
     if kind == "probs" and obs is not None:
         raise QdiffError("from_pennylane: probs(op=...) is not supported; rotate the basis "
@@ -311,7 +313,10 @@ def _qdiff_measurement(mp, mids=None) -> Measurement:
     wires = tuple(mp.wires) if obs is None and len(mp.wires) else None
     if kind in ("expval", "var") and obs is None:
         raise QdiffError(f"from_pennylane: {kind} needs an observable")
-    return Measurement(kind, obs, wires)
+    if kind == "counts" and obs is not None and len(obs.terms) != 1:
+        raise QdiffError("counts(op) needs an observable with one term (a product of one-wire "
+                         "observables); measure the terms separately")
+    return Measurement(kind, obs, wires, every)
 
 
 _STATE_PREPS = ("StatePrep", "AmplitudeEmbedding", "MottonenStatePreparation")

@@ -213,14 +213,31 @@ def _flatten_measurements(result) -> list:
                      f"qd.counts, qd.state) or a list of them; got {type(result).__name__}")
 
 
-def _to_counts(bits: torch.Tensor):
+def _to_counts(samples: torch.Tensor, m: Measurement):
+    """Per binding, the dict of outcome counts of ``samples`` (bits ``(B, shots, k)`` or
+    eigenvalues ``(B, shots)``); with ``all_outcomes`` every possible outcome is a key."""
+    from qdiff.circuits.measurements import (MAX_ALL_OUTCOMES_WIRES, outcome_key,
+                                             outcome_values)
+    if m.obs is None:
+        def key(row):
+            return "".join(str(int(v)) for v in row)
+        k = samples.shape[-1]
+        if m.all_outcomes and k > MAX_ALL_OUTCOMES_WIRES:
+            raise QdiffError(f"counts(all_outcomes=True) of {k} wires would list 2**{k} "
+                             f"outcomes; at most {MAX_ALL_OUTCOMES_WIRES} wires")
+        every = [format(i, f"0{samples.shape[-1]}b") for i in range(2 ** samples.shape[-1])] \
+            if m.all_outcomes else []
+    else:
+        key = outcome_key
+        every = outcome_values(m.obs) if m.all_outcomes else []
+
     def one(b):
-        keys = ["".join(str(int(v)) for v in row) for row in b.tolist()]
-        out: dict = {}
-        for k in keys:
+        out = dict.fromkeys(every, 0)
+        for row in b.tolist():
+            k = key(row)
             out[k] = out.get(k, 0) + 1
         return dict(sorted(out.items()))
-    return one(bits[0]) if bits.shape[0] == 1 else [one(b) for b in bits]
+    return one(samples[0]) if samples.shape[0] == 1 else [one(b) for b in samples]
 
 
 def _assemble(outs: list, recorded: Recorded, result):
@@ -231,7 +248,7 @@ def _assemble(outs: list, recorded: Recorded, result):
     shaped = []
     for m, o in zip(recorded.circuit.measurements, outs):
         if m.kind == "counts":
-            shaped.append(_to_counts(o))
+            shaped.append(_to_counts(o, m))
             continue
         if real_dtype is not None and o.dtype.is_floating_point and o.dtype != real_dtype:
             o = o.to(real_dtype)
@@ -271,7 +288,7 @@ def _deferred(wires: tuple, flat: list, count: int) -> tuple:
             raise QdiffError("state() of a circuit with mid-circuit measurements is a mixed "
                              "state; return density_matrix(wires) or probs() instead")
         if m.wires is None and m.obs is None and m.kind in ("probs", "sample", "counts"):
-            m = Measurement(m.kind, None, tuple(wires))
+            m = Measurement(m.kind, None, tuple(wires), m.all_outcomes)
         out.append(m)
     return tuple(wires) + tuple(MidWire(i) for i in range(count)), out
 

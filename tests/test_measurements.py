@@ -5,6 +5,8 @@ value; the same seed must give the same samples.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -219,3 +221,64 @@ def test_observable_algebra_simplifies_like_terms():
     # X @ Y on the same wire is iZ: the product is kept exact (and is not Hermitian)
     p = qd.X(0) @ qd.Y(0)
     assert np.allclose(p.matrix(wire_order=[0]).numpy(), 1j * np.diag([1, -1]))
+
+
+def test_counts_of_observables_bits_and_mid_circuit_values():
+    """PennyLane's counts(op=None, wires=None, all_outcomes=False): eigenvalue counts of an
+    observable, bit-string counts of wires, every outcome listed on request."""
+    dev = qd.device("statevector", wires=3, shots=400, seed=3)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RY(x, wires=0)
+        qd.CNOT(wires=[0, 1])
+        m = qd.measure(0)
+        return (qd.counts(qd.Z(0) @ qd.X(2), all_outcomes=True),
+                qd.counts(wires=[0, 1], all_outcomes=True),
+                qd.counts(op=qd.Z(1)), qd.counts(m), qd.counts(op=[m]),
+                qd.counts(0.5 * qd.Hermitian(torch.diag(torch.tensor(
+                    [1.0, 2.0, 3.0, 5.0], dtype=torch.float64)), wires=[0, 2]),
+                    all_outcomes=True),
+                qd.counts(qd.Z(2)))
+    a, b, c, d, e, h, z2 = f(torch.tensor(math.pi, dtype=torch.float64))
+    assert set(a) == {-1.0, 1.0} and sum(a.values()) == 400  # Z0 = -1, X2 = +-1
+    assert b == {"00": 0, "01": 0, "10": 0, "11": 400}
+    assert c == {-1.0: 400} and d == {1.0: 400} and e == {"1": 400}
+    assert h == {0.5: 0, 1.0: 0, 1.5: 400, 2.5: 0}  # |1 0> on wires (0, 2): eigenvalue 3 / 2
+    assert z2 == {1.0: 400}
+    batch = f(torch.tensor([0.0, math.pi], dtype=torch.float64))
+    assert [r["11"] for r in batch[1]] == [0, 400] and [r["00"] for r in batch[1]] == [400, 0]
+    # reference: PennyLane on the same circuit gives the same keys
+    import pennylane as qml
+    pdev = qml.device("default.qubit", wires=3)
+
+    @qml.set_shots(50)
+    @qml.qnode(pdev)
+    def g():
+        qml.PauliX(0)
+        return qml.counts(qml.PauliZ(0)), qml.counts(wires=[0, 1], all_outcomes=True)
+    pa, pb = g()
+    dev2 = qd.device("statevector", wires=3, shots=50, seed=0)
+    qa, qb = qd.qnode(dev2)(lambda: (qd.X(0), qd.counts(qd.Z(0)),
+                                     qd.counts(wires=[0, 1], all_outcomes=True))[1:])()
+    assert {float(k): v for k, v in pa.items()} == qa and dict(pb) == qb
+
+
+def test_counts_refuses_what_it_cannot_count():
+    dev = qd.device("statevector", wires=2, shots=10)
+    for bad, pattern in [(lambda: qd.counts(qd.Z(0) + qd.X(1)), "one term"),
+                         (lambda: qd.counts(qd.Z(0), wires=[1]), "not both"),
+                         (lambda: qd.counts(wires=[0], all_outcomes=1), "True or False"),
+                         (lambda: qd.counts(op=[qd.Z(0)]), "mid-circuit")]:
+        with pytest.raises(qd.QdiffError, match=pattern):
+            qd.qnode(dev)(lambda b=bad: (qd.H(0), b())[1])()
+    big = qd.device("statevector", wires=21, shots=1)
+    with pytest.raises(qd.QdiffError, match="2\\*\\*21 outcomes"):
+        qd.qnode(big)(lambda: qd.counts(all_outcomes=True))()
+
+
+def test_a_one_wire_observable_divides_by_a_scalar():
+    dev = qd.device("statevector", wires=2)
+    for obs in (qd.Z(0) / 2, qd.Z(0) / torch.tensor(2.0, dtype=torch.float64)):
+        val = qd.qnode(dev)(lambda o=obs: (qd.RY(0.5, wires=0), qd.expval(o))[1])()
+        torch.testing.assert_close(val, torch.tensor(math.cos(0.5) / 2, dtype=torch.float64))
