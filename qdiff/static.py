@@ -590,7 +590,10 @@ class StaticQNode:
         key = (key, shots)
         trace = self._traces.get(key)
         if trace is None:
-            trace = trace_call(self.qnode, args, kwargs, key, tensors, shots)
+            # recorded with grad mode on: which angles are trainable follows the arguments'
+            # requires_grad (part of the key), whatever the grad mode of this first call
+            with torch.enable_grad():
+                trace = trace_call(self.qnode, args, kwargs, key, tensors, shots)
             self._traces[key] = trace
             if len(self._traces) > self.max_traces:
                 self._traces.popitem(last=False)

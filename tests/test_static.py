@@ -229,6 +229,38 @@ def test_no_grad_and_inputs_without_grad():
     torch.testing.assert_close(f(x), g(x))
 
 
+@pytest.mark.parametrize("method", ["best", "adjoint", "parameter-shift", "backprop"])
+def test_first_call_under_no_grad_then_training(method):
+    """A signature first recorded under ``torch.no_grad()`` (an initial loss, a validation
+    pass) still differentiates every trainable angle when called later with grad on."""
+    dev = qd.device("statevector", wires=2)
+
+    def circuit(inputs, w):
+        qd.AngleEmbedding(inputs, wires=range(2))
+        qd.BasicEntanglerLayers(w, wires=range(2))
+        return [qd.expval(qd.Z(i)) for i in range(2)]
+    torch.manual_seed(1)
+    static = qd.QuantumLayer(qd.qnode(dev, static=True, diff_method=method)(circuit),
+                             {"w": (2, 2)})
+    plain = qd.QuantumLayer(qd.qnode(dev, diff_method=method)(circuit), {"w": (2, 2)})
+    plain.load_state_dict(static.state_dict())
+    x = torch.rand(8, 2, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(static(x), plain(x))
+    for layer in (static, plain):
+        layer(x).pow(2).mean().backward()
+    assert static.w.grad.abs().sum() > 0
+    torch.testing.assert_close(static.w.grad, plain.w.grad)
+    # inputs that require grad, first seen under no_grad
+    xs = x.clone().requires_grad_()
+    with torch.no_grad():
+        static(xs)
+    (gs,) = torch.autograd.grad(static(xs).sum(), xs)
+    xp = x.clone().requires_grad_()
+    (gp,) = torch.autograd.grad(plain(xp).sum(), xp)
+    torch.testing.assert_close(gs, gp)
+
+
 def test_retrace_on_new_signature():
     dev = qd.device("statevector", wires=2)
     calls = []
