@@ -22,7 +22,8 @@ The trace checks that a replay is exact:
 A new signature (another batch size, a new ``requires_grad``, another non-tensor argument)
 traces again (up to ``max_traces`` kept). What the function reads from outside its arguments
 (globals, closures, attributes) is part of the trace: after changing such state call
-:meth:`StaticQNode.retrace`.
+:meth:`StaticQNode.retrace`. Inside ``torch.func`` transforms (``grad``, ``vmap``,
+``jacrev``) a call runs the plain qnode instead: nothing is recorded or replayed there.
 
 >>> import torch, qdiff as qd
 >>> dev = qd.device("statevector", wires=2)
@@ -327,12 +328,11 @@ _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 
 
 def _apply_bound(trace, tensors):
-    """``BoundFunction.apply(trace, *tensors)``; outside functorch transforms straight through
-    torch's C entry point with the arguments' dead functorch wrappers unwrapped, as
-    ``Function.apply`` does (it adds only the ``setup_context`` binding, which
-    :class:`BoundFunction` does not use)."""
-    if _transforms_active():
-        return BoundFunction.apply(trace, *tensors)
+    """``BoundFunction.apply(trace, *tensors)`` straight through torch's C entry point with the
+    arguments' dead functorch wrappers unwrapped, as ``Function.apply`` does (it adds only the
+    ``setup_context`` binding, which :class:`BoundFunction` does not use). Replays run outside
+    functorch transforms only (:meth:`StaticQNode.__call__` hands those calls to the plain
+    qnode)."""
     unwrap = _unwrap_if_dead
     return _FunctionBase_apply(trace, *[unwrap(t) for t in tensors])
 
@@ -583,6 +583,8 @@ class StaticQNode:
         return self.qnode.construct(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
+        if _transforms_active():  # torch.func.grad / vmap / jacrev: the plain qnode's path
+            return self.qnode(*args, **kwargs)
         shots = self.qnode.shots
         if "shots" in kwargs and not self.qnode._func_takes_shots:
             shots = kwargs.pop("shots")  # this call's shots, as for a plain qnode
