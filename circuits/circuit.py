@@ -419,7 +419,7 @@ def _assemble_theta(cols, batch_shape, bsz: int, dtype, device) -> torch.Tensor:
             singles.extend(j for j, _ in members)
             continue
         idx = torch.tensor([o for _, o in members], device=base.device)
-        blk = base.reshape(*base.shape[:d], -1).index_select(d, idx)
+        blk = base.flatten(d).index_select(d, idx)  # (a reshape to -1 fails on 0 elements)
         blocks.append(blk.to(dtype=dtype, device=device).expand(*batch_shape, len(members))
                       .reshape(bsz, len(members)))
         order.extend(starts[j] for j, _ in members)

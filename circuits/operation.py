@@ -206,9 +206,17 @@ class OpBlock:
     def lead(self) -> tuple:
         return tuple(self.source.shape[:self.source.ndim - len(self.structure.tail)])
 
+    def _flat(self) -> torch.Tensor:
+        """``source`` with its trailing ``tail`` dims flattened (sized, not ``-1``: an empty
+        batch has no elements to infer it from)."""
+        size = 1
+        for s in self.structure.tail:
+            size *= s
+        return self.source.reshape(*self.lead, size)
+
     def angles(self) -> torch.Tensor:
         """``(*lead, m)``: the block's angles in ``ParamRef`` order."""
-        flat = self.source.reshape(*self.lead, -1)
+        flat = self._flat()
         idx = self.structure.index
         if idx is None:
             m = self.structure.num_angles
@@ -216,7 +224,7 @@ class OpBlock:
         return flat.index_select(-1, idx.to(flat.device))
 
     def operations(self) -> list:
-        flat = self.source.reshape(*self.lead, -1)
+        flat = self._flat()
         idx = self.structure.index
         pos = (lambda j: j) if idx is None else (lambda j: int(idx[j]))
         return [Operation(op.gate, op.wires, tuple(flat[..., pos(p.index)] if isinstance(p, ParamRef)

@@ -387,6 +387,8 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
     shots = effective_shots(backend, shots)
     rule = resolve(diff_method, backend, circuit, recorded, shots)
     theta = recorded.theta
+    if theta.shape[0] == 0:  # an empty batch: nothing reaches the backend
+        return empty_outputs(recorded, backend, shots)
     prep = recorded.initial_state
     needs_grad = torch.is_grad_enabled() and (theta.requires_grad or (
         prep is not None and prep.requires_grad))
@@ -396,3 +398,48 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
         options = make_options(rule.name, best_options(rule, backend, shots))
     return execute_with_rule(recorded, backend, rule, options, higher_order(diff_method, rule),
                              stacked=stacked, shots=shots)
+
+
+def empty_outputs(recorded, backend, shots) -> list:
+    """The outputs of a recorded call with no bindings (``theta`` ``(0, P)``), without running
+    ``backend``: one tensor per measurement with leading dim 0, of the shape and dtype a
+    non-empty batch gets. They hang off ``theta`` (and a trainable state preparation or
+    observable coefficients) in the autograd graph, so a backward gives empty or zero
+    gradients as torch does for an empty batch. ``shots`` is the call's (see
+    :func:`effective_shots`)."""
+    circuit = recorded.circuit
+    theta = recorded.theta
+    n = circuit.num_wires
+    real = theta.dtype if theta.dtype.is_floating_point else torch.float64
+    cdtype = getattr(backend, "cdtype", torch.complex128)
+    anchor = theta.sum(-1)
+    leaves = [recorded.initial_state] + [m.obs.coeffs for m in circuit.measurements
+                                         if m.obs is not None]
+    for t in leaves:
+        if t is not None and t.requires_grad:
+            anchor = anchor + t.real.sum().to(anchor.dtype)
+    out = []
+    for m in circuit.measurements:
+        k = n if m.wires is None else len(m.wires)
+        if m.kind in ("sample", "counts"):
+            if not shots:
+                raise QdiffError(f"{m.kind}() needs a device with shots (qd.device(..., shots=N))")
+            out.append(torch.empty((0, shots), dtype=real, device=theta.device)
+                       if m.obs is not None else
+                       torch.empty((0, shots, k), dtype=torch.int64, device=theta.device))
+            continue
+        if shots and m.kind == "state":
+            raise QdiffError("state() is not available with shots")
+        if shots and m.kind in ("density_matrix", "purity"):
+            raise QdiffError(f"{m.kind}() is exact only; it is not available with shots")
+        if m.kind in ("expval", "var", "purity"):
+            out.append(anchor.to(real))
+        elif m.kind == "probs":
+            out.append(anchor.to(real)[:, None].expand(0, 2 ** k))
+        elif m.kind == "state":
+            out.append(anchor.to(cdtype)[:, None].expand(0, 2 ** n))
+        elif m.kind == "density_matrix":
+            out.append(anchor.to(cdtype)[:, None, None].expand(0, 2 ** k, 2 ** k))
+        else:  # pragma: no cover - Measurement kinds are fixed
+            raise QdiffError(f"unknown measurement '{m.kind}'")
+    return out

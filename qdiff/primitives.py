@@ -201,7 +201,8 @@ class Estimator(BaseEstimatorV2):
         if live:
             qn = self._runner._qnode(imp, [_word_observable(w) for w in live], tuple(live), shots)
             with torch.no_grad():
-                vals = qn(torch.as_tensor(values, dtype=torch.float64)).reshape(len(values), -1)
+                vals = qn(torch.as_tensor(values, dtype=torch.float64))
+            vals = vals.reshape(len(values), len(live))
             cols = [i for i, w in enumerate(words) if w]
             out[:, cols] = vals.numpy()
         return out
@@ -287,7 +288,8 @@ class Sampler(BaseSamplerV2):
             for j, c in enumerate(clbits):
                 if c in owner:
                     reg[..., j] = bits[..., pos[owner[c]]]
-            data[creg.name] = BitArray(_pack(reg).reshape(pub.shape + (pub.shots, -1)),
+            nbytes = -(-len(clbits) // 8)
+            data[creg.name] = BitArray(_pack(reg).reshape(pub.shape + (pub.shots, nbytes)),
                                        len(clbits))
         return SamplerPubResult(DataBin(**data, shape=pub.shape),
                                 metadata={"shots": pub.shots,
@@ -303,7 +305,7 @@ class Sampler(BaseSamplerV2):
         src = type(imp)(circ, imp.parameters, [], 0, imp.global_phase, imp.expressions)
         qn = self._runner._qnode(src, [], ("probs", tuple(wires)))
         with torch.no_grad():
-            p = qn(torch.as_tensor(values, dtype=torch.float64)).reshape(r, -1)
+            p = qn(torch.as_tensor(values, dtype=torch.float64)).reshape(r, 2 ** len(wires))
         idx = torch.multinomial(p.clamp_min(0), shots, replacement=True,
                                 generator=self._runner._generator()).numpy()
         k = len(wires)

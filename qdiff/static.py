@@ -427,6 +427,8 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     if ref.initial_state is not None:
         raise QdiffError("static qnode: state preparation (AmplitudeEmbedding/StatePrep) is "
                          "not supported (use static=False)")
+    if ref.theta.shape[0] == 0:  # an empty batch: no angles to gather, nothing to run
+        return EmptyTrace(qnode, args, kwargs, shots)
     total = sum(t.numel() for t in tensors)
     probes, codes = _probes(tensors, total)
     thetas = []
@@ -495,6 +497,29 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     if check_batch is not None:
         check_batch(b, p)
     return trace
+
+
+_HOLE = object()  # where an EmptyTrace puts each call's tensor arguments
+
+
+class EmptyTrace:
+    """The trace of a signature whose batch is empty: its replay is the plain qnode's call,
+    which returns the empty outputs without running the engine
+    (:func:`~qdiff.bridge.empty_outputs`)."""
+
+    def __init__(self, qnode, args, kwargs, shots):
+        self.qnode, self.shots = qnode, shots
+        self.args = tuple(_HOLE if isinstance(v, torch.Tensor) else v for v in args)
+        self.kwargs = {k: _HOLE if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+
+    def replay(self, tensors):
+        it = iter(tensors)
+        args = [next(it) if v is _HOLE else v for v in self.args]
+        kwargs = {k: next(it) if self.kwargs[k] is _HOLE else self.kwargs[k]
+                  for k in sorted(self.kwargs)}
+        if not self.qnode._func_takes_shots:
+            kwargs["shots"] = self.shots
+        return self.qnode(*args, **kwargs)
 
 
 def _routed(rec, device):

@@ -6,6 +6,7 @@ value; the same seed must give the same samples.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -282,3 +283,62 @@ def test_a_one_wire_observable_divides_by_a_scalar():
     for obs in (qd.Z(0) / 2, qd.Z(0) / torch.tensor(2.0, dtype=torch.float64)):
         val = qd.qnode(dev)(lambda o=obs: (qd.RY(0.5, wires=0), qd.expval(o))[1])()
         torch.testing.assert_close(val, torch.tensor(math.cos(0.5) / 2, dtype=torch.float64))
+
+
+_EMPTY_KINDS = {"expval": lambda: qd.expval(qd.Z(0)), "var": lambda: qd.var(qd.X(1)),
+                "probs": lambda: qd.probs(wires=[1]), "probs_all": lambda: qd.probs(),
+                "sample": lambda: qd.sample(), "sample_obs": lambda: qd.sample(qd.Z(0)),
+                "counts": lambda: qd.counts(), "state": lambda: qd.state(),
+                "density_matrix": lambda: qd.density_matrix([0]),
+                "purity": lambda: qd.purity([0])}
+
+
+@pytest.mark.parametrize("shots", [None, 5])
+@pytest.mark.parametrize("kind", sorted(_EMPTY_KINDS))
+@pytest.mark.parametrize("name", ["statevector", "mixed"])
+def test_an_empty_batch_gives_empty_outputs_of_the_batched_shape(name, kind, shots):
+    """A batch of no bindings: each output has leading dim 0 and the shape and dtype of a
+    batch of two (counts: an empty list); what a batch of two refuses is refused as well."""
+    dev = qd.device(name, wires=2, shots=shots, seed=1)
+    if name == "mixed" and kind == "state":
+        pytest.skip("the mixed device returns density matrices")
+    f = qd.qnode(dev)(lambda x, m=_EMPTY_KINDS[kind]: (qd.RX(x, 0), qd.RY(0.3, 1), m())[-1])
+    for dt in (torch.float64, torch.float32):
+        try:
+            two = f(torch.rand(2, dtype=dt))
+        except qd.QdiffError as exc:
+            with pytest.raises(qd.QdiffError, match=re.escape(str(exc))):
+                f(torch.rand(0, dtype=dt))
+            return
+        empty = f(torch.rand(0, dtype=dt))
+        if kind == "counts":
+            assert empty == []
+            continue
+        assert empty.shape == (0,) + two.shape[1:] and empty.dtype == two.dtype
+        batched = f(torch.rand(0, 3, dtype=dt))  # (0, 3): empty batch dims broadcast too
+        assert batched.shape == (0, 3) + two.shape[1:]
+
+
+@pytest.mark.parametrize("method", ["best", "backprop", "adjoint", "parameter-shift",
+                                    "finite-diff", "spsa"])
+def test_an_empty_batch_differentiates_to_empty_and_zero_gradients(method):
+    """As torch gives for a layer on an empty batch: the inputs' gradient is empty, the
+    weights' (and trainable observable coefficients') zero."""
+    dev = qd.device("statevector", wires=2)
+
+    def body(x, w):
+        qd.AngleEmbedding(x, wires=range(2))
+        qd.StronglyEntanglingLayers(w, wires=range(2))
+        return qd.expval(qd.Z(0)), qd.probs(wires=[1])
+    f = qd.qnode(dev, diff_method=method)(body)
+    x = torch.rand(0, 2, dtype=torch.float64, requires_grad=True)
+    w = torch.rand(1, 2, 3, dtype=torch.float64, requires_grad=True)
+    ev, pr = f(x, w)
+    assert ev.shape == (0,) and pr.shape == (0, 2)
+    gx, gw = torch.autograd.grad(ev.sum() + pr.sum(), (x, w))
+    assert gx.shape == (0, 2) and torch.equal(gw, torch.zeros_like(w))
+    c = torch.tensor([0.5, -1.0], dtype=torch.float64, requires_grad=True)
+    g = qd.qnode(dev, diff_method="backprop")(
+        lambda x, c: (qd.RX(x, 0), qd.expval(c[0] * qd.Z(0) + c[1] * qd.X(1)))[-1])
+    (gc,) = torch.autograd.grad(g(torch.rand(0, dtype=torch.float64), c).sum(), c)
+    assert torch.equal(gc, torch.zeros_like(c))

@@ -208,6 +208,34 @@ def test_sampler_without_measurements_and_shots_validation():
         Sampler(default_shots=0)
 
 
+def test_empty_parameter_values_give_empty_results():
+    """Parameter values of shape (0, P) (and (0, 3, P)): empty results of Qiskit's shapes and
+    dtypes, next to a non-empty PUB of the same circuit in one run; a circuit qnode gives an
+    empty batch of outputs."""
+    import qdiff as qd
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    from qiskit.primitives import StatevectorEstimator, StatevectorSampler
+    qc = QuantumCircuit(2)
+    qc.ry(Parameter("a"), 0)
+    qc.cx(0, 1)
+    qm = qc.copy()
+    qm.measure_all()
+    for values in (np.zeros((0, 1)), np.zeros((0, 3, 1))):
+        pubs = [(qc, ["ZZ"], values), (qc, "XI", values), (qc, "ZZ", [0.4])]
+        got = Estimator().run(pubs).result()
+        ref = StatevectorEstimator().run(pubs).result()
+        for g, r in zip(got, ref):
+            assert g.data.evs.shape == r.data.evs.shape == g.data.stds.shape == g.data.shape
+            np.testing.assert_allclose(g.data.evs, r.data.evs, atol=1e-12)
+        got = Sampler(seed=1).run([(qm, values)], shots=7).result()[0].data.meas
+        ref = StatevectorSampler(seed=1).run([(qm, values)], shots=7).result()[0].data.meas
+        assert (got.shape, got.num_shots, got.num_bits, got.array.shape, got.array.dtype) == \
+            (ref.shape, ref.num_shots, ref.num_bits, ref.array.shape, ref.array.dtype)
+    f = qd.qnode(qd.device("statevector", wires=2))(qc)
+    assert f(torch.zeros(0, 1, dtype=torch.float64)).shape == (0, 1)
+
+
 def test_estimator_qnn_trains_on_qdiff_estimator():
     from qiskit.circuit.library import real_amplitudes, zz_feature_map
     from qiskit.primitives import StatevectorEstimator

@@ -288,6 +288,31 @@ def test_torch_func_transforms_run_the_plain_qnode(method):
     torch.testing.assert_close(f(x, w), torch.cos(x) * torch.cos(w))
 
 
+@pytest.mark.parametrize("method", ["best", "backprop", "adjoint", "parameter-shift"])
+def test_an_empty_batch_replays_empty_outputs(method):
+    """A signature with an empty batch: empty outputs of the plain qnode's shapes on every
+    call (keyword arguments included), an empty input gradient and a zero weight gradient."""
+    dev = qd.device("statevector", wires=2)
+
+    def body(x, w, scale=1.0):
+        qd.AngleEmbedding(scale * x, wires=range(2))
+        qd.StronglyEntanglingLayers(w, wires=range(2))
+        return qd.expval(qd.Z(0)), qd.probs(wires=[1])
+    plain = qd.qnode(dev, diff_method=method)(body)
+    static = qd.qnode(dev, diff_method=method, static=True)(body)
+    w = torch.rand(1, 2, 3, dtype=torch.float64, requires_grad=True)
+    for call in range(2):
+        x = torch.rand(0, 2, dtype=torch.float64, requires_grad=True)
+        outs = static(x, w=w, scale=2.0)
+        ref = plain(x, w=w, scale=2.0)
+        assert [o.shape for o in outs] == [o.shape for o in ref] == [(0,), (0, 2)]
+        gx, gw = torch.autograd.grad(outs[0].sum() + outs[1].sum(), (x, w))
+        assert gx.shape == (0, 2) and torch.equal(gw, torch.zeros_like(w))
+    assert static.num_traces == 1
+    x = torch.rand(3, 2, dtype=torch.float64)  # a non-empty batch still replays exactly
+    torch.testing.assert_close(torch.cat(static(x, w)[1:]), torch.cat(plain(x, w)[1:]))
+
+
 def test_retrace_on_new_signature():
     dev = qd.device("statevector", wires=2)
     calls = []
