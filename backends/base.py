@@ -92,8 +92,16 @@ MAX_DEVICE_WIRES = 100_000  # far above any simulable or existing register; boun
 
 
 def normalize_device_wires(wires) -> tuple:
+    """A device's wire labels from ``wires``: an int (or a 0-d integer tensor or array) ``n``
+    gives ``0..n-1``; a string is one label; otherwise a sequence of distinct hashable labels
+    (0-d integer tensors among them become ints)."""
     if isinstance(wires, bool):
         raise QdiffError(f"wires must be an int or a sequence of labels; got {wires!r}")
+    if getattr(wires, "ndim", None) == 0 and hasattr(wires, "item"):  # a 0-d tensor or array
+        item = wires.item()
+        if isinstance(item, bool) or not isinstance(item, numbers.Integral):
+            raise QdiffError(f"wires must be an int or a sequence of labels; got {wires!r}")
+        wires = int(item)
     if isinstance(wires, numbers.Integral):
         if wires < 1:
             raise QdiffError(f"a device needs at least one wire; got wires={wires}")
@@ -105,8 +113,10 @@ def normalize_device_wires(wires) -> tuple:
     size = len(wires) if hasattr(wires, "__len__") else None
     if size is not None and size > MAX_DEVICE_WIRES:
         raise QdiffError(f"{size} wire labels: a device has at most {MAX_DEVICE_WIRES} wires")
+    if isinstance(wires, torch.Tensor):
+        wires = wires.tolist()  # Python numbers, not 0-d tensors (hashed by identity)
     try:
-        labels = tuple(wires)
+        labels = tuple(_device_label(w) for w in wires)
     except TypeError:
         raise QdiffError(f"wires must be an int or a sequence of labels; got {wires!r}") from None
     if len(set(labels)) != len(labels):
@@ -114,6 +124,38 @@ def normalize_device_wires(wires) -> tuple:
     if not labels:
         raise QdiffError("a device needs at least one wire")
     return labels
+
+
+def _device_label(w):
+    """One device wire label: hashable; a 0-d integer tensor becomes its int."""
+    if isinstance(w, torch.Tensor):
+        if w.ndim == 0 and not (w.is_floating_point() or w.is_complex() or
+                                w.dtype == torch.bool):
+            return int(w)
+        raise QdiffError(f"device wire label {w!r}: a tensor label must be a 0-d integer "
+                         "tensor; labels are ints, strings or other hashable values")
+    try:
+        hash(w)
+    except TypeError:
+        raise QdiffError(f"device wire label {w!r} is not hashable ({type(w).__name__}); "
+                         "labels are ints, strings or other hashable values, wires a flat "
+                         "sequence of them") from None
+    return w
+
+
+MAX_SEED = 2 ** 64 - 1  # torch generators take 64-bit seeds
+
+
+def check_seed(seed, what: str = "seed"):
+    """``None`` or a non-negative integer up to ``2**64 - 1`` (numpy's rule, within torch's
+    64-bit generators); ``True`` and other non-integers are refused."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or \
+            not 0 <= seed <= MAX_SEED:
+        raise QdiffError(f"{what} must be a non-negative integer (at most 2**64 - 1) or None; "
+                         f"got {seed!r}")
+    return int(seed)
 
 
 def check_shots(shots, what: str = "shots"):
@@ -142,6 +184,12 @@ def torch_placement(dtype, device) -> tuple:
         raise QdiffError(f"invalid torch device {device!r}: {exc}") from None
     if torch_device is not None and torch_device.type == "cuda" and not torch.cuda.is_available():
         raise QdiffError(f"device={device!r}: no CUDA device is available here (use 'cpu')")
+    if torch_device is not None and torch_device.type != "cpu":
+        try:  # any other device type (mps, xpu, ...) or index: it must hold a tensor here
+            torch.empty(0, device=torch_device)
+        except (RuntimeError, AssertionError, ValueError) as exc:
+            raise QdiffError(f"device={device!r}: no {torch_device.type} device is available "
+                             "here (torch cannot allocate a tensor on it); use 'cpu'") from None
     return TORCH_DTYPES[dtype], torch_device
 
 
@@ -159,7 +207,7 @@ class Backend(abc.ABC):
         if shots is not None and not self.capabilities.shots:
             raise QdiffError(f"backend '{self.name}' does not support shots")
         self.shots = shots
-        self.seed = seed
+        self.seed = check_seed(seed)
         self._generator = None
 
     def generator(self, device) -> torch.Generator:

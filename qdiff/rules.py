@@ -138,6 +138,9 @@ def _check_values(method: str, values: dict) -> None:
                                   and not isinstance(values[key], bool) and values[key] > 0):
             raise QdiffError(f"diff_method='{method}': {key} must be a positive number; "
                              f"got {values[key]!r}")
+    if "seed" in values:
+        from qdiff.backends.base import check_seed
+        check_seed(values["seed"], f"diff_method='{method}': seed")
     k = values.get("num_directions", 1)
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise QdiffError(f"diff_method='{method}': num_directions must be a positive integer; "

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -256,11 +257,59 @@ def test_sample_needs_shots_and_state_refuses_shots():
     (dict(wires=2, shots=0), r"shots must be a positive integer"),
     (dict(wires=2, dtype=torch.float16), r"dtype must be complex128 or complex64"),
     (dict(), r"needs wires="),
+    (dict(wires=[[0], [1]]), r"device wire label \[0\] is not hashable \(list\)"),
+    (dict(wires=torch.tensor([[0], [1]])), r"device wire label \[0\] is not hashable"),
+    (dict(wires=[torch.tensor([0, 1])]), r"device wire label tensor\(\[0, 1\]\): a tensor "
+                                         r"label must be a 0-d integer tensor"),
+    (dict(wires=torch.tensor(2.0)), r"wires must be an int or a sequence of labels"),
+    (dict(wires=torch.tensor(0)), r"at least one wire"),
+    (dict(wires=1, shots=5, seed="a"), r"seed must be a non-negative integer .* got 'a'"),
+    (dict(wires=1, seed=1.5), r"seed must be a non-negative integer .* got 1\.5"),
+    (dict(wires=1, seed=-1), r"seed must be a non-negative integer .* got -1"),
+    (dict(wires=1, seed=True), r"seed must be a non-negative integer .* got True"),
+    (dict(wires=1, seed=2 ** 64), r"seed must be a non-negative integer \(at most 2\*\*64 - 1\)"),
+    (dict(wires=1, seed=-1, _name="mixed"), r"seed must be a non-negative integer"),
 ])
 def test_bad_device_arguments(kwargs, pattern):
     name = kwargs.pop("_name", "statevector")
     with pytest.raises(QdiffError, match=pattern):
         qd.device(name, **kwargs)
+
+
+def test_integer_tensors_and_arrays_as_device_wires():
+    """A 0-d integer tensor or array is a number of wires, as an int; a 1-d integer tensor
+    and 0-d integer tensors in a sequence are int labels; a NumPy integer seed is a seed."""
+    assert qd.device("statevector", wires=torch.tensor(3)).wires == (0, 1, 2)
+    assert qd.device("statevector", wires=np.array(2)).wires == (0, 1)
+    assert qd.device("statevector", wires=torch.tensor([4, 7])).wires == (4, 7)
+    dev = qd.device("statevector", wires=[torch.tensor(1), "a"], shots=4, seed=np.int64(3))
+    assert dev.wires == (1, "a") and dev.seed == 3
+
+    @qd.qnode(dev)
+    def f():
+        qd.X(1)
+        return qd.expval(qd.Z(1))
+    assert float(f()) == -1.0
+
+
+@pytest.mark.parametrize("seed,pattern", [("a", r"got 'a'"), (1.5, r"got 1\.5"), (-1, r"got -1")])
+def test_spsa_seed_is_checked_when_the_qnode_is_made(seed, pattern):
+    with pytest.raises(QdiffError, match=r"diff_method='spsa': seed must be a non-negative "
+                                         r"integer .* " + pattern):
+        qd.qnode(qd.device("statevector", wires=1), diff_method="spsa", seed=seed)(
+            lambda: qd.expval(qd.Z(0)))
+
+
+@pytest.mark.parametrize("kind", ["mps", "xpu"])
+def test_an_unavailable_torch_device_is_refused_at_device_creation(kind):
+    try:
+        torch.empty(0, device=kind)
+        pytest.skip(f"a {kind} device is available here")
+    except (RuntimeError, AssertionError):
+        pass
+    for name in ("statevector", "mixed"):
+        with pytest.raises(QdiffError, match=rf"device='{kind}': no {kind} device is available"):
+            qd.device(name, wires=1, device=kind)
 
 
 def test_a_string_is_one_device_wire_label():
