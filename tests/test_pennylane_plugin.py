@@ -311,3 +311,30 @@ def test_backprop_is_offered_for_the_torch_interface_only():
     with pytest.raises(qml.exceptions.QuantumFunctionError, match="backprop"):
         qml.QNode(lambda x: (qml.RX(x, 0), qml.expval(qml.Z(0)))[1], dev, interface="torch",
                   diff_method="backprop")
+
+
+def test_observables_whose_printed_data_agree_give_their_own_values():
+    # PennyLane's op.hash prints the data: numpy abbreviates large arrays, scipy prints 50
+    # entries, torch 4 decimals; each observable still gives its own expectation value
+    rng = np.random.default_rng(0)
+    a = np.diag(rng.uniform(-1, 1, 64))
+    b = a.copy()
+    b[20, 20] += 5.0
+    b[40, 40] -= 3.0
+    h1 = qml.Hamiltonian([1.0, 0.5, 0.3], [qml.Z(0) @ qml.Z(1), qml.X(2), qml.Y(3) @ qml.Y(4)])
+    h2 = qml.Hamiltonian([1.0, 0.5, 0.7], [qml.Z(0) @ qml.Z(1), qml.X(2), qml.Y(3) @ qml.Y(4)])
+    t1 = torch.tensor([[0.5, 0.2], [0.2, -0.3]], dtype=torch.float64)
+    t2 = t1 + torch.tensor([[1e-5, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    pairs = [(qml.Hermitian(a, wires=range(6)), qml.Hermitian(b, wires=range(6))),
+             (qml.SparseHamiltonian(h1.sparse_matrix(wire_order=range(6)), wires=range(6)),
+              qml.SparseHamiltonian(h2.sparse_matrix(wire_order=range(6)), wires=range(6))),
+             (qml.Hermitian(t1, wires=0), qml.Hermitian(t2, wires=0))]
+    ops = [qml.RY(0.3 * (w + 1), w) for w in range(6)] + [qml.CNOT([3, 4])]
+    dev, ref = qml.device("qdiff.statevector", wires=6), qml.device("default.qubit", wires=6)
+    for pair in pairs:
+        assert pair[0].hash == pair[1].hash  # what the cache must not rely on
+        for obs in pair:  # torch data reach the device as they are (backprop, execute)
+            got = dev.execute(qml.tape.QuantumScript(ops, [qml.expval(obs)]))
+            plain = qml.Hermitian(obs.data[0].numpy(), obs.wires) if \
+                isinstance(obs.data[0], torch.Tensor) else obs
+            close(got, ref.execute(qml.tape.QuantumScript(ops, [qml.expval(plain)])))

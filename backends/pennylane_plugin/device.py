@@ -21,6 +21,7 @@ torch autograd (torch interface, exact results).
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
@@ -440,10 +441,47 @@ def _merge(jobs):
 _OBS_CACHE: dict = {}
 
 
+def _data_key(d):
+    """A content key of one operator datum (its exact values, dtype and shape: PennyLane's
+    ``op.hash`` prints the data, abbreviated), or None when it has no byte form."""
+    if hasattr(d, "tocsr") and hasattr(d, "nnz"):  # scipy sparse
+        c = d.tocsr()
+        parts = ("sparse", c.shape, c.data, c.indices, c.indptr)
+    else:
+        if isinstance(d, torch.Tensor):
+            d = d.detach().cpu().resolve_conj().resolve_neg().numpy()
+        try:
+            a = np.asarray(qml.math.unwrap(d))
+        except Exception:  # noqa: BLE001 - an interface numpy cannot read: not cached
+            return None
+        if a.dtype == object:
+            return None
+        parts = ("dense", a.shape, a)
+    h = hashlib.blake2b(digest_size=16)
+    for x in parts:
+        if isinstance(x, np.ndarray):
+            x = np.ascontiguousarray(x)
+            h.update(str(x.dtype).encode())
+            h.update(x.tobytes())
+        else:
+            h.update(repr(x).encode())
+    return h.digest()
+
+
+def _observable_key(op):
+    """The cache key of a PennyLane observable: its structure (``op.hash``), wire labels and
+    the exact bytes of its data; None when some datum has no byte form (then not cached)."""
+    data = tuple(_data_key(d) for d in op.data)
+    if any(k is None for k in data):
+        return None
+    return (op.hash, tuple(map(repr, op.wires)), data)  # hash(-1) == hash(-2): the labels too
+
+
 def _observable(op):
-    """The qdiff observable for a PennyLane observable, or None when it has none (cached)."""
-    key = (op.hash, tuple(map(repr, op.wires)))  # hash(-1) == hash(-2): the labels too
-    if key in _OBS_CACHE:
+    """The qdiff observable for a PennyLane observable, or None when it has none (cached by
+    content, see :func:`_observable_key`)."""
+    key = _observable_key(op)
+    if key is not None and key in _OBS_CACHE:
         return _OBS_CACHE[key]
     try:
         obs = from_pennylane_observable(op)
@@ -451,9 +489,10 @@ def _observable(op):
         obs = None
     if obs is not None and not obs.terms:
         obs = None
-    if len(_OBS_CACHE) > 256:
-        _OBS_CACHE.clear()
-    _OBS_CACHE[key] = obs
+    if key is not None:
+        if len(_OBS_CACHE) > 256:
+            _OBS_CACHE.clear()
+        _OBS_CACHE[key] = obs
     return obs
 
 
