@@ -338,3 +338,18 @@ def test_observables_whose_printed_data_agree_give_their_own_values():
             plain = qml.Hermitian(obs.data[0].numpy(), obs.wires) if \
                 isinstance(obs.data[0], torch.Tensor) else obs
             close(got, ref.execute(qml.tape.QuantumScript(ops, [qml.expval(plain)])))
+
+
+def test_probs_without_wires_on_a_device_without_wires_is_over_the_circuit_wires():
+    def circuit(x):
+        qml.RX(x, "a")
+        qml.CNOT(["a", 2])
+        qml.RY(0.4, 1)
+        return qml.probs(), qml.expval(qml.Z(2))
+
+    x = pnp.array(0.8, requires_grad=True)
+    for kw in ({}, {"diff_method": "adjoint"}):
+        a = qml.QNode(circuit, qml.device("qdiff.statevector"), **kw)
+        b = qml.QNode(circuit, qml.device("default.qubit"))
+        close(a(x), b(x))
+        close(qml.jacobian(lambda v: a(v)[0])(x), qml.jacobian(lambda v: b(v)[0])(x))

@@ -512,7 +512,7 @@ def _native_measurements(mps, labels):
                 return None
             out.append(Measurement("expval" if isinstance(mp, ExpectationMP) else "var", obs))
         elif type(mp) is ProbabilityMP and mp.obs is None:
-            out.append(Measurement("probs", None, tuple(mp.wires)))
+            out.append(Measurement("probs", None, tuple(mp.wires) or tuple(labels)))
         elif type(mp) is StateMP and (not mp.wires or tuple(mp.wires) == tuple(labels)):
             out.append(Measurement("state"))
         else:
