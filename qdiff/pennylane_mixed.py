@@ -292,7 +292,7 @@ class QdiffMixed(Device):
     def _run(self, tape):
         labels = self._labels(tape)
         n = len(labels)
-        batched = tape.batch_size is not None
+        batched = _batched(tape)
         mps = list(tape.measurements)
         if labels != tuple(range(n)):
             wire_map = {w: i for i, w in enumerate(labels)}
@@ -360,6 +360,16 @@ class QdiffMixed(Device):
         noise = f", noise={self.noise.name!r}" if self.noise is not None else ""
         return f"<QdiffMixed device (wires={None if self.wires is None else len(self.wires)}" \
                f"{noise}, shots={self.shots})>"
+
+
+def _batched(tape) -> bool:
+    """Whether ``tape`` is broadcast: a broadcast gate parameter (``tape.batch_size``) or a
+    broadcast channel parameter (PennyLane's channels report no ``batch_size``; the engine
+    runs one row per value, as for gate angles)."""
+    if tape.batch_size is not None:
+        return True
+    return any(tape_channel_supported(op) and type(op).__name__ != "QubitChannel" and
+               any(qml.math.ndim(d) > 0 for d in op.data) for op in tape.operations)
 
 
 def _density_prep(tape):
