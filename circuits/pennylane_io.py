@@ -516,17 +516,55 @@ def _channel_operation(op, wires) -> Operation:
 def tape_op_supported(op) -> bool:
     """Whether :func:`from_pennylane_tape` converts ``op`` directly: a gate qdiff has (with
     PennyLane's parameters and convention), ``Adjoint`` of S/T/SX/ISWAP, ``PauliRot``,
-    ``GlobalPhase``, and an unbatched ``QubitUnitary`` whose matrix is not trainable."""
+    ``GlobalPhase``, an unbatched ``QubitUnitary`` whose matrix is not trainable, and a
+    controlled one of these gates (``qml.ctrl``, ``MultiControlledX``,
+    ``ControlledQubitUnitary``: one qdiff controlled gate, broadcast parameters included)."""
+    name = type(op).__name__
+    if name in ("StatePrep", "BasisState"):
+        return False  # only as the first operation (the device keeps that one)
+    if name in TAPE_NATIVE and name != "QubitUnitary":
+        return True
+    if name not in TAPE_NATIVE and _is_controlled(op):
+        return _single_gate_supported(op.base)
+    return _single_gate_supported(op)
+
+
+def _is_controlled(op) -> bool:
+    from pennylane.ops.op_math import Controlled
+    return isinstance(op, Controlled)
+
+
+def _single_gate_supported(op) -> bool:
+    """Whether ``op`` converts to ONE qdiff gate whose parameters are ``op.data`` in order."""
     name = type(op).__name__
     if name == "QubitUnitary":
         import pennylane as qml
         return op.batch_size is None and not qml.math.requires_grad(op.data[0])
-    if name in ("StatePrep", "BasisState"):
-        return False  # only as the first operation (the device keeps that one)
-    if name in TAPE_NATIVE:
+    if name in _FROM_PL or name == "PauliRot":
         return True
     return name.startswith("Adjoint") and type(getattr(op, "base", None)).__name__ in \
         TAPE_ADJOINT_BASES
+
+
+def _single_gate(op):
+    """The qdiff gate of an ``op`` that passes :func:`_single_gate_supported`."""
+    name = type(op).__name__
+    if name == "QubitUnitary":
+        return unitary_gate(torch.as_tensor(np.asarray(op.data[0])))
+    if name.startswith("Adjoint"):
+        return GATES[_ADJOINT_FROM_PL[type(op.base).__name__]]
+    if name == "PauliRot":
+        return paulirot_gate(op.hyperparameters["pauli_word"])
+    if name == "MultiRZ":
+        return multirz_gate(len(op.wires))
+    return GATES[_FROM_PL[name]]
+
+
+def _single_gate_params(op) -> tuple:
+    """The angles of :func:`_single_gate` (a ``QubitUnitary``'s matrix is part of its gate)."""
+    if type(op).__name__ == "QubitUnitary":
+        return ()
+    return tuple(_gate_param(p) for p in op.data)
 
 
 def _gate_param(p) -> torch.Tensor:
@@ -586,21 +624,20 @@ def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, chann
                 sources.append((k, -1.0))
         elif name in ("Snapshot", "Barrier"):
             pass
-        elif name == "QubitUnitary":
-            items.append(Operation(unitary_gate(torch.as_tensor(np.asarray(op.data[0]))),
-                                   wires, ()))
-        elif name.startswith("Adjoint"):
-            items.append(Operation(GATES[_ADJOINT_FROM_PL[type(op.base).__name__]], wires, ()))
+        elif name not in TAPE_NATIVE and _is_controlled(op):
+            ctrl = tuple(op.control_wires)
+            flips = [Operation(GATES["x"], (w,), ()) for w, v in zip(ctrl, op.control_values)
+                     if not v]
+            gate = controlled_gate(_single_gate(op.base), len(ctrl))
+            params = _single_gate_params(op.base)
+            items.extend(flips)
+            items.append(Operation(gate, ctrl + tuple(op.base.wires), params))
+            items.extend(flips)
+            sources.extend((k + i, 1.0) for i in range(len(params)))
         else:
-            if name == "PauliRot":
-                gate = paulirot_gate(op.hyperparameters["pauli_word"])
-            elif name == "MultiRZ":
-                gate = multirz_gate(len(wires))
-            else:
-                gate = GATES[_FROM_PL[name]]
-            params = tuple(_gate_param(p) for p in op.data)
-            items.append(Operation(gate, wires, params))
-            sources.extend((k + i, 1.0) for i in range(nd))
+            params = _single_gate_params(op)
+            items.append(Operation(_single_gate(op), wires, params))
+            sources.extend((k + i, 1.0) for i in range(len(params)))
         k += nd
     rec = Circuit.from_recording(items, labels, list(measurements or ()), check_batch)
     return rec, sources

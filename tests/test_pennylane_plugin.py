@@ -353,3 +353,43 @@ def test_probs_without_wires_on_a_device_without_wires_is_over_the_circuit_wires
         b = qml.QNode(circuit, qml.device("default.qubit"))
         close(a(x), b(x))
         close(qml.jacobian(lambda v: a(v)[0])(x), qml.jacobian(lambda v: b(v)[0])(x))
+
+
+def _controlled_circuit(x, y, u):
+    for w in range(4):
+        qml.Hadamard(w)
+    qml.ctrl(qml.RY(x, 2), control=[0, 1], control_values=[0, 1])
+    qml.ctrl(qml.Rot(y, 0.3, x, 3), control=[0, 2])
+    qml.ctrl(qml.PhaseShift(y, 3), control=[0, 1, 2])
+    qml.MultiControlledX(wires=[0, 1, 2, 3], control_values=[1, 0, 1])
+    qml.ControlledQubitUnitary(qml.matrix(qml.Rot(0.3, 0.5, -0.2, 0)), wires=[1, 3, 0])
+    qml.ctrl(qml.adjoint(qml.S(1)), control=[0, 2, 3])
+    qml.ctrl(qml.PauliRot(x, "XY", [1, 2]), control=[0, 3], control_values=[0, 0])
+    qml.QubitUnitary(u, wires=[0, 2])
+    return qml.expval(qml.X(2) @ qml.Y(0) + 0.3 * qml.Z(3)), qml.probs(wires=[1, 3])
+
+
+def _broadcast_unitaries(b):
+    return np.stack([qml.matrix(qml.IsingXY(t, [0, 1]) @ qml.RZ(2 * t, 0), wire_order=[0, 1])
+                     for t in b])
+
+
+def test_broadcast_multi_controlled_gates_and_unitaries_equal_default_qubit():
+    b = np.array([0.1, 0.5, 0.9])
+    ub = _broadcast_unitaries(b)
+    for x, y, u in [(0.4, -0.7, ub[1]), (b, 0.3, ub[0]), (b, b[::-1].copy(), ub),
+                    (0.4, -0.7, ub)]:
+        a, r = both(lambda: _controlled_circuit(x, y, u), diff_method=None)
+        close(a(), r())
+    for method, kw in (("adjoint", {"device_vjp": True}), ("adjoint", {}), ("best", {})):
+        grads = []
+        for name, diff, opts in (("qdiff.statevector", method, kw),
+                                 ("default.qubit", "backprop", {})):
+            q = qml.QNode(_controlled_circuit, qml.device(name, wires=4), interface="torch",
+                          diff_method=diff, **opts)
+            xt = torch.tensor(b, requires_grad=True)
+            yt = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+            e, p = q(xt, yt, ub)
+            (e.sum() + (p ** 2).sum()).backward()
+            grads.append((e, p, xt.grad, yt.grad))
+        close(grads[0], grads[1])

@@ -94,6 +94,30 @@ def _accepted_sample(mp) -> bool:
     return isinstance(mp, SampleMeasurement)
 
 
+def _broadcast_unitary(op) -> bool:
+    return type(op).__name__ == "QubitUnitary" and op.batch_size is not None
+
+
+@qml.transform
+def decompose_broadcast(tape, stopping_condition, decomposer, split_rows=None, **kwargs):
+    """PennyLane's ``decompose`` into the operations ``stopping_condition`` accepts, where a
+    broadcast ``QubitUnitary`` (a user's, or the matrix of a broadcast operation without a
+    decomposition) splits the tape into one tape per row (``broadcast_expand``; the engines
+    take one matrix per gate): each row's matrix is then an ordinary ``QubitUnitary``.
+    ``split_rows(rows)`` splits what ``broadcast_expand`` leaves broadcast (channels)."""
+    def held(op):
+        return stopping_condition(op) or _broadcast_unitary(op)
+    (tape,), _ = decompose(tape, stopping_condition=held, decomposer=decomposer, **kwargs)
+    if not any(_broadcast_unitary(op) for op in tape.operations):
+        return (tape,), lambda results: results[0]
+    rows, fn = qml.transforms.broadcast_expand(tape)
+    if split_rows is not None:
+        rows = split_rows(rows)
+    out = [decompose(r, stopping_condition=stopping_condition, decomposer=decomposer,
+                     **kwargs)[0][0] for r in rows]
+    return tuple(out), fn
+
+
 @qml.transform
 def _expand_trainable_broadcast(tape):
     """``broadcast_expand`` for a broadcast tape with a trainable non-scalar parameter."""
@@ -217,7 +241,7 @@ class QdiffStatevector(Device):
         config = execution_config or ExecutionConfig()
         program = qml.CompilePipeline()
         program.add_transform(defer_measurements, allow_postselect=True)
-        program.add_transform(decompose, stopping_condition=_stopping_condition,
+        program.add_transform(decompose_broadcast, stopping_condition=_stopping_condition,
                               decomposer=_decomposer, device_wires=self.wires,
                               target_gates=self._gate_set, name=self.name)
         program.add_transform(device_resolve_dynamic_wires, wires=self.wires, allow_resets=False)
@@ -234,7 +258,8 @@ class QdiffStatevector(Device):
         name = f"adjoint + {self.name}"
         program = qml.CompilePipeline()
         program.add_transform(no_sampling, name=name)
-        program.add_transform(decompose, stopping_condition=_adjoint_stopping_condition,
+        program.add_transform(decompose_broadcast,
+                              stopping_condition=_adjoint_stopping_condition,
                               decomposer=_decomposer, device_wires=self.wires,
                               target_gates=self._gate_set,
                               skip_initial_state_prep=False, name=name)
