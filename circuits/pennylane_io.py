@@ -24,7 +24,7 @@ import torch
 from qdiff.circuits.channels import CHANNELS, pauli_error_channel, qubit_channel
 from qdiff.circuits.circuit import Circuit, Recorded, StatePrep
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.gates import (GATES, controlled_gate, multirz_gate, paulirot_gate,
+from qdiff.circuits.gates import (GATES, Gate, controlled_gate, multirz_gate, paulirot_gate,
                                   unitary_gate)
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import (Hermitian, Observable, observable_from_op,
@@ -560,6 +560,33 @@ def _single_gate(op):
     return GATES[_FROM_PL[name]]
 
 
+_PROJECTORS: dict = {}
+
+
+def tape_projector(op) -> bool:
+    """Whether ``op`` is a constant ``qml.Projector`` onto a basis state used as an operation
+    (the postselection of a deferred mid-circuit measurement)."""
+    if type(op).__name__ != "BasisStateProjector":
+        return False
+    import pennylane as qml
+    d = op.data[0]
+    return qml.math.ndim(d) == 1 and not qml.math.requires_grad(d)
+
+
+def projector_gate(bits) -> Gate:
+    """The (non-unitary) diagonal projector onto the basis state ``bits`` of its wires: one
+    gate object per ``bits``."""
+    bits = tuple(int(b) for b in bits)
+    gate = _PROJECTORS.get(bits)
+    if gate is None:
+        d = torch.zeros(2 ** len(bits), dtype=torch.complex128)
+        d[int("".join(map(str, bits)), 2) if bits else 0] = 1.0
+        gate = _PROJECTORS[bits] = Gate(
+            "projector", len(bits), 0, lambda *_: torch.diag(d), diag_fn=lambda *_: d,
+            pl_name="Projector", hyper=(bits,))
+    return gate
+
+
 def _single_gate_params(op) -> tuple:
     """The angles of :func:`_single_gate` (a ``QubitUnitary``'s matrix is part of its gate)."""
     if type(op).__name__ == "QubitUnitary":
@@ -573,9 +600,11 @@ def _gate_param(p) -> torch.Tensor:
     return torch.as_tensor(np.asarray(p, dtype=np.float64))
 
 
-def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, channels=False):
+def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, channels=False,
+                        postselect=False):
     """Convert a PennyLane tape whose operations all pass :func:`tape_op_supported` (or, with
-    ``channels``, :func:`tape_channel_supported`) into ``(recorded, sources)``.
+    ``channels``, :func:`tape_channel_supported`; with ``postselect``, :func:`tape_projector`:
+    the unnormalised projection) into ``(recorded, sources)``.
 
     ``recorded`` is a :class:`Recorded` on the wires ``labels`` (in that order) whose circuit
     carries ``measurements`` (qdiff measurements; default none). A leading state preparation
@@ -609,6 +638,11 @@ def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, chann
             items.append(_channel_operation(op, wires))
             if name != "QubitChannel":
                 sources.extend((k + i, 1.0) for i in range(nd))
+            k += nd
+            continue
+        if postselect and tape_projector(op):
+            bits = np.asarray(op.data[0]).astype(int)
+            items.append(Operation(projector_gate(bits), wires, ()))
             k += nd
             continue
         if not tape_op_supported(op):

@@ -393,3 +393,93 @@ def test_broadcast_multi_controlled_gates_and_unitaries_equal_default_qubit():
             (e.sum() + (p ** 2).sum()).backward()
             grads.append((e, p, xt.grad, yt.grad))
         close(grads[0], grads[1])
+
+
+def _postselected_body(x):
+    qml.RY(x, 0)
+    qml.CNOT([0, 1])
+    qml.RX(0.4, 1)
+    m = qml.measure(1, postselect=0)
+    qml.cond(m, qml.RY)(0.3, 2)  # never fires on the postselected branch
+    qml.RY(0.5, 1)
+    qml.measure(0, postselect=1)
+    qml.RX(0.2, 0)
+    return m
+
+
+def _postselected(x):
+    m = _postselected_body(x)
+    return (qml.expval(qml.Z(0) @ qml.X(1)), qml.probs(wires=[0, 1]), qml.var(qml.Y(1)),
+            qml.probs(op=m))
+
+
+def _postselected_z(x):
+    _postselected_body(x)
+    return qml.expval(qml.Z(0) @ qml.X(1))
+
+
+def test_postselection_gives_the_statistics_of_the_postselected_state():
+    a, r = both(_postselected, n=5, mcm_method="deferred")
+    for x in (0.7, np.array([0.3, 1.1, 2.0])):
+        close(a(x), r(x))
+
+    def never(x):
+        qml.RY(x, 0)
+        qml.measure(1, postselect=1)
+        return qml.expval(qml.Z(0)), qml.probs(wires=[0])
+    a, r = both(never, n=2)
+    got = a(0.7)
+    assert np.isnan(got[0]) and np.isnan(got[1]).all()  # as default.qubit: probability 0
+    close(qml.grad(qml.QNode(_postselected_z, qml.device("qdiff.statevector", wires=5),
+                             diff_method="parameter-shift"))(pnp.array(0.7)),
+          qml.grad(qml.QNode(_postselected_z, qml.device("default.qubit", wires=5),
+                             diff_method="backprop"))(pnp.array(0.7)))
+    with pytest.raises(qml.exceptions.QuantumFunctionError, match="adjoint"):
+        qml.QNode(_postselected, qml.device("qdiff.statevector", wires=5),
+                  diff_method="adjoint")(pnp.array(0.7))
+    x = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    tape = qml.tape.QuantumScript([qml.RY(x, 0), qml.CNOT([0, 1]), qml.RX(0.4, 1),
+                                   qml.Projector([0], 1), qml.RY(0.5, 1)],
+                                  [qml.expval(qml.Z(0) @ qml.X(1))])
+    outs = []
+    for name in ("qdiff.statevector", "default.qubit"):
+        (v,) = qml.execute([tape], qml.device(name, wires=2), diff_method="backprop",
+                           interface="torch")
+        outs.append((v, torch.autograd.grad(v, x)[0]))
+    close(outs[0], outs[1])
+
+
+def test_postselection_with_shots_keeps_the_postselected_shots():
+    def body(x):
+        qml.RY(x, 0)
+        qml.CNOT([0, 1])
+        qml.RY(0.9, 1)
+        qml.measure(1, postselect=1)
+
+    def sampled(x):
+        body(x)
+        return qml.expval(qml.Z(0)), qml.sample(wires=[0, 1])
+
+    def z0(x):
+        body(x)
+        return qml.expval(qml.Z(0))
+
+    def kept(x):
+        qml.RY(x, 0)
+        qml.CNOT([0, 1])
+        qml.RY(0.9, 1)
+        return qml.probs(wires=[1])
+
+    dev = qml.device("qdiff.statevector", wires=3, seed=5)
+    ref = qml.device("default.qubit", wires=3)
+    z, s = qml.set_shots(qml.QNode(sampled, dev), shots=4000)(1.3)
+    assert (s[:, 1] == 1).all()
+    # the kept shots: binomial(4000, p) (sd < 32); |Z| <= 1: sd of the mean <= 1/sqrt(N)
+    assert abs(len(s) - 4000 * qml.QNode(kept, ref)(1.3)[1]) < 160
+    assert abs(z - qml.QNode(z0, ref)(1.3)) < 5 / np.sqrt(len(s))
+    x = np.array([1.3, 0.4])
+    zs = qml.set_shots(qml.QNode(z0, dev), shots=4000)(x)  # one binomial per row
+    n = 4000 * qml.QNode(kept, ref)(x)[:, 1]
+    assert zs.shape == (2,) and (np.abs(zs - qml.QNode(z0, ref)(x)) < 5 / np.sqrt(n)).all()
+    res = qml.set_shots(qml.QNode(sampled, dev), shots=[100, 300])(1.3)
+    assert len(res) == 2 and all((r[1][:, 1] == 1).all() for r in res)

@@ -2,7 +2,9 @@
 
 The device speaks PennyLane's ``pennylane.devices.Device`` API. Preprocessing decomposes every
 operation into the gates qdiff runs natively (the TOML file beside this module lists them),
-resolves mid-circuit measurements by deferring them, and validates wires and measurements.
+resolves mid-circuit measurements by deferring them (a postselection becomes the engine's
+projector gate; the final state is then normalised, and with shots the kept shots drawn, as on
+``default.qubit``), and validates wires and measurements.
 ``execute`` converts each tape (:func:`qdiff.circuits.pennylane_io.from_pennylane_tape`) into a
 :class:`~qdiff.backends.base.Job` and runs the whole batch through the engine in ONE
 ``execute(jobs)`` call; a broadcast tape is one job with ``B`` parameter rows.
@@ -48,7 +50,7 @@ from qdiff.backends.statevector.simulate import Trace
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.pennylane_io import (from_pennylane_observable, from_pennylane_tape,
-                                        tape_op_supported)
+                                        tape_op_supported, tape_projector)
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
            torch.complex128: torch.complex128, torch.complex64: torch.complex64}
@@ -56,7 +58,7 @@ _BACKPROP_INTERFACES = (Interface.TORCH,)
 
 
 def _stopping_condition(op) -> bool:
-    return tape_op_supported(op)
+    return tape_op_supported(op) or tape_projector(op)
 
 
 def _decomposer(op):
@@ -119,6 +121,27 @@ def decompose_broadcast(tape, stopping_condition, decomposer, split_rows=None, *
 
 
 @qml.transform
+def _expand_postselected_broadcast(tape):
+    """``broadcast_expand`` for a sampled broadcast tape with postselection (each row keeps
+    its own number of postselected shots)."""
+    if tape.shots and tape.batch_size is not None and \
+            any(tape_projector(op) for op in tape.operations):
+        return qml.transforms.broadcast_expand(tape)
+    return (tape,), lambda results: results[0]
+
+
+@qml.transform
+def _refuse_postselection(tape, name: str):
+    """Postselection in a tape the adjoint method would differentiate: refused."""
+    for op in tape.operations:
+        if tape_projector(op) or getattr(op, "postselect", None) is not None:
+            raise DeviceError(f"{name}: postselection ({op!r}) is not differentiated by the "
+                              "adjoint method; use diff_method='parameter-shift' or "
+                              "'backprop'")
+    return (tape,), lambda results: results[0]
+
+
+@qml.transform
 def _expand_trainable_broadcast(tape):
     """``broadcast_expand`` for a broadcast tape with a trainable non-scalar parameter."""
     # (the tape's trainable_params are not set yet here: ask the parameters themselves)
@@ -132,12 +155,12 @@ def _expand_trainable_broadcast(tape):
 class _Plan:
     """One tape as one engine job: the job, its theta sources, and how to read the results."""
 
-    __slots__ = ("tape", "job", "sources", "native", "batched", "n", "wire_map")
+    __slots__ = ("tape", "job", "sources", "native", "batched", "n", "wire_map", "postselect")
 
-    def __init__(self, tape, job, sources, native, n, wire_map):
+    def __init__(self, tape, job, sources, native, n, wire_map, postselect=False):
         self.tape, self.job, self.sources, self.native = tape, job, sources, native
         self.batched = tape.batch_size is not None
-        self.n, self.wire_map = n, wire_map
+        self.n, self.wire_map, self.postselect = n, wire_map, postselect
 
 
 @simulator_tracking
@@ -244,6 +267,7 @@ class QdiffStatevector(Device):
         program.add_transform(decompose_broadcast, stopping_condition=_stopping_condition,
                               decomposer=_decomposer, device_wires=self.wires,
                               target_gates=self._gate_set, name=self.name)
+        program.add_transform(_expand_postselected_broadcast)
         program.add_transform(device_resolve_dynamic_wires, wires=self.wires, allow_resets=False)
         program.add_transform(validate_device_wires, self.wires, name=self.name)
         program.add_transform(validate_measurements, analytic_measurements=_accepted_analytic,
@@ -258,6 +282,7 @@ class QdiffStatevector(Device):
         name = f"adjoint + {self.name}"
         program = qml.CompilePipeline()
         program.add_transform(no_sampling, name=name)
+        program.add_transform(_refuse_postselection, name=name)
         program.add_transform(decompose_broadcast,
                               stopping_condition=_adjoint_stopping_condition,
                               decomposer=_decomposer, device_wires=self.wires,
@@ -288,16 +313,19 @@ class QdiffStatevector(Device):
         if n == 0:
             labels, n = (0,), 1
         wire_map = None if labels == tuple(range(n)) else {w: i for i, w in enumerate(labels)}
-        native = None if tape.shots else _native_measurements(tape.measurements, labels)
+        postselect = any(tape_projector(op) for op in tape.operations)
+        native = None if tape.shots or postselect else \
+            _native_measurements(tape.measurements, labels)
         meas = native if native is not None else [Measurement("state")]
         engine = self._engine(n)
         try:
-            rec, sources = from_pennylane_tape(tape, labels, meas, engine.check_batch)
+            rec, sources = from_pennylane_tape(tape, labels, meas, engine.check_batch,
+                                               postselect=True)
         except QdiffError as exc:
             raise DeviceError(f"{self.name}: {exc}") from None
         trainable = _column_trainable(tape, sources)
         job = Job(rec.circuit, rec.theta, rec.initial_state, shots=None, trainable=trainable)
-        return _Plan(tape, job, sources, native is not None, n, wire_map)
+        return _Plan(tape, job, sources, native is not None, n, wire_map, postselect)
 
     # -- execution -------------------------------------------------------------------------
 
@@ -338,13 +366,34 @@ class QdiffStatevector(Device):
             vals = [_to_user(o if plan.batched else o[0]) for o in outputs]
             return vals[0] if len(mps) == 1 else tuple(vals)
         state = _to_user(outputs[0])
+        shots = tape.shots
+        if plan.postselect:
+            state, shots = self._postselected(state, shots)
         shape = ((state.shape[0],) if plan.batched else ()) + (2,) * plan.n
         state = state.reshape(shape) if plan.batched else state[0].reshape(shape)
         if plan.wire_map is not None:
             mps = [m.map_wires(plan.wire_map) for m in mps]
         from pennylane.devices.qubit.simulate import measure_final_state
-        script = qml.tape.QuantumScript([], mps, shots=tape.shots)
+        script = qml.tape.QuantumScript([], mps, shots=shots)
         return measure_final_state(script, state, plan.batched, rng=self._rng)
+
+    def _postselected(self, state, shots):
+        """The projected states ``(B, 2**n)`` normalised (NaN where the postselected outcome
+        has probability 0, as ``default.qubit``), and with shots, the shots that keep the
+        postselected outcome: ``binomial(shots, probability)`` of each shot count (a sampled
+        tape has one row here)."""
+        from pennylane.devices.qubit.simulate import _FlexShots
+        norm = qml.math.sqrt(qml.math.sum(qml.math.real(qml.math.conj(state) * state), axis=-1))
+        zero = np.isclose(np.asarray(qml.math.unwrap(qml.math.detach(norm))), 0.0, rtol=0,
+                          atol=1e-8)
+        if zero.any():
+            norm = qml.math.where(qml.math.asarray(zero, like=norm), 0.0 * norm, norm)
+        if shots:
+            p = float(np.asarray(qml.math.unwrap(qml.math.detach(norm)))[0]) ** 2
+            shots = _FlexShots([int(self._rng.binomial(s, p)) for s in shots])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            state = state / qml.math.cast_like(norm, state)[:, None]
+        return state, shots
 
     # -- derivatives -----------------------------------------------------------------------
 
