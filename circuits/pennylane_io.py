@@ -24,7 +24,7 @@ import torch
 from qdiff.circuits.channels import CHANNELS, pauli_error_channel, qubit_channel
 from qdiff.circuits.circuit import Circuit, Recorded, StatePrep
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.gates import (GATES, controlled_gate, multirz_gate, paulirot_gate,
+from qdiff.circuits.gates import (GATES, Gate, controlled_gate, multirz_gate, paulirot_gate,
                                   unitary_gate)
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import (Hermitian, Observable, observable_from_op,
@@ -516,17 +516,82 @@ def _channel_operation(op, wires) -> Operation:
 def tape_op_supported(op) -> bool:
     """Whether :func:`from_pennylane_tape` converts ``op`` directly: a gate qdiff has (with
     PennyLane's parameters and convention), ``Adjoint`` of S/T/SX/ISWAP, ``PauliRot``,
-    ``GlobalPhase``, and an unbatched ``QubitUnitary`` whose matrix is not trainable."""
+    ``GlobalPhase``, an unbatched ``QubitUnitary`` whose matrix is not trainable, and a
+    controlled one of these gates (``qml.ctrl``, ``MultiControlledX``,
+    ``ControlledQubitUnitary``: one qdiff controlled gate, broadcast parameters included)."""
+    name = type(op).__name__
+    if name in ("StatePrep", "BasisState"):
+        return False  # only as the first operation (the device keeps that one)
+    if name in TAPE_NATIVE and name != "QubitUnitary":
+        return True
+    if name not in TAPE_NATIVE and _is_controlled(op):
+        return _single_gate_supported(op.base)
+    return _single_gate_supported(op)
+
+
+def _is_controlled(op) -> bool:
+    from pennylane.ops.op_math import Controlled
+    return isinstance(op, Controlled)
+
+
+def _single_gate_supported(op) -> bool:
+    """Whether ``op`` converts to ONE qdiff gate whose parameters are ``op.data`` in order."""
     name = type(op).__name__
     if name == "QubitUnitary":
         import pennylane as qml
         return op.batch_size is None and not qml.math.requires_grad(op.data[0])
-    if name in ("StatePrep", "BasisState"):
-        return False  # only as the first operation (the device keeps that one)
-    if name in TAPE_NATIVE:
+    if name in _FROM_PL or name == "PauliRot":
         return True
     return name.startswith("Adjoint") and type(getattr(op, "base", None)).__name__ in \
         TAPE_ADJOINT_BASES
+
+
+def _single_gate(op):
+    """The qdiff gate of an ``op`` that passes :func:`_single_gate_supported`."""
+    name = type(op).__name__
+    if name == "QubitUnitary":
+        return unitary_gate(torch.as_tensor(np.asarray(op.data[0])))
+    if name.startswith("Adjoint"):
+        return GATES[_ADJOINT_FROM_PL[type(op.base).__name__]]
+    if name == "PauliRot":
+        return paulirot_gate(op.hyperparameters["pauli_word"])
+    if name == "MultiRZ":
+        return multirz_gate(len(op.wires))
+    return GATES[_FROM_PL[name]]
+
+
+_PROJECTORS: dict = {}
+
+
+def tape_projector(op) -> bool:
+    """Whether ``op`` is a constant ``qml.Projector`` onto a basis state used as an operation
+    (the postselection of a deferred mid-circuit measurement)."""
+    if type(op).__name__ != "BasisStateProjector":
+        return False
+    import pennylane as qml
+    d = op.data[0]
+    return qml.math.ndim(d) == 1 and not qml.math.requires_grad(d)
+
+
+def projector_gate(bits) -> Gate:
+    """The (non-unitary) diagonal projector onto the basis state ``bits`` of its wires: one
+    gate object per ``bits``."""
+    bits = tuple(int(b) for b in bits)
+    gate = _PROJECTORS.get(bits)
+    if gate is None:
+        d = torch.zeros(2 ** len(bits), dtype=torch.complex128)
+        d[int("".join(map(str, bits)), 2) if bits else 0] = 1.0
+        gate = _PROJECTORS[bits] = Gate(
+            "projector", len(bits), 0, lambda *_: torch.diag(d), diag_fn=lambda *_: d,
+            pl_name="Projector", hyper=(bits,))
+    return gate
+
+
+def _single_gate_params(op) -> tuple:
+    """The angles of :func:`_single_gate` (a ``QubitUnitary``'s matrix is part of its gate)."""
+    if type(op).__name__ == "QubitUnitary":
+        return ()
+    return tuple(_gate_param(p) for p in op.data)
 
 
 def _gate_param(p) -> torch.Tensor:
@@ -535,9 +600,11 @@ def _gate_param(p) -> torch.Tensor:
     return torch.as_tensor(np.asarray(p, dtype=np.float64))
 
 
-def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, channels=False):
+def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, channels=False,
+                        postselect=False):
     """Convert a PennyLane tape whose operations all pass :func:`tape_op_supported` (or, with
-    ``channels``, :func:`tape_channel_supported`) into ``(recorded, sources)``.
+    ``channels``, :func:`tape_channel_supported`; with ``postselect``, :func:`tape_projector`:
+    the unnormalised projection) into ``(recorded, sources)``.
 
     ``recorded`` is a :class:`Recorded` on the wires ``labels`` (in that order) whose circuit
     carries ``measurements`` (qdiff measurements; default none). A leading state preparation
@@ -573,6 +640,11 @@ def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, chann
                 sources.extend((k + i, 1.0) for i in range(nd))
             k += nd
             continue
+        if postselect and tape_projector(op):
+            bits = np.asarray(op.data[0]).astype(int)
+            items.append(Operation(projector_gate(bits), wires, ()))
+            k += nd
+            continue
         if not tape_op_supported(op):
             raise QdiffError(f"operation {op.name} on wires {list(wires)} is not supported "
                              "directly; decompose it first")
@@ -586,21 +658,20 @@ def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, chann
                 sources.append((k, -1.0))
         elif name in ("Snapshot", "Barrier"):
             pass
-        elif name == "QubitUnitary":
-            items.append(Operation(unitary_gate(torch.as_tensor(np.asarray(op.data[0]))),
-                                   wires, ()))
-        elif name.startswith("Adjoint"):
-            items.append(Operation(GATES[_ADJOINT_FROM_PL[type(op.base).__name__]], wires, ()))
+        elif name not in TAPE_NATIVE and _is_controlled(op):
+            ctrl = tuple(op.control_wires)
+            flips = [Operation(GATES["x"], (w,), ()) for w, v in zip(ctrl, op.control_values)
+                     if not v]
+            gate = controlled_gate(_single_gate(op.base), len(ctrl))
+            params = _single_gate_params(op.base)
+            items.extend(flips)
+            items.append(Operation(gate, ctrl + tuple(op.base.wires), params))
+            items.extend(flips)
+            sources.extend((k + i, 1.0) for i in range(len(params)))
         else:
-            if name == "PauliRot":
-                gate = paulirot_gate(op.hyperparameters["pauli_word"])
-            elif name == "MultiRZ":
-                gate = multirz_gate(len(wires))
-            else:
-                gate = GATES[_FROM_PL[name]]
-            params = tuple(_gate_param(p) for p in op.data)
-            items.append(Operation(gate, wires, params))
-            sources.extend((k + i, 1.0) for i in range(nd))
+            params = _single_gate_params(op)
+            items.append(Operation(_single_gate(op), wires, params))
+            sources.extend((k + i, 1.0) for i in range(len(params)))
         k += nd
     rec = Circuit.from_recording(items, labels, list(measurements or ()), check_batch)
     return rec, sources

@@ -49,7 +49,7 @@ import torch
 from pennylane.devices import Device, ExecutionConfig
 from pennylane.devices.default_mixed import observable_stopping_condition
 from pennylane.devices.modifiers import simulator_tracking, single_tape_support
-from pennylane.devices.preprocess import (decompose, device_resolve_dynamic_wires, no_sampling,
+from pennylane.devices.preprocess import (device_resolve_dynamic_wires, no_sampling,
                                           validate_device_wires, validate_measurements,
                                           validate_observables)
 from pennylane.devices.qubit_mixed import measure_final_state
@@ -60,6 +60,7 @@ from pennylane.measurements import (CountsMP, DensityMatrixMP, ExpectationMP, Pr
 from pennylane.transforms import defer_measurements
 
 from qdiff.backends.base import Job
+from qdiff.backends.pennylane_plugin.device import decompose_broadcast
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.noise import resolve_noise
@@ -210,8 +211,9 @@ class QdiffMixed(Device):
         if self.noise is not None:
             program.add_transform(_refuse_mid_circuit_measurements, self.noise.name)
         program.add_transform(defer_measurements, allow_postselect=False)
-        program.add_transform(decompose, stopping_condition=_stopping_condition,
-                              decomposer=_decomposer, name=self.name)
+        program.add_transform(decompose_broadcast, stopping_condition=_stopping_condition,
+                              decomposer=_decomposer, split_rows=_split_channel_rows,
+                              name=self.name)
         program.add_transform(device_resolve_dynamic_wires, wires=self.wires, allow_resets=False)
         program.add_transform(validate_device_wires, self.wires, name=self.name)
         program.add_transform(validate_measurements, analytic_measurements=_accepted_analytic,
@@ -292,7 +294,7 @@ class QdiffMixed(Device):
     def _run(self, tape):
         labels = self._labels(tape)
         n = len(labels)
-        batched = tape.batch_size is not None
+        batched = _batched(tape)
         mps = list(tape.measurements)
         if labels != tuple(range(n)):
             wire_map = {w: i for i, w in enumerate(labels)}
@@ -360,6 +362,40 @@ class QdiffMixed(Device):
         noise = f", noise={self.noise.name!r}" if self.noise is not None else ""
         return f"<QdiffMixed device (wires={None if self.wires is None else len(self.wires)}" \
                f"{noise}, shots={self.shots})>"
+
+
+def _batched(tape) -> bool:
+    """Whether ``tape`` is broadcast: a broadcast gate parameter (``tape.batch_size``) or a
+    broadcast channel parameter (PennyLane's channels report no ``batch_size``; the engine
+    runs one row per value, as for gate angles)."""
+    if tape.batch_size is not None:
+        return True
+    return any(_broadcast_channel(op) for op in tape.operations)
+
+
+def _broadcast_channel(op) -> bool:
+    return tape_channel_supported(op) and type(op).__name__ != "QubitChannel" and \
+        any(qml.math.ndim(d) > 0 for d in op.data)
+
+
+def _split_channel_rows(rows):
+    """Row ``b`` of each broadcast channel parameter in row tape ``b`` (``broadcast_expand``
+    splits gates only)."""
+    out = []
+    for b, row in enumerate(rows):
+        ops = []
+        for op in row.operations:
+            if _broadcast_channel(op):
+                sizes = {qml.math.shape(d)[0] for d in op.data if qml.math.ndim(d) > 0}
+                if sizes != {len(rows)}:
+                    raise DeviceError(f"qdiff.mixed: {op.name} on wires {list(op.wires)}: "
+                                      f"broadcast parameters of sizes {sorted(sizes)} in a "
+                                      f"circuit broadcast {len(rows)} times")
+                op = qml.ops.functions.bind_new_parameters(
+                    op, [d[b] if qml.math.ndim(d) > 0 else d for d in op.data])
+            ops.append(op)
+        out.append(row.copy(operations=ops))
+    return out
 
 
 def _density_prep(tape):

@@ -352,3 +352,71 @@ def test_a_density_matrix_as_initial_state_equals_default_mixed():
         return qml.expval(qml.PauliZ(0))
     with pytest.raises(qml.exceptions.DeviceError, match="QubitDensityMatrix.*not trainable"):
         g(trainable)
+
+
+def test_a_broadcast_channel_parameter_gives_one_row_per_value():
+    # PennyLane's channels report no batch_size; each value of p is one row, as each value of
+    # a broadcast gate angle is (default.mixed refuses this input: compared value by value)
+    ps = np.array([0.1, 0.25, 0.4])
+
+    def body(p):
+        qml.RY(0.37, wires=0)
+        qml.CNOT(wires=[0, 1])
+        qml.DepolarizingChannel(p, wires=1)
+        qml.AmplitudeDamping(0.2, wires=0)
+
+    def circuit(p):
+        body(p)
+        return (qml.expval(qml.PauliZ(1)), qml.probs(wires=[0]), qml.vn_entropy(wires=[0]),
+                qml.density_matrix(wires=[1]))
+
+    def z1(p):
+        body(p)
+        return qml.expval(qml.PauliZ(1))
+
+    def prepared(p):
+        qml.QubitDensityMatrix(np.diag([0.7, 0.3]).astype(complex), wires=[0])
+        qml.CNOT(wires=[0, 1])
+        qml.DepolarizingChannel(p, wires=1)
+        return qml.expval(qml.PauliZ(1))
+
+    for fn in (circuit, prepared):
+        got = qml.QNode(fn, qml.device("qdiff.mixed", wires=2))(ps)
+        rows = [qml.QNode(fn, qml.device("default.mixed", wires=2))(p) for p in ps]
+        want = tuple(np.stack(w) for w in zip(*rows)) if isinstance(rows[0], tuple) \
+            else np.stack(rows)
+        _same(got, want, 1e-10)
+    dev = qml.device("qdiff.mixed", wires=2, seed=3)
+    z = qml.set_shots(qml.QNode(z1, dev), shots=20000)(ps)
+    assert z.shape == (3,) and np.abs(z - np.cos(0.37) * (1 - 4 * ps / 3)).max() < 0.03
+    p = torch.tensor(ps, requires_grad=True)
+    y = qml.QNode(z1, qml.device("qdiff.mixed", wires=2), interface="torch")(p)
+    y.sum().backward()  # d<Z1>/dp = -4/3 cos(x)
+    np.testing.assert_allclose(p.grad.numpy(), -4 / 3 * np.cos(0.37) * np.ones(3), atol=1e-10)
+
+
+def test_broadcast_multi_controlled_gates_and_unitaries_equal_default_mixed_row_by_row():
+    # default.mixed refuses these broadcast inputs: compared value by value
+    b = np.array([0.1, 0.5, 0.9])
+    ub = np.stack([qml.matrix(qml.IsingXY(t, [0, 1]) @ qml.RZ(2 * t, 0), wire_order=[0, 1])
+                   for t in b])
+    ps = np.array([0.05, 0.2, 0.3])
+
+    def circuit(x, u, p):
+        for w in range(3):
+            qml.Hadamard(w)
+        qml.ctrl(qml.RY(x, 2), control=[0, 1], control_values=[1, 0])
+        qml.ctrl(qml.PhaseShift(x, 2), control=[0, 1])
+        qml.QubitUnitary(u, wires=[0, 2])
+        qml.DepolarizingChannel(p, wires=1)
+        return qml.expval(qml.PauliX(2) @ qml.PauliX(0)), qml.probs(wires=[1, 2])
+
+    dev, ref = qml.device("qdiff.mixed", wires=3), qml.device("default.mixed", wires=3)
+    for args in [(b, ub[0], 0.1), (0.3, ub, 0.1), (b, ub, ps)]:
+        got = qml.QNode(circuit, dev)(*args)
+        rows = [qml.QNode(circuit, ref)(*(a[i] if np.ndim(a) > np.ndim(ub[0]) or
+                                          (np.ndim(a) == 1 and a.shape == (3,)) else a
+                                          for a in args)) for i in range(3)]
+        _same(got, tuple(np.stack(w) for w in zip(*rows)), 1e-10)
+    with pytest.raises(qml.exceptions.DeviceError, match="DepolarizingChannel.*sizes \\[2\\]"):
+        qml.QNode(circuit, dev)(0.3, ub, ps[:2])

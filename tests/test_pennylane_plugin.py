@@ -311,3 +311,175 @@ def test_backprop_is_offered_for_the_torch_interface_only():
     with pytest.raises(qml.exceptions.QuantumFunctionError, match="backprop"):
         qml.QNode(lambda x: (qml.RX(x, 0), qml.expval(qml.Z(0)))[1], dev, interface="torch",
                   diff_method="backprop")
+
+
+def test_observables_whose_printed_data_agree_give_their_own_values():
+    # PennyLane's op.hash prints the data: numpy abbreviates large arrays, scipy prints 50
+    # entries, torch 4 decimals; each observable still gives its own expectation value
+    rng = np.random.default_rng(0)
+    a = np.diag(rng.uniform(-1, 1, 64))
+    b = a.copy()
+    b[20, 20] += 5.0
+    b[40, 40] -= 3.0
+    h1 = qml.Hamiltonian([1.0, 0.5, 0.3], [qml.Z(0) @ qml.Z(1), qml.X(2), qml.Y(3) @ qml.Y(4)])
+    h2 = qml.Hamiltonian([1.0, 0.5, 0.7], [qml.Z(0) @ qml.Z(1), qml.X(2), qml.Y(3) @ qml.Y(4)])
+    t1 = torch.tensor([[0.5, 0.2], [0.2, -0.3]], dtype=torch.float64)
+    t2 = t1 + torch.tensor([[1e-5, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    pairs = [(qml.Hermitian(a, wires=range(6)), qml.Hermitian(b, wires=range(6))),
+             (qml.SparseHamiltonian(h1.sparse_matrix(wire_order=range(6)), wires=range(6)),
+              qml.SparseHamiltonian(h2.sparse_matrix(wire_order=range(6)), wires=range(6))),
+             (qml.Hermitian(t1, wires=0), qml.Hermitian(t2, wires=0))]
+    ops = [qml.RY(0.3 * (w + 1), w) for w in range(6)] + [qml.CNOT([3, 4])]
+    dev, ref = qml.device("qdiff.statevector", wires=6), qml.device("default.qubit", wires=6)
+    for pair in pairs:
+        assert pair[0].hash == pair[1].hash  # what the cache must not rely on
+        for obs in pair:  # torch data reach the device as they are (backprop, execute)
+            got = dev.execute(qml.tape.QuantumScript(ops, [qml.expval(obs)]))
+            plain = qml.Hermitian(obs.data[0].numpy(), obs.wires) if \
+                isinstance(obs.data[0], torch.Tensor) else obs
+            close(got, ref.execute(qml.tape.QuantumScript(ops, [qml.expval(plain)])))
+
+
+def test_probs_without_wires_on_a_device_without_wires_is_over_the_circuit_wires():
+    def circuit(x):
+        qml.RX(x, "a")
+        qml.CNOT(["a", 2])
+        qml.RY(0.4, 1)
+        return qml.probs(), qml.expval(qml.Z(2))
+
+    x = pnp.array(0.8, requires_grad=True)
+    for kw in ({}, {"diff_method": "adjoint"}):
+        a = qml.QNode(circuit, qml.device("qdiff.statevector"), **kw)
+        b = qml.QNode(circuit, qml.device("default.qubit"))
+        close(a(x), b(x))
+        close(qml.jacobian(lambda v: a(v)[0])(x), qml.jacobian(lambda v: b(v)[0])(x))
+
+
+def _controlled_circuit(x, y, u):
+    for w in range(4):
+        qml.Hadamard(w)
+    qml.ctrl(qml.RY(x, 2), control=[0, 1], control_values=[0, 1])
+    qml.ctrl(qml.Rot(y, 0.3, x, 3), control=[0, 2])
+    qml.ctrl(qml.PhaseShift(y, 3), control=[0, 1, 2])
+    qml.MultiControlledX(wires=[0, 1, 2, 3], control_values=[1, 0, 1])
+    qml.ControlledQubitUnitary(qml.matrix(qml.Rot(0.3, 0.5, -0.2, 0)), wires=[1, 3, 0])
+    qml.ctrl(qml.adjoint(qml.S(1)), control=[0, 2, 3])
+    qml.ctrl(qml.PauliRot(x, "XY", [1, 2]), control=[0, 3], control_values=[0, 0])
+    qml.QubitUnitary(u, wires=[0, 2])
+    return qml.expval(qml.X(2) @ qml.Y(0) + 0.3 * qml.Z(3)), qml.probs(wires=[1, 3])
+
+
+def _broadcast_unitaries(b):
+    return np.stack([qml.matrix(qml.IsingXY(t, [0, 1]) @ qml.RZ(2 * t, 0), wire_order=[0, 1])
+                     for t in b])
+
+
+def test_broadcast_multi_controlled_gates_and_unitaries_equal_default_qubit():
+    b = np.array([0.1, 0.5, 0.9])
+    ub = _broadcast_unitaries(b)
+    for x, y, u in [(0.4, -0.7, ub[1]), (b, 0.3, ub[0]), (b, b[::-1].copy(), ub),
+                    (0.4, -0.7, ub)]:
+        a, r = both(lambda: _controlled_circuit(x, y, u), diff_method=None)
+        close(a(), r())
+    for method, kw in (("adjoint", {"device_vjp": True}), ("adjoint", {}), ("best", {})):
+        grads = []
+        for name, diff, opts in (("qdiff.statevector", method, kw),
+                                 ("default.qubit", "backprop", {})):
+            q = qml.QNode(_controlled_circuit, qml.device(name, wires=4), interface="torch",
+                          diff_method=diff, **opts)
+            xt = torch.tensor(b, requires_grad=True)
+            yt = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+            e, p = q(xt, yt, ub)
+            (e.sum() + (p ** 2).sum()).backward()
+            grads.append((e, p, xt.grad, yt.grad))
+        close(grads[0], grads[1])
+
+
+def _postselected_body(x):
+    qml.RY(x, 0)
+    qml.CNOT([0, 1])
+    qml.RX(0.4, 1)
+    m = qml.measure(1, postselect=0)
+    qml.cond(m, qml.RY)(0.3, 2)  # never fires on the postselected branch
+    qml.RY(0.5, 1)
+    qml.measure(0, postselect=1)
+    qml.RX(0.2, 0)
+    return m
+
+
+def _postselected(x):
+    m = _postselected_body(x)
+    return (qml.expval(qml.Z(0) @ qml.X(1)), qml.probs(wires=[0, 1]), qml.var(qml.Y(1)),
+            qml.probs(op=m))
+
+
+def _postselected_z(x):
+    _postselected_body(x)
+    return qml.expval(qml.Z(0) @ qml.X(1))
+
+
+def test_postselection_gives_the_statistics_of_the_postselected_state():
+    a, r = both(_postselected, n=5, mcm_method="deferred")
+    for x in (0.7, np.array([0.3, 1.1, 2.0])):
+        close(a(x), r(x))
+
+    def never(x):
+        qml.RY(x, 0)
+        qml.measure(1, postselect=1)
+        return qml.expval(qml.Z(0)), qml.probs(wires=[0])
+    a, r = both(never, n=2)
+    got = a(0.7)
+    assert np.isnan(got[0]) and np.isnan(got[1]).all()  # as default.qubit: probability 0
+    close(qml.grad(qml.QNode(_postselected_z, qml.device("qdiff.statevector", wires=5),
+                             diff_method="parameter-shift"))(pnp.array(0.7)),
+          qml.grad(qml.QNode(_postselected_z, qml.device("default.qubit", wires=5),
+                             diff_method="backprop"))(pnp.array(0.7)))
+    with pytest.raises(qml.exceptions.QuantumFunctionError, match="adjoint"):
+        qml.QNode(_postselected, qml.device("qdiff.statevector", wires=5),
+                  diff_method="adjoint")(pnp.array(0.7))
+    x = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    tape = qml.tape.QuantumScript([qml.RY(x, 0), qml.CNOT([0, 1]), qml.RX(0.4, 1),
+                                   qml.Projector([0], 1), qml.RY(0.5, 1)],
+                                  [qml.expval(qml.Z(0) @ qml.X(1))])
+    outs = []
+    for name in ("qdiff.statevector", "default.qubit"):
+        (v,) = qml.execute([tape], qml.device(name, wires=2), diff_method="backprop",
+                           interface="torch")
+        outs.append((v, torch.autograd.grad(v, x)[0]))
+    close(outs[0], outs[1])
+
+
+def test_postselection_with_shots_keeps_the_postselected_shots():
+    def body(x):
+        qml.RY(x, 0)
+        qml.CNOT([0, 1])
+        qml.RY(0.9, 1)
+        qml.measure(1, postselect=1)
+
+    def sampled(x):
+        body(x)
+        return qml.expval(qml.Z(0)), qml.sample(wires=[0, 1])
+
+    def z0(x):
+        body(x)
+        return qml.expval(qml.Z(0))
+
+    def kept(x):
+        qml.RY(x, 0)
+        qml.CNOT([0, 1])
+        qml.RY(0.9, 1)
+        return qml.probs(wires=[1])
+
+    dev = qml.device("qdiff.statevector", wires=3, seed=5)
+    ref = qml.device("default.qubit", wires=3)
+    z, s = qml.set_shots(qml.QNode(sampled, dev), shots=4000)(1.3)
+    assert (s[:, 1] == 1).all()
+    # the kept shots: binomial(4000, p) (sd < 32); |Z| <= 1: sd of the mean <= 1/sqrt(N)
+    assert abs(len(s) - 4000 * qml.QNode(kept, ref)(1.3)[1]) < 160
+    assert abs(z - qml.QNode(z0, ref)(1.3)) < 5 / np.sqrt(len(s))
+    x = np.array([1.3, 0.4])
+    zs = qml.set_shots(qml.QNode(z0, dev), shots=4000)(x)  # one binomial per row
+    n = 4000 * qml.QNode(kept, ref)(x)[:, 1]
+    assert zs.shape == (2,) and (np.abs(zs - qml.QNode(z0, ref)(x)) < 5 / np.sqrt(n)).all()
+    res = qml.set_shots(qml.QNode(sampled, dev), shots=[100, 300])(1.3)
+    assert len(res) == 2 and all((r[1][:, 1] == 1).all() for r in res)

@@ -2,7 +2,9 @@
 
 The device speaks PennyLane's ``pennylane.devices.Device`` API. Preprocessing decomposes every
 operation into the gates qdiff runs natively (the TOML file beside this module lists them),
-resolves mid-circuit measurements by deferring them, and validates wires and measurements.
+resolves mid-circuit measurements by deferring them (a postselection becomes the engine's
+projector gate; the final state is then normalised, and with shots the kept shots drawn, as on
+``default.qubit``), and validates wires and measurements.
 ``execute`` converts each tape (:func:`qdiff.circuits.pennylane_io.from_pennylane_tape`) into a
 :class:`~qdiff.backends.base.Job` and runs the whole batch through the engine in ONE
 ``execute(jobs)`` call; a broadcast tape is one job with ``B`` parameter rows.
@@ -21,6 +23,7 @@ torch autograd (torch interface, exact results).
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
@@ -47,7 +50,7 @@ from qdiff.backends.statevector.simulate import Trace
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.pennylane_io import (from_pennylane_observable, from_pennylane_tape,
-                                        tape_op_supported)
+                                        tape_op_supported, tape_projector)
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
            torch.complex128: torch.complex128, torch.complex64: torch.complex64}
@@ -55,7 +58,7 @@ _BACKPROP_INTERFACES = (Interface.TORCH,)
 
 
 def _stopping_condition(op) -> bool:
-    return tape_op_supported(op)
+    return tape_op_supported(op) or tape_projector(op)
 
 
 def _decomposer(op):
@@ -93,6 +96,51 @@ def _accepted_sample(mp) -> bool:
     return isinstance(mp, SampleMeasurement)
 
 
+def _broadcast_unitary(op) -> bool:
+    return type(op).__name__ == "QubitUnitary" and op.batch_size is not None
+
+
+@qml.transform
+def decompose_broadcast(tape, stopping_condition, decomposer, split_rows=None, **kwargs):
+    """PennyLane's ``decompose`` into the operations ``stopping_condition`` accepts, where a
+    broadcast ``QubitUnitary`` (a user's, or the matrix of a broadcast operation without a
+    decomposition) splits the tape into one tape per row (``broadcast_expand``; the engines
+    take one matrix per gate): each row's matrix is then an ordinary ``QubitUnitary``.
+    ``split_rows(rows)`` splits what ``broadcast_expand`` leaves broadcast (channels)."""
+    def held(op):
+        return stopping_condition(op) or _broadcast_unitary(op)
+    (tape,), _ = decompose(tape, stopping_condition=held, decomposer=decomposer, **kwargs)
+    if not any(_broadcast_unitary(op) for op in tape.operations):
+        return (tape,), lambda results: results[0]
+    rows, fn = qml.transforms.broadcast_expand(tape)
+    if split_rows is not None:
+        rows = split_rows(rows)
+    out = [decompose(r, stopping_condition=stopping_condition, decomposer=decomposer,
+                     **kwargs)[0][0] for r in rows]
+    return tuple(out), fn
+
+
+@qml.transform
+def _expand_postselected_broadcast(tape):
+    """``broadcast_expand`` for a sampled broadcast tape with postselection (each row keeps
+    its own number of postselected shots)."""
+    if tape.shots and tape.batch_size is not None and \
+            any(tape_projector(op) for op in tape.operations):
+        return qml.transforms.broadcast_expand(tape)
+    return (tape,), lambda results: results[0]
+
+
+@qml.transform
+def _refuse_postselection(tape, name: str):
+    """Postselection in a tape the adjoint method would differentiate: refused."""
+    for op in tape.operations:
+        if tape_projector(op) or getattr(op, "postselect", None) is not None:
+            raise DeviceError(f"{name}: postselection ({op!r}) is not differentiated by the "
+                              "adjoint method; use diff_method='parameter-shift' or "
+                              "'backprop'")
+    return (tape,), lambda results: results[0]
+
+
 @qml.transform
 def _expand_trainable_broadcast(tape):
     """``broadcast_expand`` for a broadcast tape with a trainable non-scalar parameter."""
@@ -107,12 +155,12 @@ def _expand_trainable_broadcast(tape):
 class _Plan:
     """One tape as one engine job: the job, its theta sources, and how to read the results."""
 
-    __slots__ = ("tape", "job", "sources", "native", "batched", "n", "wire_map")
+    __slots__ = ("tape", "job", "sources", "native", "batched", "n", "wire_map", "postselect")
 
-    def __init__(self, tape, job, sources, native, n, wire_map):
+    def __init__(self, tape, job, sources, native, n, wire_map, postselect=False):
         self.tape, self.job, self.sources, self.native = tape, job, sources, native
         self.batched = tape.batch_size is not None
-        self.n, self.wire_map = n, wire_map
+        self.n, self.wire_map, self.postselect = n, wire_map, postselect
 
 
 @simulator_tracking
@@ -216,9 +264,10 @@ class QdiffStatevector(Device):
         config = execution_config or ExecutionConfig()
         program = qml.CompilePipeline()
         program.add_transform(defer_measurements, allow_postselect=True)
-        program.add_transform(decompose, stopping_condition=_stopping_condition,
+        program.add_transform(decompose_broadcast, stopping_condition=_stopping_condition,
                               decomposer=_decomposer, device_wires=self.wires,
                               target_gates=self._gate_set, name=self.name)
+        program.add_transform(_expand_postselected_broadcast)
         program.add_transform(device_resolve_dynamic_wires, wires=self.wires, allow_resets=False)
         program.add_transform(validate_device_wires, self.wires, name=self.name)
         program.add_transform(validate_measurements, analytic_measurements=_accepted_analytic,
@@ -233,7 +282,9 @@ class QdiffStatevector(Device):
         name = f"adjoint + {self.name}"
         program = qml.CompilePipeline()
         program.add_transform(no_sampling, name=name)
-        program.add_transform(decompose, stopping_condition=_adjoint_stopping_condition,
+        program.add_transform(_refuse_postselection, name=name)
+        program.add_transform(decompose_broadcast,
+                              stopping_condition=_adjoint_stopping_condition,
                               decomposer=_decomposer, device_wires=self.wires,
                               target_gates=self._gate_set,
                               skip_initial_state_prep=False, name=name)
@@ -262,16 +313,19 @@ class QdiffStatevector(Device):
         if n == 0:
             labels, n = (0,), 1
         wire_map = None if labels == tuple(range(n)) else {w: i for i, w in enumerate(labels)}
-        native = None if tape.shots else _native_measurements(tape.measurements, labels)
+        postselect = any(tape_projector(op) for op in tape.operations)
+        native = None if tape.shots or postselect else \
+            _native_measurements(tape.measurements, labels)
         meas = native if native is not None else [Measurement("state")]
         engine = self._engine(n)
         try:
-            rec, sources = from_pennylane_tape(tape, labels, meas, engine.check_batch)
+            rec, sources = from_pennylane_tape(tape, labels, meas, engine.check_batch,
+                                               postselect=True)
         except QdiffError as exc:
             raise DeviceError(f"{self.name}: {exc}") from None
         trainable = _column_trainable(tape, sources)
         job = Job(rec.circuit, rec.theta, rec.initial_state, shots=None, trainable=trainable)
-        return _Plan(tape, job, sources, native is not None, n, wire_map)
+        return _Plan(tape, job, sources, native is not None, n, wire_map, postselect)
 
     # -- execution -------------------------------------------------------------------------
 
@@ -312,13 +366,34 @@ class QdiffStatevector(Device):
             vals = [_to_user(o if plan.batched else o[0]) for o in outputs]
             return vals[0] if len(mps) == 1 else tuple(vals)
         state = _to_user(outputs[0])
+        shots = tape.shots
+        if plan.postselect:
+            state, shots = self._postselected(state, shots)
         shape = ((state.shape[0],) if plan.batched else ()) + (2,) * plan.n
         state = state.reshape(shape) if plan.batched else state[0].reshape(shape)
         if plan.wire_map is not None:
             mps = [m.map_wires(plan.wire_map) for m in mps]
         from pennylane.devices.qubit.simulate import measure_final_state
-        script = qml.tape.QuantumScript([], mps, shots=tape.shots)
+        script = qml.tape.QuantumScript([], mps, shots=shots)
         return measure_final_state(script, state, plan.batched, rng=self._rng)
+
+    def _postselected(self, state, shots):
+        """The projected states ``(B, 2**n)`` normalised (NaN where the postselected outcome
+        has probability 0, as ``default.qubit``), and with shots, the shots that keep the
+        postselected outcome: ``binomial(shots, probability)`` of each shot count (a sampled
+        tape has one row here)."""
+        from pennylane.devices.qubit.simulate import _FlexShots
+        norm = qml.math.sqrt(qml.math.sum(qml.math.real(qml.math.conj(state) * state), axis=-1))
+        zero = np.isclose(np.asarray(qml.math.unwrap(qml.math.detach(norm))), 0.0, rtol=0,
+                          atol=1e-8)
+        if zero.any():
+            norm = qml.math.where(qml.math.asarray(zero, like=norm), 0.0 * norm, norm)
+        if shots:
+            p = float(np.asarray(qml.math.unwrap(qml.math.detach(norm)))[0]) ** 2
+            shots = _FlexShots([int(self._rng.binomial(s, p)) for s in shots])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            state = state / qml.math.cast_like(norm, state)[:, None]
+        return state, shots
 
     # -- derivatives -----------------------------------------------------------------------
 
@@ -440,10 +515,47 @@ def _merge(jobs):
 _OBS_CACHE: dict = {}
 
 
+def _data_key(d):
+    """A content key of one operator datum (its exact values, dtype and shape: PennyLane's
+    ``op.hash`` prints the data, abbreviated), or None when it has no byte form."""
+    if hasattr(d, "tocsr") and hasattr(d, "nnz"):  # scipy sparse
+        c = d.tocsr()
+        parts = ("sparse", c.shape, c.data, c.indices, c.indptr)
+    else:
+        if isinstance(d, torch.Tensor):
+            d = d.detach().cpu().resolve_conj().resolve_neg().numpy()
+        try:
+            a = np.asarray(qml.math.unwrap(d))
+        except Exception:  # noqa: BLE001 - an interface numpy cannot read: not cached
+            return None
+        if a.dtype == object:
+            return None
+        parts = ("dense", a.shape, a)
+    h = hashlib.blake2b(digest_size=16)
+    for x in parts:
+        if isinstance(x, np.ndarray):
+            x = np.ascontiguousarray(x)
+            h.update(str(x.dtype).encode())
+            h.update(x.tobytes())
+        else:
+            h.update(repr(x).encode())
+    return h.digest()
+
+
+def _observable_key(op):
+    """The cache key of a PennyLane observable: its structure (``op.hash``), wire labels and
+    the exact bytes of its data; None when some datum has no byte form (then not cached)."""
+    data = tuple(_data_key(d) for d in op.data)
+    if any(k is None for k in data):
+        return None
+    return (op.hash, tuple(map(repr, op.wires)), data)  # hash(-1) == hash(-2): the labels too
+
+
 def _observable(op):
-    """The qdiff observable for a PennyLane observable, or None when it has none (cached)."""
-    key = (op.hash, tuple(map(repr, op.wires)))  # hash(-1) == hash(-2): the labels too
-    if key in _OBS_CACHE:
+    """The qdiff observable for a PennyLane observable, or None when it has none (cached by
+    content, see :func:`_observable_key`)."""
+    key = _observable_key(op)
+    if key is not None and key in _OBS_CACHE:
         return _OBS_CACHE[key]
     try:
         obs = from_pennylane_observable(op)
@@ -451,9 +563,10 @@ def _observable(op):
         obs = None
     if obs is not None and not obs.terms:
         obs = None
-    if len(_OBS_CACHE) > 256:
-        _OBS_CACHE.clear()
-    _OBS_CACHE[key] = obs
+    if key is not None:
+        if len(_OBS_CACHE) > 256:
+            _OBS_CACHE.clear()
+        _OBS_CACHE[key] = obs
     return obs
 
 
@@ -473,7 +586,7 @@ def _native_measurements(mps, labels):
                 return None
             out.append(Measurement("expval" if isinstance(mp, ExpectationMP) else "var", obs))
         elif type(mp) is ProbabilityMP and mp.obs is None:
-            out.append(Measurement("probs", None, tuple(mp.wires)))
+            out.append(Measurement("probs", None, tuple(mp.wires) or tuple(labels)))
         elif type(mp) is StateMP and (not mp.wires or tuple(mp.wires) == tuple(labels)):
             out.append(Measurement("state"))
         else:
