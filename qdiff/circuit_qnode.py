@@ -281,14 +281,17 @@ def _split(imp: QiskitImport, names: list, arguments) -> tuple:
 
 
 def resolve_parameters(imp: QiskitImport, names: list, params, what: str) -> list:
-    """Column indices of ``params`` (Parameters, ParameterVectors, names or column ints)."""
+    """Column indices of ``params`` (Parameters, ParameterVectors, names or column ints; a
+    ``ParameterVector`` stands for its elements in order)."""
     if params is None:
         return []
-    if isinstance(params, (str, numbers.Integral)) or hasattr(params, "uuid"):
+    vector = _parameter_vector_class()
+    if isinstance(params, (str, numbers.Integral)) or (hasattr(params, "uuid")
+                                                       and not isinstance(params, vector)):
         params = [params]
     out = []
     for p in params:
-        if hasattr(p, "params") and not hasattr(p, "uuid"):  # a ParameterVector
+        if isinstance(p, vector):
             out.extend(resolve_parameters(imp, names, list(p), what))
             continue
         if isinstance(p, numbers.Integral) and not isinstance(p, bool):
@@ -303,6 +306,15 @@ def resolve_parameters(imp: QiskitImport, names: list, params, what: str) -> lis
                              f"{_preview(names)})")
         out.append(names.index(name))
     return out
+
+
+def _parameter_vector_class():
+    """Qiskit's ``ParameterVector`` class, or ``()`` (matches nothing) without Qiskit."""
+    try:
+        from qiskit.circuit import ParameterVector
+    except ImportError:
+        return ()
+    return ParameterVector
 
 
 def _float(t: torch.Tensor) -> torch.Tensor:

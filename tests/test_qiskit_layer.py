@@ -78,6 +78,34 @@ def test_weights_follow_weight_params_order_and_default_observable():
     assert abs(float(out[0]) - ref) < 1e-12
 
 
+def test_parameter_vectors_and_their_elements_name_parameters():
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import ParameterVector
+    from qiskit.quantum_info import SparsePauliOp, Statevector
+    x, w = ParameterVector("x", 2), ParameterVector("w", 2)
+    qc = QuantumCircuit(2)
+    qc.ry(x[0], 0); qc.ry(x[1], 1); qc.rx(w[0], 0); qc.rx(w[1], 1); qc.cx(0, 1)
+    layer = qd.QuantumLayer.from_qiskit(qc, input_params=x, weight_params=w)
+    ref_layer = qd.QuantumLayer.from_qiskit(qc, input_params=list(x), weight_params=list(w))
+    ref_layer.load_state_dict(layer.state_dict())
+    xs = torch.rand(3, 2, dtype=torch.float64)
+    out = layer(xs).detach()
+    assert out.shape == (3, 1)
+    assert torch.allclose(out, ref_layer(xs), atol=0)
+    vals = dict(zip(x, xs[0].tolist())) | dict(zip(w, layer.weights.tolist()))
+    ref = Statevector(qc.assign_parameters(vals)).expectation_value(SparsePauliOp("ZZ")).real
+    assert abs(float(out[0, 0]) - ref) < 1e-12
+    # a single element names one parameter; a vector not in the circuit is refused
+    from qdiff.circuit_qnode import CircuitQNode
+    g = CircuitQNode(qc, qd.device("statevector", wires=2), arguments={"a": x[1], "b": [x[0], w]})
+    assert g.arg_sizes == (1, 3)
+    xy = torch.tensor([0.3, 0.4, -0.2, 0.9], dtype=torch.float64)  # x[0], x[1], w[0], w[1]
+    plain = qd.qnode(qd.device("statevector", wires=2))(qc)  # columns w[0], w[1], x[0], x[1]
+    assert torch.allclose(g(xy[1:2], xy[[0, 2, 3]]), plain(xy[[2, 3, 0, 1]]), atol=1e-14)
+    with pytest.raises(QdiffError, match=r"v\[0\].*not a parameter"):
+        qd.QuantumLayer.from_qiskit(qc, input_params=x, weight_params=ParameterVector("v", 2))
+
+
 def test_layer_errors_name_the_parameter_or_observable():
     from qiskit.circuit import Parameter
     from qiskit.quantum_info import SparsePauliOp
