@@ -18,6 +18,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from qdiff.circuits import caches
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.decompositions import decompose
 from qdiff.circuits.errors import QdiffError
@@ -166,16 +167,144 @@ def _convert_into(qc, qmap, imp: _Importer, top: bool):
         if meas and set(qubits) & {q for q, _ in meas}:
             raise QdiffError(f"{where}: gate on a measured qubit (mid-circuit measurement) "
                              "is not supported")
-        if name in FROM_QISKIT:
+        if name in FROM_QISKIT and (_is_standard(op, name) or _same_as_standard(op, name)):
             gate = GATES[FROM_QISKIT[name]]
             ops.append(Operation(gate, qubits, tuple(imp.angle(v, where) for v in op.params)))
-        elif name == "unitary":
-            ops.append(Operation(unitary_gate(np.asarray(op.to_matrix())[_le_to_be(len(qubits))]
-                                              [:, _le_to_be(len(qubits))]), qubits, ()))
-        elif op.definition is not None:
+        elif _is_unitary_gate(op):
+            ops.append(_matrix_operation(op.to_matrix(), qubits, where))
+        elif getattr(op, "definition", None) is not None:
             _convert_into(op.definition, list(qubits), imp, False)
         else:
-            raise QdiffError(f"{where}: unknown gate '{name}' with no definition")
+            ops.append(_matrix_operation(_operator_matrix(op, qubits, where), qubits, where))
+
+
+# the widest operation without a gate definition converted through its dense matrix
+MAX_MATRIX_QUBITS = 10
+_STANDARD: dict = {}
+
+
+def _standard(name: str):
+    """Qiskit's standard gate instance called ``name`` (a gate of ``FROM_QISKIT``)."""
+    if not _STANDARD:
+        from qiskit.circuit.library import get_standard_gate_name_mapping
+        _STANDARD.update({n: g for n, g in get_standard_gate_name_mapping().items()
+                          if n in FROM_QISKIT})
+    return _STANDARD[name]
+
+
+def _is_standard(op, name: str) -> bool:
+    """Whether ``op`` is Qiskit's own standard gate called ``name`` (not a user gate that only
+    shares the name, such as an OpenQASM 3 ``gate iswap`` or a custom ``Gate`` named ``cz``)."""
+    return getattr(op, "base_class", type(op)) is _standard(name).base_class
+
+
+_SAME: dict = caches.register("qiskit_io.standard_definitions", {})
+_SAME_PROBES = (0.7316, 1.2931, 0.4127, 1.6183)
+
+
+def _same_as_standard(op, name: str) -> bool:
+    """Whether a user gate named like a standard gate is that gate: the same width and number
+    of parameters, and its definition has the standard gate's matrix at probe values of every
+    free parameter, up to a global phase (which the conversion of a definition drops as
+    well). Qiskit's OpenQASM exporters write such definitions (``gate iswap``, ``gate
+    rzz(p0)``) for standard gates outside ``stdgates.inc`` / ``qelib1.inc``."""
+    std = _standard(name)
+    definition = getattr(op, "definition", None)
+    if (definition is None or op.num_qubits != std.num_qubits or op.num_clbits
+            or len(op.params) != len(std.params)):
+        return False
+    key = (name, tuple(str(p) for p in op.params), _fingerprint(definition))
+    hit = _SAME.get(key)
+    if hit is None:
+        hit = _SAME[key] = _matrices_agree(op, definition, std)
+        if len(_SAME) > 4096:
+            _SAME.pop(next(iter(_SAME)))
+    return hit
+
+
+def _fingerprint(qc) -> tuple:
+    """A content key of a definition: every instruction's class, name, qubits and parameters
+    (the definitions of non-standard gates included), and the global phase."""
+    index = {q: i for i, q in enumerate(qc.qubits)}
+    out = [str(qc.global_phase)]
+    for inst in qc.data:
+        op = inst.operation
+        cls = getattr(op, "base_class", type(op))
+        sub = None
+        if not (op.name in FROM_QISKIT and _is_standard(op, op.name)):
+            d = getattr(op, "definition", None)
+            sub = _fingerprint(d) if d is not None else repr(op)
+        out.append((cls.__module__, cls.__qualname__, op.name,
+                    tuple(index.get(q, -1) for q in inst.qubits),
+                    tuple(str(p) for p in getattr(op, "params", ())), sub))
+    return tuple(out)
+
+
+def _matrices_agree(op, definition, std) -> bool:
+    from qiskit.circuit import ParameterExpression
+    from qiskit.quantum_info import Operator
+    free = set(definition.parameters)
+    for v in op.params:
+        if isinstance(v, ParameterExpression):
+            free |= set(v.parameters)
+    names = sorted({p.name for p in free})
+    for shift in range(2 if names else 1):
+        value = {n: _SAME_PROBES[(i + shift) % len(_SAME_PROBES)] * (1 + i // 4)
+                 for i, n in enumerate(names)}
+        try:
+            params = [complex(v.bind({p: value[p.name] for p in v.parameters}))
+                      if isinstance(v, ParameterExpression) else complex(v) for v in op.params]
+            if any(abs(c.imag) > 1e-12 for c in params):
+                return False
+            body = definition.assign_parameters({p: value[p.name] for p in definition.parameters})
+            got = Operator(body).data
+            want = std.base_class(*[c.real for c in params]).to_matrix()
+        except Exception:  # a definition Qiskit cannot evaluate: not recognised
+            return False
+        if got.shape != want.shape:
+            return False
+        k = np.unravel_index(np.argmax(np.abs(want)), want.shape)
+        phase = got[k] / want[k]
+        if abs(abs(phase) - 1.0) > 1e-10 or not np.allclose(got, phase * want, atol=1e-10):
+            return False
+    return True
+
+
+def _is_unitary_gate(op) -> bool:
+    from qiskit.circuit.library import UnitaryGate
+    return isinstance(op, UnitaryGate)
+
+
+def _operator_matrix(op, qubits: tuple, where: str) -> np.ndarray:
+    """The matrix of an operation without a gate definition (a ``Clifford``, a
+    ``PermutationGate``), as Qiskit's ``Operator`` computes it; at most ``MAX_MATRIX_QUBITS``."""
+    k = len(qubits)
+    if k > MAX_MATRIX_QUBITS:
+        raise QdiffError(f"{where}: '{op.name}' has no gate definition and its matrix on {k} "
+                         f"qubits is above the limit of {MAX_MATRIX_QUBITS}; decompose it "
+                         "first (e.g. qiskit.transpile)")
+    from qiskit.quantum_info import Operator
+    try:
+        return Operator(op).data
+    except Exception as exc:  # qiskit raises several types for operations without a matrix
+        raise QdiffError(f"{where}: unknown gate '{op.name}' with no definition and no matrix "
+                         f"({type(exc).__name__}: {exc})") from None
+
+
+def _matrix_operation(matrix, qubits: tuple, where: str) -> Operation:
+    """A constant unitary operation from a Qiskit (little-endian) matrix on ``qubits``."""
+    m = np.asarray(matrix, dtype=complex)
+    d = 2 ** len(qubits)
+    if m.shape != (d, d):
+        raise QdiffError(f"{where}: a matrix of shape {m.shape} on {len(qubits)} qubit(s)")
+    if not np.isfinite(m).all():
+        raise QdiffError(f"{where}: the matrix has NaN or infinite entries")
+    perm = _le_to_be(len(qubits))
+    try:
+        gate = unitary_gate(m[perm][:, perm])
+    except QdiffError as exc:
+        raise QdiffError(f"{where}: {exc}") from None
+    return Operation(gate, qubits, ())
 
 
 def observable_from_qiskit(obj, num_qubits: int, where: str = "observable") -> Observable:

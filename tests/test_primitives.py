@@ -121,6 +121,27 @@ def test_projector_observables_and_unparametrized_circuits():
     np.testing.assert_allclose(a, b, atol=1e-12)
 
 
+def test_operations_without_a_definition_run_through_their_matrix():
+    from qiskit import QuantumCircuit
+    from qiskit.circuit.library import PermutationGate
+    from qiskit.primitives import StatevectorEstimator
+    from qiskit.quantum_info import random_clifford
+    obs = ["ZZZ", "IXY", "ZIX", "XYZ"]
+    for op, wires in ((random_clifford(2, seed=1), [2, 0]), (PermutationGate([2, 0, 1]), [1, 2, 0])):
+        qc = QuantumCircuit(3)
+        qc.h(0); qc.ry(0.3, 1); qc.rx(0.7, 2); qc.cx(0, 2)
+        qc.append(op, wires)
+        ref = StatevectorEstimator().run([(qc, obs)]).result()[0].data.evs
+        got = Estimator().run([(qc, obs)]).result()[0].data.evs
+        np.testing.assert_allclose(got, ref, atol=1e-12)
+    from qdiff.circuits.qiskit_io import MAX_MATRIX_QUBITS
+    k = MAX_MATRIX_QUBITS + 1
+    qc = QuantumCircuit(k)
+    qc.append(PermutationGate(list(range(k))[::-1]), range(k))
+    with pytest.raises(QdiffError, match=rf"'permutation' has no gate definition.*{k} qubits"):
+        Estimator().run([(qc, "Z" * k)]).result()
+
+
 def test_precision_samples_shots_with_standard_errors():
     from qiskit.primitives import StatevectorEstimator
     from qiskit.quantum_info import SparsePauliOp

@@ -75,6 +75,59 @@ def test_every_gate_survives_a_qasm_round_trip():
         assert close_up_to_phase(state_of(again.circuit), state_of(c), atol=1e-9), version
 
 
+def test_gate_named_unitary_in_openqasm3_text_loads_by_its_definition():
+    """Qiskit's OpenQASM 3 exporter (and qdiff's) writes a UnitaryGate as ``gate unitary``."""
+    import scipy.stats
+    from qiskit import QuantumCircuit, qasm3
+    qc = QuantumCircuit(2)
+    qc.h(0)
+    qc.unitary(scipy.stats.unitary_group.rvs(4, random_state=5), [1, 0])
+    want = qiskit_state(qc)
+    for text in (qasm3.dumps(qc), qasm.dumps(from_qiskit(qc), version=3)):
+        assert "gate unitary" in text
+        imp = qasm.loads(text)
+        assert close_up_to_phase(state_of(imp.circuit), want, atol=1e-9)
+    # a UnitaryGate itself is read through its matrix
+    assert from_qiskit(qc).circuit.count_ops() == {"h": 1, "unitary": 1}
+    assert np.allclose(state_of(from_qiskit(qc).circuit), want, atol=1e-12)
+
+
+def test_user_gates_named_like_standard_gates_keep_their_definition():
+    from qiskit import QuantumCircuit, qasm3
+    src = """OPENQASM 3.0;
+include "stdgates.inc";
+gate iswap a, b { h a; cx a, b; }
+gate rzz(t) a, b { rx(t) a; cz a, b; }
+qubit[2] q;
+ry(0.3) q[1];
+iswap q[0], q[1];
+rzz(0.7) q[1], q[0];
+"""
+    imp = qasm.loads(src)
+    assert "iswap" not in imp.circuit.count_ops() and "rzz" not in imp.circuit.count_ops()
+    assert np.allclose(state_of(imp.circuit), qiskit_state(qasm3.loads(src)), atol=1e-12)
+    # a Qiskit gate called "cz" that is not Qiskit's CZGate
+    sub = QuantumCircuit(2)
+    sub.h(0)
+    sub.cx(0, 1)
+    g = sub.to_gate()
+    g.name = "cz"
+    qc = QuantumCircuit(2)
+    qc.ry(0.4, 0)
+    qc.append(g, [0, 1])
+    assert "cz" not in from_qiskit(qc).circuit.count_ops()
+    assert np.allclose(state_of(from_qiskit(qc).circuit), qiskit_state(qc), atol=1e-12)
+    # definitions Qiskit's exporters write for standard gates are those gates again
+    from qiskit.circuit import Parameter
+    a = Parameter("a")
+    qc = QuantumCircuit(2)
+    qc.iswap(0, 1); qc.rzz(2 * a, 0, 1); qc.ecr(1, 0); qc.ryy(a, 0, 1); qc.sxdg(1)
+    want = {"iswap": 1, "rzz": 1, "ecr": 1, "ryy": 1, "sxdg": 1}
+    for version, theta in ((3, None), (2, [0.3])):
+        again = qasm.loads(qasm.dumps(from_qiskit(qc), version=version, theta=theta))
+        assert again.circuit.count_ops() == want, version
+
+
 def test_qiskit_parameters_and_affine_expressions():
     from qiskit import QuantumCircuit
     from qiskit.circuit import Parameter
