@@ -71,13 +71,18 @@ def _analyse(expr, where: str):
     by_name = {p.name: p for p in params}
     try:
         sym = sympy.sympify(expr.sympify())
-    except Exception as exc:  # a symbolic form sympy cannot read
-        raise QdiffError(f"{where}: angle {expr} cannot be evaluated ({exc})") from None
-    if not _agrees(sym, expr, by_name):
-        # Qiskit's symbolic export can drop or swap a symbol that cancels (``(b / b) * a``
-        # came back as ``b``); its printed form is read instead, and checked the same way
-        sym = _from_text(expr, by_name)
-        if sym is None or not _agrees(sym, expr, by_name):
+    except Exception as exc:  # Qiskit cannot export the form (a constant base: ``2 ** a``)
+        sym, failure = None, f"{type(exc).__name__}: {exc}"
+    if sym is None or not _agrees(sym, expr, by_name):
+        # Qiskit's symbolic export can fail (``2 ** a``) or drop or swap a symbol that cancels
+        # (``(b / b) * a`` came back as ``b``); its printed form is read instead, and checked
+        # the same way
+        text = _from_text(expr, by_name)
+        if text is not None and _agrees(text, expr, by_name):
+            sym = text
+        elif sym is None:
+            raise QdiffError(f"{where}: angle {expr} cannot be evaluated ({failure})") from None
+        else:
             raise QdiffError(f"{where}: angle {expr}: Qiskit's symbolic form of this expression "
                              "disagrees with its numeric value; write the angle without "
                              "cancelling parameters") from None

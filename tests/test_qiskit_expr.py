@@ -244,3 +244,27 @@ def test_symbolic_form_that_cannot_be_confirmed_is_an_error():
     bad = Unprintable(a * b, sympy.Symbol("a") + sympy.Symbol("b"))
     with pytest.raises(QdiffError, match=r"instruction 3: angle .*disagrees with its numeric"):
         qiskit_expr._analyse(bad, "instruction 3")
+
+
+def test_constant_base_with_a_parameter_exponent():
+    """``2 ** a`` (Qiskit's ``__rpow__``): Qiskit's symbolic export fails on it; the value and
+    the gradient still match Qiskit's binding and finite differences."""
+    from qiskit import QuantumCircuit
+    a, b, _ = params()
+    angles = [2 ** a, np.e ** a, 0.5 ** (2 * a), 3 ** (a * b) + b, (a + b) ** 2 * 1.5 ** b]
+    qc = QuantumCircuit(2)
+    qc.h(1)
+    for k, angle in enumerate(angles):
+        getattr(qc, ["rx", "ry", "rz"][k % 3])(angle, k % 2)
+        qc.cx(0, 1)
+    imp = from_qiskit(qc)
+    assert imp.num_expressions == len(angles)
+    values = np.array([[0.7, 0.4], [1.1, -0.3]])
+    ref = qiskit_expvals(qc, values)
+    for method in ("backprop", "adjoint", "parameter-shift"):
+        f = qd.qnode(qd.device("statevector", wires=2), diff_method=method, observables=OBS)(qc)
+        v = torch.tensor(values, requires_grad=True)
+        out = f(v)
+        np.testing.assert_allclose(out.detach().numpy(), ref, atol=1e-10)
+        (g,) = torch.autograd.grad((out * torch.tensor([1.0, -0.7])).sum(), v)
+        np.testing.assert_allclose(g.numpy(), central_difference(f, values), atol=1e-7)
