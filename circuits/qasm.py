@@ -183,19 +183,23 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
     ``measurements`` ``[(qubit, clbit)]`` are appended. Free parameters need ``version=3``
     (``input float[64]``) or a ``theta`` binding."""
     columns, phase = None, 0.0
+    free = None if not isinstance(circuit, Circuit) else circuit.num_params
     if isinstance(circuit, QiskitImport):
         imp = circuit
         circuit, phase = imp.circuit, imp.global_phase
+        free = len(imp.parameters)
         if theta is None and all(p is not None for p in imp.parameters):
             columns = imp.columns()
+        if theta is not None:
+            theta = _import_theta(imp, theta)
         if measurements is None:
             measurements, num_clbits = imp.measurements, max(num_clbits, imp.num_clbits)
     elif not isinstance(circuit, Circuit):
         raise QdiffError(f"dumps: expected a Circuit or a QiskitImport; got "
                          f"{type(circuit).__name__}")
-    if version == 2 and theta is None and circuit.num_params:
+    if version == 2 and theta is None and free:
         raise QdiffError(f"dumps: OpenQASM 2 has no free parameters and the circuit has "
-                         f"{circuit.num_params}; use version=3 or bind them with theta=")
+                         f"{free}; use version=3 or bind them with theta=")
     qc = to_qiskit(circuit, theta, columns=columns, global_phase=phase)
     if measurements:
         from qiskit import ClassicalRegister
@@ -211,6 +215,21 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
         return (q2 if version == 2 else q3).dumps(qc)
     except Exception as exc:  # the exporters raise their own types
         raise QdiffError(f"cannot write OpenQASM {version}: {exc}") from None
+
+
+def _import_theta(imp: QiskitImport, theta):
+    """The circuit's theta columns ``(1, P)`` from values of the import's parameters (in
+    ``imp.parameters`` order; the expression columns computed from them)."""
+    import torch
+    values = torch.as_tensor(theta.detach().cpu() if isinstance(theta, torch.Tensor) else theta,
+                             dtype=torch.float64).reshape(-1)
+    k = len(imp.parameters)
+    if values.numel() != k:
+        names = ", ".join(f"theta[{i}]" if p is None else p.name
+                          for i, p in enumerate(imp.parameters))
+        raise QdiffError(f"dumps: theta has {values.numel()} values for the circuit's {k} "
+                         f"parameter(s){' (' + names + ')' if names else ''}")
+    return imp.theta(values.reshape(1, k))
 
 
 def dump(circuit, path, version: int = 2, *, force: bool = False, **kwargs) -> None:

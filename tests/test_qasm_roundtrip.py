@@ -168,3 +168,31 @@ def test_dumps_errors_are_qdiff_errors():
         qasm.dumps(imp, version=4)
     bound = qasm.dumps(imp.circuit, version=2, theta=torch.zeros(imp.circuit.num_params))
     assert "OPENQASM 2.0" in bound
+
+
+def test_dumps_theta_binds_the_imports_parameters():
+    src = """OPENQASM 3.0;
+include "stdgates.inc";
+input float[64] alpha;
+input float[64] beta;
+qubit[2] q;
+rx(alpha * beta) q[0];
+ry(2 * beta + 0.25) q[1];
+rz(alpha / beta) q[1];
+"""
+    imp = qasm.loads(src)
+    assert [p.name for p in imp.parameters] == ["alpha", "beta"] and imp.num_expressions == 2
+    with pytest.raises(QdiffError, match="no free parameters and the circuit has 2;"):
+        qasm.dumps(imp, version=2)
+    vals = torch.tensor([0.5, 2.0], dtype=torch.float64)
+    text = qasm.dumps(imp, version=2, theta=vals)
+    assert "rx(1.0) q[0];" in text and "ry(4.25) q[1];" in text
+    dev = qd.device("statevector", wires=2)
+    obs = ["ZZ", "XY", "IZ"]
+    ref = qd.qnode(dev, observables=obs)(imp)(vals)
+    assert torch.allclose(qd.qnode(dev, observables=obs)(qasm.loads(text))(torch.zeros(0)), ref,
+                          atol=1e-12)
+    assert qasm.dumps(imp, version=2, theta=[[0.5, 2.0]]) == text
+    with pytest.raises(QdiffError, match=r"theta has 4 values for the circuit's 2 parameter\(s\) "
+                                         r"\(alpha, beta\)"):
+        qasm.dumps(imp, version=2, theta=imp.theta(vals.reshape(1, 2)))
