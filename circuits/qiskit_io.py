@@ -404,11 +404,7 @@ def to_qiskit(circuit: Circuit, theta=None, measure: bool = False, columns=None,
             qc.append(UnitaryGate(m[perm][:, perm]), [wmap[w] for w in op.wires])
             return
         if op.name == "ctrl":
-            base, k = op.gate.hyper
-            sub = QuantumCircuit(base.num_wires, name=base.qiskit_name or base.name)
-            emit(Operation(base, tuple(range(base.num_wires)), op.params), sub,
-                 list(range(base.num_wires)))
-            qc.append(sub.to_gate().control(k), [wmap[w] for w in op.wires])
+            qc.append(_controlled(op, emit), [wmap[w] for w in op.wires])
             return
         meth = _TO_QISKIT_METHOD.get(op.name)
         if meth is None:
@@ -448,6 +444,33 @@ def to_qiskit(circuit: Circuit, theta=None, measure: bool = False, columns=None,
     if measure:
         qc.measure(range(circuit.num_wires), range(circuit.num_wires))
     return qc
+
+
+_CTRL_BASIS = ["u", "p", "rx", "ry", "rz", "h", "x", "cx", "cp", "crx", "cry", "crz", "cu",
+               "ccx"]
+
+
+def _controlled(op, emit):
+    """The Qiskit gate of a ``ctrl`` operation: its base gate as a sub-circuit gate (with the
+    base's actual angles, expressions of the circuit's parameters), controlled by ``k`` qubits.
+    The sub-circuit's name (``qd_ry``) is no standard gate's: Qiskit controls its definition
+    instead of rebuilding a standard gate from its first parameter."""
+    from qiskit import QuantumCircuit
+    base, k = op.gate.hyper
+    n = base.num_wires
+    sub = QuantumCircuit(n, name=f"qd_{base.qiskit_name or base.name}")
+    emit(Operation(base, tuple(range(n)), op.params), sub, list(range(n)))
+    gate = sub.to_gate().control(k)
+    if not gate.params:
+        return gate
+    # with free parameters, the definition in standard gates only: Qiskit's OpenQASM 3
+    # exporter writes nested library gates of parameter expressions (mcphase) wrongly
+    from qiskit import transpile
+    from qiskit.circuit import Gate
+    body = transpile(gate.definition, basis_gates=_CTRL_BASIS, optimization_level=0)
+    flat = Gate(gate.name, gate.num_qubits, list(gate.params))
+    flat.definition = body
+    return flat
 
 
 def _condition(bits: list):

@@ -73,6 +73,25 @@ def test_controlled_rotations_with_bound_parameters(gate):
     assert torch.allclose(got, ref, atol=1e-10, rtol=0)
 
 
+@pytest.mark.parametrize("name", ["rx", "ry", "rz", "p", "rot"])
+def test_controlled_gates_with_constant_and_affine_angles(name):
+    """One and two controls, constant angles and ParamRef(i, scale, offset) angles."""
+    from qdiff.circuits.gates import controlled_gate
+    from qdiff.circuits.observables import Factor
+    g = GATES[name]
+    x = torch.tensor([[0.4, -1.1]], dtype=torch.float64)
+    zs = tuple(Measurement("expval", Observable([1.0], [(Factor((w,), "Z"),)])) for w in range(3))
+    for wires in ((2, 1), (0, 2, 1)):
+        for params in ((0.9, -0.4, 1.3), (ParamRef(0, 2.0, 0.1), ParamRef(1, -0.5, 0.3), 0.7)):
+            ops = (Operation(GATES["h"], (0,)), Operation(GATES["h"], (2,)),
+                   Operation(GATES["rx"], (1,), (0.3,)),
+                   Operation(controlled_gate(g, len(wires) - 1), wires, params[:g.num_params]))
+            c = Circuit(3, ops, zs, 2)
+            ref = qd.qnode(qd.device("statevector", wires=3))(c)(x)
+            got = qd.qnode(qd.device("aer", wires=3))(c)(x)
+            assert torch.allclose(got, ref, atol=1e-10, rtol=0), (wires, params)
+
+
 def test_probs_and_state_exact():
     def f(x, w):
         _mixed(x, w)
