@@ -182,7 +182,7 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
     whose parameters, expressions and measurements are written unless given here);
     ``measurements`` ``[(qubit, clbit)]`` are appended. Free parameters need ``version=3``
     (``input float[64]``) or a ``theta`` binding."""
-    columns, phase = None, 0.0
+    columns, phase, registers = None, 0.0, None
     free = None if not isinstance(circuit, Circuit) else circuit.num_params
     if isinstance(circuit, QiskitImport):
         imp = circuit
@@ -194,6 +194,7 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
             theta = _import_theta(imp, theta)
         if measurements is None:
             measurements, num_clbits = imp.measurements, max(num_clbits, imp.num_clbits)
+            registers = imp.registers
     elif not isinstance(circuit, Circuit):
         raise QdiffError(f"dumps: expected a Circuit or a QiskitImport; got "
                          f"{type(circuit).__name__}")
@@ -202,11 +203,9 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
                          f"{free}; use version=3 or bind them with theta=")
     qc = to_qiskit(circuit, theta, columns=columns, global_phase=phase)
     if measurements:
-        from qiskit import ClassicalRegister
-        creg = ClassicalRegister(max(num_clbits, 1 + max(c for _, c in measurements)), "c")
-        qc.add_register(creg)
+        bits = _classical_bits(qc, registers, num_clbits, measurements)
         for q, c in measurements:
-            qc.measure(q, creg[c])
+            qc.measure(q, bits[c])
     if version not in (2, 3):
         raise QdiffError(f"unsupported OpenQASM version {version} (2 or 3)")
     import qiskit.qasm2 as q2
@@ -215,6 +214,27 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
         return (q2 if version == 2 else q3).dumps(qc)
     except Exception as exc:  # the exporters raise their own types
         raise QdiffError(f"cannot write OpenQASM {version}: {exc}") from None
+
+
+def _classical_bits(qc, registers, num_clbits: int, measurements) -> list:
+    """Add the classical registers to ``qc``; returns its bit of each clbit index. An import's
+    registers are kept (names, sizes, bits) when they hold every clbit once; otherwise one
+    register ``c``."""
+    from qiskit import ClassicalRegister
+    size = max(num_clbits, 1 + max(c for _, c in measurements))
+    if registers:
+        held = sorted(c for _, bits in registers for c in bits)
+        if held == list(range(size)):
+            out = [None] * size
+            for name, bits in registers:
+                reg = ClassicalRegister(len(bits), name)
+                qc.add_register(reg)
+                for j, c in enumerate(bits):
+                    out[c] = reg[j]
+            return out
+    creg = ClassicalRegister(size, "c")
+    qc.add_register(creg)
+    return list(creg)
 
 
 def _import_theta(imp: QiskitImport, theta):

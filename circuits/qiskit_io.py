@@ -42,7 +42,8 @@ _SKIP = {"barrier", "delay"}
 @dataclass
 class QiskitImport:
     """Result of :func:`from_qiskit`: the circuit, Qiskit parameters in column order, and the
-    trailing measurements ``[(qubit, clbit), ...]`` with the classical register size.
+    trailing measurements ``[(qubit, clbit), ...]`` with the number of classical bits and the
+    classical registers ``[(name, [clbit, ...])]``.
 
     ``circuit`` has ``len(parameters) + len(expressions)`` theta columns: one per parameter,
     then one per distinct non-affine angle expression (``expressions``, evaluated in torch from
@@ -55,6 +56,7 @@ class QiskitImport:
     num_clbits: int = 0
     global_phase: float = 0.0
     expressions: Optional[ExpressionTable] = None
+    registers: list = field(default_factory=list)  # [(name, [clbit, ...])] classical registers
 
     @property
     def num_expressions(self) -> int:
@@ -140,8 +142,10 @@ def from_qiskit(qc, allow_measurements: bool = True) -> QiskitImport:
     table = imp.table if len(imp.table) else None
     circ = Circuit(qc.num_qubits, tuple(imp.ops), (), len(params) + len(imp.table))
     phase = qc.global_phase
+    cidx = {c: i for i, c in enumerate(qc.clbits)}
+    registers = [(r.name, [cidx[b] for b in r]) for r in qc.cregs]
     return QiskitImport(circ, params, imp.meas, qc.num_clbits,
-                        0.0 if hasattr(phase, "parameters") else float(phase), table)
+                        0.0 if hasattr(phase, "parameters") else float(phase), table, registers)
 
 
 def _convert_into(qc, qmap, imp: _Importer, top: bool):

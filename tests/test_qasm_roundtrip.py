@@ -196,3 +196,43 @@ rz(alpha / beta) q[1];
     with pytest.raises(QdiffError, match=r"theta has 4 values for the circuit's 2 parameter\(s\) "
                                          r"\(alpha, beta\)"):
         qasm.dumps(imp, version=2, theta=imp.theta(vals.reshape(1, 2)))
+
+
+def test_round_trip_keeps_classical_registers():
+    from qiskit import qasm2, qasm3
+    from qiskit.primitives import StatevectorSampler
+    from qdiff.primitives import Sampler
+    src3 = """OPENQASM 3.0;
+include "stdgates.inc";
+qubit[3] q;
+bit[2] c;
+bit[1] d;
+x q[2];
+h q[1];
+c[1] = measure q[0];
+d[0] = measure q[2];
+c[0] = measure q[1];
+"""
+    src2 = """OPENQASM 2.0;
+include "qelib1.inc";
+qreg q[3];
+creg c[2];
+creg d[1];
+x q[2];
+h q[1];
+measure q[0] -> c[1];
+measure q[2] -> d[0];
+measure q[1] -> c[0];
+"""
+    for src, version, loader in ((src3, 3, qasm3.loads), (src2, 2, qasm2.loads)):
+        text = qasm.dumps(qasm.loads(src), version=version)
+        ref = StatevectorSampler(seed=1).run([loader(src)], shots=50).result()[0].data
+        qc = loader(text)
+        ours = Sampler(seed=2).run([qc], shots=50).result()[0].data
+        again = StatevectorSampler(seed=1).run([qc], shots=50).result()[0].data
+        assert sorted(ours.keys()) == sorted(again.keys()) == ["c", "d"]
+        for k in ("c", "d"):
+            assert again[k].num_bits == ref[k].num_bits
+            assert set(again[k].get_counts()) == set(ref[k].get_counts())
+            assert set(ours[k].get_counts()) == set(ref[k].get_counts())
+        assert ref["d"].get_counts() == {"1": 50}
