@@ -18,6 +18,7 @@ from typing import Callable, Optional
 
 import torch
 
+from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import ParamRef
 from qdiff.shift_rules import shift_rule
@@ -81,7 +82,8 @@ def _spsa_shifts(circuit, trainable, theta, options):
     cols = [j for j in range(p) if trainable[j]]
     k, eps = int(options["num_directions"]), float(options["epsilon"])
     dt, dev = theta.dtype, theta.device
-    signs = torch.randint(0, 2, (k, len(cols)), generator=options.generator)
+    with caches.constants():  # the qnode's own stream, also inside torch.func transforms
+        signs = torch.randint(0, 2, (k, len(cols)), generator=options.generator)
     delta = torch.zeros(k, p, dtype=dt, device=dev)
     delta[:, cols] = signs.to(dt).mul_(2).sub_(1).to(dev)
     return torch.cat([eps * delta, -eps * delta]), torch.cat([delta, -delta]) / (2 * eps * k)
