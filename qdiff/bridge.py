@@ -37,8 +37,8 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Observable
 from qdiff.circuits.operation import ParamRef, is_concrete
-from qdiff.rules import (BACKPROP, PARAMETER_SHIFT, Options, Rule, best_options, higher_order,
-                         make_options, resolve)
+from qdiff.rules import (BACKPROP, FINITE_DIFF, PARAMETER_SHIFT, Options, Rule, best_options,
+                         default_step, higher_order, make_options, resolve)
 from qdiff.shift_rules import shift_rule
 
 DIFFERENTIABLE_KINDS = ("expval", "var", "probs")
@@ -357,11 +357,29 @@ def shift_jvp(theta: torch.Tensor, theta_t: torch.Tensor, plan: Plan) -> torch.T
     return torch.einsum("pbk,bp->bk", jac_out, theta_t.to(jac_out.dtype))
 
 
+def compute_precision(backend) -> torch.dtype:
+    """The real dtype a backend computes in: float32 for a complex64 torch simulator, else
+    float64."""
+    return torch.float32 if getattr(backend, "cdtype", None) == torch.complex64 else \
+        torch.float64
+
+
 def shift_jacobian(theta: torch.Tensor, plan: Plan) -> Optional[torch.Tensor]:
     """``(P, B, K)`` Jacobian of the plan's outputs by its shift rule, from ONE backend call
-    over all shifted bindings; ``None`` when nothing is trainable."""
+    over all shifted bindings; ``None`` when nothing is trainable.
+
+    The shifted bindings are formed, and the results combined, in the backend's precision
+    when it exceeds theta's (float32 inputs on a complex128 device are differenced in
+    float64; the gradient is cast back at the end); finite differences without a given step
+    take :func:`qdiff.rules.default_step` of the precision the backend computes in."""
+    real = compute_precision(plan.backend)
+    if theta.dtype.is_floating_point and torch.finfo(theta.dtype).eps > torch.finfo(real).eps:
+        theta = theta.to(real)
+    options = plan.options
+    if plan.rule is FINITE_DIFF and options["h"] is None:
+        options = replace(options, values=dict(options.values, h=default_step(real)))
     b, p = theta.shape
-    shifts, weights = plan.rule.shifts(plan.circuit, plan.trainable, theta, plan.options)
+    shifts, weights = plan.rule.shifts(plan.circuit, plan.trainable, theta, options)
     shift_circ, layout = _shift_measurements(plan.circuit)
     has_var = any(kind == "var" for kind, *_ in layout)
     if has_var:  # the unshifted point supplies <O> for the variance chain rule

@@ -296,6 +296,36 @@ def test_torch_func_hessian_of_first_order_rules_raises(method):
         torch.func.hessian(f)(w)
 
 
+@pytest.mark.parametrize("in_dtype,dev_dtype", [(torch.float32, torch.complex128),
+                                                (torch.float64, torch.complex64),
+                                                (torch.float32, torch.complex64)])
+def test_finite_diff_step_follows_the_precision(in_dtype, dev_dtype):
+    """The default step suits the precision computed in, and differences are taken before
+    outputs are cast down to the input dtype."""
+    def body(x):
+        qd.RX(x[0], 0); qd.RY(0.4 * x[0], 0); qd.CNOT([0, 1]); qd.RY(x[1], 1)
+        return qd.expval(qd.Z(0)), qd.expval(qd.Z(0) @ qd.Z(1))
+
+    x64 = torch.tensor([0.3, -1.2], dtype=torch.float64)
+    ref = torch.func.jacrev(lambda x: torch.stack(list(
+        qd.qnode(qd.device("statevector", wires=2), diff_method="backprop")(body)(x))))(x64)
+    f = qd.qnode(qd.device("statevector", wires=2, dtype=dev_dtype), diff_method="finite-diff")(body)
+    x = x64.to(in_dtype).requires_grad_()
+    rows = [torch.autograd.grad(out, x, retain_graph=True)[0] for out in f(x)]
+    jac = torch.stack(rows)
+    assert jac.dtype == in_dtype
+    tol = 1e-4 if dev_dtype == torch.complex64 else 1e-6
+    assert torch.allclose(jac.double(), ref, atol=tol), (jac, ref)
+    # an explicit step is honoured: h = 0.1 gives that central difference
+    g = qd.qnode(qd.device("statevector", wires=1, dtype=dev_dtype), diff_method="finite-diff",
+                 h=0.1)(lambda t: (qd.RX(t, 0), qd.expval(qd.Z(0)))[-1])
+    t = torch.tensor(0.7, dtype=in_dtype, requires_grad=True)
+    (d,) = torch.autograd.grad(g(t), t)
+    central = (math.cos(0.8) - math.cos(0.6)) / 0.2
+    assert abs(float(d) - central) < (1e-5 if dev_dtype == torch.complex64 else 1e-6)
+    assert abs(central + math.sin(0.7)) > 1e-4  # differs from the exact derivative
+
+
 def test_custom_gate_with_generator_and_with_rule():
     """A user-registered gate: rules derived from its generator, or its own shift rule."""
     zz_x = np.kron(np.diag([1.0, -1.0]), np.array([[0, 1], [1, 0]])) / 2
