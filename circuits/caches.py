@@ -3,6 +3,9 @@
 A cache here holds only what is derived from structure (a gate's shift rule, a template's
 block layout, a circuit's native encoding, sign matrices), never a result that couples one call
 to the next: what a backward pass needs from its forward pass travels on the autograd context.
+Tensors a cache keeps are made under :func:`constants`: plain tensors without autograd history,
+never wrapped by the torch.func transform (``grad``, ``jacfwd``, ``vmap``, ...) that happened
+to be active when the cache was filled, so later calls, transformed or not, can use them.
 :func:`clear` (``qdiff.clear_caches()``) empties every registered cache and invalidates the
 plans memoised on circuit objects (:func:`qdiff.circuits.circuit.memo`); results are the same
 before and after, only slower to get once.
@@ -18,8 +21,11 @@ before and after, only slower to get once.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Callable
+
+import torch
 
 _CLEARERS: dict = {}
 _generation = 0  # bumped by clear(): memo entries of an older generation are stale
@@ -33,11 +39,30 @@ def register(name: str, cache, clear: Callable = None):
     return cache
 
 
+try:
+    _disable_functorch = torch._C._DisableFuncTorch
+except AttributeError:  # torch without torch.func
+    _disable_functorch = contextlib.nullcontext
+
+
+@contextlib.contextmanager
+def constants():
+    """Tensors made in this block are plain constants fit to keep across calls: no autograd
+    history, and not wrapped by an active torch.func transform. Only for values built from
+    structure (Python data, dtypes, devices), never from a call's input tensors."""
+    with torch.no_grad(), _disable_functorch():
+        yield
+
+
 def cached(maxsize=None):
     """``functools.lru_cache(maxsize)`` that registers itself under the function's
-    ``module.qualname``."""
+    ``module.qualname``; the function runs under :func:`constants`."""
     def deco(fn):
-        wrapped = functools.lru_cache(maxsize=maxsize)(fn)
+        @functools.wraps(fn)
+        def build(*args, **kwargs):
+            with constants():
+                return fn(*args, **kwargs)
+        wrapped = functools.lru_cache(maxsize=maxsize)(build)
         register(f"{fn.__module__}.{fn.__qualname__}", wrapped, wrapped.cache_clear)
         return wrapped
     return deco

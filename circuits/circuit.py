@@ -105,7 +105,8 @@ _GENERATION = object()  # memo key of the cache generation the entries belong to
 
 def memo(circuit: Circuit, key, build):
     """``build()`` computed once per circuit object (circuits are immutable): plans that
-    depend only on the structure, reused by every call that records the same circuit."""
+    depend only on the structure, reused by every call that records the same circuit (built
+    under :func:`qdiff.circuits.caches.constants`)."""
     d = circuit.__dict__.get("_memo")
     if d is None or d.get(_GENERATION) != caches.generation():
         d = {_GENERATION: caches.generation()}  # cleared by qdiff.clear_caches()
@@ -113,7 +114,8 @@ def memo(circuit: Circuit, key, build):
     try:
         return d[key]
     except KeyError:
-        val = d[key] = build()
+        with caches.constants():
+            val = d[key] = build()
         return val
 
 
@@ -153,6 +155,23 @@ def _measurement_sig(m: Measurement):
     if obs.coeffs.requires_grad:
         return None
     return (m.kind, m.wires, "id", id(obs))
+
+
+def _plain(circuit: Circuit) -> bool:
+    """Whether every tensor the circuit holds (observable coefficients and matrices, tensor
+    angles) is a plain one, not made inside a torch.func transform: only such a circuit may be
+    reused by later calls."""
+    for m in circuit.measurements:
+        obs = m.obs
+        if obs is None:
+            continue
+        c = obs.__dict__.get("coeffs")
+        if c is not None and not is_concrete(c):
+            return False
+        if any(f.matrix is not None and not is_concrete(f.matrix) for t in obs.terms for f in t):
+            return False
+    return all(is_concrete(p) for op in circuit.operations for p in op.params
+               if isinstance(p, torch.Tensor))
 
 
 def _signature(items, meas, labels):
@@ -202,7 +221,7 @@ def _from_recording(items, wires, measurements=None, check_batch=None) -> Record
     entry = _STRUCT_CACHE.get(sig) if sig is not None else None
     if entry is None:
         rec = _build_recorded(items, meas_in, labels, check_batch)
-        if sig is not None and rec.initial_state is None:
+        if sig is not None and rec.initial_state is None and _plain(rec.circuit):
             _STRUCT_CACHE[sig] = (rec.circuit, rec.batch_shape, rec.trainable, rec.theta.dtype,
                                   rec.theta.device, meas_in, rec.shared)
             if len(_STRUCT_CACHE) > _STRUCT_CACHE_SIZE:

@@ -11,6 +11,7 @@ on some wires. Pauli-only observables (``is_pauli``) take the simulator's fast p
 """
 from __future__ import annotations
 
+import contextlib
 import numbers
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -82,15 +83,20 @@ def _mul_terms(a: tuple, b: tuple) -> tuple[complex, tuple]:
 
 
 def _as_coeff_tensor(coeffs) -> torch.Tensor:
+    """A 1-D coefficient tensor; plain (fit for a recorded circuit that later calls reuse)
+    unless ``coeffs`` is a tensor that requires grad or comes from a torch.func transform."""
     if isinstance(coeffs, torch.Tensor):
         t = coeffs
-        if not (t.is_complex() or t.dtype.is_floating_point):
-            t = t.to(torch.float64)
-        return t.reshape(-1)
+        with (caches.constants() if is_concrete(t) and not t.requires_grad
+              else contextlib.nullcontext()):
+            if not (t.is_complex() or t.dtype.is_floating_point):
+                t = t.to(torch.float64)
+            return t.reshape(-1)
     arr = np.asarray(coeffs)
-    if np.iscomplexobj(arr):
-        return torch.tensor(arr.reshape(-1), dtype=torch.complex128)
-    return torch.tensor(arr.reshape(-1).astype(float), dtype=torch.float64)
+    with caches.constants():
+        if np.iscomplexobj(arr):
+            return torch.tensor(arr.reshape(-1), dtype=torch.complex128)
+        return torch.tensor(arr.reshape(-1).astype(float), dtype=torch.float64)
 
 
 def _check_finite(coeffs: torch.Tensor) -> None:
@@ -138,7 +144,8 @@ class Observable:
         """Only reached when ``name`` is not set: the unit coefficient of a :meth:`pauli`
         observable, made on first use."""
         if name == "coeffs" and "terms" in self.__dict__:
-            c = self.coeffs = torch.ones(1, dtype=torch.float64)
+            with caches.constants():  # the observable may outlive the call (recorded circuits)
+                c = self.coeffs = torch.ones(1, dtype=torch.float64)
             return c
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 

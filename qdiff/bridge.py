@@ -37,8 +37,8 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Observable
 from qdiff.circuits.operation import ParamRef, is_concrete
-from qdiff.rules import (BACKPROP, PARAMETER_SHIFT, Options, Rule, best_options, higher_order,
-                         make_options, resolve)
+from qdiff.rules import (BACKPROP, FINITE_DIFF, PARAMETER_SHIFT, Options, Rule, best_options,
+                         default_step, higher_order, make_options, resolve)
 from qdiff.shift_rules import shift_rule
 
 DIFFERENTIABLE_KINDS = ("expval", "var", "probs")
@@ -177,12 +177,22 @@ class FirstOrderOnly(torch.autograd.Function):
         raise QdiffError(f"second derivatives are not available with diff_method='{ctx.method}'; "
                          "use 'parameter-shift' or 'backprop' for Hessians")
 
+    @staticmethod
+    def jvp(ctx, *_):
+        raise QdiffError(f"second derivatives are not available with diff_method='{ctx.method}' "
+                         "(forward mode over its derivative); use 'parameter-shift' or "
+                         "'backprop' for Hessians")
+
 
 class QuantumFunction(torch.autograd.Function):
     """``theta (B, P) -> outputs (B, K)``; backward by the plan's rule in one backend call.
 
     The second output is the engine's residual (an opaque object, or ``None``): it is kept on
-    the autograd context and handed back to the backend's ``vjp``.
+    the autograd context and handed back to the backend's ``vjp``. Forward mode (``jvp``, so
+    ``torch.func.jacfwd`` and ``torch.func.hessian``) contracts the rule's Jacobian with the
+    tangent: shift rules evaluate the same shifted bindings as the backward (exact, and itself
+    differentiable for parameter-shift); the engine's reverse mode gives the Jacobian from one
+    VJP per output column.
     """
 
     @staticmethod
@@ -194,7 +204,9 @@ class QuantumFunction(torch.autograd.Function):
         theta, plan = inputs
         ctx.plan = plan
         ctx.residual = output[1]
+        ctx.out_dtype = output[0].dtype
         ctx.save_for_backward(theta)
+        ctx.save_for_forward(theta)
 
     @staticmethod
     def backward(ctx, g_out, _g_residual):
@@ -205,6 +217,16 @@ class QuantumFunction(torch.autograd.Function):
         else:
             grad = shift_vjp(theta, g_out, plan)
         return grad.to(theta.dtype), None
+
+    @staticmethod
+    def jvp(ctx, theta_t, _plan_t):
+        (theta,) = ctx.saved_tensors
+        plan = ctx.plan
+        if plan.rule.keep:
+            out_t = engine_jvp(theta, theta_t, plan)
+        else:
+            out_t = shift_jvp(theta, theta_t, plan)
+        return out_t.to(ctx.out_dtype), None
 
     @staticmethod
     def vmap(info, in_dims, theta, plan):
@@ -232,6 +254,33 @@ def engine_vjp(theta, g_out, plan: Plan, residual):
     if torch.is_grad_enabled():  # create_graph: a further derivative must fail loudly
         grad = FirstOrderOnly.apply(grad, theta, g_out, plan.rule.name)
     return grad
+
+
+def engine_jvp(theta, theta_t, plan: Plan):
+    """``(B, K)`` Jacobian-vector product for the engine's rule (exact either way): by the
+    exact shift rules where every trainable gate has one (evaluated through this Function,
+    which keeps torch.func's levels consistent), else from the backend's reverse mode, one VJP
+    per output column in one call. A further derivative follows the backward's behaviour: the
+    plan's higher-order rule when it has one, else it raises."""
+    if _has_shift_rules(plan):
+        sub = replace(plan, rule=plan.higher or PARAMETER_SHIFT, shared=None, higher=None)
+        if plan.higher is not None or not torch.is_grad_enabled():
+            return shift_jvp(theta, theta_t, sub)
+        with torch.no_grad():
+            out_t = shift_jvp(theta, theta_t, sub)
+        return FirstOrderOnly.apply(out_t, theta, theta_t, plan.rule.name)
+    b, p = theta.shape
+    k = sum(output_width(m, plan.circuit.num_wires) for m in plan.circuit.measurements)
+    with torch.no_grad():
+        rows = theta.detach().repeat(k, 1)  # (K * B, P): binding b for output column j
+        eye = torch.eye(k, dtype=rows.dtype, device=rows.device)
+        cot = eye.repeat_interleave(b, dim=0)  # row j * B + b: unit cotangent on column j
+        grad = plan.backend.vjp([_batched_plan(plan, k).job(rows)], [cot], [None])[0]
+        jac = grad.reshape(k, b, p).to(theta_t.dtype)
+    out_t = torch.einsum("kbp,bp->bk", jac, theta_t)
+    if torch.is_grad_enabled():  # a further derivative must fail loudly
+        out_t = FirstOrderOnly.apply(out_t, theta, theta_t, plan.rule.name)
+    return out_t
 
 
 def _batched_plan(plan: Plan, v: int) -> Plan:
@@ -288,8 +337,49 @@ def shift_vjp(theta: torch.Tensor, g_out: torch.Tensor, plan: Plan) -> torch.Ten
         with torch.no_grad():
             grad = shift_vjp(theta, g_out, plan)
         return FirstOrderOnly.apply(grad, theta, g_out, plan.rule.name)
+    jac_out = shift_jacobian(theta, plan)
+    if jac_out is None:
+        return torch.zeros_like(theta)
+    return torch.einsum("pbk,bk->bp", jac_out, g_out.to(jac_out.dtype))
+
+
+def shift_jvp(theta: torch.Tensor, theta_t: torch.Tensor, plan: Plan) -> torch.Tensor:
+    """``(B, K)`` Jacobian-vector product from the same shifted bindings as :func:`shift_vjp`
+    (differentiable again for exact rules)."""
+    if torch.is_grad_enabled() and plan.rule.second_order != "exact":
+        with torch.no_grad():
+            out_t = shift_jvp(theta, theta_t, plan)
+        return FirstOrderOnly.apply(out_t, theta, theta_t, plan.rule.name)
+    jac_out = shift_jacobian(theta, plan)
+    if jac_out is None:
+        k = sum(output_width(m, plan.circuit.num_wires) for m in plan.circuit.measurements)
+        return theta_t.new_zeros(theta.shape[0], k)
+    return torch.einsum("pbk,bp->bk", jac_out, theta_t.to(jac_out.dtype))
+
+
+def compute_precision(backend) -> torch.dtype:
+    """The real dtype a backend computes in: float32 for a complex64 torch simulator, else
+    float64."""
+    return torch.float32 if getattr(backend, "cdtype", None) == torch.complex64 else \
+        torch.float64
+
+
+def shift_jacobian(theta: torch.Tensor, plan: Plan) -> Optional[torch.Tensor]:
+    """``(P, B, K)`` Jacobian of the plan's outputs by its shift rule, from ONE backend call
+    over all shifted bindings; ``None`` when nothing is trainable.
+
+    The shifted bindings are formed, and the results combined, in the backend's precision
+    when it exceeds theta's (float32 inputs on a complex128 device are differenced in
+    float64; the gradient is cast back at the end); finite differences without a given step
+    take :func:`qdiff.rules.default_step` of the precision the backend computes in."""
+    real = compute_precision(plan.backend)
+    if theta.dtype.is_floating_point and torch.finfo(theta.dtype).eps > torch.finfo(real).eps:
+        theta = theta.to(real)
+    options = plan.options
+    if plan.rule is FINITE_DIFF and options["h"] is None:
+        options = replace(options, values=dict(options.values, h=default_step(real)))
     b, p = theta.shape
-    shifts, weights = plan.rule.shifts(plan.circuit, plan.trainable, theta, plan.options)
+    shifts, weights = plan.rule.shifts(plan.circuit, plan.trainable, theta, options)
     shift_circ, layout = _shift_measurements(plan.circuit)
     has_var = any(kind == "var" for kind, *_ in layout)
     if has_var:  # the unshifted point supplies <O> for the variance chain rule
@@ -297,7 +387,7 @@ def shift_vjp(theta: torch.Tensor, g_out: torch.Tensor, plan: Plan) -> torch.Ten
         weights = torch.cat([weights, torch.zeros(1, p, dtype=weights.dtype, device=weights.device)])
     s = shifts.shape[0]
     if s == 0:
-        return torch.zeros_like(theta)
+        return None
     thetas = (theta.unsqueeze(0) + shifts.unsqueeze(1)).reshape(s * b, p)
     sub = replace(plan, circuit=shift_circ, initial_state=None if plan.initial_state is None
                   else plan.initial_state.repeat(s, 1))
@@ -313,8 +403,7 @@ def shift_vjp(theta: torch.Tensor, g_out: torch.Tensor, plan: Plan) -> torch.Ten
         else:
             _, start, w = entry
             cols.extend(jac[:, :, start + i] for i in range(w))
-    jac_out = torch.stack(cols, dim=-1)  # (P, B, K)
-    return torch.einsum("pbk,bk->bp", jac_out, g_out.to(jac_out.dtype))
+    return torch.stack(cols, dim=-1)  # (P, B, K)
 
 
 # ------------------------------------------------------------------------------------------

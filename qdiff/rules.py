@@ -18,6 +18,7 @@ from typing import Callable, Optional
 
 import torch
 
+from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import ParamRef
 from qdiff.shift_rules import shift_rule
@@ -69,8 +70,18 @@ def _parameter_shifts(circuit, trainable, theta, options):
     return _table(rows, circuit.num_params, theta)
 
 
+def default_step(real_dtype: torch.dtype) -> float:
+    """Central-difference step for a computation in ``real_dtype``: ``1e-6`` in float64, about
+    ``eps ** (1/3)`` (rounding error ``eps / h`` against truncation ``h**2``) in lower precision
+    (``4.9e-3`` in float32)."""
+    if real_dtype == torch.float64:
+        return 1e-6
+    return float(torch.finfo(real_dtype).eps) ** (1 / 3)
+
+
 def _finite_diff_shifts(circuit, trainable, theta, options):
-    h = float(options["h"])
+    h = options["h"]
+    h = default_step(theta.dtype) if h is None else float(h)
     rows = [(j, c, x) for j in range(circuit.num_params) if trainable[j]
             for c, x in ((0.5 / h, h), (-0.5 / h, -h))]
     return _table(rows, circuit.num_params, theta)
@@ -81,7 +92,8 @@ def _spsa_shifts(circuit, trainable, theta, options):
     cols = [j for j in range(p) if trainable[j]]
     k, eps = int(options["num_directions"]), float(options["epsilon"])
     dt, dev = theta.dtype, theta.device
-    signs = torch.randint(0, 2, (k, len(cols)), generator=options.generator)
+    with caches.constants():  # the qnode's own stream, also inside torch.func transforms
+        signs = torch.randint(0, 2, (k, len(cols)), generator=options.generator)
     delta = torch.zeros(k, p, dtype=dt, device=dev)
     delta[:, cols] = signs.to(dt).mul_(2).sub_(1).to(dev)
     return torch.cat([eps * delta, -eps * delta]), torch.cat([delta, -delta]) / (2 * eps * k)
@@ -92,7 +104,7 @@ ADJOINT = Rule("adjoint", "vjp", exact_only=True, second_order="none", keep=True
 PARAMETER_SHIFT = Rule("parameter-shift", None, exact_only=False, second_order="exact",
                        shifts=_parameter_shifts)
 FINITE_DIFF = Rule("finite-diff", None, exact_only=False, second_order="none",
-                   options={"h": 1e-6}, shifts=_finite_diff_shifts)
+                   options={"h": None}, shifts=_finite_diff_shifts)
 SPSA = Rule("spsa", None, exact_only=False, second_order="none",
             options={"num_directions": 1, "epsilon": 1e-2, "seed": None}, shifts=_spsa_shifts)
 
@@ -134,6 +146,8 @@ def make_options(method: str, kwargs: dict) -> Options:
 
 def _check_values(method: str, values: dict) -> None:
     for key in ("h", "epsilon"):
+        if key == "h" and values.get(key, 0) is None:
+            continue  # finite-diff's default: the step follows the computation's precision
         if key in values and not (isinstance(values[key], (int, float))
                                   and not isinstance(values[key], bool) and values[key] > 0):
             raise QdiffError(f"diff_method='{method}': {key} must be a positive number; "

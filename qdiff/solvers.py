@@ -78,13 +78,14 @@ def _inner(a, b):
 
 def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int] = None,
             tol: float = 1e-10, max_basis: Optional[int] = None, maxiter: int = 10000,
-            mask: Optional[torch.Tensor] = None, dtype=None, device=None, seed: int = 1234):
-    """Lowest ``k`` eigenpairs of a Hermitian operator by thick-restart Lanczos.
+            mask: Optional[torch.Tensor] = None, dtype=None, device=None, seed: int = 1234,
+            which: str = "SA"):
+    """Lowest (or highest) ``k`` eigenpairs of a Hermitian operator by thick-restart Lanczos.
 
     Args:
         A: :class:`PauliSumOperator`, Pauli-sum observable, ``(N, N)`` tensor (dense or sparse)
             or a callable ``(N,) -> (N,)``.
-        k: number of eigenpairs (lowest first).
+        k: number of eigenpairs, ``1 <= k <= N`` (the number of basis states in ``mask``).
         v0: start vector ``(N,)`` (default: seeded random; inside ``mask`` if given).
         tol: a Ritz pair counts as converged when ``||A x - theta x|| <= tol * max(1, |theta|)``.
         max_basis: Krylov basis size before a restart (default ``max(2k + 20, 30)``).
@@ -92,10 +93,21 @@ def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int
         mask: ``(N,)`` bool; the search is restricted to these basis states (a symmetry sector
             the operator preserves, e.g. a particle number): leakage is projected out each step.
         dtype: default float64 for a real matrix, else complex128.
+        seed: seeds the default start vector and the fresh vectors drawn when the Krylov
+            space becomes invariant.
+        which: ``"SA"`` (smallest algebraic, the default) or ``"LA"`` (largest algebraic), as
+            in scipy's ``eigsh``.
+
+    When the Krylov space becomes invariant (Lanczos breakdown) before the basis is full, the
+    iteration goes on from a random vector orthogonal to the basis, so eigenvalues outside that
+    space, such as further copies of a degenerate eigenvalue, are found.
 
     Returns:
-        ``(eigenvalues (k,), eigenvectors (k, N), SolverInfo)``.
+        ``(eigenvalues (k,), eigenvectors (k, N), SolverInfo)``, eigenvalues in ascending order.
     """
+    if which not in ("SA", "LA"):
+        raise QdiffError(f"lanczos: which must be 'SA' (smallest) or 'LA' (largest); "
+                         f"got {which!r}")
     mv, dim = _matvec_of(A)
     dim = dim or n or (v0.shape[-1] if v0 is not None else None)
     if dim is None:
@@ -108,13 +120,22 @@ def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int
         device = v0.device if v0 is not None else (
             A.coeffs.device if isinstance(A, PauliSumOperator) else
             A.device if isinstance(A, torch.Tensor) else torch.device("cpu"))
-    m = max_basis or max(2 * k + 20, 30)
-    m = min(m, dim)
-    if k > m - 1 and dim > k:
-        raise QdiffError(f"lanczos: k={k} needs max_basis > k (got {m})")
     maskf = None if mask is None else mask.to(device=device, dtype=torch.bool)
+    if maskf is not None and maskf.shape != (dim,):
+        raise QdiffError(f"lanczos: mask must have shape ({dim},); got {tuple(maskf.shape)}")
+    space = dim if maskf is None else int(maskf.sum())
+    if space == 0:
+        raise QdiffError("lanczos: the mask selects no basis state")
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= space:
+        where = "the operator dimension" if maskf is None else "the number of states in mask"
+        raise QdiffError(f"lanczos: k must be an integer with 1 <= k <= {space} ({where}); "
+                         f"got {k!r}")
+    m = max_basis or max(2 * k + 20, 30)
+    m = min(m, space)
+    if k > m - 1 and space > k:
+        raise QdiffError(f"lanczos: k={k} needs max_basis > k (got {m})")
+    gen = torch.Generator(device="cpu").manual_seed(seed)
     if v0 is None:
-        gen = torch.Generator(device="cpu").manual_seed(seed)
         v0 = torch.randn(dim, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
     v = v0.detach().reshape(dim).to(device=device, dtype=dtype).clone()
     project = (lambda x: x.masked_fill_(~maskf, 0)) if maskf is not None else (lambda x: x)
@@ -122,17 +143,50 @@ def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int
     nv = torch.linalg.vector_norm(v)
     if float(nv) == 0:
         raise QdiffError("lanczos: the start vector is zero (inside the mask)")
+    op = mv if which == "SA" else (lambda x: -mv(x))
+
+    def fresh():
+        return torch.randn(dim, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
+
     with torch.no_grad():
-        return _thick_restart(mv, project, v / nv, k, m, tol, maxiter, dim)
+        theta, X, info = _thick_restart(op, project, v / nv, k, m, tol, maxiter, space, fresh)
+    if which == "LA":
+        theta, X = -theta.flip(0), X.flip(0)
+    return theta, X, info
 
 
-def _thick_restart(mv, project, v, k, m, tol, maxiter, dim):
+def _orthonormal_fresh(fresh, project, V):
+    """A random unit vector orthogonal to the rows of ``V`` (two Gram-Schmidt passes), or None
+    when none is left numerically."""
+    w = project(fresh())
+    nw0 = float(torch.linalg.vector_norm(w))
+    for _ in range(2):
+        h = V.conj() @ w if w.is_complex() else V @ w
+        w = w - h @ V
+    project(w)
+    nw = float(torch.linalg.vector_norm(w))
+    if nw0 == 0 or nw <= 1e-8 * nw0:
+        return None
+    return w / nw
+
+
+def _thick_restart(mv, project, v, k, m, tol, maxiter, space, fresh):
+    """Thick-restart Lanczos on ``mv`` restricted by ``project`` to a space of dimension
+    ``space``; ``fresh()`` draws random vectors.
+
+    Single-vector Krylov spaces hold one vector per distinct eigenvalue, so copies of a
+    degenerate eigenvalue are reached only from new directions: on breakdown (an invariant
+    Krylov space) the basis is continued from a random vector orthogonal to it, and once the
+    wanted Ritz pairs have converged they are locked and one more cycle runs from a random
+    vector orthogonal to them; the result is accepted when that cycle finds no lower Ritz value.
+    """
+    dim = v.shape[0]
     V = torch.zeros(m + 1, dim, dtype=v.dtype, device=v.device)
     T = torch.zeros(m + 1, m + 1, dtype=v.dtype, device=v.device)
     V[0] = v
-    p, matvecs, restarts = 0, 0, 0
+    p, matvecs, restarts, locked = 0, 0, 0, None
     while True:
-        j_end, beta = m, 0.0
+        j_end, beta, exhausted = m, 0.0, False
         for j in range(p, m):
             w = project(mv(V[j]))
             matvecs += 1
@@ -141,24 +195,54 @@ def _thick_restart(mv, project, v, k, m, tol, maxiter, dim):
             h2 = V[:j + 1].conj() @ w if w.is_complex() else V[:j + 1] @ w  # DGKS second pass
             w = w - h2 @ V[:j + 1]
             h = h + h2
-            T[:j + 1, j] = h
+            T[:j + 1, j] = h  # full reorthogonalization: T is the Rayleigh quotient V^H A V
             T[j, :j + 1] = h.conj()
             beta = float(torch.linalg.vector_norm(w))
-            if beta <= 1e-14 * max(1.0, float(h.abs().max())) or j + 1 == dim:
-                j_end, beta = j + 1, 0.0  # invariant subspace: Ritz values are exact
+            nxt = None
+            if j + 1 < space and beta > 1e-14 * max(1.0, float(h.abs().max())):
+                nxt = w / beta
+            elif j + 1 < space:  # invariant Krylov space: go on from a fresh direction
+                beta = 0.0
+                nxt = _orthonormal_fresh(fresh, project, V[:j + 1])
+            if nxt is None:  # the basis spans the whole (masked) space: Ritz pairs are exact
+                j_end, beta, exhausted = j + 1, 0.0, True
                 break
-            V[j + 1] = w / beta
+            V[j + 1] = nxt
             T[j + 1, j] = T[j, j + 1] = beta
         size = j_end
         Tm = T[:size, :size]
         theta, Y = torch.linalg.eigh(0.5 * (Tm + Tm.conj().transpose(0, 1)))
         res = (beta * Y[size - 1, :]).abs()
         kk = min(k, size)
-        ok = bool((res[:kk] <= tol * torch.clamp(theta[:kk].abs(), min=1.0)).all())
-        if ok or beta == 0.0 or matvecs >= maxiter:
+        scale = torch.clamp(theta[:kk].abs(), min=1.0)
+        ok = bool((res[:kk] <= tol * scale).all())
+        if ok and locked is None and not exhausted:
+            # lock the converged pairs and search their complement from a random vector
+            nxt = _orthonormal_fresh(fresh, project, (Y[:, :kk].transpose(0, 1).to(V.dtype)
+                                                      @ V[:size]))
+            if nxt is not None:
+                locked = theta[:kk].clone()
+                restarts += 1
+                V[:kk] = Y[:, :kk].transpose(0, 1).to(V.dtype) @ V[:size]
+                V[kk] = nxt
+                T.zero_()
+                T[:kk, :kk] = torch.diag(theta[:kk]).to(T.dtype)
+                p = kk
+                continue
+        elif ok and locked is not None and not exhausted:
+            moved = (theta[:kk] - locked).abs() > tol * scale
+            if bool(moved.any()):  # lower eigenvalues turned up: converge and verify again
+                ok, locked = False, None
+        if ok or exhausted or matvecs >= maxiter:
             X = Y[:, :kk].transpose(0, 1).to(V.dtype) @ V[:size]
-            info = SolverInfo("lanczos", ok or beta == 0.0, restarts, float(res[:kk].max()), tol,
-                              maxiter, matvecs)
+            resid = torch.stack([torch.linalg.vector_norm(project(mv(X[i])) - theta[i] * X[i])
+                                 for i in range(kk)])
+            matvecs += kk
+            # the residual reported is the true one; rounding limits it to ~eps ||A||
+            floor = 100 * torch.finfo(resid.dtype).eps * float(theta.abs().max())
+            good = resid <= torch.clamp(tol * scale, min=floor)
+            info = SolverInfo("lanczos", bool(good.all()) and (ok or exhausted), restarts,
+                              float(resid.max()), tol, maxiter, matvecs)
             if not info.converged:
                 warnings.warn(f"lanczos did not converge in {matvecs} matvecs (residual "
                               f"{info.residual:.2e} > tol {tol:.1e})", stacklevel=3)
@@ -178,7 +262,7 @@ def _thick_restart(mv, project, v, k, m, tol, maxiter, dim):
 
 def eigsh(A, k: int = 1, **kwargs):
     """``(eigenvalues (k,), eigenvectors (k, N), SolverInfo)``: alias of :func:`lanczos` with
-    scipy's name (lowest ``k`` only)."""
+    scipy's name (``which="SA"``, the lowest ``k``, or ``"LA"``, the highest)."""
     return lanczos(A, k, **kwargs)
 
 

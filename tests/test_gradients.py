@@ -229,6 +229,103 @@ def test_hessian_matches_pennylane_param_shift_hessian():
     assert np.allclose(h.numpy(), np.asarray(hp), atol=1e-8)
 
 
+@pytest.mark.parametrize("method", ["parameter-shift", "best"])
+def test_torch_func_hessian_and_jacfwd_match_pennylane_backprop(method):
+    """Forward mode (jacfwd, torch.func.hessian = jacfwd(jacrev)) of the exact rules: the
+    Function's jvp evaluates the shift rules, so Hessians are exact."""
+    def body(mod, w):
+        mod.RX(w[0], wires=0)
+        mod.CRY(w[1], wires=[0, 1])
+        mod.IsingXX(w[2], wires=[1, 2])
+        mod.Rot(w[0], w[3], w[2], wires=2)
+        return mod.expval(mod.PauliZ(0) @ mod.PauliZ(2) + 0.3 * mod.PauliX(1))
+
+    w = torch.tensor([0.3, 0.5, 0.7, -0.2], dtype=torch.float64)
+    f = qd.QNode(lambda w: body(qd, w), qd.device("statevector", wires=3), diff_method=method)
+    h = torch.func.hessian(f)(w)
+    assert torch.allclose(h, torch.func.jacrev(torch.func.jacrev(f))(w), atol=1e-12)
+    assert torch.allclose(h, torch.func.jacfwd(torch.func.grad(f))(w), atol=1e-12)
+    assert torch.allclose(h, torch.func.jacfwd(torch.func.jacfwd(f))(w), atol=1e-12)
+    pf = qml.QNode(lambda w: body(qml, w), qml.device("default.qubit", wires=3),
+                   interface="torch", diff_method="backprop")
+    hp = torch.autograd.functional.hessian(pf, w)
+    assert torch.allclose(h, hp.to(h.dtype), atol=1e-10)
+    # per-binding Hessians under vmap, and the output of several measurements
+    W = torch.stack([w, w + 0.25])
+    hv = torch.func.vmap(torch.func.hessian(f))(W)
+    assert torch.allclose(hv[1], torch.autograd.functional.hessian(pf, W[1]).to(h.dtype),
+                          atol=1e-10)
+
+
+@pytest.mark.parametrize("method", ["parameter-shift", "best"])
+def test_forward_mode_through_the_function_for_var_and_probs(method):
+    def body(mod, w):
+        mod.RX(w[0], wires=0); mod.CRY(w[1], wires=[0, 1]); mod.RY(w[2], wires=1)
+        return mod.var(mod.PauliY(1)), mod.probs(wires=[0, 1])
+
+    def flat(f):
+        return lambda w: torch.cat([t.reshape(-1) for t in f(w)])
+
+    dev = qd.device("statevector", wires=2)
+    f = flat(qd.QNode(lambda w: body(qd, w), dev, diff_method=method))
+    fb = flat(qd.QNode(lambda w: body(qd, w), dev, diff_method="backprop"))
+    w = torch.tensor([0.3, -0.6, 1.1], dtype=torch.float64)
+    c = torch.linspace(0.5, 1.5, 5, dtype=torch.float64)
+    # the jvp runs where theta also requires grad (forward over reverse)
+    assert torch.allclose(torch.func.jacfwd(torch.func.jacrev(f))(w),
+                          torch.func.jacrev(torch.func.jacrev(fb))(w), atol=1e-10)
+    assert torch.allclose(torch.func.hessian(lambda w: f(w) @ c)(w),
+                          torch.func.hessian(lambda w: fb(w) @ c)(w), atol=1e-10)
+    # plain forward-mode AD on a tensor that requires grad goes through the Function's jvp
+    import torch.autograd.forward_ad as fwAD
+    t = torch.tensor([0.2, -1.0, 0.7], dtype=torch.float64)
+    wr = w.clone().requires_grad_()
+    with fwAD.dual_level():
+        out = f(fwAD.make_dual(wr, t))
+        jvp = fwAD.unpack_dual(out).tangent
+    assert torch.allclose(jvp, torch.func.jacrev(fb)(w) @ t, atol=1e-10)
+
+
+@pytest.mark.parametrize("method", ["adjoint", "finite-diff", "spsa"])
+def test_torch_func_hessian_of_first_order_rules_raises(method):
+    f = qd.QNode(lambda w: (qd.RX(w[0], wires=0), qd.RY(w[1], wires=0),
+                            qd.expval(qd.Z(0) + 0.5 * qd.X(0)))[-1],
+                 qd.device("statevector", wires=1), diff_method=method)
+    w = torch.tensor([0.3, 0.4], dtype=torch.float64)
+    with pytest.raises(qd.QdiffError, match="second derivatives are not available"):
+        torch.func.hessian(f)(w)
+
+
+@pytest.mark.parametrize("in_dtype,dev_dtype", [(torch.float32, torch.complex128),
+                                                (torch.float64, torch.complex64),
+                                                (torch.float32, torch.complex64)])
+def test_finite_diff_step_follows_the_precision(in_dtype, dev_dtype):
+    """The default step suits the precision computed in, and differences are taken before
+    outputs are cast down to the input dtype."""
+    def body(x):
+        qd.RX(x[0], 0); qd.RY(0.4 * x[0], 0); qd.CNOT([0, 1]); qd.RY(x[1], 1)
+        return qd.expval(qd.Z(0)), qd.expval(qd.Z(0) @ qd.Z(1))
+
+    x64 = torch.tensor([0.3, -1.2], dtype=torch.float64)
+    ref = torch.func.jacrev(lambda x: torch.stack(list(
+        qd.qnode(qd.device("statevector", wires=2), diff_method="backprop")(body)(x))))(x64)
+    f = qd.qnode(qd.device("statevector", wires=2, dtype=dev_dtype), diff_method="finite-diff")(body)
+    x = x64.to(in_dtype).requires_grad_()
+    rows = [torch.autograd.grad(out, x, retain_graph=True)[0] for out in f(x)]
+    jac = torch.stack(rows)
+    assert jac.dtype == in_dtype
+    tol = 1e-4 if dev_dtype == torch.complex64 else 1e-6
+    assert torch.allclose(jac.double(), ref, atol=tol), (jac, ref)
+    # an explicit step is honoured: h = 0.1 gives that central difference
+    g = qd.qnode(qd.device("statevector", wires=1, dtype=dev_dtype), diff_method="finite-diff",
+                 h=0.1)(lambda t: (qd.RX(t, 0), qd.expval(qd.Z(0)))[-1])
+    t = torch.tensor(0.7, dtype=in_dtype, requires_grad=True)
+    (d,) = torch.autograd.grad(g(t), t)
+    central = (math.cos(0.8) - math.cos(0.6)) / 0.2
+    assert abs(float(d) - central) < (1e-5 if dev_dtype == torch.complex64 else 1e-6)
+    assert abs(central + math.sin(0.7)) > 1e-4  # differs from the exact derivative
+
+
 def test_custom_gate_with_generator_and_with_rule():
     """A user-registered gate: rules derived from its generator, or its own shift rule."""
     zz_x = np.kron(np.diag([1.0, -1.0]), np.array([[0, 1], [1, 0]])) / 2

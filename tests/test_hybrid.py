@@ -4,6 +4,7 @@ and Qiskit's TorchConnector fail."""
 from __future__ import annotations
 
 import io
+import math
 import os
 
 import pytest
@@ -180,6 +181,53 @@ def test_torch_func_grad_and_vmap(method):
     for row, x in zip(per_sample, W):
         xr = x.clone().requires_grad_(True)
         assert torch.allclose(row, torch.autograd.grad(f(xr), xr)[0], atol=1e-10)
+
+
+@pytest.mark.parametrize("dev_kw", [{"name": "statevector"},
+                                    {"name": "statevector", "dtype": torch.complex64},
+                                    {"name": "mixed"}])
+def test_torch_func_forward_mode_leaves_no_transformed_tensor_in_caches(dev_kw):
+    """Caches filled during a hessian / jacfwd hold plain tensors: later transforms and plain
+    calls of this and of new qnodes with the same circuit keep working."""
+    qd.clear_caches()  # the first call of this circuit structure runs inside the transforms
+    kw = dict(dev_kw)
+    name = kw.pop("name")
+    real = torch.float32 if kw.get("dtype") == torch.complex64 else torch.float64
+    tol = 1e-5 if real == torch.float32 else 1e-10
+
+    def body(v):
+        qd.RX(v[0], 0); qd.RY(v[1], 1); qd.CNOT([0, 1]); qd.RZ(0.3, 2)
+        return (qd.expval(qd.Z(0)), qd.expval(qd.Z(0) @ qd.Z(1) @ qd.I(2)),
+                qd.expval(0.5 * qd.Z(0) @ qd.Z(1) + 0.2 * qd.Y(0) @ qd.X(1) + 0.3 * qd.X(0)))
+
+    def make():
+        f = qd.qnode(qd.device(name, wires=3, **kw), diff_method="backprop")(body)
+
+        def g(v):
+            out = f(v)
+            out = out if isinstance(out, torch.Tensor) else torch.stack(out)
+            return out @ torch.tensor([1.0, -0.7, 0.4], dtype=real)
+        return g
+
+    x = torch.tensor([0.4, 0.9], dtype=real)
+    a, b = 0.4, 0.9
+    # <Z0> = cos a, <Z0 Z1> = cos b, <Y0 X1> = -sin a, <X0> = 0
+    value = math.cos(a) - 0.5 * math.cos(b) - 0.08 * math.sin(a)
+    g_exact = torch.tensor([-math.sin(a) - 0.08 * math.cos(a), 0.5 * math.sin(b)], dtype=real)
+    h_exact = torch.tensor([[-math.cos(a) + 0.08 * math.sin(a), 0.0], [0.0, 0.5 * math.cos(b)]],
+                           dtype=real)
+    f = make()
+    assert torch.allclose(torch.func.hessian(f)(x), h_exact, atol=tol)
+    assert torch.allclose(torch.func.jacfwd(f)(x), g_exact, atol=tol)
+    assert torch.allclose(torch.func.grad(f)(x), g_exact, atol=tol)
+    assert torch.allclose(torch.func.grad(make())(x), g_exact, atol=tol)
+    assert torch.allclose(torch.func.hessian(make())(x), h_exact, atol=tol)
+    assert abs(float(make()(x)) - value) < tol
+    xr = x.clone().requires_grad_()
+    (g,) = torch.autograd.grad(f(xr), xr)
+    assert torch.allclose(g, g_exact, atol=tol)
+    assert torch.allclose(torch.func.vmap(make())(torch.stack([x, x])),
+                          torch.full((2,), value, dtype=real), atol=tol)
 
 
 @pytest.mark.parametrize("method", ["adjoint", "finite-diff", "spsa"])

@@ -95,6 +95,79 @@ def test_lanczos_reports_non_convergence():
     assert not info.converged and info.matvecs <= 10 and info.maxiter == 5
 
 
+def heisenberg_ring(n):
+    obs = None
+    for i in range(n):
+        j = (i + 1) % n
+        t = qd.X(i) @ qd.X(j) + qd.Y(i) @ qd.Y(j) + qd.Z(i) @ qd.Z(j)
+        obs = t if obs is None else obs + t
+    return PauliSumOperator.from_observable(obs, n)
+
+
+def degenerate_operators():
+    pauli3 = PauliSumOperator.from_observable(
+        0.5 * qd.Z(0) @ qd.Z(1) - 0.3 * qd.X(1) @ qd.Y(2) + 0.2 * qd.Y(0) + 1.1 * qd.I(0), 3)
+    zz = PauliSumOperator.from_observable(qd.Z(0) @ qd.Z(1) + qd.Z(1) @ qd.Z(2)
+                                          + 0.5 * qd.Z(3) @ qd.Z(4), 5)
+    d = torch.tensor([3., 1, 1, 1, 2, 2, 0, 0, 5, 1, 0, 2, 7, 7, 7, 1], dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    Q, _ = torch.linalg.qr(torch.randn(40, 40, generator=g, dtype=torch.complex128))
+    ev = torch.tensor([0.] * 5 + [1.] * 5 + list(range(2, 32)), dtype=torch.float64)
+    return {"pauli3": pauli3, "heisenberg6": heisenberg_ring(6), "zz5": zz,
+            "diag": torch.diag(d), "diag_sparse": torch.diag(d).to_sparse(),
+            # no breakdown here: the copies lie outside the start vector's Krylov space
+            "complex_mult5": (Q * ev.to(Q.dtype)) @ Q.conj().T}
+
+
+@pytest.mark.parametrize("name", ["pauli3", "heisenberg6", "zz5", "diag", "diag_sparse",
+                                  "complex_mult5"])
+@pytest.mark.parametrize("which", ["SA", "LA"])
+def test_lanczos_degenerate_spectra_vs_eigvalsh(name, which):
+    A = degenerate_operators()[name]
+    M = A.to_dense()
+    N = M.shape[0]
+    ref = torch.linalg.eigvalsh(M)
+    for k in sorted({1, 2, 3, 5, N // 2, N - 1, N}):
+        for seed in ((0, 7) if k == 3 else (1,)):
+            e, X, info = qd.eigsh(A, k, which=which, seed=seed)
+            assert e.shape == (k,) and X.shape == (k, N) and info.converged
+            exp = ref[:k] if which == "SA" else ref[N - k:]
+            assert torch.allclose(e, exp, atol=1e-9), (k, seed, e, exp)
+            Xc = X.to(torch.complex128)
+            r = torch.linalg.vector_norm(Xc @ M.T.to(Xc.dtype) - e[:, None] * Xc, dim=1)
+            assert float(r.max()) < 1e-8 and info.residual <= 1e-8
+            G = X.conj() @ X.T
+            assert torch.allclose(G, torch.eye(k, dtype=G.dtype), atol=1e-10)
+
+
+def test_lanczos_degenerate_in_mask_and_with_start_vector():
+    # diagonal operator with a 3-fold lowest level inside the sector and a lower state outside
+    d = torch.tensor([-5., 0, 0, 1, 0, 2, 2, 3], dtype=torch.float64)
+    mask = torch.tensor([0, 1, 1, 1, 1, 1, 1, 1], dtype=torch.bool)
+    e, X, info = lanczos(torch.diag(d), 4, mask=mask)
+    assert info.converged and e.tolist() == pytest.approx([0, 0, 0, 1], abs=1e-12)
+    assert float(X[:, 0].abs().max()) == 0.0
+    # a start vector inside one symmetry sector still yields the lowest of the whole operator
+    v0 = torch.zeros(8, dtype=torch.float64)
+    v0[1:] = 1.0
+    e, _, info = lanczos(torch.diag(d), 2, v0=v0)
+    assert info.converged and e.tolist() == pytest.approx([-5, 0], abs=1e-12)
+
+
+def test_lanczos_k_and_which_checked():
+    op = tfim(3)
+    with pytest.raises(qd.QdiffError, match="k must be"):
+        lanczos(op, 9)
+    with pytest.raises(qd.QdiffError, match="k must be"):
+        lanczos(op, 0)
+    with pytest.raises(qd.QdiffError, match="number of states in mask"):
+        lanczos(op, 4, mask=particle_number_mask(3, 1))
+    with pytest.raises(qd.QdiffError, match="which"):
+        qd.eigsh(op, 1, which="SM")
+    e, _, info = qd.eigsh(op, 8)
+    assert info.converged and torch.allclose(e, torch.linalg.eigvalsh(op.to_dense()), atol=1e-12)
+
+
 @pytest.mark.parametrize("letters", ["XZ", "XYZ"])
 def test_ground_state_implicit_gradient_vs_finite_differences(letters):
     op = random_op(7, 25, 5, letters)

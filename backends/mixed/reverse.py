@@ -38,7 +38,7 @@ from qdiff.backends.mixed.simulate import apply_on, state_bytes, zero_density
 from qdiff.backends.mixed.superops import (Evaluator, kron_pair, embed,
                                            fusion_plan, is_constant, op_matrices)
 from qdiff.backends.statevector.gate_data import circuit_angles, derivative_weights
-from qdiff.circuits import memory
+from qdiff.circuits import caches, memory
 from qdiff.circuits.channels import is_channel
 from qdiff.circuits.circuit import memo
 from qdiff.circuits.errors import QdiffError, QdiffMemoryError
@@ -182,8 +182,9 @@ def _as_perm(ev, key):
         m = val.reshape(val.shape[-2:]) if val.shape[0] == 1 else None
         if m is not None and bool(((m == 0) | (m == 1)).all()) and \
                 bool((m.real.sum(0) == 1).all()) and bool((m.real.sum(1) == 1).all()):
-            idx = m.real.argmax(1)
-            got = Perm(idx, torch.argsort(idx), val)
+            with caches.constants():  # kept on the circuit
+                idx = m.real.argmax(1)
+                got = Perm(idx, torch.argsort(idx), val)
         ev.cache[("perm", key)] = got
     return val if got is False else got
 

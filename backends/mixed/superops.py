@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from qdiff.backends.statevector.gate_data import circuit_angles
+from qdiff.circuits import caches
 from qdiff.circuits.channels import is_channel
 from qdiff.circuits.circuit import memo
 
@@ -282,7 +283,7 @@ class Evaluator:
 
     def const_mats(self):
         if self._const_mats is None:
-            with torch.no_grad():
+            with caches.constants():
                 theta = torch.zeros(1, 0, dtype=torch.float64, device=self.device)
                 idx = [i for i, op in enumerate(self.ops) if is_constant(op)]
                 rd = torch.float32 if self.cdtype == torch.complex64 else torch.float64
@@ -306,7 +307,7 @@ class Evaluator:
     def const(self, key):
         got = self.cache.get(key)
         if got is None:
-            with torch.no_grad():
+            with caches.constants():  # kept on the circuit: plain tensors, no history
                 if key[0] == "c":
                     got = None
                     for i in key[1]:

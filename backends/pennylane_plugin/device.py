@@ -49,6 +49,7 @@ from qdiff.backends.statevector.engine import Residual
 from qdiff.backends.statevector.simulate import Trace
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
+from qdiff.circuits.operation import is_concrete
 from qdiff.circuits.pennylane_io import (from_pennylane_observable, from_pennylane_tape,
                                         tape_op_supported, tape_projector)
 
@@ -563,6 +564,8 @@ def _observable(op):
         obs = None
     if obs is not None and not obs.terms:
         obs = None
+    if obs is not None and not is_concrete(obs.coeffs):
+        return obs  # made inside a torch.func transform: valid for this call only
     if key is not None:
         if len(_OBS_CACHE) > 256:
             _OBS_CACHE.clear()

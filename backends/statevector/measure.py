@@ -50,9 +50,10 @@ def _parity_signs(k: int, device, dtype) -> torch.Tensor:
     """``(-1)**popcount(x)`` for ``x`` in ``range(2**k)``."""
     key = (k, str(device), dtype)
     if key not in _SIGN_CACHE:
-        s = torch.ones(1, dtype=dtype, device=device)
-        for _ in range(k):
-            s = torch.cat([s, -s])
+        with caches.constants():
+            s = torch.ones(1, dtype=dtype, device=device)
+            for _ in range(k):
+                s = torch.cat([s, -s])
         _SIGN_CACHE[key] = s
     return _SIGN_CACHE[key]
 

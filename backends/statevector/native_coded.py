@@ -146,7 +146,8 @@ class CodedPlan:
         """The constant gates' data in ``cdtype`` (converted once)."""
         hit = self._data.get(cdtype)
         if hit is None:
-            hit = self._data[cdtype] = self._data[torch.complex128].to(cdtype)
+            with caches.constants():
+                hit = self._data[cdtype] = self._data[torch.complex128].to(cdtype)
         return hit
 
     def shared_flags(self, shared):
@@ -192,7 +193,8 @@ def coded_plan(ops, n: int):
     if hit is not None and hit[0] is ops and hit[1] == n:
         return hit[2]
     try:
-        plan = CodedPlan(ops, n)
+        with caches.constants():
+            plan = CodedPlan(ops, n)
     except Unsupported:
         plan = None
     if len(PLANS) >= 64:

@@ -13,6 +13,7 @@ from collections import OrderedDict
 import torch
 
 from qdiff.circuits import caches, memory
+from qdiff.circuits.operation import is_concrete
 from qdiff.circuits.paulis import PauliGroups, apply
 
 # cached diagonals, in bytes over all observables
@@ -34,7 +35,8 @@ def groups_of(obs, n: int) -> PauliGroups:
     key = _words_key(obs, n)
     g = _GROUPS.get(key)
     if g is None:
-        g = PauliGroups(obs.pauli_words(), n)
+        with caches.constants():
+            g = PauliGroups(obs.pauli_words(), n)
         _GROUPS[key] = g
         while len(_GROUPS) > 32:
             _GROUPS.popitem(last=False)
@@ -49,14 +51,15 @@ def diagonals_of(obs, n: int, dtype: torch.dtype, device) -> tuple:
     groups = groups_of(obs, n)
     rdtype = torch.float32 if dtype in (torch.float32, torch.complex64) else torch.float64
     c = obs.coeffs.to(device)
-    if c.requires_grad:
+    if c.requires_grad or not is_concrete(c):  # a transformed (e.g. vmapped) coefficient
         return groups, groups.diagonals(c, rdtype)
     key = (_words_key(obs, n), str(device), rdtype)
     hit = _DIAGS.get(key)
     if hit is not None and hit[0].shape == c.shape and torch.equal(hit[0], c):
         _DIAGS.move_to_end(key)
         return groups, hit[1]
-    d = groups.diagonals(c, rdtype)
+    with caches.constants():
+        d = groups.diagonals(c, rdtype)
     if d.numel() * d.element_size() <= _CACHE_BYTES:
         _DIAGS[key] = (c.detach().clone(), d)
         while sum(v[1].numel() * v[1].element_size() for v in _DIAGS.values()) > _CACHE_BYTES:

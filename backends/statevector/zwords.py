@@ -31,14 +31,15 @@ def sign_matrix(words: tuple, n: int, dtype, device) -> torch.Tensor:
     """``S[x, t] = (-1)**popcount(x & mask_t)`` for Z words given as wire tuples."""
     key = (words, n, dtype, str(device))
     if key not in _SIGN_CACHE:
-        x = torch.arange(2 ** n, device=device)
-        cols = []
-        for wires in words:
-            par = torch.zeros_like(x)
-            for w in wires:
-                par ^= (x >> (n - 1 - w)) & 1
-            cols.append(1 - 2 * par)
-        _SIGN_CACHE[key] = torch.stack(cols, dim=-1).to(dtype)
+        with caches.constants():
+            x = torch.arange(2 ** n, device=device)
+            cols = []
+            for wires in words:
+                par = torch.zeros_like(x)
+                for w in wires:
+                    par ^= (x >> (n - 1 - w)) & 1
+                cols.append(1 - 2 * par)
+            _SIGN_CACHE[key] = torch.stack(cols, dim=-1).to(dtype)
     return _SIGN_CACHE[key]
 
 
