@@ -60,12 +60,12 @@ from pennylane.measurements import (CountsMP, DensityMatrixMP, ExpectationMP, Pr
 from pennylane.transforms import defer_measurements
 
 from qdiff.backends.base import Job
-from qdiff.backends.pennylane_plugin.device import decompose_broadcast
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.noise import resolve_noise
 from qdiff.circuits.pennylane_io import (from_pennylane_observable, from_pennylane_tape,
                                         tape_channel_supported, tape_op_supported)
+from qdiff.circuits.pennylane_transforms import decompose_broadcast
 from qdiff.noise import routing_for
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
@@ -211,7 +211,7 @@ class QdiffMixed(Device):
         if self.noise is not None:
             program.add_transform(_refuse_mid_circuit_measurements, self.noise.name)
         program.add_transform(defer_measurements, allow_postselect=False)
-        program.add_transform(decompose_broadcast, stopping_condition=_stopping_condition,
+        program.add_transform(decompose_broadcast(), stopping_condition=_stopping_condition,
                               decomposer=_decomposer, split_rows=_split_channel_rows,
                               name=self.name)
         program.add_transform(device_resolve_dynamic_wires, wires=self.wires, allow_resets=False)

@@ -49,6 +49,7 @@ from qdiff.backends.statevector.engine import Residual
 from qdiff.backends.statevector.simulate import Trace
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
+from qdiff.circuits.pennylane_transforms import decompose_broadcast
 from qdiff.circuits.operation import is_concrete
 from qdiff.circuits.pennylane_io import (from_pennylane_observable, from_pennylane_tape,
                                         tape_op_supported, tape_projector)
@@ -95,30 +96,6 @@ def _accepted_analytic(mp) -> bool:
 
 def _accepted_sample(mp) -> bool:
     return isinstance(mp, SampleMeasurement)
-
-
-def _broadcast_unitary(op) -> bool:
-    return type(op).__name__ == "QubitUnitary" and op.batch_size is not None
-
-
-@qml.transform
-def decompose_broadcast(tape, stopping_condition, decomposer, split_rows=None, **kwargs):
-    """PennyLane's ``decompose`` into the operations ``stopping_condition`` accepts, where a
-    broadcast ``QubitUnitary`` (a user's, or the matrix of a broadcast operation without a
-    decomposition) splits the tape into one tape per row (``broadcast_expand``; the engines
-    take one matrix per gate): each row's matrix is then an ordinary ``QubitUnitary``.
-    ``split_rows(rows)`` splits what ``broadcast_expand`` leaves broadcast (channels)."""
-    def held(op):
-        return stopping_condition(op) or _broadcast_unitary(op)
-    (tape,), _ = decompose(tape, stopping_condition=held, decomposer=decomposer, **kwargs)
-    if not any(_broadcast_unitary(op) for op in tape.operations):
-        return (tape,), lambda results: results[0]
-    rows, fn = qml.transforms.broadcast_expand(tape)
-    if split_rows is not None:
-        rows = split_rows(rows)
-    out = [decompose(r, stopping_condition=stopping_condition, decomposer=decomposer,
-                     **kwargs)[0][0] for r in rows]
-    return tuple(out), fn
 
 
 @qml.transform
@@ -265,7 +242,7 @@ class QdiffStatevector(Device):
         config = execution_config or ExecutionConfig()
         program = qml.CompilePipeline()
         program.add_transform(defer_measurements, allow_postselect=True)
-        program.add_transform(decompose_broadcast, stopping_condition=_stopping_condition,
+        program.add_transform(decompose_broadcast(), stopping_condition=_stopping_condition,
                               decomposer=_decomposer, device_wires=self.wires,
                               target_gates=self._gate_set, name=self.name)
         program.add_transform(_expand_postselected_broadcast)
@@ -284,7 +261,7 @@ class QdiffStatevector(Device):
         program = qml.CompilePipeline()
         program.add_transform(no_sampling, name=name)
         program.add_transform(_refuse_postselection, name=name)
-        program.add_transform(decompose_broadcast,
+        program.add_transform(decompose_broadcast(),
                               stopping_condition=_adjoint_stopping_condition,
                               decomposer=_decomposer, device_wires=self.wires,
                               target_gates=self._gate_set,

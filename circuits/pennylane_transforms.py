@@ -1,0 +1,37 @@
+"""PennyLane tape transforms shared by qdiff's PennyLane devices (``qdiff.statevector`` and
+``qdiff.mixed``), made on first use (PennyLane is imported then, not with qdiff)."""
+from __future__ import annotations
+
+import functools
+
+
+def _broadcast_unitary(op) -> bool:
+    return type(op).__name__ == "QubitUnitary" and op.batch_size is not None
+
+
+@functools.lru_cache(maxsize=None)
+def decompose_broadcast():
+    """The transform ``decompose_broadcast(tape, stopping_condition, decomposer,
+    split_rows=None, **kwargs)``: PennyLane's ``decompose`` into the operations
+    ``stopping_condition`` accepts, where a broadcast ``QubitUnitary`` (a user's, or the matrix
+    of a broadcast operation without a decomposition) splits the tape into one tape per row
+    (``broadcast_expand``; the engines take one matrix per gate): each row's matrix is then an
+    ordinary ``QubitUnitary``. ``split_rows(rows)`` splits what ``broadcast_expand`` leaves
+    broadcast (channels)."""
+    import pennylane as qml
+    from pennylane.devices.preprocess import decompose
+
+    @qml.transform
+    def transform(tape, stopping_condition, decomposer, split_rows=None, **kwargs):
+        def held(op):
+            return stopping_condition(op) or _broadcast_unitary(op)
+        (tape,), _ = decompose(tape, stopping_condition=held, decomposer=decomposer, **kwargs)
+        if not any(_broadcast_unitary(op) for op in tape.operations):
+            return (tape,), lambda results: results[0]
+        rows, fn = qml.transforms.broadcast_expand(tape)
+        if split_rows is not None:
+            rows = split_rows(rows)
+        out = [decompose(r, stopping_condition=stopping_condition, decomposer=decomposer,
+                         **kwargs)[0][0] for r in rows]
+        return tuple(out), fn
+    return transform
