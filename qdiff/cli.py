@@ -252,6 +252,10 @@ def _compile_one(args, path, output, to_stdout, reports) -> tuple:
     from qdiff.compiler.api import compile as qcompile
     try:
         imp, version = _read(path)
+        if (args.qasm_version or version) == 2 and imp.columns():
+            names = ", ".join(str(c) for c in imp.parameters) or "angle expressions"
+            raise QdiffError(f"{path}: --qasm-version 2: the circuit has input parameters "
+                             f"({names}) and OpenQASM 2 has none; use --qasm-version 3")
         out, rep = qcompile(imp, level=args.level, basis=args.basis, verify=args.verify,
                             seed=args.seed, time_limit=args.time_limit, target=args.target,
                             name="<stdin>" if path == "-" else path, approx=args.approx,
@@ -261,7 +265,7 @@ def _compile_one(args, path, output, to_stdout, reports) -> tuple:
         if rep.verified is False:
             return EXIT_VERIFY, (f"{path}: output not equivalent to the input "
                                  f"(1-F = {rep.infidelity:.3g}); nothing written")
-        _write(out, rep, args, output, version, to_stdout)
+        _write(_with_parameters(out, imp), rep, args, output, version, to_stdout)
         return EXIT_OK, ""
     except QdiffError as exc:
         return EXIT_INPUT, str(exc)
@@ -324,6 +328,16 @@ def _read(path):
         return qasm.loads(text, "<stdin>"), qasm.qasm_version(text)
     text = qasm.read_text(path)
     return qasm.loads(text, path), qasm.qasm_version(text)
+
+
+def _with_parameters(out, imp):
+    """The compiled circuit with the input's parameters and angle expressions for its theta
+    columns (compilation keeps the columns), so the output declares the input's names."""
+    if not imp.columns():
+        return out
+    import dataclasses
+    return dataclasses.replace(imp, circuit=out, measurements=[], num_clbits=0,
+                               global_phase=0.0)
 
 
 def _write(out, rep, args, output, version, to_stdout) -> None:

@@ -207,3 +207,39 @@ def test_qasm2_in_qasm3_out_keeps_measurements(tmp_path, capsys):
     assert text.startswith("OPENQASM 3.0;")
     imp = qasm.load(out)
     assert imp.measurements == qasm.load(src).measurements
+
+
+PARAMETRIC3 = """OPENQASM 3.0;
+include "stdgates.inc";
+input float[64] alpha;
+input float[64] beta;
+qubit[2] q;
+rz(alpha) q[0];
+cx q[0],q[1];
+rx(2*beta+1) q[1];
+rz(alpha*beta) q[1];
+"""
+
+
+@pytest.mark.parametrize("level", [0, 2])
+def test_parametric_qasm3_keeps_input_names_and_expressions(tmp_path, level):
+    from qiskit import qasm3
+    from qiskit.quantum_info import Operator
+    src = write(tmp_path, "in.qasm", PARAMETRIC3)
+    out = str(tmp_path / "out.qasm")
+    assert main(["compile", src, "-o", out, "-O", str(level)]) == 0
+    a, b = qasm3.loads(PARAMETRIC3), qasm3.loads(open(out).read())
+    assert sorted(p.name for p in b.parameters) == ["alpha", "beta"]
+    for vals in ({"alpha": 0.3, "beta": 0.5}, {"alpha": -1.1, "beta": 2.0}):
+        bind = lambda qc: qc.assign_parameters({p: vals[p.name] for p in qc.parameters})  # noqa
+        assert Operator(bind(a)).equiv(Operator(bind(b)))
+
+
+def test_parametric_circuit_to_qasm2_is_refused_before_compiling(tmp_path, capsys):
+    src = write(tmp_path, "in.qasm", PARAMETRIC3)
+    out = tmp_path / "out.qasm"
+    assert main(["compile", src, "-o", str(out), "--qasm-version", "2"]) == 2
+    cap = capsys.readouterr()
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1 and "--qasm-version 2" in err[0] and "alpha, beta" in err[0]
+    assert not out.exists() and "CX in" not in cap.out
