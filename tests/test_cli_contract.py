@@ -51,7 +51,7 @@ BAD_INPUTS = {
     "qreg_100000": (H2 + "qreg q[100000];\nh q[0];\n", "bad.qasm:3: register 'q' of size 100000"),
     "qreg_rust_panic": (H2 + "qreg q[99999999999999999999];\nh q[0];\n", "bad.qasm:3: register"),
     "chained_2000": (chain(), "definitions nested more than 100 deep"),
-    "nested_bomb": (nested_bomb(), "bad.qasm:29: the program expands to more than"),
+    "nested_bomb": (nested_bomb(), "bad.qasm:30: the program expands to more than"),
     "empty": ("", "bad.qasm: empty input"),
     "qasm3_zero_div": (H3 + "qubit[1] q;\nrz(0/0) q[0];\n", "bad.qasm:4: division by zero"),
     "qasm3_syntax": (H3 + "qubit[2] q;\nh q[0;\n", "bad.qasm:4: syntax error at ';'"),
