@@ -19,9 +19,13 @@ _LINE = re.compile(r"(\d+),(\d+)")
 
 
 def qasm_version(text: str) -> int:
-    m = re.search(r"OPENQASM\s+(\d+)", text)
+    """The version of the program's ``OPENQASM n`` header (comments skipped, so a comment
+    mentioning another version does not count); without a header, 2 if it declares a
+    ``qreg``, else 3."""
+    code = qasm_bounds.strip_comments(text)
+    m = re.match(r"\s*OPENQASM\s+(\d+)", code) or re.search(r"\bOPENQASM\s+(\d+)", code)
     if not m:
-        return 2 if "qreg" in text else 3
+        return 2 if re.search(r"\bqreg\b", code) else 3
     return int(m.group(1))
 
 

@@ -155,3 +155,17 @@ def test_fuzz_mutated_valid_programs(base, edits):
 @given(st.lists(st.sampled_from(TOKENS), max_size=30))
 def test_fuzz_token_soup(tokens):
     load_only_qdiff_errors("OPENQASM 2.0;\n" + " ".join(tokens))
+
+
+@pytest.mark.parametrize("text, version", [
+    ('// Ported from an OPENQASM 3 program\nOPENQASM 2.0;\ninclude "qelib1.inc";\nqreg q[2];\n'
+     'h q[0];\ncx q[0],q[1];\n', 2),
+    ('/* was OPENQASM 2 before */\nOPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\n'
+     'h q[0];\ncx q[0], q[1];\n', 3),
+    ('// OPENQASM 3\n// no header; qreg below\nqreg q[1];\nU(0,0,0) q[0];\n', 2),
+])
+def test_version_is_read_from_the_header_not_comments(text, version):
+    from qdiff.circuits.qasm import qasm_version
+    assert qasm_version(text) == version
+    imp = qasm.loads(text)
+    assert imp.circuit.num_wires in (1, 2)
