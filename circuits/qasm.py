@@ -181,11 +181,14 @@ def load(path) -> QiskitImport:
     return loads(read_text(path), os.fspath(path))
 
 
-def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: int = 0) -> str:
+def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: int = 0,
+          basis=None) -> str:
     """OpenQASM text of ``circuit`` (a ``Circuit`` or a ``QiskitImport`` from :func:`loads`,
     whose parameters, expressions and measurements are written unless given here);
     ``measurements`` ``[(qubit, clbit)]`` are appended. Free parameters need ``version=3``
-    (``input float[64]``) or a ``theta`` binding."""
+    (``input float[64]``) or a ``theta`` binding. ``basis`` (gate names, e.g. a compiler
+    basis ``u1,u2,u3,cx``) names the one-qubit gates written: ``u3``/``u2`` for ``u`` and
+    ``u1`` for ``p`` when the basis has those names and not ``u``/``p``."""
     columns, phase = None, 0.0
     if isinstance(circuit, QiskitImport):
         imp = circuit
@@ -201,6 +204,8 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
         raise QdiffError(f"dumps: OpenQASM 2 has no free parameters and the circuit has "
                          f"{circuit.num_params}; use version=3 or bind them with theta=")
     qc = to_qiskit(circuit, theta, columns=columns, global_phase=phase)
+    if basis is not None:
+        _basis_names(qc, {str(b).strip().lower() for b in basis})
     if measurements:
         from qiskit import ClassicalRegister
         creg = ClassicalRegister(max(num_clbits, 1 + max(c for _, c in measurements)), "c")
@@ -215,6 +220,33 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
         return (q2 if version == 2 else q3).dumps(qc)
     except Exception as exc:  # the exporters raise their own types
         raise QdiffError(f"cannot write OpenQASM {version}: {exc}") from None
+
+
+def _basis_names(qc, names: set) -> None:
+    """Rewrite ``u``/``p`` instructions of ``qc`` in place as ``u3``/``u2``/``u1`` when
+    ``names`` has those and not ``u``/``p`` (the same matrices: U2 = U3(pi/2, ...))."""
+    import math
+
+    from qiskit.circuit.library import U1Gate, U2Gate, U3Gate
+    for i, inst in enumerate(qc.data):
+        g, ps = inst.operation, inst.operation.params
+        new = None
+        if g.name == "u" and "u" not in names:
+            if "u2" in names and _is_value(ps[0], math.pi / 2):
+                new = U2Gate(ps[1], ps[2])
+            elif "u3" in names:
+                new = U3Gate(*ps)
+        elif g.name == "p" and "p" not in names and "u1" in names:
+            new = U1Gate(ps[0])
+        if new is not None:
+            qc.data[i] = inst.replace(operation=new)
+
+
+def _is_value(p, value: float) -> bool:
+    try:
+        return float(p) == value
+    except TypeError:  # a free parameter
+        return False
 
 
 def dump(circuit, path, version: int = 2, *, force: bool = False, **kwargs) -> None:

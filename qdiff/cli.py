@@ -343,7 +343,7 @@ def _with_parameters(out, imp):
 def _write(out, rep, args, output, version, to_stdout) -> None:
     from qdiff.circuits import fileio, qasm
     text = qasm.dumps(out, args.qasm_version or version, measurements=rep.measurements,
-                      num_clbits=rep.num_clbits)
+                      num_clbits=rep.num_clbits, basis=rep.basis.split(","))
     if to_stdout:
         sys.stdout.write(text)
     elif output is not None:

@@ -243,3 +243,32 @@ def test_parametric_circuit_to_qasm2_is_refused_before_compiling(tmp_path, capsy
     err = cap.err.strip().splitlines()
     assert len(err) == 1 and "--qasm-version 2" in err[0] and "alpha, beta" in err[0]
     assert not out.exists() and "CX in" not in cap.out
+
+
+U_GATES = """OPENQASM 2.0;
+include "qelib1.inc";
+qreg q[2];
+u3(0.1,0.2,0.3) q[0];
+u2(0.1,0.2) q[1];
+u1(0.4) q[1];
+cx q[0],q[1];
+h q[1];
+"""
+
+
+@pytest.mark.parametrize("basis", ["u1,u2,u3,cx", "u3,cx"])
+@pytest.mark.parametrize("level", ["0", "2"])
+@pytest.mark.parametrize("version", ["2", "3"])
+def test_u1_u2_u3_basis_names_are_written(tmp_path, basis, level, version):
+    """The output uses the basis's own names: a strict OpenQASM 2 parser (qelib1.inc, no
+    `u`) reads it."""
+    from qiskit import qasm2, qasm3
+    from qiskit.quantum_info import Operator
+    src = write(tmp_path, "in.qasm", U_GATES)
+    out = str(tmp_path / "out.qasm")
+    assert main(["compile", src, "-o", out, "-O", level, "--basis", basis,
+                 "--qasm-version", version]) == 0
+    text = open(out).read()
+    qc = qasm2.loads(text) if version == "2" else qasm3.loads(text)
+    assert set(qc.count_ops()) <= set(basis.split(","))
+    assert Operator(qc).equiv(Operator(qasm2.loads(U_GATES)))

@@ -280,3 +280,10 @@ def test_compile_rejects_bad_arguments():
 def test_qd_compile_is_exported():
     import qdiff as qd
     assert qd.compile is compile
+
+
+def test_u1_u2_u3_basis_uses_all_three():
+    c = Circuit(1, (op("p", (0,), (0.4,)), op("h", (0,)), op("rz", (0,), (0.3,))))
+    out, rep = compile(c, level=0, basis="u1,u2,u3,cx")
+    assert names(out) == ["u1", "u2", "u1"]
+    assert rep.verified and qiskit_equiv(c, out)
