@@ -287,3 +287,13 @@ def test_u1_u2_u3_basis_uses_all_three():
     out, rep = compile(c, level=0, basis="u1,u2,u3,cx")
     assert names(out) == ["u1", "u2", "u1"]
     assert rep.verified and qiskit_equiv(c, out)
+
+
+@pytest.mark.parametrize("folder", ["run;1", "OPENQASM_tests"])
+def test_compile_a_path_whose_name_looks_like_qasm(tmp_path, folder):
+    src = 'OPENQASM 2.0;\ninclude "qelib1.inc";\nqreg q[2];\nh q[0];\ncx q[0],q[1];\n'
+    p = tmp_path / folder / "in.qasm"
+    p.parent.mkdir()
+    p.write_text(src)
+    out, rep = compile(str(p), level=1)
+    assert rep.verified and rep.cx_after == 1 and rep.num_qubits == 2

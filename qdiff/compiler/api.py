@@ -207,6 +207,8 @@ def _as_import(x):
     if isinstance(x, os.PathLike):
         return qasm.load(x)
     if isinstance(x, str):
+        if os.path.isfile(x):  # an existing file is a path, whatever its name contains
+            return qasm.load(x)
         if "OPENQASM" in x or ";" in x:
             return qasm.loads(x)
         if os.path.exists(x):
