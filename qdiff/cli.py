@@ -329,7 +329,9 @@ def _clear_stage() -> None:
 
 
 def _progress(files):
-    if len(files) < 2:
+    """A progress bar over a batch on a terminal; the plain list when stderr is piped or
+    redirected (stderr then holds only the failures' lines)."""
+    if len(files) < 2 or not sys.stderr.isatty():
         return files
     from tqdm import tqdm
     return tqdm(files, desc="compiling", unit="file", file=sys.stderr, leave=False)

@@ -143,3 +143,16 @@ def test_basis_with_target_is_refused(tmp_path, src, capsys, basis):
     assert not out.exists()
     with pytest.raises(qd.QdiffError, match="basis"):
         qd.compile(SRC, basis=basis, target="fake_manila")
+
+
+def test_batch_is_quiet_when_stderr_is_not_a_terminal(tmp_path, capsys, monkeypatch):
+    d = tmp_path / "in"
+    d.mkdir()
+    for i in range(3):
+        (d / f"c{i}.qasm").write_text(SRC)
+    assert main(["compile", str(d), "--out-dir", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().err == ""
+    tty = _Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    assert main(["compile", str(d), "--out-dir", str(tmp_path / "out2"), "-O", "0"]) == 0
+    assert "compiling" in tty.text  # the batch's progress bar, on a terminal only
