@@ -251,5 +251,7 @@ def _is_value(p, value: float) -> bool:
 
 def dump(circuit, path, version: int = 2, *, force: bool = False, **kwargs) -> None:
     """Write OpenQASM with :func:`qdiff.circuits.fileio.write_atomic` (temp file + rename, the
-    existing file's mode kept, a read-only one replaced only with ``force``)."""
-    write_atomic(path, dumps(circuit, version, **kwargs), force=force)
+    existing file's mode kept, a read-only one replaced only with ``force``), ending with a
+    newline."""
+    text = dumps(circuit, version, **kwargs)
+    write_atomic(path, text if text.endswith("\n") else text + "\n", force=force)

@@ -272,3 +272,16 @@ def test_u1_u2_u3_basis_names_are_written(tmp_path, basis, level, version):
     qc = qasm2.loads(text) if version == "2" else qasm3.loads(text)
     assert set(qc.count_ops()) <= set(basis.split(","))
     assert Operator(qc).equiv(Operator(qasm2.loads(U_GATES)))
+
+
+@pytest.mark.parametrize("version", ["2", "3"])
+def test_outputs_end_with_a_newline(tmp_path, capsys, version):
+    src = write(tmp_path, "in.qasm", GOOD)
+    out = tmp_path / "out.qasm"
+    assert main(["compile", src, "-o", str(out), "--qasm-version", version]) == 0
+    assert out.read_text().endswith(";\n")
+    capsys.readouterr()
+    assert main(["compile", src, "-o", "-", "--qasm-version", version]) == 0
+    assert capsys.readouterr().out.endswith(";\n")
+    qasm.dump(qasm.load(src), tmp_path / "d.qasm", int(version))
+    assert (tmp_path / "d.qasm").read_text().endswith(";\n")
