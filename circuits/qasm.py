@@ -63,9 +63,52 @@ def _interrupted(exc: BaseException) -> bool:
     return False
 
 
+_INCLUDE_QELIB1 = re.compile(r'(?:^|;)\s*include\s+"qelib1\.inc"\s*;')
+_GATE_NAME = re.compile(r"(?:^|[;}])\s*(?:gate|opaque)\s+([A-Za-z_]\w*)")
+
+
 def _parse2(text: str):
+    """OpenQASM 2 with Qiskit's library gates for ``qelib1.inc`` (and its legacy extras such
+    as ``u``, ``p``, ``sx``, ``rzz``) only when the file includes it; a gate the file defines
+    itself is always its own definition (``gate delay ...``, or ``h`` without the include)."""
     import qiskit.qasm2 as q2
-    return q2.loads(text, custom_instructions=q2.LEGACY_CUSTOM_INSTRUCTIONS)
+    code = qasm_bounds.strip_comments(text)
+    own = set(_GATE_NAME.findall(code))
+    if not _INCLUDE_QELIB1.search(code):
+        qc = q2.loads(text)  # the spec's U and CX only: an undefined gate is an error
+    else:
+        custom = [c for c in q2.LEGACY_CUSTOM_INSTRUCTIONS if c.name not in own]
+        qc = q2.loads(text, custom_instructions=custom)
+    clash = own & _reserved_names()
+    return _inline(qc, clash) if clash else qc
+
+
+def _reserved_names() -> set:
+    """Instruction names the Qiskit importer reads by name (library gates, skipped or
+    special instructions)."""
+    from qdiff.circuits import qiskit_io
+    return set(qiskit_io.FROM_QISKIT) | set(getattr(qiskit_io, "_SKIP", ())) | {
+        "barrier", "delay", "measure", "reset", "unitary", "ctrl"}
+
+
+def _inline(qc, names: set):
+    """``qc`` with the file's own gates replaced by their definitions (recursively), so a
+    gate of the file called like a library gate or instruction (``names``) is never read as
+    that gate by name; an opaque one of those names is an error."""
+    from qiskit.circuit import Gate
+    out = qc.copy_empty_like()
+    for inst in qc.data:
+        op = inst.operation
+        own = type(op) is Gate or (type(op).__module__ or "").startswith("qiskit.qasm2")
+        # (an opaque declaration is a plain Gate; a definition is the parser's own class)
+        if own and op.definition is not None:
+            out.compose(_inline(op.definition, names), qubits=list(inst.qubits),
+                        clbits=list(inst.clbits), inplace=True)
+        elif own and op.name in names:
+            raise QdiffError(f"gate '{op.name}' is declared opaque (no definition)")
+        else:
+            out.append(inst)
+    return out
 
 
 def _parse3(text: str):
