@@ -199,8 +199,8 @@ def _count(code: str, regs: dict, filename: str, line, limit=MAX_GATES) -> int:
         total += _statement_cost(stmt, sizes, regs)[0]
         if limit is not None and total > limit:
             raise QdiffParseError(f"{filename}:{line(start)}: the program expands to more than "
-                                  f"{limit} gates (the limit) with its gate definitions and modifiers "
-                                  "expanded")
+                                  f"{limit} gates (the limit) with its gate definitions and "
+                                  "modifiers expanded")
     return total
 
 
