@@ -231,7 +231,8 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
     ``measurements`` ``[(qubit, clbit)]`` are appended. Free parameters need ``version=3``
     (``input float[64]``) or a ``theta`` binding. ``basis`` (gate names, e.g. a compiler
     basis ``u1,u2,u3,cx``) names the one-qubit gates written: ``u3``/``u2`` for ``u`` and
-    ``u1`` for ``p`` when the basis has those names and not ``u``/``p``."""
+    ``u1`` for ``p`` when the basis has those names and not ``u``/``p``. The text ends with a
+    newline."""
     columns, phase = None, 0.0
     if isinstance(circuit, QiskitImport):
         imp = circuit
@@ -260,9 +261,10 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
     import qiskit.qasm2 as q2
     import qiskit.qasm3 as q3
     try:
-        return (q2 if version == 2 else q3).dumps(qc)
+        text = (q2 if version == 2 else q3).dumps(qc)
     except Exception as exc:  # the exporters raise their own types
         raise QdiffError(f"cannot write OpenQASM {version}: {exc}") from None
+    return text if text.endswith("\n") else text + "\n"  # a text file ends with a newline
 
 
 def _basis_names(qc, names: set) -> None:
@@ -294,7 +296,5 @@ def _is_value(p, value: float) -> bool:
 
 def dump(circuit, path, version: int = 2, *, force: bool = False, **kwargs) -> None:
     """Write OpenQASM with :func:`qdiff.circuits.fileio.write_atomic` (temp file + rename, the
-    existing file's mode kept, a read-only one replaced only with ``force``), ending with a
-    newline."""
-    text = dumps(circuit, version, **kwargs)
-    write_atomic(path, text if text.endswith("\n") else text + "\n", force=force)
+    existing file's mode kept, a read-only one replaced only with ``force``)."""
+    write_atomic(path, dumps(circuit, version, **kwargs), force=force)

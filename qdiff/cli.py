@@ -360,7 +360,6 @@ def _write(out, rep, args, output, version, to_stdout) -> None:
     from qdiff.circuits import fileio, qasm
     text = qasm.dumps(out, args.qasm_version or version, measurements=rep.measurements,
                       num_clbits=rep.num_clbits, basis=rep.basis.split(","))
-    text = text if text.endswith("\n") else text + "\n"  # a text file ends with a newline
     if to_stdout:
         sys.stdout.write(text)
     elif output is not None:
