@@ -165,7 +165,7 @@ def test_console_script_declared():
     import tomllib
     with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as fh:
         meta = tomllib.load(fh)
-    assert meta["project"]["scripts"]["qdiff"] == "qdiff.cli:main"
+    assert meta["project"]["scripts"]["qdiff"] == "qdiff._console:main"
 
 
 def test_level3_and_target_through_main(tmp_path, capsys):
