@@ -19,9 +19,13 @@ _LINE = re.compile(r"(\d+),(\d+)")
 
 
 def qasm_version(text: str) -> int:
-    m = re.search(r"OPENQASM\s+(\d+)", text)
+    """The version of the program's ``OPENQASM n`` header (comments skipped, so a comment
+    mentioning another version does not count); without a header, 2 if it declares a
+    ``qreg``, else 3."""
+    code = qasm_bounds.strip_comments(text)
+    m = re.match(r"\s*OPENQASM\s+(\d+)", code) or re.search(r"\bOPENQASM\s+(\d+)", code)
     if not m:
-        return 2 if "qreg" in text else 3
+        return 2 if re.search(r"\bqreg\b", code) else 3
     return int(m.group(1))
 
 
@@ -59,9 +63,52 @@ def _interrupted(exc: BaseException) -> bool:
     return False
 
 
+_INCLUDE_QELIB1 = re.compile(r'(?:^|;)\s*include\s+"qelib1\.inc"\s*;')
+_GATE_NAME = re.compile(r"(?:^|[;}])\s*(?:gate|opaque)\s+([A-Za-z_]\w*)")
+
+
 def _parse2(text: str):
+    """OpenQASM 2 with Qiskit's library gates for ``qelib1.inc`` (and its legacy extras such
+    as ``u``, ``p``, ``sx``, ``rzz``) only when the file includes it; a gate the file defines
+    itself is always its own definition (``gate delay ...``, or ``h`` without the include)."""
     import qiskit.qasm2 as q2
-    return q2.loads(text, custom_instructions=q2.LEGACY_CUSTOM_INSTRUCTIONS)
+    code = qasm_bounds.strip_comments(text)
+    own = set(_GATE_NAME.findall(code))
+    if not _INCLUDE_QELIB1.search(code):
+        qc = q2.loads(text)  # the spec's U and CX only: an undefined gate is an error
+    else:
+        custom = [c for c in q2.LEGACY_CUSTOM_INSTRUCTIONS if c.name not in own]
+        qc = q2.loads(text, custom_instructions=custom)
+    clash = own & _reserved_names()
+    return _inline(qc, clash) if clash else qc
+
+
+def _reserved_names() -> set:
+    """Instruction names the Qiskit importer reads by name (library gates, skipped or
+    special instructions)."""
+    from qdiff.circuits import qiskit_io
+    return set(qiskit_io.FROM_QISKIT) | set(getattr(qiskit_io, "_SKIP", ())) | {
+        "barrier", "delay", "measure", "reset", "unitary", "ctrl"}
+
+
+def _inline(qc, names: set):
+    """``qc`` with the file's own gates replaced by their definitions (recursively), so a
+    gate of the file called like a library gate or instruction (``names``) is never read as
+    that gate by name; an opaque one of those names is an error."""
+    from qiskit.circuit import Gate
+    out = qc.copy_empty_like()
+    for inst in qc.data:
+        op = inst.operation
+        own = type(op) is Gate or (type(op).__module__ or "").startswith("qiskit.qasm2")
+        # (an opaque declaration is a plain Gate; a definition is the parser's own class)
+        if own and op.definition is not None:
+            out.compose(_inline(op.definition, names), qubits=list(inst.qubits),
+                        clbits=list(inst.clbits), inplace=True)
+        elif own and op.name in names:
+            raise QdiffError(f"gate '{op.name}' is declared opaque (no definition)")
+        else:
+            out.append(inst)
+    return out
 
 
 def _parse3(text: str):
@@ -177,11 +224,15 @@ def load(path) -> QiskitImport:
     return loads(read_text(path), os.fspath(path))
 
 
-def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: int = 0) -> str:
+def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: int = 0,
+          basis=None) -> str:
     """OpenQASM text of ``circuit`` (a ``Circuit`` or a ``QiskitImport`` from :func:`loads`,
     whose parameters, expressions and measurements are written unless given here);
     ``measurements`` ``[(qubit, clbit)]`` are appended. Free parameters need ``version=3``
-    (``input float[64]``) or a ``theta`` binding."""
+    (``input float[64]``) or a ``theta`` binding. ``basis`` (gate names, e.g. a compiler
+    basis ``u1,u2,u3,cx``) names the one-qubit gates written: ``u3``/``u2`` for ``u`` and
+    ``u1`` for ``p`` when the basis has those names and not ``u``/``p``. The text ends with a
+    newline."""
     columns, phase, registers = None, 0.0, None
     free = None if not isinstance(circuit, Circuit) else circuit.num_params
     if isinstance(circuit, QiskitImport):
@@ -202,6 +253,8 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
         raise QdiffError(f"dumps: OpenQASM 2 has no free parameters and the circuit has "
                          f"{free}; use version=3 or bind them with theta=")
     qc = to_qiskit(circuit, theta, columns=columns, global_phase=phase)
+    if basis is not None:
+        _basis_names(qc, {str(b).strip().lower() for b in basis})
     if measurements:
         bits = _classical_bits(qc, registers, num_clbits, measurements)
         for q, c in measurements:
@@ -211,9 +264,37 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
     import qiskit.qasm2 as q2
     import qiskit.qasm3 as q3
     try:
-        return (q2 if version == 2 else q3).dumps(qc)
+        text = (q2 if version == 2 else q3).dumps(qc)
     except Exception as exc:  # the exporters raise their own types
         raise QdiffError(f"cannot write OpenQASM {version}: {exc}") from None
+    return text if text.endswith("\n") else text + "\n"  # a text file ends with a newline
+
+
+def _basis_names(qc, names: set) -> None:
+    """Rewrite ``u``/``p`` instructions of ``qc`` in place as ``u3``/``u2``/``u1`` when
+    ``names`` has those and not ``u``/``p`` (the same matrices: U2 = U3(pi/2, ...))."""
+    import math
+
+    from qiskit.circuit.library import U1Gate, U2Gate, U3Gate
+    for i, inst in enumerate(qc.data):
+        g, ps = inst.operation, inst.operation.params
+        new = None
+        if g.name == "u" and "u" not in names:
+            if "u2" in names and _is_value(ps[0], math.pi / 2):
+                new = U2Gate(ps[1], ps[2])
+            elif "u3" in names:
+                new = U3Gate(*ps)
+        elif g.name == "p" and "p" not in names and "u1" in names:
+            new = U1Gate(ps[0])
+        if new is not None:
+            qc.data[i] = inst.replace(operation=new)
+
+
+def _is_value(p, value: float) -> bool:
+    try:
+        return float(p) == value
+    except TypeError:  # a free parameter
+        return False
 
 
 def _classical_bits(qc, registers, num_clbits: int, measurements) -> list:

@@ -9,7 +9,10 @@ the limit.
 * ``MAX_BYTES``: size of a file or stream (read with this cap);
 * ``MAX_QUBITS``: qubits (and, separately, classical bits) declared by registers;
 * ``MAX_GATES``: gates of the program with every gate definition expanded (counted per
-  definition from its body, so a definition is never expanded to be counted);
+  definition from its body, so a definition is never expanded to be counted) and every
+  modifier's expansion charged: ``pow(k)`` ``|k|`` times, ``ctrl(k)``/``negctrl(k)``
+  ``CTRL_COST * k**2`` times (multi-controlled synthesis is quadratic in ``k``), a non-integer
+  power ``4**n`` times on ``n`` qubits (a synthesized unitary);
 * ``MAX_NESTING``: depth of gate definitions calling gate definitions.
 
 OpenQASM 3 index ranges (``q[0:5]``) beyond a declared register are refused too (the importer
@@ -29,6 +32,7 @@ MAX_BYTES = 64 * 2 ** 20
 MAX_QUBITS = 10_000
 MAX_GATES = 1_000_000
 MAX_NESTING = 100
+CTRL_COST = 16  # gates per controlled gate and control**2 (Qiskit's synthesis: about 11)
 
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 _REG2 = re.compile(r"\b(qreg|creg)\s+([A-Za-z_]\w*)\s*\[\s*(\d+)\s*\]")
@@ -132,17 +136,29 @@ def _definitions(code: str):
 
 def _statement_cost(stmt: str, sizes: dict, regs: dict):
     """``(gates, callee)`` of one statement: a gate call's expanded size times its
-    broadcast over whole registers and ``pow(k)`` modifiers; ``(0, None)`` otherwise."""
-    factor = 1
+    broadcast over whole registers and its modifiers' expansion (``pow(k)``: ``|k|``; a
+    non-integer power: ``4**qubits``, the size of a synthesized unitary; ``k`` controls:
+    ``CTRL_COST * k**2``); ``(0, None)`` otherwise."""
+    factor, controls, unitary = 1, 0, False
     while True:
         m = _MODIFIER.match(stmt)
         if m is None:
             break
-        if m.group(1) == "pow":
+        kind, arg = m.group(1), m.group(2)
+        if kind == "pow":
             try:
-                factor *= max(1, abs(int(float(m.group(2) or 1))))
+                value = float(arg or 1)
+                if value.is_integer():
+                    factor *= max(1, abs(int(value)))
+                else:
+                    unitary = True
             except (ValueError, OverflowError):
-                pass
+                unitary = True  # a symbolic or malformed power: at worst a unitary
+        elif kind in ("ctrl", "negctrl"):
+            try:
+                controls += max(1, int(arg or 1))
+            except (ValueError, OverflowError):
+                controls += 1  # not an integer literal: the importer refuses it
         stmt = stmt[m.end():]
     m = _CALL.match(stmt)
     if m is None or m.group(1) in _NOT_GATES:
@@ -151,10 +167,15 @@ def _statement_cost(stmt: str, sizes: dict, regs: dict):
     if "=" in rest or "->" in rest:
         return 0, None
     width = 1
-    for arg in rest.split(","):
+    args = rest.split(",")
+    for arg in args:
         arg = arg.strip()
         if arg in regs:
             width = max(width, regs[arg])
+    if controls:
+        factor *= CTRL_COST * min(controls, MAX_QUBITS) ** 2
+    if unitary:
+        factor *= 4 ** min(len(args), 20)
     return sizes.get(m.group(1), 1) * width * factor, m.group(1)
 
 
@@ -178,7 +199,8 @@ def _count(code: str, regs: dict, filename: str, line, limit=MAX_GATES) -> int:
         total += _statement_cost(stmt, sizes, regs)[0]
         if limit is not None and total > limit:
             raise QdiffParseError(f"{filename}:{line(start)}: the program expands to more than "
-                                  f"{limit} gates (the limit) with its gate definitions expanded")
+                                  f"{limit} gates (the limit) with its gate definitions and "
+                                  "modifiers expanded")
     return total
 
 
@@ -187,5 +209,6 @@ def _main_statements(code: str, spans: list):
     pos = 0
     for start, end in spans + [(len(code), len(code))]:
         for m in re.finditer(r"[^;{}]+", code[pos:start]):
-            yield pos + m.start(), m.group(0)
+            lead = len(m.group(0)) - len(m.group(0).lstrip())
+            yield pos + m.start() + lead, m.group(0)
         pos = end

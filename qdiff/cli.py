@@ -46,15 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--out-dir", metavar="DIR", help="directory for the outputs (same names)")
     c.add_argument("-O", dest="level", type=int, choices=[0, 1, 2, 3], default=2,
                    help="optimization level (default 2; 3 adds gradient re-synthesis)")
-    c.add_argument("--basis", default="cx,u", help="target gates, e.g. cx,u | rz,sx,x,cx | "
-                   "cz,rz,sx,x (default cx,u)")
+    c.add_argument("--basis", default=None, help="target gates, e.g. cx,u | rz,sx,x,cx | "
+                   "cz,rz,sx,x (default cx,u; not with --target, which uses the device's)")
     c.add_argument("--target", metavar="DEVICE", help="IBM device, any name qd.device('ibm', "
                    "backend=...) accepts (fake_* offline, e.g. fake_manila; real names with an "
                    "account): layout/routing by Qiskit, then qdiff in its basis")
     c.add_argument("--approx", type=float, default=None, metavar="EPS",
                    help="allow a process infidelity of at most EPS per circuit (resynthesis and "
                    "gate dropping; verified and reported); default: exact (1e-12)")
-    c.add_argument("--work", type=float, default=None, metavar="UNITS",
+    c.add_argument("--work", type=_work, default=None, metavar="UNITS",
                    help="level-3 search budget in work units (default 25 per input CX, 100-2500): the same input, "
                    "level, basis and seed give the same output on any machine")
     c.add_argument("--verify", choices=["final", "auto", "unitary", "statevector", "none"],
@@ -90,6 +90,16 @@ def _seconds(text: str) -> float:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of seconds")
+    return value
+
+
+def _work(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of work units")
     return value
 
 
@@ -196,8 +206,11 @@ def _compile(args) -> int:
     files = expand_inputs(args.inputs)
     if args.output and len(files) > 1:
         raise QdiffError("-o names one output file but there are several inputs; use --out-dir")
-    if args.target is None:
+    if args.basis is not None:
         parse_basis(args.basis)  # a bad --basis is an input error before any work
+        if args.target is not None:
+            raise QdiffError(f"--basis {args.basis} with --target {args.target}: the target's "
+                             "own basis is used; give one of them")
     if args.approx is not None and not 0 < args.approx < 1:
         raise QdiffError(f"--approx {args.approx:g}: expected a process infidelity in (0, 1)")
     if args.out_dir:
@@ -252,7 +265,12 @@ def _compile_one(args, path, output, to_stdout, reports) -> tuple:
     from qdiff.compiler.api import compile as qcompile
     try:
         imp, version = _read(path)
-        out, rep = qcompile(imp, level=args.level, basis=args.basis, verify=args.verify,
+        if (args.qasm_version or version) == 2 and imp.columns():
+            names = ", ".join(str(c) for c in imp.parameters) or "angle expressions"
+            raise QdiffError(f"{path}: --qasm-version 2: the circuit has input parameters "
+                             f"({names}) and OpenQASM 2 has none; use --qasm-version 3")
+        out, rep = qcompile(imp, level=args.level, basis=args.basis,
+                            verify=args.verify,
                             seed=args.seed, time_limit=args.time_limit, target=args.target,
                             name="<stdin>" if path == "-" else path, approx=args.approx,
                             work=args.work, progress=_stage_printer(path))
@@ -261,7 +279,7 @@ def _compile_one(args, path, output, to_stdout, reports) -> tuple:
         if rep.verified is False:
             return EXIT_VERIFY, (f"{path}: output not equivalent to the input "
                                  f"(1-F = {rep.infidelity:.3g}); nothing written")
-        _write(out, rep, args, output, version, to_stdout)
+        _write(_with_parameters(out, imp), rep, args, output, version, to_stdout)
         return EXIT_OK, ""
     except QdiffError as exc:
         return EXIT_INPUT, str(exc)
@@ -311,7 +329,9 @@ def _clear_stage() -> None:
 
 
 def _progress(files):
-    if len(files) < 2:
+    """A progress bar over a batch on a terminal; the plain list when stderr is piped or
+    redirected (stderr then holds only the failures' lines)."""
+    if len(files) < 2 or not sys.stderr.isatty():
         return files
     from tqdm import tqdm
     return tqdm(files, desc="compiling", unit="file", file=sys.stderr, leave=False)
@@ -326,10 +346,20 @@ def _read(path):
     return qasm.loads(text, path), qasm.qasm_version(text)
 
 
+def _with_parameters(out, imp):
+    """The compiled circuit with the input's parameters and angle expressions for its theta
+    columns (compilation keeps the columns), so the output declares the input's names."""
+    if not imp.columns():
+        return out
+    import dataclasses
+    return dataclasses.replace(imp, circuit=out, measurements=[], num_clbits=0,
+                               global_phase=0.0)
+
+
 def _write(out, rep, args, output, version, to_stdout) -> None:
     from qdiff.circuits import fileio, qasm
     text = qasm.dumps(out, args.qasm_version or version, measurements=rep.measurements,
-                      num_clbits=rep.num_clbits)
+                      num_clbits=rep.num_clbits, basis=rep.basis.split(","))
     if to_stdout:
         sys.stdout.write(text)
     elif output is not None:

@@ -165,7 +165,7 @@ def test_console_script_declared():
     import tomllib
     with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as fh:
         meta = tomllib.load(fh)
-    assert meta["project"]["scripts"]["qdiff"] == "qdiff.cli:main"
+    assert meta["project"]["scripts"]["qdiff"] == "qdiff._console:main"
 
 
 def test_level3_and_target_through_main(tmp_path, capsys):
@@ -207,3 +207,81 @@ def test_qasm2_in_qasm3_out_keeps_measurements(tmp_path, capsys):
     assert text.startswith("OPENQASM 3.0;")
     imp = qasm.load(out)
     assert imp.measurements == qasm.load(src).measurements
+
+
+PARAMETRIC3 = """OPENQASM 3.0;
+include "stdgates.inc";
+input float[64] alpha;
+input float[64] beta;
+qubit[2] q;
+rz(alpha) q[0];
+cx q[0],q[1];
+rx(2*beta+1) q[1];
+rz(alpha*beta) q[1];
+"""
+
+
+@pytest.mark.parametrize("level", [0, 2])
+def test_parametric_qasm3_keeps_input_names_and_expressions(tmp_path, level):
+    from qiskit import qasm3
+    from qiskit.quantum_info import Operator
+    src = write(tmp_path, "in.qasm", PARAMETRIC3)
+    out = str(tmp_path / "out.qasm")
+    assert main(["compile", src, "-o", out, "-O", str(level)]) == 0
+    a, b = qasm3.loads(PARAMETRIC3), qasm3.loads(open(out).read())
+    assert sorted(p.name for p in b.parameters) == ["alpha", "beta"]
+    for vals in ({"alpha": 0.3, "beta": 0.5}, {"alpha": -1.1, "beta": 2.0}):
+        bind = lambda qc: qc.assign_parameters({p: vals[p.name] for p in qc.parameters})  # noqa
+        assert Operator(bind(a)).equiv(Operator(bind(b)))
+
+
+def test_parametric_circuit_to_qasm2_is_refused_before_compiling(tmp_path, capsys):
+    src = write(tmp_path, "in.qasm", PARAMETRIC3)
+    out = tmp_path / "out.qasm"
+    assert main(["compile", src, "-o", str(out), "--qasm-version", "2"]) == 2
+    cap = capsys.readouterr()
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1 and "--qasm-version 2" in err[0] and "alpha, beta" in err[0]
+    assert not out.exists() and "CX in" not in cap.out
+
+
+U_GATES = """OPENQASM 2.0;
+include "qelib1.inc";
+qreg q[2];
+u3(0.1,0.2,0.3) q[0];
+u2(0.1,0.2) q[1];
+u1(0.4) q[1];
+cx q[0],q[1];
+h q[1];
+"""
+
+
+@pytest.mark.parametrize("basis", ["u1,u2,u3,cx", "u3,cx"])
+@pytest.mark.parametrize("level", ["0", "2"])
+@pytest.mark.parametrize("version", ["2", "3"])
+def test_u1_u2_u3_basis_names_are_written(tmp_path, basis, level, version):
+    """The output uses the basis's own names: a strict OpenQASM 2 parser (qelib1.inc, no
+    `u`) reads it."""
+    from qiskit import qasm2, qasm3
+    from qiskit.quantum_info import Operator
+    src = write(tmp_path, "in.qasm", U_GATES)
+    out = str(tmp_path / "out.qasm")
+    assert main(["compile", src, "-o", out, "-O", level, "--basis", basis,
+                 "--qasm-version", version]) == 0
+    text = open(out).read()
+    qc = qasm2.loads(text) if version == "2" else qasm3.loads(text)
+    assert set(qc.count_ops()) <= set(basis.split(","))
+    assert Operator(qc).equiv(Operator(qasm2.loads(U_GATES)))
+
+
+@pytest.mark.parametrize("version", ["2", "3"])
+def test_outputs_end_with_a_newline(tmp_path, capsys, version):
+    src = write(tmp_path, "in.qasm", GOOD)
+    out = tmp_path / "out.qasm"
+    assert main(["compile", src, "-o", str(out), "--qasm-version", version]) == 0
+    assert out.read_text().endswith(";\n")
+    capsys.readouterr()
+    assert main(["compile", src, "-o", "-", "--qasm-version", version]) == 0
+    assert capsys.readouterr().out.endswith(";\n")
+    qasm.dump(qasm.load(src), tmp_path / "d.qasm", int(version))
+    assert (tmp_path / "d.qasm").read_text().endswith(";\n")

@@ -115,3 +115,44 @@ def test_progress_on_a_terminal_and_quiet_when_piped(tmp_path, src, capsys, monk
     monkeypatch.setattr(sys, "stderr", tty)
     assert main(["compile", src, "-O", "3", "--work", "50", "-o", str(tmp_path / "o.qasm")]) == 0
     assert "best" in tty.text and "pauli" in tty.text and "two-qubit gates" in tty.text
+
+
+@pytest.mark.parametrize("work", ["-5", "0", "nan", "inf", "abc"])
+def test_bad_work_exit_2(tmp_path, src, capsys, work):
+    out = tmp_path / "o.qasm"
+    assert main(["compile", src, "-O", "3", "--work", work, "-o", str(out)]) == 2
+    assert "--work" in _err_line(capsys) and not out.exists()
+
+
+@pytest.mark.parametrize("work", [-5, 0, float("nan"), float("inf"), "50", True])
+def test_api_bad_work_is_an_error(work):
+    with pytest.raises(qd.QdiffError, match="work"):
+        qd.compile(SRC, level=3, work=work)
+
+
+@pytest.mark.parametrize("basis", ["no,such,gates", "h,s,sdg,t,tdg,cx", "cx,u"])
+def test_basis_with_target_is_refused(tmp_path, src, capsys, basis):
+    """A bad basis is named whatever else is given; a valid one with --target is refused
+    (the device's basis would silently replace it)."""
+    out = tmp_path / "o.qasm"
+    assert main(["compile", src, "--target", "fake_manila", "--basis", basis,
+                 "-o", str(out)]) == 2
+    line = _err_line(capsys)
+    assert ("basis 'gates,no,such'" in line) if basis == "no,such,gates" else \
+        ("--target" in line and "--basis" in line)
+    assert not out.exists()
+    with pytest.raises(qd.QdiffError, match="basis"):
+        qd.compile(SRC, basis=basis, target="fake_manila")
+
+
+def test_batch_is_quiet_when_stderr_is_not_a_terminal(tmp_path, capsys, monkeypatch):
+    d = tmp_path / "in"
+    d.mkdir()
+    for i in range(3):
+        (d / f"c{i}.qasm").write_text(SRC)
+    assert main(["compile", str(d), "--out-dir", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().err == ""
+    tty = _Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    assert main(["compile", str(d), "--out-dir", str(tmp_path / "out2"), "-O", "0"]) == 0
+    assert "compiling" in tty.text  # the batch's progress bar, on a terminal only

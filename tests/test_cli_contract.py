@@ -51,7 +51,7 @@ BAD_INPUTS = {
     "qreg_100000": (H2 + "qreg q[100000];\nh q[0];\n", "bad.qasm:3: register 'q' of size 100000"),
     "qreg_rust_panic": (H2 + "qreg q[99999999999999999999];\nh q[0];\n", "bad.qasm:3: register"),
     "chained_2000": (chain(), "definitions nested more than 100 deep"),
-    "nested_bomb": (nested_bomb(), "bad.qasm:29: the program expands to more than"),
+    "nested_bomb": (nested_bomb(), "bad.qasm:30: the program expands to more than"),
     "empty": ("", "bad.qasm: empty input"),
     "qasm3_zero_div": (H3 + "qubit[1] q;\nrz(0/0) q[0];\n", "bad.qasm:4: division by zero"),
     "qasm3_syntax": (H3 + "qubit[2] q;\nh q[0;\n", "bad.qasm:4: syntax error at ';'"),
@@ -274,3 +274,41 @@ def test_ctrl_c_during_a_held_import_lands_after_it(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         __import__(name)
     assert name not in sys.modules
+
+
+_HOOK = '''import os, signal, sys
+class _Hook:
+    def find_spec(self, name, path=None, target=None):
+        if name == "qdiff.cli" and os.environ.get("QDIFF_TEST_SIGINT_AT_IMPORT"):
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, _Hook())
+'''
+
+
+def test_ctrl_c_while_the_console_script_imports_the_cli(tmp_path):
+    """The console script's entry (``[project.scripts]``) catches a Ctrl-C that arrives while
+    qdiff.cli is being imported (a sitecustomize hook sends SIGINT at that moment)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_HOOK)
+    src = write(tmp_path, "in.qasm", GOOD)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, QDIFF_TEST_SIGINT_AT_IMPORT="1",
+               PYTHONPATH=os.pathsep.join([str(hook), root]))
+    module, func = _script_entry().split(":")
+    code = f"import sys\nfrom {module} import {func}\nsys.exit({func}())"
+    proc = subprocess.run([sys.executable, "-c", code, "compile", src, "-o",
+                           str(tmp_path / "o.qasm")], capture_output=True, text=True, env=env,
+                          cwd=root, timeout=120)
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr.strip().splitlines() == ["qdiff: error: interrupted; no partial output "
+                                                "was written"]
+    assert not (tmp_path / "o.qasm").exists()
+
+
+def _script_entry() -> str:
+    import tomllib
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as fh:
+        return tomllib.load(fh)["project"]["scripts"]["qdiff"]

@@ -130,6 +130,45 @@ def test_clifford_t_basis_snaps_phases():
     assert rep.verified and qiskit_equiv(c, out)
 
 
+CLIFFORD_T = "h,s,sdg,t,tdg,cx"
+
+
+@pytest.mark.parametrize("phi", range(-4, 5))
+@pytest.mark.parametrize("lam", range(-4, 5, 2))
+def test_clifford_t_u3_with_theta_pi(phi, lam):
+    """u3(pi, phi, lam) depends on phi - lam only: with phi, lam multiples of pi/4 it is an
+    exact Clifford+T gate (u3(pi, pi/4, 0) = X S T up to phase)."""
+    c = Circuit(1, (op("u3", (0,), (math.pi, phi * math.pi / 4, lam * math.pi / 4)),))
+    for level in (0, 2):
+        out, rep = compile(c, level=level, basis=CLIFFORD_T)
+        assert set(names(out)) <= {"h", "s", "sdg", "t", "tdg"}
+        assert rep.verified and qiskit_equiv(c, out)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_clifford_t_products_compile_in_clifford_t(seed):
+    """Products of Clifford+T gates, written as named gates and as u3 with angles in
+    multiples of pi/4, compile exactly into Clifford+T at levels 0-2."""
+    rng = np.random.default_rng(seed)
+    ops = []
+    for _ in range(14):
+        w = int(rng.integers(2))
+        r = rng.random()
+        if r < 0.15:
+            ops.append(op("cx", (w, 1 - w)))
+        elif r < 0.55:
+            ops.append(op("u3", (w,), tuple(float(k) * math.pi / 4
+                                             for k in rng.integers(-8, 9, size=3))))
+        else:
+            ops.append(op(str(rng.choice(["h", "s", "sdg", "t", "tdg", "x", "y", "z", "sx"])),
+                          (w,)))
+    c = Circuit(2, tuple(ops))
+    for level in (0, 1, 2):
+        out, rep = compile(c, level=level, basis=CLIFFORD_T)
+        assert set(names(out)) <= {"cx", "h", "s", "sdg", "t", "tdg"}
+        assert rep.verified and qiskit_equiv(c, out)
+
+
 def test_bad_basis_message():
     with pytest.raises(QdiffError, match="two-qubit"):
         parse_basis("u,rz")
@@ -241,3 +280,20 @@ def test_compile_rejects_bad_arguments():
 def test_qd_compile_is_exported():
     import qdiff as qd
     assert qd.compile is compile
+
+
+def test_u1_u2_u3_basis_uses_all_three():
+    c = Circuit(1, (op("p", (0,), (0.4,)), op("h", (0,)), op("rz", (0,), (0.3,))))
+    out, rep = compile(c, level=0, basis="u1,u2,u3,cx")
+    assert names(out) == ["u1", "u2", "u1"]
+    assert rep.verified and qiskit_equiv(c, out)
+
+
+@pytest.mark.parametrize("folder", ["run;1", "OPENQASM_tests"])
+def test_compile_a_path_whose_name_looks_like_qasm(tmp_path, folder):
+    src = 'OPENQASM 2.0;\ninclude "qelib1.inc";\nqreg q[2];\nh q[0];\ncx q[0],q[1];\n'
+    p = tmp_path / folder / "in.qasm"
+    p.parent.mkdir()
+    p.write_text(src)
+    out, rep = compile(str(p), level=1)
+    assert rep.verified and rep.cx_after == 1 and rep.num_qubits == 2

@@ -206,3 +206,56 @@ def test_approx_is_never_worse_than_exact():
         assert score(ap) <= score(ex)
         assert _true_infidelity(c, ap) <= rep.approx_bound + 1e-12 <= 1e-5 + 1e-12
     check()
+
+
+def _qiskit_equiv(qc_in, out):
+    from qiskit.quantum_info import Operator
+    from qdiff.circuits.qiskit_io import to_qiskit
+    return Operator(qc_in).equiv(Operator(to_qiskit(out)))
+
+
+@pytest.mark.parametrize("angle", [1e-6, 1e-5, 3e-8])
+@pytest.mark.parametrize("level", [0, 2])
+def test_small_two_qubit_unitary_gates_are_lowered_exactly(angle, level):
+    """A UnitaryGate near the identity keeps its control: Qiskit's decomposer snaps it to a
+    one-qubit gate (distance ~angle/4, process infidelity below 1e-12)."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit.library import CRXGate, UnitaryGate
+    from qiskit.quantum_info import Operator
+    qc = QuantumCircuit(2)
+    qc.append(UnitaryGate(Operator(CRXGate(angle)).data), [0, 1])
+    out, rep = compile(qc, level=level)
+    assert rep.verified
+    assert _qiskit_equiv(qc, out)
+    u = block_unitary(out.operations, (0, 1))
+    want = Operator(qc.reverse_bits()).data  # big-endian, as block_unitary
+    assert phase_distance(u, want) <= 1e-11
+
+
+def test_exact_synthesis_near_special_points():
+    """Two-qubit unitaries within 1e-9 fidelity of the identity, CX and SWAP, and a 3-qubit
+    controlled one, are reproduced to rounding."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit.library import CRXGate, CXGate, RXXGate, SwapGate
+    from qiskit.quantum_info import Operator, random_unitary
+    from qdiff.compiler.synth import exact_synthesis
+    mats = [Operator(CRXGate(1e-6)).data, Operator(RXXGate(2e-7)).data,
+            Operator(CXGate()).data @ Operator(RXXGate(1e-7)).data,
+            Operator(SwapGate()).data @ Operator(CRXGate(3e-6)).data,
+            random_unitary(4, seed=3).data]
+    qc = QuantumCircuit(3)
+    qc.append(CRXGate(1e-6).control(1), [0, 1, 2])
+    mats.append(Operator(qc).data)
+    for m in mats:
+        k = int(np.log2(m.shape[0]))
+        ops = exact_synthesis(m, tuple(range(k)))
+        assert phase_distance(block_unitary(ops, tuple(range(k))), m) <= 1e-11
+
+
+def test_qasm3_inverse_of_a_small_controlled_rotation_is_exact():
+    from qiskit import qasm3
+    src = ('OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\n'
+           'pow(-1) @ crx(1e-6) q[0], q[1];\n')
+    out, rep = compile(src, level=0)
+    assert rep.verified and rep.cx_after >= 2
+    assert _qiskit_equiv(qasm3.loads(src), out)

@@ -36,7 +36,7 @@ def test_doubly_nested_gate_definitions_refused_up_front():
     """772 bytes expanding to 2**26 gates took 127 s and 7.9 GB before a MemoryError."""
     text = nested(25)
     assert len(text) < 800
-    with pytest.raises(QdiffParseError, match=rf"bomb.qasm:29: the program expands to more "
+    with pytest.raises(QdiffParseError, match=rf"bomb.qasm:30: the program expands to more "
                                               rf"than {qasm_bounds.MAX_GATES} gates"):
         qasm.loads(text, "bomb.qasm")
 
@@ -123,3 +123,28 @@ def test_benchmark_sized_inputs_are_within_the_limits():
     text = H2 + "qreg q[16];\n" + "cx q[0],q[1];\nrz(0.1) q[2];\n" * 5000
     assert qasm_bounds.program_size(text) == 10000
     qasm_bounds.check_source(text)
+
+
+def test_modifiers_are_charged_their_expansion():
+    """ctrl(k) @ g expands to about 11 k**2 gates under Qiskit's multi-controlled synthesis,
+    a non-integer power to a synthesized unitary."""
+    text = H3 + "qubit[3] q;\nctrl @ x q[0], q[1];\nctrl(2) @ h q[0], q[1], q[2];\n" \
+        "negctrl(2) @ x q[0], q[1], q[2];\npow(0.5) @ cx q[0], q[1];\npow(2) @ inv @ x q[0];\n"
+    c = qasm_bounds.CTRL_COST
+    assert qasm_bounds.program_size(text) == c + 4 * c + 4 * c + 16 + 2
+    from qdiff.circuits import Circuit  # noqa: F401  (the charge bounds the real expansion)
+    from qdiff.compiler.lower import lower
+    for k in (1, 3, 6):
+        src = H3 + f"qubit[{k + 1}] q;\nctrl({k}) @ x " + \
+            ", ".join(f"q[{i}]" for i in range(k + 1)) + ";\n"
+        assert len(lower(qasm.loads(src).circuit).operations) <= qasm_bounds.program_size(src)
+
+
+def test_many_controls_are_refused_up_front():
+    """8 KB: ctrl(999) @ x on 1000 qubits would expand to ~10^7 gates (minutes, GBs)."""
+    n = 1000
+    text = H3 + f"qubit[{n}] q;\nctrl({n - 1}) @ x " + \
+        ", ".join(f"q[{i}]" for i in range(n)) + ";\n"
+    with pytest.raises(QdiffParseError, match=rf"mcx.qasm:4: the program expands to more than "
+                                              rf"{qasm_bounds.MAX_GATES} gates"):
+        qasm.loads(text, "mcx.qasm")

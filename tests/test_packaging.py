@@ -54,7 +54,7 @@ def test_every_package_is_listed_with_its_directory():
 def test_distribution_metadata():
     proj = pyproject()["project"]
     assert proj["name"] == "qdiff-quantum"
-    assert proj["scripts"]["qdiff"] == "qdiff.cli:main"
+    assert proj["scripts"]["qdiff"] == "qdiff._console:main"
     deps = " ".join(proj["dependencies"])
     for d in ("torch", "numpy", "qiskit", "qiskit-aer", "qiskit-ibm-runtime", "pennylane"):
         assert d in deps

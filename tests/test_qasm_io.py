@@ -233,3 +233,52 @@ def test_fuzz_mutated_valid_programs(base, edits):
 @given(st.lists(st.sampled_from(TOKENS), max_size=30))
 def test_fuzz_token_soup(tokens):
     load_only_qdiff_errors("OPENQASM 2.0;\n" + " ".join(tokens))
+
+
+@pytest.mark.parametrize("text, version", [
+    ('// Ported from an OPENQASM 3 program\nOPENQASM 2.0;\ninclude "qelib1.inc";\nqreg q[2];\n'
+     'h q[0];\ncx q[0],q[1];\n', 2),
+    ('/* was OPENQASM 2 before */\nOPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\n'
+     'h q[0];\ncx q[0], q[1];\n', 3),
+    ('// OPENQASM 3\n// no header; qreg below\nqreg q[1];\nU(0,0,0) q[0];\n', 2),
+])
+def test_version_is_read_from_the_header_not_comments(text, version):
+    from qdiff.circuits.qasm import qasm_version
+    assert qasm_version(text) == version
+    imp = qasm.loads(text)
+    assert imp.circuit.num_wires in (1, 2)
+
+
+def _qasm2_spec_equiv(src, imp):
+    """Qiskit's strict OpenQASM 2 reading of ``src`` (no legacy gates) against the import."""
+    from qiskit import qasm2
+    from qiskit.quantum_info import Operator
+    return Operator(qasm2.loads(src)).equiv(Operator(to_qiskit(imp.circuit)))
+
+
+@pytest.mark.parametrize("src", [
+    # no include: the file's own h and cx (h := X, cx reversed), not the library's
+    'OPENQASM 2.0;\ngate h a { U(pi,0,pi) a; }\ngate cx a,b { CX b,a; }\nqreg q[2];\n'
+    'h q[0];\ncx q[0],q[1];\n',
+    # with the include: a user gate named like a legacy extra or an instruction
+    'OPENQASM 2.0;\ninclude "qelib1.inc";\ngate delay a { x a; }\nqreg q[1];\ndelay q[0];\n',
+    'OPENQASM 2.0;\ninclude "qelib1.inc";\ngate rzz(t) a,b { cx a,b; rz(t) b; }\nqreg q[2];\n'
+    'h q[0];\nrzz(0.3) q[0],q[1];\n',
+    'OPENQASM 2.0;\ninclude "qelib1.inc";\ngate swap a,b { cx a,b; }\ngate g a,b { swap b,a; }\n'
+    'qreg q[2];\nh q[0];\ng q[0],q[1];\n',
+])
+def test_qasm2_own_gate_definitions_win(src):
+    assert _qasm2_spec_equiv(src, qasm.loads(src))
+
+
+def test_qasm2_gates_need_a_definition_or_the_include():
+    with pytest.raises(QdiffError, match=r"in.qasm:3: 'h' is not defined"):
+        qasm.loads("OPENQASM 2.0;\nqreg q[1];\nh q[0];\n", "in.qasm")
+    with pytest.raises(QdiffError, match="opaque"):
+        qasm.loads('OPENQASM 2.0;\ninclude "qelib1.inc";\nopaque delay a;\nqreg q[1];\n'
+                   'delay q[0];\n', "in.qasm")
+    # the spec's built-ins need no include; qelib1.inc brings the library (and legacy u, p, sx)
+    assert len(qasm.loads("OPENQASM 2.0;\nqreg q[2];\nU(0.1,0.2,0.3) q[0];\nCX q[0],q[1];\n")
+               .circuit.operations) == 2
+    assert len(qasm.loads('OPENQASM 2.0;\ninclude "qelib1.inc";\nqreg q[1];\nu(0.1,0.2,0.3) '
+                          'q[0];\np(0.2) q[0];\nsx q[0];\n').circuit.operations) == 3

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 import time
 
@@ -31,16 +32,16 @@ WORK_PER_CX, MIN_WORK, MAX_WORK = 25, 100, 2500
 VERIFY = ("auto", "final", "unitary", "statevector", "none")
 
 
-def compile(circuit_or_qasm, level: int = 2, basis="cx,u", verify: str = "final", seed: int = 0,
+def compile(circuit_or_qasm, level: int = 2, basis=None, verify: str = "final", seed: int = 0,
             time_limit: float | None = None, target: str | None = None, name: str = "<circuit>",
             approx: float | None = None, work: float | None = None, progress=None):
     """Optimize a circuit; returns ``(Circuit, CompileReport)``.
 
     ``circuit_or_qasm``: a qdiff ``Circuit``, a Qiskit ``QuantumCircuit``, OpenQASM 2/3 text or
     a path. ``level`` 0-3 (3 adds re-synthesis searches), ``basis`` a comma-separated gate list
-    (``"cx,u"``, ``"rz,sx,x,cx"``, ``"cz,rz,sx,x"``, ``"h,s,sdg,t,tdg,cx"``, ...), ``target``
-    an IBM device name (``qd.device("ibm", backend=...)``'s names) whose layout, routing and
-    basis are used.
+    (``"cx,u"``, the default, ``"rz,sx,x,cx"``, ``"cz,rz,sx,x"``, ``"h,s,sdg,t,tdg,cx"``, ...),
+    ``target`` an IBM device name (``qd.device("ibm", backend=...)``'s names) whose layout,
+    routing and basis are used (so ``basis`` and ``target`` together are an error).
 
     The output is exact (process infidelity at most 1e-12, measured and reported) unless
     ``approx`` = EPS in (0, 1) is given: then resynthesis and gate dropping may spend a process
@@ -63,7 +64,12 @@ def compile(circuit_or_qasm, level: int = 2, basis="cx,u", verify: str = "final"
 def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, name, approx,
              work, progress):
     t0 = time.perf_counter()
-    _check_args(level, verify, approx)
+    _check_args(level, verify, approx, work)
+    if basis is not None:
+        b = parse_basis(basis)
+        if target is not None:
+            raise QdiffError(f"compile: basis '{b}' with target '{target}': the target's own "
+                             "basis is used; give one of them")
     imp = _as_import(circuit_or_qasm)
     report = CompileReport(name=name, level=level, measurements=list(imp.measurements),
                            num_clbits=imp.num_clbits, approx=approx)
@@ -74,7 +80,7 @@ def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, na
         source, b, report.measurements = routed.circuit, routed.basis, routed.measurements
         report.target, report.num_clbits = routed.name, routed.num_clbits
     else:
-        source, b = imp.circuit, parse_basis(basis)
+        source, b = imp.circuit, parse_basis("cx,u" if basis is None else basis)
     report.basis, report.num_qubits, report.two_q = str(b), source.num_wires, b.two_q
     lowered = lower(source)
     base = translate(lowered, b, fuse=False)
@@ -117,13 +123,16 @@ def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, na
     return out, report
 
 
-def _check_args(level, verify, approx) -> None:
+def _check_args(level, verify, approx, work=None) -> None:
     if level not in LEVELS:
         raise QdiffError(f"optimization level {level!r}: expected 0, 1, 2 or 3")
     if verify not in VERIFY:
         raise QdiffError(f"verify {verify!r}: expected one of {', '.join(VERIFY)}")
     if approx is not None and not (isinstance(approx, (int, float)) and 0 < approx < 1):
         raise QdiffError(f"approx {approx!r}: expected a process-infidelity budget in (0, 1)")
+    if work is not None and not (isinstance(work, (int, float)) and not isinstance(work, bool)
+                                 and math.isfinite(work) and work > 0):
+        raise QdiffError(f"work {work!r}: expected a positive, finite number of work units")
 
 
 def _count(report, c, when: str) -> None:
@@ -198,6 +207,8 @@ def _as_import(x):
     if isinstance(x, os.PathLike):
         return qasm.load(x)
     if isinstance(x, str):
+        if os.path.isfile(x):  # an existing file is a path, whatever its name contains
+            return qasm.load(x)
         if "OPENQASM" in x or ";" in x:
             return qasm.loads(x)
         if os.path.exists(x):

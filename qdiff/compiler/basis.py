@@ -22,9 +22,10 @@ from qdiff.compiler.ops import is_constant, matrix, op
 from qdiff.compiler.synth import from_qiskit_ops
 
 _TWO_Q = ("cx", "cz", "ecr")
-_EULER = [({"u"}, "U3"), ({"u3"}, "U3"), ({"rz", "sx", "x"}, "ZSXX"), ({"rz", "sx"}, "ZSX"),
-          ({"p", "sx"}, "PSX"), ({"rz", "ry"}, "ZYZ"), ({"rz", "rx"}, "ZXZ"),
-          ({"u1", "u2", "u3"}, "U321"), ({"h", "rz"}, "HRZ"), ({"h", "t"}, "CLIFFORD_T")]
+_EULER = [({"u"}, "U3"), ({"u1", "u2", "u3"}, "U321"), ({"u3"}, "U3"),
+          ({"rz", "sx", "x"}, "ZSXX"), ({"rz", "sx"}, "ZSX"), ({"p", "sx"}, "PSX"),
+          ({"rz", "ry"}, "ZYZ"), ({"rz", "rx"}, "ZXZ"), ({"h", "rz"}, "HRZ"),
+          ({"h", "t"}, "CLIFFORD_T")]
 SNAP_TOL = 1e-11
 
 

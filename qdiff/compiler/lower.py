@@ -19,6 +19,7 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import Operation, ParamRef
 from qdiff.compiler.ops import is_constant, op
 
+MAX_CHECKED_WIRES = 6  # constant gates up to this width: the expansion is checked on its matrix
 _QISKIT_BASIS = ["cx", "u3", "u", "rz", "rx", "ry", "h", "x", "y", "z", "s", "sdg", "t", "tdg",
                  "sx", "sxdg", "p", "id"]
 
@@ -130,6 +131,8 @@ def _expand_uncached(gate, slots, consts):
     except Exception as exc:  # qiskit raises its own types for gates it cannot translate
         raise QdiffError(f"gate '{gate.name}': cannot decompose ({exc})") from None
     pmap = {p: i for i, p in enumerate(sorted(qc.parameters, key=lambda q: q.index))}
+    if not slots and gate.num_wires <= MAX_CHECKED_WIRES:
+        return _exact_template(gate, consts, low)
     out = []
     for inst in low.data:
         name = FROM_QISKIT.get(inst.operation.name)
@@ -142,3 +145,27 @@ def _expand_uncached(gate, slots, consts):
             ps.append((a.index, a.scale, a.offset) if isinstance(a, ParamRef) else a)
         out.append((name, wires, tuple(ps)))
     return tuple(out)
+
+
+def _exact_template(gate, consts, low) -> tuple:
+    """The template of a constant gate whose Qiskit expansion ``low`` is checked against the
+    gate's matrix (phase-aligned distance ``<= EXACT_DELTA``): Qiskit's unitary synthesis
+    snaps two-qubit blocks near the identity or CX (a controlled rotation by 1e-6 rad would
+    lose its control), so a failing expansion is replaced by :func:`exact_synthesis`."""
+    from qdiff.compiler.blocks import block_unitary
+    from qdiff.compiler.budget import EXACT_DELTA, phase_distance
+    from qdiff.compiler.ops import _const_matrix
+    from qdiff.compiler.synth import exact_synthesis, from_qiskit_ops
+    k = gate.num_wires
+    wires = tuple(range(k))
+    want = _const_matrix(gate, tuple(consts or ()))
+    try:
+        ops = from_qiskit_ops(low, wires[::-1])  # Qiskit qubit i is local wire i
+    except QdiffError:
+        ops = None
+    if ops is None or phase_distance(block_unitary(ops, wires), want) > EXACT_DELTA:
+        try:
+            ops = exact_synthesis(want, wires)
+        except QdiffError as exc:
+            raise QdiffError(f"gate '{gate.name}': {exc}") from None
+    return tuple((o.name, o.wires, tuple(float(p) for p in o.params)) for o in ops)

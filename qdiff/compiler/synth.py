@@ -2,9 +2,17 @@
 
 Matrices are big-endian in the order of ``wires`` (qdiff's convention); Qiskit reads them
 little-endian, so Qiskit qubit ``i`` is ``wires[k - 1 - i]``.
+
+Qiskit's two-qubit decomposer snaps a unitary within a fidelity of 1e-9 of a special point
+of the Weyl chamber (the identity, CX, ...) to that point, so its output can be off by ~1e-5
+in distance. :func:`exact_synthesis` checks every result against the matrix (phase-aligned
+distance ``<= EXACT_DELTA``) and otherwise writes the unspecialised Weyl decomposition
+``K1 exp(i(a XX + b YY + c ZZ)) K2`` with 2 or 3 CX.
 """
 from __future__ import annotations
 
+import math
+import warnings
 
 import numpy as np
 
@@ -30,12 +38,106 @@ def kak(u: np.ndarray, wires) -> list:
     return from_qiskit_ops(_kak()(u), wires)
 
 
-def shannon(u: np.ndarray, wires) -> list:
+def exact_synthesis(u: np.ndarray, wires) -> list:
+    """CX + one-qubit ops reproducing the ``2**k`` unitary ``u`` on ``wires`` to rounding
+    (phase-aligned distance at most ``EXACT_DELTA``, checked); a QdiffError otherwise."""
+    from qdiff.compiler.blocks import block_unitary
+    from qdiff.compiler.budget import EXACT_DELTA, phase_distance
+    k = len(wires)
+    if k == 1:
+        from qdiff.compiler.fuse import canonical_1q
+        tries = [lambda: canonical_1q(u, wires[0])]
+    elif k == 2:
+        tries = [lambda: kak(u, wires), lambda: weyl_exact(u, wires)]
+    else:
+        tries = [lambda: shannon(u, wires), lambda: shannon(u, wires, exact_2q=True)]
+    best = math.inf
+    for make in tries:
+        ops = make()
+        dist = phase_distance(block_unitary(ops, wires), u)
+        if dist <= EXACT_DELTA:
+            return ops
+        best = min(best, dist)
+    raise QdiffError(f"{k}-qubit unitary: no exact decomposition found (best distance "
+                     f"{best:.2g} > {EXACT_DELTA:g})")
+
+
+def weyl_exact(u: np.ndarray, wires) -> list:
+    """``u`` (4x4) as its unspecialised Weyl decomposition: 3 CX, or 2 when the smallest
+    coordinate is zero to rounding."""
+    from qiskit.synthesis import TwoQubitWeylDecomposition
+    w = TwoQubitWeylDecomposition(np.asarray(u, dtype=complex), fidelity=None)
+    a, b, c = w.a, w.b, w.c
+    p, q = wires  # kron(K1l, K1r): K1l acts on wires[0] (big-endian)
+    seq = [(p, w.K2l), (q, w.K2r)]
+    if abs(c) <= 1e-15:
+        # exp(i(a XX + b YY)) = RX(-pi/2)^2 CX (RX(-2a) x RZ(-2b)) CX RX(pi/2)^2
+        seq += [(p, _rx(math.pi / 2)), (q, _rx(math.pi / 2)), ("cx", p, q),
+                (p, _rx(-2 * a)), (q, _rz(-2 * b)), ("cx", p, q),
+                (p, _rx(-math.pi / 2)), (q, _rx(-math.pi / 2))]
+    else:
+        seq += [(p, _rz(-math.pi / 2)), ("cx", p, q), (q, _rz(-2 * c - math.pi / 2)),
+                (p, _ry(math.pi / 2 + 2 * a)), ("cx", q, p), (p, _ry(-2 * b - math.pi / 2)),
+                ("cx", p, q), (q, _rz(math.pi / 2))]
+    seq += [(p, w.K1l), (q, w.K1r)]
+    return _merge_1q(seq)
+
+
+def _rx(t):
+    return np.array([[math.cos(t / 2), -1j * math.sin(t / 2)],
+                     [-1j * math.sin(t / 2), math.cos(t / 2)]])
+
+
+def _ry(t):
+    return np.array([[math.cos(t / 2), -math.sin(t / 2)], [math.sin(t / 2), math.cos(t / 2)]])
+
+
+def _rz(t):
+    return np.diag([np.exp(-0.5j * t), np.exp(0.5j * t)])
+
+
+def _merge_1q(seq) -> list:
+    """``[(wire, 2x2) | ("cx", c, t)]`` in time order -> ops, one-qubit runs fused."""
+    from qdiff.compiler.fuse import canonical_1q
+    pending: dict = {}
+    out = []
+    for item in seq:
+        if item[0] == "cx":
+            for w in item[1:]:
+                if w in pending:
+                    out.extend(canonical_1q(pending.pop(w), w))
+            out.append(op("cx", item[1:]))
+        else:
+            w, m = item
+            pending[w] = m @ pending[w] if w in pending else np.asarray(m, dtype=complex)
+    for w, m in pending.items():
+        out.extend(canonical_1q(m, w))
+    return out
+
+
+def shannon(u: np.ndarray, wires, exact_2q: bool = False) -> list:
     """Quantum Shannon decomposition of a ``2**k`` unitary (k >= 3), then basis cx/u3 by
     Qiskit's basis translation (not ``transpile``, whose first call loads every plugin)."""
     from qiskit.synthesis import qs_decomposition
     from qdiff.compiler.lower import qiskit_basis_translation
-    return from_qiskit_ops(qiskit_basis_translation(qs_decomposition(u)), wires)
+    if not exact_2q:
+        return from_qiskit_ops(qiskit_basis_translation(qs_decomposition(u)), wires)
+    from qiskit import QuantumCircuit
+
+    def two_q(m):  # the two-qubit leaves written exactly (Qiskit's little-endian matrices)
+        qc = QuantumCircuit(2)
+        for o in weyl_exact(m, (1, 0)):
+            qc.append(_to_qiskit_gate(o), [x for x in o.wires])
+        return qc
+    with warnings.catch_warnings():  # a callable decomposer_2q is deprecated in Qiskit 2.x
+        warnings.simplefilter("ignore")
+        qc = qs_decomposition(u, decomposer_2q=two_q)
+    return from_qiskit_ops(qiskit_basis_translation(qc), wires)
+
+
+def _to_qiskit_gate(o):
+    from qiskit.circuit.library import CXGate, RXGate, RZGate, U3Gate
+    return {"cx": CXGate, "rx": RXGate, "rz": RZGate, "u3": U3Gate}[o.name](*o.params)
 
 
 def from_qiskit_ops(qc, wires) -> list:
