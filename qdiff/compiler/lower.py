@@ -18,10 +18,9 @@ from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import Operation, ParamRef
 from qdiff.compiler.ops import is_constant, op
+from qdiff.compiler.qiskit_translation import qiskit_basis_translation
 
 MAX_CHECKED_WIRES = 6  # constant gates up to this width: the expansion is checked on its matrix
-_QISKIT_BASIS = ["cx", "u3", "u", "rz", "rx", "ry", "h", "x", "y", "z", "s", "sdg", "t", "tdg",
-                 "sx", "sxdg", "p", "id"]
 
 
 def lower(circuit: Circuit) -> Circuit:
@@ -100,25 +99,6 @@ def _hashable(x) -> bool:
         return False
 
 
-@caches.cached(maxsize=1)
-def _translator():
-    """Qiskit's unitary synthesis, high-level synthesis and basis translation (its equivalence
-    library) as one pass manager: what ``transpile(optimization_level=0)`` runs for this,
-    without building the preset pass managers (whose plugin scan imports
-    qiskit-ibm-runtime, several seconds)."""
-    from qiskit.circuit.equivalence_library import SessionEquivalenceLibrary
-    from qiskit.transpiler import PassManager
-    from qiskit.transpiler.passes import BasisTranslator, HighLevelSynthesis, UnitarySynthesis
-    return PassManager([UnitarySynthesis(_QISKIT_BASIS),
-                        HighLevelSynthesis(basis_gates=_QISKIT_BASIS),
-                        BasisTranslator(SessionEquivalenceLibrary, _QISKIT_BASIS)])
-
-
-def qiskit_basis_translation(qc):
-    """A Qiskit circuit rewritten over the lowering basis (synthesis plugins + equivalences)."""
-    return _translator().run(qc)
-
-
 def _expand_uncached(gate, slots, consts):
     from qdiff.circuits.qiskit_io import FROM_QISKIT, angle_from_qiskit, to_qiskit
     refs = iter(range(len(slots)))
@@ -127,7 +107,7 @@ def _expand_uncached(gate, slots, consts):
                    num_params=len(slots))
     qc = to_qiskit(circ)
     try:
-        low = _translator().run(qc)
+        low = qiskit_basis_translation(qc)
     except Exception as exc:  # qiskit raises its own types for gates it cannot translate
         raise QdiffError(f"gate '{gate.name}': cannot decompose ({exc})") from None
     pmap = {p: i for i, p in enumerate(sorted(qc.parameters, key=lambda q: q.index))}
@@ -154,11 +134,11 @@ def _exact_template(gate, consts, low) -> tuple:
     lose its control), so a failing expansion is replaced by :func:`exact_synthesis`."""
     from qdiff.compiler.blocks import block_unitary
     from qdiff.compiler.budget import EXACT_DELTA, phase_distance
-    from qdiff.compiler.ops import _const_matrix
+    from qdiff.compiler.ops import const_matrix
     from qdiff.compiler.synth import exact_synthesis, from_qiskit_ops
     k = gate.num_wires
     wires = tuple(range(k))
-    want = _const_matrix(gate, tuple(consts or ()))
+    want = const_matrix(gate, tuple(consts or ()))
     try:
         ops = from_qiskit_ops(low, wires[::-1])  # Qiskit qubit i is local wire i
     except QdiffError:

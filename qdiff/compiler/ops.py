@@ -39,14 +39,14 @@ def commute(a: Operation, b: Operation) -> bool:
 
 
 @caches.cached(maxsize=65536)
-def _const_matrix(gate, params: tuple) -> np.ndarray:
+def const_matrix(gate, params: tuple) -> np.ndarray:
     m = gate.matrix(*params)
     return np.asarray(m.detach().numpy() if hasattr(m, "detach") else m, dtype=complex)
 
 
 def matrix(op: Operation) -> np.ndarray:
     """The ``(2**k, 2**k)`` matrix of a constant op (wire order = ``op.wires``)."""
-    return _const_matrix(op.gate, tuple(float(p) for p in op.params))
+    return const_matrix(op.gate, tuple(float(p) for p in op.params))
 
 
 def cx_count(ops) -> int:

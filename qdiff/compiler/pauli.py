@@ -287,7 +287,8 @@ def final_clifford(cliff, emitted, n: int, method: str = "full") -> list:
     from qiskit.quantum_info import Clifford
     from qiskit.synthesis import synth_clifford_full, synth_clifford_layers
     from qdiff.circuits.circuit import Circuit
-    from qdiff.compiler.lower import lower, qiskit_basis_translation
+    from qdiff.compiler.lower import lower
+    from qdiff.compiler.qiskit_translation import qiskit_basis_translation
     from qdiff.compiler.synth import from_qiskit_ops
     qv, qc = QuantumCircuit(n), QuantumCircuit(n)
     for g, w in emitted:

@@ -119,7 +119,7 @@ def shannon(u: np.ndarray, wires, exact_2q: bool = False) -> list:
     """Quantum Shannon decomposition of a ``2**k`` unitary (k >= 3), then basis cx/u3 by
     Qiskit's basis translation (not ``transpile``, whose first call loads every plugin)."""
     from qiskit.synthesis import qs_decomposition
-    from qdiff.compiler.lower import qiskit_basis_translation
+    from qdiff.compiler.qiskit_translation import qiskit_basis_translation
     if not exact_2q:
         return from_qiskit_ops(qiskit_basis_translation(qs_decomposition(u)), wires)
     from qiskit import QuantumCircuit
