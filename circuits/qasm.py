@@ -84,10 +84,11 @@ def _parse2(text: str):
 
 
 def _reserved_names() -> set:
-    """Instruction names the Qiskit importer reads by name (library gates, skipped or
-    special instructions)."""
+    """Instruction names the Qiskit importer reads by name alone (skipped or special
+    instructions); a library gate's name is not one: the importer takes a file's gate of that
+    name for the library gate only when its definition has the library gate's matrix."""
     from qdiff.circuits import qiskit_io
-    return set(qiskit_io.FROM_QISKIT) | set(getattr(qiskit_io, "_SKIP", ())) | {
+    return set(getattr(qiskit_io, "_SKIP", ())) | {
         "barrier", "delay", "measure", "reset", "unitary", "ctrl"}
 
 
