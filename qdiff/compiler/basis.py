@@ -201,6 +201,10 @@ def h_phase(u: np.ndarray, wire: int, basis: Basis) -> list:
             seq += [("h", None), ("z", g.params[0]), ("h", None)]
         else:
             th, ph, lam = g.params  # u3 = rz(ph) ry(th) rz(lam); ry(t) = rz(pi/2) rx(t) rz(-pi/2)
+            if "rz" not in basis.names and abs(abs(th) - math.pi) < SNAP_TOL:
+                # U3(pi, ph, lam) ~ U3(pi, ph - lam, 0): phi - lam whole, so an exact
+                # Clifford+T gate stays in multiples of pi/4
+                ph, lam = ph - lam, 0.0
             seq += [("z", lam - math.pi / 2), ("h", None), ("z", th), ("h", None),
                     ("z", ph + math.pi / 2)]
     out = []

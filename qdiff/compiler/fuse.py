@@ -61,9 +61,7 @@ def u3_angles(u: np.ndarray) -> tuple:
     det = np.linalg.det(u)
     su = u / np.sqrt(det)
     th = 2.0 * math.atan2(abs(su[1, 0]), abs(su[0, 0]))
-    if abs(su[1, 1]) <= EPS:  # theta = pi: only phi - lam counts; lam = 0 keeps it whole
-        return (th, wrap_angle(2.0 * cmath.phase(su[1, 0])), 0.0)
-    ph_plus = 2.0 * cmath.phase(su[1, 1])
+    ph_plus = 2.0 * cmath.phase(su[1, 1]) if abs(su[1, 1]) > EPS else 0.0
     ph_minus = 2.0 * cmath.phase(su[1, 0]) if abs(su[1, 0]) > EPS else 0.0
     phi, lam = (ph_plus + ph_minus) / 2.0, (ph_plus - ph_minus) / 2.0
     return (th, wrap_angle(phi), wrap_angle(lam))
