@@ -220,3 +220,45 @@ def test_invalid_diagonal_halves_are_refused_before_the_sweep(bits, low):
     with pytest.raises(QdiffError):
         native_abi.check(native.library(), rc, args, "adjoint sweep")
     assert torch.equal(psi, before) and not grad.any()
+
+
+def test_kept_blocks_survive_calls_racing_for_the_table():
+    """Many short calls from four Python threads at once (each takes and hands back kept
+    blocks; the table's lock is only tried, so some find it taken): every block a call held
+    is handed back, none is left marked in use, and the results are those of one thread."""
+    dev = qd.device("statevector", wires=4)
+
+    @qd.qnode(dev, static=True)
+    def f(x, w):
+        qd.AngleEmbedding(x, wires=range(4))
+        qd.StronglyEntanglingLayers(w, wires=range(4))
+        return [qd.expval(qd.Z(i)) for i in range(4)]
+    gen = torch.Generator().manual_seed(5)
+    x = torch.rand(32, 4, dtype=torch.float64, generator=gen)
+    w = torch.rand(2, 4, 3, dtype=torch.float64, generator=gen)
+
+    def step():
+        wr = w.clone().requires_grad_(True)
+        out = f(x, wr)
+        (g,) = torch.autograd.grad(out.sum(), wr)
+        return out.detach(), g
+    with torch_threads(1):
+        want = step()
+        errors = []
+
+        def work():
+            try:
+                for _ in range(400):
+                    got = step()
+                    if not (torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])):
+                        errors.append("differs")
+            except Exception as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    assert not errors
+    qd.clear_caches()
+    assert native_lib.scratch_held() == 0

@@ -628,7 +628,8 @@ static i64 make_tiles(int n, i64 B, tile_t *out) {
  * bytes in all are kept; larger requests are malloc'd and freed per call as before.
  * qd_scratch_release() frees every kept block not in use. The table's lock is only ever
  * tried: a call that finds it taken (another thread's call, or a fork while it was held)
- * takes a fresh block and frees it after, so nothing waits and nothing deadlocks. Callers
+ * takes a fresh block and frees it after (a kept block it holds it hands back by its busy
+ * flag alone), so nothing waits and nothing deadlocks. Callers
  * write a block before they read it: no data passes from one call to the next. */
 #define QD_KEEP_SLOTS 4
 #define QD_KEEP_MAX ((size_t)64 << 20)
@@ -648,7 +649,8 @@ static void *keep_get(size_t bytes) {
     if (keep_try_lock()) {
         int best = -1;
         for (int i = 0; i < QD_KEEP_SLOTS; i++)
-            if (qd_keep[i].p && !qd_keep[i].busy && qd_keep[i].bytes >= bytes &&
+            if (qd_keep[i].p && !__atomic_load_n(&qd_keep[i].busy, __ATOMIC_ACQUIRE) &&
+                qd_keep[i].bytes >= bytes &&
                 qd_keep[i].bytes / 2 <= bytes &&
                 (best < 0 || qd_keep[i].bytes < qd_keep[best].bytes))
                 best = i;
@@ -666,10 +668,24 @@ static void *keep_get(size_t bytes) {
  * larger a block, the more first-touch faults keeping it saves), else freed. */
 static void keep_put(void *p, size_t bytes) {
     if (!p) return;
+    if (!keep_try_lock()) {
+        /* the table is taken (another thread's keep_get/keep_put): a block of the table is
+         * handed back by clearing its busy flag, which only its holder (this caller) changes
+         * while it is set; any other block is freed. Never free a kept block here: its slot
+         * would stay busy with a dangling pointer. */
+        for (int i = 0; i < QD_KEEP_SLOTS; i++)
+            if (__atomic_load_n(&qd_keep[i].p, __ATOMIC_ACQUIRE) == p &&
+                __atomic_load_n(&qd_keep[i].busy, __ATOMIC_ACQUIRE)) {
+                __atomic_store_n(&qd_keep[i].busy, 0, __ATOMIC_RELEASE);
+                return;
+            }
+        free(p);
+        return;
+    }
     void *drop[QD_KEEP_SLOTS + 1] = {0};
     int nd = 0;
     drop[nd++] = p;
-    if (keep_try_lock()) {
+    {
         int mine = 0;
         for (int i = 0; i < QD_KEEP_SLOTS; i++)
             if (qd_keep[i].p == p) { qd_keep[i].busy = 0; mine = 1; nd = 0; break; }
@@ -679,7 +695,8 @@ static void keep_put(void *p, size_t bytes) {
             for (int i = 0; i < QD_KEEP_SLOTS; i++) {
                 if (!qd_keep[i].p) { if (empty < 0) empty = i; continue; }
                 held += qd_keep[i].bytes;
-                if (!qd_keep[i].busy && qd_keep[i].bytes < bytes &&
+                if (!__atomic_load_n(&qd_keep[i].busy, __ATOMIC_ACQUIRE) &&
+                    qd_keep[i].bytes < bytes &&
                     (small < 0 || qd_keep[i].bytes < qd_keep[small].bytes))
                     small = i;
             }
@@ -706,7 +723,7 @@ int64_t qd_scratch_release(void) {
     int64_t left = 0;
     if (!keep_try_lock()) return -1;
     for (int i = 0; i < QD_KEEP_SLOTS; i++) {
-        if (qd_keep[i].p && !qd_keep[i].busy) {
+        if (qd_keep[i].p && !__atomic_load_n(&qd_keep[i].busy, __ATOMIC_ACQUIRE)) {
             drop[i] = qd_keep[i].p;
             qd_keep[i].p = 0;
             qd_keep[i].bytes = 0;
