@@ -83,24 +83,21 @@ def _seed(text: str) -> int:
     return value
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of seconds")
-    return value
+def _positive(units: str):
+    """An argparse type: a positive finite number (of ``units``)."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of {units}")
+        return value
+    return parse
 
 
-def _work(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number of work units")
-    return value
+_seconds = _positive("seconds")
+_work = _positive("work units")
 
 
 def main(argv=None) -> int:
