@@ -4,6 +4,7 @@ finite differences and PennyLane's default.mixed; checkpoints and batch chunks a
 the memory plan against the memory guard and against what a run really allocates."""
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -414,3 +415,22 @@ def test_memory_plan_matches_what_is_allocated(n, b, limit):
     if limit in ("6M", "20M"):
         assert chunk == 1 and interval > 1
     assert 0.8 * need <= peak <= 1.15 * need + 4 * 2 ** 20, (peak, need)
+
+
+def test_torch_func_grad_of_the_reverse_mode():
+    """torch.func.grad through the mixed device's adjoint (gates and a trainable channel) is
+    the autograd gradient, the closed form."""
+    dev = qd.device("mixed", wires=2)
+
+    @qd.qnode(dev, diff_method="adjoint")
+    def f(x, p):
+        qd.RX(x, wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.DepolarizingChannel(p, wires=1)
+        return qd.expval(qd.Z(1))
+    x = torch.tensor(0.4, dtype=torch.float64)
+    p = torch.tensor(0.1, dtype=torch.float64)
+    gx, gp = torch.func.grad(f, argnums=(0, 1))(x, p)
+    torch.testing.assert_close(gx, torch.tensor(-math.sin(0.4) * (1 - 4 * 0.1 / 3),
+                                                dtype=torch.float64))
+    torch.testing.assert_close(gp, torch.tensor(-4 / 3 * math.cos(0.4), dtype=torch.float64))

@@ -486,11 +486,13 @@ def gradients(circuit, theta: torch.Tensor, envs: dict, trainable, rdtype) -> to
                  if any(isinstance(ops[i].params[s], ParamRef) and
                         trainable[ops[i].params[s].index] for i in members)]
         if is_channel(rec):
+            # torch.func.vjp: the same inside torch.func transforms as outside them
             with torch.enable_grad():
-                cols = [c.detach().requires_grad_() for c in cols]
-                loss = (rec.superop_fn(*cols).to(env.dtype) * env).real.sum()
-                gs = torch.autograd.grad(loss, [cols[s] for s in slots], allow_unused=True)
-            got = {s: g for s, g in zip(slots, gs) if g is not None}
+                loss, pull = torch.func.vjp(
+                    lambda *cs: (rec.superop_fn(*cs).to(env.dtype) * env).real.sum(),
+                    *[c.detach() for c in cols])
+                gs = pull(torch.ones_like(loss))
+            got = {s: gs[s] for s in slots}
         else:
             got = _gate_slot_grads(rec, cols, env, slots)
         for s, g in got.items():
@@ -543,11 +545,11 @@ def observable(rho_vec, circuit, cotangent, n, readout) -> torch.Tensor:
                          f"reverse mode; use diff_method='backprop'")
     b = rho_vec.shape[0]
     d = 2 ** n
-    with torch.enable_grad():
-        r = rho_vec.detach().reshape(b, d, d).requires_grad_()
-        flat = flat_outputs(measure_all(r, circuit, None, None, readout))
-        (lam,) = torch.autograd.grad(flat, r, cotangent.to(device=flat.device,
-                                                           dtype=flat.dtype))
+    def outputs(r):
+        return flat_outputs(measure_all(r, circuit, None, None, readout))
+    with torch.enable_grad():  # torch.func.vjp: the same inside torch.func transforms
+        flat, pull = torch.func.vjp(outputs, rho_vec.detach().reshape(b, d, d))
+        (lam,) = pull(cotangent.to(device=flat.device, dtype=flat.dtype))
     return lam.reshape(b, d * d)
 
 
