@@ -486,13 +486,9 @@ def gradients(circuit, theta: torch.Tensor, envs: dict, trainable, rdtype) -> to
                  if any(isinstance(ops[i].params[s], ParamRef) and
                         trainable[ops[i].params[s].index] for i in members)]
         if is_channel(rec):
-            # torch.func.vjp: the same inside torch.func transforms as outside them
-            with torch.enable_grad():
-                loss, pull = torch.func.vjp(
-                    lambda *cs: (rec.superop_fn(*cs).to(env.dtype) * env).real.sum(),
-                    *[c.detach() for c in cols])
-                gs = pull(torch.ones_like(loss))
-            got = {s: gs[s] for s in slots}
+            gs = _pullback(lambda *cs: (rec.superop_fn(*cs).to(env.dtype) * env).real.sum(),
+                           [c.detach() for c in cols], None)
+            got = {s: gs[s] for s in slots if gs[s] is not None}
         else:
             got = _gate_slot_grads(rec, cols, env, slots)
         for s, g in got.items():
@@ -547,10 +543,24 @@ def observable(rho_vec, circuit, cotangent, n, readout) -> torch.Tensor:
     d = 2 ** n
     def outputs(r):
         return flat_outputs(measure_all(r, circuit, None, None, readout))
-    with torch.enable_grad():  # torch.func.vjp: the same inside torch.func transforms
-        flat, pull = torch.func.vjp(outputs, rho_vec.detach().reshape(b, d, d))
-        (lam,) = pull(cotangent.to(device=flat.device, dtype=flat.dtype))
+    (lam,) = _pullback(outputs, [rho_vec.detach().reshape(b, d, d)], cotangent)
     return lam.reshape(b, d * d)
+
+
+def _pullback(fn, inputs: list, cotangent) -> tuple:
+    """The gradients of ``<cotangent, fn(*inputs)>`` (``cotangent`` None: ``fn`` is a scalar)
+    with respect to ``inputs`` (``None`` where unused): by autograd, or by ``torch.func.vjp``
+    inside torch.func transforms (where ``requires_grad_`` is refused)."""
+    with torch.enable_grad():
+        if torch._C._are_functorch_transforms_active():
+            out, pull = torch.func.vjp(fn, *inputs)
+            g = torch.ones_like(out) if cotangent is None else \
+                cotangent.to(device=out.device, dtype=out.dtype)
+            return pull(g)
+        leaves = [x.requires_grad_() for x in inputs]
+        out = fn(*leaves)
+        g = None if cotangent is None else cotangent.to(device=out.device, dtype=out.dtype)
+        return torch.autograd.grad(out, leaves, g, allow_unused=True)
 
 
 def sweep(blocks: Blocks, sups: list, tape: Tape, lam: torch.Tensor, n: int, interval: int,
