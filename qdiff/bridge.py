@@ -256,6 +256,18 @@ def engine_vjp(theta, g_out, plan: Plan, residual):
     return grad
 
 
+def _first_order_only(compute, theta, other, method: str):
+    """``compute()`` run without a graph, as a value whose further derivative raises
+    (:class:`FirstOrderOnly`)."""
+    with torch.no_grad():
+        out = compute()
+    return FirstOrderOnly.apply(out, theta, other, method)
+
+
+def _num_outputs(plan: Plan) -> int:
+    return sum(output_width(m, plan.circuit.num_wires) for m in plan.circuit.measurements)
+
+
 def engine_jvp(theta, theta_t, plan: Plan):
     """``(B, K)`` Jacobian-vector product for the engine's rule (exact either way): by the
     exact shift rules where every trainable gate has one (evaluated through this Function,
@@ -266,11 +278,10 @@ def engine_jvp(theta, theta_t, plan: Plan):
         sub = replace(plan, rule=plan.higher or PARAMETER_SHIFT, shared=None, higher=None)
         if plan.higher is not None or not torch.is_grad_enabled():
             return shift_jvp(theta, theta_t, sub)
-        with torch.no_grad():
-            out_t = shift_jvp(theta, theta_t, sub)
-        return FirstOrderOnly.apply(out_t, theta, theta_t, plan.rule.name)
+        return _first_order_only(lambda: shift_jvp(theta, theta_t, sub), theta, theta_t,
+                                 plan.rule.name)
     b, p = theta.shape
-    k = sum(output_width(m, plan.circuit.num_wires) for m in plan.circuit.measurements)
+    k = _num_outputs(plan)
     with torch.no_grad():
         rows = theta.detach().repeat(k, 1)  # (K * B, P): binding b for output column j
         eye = torch.eye(k, dtype=rows.dtype, device=rows.device)
@@ -334,9 +345,8 @@ def shift_vjp(theta: torch.Tensor, g_out: torch.Tensor, plan: Plan) -> torch.Ten
     """``(B, P)`` VJP from ONE backend call over all shifted bindings of the batch (the
     shifts and weights are the rule's, :mod:`qdiff.rules`)."""
     if torch.is_grad_enabled() and plan.rule.second_order != "exact":
-        with torch.no_grad():
-            grad = shift_vjp(theta, g_out, plan)
-        return FirstOrderOnly.apply(grad, theta, g_out, plan.rule.name)
+        return _first_order_only(lambda: shift_vjp(theta, g_out, plan), theta, g_out,
+                                 plan.rule.name)
     jac_out = shift_jacobian(theta, plan)
     if jac_out is None:
         return torch.zeros_like(theta)
@@ -347,13 +357,11 @@ def shift_jvp(theta: torch.Tensor, theta_t: torch.Tensor, plan: Plan) -> torch.T
     """``(B, K)`` Jacobian-vector product from the same shifted bindings as :func:`shift_vjp`
     (differentiable again for exact rules)."""
     if torch.is_grad_enabled() and plan.rule.second_order != "exact":
-        with torch.no_grad():
-            out_t = shift_jvp(theta, theta_t, plan)
-        return FirstOrderOnly.apply(out_t, theta, theta_t, plan.rule.name)
+        return _first_order_only(lambda: shift_jvp(theta, theta_t, plan), theta, theta_t,
+                                 plan.rule.name)
     jac_out = shift_jacobian(theta, plan)
     if jac_out is None:
-        k = sum(output_width(m, plan.circuit.num_wires) for m in plan.circuit.measurements)
-        return theta_t.new_zeros(theta.shape[0], k)
+        return theta_t.new_zeros(theta.shape[0], _num_outputs(plan))
     return torch.einsum("pbk,bp->bk", jac_out, theta_t.to(jac_out.dtype))
 
 
