@@ -434,3 +434,24 @@ def test_torch_func_grad_of_the_reverse_mode():
     torch.testing.assert_close(gx, torch.tensor(-math.sin(0.4) * (1 - 4 * 0.1 / 3),
                                                 dtype=torch.float64))
     torch.testing.assert_close(gp, torch.tensor(-4 / 3 * math.cos(0.4), dtype=torch.float64))
+
+
+def test_vmap_of_grad_of_the_reverse_mode():
+    """torch.func.vmap(torch.func.grad(f)) through the mixed device's adjoint (every channel,
+    gates with shared and scaled parameters) gives each sample's autograd gradient."""
+    dev = qd.device("mixed", wires=3)
+    h = 0.7 * qd.Z(0) @ qd.X(1) + 0.3 * qd.Y(2)
+
+    @qd.qnode(dev, diff_method="adjoint")
+    def f(x, p):
+        _body(x, p)
+        return qd.expval(h)
+    x, p = _inputs(batch=3, seed=4)
+    gx, gp = torch.func.vmap(torch.func.grad(f, argnums=(0, 1)), in_dims=(0, None))(
+        x.detach(), p.detach())
+    for i in range(3):
+        xi = x[i].detach().clone().requires_grad_()
+        pi = p.detach().clone().requires_grad_()
+        ax, ap = torch.autograd.grad(f(xi, pi), (xi, pi))
+        torch.testing.assert_close(gx[i], ax)
+        torch.testing.assert_close(gp[i], ap)

@@ -469,9 +469,10 @@ def gradients(circuit, theta: torch.Tensor, envs: dict, trainable, rdtype) -> to
     gate or channel): gates by their exact matrix derivatives, channels by torch autograd on
     their own superoperator function (small: ``(count, B, 4, 4)``)."""
     b, p = theta.shape
-    grad = torch.zeros(b, p, dtype=rdtype, device=theta.device)
     if not envs:
-        return grad
+        return torch.zeros(b, p, dtype=rdtype, device=theta.device)
+    # out of place, column by column: under torch.func.vmap the terms are batched tensors
+    columns: dict = {}
     ops = circuit.operations
     idx = sorted(envs)
     groups: dict = {}
@@ -495,8 +496,11 @@ def gradients(circuit, theta: torch.Tensor, envs: dict, trainable, rdtype) -> to
             for j, i in enumerate(members):
                 par = ops[i].params[s]
                 if isinstance(par, ParamRef) and trainable[par.index]:
-                    grad[:, par.index] += par.scale * g[j].to(rdtype)
-    return grad
+                    term = par.scale * g[j].to(rdtype)
+                    k = par.index
+                    columns[k] = term if k not in columns else columns[k] + term
+    zero = torch.zeros(b, dtype=rdtype, device=theta.device)
+    return torch.stack([columns.get(k, zero).expand(b) for k in range(p)], dim=1)
 
 
 # ------------------------------------------------------------------------------------------
