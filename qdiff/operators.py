@@ -193,7 +193,9 @@ class PauliSumOperator:
         pos = (self.groups.group << self.n_qubits) + self.groups.zy
         picked = full.index_select(-1, pos.to(full.device))
         ph = self.groups.phase.to(full.device, dtype=cd or torch.complex128)
-        res = (picked * ph).real if (picked.is_complex() or ph.imag.abs().max() > 0) else picked
+        # a real phase can still be -1 (two Y factors: i**2), so it is applied in every case
+        res = (picked * ph).real if (picked.is_complex() or ph.imag.abs().max() > 0) \
+            else picked * ph.real.to(picked.dtype)
         res = res.to(a.real.dtype)
         out = torch.empty_like(res)
         out[..., self.groups.order.to(res.device)] = res

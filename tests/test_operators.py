@@ -69,6 +69,25 @@ def test_real_matrix_keeps_real_states():
                           atol=1e-12)
 
 
+def test_term_values_of_real_states_keep_the_sign_of_two_y_factors():
+    # YY = -(i^2) flips: on real states with only real phases the sign must still be applied
+    op = PauliSumOperator.from_strings(["XX", "YY", "ZZ", "ZX"], [1.0, 1.0, 1.0, 0.5])
+    assert op.real_matrix
+    psi = torch.tensor([0.0, 1.0, 1.0, 0.0], dtype=torch.float64) / 2 ** 0.5
+    assert torch.allclose(op.term_expvals(psi), torch.tensor([1.0, 1.0, -1.0, 0.0],
+                                                             dtype=torch.float64), atol=1e-14)
+    x = torch.randn(3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    y = torch.randn(3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    for a in (x, x.float()):
+        got = op.bilinear_terms(a, y.to(a.dtype))
+        ref = op.bilinear_terms(a.to(torch.complex128), y.to(torch.complex128))
+        assert got.dtype == a.dtype and torch.allclose(got.double(), ref, atol=1e-5)
+        refd = torch.stack([torch.einsum("bi,ij,bj->b", a.double().to(torch.complex128),
+                                         dense_ref(PauliSumOperator([w], [1.0], 2)),
+                                         y.to(torch.complex128)).real for w in op.words], -1)
+        assert torch.allclose(got.double(), refd, atol=1e-5)
+
+
 def test_complex64_follows_state_dtype():
     op = random_op(4, 10, 5)
     psi = random_states(2, 4, 1, torch.complex64)

@@ -259,3 +259,23 @@ def test_cg_iteration_cap_reported():
     assert any("cg stopped after 3" in str(x.message) for x in w)
     with pytest.raises(qd.QdiffError, match="length 5"):
         cg(A, torch.ones(5, dtype=torch.float64))
+
+
+def test_ground_state_energy_gradient_with_two_y_terms_vs_finite_differences():
+    # a real Hamiltonian whose terms carry two Y factors (as every Jordan-Wigner molecule does)
+    op = PauliSumOperator.from_strings(["ZII", "IZI", "IIZ", "XXI", "IYY", "ZXZ", "YIY"],
+                                       [1.0, -0.5, 0.3, 0.7, 0.2, -0.4, 0.25])
+    assert op.real_matrix
+    c = op.coeffs.clone().requires_grad_()
+    e, psi, _ = ground_state(op.with_coeffs(c), tol=1e-13)
+    e.backward()
+    h = 1e-6
+    for t in range(op.num_terms):
+        d = torch.zeros_like(op.coeffs)
+        d[t] = h
+        fd = (float(ground_state(op.with_coeffs(op.coeffs + d), tol=1e-13)[0])
+              - float(ground_state(op.with_coeffs(op.coeffs - d), tol=1e-13)[0])) / (2 * h)
+        assert abs(float(c.grad[t]) - fd) < 1e-6, op.words[t]
+    obs = PauliSumOperator.from_strings(["XYY", "ZZI"], [0.6, -0.3])
+    f = lambda c: obs.expval(ground_state(op.with_coeffs(c), tol=1e-13)[1])  # noqa: E731
+    assert torch.autograd.gradcheck(f, (op.coeffs.clone().requires_grad_(),), atol=1e-6)
