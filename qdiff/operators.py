@@ -202,6 +202,15 @@ class PauliSumOperator:
         return out
 
     # -- matrices -----------------------------------------------------------------------------
+    def _real_check(self, d: torch.Tensor, dtype, who: str) -> None:
+        """Refuse a real ``dtype`` (or a non-numeric one) for a matrix with imaginary entries."""
+        if not (dtype.is_complex or dtype.is_floating_point):
+            raise QdiffError(f"{who}: dtype must be a floating or complex torch dtype; got {dtype}")
+        if not dtype.is_complex and d.is_complex() and bool((d.detach().imag != 0).any()):
+            raise QdiffError(f"{who}: this operator has imaginary matrix entries (odd numbers "
+                             f"of Y or complex coefficients); dtype {dtype} would drop them: "
+                             "use a complex dtype")
+
     def _coo(self, tol: float = 0.0):
         d = self.diagonals().detach()
         rows = torch.arange(self.dim, device=d.device)
@@ -213,6 +222,8 @@ class PauliSumOperator:
     def to_sparse_csr(self, dtype: torch.dtype = torch.complex128, tol: float = 0.0) -> torch.Tensor:
         """``(2**n, 2**n)`` torch sparse CSR matrix (entries with ``|value| <= tol`` dropped)."""
         r, c, v = self._coo(tol)
+        self._real_check(v, dtype, "to_sparse_csr")
+        v = v.real if v.is_complex() and not dtype.is_complex else v
         coo = torch.sparse_coo_tensor(torch.stack([r, c]), v.to(dtype), (self.dim, self.dim),
                                       check_invariants=False)
         with warnings.catch_warnings():  # torch: "sparse CSR support is in beta"
@@ -231,7 +242,9 @@ class PauliSumOperator:
         if self.n_qubits > 14:
             raise QdiffError(f"to_dense: {self.n_qubits} qubits would need a "
                              f"{self.dim}x{self.dim} matrix; use apply() or to_sparse_csr()")
-        d = self.diagonals().to(dtype)
+        d = self.diagonals()
+        self._real_check(d, dtype, "to_dense")
+        d = (d.real if d.is_complex() and not dtype.is_complex else d).to(dtype)
         rows = torch.arange(self.dim, device=d.device)
         cols = torch.stack([rows ^ m for m in self.masks])
         out = torch.zeros(self.dim, self.dim, dtype=dtype, device=d.device)

@@ -140,3 +140,21 @@ def test_from_observable_and_errors():
         PauliSumOperator([{5: "X"}], [1.0], 3)
     with pytest.raises(qd.QdiffError, match="2 coefficient"):
         PauliSumOperator([{0: "X"}], [1.0, 2.0], 1)
+
+
+def test_real_matrix_dtype_refused_for_imaginary_entries():
+    op = PauliSumOperator.from_strings(["YZ", "XX"], [1.0, 0.5])
+    with pytest.raises(qd.QdiffError, match="imaginary"):
+        op.to_dense(torch.float64)
+    with pytest.raises(qd.QdiffError, match="imaginary"):
+        op.to_sparse_csr(torch.float32)
+    with pytest.raises(qd.QdiffError, match="dtype"):
+        op.to_dense(torch.int64)
+    real = PauliSumOperator.from_strings(["YY", "XZ"], [1.0, 0.5])  # a real matrix
+    ref = real.to_dense()
+    assert torch.equal(real.to_dense(torch.float64), ref.real)
+    assert torch.equal(real.to_sparse_csr(torch.float64).to_dense(), ref.real)
+    # complex coefficients with zero imaginary part give a real matrix too
+    cz = PauliSumOperator.from_strings(["ZZ"], torch.tensor([2.0 + 0j]))
+    assert torch.equal(cz.to_dense(torch.float64), torch.diag(torch.tensor([2.0, -2, -2, 2],
+                                                                           dtype=torch.float64)))
