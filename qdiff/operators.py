@@ -28,9 +28,17 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import Observable
 from qdiff.circuits.paulis import PauliGroups, apply, walsh_hadamard, xor_permute
+
+MAX_QUBITS = 62  # flip and sign masks are int64 bit masks
+
+
+def _require(nbytes: float, what: str, device=None) -> None:
+    memory.require(nbytes, what, device, hint="apply() works on states without a matrix")
+
 
 class PauliSumOperator:
     """``H = sum_t c_t P_t`` on ``n_qubits`` qubits, applied to ``(..., 2**n)`` states.
@@ -42,6 +50,10 @@ class PauliSumOperator:
     """
 
     def __init__(self, words: Sequence[dict], coeffs, n_qubits: int):
+        if isinstance(n_qubits, bool) or not isinstance(n_qubits, (int, np.integer)) \
+                or not 0 <= n_qubits <= MAX_QUBITS:
+            raise QdiffError(f"PauliSumOperator: n_qubits must be an integer in 0..{MAX_QUBITS}; "
+                             f"got {n_qubits!r}")
         self.n_qubits = int(n_qubits)
         self.words = [dict(w) for w in words]
         c = coeffs if isinstance(coeffs, torch.Tensor) else torch.as_tensor(np.asarray(coeffs))
@@ -138,6 +150,10 @@ class PauliSumOperator:
         if key in self._diag_cache and not c.requires_grad:
             return self._diag_cache[key]
         rdtype = torch.float32 if c.dtype in (torch.float32, torch.complex64) else torch.float64
+        # the diagonals (complex in general) and one transform temporary
+        _require(2.0 * self.num_groups * 2.0 ** self.n_qubits * 2 * rdtype.itemsize,
+                 f"the {self.num_groups} flip-group diagonals of a {self.n_qubits}-qubit "
+                 "Pauli sum", c.device)
         d = self.groups.diagonals(c, rdtype)
         if dtype is not None and (dtype.is_complex or not d.is_complex()):
             d = d.to(dtype)
@@ -212,6 +228,10 @@ class PauliSumOperator:
                              "use a complex dtype")
 
     def _coo(self, tol: float = 0.0):
+        # rows, columns and mask (int64) beside the values, per group and basis state
+        _require(40.0 * self.num_groups * 2.0 ** self.n_qubits,
+                 f"the sparse matrix of a {self.n_qubits}-qubit Pauli sum "
+                 f"({self.num_groups} flip groups)", self.coeffs.device)
         d = self.diagonals().detach()
         rows = torch.arange(self.dim, device=d.device)
         cols = torch.stack([rows ^ m for m in self.masks])  # (G, N)
@@ -242,6 +262,9 @@ class PauliSumOperator:
         if self.n_qubits > 14:
             raise QdiffError(f"to_dense: {self.n_qubits} qubits would need a "
                              f"{self.dim}x{self.dim} matrix; use apply() or to_sparse_csr()")
+        _require(2.0 * 4.0 ** self.n_qubits * dtype.itemsize,
+                 f"the dense {self.dim}x{self.dim} matrix of a {self.n_qubits}-qubit Pauli sum",
+                 self.coeffs.device)
         d = self.diagonals()
         self._real_check(d, dtype, "to_dense")
         d = (d.real if d.is_complex() and not dtype.is_complex else d).to(dtype)

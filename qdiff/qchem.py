@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from qdiff.circuits import caches
+from qdiff.circuits import caches, memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import Factor, Observable
 
@@ -110,6 +110,12 @@ def to_pennylane(obs: Observable):
 
 def particle_number_mask(n_qubits: int, electrons: int) -> torch.Tensor:
     """``(2**n,)`` bool: basis states with exactly ``electrons`` ones."""
+    for name, v in (("n_qubits", n_qubits), ("electrons", electrons)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise QdiffError(f"particle_number_mask: {name} must be a non-negative integer; "
+                             f"got {v!r}")
+    memory.require(17.0 * 2.0 ** n_qubits, f"particle_number_mask: a mask over the "
+                   f"2**{n_qubits} basis states")
     idx = torch.arange(1 << n_qubits)
     ones = torch.zeros_like(idx)
     for b in range(n_qubits):

@@ -27,6 +27,7 @@ from typing import Callable, Optional
 
 import torch
 
+from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.operators import PauliSumOperator, as_operator
 
@@ -134,6 +135,10 @@ def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int
     m = min(m, space)
     if k > m - 1 and space > k:
         raise QdiffError(f"lanczos: k={k} needs max_basis > k (got {m})")
+    # the Krylov basis (m + 1 vectors) and a few work vectors
+    item = torch.empty(0, dtype=dtype).element_size()
+    memory.require((m + 6.0) * dim * item,
+                   f"lanczos: a Krylov basis of {m + 1} vectors of length {dim}", device)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     if v0 is None:
         v0 = torch.randn(dim, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)

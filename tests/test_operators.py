@@ -158,3 +158,22 @@ def test_real_matrix_dtype_refused_for_imaginary_entries():
     cz = PauliSumOperator.from_strings(["ZZ"], torch.tensor([2.0 + 0j]))
     assert torch.equal(cz.to_dense(torch.float64), torch.diag(torch.tensor([2.0, -2, -2, 2],
                                                                            dtype=torch.float64)))
+
+
+def test_large_matrices_and_diagonals_refused_before_allocating():
+    big = PauliSumOperator.from_strings(["Z" * 40, "X" * 40], [1.0, 0.5])
+    with pytest.raises(qd.QdiffError, match="40 qubits"):
+        big.to_dense()
+    for make in (big.to_sparse_csr, big.to_scipy, big.diagonals):
+        with pytest.raises(qd.QdiffMemoryError, match="40-qubit"):
+            make()
+    obs = sum((qd.Z(i) for i in range(40)), start=0.0 * qd.Z(0))
+    for make in (obs.matrix, obs.eigvals):
+        with pytest.raises(qd.QdiffMemoryError, match="40-qubit"):
+            make()
+    with pytest.raises(qd.QdiffError, match="n_qubits"):
+        PauliSumOperator.from_strings(["Z" * 100], [1.0])
+    with pytest.raises(qd.QdiffError, match="n_qubits"):
+        PauliSumOperator([{}], [1.0], -1)
+    with pytest.raises(qd.QdiffError, match="repeats"):
+        (qd.Z(0) @ qd.X(1)).matrix(wire_order=[0, 0, 1])

@@ -279,3 +279,17 @@ def test_ground_state_energy_gradient_with_two_y_terms_vs_finite_differences():
     obs = PauliSumOperator.from_strings(["XYY", "ZZI"], [0.6, -0.3])
     f = lambda c: obs.expval(ground_state(op.with_coeffs(c), tol=1e-13)[1])  # noqa: E731
     assert torch.autograd.gradcheck(f, (op.coeffs.clone().requires_grad_(),), atol=1e-6)
+
+
+def test_large_eigenproblems_refused_before_allocating():
+    big = PauliSumOperator.from_strings(["Z" * 40, "X" * 40], [1.0, 0.5])
+    with pytest.raises(qd.QdiffMemoryError, match="Krylov basis"):
+        qd.eigsh(big, 1)
+    with pytest.raises(qd.QdiffMemoryError):
+        ground_state(big)
+    with pytest.raises(qd.QdiffMemoryError, match="Krylov basis"):
+        lanczos(lambda v: v, 1, n=2 ** 40)
+    with pytest.raises(qd.QdiffMemoryError, match="basis states"):
+        particle_number_mask(50, 2)
+    with pytest.raises(qd.QdiffError, match="n_qubits"):
+        particle_number_mask(-1, 2)
