@@ -179,14 +179,30 @@ def molecular_problem(symbols: Sequence[str], coordinates, *, unit: str,
         unit: ``"angstrom"`` or ``"bohr"`` (required: a geometry means nothing without it).
         active_electrons, active_orbitals: active space (None: all).
     """
-    if unit not in ("angstrom", "bohr"):
+    if not isinstance(unit, str) or unit.strip().lower() not in ("angstrom", "bohr"):
         raise QdiffError(f"unit must be 'angstrom' or 'bohr'; got {unit!r}")
-    coords = tuple(float(x) for x in np.asarray(coordinates, dtype=float).reshape(-1))
+    unit = unit.strip().lower()  # as PennyLane reads it
+    if isinstance(coordinates, torch.Tensor) and coordinates.requires_grad:
+        raise QdiffError("molecular_problem: coordinates require grad, but the Hamiltonian is "
+                         "not differentiable with respect to the geometry; pass "
+                         "coordinates.detach()")
+    try:
+        coords = tuple(float(x) for x in np.asarray(coordinates, dtype=float).reshape(-1))
+    except (TypeError, ValueError) as e:
+        raise QdiffError(f"coordinates must be numbers; {e}") from None
     if len(coords) != 3 * len(symbols):
         raise QdiffError(f"{len(symbols)} atom(s) need {3 * len(symbols)} coordinates; got "
                          f"{len(coords)}")
-    coeffs, terms, n, n_el = _cached(tuple(symbols), coords, unit, charge, mult, basis,
-                                     active_electrons, active_orbitals, mapping, method)
+    try:
+        coeffs, terms, n, n_el = _cached(tuple(symbols), coords, unit, charge, mult, basis,
+                                         active_electrons, active_orbitals, mapping, method)
+    except QdiffError:
+        raise
+    except (ValueError, KeyError, TypeError) as e:  # PennyLane's refusal of the input
+        raise QdiffError(f"molecular Hamiltonian of {list(symbols)} (charge={charge}, "
+                         f"mult={mult}, basis={basis!r}, active_electrons={active_electrons}, "
+                         f"active_orbitals={active_orbitals}, mapping={mapping!r}, "
+                         f"method={method!r}): {e}") from None
     electrons = active_electrons if active_electrons is not None else n_el
     obs = Observable(coeffs.clone(), terms, simplify=False)
     return MolecularProblem(obs, n, electrons, tuple(symbols), coords, unit,
