@@ -84,6 +84,12 @@ class PauliSumOperator:
             except KeyError as e:
                 raise QdiffError(f"observable acts on wire {e.args[0]!r}, not in wire_order "
                                  f"{list(wire_order)}") from None
+        elif any(isinstance(w, bool) or not isinstance(w, (int, np.integer))
+                 for word in words for w in word):
+            labels = [w for w in obs.wires if isinstance(w, bool)
+                      or not isinstance(w, (int, np.integer))]
+            raise QdiffError(f"PauliSumOperator.from_observable: wire label {labels[0]!r} is not "
+                             "an integer; pass wire_order=[...] to give each wire its position")
         if n_qubits is None:
             n_qubits = len(wire_order) if wire_order is not None else \
                 1 + max((w for word in words for w in word), default=-1)

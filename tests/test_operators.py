@@ -177,3 +177,11 @@ def test_large_matrices_and_diagonals_refused_before_allocating():
         PauliSumOperator([{}], [1.0], -1)
     with pytest.raises(qd.QdiffError, match="repeats"):
         (qd.Z(0) @ qd.X(1)).matrix(wire_order=[0, 0, 1])
+
+
+def test_from_observable_with_label_wires_needs_wire_order():
+    H = 0.5 * qd.Z("a") @ qd.X("b") + 0.3 * qd.Y("c")
+    with pytest.raises(qd.QdiffError, match="wire_order"):
+        PauliSumOperator.from_observable(H)
+    op = PauliSumOperator.from_observable(H, wire_order=["c", "a", "b"])
+    assert torch.allclose(op.to_dense(), H.matrix(wire_order=["c", "a", "b"]), atol=1e-14)
