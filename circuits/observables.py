@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from qdiff.circuits import caches
+from qdiff.circuits import caches, memory
 from qdiff.circuits import recording
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import (Operation, is_concrete, normalize_wires,
@@ -219,6 +219,11 @@ class Observable:
         """Dense ``(2**n, 2**n)`` complex128 matrix in ``wire_order`` (default: own wires)."""
         order = list(self.wires if wire_order is None else wire_order)
         n = len(order)
+        if len(set(order)) != n:
+            raise QdiffError(f"matrix: wire_order {order} repeats a wire")
+        # the sum, one term's Kronecker product and its permuted copy
+        memory.require(3 * 16.0 * 4.0 ** n, f"the dense {n}-qubit matrix of an observable "
+                       f"({2.0 ** n:.0f}x{2.0 ** n:.0f} complex128)")
         total = torch.zeros(2 ** n, 2 ** n, dtype=torch.complex128)
         for c, t in zip(self.coeffs.to(torch.complex128), self.terms):
             total = total + c * _term_dense(t, order)

@@ -28,9 +28,17 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import Observable
 from qdiff.circuits.paulis import PauliGroups, apply, walsh_hadamard, xor_permute
+
+MAX_QUBITS = 62  # flip and sign masks are int64 bit masks
+
+
+def _require(nbytes: float, what: str, device=None) -> None:
+    memory.require(nbytes, what, device, hint="apply() works on states without a matrix")
+
 
 class PauliSumOperator:
     """``H = sum_t c_t P_t`` on ``n_qubits`` qubits, applied to ``(..., 2**n)`` states.
@@ -42,6 +50,10 @@ class PauliSumOperator:
     """
 
     def __init__(self, words: Sequence[dict], coeffs, n_qubits: int):
+        if isinstance(n_qubits, bool) or not isinstance(n_qubits, (int, np.integer)) \
+                or not 0 <= n_qubits <= MAX_QUBITS:
+            raise QdiffError(f"PauliSumOperator: n_qubits must be an integer in 0..{MAX_QUBITS}; "
+                             f"got {n_qubits!r}")
         self.n_qubits = int(n_qubits)
         self.words = [dict(w) for w in words]
         c = coeffs if isinstance(coeffs, torch.Tensor) else torch.as_tensor(np.asarray(coeffs))
@@ -72,6 +84,12 @@ class PauliSumOperator:
             except KeyError as e:
                 raise QdiffError(f"observable acts on wire {e.args[0]!r}, not in wire_order "
                                  f"{list(wire_order)}") from None
+        elif any(isinstance(w, bool) or not isinstance(w, (int, np.integer))
+                 for word in words for w in word):
+            labels = [w for w in obs.wires if isinstance(w, bool)
+                      or not isinstance(w, (int, np.integer))]
+            raise QdiffError(f"PauliSumOperator.from_observable: wire label {labels[0]!r} is not "
+                             "an integer; pass wire_order=[...] to give each wire its position")
         if n_qubits is None:
             n_qubits = len(wire_order) if wire_order is not None else \
                 1 + max((w for word in words for w in word), default=-1)
@@ -138,6 +156,10 @@ class PauliSumOperator:
         if key in self._diag_cache and not c.requires_grad:
             return self._diag_cache[key]
         rdtype = torch.float32 if c.dtype in (torch.float32, torch.complex64) else torch.float64
+        # the diagonals (complex in general) and one transform temporary
+        _require(2.0 * self.num_groups * 2.0 ** self.n_qubits * 2 * rdtype.itemsize,
+                 f"the {self.num_groups} flip-group diagonals of a {self.n_qubits}-qubit "
+                 "Pauli sum", c.device)
         d = self.groups.diagonals(c, rdtype)
         if dtype is not None and (dtype.is_complex or not d.is_complex()):
             d = d.to(dtype)
@@ -193,14 +215,29 @@ class PauliSumOperator:
         pos = (self.groups.group << self.n_qubits) + self.groups.zy
         picked = full.index_select(-1, pos.to(full.device))
         ph = self.groups.phase.to(full.device, dtype=cd or torch.complex128)
-        res = (picked * ph).real if (picked.is_complex() or ph.imag.abs().max() > 0) else picked
+        # a real phase can still be -1 (two Y factors: i**2), so it is applied in every case
+        res = (picked * ph).real if (picked.is_complex() or ph.imag.abs().max() > 0) \
+            else picked * ph.real.to(picked.dtype)
         res = res.to(a.real.dtype)
         out = torch.empty_like(res)
         out[..., self.groups.order.to(res.device)] = res
         return out
 
     # -- matrices -----------------------------------------------------------------------------
+    def _real_check(self, d: torch.Tensor, dtype, who: str) -> None:
+        """Refuse a real ``dtype`` (or a non-numeric one) for a matrix with imaginary entries."""
+        if not (dtype.is_complex or dtype.is_floating_point):
+            raise QdiffError(f"{who}: dtype must be a floating or complex torch dtype; got {dtype}")
+        if not dtype.is_complex and d.is_complex() and bool((d.detach().imag != 0).any()):
+            raise QdiffError(f"{who}: this operator has imaginary matrix entries (odd numbers "
+                             f"of Y or complex coefficients); dtype {dtype} would drop them: "
+                             "use a complex dtype")
+
     def _coo(self, tol: float = 0.0):
+        # rows, columns and mask (int64) beside the values, per group and basis state
+        _require(40.0 * self.num_groups * 2.0 ** self.n_qubits,
+                 f"the sparse matrix of a {self.n_qubits}-qubit Pauli sum "
+                 f"({self.num_groups} flip groups)", self.coeffs.device)
         d = self.diagonals().detach()
         rows = torch.arange(self.dim, device=d.device)
         cols = torch.stack([rows ^ m for m in self.masks])  # (G, N)
@@ -211,6 +248,8 @@ class PauliSumOperator:
     def to_sparse_csr(self, dtype: torch.dtype = torch.complex128, tol: float = 0.0) -> torch.Tensor:
         """``(2**n, 2**n)`` torch sparse CSR matrix (entries with ``|value| <= tol`` dropped)."""
         r, c, v = self._coo(tol)
+        self._real_check(v, dtype, "to_sparse_csr")
+        v = v.real if v.is_complex() and not dtype.is_complex else v
         coo = torch.sparse_coo_tensor(torch.stack([r, c]), v.to(dtype), (self.dim, self.dim),
                                       check_invariants=False)
         with warnings.catch_warnings():  # torch: "sparse CSR support is in beta"
@@ -229,7 +268,12 @@ class PauliSumOperator:
         if self.n_qubits > 14:
             raise QdiffError(f"to_dense: {self.n_qubits} qubits would need a "
                              f"{self.dim}x{self.dim} matrix; use apply() or to_sparse_csr()")
-        d = self.diagonals().to(dtype)
+        _require(2.0 * 4.0 ** self.n_qubits * dtype.itemsize,
+                 f"the dense {self.dim}x{self.dim} matrix of a {self.n_qubits}-qubit Pauli sum",
+                 self.coeffs.device)
+        d = self.diagonals()
+        self._real_check(d, dtype, "to_dense")
+        d = (d.real if d.is_complex() and not dtype.is_complex else d).to(dtype)
         rows = torch.arange(self.dim, device=d.device)
         cols = torch.stack([rows ^ m for m in self.masks])
         out = torch.zeros(self.dim, self.dim, dtype=dtype, device=d.device)

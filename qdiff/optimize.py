@@ -21,6 +21,8 @@ hardware, where the block-diagonal metric needs one circuit per layer).
 """
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Callable, Optional
 
 import torch
@@ -50,14 +52,25 @@ class QNGOptimizer(torch.optim.Optimizer):
                  seed: Optional[int] = None):
         if metric not in METRICS:
             raise QdiffError(f"QNGOptimizer: metric must be one of {list(METRICS)}; got {metric!r}")
-        if lr <= 0 or lam < 0:
-            raise QdiffError(f"QNGOptimizer: need lr > 0 and lam >= 0; got lr={lr}, lam={lam}")
+        _check_rates(lr, lam)
+        if metric == "spsa":
+            if not _real(spsa_epsilon) or not spsa_epsilon > 0 or not math.isfinite(spsa_epsilon):
+                raise QdiffError(f"QNGOptimizer: spsa_epsilon must be a finite number > 0; got "
+                                 f"{spsa_epsilon!r}")
+            if isinstance(spsa_resamplings, bool) or not isinstance(spsa_resamplings, int) \
+                    or spsa_resamplings < 1:
+                raise QdiffError(f"QNGOptimizer: spsa_resamplings must be an integer >= 1; got "
+                                 f"{spsa_resamplings!r}")
         super().__init__(params, dict(lr=lr, lam=lam))
         self.qnode, self.metric, self.args_fn = qnode, metric, args
         self.spsa_epsilon, self.spsa_resamplings = spsa_epsilon, spsa_resamplings
         self._gen = torch.Generator().manual_seed(seed if seed is not None else 0)
         self._spsa_avg, self._spsa_count = None, 0
         self.last_metric: Optional[torch.Tensor] = None
+
+    def add_param_group(self, param_group):
+        super().add_param_group(param_group)
+        _check_rates(self.param_groups[-1]["lr"], self.param_groups[-1]["lam"])
 
     def _params(self):
         return [p for g in self.param_groups for p in g["params"]]
@@ -107,9 +120,12 @@ class QNGOptimizer(torch.optim.Optimizer):
         flat = torch.cat([g.reshape(-1) for g in grads])
         g = self.compute_metric().to(flat.dtype)
         self.last_metric = g
-        lam = self.param_groups[0]["lam"]
-        reg = g + lam * torch.eye(g.shape[0], dtype=g.dtype, device=g.device)
-        delta = torch.linalg.solve(reg, flat) if lam > 0 else torch.linalg.pinv(reg) @ flat
+        # each group's own lam on the diagonal entries of its parameters
+        lam = torch.cat([torch.full((p.numel(),), float(group["lam"]), dtype=g.dtype)
+                         for group in self.param_groups for p in group["params"]]).to(g.device)
+        reg = g + torch.diag(lam)
+        delta = torch.linalg.solve(reg, flat) if bool((lam > 0).all()) \
+            else torch.linalg.pinv(reg) @ flat
         off = 0
         for group in self.param_groups:
             for p in group["params"]:
@@ -138,6 +154,17 @@ class QNGOptimizer(torch.optim.Optimizer):
         self._spsa_count += 1
         vals, vecs = torch.linalg.eigh(self._spsa_avg)
         return (vecs * vals.abs()) @ vecs.T  # sqrt(g g): the nearest positive semidefinite
+
+
+def _real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def _check_rates(lr, lam) -> None:
+    if not (_real(lr) and math.isfinite(lr) and lr > 0):
+        raise QdiffError(f"QNGOptimizer: lr must be a finite number > 0; got {lr!r}")
+    if not (_real(lam) and math.isfinite(lam) and lam >= 0):
+        raise QdiffError(f"QNGOptimizer: lam must be a finite number >= 0; got {lam!r}")
 
 
 def _with_flat(args, train, flat):

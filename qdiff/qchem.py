@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from qdiff.circuits import caches
+from qdiff.circuits import caches, memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import Factor, Observable
 
@@ -110,6 +110,12 @@ def to_pennylane(obs: Observable):
 
 def particle_number_mask(n_qubits: int, electrons: int) -> torch.Tensor:
     """``(2**n,)`` bool: basis states with exactly ``electrons`` ones."""
+    for name, v in (("n_qubits", n_qubits), ("electrons", electrons)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise QdiffError(f"particle_number_mask: {name} must be a non-negative integer; "
+                             f"got {v!r}")
+    memory.require(17.0 * 2.0 ** n_qubits, f"particle_number_mask: a mask over the "
+                   f"2**{n_qubits} basis states")
     idx = torch.arange(1 << n_qubits)
     ones = torch.zeros_like(idx)
     for b in range(n_qubits):
@@ -173,14 +179,30 @@ def molecular_problem(symbols: Sequence[str], coordinates, *, unit: str,
         unit: ``"angstrom"`` or ``"bohr"`` (required: a geometry means nothing without it).
         active_electrons, active_orbitals: active space (None: all).
     """
-    if unit not in ("angstrom", "bohr"):
+    if not isinstance(unit, str) or unit.strip().lower() not in ("angstrom", "bohr"):
         raise QdiffError(f"unit must be 'angstrom' or 'bohr'; got {unit!r}")
-    coords = tuple(float(x) for x in np.asarray(coordinates, dtype=float).reshape(-1))
+    unit = unit.strip().lower()  # as PennyLane reads it
+    if isinstance(coordinates, torch.Tensor) and coordinates.requires_grad:
+        raise QdiffError("molecular_problem: coordinates require grad, but the Hamiltonian is "
+                         "not differentiable with respect to the geometry; pass "
+                         "coordinates.detach()")
+    try:
+        coords = tuple(float(x) for x in np.asarray(coordinates, dtype=float).reshape(-1))
+    except (TypeError, ValueError) as e:
+        raise QdiffError(f"coordinates must be numbers; {e}") from None
     if len(coords) != 3 * len(symbols):
         raise QdiffError(f"{len(symbols)} atom(s) need {3 * len(symbols)} coordinates; got "
                          f"{len(coords)}")
-    coeffs, terms, n, n_el = _cached(tuple(symbols), coords, unit, charge, mult, basis,
-                                     active_electrons, active_orbitals, mapping, method)
+    try:
+        coeffs, terms, n, n_el = _cached(tuple(symbols), coords, unit, charge, mult, basis,
+                                         active_electrons, active_orbitals, mapping, method)
+    except QdiffError:
+        raise
+    except (ValueError, KeyError, TypeError) as e:  # PennyLane's refusal of the input
+        raise QdiffError(f"molecular Hamiltonian of {list(symbols)} (charge={charge}, "
+                         f"mult={mult}, basis={basis!r}, active_electrons={active_electrons}, "
+                         f"active_orbitals={active_orbitals}, mapping={mapping!r}, "
+                         f"method={method!r}): {e}") from None
     electrons = active_electrons if active_electrons is not None else n_el
     obs = Observable(coeffs.clone(), terms, simplify=False)
     return MolecularProblem(obs, n, electrons, tuple(symbols), coords, unit,

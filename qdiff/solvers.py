@@ -27,6 +27,7 @@ from typing import Callable, Optional
 
 import torch
 
+from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.operators import PauliSumOperator, as_operator
 
@@ -51,6 +52,8 @@ def _matvec_of(A) -> tuple[Callable, Optional[int]]:
     """A batched matvec ``(..., N) -> (..., N)`` and ``N`` (None when unknown)."""
     if isinstance(A, PauliSumOperator):
         return A.apply, A.dim
+    if isinstance(A, _Shifted):
+        return A, _matvec_of(A.A)[1]
     if isinstance(A, torch.Tensor):
         if A.dim() != 2 or A.shape[0] != A.shape[1]:
             raise QdiffError(f"operator matrix must be square (N, N); got shape {tuple(A.shape)}")
@@ -65,6 +68,34 @@ def _matvec_of(A) -> tuple[Callable, Optional[int]]:
     except QdiffError:
         raise QdiffError(f"expected an operator (PauliSumOperator, Observable, tensor or "
                          f"callable); got {type(A).__name__}") from None
+
+
+def _operator_dtype(A) -> Optional[torch.dtype]:
+    """The dtype an operator's matrix has: a tensor's own; for a Pauli sum real or complex
+    (by its terms and coefficients) at its coefficients' precision; None for a callable."""
+    if isinstance(A, torch.Tensor):
+        return A.dtype if (A.is_complex() or A.dtype.is_floating_point) else torch.float64
+    if isinstance(A, PauliSumOperator):
+        single = A.coeffs.dtype in (torch.float32, torch.complex64)
+        if A.real_matrix:
+            return torch.float32 if single else torch.float64
+        return torch.complex64 if single else torch.complex128
+    return None
+
+
+def _as_vector(x, what: str) -> torch.Tensor:
+    """A tensor from ``x`` (tensor, array or list); integers become float64."""
+    if not isinstance(x, torch.Tensor):
+        try:
+            x = torch.as_tensor(x)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise QdiffError(f"{what} must be a tensor or an array of numbers; got "
+                             f"{type(x).__name__}") from e
+    if not (x.is_complex() or x.dtype.is_floating_point):
+        x = x.to(torch.float64)
+    if x.numel() and not bool(torch.isfinite(x.detach()).all()):
+        raise QdiffError(f"{what} has NaN or infinite entries")
+    return x
 
 
 def _inner(a, b):
@@ -109,13 +140,25 @@ def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int
         raise QdiffError(f"lanczos: which must be 'SA' (smallest) or 'LA' (largest); "
                          f"got {which!r}")
     mv, dim = _matvec_of(A)
+    if v0 is not None:
+        v0 = _as_vector(v0, "lanczos: v0")
     dim = dim or n or (v0.shape[-1] if v0 is not None else None)
     if dim is None:
         raise QdiffError("lanczos: give n (the dimension) or v0 with a callable operator")
+    if v0 is not None and tuple(v0.shape) != (dim,):
+        raise QdiffError(f"lanczos: v0 must have shape ({dim},); got {tuple(v0.shape)}")
+    own = _operator_dtype(A)
     if dtype is None:
-        real = isinstance(A, PauliSumOperator) and A.real_matrix or (
-            isinstance(A, torch.Tensor) and not A.is_complex())
-        dtype = v0.dtype if v0 is not None else (torch.float64 if real else torch.complex128)
+        dtype = own or (torch.complex128 if v0 is None else v0.dtype)
+        if v0 is not None:
+            dtype = torch.promote_types(dtype, v0.dtype)
+    if not (dtype.is_complex or dtype.is_floating_point):
+        raise QdiffError(f"lanczos: dtype must be a floating or complex torch dtype; got {dtype}")
+    if own is not None and own.is_complex and not dtype.is_complex:
+        raise QdiffError(f"lanczos: the operator is complex; dtype {dtype} would drop its "
+                         "imaginary part (use a complex dtype)")
+    if isinstance(A, torch.Tensor) and A.dtype != dtype:
+        mv, _ = _matvec_of(A.detach().to(dtype))
     if device is None:
         device = v0.device if v0 is not None else (
             A.coeffs.device if isinstance(A, PauliSumOperator) else
@@ -134,6 +177,10 @@ def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int
     m = min(m, space)
     if k > m - 1 and space > k:
         raise QdiffError(f"lanczos: k={k} needs max_basis > k (got {m})")
+    # the Krylov basis (m + 1 vectors) and a few work vectors
+    item = torch.empty(0, dtype=dtype).element_size()
+    memory.require((m + 6.0) * dim * item,
+                   f"lanczos: a Krylov basis of {m + 1} vectors of length {dim}", device)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     if v0 is None:
         v0 = torch.randn(dim, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
@@ -215,7 +262,9 @@ def _thick_restart(mv, project, v, k, m, tol, maxiter, space, fresh):
         res = (beta * Y[size - 1, :]).abs()
         kk = min(k, size)
         scale = torch.clamp(theta[:kk].abs(), min=1.0)
-        ok = bool((res[:kk] <= tol * scale).all())
+        # rounding limits residuals to ~eps ||A|| (single precision: ~1e-7 ||A||)
+        floor = 100 * torch.finfo(theta.dtype).eps * float(theta.abs().max())
+        ok = bool((res[:kk] <= torch.clamp(tol * scale, min=floor)).all())
         if ok and locked is None and not exhausted:
             # lock the converged pairs and search their complement from a random vector
             nxt = _orthonormal_fresh(fresh, project, (Y[:, :kk].transpose(0, 1).to(V.dtype)
@@ -230,7 +279,7 @@ def _thick_restart(mv, project, v, k, m, tol, maxiter, space, fresh):
                 p = kk
                 continue
         elif ok and locked is not None and not exhausted:
-            moved = (theta[:kk] - locked).abs() > tol * scale
+            moved = (theta[:kk] - locked).abs() > torch.clamp(tol * scale, min=floor)
             if bool(moved.any()):  # lower eigenvalues turned up: converge and verify again
                 ok, locked = False, None
         if ok or exhausted or matvecs >= maxiter:
@@ -450,9 +499,24 @@ class _ImplicitSolve(torch.autograd.Function):
 
 def _solve(method, A, b, x0, tol, maxiter, params, **kw):
     mv, dim = _matvec_of(A)
+    b = _as_vector(b, f"{method}: b")
+    if b.dim() == 0:
+        raise QdiffError(f"{method}: b must have shape (..., N); got a scalar")
     if dim is not None and b.shape[-1] != dim:
         raise QdiffError(f"{method}: right-hand side has length {b.shape[-1]} but the operator "
                          f"is {dim}x{dim}")
+    own = _operator_dtype(A.A if isinstance(A, _Shifted) else A)
+    dt = b.dtype if own is None else torch.promote_types(own, b.dtype)
+    b = b.to(dt)  # a real right-hand side of a complex system is solved in complex
+    if isinstance(A, torch.Tensor) and A.dtype != dt:
+        mv = _matvec_of(A.to(dt))[0]  # differentiable: gradients reach A in its own dtype
+    elif isinstance(A, _Shifted) and isinstance(A.A, torch.Tensor) and A.A.dtype != dt:
+        mv = _Shifted(_matvec_of(A.A.to(dt))[0], A.shift, A.A)
+    if x0 is not None:
+        x0 = _as_vector(x0, f"{method}: x0").detach().to(device=b.device, dtype=dt)
+        if x0.shape != b.shape:
+            raise QdiffError(f"{method}: x0 must have the shape of b {tuple(b.shape)}; got "
+                             f"{tuple(x0.shape)}")
     maxiter = maxiter or 10 * b.shape[-1]
     if params is None:
         params = [A.coeffs] if isinstance(A, PauliSumOperator) else \

@@ -69,6 +69,25 @@ def test_real_matrix_keeps_real_states():
                           atol=1e-12)
 
 
+def test_term_values_of_real_states_keep_the_sign_of_two_y_factors():
+    # YY = -(i^2) flips: on real states with only real phases the sign must still be applied
+    op = PauliSumOperator.from_strings(["XX", "YY", "ZZ", "ZX"], [1.0, 1.0, 1.0, 0.5])
+    assert op.real_matrix
+    psi = torch.tensor([0.0, 1.0, 1.0, 0.0], dtype=torch.float64) / 2 ** 0.5
+    assert torch.allclose(op.term_expvals(psi), torch.tensor([1.0, 1.0, -1.0, 0.0],
+                                                             dtype=torch.float64), atol=1e-14)
+    x = torch.randn(3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    y = torch.randn(3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    for a in (x, x.float()):
+        got = op.bilinear_terms(a, y.to(a.dtype))
+        ref = op.bilinear_terms(a.to(torch.complex128), y.to(torch.complex128))
+        assert got.dtype == a.dtype and torch.allclose(got.double(), ref, atol=1e-5)
+        refd = torch.stack([torch.einsum("bi,ij,bj->b", a.double().to(torch.complex128),
+                                         dense_ref(PauliSumOperator([w], [1.0], 2)),
+                                         y.to(torch.complex128)).real for w in op.words], -1)
+        assert torch.allclose(got.double(), refd, atol=1e-5)
+
+
 def test_complex64_follows_state_dtype():
     op = random_op(4, 10, 5)
     psi = random_states(2, 4, 1, torch.complex64)
@@ -121,3 +140,48 @@ def test_from_observable_and_errors():
         PauliSumOperator([{5: "X"}], [1.0], 3)
     with pytest.raises(qd.QdiffError, match="2 coefficient"):
         PauliSumOperator([{0: "X"}], [1.0, 2.0], 1)
+
+
+def test_real_matrix_dtype_refused_for_imaginary_entries():
+    op = PauliSumOperator.from_strings(["YZ", "XX"], [1.0, 0.5])
+    with pytest.raises(qd.QdiffError, match="imaginary"):
+        op.to_dense(torch.float64)
+    with pytest.raises(qd.QdiffError, match="imaginary"):
+        op.to_sparse_csr(torch.float32)
+    with pytest.raises(qd.QdiffError, match="dtype"):
+        op.to_dense(torch.int64)
+    real = PauliSumOperator.from_strings(["YY", "XZ"], [1.0, 0.5])  # a real matrix
+    ref = real.to_dense()
+    assert torch.equal(real.to_dense(torch.float64), ref.real)
+    assert torch.equal(real.to_sparse_csr(torch.float64).to_dense(), ref.real)
+    # complex coefficients with zero imaginary part give a real matrix too
+    cz = PauliSumOperator.from_strings(["ZZ"], torch.tensor([2.0 + 0j]))
+    assert torch.equal(cz.to_dense(torch.float64), torch.diag(torch.tensor([2.0, -2, -2, 2],
+                                                                           dtype=torch.float64)))
+
+
+def test_large_matrices_and_diagonals_refused_before_allocating():
+    big = PauliSumOperator.from_strings(["Z" * 40, "X" * 40], [1.0, 0.5])
+    with pytest.raises(qd.QdiffError, match="40 qubits"):
+        big.to_dense()
+    for make in (big.to_sparse_csr, big.to_scipy, big.diagonals):
+        with pytest.raises(qd.QdiffMemoryError, match="40-qubit"):
+            make()
+    obs = sum((qd.Z(i) for i in range(40)), start=0.0 * qd.Z(0))
+    for make in (obs.matrix, obs.eigvals):
+        with pytest.raises(qd.QdiffMemoryError, match="40-qubit"):
+            make()
+    with pytest.raises(qd.QdiffError, match="n_qubits"):
+        PauliSumOperator.from_strings(["Z" * 100], [1.0])
+    with pytest.raises(qd.QdiffError, match="n_qubits"):
+        PauliSumOperator([{}], [1.0], -1)
+    with pytest.raises(qd.QdiffError, match="repeats"):
+        (qd.Z(0) @ qd.X(1)).matrix(wire_order=[0, 0, 1])
+
+
+def test_from_observable_with_label_wires_needs_wire_order():
+    H = 0.5 * qd.Z("a") @ qd.X("b") + 0.3 * qd.Y("c")
+    with pytest.raises(qd.QdiffError, match="wire_order"):
+        PauliSumOperator.from_observable(H)
+    op = PauliSumOperator.from_observable(H, wire_order=["c", "a", "b"])
+    assert torch.allclose(op.to_dense(), H.matrix(wire_order=["c", "a", "b"]), atol=1e-14)

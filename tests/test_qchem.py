@@ -1,4 +1,6 @@
 """Molecular Hamiltonians from PennyLane qchem: conversion, expectations vs PennyLane and dense."""
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -121,3 +123,21 @@ def test_particle_number_mask():
     m = qchem.particle_number_mask(4, 2)
     assert int(m.sum()) == 6 and bool(m[0b1100]) and not bool(m[0b1110])
     assert np.array_equal(qchem.molecule("H2").hf_state, [1, 1, 0, 0])
+
+
+def test_pennylane_refusals_are_qdiff_errors_and_unit_case_follows_pennylane():
+    import pennylane as qml
+    sym, co = ["H", "H"], [0.0, 0.0, -0.6614, 0.0, 0.0, 0.6614]
+    for bad, what in ((dict(mult=3), "mult=3"), (dict(mapping="xyz"), "mapping='xyz'"),
+                      (dict(active_electrons=3, active_orbitals=1), "active_electrons=3")):
+        with pytest.raises(qd.QdiffError, match=re.escape(what)):
+            qchem.molecular_hamiltonian(sym, co, **bad)
+    with pytest.raises(qd.QdiffError, match="Xx"):
+        qchem.molecular_hamiltonian(["Xx", "H"], co)
+    with pytest.raises(qd.QdiffError, match="require grad"):
+        qchem.molecular_hamiltonian(sym, torch.tensor(co, requires_grad=True))
+    H, n = qchem.molecular_hamiltonian(sym, co, unit="Bohr")  # PennyLane accepts any case
+    H_pl, n_pl = qml.qchem.molecular_hamiltonian(sym, np.array(co), unit="Bohr")
+    assert n == n_pl == 4
+    assert torch.allclose(H.matrix(wire_order=range(4)),
+                          torch.tensor(qml.matrix(H_pl, wire_order=range(4))), atol=1e-10)

@@ -131,3 +131,43 @@ def test_qng_closure_args_and_errors():
     cost(w).backward()
     with pytest.raises(qd.QdiffError, match="not a trainable argument"):
         opt.step()
+
+
+def test_qng_options_checked_and_each_group_keeps_its_lam():
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def cost(a, b):
+        qd.RX(a[0], wires=0)
+        qd.RY(b[0], wires=1)
+        qd.CNOT(wires=[0, 1])
+        qd.RY(a[1], wires=0)
+        qd.RX(b[1], wires=1)
+        return qd.expval(qd.Z(0) @ qd.X(1))
+
+    a0 = torch.tensor([0.3, -0.4], dtype=torch.float64)
+    b0 = torch.tensor([0.7, 0.2], dtype=torch.float64)
+    a, b = a0.clone().requires_grad_(), b0.clone().requires_grad_()
+    opt = qd.QNGOptimizer([{"params": [a], "lam": 0.5}, {"params": [b], "lam": 0.01}], cost,
+                          lr=0.1, metric="full")
+    opt.zero_grad()
+    cost(a, b).backward()
+    grad = torch.cat([a.grad, b.grad])
+    opt.step()
+    g = qd.metric_tensor(cost, approx=None, hybrid=False)(a0.clone().requires_grad_(),
+                                                         b0.clone().requires_grad_())
+    # theta columns follow recording order: a[0], b[0], a[1], b[1]
+    perm = [0, 2, 1, 3]
+    g = g[perm][:, perm]
+    delta = torch.linalg.solve(g + torch.diag(torch.tensor([0.5, 0.5, 0.01, 0.01],
+                                                           dtype=g.dtype)), grad)
+    assert torch.allclose(torch.cat([a, b]).detach(), torch.cat([a0, b0]) - 0.1 * delta,
+                          atol=1e-12)
+    for kw, what in ((dict(lr="a"), "lr"), (dict(lr=float("nan")), "lr"),
+                     (dict(lam=-1.0), "lam"),
+                     (dict(metric="spsa", spsa_epsilon=0.0), "spsa_epsilon"),
+                     (dict(metric="spsa", spsa_resamplings=0), "spsa_resamplings")):
+        with pytest.raises(qd.QdiffError, match=what):
+            qd.QNGOptimizer([a], cost, **kw)
+    with pytest.raises(qd.QdiffError, match="lam"):
+        qd.QNGOptimizer([{"params": [a], "lam": -0.1}], cost)

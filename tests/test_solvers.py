@@ -259,3 +259,98 @@ def test_cg_iteration_cap_reported():
     assert any("cg stopped after 3" in str(x.message) for x in w)
     with pytest.raises(qd.QdiffError, match="length 5"):
         cg(A, torch.ones(5, dtype=torch.float64))
+
+
+def test_ground_state_energy_gradient_with_two_y_terms_vs_finite_differences():
+    # a real Hamiltonian whose terms carry two Y factors (as every Jordan-Wigner molecule does)
+    op = PauliSumOperator.from_strings(["ZII", "IZI", "IIZ", "XXI", "IYY", "ZXZ", "YIY"],
+                                       [1.0, -0.5, 0.3, 0.7, 0.2, -0.4, 0.25])
+    assert op.real_matrix
+    c = op.coeffs.clone().requires_grad_()
+    e, psi, _ = ground_state(op.with_coeffs(c), tol=1e-13)
+    e.backward()
+    h = 1e-6
+    for t in range(op.num_terms):
+        d = torch.zeros_like(op.coeffs)
+        d[t] = h
+        fd = (float(ground_state(op.with_coeffs(op.coeffs + d), tol=1e-13)[0])
+              - float(ground_state(op.with_coeffs(op.coeffs - d), tol=1e-13)[0])) / (2 * h)
+        assert abs(float(c.grad[t]) - fd) < 1e-6, op.words[t]
+    obs = PauliSumOperator.from_strings(["XYY", "ZZI"], [0.6, -0.3])
+    f = lambda c: obs.expval(ground_state(op.with_coeffs(c), tol=1e-13)[1])  # noqa: E731
+    assert torch.autograd.gradcheck(f, (op.coeffs.clone().requires_grad_(),), atol=1e-6)
+
+
+def test_large_eigenproblems_refused_before_allocating():
+    big = PauliSumOperator.from_strings(["Z" * 40, "X" * 40], [1.0, 0.5])
+    with pytest.raises(qd.QdiffMemoryError, match="Krylov basis"):
+        qd.eigsh(big, 1)
+    with pytest.raises(qd.QdiffMemoryError):
+        ground_state(big)
+    with pytest.raises(qd.QdiffMemoryError, match="Krylov basis"):
+        lanczos(lambda v: v, 1, n=2 ** 40)
+    with pytest.raises(qd.QdiffMemoryError, match="basis states"):
+        particle_number_mask(50, 2)
+    with pytest.raises(qd.QdiffError, match="n_qubits"):
+        particle_number_mask(-1, 2)
+
+
+def test_lanczos_follows_operator_precision_and_refuses_mismatched_inputs():
+    g = torch.Generator().manual_seed(4)
+    A = torch.randn(12, 12, generator=g, dtype=torch.complex128)
+    A = A + A.conj().T
+    ref = torch.linalg.eigvalsh(A)
+    for dt, atol in ((torch.complex64, 1e-4), (torch.complex128, 1e-10)):
+        e, x, info = qd.eigsh(A.to(dt), 2)
+        assert x.dtype == dt and info.converged
+        assert torch.allclose(e.double(), ref[:2], atol=atol)
+    S = (A.real + A.real.T).float()
+    e, x, info = qd.eigsh(S, 3, which="LA")
+    assert x.dtype == torch.float32 and info.converged
+    assert torch.allclose(e.double(), torch.linalg.eigvalsh(S.double())[-3:], atol=1e-4)
+    op = random_op(5, 14, 2)
+    e32, _, info = qd.eigsh(op.with_coeffs(op.coeffs.float()), 2)
+    assert info.converged and torch.allclose(e32.double(), scipy_torch(op, 2), atol=1e-4)
+    # a real start vector for a complex operator: the iteration runs in complex
+    e, x, _ = qd.eigsh(A, 1, v0=torch.ones(12, dtype=torch.float64))
+    assert x.is_complex() and abs(float(e[0] - ref[0])) < 1e-10
+    with pytest.raises(qd.QdiffError, match="imaginary"):
+        qd.eigsh(A, 1, dtype=torch.float64)
+    with pytest.raises(qd.QdiffError, match="v0 must have shape"):
+        qd.eigsh(A, 1, v0=torch.ones(5))
+    with pytest.raises(qd.QdiffError, match="NaN"):
+        qd.eigsh(A, 1, v0=torch.full((12,), float("nan")))
+
+
+def scipy_torch(op, k):
+    return torch.tensor(scipy_lowest(op, k))
+
+
+def test_linear_solvers_promote_mixed_dtypes_and_check_x0():
+    g = torch.Generator().manual_seed(6)
+    M = torch.randn(6, 6, generator=g, dtype=torch.complex128)
+    A = M @ M.conj().T + 6 * torch.eye(6)
+    br = torch.randn(6, generator=g, dtype=torch.float64)
+    for solver in (cg, minres):
+        x, info = solver(A, br)
+        assert info.converged and torch.allclose(x, torch.linalg.solve(A, br.to(A.dtype)))
+        S = (A.real + A.real.T).float()
+        bc = br.to(torch.complex128) * (1 + 1j)
+        x, _ = solver(S, bc)  # real float32 matrix, complex128 right-hand side
+        assert x.dtype == torch.complex128
+        assert torch.allclose(x, torch.linalg.solve(S.double().to(bc.dtype), bc), atol=1e-12)
+        x, _ = solver(A, br.numpy())
+        assert torch.allclose(x, torch.linalg.solve(A, br.to(A.dtype)))
+        with pytest.raises(qd.QdiffError, match="x0 must have the shape"):
+            solver(A, br, x0=torch.ones(3))
+    x, _ = cg(A, br, x0=torch.ones(6))  # a real start for a complex system
+    assert torch.allclose(x, torch.linalg.solve(A, br.to(A.dtype)))
+    with pytest.raises(qd.QdiffError, match="length 5"):
+        minres(A, torch.ones(5), shift=0.5)
+    # gradient of a real right-hand side through a complex system, against a direct solve
+    b1 = br.clone().requires_grad_()
+    b2 = br.clone().requires_grad_()
+    w = torch.randn(6, generator=g, dtype=torch.complex128)
+    (w.conj() * cg(A, b1)[0]).real.sum().backward()
+    (w.conj() * torch.linalg.solve(A, b2.to(A.dtype))).real.sum().backward()
+    assert b1.grad.dtype == torch.float64 and torch.allclose(b1.grad, b2.grad, atol=1e-12)
