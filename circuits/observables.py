@@ -92,14 +92,24 @@ def _as_coeff_tensor(coeffs) -> torch.Tensor:
             if not (t.is_complex() or t.dtype.is_floating_point):
                 t = t.to(torch.float64)
             return t.reshape(-1)
-    arr = np.asarray(coeffs)
+    try:
+        arr = np.asarray(coeffs)
+        if arr.dtype.kind not in "biufc" and not all(
+                isinstance(x, numbers.Number) for x in arr.reshape(-1).tolist()):
+            raise TypeError
+        if np.iscomplexobj(arr):
+            arr = arr.astype(complex)
+        else:
+            arr = arr.astype(float)
+    except (TypeError, ValueError):
+        raise QdiffError(f"observable coefficients must be numbers; got {coeffs!r}") from None
     with caches.constants():
         if np.iscomplexobj(arr):
             return torch.tensor(arr.reshape(-1), dtype=torch.complex128)
-        return torch.tensor(arr.reshape(-1).astype(float), dtype=torch.float64)
+        return torch.tensor(arr.reshape(-1), dtype=torch.float64)
 
 
-def _check_finite(coeffs: torch.Tensor) -> None:
+def check_finite(coeffs: torch.Tensor) -> None:
     """NaN or infinite coefficients would only turn every result into NaN: refuse them."""
     if coeffs.numel() and is_concrete(coeffs) and not bool(torch.isfinite(coeffs.detach()).all()):
         bad = [c for c in coeffs.detach().reshape(-1).tolist()
@@ -117,7 +127,7 @@ class Observable:
     def __init__(self, coeffs, terms: Sequence[tuple], simplify: bool = True, check: bool = True):
         self.coeffs = _as_coeff_tensor(coeffs)
         if check:  # off where the coefficients come unchanged from a checked observable
-            _check_finite(self.coeffs)
+            check_finite(self.coeffs)
         self.terms = tuple(tuple(t) for t in terms)
         if len(self.terms) != self.coeffs.numel():
             raise QdiffError(f"Hamiltonian: {self.coeffs.numel()} coefficient(s) for "

@@ -30,7 +30,7 @@ import torch
 
 from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.observables import Observable
+from qdiff.circuits.observables import Observable, check_finite
 from qdiff.circuits.paulis import PauliGroups, apply, walsh_hadamard, xor_permute
 
 MAX_QUBITS = 62  # flip and sign masks are int64 bit masks
@@ -63,6 +63,7 @@ class PauliSumOperator:
         if self.coeffs.numel() != len(self.words):
             raise QdiffError(f"PauliSumOperator: {self.coeffs.numel()} coefficient(s) for "
                              f"{len(self.words)} Pauli word(s)")
+        check_finite(self.coeffs)
         self.groups = PauliGroups(self.words, self.n_qubits)
         self.masks = self.groups.masks
         self._diag_cache = {}

@@ -141,22 +141,65 @@ _OPTIONS = ("unit", "charge", "mult", "basis", "active_electrons", "active_orbit
             "mapping", "method")
 
 
-def molecular_hamiltonian(symbols: Sequence[str], coordinates, **options) -> tuple:
+def molecular_hamiltonian(symbols, coordinates=None, **options) -> tuple:
     """``(H, qubits)``: the qubit Hamiltonian of a molecule as a :class:`qdiff.Observable` on
     wires ``0..qubits-1`` and its number of qubits, as PennyLane's
     ``qml.qchem.molecular_hamiltonian`` returns them (coordinates in bohr by default).
 
+    Called as PennyLane is: with ``symbols`` and ``coordinates``, or with a
+    ``qml.qchem.Molecule`` (its symbols, coordinates, charge, multiplicity and basis set).
     Keyword options (PennyLane's names and defaults): ``unit="bohr"`` (or ``"angstrom"``),
-    ``charge=0``, ``mult=1``, ``basis="sto-3g"``, ``method="dhf"``, ``active_electrons``,
-    ``active_orbitals`` (None: all), ``mapping="jordan_wigner"``; any other keyword is refused.
+    ``charge=0``, ``mult=1``, ``basis="sto-3g"`` (these four only with symbols), ``method="dhf"``,
+    ``active_electrons``, ``active_orbitals`` (None: all), ``mapping="jordan_wigner"``; any
+    other keyword is refused.
     """
     unknown = sorted(set(options) - set(_OPTIONS))
     if unknown:
         raise QdiffError(f"molecular_hamiltonian: unknown keyword(s) {unknown}; valid: "
                          f"{list(_OPTIONS)}")
+    if _is_molecule(symbols):
+        symbols, coordinates, options = _molecule_arguments(symbols, coordinates, options)
+    elif coordinates is None:
+        raise QdiffError("molecular_hamiltonian: give symbols and coordinates, or a "
+                         "qml.qchem.Molecule")
     options.setdefault("unit", "bohr")
     prob = molecular_problem(symbols, coordinates, **options)
     return prob.hamiltonian, prob.n_qubits
+
+
+def _is_molecule(obj) -> bool:
+    return type(obj).__name__ == "Molecule" and hasattr(obj, "basis_name") and \
+        hasattr(obj, "symbols")
+
+
+def _molecule_arguments(mol, coordinates, options) -> tuple:
+    """``(symbols, coordinates in bohr, options)`` of a ``qml.qchem.Molecule``; a Molecule with
+    basis parameters of its own (not those of its basis set) is refused, as only the basis
+    set's name reaches the Hamiltonian."""
+    import pennylane as qml
+    if coordinates is not None:
+        raise QdiffError("molecular_hamiltonian: a Molecule carries its coordinates; got "
+                         "coordinates as well")
+    given = sorted(set(options) & {"unit", "charge", "mult", "basis"})
+    if given:
+        raise QdiffError(f"molecular_hamiltonian: {given} are set on the Molecule; give them "
+                         "to qml.qchem.Molecule")
+    coords = np.asarray(mol.coordinates, dtype=float)
+    fresh = qml.qchem.Molecule(list(mol.symbols), coords, charge=mol.charge, mult=mol.mult,
+                               basis_name=mol.basis_name, unit="bohr")
+    for name in ("l", "alpha", "coeff", "r"):
+        mine, ref = getattr(mol, name, None), getattr(fresh, name, None)
+        same = mine is not None and ref is not None and len(mine) == len(ref) and all(
+            np.shape(a) == np.shape(b) and np.allclose(np.asarray(a, dtype=float),
+                                                       np.asarray(b, dtype=float))
+            for a, b in zip(mine, ref))
+        if not same:
+            raise QdiffError(f"molecular_hamiltonian: the Molecule's basis parameter {name!r} "
+                             f"differs from basis set {mol.basis_name!r}'s; only a basis set "
+                             "by name is supported")
+    opts = dict(options, unit="bohr", charge=int(mol.charge), mult=int(mol.mult),
+                basis=mol.basis_name)
+    return list(mol.symbols), coords, opts
 
 
 def hf_state(electrons: int, orbitals: int) -> np.ndarray:

@@ -21,6 +21,8 @@ Everything follows the device and dtype of the input tensors.
 """
 from __future__ import annotations
 
+import math
+import numbers
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -98,6 +100,16 @@ def _as_vector(x, what: str) -> torch.Tensor:
     return x
 
 
+def _check_stop(method: str, tol, maxiter) -> None:
+    """``tol`` a finite number >= 0, ``maxiter`` None or an integer >= 1."""
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not math.isfinite(tol) \
+            or tol < 0:
+        raise QdiffError(f"{method}: tol must be a finite number >= 0; got {tol!r}")
+    if maxiter is not None and (isinstance(maxiter, bool) or not isinstance(maxiter, numbers.Integral)
+                                or maxiter < 1):
+        raise QdiffError(f"{method}: maxiter must be an integer >= 1; got {maxiter!r}")
+
+
 def _inner(a, b):
     """``<a|b>`` along the last axis (conjugating ``a``)."""
     return (a.conj() * b).sum(-1) if a.is_complex() else (a * b).sum(-1)
@@ -139,6 +151,8 @@ def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int
     if which not in ("SA", "LA"):
         raise QdiffError(f"lanczos: which must be 'SA' (smallest) or 'LA' (largest); "
                          f"got {which!r}")
+    _check_stop("lanczos", tol, maxiter)
+    maxiter = 10000 if maxiter is None else maxiter
     mv, dim = _matvec_of(A)
     if v0 is not None:
         v0 = _as_vector(v0, "lanczos: v0")
@@ -498,6 +512,7 @@ class _ImplicitSolve(torch.autograd.Function):
 
 
 def _solve(method, A, b, x0, tol, maxiter, params, **kw):
+    _check_stop(method, tol, maxiter)
     mv, dim = _matvec_of(A)
     b = _as_vector(b, f"{method}: b")
     if b.dim() == 0:
@@ -517,7 +532,7 @@ def _solve(method, A, b, x0, tol, maxiter, params, **kw):
         if x0.shape != b.shape:
             raise QdiffError(f"{method}: x0 must have the shape of b {tuple(b.shape)}; got "
                              f"{tuple(x0.shape)}")
-    maxiter = maxiter or 10 * b.shape[-1]
+    maxiter = 10 * b.shape[-1] if maxiter is None else maxiter
     if params is None:
         params = [A.coeffs] if isinstance(A, PauliSumOperator) else \
             [A] if isinstance(A, torch.Tensor) else []

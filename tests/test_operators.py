@@ -185,3 +185,13 @@ def test_from_observable_with_label_wires_needs_wire_order():
         PauliSumOperator.from_observable(H)
     op = PauliSumOperator.from_observable(H, wire_order=["c", "a", "b"])
     assert torch.allclose(op.to_dense(), H.matrix(wire_order=["c", "a", "b"]), atol=1e-14)
+
+
+def test_coefficients_must_be_finite_numbers():
+    """Strings, None and objects as coefficients, and NaN in a PauliSumOperator, are refused."""
+    for bad in (["a"], [None], ["1.5"], [object()]):
+        with pytest.raises(qd.QdiffError, match="coefficient"):
+            qd.Hamiltonian(bad, [qd.Z(0)])
+    with pytest.raises(qd.QdiffError, match="NaN"):
+        PauliSumOperator.from_strings(["ZZ"], [float("nan")])
+    assert float(qd.Hamiltonian([np.float32(2.0)], [qd.Z(0)]).coeffs[0]) == 2.0

@@ -119,6 +119,30 @@ def test_molecular_hamiltonian_matches_pennylane_defaults():
     assert np.array_equal(qd.qchem.hf_state(4, 12), qml.qchem.hf_state(4, 12))
 
 
+def test_molecular_hamiltonian_of_a_pennylane_molecule():
+    """PennyLane's Molecule form: the molecule's coordinates (angstrom converted to bohr by
+    Molecule), charge and basis set give PennyLane's Hamiltonian; what the Molecule carries
+    given again, and basis parameters of its own, are refused."""
+    import pennylane as qml
+    mol = qml.qchem.Molecule(["H", "H", "H"], np.array([[0, 0, 0], [0, 0, 0.74], [0, 0.74, 0]]),
+                             charge=1, unit="angstrom")
+    H, qubits = qchem.molecular_hamiltonian(mol, active_electrons=2, active_orbitals=2)
+    H_pl, q_pl = qml.qchem.molecular_hamiltonian(mol, active_electrons=2, active_orbitals=2)
+    assert qubits == q_pl == 4
+    ref = torch.tensor(qml.matrix(H_pl, wire_order=range(4)))
+    assert torch.allclose(H.matrix(wire_order=range(4)), ref, atol=1e-10)
+    with pytest.raises(qd.QdiffError, match="charge"):
+        qchem.molecular_hamiltonian(mol, charge=0)
+    with pytest.raises(qd.QdiffError, match="coordinates"):
+        qchem.molecular_hamiltonian(mol, [0, 0, 0, 0, 0, 1, 0, 1, 0])
+    with pytest.raises(qd.QdiffError, match="coordinates"):
+        qchem.molecular_hamiltonian(["H", "H"])
+    own = qml.qchem.Molecule(["H", "H"], np.array([[0, 0, 0], [0, 0, 1.4]]),
+                             alpha=[np.array([3.4, 0.6, 0.17])] * 2)
+    with pytest.raises(qd.QdiffError, match="alpha"):
+        qchem.molecular_hamiltonian(own)
+
+
 def test_particle_number_mask():
     m = qchem.particle_number_mask(4, 2)
     assert int(m.sum()) == 6 and bool(m[0b1100]) and not bool(m[0b1110])

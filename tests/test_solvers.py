@@ -354,3 +354,15 @@ def test_linear_solvers_promote_mixed_dtypes_and_check_x0():
     (w.conj() * cg(A, b1)[0]).real.sum().backward()
     (w.conj() * torch.linalg.solve(A, b2.to(A.dtype))).real.sum().backward()
     assert b1.grad.dtype == torch.float64 and torch.allclose(b1.grad, b2.grad, atol=1e-12)
+
+
+@pytest.mark.parametrize("call", [
+    lambda A, b: qd.lanczos(A, tol=-1e-3), lambda A, b: qd.eigsh(A, tol=float("nan")),
+    lambda A, b: qd.lanczos(A, maxiter=0), lambda A, b: qd.cg(A, b, maxiter=0),
+    lambda A, b: qd.minres(A, b, tol=True), lambda A, b: qd.cg(A, b, maxiter=2.5)])
+def test_stopping_criteria_are_checked(call):
+    """A negative or NaN tol would report convergence that never happened, maxiter=0 would run
+    the default cap: both are refused."""
+    A = torch.diag(torch.arange(1.0, 6.0, dtype=torch.float64))
+    with pytest.raises(qd.QdiffError, match="tol|maxiter"):
+        call(A, torch.ones(5, dtype=torch.float64))
