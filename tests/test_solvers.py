@@ -366,3 +366,23 @@ def test_stopping_criteria_are_checked(call):
     A = torch.diag(torch.arange(1.0, 6.0, dtype=torch.float64))
     with pytest.raises(qd.QdiffError, match="tol|maxiter"):
         call(A, torch.ones(5, dtype=torch.float64))
+
+
+def test_minres_converged_means_the_true_residual_meets_tol():
+    """At a tol near rounding the recurrence's residual estimate meets tol before the true
+    residual does: MINRES restarts from its iterate and reports converged only when the true
+    residual is at most tol (else a warning)."""
+    torch.manual_seed(0)
+    n = 60
+    q, _ = torch.linalg.qr(torch.randn(n, n, dtype=torch.float64))
+    A = q @ torch.diag(torch.linspace(-1, 1, n, dtype=torch.float64) + 0.013) @ q.T
+    b = torch.randn(3, n, dtype=torch.float64)
+    for tol in (1e-8, 3e-15):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            x, info = minres(A, b, tol=tol)
+        true = float((torch.linalg.vector_norm(b - x @ A.T, dim=-1)
+                      / torch.linalg.vector_norm(b, dim=-1)).max())
+        assert info.residual == pytest.approx(true, rel=1e-6)
+        assert info.converged == (true <= tol)
+    assert minres(A, b, tol=1e-8)[1].converged
