@@ -2,8 +2,9 @@
 
 * ``shots=None`` (exact): one ``AerSimulator.run`` with ``save_expectation_value`` for every
   Pauli string of the measured observables (``save_probabilities``/``save_statevector`` for
-  probs/state) and all ``B`` bindings as ``parameter_binds``. With a noise model and
-  ``method="density_matrix"`` the expectations are the exact noisy ones.
+  probs/state) and all ``B`` bindings as ``parameter_binds``. With a noise model the
+  expectations are the exact noisy ones of the density matrix (``method="automatic"`` or
+  ``"density_matrix"``; trajectory methods are refused).
 * ``shots=N``: one Aer ``SamplerV2`` job; expectations are estimated from the bits measured in
   each qubit-wise-commuting basis (real shot noise, not a Gaussian surrogate).
 
@@ -74,10 +75,12 @@ class AerBackend(QiskitBackend):
         self.method = method
         self.optimization_level = optimization_level
         self.noise_model = _noise_model(noise_model)
-        self.backend_options = dict(backend_options or {}, method=method, device=device)
+        sim_method = _exact_noisy_method(method) if self.noise_model is not None and \
+            not self.shots else method
+        self.backend_options = dict(backend_options or {}, method=sim_method, device=device)
         if self.noise_model is not None:
             self.backend_options["noise_model"] = self.noise_model
-        _check_memory(self.num_wires, method)
+        _check_memory(self.num_wires, sim_method)
         self._simulator = None
         self._pm = None
 
@@ -167,6 +170,9 @@ class AerBackend(QiskitBackend):
             if m.kind == "probs":  # reversed: the first wire becomes the most significant bit
                 qc.save_probabilities(qubits=wires[::-1], label=f"probs_{i}")
             elif m.kind == "state":
+                if self.noise_model is not None:
+                    raise QdiffError("state() is not available on a noisy device (the state is "
+                                     "mixed); use qd.device('mixed', ...) and density_matrix()")
                 if self.method not in ("automatic", "statevector"):
                     raise QdiffError(f"state() needs method='statevector' (device has "
                                      f"method={self.method!r})")
@@ -230,6 +236,17 @@ def _noise_model(noise_model):
         return NoiseModel.from_backend(noise_model)
     raise QdiffError("noise_model must be a qiskit_aer.noise.NoiseModel or a Qiskit backend; "
                      f"got {type(noise_model).__name__}")
+
+
+def _exact_noisy_method(method: str) -> str:
+    """The Aer method for exact (``shots=None``) expectations under a noise model: only a
+    density matrix gives them; the other methods average sampled noise trajectories (random,
+    not exact), so they are refused, and ``"automatic"`` means ``"density_matrix"``."""
+    if method in ("automatic", "density_matrix"):
+        return "density_matrix"
+    raise QdiffError(f"aer: method={method!r} with a noise model and shots=None would average "
+                     "randomly sampled noise trajectories, not give exact expectations; use "
+                     "method='density_matrix' (exact), or set shots=N")
 
 
 def _check_memory(n: int, method: str):

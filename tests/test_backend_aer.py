@@ -244,3 +244,48 @@ def test_repr():
         lambda: (qd.Hadamard(0), qd.expval(qd.X(0)))[1])()))
     assert np.isclose(float(qd.qnode(qd.device("aer", wires=1))(
         lambda: (qd.Hadamard(0), qd.expval(qd.X(0)))[1])()), 1.0)
+
+
+def _noisy_model(p=0.2):
+    from qiskit_aer.noise import NoiseModel, depolarizing_error
+    nm = NoiseModel()
+    nm.add_all_qubit_quantum_error(depolarizing_error(p, 1), ["rx", "ry"])
+    nm.add_all_qubit_quantum_error(depolarizing_error(p, 2), ["cx"])
+    return nm
+
+
+def test_exact_noisy_expectations_are_exact_or_refused():
+    """shots=None with a noise model: the density matrix's exact values (quantum_info oracle),
+    the same on every call; a trajectory method (random averages) is refused."""
+    from qiskit import QuantumCircuit
+    from qiskit.quantum_info import DensityMatrix, SparsePauliOp
+    from qiskit_aer.noise import depolarizing_error
+    p, x = 0.2, 0.4
+    qc = QuantumCircuit(2)
+    qc.rx(x, 0)
+    qc.cx(0, 1)
+    qc.ry(x, 1)
+    rho = DensityMatrix.from_label("00")
+    for inst, err in ((qc.data[0], depolarizing_error(p, 1)), (qc.data[1], depolarizing_error(p, 2)),
+                      (qc.data[2], depolarizing_error(p, 1))):
+        qargs = [qc.find_bit(q).index for q in inst.qubits]
+        rho = rho.evolve(inst.operation, qargs).evolve(err, qargs)
+    want = [float(np.real(rho.expectation_value(SparsePauliOp(lbl)))) for lbl in ("IZ", "ZI")]
+
+    def f(t):
+        qd.RX(t, wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.RY(t, wires=1)
+        return qd.expval(qd.Z(0)), qd.expval(qd.Z(1))
+
+    t = torch.tensor(x, dtype=torch.float64)
+    for method in ("automatic", "density_matrix"):
+        node = qd.qnode(qd.device("aer", wires=2, noise_model=_noisy_model(p), method=method))(f)
+        for _ in range(2):
+            assert np.allclose(node(t).numpy(), want, atol=1e-10, rtol=0)
+    for method in ("statevector", "matrix_product_state"):
+        with pytest.raises(QdiffError, match=f"method='{method}' with a noise model and "
+                                             "shots=None"):
+            qd.device("aer", wires=2, noise_model=_noisy_model(p), method=method)
+    dev = qd.device("aer", wires=2, noise_model=_noisy_model(p), method="statevector", shots=100)
+    assert dev.backend_options["method"] == "statevector"
