@@ -33,7 +33,10 @@ from qdiff.circuits.memory import require
 AER_BASIS = ("id", "x", "y", "z", "h", "s", "sdg", "t", "tdg", "sx", "sxdg", "rx", "ry", "rz", "p",
              "u", "cx", "cy", "cz", "swap", "rxx", "ryy", "rzz", "ecr", "ccx")
 METHODS = ("automatic", "statevector", "density_matrix", "matrix_product_state", "stabilizer",
-           "extended_stabilizer", "unitary", "superop", "tensor_network")
+           "extended_stabilizer", "tensor_network")
+# AerSimulator options that qd.device("aer", ...) sets from its own keywords
+_OWN_OPTIONS = {"method": "method=", "device": "device=", "noise_model": "noise_model=",
+                "shots": "shots=", "seed_simulator": "seed="}
 
 
 @register_backend("aer", "qiskit.aer", "aer_simulator")
@@ -59,6 +62,9 @@ class AerBackend(QiskitBackend):
     def __init__(self, wires, shots: Optional[int] = None, method: str = "automatic",
                  noise_model=None, seed: Optional[int] = None, optimization_level: int = 1,
                  device: str = "CPU", backend_options: Optional[dict] = None, **job_options):
+        if method in ("unitary", "superop"):
+            raise QdiffError(f"Aer method '{method}' computes the circuit's {method} and cannot "
+                             f"measure; choose from {list(METHODS)}")
         if method not in METHODS:
             raise QdiffError(f"unknown Aer method '{method}'; choose from {list(METHODS)}")
         if optimization_level not in (0, 1, 2, 3):
@@ -77,12 +83,14 @@ class AerBackend(QiskitBackend):
         self.noise_model = _noise_model(noise_model)
         sim_method = _exact_noisy_method(method) if self.noise_model is not None and \
             not self.shots else method
-        self.backend_options = dict(backend_options or {}, method=sim_method, device=device)
+        self.backend_options = dict(_user_options(backend_options), method=sim_method,
+                                    device=_check_device(device, method))
         if self.noise_model is not None:
             self.backend_options["noise_model"] = self.noise_model
         _check_memory(self.num_wires, sim_method)
         self._simulator = None
         self._pm = None
+        self.simulator()  # unknown backend_options are refused now, not at the first run
 
     def __repr__(self):
         shots = f", shots={self.shots}" if self.shots else ""
@@ -93,7 +101,11 @@ class AerBackend(QiskitBackend):
     def simulator(self):
         if self._simulator is None:
             from qiskit_aer import AerSimulator
-            self._simulator = AerSimulator(**self.backend_options)
+            try:
+                self._simulator = AerSimulator(**self.backend_options)
+            except Exception as exc:  # noqa: BLE001 - Aer's AerError for a bad option
+                raise QdiffError(f"aer: backend_options not accepted by AerSimulator: "
+                                 f"{type(exc).__name__}: {exc}") from None
         return self._simulator
 
     def _transpile(self, qc):
@@ -236,6 +248,38 @@ def _noise_model(noise_model):
         return NoiseModel.from_backend(noise_model)
     raise QdiffError("noise_model must be a qiskit_aer.noise.NoiseModel or a Qiskit backend; "
                      f"got {type(noise_model).__name__}")
+
+
+def _user_options(backend_options) -> dict:
+    """``backend_options`` as a dict; options that have a keyword of their own are refused
+    (that keyword's value would override them)."""
+    if backend_options is None:
+        return {}
+    if not isinstance(backend_options, dict):
+        raise QdiffError(f"backend_options must be a dict of AerSimulator options; got "
+                         f"{type(backend_options).__name__}")
+    for key, keyword in _OWN_OPTIONS.items():
+        if key in backend_options:
+            raise QdiffError(f"backend_options={{'{key}': ...}}: pass it as "
+                             f"qd.device('aer', ..., {keyword}...) instead")
+    return dict(backend_options)
+
+
+def _check_device(device, method: str) -> str:
+    """``device`` (``"CPU"``, ``"GPU"``; any case) if this qiskit-aer build has it and
+    ``method``; a QdiffError naming what is available otherwise."""
+    from qiskit_aer import AerSimulator
+    sim = AerSimulator()
+    devices = sim.available_devices()
+    name = device.upper() if isinstance(device, str) else device
+    if name not in devices:
+        raise QdiffError(f"aer: device={device!r} is not available in this qiskit-aer build; "
+                         f"available: {list(devices)}")
+    if method not in sim.available_methods():
+        raise QdiffError(f"aer: method={method!r} is not available in this qiskit-aer build "
+                         f"(tensor_network needs qiskit-aer-gpu); available: "
+                         f"{list(sim.available_methods())}")
+    return name
 
 
 def _exact_noisy_method(method: str) -> str:

@@ -289,3 +289,29 @@ def test_exact_noisy_expectations_are_exact_or_refused():
             qd.device("aer", wires=2, noise_model=_noisy_model(p), method=method)
     dev = qd.device("aer", wires=2, noise_model=_noisy_model(p), method="statevector", shots=100)
     assert dev.backend_options["method"] == "statevector"
+
+
+def test_options_are_honoured_or_refused_when_the_device_is_made():
+    """An AerSimulator option qdiff sets from its own keyword cannot be overridden silently
+    through backend_options; devices, methods and options this Aer build lacks are refused
+    at once; the options that pass reach the simulator."""
+    from qiskit_aer import AerSimulator
+    for key in ("method", "device", "noise_model", "shots", "seed_simulator"):
+        with pytest.raises(QdiffError, match=f"backend_options={{'{key}': ...}}: pass it as"):
+            qd.device("aer", wires=1, backend_options={key: None})
+    with pytest.raises(QdiffError, match="backend_options not accepted.*Invalid option foo"):
+        qd.device("aer", wires=1, backend_options={"foo": 1})
+    with pytest.raises(QdiffError, match="backend_options must be a dict"):
+        qd.device("aer", wires=1, backend_options=[("precision", "single")])
+    missing = [d for d in ("GPU", "xyz") if d not in AerSimulator().available_devices()]
+    for dev in missing:
+        with pytest.raises(QdiffError, match=f"device='{dev}' is not available"):
+            qd.device("aer", wires=1, device=dev)
+    assert qd.device("aer", wires=1, device="cpu").backend_options["device"] == "CPU"
+    for method in ("unitary", "superop"):
+        with pytest.raises(QdiffError, match=f"method '{method}' .* cannot measure"):
+            qd.device("aer", wires=1, method=method)
+    dev = qd.device("aer", wires=1, method="density_matrix",
+                    backend_options={"precision": "single"})
+    assert dev.simulator().options.method == "density_matrix"
+    assert dev.simulator().options.precision == "single"
