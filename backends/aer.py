@@ -67,6 +67,9 @@ class AerBackend(QiskitBackend):
                              f"measure; choose from {list(METHODS)}")
         if method not in METHODS:
             raise QdiffError(f"unknown Aer method '{method}'; choose from {list(METHODS)}")
+        if method == "extended_stabilizer" and not shots:
+            raise QdiffError("Aer method 'extended_stabilizer' has no exact expectation values "
+                             "(no save_expval); set shots=N")
         if optimization_level not in (0, 1, 2, 3):
             raise QdiffError(f"optimization_level must be 0..3; got {optimization_level!r}")
         import inspect
@@ -117,9 +120,17 @@ class AerBackend(QiskitBackend):
             # With a noise model: its basis gates, the gates its errors are attached to.
             basis = list(AER_BASIS) if self.noise_model is None else \
                 [g for g in self.noise_model.basis_gates if g not in _CONTROL_FLOW]
+            if self.method in ("stabilizer", "extended_stabilizer"):
+                # the gates this method runs: a 1-qubit Clifford block must not merge into 'u'
+                native = set(self.simulator().configuration().basis_gates)
+                basis = [g for g in basis if g in native]
             self._pm = generate_preset_pass_manager(optimization_level=self.optimization_level,
                                                     basis_gates=basis)
-        isa = self._pm.run(qc)
+        try:
+            isa = self._pm.run(qc)
+        except Exception as exc:  # noqa: BLE001 - a gate the method's basis cannot express
+            raise QdiffError(f"aer: the circuit cannot be compiled for method="
+                             f"{self.method!r}: {type(exc).__name__}: {exc}") from None
         if self.noise_model is not None:
             check_noise_coverage(isa, self.noise_model)
         return isa
@@ -163,6 +174,7 @@ class AerBackend(QiskitBackend):
         if any(binds):
             run_kw["parameter_binds"] = binds  # every variant has the same parameters
         result = self.runner.run(lambda: self.simulator().run(circuits, **run_kw))
+        _check_success(result, self.backend_options["method"])
         parts, k = [], 0
         for v, size in zip(variants, sizes):
             datas = [result.data(k + j) for j in range(size)]
@@ -209,6 +221,17 @@ class AerBackend(QiskitBackend):
             elif m.kind == "state":
                 res[i] = np.stack([_big_endian(np.asarray(d[f"state_{i}"]), n) for d in datas])
         return res
+
+
+def _check_success(result, method: str) -> None:
+    """A run whose experiments failed (a non-Clifford gate under ``method="stabilizer"``, ...)
+    is a QdiffError with Aer's reason, not a QiskitError at the first ``result.data()``."""
+    if getattr(result, "success", True):
+        return
+    reasons = sorted({str(getattr(r, "status", "")) for r in getattr(result, "results", [])
+                      if not getattr(r, "success", True)} - {""})
+    raise QdiffError(f"aer: the simulation failed (method={method!r}): "
+                     f"{'; '.join(reasons) or getattr(result, 'status', 'unknown error')}")
 
 
 _CONTROL_FLOW = ("if_else", "for_loop", "switch_case", "while_loop", "box")

@@ -315,3 +315,34 @@ def test_options_are_honoured_or_refused_when_the_device_is_made():
                     backend_options={"precision": "single"})
     assert dev.simulator().options.method == "density_matrix"
     assert dev.simulator().options.precision == "single"
+
+
+@pytest.mark.parametrize("method", ["stabilizer", "extended_stabilizer"])
+def test_clifford_methods_run_clifford_circuits_and_refuse_the_rest(method):
+    """Clifford circuits run under the Clifford methods (the 1-qubit gates are not merged into
+    a 'u' they cannot run); a non-Clifford rotation is a QdiffError naming the method, from
+    the exact and the sampled run alike."""
+    shots = None if method == "stabilizer" else 200
+
+    def f(t):
+        qd.RX(t, wires=0)
+        return qd.expval(qd.Z(0))
+
+    with pytest.raises(QdiffError, match=method):
+        qd.qnode(qd.device("aer", wires=1, method=method, shots=10))(f)(torch.tensor(0.3))
+    if shots is None:
+        with pytest.raises(QdiffError, match=method):
+            qd.qnode(qd.device("aer", wires=1, method=method))(f)(torch.tensor(0.3))
+    else:
+        with pytest.raises(QdiffError, match="'extended_stabilizer' has no exact"):
+            qd.device("aer", wires=1, method=method)
+
+    def clifford():
+        qd.Hadamard(0)
+        qd.S(0)
+        qd.CNOT(wires=[0, 1])
+        return qd.expval(qd.Y(0) @ qd.X(1)), qd.expval(qd.Z(1))
+
+    got = qd.qnode(qd.device("aer", wires=2, method=method, shots=shots, seed=3))(clifford)()
+    want = qd.qnode(qd.device("statevector", wires=2))(clifford)()
+    assert torch.allclose(got[0], want[0], atol=1e-12) and abs(float(got[1])) < 0.3
