@@ -98,6 +98,7 @@ class JobRunner:
     def submit(self, submit: Callable):
         delay = self.backoff
         for attempt in range(self.max_retries + 1):
+            message = None
             try:
                 job = submit()
             except QdiffError:
@@ -109,9 +110,12 @@ class JobRunner:
                     self._sleep(delay)
                     delay *= 2
                     continue
-                raise QdiffError(f"{self.label}: job submission failed"
-                                 f"{' after retries' if attempt else ''}: "
-                                 f"{type(exc).__name__}: {scrub(exc)}") from None
+                message = (f"{self.label}: job submission failed"
+                           f"{' after retries' if attempt else ''}: "
+                           f"{type(exc).__name__}: {scrub(exc)}")
+            if message is not None:
+                # raised outside the handler: no __context__ holding the unscrubbed original
+                raise QdiffError(message)
             self.jobs_submitted += 1
             self.job_ids = (self.job_ids + [_job_id(job)])[-100:]
             return job
@@ -147,8 +151,8 @@ class JobRunner:
         try:
             return job.result()
         except Exception as exc:  # noqa: BLE001
-            raise QdiffError(f"{self.label}: job {jid} failed: {type(exc).__name__}: "
-                             f"{scrub(exc)}") from None
+            message = f"{self.label}: job {jid} failed: {type(exc).__name__}: {scrub(exc)}"
+        raise QdiffError(message)  # outside the handler: no __context__ (see submit)
 
     def _report(self, job, st: str, elapsed: float):
         line = f"[qdiff] {self.label} job {_job_id(job)}: {st} ({elapsed:.0f} s)"

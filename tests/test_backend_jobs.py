@@ -165,6 +165,27 @@ def test_registered_secrets_are_scrubbed_from_errors():
     assert secret not in str(info.value)
 
 
+def test_scrubbed_errors_keep_no_unscrubbed_context():
+    """The original exception (its text holds the secret) is neither the cause nor the
+    context of the QdiffError raised for it."""
+    secret = "tok-SECRET-context-42"
+    register_secret(secret)
+    r, _ = runner(max_retries=0)
+
+    def submit():
+        raise RuntimeError(f"401 for token {secret}")
+
+    class ResultFails(FakeJob):
+        def result(self):
+            raise RuntimeError(f"expired token {secret}")
+
+    for call in (lambda: r.run(submit), lambda: r.run(lambda: ResultFails(["DONE"]))):
+        with pytest.raises(QdiffError) as info:
+            call()
+        assert "***" in str(info.value)
+        assert info.value.__cause__ is None and info.value.__context__ is None
+
+
 def test_bad_runner_options():
     with pytest.raises(QdiffError, match="timeout"):
         JobRunner("x", timeout=0)
