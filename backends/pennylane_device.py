@@ -17,7 +17,6 @@ True
 """
 from __future__ import annotations
 
-import inspect
 from typing import Optional
 
 import numpy as np
@@ -57,7 +56,9 @@ class PennyLaneBackend(Backend):
             raise QdiffError(f"unknown PennyLane device '{name}'; installed: "
                              f"{pennylane_device_names()}")
         kwargs = dict(device_kwargs)
-        if seed is not None and "seed" in _device_params(name):
+        if seed is not None:
+            # passed on even where the signature does not show it: the device then refuses it
+            # (a QdiffError below) instead of qdiff dropping it
             kwargs["seed"] = int(seed)
         try:
             self.pl_device = qml.device(name, wires=self.num_wires, **kwargs)
@@ -158,15 +159,6 @@ class PennyLaneBackend(Backend):
                 return torch.zeros_like(theta)
             (g,) = torch.autograd.grad(flat, t, cotangent.to(flat.dtype), allow_unused=True)
         return torch.zeros_like(theta) if g is None else g.to(theta.dtype)
-
-
-def _device_params(name: str) -> set:
-    import pennylane as qml
-    try:
-        cls = qml.plugin_devices[name].load()
-        return set(inspect.signature(cls.__init__).parameters)
-    except Exception:  # noqa: BLE001 - the seed is optional
-        return set()
 
 
 def _outputs(circuit, res, batch_size, batch: int, device, keep_graph: bool = False) -> list:
