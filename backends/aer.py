@@ -160,6 +160,7 @@ class AerBackend(QiskitBackend):
 
     def _run_exact(self, circuit, theta, variants) -> list:
         """One AerSimulator run: save instructions for every output, all bindings at once."""
+        _check_saved_memory(circuit, theta.shape[0])
         ops = qc_common.measured_operators(circuit)
         labels = sorted({lbl for _, g in ops for op in g for lbl in op.paulis.to_labels()})
         circuits, binds, sizes = [], [], []
@@ -221,6 +222,19 @@ class AerBackend(QiskitBackend):
             elif m.kind == "state":
                 res[i] = np.stack([_big_endian(np.asarray(d[f"state_{i}"]), n) for d in datas])
         return res
+
+
+def _check_saved_memory(circuit, batch: int) -> None:
+    """Refuse before the run: saved states (16*2^n bytes) and probabilities (8*2^k) of every
+    binding, held twice (Aer's result and the stacked output)."""
+    n, need = circuit.num_wires, 0.0
+    for m in circuit.measurements:
+        if m.kind == "state":
+            need += 2.0 * batch * 16.0 * 2.0 ** n
+        elif m.kind == "probs":
+            need += 2.0 * batch * 8.0 * 2.0 ** (n if m.wires is None else len(m.wires))
+    require(need, f"aer: the saved states/probabilities of {batch} bindings on {n} qubits",
+            hint="use a smaller batch")
 
 
 def _check_success(result, method: str) -> None:

@@ -24,6 +24,7 @@ import torch
 
 from qdiff.backends.base import Backend, Capabilities, Result, flat_outputs, register_backend
 from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.memory import require
 
 
 def pennylane_device_names() -> list:
@@ -109,6 +110,11 @@ class PennyLaneBackend(Backend):
     def _execute(self, circuit, theta: torch.Tensor, initial_state=None) -> list:
         import pennylane as qml
         theta = self._check(circuit, theta)
+        if self.shots:  # the device draws int64 samples of every wire for every binding
+            require(8.0 * theta.shape[0] * self.shots * circuit.num_wires,
+                    f"PennyLane device '{self.device_name}': {self.shots} shots x "
+                    f"{theta.shape[0]} bindings on {circuit.num_wires} wires",
+                    hint="use fewer shots or a smaller batch")
         tape = self._tape(circuit, theta.detach(), initial_state, "numpy")
         try:
             res = qml.execute([tape], self.pl_device)[0]

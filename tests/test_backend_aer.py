@@ -346,3 +346,26 @@ def test_clifford_methods_run_clifford_circuits_and_refuse_the_rest(method):
     got = qd.qnode(qd.device("aer", wires=2, method=method, shots=shots, seed=3))(clifford)()
     want = qd.qnode(qd.device("statevector", wires=2))(clifford)()
     assert torch.allclose(got[0], want[0], atol=1e-12) and abs(float(got[1])) < 0.3
+
+
+def test_result_buffers_are_checked_before_the_run(monkeypatch):
+    """Shot bits (every basis, every binding) and saved states are stated against the memory
+    budget before Aer runs; the same call fits without the cap."""
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1M")
+
+    def f():
+        qd.Hadamard(0)
+        return qd.expval(qd.Z(0) @ qd.X(1))
+
+    with pytest.raises(QdiffMemoryError, match="the bits of 100000 shots x 1 bindings"):
+        qd.qnode(qd.device("aer", wires=2, shots=100_000))(f)()
+
+    def g(x):
+        qd.RX(x, wires=0)
+        return qd.state()
+
+    x = torch.linspace(0, 1, 4000, dtype=torch.float64)
+    with pytest.raises(QdiffMemoryError, match="saved states/probabilities of 4000 bindings"):
+        qd.qnode(qd.device("aer", wires=4))(g)(x)
+    monkeypatch.delenv("QDIFF_MEMORY_LIMIT")
+    assert qd.qnode(qd.device("aer", wires=4))(g)(x[:3]).shape == (3, 16)

@@ -158,3 +158,15 @@ def test_seed_reaches_the_device_or_is_refused():
     with pytest.raises(QdiffError, match="null.qubit.*seed"):
         qd.device("pennylane", name="null.qubit", wires=1, seed=7)
     qd.device("pennylane", name="null.qubit", wires=1)
+
+
+def test_shot_buffers_are_checked_before_the_device_samples(monkeypatch):
+    from qdiff import QdiffMemoryError
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1M")
+
+    def f():
+        qd.Hadamard(0)
+        return qd.expval(qd.Z(0))
+
+    with pytest.raises(QdiffMemoryError, match="100000 shots x 1 bindings on 2 wires"):
+        qd.qnode(qd.device("pennylane", name="default.qubit", wires=2, shots=100_000))(f)()
