@@ -266,8 +266,8 @@ def test_exact_noisy_expectations_are_exact_or_refused():
     qc.cx(0, 1)
     qc.ry(x, 1)
     rho = DensityMatrix.from_label("00")
-    for inst, err in ((qc.data[0], depolarizing_error(p, 1)), (qc.data[1], depolarizing_error(p, 2)),
-                      (qc.data[2], depolarizing_error(p, 1))):
+    errors = (depolarizing_error(p, 1), depolarizing_error(p, 2), depolarizing_error(p, 1))
+    for inst, err in zip(qc.data, errors):
         qargs = [qc.find_bit(q).index for q in inst.qubits]
         rho = rho.evolve(inst.operation, qargs).evolve(err, qargs)
     want = [float(np.real(rho.expectation_value(SparsePauliOp(lbl)))) for lbl in ("IZ", "ZI")]
