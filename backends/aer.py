@@ -2,8 +2,9 @@
 
 * ``shots=None`` (exact): one ``AerSimulator.run`` with ``save_expectation_value`` for every
   Pauli string of the measured observables (``save_probabilities``/``save_statevector`` for
-  probs/state) and all ``B`` bindings as ``parameter_binds``. With a noise model and
-  ``method="density_matrix"`` the expectations are the exact noisy ones.
+  probs/state) and all ``B`` bindings as ``parameter_binds``. With a noise model the
+  expectations are the exact noisy ones of the density matrix (``method="automatic"`` or
+  ``"density_matrix"``; trajectory methods are refused).
 * ``shots=N``: one Aer ``SamplerV2`` job; expectations are estimated from the bits measured in
   each qubit-wise-commuting basis (real shot noise, not a Gaussian surrogate).
 
@@ -32,7 +33,10 @@ from qdiff.circuits.memory import require
 AER_BASIS = ("id", "x", "y", "z", "h", "s", "sdg", "t", "tdg", "sx", "sxdg", "rx", "ry", "rz", "p",
              "u", "cx", "cy", "cz", "swap", "rxx", "ryy", "rzz", "ecr", "ccx")
 METHODS = ("automatic", "statevector", "density_matrix", "matrix_product_state", "stabilizer",
-           "extended_stabilizer", "unitary", "superop", "tensor_network")
+           "extended_stabilizer", "tensor_network")
+# AerSimulator options that qd.device("aer", ...) sets from its own keywords
+_OWN_OPTIONS = {"method": "method=", "device": "device=", "noise_model": "noise_model=",
+                "shots": "shots=", "seed_simulator": "seed="}
 
 
 @register_backend("aer", "qiskit.aer", "aer_simulator")
@@ -58,8 +62,14 @@ class AerBackend(QiskitBackend):
     def __init__(self, wires, shots: Optional[int] = None, method: str = "automatic",
                  noise_model=None, seed: Optional[int] = None, optimization_level: int = 1,
                  device: str = "CPU", backend_options: Optional[dict] = None, **job_options):
+        if method in ("unitary", "superop"):
+            raise QdiffError(f"Aer method '{method}' computes the circuit's {method} and cannot "
+                             f"measure; choose from {list(METHODS)}")
         if method not in METHODS:
             raise QdiffError(f"unknown Aer method '{method}'; choose from {list(METHODS)}")
+        if method == "extended_stabilizer" and not shots:
+            raise QdiffError("Aer method 'extended_stabilizer' has no exact expectation values "
+                             "(no save_expval); set shots=N")
         if optimization_level not in (0, 1, 2, 3):
             raise QdiffError(f"optimization_level must be 0..3; got {optimization_level!r}")
         import inspect
@@ -74,12 +84,16 @@ class AerBackend(QiskitBackend):
         self.method = method
         self.optimization_level = optimization_level
         self.noise_model = _noise_model(noise_model)
-        self.backend_options = dict(backend_options or {}, method=method, device=device)
+        sim_method = _exact_noisy_method(method) if self.noise_model is not None and \
+            not self.shots else method
+        self.backend_options = dict(_user_options(backend_options), method=sim_method,
+                                    device=_check_device(device, method))
         if self.noise_model is not None:
             self.backend_options["noise_model"] = self.noise_model
-        _check_memory(self.num_wires, method)
+        _check_memory(self.num_wires, sim_method)
         self._simulator = None
         self._pm = None
+        self.simulator()  # unknown backend_options are refused now, not at the first run
 
     def __repr__(self):
         shots = f", shots={self.shots}" if self.shots else ""
@@ -90,7 +104,11 @@ class AerBackend(QiskitBackend):
     def simulator(self):
         if self._simulator is None:
             from qiskit_aer import AerSimulator
-            self._simulator = AerSimulator(**self.backend_options)
+            try:
+                self._simulator = AerSimulator(**self.backend_options)
+            except Exception as exc:  # noqa: BLE001 - Aer's AerError for a bad option
+                raise QdiffError(f"aer: backend_options not accepted by AerSimulator: "
+                                 f"{type(exc).__name__}: {exc}") from None
         return self._simulator
 
     def _transpile(self, qc):
@@ -102,9 +120,17 @@ class AerBackend(QiskitBackend):
             # With a noise model: its basis gates, the gates its errors are attached to.
             basis = list(AER_BASIS) if self.noise_model is None else \
                 [g for g in self.noise_model.basis_gates if g not in _CONTROL_FLOW]
+            if self.method in ("stabilizer", "extended_stabilizer"):
+                # the gates this method runs: a 1-qubit Clifford block must not merge into 'u'
+                native = set(self.simulator().configuration().basis_gates)
+                basis = [g for g in basis if g in native]
             self._pm = generate_preset_pass_manager(optimization_level=self.optimization_level,
                                                     basis_gates=basis)
-        isa = self._pm.run(qc)
+        try:
+            isa = self._pm.run(qc)
+        except Exception as exc:  # noqa: BLE001 - a gate the method's basis cannot express
+            raise QdiffError(f"aer: the circuit cannot be compiled for method="
+                             f"{self.method!r}: {type(exc).__name__}: {exc}") from None
         if self.noise_model is not None:
             check_noise_coverage(isa, self.noise_model)
         return isa
@@ -134,6 +160,7 @@ class AerBackend(QiskitBackend):
 
     def _run_exact(self, circuit, theta, variants) -> list:
         """One AerSimulator run: save instructions for every output, all bindings at once."""
+        _check_saved_memory(circuit, theta.shape[0])
         ops = qc_common.measured_operators(circuit)
         labels = sorted({lbl for _, g in ops for op in g for lbl in op.paulis.to_labels()})
         circuits, binds, sizes = [], [], []
@@ -148,6 +175,7 @@ class AerBackend(QiskitBackend):
         if any(binds):
             run_kw["parameter_binds"] = binds  # every variant has the same parameters
         result = self.runner.run(lambda: self.simulator().run(circuits, **run_kw))
+        _check_success(result, self.backend_options["method"])
         parts, k = [], 0
         for v, size in zip(variants, sizes):
             datas = [result.data(k + j) for j in range(size)]
@@ -167,6 +195,9 @@ class AerBackend(QiskitBackend):
             if m.kind == "probs":  # reversed: the first wire becomes the most significant bit
                 qc.save_probabilities(qubits=wires[::-1], label=f"probs_{i}")
             elif m.kind == "state":
+                if self.noise_model is not None:
+                    raise QdiffError("state() is not available on a noisy device (the state is "
+                                     "mixed); use qd.device('mixed', ...) and density_matrix()")
                 if self.method not in ("automatic", "statevector"):
                     raise QdiffError(f"state() needs method='statevector' (device has "
                                      f"method={self.method!r})")
@@ -191,6 +222,30 @@ class AerBackend(QiskitBackend):
             elif m.kind == "state":
                 res[i] = np.stack([_big_endian(np.asarray(d[f"state_{i}"]), n) for d in datas])
         return res
+
+
+def _check_saved_memory(circuit, batch: int) -> None:
+    """Refuse before the run: saved states (16*2^n bytes) and probabilities (8*2^k) of every
+    binding, held twice (Aer's result and the stacked output)."""
+    n, need = circuit.num_wires, 0.0
+    for m in circuit.measurements:
+        if m.kind == "state":
+            need += 2.0 * batch * 16.0 * 2.0 ** n
+        elif m.kind == "probs":
+            need += 2.0 * batch * 8.0 * 2.0 ** (n if m.wires is None else len(m.wires))
+    require(need, f"aer: the saved states/probabilities of {batch} bindings on {n} qubits",
+            hint="use a smaller batch")
+
+
+def _check_success(result, method: str) -> None:
+    """A run whose experiments failed (a non-Clifford gate under ``method="stabilizer"``, ...)
+    is a QdiffError with Aer's reason, not a QiskitError at the first ``result.data()``."""
+    if getattr(result, "success", True):
+        return
+    reasons = sorted({str(getattr(r, "status", "")) for r in getattr(result, "results", [])
+                      if not getattr(r, "success", True)} - {""})
+    raise QdiffError(f"aer: the simulation failed (method={method!r}): "
+                     f"{'; '.join(reasons) or getattr(result, 'status', 'unknown error')}")
 
 
 _CONTROL_FLOW = ("if_else", "for_loop", "switch_case", "while_loop", "box")
@@ -230,6 +285,49 @@ def _noise_model(noise_model):
         return NoiseModel.from_backend(noise_model)
     raise QdiffError("noise_model must be a qiskit_aer.noise.NoiseModel or a Qiskit backend; "
                      f"got {type(noise_model).__name__}")
+
+
+def _user_options(backend_options) -> dict:
+    """``backend_options`` as a dict; options that have a keyword of their own are refused
+    (that keyword's value would override them)."""
+    if backend_options is None:
+        return {}
+    if not isinstance(backend_options, dict):
+        raise QdiffError(f"backend_options must be a dict of AerSimulator options; got "
+                         f"{type(backend_options).__name__}")
+    for key, keyword in _OWN_OPTIONS.items():
+        if key in backend_options:
+            raise QdiffError(f"backend_options={{'{key}': ...}}: pass it as "
+                             f"qd.device('aer', ..., {keyword}...) instead")
+    return dict(backend_options)
+
+
+def _check_device(device, method: str) -> str:
+    """``device`` (``"CPU"``, ``"GPU"``; any case) if this qiskit-aer build has it and
+    ``method``; a QdiffError naming what is available otherwise."""
+    from qiskit_aer import AerSimulator
+    sim = AerSimulator()
+    devices = sim.available_devices()
+    name = device.upper() if isinstance(device, str) else device
+    if name not in devices:
+        raise QdiffError(f"aer: device={device!r} is not available in this qiskit-aer build; "
+                         f"available: {list(devices)}")
+    if method not in sim.available_methods():
+        raise QdiffError(f"aer: method={method!r} is not available in this qiskit-aer build "
+                         f"(tensor_network needs qiskit-aer-gpu); available: "
+                         f"{list(sim.available_methods())}")
+    return name
+
+
+def _exact_noisy_method(method: str) -> str:
+    """The Aer method for exact (``shots=None``) expectations under a noise model: only a
+    density matrix gives them; the other methods average sampled noise trajectories (random,
+    not exact), so they are refused, and ``"automatic"`` means ``"density_matrix"``."""
+    if method in ("automatic", "density_matrix"):
+        return "density_matrix"
+    raise QdiffError(f"aer: method={method!r} with a noise model and shots=None would average "
+                     "randomly sampled noise trajectories, not give exact expectations; use "
+                     "method='density_matrix' (exact), or set shots=N")
 
 
 def _check_memory(n: int, method: str):

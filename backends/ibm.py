@@ -86,9 +86,16 @@ def runtime_service(token: Optional[str] = None, instance: Optional[str] = None,
     kwargs = {k: v for k, v in (("channel", channel), ("token", token), ("instance", instance))
               if v is not None}
     try:
-        return QiskitRuntimeService(**kwargs)
+        service = QiskitRuntimeService(**kwargs)
     except Exception as exc:  # noqa: BLE001 - mapped to a clear, token-free message
-        raise QdiffError(_service_error(exc, token is not None)) from None
+        message = _service_error(exc, token is not None)
+    else:
+        # a token from the saved account is as secret as one passed in
+        register_secret(getattr(getattr(service, "_account", None), "token", None))
+        return service
+    # raised outside the handler: the error keeps no __context__ (the original exception,
+    # whose text may hold the token)
+    raise QdiffError(message)
 
 
 def _service_error(exc: BaseException, had_token: bool) -> str:
@@ -196,11 +203,11 @@ class IbmBackend(QiskitBackend):
         try:
             return service.backend(backend), False
         except Exception as exc:  # noqa: BLE001
-            if is_transient(exc):
-                raise QdiffError(f"could not reach IBM Quantum to look up '{backend}': "
-                                 f"{scrub(exc)}") from None
-            raise QdiffError(f"unknown IBM backend '{backend}' for this account "
-                             f"({type(exc).__name__}: {scrub(exc)})") from None
+            message = (f"could not reach IBM Quantum to look up '{backend}': {scrub(exc)}"
+                       if is_transient(exc) else
+                       f"unknown IBM backend '{backend}' for this account "
+                       f"({type(exc).__name__}: {scrub(exc)})")
+        raise QdiffError(message)  # outside the handler: no __context__ holding the token
 
     def __repr__(self):
         return (f"<IbmBackend {self.backend_name} wires={self.num_wires}, shots={self.shots}, "
@@ -214,11 +221,14 @@ class IbmBackend(QiskitBackend):
         if self._mode_obj is None:
             from qiskit_ibm_runtime import Batch, Session
             cls = Batch if self.mode == "batch" else Session
+            message = None
             try:
                 self._mode_obj = cls(backend=self.target_backend)
             except Exception as exc:  # noqa: BLE001
-                raise QdiffError(f"could not open a {self.mode} on '{self.backend_name}': "
-                                 f"{type(exc).__name__}: {scrub(exc)}") from None
+                message = (f"could not open a {self.mode} on '{self.backend_name}': "
+                           f"{type(exc).__name__}: {scrub(exc)}")
+            if message is not None:
+                raise QdiffError(message)  # outside the handler: no __context__
         return self._mode_obj
 
     def close(self):
@@ -281,8 +291,9 @@ class IbmBackend(QiskitBackend):
             except QdiffError:
                 raise
             except Exception as exc:  # noqa: BLE001 - bad options, mostly
-                raise QdiffError(f"ibm {self.backend_name}: could not create the {kind} "
-                                 f"({type(exc).__name__}: {scrub(exc)})") from None
+                message = (f"ibm {self.backend_name}: could not create the {kind} "
+                           f"({type(exc).__name__}: {scrub(exc)})")
+        raise QdiffError(message)  # outside the handler: no __context__
 
     def _estimator(self):
         return self._make("estimator")

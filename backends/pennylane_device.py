@@ -17,7 +17,6 @@ True
 """
 from __future__ import annotations
 
-import inspect
 from typing import Optional
 
 import numpy as np
@@ -25,6 +24,7 @@ import torch
 
 from qdiff.backends.base import Backend, Capabilities, Result, flat_outputs, register_backend
 from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.memory import require
 
 
 def pennylane_device_names() -> list:
@@ -57,7 +57,9 @@ class PennyLaneBackend(Backend):
             raise QdiffError(f"unknown PennyLane device '{name}'; installed: "
                              f"{pennylane_device_names()}")
         kwargs = dict(device_kwargs)
-        if seed is not None and "seed" in _device_params(name):
+        if seed is not None:
+            # passed on even where the signature does not show it: the device then refuses it
+            # (a QdiffError below) instead of qdiff dropping it
             kwargs["seed"] = int(seed)
         try:
             self.pl_device = qml.device(name, wires=self.num_wires, **kwargs)
@@ -108,6 +110,11 @@ class PennyLaneBackend(Backend):
     def _execute(self, circuit, theta: torch.Tensor, initial_state=None) -> list:
         import pennylane as qml
         theta = self._check(circuit, theta)
+        if self.shots:  # the device draws int64 samples of every wire for every binding
+            require(8.0 * theta.shape[0] * self.shots * circuit.num_wires,
+                    f"PennyLane device '{self.device_name}': {self.shots} shots x "
+                    f"{theta.shape[0]} bindings on {circuit.num_wires} wires",
+                    hint="use fewer shots or a smaller batch")
         tape = self._tape(circuit, theta.detach(), initial_state, "numpy")
         try:
             res = qml.execute([tape], self.pl_device)[0]
@@ -158,15 +165,6 @@ class PennyLaneBackend(Backend):
                 return torch.zeros_like(theta)
             (g,) = torch.autograd.grad(flat, t, cotangent.to(flat.dtype), allow_unused=True)
         return torch.zeros_like(theta) if g is None else g.to(theta.dtype)
-
-
-def _device_params(name: str) -> set:
-    import pennylane as qml
-    try:
-        cls = qml.plugin_devices[name].load()
-        return set(inspect.signature(cls.__init__).parameters)
-    except Exception:  # noqa: BLE001 - the seed is optional
-        return set()
 
 
 def _outputs(circuit, res, batch_size, batch: int, device, keep_graph: bool = False) -> list:

@@ -20,6 +20,7 @@ from qdiff.backends import qiskit_common as qc_common
 from qdiff.backends.base import Backend, Capabilities, Result, flat_outputs
 from qdiff.backends.runtime_jobs import JobRunner
 from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.memory import require
 
 
 @dataclass
@@ -148,6 +149,12 @@ class QiskitBackend(Backend):
 
     def run_sampling(self, circuit, theta, variants: list, plan) -> list:
         """One Sampler job for every (variant, basis): ``[(rows, {i: array}), ...]``."""
+        n, batch = circuit.num_wires, theta.shape[0]
+        # the bits of every basis are held at once: a bool and an int64 copy per bit
+        require(9.0 * len(plan.bases) * batch * self.shots * n,
+                f"{self.name}: the bits of {self.shots} shots x {batch} bindings x "
+                f"{len(plan.bases)} measurement bases on {n} qubits",
+                hint="use fewer shots or a smaller batch")
         pubs = []
         for v in variants:
             for basis in plan.bases:

@@ -15,6 +15,8 @@ as ``"QUEUED"``), ``result()``, ``job_id()``, and optionally ``cancel()``/``erro
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 import sys
 import time
 from typing import Callable, Optional
@@ -75,10 +77,17 @@ class JobRunner:
     def __init__(self, label: str, timeout: Optional[float] = None, max_retries: int = 3,
                  backoff: float = 1.0, progress="auto", progress_after: float = 10.0,
                  sleep: Callable = time.sleep, clock: Callable = time.monotonic):
-        if timeout is not None and timeout <= 0:
+        if timeout is not None and not (_is_real(timeout) and 0 < timeout < math.inf):
             raise QdiffError(f"timeout must be positive seconds or None; got {timeout!r}")
-        if max_retries < 0:
-            raise QdiffError(f"max_retries must be >= 0; got {max_retries!r}")
+        if not (isinstance(max_retries, numbers.Integral) and not isinstance(max_retries, bool)
+                and max_retries >= 0):
+            raise QdiffError(f"max_retries must be an integer >= 0; got {max_retries!r}")
+        if not (_is_real(backoff) and 0 <= backoff < math.inf):
+            raise QdiffError(f"backoff must be seconds >= 0; got {backoff!r}")
+        if progress not in (True, False, "auto") or not isinstance(progress, (bool, str)):
+            raise QdiffError(f"progress must be True, False or 'auto'; got {progress!r}")
+        if not (_is_real(progress_after) and 0 <= progress_after < math.inf):
+            raise QdiffError(f"progress_after must be seconds >= 0; got {progress_after!r}")
         self.label = label
         self.timeout = timeout
         self.max_retries = int(max_retries)
@@ -98,6 +107,7 @@ class JobRunner:
     def submit(self, submit: Callable):
         delay = self.backoff
         for attempt in range(self.max_retries + 1):
+            message = None
             try:
                 job = submit()
             except QdiffError:
@@ -109,9 +119,12 @@ class JobRunner:
                     self._sleep(delay)
                     delay *= 2
                     continue
-                raise QdiffError(f"{self.label}: job submission failed"
-                                 f"{' after retries' if attempt else ''}: "
-                                 f"{type(exc).__name__}: {scrub(exc)}") from None
+                message = (f"{self.label}: job submission failed"
+                           f"{' after retries' if attempt else ''}: "
+                           f"{type(exc).__name__}: {scrub(exc)}")
+            if message is not None:
+                # raised outside the handler: no __context__ holding the unscrubbed original
+                raise QdiffError(message)
             self.jobs_submitted += 1
             self.job_ids = (self.job_ids + [_job_id(job)])[-100:]
             return job
@@ -120,7 +133,7 @@ class JobRunner:
         start = self._clock()
         last = None
         while True:
-            st = status_name(job)
+            st = self._poll(job)
             elapsed = self._clock() - start
             if st != last:
                 self._report(job, st, elapsed)
@@ -128,13 +141,35 @@ class JobRunner:
             if st in FINAL:
                 return st
             if self.timeout is not None and elapsed > self.timeout:
-                _try_cancel(job)
+                fate = ("it was cancelled" if _try_cancel(job) else
+                        "cancelling it failed, so it may still run")
                 raise QdiffError(f"{self.label}: job {_job_id(job)} did not finish within "
-                                 f"{self.timeout:g} s (last status {st}); it was cancelled")
+                                 f"{self.timeout:g} s (last status {st}); {fate}")
             # poll at ~10% of the time waited so far: local jobs (a second or two) are not
             # overslept, hardware jobs (minutes in a queue) are not polled every few ms
             delay = min(max(0.01, 0.1 * elapsed), 2.0)
             self._sleep(delay)
+
+    def _poll(self, job) -> str:
+        """The job's status; transient failures of the status query (network) are retried
+        like submissions, others are a QdiffError."""
+        delay = self.backoff
+        for attempt in range(self.max_retries + 1):
+            message = None
+            try:
+                return status_name(job)
+            except Exception as exc:  # noqa: BLE001 - mapped below
+                if is_transient(exc) and attempt < self.max_retries:
+                    log.warning("%s: status query failed (%s); retry %d/%d in %.1f s",
+                                self.label, type(exc).__name__, attempt + 1, self.max_retries,
+                                delay)
+                    self._sleep(delay)
+                    delay *= 2
+                    continue
+                message = (f"{self.label}: could not get the status of job {_job_id(job)}"
+                           f"{' after retries' if attempt else ''}: {type(exc).__name__}: "
+                           f"{scrub(exc)}")
+            raise QdiffError(message)  # outside the handler: no __context__ (see submit)
 
     def result(self, job):
         st = status_name(job)
@@ -147,8 +182,8 @@ class JobRunner:
         try:
             return job.result()
         except Exception as exc:  # noqa: BLE001
-            raise QdiffError(f"{self.label}: job {jid} failed: {type(exc).__name__}: "
-                             f"{scrub(exc)}") from None
+            message = f"{self.label}: job {jid} failed: {type(exc).__name__}: {scrub(exc)}"
+        raise QdiffError(message)  # outside the handler: no __context__ (see submit)
 
     def _report(self, job, st: str, elapsed: float):
         line = f"[qdiff] {self.label} job {_job_id(job)}: {st} ({elapsed:.0f} s)"
@@ -164,11 +199,18 @@ def _job_id(job) -> str:
         return "?"
 
 
-def _try_cancel(job):
+def _try_cancel(job) -> bool:
+    """Ask for the job's cancellation; False where that failed (the timeout error says so)."""
     try:
         job.cancel()
     except Exception:  # noqa: BLE001 - best effort; the timeout error follows anyway
         log.warning("could not cancel job %s", _job_id(job))
+        return False
+    return True
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 def _error_message(job) -> str:

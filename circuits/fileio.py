@@ -76,6 +76,8 @@ def check_target(path, force: bool = False):
         return None
     except OSError as exc:
         raise _cannot_write(path, exc) from None
+    except ValueError:  # an embedded NUL byte
+        raise QdiffError(f"{path!r}: cannot write (the path contains a NUL byte)") from None
     if stat.S_ISLNK(st.st_mode):
         return None
     if stat.S_ISDIR(st.st_mode):
@@ -122,7 +124,7 @@ def atomic_open(path, mode: str = "w", *, force: bool = False, encoding: str = "
     """
     if mode not in ("w", "wb"):
         raise QdiffError(f"atomic_open: mode must be 'w' or 'wb'; got {mode!r}")
-    path = os.fspath(path)
+    path = _text_path(path)
     target = check_target(path, force)
     kw = {"encoding": encoding} if mode == "w" else {}
     if target == "special":
@@ -149,10 +151,22 @@ def atomic_open(path, mode: str = "w", *, force: bool = False, encoding: str = "
         _fsync_folder(folder)
     except OSError as exc:
         raise _cannot_write(path, exc) from None
+    except UnicodeEncodeError as exc:
+        raise QdiffError(f"{path}: cannot write (the text is not encodable as {encoding}: "
+                         f"{exc.reason} at position {exc.start})") from None
     finally:
         for tmp in created:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+def _text_path(path) -> str:
+    """``path`` (str, bytes or path-like) as a str; bytes are decoded as the OS does."""
+    try:
+        return os.fsdecode(os.fspath(path))
+    except TypeError:
+        raise QdiffError(f"output path must be a str, bytes or os.PathLike; got "
+                         f"{type(path).__name__}") from None
 
 
 def _set_owner_and_mode(fd: int, target) -> None:
@@ -181,6 +195,8 @@ def _fsync_folder(folder: str) -> None:
 
 def write_atomic(path, data, *, force: bool = False) -> None:
     """Write ``data`` (``str``, UTF-8, or ``bytes``) to ``path`` atomically (see module doc)."""
+    if not isinstance(data, (str, bytes, bytearray)):
+        raise QdiffError(f"write_atomic: data must be str or bytes; got {type(data).__name__}")
     with atomic_open(path, "wb" if isinstance(data, (bytes, bytearray)) else "w",
                      force=force) as fh:
         fh.write(data)
@@ -201,12 +217,15 @@ def read_text(source, limit: int, name: str | None = None) -> str:
         label = name or getattr(source, "name", "<stream>")
         data = _read_capped(source, limit, label)
     else:
-        label = name or os.fspath(source)
+        label = name or os.fsdecode(os.fspath(source))
         try:
-            with open(source, "rb") as fh:
-                data = _read_capped(fh, limit, label)
+            fh = open(source, "rb")
         except OSError as exc:
             raise QdiffError(f"{label}: cannot read ({exc.strerror or exc})") from None
+        except ValueError:  # an embedded NUL byte
+            raise QdiffError(f"{label!r}: cannot read (the path contains a NUL byte)") from None
+        with fh:
+            data = _read_capped(fh, limit, label)
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8")

@@ -244,3 +244,128 @@ def test_repr():
         lambda: (qd.Hadamard(0), qd.expval(qd.X(0)))[1])()))
     assert np.isclose(float(qd.qnode(qd.device("aer", wires=1))(
         lambda: (qd.Hadamard(0), qd.expval(qd.X(0)))[1])()), 1.0)
+
+
+def _noisy_model(p=0.2):
+    from qiskit_aer.noise import NoiseModel, depolarizing_error
+    nm = NoiseModel()
+    nm.add_all_qubit_quantum_error(depolarizing_error(p, 1), ["rx", "ry"])
+    nm.add_all_qubit_quantum_error(depolarizing_error(p, 2), ["cx"])
+    return nm
+
+
+def test_exact_noisy_expectations_are_exact_or_refused():
+    """shots=None with a noise model: the density matrix's exact values (quantum_info oracle),
+    the same on every call; a trajectory method (random averages) is refused."""
+    from qiskit import QuantumCircuit
+    from qiskit.quantum_info import DensityMatrix, SparsePauliOp
+    from qiskit_aer.noise import depolarizing_error
+    p, x = 0.2, 0.4
+    qc = QuantumCircuit(2)
+    qc.rx(x, 0)
+    qc.cx(0, 1)
+    qc.ry(x, 1)
+    rho = DensityMatrix.from_label("00")
+    errors = (depolarizing_error(p, 1), depolarizing_error(p, 2), depolarizing_error(p, 1))
+    for inst, err in zip(qc.data, errors):
+        qargs = [qc.find_bit(q).index for q in inst.qubits]
+        rho = rho.evolve(inst.operation, qargs).evolve(err, qargs)
+    want = [float(np.real(rho.expectation_value(SparsePauliOp(lbl)))) for lbl in ("IZ", "ZI")]
+
+    def f(t):
+        qd.RX(t, wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.RY(t, wires=1)
+        return qd.expval(qd.Z(0)), qd.expval(qd.Z(1))
+
+    t = torch.tensor(x, dtype=torch.float64)
+    for method in ("automatic", "density_matrix"):
+        node = qd.qnode(qd.device("aer", wires=2, noise_model=_noisy_model(p), method=method))(f)
+        for _ in range(2):
+            assert np.allclose(node(t).numpy(), want, atol=1e-10, rtol=0)
+    for method in ("statevector", "matrix_product_state"):
+        with pytest.raises(QdiffError, match=f"method='{method}' with a noise model and "
+                                             "shots=None"):
+            qd.device("aer", wires=2, noise_model=_noisy_model(p), method=method)
+    dev = qd.device("aer", wires=2, noise_model=_noisy_model(p), method="statevector", shots=100)
+    assert dev.backend_options["method"] == "statevector"
+
+
+def test_options_are_honoured_or_refused_when_the_device_is_made():
+    """An AerSimulator option qdiff sets from its own keyword cannot be overridden silently
+    through backend_options; devices, methods and options this Aer build lacks are refused
+    at once; the options that pass reach the simulator."""
+    from qiskit_aer import AerSimulator
+    for key in ("method", "device", "noise_model", "shots", "seed_simulator"):
+        with pytest.raises(QdiffError, match=f"backend_options={{'{key}': ...}}: pass it as"):
+            qd.device("aer", wires=1, backend_options={key: None})
+    with pytest.raises(QdiffError, match="backend_options not accepted.*Invalid option foo"):
+        qd.device("aer", wires=1, backend_options={"foo": 1})
+    with pytest.raises(QdiffError, match="backend_options must be a dict"):
+        qd.device("aer", wires=1, backend_options=[("precision", "single")])
+    missing = [d for d in ("GPU", "xyz") if d not in AerSimulator().available_devices()]
+    for dev in missing:
+        with pytest.raises(QdiffError, match=f"device='{dev}' is not available"):
+            qd.device("aer", wires=1, device=dev)
+    assert qd.device("aer", wires=1, device="cpu").backend_options["device"] == "CPU"
+    for method in ("unitary", "superop"):
+        with pytest.raises(QdiffError, match=f"method '{method}' .* cannot measure"):
+            qd.device("aer", wires=1, method=method)
+    dev = qd.device("aer", wires=1, method="density_matrix",
+                    backend_options={"precision": "single"})
+    assert dev.simulator().options.method == "density_matrix"
+    assert dev.simulator().options.precision == "single"
+
+
+@pytest.mark.parametrize("method", ["stabilizer", "extended_stabilizer"])
+def test_clifford_methods_run_clifford_circuits_and_refuse_the_rest(method):
+    """Clifford circuits run under the Clifford methods (the 1-qubit gates are not merged into
+    a 'u' they cannot run); a non-Clifford rotation is a QdiffError naming the method, from
+    the exact and the sampled run alike."""
+    shots = None if method == "stabilizer" else 200
+
+    def f(t):
+        qd.RX(t, wires=0)
+        return qd.expval(qd.Z(0))
+
+    with pytest.raises(QdiffError, match=method):
+        qd.qnode(qd.device("aer", wires=1, method=method, shots=10))(f)(torch.tensor(0.3))
+    if shots is None:
+        with pytest.raises(QdiffError, match=method):
+            qd.qnode(qd.device("aer", wires=1, method=method))(f)(torch.tensor(0.3))
+    else:
+        with pytest.raises(QdiffError, match="'extended_stabilizer' has no exact"):
+            qd.device("aer", wires=1, method=method)
+
+    def clifford():
+        qd.Hadamard(0)
+        qd.S(0)
+        qd.CNOT(wires=[0, 1])
+        return qd.expval(qd.Y(0) @ qd.X(1)), qd.expval(qd.Z(1))
+
+    got = qd.qnode(qd.device("aer", wires=2, method=method, shots=shots, seed=3))(clifford)()
+    want = qd.qnode(qd.device("statevector", wires=2))(clifford)()
+    assert torch.allclose(got[0], want[0], atol=1e-12) and abs(float(got[1])) < 0.3
+
+
+def test_result_buffers_are_checked_before_the_run(monkeypatch):
+    """Shot bits (every basis, every binding) and saved states are stated against the memory
+    budget before Aer runs; the same call fits without the cap."""
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1M")
+
+    def f():
+        qd.Hadamard(0)
+        return qd.expval(qd.Z(0) @ qd.X(1))
+
+    with pytest.raises(QdiffMemoryError, match="the bits of 100000 shots x 1 bindings"):
+        qd.qnode(qd.device("aer", wires=2, shots=100_000))(f)()
+
+    def g(x):
+        qd.RX(x, wires=0)
+        return qd.state()
+
+    x = torch.linspace(0, 1, 4000, dtype=torch.float64)
+    with pytest.raises(QdiffMemoryError, match="saved states/probabilities of 4000 bindings"):
+        qd.qnode(qd.device("aer", wires=4))(g)(x)
+    monkeypatch.delenv("QDIFF_MEMORY_LIMIT")
+    assert qd.qnode(qd.device("aer", wires=4))(g)(x[:3]).shape == (3, 16)

@@ -201,7 +201,63 @@ def test_rejected_token_never_appears(no_account, caplog):
     msg = str(info.value)
     assert "did not accept the account" in msg or "could not reach IBM Quantum" in msg
     assert TOKEN not in msg and TOKEN not in caplog.text
-    assert info.value.__cause__ is None and info.value.__suppress_context__
+    assert info.value.__cause__ is None and info.value.__context__ is None
+
+
+def _chain_text(exc) -> str:
+    """Every message, repr and argument along an exception's __cause__/__context__ chain."""
+    out, seen, todo = [], set(), [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        out += [str(e), repr(e), repr(e.args)]
+        todo += [e.__cause__, e.__context__]
+    return "\n".join(out)
+
+
+class LeakyService:
+    """A service whose failures quote the token (as an HTTP error echoing a request might)."""
+
+    def __init__(self, token=None, **kwargs):
+        if kwargs.get("instance") == "refused":
+            raise ValueError(f"token {token} refused")
+        self.token = token
+
+    def backend(self, name):
+        raise KeyError(f"no backend {name} for token {self.token}")
+
+
+@pytest.mark.parametrize("how", ["keyword", "environment"])
+@pytest.mark.parametrize("instance", ["refused", "accepted"])
+def test_token_is_not_in_the_error_chain(monkeypatch, no_account, caplog, how, instance):
+    import qiskit_ibm_runtime
+    monkeypatch.setattr(qiskit_ibm_runtime, "QiskitRuntimeService", LeakyService)
+    kwargs = {"token": TOKEN} if how == "keyword" else {}
+    if how == "environment":
+        monkeypatch.setenv("QISKIT_IBM_TOKEN", TOKEN)
+    with caplog.at_level(logging.DEBUG), pytest.raises(QdiffError) as info:
+        qd.device("ibm", backend="ibm_x", wires=2, instance=instance, **kwargs)
+    assert TOKEN not in _chain_text(info.value) and TOKEN not in caplog.text
+    assert "***" in str(info.value)
+
+
+def test_saved_account_token_is_scrubbed(monkeypatch, no_account):
+    """No token given: the service found one in the saved account; it is scrubbed too."""
+    import types
+    import qiskit_ibm_runtime
+    saved = "qdiff-saved-account-TOKEN-fedcba9876"
+
+    class SavedAccountService(LeakyService):
+        def __init__(self, **kwargs):
+            super().__init__(token=saved)
+            self._account = types.SimpleNamespace(token=saved)
+
+    monkeypatch.setattr(qiskit_ibm_runtime, "QiskitRuntimeService", SavedAccountService)
+    with pytest.raises(QdiffError, match="unknown IBM backend 'ibm_x'") as info:
+        qd.device("ibm", backend="ibm_x", wires=2)
+    assert saved not in _chain_text(info.value)
 
 
 @pytest.mark.slow

@@ -165,8 +165,81 @@ def test_registered_secrets_are_scrubbed_from_errors():
     assert secret not in str(info.value)
 
 
+def test_scrubbed_errors_keep_no_unscrubbed_context():
+    """The original exception (its text holds the secret) is neither the cause nor the
+    context of the QdiffError raised for it."""
+    secret = "tok-SECRET-context-42"
+    register_secret(secret)
+    r, _ = runner(max_retries=0)
+
+    def submit():
+        raise RuntimeError(f"401 for token {secret}")
+
+    class ResultFails(FakeJob):
+        def result(self):
+            raise RuntimeError(f"expired token {secret}")
+
+    for call in (lambda: r.run(submit), lambda: r.run(lambda: ResultFails(["DONE"]))):
+        with pytest.raises(QdiffError) as info:
+            call()
+        assert "***" in str(info.value)
+        assert info.value.__cause__ is None and info.value.__context__ is None
+
+
 def test_bad_runner_options():
     with pytest.raises(QdiffError, match="timeout"):
         JobRunner("x", timeout=0)
     with pytest.raises(QdiffError, match="max_retries"):
         JobRunner("x", max_retries=-1)
+
+
+@pytest.mark.parametrize("kw", [{"timeout": float("nan")}, {"timeout": "5"}, {"timeout": [1]},
+                                {"max_retries": 1.5}, {"max_retries": "3"},
+                                {"backoff": -1}, {"backoff": "x"}, {"progress": "yes"},
+                                {"progress_after": float("nan")}])
+def test_malformed_runner_options_are_refused_not_ignored(kw):
+    """A NaN timeout would never fire, 1.5 retries would be one: refused, naming the option."""
+    with pytest.raises(QdiffError, match=next(iter(kw))):
+        JobRunner("x", **kw)
+    import qdiff as qd
+    with pytest.raises(QdiffError, match=next(iter(kw))):
+        qd.device("aer", wires=1, **kw)
+
+
+class FlakyStatus(FakeJob):
+    """status() fails ``failures`` times with ``exc`` before answering."""
+
+    def __init__(self, statuses, exc, failures):
+        super().__init__(statuses)
+        self.exc, self.failures = exc, failures
+
+    def status(self):
+        if self.failures:
+            self.failures -= 1
+            raise self.exc
+        return super().status()
+
+
+def test_status_query_failures_are_retried_or_reported():
+    r, c = runner(max_retries=2, backoff=1.0)
+    assert r.run(lambda: FlakyStatus(["RUNNING", "DONE"], ConnectionError("reset"), 2)) == 42
+    assert c.sleeps[:2] == [1.0, 2.0]
+    r, _ = runner(max_retries=1)
+    with pytest.raises(QdiffError, match="could not get the status of job job-1 after "
+                                         "retries: ConnectionError"):
+        r.run(lambda: FlakyStatus(["DONE"], ConnectionError("reset"), 5))
+    with pytest.raises(QdiffError, match="could not get the status of job job-1: KeyError"):
+        r.run(lambda: FlakyStatus(["DONE"], KeyError("status"), 1))
+
+
+def test_timeout_says_when_the_cancellation_failed():
+    class Stuck(FakeJob):
+        def cancel(self):
+            raise RuntimeError("cancel refused")
+
+    r, _ = runner(timeout=5)
+    with pytest.raises(QdiffError, match="cancelling it failed, so it may still run"):
+        r.run(lambda: Stuck(["QUEUED"]))
+    r, _ = runner(timeout=5)
+    with pytest.raises(QdiffError, match="it was cancelled"):
+        r.run(lambda: FakeJob(["QUEUED"]))

@@ -140,3 +140,33 @@ def test_qnode_adjoint_uses_the_device_adjoint():
                                            diff_method="backprop")(f)(x, w) * mix).sum(), [x, w])
     assert torch.allclose(gx, rx, atol=1e-8) and torch.allclose(gw, rw, atol=1e-8)
     assert dev.executions == 2  # forward + one adjoint VJP call
+
+
+def test_seed_reaches_the_device_or_is_refused():
+    """A seed is the device's seed (same seed, same samples, as with qml.device(..., seed=));
+    a device that takes none refuses it instead of sampling unseeded."""
+    import pennylane as qml
+
+    def f():
+        qd.Hadamard(0)
+        return qd.sample(wires=[0])
+
+    got = qd.qnode(qd.device("pennylane", name="default.qubit", wires=1, shots=64, seed=7))(f)()
+    ref = qml.QNode(lambda: (qml.Hadamard(0), qml.sample(wires=[0]))[1],
+                    qml.device("default.qubit", wires=1, seed=7), shots=64)()
+    assert got.reshape(-1).tolist() == [int(v) for v in ref.reshape(-1)]
+    with pytest.raises(QdiffError, match="null.qubit.*seed"):
+        qd.device("pennylane", name="null.qubit", wires=1, seed=7)
+    qd.device("pennylane", name="null.qubit", wires=1)
+
+
+def test_shot_buffers_are_checked_before_the_device_samples(monkeypatch):
+    from qdiff import QdiffMemoryError
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1M")
+
+    def f():
+        qd.Hadamard(0)
+        return qd.expval(qd.Z(0))
+
+    with pytest.raises(QdiffMemoryError, match="100000 shots x 1 bindings on 2 wires"):
+        qd.qnode(qd.device("pennylane", name="default.qubit", wires=2, shots=100_000))(f)()

@@ -238,3 +238,23 @@ def test_read_text_is_capped_and_rejects_binary(tmp_path):
         fileio.read_text(nul, 100)
     with pytest.raises(QdiffError, match="/dev/zero: larger than the input limit of 1 MiB"):
         fileio.read_text("/dev/zero", 2 ** 20)  # an endless stream: read up to the cap only
+
+
+def test_bytes_paths_and_unwritable_input_are_clear_errors(tmp_path):
+    """A bytes path is written like its str; a NUL byte in the path, text that UTF-8 cannot
+    encode and data that is not text are QdiffErrors, and the old file stays as it was."""
+    target = tmp_path / "out.txt"
+    write_atomic(os.fsencode(target), "via bytes\n")
+    assert target.read_text() == "via bytes\n"
+    with pytest.raises(QdiffError, match="NUL byte"):
+        write_atomic(str(tmp_path / "a\0b"), "x")
+    with pytest.raises(QdiffError, match="NUL byte"):
+        fileio.read_text(str(tmp_path / "a\0b"), 100)
+    with pytest.raises(QdiffError, match="not encodable as utf-8"):
+        write_atomic(target, "ok \udcff")
+    with pytest.raises(QdiffError, match="data must be str or bytes; got int"):
+        write_atomic(target, 5)
+    with pytest.raises(QdiffError, match="output path must be"):
+        write_atomic(3.5, "x")
+    assert target.read_text() == "via bytes\n"
+    assert sorted(os.listdir(tmp_path)) == ["out.txt"]
