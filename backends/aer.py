@@ -50,7 +50,8 @@ class AerBackend(QiskitBackend):
             ``"matrix_product_state"``, ...).
         noise_model: a ``qiskit_aer.noise.NoiseModel``, or a Qiskit backend (e.g. an IBM fake
             backend) whose noise model is used.
-        seed: simulator seed (same seed, same shots).
+        seed: seeds the simulator: each run draws its seed from a generator seeded by it
+            (successive runs differ; the same seed repeats the sequence).
         optimization_level: transpiler level for Aer's basis (0-3).
         device: ``"CPU"`` or ``"GPU"`` (needs qiskit-aer-gpu).
         backend_options: further ``AerSimulator`` options.
@@ -137,7 +138,8 @@ class AerBackend(QiskitBackend):
 
     def _sampler(self):
         from qiskit_aer.primitives import SamplerV2
-        run_options = {} if self.seed is None else {"seed_simulator": int(self.seed)}
+        seed = self.run_seed()
+        run_options = {} if seed is None else {"seed_simulator": seed}
         return SamplerV2(default_shots=self.shots,
                          options={"backend_options": self.backend_options,
                                   "run_options": run_options})
@@ -171,7 +173,8 @@ class AerBackend(QiskitBackend):
             if vals.shape[1]:
                 binds.append({p: vals[:, j] for j, p in enumerate(isa.parameters)})
             sizes.append(len(v.rows) if vals.shape[1] else 1)
-        run_kw = {} if self.seed is None else {"seed_simulator": int(self.seed)}
+        seed = self.run_seed()
+        run_kw = {} if seed is None else {"seed_simulator": seed}
         if any(binds):
             run_kw["parameter_binds"] = binds  # every variant has the same parameters
         result = self.runner.run(lambda: self.simulator().run(circuits, **run_kw))

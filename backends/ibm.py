@@ -259,7 +259,7 @@ class IbmBackend(QiskitBackend):
             if val is not None and (kind == "estimator" or not key.startswith("resilience")):
                 opts[key] = val
         if self.seed is not None and self.is_local:
-            opts["simulator"] = {"seed_simulator": int(self.seed)}
+            opts["simulator"] = {"seed_simulator": self.run_seed()}
         return _merge(opts, self.extra_options[kind])
 
     def _primitive_class(self, kind: str):

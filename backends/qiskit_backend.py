@@ -99,6 +99,14 @@ class QiskitBackend(Backend):
         self.runner = runner
         self.transpile_cache = qc_common.TranspileCache(self._transpile)
 
+    def run_seed(self):
+        """The simulator seed of one run: ``None`` without ``seed=``; else the next draw of the
+        device's seeded generator, so successive runs sample differently and a device made
+        with the same seed repeats the same sequence (as the embedded engine's shots do)."""
+        if self.seed is None:
+            return None
+        return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=self.generator("cpu")))
+
     @property
     def jobs_submitted(self) -> int:
         """Primitive jobs (or simulator runs) submitted so far."""

@@ -179,8 +179,10 @@ def test_shots_probs_samples_counts_and_seed():
     p_ref = torch.stack([torch.cos(x / 2) ** 2, torch.zeros(2), torch.zeros(2),
                          torch.sin(x / 2) ** 2], dim=-1)
     assert ((p - p_ref).abs() <= 5 * (p_ref * (1 - p_ref) / 3000).sqrt() + 1e-9).all()
-    again = qd.qnode(qd.device("aer", wires=2, shots=3000, seed=5))(f)(x)
-    assert torch.equal(again[1], bits)
+    dev = qd.device("aer", wires=2, shots=3000, seed=5)
+    again = qd.qnode(dev)(f)(x)
+    assert torch.equal(again[1], bits)  # the same seed repeats the sequence
+    assert not torch.equal(qd.qnode(dev)(f)(x)[1], bits)  # a later call samples afresh
 
     def g():
         qd.PauliX(0)

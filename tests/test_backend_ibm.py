@@ -106,7 +106,12 @@ def test_executor_options_are_passed_through():
     assert opts["twirling"] == {"enable_gates": True, "enable_measure": True,
                                 "num_randomizations": 8}
     assert opts["dynamical_decoupling"]["sequence_type"] == "XY4"
-    assert opts["simulator"] == {"seed_simulator": 4}
+    seeds = [opts["simulator"]["seed_simulator"],
+             dev.primitive_options("estimator")["simulator"]["seed_simulator"]]
+    assert seeds[0] != seeds[1]  # each run its own draw of the seeded generator
+    twin = qd.device("ibm", backend="fake_lima", wires=1, seed=4)
+    assert [twin.primitive_options("estimator")["simulator"]["seed_simulator"]
+            for _ in range(2)] == seeds
     assert "resilience_level" not in dev.primitive_options("sampler")
     est = dev._estimator()
     assert type(est).__module__.startswith("qiskit_ibm_runtime.executor_estimator")
