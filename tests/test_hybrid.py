@@ -302,3 +302,28 @@ def test_distributed_data_parallel_replicas_stay_equal(tmp_path):
     for k in s0:
         assert torch.allclose(s0[k], s1[k], atol=1e-12), k
     assert any(not torch.allclose(s0[k], init[k]) for k in s0)  # it did train
+
+
+@pytest.mark.parametrize("method", ["best", "adjoint", "parameter-shift"])
+def test_inference_mode_gives_the_no_grad_values(method):
+    """Under ``torch.inference_mode`` the trainable weights are read like under ``no_grad``."""
+    layer = qd.QuantumLayer(qd.QNode(_body, DEV, diff_method=method),
+                            {"weights": (1, N, 3)}, dtype=torch.float64)
+    x = torch.rand(4, N, dtype=torch.float64)
+    with torch.no_grad():
+        ref = layer(x)
+    with torch.inference_mode():
+        out = layer(x)
+    assert not out.requires_grad
+    assert torch.allclose(out, ref, atol=1e-12)
+    dev = qd.device("statevector", wires=1)
+
+    @qd.qnode(dev, diff_method=method)
+    def f(a):
+        qd.RX(a[0], wires=0)
+        qd.RY(a[1], wires=0)
+        return qd.expval(qd.Z(0))
+    a = torch.tensor([0.3, 0.4], dtype=torch.float64, requires_grad=True)
+    with torch.inference_mode():
+        val = f(a)
+    assert math.isclose(float(val), math.cos(0.3) * math.cos(0.4), abs_tol=1e-12)
