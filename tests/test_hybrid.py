@@ -327,3 +327,23 @@ def test_inference_mode_gives_the_no_grad_values(method):
     with torch.inference_mode():
         val = f(a)
     assert math.isclose(float(val), math.cos(0.3) * math.cos(0.4), abs_tol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["backprop", "best", "adjoint", "parameter-shift"])
+def test_training_after_an_inference_mode_call(method):
+    """Constants cached during an inference-mode call (empty caches) serve later backward
+    passes: the gradient is the finite-difference one."""
+    from qdiff.circuits import caches
+    layer = qd.QuantumLayer(qd.QNode(_body, DEV, diff_method=method),
+                            {"weights": (1, N, 3)}, dtype=torch.float64)
+    x = torch.rand(4, N, dtype=torch.float64)
+    caches.clear()
+    with torch.inference_mode():
+        layer(x)
+    layer(x).sum().backward()
+    w = layer.weights.detach()
+    d = torch.zeros_like(w)
+    d[0, 1, 2] = 1e-6
+    with torch.no_grad():
+        fd = (layer.qnode(x, w + d).sum() - layer.qnode(x, w - d).sum()) / 2e-6
+    assert math.isclose(float(layer.weights.grad[0, 1, 2]), float(fd), abs_tol=1e-7)
