@@ -46,7 +46,8 @@ class QuantumLayer(nn.Module):
 
     The circuit runs in the wider of the input and weight dtypes (angles in float64 when
     either is); the output is cast to the input's floating dtype (the weights' dtype for
-    integer inputs).
+    integer inputs). Measurements of different shapes (``probs`` with ``expval``) are
+    flattened per input row and concatenated in order: ``(..., K)``, as ``TorchLayer``'s.
     """
 
     def __init__(self, qnode, weight_shapes: dict, init_method: Optional[Union[Callable, dict]] = None,
@@ -111,7 +112,8 @@ class QuantumLayer(nn.Module):
                                  diff_method, init_method, dtype, **gradient_kwargs)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        """``(B, F) -> (B, K)`` or ``(F,) -> (K,)``."""
+        """``(..., F) -> (..., K)``: ``K`` outputs per input row, the qnode's measurements
+        concatenated along the last dim in order (a ``probs`` of ``k`` wires gives ``2**k``)."""
         params = self._parameters
         weights = {self.input_arg: inputs}
         ref = None
@@ -120,7 +122,8 @@ class QuantumLayer(nn.Module):
             weights[name] = w = w if w is not None else getattr(self, name)
             ref = w if ref is None else ref
         out = self.qnode(**weights)
-        out = out if isinstance(out, torch.Tensor) else torch.stack(list(out), dim=-1)
+        if not isinstance(out, torch.Tensor):
+            out = _concat_outputs(out, inputs)
         if isinstance(inputs, torch.Tensor) and inputs.dtype.is_floating_point:
             want = inputs.dtype
         else:
@@ -131,3 +134,22 @@ class QuantumLayer(nn.Module):
 
     def extra_repr(self) -> str:
         return f"qnode={getattr(self.qnode, '__name__', '?')}, weights={self.weight_shapes}"
+
+
+def _concat_outputs(outs, inputs) -> torch.Tensor:
+    """The qnode's outputs of several shapes (e.g. ``probs`` and ``expval``) as one tensor
+    ``batch + (K,)``, each flattened per input row, in order (PennyLane's ``TorchLayer``); the
+    batch is ``inputs.shape[:-1]``."""
+    outs = list(outs)
+    bad = [type(o).__name__ for o in outs if not isinstance(o, torch.Tensor)]
+    if bad:
+        raise QdiffError(f"QuantumLayer: a qnode output is a {bad[0]}, not a tensor; a "
+                         "layer's measurements are expval, var, probs or state")
+    bshape = tuple(inputs.shape[:-1]) if isinstance(inputs, torch.Tensor) and inputs.ndim else ()
+    for o in outs:
+        if tuple(o.shape[:len(bshape)]) != bshape or o.ndim < len(bshape):
+            raise QdiffError(f"QuantumLayer: a qnode output of shape {tuple(o.shape)} does not "
+                             f"lead with the batch shape {bshape} of inputs "
+                             f"{tuple(inputs.shape)}")
+    return torch.cat([o.reshape(bshape + (math.prod(o.shape[len(bshape):]),)) for o in outs],
+                     dim=-1)  # (an explicit size: a reshape to -1 fails on 0 rows)

@@ -347,3 +347,22 @@ def test_training_after_an_inference_mode_call(method):
     with torch.no_grad():
         fd = (layer.qnode(x, w + d).sum() - layer.qnode(x, w - d).sum()) / 2e-6
     assert math.isclose(float(layer.weights.grad[0, 1, 2]), float(fd), abs_tol=1e-7)
+
+
+def test_layer_of_mixed_measurements_with_shots_and_counts():
+    from qdiff import QdiffError
+    dev = qd.device("statevector", wires=2, shots=10, seed=1)
+
+    def make(last):
+        @qd.qnode(dev)
+        def f(inputs, weights):
+            qd.AngleEmbedding(inputs, wires=range(2))
+            qd.BasicEntanglerLayers(weights, wires=range(2))
+            return [qd.probs(wires=[0]), last()]
+        return qd.QuantumLayer(f, {"weights": (1, 2)})
+    out = make(lambda: qd.expval(qd.Z(1)))(torch.rand(3, 2))
+    assert out.shape == (3, 3)
+    assert torch.allclose(out[:, :2].sum(-1), torch.ones(3))
+    assert make(lambda: qd.expval(qd.Z(1)))(torch.rand(0, 2)).shape == (0, 3)
+    with torch.no_grad(), pytest.raises(QdiffError, match="a qnode output is a list, not a tensor"):
+        make(lambda: qd.counts(wires=[1]))(torch.rand(3, 2))
