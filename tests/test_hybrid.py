@@ -349,6 +349,31 @@ def test_training_after_an_inference_mode_call(method):
     assert math.isclose(float(layer.weights.grad[0, 1, 2]), float(fd), abs_tol=1e-7)
 
 
+def test_layer_construction_errors_name_the_argument():
+    from qdiff import QdiffError
+
+    def three(inputs, weights, wires):
+        return _body(inputs, weights)
+    with pytest.raises(QdiffError, match=r"\['wires'\] are neither the input 'inputs' nor"):
+        qd.QuantumLayer(qd.QNode(three, DEV), {"weights": (1, N, 3)})
+    for bad, words in [((-1, N, 3), "negative size"), ((1.5, N, 3), "must be an int or a tuple"),
+                       (None, "must be an int or a tuple"), ("abc", "must be an int or a tuple")]:
+        with pytest.raises(QdiffError, match=rf"weight_shapes\['weights'\].*{words}"):
+            qd.QuantumLayer(circuit, {"weights": bad})
+    with pytest.raises(QdiffError, match="weight_shapes must be a dict"):
+        qd.QuantumLayer(circuit, [(1, N, 3)])
+    with pytest.raises(QdiffError, match=r"init_method names \['weight'\], which are not"):
+        qd.QuantumLayer(circuit, {"weights": (1, N, 3)}, {"weight": torch.nn.init.zeros_})
+    with pytest.raises(QdiffError, match="init_method for 'weights' must be a callable or an"):
+        qd.QuantumLayer(circuit, {"weights": (1, N, 3)}, "zeros")
+    with pytest.raises(QdiffError, match=r"returned shape \(2,\), expected \(1, 3, 3\)"):
+        qd.QuantumLayer(circuit, {"weights": (1, N, 3)}, lambda t: torch.zeros(2))
+    # an initial value as a nested list is taken like a tensor
+    w0 = [[[0.1 * (i + j + k) for k in range(3)] for j in range(N)] for i in range(1)]
+    layer = qd.QuantumLayer(circuit, {"weights": (1, N, 3)}, {"weights": w0}, dtype=torch.float64)
+    assert torch.equal(layer.weights.detach(), torch.tensor(w0, dtype=torch.float64))
+
+
 def test_layer_of_mixed_measurements_with_shots_and_counts():
     from qdiff import QdiffError
     dev = qd.device("statevector", wires=2, shots=10, seed=1)

@@ -399,3 +399,21 @@ def test_layer_of_mixed_measurements_matches_torch_layer():
         ga = torch.autograd.grad(a.sum(), [x, ours.weights])
         gb = torch.autograd.grad(b.sum(), [xp, pl.weights])
         assert all(torch.allclose(u, v, atol=1e-10) for u, v in zip(ga, gb))
+
+
+def test_layer_argument_conventions_match_torch_layer():
+    """'inputs' is fed by name wherever it stands; an int shape 1 is a scalar weight."""
+    def body(m):
+        def f(w, inputs, v):
+            m.AngleEmbedding(inputs, wires=range(2))
+            m.BasicEntanglerLayers(w, wires=range(2))
+            m.RY(v, wires=0)
+            return m.expval(m.PauliZ(0))
+        return f
+    ours, pl = _layer_pair(body(qd), body(qml), {"w": (1, 2), "v": 1})
+    assert ours.v.shape == pl.v.shape == ()
+    for shape in [(2,), (4, 2)]:
+        x = torch.rand(*shape, dtype=DT)
+        a, b = ours(x), pl(x)
+        assert a.shape == b.shape == shape[:-1]
+        assert torch.allclose(a, b, atol=1e-12)
