@@ -127,7 +127,9 @@ class QuantumLayer(nn.Module):
                 whose entries follow ``weight_params`` in the order given. Every circuit
                 parameter must be an input or a weight (exactly once).
             observables: ``SparsePauliOp`` s / Pauli labels / qdiff observables, one output
-                each; default ``Z`` on every qubit as one observable (output ``(B, 1)``).
+                each; default ``Z`` on every qubit as one observable (output ``(B, 1)``), or
+                for a circuit with final measurements their probabilities ``(B, 2**m)``,
+                classical bit 0 most significant (SamplerQNN's index bit-reversed).
             device: a backend or a device name (default the statevector simulator).
             diff_method: any qnode method; ``init_method``: a callable or a ``(W,)`` tensor.
             dtype: the weights' dtype (default float64, as Qiskit ML's ``TorchConnector``).
