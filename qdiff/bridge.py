@@ -212,6 +212,11 @@ class QuantumFunction(torch.autograd.Function):
     def backward(ctx, g_out, _g_residual):
         (theta,) = ctx.saved_tensors
         plan = ctx.plan
+        if torch._C._functorch.is_legacy_batchedtensor(g_out):
+            raise QdiffError(f"diff_method='{plan.rule.name}' does not run under torch.autograd's "
+                             "batched cotangents (torch.autograd.functional.jacobian/hessian "
+                             "with vectorize=True, grad(is_grads_batched=True)); use "
+                             "torch.func.jacrev/jacfwd/hessian or vectorize=False")
         if plan.rule.keep:
             grad = engine_vjp(theta, g_out, plan, ctx.residual)
         else:

@@ -391,3 +391,18 @@ def test_layer_of_mixed_measurements_with_shots_and_counts():
     assert make(lambda: qd.expval(qd.Z(1)))(torch.rand(0, 2)).shape == (0, 3)
     with torch.no_grad(), pytest.raises(QdiffError, match="a qnode output is a list, not a tensor"):
         make(lambda: qd.counts(wires=[1]))(torch.rand(3, 2))
+
+
+@pytest.mark.parametrize("method", ["adjoint", "parameter-shift", "finite-diff"])
+def test_vectorized_autograd_jacobian_is_refused_clearly(method):
+    """torch.autograd.functional's vectorize=True (batched cotangents) is a QdiffError naming
+    the alternatives; torch.func.jacrev and vectorize=False give the Jacobian."""
+    from qdiff import QdiffError
+    q = qd.QNode(_body, DEV, diff_method=method)
+    x = torch.rand(2, N, dtype=torch.float64)
+    w = torch.rand(1, N, 3, dtype=torch.float64)
+    with pytest.raises(QdiffError, match=r"vectorize=True.*torch\.func\.jacrev"):
+        torch.autograd.functional.jacobian(lambda w: q(x, w), w, vectorize=True)
+    jac = torch.autograd.functional.jacobian(lambda w: q(x, w), w)
+    ref = torch.func.jacrev(lambda w: q(x, w))(w)
+    assert torch.allclose(jac, ref, atol=1e-6 if method == "finite-diff" else 1e-12)
