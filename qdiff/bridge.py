@@ -472,6 +472,21 @@ def effective_shots(backend, shots=DEVICE_SHOTS):
     return shots
 
 
+def refuse_graph_capture(what: str) -> None:
+    """A qnode call records its circuit in Python each time: ``torch.jit.trace`` and
+    ``torch.export`` would freeze one recording into a graph, so they are refused by name
+    (``torch.compile`` keeps the call eager instead)."""
+    if torch.jit.is_tracing():
+        capture = "torch.jit.trace"
+    elif torch.compiler.is_exporting():
+        capture = "torch.export"
+    else:
+        return
+    raise QdiffError(f"{what}: {capture} cannot capture a qnode call (its circuit is recorded "
+                     "in Python at each call); run the model eagerly or with torch.compile, "
+                     "which keeps the qnode call eager")
+
+
 def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
             options: Options = None, shots=DEVICE_SHOTS):
     """One tensor per measurement of ``recorded.circuit``, each with leading dim ``B``; with

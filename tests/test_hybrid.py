@@ -406,3 +406,24 @@ def test_vectorized_autograd_jacobian_is_refused_clearly(method):
     jac = torch.autograd.functional.jacobian(lambda w: q(x, w), w)
     ref = torch.func.jacrev(lambda w: q(x, w))(w)
     assert torch.allclose(jac, ref, atol=1e-6 if method == "finite-diff" else 1e-12)
+
+
+@pytest.mark.parametrize("make", ["plain", "static", "qiskit"])
+def test_jit_trace_and_export_are_refused_by_name(make):
+    from qdiff import QdiffError
+    if make == "qiskit":
+        pytest.importorskip("qiskit")
+        from qiskit.circuit.library import real_amplitudes
+        ansatz = real_amplitudes(N, reps=1)
+        ps = list(ansatz.parameters)
+        layer = qd.QuantumLayer.from_qiskit(ansatz, input_params=ps[:N], weight_params=ps[N:])
+    else:
+        q = qd.qnode(DEV, static=make == "static")(_body)
+        layer = qd.QuantumLayer(q, {"weights": (1, N, 3)}, dtype=torch.float64)
+    x = torch.rand(2, N, dtype=torch.float64)
+    with pytest.raises(QdiffError, match="torch.jit.trace cannot capture a qnode call"):
+        torch.jit.trace(layer, x, check_trace=False)
+    if make == "plain":
+        with pytest.raises(QdiffError, match="torch.export cannot capture a qnode call"):
+            torch.export.export(layer, (x,))
+    assert layer(x).shape[0] == 2  # eager calls are unaffected
