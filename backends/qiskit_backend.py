@@ -98,6 +98,15 @@ class QiskitBackend(Backend):
         self.runner = runner
         self.transpile_cache = qc_common.TranspileCache(self._transpile)
 
+    def __getstate__(self):
+        """Pickled (``torch.save`` of a model, ``copy.deepcopy``) without the built pass
+        manager and simulator, which hold unpicklable callables and are rebuilt on use."""
+        state = dict(self.__dict__)
+        for k in ("_pm", "_simulator"):
+            if k in state:
+                state[k] = None
+        return state
+
     @property
     def jobs_submitted(self) -> int:
         """Primitive jobs (or simulator runs) submitted so far."""

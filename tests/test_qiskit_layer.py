@@ -315,3 +315,22 @@ def test_layer_of_a_measured_circuit_gives_bit_reversed_sampler_probabilities():
         qiskit_order = p.probabilities()  # index: qubit 0 least significant
         rev = [int(format(i, "03b")[::-1], 2) for i in range(8)]
         assert np.allclose(row.detach().numpy(), qiskit_order[rev], atol=1e-12)
+
+
+def test_torch_save_of_a_layer_on_aer_after_a_run(tmp_path):
+    """A model whose Qiskit device has run (its pass manager built) saves and loads."""
+    pytest.importorskip("qiskit_aer")
+    from qiskit.circuit.library import real_amplitudes
+    ansatz = real_amplitudes(2, reps=1)
+    ps = list(ansatz.parameters)
+    layer = qd.QuantumLayer.from_qiskit(ansatz, input_params=ps[:2], weight_params=ps[2:],
+                                        device=qd.device("aer", wires=2),
+                                        diff_method="parameter-shift")
+    exact = qd.QuantumLayer.from_qiskit(ansatz, input_params=ps[:2], weight_params=ps[2:],
+                                        init_method=layer.weights.detach())
+    x = torch.rand(3, 2, dtype=torch.float64)
+    before = layer(x)
+    torch.save(layer, tmp_path / "layer.pt")
+    loaded = torch.load(tmp_path / "layer.pt", weights_only=False)
+    assert torch.allclose(loaded(x), before, atol=1e-10)
+    assert torch.allclose(before, exact(x), atol=1e-10)
