@@ -161,6 +161,11 @@ class QuantumLayer(nn.Module):
             out = out.to(want)
         return out
 
+    @property
+    def qnode_weights(self) -> dict:
+        """``{name: nn.Parameter}`` of the weights (PennyLane's ``TorchLayer.qnode_weights``)."""
+        return {name: getattr(self, name) for name in self.weight_shapes}
+
     def extra_repr(self) -> str:
         return f"qnode={getattr(self.qnode, '__name__', '?')}, weights={self.weight_shapes}"
 

@@ -412,6 +412,10 @@ def test_layer_argument_conventions_match_torch_layer():
         return f
     ours, pl = _layer_pair(body(qd), body(qml), {"w": (1, 2), "v": 1})
     assert ours.v.shape == pl.v.shape == ()
+    assert ours.input_arg == pl.input_arg == "inputs"
+    assert {k: v.shape for k, v in ours.qnode_weights.items()} == \
+        {k: v.shape for k, v in pl.qnode_weights.items()}
+    assert ours.qnode_weights["w"] is ours.w
     for shape in [(2,), (4, 2)]:
         x = torch.rand(*shape, dtype=DT)
         a, b = ours(x), pl(x)
