@@ -107,6 +107,15 @@ class QiskitBackend(Backend):
             return None
         return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=self.generator("cpu")))
 
+    def __getstate__(self):
+        """Pickled (``torch.save`` of a model, ``copy.deepcopy``) without the built pass
+        manager and simulator, which hold unpicklable callables and are rebuilt on use."""
+        state = dict(self.__dict__)
+        for k in ("_pm", "_simulator"):
+            if k in state:
+                state[k] = None
+        return state
+
     @property
     def jobs_submitted(self) -> int:
         """Primitive jobs (or simulator runs) submitted so far."""

@@ -48,9 +48,11 @@ except AttributeError:  # torch without torch.func
 @contextlib.contextmanager
 def constants():
     """Tensors made in this block are plain constants fit to keep across calls: no autograd
-    history, and not wrapped by an active torch.func transform. Only for values built from
-    structure (Python data, dtypes, devices), never from a call's input tensors."""
-    with torch.no_grad(), _disable_functorch():
+    history, not inference tensors (a value first built under ``torch.inference_mode`` serves
+    later differentiated calls), and not wrapped by an active torch.func transform. Only for
+    values built from structure (Python data, dtypes, devices), never from a call's input
+    tensors."""
+    with torch.inference_mode(False), torch.no_grad(), _disable_functorch():
         yield
 
 

@@ -369,7 +369,7 @@ class _Bases:
         if key not in self.info:
             ok = b.is_contiguous()
             node = b.grad_fn
-            if node is None and b.requires_grad:
+            if node is None and b.requires_grad and not torch.is_inference_mode_enabled():
                 with torch.enable_grad():  # b's gradient accumulator, reached through a view
                     node = b.view_as(b).grad_fn.next_functions[0][0]
             self.info[key] = (ok, tuple(b.shape), b.stride(), b.storage_offset(), node, b)

@@ -1,7 +1,8 @@
 """``QuantumLayer``: a qnode as a ``torch.nn.Module`` with trainable weights.
 
-The qnode takes the layer input as its first argument (named ``inputs`` by convention, as in
-PennyLane's ``TorchLayer``) and its weights by the names in ``weight_shapes``. Inputs ``(B, F)``
+The qnode takes the layer input as its argument named ``inputs`` (as PennyLane's
+``TorchLayer``; a qnode without one takes it as its first argument) and its weights by the
+names in ``weight_shapes``; any other argument needs a default. Inputs ``(B, F)``
 or ``(F,)`` run as ONE batched circuit execution. Weights take ``torch.get_default_dtype()``
 unless ``dtype`` is given (as PennyLane's ``TorchLayer``); the output takes the input's floating
 dtype, so a float32 ``nn.Linear`` can follow.
@@ -37,8 +38,10 @@ class QuantumLayer(nn.Module):
     """A torch module around ``qnode(inputs, **weights)``.
 
     Args:
-        qnode: a :class:`qdiff.QNode` whose first parameter receives the layer input.
-        weight_shapes: ``{name: shape}`` of the qnode's weight arguments (ints allowed).
+        qnode: a :class:`qdiff.QNode` whose argument ``inputs`` (else its first) receives
+            the layer input.
+        weight_shapes: ``{name: shape}`` of the qnode's weight arguments; an int ``n`` is
+            ``(n,)`` and ``1`` a scalar ``()``, as in PennyLane's ``TorchLayer``.
         init_method: a callable ``tensor -> tensor`` (in-place init), a dict of them per
             weight, or a dict of ready tensors; default uniform on [0, 2 pi).
         dtype: dtype of the weights (default ``torch.get_default_dtype()`` at construction;
@@ -46,7 +49,8 @@ class QuantumLayer(nn.Module):
 
     The circuit runs in the wider of the input and weight dtypes (angles in float64 when
     either is); the output is cast to the input's floating dtype (the weights' dtype for
-    integer inputs).
+    integer inputs). Measurements of different shapes (``probs`` with ``expval``) are
+    flattened per input row and concatenated in order: ``(..., K)``, as ``TorchLayer``'s.
     """
 
     def __init__(self, qnode, weight_shapes: dict, init_method: Optional[Union[Callable, dict]] = None,
@@ -56,25 +60,45 @@ class QuantumLayer(nn.Module):
             dtype = torch.get_default_dtype()
         if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise QdiffError(f"QuantumLayer: dtype must be a floating torch dtype; got {dtype!r}")
+        if not isinstance(weight_shapes, dict):
+            raise QdiffError("QuantumLayer: weight_shapes must be a dict {weight name: shape}; "
+                             f"got {type(weight_shapes).__name__}")
         self.qnode = qnode
-        params = list(inspect.signature(getattr(qnode, "func", qnode)).parameters)
+        signature = inspect.signature(getattr(qnode, "func", qnode)).parameters
+        params = list(signature)
         if not params:
             raise QdiffError("QuantumLayer: the qnode needs an input argument (e.g. 'inputs')")
-        self.input_arg = params[0]
+        # PennyLane's TorchLayer feeds the argument named 'inputs', wherever it stands
+        self.input_arg = "inputs" if "inputs" in params and "inputs" not in weight_shapes \
+            else params[0]
         missing = [k for k in weight_shapes if k not in params]
         if missing:
             raise QdiffError(f"QuantumLayer: weight(s) {missing} are not arguments of the qnode "
                              f"(its arguments: {params})")
         if self.input_arg in weight_shapes:
-            raise QdiffError(f"QuantumLayer: the first qnode argument '{self.input_arg}' receives "
-                             "the layer input and cannot be a weight")
-        self.weight_shapes = {k: (v,) if isinstance(v, int) else tuple(v) for k, v in weight_shapes.items()}
+            raise QdiffError(f"QuantumLayer: the qnode argument '{self.input_arg}' receives the "
+                             "layer input and cannot be a weight")
+        unfed = [k for k, p in signature.items() if k != self.input_arg and k not in weight_shapes
+                 and p.default is inspect.Parameter.empty
+                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if unfed:
+            raise QdiffError(f"QuantumLayer: qnode argument(s) {unfed} are neither the input "
+                             f"'{self.input_arg}' nor in weight_shapes; give each a shape in "
+                             "weight_shapes or a default value")
+        self.weight_shapes = {k: _weight_shape(k, v) for k, v in weight_shapes.items()}
+        _check_init_method(init_method, self.weight_shapes)
         for name, shape in self.weight_shapes.items():
             self.register_parameter(name, nn.Parameter(self._init(name, shape, init_method, dtype)))
 
     @staticmethod
     def _init(name, shape, init_method, dtype) -> torch.Tensor:
         init = init_method.get(name) if isinstance(init_method, dict) else init_method
+        if init is not None and not callable(init) and not isinstance(init, torch.Tensor):
+            try:
+                init = torch.as_tensor(init, dtype=dtype)
+            except (TypeError, ValueError, RuntimeError):
+                raise QdiffError(f"QuantumLayer: init_method for '{name}' must be a callable or "
+                                 f"an initial value; got {type(init).__name__}") from None
         if isinstance(init, torch.Tensor):
             if tuple(init.shape) != tuple(shape):
                 raise QdiffError(f"QuantumLayer: initial value of '{name}' has shape "
@@ -82,7 +106,11 @@ class QuantumLayer(nn.Module):
             return init.detach().clone().to(dtype)
         t = torch.empty(shape, dtype=dtype)
         out = (init or _default_init)(t)
-        return (out if isinstance(out, torch.Tensor) else t).detach()
+        out = out if isinstance(out, torch.Tensor) else t
+        if tuple(out.shape) != tuple(shape):
+            raise QdiffError(f"QuantumLayer: init_method for '{name}' returned shape "
+                             f"{tuple(out.shape)}, expected {tuple(shape)}")
+        return out.detach().to(dtype)
 
     @classmethod
     def from_qiskit(cls, qc, input_params=None, weight_params=None, observables=None,
@@ -99,7 +127,9 @@ class QuantumLayer(nn.Module):
                 whose entries follow ``weight_params`` in the order given. Every circuit
                 parameter must be an input or a weight (exactly once).
             observables: ``SparsePauliOp`` s / Pauli labels / qdiff observables, one output
-                each; default ``Z`` on every qubit as one observable (output ``(B, 1)``).
+                each; default ``Z`` on every qubit as one observable (output ``(B, 1)``), or
+                for a circuit with final measurements their probabilities ``(B, 2**m)``,
+                classical bit 0 most significant (SamplerQNN's index bit-reversed).
             device: a backend or a device name (default the statevector simulator).
             diff_method: any qnode method; ``init_method``: a callable or a ``(W,)`` tensor.
             dtype: the weights' dtype (default float64, as Qiskit ML's ``TorchConnector``).
@@ -111,7 +141,8 @@ class QuantumLayer(nn.Module):
                                  diff_method, init_method, dtype, **gradient_kwargs)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        """``(B, F) -> (B, K)`` or ``(F,) -> (K,)``."""
+        """``(..., F) -> (..., K)``: ``K`` outputs per input row, the qnode's measurements
+        concatenated along the last dim in order (a ``probs`` of ``k`` wires gives ``2**k``)."""
         params = self._parameters
         weights = {self.input_arg: inputs}
         ref = None
@@ -120,7 +151,8 @@ class QuantumLayer(nn.Module):
             weights[name] = w = w if w is not None else getattr(self, name)
             ref = w if ref is None else ref
         out = self.qnode(**weights)
-        out = out if isinstance(out, torch.Tensor) else torch.stack(list(out), dim=-1)
+        if not isinstance(out, torch.Tensor):
+            out = _concat_outputs(out, inputs)
         if isinstance(inputs, torch.Tensor) and inputs.dtype.is_floating_point:
             want = inputs.dtype
         else:
@@ -129,5 +161,58 @@ class QuantumLayer(nn.Module):
             out = out.to(want)
         return out
 
+    @property
+    def qnode_weights(self) -> dict:
+        """``{name: nn.Parameter}`` of the weights (PennyLane's ``TorchLayer.qnode_weights``)."""
+        return {name: getattr(self, name) for name in self.weight_shapes}
+
     def extra_repr(self) -> str:
         return f"qnode={getattr(self.qnode, '__name__', '?')}, weights={self.weight_shapes}"
+
+
+def _weight_shape(name: str, size) -> tuple:
+    """A weight's shape from ``weight_shapes``: a sequence of sizes; an int ``n`` is ``(n,)``,
+    and ``1`` is a scalar ``()``, as in PennyLane's ``TorchLayer``."""
+    import operator
+    from collections.abc import Iterable
+    seq = isinstance(size, Iterable) and not isinstance(size, (str, bytes))
+    try:
+        items = tuple(size) if seq else (size,)
+        if any(isinstance(d, bool) for d in items):
+            raise TypeError
+        dims = tuple(operator.index(d) for d in items)
+    except TypeError:
+        raise QdiffError(f"QuantumLayer: weight_shapes['{name}'] must be an int or a tuple of "
+                         f"ints; got {size!r}") from None
+    if any(d < 0 for d in dims):
+        raise QdiffError(f"QuantumLayer: weight_shapes['{name}'] = {size!r} has a negative size")
+    return () if not seq and dims == (1,) else dims
+
+
+def _check_init_method(init_method, shapes: dict) -> None:
+    """A dict ``init_method`` names weights only (a callable or a value applies to each)."""
+    if not isinstance(init_method, dict):
+        return
+    unknown = [k for k in init_method if k not in shapes]
+    if unknown:
+        raise QdiffError(f"QuantumLayer: init_method names {unknown}, which are not weights "
+                         f"(weights: {list(shapes)})")
+
+
+def _concat_outputs(outs, inputs) -> torch.Tensor:
+    """The qnode's outputs of several shapes (e.g. ``probs`` and ``expval``) as one tensor
+    ``batch + (K,)``, each flattened per input row, in order (PennyLane's ``TorchLayer``); the
+    batch is ``inputs.shape[:-1]``."""
+    outs = list(outs)
+    bad = [type(o).__name__ for o in outs if not isinstance(o, torch.Tensor)]
+    if bad:
+        raise QdiffError(f"QuantumLayer: a qnode output is a {bad[0]}, not a tensor; a "
+                         "layer's measurements are expval, var, probs or state")
+    bshape = tuple(inputs.shape[:-1]) if isinstance(inputs, torch.Tensor) and inputs.ndim else ()
+    for o in outs:
+        if tuple(o.shape[:len(bshape)]) != bshape or o.ndim < len(bshape):
+            raise QdiffError(f"QuantumLayer: a qnode output of shape {tuple(o.shape)} does not "
+                             f"lead with the batch shape {bshape} of inputs "
+                             f"{tuple(inputs.shape)}")
+    return torch.cat([o.reshape(bshape + (math.prod(o.shape[len(bshape):]),)) for o in outs],
+                     dim=-1)  # (an explicit size: a reshape to -1 fails on 0 rows)

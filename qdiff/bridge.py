@@ -212,6 +212,11 @@ class QuantumFunction(torch.autograd.Function):
     def backward(ctx, g_out, _g_residual):
         (theta,) = ctx.saved_tensors
         plan = ctx.plan
+        if torch._C._functorch.is_legacy_batchedtensor(g_out):
+            raise QdiffError(f"diff_method='{plan.rule.name}' does not run under torch.autograd's "
+                             "batched cotangents (torch.autograd.functional.jacobian/hessian "
+                             "with vectorize=True, grad(is_grads_batched=True)); use "
+                             "torch.func.jacrev/jacfwd/hessian or vectorize=False")
         if plan.rule.keep:
             grad = engine_vjp(theta, g_out, plan, ctx.residual)
         else:
@@ -465,6 +470,21 @@ def effective_shots(backend, shots=DEVICE_SHOTS):
     if shots is not None and not caps.shots:
         raise QdiffError(f"shots={shots}: backend '{backend.name}' does not sample shots")
     return shots
+
+
+def refuse_graph_capture(what: str) -> None:
+    """A qnode call records its circuit in Python each time: ``torch.jit.trace`` and
+    ``torch.export`` would freeze one recording into a graph, so they are refused by name
+    (``torch.compile`` keeps the call eager instead)."""
+    if torch.jit.is_tracing():
+        capture = "torch.jit.trace"
+    elif torch.compiler.is_exporting():
+        capture = "torch.export"
+    else:
+        return
+    raise QdiffError(f"{what}: {capture} cannot capture a qnode call (its circuit is recorded "
+                     "in Python at each call); run the model eagerly or with torch.compile, "
+                     "which keeps the qnode call eager")
 
 
 def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,

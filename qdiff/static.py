@@ -49,7 +49,8 @@ import torch
 
 from qdiff.backends.base import Gather, Prepared, flat_outputs
 from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective_shots,
-                          engine_vjp, expand_coefficients, unshare, validate_rules)
+                          engine_vjp, expand_coefficients, refuse_graph_capture, unshare,
+                          validate_rules)
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.operation import ParamRef
@@ -608,6 +609,7 @@ class StaticQNode:
         return self.qnode.construct(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
+        refuse_graph_capture(f"qnode '{getattr(self.qnode.func, '__name__', '?')}'")
         if _transforms_active():  # torch.func.grad / vmap / jacrev: the plain qnode's path
             return self.qnode(*args, **kwargs)
         shots = self.qnode.shots

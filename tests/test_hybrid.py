@@ -302,3 +302,128 @@ def test_distributed_data_parallel_replicas_stay_equal(tmp_path):
     for k in s0:
         assert torch.allclose(s0[k], s1[k], atol=1e-12), k
     assert any(not torch.allclose(s0[k], init[k]) for k in s0)  # it did train
+
+
+@pytest.mark.parametrize("method", ["best", "adjoint", "parameter-shift"])
+def test_inference_mode_gives_the_no_grad_values(method):
+    """Under ``torch.inference_mode`` the trainable weights are read like under ``no_grad``."""
+    layer = qd.QuantumLayer(qd.QNode(_body, DEV, diff_method=method),
+                            {"weights": (1, N, 3)}, dtype=torch.float64)
+    x = torch.rand(4, N, dtype=torch.float64)
+    with torch.no_grad():
+        ref = layer(x)
+    with torch.inference_mode():
+        out = layer(x)
+    assert not out.requires_grad
+    assert torch.allclose(out, ref, atol=1e-12)
+    dev = qd.device("statevector", wires=1)
+
+    @qd.qnode(dev, diff_method=method)
+    def f(a):
+        qd.RX(a[0], wires=0)
+        qd.RY(a[1], wires=0)
+        return qd.expval(qd.Z(0))
+    a = torch.tensor([0.3, 0.4], dtype=torch.float64, requires_grad=True)
+    with torch.inference_mode():
+        val = f(a)
+    assert math.isclose(float(val), math.cos(0.3) * math.cos(0.4), abs_tol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["backprop", "best", "adjoint", "parameter-shift"])
+def test_training_after_an_inference_mode_call(method):
+    """Constants cached during an inference-mode call (empty caches) serve later backward
+    passes: the gradient is the finite-difference one."""
+    from qdiff.circuits import caches
+    layer = qd.QuantumLayer(qd.QNode(_body, DEV, diff_method=method),
+                            {"weights": (1, N, 3)}, dtype=torch.float64)
+    x = torch.rand(4, N, dtype=torch.float64)
+    caches.clear()
+    with torch.inference_mode():
+        layer(x)
+    layer(x).sum().backward()
+    w = layer.weights.detach()
+    d = torch.zeros_like(w)
+    d[0, 1, 2] = 1e-6
+    with torch.no_grad():
+        fd = (layer.qnode(x, w + d).sum() - layer.qnode(x, w - d).sum()) / 2e-6
+    assert math.isclose(float(layer.weights.grad[0, 1, 2]), float(fd), abs_tol=1e-7)
+
+
+def test_layer_construction_errors_name_the_argument():
+    from qdiff import QdiffError
+
+    def three(inputs, weights, wires):
+        return _body(inputs, weights)
+    with pytest.raises(QdiffError, match=r"\['wires'\] are neither the input 'inputs' nor"):
+        qd.QuantumLayer(qd.QNode(three, DEV), {"weights": (1, N, 3)})
+    for bad, words in [((-1, N, 3), "negative size"), ((1.5, N, 3), "must be an int or a tuple"),
+                       (None, "must be an int or a tuple"), ("abc", "must be an int or a tuple")]:
+        with pytest.raises(QdiffError, match=rf"weight_shapes\['weights'\].*{words}"):
+            qd.QuantumLayer(circuit, {"weights": bad})
+    with pytest.raises(QdiffError, match="weight_shapes must be a dict"):
+        qd.QuantumLayer(circuit, [(1, N, 3)])
+    with pytest.raises(QdiffError, match=r"init_method names \['weight'\], which are not"):
+        qd.QuantumLayer(circuit, {"weights": (1, N, 3)}, {"weight": torch.nn.init.zeros_})
+    with pytest.raises(QdiffError, match="init_method for 'weights' must be a callable or an"):
+        qd.QuantumLayer(circuit, {"weights": (1, N, 3)}, "zeros")
+    with pytest.raises(QdiffError, match=r"returned shape \(2,\), expected \(1, 3, 3\)"):
+        qd.QuantumLayer(circuit, {"weights": (1, N, 3)}, lambda t: torch.zeros(2))
+    # an initial value as a nested list is taken like a tensor
+    w0 = [[[0.1 * (i + j + k) for k in range(3)] for j in range(N)] for i in range(1)]
+    layer = qd.QuantumLayer(circuit, {"weights": (1, N, 3)}, {"weights": w0}, dtype=torch.float64)
+    assert torch.equal(layer.weights.detach(), torch.tensor(w0, dtype=torch.float64))
+
+
+def test_layer_of_mixed_measurements_with_shots_and_counts():
+    from qdiff import QdiffError
+    dev = qd.device("statevector", wires=2, shots=10, seed=1)
+
+    def make(last):
+        @qd.qnode(dev)
+        def f(inputs, weights):
+            qd.AngleEmbedding(inputs, wires=range(2))
+            qd.BasicEntanglerLayers(weights, wires=range(2))
+            return [qd.probs(wires=[0]), last()]
+        return qd.QuantumLayer(f, {"weights": (1, 2)})
+    out = make(lambda: qd.expval(qd.Z(1)))(torch.rand(3, 2))
+    assert out.shape == (3, 3)
+    assert torch.allclose(out[:, :2].sum(-1), torch.ones(3))
+    assert make(lambda: qd.expval(qd.Z(1)))(torch.rand(0, 2)).shape == (0, 3)
+    with torch.no_grad(), pytest.raises(QdiffError, match="a qnode output is a list, not a tensor"):
+        make(lambda: qd.counts(wires=[1]))(torch.rand(3, 2))
+
+
+@pytest.mark.parametrize("method", ["adjoint", "parameter-shift", "finite-diff"])
+def test_vectorized_autograd_jacobian_is_refused_clearly(method):
+    """torch.autograd.functional's vectorize=True (batched cotangents) is a QdiffError naming
+    the alternatives; torch.func.jacrev and vectorize=False give the Jacobian."""
+    from qdiff import QdiffError
+    q = qd.QNode(_body, DEV, diff_method=method)
+    x = torch.rand(2, N, dtype=torch.float64)
+    w = torch.rand(1, N, 3, dtype=torch.float64)
+    with pytest.raises(QdiffError, match=r"vectorize=True.*torch\.func\.jacrev"):
+        torch.autograd.functional.jacobian(lambda w: q(x, w), w, vectorize=True)
+    jac = torch.autograd.functional.jacobian(lambda w: q(x, w), w)
+    ref = torch.func.jacrev(lambda w: q(x, w))(w)
+    assert torch.allclose(jac, ref, atol=1e-6 if method == "finite-diff" else 1e-12)
+
+
+@pytest.mark.parametrize("make", ["plain", "static", "qiskit"])
+def test_jit_trace_and_export_are_refused_by_name(make):
+    from qdiff import QdiffError
+    if make == "qiskit":
+        pytest.importorskip("qiskit")
+        from qiskit.circuit.library import real_amplitudes
+        ansatz = real_amplitudes(N, reps=1)
+        ps = list(ansatz.parameters)
+        layer = qd.QuantumLayer.from_qiskit(ansatz, input_params=ps[:N], weight_params=ps[N:])
+    else:
+        q = qd.qnode(DEV, static=make == "static")(_body)
+        layer = qd.QuantumLayer(q, {"weights": (1, N, 3)}, dtype=torch.float64)
+    x = torch.rand(2, N, dtype=torch.float64)
+    with pytest.raises(QdiffError, match="torch.jit.trace cannot capture a qnode call"):
+        torch.jit.trace(layer, x, check_trace=False)
+    if make == "plain":
+        with pytest.raises(QdiffError, match="torch.export cannot capture a qnode call"):
+            torch.export.export(layer, (x,))
+    assert layer(x).shape[0] == 2  # eager calls are unaffected

@@ -368,3 +368,56 @@ def test_float32_layer_matches_float64_to_float32_precision():
     x = torch.rand(6, 2)
     assert torch.allclose(l32(x).double(), l64(x.double()), atol=1e-6)
     assert math.isfinite(float(l32(x).detach().sum()))
+
+
+def _layer_pair(body_qd, body_pl, weight_shapes, n=2):
+    """The same circuit as qdiff's and PennyLane's TorchLayer, with PennyLane's weights."""
+    pl = qml.qnn.TorchLayer(qml.qnode(qml.device("default.qubit", wires=n),
+                                      interface="torch")(body_pl), weight_shapes).double()
+    ours = qd.qnn.TorchLayer(qd.qnode(qd.device("statevector", wires=n))(body_qd),
+                             weight_shapes).double()
+    ours.load_state_dict(pl.state_dict())
+    return ours, pl
+
+
+def test_layer_of_mixed_measurements_matches_torch_layer():
+    """probs and expval (several shapes) are concatenated per input row, as TorchLayer does."""
+    def body(m):
+        def f(inputs, weights):
+            m.AngleEmbedding(inputs, wires=range(2))
+            m.BasicEntanglerLayers(weights, wires=range(2))
+            return [m.probs(wires=[0]), m.expval(m.PauliZ(1)), m.probs(wires=[0, 1])]
+        return f
+    ours, pl = _layer_pair(body(qd), body(qml), {"weights": (2, 2)})
+    torch.manual_seed(3)
+    for shape in [(2,), (5, 2), (1, 2)]:
+        x = torch.rand(*shape, dtype=DT, requires_grad=True)
+        xp = x.detach().clone().requires_grad_()
+        a, b = ours(x), pl(xp)
+        assert a.shape == b.shape == shape[:-1] + (7,)
+        assert torch.allclose(a, b, atol=1e-12)
+        ga = torch.autograd.grad(a.sum(), [x, ours.weights])
+        gb = torch.autograd.grad(b.sum(), [xp, pl.weights])
+        assert all(torch.allclose(u, v, atol=1e-10) for u, v in zip(ga, gb))
+
+
+def test_layer_argument_conventions_match_torch_layer():
+    """'inputs' is fed by name wherever it stands; an int shape 1 is a scalar weight."""
+    def body(m):
+        def f(w, inputs, v):
+            m.AngleEmbedding(inputs, wires=range(2))
+            m.BasicEntanglerLayers(w, wires=range(2))
+            m.RY(v, wires=0)
+            return m.expval(m.PauliZ(0))
+        return f
+    ours, pl = _layer_pair(body(qd), body(qml), {"w": (1, 2), "v": 1})
+    assert ours.v.shape == pl.v.shape == ()
+    assert ours.input_arg == pl.input_arg == "inputs"
+    assert {k: v.shape for k, v in ours.qnode_weights.items()} == \
+        {k: v.shape for k, v in pl.qnode_weights.items()}
+    assert ours.qnode_weights["w"] is ours.w
+    for shape in [(2,), (4, 2)]:
+        x = torch.rand(*shape, dtype=DT)
+        a, b = ours(x), pl(x)
+        assert a.shape == b.shape == shape[:-1]
+        assert torch.allclose(a, b, atol=1e-12)

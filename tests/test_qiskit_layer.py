@@ -289,3 +289,48 @@ def test_whole_model_saves_and_loads_and_spsa_runs():
     bare = qd.qnode(qd.device("statevector", wires=3))(from_qiskit(qc).circuit)
     with pytest.raises(QdiffError, match="save the model's state_dict"):
         torch.save(bare, io.BytesIO())
+
+
+def test_layer_of_a_measured_circuit_gives_bit_reversed_sampler_probabilities():
+    """With final measurements and no observables the layer's outputs are the probabilities
+    of the classical bits, bit 0 most significant: Qiskit's integer index bit-reversed."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import ParameterVector
+    from qiskit.quantum_info import Statevector
+    x, w = ParameterVector("x", 2), ParameterVector("w", 1)
+    qc = QuantumCircuit(3)
+    qc.ry(x[0], 0)
+    qc.ry(x[1], 1)
+    qc.cx(0, 2)
+    qc.rx(w[0], 2)
+    bare = qc.copy()
+    qc.measure_all()
+    layer = qd.QuantumLayer.from_qiskit(qc, input_params=x, weight_params=w,
+                                        init_method=torch.tensor([0.4], dtype=torch.float64))
+    xs = torch.tensor([[0.3, 0.9], [1.7, -0.2]], dtype=torch.float64)
+    out = layer(xs)
+    assert out.shape == (2, 8)
+    for row, xv in zip(out, xs.tolist()):
+        p = Statevector(bare.assign_parameters({x[0]: xv[0], x[1]: xv[1], w[0]: 0.4}))
+        qiskit_order = p.probabilities()  # index: qubit 0 least significant
+        rev = [int(format(i, "03b")[::-1], 2) for i in range(8)]
+        assert np.allclose(row.detach().numpy(), qiskit_order[rev], atol=1e-12)
+
+
+def test_torch_save_of_a_layer_on_aer_after_a_run(tmp_path):
+    """A model whose Qiskit device has run (its pass manager built) saves and loads."""
+    pytest.importorskip("qiskit_aer")
+    from qiskit.circuit.library import real_amplitudes
+    ansatz = real_amplitudes(2, reps=1)
+    ps = list(ansatz.parameters)
+    layer = qd.QuantumLayer.from_qiskit(ansatz, input_params=ps[:2], weight_params=ps[2:],
+                                        device=qd.device("aer", wires=2),
+                                        diff_method="parameter-shift")
+    exact = qd.QuantumLayer.from_qiskit(ansatz, input_params=ps[:2], weight_params=ps[2:],
+                                        init_method=layer.weights.detach())
+    x = torch.rand(3, 2, dtype=torch.float64)
+    before = layer(x)
+    torch.save(layer, tmp_path / "layer.pt")
+    loaded = torch.load(tmp_path / "layer.pt", weights_only=False)
+    assert torch.allclose(loaded(x), before, atol=1e-10)
+    assert torch.allclose(before, exact(x), atol=1e-10)
