@@ -342,3 +342,25 @@ def test_an_empty_batch_differentiates_to_empty_and_zero_gradients(method):
         lambda x, c: (qd.RX(x, 0), qd.expval(c[0] * qd.Z(0) + c[1] * qd.X(1)))[-1])
     (gc,) = torch.autograd.grad(g(torch.rand(0, dtype=torch.float64), c).sum(), c)
     assert torch.equal(gc, torch.zeros_like(c))
+
+
+@pytest.mark.parametrize("op", [None, "z"])
+def test_counts_all_outcomes_is_part_of_what_a_call_records(op):
+    """Two calls of the same circuit, one asking for every outcome and one not, give
+    PennyLane's two answers: zero counts are listed only when asked for."""
+    def run(all_outcomes):
+        dev = qd.device("statevector", wires=2, shots=20, seed=1)
+
+        @qd.qnode(dev)
+        def f(x):
+            qd.RX(x, wires=0)
+            if op is None:
+                return qd.counts(wires=[1, 0], all_outcomes=all_outcomes)
+            return qd.counts(qd.Z(0), all_outcomes=all_outcomes)
+        return f(torch.tensor([0.0, 0.0], dtype=torch.float64))
+    zero = {"00": 20} if op is None else {1.0: 20}
+    every = {"00": 20, "01": 0, "10": 0, "11": 0} if op is None else {-1.0: 0, 1.0: 20}
+    assert run(False) == [zero, zero]
+    assert run(True) == [every, every]
+    assert run(False) == [zero, zero]
+
