@@ -150,17 +150,37 @@ def outcome_key(value: float) -> float:
 
 
 def outcome_values(obs: Observable) -> list:
-    """Every eigenvalue a one-term observable can show (sorted :func:`outcome_key` values):
-    the products of its factors' eigenvalues, times its coefficient."""
+    """Every eigenvalue a one-term observable can show, each once (sorted :func:`outcome_key`
+    values): the products of its factors' eigenvalues, times its coefficient. Products that
+    agree to the eigensolver's precision (1e-9, relative) are one eigenvalue."""
     import numpy as np
     (term,) = obs.terms
-    vals = {1.0}
+    vals = np.ones(1)
     for f in term:
-        eig = [1.0, -1.0] if f.matrix is None else \
-            np.linalg.eigvalsh(f.matrix.detach().cpu().numpy()).tolist()
-        vals = {outcome_key(v * e) for v in vals for e in eig}
-    c = float(obs.real_coeffs()[0])
-    return sorted({outcome_key(c * v) for v in vals})
+        eig = np.array([1.0, -1.0]) if f.matrix is None else \
+            np.linalg.eigvalsh(f.matrix.detach().cpu().numpy())
+        vals = np.outer(vals, eig).reshape(-1)
+    vals = np.sort(float(obs.real_coeffs()[0]) * vals)
+    tol = 1e-9 * max(1.0, float(np.abs(vals).max()))
+    keep = [vals[0]]
+    for v in vals[1:]:
+        if v - keep[-1] > tol:
+            keep.append(v)
+    return sorted({outcome_key(v) for v in keep})
+
+
+def nearest_outcomes(values, outcomes: list) -> list:
+    """Each sampled eigenvalue in ``values`` as the nearest of ``outcomes`` (the sorted keys
+    of :func:`outcome_values`): the dict key it counts under, whatever the precision it was
+    computed in."""
+    import numpy as np
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    ref = np.asarray(outcomes, dtype=np.float64)
+    if len(ref) == 1:
+        return [outcomes[0]] * len(x)
+    i = np.clip(np.searchsorted(ref, x), 1, len(ref) - 1)
+    pick = np.where(np.abs(x - ref[i - 1]) <= np.abs(ref[i] - x), i - 1, i)
+    return [outcomes[j] for j in pick.tolist()]
 
 
 def state() -> Measurement:

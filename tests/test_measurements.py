@@ -364,3 +364,29 @@ def test_counts_all_outcomes_is_part_of_what_a_call_records(op):
     assert run(True) == [every, every]
     assert run(False) == [zero, zero]
 
+
+@pytest.mark.parametrize("dtype", [torch.complex128, torch.complex64])
+def test_counts_of_a_hermitian_product_list_each_eigenvalue_once(dtype):
+    """Eigenvalue keys of a product of Hermitian factors: each eigenvalue of the product
+    (numpy's eigvalsh, times the coefficient) is one key, sampled or not, in either
+    precision."""
+    rng = np.random.default_rng(5)
+    for trial in range(6):
+        a = rng.normal(size=(2, 2)) + 1j * rng.normal(size=(2, 2))
+        a = a + a.conj().T
+        b = rng.normal(size=(4, 4))
+        b = b + b.T
+        c = float(rng.uniform(-2, 2))
+        obs = c * qd.Hermitian(a, wires=0) @ qd.Hermitian(b, wires=[1, 2])
+        dev = qd.device("statevector", wires=3, shots=2000, seed=trial, dtype=dtype)
+
+        def body(o=obs):
+            qd.Hadamard(0)
+            qd.RY(0.4, wires=1)
+            qd.CNOT(wires=[0, 2])
+            return qd.counts(o, all_outcomes=True), qd.counts(o)
+        every, seen = qd.qnode(dev)(body)()
+        eig = np.sort(c * np.kron(np.linalg.eigvalsh(a), np.linalg.eigvalsh(b)))
+        np.testing.assert_allclose(sorted(every), eig, atol=1e-9)
+        assert sum(every.values()) == 2000 and sum(seen.values()) == 2000
+        assert set(seen) <= set(every)
