@@ -102,7 +102,9 @@ def probs(wires=None, op=None) -> Measurement:
 
 def sample(op=None, wires=None) -> Measurement:
     """Shot samples: eigenvalues of ``op`` (``(..., shots)``; a mid-circuit measurement value
-    gives its 0/1 outcomes) or bits of ``wires`` (``(..., shots, k)``)."""
+    gives its 0/1 outcomes) or bits of ``wires`` (``(..., shots, k)``), not both."""
+    if op is not None and wires is not None:
+        raise QdiffError("sample: give an observable (op) or wires, not both")
     if isinstance(op, (list, tuple)) and op and all(isinstance(m, MeasurementValue) for m in op):
         ws = tuple(w for m in op for w in m.probs_wires())
         return _record(Measurement("sample", None, _wires(ws, "sample")))

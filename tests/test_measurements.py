@@ -269,6 +269,7 @@ def test_counts_refuses_what_it_cannot_count():
     dev = qd.device("statevector", wires=2, shots=10)
     for bad, pattern in [(lambda: qd.counts(qd.Z(0) + qd.X(1)), "one term"),
                          (lambda: qd.counts(qd.Z(0), wires=[1]), "not both"),
+                         (lambda: qd.sample(qd.Z(0), wires=[1]), "not both"),
                          (lambda: qd.counts(wires=[0], all_outcomes=1), "True or False"),
                          (lambda: qd.counts(op=[qd.Z(0)]), "mid-circuit")]:
         with pytest.raises(qd.QdiffError, match=pattern):
