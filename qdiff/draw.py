@@ -29,7 +29,7 @@ def _fmt(p, theta, decimals) -> str:
 
 def _labels(op, theta, decimals):
     name = op.gate.pl_name or op.name
-    params = ",".join(_fmt(p, theta, decimals) for p in op.params)
+    params = "" if decimals is None else ",".join(_fmt(p, theta, decimals) for p in op.params)
     if op.name in _CTRL_TARGET:
         c = op.gate.controls
         t = _CTRL_TARGET[op.name] + (f"({params})" if params else "")
@@ -87,8 +87,13 @@ LEVELS = ("top", "device")
 def draw(qnode, decimals: int = 2, level: str = "top"):
     """``draw(qnode)(*args)`` returns a text drawing of the circuit recorded for those args:
     as written (``level="top"``), or as it runs on the device (``level="device"``: on a device
-    with a device noise model, the routed and translated circuit, :mod:`qdiff.noise`)."""
+    with a device noise model, the routed and translated circuit, :mod:`qdiff.noise`).
+    Angles show ``decimals`` digits; ``decimals=None`` leaves them out, as PennyLane's."""
     from qdiff.circuits.errors import QdiffError
+    if decimals is not None and (isinstance(decimals, bool) or not isinstance(decimals, int)
+                                 or decimals < 0):
+        raise QdiffError(f"draw: decimals must be a non-negative integer or None; got "
+                         f"{decimals!r}")
     if level not in LEVELS:
         raise QdiffError(f"draw: level must be one of {list(LEVELS)}; got {level!r}")
 

@@ -1,4 +1,5 @@
 """Text drawings: one line per wire, gate labels with angles, controls, measurements."""
+import pytest
 import torch
 
 import qdiff as qd
@@ -36,3 +37,20 @@ def test_draw_batched_parameters_show_symbols_and_decimals():
 
     assert "RY(θ0)" in qd.draw(f)(torch.rand(4))
     assert "RY(0.123)" in qd.draw(f, decimals=3)(torch.tensor(0.1234))
+
+
+def test_draw_decimals_none_hides_angles_and_bad_decimals_are_refused():
+    """PennyLane's ``qml.draw(qnode, decimals=None)`` draws gates without their angles."""
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RY(x, wires=0)
+        qd.CRZ(0.25, wires=[0, 1])
+        return qd.expval(qd.X(0))
+
+    text = qd.draw(f, decimals=None)(torch.tensor(0.1234))
+    assert "RY──" in text and "RZ──" in text and "(" not in text
+    for bad in (-1, 1.5, "2", True):
+        with pytest.raises(qd.QdiffError, match="decimals"):
+            qd.draw(f, decimals=bad)(torch.tensor(0.1))
