@@ -10,6 +10,7 @@ weights may carry leading batch dimensions (``weights[..., l, i, j]``), which br
 from __future__ import annotations
 
 import abc
+import numbers
 
 from typing import Optional, Sequence
 
@@ -150,16 +151,22 @@ class AmplitudeEmbedding(Template):
 
     def _build(self, features, wires, pad_with=None, normalize=False):
         wires = normalize_wires(wires)
+        _distinct("AmplitudeEmbedding", wires)
         f = _tensor(features)
         d = 2 ** len(wires)
-        if f.shape[-1] > d or (f.shape[-1] < d and pad_with is None):
-            raise QdiffError(f"AmplitudeEmbedding: {f.shape[-1]} features for {len(wires)} wires "
-                             f"(expected {d}{', or fewer with pad_with' if f.shape[-1] < d else ''})")
+        if f.ndim == 0 or f.shape[-1] > d or (f.shape[-1] < d and pad_with is None):
+            n = f.shape[-1] if f.ndim else 1
+            raise QdiffError(f"AmplitudeEmbedding: {n} features for {len(wires)} wires "
+                             f"(expected {d}{', or fewer with pad_with' if n < d else ''})")
+        if not bool(torch.isfinite(f.detach()).all()):
+            raise QdiffError("AmplitudeEmbedding: features must be finite (NaN or infinite "
+                             "entries)")
+        f = f.to(torch.complex128 if f.dtype != torch.complex64 else f.dtype)
         if f.shape[-1] < d:
-            pad = torch.full((*f.shape[:-1], d - f.shape[-1]), float(pad_with), dtype=f.dtype,
+            pad = _pad_value(pad_with)
+            pad = torch.full((*f.shape[:-1], d - f.shape[-1]), pad, dtype=f.dtype,
                              device=f.device)
             f = torch.cat([f, pad], dim=-1)
-        f = f.to(torch.complex128 if f.dtype != torch.complex64 else f.dtype)
         norm = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
         if normalize:
             if bool((norm.detach() == 0).any()):
@@ -170,6 +177,19 @@ class AmplitudeEmbedding(Template):
                              "normalize=True")
         rec = recording.active()
         rec.append(_StatePrepItem(f, wires))
+
+
+def _pad_value(pad_with) -> complex:
+    """``pad_with`` of AmplitudeEmbedding as a number: real or complex, finite."""
+    if isinstance(pad_with, torch.Tensor) and pad_with.numel() == 1:
+        pad_with = pad_with.detach().reshape(()).item()
+    elif isinstance(pad_with, np.ndarray) and pad_with.size == 1:
+        pad_with = pad_with.reshape(()).item()
+    if isinstance(pad_with, bool) or not isinstance(pad_with, numbers.Number) or \
+            not np.isfinite(complex(pad_with)):
+        raise QdiffError(f"AmplitudeEmbedding: pad_with must be a finite real or complex "
+                         f"number; got {pad_with!r}")
+    return complex(pad_with)
 
 
 class StatePrep(AmplitudeEmbedding):

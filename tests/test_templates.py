@@ -61,6 +61,30 @@ def test_amplitude_embedding(kw, length):
     assert np.allclose(ours, theirs, atol=1e-12)
 
 
+@pytest.mark.parametrize("pad", [0.5j, np.complex128(0.2 - 0.1j), 0.25])
+def test_amplitude_embedding_pads_with_a_complex_or_real_number(pad):
+    x = np.random.default_rng(4).normal(size=5) + 1j * np.random.default_rng(5).normal(size=5)
+    ours = qd_state(3, lambda: (qd.AmplitudeEmbedding(torch.tensor(x), wires=range(3),
+                                                      pad_with=pad, normalize=True), qd.H(1)))
+    theirs = pl_state(3, lambda: (qml.AmplitudeEmbedding(x, wires=range(3), pad_with=pad,
+                                                         normalize=True), qml.Hadamard(1)))
+    assert np.allclose(ours, theirs, atol=1e-12)
+
+
+@pytest.mark.parametrize("kw,pattern", [
+    (dict(features=[0.6, 0.8, 0.0], pad_with="a"), "pad_with"),
+    (dict(features=[0.6, 0.8, 0.0], pad_with=float("nan")), "pad_with"),
+    (dict(features=[1.0, 0.0, 0.0, 0.0], wires=[0, 0]), "repeated wire"),
+    (dict(features=[float("nan"), 0.0, 0.0, 0.0], normalize=True), "finite"),
+    (dict(features=0.5), "features"),
+])
+def test_amplitude_embedding_refuses_bad_input_by_name(kw, pattern):
+    kw = {"wires": [0, 1], **kw}
+    feats = torch.tensor(kw.pop("features"), dtype=torch.float64)
+    with pytest.raises(qd.QdiffError, match=pattern):
+        qd_state(2, lambda: qd.AmplitudeEmbedding(feats, **kw))
+
+
 def test_amplitude_embedding_on_a_wire_subset():
     x = np.random.default_rng(3).normal(size=4)
     x = x / np.linalg.norm(x)
