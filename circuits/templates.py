@@ -209,6 +209,9 @@ class BasicEntanglerLayers(Template):
         n = len(wires)
         _check_tail("BasicEntanglerLayers", w, (w.shape[-2] if w.ndim >= 2 else -1, n))
         rot = rotation if rotation is not None else G.GATES["rx"]
+        if not callable(rot):
+            raise QdiffError(f"BasicEntanglerLayers: rotation must be a one-parameter gate "
+                             f"(qd.RX, qd.RY, ...); got {rotation!r}")
         for layer in range(w.shape[-2]):
             for i in range(n):
                 rot(w[..., layer, i], wires=wires[i])
@@ -246,6 +249,9 @@ class StronglyEntanglingLayers(Template):
 
     def _block(self, weights, wires, ranges: Optional[Sequence[int]] = None, imprimitive=None):
         if imprimitive is not None:
+            if not callable(imprimitive):
+                raise QdiffError(f"StronglyEntanglingLayers: imprimitive must be a two-wire "
+                                 f"gate (qd.CZ, qd.CNOT, ...); got {imprimitive!r}")
             return None
         w, wires, ranges = self._checked(weights, wires, ranges)
         n, layers = len(wires), w.shape[-3]

@@ -243,3 +243,12 @@ def test_fast_recorded_templates_still_reject_bad_wires_and_complex_angles():
     ops = qd.StronglyEntanglingLayers(torch.rand(2, 3, 3), wires=["a", "b", "c"]).operations
     assert [(o.name, o.wires) for o in ops[:4]] == [("rot", ("a",)), ("rot", ("b",)),
                                                    ("rot", ("c",)), ("cx", ("a", "b"))]
+
+
+def test_entangler_layers_refuse_a_rotation_or_entangler_that_is_not_a_gate():
+    with pytest.raises(qd.QdiffError, match="rotation"):
+        qd_state(2, lambda: qd.BasicEntanglerLayers(torch.zeros(1, 2), wires=[0, 1],
+                                                    rotation="Y"))
+    with pytest.raises(qd.QdiffError, match="imprimitive"):
+        qd_state(2, lambda: qd.StronglyEntanglingLayers(torch.zeros(1, 2, 3), wires=[0, 1],
+                                                        imprimitive="CZ"))
