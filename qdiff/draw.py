@@ -38,6 +38,10 @@ def _labels(op, theta, decimals):
     return [label] * len(op.wires)
 
 
+# an observable's factor on its wires, by measurement: <Z> for expval, Var[Z] for var, ...
+_OBS_LABEL = {"expval": "<{}>", "var": "Var[{}]", "sample": "Sample[{}]", "counts": "Counts[{}]"}
+
+
 def draw_circuit(circuit, theta=None, decimals: int = 2) -> str:
     n = circuit.num_wires
     theta = theta if theta is not None else torch.zeros(1, circuit.num_params)
@@ -67,7 +71,7 @@ def draw_circuit(circuit, theta=None, decimals: int = 2) -> str:
             for term in m.obs.terms:
                 for f in term:
                     for w in f.wires:
-                        meas[w].append(f"<{f.kind if f.kind != 'M' else 'H'}>")
+                        meas[w].append(_OBS_LABEL[m.kind].format(f.kind if f.kind != 'M' else 'H'))
         else:
             for w in (m.wires if m.wires is not None else range(n)):
                 meas[w].append(m.kind)

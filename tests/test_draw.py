@@ -54,3 +54,18 @@ def test_draw_decimals_none_hides_angles_and_bad_decimals_are_refused():
     for bad in (-1, 1.5, "2", True):
         with pytest.raises(qd.QdiffError, match="decimals"):
             qd.draw(f, decimals=bad)(torch.tensor(0.1))
+
+
+def test_draw_names_the_statistic_of_each_observable():
+    """An expectation value draws as <Z>, a variance as Var[Z], samples as Sample[Z] and
+    counts as Counts[Z] (PennyLane's labels), so that they are told apart."""
+    dev = qd.device("statevector", wires=4, shots=10)
+
+    @qd.qnode(dev)
+    def f():
+        qd.Hadamard(0)
+        return [qd.expval(qd.Z(0)), qd.var(qd.X(1)), qd.sample(qd.Y(2)), qd.counts(qd.Z(3))]
+
+    lines = qd.draw(f)().splitlines()
+    assert [line.split("┤")[1].strip() for line in lines] == \
+        ["<Z>", "Var[X]", "Sample[Y]", "Counts[Z]"]
