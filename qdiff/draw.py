@@ -100,8 +100,11 @@ def draw(qnode, decimals: int = 2, level: str = "top"):
                          f"{decimals!r}")
     if level not in LEVELS:
         raise QdiffError(f"draw: level must be one of {list(LEVELS)}; got {level!r}")
+    from qdiff.specs import as_qnode, split_shots
+    qnode = as_qnode(qnode, "draw")
 
     def wrapper(*args, **kwargs):
+        _, kwargs = split_shots(qnode, kwargs)  # the drawing is the same for any shots
         rec, _ = qnode.construct(*args, **kwargs)
         if level == "device":
             from qdiff.noise import route_recorded

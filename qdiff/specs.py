@@ -51,6 +51,27 @@ def _gradient_cost(qnode, recorded, rule, shots) -> tuple:
     return (1 if s else 0), s * b
 
 
+def as_qnode(qnode, who: str):
+    """The :class:`~qdiff.qnode.QNode` behind ``qnode`` (a record-once qnode's own), or a
+    QdiffError naming ``who`` for anything else."""
+    from qdiff.qnode import QNode
+    from qdiff.static import StaticQNode
+    if isinstance(qnode, StaticQNode):
+        qnode = qnode.qnode
+    if not isinstance(qnode, QNode):
+        raise QdiffError(f"{who}: expected a qdiff qnode, got {type(qnode).__name__}")
+    return qnode
+
+
+def split_shots(qnode, kwargs: dict):
+    """``(shots, kwargs)`` of one call: a ``shots=`` keyword is the call's shots (as for
+    the qnode itself) unless the function takes a ``shots`` argument."""
+    if "shots" in kwargs and not qnode._func_takes_shots:
+        kwargs = dict(kwargs)
+        return kwargs.pop("shots"), kwargs
+    return qnode.shots, kwargs
+
+
 def specs(qnode):
     """A function of the qnode's arguments returning a dict: ``gate_types`` (PennyLane names
     and counts), ``num_operations``, ``depth``, ``num_wires`` (device) and ``num_used_wires``,
@@ -63,16 +84,12 @@ def specs(qnode):
     On a device with a device noise model the circuit that runs is the routed one
     (:mod:`qdiff.noise`): every count above is of that circuit, and ``routed_for`` names the
     device it was routed for (``None``: the circuit runs as written)."""
-    from qdiff.qnode import QNode
-    if not isinstance(qnode, QNode):
-        raise QdiffError(f"specs: expected a qdiff qnode, got {type(qnode).__name__}")
+    qnode = as_qnode(qnode, "specs")
 
     def run(*args, **kwargs):
         from qdiff.bridge import effective_shots
         from qdiff.rules import resolve
-        shots = qnode.shots
-        if "shots" in kwargs and not qnode._func_takes_shots:
-            shots = kwargs.pop("shots")
+        shots, kwargs = split_shots(qnode, kwargs)
         recorded, _ = qnode.construct(*args, **kwargs)
         from qdiff.noise import route_recorded
         routed = route_recorded(recorded, qnode.device)

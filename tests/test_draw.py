@@ -69,3 +69,19 @@ def test_draw_names_the_statistic_of_each_observable():
     lines = qd.draw(f)().splitlines()
     assert [line.split("┤")[1].strip() for line in lines] == \
         ["<Z>", "Var[X]", "Sample[Y]", "Counts[Z]"]
+
+
+def test_draw_takes_a_calls_shots_and_record_once_qnodes_and_refuses_other_objects():
+    """A call's ``shots=`` keyword (as the qnode takes it) does not change the drawing;
+    record-once qnodes draw as their qnode; a plain function is refused by name."""
+    dev = qd.device("statevector", wires=1)
+
+    def body(x):
+        qd.RX(x, wires=0)
+        return qd.expval(qd.Z(0))
+    f = qd.qnode(dev)(body)
+    x = torch.tensor(0.5)
+    assert qd.draw(f)(x, shots=10) == qd.draw(f)(x) == "0: ──RX(0.50)──┤  <Z>"
+    assert qd.draw(qd.qnode(dev, static=True)(body))(x) == qd.draw(f)(x)
+    with pytest.raises(qd.QdiffError, match="draw: expected a qdiff qnode"):
+        qd.draw(body)

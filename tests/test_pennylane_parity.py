@@ -323,6 +323,22 @@ def test_specs_refuses_other_objects():
         qd.specs(lambda: None)
 
 
+def test_specs_of_a_record_once_qnode_is_that_of_its_qnode():
+    """``qd.qnode(dev, static=True)`` and ``qd.jit(qnode)`` are qnodes: specs describes
+    them as it describes the plain qnode of the same function."""
+    dev = qd.device("statevector", wires=2)
+
+    def body(x):
+        qd.RX(x, wires=0)
+        qd.CNOT(wires=[0, 1])
+        return qd.expval(qd.Z(1))
+    x = torch.tensor(0.3, dtype=DT, requires_grad=True)
+    plain = qd.specs(qd.qnode(dev)(body))(x)
+    assert qd.specs(qd.qnode(dev, static=True)(body))(x) == plain
+    assert qd.specs(qd.jit(qd.qnode(dev)(body)))(x) == plain
+    assert plain["gate_types"] == {"RX": 1, "CNOT": 1} and plain["num_trainable_params"] == 1
+
+
 # -- qnn.TorchLayer and dtypes ------------------------------------------------------------------
 
 
