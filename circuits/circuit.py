@@ -147,7 +147,7 @@ def _param_sig(p):
 
 def _measurement_sig(m: Measurement):
     obs = m.obs
-    head = (m.kind, m.wires, m.all_outcomes)
+    head = (m.kind, m.wires, m.all_outcomes, m.integer)
     if obs is None:
         return head
     key = getattr(obs, "_key", None)

@@ -25,6 +25,7 @@ class Measurement:
     obs: Optional[Observable] = None
     wires: Optional[tuple] = None
     all_outcomes: bool = False  # counts: every possible outcome, zero counts included
+    integer: bool = False  # sample of a mid-circuit measurement value: int64 0/1 outcomes
 
     @property
     def is_scalar(self) -> bool:
@@ -40,7 +41,7 @@ class Measurement:
             except KeyError as e:
                 raise QdiffError(f"{self.kind}: wire {e.args[0]!r} is not on the device "
                                  f"(device wires: {list(mapping)})") from None
-        return Measurement(self.kind, obs, wires, self.all_outcomes)
+        return Measurement(self.kind, obs, wires, self.all_outcomes, self.integer)
 
     def __repr__(self):
         inner = repr(self.obs) if self.obs is not None else (
@@ -102,14 +103,15 @@ def probs(wires=None, op=None) -> Measurement:
 
 def sample(op=None, wires=None) -> Measurement:
     """Shot samples: eigenvalues of ``op`` (``(..., shots)``; a mid-circuit measurement value
-    gives its 0/1 outcomes) or bits of ``wires`` (``(..., shots, k)``), not both."""
+    gives its 0/1 outcomes, int64 as PennyLane's) or bits of ``wires`` (``(..., shots, k)``), not both."""
     if op is not None and wires is not None:
         raise QdiffError("sample: give an observable (op) or wires, not both")
     if isinstance(op, (list, tuple)) and op and all(isinstance(m, MeasurementValue) for m in op):
         ws = tuple(w for m in op for w in m.probs_wires())
         return _record(Measurement("sample", None, _wires(ws, "sample")))
     if op is not None:
-        return _record(Measurement("sample", _obs(op, "sample")))
+        return _record(Measurement("sample", _obs(op, "sample"),
+                                   integer=isinstance(op, MeasurementValue)))
     return _record(Measurement("sample", None, _wires(wires, "sample")))
 
 

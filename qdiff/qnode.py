@@ -254,6 +254,8 @@ def _assemble(outs: list, recorded: Recorded, result):
         if m.kind == "counts":
             shaped.append(_to_counts(o, m))
             continue
+        if m.integer:  # 0/1 outcomes of a mid-circuit measurement value
+            o = o.round().to(torch.int64)
         if real_dtype is not None and o.dtype.is_floating_point and o.dtype != real_dtype:
             o = o.to(real_dtype)
         shaped.append(o.reshape(tuple(bshape) + tuple(o.shape[1:])))
