@@ -30,6 +30,18 @@ def _depth(circuit) -> int:
     return depth
 
 
+def _used_wires(circuit) -> set:
+    """The wires the operations and the measurements name (observables' wires, ``probs``'
+    wires; ``state()`` and ``probs()`` name none), as PennyLane's specs count them."""
+    used = {w for op in circuit.operations for w in op.wires}
+    for m in circuit.measurements:
+        if m.obs is not None:
+            used.update(w for term in m.obs.terms for f in term for w in f.wires)
+        elif m.wires is not None:
+            used.update(m.wires)
+    return used
+
+
 def _gradient_cost(qnode, recorded, rule, shots) -> tuple:
     """``(backend calls, circuit executions)`` of one backward pass of this call."""
     from qdiff.bridge import expand_coefficients, unshare
@@ -74,8 +86,8 @@ def split_shots(qnode, kwargs: dict):
 
 def specs(qnode):
     """A function of the qnode's arguments returning a dict: ``gate_types`` (PennyLane names
-    and counts), ``num_operations``, ``depth``, ``num_wires`` (device) and ``num_used_wires``,
-    ``num_params`` (angle uses, i.e. theta columns) and ``num_trainable_params``,
+    and counts), ``num_operations``, ``depth``, ``num_wires`` (device) and ``num_used_wires``
+    (those the operations and measurements name, as PennyLane counts them), ``num_params`` (angle uses, i.e. theta columns) and ``num_trainable_params``,
     ``batch_size``, ``measurements``, ``diff_method`` (as given) and ``gradient_method`` (the
     rule a call with gradients uses), ``shots``, and what one backward pass costs:
     ``backend_calls_per_gradient`` (backend calls) and ``circuits_per_gradient`` (circuit
@@ -108,7 +120,7 @@ def specs(qnode):
             "num_operations": len(circuit.operations),
             "depth": _depth(circuit),
             "num_wires": circuit.num_wires,
-            "num_used_wires": len({w for op in circuit.operations for w in op.wires}),
+            "num_used_wires": len(_used_wires(circuit)),
             "num_params": circuit.num_params,
             "num_trainable_params": int(sum(recorded.trainable)),
             "batch_size": int(recorded.theta.shape[0]) if recorded.batch_shape else None,
