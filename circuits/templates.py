@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from qdiff.circuits import caches
+from qdiff.circuits import caches, memory
 from qdiff.circuits import gates as G
 from qdiff.circuits import recording
 from qdiff.circuits.circuit import StatePrep as _StatePrepItem
@@ -164,6 +164,9 @@ class AmplitudeEmbedding(Template):
         f = f.to(torch.complex128 if f.dtype != torch.complex64 else f.dtype)
         if f.shape[-1] < d:
             pad = _pad_value(pad_with)
+            memory.require(16.0 * d * max(1, f[..., 0].numel()),
+                           f"AmplitudeEmbedding: padding {f.shape[-1]} features to the "
+                           f"{d} amplitudes of {len(wires)} wires", f.device)
             pad = torch.full((*f.shape[:-1], d - f.shape[-1]), pad, dtype=f.dtype,
                              device=f.device)
             f = torch.cat([f, pad], dim=-1)

@@ -85,6 +85,16 @@ def test_amplitude_embedding_refuses_bad_input_by_name(kw, pattern):
         qd_state(2, lambda: qd.AmplitudeEmbedding(feats, **kw))
 
 
+def test_amplitude_embedding_padding_is_checked_against_the_memory_budget(monkeypatch):
+    """A few features padded to the amplitudes of many wires: the padding's size is
+    checked before it is allocated (recording alone, as for drawing, allocates it)."""
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1M")
+    f = qd.qnode(qd.device("statevector", wires=20))(
+        lambda: (qd.AmplitudeEmbedding([1.0], wires=range(20), pad_with=0.0), qd.probs())[1])
+    with pytest.raises(qd.QdiffMemoryError, match="AmplitudeEmbedding: padding 1 features"):
+        qd.draw(f)()
+
+
 def test_amplitude_embedding_on_a_wire_subset():
     x = np.random.default_rng(3).normal(size=4)
     x = x / np.linalg.norm(x)
