@@ -332,17 +332,33 @@ class BasisState(Template):
                 G.GATES["x"](wires=w)
 
 
+def _counts(who: str, electrons, orbitals) -> tuple:
+    """``(electrons, orbitals)`` as Python ints (integers only, bools refused)."""
+    for name, v in (("electrons", electrons), ("orbitals", orbitals)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise QdiffError(f"{who}: {name} must be an integer; got {v!r}")
+    return int(electrons), int(orbitals)
+
+
 def hf_state(electrons: int, orbitals: int) -> np.ndarray:
     """Hartree-Fock occupation ``[1]*electrons + [0]*(orbitals-electrons)`` (Jordan-Wigner)."""
+    electrons, orbitals = _counts("hf_state", electrons, orbitals)
     if not 0 < electrons <= orbitals:
         raise QdiffError(f"hf_state: need 0 < electrons <= orbitals; got {electrons}, {orbitals}")
-    return np.array([1] * electrons + [0] * (orbitals - electrons))
+    memory.require(8.0 * orbitals, f"hf_state of {orbitals} orbitals")
+    out = np.zeros(orbitals, dtype=np.int64)
+    out[:electrons] = 1
+    return out
 
 
 def excitations(electrons: int, orbitals: int, delta_sz: int = 0):
     """Spin-conserving single and double excitations, in PennyLane's order."""
+    electrons, orbitals = _counts("excitations", electrons, orbitals)
     if not 0 < electrons < orbitals:
         raise QdiffError(f"excitations: need 0 < electrons < orbitals; got {electrons}, {orbitals}")
+    empty = orbitals - electrons  # at most C(e, 2) * C(o - e, 2) doubles of ~200 bytes each
+    memory.require(200.0 * (electrons * empty + electrons * (electrons - 1) * empty * (empty - 1)
+                            / 4), f"excitations of {electrons} electrons in {orbitals} orbitals")
     sz = np.array([0.5 if i % 2 == 0 else -0.5 for i in range(orbitals)])
     singles = [[r, p] for r in range(electrons) for p in range(electrons, orbitals)
                if sz[p] - sz[r] == delta_sz]

@@ -158,6 +158,22 @@ def test_excitations_and_hf_state_match_qchem(electrons, orbitals):
     assert [list(map(list, x)) for x in ours] == [list(map(list, x)) for x in theirs]
 
 
+def test_hf_state_and_excitations_check_their_size_and_argument_types(monkeypatch):
+    """Lists that grow with the orbitals are checked against the memory budget before they
+    are built; counts that are not integers are refused by name."""
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1M")
+    with pytest.raises(qd.QdiffMemoryError, match="hf_state of 1000000 orbitals"):
+        qd.hf_state(2, 10 ** 6)
+    with pytest.raises(qd.QdiffMemoryError, match="excitations of 2 electrons in 200 orbitals"):
+        qd.excitations(2, 200)
+    for bad in (2.0, True):
+        with pytest.raises(qd.QdiffError, match="electrons must be an integer"):
+            qd.hf_state(bad, 4)
+        with pytest.raises(qd.QdiffError, match="electrons must be an integer"):
+            qd.excitations(bad, 4)
+    assert qd.hf_state(np.int64(2), 4).tolist() == [1, 1, 0, 0]
+
+
 @pytest.mark.parametrize("electrons,orbitals", [(2, 4), (2, 6)])
 def test_all_singles_doubles(electrons, orbitals):
     singles, doubles = qml.qchem.excitations(electrons, orbitals)
