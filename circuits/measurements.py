@@ -103,7 +103,8 @@ def probs(wires=None, op=None) -> Measurement:
 
 def sample(op=None, wires=None) -> Measurement:
     """Shot samples: eigenvalues of ``op`` (``(..., shots)``; a mid-circuit measurement value
-    gives its 0/1 outcomes, int64 as PennyLane's) or bits of ``wires`` (``(..., shots, k)``), not both."""
+    gives its 0/1 outcomes, int64 as PennyLane's) or bits of ``wires`` (``(..., shots, k)``),
+    not both."""
     if op is not None and wires is not None:
         raise QdiffError("sample: give an observable (op) or wires, not both")
     if isinstance(op, (list, tuple)) and op and all(isinstance(m, MeasurementValue) for m in op):

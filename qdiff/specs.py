@@ -87,9 +87,10 @@ def split_shots(qnode, kwargs: dict):
 def specs(qnode):
     """A function of the qnode's arguments returning a dict: ``gate_types`` (PennyLane names
     and counts), ``num_operations``, ``depth``, ``num_wires`` (device) and ``num_used_wires``
-    (those the operations and measurements name, as PennyLane counts them), ``num_params`` (angle uses, i.e. theta columns) and ``num_trainable_params``,
-    ``batch_size``, ``measurements``, ``diff_method`` (as given) and ``gradient_method`` (the
-    rule a call with gradients uses), ``shots``, and what one backward pass costs:
+    (those the operations and measurements name, as PennyLane counts them), ``num_params``
+    (angle uses, i.e. theta columns) and ``num_trainable_params``, ``batch_size``,
+    ``measurements``, ``diff_method`` (as given) and ``gradient_method`` (the rule a call
+    with gradients uses), ``shots``, and what one backward pass costs:
     ``backend_calls_per_gradient`` (backend calls) and ``circuits_per_gradient`` (circuit
     executions in them, bindings included; 0 for backprop, which differentiates the forward).
 
