@@ -72,6 +72,12 @@ def _wires(wires, kind: str):
     if isinstance(wires, bool):
         raise QdiffError(f"{kind}: wires must be an int, a label or a sequence; got {wires!r}")
     ws = normalize_wires(wires)
+    for w in ws:
+        try:
+            hash(w)
+        except TypeError:
+            raise QdiffError(f"{kind}: wire {w!r} is not a wire label (an int or a hashable "
+                             f"label); wires must be a flat sequence of labels") from None
     if len(set(ws)) != len(ws):
         raise QdiffError(f"{kind}: repeated wire in {list(ws)}")
     return ws
