@@ -391,3 +391,34 @@ def test_counts_of_a_hermitian_product_list_each_eigenvalue_once(dtype):
         np.testing.assert_allclose(sorted(every), eig, atol=1e-9)
         assert sum(every.values()) == 2000 and sum(seen.values()) == 2000
         assert set(seen) <= set(every)
+
+
+@pytest.mark.parametrize("name", ["statevector", "mixed"])
+def test_sample_and_var_of_a_sum_commuting_wire_by_wire_with_shots(name):
+    """As PennyLane's qml.sample(H)/qml.var(H) with shots: terms that agree on each wire are
+    measured in one basis; each shot's value is the sum's. The sample mean and variance
+    match the exact expectation and variance; terms that do not commute are refused."""
+    obs = [lambda: qd.Z(0) + qd.X(1), lambda: 0.5 * qd.Z(0) @ qd.X(1) - 1.5 * qd.X(1) + 0.3,
+           lambda: qd.Z(0) + qd.Z(1) @ qd.Z(0)]
+
+    def prepare(x):
+        qd.RX(x, 0)
+        qd.RY(0.3, 1)
+        qd.CNOT([0, 1])
+    x = torch.tensor([0.4, 1.3], dtype=torch.float64)
+    exact = qd.qnode(qd.device("statevector", wires=2))(
+        lambda x, o: (prepare(x), qd.expval(o()), qd.var(o()))[1:])
+    shots = qd.qnode(qd.device(name, wires=2, shots=20000, seed=3))(
+        lambda x, o: (prepare(x), qd.sample(o()), qd.var(o()))[1:])
+    for o in obs:
+        ev, var = exact(x, o).unbind(-1)
+        s, v = shots(x, o)
+        assert s.shape == (2, 20000) and s.dtype == torch.float64
+        se = (var / 20000) ** 0.5
+        assert bool(((s.mean(-1) - ev).abs() <= 5 * se + 1e-12).all())
+        torch.testing.assert_close(v, var, atol=0.06, rtol=0.0)
+        torch.testing.assert_close(s.var(-1, correction=0), v, atol=0.06, rtol=0.0)
+    f = qd.qnode(qd.device(name, wires=2, shots=10))
+    for bad in (lambda: qd.sample(qd.Z(0) + qd.X(0)), lambda: qd.var(qd.X(0) @ qd.Z(1) + qd.Z(0))):
+        with pytest.raises(qd.QdiffError, match="commute wire by wire"):
+            f(lambda b=bad: (qd.H(0), b())[1])()
