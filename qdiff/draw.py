@@ -30,9 +30,10 @@ def _fmt(p, theta, decimals) -> str:
 def _labels(op, theta, decimals):
     name = op.gate.pl_name or op.name
     params = "" if decimals is None else ",".join(_fmt(p, theta, decimals) for p in op.params)
-    if op.name in _CTRL_TARGET:
-        c = op.gate.controls
-        t = _CTRL_TARGET[op.name] + (f"({params})" if params else "")
+    c = op.gate.controls
+    if op.name in _CTRL_TARGET or (c and op.gate.target is not None):
+        target = _CTRL_TARGET.get(op.name) or op.gate.target.pl_name or op.gate.target.name
+        t = target + (f"({params})" if params else "")
         return ["●"] * c + [t] * (len(op.wires) - c)
     label = name + (f"({params})" if params else "")
     return [label] * len(op.wires)

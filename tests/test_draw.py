@@ -85,3 +85,21 @@ def test_draw_takes_a_calls_shots_and_record_once_qnodes_and_refuses_other_objec
     assert qd.draw(qd.qnode(dev, static=True)(body))(x) == qd.draw(f)(x)
     with pytest.raises(qd.QdiffError, match="draw: expected a qdiff qnode"):
         qd.draw(body)
+
+
+def test_draw_controlled_gates_show_controls_and_target():
+    """``qd.ctrl`` of any gate draws as PennyLane draws it: a dot on each control wire and
+    the target gate's label on its wires."""
+    dev = qd.device("statevector", wires=3)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.ctrl(qd.RX, control=[0, 1])(x, wires=2)
+        qd.ctrl(qd.IsingXX, control=0)(0.2, wires=[1, 2])
+        return qd.expval(qd.Z(2))
+
+    lines = qd.draw(f)(torch.tensor(0.3)).splitlines()
+    assert lines[0].startswith("0: ──╭●──") and "╭●" in lines[0].split("──╭●──", 1)[1]
+    assert "├●" in lines[1] and "├IsingXX(0.20)" in lines[1]
+    assert "╰RX(0.30)" in lines[2] and "╰IsingXX(0.20)" in lines[2]
+    assert "C2(" not in "".join(lines) and "C(" not in "".join(lines)
