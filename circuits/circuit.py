@@ -147,14 +147,15 @@ def _param_sig(p):
 
 def _measurement_sig(m: Measurement):
     obs = m.obs
+    head = (m.kind, m.wires, m.all_outcomes, m.integer)
     if obs is None:
-        return (m.kind, m.wires)
+        return head
     key = getattr(obs, "_key", None)
     if key is not None:
-        return (m.kind, m.wires, key)
+        return head + (key,)
     if obs.coeffs.requires_grad:
         return None
-    return (m.kind, m.wires, "id", id(obs))
+    return head + ("id", id(obs))
 
 
 def _plain(circuit: Circuit) -> bool:

@@ -25,6 +25,7 @@ class Measurement:
     obs: Optional[Observable] = None
     wires: Optional[tuple] = None
     all_outcomes: bool = False  # counts: every possible outcome, zero counts included
+    integer: bool = False  # sample of a mid-circuit measurement value: int64 0/1 outcomes
 
     @property
     def is_scalar(self) -> bool:
@@ -40,7 +41,7 @@ class Measurement:
             except KeyError as e:
                 raise QdiffError(f"{self.kind}: wire {e.args[0]!r} is not on the device "
                                  f"(device wires: {list(mapping)})") from None
-        return Measurement(self.kind, obs, wires, self.all_outcomes)
+        return Measurement(self.kind, obs, wires, self.all_outcomes, self.integer)
 
     def __repr__(self):
         inner = repr(self.obs) if self.obs is not None else (
@@ -71,6 +72,12 @@ def _wires(wires, kind: str):
     if isinstance(wires, bool):
         raise QdiffError(f"{kind}: wires must be an int, a label or a sequence; got {wires!r}")
     ws = normalize_wires(wires)
+    for w in ws:
+        try:
+            hash(w)
+        except TypeError:
+            raise QdiffError(f"{kind}: wire {w!r} is not a wire label (an int or a hashable "
+                             f"label); wires must be a flat sequence of labels") from None
     if len(set(ws)) != len(ws):
         raise QdiffError(f"{kind}: repeated wire in {list(ws)}")
     return ws
@@ -102,12 +109,16 @@ def probs(wires=None, op=None) -> Measurement:
 
 def sample(op=None, wires=None) -> Measurement:
     """Shot samples: eigenvalues of ``op`` (``(..., shots)``; a mid-circuit measurement value
-    gives its 0/1 outcomes) or bits of ``wires`` (``(..., shots, k)``)."""
+    gives its 0/1 outcomes, int64 as PennyLane's) or bits of ``wires`` (``(..., shots, k)``),
+    not both."""
+    if op is not None and wires is not None:
+        raise QdiffError("sample: give an observable (op) or wires, not both")
     if isinstance(op, (list, tuple)) and op and all(isinstance(m, MeasurementValue) for m in op):
         ws = tuple(w for m in op for w in m.probs_wires())
         return _record(Measurement("sample", None, _wires(ws, "sample")))
     if op is not None:
-        return _record(Measurement("sample", _obs(op, "sample")))
+        return _record(Measurement("sample", _obs(op, "sample"),
+                                   integer=isinstance(op, MeasurementValue)))
     return _record(Measurement("sample", None, _wires(wires, "sample")))
 
 
@@ -150,17 +161,37 @@ def outcome_key(value: float) -> float:
 
 
 def outcome_values(obs: Observable) -> list:
-    """Every eigenvalue a one-term observable can show (sorted :func:`outcome_key` values):
-    the products of its factors' eigenvalues, times its coefficient."""
+    """Every eigenvalue a one-term observable can show, each once (sorted :func:`outcome_key`
+    values): the products of its factors' eigenvalues, times its coefficient. Products that
+    agree to the eigensolver's precision (1e-9, relative) are one eigenvalue."""
     import numpy as np
     (term,) = obs.terms
-    vals = {1.0}
+    vals = np.ones(1)
     for f in term:
-        eig = [1.0, -1.0] if f.matrix is None else \
-            np.linalg.eigvalsh(f.matrix.detach().cpu().numpy()).tolist()
-        vals = {outcome_key(v * e) for v in vals for e in eig}
-    c = float(obs.real_coeffs()[0])
-    return sorted({outcome_key(c * v) for v in vals})
+        eig = np.array([1.0, -1.0]) if f.matrix is None else \
+            np.linalg.eigvalsh(f.matrix.detach().cpu().numpy())
+        vals = np.outer(vals, eig).reshape(-1)
+    vals = np.sort(float(obs.real_coeffs()[0]) * vals)
+    tol = 1e-9 * max(1.0, float(np.abs(vals).max()))
+    keep = [vals[0]]
+    for v in vals[1:]:
+        if v - keep[-1] > tol:
+            keep.append(v)
+    return sorted({outcome_key(v) for v in keep})
+
+
+def nearest_outcomes(values, outcomes: list) -> list:
+    """Each sampled eigenvalue in ``values`` as the nearest of ``outcomes`` (the sorted keys
+    of :func:`outcome_values`): the dict key it counts under, whatever the precision it was
+    computed in."""
+    import numpy as np
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    ref = np.asarray(outcomes, dtype=np.float64)
+    if len(ref) == 1:
+        return [outcomes[0]] * len(x)
+    i = np.clip(np.searchsorted(ref, x), 1, len(ref) - 1)
+    pick = np.where(np.abs(x - ref[i - 1]) <= np.abs(ref[i] - x), i - 1, i)
+    return [outcomes[j] for j in pick.tolist()]
 
 
 def state() -> Measurement:

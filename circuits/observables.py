@@ -326,8 +326,12 @@ def _term_dense(term: tuple, order: list) -> torch.Tensor:
 
 def Hermitian(A, wires) -> Observable:
     """A Hermitian matrix observable on ``wires`` (checked)."""
-    m = A if isinstance(A, torch.Tensor) else torch.as_tensor(np.asarray(A))
-    m = m.to(torch.complex128)
+    try:
+        m = A if isinstance(A, torch.Tensor) else torch.as_tensor(np.asarray(A))
+        m = m.to(torch.complex128)
+    except (TypeError, ValueError, RuntimeError):
+        raise QdiffError(f"Hermitian: the matrix must be a square array of numbers; got "
+                         f"{type(A).__name__} {A!r:.60}") from None
     wires = normalize_wires(wires)
     if len(set(wires)) != len(wires):
         raise QdiffError(f"Hermitian: repeated wire in {list(wires)}")

@@ -10,13 +10,14 @@ weights may carry leading batch dimensions (``weights[..., l, i, j]``), which br
 from __future__ import annotations
 
 import abc
+import numbers
 
 from typing import Optional, Sequence
 
 import numpy as np
 import torch
 
-from qdiff.circuits import caches
+from qdiff.circuits import caches, memory
 from qdiff.circuits import gates as G
 from qdiff.circuits import recording
 from qdiff.circuits.circuit import StatePrep as _StatePrepItem
@@ -150,16 +151,25 @@ class AmplitudeEmbedding(Template):
 
     def _build(self, features, wires, pad_with=None, normalize=False):
         wires = normalize_wires(wires)
+        _distinct("AmplitudeEmbedding", wires)
         f = _tensor(features)
         d = 2 ** len(wires)
-        if f.shape[-1] > d or (f.shape[-1] < d and pad_with is None):
-            raise QdiffError(f"AmplitudeEmbedding: {f.shape[-1]} features for {len(wires)} wires "
-                             f"(expected {d}{', or fewer with pad_with' if f.shape[-1] < d else ''})")
+        if f.ndim == 0 or f.shape[-1] > d or (f.shape[-1] < d and pad_with is None):
+            n = f.shape[-1] if f.ndim else 1
+            raise QdiffError(f"AmplitudeEmbedding: {n} features for {len(wires)} wires "
+                             f"(expected {d}{', or fewer with pad_with' if n < d else ''})")
+        if not bool(torch.isfinite(f.detach()).all()):
+            raise QdiffError("AmplitudeEmbedding: features must be finite (NaN or infinite "
+                             "entries)")
+        f = f.to(torch.complex128 if f.dtype != torch.complex64 else f.dtype)
         if f.shape[-1] < d:
-            pad = torch.full((*f.shape[:-1], d - f.shape[-1]), float(pad_with), dtype=f.dtype,
+            pad = _pad_value(pad_with)
+            memory.require(16.0 * d * max(1, f[..., 0].numel()),
+                           f"AmplitudeEmbedding: padding {f.shape[-1]} features to the "
+                           f"{d} amplitudes of {len(wires)} wires", f.device)
+            pad = torch.full((*f.shape[:-1], d - f.shape[-1]), pad, dtype=f.dtype,
                              device=f.device)
             f = torch.cat([f, pad], dim=-1)
-        f = f.to(torch.complex128 if f.dtype != torch.complex64 else f.dtype)
         norm = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
         if normalize:
             if bool((norm.detach() == 0).any()):
@@ -170,6 +180,19 @@ class AmplitudeEmbedding(Template):
                              "normalize=True")
         rec = recording.active()
         rec.append(_StatePrepItem(f, wires))
+
+
+def _pad_value(pad_with) -> complex:
+    """``pad_with`` of AmplitudeEmbedding as a number: real or complex, finite."""
+    if isinstance(pad_with, torch.Tensor) and pad_with.numel() == 1:
+        pad_with = pad_with.detach().reshape(()).item()
+    elif isinstance(pad_with, np.ndarray) and pad_with.size == 1:
+        pad_with = pad_with.reshape(()).item()
+    if isinstance(pad_with, bool) or not isinstance(pad_with, numbers.Number) or \
+            not np.isfinite(complex(pad_with)):
+        raise QdiffError(f"AmplitudeEmbedding: pad_with must be a finite real or complex "
+                         f"number; got {pad_with!r}")
+    return complex(pad_with)
 
 
 class StatePrep(AmplitudeEmbedding):
@@ -189,6 +212,9 @@ class BasicEntanglerLayers(Template):
         n = len(wires)
         _check_tail("BasicEntanglerLayers", w, (w.shape[-2] if w.ndim >= 2 else -1, n))
         rot = rotation if rotation is not None else G.GATES["rx"]
+        if not callable(rot):
+            raise QdiffError(f"BasicEntanglerLayers: rotation must be a one-parameter gate "
+                             f"(qd.RX, qd.RY, ...); got {rotation!r}")
         for layer in range(w.shape[-2]):
             for i in range(n):
                 rot(w[..., layer, i], wires=wires[i])
@@ -226,6 +252,9 @@ class StronglyEntanglingLayers(Template):
 
     def _block(self, weights, wires, ranges: Optional[Sequence[int]] = None, imprimitive=None):
         if imprimitive is not None:
+            if not callable(imprimitive):
+                raise QdiffError(f"StronglyEntanglingLayers: imprimitive must be a two-wire "
+                                 f"gate (qd.CZ, qd.CNOT, ...); got {imprimitive!r}")
             return None
         w, wires, ranges = self._checked(weights, wires, ranges)
         n, layers = len(wires), w.shape[-3]
@@ -303,17 +332,33 @@ class BasisState(Template):
                 G.GATES["x"](wires=w)
 
 
+def _counts(who: str, electrons, orbitals) -> tuple:
+    """``(electrons, orbitals)`` as Python ints (integers only, bools refused)."""
+    for name, v in (("electrons", electrons), ("orbitals", orbitals)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise QdiffError(f"{who}: {name} must be an integer; got {v!r}")
+    return int(electrons), int(orbitals)
+
+
 def hf_state(electrons: int, orbitals: int) -> np.ndarray:
     """Hartree-Fock occupation ``[1]*electrons + [0]*(orbitals-electrons)`` (Jordan-Wigner)."""
+    electrons, orbitals = _counts("hf_state", electrons, orbitals)
     if not 0 < electrons <= orbitals:
         raise QdiffError(f"hf_state: need 0 < electrons <= orbitals; got {electrons}, {orbitals}")
-    return np.array([1] * electrons + [0] * (orbitals - electrons))
+    memory.require(8.0 * orbitals, f"hf_state of {orbitals} orbitals")
+    out = np.zeros(orbitals, dtype=np.int64)
+    out[:electrons] = 1
+    return out
 
 
 def excitations(electrons: int, orbitals: int, delta_sz: int = 0):
     """Spin-conserving single and double excitations, in PennyLane's order."""
+    electrons, orbitals = _counts("excitations", electrons, orbitals)
     if not 0 < electrons < orbitals:
         raise QdiffError(f"excitations: need 0 < electrons < orbitals; got {electrons}, {orbitals}")
+    empty = orbitals - electrons  # at most C(e, 2) * C(o - e, 2) doubles of ~200 bytes each
+    memory.require(200.0 * (electrons * empty + electrons * (electrons - 1) * empty * (empty - 1)
+                            / 4), f"excitations of {electrons} electrons in {orbitals} orbitals")
     sz = np.array([0.5 if i % 2 == 0 else -0.5 for i in range(orbitals)])
     singles = [[r, p] for r in range(electrons) for p in range(electrons, orbitals)
                if sz[p] - sz[r] == delta_sz]

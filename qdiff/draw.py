@@ -29,13 +29,18 @@ def _fmt(p, theta, decimals) -> str:
 
 def _labels(op, theta, decimals):
     name = op.gate.pl_name or op.name
-    params = ",".join(_fmt(p, theta, decimals) for p in op.params)
-    if op.name in _CTRL_TARGET:
-        c = op.gate.controls
-        t = _CTRL_TARGET[op.name] + (f"({params})" if params else "")
+    params = "" if decimals is None else ",".join(_fmt(p, theta, decimals) for p in op.params)
+    c = op.gate.controls
+    if op.name in _CTRL_TARGET or (c and op.gate.target is not None):
+        target = _CTRL_TARGET.get(op.name) or op.gate.target.pl_name or op.gate.target.name
+        t = target + (f"({params})" if params else "")
         return ["●"] * c + [t] * (len(op.wires) - c)
     label = name + (f"({params})" if params else "")
     return [label] * len(op.wires)
+
+
+# an observable's factor on its wires, by measurement: <Z> for expval, Var[Z] for var, ...
+_OBS_LABEL = {"expval": "<{}>", "var": "Var[{}]", "sample": "Sample[{}]", "counts": "Counts[{}]"}
 
 
 def draw_circuit(circuit, theta=None, decimals: int = 2) -> str:
@@ -67,7 +72,7 @@ def draw_circuit(circuit, theta=None, decimals: int = 2) -> str:
             for term in m.obs.terms:
                 for f in term:
                     for w in f.wires:
-                        meas[w].append(f"<{f.kind if f.kind != 'M' else 'H'}>")
+                        meas[w].append(_OBS_LABEL[m.kind].format(f.kind if f.kind != 'M' else 'H'))
         else:
             for w in (m.wires if m.wires is not None else range(n)):
                 meas[w].append(m.kind)
@@ -87,12 +92,20 @@ LEVELS = ("top", "device")
 def draw(qnode, decimals: int = 2, level: str = "top"):
     """``draw(qnode)(*args)`` returns a text drawing of the circuit recorded for those args:
     as written (``level="top"``), or as it runs on the device (``level="device"``: on a device
-    with a device noise model, the routed and translated circuit, :mod:`qdiff.noise`)."""
+    with a device noise model, the routed and translated circuit, :mod:`qdiff.noise`).
+    Angles show ``decimals`` digits; ``decimals=None`` leaves them out, as PennyLane's."""
     from qdiff.circuits.errors import QdiffError
+    if decimals is not None and (isinstance(decimals, bool) or not isinstance(decimals, int)
+                                 or decimals < 0):
+        raise QdiffError(f"draw: decimals must be a non-negative integer or None; got "
+                         f"{decimals!r}")
     if level not in LEVELS:
         raise QdiffError(f"draw: level must be one of {list(LEVELS)}; got {level!r}")
+    from qdiff.specs import as_qnode, split_shots
+    qnode = as_qnode(qnode, "draw")
 
     def wrapper(*args, **kwargs):
+        _, kwargs = split_shots(qnode, kwargs)  # the drawing is the same for any shots
         rec, _ = qnode.construct(*args, **kwargs)
         if level == "device":
             from qdiff.noise import route_recorded

@@ -216,27 +216,31 @@ def _flatten_measurements(result) -> list:
 
 def _to_counts(samples: torch.Tensor, m: Measurement):
     """Per binding, the dict of outcome counts of ``samples`` (bits ``(B, shots, k)`` or
-    eigenvalues ``(B, shots)``); with ``all_outcomes`` every possible outcome is a key."""
-    from qdiff.circuits.measurements import (MAX_ALL_OUTCOMES_WIRES, outcome_key,
+    eigenvalues ``(B, shots)``); with ``all_outcomes`` every possible outcome is a key.
+    Eigenvalues count under the observable's eigenvalue they were sampled from
+    (:func:`~qdiff.circuits.measurements.outcome_values`), in any precision."""
+    from qdiff.circuits.measurements import (MAX_ALL_OUTCOMES_WIRES, nearest_outcomes,
                                              outcome_values)
     if m.obs is None:
-        def key(row):
-            return "".join(str(int(v)) for v in row)
         k = samples.shape[-1]
         if m.all_outcomes and k > MAX_ALL_OUTCOMES_WIRES:
             raise QdiffError(f"counts(all_outcomes=True) of {k} wires would list 2**{k} "
                              f"outcomes; at most {MAX_ALL_OUTCOMES_WIRES} wires")
-        every = [format(i, f"0{samples.shape[-1]}b") for i in range(2 ** samples.shape[-1])] \
-            if m.all_outcomes else []
+        every = [format(i, f"0{k}b") for i in range(2 ** k)] if m.all_outcomes else []
+
+        def keys(b):
+            return ["".join(str(int(v)) for v in row) for row in b.tolist()]
     else:
-        key = outcome_key
-        every = outcome_values(m.obs) if m.all_outcomes else []
+        outcomes = outcome_values(m.obs)
+        every = outcomes if m.all_outcomes else []
+
+        def keys(b):
+            return nearest_outcomes(b.detach().cpu().numpy(), outcomes)
 
     def one(b):
         out = dict.fromkeys(every, 0)
-        for row in b.tolist():
-            k = key(row)
-            out[k] = out.get(k, 0) + 1
+        for key in keys(b):
+            out[key] = out.get(key, 0) + 1
         return dict(sorted(out.items()))
     return one(samples[0]) if samples.shape[0] == 1 else [one(b) for b in samples]
 
@@ -251,6 +255,8 @@ def _assemble(outs: list, recorded: Recorded, result):
         if m.kind == "counts":
             shaped.append(_to_counts(o, m))
             continue
+        if m.integer:  # 0/1 outcomes of a mid-circuit measurement value
+            o = o.round().to(torch.int64)
         if real_dtype is not None and o.dtype.is_floating_point and o.dtype != real_dtype:
             o = o.to(real_dtype)
         shaped.append(o.reshape(tuple(bshape) + tuple(o.shape[1:])))

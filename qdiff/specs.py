@@ -30,6 +30,18 @@ def _depth(circuit) -> int:
     return depth
 
 
+def _used_wires(circuit) -> set:
+    """The wires the operations and the measurements name (observables' wires, ``probs``'
+    wires; ``state()`` and ``probs()`` name none), as PennyLane's specs count them."""
+    used = {w for op in circuit.operations for w in op.wires}
+    for m in circuit.measurements:
+        if m.obs is not None:
+            used.update(w for term in m.obs.terms for f in term for w in f.wires)
+        elif m.wires is not None:
+            used.update(m.wires)
+    return used
+
+
 def _gradient_cost(qnode, recorded, rule, shots) -> tuple:
     """``(backend calls, circuit executions)`` of one backward pass of this call."""
     from qdiff.bridge import expand_coefficients, unshare
@@ -51,28 +63,46 @@ def _gradient_cost(qnode, recorded, rule, shots) -> tuple:
     return (1 if s else 0), s * b
 
 
+def as_qnode(qnode, who: str):
+    """The :class:`~qdiff.qnode.QNode` behind ``qnode`` (a record-once qnode's own), or a
+    QdiffError naming ``who`` for anything else."""
+    from qdiff.qnode import QNode
+    from qdiff.static import StaticQNode
+    if isinstance(qnode, StaticQNode):
+        qnode = qnode.qnode
+    if not isinstance(qnode, QNode):
+        raise QdiffError(f"{who}: expected a qdiff qnode, got {type(qnode).__name__}")
+    return qnode
+
+
+def split_shots(qnode, kwargs: dict):
+    """``(shots, kwargs)`` of one call: a ``shots=`` keyword is the call's shots (as for
+    the qnode itself) unless the function takes a ``shots`` argument."""
+    if "shots" in kwargs and not qnode._func_takes_shots:
+        kwargs = dict(kwargs)
+        return kwargs.pop("shots"), kwargs
+    return qnode.shots, kwargs
+
+
 def specs(qnode):
     """A function of the qnode's arguments returning a dict: ``gate_types`` (PennyLane names
-    and counts), ``num_operations``, ``depth``, ``num_wires`` (device) and ``num_used_wires``,
-    ``num_params`` (angle uses, i.e. theta columns) and ``num_trainable_params``,
-    ``batch_size``, ``measurements``, ``diff_method`` (as given) and ``gradient_method`` (the
-    rule a call with gradients uses), ``shots``, and what one backward pass costs:
+    and counts), ``num_operations``, ``depth``, ``num_wires`` (device) and ``num_used_wires``
+    (those the operations and measurements name, as PennyLane counts them), ``num_params``
+    (angle uses, i.e. theta columns) and ``num_trainable_params``, ``batch_size``,
+    ``measurements``, ``diff_method`` (as given) and ``gradient_method`` (the rule a call
+    with gradients uses), ``shots``, and what one backward pass costs:
     ``backend_calls_per_gradient`` (backend calls) and ``circuits_per_gradient`` (circuit
     executions in them, bindings included; 0 for backprop, which differentiates the forward).
 
     On a device with a device noise model the circuit that runs is the routed one
     (:mod:`qdiff.noise`): every count above is of that circuit, and ``routed_for`` names the
     device it was routed for (``None``: the circuit runs as written)."""
-    from qdiff.qnode import QNode
-    if not isinstance(qnode, QNode):
-        raise QdiffError(f"specs: expected a qdiff qnode, got {type(qnode).__name__}")
+    qnode = as_qnode(qnode, "specs")
 
     def run(*args, **kwargs):
         from qdiff.bridge import effective_shots
         from qdiff.rules import resolve
-        shots = qnode.shots
-        if "shots" in kwargs and not qnode._func_takes_shots:
-            shots = kwargs.pop("shots")
+        shots, kwargs = split_shots(qnode, kwargs)
         recorded, _ = qnode.construct(*args, **kwargs)
         from qdiff.noise import route_recorded
         routed = route_recorded(recorded, qnode.device)
@@ -91,7 +121,7 @@ def specs(qnode):
             "num_operations": len(circuit.operations),
             "depth": _depth(circuit),
             "num_wires": circuit.num_wires,
-            "num_used_wires": len({w for op in circuit.operations for w in op.wires}),
+            "num_used_wires": len(_used_wires(circuit)),
             "num_params": circuit.num_params,
             "num_trainable_params": int(sum(recorded.trainable)),
             "batch_size": int(recorded.theta.shape[0]) if recorded.batch_shape else None,

@@ -26,6 +26,25 @@ def test_repeated_measurement_wires(make):
         run(2, body, shots=10)
 
 
+@pytest.mark.parametrize("make", [lambda: qd.probs(wires=[[0, 1]]),
+                                  lambda: qd.sample(wires=[0, [1]]),
+                                  lambda: qd.density_matrix(wires=[{0}])])
+def test_measurement_wires_that_are_not_labels(make):
+    def body():
+        qd.H(0)
+        return make()
+    with pytest.raises(QdiffError, match=r"(probs|sample|density_matrix): wire .* is not a "
+                                         r"wire label"):
+        run(2, body, shots=10)
+
+
+@pytest.mark.parametrize("bad", ["ab", [["a", "b"], ["c", "d"]], object()])
+def test_hermitian_of_something_that_is_not_a_matrix_of_numbers(bad):
+    with pytest.raises(QdiffError, match="Hermitian: the matrix must be a square array of "
+                                         "numbers"):
+        qd.Hermitian(bad, wires=[0])
+
+
 def test_hermitian_on_repeated_wires():
     """Accepted before, and expectations returned a meaningless number."""
     with pytest.raises(QdiffError, match=r"Hermitian: repeated wire in \[0, 0\]"):

@@ -1,4 +1,5 @@
 """Text drawings: one line per wire, gate labels with angles, controls, measurements."""
+import pytest
 import torch
 
 import qdiff as qd
@@ -36,3 +37,69 @@ def test_draw_batched_parameters_show_symbols_and_decimals():
 
     assert "RY(θ0)" in qd.draw(f)(torch.rand(4))
     assert "RY(0.123)" in qd.draw(f, decimals=3)(torch.tensor(0.1234))
+
+
+def test_draw_decimals_none_hides_angles_and_bad_decimals_are_refused():
+    """PennyLane's ``qml.draw(qnode, decimals=None)`` draws gates without their angles."""
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RY(x, wires=0)
+        qd.CRZ(0.25, wires=[0, 1])
+        return qd.expval(qd.X(0))
+
+    text = qd.draw(f, decimals=None)(torch.tensor(0.1234))
+    assert "RY──" in text and "RZ──" in text and "(" not in text
+    for bad in (-1, 1.5, "2", True):
+        with pytest.raises(qd.QdiffError, match="decimals"):
+            qd.draw(f, decimals=bad)(torch.tensor(0.1))
+
+
+def test_draw_names_the_statistic_of_each_observable():
+    """An expectation value draws as <Z>, a variance as Var[Z], samples as Sample[Z] and
+    counts as Counts[Z] (PennyLane's labels), so that they are told apart."""
+    dev = qd.device("statevector", wires=4, shots=10)
+
+    @qd.qnode(dev)
+    def f():
+        qd.Hadamard(0)
+        return [qd.expval(qd.Z(0)), qd.var(qd.X(1)), qd.sample(qd.Y(2)), qd.counts(qd.Z(3))]
+
+    lines = qd.draw(f)().splitlines()
+    assert [line.split("┤")[1].strip() for line in lines] == \
+        ["<Z>", "Var[X]", "Sample[Y]", "Counts[Z]"]
+
+
+def test_draw_takes_a_calls_shots_and_record_once_qnodes_and_refuses_other_objects():
+    """A call's ``shots=`` keyword (as the qnode takes it) does not change the drawing;
+    record-once qnodes draw as their qnode; a plain function is refused by name."""
+    dev = qd.device("statevector", wires=1)
+
+    def body(x):
+        qd.RX(x, wires=0)
+        return qd.expval(qd.Z(0))
+    f = qd.qnode(dev)(body)
+    x = torch.tensor(0.5)
+    assert qd.draw(f)(x, shots=10) == qd.draw(f)(x) == "0: ──RX(0.50)──┤  <Z>"
+    assert qd.draw(qd.qnode(dev, static=True)(body))(x) == qd.draw(f)(x)
+    with pytest.raises(qd.QdiffError, match="draw: expected a qdiff qnode"):
+        qd.draw(body)
+
+
+def test_draw_controlled_gates_show_controls_and_target():
+    """``qd.ctrl`` of any gate draws as PennyLane draws it: a dot on each control wire and
+    the target gate's label on its wires."""
+    dev = qd.device("statevector", wires=3)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.ctrl(qd.RX, control=[0, 1])(x, wires=2)
+        qd.ctrl(qd.IsingXX, control=0)(0.2, wires=[1, 2])
+        return qd.expval(qd.Z(2))
+
+    lines = qd.draw(f)(torch.tensor(0.3)).splitlines()
+    assert lines[0].startswith("0: ──╭●──") and "╭●" in lines[0].split("──╭●──", 1)[1]
+    assert "├●" in lines[1] and "├IsingXX(0.20)" in lines[1]
+    assert "╰RX(0.30)" in lines[2] and "╰IsingXX(0.20)" in lines[2]
+    assert "C2(" not in "".join(lines) and "C(" not in "".join(lines)

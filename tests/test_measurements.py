@@ -269,6 +269,7 @@ def test_counts_refuses_what_it_cannot_count():
     dev = qd.device("statevector", wires=2, shots=10)
     for bad, pattern in [(lambda: qd.counts(qd.Z(0) + qd.X(1)), "one term"),
                          (lambda: qd.counts(qd.Z(0), wires=[1]), "not both"),
+                         (lambda: qd.sample(qd.Z(0), wires=[1]), "not both"),
                          (lambda: qd.counts(wires=[0], all_outcomes=1), "True or False"),
                          (lambda: qd.counts(op=[qd.Z(0)]), "mid-circuit")]:
         with pytest.raises(qd.QdiffError, match=pattern):
@@ -342,3 +343,82 @@ def test_an_empty_batch_differentiates_to_empty_and_zero_gradients(method):
         lambda x, c: (qd.RX(x, 0), qd.expval(c[0] * qd.Z(0) + c[1] * qd.X(1)))[-1])
     (gc,) = torch.autograd.grad(g(torch.rand(0, dtype=torch.float64), c).sum(), c)
     assert torch.equal(gc, torch.zeros_like(c))
+
+
+@pytest.mark.parametrize("op", [None, "z"])
+def test_counts_all_outcomes_is_part_of_what_a_call_records(op):
+    """Two calls of the same circuit, one asking for every outcome and one not, give
+    PennyLane's two answers: zero counts are listed only when asked for."""
+    def run(all_outcomes):
+        dev = qd.device("statevector", wires=2, shots=20, seed=1)
+
+        @qd.qnode(dev)
+        def f(x):
+            qd.RX(x, wires=0)
+            if op is None:
+                return qd.counts(wires=[1, 0], all_outcomes=all_outcomes)
+            return qd.counts(qd.Z(0), all_outcomes=all_outcomes)
+        return f(torch.tensor([0.0, 0.0], dtype=torch.float64))
+    zero = {"00": 20} if op is None else {1.0: 20}
+    every = {"00": 20, "01": 0, "10": 0, "11": 0} if op is None else {-1.0: 0, 1.0: 20}
+    assert run(False) == [zero, zero]
+    assert run(True) == [every, every]
+    assert run(False) == [zero, zero]
+
+
+@pytest.mark.parametrize("dtype", [torch.complex128, torch.complex64])
+def test_counts_of_a_hermitian_product_list_each_eigenvalue_once(dtype):
+    """Eigenvalue keys of a product of Hermitian factors: each eigenvalue of the product
+    (numpy's eigvalsh, times the coefficient) is one key, sampled or not, in either
+    precision."""
+    rng = np.random.default_rng(5)
+    for trial in range(6):
+        a = rng.normal(size=(2, 2)) + 1j * rng.normal(size=(2, 2))
+        a = a + a.conj().T
+        b = rng.normal(size=(4, 4))
+        b = b + b.T
+        c = float(rng.uniform(-2, 2))
+        obs = c * qd.Hermitian(a, wires=0) @ qd.Hermitian(b, wires=[1, 2])
+        dev = qd.device("statevector", wires=3, shots=2000, seed=trial, dtype=dtype)
+
+        def body(o=obs):
+            qd.Hadamard(0)
+            qd.RY(0.4, wires=1)
+            qd.CNOT(wires=[0, 2])
+            return qd.counts(o, all_outcomes=True), qd.counts(o)
+        every, seen = qd.qnode(dev)(body)()
+        eig = np.sort(c * np.kron(np.linalg.eigvalsh(a), np.linalg.eigvalsh(b)))
+        np.testing.assert_allclose(sorted(every), eig, atol=1e-9)
+        assert sum(every.values()) == 2000 and sum(seen.values()) == 2000
+        assert set(seen) <= set(every)
+
+
+@pytest.mark.parametrize("name", ["statevector", "mixed"])
+def test_sample_and_var_of_a_sum_commuting_wire_by_wire_with_shots(name):
+    """As PennyLane's qml.sample(H)/qml.var(H) with shots: terms that agree on each wire are
+    measured in one basis; each shot's value is the sum's. The sample mean and variance
+    match the exact expectation and variance; terms that do not commute are refused."""
+    obs = [lambda: qd.Z(0) + qd.X(1), lambda: 0.5 * qd.Z(0) @ qd.X(1) - 1.5 * qd.X(1) + 0.3,
+           lambda: qd.Z(0) + qd.Z(1) @ qd.Z(0)]
+
+    def prepare(x):
+        qd.RX(x, 0)
+        qd.RY(0.3, 1)
+        qd.CNOT([0, 1])
+    x = torch.tensor([0.4, 1.3], dtype=torch.float64)
+    exact = qd.qnode(qd.device("statevector", wires=2))(
+        lambda x, o: (prepare(x), qd.expval(o()), qd.var(o()))[1:])
+    shots = qd.qnode(qd.device(name, wires=2, shots=20000, seed=3))(
+        lambda x, o: (prepare(x), qd.sample(o()), qd.var(o()))[1:])
+    for o in obs:
+        ev, var = exact(x, o).unbind(-1)
+        s, v = shots(x, o)
+        assert s.shape == (2, 20000) and s.dtype == torch.float64
+        se = (var / 20000) ** 0.5
+        assert bool(((s.mean(-1) - ev).abs() <= 5 * se + 1e-12).all())
+        torch.testing.assert_close(v, var, atol=0.06, rtol=0.0)
+        torch.testing.assert_close(s.var(-1, correction=0), v, atol=0.06, rtol=0.0)
+    f = qd.qnode(qd.device(name, wires=2, shots=10))
+    for bad in (lambda: qd.sample(qd.Z(0) + qd.X(0)), lambda: qd.var(qd.X(0) @ qd.Z(1) + qd.Z(0))):
+        with pytest.raises(qd.QdiffError, match="commute wire by wire"):
+            f(lambda b=bad: (qd.H(0), b())[1])()

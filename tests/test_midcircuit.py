@@ -83,11 +83,40 @@ def test_samples_of_an_outcome_follow_its_probability():
         return qd.sample(m), qd.sample([m]), qd.probs(op=m)
 
     s, s2, p = f(torch.tensor(1.1, dtype=DT))
-    assert s.shape == (4000,) and set(s.unique().tolist()) <= {0.0, 1.0}
+    assert s.shape == (4000,) and set(s.unique().tolist()) <= {0, 1}
     assert s2.shape == (4000, 1)
     q = math.sin(0.55) ** 2
-    assert abs(float(s.mean()) - q) < 5 * math.sqrt(q * (1 - q) / 4000)
+    assert abs(float(s.double().mean()) - q) < 5 * math.sqrt(q * (1 - q) / 4000)
     assert p.shape == (2,) and abs(float(p[1]) - q) < 5 * math.sqrt(q * (1 - q) / 4000)
+
+
+def test_samples_of_outcomes_are_integers_as_pennylanes():
+    """PennyLane's ``qml.sample(m)`` gives int64 outcomes: so do qdiff's, of ``m``, ``~m``
+    and ``m0 & m1``, batched or not, as its samples of wires are."""
+    import pennylane as qml
+    dev = qd.device("statevector", wires=2, shots=50, seed=5)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RY(x, wires=0)
+        m = qd.measure(0)
+        qd.RY(x, wires=1)
+        m1 = qd.measure(1)
+        return qd.sample(m), qd.sample(~m), qd.sample(m & m1), qd.sample([m, m1])
+
+    @qml.set_shots(50)
+    @qml.qnode(qml.device("default.qubit"))
+    def g(x):
+        qml.RY(x, wires=0)
+        return qml.sample(qml.measure(0))
+    ref = g(torch.tensor(1.1, dtype=DT))
+    for x in (torch.tensor(1.1, dtype=DT), torch.tensor([0.0, math.pi], dtype=DT)):
+        s, sn, sa, sl = f(x)
+        assert s.dtype == sn.dtype == sa.dtype == sl.dtype == ref.dtype == torch.int64
+        assert s.shape == x.shape + (50,) and sl.shape == x.shape + (50, 2)
+    s, sn, sa, _ = f(torch.tensor([0.0, math.pi], dtype=DT))
+    assert s.tolist() == [[0] * 50, [1] * 50] and sn.tolist() == [[1] * 50, [0] * 50]
+    assert sa.tolist() == [[0] * 50, [1] * 50]
 
 
 def test_qasm3_export_runs_as_a_dynamic_circuit_on_aer():

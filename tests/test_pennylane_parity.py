@@ -323,6 +323,38 @@ def test_specs_refuses_other_objects():
         qd.specs(lambda: None)
 
 
+@pytest.mark.parametrize("meas", ["expval2", "probs3", "expval0", "state", "probs"])
+def test_specs_count_the_wires_measurements_name_as_pennylane(meas):
+    """PennyLane's specs count the wires of the operations and those the measurements name
+    (``num_allocs``); ``state()`` and ``probs()`` name none."""
+    import pennylane as qml
+
+    def ms(ns):
+        return {"expval2": lambda: ns.expval(ns.Z(2)), "probs3": lambda: ns.probs(wires=[3]),
+                "expval0": lambda: ns.expval(ns.Z(0)), "state": lambda: ns.state(),
+                "probs": lambda: ns.probs()}[meas]
+    f = qd.qnode(qd.device("statevector", wires=4))(lambda: (qd.RX(0.3, wires=0), ms(qd)())[1])
+    g = qml.qnode(qml.device("default.qubit", wires=4))(
+        lambda: (qml.RX(0.3, wires=0), ms(qml)())[1])
+    assert qd.specs(f)()["num_used_wires"] == qml.specs(g)().resources.num_allocs
+
+
+def test_specs_of_a_record_once_qnode_is_that_of_its_qnode():
+    """``qd.qnode(dev, static=True)`` and ``qd.jit(qnode)`` are qnodes: specs describes
+    them as it describes the plain qnode of the same function."""
+    dev = qd.device("statevector", wires=2)
+
+    def body(x):
+        qd.RX(x, wires=0)
+        qd.CNOT(wires=[0, 1])
+        return qd.expval(qd.Z(1))
+    x = torch.tensor(0.3, dtype=DT, requires_grad=True)
+    plain = qd.specs(qd.qnode(dev)(body))(x)
+    assert qd.specs(qd.qnode(dev, static=True)(body))(x) == plain
+    assert qd.specs(qd.jit(qd.qnode(dev)(body)))(x) == plain
+    assert plain["gate_types"] == {"RX": 1, "CNOT": 1} and plain["num_trainable_params"] == 1
+
+
 # -- qnn.TorchLayer and dtypes ------------------------------------------------------------------
 
 

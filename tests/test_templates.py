@@ -61,6 +61,40 @@ def test_amplitude_embedding(kw, length):
     assert np.allclose(ours, theirs, atol=1e-12)
 
 
+@pytest.mark.parametrize("pad", [0.5j, np.complex128(0.2 - 0.1j), 0.25])
+def test_amplitude_embedding_pads_with_a_complex_or_real_number(pad):
+    x = np.random.default_rng(4).normal(size=5) + 1j * np.random.default_rng(5).normal(size=5)
+    ours = qd_state(3, lambda: (qd.AmplitudeEmbedding(torch.tensor(x), wires=range(3),
+                                                      pad_with=pad, normalize=True), qd.H(1)))
+    theirs = pl_state(3, lambda: (qml.AmplitudeEmbedding(x, wires=range(3), pad_with=pad,
+                                                         normalize=True), qml.Hadamard(1)))
+    assert np.allclose(ours, theirs, atol=1e-12)
+
+
+@pytest.mark.parametrize("kw,pattern", [
+    (dict(features=[0.6, 0.8, 0.0], pad_with="a"), "pad_with"),
+    (dict(features=[0.6, 0.8, 0.0], pad_with=float("nan")), "pad_with"),
+    (dict(features=[1.0, 0.0, 0.0, 0.0], wires=[0, 0]), "repeated wire"),
+    (dict(features=[float("nan"), 0.0, 0.0, 0.0], normalize=True), "finite"),
+    (dict(features=0.5), "features"),
+])
+def test_amplitude_embedding_refuses_bad_input_by_name(kw, pattern):
+    kw = {"wires": [0, 1], **kw}
+    feats = torch.tensor(kw.pop("features"), dtype=torch.float64)
+    with pytest.raises(qd.QdiffError, match=pattern):
+        qd_state(2, lambda: qd.AmplitudeEmbedding(feats, **kw))
+
+
+def test_amplitude_embedding_padding_is_checked_against_the_memory_budget(monkeypatch):
+    """A few features padded to the amplitudes of many wires: the padding's size is
+    checked before it is allocated (recording alone, as for drawing, allocates it)."""
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1M")
+    f = qd.qnode(qd.device("statevector", wires=20))(
+        lambda: (qd.AmplitudeEmbedding([1.0], wires=range(20), pad_with=0.0), qd.probs())[1])
+    with pytest.raises(qd.QdiffMemoryError, match="AmplitudeEmbedding: padding 1 features"):
+        qd.draw(f)()
+
+
 def test_amplitude_embedding_on_a_wire_subset():
     x = np.random.default_rng(3).normal(size=4)
     x = x / np.linalg.norm(x)
@@ -122,6 +156,22 @@ def test_excitations_and_hf_state_match_qchem(electrons, orbitals):
     ours = qd.excitations(electrons, orbitals)
     theirs = qml.qchem.excitations(electrons, orbitals)
     assert [list(map(list, x)) for x in ours] == [list(map(list, x)) for x in theirs]
+
+
+def test_hf_state_and_excitations_check_their_size_and_argument_types(monkeypatch):
+    """Lists that grow with the orbitals are checked against the memory budget before they
+    are built; counts that are not integers are refused by name."""
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1M")
+    with pytest.raises(qd.QdiffMemoryError, match="hf_state of 1000000 orbitals"):
+        qd.hf_state(2, 10 ** 6)
+    with pytest.raises(qd.QdiffMemoryError, match="excitations of 2 electrons in 200 orbitals"):
+        qd.excitations(2, 200)
+    for bad in (2.0, True):
+        with pytest.raises(qd.QdiffError, match="electrons must be an integer"):
+            qd.hf_state(bad, 4)
+        with pytest.raises(qd.QdiffError, match="electrons must be an integer"):
+            qd.excitations(bad, 4)
+    assert qd.hf_state(np.int64(2), 4).tolist() == [1, 1, 0, 0]
 
 
 @pytest.mark.parametrize("electrons,orbitals", [(2, 4), (2, 6)])
@@ -219,3 +269,12 @@ def test_fast_recorded_templates_still_reject_bad_wires_and_complex_angles():
     ops = qd.StronglyEntanglingLayers(torch.rand(2, 3, 3), wires=["a", "b", "c"]).operations
     assert [(o.name, o.wires) for o in ops[:4]] == [("rot", ("a",)), ("rot", ("b",)),
                                                    ("rot", ("c",)), ("cx", ("a", "b"))]
+
+
+def test_entangler_layers_refuse_a_rotation_or_entangler_that_is_not_a_gate():
+    with pytest.raises(qd.QdiffError, match="rotation"):
+        qd_state(2, lambda: qd.BasicEntanglerLayers(torch.zeros(1, 2), wires=[0, 1],
+                                                    rotation="Y"))
+    with pytest.raises(qd.QdiffError, match="imprimitive"):
+        qd_state(2, lambda: qd.StronglyEntanglingLayers(torch.zeros(1, 2, 3), wires=[0, 1],
+                                                        imprimitive="CZ"))

@@ -14,7 +14,7 @@ import string
 import torch
 
 from qdiff.backends.statevector.measure import apply_observable, marginal, sample_indices, \
-    term_basis
+    shared_basis, shared_basis_values, term_basis
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import Observable
 
@@ -111,21 +111,15 @@ def sampled_expval(rho, obs, n, shots, generator):
 
 
 def sampled_var(rho, obs, n, shots, generator):
-    if len(obs.terms) != 1:
-        raise QdiffError("var() with shots needs an observable with one term; measure the "
-                         "terms separately")
-    p, eig = _rotated(rho, obs.terms[0], n)
-    vals = eig[sample_indices(p, shots, generator)]
-    c = obs.real_coeffs().to(device=rho.device, dtype=vals.dtype)[0]
-    return c ** 2 * (vals.pow(2).mean(-1) - vals.mean(-1) ** 2)
+    vals = sample_eigvals(rho, obs, n, shots, generator, what="var()")
+    return vals.pow(2).mean(-1) - vals.mean(-1) ** 2
 
 
-def sample_eigvals(rho, obs, n, shots, generator):
-    if len(obs.terms) != 1:
-        raise QdiffError("sample(op) needs an observable with one term")
-    p, eig = _rotated(rho, obs.terms[0], n)
-    c = obs.real_coeffs().to(device=rho.device, dtype=p.dtype)[0]
-    return eig[sample_indices(p, shots, generator)] * c
+def sample_eigvals(rho, obs, n, shots, generator, what: str = "sample(op)"):
+    """``(B, shots)`` values of ``obs`` (one term, or terms commuting wire by wire)."""
+    basis = shared_basis(obs, what)
+    p, _ = _rotated(rho, basis, n)
+    return shared_basis_values(sample_indices(p, shots, generator), obs, basis, p.dtype)
 
 
 def sample_bits(rho, wires, n, shots, generator, readout=None):

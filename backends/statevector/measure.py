@@ -235,13 +235,45 @@ def sampled_expval(state, obs, n, shots, generator):
     return means @ obs.real_coeffs().to(device=means.device, dtype=means.dtype)
 
 
+def shared_basis(obs: Observable, what: str) -> tuple:
+    """One term measuring every term of ``obs`` at once: its factors, one per wire, when the
+    terms are Pauli words that agree on each wire they share (qubit-wise commuting, as
+    ``Z0 + Z0 @ X1``), or a one-term observable itself. ``what`` names the measurement that
+    needs it in the error otherwise."""
+    if len(obs.terms) == 1:
+        return obs.terms[0]
+    factors = {}
+    for term in obs.terms:
+        for f in term:
+            if f.kind == "M" or factors.setdefault(f.wires[0], f).kind != f.kind:
+                raise QdiffError(f"{what} with shots needs an observable whose terms commute "
+                                 f"wire by wire (one Pauli letter per wire, e.g. Z0 + Z0 @ X1); "
+                                 f"measure the terms separately")
+    return tuple(factors.values())
+
+
+def shared_basis_values(idx: torch.Tensor, obs: Observable, basis: tuple,
+                        dtype) -> torch.Tensor:
+    """The value of ``obs`` on each outcome ``idx`` ``(B, shots)`` drawn in the eigenbasis
+    of ``basis`` (:func:`shared_basis`): ``sum_t c_t * prod_{w in t} (+-1)``."""
+    if len(obs.terms) == 1:
+        _, _, eig = term_basis(basis)
+        c = obs.real_coeffs().to(device=idx.device, dtype=dtype)[0]
+        return eig.to(device=idx.device, dtype=dtype)[idx] * c
+    pos = {f.wires[0]: j for j, f in enumerate(basis)}
+    k = len(basis)
+    out = torch.zeros(idx.shape, dtype=dtype, device=idx.device)
+    for c, term in zip(obs.real_coeffs().tolist(), obs.terms):
+        sign = torch.ones(idx.shape, dtype=dtype, device=idx.device)
+        for f in term:
+            sign = sign * (1 - 2 * ((idx >> (k - 1 - pos[f.wires[0]])) & 1)).to(dtype)
+        out = out + c * sign
+    return out
+
+
 def sampled_var(state, obs, n, shots, generator):
-    if len(obs.terms) != 1:
-        raise QdiffError("var() with shots needs an observable with one term; "
-                         "measure the terms separately")
-    means, sq = sampled_term_values(state, obs, n, shots, generator)
-    c = obs.real_coeffs().to(device=means.device, dtype=means.dtype)[0]
-    return (c ** 2) * (sq[:, 0] - means[:, 0] ** 2)
+    vals = sample_eigvals(state, obs, n, shots, generator, what="var()")
+    return vals.pow(2).mean(-1) - vals.mean(-1) ** 2
 
 
 def sample_bits(state, wires, n, shots, generator) -> torch.Tensor:
@@ -253,13 +285,11 @@ def sample_bits(state, wires, n, shots, generator) -> torch.Tensor:
     return (idx.unsqueeze(-1) >> shifts) & 1
 
 
-def sample_eigvals(state, obs, n, shots, generator) -> torch.Tensor:
-    if len(obs.terms) != 1:
-        raise QdiffError("sample(op) needs an observable with one term")
-    p, eig = rotated_marginal(state, obs.terms[0], n)
-    idx = sample_indices(p, shots, generator)
-    c = obs.real_coeffs().to(device=p.device, dtype=p.dtype)[0]
-    return eig.to(p.dtype)[idx] * c
+def sample_eigvals(state, obs, n, shots, generator, what: str = "sample(op)") -> torch.Tensor:
+    """``(B, shots)`` values of ``obs`` (one term, or terms commuting wire by wire)."""
+    basis = shared_basis(obs, what)
+    p, _ = rotated_marginal(state, basis, n)
+    return shared_basis_values(sample_indices(p, shots, generator), obs, basis, p.dtype)
 
 
 def purity(rho: torch.Tensor) -> torch.Tensor:
