@@ -37,8 +37,8 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Observable
 from qdiff.circuits.operation import ParamRef, is_concrete
-from qdiff.rules import (BACKPROP, FINITE_DIFF, PARAMETER_SHIFT, Options, Rule, best_options,
-                         default_step, higher_order, make_options, resolve)
+from qdiff.rules import (BACKPROP, FINITE_DIFF, PARAMETER_SHIFT, SHOT_FD_STEP, Options, Rule,
+                         best_options, default_step, higher_order, make_options, resolve)
 from qdiff.shift_rules import shift_rule
 
 DIFFERENTIABLE_KINDS = ("expval", "var", "probs")
@@ -390,7 +390,9 @@ def shift_jacobian(theta: torch.Tensor, plan: Plan) -> Optional[torch.Tensor]:
         theta = theta.to(real)
     options = plan.options
     if plan.rule is FINITE_DIFF and options["h"] is None:
-        options = replace(options, values=dict(options.values, h=default_step(real)))
+        shots = plan.backend.shots if plan.shots == DEVICE_SHOTS else plan.shots
+        step = SHOT_FD_STEP if shots else default_step(real)
+        options = replace(options, values=dict(options.values, h=step))
     b, p = theta.shape
     shifts, weights = plan.rule.shifts(plan.circuit, plan.trainable, theta, options)
     shift_circ, layout = _shift_measurements(plan.circuit)

@@ -222,7 +222,7 @@ def best(backend, circuit, recorded=None, shots=_DEVICE) -> Rule:
     return BACKPROP
 
 
-SHOT_FD_STEP = 0.1  # finite-difference step "best" takes on a device with shots
+SHOT_FD_STEP = 0.1  # finite-difference step with shots (when no h is given)
 
 
 def best_options(rule: Rule, backend, shots=_DEVICE) -> dict:

@@ -326,6 +326,20 @@ def test_finite_diff_step_follows_the_precision(in_dtype, dev_dtype):
     assert abs(central + math.sin(0.7)) > 1e-4  # differs from the exact derivative
 
 
+def test_finite_diff_default_step_with_shots():
+    """With shots the default step is 0.1 (as "best" takes): the central difference's shot
+    noise is sigma / (sqrt(2) h), not sigma / 1e-6; exact calls keep the precision's step."""
+    dev = qd.device("statevector", wires=1, shots=4000, seed=3)
+    f = qd.qnode(dev, diff_method="finite-diff")(lambda t: (qd.RX(t, 0), qd.expval(qd.Z(0)))[-1])
+    t = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    (d,) = torch.autograd.grad(f(t), t)
+    central = (math.cos(0.8) - math.cos(0.6)) / 0.2
+    sigma = math.sqrt((1 - math.cos(0.7) ** 2) / 4000) / (math.sqrt(2) * 0.1)
+    assert abs(float(d) - central) < 5 * sigma
+    (e,) = torch.autograd.grad(f(t, shots=None), t)
+    assert abs(float(e) + math.sin(0.7)) < 1e-8
+
+
 def test_custom_gate_with_generator_and_with_rule():
     """A user-registered gate: rules derived from its generator, or its own shift rule."""
     zz_x = np.kron(np.diag([1.0, -1.0]), np.array([[0, 1], [1, 0]])) / 2
