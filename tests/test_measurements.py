@@ -422,3 +422,28 @@ def test_sample_and_var_of_a_sum_commuting_wire_by_wire_with_shots(name):
     for bad in (lambda: qd.sample(qd.Z(0) + qd.X(0)), lambda: qd.var(qd.X(0) @ qd.Z(1) + qd.Z(0))):
         with pytest.raises(qd.QdiffError, match="commute wire by wire"):
             f(lambda b=bad: (qd.H(0), b())[1])()
+
+
+@pytest.mark.parametrize("method", ["best", "parameter-shift", "finite-diff", "spsa"])
+def test_samples_and_counts_of_trainable_inputs_are_returned_without_gradient(method):
+    """As PennyLane: a qnode returning only samples and counts runs with inputs that require
+    grad (the outputs carry no gradient); mixed with a differentiable output it is refused."""
+    dev = qd.device("statevector", wires=2, shots=50, seed=2)
+
+    @qd.qnode(dev, diff_method=method)
+    def f(x):
+        qd.RX(x, wires=0)
+        qd.CNOT(wires=[0, 1])
+        return qd.sample(wires=[0, 1]), qd.counts(wires=[1]), qd.sample(qd.Z(0) @ qd.Z(1))
+    x = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    bits, counts, zz = f(x)
+    assert bits.shape == (50, 2) and not bits.requires_grad and not zz.requires_grad
+    assert torch.equal(bits[:, 0], bits[:, 1]) and torch.equal(zz, torch.ones(50, dtype=zz.dtype))
+    assert sum(counts.values()) == 50
+
+    @qd.qnode(dev, diff_method=method)
+    def g(x):
+        qd.RX(x, wires=0)
+        return qd.expval(qd.Z(0)), qd.sample(wires=[0])
+    with pytest.raises(qd.QdiffError, match="sample"):
+        g(x)
