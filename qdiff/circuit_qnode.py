@@ -41,7 +41,8 @@ class CircuitQNode:
         device: a backend from :func:`qdiff.device`, as wide as the circuit.
         diff_method: as for :class:`qdiff.QNode`.
         observables: ``None`` (the circuit's own measurements; else the probabilities of its
-            final measured qubits; else ``Z`` on every qubit as one observable, ``Z⊗...⊗Z`` as
+            final measured qubits, indexed by the classical bits' integer (bit 0 least
+            significant, as Qiskit's counts and SamplerQNN); else ``Z`` on every qubit as one observable, ``Z⊗...⊗Z`` as
             Qiskit ML's EstimatorQNN), one observable (output without a trailing dim) or a list
             (output ``(..., K)``); each a ``SparsePauliOp``, ``Pauli``, label or qdiff observable.
         arguments: ``{argument name: parameters}`` splitting the parameters into named call
@@ -237,7 +238,9 @@ def _measurements(imp: QiskitImport, observables) -> tuple:
             for q, _ in sorted(imp.measurements, key=lambda qc: qc[1]):
                 if q not in wires:
                     wires.append(q)
-            return (Measurement("probs", None, tuple(wires)),), True
+            # the last classical bit first: index = sum_i c_i 2**i, Qiskit's integer of the
+            # bit string (SamplerQNN's output index)
+            return (Measurement("probs", None, tuple(reversed(wires))),), True
         z_all = Observable([1.0], [tuple(Factor((w,), "Z") for w in range(n))])
         return (Measurement("expval", z_all),), False
     single = not isinstance(observables, (list, tuple))

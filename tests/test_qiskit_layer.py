@@ -246,8 +246,7 @@ def test_qnode_of_circuit_with_measurements_returns_probabilities():
     qc.measure(0, 1)
     p = qd.qnode(qd.device("statevector", wires=3))(qc)(torch.tensor([[0.7]], dtype=torch.float64))
     probs = Statevector(qc.remove_final_measurements(inplace=False).assign_parameters([0.7]))
-    ref = probs.probabilities([0, 2])  # Qiskit little-endian: index = bit(q0)*2 + bit(q2)
-    # ours: wires in clbit order (qubit 2, then qubit 0), wire 0 most significant
+    ref = probs.probabilities([2, 0])  # index = bit(q2) + 2 bit(q0) = c0 + 2 c1
     assert p.shape == (1, 4)
     assert np.allclose(p[0].numpy(), ref, atol=1e-12)
 
@@ -291,9 +290,9 @@ def test_whole_model_saves_and_loads_and_spsa_runs():
         torch.save(bare, io.BytesIO())
 
 
-def test_layer_of_a_measured_circuit_gives_bit_reversed_sampler_probabilities():
+def test_layer_of_a_measured_circuit_gives_sampler_probabilities():
     """With final measurements and no observables the layer's outputs are the probabilities
-    of the classical bits, bit 0 most significant: Qiskit's integer index bit-reversed."""
+    of the classical bits' integer, bit 0 least significant, as SamplerQNN's."""
     from qiskit import QuantumCircuit
     from qiskit.circuit import ParameterVector
     from qiskit.quantum_info import Statevector
@@ -312,9 +311,8 @@ def test_layer_of_a_measured_circuit_gives_bit_reversed_sampler_probabilities():
     assert out.shape == (2, 8)
     for row, xv in zip(out, xs.tolist()):
         p = Statevector(bare.assign_parameters({x[0]: xv[0], x[1]: xv[1], w[0]: 0.4}))
-        qiskit_order = p.probabilities()  # index: qubit 0 least significant
-        rev = [int(format(i, "03b")[::-1], 2) for i in range(8)]
-        assert np.allclose(row.detach().numpy(), qiskit_order[rev], atol=1e-12)
+        qiskit_order = p.probabilities()  # index: qubit 0 (clbit 0) least significant
+        assert np.allclose(row.detach().numpy(), qiskit_order, atol=1e-12)
 
 
 def test_torch_save_of_a_layer_on_aer_after_a_run(tmp_path):
@@ -334,3 +332,30 @@ def test_torch_save_of_a_layer_on_aer_after_a_run(tmp_path):
     loaded = torch.load(tmp_path / "layer.pt", weights_only=False)
     assert torch.allclose(loaded(x), before, atol=1e-10)
     assert torch.allclose(before, exact(x), atol=1e-10)
+
+
+def test_measured_circuit_outputs_follow_sampler_qnn_index():
+    """Clbits measured from qubits out of order (c0 <- q2, c1 <- q0): the layer's outputs are
+    indexed as SamplerQNN's (the classical bits' integer, c0 least significant)."""
+    pytest.importorskip("qiskit_machine_learning")
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    from qiskit.primitives import StatevectorSampler
+    from qiskit_machine_learning.neural_networks import SamplerQNN
+    a, w = Parameter("a"), Parameter("w")
+    qc = QuantumCircuit(3, 2)
+    qc.ry(a, 0)
+    qc.cx(0, 2)
+    qc.rx(w, 1)
+    qc.cry(0.8, 1, 2)
+    qc.measure(2, 0)
+    qc.measure(0, 1)
+    layer = qd.QuantumLayer.from_qiskit(qc, input_params=[a], weight_params=[w],
+                                        init_method=torch.tensor([3.1], dtype=torch.float64))
+    ours = layer(torch.tensor([[0.9]], dtype=torch.float64))[0].detach().numpy()
+    qnn = SamplerQNN(circuit=qc, input_params=[a], weight_params=[w],
+                     sampler=StatevectorSampler(default_shots=100000, seed=1))
+    ref = qnn.forward(np.array([[0.9]]), np.array([3.1]))[0]
+    assert ours.shape == (4,) and np.allclose(ref[4:], 0)
+    assert np.allclose(ours, ref[:4], atol=0.01)
+    assert abs(ours[1] - ours[2]) > 0.05  # the two orders differ here
