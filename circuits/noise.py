@@ -170,9 +170,12 @@ class NoiseModel:
                                  f"qd.compile(..., target='{self.name}'))")
 
     def apply(self, circuit):
-        """``circuit`` with the channels of every matching rule after each gate."""
+        """``circuit`` with the channels of every matching rule after each gate (remembered
+        per circuit for the model's current rules and device: the key is their content, so a
+        changed rule, or another model, never reuses a circuit made for different noise)."""
         from qdiff.circuits.circuit import memo
-        return memo(circuit, ("noise", id(self), len(self.rules)), lambda: self._apply(circuit))
+        key = ("noise", tuple(self.rules), self.native)
+        return memo(circuit, key, lambda: self._apply(circuit))
 
     def _apply(self, circuit):
         self.check_native(circuit)

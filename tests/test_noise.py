@@ -154,6 +154,32 @@ def test_rules_insert_channels_after_matching_gates_only():
                      ("rx", (1,)), ("PhaseFlip", (1,))]
 
 
+def test_a_circuit_run_under_several_models_gets_each_models_noise():
+    """One circuit object under models that come and go (a sweep of noise strengths, where a
+    freed model's id is reused) and under a model whose rule is replaced: each run has the
+    noise of the model it runs with. Bell state after CNOT with depolarizing p on both
+    wires: <ZZ> = (1 - 4p/3)**2."""
+    import gc
+    from qdiff.backends.mixed.engine import MixedBackend
+    from qdiff.backends.mixed.measure import expval
+    from qdiff.circuits.observables import as_observable
+    c = qd.Circuit(2, (qd.Operation(qd.get_gate("h"), (0,)),
+                       qd.Operation(qd.get_gate("cx"), (0, 1))))
+    theta = torch.zeros(1, 0, dtype=torch.float64)
+    obs = as_observable(qd.Z(0) @ qd.Z(1))
+    for p in [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]:
+        be = MixedBackend(2, noise=qd.noise.NoiseModel().add("cx", qd.DepolarizingChannel, p))
+        got = float(expval(be.density_matrices(c, theta), obs, 2)[0])
+        assert abs(got - (1 - 4 * p / 3) ** 2) < 1e-12, p
+        del be
+        gc.collect()
+    m = qd.noise.NoiseModel().add("cx", qd.DepolarizingChannel, 0.3)
+    be = MixedBackend(2, noise=m)
+    assert abs(float(expval(be.density_matrices(c, theta), obs, 2)[0]) - 0.36) < 1e-12
+    m.rules[0] = qd.noise.NoiseRule("cx", None, qd.DepolarizingChannel, (0.0,))
+    assert abs(float(expval(be.density_matrices(c, theta), obs, 2)[0]) - 1.0) < 1e-12
+
+
 @pytest.mark.parametrize("call, words", [
     (lambda: qd.noise.NoiseModel().add("nope", qd.BitFlip, 0.1), ["unknown gate", "nope"]),
     (lambda: qd.noise.NoiseModel().add("cx", qd.BitFlip, 1.1), ["BitFlip", "p=1.1"]),
