@@ -428,7 +428,16 @@ PauliError = _PauliErrorFamily()
 
 def qubit_channel(kraus_matrices, atol: float = 1e-10) -> Channel:
     """A constant channel from Kraus matrices ``(K, d, d)`` (or a list of ``(d, d)``), checked
-    trace preserving (``sum_k K_k^+ K_k = I`` to ``atol``)."""
+    trace preserving (``sum_k K_k^+ K_k = I`` to ``atol``). Kraus matrices that require grad
+    are refused: the channel is a constant, it has no parameters to differentiate."""
+    items = [kraus_matrices] if isinstance(kraus_matrices, torch.Tensor) else \
+        (kraus_matrices if isinstance(kraus_matrices, (list, tuple)) else [])
+    if any(isinstance(k, torch.Tensor) and k.requires_grad for k in items):
+        raise QdiffError("channel 'QubitChannel': the Kraus matrices require grad, but a "
+                         "QubitChannel is a constant channel (its Kraus matrices are not "
+                         "differentiated); detach them, or write the noise with parametrized "
+                         "channels (qd.AmplitudeDamping(gamma, wires), ...) whose parameters "
+                         "are differentiable")
     try:
         ks = torch.stack([torch.as_tensor(np.asarray(k) if not isinstance(k, torch.Tensor)
                                           else k).to(torch.complex128)
