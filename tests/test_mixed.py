@@ -340,6 +340,26 @@ def test_shots_sample_counts_and_probs():
     assert g() == {"1": 4000}
 
 
+def test_sampled_observables_go_through_the_readout_errors_of_their_wires():
+    """sample(op) reads the op's wires out in its eigenbasis, through each wire's confusion
+    matrix, as sample(wires=...) does: a definite +1 read with P(flip) = p01 (prepared 0),
+    so the mean is 1 - 2*p01; a product of two such wires has mean (1 - 2*p01)(1 - 2*p01')."""
+    m = qd.noise.NoiseModel().add_readout(0, 0.2, 0.1).add_readout(1, 0.05, 0.3)
+    dev = qd.device("mixed", wires=2, noise=m, shots=40000, seed=1)
+
+    @qd.qnode(dev)
+    def f():
+        qd.Hadamard(1)
+        return (qd.sample(qd.Z(0)), qd.sample(qd.X(1)), qd.sample(qd.Z(0) @ qd.X(1)),
+                qd.sample(wires=[0]))
+    z0, x1, zx, bits = f()
+    tol = 5 / math.sqrt(40000)
+    assert abs(float(z0.double().mean()) - 0.6) < tol
+    assert abs(float(x1.double().mean()) - 0.9) < tol
+    assert abs(float(zx.double().mean()) - 0.54) < tol
+    assert abs(float(1 - 2 * bits.double().mean()) - 0.6) < tol
+
+
 def test_density_matrix_wire_order_and_purity_of_bell_state():
     dev = qd.device("mixed", wires=3)
 

@@ -120,10 +120,15 @@ def sampled_var(rho, obs, n, shots, generator):
     return c ** 2 * (vals.pow(2).mean(-1) - vals.mean(-1) ** 2)
 
 
-def sample_eigvals(rho, obs, n, shots, generator):
+def sample_eigvals(rho, obs, n, shots, generator, readout=None):
+    """``(B, shots)`` eigenvalues of ``obs`` (one term): its wires are read out in the term's
+    eigenbasis, through the readout errors of those wires."""
     if len(obs.terms) != 1:
         raise QdiffError("sample(op) needs an observable with one term")
     p, eig = _rotated(rho, obs.terms[0], n)
+    wires = term_basis(obs.terms[0])[1]
+    if readout is not None and wires:
+        p = readout.readout_probs(p, wires)
     c = obs.real_coeffs().to(device=rho.device, dtype=p.dtype)[0]
     return eig[sample_indices(p, shots, generator)] * c
 
@@ -166,7 +171,8 @@ def measure_all(rho, circuit, shots, generator, readout=None) -> list:
         elif m.kind in ("sample", "counts"):
             if not shots:
                 raise QdiffError(f"{m.kind}() needs a device with shots (qd.device(..., shots=N))")
-            out.append(sample_eigvals(rho, m.obs, n, shots, generator) if m.obs is not None
+            out.append(sample_eigvals(rho, m.obs, n, shots, generator, readout)
+                       if m.obs is not None
                        else sample_bits(rho, m.wires, n, shots, generator, readout))
         else:
             raise QdiffError(f"unknown measurement '{m.kind}'")
