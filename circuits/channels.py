@@ -158,10 +158,16 @@ class Channel:
         if all(type(p) is float or type(p) is int for p in params):
             return _check_numbers(self, tuple(float(p) for p in params))
         vals = []
-        for p in params:
+        for i, p in enumerate(params):
             if isinstance(p, torch.Tensor):
-                if p.numel() == 0:
-                    return
+                if p.numel() == 0 or not _readable(p):
+                    return  # under torch.func.vmap values cannot be read (as for angles)
+                if type(p) not in (torch.Tensor, torch.nn.Parameter):
+                    raise QdiffError(f"channel '{self.name}': parameter {self.param_names[i]} "
+                                     f"is a traced tensor ({type(p).__name__}); channel "
+                                     "parameters are checked by value when recorded, so a "
+                                     "static qnode or qd.jit takes them as Python numbers "
+                                     "(or use static=False)")
                 vals.append(p.detach().to("cpu", torch.float64))
             else:
                 vals.append(torch.tensor(float(p), dtype=torch.float64))
@@ -187,15 +193,50 @@ class Channel:
         if len(args) != self.num_params:
             raise QdiffError(f"channel '{self.name}' takes {self.num_params} parameter(s) "
                              f"{list(self.param_names)}; got {len(args)}")
-        for i, a in enumerate(args):
-            if isinstance(a, (str, bytes, bool)) or a is None:
-                raise QdiffError(f"channel '{self.name}': parameter {self.param_names[i]} must "
-                                 f"be a real number or tensor; got {a!r}")
+        args = [self._param(i, a) for i, a in enumerate(args)]
         self.check(args)
         return recording.record_operation(self, wires, args)
 
+    def _param(self, i: int, a):
+        """Parameter ``i`` as a float or a real tensor (a list or array: a batch of values,
+        as for gate angles)."""
+        pname = self.param_names[i]
+        bad = QdiffError(f"channel '{self.name}': parameter {pname} must be a real number or "
+                         f"tensor; got {type(a).__name__} {a!r}")
+        if isinstance(a, torch.Tensor):
+            if a.is_complex():
+                raise QdiffError(f"channel '{self.name}': parameter {pname} must be real; got "
+                                 "a complex tensor")
+            return a
+        if isinstance(a, (str, bytes, bool)) or a is None:
+            raise bad
+        if isinstance(a, (int, float)):
+            return a
+        try:
+            if np.iscomplexobj(a):
+                raise bad
+            arr = np.asarray(a, dtype=float)
+        except (TypeError, ValueError):
+            raise bad from None
+        return float(arr) if arr.ndim == 0 else torch.as_tensor(arr)
+
     def __repr__(self):
         return f"Channel({self.name!r})"
+
+
+def _readable(t: torch.Tensor) -> bool:
+    """Whether ``t``'s values can be read in Python: not under ``torch.func.vmap`` (a batched
+    tensor at some level of its functorch wrappers; ``torch.func.grad`` alone reads fine)."""
+    try:
+        f = torch._C._functorch
+        while f.is_functorch_wrapped_tensor(t):
+            if f.is_batchedtensor(t):
+                return False
+            t = f.get_unwrapped(t)
+    except (AttributeError, RuntimeError):  # another torch: read only plain tensors
+        return type(t) in (torch.Tensor, torch.nn.Parameter) and \
+            not torch._C._functorch.is_functorch_wrapped_tensor(t)
+    return True
 
 
 @functools.lru_cache(maxsize=4096)

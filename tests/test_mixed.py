@@ -303,6 +303,41 @@ def test_batched_channel_parameters_and_closed_forms():
     torch.testing.assert_close(f(g), 2 * g - 1)
 
 
+def test_channel_parameters_as_lists_arrays_and_under_vmap_are_batches():
+    """As for gate angles, a list or a numpy array is a batch of values, and torch.func.vmap
+    maps over channel parameters: <Z> after X and AmplitudeDamping(g) is 2g - 1."""
+    dev = qd.device("mixed", wires=1)
+
+    @qd.qnode(dev)
+    def f(g):
+        qd.PauliX(0)
+        qd.AmplitudeDamping(g, wires=0)
+        return qd.expval(qd.Z(0))
+    want = torch.tensor([-0.8, 0.0, 0.4], dtype=torch.float64)
+    for g in ([0.1, 0.5, 0.7], np.array([0.1, 0.5, 0.7]), (0.1, 0.5, 0.7)):
+        torch.testing.assert_close(f(g), want)
+    assert abs(float(f(np.float32(0.5)))) < 1e-7
+    g = torch.tensor([0.1, 0.5, 0.7], dtype=torch.float64)
+    torch.testing.assert_close(torch.func.vmap(f)(g), want)
+    with pytest.raises(qd.QdiffError, match="AmplitudeDamping.*gamma=1.5"):
+        torch.func.grad(f)(torch.tensor(1.5, dtype=torch.float64))
+
+
+def test_static_qnodes_take_channel_parameters_as_numbers():
+    dev = qd.device("mixed", wires=1)
+
+    def body(x, g):
+        qd.RX(x, wires=0)
+        qd.AmplitudeDamping(g, wires=0)
+        return qd.expval(qd.Z(0))
+    f = qd.qnode(dev, static=True)(body)
+    x = torch.tensor(0.4, dtype=torch.float64)
+    # <Z> = 1 - (1 - g)(1 - cos x)
+    assert abs(float(f(x, 0.3)) - (1 - 0.7 * (1 - math.cos(0.4)))) < 1e-12
+    with pytest.raises(qd.QdiffError, match="AmplitudeDamping.*gamma.*static"):
+        f(x, torch.tensor(0.3, dtype=torch.float64))
+
+
 def test_noiseless_circuits_agree_with_the_statevector_engine():
     r = np.random.default_rng(3)
     n = 3
@@ -397,6 +432,11 @@ def test_density_matrix_wire_order_and_purity_of_bell_state():
     (lambda: qd.PauliError("XQ", 0.1, wires=[0, 1]), ["PauliError", "XQ"]),
     (lambda: qd.BitFlip(torch.tensor([0.1, 1.2]), wires=0), ["BitFlip", "1.2"]),
     (lambda: qd.BitFlip("0.1", wires=0), ["BitFlip", "p"]),
+    (lambda: qd.BitFlip(0.1 + 0.2j, wires=0), ["BitFlip", "parameter p", "real"]),
+    (lambda: qd.BitFlip(np.complex128(0.1), wires=0), ["BitFlip", "parameter p", "real"]),
+    (lambda: qd.BitFlip(torch.tensor(0.1 + 0j), wires=0), ["BitFlip", "parameter p", "real"]),
+    (lambda: qd.BitFlip([[0.1], "a"], wires=0), ["BitFlip", "parameter p", "real"]),
+    (lambda: qd.BitFlip([0.1, 1.2], wires=0), ["BitFlip", "1.2"]),
     (lambda: qd.BitFlip(0.1, wires=0, foo=1), ["BitFlip", "foo"]),
     (lambda: qd.DepolarizingChannel(0.1, wires=[0, 1]), ["DepolarizingChannel", "1 wire"]),
 ])
