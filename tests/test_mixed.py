@@ -487,3 +487,25 @@ def test_best_with_shots_differentiates_channel_parameters_by_finite_differences
     # <Z> = cos(x) (1 - 4p/3)
     assert abs(float(x.grad) + math.sin(0.5) * (1 - 0.8 / 3)) < 0.03
     assert abs(float(p.grad) + 4 / 3 * math.cos(0.5)) < 0.03
+
+
+def test_shots_from_a_channel_outside_its_range_are_refused_naming_it():
+    """Finite differences with shots ('best', step 0.1) evaluate AmplitudeDamping at gamma
+    +- 0.1. After RX(x) the shifted map at gamma = -0.05 still gives a distribution
+    (P(1) = (1 - gamma) sin(x/2)**2), whose central difference is the exact derivative in
+    expectation: dP(1)/dgamma = -sin(x/2)**2. At gamma = 0.97 the shift reaches 1.07 and
+    P(1) < 0: refused (never clipped), naming the channel and the parameter."""
+    dev = qd.device("mixed", wires=1, shots=200000, seed=5)
+
+    @qd.qnode(dev)
+    def f(g):
+        qd.RX(0.5, wires=0)
+        qd.AmplitudeDamping(g, wires=0)
+        return qd.probs(wires=[0])
+    s2 = math.sin(0.25) ** 2
+    g = torch.tensor(0.05, dtype=torch.float64, requires_grad=True)
+    f(g)[1].backward()
+    assert abs(float(g.grad) + s2) < 5 * math.sqrt(2 * s2 / 200000) / 0.2
+    g = torch.tensor(0.97, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(qd.QdiffError, match=r"not a distribution.*AmplitudeDamping.*gamma=1.07"):
+        f(g)[1].backward()

@@ -13,8 +13,8 @@ import string
 
 import torch
 
-from qdiff.backends.statevector.measure import apply_observable, marginal, sample_indices, \
-    term_basis
+from qdiff.backends.statevector.measure import apply_observable, marginal, term_basis
+from qdiff.backends.statevector.measure import sample_indices as _sample_indices
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import Observable
 
@@ -99,6 +99,22 @@ def _rotated(rho: torch.Tensor, term, n: int):
     p = marginal(diagonal(r), wires, n) if wires else torch.ones(b, 1, dtype=rho.real.dtype,
                                                                  device=rho.device)
     return p, eig.to(device=rho.device, dtype=p.dtype)
+
+
+class NotADistribution(QdiffError):
+    """Outcome probabilities to draw shots from that are negative or NaN: the state is not a
+    density matrix (a channel evaluated outside its parameter range)."""
+
+
+def sample_indices(p: torch.Tensor, shots: int, generator, words: int = 3) -> torch.Tensor:
+    """:func:`~qdiff.backends.statevector.measure.sample_indices` of probabilities ``p``
+    checked first: negative entries (beyond rounding) or NaN are refused, never clipped."""
+    if p.numel():
+        low = float(p.detach().min()) if bool(torch.isfinite(p).all()) else float("nan")
+        if not low >= -1e-9:
+            raise NotADistribution(f"the outcome probabilities to sample are not a distribution "
+                                   f"(smallest {low:.3g})")
+    return _sample_indices(p, shots, generator, words)
 
 
 def sampled_expval(rho, obs, n, shots, generator):
