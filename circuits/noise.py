@@ -59,6 +59,14 @@ class NoiseRule:
                          f"'{op.gate.name}' on wires {list(op.wires)} has {len(op.wires)}")
 
 
+def _wire(w, what: str) -> int:
+    """A wire index of a noise model: a non-negative integer (a device qubit)."""
+    if isinstance(w, bool) or not isinstance(w, numbers.Integral) or w < 0:
+        raise QdiffError(f"{what}: wire {w!r} is not a non-negative integer (noise models "
+                         "address wires by index: wire i is the device's qubit i)")
+    return int(w)
+
+
 @dataclass
 class NoiseModel:
     """Rules of gate noise and per-wire readout errors.
@@ -94,19 +102,28 @@ class NoiseModel:
                 raise QdiffError(f"noise rule: channel '{channel.name}' parameter "
                                  f"{channel.param_names[i]} must be a number; got {p!r}")
         channel.check([float(p) for p in params])
-        ws = None if wires is None else tuple(int(w) for w in
-                                              ([wires] if isinstance(wires, int) else wires))
+        ws = None if wires is None else tuple(_wire(w, f"noise rule for '{name}'") for w in (
+            [wires] if isinstance(wires, numbers.Integral) or not hasattr(wires, "__iter__")
+            else wires))
+        if ws is not None and name != "*":
+            from qdiff.circuits.gates import GATES
+            k = GATES[name].num_wires
+            if len(ws) != k or len(set(ws)) != k:
+                raise QdiffError(f"noise rule for '{name}': wires {list(ws)} do not name the "
+                                 f"{k} distinct wire(s) of a '{name}' gate, so it would never "
+                                 "match")
         self.rules.append(NoiseRule(name, ws, channel, tuple(float(p) for p in params)))
         return self
 
     def add_readout(self, wire: int, p01: float, p10: float) -> "NoiseModel":
         """Readout error of ``wire``: ``p01`` = P(read 1 | prepared 0), ``p10`` = P(read 0 |
         prepared 1)."""
+        wire = _wire(wire, "readout error")
         for nm, p in (("p01", p01), ("p10", p10)):
             if not isinstance(p, numbers.Real) or isinstance(p, bool) or not 0 <= p <= 1:
                 raise QdiffError(f"readout error of wire {wire}: {nm}={p!r} is not a probability "
                                  "in [0, 1]")
-        self.readout[int(wire)] = torch.tensor([[1 - p01, p10], [p01, 1 - p10]],
+        self.readout[wire] = torch.tensor([[1 - p01, p10], [p01, 1 - p10]],
                                                dtype=torch.float64)
         return self
 
