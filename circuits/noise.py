@@ -239,6 +239,26 @@ def _channel_of(error) -> object:
     return qubit_channel(ks, atol=1e-8)
 
 
+def _fold_measure_error(model: NoiseModel, qubits, error) -> None:
+    """A quantum error Aer applies before measuring ``qubits`` (one qubit), as a confusion
+    matrix applied before the qubit's readout error: exact for the measured outcomes when the
+    error maps populations to populations (Pauli, reset, damping errors), refused otherwise."""
+    from qiskit.quantum_info import Kraus
+    if len(qubits) != 1:
+        raise QdiffError(f"noise: the error on 'measure' of qubits {list(qubits)} acts on "
+                         "several qubits; it is not converted")
+    ks = np.asarray(Kraus(error).data)                              # (K, 2, 2)
+    mixing = np.einsum("kij,kil->ijl", ks, ks.conj())               # [out, in j, in l]
+    if abs(mixing[:, 0, 1]).max() > 1e-10:
+        raise QdiffError(f"noise: the error on 'measure' of qubit {qubits[0]} turns "
+                         "coherences into outcome probabilities; only errors that map "
+                         "populations to populations (Pauli, reset, damping) are converted")
+    t = torch.tensor(np.einsum("ijj->ij", mixing).real, dtype=torch.float64)  # [out, in]
+    w = int(qubits[0])
+    ro = model.readout.get(w, torch.eye(2, dtype=torch.float64))
+    model.readout[w] = ro @ t
+
+
 def from_qiskit(source, name: Optional[str] = None) -> NoiseModel:
     """A :class:`NoiseModel` from a fake device name (``"fake_manila"``), a Qiskit backend or
     a ``qiskit_aer.noise.NoiseModel``."""
@@ -259,9 +279,11 @@ def from_qiskit(source, name: Optional[str] = None) -> NoiseModel:
                          "(add_all_qubit_quantum_error) are not converted; use per-qubit errors")
     from qdiff.circuits.gates import GATES
     by_qiskit = {g.qiskit_name or g.name: g.name for g in GATES.values()}
-    for gname, per_qubits in getattr(aer, "_local_quantum_errors", {}).items():
+    by_qiskit.setdefault("u", "u3")  # Qiskit's U(theta, phi, lambda) is U3
+    errors = getattr(aer, "_local_quantum_errors", {})
+    for gname, per_qubits in errors.items():
         if gname not in by_qiskit:
-            continue  # reset, delay, measure: not gates of qdiff circuits
+            continue  # reset, delay, measure (below): not gates of qdiff circuits
         for qubits, err in per_qubits.items():
             ch = _channel_of(err)
             model.rules.append(NoiseRule(by_qiskit[gname], tuple(qubits), ch, ()))
@@ -270,6 +292,8 @@ def from_qiskit(source, name: Optional[str] = None) -> NoiseModel:
             raise QdiffError("noise: correlated readout errors are not converted")
         p = np.asarray(ro.probabilities, dtype=float)      # [prepared, measured]
         model.readout[int(qubits[0])] = torch.tensor(p.T, dtype=torch.float64)
+    for qubits, err in errors.get("measure", {}).items():
+        _fold_measure_error(model, qubits, err)
     if getattr(aer, "_default_readout_error", None) is not None:
         raise QdiffError("noise: an all-qubit readout error is not converted; give it per qubit")
     if backend is not None:

@@ -295,3 +295,42 @@ def test_a_static_qnode_on_a_trajectory_device_samples_trajectories():
     exact = float(g(t))
     assert abs(exact - noiseless) > 0.05  # the model does act on this circuit
     assert abs(float(f(t)) - exact) < 0.08
+
+
+def test_aer_errors_on_measure_and_on_u_are_converted():
+    """A quantum error Aer applies on 'measure' (before the readout error) acts on the
+    outcomes of that qubit, and an error on Qiskit's 'u' follows qdiff's U3 (the same gate).
+    Oracles: Aer's density-matrix counts (5 standard errors) and the closed form
+    P(q0 reads 1) = 0.3 * 0.8 + 0.7 * 0.1 for an X error (0.3) then readout [[.9, .1], [.2, .8]];
+    Aer's density matrix after the U3 with its error."""
+    from qiskit import QuantumCircuit
+    from qiskit_aer import AerSimulator
+    from qiskit_aer.noise import NoiseModel as AerNoise
+    from qiskit_aer.noise import ReadoutError, amplitude_damping_error, depolarizing_error, \
+        pauli_error
+    aer = AerNoise()
+    aer.add_quantum_error(pauli_error([("X", 0.3), ("I", 0.7)]), "measure", [0])
+    aer.add_readout_error(ReadoutError([[0.9, 0.1], [0.2, 0.8]]), [0])
+    aer.add_quantum_error(amplitude_damping_error(0.4), "measure", [1])
+    aer.add_quantum_error(depolarizing_error(0.2, 1), "u", [1])
+    model = qd.noise.from_backend(aer)
+    dev = qd.device("mixed", wires=2, noise=model)
+
+    @qd.qnode(dev)
+    def f():
+        qd.U3(0.7, 0.3, -0.4, wires=1)
+        return qd.probs([0, 1]), qd.density_matrix([1])
+    p, rho1 = f()
+    qc = QuantumCircuit(2)
+    qc.u(0.7, 0.3, -0.4, 1)
+    qc.save_density_matrix([1])
+    qc.measure_all()
+    res = AerSimulator(method="density_matrix", noise_model=aer).run(
+        qc, shots=200000, seed_simulator=1).result()
+    torch.testing.assert_close(rho1, torch.as_tensor(np.asarray(res.data()["density_matrix"])),
+                               atol=1e-10, rtol=0)
+    got = np.zeros(4)
+    for key, v in res.get_counts().items():
+        got[int(key[::-1], 2)] += v / 200000
+    assert np.abs(p.numpy() - got).max() < 5 * math.sqrt(0.25 / 200000)
+    assert abs(float(p[2] + p[3]) - (0.3 * 0.8 + 0.7 * 0.1)) < 1e-12
