@@ -434,3 +434,21 @@ def test_torch_func_grad_of_the_reverse_mode():
     torch.testing.assert_close(gx, torch.tensor(-math.sin(0.4) * (1 - 4 * 0.1 / 3),
                                                 dtype=torch.float64))
     torch.testing.assert_close(gp, torch.tensor(-4 / 3 * math.cos(0.4), dtype=torch.float64))
+
+
+def test_torch_func_vmap_of_grad_through_the_reverse_mode():
+    """vmap over bindings of torch.func.grad through the adjoint (a gate angle and a channel
+    parameter per binding) is the closed form, binding by binding:
+    <Z> = 1 - (1 - p)(1 - cos x)."""
+    dev = qd.device("mixed", wires=1)
+
+    @qd.qnode(dev, diff_method="adjoint")
+    def f(x, p):
+        qd.RX(x, wires=0)
+        qd.AmplitudeDamping(p, wires=0)
+        return qd.expval(qd.Z(0))
+    x = torch.tensor([0.3, 0.4, 1.2], dtype=torch.float64)
+    p = torch.tensor([0.3, 0.5, 0.05], dtype=torch.float64)
+    gx, gp = torch.func.vmap(torch.func.grad(f, argnums=(0, 1)))(x, p)
+    torch.testing.assert_close(gx, -(1 - p) * torch.sin(x))
+    torch.testing.assert_close(gp, 1 - torch.cos(x))

@@ -469,9 +469,10 @@ def gradients(circuit, theta: torch.Tensor, envs: dict, trainable, rdtype) -> to
     gate or channel): gates by their exact matrix derivatives, channels by torch autograd on
     their own superoperator function (small: ``(count, B, 4, 4)``)."""
     b, p = theta.shape
-    grad = torch.zeros(b, p, dtype=rdtype, device=theta.device)
     if not envs:
-        return grad
+        return torch.zeros(b, p, dtype=rdtype, device=theta.device)
+    acc: dict = {}  # column -> (B,) gradient; summed out of place (values may be torch.func
+    # wrappers, which an in-place update of a plain tensor refuses under vmap)
     ops = circuit.operations
     idx = sorted(envs)
     groups: dict = {}
@@ -495,8 +496,10 @@ def gradients(circuit, theta: torch.Tensor, envs: dict, trainable, rdtype) -> to
             for j, i in enumerate(members):
                 par = ops[i].params[s]
                 if isinstance(par, ParamRef) and trainable[par.index]:
-                    grad[:, par.index] += par.scale * g[j].to(rdtype)
-    return grad
+                    v = par.scale * g[j].to(rdtype)
+                    acc[par.index] = v if par.index not in acc else acc[par.index] + v
+    zero = torch.zeros(b, dtype=rdtype, device=theta.device)
+    return torch.stack([acc.get(c, zero).expand(b) for c in range(p)], 1)
 
 
 # ------------------------------------------------------------------------------------------
