@@ -114,6 +114,7 @@ class Channel:
     check_fn: Callable[..., None]
     pl_name: str = ""
     qiskit_name: str = ""
+    pl_params: tuple = ()     # PennyLane's parameter names, where they differ
     generators = None
     shift_rules = None
     diag_fn = None
@@ -183,7 +184,7 @@ class Channel:
         """Record this channel: ``qd.DepolarizingChannel(0.1, wires=0)``."""
         args = list(args)
         if kwargs:
-            raise QdiffError(f"channel '{self.name}': unexpected keyword(s) {sorted(kwargs)}")
+            args = self._keyword_params(args, kwargs)
         if wires is None:
             if len(args) != self.num_params + 1:
                 raise QdiffError(f"channel '{self.name}' takes {self.num_params} parameter(s) "
@@ -196,6 +197,26 @@ class Channel:
         args = [self._param(i, a) for i, a in enumerate(args)]
         self.check(args)
         return recording.record_operation(self, wires, args)
+
+    def _keyword_params(self, args: list, kwargs: dict) -> list:
+        """Positional parameters followed by keyword ones, by qdiff's or PennyLane's names
+        (``qd.ResetError(p0=0.1, p1=0.2, wires=0)``)."""
+        names = {n: i for i, n in enumerate(self.param_names)}
+        names.update({n: i for i, n in enumerate(self.pl_params)})
+        unknown = sorted(k for k in kwargs if k not in names)
+        if unknown:
+            raise QdiffError(f"channel '{self.name}': unexpected keyword(s) {unknown}; its "
+                             f"parameters are {list(self.pl_params or self.param_names)}")
+        slots = list(args) + [None] * max(0, self.num_params - len(args))
+        for k, v in kwargs.items():
+            i = names[k]
+            if i < len(args) or slots[i] is not None:
+                raise QdiffError(f"channel '{self.name}': parameter {k} given twice")
+            slots[i] = v
+        missing = [self.param_names[i] for i in range(self.num_params) if slots[i] is None]
+        if missing:
+            raise QdiffError(f"channel '{self.name}': missing parameter(s) {missing}")
+        return slots
 
     def _param(self, i: int, a):
         """Parameter ``i`` as a float or a real tensor (a list or array: a batch of values,
@@ -406,9 +427,10 @@ PhaseDamping = _register(Channel("PhaseDamping", 1, 1, ("gamma",), _phase_damp_s
                                  _phase_damp_kraus, _probabilities("PhaseDamping", ("gamma",))))
 ThermalRelaxationError = _register(Channel(
     "ThermalRelaxationError", 1, 4, ("pe", "t1", "t2", "tq"), _thermal_super, _thermal_kraus,
-    _thermal_check))
+    _thermal_check, pl_params=("pe", "t1", "t2", "tg")))
 ResetError = _register(Channel("ResetError", 1, 2, ("p_0", "p_1"), _reset_super, _reset_kraus,
-                               _probabilities("ResetError", ("p_0", "p_1"), "p_0 + p_1")))
+                               _probabilities("ResetError", ("p_0", "p_1"), "p_0 + p_1"),
+                               pl_params=("p0", "p1")))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -338,6 +338,31 @@ def test_static_qnodes_take_channel_parameters_as_numbers():
         f(x, torch.tensor(0.3, dtype=torch.float64))
 
 
+def test_channel_parameters_by_pennylane_keywords_equal_default_mixed():
+    pytest.importorskip("pennylane")
+    import pennylane as qml
+
+    def body(lib):
+        lib.RX(0.7, wires=0)
+        lib.RY(0.4, wires=1)
+        lib.CNOT(wires=[0, 1])
+        lib.BitFlip(p=0.1, wires=0)
+        lib.DepolarizingChannel(p=0.2, wires=1)
+        lib.AmplitudeDamping(gamma=0.3, wires=0)
+        lib.GeneralizedAmplitudeDamping(p=0.2, gamma=0.3, wires=1)
+        lib.PhaseDamping(gamma=0.4, wires=0)
+        lib.ResetError(p0=0.1, p1=0.2, wires=1)
+        lib.ThermalRelaxationError(0.1, 10.0, t2=12.0, tg=1.0, wires=0)
+        return lib.density_matrix(wires=[0, 1])
+    got = qd.qnode(qd.device("mixed", wires=2))(lambda: body(qd))()
+    want = qml.qnode(qml.device("default.mixed", wires=2))(lambda: body(qml))()
+    np.testing.assert_allclose(got.numpy(), np.asarray(want), atol=1e-12)
+    with pytest.raises(qd.QdiffError, match="BitFlip.*p given twice"):
+        qd.BitFlip(0.1, p=0.2, wires=0)
+    with pytest.raises(qd.QdiffError, match=r"ResetError.*missing.*p_1"):
+        qd.ResetError(p0=0.1, wires=0)
+
+
 def test_noiseless_circuits_agree_with_the_statevector_engine():
     r = np.random.default_rng(3)
     n = 3
