@@ -115,6 +115,7 @@ class Channel:
     pl_name: str = ""
     qiskit_name: str = ""
     pl_params: tuple = ()     # PennyLane's parameter names, where they differ
+    unbounded: tuple = ()     # indices of parameters that may be +inf (a T1 or T2 without decay)
     generators = None
     shift_rules = None
     diag_fn = None
@@ -175,7 +176,9 @@ class Channel:
         if vals:
             vals = list(torch.broadcast_tensors(*vals))
         for i, v in enumerate(vals):
-            if not torch.isfinite(v).all():
+            ok = torch.isfinite(v) | (v == math.inf) if i in self.unbounded else \
+                torch.isfinite(v)
+            if not ok.all():
                 raise QdiffError(f"channel '{self.name}': parameter {self.param_names[i]} is NaN "
                                  "or infinite")
         self.check_fn(*vals)
@@ -232,7 +235,7 @@ class Channel:
         if isinstance(a, (str, bytes, bool)) or a is None:
             raise bad
         if isinstance(a, (int, float)):
-            return a
+            return math.inf if a == math.inf and i in self.unbounded else a
         try:
             if np.iscomplexobj(a):
                 raise bad
@@ -427,7 +430,7 @@ PhaseDamping = _register(Channel("PhaseDamping", 1, 1, ("gamma",), _phase_damp_s
                                  _phase_damp_kraus, _probabilities("PhaseDamping", ("gamma",))))
 ThermalRelaxationError = _register(Channel(
     "ThermalRelaxationError", 1, 4, ("pe", "t1", "t2", "tq"), _thermal_super, _thermal_kraus,
-    _thermal_check, pl_params=("pe", "t1", "t2", "tg")))
+    _thermal_check, pl_params=("pe", "t1", "t2", "tg"), unbounded=(1, 2)))
 ResetError = _register(Channel("ResetError", 1, 2, ("p_0", "p_1"), _reset_super, _reset_kraus,
                                _probabilities("ResetError", ("p_0", "p_1"), "p_0 + p_1"),
                                pl_params=("p0", "p1")))

@@ -363,6 +363,33 @@ def test_channel_parameters_by_pennylane_keywords_equal_default_mixed():
         qd.ResetError(p0=0.1, wires=0)
 
 
+def test_thermal_relaxation_without_t1_or_t2_decay():
+    """t1 = inf or t2 = inf (no decay of that kind), as PennyLane and Qiskit accept: after
+    RY(x), <X> = sin(x) exp(-tq/t2) and <Z> = cos(x) when t1 = inf; no change at all when both
+    are inf; a noise model takes the same values."""
+    inf = math.inf
+    dev = qd.device("mixed", wires=1)
+
+    @qd.qnode(dev)
+    def f(t1, t2):
+        qd.RY(0.9, wires=0)
+        qd.ThermalRelaxationError(0.1, t1, t2, 2.0, wires=0)
+        return qd.expval(qd.X(0)), qd.expval(qd.Z(0))
+    x, z = f(inf, 8.0)
+    assert abs(float(x) - math.sin(0.9) * math.exp(-2 / 8)) < 1e-12
+    assert abs(float(z) - math.cos(0.9)) < 1e-12
+    x, z = f(inf, inf)
+    assert abs(float(x) - math.sin(0.9)) < 1e-12 and abs(float(z) - math.cos(0.9)) < 1e-12
+    m = qd.noise.NoiseModel().add("ry", qd.ThermalRelaxationError, 0.1, inf, 8.0, 2.0)
+    g = qd.qnode(qd.device("mixed", wires=1, noise=m))(lambda: (qd.RY(0.9, wires=0),
+                                                               qd.expval(qd.X(0)))[-1])
+    assert abs(float(g()) - math.sin(0.9) * math.exp(-2 / 8)) < 1e-12
+    with pytest.raises(qd.QdiffError, match="ThermalRelaxationError.*t1"):
+        f(-inf, 8.0)
+    with pytest.raises(qd.QdiffError, match="ThermalRelaxationError.*2\\*t1"):
+        f(5.0, inf)
+
+
 def test_noiseless_circuits_agree_with_the_statevector_engine():
     r = np.random.default_rng(3)
     n = 3
