@@ -44,6 +44,8 @@ class NoiseRule:
     wires: Optional[tuple]
     channel: object
     params: tuple = ()
+    fallback: bool = False  # applies only where no other rule of the gate matches (Aer's
+    #                         all-qubit errors, which a qubit's own error replaces)
 
     def matches(self, op) -> bool:
         return (self.gate == "*" or op.gate.name == self.gate) and \
@@ -76,6 +78,7 @@ class NoiseModel:
 
     rules: list = field(default_factory=list)
     readout: dict = field(default_factory=dict)
+    readout_default: Optional[torch.Tensor] = None  # every wire without its own readout error
     name: str = "custom"
     native: Optional[tuple] = None
     num_qubits: Optional[int] = None
@@ -131,13 +134,14 @@ class NoiseModel:
         """Outcome probabilities ``p`` ``(B, 2**k)`` of ``wires`` seen through each wire's
         confusion matrix."""
         wires = list(wires)
-        if not any(w in self.readout for w in wires):
+        if self.readout_default is None and not any(w in self.readout for w in wires):
             return p
         k = len(wires)
         t = p.reshape(p.shape[0], *([2] * k))
         for i, w in enumerate(wires):
-            if w in self.readout:
-                m = self.readout[w].to(device=p.device, dtype=p.dtype)
+            m = self.readout.get(w, self.readout_default)
+            if m is not None:
+                m = m.to(device=p.device, dtype=p.dtype)
                 t = torch.movedim(torch.tensordot(t, m, dims=([1 + i], [1])), -1, 1 + i)
         return t.reshape(p.shape)
 
@@ -201,9 +205,11 @@ class NoiseModel:
             ops.append(op)
             if is_channel(op.gate):
                 continue
-            for rule in self.rules:
-                if rule.matches(op):
-                    ops.extend(rule.operations(op))
+            rules = [r for r in self.rules if r.matches(op)]
+            if any(not r.fallback for r in rules if r.gate == op.gate.name):
+                rules = [r for r in rules if not r.fallback]
+            for rule in rules:
+                ops.extend(rule.operations(op))
         return circuit.with_operations(ops)
 
 
@@ -239,24 +245,48 @@ def _channel_of(error) -> object:
     return qubit_channel(ks, atol=1e-8)
 
 
-def _fold_measure_error(model: NoiseModel, qubits, error) -> None:
-    """A quantum error Aer applies before measuring ``qubits`` (one qubit), as a confusion
-    matrix applied before the qubit's readout error: exact for the measured outcomes when the
-    error maps populations to populations (Pauli, reset, damping errors), refused otherwise."""
+def _measure_matrix(qubits, error) -> torch.Tensor:
+    """The confusion matrix ``[outcome, prepared]`` of a quantum error Aer applies before
+    measuring one qubit: exact for the outcomes when the error maps populations to
+    populations (Pauli, reset, damping errors); any other is refused."""
     from qiskit.quantum_info import Kraus
-    if len(qubits) != 1:
-        raise QdiffError(f"noise: the error on 'measure' of qubits {list(qubits)} acts on "
-                         "several qubits; it is not converted")
-    ks = np.asarray(Kraus(error).data)                              # (K, 2, 2)
+    where = "all qubits" if qubits is None else f"qubits {list(qubits)}"
+    ks = np.asarray(Kraus(error).data)                              # (K, d, d)
+    if ks.shape[-1] != 2:
+        raise QdiffError(f"noise: the error on 'measure' of {where} acts on several qubits; "
+                         "it is not converted")
     mixing = np.einsum("kij,kil->ijl", ks, ks.conj())               # [out, in j, in l]
     if abs(mixing[:, 0, 1]).max() > 1e-10:
-        raise QdiffError(f"noise: the error on 'measure' of qubit {qubits[0]} turns "
-                         "coherences into outcome probabilities; only errors that map "
-                         "populations to populations (Pauli, reset, damping) are converted")
-    t = torch.tensor(np.einsum("ijj->ij", mixing).real, dtype=torch.float64)  # [out, in]
-    w = int(qubits[0])
-    ro = model.readout.get(w, torch.eye(2, dtype=torch.float64))
-    model.readout[w] = ro @ t
+        raise QdiffError(f"noise: the error on 'measure' of {where} turns coherences into "
+                         "outcome probabilities; only errors that map populations to "
+                         "populations (Pauli, reset, damping) are converted")
+    return torch.tensor(np.einsum("ijj->ij", mixing).real, dtype=torch.float64)
+
+
+def _readout_of(ro) -> torch.Tensor:
+    if ro.number_of_qubits != 1:
+        raise QdiffError("noise: correlated readout errors are not converted")
+    p = np.asarray(ro.probabilities, dtype=float)      # [prepared, measured]
+    return torch.tensor(p.T, dtype=torch.float64)
+
+
+def _readouts(model: NoiseModel, aer) -> None:
+    """Each qubit's confusion matrix ``[read, prepared]``: its readout error after the quantum
+    error Aer applies on 'measure' (each a qubit's own, else the all-qubit one)."""
+    ro = {int(q[0]) if len(q) == 1 else q: _readout_of(e)
+          for q, e in getattr(aer, "_local_readout_errors", {}).items()}
+    me = {int(q[0]) if len(q) == 1 else q: _measure_matrix(q, e)
+          for q, e in getattr(aer, "_local_quantum_errors", {}).get("measure", {}).items()}
+    dro = getattr(aer, "_default_readout_error", None)
+    dro = None if dro is None else _readout_of(dro)
+    dme = getattr(aer, "_default_quantum_errors", {}).get("measure")
+    dme = None if dme is None else _measure_matrix(None, dme)
+    eye = torch.eye(2, dtype=torch.float64)
+    for w in set(ro) | set(me):
+        model.readout[w] = ro.get(w, eye if dro is None else dro) @ \
+            me.get(w, eye if dme is None else dme)
+    if dro is not None or dme is not None:
+        model.readout_default = (eye if dro is None else dro) @ (eye if dme is None else dme)
 
 
 def from_qiskit(source, name: Optional[str] = None) -> NoiseModel:
@@ -274,9 +304,6 @@ def from_qiskit(source, name: Optional[str] = None) -> NoiseModel:
     aer = AerNoiseModel.from_backend(backend) if backend is not None else source
     label = name or (backend.name if backend is not None else "aer_noise_model")
     model = NoiseModel(name=label)
-    if getattr(aer, "_default_quantum_errors", None):
-        raise QdiffError("noise: qiskit_aer models with errors on all qubits of a gate "
-                         "(add_all_qubit_quantum_error) are not converted; use per-qubit errors")
     from qdiff.circuits.gates import GATES
     by_qiskit = {g.qiskit_name or g.name: g.name for g in GATES.values()}
     by_qiskit.setdefault("u", "u3")  # Qiskit's U(theta, phi, lambda) is U3
@@ -287,15 +314,11 @@ def from_qiskit(source, name: Optional[str] = None) -> NoiseModel:
         for qubits, err in per_qubits.items():
             ch = _channel_of(err)
             model.rules.append(NoiseRule(by_qiskit[gname], tuple(qubits), ch, ()))
-    for qubits, ro in getattr(aer, "_local_readout_errors", {}).items():
-        if len(qubits) != 1:
-            raise QdiffError("noise: correlated readout errors are not converted")
-        p = np.asarray(ro.probabilities, dtype=float)      # [prepared, measured]
-        model.readout[int(qubits[0])] = torch.tensor(p.T, dtype=torch.float64)
-    for qubits, err in errors.get("measure", {}).items():
-        _fold_measure_error(model, qubits, err)
-    if getattr(aer, "_default_readout_error", None) is not None:
-        raise QdiffError("noise: an all-qubit readout error is not converted; give it per qubit")
+    for gname, err in getattr(aer, "_default_quantum_errors", {}).items():
+        if gname in by_qiskit:  # on every qubit where the gate has no error of its own
+            model.rules.append(NoiseRule(by_qiskit[gname], None, _channel_of(err), (),
+                                         fallback=True))
+    _readouts(model, aer)
     if backend is not None:
         model.num_qubits = backend.num_qubits
         basis = set(backend.operation_names) - {"delay", "measure", "reset", "if_else",

@@ -334,3 +334,47 @@ def test_aer_errors_on_measure_and_on_u_are_converted():
         got[int(key[::-1], 2)] += v / 200000
     assert np.abs(p.numpy() - got).max() < 5 * math.sqrt(0.25 / 200000)
     assert abs(float(p[2] + p[3]) - (0.3 * 0.8 + 0.7 * 0.1)) < 1e-12
+
+
+def test_aer_all_qubit_errors_are_converted_with_aer_precedence():
+    """Aer's all-qubit errors (add_all_qubit_quantum_error / _readout_error, the usual way to
+    build a model) act on every qubit where the gate has no error of its own; a qubit's own
+    error replaces them. Oracles: Aer's density matrix (1e-10) and its counts (5 standard
+    errors), with an all-qubit 'measure' error and readout error and a qubit's own readout."""
+    from qiskit import QuantumCircuit
+    from qiskit_aer import AerSimulator
+    from qiskit_aer.noise import NoiseModel as AerNoise
+    from qiskit_aer.noise import ReadoutError, amplitude_damping_error, depolarizing_error, \
+        pauli_error
+    aer = AerNoise()
+    aer.add_all_qubit_quantum_error(depolarizing_error(0.1, 1), ["h", "rx"])
+    aer.add_quantum_error(amplitude_damping_error(0.5), "h", [1])
+    aer.add_all_qubit_quantum_error(depolarizing_error(0.2, 2), ["cx"])
+    aer.add_all_qubit_readout_error(ReadoutError([[0.9, 0.1], [0.2, 0.8]]))
+    aer.add_readout_error(ReadoutError([[0.95, 0.05], [0.3, 0.7]]), [2])
+    aer.add_all_qubit_quantum_error(pauli_error([("X", 0.1), ("I", 0.9)]), "measure")
+
+    @qd.qnode(qd.device("mixed", wires=3, noise=aer))
+    def f():
+        qd.Hadamard(0)
+        qd.Hadamard(1)
+        qd.CNOT([0, 2])
+        qd.RX(0.4, wires=1)
+        return qd.density_matrix([0, 1, 2]), qd.probs([0, 1, 2])
+    rho, p = f()
+    qc = QuantumCircuit(3)
+    qc.h(0)
+    qc.h(1)
+    qc.cx(0, 2)
+    qc.rx(0.4, 1)
+    qc.save_density_matrix()
+    qc.measure_all()
+    res = AerSimulator(method="density_matrix", noise_model=aer).run(
+        qc, shots=200000, seed_simulator=2).result()
+    want = np.asarray(res.data()["density_matrix"]).reshape([2] * 6)
+    want = want.transpose(2, 1, 0, 5, 4, 3).reshape(8, 8)       # Qiskit's qubit 0 is last
+    np.testing.assert_allclose(rho.numpy(), want, atol=1e-10)
+    got = np.zeros(8)
+    for key, v in res.get_counts().items():
+        got[int(key[::-1], 2)] += v / 200000
+    assert np.abs(p.numpy() - got).max() < 5 * math.sqrt(0.25 / 200000)
