@@ -29,7 +29,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from qdiff.circuits.channels import is_channel, qubit_channel
+from qdiff.circuits.channels import PauliError, QubitChannel, is_channel, \
+    pauli_error_channel, qubit_channel
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import Operation
 
@@ -94,6 +95,14 @@ class NoiseModel:
             from qdiff.circuits.gates import GATES
             if name not in GATES:
                 raise QdiffError(f"noise rule: unknown gate '{name}'")
+        if channel is PauliError:   # add("cx", qd.PauliError, "XX", p): the word, then p
+            if not params:
+                raise QdiffError("noise rule: PauliError takes the Pauli word and p")
+            channel, params = pauli_error_channel(params[0]), params[1:]
+        elif channel is QubitChannel:  # add("x", qd.QubitChannel, kraus_matrices)
+            if len(params) != 1:
+                raise QdiffError("noise rule: QubitChannel takes one list of Kraus matrices")
+            channel, params = qubit_channel(params[0]), ()
         if not is_channel(channel):
             raise QdiffError(f"noise rule: {channel!r} is not a channel (qd.DepolarizingChannel, "
                              "qd.AmplitudeDamping, ...)")
@@ -105,6 +114,12 @@ class NoiseModel:
                 raise QdiffError(f"noise rule: channel '{channel.name}' parameter "
                                  f"{channel.param_names[i]} must be a number; got {p!r}")
         channel.check([float(p) for p in params])
+        if name != "*":
+            from qdiff.circuits.gates import GATES
+            if channel.num_wires not in (1, GATES[name].num_wires):
+                raise QdiffError(f"noise rule: channel '{channel.name}' acts on "
+                                 f"{channel.num_wires} wires but gate '{name}' on "
+                                 f"{GATES[name].num_wires}")
         ws = None if wires is None else tuple(_wire(w, f"noise rule for '{name}'") for w in (
             [wires] if isinstance(wires, numbers.Integral) or not hasattr(wires, "__iter__")
             else wires))

@@ -180,6 +180,27 @@ def test_a_circuit_run_under_several_models_gets_each_models_noise():
     assert abs(float(expval(be.density_matrices(c, theta), obs, 2)[0]) - 1.0) < 1e-12
 
 
+def test_rules_take_pauli_errors_and_kraus_channels():
+    """add(gate, qd.PauliError, word, p) and add(gate, qd.QubitChannel, kraus) insert the same
+    channels as writing them after the gates."""
+    kraus = [math.sqrt(0.7) * np.eye(2), math.sqrt(0.3) * np.array([[0, 1], [1, 0]])]
+    m = qd.noise.NoiseModel().add("cx", qd.PauliError, "XZ", 0.25).add("h", qd.QubitChannel,
+                                                                       kraus)
+
+    def body(explicit):
+        qd.Hadamard(0)
+        if explicit:
+            qd.QubitChannel(kraus, wires=0)
+        qd.CNOT([0, 1])
+        if explicit:
+            qd.PauliError("XZ", 0.25, wires=[0, 1])
+        return qd.density_matrix([0, 1])
+    got = qd.qnode(qd.device("mixed", wires=2, noise=m))(body)(False)
+    want = qd.qnode(qd.device("mixed", wires=2))(body)(True)
+    torch.testing.assert_close(got, want, atol=1e-14, rtol=0)
+    assert float(got[0, 0].real) < 0.5  # the noise acted
+
+
 @pytest.mark.parametrize("call, words", [
     (lambda: qd.noise.NoiseModel().add("nope", qd.BitFlip, 0.1), ["unknown gate", "nope"]),
     (lambda: qd.noise.NoiseModel().add("cx", qd.BitFlip, 1.1), ["BitFlip", "p=1.1"]),
@@ -195,6 +216,10 @@ def test_a_circuit_run_under_several_models_gets_each_models_noise():
      ["noise rule", "cx", "2 distinct wire"]),
     (lambda: qd.noise.NoiseModel().add("cx", qd.BitFlip, 0.1, wires=[1, 1]),
      ["noise rule", "cx", "2 distinct wire"]),
+    (lambda: qd.noise.NoiseModel().add("h", qd.PauliError, "XX", 0.1),
+     ["noise rule", "PauliError[XX]", "2 wires", "'h' on 1"]),
+    (lambda: qd.noise.NoiseModel().add("cx", qd.PauliError, 0.1), ["PauliError", "0.1"]),
+    (lambda: qd.noise.NoiseModel().add("h", qd.QubitChannel), ["QubitChannel", "Kraus"]),
     (lambda: qd.noise.from_backend("fake_nowhere"), ["unknown fake IBM device"]),
     (lambda: qd.noise.from_backend(42), ["expected a device name"]),
     (lambda: qd.device("statevector", wires=1, noise=qd.noise.NoiseModel()), ["trajectories"]),
