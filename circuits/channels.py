@@ -164,13 +164,18 @@ class Channel:
             if isinstance(p, torch.Tensor):
                 if p.numel() == 0 or not _readable(p):
                     return  # under torch.func.vmap values cannot be read (as for angles)
+                v = p.detach().to("cpu", torch.float64)
                 if type(p) not in (torch.Tensor, torch.nn.Parameter):
-                    raise QdiffError(f"channel '{self.name}': parameter {self.param_names[i]} "
-                                     f"is a traced tensor ({type(p).__name__}); channel "
-                                     "parameters are checked by value when recorded, so a "
-                                     "static qnode or qd.jit takes them as Python numbers "
-                                     "(or use static=False)")
-                vals.append(p.detach().to("cpu", torch.float64))
+                    try:  # a tensor subclass: its values may be hidden (a static trace)
+                        bool(torch.isfinite(v).all())
+                    except QdiffError:
+                        raise QdiffError(
+                            f"channel '{self.name}': parameter {self.param_names[i]} is a "
+                            f"traced tensor ({type(p).__name__}); channel parameters are "
+                            "checked by value when recorded, so a static qnode or qd.jit "
+                            "takes them as Python numbers (or use static=False)") from None
+                    v = v.as_subclass(torch.Tensor)
+                vals.append(v)
             else:
                 vals.append(torch.tensor(float(p), dtype=torch.float64))
         if vals:
