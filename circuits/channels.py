@@ -116,6 +116,7 @@ class Channel:
     qiskit_name: str = ""
     pl_params: tuple = ()     # PennyLane's parameter names, where they differ
     unbounded: tuple = ()     # indices of parameters that may be +inf (a T1 or T2 without decay)
+    branches_fn: Optional[Callable[..., tuple]] = None  # (*params) -> (w (..., K), M (..., K, d, d))
     generators = None
     shift_rules = None
     diag_fn = None
@@ -152,6 +153,17 @@ class Channel:
     def kraus(self, *params) -> torch.Tensor:
         """The Kraus operators at ``params``: ``(..., K, d, d)``."""
         return self.kraus_fn(*self._tensors(params))
+
+    def branches(self, *params) -> tuple:
+        """``(w, M)``: real weights ``(..., K)`` and operators ``(..., K, d, d)`` with Kraus
+        operators ``K_k = sqrt(w_k) M_k``, both smooth in the parameters where the channel has
+        such a form (the trajectory method differentiates ``w`` instead of ``sqrt(w)``, so
+        gradients exist at p = 0); else ``w = 1`` and ``M = K``."""
+        ps = self._tensors(params)
+        if self.branches_fn is not None:
+            return self.branches_fn(*ps)
+        k = self.kraus_fn(*ps)
+        return torch.ones(k.shape[:-2], dtype=k.real.dtype, device=k.device), k
 
     def check(self, params: Sequence) -> None:
         """Validate concrete parameters (numbers or tensors); raises :class:`QdiffError`."""
@@ -358,6 +370,50 @@ def _phase_damp_kraus(g):
                         _mix([(torch.sqrt(g), _e(1, 1, 2))], g)], -3)
 
 
+def _branches(weights, mats, like):
+    """``(w (..., K), M (..., K, d, d))`` from weight tensors and operators (constant matrices
+    or ``(..., d, d)`` tensors)."""
+    w = torch.stack(torch.broadcast_tensors(*weights), -1)
+    ms = [(_const(m, like) if isinstance(m, np.ndarray) else m) for m in mats]
+    ms = [m.expand(*w.shape[:-1], *m.shape[-2:]) for m in ms]
+    return w, torch.stack(ms, -3)
+
+
+def _flip_branches(letter):
+    def branches(p):
+        return _branches([1 - p, p], [_PAULI["I"], _PAULI[letter]], p)
+    return branches
+
+
+def _depol_branches(p):
+    return _branches([1 - p, p / 3, p / 3, p / 3],
+                     [_PAULI["I"], _PAULI["X"], _PAULI["Y"], _PAULI["Z"]], p)
+
+
+def _damp_diag(g):
+    """``diag(1, sqrt(1 - g))`` (smooth below g = 1)."""
+    return _mix([(torch.ones_like(g), _e(0, 0, 2)), (torch.sqrt(1 - g), _e(1, 1, 2))], g)
+
+
+def _amp_branches(g):
+    return _branches([torch.ones_like(g), g], [_damp_diag(g), _e(0, 1, 2)], g)
+
+
+def _phase_damp_branches(g):
+    return _branches([torch.ones_like(g), g], [_damp_diag(g), _e(1, 1, 2)], g)
+
+
+def _gad_branches(g, p):
+    s = _mix([(torch.sqrt(1 - g), _e(0, 0, 2)), (torch.ones_like(g), _e(1, 1, 2))], g)
+    return _branches([1 - p, (1 - p) * g, p, p * g],
+                     [_damp_diag(g), _e(0, 1, 2), s, _e(1, 0, 2)], g)
+
+
+def _reset_branches(p0, p1):
+    return _branches([1 - p0 - p1, p0, p0, p1, p1],
+                     [_PAULI["I"], _e(0, 0, 2), _e(0, 1, 2), _e(1, 0, 2), _e(1, 1, 2)], p0)
+
+
 def _thermal_rates(t1, t2, tq):
     p_reset = 1 - torch.exp(-tq / t1)
     return p_reset, torch.exp(-tq / t2)
@@ -375,6 +431,18 @@ def _thermal_kraus(pe, t1, t2, tq):
     """Kraus operators of the same map from the eigen-decomposition of its Choi matrix (valid
     for every parameter set that passes the check)."""
     return _choi_kraus(_thermal_super(pe, t1, t2, tq), 2)
+
+
+def _thermal_branches(pe, t1, t2, tq):
+    """The map's Choi matrix split without square roots of the rates: the jumps
+    ``|1><0|`` (weight ``r pe``) and ``|0><1|`` (``r (1 - pe)``), and its population block
+    ``[[A, c], [c, D]]`` as ``A (1, c/A)(1, c/A)^T + (D - c**2/A) e_1 e_1^T`` (``A >= 1 - r > 0``;
+    ``A D >= c**2`` for every physical parameter set)."""
+    r, c = _thermal_rates(t1, t2, tq)
+    a, d = 1 - r * pe, 1 - r * (1 - pe)
+    keep = _mix([(torch.ones_like(a), _e(0, 0, 2)), (c / a, _e(1, 1, 2))], pe)
+    return _branches([a, d - c * c / a, r * pe, r * (1 - pe)],
+                     [keep, _e(1, 1, 2), _e(1, 0, 2), _e(0, 1, 2)], pe)
 
 
 def _thermal_check(pe, t1, t2, tq):
@@ -420,25 +488,31 @@ def _register(ch: Channel) -> Channel:
 CHANNELS: dict = {}
 
 BitFlip = _register(Channel("BitFlip", 1, 1, ("p",), _flip_super("X"), _flip_kraus("X"),
-                            _probabilities("BitFlip", ("p",))))
+                            _probabilities("BitFlip", ("p",)),
+                            branches_fn=_flip_branches("X")))
 PhaseFlip = _register(Channel("PhaseFlip", 1, 1, ("p",), _flip_super("Z"), _flip_kraus("Z"),
-                              _probabilities("PhaseFlip", ("p",))))
+                              _probabilities("PhaseFlip", ("p",)),
+                              branches_fn=_flip_branches("Z")))
 DepolarizingChannel = _register(Channel("DepolarizingChannel", 1, 1, ("p",), _depol_super,
                                         _depol_kraus,
-                                        _probabilities("DepolarizingChannel", ("p",))))
+                                        _probabilities("DepolarizingChannel", ("p",)),
+                                        branches_fn=_depol_branches))
 AmplitudeDamping = _register(Channel("AmplitudeDamping", 1, 1, ("gamma",), _amp_super,
-                                     _amp_kraus, _probabilities("AmplitudeDamping", ("gamma",))))
+                                     _amp_kraus, _probabilities("AmplitudeDamping", ("gamma",)),
+                                     branches_fn=_amp_branches))
 GeneralizedAmplitudeDamping = _register(Channel(
     "GeneralizedAmplitudeDamping", 1, 2, ("gamma", "p"), _gad_super, _gad_kraus,
-    _probabilities("GeneralizedAmplitudeDamping", ("gamma", "p"))))
+    _probabilities("GeneralizedAmplitudeDamping", ("gamma", "p")), branches_fn=_gad_branches))
 PhaseDamping = _register(Channel("PhaseDamping", 1, 1, ("gamma",), _phase_damp_super,
-                                 _phase_damp_kraus, _probabilities("PhaseDamping", ("gamma",))))
+                                 _phase_damp_kraus, _probabilities("PhaseDamping", ("gamma",)),
+                                 branches_fn=_phase_damp_branches))
 ThermalRelaxationError = _register(Channel(
     "ThermalRelaxationError", 1, 4, ("pe", "t1", "t2", "tq"), _thermal_super, _thermal_kraus,
-    _thermal_check, pl_params=("pe", "t1", "t2", "tg"), unbounded=(1, 2)))
+    _thermal_check, pl_params=("pe", "t1", "t2", "tg"), unbounded=(1, 2),
+    branches_fn=_thermal_branches))
 ResetError = _register(Channel("ResetError", 1, 2, ("p_0", "p_1"), _reset_super, _reset_kraus,
                                _probabilities("ResetError", ("p_0", "p_1"), "p_0 + p_1"),
-                               pl_params=("p0", "p1")))
+                               pl_params=("p0", "p1"), branches_fn=_reset_branches))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -471,9 +545,11 @@ def pauli_error_channel(word: str) -> Channel:
         def kraus(p):
             return torch.stack([_mix([(torch.sqrt(1 - p), np.eye(len(pm), dtype=complex))], p),
                                 _mix([(torch.sqrt(p), pm)], p)], -3)
+        def branches(p):
+            return _branches([1 - p, p], [np.eye(len(pm), dtype=complex), pm], p)
         _PAULI_ERRORS[word] = Channel(f"PauliError[{word}]", len(word), 1, ("p",), superop,
                                       kraus, _probabilities("PauliError", ("p",)),
-                                      pl_name="PauliError")
+                                      pl_name="PauliError", branches_fn=branches)
     return _PAULI_ERRORS[word]
 
 
