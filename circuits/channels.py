@@ -116,7 +116,7 @@ class Channel:
     qiskit_name: str = ""
     pl_params: tuple = ()     # PennyLane's parameter names, where they differ
     unbounded: tuple = ()     # indices of parameters that may be +inf (a T1 or T2 without decay)
-    branches_fn: Optional[Callable[..., tuple]] = None  # (*params) -> (w (..., K), M (..., K, d, d))
+    branches_fn: Optional[Callable[..., tuple]] = None  # see branches()
     generators = None
     shift_rules = None
     diag_fn = None

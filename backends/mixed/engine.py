@@ -145,10 +145,10 @@ class MixedBackend(Backend):
                 outs = measure_all(rho, job.circuit, shots,
                                    self.generator(rho.device) if shots else None, self.noise)
             except NotADistribution as exc:
-                raise QdiffError(f"{exc}: {channel_out_of_range(self.noisy(job.circuit), job.theta)}"
-                                 " (finite differences, which 'best' takes with shots, move "
-                                 "channel parameters by their step h: keep them h inside their "
-                                 "range, or differentiate without shots)") from None
+                bad = channel_out_of_range(self.noisy(job.circuit), job.theta)
+                raise QdiffError(f"{exc}: {bad} (finite differences, which 'best' takes with "
+                                 "shots, move channel parameters by their step h: keep them h "
+                                 "inside their range, or differentiate without shots)") from None
             out.append(Result(flat_outputs(outs) if job.flat else outs))
         return out
 

@@ -2,15 +2,15 @@
 
 Each binding runs as ``K`` trajectories in ONE batched simulation (``B*K`` state vectors).
 At a channel with Kraus operators ``K_k = sqrt(w_k) M_k`` (:meth:`Channel.branches`), every
-trajectory draws ``k`` with a probability ``q_k`` that does not depend on its state
-(``q_k ~ Tr(K_k^+ K_k)``; where a branch has zero weight, mixed with 5% of the uniform choice
-so that it stays reachable: its derivative may not vanish), continues with ``M_k psi`` and
-multiplies its weight by ``w_k / q_k`` (linear in ``w_k``: no square root to differentiate
-at p = 0). Then ``E[weight psi psi^+] = sum_k K_k rho K_k^+`` exactly: every average over trajectories (expval,
-probs, density matrices) is an unbiased estimate of the mixed-state value, and since the
-states are linear in each Kraus operator at fixed draws, autograd through the simulation gives
-unbiased gradients of gate angles and channel parameters alike. The draws come from the
-device's seeded generator.
+trajectory draws ``k`` with a probability ``q_k`` that does not depend on its state (``q_k ~
+Tr(K_k^+ K_k)``; where a branch has zero weight, mixed with 5% of the uniform choice so that it
+stays reachable: its derivative may not vanish), continues with ``M_k psi`` and multiplies its
+weight by ``w_k / q_k`` (linear in ``w_k``: no square root to differentiate at p = 0). Then
+``E[weight psi psi^+] = sum_k K_k rho K_k^+`` exactly: every average over trajectories
+(expval, probs, density matrices) is an unbiased estimate of the mixed-state value, and since
+the states are linear in each operator and the weights in each ``w_k`` at fixed draws,
+autograd through the simulation gives unbiased gradients of gate angles and channel
+parameters alike. The draws come from the device's seeded generator.
 """
 from __future__ import annotations
 
