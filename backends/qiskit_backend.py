@@ -19,6 +19,7 @@ import torch
 from qdiff.backends import qiskit_common as qc_common
 from qdiff.backends.base import Backend, Capabilities, Result, flat_outputs
 from qdiff.backends.runtime_jobs import JobRunner
+from qdiff.circuits.channels import is_channel
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.memory import require
 
@@ -155,6 +156,12 @@ class QiskitBackend(Backend):
         if theta.ndim != 2 or theta.shape[1] != circuit.num_params:
             raise QdiffError(f"theta must have shape (B, {circuit.num_params}); got "
                              f"{tuple(theta.shape)}")
+        for op in circuit.operations:
+            if is_channel(op.gate):
+                raise QdiffError(f"channel '{op.gate.pl_name}' on wires {list(op.wires)}: "
+                                 f"backend '{self.name}' runs gates only, not noise channels; "
+                                 "run circuits with channels on qd.device('mixed') (Aer takes "
+                                 "a device's noise as qd.device('aer', noise_model=...))")
         return theta
 
     def _isa(self, circuit, variant: Variant, basis=None):

@@ -114,6 +114,9 @@ class Channel:
     check_fn: Callable[..., None]
     pl_name: str = ""
     qiskit_name: str = ""
+    pl_params: tuple = ()     # PennyLane's parameter names, where they differ
+    unbounded: tuple = ()     # indices of parameters that may be +inf (a T1 or T2 without decay)
+    branches_fn: Optional[Callable[..., tuple]] = None  # see branches()
     generators = None
     shift_rules = None
     diag_fn = None
@@ -151,6 +154,17 @@ class Channel:
         """The Kraus operators at ``params``: ``(..., K, d, d)``."""
         return self.kraus_fn(*self._tensors(params))
 
+    def branches(self, *params) -> tuple:
+        """``(w, M)``: real weights ``(..., K)`` and operators ``(..., K, d, d)`` with Kraus
+        operators ``K_k = sqrt(w_k) M_k``, both smooth in the parameters where the channel has
+        such a form (the trajectory method differentiates ``w`` instead of ``sqrt(w)``, so
+        gradients exist at p = 0); else ``w = 1`` and ``M = K``."""
+        ps = self._tensors(params)
+        if self.branches_fn is not None:
+            return self.branches_fn(*ps)
+        k = self.kraus_fn(*ps)
+        return torch.ones(k.shape[:-2], dtype=k.real.dtype, device=k.device), k
+
     def check(self, params: Sequence) -> None:
         """Validate concrete parameters (numbers or tensors); raises :class:`QdiffError`."""
         if not params:
@@ -158,17 +172,30 @@ class Channel:
         if all(type(p) is float or type(p) is int for p in params):
             return _check_numbers(self, tuple(float(p) for p in params))
         vals = []
-        for p in params:
+        for i, p in enumerate(params):
             if isinstance(p, torch.Tensor):
-                if p.numel() == 0:
-                    return
-                vals.append(p.detach().to("cpu", torch.float64))
+                if p.numel() == 0 or not _readable(p):
+                    return  # under torch.func.vmap values cannot be read (as for angles)
+                v = p.detach().to("cpu", torch.float64)
+                if type(p) not in (torch.Tensor, torch.nn.Parameter):
+                    try:  # a tensor subclass: its values may be hidden (a static trace)
+                        bool(torch.isfinite(v).all())
+                    except QdiffError:
+                        raise QdiffError(
+                            f"channel '{self.name}': parameter {self.param_names[i]} is a "
+                            f"traced tensor ({type(p).__name__}); channel parameters are "
+                            "checked by value when recorded, so a static qnode or qd.jit "
+                            "takes them as Python numbers (or use static=False)") from None
+                    v = v.as_subclass(torch.Tensor)
+                vals.append(v)
             else:
                 vals.append(torch.tensor(float(p), dtype=torch.float64))
         if vals:
             vals = list(torch.broadcast_tensors(*vals))
         for i, v in enumerate(vals):
-            if not torch.isfinite(v).all():
+            ok = torch.isfinite(v) | (v == math.inf) if i in self.unbounded else \
+                torch.isfinite(v)
+            if not ok.all():
                 raise QdiffError(f"channel '{self.name}': parameter {self.param_names[i]} is NaN "
                                  "or infinite")
         self.check_fn(*vals)
@@ -177,7 +204,7 @@ class Channel:
         """Record this channel: ``qd.DepolarizingChannel(0.1, wires=0)``."""
         args = list(args)
         if kwargs:
-            raise QdiffError(f"channel '{self.name}': unexpected keyword(s) {sorted(kwargs)}")
+            args = self._keyword_params(args, kwargs)
         if wires is None:
             if len(args) != self.num_params + 1:
                 raise QdiffError(f"channel '{self.name}' takes {self.num_params} parameter(s) "
@@ -187,15 +214,70 @@ class Channel:
         if len(args) != self.num_params:
             raise QdiffError(f"channel '{self.name}' takes {self.num_params} parameter(s) "
                              f"{list(self.param_names)}; got {len(args)}")
-        for i, a in enumerate(args):
-            if isinstance(a, (str, bytes, bool)) or a is None:
-                raise QdiffError(f"channel '{self.name}': parameter {self.param_names[i]} must "
-                                 f"be a real number or tensor; got {a!r}")
+        args = [self._param(i, a) for i, a in enumerate(args)]
         self.check(args)
         return recording.record_operation(self, wires, args)
 
+    def _keyword_params(self, args: list, kwargs: dict) -> list:
+        """Positional parameters followed by keyword ones, by qdiff's or PennyLane's names
+        (``qd.ResetError(p0=0.1, p1=0.2, wires=0)``)."""
+        names = {n: i for i, n in enumerate(self.param_names)}
+        names.update({n: i for i, n in enumerate(self.pl_params)})
+        unknown = sorted(k for k in kwargs if k not in names)
+        if unknown:
+            raise QdiffError(f"channel '{self.name}': unexpected keyword(s) {unknown}; its "
+                             f"parameters are {list(self.pl_params or self.param_names)}")
+        slots = list(args) + [None] * max(0, self.num_params - len(args))
+        for k, v in kwargs.items():
+            i = names[k]
+            if i < len(args) or slots[i] is not None:
+                raise QdiffError(f"channel '{self.name}': parameter {k} given twice")
+            slots[i] = v
+        missing = [self.param_names[i] for i in range(self.num_params) if slots[i] is None]
+        if missing:
+            raise QdiffError(f"channel '{self.name}': missing parameter(s) {missing}")
+        return slots
+
+    def _param(self, i: int, a):
+        """Parameter ``i`` as a float or a real tensor (a list or array: a batch of values,
+        as for gate angles)."""
+        pname = self.param_names[i]
+        bad = QdiffError(f"channel '{self.name}': parameter {pname} must be a real number or "
+                         f"tensor; got {type(a).__name__} {a!r}")
+        if isinstance(a, torch.Tensor):
+            if a.is_complex():
+                raise QdiffError(f"channel '{self.name}': parameter {pname} must be real; got "
+                                 "a complex tensor")
+            return a
+        if isinstance(a, (str, bytes, bool)) or a is None:
+            raise bad
+        if isinstance(a, (int, float)):
+            return math.inf if a == math.inf and i in self.unbounded else a
+        try:
+            if np.iscomplexobj(a):
+                raise bad
+            arr = np.asarray(a, dtype=float)
+        except (TypeError, ValueError):
+            raise bad from None
+        return float(arr) if arr.ndim == 0 else torch.as_tensor(arr)
+
     def __repr__(self):
         return f"Channel({self.name!r})"
+
+
+def _readable(t: torch.Tensor) -> bool:
+    """Whether ``t``'s values can be read in Python: not under ``torch.func.vmap`` (a batched
+    tensor at some level of its functorch wrappers; ``torch.func.grad`` alone reads fine)."""
+    try:
+        f = torch._C._functorch
+        while f.is_functorch_wrapped_tensor(t):
+            if f.is_batchedtensor(t):
+                return False
+            t = f.get_unwrapped(t)
+    except (AttributeError, RuntimeError):  # another torch: read only plain tensors
+        return type(t) in (torch.Tensor, torch.nn.Parameter) and \
+            not torch._C._functorch.is_functorch_wrapped_tensor(t)
+    return True
 
 
 @functools.lru_cache(maxsize=4096)
@@ -288,6 +370,50 @@ def _phase_damp_kraus(g):
                         _mix([(torch.sqrt(g), _e(1, 1, 2))], g)], -3)
 
 
+def _branches(weights, mats, like):
+    """``(w (..., K), M (..., K, d, d))`` from weight tensors and operators (constant matrices
+    or ``(..., d, d)`` tensors)."""
+    w = torch.stack(torch.broadcast_tensors(*weights), -1)
+    ms = [(_const(m, like) if isinstance(m, np.ndarray) else m) for m in mats]
+    ms = [m.expand(*w.shape[:-1], *m.shape[-2:]) for m in ms]
+    return w, torch.stack(ms, -3)
+
+
+def _flip_branches(letter):
+    def branches(p):
+        return _branches([1 - p, p], [_PAULI["I"], _PAULI[letter]], p)
+    return branches
+
+
+def _depol_branches(p):
+    return _branches([1 - p, p / 3, p / 3, p / 3],
+                     [_PAULI["I"], _PAULI["X"], _PAULI["Y"], _PAULI["Z"]], p)
+
+
+def _damp_diag(g):
+    """``diag(1, sqrt(1 - g))`` (smooth below g = 1)."""
+    return _mix([(torch.ones_like(g), _e(0, 0, 2)), (torch.sqrt(1 - g), _e(1, 1, 2))], g)
+
+
+def _amp_branches(g):
+    return _branches([torch.ones_like(g), g], [_damp_diag(g), _e(0, 1, 2)], g)
+
+
+def _phase_damp_branches(g):
+    return _branches([torch.ones_like(g), g], [_damp_diag(g), _e(1, 1, 2)], g)
+
+
+def _gad_branches(g, p):
+    s = _mix([(torch.sqrt(1 - g), _e(0, 0, 2)), (torch.ones_like(g), _e(1, 1, 2))], g)
+    return _branches([1 - p, (1 - p) * g, p, p * g],
+                     [_damp_diag(g), _e(0, 1, 2), s, _e(1, 0, 2)], g)
+
+
+def _reset_branches(p0, p1):
+    return _branches([1 - p0 - p1, p0, p0, p1, p1],
+                     [_PAULI["I"], _e(0, 0, 2), _e(0, 1, 2), _e(1, 0, 2), _e(1, 1, 2)], p0)
+
+
 def _thermal_rates(t1, t2, tq):
     p_reset = 1 - torch.exp(-tq / t1)
     return p_reset, torch.exp(-tq / t2)
@@ -305,6 +431,18 @@ def _thermal_kraus(pe, t1, t2, tq):
     """Kraus operators of the same map from the eigen-decomposition of its Choi matrix (valid
     for every parameter set that passes the check)."""
     return _choi_kraus(_thermal_super(pe, t1, t2, tq), 2)
+
+
+def _thermal_branches(pe, t1, t2, tq):
+    """The map's Choi matrix split without square roots of the rates: the jumps
+    ``|1><0|`` (weight ``r pe``) and ``|0><1|`` (``r (1 - pe)``), and its population block
+    ``[[A, c], [c, D]]`` as ``A (1, c/A)(1, c/A)^T + (D - c**2/A) e_1 e_1^T`` (``A >= 1 - r > 0``;
+    ``A D >= c**2`` for every physical parameter set)."""
+    r, c = _thermal_rates(t1, t2, tq)
+    a, d = 1 - r * pe, 1 - r * (1 - pe)
+    keep = _mix([(torch.ones_like(a), _e(0, 0, 2)), (c / a, _e(1, 1, 2))], pe)
+    return _branches([a, d - c * c / a, r * pe, r * (1 - pe)],
+                     [keep, _e(1, 1, 2), _e(1, 0, 2), _e(0, 1, 2)], pe)
 
 
 def _thermal_check(pe, t1, t2, tq):
@@ -350,24 +488,31 @@ def _register(ch: Channel) -> Channel:
 CHANNELS: dict = {}
 
 BitFlip = _register(Channel("BitFlip", 1, 1, ("p",), _flip_super("X"), _flip_kraus("X"),
-                            _probabilities("BitFlip", ("p",))))
+                            _probabilities("BitFlip", ("p",)),
+                            branches_fn=_flip_branches("X")))
 PhaseFlip = _register(Channel("PhaseFlip", 1, 1, ("p",), _flip_super("Z"), _flip_kraus("Z"),
-                              _probabilities("PhaseFlip", ("p",))))
+                              _probabilities("PhaseFlip", ("p",)),
+                              branches_fn=_flip_branches("Z")))
 DepolarizingChannel = _register(Channel("DepolarizingChannel", 1, 1, ("p",), _depol_super,
                                         _depol_kraus,
-                                        _probabilities("DepolarizingChannel", ("p",))))
+                                        _probabilities("DepolarizingChannel", ("p",)),
+                                        branches_fn=_depol_branches))
 AmplitudeDamping = _register(Channel("AmplitudeDamping", 1, 1, ("gamma",), _amp_super,
-                                     _amp_kraus, _probabilities("AmplitudeDamping", ("gamma",))))
+                                     _amp_kraus, _probabilities("AmplitudeDamping", ("gamma",)),
+                                     branches_fn=_amp_branches))
 GeneralizedAmplitudeDamping = _register(Channel(
     "GeneralizedAmplitudeDamping", 1, 2, ("gamma", "p"), _gad_super, _gad_kraus,
-    _probabilities("GeneralizedAmplitudeDamping", ("gamma", "p"))))
+    _probabilities("GeneralizedAmplitudeDamping", ("gamma", "p")), branches_fn=_gad_branches))
 PhaseDamping = _register(Channel("PhaseDamping", 1, 1, ("gamma",), _phase_damp_super,
-                                 _phase_damp_kraus, _probabilities("PhaseDamping", ("gamma",))))
+                                 _phase_damp_kraus, _probabilities("PhaseDamping", ("gamma",)),
+                                 branches_fn=_phase_damp_branches))
 ThermalRelaxationError = _register(Channel(
     "ThermalRelaxationError", 1, 4, ("pe", "t1", "t2", "tq"), _thermal_super, _thermal_kraus,
-    _thermal_check))
+    _thermal_check, pl_params=("pe", "t1", "t2", "tg"), unbounded=(1, 2),
+    branches_fn=_thermal_branches))
 ResetError = _register(Channel("ResetError", 1, 2, ("p_0", "p_1"), _reset_super, _reset_kraus,
-                               _probabilities("ResetError", ("p_0", "p_1"), "p_0 + p_1")))
+                               _probabilities("ResetError", ("p_0", "p_1"), "p_0 + p_1"),
+                               pl_params=("p0", "p1"), branches_fn=_reset_branches))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -400,9 +545,11 @@ def pauli_error_channel(word: str) -> Channel:
         def kraus(p):
             return torch.stack([_mix([(torch.sqrt(1 - p), np.eye(len(pm), dtype=complex))], p),
                                 _mix([(torch.sqrt(p), pm)], p)], -3)
+        def branches(p):
+            return _branches([1 - p, p], [np.eye(len(pm), dtype=complex), pm], p)
         _PAULI_ERRORS[word] = Channel(f"PauliError[{word}]", len(word), 1, ("p",), superop,
                                       kraus, _probabilities("PauliError", ("p",)),
-                                      pl_name="PauliError")
+                                      pl_name="PauliError", branches_fn=branches)
     return _PAULI_ERRORS[word]
 
 
@@ -428,7 +575,16 @@ PauliError = _PauliErrorFamily()
 
 def qubit_channel(kraus_matrices, atol: float = 1e-10) -> Channel:
     """A constant channel from Kraus matrices ``(K, d, d)`` (or a list of ``(d, d)``), checked
-    trace preserving (``sum_k K_k^+ K_k = I`` to ``atol``)."""
+    trace preserving (``sum_k K_k^+ K_k = I`` to ``atol``). Kraus matrices that require grad
+    are refused: the channel is a constant, it has no parameters to differentiate."""
+    items = [kraus_matrices] if isinstance(kraus_matrices, torch.Tensor) else \
+        (kraus_matrices if isinstance(kraus_matrices, (list, tuple)) else [])
+    if any(isinstance(k, torch.Tensor) and k.requires_grad for k in items):
+        raise QdiffError("channel 'QubitChannel': the Kraus matrices require grad, but a "
+                         "QubitChannel is a constant channel (its Kraus matrices are not "
+                         "differentiated); detach them, or write the noise with parametrized "
+                         "channels (qd.AmplitudeDamping(gamma, wires), ...) whose parameters "
+                         "are differentiable")
     try:
         ks = torch.stack([torch.as_tensor(np.asarray(k) if not isinstance(k, torch.Tensor)
                                           else k).to(torch.complex128)

@@ -50,9 +50,10 @@ class Circuit:
                 if not (isinstance(w, int) and 0 <= w < self.num_wires):
                     raise QdiffError(f"gate '{op.gate.pl_name or op.name}' on wire {w!r}: out of "
                                      f"range for a {self.num_wires}-qubit circuit")
-            for p in op.params:
+            for i, p in enumerate(op.params):
                 if type(p) is float:
-                    if not math.isfinite(p):
+                    if not math.isfinite(p) and not (
+                            p == math.inf and i in getattr(op.gate, "unbounded", ())):
                         _not_finite(op, p)
                 elif isinstance(p, ParamRef):
                     if not 0 <= p.index < self.num_params:

@@ -29,7 +29,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from qdiff.circuits.channels import is_channel, qubit_channel
+from qdiff.circuits.channels import PauliError, QubitChannel, is_channel, \
+    pauli_error_channel, qubit_channel
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import Operation
 
@@ -44,6 +45,8 @@ class NoiseRule:
     wires: Optional[tuple]
     channel: object
     params: tuple = ()
+    fallback: bool = False  # applies only where no other rule of the gate matches (Aer's
+    #                         all-qubit errors, which a qubit's own error replaces)
 
     def matches(self, op) -> bool:
         return (self.gate == "*" or op.gate.name == self.gate) and \
@@ -59,6 +62,14 @@ class NoiseRule:
                          f"'{op.gate.name}' on wires {list(op.wires)} has {len(op.wires)}")
 
 
+def _wire(w, what: str) -> int:
+    """A wire index of a noise model: a non-negative integer (a device qubit)."""
+    if isinstance(w, bool) or not isinstance(w, numbers.Integral) or w < 0:
+        raise QdiffError(f"{what}: wire {w!r} is not a non-negative integer (noise models "
+                         "address wires by index: wire i is the device's qubit i)")
+    return int(w)
+
+
 @dataclass
 class NoiseModel:
     """Rules of gate noise and per-wire readout errors.
@@ -68,6 +79,7 @@ class NoiseModel:
 
     rules: list = field(default_factory=list)
     readout: dict = field(default_factory=dict)
+    readout_default: Optional[torch.Tensor] = None  # every wire without its own readout error
     name: str = "custom"
     native: Optional[tuple] = None
     num_qubits: Optional[int] = None
@@ -83,6 +95,14 @@ class NoiseModel:
             from qdiff.circuits.gates import GATES
             if name not in GATES:
                 raise QdiffError(f"noise rule: unknown gate '{name}'")
+        if channel is PauliError:   # add("cx", qd.PauliError, "XX", p): the word, then p
+            if not params:
+                raise QdiffError("noise rule: PauliError takes the Pauli word and p")
+            channel, params = pauli_error_channel(params[0]), params[1:]
+        elif channel is QubitChannel:  # add("x", qd.QubitChannel, kraus_matrices)
+            if len(params) != 1:
+                raise QdiffError("noise rule: QubitChannel takes one list of Kraus matrices")
+            channel, params = qubit_channel(params[0]), ()
         if not is_channel(channel):
             raise QdiffError(f"noise rule: {channel!r} is not a channel (qd.DepolarizingChannel, "
                              "qd.AmplitudeDamping, ...)")
@@ -94,19 +114,34 @@ class NoiseModel:
                 raise QdiffError(f"noise rule: channel '{channel.name}' parameter "
                                  f"{channel.param_names[i]} must be a number; got {p!r}")
         channel.check([float(p) for p in params])
-        ws = None if wires is None else tuple(int(w) for w in
-                                              ([wires] if isinstance(wires, int) else wires))
+        if name != "*":
+            from qdiff.circuits.gates import GATES
+            if channel.num_wires not in (1, GATES[name].num_wires):
+                raise QdiffError(f"noise rule: channel '{channel.name}' acts on "
+                                 f"{channel.num_wires} wires but gate '{name}' on "
+                                 f"{GATES[name].num_wires}")
+        ws = None if wires is None else tuple(_wire(w, f"noise rule for '{name}'") for w in (
+            [wires] if isinstance(wires, numbers.Integral) or not hasattr(wires, "__iter__")
+            else wires))
+        if ws is not None and name != "*":
+            from qdiff.circuits.gates import GATES
+            k = GATES[name].num_wires
+            if len(ws) != k or len(set(ws)) != k:
+                raise QdiffError(f"noise rule for '{name}': wires {list(ws)} do not name the "
+                                 f"{k} distinct wire(s) of a '{name}' gate, so it would never "
+                                 "match")
         self.rules.append(NoiseRule(name, ws, channel, tuple(float(p) for p in params)))
         return self
 
     def add_readout(self, wire: int, p01: float, p10: float) -> "NoiseModel":
         """Readout error of ``wire``: ``p01`` = P(read 1 | prepared 0), ``p10`` = P(read 0 |
         prepared 1)."""
+        wire = _wire(wire, "readout error")
         for nm, p in (("p01", p01), ("p10", p10)):
             if not isinstance(p, numbers.Real) or isinstance(p, bool) or not 0 <= p <= 1:
                 raise QdiffError(f"readout error of wire {wire}: {nm}={p!r} is not a probability "
                                  "in [0, 1]")
-        self.readout[int(wire)] = torch.tensor([[1 - p01, p10], [p01, 1 - p10]],
+        self.readout[wire] = torch.tensor([[1 - p01, p10], [p01, 1 - p10]],
                                                dtype=torch.float64)
         return self
 
@@ -114,13 +149,14 @@ class NoiseModel:
         """Outcome probabilities ``p`` ``(B, 2**k)`` of ``wires`` seen through each wire's
         confusion matrix."""
         wires = list(wires)
-        if not any(w in self.readout for w in wires):
+        if self.readout_default is None and not any(w in self.readout for w in wires):
             return p
         k = len(wires)
         t = p.reshape(p.shape[0], *([2] * k))
         for i, w in enumerate(wires):
-            if w in self.readout:
-                m = self.readout[w].to(device=p.device, dtype=p.dtype)
+            m = self.readout.get(w, self.readout_default)
+            if m is not None:
+                m = m.to(device=p.device, dtype=p.dtype)
                 t = torch.movedim(torch.tensordot(t, m, dims=([1 + i], [1])), -1, 1 + i)
         return t.reshape(p.shape)
 
@@ -170,9 +206,12 @@ class NoiseModel:
                                  f"qd.compile(..., target='{self.name}'))")
 
     def apply(self, circuit):
-        """``circuit`` with the channels of every matching rule after each gate."""
+        """``circuit`` with the channels of every matching rule after each gate (remembered
+        per circuit for the model's current rules and device: the key is their content, so a
+        changed rule, or another model, never reuses a circuit made for different noise)."""
         from qdiff.circuits.circuit import memo
-        return memo(circuit, ("noise", id(self), len(self.rules)), lambda: self._apply(circuit))
+        key = ("noise", tuple(self.rules), self.native)
+        return memo(circuit, key, lambda: self._apply(circuit))
 
     def _apply(self, circuit):
         self.check_native(circuit)
@@ -181,9 +220,11 @@ class NoiseModel:
             ops.append(op)
             if is_channel(op.gate):
                 continue
-            for rule in self.rules:
-                if rule.matches(op):
-                    ops.extend(rule.operations(op))
+            rules = [r for r in self.rules if r.matches(op)]
+            if any(not r.fallback for r in rules if r.gate == op.gate.name):
+                rules = [r for r in rules if not r.fallback]
+            for rule in rules:
+                ops.extend(rule.operations(op))
         return circuit.with_operations(ops)
 
 
@@ -219,6 +260,50 @@ def _channel_of(error) -> object:
     return qubit_channel(ks, atol=1e-8)
 
 
+def _measure_matrix(qubits, error) -> torch.Tensor:
+    """The confusion matrix ``[outcome, prepared]`` of a quantum error Aer applies before
+    measuring one qubit: exact for the outcomes when the error maps populations to
+    populations (Pauli, reset, damping errors); any other is refused."""
+    from qiskit.quantum_info import Kraus
+    where = "all qubits" if qubits is None else f"qubits {list(qubits)}"
+    ks = np.asarray(Kraus(error).data)                              # (K, d, d)
+    if ks.shape[-1] != 2:
+        raise QdiffError(f"noise: the error on 'measure' of {where} acts on several qubits; "
+                         "it is not converted")
+    mixing = np.einsum("kij,kil->ijl", ks, ks.conj())               # [out, in j, in l]
+    if abs(mixing[:, 0, 1]).max() > 1e-10:
+        raise QdiffError(f"noise: the error on 'measure' of {where} turns coherences into "
+                         "outcome probabilities; only errors that map populations to "
+                         "populations (Pauli, reset, damping) are converted")
+    return torch.tensor(np.einsum("ijj->ij", mixing).real, dtype=torch.float64)
+
+
+def _readout_of(ro) -> torch.Tensor:
+    if ro.number_of_qubits != 1:
+        raise QdiffError("noise: correlated readout errors are not converted")
+    p = np.asarray(ro.probabilities, dtype=float)      # [prepared, measured]
+    return torch.tensor(p.T, dtype=torch.float64)
+
+
+def _readouts(model: NoiseModel, aer) -> None:
+    """Each qubit's confusion matrix ``[read, prepared]``: its readout error after the quantum
+    error Aer applies on 'measure' (each a qubit's own, else the all-qubit one)."""
+    ro = {int(q[0]) if len(q) == 1 else q: _readout_of(e)
+          for q, e in getattr(aer, "_local_readout_errors", {}).items()}
+    me = {int(q[0]) if len(q) == 1 else q: _measure_matrix(q, e)
+          for q, e in getattr(aer, "_local_quantum_errors", {}).get("measure", {}).items()}
+    dro = getattr(aer, "_default_readout_error", None)
+    dro = None if dro is None else _readout_of(dro)
+    dme = getattr(aer, "_default_quantum_errors", {}).get("measure")
+    dme = None if dme is None else _measure_matrix(None, dme)
+    eye = torch.eye(2, dtype=torch.float64)
+    for w in set(ro) | set(me):
+        model.readout[w] = ro.get(w, eye if dro is None else dro) @ \
+            me.get(w, eye if dme is None else dme)
+    if dro is not None or dme is not None:
+        model.readout_default = (eye if dro is None else dro) @ (eye if dme is None else dme)
+
+
 def from_qiskit(source, name: Optional[str] = None) -> NoiseModel:
     """A :class:`NoiseModel` from a fake device name (``"fake_manila"``), a Qiskit backend or
     a ``qiskit_aer.noise.NoiseModel``."""
@@ -234,24 +319,21 @@ def from_qiskit(source, name: Optional[str] = None) -> NoiseModel:
     aer = AerNoiseModel.from_backend(backend) if backend is not None else source
     label = name or (backend.name if backend is not None else "aer_noise_model")
     model = NoiseModel(name=label)
-    if getattr(aer, "_default_quantum_errors", None):
-        raise QdiffError("noise: qiskit_aer models with errors on all qubits of a gate "
-                         "(add_all_qubit_quantum_error) are not converted; use per-qubit errors")
     from qdiff.circuits.gates import GATES
     by_qiskit = {g.qiskit_name or g.name: g.name for g in GATES.values()}
-    for gname, per_qubits in getattr(aer, "_local_quantum_errors", {}).items():
+    by_qiskit.setdefault("u", "u3")  # Qiskit's U(theta, phi, lambda) is U3
+    errors = getattr(aer, "_local_quantum_errors", {})
+    for gname, per_qubits in errors.items():
         if gname not in by_qiskit:
-            continue  # reset, delay, measure: not gates of qdiff circuits
+            continue  # reset, delay, measure (below): not gates of qdiff circuits
         for qubits, err in per_qubits.items():
             ch = _channel_of(err)
             model.rules.append(NoiseRule(by_qiskit[gname], tuple(qubits), ch, ()))
-    for qubits, ro in getattr(aer, "_local_readout_errors", {}).items():
-        if len(qubits) != 1:
-            raise QdiffError("noise: correlated readout errors are not converted")
-        p = np.asarray(ro.probabilities, dtype=float)      # [prepared, measured]
-        model.readout[int(qubits[0])] = torch.tensor(p.T, dtype=torch.float64)
-    if getattr(aer, "_default_readout_error", None) is not None:
-        raise QdiffError("noise: an all-qubit readout error is not converted; give it per qubit")
+    for gname, err in getattr(aer, "_default_quantum_errors", {}).items():
+        if gname in by_qiskit:  # on every qubit where the gate has no error of its own
+            model.rules.append(NoiseRule(by_qiskit[gname], None, _channel_of(err), (),
+                                         fallback=True))
+    _readouts(model, aer)
     if backend is not None:
         model.num_qubits = backend.num_qubits
         basis = set(backend.operation_names) - {"delay", "measure", "reset", "if_else",

@@ -120,7 +120,9 @@ class Operation:
             raise QdiffError(f"gate '{label}' acts on {gate.num_wires} wire(s); got wires {list(wires)}")
         if len(set(wires)) != len(wires):
             raise QdiffError(f"gate '{label}': repeated wire in {list(wires)}")
-        params = tuple(check_param(p, label) for p in params)
+        free = getattr(gate, "unbounded", ())  # a channel's parameters that may be +inf
+        params = tuple(math.inf if i in free and type(p) is float and p == math.inf
+                       else check_param(p, label) for i, p in enumerate(params))
         return cls(gate, wires, params)
 
     @property

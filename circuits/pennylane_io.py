@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from qdiff.circuits.channels import CHANNELS, pauli_error_channel, qubit_channel
+from qdiff.circuits.channels import CHANNELS, is_channel, pauli_error_channel, qubit_channel
 from qdiff.circuits.circuit import Circuit, Recorded, StatePrep
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import (GATES, Gate, controlled_gate, multirz_gate, paulirot_gate,
@@ -144,6 +144,12 @@ def _angle(p, theta, interface: str, single: bool):
 def _pl_ops(op: Operation, angles: list, wires: list) -> list:
     import pennylane as qml
     name = op.name
+    if is_channel(op.gate):  # PennyLane's channel of the same name and parameters
+        if op.gate.pl_name == "PauliError":
+            return [qml.PauliError(name[len("PauliError["):-1], *angles, wires=wires)]
+        if name == "QubitChannel":
+            return [qml.QubitChannel(list(op.gate.kraus().detach().cpu().numpy()), wires=wires)]
+        return [getattr(qml, op.gate.pl_name)(*angles, wires=wires)]
     if name in _ADJOINT_OF:
         return [qml.adjoint(getattr(qml, _ADJOINT_OF[name])(wires=wires))]
     if name == "paulirot":

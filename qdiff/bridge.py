@@ -250,6 +250,14 @@ def engine_vjp(theta, g_out, plan: Plan, residual):
     (exact shift rules) instead, or a gradient whose further derivative raises."""
     if torch.is_grad_enabled() and plan.higher is not None and _has_shift_rules(plan):
         return shift_vjp(theta, g_out, replace(plan, rule=plan.higher, shared=None, higher=None))
+    if torch.is_grad_enabled() and plan.higher is not None and theta.requires_grad and \
+            plan.backend.capabilities.backprop and is_concrete(theta):
+        # a trainable parameter without a shift rule (a channel's): the exact derivative by
+        # backprop through the engine's own simulation, itself differentiable
+        flat = plan.backend.execute([plan.job(theta)])[0].outputs
+        (grad,) = torch.autograd.grad(flat, theta, g_out.to(flat.dtype), create_graph=True,
+                                      allow_unused=True)
+        return torch.zeros_like(theta) if grad is None else grad
     if not is_concrete(theta):
         # inside torch.func transforms the residual belongs to the folded batch of the vmap
         # rule, not to the batched view seen here: the engine runs its own forward instead

@@ -323,7 +323,8 @@ class QdiffMixed(Device):
         return vals[0] if len(vals) == 1 else tuple(vals)
 
     def _sampled(self, mps, rho, final, tape, batched, n):
-        read = self._readout(rho, final) if self.noise is not None and self.noise.readout \
+        read = self._readout(rho, final) if self.noise is not None and (
+            self.noise.readout or self.noise.readout_default is not None) \
             and any(_computational(m) for m in mps) else None
         if read is None or all(_computational(m) for m in mps):
             return self._measure(mps, read if read is not None else rho, tape, batched, n)
@@ -349,7 +350,7 @@ class QdiffMixed(Device):
         b = rho.shape[0]
         t = rho.reshape((b,) + (2,) * (2 * n))
         for i, q in enumerate(final):
-            m = self.noise.readout.get(q)
+            m = self.noise.readout.get(q, self.noise.readout_default)
             if m is None:
                 continue
             m = m.to(device=rho.device, dtype=rho.real.dtype).to(rho.dtype)

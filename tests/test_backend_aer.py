@@ -230,6 +230,19 @@ def test_errors():
         qd.qnode(qd.device("aer", wires=1, shots=10))(lambda: qd.sample(qd.X(0) + qd.Z(0)))()
 
 
+@pytest.mark.parametrize("make", [lambda: qd.device("aer", wires=2),
+                                  lambda: qd.device("aer", wires=2, shots=100),
+                                  lambda: qd.device("ibm", backend="fake_manila", wires=2)])
+def test_channels_are_refused_naming_the_channel(make):
+    @qd.qnode(make())
+    def f(p):
+        qd.Hadamard(0)
+        qd.DepolarizingChannel(p, wires=1)
+        return qd.expval(qd.Z(1))
+    with pytest.raises(QdiffError, match=r"channel 'DepolarizingChannel' on wires \[1\].*mixed"):
+        f(0.1)
+
+
 def test_qdiff_import_does_not_import_qiskit():
     import subprocess
     import sys

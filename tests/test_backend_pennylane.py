@@ -115,6 +115,35 @@ def test_shots_samples_and_counts():
     assert abs(float(e) - float(torch.cos(torch.tensor(1.0)))) < 5 * (1 / 500) ** 0.5
 
 
+def test_channels_run_on_default_mixed_as_on_the_mixed_engine():
+    """Every channel (PauliError and QubitChannel included) goes to PennyLane as its channel
+    of the same name: default.mixed equals qdiff's mixed engine to 1e-10."""
+    import numpy as np
+    v = np.linalg.qr(np.random.default_rng(1).normal(size=(8, 4))
+                     + 1j * np.random.default_rng(2).normal(size=(8, 4)))[0]
+
+    def body(x, p):
+        qd.RX(x, wires=0)
+        qd.RY(0.4, wires=1)
+        qd.CNOT([0, 1])
+        qd.PauliError("XY", 0.2, wires=[1, 0])
+        qd.QubitChannel([v[:4], v[4:]], wires=[0, 1])
+        qd.GeneralizedAmplitudeDamping(0.3, 0.2, wires=0)
+        qd.ThermalRelaxationError(0.1, 10.0, 12.0, 2.0, wires=1)
+        qd.AmplitudeDamping(0.2, wires=1)
+        qd.PhaseDamping(0.3, wires=0)
+        qd.BitFlip(0.1, wires=1)
+        qd.PhaseFlip(0.2, wires=0)
+        qd.DepolarizingChannel(p, wires=0)
+        qd.ResetError(0.1, 0.2, wires=1)
+        return qd.expval(qd.Z(0) @ qd.X(1)), qd.probs([1, 0])
+    x = torch.tensor([0.5, 1.3], dtype=torch.float64)
+    want = qd.qnode(qd.device("mixed", wires=2))(body)(x, 0.1)
+    got = qd.qnode(qd.device("pennylane", name="default.mixed", wires=2))(body)(x, 0.1)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=1e-10, rtol=0)
+
+
 def test_errors_and_repr():
     with pytest.raises(QdiffError, match="unknown PennyLane device 'nope.qubit'"):
         qd.device("pennylane", name="nope.qubit", wires=1)

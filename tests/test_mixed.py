@@ -303,6 +303,93 @@ def test_batched_channel_parameters_and_closed_forms():
     torch.testing.assert_close(f(g), 2 * g - 1)
 
 
+def test_channel_parameters_as_lists_arrays_and_under_vmap_are_batches():
+    """As for gate angles, a list or a numpy array is a batch of values, and torch.func.vmap
+    maps over channel parameters: <Z> after X and AmplitudeDamping(g) is 2g - 1."""
+    dev = qd.device("mixed", wires=1)
+
+    @qd.qnode(dev)
+    def f(g):
+        qd.PauliX(0)
+        qd.AmplitudeDamping(g, wires=0)
+        return qd.expval(qd.Z(0))
+    want = torch.tensor([-0.8, 0.0, 0.4], dtype=torch.float64)
+    for g in ([0.1, 0.5, 0.7], np.array([0.1, 0.5, 0.7]), (0.1, 0.5, 0.7)):
+        torch.testing.assert_close(f(g), want)
+    assert abs(float(f(np.float32(0.5)))) < 1e-7
+    g = torch.tensor([0.1, 0.5, 0.7], dtype=torch.float64)
+    torch.testing.assert_close(torch.func.vmap(f)(g), want)
+    with pytest.raises(qd.QdiffError, match="AmplitudeDamping.*gamma=1.5"):
+        torch.func.grad(f)(torch.tensor(1.5, dtype=torch.float64))
+
+
+def test_static_qnodes_take_channel_parameters_as_numbers():
+    dev = qd.device("mixed", wires=1)
+
+    def body(x, g):
+        qd.RX(x, wires=0)
+        qd.AmplitudeDamping(g, wires=0)
+        return qd.expval(qd.Z(0))
+    f = qd.qnode(dev, static=True)(body)
+    x = torch.tensor(0.4, dtype=torch.float64)
+    # <Z> = 1 - (1 - g)(1 - cos x)
+    assert abs(float(f(x, 0.3)) - (1 - 0.7 * (1 - math.cos(0.4)))) < 1e-12
+    with pytest.raises(qd.QdiffError, match="AmplitudeDamping.*gamma.*static"):
+        f(x, torch.tensor(0.3, dtype=torch.float64))
+
+
+def test_channel_parameters_by_pennylane_keywords_equal_default_mixed():
+    pytest.importorskip("pennylane")
+    import pennylane as qml
+
+    def body(lib):
+        lib.RX(0.7, wires=0)
+        lib.RY(0.4, wires=1)
+        lib.CNOT(wires=[0, 1])
+        lib.BitFlip(p=0.1, wires=0)
+        lib.DepolarizingChannel(p=0.2, wires=1)
+        lib.AmplitudeDamping(gamma=0.3, wires=0)
+        lib.GeneralizedAmplitudeDamping(p=0.2, gamma=0.3, wires=1)
+        lib.PhaseDamping(gamma=0.4, wires=0)
+        lib.ResetError(p0=0.1, p1=0.2, wires=1)
+        lib.ThermalRelaxationError(0.1, 10.0, t2=12.0, tg=1.0, wires=0)
+        return lib.density_matrix(wires=[0, 1])
+    got = qd.qnode(qd.device("mixed", wires=2))(lambda: body(qd))()
+    want = qml.qnode(qml.device("default.mixed", wires=2))(lambda: body(qml))()
+    np.testing.assert_allclose(got.numpy(), np.asarray(want), atol=1e-12)
+    with pytest.raises(qd.QdiffError, match="BitFlip.*p given twice"):
+        qd.BitFlip(0.1, p=0.2, wires=0)
+    with pytest.raises(qd.QdiffError, match=r"ResetError.*missing.*p_1"):
+        qd.ResetError(p0=0.1, wires=0)
+
+
+def test_thermal_relaxation_without_t1_or_t2_decay():
+    """t1 = inf or t2 = inf (no decay of that kind), as PennyLane and Qiskit accept: after
+    RY(x), <X> = sin(x) exp(-tq/t2) and <Z> = cos(x) when t1 = inf; no change at all when both
+    are inf; a noise model takes the same values."""
+    inf = math.inf
+    dev = qd.device("mixed", wires=1)
+
+    @qd.qnode(dev)
+    def f(t1, t2):
+        qd.RY(0.9, wires=0)
+        qd.ThermalRelaxationError(0.1, t1, t2, 2.0, wires=0)
+        return qd.expval(qd.X(0)), qd.expval(qd.Z(0))
+    x, z = f(inf, 8.0)
+    assert abs(float(x) - math.sin(0.9) * math.exp(-2 / 8)) < 1e-12
+    assert abs(float(z) - math.cos(0.9)) < 1e-12
+    x, z = f(inf, inf)
+    assert abs(float(x) - math.sin(0.9)) < 1e-12 and abs(float(z) - math.cos(0.9)) < 1e-12
+    m = qd.noise.NoiseModel().add("ry", qd.ThermalRelaxationError, 0.1, inf, 8.0, 2.0)
+    g = qd.qnode(qd.device("mixed", wires=1, noise=m))(lambda: (qd.RY(0.9, wires=0),
+                                                               qd.expval(qd.X(0)))[-1])
+    assert abs(float(g()) - math.sin(0.9) * math.exp(-2 / 8)) < 1e-12
+    with pytest.raises(qd.QdiffError, match="ThermalRelaxationError.*t1"):
+        f(-inf, 8.0)
+    with pytest.raises(qd.QdiffError, match="ThermalRelaxationError.*2\\*t1"):
+        f(5.0, inf)
+
+
 def test_noiseless_circuits_agree_with_the_statevector_engine():
     r = np.random.default_rng(3)
     n = 3
@@ -340,6 +427,26 @@ def test_shots_sample_counts_and_probs():
     assert g() == {"1": 4000}
 
 
+def test_sampled_observables_go_through_the_readout_errors_of_their_wires():
+    """sample(op) reads the op's wires out in its eigenbasis, through each wire's confusion
+    matrix, as sample(wires=...) does: a definite +1 read with P(flip) = p01 (prepared 0),
+    so the mean is 1 - 2*p01; a product of two such wires has mean (1 - 2*p01)(1 - 2*p01')."""
+    m = qd.noise.NoiseModel().add_readout(0, 0.2, 0.1).add_readout(1, 0.05, 0.3)
+    dev = qd.device("mixed", wires=2, noise=m, shots=40000, seed=1)
+
+    @qd.qnode(dev)
+    def f():
+        qd.Hadamard(1)
+        return (qd.sample(qd.Z(0)), qd.sample(qd.X(1)), qd.sample(qd.Z(0) @ qd.X(1)),
+                qd.sample(wires=[0]))
+    z0, x1, zx, bits = f()
+    tol = 5 / math.sqrt(40000)
+    assert abs(float(z0.double().mean()) - 0.6) < tol
+    assert abs(float(x1.double().mean()) - 0.9) < tol
+    assert abs(float(zx.double().mean()) - 0.54) < tol
+    assert abs(float(1 - 2 * bits.double().mean()) - 0.6) < tol
+
+
 def test_density_matrix_wire_order_and_purity_of_bell_state():
     dev = qd.device("mixed", wires=3)
 
@@ -370,9 +477,18 @@ def test_density_matrix_wire_order_and_purity_of_bell_state():
     (lambda: qd.QubitChannel([np.eye(2), np.eye(2)], wires=0), ["QubitChannel",
                                                                  "trace preserving"]),
     (lambda: qd.QubitChannel([np.eye(3)], wires=0), ["QubitChannel", "2**k"]),
+    (lambda: qd.QubitChannel(torch.eye(2, dtype=torch.complex128)[None].requires_grad_(),
+                             wires=0), ["QubitChannel", "require grad"]),
+    (lambda: qd.QubitChannel([torch.eye(2, dtype=torch.complex128).requires_grad_()],
+                             wires=0), ["QubitChannel", "require grad"]),
     (lambda: qd.PauliError("XQ", 0.1, wires=[0, 1]), ["PauliError", "XQ"]),
     (lambda: qd.BitFlip(torch.tensor([0.1, 1.2]), wires=0), ["BitFlip", "1.2"]),
     (lambda: qd.BitFlip("0.1", wires=0), ["BitFlip", "p"]),
+    (lambda: qd.BitFlip(0.1 + 0.2j, wires=0), ["BitFlip", "parameter p", "real"]),
+    (lambda: qd.BitFlip(np.complex128(0.1), wires=0), ["BitFlip", "parameter p", "real"]),
+    (lambda: qd.BitFlip(torch.tensor(0.1 + 0j), wires=0), ["BitFlip", "parameter p", "real"]),
+    (lambda: qd.BitFlip([[0.1], "a"], wires=0), ["BitFlip", "parameter p", "real"]),
+    (lambda: qd.BitFlip([0.1, 1.2], wires=0), ["BitFlip", "1.2"]),
     (lambda: qd.BitFlip(0.1, wires=0, foo=1), ["BitFlip", "foo"]),
     (lambda: qd.DepolarizingChannel(0.1, wires=[0, 1]), ["DepolarizingChannel", "1 wire"]),
 ])
@@ -423,3 +539,25 @@ def test_best_with_shots_differentiates_channel_parameters_by_finite_differences
     # <Z> = cos(x) (1 - 4p/3)
     assert abs(float(x.grad) + math.sin(0.5) * (1 - 0.8 / 3)) < 0.03
     assert abs(float(p.grad) + 4 / 3 * math.cos(0.5)) < 0.03
+
+
+def test_shots_from_a_channel_outside_its_range_are_refused_naming_it():
+    """Finite differences with shots ('best', step 0.1) evaluate AmplitudeDamping at gamma
+    +- 0.1. After RX(x) the shifted map at gamma = -0.05 still gives a distribution
+    (P(1) = (1 - gamma) sin(x/2)**2), whose central difference is the exact derivative in
+    expectation: dP(1)/dgamma = -sin(x/2)**2. At gamma = 0.97 the shift reaches 1.07 and
+    P(1) < 0: refused (never clipped), naming the channel and the parameter."""
+    dev = qd.device("mixed", wires=1, shots=200000, seed=5)
+
+    @qd.qnode(dev)
+    def f(g):
+        qd.RX(0.5, wires=0)
+        qd.AmplitudeDamping(g, wires=0)
+        return qd.probs(wires=[0])
+    s2 = math.sin(0.25) ** 2
+    g = torch.tensor(0.05, dtype=torch.float64, requires_grad=True)
+    f(g)[1].backward()
+    assert abs(float(g.grad) + s2) < 5 * math.sqrt(2 * s2 / 200000) / 0.2
+    g = torch.tensor(0.97, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(qd.QdiffError, match=r"not a distribution.*AmplitudeDamping.*gamma=1.07"):
+        f(g)[1].backward()

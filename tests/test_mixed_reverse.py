@@ -307,6 +307,29 @@ def test_second_derivative_with_best_uses_parameter_shift():
     assert abs(float(h) + scale * np.cos(0.4)) < 1e-10
 
 
+def test_second_derivative_with_best_and_a_trainable_channel_uses_backprop():
+    """A channel parameter has no shift rule: create_graph=True with 'best' differentiates by
+    backprop through the engine instead. <Z> = 1 - (1 - p)(1 - cos x): the Hessian is
+    [[-(1 - p) cos x, sin x], [sin x, 0]], binding by binding."""
+    dev = qd.device("mixed", wires=1)
+
+    @qd.qnode(dev)
+    def f(x, p):
+        qd.RX(x, wires=0)
+        qd.AmplitudeDamping(p, wires=0)
+        return qd.expval(qd.Z(0))
+    x = torch.tensor([0.4, 1.1], dtype=torch.float64, requires_grad=True)
+    p = torch.tensor([0.3, 0.05], dtype=torch.float64, requires_grad=True)
+    gx, gp = torch.autograd.grad(f(x, p).sum(), (x, p), create_graph=True)
+    torch.testing.assert_close(gx, -(1 - p) * torch.sin(x))
+    torch.testing.assert_close(gp, 1 - torch.cos(x))
+    hxx, hxp = torch.autograd.grad(gx.sum(), (x, p), retain_graph=True)
+    hpx, = torch.autograd.grad(gp.sum(), x)
+    torch.testing.assert_close(hxx, -(1 - p.detach()) * torch.cos(x.detach()))
+    torch.testing.assert_close(hxp, torch.sin(x.detach()))
+    torch.testing.assert_close(hpx, torch.sin(x.detach()))
+
+
 # ------------------------------------------------------------------------------------------
 # memory
 
@@ -455,3 +478,21 @@ def test_vmap_of_grad_of_the_reverse_mode():
         ax, ap = torch.autograd.grad(f(xi, pi), (xi, pi))
         torch.testing.assert_close(gx[i], ax)
         torch.testing.assert_close(gp[i], ap)
+
+
+def test_torch_func_vmap_of_grad_through_the_reverse_mode():
+    """vmap over bindings of torch.func.grad through the adjoint (a gate angle and a channel
+    parameter per binding) is the closed form, binding by binding:
+    <Z> = 1 - (1 - p)(1 - cos x)."""
+    dev = qd.device("mixed", wires=1)
+
+    @qd.qnode(dev, diff_method="adjoint")
+    def f(x, p):
+        qd.RX(x, wires=0)
+        qd.AmplitudeDamping(p, wires=0)
+        return qd.expval(qd.Z(0))
+    x = torch.tensor([0.3, 0.4, 1.2], dtype=torch.float64)
+    p = torch.tensor([0.3, 0.5, 0.05], dtype=torch.float64)
+    gx, gp = torch.func.vmap(torch.func.grad(f, argnums=(0, 1)))(x, p)
+    torch.testing.assert_close(gx, -(1 - p) * torch.sin(x))
+    torch.testing.assert_close(gp, 1 - torch.cos(x))

@@ -19,11 +19,13 @@ import torch
 from qdiff.backends.base import (Backend, Capabilities, Result, flat_outputs, register_backend,
                                  torch_placement)
 from qdiff.backends.mixed import reverse
-from qdiff.backends.mixed.measure import measure_all
+from qdiff.backends.mixed.measure import NotADistribution, measure_all
 from qdiff.backends.mixed.simulate import check_memory, evolve
 from qdiff.circuits import memory
+from qdiff.circuits.channels import is_channel
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.noise import NoiseModel, resolve_noise
+from qdiff.circuits.operation import ParamRef
 
 
 @dataclass
@@ -37,6 +39,21 @@ class Residual:
     blocks: Optional[reverse.Blocks] = None
     sups: Optional[list] = None
     tape: Optional[reverse.Tape] = None
+
+
+def channel_out_of_range(circuit, theta: torch.Tensor) -> str:
+    """What is wrong with the first channel of ``circuit`` whose parameters in ``theta``
+    ``(B, P)`` are outside their range (the check's message), or a note that none is."""
+    for op in circuit.operations:
+        if not is_channel(op.gate) or not op.params:
+            continue
+        vals = [theta[:, p.index].detach() * p.scale + p.offset if isinstance(p, ParamRef)
+                else p for p in op.params]
+        try:
+            op.gate.check(vals)
+        except QdiffError as exc:
+            return f"{exc} (on wires {list(op.wires)})"
+    return "no channel parameter is outside its range"
 
 
 @register_backend("mixed", "density_matrix")
@@ -124,8 +141,14 @@ class MixedBackend(Backend):
                 out.append(self._execute_keeping(job))
                 continue
             rho = self.density_matrices(job.circuit, job.theta, job.initial_state)
-            outs = measure_all(rho, job.circuit, shots,
-                               self.generator(rho.device) if shots else None, self.noise)
+            try:
+                outs = measure_all(rho, job.circuit, shots,
+                                   self.generator(rho.device) if shots else None, self.noise)
+            except NotADistribution as exc:
+                bad = channel_out_of_range(self.noisy(job.circuit), job.theta)
+                raise QdiffError(f"{exc}: {bad} (finite differences, which 'best' takes with "
+                                 "shots, move channel parameters by their step h: keep them h "
+                                 "inside their range, or differentiate without shots)") from None
             out.append(Result(flat_outputs(outs) if job.flat else outs))
         return out
 

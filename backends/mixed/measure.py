@@ -13,8 +13,9 @@ import string
 
 import torch
 
-from qdiff.backends.statevector.measure import apply_observable, marginal, sample_indices, \
-    shared_basis, shared_basis_values, term_basis
+from qdiff.backends.statevector.measure import apply_observable, marginal, shared_basis, \
+    shared_basis_values, term_basis
+from qdiff.backends.statevector.measure import sample_indices as _sample_indices
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import Observable
 
@@ -101,6 +102,22 @@ def _rotated(rho: torch.Tensor, term, n: int):
     return p, eig.to(device=rho.device, dtype=p.dtype)
 
 
+class NotADistribution(QdiffError):
+    """Outcome probabilities to draw shots from that are negative or NaN: the state is not a
+    density matrix (a channel evaluated outside its parameter range)."""
+
+
+def sample_indices(p: torch.Tensor, shots: int, generator, words: int = 3) -> torch.Tensor:
+    """:func:`~qdiff.backends.statevector.measure.sample_indices` of probabilities ``p``
+    checked first: negative entries (beyond rounding) or NaN are refused, never clipped."""
+    if p.numel():
+        low = float(p.detach().min()) if bool(torch.isfinite(p).all()) else float("nan")
+        if not low >= -1e-9:
+            raise NotADistribution(f"the outcome probabilities to sample are not a distribution "
+                                   f"(smallest {low:.3g})")
+    return _sample_indices(p, shots, generator, words)
+
+
 def sampled_expval(rho, obs, n, shots, generator):
     total = torch.zeros(rho.shape[0], dtype=rho.real.dtype, device=rho.device)
     coeffs = obs.real_coeffs().to(device=rho.device, dtype=total.dtype)
@@ -115,10 +132,14 @@ def sampled_var(rho, obs, n, shots, generator):
     return vals.pow(2).mean(-1) - vals.mean(-1) ** 2
 
 
-def sample_eigvals(rho, obs, n, shots, generator, what: str = "sample(op)"):
-    """``(B, shots)`` values of ``obs`` (one term, or terms commuting wire by wire)."""
+def sample_eigvals(rho, obs, n, shots, generator, readout=None, what: str = "sample(op)"):
+    """``(B, shots)`` values of ``obs`` (one term, or terms commuting wire by wire): its wires
+    are read out in the shared eigenbasis, through the readout errors of those wires."""
     basis = shared_basis(obs, what)
     p, _ = _rotated(rho, basis, n)
+    wires = term_basis(basis)[1]
+    if readout is not None and wires:
+        p = readout.readout_probs(p, wires)
     return shared_basis_values(sample_indices(p, shots, generator), obs, basis, p.dtype)
 
 
@@ -160,7 +181,8 @@ def measure_all(rho, circuit, shots, generator, readout=None) -> list:
         elif m.kind in ("sample", "counts"):
             if not shots:
                 raise QdiffError(f"{m.kind}() needs a device with shots (qd.device(..., shots=N))")
-            out.append(sample_eigvals(rho, m.obs, n, shots, generator) if m.obs is not None
+            out.append(sample_eigvals(rho, m.obs, n, shots, generator, readout)
+                       if m.obs is not None
                        else sample_bits(rho, m.wires, n, shots, generator, readout))
         else:
             raise QdiffError(f"unknown measurement '{m.kind}'")

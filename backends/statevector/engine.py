@@ -162,9 +162,9 @@ class StatevectorBackend(Backend):
         circuit = job.circuit if self.noise is None else self.noise.apply(job.circuit)
         dev = self.target_device(job.theta)
         k = self.trajectories
-        states = simulate_trajectories(circuit, job.theta, k, self.cdtype, dev,
-                                       self.generator(dev), job.initial_state)
-        outs = trajectory_measurements(states, circuit, k, self.noise)
+        states, weights = simulate_trajectories(circuit, job.theta, k, self.cdtype, dev,
+                                                self.generator(dev), job.initial_state)
+        outs = trajectory_measurements(states, circuit, k, self.noise, weights)
         return Result(flat_outputs(outs) if job.flat else outs)
 
     def vjp(self, jobs, cotangents, residuals) -> list:
@@ -187,12 +187,16 @@ def _keeping(job):
     return replace(job, keep=True, flat=True)
 
 
-def trajectory_measurements(states, circuit, k: int, noise=None) -> list:
-    """Trajectory averages (``states`` ``(B*K, 2**n)``, unnormalised) of each measurement."""
+def trajectory_measurements(states, circuit, k: int, noise=None, weights=None) -> list:
+    """Trajectory averages (``states`` ``(B*K, 2**n)``, unnormalised, with ``weights``
+    ``(B*K,)``) of each measurement."""
     n = circuit.num_wires
     b = states.shape[0] // k
 
     def mean(x):
+        if weights is not None:
+            x = x * weights.reshape(-1, *([1] * (x.ndim - 1))).to(
+                x.real.dtype if x.is_complex() else x.dtype)
         return x.reshape(b, k, *x.shape[1:]).mean(1)
     out = []
     for m in circuit.measurements:

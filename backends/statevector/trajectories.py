@@ -1,15 +1,16 @@
 """Noisy circuits on state vectors by quantum trajectories (Monte-Carlo wave functions).
 
 Each binding runs as ``K`` trajectories in ONE batched simulation (``B*K`` state vectors).
-At a channel with Kraus operators ``K_k``, every trajectory draws ``k`` with a probability
-``q_k`` that does not depend on its state (``q_k ~ Tr(K_k^+ K_k)``; where a branch has
-zero weight, mixed with 5% of the uniform choice so that it stays reachable: its derivative
-may not vanish) and continues with ``K_k psi / sqrt(q_k)``.
-Then ``E[psi psi^+] = sum_k K_k rho K_k^+`` exactly: every average over trajectories (expval,
-probs, density matrices) is an unbiased estimate of the mixed-state value, and since the
-states are linear in each Kraus operator at fixed draws, autograd through the simulation gives
-unbiased gradients of gate angles and channel parameters alike. The draws come from the
-device's seeded generator.
+At a channel with Kraus operators ``K_k = sqrt(w_k) M_k`` (:meth:`Channel.branches`), every
+trajectory draws ``k`` with a probability ``q_k`` that does not depend on its state (``q_k ~
+Tr(K_k^+ K_k)``; where a branch has zero weight, mixed with 5% of the uniform choice so that it
+stays reachable: its derivative may not vanish), continues with ``M_k psi`` and multiplies its
+weight by ``w_k / q_k`` (linear in ``w_k``: no square root to differentiate at p = 0). Then
+``E[weight psi psi^+] = sum_k K_k rho K_k^+`` exactly: every average over trajectories
+(expval, probs, density matrices) is an unbiased estimate of the mixed-state value, and since
+the states are linear in each operator and the weights in each ``w_k`` at fixed draws,
+autograd through the simulation gives unbiased gradients of gate angles and channel
+parameters alike. The draws come from the device's seeded generator.
 """
 from __future__ import annotations
 
@@ -40,11 +41,15 @@ def _segments(ops) -> list:
     return out
 
 
-def apply_channel(state, kraus, wires, n, generator) -> torch.Tensor:
-    """One draw per trajectory: ``state`` ``(R, 2**n)``, ``kraus`` ``(R or 1, m, d, d)``."""
+def apply_channel(state, weights, ops, wires, n, generator) -> tuple:
+    """One draw per trajectory: ``state`` ``(R, 2**n)``; the channel's Kraus operators
+    ``K_k = sqrt(w_k) M_k`` as ``weights`` ``(R or 1, m)`` and ``ops`` ``(R or 1, m, d, d)``.
+    Returns ``(M_k psi, w_k / q_k)``: the drawn operator's state and the trajectory's weight
+    factor (linear in ``w_k``, so its derivative exists where ``w_k = 0``)."""
     r = state.shape[0]
     with torch.no_grad():
-        weight = (kraus.abs() ** 2).sum((-2, -1)).real.to(torch.float64)     # (R', m)
+        norms = (ops.abs() ** 2).sum((-2, -1)).real.to(torch.float64)
+        weight = weights.detach().to(torch.float64) * norms                   # (R', m)
         weight = weight / weight.sum(-1, keepdim=True)
         m = weight.shape[-1]
         # rows where a branch has zero weight (p = 0) keep it reachable: its derivative counts
@@ -53,19 +58,21 @@ def apply_channel(state, kraus, wires, n, generator) -> torch.Tensor:
         q = q.expand(r, m).to(state.device)
         idx = torch.multinomial(q.cpu() if generator.device.type == "cpu" else q, 1,
                                 generator=generator).to(state.device)[:, 0]
-        scale = q.gather(1, idx[:, None])[:, 0].rsqrt().to(state.real.dtype)
-    ks = kraus.expand(r, *kraus.shape[1:])
-    chosen = ks[torch.arange(r, device=state.device), idx] * scale.to(ks.dtype)[:, None, None]
-    chosen = chosen.to(state.dtype)
+        q_drawn = q.gather(1, idx[:, None])[:, 0]
+    rows = torch.arange(r, device=state.device)
+    w = weights.to(state.device).expand(r, m)[rows, idx]
+    factor = w.to(state.real.dtype) / q_drawn.to(state.real.dtype)
+    chosen = ops.to(state.device).expand(r, *ops.shape[1:])[rows, idx].to(state.dtype)
     if len(wires) == 1:
-        return kernels.apply_one_qubit(state, chosen, wires[0], n, False)
-    return kernels.apply_matrix(state, chosen, tuple(wires), n)
+        return kernels.apply_one_qubit(state, chosen, wires[0], n, False), factor
+    return kernels.apply_matrix(state, chosen, tuple(wires), n), factor
 
 
 def simulate_trajectories(circuit, theta, trajectories: int, cdtype, device, generator,
                           initial_state=None) -> torch.Tensor:
-    """Final (unnormalised) trajectory states ``(B*K, 2**n)``: rows ``b*K .. b*K+K-1`` belong
-    to binding ``b``."""
+    """Final (unnormalised) trajectory states ``(B*K, 2**n)`` and their weights ``(B*K,)``
+    (every average is ``mean(weight * quadratic form of the state)``): rows
+    ``b*K .. b*K+K-1`` belong to binding ``b``."""
     n = circuit.num_wires
     b = theta.shape[0]
     rows = b * trajectories
@@ -80,6 +87,7 @@ def simulate_trajectories(circuit, theta, trajectories: int, cdtype, device, gen
         state = state.repeat_interleave(trajectories, 0)
     ops = circuit.operations
     angles = None
+    weight = torch.ones(rows, dtype=rdtype, device=device)
     for kind, part in _segments(ops):
         if kind == "gates":
             state = evolve(state, part, th, n, rdtype, inplace=False, fuse=True,
@@ -89,6 +97,9 @@ def simulate_trajectories(circuit, theta, trajectories: int, cdtype, device, gen
         if angles is None:
             angles = circuit_angles(ops, th, rdtype)
         ps = [a.expand(rows) if a.shape[0] == 1 else a for a in angles[part]]
-        kraus = op.gate.kraus_fn(*ps) if ps else op.gate.kraus_fn().unsqueeze(0)
-        state = apply_channel(state, kraus.to(device), op.wires, n, generator)
-    return state
+        w, mats = op.gate.branches(*ps)
+        if not ps:
+            w, mats = w.unsqueeze(0), mats.unsqueeze(0)
+        state, factor = apply_channel(state, w, mats, op.wires, n, generator)
+        weight = weight * factor
+    return state, weight
