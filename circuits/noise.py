@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -74,7 +74,9 @@ def _wire(w, what: str) -> int:
 class NoiseModel:
     """Rules of gate noise and per-wire readout errors.
 
-    ``native``: ``(basis gate names, coupled pairs)`` of a device, or ``None`` (any circuit).
+    ``native``: ``(basis gate names, coupled pairs)`` of a device, or ``None`` (any circuit);
+    ``device``: the Qiskit backend a model made from one describes (circuits not native to it
+    are routed on it).
     """
 
     rules: list = field(default_factory=list)
@@ -83,6 +85,7 @@ class NoiseModel:
     name: str = "custom"
     native: Optional[tuple] = None
     num_qubits: Optional[int] = None
+    device: Any = field(default=None, repr=False, compare=False)  # the Qiskit backend described
 
     def add(self, gate, channel, *params, wires=None) -> "NoiseModel":
         """After every ``gate`` (name like ``"cx"`` or a gate such as ``qd.CNOT``; ``"*"`` for
@@ -335,6 +338,7 @@ def from_qiskit(source, name: Optional[str] = None) -> NoiseModel:
                                          fallback=True))
     _readouts(model, aer)
     if backend is not None:
+        model.device = backend
         model.num_qubits = backend.num_qubits
         basis = set(backend.operation_names) - {"delay", "measure", "reset", "if_else",
                                                  "for_loop", "switch_case", "while_loop"}

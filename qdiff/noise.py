@@ -121,12 +121,14 @@ def _prepare(circuit: Circuit, model: NoiseModel, lay, seed: int) -> Routing:
                              "circuit's state is of the physical qubits; return density_matrix "
                              "or probs of given wires")
     ops_key = tuple((op.gate, op.wires, op.params) for op in circuit.operations)
+    target = model.device if model.device is not None else model.name
+    args = (ops_key, n, circuit.num_params, model.name, lay, seed, target)
     try:
         hash(ops_key)
     except TypeError:  # tensor angles: no structural cache
-        core = _route_ops.__wrapped__(ops_key, n, circuit.num_params, model.name, lay, seed)
+        core = _route_ops.__wrapped__(*args)
     else:
-        core = _route_ops(ops_key, n, circuit.num_params, model.name, lay, seed)
+        core = _route_ops(*args)
     phys, columns, imp, initial, final = core
     mapping = dict(zip(range(n), final))
     ms = []
@@ -140,15 +142,16 @@ def _prepare(circuit: Circuit, model: NoiseModel, lay, seed: int) -> Routing:
 
 
 @caches.cached(maxsize=64)
-def _route_ops(ops_key, n: int, num_params: int, name: str, lay, seed: int) -> tuple:
+def _route_ops(ops_key, n: int, num_params: int, name: str, lay, seed: int, target) -> tuple:
     """The routed operations of a circuit's operations (by structure: the transpiler runs
-    once per structure), its parameter columns, the import, initial and final layouts."""
+    once per structure), its parameter columns, the import, initial and final layouts.
+    ``target``: the Qiskit backend, or a device name; ``name`` names it in errors."""
     from qdiff.circuits.operation import Operation
     from qdiff.compiler.target import route
     bare = Circuit(n, tuple(Operation(g, w, p) for g, w, p in ops_key), (), num_params)
     try:
         routed = route(SimpleNamespace(circuit=bare, measurements=[], num_clbits=0),
-                       name, seed, num_qubits=n, initial_layout=lay)
+                       target, seed, num_qubits=n, initial_layout=lay)
     except QdiffError:
         raise
     except Exception as exc:  # noqa: BLE001 - Qiskit's transpiler errors

@@ -545,3 +545,35 @@ def test_draw_shows_the_routed_circuit_at_the_device_level(manila):
     assert qd.draw(plain, level="device")(w) == qd.draw(plain)(w)
     with pytest.raises(qd.QdiffError, match="level"):
         qd.draw(f, level="gradient")
+
+
+@pytest.mark.parametrize("source", ["generic", "named"])
+def test_any_qiskit_backend_routes_on_itself(source):
+    """A model made from any Qiskit backend (GenericBackendV2, not a named fake device), or
+    from a fake device under a name of the user's, routes non-native circuits on that backend:
+    the values equal Aer's density matrix of the routed circuit with the backend's noise."""
+    from qiskit.providers.fake_provider import GenericBackendV2
+    from qiskit_aer import AerSimulator
+    from qiskit_aer.noise import NoiseModel as AerNoise
+    from qiskit_ibm_runtime.fake_provider import FakeManilaV2
+    from qdiff.circuits.qiskit_io import to_qiskit
+    if source == "generic":
+        backend = GenericBackendV2(num_qubits=N, coupling_map=[[i, i + 1] for i in range(N - 1)],
+                                   seed=11)
+        model = qd.noise.from_backend(backend)
+    else:
+        backend = FakeManilaV2()
+        model = qd.noise.from_backend("fake_manila", name="my_device")
+    f = qd.qnode(qd.device("mixed", wires=N, noise=model))(body)
+    args = (torch.tensor(0.4, dtype=torch.float64), torch.tensor(-0.7, dtype=torch.float64))
+    outs = f(*args)
+    rec = f.construct(*args)[0]
+    assert not qd.noise.native(rec.circuit, model)
+    r = qd.noise.prepare(rec.circuit, model)
+    qc = to_qiskit(r.circuit, theta=r.theta(rec.theta).detach())
+    qc.save_density_matrix()
+    sim = AerSimulator(method="density_matrix", noise_model=AerNoise.from_backend(backend))
+    rho = np.asarray(sim.run(qc).result().data()["density_matrix"]).reshape([2] * (2 * N))
+    rho = rho.transpose(list(range(N))[::-1] + list(range(N, 2 * N))[::-1])
+    _check(outs, _logical(rho, r.final))
+    assert abs(float(outs[0]) - 1.0) > 1e-3  # the backend's noise acts
