@@ -268,8 +268,12 @@ def _build_recorded(items, meas_in, labels, check_batch=None) -> Recorded:
         try:
             return tuple(wmap[w] for w in ws)
         except KeyError as e:
+            from qdiff.circuits.midcircuit import is_mid_wire
+            if what == "gate 'CNOT'" and any(is_mid_wire(w) for w in ws):
+                what = "qd.measure"  # the deferred measurement's CNOT onto its outcome wire
+            user = [w for w in labels if not is_mid_wire(w)]
             raise QdiffError(f"{what} on wire {e.args[0]!r}: the device has wires "
-                             f"{list(labels) if n <= 16 else f'0..{n - 1}'}") from None
+                             f"{user if len(user) <= 16 else f'0..{len(user) - 1}'}") from None
 
     for it in items:
         if isinstance(it, OpBlock):

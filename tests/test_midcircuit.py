@@ -233,3 +233,15 @@ def test_pennylane_postselect_is_refused():
         return qd.expval(qd.Z(1))
     with pytest.raises(QdiffError, match="postselect is not supported"):
         f()
+
+
+def test_measure_on_a_wire_the_device_lacks_names_the_measurement():
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RX(x, wires=0)
+        qd.measure(5)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffError, match=r"qd.measure on wire 5: the device has wires \[0, 1\]$"):
+        f(torch.tensor(0.3))
