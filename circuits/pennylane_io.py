@@ -75,11 +75,30 @@ def to_pennylane_observable(obs: Observable, wire_map=None):
     return qml.Hamiltonian(coeffs.tolist(), ops)
 
 
-def _real(c) -> float:
+def _real(c):
+    """A real coefficient: a float, or a real torch tensor where PennyLane gave a tensor (a
+    trainable coefficient stays in the graph)."""
+    if isinstance(c, torch.Tensor):
+        if c.numel() != 1:
+            raise QdiffError(f"observable coefficient of shape {tuple(c.shape)} is not a scalar")
+        v = complex(c.detach().reshape(()))
+        if abs(v.imag) > 1e-10:
+            raise QdiffError(f"observable coefficient {v} is not real (not Hermitian)")
+        c = c.reshape(())
+        c = c.real if c.is_complex() else c
+        return c if c.dtype.is_floating_point else c.to(torch.float64)
     c = complex(c)
     if abs(c.imag) > 1e-10:
         raise QdiffError(f"observable coefficient {c} is not real (not Hermitian)")
     return c.real
+
+
+def _coeff_vector(coeffs: list):
+    """Coefficients as one tensor when any is a tensor (gradients kept), else a list."""
+    if not any(isinstance(c, torch.Tensor) for c in coeffs):
+        return coeffs
+    return torch.stack([c.to(torch.float64) if isinstance(c, torch.Tensor)
+                        else torch.tensor(c, dtype=torch.float64) for c in coeffs])
 
 
 def from_pennylane_observable(op) -> Observable:
@@ -90,10 +109,11 @@ def from_pennylane_observable(op) -> Observable:
         for word, c in rep.items():
             coeffs.append(_real(c))
             terms.append(_word_term(dict(word)))
-        return Observable(coeffs, terms) if terms else Observable([0.0], [()])
+        return Observable(_coeff_vector(coeffs), terms) if terms else Observable([0.0], [()])
     name = type(op).__name__
     if name == "Hermitian":
-        return Hermitian(np.asarray(op.data[0]), list(op.wires))
+        a = op.data[0]
+        return Hermitian(a if isinstance(a, torch.Tensor) else np.asarray(a), list(op.wires))
     if name == "SProd":
         return from_pennylane_observable(op.base) * _real(op.scalar)
     if name in ("Sum", "LinearCombination", "Hamiltonian"):

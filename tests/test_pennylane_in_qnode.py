@@ -328,3 +328,62 @@ def test_default_qubit_is_not_remapped():
 def test_device_refuses_unknown_keywords_by_name(name):
     with pytest.raises(QdiffError, match=r"unknown keyword\(s\) \['shotz'\].*'shots'"):
         qd.device(name, wires=2, shotz=10)
+
+
+def _pl_and_qdiff(fn, wires, *args, diff_method="best"):
+    """Values and gradients of ``fn`` as a qdiff qnode and as a default.qubit qnode."""
+    out = []
+    for make in (lambda: qd.qnode(qd.device("statevector", wires=wires),
+                                  diff_method=diff_method)(fn),
+                 lambda: qml.qnode(qml.device("default.qubit", wires=wires),
+                                   interface="torch", diff_method="backprop")(fn)):
+        a = [t.detach().clone().requires_grad_(True) for t in args]
+        y = make()(*a)
+        y = torch.stack(list(y)) if isinstance(y, (list, tuple)) else y
+        g = torch.autograd.grad(y.real.sum(), a, allow_unused=True)
+        out.append((y.detach(), g))
+    return out
+
+
+def _close_grads(gq, gp):
+    assert all(x is not None for x in gq), "a trainable argument lost its gradient"
+    for x, y in zip(gq, gp):
+        assert torch.allclose(x, y, atol=1e-10)
+
+
+@pytest.mark.parametrize("form", ["Hamiltonian", "dot", "arithmetic"])
+def test_pennylane_observable_trainable_coefficients_keep_gradients(form):
+    """Trainable coefficients of qml.Hamiltonian / qml.dot / c * op + s_prod: values and
+    gradients equal default.qubit's."""
+    def fn(x, c):
+        qml.RX(x, 0)
+        qml.RY(2 * x, 1)
+        ops = [qml.Z(0), qml.X(1) @ qml.Z(0)]
+        if form == "Hamiltonian":
+            h = qml.Hamiltonian(c, ops)
+        elif form == "dot":
+            h = qml.dot(c, ops)
+        else:
+            h = c[0] * ops[0] + qml.s_prod(c[1], ops[1])
+        return qml.expval(h)
+    args = (torch.tensor(0.7, dtype=torch.float64), torch.tensor([0.3, -1.2], dtype=torch.float64))
+    (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 2, *args)
+    assert torch.allclose(yq, yp, atol=1e-12)
+    _close_grads(gq, gp)
+
+
+def test_pennylane_hermitian_with_trainable_matrix():
+    """qml.Hermitian of a tensor that requires grad: backprop (and best) give default.qubit's
+    gradient; a rule that cannot differentiate the matrix refuses it by name."""
+    def fn(x, a):
+        qml.RX(x, 0)
+        qml.RY(x, 1)
+        return qml.expval(qml.Hermitian(a + a.T, wires=[1]))
+    args = (torch.tensor(0.7, dtype=torch.float64),
+            torch.tensor([[0.2, 0.5], [-0.1, 0.9]], dtype=torch.float64))
+    for dm in ("best", "backprop"):
+        (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 2, *args, diff_method=dm)
+        assert torch.allclose(yq, yp, atol=1e-12)
+        _close_grads(gq, gp)
+    with pytest.raises(QdiffError, match="trainable matrix.*backprop"):
+        _pl_and_qdiff(fn, 2, *args, diff_method="adjoint")
