@@ -279,10 +279,24 @@ def _param_tensor(p) -> torch.Tensor:
     return torch.as_tensor(np.asarray(p, dtype=float))
 
 
-def _qdiff_ops(op) -> list:
-    """Recorded-style operations (tensor angles, PennyLane wire labels) for one PennyLane op."""
+def _global_phase(op, any_wire) -> list:
+    """``GlobalPhase(phi)`` = exp(-i phi) I as X P(-phi) X P(-phi) on one of its wires (on
+    ``any_wire`` of the circuit when it names none)."""
+    w = tuple(op.wires)[:1] or ((any_wire,) if any_wire is not None else ())
+    if not w:
+        raise QdiffError(f"{op!r} names no wire and the circuit has none")
+    neg = -_param_tensor(op.data[0])
+    return [o for _ in range(2) for o in (Operation(GATES["x"], w, ()),
+                                          Operation(GATES["p"], w, (neg,)))]
+
+
+def _qdiff_ops(op, any_wire=None) -> list:
+    """Recorded-style operations (tensor angles, PennyLane wire labels) for one PennyLane op
+    (``any_wire``: a wire of the circuit, for a ``GlobalPhase`` that names none)."""
     name = type(op).__name__
     wires = tuple(op.wires)
+    if name == "GlobalPhase":
+        return _global_phase(op, any_wire)
     if name.startswith("Adjoint") and type(op.base).__name__ in _ADJOINT_FROM_PL:
         return [Operation(GATES[_ADJOINT_FROM_PL[type(op.base).__name__]], wires, ())]
     if name == "PauliRot":
@@ -302,12 +316,12 @@ def _qdiff_ops(op) -> list:
         flips = [Operation(GATES["x"], (w,), ()) for w, v in zip(ctrl, op.control_values)
                  if not v]
         inner = [Operation(controlled_gate(o.gate, len(ctrl)), ctrl + o.wires, o.params)
-                 for o in _qdiff_ops(op.base)]
+                 for o in _qdiff_ops(op.base, any_wire)]
         return flips + inner + flips
     if name in ("Barrier", "Snapshot"):
         return []
     if op.has_decomposition:
-        return [o for sub in op.decomposition() for o in _qdiff_ops(sub)]
+        return [o for sub in op.decomposition() for o in _qdiff_ops(sub, any_wire)]
     if op.has_matrix and not op.data:
         return [Operation(unitary_gate(torch.as_tensor(np.asarray(op.matrix()))), wires, ())]
     raise QdiffError(f"from_pennylane: operation {op!r} has no qdiff equivalent and no "
@@ -348,7 +362,7 @@ def _qdiff_measurement(mp, mids=None) -> Measurement:
 _STATE_PREPS = ("StatePrep", "AmplitudeEmbedding", "MottonenStatePreparation")
 
 
-def _op_items(op, who: str, first: bool) -> list:
+def _op_items(op, who: str, first: bool, any_wire=None) -> list:
     """Recorded-style items (operations, a leading :class:`StatePrep`) for one PennyLane
     operation; ``who`` names the caller in errors."""
     name = type(op).__name__
@@ -368,20 +382,22 @@ def _op_items(op, who: str, first: bool) -> list:
     if name in ("MidMeasureMP", "MidMeasure", "Conditional"):
         raise QdiffError(f"{who}: PennyLane's mid-circuit {name} ({op!r}) is not converted; "
                          "use qd.measure(wire) and qd.cond(m, op) in a qdiff qnode")
-    return _qdiff_ops(op)
+    return _qdiff_ops(op, any_wire)
 
 
-def convert_recording(raw: list, result, mid_start: int = 0):
+def convert_recording(raw: list, result, mid_start: int = 0, wires=()):
     """Replace the PennyLane objects a qnode recorded (PennyLane operations and measurement
     processes queued while the qnode ran) by qdiff items, in call order; ``result`` (the
     function's return value) has its PennyLane measurements replaced by the same qdiff ones.
     PennyLane's mid-circuit measurements (``qml.measure``, ``qml.cond``, statistics of their
     values) take the deferred form of :mod:`qdiff.circuits.midcircuit`, their extra wires
     numbered from ``mid_start``. Returns ``(items, result, number of mid-circuit measurements
-    in all)``. Anything PennyLane that has no qdiff form raises :class:`QdiffError` naming it."""
+    in all)``. ``wires`` are the device's (a ``GlobalPhase`` naming no wire acts on the first).
+    Anything PennyLane that has no qdiff form raises :class:`QdiffError` naming it."""
     from qdiff.circuits.recording import is_pennylane
     converted: dict = {}
-    mids = _MidWires(mid_start)
+    any_wire = tuple(wires)[0] if len(tuple(wires)) else None
+    mids = _MidWires(mid_start, any_wire)
 
     def measurement(mp):
         if id(mp) not in converted:
@@ -405,7 +421,7 @@ def convert_recording(raw: list, result, mid_start: int = 0):
         elif hasattr(it, "wires") and hasattr(it, "data"):
             first = not any(not isinstance(i, Measurement) for i in items)
             try:
-                items.extend(_op_items(it, "qnode", first))
+                items.extend(_op_items(it, "qnode", first, any_wire))
             except QdiffError as e:
                 msg = str(e)
                 raise QdiffError(msg if msg.startswith("qnode") else
@@ -424,7 +440,8 @@ def convert_recording(raw: list, result, mid_start: int = 0):
 class _MidWires:
     """PennyLane mid-circuit measurements met so far, each with its extra wire."""
 
-    def __init__(self, start: int):
+    def __init__(self, start: int, any_wire=None):
+        self.any_wire = any_wire
         self.count = start
         self.wire_of: dict = {}
 
@@ -449,7 +466,7 @@ class _MidWires:
         from qdiff.circuits.midcircuit import controlled_by
         mv = op.meas_val
         wires = self.wires(mv)
-        base = _qdiff_ops(op.base)
+        base = _qdiff_ops(op.base, self.any_wire)
         out = []
         for bits, value in mv.branches.items():  # exclusive branches: at most one fires
             if value:
@@ -491,7 +508,8 @@ def from_pennylane(tape, wires=None) -> Recorded:
     labels = tuple(tape.wires) if wires is None else tuple(wires)
     items = []
     for k, op in enumerate(tape.operations):
-        items.extend(_op_items(op, "from_pennylane", first=k == 0))
+        items.extend(_op_items(op, "from_pennylane", first=k == 0,
+                               any_wire=labels[0] if labels else None))
     items.extend(_qdiff_measurement(mp) for mp in tape.measurements)
     try:
         return Circuit.from_recording(items, labels)

@@ -387,3 +387,26 @@ def test_pennylane_hermitian_with_trainable_matrix():
         _close_grads(gq, gp)
     with pytest.raises(QdiffError, match="trainable matrix.*backprop"):
         _pl_and_qdiff(fn, 2, *args, diff_method="adjoint")
+
+
+@pytest.mark.parametrize("case", ["global_phase", "global_phase_no_wires", "grover",
+                                  "single_excitation_plus"])
+def test_pennylane_global_phase_is_kept_in_the_state(case):
+    """qml.GlobalPhase (written, or from a decomposition: GroverOperator,
+    SingleExcitationPlus) multiplies the state as on default.qubit; values and gradients."""
+    def fn(x):
+        qml.Hadamard(0)
+        qml.RY(x, 1)
+        if case == "global_phase":
+            qml.GlobalPhase(x, wires=1)
+        elif case == "global_phase_no_wires":
+            qml.GlobalPhase(2 * x)
+        elif case == "grover":
+            qml.GroverOperator(wires=[0, 1])
+        else:
+            qml.SingleExcitationPlus(x, wires=[0, 1])
+        return qml.state()
+    x = torch.tensor(0.7, dtype=torch.float64)
+    (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 2, x, diff_method="backprop")
+    assert torch.allclose(yq, yp, atol=1e-12)
+    _close_grads(gq, gp)
