@@ -359,6 +359,13 @@ def _qdiff_measurement(mp, mids=None) -> Measurement:
     return Measurement(kind, obs, wires, every)
 
 
+def _unit(vec: torch.Tensor) -> torch.Tensor:
+    """``vec`` divided by its (constant) norm: PennyLane's state preparations take the vector
+    as given (normalised to its tolerance), so gradients are those of the amplitudes
+    themselves, not of the projection onto the unit sphere."""
+    return vec / vec.detach().abs().pow(2).sum(-1, keepdim=True).sqrt()
+
+
 _STATE_PREPS = ("StatePrep", "AmplitudeEmbedding", "MottonenStatePreparation")
 
 
@@ -367,15 +374,17 @@ def _op_items(op, who: str, first: bool, any_wire=None) -> list:
     operation; ``who`` names the caller in errors."""
     name = type(op).__name__
     if name in _STATE_PREPS:
-        if not first:
-            raise QdiffError(f"{who}: state preparation {name} must come first")
+        if not first:  # after other gates: PennyLane's decomposition (Mottonen), as it runs there
+            if not op.has_decomposition:
+                raise QdiffError(f"{who}: state preparation {name} must come first")
+            return [o for sub in op.decomposition() for o in _qdiff_ops(sub, any_wire)]
         vec = _param_tensor(op.data[0]) if not torch.is_tensor(op.data[0]) else op.data[0]
         vec = vec.to(torch.complex128)
         prep_wires = tuple(op.wires)
         if vec.shape[-1] != 2 ** len(prep_wires):
             raise QdiffError(f"{who}: {name} vector of length {vec.shape[-1]} "
                              f"on {len(prep_wires)} wires (pad/normalize it in PennyLane)")
-        return [StatePrep(vec / vec.abs().pow(2).sum(-1, keepdim=True).sqrt(), prep_wires)]
+        return [StatePrep(_unit(vec), prep_wires)]
     if name == "BasisState":
         bits = np.asarray(op.data[0]).astype(int).reshape(-1)
         return [Operation(GATES["x"], (w,), ()) for w, b in zip(op.wires, bits) if b]
@@ -674,7 +683,7 @@ def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, chann
                 vec = vec if isinstance(vec, torch.Tensor) else torch.as_tensor(np.asarray(vec))
                 vec = vec.reshape(*vec.shape[:vec.ndim - len(wires)], 2 ** len(wires))
                 vec = vec.to(torch.complex128)
-                items.append(StatePrep(vec / vec.abs().pow(2).sum(-1, keepdim=True).sqrt(),
+                items.append(StatePrep(_unit(vec),
                                        wires))
             k += nd
             continue

@@ -183,15 +183,6 @@ def test_unconvertible_pennylane_objects_are_refused_by_name():
     with pytest.raises(QdiffError, match="from_pennylane_observable"):
         bad_obs()
 
-    @qd.qnode(dev)
-    def snapshot_state():
-        qml.Hadamard(0)
-        qml.StatePrep(np.array([1, 0, 0, 0]), wires=[0, 1])
-        return qd.expval(qd.Z(0))
-
-    with pytest.raises(QdiffError, match="StatePrep must come first"):
-        snapshot_state()
-
 
 def test_foreign_object_in_recording_is_refused():
     with qd.record() as rec:
@@ -408,5 +399,36 @@ def test_pennylane_global_phase_is_kept_in_the_state(case):
         return qml.state()
     x = torch.tensor(0.7, dtype=torch.float64)
     (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 2, x, diff_method="backprop")
+    assert torch.allclose(yq, yp, atol=1e-12)
+    _close_grads(gq, gp)
+
+
+@pytest.mark.parametrize("wires", [[1], [0, 1]])
+def test_pennylane_stateprep_gradient_is_that_of_the_amplitudes(wires):
+    """qml.StatePrep of a trainable (normalised) vector: gradients with respect to its
+    amplitudes equal default.qubit's (PennyLane takes the vector as given)."""
+    def fn(v):
+        qml.StatePrep(v, wires=wires)
+        return [qml.expval(qml.Z(0)), qml.expval(qml.Z(1)), qml.expval(qml.X(1))]
+    v = torch.tensor([0.6, 0.8] if len(wires) == 1 else [0.5, -0.1, 0.7, 0.5],
+                     dtype=torch.float64)
+    v = v / v.norm()
+    (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 2, v, diff_method="backprop")
+    assert torch.allclose(yq, yp, atol=1e-12)
+    _close_grads(gq, gp)
+
+
+def test_pennylane_stateprep_after_gates_is_decomposed():
+    """qml.StatePrep / AmplitudeEmbedding after other gates run as on default.qubit (its
+    decomposition); values and gradients."""
+    def fn(x, v):
+        qml.RX(x, 0)
+        qml.CNOT([0, 1])
+        qml.StatePrep(v, wires=[1, 2], normalize=True)
+        qml.AmplitudeEmbedding(v[:2], wires=[0], normalize=True)
+        return qml.state()
+    args = (torch.tensor(0.7, dtype=torch.float64),
+            torch.tensor([0.6, 0.1, -0.3, 0.5], dtype=torch.float64))
+    (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 3, *args, diff_method="backprop")
     assert torch.allclose(yq, yp, atol=1e-12)
     _close_grads(gq, gp)
