@@ -306,8 +306,13 @@ def _qdiff_ops(op, any_wire=None) -> list:
         return [Operation(multirz_gate(len(wires)), wires, (_param_tensor(op.data[0]),))]
     if name == "QubitUnitary":
         u = op.data[0]
-        if getattr(u, "ndim", 2) == 2:
+        trainable = isinstance(u, torch.Tensor) and u.requires_grad
+        if getattr(u, "ndim", 2) == 2 and not trainable:
             return [Operation(unitary_gate(torch.as_tensor(np.asarray(u))), wires, ())]
+        if trainable and len(wires) != 1:  # one wire: PennyLane's differentiable Rot form
+            raise QdiffError(f"QubitUnitary on wires {list(wires)}: a matrix that requires "
+                             "grad is differentiable on one wire only; parametrize the gate "
+                             "with rotations")
     if name in _FROM_PL:
         gate = GATES[_FROM_PL[name]]
         return [Operation(gate, wires, tuple(_param_tensor(p) for p in op.data))]

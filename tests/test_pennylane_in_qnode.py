@@ -432,3 +432,24 @@ def test_pennylane_stateprep_after_gates_is_decomposed():
     (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 3, *args, diff_method="backprop")
     assert torch.allclose(yq, yp, atol=1e-12)
     _close_grads(gq, gp)
+
+
+def test_pennylane_qubit_unitary_with_trainable_matrix():
+    """qml.QubitUnitary of a matrix that requires grad: on one wire values and gradients equal
+    default.qubit's; on more wires a QdiffError names the gate and wires."""
+    def fn(x, a):
+        qml.RX(x, 0)
+        qml.QubitUnitary(torch.matrix_exp(1j * (a + a.T)), wires=[0])
+        return [qml.expval(qml.Z(0)), qml.expval(qml.Y(0))]
+    args = (torch.tensor(0.7, dtype=torch.float64),
+            torch.tensor([[0.2, 0.5], [-0.1, 0.9]], dtype=torch.float64))
+    (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 1, *args, diff_method="backprop")
+    assert torch.allclose(yq, yp, atol=1e-12)
+    _close_grads(gq, gp)
+
+    @qd.qnode(qd.device("statevector", wires=2))
+    def two(a):
+        qml.QubitUnitary(torch.matrix_exp(1j * (a + a.T)), wires=[0, 1])
+        return qml.expval(qml.Z(0))
+    with pytest.raises(QdiffError, match=r"QubitUnitary on wires \[0, 1\].*requires grad"):
+        two(torch.rand(4, 4, dtype=torch.float64, requires_grad=True))
