@@ -212,6 +212,12 @@ class Observable:
                     if not torch.allclose(m, m.conj().transpose(-1, -2), atol=1e-8):
                         raise QdiffError(f"observable on wires {list(f.wires)} is not Hermitian")
 
+    @property
+    def has_trainable_matrix(self) -> bool:
+        """Whether a matrix factor (``Hermitian``) requires grad."""
+        return any(f.kind == "M" and isinstance(f.matrix, torch.Tensor) and f.matrix.requires_grad
+                   for t in self.terms for f in t)
+
     def real_coeffs(self) -> torch.Tensor:
         return self.coeffs.real if self.coeffs.is_complex() else self.coeffs
 

@@ -75,11 +75,30 @@ def to_pennylane_observable(obs: Observable, wire_map=None):
     return qml.Hamiltonian(coeffs.tolist(), ops)
 
 
-def _real(c) -> float:
+def _real(c):
+    """A real coefficient: a float, or a real torch tensor where PennyLane gave a tensor (a
+    trainable coefficient stays in the graph)."""
+    if isinstance(c, torch.Tensor):
+        if c.numel() != 1:
+            raise QdiffError(f"observable coefficient of shape {tuple(c.shape)} is not a scalar")
+        v = complex(c.detach().reshape(()))
+        if abs(v.imag) > 1e-10:
+            raise QdiffError(f"observable coefficient {v} is not real (not Hermitian)")
+        c = c.reshape(())
+        c = c.real if c.is_complex() else c
+        return c if c.dtype.is_floating_point else c.to(torch.float64)
     c = complex(c)
     if abs(c.imag) > 1e-10:
         raise QdiffError(f"observable coefficient {c} is not real (not Hermitian)")
     return c.real
+
+
+def _coeff_vector(coeffs: list):
+    """Coefficients as one tensor when any is a tensor (gradients kept), else a list."""
+    if not any(isinstance(c, torch.Tensor) for c in coeffs):
+        return coeffs
+    return torch.stack([c.to(torch.float64) if isinstance(c, torch.Tensor)
+                        else torch.tensor(c, dtype=torch.float64) for c in coeffs])
 
 
 def from_pennylane_observable(op) -> Observable:
@@ -90,10 +109,11 @@ def from_pennylane_observable(op) -> Observable:
         for word, c in rep.items():
             coeffs.append(_real(c))
             terms.append(_word_term(dict(word)))
-        return Observable(coeffs, terms) if terms else Observable([0.0], [()])
+        return Observable(_coeff_vector(coeffs), terms) if terms else Observable([0.0], [()])
     name = type(op).__name__
     if name == "Hermitian":
-        return Hermitian(np.asarray(op.data[0]), list(op.wires))
+        a = op.data[0]
+        return Hermitian(a if isinstance(a, torch.Tensor) else np.asarray(a), list(op.wires))
     if name == "SProd":
         return from_pennylane_observable(op.base) * _real(op.scalar)
     if name in ("Sum", "LinearCombination", "Hamiltonian"):
@@ -259,10 +279,24 @@ def _param_tensor(p) -> torch.Tensor:
     return torch.as_tensor(np.asarray(p, dtype=float))
 
 
-def _qdiff_ops(op) -> list:
-    """Recorded-style operations (tensor angles, PennyLane wire labels) for one PennyLane op."""
+def _global_phase(op, any_wire) -> list:
+    """``GlobalPhase(phi)`` = exp(-i phi) I as X P(-phi) X P(-phi) on one of its wires (on
+    ``any_wire`` of the circuit when it names none)."""
+    w = tuple(op.wires)[:1] or ((any_wire,) if any_wire is not None else ())
+    if not w:
+        raise QdiffError(f"{op!r} names no wire and the circuit has none")
+    neg = -_param_tensor(op.data[0])
+    return [o for _ in range(2) for o in (Operation(GATES["x"], w, ()),
+                                          Operation(GATES["p"], w, (neg,)))]
+
+
+def _qdiff_ops(op, any_wire=None) -> list:
+    """Recorded-style operations (tensor angles, PennyLane wire labels) for one PennyLane op
+    (``any_wire``: a wire of the circuit, for a ``GlobalPhase`` that names none)."""
     name = type(op).__name__
     wires = tuple(op.wires)
+    if name == "GlobalPhase":
+        return _global_phase(op, any_wire)
     if name.startswith("Adjoint") and type(op.base).__name__ in _ADJOINT_FROM_PL:
         return [Operation(GATES[_ADJOINT_FROM_PL[type(op.base).__name__]], wires, ())]
     if name == "PauliRot":
@@ -272,8 +306,13 @@ def _qdiff_ops(op) -> list:
         return [Operation(multirz_gate(len(wires)), wires, (_param_tensor(op.data[0]),))]
     if name == "QubitUnitary":
         u = op.data[0]
-        if getattr(u, "ndim", 2) == 2:
+        trainable = isinstance(u, torch.Tensor) and u.requires_grad
+        if getattr(u, "ndim", 2) == 2 and not trainable:
             return [Operation(unitary_gate(torch.as_tensor(np.asarray(u))), wires, ())]
+        if trainable and len(wires) != 1:  # one wire: PennyLane's differentiable Rot form
+            raise QdiffError(f"QubitUnitary on wires {list(wires)}: a matrix that requires "
+                             "grad is differentiable on one wire only; parametrize the gate "
+                             "with rotations")
     if name in _FROM_PL:
         gate = GATES[_FROM_PL[name]]
         return [Operation(gate, wires, tuple(_param_tensor(p) for p in op.data))]
@@ -282,12 +321,12 @@ def _qdiff_ops(op) -> list:
         flips = [Operation(GATES["x"], (w,), ()) for w, v in zip(ctrl, op.control_values)
                  if not v]
         inner = [Operation(controlled_gate(o.gate, len(ctrl)), ctrl + o.wires, o.params)
-                 for o in _qdiff_ops(op.base)]
+                 for o in _qdiff_ops(op.base, any_wire)]
         return flips + inner + flips
     if name in ("Barrier", "Snapshot"):
         return []
     if op.has_decomposition:
-        return [o for sub in op.decomposition() for o in _qdiff_ops(sub)]
+        return [o for sub in op.decomposition() for o in _qdiff_ops(sub, any_wire)]
     if op.has_matrix and not op.data:
         return [Operation(unitary_gate(torch.as_tensor(np.asarray(op.matrix()))), wires, ())]
     raise QdiffError(f"from_pennylane: operation {op!r} has no qdiff equivalent and no "
@@ -325,43 +364,54 @@ def _qdiff_measurement(mp, mids=None) -> Measurement:
     return Measurement(kind, obs, wires, every)
 
 
+def _unit(vec: torch.Tensor) -> torch.Tensor:
+    """``vec`` divided by its (constant) norm: PennyLane's state preparations take the vector
+    as given (normalised to its tolerance), so gradients are those of the amplitudes
+    themselves, not of the projection onto the unit sphere."""
+    return vec / vec.detach().abs().pow(2).sum(-1, keepdim=True).sqrt()
+
+
 _STATE_PREPS = ("StatePrep", "AmplitudeEmbedding", "MottonenStatePreparation")
 
 
-def _op_items(op, who: str, first: bool) -> list:
+def _op_items(op, who: str, first: bool, any_wire=None) -> list:
     """Recorded-style items (operations, a leading :class:`StatePrep`) for one PennyLane
     operation; ``who`` names the caller in errors."""
     name = type(op).__name__
     if name in _STATE_PREPS:
-        if not first:
-            raise QdiffError(f"{who}: state preparation {name} must come first")
+        if not first:  # after other gates: PennyLane's decomposition (Mottonen), as it runs there
+            if not op.has_decomposition:
+                raise QdiffError(f"{who}: state preparation {name} must come first")
+            return [o for sub in op.decomposition() for o in _qdiff_ops(sub, any_wire)]
         vec = _param_tensor(op.data[0]) if not torch.is_tensor(op.data[0]) else op.data[0]
         vec = vec.to(torch.complex128)
         prep_wires = tuple(op.wires)
         if vec.shape[-1] != 2 ** len(prep_wires):
             raise QdiffError(f"{who}: {name} vector of length {vec.shape[-1]} "
                              f"on {len(prep_wires)} wires (pad/normalize it in PennyLane)")
-        return [StatePrep(vec / vec.abs().pow(2).sum(-1, keepdim=True).sqrt(), prep_wires)]
+        return [StatePrep(_unit(vec), prep_wires)]
     if name == "BasisState":
         bits = np.asarray(op.data[0]).astype(int).reshape(-1)
         return [Operation(GATES["x"], (w,), ()) for w, b in zip(op.wires, bits) if b]
     if name in ("MidMeasureMP", "MidMeasure", "Conditional"):
         raise QdiffError(f"{who}: PennyLane's mid-circuit {name} ({op!r}) is not converted; "
                          "use qd.measure(wire) and qd.cond(m, op) in a qdiff qnode")
-    return _qdiff_ops(op)
+    return _qdiff_ops(op, any_wire)
 
 
-def convert_recording(raw: list, result, mid_start: int = 0):
+def convert_recording(raw: list, result, mid_start: int = 0, wires=()):
     """Replace the PennyLane objects a qnode recorded (PennyLane operations and measurement
     processes queued while the qnode ran) by qdiff items, in call order; ``result`` (the
     function's return value) has its PennyLane measurements replaced by the same qdiff ones.
     PennyLane's mid-circuit measurements (``qml.measure``, ``qml.cond``, statistics of their
     values) take the deferred form of :mod:`qdiff.circuits.midcircuit`, their extra wires
     numbered from ``mid_start``. Returns ``(items, result, number of mid-circuit measurements
-    in all)``. Anything PennyLane that has no qdiff form raises :class:`QdiffError` naming it."""
+    in all)``. ``wires`` are the device's (a ``GlobalPhase`` naming no wire acts on the first).
+    Anything PennyLane that has no qdiff form raises :class:`QdiffError` naming it."""
     from qdiff.circuits.recording import is_pennylane
     converted: dict = {}
-    mids = _MidWires(mid_start)
+    any_wire = tuple(wires)[0] if len(tuple(wires)) else None
+    mids = _MidWires(mid_start, any_wire)
 
     def measurement(mp):
         if id(mp) not in converted:
@@ -385,7 +435,7 @@ def convert_recording(raw: list, result, mid_start: int = 0):
         elif hasattr(it, "wires") and hasattr(it, "data"):
             first = not any(not isinstance(i, Measurement) for i in items)
             try:
-                items.extend(_op_items(it, "qnode", first))
+                items.extend(_op_items(it, "qnode", first, any_wire))
             except QdiffError as e:
                 msg = str(e)
                 raise QdiffError(msg if msg.startswith("qnode") else
@@ -404,7 +454,8 @@ def convert_recording(raw: list, result, mid_start: int = 0):
 class _MidWires:
     """PennyLane mid-circuit measurements met so far, each with its extra wire."""
 
-    def __init__(self, start: int):
+    def __init__(self, start: int, any_wire=None):
+        self.any_wire = any_wire
         self.count = start
         self.wire_of: dict = {}
 
@@ -429,7 +480,7 @@ class _MidWires:
         from qdiff.circuits.midcircuit import controlled_by
         mv = op.meas_val
         wires = self.wires(mv)
-        base = _qdiff_ops(op.base)
+        base = _qdiff_ops(op.base, self.any_wire)
         out = []
         for bits, value in mv.branches.items():  # exclusive branches: at most one fires
             if value:
@@ -471,7 +522,8 @@ def from_pennylane(tape, wires=None) -> Recorded:
     labels = tuple(tape.wires) if wires is None else tuple(wires)
     items = []
     for k, op in enumerate(tape.operations):
-        items.extend(_op_items(op, "from_pennylane", first=k == 0))
+        items.extend(_op_items(op, "from_pennylane", first=k == 0,
+                               any_wire=labels[0] if labels else None))
     items.extend(_qdiff_measurement(mp) for mp in tape.measurements)
     try:
         return Circuit.from_recording(items, labels)
@@ -636,7 +688,7 @@ def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, chann
                 vec = vec if isinstance(vec, torch.Tensor) else torch.as_tensor(np.asarray(vec))
                 vec = vec.reshape(*vec.shape[:vec.ndim - len(wires)], 2 ** len(wires))
                 vec = vec.to(torch.complex128)
-                items.append(StatePrep(vec / vec.abs().pow(2).sum(-1, keepdim=True).sqrt(),
+                items.append(StatePrep(_unit(vec),
                                        wires))
             k += nd
             continue

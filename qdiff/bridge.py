@@ -443,6 +443,10 @@ def execute_with_rule(recorded, backend, rule: Rule, options: Optional[Options] 
     if recorded.initial_state is not None and recorded.initial_state.requires_grad:
         raise QdiffError(f"state preparation inputs are only differentiable with "
                          f"diff_method='backprop' (got '{rule.name}')")
+    for m in circuit.measurements:
+        if m.obs is not None and m.obs.has_trainable_matrix and torch.is_grad_enabled():
+            raise QdiffError(f"{m.kind}() of an observable with a trainable matrix (Hermitian) is "
+                             f"only differentiable with diff_method='backprop' (got '{rule.name}')")
     circ_u, theta_u, train_u, shared_u = unshare(circuit, recorded.theta, recorded.trainable,
                                                   recorded.shared)
     circ_e, post = expand_coefficients(circ_u)

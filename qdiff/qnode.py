@@ -274,7 +274,8 @@ def _record(func, wires, args, kwargs, check_batch=None) -> tuple:
     raw = rec.raw
     if any(recording.is_pennylane(i) for i in raw) or recording.is_pennylane(result) or (
             isinstance(result, (list, tuple)) and any(map(recording.is_pennylane, result))):
-        raw, result, mid_count = pennylane_io.convert_recording(raw, result, rec.mid_count)
+        raw, result, mid_count = pennylane_io.convert_recording(raw, result, rec.mid_count,
+                                                                     wires)
     else:
         mid_count = rec.mid_count
     items = [i for i in raw if not isinstance(i, Measurement)]

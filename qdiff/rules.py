@@ -173,14 +173,14 @@ def spsa_generator(seed=None) -> torch.Generator:
 
 def needs_backprop(circuit, recorded) -> bool:
     """Calls only backprop can differentiate: a trainable state preparation, trainable
-    observable coefficients, or outputs other than expval/var/probs (e.g. ``state()``)."""
+    observable coefficients or matrices, or outputs other than expval/var/probs (e.g. ``state()``)."""
     if recorded is not None and recorded.initial_state is not None and \
             recorded.initial_state.requires_grad:
         return True
     for m in circuit.measurements:
         if m.kind not in ("expval", "var", "probs"):
             return True
-        if m.obs is not None and m.obs.coeffs.requires_grad:
+        if m.obs is not None and (m.obs.coeffs.requires_grad or m.obs.has_trainable_matrix):
             return True
     return False
 

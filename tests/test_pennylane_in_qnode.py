@@ -183,15 +183,6 @@ def test_unconvertible_pennylane_objects_are_refused_by_name():
     with pytest.raises(QdiffError, match="from_pennylane_observable"):
         bad_obs()
 
-    @qd.qnode(dev)
-    def snapshot_state():
-        qml.Hadamard(0)
-        qml.StatePrep(np.array([1, 0, 0, 0]), wires=[0, 1])
-        return qd.expval(qd.Z(0))
-
-    with pytest.raises(QdiffError, match="StatePrep must come first"):
-        snapshot_state()
-
 
 def test_foreign_object_in_recording_is_refused():
     with qd.record() as rec:
@@ -328,3 +319,137 @@ def test_default_qubit_is_not_remapped():
 def test_device_refuses_unknown_keywords_by_name(name):
     with pytest.raises(QdiffError, match=r"unknown keyword\(s\) \['shotz'\].*'shots'"):
         qd.device(name, wires=2, shotz=10)
+
+
+def _pl_and_qdiff(fn, wires, *args, diff_method="best"):
+    """Values and gradients of ``fn`` as a qdiff qnode and as a default.qubit qnode."""
+    out = []
+    for make in (lambda: qd.qnode(qd.device("statevector", wires=wires),
+                                  diff_method=diff_method)(fn),
+                 lambda: qml.qnode(qml.device("default.qubit", wires=wires),
+                                   interface="torch", diff_method="backprop")(fn)):
+        a = [t.detach().clone().requires_grad_(True) for t in args]
+        y = make()(*a)
+        y = torch.stack(list(y)) if isinstance(y, (list, tuple)) else y
+        g = torch.autograd.grad(y.real.sum(), a, allow_unused=True)
+        out.append((y.detach(), g))
+    return out
+
+
+def _close_grads(gq, gp):
+    assert all(x is not None for x in gq), "a trainable argument lost its gradient"
+    for x, y in zip(gq, gp):
+        assert torch.allclose(x, y, atol=1e-10)
+
+
+@pytest.mark.parametrize("form", ["Hamiltonian", "dot", "arithmetic"])
+def test_pennylane_observable_trainable_coefficients_keep_gradients(form):
+    """Trainable coefficients of qml.Hamiltonian / qml.dot / c * op + s_prod: values and
+    gradients equal default.qubit's."""
+    def fn(x, c):
+        qml.RX(x, 0)
+        qml.RY(2 * x, 1)
+        ops = [qml.Z(0), qml.X(1) @ qml.Z(0)]
+        if form == "Hamiltonian":
+            h = qml.Hamiltonian(c, ops)
+        elif form == "dot":
+            h = qml.dot(c, ops)
+        else:
+            h = c[0] * ops[0] + qml.s_prod(c[1], ops[1])
+        return qml.expval(h)
+    args = (torch.tensor(0.7, dtype=torch.float64), torch.tensor([0.3, -1.2], dtype=torch.float64))
+    (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 2, *args)
+    assert torch.allclose(yq, yp, atol=1e-12)
+    _close_grads(gq, gp)
+
+
+def test_pennylane_hermitian_with_trainable_matrix():
+    """qml.Hermitian of a tensor that requires grad: backprop (and best) give default.qubit's
+    gradient; a rule that cannot differentiate the matrix refuses it by name."""
+    def fn(x, a):
+        qml.RX(x, 0)
+        qml.RY(x, 1)
+        return qml.expval(qml.Hermitian(a + a.T, wires=[1]))
+    args = (torch.tensor(0.7, dtype=torch.float64),
+            torch.tensor([[0.2, 0.5], [-0.1, 0.9]], dtype=torch.float64))
+    for dm in ("best", "backprop"):
+        (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 2, *args, diff_method=dm)
+        assert torch.allclose(yq, yp, atol=1e-12)
+        _close_grads(gq, gp)
+    with pytest.raises(QdiffError, match="trainable matrix.*backprop"):
+        _pl_and_qdiff(fn, 2, *args, diff_method="adjoint")
+
+
+@pytest.mark.parametrize("case", ["global_phase", "global_phase_no_wires", "grover",
+                                  "single_excitation_plus"])
+def test_pennylane_global_phase_is_kept_in_the_state(case):
+    """qml.GlobalPhase (written, or from a decomposition: GroverOperator,
+    SingleExcitationPlus) multiplies the state as on default.qubit; values and gradients."""
+    def fn(x):
+        qml.Hadamard(0)
+        qml.RY(x, 1)
+        if case == "global_phase":
+            qml.GlobalPhase(x, wires=1)
+        elif case == "global_phase_no_wires":
+            qml.GlobalPhase(2 * x)
+        elif case == "grover":
+            qml.GroverOperator(wires=[0, 1])
+        else:
+            qml.SingleExcitationPlus(x, wires=[0, 1])
+        return qml.state()
+    x = torch.tensor(0.7, dtype=torch.float64)
+    (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 2, x, diff_method="backprop")
+    assert torch.allclose(yq, yp, atol=1e-12)
+    _close_grads(gq, gp)
+
+
+@pytest.mark.parametrize("wires", [[1], [0, 1]])
+def test_pennylane_stateprep_gradient_is_that_of_the_amplitudes(wires):
+    """qml.StatePrep of a trainable (normalised) vector: gradients with respect to its
+    amplitudes equal default.qubit's (PennyLane takes the vector as given)."""
+    def fn(v):
+        qml.StatePrep(v, wires=wires)
+        return [qml.expval(qml.Z(0)), qml.expval(qml.Z(1)), qml.expval(qml.X(1))]
+    v = torch.tensor([0.6, 0.8] if len(wires) == 1 else [0.5, -0.1, 0.7, 0.5],
+                     dtype=torch.float64)
+    v = v / v.norm()
+    (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 2, v, diff_method="backprop")
+    assert torch.allclose(yq, yp, atol=1e-12)
+    _close_grads(gq, gp)
+
+
+def test_pennylane_stateprep_after_gates_is_decomposed():
+    """qml.StatePrep / AmplitudeEmbedding after other gates run as on default.qubit (its
+    decomposition); values and gradients."""
+    def fn(x, v):
+        qml.RX(x, 0)
+        qml.CNOT([0, 1])
+        qml.StatePrep(v, wires=[1, 2], normalize=True)
+        qml.AmplitudeEmbedding(v[:2], wires=[0], normalize=True)
+        return qml.state()
+    args = (torch.tensor(0.7, dtype=torch.float64),
+            torch.tensor([0.6, 0.1, -0.3, 0.5], dtype=torch.float64))
+    (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 3, *args, diff_method="backprop")
+    assert torch.allclose(yq, yp, atol=1e-12)
+    _close_grads(gq, gp)
+
+
+def test_pennylane_qubit_unitary_with_trainable_matrix():
+    """qml.QubitUnitary of a matrix that requires grad: on one wire values and gradients equal
+    default.qubit's; on more wires a QdiffError names the gate and wires."""
+    def fn(x, a):
+        qml.RX(x, 0)
+        qml.QubitUnitary(torch.matrix_exp(1j * (a + a.T)), wires=[0])
+        return [qml.expval(qml.Z(0)), qml.expval(qml.Y(0))]
+    args = (torch.tensor(0.7, dtype=torch.float64),
+            torch.tensor([[0.2, 0.5], [-0.1, 0.9]], dtype=torch.float64))
+    (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 1, *args, diff_method="backprop")
+    assert torch.allclose(yq, yp, atol=1e-12)
+    _close_grads(gq, gp)
+
+    @qd.qnode(qd.device("statevector", wires=2))
+    def two(a):
+        qml.QubitUnitary(torch.matrix_exp(1j * (a + a.T)), wires=[0, 1])
+        return qml.expval(qml.Z(0))
+    with pytest.raises(QdiffError, match=r"QubitUnitary on wires \[0, 1\].*requires grad"):
+        two(torch.rand(4, 4, dtype=torch.float64, requires_grad=True))
