@@ -11,7 +11,9 @@ The trace checks that a replay is exact:
 * the function runs once on *guarded* tensors: reading a value into Python (``bool(x > 0)``,
   ``float(x)``, ``x.item()``, ``x.tolist()``, NumPy conversion, data-dependent shapes) raises
   a :class:`~qdiff.circuits.errors.QdiffError`, since Python control flow on values would make
-  the structure depend on them;
+  the structure depend on them; values written into other tensors keep the guard, an argument
+  modified in place is refused, and an angle computed by an op that is not affine in the
+  arguments (``clamp``, ``where``, comparisons, ...) is refused whatever its values;
 * it runs on six probe bindings (zeros, ones, an index encoding, a permuted one, a negative
   and large one and a fractional one): the circuit structure must be the same for all of them,
   and every gate angle must be one argument element times a constant plus a constant
@@ -51,6 +53,7 @@ from qdiff.backends.base import Gather, Prepared, flat_outputs
 from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective_shots,
                           engine_vjp, expand_coefficients, refuse_graph_capture, unshare,
                           validate_rules)
+from qdiff.circuits import recording
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.operation import ParamRef
@@ -59,32 +62,142 @@ from qdiff.rules import BACKPROP, best_options, higher_order, make_options, reso
 _GUARD = threading.local()
 _READS = frozenset({"__bool__", "item", "tolist", "__float__", "__int__", "__index__",
                     "__complex__", "numpy", "__array__", "nonzero", "argwhere", "masked_select",
-                    "unique", "unique_consecutive", "bincount", "equal", "allclose"})
+                    "unique", "unique_consecutive", "bincount", "equal", "allclose",
+                    "__dlpack__", "untyped_storage", "storage", "_typed_storage"})
+# torch functions whose tensor results are affine in the guarded (argument-derived) tensors:
+# indexing, shape and dtype changes, sums and differences, and products/quotients by values
+# that do not come from the arguments (checked in _affine_call)
+_AFFINE = frozenset({
+    "__getitem__", "__setitem__", "select", "narrow", "index_select", "gather", "take",
+    "take_along_dim", "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten",
+    "ravel", "squeeze", "unsqueeze", "expand", "expand_as", "broadcast_to", "broadcast_tensors",
+    "permute", "transpose", "t", "mT", "T", "movedim", "moveaxis", "swapaxes", "swapdims",
+    "contiguous", "clone", "detach", "detach_", "to", "type", "type_as", "double", "float",
+    "cpu", "cuda", "unbind", "split", "chunk", "tensor_split", "split_with_sizes", "stack",
+    "cat", "concat", "concatenate", "hstack", "vstack", "dstack", "column_stack", "row_stack",
+    "flip", "fliplr", "flipud", "roll", "rot90", "repeat", "tile", "repeat_interleave",
+    "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "diag", "diag_embed", "tril",
+    "triu", "unfold", "requires_grad_", "retain_grad", "copy_", "zero_", "fill_",
+    "add", "__add__", "__radd__", "__iadd__", "add_", "sub", "subtract", "__sub__", "__rsub__",
+    "__isub__", "sub_", "rsub", "neg", "negative", "__neg__", "positive", "__pos__", "neg_",
+    "sum", "mean", "cumsum", "diff", "trace",
+    # products and quotients: affine while at most one factor (and never the divisor) is
+    # argument-derived
+    "mul", "multiply", "__mul__", "__rmul__", "__imul__", "mul_", "matmul", "__matmul__",
+    "__rmatmul__", "mm", "mv", "bmm", "dot", "vdot", "inner", "outer", "ger", "kron",
+    "tensordot", "einsum", "div", "divide", "true_divide", "__truediv__", "__itruediv__",
+    "div_", "true_divide_",
+    # attribute reads (shape, dtype, .T, .data, ...)
+    "__get__"})
+_DIVIDE = frozenset({"div", "divide", "true_divide", "__truediv__", "__itruediv__", "div_",
+                     "true_divide_"})
+_PRODUCT = frozenset({"mul", "multiply", "__mul__", "__rmul__", "__imul__", "mul_", "matmul",
+                      "__matmul__", "__rmatmul__", "mm", "mv", "bmm", "dot", "vdot", "inner",
+                      "outer", "ger", "kron", "tensordot", "einsum"})
+
+
+def _guarded_in(args, kwargs) -> list:
+    out = []
+    for v in (*args, *kwargs.values()):
+        if isinstance(v, GuardedTensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out.extend(u for u in v if isinstance(u, GuardedTensor))
+    return out
+
+
+def _affine_call(name, args, kwargs, guarded) -> bool:
+    """Whether ``name(*args, **kwargs)`` keeps the results affine in the guarded tensors."""
+    if name not in _AFFINE:
+        return False
+    if name in _PRODUCT:
+        return len(guarded) <= 1
+    if name in _DIVIDE:
+        if kwargs.get("rounding_mode") is not None:
+            return False
+        other = args[1] if len(args) > 1 else kwargs.get("other")
+        return not isinstance(other, GuardedTensor)
+    return True
+
+
+def _inplace(name, kwargs) -> bool:
+    return name == "__setitem__" or "out" in kwargs or (
+        name.endswith("_") and not name.endswith("__") and name not in (
+            "requires_grad_", "retain_grad_"))
+
+
+def _storage(t) -> int:
+    with torch._C.DisableTorchFunctionSubclass():
+        return t.untyped_storage().data_ptr()
+
+
+def _refuse_read(name):
+    raise QdiffError(
+        f"static qnode: the function reads an argument's value in Python ('{name}'), so the "
+        "circuit structure may depend on it; a static qnode replays one structure per "
+        "signature. Keep value-dependent logic in torch ops, pass the value as a non-tensor "
+        "argument, or use static=False")
 
 
 class GuardedTensor(torch.Tensor):
-    """A tensor whose values may not flow into Python while a static qnode is traced."""
+    """A tensor whose values may not flow into Python while a static qnode is traced. Results
+    of torch ops on it are guarded too; those of ops that are not affine in it (``clamp``,
+    ``where``, ``sin``, comparisons, products of two of them) are :class:`NonAffineTensor`,
+    which may not become a gate angle. Writing a guarded value into another tensor makes
+    that tensor guarded; writing into an argument is refused (a replay does not run the
+    function, so it cannot repeat the write)."""
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        if getattr(_GUARD, "on", False):
-            name = getattr(func, "__name__", "")
-            if name in _READS:
+        kwargs = kwargs or {}
+        if not getattr(_GUARD, "on", False):
+            return super().__torch_function__(func, types, args, kwargs)
+        name = getattr(func, "__name__", "")
+        if name in _READS:
+            _refuse_read(name)
+        guarded = _guarded_in(args, kwargs)
+        affine = _affine_call(name, args, kwargs, guarded)
+        target = None
+        if _inplace(name, kwargs):
+            target = kwargs.get("out", args[0] if args else None)
+            if isinstance(target, torch.Tensor) and _GUARD.storages and \
+                    _storage(target) in _GUARD.storages:
                 raise QdiffError(
-                    f"static qnode: the function reads an argument's value in Python "
-                    f"('{name}'), so the circuit structure may depend on it; a static qnode "
-                    "replays one structure per signature. Keep value-dependent logic in torch "
-                    "ops, pass the value as a non-tensor argument, or use static=False")
-        return super().__torch_function__(func, types, args, kwargs or {})
+                    f"static qnode: the function modifies an argument in place ('{name}'); "
+                    "a replay does not run the function and cannot repeat that. Work on a "
+                    "copy (x = x.clone()) or use static=False")
+        ret = super().__torch_function__(func, types, args, kwargs)
+        mark = NonAffineTensor if not affine or any(
+            isinstance(g, NonAffineTensor) for g in guarded) else GuardedTensor
+        if isinstance(target, torch.Tensor) and not isinstance(target, mark):
+            target.__class__ = mark  # holds argument-derived values from now on
+        if mark is NonAffineTensor:
+            ret = _mark(ret)
+        return ret
+
+
+class NonAffineTensor(GuardedTensor):
+    """A guarded tensor computed by an op that is not affine in the arguments."""
+
+
+def _mark(ret):
+    if isinstance(ret, torch.Tensor):
+        if not isinstance(ret, NonAffineTensor):
+            with torch._C.DisableTorchFunctionSubclass():
+                ret = ret.as_subclass(NonAffineTensor)
+        return ret
+    if isinstance(ret, (list, tuple)) and any(isinstance(r, torch.Tensor) for r in ret):
+        return type(ret)(_mark(r) for r in ret) if type(ret) in (list, tuple) else ret
+    return ret
 
 
 @contextmanager
-def _guarded():
-    _GUARD.on = True
+def _guarded(storages=frozenset()):
+    _GUARD.on, _GUARD.storages = True, storages
     try:
         yield
     finally:
-        _GUARD.on = False
+        _GUARD.on, _GUARD.storages = False, frozenset()
 
 
 # ------------------------------------------------------------------------------------------
@@ -406,15 +519,21 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     func = qnode.func
 
     def guarded_func(*a, **k):
-        with _guarded():
-            return func(*a, **k)
+        with _guarded(storages):
+            result = func(*a, **k)
+        _refuse_non_affine(recording.active())
+        return result
 
     guarded = object.__new__(type(qnode))  # the same qnode recording guarded_func
     guarded.__dict__.update(qnode.__dict__)
     guarded.func = guarded_func
     g = [t.detach().as_subclass(GuardedTensor).requires_grad_(t.requires_grad) for t in tensors]
+    storages = frozenset(_storage(t) for t in tensors if t.numel()) - {0}
     ga, gk = _substitute(args, kwargs, g)
     ref, result = guarded.construct(*ga, **gk)
+    if isinstance(ref.theta, NonAffineTensor):  # an angle the recorder derived further
+        raise QdiffError("static qnode: a gate angle is not an argument element times a "
+                         "constant plus a constant (use static=False)")
     sig = structure_signature(ref.circuit)
     ref = _routed(ref, qnode.device)
     circuit = ref.circuit
@@ -549,6 +668,29 @@ def _widths(result, circuit):
     n = circuit.num_wires
     return [None if m.is_scalar else 2 ** (n if m.wires is None else len(m.wires))
             for m in circuit.measurements]
+
+
+def _refuse_non_affine(rec) -> None:
+    """Refuse a recorded gate whose angle an op that is not affine in the arguments computed
+    (``clamp``, ``where``, ``sin``, ...): no set of probe values can prove such an angle is
+    affine everywhere."""
+    for item in getattr(rec, "items", ()):
+        params = getattr(item, "params", None)
+        if params is None:
+            params = getattr(item, "data", ())
+        if not isinstance(params, (list, tuple)):
+            continue
+        if any(isinstance(p, NonAffineTensor) for p in params):
+            gate = getattr(item, "gate", None)
+            name = getattr(gate, "pl_name", None) or getattr(gate, "name", None) or \
+                getattr(item, "name", type(item).__name__)
+            wires = list(getattr(item, "wires", ()))
+            raise QdiffError(
+                f"static qnode: the angle of gate '{name}' on wires {wires} is not an argument "
+                "element times a constant plus a constant: a torch op that is not affine in "
+                "the arguments computes it (clamp, where, sin, abs, a comparison, a product of "
+                "two arguments, ...); compute it before the call and pass it in, or use "
+                "static=False")
 
 
 def _refuse_angle(circuit, ok):

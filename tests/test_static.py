@@ -541,3 +541,98 @@ def test_static_qnode_honours_qnode_and_per_call_shots():
     assert sampled != pytest.approx(math.cos(0.7), abs=1e-9)  # 50 shots: a multiple of 1/25
     assert round(sampled * 25) == pytest.approx(sampled * 25, abs=1e-9)
     assert float(f(x, shots=None)) == pytest.approx(math.cos(0.7), abs=1e-12)
+
+
+@pytest.mark.parametrize("name,angle", [
+    ("clamp", lambda x: torch.clamp(x[0], max=5.0)),
+    ("where", lambda x: torch.where(x[0] > 50, torch.zeros(()), x[0])),
+    ("maximum", lambda x: torch.maximum(x[0], torch.tensor(-100.0))),
+    ("masked", lambda x: x[0].masked_fill(x[0] > 20, 0.0)),
+    ("clamp_", lambda x: x.clone().clamp_(max=9.0)[0]),
+    ("divisor", lambda x: 1.0 / (x[0] + 100.0))])
+def test_angles_from_non_affine_ops_are_refused_whatever_the_probe_values(name, angle):
+    """An angle that a piecewise op computes agrees with a line on every probe value when its
+    breakpoints lie outside them; it is refused by the op, not by the values."""
+    dev = qd.device("statevector", wires=1)
+    body = lambda x: (qd.RX(angle(x), wires=0), qd.expval(qd.Z(0)))[1]  # noqa: E731
+    f = qd.qnode(dev, static=True)(body)
+    x = torch.tensor([0.3], dtype=torch.float64)
+    with pytest.raises(qd.QdiffError, match="not an argument element"):
+        f(x)
+    qd.qnode(dev)(body)(x)  # the plain qnode runs it
+
+
+def test_argument_values_written_into_other_tensors_stay_guarded():
+    """Copying an argument's values into a tensor made inside the function carries the guard:
+    branching on that tensor is a value read."""
+    dev = qd.device("statevector", wires=1)
+
+    def by_setitem(x):
+        a = torch.zeros(2, dtype=torch.float64)
+        a[0] = x[0]
+        if a[0] > 10:
+            qd.PauliX(0)
+        qd.RX(x[1], wires=0)
+        return qd.expval(qd.Z(0))
+
+    def by_copy(x):
+        a = torch.zeros(2, dtype=torch.float64)
+        a.copy_(x)
+        if a[0] > 10:
+            qd.PauliX(0)
+        qd.RX(x[1], wires=0)
+        return qd.expval(qd.Z(0))
+    for body in (by_setitem, by_copy):
+        f = qd.qnode(dev, static=True)(body)
+        with pytest.raises(qd.QdiffError, match="reads an argument's value"):
+            f(torch.tensor([0.3, 0.2], dtype=torch.float64))
+        # the plain qnode flips the state for large values: a replay could not
+        plain = qd.qnode(dev)(body)
+        assert float(plain(torch.tensor([20.0, 0.2], dtype=torch.float64))) < 0
+
+
+def test_affine_ops_through_new_tensors_replay():
+    dev = qd.device("statevector", wires=2)
+
+    def body(x, w):
+        a = torch.zeros(3, dtype=torch.float64)
+        a[:2] = w[:2]
+        b = w.clone()
+        b.mul_(2).add_(1)
+        m = torch.tensor([[0.0, 2.0], [1.0, 0.0]], dtype=torch.float64)
+        qd.RX(a[1] * 0.5 - 0.2, wires=0)
+        qd.RX(x[..., 1], wires=1)
+        qd.RY(b[2], wires=1)
+        qd.RZ((m @ w[:2])[0] / 4, wires=0)
+        qd.CNOT(wires=[0, 1])
+        return [qd.expval(qd.Z(0)), qd.expval(qd.X(1) @ qd.Y(0))]
+    plain, static = qd.qnode(dev)(body), qd.qnode(dev, static=True)(body)
+    w = torch.tensor([0.3, -0.4, 0.8], dtype=torch.float64, requires_grad=True)
+    for k in (1.0, -2.5):
+        x = torch.tensor([[0.1, 0.2], [0.7, -1.1]], dtype=torch.float64) * k
+        o1, o2 = plain(x, w * k), static(x, w * k)
+        torch.testing.assert_close(o2, o1)
+        g1 = torch.autograd.grad((o1 * torch.tensor([1.0, -0.7])).sum(), w)
+        g2 = torch.autograd.grad((o2 * torch.tensor([1.0, -0.7])).sum(), w)
+        torch.testing.assert_close(g2, g1)
+    assert static.num_traces == 1
+
+
+def test_in_place_change_of_an_argument_is_refused_and_leaves_it_unchanged():
+    dev = qd.device("statevector", wires=1)
+
+    def body(x):
+        x.mul_(2)
+        qd.RX(x[0], wires=0)
+        return qd.expval(qd.Z(0))
+
+    def view(x):
+        x[0].add_(1)
+        qd.RX(x[0], wires=0)
+        return qd.expval(qd.Z(0))
+    for b in (body, view):
+        f = qd.qnode(dev, static=True)(b)
+        x = torch.tensor([0.3], dtype=torch.float64)
+        with pytest.raises(qd.QdiffError, match="modifies an argument in place"):
+            f(x)
+        assert float(x[0]) == 0.3
