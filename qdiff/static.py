@@ -24,7 +24,8 @@ The trace checks that a replay is exact:
 A new signature (another batch size, a new ``requires_grad``, another non-tensor argument)
 traces again (up to ``max_traces`` kept). What the function reads from outside its arguments
 (globals, closures, attributes) is part of the trace: after changing such state call
-:meth:`StaticQNode.retrace`. Inside ``torch.func`` transforms (``grad``, ``vmap``,
+:meth:`StaticQNode.retrace`; an angle from such a tensor that requires grad is refused. Float
+tensors inside list, tuple and dict arguments are tensor arguments. Inside ``torch.func`` transforms (``grad``, ``vmap``,
 ``jacrev``) a call runs the plain qnode instead: nothing is recorded or replayed there.
 
 >>> import torch, qdiff as qd
@@ -228,11 +229,35 @@ _Tensor = torch.Tensor
 _F64, _F32 = torch.float64, torch.float32
 
 
+def _container(v) -> bool:
+    t = type(v)
+    return t is list or t is tuple or t is dict or (isinstance(v, tuple) and
+                                                    hasattr(t, "_fields"))
+
+
+def _nested_sig(v, i: int, npos: int, names, tensors: list):
+    """The signature entry of a list, tuple (named too) or dict argument: its type and length
+    or keys, then its items' entries; float tensors inside are tensor arguments (appended to
+    ``tensors`` in order), like top-level ones."""
+    if isinstance(v, _Tensor):
+        dt = v.dtype
+        if dt is _F64 or dt is _F32:
+            tensors.append(v)
+            return (v.shape, dt, "cpu" if v.is_cpu else v.device, v.requires_grad)
+        return _arg_sig(v, i, npos, names)
+    if not _container(v):
+        return _arg_sig(v, i, npos, names)
+    if type(v) is dict:
+        return ("c", dict, tuple(v), tuple(_nested_sig(u, i, npos, names, tensors)
+                                          for u in v.values()))
+    return ("c", type(v), len(v), tuple(_nested_sig(u, i, npos, names, tensors) for u in v))
+
+
 def call_signature(args, kwargs) -> tuple:
     """``(key, tensors)``: the hashable signature of a call and its tensor arguments in a fixed
-    order (positional, then keywords by name). A tensor's entry is its shape, dtype, device
-    (``"cpu"`` for every CPU tensor) and ``requires_grad``; any other value's is its type and
-    value."""
+    order (positional, then keywords by name; inside a list, tuple or dict argument in its
+    order). A tensor's entry is its shape, dtype, device (``"cpu"`` for every CPU tensor) and
+    ``requires_grad``; any other value's is its type and value."""
     names = tuple(sorted(kwargs)) if len(kwargs) > 1 else tuple(kwargs)
     vals = [*args, *[kwargs[k] for k in names]] if names else args
     sigs, tensors = [], []
@@ -244,7 +269,10 @@ def call_signature(args, kwargs) -> tuple:
                 tensors.append(v)
                 continue
         i = len(sigs)
-        sigs.append(_arg_sig(v, i, len(args), names))
+        if _container(v):
+            sigs.append(_nested_sig(v, i, len(args), names, tensors))
+        else:
+            sigs.append(_arg_sig(v, i, len(args), names))
     return (len(args), names, tuple(sigs)), tensors
 
 
@@ -481,12 +509,29 @@ def _probes(tensors, total: int):
     return out, held
 
 
+def _fill(v, it):
+    """``v`` with its tensor arguments (and :data:`_HOLE` slots) replaced from ``it``, in the
+    order of :func:`call_signature`."""
+    if isinstance(v, torch.Tensor) or v is _HOLE:
+        return next(it)
+    if not _container(v):
+        return v
+    if type(v) is dict:
+        return {k: _fill(u, it) for k, u in v.items()}
+    items = [_fill(u, it) for u in v]
+    return items if type(v) is list else tuple(items) if type(v) is tuple else type(v)(*items)
+
+
 def _substitute(args, kwargs, tensors):
     it = iter(tensors)
-    a = [next(it) if isinstance(v, torch.Tensor) else v for v in args]
-    names = sorted(kwargs)
-    k = {n: next(it) if isinstance(kwargs[n], torch.Tensor) else kwargs[n] for n in names}
+    a = [_fill(v, it) for v in args]
+    k = {n: _fill(kwargs[n], it) for n in sorted(kwargs)}
     return a, k
+
+
+def _holes(v):
+    """``v`` with its tensors replaced by :data:`_HOLE`."""
+    return _fill(v, iter(lambda: _HOLE, None))
 
 
 def _gather_map(thetas, codes, total: int, tol: float):
@@ -505,7 +550,7 @@ def _gather_map(thetas, codes, total: int, tol: float):
     kr = kr.clamp(0, max(total - 1, 0)).long()
     for t, code in zip(thetas[3:], codes[3:]):
         t = t.detach().to(torch.float64)
-        expect = torch.where(moving, a * code[kr] + c, c)
+        expect = torch.where(moving, a * code[kr] + c, c) if total else c
         ok &= (t - expect).abs() <= tol * (1 + t.abs())
     ok &= moving | ((t2 - c).abs() <= tol * (1 + c.abs()))
     ok &= torch.isfinite(t0) & torch.isfinite(t1)
@@ -552,6 +597,7 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     total = sum(t.numel() for t in tensors)
     probes, codes = _probes(tensors, total)
     thetas = []
+    probes[0] = [t.detach() for t in probes[0]]  # no argument requires grad in this one
     for p in probes + [[t.detach().requires_grad_(t.requires_grad) for t in tensors]]:
         pa, pk = _substitute(args, kwargs, p)
         rec, _ = qnode.construct(*pa, **pk)
@@ -560,7 +606,9 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
                              "angles or observables) depends on the argument values; a static "
                              "qnode cannot replay it (use static=False)")
         rec = _routed(rec, qnode.device)
-        _, th, train, shared = unshare(rec.circuit, rec.theta, rec.trainable, rec.shared)
+        circ_p, th, train, shared = unshare(rec.circuit, rec.theta, rec.trainable, rec.shared)
+        if not thetas and any(train):  # a tensor from outside the arguments requires grad
+            _refuse_outside_grad(circ_p, train.index(True))
         thetas.append(th)
     circ_u, _, train_u, shared_u = unshare(circuit, ref.theta.as_subclass(torch.Tensor),
                                            ref.trainable, ref.shared)
@@ -629,14 +677,11 @@ class EmptyTrace:
 
     def __init__(self, qnode, args, kwargs, shots):
         self.qnode, self.shots = qnode, shots
-        self.args = tuple(_HOLE if isinstance(v, torch.Tensor) else v for v in args)
-        self.kwargs = {k: _HOLE if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        self.args = tuple(_holes(v) for v in args)
+        self.kwargs = {k: _holes(v) for k, v in kwargs.items()}
 
     def replay(self, tensors):
-        it = iter(tensors)
-        args = [next(it) if v is _HOLE else v for v in self.args]
-        kwargs = {k: next(it) if self.kwargs[k] is _HOLE else self.kwargs[k]
-                  for k in sorted(self.kwargs)}
+        args, kwargs = _substitute(self.args, self.kwargs, tensors)
         if not self.qnode._func_takes_shots:
             kwargs["shots"] = self.shots
         return self.qnode(*args, **kwargs)
@@ -691,6 +736,19 @@ def _refuse_non_affine(rec) -> None:
                 "the arguments computes it (clamp, where, sin, abs, a comparison, a product of "
                 "two arguments, ...); compute it before the call and pass it in, or use "
                 "static=False")
+
+
+def _refuse_outside_grad(circuit, col: int):
+    for op in circuit.operations:
+        if any(isinstance(par, ParamRef) and par.index == col for par in op.params):
+            where = f"of gate '{op.gate.pl_name or op.name}' on wires {list(op.wires)}"
+            break
+    else:
+        where = f"{col}"
+    raise QdiffError(
+        f"static qnode: the angle {where} depends on a tensor that requires grad and is not "
+        "an argument (a global, a closure or an attribute): a replay would keep its first "
+        "value and give it no gradient. Pass it as an argument, or use static=False")
 
 
 def _refuse_angle(circuit, ok):

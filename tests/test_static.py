@@ -445,7 +445,7 @@ def test_other_refusals():
     with pytest.raises(qd.QdiffError, match="dtype torch.int64"):
         g(torch.tensor(1))
     with pytest.raises(qd.QdiffError, match="hashable"):
-        g([torch.tensor(0.1)])
+        g(bytearray(b"x"))
     with pytest.raises(qd.QdiffError, match="qd.jit takes a qnode"):
         qd.jit(lambda x: x)
     with pytest.raises(qd.QdiffError, match="static must be"):
@@ -636,3 +636,57 @@ def test_in_place_change_of_an_argument_is_refused_and_leaves_it_unchanged():
         with pytest.raises(qd.QdiffError, match="modifies an argument in place"):
             f(x)
         assert float(x[0]) == 0.3
+
+
+def test_tensors_inside_list_tuple_and_dict_arguments_are_arguments():
+    """Float tensors inside lists, tuples (named too) and dicts are bound on every call like
+    top-level ones (an in-place update of a held tensor is seen, gradients reach them); the
+    other items are part of the signature."""
+    from collections import namedtuple
+    Pair = namedtuple("Pair", "a b")
+    dev = qd.device("statevector", wires=2)
+
+    def body(xs, scales, cfg, pair):
+        qd.RX(xs[0][..., 0] * scales[0], wires=0)
+        qd.RY(xs[1][1] + scales[1], wires=1)
+        qd.CNOT(wires=[0, 1])
+        qd.RZ(cfg["w"][0], wires=cfg["wire"])
+        qd.RX(pair.a, wires=1)
+        qd.RY(2 * pair.b[0], wires=0)
+        return [qd.expval(qd.Y(0)), qd.expval(qd.Z(1) @ qd.X(0))]
+    plain, static = qd.qnode(dev)(body), qd.qnode(dev, static=True)(body)
+    x = torch.tensor([[0.2], [0.9]], dtype=torch.float64)
+    y = torch.tensor([0.1, -0.6], dtype=torch.float64)
+    w = torch.tensor([0.4], dtype=torch.float64, requires_grad=True)
+    pa = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
+    pb = torch.tensor([0.3], dtype=torch.float64)
+    xs = (x, y)
+    for step in range(3):
+        for scales, wire in (([1.0, 0.5], 0), ([2.0, -0.5], 1)):
+            args = (xs, scales, {"w": w, "wire": wire}, Pair(pa, pb))
+            o1, o2 = plain(*args), static(*args)
+            torch.testing.assert_close(o2, o1)
+            g1 = torch.autograd.grad(o1.sum(), [w, pa])
+            g2 = torch.autograd.grad(o2.sum(), [w, pa])
+            torch.testing.assert_close(g2, g1)
+        with torch.no_grad():  # in-place updates of the held tensors
+            y.add_(0.3)
+            w.mul_(-1.5)
+            pa.sub_(0.2)
+    assert static.num_traces == 2
+    with pytest.raises(qd.QdiffError, match="dtype torch.int64"):
+        static((x, torch.tensor([1, 2])), [1.0, 0.5], {"w": w, "wire": 0}, Pair(pa, pb))
+
+
+def test_angles_from_a_tensor_outside_the_arguments():
+    """A tensor constant without arguments replays; one that requires grad (a closure, an
+    attribute) is refused: a replay would keep its value and give it no gradient."""
+    dev = qd.device("statevector", wires=1)
+    f = qd.qnode(dev, static=True)(
+        lambda: (qd.RX(torch.tensor(0.3, dtype=torch.float64), wires=0), qd.expval(qd.Z(0)))[1])
+    torch.testing.assert_close(f(), torch.cos(torch.tensor(0.3, dtype=torch.float64)))
+    w = torch.tensor([0.5], dtype=torch.float64, requires_grad=True)
+    g = qd.qnode(dev, static=True)(
+        lambda x: (qd.RX(x[0] + w[0], wires=0), qd.expval(qd.Z(0)))[1])
+    with pytest.raises(qd.QdiffError, match="RX.*requires grad and is not an argument"):
+        g(torch.tensor([0.3], dtype=torch.float64, requires_grad=True))
