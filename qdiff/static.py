@@ -46,6 +46,7 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict
 from contextlib import contextmanager
+import sys
 import threading
 
 import torch
@@ -190,6 +191,16 @@ def _mark(ret):
     if isinstance(ret, (list, tuple)) and any(isinstance(r, torch.Tensor) for r in ret):
         return type(ret)(_mark(r) for r in ret) if type(ret) in (list, tuple) else ret
     return ret
+
+
+def _register_autoray() -> None:
+    """Let autoray (PennyLane's ``qml.math``) dispatch guarded tensors to torch: it names a
+    backend by the class's module otherwise."""
+    ar = sys.modules.get("autoray")
+    if ar is not None and not getattr(_register_autoray, "done", False):
+        for cls in (GuardedTensor, NonAffineTensor):
+            ar.register_backend(cls, "torch")
+        _register_autoray.done = True
 
 
 @contextmanager
@@ -572,6 +583,7 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     guarded = object.__new__(type(qnode))  # the same qnode recording guarded_func
     guarded.__dict__.update(qnode.__dict__)
     guarded.func = guarded_func
+    _register_autoray()
     g = [t.detach().as_subclass(GuardedTensor).requires_grad_(t.requires_grad) for t in tensors]
     storages = frozenset(_storage(t) for t in tensors if t.numel()) - {0}
     ga, gk = _substitute(args, kwargs, g)

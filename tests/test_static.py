@@ -690,3 +690,26 @@ def test_angles_from_a_tensor_outside_the_arguments():
         lambda x: (qd.RX(x[0] + w[0], wires=0), qd.expval(qd.Z(0)))[1])
     with pytest.raises(qd.QdiffError, match="RX.*requires grad and is not an argument"):
         g(torch.tensor([0.3], dtype=torch.float64, requires_grad=True))
+
+
+def test_pennylane_templates_inside_a_static_qnode_match_default_qubit():
+    """PennyLane templates that run ``qml.math`` on the (guarded) arguments record and replay
+    as in the plain qnode; values and gradients equal default.qubit's."""
+    qml = pytest.importorskip("pennylane")
+    n = 3
+
+    def body(x, w):
+        qml.AngleEmbedding(x, wires=range(n), rotation="Y")
+        qml.StronglyEntanglingLayers(w, wires=range(n))
+        return [qml.expval(qml.PauliZ(i)) for i in range(n)]
+    static = qd.qnode(qd.device("statevector", wires=n), static=True)(body)
+    ref = qml.QNode(body, qml.device("default.qubit", wires=n), interface="torch")
+    g = torch.Generator().manual_seed(2)
+    w = torch.rand(2, n, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    for _ in range(2):
+        x = torch.rand(4, n, generator=g, dtype=torch.float64)  # a batch: qml.math.transpose
+        got, want = static(x, w), torch.stack(list(ref(x, w)), -1)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(torch.autograd.grad(got.sum(), w)[0],
+                                   torch.autograd.grad(want.sum(), w)[0])
+    assert static.num_traces == 1
