@@ -221,12 +221,21 @@ def _where(i: int, npos: int, names) -> str:
 
 
 def _arg_sig(value, i: int, npos: int, names):
-    """The signature entry of a non-tensor argument (float tensors are keyed by
-    :func:`call_signature` itself; any other tensor is an error)."""
+    """The signature entry of an argument other than a float tensor (those are keyed by
+    :func:`call_signature` itself): its type and value; for other tensors and NumPy arrays
+    their dtype, shape and bytes."""
     if isinstance(value, torch.Tensor):
-        raise QdiffError(f"static qnode: tensor argument {_where(i, npos, names)} has dtype "
-                         f"{value.dtype}; tensor arguments must be float32 or float64 (pass "
-                         "integers as Python ints)")
+        if value.requires_grad:
+            raise QdiffError(f"static qnode: tensor argument {_where(i, npos, names)} has dtype "
+                             f"{value.dtype} and requires grad; a static qnode binds float32 "
+                             "and float64 tensors on every call and keys the trace on the "
+                             "values of other tensors (use static=False)")
+        flat = value.detach().reshape(-1).cpu().contiguous()
+        return ("t", value.dtype, value.shape, value.device,
+                flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    if type(value).__module__ == "numpy" and type(value).__name__ == "ndarray" and \
+            value.dtype.kind in "biufc":
+        return ("np", value.dtype.str, value.shape, value.tobytes())
     try:
         hash(value)
     except TypeError:
@@ -523,7 +532,7 @@ def _probes(tensors, total: int):
 def _fill(v, it):
     """``v`` with its tensor arguments (and :data:`_HOLE` slots) replaced from ``it``, in the
     order of :func:`call_signature`."""
-    if isinstance(v, torch.Tensor) or v is _HOLE:
+    if v is _HOLE or (isinstance(v, torch.Tensor) and (v.dtype is _F64 or v.dtype is _F32)):
         return next(it)
     if not _container(v):
         return v
