@@ -82,7 +82,10 @@ _AFFINE = frozenset({
     "triu", "unfold", "requires_grad_", "retain_grad", "copy_", "zero_", "fill_",
     "add", "__add__", "__radd__", "__iadd__", "add_", "sub", "subtract", "__sub__", "__rsub__",
     "__isub__", "sub_", "rsub", "neg", "negative", "__neg__", "positive", "__pos__", "neg_",
-    "sum", "mean", "cumsum", "diff", "trace",
+    "sum", "mean", "cumsum", "diff", "trace", "deg2rad", "rad2deg",
+    # selections by conditions and fills that are not argument-derived (a condition computed
+    # from the arguments is itself a NonAffineTensor and marks the result)
+    "where", "masked_fill", "index_fill", "pad",
     # products and quotients: affine while at most one factor (and never the divisor) is
     # argument-derived
     "mul", "multiply", "__mul__", "__rmul__", "__imul__", "mul_", "matmul", "__matmul__",

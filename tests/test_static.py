@@ -604,6 +604,9 @@ def test_affine_ops_through_new_tensors_replay():
         qd.RX(x[..., 1], wires=1)
         qd.RY(b[2], wires=1)
         qd.RZ((m @ w[:2])[0] / 4, wires=0)
+        keep = torch.tensor([True, False, True])
+        qd.RY(torch.deg2rad(torch.where(keep, w, 0.5)[2] * 30), wires=0)
+        qd.RX(w.masked_fill(~keep, 0.0)[1], wires=1)
         qd.CNOT(wires=[0, 1])
         return [qd.expval(qd.Z(0)), qd.expval(qd.X(1) @ qd.Y(0))]
     plain, static = qd.qnode(dev)(body), qd.qnode(dev, static=True)(body)
