@@ -390,6 +390,8 @@ class Trace:
             flat = flat.to(self.dtype) if flat.dtype.is_floating_point else flat
         elif self.rule is BACKPROP:
             flat = flat_outputs(plan.backend.run(plan.circuit, theta))
+            if flat.dtype != self.dtype and flat.dtype.is_floating_point:
+                flat = flat.to(self.dtype)  # the angles' dtype, as the plain qnode returns
         else:
             flat = QuantumFunction.apply(self.theta(tensors), plan)[0]
         return self.shape(flat)

@@ -742,3 +742,31 @@ def test_other_tensors_and_numpy_arrays_are_keyed_by_value():
         torch.testing.assert_close(o2, o1)
         torch.testing.assert_close(torch.autograd.grad(o2[0], x), torch.autograd.grad(o1[0], x))
     assert static.num_traces == 4
+
+
+@pytest.mark.parametrize("device_dtype,arg_dtype", [(torch.complex128, torch.float32),
+                                                    (torch.complex64, torch.float64)])
+@pytest.mark.parametrize("method", ["backprop", "best"])
+def test_output_dtype_follows_the_plain_qnode(device_dtype, arg_dtype, method):
+    """Outputs have the angles' dtype on every rule (float32 arguments on a complex128 device,
+    float64 ones on a complex64 device), as the plain qnode's."""
+    dev = qd.device("statevector", wires=2, dtype=device_dtype)
+
+    def body(x, w):
+        qd.RX(x[..., 0], wires=0)
+        qd.RY(3 * w[0], wires=1)
+        qd.CNOT(wires=[0, 1])
+        return [qd.expval(qd.Z(0)), qd.probs(wires=[1])]
+    plain = qd.qnode(dev, diff_method=method)(body)
+    static = qd.qnode(dev, diff_method=method, static=True)(body)
+    x = torch.tensor([[0.3], [1.1]], dtype=arg_dtype)
+    w = torch.tensor([0.2], dtype=arg_dtype, requires_grad=True)
+    want, got = plain(x, w), static(x, w)
+    tol = dict(atol=2e-6, rtol=2e-6)
+    for a, b in zip(got, want):
+        assert a.dtype == b.dtype == arg_dtype
+        torch.testing.assert_close(a, b, **tol)
+    ga = torch.autograd.grad(got[0].sum() + got[1][:, 1].sum(), w)[0]
+    gb = torch.autograd.grad(want[0].sum() + want[1][:, 1].sum(), w)[0]
+    assert ga.dtype == gb.dtype
+    torch.testing.assert_close(ga, gb, **tol)
