@@ -852,6 +852,8 @@ class StaticQNode:
             self._traces[key] = trace
             if len(self._traces) > self.max_traces:
                 self._traces.popitem(last=False)
+        elif len(self._traces) > 1:
+            self._traces.move_to_end(key)  # least recently used first
         return trace.replay(tensors)
 
     def __reduce__(self):

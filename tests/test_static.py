@@ -770,3 +770,14 @@ def test_output_dtype_follows_the_plain_qnode(device_dtype, arg_dtype, method):
     gb = torch.autograd.grad(want[0].sum() + want[1][:, 1].sum(), w)[0]
     assert ga.dtype == gb.dtype
     torch.testing.assert_close(ga, gb, **tol)
+
+
+def test_max_traces_drops_the_least_recently_used_signature():
+    dev = qd.device("statevector", wires=1)
+    f = qd.jit(qd.qnode(dev)(lambda x: (qd.RX(x[..., 0], wires=0), qd.expval(qd.Z(0)))[1]),
+               max_traces=2)
+    a, b, c = (torch.rand(k, 1, dtype=torch.float64) for k in (1, 2, 3))
+    for x in (a, b, a, c):
+        f(x)
+    kept = {k[0][2][0][0] for k in f._traces}
+    assert kept == {a.shape, c.shape}
