@@ -65,7 +65,8 @@ _GUARD = threading.local()
 _READS = frozenset({"__bool__", "item", "tolist", "__float__", "__int__", "__index__",
                     "__complex__", "numpy", "__array__", "nonzero", "argwhere", "masked_select",
                     "unique", "unique_consecutive", "bincount", "equal", "allclose",
-                    "__dlpack__", "untyped_storage", "storage", "_typed_storage"})
+                    "__dlpack__", "untyped_storage", "storage", "_typed_storage",
+                    "__contains__", "is_nonzero", "apply_", "map_", "map2_"})
 # torch functions whose tensor results are affine in the guarded (argument-derived) tensors:
 # indexing, shape and dtype changes, sums and differences, and products/quotients by values
 # that do not come from the arguments (checked in _affine_call)

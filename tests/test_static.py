@@ -582,7 +582,20 @@ def test_argument_values_written_into_other_tensors_stay_guarded():
             qd.PauliX(0)
         qd.RX(x[1], wires=0)
         return qd.expval(qd.Z(0))
-    for body in (by_setitem, by_copy):
+    def by_contains(x):
+        if 20.0 in x:
+            qd.PauliX(0)
+        qd.RX(x[1], wires=0)
+        return qd.expval(qd.Z(0))
+
+    def by_apply(x):
+        seen = []
+        x.clone().apply_(lambda v: seen.append(v) or v)
+        if any(v > 10 for v in seen):
+            qd.PauliX(0)
+        qd.RX(x[1], wires=0)
+        return qd.expval(qd.Z(0))
+    for body in (by_setitem, by_copy, by_contains, by_apply):
         f = qd.qnode(dev, static=True)(body)
         with pytest.raises(qd.QdiffError, match="reads an argument's value"):
             f(torch.tensor([0.3, 0.2], dtype=torch.float64))
