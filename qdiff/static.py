@@ -134,7 +134,10 @@ def _inplace(name, kwargs) -> bool:
 
 def _storage(t) -> int:
     with torch._C.DisableTorchFunctionSubclass():
-        return t.untyped_storage().data_ptr()
+        try:
+            return t.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):  # no storage (sparse, ...)
+            return 0
 
 
 def _refuse_read(name):
@@ -176,6 +179,12 @@ class GuardedTensor(torch.Tensor):
         mark = NonAffineTensor if not affine or any(
             isinstance(g, NonAffineTensor) for g in guarded) else GuardedTensor
         if isinstance(target, torch.Tensor) and not isinstance(target, mark):
+            if type(target) is not torch.Tensor and not isinstance(target, GuardedTensor):
+                raise QdiffError(
+                    f"static qnode: the function writes an argument's values into a "
+                    f"{type(target).__name__} ('{name}'); a replay does not run the function "
+                    "and cannot repeat that. Write into a tensor made inside the function, "
+                    "or use static=False")
             target.__class__ = mark  # holds argument-derived values from now on
         if mark is NonAffineTensor:
             ret = _mark(ret)

@@ -652,6 +652,16 @@ def test_in_place_change_of_an_argument_is_refused_and_leaves_it_unchanged():
         with pytest.raises(qd.QdiffError, match="modifies an argument in place"):
             f(x)
         assert float(x[0]) == 0.3
+    buffer = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64))
+
+    def into_parameter(x):
+        with torch.no_grad():
+            buffer.copy_(x)
+        qd.RX(x[0], wires=0)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffError, match="writes an argument's values into a Parameter"):
+        qd.qnode(dev, static=True)(into_parameter)(torch.tensor([0.3], dtype=torch.float64))
+    assert type(buffer) is torch.nn.Parameter
 
 
 def test_tensors_inside_list_tuple_and_dict_arguments_are_arguments():
