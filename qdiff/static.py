@@ -87,6 +87,9 @@ _AFFINE = frozenset({
     # selections by conditions and fills that are not argument-derived (a condition computed
     # from the arguments is itself a NonAffineTensor and marks the result)
     "where", "masked_fill", "index_fill", "pad",
+    # constants shaped like an argument
+    "new_zeros", "new_ones", "new_full", "new_empty", "zeros_like", "ones_like", "full_like",
+    "empty_like",
     # products and quotients: affine while at most one factor (and never the divisor) is
     # argument-derived
     "mul", "multiply", "__mul__", "__rmul__", "__imul__", "mul_", "matmul", "__matmul__",

@@ -608,7 +608,7 @@ def test_affine_ops_through_new_tensors_replay():
     dev = qd.device("statevector", wires=2)
 
     def body(x, w):
-        a = torch.zeros(3, dtype=torch.float64)
+        a = w.new_zeros(3)
         a[:2] = w[:2]
         b = w.clone()
         b.mul_(2).add_(1)
