@@ -11,7 +11,9 @@ The trace checks that a replay is exact:
 * the function runs once on *guarded* tensors: reading a value into Python (``bool(x > 0)``,
   ``float(x)``, ``x.item()``, ``x.tolist()``, NumPy conversion, data-dependent shapes) raises
   a :class:`~qdiff.circuits.errors.QdiffError`, since Python control flow on values would make
-  the structure depend on them;
+  the structure depend on them; values written into other tensors keep the guard, an argument
+  modified in place is refused, and an angle computed by an op that is not affine in the
+  arguments (``clamp``, ``where``, comparisons, ...) is refused whatever its values;
 * it runs on six probe bindings (zeros, ones, an index encoding, a permuted one, a negative
   and large one and a fractional one): the circuit structure must be the same for all of them,
   and every gate angle must be one argument element times a constant plus a constant
@@ -22,7 +24,8 @@ The trace checks that a replay is exact:
 A new signature (another batch size, a new ``requires_grad``, another non-tensor argument)
 traces again (up to ``max_traces`` kept). What the function reads from outside its arguments
 (globals, closures, attributes) is part of the trace: after changing such state call
-:meth:`StaticQNode.retrace`. Inside ``torch.func`` transforms (``grad``, ``vmap``,
+:meth:`StaticQNode.retrace`; an angle from such a tensor that requires grad is refused. Float
+tensors inside list, tuple and dict arguments are tensor arguments. Inside ``torch.func`` transforms (``grad``, ``vmap``,
 ``jacrev``) a call runs the plain qnode instead: nothing is recorded or replayed there.
 
 >>> import torch, qdiff as qd
@@ -43,6 +46,7 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict
 from contextlib import contextmanager
+import sys
 import threading
 
 import torch
@@ -51,6 +55,7 @@ from qdiff.backends.base import Gather, Prepared, flat_outputs
 from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective_shots,
                           engine_vjp, expand_coefficients, refuse_graph_capture, unshare,
                           validate_rules)
+from qdiff.circuits import recording
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.operation import ParamRef
@@ -59,32 +64,168 @@ from qdiff.rules import BACKPROP, best_options, higher_order, make_options, reso
 _GUARD = threading.local()
 _READS = frozenset({"__bool__", "item", "tolist", "__float__", "__int__", "__index__",
                     "__complex__", "numpy", "__array__", "nonzero", "argwhere", "masked_select",
-                    "unique", "unique_consecutive", "bincount", "equal", "allclose"})
+                    "unique", "unique_consecutive", "bincount", "equal", "allclose",
+                    "__dlpack__", "untyped_storage", "storage", "_typed_storage",
+                    "__contains__", "is_nonzero", "apply_", "map_", "map2_"})
+# torch functions whose tensor results are affine in the guarded (argument-derived) tensors:
+# indexing, shape and dtype changes, sums and differences, and products/quotients by values
+# that do not come from the arguments (checked in _affine_call)
+_AFFINE = frozenset({
+    "__getitem__", "__setitem__", "select", "narrow", "index_select", "gather", "take",
+    "take_along_dim", "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten",
+    "ravel", "squeeze", "unsqueeze", "expand", "expand_as", "broadcast_to", "broadcast_tensors",
+    "permute", "transpose", "t", "mT", "T", "movedim", "moveaxis", "swapaxes", "swapdims",
+    "contiguous", "clone", "detach", "detach_", "to", "type", "type_as", "double", "float",
+    "cpu", "cuda", "unbind", "split", "chunk", "tensor_split", "split_with_sizes", "stack",
+    "cat", "concat", "concatenate", "hstack", "vstack", "dstack", "column_stack", "row_stack",
+    "flip", "fliplr", "flipud", "roll", "rot90", "repeat", "tile", "repeat_interleave",
+    "atleast_1d", "atleast_2d", "atleast_3d", "diagonal", "diag", "diag_embed", "tril",
+    "triu", "unfold", "requires_grad_", "retain_grad", "copy_", "zero_", "fill_",
+    "add", "__add__", "__radd__", "__iadd__", "add_", "sub", "subtract", "__sub__", "__rsub__",
+    "__isub__", "sub_", "rsub", "neg", "negative", "__neg__", "positive", "__pos__", "neg_",
+    "sum", "mean", "cumsum", "diff", "trace", "deg2rad", "rad2deg",
+    # selections by conditions and fills that are not argument-derived (a condition computed
+    # from the arguments is itself a NonAffineTensor and marks the result)
+    "where", "masked_fill", "index_fill", "pad",
+    # constants shaped like an argument
+    "new_zeros", "new_ones", "new_full", "new_empty", "zeros_like", "ones_like", "full_like",
+    "empty_like",
+    # products and quotients: affine while at most one factor (and never the divisor) is
+    # argument-derived
+    "mul", "multiply", "__mul__", "__rmul__", "__imul__", "mul_", "matmul", "__matmul__",
+    "__rmatmul__", "mm", "mv", "bmm", "dot", "vdot", "inner", "outer", "ger", "kron",
+    "tensordot", "einsum", "div", "divide", "true_divide", "__truediv__", "__itruediv__",
+    "div_", "true_divide_",
+    # attribute reads (shape, dtype, .T, .data, ...)
+    "__get__"})
+_DIVIDE = frozenset({"div", "divide", "true_divide", "__truediv__", "__itruediv__", "div_",
+                     "true_divide_"})
+_PRODUCT = frozenset({"mul", "multiply", "__mul__", "__rmul__", "__imul__", "mul_", "matmul",
+                      "__matmul__", "__rmatmul__", "mm", "mv", "bmm", "dot", "vdot", "inner",
+                      "outer", "ger", "kron", "tensordot", "einsum"})
+
+
+def _guarded_in(args, kwargs) -> list:
+    out = []
+    for v in (*args, *kwargs.values()):
+        if isinstance(v, GuardedTensor):
+            out.append(v)
+        elif isinstance(v, (list, tuple)):
+            out.extend(u for u in v if isinstance(u, GuardedTensor))
+    return out
+
+
+def _affine_call(name, args, kwargs, guarded) -> bool:
+    """Whether ``name(*args, **kwargs)`` keeps the results affine in the guarded tensors."""
+    if name not in _AFFINE:
+        return False
+    if name in _PRODUCT:
+        return len(guarded) <= 1
+    if name in _DIVIDE:
+        if kwargs.get("rounding_mode") is not None:
+            return False
+        other = args[1] if len(args) > 1 else kwargs.get("other")
+        return not isinstance(other, GuardedTensor)
+    return True
+
+
+def _inplace(name, kwargs) -> bool:
+    return name == "__setitem__" or "out" in kwargs or (
+        name.endswith("_") and not name.endswith("__") and name not in (
+            "requires_grad_", "retain_grad_"))
+
+
+def _storage(t) -> int:
+    with torch._C.DisableTorchFunctionSubclass():
+        try:
+            return t.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):  # no storage (sparse, ...)
+            return 0
+
+
+def _refuse_read(name):
+    raise QdiffError(
+        f"static qnode: the function reads an argument's value in Python ('{name}'), so the "
+        "circuit structure may depend on it; a static qnode replays one structure per "
+        "signature. Keep value-dependent logic in torch ops, pass the value as a non-tensor "
+        "argument, or use static=False")
 
 
 class GuardedTensor(torch.Tensor):
-    """A tensor whose values may not flow into Python while a static qnode is traced."""
+    """A tensor whose values may not flow into Python while a static qnode is traced. Results
+    of torch ops on it are guarded too; those of ops that are not affine in it (``clamp``,
+    ``where``, ``sin``, comparisons, products of two of them) are :class:`NonAffineTensor`,
+    which may not become a gate angle. Writing a guarded value into another tensor makes
+    that tensor guarded; writing into an argument is refused (a replay does not run the
+    function, so it cannot repeat the write)."""
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        if getattr(_GUARD, "on", False):
-            name = getattr(func, "__name__", "")
-            if name in _READS:
+        kwargs = kwargs or {}
+        if not getattr(_GUARD, "on", False):
+            return super().__torch_function__(func, types, args, kwargs)
+        name = getattr(func, "__name__", "")
+        if name in _READS:
+            _refuse_read(name)
+        guarded = _guarded_in(args, kwargs)
+        affine = _affine_call(name, args, kwargs, guarded)
+        target = None
+        if _inplace(name, kwargs):
+            target = kwargs.get("out", args[0] if args else None)
+            if isinstance(target, torch.Tensor) and _GUARD.storages and \
+                    _storage(target) in _GUARD.storages:
                 raise QdiffError(
-                    f"static qnode: the function reads an argument's value in Python "
-                    f"('{name}'), so the circuit structure may depend on it; a static qnode "
-                    "replays one structure per signature. Keep value-dependent logic in torch "
-                    "ops, pass the value as a non-tensor argument, or use static=False")
-        return super().__torch_function__(func, types, args, kwargs or {})
+                    f"static qnode: the function modifies an argument in place ('{name}'); "
+                    "a replay does not run the function and cannot repeat that. Work on a "
+                    "copy (x = x.clone()) or use static=False")
+        ret = super().__torch_function__(func, types, args, kwargs)
+        mark = NonAffineTensor if not affine or any(
+            isinstance(g, NonAffineTensor) for g in guarded) else GuardedTensor
+        if isinstance(target, torch.Tensor) and not isinstance(target, mark):
+            if type(target) is not torch.Tensor and not isinstance(target, GuardedTensor):
+                raise QdiffError(
+                    f"static qnode: the function writes an argument's values into a "
+                    f"{type(target).__name__} ('{name}'); a replay does not run the function "
+                    "and cannot repeat that. Write into a tensor made inside the function, "
+                    "or use static=False")
+            target.__class__ = mark  # holds argument-derived values from now on
+        if mark is NonAffineTensor:
+            ret = _mark(ret)
+        return ret
+
+
+class NonAffineTensor(GuardedTensor):
+    """A guarded tensor computed by an op that is not affine in the arguments."""
+
+
+def _mark(ret):
+    if isinstance(ret, torch.Tensor):
+        if not isinstance(ret, NonAffineTensor):
+            with torch._C.DisableTorchFunctionSubclass():
+                ret = ret.as_subclass(NonAffineTensor)
+        return ret
+    if isinstance(ret, (list, tuple)) and any(isinstance(r, torch.Tensor) for r in ret):
+        return type(ret)(_mark(r) for r in ret) if type(ret) in (list, tuple) else ret
+    return ret
+
+
+def _register_autoray() -> None:
+    """Let autoray (PennyLane's ``qml.math``) dispatch guarded tensors to torch: it names a
+    backend by the class's module otherwise."""
+    ar = sys.modules.get("autoray")
+    if ar is not None and not getattr(_register_autoray, "done", False):
+        for cls in (GuardedTensor, NonAffineTensor):
+            ar.register_backend(cls, "torch")
+        _register_autoray.done = True
 
 
 @contextmanager
-def _guarded():
-    _GUARD.on = True
+def _guarded(storages=frozenset()):
+    _GUARD.on, _GUARD.storages = True, storages
     try:
         yield
     finally:
-        _GUARD.on = False
+        _GUARD.on, _GUARD.storages = False, frozenset()
 
 
 # ------------------------------------------------------------------------------------------
@@ -96,12 +237,21 @@ def _where(i: int, npos: int, names) -> str:
 
 
 def _arg_sig(value, i: int, npos: int, names):
-    """The signature entry of a non-tensor argument (float tensors are keyed by
-    :func:`call_signature` itself; any other tensor is an error)."""
+    """The signature entry of an argument other than a float tensor (those are keyed by
+    :func:`call_signature` itself): its type and value; for other tensors and NumPy arrays
+    their dtype, shape and bytes."""
     if isinstance(value, torch.Tensor):
-        raise QdiffError(f"static qnode: tensor argument {_where(i, npos, names)} has dtype "
-                         f"{value.dtype}; tensor arguments must be float32 or float64 (pass "
-                         "integers as Python ints)")
+        if value.requires_grad:
+            raise QdiffError(f"static qnode: tensor argument {_where(i, npos, names)} has dtype "
+                             f"{value.dtype} and requires grad; a static qnode binds float32 "
+                             "and float64 tensors on every call and keys the trace on the "
+                             "values of other tensors (use static=False)")
+        flat = value.detach().reshape(-1).cpu().contiguous()
+        return ("t", value.dtype, value.shape, value.device,
+                flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
+    if type(value).__module__ == "numpy" and type(value).__name__ == "ndarray" and \
+            value.dtype.kind in "biufc":
+        return ("np", value.dtype.str, value.shape, value.tobytes())
     try:
         hash(value)
     except TypeError:
@@ -115,11 +265,35 @@ _Tensor = torch.Tensor
 _F64, _F32 = torch.float64, torch.float32
 
 
+def _container(v) -> bool:
+    t = type(v)
+    return t is list or t is tuple or t is dict or (isinstance(v, tuple) and
+                                                    hasattr(t, "_fields"))
+
+
+def _nested_sig(v, i: int, npos: int, names, tensors: list):
+    """The signature entry of a list, tuple (named too) or dict argument: its type and length
+    or keys, then its items' entries; float tensors inside are tensor arguments (appended to
+    ``tensors`` in order), like top-level ones."""
+    if isinstance(v, _Tensor):
+        dt = v.dtype
+        if dt is _F64 or dt is _F32:
+            tensors.append(v)
+            return (v.shape, dt, "cpu" if v.is_cpu else v.device, v.requires_grad)
+        return _arg_sig(v, i, npos, names)
+    if not _container(v):
+        return _arg_sig(v, i, npos, names)
+    if type(v) is dict:
+        return ("c", dict, tuple(v), tuple(_nested_sig(u, i, npos, names, tensors)
+                                          for u in v.values()))
+    return ("c", type(v), len(v), tuple(_nested_sig(u, i, npos, names, tensors) for u in v))
+
+
 def call_signature(args, kwargs) -> tuple:
     """``(key, tensors)``: the hashable signature of a call and its tensor arguments in a fixed
-    order (positional, then keywords by name). A tensor's entry is its shape, dtype, device
-    (``"cpu"`` for every CPU tensor) and ``requires_grad``; any other value's is its type and
-    value."""
+    order (positional, then keywords by name; inside a list, tuple or dict argument in its
+    order). A tensor's entry is its shape, dtype, device (``"cpu"`` for every CPU tensor) and
+    ``requires_grad``; any other value's is its type and value."""
     names = tuple(sorted(kwargs)) if len(kwargs) > 1 else tuple(kwargs)
     vals = [*args, *[kwargs[k] for k in names]] if names else args
     sigs, tensors = [], []
@@ -131,7 +305,10 @@ def call_signature(args, kwargs) -> tuple:
                 tensors.append(v)
                 continue
         i = len(sigs)
-        sigs.append(_arg_sig(v, i, len(args), names))
+        if _container(v):
+            sigs.append(_nested_sig(v, i, len(args), names, tensors))
+        else:
+            sigs.append(_arg_sig(v, i, len(args), names))
     return (len(args), names, tuple(sigs)), tensors
 
 
@@ -226,6 +403,8 @@ class Trace:
             flat = flat.to(self.dtype) if flat.dtype.is_floating_point else flat
         elif self.rule is BACKPROP:
             flat = flat_outputs(plan.backend.run(plan.circuit, theta))
+            if flat.dtype != self.dtype and flat.dtype.is_floating_point:
+                flat = flat.to(self.dtype)  # the angles' dtype, as the plain qnode returns
         else:
             flat = QuantumFunction.apply(self.theta(tensors), plan)[0]
         return self.shape(flat)
@@ -368,12 +547,29 @@ def _probes(tensors, total: int):
     return out, held
 
 
+def _fill(v, it):
+    """``v`` with its tensor arguments (and :data:`_HOLE` slots) replaced from ``it``, in the
+    order of :func:`call_signature`."""
+    if v is _HOLE or (isinstance(v, torch.Tensor) and (v.dtype is _F64 or v.dtype is _F32)):
+        return next(it)
+    if not _container(v):
+        return v
+    if type(v) is dict:
+        return {k: _fill(u, it) for k, u in v.items()}
+    items = [_fill(u, it) for u in v]
+    return items if type(v) is list else tuple(items) if type(v) is tuple else type(v)(*items)
+
+
 def _substitute(args, kwargs, tensors):
     it = iter(tensors)
-    a = [next(it) if isinstance(v, torch.Tensor) else v for v in args]
-    names = sorted(kwargs)
-    k = {n: next(it) if isinstance(kwargs[n], torch.Tensor) else kwargs[n] for n in names}
+    a = [_fill(v, it) for v in args]
+    k = {n: _fill(kwargs[n], it) for n in sorted(kwargs)}
     return a, k
+
+
+def _holes(v):
+    """``v`` with its tensors replaced by :data:`_HOLE`."""
+    return _fill(v, iter(lambda: _HOLE, None))
 
 
 def _gather_map(thetas, codes, total: int, tol: float):
@@ -392,7 +588,7 @@ def _gather_map(thetas, codes, total: int, tol: float):
     kr = kr.clamp(0, max(total - 1, 0)).long()
     for t, code in zip(thetas[3:], codes[3:]):
         t = t.detach().to(torch.float64)
-        expect = torch.where(moving, a * code[kr] + c, c)
+        expect = torch.where(moving, a * code[kr] + c, c) if total else c
         ok &= (t - expect).abs() <= tol * (1 + t.abs())
     ok &= moving | ((t2 - c).abs() <= tol * (1 + c.abs()))
     ok &= torch.isfinite(t0) & torch.isfinite(t1)
@@ -406,15 +602,22 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     func = qnode.func
 
     def guarded_func(*a, **k):
-        with _guarded():
-            return func(*a, **k)
+        with _guarded(storages):
+            result = func(*a, **k)
+        _refuse_non_affine(recording.active())
+        return result
 
     guarded = object.__new__(type(qnode))  # the same qnode recording guarded_func
     guarded.__dict__.update(qnode.__dict__)
     guarded.func = guarded_func
+    _register_autoray()
     g = [t.detach().as_subclass(GuardedTensor).requires_grad_(t.requires_grad) for t in tensors]
+    storages = frozenset(_storage(t) for t in tensors if t.numel()) - {0}
     ga, gk = _substitute(args, kwargs, g)
     ref, result = guarded.construct(*ga, **gk)
+    if isinstance(ref.theta, NonAffineTensor):  # an angle the recorder derived further
+        raise QdiffError("static qnode: a gate angle is not an argument element times a "
+                         "constant plus a constant (use static=False)")
     sig = structure_signature(ref.circuit)
     ref = _routed(ref, qnode.device)
     circuit = ref.circuit
@@ -433,6 +636,7 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     total = sum(t.numel() for t in tensors)
     probes, codes = _probes(tensors, total)
     thetas = []
+    probes[0] = [t.detach() for t in probes[0]]  # no argument requires grad in this one
     for p in probes + [[t.detach().requires_grad_(t.requires_grad) for t in tensors]]:
         pa, pk = _substitute(args, kwargs, p)
         rec, _ = qnode.construct(*pa, **pk)
@@ -441,7 +645,9 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
                              "angles or observables) depends on the argument values; a static "
                              "qnode cannot replay it (use static=False)")
         rec = _routed(rec, qnode.device)
-        _, th, train, shared = unshare(rec.circuit, rec.theta, rec.trainable, rec.shared)
+        circ_p, th, train, shared = unshare(rec.circuit, rec.theta, rec.trainable, rec.shared)
+        if not thetas and any(train):  # a tensor from outside the arguments requires grad
+            _refuse_outside_grad(circ_p, train.index(True))
         thetas.append(th)
     circ_u, _, train_u, shared_u = unshare(circuit, ref.theta.as_subclass(torch.Tensor),
                                            ref.trainable, ref.shared)
@@ -510,14 +716,11 @@ class EmptyTrace:
 
     def __init__(self, qnode, args, kwargs, shots):
         self.qnode, self.shots = qnode, shots
-        self.args = tuple(_HOLE if isinstance(v, torch.Tensor) else v for v in args)
-        self.kwargs = {k: _HOLE if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        self.args = tuple(_holes(v) for v in args)
+        self.kwargs = {k: _holes(v) for k, v in kwargs.items()}
 
     def replay(self, tensors):
-        it = iter(tensors)
-        args = [next(it) if v is _HOLE else v for v in self.args]
-        kwargs = {k: next(it) if self.kwargs[k] is _HOLE else self.kwargs[k]
-                  for k in sorted(self.kwargs)}
+        args, kwargs = _substitute(self.args, self.kwargs, tensors)
         if not self.qnode._func_takes_shots:
             kwargs["shots"] = self.shots
         return self.qnode(*args, **kwargs)
@@ -549,6 +752,42 @@ def _widths(result, circuit):
     n = circuit.num_wires
     return [None if m.is_scalar else 2 ** (n if m.wires is None else len(m.wires))
             for m in circuit.measurements]
+
+
+def _refuse_non_affine(rec) -> None:
+    """Refuse a recorded gate whose angle an op that is not affine in the arguments computed
+    (``clamp``, ``where``, ``sin``, ...): no set of probe values can prove such an angle is
+    affine everywhere."""
+    for item in getattr(rec, "items", ()):
+        params = getattr(item, "params", None)
+        if params is None:
+            params = getattr(item, "data", ())
+        if not isinstance(params, (list, tuple)):
+            continue
+        if any(isinstance(p, NonAffineTensor) for p in params):
+            gate = getattr(item, "gate", None)
+            name = getattr(gate, "pl_name", None) or getattr(gate, "name", None) or \
+                getattr(item, "name", type(item).__name__)
+            wires = list(getattr(item, "wires", ()))
+            raise QdiffError(
+                f"static qnode: the angle of gate '{name}' on wires {wires} is not an argument "
+                "element times a constant plus a constant: a torch op that is not affine in "
+                "the arguments computes it (clamp, where, sin, abs, a comparison, a product of "
+                "two arguments, ...); compute it before the call and pass it in, or use "
+                "static=False")
+
+
+def _refuse_outside_grad(circuit, col: int):
+    for op in circuit.operations:
+        if any(isinstance(par, ParamRef) and par.index == col for par in op.params):
+            where = f"of gate '{op.gate.pl_name or op.name}' on wires {list(op.wires)}"
+            break
+    else:
+        where = f"{col}"
+    raise QdiffError(
+        f"static qnode: the angle {where} depends on a tensor that requires grad and is not "
+        "an argument (a global, a closure or an attribute): a replay would keep its first "
+        "value and give it no gradient. Pass it as an argument, or use static=False")
 
 
 def _refuse_angle(circuit, ok):
@@ -626,6 +865,8 @@ class StaticQNode:
             self._traces[key] = trace
             if len(self._traces) > self.max_traces:
                 self._traces.popitem(last=False)
+        elif len(self._traces) > 1:
+            self._traces.move_to_end(key)  # least recently used first
         return trace.replay(tensors)
 
     def __reduce__(self):
