@@ -215,6 +215,8 @@ class Observable:
     @property
     def has_trainable_matrix(self) -> bool:
         """Whether a matrix factor (``Hermitian``) requires grad."""
+        if self._key is not None:  # a Pauli letter (built by ``pauli``): no matrix
+            return False
         return any(f.kind == "M" and isinstance(f.matrix, torch.Tensor) and f.matrix.requires_grad
                    for t in self.terms for f in t)
 

@@ -486,16 +486,18 @@ def effective_shots(backend, shots=DEVICE_SHOTS):
     return shots
 
 
-def refuse_graph_capture(what: str) -> None:
+def refuse_graph_capture(kind: str, fn) -> None:
     """A qnode call records its circuit in Python each time: ``torch.jit.trace`` and
     ``torch.export`` would freeze one recording into a graph, so they are refused by name
-    (``torch.compile`` keeps the call eager instead)."""
+    (``torch.compile`` keeps the call eager instead). ``kind`` and ``fn`` (the qnode's
+    function, or None) name the call in the error."""
     if torch.jit.is_tracing():
         capture = "torch.jit.trace"
     elif torch.compiler.is_exporting():
         capture = "torch.export"
     else:
         return
+    what = kind if fn is None else f"{kind} '{getattr(fn, '__name__', '?')}'"
     raise QdiffError(f"{what}: {capture} cannot capture a qnode call (its circuit is recorded "
                      "in Python at each call); run the model eagerly or with torch.compile, "
                      "which keeps the qnode call eager")

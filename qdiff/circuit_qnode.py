@@ -88,7 +88,7 @@ class CircuitQNode:
     def __call__(self, *args, **kwargs):
         """Run the circuit for the given bindings (stays eager under ``torch.compile``)."""
         from qdiff.bridge import execute, refuse_graph_capture
-        refuse_graph_capture("circuit qnode")
+        refuse_graph_capture("circuit qnode", None)
         recorded = self.record(*args, **kwargs)
         outs = execute(recorded, self.device, self.diff_method, stacked=True,
                        options=self.options)

@@ -101,7 +101,7 @@ class QNode:
         recording is Python-level work that dynamo would otherwise retrace gate by gate
         (``_keep_calls_eager`` wraps it when the first qnode is made)."""
         from qdiff.bridge import execute, refuse_graph_capture
-        refuse_graph_capture(f"qnode '{getattr(self.func, '__name__', '?')}'")
+        refuse_graph_capture("qnode", self.func)
         shots = self.shots
         if "shots" in kwargs and not self._func_takes_shots:
             shots = kwargs.pop("shots")

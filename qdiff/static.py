@@ -848,7 +848,7 @@ class StaticQNode:
         return self.qnode.construct(*args, **kwargs)
 
     def __call__(self, *args, **kwargs):
-        refuse_graph_capture(f"qnode '{getattr(self.qnode.func, '__name__', '?')}'")
+        refuse_graph_capture("qnode", self.qnode.func)
         if _transforms_active():  # torch.func.grad / vmap / jacrev: the plain qnode's path
             return self.qnode(*args, **kwargs)
         shots = self.qnode.shots
