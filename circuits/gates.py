@@ -551,11 +551,6 @@ def paulirot_gate(word: str) -> Gate:
 
 def unitary_gate(matrix) -> Gate:
     """A constant gate from a unitary matrix (not differentiable by shift rules)."""
-    if isinstance(matrix, torch.Tensor) and matrix.requires_grad and torch.is_grad_enabled():
-        raise QdiffError("QubitUnitary: the matrix requires grad, but the gate is a constant "
-                         "(its matrix is never differentiated); build the unitary from "
-                         "parametrized gates (qd.Rot, qd.PauliRot, ...) or "
-                         "pass matrix.detach()")
     m = matrix.detach() if isinstance(matrix, torch.Tensor) else torch.as_tensor(np.asarray(matrix))
     m = m.to(torch.complex128) if not m.is_complex() or m.dtype == torch.complex128 else m
     d = m.shape[-1]

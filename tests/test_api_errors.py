@@ -99,17 +99,3 @@ def test_finite_observables_still_build_and_differentiate():
     out = run(1, body)
     out.backward()
     assert torch.allclose(c.grad, torch.tensor([np.cos(0.3), 0.0], dtype=c.dtype), atol=1e-12)
-
-
-def test_qubit_unitary_with_a_matrix_that_requires_grad_is_refused():
-    """The gate is a constant: a matrix that requires grad would silently get no gradient."""
-    A = torch.tensor([[0.3, 0.1], [0.1, -0.2]], dtype=torch.complex128, requires_grad=True)
-
-    @qd.qnode(qd.device("statevector", wires=1))
-    def f(a):
-        qd.QubitUnitary(torch.matrix_exp(1j * (a + a.T)), wires=[0])
-        return qd.expval(qd.X(0))
-    with pytest.raises(qd.QdiffError, match="QubitUnitary: the matrix requires grad"):
-        f(A)
-    with torch.no_grad():
-        assert torch.allclose(f(A), f(A.detach()))
