@@ -561,8 +561,10 @@ def unitary_gate(matrix) -> Gate:
     if not torch.allclose(m.conj().T @ m, eye, atol=1e-8):
         raise QdiffError("QubitUnitary: matrix is not unitary")
     src = matrix if isinstance(matrix, torch.Tensor) else m
+    # the inverse keeps the user's tensor (and its autograd graph), as the gate itself does
     return Gate("unitary", int(round(math.log2(d))), 0, lambda *_: src.to(m.dtype),
-                inverse_fn=lambda p: (unitary_gate(m.conj().T), ()), pl_name="QubitUnitary",
+                inverse_fn=lambda p: (unitary_gate(src.conj().transpose(-2, -1)), ()),
+                pl_name="QubitUnitary",
                 qiskit_name="unitary", hyper=(m,))
 
 

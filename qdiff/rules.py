@@ -171,11 +171,29 @@ def spsa_generator(seed=None) -> torch.Generator:
     return gen
 
 
+def trainable_matrix_op(circuit) -> Optional[str]:
+    """The name of the first operation whose matrix is itself a tensor requiring grad (a
+    ``QubitUnitary`` of a trainable matrix, also controlled), or ``None``; only backprop
+    differentiates such a matrix (it has no angles, generator or shift rule)."""
+    if not torch.is_grad_enabled():
+        return None
+    for op in circuit.operations:
+        gate = op.gate
+        while gate.controls and gate.target is not None and gate.num_params == 0:
+            gate = gate.target
+        if gate.num_params == 0 and gate.name == "unitary" and gate.matrix_fn().requires_grad:
+            return op.gate.pl_name or op.gate.name
+    return None
+
+
 def needs_backprop(circuit, recorded) -> bool:
-    """Calls only backprop can differentiate: a trainable state preparation, trainable
-    observable coefficients, or outputs other than expval/var/probs (e.g. ``state()``)."""
+    """Calls only backprop can differentiate: a trainable state preparation, a trainable gate
+    matrix, trainable observable coefficients, or outputs other than expval/var/probs (e.g.
+    ``state()``)."""
     if recorded is not None and recorded.initial_state is not None and \
             recorded.initial_state.requires_grad:
+        return True
+    if trainable_matrix_op(circuit) is not None:
         return True
     for m in circuit.measurements:
         if m.kind not in ("expval", "var", "probs"):
