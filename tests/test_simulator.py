@@ -475,3 +475,26 @@ def test_block_plan_keeps_the_order_of_gates_sharing_a_wire():
         for wires, ops in plan_blocks(c.operations, k):
             if len(ops) > 1:
                 assert list(wires) == list(range(wires[0], wires[-1] + 1)) and len(wires) <= k
+
+
+@pytest.mark.parametrize("cdtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_single_precision_qubit_unitary_runs(k, cdtype):
+    """A QubitUnitary given in complex64 (unitary to its rounding, ~1e-7) is taken, on either
+    device precision, and acts as the dense product of its matrix on the given wires."""
+    n = 4
+    u = random_unitary(2 ** k, torch.Generator().manual_seed(k)).to(torch.complex64)
+    wires = [3, 0, 2][:k]
+    dev = qd.device("statevector", wires=n, dtype=cdtype)
+
+    @qd.qnode(dev)
+    def f():
+        for w in range(n):
+            qd.H(w)
+        qd.QubitUnitary(u, wires=wires)
+        return qd.state()
+    s = np.full((2,) * n, 0.25, dtype=complex)
+    s = np.tensordot(u.numpy().astype(complex).reshape((2,) * (2 * k)), s,
+                     axes=(list(range(k, 2 * k)), wires))
+    s = np.transpose(s, np.argsort(wires + [w for w in range(n) if w not in wires]))
+    assert np.allclose(f().numpy(), s.reshape(-1), atol=1e-6)
