@@ -24,7 +24,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from qdiff.circuits import caches
+from qdiff.circuits import caches, memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits import recording
 
@@ -657,6 +657,11 @@ def controlled_gate(base: Gate, k: int) -> Gate:
         return BUILTIN_GATES[short]
     d = 2 ** base.num_wires
     rest = (2 ** k - 1) * d
+    if base.generators is not None:
+        side = 2.0 ** (k + base.num_wires)
+        memory.require(16.0 * side * side * (len(base.generators) + 1),
+                       f"the generators of {base.pl_name or base.name} controlled by {k} "
+                       f"wires ({len(base.generators)} dense {int(side)}x{int(side)})")
     proj = np.zeros((2 ** k, 2 ** k), dtype=complex)
     proj[-1, -1] = 1.0
     gens = None if base.generators is None else tuple(
