@@ -24,7 +24,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from qdiff.circuits import caches
+from qdiff.circuits import caches, memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits import recording
 
@@ -552,17 +552,26 @@ def paulirot_gate(word: str) -> Gate:
 def unitary_gate(matrix) -> Gate:
     """A constant gate from a unitary matrix (not differentiable by shift rules)."""
     m = matrix.detach() if isinstance(matrix, torch.Tensor) else torch.as_tensor(np.asarray(matrix))
+    given = m.dtype
     m = m.to(torch.complex128) if not m.is_complex() or m.dtype == torch.complex128 else m
     d = m.shape[-1]
     if m.ndim != 2 or m.shape[0] != d or d & (d - 1) or d < 2:
         raise QdiffError(f"QubitUnitary: matrix must be square with a power-of-two size; "
                          f"got shape {tuple(m.shape)}")
-    eye = torch.eye(d, dtype=m.dtype)
-    if not torch.allclose(m.conj().T @ m, eye, atol=1e-8):
-        raise QdiffError("QubitUnitary: matrix is not unitary")
+    # checked in double precision, to the rounding of the precision the matrix was given in
+    # (a complex64 unitary is unitary to about 1e-7, not 1e-8)
+    real = given.to_real() if given.is_complex else given
+    atol = max(1e-8, 64 * d * torch.finfo(real).eps) if real.is_floating_point else 1e-8
+    m128 = m.to(torch.complex128)
+    dev = (m128.conj().T @ m128 - torch.eye(d, dtype=torch.complex128)).abs().max().item()
+    if not dev <= atol:
+        raise QdiffError(f"QubitUnitary: matrix is not unitary (|U^dag U - I| = {dev:.3g}, "
+                         f"tolerance {atol:.3g} for {given})")
     src = matrix if isinstance(matrix, torch.Tensor) else m
+    # the inverse keeps the user's tensor (and its autograd graph), as the gate itself does
     return Gate("unitary", int(round(math.log2(d))), 0, lambda *_: src.to(m.dtype),
-                inverse_fn=lambda p: (unitary_gate(m.conj().T), ()), pl_name="QubitUnitary",
+                inverse_fn=lambda p: (unitary_gate(src.conj().transpose(-2, -1)), ()),
+                pl_name="QubitUnitary",
                 qiskit_name="unitary", hyper=(m,))
 
 
@@ -648,6 +657,11 @@ def controlled_gate(base: Gate, k: int) -> Gate:
         return BUILTIN_GATES[short]
     d = 2 ** base.num_wires
     rest = (2 ** k - 1) * d
+    if base.generators is not None:
+        side = 2.0 ** (k + base.num_wires)
+        memory.require(16.0 * side * side * (len(base.generators) + 1),
+                       f"the generators of {base.pl_name or base.name} controlled by {k} "
+                       f"wires ({len(base.generators)} dense {int(side)}x{int(side)})")
     proj = np.zeros((2 ** k, 2 ** k), dtype=complex)
     proj[-1, -1] = 1.0
     gens = None if base.generators is None else tuple(

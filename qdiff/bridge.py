@@ -38,7 +38,8 @@ from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Observable
 from qdiff.circuits.operation import ParamRef, is_concrete
 from qdiff.rules import (BACKPROP, FINITE_DIFF, PARAMETER_SHIFT, SHOT_FD_STEP, Options, Rule,
-                         best_options, default_step, higher_order, make_options, resolve)
+                         best_options, default_step, higher_order, make_options, resolve,
+                         trainable_matrix_op)
 from qdiff.shift_rules import shift_rule
 
 DIFFERENTIABLE_KINDS = ("expval", "var", "probs")
@@ -447,6 +448,11 @@ def execute_with_rule(recorded, backend, rule: Rule, options: Optional[Options] 
         if m.obs is not None and m.obs.has_trainable_matrix and torch.is_grad_enabled():
             raise QdiffError(f"{m.kind}() of an observable with a trainable matrix (Hermitian) is "
                              f"only differentiable with diff_method='backprop' (got '{rule.name}')")
+    if rule is not BACKPROP:
+        name = trainable_matrix_op(circuit)
+        if name is not None:
+            raise QdiffError(f"{name}: a gate matrix that requires grad is only differentiable "
+                             f"with diff_method='backprop' (got '{rule.name}')")
     circ_u, theta_u, train_u, shared_u = unshare(circuit, recorded.theta, recorded.trainable,
                                                   recorded.shared)
     circ_e, post = expand_coefficients(circ_u)

@@ -428,3 +428,54 @@ def test_parameter_shift_with_probs_before_var_and_expval():
         w = torch.linspace(-1, 1, flat.numel(), dtype=torch.float64)
         grads.append(torch.autograd.grad(flat @ w, x)[0])
     assert torch.allclose(grads[0], grads[1], atol=1e-12)
+
+
+def _ry_matrix(a):
+    c, s = torch.cos(a / 2), torch.sin(a / 2)
+    return torch.stack([torch.stack([c, -s]), torch.stack([s, c])]).to(torch.complex128)
+
+
+@pytest.mark.parametrize("wrap", ["plain", "adjoint", "ctrl"])
+@pytest.mark.parametrize("method", ["best", "backprop"])
+def test_trainable_qubit_unitary_matrix_gradient(wrap, method):
+    """A QubitUnitary of a matrix that requires grad (also inverted or controlled) is
+    differentiated through its matrix, as PennyLane's backprop does: closed form
+    d/da cos(b +- a)."""
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev, diff_method=method)
+    def f(a, b):
+        qd.X(0)
+        u = qd.QubitUnitary(_ry_matrix(a), wires=1) if wrap != "ctrl" else None
+        if wrap == "adjoint":
+            qd.adjoint(u)
+        elif wrap == "ctrl":
+            qd.ctrl(qd.QubitUnitary(_ry_matrix(a), wires=1), control=0)
+        qd.RY(b, wires=1)
+        return qd.expval(qd.Z(1))
+    a = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    b = torch.tensor(0.2, dtype=torch.float64, requires_grad=True)
+    f(a, b).backward()
+    sign = -1.0 if wrap == "adjoint" else 1.0
+    assert a.grad is not None
+    assert math.isclose(a.grad.item(), -sign * math.sin(0.2 + sign * 0.7), abs_tol=1e-12)
+    assert math.isclose(b.grad.item(), -math.sin(0.2 + sign * 0.7), abs_tol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["adjoint", "parameter-shift", "finite-diff"])
+def test_trainable_qubit_unitary_matrix_refused_by_angle_rules(method):
+    """Rules that differentiate gate angles cannot see a trainable matrix: refused by name
+    instead of returning no gradient for it; under no_grad the call runs."""
+    dev = qd.device("statevector", wires=1)
+
+    @qd.qnode(dev, diff_method=method)
+    def f(a, b):
+        qd.QubitUnitary(_ry_matrix(a), wires=0)
+        qd.RY(b, wires=0)
+        return qd.expval(qd.Z(0))
+    a = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    b = torch.tensor(0.2, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(qd.QdiffError, match="QubitUnitary.*backprop"):
+        f(a, b)
+    with torch.no_grad():
+        assert math.isclose(f(a, b).item(), math.cos(0.9), abs_tol=1e-12)

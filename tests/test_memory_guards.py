@@ -193,3 +193,36 @@ def test_engine_guard_is_the_memory_model(available, monkeypatch):
         check_memory(10, 32, torch.complex128, "cpu")
     available(3 * GiB + 12345)  # a fixed reading: free memory moves between two real reads
     assert available_memory(torch.device("cpu")) == memory.available("cpu") == 3 * GiB + 12345
+
+
+def test_many_controls_refused_before_their_dense_generator(monkeypatch):
+    """qd.ctrl over 12 controls would write a 2**13 x 2**13 generator (1 GiB) on a 13-qubit
+    register of 128 KiB: stated and refused against the budget first."""
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "256M")
+    dev = qd.device("statevector", wires=13)
+
+    @qd.qnode(dev)
+    def f(a):
+        qd.ctrl(qd.RX(a, wires=12), control=list(range(12)))
+        return qd.expval(qd.Z(12))
+    with pytest.raises(QdiffMemoryError, match="controlled by 12 wires"):
+        f(torch.tensor(0.3))
+
+
+def test_dense_gate_matrices_checked_against_the_budget(monkeypatch):
+    """A parameterised gate on 10 wires with 8 per-binding angles is 8 dense 1024x1024
+    matrices: the engine states them before it evaluates them; within the budget it runs."""
+    dev = qd.device("statevector", wires=10)
+
+    @qd.qnode(dev)
+    def f(a):
+        for w in range(9):
+            qd.X(w)
+        qd.ctrl(qd.RY(a, wires=9), control=list(range(9)))
+        return qd.expval(qd.Z(9))
+    a = torch.linspace(0.1, 0.8, 8, dtype=torch.float64)
+    with torch.no_grad():
+        assert torch.allclose(f(a), torch.cos(a), atol=1e-12)
+        monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "128M")
+        with pytest.raises(QdiffMemoryError, match="C9\\(RY\\)"):
+            f(a)

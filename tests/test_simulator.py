@@ -423,6 +423,45 @@ def test_block_fusion_matches_dense(k, seed):
     assert np.allclose(out.numpy(), ref, atol=1e-11)
 
 
+@pytest.mark.parametrize("k", [2, 3])
+def test_block_fusion_applies_a_gate_wider_than_the_window_alone(k, monkeypatch):
+    """fuse=k: a gate whose wires span more than k wires (IsingXX(0, 11)) is applied by its own
+    kernel, not as a dense block over its span (4**12 entries), with the dense result."""
+    from qdiff.backends.statevector import fusion
+    widths = []
+    block = fusion.block_matrix
+    monkeypatch.setattr(fusion, "block_matrix",
+                        lambda ops, wires, *a: widths.append(len(wires)) or block(ops, wires, *a))
+    n = 12
+    ops = (Operation(GATES["h"], (0,)), Operation(GATES["ry"], (11,), (ParamRef(0),)),
+           Operation(GATES["rxx"], (0, 11), (ParamRef(1),)),
+           Operation(GATES["iswap"], (1, 10)), Operation(GATES["rx"], (10,), (ParamRef(2),)),
+           Operation(GATES["ry"], (11,), (ParamRef(0),)), Operation(GATES["cz"], (10, 11)))
+    c = Circuit(n, ops, num_params=3)
+    theta = torch.tensor([[0.3, -1.1, 0.7], [2.0, 0.4, -0.2]], dtype=torch.float64)
+    ref = dense_simulate(c, theta)
+    with torch.no_grad():
+        out = simulate(c, theta, fuse=k)
+    assert np.allclose(out.numpy(), ref, atol=1e-12)
+    assert widths and max(widths) <= k
+
+
+@pytest.mark.parametrize("fuse", [0, 1, -1, 7, 20, 2.5, "3", None])
+def test_device_refuses_a_fuse_outside_its_range(fuse):
+    with pytest.raises(qd.QdiffError, match="fuse="):
+        qd.device("statevector", wires=3, fuse=fuse)
+
+
+@pytest.mark.parametrize("fuse", [True, False, 2, 6, np.int64(3)])
+def test_device_fuse_values_match_dense(fuse):
+    c = random_circuit(7, 40, 5)
+    theta = torch.randn(2, c.num_params, dtype=torch.float64)
+    dev = qd.device("statevector", wires=7, fuse=fuse)
+    with torch.no_grad():
+        out = dev.final_state(c, theta)
+    assert np.allclose(out.numpy(), dense_simulate(c, theta), atol=1e-11)
+
+
 def test_block_plan_keeps_the_order_of_gates_sharing_a_wire():
     from qdiff.backends.statevector.fusion import plan_blocks
     c = random_circuit(8, 200, 7)
@@ -436,3 +475,26 @@ def test_block_plan_keeps_the_order_of_gates_sharing_a_wire():
         for wires, ops in plan_blocks(c.operations, k):
             if len(ops) > 1:
                 assert list(wires) == list(range(wires[0], wires[-1] + 1)) and len(wires) <= k
+
+
+@pytest.mark.parametrize("cdtype", [torch.complex64, torch.complex128])
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_single_precision_qubit_unitary_runs(k, cdtype):
+    """A QubitUnitary given in complex64 (unitary to its rounding, ~1e-7) is taken, on either
+    device precision, and acts as the dense product of its matrix on the given wires."""
+    n = 4
+    u = random_unitary(2 ** k, torch.Generator().manual_seed(k)).to(torch.complex64)
+    wires = [3, 0, 2][:k]
+    dev = qd.device("statevector", wires=n, dtype=cdtype)
+
+    @qd.qnode(dev)
+    def f():
+        for w in range(n):
+            qd.H(w)
+        qd.QubitUnitary(u, wires=wires)
+        return qd.state()
+    s = np.full((2,) * n, 0.25, dtype=complex)
+    s = np.tensordot(u.numpy().astype(complex).reshape((2,) * (2 * k)), s,
+                     axes=(list(range(k, 2 * k)), wires))
+    s = np.transpose(s, np.argsort(wires + [w for w in range(n) if w not in wires]))
+    assert np.allclose(f().numpy(), s.reshape(-1), atol=1e-6)

@@ -8,6 +8,7 @@ torch.complex64
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Optional
 
@@ -96,7 +97,7 @@ class StatevectorBackend(Backend):
         self.layout = None if self.noise is None else self.noise.check_layout(layout,
                                                                               self.num_wires)
         self.cdtype, self.torch_device = torch_placement(dtype, device)
-        self.fuse = fuse
+        self.fuse = check_fuse(fuse)
 
     def target_device(self, theta: torch.Tensor) -> torch.device:
         return self.torch_device if self.torch_device is not None else theta.device
@@ -180,6 +181,21 @@ class StatevectorBackend(Backend):
                                    trainable, shared=job.shared, trace=res.trace,
                                    use_native=res.use_native))
         return out
+
+
+MAX_FUSE = 6  # widest fused block: 4**6 complex entries per binding
+
+
+def check_fuse(fuse):
+    """``fuse``: ``True`` (runs of one-qubit gates multiplied into one 2x2, the default),
+    ``False`` (gate by gate) or an int ``k`` in ``2..MAX_FUSE`` (blocks over windows of ``k``
+    consecutive wires); anything else is a ``QdiffError``."""
+    if isinstance(fuse, bool):
+        return fuse
+    if isinstance(fuse, numbers.Integral) and 2 <= int(fuse) <= MAX_FUSE:
+        return int(fuse)
+    raise QdiffError(f"fuse={fuse!r}: expected True, False or an int from 2 to {MAX_FUSE} "
+                     f"(gates fused within windows of that many consecutive wires)")
 
 
 def _keeping(job):

@@ -154,7 +154,9 @@ def evolve_fused(state, operations, theta, n, rdtype, k: int):
     lay = Layout(state, n)
     cdtype, device = state.dtype, state.device
     for wires, ops in plan_blocks(operations, k):
-        if len(ops) == 1 and _cheap_alone(ops[0]):
+        # a gate whose wires span more than k (CNOT(0, 15)) runs alone: a block over its span
+        # would hold 4**span entries per binding
+        if len(ops) == 1 and (_cheap_alone(ops[0]) or len(wires) > k):
             op = ops[0]
             lay.state = apply_gate(lay.state, op.gate, lay.physical(op.wires),
                                    op_angles(op, theta, rdtype), n, inplace=True)

@@ -21,7 +21,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from qdiff.circuits import caches
+from qdiff.circuits import caches, memory
 from qdiff.backends.statevector import kernels
 from qdiff.backends.statevector.apply import apply_gate
 from qdiff.circuits.operation import ParamRef, is_concrete
@@ -116,6 +116,10 @@ def circuit_data(ops, angles, cdtype) -> list:
     for gate, idx in _grouped(ops, angles).items():
         kind = _kind(gate)
         stacked = _stacked_angles(angles, idx, gate.num_params)
+        if kind == "mat":  # dense (m, B', 2**w, 2**w): e.g. a gate with many controls
+            memory.require(2.0 * stacked[0].numel() * 4.0 ** gate.num_wires * cdtype.itemsize,
+                           f"the matrices of {len(idx)} {gate.pl_name or gate.name} gate(s) "
+                           f"on {gate.num_wires} wires")
         vals = _fn(gate, kind)(*stacked).to(cdtype)
         for j, i in enumerate(idx):
             out[i] = GateData(kind, vals[j])
