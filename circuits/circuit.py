@@ -120,6 +120,31 @@ def memo(circuit: Circuit, key, build):
         return val
 
 
+def trainable_matrix_op(circuit) -> Optional[str]:
+    """The name of the first operation whose matrix is itself a tensor requiring grad (a
+    ``QubitUnitary`` of a trainable matrix, also controlled), or ``None``; only backprop
+    differentiates such a matrix (it has no angles, generator or shift rule)."""
+    if not torch.is_grad_enabled():
+        return None
+    for op, gate in memo(circuit, "unitary_ops", lambda: _unitary_ops(circuit)):
+        if gate.matrix_fn().requires_grad:
+            return op.gate.pl_name or op.gate.name
+    return None
+
+
+def _unitary_ops(circuit) -> tuple:
+    """``(operation, its QubitUnitary gate)`` for every operation that is a QubitUnitary (also
+    controlled): the only gates whose matrix can be a tensor requiring grad."""
+    out = []
+    for op in circuit.operations:
+        gate = op.gate
+        while gate.controls and gate.target is not None and gate.num_params == 0:
+            gate = gate.target
+        if gate.num_params == 0 and gate.name == "unitary":
+            out.append((op, gate))
+    return tuple(out)
+
+
 @dataclass
 class Recorded:
     """A recorded call: the circuit, ``theta`` ``(B, P)``, the batch shape, trainable columns."""

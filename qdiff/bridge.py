@@ -530,7 +530,8 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
         return empty_outputs(recorded, backend, shots)
     prep = recorded.initial_state
     needs_grad = torch.is_grad_enabled() and (theta.requires_grad or (
-        prep is not None and prep.requires_grad)) and not all(
+        prep is not None and prep.requires_grad) or
+        trainable_matrix_op(circuit) is not None) and not all(
         m.kind in ("sample", "counts") for m in circuit.measurements)  # samples carry no gradient
     if rule is BACKPROP or not needs_grad:
         return backend.run(circuit, theta, prep, shots=shots)

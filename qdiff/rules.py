@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import torch
 
 from qdiff.circuits import caches
-from qdiff.circuits.circuit import memo
+from qdiff.circuits.circuit import trainable_matrix_op  # noqa: F401  (re-exported)
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import ParamRef
 from qdiff.shift_rules import shift_rule
@@ -170,31 +170,6 @@ def spsa_generator(seed=None) -> torch.Generator:
     else:
         gen.seed()
     return gen
-
-
-def trainable_matrix_op(circuit) -> Optional[str]:
-    """The name of the first operation whose matrix is itself a tensor requiring grad (a
-    ``QubitUnitary`` of a trainable matrix, also controlled), or ``None``; only backprop
-    differentiates such a matrix (it has no angles, generator or shift rule)."""
-    if not torch.is_grad_enabled():
-        return None
-    for op, gate in memo(circuit, "unitary_ops", lambda: _unitary_ops(circuit)):
-        if gate.matrix_fn().requires_grad:
-            return op.gate.pl_name or op.gate.name
-    return None
-
-
-def _unitary_ops(circuit) -> tuple:
-    """``(operation, its QubitUnitary gate)`` for every operation that is a QubitUnitary (also
-    controlled): the only gates whose matrix can be a tensor requiring grad."""
-    out = []
-    for op in circuit.operations:
-        gate = op.gate
-        while gate.controls and gate.target is not None and gate.num_params == 0:
-            gate = gate.target
-        if gate.num_params == 0 and gate.name == "unitary":
-            out.append((op, gate))
-    return tuple(out)
 
 
 def needs_backprop(circuit, recorded) -> bool:

@@ -462,6 +462,26 @@ def test_trainable_qubit_unitary_matrix_gradient(wrap, method):
     assert math.isclose(b.grad.item(), -math.sin(0.2 + sign * 0.7), abs_tol=1e-12)
 
 
+@pytest.mark.parametrize("method", ["best", "backprop", "adjoint"])
+def test_trainable_qubit_unitary_matrix_alone(method):
+    """The matrix the only trainable input (every angle a constant): best and backprop still
+    differentiate it (the engine's torch path, not the kernels), adjoint refuses it."""
+    dev = qd.device("statevector", wires=1)
+
+    @qd.qnode(dev, diff_method=method)
+    def f(a):
+        qd.QubitUnitary(_ry_matrix(a), wires=0)
+        qd.RY(0.2, wires=0)
+        return qd.expval(qd.Z(0))
+    a = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    if method == "adjoint":
+        with pytest.raises(qd.QdiffError, match="QubitUnitary.*backprop"):
+            f(a)
+        return
+    (g,) = torch.autograd.grad(f(a), a)
+    assert math.isclose(g.item(), -math.sin(0.9), abs_tol=1e-12)
+
+
 @pytest.mark.parametrize("method", ["adjoint", "parameter-shift", "finite-diff"])
 def test_trainable_qubit_unitary_matrix_refused_by_angle_rules(method):
     """Rules that differentiate gate angles cannot see a trainable matrix: refused by name

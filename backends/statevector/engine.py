@@ -22,6 +22,7 @@ from qdiff.backends.statevector.measure import (measure_all, probs, purity,
                                                 reduced_density_matrix)
 from qdiff.backends.statevector.measure import expval as state_expval
 from qdiff.backends.statevector.trajectories import simulate_trajectories
+from qdiff.circuits.circuit import trainable_matrix_op
 from qdiff.circuits.channels import has_channels, is_channel
 from qdiff.circuits.noise import resolve_noise
 from qdiff.backends.statevector.simulate import Trace, simulate
@@ -112,7 +113,8 @@ class StatevectorBackend(Backend):
     def _use_native(self, job) -> bool:
         """The kernel choice for ``job``, made once here and kept for its adjoint sweep."""
         grad = torch.is_grad_enabled() and (job.theta.requires_grad or (
-            job.initial_state is not None and job.initial_state.requires_grad))
+            job.initial_state is not None and job.initial_state.requires_grad) or
+            trainable_matrix_op(job.circuit) is not None)
         return native.runs(self.cdtype, self.target_device(job.theta), job.theta, grad)
 
     def execute(self, jobs) -> list:

@@ -20,6 +20,7 @@ from qdiff.backends.statevector.gate_data import (SMALL, apply_data, circuit_ang
                                                   fused_schedule)
 from qdiff.backends.statevector.apply import real_dtype_of
 from qdiff.circuits import memory
+from qdiff.circuits.circuit import trainable_matrix_op
 from qdiff.circuits.operation import is_concrete
 
 
@@ -82,7 +83,8 @@ def simulate(circuit, theta: torch.Tensor, initial_state=None, cdtype=torch.comp
     rdtype = real_dtype_of(cdtype)
     grad = torch.is_grad_enabled() and (theta.requires_grad or (
         isinstance(initial_state, torch.Tensor) and initial_state.requires_grad) or any(
-        p.requires_grad for p in _tensor_params(circuit)))
+        p.requires_grad for p in _tensor_params(circuit)) or
+        trainable_matrix_op(circuit) is not None)
     check_memory(n, batch, cdtype, device, copies=4.0 + (len(circuit.operations) if grad else 0))
     inplace = not grad and is_concrete(theta)  # torch.func transforms need out-of-place ops
     if use_native is None:
