@@ -561,3 +561,23 @@ def test_shots_from_a_channel_outside_its_range_are_refused_naming_it():
     g = torch.tensor(0.97, dtype=torch.float64, requires_grad=True)
     with pytest.raises(qd.QdiffError, match=r"not a distribution.*AmplitudeDamping.*gamma=1.07"):
         f(g)[1].backward()
+
+
+def test_trainable_gate_matrix_is_refused_not_dropped():
+    """The mixed engine takes gate matrices as constants: a QubitUnitary of a matrix that
+    requires grad is refused by name (never a silently missing gradient); under no_grad it
+    runs."""
+    def ry(a):
+        c, s = torch.cos(a / 2), torch.sin(a / 2)
+        return torch.stack([torch.stack([c, -s]), torch.stack([s, c])]).to(torch.complex128)
+
+    @qd.qnode(qd.device("mixed", wires=1))
+    def f(a):
+        qd.QubitUnitary(ry(a), wires=0)
+        qd.DepolarizingChannel(0.1, wires=0)
+        return qd.expval(qd.Z(0))
+    a = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(qd.QdiffError, match="QubitUnitary: a gate matrix that requires grad"):
+        f(a)
+    with torch.no_grad():
+        assert abs(float(f(a)) - math.cos(0.7) * (1 - 4 * 0.1 / 3)) < 1e-12

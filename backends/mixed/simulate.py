@@ -19,7 +19,8 @@ import torch
 
 from qdiff.backends.mixed.superops import Evaluator, fusion_plan, is_constant, op_matrices
 from qdiff.circuits import memory
-from qdiff.circuits.circuit import memo
+from qdiff.circuits.circuit import memo, trainable_matrix_op
+from qdiff.circuits.errors import QdiffError
 
 _LETTERS = string.ascii_letters[1:]  # "a" is the batch
 
@@ -90,6 +91,11 @@ def evolve(circuit, theta: torch.Tensor, initial=None, cdtype=torch.complex128,
            device=None) -> torch.Tensor:
     """Final density matrices ``(B, 2**n, 2**n)`` for bindings ``theta`` ``(B, P)``;
     differentiable by torch autograd in ``theta`` (gate angles and channel parameters)."""
+    name = trainable_matrix_op(circuit)
+    if name is not None:  # gate matrices are taken as constants here (cached per circuit)
+        raise QdiffError(f"{name}: a gate matrix that requires grad is not differentiable on the "
+                         "mixed device; build the gate from parametrized gates or pass "
+                         "matrix.detach()")
     n = circuit.num_wires
     device = theta.device if device is None else torch.device(device)
     batch = theta.shape[0]
