@@ -247,3 +247,28 @@ def test_unknown_target_lists_devices():
     from qdiff.circuits.errors import QdiffError
     with pytest.raises(QdiffError, match="sherbrooke"):
         compile(Circuit(1, ()), target="fake_nowhere")
+
+
+def _qiskit_operator(circuit):
+    from qiskit.quantum_info import Operator
+    from qdiff.circuits.qiskit_io import to_qiskit
+    return Operator(to_qiskit(circuit))
+
+
+@pytest.mark.parametrize("src", [
+    # five qubits: the Qiskit O3 candidate runs; its two-qubit synthesis snaps the 1e-6 rad
+    # ZZ rotation to the identity (process infidelity 2.5e-13)
+    "qreg q[5]; h q[0]; cx q[0],q[1]; cx q[1],q[2]; cx q[2],q[3]; cx q[3],q[4]; "
+    "rzz(1e-6) q[0],q[4]; cx q[3],q[4]; cx q[2],q[3]; cx q[1],q[2]; cx q[0],q[1];",
+    # two qubits: the whole-circuit Shannon candidate runs
+    "qreg q[2]; crx(1e-6) q[0],q[1];",
+])
+def test_level3_keeps_micro_radian_rotations(src):
+    text = 'OPENQASM 2.0; include "qelib1.inc"; ' + src
+    from qdiff.circuits import qasm
+    inp = qasm.loads(text).circuit
+    out, rep = compile(text, level=3)
+    want = _qiskit_operator(lower(inp)).data
+    got = _qiskit_operator(out).data
+    assert phase_distance(got, want) < 1e-9  # the rotation's own distance is 2.5e-7 / 5e-7
+    assert _qiskit_operator(out).equiv(_qiskit_operator(lower(inp)))
