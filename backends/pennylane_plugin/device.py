@@ -120,6 +120,18 @@ def _refuse_postselection(tape, name: str):
 
 
 @qml.transform
+def _refuse_trainable_observables(tape, name: str):
+    """A trainable observable parameter in a tape the adjoint method would differentiate:
+    refused (the reverse mode differentiates gate parameters only)."""
+    for mp in tape.measurements:
+        if mp.obs is not None and any(qml.math.requires_grad(d) for d in mp.obs.data):
+            raise DeviceError(f"{name}: the parameters of the observable {mp.obs!r} are "
+                              "trainable; the adjoint method differentiates gate parameters "
+                              "only (use diff_method='backprop' or 'parameter-shift')")
+    return (tape,), lambda results: results[0]
+
+
+@qml.transform
 def _expand_trainable_broadcast(tape):
     """``broadcast_expand`` for a broadcast tape with a trainable non-scalar parameter."""
     # (the tape's trainable_params are not set yet here: ask the parameters themselves)
@@ -189,18 +201,37 @@ class QdiffStatevector(Device):
             return True
         method = execution_config.gradient_method
         if method == "backprop":
-            if execution_config.interface not in _BACKPROP_INTERFACES:
-                return False
-            return circuit is None or not circuit.shots
-        if method in ("adjoint", "best"):
-            if circuit is None:
-                return True
-            try:
-                self._adjoint_program()((circuit,))
-            except (DeviceError, qml.exceptions.DecompositionUndefinedError, AttributeError):
-                return False
-            return True
+            return self._backprop_supports(execution_config, circuit)
+        if method == "adjoint":
+            return self._adjoint_supports(execution_config, circuit)
+        if method == "best":
+            return self._adjoint_supports(execution_config, circuit) or \
+                self._backprop_supports(execution_config, circuit)
         return False
+
+    @staticmethod
+    def _backprop_supports(config, circuit) -> bool:
+        """Torch backprop: the torch interface (or ``"auto"`` with torch parameters), exact."""
+        interface = config.interface
+        if interface == Interface.AUTO and circuit is not None:
+            interface = Interface.TORCH if qml.math.get_interface(
+                *circuit.get_parameters(trainable_only=False)) == "torch" else interface
+        if interface not in _BACKPROP_INTERFACES:
+            return False
+        return circuit is None or not circuit.shots
+
+    def _adjoint_supports(self, config, circuit) -> bool:
+        """The engine's reverse mode: first derivatives of what :meth:`_adjoint_program`
+        accepts (a VJP of constant cotangents has no second derivative)."""
+        if config.derivative_order > 1:
+            return False
+        if circuit is None:
+            return True
+        try:
+            self._adjoint_program()((circuit,))
+        except (DeviceError, qml.exceptions.DecompositionUndefinedError, AttributeError):
+            return False
+        return True
 
     def supports_vjp(self, execution_config=None, circuit=None) -> bool:
         return execution_config is None or execution_config.gradient_method != "backprop" and \
@@ -214,7 +245,12 @@ class QdiffStatevector(Device):
                 raise DeviceError(f"device option {option} not present on {self}")
         updated = {}
         method = config.gradient_method
-        if method == "best":
+        if method == "best" and not self._adjoint_supports(config, circuit) and \
+                self._backprop_supports(config, circuit):
+            # higher derivatives, measurements of the state (purity, entropies, density
+            # matrices) and trainable observables: torch autograd through the engine
+            method = updated["gradient_method"] = "backprop"
+        elif method == "best":
             # the engine's reverse mode, used as a VJP (one reverse sweep per backward pass,
             # broadcast tapes kept whole): the fastest exact derivative this device has
             method = updated["gradient_method"] = "adjoint"
@@ -269,6 +305,7 @@ class QdiffStatevector(Device):
         program.add_transform(validate_observables, _adjoint_observable, name=name)
         program.add_transform(validate_measurements, analytic_measurements=_adjoint_measurement,
                               name=name)
+        program.add_transform(_refuse_trainable_observables, name=name)
         program.add_transform(validate_adjoint_trainable_params)
         # PennyLane's Jacobian format has no broadcast axis, and its VJPs none for a trainable
         # broadcast parameter: expand those tapes (the engine merges the expanded tapes, one
