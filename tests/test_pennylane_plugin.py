@@ -546,3 +546,39 @@ def test_adjoint_refuses_trainable_observable_parameters():
     x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
     q(x, c).backward()
     assert abs(float(x.grad) + 0.5 * np.sin(0.3)) < 1e-10
+
+
+def test_classical_shadows_equal_default_qubit_and_closed_forms():
+    def body():
+        qml.Hadamard(0)
+        qml.CNOT([0, 1])
+        qml.RY(0.3, 1)
+        return qml.classical_shadow(wires=[1, 0], seed=11)
+
+    a, r = (qml.QNode(body, qml.device(name, wires=2, shots=50, seed=3))
+            for name in ("qdiff.statevector", "default.qubit"))
+    x, y = a(), r()
+    assert x.shape == (2, 50, 2) and x.dtype == y.dtype
+    np.testing.assert_array_equal(x, y)
+    # wire labels: <X_a X_b> = cos(0.3), <Z_b> = 0 after H, CNOT, RY(0.3) on b
+    dev = qml.device("qdiff.statevector", wires=["a", ("b", 1)], shots=4000, seed=1)
+
+    @qml.qnode(dev)
+    def labelled():
+        qml.Hadamard("a")
+        qml.CNOT(["a", ("b", 1)])
+        qml.RY(0.3, wires=[("b", 1)])
+        return qml.shadow_expval([qml.X("a") @ qml.X([("b", 1)]), qml.Z([("b", 1)])], seed=2)
+
+    np.testing.assert_allclose(labelled(), [np.cos(0.3), 0.0], atol=0.25)  # > 5 standard deviations
+    # a broadcast tape: one estimate per row
+    dev = qml.device("qdiff.statevector", wires=1, shots=4000, seed=1)
+
+    @qml.qnode(dev)
+    def rows(t):
+        qml.RX(t, 0)
+        return qml.shadow_expval(qml.Z(0))
+
+    v = rows(np.array([0.1, 3.0]))
+    assert np.shape(v) == (2,)
+    np.testing.assert_allclose(v, np.cos([0.1, 3.0]), atol=0.15)

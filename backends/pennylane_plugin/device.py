@@ -39,7 +39,7 @@ from pennylane.devices.preprocess import (decompose, device_resolve_dynamic_wire
                                           validate_observables)
 from pennylane.exceptions import DeviceError
 from pennylane.math import Interface
-from pennylane.measurements import (ExpectationMP, ProbabilityMP, SampleMeasurement, StateMP,
+from pennylane.measurements import (ClassicalShadowMP, ExpectationMP, ProbabilityMP, ShadowExpvalMP, StateMP,
                                     StateMeasurement, VarianceMP)
 from pennylane.transforms import defer_measurements
 
@@ -95,15 +95,17 @@ def _accepted_analytic(mp) -> bool:
 
 
 def _accepted_sample(mp) -> bool:
-    return isinstance(mp, SampleMeasurement)
+    return qml.devices.default_qubit.accepted_sample_measurement(mp)
 
 
 @qml.transform
 def _expand_postselected_broadcast(tape):
     """``broadcast_expand`` for a sampled broadcast tape with postselection (each row keeps
-    its own number of postselected shots)."""
-    if tape.shots and tape.batch_size is not None and \
-            any(tape_projector(op) for op in tape.operations):
+    its own number of postselected shots) or a classical shadow (PennyLane's shadow
+    measurements read one unbatched state)."""
+    if tape.shots and tape.batch_size is not None and (
+            any(tape_projector(op) for op in tape.operations) or
+            any(isinstance(m, (ClassicalShadowMP, ShadowExpvalMP)) for m in tape.measurements)):
         return qml.transforms.broadcast_expand(tape)
     return (tape,), lambda results: results[0]
 
@@ -387,7 +389,7 @@ class QdiffStatevector(Device):
         shape = ((state.shape[0],) if plan.batched else ()) + (2,) * plan.n
         state = state.reshape(shape) if plan.batched else state[0].reshape(shape)
         if plan.wire_map is not None:
-            mps = [m.map_wires(plan.wire_map) for m in mps]
+            mps = [_map_wires(m, plan.wire_map) for m in mps]
         from pennylane.devices.qubit.simulate import measure_final_state
         script = qml.tape.QuantumScript([], mps, shots=shots)
         return measure_final_state(script, state, plan.batched, rng=self._rng)
@@ -609,6 +611,15 @@ def _native_measurements(mps, labels):
         else:
             return None
     return out
+
+
+def _map_wires(mp, wire_map):
+    """``mp`` on wire indices (``ShadowExpvalMP.map_wires`` leaves its observables' wires)."""
+    if isinstance(mp, ShadowExpvalMP):
+        obs = [qml.map_wires(h, wire_map) for h in mp.H] if isinstance(mp.H, (list, tuple)) \
+            else qml.map_wires(mp.H, wire_map)
+        return ShadowExpvalMP(obs, seed=mp.seed, k=mp.k)
+    return mp.map_wires(wire_map)
 
 
 def _column_trainable(tape, sources) -> tuple:
