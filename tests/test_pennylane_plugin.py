@@ -582,3 +582,18 @@ def test_classical_shadows_equal_default_qubit_and_closed_forms():
     v = rows(np.array([0.1, 3.0]))
     assert np.shape(v) == (2,)
     np.testing.assert_allclose(v, np.cos([0.1, 3.0]), atol=0.15)
+
+
+def test_adjoint_differentiates_circuits_with_snapshots():
+    def body(x):
+        qml.RY(x, 0)
+        qml.Snapshot("s")
+        qml.CNOT([0, 1])
+        return qml.expval(qml.Z(1))
+
+    q = qml.QNode(body, qml.device("qdiff.statevector", wires=2), diff_method="adjoint",
+                  interface="torch")
+    x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    y = q(x)
+    y.backward()
+    assert abs(float(y) - np.cos(0.3)) < 1e-12 and abs(float(x.grad) + np.sin(0.3)) < 1e-12

@@ -122,6 +122,16 @@ def _refuse_postselection(tape, name: str):
 
 
 @qml.transform
+def _drop_snapshots(tape):
+    """The tape without its ``Snapshot`` operations (they leave the state and the results as
+    they are; ``qml.snapshots`` reads them in tapes of their own)."""
+    if not any(isinstance(op, qml.Snapshot) for op in tape.operations):
+        return (tape,), lambda results: results[0]
+    ops = [op for op in tape.operations if not isinstance(op, qml.Snapshot)]
+    return (tape.copy(operations=ops),), lambda results: results[0]
+
+
+@qml.transform
 def _refuse_trainable_observables(tape, name: str):
     """A trainable observable parameter in a tape the adjoint method would differentiate:
     refused (the reverse mode differentiates gate parameters only)."""
@@ -304,6 +314,7 @@ class QdiffStatevector(Device):
                               decomposer=_decomposer, device_wires=self.wires,
                               target_gates=self._gate_set,
                               skip_initial_state_prep=False, name=name)
+        program.add_transform(_drop_snapshots)
         program.add_transform(validate_observables, _adjoint_observable, name=name)
         program.add_transform(validate_measurements, analytic_measurements=_adjoint_measurement,
                               name=name)
