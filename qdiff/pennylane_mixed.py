@@ -55,11 +55,13 @@ from pennylane.devices.preprocess import (device_resolve_dynamic_wires, no_sampl
 from pennylane.devices.qubit_mixed import measure_final_state
 from pennylane.exceptions import DeviceError
 from pennylane.math import Interface
-from pennylane.measurements import (CountsMP, DensityMatrixMP, ExpectationMP, ProbabilityMP,
-                                    PurityMP, SampleMP, VarianceMP)
+from pennylane.measurements import (ClassicalShadowMP, CountsMP, DensityMatrixMP, ExpectationMP,
+                                    ProbabilityMP, PurityMP, SampleMP, ShadowExpvalMP,
+                                    VarianceMP)
 from pennylane.transforms import defer_measurements
 
 from qdiff.backends.base import Job
+from qdiff.backends.pennylane_plugin.device import _map_wires
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.noise import resolve_noise
@@ -106,6 +108,25 @@ def _refuse_mid_circuit_measurements(tape, noise_name: str):
                               "wires and gates that the model would treat as device qubits and "
                               "gates; measure at the end of the circuit")
     return (tape,), lambda results: results[0]
+
+
+_SHADOWS = (ClassicalShadowMP, ShadowExpvalMP)
+
+
+@qml.transform
+def _expand_shadow_broadcast(tape):
+    """Classical shadows: a broadcast tape runs row by row (PennyLane draws a shadow from one
+    density matrix)."""
+    if not any(isinstance(m, _SHADOWS) for m in tape.measurements) or not _batched(tape):
+        return (tape,), lambda results: results[0]
+    if tape.batch_size is None:
+        raise DeviceError("qdiff.mixed: classical shadows of a circuit broadcast by a channel "
+                          "parameter only are not simulated; broadcast a gate parameter too or "
+                          "run one circuit per value")
+    rows, fn = qml.transforms.broadcast_expand(tape)
+    if any(_broadcast_channel(op) for op in tape.operations):
+        rows = _split_channel_rows(rows)
+    return tuple(rows), fn
 
 
 def _computational(mp) -> bool:
@@ -220,6 +241,7 @@ class QdiffMixed(Device):
                               sample_measurements=_accepted_sample, name=self.name)
         program.add_transform(validate_observables, stopping_condition=observable_stopping_condition,
                               name=self.name)
+        program.add_transform(_expand_shadow_broadcast)
         if config.gradient_method == "backprop":
             program.add_transform(no_sampling, name=f"backprop + {self.name}")
         return program
@@ -298,7 +320,7 @@ class QdiffMixed(Device):
         mps = list(tape.measurements)
         if labels != tuple(range(n)):
             wire_map = {w: i for i, w in enumerate(labels)}
-            mps_idx = [m.map_wires(wire_map) for m in mps]
+            mps_idx = [_map_wires(m, wire_map) for m in mps]
         else:
             mps_idx = mps
         if _density_prep(tape) is not None:

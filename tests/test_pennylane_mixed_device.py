@@ -420,3 +420,29 @@ def test_broadcast_multi_controlled_gates_and_unitaries_equal_default_mixed_row_
         _same(got, tuple(np.stack(w) for w in zip(*rows)), 1e-10)
     with pytest.raises(qml.exceptions.DeviceError, match="DepolarizingChannel.*sizes \\[2\\]"):
         qml.QNode(circuit, dev)(0.3, ub, ps[:2])
+
+
+def test_classical_shadows_on_wire_labels_and_broadcast_rows():
+    # closed forms after RX(x) and AmplitudeDamping(g): <Z> = 1 - (1 - g)(1 - cos x),
+    # <Y> = -sqrt(1 - g) sin x; 4000 shots: the estimates are within 0.15 (> 5 std devs)
+    dev = qml.device("qdiff.mixed", wires=["a", ("b", 1)], shots=[4000, 4000], seed=3)
+
+    @qml.qnode(dev)
+    def f(x):
+        qml.RX(x, "a")
+        qml.AmplitudeDamping(0.3, "a")
+        qml.RY(0.2, wires=[("b", 1)])
+        return (qml.shadow_expval([qml.Z("a"), qml.Y("a")], seed=5),
+                qml.classical_shadow(wires=[("b", 1), "a"], seed=6))
+
+    x = np.array([0.3, 2.0])
+    want = np.stack([1 - 0.7 * (1 - np.cos(x)), -np.sqrt(0.7) * np.sin(x)], axis=1)
+    for est, shadow in f(x):
+        np.testing.assert_allclose(est, want, atol=0.15)
+        assert shadow.shape == (2, 2, 4000, 2) and shadow.dtype == np.int8
+    # one row: the same bits and recipes as default.mixed from the same seed
+    got, ref = (qml.QNode(lambda: (qml.RX(0.3, 0), qml.BitFlip(0.2, 0),
+                                   qml.classical_shadow(wires=[0], seed=7))[-1],
+                          qml.device(name, wires=1, shots=30, seed=4))()
+                for name in ("qdiff.mixed", "default.mixed"))
+    np.testing.assert_array_equal(got, ref)

@@ -483,3 +483,117 @@ def test_postselection_with_shots_keeps_the_postselected_shots():
     assert zs.shape == (2,) and (np.abs(zs - qml.QNode(z0, ref)(x)) < 5 / np.sqrt(n)).all()
     res = qml.set_shots(qml.QNode(sampled, dev), shots=[100, 300])(1.3)
     assert len(res) == 2 and all((r[1][:, 1] == 1).all() for r in res)
+
+
+def _hessian_body(x):
+    qml.RX(x, 0)
+    qml.RY(x, 0)
+    return qml.expval(qml.Z(0))
+
+
+@pytest.mark.parametrize("interface", ["torch", "autograd"])
+def test_best_second_derivatives_equal_default_qubit(interface):
+    vals = []
+    for name in ("qdiff.statevector", "default.qubit"):
+        q = qml.QNode(_hessian_body, qml.device(name, wires=1), diff_method="best",
+                      max_diff=2, interface=interface)
+        if interface == "torch":
+            x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+            vals.append(float(torch.autograd.functional.hessian(q, x)))
+        else:
+            vals.append(float(qml.jacobian(qml.jacobian(q))(pnp.array(0.3, requires_grad=True))))
+    assert abs(vals[0] - (-2 * np.cos(0.6))) < 1e-8  # <Z> = cos(x)^2 = (1 + cos 2x) / 2
+    assert abs(vals[0] - vals[1]) < 1e-8
+
+
+def test_adjoint_refuses_second_derivatives():
+    dev = qml.device("qdiff.statevector", wires=1)
+    with pytest.raises(qml.exceptions.QuantumFunctionError, match="adjoint"):
+        q = qml.QNode(_hessian_body, dev, diff_method="adjoint", max_diff=2, interface="torch")
+        q(torch.tensor(0.3, dtype=torch.float64, requires_grad=True))
+
+
+def test_best_differentiates_state_measurements_and_observable_parameters_under_torch():
+    def body(x, c):
+        qml.RY(x, 0)
+        qml.CNOT([0, 1])
+        qml.RX(0.4 * x, 1)
+        return (qml.purity(wires=[0]), qml.vn_entropy(wires=[1]),
+                qml.expval(qml.Hamiltonian(c, [qml.Z(0), qml.X(1)])))
+
+    grads = []
+    for name in ("qdiff.statevector", "default.qubit"):
+        q = qml.QNode(body, qml.device(name, wires=2), diff_method="best", interface="torch")
+        x = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+        c = torch.tensor([0.5, 2.0], dtype=torch.float64, requires_grad=True)
+        pur, ent, e = q(x, c)
+        (pur + 2 * ent + 3 * e).backward()
+        grads.append((x.grad, c.grad))
+    close(grads[0], grads[1])
+    # d/dc0 of 3 <c0 Z0 + c1 X1> is 3 <Z0> = 3 cos(x)
+    assert abs(float(grads[0][1][0]) - 3 * np.cos(0.7)) < 1e-10
+
+
+def test_adjoint_refuses_trainable_observable_parameters():
+    dev = qml.device("qdiff.statevector", wires=1)
+    q = qml.QNode(lambda x, c: (qml.RX(x, 0), qml.expval(qml.Hamiltonian(c, [qml.Z(0)])))[1],
+                  dev, diff_method="adjoint", interface="torch")
+    with pytest.raises((DeviceError, qml.exceptions.QuantumFunctionError), match="adjoint"):
+        q(torch.tensor(0.3, dtype=torch.float64, requires_grad=True),
+          torch.tensor([0.5], dtype=torch.float64, requires_grad=True))
+    # with constant coefficients the adjoint method runs
+    c = torch.tensor([0.5], dtype=torch.float64)
+    x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    q(x, c).backward()
+    assert abs(float(x.grad) + 0.5 * np.sin(0.3)) < 1e-10
+
+
+def test_classical_shadows_equal_default_qubit_and_closed_forms():
+    def body():
+        qml.Hadamard(0)
+        qml.CNOT([0, 1])
+        qml.RY(0.3, 1)
+        return qml.classical_shadow(wires=[1, 0], seed=11)
+
+    a, r = (qml.QNode(body, qml.device(name, wires=2, shots=50, seed=3))
+            for name in ("qdiff.statevector", "default.qubit"))
+    x, y = a(), r()
+    assert x.shape == (2, 50, 2) and x.dtype == y.dtype
+    np.testing.assert_array_equal(x, y)
+    # wire labels: <X_a X_b> = cos(0.3), <Z_b> = 0 after H, CNOT, RY(0.3) on b
+    dev = qml.device("qdiff.statevector", wires=["a", ("b", 1)], shots=4000, seed=1)
+
+    @qml.qnode(dev)
+    def labelled():
+        qml.Hadamard("a")
+        qml.CNOT(["a", ("b", 1)])
+        qml.RY(0.3, wires=[("b", 1)])
+        return qml.shadow_expval([qml.X("a") @ qml.X([("b", 1)]), qml.Z([("b", 1)])], seed=2)
+
+    np.testing.assert_allclose(labelled(), [np.cos(0.3), 0.0], atol=0.25)  # > 5 standard deviations
+    # a broadcast tape: one estimate per row
+    dev = qml.device("qdiff.statevector", wires=1, shots=4000, seed=1)
+
+    @qml.qnode(dev)
+    def rows(t):
+        qml.RX(t, 0)
+        return qml.shadow_expval(qml.Z(0))
+
+    v = rows(np.array([0.1, 3.0]))
+    assert np.shape(v) == (2,)
+    np.testing.assert_allclose(v, np.cos([0.1, 3.0]), atol=0.15)
+
+
+def test_adjoint_differentiates_circuits_with_snapshots():
+    def body(x):
+        qml.RY(x, 0)
+        qml.Snapshot("s")
+        qml.CNOT([0, 1])
+        return qml.expval(qml.Z(1))
+
+    q = qml.QNode(body, qml.device("qdiff.statevector", wires=2), diff_method="adjoint",
+                  interface="torch")
+    x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    y = q(x)
+    y.backward()
+    assert abs(float(y) - np.cos(0.3)) < 1e-12 and abs(float(x.grad) + np.sin(0.3)) < 1e-12

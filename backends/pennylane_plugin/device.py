@@ -39,7 +39,7 @@ from pennylane.devices.preprocess import (decompose, device_resolve_dynamic_wire
                                           validate_observables)
 from pennylane.exceptions import DeviceError
 from pennylane.math import Interface
-from pennylane.measurements import (ExpectationMP, ProbabilityMP, SampleMeasurement, StateMP,
+from pennylane.measurements import (ClassicalShadowMP, ExpectationMP, ProbabilityMP, ShadowExpvalMP, StateMP,
                                     StateMeasurement, VarianceMP)
 from pennylane.transforms import defer_measurements
 
@@ -95,15 +95,17 @@ def _accepted_analytic(mp) -> bool:
 
 
 def _accepted_sample(mp) -> bool:
-    return isinstance(mp, SampleMeasurement)
+    return qml.devices.default_qubit.accepted_sample_measurement(mp)
 
 
 @qml.transform
 def _expand_postselected_broadcast(tape):
     """``broadcast_expand`` for a sampled broadcast tape with postselection (each row keeps
-    its own number of postselected shots)."""
-    if tape.shots and tape.batch_size is not None and \
-            any(tape_projector(op) for op in tape.operations):
+    its own number of postselected shots) or a classical shadow (PennyLane's shadow
+    measurements read one unbatched state)."""
+    if tape.shots and tape.batch_size is not None and (
+            any(tape_projector(op) for op in tape.operations) or
+            any(isinstance(m, (ClassicalShadowMP, ShadowExpvalMP)) for m in tape.measurements)):
         return qml.transforms.broadcast_expand(tape)
     return (tape,), lambda results: results[0]
 
@@ -116,6 +118,28 @@ def _refuse_postselection(tape, name: str):
             raise DeviceError(f"{name}: postselection ({op!r}) is not differentiated by the "
                               "adjoint method; use diff_method='parameter-shift' or "
                               "'backprop'")
+    return (tape,), lambda results: results[0]
+
+
+@qml.transform
+def _drop_snapshots(tape):
+    """The tape without its ``Snapshot`` operations (they leave the state and the results as
+    they are; ``qml.snapshots`` reads them in tapes of their own)."""
+    if not any(isinstance(op, qml.Snapshot) for op in tape.operations):
+        return (tape,), lambda results: results[0]
+    ops = [op for op in tape.operations if not isinstance(op, qml.Snapshot)]
+    return (tape.copy(operations=ops),), lambda results: results[0]
+
+
+@qml.transform
+def _refuse_trainable_observables(tape, name: str):
+    """A trainable observable parameter in a tape the adjoint method would differentiate:
+    refused (the reverse mode differentiates gate parameters only)."""
+    for mp in tape.measurements:
+        if mp.obs is not None and any(qml.math.requires_grad(d) for d in mp.obs.data):
+            raise DeviceError(f"{name}: the parameters of the observable {mp.obs!r} are "
+                              "trainable; the adjoint method differentiates gate parameters "
+                              "only (use diff_method='backprop' or 'parameter-shift')")
     return (tape,), lambda results: results[0]
 
 
@@ -189,18 +213,37 @@ class QdiffStatevector(Device):
             return True
         method = execution_config.gradient_method
         if method == "backprop":
-            if execution_config.interface not in _BACKPROP_INTERFACES:
-                return False
-            return circuit is None or not circuit.shots
-        if method in ("adjoint", "best"):
-            if circuit is None:
-                return True
-            try:
-                self._adjoint_program()((circuit,))
-            except (DeviceError, qml.exceptions.DecompositionUndefinedError, AttributeError):
-                return False
-            return True
+            return self._backprop_supports(execution_config, circuit)
+        if method == "adjoint":
+            return self._adjoint_supports(execution_config, circuit)
+        if method == "best":
+            return self._adjoint_supports(execution_config, circuit) or \
+                self._backprop_supports(execution_config, circuit)
         return False
+
+    @staticmethod
+    def _backprop_supports(config, circuit) -> bool:
+        """Torch backprop: the torch interface (or ``"auto"`` with torch parameters), exact."""
+        interface = config.interface
+        if interface == Interface.AUTO and circuit is not None:
+            interface = Interface.TORCH if qml.math.get_interface(
+                *circuit.get_parameters(trainable_only=False)) == "torch" else interface
+        if interface not in _BACKPROP_INTERFACES:
+            return False
+        return circuit is None or not circuit.shots
+
+    def _adjoint_supports(self, config, circuit) -> bool:
+        """The engine's reverse mode: first derivatives of what :meth:`_adjoint_program`
+        accepts (a VJP of constant cotangents has no second derivative)."""
+        if config.derivative_order > 1:
+            return False
+        if circuit is None:
+            return True
+        try:
+            self._adjoint_program()((circuit,))
+        except (DeviceError, qml.exceptions.DecompositionUndefinedError, AttributeError):
+            return False
+        return True
 
     def supports_vjp(self, execution_config=None, circuit=None) -> bool:
         return execution_config is None or execution_config.gradient_method != "backprop" and \
@@ -214,7 +257,12 @@ class QdiffStatevector(Device):
                 raise DeviceError(f"device option {option} not present on {self}")
         updated = {}
         method = config.gradient_method
-        if method == "best":
+        if method == "best" and not self._adjoint_supports(config, circuit) and \
+                self._backprop_supports(config, circuit):
+            # higher derivatives, measurements of the state (purity, entropies, density
+            # matrices) and trainable observables: torch autograd through the engine
+            method = updated["gradient_method"] = "backprop"
+        elif method == "best":
             # the engine's reverse mode, used as a VJP (one reverse sweep per backward pass,
             # broadcast tapes kept whole): the fastest exact derivative this device has
             method = updated["gradient_method"] = "adjoint"
@@ -266,9 +314,11 @@ class QdiffStatevector(Device):
                               decomposer=_decomposer, device_wires=self.wires,
                               target_gates=self._gate_set,
                               skip_initial_state_prep=False, name=name)
+        program.add_transform(_drop_snapshots)
         program.add_transform(validate_observables, _adjoint_observable, name=name)
         program.add_transform(validate_measurements, analytic_measurements=_adjoint_measurement,
                               name=name)
+        program.add_transform(_refuse_trainable_observables, name=name)
         program.add_transform(validate_adjoint_trainable_params)
         # PennyLane's Jacobian format has no broadcast axis, and its VJPs none for a trainable
         # broadcast parameter: expand those tapes (the engine merges the expanded tapes, one
@@ -350,7 +400,7 @@ class QdiffStatevector(Device):
         shape = ((state.shape[0],) if plan.batched else ()) + (2,) * plan.n
         state = state.reshape(shape) if plan.batched else state[0].reshape(shape)
         if plan.wire_map is not None:
-            mps = [m.map_wires(plan.wire_map) for m in mps]
+            mps = [_map_wires(m, plan.wire_map) for m in mps]
         from pennylane.devices.qubit.simulate import measure_final_state
         script = qml.tape.QuantumScript([], mps, shots=shots)
         return measure_final_state(script, state, plan.batched, rng=self._rng)
@@ -572,6 +622,15 @@ def _native_measurements(mps, labels):
         else:
             return None
     return out
+
+
+def _map_wires(mp, wire_map):
+    """``mp`` on wire indices (``ShadowExpvalMP.map_wires`` leaves its observables' wires)."""
+    if isinstance(mp, ShadowExpvalMP):
+        obs = [qml.map_wires(h, wire_map) for h in mp.H] if isinstance(mp.H, (list, tuple)) \
+            else qml.map_wires(mp.H, wire_map)
+        return ShadowExpvalMP(obs, seed=mp.seed, k=mp.k)
+    return mp.map_wires(wire_map)
 
 
 def _column_trainable(tape, sources) -> tuple:
