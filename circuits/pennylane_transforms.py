@@ -35,3 +35,15 @@ def decompose_broadcast():
                          **kwargs)[0][0] for r in rows]
         return tuple(out), fn
     return transform
+
+
+def map_measurement_wires(mp, wire_map):
+    """A PennyLane measurement ``mp`` on the wires ``wire_map`` gives (``ShadowExpvalMP``'s own
+    ``map_wires`` leaves its observables' wires)."""
+    import pennylane as qml
+    from pennylane.measurements import ShadowExpvalMP
+    if isinstance(mp, ShadowExpvalMP):
+        obs = [qml.map_wires(h, wire_map) for h in mp.H] if isinstance(mp.H, (list, tuple)) \
+            else qml.map_wires(mp.H, wire_map)
+        return ShadowExpvalMP(obs, seed=mp.seed, k=mp.k)
+    return mp.map_wires(wire_map)

@@ -61,13 +61,12 @@ from pennylane.measurements import (ClassicalShadowMP, CountsMP, DensityMatrixMP
 from pennylane.transforms import defer_measurements
 
 from qdiff.backends.base import Job
-from qdiff.backends.pennylane_plugin.device import _map_wires
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.noise import resolve_noise
 from qdiff.circuits.pennylane_io import (from_pennylane_observable, from_pennylane_tape,
                                         tape_channel_supported, tape_op_supported)
-from qdiff.circuits.pennylane_transforms import decompose_broadcast
+from qdiff.circuits.pennylane_transforms import decompose_broadcast, map_measurement_wires
 from qdiff.noise import routing_for
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
@@ -320,7 +319,7 @@ class QdiffMixed(Device):
         mps = list(tape.measurements)
         if labels != tuple(range(n)):
             wire_map = {w: i for i, w in enumerate(labels)}
-            mps_idx = [_map_wires(m, wire_map) for m in mps]
+            mps_idx = [map_measurement_wires(m, wire_map) for m in mps]
         else:
             mps_idx = mps
         if _density_prep(tape) is not None:

@@ -49,7 +49,7 @@ from qdiff.backends.statevector.engine import Residual
 from qdiff.backends.statevector.simulate import Trace
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
-from qdiff.circuits.pennylane_transforms import decompose_broadcast
+from qdiff.circuits.pennylane_transforms import decompose_broadcast, map_measurement_wires
 from qdiff.circuits.operation import is_concrete
 from qdiff.circuits.pennylane_io import (from_pennylane_observable, from_pennylane_tape,
                                         tape_op_supported, tape_projector)
@@ -400,7 +400,7 @@ class QdiffStatevector(Device):
         shape = ((state.shape[0],) if plan.batched else ()) + (2,) * plan.n
         state = state.reshape(shape) if plan.batched else state[0].reshape(shape)
         if plan.wire_map is not None:
-            mps = [_map_wires(m, plan.wire_map) for m in mps]
+            mps = [map_measurement_wires(m, plan.wire_map) for m in mps]
         from pennylane.devices.qubit.simulate import measure_final_state
         script = qml.tape.QuantumScript([], mps, shots=shots)
         return measure_final_state(script, state, plan.batched, rng=self._rng)
@@ -622,15 +622,6 @@ def _native_measurements(mps, labels):
         else:
             return None
     return out
-
-
-def _map_wires(mp, wire_map):
-    """``mp`` on wire indices (``ShadowExpvalMP.map_wires`` leaves its observables' wires)."""
-    if isinstance(mp, ShadowExpvalMP):
-        obs = [qml.map_wires(h, wire_map) for h in mp.H] if isinstance(mp.H, (list, tuple)) \
-            else qml.map_wires(mp.H, wire_map)
-        return ShadowExpvalMP(obs, seed=mp.seed, k=mp.k)
-    return mp.map_wires(wire_map)
 
 
 def _column_trainable(tape, sources) -> tuple:
