@@ -232,18 +232,35 @@ class QdiffStatevector(Device):
             return False
         return circuit is None or not circuit.shots
 
-    def _adjoint_supports(self, config, circuit) -> bool:
+    def _adjoint_supports(self, config, circuit, operations: bool = True) -> bool:
         """The engine's reverse mode: first derivatives of what :meth:`_adjoint_program`
-        accepts (a VJP of constant cotangents has no second derivative)."""
+        accepts (a VJP of constant cotangents has no second derivative). ``operations=False``
+        checks the measurements, observables and shots only (no decomposition: the per-call
+        choice of ``best``)."""
         if config.derivative_order > 1:
             return False
         if circuit is None:
             return True
         try:
-            self._adjoint_program()((circuit,))
+            if operations:
+                self._adjoint_program()((circuit,))
+            else:
+                self._adjoint_measurement_program()((circuit,))
         except (DeviceError, qml.exceptions.DecompositionUndefinedError, AttributeError):
             return False
         return True
+
+    def _adjoint_measurement_program(self):
+        """The checks of :meth:`_adjoint_program` that read the measurements, observables and
+        shots, not the operations."""
+        name = f"adjoint + {self.name}"
+        program = qml.CompilePipeline()
+        program.add_transform(no_sampling, name=name)
+        program.add_transform(validate_observables, _adjoint_observable, name=name)
+        program.add_transform(validate_measurements, analytic_measurements=_adjoint_measurement,
+                              name=name)
+        program.add_transform(_refuse_trainable_observables, name=name)
+        return program
 
     def supports_vjp(self, execution_config=None, circuit=None) -> bool:
         return execution_config is None or execution_config.gradient_method != "backprop" and \
@@ -257,7 +274,7 @@ class QdiffStatevector(Device):
                 raise DeviceError(f"device option {option} not present on {self}")
         updated = {}
         method = config.gradient_method
-        if method == "best" and not self._adjoint_supports(config, circuit) and \
+        if method == "best" and not self._adjoint_supports(config, circuit, operations=False) and \
                 self._backprop_supports(config, circuit):
             # higher derivatives, measurements of the state (purity, entropies, density
             # matrices) and trainable observables: torch autograd through the engine
