@@ -104,12 +104,20 @@ class QuantumLayer(nn.Module):
                 raise QdiffError(f"QuantumLayer: initial value of '{name}' has shape "
                                  f"{tuple(init.shape)}, expected {tuple(shape)}")
             return init.detach().clone().to(dtype)
-        t = torch.empty(shape, dtype=dtype)
+        t = torch.full(shape, float("nan"), dtype=dtype)  # entries an init leaves unset show
         out = (init or _default_init)(t)
-        out = out if isinstance(out, torch.Tensor) else t
+        if out is None:  # an in-place init that returns nothing
+            out = t
+        if not isinstance(out, torch.Tensor):
+            raise QdiffError(f"QuantumLayer: init_method for '{name}' returned "
+                             f"{type(out).__name__}; it must fill the tensor it is given (and "
+                             "return it or None) or return a tensor")
         if tuple(out.shape) != tuple(shape):
             raise QdiffError(f"QuantumLayer: init_method for '{name}' returned shape "
                              f"{tuple(out.shape)}, expected {tuple(shape)}")
+        if out.is_floating_point() and bool(torch.isnan(out).any()):
+            raise QdiffError(f"QuantumLayer: init_method for '{name}' left entries unset (NaN); "
+                             "it must fill the tensor it is given or return a tensor")
         return out.detach().to(dtype)
 
     @classmethod

@@ -427,3 +427,31 @@ def test_jit_trace_and_export_are_refused_by_name(make):
         with pytest.raises(QdiffError, match="torch.export cannot capture a qnode call"):
             torch.export.export(layer, (x,))
     assert layer(x).shape[0] == 2  # eager calls are unaffected
+
+
+def test_init_method_must_set_every_weight():
+    """An init_method that fills only part of its tensor, or returns something that is not a
+    tensor, is refused (never uninitialised memory as weights); in-place inits that return
+    None and ones that return a new tensor work."""
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def f(inputs, w):
+        qd.AngleEmbedding(inputs, wires=range(2))
+        qd.BasicEntanglerLayers(w, wires=range(2))
+        return [qd.expval(qd.Z(i)) for i in range(2)]
+
+    def half(t):
+        t[0].fill_(0.1)
+
+    def fill(t):
+        t.fill_(0.25)
+    for bad, match in ((half, "left entries unset"), (lambda t: None, "left entries unset"),
+                       (lambda t: 3.0, "returned float")):
+        with pytest.raises(qd.QdiffError, match=match):
+            qd.QuantumLayer(f, {"w": (2, 2)}, init_method=bad)
+    assert torch.equal(qd.QuantumLayer(f, {"w": (2, 2)}, init_method=fill).w.detach(),
+                       torch.full((2, 2), 0.25))
+    assert torch.equal(qd.QuantumLayer(f, {"w": (2, 2)},
+                                       init_method=lambda t: torch.ones(2, 2)).w.detach(),
+                       torch.ones(2, 2))
