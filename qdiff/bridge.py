@@ -38,7 +38,7 @@ from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Observable
 from qdiff.circuits.operation import ParamRef, is_concrete
 from qdiff.rules import (BACKPROP, FINITE_DIFF, PARAMETER_SHIFT, SHOT_FD_STEP, Options, Rule,
-                         best_options, default_step, higher_order, make_options, resolve,
+                         call_shots, default_step, higher_order, make_options, resolve,
                          trainable_matrix_op)
 from qdiff.shift_rules import shift_rule
 
@@ -399,8 +399,7 @@ def shift_jacobian(theta: torch.Tensor, plan: Plan) -> Optional[torch.Tensor]:
         theta = theta.to(real)
     options = plan.options
     if plan.rule is FINITE_DIFF and options["h"] is None:
-        shots = plan.backend.shots if plan.shots == DEVICE_SHOTS else plan.shots
-        step = SHOT_FD_STEP if shots else default_step(real)
+        step = SHOT_FD_STEP if call_shots(plan.backend, plan.shots) else default_step(real)
         options = replace(options, values=dict(options.values, h=step))
     b, p = theta.shape
     shifts, weights = plan.rule.shifts(plan.circuit, plan.trainable, theta, options)
@@ -536,7 +535,7 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
     if rule is BACKPROP or not needs_grad:
         return backend.run(circuit, theta, prep, shots=shots)
     if options is None or diff_method == "best":
-        options = make_options(rule.name, best_options(rule, backend, shots))
+        options = make_options(rule.name, {})
     return execute_with_rule(recorded, backend, rule, options, higher_order(diff_method, rule),
                              stacked=stacked, shots=shots)
 

@@ -204,7 +204,8 @@ def has_shiftless_trainables(circuit, recorded=None) -> bool:
 _DEVICE = "device"  # shots: the backend's own setting (qdiff.backends.base.DEVICE_SHOTS)
 
 
-def _shots(backend, shots):
+def call_shots(backend, shots):
+    """The shots of a call: the backend's own (``"device"``), else the call's."""
     return getattr(backend, "shots", None) if shots == _DEVICE else shots
 
 
@@ -217,7 +218,7 @@ def best(backend, circuit, recorded=None, shots=_DEVICE) -> Rule:
     differences when a trainable parameter has no shift rule (a channel's probability).
     """
     caps = backend.capabilities
-    if _shots(backend, shots) or not caps.backprop:
+    if call_shots(backend, shots) or not caps.backprop:
         return FINITE_DIFF if has_shiftless_trainables(circuit, recorded) else PARAMETER_SHIFT
     if needs_backprop(circuit, recorded) or not caps.vjp:
         return BACKPROP
@@ -226,15 +227,9 @@ def best(backend, circuit, recorded=None, shots=_DEVICE) -> Rule:
     return BACKPROP
 
 
-SHOT_FD_STEP = 0.1  # finite-difference step with shots (when no h is given)
-
-
-def best_options(rule: Rule, backend, shots=_DEVICE) -> dict:
-    """Options of a rule ``best`` picked: with shots, finite differences step by
-    ``SHOT_FD_STEP`` (a step of 1e-6 would divide shot noise by 1e-6; the bias is O(h**2))."""
-    if rule is FINITE_DIFF and _shots(backend, shots):
-        return {"h": SHOT_FD_STEP}
-    return {}
+# finite-difference step with shots when no h is given (as best takes it): a step of 1e-6
+# would divide the shot noise by 1e-6; the bias is O(h**2)
+SHOT_FD_STEP = 0.1
 
 
 def resolve(method: str, backend, circuit, recorded=None, shots=_DEVICE) -> Rule:
@@ -249,9 +244,9 @@ def resolve(method: str, backend, circuit, recorded=None, shots=_DEVICE) -> Rule
     if rule.needs is not None and not getattr(caps, rule.needs):
         raise QdiffError(f"diff_method='{method}' needs {_NEEDS_TEXT[rule.needs]}; "
                          f"'{backend.name}' is not one (use 'parameter-shift')")
-    if rule.exact_only and _shots(backend, shots):
+    if rule.exact_only and call_shots(backend, shots):
         raise QdiffError(f"diff_method='{method}' is exact only and cannot be used with "
-                         f"shots={_shots(backend, shots)}; use 'parameter-shift' or 'spsa'")
+                         f"shots={call_shots(backend, shots)}; use 'parameter-shift' or 'spsa'")
     return rule
 
 

@@ -59,7 +59,7 @@ from qdiff.circuits import recording
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.operation import ParamRef
-from qdiff.rules import BACKPROP, best_options, higher_order, make_options, resolve
+from qdiff.rules import BACKPROP, higher_order, make_options, resolve
 
 _GUARD = threading.local()
 _READS = frozenset({"__bool__", "item", "tolist", "__float__", "__int__", "__index__",
@@ -135,12 +135,14 @@ def _inplace(name, kwargs) -> bool:
             "requires_grad_", "retain_grad_"))
 
 
-def _storage(t) -> int:
+def _storage(t):
+    """The address of ``t``'s storage, or ``None`` for a tensor without one (sparse, ...),
+    whose in-place changes are then not traced to an argument."""
     with torch._C.DisableTorchFunctionSubclass():
         try:
             return t.untyped_storage().data_ptr()
-        except (RuntimeError, NotImplementedError):  # no storage (sparse, ...)
-            return 0
+        except (RuntimeError, NotImplementedError):
+            return None
 
 
 def _refuse_read(name):
@@ -612,7 +614,7 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     guarded.func = guarded_func
     _register_autoray()
     g = [t.detach().as_subclass(GuardedTensor).requires_grad_(t.requires_grad) for t in tensors]
-    storages = frozenset(_storage(t) for t in tensors if t.numel()) - {0}
+    storages = frozenset(_storage(t) for t in tensors if t.numel()) - {None}
     ga, gk = _substitute(args, kwargs, g)
     ref, result = guarded.construct(*ga, **gk)
     if isinstance(ref.theta, NonAffineTensor):  # an angle the recorder derived further
@@ -687,7 +689,7 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     rec_like = _Rec(circ_u, thetas[-1], train_u)
     rule = resolve(qnode.diff_method, qnode.device, circ_u, rec_like, shots)
     options = qnode.options if qnode.diff_method != "best" else \
-        make_options(rule.name, best_options(rule, qnode.device, shots))
+        make_options(rule.name, {})
     trace.plan = Plan(circ_e, qnode.device, rule, train_u, None, options, shared_u,
                       higher_order(qnode.diff_method, rule), shots)
     trace.rule = rule

@@ -121,6 +121,14 @@ def _refuse_postselection(tape, name: str):
     return (tape,), lambda results: results[0]
 
 
+def _add_measurement_checks(program, name: str) -> None:
+    """The adjoint method's checks of a tape's observables and measurements."""
+    program.add_transform(validate_observables, _adjoint_observable, name=name)
+    program.add_transform(validate_measurements, analytic_measurements=_adjoint_measurement,
+                          name=name)
+    program.add_transform(_refuse_trainable_observables, name=name)
+
+
 @qml.transform
 def _drop_snapshots(tape):
     """The tape without its ``Snapshot`` operations (they leave the state and the results as
@@ -256,10 +264,7 @@ class QdiffStatevector(Device):
         name = f"adjoint + {self.name}"
         program = qml.CompilePipeline()
         program.add_transform(no_sampling, name=name)
-        program.add_transform(validate_observables, _adjoint_observable, name=name)
-        program.add_transform(validate_measurements, analytic_measurements=_adjoint_measurement,
-                              name=name)
-        program.add_transform(_refuse_trainable_observables, name=name)
+        _add_measurement_checks(program, name)
         return program
 
     def supports_vjp(self, execution_config=None, circuit=None) -> bool:
@@ -332,10 +337,7 @@ class QdiffStatevector(Device):
                               target_gates=self._gate_set,
                               skip_initial_state_prep=False, name=name)
         program.add_transform(_drop_snapshots)
-        program.add_transform(validate_observables, _adjoint_observable, name=name)
-        program.add_transform(validate_measurements, analytic_measurements=_adjoint_measurement,
-                              name=name)
-        program.add_transform(_refuse_trainable_observables, name=name)
+        _add_measurement_checks(program, name)
         program.add_transform(validate_adjoint_trainable_params)
         # PennyLane's Jacobian format has no broadcast axis, and its VJPs none for a trainable
         # broadcast parameter: expand those tapes (the engine merges the expanded tapes, one
