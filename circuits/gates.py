@@ -278,7 +278,8 @@ def _ising(pauli: np.ndarray):
 
     def fn(t):
         c, s = _cplx(torch.cos(t / 2)), _cplx(torch.sin(t / 2))
-        return c[..., None, None] * eye.to(c.dtype) - 1j * s[..., None, None] * pp.to(c.dtype)
+        return (c[..., None, None] * eye.to(device=c.device, dtype=c.dtype)
+                - 1j * s[..., None, None] * pp.to(device=c.device, dtype=c.dtype))
     return fn
 
 
@@ -537,7 +538,8 @@ def paulirot_gate(word: str) -> Gate:
 
     def fn(t):
         c, s = _cplx(torch.cos(t / 2)), _cplx(torch.sin(t / 2))
-        return c[..., None, None] * eye.to(c.dtype) - 1j * s[..., None, None] * pt.to(c.dtype)
+        return (c[..., None, None] * eye.to(device=c.device, dtype=c.dtype)
+                - 1j * s[..., None, None] * pt.to(device=c.device, dtype=c.dtype))
     diag = None
     if set(word) <= {"I", "Z"}:
         dz = torch.tensor(np.real(np.diag(p)), dtype=torch.float64)
@@ -563,7 +565,8 @@ def unitary_gate(matrix) -> Gate:
     real = given.to_real() if given.is_complex else given
     atol = max(1e-8, 64 * d * torch.finfo(real).eps) if real.is_floating_point else 1e-8
     m128 = m.to(torch.complex128)
-    dev = (m128.conj().T @ m128 - torch.eye(d, dtype=torch.complex128)).abs().max().item()
+    dev = (m128.conj().T @ m128 - torch.eye(d, dtype=torch.complex128, device=m.device)
+           ).abs().max().item()
     if not dev <= atol:
         raise QdiffError(f"QubitUnitary: matrix is not unitary (|U^dag U - I| = {dev:.3g}, "
                          f"tolerance {atol:.3g} for {given})")

@@ -205,7 +205,7 @@ class QuantumFunction(torch.autograd.Function):
         theta, plan = inputs
         ctx.plan = plan
         ctx.residual = output[1]
-        ctx.out_dtype = output[0].dtype
+        ctx.out_dtype, ctx.out_device = output[0].dtype, output[0].device
         ctx.save_for_backward(theta)
         ctx.save_for_forward(theta)
 
@@ -222,7 +222,8 @@ class QuantumFunction(torch.autograd.Function):
             grad = engine_vjp(theta, g_out, plan, ctx.residual)
         else:
             grad = shift_vjp(theta, g_out, plan)
-        return grad.to(theta.dtype), None
+        # (a device placed elsewhere, qd.device(..., device="cuda"), runs CPU angles there)
+        return grad.to(device=theta.device, dtype=theta.dtype), None
 
     @staticmethod
     def jvp(ctx, theta_t, _plan_t):
@@ -232,7 +233,7 @@ class QuantumFunction(torch.autograd.Function):
             out_t = engine_jvp(theta, theta_t, plan)
         else:
             out_t = shift_jvp(theta, theta_t, plan)
-        return out_t.to(ctx.out_dtype), None
+        return out_t.to(device=ctx.out_device, dtype=ctx.out_dtype), None
 
     @staticmethod
     def vmap(info, in_dims, theta, plan):
@@ -376,7 +377,8 @@ def shift_jvp(theta: torch.Tensor, theta_t: torch.Tensor, plan: Plan) -> torch.T
     jac_out = shift_jacobian(theta, plan)
     if jac_out is None:
         return theta_t.new_zeros(theta.shape[0], _num_outputs(plan))
-    return torch.einsum("pbk,bp->bk", jac_out, theta_t.to(jac_out.dtype))
+    return torch.einsum("pbk,bp->bk", jac_out,
+                        theta_t.to(device=jac_out.device, dtype=jac_out.dtype))
 
 
 def compute_precision(backend) -> torch.dtype:
@@ -416,7 +418,7 @@ def shift_jacobian(theta: torch.Tensor, plan: Plan) -> Optional[torch.Tensor]:
                   else plan.initial_state.repeat(s, 1))
     res = QuantumFunction.apply(thetas, sub)[0].reshape(s, b, -1)
     # d(outputs)/d theta_j for the shifted-measurement columns: (P, B, K')
-    jac = torch.einsum("sp,sbk->pbk", weights.to(res.dtype), res)
+    jac = torch.einsum("sp,sbk->pbk", weights.to(device=res.device, dtype=res.dtype), res)
     cols = []
     for entry in layout:
         if entry[0] == "var":

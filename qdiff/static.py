@@ -357,7 +357,9 @@ class Trace:
     def scatter(self, grad_theta: torch.Tensor, tensors, needs) -> list:
         """The gradients of the tensor arguments from ``grad_theta`` ``(B, P)`` (the
         transpose of :meth:`theta`: one scatter-add)."""
-        g = grad_theta if self.scale is None else grad_theta * self.scale
+        # (on the arguments' device: a device placed elsewhere runs them there)
+        g = grad_theta.to(self.flat_idx.device)
+        g = g if self.scale is None else g * self.scale
         total = sum(t.numel() for t in tensors) + (0 if self.consts is None else
                                                     self.consts.numel())
         src = torch.zeros(total, dtype=g.dtype, device=g.device)
@@ -579,7 +581,8 @@ def _gather_map(thetas, codes, total: int, tol: float):
     thetas (:func:`_probe_codes`: zeros and ones give ``c`` and ``a``, the index encoding gives
     ``idx``, every other probe must agree), checked on the real binding. Constants get indices
     past the arguments (``consts``). Raises when an angle is not of that form."""
-    t0, t1, t2 = (t.detach().to(torch.float64) for t in thetas[:3])
+    # on the CPU, as the codes (made once per trace; the trace moves it to the arguments' device)
+    t0, t1, t2 = (t.detach().to("cpu", torch.float64) for t in thetas[:3])
     c = t0
     a = t1 - t0
     moving = a != 0
@@ -589,7 +592,7 @@ def _gather_map(thetas, codes, total: int, tol: float):
     ok = (k - kr).abs() <= 1e-6 * (1 + kr.abs())
     kr = kr.clamp(0, max(total - 1, 0)).long()
     for t, code in zip(thetas[3:], codes[3:]):
-        t = t.detach().to(torch.float64)
+        t = t.detach().to("cpu", torch.float64)
         expect = torch.where(moving, a * code[kr] + c, c) if total else c
         ok &= (t - expect).abs() <= tol * (1 + t.abs())
     ok &= moving | ((t2 - c).abs() <= tol * (1 + c.abs()))
