@@ -85,7 +85,11 @@ class _Runner:
 def _structure_key(imp) -> tuple:
     c = imp.circuit
     ops = tuple((op.gate, op.wires, op.params) for op in c.operations)
-    exprs = tuple(str(e) for e in imp.columns()[len(imp.parameters):])
+    # an expression's text names parameters; the columns it reads depend on the circuit's
+    # other parameters (``a*c`` reads columns (0, 2) of {a, b, c} but (0, 1) of {a, c, d})
+    table = imp.expressions
+    exprs = () if table is None else tuple(zip(map(str, table.expressions),
+                                               table.dependencies))
     return (c.num_wires, c.num_params, ops, exprs, tuple(imp.measurements))
 
 

@@ -104,6 +104,30 @@ def test_pubs_of_one_circuit_run_as_one_simulation(monkeypatch):
         np.testing.assert_allclose(a.data.evs, b.data.evs, atol=1e-10)
 
 
+def test_circuits_alike_but_for_the_columns_of_an_expression_keep_their_own_values():
+    """``a*c`` reads columns (0, 2) of {a, b, c} and (0, 1) of {a, c, d}: two circuits with the
+    same gates on the same columns and the same expression text are different circuits."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    from qiskit.primitives import StatevectorEstimator
+    a, b, c, d = (Parameter(n) for n in "abcd")
+    first, second = QuantumCircuit(1), QuantumCircuit(1)
+    for qc, (p, q, r) in ((first, (a, b, c)), (second, (a, c, d))):
+        qc.rx(p, 0); qc.ry(q, 0); qc.rz(r, 0); qc.rx(a * c, 0)
+    v = [0.3, 0.7, 1.1]
+    est = Estimator()
+    for qc in (first, second):
+        got = est.run([(qc, ["Z", "X", "Y"], v)]).result()[0].data.evs
+        ref = StatevectorEstimator().run([(qc, ["Z", "X", "Y"], v)]).result()[0].data.evs
+        np.testing.assert_allclose(got, ref, atol=1e-12)
+    sampler = Sampler(seed=3)
+    for qc in (first, second):
+        p1 = (1 - StatevectorEstimator().run([(qc, "Z", v)]).result()[0].data.evs) / 2
+        qc.measure_all()
+        got = sampler.run([(qc, v)], shots=100000).result()[0].data.meas.get_counts()
+        assert abs(got.get("1", 0) - 100000 * p1) < 500  # 5 sigma; the other column's: 1200
+
+
 def test_projector_observables_and_unparametrized_circuits():
     from qiskit import QuantumCircuit
     from qiskit.primitives import StatevectorEstimator
