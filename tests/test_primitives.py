@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from qdiff import QdiffError
+from qdiff import QdiffError, QdiffMemoryError
 from qdiff.primitives import Estimator, Sampler
 
 GATES1 = ["rx", "ry", "rz", "p"]
@@ -191,8 +191,21 @@ def test_estimator_errors():
     qc.measure(0, 0)
     with pytest.raises(QdiffError, match="Estimator: the circuit has measurements"):
         Estimator().run([(qc, "Z")]).result()
-    with pytest.raises(QdiffError, match="default_precision must be >= 0"):
-        Estimator(default_precision=-1)
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(QdiffError, match="default_precision must be 0 .exact. or a finite"):
+            Estimator(default_precision=bad)
+    free = QuantumCircuit(1)
+    for bad in (float("inf"), 1e-200, -0.1, "0.1"):  # inf: 0 shots; 1e-200: 1/p**2 overflows
+        with pytest.raises(QdiffError, match="precision must be 0 .exact. or a finite"):
+            Estimator().run([(free, "Z")], precision=bad)
+    with pytest.raises(QdiffError, match=r"Estimator: precision 1e-07 takes 100000000000001 "
+                                         r"shots per Pauli term; sampling"):
+        Estimator().run([(free, "Z")], precision=1e-7).result()
+    # Qiskit's own PUB checks, as QdiffErrors (ValueErrors) naming the PUB
+    with pytest.raises(QdiffError, match=r"PUB 1: The number of qubits of the circuit \(1\)"):
+        Estimator().run([(free, "Z"), (free, "ZZ")])
+    with pytest.raises(QdiffError, match="run.. takes an iterable of PUBs"):
+        Estimator().run(free)
 
 
 def test_sampler_bit_layout_matches_statevector_sampler():
@@ -251,6 +264,11 @@ def test_sampler_without_measurements_and_shots_validation():
     assert res.data.c.get_counts() == {"00": 3}
     with pytest.raises(QdiffError, match="default_shots must be a positive integer"):
         Sampler(default_shots=0)
+    with pytest.raises(QdiffError, match="PUB 0: shots must be positive"):
+        Sampler().run([qc], shots=0)
+    qc.measure([0, 1], [0, 1])
+    with pytest.raises(QdiffMemoryError, match="sampling 1000000000000 shots"):
+        Sampler().run([qc], shots=10 ** 12).result()  # checked before torch allocates 8 TB
 
 
 def test_empty_parameter_values_give_empty_results():
