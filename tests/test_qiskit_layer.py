@@ -251,6 +251,20 @@ def test_qnode_of_circuit_with_measurements_returns_probabilities():
     assert np.allclose(p[0].numpy(), ref, atol=1e-12)
 
 
+def test_qnode_of_a_circuit_whose_clbit_is_measured_twice_reads_the_last_measurement():
+    """``measure(0, 0); measure(1, 0)``: the one classical bit holds qubit 1, as Qiskit's
+    counts say; qubit 0's overwritten outcome is no output."""
+    from qiskit import QuantumCircuit
+    qc = QuantumCircuit(2, 1)
+    qc.ry(0.6, 0)
+    qc.x(1)
+    qc.measure(0, 0)
+    qc.measure(1, 0)
+    p = qd.qnode(qd.device("statevector", wires=2))(qc)(torch.zeros(1, 0, dtype=torch.float64))
+    assert p.shape == (1, 2)
+    assert np.allclose(p[0].numpy(), [0.0, 1.0], atol=1e-12)
+
+
 def test_qnode_errors():
     from qiskit import QuantumCircuit
     from qiskit.circuit import Parameter
