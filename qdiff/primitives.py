@@ -28,6 +28,7 @@ is supported.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import OrderedDict
 
 import numpy as np
@@ -299,6 +300,11 @@ class Sampler(BaseSamplerV2):
         if shots is None:
             shots = self._default_shots
         coerced = _coerce(SamplerPub, pubs, shots)
+        for i, p in enumerate(coerced):
+            if not p.circuit.cregs:
+                warnings.warn(f"Sampler: the circuit of PUB {i} has no classical registers, so "
+                              "its result is empty; measure into one (circuit.measure_all())",
+                              stacklevel=2)
         job = PrimitiveJob(self._run, coerced)
         job._submit()
         return job

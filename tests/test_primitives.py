@@ -264,6 +264,9 @@ def test_sampler_without_measurements_and_shots_validation():
     assert res.data.c.get_counts() == {"00": 3}
     with pytest.raises(QdiffError, match="default_shots must be a positive integer"):
         Sampler(default_shots=0)
+    with pytest.warns(UserWarning, match="PUB 1 has no classical registers"):
+        res = Sampler().run([qc, QuantumCircuit(1)]).result()  # warned as by Qiskit's
+    assert not list(res[1].data.keys())
     with pytest.raises(QdiffError, match="PUB 0: shots must be positive"):
         Sampler().run([qc], shots=0)
     qc.measure([0, 1], [0, 1])
