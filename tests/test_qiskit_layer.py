@@ -124,6 +124,10 @@ def test_layer_errors_name_the_parameter_or_observable():
                                     observables=[SparsePauliOp("ZZZ"), SparsePauliOp("ZZ")])
     with pytest.raises(QdiffError, match=r"observables\[0\] acts on wire 3"):
         qd.QuantumLayer.from_qiskit(qc, fm.parameters, w, observables=[qd.Z(3)])
+    for key, value in (("input_gradients", True), ("interpret", lambda i: i % 2),
+                       ("estimator", object())):  # Qiskit ML's keywords, said to be theirs
+        with pytest.raises(QdiffError, match=rf"from_qiskit: {key}= is EstimatorQNN/Sampler"):
+            qd.QuantumLayer.from_qiskit(qc, fm.parameters, w, **{key: value})
     layer = qd.QuantumLayer.from_qiskit(qc, fm.parameters, w)
     with pytest.raises(QdiffError, match=r"argument 'inputs' has shape \(5, 2\); expected \(\.\.\., 3\)"):
         layer(torch.zeros(5, 2))
