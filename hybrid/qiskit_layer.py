@@ -14,6 +14,20 @@ from __future__ import annotations
 from qdiff.circuits.errors import QdiffError
 
 
+_PRIMITIVE = "the layer simulates on device= (a qdiff device or a name) and differentiates by " \
+    "diff_method="
+_QISKIT_ML_KEYWORDS = {
+    "estimator": _PRIMITIVE, "sampler": _PRIMITIVE, "gradient": _PRIMITIVE,
+    "input_gradients": "gradients reach the inputs whenever they require grad (torch autograd)",
+    "interpret": "the outputs are the probabilities (B, 2**m) of the measured classical bits' "
+                 "integer; map them with a torch operation after the layer",
+    "output_shape": "the outputs are the probabilities (B, 2**m) of the measured classical "
+                    "bits' integer; map them with a torch operation after the layer",
+    "default_precision": "the layer computes exact values (or samples with a device's shots=)",
+    "num_virtual_qubits": "observables and outputs act on every qubit of the circuit",
+}
+
+
 def layer_from_qiskit(cls, qc, input_params=None, weight_params=None, observables=None,
                       device=None, diff_method: str = "best", init_method=None, dtype=None,
                       **gradient_kwargs):
@@ -22,6 +36,10 @@ def layer_from_qiskit(cls, qc, input_params=None, weight_params=None, observable
     import torch
     import qdiff as qd
     from qdiff.circuit_qnode import CircuitQNode, as_import
+    for key in gradient_kwargs:
+        if key in _QISKIT_ML_KEYWORDS:
+            raise QdiffError(f"from_qiskit: {key}= is EstimatorQNN/SamplerQNN's keyword, not "
+                             f"this layer's: {_QISKIT_ML_KEYWORDS[key]}")
     n = qc.num_qubits if type(qc).__name__ == "QuantumCircuit" else \
         as_import(qc).circuit.num_wires
     if device is None or isinstance(device, str):

@@ -234,10 +234,13 @@ def _measurements(imp: QiskitImport, observables) -> tuple:
         if imp.circuit.measurements:
             return tuple(imp.circuit.measurements), len(imp.circuit.measurements) == 1
         if imp.measurements:
+            owner = {}  # clbit -> the qubit of its last measurement (Qiskit's value)
+            for q, c in imp.measurements:
+                owner[c] = q
             wires = []
-            for q, _ in sorted(imp.measurements, key=lambda qc: qc[1]):
-                if q not in wires:
-                    wires.append(q)
+            for c in sorted(owner):
+                if owner[c] not in wires:
+                    wires.append(owner[c])
             # the last classical bit first: index = sum_i c_i 2**i, Qiskit's integer of the
             # bit string (SamplerQNN's output index)
             return (Measurement("probs", None, tuple(reversed(wires))),), True

@@ -28,6 +28,7 @@ is supported.
 from __future__ import annotations
 
 import math
+import warnings
 from collections import OrderedDict
 
 import numpy as np
@@ -38,8 +39,9 @@ from qiskit.primitives.containers import (BitArray, DataBin, PrimitiveResult, Pu
 from qiskit.primitives.containers.estimator_pub import EstimatorPub
 from qiskit.primitives.containers.sampler_pub import SamplerPub
 
+from qdiff.backends.statevector.measure import sample_indices
 from qdiff.circuit_qnode import CircuitQNode
-from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.errors import QdiffError, QdiffMemoryError
 from qdiff.circuits.observables import Factor, Observable
 from qdiff.circuits.qiskit_io import from_qiskit
 
@@ -85,7 +87,11 @@ class _Runner:
 def _structure_key(imp) -> tuple:
     c = imp.circuit
     ops = tuple((op.gate, op.wires, op.params) for op in c.operations)
-    exprs = tuple(str(e) for e in imp.columns()[len(imp.parameters):])
+    # an expression's text names parameters; the columns it reads depend on the circuit's
+    # other parameters (``a*c`` reads columns (0, 2) of {a, b, c} but (0, 1) of {a, c, d})
+    table = imp.expressions
+    exprs = () if table is None else tuple(zip(map(str, table.expressions),
+                                               table.dependencies))
     return (c.num_wires, c.num_params, ops, exprs, tuple(imp.measurements))
 
 
@@ -121,6 +127,22 @@ def _word_observable(word: tuple) -> Observable:
     return Observable([1.0], [tuple(Factor((q,), ch) for q, ch in word)])
 
 
+def _coerce(kind, pubs, default) -> list:
+    """Qiskit's PUB coercion and validation, its errors as ``QdiffError`` s naming the PUB."""
+    if isinstance(pubs, (str, bytes)) or not hasattr(pubs, "__iter__"):
+        raise QdiffError(f"run() takes an iterable of PUBs; got {type(pubs).__name__} (wrap a "
+                         "single PUB in a list: run([(circuit, ...)]))")
+    out = []
+    for i, pub in enumerate(pubs):
+        try:
+            out.append(kind.coerce(pub, default))
+        except (ValueError, TypeError, IndexError) as exc:
+            if isinstance(exc, QdiffError):
+                raise
+            raise QdiffError(f"PUB {i}: {exc}") from None
+    return out
+
+
 class Estimator(BaseEstimatorV2):
     """``BaseEstimatorV2`` on qdiff's statevector simulator.
 
@@ -130,8 +152,7 @@ class Estimator(BaseEstimatorV2):
     """
 
     def __init__(self, *, default_precision: float = 0.0, seed=None):
-        if not default_precision >= 0:
-            raise QdiffError(f"default_precision must be >= 0; got {default_precision!r}")
+        _check_precision(default_precision, "default_precision")
         self._default_precision = float(default_precision)
         self._seed = seed
         self._runner = _Runner(seed)
@@ -147,10 +168,10 @@ class Estimator(BaseEstimatorV2):
     def run(self, pubs, *, precision=None) -> PrimitiveJob:
         if precision is None:
             precision = self._default_precision
-        coerced = [EstimatorPub.coerce(pub, precision) for pub in pubs]
+        _check_precision(precision, "precision")
+        coerced = _coerce(EstimatorPub, pubs, precision)
         for p in coerced:
-            if not p.precision >= 0:
-                raise QdiffError(f"precision must be >= 0; got {p.precision!r}")
+            _check_precision(p.precision, "precision")
         job = PrimitiveJob(self._run, coerced)
         job._submit()
         return job
@@ -191,7 +212,13 @@ class Estimator(BaseEstimatorV2):
             start += len(vals)
         values = np.concatenate(rows) if rows else np.zeros((0, qc.num_parameters))
         shots = _shots(precision) if precision > 0 else None
-        means = self._term_means(imp, values, list(words), shots)
+        try:
+            means = self._term_means(imp, values, list(words), shots)
+        except QdiffMemoryError as exc:
+            if shots is None:
+                raise
+            raise QdiffMemoryError(f"Estimator: precision {precision} takes {shots} shots per "
+                                   f"Pauli term; {exc}") from None
         return [_combine(means, plan, shots) for plan in plans]
 
     def _term_means(self, imp, values: np.ndarray, words: list, shots) -> np.ndarray:
@@ -210,6 +237,16 @@ class Estimator(BaseEstimatorV2):
 
 def _shots(precision: float) -> int:
     return int(math.ceil(1.0 / precision ** 2))
+
+
+def _check_precision(precision, what: str) -> None:
+    """0 (exact) or a finite positive precision whose ``ceil(1/p**2)`` shots are finite."""
+    ok = isinstance(precision, (int, float, np.integer, np.floating)) and \
+        0 <= precision < math.inf and (precision == 0 or 0 < precision ** 2 < math.inf and
+                                       1.0 / precision ** 2 < math.inf)
+    if not ok:
+        raise QdiffError(f"{what} must be 0 (exact) or a finite positive number whose "
+                         f"ceil(1/{what}**2) shots are finite; got {precision!r}")
 
 
 def _combine(means: np.ndarray, plan: tuple, shots) -> tuple:
@@ -262,7 +299,12 @@ class Sampler(BaseSamplerV2):
     def run(self, pubs, *, shots=None) -> PrimitiveJob:
         if shots is None:
             shots = self._default_shots
-        coerced = [SamplerPub.coerce(pub, shots) for pub in pubs]
+        coerced = _coerce(SamplerPub, pubs, shots)
+        for i, p in enumerate(coerced):
+            if not p.circuit.cregs:
+                warnings.warn(f"Sampler: the circuit of PUB {i} has no classical registers, so "
+                              "its result is empty; measure into one (circuit.measure_all())",
+                              stacklevel=2)
         job = PrimitiveJob(self._run, coerced)
         job._submit()
         return job
@@ -306,11 +348,15 @@ class Sampler(BaseSamplerV2):
         qn = self._runner._qnode(src, [], ("probs", tuple(wires)))
         with torch.no_grad():
             p = qn(torch.as_tensor(values, dtype=torch.float64)).reshape(r, 2 ** len(wires))
-        idx = torch.multinomial(p.clamp_min(0), shots, replacement=True,
-                                generator=self._runner._generator()).numpy()
         k = len(wires)
-        shifts = np.arange(k - 1, -1, -1)
-        return ((idx[..., None] >> shifts) & 1).astype(np.uint8)
+        # a shot's bytes: its index (8), one shifted bit at a time (16), its bits (k), and a
+        # register's bits and their padded copy (2 (clbits + 8)) as it is packed
+        words = 3 + (k + 2 * (imp.num_clbits + 8) + 7) // 8
+        idx = sample_indices(p, shots, self._runner._generator(), words=words).numpy()
+        bits = np.empty(idx.shape + (k,), dtype=np.uint8)
+        for j in range(k):
+            bits[..., j] = (idx >> (k - 1 - j)) & 1
+        return bits
 
 
 def _pack(reg: np.ndarray) -> np.ndarray:

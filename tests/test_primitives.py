@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from qdiff import QdiffError
+from qdiff import QdiffError, QdiffMemoryError
 from qdiff.primitives import Estimator, Sampler
 
 GATES1 = ["rx", "ry", "rz", "p"]
@@ -104,6 +104,30 @@ def test_pubs_of_one_circuit_run_as_one_simulation(monkeypatch):
         np.testing.assert_allclose(a.data.evs, b.data.evs, atol=1e-10)
 
 
+def test_circuits_alike_but_for_the_columns_of_an_expression_keep_their_own_values():
+    """``a*c`` reads columns (0, 2) of {a, b, c} and (0, 1) of {a, c, d}: two circuits with the
+    same gates on the same columns and the same expression text are different circuits."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    from qiskit.primitives import StatevectorEstimator
+    a, b, c, d = (Parameter(n) for n in "abcd")
+    first, second = QuantumCircuit(1), QuantumCircuit(1)
+    for qc, (p, q, r) in ((first, (a, b, c)), (second, (a, c, d))):
+        qc.rx(p, 0); qc.ry(q, 0); qc.rz(r, 0); qc.rx(a * c, 0)
+    v = [0.3, 0.7, 1.1]
+    est = Estimator()
+    for qc in (first, second):
+        got = est.run([(qc, ["Z", "X", "Y"], v)]).result()[0].data.evs
+        ref = StatevectorEstimator().run([(qc, ["Z", "X", "Y"], v)]).result()[0].data.evs
+        np.testing.assert_allclose(got, ref, atol=1e-12)
+    sampler = Sampler(seed=3)
+    for qc in (first, second):
+        p1 = (1 - StatevectorEstimator().run([(qc, "Z", v)]).result()[0].data.evs) / 2
+        qc.measure_all()
+        got = sampler.run([(qc, v)], shots=100000).result()[0].data.meas.get_counts()
+        assert abs(got.get("1", 0) - 100000 * p1) < 500  # 5 sigma; the other column's: 1200
+
+
 def test_projector_observables_and_unparametrized_circuits():
     from qiskit import QuantumCircuit
     from qiskit.primitives import StatevectorEstimator
@@ -167,8 +191,21 @@ def test_estimator_errors():
     qc.measure(0, 0)
     with pytest.raises(QdiffError, match="Estimator: the circuit has measurements"):
         Estimator().run([(qc, "Z")]).result()
-    with pytest.raises(QdiffError, match="default_precision must be >= 0"):
-        Estimator(default_precision=-1)
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(QdiffError, match="default_precision must be 0 .exact. or a finite"):
+            Estimator(default_precision=bad)
+    free = QuantumCircuit(1)
+    for bad in (float("inf"), 1e-200, -0.1, "0.1"):  # inf: 0 shots; 1e-200: 1/p**2 overflows
+        with pytest.raises(QdiffError, match="precision must be 0 .exact. or a finite"):
+            Estimator().run([(free, "Z")], precision=bad)
+    with pytest.raises(QdiffError, match=r"Estimator: precision 1e-07 takes 100000000000001 "
+                                         r"shots per Pauli term; sampling"):
+        Estimator().run([(free, "Z")], precision=1e-7).result()
+    # Qiskit's own PUB checks, as QdiffErrors (ValueErrors) naming the PUB
+    with pytest.raises(QdiffError, match=r"PUB 1: The number of qubits of the circuit \(1\)"):
+        Estimator().run([(free, "Z"), (free, "ZZ")])
+    with pytest.raises(QdiffError, match="run.. takes an iterable of PUBs"):
+        Estimator().run(free)
 
 
 def test_sampler_bit_layout_matches_statevector_sampler():
@@ -227,6 +264,14 @@ def test_sampler_without_measurements_and_shots_validation():
     assert res.data.c.get_counts() == {"00": 3}
     with pytest.raises(QdiffError, match="default_shots must be a positive integer"):
         Sampler(default_shots=0)
+    with pytest.warns(UserWarning, match="PUB 1 has no classical registers"):
+        res = Sampler().run([qc, QuantumCircuit(1)]).result()  # warned as by Qiskit's
+    assert not list(res[1].data.keys())
+    with pytest.raises(QdiffError, match="PUB 0: shots must be positive"):
+        Sampler().run([qc], shots=0)
+    qc.measure([0, 1], [0, 1])
+    with pytest.raises(QdiffMemoryError, match="sampling 1000000000000 shots"):
+        Sampler().run([qc], shots=10 ** 12).result()  # checked before torch allocates 8 TB
 
 
 def test_empty_parameter_values_give_empty_results():

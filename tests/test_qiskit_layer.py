@@ -124,6 +124,10 @@ def test_layer_errors_name_the_parameter_or_observable():
                                     observables=[SparsePauliOp("ZZZ"), SparsePauliOp("ZZ")])
     with pytest.raises(QdiffError, match=r"observables\[0\] acts on wire 3"):
         qd.QuantumLayer.from_qiskit(qc, fm.parameters, w, observables=[qd.Z(3)])
+    for key, value in (("input_gradients", True), ("interpret", lambda i: i % 2),
+                       ("estimator", object())):  # Qiskit ML's keywords, said to be theirs
+        with pytest.raises(QdiffError, match=rf"from_qiskit: {key}= is EstimatorQNN/Sampler"):
+            qd.QuantumLayer.from_qiskit(qc, fm.parameters, w, **{key: value})
     layer = qd.QuantumLayer.from_qiskit(qc, fm.parameters, w)
     with pytest.raises(QdiffError, match=r"argument 'inputs' has shape \(5, 2\); expected \(\.\.\., 3\)"):
         layer(torch.zeros(5, 2))
@@ -249,6 +253,20 @@ def test_qnode_of_circuit_with_measurements_returns_probabilities():
     ref = probs.probabilities([2, 0])  # index = bit(q2) + 2 bit(q0) = c0 + 2 c1
     assert p.shape == (1, 4)
     assert np.allclose(p[0].numpy(), ref, atol=1e-12)
+
+
+def test_qnode_of_a_circuit_whose_clbit_is_measured_twice_reads_the_last_measurement():
+    """``measure(0, 0); measure(1, 0)``: the one classical bit holds qubit 1, as Qiskit's
+    counts say; qubit 0's overwritten outcome is no output."""
+    from qiskit import QuantumCircuit
+    qc = QuantumCircuit(2, 1)
+    qc.ry(0.6, 0)
+    qc.x(1)
+    qc.measure(0, 0)
+    qc.measure(1, 0)
+    p = qd.qnode(qd.device("statevector", wires=2))(qc)(torch.zeros(1, 0, dtype=torch.float64))
+    assert p.shape == (1, 2)
+    assert np.allclose(p[0].numpy(), [0.0, 1.0], atol=1e-12)
 
 
 def test_qnode_errors():
