@@ -17,7 +17,6 @@ final parameters evaluated exactly. The reported wall time is the optimization l
 """
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from dataclasses import dataclass, field
@@ -29,6 +28,9 @@ import qdiff as qd
 from qdiff import qchem
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.fileio import save_figure
+
+from _cli import (Parser, check_plot, finite_float, nonnegative_int,  # noqa: F401 (scripts)
+                  positive_float, positive_int, run, seed_int)
 
 CHEMICAL_ACCURACY = 1.6e-3  # Ha
 QNG_LR = 0.25  # reached chemical accuracy in 2-3 steps on H2, LiH, BeH2; 0.5 diverged on BeH2
@@ -75,41 +77,60 @@ class Result:
 # command line
 
 
-def parser(description: str, steps: int, lr: float, ansatz: str = "givens") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description)
+def parser(description: str, steps: int, lr: float, ansatz: str = "givens") -> Parser:
+    p = Parser(description=description)
     p.add_argument("--backend", default="statevector",
                    help="statevector (default), aer, or ibm:<fake or real device name>")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                    help="torch device of the statevector backend")
-    p.add_argument("--steps", type=int, default=steps, help="maximum optimizer steps")
+    p.add_argument("--steps", type=nonnegative_int, default=steps, help="maximum optimizer steps")
     p.add_argument("--plot", default=None, help="save a plot of energy against step here")
-    p.add_argument("--shots", type=int, default=None, help="shots per expectation (aer, ibm)")
+    p.add_argument("--shots", type=positive_int, default=None,
+                   help="shots per expectation (statevector, aer, ibm; default: exact, or the "
+                        "IBM device's default)")
     p.add_argument("--optimizer", default="adam", choices=["adam", "qng"])
     p.add_argument("--ansatz", default=ansatz, choices=["givens", "hea", "hva"],
                    help="givens: HF + all single/double Givens excitations; hea: hardware-"
                         "efficient RY/RZ + CNOT ladder; hva: Hamiltonian-variational (spin chains)")
-    p.add_argument("--layers", type=int, default=None, help="layers of the hea/hva ansatz")
+    p.add_argument("--layers", type=positive_int, default=None,
+                   help="layers of the hea/hva ansatz")
     p.add_argument("--diff-method", default="best",
                    choices=["best", "adjoint", "backprop", "parameter-shift"])
-    p.add_argument("--lr", type=float, default=None,
+    p.add_argument("--lr", type=positive_float, default=None,
                    help=f"learning rate (default {lr} for adam, {QNG_LR} for qng)")
     p.set_defaults(adam_lr=lr)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--seed", type=seed_int, default=0)
+    p.add_argument("--threads", type=nonnegative_int, default=1,
                    help="torch threads (default 1: these states are small; 0 = torch's default)")
-    p.add_argument("--every", type=int, default=1, help="print a progress line every N steps")
+    p.add_argument("--every", type=positive_int, default=1,
+                   help="print a progress line every N steps")
     p.add_argument("--run-all", action="store_true",
                    help="run all --steps steps instead of stopping at the target")
     return p
 
 
-def setup(args) -> None:
+def setup(args, ansatzes=("givens", "hea")) -> None:
+    """Checks of option combinations (a :class:`QdiffError` naming the options) and the run's
+    torch settings. ``ansatzes``: the ``--ansatz`` values the script's problems take."""
+    if args.ansatz not in ansatzes:
+        raise QdiffError(f"--ansatz {args.ansatz}: this script's problems take "
+                         f"{' or '.join(ansatzes)}")
+    if args.layers is not None and args.ansatz == "givens":
+        raise QdiffError("--layers applies to --ansatz hea or hva; the givens ansatz has one "
+                         "parameter per excitation")
+    spec = args.backend
+    if spec not in ("statevector", "aer") and not (spec.startswith("ibm:") and spec[4:]):
+        raise QdiffError(f"--backend {spec!r}: use statevector, aer or ibm:<device name>")
+    if args.device == "cuda" and spec != "statevector":
+        raise QdiffError(f"--device cuda applies to --backend statevector; {spec} runs on its "
+                         "own simulator or device")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise QdiffError("--device cuda: torch.cuda.is_available() is False on this machine")
+    check_plot(args.plot)
     if args.lr is None:
         args.lr = QNG_LR if args.optimizer == "qng" else args.adam_lr
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: torch.cuda.is_available() is False on this machine")
     torch.manual_seed(args.seed)
 
 
@@ -144,6 +165,10 @@ def exact_energy(H: qd.Observable, n: int, mask: Optional[torch.Tensor] = None) 
 def molecular_problem(name: str, **overrides) -> Problem:
     """A preset of :func:`qdiff.qchem.molecule` with exact (sector) and HF energies."""
     mol = qchem.molecule(name, **overrides)
+    if mol.mapping != "jordan_wigner":
+        raise QdiffError(f"mapping={mol.mapping!r}: the examples' sector energies and Givens "
+                         "excitations are those of Jordan-Wigner qubits (occupation numbers); "
+                         "use mapping='jordan_wigner'")
     n, ne = mol.n_qubits, mol.electrons
     H = mol.hamiltonian
     e_sector = exact_energy(H, n, sector_mask(n, ne))
@@ -186,7 +211,7 @@ def make_device(args, n: int):
         method = "parameter-shift"
         label = f"ibm {name} ({dev.shots} shots)"
     else:
-        raise SystemExit(f"--backend {spec!r}: use statevector, aer or ibm:<device name>")
+        raise QdiffError(f"--backend {spec!r}: use statevector, aer or ibm:<device name>")
     return dev, method, label
 
 
@@ -223,8 +248,8 @@ def make_ansatz(problem: Problem, args):
         return problem.ansatz_builder(args)
     if args.ansatz == "hea":
         return hea_ansatz(problem, args.layers or 2, args.seed)
-    if problem.electrons is None:
-        raise SystemExit(f"--ansatz {args.ansatz} needs a molecule")
+    if problem.electrons is None or args.ansatz != "givens":
+        raise QdiffError(f"--ansatz {args.ansatz} does not apply to {problem.name}")
     return givens_ansatz(problem)
 
 

@@ -68,14 +68,16 @@ def plot(rows, path: str) -> None:
 
 def main(argv=None, log=print):
     p = common.parser(__doc__.splitlines()[0], steps=200, lr=0.1)
-    p.add_argument("--points", type=int, default=10)
-    p.add_argument("--rmin", type=float, default=0.5)
-    p.add_argument("--rmax", type=float, default=2.5)
-    p.add_argument("--target-mha", type=float, default=0.1,
+    p.add_argument("--points", type=common.positive_int, default=10)
+    p.add_argument("--rmin", type=common.positive_float, default=0.5)
+    p.add_argument("--rmax", type=common.positive_float, default=2.5)
+    p.add_argument("--target-mha", type=common.positive_float, default=0.1,
                    help="stop each point at this error (exact backend)")
     p.add_argument("--no-warm", dest="warm", action="store_false",
                    help="start every point from the HF state instead")
     args = p.parse_args(argv)
+    if args.rmax < args.rmin:
+        p.error(f"--rmax {args.rmax} is below --rmin {args.rmin}")
     common.setup(args)
     rows = curve(args, log)
     worst = max(x["error"] for x in rows)
@@ -88,4 +90,4 @@ def main(argv=None, log=print):
 
 
 if __name__ == "__main__":
-    main()
+    common.run(main)

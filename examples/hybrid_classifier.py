@@ -12,14 +12,19 @@ plots the decision boundary with the test points.
 """
 from __future__ import annotations
 
-import argparse
 import math
+import os
+import sys
 import time
 
 import torch
 
 import qdiff as qd
 from qdiff.circuits.fileio import save_figure
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _cli import (Parser, check_plot, nonnegative_float, nonnegative_int,  # noqa: E402
+                  positive_float, positive_int, run, seed_int)
 
 
 def two_moons(n: int, noise: float, gen: torch.Generator):
@@ -112,33 +117,35 @@ def plot(model, xt, yt, path: str, title: str) -> None:
     plt.close(fig)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--qubits", type=int, default=4)
-    p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--train", type=int, default=200)
-    p.add_argument("--test", type=int, default=200)
-    p.add_argument("--noise", type=float, default=0.1)
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--input-scale", type=float, default=2.0, help="angle = scale * Linear(x)")
+def parser() -> Parser:
+    p = Parser(description=__doc__.splitlines()[0])
+    p.add_argument("--epochs", type=positive_int, default=30)
+    p.add_argument("--qubits", type=positive_int, default=4)
+    p.add_argument("--layers", type=positive_int, default=3)
+    p.add_argument("--train", type=positive_int, default=200)
+    p.add_argument("--test", type=positive_int, default=200)
+    p.add_argument("--noise", type=nonnegative_float, default=0.1)
+    p.add_argument("--batch", type=positive_int, default=32)
+    p.add_argument("--lr", type=positive_float, default=0.05)
+    p.add_argument("--input-scale", type=positive_float, default=2.0,
+                   help="angle = scale * Linear(x)")
     p.add_argument("--diff-method", default="best",
                    choices=["best", "adjoint", "backprop", "parameter-shift"])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--every", type=int, default=5)
+    p.add_argument("--seed", type=seed_int, default=0)
+    p.add_argument("--threads", type=nonnegative_int, default=1)
+    p.add_argument("--every", type=positive_int, default=5)
     p.add_argument("--plot", default=None, help="save the decision boundary plot here")
     return p
 
 
 def main(argv=None, log=print):
     args = parser().parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise qd.QdiffError("--device cuda: torch.cuda.is_available() is False on this machine")
+    check_plot(args.plot)
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda: torch.cuda.is_available() is False on this machine")
     model, history, test_acc, (xt, yt), secs = train(args, log)
     log(f"test accuracy {test_acc:.3f} ({args.test} points) after {args.epochs} epochs, "
         f"training {secs:.1f} s, diff_method={args.diff_method}")
@@ -149,4 +156,4 @@ def main(argv=None, log=print):
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

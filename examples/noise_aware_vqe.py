@@ -24,8 +24,9 @@ Run:  python examples/noise_aware_vqe.py [--molecule H2|LiH|both] [--steps 40] [
 """
 from __future__ import annotations
 
-import argparse
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -34,6 +35,9 @@ import torch
 
 import qdiff as qd
 from qdiff.circuits.fileio import save_figure
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _cli import Parser, check_plot, positive_float, positive_int, run, seed_int  # noqa: E402
 
 N = 4
 MOLECULES = ("H2", "LiH")
@@ -132,22 +136,41 @@ def make_aer_estimator(backend: str):
         "method": "density_matrix", "noise_model": NoiseModel.from_backend(fake)}})
 
 
+def check_device(backend: str, layers: int) -> str:
+    """The fake device's name, after checking that the ansatz is native to it (basis gates,
+    coupled pairs): only then does the mixed engine run it as written, as Aer does (a routed
+    circuit would carry SWAPs' noise that Aer's run of the written circuit has not)."""
+    model = qd.noise.from_backend(backend)
+    circuit = energy_fn(qd.device("statevector", wires=N), qd.Z(0), layers).construct(
+        torch.zeros(layers, N, 2, dtype=torch.float64))[0].circuit
+    try:
+        model.check_native(circuit)
+    except qd.QdiffError as e:
+        raise qd.QdiffError(f"--backend {backend}: the ansatz (rz, sx, x, cx on the line "
+                            f"0-1-2-3) is not native to it: {e}") from None
+    return model.name
+
+
 def main(argv=None, log=print):
     """One :class:`Result` (``--molecule H2`` or ``LiH``) or ``{molecule: Result}`` (``both``)."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(description=__doc__.splitlines()[0])
     ap.add_argument("--molecule", default="H2", choices=MOLECULES + ("both",))
-    ap.add_argument("--backend", default="fake_manila")
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--lr", type=float, default=0.1)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--aer-every", type=int, default=5)
+    ap.add_argument("--backend", default="fake_manila",
+                    help="a fake IBM device with rz, sx, x, cx and the line 0-1-2-3")
+    ap.add_argument("--steps", type=positive_int, default=40)
+    ap.add_argument("--layers", type=positive_int, default=2)
+    ap.add_argument("--lr", type=positive_float, default=0.1)
+    ap.add_argument("--seed", type=seed_int, default=0)
+    ap.add_argument("--aer-every", type=positive_int, default=5)
     ap.add_argument("--plot", default=None, help="write the energy-vs-step plot (PNG); "
                     "'{molecule}' in the path is replaced by h2 / lih (needed with 'both')")
     args = ap.parse_args(argv)
     names = MOLECULES if args.molecule == "both" else (args.molecule,)
     if args.plot and len(names) > 1 and "{molecule}" not in args.plot:
         ap.error("--molecule both writes one plot per molecule: put '{molecule}' in --plot")
+    for name in names:
+        check_plot(args.plot and args.plot.replace("{molecule}", name.lower()))
+    args.backend = check_device(args.backend, args.layers)
     est = make_aer_estimator(args.backend)
     out = {}
     for name in names:
@@ -216,8 +239,8 @@ def plot(res: Result, args, path) -> None:
     ax.set_title(f"{what} on {args.backend} noise ({args.layers}-layer native ansatz)", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    save_figure(fig, path, force=True, dpi=120)
+    save_figure(fig, path, dpi=120)  # atomic: an interrupted run leaves no partial plot
 
 
 if __name__ == "__main__":
-    main()
+    run(main)

@@ -9,11 +9,16 @@
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 
 import torch
 
 import qdiff as qd
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _cli import Parser  # noqa: E402
 
 
 def two_moons(n: int, noise: float, gen: torch.Generator):
@@ -86,7 +91,8 @@ def vqe_h2(steps: int = 60):
     return e.item(), exact, step, elapsed
 
 
-def main():
+def main(argv=None):
+    Parser(description=__doc__.splitlines()[0]).parse_args(argv)  # no options: --help only
     print(f"qdiff {qd.__version__} — hybrid classifier on two moons (3 qubits, adjoint gradients)")
     acc = hybrid_classifier()
     print(f"  test accuracy: {acc:.3f}")

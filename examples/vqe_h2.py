@@ -25,4 +25,4 @@ def main(argv=None, log=print):
 
 
 if __name__ == "__main__":
-    main()
+    common.run(main)

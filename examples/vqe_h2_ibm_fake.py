@@ -16,7 +16,8 @@ On hardware: set QISKIT_IBM_TOKEN (and QISKIT_IBM_INSTANCE) and pass --backend i
 """
 from __future__ import annotations
 
-import argparse
+import os
+import sys
 import time
 
 import numpy as np
@@ -25,6 +26,10 @@ import torch
 import qdiff as qd
 from qdiff.circuits.fileio import save_figure
 from qdiff.circuits.pennylane_io import from_pennylane_observable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _cli import Parser, check_plot, positive_int, seed_int  # noqa: E402
+import _cli  # noqa: E402
 
 GEOMETRY = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 0.7414])  # angstrom
 
@@ -90,14 +95,15 @@ def run(backend="fake_manila", steps=8, shots=4000, lr=0.5, theta0=0.6, seed=1,
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None):
+    ap = Parser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="fake_manila")
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--shots", type=int, default=4000)
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--steps", type=positive_int, default=8)
+    ap.add_argument("--shots", type=positive_int, default=4000)
+    ap.add_argument("--seed", type=seed_int, default=1)
     ap.add_argument("--plot", default=None, help="write an energy-vs-step plot (PNG)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    check_plot(args.plot)
     out = run(args.backend, args.steps, args.shots, seed=args.seed)
     if args.plot:
         import matplotlib
@@ -116,4 +122,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    _cli.run(main)

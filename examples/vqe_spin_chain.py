@@ -60,7 +60,8 @@ def tfim_hva(n: int, layers: int, J: float, h: float, dt: float = 0.3, seed: int
 def heisenberg_hva(n: int, layers: int, seed: int = 0):
     """``(circuit, w0 (layers, n-1))`` from a product of singlets (n even)."""
     if n % 2:
-        raise SystemExit("the Heisenberg ansatz starts from singlet pairs: use an even --spins")
+        raise qd.QdiffError("the Heisenberg ansatz starts from singlet pairs: use an even "
+                            "--spins")
 
     def circuit(w):
         for i in range(0, n, 2):  # (|01> - |10>)/sqrt(2) on (i, i+1)
@@ -100,11 +101,17 @@ def chain_problem(model: str, n: int, field: float = 1.0) -> common.Problem:
 def main(argv=None, log=print):
     p = common.parser(__doc__.splitlines()[0], steps=800, lr=0.1, ansatz="hva")
     p.add_argument("--model", default="both", choices=["tfim", "heisenberg", "both"])
-    p.add_argument("--spins", type=int, default=8)
-    p.add_argument("--field", type=float, default=1.0, help="transverse field h of the TFIM")
+    p.add_argument("--spins", type=common.positive_int, default=8)
+    p.add_argument("--field", type=common.finite_float, default=1.0,
+                   help="transverse field h of the TFIM")
     p.set_defaults(every=20)
     args = p.parse_args(argv)
-    common.setup(args)
+    if args.spins < 2:
+        p.error(f"--spins {args.spins}: a chain needs at least 2 spins")
+    if args.spins % 2 and args.model != "tfim" and args.ansatz == "hva":
+        p.error(f"--spins {args.spins}: the Heisenberg ansatz starts from singlet pairs; use an "
+                "even --spins (or --model tfim, or --ansatz hea)")
+    common.setup(args, ansatzes=("hva", "hea"))
     models = ["tfim", "heisenberg"] if args.model == "both" else [args.model]
     results = []
     plot = args.plot
@@ -117,4 +124,4 @@ def main(argv=None, log=print):
 
 
 if __name__ == "__main__":
-    main()
+    common.run(main)

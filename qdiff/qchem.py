@@ -55,9 +55,17 @@ class MolecularProblem:
     extra: dict = field(default_factory=dict)
 
     @property
+    def mapping(self) -> str:
+        return self.extra.get("mapping", "jordan_wigner")
+
+    @property
     def hf_state(self) -> np.ndarray:
-        """Occupation bits of the Hartree-Fock state (``electrons`` ones then zeros)."""
-        return np.array([1] * self.electrons + [0] * (self.n_qubits - self.electrons))
+        """Qubit bits of the Hartree-Fock state in the Hamiltonian's mapping: ``electrons`` ones
+        then zeros under Jordan-Wigner, as ``qml.qchem.hf_state(..., basis=...)`` otherwise."""
+        occupied = np.array([1] * self.electrons + [0] * (self.n_qubits - self.electrons))
+        if self.mapping == "jordan_wigner" or self.electrons == 0:
+            return occupied
+        return hf_state(self.electrons, self.n_qubits, basis=self.mapping)
 
     @property
     def hf_index(self) -> int:
@@ -65,7 +73,12 @@ class MolecularProblem:
         return int("".join(str(b) for b in self.hf_state), 2)
 
     def sector_mask(self) -> torch.Tensor:
-        """Basis states with the active particle number (for a ground state in that sector)."""
+        """Basis states with the active particle number (for a ground state in that sector);
+        Jordan-Wigner only, where a qubit is a spin orbital's occupation."""
+        if self.mapping != "jordan_wigner":
+            raise QdiffError(f"sector_mask: the particle-number mask counts occupied qubits, "
+                             f"which is the particle number under mapping='jordan_wigner' "
+                             f"only; this Hamiltonian uses mapping={self.mapping!r}")
         return particle_number_mask(self.n_qubits, self.electrons)
 
 
@@ -202,10 +215,23 @@ def _molecule_arguments(mol, coordinates, options) -> tuple:
     return list(mol.symbols), coords, opts
 
 
-def hf_state(electrons: int, orbitals: int) -> np.ndarray:
-    """Occupation bits of the Hartree-Fock state, as ``qml.qchem.hf_state``."""
+_HF_BASES = {"occupation_number": "occupation_number", "jordan_wigner": "occupation_number",
+             "parity": "parity", "bravyi_kitaev": "bravyi_kitaev"}
+
+
+def hf_state(electrons: int, orbitals: int, basis: str = "occupation_number") -> np.ndarray:
+    """Qubit bits of the Hartree-Fock state, as ``qml.qchem.hf_state``: ``basis`` is
+    ``"occupation_number"`` (Jordan-Wigner; the default), ``"parity"`` or ``"bravyi_kitaev"``
+    (a mapping's name is accepted for its basis)."""
     from qdiff.circuits.templates import hf_state as _hf
-    return _hf(electrons, orbitals)
+    occupied = _hf(electrons, orbitals)
+    key = basis.strip().lower() if isinstance(basis, str) else basis
+    if key not in _HF_BASES:
+        raise QdiffError(f"hf_state: basis must be one of {sorted(_HF_BASES)}; got {basis!r}")
+    if _HF_BASES[key] == "occupation_number":
+        return occupied
+    import pennylane as qml
+    return np.asarray(qml.qchem.hf_state(electrons, orbitals, basis=_HF_BASES[key]), dtype=int)
 
 
 def molecular_problem(symbols: Sequence[str], coordinates, *, unit: str,
@@ -236,12 +262,17 @@ def molecular_problem(symbols: Sequence[str], coordinates, *, unit: str,
     if len(coords) != 3 * len(symbols):
         raise QdiffError(f"{len(symbols)} atom(s) need {3 * len(symbols)} coordinates; got "
                          f"{len(coords)}")
+    for name, v in (("charge", charge), ("mult", mult)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise QdiffError(f"molecular_problem: {name} must be an integer; got {v!r}")
+    if isinstance(mapping, str):
+        mapping = mapping.strip().lower()  # as PennyLane reads it
     try:
         coeffs, terms, n, n_el = _cached(tuple(symbols), coords, unit, charge, mult, basis,
                                          active_electrons, active_orbitals, mapping, method)
     except QdiffError:
         raise
-    except (ValueError, KeyError, TypeError) as e:  # PennyLane's refusal of the input
+    except (ValueError, KeyError, TypeError, ImportError) as e:  # PennyLane's refusal
         raise QdiffError(f"molecular Hamiltonian of {list(symbols)} (charge={charge}, "
                          f"mult={mult}, basis={basis!r}, active_electrons={active_electrons}, "
                          f"active_orbitals={active_orbitals}, mapping={mapping!r}, "
@@ -257,6 +288,13 @@ def molecule(name: str, **overrides) -> MolecularProblem:
     ``"BeH2"`` (12 qubits); keyword arguments override the preset."""
     if name not in PRESETS:
         raise QdiffError(f"unknown molecule preset {name!r}; choose from {sorted(PRESETS)}")
+    valid = ("symbols", "coordinates") + _OPTIONS
+    unknown = sorted(set(overrides) - set(valid))
+    if unknown:
+        raise QdiffError(f"molecule: unknown keyword(s) {unknown}; valid: {list(valid)}")
+    if "unit" in overrides and "coordinates" not in overrides:
+        raise QdiffError(f"molecule: unit={overrides['unit']!r} without coordinates; the "
+                         f"preset {name!r} is in angstrom (give coordinates in that unit)")
     kw = dict(PRESETS[name], unit="angstrom")
     kw.update(overrides)
     return molecular_problem(kw.pop("symbols"), kw.pop("coordinates"), **kw)

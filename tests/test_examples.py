@@ -244,3 +244,63 @@ def test_noise_aware_vqe_lih_reduced(tmp_path):
     assert "LiH final noisy energy" in out
     with pytest.raises(SystemExit):
         run("noise_aware_vqe", ["--molecule", "both", "--steps", "1", "--plot", "x.png"])
+
+
+# ------------------------------------------------------------------------------------------
+# command line: bad values are one line on stderr and exit code 2
+
+
+def test_bad_option_from_the_shell_is_one_line_and_exit_2():
+    import subprocess
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(EXAMPLES) + os.pathsep
+               + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, os.path.join(EXAMPLES, "vqe_h2.py"), "--every", "0"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0, r.stderr
+    assert "--every" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("name,argv,what", [
+    ("vqe_h2", ["--steps", "-1"], "--steps"),
+    ("vqe_h2", ["--every", "0"], "--every"),
+    ("vqe_h2", ["--threads", "-1"], "--threads"),
+    ("vqe_h2", ["--shots", "0"], "--shots"),
+    ("vqe_h2", ["--lr", "nan"], "--lr"),
+    ("vqe_h2", ["--ansatz", "hea", "--layers", "0"], "--layers"),
+    ("vqe_h2", ["--ansatz", "hva"], "--ansatz hva"),
+    ("vqe_h2", ["--layers", "2"], "--layers"),
+    ("vqe_h2", ["--backend", "foo"], "--backend"),
+    ("vqe_h2", ["--device", "cuda", "--backend", "aer"], "--device cuda"),
+    ("vqe_h2", ["--plot", "nodir/x.png"], "no folder"),
+    ("vqe_h2", ["--plot", "x.pdfx"], "pdfx"),
+    ("vqe_h2", ["--shots", "10", "--diff-method", "adjoint", "--steps", "1"], "adjoint"),
+    ("bond_dissociation", ["--points", "0"], "--points"),
+    ("bond_dissociation", ["--rmin", "2", "--rmax", "1"], "--rmax"),
+    ("vqe_spin_chain", ["--spins", "1"], "--spins"),
+    ("vqe_spin_chain", ["--spins", "5", "--model", "heisenberg"], "even"),
+    ("vqe_spin_chain", ["--ansatz", "givens"], "--ansatz givens"),
+    ("hybrid_classifier", ["--batch", "0"], "--batch"),
+    ("noise_aware_vqe", ["--steps", "0"], "--steps"),
+    ("noise_aware_vqe", ["--backend", "fake_lima", "--steps", "1"], "not native"),
+    ("vqe_h2_ibm_fake", ["--steps", "0"], "--steps"),
+    ("quickstart", ["--steps", "3"], "unrecognized"),
+])
+def test_bad_options_are_one_line_and_exit_2(name, argv, what, tmp_path, capsys):
+    """As ``python examples/NAME.py ARGV`` runs it (``_cli.run``): exit code 2, one line on
+    stderr naming the option, before any long work (the plot path is checked up front)."""
+    if name == "noise_aware_vqe" and "fake_lima" in argv:
+        pytest.importorskip("qiskit_ibm_runtime")
+    argv = [str(tmp_path / a) if a.endswith((".png", ".pdfx")) else a for a in argv]
+    main = load(name).main
+    with pytest.raises(SystemExit) as exc:
+        load("_cli").run(lambda: main(argv))
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err
+    assert err.count("\n") == 1 and what in err, err
+
+
+def test_mapping_other_than_jordan_wigner_is_refused(common):
+    """The sector energy and Givens excitations are those of occupation-number qubits: under
+    parity the 'sector' would be the wrong states (-0.53 Ha for H2 instead of -1.137 Ha)."""
+    with pytest.raises(qd.QdiffError, match="mapping='parity'"):
+        common.molecular_problem("H2", mapping="parity")

@@ -165,3 +165,38 @@ def test_pennylane_refusals_are_qdiff_errors_and_unit_case_follows_pennylane():
     assert n == n_pl == 4
     assert torch.allclose(H.matrix(wire_order=range(4)),
                           torch.tensor(qml.matrix(H_pl, wire_order=range(4))), atol=1e-10)
+
+
+@pytest.mark.parametrize("mapping", ["parity", "bravyi_kitaev", "Parity"])
+def test_hf_state_follows_the_mapping(mapping):
+    """Under parity / Bravyi-Kitaev the HF qubit state is PennyLane's ``hf_state(...,
+    basis=mapping)`` and its energy is the HF energy of the Jordan-Wigner Hamiltonian; the
+    occupation-count sector mask is refused there (it is the particle number only under JW)."""
+    import pennylane as qml
+    key = mapping.lower()
+    jw = qchem.molecule("H2")
+    mol = qchem.molecule("H2", mapping=mapping)
+    assert np.array_equal(mol.hf_state, qml.qchem.hf_state(2, 4, basis=key))
+    assert np.array_equal(qchem.hf_state(2, 4, basis=key), qml.qchem.hf_state(2, 4, basis=key))
+    m = mol.hamiltonian.matrix(list(range(4)))
+    e_hf = float(m[mol.hf_index, mol.hf_index].real)
+    e_hf_jw = float(jw.hamiltonian.matrix(list(range(4)))[jw.hf_index, jw.hf_index].real)
+    assert abs(e_hf - e_hf_jw) < 1e-10
+    with pytest.raises(qd.QdiffError, match="jordan_wigner"):
+        mol.sector_mask()
+    with pytest.raises(qd.QdiffError, match="basis"):
+        qchem.hf_state(2, 4, basis="bogus")
+
+
+def test_molecule_overrides_and_missing_backends_are_qdiff_errors():
+    with pytest.raises(qd.QdiffError, match="units"):
+        qchem.molecule("H2", units="bohr")
+    with pytest.raises(qd.QdiffError, match="without coordinates"):
+        qchem.molecule("H2", unit="bohr")  # the preset's angstrom read as bohr
+    with pytest.raises(qd.QdiffError, match="charge must be an integer"):
+        qchem.molecule("H2", charge=0.5)
+    try:
+        import pyscf  # noqa: F401
+    except ImportError:
+        with pytest.raises(qd.QdiffError, match="method='pyscf'"):
+            qchem.molecular_hamiltonian(["H", "H"], [0, 0, 0, 0, 0, 1.4], method="pyscf")

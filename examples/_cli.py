@@ -1,0 +1,91 @@
+"""The examples' command-line contract: a bad option or value is one line on stderr and exit
+code 2 (argparse's code), never a traceback; ``--help`` exits 0.
+
+``Parser`` is an ``argparse.ArgumentParser`` whose errors are one line; the ``type=`` helpers
+check ranges while parsing; :func:`check_plot` refuses an unusable ``--plot`` path before any
+work is done; :func:`run` calls a script's ``main`` and turns a :class:`qdiff.QdiffError`
+(bad input met later: an unknown device, a gradient method the backend cannot do) into the same
+one line and exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.fileio import check_target
+
+EXIT_USAGE = 2
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line (argparse prints the usage too), exit code 2
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(str(message).split())}\n")
+
+
+def _number(kind, lo, strict, what):
+    def parse(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} expected; got {text!r}") from None
+        if isinstance(v, float) and not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"{what} expected; got {text!r}")
+        if v < lo or (strict and v == lo):
+            raise argparse.ArgumentTypeError(f"{what} expected; got {text!r}")
+        return v
+    parse.__name__ = what  # argparse names the type in some messages
+    return parse
+
+
+positive_int = _number(int, 0, True, "an integer >= 1")
+nonnegative_int = _number(int, 0, False, "an integer >= 0")
+positive_float = _number(float, 0.0, True, "a finite number > 0")
+nonnegative_float = _number(float, 0.0, False, "a finite number >= 0")
+
+
+def finite_float(text):
+    return _number(float, -math.inf, False, "a finite number")(text)
+
+
+def seed_int(text):
+    v = nonnegative_int(text)
+    if v >= 2 ** 63:
+        raise argparse.ArgumentTypeError(f"a seed below 2**63 expected; got {text!r}")
+    return v
+
+
+def check_plot(path, option: str = "--plot") -> None:
+    """Refuse a plot path that cannot be written (checked before the run, not after it): an
+    empty path, a format matplotlib cannot write, a missing folder, a directory, a read-only
+    file. A symlink is replaced by the new file, as every qdiff output is."""
+    if path is None:
+        return
+    if not str(path).strip():
+        raise QdiffError(f"{option}: empty path")
+    ext = os.path.splitext(path)[1][1:].lower() or "png"
+    from matplotlib.figure import Figure
+    formats = sorted(Figure().canvas.get_supported_filetypes())
+    if ext not in formats:
+        raise QdiffError(f"{option} {path}: matplotlib cannot write '.{ext}' files; use one of "
+                         f"{formats}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise QdiffError(f"{option} {path}: cannot write (no folder {folder})")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise QdiffError(f"{option} {path}: cannot write (folder {folder} is not writable)")
+    check_target(path)
+
+
+def run(main) -> None:
+    """``sys.exit(main())`` for a script's ``__main__``: a :class:`QdiffError` is one line on
+    stderr and exit code 2."""
+    try:
+        main()
+    except QdiffError as exc:
+        prog = os.path.basename(sys.argv[0]) or "example"
+        print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    sys.exit(0)
