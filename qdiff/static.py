@@ -836,6 +836,11 @@ class StaticQNode:
         self.max_traces = max_traces
         self._traces: OrderedDict = OrderedDict()
         functools.update_wrapper(self, qnode.func)
+        if not getattr(StaticQNode, "_calls_eager", False):
+            # under torch.compile the call stays eager (a graph break), as a plain qnode's:
+            # dynamo would otherwise trace the recording of a new signature into its graph
+            StaticQNode.__call__ = torch.compiler.disable(StaticQNode.__call__)
+            StaticQNode._calls_eager = True
 
     @property
     def num_traces(self) -> int:
