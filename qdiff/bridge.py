@@ -263,9 +263,13 @@ def engine_vjp(theta, g_out, plan: Plan, residual):
     if not (is_concrete(theta) and is_concrete(g_out)):
         if not plan.backend.capabilities.backprop and _has_shift_rules(plan):
             # a device outside torch (a PennyLane device's adjoint) reads plain values: under
-            # torch.func transforms the exact shift rules run through this Function instead
-            return shift_vjp(theta, g_out, replace(plan, rule=PARAMETER_SHIFT, shared=None,
-                                                   higher=None))
+            # torch.func transforms the exact shift rules run through this Function instead,
+            # with the second-order behaviour of the device's own reverse mode
+            sub = replace(plan, rule=PARAMETER_SHIFT, shared=None, higher=None)
+            if not torch.is_grad_enabled():
+                return shift_vjp(theta, g_out, sub)
+            return _first_order_only(lambda: shift_vjp(theta, g_out, sub), theta, g_out,
+                                     plan.rule.name)
         # inside torch.func transforms the residual belongs to the folded batch of the vmap
         # rule, not to the batched view seen here: the engine runs its own forward instead
         residual = None

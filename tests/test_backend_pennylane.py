@@ -220,3 +220,10 @@ def test_torch_func_transforms_on_a_pennylane_device(method):
     assert torch.allclose(tangent, jx + jw @ tw, atol=1e-9)
     assert torch.allclose(torch.func.jacfwd(g, argnums=1)(X[0], W), jw, atol=1e-9)
     assert torch.allclose(torch.func.jacrev(g, argnums=1)(X[0], W), jw, atol=1e-9)
+    hess = torch.func.jacrev(torch.func.jacrev(lambda w: g(X[0], w)[0]))
+    if method == "adjoint":  # first order only, as the device's own reverse mode
+        with pytest.raises(QdiffError, match="second derivatives are not available"):
+            hess(W)
+    else:
+        assert torch.allclose(hess(W), torch.func.hessian(lambda w: ref(X[0], w)[0])(W),
+                              atol=1e-9)
