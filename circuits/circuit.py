@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from qdiff.circuits import caches, memory
 from qdiff.circuits.errors import QdiffError
@@ -411,8 +412,8 @@ def _view_of(c: torch.Tensor, bases: _Bases):
     """``(base, d, offset)`` when ``c`` is ``base[..., i, j, ...]`` (integer indices on trailing
     dims of a contiguous base, leading dims kept), else ``None``."""
     b = c._base
-    if b is None or b.dtype != c.dtype or not is_concrete(c):
-        return None
+    if b is None or b.dtype != c.dtype or not is_concrete(c) or _forward_ad._current_level >= 0:
+        return None  # (under forward AD the base may be a dual tensor's primal, without tangent)
     ok, shape, stride, boff, node, _ = bases.get(b)
     d = c.ndim
     if not ok or d > len(shape) or c.shape != shape[:d] or c.stride() != stride[:d]:

@@ -169,6 +169,14 @@ class QuantumLayer(nn.Module):
             out = out.to(want)
         return out
 
+    def __prepare_scriptable__(self):
+        """``torch.jit.script`` calls this on every submodule first: a qnode call records its
+        circuit in Python at each call, which TorchScript cannot compile."""
+        raise QdiffError(f"QuantumLayer '{getattr(self.qnode, '__name__', '?')}': "
+                         "torch.jit.script cannot compile a qnode call (its circuit is recorded "
+                         "in Python at each call); run the model eagerly or with torch.compile, "
+                         "which keeps the qnode call eager")
+
     @property
     def qnode_weights(self) -> dict:
         """``{name: nn.Parameter}`` of the weights (PennyLane's ``TorchLayer.qnode_weights``)."""

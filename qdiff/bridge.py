@@ -30,16 +30,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from qdiff.backends.base import DEVICE_SHOTS, Job, check_shots
-from qdiff.circuits.circuit import Circuit, memo
+from qdiff.circuits.circuit import Circuit, _unitary_ops, memo
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Observable
 from qdiff.circuits.operation import ParamRef, is_concrete
 from qdiff.rules import (BACKPROP, FINITE_DIFF, PARAMETER_SHIFT, SHOT_FD_STEP, Options, Rule,
-                         call_shots, default_step, higher_order, make_options, resolve,
-                         trainable_matrix_op)
+                         call_shots, default_step, higher_order, make_options, needs_backprop,
+                         resolve, trainable_matrix_op)
 from qdiff.shift_rules import shift_rule
 
 DIFFERENTIABLE_KINDS = ("expval", "var", "probs")
@@ -260,7 +261,16 @@ def engine_vjp(theta, g_out, plan: Plan, residual):
         (grad,) = torch.autograd.grad(flat, theta, g_out.to(flat.dtype), create_graph=True,
                                       allow_unused=True)
         return torch.zeros_like(theta) if grad is None else grad
-    if not is_concrete(theta):
+    if not (is_concrete(theta) and is_concrete(g_out)):
+        if not plan.backend.capabilities.backprop and _has_shift_rules(plan):
+            # a device outside torch (a PennyLane device's adjoint) reads plain values: under
+            # torch.func transforms the exact shift rules run through this Function instead,
+            # with the second-order behaviour of the device's own reverse mode
+            sub = replace(plan, rule=PARAMETER_SHIFT, shared=None, higher=None)
+            if not torch.is_grad_enabled():
+                return shift_vjp(theta, g_out, sub)
+            return _first_order_only(lambda: shift_vjp(theta, g_out, sub), theta, g_out,
+                                     plan.rule.name)
         # inside torch.func transforms the residual belongs to the folded batch of the vmap
         # rule, not to the batched view seen here: the engine runs its own forward instead
         residual = None
@@ -302,8 +312,8 @@ def engine_jvp(theta, theta_t, plan: Plan):
         eye = torch.eye(k, dtype=rows.dtype, device=rows.device)
         cot = eye.repeat_interleave(b, dim=0)  # row j * B + b: unit cotangent on column j
         grad = plan.backend.vjp([_batched_plan(plan, k).job(rows)], [cot], [None])[0]
-        jac = grad.reshape(k, b, p).to(theta_t.dtype)
-    out_t = torch.einsum("kbp,bp->bk", jac, theta_t)
+        jac = grad.reshape(k, b, p).to(device=theta_t.device, dtype=theta_t.dtype)
+    out_t = _contract_tangent(jac.permute(2, 1, 0), theta_t)
     if torch.is_grad_enabled():  # a further derivative must fail loudly
         out_t = FirstOrderOnly.apply(out_t, theta, theta_t, plan.rule.name)
     return out_t
@@ -377,8 +387,14 @@ def shift_jvp(theta: torch.Tensor, theta_t: torch.Tensor, plan: Plan) -> torch.T
     jac_out = shift_jacobian(theta, plan)
     if jac_out is None:
         return theta_t.new_zeros(theta.shape[0], _num_outputs(plan))
-    return torch.einsum("pbk,bp->bk", jac_out,
-                        theta_t.to(device=jac_out.device, dtype=jac_out.dtype))
+    return _contract_tangent(jac_out, theta_t.to(device=jac_out.device, dtype=jac_out.dtype))
+
+
+def _contract_tangent(jac: torch.Tensor, theta_t: torch.Tensor) -> torch.Tensor:
+    """``(B, K)`` product of the Jacobian ``(P, B, K)`` with the tangent ``(B, P)``, in ops
+    that torch.autograd's batched tangents also run (``jacobian(..., strategy="forward-mode",
+    vectorize=True)``; einsum has no batching rule there)."""
+    return (jac.permute(1, 2, 0) * theta_t.unsqueeze(1)).sum(-1)
 
 
 def compute_precision(backend) -> torch.dtype:
@@ -534,12 +550,71 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
         prep is not None and prep.requires_grad) or
         trainable_matrix_op(circuit) is not None) and not all(
         m.kind in ("sample", "counts") for m in circuit.measurements)  # samples carry no gradient
+    if (_forward_ad._current_level >= 0 or (
+            not backend.capabilities.backprop and not is_concrete(theta))) and not all(
+            m.kind in ("sample", "counts") for m in circuit.measurements):
+        tangents = _tangent_rule(recorded, backend, rule)
+        if tangents is not None:
+            recorded, rule = tangents
+            needs_grad = True
     if rule is BACKPROP or not needs_grad:
         return backend.run(circuit, theta, prep, shots=shots)
     if options is None or diff_method == "best":
         options = make_options(rule.name, {})
     return execute_with_rule(recorded, backend, rule, options, higher_order(diff_method, rule),
                              stacked=stacked, shots=shots)
+
+
+def _tangent_rule(recorded, backend, rule: Rule) -> Optional[tuple]:
+    """``(recorded, rule)`` for a call whose angles may carry forward-mode tangents the
+    backend's own run would drop: dual tensors of ``torch.autograd.forward_ad`` (the native
+    kernels and non-torch backends read plain values), or ``torch.func`` wrapped tensors on a
+    backend that is not simulated in torch. Such a call goes through the Function, whose
+    ``jvp`` and ``vmap`` rules carry them, with every column trainable (which ones carry a
+    tangent is not visible); a ``backprop`` call takes the exact parameter-shift rules there.
+    ``None``: nothing to carry (no dual tensor)."""
+    theta = recorded.theta
+    if not is_concrete(theta):
+        if backend.capabilities.backprop:  # torch.func runs through the torch simulation
+            return None
+    else:
+        where = _dual_leaves(recorded)
+        if where:
+            raise QdiffError(f"torch.autograd.forward_ad: a tangent on the {where[0]} is not "
+                             "carried through the circuit (only gate angles carry tangents); "
+                             "use torch.func.jvp / torch.func.jacfwd, or reverse mode")
+        if _forward_ad.unpack_dual(theta).tangent is None:
+            return None
+    if rule is BACKPROP:
+        if needs_backprop(recorded.circuit, recorded) or not _has_shift_rules(
+                Plan(recorded.circuit, backend, PARAMETER_SHIFT, (True,) * theta.shape[1])):
+            raise QdiffError("torch.autograd.forward_ad: forward-mode tangents of this "
+                             "diff_method='backprop' call are not carried (it needs "
+                             "backprop, or a gate has no shift rule); use torch.func.jvp / "
+                             "torch.func.jacfwd, or reverse mode")
+        rule = PARAMETER_SHIFT
+    return replace(recorded, trainable=(True,) * theta.shape[1]), rule
+
+
+def _dual_leaves(recorded) -> list:
+    """Names of the tensors besides the angles that carry a ``torch.autograd.forward_ad``
+    tangent (state preparation, observable coefficients or matrices, gate matrices)."""
+    def dual(t):
+        return isinstance(t, torch.Tensor) and _forward_ad.unpack_dual(t).tangent is not None
+
+    circuit = recorded.circuit
+    out = ["state preparation"] if dual(recorded.initial_state) else []
+    for m in circuit.measurements:
+        if m.obs is not None and (dual(m.obs.coeffs) or any(
+                dual(f.matrix) for t in m.obs.terms for f in t)):
+            out.append(f"observable of {m.kind}()")
+    for op in circuit.operations:
+        if any(dual(p) for p in op.params):
+            out.append(f"gate '{op.gate.pl_name or op.gate.name}'")
+    for op, gate in memo(circuit, "unitary_ops", lambda: _unitary_ops(circuit)):
+        if dual(gate.matrix_fn()):
+            out.append(f"matrix of gate '{op.gate.pl_name or op.gate.name}'")
+    return out
 
 
 def empty_outputs(recorded, backend, shots) -> list:

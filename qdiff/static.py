@@ -50,6 +50,7 @@ import sys
 import threading
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from qdiff.backends.base import Gather, Prepared, flat_outputs
 from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective_shots,
@@ -838,6 +839,11 @@ class StaticQNode:
         self.max_traces = max_traces
         self._traces: OrderedDict = OrderedDict()
         functools.update_wrapper(self, qnode.func)
+        if not getattr(StaticQNode, "_calls_eager", False):
+            # under torch.compile the call stays eager (a graph break), as a plain qnode's:
+            # dynamo would otherwise trace the recording of a new signature into its graph
+            StaticQNode.__call__ = torch.compiler.disable(StaticQNode.__call__)
+            StaticQNode._calls_eager = True
 
     @property
     def num_traces(self) -> int:
@@ -854,7 +860,9 @@ class StaticQNode:
 
     def __call__(self, *args, **kwargs):
         refuse_graph_capture("qnode", self.qnode.func)
-        if _transforms_active():  # torch.func.grad / vmap / jacrev: the plain qnode's path
+        if _transforms_active() or _forward_ad._current_level >= 0:
+            # torch.func.grad / vmap / jacrev, or torch.autograd.forward_ad's dual tensors
+            # (which a replay's gather would drop): the plain qnode's path
             return self.qnode(*args, **kwargs)
         shots = self.qnode.shots
         if "shots" in kwargs and not self.qnode._func_takes_shots:

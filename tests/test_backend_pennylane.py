@@ -199,3 +199,31 @@ def test_shot_buffers_are_checked_before_the_device_samples(monkeypatch):
 
     with pytest.raises(QdiffMemoryError, match="100000 shots x 1 bindings on 2 wires"):
         qd.qnode(qd.device("pennylane", name="default.qubit", wires=2, shots=100_000))(f)()
+
+
+@pytest.mark.parametrize("method", ["best", "parameter-shift", "adjoint"])
+def test_torch_func_transforms_on_a_pennylane_device(method):
+    """vmap, jvp, jacfwd and jacrev of a qnode on a device outside torch run through the
+    bridge's vmap/jvp rules (the device reads plain values), as on the torch simulator."""
+    dev = qd.device("pennylane", name="default.qubit", wires=3)
+
+    def f(x, w):
+        _circuit(x, w)
+        return [qd.expval(qd.Z(0) @ qd.X(1) - 0.3 * qd.Y(2)), qd.expval(qd.Y(1))]
+    g = qd.qnode(dev, diff_method=method)(f)
+    ref = qd.qnode(qd.device("statevector", wires=3), diff_method="backprop")(f)
+    xs = X[:2]
+    assert torch.allclose(torch.func.vmap(g, in_dims=(0, None))(xs, W), ref(xs, W), atol=1e-10)
+    jx, jw = torch.func.jacrev(ref, argnums=(0, 1))(X[0], W)
+    tw = torch.tensor([0.4, -1.3], dtype=torch.float64)
+    _, tangent = torch.func.jvp(g, (X[0], W), (torch.ones((), dtype=torch.float64), tw))
+    assert torch.allclose(tangent, jx + jw @ tw, atol=1e-9)
+    assert torch.allclose(torch.func.jacfwd(g, argnums=1)(X[0], W), jw, atol=1e-9)
+    assert torch.allclose(torch.func.jacrev(g, argnums=1)(X[0], W), jw, atol=1e-9)
+    hess = torch.func.jacrev(torch.func.jacrev(lambda w: g(X[0], w)[0]))
+    if method == "adjoint":  # first order only, as the device's own reverse mode
+        with pytest.raises(QdiffError, match="second derivatives are not available"):
+            hess(W)
+    else:
+        assert torch.allclose(hess(W), torch.func.hessian(lambda w: ref(X[0], w)[0])(W),
+                              atol=1e-9)

@@ -286,6 +286,45 @@ def test_forward_mode_through_the_function_for_var_and_probs(method):
     assert torch.allclose(jvp, torch.func.jacrev(fb)(w) @ t, atol=1e-10)
 
 
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("method", ["backprop", "best", "adjoint", "parameter-shift"])
+def test_forward_mode_ad_dual_tensors_carry_tangents(method, static):
+    """torch.autograd.forward_ad dual tensors that do not require grad (as
+    torch.autograd.functional.jacobian(strategy="forward-mode") makes): indexed angles, the
+    native kernels and static replays carry their tangents, never a silent zero."""
+    import torch.autograd.forward_ad as fwAD
+
+    def body(mod, x, w):
+        mod.RX(x[0], wires=0); mod.RY(x[1], wires=1); mod.CNOT(wires=[0, 1])
+        mod.CRX(w[0], wires=[1, 0]); mod.RZ(w[1], wires=1); mod.RY(w[0], wires=1)
+        return [mod.expval(mod.Z(0)), mod.expval(mod.Z(0) @ mod.X(1))]
+
+    dev = qd.device("statevector", wires=2)
+    f = qd.qnode(dev, diff_method=method, static=static)(lambda x, w: body(qd, x, w))
+    fb = qd.qnode(dev, diff_method="backprop")(lambda x, w: body(qd, x, w))
+    x = torch.tensor([0.3, -0.7], dtype=torch.float64)
+    w = torch.tensor([1.1, 0.4], dtype=torch.float64)
+    tx = torch.tensor([1.0, 0.5], dtype=torch.float64)
+    tw = torch.tensor([-0.3, 2.0], dtype=torch.float64)
+    jx, jw = torch.func.jacrev(fb, argnums=(0, 1))(x, w)
+    f(x, w)  # a static qnode has its trace already
+    with fwAD.dual_level():
+        out = f(fwAD.make_dual(x, tx), fwAD.make_dual(w, tw))
+        tangent = fwAD.unpack_dual(out).tangent
+    assert tangent is not None
+    assert torch.allclose(tangent, jx @ tx + jw @ tw, atol=1e-10)
+    jac = torch.autograd.functional.jacobian(lambda a: f(a, w), x, strategy="forward-mode",
+                                             vectorize=True)
+    assert torch.allclose(jac, jx, atol=1e-10)
+    # a tangent on what only the simulation itself could carry is refused by name
+    g = qd.qnode(dev, diff_method=method)(lambda s: (qd.StatePrep(s, wires=[0, 1]),
+                                                     qd.RX(0.3, wires=0),
+                                                     qd.expval(qd.Z(0)))[-1])
+    s = torch.tensor([1.0, 1.0, 0.0, 1.0], dtype=torch.float64) / 3 ** 0.5
+    with fwAD.dual_level(), pytest.raises(qd.QdiffError, match="state preparation"):
+        g(fwAD.make_dual(s, torch.ones(4, dtype=torch.float64)))
+
+
 @pytest.mark.parametrize("method", ["adjoint", "finite-diff", "spsa"])
 def test_torch_func_hessian_of_first_order_rules_raises(method):
     f = qd.QNode(lambda w: (qd.RX(w[0], wires=0), qd.RY(w[1], wires=0),

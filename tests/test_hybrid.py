@@ -28,9 +28,11 @@ def circuit(inputs, weights):
     return _body(inputs, weights)
 
 
-def _model(method="best", seed=0):
+def _model(method="best", seed=0, static=False):
     torch.manual_seed(seed)
     q = qd.QNode(_body, DEV, diff_method=method, **({"seed": 1} if method == "spsa" else {}))
+    if static:
+        q = qd.jit(q)
     layer = qd.QuantumLayer(q, {"weights": qd.StronglyEntanglingLayers.shape(2, N)},
                             dtype=torch.float64)
     return torch.nn.Sequential(torch.nn.Linear(4, N, dtype=torch.float64), layer,
@@ -146,12 +148,17 @@ def test_pickling_a_local_qnode_fails_clearly():
         pickle.dumps(local)
 
 
-@pytest.mark.parametrize("method", ["backprop", "adjoint", "parameter-shift"])
-def test_torch_compile_trains_with_same_gradients(method):
-    model = _model(method, seed=5)
+@pytest.mark.parametrize("method,static", [("backprop", False), ("adjoint", False),
+                                           ("parameter-shift", False), ("best", True)])
+def test_torch_compile_trains_with_same_gradients(method, static):
+    """The qnode call, plain or static (whose first call of a signature records it), stays
+    eager under torch.compile."""
+    model = _model(method, seed=5, static=static)
     x = torch.rand(6, 4, dtype=torch.float64)
-    g_eager = torch.autograd.grad(model(x).pow(2).sum(), list(model.parameters()))
     compiled = torch.compile(model)
+    out = compiled(x)  # a static qnode's first call under dynamo records its trace
+    g_eager = torch.autograd.grad(model(x).pow(2).sum(), list(model.parameters()))
+    assert torch.allclose(out, model(x), atol=1e-12)
     g_comp = torch.autograd.grad(compiled(x).pow(2).sum(), list(model.parameters()))
     for a, b in zip(g_eager, g_comp):
         assert torch.allclose(a, b, atol=1e-12)
@@ -409,7 +416,7 @@ def test_vectorized_autograd_jacobian_is_refused_clearly(method):
 
 
 @pytest.mark.parametrize("make", ["plain", "static", "qiskit"])
-def test_jit_trace_and_export_are_refused_by_name(make):
+def test_jit_trace_script_and_export_are_refused_by_name(make):
     from qdiff import QdiffError
     if make == "qiskit":
         pytest.importorskip("qiskit")
@@ -423,6 +430,8 @@ def test_jit_trace_and_export_are_refused_by_name(make):
     x = torch.rand(2, N, dtype=torch.float64)
     with pytest.raises(QdiffError, match="torch.jit.trace cannot capture a qnode call"):
         torch.jit.trace(layer, x, check_trace=False)
+    with pytest.raises(QdiffError, match="torch.jit.script cannot compile a qnode call"):
+        torch.jit.script(torch.nn.Sequential(torch.nn.Linear(N, N), layer))
     if make == "plain":
         with pytest.raises(QdiffError, match="torch.export cannot capture a qnode call"):
             torch.export.export(layer, (x,))
