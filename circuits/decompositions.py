@@ -2,8 +2,11 @@
 
 A one-parameter gate whose generator is a sum of mutually commuting Pauli words,
 ``G = sum_k c_k P_k``, is exactly ``prod_k PauliRot(2 c_k phi, P_k)``; a Pauli rotation is a
-basis change, a CNOT ladder and one RZ. So SingleExcitation, DoubleExcitation, MultiRZ and
-PauliRot reach any toolkit's standard gates without a hand-written rule.
+basis change, a CNOT ladder and one RZ; an identity term is a ``GlobalPhase``. So
+SingleExcitation, DoubleExcitation (and their Plus/Minus forms), OrbitalRotation, IsingXY,
+CPhaseShift00/01/10, MultiRZ and PauliRot reach any toolkit's standard gates without a
+hand-written rule. A gate ``U = A exp(-i phi G)`` with ``A != I`` (PSWAP) or whose generator's
+terms do not commute (FermionicSWAP) carries its own decomposition.
 
 >>> from qdiff.circuits.gates import GATES
 >>> from qdiff.circuits.operation import Operation
@@ -65,7 +68,15 @@ def paulirot_ops(angle, word: str, wires) -> list[Operation]:
 @caches.cached(maxsize=None)
 def _commuting_terms(gate_key):
     gate = gate_key
-    terms = pauli_decompose(gate.generators[0])
+    g = np.asarray(gate.generators[0])
+    probe = 0.7317
+    ev, vec = np.linalg.eigh(g)
+    want = (vec * np.exp(-1j * probe * ev)) @ vec.conj().T
+    got = gate.matrix(probe).detach().cpu().numpy()
+    if not np.allclose(got, want, atol=1e-10):  # U = A exp(-i phi G) B with A, B != I
+        raise QdiffError(f"gate '{gate.pl_name or gate.name}' is not exp(-i phi G) of its "
+                         "generator and has no decomposition")
+    terms = pauli_decompose(g)
     mats = [functools.reduce(np.kron, [_P[c] for c in w]) for _, w in terms]
     for a, b in itertools.combinations(mats, 2):
         if not np.allclose(a @ b, b @ a):
@@ -77,7 +88,8 @@ def decompose(op: Operation) -> list[Operation]:
     """Express ``op`` in standard one- and two-qubit gates (``rot``/``crot``/``u2`` included)."""
     name, p, w = op.name, op.params, op.wires
     if op.gate.decomposition is not None:
-        return [Operation(GATES[g], w, ps) for g, ps in op.gate.decomposition(p)]
+        return [Operation(GATES[g], w if not at else tuple(w[i] for i in at[0]), ps)
+                for g, ps, *at in op.gate.decomposition(p)]
     if name == "paulirot":
         return paulirot_ops(p[0], op.gate.hyper[0], w)
     if name == "multirz":
@@ -85,6 +97,9 @@ def decompose(op: Operation) -> list[Operation]:
     if op.gate.num_params == 1 and op.gate.generators is not None:
         out = []
         for c, word in _commuting_terms(op.gate):
-            out.extend(paulirot_ops(_scaled(p[0], 2 * c), word, w))
+            if set(word) == {"I"}:  # exp(-i c phi) I: kept, a controlled gate sees it
+                out.append(Operation(GATES["globalphase"], w[:1], (_scaled(p[0], c),)))
+            else:
+                out.extend(paulirot_ops(_scaled(p[0], 2 * c), word, w))
         return out
     raise QdiffError(f"no decomposition for gate '{op.gate.pl_name or name}'")

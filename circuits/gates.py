@@ -28,7 +28,8 @@ from qdiff.circuits import caches, memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits import recording
 
-__all__ = ["Gate", "GATES", "register_gate", "get_gate", "MultiRZ", "PauliRot", "QubitUnitary"]
+__all__ = ["Gate", "GATES", "register_gate", "get_gate", "MultiRZ", "PauliRot", "QubitUnitary",
+           "PCPhase", "DiagonalQubitUnitary", "GlobalPhase"]
 
 _SQ2 = 1.0 / math.sqrt(2.0)
 
@@ -89,9 +90,12 @@ class Gate:
         shift_rules: optional user-provided rules, one tuple of ``(coeff, shift)`` per parameter,
             overriding the rule derived from the generator.
         pl_name: PennyLane's class name; qiskit_name: Qiskit's gate name.
-        decomposition: for multi-parameter gates, ``params -> [(gate name, params), ...]``: the
-            same unitary (up to a global phase) as one-parameter gates on the same wires, in
-            circuit order (the metric tensor, exporters and the compiler expand with it).
+        decomposition: ``params -> [(gate name, params[, local wires]), ...]``: the same
+            unitary (up to a global phase) as built-in gates, in circuit order, each on the
+            gate's wires or on the ``local wires`` (indices into them) it names; given for
+            multi-parameter gates (as one-parameter gates), for a gate ``U = A exp(-i phi G)``
+            with ``A != I``, and for gates no other toolkit has (the metric tensor, exporters
+            and the compiler expand with it).
         native_code: name of the formula the native CPU kernels evaluate this gate's matrix
             and derivatives with (``CODES`` in ``backends/statevector/qdsim.c``; "" for none:
             the kernels then take the matrix computed by ``matrix_fn``). A controlled gate
@@ -363,7 +367,7 @@ def _g(name, wires, params, fn, gens=None, inv=None, diag=None, perm=None, contr
     return register_gate(gate, aliases)
 
 
-def _fixed(name, m, inv=None, pl="", qk="", aliases=(), controls=0, target=None):
+def _fixed(name, m, inv=None, pl="", qk="", aliases=(), controls=0, target=None, decomp=None):
     m = np.asarray(m, dtype=complex)
     is_diag = np.allclose(m, np.diag(np.diag(m)))
     is_perm = (not is_diag) and np.allclose(np.abs(m), (np.abs(m) > 0.5)) and np.allclose(
@@ -372,7 +376,7 @@ def _fixed(name, m, inv=None, pl="", qk="", aliases=(), controls=0, target=None)
     return _g(name, int(round(math.log2(m.shape[0]))), 0, _const(m),
               inv=inv or _self_inverse(name), diag=(lambda *_: d) if is_diag else None,
               perm=_perm_of(m) if is_perm else None, controls=controls, target=target, pl=pl,
-              qk=qk, aliases=aliases)
+              qk=qk, aliases=aliases, decomp=decomp)
 
 
 _S = np.diag([1, 1j])
@@ -463,6 +467,94 @@ _g("single_excitation", 2, 1, _single_exc, gens=[_exc_generator(4, 1, 2)],
 _g("double_excitation", 4, 1, _double_exc, gens=[_exc_generator(16, 3, 12)],
    inv=_negate("double_excitation"), pl="DoubleExcitation", native="double_excitation")
 
+
+# the rest of PennyLane's qubit gates, in PennyLane's conventions (matrices, generators and
+# parameter order checked against qml.matrix and qml.generator: qdiff's G is minus PennyLane's,
+# which writes U = exp(i phi G))
+
+
+def _exp_gen(g: np.ndarray):
+    """``phi -> exp(-i phi G)`` for a constant Hermitian ``G``, through its eigenbasis (exact
+    to rounding, differentiable in ``phi``, batched)."""
+    ev, vec = np.linalg.eigh(g)
+    ev_t = torch.tensor(ev, dtype=torch.float64)
+    v_t = torch.tensor(vec, dtype=torch.complex128)
+
+    def fn(t):
+        v = v_t.to(_cplx(t).dtype).to(t.device)
+        ph = _expi(-t[..., None] * ev_t.to(t.dtype).to(t.device))
+        return (v * ph[..., None, :]) @ v.conj().T
+    return fn
+
+
+def _diag_gen(d: np.ndarray):
+    """``phi -> exp(-i phi d)`` for the real diagonal ``d`` of a diagonal generator."""
+    d_t = torch.tensor(np.real(d), dtype=torch.float64)
+    return lambda t: _expi(-t[..., None] * d_t.to(t.dtype).to(t.device))
+
+
+def _scale(p, c: float):
+    """``c * p`` for a float, tensor or ParamRef angle."""
+    return float(p) * c if isinstance(p, (int, float)) else p * c
+
+
+def _proj(d: int, *idx: int) -> np.ndarray:
+    m = np.zeros((d, d), dtype=complex)
+    for i in idx:
+        m[i, i] = 1.0
+    return m
+
+
+_XX, _YY, _ZZ = np.kron(_X, _X), np.kron(_Y, _Y), np.kron(_Z, _Z)
+_G_XY = -(_XX + _YY) / 4
+# GlobalPhase(phi) = exp(-i phi) I: one wire holds it (the same on any wires; qd.GlobalPhase
+# records it on the first wire it is given)
+_g("globalphase", 1, 1, lambda t: _diag_embed(_diag_gen(np.ones(2))(t)), gens=[_I2],
+   inv=_negate("globalphase"), diag=_diag_gen(np.ones(2)), pl="GlobalPhase")
+_g("isingxy", 2, 1, _exp_gen(_G_XY), gens=[_G_XY], inv=_negate("isingxy"), pl="IsingXY")
+for _bits in ("00", "01", "10"):
+    _i = int(_bits, 2)
+    _gd = -np.diag(_proj(4, _i))
+    _g(f"cphaseshift{_bits}", 2, 1, lambda t, _f=_diag_gen(_gd): _diag_embed(_f(t)),
+       gens=[np.diag(_gd)], inv=_negate(f"cphaseshift{_bits}"), diag=_diag_gen(_gd),
+       pl=f"CPhaseShift{_bits}")
+# PSWAP(phi) = SWAP exp(-i phi G), G = -(|01><01| + |10><10|)
+_G_PSWAP = -_proj(4, 1, 2)
+_pswap_phase = _diag_gen(np.diag(_G_PSWAP))
+_g("pswap", 2, 1, lambda t: _diag_embed(_pswap_phase(t))[..., [0, 2, 1, 3], :],
+   gens=[_G_PSWAP], inv=_negate("pswap"), pl="PSWAP",
+   decomp=lambda p: [("swap", ()), ("cx", ()), ("p", (p[0],), (1,)), ("cx", ())])
+_G_SE = _exc_generator(4, 1, 2)
+for _s, _sfx in ((1, "plus"), (-1, "minus")):
+    # the excitation rotation, and exp(+-i phi/2) on |00> and |11>
+    _gen = _G_SE - _s * 0.5 * _proj(4, 0, 3)
+    _g(f"single_excitation_{_sfx}", 2, 1, _exp_gen(_gen), gens=[_gen],
+       inv=_negate(f"single_excitation_{_sfx}"), pl=f"SingleExcitation{_sfx.title()}")
+    _gen = _exc_generator(16, 3, 12) - _s * 0.5 * (np.eye(16) - _proj(16, 3, 12))
+    _g(f"double_excitation_{_sfx}", 4, 1, _exp_gen(_gen), gens=[_gen],
+       inv=_negate(f"double_excitation_{_sfx}"), pl=f"DoubleExcitation{_sfx.title()}")
+_XZY_YZX = np.kron(_X, np.kron(_Z, _Y)) - np.kron(_Y, np.kron(_Z, _X))
+_G_ORB = -0.25 * (np.kron(_XZY_YZX, _I2) + np.kron(_I2, _XZY_YZX))
+_g("orbital_rotation", 4, 1, _exp_gen(_G_ORB), gens=[_G_ORB], inv=_negate("orbital_rotation"),
+   pl="OrbitalRotation")
+# FermionicSWAP(phi) = exp(-i phi G), G = -I/2 + (Z0 + Z1)/4 + (XX + YY)/4: the (XX + YY) and
+# Z terms do not commute term by term, so its decomposition is given
+_G_FSWAP = -0.5 * np.eye(4) + (np.kron(_Z, _I2) + np.kron(_I2, _Z)) / 4 + (_XX + _YY) / 4
+_g("fermionic_swap", 2, 1, _exp_gen(_G_FSWAP), gens=[_G_FSWAP], inv=_negate("fermionic_swap"),
+   pl="FermionicSWAP",
+   decomp=lambda p: [("isingxy", (-p[0],)), ("rz", (_scale(p[0], 0.5),), (0,)),
+                     ("rz", (_scale(p[0], 0.5),), (1,)), ("globalphase", (_scale(p[0], -0.5),),
+                                                          (0,))])
+# SISWAP = sqrt(iSWAP) = IsingXY(pi/2)
+_fixed("siswap", _exp_gen(_G_XY)(torch.tensor(math.pi / 2, dtype=torch.float64)).numpy(),
+       inv=lambda p: (GATES["isingxy"], (-math.pi / 2,)), pl="SISWAP", aliases=("SQISW",),
+       decomp=lambda p: [("isingxy", (math.pi / 2,))])
+_CARRY = np.eye(16)[[0, 1, 2, 3, 7, 6, 4, 5, 8, 9, 11, 10, 15, 14, 13, 12]]
+_fixed("qubit_carry", _CARRY, inv=lambda p: (unitary_gate(_CARRY.T), ()), pl="QubitCarry",
+       decomp=lambda p: [("ccx", (), (1, 2, 3)), ("cx", (), (1, 2)), ("ccx", (), (0, 2, 3))])
+_fixed("qubit_sum", np.eye(8)[[0, 1, 3, 2, 5, 4, 6, 7]], pl="QubitSum",
+       decomp=lambda p: [("cx", (), (1, 2)), ("cx", (), (0, 2))])
+
 # ---------------------------------------------------------------------------------------------
 # compiler facts: commutation classes, rotation axes and angles, symmetric wires, Euler angles
 
@@ -491,7 +583,15 @@ for _n, _axes in (("cx", ("z", "x")), ("cz", ("z", "z")), ("cp", ("z", "z")),
     _compiler_facts(_n, wire_axes=_axes)
 for _n in ("rzz", "rxx", "ryy", "crz", "crx", "cry", "cp"):
     _compiler_facts(_n, additive=True)
-for _n in ("cz", "swap", "rzz", "rxx", "ryy", "cp", "iswap", "ccz"):
+for _n in ("cphaseshift00", "cphaseshift01", "cphaseshift10"):
+    _compiler_facts(_n, wire_axes=("z", "z"))
+for _n in ("isingxy", "cphaseshift00", "cphaseshift01", "cphaseshift10", "single_excitation",
+           "single_excitation_plus", "single_excitation_minus", "double_excitation",
+           "double_excitation_plus", "double_excitation_minus", "orbital_rotation",
+           "fermionic_swap"):
+    _compiler_facts(_n, additive=True)
+for _n in ("cz", "swap", "rzz", "rxx", "ryy", "cp", "iswap", "ccz", "isingxy", "pswap",
+           "cphaseshift00", "fermionic_swap", "siswap"):
     _compiler_facts(_n, symmetric=True)
 _compiler_facts("u3", zyz=lambda p: (p[2], p[0], p[1]))
 _compiler_facts("u2", zyz=lambda p: (p[1], math.pi / 2, p[0]))
@@ -578,6 +678,44 @@ def unitary_gate(matrix) -> Gate:
                 qiskit_name="unitary", hyper=(m,))
 
 
+@caches.cached(maxsize=None)
+def pcphase_gate(dim: int, n: int) -> Gate:
+    """PennyLane's ``PCPhase(phi, dim)`` on ``n`` wires: ``exp(i phi (2 Pi - I))``, ``Pi`` the
+    projector onto the first ``dim`` basis states (diagonal; ``G = I - 2 Pi``)."""
+    side = 2 ** n
+    memory.require(16.0 * side * side, f"the generator of PCPhase on {n} wires "
+                                       f"(dense {side}x{side})")
+    d = np.where(np.arange(side) < dim, -1.0, 1.0)
+    diag = _diag_gen(d)
+    return Gate("pcphase", n, 1, lambda t: _diag_embed(diag(t)), generators=(np.diag(d) + 0j,),
+                inverse_fn=lambda p: (pcphase_gate(dim, n), (-p[0],)), diag_fn=diag,
+                pl_name="PCPhase", qiskit_name="pcphase", hyper=(dim, n))
+
+
+def diagonal_unitary_gate(diag) -> Gate:
+    """A constant diagonal gate (PennyLane's ``DiagonalQubitUnitary``): a ``unitary`` gate
+    whose record carries the diagonal fast path."""
+    d = diag.detach() if isinstance(diag, torch.Tensor) else torch.as_tensor(np.asarray(diag))
+    if d.ndim != 1 or d.shape[0] < 2 or d.shape[0] & (d.shape[0] - 1):
+        raise QdiffError(f"DiagonalQubitUnitary: the diagonal must be a vector whose length is "
+                         f"a power of two (at least 2); got shape {tuple(d.shape)}")
+    d = d.to(torch.complex64 if d.dtype in (torch.complex64, torch.float32) else
+             torch.complex128)
+    dev = (d.abs() - 1).abs().max().item()
+    atol = 1e-8 if d.dtype == torch.complex128 else 1e-6
+    if not dev <= atol:
+        raise QdiffError(f"DiagonalQubitUnitary: the diagonal is not unitary (max ||d_i| - 1| = "
+                         f"{dev:.3g})")
+    src = diag if isinstance(diag, torch.Tensor) else d
+    if src.dtype != d.dtype:
+        src = src.to(d.dtype)
+    return Gate("unitary", int(round(math.log2(d.shape[0]))), 0,
+                lambda *_: torch.diag_embed(src), diag_fn=lambda *_: src,
+                inverse_fn=lambda p: (diagonal_unitary_gate(src.conj()), ()),
+                pl_name="DiagonalQubitUnitary", qiskit_name="unitary",
+                hyper=(torch.diag_embed(d),))
+
+
 class _Family:
     """A user-facing callable for a gate family whose width or data is fixed per call."""
 
@@ -631,10 +769,61 @@ def _resolve_unitary(args, wires):
     return gate, []
 
 
+def _resolve_pcphase(args, wires, dim=None):
+    if dim is None:
+        if len(args) != 2:
+            raise QdiffError("PCPhase takes (phi, dim, wires)")
+        args, dim = args[:1], args[1]
+    n = _wires_len(wires)
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or \
+            not 0 <= int(dim) <= 2 ** n:
+        raise QdiffError(f"PCPhase: dim must be an integer from 0 to {2 ** n} on {n} wire(s); "
+                         f"got {dim!r}")
+    return pcphase_gate(int(dim), n), args
+
+
+def _resolve_diagonal(args, wires):
+    if len(args) != 1:
+        raise QdiffError("DiagonalQubitUnitary takes (D, wires)")
+    gate = diagonal_unitary_gate(args[0])
+    if gate.num_wires != _wires_len(wires):
+        raise QdiffError(f"DiagonalQubitUnitary: a diagonal of length {2 ** gate.num_wires} acts "
+                         f"on {gate.num_wires} wire(s); got {_wires_len(wires)}")
+    return gate, []
+
+
+class _GlobalPhaseCall(_Family):
+    """``qd.GlobalPhase(phi, wires)``: ``exp(-i phi)`` times the identity, recorded on the
+    first of ``wires`` (the same operator on any of them; a controlled global phase is a
+    relative phase). Without wires it is refused: PennyLane's form acts on all wires of the
+    device, which a recording does not know."""
+
+    def __init__(self):
+        super().__init__("GlobalPhase", None, 1)
+
+    def __call__(self, *args, wires=None, **kw):
+        args = list(args)
+        if wires is None and len(args) == 2:
+            wires = args.pop()
+        if kw or len(args) != 1:
+            raise QdiffError(f"GlobalPhase takes (phi, wires); got {len(args)} positional "
+                             f"argument(s){' and ' + str(sorted(kw)) if kw else ''}")
+        if wires is None or _wires_len(wires) == 0:
+            raise QdiffError("GlobalPhase: give the wires (any wire of the circuit: "
+                             "qd.GlobalPhase(phi, wires=0)); PennyLane's GlobalPhase(phi) "
+                             "without wires has no qdiff form")
+        first = wires if isinstance(wires, (int, str)) else list(wires)[0]
+        return recording.record_operation(GATES["globalphase"], first, args)
+
+
 MultiRZ = _Family("MultiRZ", _resolve_multirz, 1)
 PauliRot = _Family("PauliRot", _resolve_paulirot, 1)
 QubitUnitary = _Family("QubitUnitary", _resolve_unitary, 0)
-FAMILIES = {"multirz": MultiRZ, "paulirot": PauliRot, "unitary": QubitUnitary}
+PCPhase = _Family("PCPhase", _resolve_pcphase, 1)
+DiagonalQubitUnitary = _Family("DiagonalQubitUnitary", _resolve_diagonal, 0)
+GlobalPhase = _GlobalPhaseCall()
+FAMILIES = {"multirz": MultiRZ, "paulirot": PauliRot, "unitary": QubitUnitary,
+            "pcphase": PCPhase}
 
 
 # ---------------------------------------------------------------------------------------------

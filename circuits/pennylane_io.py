@@ -24,8 +24,8 @@ import torch
 from qdiff.circuits.channels import CHANNELS, is_channel, pauli_error_channel, qubit_channel
 from qdiff.circuits.circuit import Circuit, Recorded, StatePrep
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.gates import (GATES, Gate, controlled_gate, multirz_gate, paulirot_gate,
-                                  unitary_gate)
+from qdiff.circuits.gates import (GATES, Gate, controlled_gate, diagonal_unitary_gate,
+                                  multirz_gate, paulirot_gate, pcphase_gate, unitary_gate)
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import (Hermitian, Observable, observable_from_op,
                                         set_pennylane_conversion)
@@ -40,12 +40,19 @@ _TO_PL = {
     "ccz": "CCZ", "crx": "CRX", "cry": "CRY", "crz": "CRZ", "cp": "ControlledPhaseShift",
     "crot": "CRot", "rxx": "IsingXX", "ryy": "IsingYY", "rzz": "IsingZZ",
     "single_excitation": "SingleExcitation", "double_excitation": "DoubleExcitation",
-    "multirz": "MultiRZ",
+    "multirz": "MultiRZ", "isingxy": "IsingXY", "pswap": "PSWAP",
+    "cphaseshift00": "CPhaseShift00", "cphaseshift01": "CPhaseShift01",
+    "cphaseshift10": "CPhaseShift10", "single_excitation_plus": "SingleExcitationPlus",
+    "single_excitation_minus": "SingleExcitationMinus",
+    "double_excitation_plus": "DoubleExcitationPlus",
+    "double_excitation_minus": "DoubleExcitationMinus", "orbital_rotation": "OrbitalRotation",
+    "fermionic_swap": "FermionicSWAP", "siswap": "SISWAP", "qubit_carry": "QubitCarry",
+    "qubit_sum": "QubitSum", "globalphase": "GlobalPhase",
 }
 _ADJOINT_OF = {"sdg": "S", "tdg": "T", "sxdg": "SX", "iswapdg": "ISWAP"}
 _ADJOINT_FROM_PL = {v: k for k, v in _ADJOINT_OF.items()}
 _FROM_PL = {v: k for k, v in _TO_PL.items()}
-_FROM_PL.update({"CZ": "cz", "CPhase": "cp", "MultiRZ": "multirz"})
+_FROM_PL.update({"CZ": "cz", "CPhase": "cp", "MultiRZ": "multirz", "SQISW": "siswap"})
 _PAULI_CLASS = {"X": "PauliX", "Y": "PauliY", "Z": "PauliZ"}
 
 
@@ -174,8 +181,12 @@ def _pl_ops(op: Operation, angles: list, wires: list) -> list:
         return [qml.adjoint(getattr(qml, _ADJOINT_OF[name])(wires=wires))]
     if name == "paulirot":
         return [qml.PauliRot(angles[0], op.gate.hyper[0], wires=wires)]
+    if name == "unitary" and op.gate.pl_name == "DiagonalQubitUnitary":
+        return [qml.DiagonalQubitUnitary(op.gate.diag_fn().detach().cpu().numpy(), wires=wires)]
     if name == "unitary":
         return [qml.QubitUnitary(op.gate.hyper[0].detach().cpu().numpy(), wires=wires)]
+    if name == "pcphase":
+        return [qml.PCPhase(angles[0], dim=op.gate.hyper[0], wires=wires)]
     if name == "ctrl":
         base, k = op.gate.hyper
         inner = _pl_ops(Operation(base, op.wires[k:], op.params), angles, wires[k:])
@@ -280,14 +291,12 @@ def _param_tensor(p) -> torch.Tensor:
 
 
 def _global_phase(op, any_wire) -> list:
-    """``GlobalPhase(phi)`` = exp(-i phi) I as X P(-phi) X P(-phi) on one of its wires (on
+    """``GlobalPhase(phi)`` = exp(-i phi) I: qdiff's gate on the first of its wires (on
     ``any_wire`` of the circuit when it names none)."""
     w = tuple(op.wires)[:1] or ((any_wire,) if any_wire is not None else ())
     if not w:
         raise QdiffError(f"{op!r} names no wire and the circuit has none")
-    neg = -_param_tensor(op.data[0])
-    return [o for _ in range(2) for o in (Operation(GATES["x"], w, ()),
-                                          Operation(GATES["p"], w, (neg,)))]
+    return [Operation(GATES["globalphase"], w, (_param_tensor(op.data[0]),))]
 
 
 def _qdiff_ops(op, any_wire=None) -> list:
@@ -304,6 +313,11 @@ def _qdiff_ops(op, any_wire=None) -> list:
                           (_param_tensor(op.data[0]),))]
     if name == "MultiRZ":
         return [Operation(multirz_gate(len(wires)), wires, (_param_tensor(op.data[0]),))]
+    if name == "PCPhase":
+        return [Operation(_pcphase(op), wires, (_param_tensor(op.data[0]),))]
+    if name == "DiagonalQubitUnitary" and _constant_diagonal(op):
+        return [Operation(diagonal_unitary_gate(torch.as_tensor(np.asarray(op.data[0]))),
+                          wires, ())]
     if name == "QubitUnitary":
         u = op.data[0]
         trainable = isinstance(u, torch.Tensor) and u.requires_grad
@@ -598,7 +612,11 @@ def _single_gate_supported(op) -> bool:
     if name == "QubitUnitary":
         import pennylane as qml
         return op.batch_size is None and not qml.math.requires_grad(op.data[0])
-    if name in _FROM_PL or name == "PauliRot":
+    if name == "DiagonalQubitUnitary":
+        return _constant_diagonal(op)
+    if name == "GlobalPhase":  # converted on its own (it may name no wire), not controlled
+        return False
+    if name in _FROM_PL or name in ("PauliRot", "PCPhase"):
         return True
     return name.startswith("Adjoint") and type(getattr(op, "base", None)).__name__ in \
         TAPE_ADJOINT_BASES
@@ -609,6 +627,10 @@ def _single_gate(op):
     name = type(op).__name__
     if name == "QubitUnitary":
         return unitary_gate(torch.as_tensor(np.asarray(op.data[0])))
+    if name == "DiagonalQubitUnitary":
+        return diagonal_unitary_gate(torch.as_tensor(np.asarray(op.data[0])))
+    if name == "PCPhase":
+        return _pcphase(op)
     if name.startswith("Adjoint"):
         return GATES[_ADJOINT_FROM_PL[type(op.base).__name__]]
     if name == "PauliRot":
@@ -645,9 +667,20 @@ def projector_gate(bits) -> Gate:
     return gate
 
 
+def _pcphase(op) -> Gate:
+    return pcphase_gate(int(op.hyperparameters["dimension"][0]), len(op.wires))
+
+
+def _constant_diagonal(op) -> bool:
+    """A ``DiagonalQubitUnitary`` whose diagonal is neither trainable nor broadcast."""
+    import pennylane as qml
+    d = op.data[0]
+    return qml.math.ndim(d) == 1 and not qml.math.requires_grad(d)
+
+
 def _single_gate_params(op) -> tuple:
     """The angles of :func:`_single_gate` (a ``QubitUnitary``'s matrix is part of its gate)."""
-    if type(op).__name__ == "QubitUnitary":
+    if type(op).__name__ in ("QubitUnitary", "DiagonalQubitUnitary"):
         return ()
     return tuple(_gate_param(p) for p in op.data)
 
@@ -706,14 +739,10 @@ def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, chann
         if not tape_op_supported(op):
             raise QdiffError(f"operation {op.name} on wires {list(wires)} is not supported "
                              "directly; decompose it first")
-        if name == "GlobalPhase":
-            # exp(-i phi) I = X P(-phi) X P(-phi) on any one wire
+        if name == "GlobalPhase":  # exp(-i phi) I on any one wire
             w = (wires or tuple(labels))[:1]
-            neg = -_gate_param(op.data[0])
-            for _ in range(2):
-                items.append(Operation(GATES["x"], w, ()))
-                items.append(Operation(GATES["p"], w, (neg,)))
-                sources.append((k, -1.0))
+            items.append(Operation(GATES["globalphase"], w, (_gate_param(op.data[0]),)))
+            sources.append((k, 1.0))
         elif name in ("Snapshot", "Barrier"):
             pass
         elif name not in TAPE_NATIVE and _is_controlled(op):

@@ -37,6 +37,10 @@ FROM_QISKIT = {
     "ryy": "ryy", "rzz": "rzz",
 }
 _SKIP = {"barrier", "delay"}
+# XXPlusYYGate(theta, beta) with a constant beta that makes it one qdiff gate:
+# beta -> (qdiff gate, factor on theta) (checked against the matrices in tests/test_gates.py)
+_XX_PLUS_YY = {0.0: ("isingxy", -1.0), -math.pi / 2: ("single_excitation", 1.0),
+               math.pi / 2: ("single_excitation", -1.0)}
 
 
 @dataclass
@@ -171,7 +175,12 @@ def _convert_into(qc, qmap, imp: _Importer, top: bool):
         if meas and set(qubits) & {q for q, _ in meas}:
             raise QdiffError(f"{where}: gate on a measured qubit (mid-circuit measurement) "
                              "is not supported")
-        if name in FROM_QISKIT and (_is_standard(op, name) or _same_as_standard(op, name)):
+        xy = _xx_plus_yy(op, name)
+        if xy is not None:
+            gate, factor = xy
+            theta = imp.angle(op.params[0], where)
+            ops.append(Operation(GATES[gate], qubits, (-theta if factor < 0 else theta,)))
+        elif name in FROM_QISKIT and (_is_standard(op, name) or _same_as_standard(op, name)):
             gate = GATES[FROM_QISKIT[name]]
             ops.append(Operation(gate, qubits, tuple(imp.angle(v, where) for v in op.params)))
         elif _is_unitary_gate(op):
@@ -180,6 +189,24 @@ def _convert_into(qc, qmap, imp: _Importer, top: bool):
             _convert_into(op.definition, list(qubits), imp, False)
         else:
             ops.append(_matrix_operation(_operator_matrix(op, qubits, where), qubits, where))
+
+
+def _xx_plus_yy(op, name: str):
+    """``(qdiff gate, factor)`` for an ``XXPlusYYGate`` whose beta is one of ``_XX_PLUS_YY``'s
+    (else None: it is converted through its definition)."""
+    if name != "xx_plus_yy" or len(op.params) != 2 or not (
+            _is_standard(op, name) or _same_as_standard(op, name)):
+        return None
+    from qiskit.circuit import ParameterExpression
+    beta = op.params[1]
+    if isinstance(beta, ParameterExpression):
+        if beta.parameters:
+            return None
+        beta = complex(beta).real
+    for b, hit in _XX_PLUS_YY.items():
+        if abs(float(beta) - b) < 1e-12:
+            return hit
+    return None
 
 
 # the widest operation without a gate definition converted through its dense matrix
@@ -192,7 +219,7 @@ def _standard(name: str):
     if not _STANDARD:
         from qiskit.circuit.library import get_standard_gate_name_mapping
         _STANDARD.update({n: g for n, g in get_standard_gate_name_mapping().items()
-                          if n in FROM_QISKIT})
+                          if n in FROM_QISKIT or n == "xx_plus_yy"})
     return _STANDARD[name]
 
 
@@ -397,6 +424,13 @@ def to_qiskit(circuit: Circuit, theta=None, measure: bool = False, columns=None,
     def emit(op, qc, wmap):
         if op.name == "iswapdg":
             qc.append(_iswap_dg(), [wmap[w] for w in op.wires])
+            return
+        if op.name == "isingxy":  # IsingXY(t) = XXPlusYY(-t, beta=0)
+            from qiskit.circuit.library import XXPlusYYGate
+            qc.append(XXPlusYYGate(-val(op.params[0]), 0.0), [wmap[w] for w in op.wires])
+            return
+        if op.name == "globalphase":  # exp(-i phi) I: Qiskit's global phase -phi
+            qc.global_phase = qc.global_phase - val(op.params[0])
             return
         if op.name == "u2":
             qc.u(math.pi / 2, val(op.params[0]), val(op.params[1]), wmap[op.wires[0]])

@@ -26,9 +26,16 @@ __version__ = "0.1.0"
 _EXPORTS = {
     **{n: ("qdiff.circuits.errors", n) for n in ("QdiffError", "QdiffMemoryError",
                                                   "QdiffParseError")},
-    **{n: ("qdiff.circuits.gates", n) for n in ("MultiRZ", "PauliRot", "QubitUnitary", "Gate",
+    **{n: ("qdiff.circuits.gates", n) for n in ("MultiRZ", "PauliRot", "QubitUnitary", "PCPhase",
+                                                 "DiagonalQubitUnitary", "GlobalPhase", "Gate",
                                                  "get_gate", "register_gate",
                                                  "unregister_gate")},
+    **{n: ("qdiff.circuits.refusals", n) for n in ("Barrier", "Snapshot", "WireCut", "Projector",
+                                                    "BasisStateProjector",
+                                                    "StateVectorProjector", "SpecialUnitary",
+                                                    "BlockEncode", "IntegerComparator",
+                                                    "QubitDensityMatrix", "SparseHamiltonian",
+                                                    "TmpPauliRot")},
     "Operation": ("qdiff.circuits.operation", "Operation"),
     "ParamRef": ("qdiff.circuits.operation", "ParamRef"),
     "Circuit": ("qdiff.circuits.circuit", "Circuit"),
@@ -76,10 +83,14 @@ _GATE_NAMES = (
     "Identity", "PauliX", "PauliY", "PauliZ", "Hadamard", "S", "Sdg", "T", "Tdg", "SX", "SXdg",
     "RX", "RY", "RZ", "PhaseShift", "U1", "Rot", "U3", "U2", "CNOT", "CY", "CZ", "CH", "SWAP",
     "ISWAP", "ECR", "Toffoli", "CSWAP", "CCZ", "CRX", "CRY", "CRZ", "ControlledPhaseShift",
-    "CRot", "IsingXX", "IsingYY", "IsingZZ", "SingleExcitation", "DoubleExcitation")
+    "CRot", "IsingXX", "IsingYY", "IsingZZ", "SingleExcitation", "DoubleExcitation", "IsingXY",
+    "CPhaseShift00", "CPhaseShift01", "CPhaseShift10", "PSWAP", "SingleExcitationPlus",
+    "SingleExcitationMinus", "DoubleExcitationPlus", "DoubleExcitationMinus", "OrbitalRotation",
+    "FermionicSWAP", "SISWAP", "QubitCarry", "QubitSum")
 _GATE_ALIASES = {"I": "Identity", "X": "PauliX", "Y": "PauliY", "Z": "PauliZ", "H": "Hadamard",
                  "CX": "CNOT", "CCX": "Toffoli", "CPhase": "ControlledPhaseShift",
-                 "iSWAP": "ISWAP", "Rxx": "IsingXX", "Ryy": "IsingYY", "Rzz": "IsingZZ"}
+                 "iSWAP": "ISWAP", "Rxx": "IsingXX", "Ryy": "IsingYY", "Rzz": "IsingZZ",
+                 "SQISW": "SISWAP"}
 
 
 def _gate(pl_name: str):

@@ -95,7 +95,10 @@ def test_lower_every_registered_gate(name):
 
 
 @pytest.mark.parametrize("name", ["rx", "ry", "rz", "crz", "cry", "rzz", "rxx", "cp",
-                                  "single_excitation", "u3"])
+                                  "single_excitation", "u3", "isingxy", "pswap",
+                                  "cphaseshift00", "single_excitation_minus",
+                                  "double_excitation_plus", "orbital_rotation",
+                                  "fermionic_swap", "globalphase"])
 def test_lower_parametric_gates_keeps_paramrefs(name):
     g = GATES[name]
     params = tuple(ParamRef(i, 0.5 + i, 0.2) for i in range(g.num_params))

@@ -17,12 +17,13 @@ import torch
 
 from conftest import close_up_to_phase, random_unitary
 from qdiff.circuits.gates import (GATES, controlled_gate, multirz_gate, paulirot_gate,
-                                  unitary_gate)
+                                  pcphase_gate, unitary_gate)
 
 pytestmark = pytest.mark.filterwarnings("ignore::scipy.sparse.SparseEfficiencyWarning")
 
 FAMILY = [multirz_gate(k) for k in (1, 2, 3, 4)] + [paulirot_gate(w) for w in
-                                                    ("X", "ZY", "XYZ", "IXZY", "ZZI")]
+                                                    ("X", "ZY", "XYZ", "IXZY", "ZZI")] + \
+    [pcphase_gate(d, n) for d, n in ((0, 1), (1, 1), (3, 2), (5, 3))]
 # controlled versions of gates (qd.ctrl): one Gate record each, generators |1..1><1..1| (x) G
 CONTROLLED = [controlled_gate(GATES[b], k) for b, k in (
     ("rx", 2), ("ry", 3), ("rz", 2), ("p", 2), ("rot", 2), ("u3", 1), ("h", 2), ("s", 1),
@@ -35,7 +36,7 @@ ALL = list(GATES.values()) + FAMILY
 def gate_id(g) -> str:
     if g.name == "ctrl":
         return f"ctrl{g.hyper[1]}[{gate_id(g.hyper[0])}]"
-    return g.name + ("" if not g.hyper else f"[{g.hyper[0]}]")
+    return g.name + ("" if not g.hyper else f"[{','.join(map(str, g.hyper))}]")
 
 
 def angles_for(gate, seed: int = 0, batch=()) -> list:
@@ -113,10 +114,14 @@ ONE_PARAM = [g for g in ALL if g.num_params == 1]
 
 @pytest.mark.parametrize("gate", ONE_PARAM, ids=gate_id)
 def test_matrix_is_exp_of_generator(gate):
+    """U(phi) = U(0) exp(-i phi G); U(0) = I except for PSWAP (U(0) = SWAP)."""
     gen = torch.tensor(gate.generators[0], dtype=torch.complex128)
     assert torch.allclose(gen, gen.conj().T), "generator must be Hermitian"
+    u0 = mat(gate, [torch.tensor(0.0, dtype=torch.float64)])
+    if gate.name != "pswap":
+        assert torch.allclose(u0, torch.eye(u0.shape[0], dtype=u0.dtype))
     for phi in (0.0, 0.37, -1.9, 3.0):
-        expected = torch.linalg.matrix_exp(-1j * phi * gen)
+        expected = u0 @ torch.linalg.matrix_exp(-1j * phi * gen)
         got = mat(gate, [torch.tensor(phi, dtype=torch.float64)])
         assert torch.allclose(got, expected, atol=1e-12), phi
 
@@ -201,9 +206,29 @@ def pennylane_matrix(gate, angles) -> np.ndarray:
         op = qml.adjoint(getattr(qml, _PL_ADJOINT[gate.name])(wires=wires))
     elif gate.name == "paulirot":
         op = qml.PauliRot(vals[0], gate.hyper[0], wires=wires)
+    elif gate.name == "pcphase":
+        op = qml.PCPhase(vals[0], dim=gate.hyper[0], wires=wires)
     else:
         op = getattr(qml, gate.pl_name)(*vals, wires=wires)
     return qml.matrix(op, wire_order=wires)
+
+
+def test_generators_are_minus_pennylanes():
+    """qdiff's G (U = exp(-i phi G)) is minus ``qml.generator`` (PennyLane writes exp(i phi G))
+    for every one-parameter gate PennyLane gives a generator for."""
+    import pennylane as qml
+    checked = []
+    for gate in [g for g in ALL if g.num_params == 1 and g.name not in ("ctrl", "paulirot",
+                                                                      "pcphase")]:
+        wires = list(range(gate.num_wires))
+        op = getattr(qml, gate.pl_name)(0.3, wires=wires)
+        if not op.has_generator:
+            continue
+        g_pl = qml.matrix(qml.generator(op, format="observable"), wire_order=wires)
+        assert np.allclose(gate.generators[0], -np.asarray(g_pl), atol=1e-7), gate.name
+        checked.append(gate.name)
+    assert {"isingxy", "cphaseshift00", "single_excitation_plus", "double_excitation_minus",
+            "orbital_rotation", "fermionic_swap", "globalphase"} <= set(checked)
 
 
 @pytest.mark.parametrize("gate", ALL, ids=gate_id)
@@ -229,6 +254,28 @@ def _qiskit_builders():
     def crot(qc, a, w):
         qc.crz(a[0], *w); qc.cry(a[1], *w); qc.crz(a[2], *w)
 
+    def global_phase(qc, a, w):  # exp(-i phi) I
+        qc.global_phase = -a[0]
+
+    def pswap(qc, a, w):
+        qc.swap(*w); qc.cx(*w); qc.p(a[0], w[1]); qc.cx(*w)
+
+    def cphase_on(bits):  # the phase on |bits> of (w0, w1): X where a bit is 0, CP, X
+        def build(qc, a, w):
+            flips = [q for q, b in zip(w, bits) if b == "0"]
+            for q in flips:
+                qc.x(q)
+            qc.cp(a[0], *w)
+            for q in flips:
+                qc.x(q)
+        return build
+
+    def qubit_sum(qc, a, w):
+        qc.cx(w[1], w[2]); qc.cx(w[0], w[2])
+
+    def qubit_carry(qc, a, w):
+        qc.ccx(w[1], w[2], w[3]); qc.cx(w[1], w[2]); qc.ccx(w[0], w[2], w[3])
+
     def pauli_evolution(word):
         # Qiskit labels are little-endian: reverse the word so letter i acts on qubit i
         return lambda qc, a, w: qc.append(
@@ -242,7 +289,14 @@ def _qiskit_builders():
                   "crot": crot, "iswapdg": lambda qc, a, w: qc.append(iSwapGate().inverse(), w),
                   # SingleExcitation(t) == XXPlusYY(t, beta=-pi/2) (checked, exactly)
                   "single_excitation": lambda qc, a, w: qc.append(
-                      XXPlusYYGate(a[0], -math.pi / 2), w)})
+                      XXPlusYYGate(a[0], -math.pi / 2), w),
+                  # IsingXY(t) == XXPlusYY(-t, beta=0); SISWAP = IsingXY(pi/2)
+                  "isingxy": lambda qc, a, w: qc.append(XXPlusYYGate(-a[0], 0.0), w),
+                  "siswap": lambda qc, a, w: qc.append(XXPlusYYGate(-math.pi / 2, 0.0), w),
+                  "globalphase": global_phase, "pswap": pswap,
+                  "cphaseshift00": cphase_on("00"), "cphaseshift01": cphase_on("01"),
+                  "cphaseshift10": cphase_on("10"), "qubit_sum": qubit_sum,
+                  "qubit_carry": qubit_carry})
     return table, pauli_evolution
 
 
@@ -250,7 +304,9 @@ def _qiskit_builders():
 # MultiRZ/PauliRot via PauliEvolutionGate are exact too; Rot/CRot equal the RZ.RY.RZ product exactly.
 QISKIT_PHASE: set = set()  # measured: empty, every gate matches Qiskit exactly
 # no Qiskit counterpart; covered by the PennyLane comparison and the generator checks
-QISKIT_NONE = {"double_excitation"}
+QISKIT_NONE = {"double_excitation", "single_excitation_plus", "single_excitation_minus",
+               "double_excitation_plus", "double_excitation_minus", "orbital_rotation",
+               "fermionic_swap", "pcphase"}
 
 
 def qiskit_matrix(gate, angles):

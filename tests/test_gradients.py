@@ -50,6 +50,11 @@ def _circuit(mod, ops, scale=1.0):
                 mod.PauliRot(scale * x[..., k], g.hyper[0], wires=wires)
             elif g.name == "multirz":
                 mod.MultiRZ(scale * x[..., k], wires=wires)
+            elif g.name == "isingxy" and mod is qml:
+                # PennyLane's IsingXY matrix fails on broadcast torch angles that require grad
+                # (it calls numpy); the same gate: IsingXY(t) = IsingXX(-t/2) IsingYY(-t/2)
+                mod.IsingXX(-scale * x[..., k] / 2, wires=wires)
+                mod.IsingYY(-scale * x[..., k] / 2, wires=wires)
             else:
                 gate = getattr(mod, g.pl_name)
                 gate(*[scale * x[..., k + i] for i in range(g.num_params)], wires=wires)

@@ -453,3 +453,88 @@ def test_pennylane_qubit_unitary_with_trainable_matrix():
         return qml.expval(qml.Z(0))
     with pytest.raises(QdiffError, match=r"QubitUnitary on wires \[0, 1\].*requires grad"):
         two(torch.rand(4, 4, dtype=torch.float64, requires_grad=True))
+
+
+def _qubit_gate_names():
+    """PennyLane's qubit operator classes (``qml.ops.qubit``)."""
+    from pennylane.operation import Operator
+    return sorted(n for n in dir(qml.ops.qubit) if n[0].isupper()
+                  and isinstance(getattr(qml.ops.qubit, n), type)
+                  and issubclass(getattr(qml.ops.qubit, n), Operator))
+
+
+def test_every_pennylane_qubit_gate_is_a_qdiff_gate_or_a_documented_refusal():
+    """``qd.NAME`` for each of PennyLane's qubit operators: a qdiff gate (or gate family), or
+    a refusal raising QdiffError that names the operator and a replacement, listed in the
+    README's "Coming from PennyLane" section."""
+    import os
+    from qdiff.circuits.gates import Gate, _Family
+    from qdiff.circuits.refusals import Refused
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    section = readme.split("## Coming from PennyLane", 1)[1].split("\n## ", 1)[0]
+    names = _qubit_gate_names()
+    assert {"IsingXY", "PSWAP", "Barrier", "SpecialUnitary", "GlobalPhase"} <= set(names)
+    refused = []
+    for name in names:
+        obj = getattr(qd, name)
+        if isinstance(obj, Refused):
+            with pytest.raises(QdiffError, match=f"^{name}: .*use instead: "):
+                obj(0.1, wires=[0, 1])
+            assert f"`{name}`" in section, name
+            refused.append(name)
+        elif name not in ("BasisState", "StatePrep", "Hermitian"):  # templates, observable
+            assert isinstance(obj, (Gate, _Family)), (name, obj)
+    assert {"Barrier", "Snapshot", "WireCut", "Projector", "SpecialUnitary",
+            "BlockEncode"} <= set(refused)
+
+
+def _value_and_grad(qnode, x):
+    x = x.detach().clone().requires_grad_(True)
+    y = qnode(x)
+    (g,) = torch.autograd.grad(y.real.sum() + y.imag.sum(), [x])
+    return y.detach(), g
+
+
+@pytest.mark.parametrize("case", ["global_phase", "ctrl_global_phase", "pcphase",
+                                  "diagonal", "sqisw", "adjoint_carry"])
+def test_qdiff_forms_of_pennylane_gates_give_default_qubits_state(case):
+    """The gates written with qdiff's names give default.qubit's state (global phase
+    included) and its gradients."""
+    d = np.exp(1j * np.array([0.1, -0.4, 0.7, 1.2]))
+
+    def body(mod, x):
+        mod.Hadamard(0)
+        mod.RY(x, 1)
+        mod.CNOT([1, 2])
+        mod.RX(0.4, 3)
+        if case == "global_phase":
+            mod.GlobalPhase(x, wires=[2, 1])
+        elif case == "ctrl_global_phase":
+            mod.ctrl(mod.GlobalPhase(2 * x, wires=2), control=0)
+        elif case == "pcphase":
+            mod.PCPhase(x, 3, wires=[1, 2])
+        elif case == "diagonal":
+            mod.DiagonalQubitUnitary(d, wires=[0, 2])
+        elif case == "sqisw":
+            mod.SQISW(wires=[0, 1])
+        else:
+            mod.adjoint(mod.QubitCarry(wires=[3, 0, 1, 2]))
+            mod.adjoint(mod.SISWAP(wires=[1, 2]))
+        return mod.state()
+
+    x = torch.tensor(0.7, dtype=torch.float64)
+    yq, gq = _value_and_grad(qd.qnode(qd.device("statevector", wires=4),
+                                      diff_method="backprop")(lambda x: body(qd, x)), x)
+    yp, gp = _value_and_grad(qml.qnode(qml.device("default.qubit", wires=4), interface="torch",
+                                       diff_method="backprop")(lambda x: body(qml, x)), x)
+    assert torch.allclose(yq, yp, atol=1e-12)
+    assert torch.allclose(gq, gp, atol=1e-10)
+
+
+def test_qdiff_global_phase_needs_wires():
+    with pytest.raises(QdiffError, match="GlobalPhase: give the wires"):
+        qd.GlobalPhase(0.3)
+    with pytest.raises(QdiffError, match="PCPhase: dim"):
+        qd.PCPhase(0.3, 5, wires=[0, 1])
+    with pytest.raises(QdiffError, match="DiagonalQubitUnitary: the diagonal is not unitary"):
+        qd.DiagonalQubitUnitary([1.0, 0.5], wires=0)

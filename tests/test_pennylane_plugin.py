@@ -19,7 +19,8 @@ from qdiff.backends.statevector import StatevectorBackend  # noqa: E402
 N = 4
 ONE = ["RX", "RY", "RZ", "PhaseShift", "Hadamard", "S", "T", "SX", "PauliX", "PauliY"]
 TWO = ["CNOT", "CZ", "CRX", "CRY", "IsingXX", "IsingXY", "IsingZZ", "SWAP", "ISWAP", "CRot",
-       "SingleExcitation", "PSWAP", "ECR"]
+       "SingleExcitation", "PSWAP", "ECR", "CPhaseShift01", "SingleExcitationPlus",
+       "FermionicSWAP", "SISWAP"]
 
 
 def random_ops(rng, n=N, depth=14, params=None, extras=True):
@@ -597,3 +598,28 @@ def test_adjoint_differentiates_circuits_with_snapshots():
     y = q(x)
     y.backward()
     assert abs(float(y) - np.cos(0.3)) < 1e-12 and abs(float(x.grad) + np.sin(0.3)) < 1e-12
+
+
+def test_pennylane_qubit_gates_run_natively_and_match_default_qubit():
+    """The gates PennyLane has and qdiff records run as themselves on the device (not
+    decomposed), with default.qubit's values and adjoint gradients."""
+    def fn(x):
+        qml.Hadamard(0); qml.RY(x, 1); qml.RX(0.3, 2); qml.RX(0.2, 3)
+        qml.FermionicSWAP(x, wires=[1, 2]); qml.OrbitalRotation(x, wires=[0, 1, 2, 3])
+        qml.PCPhase(x, 3, wires=[0, 1]); qml.QubitCarry(wires=[0, 1, 2, 3])
+        qml.SISWAP(wires=[1, 0]); qml.DoubleExcitationMinus(x, wires=[0, 1, 2, 3])
+        qml.CPhaseShift10(x, wires=[2, 3]); qml.QubitSum(wires=[3, 1, 2])
+        qml.DiagonalQubitUnitary(np.exp(1j * np.array([0.1, 0.4])), wires=2)
+        return qml.expval(qml.Z(0) @ qml.X(1) + qml.Y(2))
+    ours = qml.QNode(fn, qml.device("qdiff.statevector", wires=N), diff_method="adjoint")
+    ref = qml.QNode(fn, qml.device("default.qubit", wires=N), diff_method="backprop")
+    x = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
+    (tape,), _ = ours.device.preprocess_transforms()((qml.workflow.construct_tape(ours)(x),))
+    names = [op.name for op in tape.operations]
+    assert {"FermionicSWAP", "OrbitalRotation", "PCPhase", "QubitCarry", "SISWAP",
+            "DoubleExcitationMinus", "CPhaseShift10", "QubitSum",
+            "DiagonalQubitUnitary"} <= set(names)
+    y, yr = ours(x), ref(x)
+    assert torch.allclose(y, yr, atol=1e-12)
+    (g,), (gr,) = torch.autograd.grad(y, x), torch.autograd.grad(yr, x)
+    assert torch.allclose(g, gr, atol=1e-10)

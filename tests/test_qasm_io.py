@@ -128,7 +128,9 @@ rzz(0.7) q[1], q[0];
         assert again.circuit.count_ops() == want, version
 
 
-@pytest.mark.parametrize("name", ["rx", "ry", "rz", "p", "rot", "u3", "swap"])
+@pytest.mark.parametrize("name", ["rx", "ry", "rz", "p", "rot", "u3", "swap", "globalphase",
+                                  "isingxy", "pswap", "cphaseshift01",
+                                  "single_excitation_plus", "fermionic_swap", "siswap"])
 def test_controlled_gates_export_with_their_angles(name):
     """``qd.ctrl`` of a gate, one or two controls, constant or affine angles: Qiskit's
     statevector of ``to_qiskit`` and the OpenQASM 3 round trip with free parameters."""
@@ -282,3 +284,49 @@ def test_qasm2_gates_need_a_definition_or_the_include():
                .circuit.operations) == 2
     assert len(qasm.loads('OPENQASM 2.0;\ninclude "qelib1.inc";\nqreg q[1];\nu(0.1,0.2,0.3) '
                           'q[0];\np(0.2) q[0];\nsx q[0];\n').circuit.operations) == 3
+
+
+def test_xx_plus_yy_imports_as_isingxy_or_single_excitation():
+    """Qiskit's XXPlusYYGate(theta, beta) is IsingXY(-theta) for beta = 0 and
+    SingleExcitation(+-theta) for beta = -+pi/2 (parameters kept); another beta goes through
+    its definition. IsingXY exports as XXPlusYY and reads back as IsingXY."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    from qiskit.circuit.library import XXPlusYYGate
+    t = Parameter("t")
+    qc = QuantumCircuit(3)
+    qc.h(0); qc.ry(0.3, 1); qc.rx(0.8, 2)
+    qc.append(XXPlusYYGate(t, 0.0), [0, 2])
+    qc.append(XXPlusYYGate(2 * t, -math.pi / 2), [2, 1])
+    qc.append(XXPlusYYGate(t, math.pi / 2), [1, 0])
+    qc.append(XXPlusYYGate(0.7, 0.4), [0, 1])
+    imp = from_qiskit(qc)
+    names = [o.name for o in imp.circuit.operations]
+    assert names.count("isingxy") == 1 and names.count("single_excitation") == 2
+    theta = torch.tensor([[0.61]], dtype=torch.float64)
+    want = qiskit_state(qc.assign_parameters({t: 0.61}))
+    assert np.allclose(state_of(imp.circuit, theta), want, atol=1e-12)
+    from qdiff.circuits import Circuit, Operation
+    from qdiff.circuits.gates import GATES
+    c = Circuit(2, (Operation(GATES["h"], (0,)), Operation(GATES["isingxy"], (0, 1), (0.9,))))
+    assert [i.operation.name for i in to_qiskit(c).data] == ["h", "xx_plus_yy"]
+    for version in (2, 3):
+        back = qasm.loads(qasm.dumps(c, version=version)).circuit
+        assert [o.name for o in back.operations] == ["h", "isingxy"], version
+        assert np.allclose(state_of(back), state_of(c), atol=1e-12)
+
+
+def test_decomposition_of_a_gate_that_is_not_its_generators_exponential_is_refused():
+    """A one-parameter gate U = A exp(-i phi G) with A != I and no decomposition of its own
+    is not exported as exp(-i phi G) (that would drop A): the export says so."""
+    from qdiff.circuits import Circuit, Operation
+    from qdiff.circuits.gates import GATES, Gate
+    pswap = GATES["pswap"]
+    bare = Gate("bare_pswap", 2, 1, pswap.matrix_fn, generators=pswap.generators,
+                inverse_fn=pswap.inverse_fn)
+    c = Circuit(2, (Operation(bare, (0, 1), (0.4,)),))
+    with pytest.raises(QdiffError, match="not exp\\(-i phi G\\)"):
+        to_qiskit(c)
+    # PSWAP itself carries its decomposition: exact
+    c = Circuit(2, (Operation(GATES["h"], (0,)), Operation(pswap, (0, 1), (0.4,))))
+    assert np.allclose(qiskit_state(to_qiskit(c)), state_of(c), atol=1e-12)

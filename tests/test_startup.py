@@ -46,7 +46,10 @@ def test_version_flag(capsys):
 
 def test_gate_names_match_the_registry():
     names = {g.pl_name for g in GATES.values() if g.pl_name and g.pl_name.isidentifier()}
-    assert names == set(qd._GATE_NAMES)
+    # a gate with a call of its own (qd.GlobalPhase takes any wires) is served by it
+    own_call = {n for n in names if n in qd._EXPORTS}
+    assert own_call == {"GlobalPhase"}
+    assert names - own_call == set(qd._GATE_NAMES)
     for alias, target in qd._GATE_ALIASES.items():
         assert getattr(qd, alias) is getattr(qd, target)
 
