@@ -127,15 +127,20 @@ def trainable_matrix_op(circuit) -> Optional[str]:
     differentiates such a matrix (it has no angles, generator or shift rule)."""
     if not torch.is_grad_enabled():
         return None
-    for op, gate in memo(circuit, "unitary_ops", lambda: _unitary_ops(circuit)):
+    for op, gate in unitary_ops(circuit):
         if gate.matrix_fn().requires_grad:
             return op.gate.pl_name or op.gate.name
     return None
 
 
-def _unitary_ops(circuit) -> tuple:
+def unitary_ops(circuit) -> tuple:
     """``(operation, its QubitUnitary gate)`` for every operation that is a QubitUnitary (also
-    controlled): the only gates whose matrix can be a tensor requiring grad."""
+    controlled): the only gates whose matrix can be a tensor requiring grad (kept on the
+    circuit)."""
+    return memo(circuit, "unitary_ops", lambda: _unitary_ops(circuit))
+
+
+def _unitary_ops(circuit) -> tuple:
     out = []
     for op in circuit.operations:
         gate = op.gate

@@ -481,9 +481,12 @@ def _exp_gen(g: np.ndarray):
     v_t = torch.tensor(vec, dtype=torch.complex128)
 
     def fn(t):
-        v = v_t.to(_cplx(t).dtype).to(t.device)
-        ph = _expi(-t[..., None] * ev_t.to(t.dtype).to(t.device))
-        return (v * ph[..., None, :]) @ v.conj().T
+        v = v_t.to(device=t.device, dtype=_cplx(t).dtype)
+        ph = _expi(-t[..., None] * ev_t.to(device=t.device, dtype=t.dtype))
+        # sum_k v[i, k] ph[k] conj(v[j, k]) as products and a sum, not a matrix product: a
+        # batched BLAS call can start a thread pool, which hangs in a forked child of a
+        # process that ran one (the kernels' own fork safety, test_native.py)
+        return ((v * ph[..., None, :])[..., :, None, :] * v.conj()[..., None, :, :]).sum(-1)
     return fn
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from qdiff.circuits import recording
+import torch
+
+from qdiff.circuits import memory, recording
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.midcircuit import MeasurementValue
 from qdiff.circuits.observables import Observable, as_observable
@@ -214,3 +216,24 @@ def purity(wires) -> Measurement:
     if ws is None or not ws:
         raise QdiffError("purity: give the wires whose reduced state to measure (wires=...)")
     return _record(Measurement("purity", None, ws))
+
+
+_MULTINOMIAL_MAX = 2 ** 24  # torch.multinomial's limit on the number of categories
+
+
+def sample_indices(p: torch.Tensor, shots: int, generator, words: int = 3) -> torch.Tensor:
+    """``(B, shots)`` basis indices drawn from probabilities ``p`` ``(B, 2**k)``.
+
+    ``words``: 8-byte values per shot the caller builds from the indices (checked against
+    the memory budget with the indices themselves before anything is drawn). Above 2**24
+    outcomes, inverse-CDF sampling replaces ``torch.multinomial``, which refuses them."""
+    b, d = p.shape
+    memory.require(8.0 * b * (shots * words + 2 * d), f"sampling {shots} shots of {b} "
+                   f"distribution(s) over {d} outcomes", p.device)
+    p = p.clamp_min(0).to(torch.float64)
+    p = p / p.sum(-1, keepdim=True)
+    if d <= _MULTINOMIAL_MAX:
+        return torch.multinomial(p, shots, replacement=True, generator=generator)
+    cdf = torch.cumsum(p, -1)
+    u = torch.rand(b, shots, dtype=torch.float64, device=p.device, generator=generator)
+    return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_max_(d - 1)

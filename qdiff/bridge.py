@@ -33,7 +33,7 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 
 from qdiff.backends.base import DEVICE_SHOTS, Job, check_shots
-from qdiff.circuits.circuit import Circuit, _unitary_ops, memo
+from qdiff.circuits.circuit import Circuit, memo, unitary_ops
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Observable
@@ -611,7 +611,7 @@ def _dual_leaves(recorded) -> list:
     for op in circuit.operations:
         if any(dual(p) for p in op.params):
             out.append(f"gate '{op.gate.pl_name or op.gate.name}'")
-    for op, gate in memo(circuit, "unitary_ops", lambda: _unitary_ops(circuit)):
+    for op, gate in unitary_ops(circuit):
         if dual(gate.matrix_fn()):
             out.append(f"matrix of gate '{op.gate.pl_name or op.gate.name}'")
     return out

@@ -39,7 +39,7 @@ from qiskit.primitives.containers import (BitArray, DataBin, PrimitiveResult, Pu
 from qiskit.primitives.containers.estimator_pub import EstimatorPub
 from qiskit.primitives.containers.sampler_pub import SamplerPub
 
-from qdiff.backends.statevector.measure import sample_indices
+from qdiff.circuits.measurements import sample_indices
 from qdiff.circuit_qnode import CircuitQNode
 from qdiff.circuits.errors import QdiffError, QdiffMemoryError
 from qdiff.circuits.observables import Factor, Observable

@@ -133,8 +133,8 @@ def test_shot_buffers_refused_before_allocating():
 def test_sampling_above_the_multinomial_limit(monkeypatch):
     """More than 2**24 outcomes raised torch's 'number of categories cannot exceed 2^24';
     the inverse-CDF sampler is checked here against the exact distribution."""
-    from qdiff.backends.statevector import measure
-    monkeypatch.setattr(measure, "_MULTINOMIAL_MAX", 2)
+    from qdiff.circuits import measurements
+    monkeypatch.setattr(measurements, "_MULTINOMIAL_MAX", 2)
 
     def body():
         qd.RY(1.0, wires=0)

@@ -273,6 +273,39 @@ def test_forked_child_after_parallel_run_does_not_hang():
     assert abs(got - expected) < 1e-9
 
 
+def _child_gate_matrices(conn):
+    from qdiff.circuits.gates import GATES
+    t = torch.linspace(0, 1, 256, dtype=torch.float64)
+    m = GATES["orbital_rotation"].matrix_fn(t)  # 256 x 16 x 16 x 16 products: a parallel op
+    dev = (m @ m.conj().transpose(-1, -2) - torch.eye(16, dtype=m.dtype)).abs().max()
+    conn.send((torch.get_num_threads(), float(dev)))
+    conn.close()
+
+
+def test_forked_child_runs_torch_on_one_thread():
+    """A child forked after the kernels ran on two threads runs torch's own large operations
+    (here a batch of 4-wire gate matrices) on one thread instead of hanging."""
+    import multiprocessing as mp
+    c = _circuit(6, 6, 40)
+    theta = torch.rand(5, c.num_params, dtype=torch.float64)
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        simulate(c, theta)
+        x = torch.rand(512, 512)
+        (x @ x).sum()  # torch's own thread pool started too
+        ctx = mp.get_context("fork")
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_child_gate_matrices, args=(child,))
+        proc.start()
+        assert parent.poll(120), "forked child hung"
+        threads, unitarity = parent.recv()
+        proc.join(30)
+    finally:
+        torch.set_num_threads(old)
+    assert threads == 1 and unitarity < 1e-12
+
+
 def test_adjoint_residual_carries_the_forward_gate_data():
     """What the adjoint backward reuses from its forward (gate data, the encoded program)
     travels in the residual the forward returned, not in module state: a vjp over that residual

@@ -330,9 +330,11 @@ def apply_data(state, op, data: GateData, n: int, inplace: bool, dagger: bool = 
     if state.numel() <= SMALL:
         return _apply_small(state, op, data, n, dagger)
     if data.kind == "const":
-        if dagger:
-            gate, _ = op.gate.inverse(())
-            return apply_gate(state, gate, op.wires, [], n, inplace)
+        if dagger:  # (a constant gate's inverse may be a gate at constant angles: SISWAP's)
+            gate, angles = op.gate.inverse(())
+            rdtype = state.real.dtype if state.is_complex() else state.dtype
+            angles = [torch.tensor([float(a)], dtype=rdtype, device=state.device) for a in angles]
+            return apply_gate(state, gate, op.wires, angles, n, inplace)
         return apply_gate(state, op.gate, op.wires, [], n, inplace)
     v = _dagger(data.kind, data.value) if dagger else data.value
     if data.kind == "diag":

@@ -14,6 +14,7 @@ from qdiff.backends.statevector.apply import apply_gate
 from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import GATES
+from qdiff.circuits.measurements import sample_indices  # noqa: F401  (the engines' sampler)
 from qdiff.circuits.observables import Observable
 
 
@@ -184,27 +185,6 @@ def term_basis(term: tuple):
         wires.extend(f.wires)
         eig = torch.kron(eig, e)
     return ops, wires, eig
-
-
-_MULTINOMIAL_MAX = 2 ** 24  # torch.multinomial's limit on the number of categories
-
-
-def sample_indices(p: torch.Tensor, shots: int, generator, words: int = 3) -> torch.Tensor:
-    """``(B, shots)`` basis indices drawn from probabilities ``p`` ``(B, 2**k)``.
-
-    ``words``: 8-byte values per shot the caller builds from the indices (checked against
-    the memory budget with the indices themselves before anything is drawn). Above 2**24
-    outcomes, inverse-CDF sampling replaces ``torch.multinomial``, which refuses them."""
-    b, d = p.shape
-    memory.require(8.0 * b * (shots * words + 2 * d), f"sampling {shots} shots of {b} "
-                   f"distribution(s) over {d} outcomes", p.device)
-    p = p.clamp_min(0).to(torch.float64)
-    p = p / p.sum(-1, keepdim=True)
-    if d <= _MULTINOMIAL_MAX:
-        return torch.multinomial(p, shots, replacement=True, generator=generator)
-    cdf = torch.cumsum(p, -1)
-    u = torch.rand(b, shots, dtype=torch.float64, device=p.device, generator=generator)
-    return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_max_(d - 1)
 
 
 def rotated_marginal(state, term, n):

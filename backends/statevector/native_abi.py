@@ -115,6 +115,19 @@ def threads() -> int:
     return n if pid == _parallel_pid else 1
 
 
+def _single_threaded_child():
+    """In a process forked from one whose kernels ran on several threads: torch's own parallel
+    operations (a large gate-matrix batch, a matrix product) would wait on GNU OpenMP's thread
+    pool, which does not survive the fork, and hang; the child runs torch on one thread, as
+    torch's DataLoader workers do (``torch.set_num_threads`` there raises it again)."""
+    if _parallel_pid is not None and torch.get_num_threads() > 1:
+        torch.set_num_threads(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_single_threaded_child)
+
+
 def ptr(t):
     if t is None:
         return None
