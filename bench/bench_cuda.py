@@ -19,11 +19,12 @@ import statistics
 import time
 import warnings
 
+import torch
+
 warnings.filterwarnings("ignore")
 
 
 def _sync():
-    import torch
     if torch.cuda.is_available():
         torch.cuda.synchronize()
 
@@ -41,7 +42,6 @@ def timed(fn, reps):
 
 
 def qdiff_sel(n, device, cdtype, grad, method="adjoint"):
-    import torch
     import qdiff as qd
     rdtype = torch.float64 if cdtype == torch.complex128 else torch.float32
     dev = qd.device("statevector", wires=n, dtype=cdtype)
@@ -51,7 +51,11 @@ def qdiff_sel(n, device, cdtype, grad, method="adjoint"):
         qd.StronglyEntanglingLayers(w, wires=range(n))
         return qd.expval(qd.Hamiltonian([1.0] * n, [qd.Z(i) for i in range(n)]))
 
-    w = torch.rand(6, n, 3, dtype=rdtype, device=device, generator=None)
+    return _call(f, torch.rand(6, n, 3, dtype=rdtype, device=device), grad)
+
+
+def _call(f, w, grad):
+    """``f(w)``'s gradient with respect to ``w``, or ``f(w)`` without autograd."""
     if grad:
         w.requires_grad_(True)
         return lambda: torch.autograd.grad(f(w), w)
@@ -64,7 +68,6 @@ def qdiff_sel(n, device, cdtype, grad, method="adjoint"):
 
 def pl_sel(n, device, cdtype, grad):
     import pennylane as qml
-    import torch
     rdtype = torch.float64 if cdtype == torch.complex128 else torch.float32
     dev = qml.device("default.qubit", wires=n)      # its state's precision follows w's
 
@@ -73,19 +76,10 @@ def pl_sel(n, device, cdtype, grad):
         qml.StronglyEntanglingLayers(w, wires=range(n))
         return qml.expval(qml.sum(*[qml.PauliZ(i) for i in range(n)]))
 
-    w = torch.rand(6, n, 3, dtype=rdtype, device=device)
-    if grad:
-        w.requires_grad_(True)
-        return lambda: torch.autograd.grad(f(w), w)
-
-    def fwd():
-        with torch.no_grad():
-            return f(w)
-    return fwd
+    return _call(f, torch.rand(6, n, 3, dtype=rdtype, device=device), grad)
 
 
 def training_step(n, batch, device, impl):
-    import torch
     torch.manual_seed(0)
     if impl == "pl":
         import pennylane as qml
@@ -123,7 +117,6 @@ def training_step(n, batch, device, impl):
 
 
 def main(argv=None):
-    import torch
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="16,20,24")
     ap.add_argument("--rounds", type=int, default=3)

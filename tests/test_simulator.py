@@ -118,10 +118,13 @@ def qd_obs(o):
     return qd.Hermitian(torch.tensor(o[1]), wires=[o[2]]) @ getattr(qd, o[3][0])(o[3][1])
 
 
-def run_qdiff(spec, dtype=torch.complex128, requires_grad=False, no_grad=False):
+def run_qdiff(spec, dtype=torch.complex128, requires_grad=False, no_grad=False, device="cpu",
+              rdtype=torch.float64):
+    """The spec's circuit as a qdiff qnode (backprop); angles and matrices made on ``device``
+    in ``rdtype`` (the qnode follows them)."""
     n, ops, meas = spec
     dev = qd.device("statevector", wires=n, dtype=dtype)
-    params = [[torch.tensor(p, dtype=torch.float64, requires_grad=requires_grad)
+    params = [[torch.tensor(p, dtype=rdtype, device=device, requires_grad=requires_grad)
                for p in op[2]] for op in ops]
 
     @qd.qnode(dev, diff_method="backprop")
@@ -132,7 +135,7 @@ def run_qdiff(spec, dtype=torch.complex128, requires_grad=False, no_grad=False):
             elif name == "paulirot":
                 qd.PauliRot(*ps, extra, wires=wires)
             elif name == "unitary":
-                qd.QubitUnitary(torch.tensor(extra), wires=wires)
+                qd.QubitUnitary(torch.tensor(extra, device=device), wires=wires)
             else:
                 GATES[name](*ps, wires=wires)
         out = []
