@@ -136,6 +136,9 @@ def _inplace(name, kwargs) -> bool:
             "requires_grad_", "retain_grad_"))
 
 
+_STRIDED = torch.strided
+
+
 def _storage(t):
     """The address of ``t``'s storage, or ``None`` for a tensor without one (sparse, ...),
     whose in-place changes are then not traced to an argument."""
@@ -865,9 +868,13 @@ class StaticQNode:
             # (which a replay's gather would drop): the plain qnode's path
             return self.qnode(*args, **kwargs)
         shots = self.qnode.shots
-        if "shots" in kwargs and not self.qnode._func_takes_shots:
+        own_shots = "shots" in kwargs and not self.qnode._func_takes_shots
+        if own_shots:
             shots = kwargs.pop("shots")  # this call's shots, as for a plain qnode
         key, tensors = call_signature(args, kwargs)
+        if any(t.layout is not _STRIDED for t in tensors):
+            # a sparse (non-strided) argument has no storage to guard or gather angles from
+            return self.qnode(*args, **kwargs, **({"shots": shots} if own_shots else {}))
         key = (key, shots)
         trace = self._traces.get(key)
         if trace is None:

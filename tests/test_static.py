@@ -804,3 +804,23 @@ def test_max_traces_drops_the_least_recently_used_signature():
         f(x)
     kept = {k[0][2][0][0] for k in f._traces}
     assert kept == {a.shape, c.shape}
+
+
+def test_sparse_argument_runs_the_plain_qnode():
+    """A sparse tensor argument has no storage to trace: the call runs as the plain qnode's
+    (values and gradients), with and without a per-call shots keyword."""
+    dev = qd.device("statevector", wires=1)
+
+    def body(x, m):
+        qd.RX(x * float(m.to_dense()[0, 0]), wires=0)
+        return qd.expval(qd.Z(0))
+
+    static, plain = qd.qnode(dev, static=True)(body), qd.qnode(dev)(body)
+    m = (2 * torch.eye(2, dtype=torch.float64)).to_sparse()
+    x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    out = static(x, m)
+    (g,) = torch.autograd.grad(out, x)
+    assert torch.allclose(out, plain(x, m)) and abs(float(out) - math.cos(0.6)) < 1e-12
+    assert abs(float(g) + 2 * math.sin(0.6)) < 1e-12
+    assert static.num_traces == 0
+    assert static(x, m, shots=None).shape == ()
