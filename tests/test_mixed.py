@@ -291,14 +291,18 @@ def test_channel_gradient_at_zero_probability_is_finite():
     assert abs(float(p.grad) + 4 / 3) < 1e-12
 
 
-def test_batched_channel_parameters_and_closed_forms():
-    dev = qd.device("mixed", wires=1)
-
-    @qd.qnode(dev)
+def _damped_one():
+    """<Z> after X and AmplitudeDamping(g) on the mixed device: 2g - 1."""
+    @qd.qnode(qd.device("mixed", wires=1))
     def f(g):
         qd.PauliX(0)
         qd.AmplitudeDamping(g, wires=0)
         return qd.expval(qd.Z(0))
+    return f
+
+
+def test_batched_channel_parameters_and_closed_forms():
+    f = _damped_one()
     g = torch.linspace(0, 1, 5, dtype=torch.float64)
     torch.testing.assert_close(f(g), 2 * g - 1)
 
@@ -306,13 +310,7 @@ def test_batched_channel_parameters_and_closed_forms():
 def test_channel_parameters_as_lists_arrays_and_under_vmap_are_batches():
     """As for gate angles, a list or a numpy array is a batch of values, and torch.func.vmap
     maps over channel parameters: <Z> after X and AmplitudeDamping(g) is 2g - 1."""
-    dev = qd.device("mixed", wires=1)
-
-    @qd.qnode(dev)
-    def f(g):
-        qd.PauliX(0)
-        qd.AmplitudeDamping(g, wires=0)
-        return qd.expval(qd.Z(0))
+    f = _damped_one()
     want = torch.tensor([-0.8, 0.0, 0.4], dtype=torch.float64)
     for g in ([0.1, 0.5, 0.7], np.array([0.1, 0.5, 0.7]), (0.1, 0.5, 0.7)):
         torch.testing.assert_close(f(g), want)
