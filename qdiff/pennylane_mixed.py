@@ -24,9 +24,10 @@ measurements with a noise model are refused (deferred measurement would add wire
 the model would treat as device qubits and gates).
 
 Derivatives: ``diff_method="backprop"`` (and ``"best"``) with the torch interface runs the
-torch engine inside torch autograd: exact gradients of gate angles and channel parameters.
-``"backprop"`` with another interface (autograd, jax, tensorflow) is refused when the call
-resolves its interface (PennyLane's ``QuantumFunctionError``); ``"best"`` there gives
+torch engine inside torch autograd: exact gradients of gate angles and channel parameters;
+with the autograd interface the engine runs inside one autograd primitive whose VJP is torch
+autograd (exact to every order). ``"backprop"`` with jax or tensorflow is refused when the
+call resolves its interface (PennyLane's ``QuantumFunctionError``); ``"best"`` there gives
 PennyLane's gradient transforms (parameter-shift, finite differences for channel parameters).
 
 >>> import pennylane as qml, torch
@@ -61,6 +62,7 @@ from pennylane.measurements import (ClassicalShadowMP, CountsMP, DensityMatrixMP
 from pennylane.transforms import defer_measurements
 
 from qdiff.backends.base import Job
+from qdiff.circuits.pennylane_autograd import execute_autograd, has_boxes
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.noise import resolve_noise
@@ -71,9 +73,10 @@ from qdiff.noise import routing_for
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
            torch.complex128: torch.complex128, torch.complex64: torch.complex64}
-# torch autograd runs through the engine (autograd, jax, tensorflow cannot trace it); numpy is
-# what PennyLane asks about when a QNode is built, before the interface is known
-_BACKPROP_INTERFACES = (Interface.TORCH, Interface.NUMPY)
+# torch autograd runs through the engine (under autograd inside one primitive; jax and
+# tensorflow cannot trace it); numpy is what PennyLane asks about when a QNode is built, before
+# the interface is known (and execution without derivatives)
+_BACKPROP_INTERFACES = (Interface.TORCH, Interface.AUTOGRAD, Interface.NUMPY)
 
 
 def _stopping_condition(op) -> bool:
@@ -198,8 +201,12 @@ class QdiffMixed(Device):
             return True
         if execution_config.gradient_method not in ("backprop", "best"):
             return False
-        if execution_config.interface not in _BACKPROP_INTERFACES:
-            return False  # autograd, jax, tensorflow: PennyLane's gradient transforms
+        interface = execution_config.interface
+        if interface == Interface.AUTO and circuit is not None:
+            name = qml.math.get_interface(*circuit.get_parameters(trainable_only=False))
+            interface = Interface(name) if name in ("torch", "autograd", "numpy") else interface
+        if interface not in _BACKPROP_INTERFACES:
+            return False  # jax, tensorflow: PennyLane's gradient transforms
         return circuit is None or not circuit.shots
 
     def setup_execution_config(self, config: Optional[ExecutionConfig] = None,
@@ -210,7 +217,7 @@ class QdiffMixed(Device):
                 raise DeviceError(f"device option {option} not present on {self}")
         updated = {}
         method = config.gradient_method
-        if method == "best" and config.interface == Interface.TORCH:
+        if method == "best" and config.interface in (Interface.TORCH, Interface.AUTOGRAD):
             method = updated["gradient_method"] = "backprop"
         updated["use_device_gradient"] = method == "backprop"
         updated["use_device_jacobian_product"] = False
@@ -248,6 +255,8 @@ class QdiffMixed(Device):
     # -- execution -------------------------------------------------------------------------
 
     def execute(self, circuits, execution_config: Optional[ExecutionConfig] = None):
+        if has_boxes(circuits):  # backprop under the autograd interface
+            return execute_autograd(circuits, lambda tapes: tuple(self._run(t) for t in tapes))
         return tuple(self._run(t) for t in circuits)
 
     def _labels(self, tape) -> tuple:

@@ -133,7 +133,7 @@ def test_backprop_is_finite_where_default_mixed_gives_nan():
     assert bool(torch.isnan(r)) or abs(float(r) + np.sin(1.75)) < 1e-12
 
 
-def test_other_interfaces_use_parameter_shift_exactly():
+def test_autograd_best_is_one_backprop_run_and_parameter_shift_agrees():
     def circuit(x, y):
         qml.RX(x, wires=0)
         qml.PhaseDamping(0.3, wires=0)
@@ -142,12 +142,13 @@ def test_other_interfaces_use_parameter_shift_exactly():
         return qml.expval(qml.PauliZ(1) @ qml.PauliY(0))
     x = qml.numpy.array(0.4, requires_grad=True)
     y = qml.numpy.array(-1.1, requires_grad=True)
-    mine, ref = _both(2, circuit, diff_method="best")
-    with qml.Tracker(mine.device) as tracker:
-        got = qml.grad(mine)(x, y)
-    assert tracker.totals["executions"] > 3      # the shifted circuits, not one backprop run
-    want = qml.grad(ref)(x, y)
-    _same(got, want, 1e-8)
+    want = qml.grad(_both(2, circuit, diff_method="best")[1])(x, y)
+    for method, runs in (("best", 1), ("parameter-shift", 7)):  # CRY: four terms
+        mine = _both(2, circuit, diff_method=method)[0]
+        with qml.Tracker(mine.device) as tracker:
+            got = qml.grad(mine)(x, y)
+        assert tracker.totals["executions"] == runs  # backprop: one run; else shifted ones
+        _same(got, want, 1e-8)
 
 
 def test_shots_sample_the_noisy_distribution():
@@ -308,15 +309,8 @@ def test_bad_input_names_what_is_wrong():
                            qml.expval(qml.PauliZ(0)))[1], qml.device("qdiff.mixed", wires=1))()
 
 
-def test_explicit_backprop_takes_the_torch_interface_only():
+def test_explicit_backprop_under_torch_and_autograd():
     dev = qml.device("qdiff.mixed", wires=1)
-
-    @qml.qnode(dev, diff_method="backprop")
-    def f(x):
-        qml.RX(x, wires=0)
-        return qml.expval(qml.PauliZ(0))
-    with pytest.raises(qml.exceptions.QuantumFunctionError, match="backprop"):
-        qml.grad(f)(qml.numpy.array(0.3, requires_grad=True))
     x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
     tape = qml.tape.QuantumScript([qml.RX(x, wires=0), qml.AmplitudeDamping(0.2, wires=0)],
                                   [qml.expval(qml.PauliZ(0))])
@@ -324,8 +318,36 @@ def test_explicit_backprop_takes_the_torch_interface_only():
     (g,) = torch.autograd.grad(res, x)
     # <Z> = 1 - (1 - gamma) (1 - cos x)
     assert abs(float(g) + 0.8 * np.sin(0.3)) < 1e-12
-    with pytest.raises(qml.exceptions.QuantumFunctionError, match="backprop"):
-        qml.execute([tape], dev, diff_method="backprop", interface="autograd")
+    cfg = qml.devices.ExecutionConfig
+    for interface in ("torch", "autograd", "numpy"):
+        assert dev.supports_derivatives(cfg(gradient_method="backprop", interface=interface))
+    assert not dev.supports_derivatives(cfg(gradient_method="backprop", interface="jax"))
+
+
+def test_autograd_backprop_equals_default_mixed_to_second_order():
+    """Gate angles and channel parameters under the autograd interface: values, Jacobians
+    (expval and purity) and the Hessian equal default.mixed's backprop."""
+    from pennylane import numpy as pnp
+
+    def circuit(v):
+        x, p = v[0], v[1]
+        qml.RX(x, 0)
+        qml.AmplitudeDamping(p, wires=0)
+        qml.CNOT([0, 1])
+        qml.DepolarizingChannel(p * x, wires=1)
+        qml.CRY(x - p, wires=[1, 0])
+        return qml.expval(qml.PauliZ(1)), qml.purity(wires=[0])
+    v = pnp.array([0.7, 0.2], requires_grad=True)
+    out = []
+    for name in ("qdiff.mixed", "default.mixed"):
+        for method in ("backprop", "best"):
+            q = qml.QNode(circuit, qml.device(name, wires=2), diff_method=method)
+            f = lambda v: qml.math.hstack(q(v))
+            out.append((f(v), qml.jacobian(f)(v),
+                        qml.jacobian(qml.grad(lambda v: q(v)[0] + q(v)[1] ** 2))(v)))
+    for got in out[:2]:
+        for a, b in zip(got, out[2]):
+            assert np.allclose(a, b, atol=1e-9)
 
 
 def test_a_density_matrix_as_initial_state_equals_default_mixed():

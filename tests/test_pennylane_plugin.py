@@ -302,16 +302,96 @@ def test_torchlayer_training_step_equals_default_qubit(device_vjp):
     close(grads[0], grads[1], atol=1e-6)  # float32 inputs and Linear
 
 
-def test_backprop_is_offered_for_the_torch_interface_only():
+def test_backprop_is_offered_for_torch_autograd_and_numpy():
     dev = qml.device("qdiff.statevector", wires=1)
     cfg = qml.devices.ExecutionConfig
-    assert dev.supports_derivatives(cfg(gradient_method="backprop", interface="torch"))
-    assert not dev.supports_derivatives(cfg(gradient_method="backprop", interface="autograd"))
+    for interface in ("torch", "autograd", "numpy"):
+        assert dev.supports_derivatives(cfg(gradient_method="backprop", interface=interface))
+    assert not dev.supports_derivatives(cfg(gradient_method="backprop", interface="jax"))
     # PennyLane checks a QNode's diff_method with an interface-less (numpy) configuration
-    assert not dev.supports_derivatives(cfg(gradient_method="backprop"))
-    with pytest.raises(qml.exceptions.QuantumFunctionError, match="backprop"):
-        qml.QNode(lambda x: (qml.RX(x, 0), qml.expval(qml.Z(0)))[1], dev, interface="torch",
+    q = qml.QNode(lambda x: (qml.RX(x, 0), qml.expval(qml.Z(0)))[1], dev, interface="torch",
                   diff_method="backprop")
+    x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(q(x), x)
+    assert abs(float(g) + np.sin(0.3)) < 1e-12
+    with pytest.raises(qml.exceptions.QuantumFunctionError, match="backprop"):
+        qml.QNode(q.func, qml.device("qdiff.statevector", wires=1, shots=10),
+                  diff_method="backprop")(0.3)
+
+
+def _autograd_cases():
+    def mixed_outputs(x, y):
+        qml.RX(x[0], 0)
+        qml.RY(x[1], 1)
+        qml.CNOT([0, 1])
+        qml.CRot(y, x[0] * y, 0.3, wires=[1, 0])
+        qml.IsingXY(x[1] - y, wires=[0, 1])
+        return (qml.expval(qml.PauliZ(0) @ qml.PauliX(1)), qml.probs(wires=[1]),
+                qml.var(qml.PauliY(0)))
+
+    def state(x, y):
+        qml.RX(x[0], 0)
+        qml.Hadamard(1)
+        qml.CRY(y, wires=[1, 0])
+        qml.RZ(x[1], 1)
+        return qml.state()
+
+    def broadcast(x, y):
+        qml.RX(x, 0)  # x of shape (3,): three rows
+        qml.CNOT([0, 1])
+        qml.RY(y, 1)
+        return qml.expval(qml.PauliZ(1)), qml.expval(qml.PauliX(0) @ qml.PauliZ(1))
+    return {"mixed_outputs": (mixed_outputs, (2,)), "state": (state, (2,)),
+            "broadcast": (broadcast, (3,))}
+
+
+def _real_view(v):
+    v = qml.math.hstack([qml.math.ravel(qml.math.real(r)) for r in v]) \
+        if isinstance(v, tuple) else v
+    return qml.math.hstack([qml.math.real(v), qml.math.imag(v)]) \
+        if np.iscomplexobj(qml.math.unwrap(v)) else v
+
+
+@pytest.mark.parametrize("case", sorted(_autograd_cases()))
+def test_autograd_backprop_equals_default_qubit_to_second_order(case):
+    """The autograd interface's backprop: values, Jacobians and Hessians of a scalar equal
+    default.qubit's backprop; the Hessian also central differences of the Jacobian."""
+    from pennylane import numpy as pnp
+    fn, xshape = _autograd_cases()[case]
+    rng = np.random.default_rng(len(case))
+    x = pnp.array(rng.uniform(-2, 2, xshape), requires_grad=True)
+    y = pnp.array(0.61, requires_grad=True)
+    results = []
+    for name in ("qdiff.statevector", "default.qubit"):
+        q = qml.QNode(fn, qml.device(name, wires=2), diff_method="backprop")
+        f = lambda x, y: _real_view(q(x, y))
+        s = lambda v: qml.math.sum(qml.math.sin(f(v[:-1], v[-1]) * qml.math.arange(
+            1, 1 + len(f(v[:-1], v[-1])))))
+        v = pnp.array(np.append(x, y), requires_grad=True)
+        results.append((f(x, y), qml.jacobian(f, argnums=[0, 1])(x, y),
+                        qml.jacobian(qml.grad(s))(v), s, v))
+    (val, jac, hess, s, v), (rval, rjac, rhess, _, _) = results
+    assert np.allclose(val, rval, atol=1e-10)
+    for a, b in zip(jac, rjac):
+        assert np.allclose(a, b, atol=1e-10)
+    assert np.allclose(hess, rhess, atol=1e-9)
+    h, g = 1e-5, qml.grad(s)
+    fd = np.stack([(g(v + h * e) - g(v - h * e)) / (2 * h) for e in np.eye(len(v))], axis=1)
+    assert np.allclose(hess, fd, atol=1e-6)
+
+
+def test_autograd_backprop_of_a_complex_trainable_state_equals_default_qubit():
+    from pennylane import numpy as pnp
+
+    def f(v):
+        qml.StatePrep(v / pnp.linalg.norm(v), wires=[0, 1])
+        qml.RX(0.4, 0)
+        return qml.probs(wires=[0])
+    v = pnp.array([0.5, 0.3j, 0.2, 0.7 + 0.1j], requires_grad=True)
+    grads = [qml.grad(lambda v: qml.QNode(f, qml.device(name, wires=2),
+                                          diff_method="backprop")(v)[0])(v)
+             for name in ("qdiff.statevector", "default.qubit")]
+    assert np.allclose(grads[0], grads[1], atol=1e-12)
 
 
 def test_observables_whose_printed_data_agree_give_their_own_values():
@@ -417,6 +497,21 @@ def _postselected(x):
 def _postselected_z(x):
     _postselected_body(x)
     return qml.expval(qml.Z(0) @ qml.X(1))
+
+
+def test_best_takes_backprop_where_the_adjoint_refuses_the_operations():
+    """Postselection and a trainable state preparation pass the adjoint's measurement checks
+    but not its operations: ``best`` runs backprop there, under torch and autograd."""
+    def prep(x):
+        qml.StatePrep(qml.math.stack([qml.math.cos(x), 0 * x, 0 * x, qml.math.sin(x)]),
+                      wires=[0, 1])
+        qml.RY(0.3, 0)
+        return qml.expval(qml.Z(0) @ qml.X(1))
+    for fn, n in ((_postselected_z, 5), (prep, 2)):
+        a, r = both(fn, n=n)
+        xt = [torch.tensor(0.7, dtype=torch.float64, requires_grad=True) for _ in "ab"]
+        close(torch.autograd.grad(a(xt[0]), xt[0]), torch.autograd.grad(r(xt[1]), xt[1]))
+        close(qml.grad(a)(pnp.array(0.7)), qml.grad(r)(pnp.array(0.7)))
 
 
 def test_postselection_gives_the_statistics_of_the_postselected_state():

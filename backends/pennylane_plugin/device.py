@@ -44,6 +44,7 @@ from pennylane.measurements import (ClassicalShadowMP, ExpectationMP, Probabilit
 from pennylane.transforms import defer_measurements
 
 from qdiff.backends.base import Job
+from qdiff.circuits.pennylane_autograd import execute_autograd, has_boxes
 from qdiff.backends.statevector import StatevectorBackend
 from qdiff.backends.statevector.engine import Residual
 from qdiff.backends.statevector.simulate import Trace
@@ -56,7 +57,7 @@ from qdiff.circuits.pennylane_io import (from_pennylane_observable, from_pennyla
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
            torch.complex128: torch.complex128, torch.complex64: torch.complex64}
-_BACKPROP_INTERFACES = (Interface.TORCH,)
+_BACKPROP_INTERFACES = (Interface.TORCH, Interface.AUTOGRAD, Interface.NUMPY)
 
 
 def _stopping_condition(op) -> bool:
@@ -127,6 +128,13 @@ def _add_measurement_checks(program, name: str) -> None:
     program.add_transform(validate_measurements, analytic_measurements=_adjoint_measurement,
                           name=name)
     program.add_transform(_refuse_trainable_observables, name=name)
+
+
+def _trainable_state_prep(tape) -> bool:
+    """Whether the tape starts with a state preparation whose amplitudes are trainable."""
+    ops = tape.operations if tape is not None else ()
+    return bool(ops) and isinstance(ops[0], qml.operation.StatePrepBase) and \
+        ops[0].num_params > 0 and 0 in tape.trainable_params
 
 
 @qml.transform
@@ -206,6 +214,7 @@ class QdiffStatevector(Device):
         self._rng = np.random.default_rng(seed)
         self._engines: dict = {}
         self._gate_set = self.capabilities.gate_set()  # the TOML's gates (computed once)
+        self._adjoint_checked = (None, (), False)  # the last tape the adjoint program checked
 
     def _engine(self, n: int) -> StatevectorBackend:
         eng = self._engines.get(n)
@@ -231,41 +240,37 @@ class QdiffStatevector(Device):
 
     @staticmethod
     def _backprop_supports(config, circuit) -> bool:
-        """Torch backprop: the torch interface (or ``"auto"`` with torch parameters), exact."""
+        """Backprop through the torch engine: the torch interface, autograd (the engine inside
+        one autograd primitive) and numpy (no derivatives), exact; ``"auto"`` resolved from
+        the circuit's parameters."""
         interface = config.interface
         if interface == Interface.AUTO and circuit is not None:
-            interface = Interface.TORCH if qml.math.get_interface(
-                *circuit.get_parameters(trainable_only=False)) == "torch" else interface
+            name = qml.math.get_interface(*circuit.get_parameters(trainable_only=False))
+            interface = Interface(name) if name in ("torch", "autograd", "numpy") else interface
         if interface not in _BACKPROP_INTERFACES:
             return False
         return circuit is None or not circuit.shots
 
-    def _adjoint_supports(self, config, circuit, operations: bool = True) -> bool:
+    def _adjoint_supports(self, config, circuit) -> bool:
         """The engine's reverse mode: first derivatives of what :meth:`_adjoint_program`
-        accepts (a VJP of constant cotangents has no second derivative). ``operations=False``
-        checks the measurements, observables and shots only (no decomposition: the per-call
-        choice of ``best``)."""
+        accepts (a VJP of constant cotangents has no second derivative). PennyLane asks up to
+        three times about the same tape per call: the last tape's answer is kept."""
         if config.derivative_order > 1:
             return False
         if circuit is None:
             return True
+        key = tuple(circuit.trainable_params)
+        last, last_key, last_ok = self._adjoint_checked
+        if last is circuit and last_key == key:
+            return last_ok
         try:
-            if operations:
-                self._adjoint_program()((circuit,))
-            else:
-                self._adjoint_measurement_program()((circuit,))
-        except (DeviceError, qml.exceptions.DecompositionUndefinedError, AttributeError):
-            return False
-        return True
-
-    def _adjoint_measurement_program(self):
-        """The checks of :meth:`_adjoint_program` that read the measurements, observables and
-        shots, not the operations."""
-        name = f"adjoint + {self.name}"
-        program = qml.CompilePipeline()
-        program.add_transform(no_sampling, name=name)
-        _add_measurement_checks(program, name)
-        return program
+            self._adjoint_program()((circuit,))
+            ok = True
+        except (DeviceError, qml.exceptions.DecompositionUndefinedError, AttributeError,
+                qml.exceptions.QuantumFunctionError):
+            ok = False
+        self._adjoint_checked = (circuit, key, ok)
+        return ok
 
     def supports_vjp(self, execution_config=None, circuit=None) -> bool:
         return execution_config is None or execution_config.gradient_method != "backprop" and \
@@ -279,10 +284,12 @@ class QdiffStatevector(Device):
                 raise DeviceError(f"device option {option} not present on {self}")
         updated = {}
         method = config.gradient_method
-        if method == "best" and not self._adjoint_supports(config, circuit, operations=False) and \
-                self._backprop_supports(config, circuit):
+        if method == "best" and self._backprop_supports(config, circuit) and (
+                not self._adjoint_supports(config, circuit) or _trainable_state_prep(circuit)):
             # higher derivatives, measurements of the state (purity, entropies, density
-            # matrices) and trainable observables: torch autograd through the engine
+            # matrices), trainable observables, postselection, and a trainable state
+            # preparation (the adjoint would differentiate its decomposition, singular where
+            # amplitudes vanish): torch autograd through the engine
             method = updated["gradient_method"] = "backprop"
         elif method == "best":
             # the engine's reverse mode, used as a VJP (one reverse sweep per backward pass,
@@ -377,6 +384,11 @@ class QdiffStatevector(Device):
     # -- execution -------------------------------------------------------------------------
 
     def execute(self, circuits, execution_config: Optional[ExecutionConfig] = None):
+        if has_boxes(circuits):  # backprop under the autograd interface
+            return execute_autograd(circuits, self._execute)
+        return self._execute(circuits)
+
+    def _execute(self, circuits):
         plans = [self._plan(t) for t in circuits]
         outputs = self._execute_grouped([p.job for p in plans])
         return tuple(self._finish(p, o) for p, o in zip(plans, outputs))

@@ -1,0 +1,174 @@
+"""Backprop under PennyLane's autograd interface for the PennyLane devices (their engines are
+torch code).
+
+PennyLane's ``diff_method="backprop"`` hands the device tapes whose parameters are autograd
+boxes and differentiates whatever the device returns. A torch engine cannot take the boxes, so
+:func:`execute_autograd` gathers every boxed parameter into one real vector, runs the tapes
+with torch tensors in their place inside ONE autograd primitive, and hands autograd the
+results; the primitive's vector-Jacobian product is torch autograd through the engine, and is
+itself such a primitive (its own VJP the double backward), so ``qml.grad``, ``qml.jacobian``
+and Hessians are exact to every order.
+
+Autograd's cotangent ``g`` of a complex output ``y`` pairs as ``Re(g * dy)``; torch's as
+``Re(conj(v) * dy)``: torch is handed ``v = conj(g)``. Complex parameters (a trainable state
+vector or matrix) travel as their real and imaginary parts.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+_F64 = torch.float64
+
+
+def _vector_primitive(fn, n_in: int):
+    """An autograd primitive of ``x`` (a real vector of ``n_in`` entries) computing ``fn`` (a
+    differentiable torch function of a real 1-D tensor returning a 1-D tensor), with the VJP
+    another such primitive of ``[x, g]``."""
+    from autograd.extend import defvjp, primitive
+    import autograd.numpy as anp
+
+    @primitive
+    def f(x):
+        with torch.no_grad():
+            return fn(torch.as_tensor(np.asarray(x, dtype=np.float64))).numpy()
+
+    def vjp(ans, x):
+        cplx = np.iscomplexobj(ans)
+        m = int(np.size(ans))
+
+        def back(v: torch.Tensor) -> torch.Tensor:
+            with torch.enable_grad():  # the primitive's forward runs under no_grad
+                if not v.requires_grad:
+                    v = v.detach().requires_grad_(True)
+                xs = v[:n_in]
+                g = v[n_in:n_in + m]
+                if cplx:  # torch's cotangent of a complex output: conj of autograd's
+                    g = torch.complex(g, -v[n_in + m:])
+                out = fn(xs)
+                if not out.requires_grad:  # no output depends on the parameters
+                    return torch.zeros(n_in, dtype=_F64)
+                (gx,) = torch.autograd.grad(out, xs, g, create_graph=True, allow_unused=True)
+            return torch.zeros(n_in, dtype=_F64) if gx is None else gx
+
+        back_prim = _vector_primitive(back, n_in + (2 * m if cplx else m))
+        if cplx:
+            return lambda g: back_prim(anp.concatenate(
+                [x, anp.real(anp.ravel(g)), anp.imag(anp.ravel(g))]))
+        return lambda g: back_prim(anp.concatenate([x, anp.ravel(anp.real(g))]))
+
+    defvjp(f, vjp)
+    return f
+
+
+def has_boxes(circuits) -> bool:
+    """Whether any tape parameter is an autograd box (the call is being differentiated)."""
+    from autograd.tracer import Box
+    return any(isinstance(p, Box) for t in circuits
+               for p in t.get_parameters(trainable_only=False))
+
+
+def execute_autograd(circuits, run):
+    """``run(tapes)`` (the device's execution of tapes with torch parameters, returning torch
+    results that carry their autograd graph) differentiated by autograd: the results as
+    autograd values of the tapes' boxed parameters."""
+    from autograd.tracer import Box, getval
+    import autograd.numpy as anp
+
+    slots, parts = [], []  # (tape, parameter index, shape, complex) per boxed parameter
+    for ti, tape in enumerate(circuits):
+        for pi, p in enumerate(tape.get_parameters(trainable_only=False)):
+            if not isinstance(p, Box):
+                continue
+            cplx = np.iscomplexobj(getval(p))
+            slots.append((ti, pi, np.shape(getval(p)), cplx))
+            flat = anp.ravel(p)
+            parts += [anp.real(flat), anp.imag(flat)] if cplx else [flat]
+    x = anp.concatenate([anp.ravel(anp.asarray(q, dtype=np.float64) if not isinstance(q, Box)
+                                   else q) for q in parts])
+    layout: list = []  # the results' structure, filled by the first evaluation
+
+    def bound(v: torch.Tensor):
+        per_tape: dict = {}
+        off = 0
+        for ti, pi, shape, cplx in slots:
+            size = int(np.prod(shape))
+            t = v[off:off + size]
+            off += size
+            if cplx:
+                t = torch.complex(t, v[off:off + size])
+                off += size
+            per_tape.setdefault(ti, {})[pi] = t.reshape(shape)
+        tapes = []
+        for ti, tape in enumerate(circuits):
+            new = per_tape.get(ti)
+            if new is None:
+                tapes.append(_unboxed(tape))
+                continue
+            params = [new.get(pi, p) for pi, p in
+                      enumerate(_unboxed(tape).get_parameters(trainable_only=False))]
+            tape = tape.bind_new_parameters(params, list(range(len(params))))
+            tape.trainable_params = sorted(new)  # the boxed parameters, whatever was marked
+            tapes.append(tape)
+        return tapes
+
+    def fn(v: torch.Tensor) -> torch.Tensor:
+        results = run(bound(v))
+        leaves, struct = _flatten(results)
+        if not layout:
+            layout.append(struct)
+        cplx = any(t.is_complex() for t in leaves)
+        dt = torch.complex128 if cplx else _F64
+        return torch.cat([t.reshape(-1).to(dt) for t in leaves]) if leaves else \
+            torch.zeros(0, dtype=dt)
+
+    y = _vector_primitive(fn, int(np.size(getval(x))))(x)
+    return _unflatten(y, layout[0])
+
+
+def _unboxed(tape):
+    from autograd.tracer import Box, getval
+    params = tape.get_parameters(trainable_only=False)
+    if not any(isinstance(p, Box) for p in params):
+        return tape
+    return tape.bind_new_parameters([getval(p) for p in params], list(range(len(params))))
+
+
+def _flatten(results):
+    """Torch leaves of a device's nested results and their structure: a list whose entries are
+    ``("leaf", shape, complex)``, ``("tuple", [children])`` or ``("const", value)`` (a result
+    that is not a tensor, e.g. a NumPy array of a measurement with no trainable input)."""
+    leaves = []
+
+    def walk(r):
+        if isinstance(r, (tuple, list)):
+            return ("tuple", [walk(c) for c in r])
+        t = r if isinstance(r, torch.Tensor) else torch.as_tensor(np.asarray(r))
+        if not (t.is_floating_point() or t.is_complex()):
+            return ("const", r)
+        leaves.append(t)
+        return ("leaf", tuple(t.shape), t.is_complex())
+
+    return leaves, walk(results)
+
+
+def _unflatten(y, struct):
+    import autograd.numpy as anp
+    off = [0]
+    y_cplx = np.iscomplexobj(y._value if hasattr(y, "_value") else y)
+
+    def build(s):
+        kind = s[0]
+        if kind == "tuple":
+            return tuple(build(c) for c in s[1])
+        if kind == "const":
+            return s[1]
+        shape, cplx = s[1], s[2]
+        size = int(np.prod(shape))
+        seg = y[off[0]:off[0] + size]
+        off[0] += size
+        if y_cplx and not cplx:
+            seg = anp.real(seg)
+        return anp.reshape(seg, shape)
+
+    return build(struct)
