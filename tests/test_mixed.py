@@ -457,6 +457,28 @@ def test_channels_on_three_or_more_wires_equal_default_mixed(kind, wires):
             assert abs(float(p.grad) - float(fp)) < 1e-8
 
 
+def test_superoperators_of_wide_channels_are_checked_against_memory(monkeypatch):
+    """A channel on k wires has a 16**k superoperator: refused before it is built when it
+    does not fit (a PauliError on 8 wires: 68 GiB and more), naming the channel; the trajectory
+    method draws one Kraus operator per trajectory, also checked first."""
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "64M")
+    k = 8
+
+    def body():
+        qd.PauliError("X" * k, 0.1, wires=list(range(k)))
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffMemoryError, match=r"PauliError\[XXXXXXXX\].*8 wires"):
+        qd.qnode(qd.device("mixed", wires=k))(body)()
+    kraus = [math.sqrt(0.5) * np.eye(2 ** k), math.sqrt(0.5) * np.diag([1, -1] * 2 ** (k - 1))]
+    with pytest.raises(qd.QdiffMemoryError, match="QubitChannel.*8 wires"):
+        qd.qnode(qd.device("mixed", wires=k))(
+            lambda: (qd.QubitChannel(kraus, wires=list(range(k))), qd.expval(qd.Z(0)))[1])()
+    with pytest.raises(qd.QdiffMemoryError, match="Kraus operators of 2000 trajectories"):
+        qd.qnode(qd.device("statevector", wires=k, trajectories=2000, seed=1))(body)()
+    got = qd.qnode(qd.device("statevector", wires=k, trajectories=20, seed=1))(body)()
+    assert abs(float(got) - 0.8) < 0.7  # 0.8 (X...X with probability 0.1) +- 5 std. errors
+
+
 def test_noiseless_circuits_agree_with_the_statevector_engine():
     r = np.random.default_rng(3)
     n = 3
