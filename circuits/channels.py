@@ -33,7 +33,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from qdiff.circuits import recording
+from qdiff.circuits import caches, recording
 from qdiff.circuits.errors import QdiffError
 
 __all__ = ["Channel", "CHANNELS", "get_channel", "is_channel", "has_channels", "PauliError",
@@ -623,7 +623,8 @@ def qubit_channel(kraus_matrices, atol: float = 1e-10) -> Channel:
     @functools.lru_cache(maxsize=1)
     def superop():
         _superop_memory("QubitChannel", k, 2)
-        return kraus_superop(ks)
+        with caches.constants():  # kept: a plain constant whatever mode first asks for it
+            return kraus_superop(ks)
 
     def kraus():
         return ks
