@@ -33,7 +33,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from qdiff.circuits import recording
+from qdiff.circuits import caches, recording
 from qdiff.circuits.errors import QdiffError
 
 __all__ = ["Channel", "CHANNELS", "get_channel", "is_channel", "has_channels", "PauliError",
@@ -529,6 +529,15 @@ def _pauli_word_matrix(word: str) -> np.ndarray:
 _PAULI_ERRORS: dict = {}
 
 
+def _superop_memory(name: str, k: int, copies: int) -> None:
+    """Refuse (before allocating) the ``4**k x 4**k`` complex superoperator of a channel on
+    ``k`` wires (``copies`` of it) when it does not fit the memory budget."""
+    from qdiff.circuits import memory
+    memory.require(16.0 * 16.0 ** k * copies, f"the superoperator of channel '{name}' on {k} "
+                   f"wires ({copies} cop{'y' if copies == 1 else 'ies'} of 16*16**k bytes)", hint="a channel on fewer wires, or the trajectory "
+                   "method (qd.device('statevector', trajectories=...))")
+
+
 def pauli_error_channel(word: str) -> Channel:
     """The channel ``rho -> (1-p) rho + p P rho P`` for the Pauli word ``word`` (e.g. ``"XZ"``)."""
     if not isinstance(word, str) or not word or any(c not in "IXYZ" for c in word):
@@ -537,10 +546,15 @@ def pauli_error_channel(word: str) -> Channel:
     if word not in _PAULI_ERRORS:
         pm = _pauli_word_matrix(word)
         d2 = 4 ** len(word)
-        big = np.kron(pm, pm.conj())
+
+        @functools.lru_cache(maxsize=1)
+        def big():
+            return np.kron(pm, pm.conj())
 
         def superop(p):
-            return _mix([(1 - p, np.eye(d2, dtype=complex)), (p, big)], p)
+            # the constant factors (numpy and torch) and the batch of results with its terms
+            _superop_memory(f"PauliError[{word}]", len(word), 4 + 3 * max(1, p.numel()))
+            return _mix([(1 - p, np.eye(d2, dtype=complex)), (p, big())], p)
 
         def kraus(p):
             return torch.stack([_mix([(torch.sqrt(1 - p), np.eye(len(pm), dtype=complex))], p),
@@ -606,10 +620,11 @@ def qubit_channel(kraus_matrices, atol: float = 1e-10) -> Channel:
     if float(err) > atol:
         raise QdiffError(f"channel 'QubitChannel': the Kraus matrices are not trace preserving "
                          f"(max |sum K^+ K - I| = {float(err):.3g} > {atol:g})")
-    sup = kraus_superop(ks)
-
+    @functools.lru_cache(maxsize=1)
     def superop():
-        return sup
+        _superop_memory("QubitChannel", k, 2)
+        with caches.constants():  # kept: a plain constant whatever mode first asks for it
+            return kraus_superop(ks)
 
     def kraus():
         return ks

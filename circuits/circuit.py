@@ -489,11 +489,29 @@ def _assemble_theta(cols, batch_shape, bsz: int, dtype, device) -> torch.Tensor:
     return theta
 
 
+def _unbounded_columns(theta: torch.Tensor, ops) -> torch.Tensor:
+    """``(P,)``: columns that are finite or ``+inf`` where every use is a channel parameter
+    that may be infinite (a T1 or T2 without decay)."""
+    allowed, other = set(), set()
+    for op in ops:
+        unb = getattr(op.gate, "unbounded", ())
+        for s, p in enumerate(op.params):
+            if isinstance(p, ParamRef):
+                (allowed if s in unb and p.scale > 0 else other).add(p.index)
+    cols = torch.zeros(theta.shape[1], dtype=torch.bool, device=theta.device)
+    for k in allowed - other:
+        cols[k] = bool(((theta[:, k] == math.inf) | torch.isfinite(theta[:, k])).all())
+    return cols
+
+
 def _check_finite(theta: torch.Tensor, ops) -> None:
     """One check for NaN/inf angles; the message names the first offending gate."""
     if theta.numel() == 0 or not is_concrete(theta):
         return
     ok = torch.isfinite(theta.detach()).all(dim=0)
+    if bool(ok.all()):
+        return
+    ok = ok | _unbounded_columns(theta, ops)
     if bool(ok.all()):
         return
     bad = int((~ok).nonzero()[0, 0])

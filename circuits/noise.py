@@ -88,16 +88,18 @@ class NoiseModel:
     device: Any = field(default=None, repr=False, compare=False)  # the Qiskit backend described
 
     def add(self, gate, channel, *params, wires=None) -> "NoiseModel":
-        """After every ``gate`` (name like ``"cx"`` or a gate such as ``qd.CNOT``; ``"*"`` for
-        all) on ``wires`` (``None``: anywhere), insert ``channel`` with ``params``. Returns
+        """After every ``gate`` (OpenQASM or PennyLane name like ``"cx"`` or ``"CNOT"``, or a
+        gate such as ``qd.CNOT``; ``"*"`` for all) on ``wires`` (``None``: anywhere), insert ``channel`` with ``params``. Returns
         the model (calls chain)."""
         name = gate if isinstance(gate, str) else getattr(gate, "name", None)
         if not isinstance(name, str):
             raise QdiffError(f"noise rule: gate must be a name or a gate; got {gate!r}")
-        if name != "*":
-            from qdiff.circuits.gates import GATES
-            if name not in GATES:
-                raise QdiffError(f"noise rule: unknown gate '{name}'")
+        if name != "*":  # an OpenQASM or PennyLane name ("cx", "CNOT"): the gate's IR name
+            from qdiff.circuits.gates import get_gate
+            try:
+                name = get_gate(name).name
+            except QdiffError:
+                raise QdiffError(f"noise rule: unknown gate '{name}'") from None
         if channel is PauliError:   # add("cx", qd.PauliError, "XX", p): the word, then p
             if not params:
                 raise QdiffError("noise rule: PauliError takes the Pauli word and p")

@@ -388,6 +388,97 @@ def test_thermal_relaxation_without_t1_or_t2_decay():
         f(5.0, inf)
 
 
+def test_thermal_relaxation_takes_infinite_t1_and_t2_as_tensors():
+    """t1 = inf given as a (trainable) tensor, alone or in a batch, equals the float: an
+    infinite T1 or T2 is a valid parameter, not a NaN angle; its gradient is 0."""
+    inf = math.inf
+    dev = qd.device("mixed", wires=1)
+
+    @qd.qnode(dev)
+    def f(t1, t2):
+        qd.RY(0.9, wires=0)
+        qd.ThermalRelaxationError(0.1, t1, t2, 2.0, wires=0)
+        return qd.expval(qd.X(0))
+    t1 = torch.tensor(inf, dtype=torch.float64, requires_grad=True)
+    t2 = torch.tensor(8.0, dtype=torch.float64, requires_grad=True)
+    x = f(t1, t2)
+    x.backward()
+    assert abs(x.item() - math.sin(0.9) * math.exp(-2 / 8)) < 1e-12
+    assert float(t1.grad) == 0.0
+    assert abs(float(t2.grad) - math.sin(0.9) * math.exp(-2 / 8) * 2 / 64) < 1e-12
+    both = f(torch.tensor([inf, 20.0], dtype=torch.float64), 8.0)
+    torch.testing.assert_close(both[0], f(inf, 8.0))
+    torch.testing.assert_close(both[1], f(20.0, 8.0))
+    with pytest.raises(qd.QdiffError, match="ThermalRelaxationError.*t2"):
+        f(torch.tensor(10.0, dtype=torch.float64), torch.tensor(-inf, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("kind, wires", [("pauli", [3, 1, 0]), ("pauli", [0, 2, 3, 1]),
+                                         ("kraus", [2, 0, 3])])
+def test_channels_on_three_or_more_wires_equal_default_mixed(kind, wires):
+    """PauliError of a 3- or 4-letter word and a 3-qubit QubitChannel (unordered wires):
+    density matrix equal to default.mixed; gradients of the Pauli error's probability and of
+    the angles equal central finite differences on every diff method."""
+    r = np.random.default_rng(7)
+    n = 4
+    word = "XYZX"[:len(wires)]
+    kraus = random_kraus(r, 2, 3)
+
+    def body(lib, x, p):
+        for w in range(n):
+            lib.RY(0.3 + 0.4 * w, wires=w)
+            lib.RZ(0.7 * w + 0.1, wires=w)
+        lib.CNOT(wires=[0, 1])
+        lib.RX(x, wires=2)
+        if kind == "pauli":
+            lib.PauliError(word, p, wires=wires)
+        else:
+            lib.QubitChannel(kraus, wires=wires)
+        lib.CNOT(wires=[1, 2])
+        lib.RY(0.7 * x, wires=3)
+
+    want = qml.qnode(qml.device("default.mixed", wires=n))(
+        lambda x, p: (body(qml, x, p), qml.density_matrix(wires=range(n)))[1])
+    got = qd.qnode(qd.device("mixed", wires=n))(
+        lambda x, p: (body(qd, x, p), qd.density_matrix(wires=range(n)))[1])
+    np.testing.assert_allclose(got(0.4, 0.2).numpy(), np.asarray(want(0.4, 0.2)), atol=1e-12)
+    for method in ("best", "adjoint", "backprop"):
+        f = qd.qnode(qd.device("mixed", wires=n), diff_method=method)(
+            lambda x, p: (body(qd, x, p), qd.expval(qd.Z(0) @ qd.X(3) + 0.3 * qd.Y(2)))[1])
+        x = torch.tensor([0.4, 1.1], dtype=torch.float64, requires_grad=True)
+        p = torch.tensor(0.2, dtype=torch.float64, requires_grad=True)
+        f(x, p).sum().backward()
+        h = 1e-6
+        with torch.no_grad():
+            fx = (f(x + h, p) - f(x - h, p)) / (2 * h)
+            fp = ((f(x, p + h) - f(x, p - h)) / (2 * h)).sum()
+        torch.testing.assert_close(x.grad, fx, atol=1e-8, rtol=0)
+        if kind == "pauli":
+            assert abs(float(p.grad) - float(fp)) < 1e-8
+
+
+def test_superoperators_of_wide_channels_are_checked_against_memory(monkeypatch):
+    """A channel on k wires has a 16**k superoperator: refused before it is built when it
+    does not fit (a PauliError on 8 wires: 68 GiB and more), naming the channel; the trajectory
+    method draws one Kraus operator per trajectory, also checked first."""
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "64M")
+    k = 8
+
+    def body():
+        qd.PauliError("X" * k, 0.1, wires=list(range(k)))
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffMemoryError, match=r"PauliError\[XXXXXXXX\].*8 wires"):
+        qd.qnode(qd.device("mixed", wires=k))(body)()
+    kraus = [math.sqrt(0.5) * np.eye(2 ** k), math.sqrt(0.5) * np.diag([1, -1] * 2 ** (k - 1))]
+    with pytest.raises(qd.QdiffMemoryError, match="QubitChannel.*8 wires"):
+        qd.qnode(qd.device("mixed", wires=k))(
+            lambda: (qd.QubitChannel(kraus, wires=list(range(k))), qd.expval(qd.Z(0)))[1])()
+    with pytest.raises(qd.QdiffMemoryError, match="Kraus operators of 2000 trajectories"):
+        qd.qnode(qd.device("statevector", wires=k, trajectories=2000, seed=1))(body)()
+    got = qd.qnode(qd.device("statevector", wires=k, trajectories=20, seed=1))(body)()
+    assert abs(float(got) - 0.8) < 0.7  # 0.8 (X...X with probability 0.1) +- 5 std. errors
+
+
 def test_noiseless_circuits_agree_with_the_statevector_engine():
     r = np.random.default_rng(3)
     n = 3

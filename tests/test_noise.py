@@ -154,6 +154,21 @@ def test_rules_insert_channels_after_matching_gates_only():
                      ("rx", (1,)), ("PhaseFlip", (1,))]
 
 
+def test_rules_take_pennylane_gate_names():
+    """``add("CNOT", ...)`` and ``add("RX", ...)`` (PennyLane's names, as a PennyLane user
+    writes them) are the rules of ``add("cx", ...)`` and ``add("rx", ...)``."""
+    m = qd.noise.NoiseModel().add("CNOT", qd.BitFlip, 0.1, wires=[0, 1]).add(
+        "RX", qd.PhaseFlip, 0.2).add("Toffoli", qd.PauliError, "XYZ", 0.1)
+    assert [r.gate for r in m.rules] == ["cx", "rx", "ccx"]
+    c = qd.Circuit(3, tuple(qd.Operation(qd.get_gate(g), w, p) for g, w, p in (
+        ("cx", (0, 1), ()), ("rx", (1,), (0.3,)), ("ry", (1,), (0.3,)))))
+    names = [(op.name, op.wires) for op in m.apply(c).operations]
+    assert names == [("cx", (0, 1)), ("BitFlip", (0,)), ("BitFlip", (1,)), ("rx", (1,)),
+                     ("PhaseFlip", (1,)), ("ry", (1,))]
+    with pytest.raises(qd.QdiffError, match="unknown gate 'NotAGate'"):
+        qd.noise.NoiseModel().add("NotAGate", qd.BitFlip, 0.1)
+
+
 def test_a_circuit_run_under_several_models_gets_each_models_noise():
     """One circuit object under models that come and go (a sweep of noise strengths, where a
     freed model's id is reused) and under a model whose rule is replaced: each run has the

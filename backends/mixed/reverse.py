@@ -34,7 +34,7 @@ import torch
 
 from qdiff.backends.base import flat_outputs
 from qdiff.backends.mixed.measure import measure_all
-from qdiff.backends.mixed.simulate import apply_on, state_bytes, zero_density
+from qdiff.backends.mixed.simulate import apply_on, is_superop, state_bytes, zero_density
 from qdiff.backends.mixed.superops import (Evaluator, kron_pair, embed,
                                            fusion_plan, is_constant, op_matrices)
 from qdiff.backends.statevector.gate_data import circuit_angles, derivative_weights
@@ -257,7 +257,7 @@ def block_superops(blocks: Blocks) -> list:
 def _apply_block(vec, blk, s, n, dagger=False):
     m = 2 * n
     cols = tuple(n + w for w in blk.wires)
-    if blk.big:
+    if blk.big and not is_superop(s, blk.wires):
         u = s.conj().transpose(-1, -2) if dagger else s
         vec = apply_on(vec, u, blk.wires, m)
         return apply_on(vec, u.conj(), cols, m)

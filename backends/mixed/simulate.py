@@ -87,6 +87,12 @@ def apply_on(vec: torch.Tensor, mat: torch.Tensor, wires, m: int) -> torch.Tenso
     return torch.einsum(spec, um, vec.view(b, *shape)).reshape(vec.shape)
 
 
+def is_superop(mat: torch.Tensor, wires) -> bool:
+    """Whether a big block's matrix is a channel's superoperator (``4**k`` square) rather than
+    a gate's unitary (``2**k``)."""
+    return mat.shape[-1] == 4 ** len(wires)
+
+
 def evolve(circuit, theta: torch.Tensor, initial=None, cdtype=torch.complex128,
            device=None) -> torch.Tensor:
     """Final density matrices ``(B, 2**n, 2**n)`` for bindings ``theta`` ``(B, P)``;
@@ -117,10 +123,12 @@ def evolve(circuit, theta: torch.Tensor, initial=None, cdtype=torch.complex128,
     vec = rho.reshape(batch, 4 ** n)
     m = 2 * n
     for bi, (blk, steps) in enumerate(plan):
-        if blk.big:
+        if blk.big and not is_superop(ev.op(blk.ops[0]), blk.wires):
             u = ev.op(blk.ops[0])
             vec = apply_on(vec, u, blk.wires, m)
             vec = apply_on(vec, u.conj(), tuple(n + w for w in blk.wires), m)
+        elif blk.big:  # a channel on three or more wires: its superoperator
+            vec = apply_on(vec, ev.op(blk.ops[0]), blk.wires + tuple(n + w for w in blk.wires), m)
         else:
             s = ev.steps(steps, blk, bi)
             vec = apply_on(vec, s, blk.wires + tuple(n + w for w in blk.wires), m)

@@ -8,8 +8,8 @@ superoperator ``S`` on the row and column wires of ``W``, ordered ``(rows of W, 
 Consecutive operations are fused (the plan depends only on the circuit's structure): one-qubit
 operations on a wire wait until an operation of two wires touches it and are multiplied into
 that operation's 16x16 superoperator; operations on the same pair of wires share one block. An
-operation on three or more wires is applied on its own, as ``U`` on the rows and ``conj(U)`` on
-the columns.
+operation on three or more wires is applied on its own: a gate as ``U`` on the rows and
+``conj(U)`` on the columns, a channel by its superoperator on both.
 
 >>> import torch, qdiff as qd
 >>> c = qd.Circuit(2, (qd.Operation(qd.get_gate("h"), (0,)), qd.Operation(qd.get_gate("cx"), (0, 1))))

@@ -20,6 +20,7 @@ from qdiff.backends.statevector import kernels
 from qdiff.backends.statevector.apply import real_dtype_of
 from qdiff.backends.statevector.gate_data import circuit_angles
 from qdiff.backends.statevector.simulate import check_memory, evolve, zero_state
+from qdiff.circuits import memory
 from qdiff.circuits.channels import is_channel
 
 UNIFORM_SHARE = 0.05
@@ -47,6 +48,10 @@ def apply_channel(state, weights, ops, wires, n, generator) -> tuple:
     Returns ``(M_k psi, w_k / q_k)``: the drawn operator's state and the trajectory's weight
     factor (linear in ``w_k``, so its derivative exists where ``w_k = 0``)."""
     r = state.shape[0]
+    d = ops.shape[-1]
+    memory.require(2.0 * r * d * d * state.element_size(), f"the drawn Kraus operators of "
+                   f"{r} trajectories on {len(wires)} wires (a {d}x{d} matrix per trajectory)",
+                   state.device, hint="fewer trajectories or a channel on fewer wires")
     with torch.no_grad():
         norms = (ops.abs() ** 2).sum((-2, -1)).real.to(torch.float64)
         weight = weights.detach().to(torch.float64) * norms                   # (R', m)
@@ -96,7 +101,7 @@ def simulate_trajectories(circuit, theta, trajectories: int, cdtype, device, gen
         op = ops[part]
         if angles is None:
             angles = circuit_angles(ops, th, rdtype)
-        ps = [a.expand(rows) if a.shape[0] == 1 else a for a in angles[part]]
+        ps = angles[part]  # one value for all rows stays one: its operators are made once
         w, mats = op.gate.branches(*ps)
         if not ps:
             w, mats = w.unsqueeze(0), mats.unsqueeze(0)
