@@ -148,6 +148,43 @@ def test_pickling_a_local_qnode_fails_clearly():
         pickle.dumps(local)
 
 
+@pytest.mark.parametrize("kind", ["qnode", "static", "circuit"])
+def test_deepcopy_of_a_model_with_a_local_qnode(kind):
+    """copy.deepcopy(model) (best-model checkpoints) works whatever scope the qnode was
+    defined in, as for PennyLane's TorchLayer; the copy's outputs and gradients are the
+    original's and its weights are its own."""
+    import copy
+    if kind == "circuit":
+        from qiskit.circuit import ParameterVector, QuantumCircuit
+        from qdiff.circuits.qiskit_io import from_qiskit
+        x, w = ParameterVector("x", N), ParameterVector("w", N)
+        qc = QuantumCircuit(N)
+        for i in range(N):
+            qc.rx(x[i], i)
+            qc.ry(w[i], i)
+        qc.cx(0, 1)
+        q = qd.qnode(DEV, arguments={"inputs": x, "weights": w},
+                     observables=[qd.Z(i) for i in range(N)])(from_qiskit(qc))
+        layer = qd.QuantumLayer(q, {"weights": (N,)}, dtype=torch.float64)
+    else:
+        @qd.qnode(DEV, static=kind == "static")
+        def local(inputs, weights):
+            return _body(inputs, weights)
+        layer = qd.QuantumLayer(local, {"weights": (2, N, 3)}, dtype=torch.float64)
+    model = torch.nn.Sequential(layer, torch.nn.Linear(N, 1, dtype=torch.float64))
+    twin = copy.deepcopy(model)
+    assert twin[0].weights is not layer.weights
+    x = torch.rand(4, N, dtype=torch.float64)
+    assert torch.equal(twin(x), model(x))
+    g = torch.autograd.grad(model(x).sum(), list(model.parameters()))
+    g_twin = torch.autograd.grad(twin(x).sum(), list(twin.parameters()))
+    for a, b in zip(g, g_twin):
+        assert torch.equal(a, b)
+    with torch.no_grad():
+        twin[0].weights.add_(0.1)
+    assert not torch.equal(twin(x), model(x))
+
+
 @pytest.mark.parametrize("method,static", [("backprop", False), ("adjoint", False),
                                            ("parameter-shift", False), ("best", True)])
 def test_torch_compile_trains_with_same_gradients(method, static):
