@@ -63,6 +63,9 @@ class QuantumLayer(nn.Module):
         if not isinstance(weight_shapes, dict):
             raise QdiffError("QuantumLayer: weight_shapes must be a dict {weight name: shape}; "
                              f"got {type(weight_shapes).__name__}")
+        if not callable(qnode):
+            raise QdiffError(f"QuantumLayer: qnode must be a qnode (qd.qnode); got "
+                             f"{type(qnode).__name__}")
         self.qnode = qnode
         signature = inspect.signature(getattr(qnode, "func", qnode)).parameters
         params = list(signature)
@@ -87,6 +90,10 @@ class QuantumLayer(nn.Module):
                              "weight_shapes or a default value")
         self.weight_shapes = {k: _weight_shape(k, v) for k, v in weight_shapes.items()}
         _check_init_method(init_method, self.weight_shapes)
+        taken = [k for k in self.weight_shapes if hasattr(type(self), k) or k in self.__dict__]
+        if taken:
+            raise QdiffError(f"QuantumLayer: weight name(s) {taken} are attributes of the torch "
+                             "module (nn.Module / QuantumLayer); rename the qnode argument(s)")
         for name, shape in self.weight_shapes.items():
             self.register_parameter(name, nn.Parameter(self._init(name, shape, init_method, dtype)))
 
@@ -99,6 +106,9 @@ class QuantumLayer(nn.Module):
             except (TypeError, ValueError, RuntimeError):
                 raise QdiffError(f"QuantumLayer: init_method for '{name}' must be a callable or "
                                  f"an initial value; got {type(init).__name__}") from None
+        if isinstance(init, torch.Tensor) and init.is_complex():
+            raise QdiffError(f"QuantumLayer: initial value of '{name}' is complex "
+                             f"({init.dtype}); weights are real")
         if isinstance(init, torch.Tensor):
             if tuple(init.shape) != tuple(shape):
                 raise QdiffError(f"QuantumLayer: initial value of '{name}' has shape "
@@ -112,6 +122,9 @@ class QuantumLayer(nn.Module):
             raise QdiffError(f"QuantumLayer: init_method for '{name}' returned "
                              f"{type(out).__name__}; it must fill the tensor it is given (and "
                              "return it or None) or return a tensor")
+        if out.is_complex():
+            raise QdiffError(f"QuantumLayer: init_method for '{name}' returned a complex tensor "
+                             f"({out.dtype}); weights are real")
         if tuple(out.shape) != tuple(shape):
             raise QdiffError(f"QuantumLayer: init_method for '{name}' returned shape "
                              f"{tuple(out.shape)}, expected {tuple(shape)}")
@@ -219,6 +232,9 @@ def _concat_outputs(outs, inputs) -> torch.Tensor:
     """The qnode's outputs of several shapes (e.g. ``probs`` and ``expval``) as one tensor
     ``batch + (K,)``, each flattened per input row, in order (PennyLane's ``TorchLayer``); the
     batch is ``inputs.shape[:-1]``."""
+    if not isinstance(outs, (list, tuple)):
+        raise QdiffError(f"QuantumLayer: the qnode returned a {type(outs).__name__}, not a "
+                         "tensor or a list of tensors; give the layer a qdiff qnode (qd.qnode)")
     outs = list(outs)
     bad = [type(o).__name__ for o in outs if not isinstance(o, torch.Tensor)]
     if bad:

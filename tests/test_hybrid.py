@@ -501,3 +501,29 @@ def test_init_method_must_set_every_weight():
     assert torch.equal(qd.QuantumLayer(f, {"w": (2, 2)},
                                        init_method=lambda t: torch.ones(2, 2)).w.detach(),
                        torch.ones(2, 2))
+
+
+def test_layer_refuses_what_it_cannot_take_by_name():
+    """A weight named like a torch module attribute, a complex initial value, something other
+    than a qnode, and a qnode returning something other than tensors are QdiffErrors naming
+    what is at fault (never a KeyError/TypeError, never a silently dropped imaginary part)."""
+    dev = qd.device("statevector", wires=1)
+
+    def make(name):
+        ns = {"qd": qd}
+        exec(f"def f(inputs, {name}):\n    qd.RX(inputs, wires=0)\n    qd.RY({name}, wires=0)\n"
+             "    return qd.expval(qd.Z(0))", ns)
+        return qd.qnode(dev)(ns["f"])
+    for name in ("training", "forward", "qnode", "qnode_weights"):
+        with pytest.raises(qd.QdiffError, match=rf"weight name\(s\) \['{name}'\] are attributes"):
+            qd.QuantumLayer(make(name), {name: 1})
+    f = make("w")
+    with pytest.raises(qd.QdiffError, match="initial value of 'w' is complex"):
+        qd.QuantumLayer(f, {"w": 1}, init_method={"w": torch.tensor(1 + 1j)})
+    with pytest.raises(qd.QdiffError, match="init_method for 'w' returned a complex tensor"):
+        qd.QuantumLayer(f, {"w": 1}, init_method=lambda t: torch.full(t.shape, 1 + 1j))
+    with pytest.raises(qd.QdiffError, match="qnode must be a qnode"):
+        qd.QuantumLayer(42, {"w": 1})
+    layer = qd.QuantumLayer(lambda inputs, w: 0.5, {"w": 1})
+    with pytest.raises(qd.QdiffError, match="the qnode returned a float, not a tensor"):
+        layer(torch.rand(1))
