@@ -153,7 +153,8 @@ class QuantumLayer(nn.Module):
                 classical bit 0 most significant (SamplerQNN's index bit-reversed).
             device: a backend or a device name (default the statevector simulator).
             diff_method: any qnode method; ``init_method``: a callable or a ``(W,)`` tensor.
-            dtype: the weights' dtype (default float64, as Qiskit ML's ``TorchConnector``).
+            dtype: the weights' dtype (default float64; Qiskit ML's ``TorchConnector`` holds
+                float32 weights and returns float32 outputs).
 
         Angles may be any Qiskit parameter expression; they are evaluated in torch.
         """
