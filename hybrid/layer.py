@@ -49,7 +49,7 @@ class QuantumLayer(nn.Module):
 
     The circuit runs in the wider of the input and weight dtypes (angles in float64 when
     either is); the output is cast to the input's floating dtype (the weights' dtype for
-    integer inputs). Measurements of different shapes (``probs`` with ``expval``) are
+    integer inputs, and for lists and arrays). Measurements of different shapes (``probs`` with ``expval``) are
     flattened per input row and concatenated in order: ``(..., K)``, as ``TorchLayer``'s.
     """
 
@@ -172,6 +172,8 @@ class QuantumLayer(nn.Module):
             w = params.get(name)
             weights[name] = w = w if w is not None else getattr(self, name)
             ref = w if ref is None else ref
+        if not isinstance(inputs, torch.Tensor):  # a list or an array: a tensor of the weights'
+            inputs = weights[self.input_arg] = _as_input(inputs, ref)  # dtype, its batch kept
         out = self.qnode(**weights)
         if not isinstance(out, torch.Tensor):
             out = _concat_outputs(out, inputs)
@@ -199,6 +201,17 @@ class QuantumLayer(nn.Module):
     def extra_repr(self) -> str:
         return f"qnode={getattr(self.qnode, '__name__', '?')}, weights={self.weight_shapes}"
 
+
+def _as_input(inputs, ref) -> torch.Tensor:
+    """A layer input given as a list or an array, as a tensor in the weights' dtype."""
+    try:
+        t = torch.as_tensor(inputs)
+    except (TypeError, ValueError, RuntimeError):
+        raise QdiffError(f"QuantumLayer: inputs must be a tensor or an array of numbers; got "
+                         f"{type(inputs).__name__}") from None
+    if ref is not None and not t.is_complex():
+        t = t.to(device=ref.device, dtype=ref.dtype)
+    return t
 
 def _weight_shape(name: str, size) -> tuple:
     """A weight's shape from ``weight_shapes``: a sequence of sizes; an int ``n`` is ``(n,)``,

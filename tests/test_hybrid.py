@@ -527,3 +527,27 @@ def test_layer_refuses_what_it_cannot_take_by_name():
     layer = qd.QuantumLayer(lambda inputs, w: 0.5, {"w": 1})
     with pytest.raises(qd.QdiffError, match="the qnode returned a float, not a tensor"):
         layer(torch.rand(1))
+
+
+def test_list_and_array_inputs_keep_their_batch():
+    """An input given as a list or a numpy array is the tensor of it: a batch of 2 rows with
+    measurements of several shapes gives (2, K), as the tensor does, in the weights' dtype."""
+    import numpy as np
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def f(inputs, w):
+        qd.AngleEmbedding(inputs, wires=range(2))
+        qd.RY(w, wires=0)
+        return [qd.expval(qd.Z(0)), qd.probs(wires=[0, 1])]
+    layer = qd.QuantumLayer(f, {"w": 1}, dtype=torch.float64)
+    rows = [[0.1, 0.2], [0.3, 0.4]]
+    ref = layer(torch.tensor(rows, dtype=torch.float64))
+    assert ref.shape == (2, 5)
+    for given in (rows, np.array(rows), np.array(rows, dtype=np.float32)):
+        out = layer(given)
+        assert out.shape == (2, 5) and out.dtype == torch.float64
+        assert torch.allclose(out, ref, atol=1e-7)
+    for bad in (None, "ab"):
+        with pytest.raises(qd.QdiffError, match="inputs must be a tensor or an array"):
+            layer(bad)
