@@ -49,8 +49,9 @@ class QuantumLayer(nn.Module):
 
     The circuit runs in the wider of the input and weight dtypes (angles in float64 when
     either is); the output is cast to the input's floating dtype (the weights' dtype for
-    integer inputs, and for lists and arrays). Measurements of different shapes (``probs`` with ``expval``) are
-    flattened per input row and concatenated in order: ``(..., K)``, as ``TorchLayer``'s.
+    integer inputs, and for lists and arrays). Measurements of different shapes (``probs``
+    with ``expval``) are flattened per input row and concatenated in order: ``(..., K)``, as
+    ``TorchLayer``'s.
     """
 
     def __init__(self, qnode, weight_shapes: dict, init_method: Optional[Union[Callable, dict]] = None,
