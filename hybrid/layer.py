@@ -175,9 +175,15 @@ class QuantumLayer(nn.Module):
             ref = w if ref is None else ref
         if not isinstance(inputs, torch.Tensor):  # a list or an array: a tensor of the weights'
             inputs = weights[self.input_arg] = _as_input(inputs, ref)  # dtype, its batch kept
+        batch = None
+        if inputs.ndim > 2:  # (..., F) runs as (B, F), as TorchLayer's (a circuit reading
+            batch = tuple(inputs.shape[:-1])  # inputs[:, i] sees one row per sample)
+            inputs = weights[self.input_arg] = inputs.reshape(math.prod(batch), inputs.shape[-1])
         out = self.qnode(**weights)
         if not isinstance(out, torch.Tensor):
             out = _concat_outputs(out, inputs)
+        if batch is not None and out.ndim and out.shape[0] == inputs.shape[0]:
+            out = out.reshape(batch + tuple(out.shape[1:]))
         if isinstance(inputs, torch.Tensor) and inputs.dtype.is_floating_point:
             want = inputs.dtype
         else:

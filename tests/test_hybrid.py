@@ -551,3 +551,32 @@ def test_list_and_array_inputs_keep_their_batch():
     for bad in (None, "ab"):
         with pytest.raises(qd.QdiffError, match="inputs must be a tensor or an array"):
             layer(bad)
+
+
+def test_extra_leading_dims_run_as_rows_as_in_torchlayer():
+    """Inputs (A, B, F) reach the qnode as (A*B, F) and the outputs come back (A, B, K), as
+    with PennyLane's TorchLayer: a circuit that reads inputs[:, i] gets one row per sample."""
+    qml = pytest.importorskip("pennylane")
+
+    def make(lib):
+        def f(inputs, w):
+            lib.RX(inputs[:, 0], wires=0)
+            lib.RY(inputs[:, 1], wires=1)
+            lib.CNOT(wires=[0, 1])
+            lib.RY(w[0], wires=0)
+            lib.RX(w[1], wires=1)
+            return [lib.expval(lib.Z(0)), lib.probs(wires=[1])]
+        return f
+    layer = qd.QuantumLayer(qd.qnode(qd.device("statevector", wires=2))(make(qd)), {"w": 2},
+                            dtype=torch.float64)
+    ref = qml.qnn.TorchLayer(qml.qnode(qml.device("default.qubit", wires=2),
+                                       interface="torch")(make(qml)), {"w": 2})
+    ref.load_state_dict(layer.state_dict())
+    x = torch.rand(2, 3, 2, dtype=torch.float64, requires_grad=True)
+    out = layer(x)
+    assert out.shape == (2, 3, 3)
+    assert torch.allclose(out, ref(x.double()).to(out.dtype), atol=1e-10)
+    (gx,) = torch.autograd.grad(out.sum(), x)
+    (gx_ref,) = torch.autograd.grad(layer(x.reshape(6, 2)).sum(), x)
+    assert torch.allclose(gx, gx_ref, atol=1e-12)
+    assert layer(torch.rand(2, 0, 2, dtype=torch.float64)).shape == (2, 0, 3)
