@@ -153,7 +153,8 @@ class QuantumLayer(nn.Module):
                 for a circuit with final measurements their probabilities ``(B, 2**m)``,
                 classical bit 0 most significant (SamplerQNN's index bit-reversed).
             device: a backend or a device name (default the statevector simulator).
-            diff_method: any qnode method; ``init_method``: a callable or a ``(W,)`` tensor.
+            diff_method: any qnode method; ``init_method``: a callable, a ``(W,)`` tensor or
+                ``{"weights": ...}``.
             dtype: the weights' dtype (default float64; Qiskit ML's ``TorchConnector`` holds
                 float32 weights and returns float32 outputs).
 
