@@ -49,8 +49,9 @@ class QuantumLayer(nn.Module):
 
     The circuit runs in the wider of the input and weight dtypes (angles in float64 when
     either is); the output is cast to the input's floating dtype (the weights' dtype for
-    integer inputs). Measurements of different shapes (``probs`` with ``expval``) are
-    flattened per input row and concatenated in order: ``(..., K)``, as ``TorchLayer``'s.
+    integer inputs, and for lists and arrays). Measurements of different shapes (``probs``
+    with ``expval``) are flattened per input row and concatenated in order: ``(..., K)``, as
+    ``TorchLayer``'s.
     """
 
     def __init__(self, qnode, weight_shapes: dict, init_method: Optional[Union[Callable, dict]] = None,
@@ -63,6 +64,9 @@ class QuantumLayer(nn.Module):
         if not isinstance(weight_shapes, dict):
             raise QdiffError("QuantumLayer: weight_shapes must be a dict {weight name: shape}; "
                              f"got {type(weight_shapes).__name__}")
+        if not callable(qnode):
+            raise QdiffError(f"QuantumLayer: qnode must be a qnode (qd.qnode); got "
+                             f"{type(qnode).__name__}")
         self.qnode = qnode
         signature = inspect.signature(getattr(qnode, "func", qnode)).parameters
         params = list(signature)
@@ -87,6 +91,10 @@ class QuantumLayer(nn.Module):
                              "weight_shapes or a default value")
         self.weight_shapes = {k: _weight_shape(k, v) for k, v in weight_shapes.items()}
         _check_init_method(init_method, self.weight_shapes)
+        taken = [k for k in self.weight_shapes if hasattr(type(self), k) or k in self.__dict__]
+        if taken:
+            raise QdiffError(f"QuantumLayer: weight name(s) {taken} are attributes of the torch "
+                             "module (nn.Module / QuantumLayer); rename the qnode argument(s)")
         for name, shape in self.weight_shapes.items():
             self.register_parameter(name, nn.Parameter(self._init(name, shape, init_method, dtype)))
 
@@ -99,6 +107,9 @@ class QuantumLayer(nn.Module):
             except (TypeError, ValueError, RuntimeError):
                 raise QdiffError(f"QuantumLayer: init_method for '{name}' must be a callable or "
                                  f"an initial value; got {type(init).__name__}") from None
+        if isinstance(init, torch.Tensor) and init.is_complex():
+            raise QdiffError(f"QuantumLayer: initial value of '{name}' is complex "
+                             f"({init.dtype}); weights are real")
         if isinstance(init, torch.Tensor):
             if tuple(init.shape) != tuple(shape):
                 raise QdiffError(f"QuantumLayer: initial value of '{name}' has shape "
@@ -112,6 +123,9 @@ class QuantumLayer(nn.Module):
             raise QdiffError(f"QuantumLayer: init_method for '{name}' returned "
                              f"{type(out).__name__}; it must fill the tensor it is given (and "
                              "return it or None) or return a tensor")
+        if out.is_complex():
+            raise QdiffError(f"QuantumLayer: init_method for '{name}' returned a complex tensor "
+                             f"({out.dtype}); weights are real")
         if tuple(out.shape) != tuple(shape):
             raise QdiffError(f"QuantumLayer: init_method for '{name}' returned shape "
                              f"{tuple(out.shape)}, expected {tuple(shape)}")
@@ -139,8 +153,10 @@ class QuantumLayer(nn.Module):
                 for a circuit with final measurements their probabilities ``(B, 2**m)``,
                 classical bit 0 most significant (SamplerQNN's index bit-reversed).
             device: a backend or a device name (default the statevector simulator).
-            diff_method: any qnode method; ``init_method``: a callable or a ``(W,)`` tensor.
-            dtype: the weights' dtype (default float64, as Qiskit ML's ``TorchConnector``).
+            diff_method: any qnode method; ``init_method``: a callable, a ``(W,)`` tensor or
+                ``{"weights": ...}``.
+            dtype: the weights' dtype (default float64; Qiskit ML's ``TorchConnector`` holds
+                float32 weights and returns float32 outputs).
 
         Angles may be any Qiskit parameter expression; they are evaluated in torch.
         """
@@ -158,9 +174,17 @@ class QuantumLayer(nn.Module):
             w = params.get(name)
             weights[name] = w = w if w is not None else getattr(self, name)
             ref = w if ref is None else ref
+        if not isinstance(inputs, torch.Tensor):  # a list or an array: a tensor of the weights'
+            inputs = weights[self.input_arg] = _as_input(inputs, ref)  # dtype, its batch kept
+        batch = None
+        if inputs.ndim > 2:  # (..., F) runs as (B, F), as TorchLayer's (a circuit reading
+            batch = tuple(inputs.shape[:-1])  # inputs[:, i] sees one row per sample)
+            inputs = weights[self.input_arg] = inputs.reshape(math.prod(batch), inputs.shape[-1])
         out = self.qnode(**weights)
         if not isinstance(out, torch.Tensor):
             out = _concat_outputs(out, inputs)
+        if batch is not None and out.ndim and out.shape[0] == inputs.shape[0]:
+            out = out.reshape(batch + tuple(out.shape[1:]))
         if isinstance(inputs, torch.Tensor) and inputs.dtype.is_floating_point:
             want = inputs.dtype
         else:
@@ -185,6 +209,17 @@ class QuantumLayer(nn.Module):
     def extra_repr(self) -> str:
         return f"qnode={getattr(self.qnode, '__name__', '?')}, weights={self.weight_shapes}"
 
+
+def _as_input(inputs, ref) -> torch.Tensor:
+    """A layer input given as a list or an array, as a tensor in the weights' dtype."""
+    try:
+        t = torch.as_tensor(inputs)
+    except (TypeError, ValueError, RuntimeError):
+        raise QdiffError(f"QuantumLayer: inputs must be a tensor or an array of numbers; got "
+                         f"{type(inputs).__name__}") from None
+    if ref is not None and not t.is_complex():
+        t = t.to(device=ref.device, dtype=ref.dtype)
+    return t
 
 def _weight_shape(name: str, size) -> tuple:
     """A weight's shape from ``weight_shapes``: a sequence of sizes; an int ``n`` is ``(n,)``,
@@ -219,6 +254,9 @@ def _concat_outputs(outs, inputs) -> torch.Tensor:
     """The qnode's outputs of several shapes (e.g. ``probs`` and ``expval``) as one tensor
     ``batch + (K,)``, each flattened per input row, in order (PennyLane's ``TorchLayer``); the
     batch is ``inputs.shape[:-1]``."""
+    if not isinstance(outs, (list, tuple)):
+        raise QdiffError(f"QuantumLayer: the qnode returned a {type(outs).__name__}, not a "
+                         "tensor or a list of tensors; give the layer a qdiff qnode (qd.qnode)")
     outs = list(outs)
     bad = [type(o).__name__ for o in outs if not isinstance(o, torch.Tensor)]
     if bad:

@@ -44,14 +44,25 @@ def layer_from_qiskit(cls, qc, input_params=None, weight_params=None, observable
         as_import(qc).circuit.num_wires
     if device is None or isinstance(device, str):
         device = qd.device(device or "statevector", wires=n)
+    from qdiff.backends.base import Backend
+    if not isinstance(device, Backend):
+        raise QdiffError(f"from_qiskit: device= takes a qdiff device (qd.device(...)) or its "
+                         f"name; got {type(device).__name__}")
     if observables is not None and not isinstance(observables, (list, tuple)):
         observables = [observables]  # a layer's output is always (B, K)
     qnode = CircuitQNode(qc, device, diff_method, observables,
                          {"inputs": input_params, "weights": weight_params}, **gradient_kwargs)
     num_weights = qnode.arg_sizes[1]
-    if init_method is not None and not callable(init_method) and \
+    if isinstance(init_method, dict):  # {"weights": ...}, as for any QuantumLayer
+        pass
+    elif init_method is not None and not callable(init_method) and \
             not isinstance(init_method, torch.Tensor):
-        init_method = torch.as_tensor(init_method, dtype=torch.float64)
+        import numpy as np
+        try:  # through numpy: Python floats stay float64, complex values stay complex
+            init_method = torch.as_tensor(np.asarray(init_method))
+        except (TypeError, ValueError, RuntimeError):
+            raise QdiffError(f"from_qiskit: init_method must be a callable or initial weights "
+                             f"({num_weights},); got {type(init_method).__name__}") from None
     if isinstance(init_method, torch.Tensor) and init_method.ndim != 1:
         raise QdiffError(f"initial weights have shape {tuple(init_method.shape)}; expected "
                          f"({num_weights},), in weight_params order")

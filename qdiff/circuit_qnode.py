@@ -187,6 +187,11 @@ class CircuitQNode:
         expr = self.source.expressions.expressions[bad - len(self.names)]
         raise QdiffError(f"angle {expr} is NaN or infinite at the given parameter values")
 
+    def __deepcopy__(self, memo):
+        """A deep copy shares the qnode, as it shares a function: ``copy.deepcopy(model)``
+        works whatever scope the qnode was defined in."""
+        return self
+
     def __reduce__(self):
         """Pickle by construction arguments (a QuantumCircuit source; a converted circuit holds
         gate objects that do not pickle)."""

@@ -143,6 +143,11 @@ class QNode:
             cache[extra] = dev
         return cache[extra]
 
+    def __deepcopy__(self, memo):
+        """A deep copy shares the qnode, as it shares a function: ``copy.deepcopy(model)``
+        works whatever scope the qnode was defined in."""
+        return self
+
     def __reduce__(self):
         """Pickle by reference (module + name), so ``torch.save(model)`` works for qnodes
         defined at module level with the decorator."""

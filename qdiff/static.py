@@ -889,6 +889,11 @@ class StaticQNode:
             self._traces.move_to_end(key)  # least recently used first
         return trace.replay(tensors)
 
+    def __deepcopy__(self, memo):
+        """A deep copy shares the qnode, as it shares a function: ``copy.deepcopy(model)``
+        works whatever scope the qnode was defined in."""
+        return self
+
     def __reduce__(self):
         """Pickle by reference, like a qnode (define it at module level)."""
         import sys

@@ -148,6 +148,43 @@ def test_pickling_a_local_qnode_fails_clearly():
         pickle.dumps(local)
 
 
+@pytest.mark.parametrize("kind", ["qnode", "static", "circuit"])
+def test_deepcopy_of_a_model_with_a_local_qnode(kind):
+    """copy.deepcopy(model) (best-model checkpoints) works whatever scope the qnode was
+    defined in, as for PennyLane's TorchLayer; the copy's outputs and gradients are the
+    original's and its weights are its own."""
+    import copy
+    if kind == "circuit":
+        from qiskit.circuit import ParameterVector, QuantumCircuit
+        from qdiff.circuits.qiskit_io import from_qiskit
+        x, w = ParameterVector("x", N), ParameterVector("w", N)
+        qc = QuantumCircuit(N)
+        for i in range(N):
+            qc.rx(x[i], i)
+            qc.ry(w[i], i)
+        qc.cx(0, 1)
+        q = qd.qnode(DEV, arguments={"inputs": x, "weights": w},
+                     observables=[qd.Z(i) for i in range(N)])(from_qiskit(qc))
+        layer = qd.QuantumLayer(q, {"weights": (N,)}, dtype=torch.float64)
+    else:
+        @qd.qnode(DEV, static=kind == "static")
+        def local(inputs, weights):
+            return _body(inputs, weights)
+        layer = qd.QuantumLayer(local, {"weights": (2, N, 3)}, dtype=torch.float64)
+    model = torch.nn.Sequential(layer, torch.nn.Linear(N, 1, dtype=torch.float64))
+    twin = copy.deepcopy(model)
+    assert twin[0].weights is not layer.weights
+    x = torch.rand(4, N, dtype=torch.float64)
+    assert torch.equal(twin(x), model(x))
+    g = torch.autograd.grad(model(x).sum(), list(model.parameters()))
+    g_twin = torch.autograd.grad(twin(x).sum(), list(twin.parameters()))
+    for a, b in zip(g, g_twin):
+        assert torch.equal(a, b)
+    with torch.no_grad():
+        twin[0].weights.add_(0.1)
+    assert not torch.equal(twin(x), model(x))
+
+
 @pytest.mark.parametrize("method,static", [("backprop", False), ("adjoint", False),
                                            ("parameter-shift", False), ("best", True)])
 def test_torch_compile_trains_with_same_gradients(method, static):
@@ -464,3 +501,82 @@ def test_init_method_must_set_every_weight():
     assert torch.equal(qd.QuantumLayer(f, {"w": (2, 2)},
                                        init_method=lambda t: torch.ones(2, 2)).w.detach(),
                        torch.ones(2, 2))
+
+
+def test_layer_refuses_what_it_cannot_take_by_name():
+    """A weight named like a torch module attribute, a complex initial value, something other
+    than a qnode, and a qnode returning something other than tensors are QdiffErrors naming
+    what is at fault (never a KeyError/TypeError, never a silently dropped imaginary part)."""
+    dev = qd.device("statevector", wires=1)
+
+    def make(name):
+        ns = {"qd": qd}
+        exec(f"def f(inputs, {name}):\n    qd.RX(inputs, wires=0)\n    qd.RY({name}, wires=0)\n"
+             "    return qd.expval(qd.Z(0))", ns)
+        return qd.qnode(dev)(ns["f"])
+    for name in ("training", "forward", "qnode", "qnode_weights"):
+        with pytest.raises(qd.QdiffError, match=rf"weight name\(s\) \['{name}'\] are attributes"):
+            qd.QuantumLayer(make(name), {name: 1})
+    f = make("w")
+    with pytest.raises(qd.QdiffError, match="initial value of 'w' is complex"):
+        qd.QuantumLayer(f, {"w": 1}, init_method={"w": torch.tensor(1 + 1j)})
+    with pytest.raises(qd.QdiffError, match="init_method for 'w' returned a complex tensor"):
+        qd.QuantumLayer(f, {"w": 1}, init_method=lambda t: torch.full(t.shape, 1 + 1j))
+    with pytest.raises(qd.QdiffError, match="qnode must be a qnode"):
+        qd.QuantumLayer(42, {"w": 1})
+    layer = qd.QuantumLayer(lambda inputs, w: 0.5, {"w": 1})
+    with pytest.raises(qd.QdiffError, match="the qnode returned a float, not a tensor"):
+        layer(torch.rand(1))
+
+
+def test_list_and_array_inputs_keep_their_batch():
+    """An input given as a list or a numpy array is the tensor of it: a batch of 2 rows with
+    measurements of several shapes gives (2, K), as the tensor does, in the weights' dtype."""
+    import numpy as np
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def f(inputs, w):
+        qd.AngleEmbedding(inputs, wires=range(2))
+        qd.RY(w, wires=0)
+        return [qd.expval(qd.Z(0)), qd.probs(wires=[0, 1])]
+    layer = qd.QuantumLayer(f, {"w": 1}, dtype=torch.float64)
+    rows = [[0.1, 0.2], [0.3, 0.4]]
+    ref = layer(torch.tensor(rows, dtype=torch.float64))
+    assert ref.shape == (2, 5)
+    for given in (rows, np.array(rows), np.array(rows, dtype=np.float32)):
+        out = layer(given)
+        assert out.shape == (2, 5) and out.dtype == torch.float64
+        assert torch.allclose(out, ref, atol=1e-7)
+    for bad in (None, "ab"):
+        with pytest.raises(qd.QdiffError, match="inputs must be a tensor or an array"):
+            layer(bad)
+
+
+def test_extra_leading_dims_run_as_rows_as_in_torchlayer():
+    """Inputs (A, B, F) reach the qnode as (A*B, F) and the outputs come back (A, B, K), as
+    with PennyLane's TorchLayer: a circuit that reads inputs[:, i] gets one row per sample."""
+    qml = pytest.importorskip("pennylane")
+
+    def make(lib):
+        def f(inputs, w):
+            lib.RX(inputs[:, 0], wires=0)
+            lib.RY(inputs[:, 1], wires=1)
+            lib.CNOT(wires=[0, 1])
+            lib.RY(w[0], wires=0)
+            lib.RX(w[1], wires=1)
+            return [lib.expval(lib.Z(0)), lib.probs(wires=[1])]
+        return f
+    layer = qd.QuantumLayer(qd.qnode(qd.device("statevector", wires=2))(make(qd)), {"w": 2},
+                            dtype=torch.float64)
+    ref = qml.qnn.TorchLayer(qml.qnode(qml.device("default.qubit", wires=2),
+                                       interface="torch")(make(qml)), {"w": 2})
+    ref.load_state_dict(layer.state_dict())
+    x = torch.rand(2, 3, 2, dtype=torch.float64, requires_grad=True)
+    out = layer(x)
+    assert out.shape == (2, 3, 3)
+    assert torch.allclose(out, ref(x.double()).to(out.dtype), atol=1e-10)
+    (gx,) = torch.autograd.grad(out.sum(), x)
+    (gx_ref,) = torch.autograd.grad(layer(x.reshape(6, 2)).sum(), x)
+    assert torch.allclose(gx, gx_ref, atol=1e-12)
+    assert layer(torch.rand(2, 0, 2, dtype=torch.float64)).shape == (2, 0, 3)

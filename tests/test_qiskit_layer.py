@@ -377,3 +377,23 @@ def test_measured_circuit_outputs_follow_sampler_qnn_index():
     assert ours.shape == (4,) and np.allclose(ref[4:], 0)
     assert np.allclose(ours, ref[:4], atol=0.01)
     assert abs(ours[1] - ours[2]) > 0.05  # the two orders differ here
+
+
+def test_from_qiskit_init_method_and_device_errors_and_dict():
+    """Initial weights as a list keep float64, as a dict name the layer's one weight; a complex
+    value, a string or a foreign device object are QdiffErrors (never a dropped imaginary part
+    or a raw TypeError/AttributeError)."""
+    fm, ansatz, qc = classifier(n=2)
+    w = [0.1234567890123, 1 / 3, 2 / 7, 0.5, 0.25, 0.75, 1.5, 2.5][:ansatz.num_parameters]
+    layer = qd.QuantumLayer.from_qiskit(qc, fm.parameters, ansatz.parameters, init_method=w)
+    assert torch.equal(layer.weights.detach(), torch.tensor(w, dtype=torch.float64))
+    layer = qd.QuantumLayer.from_qiskit(qc, fm.parameters, ansatz.parameters,
+                                        init_method={"weights": torch.tensor(w)})
+    assert layer.weights.shape == (len(w),)
+    with pytest.raises(QdiffError, match="initial value of 'weights' is complex"):
+        qd.QuantumLayer.from_qiskit(qc, fm.parameters, ansatz.parameters,
+                                    init_method=np.ones(len(w), dtype=complex))
+    with pytest.raises(QdiffError, match=r"init_method must be a callable or initial weights"):
+        qd.QuantumLayer.from_qiskit(qc, fm.parameters, ansatz.parameters, init_method="zeros")
+    with pytest.raises(QdiffError, match="device= takes a qdiff device"):
+        qd.QuantumLayer.from_qiskit(qc, fm.parameters, ansatz.parameters, device=42)
