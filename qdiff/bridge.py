@@ -26,13 +26,15 @@ a silent zero.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
 
-from qdiff.backends.base import DEVICE_SHOTS, Job, check_shots
+from qdiff.backends.base import DEVICE_SHOTS, Backend, Job, check_shots
 from qdiff.circuits.circuit import Circuit, memo, unitary_ops
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
@@ -160,6 +162,41 @@ def _run(plan: Plan, theta: torch.Tensor):
     return flat.to(theta.dtype if theta.dtype.is_floating_point else flat.dtype), res.residual
 
 
+def check_device(device, who: str = "qnode") -> None:
+    """A qdiff device (a Backend); a PennyLane or Qiskit device, or anything else, is a
+    QdiffError naming the way to use it."""
+    if isinstance(device, Backend):
+        return
+    mod = type(device).__module__ or ""
+    if mod.startswith("pennylane"):
+        name = getattr(device, "name", "default.qubit")
+        hint = (f"wrap it as qd.device(\"pennylane\", name=\"{name}\", wires=...), or keep "
+                f"qml.qnode and use qml.device(\"qdiff.statevector\", wires=...)")
+    elif mod.startswith(("qiskit", "qiskit_aer", "qiskit_ibm_runtime")):
+        hint = "use qd.device(\"aer\", ...) or qd.device(\"ibm\", backend=..., ...)"
+    else:
+        hint = "use qd.device(\"statevector\", wires=n) or another qd.device(...)"
+    raise QdiffError(f"{who}: device must be a qdiff device (qd.device(...)); got "
+                     f"{type(device).__name__} from {mod or 'builtins'}: {hint}")
+
+
+def exact_precision(fn):
+    """``fn`` run with torch's autocast off: under ``torch.autocast`` the engine still computes
+    in the device's precision (autocast would run its float32 products in bfloat16/float16)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        cpu, cuda = torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda")
+        if not (cpu or cuda):
+            return fn(*args, **kwargs)
+        with contextlib.ExitStack() as stack:
+            if cpu:
+                stack.enter_context(torch.autocast("cpu", enabled=False))
+            if cuda:
+                stack.enter_context(torch.autocast("cuda", enabled=False))
+            return fn(*args, **kwargs)
+    return wrapper
+
+
 class FirstOrderOnly(torch.autograd.Function):
     """Identity on a computed gradient whose own derivative is not available: differentiating
     through it raises a clear error instead of returning a silent zero."""
@@ -211,6 +248,7 @@ class QuantumFunction(torch.autograd.Function):
         ctx.save_for_forward(theta)
 
     @staticmethod
+    @exact_precision
     def backward(ctx, g_out, _g_residual):
         (theta,) = ctx.saved_tensors
         plan = ctx.plan
@@ -227,6 +265,7 @@ class QuantumFunction(torch.autograd.Function):
         return grad.to(device=theta.device, dtype=theta.dtype), None
 
     @staticmethod
+    @exact_precision
     def jvp(ctx, theta_t, _plan_t):
         (theta,) = ctx.saved_tensors
         plan = ctx.plan
@@ -526,6 +565,7 @@ def refuse_graph_capture(kind: str, fn) -> None:
                      "which keeps the qnode call eager")
 
 
+@exact_precision
 def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
             options: Options = None, shots=DEVICE_SHOTS):
     """One tensor per measurement of ``recorded.circuit``, each with leading dim ``B``; with

@@ -56,7 +56,9 @@ class CircuitQNode:
 
     def __init__(self, source, device, diff_method: str = "best", observables=None,
                  arguments=None, **gradient_kwargs):
+        from qdiff.bridge import check_device
         from qdiff.rules import make_options
+        check_device(device)
         # validated once; SPSA's direction stream lives here, advanced by every backward
         self.options = make_options(diff_method, gradient_kwargs)
         imp = as_import(source)

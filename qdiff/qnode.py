@@ -72,6 +72,8 @@ class QNode:
     def __init__(self, func, device, diff_method: str = "best", interface: str = "auto",
                  shots=DEVICE_SHOTS, **gradient_kwargs):
         check_keywords(gradient_kwargs, interface)
+        from qdiff.bridge import check_device
+        check_device(device)
         # validated once; SPSA's direction stream lives here, advanced by every backward
         self.options = make_options(diff_method, gradient_kwargs)
         from qdiff.bridge import effective_shots

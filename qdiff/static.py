@@ -53,7 +53,7 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 
 from qdiff.backends.base import Gather, Prepared, flat_outputs
-from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective_shots,
+from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective_shots, exact_precision,
                           engine_vjp, expand_coefficients, refuse_graph_capture, unshare,
                           validate_rules)
 from qdiff.circuits import recording
@@ -471,6 +471,7 @@ class ReplayFunction(torch.autograd.Function):
         return out if out.dtype == trace.dtype else out.to(trace.dtype)
 
     @staticmethod
+    @exact_precision
     def backward(ctx, g_out):
         trace = ctx.trace
         tensors = ctx.saved_tensors
@@ -495,6 +496,7 @@ class BoundFunction(torch.autograd.Function):
         return out if out.dtype is trace.dtype else out.to(trace.dtype)
 
     @staticmethod
+    @exact_precision
     def backward(ctx, g_out):
         trace = ctx.trace
         needs = ctx.needs_input_grad
@@ -512,6 +514,8 @@ class BoundFunction(torch.autograd.Function):
 
 _FunctionBase_apply = super(torch.autograd.Function, BoundFunction).apply
 _transforms_active = torch._C._are_functorch_transforms_active
+_autocast_cpu = functools.partial(torch.is_autocast_enabled, "cpu")
+_autocast_cuda = functools.partial(torch.is_autocast_enabled, "cuda")
 _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 
 
@@ -887,6 +891,8 @@ class StaticQNode:
                 self._traces.popitem(last=False)
         elif len(self._traces) > 1:
             self._traces.move_to_end(key)  # least recently used first
+        if _autocast_cpu() or _autocast_cuda():  # the engine computes in its own precision
+            return exact_precision(trace.replay)(tensors)
         return trace.replay(tensors)
 
     def __deepcopy__(self, memo):

@@ -99,3 +99,18 @@ def test_finite_observables_still_build_and_differentiate():
     out = run(1, body)
     out.backward()
     assert torch.allclose(c.grad, torch.tensor([np.cos(0.3), 0.0], dtype=c.dtype), atol=1e-12)
+
+
+def test_a_qnode_names_a_foreign_device_and_the_way_to_use_it():
+    import pennylane as qml
+    from qiskit import QuantumCircuit
+
+    def f():
+        return qd.expval(qd.Z(0))
+    qc = QuantumCircuit(1)
+    qc.h(0)
+    for dev, hint in ((qml.device("default.qubit", wires=1), "qd.device\\(\"pennylane\""),
+                      (42, "qd.device\\(\"statevector\""), ("statevector", "got str")):
+        for fn in (f, qc):
+            with pytest.raises(QdiffError, match="qdiff device.*" + hint):
+                qd.qnode(dev)(fn)

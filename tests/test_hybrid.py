@@ -580,3 +580,34 @@ def test_extra_leading_dims_run_as_rows_as_in_torchlayer():
     (gx_ref,) = torch.autograd.grad(layer(x.reshape(6, 2)).sum(), x)
     assert torch.allclose(gx, gx_ref, atol=1e-12)
     assert layer(torch.rand(2, 0, 2, dtype=torch.float64)).shape == (2, 0, 3)
+
+
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("method", ["best", "backprop", "parameter-shift"])
+def test_autocast_leaves_the_engine_in_the_device_precision(method, static):
+    """Under torch.autocast (bfloat16) a complex64 device's outputs and gradients are those
+    computed without it: the engine's float32 products are not run in bfloat16."""
+    n = 3
+    dev = qd.device("statevector", wires=n, dtype=torch.complex64)
+
+    @qd.qnode(dev, diff_method=method, static=static)
+    def circuit(inputs, w):
+        qd.AngleEmbedding(inputs, wires=range(n))
+        qd.StronglyEntanglingLayers(w, wires=range(n))
+        return [qd.expval(qd.Z(0)), qd.expval(0.5 * qd.X(0) @ qd.Z(1) + qd.Y(2)),
+                qd.expval(qd.Z(2))]
+    torch.manual_seed(0)
+    layer = qd.QuantumLayer(circuit, {"w": (2, n, 3)}, dtype=torch.float32)
+    x = torch.rand(5, n)
+    ref = layer(x)
+    (gref,) = torch.autograd.grad(ref.pow(2).sum(), layer.w)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = layer(x)
+    (g,) = torch.autograd.grad(out.pow(2).sum(), layer.w)  # backward outside, as torch advises
+    assert out.dtype == torch.float32
+    assert torch.allclose(out, ref, atol=1e-6, rtol=0)
+    assert torch.allclose(g, gref, atol=1e-6, rtol=0)
+    if method != "backprop":  # qdiff's own backward runs in the device's precision anywhere
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            (g,) = torch.autograd.grad(layer(x).pow(2).sum(), layer.w)
+        assert torch.allclose(g, gref, atol=1e-6, rtol=0)
