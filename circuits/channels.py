@@ -248,13 +248,15 @@ class Channel:
             if a.is_complex():
                 raise QdiffError(f"channel '{self.name}': parameter {pname} must be real; got "
                                  "a complex tensor")
+            if a.dtype is torch.bool:
+                raise bad
             return a
         if isinstance(a, (str, bytes, bool)) or a is None:
             raise bad
         if isinstance(a, (int, float)):
             return math.inf if a == math.inf and i in self.unbounded else a
         try:
-            if np.iscomplexobj(a):
+            if np.iscomplexobj(a) or np.asarray(a).dtype == np.bool_:
                 raise bad
             arr = np.asarray(a, dtype=float)
         except (TypeError, ValueError):

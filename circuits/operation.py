@@ -72,6 +72,9 @@ def check_param(value, gate_name: str):
     if isinstance(value, torch.Tensor):
         if value.is_complex():
             raise QdiffError(f"gate '{gate_name}': angles must be real, got a complex tensor")
+        if value.dtype is torch.bool:
+            raise QdiffError(f"gate '{gate_name}': angle must be a real number or tensor, "
+                             f"got a bool tensor")
         if not value.dtype.is_floating_point:
             value = value.to(torch.get_default_dtype() if torch.get_default_dtype() == torch.float64
                              else torch.float64)
@@ -85,10 +88,16 @@ def check_param(value, gate_name: str):
         return float(value)
     try:
         import numpy as np
+        kind = np.asarray(value).dtype
+        if kind == np.bool_:
+            raise TypeError
         arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
+        what = type(value).__name__
+        if np.asarray(value).dtype == np.bool_ and what != "bool":
+            what += " of bool"
         raise QdiffError(f"gate '{gate_name}': angle must be a real number or tensor, "
-                         f"got {type(value).__name__}") from None
+                         f"got {what}") from None
     return check_param(torch.as_tensor(arr), gate_name)
 
 

@@ -65,6 +65,14 @@ def _rule_cached(gate, slot: int) -> tuple:
     if gate.shift_rules is not None:
         return tuple((float(c), float(s)) for c, s in gate.shift_rules[slot])
     if gate.generators is None or gate.generators[slot] is None:
+        from qdiff.circuits.channels import is_channel
+        if is_channel(gate):
+            names = getattr(gate, "param_names", ())
+            pname = names[slot] if slot < len(names) else slot
+            raise QdiffError(f"channel '{gate.name}': parameter {pname} is a probability or "
+                             "rate, not a gate angle, and has no parameter-shift rule; "
+                             "differentiate it with diff_method='backprop' or 'adjoint' "
+                             "(exact) or 'finite-diff' (also with shots)")
         raise QdiffError(f"gate '{gate.pl_name or gate.name}' has no generator or shift rule for "
                          f"parameter {slot}; it cannot be differentiated by parameter-shift "
                          "(decompose it, or use diff_method='backprop' or 'adjoint')")

@@ -68,7 +68,8 @@ def test_bool_shots_and_wires(kw, pattern):
         qd.device("statevector", **kw)
 
 
-@pytest.mark.parametrize("angle", ["0.3", b"0.3", True])
+@pytest.mark.parametrize("angle", ["0.3", b"0.3", True, np.bool_(True), torch.tensor(True),
+                                   np.array([True, False])])
 def test_string_and_bool_angles(angle):
     """The string "0.3" was silently converted to 0.3 rad."""
     def body():
@@ -114,3 +115,12 @@ def test_a_qnode_names_a_foreign_device_and_the_way_to_use_it():
         for fn in (f, qc):
             with pytest.raises(QdiffError, match="qdiff device.*" + hint):
                 qd.qnode(dev)(fn)
+
+
+@pytest.mark.parametrize("p", [True, np.bool_(True), torch.tensor(True)])
+def test_bool_channel_parameters_are_refused(p):
+    def body():
+        qd.DepolarizingChannel(p, wires=0)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(QdiffError, match="DepolarizingChannel.*parameter p must be a real"):
+        qd.qnode(qd.device("mixed", wires=1))(body)()

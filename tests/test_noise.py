@@ -444,3 +444,17 @@ def test_aer_all_qubit_errors_are_converted_with_aer_precedence():
     for key, v in res.get_counts().items():
         got[int(key[::-1], 2)] += v / 200000
     assert np.abs(p.numpy() - got).max() < 5 * math.sqrt(0.25 / 200000)
+
+
+def test_parameter_shift_names_a_channel_parameter_and_the_methods_that_take_it():
+    dev = qd.device("mixed", wires=1)
+
+    @qd.qnode(dev, diff_method="parameter-shift")
+    def f(p):
+        qd.RX(0.3, wires=0)
+        qd.AmplitudeDamping(p, wires=0)
+        return qd.expval(qd.Z(0))
+    p = torch.tensor(0.2, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(qd.QdiffError, match="channel 'AmplitudeDamping': parameter gamma.*"
+                                         "no parameter-shift rule.*finite-diff"):
+        f(p).backward()
