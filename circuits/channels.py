@@ -536,8 +536,9 @@ def _superop_memory(name: str, k: int, copies: int) -> None:
     ``k`` wires (``copies`` of it) when it does not fit the memory budget."""
     from qdiff.circuits import memory
     memory.require(16.0 * 16.0 ** k * copies, f"the superoperator of channel '{name}' on {k} "
-                   f"wires ({copies} cop{'y' if copies == 1 else 'ies'} of 16*16**k bytes)", hint="a channel on fewer wires, or the trajectory "
-                   "method (qd.device('statevector', trajectories=...))")
+                   f"wires ({copies} cop{'y' if copies == 1 else 'ies'} of 16*16**k bytes)",
+                   hint="a channel on fewer wires, or the trajectory method "
+                   "(qd.device('statevector', trajectories=...))")
 
 
 def pauli_error_channel(word: str) -> Channel:

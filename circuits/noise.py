@@ -89,8 +89,8 @@ class NoiseModel:
 
     def add(self, gate, channel, *params, wires=None) -> "NoiseModel":
         """After every ``gate`` (OpenQASM or PennyLane name like ``"cx"`` or ``"CNOT"``, or a
-        gate such as ``qd.CNOT``; ``"*"`` for all) on ``wires`` (``None``: anywhere), insert ``channel`` with ``params``. Returns
-        the model (calls chain)."""
+        gate such as ``qd.CNOT``; ``"*"`` for all) on ``wires`` (``None``: anywhere), insert
+        ``channel`` with ``params``. Returns the model (calls chain)."""
         name = gate if isinstance(gate, str) else getattr(gate, "name", None)
         if not isinstance(name, str):
             raise QdiffError(f"noise rule: gate must be a name or a gate; got {gate!r}")

@@ -221,6 +221,7 @@ def _as_input(inputs, ref) -> torch.Tensor:
         t = t.to(device=ref.device, dtype=ref.dtype)
     return t
 
+
 def _weight_shape(name: str, size) -> tuple:
     """A weight's shape from ``weight_shapes``: a sequence of sizes; an int ``n`` is ``(n,)``,
     and ``1`` is a scalar ``()``, as in PennyLane's ``TorchLayer``."""

@@ -53,9 +53,9 @@ import torch
 import torch.autograd.forward_ad as _forward_ad
 
 from qdiff.backends.base import Gather, Prepared, flat_outputs
-from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective_shots, exact_precision,
-                          engine_vjp, expand_coefficients, refuse_graph_capture, unshare,
-                          validate_rules)
+from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective_shots,
+                          engine_vjp, exact_precision, expand_coefficients, refuse_graph_capture,
+                          unshare, validate_rules)
 from qdiff.circuits import recording
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
