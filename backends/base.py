@@ -163,8 +163,40 @@ def check_shots(shots, what: str = "shots"):
     if shots is None:
         return None
     if isinstance(shots, bool) or not isinstance(shots, numbers.Integral) or shots < 1:
-        raise QdiffError(f"{what} must be a positive integer or None; got {shots!r}")
+        hint = ("; a shot vector goes to the qnode or the call (qd.qnode(dev, shots=[...]), "
+                "f(x, shots=[...]))" if isinstance(shots, (list, tuple)) else "")
+        raise QdiffError(f"{what} must be a positive integer or None; got {shots!r}{hint}")
     return int(shots)
+
+
+MAX_SHOT_PARTITIONS = 100_000
+
+
+def shot_vector(shots):
+    """The partitions of a shot vector (a list or tuple of positive ints and ``(shots,
+    copies)`` pairs, as PennyLane's), flattened to a tuple of ints; ``None`` for anything that
+    is not a sequence (a single setting, checked elsewhere)."""
+    if not isinstance(shots, (list, tuple)):
+        return None
+    def positive(v, what):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise QdiffError(f"{what} in a shot vector must be a positive integer; got {v!r}")
+        return int(v)
+
+    out = []
+    for entry in shots:
+        if isinstance(entry, (list, tuple)):
+            if len(entry) != 2:
+                raise QdiffError(f"shot vector entry {entry!r}: give shots or (shots, copies)")
+            n, copies = positive(entry[0], "shots"), positive(entry[1], "copies")
+        else:
+            n, copies = positive(entry, "shots"), 1
+        if len(out) + copies > MAX_SHOT_PARTITIONS:
+            raise QdiffError(f"shot vector of more than {MAX_SHOT_PARTITIONS} partitions")
+        out += [n] * copies
+    if not out:
+        raise QdiffError("empty shot vector")
+    return tuple(out)
 
 
 TORCH_DTYPES = {torch.complex128: torch.complex128, torch.complex64: torch.complex64,

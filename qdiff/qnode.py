@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import torch
 
+from qdiff.backends.base import shot_vector
 from qdiff.circuits import pennylane_io, recording  # noqa: F401  (pennylane_io installs the
 # conversion of PennyLane observables given to qd.expval & co.; PennyLane itself stays unimported)
 from qdiff.circuits.circuit import Circuit, Recorded
@@ -77,8 +78,9 @@ class QNode:
         # validated once; SPSA's direction stream lives here, advanced by every backward
         self.options = make_options(diff_method, gradient_kwargs)
         from qdiff.bridge import effective_shots
-        if shots != DEVICE_SHOTS:
-            effective_shots(device, shots)  # refused now, not at the first call
+        if shots != DEVICE_SHOTS:  # refused now, not at the first call
+            for s in shot_vector(shots) or (shots,):
+                effective_shots(device, s)
         self.func = func
         self.device = device
         self.diff_method = diff_method
@@ -101,12 +103,20 @@ class QNode:
     def __call__(self, *args, **kwargs):
         """Run the circuit. Under ``torch.compile`` this call stays eager (a graph break):
         recording is Python-level work that dynamo would otherwise retrace gate by gate
-        (``_keep_calls_eager`` wraps it when the first qnode is made)."""
-        from qdiff.bridge import execute, refuse_graph_capture
+        (``_keep_calls_eager`` wraps it when the first qnode is made). A shot vector
+        (``shots=[100, (10, 3)]``) gives a tuple with one result per partition."""
+        from qdiff.bridge import refuse_graph_capture
         refuse_graph_capture("qnode", self.func)
         shots = self.shots
         if "shots" in kwargs and not self._func_takes_shots:
             shots = kwargs.pop("shots")
+        vector = shot_vector(shots)
+        if vector is not None:  # one result per partition, as PennyLane's shot vectors
+            return tuple(self._run(args, kwargs, s) for s in vector)
+        return self._run(args, kwargs, shots)
+
+    def _run(self, args, kwargs, shots):
+        from qdiff.bridge import execute
         # the device refuses a batch that cannot run before theta (B, P) is assembled
         recorded, result = _record(self.func, self.device.wires, args, kwargs,
                                    getattr(self.device, "check_batch", None))

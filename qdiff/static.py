@@ -875,6 +875,8 @@ class StaticQNode:
         own_shots = "shots" in kwargs and not self.qnode._func_takes_shots
         if own_shots:
             shots = kwargs.pop("shots")  # this call's shots, as for a plain qnode
+        if isinstance(shots, (list, tuple)):  # a shot vector: the plain qnode's call per part
+            return self.qnode(*args, **kwargs, **({"shots": shots} if own_shots else {}))
         key, tensors = call_signature(args, kwargs)
         if any(t.layout is not _STRIDED for t in tensors):
             # a sparse (non-strided) argument has no storage to guard or gather angles from

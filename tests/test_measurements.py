@@ -129,6 +129,35 @@ def test_probs_with_shots_within_five_standard_errors():
     assert torch.allclose(counts, counts.round(), atol=1e-9), "shot frequencies are k/shots"
 
 
+@pytest.mark.parametrize("static", [False, True])
+def test_a_shot_vector_gives_one_result_per_partition(static):
+    """As PennyLane's: ``shots=[n, (m, c)]`` is a tuple of 1 + c results, each estimated from
+    its own shots (frequencies k/n), with a gradient per partition; bad vectors are refused."""
+    from qdiff.circuits.errors import QdiffError
+    dev = qd.device("statevector", wires=2, seed=3)
+
+    @qd.qnode(dev, shots=[40, (3000, 2)], diff_method="parameter-shift", static=static)
+    def f(x):
+        qd.RY(x, wires=0)
+        qd.CNOT(wires=[0, 1])
+        return qd.expval(qd.Z(1)), qd.probs(wires=[0])
+    x = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
+    out = f(x)
+    assert isinstance(out, tuple) and len(out) == 3
+    for (z, p), n in zip(out, (40, 3000, 3000)):
+        assert z.shape == () and p.shape == (2,)
+        assert torch.allclose(p * n, (p * n).round(), atol=1e-9)
+        assert abs(float(z) - math.cos(0.4)) <= 5 * (1 / n) ** 0.5
+    (g,) = torch.autograd.grad(out[1][0] + out[2][0], x)
+    assert abs(float(g) + 2 * math.sin(0.4)) <= 5 * 2 * (2 / 3000) ** 0.5
+    assert len(f(x, shots=[5])) == 1 and f(x, shots=5)[0].shape == ()
+    for bad, match in (([], "empty"), ([0], "positive"), ([(10, 0)], "copies"),
+                       ([(10,)], "shots, copies"), ([None], "positive"),
+                       ([(10, 10 ** 6)], "partitions")):
+        with pytest.raises(QdiffError, match=match):
+            f(x, shots=bad)
+
+
 def test_same_seed_same_samples_and_different_seed_differs():
     w = weights((2,))
 
