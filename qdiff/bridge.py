@@ -163,11 +163,14 @@ def _run(plan: Plan, theta: torch.Tensor):
 
 
 def check_device(device, who: str = "qnode") -> None:
-    """A qdiff device (a Backend); a PennyLane or Qiskit device, or anything else, is a
-    QdiffError naming the way to use it."""
+    """A qdiff device (a Backend, or an object speaking its protocol); a PennyLane or Qiskit
+    device, or anything else, is a QdiffError naming the way to use it."""
     if isinstance(device, Backend):
         return
     mod = type(device).__module__ or ""
+    foreign = mod.startswith(("pennylane", "qiskit"))
+    if not foreign and all(hasattr(device, a) for a in ("execute", "capabilities", "num_wires")):
+        return  # an object speaking the Backend protocol (e.g. a wrapper around a device)
     if mod.startswith("pennylane"):
         name = getattr(device, "name", "default.qubit")
         hint = (f"wrap it as qd.device(\"pennylane\", name=\"{name}\", wires=...), or keep "
