@@ -312,3 +312,15 @@ def _script_entry() -> str:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, "pyproject.toml"), "rb") as fh:
         return tomllib.load(fh)["project"]["scripts"]["qdiff"]
+
+
+@pytest.mark.parametrize("option", ["-o", "--out-dir"])
+@pytest.mark.parametrize("value", ["", " "])
+def test_empty_output_path_is_bad_input(tmp_path, capsys, option, value):
+    """An empty ``-o`` or ``--out-dir`` is refused, not read as 'no option' (stdout)."""
+    src = write(tmp_path, "in.qasm", GOOD)
+    assert main(["compile", src, option, value]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and f"{option}: empty path" in err[0], err
+    assert captured.out == "" and sorted(os.listdir(tmp_path)) == ["in.qasm"]
