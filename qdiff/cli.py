@@ -167,7 +167,11 @@ def _internal(exc: BaseException, path: str | None = None) -> None:
 
 
 def _err(msg: str, kind: str = "error") -> None:
-    print(f"qdiff: {kind}: {' '.join(str(msg).split())}", file=sys.stderr)
+    text = " ".join(str(msg).split())
+    token = os.environ.get("QISKIT_IBM_TOKEN")
+    if token and token.strip():  # never printed, whatever message quotes it
+        text = text.replace(token.strip(), "***")
+    print(f"qdiff: {kind}: {text}", file=sys.stderr)
 
 
 def expand_inputs(inputs) -> list:
@@ -197,9 +201,24 @@ def _import_held(*modules: str) -> None:
             importlib.import_module(name)
 
 
+def _quiet_runtime_log() -> None:
+    """qiskit-ibm-runtime logs to stderr through its own handler (``Loading account with the
+    given token...`` for ``--target`` with a real device); the command line's stderr holds only
+    its own lines, so that logger is silenced unless ``QISKIT_IBM_RUNTIME_LOG_LEVEL`` asks for
+    it."""
+    if not os.environ.get("QISKIT_IBM_RUNTIME_LOG_LEVEL"):
+        import logging
+        logging.getLogger("qiskit_ibm_runtime").setLevel(logging.CRITICAL + 1)
+
+
 def _compile(args) -> int:
+    _quiet_runtime_log()
     _import_held("qiskit", "torch", "qdiff.compiler.api")  # parse_basis's module needs torch
     from qdiff.compiler.basis import parse_basis
+    for option, value in (("-o", args.output), ("--out-dir", args.out_dir)):
+        if value is not None and not value.strip():
+            raise QdiffError(f"{option}: empty path (- writes to stdout)" if option == "-o"
+                             else f"{option}: empty path")
     files = expand_inputs(args.inputs)
     if args.output and len(files) > 1:
         raise QdiffError("-o names one output file but there are several inputs; use --out-dir")
