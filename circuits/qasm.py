@@ -39,6 +39,8 @@ def parse_qiskit(text: str, filename: str = "<string>"):
     version = qasm_version(text)
     if version == 2:
         text = _expand_includes(text, filename)
+    else:
+        qasm_bounds.check_nesting(text, filename)
     qasm_bounds.check_source(text, filename)
     try:
         qc = _parse2(text) if version == 2 else _parse3(text)
@@ -196,6 +198,8 @@ def _parse_error(exc: BaseException, filename: str) -> QdiffParseError:
     AST node being converted when the importer failed)."""
     if isinstance(exc, ZeroDivisionError):
         msg = "division by zero in an expression"
+    elif isinstance(exc, RecursionError):
+        msg = "nested too deeply for the OpenQASM 3 parser (a very long expression?)"
     elif type(exc).__name__ == "PanicException":
         msg = "the OpenQASM parser failed on this input (a number too large?)"
     else:

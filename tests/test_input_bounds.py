@@ -148,3 +148,24 @@ def test_many_controls_are_refused_up_front():
     with pytest.raises(QdiffParseError, match=rf"mcx.qasm:4: the program expands to more than "
                                               rf"{qasm_bounds.MAX_GATES} gates"):
         qasm.loads(text, "mcx.qasm")
+
+
+@pytest.mark.parametrize("expr", ["-" * 20000 + "1", "(" * 20000 + "1" + ")" * 20000,
+                                  "~" * 20000 + "1", "1+" * 20000 + "1", "-(" * 40 + "1" + ")" * 40])
+def test_qasm3_deep_or_long_expressions_refused_up_front(expr):
+    """The OpenQASM 3 parser recurses per nesting level and operator: 300 KB of ``-`` took a
+    minute before a recursion error; such text is refused at once, naming the line."""
+    import time
+    t0 = time.perf_counter()
+    with pytest.raises(QdiffParseError, match=r"^e.qasm:4: .*(nested more than|more than "
+                                              r"\d+ operators)"):
+        qasm.loads(H3 + f"qubit[1] q;\nrz({expr}) q[0];\n", "e.qasm")
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_qasm3_expressions_within_the_limits_load():
+    depth, ops = qasm_bounds.MAX_EXPR_DEPTH, qasm_bounds.MAX_EXPR_OPS
+    imp = qasm.loads(H3 + "qubit[1] q;\nrz(" + "(" * (depth - 1) + "0.5" + ")" * (depth - 1)
+                     + ") q[0];\nrx(" + "+".join(["0.001"] * ops) + ") q[0];\n")
+    assert [o.name for o in imp.circuit.operations] == ["rz", "rx"]
+    assert abs(float(imp.circuit.operations[1].params[0]) - 0.001 * ops) < 1e-12
