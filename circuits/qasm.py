@@ -16,6 +16,7 @@ from qdiff.circuits.fileio import write_atomic  # noqa: F401  (qasm.write_atomic
 from qdiff.circuits.qiskit_io import QiskitImport, from_qiskit, to_qiskit
 
 _LINE = re.compile(r"(\d+),(\d+)")
+_ANTLR_LINE = re.compile(r"L(\d+):C(\d+):")  # the OpenQASM 3 lexer's position
 
 
 def qasm_version(text: str) -> int:
@@ -34,6 +35,7 @@ def parse_qiskit(text: str, filename: str = "<string>"):
 
     The input limits of :mod:`qdiff.circuits.qasm_bounds` are checked first; any failure of
     Qiskit's parsers (a Rust panic included) is one :class:`QdiffParseError`."""
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark is no part of the program
     if not qasm_bounds.strip_comments(text).strip():
         raise QdiffParseError(f"{filename}: empty input (no OpenQASM program)")
     version = qasm_version(text)
@@ -205,9 +207,9 @@ def _parse_error(exc: BaseException, filename: str) -> QdiffParseError:
     else:
         msg = " ".join(str(exc).split()).strip("'\"")
         msg = "" if msg == "None" else msg  # ANTLR's bail-out exception has no message
-    m = _LINE.search(msg)
+    m = _ANTLR_LINE.match(msg) or _LINE.search(msg)
     line = f":{m.group(1)}" if m else ""
-    msg = re.sub(r"^<input>:\d+,\d+:\s*|^\d+,\d+:\s*", "", msg)
+    msg = re.sub(r"^<input>:\d+,\d+:\s*|^\d+,\d+:\s*|^L\d+:C\d+:\s*", "", msg)
     if not m:
         token = _offending_token(exc)   # OpenQASM 3 syntax errors carry it in the chain
         if token is not None:
