@@ -240,7 +240,10 @@ def _compile(args) -> int:
         if code != EXIT_OK:
             failures.append((path, code, msg))
     if reports:
-        _print_reports(reports, args.report, info)
+        try:
+            _print_reports(reports, args.report, info)
+        except QdiffError as exc:  # the failures below are still reported
+            failures.append(("", EXIT_INPUT, str(exc)))
     for path, code, msg in failures:
         if code == EXIT_INTERNAL:
             _err(f"{msg}; {REPORT_HINT}", "internal error")
@@ -311,9 +314,29 @@ def _compile_one(args, path, output, to_stdout, reports) -> tuple:
 def _print_reports(reports, kind, info) -> None:
     from qdiff.compiler.report import table
     if kind == "json":
-        print(json.dumps([r.to_dict() for r in reports], indent=1), file=info)
+        _write_stream(info, json.dumps([r.to_dict() for r in reports], indent=1) + "\n")
     else:
-        print(table(reports), file=info)
+        _write_stream(info, table(reports) + "\n")
+
+
+def _write_stream(stream, text: str) -> None:
+    """Write and flush ``text`` to standard output or error; a closed, full or broken stream
+    is bad input (exit 2, one line), and the stream is then pointed at the null device so that
+    the interpreter's final flush adds no second message."""
+    name = "<stderr>" if stream is sys.stderr else "<stdout>"
+    try:
+        if stream is None:
+            raise OSError(0, "the stream is closed")
+        stream.write(text)
+        stream.flush()
+    except OSError as exc:
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stream.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError):
+            pass
+        raise QdiffError(f"{name}: cannot write ({exc.strerror or exc})") from None
 
 
 def _make_out_dir(path: str) -> None:
@@ -356,7 +379,8 @@ def _progress(files):
 def _read(path):
     from qdiff.circuits import fileio, qasm, qasm_bounds
     if path == "-":
-        text = fileio.read_text(sys.stdin, qasm_bounds.MAX_BYTES, "<stdin>")
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)  # bytes: decoded as a file is
+        text = fileio.read_text(stdin, qasm_bounds.MAX_BYTES, "<stdin>")
         return qasm.loads(text, "<stdin>"), qasm.qasm_version(text)
     text = qasm.read_text(path)
     return qasm.loads(text, path), qasm.qasm_version(text)
@@ -377,7 +401,7 @@ def _write(out, rep, args, output, version, to_stdout) -> None:
     text = qasm.dumps(out, args.qasm_version or version, measurements=rep.measurements,
                       num_clbits=rep.num_clbits, basis=rep.basis.split(","))
     if to_stdout:
-        sys.stdout.write(text)
+        _write_stream(sys.stdout, text)
     elif output is not None:
         fileio.write_atomic(output, text, force=args.force)
 
