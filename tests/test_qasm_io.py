@@ -382,3 +382,33 @@ def test_qasm2_include_errors_and_limits_name_the_include_line(tmp_path, monkeyp
         qasm.loads('OPENQASM 2.0;\nqreg q[1];\ninclude "none.inc";\n', "p.qasm")
     with pytest.raises(QdiffError, match=r'p.qasm:2: include "/dev/zero": .*limit'):
         qasm.loads('OPENQASM 2.0;\ninclude "/dev/zero";\nqreg q[1];\n', "p.qasm")
+
+
+MOD3_HEAD = ('OPENQASM 3.0;\ninclude "stdgates.inc";\n'
+             "gate g(a) x, y { rz(a) x; cx x, y; ry(-a/2) y; }\n"
+             "gate k(t) a, b { inv @ g(t) b, a; pow(2) @ rx(t) a; }\nqubit[3] q;\nqubit r;\n")
+MOD3_STATEMENTS = [
+    "h q[0];", "inv @ g(0.5) q[0], r;", "ctrl @ inv @ g(0.3) r, q[0], q[1];",
+    "pow(3) @ g(0.2) q[1], q[2];", "pow(0.5) @ x q[0];", "negctrl(2) @ y q[0], q[1], r;",
+    "k(0.4) q[2], q[0];", "ctrl @ k(0.1) r, q[1], q[2];", "gphase(-0.7);",
+    "ctrl @ gphase(0.3) q[0];", "inv @ ctrl @ rz(0.3) q[0], q[1];", "cp(0.2) q[0], r;",
+    "cu(0.1, 0.2, 0.3, 0.4) q[2], q[0];", "pow(-2) @ t r;", "ccx q[0], q[1], r;",
+    "U(0.1, -0.2, 3) q[2];", "rz(π/3) q[0];", "rx(tau/3) q[1];", "pow(1.5) @ s q[1];",
+    "inv @ pow(2) @ ctrl @ sx q[1], q[2];", "ctrl(2) @ swap q[0], q[1], q[2], r;",
+    "negctrl @ ctrl @ rx(-0.4) r, q[2], q[0];", "phase(0.3) q[1];"]
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(MOD3_STATEMENTS), min_size=1, max_size=6))
+def test_openqasm3_modifiers_and_custom_gates_load_as_qiskit_reads_them(statements):
+    """Gate modifiers (inv, pow, ctrl, negctrl, nested), parametric custom gates calling
+    modified gates, gphase: the import's unitary is Qiskit's, up to global phase."""
+    from qiskit import qasm3
+    from qiskit.quantum_info import Operator
+    from qdiff.circuits.unitary import unitary
+    text = MOD3_HEAD + "\n".join(statements) + "\n"
+    imp = qasm.loads(text)
+    want = Operator(qasm3.loads(text).reverse_bits()).data
+    got = unitary(imp.circuit, torch.zeros(imp.circuit.num_params, dtype=torch.float64)).numpy()
+    assert close_up_to_phase(got, want, atol=1e-10), text
