@@ -16,6 +16,7 @@ from qdiff.circuits.fileio import write_atomic  # noqa: F401  (qasm.write_atomic
 from qdiff.circuits.qiskit_io import QiskitImport, from_qiskit, to_qiskit
 
 _LINE = re.compile(r"(\d+),(\d+)")
+_ANTLR_LINE = re.compile(r"L(\d+):C(\d+):")  # the OpenQASM 3 lexer's position
 
 
 def qasm_version(text: str) -> int:
@@ -34,10 +35,15 @@ def parse_qiskit(text: str, filename: str = "<string>"):
 
     The input limits of :mod:`qdiff.circuits.qasm_bounds` are checked first; any failure of
     Qiskit's parsers (a Rust panic included) is one :class:`QdiffParseError`."""
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark is no part of the program
     if not qasm_bounds.strip_comments(text).strip():
         raise QdiffParseError(f"{filename}: empty input (no OpenQASM program)")
-    qasm_bounds.check_source(text, filename)
     version = qasm_version(text)
+    if version == 2:
+        text = _expand_includes(text, filename)
+    else:
+        qasm_bounds.check_nesting(text, filename)
+    qasm_bounds.check_source(text, filename)
     try:
         qc = _parse2(text) if version == 2 else _parse3(text)
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
@@ -52,6 +58,63 @@ def parse_qiskit(text: str, filename: str = "<string>"):
     return qc, version
 
 
+_INCLUDE = re.compile(r'\binclude\s*"([^"]*)"\s*;')
+MAX_INCLUDE_DEPTH = 16
+
+
+def _include_dirs(filename: str) -> list:
+    """Where an OpenQASM 2 ``include`` is looked up: the working directory, then the
+    including program's folder (the order of ``qiskit.qasm2.load``)."""
+    dirs = ["."]
+    if not filename.startswith("<"):
+        dirs.append(os.path.dirname(os.path.abspath(filename)))
+    return dirs
+
+
+def _expand_includes(text: str, filename: str) -> str:
+    """``text`` with every OpenQASM 2 ``include`` other than ``qelib1.inc`` replaced by the
+    included program (recursively, comments removed, written on the include's line so that
+    line numbers of ``text`` do not move). The included text is then under the same input
+    limits as the program; a missing file, a cycle, nesting deeper than
+    ``MAX_INCLUDE_DEPTH`` or more than ``qasm_bounds.MAX_BYTES`` in all are parse errors
+    naming the include's line."""
+    budget = [qasm_bounds.MAX_BYTES - len(text)]
+    return _expand(text, filename, _include_dirs(filename), (), budget, None)
+
+
+def _expand(text, filename, dirs, chain, budget, where):
+    code = qasm_bounds.strip_comments(text)
+    out, pos = [], 0
+    for m in _INCLUDE.finditer(code):
+        name = m.group(1)
+        if name == "qelib1.inc":
+            continue
+        at = where or f"{filename}:{code.count(chr(10), 0, m.start()) + 1}"
+        path = next((p for p in (os.path.join(d, name) for d in dirs)
+                     if os.path.exists(p) and not os.path.isdir(p)),
+                    None)
+        if path is None:
+            raise QdiffParseError(f'{at}: include "{name}": no such file (looked in '
+                                  f'{", ".join(dirs)})')
+        key = os.path.realpath(path)
+        if key in chain:
+            raise QdiffParseError(f'{at}: include "{name}": an include cycle (the file '
+                                  "includes itself)")
+        if len(chain) >= MAX_INCLUDE_DEPTH:
+            raise QdiffParseError(f'{at}: include "{name}": includes nested more than '
+                                  f"{MAX_INCLUDE_DEPTH} deep (the limit)")
+        try:
+            body = fileio.read_text(path, max(budget[0], 0), path)
+        except QdiffError as exc:
+            raise QdiffParseError(f'{at}: include "{name}": {exc}') from None
+        budget[0] -= len(body)
+        body = _expand(body, filename, dirs, chain + (key,), budget, at)
+        flat = qasm_bounds.strip_comments(body).replace("\r", " ").replace("\n", " ")
+        out += [text[pos:m.start()], flat]
+        pos = m.end()
+    return "".join(out) + text[pos:] if out else text
+
+
 def _interrupted(exc: BaseException) -> bool:
     """Whether ``exc`` was caused by a KeyboardInterrupt (its cause/context chain)."""
     seen = set()
@@ -63,7 +126,7 @@ def _interrupted(exc: BaseException) -> bool:
     return False
 
 
-_INCLUDE_QELIB1 = re.compile(r'(?:^|;)\s*include\s+"qelib1\.inc"\s*;')
+_INCLUDE_QELIB1 = re.compile(r'(?:^|[;}])\s*include\s+"qelib1\.inc"\s*;')
 _GATE_NAME = re.compile(r"(?:^|[;}])\s*(?:gate|opaque)\s+([A-Za-z_]\w*)")
 
 
@@ -137,14 +200,16 @@ def _parse_error(exc: BaseException, filename: str) -> QdiffParseError:
     AST node being converted when the importer failed)."""
     if isinstance(exc, ZeroDivisionError):
         msg = "division by zero in an expression"
+    elif isinstance(exc, RecursionError):
+        msg = "nested too deeply for the OpenQASM 3 parser (a very long expression?)"
     elif type(exc).__name__ == "PanicException":
         msg = "the OpenQASM parser failed on this input (a number too large?)"
     else:
         msg = " ".join(str(exc).split()).strip("'\"")
         msg = "" if msg == "None" else msg  # ANTLR's bail-out exception has no message
-    m = _LINE.search(msg)
+    m = _ANTLR_LINE.match(msg) or _LINE.search(msg)
     line = f":{m.group(1)}" if m else ""
-    msg = re.sub(r"^<input>:\d+,\d+:\s*|^\d+,\d+:\s*", "", msg)
+    msg = re.sub(r"^<input>:\d+,\d+:\s*|^\d+,\d+:\s*|^L\d+:C\d+:\s*", "", msg)
     if not m:
         token = _offending_token(exc)   # OpenQASM 3 syntax errors carry it in the chain
         if token is not None:

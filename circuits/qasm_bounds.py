@@ -16,7 +16,11 @@ the limit.
 * ``MAX_NESTING``: depth of gate definitions calling gate definitions.
 
 OpenQASM 3 index ranges (``q[0:5]``) beyond a declared register are refused too (the importer
-would clip them silently).
+would clip them silently), and so is OpenQASM 3 text nested more than ``MAX_EXPR_DEPTH`` deep
+(brackets, blocks and runs of unary operators) or a statement with more than ``MAX_EXPR_OPS``
+operators (:func:`check_nesting`): the OpenQASM 3 parser recurses once per level and operator,
+and a few hundred kilobytes of ``-``, ``(`` or ``1+1+...`` kept it busy for minutes before
+failing.
 
 >>> text = 'OPENQASM 2.0; include "qelib1.inc"; qreg q[2]; gate g a { h a; h a; } g q;'
 >>> program_size(text)
@@ -32,6 +36,8 @@ MAX_BYTES = 64 * 2 ** 20
 MAX_QUBITS = 10_000
 MAX_GATES = 1_000_000
 MAX_NESTING = 100
+MAX_EXPR_DEPTH = 32
+MAX_EXPR_OPS = 200
 CTRL_COST = 16  # gates per controlled gate and control**2 (Qiskit's synthesis: about 11)
 
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
@@ -72,6 +78,36 @@ def check_source(text: str, filename: str = "<string>") -> None:
     regs = _registers(code, filename, line)
     _check_ranges(code, regs, filename, line)
     _count(code, regs, filename, line)
+
+
+_NEST = re.compile(r"[(\[{]|[)\]}]|[-+~!](?:\s*[-+~!])+")
+
+
+def check_nesting(text: str, filename: str = "<string>") -> None:
+    """Refuse OpenQASM 3 text with a statement of more than ``MAX_EXPR_OPS`` operators, or
+    whose brackets and blocks, plus a run of unary operators at the innermost point
+    (``--(-x)``), nest more than ``MAX_EXPR_DEPTH`` deep (linear time)."""
+    code = strip_comments(text)
+    for m in re.finditer(r"[^;{}]+", code):
+        if sum(map(m.group(0).count, "+-*/%^&|<>=!~")) > MAX_EXPR_OPS:
+            lead = len(m.group(0)) - len(m.group(0).lstrip())
+            raise QdiffParseError(f"{filename}:{_Lines(code)(m.start() + lead)}: a statement "
+                                  f"with more than {MAX_EXPR_OPS} operators (the limit)")
+    depth = 0
+    for m in _NEST.finditer(code):
+        tok = m.group(0)
+        if tok in "([{":
+            depth += 1
+            reached = depth
+        elif tok in ")]}":
+            depth = max(depth - 1, 0)
+            continue
+        else:
+            reached = depth + sum(not c.isspace() for c in tok)
+        if reached > MAX_EXPR_DEPTH:
+            raise QdiffParseError(f"{filename}:{_Lines(code)(m.start())}: brackets, blocks or "
+                                  f"unary operators nested more than {MAX_EXPR_DEPTH} deep "
+                                  "(the limit)")
 
 
 def program_size(text: str) -> int:

@@ -167,7 +167,11 @@ def _internal(exc: BaseException, path: str | None = None) -> None:
 
 
 def _err(msg: str, kind: str = "error") -> None:
-    print(f"qdiff: {kind}: {' '.join(str(msg).split())}", file=sys.stderr)
+    text = " ".join(str(msg).split())
+    token = os.environ.get("QISKIT_IBM_TOKEN")
+    if token and token.strip():  # never printed, whatever message quotes it
+        text = text.replace(token.strip(), "***")
+    print(f"qdiff: {kind}: {text}", file=sys.stderr)
 
 
 def expand_inputs(inputs) -> list:
@@ -197,9 +201,24 @@ def _import_held(*modules: str) -> None:
             importlib.import_module(name)
 
 
+def _quiet_runtime_log() -> None:
+    """qiskit-ibm-runtime logs to stderr through its own handler (``Loading account with the
+    given token...`` for ``--target`` with a real device); the command line's stderr holds only
+    its own lines, so that logger is silenced unless ``QISKIT_IBM_RUNTIME_LOG_LEVEL`` asks for
+    it."""
+    if not os.environ.get("QISKIT_IBM_RUNTIME_LOG_LEVEL"):
+        import logging
+        logging.getLogger("qiskit_ibm_runtime").setLevel(logging.CRITICAL + 1)
+
+
 def _compile(args) -> int:
+    _quiet_runtime_log()
     _import_held("qiskit", "torch", "qdiff.compiler.api")  # parse_basis's module needs torch
     from qdiff.compiler.basis import parse_basis
+    for option, value in (("-o", args.output), ("--out-dir", args.out_dir)):
+        if value is not None and not value.strip():
+            raise QdiffError(f"{option}: empty path (- writes to stdout)" if option == "-o"
+                             else f"{option}: empty path")
     files = expand_inputs(args.inputs)
     if args.output and len(files) > 1:
         raise QdiffError("-o names one output file but there are several inputs; use --out-dir")
@@ -221,7 +240,10 @@ def _compile(args) -> int:
         if code != EXIT_OK:
             failures.append((path, code, msg))
     if reports:
-        _print_reports(reports, args.report, info)
+        try:
+            _print_reports(reports, args.report, info)
+        except QdiffError as exc:  # the failures below are still reported
+            failures.append(("", EXIT_INPUT, str(exc)))
     for path, code, msg in failures:
         if code == EXIT_INTERNAL:
             _err(f"{msg}; {REPORT_HINT}", "internal error")
@@ -292,9 +314,29 @@ def _compile_one(args, path, output, to_stdout, reports) -> tuple:
 def _print_reports(reports, kind, info) -> None:
     from qdiff.compiler.report import table
     if kind == "json":
-        print(json.dumps([r.to_dict() for r in reports], indent=1), file=info)
+        _write_stream(info, json.dumps([r.to_dict() for r in reports], indent=1) + "\n")
     else:
-        print(table(reports), file=info)
+        _write_stream(info, table(reports) + "\n")
+
+
+def _write_stream(stream, text: str) -> None:
+    """Write and flush ``text`` to standard output or error; a closed, full or broken stream
+    is bad input (exit 2, one line), and the stream is then pointed at the null device so that
+    the interpreter's final flush adds no second message."""
+    name = "<stderr>" if stream is sys.stderr else "<stdout>"
+    try:
+        if stream is None:
+            raise OSError(0, "the stream is closed")
+        stream.write(text)
+        stream.flush()
+    except OSError as exc:
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stream.fileno())
+            os.close(null)
+        except (OSError, ValueError, AttributeError):
+            pass
+        raise QdiffError(f"{name}: cannot write ({exc.strerror or exc})") from None
 
 
 def _make_out_dir(path: str) -> None:
@@ -337,7 +379,8 @@ def _progress(files):
 def _read(path):
     from qdiff.circuits import fileio, qasm, qasm_bounds
     if path == "-":
-        text = fileio.read_text(sys.stdin, qasm_bounds.MAX_BYTES, "<stdin>")
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)  # bytes: decoded as a file is
+        text = fileio.read_text(stdin, qasm_bounds.MAX_BYTES, "<stdin>")
         return qasm.loads(text, "<stdin>"), qasm.qasm_version(text)
     text = qasm.read_text(path)
     return qasm.loads(text, path), qasm.qasm_version(text)
@@ -358,7 +401,7 @@ def _write(out, rep, args, output, version, to_stdout) -> None:
     text = qasm.dumps(out, args.qasm_version or version, measurements=rep.measurements,
                       num_clbits=rep.num_clbits, basis=rep.basis.split(","))
     if to_stdout:
-        sys.stdout.write(text)
+        _write_stream(sys.stdout, text)
     elif output is not None:
         fileio.write_atomic(output, text, force=args.force)
 

@@ -89,6 +89,40 @@ def test_real_device_without_account_is_an_error_naming_the_twin(src, capsys, mo
     assert "no IBM Quantum account" in line and "fake_brisbane" in line
 
 
+TOKEN = "qdiff-cli-TOKEN-0123456789abcdef"
+
+
+class _RejectingService:
+    """Stands in for QiskitRuntimeService: logs as the real one does, then rejects the token
+    quoting it (as an HTTP error echoing the request might)."""
+
+    def __init__(self, token=None, **kwargs):
+        import logging
+        logging.getLogger("qiskit_ibm_runtime.qiskit_runtime_service").warning(
+            "Loading account with the given token. A saved account will not be used.")
+        raise ValueError(f"token {token} refused")
+
+
+def test_real_device_with_a_rejected_token_is_one_line_without_the_token(
+        src, capfd, monkeypatch, tmp_path):
+    """A token that is set but refused is reported as refused (not as 'no account'), on one
+    stderr line (the runtime's own log line silenced), the token nowhere."""
+    import logging
+    import qiskit_ibm_runtime
+    monkeypatch.setattr(qiskit_ibm_runtime, "QiskitRuntimeService", _RejectingService)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("QISKIT_IBM_TOKEN", TOKEN)
+    monkeypatch.delenv("QISKIT_IBM_RUNTIME_LOG_LEVEL", raising=False)
+    runtime_log = logging.getLogger("qiskit_ibm_runtime")
+    monkeypatch.setattr(runtime_log, "level", runtime_log.level)
+    assert main(["compile", src, "--target", "ibm_brisbane", "-o", str(tmp_path / "o.qasm")]) == 2
+    captured = capfd.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("qdiff: error: "), err
+    assert "did not accept the account" in err[0] and "fake_brisbane" in err[0]
+    assert TOKEN not in captured.err + captured.out
+
+
 def test_unknown_device_lists_close_names(src, capsys):
     assert main(["compile", src, "--target", "fake_manilla"]) == 2
     assert "fake_manila" in _err_line(capsys)

@@ -312,3 +312,57 @@ def _script_entry() -> str:
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, "pyproject.toml"), "rb") as fh:
         return tomllib.load(fh)["project"]["scripts"]["qdiff"]
+
+
+@pytest.mark.parametrize("option", ["-o", "--out-dir"])
+@pytest.mark.parametrize("value", ["", " "])
+def test_empty_output_path_is_bad_input(tmp_path, capsys, option, value):
+    """An empty ``-o`` or ``--out-dir`` is refused, not read as 'no option' (stdout)."""
+    src = write(tmp_path, "in.qasm", GOOD)
+    assert main(["compile", src, option, value]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and f"{option}: empty path" in err[0], err
+    assert captured.out == "" and sorted(os.listdir(tmp_path)) == ["in.qasm"]
+
+
+class _FullStream:
+    def write(self, text):
+        raise OSError(28, "No space left on device")
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("stream", ["full", "closed"])
+@pytest.mark.parametrize("args", [["-o", "-"], ["--report", "json"]])
+def test_unwritable_stdout_is_bad_input_not_an_internal_error(tmp_path, capsys, monkeypatch,
+                                                              stream, args):
+    """``qdiff compile in.qasm -o - > /dev/full`` (or with stdout closed): one line naming
+    stdout, exit 2."""
+    src = write(tmp_path, "in.qasm", GOOD)
+    other = write(tmp_path, "b.qasm", GOOD)
+    inputs = [src] if args[0] == "-o" else [src, other]  # several inputs: the report on stdout
+    monkeypatch.setattr(sys, "stdout", _FullStream() if stream == "full" else None)
+    assert main(["compile", *inputs, *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("qdiff: error: <stdout>: cannot write"), err
+    assert not any("internal error" in line or "Traceback" in line for line in err)
+
+
+@pytest.mark.parametrize("data,ok", [(b'\xef\xbb\xbf' + GOOD.encode(), True),
+                                     (GOOD.encode().replace(b"h q[0]", b"h q[0]; // \xff"),
+                                      False)])
+def test_stdin_is_decoded_as_a_file_is(capsys, monkeypatch, data, ok):
+    """Standard input is read as bytes: a byte order mark is skipped, and bytes that are not
+    UTF-8 are 'not a text file', whatever the locale's stdin decoding."""
+    import io
+    stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    code = main(["compile", "-", "-o", "-"])
+    captured = capsys.readouterr()
+    if ok:
+        assert code == 0 and captured.out.startswith("OPENQASM 2.0;")
+    else:
+        err = captured.err.strip().splitlines()
+        assert code == 2 and err == ["qdiff: error: <stdin>: not a text file (not UTF-8)"], err

@@ -148,3 +148,45 @@ def test_many_controls_are_refused_up_front():
     with pytest.raises(QdiffParseError, match=rf"mcx.qasm:4: the program expands to more than "
                                               rf"{qasm_bounds.MAX_GATES} gates"):
         qasm.loads(text, "mcx.qasm")
+
+
+@pytest.mark.parametrize("expr", ["-" * 20000 + "1", "(" * 20000 + "1" + ")" * 20000,
+                                  "~" * 20000 + "1", "1+" * 20000 + "1", "-(" * 40 + "1" + ")" * 40])
+def test_qasm3_deep_or_long_expressions_refused_up_front(expr):
+    """The OpenQASM 3 parser recurses per nesting level and operator: 300 KB of ``-`` took a
+    minute before a recursion error; such text is refused at once, naming the line."""
+    import time
+    t0 = time.perf_counter()
+    with pytest.raises(QdiffParseError, match=r"^e.qasm:4: .*(nested more than|more than "
+                                              r"\d+ operators)"):
+        qasm.loads(H3 + f"qubit[1] q;\nrz({expr}) q[0];\n", "e.qasm")
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_qasm3_expressions_within_the_limits_load():
+    depth, ops = qasm_bounds.MAX_EXPR_DEPTH, qasm_bounds.MAX_EXPR_OPS
+    imp = qasm.loads(H3 + "qubit[1] q;\nrz(" + "(" * (depth - 1) + "0.5" + ")" * (depth - 1)
+                     + ") q[0];\nrx(" + "+".join(["0.001"] * ops) + ") q[0];\n")
+    assert [o.name for o in imp.circuit.operations] == ["rz", "rx"]
+    assert abs(float(imp.circuit.operations[1].params[0]) - 0.001 * ops) < 1e-12
+
+
+@pytest.mark.parametrize("header", [H2 + "qreg q[2];\n", H3 + "qubit[2] q;\n"])
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_byte_order_mark_and_crlf_load_as_the_plain_text(tmp_path, header, newline):
+    """A UTF-8 byte order mark (as Windows editors write) is no part of the program; CRLF
+    line ends read as LF."""
+    text = header + "h q[0];\ncx q[0], q[1];\nrz(0.25) q[1];\n"
+    plain = qasm.loads(text)
+    path = tmp_path / "bom.qasm"
+    path.write_bytes(b"\xef\xbb\xbf" + text.replace("\n", newline).encode())
+    imp = qasm.load(str(path))
+    def ops(c):
+        return [(o.name, o.wires, tuple(float(p) for p in o.params)) for o in c.operations]
+    assert ops(imp.circuit) == ops(plain.circuit) == [("h", (0,), ()), ("cx", (0, 1), ()),
+                                                      ("rz", (1,), (0.25,))]
+
+
+def test_qasm3_lexer_error_names_the_line():
+    with pytest.raises(QdiffParseError, match=r"^lex.qasm:4: token recognition error at: '\$"):
+        qasm.loads(H3 + "qubit[1] q;\nh q[0] $;\n", "lex.qasm")

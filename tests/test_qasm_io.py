@@ -330,3 +330,85 @@ def test_decomposition_of_a_gate_that_is_not_its_generators_exponential_is_refus
     # PSWAP itself carries its decomposition: exact
     c = Circuit(2, (Operation(GATES["h"], (0,)), Operation(pswap, (0, 1), (0.4,))))
     assert np.allclose(qiskit_state(to_qiskit(c)), state_of(c), atol=1e-12)
+
+
+def _write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+def test_qasm2_include_is_found_beside_the_program(tmp_path, monkeypatch):
+    """``include "defs.inc"`` is looked up in the working directory, then the program's folder
+    (``qiskit.qasm2.load``'s order), whatever the working directory; the included gates are
+    the file's own (a ``U`` in an included body too)."""
+    from qiskit import qasm2
+    from qiskit.quantum_info import Operator
+    prog = tmp_path / "prog"
+    prog.mkdir()
+    _write(prog / "defs.inc", "// two-qubit gates\ngate g a,b { CX b,a; CX a,b; }\n"
+           "gate r(t) a { U(t,0,0) a; }\n")
+    src = _write(prog / "main.qasm", 'OPENQASM 2.0;\ninclude "qelib1.inc";\ninclude "defs.inc";\n'
+                 "qreg q[2];\nh q[0];\ng q[0],q[1];\nr(0.3) q[1];\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    imp = qasm.load(src)
+    want = qasm2.loads(open(src).read().replace('include "defs.inc";\n',
+                                                 "gate g a,b { CX b,a; CX a,b; }\n"
+                                                 "gate r(t) a { U(t,0,0) a; }\n"))
+    assert Operator(want).equiv(Operator(to_qiskit(imp.circuit)))
+    with pytest.raises(QdiffError, match=r'main.qasm:3: include "defs.inc": no such file'):
+        qasm.loads(open(src).read(), str(elsewhere / "main.qasm"))
+
+
+def test_qasm2_include_errors_and_limits_name_the_include_line(tmp_path, monkeypatch):
+    """The included text is under the program's limits (a doubling chain of definitions in an
+    include is refused without being expanded); a missing file and an include cycle are
+    parse errors naming the include's line."""
+    import time
+    monkeypatch.chdir(tmp_path)
+    chain = "gate g0 a,b { CX a,b; }\n" + "".join(
+        f"gate g{i} a,b {{ g{i - 1} a,b; g{i - 1} a,b; }}\n" for i in range(1, 22))
+    _write(tmp_path / "bomb.inc", chain)
+    t0 = time.perf_counter()
+    with pytest.raises(QdiffError, match=r"p.qasm:4: the program expands to more than"):
+        qasm.loads('OPENQASM 2.0;\ninclude "bomb.inc";\nqreg q[2];\ng21 q[0],q[1];\n', "p.qasm")
+    assert time.perf_counter() - t0 < 2.0
+    _write(tmp_path / "a.inc", 'include "b.inc";\n')
+    _write(tmp_path / "b.inc", 'include "a.inc";\n')
+    with pytest.raises(QdiffError, match=r'p.qasm:2: include "a.inc": an include cycle'):
+        qasm.loads('OPENQASM 2.0;\ninclude "a.inc";\nqreg q[1];\n', "p.qasm")
+    with pytest.raises(QdiffError, match=r'p.qasm:3: include "none.inc": no such file'):
+        qasm.loads('OPENQASM 2.0;\nqreg q[1];\ninclude "none.inc";\n', "p.qasm")
+    with pytest.raises(QdiffError, match=r'p.qasm:2: include "/dev/zero": .*limit'):
+        qasm.loads('OPENQASM 2.0;\ninclude "/dev/zero";\nqreg q[1];\n', "p.qasm")
+
+
+MOD3_HEAD = ('OPENQASM 3.0;\ninclude "stdgates.inc";\n'
+             "gate g(a) x, y { rz(a) x; cx x, y; ry(-a/2) y; }\n"
+             "gate k(t) a, b { inv @ g(t) b, a; pow(2) @ rx(t) a; }\nqubit[3] q;\nqubit r;\n")
+MOD3_STATEMENTS = [
+    "h q[0];", "inv @ g(0.5) q[0], r;", "ctrl @ inv @ g(0.3) r, q[0], q[1];",
+    "pow(3) @ g(0.2) q[1], q[2];", "pow(0.5) @ x q[0];", "negctrl(2) @ y q[0], q[1], r;",
+    "k(0.4) q[2], q[0];", "ctrl @ k(0.1) r, q[1], q[2];", "gphase(-0.7);",
+    "ctrl @ gphase(0.3) q[0];", "inv @ ctrl @ rz(0.3) q[0], q[1];", "cp(0.2) q[0], r;",
+    "cu(0.1, 0.2, 0.3, 0.4) q[2], q[0];", "pow(-2) @ t r;", "ccx q[0], q[1], r;",
+    "U(0.1, -0.2, 3) q[2];", "rz(π/3) q[0];", "rx(tau/3) q[1];", "pow(1.5) @ s q[1];",
+    "inv @ pow(2) @ ctrl @ sx q[1], q[2];", "ctrl(2) @ swap q[0], q[1], q[2], r;",
+    "negctrl @ ctrl @ rx(-0.4) r, q[2], q[0];", "phase(0.3) q[1];"]
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(MOD3_STATEMENTS), min_size=1, max_size=6))
+def test_openqasm3_modifiers_and_custom_gates_load_as_qiskit_reads_them(statements):
+    """Gate modifiers (inv, pow, ctrl, negctrl, nested), parametric custom gates calling
+    modified gates, gphase: the import's unitary is Qiskit's, up to global phase."""
+    from qiskit import qasm3
+    from qiskit.quantum_info import Operator
+    from qdiff.circuits.unitary import unitary
+    text = MOD3_HEAD + "\n".join(statements) + "\n"
+    imp = qasm.loads(text)
+    want = Operator(qasm3.loads(text).reverse_bits()).data
+    got = unitary(imp.circuit, torch.zeros(imp.circuit.num_params, dtype=torch.float64)).numpy()
+    assert close_up_to_phase(got, want, atol=1e-10), text

@@ -78,22 +78,22 @@ def device_backend(name):
 
 
 def _real_backend(name: str, twin):
-    import os
-    from qiskit_ibm_runtime import QiskitRuntimeService
+    from qdiff.backends.ibm import runtime_service
     suggest = f"; its offline twin is '{twin}' (--target {twin})" if twin else ""
-    kwargs = {k: os.environ[e] for k, e in (("token", "QISKIT_IBM_TOKEN"),
-                                           ("instance", "QISKIT_IBM_INSTANCE"),
-                                           ("channel", "QISKIT_IBM_CHANNEL")) if os.environ.get(e)}
     try:
-        service = QiskitRuntimeService(**kwargs)
-    except Exception:  # noqa: BLE001 - no account (the message never echoes a token)
-        raise QdiffError(f"target '{name}' is a real IBM device and no IBM Quantum account is "
-                         f"configured (set QISKIT_IBM_TOKEN or save an account){suggest}") from None
+        service = runtime_service()  # env vars or the saved account; messages never hold a token
+    except QdiffError as exc:
+        if str(exc).startswith("no IBM Quantum account"):
+            raise QdiffError(f"target '{name}' is a real IBM device and no IBM Quantum account "
+                             f"is configured (set QISKIT_IBM_TOKEN or save an account)"
+                             f"{suggest}") from None
+        raise QdiffError(f"target '{name}': {exc}{suggest}") from None
     try:
         return service.backend(name)
     except Exception as exc:  # noqa: BLE001
-        raise QdiffError(f"target '{name}': the IBM Quantum account has no such device "
-                         f"({type(exc).__name__}){suggest}") from None
+        detail = type(exc).__name__  # (its text may quote the request, and so the token)
+    raise QdiffError(f"target '{name}': the IBM Quantum account has no such device "
+                     f"({detail}){suggest}")
 
 
 def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None) -> Routed:
