@@ -259,3 +259,15 @@ def test_qasm3_inverse_of_a_small_controlled_rotation_is_exact():
     out, rep = compile(src, level=0)
     assert rep.verified and rep.cx_after >= 2
     assert _qiskit_equiv(qasm3.loads(src), out)
+
+
+def test_the_verdict_allows_the_rounding_of_long_circuits_and_no_more():
+    """10000 Hadamards are the identity: their measured infidelity is rounding (~1.6e-16 per
+    gate, above 1e-12 here) and passes; a 1e-5 rad rotation (2.5e-11) in 100 gates fails."""
+    from qdiff.compiler.ops import op
+    long = Circuit(1, tuple(op("h", (0,)) for _ in range(10000)))
+    v = equivalence(long, Circuit(1, ()))
+    assert v.ok and 1e-12 < v.infidelity < 1e-11
+    off = Circuit(1, tuple(op("h", (0,)) for _ in range(100)) + (op("rz", (0,), (1e-5,)),))
+    v = equivalence(off, Circuit(1, ()))
+    assert not v.ok and abs(v.infidelity - 2.5e-11) < 1e-12
