@@ -259,8 +259,10 @@ def loads(text: str, filename: str = "<string>") -> QiskitImport:
         raise QdiffError(f"{filename}{_line_of(text, str(exc))}: {exc}") from None
 
 
-_CONSTRUCTS = (("classically controlled", r"^\s*(if|while|for|switch)\b"),
-               ("reset", r"^\s*reset\b"), ("mid-circuit measurement", r"^\s*measure\b"))
+_STATEMENT = r"(?:^|[;{}])\s*"  # where a statement starts
+_CONSTRUCTS = (("classically controlled", _STATEMENT + r"(if|while|for|switch)\b"),
+               ("reset", _STATEMENT + r"reset\b"),
+               ("mid-circuit measurement", _STATEMENT + r"measure\b"))
 
 
 def _line_of(text: str, message: str) -> str:
@@ -271,12 +273,22 @@ def _line_of(text: str, message: str) -> str:
         calls = [c.start() for c in re.finditer(rf"^\s*{m.group(1).lower()}\s*\(", text,
                                                  flags=re.MULTILINE)]
         return f":{text.count(chr(10), 0, calls[0]) + 1}" if len(calls) == 1 else ""
+    code = qasm_bounds.strip_comments(text)
+    m = re.search(r"unknown gate '(\w+)'", message)
+    if m:  # the first statement applying it (an opaque declaration is not one)
+        call = re.search(_STATEMENT + rf"{re.escape(m.group(1))}\s*[(a-zA-Z_$]", code,
+                         flags=re.MULTILINE)
+        return f":{_line_at(code, call.end() - 1)}" if call else ""
     for key, pattern in _CONSTRUCTS:
         if key in message:
-            m = re.search(pattern, text, flags=re.MULTILINE)
+            m = re.search(pattern, code, flags=re.MULTILINE)
             if m:
-                return f":{text.count(chr(10), 0, m.start()) + 1}"
+                return f":{_line_at(code, m.end() - 1)}"
     return ""
+
+
+def _line_at(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
 
 
 def read_text(path) -> str:

@@ -412,3 +412,13 @@ def test_openqasm3_modifiers_and_custom_gates_load_as_qiskit_reads_them(statemen
     want = Operator(qasm3.loads(text).reverse_bits()).data
     got = unitary(imp.circuit, torch.zeros(imp.circuit.num_params, dtype=torch.float64)).numpy()
     assert close_up_to_phase(got, want, atol=1e-10), text
+
+
+def test_unsupported_statements_name_their_line_wherever_they_stand():
+    head = 'OPENQASM 2.0;\ninclude "qelib1.inc";\nqreg q[2];\n'
+    cases = ((head + "opaque bar a;\n// bar q[0];\nh q[0];\nbar q[1];\n", r"f\.qasm:7: .*'bar'"),
+             (head + "h q[0]; reset q[0];\n", r"f\.qasm:4: .*reset"),
+             (head + "h q[0];\ngate g a { h a; }\n  g q[0]; reset q[1];\n", r"f\.qasm:6: .*reset"))
+    for text, match in cases:
+        with pytest.raises(QdiffError, match=match):
+            qasm.loads(text, "f.qasm")
