@@ -36,7 +36,8 @@ from qdiff.backends.base import DEVICE_SHOTS, Job, check_shots
 from qdiff.circuits.circuit import Circuit, memo, unitary_ops
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
-from qdiff.circuits.observables import Observable
+from qdiff.circuits import caches
+from qdiff.circuits.observables import Factor, Observable
 from qdiff.circuits.operation import ParamRef, is_concrete
 from qdiff.rules import (BACKPROP, FINITE_DIFF, PARAMETER_SHIFT, SHOT_FD_STEP, Options, Rule,
                          call_shots, default_step, higher_order, make_options, needs_backprop,
@@ -348,6 +349,27 @@ def validate_rules(plan: Plan) -> None:
                 shift_rule(op.gate, s)
 
 
+def _constant(t):
+    """``t`` without the torch.func wrappers of the call that made it (``torch.func.grad`` /
+    ``jvp`` levels; a vmapped value is kept): a variance's observable is a constant of the
+    call (trainable coefficients are refused), but one made inside a transform is wrapped at
+    that transform's level, which has ended when an outer ``jacfwd`` runs the rule."""
+    f = torch._C._functorch
+    while isinstance(t, torch.Tensor) and f.is_functorch_wrapped_tensor(t) and \
+            not f.is_batchedtensor(t):
+        t = f.get_unwrapped(t)
+    return t
+
+
+def _squared(obs: Observable) -> Observable:
+    """``O @ O`` of a variance's observable, built from plain constants."""
+    terms = [tuple(f if f.matrix is None else Factor(f.wires, f.kind, _constant(f.matrix))
+                   for f in t) for t in obs.terms]
+    plain = Observable(_constant(obs.coeffs), terms, simplify=False, check=False)
+    with caches.constants():
+        return plain @ plain
+
+
 def _shift_measurements(circuit: Circuit) -> tuple:
     """Measurements evaluated at shifted points: var(O) -> expval(O^2), expval(O). The
     layout gives each original measurement's first output column among the shifted ones."""
@@ -355,7 +377,7 @@ def _shift_measurements(circuit: Circuit) -> tuple:
     for m in circuit.measurements:
         if m.kind == "var":
             layout.append(("var", col))
-            ms.append(Measurement("expval", m.obs @ m.obs))
+            ms.append(Measurement("expval", _squared(m.obs)))
             ms.append(Measurement("expval", m.obs))
             col += 2
         else:

@@ -291,6 +291,33 @@ def test_forward_mode_through_the_function_for_var_and_probs(method):
     assert torch.allclose(jvp, torch.func.jacrev(fb)(w) @ t, atol=1e-10)
 
 
+@pytest.mark.parametrize("obs", ["sum", "product", "hermitian"])
+@pytest.mark.parametrize("method", ["parameter-shift", "best"])
+def test_torch_func_hessian_of_var_of_observable_built_in_the_call(method, obs):
+    """var() of an observable made inside the qnode (a sum, a product, a Hermitian matrix):
+    its coefficients are constants, also when made under torch.func transforms, and the
+    forward-over-reverse Hessian is exact."""
+    def make(o):
+        if o == "sum":
+            return qd.Z(0) @ qd.Y(2) + 0.5 * qd.X(1)
+        if o == "product":
+            return qd.Z(0) @ qd.Y(2)
+        return qd.Hermitian(torch.tensor([[1.0, 2.0], [2.0, -1.0]], dtype=torch.float64), 1)
+
+    def body(w):
+        qd.RX(w[0], wires=0); qd.RY(w[1], wires=1); qd.CNOT(wires=[0, 1])
+        qd.CRX(w[2], wires=[1, 2]); qd.RY(w[0] * w[2], wires=2)
+        return qd.var(make(obs))
+
+    dev = qd.device("statevector", wires=3)
+    f = qd.QNode(body, dev, diff_method=method)
+    fb = qd.QNode(body, dev, diff_method="backprop")
+    w = torch.tensor([0.3, -0.6, 1.1], dtype=torch.float64)
+    ref = torch.func.hessian(fb)(w)
+    assert torch.allclose(torch.func.hessian(f)(w), ref, atol=1e-10)
+    assert torch.allclose(torch.autograd.functional.hessian(f, w), ref, atol=1e-10)
+
+
 @pytest.mark.parametrize("static", [False, True])
 @pytest.mark.parametrize("method", ["backprop", "best", "adjoint", "parameter-shift"])
 def test_forward_mode_ad_dual_tensors_carry_tangents(method, static):
