@@ -13,6 +13,7 @@ over the backend's :class:`~qdiff.backends.base.Capabilities`, done once per cal
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -150,8 +151,9 @@ def _check_values(method: str, values: dict) -> None:
         if key == "h" and values.get(key, 0) is None:
             continue  # finite-diff's default: the step follows the computation's precision
         if key in values and not (isinstance(values[key], (int, float))
-                                  and not isinstance(values[key], bool) and values[key] > 0):
-            raise QdiffError(f"diff_method='{method}': {key} must be a positive number; "
+                                  and not isinstance(values[key], bool) and values[key] > 0
+                                  and math.isfinite(values[key])):
+            raise QdiffError(f"diff_method='{method}': {key} must be a positive finite number; "
                              f"got {values[key]!r}")
     if "seed" in values:
         from qdiff.backends.base import check_seed

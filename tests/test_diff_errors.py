@@ -56,6 +56,14 @@ def test_unknown_diff_method():
         qd.QNode(_f, qd.device("statevector", wires=1), diff_method="magic")
 
 
+@pytest.mark.parametrize("method,key", [("finite-diff", "h"), ("spsa", "epsilon")])
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_step_options_must_be_finite(method, key, value):
+    """An infinite step would turn every gradient into NaN: refused when the qnode is made."""
+    with pytest.raises(qd.QdiffError, match=f"{key} must be a positive finite number"):
+        qd.QNode(_f, qd.device("statevector", wires=1), diff_method=method, **{key: value})
+
+
 def test_gate_without_generator_in_a_parameter_shift_circuit():
     noshift = Gate("noshift_rx", 1, 1, qd.RX.matrix_fn, pl_name="NoShiftRX",
                    inverse_fn=lambda p: (noshift, (-p[0],)))
