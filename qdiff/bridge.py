@@ -37,7 +37,7 @@ from qdiff.circuits.circuit import Circuit, memo, unitary_ops
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits import caches
-from qdiff.circuits.observables import Factor, Observable
+from qdiff.circuits.observables import Factor, Hermitian, Observable
 from qdiff.circuits.operation import ParamRef, is_concrete
 from qdiff.rules import (BACKPROP, FINITE_DIFF, PARAMETER_SHIFT, SHOT_FD_STEP, Options, Rule,
                          call_shots, default_step, higher_order, make_options, needs_backprop,
@@ -362,12 +362,20 @@ def _constant(t):
 
 
 def _squared(obs: Observable) -> Observable:
-    """``O @ O`` of a variance's observable, built from plain constants."""
+    """``O @ O`` of a variance's observable, built from plain constants: term by term, or as
+    one dense matrix on its wires when two factors overlap in part (a Hermitian on [0, 1]
+    and a Z on 0), which have no factor-wise product."""
     terms = [tuple(f if f.matrix is None else Factor(f.wires, f.kind, _constant(f.matrix))
                    for f in t) for t in obs.terms]
     plain = Observable(_constant(obs.coeffs), terms, simplify=False, check=False)
+    wire_sets = {frozenset(f.wires) for t in terms for f in t}
     with caches.constants():
-        return plain @ plain
+        if all(a == b or not a & b for a in wire_sets for b in wire_sets):
+            return plain @ plain
+        wires = list(plain.wires)
+        m = plain.matrix(wires)
+        m = m @ m
+        return Hermitian((m + m.conj().T) / 2, wires)  # Hermitian to rounding as well
 
 
 def _shift_measurements(circuit: Circuit) -> tuple:

@@ -318,6 +318,25 @@ def test_torch_func_hessian_of_var_of_observable_built_in_the_call(method, obs):
     assert torch.allclose(torch.autograd.functional.hessian(f, w), ref, atol=1e-10)
 
 
+@pytest.mark.parametrize("method", ["parameter-shift", "finite-diff"])
+def test_var_of_observable_with_overlapping_dense_terms(method):
+    """var() of a sum whose terms overlap a dense factor only in part (Hermitian on [0, 1]
+    plus Z(0), plus Hermitian on [1, 2]): the shifted evaluations measure its square."""
+    a = torch.tensor([[1.0, 0.5, 0, 0.2], [0.5, -1.0, 0.3, 0], [0, 0.3, 0.5, 0.1],
+                      [0.2, 0, 0.1, 0.0]], dtype=torch.float64)
+
+    def f(x):
+        qd.RX(x[0], wires=0); qd.CRY(x[1], wires=[0, 1]); qd.IsingXY(x[0], wires=[1, 2])
+        return qd.var(qd.Hermitian(a, wires=[0, 1]) + 0.3 * qd.Z(0)
+                      + qd.Hermitian(a, wires=[1, 2]))
+
+    dev = qd.device("statevector", wires=3)
+    x = torch.tensor([0.7, -0.4], dtype=torch.float64)
+    ref = torch.autograd.functional.jacobian(qd.QNode(f, dev, diff_method="backprop"), x)
+    got = torch.autograd.functional.jacobian(qd.QNode(f, dev, diff_method=method), x)
+    assert torch.allclose(got, ref, atol=1e-10 if method == "parameter-shift" else 1e-7)
+
+
 @pytest.mark.parametrize("static", [False, True])
 @pytest.mark.parametrize("method", ["backprop", "best", "adjoint", "parameter-shift"])
 def test_forward_mode_ad_dual_tensors_carry_tangents(method, static):
