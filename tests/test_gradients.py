@@ -459,6 +459,45 @@ def test_custom_gate_with_generator_and_with_rule():
         unregister_gate("my_zx_rule")
 
 
+@pytest.mark.parametrize("method", ["parameter-shift", "adjoint", "best"])
+def test_custom_gate_generator_off_by_a_factor_is_refused(method):
+    """A generator that does not match the gate's matrix (RX's matrix with G = X instead of
+    X/2) would make every generator-derived gradient wrong: refused by name, both when the
+    gate is registered and when an unregistered record is differentiated."""
+    x_op = np.array([[0, 1], [1, 0]], dtype=complex)
+    with pytest.raises(qd.QdiffError, match="generator of parameter 0 does not match"):
+        register_gate(Gate("bad_rx", 1, 1, qd.RX.matrix_fn, generators=(x_op,)))
+    assert "bad_rx" not in GATES
+    bad = Gate("bad_rx2", 1, 1, qd.RX.matrix_fn, generators=(x_op,), pl_name="BadRX")
+    q = qd.QNode(lambda t: (bad(t, wires=0), qd.expval(qd.Z(0)))[-1],
+                 qd.device("statevector", wires=1), diff_method=method)
+    t = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(qd.QdiffError, match="'BadRX': the generator of parameter 0"):
+        torch.autograd.grad(q(t), t)
+    with pytest.raises(qd.QdiffError, match="must be a Hermitian 2x2 matrix"):
+        register_gate(Gate("bad_rx3", 1, 1, qd.RX.matrix_fn, generators=(np.eye(4),)))
+
+
+@pytest.mark.parametrize("device", ["statevector", "mixed"])
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_custom_gate_with_a_constant_factor_beside_the_rotation(side, device):
+    """A user gate ``H RZ(phi)`` (``U = A exp(-i phi G)``, A = H) or ``RZ(phi) H`` with
+    generator Z/2: every method gives the derivative of its matrix."""
+    h = torch.tensor([[1, 1], [1, -1]], dtype=torch.complex128) / math.sqrt(2)
+    rz = GATES["rz"].matrix_fn
+    fn = (lambda t: h @ rz(t)) if side == "left" else (lambda t: rz(t) @ h)
+    gate = Gate(f"hrz_{side}", 1, 1, fn, generators=(np.diag([0.5, -0.5]),), pl_name="HRZ")
+    dev = qd.device(device, wires=1)
+
+    def f(x):
+        qd.RY(0.4, wires=0); gate(x, wires=0); qd.RX(0.3, wires=0)
+        return qd.expval(qd.Z(0) + 0.3 * qd.X(0))
+
+    compare_methods(qd.QNode(f, dev), [torch.tensor(0.3, dtype=torch.float64,
+                                                     requires_grad=True)],
+                    methods=["backprop", "adjoint", "best", "parameter-shift"], atol=1e-10)
+
+
 def test_testing_helpers_detect_a_wrong_gradient():
     class Wrong(torch.autograd.Function):
         @staticmethod
