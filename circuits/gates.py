@@ -241,6 +241,29 @@ def check_generator(gate: Gate, slot: int) -> None:
                 "gradients would be wrong")
 
 
+def check_record(gate: Gate) -> None:
+    """Refuse ``generators`` / ``shift_rules`` that do not give one entry per parameter, and a
+    shift rule that is not a sequence of ``(coefficient, shift)`` pairs of finite numbers."""
+    name = gate.pl_name or gate.name
+    for field_name in ("generators", "shift_rules"):
+        entries = getattr(gate, field_name)
+        if entries is not None and len(entries) != gate.num_params:
+            raise QdiffError(f"gate '{name}': {field_name} has {len(entries)} entr"
+                             f"{'y' if len(entries) == 1 else 'ies'} for {gate.num_params} "
+                             "parameter(s) (one per parameter; None for a parameter without)")
+    for slot, rule in enumerate(gate.shift_rules or ()):
+        if rule is None:
+            continue
+        try:
+            pairs = [(float(c), float(x)) for c, x in rule]
+        except (TypeError, ValueError):
+            pairs = None
+        if pairs is None or not all(math.isfinite(c) and math.isfinite(x) for c, x in pairs):
+            raise QdiffError(f"gate '{name}': the shift rule of parameter {slot} must be a "
+                             f"sequence of (coefficient, shift) pairs of finite "
+                             f"numbers; got {rule!r:.80}")
+
+
 @caches.cached(maxsize=None)
 def generator_on_left(gate: Gate) -> bool:
     """Whether a one-parameter gate is ``exp(-i phi G) B`` (``dU/dphi = -i G U``), the form
@@ -398,7 +421,9 @@ def register_gate(gate: Gate, aliases: Sequence[str] = (), replace: bool = False
     """
     if gate.name in GATES and not replace:
         raise QdiffError(f"a gate named '{gate.name}' is already registered")
-    if _BUILTINS_DONE and gate.generators is not None:  # a user's gate: checked now
+    if _BUILTINS_DONE:  # a user's gate: checked now
+        check_record(gate)
+    if _BUILTINS_DONE and gate.generators is not None:
         for slot, g in enumerate(gate.generators):
             if g is not None:
                 check_generator(gate, slot)
