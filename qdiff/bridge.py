@@ -581,9 +581,9 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
         trainable_matrix_op(circuit) is not None) and not all(
         m.kind in ("sample", "counts") for m in circuit.measurements)  # samples carry no gradient
     if (_forward_ad._current_level >= 0 or (
-            not backend.capabilities.backprop and not is_concrete(theta))) and not all(
+            (shots or not backend.capabilities.backprop) and not is_concrete(theta))) and not all(
             m.kind in ("sample", "counts") for m in circuit.measurements):
-        tangents = _tangent_rule(recorded, backend, rule)
+        tangents = _tangent_rule(recorded, backend, rule, shots)
         if tangents is not None:
             recorded, rule = tangents
             needs_grad = True
@@ -595,18 +595,19 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
                              stacked=stacked, shots=shots)
 
 
-def _tangent_rule(recorded, backend, rule: Rule) -> Optional[tuple]:
+def _tangent_rule(recorded, backend, rule: Rule, shots=None) -> Optional[tuple]:
     """``(recorded, rule)`` for a call whose angles may carry forward-mode tangents the
     backend's own run would drop: dual tensors of ``torch.autograd.forward_ad`` (the native
     kernels and non-torch backends read plain values), or ``torch.func`` wrapped tensors on a
-    backend that is not simulated in torch. Such a call goes through the Function, whose
+    backend that is not simulated in torch or that samples ``shots`` (a sampled estimate
+    carries no tangent, and vmap refuses the sampling). Such a call goes through the Function, whose
     ``jvp`` and ``vmap`` rules carry them, with every column trainable (which ones carry a
     tangent is not visible); a ``backprop`` call takes the exact parameter-shift rules there.
     ``None``: nothing to carry (no dual tensor)."""
     theta = recorded.theta
     if not is_concrete(theta):
-        if backend.capabilities.backprop:  # torch.func runs through the torch simulation
-            return None
+        if backend.capabilities.backprop and not shots:  # torch.func runs through the torch
+            return None                                  # simulation
     else:
         where = _dual_leaves(recorded)
         if where:

@@ -539,6 +539,30 @@ def test_shot_gradients_within_statistical_bounds():
     assert torch.allclose(torch.stack(spsa_grads).mean(0), exact, atol=0.15)
 
 
+@pytest.mark.parametrize("method", ["parameter-shift", "best"])
+def test_torch_func_forward_mode_and_vmap_with_shots(method):
+    """With shots, torch.func.jacfwd / jvp take the shift rules through the Function (a
+    sampled estimate carries no tangent: never a silent zero), and vmap over a shot device
+    runs (each vmapped binding sampled)."""
+    def f(x):
+        qd.RX(x[0], wires=0); qd.CRY(x[1], wires=[0, 1])
+        return qd.expval(qd.Z(0) @ qd.X(1) + 0.5 * qd.Z(1))
+
+    shots = 20000
+    x = torch.tensor([0.8, 1.1], dtype=torch.float64)
+    exact = torch.func.jacrev(qd.QNode(f, qd.device("statevector", wires=2),
+                                       diff_method="backprop"))(x)
+    q = qd.QNode(f, qd.device("statevector", wires=2, shots=shots, seed=5), diff_method=method)
+    sigma = 1.5 * 2 * 0.5 / math.sqrt(shots) * 2  # as in the test above
+    for jac in (torch.func.jacfwd(q)(x), torch.func.jacfwd(q, randomness="different")(x),
+                torch.func.jvp(q, (x,), (torch.tensor([1.0, 0.0], dtype=torch.float64),))[1]):
+        assert torch.all((jac - exact[:jac.numel()]).abs() < 5 * sigma), (jac, exact)
+    out = torch.func.vmap(q)(torch.stack([x, x + 0.5]))
+    plain = qd.QNode(f, qd.device("statevector", wires=2))
+    want = torch.stack([plain(x), plain(x + 0.5)])
+    assert torch.allclose(out, want, atol=5 * 1.5 / math.sqrt(shots)), (out, want)
+
+
 def test_parameter_shift_with_probs_before_var_and_expval():
     """Output columns after a multi-column probs keep their place in the shifted layout."""
     dev = qd.device("statevector", wires=2)
