@@ -188,12 +188,12 @@ class Gate:
 @caches.cached(maxsize=None)
 def generator_spectrum(gate: Gate, slot: int, tol: float = 1e-9) -> np.ndarray:
     """Distinct eigenvalues of ``gate.generators[slot]``, ascending (see :meth:`Gate.spectrum`).
-    A gate that is not a built-in record has its generator checked against its matrix first
-    (:func:`check_generator`)."""
+    A gate that is not one of qdiff's own records has its generator checked against its
+    matrix first (:func:`check_generator`)."""
     if gate.generators is None or gate.generators[slot] is None:
         raise QdiffError(f"gate '{gate.pl_name or gate.name}' has no generator for parameter "
                          f"{slot}")
-    if BUILTIN_GATES.get(gate.name) is not gate:
+    if not _own_record(gate):
         check_generator(gate, slot)
     out: list = []
     for v in np.sort(np.linalg.eigvalsh(np.asarray(gate.generators[slot]))):
@@ -202,7 +202,25 @@ def generator_spectrum(gate: Gate, slot: int, tol: float = 1e-9) -> np.ndarray:
     return np.array(out)
 
 
-_CHECK_MAX_WIRES = 10  # a larger gate's generator is taken as given (dense checks cost 8**k)
+_CHECK_MAX_WIRES = 6  # a larger gate's generator is taken as given (dense checks cost 8**k)
+
+
+def _own_record(gate: Gate) -> bool:
+    """Whether ``gate`` is one of qdiff's own records (a built-in gate, a MultiRZ / PauliRot /
+    PCPhase of the factories below, or one of those controlled): generators checked by the
+    tests, not at run time."""
+    if BUILTIN_GATES.get(gate.name) is gate:
+        return True
+    h = gate.hyper
+    if gate.name == "multirz" and len(h) == 1:
+        return multirz_gate(gate.num_wires) is gate
+    if gate.name == "paulirot" and len(h) == 1 and isinstance(h[0], str):
+        return paulirot_gate(h[0]) is gate
+    if gate.name == "pcphase" and len(h) == 2:
+        return pcphase_gate(*h) is gate
+    if gate.name == "ctrl" and len(h) == 2 and isinstance(h[0], Gate):
+        return controlled_gate(*h) is gate and _own_record(h[0])
+    return False
 
 
 def check_generator(gate: Gate, slot: int) -> None:
@@ -268,10 +286,10 @@ def check_record(gate: Gate) -> None:
 def generator_on_left(gate: Gate) -> bool:
     """Whether a one-parameter gate is ``exp(-i phi G) B`` (``dU/dphi = -i G U``), the form
     the engines' reverse modes differentiate directly; a gate ``A exp(-i phi G) B`` with an
-    ``A`` that does not commute with G takes the spectral-shift formula instead. Built-in
+    ``A`` that does not commute with G takes the spectral-shift formula instead. qdiff's own
     records are of that form (tests/test_gate_facts.py); another gate is checked at two
     angles (one of more than ``_CHECK_MAX_WIRES`` wires is taken as given)."""
-    if BUILTIN_GATES.get(gate.name) is gate or gate.num_wires > _CHECK_MAX_WIRES:
+    if gate.num_wires > _CHECK_MAX_WIRES or _own_record(gate):
         return True
     g = np.asarray(gate.generators[0], dtype=complex)
     h = 1e-4
