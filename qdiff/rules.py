@@ -191,14 +191,24 @@ def needs_backprop(circuit, recorded) -> bool:
     return False
 
 
+def _has_shift_rule(gate, slot: int) -> bool:
+    """Whether parameter ``slot`` of ``gate`` has a shift rule (its own, or its generator's)."""
+    for entries in (gate.shift_rules, gate.generators):
+        if entries is not None and slot < len(entries) and entries[slot] is not None:
+            return True
+    return False
+
+
 def has_shiftless_trainables(circuit, recorded=None) -> bool:
-    """Whether a trainable theta column feeds an operation without a shift rule (a noise
-    channel's parameter)."""
+    """Whether a trainable theta column feeds a parameter without a shift rule (a noise
+    channel's, or a gate's without a generator for it)."""
     trainable = getattr(recorded, "trainable", None)
     for op in circuit.operations:
-        if op.gate.generators is None and op.gate.shift_rules is None and any(
-                isinstance(p, ParamRef) and (trainable is None or trainable[p.index])
-                for p in op.params):
+        if op.gate.generators is not None and op.gate.shift_rules is None and \
+                all(g is not None for g in op.gate.generators):
+            continue
+        if any(isinstance(p, ParamRef) and (trainable is None or trainable[p.index])
+               and not _has_shift_rule(op.gate, s) for s, p in enumerate(op.params)):
             return True
     return False
 

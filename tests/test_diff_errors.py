@@ -108,6 +108,22 @@ def test_a_shift_rule_per_parameter_may_be_none():
         qd.QNode(f(bare), dev, diff_method="parameter-shift")(x)
 
 
+def test_best_with_shots_takes_finite_differences_for_a_parameter_without_a_rule():
+    """A gate with a generator for one parameter only: on a device with shots, best takes
+    finite differences (as for a channel's parameter) instead of refusing."""
+    from qdiff.circuits.gates import GATES
+    rot = GATES["rot"]
+    gate = Gate("my_rot4", 1, 3, rot.matrix_fn, pl_name="MyRot4",
+                generators=(rot.generators[0], None, rot.generators[2]))
+    f = lambda g: (lambda x: (g(x[0], x[1], x[2], wires=0), qd.expval(qd.Z(0) + qd.X(0)))[-1])
+    x = torch.tensor([0.3, 0.5, 0.7], dtype=torch.float64, requires_grad=True)
+    dev = qd.device("statevector", wires=1, shots=200000, seed=2)
+    (g,) = torch.autograd.grad(qd.QNode(f(gate), dev)(x), x)
+    (bp,) = torch.autograd.grad(qd.QNode(f(rot), qd.device("statevector", wires=1),
+                                         diff_method="backprop")(x), x)
+    assert torch.allclose(g, bp, atol=0.1)
+
+
 def test_gate_without_generator_in_a_parameter_shift_circuit():
     noshift = Gate("noshift_rx", 1, 1, qd.RX.matrix_fn, pl_name="NoShiftRX",
                    inverse_fn=lambda p: (noshift, (-p[0],)))
