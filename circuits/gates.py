@@ -238,7 +238,7 @@ def check_generator(gate: Gate, slot: int) -> None:
     if gate.num_wires > _CHECK_MAX_WIRES:
         return
     want = np.linalg.eigvalsh(g)
-    h = 1e-4
+    h = 1e-4 / max(1.0, float(np.abs(want).max()))  # central-difference error ~ (h |G|)**2
     for angles in ((0.37, -1.21, 0.83), (2.05, 0.61, -2.4)):
         a = [torch.tensor(angles[i % 3], dtype=torch.float64) for i in range(gate.num_params)]
         up, dn = list(a), list(a)
@@ -292,7 +292,7 @@ def generator_on_left(gate: Gate) -> bool:
     if gate.num_wires > _CHECK_MAX_WIRES or _own_record(gate):
         return True
     g = np.asarray(gate.generators[0], dtype=complex)
-    h = 1e-4
+    h = 1e-4 / max(1.0, float(np.abs(g).max()))
     for phi in (0.37, 2.05):
         u, u_up, u_dn = (gate.matrix(torch.tensor(x, dtype=torch.float64)).detach()
                          .to(torch.complex128).numpy() for x in (phi, phi + h, phi - h))
