@@ -187,15 +187,123 @@ class Gate:
 
 @caches.cached(maxsize=None)
 def generator_spectrum(gate: Gate, slot: int, tol: float = 1e-9) -> np.ndarray:
-    """Distinct eigenvalues of ``gate.generators[slot]``, ascending (see :meth:`Gate.spectrum`)."""
+    """Distinct eigenvalues of ``gate.generators[slot]``, ascending (see :meth:`Gate.spectrum`).
+    A gate that is not one of qdiff's own records has its generator checked against its
+    matrix first (:func:`check_generator`)."""
     if gate.generators is None or gate.generators[slot] is None:
         raise QdiffError(f"gate '{gate.pl_name or gate.name}' has no generator for parameter "
                          f"{slot}")
+    if not _own_record(gate):
+        check_generator(gate, slot)
     out: list = []
     for v in np.sort(np.linalg.eigvalsh(np.asarray(gate.generators[slot]))):
         if not out or v - out[-1] > tol:
             out.append(float(v))
     return np.array(out)
+
+
+_CHECK_MAX_WIRES = 6  # a larger gate's generator is taken as given (dense checks cost 8**k)
+
+
+def _own_record(gate: Gate) -> bool:
+    """Whether ``gate`` is one of qdiff's own records (a built-in gate, a MultiRZ / PauliRot /
+    PCPhase of the factories below, or one of those controlled): generators checked by the
+    tests, not at run time."""
+    if BUILTIN_GATES.get(gate.name) is gate:
+        return True
+    h = gate.hyper
+    if gate.name == "multirz" and len(h) == 1:
+        return multirz_gate(gate.num_wires) is gate
+    if gate.name == "paulirot" and len(h) == 1 and isinstance(h[0], str):
+        return paulirot_gate(h[0]) is gate
+    if gate.name == "pcphase" and len(h) == 2:
+        return pcphase_gate(*h) is gate
+    if gate.name == "ctrl" and len(h) == 2 and isinstance(h[0], Gate):
+        return controlled_gate(*h) is gate and _own_record(h[0])
+    return False
+
+
+def check_generator(gate: Gate, slot: int) -> None:
+    """Refuse a generator that does not match the gate's matrix: for ``U = A exp(-i phi G) B``,
+    ``i U^dag dU/dphi = B^dag G B`` has G's eigenvalues at every angle (checked at two angles,
+    by central differences). Shift rules and the engines' reverse modes derive from them, so
+    a generator off by a factor would make those gradients wrong."""
+    name = gate.pl_name or gate.name
+    g = np.asarray(gate.generators[slot], dtype=complex)
+    d = 2 ** gate.num_wires
+    if g.shape != (d, d) or not np.allclose(g, g.conj().T, atol=1e-10):
+        raise QdiffError(f"gate '{name}': the generator of parameter {slot} must be a Hermitian "
+                         f"{d}x{d} matrix; got shape {g.shape}"
+                         + ("" if g.shape != (d, d) else " (not Hermitian)"))
+    if gate.num_wires > _CHECK_MAX_WIRES:
+        return
+    want = np.linalg.eigvalsh(g)
+    scale = max(1.0, float(np.abs(want).max()))
+    for angles in ((0.37, -1.21, 0.83), (2.05, 0.61, -2.4)):
+        a = [torch.tensor(angles[i % 3], dtype=torch.float64) for i in range(gate.num_params)]
+        try:
+            u = gate.matrix(*a).detach()
+            # central-difference error ~ (h |G|)**2 against rounding ~ eps / h
+            low = u.dtype not in (torch.complex128, torch.float64)
+            h, rtol = (3e-3, 1e-3) if low else (1e-4, 1e-5)
+            up, dn = list(a), list(a)
+            up[slot], dn[slot] = a[slot] + h / scale, a[slot] - h / scale
+            u, u_up, u_dn = (m.to(torch.complex128).numpy() for m in (
+                u, gate.matrix(*up).detach(), gate.matrix(*dn).detach()))
+        except Exception as e:  # a user's matrix function
+            raise QdiffError(f"gate '{name}': its matrix function failed at angles "
+                             f"{[float(x) for x in a]}: {e}") from None
+        m = 1j * u.conj().T @ (u_up - u_dn) / (2 * h / scale)
+        got = np.linalg.eigvalsh((m + m.conj().T) / 2)
+        if not np.allclose(got, want, atol=rtol * scale):
+            raise QdiffError(
+                f"gate '{name}': the generator of parameter {slot} does not match its matrix "
+                f"(U = A exp(-i phi G) B needs G's eigenvalues {np.round(want, 6).tolist()}; "
+                f"the matrix has {np.round(got, 6).tolist()}); its shift rule and reverse-mode "
+                "gradients would be wrong")
+
+
+def check_record(gate: Gate) -> None:
+    """Refuse ``generators`` / ``shift_rules`` that do not give one entry per parameter, and a
+    shift rule that is not a sequence of ``(coefficient, shift)`` pairs of finite numbers."""
+    name = gate.pl_name or gate.name
+    for field_name in ("generators", "shift_rules"):
+        entries = getattr(gate, field_name)
+        if entries is not None and len(entries) != gate.num_params:
+            raise QdiffError(f"gate '{name}': {field_name} has {len(entries)} entr"
+                             f"{'y' if len(entries) == 1 else 'ies'} for {gate.num_params} "
+                             "parameter(s) (one per parameter; None for a parameter without)")
+    for slot, rule in enumerate(gate.shift_rules or ()):
+        if rule is None:
+            continue
+        try:
+            pairs = [(float(c), float(x)) for c, x in rule]
+        except (TypeError, ValueError):
+            pairs = None
+        if pairs is None or not all(math.isfinite(c) and math.isfinite(x) for c, x in pairs):
+            raise QdiffError(f"gate '{name}': the shift rule of parameter {slot} must be a "
+                             f"sequence of (coefficient, shift) pairs of finite "
+                             f"numbers; got {rule!r:.80}")
+
+
+@caches.cached(maxsize=None)
+def generator_on_left(gate: Gate) -> bool:
+    """Whether a one-parameter gate is ``exp(-i phi G) B`` (``dU/dphi = -i G U``), the form
+    the engines' reverse modes differentiate directly; a gate ``A exp(-i phi G) B`` with an
+    ``A`` that does not commute with G takes the spectral-shift formula instead. qdiff's own
+    records are of that form (tests/test_gate_facts.py); another gate is checked at two
+    angles (one of more than ``_CHECK_MAX_WIRES`` wires is taken as given)."""
+    if gate.num_wires > _CHECK_MAX_WIRES or _own_record(gate):
+        return True
+    g = np.asarray(gate.generators[0], dtype=complex)
+    h = 1e-4 / max(1.0, float(np.abs(g).max()))
+    for phi in (0.37, 2.05):
+        u, u_up, u_dn = (gate.matrix(torch.tensor(x, dtype=torch.float64)).detach()
+                         .to(torch.complex128).numpy() for x in (phi, phi + h, phi - h))
+        if not np.allclose(1j * (u_up - u_dn) / (2 * h) @ u.conj().T, g,
+                           atol=1e-6 * max(1.0, float(np.abs(g).max()))):
+            return False
+    return True
 
 
 def _self_inverse(gate_name: str):
@@ -323,6 +431,8 @@ def _perm_of(m: np.ndarray) -> tuple:
 
 GATES: dict[str, Gate] = {}
 _ALIASES: dict[str, str] = {}
+BUILTIN_GATES: dict[str, Gate] = {}  # filled once the built-in gates below are registered
+_BUILTINS_DONE = False
 
 
 def register_gate(gate: Gate, aliases: Sequence[str] = (), replace: bool = False) -> Gate:
@@ -333,6 +443,12 @@ def register_gate(gate: Gate, aliases: Sequence[str] = (), replace: bool = False
     """
     if gate.name in GATES and not replace:
         raise QdiffError(f"a gate named '{gate.name}' is already registered")
+    if _BUILTINS_DONE:  # a user's gate: checked now
+        check_record(gate)
+    if _BUILTINS_DONE and gate.generators is not None:
+        for slot, g in enumerate(gate.generators):
+            if g is not None:
+                check_generator(gate, slot)
     GATES[gate.name] = gate
     for a in (gate.pl_name, *aliases):
         if a:
@@ -602,7 +718,8 @@ _compiler_facts("rot", zyz=lambda p: (p[0], p[1], p[2]))  # rot = RZ(omega) RY(t
 
 # the built-in gates as defined here (a user may replace a registry entry; the native kernels'
 # formulas apply to these objects only)
-BUILTIN_GATES: dict[str, Gate] = dict(GATES)
+BUILTIN_GATES.update(GATES)
+_BUILTINS_DONE = True
 
 
 # ---------------------------------------------------------------------------------------------

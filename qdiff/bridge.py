@@ -38,7 +38,8 @@ from qdiff.backends.base import DEVICE_SHOTS, Backend, Job, check_shots
 from qdiff.circuits.circuit import Circuit, memo, unitary_ops
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
-from qdiff.circuits.observables import Observable
+from qdiff.circuits import caches
+from qdiff.circuits.observables import Factor, Hermitian, Observable
 from qdiff.circuits.operation import ParamRef, is_concrete
 from qdiff.rules import (BACKPROP, FINITE_DIFF, PARAMETER_SHIFT, SHOT_FD_STEP, Options, Rule,
                          call_shots, default_step, higher_order, make_options, needs_backprop,
@@ -390,6 +391,35 @@ def validate_rules(plan: Plan) -> None:
                 shift_rule(op.gate, s)
 
 
+def _constant(t):
+    """``t`` without the torch.func wrappers of the call that made it (``torch.func.grad`` /
+    ``jvp`` levels; a vmapped value is kept): a variance's observable is a constant of the
+    call (trainable coefficients are refused), but one made inside a transform is wrapped at
+    that transform's level, which has ended when an outer ``jacfwd`` runs the rule."""
+    f = torch._C._functorch
+    while isinstance(t, torch.Tensor) and f.is_functorch_wrapped_tensor(t) and \
+            not f.is_batchedtensor(t):
+        t = f.get_unwrapped(t)
+    return t
+
+
+def _squared(obs: Observable) -> Observable:
+    """``O @ O`` of a variance's observable, built from plain constants: term by term, or as
+    one dense matrix on its wires when two factors overlap in part (a Hermitian on [0, 1]
+    and a Z on 0), which have no factor-wise product."""
+    terms = [tuple(f if f.matrix is None else Factor(f.wires, f.kind, _constant(f.matrix))
+                   for f in t) for t in obs.terms]
+    plain = Observable(_constant(obs.coeffs), terms, simplify=False, check=False)
+    wire_sets = {frozenset(f.wires) for t in terms for f in t}
+    with caches.constants():
+        if all(a == b or not a & b for a in wire_sets for b in wire_sets):
+            return plain @ plain
+        wires = list(plain.wires)
+        m = plain.matrix(wires)
+        m = m @ m
+        return Hermitian((m + m.conj().T) / 2, wires)  # Hermitian to rounding as well
+
+
 def _shift_measurements(circuit: Circuit) -> tuple:
     """Measurements evaluated at shifted points: var(O) -> expval(O^2), expval(O). The
     layout gives each original measurement's first output column among the shifted ones."""
@@ -397,7 +427,7 @@ def _shift_measurements(circuit: Circuit) -> tuple:
     for m in circuit.measurements:
         if m.kind == "var":
             layout.append(("var", col))
-            ms.append(Measurement("expval", m.obs @ m.obs))
+            ms.append(Measurement("expval", _squared(m.obs)))
             ms.append(Measurement("expval", m.obs))
             col += 2
         else:
@@ -594,9 +624,9 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
         trainable_matrix_op(circuit) is not None) and not all(
         m.kind in ("sample", "counts") for m in circuit.measurements)  # samples carry no gradient
     if (_forward_ad._current_level >= 0 or (
-            not backend.capabilities.backprop and not is_concrete(theta))) and not all(
+            (shots or not backend.capabilities.backprop) and not is_concrete(theta))) and not all(
             m.kind in ("sample", "counts") for m in circuit.measurements):
-        tangents = _tangent_rule(recorded, backend, rule)
+        tangents = _tangent_rule(recorded, backend, rule, shots)
         if tangents is not None:
             recorded, rule = tangents
             needs_grad = True
@@ -608,18 +638,19 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
                              stacked=stacked, shots=shots)
 
 
-def _tangent_rule(recorded, backend, rule: Rule) -> Optional[tuple]:
+def _tangent_rule(recorded, backend, rule: Rule, shots=None) -> Optional[tuple]:
     """``(recorded, rule)`` for a call whose angles may carry forward-mode tangents the
     backend's own run would drop: dual tensors of ``torch.autograd.forward_ad`` (the native
     kernels and non-torch backends read plain values), or ``torch.func`` wrapped tensors on a
-    backend that is not simulated in torch. Such a call goes through the Function, whose
+    backend that is not simulated in torch or that samples ``shots`` (a sampled estimate
+    carries no tangent, and vmap refuses the sampling). Such a call goes through the Function, whose
     ``jvp`` and ``vmap`` rules carry them, with every column trainable (which ones carry a
     tangent is not visible); a ``backprop`` call takes the exact parameter-shift rules there.
     ``None``: nothing to carry (no dual tensor)."""
     theta = recorded.theta
     if not is_concrete(theta):
-        if backend.capabilities.backprop:  # torch.func runs through the torch simulation
-            return None
+        if backend.capabilities.backprop and not shots:  # torch.func runs through the torch
+            return None                                  # simulation
     else:
         where = _dual_leaves(recorded)
         if where:

@@ -13,6 +13,7 @@ over the backend's :class:`~qdiff.backends.base.Capabilities`, done once per cal
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -150,8 +151,9 @@ def _check_values(method: str, values: dict) -> None:
         if key == "h" and values.get(key, 0) is None:
             continue  # finite-diff's default: the step follows the computation's precision
         if key in values and not (isinstance(values[key], (int, float))
-                                  and not isinstance(values[key], bool) and values[key] > 0):
-            raise QdiffError(f"diff_method='{method}': {key} must be a positive number; "
+                                  and not isinstance(values[key], bool) and values[key] > 0
+                                  and math.isfinite(values[key])):
+            raise QdiffError(f"diff_method='{method}': {key} must be a positive finite number; "
                              f"got {values[key]!r}")
     if "seed" in values:
         from qdiff.backends.base import check_seed
@@ -189,14 +191,24 @@ def needs_backprop(circuit, recorded) -> bool:
     return False
 
 
+def _has_shift_rule(gate, slot: int) -> bool:
+    """Whether parameter ``slot`` of ``gate`` has a shift rule (its own, or its generator's)."""
+    for entries in (gate.shift_rules, gate.generators):
+        if entries is not None and slot < len(entries) and entries[slot] is not None:
+            return True
+    return False
+
+
 def has_shiftless_trainables(circuit, recorded=None) -> bool:
-    """Whether a trainable theta column feeds an operation without a shift rule (a noise
-    channel's parameter)."""
+    """Whether a trainable theta column feeds a parameter without a shift rule (a noise
+    channel's, or a gate's without a generator for it)."""
     trainable = getattr(recorded, "trainable", None)
     for op in circuit.operations:
-        if op.gate.generators is None and op.gate.shift_rules is None and any(
-                isinstance(p, ParamRef) and (trainable is None or trainable[p.index])
-                for p in op.params):
+        if op.gate.generators is not None and op.gate.shift_rules is None and \
+                all(g is not None for g in op.gate.generators):
+            continue
+        if any(isinstance(p, ParamRef) and (trainable is None or trainable[p.index])
+               and not _has_shift_rule(op.gate, s) for s, p in enumerate(op.params)):
             return True
     return False
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.gates import check_record
 
 
 def frequencies(eigvals, tol: float = 1e-9) -> tuple:
@@ -62,7 +63,8 @@ def rule_from_frequencies(freqs) -> tuple:
 
 @caches.cached(maxsize=None)
 def _rule_cached(gate, slot: int) -> tuple:
-    if gate.shift_rules is not None:
+    check_record(gate)
+    if gate.shift_rules is not None and gate.shift_rules[slot] is not None:
         return tuple((float(c), float(s)) for c, s in gate.shift_rules[slot])
     if gate.generators is None or gate.generators[slot] is None:
         from qdiff.circuits.channels import is_channel

@@ -2,6 +2,7 @@
 the input state."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -54,6 +55,73 @@ def test_shots_with_exact_only_methods(method):
 def test_unknown_diff_method():
     with pytest.raises(qd.QdiffError, match="unknown diff_method"):
         qd.QNode(_f, qd.device("statevector", wires=1), diff_method="magic")
+
+
+@pytest.mark.parametrize("method,key", [("finite-diff", "h"), ("spsa", "epsilon")])
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_step_options_must_be_finite(method, key, value):
+    """An infinite step would turn every gradient into NaN: refused when the qnode is made."""
+    with pytest.raises(qd.QdiffError, match=f"{key} must be a positive finite number"):
+        qd.QNode(_f, qd.device("statevector", wires=1), diff_method=method, **{key: value})
+
+
+_HALF_PI_RULE = ((0.5, 1.5707963267948966), (-0.5, -1.5707963267948966))
+
+
+@pytest.mark.parametrize("fields,match", [
+    (dict(shift_rules=(_HALF_PI_RULE,)), "shift_rules has 1 entry for 3 parameter"),
+    (dict(generators=(np.diag([0.5, -0.5]),)), "generators has 1 entry for 3 parameter"),
+    (dict(shift_rules=_HALF_PI_RULE + ((1.0, 2.0),)), "shift rule of parameter 0 must be"),
+    (dict(shift_rules=(_HALF_PI_RULE, ((1.0, float("nan")),), _HALF_PI_RULE)),
+     "shift rule of parameter 1 must be")])
+def test_malformed_gate_records_are_refused(fields, match):
+    """generators / shift_rules with the wrong number of entries or malformed pairs: refused
+    by name when registered, and when an unregistered record is differentiated."""
+    from qdiff.circuits.gates import GATES, register_gate
+    gate = Gate("my_rot", 1, 3, GATES["rot"].matrix_fn, pl_name="MyRot", **fields)
+    with pytest.raises(qd.QdiffError, match=match):
+        register_gate(gate)
+    assert "my_rot" not in GATES
+    q = qd.QNode(lambda x: (gate(x[0], x[1], x[2], wires=0), qd.expval(qd.Z(0)))[-1],
+                 qd.device("statevector", wires=1), diff_method="parameter-shift")
+    with pytest.raises(qd.QdiffError, match=match):
+        q(torch.tensor([0.3, 0.5, 0.7], dtype=torch.float64, requires_grad=True))
+
+
+def test_a_shift_rule_per_parameter_may_be_none():
+    """A None entry of shift_rules falls back to the generator; with neither, that parameter
+    is refused by parameter-shift by name."""
+    from qdiff.circuits.gates import GATES
+    rot = GATES["rot"]
+    gate = Gate("my_rot2", 1, 3, rot.matrix_fn, generators=rot.generators, pl_name="MyRot2",
+                shift_rules=(_HALF_PI_RULE, None, _HALF_PI_RULE))
+    f = lambda g: (lambda x: (g(x[0], x[1], x[2], wires=0), qd.expval(qd.Z(0) + qd.X(0)))[-1])
+    dev = qd.device("statevector", wires=1)
+    x = torch.tensor([0.3, 0.5, 0.7], dtype=torch.float64, requires_grad=True)
+    (ps,) = torch.autograd.grad(qd.QNode(f(gate), dev, diff_method="parameter-shift")(x), x)
+    (bp,) = torch.autograd.grad(qd.QNode(f(rot), dev, diff_method="backprop")(x), x)
+    assert torch.allclose(ps, bp, atol=1e-12)
+    bare = Gate("my_rot3", 1, 3, rot.matrix_fn, pl_name="MyRot3",
+                shift_rules=(_HALF_PI_RULE, None, _HALF_PI_RULE))
+    with pytest.raises(qd.QdiffError, match="'MyRot3' has no generator or shift rule for "
+                                            "parameter 1"):
+        qd.QNode(f(bare), dev, diff_method="parameter-shift")(x)
+
+
+def test_best_with_shots_takes_finite_differences_for_a_parameter_without_a_rule():
+    """A gate with a generator for one parameter only: on a device with shots, best takes
+    finite differences (as for a channel's parameter) instead of refusing."""
+    from qdiff.circuits.gates import GATES
+    rot = GATES["rot"]
+    gate = Gate("my_rot4", 1, 3, rot.matrix_fn, pl_name="MyRot4",
+                generators=(rot.generators[0], None, rot.generators[2]))
+    f = lambda g: (lambda x: (g(x[0], x[1], x[2], wires=0), qd.expval(qd.Z(0) + qd.X(0)))[-1])
+    x = torch.tensor([0.3, 0.5, 0.7], dtype=torch.float64, requires_grad=True)
+    dev = qd.device("statevector", wires=1, shots=200000, seed=2)
+    (g,) = torch.autograd.grad(qd.QNode(f(gate), dev)(x), x)
+    (bp,) = torch.autograd.grad(qd.QNode(f(rot), qd.device("statevector", wires=1),
+                                         diff_method="backprop")(x), x)
+    assert torch.allclose(g, bp, atol=0.1)
 
 
 def test_gate_without_generator_in_a_parameter_shift_circuit():

@@ -71,3 +71,18 @@ def test_zyz_angles_rebuild_the_gate(name):
     a, b, c = g.zyz(ps)
     rz, ry = GATES["rz"], GATES["ry"]
     assert _same_up_to_phase(_m(g, *ps), _m(rz, c) @ _m(ry, b) @ _m(rz, a))
+
+
+@pytest.mark.parametrize("name", sorted(n for n, g in GATES.items()
+                                        if g.num_params == 1 and g.generators is not None))
+def test_one_parameter_builtins_have_their_generator_on_the_left(name):
+    """``i dU/dphi U^dag = G`` at several angles: the form the reverse modes take for built-in
+    one-parameter records without checking them (``generator_on_left``)."""
+    from qdiff.circuits.gates import check_generator
+    g = GATES[name]
+    gen = np.asarray(g.generators[0])
+    h = 1e-5
+    for phi in ANGLES:
+        du = (_m(g, phi + h) - _m(g, phi - h)) / (2 * h)
+        assert np.allclose(1j * du @ _m(g, phi).conj().T, gen, atol=1e-8), name
+    check_generator(g, 0)

@@ -291,6 +291,52 @@ def test_forward_mode_through_the_function_for_var_and_probs(method):
     assert torch.allclose(jvp, torch.func.jacrev(fb)(w) @ t, atol=1e-10)
 
 
+@pytest.mark.parametrize("obs", ["sum", "product", "hermitian"])
+@pytest.mark.parametrize("method", ["parameter-shift", "best"])
+def test_torch_func_hessian_of_var_of_observable_built_in_the_call(method, obs):
+    """var() of an observable made inside the qnode (a sum, a product, a Hermitian matrix):
+    its coefficients are constants, also when made under torch.func transforms, and the
+    forward-over-reverse Hessian is exact."""
+    def make(o):
+        if o == "sum":
+            return qd.Z(0) @ qd.Y(2) + 0.5 * qd.X(1)
+        if o == "product":
+            return qd.Z(0) @ qd.Y(2)
+        return qd.Hermitian(torch.tensor([[1.0, 2.0], [2.0, -1.0]], dtype=torch.float64), 1)
+
+    def body(w):
+        qd.RX(w[0], wires=0); qd.RY(w[1], wires=1); qd.CNOT(wires=[0, 1])
+        qd.CRX(w[2], wires=[1, 2]); qd.RY(w[0] * w[2], wires=2)
+        return qd.var(make(obs))
+
+    dev = qd.device("statevector", wires=3)
+    f = qd.QNode(body, dev, diff_method=method)
+    fb = qd.QNode(body, dev, diff_method="backprop")
+    w = torch.tensor([0.3, -0.6, 1.1], dtype=torch.float64)
+    ref = torch.func.hessian(fb)(w)
+    assert torch.allclose(torch.func.hessian(f)(w), ref, atol=1e-10)
+    assert torch.allclose(torch.autograd.functional.hessian(f, w), ref, atol=1e-10)
+
+
+@pytest.mark.parametrize("method", ["parameter-shift", "finite-diff"])
+def test_var_of_observable_with_overlapping_dense_terms(method):
+    """var() of a sum whose terms overlap a dense factor only in part (Hermitian on [0, 1]
+    plus Z(0), plus Hermitian on [1, 2]): the shifted evaluations measure its square."""
+    a = torch.tensor([[1.0, 0.5, 0, 0.2], [0.5, -1.0, 0.3, 0], [0, 0.3, 0.5, 0.1],
+                      [0.2, 0, 0.1, 0.0]], dtype=torch.float64)
+
+    def f(x):
+        qd.RX(x[0], wires=0); qd.CRY(x[1], wires=[0, 1]); qd.IsingXY(x[0], wires=[1, 2])
+        return qd.var(qd.Hermitian(a, wires=[0, 1]) + 0.3 * qd.Z(0)
+                      + qd.Hermitian(a, wires=[1, 2]))
+
+    dev = qd.device("statevector", wires=3)
+    x = torch.tensor([0.7, -0.4], dtype=torch.float64)
+    ref = torch.autograd.functional.jacobian(qd.QNode(f, dev, diff_method="backprop"), x)
+    got = torch.autograd.functional.jacobian(qd.QNode(f, dev, diff_method=method), x)
+    assert torch.allclose(got, ref, atol=1e-10 if method == "parameter-shift" else 1e-7)
+
+
 @pytest.mark.parametrize("static", [False, True])
 @pytest.mark.parametrize("method", ["backprop", "best", "adjoint", "parameter-shift"])
 def test_forward_mode_ad_dual_tensors_carry_tangents(method, static):
@@ -413,6 +459,45 @@ def test_custom_gate_with_generator_and_with_rule():
         unregister_gate("my_zx_rule")
 
 
+@pytest.mark.parametrize("method", ["parameter-shift", "adjoint", "best"])
+def test_custom_gate_generator_off_by_a_factor_is_refused(method):
+    """A generator that does not match the gate's matrix (RX's matrix with G = X instead of
+    X/2) would make every generator-derived gradient wrong: refused by name, both when the
+    gate is registered and when an unregistered record is differentiated."""
+    x_op = np.array([[0, 1], [1, 0]], dtype=complex)
+    with pytest.raises(qd.QdiffError, match="generator of parameter 0 does not match"):
+        register_gate(Gate("bad_rx", 1, 1, qd.RX.matrix_fn, generators=(x_op,)))
+    assert "bad_rx" not in GATES
+    bad = Gate("bad_rx2", 1, 1, qd.RX.matrix_fn, generators=(x_op,), pl_name="BadRX")
+    q = qd.QNode(lambda t: (bad(t, wires=0), qd.expval(qd.Z(0)))[-1],
+                 qd.device("statevector", wires=1), diff_method=method)
+    t = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(qd.QdiffError, match="'BadRX': the generator of parameter 0"):
+        torch.autograd.grad(q(t), t)
+    with pytest.raises(qd.QdiffError, match="must be a Hermitian 2x2 matrix"):
+        register_gate(Gate("bad_rx3", 1, 1, qd.RX.matrix_fn, generators=(np.eye(4),)))
+
+
+@pytest.mark.parametrize("device", ["statevector", "mixed"])
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_custom_gate_with_a_constant_factor_beside_the_rotation(side, device):
+    """A user gate ``H RZ(phi)`` (``U = A exp(-i phi G)``, A = H) or ``RZ(phi) H`` with
+    generator Z/2: every method gives the derivative of its matrix."""
+    h = torch.tensor([[1, 1], [1, -1]], dtype=torch.complex128) / math.sqrt(2)
+    rz = GATES["rz"].matrix_fn
+    fn = (lambda t: h @ rz(t)) if side == "left" else (lambda t: rz(t) @ h)
+    gate = Gate(f"hrz_{side}", 1, 1, fn, generators=(np.diag([0.5, -0.5]),), pl_name="HRZ")
+    dev = qd.device(device, wires=1)
+
+    def f(x):
+        qd.RY(0.4, wires=0); gate(x, wires=0); qd.RX(0.3, wires=0)
+        return qd.expval(qd.Z(0) + 0.3 * qd.X(0))
+
+    compare_methods(qd.QNode(f, dev), [torch.tensor(0.3, dtype=torch.float64,
+                                                     requires_grad=True)],
+                    methods=["backprop", "adjoint", "best", "parameter-shift"], atol=1e-10)
+
+
 def test_testing_helpers_detect_a_wrong_gradient():
     class Wrong(torch.autograd.Function):
         @staticmethod
@@ -452,6 +537,30 @@ def test_shot_gradients_within_statistical_bounds():
         (g,) = torch.autograd.grad(q(x), x)
         spsa_grads.append(g)
     assert torch.allclose(torch.stack(spsa_grads).mean(0), exact, atol=0.15)
+
+
+@pytest.mark.parametrize("method", ["parameter-shift", "best"])
+def test_torch_func_forward_mode_and_vmap_with_shots(method):
+    """With shots, torch.func.jacfwd / jvp take the shift rules through the Function (a
+    sampled estimate carries no tangent: never a silent zero), and vmap over a shot device
+    runs (each vmapped binding sampled)."""
+    def f(x):
+        qd.RX(x[0], wires=0); qd.CRY(x[1], wires=[0, 1])
+        return qd.expval(qd.Z(0) @ qd.X(1) + 0.5 * qd.Z(1))
+
+    shots = 20000
+    x = torch.tensor([0.8, 1.1], dtype=torch.float64)
+    exact = torch.func.jacrev(qd.QNode(f, qd.device("statevector", wires=2),
+                                       diff_method="backprop"))(x)
+    q = qd.QNode(f, qd.device("statevector", wires=2, shots=shots, seed=5), diff_method=method)
+    sigma = 1.5 * 2 * 0.5 / math.sqrt(shots) * 2  # as in the test above
+    for jac in (torch.func.jacfwd(q)(x), torch.func.jacfwd(q, randomness="different")(x),
+                torch.func.jvp(q, (x,), (torch.tensor([1.0, 0.0], dtype=torch.float64),))[1]):
+        assert torch.all((jac - exact[:jac.numel()]).abs() < 5 * sigma), (jac, exact)
+    out = torch.func.vmap(q)(torch.stack([x, x + 0.5]))
+    plain = qd.QNode(f, qd.device("statevector", wires=2))
+    want = torch.stack([plain(x), plain(x + 0.5)])
+    assert torch.allclose(out, want, atol=5 * 1.5 / math.sqrt(shots)), (out, want)
 
 
 def test_parameter_shift_with_probs_before_var_and_expval():

@@ -42,6 +42,7 @@ from qdiff.circuits import caches, memory
 from qdiff.circuits.channels import is_channel
 from qdiff.circuits.circuit import memo
 from qdiff.circuits.errors import QdiffError, QdiffMemoryError
+from qdiff.circuits.gates import generator_on_left
 from qdiff.circuits.operation import ParamRef
 
 #: Density matrices (per binding) the sweep holds besides its checkpoints: the state, the
@@ -444,7 +445,8 @@ def _gate_slot_grads(rec, cols: list, env: torch.Tensor, slots: list) -> dict:
     v = torch.einsum("...acbd,...ab->...cd", e, u)         # pairs with U (x) conj(dU)
     out = {}
     for s in slots:
-        if rec.generators is not None and rec.num_params == 1:  # U = exp(-i phi G) V
+        if rec.generators is not None and rec.num_params == 1 and \
+                generator_on_left(rec):  # U = exp(-i phi G) V
             g = torch.as_tensor(rec.generators[0], dtype=u.dtype, device=u.device)
             du = -1j * torch.matmul(g, u)
         elif rec.generators is not None:

@@ -24,6 +24,7 @@ import torch
 from qdiff.circuits import caches, memory
 from qdiff.backends.statevector import kernels
 from qdiff.backends.statevector.apply import apply_gate
+from qdiff.circuits.gates import generator_on_left
 from qdiff.circuits.operation import ParamRef, is_concrete
 
 
@@ -171,7 +172,8 @@ def derivative_data(ops, angles, slots, cdtype, data=None) -> dict:
         kind = _kind(gate)
         dkind = "dctrl" if kind == "ctrl" else kind
         gens = gate.target.generators if kind == "ctrl" else gate.generators
-        if data is not None and gate.num_params == 1 and gens is not None:
+        if data is not None and gate.num_params == 1 and gens is not None and \
+                generator_on_left(gate.target if kind == "ctrl" else gate):
             g = _generator_tensor(gate, kind, data[idx[0]].value)
             for i in idx:
                 u = data[i].value
