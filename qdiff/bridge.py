@@ -643,9 +643,10 @@ def _tangent_rule(recorded, backend, rule: Rule, shots=None) -> Optional[tuple]:
     backend's own run would drop: dual tensors of ``torch.autograd.forward_ad`` (the native
     kernels and non-torch backends read plain values), or ``torch.func`` wrapped tensors on a
     backend that is not simulated in torch or that samples ``shots`` (a sampled estimate
-    carries no tangent, and vmap refuses the sampling). Such a call goes through the Function, whose
-    ``jvp`` and ``vmap`` rules carry them, with every column trainable (which ones carry a
-    tangent is not visible); a ``backprop`` call takes the exact parameter-shift rules there.
+    carries no tangent, and vmap refuses the sampling). Such a call goes through the
+    Function, whose ``jvp`` and ``vmap`` rules carry them, with every column trainable (which
+    ones carry a tangent is not visible); a ``backprop`` call takes the exact parameter-shift
+    rules there.
     ``None``: nothing to carry (no dual tensor)."""
     theta = recorded.theta
     if not is_concrete(theta):

@@ -151,7 +151,8 @@ def test_many_controls_are_refused_up_front():
 
 
 @pytest.mark.parametrize("expr", ["-" * 20000 + "1", "(" * 20000 + "1" + ")" * 20000,
-                                  "~" * 20000 + "1", "1+" * 20000 + "1", "-(" * 40 + "1" + ")" * 40])
+                                  "~" * 20000 + "1", "1+" * 20000 + "1",
+                                  "-(" * 40 + "1" + ")" * 40])
 def test_qasm3_deep_or_long_expressions_refused_up_front(expr):
     """The OpenQASM 3 parser recurses per nesting level and operator: 300 KB of ``-`` took a
     minute before a recursion error; such text is refused at once, naming the line."""

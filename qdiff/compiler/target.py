@@ -78,16 +78,25 @@ def device_backend(name):
 
 
 def _real_backend(name: str, twin):
-    from qdiff.backends.ibm import runtime_service
+    import os
+    from qiskit_ibm_runtime import QiskitRuntimeService
     suggest = f"; its offline twin is '{twin}' (--target {twin})" if twin else ""
+    kwargs = {k: os.environ[e] for k, e in (("token", "QISKIT_IBM_TOKEN"),
+                                           ("instance", "QISKIT_IBM_INSTANCE"),
+                                           ("channel", "QISKIT_IBM_CHANNEL")) if os.environ.get(e)}
     try:
-        service = runtime_service()  # env vars or the saved account; messages never hold a token
-    except QdiffError as exc:
-        if str(exc).startswith("no IBM Quantum account"):
-            raise QdiffError(f"target '{name}' is a real IBM device and no IBM Quantum account "
-                             f"is configured (set QISKIT_IBM_TOKEN or save an account)"
-                             f"{suggest}") from None
-        raise QdiffError(f"target '{name}': {exc}{suggest}") from None
+        service = QiskitRuntimeService(**kwargs)
+    except Exception as exc:  # noqa: BLE001 - its text may quote the request, and so the token
+        detail = type(exc).__name__
+    else:
+        detail = None
+    if detail == "AccountNotFoundError" or (detail is not None and "token" not in kwargs):
+        raise QdiffError(f"target '{name}' is a real IBM device and no IBM Quantum account is "
+                         f"configured (set QISKIT_IBM_TOKEN or save an account){suggest}")
+    if detail is not None:
+        raise QdiffError(f"target '{name}': IBM Quantum did not accept the account "
+                         f"(QISKIT_IBM_TOKEN invalid or expired, wrong instance or channel, or "
+                         f"the service is unreachable: {detail}){suggest}")
     try:
         return service.backend(name)
     except Exception as exc:  # noqa: BLE001
