@@ -19,6 +19,8 @@ tensor([[0.5000+0.j, 1.0000+0.j]], dtype=torch.complex128)
 """
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from qdiff.circuits.errors import QdiffError
@@ -54,8 +56,9 @@ def word_masks(word: dict, n: int) -> tuple:
     """``(x mask, zy mask, number of Y)`` of a Pauli word ``{wire: letter}`` on ``n`` wires."""
     x = zy = ny = 0
     for w, letter in word.items():
-        if isinstance(w, bool) or not (isinstance(w, int) and 0 <= w < n):
+        if isinstance(w, bool) or not (isinstance(w, numbers.Integral) and 0 <= w < n):
             raise QdiffError(f"Pauli word acts on wire {w!r}, outside 0..{n - 1}")
+        w = int(w)
         if letter not in ("X", "Y", "Z"):
             raise QdiffError(f"unknown Pauli letter {letter!r} on wire {w}")
         bit = 1 << (n - 1 - w)

@@ -23,6 +23,7 @@ tensor([0.5000], dtype=torch.float64)
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from typing import Optional, Sequence
 
 import numpy as np
@@ -30,7 +31,7 @@ import torch
 
 from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.observables import Observable, check_finite
+from qdiff.circuits.observables import Observable, _as_coeff_tensor, as_observable, check_finite
 from qdiff.circuits.paulis import PauliGroups, apply, walsh_hadamard, xor_permute
 
 MAX_QUBITS = 62  # flip and sign masks are int64 bit masks
@@ -38,6 +39,21 @@ MAX_QUBITS = 62  # flip and sign masks are int64 bit masks
 
 def _require(nbytes: float, what: str, device=None) -> None:
     memory.require(nbytes, what, device, hint="apply() works on states without a matrix")
+
+
+def _coeff_vector(coeffs, who: str) -> torch.Tensor:
+    """``(T,)`` floating or complex coefficients (a tensor keeps its graph), checked finite."""
+    if isinstance(coeffs, torch.Tensor):
+        c = coeffs if (coeffs.is_complex() or coeffs.dtype.is_floating_point) else \
+            coeffs.to(torch.float64)
+        c = c.reshape(-1)
+    else:
+        try:
+            c = _as_coeff_tensor(coeffs)
+        except QdiffError:
+            raise QdiffError(f"{who}: coefficients must be numbers; got {coeffs!r:.80}") from None
+    check_finite(c)
+    return c
 
 
 class PauliSumOperator:
@@ -55,15 +71,16 @@ class PauliSumOperator:
             raise QdiffError(f"PauliSumOperator: n_qubits must be an integer in 0..{MAX_QUBITS}; "
                              f"got {n_qubits!r}")
         self.n_qubits = int(n_qubits)
+        bad = [w for w in words if not isinstance(w, Mapping)]
+        if bad:
+            raise QdiffError(f"PauliSumOperator: each Pauli word must be a dict {{wire: "
+                             f"'X'|'Y'|'Z'}}; got {bad[0]!r:.60} (for strings such as 'XXIZ' "
+                             "use PauliSumOperator.from_strings)")
         self.words = [dict(w) for w in words]
-        c = coeffs if isinstance(coeffs, torch.Tensor) else torch.as_tensor(np.asarray(coeffs))
-        if not (c.is_complex() or c.dtype.is_floating_point):
-            c = c.to(torch.float64)
-        self.coeffs = c.reshape(-1)
+        self.coeffs = _coeff_vector(coeffs, "PauliSumOperator")
         if self.coeffs.numel() != len(self.words):
             raise QdiffError(f"PauliSumOperator: {self.coeffs.numel()} coefficient(s) for "
                              f"{len(self.words)} Pauli word(s)")
-        check_finite(self.coeffs)
         self.groups = PauliGroups(self.words, self.n_qubits)
         self.masks = self.groups.masks
         self._diag_cache = {}
@@ -72,8 +89,10 @@ class PauliSumOperator:
     @classmethod
     def from_observable(cls, obs: Observable, n_qubits: Optional[int] = None,
                         wire_order: Optional[Sequence] = None) -> "PauliSumOperator":
-        """From a Pauli-only :class:`qdiff.Observable`; its wires are mapped through ``wire_order``
-        (default ``0..n-1`` by label). The coefficients tensor is shared (gradients reach it)."""
+        """From a Pauli-only :class:`qdiff.Observable` (or ``qd.Z(0)``, a PennyLane observable);
+        its wires are mapped through ``wire_order`` (default ``0..n-1`` by label). The
+        coefficients tensor is shared (gradients reach it)."""
+        obs = as_observable(obs)
         if not obs.is_pauli:
             raise QdiffError("PauliSumOperator needs a Pauli-sum observable; this one has a "
                              "Hermitian-matrix factor")
@@ -111,7 +130,7 @@ class PauliSumOperator:
         """The same Pauli words with new coefficients (structure shared, nothing recomputed)."""
         new = object.__new__(PauliSumOperator)
         new.__dict__.update(self.__dict__)
-        new.coeffs = coeffs.reshape(-1)
+        new.coeffs = _coeff_vector(coeffs, "with_coeffs")
         if new.coeffs.numel() != len(self.words):
             raise QdiffError(f"with_coeffs: expected {len(self.words)} coefficients, got "
                              f"{new.coeffs.numel()}")
@@ -144,6 +163,30 @@ class PauliSumOperator:
     def real_matrix(self) -> bool:
         """True when the matrix is real (every term has an even number of Y, real coefficients)."""
         return self.groups.real and not self.coeffs.is_complex()
+
+    @property
+    def hermitian(self) -> bool:
+        """True unless the coefficients of some Pauli word (its terms added up) have an
+        imaginary part above 1e-10: only then is ``H`` not Hermitian."""
+        if not self.coeffs.is_complex():
+            return True
+        imag = self.coeffs.detach().imag
+        if len(self.words) > 1:
+            if "_word_index" not in self.__dict__:  # which terms are the same word (structure)
+                key = torch.stack([self.groups.group, self.groups.zy])
+                idx = torch.empty(len(self.words), dtype=torch.long)
+                idx[self.groups.order] = torch.unique(key, dim=1, return_inverse=True)[1]
+                self._word_index = idx
+            idx = self._word_index.to(imag.device)
+            imag = torch.zeros(len(self.words), dtype=imag.dtype, device=imag.device) \
+                .index_add(0, idx, imag)
+        return not bool((imag.abs() > 1e-10).any())
+
+    def check_hermitian(self, who: str, why: str = "") -> None:
+        """Raise :class:`QdiffError` naming ``who`` (and ``why``) unless :attr:`hermitian`."""
+        if not self.hermitian:
+            raise QdiffError(f"{who}: this Pauli sum is not Hermitian (complex coefficients "
+                             f"whose imaginary parts do not cancel){why}")
 
     # -- the diagonals --------------------------------------------------------------------
     def diagonals(self, device=None, dtype=None) -> torch.Tensor:
@@ -185,7 +228,10 @@ class PauliSumOperator:
     __matmul__ = apply
 
     def expval(self, psi: torch.Tensor) -> torch.Tensor:
-        """``<psi|H|psi>`` ``(...)`` real, for (unnormalized) ``psi`` ``(..., 2**n)``."""
+        """``<psi|H|psi>`` ``(...)`` real, for (unnormalized) ``psi`` ``(..., 2**n)``; a
+        non-Hermitian ``H`` (complex coefficients) is refused."""
+        self.check_hermitian("expval", ", so <psi|H|psi> is complex: use "
+                             "(psi.conj() * H.apply(psi)).sum(-1)")
         h = self.apply(psi)
         if h.is_complex():
             return (psi.conj() * h).real.sum(-1) if psi.is_complex() else (psi * h).real.sum(-1)
@@ -283,6 +329,9 @@ class PauliSumOperator:
 
     def to(self, device=None, dtype=None) -> "PauliSumOperator":
         """A copy with coefficients moved (structure shared)."""
+        if dtype is not None and not (dtype.is_complex or dtype.is_floating_point):
+            raise QdiffError(f"PauliSumOperator.to: dtype must be a floating or complex torch "
+                             f"dtype; got {dtype}")
         return self.with_coeffs(self.coeffs.to(device=device, dtype=dtype))
 
 
