@@ -27,8 +27,8 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import (GATES, Gate, controlled_gate, diagonal_unitary_gate,
                                   multirz_gate, paulirot_gate, pcphase_gate, unitary_gate)
 from qdiff.circuits.measurements import Measurement
-from qdiff.circuits.observables import (Hermitian, Observable, observable_from_op,
-                                        set_pennylane_conversion)
+from qdiff.circuits.observables import (Hermitian, Observable, as_observable,
+                                        observable_from_op, set_pennylane_conversion)
 from qdiff.circuits.operation import Operation, ParamRef
 
 # qdiff gate name -> PennyLane class name (parameters in the same order and convention)
@@ -60,10 +60,14 @@ _PAULI_CLASS = {"X": "PauliX", "Y": "PauliY", "Z": "PauliZ"}
 
 
 def to_pennylane_observable(obs: Observable, wire_map=None):
-    """A PennyLane operator for ``obs`` (``wire_map``: qdiff wire -> PennyLane wire)."""
+    """A PennyLane operator for ``obs`` (``wire_map``: qdiff wire -> PennyLane wire); complex
+    coefficients (a non-Hermitian product such as ``qd.X(0) @ qd.Y(0)``) stay complex."""
     import pennylane as qml
+    obs = as_observable(obs)
     wm = (lambda w: w) if wire_map is None else (lambda w: wire_map[w])
-    coeffs = obs.real_coeffs().detach().cpu().numpy().astype(float)
+    coeffs = obs.coeffs.detach().cpu().numpy()
+    coeffs = coeffs.astype(complex) if np.iscomplexobj(coeffs) and coeffs.size and \
+        np.abs(coeffs.imag).max() > 1e-10 else coeffs.real.astype(float)
     ops = []
     for term in obs.terms:
         factors = []
