@@ -109,6 +109,21 @@ def _as_coeff_tensor(coeffs) -> torch.Tensor:
         return torch.tensor(arr.reshape(-1), dtype=torch.float64)
 
 
+def _scalar(c, what: str) -> torch.Tensor:
+    """A number or one-element tensor as a 0-d floating/complex tensor (python floats stay
+    float64, not torch's default dtype); anything else, a batch of coefficients included, is
+    refused."""
+    if isinstance(c, bool) or not isinstance(c, (numbers.Number, torch.Tensor)):
+        raise QdiffError(f"a number {what} must be a scalar; got {type(c).__name__}")
+    if isinstance(c, numbers.Number):
+        return torch.tensor(c, dtype=torch.complex128 if isinstance(c, complex) else torch.float64)
+    if c.numel() != 1:
+        raise QdiffError(f"a tensor {what} must have one element; got shape {tuple(c.shape)} "
+                         "(an observable has one coefficient per term, not a batch)")
+    c = c.reshape(())
+    return c if (c.dtype.is_floating_point or c.is_complex()) else c.to(torch.float64)
+
+
 def check_finite(coeffs: torch.Tensor) -> None:
     """NaN or infinite coefficients would only turn every result into NaN: refuse them."""
     if coeffs.numel() and is_concrete(coeffs) and not bool(torch.isfinite(coeffs.detach()).all()):
@@ -265,8 +280,11 @@ class Observable:
         return as_observable(other) @ self
 
     def __add__(self, other):
-        if isinstance(other, numbers.Number):
-            other = Observable([other], [()])
+        if isinstance(other, numbers.Number) and other == 0 and not isinstance(other, bool):
+            return self  # sum([...]) starts from 0: no identity term
+        if isinstance(other, numbers.Number) or (isinstance(other, torch.Tensor)
+                                                 and other.numel() == 1):
+            other = Observable(_scalar(other, "added to an observable").reshape(1), [()])
         other = as_observable(other)
         a, b = self.coeffs, other.coeffs
         dt = torch.promote_types(a.dtype, b.dtype)
@@ -278,24 +296,36 @@ class Observable:
         return Observable(-self.coeffs, self.terms, simplify=False, check=False)
 
     def __sub__(self, other):
-        return self + (-as_observable(other) if not isinstance(other, numbers.Number) else -other)
+        if isinstance(other, numbers.Number) and not isinstance(other, bool):
+            return self + -other
+        if isinstance(other, (bool, torch.Tensor)):
+            return self + -_scalar(other, "subtracted from an observable")
+        return self + -as_observable(other)
 
     def __rsub__(self, other):
         return (-self) + other
 
     def __mul__(self, c):
         if isinstance(c, (numbers.Number, torch.Tensor)):
-            if isinstance(c, numbers.Number):  # python floats stay float64 (not torch's default)
-                c = torch.tensor(c, dtype=torch.complex128 if isinstance(c, complex) else torch.float64)
-            elif not c.dtype.is_floating_point and not c.is_complex():
-                c = c.to(torch.float64)
-            return Observable(self.coeffs * c, self.terms, simplify=False)
+            return Observable(self.coeffs * _scalar(c, "multiplying an observable"), self.terms,
+                              simplify=False)
         return NotImplemented
 
     __rmul__ = __mul__
 
     def __truediv__(self, c):
-        return self * (1.0 / c)
+        if isinstance(c, (numbers.Number, torch.Tensor)):
+            return self * (1.0 / _scalar(c, "dividing an observable"))
+        return NotImplemented
+
+    def __pow__(self, k):
+        """``H ** k`` for an integer ``k >= 0`` (``H @ H @ ...``; ``H ** 0`` is the identity)."""
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
+            return NotImplemented
+        out = Observable([1.0], [()])
+        for _ in range(int(k)):
+            out = out @ self
+        return out
 
     def __repr__(self):
         parts = []

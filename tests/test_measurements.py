@@ -286,6 +286,33 @@ def test_a_one_wire_observable_divides_by_a_scalar():
         torch.testing.assert_close(val, torch.tensor(math.cos(0.5) / 2, dtype=torch.float64))
 
 
+
+def test_observable_scalars_tensors_powers_and_sums():
+    """Tensor scalars add and subtract (gradients kept), a batch of coefficients is refused by
+    name, integer powers multiply out, and sum() adds no identity term."""
+    h = qd.X(0) + qd.Z(1)
+    t = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    shifted = t * h - t + 1.0
+    assert [repr(f) for term in shifted.terms for f in term] == ["X(0)", "Z(1)"]
+    ref = 2 * h.matrix(wire_order=[0, 1]) - torch.eye(4)
+    assert torch.allclose(shifted.matrix(wire_order=[0, 1]), ref.to(torch.complex128))
+    (g,) = torch.autograd.grad(shifted.coeffs.sum(), t)
+    assert float(g) == 1.0
+    with pytest.raises(qd.QdiffError, match="one element"):
+        torch.tensor([1.0, 2.0]) * qd.X(0)
+    with pytest.raises(qd.QdiffError, match="one element"):
+        h - torch.tensor([1.0, 2.0])
+    sq = (0.5 * qd.X(0) + qd.Z(1)) ** 2  # 1.25 I + X(0) Z(1)
+    dense = (0.5 * qd.X(0) + qd.Z(1)).matrix(wire_order=[0, 1])
+    assert torch.allclose(sq.matrix(wire_order=[0, 1]), dense @ dense, atol=1e-15)
+    assert len(((qd.Y(0) @ qd.X(1)) ** 0).terms) == 1 and not ((qd.Y(0) @ qd.X(1)) ** 0).wires
+    with pytest.raises(TypeError):
+        h ** 0.5
+    one = sum([qd.Z(0) @ qd.Z(1)])
+    assert len(one.terms) == 1 and len((h - 0).terms) == 2
+    dev = qd.device("statevector", wires=2, shots=10, seed=1)
+    assert qd.qnode(dev)(lambda: qd.counts(sum([qd.Z(0) @ qd.Z(1)])))() == {1.0: 10}
+
 _EMPTY_KINDS = {"expval": lambda: qd.expval(qd.Z(0)), "var": lambda: qd.var(qd.X(1)),
                 "probs": lambda: qd.probs(wires=[1]), "probs_all": lambda: qd.probs(),
                 "sample": lambda: qd.sample(), "sample_obs": lambda: qd.sample(qd.Z(0)),
