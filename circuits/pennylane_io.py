@@ -23,6 +23,7 @@ import torch
 
 from qdiff.circuits.channels import CHANNELS, is_channel, pauli_error_channel, qubit_channel
 from qdiff.circuits.circuit import Circuit, Recorded, StatePrep
+from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import (GATES, Gate, controlled_gate, diagonal_unitary_gate,
                                   multirz_gate, paulirot_gate, pcphase_gate, unitary_gate)
@@ -143,6 +144,10 @@ def from_pennylane_observable(op) -> Observable:
     if name == "Hadamard":
         return observable_from_op(Operation(GATES["h"], tuple(op.wires)))
     if op.has_matrix and not getattr(op, "batch_size", None):
+        k = len(op.wires)  # the dense matrix, its Hermitian check and the observable's copy
+        memory.require(4 * 16.0 * 4.0 ** k, f"the dense {k}-qubit matrix of PennyLane's {name} "
+                       f"({2.0 ** k:.0f}x{2.0 ** k:.0f} complex128)",
+                       hint="write the observable as a Pauli sum (qml.Hamiltonian)")
         m = np.asarray(op.matrix())
         if np.allclose(m, m.conj().T, atol=1e-10):  # Projector, Exp, ...: a Hermitian matrix
             return Hermitian(m, list(op.wires))
