@@ -22,6 +22,7 @@ tensor([0.5000], dtype=torch.float64)
 """
 from __future__ import annotations
 
+import numbers
 import warnings
 from collections.abc import Mapping
 from typing import Optional, Sequence
@@ -226,6 +227,56 @@ class PauliSumOperator:
         return apply(self.groups, self.coeffs.to(psi.device), psi, diagonals=d)
 
     __matmul__ = apply
+
+    # -- arithmetic -----------------------------------------------------------------------
+    def __add__(self, other):
+        """``H + K`` (Pauli sums on the same number of qubits; terms concatenated, so the
+        coefficients of both keep their gradients), ``H + c`` (``c`` times the identity)."""
+        if isinstance(other, (numbers.Number, torch.Tensor)) and not isinstance(other, bool):
+            c = _coeff_vector(other, "PauliSumOperator + scalar")
+            if c.numel() != 1:
+                raise QdiffError(f"PauliSumOperator + tensor: the tensor must have one element; "
+                                 f"got shape {tuple(other.shape)}")
+            other = PauliSumOperator([{}], c, self.n_qubits)
+        if not isinstance(other, PauliSumOperator):
+            return NotImplemented
+        if other.n_qubits != self.n_qubits:
+            raise QdiffError(f"PauliSumOperator: cannot add operators on {self.n_qubits} and "
+                             f"{other.n_qubits} qubits")
+        dt = torch.promote_types(self.coeffs.dtype, other.coeffs.dtype)
+        c = torch.cat([self.coeffs.to(dt), other.coeffs.to(device=self.coeffs.device, dtype=dt)])
+        return PauliSumOperator(self.words + other.words, c, self.n_qubits)
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return self.with_coeffs(-self.coeffs)
+
+    def __sub__(self, other):
+        if isinstance(other, (numbers.Number, torch.Tensor, PauliSumOperator)) \
+                and not isinstance(other, bool):
+            return self + (-other)
+        return NotImplemented
+
+    def __rsub__(self, other):
+        return (-self) + other
+
+    def __mul__(self, c):
+        """``c * H`` for a number or a one-element tensor (which may require grad)."""
+        if isinstance(c, bool) or not isinstance(c, (numbers.Number, torch.Tensor)):
+            return NotImplemented
+        t = _coeff_vector(c, "PauliSumOperator * scalar")
+        if t.numel() != 1:
+            raise QdiffError(f"PauliSumOperator * tensor: the tensor must have one element; got "
+                             f"shape {tuple(c.shape)} (use with_coeffs for new coefficients)")
+        return self.with_coeffs(self.coeffs * t.to(self.coeffs.device))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, c):
+        if isinstance(c, bool) or not isinstance(c, (numbers.Number, torch.Tensor)):
+            return NotImplemented
+        return self * (1.0 / _coeff_vector(c, "PauliSumOperator / scalar"))
 
     def expval(self, psi: torch.Tensor) -> torch.Tensor:
         """``<psi|H|psi>`` ``(...)`` real, for (unnormalized) ``psi`` ``(..., 2**n)``; a

@@ -240,3 +240,22 @@ def test_from_observable_takes_gates_as_observables():
                        (qd.Z(1) + 0.0 * qd.Z(0)).matrix(wire_order=[0, 1]))
     with pytest.raises(qd.QdiffError, match="outside 0..1"):
         PauliSumOperator.from_observable(qd.X(3), n_qubits=2)
+
+
+def test_sums_differences_and_scalar_multiples_of_operators():
+    H = PauliSumOperator.from_strings(["XZ", "YY"], [1.0, 0.5])
+    K = PauliSumOperator.from_strings(["ZI", "XZ"], [0.3, -1.0])
+    dh, dk, eye = H.to_dense(), K.to_dense(), torch.eye(4, dtype=torch.complex128)
+    for got, ref in ((H + K, dh + dk), (H - K, dh - dk), (2 * H - 1, 2 * dh - eye),
+                     (1 - H / 4, eye - dh / 4), (-H, -dh), (H + 0.5j, dh + 0.5j * eye)):
+        assert torch.allclose(got.to_dense(), ref, atol=1e-15)
+    t = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    psi = random_states(1, 2, 5)
+    (H + t * K).expval(psi).sum().backward()
+    assert torch.allclose(t.grad, K.expval(psi)[0], atol=1e-14)
+    with pytest.raises(qd.QdiffError, match="2 and 1 qubits"):
+        H + PauliSumOperator.from_strings(["X"], [1.0])
+    with pytest.raises(qd.QdiffError, match="one element"):
+        H * torch.tensor([1.0, 2.0])
+    with pytest.raises(TypeError):
+        H * H
