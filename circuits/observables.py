@@ -57,7 +57,8 @@ class Factor:
 
 def _mul_terms(a: tuple, b: tuple) -> tuple[complex, tuple]:
     """Product of two terms: (phase, term). Paulis on one wire multiply by the Pauli algebra;
-    a dense factor multiplies a factor on exactly the same wires as matrices."""
+    factors that share a wire with a dense factor multiply as matrices on the union of their
+    wires (one dense factor)."""
     factors = list(a)
     phase = 1.0 + 0j
     for f in b:
@@ -66,10 +67,7 @@ def _mul_terms(a: tuple, b: tuple) -> tuple[complex, tuple]:
             factors.append(f)
             continue
         g = factors[hit[0]]
-        if len(hit) > 1 or (set(g.wires) != set(f.wires)):
-            raise QdiffError(f"product of observables on overlapping wires {list(f.wires)} and "
-                             f"{list(g.wires)} is not supported")
-        if g.kind != "M" and f.kind != "M":
+        if g.kind != "M" and f.kind != "M":  # two Pauli letters on one wire
             if g.kind == f.kind:
                 del factors[hit[0]]
             else:
@@ -77,8 +75,14 @@ def _mul_terms(a: tuple, b: tuple) -> tuple[complex, tuple]:
                 phase *= p
                 factors[hit[0]] = Factor(g.wires, letter)
             continue
-        fm = f.dense() if f.wires == g.wires else _term_dense((f,), list(g.wires))
-        factors[hit[0]] = Factor(g.wires, "M", g.dense() @ fm)
+        gs = [factors[i] for i in hit]
+        order = [w for h in gs for w in h.wires]
+        order += [w for w in f.wires if w not in order]
+        memory.require(4 * 16.0 * 4.0 ** len(order), f"the product of observables on wires "
+                       f"{order} ({len(order)}-qubit dense matrices)")
+        prod = _term_dense(tuple(gs), order) @ _term_dense((f,), order)
+        factors = [h for i, h in enumerate(factors) if i not in hit] + \
+            [Factor(tuple(order), "M", prod)]
     return phase, tuple(sorted(factors, key=lambda f: str(f.wires[0])))
 
 

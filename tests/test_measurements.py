@@ -279,6 +279,31 @@ def test_counts_refuses_what_it_cannot_count():
         qd.qnode(big)(lambda: qd.counts(all_outcomes=True))()
 
 
+
+def test_products_sharing_a_wire_with_a_matrix_factor_multiply_as_matrices():
+    """Hermitian(A, [0, 1]) @ Z(0) is the matrix product on wires 0, 1 (as qml.prod); a
+    product that is not Hermitian is refused when measured."""
+    rng = np.random.default_rng(0)
+    b = rng.normal(size=(4, 4))
+    b = b + b.T
+    d = np.diag([1.0, 2.0, 3.0, 4.0])
+    zero = np.diag([1.0, 0.0])
+    z = np.diag([1.0, -1.0])
+    x = np.array([[0.0, 1.0], [1.0, 0.0]])
+    # B on wires (2, 1) as a matrix on wires (0, 1, 2): swap its two wires, then I on wire 0
+    swap = np.eye(4)[[0, 2, 1, 3]]
+    b21 = np.kron(np.eye(2), swap @ b @ swap)
+    for obs, ref in ((qd.Hermitian(d, [0, 1]) @ qd.Z(0), np.kron(d @ np.kron(z, np.eye(2)), np.eye(2))),
+                     (qd.Z(1) @ qd.Hermitian(b, [2, 1]), np.kron(np.eye(2), np.kron(z, np.eye(2))) @ b21),
+                     (qd.Hermitian(zero, [1]) @ qd.X(0) @ qd.Hermitian(zero, [1]),
+                      np.kron(np.kron(x, zero), np.eye(2)))):
+        assert np.allclose(obs.matrix(wire_order=[0, 1, 2]).numpy(), ref, atol=1e-14)
+    dev = qd.device("statevector", wires=2)
+    val = qd.qnode(dev)(lambda: (qd.RY(0.5, 0), qd.expval(qd.Hermitian(d, [0, 1]) @ qd.Z(0)))[1])()
+    assert abs(float(val) - (1.0 * math.cos(0.25) ** 2 - 3.0 * math.sin(0.25) ** 2)) < 1e-14
+    with pytest.raises(qd.QdiffError, match="not Hermitian"):
+        qd.qnode(dev)(lambda: qd.expval(qd.Hermitian(b, [0, 1]) @ qd.X(0)))()
+
 def test_a_one_wire_observable_divides_by_a_scalar():
     dev = qd.device("statevector", wires=2)
     for obs in (qd.Z(0) / 2, qd.Z(0) / torch.tensor(2.0, dtype=torch.float64)):
