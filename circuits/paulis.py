@@ -190,8 +190,8 @@ def apply(groups: PauliGroups, coeffs: torch.Tensor, psi: torch.Tensor,
     grad = torch.is_grad_enabled() and (psi.requires_grad or coeffs.requires_grad or (
         diagonals is not None and diagonals.requires_grad))
     out = None
-    step = groups.num_groups if diagonals is not None else \
-        group_chunks(groups.num_groups, groups.n, rows)
+    step = max(1, groups.num_groups if diagonals is not None else
+               group_chunks(groups.num_groups, groups.n, rows))  # no groups: H = 0
     for lo in range(0, groups.num_groups, step):
         hi = min(lo + step, groups.num_groups)
         d = diagonals[lo:hi] if diagonals is not None else groups.diagonals(coeffs, rdtype, lo, hi)

@@ -296,7 +296,8 @@ class PauliSumOperator:
         """``Re <a|P_t|b>`` for every term, ``(..., T)`` (the coefficient gradient of ``Re<a|H|b>``).
 
         Per flip group: ``w[y] = conj(a[y]) b[y ^ m]``, one Walsh-Hadamard transform, and a
-        gather at the terms' ``zy`` masks.
+        gather at the terms' ``zy`` masks (so the extra memory is a few states, whatever the
+        number of groups).
         """
         self._check_state(a)
         self._check_state(b)
@@ -304,22 +305,30 @@ class PauliSumOperator:
         a = a.expand(*lead, self.dim)
         b = b.expand(*lead, self.dim)
         cd = a.dtype if a.is_complex() else (b.dtype if b.is_complex() else None)
-        vals = []
-        for g in range(self.num_groups):
+        ac = a.conj() if a.is_complex() else a
+        if "_group_sizes" not in self.__dict__:  # structure: shared by with_coeffs copies
+            self._group_sizes = torch.bincount(self.groups.group,
+                                               minlength=self.num_groups).tolist()
+            inv = torch.empty_like(self.groups.order)
+            inv[self.groups.order] = torch.arange(len(self.words))
+            self._term_position = inv
+        zy = self.groups.zy.to(a.device)
+        phase = self.groups.phase.to(a.device, dtype=cd or torch.complex128)
+        imag = (self.groups.phase.imag != 0).tolist()
+        parts, start = [], 0
+        for g, size in enumerate(self._group_sizes):
+            stop = start + size
             bg = b if self.masks[g] == 0 else xor_permute(b, self.masks[g], self.n_qubits, -1)
-            w = (a.conj() if a.is_complex() else a) * bg
-            vals.append(walsh_hadamard(w))
-        full = torch.stack(vals, dim=-2).reshape(*lead, self.num_groups * self.dim)
-        pos = (self.groups.group << self.n_qubits) + self.groups.zy
-        picked = full.index_select(-1, pos.to(full.device))
-        ph = self.groups.phase.to(full.device, dtype=cd or torch.complex128)
-        # a real phase can still be -1 (two Y factors: i**2), so it is applied in every case
-        res = (picked * ph).real if (picked.is_complex() or ph.imag.abs().max() > 0) \
-            else picked * ph.real.to(picked.dtype)
-        res = res.to(a.real.dtype)
-        out = torch.empty_like(res)
-        out[..., self.groups.order.to(res.device)] = res
-        return out
+            picked = walsh_hadamard(ac * bg).index_select(-1, zy[start:stop])
+            ph = phase[start:stop]
+            # a real phase can still be -1 (two Y factors: i**2), so it is applied in every case
+            parts.append((picked * ph).real if (picked.is_complex() or any(imag[start:stop]))
+                         else picked * ph.real.to(picked.dtype))
+            start = stop
+        if not parts:
+            return torch.zeros(*lead, 0, dtype=a.real.dtype, device=a.device)
+        res = torch.cat(parts, -1).to(a.real.dtype)
+        return res.index_select(-1, self._term_position.to(res.device))
 
     # -- matrices -----------------------------------------------------------------------------
     def _real_check(self, d: torch.Tensor, dtype, who: str) -> None:
@@ -331,6 +340,12 @@ class PauliSumOperator:
                              f"of Y or complex coefficients); dtype {dtype} would drop them: "
                              "use a complex dtype")
 
+    def _flip_columns(self, rows: torch.Tensor) -> torch.Tensor:
+        """``(G, N)``: the column ``y ^ m`` of each row ``y`` per flip mask ``m``."""
+        if not self.masks:  # no terms: the zero operator
+            return rows.new_empty(0, self.dim)
+        return torch.stack([rows ^ m for m in self.masks])
+
     def _coo(self, tol: float = 0.0):
         # rows, columns and mask (int64) beside the values, per group and basis state
         _require(40.0 * self.num_groups * 2.0 ** self.n_qubits,
@@ -338,7 +353,7 @@ class PauliSumOperator:
                  f"({self.num_groups} flip groups)", self.coeffs.device)
         d = self.diagonals().detach()
         rows = torch.arange(self.dim, device=d.device)
-        cols = torch.stack([rows ^ m for m in self.masks])  # (G, N)
+        cols = self._flip_columns(rows)  # (G, N)
         r = rows.expand(self.num_groups, -1)
         keep = d.abs() > tol
         return r[keep], cols[keep], d[keep]
@@ -373,7 +388,7 @@ class PauliSumOperator:
         self._real_check(d, dtype, "to_dense")
         d = (d.real if d.is_complex() and not dtype.is_complex else d).to(dtype)
         rows = torch.arange(self.dim, device=d.device)
-        cols = torch.stack([rows ^ m for m in self.masks])
+        cols = self._flip_columns(rows)
         out = torch.zeros(self.dim, self.dim, dtype=dtype, device=d.device)
         return out.index_put((rows.expand(self.num_groups, -1).reshape(-1), cols.reshape(-1)),
                              d.reshape(-1), accumulate=True)

@@ -259,3 +259,15 @@ def test_sums_differences_and_scalar_multiples_of_operators():
         H * torch.tensor([1.0, 2.0])
     with pytest.raises(TypeError):
         H * H
+
+
+def test_an_operator_without_terms_is_the_zero_operator():
+    op = PauliSumOperator([], torch.zeros(0, dtype=torch.float64), 2)
+    psi = random_states(3, 2, 6)
+    assert torch.equal(op.apply(psi), torch.zeros_like(psi))
+    assert torch.equal(op.expval(psi), torch.zeros(3, dtype=torch.float64))
+    assert op.term_expvals(psi).shape == (3, 0)
+    zero = torch.zeros(4, 4, dtype=torch.complex128)
+    assert torch.equal(op.to_dense(), zero) and torch.equal(op.to_sparse_csr().to_dense(), zero)
+    assert op.to_scipy().nnz == 0
+    assert float(qd.eigsh(op, k=1)[0][0]) == 0.0
