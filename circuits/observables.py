@@ -393,6 +393,10 @@ def Hamiltonian(coeffs, observables) -> Observable:
     >>> qd.Hamiltonian([0.5, 0.5], [qd.Z(0), qd.Z(0)])
     1 * Z(0)
     """
+    if isinstance(observables, (Observable, Operation, str)) or recording.is_pennylane(observables) \
+            or not hasattr(observables, "__iter__"):
+        raise QdiffError(f"Hamiltonian: observables must be a list of observables; got "
+                         f"{type(observables).__name__} (write qd.Hamiltonian([c], [obs]))")
     obs = [as_observable(o) for o in observables]
     c = _as_coeff_tensor(coeffs)
     if c.numel() != len(obs):
@@ -441,7 +445,9 @@ def as_observable(obj) -> Observable:
     if recording.is_pennylane(obj):
         # a PennyLane operator: converted (and taken off the recording, where PennyLane's
         # queuing put it) by qdiff.circuits.pennylane_io.from_pennylane_observable, which that
-        # module installs here when it is imported (a qnode imports it)
+        # module installs here when it is imported (PennyLane is, since obj is its object)
+        if _FROM_PENNYLANE is None:
+            import qdiff.circuits.pennylane_io  # noqa: F401  (installs the conversion)
         if _FROM_PENNYLANE is None:
             raise QdiffError(f"expected a qdiff observable, got PennyLane's "
                              f"{type(obj).__name__}; convert it with qdiff.circuits."

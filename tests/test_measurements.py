@@ -338,6 +338,15 @@ def test_observable_scalars_tensors_powers_and_sums():
     dev = qd.device("statevector", wires=2, shots=10, seed=1)
     assert qd.qnode(dev)(lambda: qd.counts(sum([qd.Z(0) @ qd.Z(1)])))() == {1.0: 10}
 
+
+def test_hamiltonian_takes_a_list_and_an_empty_one_is_zero_with_shots():
+    with pytest.raises(qd.QdiffError, match="list of observables"):
+        qd.Hamiltonian([1.0], qd.Z(0))
+    dev = qd.device("statevector", wires=2, shots=20, seed=3)
+    for kind in ("expval", "var"):
+        val = qd.qnode(dev)(lambda k=kind: getattr(qd, k)(qd.Hamiltonian([], [])))()
+        assert float(val) == 0.0
+
 _EMPTY_KINDS = {"expval": lambda: qd.expval(qd.Z(0)), "var": lambda: qd.var(qd.X(1)),
                 "probs": lambda: qd.probs(wires=[1]), "probs_all": lambda: qd.probs(),
                 "sample": lambda: qd.sample(), "sample_obs": lambda: qd.sample(qd.Z(0)),
