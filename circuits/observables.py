@@ -194,7 +194,9 @@ class Observable:
         self.terms = tuple(keys)
 
     def simplify(self, tol: float = 0.0) -> "Observable":
-        """Drop terms whose coefficient magnitude is at most ``tol`` (like terms are already merged)."""
+        """Drop terms whose coefficient magnitude is at most ``tol`` (like terms are already
+        merged). Coefficients that require grad are all kept (a zero one still has a gradient):
+        the observable is returned as it is."""
         if self.coeffs.requires_grad:
             return self
         keep = [i for i in range(len(self.terms)) if abs(complex(self.coeffs[i])) > tol]
