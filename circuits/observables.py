@@ -395,8 +395,8 @@ def Hamiltonian(coeffs, observables) -> Observable:
     >>> qd.Hamiltonian([0.5, 0.5], [qd.Z(0), qd.Z(0)])
     1 * Z(0)
     """
-    if isinstance(observables, (Observable, Operation, str)) or recording.is_pennylane(observables) \
-            or not hasattr(observables, "__iter__"):
+    if isinstance(observables, (Observable, Operation, str)) or \
+            recording.is_pennylane(observables) or not hasattr(observables, "__iter__"):
         raise QdiffError(f"Hamiltonian: observables must be a list of observables; got "
                          f"{type(observables).__name__} (write qd.Hamiltonian([c], [obs]))")
     obs = [as_observable(o) for o in observables]

@@ -293,8 +293,9 @@ def test_products_sharing_a_wire_with_a_matrix_factor_multiply_as_matrices():
     # B on wires (2, 1) as a matrix on wires (0, 1, 2): swap its two wires, then I on wire 0
     swap = np.eye(4)[[0, 2, 1, 3]]
     b21 = np.kron(np.eye(2), swap @ b @ swap)
-    for obs, ref in ((qd.Hermitian(d, [0, 1]) @ qd.Z(0), np.kron(d @ np.kron(z, np.eye(2)), np.eye(2))),
-                     (qd.Z(1) @ qd.Hermitian(b, [2, 1]), np.kron(np.eye(2), np.kron(z, np.eye(2))) @ b21),
+    z0 = np.kron(z, np.eye(2))
+    for obs, ref in ((qd.Hermitian(d, [0, 1]) @ qd.Z(0), np.kron(d @ z0, np.eye(2))),
+                     (qd.Z(1) @ qd.Hermitian(b, [2, 1]), np.kron(np.eye(2), z0) @ b21),
                      (qd.Hermitian(zero, [1]) @ qd.X(0) @ qd.Hermitian(zero, [1]),
                       np.kron(np.kron(x, zero), np.eye(2)))):
         assert np.allclose(obs.matrix(wire_order=[0, 1, 2]).numpy(), ref, atol=1e-14)

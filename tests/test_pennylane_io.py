@@ -130,7 +130,7 @@ def test_a_matrix_observable_is_checked_against_memory_before_its_dense_matrix(m
     import scipy.sparse as sp
     sparse = qml.SparseHamiltonian(sp.diags(np.arange(2.0 ** 9)).tocsr(), wires=range(9))
     monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1M")
-    with pytest.raises(qd.QdiffMemoryError, match="9-qubit matrix of PennyLane's SparseHamiltonian"):
+    with pytest.raises(qd.QdiffMemoryError, match="9-qubit matrix of PennyLane's Sparse"):
         from_pennylane_observable(sparse)
     monkeypatch.delenv("QDIFF_MEMORY_LIMIT")
     small = from_pennylane_observable(qml.SparseHamiltonian(sp.diags(np.arange(4.0)).tocsr(),
