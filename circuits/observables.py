@@ -57,7 +57,8 @@ class Factor:
 
 def _mul_terms(a: tuple, b: tuple) -> tuple[complex, tuple]:
     """Product of two terms: (phase, term). Paulis on one wire multiply by the Pauli algebra;
-    a dense factor multiplies a factor on exactly the same wires as matrices."""
+    factors that share a wire with a dense factor multiply as matrices on the union of their
+    wires (one dense factor)."""
     factors = list(a)
     phase = 1.0 + 0j
     for f in b:
@@ -66,10 +67,7 @@ def _mul_terms(a: tuple, b: tuple) -> tuple[complex, tuple]:
             factors.append(f)
             continue
         g = factors[hit[0]]
-        if len(hit) > 1 or (set(g.wires) != set(f.wires)):
-            raise QdiffError(f"product of observables on overlapping wires {list(f.wires)} and "
-                             f"{list(g.wires)} is not supported")
-        if g.kind != "M" and f.kind != "M":
+        if g.kind != "M" and f.kind != "M":  # two Pauli letters on one wire
             if g.kind == f.kind:
                 del factors[hit[0]]
             else:
@@ -77,8 +75,14 @@ def _mul_terms(a: tuple, b: tuple) -> tuple[complex, tuple]:
                 phase *= p
                 factors[hit[0]] = Factor(g.wires, letter)
             continue
-        fm = f.dense() if f.wires == g.wires else _term_dense((f,), list(g.wires))
-        factors[hit[0]] = Factor(g.wires, "M", g.dense() @ fm)
+        gs = [factors[i] for i in hit]
+        order = [w for h in gs for w in h.wires]
+        order += [w for w in f.wires if w not in order]
+        memory.require(4 * 16.0 * 4.0 ** len(order), f"the product of observables on wires "
+                       f"{order} ({len(order)}-qubit dense matrices)")
+        prod = _term_dense(tuple(gs), order) @ _term_dense((f,), order)
+        factors = [h for i, h in enumerate(factors) if i not in hit] + \
+            [Factor(tuple(order), "M", prod)]
     return phase, tuple(sorted(factors, key=lambda f: str(f.wires[0])))
 
 
@@ -107,6 +111,21 @@ def _as_coeff_tensor(coeffs) -> torch.Tensor:
         if np.iscomplexobj(arr):
             return torch.tensor(arr.reshape(-1), dtype=torch.complex128)
         return torch.tensor(arr.reshape(-1), dtype=torch.float64)
+
+
+def _scalar(c, what: str) -> torch.Tensor:
+    """A number or one-element tensor as a 0-d floating/complex tensor (python floats stay
+    float64, not torch's default dtype); anything else, a batch of coefficients included, is
+    refused."""
+    if isinstance(c, bool) or not isinstance(c, (numbers.Number, torch.Tensor)):
+        raise QdiffError(f"a number {what} must be a scalar; got {type(c).__name__}")
+    if isinstance(c, numbers.Number):
+        return torch.tensor(c, dtype=torch.complex128 if isinstance(c, complex) else torch.float64)
+    if c.numel() != 1:
+        raise QdiffError(f"a tensor {what} must have one element; got shape {tuple(c.shape)} "
+                         "(an observable has one coefficient per term, not a batch)")
+    c = c.reshape(())
+    return c if (c.dtype.is_floating_point or c.is_complex()) else c.to(torch.float64)
 
 
 def check_finite(coeffs: torch.Tensor) -> None:
@@ -175,7 +194,9 @@ class Observable:
         self.terms = tuple(keys)
 
     def simplify(self, tol: float = 0.0) -> "Observable":
-        """Drop terms whose coefficient magnitude is at most ``tol`` (like terms are already merged)."""
+        """Drop terms whose coefficient magnitude is at most ``tol`` (like terms are already
+        merged). Coefficients that require grad are all kept (a zero one still has a gradient):
+        the observable is returned as it is."""
         if self.coeffs.requires_grad:
             return self
         keep = [i for i in range(len(self.terms)) if abs(complex(self.coeffs[i])) > tol]
@@ -265,8 +286,11 @@ class Observable:
         return as_observable(other) @ self
 
     def __add__(self, other):
-        if isinstance(other, numbers.Number):
-            other = Observable([other], [()])
+        if isinstance(other, numbers.Number) and other == 0 and not isinstance(other, bool):
+            return self  # sum([...]) starts from 0: no identity term
+        if isinstance(other, numbers.Number) or (isinstance(other, torch.Tensor)
+                                                 and other.numel() == 1):
+            other = Observable(_scalar(other, "added to an observable").reshape(1), [()])
         other = as_observable(other)
         a, b = self.coeffs, other.coeffs
         dt = torch.promote_types(a.dtype, b.dtype)
@@ -278,24 +302,36 @@ class Observable:
         return Observable(-self.coeffs, self.terms, simplify=False, check=False)
 
     def __sub__(self, other):
-        return self + (-as_observable(other) if not isinstance(other, numbers.Number) else -other)
+        if isinstance(other, numbers.Number) and not isinstance(other, bool):
+            return self + -other
+        if isinstance(other, (bool, torch.Tensor)):
+            return self + -_scalar(other, "subtracted from an observable")
+        return self + -as_observable(other)
 
     def __rsub__(self, other):
         return (-self) + other
 
     def __mul__(self, c):
         if isinstance(c, (numbers.Number, torch.Tensor)):
-            if isinstance(c, numbers.Number):  # python floats stay float64 (not torch's default)
-                c = torch.tensor(c, dtype=torch.complex128 if isinstance(c, complex) else torch.float64)
-            elif not c.dtype.is_floating_point and not c.is_complex():
-                c = c.to(torch.float64)
-            return Observable(self.coeffs * c, self.terms, simplify=False)
+            return Observable(self.coeffs * _scalar(c, "multiplying an observable"), self.terms,
+                              simplify=False)
         return NotImplemented
 
     __rmul__ = __mul__
 
     def __truediv__(self, c):
-        return self * (1.0 / c)
+        if isinstance(c, (numbers.Number, torch.Tensor)):
+            return self * (1.0 / _scalar(c, "dividing an observable"))
+        return NotImplemented
+
+    def __pow__(self, k):
+        """``H ** k`` for an integer ``k >= 0`` (``H @ H @ ...``; ``H ** 0`` is the identity)."""
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
+            return NotImplemented
+        out = Observable([1.0], [()])
+        for _ in range(int(k)):
+            out = out @ self
+        return out
 
     def __repr__(self):
         parts = []
@@ -359,6 +395,10 @@ def Hamiltonian(coeffs, observables) -> Observable:
     >>> qd.Hamiltonian([0.5, 0.5], [qd.Z(0), qd.Z(0)])
     1 * Z(0)
     """
+    if isinstance(observables, (Observable, Operation, str)) or \
+            recording.is_pennylane(observables) or not hasattr(observables, "__iter__"):
+        raise QdiffError(f"Hamiltonian: observables must be a list of observables; got "
+                         f"{type(observables).__name__} (write qd.Hamiltonian([c], [obs]))")
     obs = [as_observable(o) for o in observables]
     c = _as_coeff_tensor(coeffs)
     if c.numel() != len(obs):
@@ -407,7 +447,9 @@ def as_observable(obj) -> Observable:
     if recording.is_pennylane(obj):
         # a PennyLane operator: converted (and taken off the recording, where PennyLane's
         # queuing put it) by qdiff.circuits.pennylane_io.from_pennylane_observable, which that
-        # module installs here when it is imported (a qnode imports it)
+        # module installs here when it is imported (PennyLane is, since obj is its object)
+        if _FROM_PENNYLANE is None:
+            import qdiff.circuits.pennylane_io  # noqa: F401  (installs the conversion)
         if _FROM_PENNYLANE is None:
             raise QdiffError(f"expected a qdiff observable, got PennyLane's "
                              f"{type(obj).__name__}; convert it with qdiff.circuits."

@@ -19,6 +19,8 @@ tensor([[0.5000+0.j, 1.0000+0.j]], dtype=torch.complex128)
 """
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 from qdiff.circuits.errors import QdiffError
@@ -54,8 +56,9 @@ def word_masks(word: dict, n: int) -> tuple:
     """``(x mask, zy mask, number of Y)`` of a Pauli word ``{wire: letter}`` on ``n`` wires."""
     x = zy = ny = 0
     for w, letter in word.items():
-        if isinstance(w, bool) or not (isinstance(w, int) and 0 <= w < n):
+        if isinstance(w, bool) or not (isinstance(w, numbers.Integral) and 0 <= w < n):
             raise QdiffError(f"Pauli word acts on wire {w!r}, outside 0..{n - 1}")
+        w = int(w)
         if letter not in ("X", "Y", "Z"):
             raise QdiffError(f"unknown Pauli letter {letter!r} on wire {w}")
         bit = 1 << (n - 1 - w)
@@ -187,8 +190,8 @@ def apply(groups: PauliGroups, coeffs: torch.Tensor, psi: torch.Tensor,
     grad = torch.is_grad_enabled() and (psi.requires_grad or coeffs.requires_grad or (
         diagonals is not None and diagonals.requires_grad))
     out = None
-    step = groups.num_groups if diagonals is not None else \
-        group_chunks(groups.num_groups, groups.n, rows)
+    step = max(1, groups.num_groups if diagonals is not None else
+               group_chunks(groups.num_groups, groups.n, rows))  # no groups: H = 0
     for lo in range(0, groups.num_groups, step):
         hi = min(lo + step, groups.num_groups)
         d = diagonals[lo:hi] if diagonals is not None else groups.diagonals(coeffs, rdtype, lo, hi)

@@ -23,12 +23,13 @@ import torch
 
 from qdiff.circuits.channels import CHANNELS, is_channel, pauli_error_channel, qubit_channel
 from qdiff.circuits.circuit import Circuit, Recorded, StatePrep
+from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import (GATES, Gate, controlled_gate, diagonal_unitary_gate,
                                   multirz_gate, paulirot_gate, pcphase_gate, unitary_gate)
 from qdiff.circuits.measurements import Measurement
-from qdiff.circuits.observables import (Hermitian, Observable, observable_from_op,
-                                        set_pennylane_conversion)
+from qdiff.circuits.observables import (Hermitian, Observable, as_observable,
+                                        observable_from_op, set_pennylane_conversion)
 from qdiff.circuits.operation import Operation, ParamRef
 
 # qdiff gate name -> PennyLane class name (parameters in the same order and convention)
@@ -60,10 +61,14 @@ _PAULI_CLASS = {"X": "PauliX", "Y": "PauliY", "Z": "PauliZ"}
 
 
 def to_pennylane_observable(obs: Observable, wire_map=None):
-    """A PennyLane operator for ``obs`` (``wire_map``: qdiff wire -> PennyLane wire)."""
+    """A PennyLane operator for ``obs`` (``wire_map``: qdiff wire -> PennyLane wire); complex
+    coefficients (a non-Hermitian product such as ``qd.X(0) @ qd.Y(0)``) stay complex."""
     import pennylane as qml
+    obs = as_observable(obs)
     wm = (lambda w: w) if wire_map is None else (lambda w: wire_map[w])
-    coeffs = obs.real_coeffs().detach().cpu().numpy().astype(float)
+    coeffs = obs.coeffs.detach().cpu().numpy()
+    coeffs = coeffs.astype(complex) if np.iscomplexobj(coeffs) and coeffs.size and \
+        np.abs(coeffs.imag).max() > 1e-10 else coeffs.real.astype(float)
     ops = []
     for term in obs.terms:
         factors = []
@@ -139,6 +144,10 @@ def from_pennylane_observable(op) -> Observable:
     if name == "Hadamard":
         return observable_from_op(Operation(GATES["h"], tuple(op.wires)))
     if op.has_matrix and not getattr(op, "batch_size", None):
+        k = len(op.wires)  # the dense matrix, its Hermitian check and the observable's copy
+        memory.require(4 * 16.0 * 4.0 ** k, f"the dense {k}-qubit matrix of PennyLane's {name} "
+                       f"({2.0 ** k:.0f}x{2.0 ** k:.0f} complex128)",
+                       hint="write the observable as a Pauli sum (qml.Hamiltonian)")
         m = np.asarray(op.matrix())
         if np.allclose(m, m.conj().T, atol=1e-10):  # Projector, Exp, ...: a Hermitian matrix
             return Hermitian(m, list(op.wires))

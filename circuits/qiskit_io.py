@@ -361,14 +361,18 @@ def observable_from_qiskit(obj, num_qubits: int, where: str = "observable") -> O
                          f"{num_qubits}")
     coeffs, terms = [], []
     for letters, indices, c in sparse.as_paulis().to_sparse_list():
-        if abs(complex(c).imag) > 1e-12:
-            raise QdiffError(f"{where} is not Hermitian (coefficient {c} of "
-                             f"{letters or 'I'} on qubits {list(indices)})")
-        coeffs.append(complex(c).real)
-        terms.append(tuple(Factor((int(q),), ch) for ch, q in zip(letters, indices)))
+        coeffs.append(complex(c))
+        terms.append(tuple(Factor((int(q),), ch)
+                           for ch, q in sorted(zip(letters, indices), key=lambda lq: lq[1])))
     if not terms:
         return Observable([0.0], [()])
-    return Observable(coeffs, terms)
+    obs = Observable(coeffs, terms)  # like terms merged: (1+1j) Z + (1-1j) Z is 2 Z
+    bad = [i for i, c in enumerate(obs.coeffs.tolist()) if abs(c.imag) > 1e-12]
+    if bad:
+        word = " @ ".join(repr(f) for f in obs.terms[bad[0]]) or "I"
+        raise QdiffError(f"{where} is not Hermitian (coefficient {obs.coeffs[bad[0]].item()} "
+                         f"of {word})")
+    return Observable(obs.coeffs.real.clone(), obs.terms, simplify=False)
 
 
 def _le_to_be(k: int) -> np.ndarray:

@@ -22,7 +22,9 @@ tensor([0.5000], dtype=torch.float64)
 """
 from __future__ import annotations
 
+import numbers
 import warnings
+from collections.abc import Mapping
 from typing import Optional, Sequence
 
 import numpy as np
@@ -30,7 +32,7 @@ import torch
 
 from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.observables import Observable, check_finite
+from qdiff.circuits.observables import Observable, _as_coeff_tensor, as_observable, check_finite
 from qdiff.circuits.paulis import PauliGroups, apply, walsh_hadamard, xor_permute
 
 MAX_QUBITS = 62  # flip and sign masks are int64 bit masks
@@ -38,6 +40,21 @@ MAX_QUBITS = 62  # flip and sign masks are int64 bit masks
 
 def _require(nbytes: float, what: str, device=None) -> None:
     memory.require(nbytes, what, device, hint="apply() works on states without a matrix")
+
+
+def _coeff_vector(coeffs, who: str) -> torch.Tensor:
+    """``(T,)`` floating or complex coefficients (a tensor keeps its graph), checked finite."""
+    if isinstance(coeffs, torch.Tensor):
+        c = coeffs if (coeffs.is_complex() or coeffs.dtype.is_floating_point) else \
+            coeffs.to(torch.float64)
+        c = c.reshape(-1)
+    else:
+        try:
+            c = _as_coeff_tensor(coeffs)
+        except QdiffError:
+            raise QdiffError(f"{who}: coefficients must be numbers; got {coeffs!r:.80}") from None
+    check_finite(c)
+    return c
 
 
 class PauliSumOperator:
@@ -55,15 +72,16 @@ class PauliSumOperator:
             raise QdiffError(f"PauliSumOperator: n_qubits must be an integer in 0..{MAX_QUBITS}; "
                              f"got {n_qubits!r}")
         self.n_qubits = int(n_qubits)
+        bad = [w for w in words if not isinstance(w, Mapping)]
+        if bad:
+            raise QdiffError(f"PauliSumOperator: each Pauli word must be a dict {{wire: "
+                             f"'X'|'Y'|'Z'}}; got {bad[0]!r:.60} (for strings such as 'XXIZ' "
+                             "use PauliSumOperator.from_strings)")
         self.words = [dict(w) for w in words]
-        c = coeffs if isinstance(coeffs, torch.Tensor) else torch.as_tensor(np.asarray(coeffs))
-        if not (c.is_complex() or c.dtype.is_floating_point):
-            c = c.to(torch.float64)
-        self.coeffs = c.reshape(-1)
+        self.coeffs = _coeff_vector(coeffs, "PauliSumOperator")
         if self.coeffs.numel() != len(self.words):
             raise QdiffError(f"PauliSumOperator: {self.coeffs.numel()} coefficient(s) for "
                              f"{len(self.words)} Pauli word(s)")
-        check_finite(self.coeffs)
         self.groups = PauliGroups(self.words, self.n_qubits)
         self.masks = self.groups.masks
         self._diag_cache = {}
@@ -72,8 +90,10 @@ class PauliSumOperator:
     @classmethod
     def from_observable(cls, obs: Observable, n_qubits: Optional[int] = None,
                         wire_order: Optional[Sequence] = None) -> "PauliSumOperator":
-        """From a Pauli-only :class:`qdiff.Observable`; its wires are mapped through ``wire_order``
-        (default ``0..n-1`` by label). The coefficients tensor is shared (gradients reach it)."""
+        """From a Pauli-only :class:`qdiff.Observable` (or ``qd.Z(0)``, a PennyLane observable);
+        its wires are mapped through ``wire_order`` (default ``0..n-1`` by label). The
+        coefficients tensor is shared (gradients reach it)."""
+        obs = as_observable(obs)
         if not obs.is_pauli:
             raise QdiffError("PauliSumOperator needs a Pauli-sum observable; this one has a "
                              "Hermitian-matrix factor")
@@ -111,7 +131,7 @@ class PauliSumOperator:
         """The same Pauli words with new coefficients (structure shared, nothing recomputed)."""
         new = object.__new__(PauliSumOperator)
         new.__dict__.update(self.__dict__)
-        new.coeffs = coeffs.reshape(-1)
+        new.coeffs = _coeff_vector(coeffs, "with_coeffs")
         if new.coeffs.numel() != len(self.words):
             raise QdiffError(f"with_coeffs: expected {len(self.words)} coefficients, got "
                              f"{new.coeffs.numel()}")
@@ -144,6 +164,30 @@ class PauliSumOperator:
     def real_matrix(self) -> bool:
         """True when the matrix is real (every term has an even number of Y, real coefficients)."""
         return self.groups.real and not self.coeffs.is_complex()
+
+    @property
+    def hermitian(self) -> bool:
+        """True unless the coefficients of some Pauli word (its terms added up) have an
+        imaginary part above 1e-10: only then is ``H`` not Hermitian."""
+        if not self.coeffs.is_complex():
+            return True
+        imag = self.coeffs.detach().imag
+        if len(self.words) > 1:
+            if "_word_index" not in self.__dict__:  # which terms are the same word (structure)
+                key = torch.stack([self.groups.group, self.groups.zy])
+                idx = torch.empty(len(self.words), dtype=torch.long)
+                idx[self.groups.order] = torch.unique(key, dim=1, return_inverse=True)[1]
+                self._word_index = idx
+            idx = self._word_index.to(imag.device)
+            imag = torch.zeros(len(self.words), dtype=imag.dtype, device=imag.device) \
+                .index_add(0, idx, imag)
+        return not bool((imag.abs() > 1e-10).any())
+
+    def check_hermitian(self, who: str, why: str = "") -> None:
+        """Raise :class:`QdiffError` naming ``who`` (and ``why``) unless :attr:`hermitian`."""
+        if not self.hermitian:
+            raise QdiffError(f"{who}: this Pauli sum is not Hermitian (complex coefficients "
+                             f"whose imaginary parts do not cancel){why}")
 
     # -- the diagonals --------------------------------------------------------------------
     def diagonals(self, device=None, dtype=None) -> torch.Tensor:
@@ -184,8 +228,61 @@ class PauliSumOperator:
 
     __matmul__ = apply
 
+    # -- arithmetic -----------------------------------------------------------------------
+    def __add__(self, other):
+        """``H + K`` (Pauli sums on the same number of qubits; terms concatenated, so the
+        coefficients of both keep their gradients), ``H + c`` (``c`` times the identity)."""
+        if isinstance(other, (numbers.Number, torch.Tensor)) and not isinstance(other, bool):
+            c = _coeff_vector(other, "PauliSumOperator + scalar")
+            if c.numel() != 1:
+                raise QdiffError(f"PauliSumOperator + tensor: the tensor must have one element; "
+                                 f"got shape {tuple(other.shape)}")
+            other = PauliSumOperator([{}], c, self.n_qubits)
+        if not isinstance(other, PauliSumOperator):
+            return NotImplemented
+        if other.n_qubits != self.n_qubits:
+            raise QdiffError(f"PauliSumOperator: cannot add operators on {self.n_qubits} and "
+                             f"{other.n_qubits} qubits")
+        dt = torch.promote_types(self.coeffs.dtype, other.coeffs.dtype)
+        c = torch.cat([self.coeffs.to(dt), other.coeffs.to(device=self.coeffs.device, dtype=dt)])
+        return PauliSumOperator(self.words + other.words, c, self.n_qubits)
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return self.with_coeffs(-self.coeffs)
+
+    def __sub__(self, other):
+        if isinstance(other, (numbers.Number, torch.Tensor, PauliSumOperator)) \
+                and not isinstance(other, bool):
+            return self + (-other)
+        return NotImplemented
+
+    def __rsub__(self, other):
+        return (-self) + other
+
+    def __mul__(self, c):
+        """``c * H`` for a number or a one-element tensor (which may require grad)."""
+        if isinstance(c, bool) or not isinstance(c, (numbers.Number, torch.Tensor)):
+            return NotImplemented
+        t = _coeff_vector(c, "PauliSumOperator * scalar")
+        if t.numel() != 1:
+            raise QdiffError(f"PauliSumOperator * tensor: the tensor must have one element; got "
+                             f"shape {tuple(c.shape)} (use with_coeffs for new coefficients)")
+        return self.with_coeffs(self.coeffs * t.to(self.coeffs.device))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, c):
+        if isinstance(c, bool) or not isinstance(c, (numbers.Number, torch.Tensor)):
+            return NotImplemented
+        return self * (1.0 / _coeff_vector(c, "PauliSumOperator / scalar"))
+
     def expval(self, psi: torch.Tensor) -> torch.Tensor:
-        """``<psi|H|psi>`` ``(...)`` real, for (unnormalized) ``psi`` ``(..., 2**n)``."""
+        """``<psi|H|psi>`` ``(...)`` real, for (unnormalized) ``psi`` ``(..., 2**n)``; a
+        non-Hermitian ``H`` (complex coefficients) is refused."""
+        self.check_hermitian("expval", ", so <psi|H|psi> is complex: use "
+                             "(psi.conj() * H.apply(psi)).sum(-1)")
         h = self.apply(psi)
         if h.is_complex():
             return (psi.conj() * h).real.sum(-1) if psi.is_complex() else (psi * h).real.sum(-1)
@@ -199,7 +296,8 @@ class PauliSumOperator:
         """``Re <a|P_t|b>`` for every term, ``(..., T)`` (the coefficient gradient of ``Re<a|H|b>``).
 
         Per flip group: ``w[y] = conj(a[y]) b[y ^ m]``, one Walsh-Hadamard transform, and a
-        gather at the terms' ``zy`` masks.
+        gather at the terms' ``zy`` masks (so the extra memory is a few states, whatever the
+        number of groups).
         """
         self._check_state(a)
         self._check_state(b)
@@ -207,22 +305,30 @@ class PauliSumOperator:
         a = a.expand(*lead, self.dim)
         b = b.expand(*lead, self.dim)
         cd = a.dtype if a.is_complex() else (b.dtype if b.is_complex() else None)
-        vals = []
-        for g in range(self.num_groups):
+        ac = a.conj() if a.is_complex() else a
+        if "_group_sizes" not in self.__dict__:  # structure: shared by with_coeffs copies
+            self._group_sizes = torch.bincount(self.groups.group,
+                                               minlength=self.num_groups).tolist()
+            inv = torch.empty_like(self.groups.order)
+            inv[self.groups.order] = torch.arange(len(self.words))
+            self._term_position = inv
+        zy = self.groups.zy.to(a.device)
+        phase = self.groups.phase.to(a.device, dtype=cd or torch.complex128)
+        imag = (self.groups.phase.imag != 0).tolist()
+        parts, start = [], 0
+        for g, size in enumerate(self._group_sizes):
+            stop = start + size
             bg = b if self.masks[g] == 0 else xor_permute(b, self.masks[g], self.n_qubits, -1)
-            w = (a.conj() if a.is_complex() else a) * bg
-            vals.append(walsh_hadamard(w))
-        full = torch.stack(vals, dim=-2).reshape(*lead, self.num_groups * self.dim)
-        pos = (self.groups.group << self.n_qubits) + self.groups.zy
-        picked = full.index_select(-1, pos.to(full.device))
-        ph = self.groups.phase.to(full.device, dtype=cd or torch.complex128)
-        # a real phase can still be -1 (two Y factors: i**2), so it is applied in every case
-        res = (picked * ph).real if (picked.is_complex() or ph.imag.abs().max() > 0) \
-            else picked * ph.real.to(picked.dtype)
-        res = res.to(a.real.dtype)
-        out = torch.empty_like(res)
-        out[..., self.groups.order.to(res.device)] = res
-        return out
+            picked = walsh_hadamard(ac * bg).index_select(-1, zy[start:stop])
+            ph = phase[start:stop]
+            # a real phase can still be -1 (two Y factors: i**2), so it is applied in every case
+            parts.append((picked * ph).real if (picked.is_complex() or any(imag[start:stop]))
+                         else picked * ph.real.to(picked.dtype))
+            start = stop
+        if not parts:
+            return torch.zeros(*lead, 0, dtype=a.real.dtype, device=a.device)
+        res = torch.cat(parts, -1).to(a.real.dtype)
+        return res.index_select(-1, self._term_position.to(res.device))
 
     # -- matrices -----------------------------------------------------------------------------
     def _real_check(self, d: torch.Tensor, dtype, who: str) -> None:
@@ -234,6 +340,12 @@ class PauliSumOperator:
                              f"of Y or complex coefficients); dtype {dtype} would drop them: "
                              "use a complex dtype")
 
+    def _flip_columns(self, rows: torch.Tensor) -> torch.Tensor:
+        """``(G, N)``: the column ``y ^ m`` of each row ``y`` per flip mask ``m``."""
+        if not self.masks:  # no terms: the zero operator
+            return rows.new_empty(0, self.dim)
+        return torch.stack([rows ^ m for m in self.masks])
+
     def _coo(self, tol: float = 0.0):
         # rows, columns and mask (int64) beside the values, per group and basis state
         _require(40.0 * self.num_groups * 2.0 ** self.n_qubits,
@@ -241,7 +353,7 @@ class PauliSumOperator:
                  f"({self.num_groups} flip groups)", self.coeffs.device)
         d = self.diagonals().detach()
         rows = torch.arange(self.dim, device=d.device)
-        cols = torch.stack([rows ^ m for m in self.masks])  # (G, N)
+        cols = self._flip_columns(rows)  # (G, N)
         r = rows.expand(self.num_groups, -1)
         keep = d.abs() > tol
         return r[keep], cols[keep], d[keep]
@@ -276,13 +388,16 @@ class PauliSumOperator:
         self._real_check(d, dtype, "to_dense")
         d = (d.real if d.is_complex() and not dtype.is_complex else d).to(dtype)
         rows = torch.arange(self.dim, device=d.device)
-        cols = torch.stack([rows ^ m for m in self.masks])
+        cols = self._flip_columns(rows)
         out = torch.zeros(self.dim, self.dim, dtype=dtype, device=d.device)
         return out.index_put((rows.expand(self.num_groups, -1).reshape(-1), cols.reshape(-1)),
                              d.reshape(-1), accumulate=True)
 
     def to(self, device=None, dtype=None) -> "PauliSumOperator":
         """A copy with coefficients moved (structure shared)."""
+        if dtype is not None and not (dtype.is_complex or dtype.is_floating_point):
+            raise QdiffError(f"PauliSumOperator.to: dtype must be a floating or complex torch "
+                             f"dtype; got {dtype}")
         return self.with_coeffs(self.coeffs.to(device=device, dtype=dtype))
 
 

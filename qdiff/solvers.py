@@ -53,6 +53,8 @@ class SolverInfo:
 def _matvec_of(A) -> tuple[Callable, Optional[int]]:
     """A batched matvec ``(..., N) -> (..., N)`` and ``N`` (None when unknown)."""
     if isinstance(A, PauliSumOperator):
+        A.check_hermitian("eigsh/lanczos/ground_state/cg/minres", "; these solvers need a "
+                          "Hermitian operator")
         return A.apply, A.dim
     if isinstance(A, _Shifted):
         return A, _matvec_of(A.A)[1]

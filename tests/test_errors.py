@@ -166,6 +166,17 @@ def test_complex_coefficient_pauli_sum_is_not_hermitian(make):
         qd.expval(make())
 
 
+
+def test_qiskit_observable_is_hermitian_once_like_terms_are_merged():
+    from qiskit.quantum_info import SparsePauliOp
+    from qdiff.circuits.qiskit_io import observable_from_qiskit
+    obs = observable_from_qiskit(SparsePauliOp(["ZX", "ZX", "YI"], [1 + 1j, 1 - 1j, 0.5]), 2)
+    ref = 2.0 * qd.X(0) @ qd.Z(1) + 0.5 * qd.Y(1)
+    assert torch.equal(obs.matrix(wire_order=[0, 1]), ref.matrix(wire_order=[0, 1]))
+    assert not obs.coeffs.is_complex()
+    with pytest.raises(QdiffError, match=r"not Hermitian \(coefficient 1j of X\(0\) @ Z\(1\)\)"):
+        observable_from_qiskit(SparsePauliOp(["ZX", "YI"], [1j, 0.5]), 2)
+
 def test_gate_that_is_not_an_observable():
     with pytest.raises(QdiffError, match=r"gate 'RX' cannot be used as an observable"):
         qd.expval(qd.RX(0.1, wires=0))

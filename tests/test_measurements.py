@@ -308,12 +308,74 @@ def test_counts_refuses_what_it_cannot_count():
         qd.qnode(big)(lambda: qd.counts(all_outcomes=True))()
 
 
+
+def test_products_sharing_a_wire_with_a_matrix_factor_multiply_as_matrices():
+    """Hermitian(A, [0, 1]) @ Z(0) is the matrix product on wires 0, 1 (as qml.prod); a
+    product that is not Hermitian is refused when measured."""
+    rng = np.random.default_rng(0)
+    b = rng.normal(size=(4, 4))
+    b = b + b.T
+    d = np.diag([1.0, 2.0, 3.0, 4.0])
+    zero = np.diag([1.0, 0.0])
+    z = np.diag([1.0, -1.0])
+    x = np.array([[0.0, 1.0], [1.0, 0.0]])
+    # B on wires (2, 1) as a matrix on wires (0, 1, 2): swap its two wires, then I on wire 0
+    swap = np.eye(4)[[0, 2, 1, 3]]
+    b21 = np.kron(np.eye(2), swap @ b @ swap)
+    z0 = np.kron(z, np.eye(2))
+    for obs, ref in ((qd.Hermitian(d, [0, 1]) @ qd.Z(0), np.kron(d @ z0, np.eye(2))),
+                     (qd.Z(1) @ qd.Hermitian(b, [2, 1]), np.kron(np.eye(2), z0) @ b21),
+                     (qd.Hermitian(zero, [1]) @ qd.X(0) @ qd.Hermitian(zero, [1]),
+                      np.kron(np.kron(x, zero), np.eye(2)))):
+        assert np.allclose(obs.matrix(wire_order=[0, 1, 2]).numpy(), ref, atol=1e-14)
+    dev = qd.device("statevector", wires=2)
+    val = qd.qnode(dev)(lambda: (qd.RY(0.5, 0), qd.expval(qd.Hermitian(d, [0, 1]) @ qd.Z(0)))[1])()
+    assert abs(float(val) - (1.0 * math.cos(0.25) ** 2 - 3.0 * math.sin(0.25) ** 2)) < 1e-14
+    with pytest.raises(qd.QdiffError, match="not Hermitian"):
+        qd.qnode(dev)(lambda: qd.expval(qd.Hermitian(b, [0, 1]) @ qd.X(0)))()
+
 def test_a_one_wire_observable_divides_by_a_scalar():
     dev = qd.device("statevector", wires=2)
     for obs in (qd.Z(0) / 2, qd.Z(0) / torch.tensor(2.0, dtype=torch.float64)):
         val = qd.qnode(dev)(lambda o=obs: (qd.RY(0.5, wires=0), qd.expval(o))[1])()
         torch.testing.assert_close(val, torch.tensor(math.cos(0.5) / 2, dtype=torch.float64))
 
+
+
+def test_observable_scalars_tensors_powers_and_sums():
+    """Tensor scalars add and subtract (gradients kept), a batch of coefficients is refused by
+    name, integer powers multiply out, and sum() adds no identity term."""
+    h = qd.X(0) + qd.Z(1)
+    t = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    shifted = t * h - t + 1.0
+    assert [repr(f) for term in shifted.terms for f in term] == ["X(0)", "Z(1)"]
+    ref = 2 * h.matrix(wire_order=[0, 1]) - torch.eye(4)
+    assert torch.allclose(shifted.matrix(wire_order=[0, 1]), ref.to(torch.complex128))
+    (g,) = torch.autograd.grad(shifted.coeffs.sum(), t)
+    assert float(g) == 1.0
+    with pytest.raises(qd.QdiffError, match="one element"):
+        torch.tensor([1.0, 2.0]) * qd.X(0)
+    with pytest.raises(qd.QdiffError, match="one element"):
+        h - torch.tensor([1.0, 2.0])
+    sq = (0.5 * qd.X(0) + qd.Z(1)) ** 2  # 1.25 I + X(0) Z(1)
+    dense = (0.5 * qd.X(0) + qd.Z(1)).matrix(wire_order=[0, 1])
+    assert torch.allclose(sq.matrix(wire_order=[0, 1]), dense @ dense, atol=1e-15)
+    assert len(((qd.Y(0) @ qd.X(1)) ** 0).terms) == 1 and not ((qd.Y(0) @ qd.X(1)) ** 0).wires
+    with pytest.raises(TypeError):
+        h ** 0.5
+    one = sum([qd.Z(0) @ qd.Z(1)])
+    assert len(one.terms) == 1 and len((h - 0).terms) == 2
+    dev = qd.device("statevector", wires=2, shots=10, seed=1)
+    assert qd.qnode(dev)(lambda: qd.counts(sum([qd.Z(0) @ qd.Z(1)])))() == {1.0: 10}
+
+
+def test_hamiltonian_takes_a_list_and_an_empty_one_is_zero_with_shots():
+    with pytest.raises(qd.QdiffError, match="list of observables"):
+        qd.Hamiltonian([1.0], qd.Z(0))
+    dev = qd.device("statevector", wires=2, shots=20, seed=3)
+    for kind in ("expval", "var"):
+        val = qd.qnode(dev)(lambda k=kind: getattr(qd, k)(qd.Hamiltonian([], [])))()
+        assert float(val) == 0.0
 
 _EMPTY_KINDS = {"expval": lambda: qd.expval(qd.Z(0)), "var": lambda: qd.var(qd.X(1)),
                 "probs": lambda: qd.probs(wires=[1]), "probs_all": lambda: qd.probs(),

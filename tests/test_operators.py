@@ -195,3 +195,79 @@ def test_coefficients_must_be_finite_numbers():
     with pytest.raises(qd.QdiffError, match="NaN"):
         PauliSumOperator.from_strings(["ZZ"], [float("nan")])
     assert float(qd.Hamiltonian([np.float32(2.0)], [qd.Z(0)]).coeffs[0]) == 2.0
+
+
+def test_expval_and_solvers_refuse_a_non_hermitian_sum():
+    """Complex coefficients that do not cancel make H non-Hermitian: <psi|H|psi> is complex,
+    so expval (which returns a real number) and the Hermitian solvers refuse it."""
+    op = PauliSumOperator([{0: "X"}, {1: "Y"}, {0: "Z", 1: "Z"}],
+                          torch.tensor([1 + 1j, 0.5, 0.3]), 2)
+    assert not op.hermitian
+    psi = random_states(1, 2, 4)
+    with pytest.raises(qd.QdiffError, match="not Hermitian"):
+        op.expval(psi)
+    for solve in (lambda: qd.eigsh(op, k=1), lambda: qd.ground_state(op),
+                  lambda: qd.cg(op, torch.ones(4, dtype=torch.complex128))):
+        with pytest.raises(qd.QdiffError, match="not Hermitian"):
+            solve()
+    # the imaginary parts of one word's terms cancel: Hermitian, and expval is <psi|H|psi>
+    herm = PauliSumOperator([{0: "X"}, {1: "Z"}, {0: "X"}],
+                            torch.tensor([1 + 1j, 0.5 + 0j, 1 - 1j]), 2)
+    assert herm.hermitian and herm.with_coeffs(torch.tensor([1.0, 2.0, 3.0])).hermitian
+    ref = (psi.conj() * (psi @ dense_ref(herm).T)).sum(-1)
+    assert torch.allclose(herm.expval(psi), ref.real, atol=1e-14)
+    assert abs(float(qd.eigsh(herm, k=1)[0][0]) + 2.5) < 1e-10
+
+
+def test_bad_words_coefficients_and_dtypes_are_qdiff_errors():
+    with pytest.raises(qd.QdiffError, match="coefficients must be numbers"):
+        PauliSumOperator([{0: "X"}], ["a"], 1)
+    with pytest.raises(qd.QdiffError, match="from_strings"):
+        PauliSumOperator(["XZ"], [1.0], 2)
+    op = PauliSumOperator([{0: "X"}, {1: "Z"}], [1.0, 0.5], 2)
+    with pytest.raises(qd.QdiffError, match="NaN"):
+        op.with_coeffs(torch.tensor([float("nan"), 1.0]))
+    assert torch.equal(op.with_coeffs([2.0, 1.0]).to_dense(), 2 * op.to_dense())
+    with pytest.raises(qd.QdiffError, match="dtype"):
+        op.to(dtype=torch.int64)
+    # numpy integer wires are wires
+    np_op = PauliSumOperator([{np.int64(0): "X"}, {np.int32(1): "Z"}], [1.0, 0.5], 2)
+    assert torch.equal(np_op.to_dense(), op.to_dense())
+
+
+def test_from_observable_takes_gates_as_observables():
+    assert torch.equal(PauliSumOperator.from_observable(qd.Z(1)).to_dense(),
+                       (qd.Z(1) + 0.0 * qd.Z(0)).matrix(wire_order=[0, 1]))
+    with pytest.raises(qd.QdiffError, match="outside 0..1"):
+        PauliSumOperator.from_observable(qd.X(3), n_qubits=2)
+
+
+def test_sums_differences_and_scalar_multiples_of_operators():
+    H = PauliSumOperator.from_strings(["XZ", "YY"], [1.0, 0.5])
+    K = PauliSumOperator.from_strings(["ZI", "XZ"], [0.3, -1.0])
+    dh, dk, eye = H.to_dense(), K.to_dense(), torch.eye(4, dtype=torch.complex128)
+    for got, ref in ((H + K, dh + dk), (H - K, dh - dk), (2 * H - 1, 2 * dh - eye),
+                     (1 - H / 4, eye - dh / 4), (-H, -dh), (H + 0.5j, dh + 0.5j * eye)):
+        assert torch.allclose(got.to_dense(), ref, atol=1e-15)
+    t = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    psi = random_states(1, 2, 5)
+    (H + t * K).expval(psi).sum().backward()
+    assert torch.allclose(t.grad, K.expval(psi)[0], atol=1e-14)
+    with pytest.raises(qd.QdiffError, match="2 and 1 qubits"):
+        H + PauliSumOperator.from_strings(["X"], [1.0])
+    with pytest.raises(qd.QdiffError, match="one element"):
+        H * torch.tensor([1.0, 2.0])
+    with pytest.raises(TypeError):
+        H * H
+
+
+def test_an_operator_without_terms_is_the_zero_operator():
+    op = PauliSumOperator([], torch.zeros(0, dtype=torch.float64), 2)
+    psi = random_states(3, 2, 6)
+    assert torch.equal(op.apply(psi), torch.zeros_like(psi))
+    assert torch.equal(op.expval(psi), torch.zeros(3, dtype=torch.float64))
+    assert op.term_expvals(psi).shape == (3, 0)
+    zero = torch.zeros(4, 4, dtype=torch.complex128)
+    assert torch.equal(op.to_dense(), zero) and torch.equal(op.to_sparse_csr().to_dense(), zero)
+    assert op.to_scipy().nnz == 0
+    assert float(qd.eigsh(op, k=1)[0][0]) == 0.0

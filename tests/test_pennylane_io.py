@@ -114,6 +114,29 @@ def test_observables_both_ways():
                            atol=1e-12)
 
 
+
+def test_to_pennylane_observable_keeps_complex_coefficients_and_takes_gates():
+    """A product of Paulis on one wire carries a phase (X Y = i Z): it is exported with it,
+    not as its real part; a gate used as an observable converts too."""
+    for ours in (qd.X(0) @ qd.Y(0), 0.5 * qd.X(0) @ qd.Y(0) + qd.Z(1), -1j * (qd.X(0) @ qd.Y(0))):
+        back = to_pennylane_observable(ours)
+        assert np.allclose(qml.matrix(back, wire_order=[0, 1]),
+                           ours.matrix(wire_order=[0, 1]).numpy(), atol=1e-14)
+    back = to_pennylane_observable(qd.Hadamard(1))
+    assert np.allclose(qml.matrix(back, wire_order=[1]), qml.matrix(qml.Hadamard(1)), atol=1e-14)
+
+
+def test_a_matrix_observable_is_checked_against_memory_before_its_dense_matrix(monkeypatch):
+    import scipy.sparse as sp
+    sparse = qml.SparseHamiltonian(sp.diags(np.arange(2.0 ** 9)).tocsr(), wires=range(9))
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1M")
+    with pytest.raises(qd.QdiffMemoryError, match="9-qubit matrix of PennyLane's Sparse"):
+        from_pennylane_observable(sparse)
+    monkeypatch.delenv("QDIFF_MEMORY_LIMIT")
+    small = from_pennylane_observable(qml.SparseHamiltonian(sp.diags(np.arange(4.0)).tocsr(),
+                                                            wires=[1, 0]))
+    assert np.allclose(small.matrix(wire_order=[1, 0]).numpy(), np.diag(np.arange(4.0)))
+
 def test_qchem_h2_hamiltonian_converts():
     coords = np.array([0.0, 0.0, -0.3675, 0.0, 0.0, 0.3675])
     H, n = qml.qchem.molecular_hamiltonian(["H", "H"], coords, unit="angstrom")

@@ -79,3 +79,12 @@ def test_operator_arithmetic_works_first_thing_in_a_fresh_interpreter():
             "print(type(h).__name__, len(h.terms))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["Observable", "2"]
+
+
+def test_pennylane_observables_combine_with_qdiff_ones_before_any_qnode():
+    # the PennyLane conversion loads on first use, not only once a qnode has imported it
+    code = ("import qdiff as qd, pennylane as qml\n"
+            "h = qd.Hamiltonian([0.5, 2.0], [qd.Z(0), qml.X(1)]) + qd.Z(0) @ qml.Y(0)\n"
+            "print(h)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "(0.5+0j) * Z(0) + (2+0j) * X(1) + (0-1j) * X(0)"

@@ -201,6 +201,9 @@ def rotated_marginal(state, term, n):
 def sampled_term_values(state, obs: Observable, n: int, shots: int, generator):
     """Shot estimates of every term, ``(B, T)``, and of the squared term, for variances."""
     means, sq = [], []
+    if not obs.terms:  # the zero observable
+        zero = torch.zeros(state.shape[0], 0, dtype=state.real.dtype, device=state.device)
+        return zero, zero
     for term in obs.terms:
         p, eig = rotated_marginal(state, term, n)
         idx = sample_indices(p, shots, generator)
