@@ -12,6 +12,7 @@ on some wires. Pauli-only observables (``is_pauli``) take the simulator's fast p
 from __future__ import annotations
 
 import contextlib
+import importlib
 import numbers
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -86,7 +87,7 @@ def _mul_terms(a: tuple, b: tuple) -> tuple[complex, tuple]:
     return phase, tuple(sorted(factors, key=lambda f: str(f.wires[0])))
 
 
-def _as_coeff_tensor(coeffs) -> torch.Tensor:
+def as_coeff_tensor(coeffs) -> torch.Tensor:
     """A 1-D coefficient tensor; plain (fit for a recorded circuit that later calls reuse)
     unless ``coeffs`` is a tensor that requires grad or comes from a torch.func transform."""
     if isinstance(coeffs, torch.Tensor):
@@ -144,7 +145,7 @@ class Observable:
     """
 
     def __init__(self, coeffs, terms: Sequence[tuple], simplify: bool = True, check: bool = True):
-        self.coeffs = _as_coeff_tensor(coeffs)
+        self.coeffs = as_coeff_tensor(coeffs)
         if check:  # off where the coefficients come unchanged from a checked observable
             check_finite(self.coeffs)
         self.terms = tuple(tuple(t) for t in terms)
@@ -400,7 +401,7 @@ def Hamiltonian(coeffs, observables) -> Observable:
         raise QdiffError(f"Hamiltonian: observables must be a list of observables; got "
                          f"{type(observables).__name__} (write qd.Hamiltonian([c], [obs]))")
     obs = [as_observable(o) for o in observables]
-    c = _as_coeff_tensor(coeffs)
+    c = as_coeff_tensor(coeffs)
     if c.numel() != len(obs):
         raise QdiffError(f"Hamiltonian: {c.numel()} coefficient(s) for {len(obs)} observable(s)")
     all_c, all_t = [], []
@@ -448,8 +449,8 @@ def as_observable(obj) -> Observable:
         # a PennyLane operator: converted (and taken off the recording, where PennyLane's
         # queuing put it) by qdiff.circuits.pennylane_io.from_pennylane_observable, which that
         # module installs here when it is imported (PennyLane is, since obj is its object)
-        if _FROM_PENNYLANE is None:
-            import qdiff.circuits.pennylane_io  # noqa: F401  (installs the conversion)
+        if _FROM_PENNYLANE is None:  # the converter builds on this module: loaded by name
+            importlib.import_module("qdiff.circuits.pennylane_io")  # (it installs itself)
         if _FROM_PENNYLANE is None:
             raise QdiffError(f"expected a qdiff observable, got PennyLane's "
                              f"{type(obj).__name__}; convert it with qdiff.circuits."

@@ -32,7 +32,7 @@ import torch
 
 from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.observables import Observable, _as_coeff_tensor, as_observable, check_finite
+from qdiff.circuits.observables import Observable, as_coeff_tensor, as_observable, check_finite
 from qdiff.circuits.paulis import PauliGroups, apply, walsh_hadamard, xor_permute
 
 MAX_QUBITS = 62  # flip and sign masks are int64 bit masks
@@ -50,7 +50,7 @@ def _coeff_vector(coeffs, who: str) -> torch.Tensor:
         c = c.reshape(-1)
     else:
         try:
-            c = _as_coeff_tensor(coeffs)
+            c = as_coeff_tensor(coeffs)
         except QdiffError:
             raise QdiffError(f"{who}: coefficients must be numbers; got {coeffs!r:.80}") from None
     check_finite(c)
