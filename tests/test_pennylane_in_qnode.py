@@ -455,6 +455,52 @@ def test_pennylane_qubit_unitary_with_trainable_matrix():
         two(torch.rand(4, 4, dtype=torch.float64, requires_grad=True))
 
 
+def test_pennylane_qubit_unitary_with_a_trainable_matrix_that_is_not_unitary_is_refused():
+    """The differentiable one-wire form of a trainable qml.QubitUnitary holds for a unitary
+    only: any other matrix is refused by name, whatever the diff method."""
+    m = torch.tensor([[1.0, 0.5], [0.2, 0.9]], dtype=torch.complex128)
+    for method in ("backprop", "adjoint", "parameter-shift"):
+        @qd.qnode(qd.device("statevector", wires=1), diff_method=method)
+        def f(p):
+            qml.QubitUnitary(m * p, wires=[0])
+            return qd.expval(qd.Z(0))
+        with pytest.raises(QdiffError, match=r"QubitUnitary on wires \[0\]: matrix is not unitary"):
+            f(torch.tensor(0.37, dtype=torch.float64, requires_grad=True))
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: qml.exp(qml.X(0) @ qml.Y(1), 1j * p),
+    lambda p: qml.evolve(0.7 * qml.Z(0) @ qml.X(1), p),
+    lambda p: qml.exp(2.0 * (qml.Y(1) @ qml.X(0)), -0.5j * p),
+], ids=["exp", "evolve", "scaled-exp"])
+@pytest.mark.parametrize("diff_method", ["backprop", "adjoint", "parameter-shift"])
+@pytest.mark.parametrize("shape", [(), (3,)])
+def test_pennylane_exp_of_a_pauli_word_with_torch_parameters(make, diff_method, shape):
+    """qml.exp / qml.evolve of a (scaled) Pauli word with a torch parameter, broadcast or not:
+    values and gradients equal default.qubit's."""
+    def fn(p):
+        qml.RY(0.4, 0)
+        qml.RX(0.3, 1)
+        make(p)
+        return qml.expval(qml.Z(0) + 0.5 * qml.X(1) + 0.3 * qml.Y(0))
+    x = torch.linspace(0.2, 0.9, 3, dtype=torch.float64).reshape(shape or (3,))
+    x = x if shape else x[1]
+    (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 2, x, diff_method=diff_method)
+    assert torch.allclose(yq, yp, atol=1e-12)
+    _close_grads(gq, gp)
+
+
+def test_pennylane_decomposition_failures_are_refused_by_name():
+    """An operator PennyLane cannot decompose for these parameters (a broadcast non-unitary
+    exp) is a QdiffError naming it, not PennyLane's internal error."""
+    @qd.qnode(qd.device("statevector", wires=1))
+    def f(p):
+        qml.exp(qml.X(0), p)
+        return qd.state()
+    with pytest.raises(QdiffError, match=r"PennyLane could not decompose Exp"):
+        f(torch.tensor([0.2, 0.5], dtype=torch.float64))
+
+
 def _qubit_gate_names():
     """PennyLane's qubit operator classes (``qml.ops.qubit``)."""
     from pennylane.operation import Operator

@@ -52,8 +52,9 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.pennylane_transforms import decompose_broadcast, map_measurement_wires
 from qdiff.circuits.operation import is_concrete
-from qdiff.circuits.pennylane_io import (from_pennylane_observable, from_pennylane_tape,
-                                        tape_op_supported, tape_projector)
+from qdiff.circuits.gates import check_unitary
+from qdiff.circuits.pennylane_io import (exp_pauli_rotation, from_pennylane_observable,
+                                        from_pennylane_tape, tape_op_supported, tape_projector)
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
            torch.complex128: torch.complex128, torch.complex64: torch.complex64}
@@ -67,10 +68,33 @@ def _stopping_condition(op) -> bool:
 def _decomposer(op):
     """PennyLane's decomposition of ``op``; an operation without one but with a matrix (e.g.
     ``BlockEncode``, ``DoubleExcitationPlus``) becomes that ``QubitUnitary`` (a trainable one
-    decomposes further, differentiably)."""
+    decomposes further, differentiably, which holds for a unitary matrix only: anything else
+    is refused by name). ``qml.exp``/``qml.evolve`` of a Pauli word with a torch coefficient
+    becomes its ``PauliRot``."""
+    name = type(op).__name__
+    if name in ("Exp", "Evolution"):
+        rot = exp_pauli_rotation(op)
+        if rot is not None:
+            return [qml.PauliRot(rot[0], rot[1], wires=rot[2])]
+    if name == "QubitUnitary":
+        _unitary(op.data[0], op)
     if op.has_decomposition or not op.has_matrix:
         return op.decomposition()
-    return [qml.QubitUnitary(op.matrix(), wires=op.wires)]
+    m = op.matrix()
+    _unitary(m, op)
+    return [qml.QubitUnitary(m, wires=op.wires)]
+
+
+def _unitary(m, op) -> None:
+    """Raise a ``DeviceError`` naming ``op`` unless its matrix ``m`` is unitary."""
+    if qml.math.is_abstract(m):
+        return
+    if not isinstance(m, torch.Tensor):
+        m = torch.as_tensor(np.asarray(qml.math.to_numpy(m)))
+    try:
+        check_unitary(m, who=f"{op.name} on wires {list(op.wires)}")
+    except QdiffError as e:
+        raise DeviceError(f"qdiff device: {e}") from None
 
 
 def _adjoint_stopping_condition(op) -> bool:
