@@ -348,10 +348,25 @@ def _qdiff_ops(op, any_wire=None) -> list:
             return rot
     if _has_decomposition(op):
         return [o for sub in _decomposition(op) for o in _qdiff_ops(sub, any_wire)]
-    if op.has_matrix and not op.data:
-        return [Operation(unitary_gate(torch.as_tensor(np.asarray(op.matrix()))), wires, ())]
+    if op.has_matrix and _constant(op):  # BlockEncode, ...: its (checked) unitary matrix
+        return [Operation(unitary_gate(_constant_matrix(op)), wires, ())]
     raise QdiffError(f"from_pennylane: operation {op!r} has no qdiff equivalent and no "
                      "decomposition")
+
+
+def _constant(op) -> bool:
+    """Whether ``op``'s parameters are neither trainable nor broadcast."""
+    return getattr(op, "batch_size", None) is None and not any(
+        isinstance(d, torch.Tensor) and d.requires_grad for d in op.data)
+
+
+def _constant_matrix(op) -> torch.Tensor:
+    m = op.matrix()
+    m = m.detach() if isinstance(m, torch.Tensor) else torch.as_tensor(np.asarray(m))
+    if m.shape[-1] != 2 ** len(op.wires):
+        raise QdiffError(f"{op.name} on wires {list(op.wires)}: a {m.shape[-1]}x{m.shape[-1]} "
+                         "matrix is not a qubit operator")
+    return m
 
 
 def _has_decomposition(op) -> bool:

@@ -501,6 +501,34 @@ def test_pennylane_decomposition_failures_are_refused_by_name():
         f(torch.tensor([0.2, 0.5], dtype=torch.float64))
 
 
+@pytest.mark.parametrize("diff_method", ["backprop", "adjoint", "parameter-shift"])
+def test_pennylane_qsvt_of_a_constant_block_encoding(diff_method):
+    """qml.QSVT of a constant qml.BlockEncode (an operator known by its matrix only): values
+    and gradients of the trainable phases equal default.qubit's."""
+    a = np.array([[0.2, 0.1], [0.1, -0.3]])
+
+    def fn(p):
+        qml.RY(0.3, 0)
+        qml.RX(0.4, 1)
+        qml.QSVT(qml.BlockEncode(a, wires=[0, 1]),
+                 [qml.PCPhase(p[i], dim=2, wires=[0, 1]) for i in range(3)])
+        return qml.expval(qml.Z(0) + 0.3 * qml.X(1))
+    (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 2, torch.tensor([0.1, -0.7, 1.2], dtype=torch.float64),
+                                       diff_method=diff_method)
+    assert torch.allclose(yq, yp, atol=1e-12)
+    _close_grads(gq, gp)
+
+
+def test_pennylane_qutrit_operations_are_refused_by_name():
+    @qd.qnode(qd.device("statevector", wires=2))
+    def f():
+        qml.QutritBasisStatePreparation([1, 2], wires=range(2))
+        return qd.state()
+    with pytest.raises(QdiffError, match=r"TShift on wires \[0\]: a 3x3 matrix is not a qubit "
+                                         r"operator"):
+        f()
+
+
 def _qubit_gate_names():
     """PennyLane's qubit operator classes (``qml.ops.qubit``)."""
     from pennylane.operation import Operator

@@ -760,3 +760,11 @@ def test_a_trainable_matrix_that_is_not_unitary_is_refused_by_name(make, diff_me
                   diff_method=diff_method)
     with pytest.raises(DeviceError, match=r"on wires \[1\]: matrix is not unitary"):
         f(torch.tensor(0.37, dtype=torch.float64, requires_grad=True))
+
+
+def test_a_qutrit_operation_is_refused_by_name():
+    f = qml.QNode(lambda: (qml.TRX(0.3, wires=0), qml.expval(qml.Z(0)))[1],
+                  qml.device("qdiff.statevector", wires=1))
+    with pytest.raises(DeviceError, match=r"TRX on wires \[0\]: a 3-dimensional matrix is not a "
+                                          r"qubit operator"):
+        f()

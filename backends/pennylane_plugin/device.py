@@ -81,6 +81,9 @@ def _decomposer(op):
     if op.has_decomposition or not op.has_matrix:
         return op.decomposition()
     m = op.matrix()
+    if qml.math.shape(m)[-1] != 2 ** len(op.wires):
+        raise DeviceError(f"qdiff device: {op.name} on wires {list(op.wires)}: a "
+                          f"{qml.math.shape(m)[-1]}-dimensional matrix is not a qubit operator")
     _unitary(m, op)
     return [qml.QubitUnitary(m, wires=op.wires)]
 
