@@ -768,3 +768,28 @@ def test_a_qutrit_operation_is_refused_by_name():
     with pytest.raises(DeviceError, match=r"TRX on wires \[0\]: a 3-dimensional matrix is not a "
                                           r"qubit operator"):
         f()
+
+
+@pytest.mark.parametrize("diff_method", ["best", "adjoint"])
+def test_broadcast_iqp_embedding_and_multirz_keep_default_qubits_shape(diff_method):
+    """A broadcast MultiRZ (IQPEmbedding's pair terms) under the adjoint method: PennyLane's
+    expanded tapes still report a batch size, yet each is one binding; values (shape
+    included) and gradients equal default.qubit's."""
+    def qfunc(x):
+        for i in range(3):
+            qml.RY(0.2 + 0.3 * i, wires=i)
+        qml.IQPEmbedding(x, wires=range(3))
+        qml.MultiRZ(x[..., 0], wires=[0, 2])
+        return qml.expval(0.3 * qml.Z(0) + 0.4 * qml.X(0) @ qml.Y(2))
+    ours = qml.QNode(qfunc, qml.device("qdiff.statevector", wires=3), interface="torch",
+                     diff_method=diff_method)
+    ref = qml.QNode(qfunc, qml.device("default.qubit", wires=3), interface="torch",
+                    diff_method="backprop")
+    x = torch.tensor([[0.3, -0.5, 0.9], [1.1, 0.2, -0.4]], dtype=torch.float64)
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya, yb = ours(a), ref(b)
+    assert ya.shape == yb.shape == (2,)
+    ya.sum().backward()
+    yb.sum().backward()
+    close(ya, yb, 1e-12)
+    close(a.grad, b.grad, 1e-12)

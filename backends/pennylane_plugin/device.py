@@ -202,9 +202,10 @@ class _Plan:
 
     __slots__ = ("tape", "job", "sources", "native", "batched", "n", "wire_map", "postselect")
 
-    def __init__(self, tape, job, sources, native, n, wire_map, postselect=False):
+    def __init__(self, tape, job, sources, native, n, wire_map, postselect=False,
+                 batched=None):
         self.tape, self.job, self.sources, self.native = tape, job, sources, native
-        self.batched = tape.batch_size is not None
+        self.batched = tape.batch_size is not None if batched is None else batched
         self.n, self.wire_map, self.postselect = n, wire_map, postselect
 
 
@@ -406,7 +407,11 @@ class QdiffStatevector(Device):
             raise DeviceError(f"{self.name}: {exc}") from None
         trainable = _column_trainable(tape, sources)
         job = Job(rec.circuit, rec.theta, rec.initial_state, shots=None, trainable=trainable)
-        return _Plan(tape, job, sources, native is not None, n, wire_map, postselect)
+        # batched by the converted parameters themselves: PennyLane's ``tape.batch_size`` can
+        # outlive ``broadcast_expand`` (an expanded MultiRZ keeps its batch size)
+        batched = tape.batch_size is not None and (bool(rec.batch_shape) or
+                                                   rec.initial_state is not None)
+        return _Plan(tape, job, sources, native is not None, n, wire_map, postselect, batched)
 
     # -- execution -------------------------------------------------------------------------
 
@@ -537,7 +542,7 @@ class QdiffStatevector(Device):
 
     def compute_vjp(self, circuits, cotangents, execution_config=None):
         plans = [self._adjoint_plan(t) for t in circuits]
-        cots = [_flat_cotangent(p.tape, dy, p.job) for p, dy in zip(plans, cotangents)]
+        cots = [_flat_cotangent(p, dy) for p, dy in zip(plans, cotangents)]
         merged, members = _merge([p.job for p in plans])
         mcots = [torch.cat([cots[j] for j, _ in mem]) if len(mem) > 1 else cots[mem[0][0]]
                  for mem in members]
@@ -709,14 +714,14 @@ def _split_flat(flat: torch.Tensor, mps, n: int) -> list:
     return out
 
 
-def _flat_cotangent(tape, dy, job) -> torch.Tensor:
+def _flat_cotangent(plan: _Plan, dy) -> torch.Tensor:
     """PennyLane's cotangent structure for one tape -> a real ``(B, K)`` tensor."""
-    b = job.theta.shape[0]
-    parts = [dy] if len(tape.measurements) == 1 else list(dy)
+    b = plan.job.theta.shape[0]
+    parts = [dy] if len(plan.tape.measurements) == 1 else list(dy)
     cols = []
     for part in parts:
         t = torch.as_tensor(np.asarray(qml.math.unwrap(part), dtype=np.float64))
-        cols.append(t.reshape(b, -1) if tape.batch_size is not None else t.reshape(1, -1))
+        cols.append(t.reshape(b, -1) if plan.batched else t.reshape(1, -1))
     return torch.cat(cols, dim=1)
 
 
