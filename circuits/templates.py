@@ -554,7 +554,8 @@ class IQPEmbedding(Template):
         if f.ndim == 0 or f.shape[-1] != len(wires):
             raise QdiffError(f"IQPEmbedding: features of shape {tuple(f.shape)} need one entry "
                              f"per wire ({len(wires)}) in the last dimension")
-        if isinstance(n_repeats, bool) or not isinstance(n_repeats, int) or n_repeats < 1:
+        if isinstance(n_repeats, (bool, np.bool_)) or \
+                not isinstance(n_repeats, (int, np.integer)) or n_repeats < 1:
             raise QdiffError(f"IQPEmbedding: n_repeats must be a positive integer; got "
                              f"{n_repeats!r}")
         pos = {w: i for i, w in enumerate(wires)}
@@ -568,7 +569,7 @@ class IQPEmbedding(Template):
                     raise QdiffError(f"IQPEmbedding: pattern entry {list(p)} must be two "
                                      f"distinct wires of {list(wires)}")
         zz = G.multirz_gate(2)
-        for _ in range(n_repeats):
+        for _ in range(int(n_repeats)):
             for i, w in enumerate(wires):
                 _emit(G.GATES["h"], (w,))
                 _emit(G.GATES["rz"], (w,), (f[..., i],))

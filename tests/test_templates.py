@@ -357,3 +357,13 @@ def test_qchem_helpers_refuse_pennylane_options_they_do_not_implement():
     with pytest.raises(qd.QdiffError, match="hf_state: basis 'parity' is not supported"):
         qd.hf_state(2, 4, basis="parity")
     assert (qd.hf_state(2, 4, basis="occupation_number") == qml.qchem.hf_state(2, 4)).all()
+
+
+def test_iqp_embedding_takes_a_numpy_integer_n_repeats():
+    x = rand(3, seed=9)
+    ours = qd_state(3, lambda: qd.IQPEmbedding(torch.tensor(x), wires=range(3),
+                                               n_repeats=np.int64(2)))
+    theirs = pl_state(3, lambda: qml.IQPEmbedding(x, wires=range(3), n_repeats=np.int64(2)))
+    assert np.allclose(ours, theirs, atol=1e-12)
+    with pytest.raises(qd.QdiffError, match="n_repeats must be a positive integer"):
+        qd.IQPEmbedding(torch.tensor(x), wires=range(3), n_repeats=np.bool_(True))
