@@ -67,19 +67,17 @@ class Template(abc.ABC):
         if id is not None and not isinstance(id, str):
             raise QdiffError(f"{type(self).__name__}: id must be a string label (PennyLane's "
                              f"id=); got {id!r}")
-        names = _keywords(type(self))
-        for k in kwargs:
-            if k not in names:
-                raise QdiffError(f"{type(self).__name__}: unknown keyword {k!r}; valid keywords: "
-                                 f"{', '.join(sorted(names | {'id'}))}")
+        if kwargs:
+            names = _keywords(type(self))
+            for k in kwargs:
+                if k not in names:
+                    raise QdiffError(f"{type(self).__name__}: unknown keyword {k!r}; valid "
+                                     f"keywords: {', '.join(sorted(names | {'id'}))}")
         try:
-            self._record(*args, **kwargs)
-        except TypeError as e:
+            block = self._block(*args, **kwargs)
+        except TypeError:
             _check_call(self, args, kwargs)  # a missing or extra argument: named
-            raise e
-
-    def _record(self, *args, **kwargs):
-        block = self._block(*args, **kwargs)
+            raise
         if block is not None:
             parent = recording.active()
             if parent is not None:
@@ -87,7 +85,11 @@ class Template(abc.ABC):
             self._block_item, self._items = block, None
             return
         with recording.record() as rec:
-            self._build(*args, **kwargs)
+            try:
+                self._build(*args, **kwargs)
+            except TypeError:
+                _check_call(self, args, kwargs)
+                raise
         parent = recording.active()
         if parent is not None:
             for item in rec.raw:
@@ -299,8 +301,10 @@ class StronglyEntanglingLayers(Template):
                              f"got {tuple(w.shape)}")
         _check_tail("StronglyEntanglingLayers", w, (w.shape[-3], n, 3))
         layers = w.shape[-3]
-        if ranges is None:
-            ranges = [(l % (n - 1)) + 1 if n > 1 else 0 for l in range(layers)]
+        if ranges is None:  # valid by construction
+            _real_angles("StronglyEntanglingLayers", w)
+            _distinct("StronglyEntanglingLayers", wires)
+            return w, wires, tuple((l % (n - 1)) + 1 if n > 1 else 0 for l in range(layers))
         try:
             ranges = [_scalar_int(r) for r in ranges]
         except TypeError:
