@@ -392,21 +392,22 @@ def _decomposition(op) -> list:
 
 
 def exp_pauli_rotation(op):
-    """``(theta, pauli_word, wires)`` of ``qml.exp``/``qml.evolve`` of a scaled Pauli word with
-    a torch coefficient: ``exp(coeff * c P) = PauliRot(theta = 2j * coeff * c)``, ``theta`` a
-    real tensor kept in the graph (PennyLane's own decomposition of it needs
-    ``real_if_close``, which torch lacks); ``None`` for anything else (PennyLane's
-    decomposition, or its refusal, applies)."""
+    """``(theta, pauli_word, wires)`` of ``qml.exp``/``qml.evolve`` of a scaled Pauli word
+    with a torch coefficient (of the exponent or of the word): ``exp(coeff * c P) =
+    PauliRot(theta = 2j * coeff * c)``, ``theta`` a real tensor kept in the graph
+    (PennyLane's own decomposition of it needs ``real_if_close``, which torch lacks);
+    ``None`` for anything else (PennyLane's decomposition, or its refusal, applies)."""
     base, coeff = op.base, op.coeff
     while type(base).__name__ == "SProd":
         coeff, base = coeff * base.scalar, base.base
     rep = getattr(base, "pauli_rep", None)
-    if not isinstance(coeff, torch.Tensor) or rep is None or len(rep) != 1:
+    if rep is None or len(rep) != 1:
         return None
     (word, c), = rep.items()
     word = dict(word)
     theta = 2j * coeff * c
-    if not word or (theta.is_complex() and bool((theta.detach().imag.abs() > 1e-10).any())):
+    if not isinstance(theta, torch.Tensor) or not word or \
+            (theta.is_complex() and bool((theta.detach().imag.abs() > 1e-10).any())):
         return None
     theta = theta.real if theta.is_complex() else theta
     wires = tuple(word)

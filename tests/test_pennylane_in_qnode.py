@@ -490,6 +490,20 @@ def test_pennylane_exp_of_a_pauli_word_with_torch_parameters(make, diff_method, 
     _close_grads(gq, gp)
 
 
+@pytest.mark.parametrize("diff_method", ["backprop", "adjoint", "parameter-shift"])
+def test_pennylane_evolve_of_a_pauli_word_with_a_trainable_coefficient(diff_method):
+    def fn(c):
+        qml.RY(0.2, 0)
+        qml.RY(0.5, 1)
+        qml.evolve(c[0] * qml.X(0) @ qml.Y(1), 0.5)
+        qml.exp(c[1] * (qml.Z(0) @ qml.X(1)), -0.7j)
+        return qml.expval(qml.X(0) @ qml.Y(1) + qml.Z(1))
+    (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 2, torch.tensor([0.3, -0.5], dtype=torch.float64),
+                                       diff_method=diff_method)
+    assert torch.allclose(yq, yp, atol=1e-12)
+    _close_grads(gq, gp)
+
+
 def test_pennylane_decomposition_failures_are_refused_by_name():
     """An operator PennyLane cannot decompose for these parameters (a broadcast non-unitary
     exp) is a QdiffError naming it, not PennyLane's internal error."""
