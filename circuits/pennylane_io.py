@@ -473,7 +473,10 @@ def _op_items(op, who: str, first: bool, any_wire=None) -> list:
             if not _has_decomposition(op):
                 raise QdiffError(f"{who}: state preparation {name} must come first")
             return [o for sub in _decomposition(op) for o in _qdiff_ops(sub, any_wire)]
-        vec = _param_tensor(op.data[0]) if not torch.is_tensor(op.data[0]) else op.data[0]
+        data = op.data[0]
+        if hasattr(data, "toarray"):  # a scipy sparse state (StatePrep's sparse form)
+            data = np.asarray(data.toarray()).reshape(-1)
+        vec = _param_tensor(data) if not torch.is_tensor(data) else data
         vec = vec.to(torch.complex128)
         prep_wires = tuple(op.wires)
         if vec.shape[-1] != 2 ** len(prep_wires):
@@ -794,6 +797,8 @@ def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, chann
                 items.extend(Operation(GATES["x"], (w,), ()) for w, b in zip(wires, bits) if b)
             else:  # StatePrep, AmplitudeEmbedding, BasisEmbedding, CosineWindow, ...
                 vec = op.state_vector(wire_order=wires)
+                if hasattr(vec, "toarray"):  # a scipy sparse state
+                    vec = vec.toarray()
                 vec = vec if isinstance(vec, torch.Tensor) else torch.as_tensor(np.asarray(vec))
                 vec = vec.reshape(*vec.shape[:vec.ndim - len(wires)], 2 ** len(wires))
                 vec = vec.to(torch.complex128)

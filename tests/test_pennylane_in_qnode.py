@@ -504,6 +504,21 @@ def test_pennylane_evolve_of_a_pauli_word_with_a_trainable_coefficient(diff_meth
     _close_grads(gq, gp)
 
 
+def test_pennylane_sparse_state_prep():
+    """qml.StatePrep of a scipy sparse vector gives default.qubit's state."""
+    sp = pytest.importorskip("scipy.sparse")
+    v = np.zeros(8)
+    v[1], v[6] = 0.6, 0.8
+
+    def fn():
+        qml.StatePrep(sp.csr_matrix(v), wires=[2, 0, 1])
+        qml.RY(0.4, 1)
+        return qml.state()
+    ref = qml.qnode(qml.device("default.qubit", wires=3))(fn)()
+    ours = qd.qnode(qd.device("statevector", wires=3))(fn)()
+    assert np.allclose(ours.numpy(), np.asarray(ref), atol=1e-12)
+
+
 def test_pennylane_decomposition_failures_are_refused_by_name():
     """An operator PennyLane cannot decompose for these parameters (a broadcast non-unitary
     exp) is a QdiffError naming it, not PennyLane's internal error."""

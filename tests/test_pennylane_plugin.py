@@ -793,3 +793,17 @@ def test_broadcast_iqp_embedding_and_multirz_keep_default_qubits_shape(diff_meth
     yb.sum().backward()
     close(ya, yb, 1e-12)
     close(a.grad, b.grad, 1e-12)
+
+
+@pytest.mark.parametrize("diff_method", ["best", "backprop", "adjoint", None])
+def test_sparse_state_prep_matches_default_qubit(diff_method):
+    sp = pytest.importorskip("scipy.sparse")
+    v = np.zeros(8)
+    v[1], v[6] = 0.6, 0.8
+
+    def qfunc():
+        qml.StatePrep(sp.csr_matrix(v), wires=[2, 0, 1])
+        qml.RY(0.4, 1)
+        return qml.probs(wires=range(3))
+    ours, ref = both(qfunc, n=3, diff_method=diff_method)
+    close(ours(), ref(), 1e-12)

@@ -78,6 +78,9 @@ def _decomposer(op):
             return [qml.PauliRot(rot[0], rot[1], wires=rot[2])]
     if name == "QubitUnitary":
         _unitary(op.data[0], op)
+    if name == "StatePrep" and hasattr(op.data[0], "toarray"):  # a sparse state: PennyLane's
+        # decomposition of it needs the dense vector
+        return [qml.StatePrep(op.data[0].toarray().reshape(-1), wires=op.wires)]
     if op.has_decomposition or not op.has_matrix:
         return op.decomposition()
     m = op.matrix()
