@@ -317,7 +317,8 @@ def test_state_prep_takes_pennylanes_state_and_validate_norm_keywords():
         assert np.allclose(ours, theirs, atol=1e-12)
         ours = qd_state(2, lambda: qd.AmplitudeEmbedding(torch.tensor(x), wires=[1, 0], **kw))
         assert np.allclose(ours, theirs, atol=1e-12)
-    with pytest.raises(qd.QdiffError, match="StatePrep: features must be normalized .*validate_norm"):
+    with pytest.raises(qd.QdiffError,
+                       match="StatePrep: features must be normalized .*validate_norm"):
         qd_state(2, lambda: qd.StatePrep(torch.ones(4), wires=[0, 1], validate_norm=False))
 
 
@@ -349,7 +350,8 @@ def test_qchem_helpers_refuse_pennylane_options_they_do_not_implement():
         ours = qd.excitations(2, 6, delta_sz=d)
         theirs = qml.qchem.excitations(2, 6, delta_sz=d)
         assert [list(map(list, x)) for x in ours] == [list(map(list, x)) for x in theirs]
-    with pytest.raises(qd.QdiffError, match=r"excitations: delta_sz must be 0, \+/-1 or \+/-2; got 3"):
+    with pytest.raises(qd.QdiffError,
+                       match=r"excitations: delta_sz must be 0, \+/-1 or \+/-2; got 3"):
         qd.excitations(2, 4, delta_sz=3)
     with pytest.raises(qd.QdiffError, match="excitations: fermionic=True is not supported"):
         qd.excitations(2, 4, fermionic=True)
