@@ -771,6 +771,24 @@ def paulirot_gate(word: str) -> Gate:
                 pl_name="PauliRot", qiskit_name="paulirot", hyper=(word,))
 
 
+def check_unitary(m: torch.Tensor, given=None, who: str = "QubitUnitary") -> None:
+    """Raise a :class:`QdiffError` naming ``who`` unless every matrix of ``m`` ``(..., d, d)``
+    is unitary: checked in double precision, to the rounding of the precision the matrix was
+    given in (``given``, default ``m.dtype``; a complex64 unitary is unitary to about 1e-7,
+    not 1e-8)."""
+    m = m.detach()
+    given = m.dtype if given is None else given
+    d = m.shape[-1]
+    real = given.to_real() if given.is_complex else given
+    atol = max(1e-8, 64 * d * torch.finfo(real).eps) if real.is_floating_point else 1e-8
+    m128 = m.to(torch.complex128)
+    dev = (m128.conj().transpose(-2, -1) @ m128 -
+           torch.eye(d, dtype=torch.complex128, device=m.device)).abs().max().item()
+    if not dev <= atol:
+        raise QdiffError(f"{who}: matrix is not unitary (|U^dag U - I| = {dev:.3g}, "
+                         f"tolerance {atol:.3g} for {given})")
+
+
 def unitary_gate(matrix) -> Gate:
     """A constant gate from a unitary matrix (not differentiable by shift rules)."""
     m = matrix.detach() if isinstance(matrix, torch.Tensor) else torch.as_tensor(np.asarray(matrix))
@@ -780,16 +798,7 @@ def unitary_gate(matrix) -> Gate:
     if m.ndim != 2 or m.shape[0] != d or d & (d - 1) or d < 2:
         raise QdiffError(f"QubitUnitary: matrix must be square with a power-of-two size; "
                          f"got shape {tuple(m.shape)}")
-    # checked in double precision, to the rounding of the precision the matrix was given in
-    # (a complex64 unitary is unitary to about 1e-7, not 1e-8)
-    real = given.to_real() if given.is_complex else given
-    atol = max(1e-8, 64 * d * torch.finfo(real).eps) if real.is_floating_point else 1e-8
-    m128 = m.to(torch.complex128)
-    dev = (m128.conj().T @ m128 - torch.eye(d, dtype=torch.complex128, device=m.device)
-           ).abs().max().item()
-    if not dev <= atol:
-        raise QdiffError(f"QubitUnitary: matrix is not unitary (|U^dag U - I| = {dev:.3g}, "
-                         f"tolerance {atol:.3g} for {given})")
+    check_unitary(m, given)
     src = matrix if isinstance(matrix, torch.Tensor) else m
     # the inverse keeps the user's tensor (and its autograd graph), as the gate itself does
     return Gate("unitary", int(round(math.log2(d))), 0, lambda *_: src.to(m.dtype),

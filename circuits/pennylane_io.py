@@ -25,8 +25,9 @@ from qdiff.circuits.channels import CHANNELS, is_channel, pauli_error_channel, q
 from qdiff.circuits.circuit import Circuit, Recorded, StatePrep
 from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.gates import (GATES, Gate, controlled_gate, diagonal_unitary_gate,
-                                  multirz_gate, paulirot_gate, pcphase_gate, unitary_gate)
+from qdiff.circuits.gates import (GATES, Gate, check_unitary, controlled_gate,
+                                  diagonal_unitary_gate, multirz_gate, paulirot_gate,
+                                  pcphase_gate, unitary_gate)
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import (Hermitian, Observable, as_observable,
                                         observable_from_op, set_pennylane_conversion)
@@ -336,6 +337,8 @@ def _qdiff_ops(op, any_wire=None) -> list:
             raise QdiffError(f"QubitUnitary on wires {list(wires)}: a matrix that requires "
                              "grad is differentiable on one wire only; parametrize the gate "
                              "with rotations")
+        if trainable:  # the Rot form holds for a unitary only
+            check_unitary(u, who=f"QubitUnitary on wires {list(wires)}")
     if name in _FROM_PL:
         gate = GATES[_FROM_PL[name]]
         return [Operation(gate, wires, tuple(_param_tensor(p) for p in op.data))]
@@ -348,12 +351,85 @@ def _qdiff_ops(op, any_wire=None) -> list:
         return flips + inner + flips
     if name in ("Barrier", "Snapshot"):
         return []
-    if op.has_decomposition:
-        return [o for sub in op.decomposition() for o in _qdiff_ops(sub, any_wire)]
-    if op.has_matrix and not op.data:
-        return [Operation(unitary_gate(torch.as_tensor(np.asarray(op.matrix()))), wires, ())]
+    if name in ("Exp", "Evolution"):
+        rot = _exp_pauli_rot(op)
+        if rot is not None:
+            return rot
+    if _has_decomposition(op):
+        return [o for sub in _decomposition(op) for o in _qdiff_ops(sub, any_wire)]
+    if op.has_matrix and _constant(op):  # BlockEncode, ...: its (checked) unitary matrix
+        return [Operation(unitary_gate(_constant_matrix(op)), wires, ())]
     raise QdiffError(f"from_pennylane: operation {op!r} has no qdiff equivalent and no "
                      "decomposition")
+
+
+def _constant(op) -> bool:
+    """Whether ``op``'s parameters are neither trainable nor broadcast."""
+    return getattr(op, "batch_size", None) is None and not any(
+        isinstance(d, torch.Tensor) and d.requires_grad for d in op.data)
+
+
+def _constant_matrix(op) -> torch.Tensor:
+    m = op.matrix()
+    m = m.detach() if isinstance(m, torch.Tensor) else torch.as_tensor(np.asarray(m))
+    if m.shape[-1] != 2 ** len(op.wires):
+        raise QdiffError(f"{op.name} on wires {list(op.wires)}: a {m.shape[-1]}x{m.shape[-1]} "
+                         "matrix is not a qubit operator")
+    return m
+
+
+def _has_decomposition(op) -> bool:
+    """``op.has_decomposition``, PennyLane's own failures (e.g. on broadcast parameters) raised
+    as a :class:`QdiffError` naming ``op``."""
+    try:
+        return bool(op.has_decomposition)
+    except Exception as e:  # noqa: BLE001 - PennyLane raises many kinds here
+        raise QdiffError(f"PennyLane could not decompose {op!r} ({type(e).__name__}: {e})") \
+            from None
+
+
+def _decomposition(op) -> list:
+    """PennyLane's decomposition of ``op``; a failure of PennyLane's own (an operator it cannot
+    decompose for these parameters or this interface) is a :class:`QdiffError` naming ``op``."""
+    try:
+        return op.decomposition()
+    except QdiffError:
+        raise
+    except Exception as e:  # noqa: BLE001 - PennyLane raises many kinds here
+        raise QdiffError(f"PennyLane could not decompose {op!r} ({type(e).__name__}: {e})") \
+            from None
+
+
+def exp_pauli_rotation(op):
+    """``(theta, pauli_word, wires)`` of ``qml.exp``/``qml.evolve`` of a scaled Pauli word
+    with a torch coefficient (of the exponent or of the word): ``exp(coeff * c P) =
+    PauliRot(theta = 2j * coeff * c)``, ``theta`` a real tensor kept in the graph
+    (PennyLane's own decomposition of it needs ``real_if_close``, which torch lacks);
+    ``None`` for anything else (PennyLane's decomposition, or its refusal, applies)."""
+    base, coeff = op.base, op.coeff
+    while type(base).__name__ == "SProd":
+        coeff, base = coeff * base.scalar, base.base
+    rep = getattr(base, "pauli_rep", None)
+    if rep is None or len(rep) != 1:
+        return None
+    (word, c), = rep.items()
+    word = dict(word)
+    theta = 2j * coeff * c
+    if not isinstance(theta, torch.Tensor) or not word or \
+            (theta.is_complex() and bool((theta.detach().imag.abs() > 1e-10).any())):
+        return None
+    theta = theta.real if theta.is_complex() else theta
+    wires = tuple(word)
+    return theta.to(torch.float64), "".join(word[w] for w in wires), wires
+
+
+def _exp_pauli_rot(op):
+    """:func:`exp_pauli_rotation` as one qdiff ``PauliRot`` operation (or ``None``)."""
+    rot = exp_pauli_rotation(op)
+    if rot is None:
+        return None
+    theta, letters, wires = rot
+    return [Operation(paulirot_gate(letters), wires, (theta,))]
 
 
 def _qdiff_measurement(mp, mids=None) -> Measurement:
@@ -403,10 +479,13 @@ def _op_items(op, who: str, first: bool, any_wire=None) -> list:
     name = type(op).__name__
     if name in _STATE_PREPS:
         if not first:  # after other gates: PennyLane's decomposition (Mottonen), as it runs there
-            if not op.has_decomposition:
+            if not _has_decomposition(op):
                 raise QdiffError(f"{who}: state preparation {name} must come first")
-            return [o for sub in op.decomposition() for o in _qdiff_ops(sub, any_wire)]
-        vec = _param_tensor(op.data[0]) if not torch.is_tensor(op.data[0]) else op.data[0]
+            return [o for sub in _decomposition(op) for o in _qdiff_ops(sub, any_wire)]
+        data = op.data[0]
+        if hasattr(data, "toarray"):  # a scipy sparse state (StatePrep's sparse form)
+            data = np.asarray(data.toarray()).reshape(-1)
+        vec = _param_tensor(data) if not torch.is_tensor(data) else data
         vec = vec.to(torch.complex128)
         prep_wires = tuple(op.wires)
         if vec.shape[-1] != 2 ** len(prep_wires):
@@ -727,6 +806,8 @@ def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, chann
                 items.extend(Operation(GATES["x"], (w,), ()) for w, b in zip(wires, bits) if b)
             else:  # StatePrep, AmplitudeEmbedding, BasisEmbedding, CosineWindow, ...
                 vec = op.state_vector(wire_order=wires)
+                if hasattr(vec, "toarray"):  # a scipy sparse state
+                    vec = vec.toarray()
                 vec = vec if isinstance(vec, torch.Tensor) else torch.as_tensor(np.asarray(vec))
                 vec = vec.reshape(*vec.shape[:vec.ndim - len(wires)], 2 ** len(wires))
                 vec = vec.to(torch.complex128)

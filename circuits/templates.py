@@ -10,6 +10,7 @@ weights may carry leading batch dimensions (``weights[..., l, i, j]``), which br
 from __future__ import annotations
 
 import abc
+import inspect
 import numbers
 
 from typing import Optional, Sequence
@@ -62,8 +63,21 @@ class Template(abc.ABC):
     from one tensor, structure cached per signature) or ``None`` for the general path: a qnode
     then records the template as one item, and ``.operations`` expands it on demand."""
 
-    def __init__(self, *args, **kwargs):
-        block = self._block(*args, **kwargs)
+    def __init__(self, *args, id=None, **kwargs):
+        if id is not None and not isinstance(id, str):
+            raise QdiffError(f"{type(self).__name__}: id must be a string label (PennyLane's "
+                             f"id=); got {id!r}")
+        if kwargs:
+            names = _keywords(type(self))
+            for k in kwargs:
+                if k not in names:
+                    raise QdiffError(f"{type(self).__name__}: unknown keyword {k!r}; valid "
+                                     f"keywords: {', '.join(sorted(names | {'id'}))}")
+        try:
+            block = self._block(*args, **kwargs)
+        except TypeError:
+            _check_call(self, args, kwargs)  # a missing or extra argument: named
+            raise
         if block is not None:
             parent = recording.active()
             if parent is not None:
@@ -71,7 +85,11 @@ class Template(abc.ABC):
             self._block_item, self._items = block, None
             return
         with recording.record() as rec:
-            self._build(*args, **kwargs)
+            try:
+                self._build(*args, **kwargs)
+            except TypeError:
+                _check_call(self, args, kwargs)
+                raise
         parent = recording.active()
         if parent is not None:
             for item in rec.raw:
@@ -97,6 +115,27 @@ class Template(abc.ABC):
 
     def __repr__(self):
         return f"{type(self).__name__}({len(self.items)} operations)"
+
+
+_KEYWORDS: dict = {}  # template class -> the keyword names of its _build
+
+
+def _keywords(cls) -> frozenset:
+    names = _KEYWORDS.get(cls)
+    if names is None:
+        names = _KEYWORDS[cls] = frozenset(
+            n for n, p in inspect.signature(cls._build).parameters.items()
+            if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    return names
+
+
+def _check_call(template, args: tuple, kwargs: dict) -> None:
+    """Raise a :class:`QdiffError` naming the template when ``args``/``kwargs`` do not fit its
+    signature (a missing or surplus argument)."""
+    try:
+        inspect.signature(template._build).bind(*args, **kwargs)
+    except TypeError as e:
+        raise QdiffError(f"{type(template).__name__}: {e}") from None
 
 
 _STRUCTURES: dict = caches.register("templates.structures", {})  # signature -> BlockStructure (templates are few; signatures are small)
@@ -149,7 +188,10 @@ class AngleEmbedding(Template):
 class AmplitudeEmbedding(Template):
     """Features ``(..., 2**k)`` as the amplitudes of the state on ``wires`` (must come first)."""
 
-    def _build(self, features, wires, pad_with=None, normalize=False):
+    def _build(self, features, wires, pad_with=None, normalize=False, validate_norm=True):
+        if not isinstance(validate_norm, (bool, np.bool_)):
+            raise QdiffError(f"{type(self).__name__}: validate_norm must be True or False; got "
+                             f"{validate_norm!r}")
         wires = normalize_wires(wires)
         _distinct("AmplitudeEmbedding", wires)
         f = _tensor(features)
@@ -176,8 +218,9 @@ class AmplitudeEmbedding(Template):
                 raise QdiffError("AmplitudeEmbedding: cannot normalize a zero feature vector")
             f = f / norm
         elif not torch.allclose(norm.detach(), torch.ones_like(norm.detach()).real.to(norm.dtype), atol=1e-7):
-            raise QdiffError("AmplitudeEmbedding: features must be normalized (norm 1), or pass "
-                             "normalize=True")
+            raise QdiffError(f"{type(self).__name__}: features must be normalized (norm 1 to "
+                             f"1e-7, checked whatever validate_norm says), or pass "
+                             f"normalize=True")
         rec = recording.active()
         rec.append(_StatePrepItem(f, wires))
 
@@ -198,6 +241,9 @@ def _pad_value(pad_with) -> complex:
 class StatePrep(AmplitudeEmbedding):
     """Prepare ``state`` (normalized amplitudes) on ``wires``."""
 
+    def _build(self, state, wires, pad_with=None, normalize=False, validate_norm=False):
+        super()._build(state, wires, pad_with, normalize, validate_norm)
+
 
 class BasicEntanglerLayers(Template):
     """Layers of one-parameter rotations followed by a closed ring of CNOTs."""
@@ -210,7 +256,10 @@ class BasicEntanglerLayers(Template):
         w = _tensor(weights)
         wires = normalize_wires(wires)
         n = len(wires)
-        _check_tail("BasicEntanglerLayers", w, (w.shape[-2] if w.ndim >= 2 else -1, n))
+        if w.ndim < 2:
+            raise QdiffError(f"BasicEntanglerLayers: weights must have shape (..., L, {n}); "
+                             f"got {tuple(w.shape)}")
+        _check_tail("BasicEntanglerLayers", w, (w.shape[-2], n))
         rot = rotation if rotation is not None else G.GATES["rx"]
         if not callable(rot):
             raise QdiffError(f"BasicEntanglerLayers: rotation must be a one-parameter gate "
@@ -223,6 +272,16 @@ class BasicEntanglerLayers(Template):
             elif n > 2:
                 for i in range(n):
                     G.GATES["cx"](wires=[wires[i], wires[(i + 1) % n]])
+
+
+def _scalar_int(r):
+    """A 0-d integer tensor or array as a Python int; anything else unchanged."""
+    if isinstance(r, torch.Tensor) and r.ndim == 0 and not (r.dtype.is_floating_point or
+                                                             r.is_complex()):
+        return r.item()
+    if isinstance(r, np.ndarray) and r.ndim == 0 and r.dtype.kind in "iu":
+        return r.item()
+    return r
 
 
 class StronglyEntanglingLayers(Template):
@@ -242,10 +301,23 @@ class StronglyEntanglingLayers(Template):
                              f"got {tuple(w.shape)}")
         _check_tail("StronglyEntanglingLayers", w, (w.shape[-3], n, 3))
         layers = w.shape[-3]
-        if ranges is None:
-            ranges = [(l % (n - 1)) + 1 if n > 1 else 0 for l in range(layers)]
+        if ranges is None:  # valid by construction
+            _real_angles("StronglyEntanglingLayers", w)
+            _distinct("StronglyEntanglingLayers", wires)
+            return w, wires, tuple((l % (n - 1)) + 1 if n > 1 else 0 for l in range(layers))
+        try:
+            ranges = [_scalar_int(r) for r in ranges]
+        except TypeError:
+            raise QdiffError(f"StronglyEntanglingLayers: ranges must be a sequence of integers "
+                             f"(one per layer); got {ranges!r}") from None
         if len(ranges) != layers:
             raise QdiffError(f"StronglyEntanglingLayers: {len(ranges)} ranges for {layers} layers")
+        for r in ranges:
+            if isinstance(r, (bool, np.bool_)) or not isinstance(r, (int, np.integer)):
+                raise QdiffError(f"StronglyEntanglingLayers: ranges must be integers; got {r!r}")
+            if n > 1 and r % n == 0:
+                raise QdiffError(f"StronglyEntanglingLayers: ranges must not be zero nor "
+                                 f"divisible by the number of wires ({n}); got {r}")
         _real_angles("StronglyEntanglingLayers", w)
         _distinct("StronglyEntanglingLayers", wires)
         return w, wires, tuple(int(r) for r in ranges)
@@ -258,9 +330,6 @@ class StronglyEntanglingLayers(Template):
             return None
         w, wires, ranges = self._checked(weights, wires, ranges)
         n, layers = len(wires), w.shape[-3]
-        if n > 1 and any(r % n == 0 for r in ranges):
-            return None  # a degenerate range: the checked path reports it
-
         rot, cx = G.GATES["rot"], G.GATES["cx"]
 
         def build():
@@ -290,10 +359,10 @@ class StronglyEntanglingLayers(Template):
                 r = ranges[layer]
                 for i in range(n):
                     pair = (wires[i], wires[(i + r) % n])
-                    if cx is not None and pair[0] != pair[1]:
+                    if cx is not None:
                         _emit(cx, pair)
-                    else:  # a custom entangler (or a degenerate range): the checked path
-                        (imprimitive or G.GATES["cx"])(wires=list(pair))
+                    else:  # a custom entangler: the checked path
+                        imprimitive(wires=list(pair))
 
 
 class HardwareEfficientAnsatz(Template):
@@ -340,8 +409,14 @@ def _counts(who: str, electrons, orbitals) -> tuple:
     return int(electrons), int(orbitals)
 
 
-def hf_state(electrons: int, orbitals: int) -> np.ndarray:
-    """Hartree-Fock occupation ``[1]*electrons + [0]*(orbitals-electrons)`` (Jordan-Wigner)."""
+def hf_state(electrons: int, orbitals: int, basis: str = "occupation_number") -> np.ndarray:
+    """Hartree-Fock occupation ``[1]*electrons + [0]*(orbitals-electrons)`` (Jordan-Wigner;
+    ``basis`` ``"occupation_number"`` only: PennyLane's parity and Bravyi-Kitaev forms are
+    refused)."""
+    if basis != "occupation_number":
+        raise QdiffError(f"hf_state: basis {basis!r} is not supported (only "
+                         "'occupation_number'; use qml.qchem.hf_state for the parity or "
+                         "Bravyi-Kitaev forms)")
     electrons, orbitals = _counts("hf_state", electrons, orbitals)
     if not 0 < electrons <= orbitals:
         raise QdiffError(f"hf_state: need 0 < electrons <= orbitals; got {electrons}, {orbitals}")
@@ -351,8 +426,15 @@ def hf_state(electrons: int, orbitals: int) -> np.ndarray:
     return out
 
 
-def excitations(electrons: int, orbitals: int, delta_sz: int = 0):
-    """Spin-conserving single and double excitations, in PennyLane's order."""
+def excitations(electrons: int, orbitals: int, delta_sz: int = 0, fermionic: bool = False):
+    """Single and double excitations changing the spin projection by ``delta_sz`` (0, +-1,
+    +-2), in PennyLane's order, as wire lists (``fermionic=True``, PennyLane's ``FermiWord``
+    form, is refused)."""
+    if fermionic is not False:
+        raise QdiffError(f"excitations: fermionic={fermionic!r} is not supported (wire lists "
+                         "only; use qml.qchem.excitations for FermiWords)")
+    if isinstance(delta_sz, (bool, np.bool_)) or delta_sz not in (0, 1, -1, 2, -2):
+        raise QdiffError(f"excitations: delta_sz must be 0, +/-1 or +/-2; got {delta_sz!r}")
     electrons, orbitals = _counts("excitations", electrons, orbitals)
     if not 0 < electrons < orbitals:
         raise QdiffError(f"excitations: need 0 < electrons < orbitals; got {electrons}, {orbitals}")
@@ -476,7 +558,8 @@ class IQPEmbedding(Template):
         if f.ndim == 0 or f.shape[-1] != len(wires):
             raise QdiffError(f"IQPEmbedding: features of shape {tuple(f.shape)} need one entry "
                              f"per wire ({len(wires)}) in the last dimension")
-        if isinstance(n_repeats, bool) or not isinstance(n_repeats, int) or n_repeats < 1:
+        if isinstance(n_repeats, (bool, np.bool_)) or \
+                not isinstance(n_repeats, (int, np.integer)) or n_repeats < 1:
             raise QdiffError(f"IQPEmbedding: n_repeats must be a positive integer; got "
                              f"{n_repeats!r}")
         pos = {w: i for i, w in enumerate(wires)}
@@ -490,7 +573,7 @@ class IQPEmbedding(Template):
                     raise QdiffError(f"IQPEmbedding: pattern entry {list(p)} must be two "
                                      f"distinct wires of {list(wires)}")
         zz = G.multirz_gate(2)
-        for _ in range(n_repeats):
+        for _ in range(int(n_repeats)):
             for i, w in enumerate(wires):
                 _emit(G.GATES["h"], (w,))
                 _emit(G.GATES["rz"], (w,), (f[..., i],))

@@ -455,6 +455,109 @@ def test_pennylane_qubit_unitary_with_trainable_matrix():
         two(torch.rand(4, 4, dtype=torch.float64, requires_grad=True))
 
 
+def test_pennylane_qubit_unitary_with_a_trainable_matrix_that_is_not_unitary_is_refused():
+    """The differentiable one-wire form of a trainable qml.QubitUnitary holds for a unitary
+    only: any other matrix is refused by name, whatever the diff method."""
+    m = torch.tensor([[1.0, 0.5], [0.2, 0.9]], dtype=torch.complex128)
+    for method in ("backprop", "adjoint", "parameter-shift"):
+        @qd.qnode(qd.device("statevector", wires=1), diff_method=method)
+        def f(p):
+            qml.QubitUnitary(m * p, wires=[0])
+            return qd.expval(qd.Z(0))
+        with pytest.raises(QdiffError, match=r"QubitUnitary on wires \[0\]: matrix is not unitary"):
+            f(torch.tensor(0.37, dtype=torch.float64, requires_grad=True))
+
+
+@pytest.mark.parametrize("make", [
+    lambda p: qml.exp(qml.X(0) @ qml.Y(1), 1j * p),
+    lambda p: qml.evolve(0.7 * qml.Z(0) @ qml.X(1), p),
+    lambda p: qml.exp(2.0 * (qml.Y(1) @ qml.X(0)), -0.5j * p),
+], ids=["exp", "evolve", "scaled-exp"])
+@pytest.mark.parametrize("diff_method", ["backprop", "adjoint", "parameter-shift"])
+@pytest.mark.parametrize("shape", [(), (3,)])
+def test_pennylane_exp_of_a_pauli_word_with_torch_parameters(make, diff_method, shape):
+    """qml.exp / qml.evolve of a (scaled) Pauli word with a torch parameter, broadcast or not:
+    values and gradients equal default.qubit's."""
+    def fn(p):
+        qml.RY(0.4, 0)
+        qml.RX(0.3, 1)
+        make(p)
+        return qml.expval(qml.Z(0) + 0.5 * qml.X(1) + 0.3 * qml.Y(0))
+    x = torch.linspace(0.2, 0.9, 3, dtype=torch.float64).reshape(shape or (3,))
+    x = x if shape else x[1]
+    (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 2, x, diff_method=diff_method)
+    assert torch.allclose(yq, yp, atol=1e-12)
+    _close_grads(gq, gp)
+
+
+@pytest.mark.parametrize("diff_method", ["backprop", "adjoint", "parameter-shift"])
+def test_pennylane_evolve_of_a_pauli_word_with_a_trainable_coefficient(diff_method):
+    def fn(c):
+        qml.RY(0.2, 0)
+        qml.RY(0.5, 1)
+        qml.evolve(c[0] * qml.X(0) @ qml.Y(1), 0.5)
+        qml.exp(c[1] * (qml.Z(0) @ qml.X(1)), -0.7j)
+        return qml.expval(qml.X(0) @ qml.Y(1) + qml.Z(1))
+    (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 2, torch.tensor([0.3, -0.5], dtype=torch.float64),
+                                       diff_method=diff_method)
+    assert torch.allclose(yq, yp, atol=1e-12)
+    _close_grads(gq, gp)
+
+
+def test_pennylane_sparse_state_prep():
+    """qml.StatePrep of a scipy sparse vector gives default.qubit's state."""
+    sp = pytest.importorskip("scipy.sparse")
+    v = np.zeros(8)
+    v[1], v[6] = 0.6, 0.8
+
+    def fn():
+        qml.StatePrep(sp.csr_matrix(v), wires=[2, 0, 1])
+        qml.RY(0.4, 1)
+        return qml.state()
+    ref = qml.qnode(qml.device("default.qubit", wires=3))(fn)()
+    ours = qd.qnode(qd.device("statevector", wires=3))(fn)()
+    assert np.allclose(ours.numpy(), np.asarray(ref), atol=1e-12)
+
+
+def test_pennylane_decomposition_failures_are_refused_by_name():
+    """An operator PennyLane cannot decompose for these parameters (a broadcast non-unitary
+    exp) is a QdiffError naming it, not PennyLane's internal error."""
+    @qd.qnode(qd.device("statevector", wires=1))
+    def f(p):
+        qml.exp(qml.X(0), p)
+        return qd.state()
+    with pytest.raises(QdiffError, match=r"PennyLane could not decompose Exp"):
+        f(torch.tensor([0.2, 0.5], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("diff_method", ["backprop", "adjoint", "parameter-shift"])
+def test_pennylane_qsvt_of_a_constant_block_encoding(diff_method):
+    """qml.QSVT of a constant qml.BlockEncode (an operator known by its matrix only): values
+    and gradients of the trainable phases equal default.qubit's."""
+    a = np.array([[0.2, 0.1], [0.1, -0.3]])
+
+    def fn(p):
+        qml.RY(0.3, 0)
+        qml.RX(0.4, 1)
+        qml.QSVT(qml.BlockEncode(a, wires=[0, 1]),
+                 [qml.PCPhase(p[i], dim=2, wires=[0, 1]) for i in range(3)])
+        return qml.expval(qml.Z(0) + 0.3 * qml.X(1))
+    (yq, gq), (yp, gp) = _pl_and_qdiff(fn, 2, torch.tensor([0.1, -0.7, 1.2], dtype=torch.float64),
+                                       diff_method=diff_method)
+    assert torch.allclose(yq, yp, atol=1e-12)
+    _close_grads(gq, gp)
+
+
+def test_pennylane_qutrit_operations_are_refused_by_name():
+    @qd.qnode(qd.device("statevector", wires=2))
+    def f():
+        qml.QutritBasisStatePreparation([1, 2], wires=range(2))
+        return qd.state()
+    with pytest.raises(QdiffError, match=r"TShift on wires \[0\]: a 3x3 matrix is not a qubit "
+                                         r"operator"):
+        f()
+
+
 def _qubit_gate_names():
     """PennyLane's qubit operator classes (``qml.ops.qubit``)."""
     from pennylane.operation import Operator
@@ -538,3 +641,148 @@ def test_qdiff_global_phase_needs_wires():
         qd.PCPhase(0.3, 5, wires=[0, 1])
     with pytest.raises(QdiffError, match="DiagonalQubitUnitary: the diagonal is not unitary"):
         qd.DiagonalQubitUnitary([1.0, 0.5], wires=0)
+
+
+def _sel_block(weights, wires):
+    qml.StronglyEntanglingLayers(weights, wires=wires)
+
+
+_S, _D = [[0, 2], [1, 3]], [[0, 1, 2, 3]]
+_SW, _DW = [[0, 1, 2], [1, 2, 3]], [[[0, 1], [2, 3]]]
+_HF = np.array([1, 1, 0, 0])
+
+
+def _h3():
+    return 0.3 * qml.X(0) @ qml.X(1) + 0.5 * qml.Z(1) + 0.2 * qml.Y(0) @ qml.Y(2)
+
+
+#: (name, wires, parameter shape or None, body(p)); the first ones run by default
+_TEMPLATES = [
+    ("StronglyEntanglingLayers", 3, (2, 3, 3),
+     lambda p: qml.StronglyEntanglingLayers(p, wires=range(3), ranges=[2, 1], imprimitive=qml.CZ)),
+    ("IQPEmbedding", 3, (3,), lambda p: qml.IQPEmbedding(p, wires=[2, 0, 1], n_repeats=2)),
+    ("UCCSD", 4, (3,), lambda p: qml.UCCSD(p, wires=range(4), s_wires=_SW, d_wires=_DW,
+                                            init_state=_HF)),
+    ("ApproxTimeEvolution", 3, (1,), lambda p: qml.ApproxTimeEvolution(_h3(), p[0], 2)),
+    ("QSVT", 2, (3,), lambda p: qml.QSVT(qml.BlockEncode(np.array([[0.2, 0.1], [0.1, -0.3]]),
+                                                         wires=[0, 1]),
+                                         [qml.PCPhase(p[i], dim=2, wires=[0, 1])
+                                          for i in range(3)])),
+    ("Select", 3, (2,), lambda p: qml.Select([qml.RX(p[0], 2), qml.RY(p[1], 2), qml.Z(2),
+                                               qml.Hadamard(2)], control=[0, 1])),
+    ("QROM", 5, None, lambda p: qml.QROM(["01", "11", "10", "00"], control_wires=[0, 1],
+                                          target_wires=[2, 3], work_wires=[4], clean=False)),
+    ("Adder", 3, None, lambda p: qml.Adder(3, x_wires=[0, 1, 2])),
+    # the broad sweep (-m slow)
+    ("RandomLayers", 4, (2, 3), lambda p: qml.RandomLayers(p, wires=range(4), seed=42)),
+    ("SimplifiedTwoDesign", 3, (2, 2, 2), lambda p: qml.SimplifiedTwoDesign(
+        initial_layer_weights=torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64), weights=p,
+        wires=range(3))),
+    ("GateFabric", 4, (1, 1, 2), lambda p: qml.GateFabric(p, wires=range(4), init_state=_HF,
+                                                          include_pi=True)),
+    ("kUpCCGSD", 4, (1, 6), lambda p: qml.kUpCCGSD(p, wires=range(4), k=1, init_state=_HF)),
+    ("ParticleConservingU1", 4, (1, 3, 2),
+     lambda p: qml.ParticleConservingU1(p, wires=range(4), init_state=_HF)),
+    ("ParticleConservingU2", 4, (1, 7),
+     lambda p: qml.ParticleConservingU2(p, wires=range(4), init_state=_HF)),
+    ("AllSinglesDoubles", 4, (3,), lambda p: qml.AllSinglesDoubles(p, range(4), _HF, _S, _D)),
+    ("QuantumPhaseEstimation", 4, (1,), lambda p: qml.QuantumPhaseEstimation(
+        qml.RX(p[0], wires=0), estimation_wires=[1, 2, 3])),
+    ("ArbitraryStatePreparation", 3, (14,),
+     lambda p: qml.ArbitraryStatePreparation(p, wires=range(3))),
+    ("MottonenStatePreparation", 3, (8,), lambda p: qml.MottonenStatePreparation(
+        p / torch.linalg.norm(p), wires=range(3))),
+    ("BasisEmbedding", 3, None, lambda p: qml.BasisEmbedding(5, wires=range(3))),
+    ("TrotterProduct", 3, (1,), lambda p: qml.TrotterProduct(_h3(), p[0], n=2, order=2)),
+    ("CommutingEvolution", 3, (1,), lambda p: qml.CommutingEvolution(
+        0.3 * qml.Z(0) @ qml.Z(1) + 0.5 * qml.Z(1), p[0], frequencies=(0.6, 1.0, 1.6))),
+    ("Permute", 4, None, lambda p: qml.Permute([2, 0, 3, 1], wires=range(4))),
+    ("FlipSign", 3, None, lambda p: qml.FlipSign([1, 0, 1], wires=range(3))),
+    ("GroverOperator", 4, None, lambda p: qml.GroverOperator(wires=range(3), work_wires=[3])),
+    ("AQFT", 4, None, lambda p: qml.AQFT(order=1, wires=range(4))),
+    ("PrepSelPrep", 3, None, lambda p: qml.PrepSelPrep(0.4 * qml.X(2) + 0.3 * qml.Z(2),
+                                                       control=[0])),
+    ("Reflection", 3, (1,), lambda p: qml.Reflection(qml.Hadamard(1), alpha=p[0])),
+    ("AmplitudeAmplification", 3, None, lambda p: qml.AmplitudeAmplification(
+        qml.Hadamard(0) @ qml.Hadamard(1), qml.FlipSign([1, 1], wires=[0, 1]), iters=2)),
+    ("Qubitization", 3, None, lambda p: qml.Qubitization(
+        0.4 * qml.X(2) + 0.3 * qml.Z(2) + 0.1 * qml.Y(2), control=[0, 1])),
+    ("MPS", 4, (3, 1, 2, 3), lambda p: qml.MPS(range(4), 2, _sel_block, 3, template_weights=p)),
+    ("TTN", 4, (3, 1, 2, 3), lambda p: qml.TTN(range(4), 2, _sel_block, 3, template_weights=p)),
+    ("Multiplier", 5, None, lambda p: qml.Multiplier(3, x_wires=[0, 1], work_wires=[2, 3, 4])),
+    ("PhaseAdder", 3, None, lambda p: qml.PhaseAdder(3, x_wires=[0, 1, 2])),
+    ("OutAdder", 4, None, lambda p: qml.OutAdder(x_wires=[0], y_wires=[1],
+                                                 output_wires=[2, 3])),
+    ("ModExp", 7, None, lambda p: qml.ModExp(x_wires=[0], output_wires=[1, 2], base=2, mod=3,
+                                             work_wires=[3, 4, 5, 6])),
+    ("QuantumMonteCarlo", 4, None, lambda p: qml.QuantumMonteCarlo(
+        np.array([0.25, 0.75]), lambda i: np.sin(i) ** 2, target_wires=[0, 1],
+        estimation_wires=[2, 3])),
+    ("ControlledSequence", 4, (1,), lambda p: qml.ControlledSequence(qml.RX(p[0], wires=0),
+                                                                     control=[1, 2, 3])),
+    ("Superposition", 4, None, lambda p: qml.Superposition(
+        np.sqrt(np.array([0.5, 0.3, 0.2])), bases=[[1, 0, 0], [0, 1, 0], [0, 0, 1]],
+        wires=[0, 1, 2], work_wire=[3])),
+    ("FABLE", 3, None, lambda p: qml.FABLE(np.array([[0.1, 0.2], [0.3, 0.4]]), wires=range(3))),
+    ("QAOAEmbedding", 3, (2, 6), lambda p: qml.QAOAEmbedding(
+        features=torch.tensor([0.3, 0.1, 0.2], dtype=torch.float64), weights=p, wires=range(3))),
+    ("BasisRotation", 2, None, lambda p: qml.BasisRotation(
+        wires=range(2), unitary_matrix=np.array([[0.6, 0.8], [-0.8, 0.6]]))),
+    ("GQSP", 2, (3, 3), lambda p: qml.GQSP(qml.RX(0.3, wires=1), p, control=0)),
+    ("evolve", 3, (1,), lambda p: qml.evolve(0.7 * qml.Z(0) @ qml.X(2), p[0])),
+    ("adjoint-template", 3, (1, 3, 3),
+     lambda p: qml.adjoint(qml.StronglyEntanglingLayers)(p, wires=range(3))),
+    ("ctrl-template", 3, (1, 2, 3), lambda p: qml.ctrl(qml.StronglyEntanglingLayers, control=2,
+                                                       control_values=0)(p, wires=range(2))),
+]
+_DEFAULT_TEMPLATES = 8
+
+
+@pytest.mark.parametrize("name,n,shape,body", [
+    pytest.param(*c, id=c[0], marks=() if i < _DEFAULT_TEMPLATES else pytest.mark.slow)
+    for i, c in enumerate(_TEMPLATES)])
+def test_pennylane_templates_in_a_qdiff_qnode_and_on_the_device_match_default_qubit(
+        name, n, shape, body):
+    """PennyLane templates inside a qdiff qnode (backprop and adjoint) and on the
+    qdiff.statevector PennyLane device: the state, and an expectation's value and gradient,
+    equal default.qubit's (after a generic layer, so no template acts on |0...0> only)."""
+    pre = np.random.default_rng(7).uniform(-1.5, 1.5, n)
+    p0 = None if shape is None else \
+        torch.tensor(np.random.default_rng(8).uniform(-1.5, 1.5, shape), dtype=torch.float64)
+    obs = (lambda m: sum((0.3 + 0.1 * i) * m.Z(i) for i in range(n)) +
+           0.4 * m.X(0) @ m.Y(n - 1))
+
+    def pl_fn(state):
+        def fn(p):
+            for i in range(n):
+                qml.RY(float(pre[i]), wires=i)
+            body(p)
+            return qml.state() if state else qml.expval(obs(qml))
+        return fn
+
+    def qd_fn(state):
+        def fn(p):
+            for i in range(n):
+                qd.RY(float(pre[i]), wires=i)
+            body(p)
+            return qd.state() if state else qd.expval(obs(qd))
+        return fn
+    ref = {s: qml.QNode(pl_fn(s), qml.device("default.qubit", wires=n), interface="torch",
+                        diff_method="backprop") for s in (True, False)}
+    ours = [(qd.qnode(qd.device("statevector", wires=n), diff_method=m)(qd_fn(s)), s)
+            for m in ("backprop", "adjoint") for s in (True, False)]
+    ours += [(qml.QNode(pl_fn(s), qml.device("qdiff.statevector", wires=n), interface="torch",
+                        diff_method="best"), s) for s in (True, False)]
+    for f, state in ours:
+        if state:
+            a, b = f(p0), ref[True](p0)
+            a, b = (t.detach().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+                    for t in (a, b))
+            assert np.allclose(a, b, atol=1e-10), name
+        elif p0 is not None:
+            x, y = p0.clone().requires_grad_(), p0.clone().requires_grad_()
+            a, b = f(x), ref[False](y)
+            a.backward()
+            b.backward()
+            assert abs(float(a) - float(b)) < 1e-10, name
+            assert torch.allclose(x.grad, y.grad, atol=1e-10), name

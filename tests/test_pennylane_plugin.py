@@ -718,3 +718,92 @@ def test_pennylane_qubit_gates_run_natively_and_match_default_qubit():
     assert torch.allclose(y, yr, atol=1e-12)
     (g,), (gr,) = torch.autograd.grad(y, x), torch.autograd.grad(yr, x)
     assert torch.allclose(g, gr, atol=1e-10)
+
+
+@pytest.mark.parametrize("diff_method", ["best", "backprop", "adjoint"])
+def test_exp_of_a_pauli_word_with_torch_parameters_matches_default_qubit(diff_method):
+    """qml.exp / qml.evolve of a Pauli word with a torch parameter (PennyLane's own
+    decomposition of it fails under torch): values and gradients equal default.qubit's."""
+    def qfunc(p):
+        qml.RY(0.4, 0)
+        qml.RX(0.3, 1)
+        qml.exp(qml.X(0) @ qml.Y(1), 1j * p)
+        qml.evolve(0.7 * qml.Z(0) @ qml.X(1), 2 * p)
+        return qml.expval(qml.Z(0) + 0.5 * qml.X(1) + 0.3 * qml.Y(0))
+    ours, ref = both(qfunc, n=2, interface="torch", diff_method=diff_method)
+    ref = qml.QNode(qfunc, qml.device("default.qubit", wires=2), interface="torch",
+                    diff_method="backprop")
+    for x in (torch.tensor(0.37), torch.tensor([0.2, 0.55, 0.9])):
+        a = x.double().requires_grad_()
+        b = x.double().requires_grad_()
+        ya, yb = ours(a), ref(b)
+        ya.sum().backward()
+        yb.sum().backward()
+        close(ya, yb, 1e-12)
+        close(a.grad, b.grad, 1e-12)
+
+
+@pytest.mark.parametrize("diff_method", ["best", "backprop"])
+@pytest.mark.parametrize("make", [
+    lambda p: qml.QubitUnitary(torch.tensor([[1.0, 0.5], [0.2, 0.9]], dtype=torch.complex128) * p,
+                               wires=1),
+    lambda p: qml.exp(qml.X(1), p),
+], ids=["QubitUnitary", "exp-real"])
+def test_a_trainable_matrix_that_is_not_unitary_is_refused_by_name(make, diff_method):
+    """A trainable QubitUnitary (or matrix-only operator) is decomposed as a unitary, so one
+    that is not unitary is refused, naming it, rather than run as a different gate."""
+    def qfunc(p):
+        qml.RY(0.4, 0)
+        make(p)
+        return qml.expval(qml.Z(0) + 0.5 * qml.X(1))
+    f = qml.QNode(qfunc, qml.device("qdiff.statevector", wires=2), interface="torch",
+                  diff_method=diff_method)
+    with pytest.raises(DeviceError, match=r"on wires \[1\]: matrix is not unitary"):
+        f(torch.tensor(0.37, dtype=torch.float64, requires_grad=True))
+
+
+def test_a_qutrit_operation_is_refused_by_name():
+    f = qml.QNode(lambda: (qml.TRX(0.3, wires=0), qml.expval(qml.Z(0)))[1],
+                  qml.device("qdiff.statevector", wires=1))
+    with pytest.raises(DeviceError, match=r"TRX on wires \[0\]: a 3-dimensional matrix is not a "
+                                          r"qubit operator"):
+        f()
+
+
+@pytest.mark.parametrize("diff_method", ["best", "adjoint"])
+def test_broadcast_iqp_embedding_and_multirz_keep_default_qubits_shape(diff_method):
+    """A broadcast MultiRZ (IQPEmbedding's pair terms) under the adjoint method: PennyLane's
+    expanded tapes still report a batch size, yet each is one binding; values (shape
+    included) and gradients equal default.qubit's."""
+    def qfunc(x):
+        for i in range(3):
+            qml.RY(0.2 + 0.3 * i, wires=i)
+        qml.IQPEmbedding(x, wires=range(3))
+        qml.MultiRZ(x[..., 0], wires=[0, 2])
+        return qml.expval(0.3 * qml.Z(0) + 0.4 * qml.X(0) @ qml.Y(2))
+    ours = qml.QNode(qfunc, qml.device("qdiff.statevector", wires=3), interface="torch",
+                     diff_method=diff_method)
+    ref = qml.QNode(qfunc, qml.device("default.qubit", wires=3), interface="torch",
+                    diff_method="backprop")
+    x = torch.tensor([[0.3, -0.5, 0.9], [1.1, 0.2, -0.4]], dtype=torch.float64)
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya, yb = ours(a), ref(b)
+    assert ya.shape == yb.shape == (2,)
+    ya.sum().backward()
+    yb.sum().backward()
+    close(ya, yb, 1e-12)
+    close(a.grad, b.grad, 1e-12)
+
+
+@pytest.mark.parametrize("diff_method", ["best", "backprop", "adjoint", None])
+def test_sparse_state_prep_matches_default_qubit(diff_method):
+    sp = pytest.importorskip("scipy.sparse")
+    v = np.zeros(8)
+    v[1], v[6] = 0.6, 0.8
+
+    def qfunc():
+        qml.StatePrep(sp.csr_matrix(v), wires=[2, 0, 1])
+        qml.RY(0.4, 1)
+        return qml.probs(wires=range(3))
+    ours, ref = both(qfunc, n=3, diff_method=diff_method)
+    close(ours(), ref(), 1e-12)

@@ -278,3 +278,94 @@ def test_entangler_layers_refuse_a_rotation_or_entangler_that_is_not_a_gate():
     with pytest.raises(qd.QdiffError, match="imprimitive"):
         qd_state(2, lambda: qd.StronglyEntanglingLayers(torch.zeros(1, 2, 3), wires=[0, 1],
                                                         imprimitive="CZ"))
+
+
+@pytest.mark.parametrize("make", [
+    lambda **kw: qd.AngleEmbedding(torch.tensor([0.1, 0.2]), wires=range(2), **kw),
+    lambda **kw: qd.AmplitudeEmbedding(torch.ones(4) / 2, wires=range(2), **kw),
+    lambda **kw: qd.StatePrep(torch.ones(4) / 2, wires=range(2), **kw),
+    lambda **kw: qd.BasicEntanglerLayers(torch.ones(1, 2), wires=range(2), **kw),
+    lambda **kw: qd.StronglyEntanglingLayers(torch.ones(1, 2, 3), wires=range(2), **kw),
+    lambda **kw: qd.BasisState([1, 0], wires=range(2), **kw),
+    lambda **kw: qd.AllSinglesDoubles(torch.ones(1), wires=range(4), hf_state=[1, 1, 0, 0],
+                                      doubles=[[0, 1, 2, 3]], **kw),
+    lambda **kw: qd.QFT(wires=range(2), **kw),
+    lambda **kw: qd.IQPEmbedding(torch.tensor([0.1, 0.2]), wires=range(2), **kw),
+])
+def test_templates_take_pennylanes_id_label_and_refuse_unknown_keywords_by_name(make):
+    ours = qd_state(4, lambda: make(id="layer0"))
+    assert np.allclose(ours, qd_state(4, lambda: make()), atol=1e-15)
+    with pytest.raises(qd.QdiffError, match=r"unknown keyword 'bogus'; valid keywords: .*\bid\b"):
+        make(bogus=1)
+    with pytest.raises(qd.QdiffError, match="id must be a string"):
+        make(id=3)
+
+
+def test_templates_name_themselves_for_a_missing_or_surplus_argument():
+    with pytest.raises(qd.QdiffError, match="AngleEmbedding: missing a required argument"):
+        qd.AngleEmbedding(wires=[0])
+    with pytest.raises(qd.QdiffError, match="QFT: too many positional arguments"):
+        qd.QFT([0, 1], [2])
+
+
+def test_state_prep_takes_pennylanes_state_and_validate_norm_keywords():
+    x = np.random.default_rng(3).normal(size=4)
+    x = x / np.linalg.norm(x)
+    theirs = pl_state(2, lambda: qml.StatePrep(x, wires=[1, 0], validate_norm=True))
+    for kw in (dict(validate_norm=False), dict(validate_norm=True), dict()):
+        ours = qd_state(2, lambda: qd.StatePrep(state=torch.tensor(x), wires=[1, 0], **kw))
+        assert np.allclose(ours, theirs, atol=1e-12)
+        ours = qd_state(2, lambda: qd.AmplitudeEmbedding(torch.tensor(x), wires=[1, 0], **kw))
+        assert np.allclose(ours, theirs, atol=1e-12)
+    with pytest.raises(qd.QdiffError,
+                       match="StatePrep: features must be normalized .*validate_norm"):
+        qd_state(2, lambda: qd.StatePrep(torch.ones(4), wires=[0, 1], validate_norm=False))
+
+
+@pytest.mark.parametrize("ranges,pattern", [
+    ([4], r"ranges must not be zero nor divisible by the number of wires \(4\); got 4"),
+    ([0], r"ranges must not be zero nor divisible by the number of wires \(4\); got 0"),
+    ([1.5], r"ranges must be integers; got 1.5"), ([True], r"ranges must be integers; got True"),
+    (2, r"ranges must be a sequence of integers"),
+])
+def test_strongly_entangling_layers_refuses_ranges_pennylane_refuses(ranges, pattern):
+    for imprimitive in (None, qd.CZ):
+        with pytest.raises(qd.QdiffError, match="StronglyEntanglingLayers: " + pattern):
+            qd_state(4, lambda: qd.StronglyEntanglingLayers(torch.ones(1, 4, 3), wires=range(4),
+                                                            ranges=ranges, imprimitive=imprimitive))
+
+
+def test_strongly_entangling_layers_ranges_wrap_as_pennylanes():
+    w = rand(2, 4, 3, seed=8)
+    for ranges in ([5, -1], np.array([3, 2]), torch.tensor([1, 6])):
+        ours = qd_state(4, lambda: qd.StronglyEntanglingLayers(torch.tensor(w), wires=range(4),
+                                                               ranges=ranges))
+        theirs = pl_state(4, lambda: qml.StronglyEntanglingLayers(w, wires=range(4),
+                                                                 ranges=[int(r) for r in ranges]))
+        assert np.allclose(ours, theirs, atol=1e-12)
+
+
+def test_qchem_helpers_refuse_pennylane_options_they_do_not_implement():
+    for d in (1, -1, 2, -2):
+        ours = qd.excitations(2, 6, delta_sz=d)
+        theirs = qml.qchem.excitations(2, 6, delta_sz=d)
+        assert [list(map(list, x)) for x in ours] == [list(map(list, x)) for x in theirs]
+    with pytest.raises(qd.QdiffError,
+                       match=r"excitations: delta_sz must be 0, \+/-1 or \+/-2; got 3"):
+        qd.excitations(2, 4, delta_sz=3)
+    with pytest.raises(qd.QdiffError, match="excitations: fermionic=True is not supported"):
+        qd.excitations(2, 4, fermionic=True)
+    assert qd.excitations(2, 4, fermionic=False) == qml.qchem.excitations(2, 4)
+    with pytest.raises(qd.QdiffError, match="hf_state: basis 'parity' is not supported"):
+        qd.hf_state(2, 4, basis="parity")
+    assert (qd.hf_state(2, 4, basis="occupation_number") == qml.qchem.hf_state(2, 4)).all()
+
+
+def test_iqp_embedding_takes_a_numpy_integer_n_repeats():
+    x = rand(3, seed=9)
+    ours = qd_state(3, lambda: qd.IQPEmbedding(torch.tensor(x), wires=range(3),
+                                               n_repeats=np.int64(2)))
+    theirs = pl_state(3, lambda: qml.IQPEmbedding(x, wires=range(3), n_repeats=np.int64(2)))
+    assert np.allclose(ours, theirs, atol=1e-12)
+    with pytest.raises(qd.QdiffError, match="n_repeats must be a positive integer"):
+        qd.IQPEmbedding(torch.tensor(x), wires=range(3), n_repeats=np.bool_(True))

@@ -52,8 +52,9 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.pennylane_transforms import decompose_broadcast, map_measurement_wires
 from qdiff.circuits.operation import is_concrete
-from qdiff.circuits.pennylane_io import (from_pennylane_observable, from_pennylane_tape,
-                                        tape_op_supported, tape_projector)
+from qdiff.circuits.gates import check_unitary
+from qdiff.circuits.pennylane_io import (exp_pauli_rotation, from_pennylane_observable,
+                                        from_pennylane_tape, tape_op_supported, tape_projector)
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
            torch.complex128: torch.complex128, torch.complex64: torch.complex64}
@@ -67,10 +68,39 @@ def _stopping_condition(op) -> bool:
 def _decomposer(op):
     """PennyLane's decomposition of ``op``; an operation without one but with a matrix (e.g.
     ``BlockEncode``, ``DoubleExcitationPlus``) becomes that ``QubitUnitary`` (a trainable one
-    decomposes further, differentiably)."""
+    decomposes further, differentiably, which holds for a unitary matrix only: anything else
+    is refused by name). ``qml.exp``/``qml.evolve`` of a Pauli word with a torch coefficient
+    becomes its ``PauliRot``."""
+    name = type(op).__name__
+    if name in ("Exp", "Evolution"):
+        rot = exp_pauli_rotation(op)
+        if rot is not None:
+            return [qml.PauliRot(rot[0], rot[1], wires=rot[2])]
+    if name == "QubitUnitary":
+        _unitary(op.data[0], op)
+    if name == "StatePrep" and hasattr(op.data[0], "toarray"):  # a sparse state: PennyLane's
+        # decomposition of it needs the dense vector
+        return [qml.StatePrep(op.data[0].toarray().reshape(-1), wires=op.wires)]
     if op.has_decomposition or not op.has_matrix:
         return op.decomposition()
-    return [qml.QubitUnitary(op.matrix(), wires=op.wires)]
+    m = op.matrix()
+    if qml.math.shape(m)[-1] != 2 ** len(op.wires):
+        raise DeviceError(f"qdiff device: {op.name} on wires {list(op.wires)}: a "
+                          f"{qml.math.shape(m)[-1]}-dimensional matrix is not a qubit operator")
+    _unitary(m, op)
+    return [qml.QubitUnitary(m, wires=op.wires)]
+
+
+def _unitary(m, op) -> None:
+    """Raise a ``DeviceError`` naming ``op`` unless its matrix ``m`` is unitary."""
+    if qml.math.is_abstract(m):
+        return
+    if not isinstance(m, torch.Tensor):
+        m = torch.as_tensor(np.asarray(qml.math.to_numpy(m)))
+    try:
+        check_unitary(m, who=f"{op.name} on wires {list(op.wires)}")
+    except QdiffError as e:
+        raise DeviceError(f"qdiff device: {e}") from None
 
 
 def _adjoint_stopping_condition(op) -> bool:
@@ -175,9 +205,10 @@ class _Plan:
 
     __slots__ = ("tape", "job", "sources", "native", "batched", "n", "wire_map", "postselect")
 
-    def __init__(self, tape, job, sources, native, n, wire_map, postselect=False):
+    def __init__(self, tape, job, sources, native, n, wire_map, postselect=False,
+                 batched=None):
         self.tape, self.job, self.sources, self.native = tape, job, sources, native
-        self.batched = tape.batch_size is not None
+        self.batched = tape.batch_size is not None if batched is None else batched
         self.n, self.wire_map, self.postselect = n, wire_map, postselect
 
 
@@ -379,7 +410,11 @@ class QdiffStatevector(Device):
             raise DeviceError(f"{self.name}: {exc}") from None
         trainable = _column_trainable(tape, sources)
         job = Job(rec.circuit, rec.theta, rec.initial_state, shots=None, trainable=trainable)
-        return _Plan(tape, job, sources, native is not None, n, wire_map, postselect)
+        # batched by the converted parameters themselves: PennyLane's ``tape.batch_size`` can
+        # outlive ``broadcast_expand`` (an expanded MultiRZ keeps its batch size)
+        batched = tape.batch_size is not None and (bool(rec.batch_shape) or
+                                                   rec.initial_state is not None)
+        return _Plan(tape, job, sources, native is not None, n, wire_map, postselect, batched)
 
     # -- execution -------------------------------------------------------------------------
 
@@ -510,7 +545,7 @@ class QdiffStatevector(Device):
 
     def compute_vjp(self, circuits, cotangents, execution_config=None):
         plans = [self._adjoint_plan(t) for t in circuits]
-        cots = [_flat_cotangent(p.tape, dy, p.job) for p, dy in zip(plans, cotangents)]
+        cots = [_flat_cotangent(p, dy) for p, dy in zip(plans, cotangents)]
         merged, members = _merge([p.job for p in plans])
         mcots = [torch.cat([cots[j] for j, _ in mem]) if len(mem) > 1 else cots[mem[0][0]]
                  for mem in members]
@@ -682,14 +717,14 @@ def _split_flat(flat: torch.Tensor, mps, n: int) -> list:
     return out
 
 
-def _flat_cotangent(tape, dy, job) -> torch.Tensor:
+def _flat_cotangent(plan: _Plan, dy) -> torch.Tensor:
     """PennyLane's cotangent structure for one tape -> a real ``(B, K)`` tensor."""
-    b = job.theta.shape[0]
-    parts = [dy] if len(tape.measurements) == 1 else list(dy)
+    b = plan.job.theta.shape[0]
+    parts = [dy] if len(plan.tape.measurements) == 1 else list(dy)
     cols = []
     for part in parts:
         t = torch.as_tensor(np.asarray(qml.math.unwrap(part), dtype=np.float64))
-        cols.append(t.reshape(b, -1) if tape.batch_size is not None else t.reshape(1, -1))
+        cols.append(t.reshape(b, -1) if plan.batched else t.reshape(1, -1))
     return torch.cat(cols, dim=1)
 
 
