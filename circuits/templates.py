@@ -411,12 +411,12 @@ def _counts(who: str, electrons, orbitals) -> tuple:
 
 def hf_state(electrons: int, orbitals: int, basis: str = "occupation_number") -> np.ndarray:
     """Hartree-Fock occupation ``[1]*electrons + [0]*(orbitals-electrons)`` (Jordan-Wigner;
-    ``basis`` ``"occupation_number"`` only: PennyLane's parity and Bravyi-Kitaev forms are
-    refused)."""
+    ``basis`` ``"occupation_number"`` only here: ``qd.hf_state``, :func:`qdiff.qchem.hf_state`,
+    also gives PennyLane's parity and Bravyi-Kitaev forms)."""
     if basis != "occupation_number":
-        raise QdiffError(f"hf_state: basis {basis!r} is not supported (only "
-                         "'occupation_number'; use qml.qchem.hf_state for the parity or "
-                         "Bravyi-Kitaev forms)")
+        raise QdiffError(f"hf_state: basis {basis!r} is not supported here (only "
+                         "'occupation_number'; qd.hf_state / qdiff.qchem.hf_state gives the "
+                         "parity and Bravyi-Kitaev forms)")
     electrons, orbitals = _counts("hf_state", electrons, orbitals)
     if not 0 < electrons <= orbitals:
         raise QdiffError(f"hf_state: need 0 < electrons <= orbitals; got {electrons}, {orbitals}")

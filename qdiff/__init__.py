@@ -54,8 +54,8 @@ _EXPORTS = {
     **{n: ("qdiff.circuits.templates", n) for n in (
         "AllSinglesDoubles", "AmplitudeEmbedding", "AngleEmbedding", "BasicEntanglerLayers",
         "BasisState", "HardwareEfficientAnsatz", "IQPEmbedding", "QAOALayers", "QFT", "StatePrep",
-        "StronglyEntanglingLayers", "cost_layer", "excitations", "hf_state", "mixer_layer",
-        "x_mixer")},
+        "StronglyEntanglingLayers", "cost_layer", "excitations", "mixer_layer", "x_mixer")},
+    "hf_state": ("qdiff.qchem", "hf_state"),  # every basis (Jordan-Wigner, parity, BK)
     "Backend": ("qdiff.backends.base", "Backend"),
     "device": ("qdiff.backends.registry", "device"),
     "native_status": ("qdiff.backends.statevector.native_lib", "native_status"),

@@ -356,9 +356,13 @@ def test_qchem_helpers_refuse_pennylane_options_they_do_not_implement():
     with pytest.raises(qd.QdiffError, match="excitations: fermionic=True is not supported"):
         qd.excitations(2, 4, fermionic=True)
     assert qd.excitations(2, 4, fermionic=False) == qml.qchem.excitations(2, 4)
-    with pytest.raises(qd.QdiffError, match="hf_state: basis 'parity' is not supported"):
-        qd.hf_state(2, 4, basis="parity")
-    assert (qd.hf_state(2, 4, basis="occupation_number") == qml.qchem.hf_state(2, 4)).all()
+    from qdiff.circuits.templates import hf_state as occupation_hf_state
+    with pytest.raises(qd.QdiffError, match="hf_state: basis 'parity' is not supported here"):
+        occupation_hf_state(2, 4, basis="parity")
+    for basis in ("occupation_number", "parity", "bravyi_kitaev"):  # qd.hf_state: every form
+        assert (qd.hf_state(2, 4, basis=basis) == qml.qchem.hf_state(2, 4, basis=basis)).all()
+    with pytest.raises(qd.QdiffError, match="hf_state: basis must be one of"):
+        qd.hf_state(2, 4, basis="xx")
 
 
 def test_iqp_embedding_takes_a_numpy_integer_n_repeats():
