@@ -287,6 +287,47 @@ def test_qnode_errors():
         qd.qnode(qd.device("statevector", wires=2), diff_method="magic")(qc)
 
 
+def test_qnode_mapping_of_python_numbers_binds_float64():
+    """``{a: 0.3}`` binds 0.3 as Qiskit does (float64), not torch's float32 default."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    a = Parameter("a")
+    qc = QuantumCircuit(1)
+    qc.rx(a, 0)
+    f = qd.qnode(qd.device("statevector", wires=1))(qc)
+    for value in (0.3, [0.3], np.float64(0.3), np.array(0.3)):
+        assert abs(f({a: value}).reshape(-1)[0].item() - np.cos(0.3)) < 1e-14
+        assert abs(f({"a": value}).reshape(-1)[0].item() - np.cos(0.3)) < 1e-14
+
+
+def test_qnode_mapping_of_parameter_vectors_and_binding_errors():
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter, ParameterVector
+    from qiskit.quantum_info import SparsePauliOp, Statevector
+    x, a = ParameterVector("x", 2), Parameter("a")
+    qc = QuantumCircuit(2)
+    qc.rx(x[1], 0)
+    qc.ry(x[0] * a, 1)
+    qc.cx(0, 1)
+    obs = SparsePauliOp(["ZI", "XZ"], [1.0, 0.5])
+    f = qd.qnode(qd.device("statevector", wires=2), observables=obs)(qc)
+    ref = Statevector(qc.assign_parameters({x: [0.4, 1.1], a: 0.7})).expectation_value(obs).real
+    assert abs(f({x: [0.4, 1.1], a: 0.7}).item() - ref) < 1e-14
+    assert f({x: torch.rand(5, 2), a: 0.7}).shape == (5,)
+    with pytest.raises(QdiffError, match=r"binding for x has shape \(3,\)"):
+        f({x: [0.4, 1.1, 2.0], a: 0.7})
+    with pytest.raises(QdiffError, match="'a' is bound twice"):
+        f({x: [0.4, 1.1], a: 0.7, "a": 0.7})
+    with pytest.raises(QdiffError, match="different Parameter of the same name"):
+        f({x: [0.4, 1.1], Parameter("a"): 0.7})
+    with pytest.raises(QdiffError, match="expected a real number or tensor; got str"):
+        f({x: [0.4, 1.1], a: "s"})
+    with pytest.raises(QdiffError, match="must be real; got complex"):
+        f({x: [0.4, 1.1], a: np.array(0.7 + 0.1j)})
+    with pytest.raises(QdiffError, match="must be real; got complex"):
+        f(np.array([0.4, 1.1, 0.7j]))
+
+
 
 def test_whole_model_saves_and_loads_and_spsa_runs():
     import io
