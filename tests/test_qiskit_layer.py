@@ -438,3 +438,52 @@ def test_from_qiskit_init_method_and_device_errors_and_dict():
         qd.QuantumLayer.from_qiskit(qc, fm.parameters, ansatz.parameters, init_method="zeros")
     with pytest.raises(QdiffError, match="device= takes a qdiff device"):
         qd.QuantumLayer.from_qiskit(qc, fm.parameters, ansatz.parameters, device=42)
+
+
+def _qiskit_expval(qc, values, obs):
+    from qiskit.quantum_info import Statevector
+    bound = qc.assign_parameters(dict(zip(qc.parameters, values))) if qc.parameters else qc
+    return Statevector(bound).expectation_value(obs).real
+
+
+def test_pauli_evolution_is_the_exact_exponential_as_in_qiskit_statevector():
+    """``PauliEvolutionGate`` is ``exp(-i t H)`` (Qiskit's Operator/Statevector); its default
+    definition (one Lie-Trotter step) only approximates that for non-commuting terms."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    from qiskit.circuit.library import PauliEvolutionGate
+    from qiskit.quantum_info import SparsePauliOp
+    from qiskit.synthesis import QDrift, SuzukiTrotter
+    t = Parameter("t")
+    h = SparsePauliOp(["XXI", "ZIY", "IZZ"], [0.3, -0.5, 0.8])        # non-commuting
+    hc = SparsePauliOp(["XXI", "YYI", "ZZZ"], [0.3, -0.5, 0.8])       # commuting
+    obs = SparsePauliOp(["ZII", "IXY", "YZX"], [1.0, 0.4, -0.6])
+    dev = qd.device("statevector", wires=3)
+    for gate in (PauliEvolutionGate(h, 0.9), PauliEvolutionGate(h, 0.9, synthesis=SuzukiTrotter(reps=2)),
+                 PauliEvolutionGate([SparsePauliOp("XXI"), SparsePauliOp("ZII")], 0.4)):
+        qc = QuantumCircuit(3)
+        qc.ry(0.3, 0)
+        qc.append(gate, [0, 1, 2])
+        got = qd.qnode(dev, observables=obs)(qc)(torch.zeros(0, dtype=torch.float64))
+        assert abs(got.item() - _qiskit_expval(qc, [], obs)) < 1e-12
+    # commuting terms, a parameter time (QDrift's random sampling replaced by an exact formula)
+    for synthesis in (None, QDrift(reps=3)):
+        qc = QuantumCircuit(3)
+        qc.h(1)
+        qc.append(PauliEvolutionGate(hc, 2 * t, **({"synthesis": synthesis} if synthesis
+                                                   else {})), [0, 1, 2])
+        x = torch.tensor([0.7], dtype=torch.float64, requires_grad=True)
+        out = qd.qnode(dev, observables=obs)(qc)(x)
+        assert abs(out.item() - _qiskit_expval(qc, [0.7], obs)) < 1e-12
+        (g,) = torch.autograd.grad(out, x)
+        fd = (_qiskit_expval(qc, [0.7 + 1e-6], obs) - _qiskit_expval(qc, [0.7 - 1e-6], obs)) / 2e-6
+        assert abs(g.item() - fd) < 1e-7
+    qc = QuantumCircuit(3)
+    qc.append(PauliEvolutionGate(h, t), [0, 1, 2])
+    with pytest.raises(QdiffError, match=r"PauliEvolutionGate of non-commuting terms with time t"
+                                         r".*qc.decompose\(\)"):
+        qd.qnode(dev)(qc)
+    # the product formula written out runs as written
+    dec = qc.decompose()
+    got = qd.qnode(dev, observables=obs)(dec)(torch.tensor([0.7], dtype=torch.float64))
+    assert abs(got.item() - _qiskit_expval(dec, [0.7], obs)) < 1e-12
