@@ -171,7 +171,10 @@ def _convert_into(qc, qmap, imp: _Importer, top: bool):
             meas.append((qubits[0], imp.cidx.get(inst.clbits[0], 0)))
             continue
         if name == "reset":
-            raise QdiffError(f"{where}: reset is not supported")
+            if any(qubits[0] in o.wires for o in ops) or qubits[0] in {q for q, _ in meas}:
+                raise QdiffError(f"{where}: reset of a qubit after operations on it is not "
+                                 "supported")
+            continue  # a qubit still in |0> (as qc.initialize() writes it): the identity
         if meas and set(qubits) & {q for q, _ in meas}:
             raise QdiffError(f"{where}: gate on a measured qubit (mid-circuit measurement) "
                              "is not supported")

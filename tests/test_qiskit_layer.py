@@ -487,3 +487,26 @@ def test_pauli_evolution_is_the_exact_exponential_as_in_qiskit_statevector():
     dec = qc.decompose()
     got = qd.qnode(dev, observables=obs)(dec)(torch.tensor([0.7], dtype=torch.float64))
     assert abs(got.item() - _qiskit_expval(dec, [0.7], obs)) < 1e-12
+
+
+def test_initialize_and_resets_of_fresh_qubits_are_exact():
+    """``qc.initialize`` (a reset, then a state preparation) at the start of a circuit, as
+    Qiskit's Statevector evaluates it; a reset after operations on its qubit is refused."""
+    from qiskit import QuantumCircuit
+    from qiskit.quantum_info import SparsePauliOp, random_statevector
+    from qdiff.circuits import qasm
+    vec = random_statevector(4, seed=5).data
+    obs = SparsePauliOp(["ZXI", "IYY", "XZZ"], [1.0, 0.4, -0.6])
+    qc = QuantumCircuit(3)
+    qc.initialize(vec, [2, 0])
+    qc.reset(1)
+    qc.h(1)
+    qc.cx(1, 2)
+    got = qd.qnode(qd.device("statevector", wires=3), observables=obs)(qc)(
+        torch.zeros(0, dtype=torch.float64))
+    assert abs(got.item() - _qiskit_expval(qc, [], obs)) < 1e-12
+    qc.reset(2)
+    with pytest.raises(QdiffError, match=r"'reset' on qubits \[2\].*after operations on it"):
+        qd.qnode(qd.device("statevector", wires=3))(qc)
+    imp = qasm.loads('OPENQASM 2.0;\ninclude "qelib1.inc";\nqreg q[2];\nreset q;\nh q[0];\n')
+    assert imp.circuit.count_ops() == {"h": 1}
