@@ -71,7 +71,14 @@ class CircuitQNode:
                              f"{device.num_wires} wires")
         self.source, self.device, self.diff_method = imp, device, diff_method
         self.gradient_kwargs = dict(gradient_kwargs)
-        ms, self.single = _measurements(imp, observables)
+        try:
+            ms, self.single = _measurements(imp, observables)
+        except QdiffError as exc:
+            if getattr(source, "layout", None) is None or "acts on" not in str(exc):
+                raise
+            raise QdiffError(f"{exc}: the circuit is transpiled, so observables act on its "
+                             "physical qubits, as for Qiskit's Estimator; lay a logical one "
+                             "out with obs.apply_layout(qc.layout)") from None
         if observables is not None:  # converted (qd.Z(0) holds a gate object: not picklable)
             obs = [m.obs for m in ms]
             self._args = self._args[:3] + (obs[0] if self.single else obs,) + self._args[4:]

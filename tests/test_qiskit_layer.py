@@ -510,3 +510,27 @@ def test_initialize_and_resets_of_fresh_qubits_are_exact():
         qd.qnode(qd.device("statevector", wires=3))(qc)
     imp = qasm.loads('OPENQASM 2.0;\ninclude "qelib1.inc";\nqreg q[2];\nreset q;\nh q[0];\n')
     assert imp.circuit.count_ops() == {"h": 1}
+
+
+def test_transpiled_circuit_observables_act_on_physical_qubits():
+    """A transpiled circuit (initial layout, routing) gives the logical circuit's values for an
+    observable laid out with ``apply_layout``; a logical-width observable names the remedy."""
+    from qiskit import QuantumCircuit, transpile
+    from qiskit.circuit import Parameter
+    from qiskit.providers.fake_provider import GenericBackendV2
+    from qiskit.quantum_info import SparsePauliOp
+    a, b = Parameter("a"), Parameter("b")
+    qc = QuantumCircuit(3)
+    qc.h(0); qc.ry(a, 1); qc.cx(0, 2); qc.cx(2, 1); qc.rz(b, 2); qc.cx(1, 0)
+    backend = GenericBackendV2(5, coupling_map=[[0, 1], [1, 2], [2, 3], [3, 4]], seed=1)
+    obs = SparsePauliOp(["ZXI", "YIZ"], [1.0, 0.5])
+    v = [0.4, 0.9]
+    for level, layout in ((0, [4, 0, 2]), (1, None)):
+        t = transpile(qc, backend, optimization_level=level, seed_transpiler=3,
+                      initial_layout=layout)
+        f = qd.qnode(qd.device("statevector", wires=5), observables=obs.apply_layout(t.layout))
+        got = f(t)(torch.tensor(v, dtype=torch.float64))
+        assert abs(got.item() - _qiskit_expval(qc, v, obs)) < 1e-12
+    with pytest.raises(QdiffError, match=r"acts on 3 qubit\(s\); the circuit has 5: .*transpiled"
+                                         r".*apply_layout"):
+        qd.qnode(qd.device("statevector", wires=5), observables=obs)(t)
