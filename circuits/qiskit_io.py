@@ -190,6 +190,8 @@ def _convert_into(qc, qmap, imp: _Importer, top: bool):
             ops.append(_matrix_operation(op.to_matrix(), qubits, where))
         elif name == "PauliEvolution" and hasattr(op, "operator"):
             _pauli_evolution(op, qubits, imp, where)
+        elif name == "annotated" and hasattr(op, "modifiers"):
+            _convert_into(_unannotated(op, where), list(qubits), imp, False)
         elif getattr(op, "definition", None) is not None:
             _convert_into(op.definition, list(qubits), imp, False)
         else:
@@ -229,6 +231,33 @@ def _pauli_evolution(op, qubits: tuple, imp: _Importer, where: str) -> None:
     h = sum(term.to_matrix() for term in terms)
     ops = imp.ops
     ops.append(_matrix_operation(expm(-1j * t * h), qubits, where))
+
+
+def _unannotated(op, where: str):
+    """An ``AnnotatedOperation`` as a circuit of its base operation with its modifiers applied
+    in order (``inverse()``, ``control(k, ctrl_state)``, ``power(x)``)."""
+    from qiskit import QuantumCircuit
+    out = op.base_op
+    try:
+        for m in op.modifiers:
+            kind = type(m).__name__
+            if kind == "InverseModifier":
+                out = out.inverse()
+            elif kind == "ControlModifier":
+                out = out.control(m.num_ctrl_qubits, ctrl_state=m.ctrl_state)
+            elif kind == "PowerModifier":
+                out = out.power(m.power)
+            else:
+                raise QdiffError(f"{where}: modifier {kind} is not supported")
+        qc = QuantumCircuit(op.num_qubits)
+        qc.append(out, range(op.num_qubits))
+    except QdiffError:
+        raise
+    except Exception as exc:  # Qiskit's refusal (a power of a gate with a free parameter)
+        raise QdiffError(f"{where}: annotated {op.base_op.name} with modifiers "
+                         f"{[type(m).__name__ for m in op.modifiers]}: Qiskit cannot apply "
+                         f"them ({type(exc).__name__}: {exc})") from None
+    return qc
 
 
 def _sparse_pauli_op(obj, where: str):

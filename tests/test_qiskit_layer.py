@@ -534,3 +534,30 @@ def test_transpiled_circuit_observables_act_on_physical_qubits():
     with pytest.raises(QdiffError, match=r"acts on 3 qubit\(s\); the circuit has 5: .*transpiled"
                                          r".*apply_layout"):
         qd.qnode(qd.device("statevector", wires=5), observables=obs)(t)
+
+
+def test_annotated_operations_apply_their_modifiers():
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import (AnnotatedOperation, ControlModifier, InverseModifier, Parameter,
+                                PowerModifier)
+    from qiskit.circuit.library import HGate, SXGate, U3Gate, UGate
+    from qiskit.quantum_info import SparsePauliOp
+    a = Parameter("a")
+    qc = QuantumCircuit(3)
+    qc.h([0, 1, 2])
+    qc.append(AnnotatedOperation(U3Gate(a, 0.2, 0.3), InverseModifier()), [1])
+    qc.append(AnnotatedOperation(SXGate(), [InverseModifier(), ControlModifier(2, ctrl_state=2)]),
+              [2, 0, 1])
+    qc.append(AnnotatedOperation(HGate(), [PowerModifier(0.5), ControlModifier(1)]), [1, 2])
+    obs = SparsePauliOp(["ZXI", "YYZ", "XIY"], [1.0, 0.4, -0.6])
+    x = torch.tensor([0.7], dtype=torch.float64, requires_grad=True)
+    out = qd.qnode(qd.device("statevector", wires=3), observables=obs)(qc)(x)
+    assert abs(out.item() - _qiskit_expval(qc, [0.7], obs)) < 1e-12
+    (g,) = torch.autograd.grad(out, x)
+    fd = (_qiskit_expval(qc, [0.7 + 1e-6], obs) - _qiskit_expval(qc, [0.7 - 1e-6], obs)) / 2e-6
+    assert abs(g.item() - fd) < 1e-7
+    bad = QuantumCircuit(1)
+    bad.append(AnnotatedOperation(UGate(a, 0.1, 0.2), PowerModifier(0.5)), [0])
+    with pytest.raises(QdiffError, match=r"'annotated' on qubits \[0\].*annotated u with "
+                                         r"modifiers \['PowerModifier'\]"):
+        qd.qnode(qd.device("statevector", wires=1))(bad)
