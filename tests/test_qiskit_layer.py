@@ -459,7 +459,8 @@ def test_pauli_evolution_is_the_exact_exponential_as_in_qiskit_statevector():
     hc = SparsePauliOp(["XXI", "YYI", "ZZZ"], [0.3, -0.5, 0.8])       # commuting
     obs = SparsePauliOp(["ZII", "IXY", "YZX"], [1.0, 0.4, -0.6])
     dev = qd.device("statevector", wires=3)
-    for gate in (PauliEvolutionGate(h, 0.9), PauliEvolutionGate(h, 0.9, synthesis=SuzukiTrotter(reps=2)),
+    for gate in (PauliEvolutionGate(h, 0.9),
+                 PauliEvolutionGate(h, 0.9, synthesis=SuzukiTrotter(reps=2)),
                  PauliEvolutionGate([SparsePauliOp("XXI"), SparsePauliOp("ZII")], 0.4)):
         qc = QuantumCircuit(3)
         qc.ry(0.3, 0)
