@@ -171,7 +171,10 @@ def _convert_into(qc, qmap, imp: _Importer, top: bool):
             meas.append((qubits[0], imp.cidx.get(inst.clbits[0], 0)))
             continue
         if name == "reset":
-            raise QdiffError(f"{where}: reset is not supported")
+            if any(qubits[0] in o.wires for o in ops) or qubits[0] in {q for q, _ in meas}:
+                raise QdiffError(f"{where}: reset of a qubit after operations on it is not "
+                                 "supported")
+            continue  # a qubit still in |0> (as qc.initialize() writes it): the identity
         if meas and set(qubits) & {q for q, _ in meas}:
             raise QdiffError(f"{where}: gate on a measured qubit (mid-circuit measurement) "
                              "is not supported")
@@ -185,10 +188,100 @@ def _convert_into(qc, qmap, imp: _Importer, top: bool):
             ops.append(Operation(gate, qubits, tuple(imp.angle(v, where) for v in op.params)))
         elif _is_unitary_gate(op):
             ops.append(_matrix_operation(op.to_matrix(), qubits, where))
+        elif name == "PauliEvolution" and hasattr(op, "operator"):
+            _pauli_evolution(op, qubits, imp, where)
+        elif name == "annotated" and hasattr(op, "modifiers"):
+            _convert_into(_unannotated(op, where), list(qubits), imp, False)
         elif getattr(op, "definition", None) is not None:
             _convert_into(op.definition, list(qubits), imp, False)
         else:
             ops.append(_matrix_operation(_operator_matrix(op, qubits, where), qubits, where))
+
+
+def _pauli_evolution(op, qubits: tuple, imp: _Importer, where: str) -> None:
+    """A ``PauliEvolutionGate`` as Qiskit's ``Operator``/``Statevector`` evaluate it: exactly
+    ``exp(-i t H)``. Commuting terms: a product formula, exact (the gate's own when it is a
+    deterministic one). Otherwise its definition only approximates ``exp(-i t H)``: a numeric
+    time gives the exact matrix; a parameter time is refused."""
+    from qiskit.circuit import ParameterExpression
+    from qiskit.synthesis import LieTrotter, ProductFormula, QDrift
+    terms = [_sparse_pauli_op(o, where)
+             for o in (op.operator if isinstance(op.operator, list) else [op.operator])]
+    synthesis = getattr(op, "synthesis", None)
+    if _paulis_commute(terms):
+        if isinstance(synthesis, ProductFormula) and not isinstance(synthesis, QDrift):
+            body = op.definition
+        else:  # QDrift samples terms at random; a matrix exponential needs a numeric time
+            body = LieTrotter().synthesize(op)
+        _convert_into(body, list(qubits), imp, False)
+        return
+    time = op.params[0]
+    if isinstance(time, ParameterExpression) and time.parameters:
+        raise QdiffError(
+            f"{where}: PauliEvolutionGate of non-commuting terms with time {time}: Qiskit's "
+            f"Statevector evaluates it as the exact exp(-i t H), its definition "
+            f"({type(synthesis).__name__}) only approximates that; bind the time, or expand "
+            "the product formula explicitly (qc.decompose()) to run it as written")
+    if len(qubits) > MAX_MATRIX_QUBITS:
+        raise QdiffError(f"{where}: PauliEvolutionGate of non-commuting terms on {len(qubits)} "
+                         f"qubits: its exact matrix is above the limit of {MAX_MATRIX_QUBITS} "
+                         "qubits; expand the product formula explicitly (qc.decompose())")
+    from scipy.linalg import expm
+    t = complex(time).real if isinstance(time, ParameterExpression) else float(time)
+    h = sum(term.to_matrix() for term in terms)
+    ops = imp.ops
+    ops.append(_matrix_operation(expm(-1j * t * h), qubits, where))
+
+
+def _unannotated(op, where: str):
+    """An ``AnnotatedOperation`` as a circuit of its base operation with its modifiers applied
+    in order (``inverse()``, ``control(k, ctrl_state)``, ``power(x)``)."""
+    from qiskit import QuantumCircuit
+    out = op.base_op
+    try:
+        for m in op.modifiers:
+            kind = type(m).__name__
+            if kind == "InverseModifier":
+                out = out.inverse()
+            elif kind == "ControlModifier":
+                out = out.control(m.num_ctrl_qubits, ctrl_state=m.ctrl_state)
+            elif kind == "PowerModifier":
+                out = out.power(m.power)
+            else:
+                raise QdiffError(f"{where}: modifier {kind} is not supported")
+        qc = QuantumCircuit(op.num_qubits)
+        qc.append(out, range(op.num_qubits))
+    except QdiffError:
+        raise
+    except Exception as exc:  # Qiskit's refusal (a power of a gate with a free parameter)
+        raise QdiffError(f"{where}: annotated {op.base_op.name} with modifiers "
+                         f"{[type(m).__name__ for m in op.modifiers]}: Qiskit cannot apply "
+                         f"them ({type(exc).__name__}: {exc})") from None
+    return qc
+
+
+def _sparse_pauli_op(obj, where: str):
+    from qiskit.quantum_info import SparseObservable, SparsePauliOp
+    try:
+        if isinstance(obj, SparseObservable):
+            return SparsePauliOp.from_sparse_observable(obj)
+        out = SparsePauliOp(obj)
+        if out.coeffs.dtype == object:
+            raise TypeError("its coefficients are parameter expressions")
+        return out
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise QdiffError(f"{where}: PauliEvolutionGate operator {type(obj).__name__} is not "
+                         f"supported ({exc})") from None
+
+
+def _paulis_commute(terms: list) -> bool:
+    """Whether every pair of Pauli terms of all ``terms`` (``SparsePauliOp`` s) commutes."""
+    x = np.concatenate([t.paulis.x for t in terms]).astype(np.int64)
+    z = np.concatenate([t.paulis.z for t in terms]).astype(np.int64)
+    for i in range(0, len(x), 512):  # (512, T) blocks: bounded memory for large sums
+        if ((x[i:i + 512] @ z.T + z[i:i + 512] @ x.T) % 2).any():
+            return False
+    return True
 
 
 def _xx_plus_yy(op, name: str):

@@ -71,7 +71,14 @@ class CircuitQNode:
                              f"{device.num_wires} wires")
         self.source, self.device, self.diff_method = imp, device, diff_method
         self.gradient_kwargs = dict(gradient_kwargs)
-        ms, self.single = _measurements(imp, observables)
+        try:
+            ms, self.single = _measurements(imp, observables)
+        except QdiffError as exc:
+            if getattr(source, "layout", None) is None or "acts on" not in str(exc):
+                raise
+            raise QdiffError(f"{exc}: the circuit is transpiled, so observables act on its "
+                             "physical qubits, as for Qiskit's Estimator; lay a logical one "
+                             "out with obs.apply_layout(qc.layout)") from None
         if observables is not None:  # converted (qd.Z(0) holds a gate object: not picklable)
             obs = [m.obs for m in ms]
             self._args = self._args[:3] + (obs[0] if self.single else obs,) + self._args[4:]
@@ -123,12 +130,14 @@ class CircuitQNode:
     def _from_mapping(self, mapping: dict) -> torch.Tensor:
         """``{Parameter or name: value}`` -> ``(..., Np)`` in argument order."""
         by_key: dict = {}
+        vector = _parameter_vector_class()
         for key, v in mapping.items():
-            name = key if isinstance(key, str) else getattr(key, "name", None)
-            if name not in self.names:
-                raise QdiffError(f"binding for {key!r}: not a parameter of the circuit "
-                                 f"(its parameters: {_preview(self.names)})")
-            by_key[name] = torch.as_tensor(v) if not isinstance(v, torch.Tensor) else v
+            if isinstance(key, vector):  # Qiskit's {ParameterVector: values (..., len)}
+                t = _as_tensor(v, key.name, len(key), f"binding for {key.name}")
+                for i, element in enumerate(key):
+                    self._bind(by_key, element, t[..., i])
+                continue
+            self._bind(by_key, key, v)
         order = [self.names[i] for i in self.perm] if self.perm is not None else self.names
         missing = [n for n in order if n not in by_key]
         if missing:
@@ -138,6 +147,22 @@ class CircuitQNode:
         if not cols:
             return torch.zeros(0, dtype=torch.float64)
         return torch.stack([c.expand(shape) for c in cols], dim=-1)
+
+    def _bind(self, by_key: dict, key, value) -> None:
+        """One ``{Parameter or name: value}`` entry; a value that is not a tensor (a Python or
+        numpy number, a list) becomes float64, as Qiskit binds it."""
+        name = key if isinstance(key, str) else getattr(key, "name", None)
+        if name not in self.names:
+            raise QdiffError(f"binding for {key!r}: not a parameter of the circuit "
+                             f"(its parameters: {_preview(self.names)})")
+        if name in by_key:
+            raise QdiffError(f"parameter '{name}' is bound twice")
+        if hasattr(key, "uuid") and self.source.parameters[self.names.index(name)] != key:
+            raise QdiffError(f"binding for {key!r}: a different Parameter of the same name as "
+                             "the circuit's")
+        if name in by_key:
+            raise QdiffError(f"parameter '{name}' is bound twice")
+        by_key[name] = _real_tensor(value, f"binding for {key!r}", "a real number or tensor")
 
     def _recorded(self, tensors: list) -> Recorded:
         try:
@@ -337,17 +362,30 @@ def _float(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype.is_floating_point else t.to(torch.float64)
 
 
-def _as_tensor(value, name: str, k: int) -> torch.Tensor:
-    """An argument as a real tensor ``(..., k)``."""
+def _real_tensor(value, what: str, expected: str) -> torch.Tensor:
+    """A real tensor (a value that is not a tensor -- a number, a list, a numpy array -- as
+    float64, as Qiskit binds it; complex values refused, never cast to their real part)."""
     if not isinstance(value, torch.Tensor):
+        import numpy as np
         try:
-            value = torch.as_tensor(value, dtype=torch.float64)
+            arr = np.asarray(value)
+            complex_values = np.iscomplexobj(arr)
+            if not complex_values:
+                value = torch.as_tensor(arr.astype(np.float64))
         except (TypeError, ValueError, RuntimeError):
-            raise QdiffError(f"argument '{name}': expected a real tensor of shape (..., {k}); "
-                             f"got {type(value).__name__}") from None
-    value = _float(value)
+            raise QdiffError(f"{what}: expected {expected}; got {type(value).__name__}") \
+                from None
+        if complex_values:
+            raise QdiffError(f"{what}: parameter values must be real; got complex values")
+    return _float(value)
+
+
+def _as_tensor(value, name: str, k: int, what: str = "") -> torch.Tensor:
+    """An argument (or ``what``) as a real tensor ``(..., k)``."""
+    what = what or f"argument '{name}'"
+    value = _real_tensor(value, what, f"a real tensor of shape (..., {k})")
     if value.ndim == 0 or value.shape[-1] != k:
-        raise QdiffError(f"argument '{name}' has shape {tuple(value.shape)}; expected "
+        raise QdiffError(f"{what} has shape {tuple(value.shape)}; expected "
                          f"(..., {k}) ({k} parameter value(s) on the last dim)")
     return value
 

@@ -418,7 +418,7 @@ def test_unsupported_statements_name_their_line_wherever_they_stand():
     head = 'OPENQASM 2.0;\ninclude "qelib1.inc";\nqreg q[2];\n'
     cases = ((head + "opaque bar a;\n// bar q[0];\nh q[0];\nbar q[1];\n", r"f\.qasm:7: .*'bar'"),
              (head + "h q[0]; reset q[0];\n", r"f\.qasm:4: .*reset"),
-             (head + "h q[0];\ngate g a { h a; }\n  g q[0]; reset q[1];\n", r"f\.qasm:6: .*reset"))
+             (head + "h q[0];\ngate g a { h a; }\n  g q[0]; reset q[0];\n", r"f\.qasm:6: .*reset"))
     for text, match in cases:
         with pytest.raises(QdiffError, match=match):
             qasm.loads(text, "f.qasm")

@@ -287,6 +287,47 @@ def test_qnode_errors():
         qd.qnode(qd.device("statevector", wires=2), diff_method="magic")(qc)
 
 
+def test_qnode_mapping_of_python_numbers_binds_float64():
+    """``{a: 0.3}`` binds 0.3 as Qiskit does (float64), not torch's float32 default."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    a = Parameter("a")
+    qc = QuantumCircuit(1)
+    qc.rx(a, 0)
+    f = qd.qnode(qd.device("statevector", wires=1))(qc)
+    for value in (0.3, [0.3], np.float64(0.3), np.array(0.3)):
+        assert abs(f({a: value}).reshape(-1)[0].item() - np.cos(0.3)) < 1e-14
+        assert abs(f({"a": value}).reshape(-1)[0].item() - np.cos(0.3)) < 1e-14
+
+
+def test_qnode_mapping_of_parameter_vectors_and_binding_errors():
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter, ParameterVector
+    from qiskit.quantum_info import SparsePauliOp, Statevector
+    x, a = ParameterVector("x", 2), Parameter("a")
+    qc = QuantumCircuit(2)
+    qc.rx(x[1], 0)
+    qc.ry(x[0] * a, 1)
+    qc.cx(0, 1)
+    obs = SparsePauliOp(["ZI", "XZ"], [1.0, 0.5])
+    f = qd.qnode(qd.device("statevector", wires=2), observables=obs)(qc)
+    ref = Statevector(qc.assign_parameters({x: [0.4, 1.1], a: 0.7})).expectation_value(obs).real
+    assert abs(f({x: [0.4, 1.1], a: 0.7}).item() - ref) < 1e-14
+    assert f({x: torch.rand(5, 2), a: 0.7}).shape == (5,)
+    with pytest.raises(QdiffError, match=r"binding for x has shape \(3,\)"):
+        f({x: [0.4, 1.1, 2.0], a: 0.7})
+    with pytest.raises(QdiffError, match="'a' is bound twice"):
+        f({x: [0.4, 1.1], a: 0.7, "a": 0.7})
+    with pytest.raises(QdiffError, match="different Parameter of the same name"):
+        f({x: [0.4, 1.1], Parameter("a"): 0.7})
+    with pytest.raises(QdiffError, match="expected a real number or tensor; got str"):
+        f({x: [0.4, 1.1], a: "s"})
+    with pytest.raises(QdiffError, match="must be real; got complex"):
+        f({x: [0.4, 1.1], a: np.array(0.7 + 0.1j)})
+    with pytest.raises(QdiffError, match="must be real; got complex"):
+        f(np.array([0.4, 1.1, 0.7j]))
+
+
 
 def test_whole_model_saves_and_loads_and_spsa_runs():
     import io
@@ -397,3 +438,127 @@ def test_from_qiskit_init_method_and_device_errors_and_dict():
         qd.QuantumLayer.from_qiskit(qc, fm.parameters, ansatz.parameters, init_method="zeros")
     with pytest.raises(QdiffError, match="device= takes a qdiff device"):
         qd.QuantumLayer.from_qiskit(qc, fm.parameters, ansatz.parameters, device=42)
+
+
+def _qiskit_expval(qc, values, obs):
+    from qiskit.quantum_info import Statevector
+    bound = qc.assign_parameters(dict(zip(qc.parameters, values))) if qc.parameters else qc
+    return Statevector(bound).expectation_value(obs).real
+
+
+def test_pauli_evolution_is_the_exact_exponential_as_in_qiskit_statevector():
+    """``PauliEvolutionGate`` is ``exp(-i t H)`` (Qiskit's Operator/Statevector); its default
+    definition (one Lie-Trotter step) only approximates that for non-commuting terms."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    from qiskit.circuit.library import PauliEvolutionGate
+    from qiskit.quantum_info import SparsePauliOp
+    from qiskit.synthesis import QDrift, SuzukiTrotter
+    t = Parameter("t")
+    h = SparsePauliOp(["XXI", "ZIY", "IZZ"], [0.3, -0.5, 0.8])        # non-commuting
+    hc = SparsePauliOp(["XXI", "YYI", "ZZZ"], [0.3, -0.5, 0.8])       # commuting
+    obs = SparsePauliOp(["ZII", "IXY", "YZX"], [1.0, 0.4, -0.6])
+    dev = qd.device("statevector", wires=3)
+    for gate in (PauliEvolutionGate(h, 0.9),
+                 PauliEvolutionGate(h, 0.9, synthesis=SuzukiTrotter(reps=2)),
+                 PauliEvolutionGate([SparsePauliOp("XXI"), SparsePauliOp("ZII")], 0.4)):
+        qc = QuantumCircuit(3)
+        qc.ry(0.3, 0)
+        qc.append(gate, [0, 1, 2])
+        got = qd.qnode(dev, observables=obs)(qc)(torch.zeros(0, dtype=torch.float64))
+        assert abs(got.item() - _qiskit_expval(qc, [], obs)) < 1e-12
+    # commuting terms, a parameter time (QDrift's random sampling replaced by an exact formula)
+    for synthesis in (None, QDrift(reps=3)):
+        qc = QuantumCircuit(3)
+        qc.h(1)
+        qc.append(PauliEvolutionGate(hc, 2 * t, **({"synthesis": synthesis} if synthesis
+                                                   else {})), [0, 1, 2])
+        x = torch.tensor([0.7], dtype=torch.float64, requires_grad=True)
+        out = qd.qnode(dev, observables=obs)(qc)(x)
+        assert abs(out.item() - _qiskit_expval(qc, [0.7], obs)) < 1e-12
+        (g,) = torch.autograd.grad(out, x)
+        fd = (_qiskit_expval(qc, [0.7 + 1e-6], obs) - _qiskit_expval(qc, [0.7 - 1e-6], obs)) / 2e-6
+        assert abs(g.item() - fd) < 1e-7
+    qc = QuantumCircuit(3)
+    qc.append(PauliEvolutionGate(h, t), [0, 1, 2])
+    with pytest.raises(QdiffError, match=r"PauliEvolutionGate of non-commuting terms with time t"
+                                         r".*qc.decompose\(\)"):
+        qd.qnode(dev)(qc)
+    # the product formula written out runs as written
+    dec = qc.decompose()
+    got = qd.qnode(dev, observables=obs)(dec)(torch.tensor([0.7], dtype=torch.float64))
+    assert abs(got.item() - _qiskit_expval(dec, [0.7], obs)) < 1e-12
+
+
+def test_initialize_and_resets_of_fresh_qubits_are_exact():
+    """``qc.initialize`` (a reset, then a state preparation) at the start of a circuit, as
+    Qiskit's Statevector evaluates it; a reset after operations on its qubit is refused."""
+    from qiskit import QuantumCircuit
+    from qiskit.quantum_info import SparsePauliOp, random_statevector
+    from qdiff.circuits import qasm
+    vec = random_statevector(4, seed=5).data
+    obs = SparsePauliOp(["ZXI", "IYY", "XZZ"], [1.0, 0.4, -0.6])
+    qc = QuantumCircuit(3)
+    qc.initialize(vec, [2, 0])
+    qc.reset(1)
+    qc.h(1)
+    qc.cx(1, 2)
+    got = qd.qnode(qd.device("statevector", wires=3), observables=obs)(qc)(
+        torch.zeros(0, dtype=torch.float64))
+    assert abs(got.item() - _qiskit_expval(qc, [], obs)) < 1e-12
+    qc.reset(2)
+    with pytest.raises(QdiffError, match=r"'reset' on qubits \[2\].*after operations on it"):
+        qd.qnode(qd.device("statevector", wires=3))(qc)
+    imp = qasm.loads('OPENQASM 2.0;\ninclude "qelib1.inc";\nqreg q[2];\nreset q;\nh q[0];\n')
+    assert imp.circuit.count_ops() == {"h": 1}
+
+
+def test_transpiled_circuit_observables_act_on_physical_qubits():
+    """A transpiled circuit (initial layout, routing) gives the logical circuit's values for an
+    observable laid out with ``apply_layout``; a logical-width observable names the remedy."""
+    from qiskit import QuantumCircuit, transpile
+    from qiskit.circuit import Parameter
+    from qiskit.providers.fake_provider import GenericBackendV2
+    from qiskit.quantum_info import SparsePauliOp
+    a, b = Parameter("a"), Parameter("b")
+    qc = QuantumCircuit(3)
+    qc.h(0); qc.ry(a, 1); qc.cx(0, 2); qc.cx(2, 1); qc.rz(b, 2); qc.cx(1, 0)
+    backend = GenericBackendV2(5, coupling_map=[[0, 1], [1, 2], [2, 3], [3, 4]], seed=1)
+    obs = SparsePauliOp(["ZXI", "YIZ"], [1.0, 0.5])
+    v = [0.4, 0.9]
+    for level, layout in ((0, [4, 0, 2]), (1, None)):
+        t = transpile(qc, backend, optimization_level=level, seed_transpiler=3,
+                      initial_layout=layout)
+        f = qd.qnode(qd.device("statevector", wires=5), observables=obs.apply_layout(t.layout))
+        got = f(t)(torch.tensor(v, dtype=torch.float64))
+        assert abs(got.item() - _qiskit_expval(qc, v, obs)) < 1e-12
+    with pytest.raises(QdiffError, match=r"acts on 3 qubit\(s\); the circuit has 5: .*transpiled"
+                                         r".*apply_layout"):
+        qd.qnode(qd.device("statevector", wires=5), observables=obs)(t)
+
+
+def test_annotated_operations_apply_their_modifiers():
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import (AnnotatedOperation, ControlModifier, InverseModifier, Parameter,
+                                PowerModifier)
+    from qiskit.circuit.library import HGate, SXGate, U3Gate, UGate
+    from qiskit.quantum_info import SparsePauliOp
+    a = Parameter("a")
+    qc = QuantumCircuit(3)
+    qc.h([0, 1, 2])
+    qc.append(AnnotatedOperation(U3Gate(a, 0.2, 0.3), InverseModifier()), [1])
+    qc.append(AnnotatedOperation(SXGate(), [InverseModifier(), ControlModifier(2, ctrl_state=2)]),
+              [2, 0, 1])
+    qc.append(AnnotatedOperation(HGate(), [PowerModifier(0.5), ControlModifier(1)]), [1, 2])
+    obs = SparsePauliOp(["ZXI", "YYZ", "XIY"], [1.0, 0.4, -0.6])
+    x = torch.tensor([0.7], dtype=torch.float64, requires_grad=True)
+    out = qd.qnode(qd.device("statevector", wires=3), observables=obs)(qc)(x)
+    assert abs(out.item() - _qiskit_expval(qc, [0.7], obs)) < 1e-12
+    (g,) = torch.autograd.grad(out, x)
+    fd = (_qiskit_expval(qc, [0.7 + 1e-6], obs) - _qiskit_expval(qc, [0.7 - 1e-6], obs)) / 2e-6
+    assert abs(g.item() - fd) < 1e-7
+    bad = QuantumCircuit(1)
+    bad.append(AnnotatedOperation(UGate(a, 0.1, 0.2), PowerModifier(0.5)), [0])
+    with pytest.raises(QdiffError, match=r"'annotated' on qubits \[0\].*annotated u with "
+                                         r"modifiers \['PowerModifier'\]"):
+        qd.qnode(qd.device("statevector", wires=1))(bad)
