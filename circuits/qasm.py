@@ -260,14 +260,18 @@ def loads(text: str, filename: str = "<string>") -> QiskitImport:
 
 
 _STATEMENT = r"(?:^|[;{}])\s*"  # where a statement starts
-_CONSTRUCTS = (("classically controlled", _STATEMENT + r"(if|while|for|switch)\b"),
-               ("reset", _STATEMENT + r"reset\b"),
-               ("mid-circuit measurement", _STATEMENT + r"measure\b"))
+# (message key, statement pattern, whether every such statement is refused: then the first
+# one is the line; otherwise a line is named only when it is the one such statement)
+_CONSTRUCTS = (("classically controlled", _STATEMENT + r"(if|while|for|switch)\b", True),
+               ("reset", _STATEMENT + r"reset\b", False),
+               ("mid-circuit measurement", _STATEMENT + r"measure\b", False))
 
 
 def _line_of(text: str, message: str) -> str:
-    """':N' for the first source line with the construct an import error complains about
-    (for a non-finite angle: the only line calling that gate with arguments, if one)."""
+    """':N' for the source line of the construct an import error complains about: the first
+    application of an unknown gate or classical control; the only reset or measurement
+    statement, if one (a reset of a fresh qubit is accepted, so the first need not be the
+    one refused); for a non-finite angle, the only line calling that gate with arguments."""
     m = re.search(r"(?:gate '|\(')(\w+)' on (?:wires|qubits) .*NaN or infinite", message)
     if m:
         calls = [c.start() for c in re.finditer(rf"^\s*{m.group(1).lower()}\s*\(", text,
@@ -279,11 +283,11 @@ def _line_of(text: str, message: str) -> str:
         call = re.search(_STATEMENT + rf"{re.escape(m.group(1))}\s*[(a-zA-Z_$]", code,
                          flags=re.MULTILINE)
         return f":{_line_at(code, call.end() - 1)}" if call else ""
-    for key, pattern in _CONSTRUCTS:
+    for key, pattern, always in _CONSTRUCTS:
         if key in message:
-            m = re.search(pattern, code, flags=re.MULTILINE)
-            if m:
-                return f":{_line_at(code, m.end() - 1)}"
+            found = list(re.finditer(pattern, code, flags=re.MULTILINE))
+            if found and (always or len(found) == 1):
+                return f":{_line_at(code, found[0].end() - 1)}"
     return ""
 
 

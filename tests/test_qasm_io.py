@@ -422,3 +422,10 @@ def test_unsupported_statements_name_their_line_wherever_they_stand():
     for text, match in cases:
         with pytest.raises(QdiffError, match=match):
             qasm.loads(text, "f.qasm")
+
+
+def test_a_reset_line_is_named_only_when_it_is_the_one_reset():
+    head = 'OPENQASM 2.0;\ninclude "qelib1.inc";\nqreg q[2];\n'
+    text = head + "reset q;\nh q[0];\nreset q[0];\n"  # the first reset (fresh qubits) runs
+    with pytest.raises(QdiffError, match=r"^f\.qasm: .*reset"):
+        qasm.loads(text, "f.qasm")
