@@ -38,9 +38,9 @@ import functools
 
 import torch
 
-from qdiff.circuits import caches
+from qdiff.circuits import caches, memory
 from qdiff.backends.base import Job
-from qdiff.circuits.circuit import Circuit
+from qdiff.circuits.circuit import Circuit, trainable_matrix_op
 from qdiff.circuits.decompositions import decompose, pauli_decompose
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
@@ -51,14 +51,18 @@ from qdiff.noise import route_circuit
 APPROX = ("block-diag", "diag", None)
 
 
-def metric_tensor(qnode, approx="block-diag", hybrid: bool = True):
+def metric_tensor(qnode, approx="block-diag", hybrid: bool = True, **kwargs):
     """Return a function of the qnode's arguments giving its metric tensor (see module doc)."""
+    if kwargs:
+        raise QdiffError(f"metric_tensor: unknown keyword(s) {sorted(kwargs)}; valid: approx, "
+                         "hybrid (the metric is taken over every argument that requires grad)")
     if approx not in APPROX:
         raise QdiffError(f"metric_tensor: approx must be one of {list(APPROX)}; got {approx!r}")
 
     @functools.wraps(qnode)
     def wrapper(*args, **kwargs):
-        recorded, _ = qnode.construct(*args, **kwargs)
+        with torch.enable_grad():  # what requires grad is recorded, also under no_grad()
+            recorded, _ = qnode.construct(*args, **kwargs)
         g, cols = theta_metric(recorded, qnode.device, approx)
         if not hybrid:
             return g.reshape(*recorded.batch_shape, len(cols), len(cols))
@@ -71,6 +75,8 @@ def theta_metric(recorded, backend, approx):
     """``(g (B, P, P), trainable columns)`` over the trainable theta columns."""
     cols = [i for i, t in enumerate(recorded.trainable) if t]
     theta = recorded.theta.detach()
+    memory.require(8.0 * theta.shape[0] * len(cols) ** 2 * 2,
+                   f"the metric tensor over {len(cols)} gate angles", theta.device)
     if not cols:
         return theta.new_zeros(theta.shape[0], 0, 0), cols
     if approx is None:
@@ -88,6 +94,18 @@ def contract_with_args(g, cols, recorded, qnode, args, kwargs, joint: bool):
     if not train:
         raise QdiffError("metric_tensor: no argument requires grad; mark the trainable ones "
                          "with requires_grad=True")
+    with torch.enable_grad():
+        other = "state preparation" if getattr(recorded.initial_state, "requires_grad", False) \
+            else trainable_matrix_op(recorded.circuit)
+    if other is not None:
+        other = other if other == "state preparation" else f"matrix of gate '{other}'"
+        raise QdiffError(f"metric_tensor: the {other} depends on a trainable argument; the "
+                         "metric is mapped to the arguments through the gate angles only, so "
+                         "that dependence would be missing (make it constant, or use "
+                         "hybrid=False for the metric over the gate angles)")
+    dim = sum(args[i].numel() for i in train)
+    memory.require(8.0 * (len(cols) * dim + dim * dim) * 2,
+                   f"the metric tensor over {dim} argument entries", g.device)
 
     def angles(*targs):
         full = list(args)

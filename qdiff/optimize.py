@@ -27,6 +27,7 @@ from typing import Callable, Optional
 
 import torch
 
+from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.metric import contract_with_args, theta_metric
 
@@ -49,7 +50,11 @@ class QNGOptimizer(torch.optim.Optimizer):
     def __init__(self, params, qnode, lr: float = 0.1, lam: float = 1e-3,
                  metric: str = "block-diag", args: Optional[Callable] = None,
                  spsa_epsilon: float = 1e-2, spsa_resamplings: int = 1,
-                 seed: Optional[int] = None):
+                 seed: Optional[int] = None, **kwargs):
+        if kwargs:
+            raise QdiffError(f"QNGOptimizer: unknown keyword(s) {sorted(kwargs)}; valid: lr, "
+                             "lam, metric, args, spsa_epsilon, spsa_resamplings, seed "
+                             "(PennyLane's stepsize is lr, its approx is metric)")
         if metric not in METRICS:
             raise QdiffError(f"QNGOptimizer: metric must be one of {list(METRICS)}; got {metric!r}")
         _check_rates(lr, lam)
@@ -71,6 +76,28 @@ class QNGOptimizer(torch.optim.Optimizer):
     def add_param_group(self, param_group):
         super().add_param_group(param_group)
         _check_rates(self.param_groups[-1]["lr"], self.param_groups[-1]["lam"])
+
+    def state_dict(self):
+        """torch's state dict plus the QN-SPSA running metric and random stream, so that a
+        loaded optimizer goes on with the same run."""
+        out = super().state_dict()
+        out["qng"] = {"metric": self.metric, "spsa_avg": self._spsa_avg,
+                      "spsa_count": self._spsa_count, "generator": self._gen.get_state()}
+        return out
+
+    def load_state_dict(self, state_dict):
+        state_dict = dict(state_dict)
+        extra = state_dict.pop("qng", None)
+        if extra is not None and extra.get("metric") != self.metric:
+            raise QdiffError(f"QNGOptimizer.load_state_dict: the state is that of "
+                             f"metric={extra.get('metric')!r}, this optimizer has "
+                             f"metric={self.metric!r}")
+        super().load_state_dict(state_dict)
+        if extra is not None:
+            avg = extra["spsa_avg"]
+            self._spsa_avg = None if avg is None else avg.clone()
+            self._spsa_count = int(extra["spsa_count"])
+            self._gen.set_state(extra["generator"].clone())
 
     def _params(self):
         return [p for g in self.param_groups for p in g["params"]]
@@ -115,6 +142,8 @@ class QNGOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        for group in self.param_groups:
+            _check_rates(group["lr"], group["lam"])
         params = self._params()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads])
@@ -123,6 +152,8 @@ class QNGOptimizer(torch.optim.Optimizer):
         # each group's own lam on the diagonal entries of its parameters
         lam = torch.cat([torch.full((p.numel(),), float(group["lam"]), dtype=g.dtype)
                          for group in self.param_groups for p in group["params"]]).to(g.device)
+        memory.require(8.0 * 4 * flat.numel() ** 2,
+                       f"the natural-gradient solve over {flat.numel()} parameters", g.device)
         reg = g + torch.diag(lam)
         delta = torch.linalg.solve(reg, flat) if bool((lam > 0).all()) \
             else torch.linalg.pinv(reg) @ flat
@@ -139,6 +170,8 @@ class QNGOptimizer(torch.optim.Optimizer):
         train = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
         base = torch.cat([args[i].detach().reshape(-1) for i in train])
         eps = self.spsa_epsilon
+        memory.require(8.0 * 6 * total * total,
+                       f"the QN-SPSA metric estimate over {total} parameters")
         est = torch.zeros(total, total, dtype=base.dtype)
         for _ in range(self.spsa_resamplings):
             d1 = (torch.randint(0, 2, (total,), generator=self._gen) * 2 - 1).to(base.dtype)

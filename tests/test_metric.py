@@ -164,3 +164,59 @@ def test_block_diag_on_shot_backend_within_statistics():
     assert float((shots - exact).abs().max()) < 6 * 0.25 / np.sqrt(20000) * 2
     with pytest.raises(qd.QdiffError, match="statevector"):
         metric_tensor(qd.qnode(dev, diff_method="parameter-shift")(circ), approx=None)(w)
+
+
+def test_metric_refuses_arguments_that_reach_state_preparation_or_matrices():
+    """The metric is mapped to the arguments through the gate angles only: an argument that
+    also feeds a state preparation or a QubitUnitary matrix would get a silently partial
+    (here zero) metric."""
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def prep(v, w):
+        qd.StatePrep(v / v.norm(), wires=[0, 1])
+        qd.RY(w, wires=0)
+        return qd.expval(qd.Z(0))
+
+    @qd.qnode(dev)
+    def mat(t):
+        c, s = torch.cos(t / 2), torch.sin(t / 2)
+        qd.QubitUnitary(torch.stack([torch.stack([c, -s]), torch.stack([s, c])]), wires=0)
+        qd.RX(t, wires=1)
+        return qd.expval(qd.Z(0))
+    v = torch.tensor([0.5, 0.5, 0.5, 0.5], dtype=torch.float64, requires_grad=True)
+    w = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    t = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    for approx in (None, "block-diag"):
+        with pytest.raises(qd.QdiffError, match="state preparation"):
+            metric_tensor(prep, approx=approx)(v, w)
+        with pytest.raises(qd.QdiffError, match="QubitUnitary"):
+            metric_tensor(mat, approx=approx)(t)
+    prep(v, w).backward()
+    with pytest.raises(qd.QdiffError, match="state preparation"):
+        qd.QNGOptimizer([v, w], prep, metric="full").step()
+    # a constant state preparation is fine; the theta-column metric stays available
+    g = metric_tensor(prep, approx=None)(v.detach(), w)
+    assert torch.allclose(g, torch.tensor(0.25, dtype=torch.float64), atol=1e-12)
+    assert metric_tensor(prep, approx=None, hybrid=False)(v, w).shape == (1, 1)
+
+
+def test_metric_memory_checked_before_allocation(monkeypatch):
+    dev = qd.device("statevector", wires=1)
+
+    @qd.qnode(dev)
+    def f(w):
+        qd.RY(w.sum(), wires=0)
+        qd.RX(w.sum(), wires=0)
+        return qd.expval(qd.Z(0))
+    w = torch.rand(4000, dtype=torch.float64, requires_grad=True)  # a 128 MB (D, D) metric
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "64M")
+    for approx in (None, "diag"):
+        with pytest.raises(qd.QdiffMemoryError, match="metric"):
+            metric_tensor(f, approx=approx)(w)
+
+
+def test_metric_unknown_keyword_refused():
+    f, _ = make()
+    with pytest.raises(qd.QdiffError, match="argnum"):
+        metric_tensor(f, argnum=0)
