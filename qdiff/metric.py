@@ -51,6 +51,17 @@ from qdiff.noise import route_circuit
 APPROX = ("block-diag", "diag", None)
 
 
+def record_call(qnode, args, kwargs, who: str = "metric_tensor"):
+    """The :class:`Recorded` call of a qdiff qnode (``@qd.qnode``) or a Qiskit-circuit qnode."""
+    if hasattr(qnode, "device"):
+        if callable(getattr(qnode, "construct", None)):
+            return qnode.construct(*args, **kwargs)[0]
+        if callable(getattr(qnode, "record", None)):
+            return qnode.record(*args, **kwargs)
+    raise QdiffError(f"{who}: qnode must be a qdiff qnode (@qd.qnode, also of a Qiskit "
+                     f"circuit), whose state defines the metric; got {type(qnode).__name__}")
+
+
 def metric_tensor(qnode, approx="block-diag", hybrid: bool = True, **kwargs):
     """Return a function of the qnode's arguments giving its metric tensor (see module doc)."""
     if kwargs:
@@ -62,7 +73,7 @@ def metric_tensor(qnode, approx="block-diag", hybrid: bool = True, **kwargs):
     @functools.wraps(qnode)
     def wrapper(*args, **kwargs):
         with torch.enable_grad():  # what requires grad is recorded, also under no_grad()
-            recorded, _ = qnode.construct(*args, **kwargs)
+            recorded = record_call(qnode, args, kwargs)
         g, cols = theta_metric(recorded, qnode.device, approx)
         if not hybrid:
             return g.reshape(*recorded.batch_shape, len(cols), len(cols))
@@ -111,7 +122,7 @@ def contract_with_args(g, cols, recorded, qnode, args, kwargs, joint: bool):
         full = list(args)
         for i, a in zip(train, targs):
             full[i] = a
-        rec, _ = qnode.construct(*full, **kwargs)
+        rec = record_call(qnode, full, kwargs)
         return rec.theta[0, cols]
     jac = torch.autograd.functional.jacobian(angles, tuple(args[i].detach() for i in train))
     g0 = g[0]

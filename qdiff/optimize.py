@@ -29,7 +29,7 @@ import torch
 
 from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
-from qdiff.metric import contract_with_args, theta_metric
+from qdiff.metric import contract_with_args, record_call, theta_metric
 
 METRICS = ("block-diag", "diag", "full", "spsa")
 
@@ -66,7 +66,15 @@ class QNGOptimizer(torch.optim.Optimizer):
                     or spsa_resamplings < 1:
                 raise QdiffError(f"QNGOptimizer: spsa_resamplings must be an integer >= 1; got "
                                  f"{spsa_resamplings!r}")
-        super().__init__(params, dict(lr=lr, lam=lam))
+        if not (hasattr(qnode, "device") and (callable(getattr(qnode, "construct", None))
+                                              or callable(getattr(qnode, "record", None)))):
+            record_call(qnode, (), {}, "QNGOptimizer")  # raises, naming the object
+        try:
+            super().__init__(params, dict(lr=lr, lam=lam))
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, QdiffError):
+                raise
+            raise QdiffError(f"QNGOptimizer: params: {exc}") from None
         self.qnode, self.metric, self.args_fn = qnode, metric, args
         self.spsa_epsilon, self.spsa_resamplings = spsa_epsilon, spsa_resamplings
         self._gen = torch.Generator().manual_seed(seed if seed is not None else 0)
@@ -131,7 +139,7 @@ class QNGOptimizer(torch.optim.Optimizer):
         else:
             approx = None if self.metric == "full" else self.metric
             with torch.enable_grad():
-                recorded, _ = self.qnode.construct(*args)
+                recorded = record_call(self.qnode, args, {})
                 g, cols = theta_metric(recorded, self.qnode.device, approx)
                 full = contract_with_args(g, cols, recorded, self.qnode, args, {}, joint=True)
         return full[idx][:, idx]
@@ -217,8 +225,8 @@ def fidelities(qnode, args, train, base, shifts):
     ``execute`` call (one hardware job), read off P(0...0); with a device noise model that
     circuit is routed for the device (:mod:`qdiff.noise`) like any other.
     """
-    rec0, _ = qnode.construct(*_with_flat(args, train, base))
-    recs = [qnode.construct(*_with_flat(args, train, base + s))[0] for s in shifts]
+    rec0 = record_call(qnode, _with_flat(args, train, base), {})
+    recs = [record_call(qnode, _with_flat(args, train, base + s), {}) for s in shifts]
     thetas = torch.cat([r.theta.detach() for r in recs])
     dev = qnode.device
     pure = getattr(dev, "noise", None) is None and getattr(dev, "name", "") != "mixed"

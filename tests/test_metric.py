@@ -220,3 +220,34 @@ def test_metric_unknown_keyword_refused():
     f, _ = make()
     with pytest.raises(qd.QdiffError, match="argnum"):
         metric_tensor(f, argnum=0)
+
+
+def test_metric_and_qng_of_a_qiskit_circuit_qnode():
+    pytest.importorskip("qiskit")
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import ParameterVector
+    p = ParameterVector("w", 3)
+    qc = QuantumCircuit(2)
+    qc.ry(p[0], 0)
+    qc.cx(0, 1)
+    qc.rx(p[1], 1)
+    qc.crz(2 * p[2], 1, 0)
+    dev = qd.device("statevector", wires=2)
+    qn = qd.qnode(dev)(qc)
+
+    @qd.qnode(dev)
+    def ref(w):
+        qd.RY(w[0], wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.RX(w[1], wires=1)
+        qd.CRZ(2 * w[2], wires=[1, 0])
+        return qd.expval(qd.Z(0))
+    w = torch.tensor([0.3, 0.5, -0.4], dtype=torch.float64, requires_grad=True)
+    for approx in (None, "block-diag", "diag"):
+        assert torch.allclose(metric_tensor(qn, approx=approx)(w),
+                              metric_tensor(ref, approx=approx)(w), atol=1e-12)
+    opt = qd.QNGOptimizer([w], qn, lr=0.1, metric="full")
+    qn(w).sum().backward()
+    opt.step()
+    with pytest.raises(qd.QdiffError, match="qdiff qnode"):
+        metric_tensor(lambda w: w.sum())(w)

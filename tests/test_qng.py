@@ -253,3 +253,12 @@ def test_qng_step_equals_pennylane_qng_step():
         f(w).backward()
         opt.step()
         assert np.abs(w.detach().numpy() - np.asarray(pw)).max() < 1e-10
+
+
+def test_qng_params_and_qnode_checked_at_construction():
+    cost = make_cost()
+    for params, what in (([], "empty"), ([0.3], "Tensors")):
+        with pytest.raises(qd.QdiffError, match=what):
+            qd.QNGOptimizer(params, cost)
+    with pytest.raises(qd.QdiffError, match="qdiff qnode"):
+        qd.QNGOptimizer([init()], lambda w: w.sum())
