@@ -40,6 +40,7 @@ import torch
 
 from qdiff.circuits import caches, memory
 from qdiff.backends.base import Job
+from qdiff.circuits.channels import Channel
 from qdiff.circuits.circuit import Circuit, trainable_matrix_op
 from qdiff.circuits.decompositions import decompose, pauli_decompose
 from qdiff.circuits.errors import QdiffError
@@ -162,6 +163,9 @@ def full_metric(circuit, theta, cols, backend, initial_state=None):
                          f"state; {backend!r} prepares mixed (noisy) states: use "
                          "approx='block-diag' or 'diag' (generator covariances on the states "
                          "the device prepares)")
+    if getattr(backend, "trajectories", None):
+        raise QdiffError(f"metric_tensor(approx=None) needs exact states; {backend!r} samples "
+                         f"them with trajectories: use approx='block-diag' or 'diag'")
     if not backend.capabilities.backprop or getattr(backend, "shots", None):
         raise QdiffError(f"metric_tensor(approx=None) needs an exact torch-simulated backend; "
                          f"'{getattr(backend, 'name', backend)}' is not one (use "
@@ -191,7 +195,11 @@ def _generator_terms(gate):
 
 def generator_observable(op) -> Observable:
     """The generator ``G`` (``U = exp(-i phi G)``) of a one-parameter gate, on its wires."""
-    if op.gate.generator is None:
+    if getattr(op.gate, "generator", None) is None:
+        if isinstance(op.gate, Channel):
+            raise QdiffError(f"metric_tensor: channel '{op.gate.name}' has a trainable "
+                             "parameter; the metric is over unitary gates' angles only (make "
+                             "the channel's parameter constant)")
         raise QdiffError(f"metric_tensor: gate '{op.gate.pl_name or op.name}' has no generator; "
                          "use approx=None (full metric on a statevector backend)")
     coeffs, terms = [], []

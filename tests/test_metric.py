@@ -251,3 +251,18 @@ def test_metric_and_qng_of_a_qiskit_circuit_qnode():
     opt.step()
     with pytest.raises(qd.QdiffError, match="qdiff qnode"):
         metric_tensor(lambda w: w.sum())(w)
+
+
+def test_metric_refusals_name_trajectories_and_trainable_channels():
+    w = torch.tensor([0.3, 0.5], dtype=torch.float64, requires_grad=True)
+
+    def circ(w):
+        qd.RY(w[0], wires=0)
+        qd.DepolarizingChannel(0.1 * w[1], wires=0)
+        qd.RX(0.3, wires=0)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffError, match="DepolarizingChannel"):
+        metric_tensor(qd.qnode(qd.device("mixed", wires=1))(circ))(w)
+    traj = qd.qnode(qd.device("statevector", wires=1, trajectories=20, seed=0))(circ)
+    with pytest.raises(qd.QdiffError, match="trajectories"):
+        metric_tensor(traj, approx=None)(w)
