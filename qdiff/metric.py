@@ -97,6 +97,19 @@ def theta_metric(recorded, backend, approx):
                         diag_only=approx == "diag"), cols
 
 
+def check_angles_only(recorded, who: str, hint: str = "") -> None:
+    """Refuse a call whose trainable arguments reach the state by more than the gate angles
+    (a state preparation, a QubitUnitary matrix): the metric would miss that part."""
+    with torch.enable_grad():
+        other = "state preparation" if getattr(recorded.initial_state, "requires_grad", False) \
+            else trainable_matrix_op(recorded.circuit)
+    if other is not None:
+        other = other if other == "state preparation" else f"matrix of gate '{other}'"
+        raise QdiffError(f"{who}: the {other} depends on a trainable argument; the metric is "
+                         f"taken through the gate angles only, so that dependence would be "
+                         f"missing{hint}")
+
+
 def contract_with_args(g, cols, recorded, qnode, args, kwargs, joint: bool):
     """``J^T g J`` per trainable argument (``joint``: one matrix over all of them, flattened)."""
     if recorded.batch_shape != ():
@@ -106,15 +119,8 @@ def contract_with_args(g, cols, recorded, qnode, args, kwargs, joint: bool):
     if not train:
         raise QdiffError("metric_tensor: no argument requires grad; mark the trainable ones "
                          "with requires_grad=True")
-    with torch.enable_grad():
-        other = "state preparation" if getattr(recorded.initial_state, "requires_grad", False) \
-            else trainable_matrix_op(recorded.circuit)
-    if other is not None:
-        other = other if other == "state preparation" else f"matrix of gate '{other}'"
-        raise QdiffError(f"metric_tensor: the {other} depends on a trainable argument; the "
-                         "metric is mapped to the arguments through the gate angles only, so "
-                         "that dependence would be missing (make it constant, or use "
-                         "hybrid=False for the metric over the gate angles)")
+    check_angles_only(recorded, "metric_tensor", " (make it constant, or use hybrid=False "
+                      "for the metric over the gate angles)")
     dim = sum(args[i].numel() for i in train)
     memory.require(8.0 * (len(cols) * dim + dim * dim) * 2,
                    f"the metric tensor over {dim} argument entries", g.device)

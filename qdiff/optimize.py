@@ -29,7 +29,7 @@ import torch
 
 from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
-from qdiff.metric import contract_with_args, record_call, theta_metric
+from qdiff.metric import check_angles_only, contract_with_args, record_call, theta_metric
 
 METRICS = ("block-diag", "diag", "full", "spsa")
 
@@ -177,6 +177,9 @@ class QNGOptimizer(torch.optim.Optimizer):
     def _spsa_metric(self, args, total):
         train = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
         base = torch.cat([args[i].detach().reshape(-1) for i in train])
+        with torch.enable_grad():
+            check_angles_only(record_call(self.qnode, args, {}), "QNGOptimizer(metric='spsa')",
+                              " (make it constant)")
         eps = self.spsa_epsilon
         memory.require(8.0 * 6 * total * total,
                        f"the QN-SPSA metric estimate over {total} parameters")

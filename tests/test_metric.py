@@ -193,8 +193,9 @@ def test_metric_refuses_arguments_that_reach_state_preparation_or_matrices():
         with pytest.raises(qd.QdiffError, match="QubitUnitary"):
             metric_tensor(mat, approx=approx)(t)
     prep(v, w).backward()
-    with pytest.raises(qd.QdiffError, match="state preparation"):
-        qd.QNGOptimizer([v, w], prep, metric="full").step()
+    for metric in ("full", "spsa"):
+        with pytest.raises(qd.QdiffError, match="state preparation"):
+            qd.QNGOptimizer([v, w], prep, metric=metric).step()
     # a constant state preparation is fine; the theta-column metric stays available
     g = metric_tensor(prep, approx=None)(v.detach(), w)
     assert torch.allclose(g, torch.tensor(0.25, dtype=torch.float64), atol=1e-12)
