@@ -173,8 +173,10 @@ def full_metric(circuit, theta, cols, backend, initial_state=None):
         raise QdiffError(f"metric_tensor(approx=None) needs exact states; {backend!r} samples "
                          f"them with trajectories: use approx='block-diag' or 'diag'")
     if not backend.capabilities.backprop or getattr(backend, "shots", None):
+        shots = getattr(backend, "shots", None)
         raise QdiffError(f"metric_tensor(approx=None) needs an exact torch-simulated backend; "
-                         f"'{getattr(backend, 'name', backend)}' is not one (use "
+                         f"'{getattr(backend, 'name', backend)}'"
+                         f"{f' with shots={shots}' if shots else ''} is not one (use "
                          "approx='block-diag', which measures generators)")
     psi, T = derivative_states(circuit, theta, cols, backend, initial_state)
     with torch.no_grad():

@@ -162,7 +162,7 @@ def test_block_diag_on_shot_backend_within_statistics():
     exact = metric_tensor(qd.qnode(exact_dev)(circ))(w)
     # each entry is a covariance of +-1/2-valued generators: standard error <= ~0.25/sqrt(shots)
     assert float((shots - exact).abs().max()) < 6 * 0.25 / np.sqrt(20000) * 2
-    with pytest.raises(qd.QdiffError, match="statevector"):
+    with pytest.raises(qd.QdiffError, match="'statevector' with shots=20000"):
         metric_tensor(qd.qnode(dev, diff_method="parameter-shift")(circ), approx=None)(w)
 
 
