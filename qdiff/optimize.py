@@ -114,20 +114,23 @@ class QNGOptimizer(torch.optim.Optimizer):
         return tuple(self.args_fn()) if self.args_fn is not None else tuple(self._params())
 
     def _positions(self, args):
-        """Slices of each optimized tensor in the flattened trainable arguments."""
+        """``[(offset in the optimized vector, offset in the flattened trainable arguments,
+        size)]``, one entry per argument that is an optimized tensor (a tensor passed twice
+        has two), and the number of trainable argument entries."""
         train = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
         offs, off = [], 0
         for a in train:
             offs.append((a, off))
             off += a.numel()
-        out = []
+        out, pos = [], 0
         for p in self._params():
             hit = [o for a, o in offs if a is p]
             if not hit:
                 raise QdiffError("QNGOptimizer: an optimized tensor is not a trainable argument "
                                  "of the qnode (pass args=lambda: (...) naming the arguments)")
-            out.append(torch.arange(hit[0], hit[0] + p.numel()))
-        return torch.cat(out), off
+            out.extend((pos, o, p.numel()) for o in hit)
+            pos += p.numel()
+        return out, off
 
     @torch.no_grad()
     def compute_metric(self) -> torch.Tensor:
@@ -142,7 +145,12 @@ class QNGOptimizer(torch.optim.Optimizer):
                 recorded = record_call(self.qnode, args, {})
                 g, cols = theta_metric(recorded, self.qnode.device, approx)
                 full = contract_with_args(g, cols, recorded, self.qnode, args, {}, joint=True)
-        return full[idx][:, idx]
+        dim = sum(p.numel() for p in self._params())
+        g = full.new_zeros(dim, dim)
+        for pa, aa, na in idx:  # a tensor passed as several arguments: the sum of its blocks
+            for pb, ab, nb in idx:
+                g[pa:pa + na, pb:pb + nb] += full[aa:aa + na, ab:ab + nb]
+        return g
 
     @torch.no_grad()
     def step(self, closure=None):

@@ -262,3 +262,27 @@ def test_qng_params_and_qnode_checked_at_construction():
             qd.QNGOptimizer(params, cost)
     with pytest.raises(qd.QdiffError, match="qdiff qnode"):
         qd.QNGOptimizer([init()], lambda w: w.sum())
+
+
+def test_qng_metric_of_a_tensor_passed_as_two_arguments():
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def twice(a, b):
+        qd.RY(a[0], wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.RX(b[0], wires=1)
+        qd.RY(a[1] + b[1], wires=0)
+        return qd.expval(qd.Z(0) @ qd.Z(1))
+
+    @qd.qnode(dev)
+    def once(w):  # the same circuit with the tensor passed once
+        qd.RY(w[0], wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.RX(w[0], wires=1)
+        qd.RY(2 * w[1], wires=0)
+        return qd.expval(qd.Z(0) @ qd.Z(1))
+    w = torch.tensor([0.4, -0.3], dtype=torch.float64, requires_grad=True)
+    ref = qd.metric_tensor(once, approx=None)(w)
+    opt = qd.QNGOptimizer([w], twice, metric="full", args=lambda: (w, w))
+    assert torch.allclose(opt.compute_metric(), ref, atol=1e-12)
