@@ -43,7 +43,7 @@ from qdiff.backends.base import Job
 from qdiff.circuits.channels import Channel
 from qdiff.circuits.circuit import Circuit, trainable_matrix_op
 from qdiff.circuits.decompositions import decompose, pauli_decompose
-from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.errors import QdiffError, QdiffMemoryError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Factor, Observable
 from qdiff.circuits.operation import ParamRef
@@ -178,7 +178,12 @@ def full_metric(circuit, theta, cols, backend, initial_state=None):
                          f"'{getattr(backend, 'name', backend)}'"
                          f"{f' with shots={shots}' if shots else ''} is not one (use "
                          "approx='block-diag', which measures generators)")
-    psi, T = derivative_states(circuit, theta, cols, backend, initial_state)
+    try:
+        psi, T = derivative_states(circuit, theta, cols, backend, initial_state)
+    except QdiffMemoryError as exc:
+        raise QdiffMemoryError(f"metric_tensor(approx=None) propagates one derivative state per "
+                               f"gate angle ({len(cols)} of them): {exc}; approx='block-diag' "
+                               "needs one state at a time") from None
     with torch.no_grad():
         gram = torch.einsum("bin,bjn->bij", T.conj(), T)
         ov = torch.einsum("bin,bn->bi", T.conj(), psi)

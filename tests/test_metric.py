@@ -215,6 +215,16 @@ def test_metric_memory_checked_before_allocation(monkeypatch):
     for approx in (None, "diag"):
         with pytest.raises(qd.QdiffMemoryError, match="metric"):
             metric_tensor(f, approx=approx)(w)
+    # the full metric's derivative states: one 2**14-amplitude state per angle (150 MB)
+    big = qd.device("statevector", wires=14)
+
+    @qd.qnode(big)
+    def g(w):
+        for k in range(w.shape[0]):
+            qd.RY(w[k], wires=k % 14)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffMemoryError, match="derivative state per gate angle"):
+        metric_tensor(g, approx=None)(torch.rand(600, dtype=torch.float64, requires_grad=True))
 
 
 def test_metric_unknown_keyword_refused():
