@@ -263,7 +263,8 @@ def block_metric(circuit, theta, cols, backend, initial_state=None, diag_only=Fa
     for op in ops:
         refs = [q for q in op.params if isinstance(q, ParamRef) and q.index in colset]
         if refs and op.gate.num_params != 1:
-            raise QdiffError(f"metric_tensor(approx='block-diag'): gate '{op.gate.pl_name or op.name}' "
+            raise QdiffError(f"metric_tensor(approx={'diag' if diag_only else 'block-diag'!r}): "
+                             f"gate '{op.gate.pl_name or op.name}' "
                              "has several parameters and no known split; use approx=None")
     pos = {c: k for k, c in enumerate(cols)}
     b = theta.shape[0]

@@ -277,3 +277,17 @@ def test_metric_refusals_name_trajectories_and_trainable_channels():
     traj = qd.qnode(qd.device("statevector", wires=1, trajectories=20, seed=0))(circ)
     with pytest.raises(qd.QdiffError, match="trajectories"):
         metric_tensor(traj, approx=None)(w)
+
+
+def test_multi_parameter_gate_without_split_refused_naming_the_approximation():
+    dev = qd.device("statevector", wires=3)
+
+    @qd.qnode(dev)
+    def f(w):
+        qd.ctrl(qd.Rot, control=[0, 1])(w[0], w[1], w[2], wires=2)
+        return qd.expval(qd.Z(2))
+    w = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64, requires_grad=True)
+    for approx in ("block-diag", "diag"):
+        with pytest.raises(qd.QdiffError, match=f"approx='{approx}'.*C2\\(Rot\\)"):
+            metric_tensor(f, approx=approx)(w)
+    assert metric_tensor(f, approx=None)(w).shape == (3, 3)
