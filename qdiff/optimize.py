@@ -29,7 +29,7 @@ import torch
 
 from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
-from qdiff.metric import check_angles_only, contract_with_args, record_call, theta_metric
+from qdiff.metric import check_angles_only, record_call, theta_metric
 
 METRICS = ("block-diag", "diag", "full", "spsa")
 
@@ -38,7 +38,11 @@ class QNGOptimizer(torch.optim.Optimizer):
     """Quantum natural gradient descent.
 
     Args:
-        params: the tensors to optimize (each must be a trainable argument of ``qnode``).
+        params: the tensors to optimize. Each must reach the gate angles of ``qnode``: as an
+            argument, or any other way (a tensor the qnode's function closes over, classical
+            layers before it; pass ``args=lambda: ()`` for a qnode without arguments), the
+            metric being pulled back through that graph. ``metric="spsa"`` perturbs the
+            arguments, so there each must be a positional argument.
         qnode: the qnode whose state defines the metric (usually the cost qnode itself).
         lr: step size. lam: Tikhonov regularization added to the metric's diagonal.
         metric: ``"block-diag"``, ``"diag"``, ``"full"`` or ``"spsa"``.
@@ -136,21 +140,51 @@ class QNGOptimizer(torch.optim.Optimizer):
     def compute_metric(self) -> torch.Tensor:
         """The (unregularized) metric over the optimized tensors, flattened ``(D, D)``."""
         args = self._args()
-        idx, total = self._positions(args)
-        if self.metric == "spsa":
-            full = self._spsa_metric(args, total)
-        else:
+        if self.metric != "spsa":
             approx = None if self.metric == "full" else self.metric
             with torch.enable_grad():
                 recorded = record_call(self.qnode, args, {})
+                check_angles_only(recorded, "QNGOptimizer", " (make it constant)")
                 g, cols = theta_metric(recorded, self.qnode.device, approx)
-                full = contract_with_args(g, cols, recorded, self.qnode, args, {}, joint=True)
+                return self._pull_back(g, cols, recorded)
+        idx, total = self._positions(args)
+        full = self._spsa_metric(args, total)
         dim = sum(p.numel() for p in self._params())
         g = full.new_zeros(dim, dim)
         for pa, aa, na in idx:  # a tensor passed as several arguments: the sum of its blocks
             for pb, ab, nb in idx:
                 g[pa:pa + na, pb:pb + nb] += full[aa:aa + na, ab:ab + nb]
         return g
+
+    def _pull_back(self, g, cols, recorded):
+        """``J^T g J`` with ``J = d theta / d params`` read off the recording's autograd graph:
+        whichever way a tensor reaches the gate angles (an argument, several arguments, a
+        keyword, a tensor the qnode's function closes over, classical layers before it)."""
+        if recorded.batch_shape != ():
+            raise QdiffError(f"QNGOptimizer: the qnode call is batched (batch shape "
+                             f"{recorded.batch_shape}); the metric is of one state")
+        params = self._params()
+        dim = sum(p.numel() for p in params)
+        memory.require(8.0 * (len(cols) * dim + dim * dim) * 2,
+                       f"the metric tensor over {dim} parameters", g.device)
+        J = g.new_zeros(len(cols), dim)
+        reached = [False] * len(params)
+        theta = recorded.theta[0, cols]
+        if theta.requires_grad:
+            for r in range(len(cols)):
+                grads = torch.autograd.grad(theta[r], params, retain_graph=True,
+                                            allow_unused=True)
+                off = 0
+                for k, (p, d) in enumerate(zip(params, grads)):
+                    if d is not None:
+                        J[r, off:off + p.numel()] = d.reshape(-1).to(J.dtype)
+                        reached[k] = True
+                    off += p.numel()
+        if not all(reached):
+            raise QdiffError("QNGOptimizer: an optimized tensor is not a trainable argument of "
+                             "the qnode and does not reach its gate angles (pass "
+                             "args=lambda: (...) naming the arguments)")
+        return J.T @ g[0] @ J
 
     @torch.no_grad()
     def step(self, closure=None):

@@ -286,3 +286,42 @@ def test_qng_metric_of_a_tensor_passed_as_two_arguments():
     ref = qd.metric_tensor(once, approx=None)(w)
     opt = qd.QNGOptimizer([w], twice, metric="full", args=lambda: (w, w))
     assert torch.allclose(opt.compute_metric(), ref, atol=1e-12)
+
+
+def test_qng_metric_of_weights_the_qnode_closes_over_or_gets_by_keyword():
+    """torch style: the optimized tensors need not be the qnode's positional arguments; the
+    metric is pulled back through whatever graph leads to the gate angles."""
+    dev = qd.device("statevector", wires=2)
+    w = torch.tensor([0.4, -0.3], dtype=torch.float64, requires_grad=True)
+    lin = torch.nn.Linear(2, 2, dtype=torch.float64)
+
+    @qd.qnode(dev)
+    def ref(a):
+        qd.RY(a[0], wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.RX(a[1], wires=1)
+        qd.RY(a[0] * a[1], wires=0)
+        return qd.expval(qd.Z(0) @ qd.Z(1))
+
+    @qd.qnode(dev)
+    def closed():
+        return ref.func(w)
+
+    def keyword(x, *, a):
+        return ref.func(a)
+    expect = qd.metric_tensor(ref, approx=None)(w)
+    opt = qd.QNGOptimizer([w], closed, metric="full", args=lambda: ())
+    assert torch.allclose(opt.compute_metric(), expect, atol=1e-12)
+    opt = qd.QNGOptimizer([w], qd.qnode(dev)(lambda x: keyword(x, a=w)), metric="block-diag",
+                          args=lambda: (0.0,))
+    assert torch.allclose(opt.compute_metric(), qd.metric_tensor(ref)(w), atol=1e-12)
+    # classical weights before the circuit: J^T g J with J through the linear layer
+    x = torch.tensor([0.2, 0.7], dtype=torch.float64)
+    hyb = qd.qnode(dev)(lambda: ref.func(lin(x)))
+    opt = qd.QNGOptimizer(lin.parameters(), hyb, metric="full", args=lambda: ())
+    a = lin(x).detach().requires_grad_()
+    g = qd.metric_tensor(ref, approx=None)(a)
+    J = torch.autograd.functional.jacobian(
+        lambda W, b: torch.nn.functional.linear(x, W, b), (lin.weight.detach(), lin.bias.detach()))
+    J = torch.cat([j.reshape(2, -1) for j in J], dim=1)
+    assert torch.allclose(opt.compute_metric(), J.T @ g @ J, atol=1e-12)
