@@ -78,7 +78,7 @@ def metric_tensor(qnode, approx="block-diag", hybrid: bool = True, **kwargs):
         g, cols = theta_metric(recorded, qnode.device, approx)
         if not hybrid:
             return g.reshape(*recorded.batch_shape, len(cols), len(cols))
-        blocks = contract_with_args(g, cols, recorded, qnode, args, kwargs, joint=False)
+        blocks = contract_with_args(g, cols, recorded, qnode, args, kwargs)
         return blocks[0] if len(blocks) == 1 else tuple(blocks)
     return wrapper
 
@@ -110,8 +110,8 @@ def check_angles_only(recorded, who: str, hint: str = "") -> None:
                          f"missing{hint}")
 
 
-def contract_with_args(g, cols, recorded, qnode, args, kwargs, joint: bool):
-    """``J^T g J`` per trainable argument (``joint``: one matrix over all of them, flattened)."""
+def contract_with_args(g, cols, recorded, qnode, args, kwargs):
+    """``J^T g J`` per trainable argument (the diagonal blocks, as PennyLane returns)."""
     if recorded.batch_shape != ():
         raise QdiffError("metric_tensor with hybrid=True needs unbatched arguments (the metric "
                          f"of a batch of shape {recorded.batch_shape}); use hybrid=False")
@@ -122,7 +122,7 @@ def contract_with_args(g, cols, recorded, qnode, args, kwargs, joint: bool):
     check_angles_only(recorded, "metric_tensor", " (make it constant, or use hybrid=False "
                       "for the metric over the gate angles)")
     dim = sum(args[i].numel() for i in train)
-    memory.require(8.0 * (len(cols) * dim + dim * dim) * 2,
+    memory.require(8.0 * (len(cols) * dim + sum(args[i].numel() ** 2 for i in train)) * 2,
                    f"the metric tensor over {dim} argument entries", g.device)
 
     def angles(*targs):
@@ -134,9 +134,6 @@ def contract_with_args(g, cols, recorded, qnode, args, kwargs, joint: bool):
     jac = torch.autograd.functional.jacobian(angles, tuple(args[i].detach() for i in train))
     g0 = g[0]
     flat = [j.reshape(len(cols), -1).to(g0.dtype) for j in jac]
-    if joint:
-        J = torch.cat(flat, dim=1)
-        return J.T @ g0 @ J
     return [(J.T @ g0 @ J).reshape(tuple(args[i].shape) * 2) for i, J in zip(train, flat)]
 
 
