@@ -11,7 +11,10 @@ trainable parameters, PennyLane's ``qml.metric_tensor`` convention (no factor 1/
   ``<G_i G_j> - <G_i><G_j>`` of the gates' generators measured on the state prepared by the
   layer's ancestors. Those are ordinary expectation values, so this runs on any backend,
   shot-based simulators and hardware included (one circuit per layer). Multi-parameter gates
-  (Rot, CRot, U3, U2) are split into rotations first, as PennyLane does. On a device with a
+  (Rot, CRot, U3, U2) are split into rotations of their own angles first; other gates keep
+  their own generator (PennyLane decomposes some of them, U3, U2 and controlled rotations
+  among them, and its block-diagonal metric then differs; entries within a layer here equal
+  the exact metric's). On a device with a
   device noise model (``qd.device("mixed", noise="fake_manila")``, trajectories) each layer's
   circuit is routed and translated for the device first, like any circuit run there
   (:mod:`qdiff.noise`): the covariances are those of the noisy states the device prepares.
