@@ -11,7 +11,10 @@ trainable parameters, PennyLane's ``qml.metric_tensor`` convention (no factor 1/
   ``<G_i G_j> - <G_i><G_j>`` of the gates' generators measured on the state prepared by the
   layer's ancestors. Those are ordinary expectation values, so this runs on any backend,
   shot-based simulators and hardware included (one circuit per layer). Multi-parameter gates
-  (Rot, CRot, U3, U2) are split into rotations first, as PennyLane does. On a device with a
+  (Rot, CRot, U3, U2) are split into rotations of their own angles first; other gates keep
+  their own generator (PennyLane decomposes some of them, U3, U2 and controlled rotations
+  among them, and its block-diagonal metric then differs; entries within a layer here equal
+  the exact metric's). On a device with a
   device noise model (``qd.device("mixed", noise="fake_manila")``, trajectories) each layer's
   circuit is routed and translated for the device first, like any circuit run there
   (:mod:`qdiff.noise`): the covariances are those of the noisy states the device prepares.
@@ -38,11 +41,12 @@ import functools
 
 import torch
 
-from qdiff.circuits import caches
+from qdiff.circuits import caches, memory
 from qdiff.backends.base import Job
-from qdiff.circuits.circuit import Circuit
+from qdiff.circuits.channels import Channel
+from qdiff.circuits.circuit import Circuit, trainable_matrix_op
 from qdiff.circuits.decompositions import decompose, pauli_decompose
-from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.errors import QdiffError, QdiffMemoryError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Factor, Observable
 from qdiff.circuits.operation import ParamRef
@@ -51,18 +55,33 @@ from qdiff.noise import route_circuit
 APPROX = ("block-diag", "diag", None)
 
 
-def metric_tensor(qnode, approx="block-diag", hybrid: bool = True):
+def record_call(qnode, args, kwargs, who: str = "metric_tensor"):
+    """The :class:`Recorded` call of a qdiff qnode (``@qd.qnode``) or a Qiskit-circuit qnode."""
+    if hasattr(qnode, "device"):
+        if callable(getattr(qnode, "construct", None)):
+            return qnode.construct(*args, **kwargs)[0]
+        if callable(getattr(qnode, "record", None)):
+            return qnode.record(*args, **kwargs)
+    raise QdiffError(f"{who}: qnode must be a qdiff qnode (@qd.qnode, also of a Qiskit "
+                     f"circuit), whose state defines the metric; got {type(qnode).__name__}")
+
+
+def metric_tensor(qnode, approx="block-diag", hybrid: bool = True, **kwargs):
     """Return a function of the qnode's arguments giving its metric tensor (see module doc)."""
+    if kwargs:
+        raise QdiffError(f"metric_tensor: unknown keyword(s) {sorted(kwargs)}; valid: approx, "
+                         "hybrid (the metric is taken over every argument that requires grad)")
     if approx not in APPROX:
         raise QdiffError(f"metric_tensor: approx must be one of {list(APPROX)}; got {approx!r}")
 
     @functools.wraps(qnode)
     def wrapper(*args, **kwargs):
-        recorded, _ = qnode.construct(*args, **kwargs)
+        with torch.enable_grad():  # what requires grad is recorded, also under no_grad()
+            recorded = record_call(qnode, args, kwargs)
         g, cols = theta_metric(recorded, qnode.device, approx)
         if not hybrid:
             return g.reshape(*recorded.batch_shape, len(cols), len(cols))
-        blocks = contract_with_args(g, cols, recorded, qnode, args, kwargs, joint=False)
+        blocks = contract_with_args(g, cols, recorded, qnode, args, kwargs)
         return blocks[0] if len(blocks) == 1 else tuple(blocks)
     return wrapper
 
@@ -71,6 +90,8 @@ def theta_metric(recorded, backend, approx):
     """``(g (B, P, P), trainable columns)`` over the trainable theta columns."""
     cols = [i for i, t in enumerate(recorded.trainable) if t]
     theta = recorded.theta.detach()
+    memory.require(8.0 * theta.shape[0] * len(cols) ** 2 * 2,
+                   f"the metric tensor over {len(cols)} gate angles", theta.device)
     if not cols:
         return theta.new_zeros(theta.shape[0], 0, 0), cols
     if approx is None:
@@ -79,8 +100,21 @@ def theta_metric(recorded, backend, approx):
                         diag_only=approx == "diag"), cols
 
 
-def contract_with_args(g, cols, recorded, qnode, args, kwargs, joint: bool):
-    """``J^T g J`` per trainable argument (``joint``: one matrix over all of them, flattened)."""
+def check_angles_only(recorded, who: str, hint: str = "") -> None:
+    """Refuse a call whose trainable arguments reach the state by more than the gate angles
+    (a state preparation, a QubitUnitary matrix): the metric would miss that part."""
+    with torch.enable_grad():
+        other = "state preparation" if getattr(recorded.initial_state, "requires_grad", False) \
+            else trainable_matrix_op(recorded.circuit)
+    if other is not None:
+        other = other if other == "state preparation" else f"matrix of gate '{other}'"
+        raise QdiffError(f"{who}: the {other} depends on a trainable argument; the metric is "
+                         f"taken through the gate angles only, so that dependence would be "
+                         f"missing{hint}")
+
+
+def contract_with_args(g, cols, recorded, qnode, args, kwargs):
+    """``J^T g J`` per trainable argument (the diagonal blocks, as PennyLane returns)."""
     if recorded.batch_shape != ():
         raise QdiffError("metric_tensor with hybrid=True needs unbatched arguments (the metric "
                          f"of a batch of shape {recorded.batch_shape}); use hybrid=False")
@@ -88,19 +122,21 @@ def contract_with_args(g, cols, recorded, qnode, args, kwargs, joint: bool):
     if not train:
         raise QdiffError("metric_tensor: no argument requires grad; mark the trainable ones "
                          "with requires_grad=True")
+    check_angles_only(recorded, "metric_tensor", " (make it constant, or use hybrid=False "
+                      "for the metric over the gate angles)")
+    dim = sum(args[i].numel() for i in train)
+    memory.require(8.0 * (len(cols) * dim + sum(args[i].numel() ** 2 for i in train)) * 2,
+                   f"the metric tensor over {dim} argument entries", g.device)
 
     def angles(*targs):
         full = list(args)
         for i, a in zip(train, targs):
             full[i] = a
-        rec, _ = qnode.construct(*full, **kwargs)
+        rec = record_call(qnode, full, kwargs)
         return rec.theta[0, cols]
     jac = torch.autograd.functional.jacobian(angles, tuple(args[i].detach() for i in train))
     g0 = g[0]
     flat = [j.reshape(len(cols), -1).to(g0.dtype) for j in jac]
-    if joint:
-        J = torch.cat(flat, dim=1)
-        return J.T @ g0 @ J
     return [(J.T @ g0 @ J).reshape(tuple(args[i].shape) * 2) for i, J in zip(train, flat)]
 
 
@@ -133,11 +169,21 @@ def full_metric(circuit, theta, cols, backend, initial_state=None):
                          f"state; {backend!r} prepares mixed (noisy) states: use "
                          "approx='block-diag' or 'diag' (generator covariances on the states "
                          "the device prepares)")
+    if getattr(backend, "trajectories", None):
+        raise QdiffError(f"metric_tensor(approx=None) needs exact states; {backend!r} samples "
+                         f"them with trajectories: use approx='block-diag' or 'diag'")
     if not backend.capabilities.backprop or getattr(backend, "shots", None):
+        shots = getattr(backend, "shots", None)
         raise QdiffError(f"metric_tensor(approx=None) needs an exact torch-simulated backend; "
-                         f"'{getattr(backend, 'name', backend)}' is not one (use "
+                         f"'{getattr(backend, 'name', backend)}'"
+                         f"{f' with shots={shots}' if shots else ''} is not one (use "
                          "approx='block-diag', which measures generators)")
-    psi, T = derivative_states(circuit, theta, cols, backend, initial_state)
+    try:
+        psi, T = derivative_states(circuit, theta, cols, backend, initial_state)
+    except QdiffMemoryError as exc:
+        raise QdiffMemoryError(f"metric_tensor(approx=None) propagates one derivative state per "
+                               f"gate angle ({len(cols)} of them): {exc}; approx='block-diag' "
+                               "needs one state at a time") from None
     with torch.no_grad():
         gram = torch.einsum("bin,bjn->bij", T.conj(), T)
         ov = torch.einsum("bin,bn->bi", T.conj(), psi)
@@ -162,7 +208,11 @@ def _generator_terms(gate):
 
 def generator_observable(op) -> Observable:
     """The generator ``G`` (``U = exp(-i phi G)``) of a one-parameter gate, on its wires."""
-    if op.gate.generator is None:
+    if getattr(op.gate, "generator", None) is None:
+        if isinstance(op.gate, Channel):
+            raise QdiffError(f"metric_tensor: channel '{op.gate.name}' has a trainable "
+                             "parameter; the metric is over unitary gates' angles only (make "
+                             "the channel's parameter constant)")
         raise QdiffError(f"metric_tensor: gate '{op.gate.pl_name or op.name}' has no generator; "
                          "use approx=None (full metric on a statevector backend)")
     coeffs, terms = [], []
@@ -213,7 +263,8 @@ def block_metric(circuit, theta, cols, backend, initial_state=None, diag_only=Fa
     for op in ops:
         refs = [q for q in op.params if isinstance(q, ParamRef) and q.index in colset]
         if refs and op.gate.num_params != 1:
-            raise QdiffError(f"metric_tensor(approx='block-diag'): gate '{op.gate.pl_name or op.name}' "
+            raise QdiffError(f"metric_tensor(approx={'diag' if diag_only else 'block-diag'!r}): "
+                             f"gate '{op.gate.pl_name or op.name}' "
                              "has several parameters and no known split; use approx=None")
     pos = {c: k for k, c in enumerate(cols)}
     b = theta.shape[0]

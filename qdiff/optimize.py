@@ -27,8 +27,9 @@ from typing import Callable, Optional
 
 import torch
 
+from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
-from qdiff.metric import contract_with_args, theta_metric
+from qdiff.metric import check_angles_only, record_call, theta_metric
 
 METRICS = ("block-diag", "diag", "full", "spsa")
 
@@ -37,7 +38,11 @@ class QNGOptimizer(torch.optim.Optimizer):
     """Quantum natural gradient descent.
 
     Args:
-        params: the tensors to optimize (each must be a trainable argument of ``qnode``).
+        params: the tensors to optimize. Each must reach the gate angles of ``qnode``: as an
+            argument, or any other way (a tensor the qnode's function closes over, classical
+            layers before it; pass ``args=lambda: ()`` for a qnode without arguments), the
+            metric being pulled back through that graph. ``metric="spsa"`` perturbs the
+            arguments, so there each must be a positional argument.
         qnode: the qnode whose state defines the metric (usually the cost qnode itself).
         lr: step size. lam: Tikhonov regularization added to the metric's diagonal.
         metric: ``"block-diag"``, ``"diag"``, ``"full"`` or ``"spsa"``.
@@ -49,7 +54,11 @@ class QNGOptimizer(torch.optim.Optimizer):
     def __init__(self, params, qnode, lr: float = 0.1, lam: float = 1e-3,
                  metric: str = "block-diag", args: Optional[Callable] = None,
                  spsa_epsilon: float = 1e-2, spsa_resamplings: int = 1,
-                 seed: Optional[int] = None):
+                 seed: Optional[int] = None, **kwargs):
+        if kwargs:
+            raise QdiffError(f"QNGOptimizer: unknown keyword(s) {sorted(kwargs)}; valid: lr, "
+                             "lam, metric, args, spsa_epsilon, spsa_resamplings, seed "
+                             "(PennyLane's stepsize is lr, its approx is metric)")
         if metric not in METRICS:
             raise QdiffError(f"QNGOptimizer: metric must be one of {list(METRICS)}; got {metric!r}")
         _check_rates(lr, lam)
@@ -61,7 +70,15 @@ class QNGOptimizer(torch.optim.Optimizer):
                     or spsa_resamplings < 1:
                 raise QdiffError(f"QNGOptimizer: spsa_resamplings must be an integer >= 1; got "
                                  f"{spsa_resamplings!r}")
-        super().__init__(params, dict(lr=lr, lam=lam))
+        if not (hasattr(qnode, "device") and (callable(getattr(qnode, "construct", None))
+                                              or callable(getattr(qnode, "record", None)))):
+            record_call(qnode, (), {}, "QNGOptimizer")  # raises, naming the object
+        try:
+            super().__init__(params, dict(lr=lr, lam=lam))
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, QdiffError):
+                raise
+            raise QdiffError(f"QNGOptimizer: params: {exc}") from None
         self.qnode, self.metric, self.args_fn = qnode, metric, args
         self.spsa_epsilon, self.spsa_resamplings = spsa_epsilon, spsa_resamplings
         self._gen = torch.Generator().manual_seed(seed if seed is not None else 0)
@@ -72,6 +89,28 @@ class QNGOptimizer(torch.optim.Optimizer):
         super().add_param_group(param_group)
         _check_rates(self.param_groups[-1]["lr"], self.param_groups[-1]["lam"])
 
+    def state_dict(self):
+        """torch's state dict plus the QN-SPSA running metric and random stream, so that a
+        loaded optimizer goes on with the same run."""
+        out = super().state_dict()
+        out["qng"] = {"metric": self.metric, "spsa_avg": self._spsa_avg,
+                      "spsa_count": self._spsa_count, "generator": self._gen.get_state()}
+        return out
+
+    def load_state_dict(self, state_dict):
+        state_dict = dict(state_dict)
+        extra = state_dict.pop("qng", None)
+        if extra is not None and extra.get("metric") != self.metric:
+            raise QdiffError(f"QNGOptimizer.load_state_dict: the state is that of "
+                             f"metric={extra.get('metric')!r}, this optimizer has "
+                             f"metric={self.metric!r}")
+        super().load_state_dict(state_dict)
+        if extra is not None:
+            avg = extra["spsa_avg"]
+            self._spsa_avg = None if avg is None else avg.clone()
+            self._spsa_count = int(extra["spsa_count"])
+            self._gen.set_state(extra["generator"].clone())
+
     def _params(self):
         return [p for g in self.param_groups for p in g["params"]]
 
@@ -79,35 +118,73 @@ class QNGOptimizer(torch.optim.Optimizer):
         return tuple(self.args_fn()) if self.args_fn is not None else tuple(self._params())
 
     def _positions(self, args):
-        """Slices of each optimized tensor in the flattened trainable arguments."""
+        """``[(offset in the optimized vector, offset in the flattened trainable arguments,
+        size)]``, one entry per argument that is an optimized tensor (a tensor passed twice
+        has two), and the number of trainable argument entries."""
         train = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
         offs, off = [], 0
         for a in train:
             offs.append((a, off))
             off += a.numel()
-        out = []
+        out, pos = [], 0
         for p in self._params():
             hit = [o for a, o in offs if a is p]
             if not hit:
                 raise QdiffError("QNGOptimizer: an optimized tensor is not a trainable argument "
                                  "of the qnode (pass args=lambda: (...) naming the arguments)")
-            out.append(torch.arange(hit[0], hit[0] + p.numel()))
-        return torch.cat(out), off
+            out.extend((pos, o, p.numel()) for o in hit)
+            pos += p.numel()
+        return out, off
 
     @torch.no_grad()
     def compute_metric(self) -> torch.Tensor:
         """The (unregularized) metric over the optimized tensors, flattened ``(D, D)``."""
         args = self._args()
-        idx, total = self._positions(args)
-        if self.metric == "spsa":
-            full = self._spsa_metric(args, total)
-        else:
+        if self.metric != "spsa":
             approx = None if self.metric == "full" else self.metric
             with torch.enable_grad():
-                recorded, _ = self.qnode.construct(*args)
+                recorded = record_call(self.qnode, args, {})
+                check_angles_only(recorded, "QNGOptimizer", " (make it constant)")
                 g, cols = theta_metric(recorded, self.qnode.device, approx)
-                full = contract_with_args(g, cols, recorded, self.qnode, args, {}, joint=True)
-        return full[idx][:, idx]
+                return self._pull_back(g, cols, recorded)
+        idx, total = self._positions(args)
+        full = self._spsa_metric(args, total)
+        dim = sum(p.numel() for p in self._params())
+        g = full.new_zeros(dim, dim)
+        for pa, aa, na in idx:  # a tensor passed as several arguments: the sum of its blocks
+            for pb, ab, nb in idx:
+                g[pa:pa + na, pb:pb + nb] += full[aa:aa + na, ab:ab + nb]
+        return g
+
+    def _pull_back(self, g, cols, recorded):
+        """``J^T g J`` with ``J = d theta / d params`` read off the recording's autograd graph:
+        whichever way a tensor reaches the gate angles (an argument, several arguments, a
+        keyword, a tensor the qnode's function closes over, classical layers before it)."""
+        if recorded.batch_shape != ():
+            raise QdiffError(f"QNGOptimizer: the qnode call is batched (batch shape "
+                             f"{recorded.batch_shape}); the metric is of one state")
+        params = self._params()
+        dim = sum(p.numel() for p in params)
+        memory.require(8.0 * (len(cols) * dim + dim * dim) * 2,
+                       f"the metric tensor over {dim} parameters", g.device)
+        J = g.new_zeros(len(cols), dim)
+        reached = [False] * len(params)
+        theta = recorded.theta[0, cols]
+        if theta.requires_grad:
+            for r in range(len(cols)):
+                grads = torch.autograd.grad(theta[r], params, retain_graph=True,
+                                            allow_unused=True)
+                off = 0
+                for k, (p, d) in enumerate(zip(params, grads)):
+                    if d is not None:
+                        J[r, off:off + p.numel()] = d.reshape(-1).to(J.dtype)
+                        reached[k] = True
+                    off += p.numel()
+        if not all(reached):
+            raise QdiffError("QNGOptimizer: an optimized tensor is not a trainable argument of "
+                             "the qnode and does not reach its gate angles (pass "
+                             "args=lambda: (...) naming the arguments)")
+        return J.T @ g[0] @ J
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -115,6 +192,8 @@ class QNGOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        for group in self.param_groups:
+            _check_rates(group["lr"], group["lam"])
         params = self._params()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads])
@@ -123,6 +202,8 @@ class QNGOptimizer(torch.optim.Optimizer):
         # each group's own lam on the diagonal entries of its parameters
         lam = torch.cat([torch.full((p.numel(),), float(group["lam"]), dtype=g.dtype)
                          for group in self.param_groups for p in group["params"]]).to(g.device)
+        memory.require(8.0 * 4 * flat.numel() ** 2,
+                       f"the natural-gradient solve over {flat.numel()} parameters", g.device)
         reg = g + torch.diag(lam)
         delta = torch.linalg.solve(reg, flat) if bool((lam > 0).all()) \
             else torch.linalg.pinv(reg) @ flat
@@ -138,7 +219,12 @@ class QNGOptimizer(torch.optim.Optimizer):
     def _spsa_metric(self, args, total):
         train = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
         base = torch.cat([args[i].detach().reshape(-1) for i in train])
+        with torch.enable_grad():
+            check_angles_only(record_call(self.qnode, args, {}), "QNGOptimizer(metric='spsa')",
+                              " (make it constant)")
         eps = self.spsa_epsilon
+        memory.require(8.0 * 6 * total * total,
+                       f"the QN-SPSA metric estimate over {total} parameters")
         est = torch.zeros(total, total, dtype=base.dtype)
         for _ in range(self.spsa_resamplings):
             d1 = (torch.randint(0, 2, (total,), generator=self._gen) * 2 - 1).to(base.dtype)
@@ -184,8 +270,8 @@ def fidelities(qnode, args, train, base, shifts):
     ``execute`` call (one hardware job), read off P(0...0); with a device noise model that
     circuit is routed for the device (:mod:`qdiff.noise`) like any other.
     """
-    rec0, _ = qnode.construct(*_with_flat(args, train, base))
-    recs = [qnode.construct(*_with_flat(args, train, base + s))[0] for s in shifts]
+    rec0 = record_call(qnode, _with_flat(args, train, base), {})
+    recs = [record_call(qnode, _with_flat(args, train, base + s), {}) for s in shifts]
     thetas = torch.cat([r.theta.detach() for r in recs])
     dev = qnode.device
     pure = getattr(dev, "noise", None) is None and getattr(dev, "name", "") != "mixed"

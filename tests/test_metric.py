@@ -162,5 +162,132 @@ def test_block_diag_on_shot_backend_within_statistics():
     exact = metric_tensor(qd.qnode(exact_dev)(circ))(w)
     # each entry is a covariance of +-1/2-valued generators: standard error <= ~0.25/sqrt(shots)
     assert float((shots - exact).abs().max()) < 6 * 0.25 / np.sqrt(20000) * 2
-    with pytest.raises(qd.QdiffError, match="statevector"):
+    with pytest.raises(qd.QdiffError, match="'statevector' with shots=20000"):
         metric_tensor(qd.qnode(dev, diff_method="parameter-shift")(circ), approx=None)(w)
+
+
+def test_metric_refuses_arguments_that_reach_state_preparation_or_matrices():
+    """The metric is mapped to the arguments through the gate angles only: an argument that
+    also feeds a state preparation or a QubitUnitary matrix would get a silently partial
+    (here zero) metric."""
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def prep(v, w):
+        qd.StatePrep(v / v.norm(), wires=[0, 1])
+        qd.RY(w, wires=0)
+        return qd.expval(qd.Z(0))
+
+    @qd.qnode(dev)
+    def mat(t):
+        c, s = torch.cos(t / 2), torch.sin(t / 2)
+        qd.QubitUnitary(torch.stack([torch.stack([c, -s]), torch.stack([s, c])]), wires=0)
+        qd.RX(t, wires=1)
+        return qd.expval(qd.Z(0))
+    v = torch.tensor([0.5, 0.5, 0.5, 0.5], dtype=torch.float64, requires_grad=True)
+    w = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    t = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    for approx in (None, "block-diag"):
+        with pytest.raises(qd.QdiffError, match="state preparation"):
+            metric_tensor(prep, approx=approx)(v, w)
+        with pytest.raises(qd.QdiffError, match="QubitUnitary"):
+            metric_tensor(mat, approx=approx)(t)
+    prep(v, w).backward()
+    for metric in ("full", "spsa"):
+        with pytest.raises(qd.QdiffError, match="state preparation"):
+            qd.QNGOptimizer([v, w], prep, metric=metric).step()
+    # a constant state preparation is fine; the theta-column metric stays available
+    g = metric_tensor(prep, approx=None)(v.detach(), w)
+    assert torch.allclose(g, torch.tensor(0.25, dtype=torch.float64), atol=1e-12)
+    assert metric_tensor(prep, approx=None, hybrid=False)(v, w).shape == (1, 1)
+
+
+def test_metric_memory_checked_before_allocation(monkeypatch):
+    dev = qd.device("statevector", wires=1)
+
+    @qd.qnode(dev)
+    def f(w):
+        qd.RY(w.sum(), wires=0)
+        qd.RX(w.sum(), wires=0)
+        return qd.expval(qd.Z(0))
+    w = torch.rand(4000, dtype=torch.float64, requires_grad=True)  # a 128 MB (D, D) metric
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "64M")
+    for approx in (None, "diag"):
+        with pytest.raises(qd.QdiffMemoryError, match="metric"):
+            metric_tensor(f, approx=approx)(w)
+    # the full metric's derivative states: one 2**14-amplitude state per angle (150 MB)
+    big = qd.device("statevector", wires=14)
+
+    @qd.qnode(big)
+    def g(w):
+        for k in range(w.shape[0]):
+            qd.RY(w[k], wires=k % 14)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffMemoryError, match="derivative state per gate angle"):
+        metric_tensor(g, approx=None)(torch.rand(600, dtype=torch.float64, requires_grad=True))
+
+
+def test_metric_unknown_keyword_refused():
+    f, _ = make()
+    with pytest.raises(qd.QdiffError, match="argnum"):
+        metric_tensor(f, argnum=0)
+
+
+def test_metric_and_qng_of_a_qiskit_circuit_qnode():
+    pytest.importorskip("qiskit")
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import ParameterVector
+    p = ParameterVector("w", 3)
+    qc = QuantumCircuit(2)
+    qc.ry(p[0], 0)
+    qc.cx(0, 1)
+    qc.rx(p[1], 1)
+    qc.crz(2 * p[2], 1, 0)
+    dev = qd.device("statevector", wires=2)
+    qn = qd.qnode(dev)(qc)
+
+    @qd.qnode(dev)
+    def ref(w):
+        qd.RY(w[0], wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.RX(w[1], wires=1)
+        qd.CRZ(2 * w[2], wires=[1, 0])
+        return qd.expval(qd.Z(0))
+    w = torch.tensor([0.3, 0.5, -0.4], dtype=torch.float64, requires_grad=True)
+    for approx in (None, "block-diag", "diag"):
+        assert torch.allclose(metric_tensor(qn, approx=approx)(w),
+                              metric_tensor(ref, approx=approx)(w), atol=1e-12)
+    opt = qd.QNGOptimizer([w], qn, lr=0.1, metric="full")
+    qn(w).sum().backward()
+    opt.step()
+    with pytest.raises(qd.QdiffError, match="qdiff qnode"):
+        metric_tensor(lambda w: w.sum())(w)
+
+
+def test_metric_refusals_name_trajectories_and_trainable_channels():
+    w = torch.tensor([0.3, 0.5], dtype=torch.float64, requires_grad=True)
+
+    def circ(w):
+        qd.RY(w[0], wires=0)
+        qd.DepolarizingChannel(0.1 * w[1], wires=0)
+        qd.RX(0.3, wires=0)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffError, match="DepolarizingChannel"):
+        metric_tensor(qd.qnode(qd.device("mixed", wires=1))(circ))(w)
+    traj = qd.qnode(qd.device("statevector", wires=1, trajectories=20, seed=0))(circ)
+    with pytest.raises(qd.QdiffError, match="trajectories"):
+        metric_tensor(traj, approx=None)(w)
+
+
+def test_multi_parameter_gate_without_split_refused_naming_the_approximation():
+    dev = qd.device("statevector", wires=3)
+
+    @qd.qnode(dev)
+    def f(w):
+        qd.ctrl(qd.Rot, control=[0, 1])(w[0], w[1], w[2], wires=2)
+        return qd.expval(qd.Z(2))
+    w = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64, requires_grad=True)
+    for approx in ("block-diag", "diag"):
+        with pytest.raises(qd.QdiffError, match=f"approx='{approx}'.*C2\\(Rot\\)"):
+            metric_tensor(f, approx=approx)(w)
+    assert metric_tensor(f, approx=None)(w).shape == (3, 3)

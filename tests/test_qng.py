@@ -171,3 +171,157 @@ def test_qng_options_checked_and_each_group_keeps_its_lam():
             qd.QNGOptimizer([a], cost, **kw)
     with pytest.raises(qd.QdiffError, match="lam"):
         qd.QNGOptimizer([{"params": [a], "lam": -0.1}], cost)
+
+
+def test_qn_spsa_state_dict_resumes_the_same_run():
+    import copy
+    cost = make_cost()
+
+    def run(opt, w, n):
+        for _ in range(n):
+            opt.zero_grad()
+            cost(w).backward()
+            opt.step()
+    w = init(4)
+    opt = qd.QNGOptimizer([w], cost, lr=0.05, metric="spsa", lam=0.05, seed=7)
+    run(opt, w, 3)
+    saved, w2 = copy.deepcopy(opt.state_dict()), w.detach().clone().requires_grad_()
+    run(opt, w, 3)
+    opt2 = qd.QNGOptimizer([w2], cost, lr=0.05, metric="spsa", lam=0.05, seed=99)
+    opt2.load_state_dict(saved)
+    run(opt2, w2, 3)
+    assert torch.equal(w.detach(), w2.detach())
+    # a state dict of another metric kind is refused rather than silently mixed in
+    other = qd.QNGOptimizer([init()], cost, metric="block-diag")
+    with pytest.raises(qd.QdiffError, match="spsa"):
+        other.load_state_dict(saved)
+
+
+def test_qng_rates_checked_at_each_step():
+    cost = make_cost()
+    w = init()
+    opt = qd.QNGOptimizer([w], cost, lr=0.1)
+    cost(w).backward()
+    for key, bad in (("lam", -1.0), ("lr", float("nan"))):
+        good = opt.param_groups[0][key]
+        opt.param_groups[0][key] = bad
+        before = w.detach().clone()
+        with pytest.raises(qd.QdiffError, match=key):
+            opt.step()
+        assert torch.equal(w.detach(), before)
+        opt.param_groups[0][key] = good
+
+
+def test_qng_unknown_keyword_refused():
+    cost = make_cost()
+    with pytest.raises(qd.QdiffError, match="stepsize"):
+        qd.QNGOptimizer([init()], cost, stepsize=0.1)
+
+
+def test_qng_step_equals_pennylane_qng_step():
+    """Single trainable argument: the same update as PennyLane's QNGOptimizer (which applies
+    pinv(g + lam I) per argument), block-diag and full metric."""
+    import numpy as np
+    import pennylane as qml
+    from pennylane import numpy as pnp
+
+    def body(lib, w):
+        for i in range(3):
+            lib.RY(w[0, i], wires=i)
+        lib.CNOT(wires=[0, 1])
+        lib.IsingYY(w[1, 0], wires=[1, 2])
+        lib.RX(w[1, 1], wires=0)
+        lib.RZ(2 * w[0, 0], wires=1)
+        lib.IsingXX(w[1, 2], wires=[0, 2])
+
+    @qd.qnode(qd.device("statevector", wires=3))
+    def f(w):
+        body(qd, w)
+        return qd.expval(qd.Z(0) @ qd.Z(1) + 0.5 * qd.X(2))
+
+    @qml.qnode(qml.device("default.qubit", wires=3))
+    def pf(w):
+        body(qml, w)
+        return qml.expval(qml.PauliZ(0) @ qml.PauliZ(1) + 0.5 * qml.PauliX(2))
+    w0 = np.random.default_rng(3).normal(size=(2, 3))
+    for metric, lam in (("block-diag", 0.0), ("block-diag", 0.01), ("full", 0.01)):
+        kw = {} if metric != "full" else {"metric_tensor_fn": qml.adjoint_metric_tensor(pf)}
+        popt = qml.QNGOptimizer(stepsize=0.1, approx="block-diag", lam=lam)
+        pw = popt.step(pf, pnp.array(w0, requires_grad=True), **kw)
+        w = torch.tensor(w0, requires_grad=True)
+        opt = qd.QNGOptimizer([w], f, lr=0.1, lam=lam, metric=metric)
+        f(w).backward()
+        opt.step()
+        assert np.abs(w.detach().numpy() - np.asarray(pw)).max() < 1e-10
+
+
+def test_qng_params_and_qnode_checked_at_construction():
+    cost = make_cost()
+    for params, what in (([], "empty"), ([0.3], "Tensors")):
+        with pytest.raises(qd.QdiffError, match=what):
+            qd.QNGOptimizer(params, cost)
+    with pytest.raises(qd.QdiffError, match="qdiff qnode"):
+        qd.QNGOptimizer([init()], lambda w: w.sum())
+
+
+def test_qng_metric_of_a_tensor_passed_as_two_arguments():
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def twice(a, b):
+        qd.RY(a[0], wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.RX(b[0], wires=1)
+        qd.RY(a[1] + b[1], wires=0)
+        return qd.expval(qd.Z(0) @ qd.Z(1))
+
+    @qd.qnode(dev)
+    def once(w):  # the same circuit with the tensor passed once
+        qd.RY(w[0], wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.RX(w[0], wires=1)
+        qd.RY(2 * w[1], wires=0)
+        return qd.expval(qd.Z(0) @ qd.Z(1))
+    w = torch.tensor([0.4, -0.3], dtype=torch.float64, requires_grad=True)
+    ref = qd.metric_tensor(once, approx=None)(w)
+    opt = qd.QNGOptimizer([w], twice, metric="full", args=lambda: (w, w))
+    assert torch.allclose(opt.compute_metric(), ref, atol=1e-12)
+
+
+def test_qng_metric_of_weights_the_qnode_closes_over_or_gets_by_keyword():
+    """torch style: the optimized tensors need not be the qnode's positional arguments; the
+    metric is pulled back through whatever graph leads to the gate angles."""
+    dev = qd.device("statevector", wires=2)
+    w = torch.tensor([0.4, -0.3], dtype=torch.float64, requires_grad=True)
+    lin = torch.nn.Linear(2, 2, dtype=torch.float64)
+
+    @qd.qnode(dev)
+    def ref(a):
+        qd.RY(a[0], wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.RX(a[1], wires=1)
+        qd.RY(a[0] * a[1], wires=0)
+        return qd.expval(qd.Z(0) @ qd.Z(1))
+
+    @qd.qnode(dev)
+    def closed():
+        return ref.func(w)
+
+    def keyword(x, *, a):
+        return ref.func(a)
+    expect = qd.metric_tensor(ref, approx=None)(w)
+    opt = qd.QNGOptimizer([w], closed, metric="full", args=lambda: ())
+    assert torch.allclose(opt.compute_metric(), expect, atol=1e-12)
+    opt = qd.QNGOptimizer([w], qd.qnode(dev)(lambda x: keyword(x, a=w)), metric="block-diag",
+                          args=lambda: (0.0,))
+    assert torch.allclose(opt.compute_metric(), qd.metric_tensor(ref)(w), atol=1e-12)
+    # classical weights before the circuit: J^T g J with J through the linear layer
+    x = torch.tensor([0.2, 0.7], dtype=torch.float64)
+    hyb = qd.qnode(dev)(lambda: ref.func(lin(x)))
+    opt = qd.QNGOptimizer(lin.parameters(), hyb, metric="full", args=lambda: ())
+    a = lin(x).detach().requires_grad_()
+    g = qd.metric_tensor(ref, approx=None)(a)
+    J = torch.autograd.functional.jacobian(
+        lambda W, b: torch.nn.functional.linear(x, W, b), (lin.weight.detach(), lin.bias.detach()))
+    J = torch.cat([j.reshape(2, -1) for j in J], dim=1)
+    assert torch.allclose(opt.compute_metric(), J.T @ g @ J, atol=1e-12)
