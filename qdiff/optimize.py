@@ -48,7 +48,8 @@ class QNGOptimizer(torch.optim.Optimizer):
         metric: ``"block-diag"``, ``"diag"``, ``"full"`` or ``"spsa"``.
         args: callable returning the qnode's positional arguments (default: ``params`` in order).
         spsa_epsilon, spsa_resamplings, seed: QN-SPSA perturbation size, estimates per step,
-            random seed.
+            random seed (None: drawn from torch's global generator, so ``torch.manual_seed``
+            makes a run reproducible).
     """
 
     def __init__(self, params, qnode, lr: float = 0.1, lam: float = 1e-3,
@@ -81,7 +82,10 @@ class QNGOptimizer(torch.optim.Optimizer):
             raise QdiffError(f"QNGOptimizer: params: {exc}") from None
         self.qnode, self.metric, self.args_fn = qnode, metric, args
         self.spsa_epsilon, self.spsa_resamplings = spsa_epsilon, spsa_resamplings
-        self._gen = torch.Generator().manual_seed(seed if seed is not None else 0)
+        # seed=None draws the stream's seed from torch's global generator (torch.manual_seed)
+        if seed is None:
+            seed = int(torch.randint(0, 2 ** 62, (1,))) if metric == "spsa" else 0
+        self._gen = torch.Generator().manual_seed(seed)
         self._spsa_avg, self._spsa_count = None, 0
         self.last_metric: Optional[torch.Tensor] = None
 

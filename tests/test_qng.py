@@ -325,3 +325,23 @@ def test_qng_metric_of_weights_the_qnode_closes_over_or_gets_by_keyword():
         lambda W, b: torch.nn.functional.linear(x, W, b), (lin.weight.detach(), lin.bias.detach()))
     J = torch.cat([j.reshape(2, -1) for j in J], dim=1)
     assert torch.allclose(opt.compute_metric(), J.T @ g @ J, atol=1e-12)
+
+
+def test_qn_spsa_without_a_seed_follows_torchs_global_generator():
+    """seed=None: torch.manual_seed makes the run reproducible, another seed changes it (as a
+    torch optimizer's randomness does); the other metrics draw nothing from it."""
+    def run(s, metric="spsa"):
+        torch.manual_seed(s)
+        w = init()
+        cost = make_cost(qd.device("statevector", wires=N))
+        opt = qd.QNGOptimizer([w], cost, lr=0.05, metric=metric, lam=0.05)
+        for _ in range(2):
+            opt.zero_grad()
+            cost(w).backward()
+            opt.step()
+        return w.detach().clone(), torch.rand(1)
+    a, b, c = run(3), run(3), run(4)
+    assert torch.equal(a[0], b[0]) and not torch.equal(a[0], c[0])
+    _, after = run(5, "block-diag")
+    torch.manual_seed(5)
+    assert torch.equal(after, torch.rand(1))
