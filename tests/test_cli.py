@@ -92,8 +92,8 @@ def test_summary_table_has_total_row(tmp_path, capsys):
     ("OPENQASM 2.0;\ninclude \"qelib1.inc\";\nqreg q[2];\nfoo q[0];\n", ":4:"),
     ("OPENQASM 2.0;\ninclude \"qelib1.inc\";\nqreg q[2];\ncreg c[2];\nmeasure q[0] -> c[0];\n"
      "if (c==1) x q[1];\n", ":6:"),
-    ("OPENQASM 2.0;\ninclude \"qelib1.inc\";\nqreg q[1];\ncreg c[1];\nreset q[0];\nh q[0];\n",
-     ":5:"),
+    ("OPENQASM 2.0;\ninclude \"qelib1.inc\";\nqreg q[1];\ncreg c[1];\nh q[0];\nreset q[0];\n",
+     ":6:"),
 ])
 def test_bad_qasm_exit_2_one_line_with_line_number(tmp_path, capsys, text, needle):
     src = write(tmp_path, "bad.qasm", text)
