@@ -226,3 +226,91 @@ def test_dense_gate_matrices_checked_against_the_budget(monkeypatch):
         monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "128M")
         with pytest.raises(QdiffMemoryError, match="C9\\(RY\\)"):
             f(a)
+
+
+# -- gate records, state preparation, gradient rules, the metric -----------------------------
+
+def test_diagonal_unitary_dense_record_refused_up_front():
+    """A 20-wire diagonal (16 MiB) asked torch for its 16 TiB dense matrix."""
+    with pytest.raises(QdiffMemoryError, match=r"DiagonalQubitUnitary on 20 wires: its dense "
+                                                r"1048576x1048576 matrix"):
+        qd.DiagonalQubitUnitary(torch.ones(2 ** 20, dtype=torch.complex128), wires=range(20))
+
+
+def test_unitary_check_is_stated(monkeypatch):
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1M")
+    with pytest.raises(QdiffMemoryError, match=r"QubitUnitary: checking that the 256x256 "
+                                                r"matrix is unitary"):
+        qd.QubitUnitary(torch.eye(256, dtype=torch.complex128), wires=range(8))
+
+
+def test_constant_gate_with_many_controls_builds_no_projector():
+    """A constant gate has no generators, yet qd.ctrl built a 2**k x 2**k control projector:
+    numpy's 'Unable to allocate 16.0 EiB' for 30 controls."""
+    x = torch.tensor([[0, 1], [1, 0]], dtype=torch.complex128)
+
+    def body(n):
+        for w in range(n - 1):
+            qd.X(w)
+        qd.ctrl(qd.QubitUnitary(x, wires=n - 1), control=list(range(n - 1)))
+        return qd.expval(qd.Z(n - 1))
+    assert float(run(11, lambda: body(11))) == pytest.approx(-1.0)
+    with pytest.raises(QdiffMemoryError, match="simulating 31 qubits"):
+        run(31, lambda: body(31))
+
+
+def test_state_prep_on_a_few_of_many_wires_refused_before_embedding():
+    """StatePrep on 1 of 40 wires asked torch for the 16 TiB embedded state."""
+    def body():
+        qd.StatePrep(torch.tensor([0.0, 1.0]), wires=[0])
+        return qd.expval(qd.Z(0))
+    with pytest.raises(QdiffMemoryError, match=r"the initial state of 40 qubits \(a state "
+                                                r"prepared on 1 of them\)"):
+        run(40, body)
+
+
+def _chain(p, method, **kw):
+    @qd.qnode(qd.device("statevector", wires=1), diff_method=method, **kw)
+    def f(x):
+        for i in range(p):
+            qd.RX(x[i], wires=0)
+        return qd.expval(qd.Z(0))
+    return f
+
+
+@pytest.mark.parametrize("method,rows", [("parameter-shift", 2000), ("finite-diff", 2000)])
+def test_shift_tables_refused_before_they_are_built(monkeypatch, method, rows):
+    """The (S, P) shift table and the S shifted bindings grow as P**2: 20000 parameters
+    asked torch for 6.4 GB."""
+    x = torch.zeros(1000, dtype=torch.float64, requires_grad=True)
+    out = _chain(1000, method)(x)
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "16M")
+    with pytest.raises(QdiffMemoryError, match=rf"{method}: {rows} shifted copies of 1 "
+                                                r"binding\(s\) of 1000 parameters .*'adjoint'"):
+        out.backward()
+
+
+def test_spsa_directions_refused_before_drawing(monkeypatch):
+    x = torch.zeros(10, dtype=torch.float64, requires_grad=True)
+    out = _chain(10, "spsa", num_directions=10 ** 5)(x)
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "16M")
+    with pytest.raises(QdiffMemoryError, match=r"spsa: 200000 shifted copies"):
+        out.backward()
+
+
+@pytest.mark.parametrize("approx,what", [(None, r"metric_tensor\(approx=None\): 600 rows"),
+                                         ("block-diag", r"metric_tensor\(approx='block-diag'\): "
+                                                        r"300 layer circuits")])
+def test_metric_tensor_stated_before_it_is_built(monkeypatch, approx, what):
+    """approx=None holds P rows of P parameters and P derivative states; the block-diagonal
+    metric one circuit per layer with all its predecessors (quadratic in the depth): 20000
+    parameters ended in a raw MemoryError after 40 s."""
+    @qd.qnode(qd.device("statevector", wires=2))
+    def f(x):
+        for i in range(600):
+            qd.RX(x[i], wires=i % 2)
+        return qd.expval(qd.Z(0))
+    x = torch.zeros(600, dtype=torch.float64, requires_grad=True)
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1M")
+    with pytest.raises(QdiffMemoryError, match=what):
+        qd.metric_tensor(f, approx=approx)(x)
