@@ -314,3 +314,42 @@ def test_metric_tensor_stated_before_it_is_built(monkeypatch, approx, what):
     monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1M")
     with pytest.raises(QdiffMemoryError, match=what):
         qd.metric_tensor(f, approx=approx)(x)
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_pennylane_devices_state_their_shot_samples(name):
+    """PennyLane's sampler, which the devices hand the final state, asked numpy for 7.28 TiB
+    at shots=10**12."""
+    qml = pytest.importorskip("pennylane")
+    from pennylane.exceptions import DeviceError
+
+    @qml.set_shots(10 ** 12)
+    @qml.qnode(qml.device(name, wires=2))
+    def f():
+        qml.Hadamard(0)
+        return qml.sample(wires=[0, 1])
+    with pytest.raises(DeviceError, match=rf"{name}: sampling 1000000000000 shots of 1 "
+                                          r"state\(s\) on 2 wires needs about"):
+        f()
+
+
+def _example(name):
+    import importlib
+    import os
+    import sys
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    return importlib.import_module(name)
+
+
+@pytest.mark.parametrize("name,argv,what", [
+    ("hybrid_classifier", ["--train", "10000000000", "--epochs", "1"],
+     "the data set of 10000000000 samples"),
+    ("bond_dissociation", ["--points", "1000000000000"], "--points 1000000000000"),
+    ("vqe_h2", ["--ansatz", "hea", "--layers", "10000000000", "--steps", "1"],
+     r"the weights \(10000000000, 4, 2\) of 10000000000 layers")])
+def test_example_sizes_stated_before_allocating(name, argv, what):
+    """Each of these was a traceback (exit 1) from torch or numpy's allocator."""
+    with pytest.raises(QdiffMemoryError, match=what):
+        _example(name).main(argv, log=lambda *a: None)
