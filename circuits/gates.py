@@ -736,7 +736,10 @@ def _kron_all(ms) -> np.ndarray:
 @caches.cached(maxsize=None)
 def multirz_gate(n: int) -> Gate:
     """``exp(-i theta Z⊗…⊗Z / 2)`` on ``n`` wires (diagonal)."""
-    zz = np.real(np.diag(_kron_all([_Z] * n)))
+    side = 2 ** n
+    memory.require(16.0 * side * side, f"the generator of MultiRZ on {n} wires "
+                                       f"(dense {side}x{side})")
+    zz = functools.reduce(np.kron, [np.array([1.0, -1.0])] * n, np.ones(1))
     zz_t = torch.tensor(zz, dtype=torch.float64)
 
     def diag(t):
@@ -752,6 +755,9 @@ def paulirot_gate(word: str) -> Gate:
     """``exp(-i theta P / 2)`` for a Pauli word such as ``"XYZ"``."""
     if not word or any(c not in "IXYZ" for c in word):
         raise QdiffError(f"PauliRot: invalid Pauli word '{word}' (letters I, X, Y, Z)")
+    side = 2 ** len(word)
+    memory.require(4 * 16.0 * side * side, f"the matrices of PauliRot '{word}' on {len(word)} "
+                                           f"wires (dense {side}x{side})")
     p = _kron_all([_PAULI[c] for c in word])
     pt = torch.tensor(p, dtype=torch.complex128)
     eye = torch.eye(p.shape[0], dtype=torch.complex128)

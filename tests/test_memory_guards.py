@@ -2,6 +2,7 @@
 the compiler's verifier, shot sampling, the batch of bindings, the Aer backend."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -353,3 +354,27 @@ def test_example_sizes_stated_before_allocating(name, argv, what):
     """Each of these was a traceback (exit 1) from torch or numpy's allocator."""
     with pytest.raises(QdiffMemoryError, match=what):
         _example(name).main(argv, log=lambda *a: None)
+
+
+@pytest.mark.parametrize("gate,what", [
+    (lambda: qd.MultiRZ(0.3, wires=range(20)), r"the generator of MultiRZ on 20 wires"),
+    (lambda: qd.PauliRot(0.3, "XY" * 10, wires=range(20)), r"the matrices of PauliRot "
+                                                           r"'XYXYXYXYXYXYXYXYXYXY' on 20 wires")])
+def test_wide_rotation_records_refused_before_their_dense_matrices(gate, what):
+    """The records keep dense 2**k x 2**k generators: built by repeated Kronecker products,
+    they reached numpy's 'Unable to allocate 16.0 GiB' after several GiB."""
+    def body():
+        gate()
+        return qd.expval(qd.Z(0))
+    with pytest.raises(QdiffMemoryError, match=what):
+        run(20, body)
+
+
+def test_multirz_diagonal_without_the_dense_product():
+    from qdiff.circuits.gates import multirz_gate
+    g = multirz_gate(3)
+    zzz = np.kron(np.kron(np.diag([1, -1]), np.diag([1, -1])), np.diag([1, -1]))
+    assert np.allclose(g.generators[0], zzz / 2)
+    t = torch.tensor([0.7], dtype=torch.float64)
+    assert torch.allclose(g.matrix_fn(t)[0], torch.linalg.matrix_exp(
+        torch.tensor(-0.35j * zzz, dtype=torch.complex128)), atol=1e-14)
