@@ -210,3 +210,19 @@ def test_circuit_wider_than_the_target_device_is_named(tmp_path, capsys):
                  str(tmp_path / "o.qasm")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "fake_manila' has 5 qubits" in err[0]
+
+
+def test_drawing_is_linear_in_the_number_of_gates():
+    """Each gate re-joined every wire's text drawn so far: 10**5 gates took minutes."""
+    import time
+    from qdiff.circuits import Circuit
+    from qdiff.compiler.ops import op
+    from qdiff.draw import draw_circuit
+    c = Circuit(3, tuple(op("h", (i % 3,)) if i % 5 else op("cx", (0, 2))
+                         for i in range(50_000)))
+    t0 = time.perf_counter()
+    text = draw_circuit(c)
+    assert time.perf_counter() - t0 < 5.0
+    rows = text.splitlines()
+    assert len(rows) == 3 and len({len(r) for r in rows}) == 1
+    assert rows[1].count("│") == 10_000 and rows[0].count("╭") == 10_000
