@@ -378,3 +378,20 @@ def test_multirz_diagonal_without_the_dense_product():
     t = torch.tensor([0.7], dtype=torch.float64)
     assert torch.allclose(g.matrix_fn(t)[0], torch.linalg.matrix_exp(
         torch.tensor(-0.35j * zzz, dtype=torch.complex128)), atol=1e-14)
+
+
+def test_mixed_reverse_mode_names_backprop_when_block_superoperators_dominate():
+    """A 9-wire MultiRZ on the mixed device: its 4**9 x 4**9 superoperator (TiB) is refused
+    by the reverse mode; the refusal names the method that holds none, which runs."""
+    def f(a):
+        for w in range(9):
+            qd.H(w)
+        qd.MultiRZ(a, wires=range(9))
+        return qd.expval(qd.X(8))
+    a = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(QdiffMemoryError, match="superoperators .* diff_method='backprop' holds "
+                                                "none"):
+        qd.qnode(qd.device("mixed", wires=9), diff_method="adjoint")(f)(a).backward()
+    out = qd.qnode(qd.device("mixed", wires=9), diff_method="backprop")(f)(a)
+    (g,) = torch.autograd.grad(out, a)
+    assert float(out) == pytest.approx(np.cos(0.3)) and float(g) == pytest.approx(-np.sin(0.3))
