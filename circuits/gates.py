@@ -785,7 +785,7 @@ def check_unitary(m: torch.Tensor, given=None, who: str = "QubitUnitary") -> Non
     m = m.detach()
     given = m.dtype if given is None else given
     d = m.shape[-1]
-    memory.require(4.0 * 16 * m[..., 0, 0].numel() * d * d,
+    memory.require(4.0 * 16 * m.numel(),
                    f"{who}: checking that the {d}x{d} matrix is unitary (U^dag U in "
                    "complex128)", m.device)
     real = given.to_real() if given.is_complex else given
