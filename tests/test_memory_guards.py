@@ -395,3 +395,30 @@ def test_mixed_reverse_mode_names_backprop_when_block_superoperators_dominate():
     out = qd.qnode(qd.device("mixed", wires=9), diff_method="backprop")(f)(a)
     (g,) = torch.autograd.grad(out, a)
     assert float(out) == pytest.approx(np.cos(0.3)) and float(g) == pytest.approx(-np.sin(0.3))
+
+
+def test_pennylane_adjoint_jacobian_states_its_repeated_states(monkeypatch):
+    """The device's adjoint Jacobian repeats each final state once per output: probs of 14
+    wires asked torch for 4 GiB at 16384 outputs. Stated first; the refusal names the
+    vector-Jacobian product, which needs one sweep and runs within the same budget."""
+    qml = pytest.importorskip("pennylane")
+    from pennylane.exceptions import DeviceError
+    dev = qml.device("qdiff.statevector", wires=10)
+    w = torch.arange(1024, dtype=torch.float64)
+    exact = None
+    for kw in ({}, {"device_vjp": True}):
+        @qml.qnode(dev, diff_method="adjoint", interface="torch", **kw)
+        def f(x):
+            qml.RX(x, wires=0)
+            qml.RY(0.4, wires=1)
+            return qml.probs(wires=range(10))
+        x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+        if exact is None:
+            (exact,) = torch.autograd.grad(f(x) @ w, x)
+            monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "20M")
+            with pytest.raises(DeviceError, match=r"the adjoint Jacobian of 1024 outputs x 1 "
+                                                  r"binding\(s\) on 10 wires .*device_vjp=True"):
+                torch.autograd.grad(f(x) @ w, x)
+        else:
+            (g,) = torch.autograd.grad(f(x) @ w, x)
+            assert torch.allclose(g, exact, atol=1e-10)

@@ -516,6 +516,15 @@ class QdiffStatevector(Device):
                 continue
             k = sum(_flat_size(m, job.circuit.num_wires) for m in job.circuit.measurements)
             b = job.theta.shape[0]
+            n = job.circuit.num_wires
+            try:  # k copies of each final state (and the sweep's two), k one-hot cotangents
+                memory.require(k * b * (4 * 2.0 ** n * r.residual.state.element_size()
+                                        + 8.0 * (k + job.theta.shape[1])),
+                               f"the adjoint Jacobian of {k} outputs x {b} binding(s) on {n} "
+                               f"wires (one reverse sweep per output)",
+                               hint="a vector-Jacobian product (device_vjp=True) needs one sweep")
+            except QdiffError as exc:
+                raise DeviceError(f"{self.name}: {exc}") from None
             init = None if job.initial_state is None else \
                 job.initial_state.expand(b, -1).repeat(k, 1)
             big.append(replace(job, theta=job.theta.repeat(k, 1), initial_state=init))
