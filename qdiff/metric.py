@@ -115,10 +115,9 @@ def derivative_states(circuit, theta, cols, backend, initial_state=None):
     b, p = theta.shape[0], len(cols)
     memory.require(4.0 * b * p * theta.shape[1] * theta.element_size()
                    + 2.0 * 16 * b * p * 2 ** circuit.num_wires + 16.0 * b * p * p,
-                   f"metric_tensor(approx=None): {p * b} rows of {theta.shape[1]} parameters, "
+                   f"forward-mode derivatives: {p * b} rows of {theta.shape[1]} parameters, "
                    f"their derivative states on {circuit.num_wires} qubits and the "
-                   f"{b}x{p}x{p} metric", theta.device,
-                   hint="approx='block-diag' or 'diag' needs one circuit per layer")
+                   f"{b}x{p}x{p} metric", theta.device)
     circ = circuit.with_measurements([Measurement("state", None, None)])
     rows = theta.repeat(p, 1)
     tangent = torch.zeros_like(rows)

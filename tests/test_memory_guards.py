@@ -299,22 +299,37 @@ def test_spsa_directions_refused_before_drawing(monkeypatch):
         out.backward()
 
 
-@pytest.mark.parametrize("approx,what", [(None, r"metric_tensor\(approx=None\): 600 rows"),
-                                         ("block-diag", r"metric_tensor\(approx='block-diag'\): "
-                                                        r"300 layer circuits")])
-def test_metric_tensor_stated_before_it_is_built(monkeypatch, approx, what):
-    """approx=None holds P rows of P parameters and P derivative states; the block-diagonal
-    metric one circuit per layer with all its predecessors (quadratic in the depth): 20000
-    parameters ended in a raw MemoryError after 40 s."""
+def test_metric_tensor_rows_and_derivative_states_stated_first(monkeypatch):
+    """approx=None holds P rows of P parameters and P derivative states (about 17 MB here,
+    three times the 6 MB of the metric itself)."""
     @qd.qnode(qd.device("statevector", wires=2))
     def f(x):
         for i in range(600):
             qd.RX(x[i], wires=i % 2)
         return qd.expval(qd.Z(0))
     x = torch.zeros(600, dtype=torch.float64, requires_grad=True)
-    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1M")
-    with pytest.raises(QdiffMemoryError, match=what):
-        qd.metric_tensor(f, approx=approx)(x)
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "8M")
+    with pytest.raises(QdiffMemoryError, match=r"forward-mode derivatives: 600 rows of 600 "
+                                                r"parameters"):
+        qd.metric_tensor(f, approx=None)(x)
+
+
+def test_block_metric_layer_circuits_stated_first(monkeypatch):
+    """The block-diagonal metric runs one circuit per layer with all the gates before it:
+    quadratic in the depth (20000 parameters ended in a raw MemoryError after 40 s); here
+    200 layers between fixed gates hold 2.6 MB of gate references for a 0.3 MB metric."""
+    @qd.qnode(qd.device("statevector", wires=2))
+    def f(x):
+        for i in range(200):
+            qd.RX(x[i], wires=i % 2)
+            for _ in range(15):
+                qd.CNOT(wires=[0, 1])
+        return qd.expval(qd.Z(0))
+    x = torch.zeros(200, dtype=torch.float64, requires_grad=True)
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "2M")
+    with pytest.raises(QdiffMemoryError, match=r"metric_tensor\(approx='block-diag'\): 200 "
+                                                r"layer circuits with \d+ gates in all"):
+        qd.metric_tensor(f)(x)
 
 
 @pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
