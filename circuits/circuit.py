@@ -530,6 +530,9 @@ def _initial_state(prep: StatePrep, wires: tuple, n: int) -> torch.Tensor:
     batch = v.shape[:-1]
     if k == n and list(wires) == list(range(n)):
         return v
+    memory.require(float(math.prod(batch)) * 2.0 ** n * v.element_size(),
+                   f"the initial state of {n} qubits (a state prepared on {k} of them)",
+                   v.device)
     full = torch.zeros(*batch, *([2] * n), dtype=v.dtype, device=v.device)
     vv = v.reshape(*batch, *([2] * k))
     idx = [slice(None)] * len(batch) + [0] * n

@@ -736,7 +736,10 @@ def _kron_all(ms) -> np.ndarray:
 @caches.cached(maxsize=None)
 def multirz_gate(n: int) -> Gate:
     """``exp(-i theta Z⊗…⊗Z / 2)`` on ``n`` wires (diagonal)."""
-    zz = np.real(np.diag(_kron_all([_Z] * n)))
+    side = 2 ** n
+    memory.require(16.0 * side * side, f"the generator of MultiRZ on {n} wires "
+                                       f"(dense {side}x{side})")
+    zz = functools.reduce(np.kron, [np.array([1.0, -1.0])] * n, np.ones(1))
     zz_t = torch.tensor(zz, dtype=torch.float64)
 
     def diag(t):
@@ -752,6 +755,9 @@ def paulirot_gate(word: str) -> Gate:
     """``exp(-i theta P / 2)`` for a Pauli word such as ``"XYZ"``."""
     if not word or any(c not in "IXYZ" for c in word):
         raise QdiffError(f"PauliRot: invalid Pauli word '{word}' (letters I, X, Y, Z)")
+    side = 2 ** len(word)
+    memory.require(4 * 16.0 * side * side, f"the matrices of PauliRot '{word}' on {len(word)} "
+                                           f"wires (dense {side}x{side})")
     p = _kron_all([_PAULI[c] for c in word])
     pt = torch.tensor(p, dtype=torch.complex128)
     eye = torch.eye(p.shape[0], dtype=torch.complex128)
@@ -779,6 +785,9 @@ def check_unitary(m: torch.Tensor, given=None, who: str = "QubitUnitary") -> Non
     m = m.detach()
     given = m.dtype if given is None else given
     d = m.shape[-1]
+    memory.require(4.0 * 16 * m.numel(),
+                   f"{who}: checking that the {d}x{d} matrix is unitary (U^dag U in "
+                   "complex128)", m.device)
     real = given.to_real() if given.is_complex else given
     atol = max(1e-8, 64 * d * torch.finfo(real).eps) if real.is_floating_point else 1e-8
     m128 = m.to(torch.complex128)
@@ -835,6 +844,10 @@ def diagonal_unitary_gate(diag) -> Gate:
     if not dev <= atol:
         raise QdiffError(f"DiagonalQubitUnitary: the diagonal is not unitary (max ||d_i| - 1| = "
                          f"{dev:.3g})")
+    side = d.shape[0]
+    memory.require(float(side) * side * d.element_size(),
+                   f"DiagonalQubitUnitary on {int(round(math.log2(side)))} wires: its dense "
+                   f"{side}x{side} matrix (kept for export and comparison)", d.device)
     src = diag if isinstance(diag, torch.Tensor) else d
     if src.dtype != d.dtype:
         src = src.to(d.dtype)
@@ -983,10 +996,11 @@ def controlled_gate(base: Gate, k: int) -> Gate:
         memory.require(16.0 * side * side * (len(base.generators) + 1),
                        f"the generators of {base.pl_name or base.name} controlled by {k} "
                        f"wires ({len(base.generators)} dense {int(side)}x{int(side)})")
-    proj = np.zeros((2 ** k, 2 ** k), dtype=complex)
-    proj[-1, -1] = 1.0
-    gens = None if base.generators is None else tuple(
-        None if g is None else np.kron(proj, g) for g in base.generators)
+    gens = None
+    if base.generators is not None:
+        proj = np.zeros((2 ** k, 2 ** k), dtype=complex)
+        proj[-1, -1] = 1.0
+        gens = tuple(None if g is None else np.kron(proj, g) for g in base.generators)
     diag = None
     if base.diag_fn is not None:
         def diag(*angles):

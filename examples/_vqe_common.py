@@ -26,6 +26,7 @@ import torch
 
 import qdiff as qd
 from qdiff import qchem
+from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.fileio import save_figure
 
@@ -238,8 +239,11 @@ def hea_ansatz(problem: Problem, layers: int, seed: int):
             qd.BasisState(hf, wires=range(n))
         qd.HardwareEfficientAnsatz(w, wires=range(n))
 
+    shape = qd.HardwareEfficientAnsatz.shape(layers, n)
+    memory.require(1000.0 * math.prod(shape), f"the weights {tuple(shape)} of {layers} layers "
+                                              "and their recorded gates")
     g = torch.Generator().manual_seed(seed)
-    return circuit, 0.05 * torch.randn(*qd.HardwareEfficientAnsatz.shape(layers, n), generator=g,
+    return circuit, 0.05 * torch.randn(*shape, generator=g,
                                        dtype=torch.float64)
 
 

@@ -18,11 +18,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _vqe_common as common  # noqa: E402
+from qdiff.circuits import memory  # noqa: E402
 from qdiff.circuits.fileio import save_figure  # noqa: E402
 
 
 def curve(args, log=print) -> list:
     """One dict per bond length: R, hf, exact, vqe, error, steps, wall."""
+    memory.require(1000.0 * args.points, f"--points {args.points}: the bond lengths and "
+                                          "their result rows")
     rows, w = [], None
     log(f"{'R (A)':>6} {'HF (Ha)':>12} {'exact (Ha)':>12} {'VQE (Ha)':>12} {'HF err mHa':>10} "
         f"{'VQE err mHa':>11} {'steps':>5} {'loop s':>7}")

@@ -20,6 +20,7 @@ import time
 import torch
 
 import qdiff as qd
+from qdiff.circuits import memory
 from qdiff.circuits.fileio import save_figure
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -29,6 +30,7 @@ from _cli import (Parser, check_plot, nonnegative_float, nonnegative_int,  # noq
 
 def two_moons(n: int, noise: float, gen: torch.Generator):
     """``(x (n, 2) float64, y (n,) float64 in {0, 1})``: two interleaved half circles."""
+    memory.require(100.0 * n, f"the data set of {n} samples")  # about a dozen (n,) tensors
     t = torch.rand(n, generator=gen, dtype=torch.float64) * math.pi
     upper = torch.rand(n, generator=gen) < 0.5
     a = torch.stack([torch.cos(t), torch.sin(t)], 1)

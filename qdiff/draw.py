@@ -47,14 +47,14 @@ def draw_circuit(circuit, theta=None, decimals: int = 2) -> str:
     n = circuit.num_wires
     theta = theta if theta is not None else torch.zeros(1, circuit.num_params)
     lines = [[] for _ in range(n)]
+    length = [0] * n  # len("".join(lines[w])), kept as the pieces are appended
     for op in circuit.operations:
         labels = _labels(op, theta, decimals)
         lo, hi = min(op.wires), max(op.wires)
         width = max(len(s) for s in labels)
-        cur = max(len("".join(lines[w])) for w in range(lo, hi + 1))
+        cur = max(length[lo:hi + 1])
         for w in range(lo, hi + 1):
-            pad = cur - len("".join(lines[w]))
-            lines[w].append("─" * pad)
+            lines[w].append("─" * (cur - length[w]))
         for w in range(lo, hi + 1):
             if w in op.wires:
                 s = labels[op.wires.index(w)]
@@ -65,6 +65,7 @@ def draw_circuit(circuit, theta=None, decimals: int = 2) -> str:
             else:
                 s = "│"
             lines[w].append("──" + s.ljust(width + (1 if hi > lo else 0), "─"))
+            length[w] = cur + len(lines[w][-1])
     total = max((len("".join(l)) for l in lines), default=0)
     meas = {w: [] for w in range(n)}
     for m in circuit.measurements:

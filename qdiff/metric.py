@@ -149,6 +149,11 @@ def derivative_states(circuit, theta, cols, backend, initial_state=None):
     respect to theta columns ``cols``, by forward-mode differentiation through the backend
     (one ``torch.func.jvp`` of one run whose ``P * B`` rows carry one unit tangent each)."""
     b, p = theta.shape[0], len(cols)
+    memory.require(4.0 * b * p * theta.shape[1] * theta.element_size()
+                   + 2.0 * 16 * b * p * 2 ** circuit.num_wires + 16.0 * b * p * p,
+                   f"forward-mode derivatives: {p * b} rows of {theta.shape[1]} parameters, "
+                   f"their derivative states on {circuit.num_wires} qubits and the "
+                   f"{b}x{p}x{p} metric", theta.device)
     circ = circuit.with_measurements([Measurement("state", None, None)])
     rows = theta.repeat(p, 1)
     tangent = torch.zeros_like(rows)
@@ -223,7 +228,8 @@ def generator_observable(op) -> Observable:
 
 
 def parametrized_layers(ops, cols):
-    """PennyLane's layering: ``[(uses, ancestor op indices)]``, a use = ``(op index, ref)``."""
+    """PennyLane's layering: ``[(uses, ancestors)]``, a use = ``(op index, ref)``, ancestors
+    the bit mask of the op indices before the layer that it depends on."""
     last: dict = {}
     anc = []
     for i, op in enumerate(ops):
@@ -252,7 +258,17 @@ def parametrized_layers(ops, cols):
         bits = 0
         for i, _ in layer:
             bits |= anc[i]
-        out.append((layer, [j for j in range(len(ops)) if bits >> j & 1]))
+        out.append((layer, bits))
+    return out
+
+
+def _indices(bits: int) -> list:
+    """The set bits of ``bits``, ascending."""
+    out = []
+    while bits:
+        low = bits & -bits
+        out.append(low.bit_length() - 1)
+        bits ^= low
     return out
 
 
@@ -268,9 +284,17 @@ def block_metric(circuit, theta, cols, backend, initial_state=None, diag_only=Fa
                              "has several parameters and no known split; use approx=None")
     pos = {c: k for k, c in enumerate(cols)}
     b = theta.shape[0]
+    layers = parametrized_layers(ops, colset)
+    prefix = sum(bits.bit_count() for _, bits in layers)
+    memory.require(8.0 * (prefix + 16 * len(layers))
+                   + float(b) * len(cols) ** 2 * theta.element_size(),
+                   f"metric_tensor(approx='block-diag'): {len(layers)} layer circuits with "
+                   f"{prefix} gates in all and the {b}x{len(cols)}x{len(cols)} metric",
+                   theta.device)
     g = torch.zeros(b, len(cols), len(cols), dtype=theta.dtype, device=theta.device)
     jobs, metas = [], []
-    for uses, pre in parametrized_layers(ops, colset):
+    for uses, bits in layers:
+        pre = _indices(bits)
         gens = [generator_observable(ops[i]) for i, _ in uses]
         pairs = [(u, v) for u in range(len(uses)) for v in range(u, len(uses))
                  if not diag_only or u == v]

@@ -63,6 +63,7 @@ from pennylane.transforms import defer_measurements
 
 from qdiff.backends.base import Job
 from qdiff.circuits.pennylane_autograd import execute_autograd, has_boxes
+from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.noise import resolve_noise
@@ -331,6 +332,13 @@ class QdiffMixed(Device):
             mps_idx = [map_measurement_wires(m, wire_map) for m in mps]
         else:
             mps_idx = mps
+        if tape.shots:  # PennyLane's sampler: a float64 draw, an index and n bits per shot
+            total, rows = tape.shots.total_shots, tape.batch_size or 1
+            try:
+                memory.require(float(total) * rows * (16.0 + 8 * n),
+                               f"sampling {total} shots of {rows} state(s) on {n} wires")
+            except QdiffError as exc:
+                raise DeviceError(f"{self.name}: {exc}") from None
         if _density_prep(tape) is not None:
             rho, final = self._mixture_run(tape, labels)
             if tape.shots:

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 import torch
 
-from qdiff.circuits import caches
+from qdiff.circuits import caches, memory
 from qdiff.circuits.circuit import trainable_matrix_op  # noqa: F401  (re-exported)
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import ParamRef
@@ -49,8 +49,19 @@ class Rule:
     shifts: Optional[Callable] = None
 
 
-def _table(rows, p: int, theta):
+def _require_shifts(method: str, s: int, theta, extra: float = 0.0) -> None:
+    """State the shift table ``(S, P)`` (shifts and weights) and the ``S * B`` shifted bindings
+    built from it before either is made."""
+    b, p = theta.shape
+    memory.require((2.0 + b) * s * p * theta.element_size() + extra,
+                   f"{method}: {s} shifted copies of {b} binding(s) of {p} parameters",
+                   theta.device, hint="diff_method='adjoint' or 'backprop' on a simulator "
+                                      "needs no shifted copies")
+
+
+def _table(rows, p: int, theta, method: str):
     """``(shifts, weights)`` from rows ``(column, weight, shift)``."""
+    _require_shifts(method, len(rows), theta)
     shifts = torch.zeros(len(rows), p, dtype=theta.dtype, device=theta.device)
     weights = torch.zeros(len(rows), p, dtype=theta.dtype, device=theta.device)
     for r, (j, c, x) in enumerate(rows):
@@ -69,7 +80,7 @@ def _parameter_shifts(circuit, trainable, theta, options):
     slot_of = _slot_of(circuit)
     rows = [(j, c, x) for j in range(circuit.num_params) if trainable[j]
             for c, x in shift_rule(slot_of[j][0].gate, slot_of[j][1])]
-    return _table(rows, circuit.num_params, theta)
+    return _table(rows, circuit.num_params, theta, "parameter-shift")
 
 
 def default_step(real_dtype: torch.dtype) -> float:
@@ -86,7 +97,7 @@ def _finite_diff_shifts(circuit, trainable, theta, options):
     h = default_step(theta.dtype) if h is None else float(h)
     rows = [(j, c, x) for j in range(circuit.num_params) if trainable[j]
             for c, x in ((0.5 / h, h), (-0.5 / h, -h))]
-    return _table(rows, circuit.num_params, theta)
+    return _table(rows, circuit.num_params, theta, "finite-diff")
 
 
 def _spsa_shifts(circuit, trainable, theta, options):
@@ -94,6 +105,7 @@ def _spsa_shifts(circuit, trainable, theta, options):
     cols = [j for j in range(p) if trainable[j]]
     k, eps = int(options["num_directions"]), float(options["epsilon"])
     dt, dev = theta.dtype, theta.device
+    _require_shifts("spsa", 2 * k, theta, extra=(8.0 + 3 * theta.element_size()) * k * p)
     with caches.constants():  # the qnode's own stream, also inside torch.func transforms
         signs = torch.randint(0, 2, (k, len(cols)), generator=options.generator)
     delta = torch.zeros(k, p, dtype=dt, device=dev)

@@ -191,3 +191,38 @@ def test_byte_order_mark_and_crlf_load_as_the_plain_text(tmp_path, header, newli
 def test_qasm3_lexer_error_names_the_line():
     with pytest.raises(QdiffParseError, match=r"^lex.qasm:4: token recognition error at: '\$"):
         qasm.loads(H3 + "qubit[1] q;\nh q[0] $;\n", "lex.qasm")
+
+
+def test_circuit_wider_than_the_target_device_is_named(tmp_path, capsys):
+    """Qiskit's layout pass raised TranspilerError 'Number of qubits greater than device.'
+    (a traceback from qd.compile; exit 3 from the CLI)."""
+    import qdiff as qd
+    from qdiff.cli import main
+    from qdiff.circuits import Circuit
+    from qdiff.compiler.ops import op
+    with pytest.raises(QdiffError, match=r"^target 'fake_manila' has 5 qubits; the circuit "
+                                         r"has 6$"):
+        qd.compile(Circuit(6, (op("h", (0,)), op("cx", (0, 5)))), verify="none",
+                   target="fake_manila")
+    src = tmp_path / "w6.qasm"
+    src.write_text(H2 + "qreg q[6];\nh q[0];\ncx q[0],q[5];\n")
+    assert main(["compile", str(src), "--target", "fake_manila", "-o",
+                 str(tmp_path / "o.qasm")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "fake_manila' has 5 qubits" in err[0]
+
+
+def test_drawing_is_linear_in_the_number_of_gates():
+    """Each gate re-joined every wire's text drawn so far: 10**5 gates took minutes."""
+    import time
+    from qdiff.circuits import Circuit
+    from qdiff.compiler.ops import op
+    from qdiff.draw import draw_circuit
+    c = Circuit(3, tuple(op("h", (i % 3,)) if i % 5 else op("cx", (0, 2))
+                         for i in range(50_000)))
+    t0 = time.perf_counter()
+    text = draw_circuit(c)
+    assert time.perf_counter() - t0 < 5.0
+    rows = text.splitlines()
+    assert len(rows) == 3 and len({len(r) for r in rows}) == 1
+    assert rows[1].count("│") == 10_000 and rows[0].count("╭") == 10_000

@@ -2,6 +2,7 @@
 the compiler's verifier, shot sampling, the batch of bindings, the Aer backend."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -226,3 +227,213 @@ def test_dense_gate_matrices_checked_against_the_budget(monkeypatch):
         monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "128M")
         with pytest.raises(QdiffMemoryError, match="C9\\(RY\\)"):
             f(a)
+
+
+# -- gate records, state preparation, gradient rules, the metric -----------------------------
+
+def test_diagonal_unitary_dense_record_refused_up_front():
+    """A 20-wire diagonal (16 MiB) asked torch for its 16 TiB dense matrix."""
+    with pytest.raises(QdiffMemoryError, match=r"DiagonalQubitUnitary on 20 wires: its dense "
+                                                r"1048576x1048576 matrix"):
+        qd.DiagonalQubitUnitary(torch.ones(2 ** 20, dtype=torch.complex128), wires=range(20))
+
+
+def test_unitary_check_is_stated(monkeypatch):
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1M")
+    with pytest.raises(QdiffMemoryError, match=r"QubitUnitary: checking that the 256x256 "
+                                                r"matrix is unitary"):
+        qd.QubitUnitary(torch.eye(256, dtype=torch.complex128), wires=range(8))
+
+
+def test_constant_gate_with_many_controls_builds_no_projector():
+    """A constant gate has no generators, yet qd.ctrl built a 2**k x 2**k control projector:
+    numpy's 'Unable to allocate 16.0 EiB' for 30 controls."""
+    x = torch.tensor([[0, 1], [1, 0]], dtype=torch.complex128)
+
+    def body(n):
+        for w in range(n - 1):
+            qd.X(w)
+        qd.ctrl(qd.QubitUnitary(x, wires=n - 1), control=list(range(n - 1)))
+        return qd.expval(qd.Z(n - 1))
+    assert float(run(11, lambda: body(11))) == pytest.approx(-1.0)
+    with pytest.raises(QdiffMemoryError, match="simulating 31 qubits"):
+        run(31, lambda: body(31))
+
+
+def test_state_prep_on_a_few_of_many_wires_refused_before_embedding():
+    """StatePrep on 1 of 40 wires asked torch for the 16 TiB embedded state."""
+    def body():
+        qd.StatePrep(torch.tensor([0.0, 1.0]), wires=[0])
+        return qd.expval(qd.Z(0))
+    with pytest.raises(QdiffMemoryError, match=r"the initial state of 40 qubits \(a state "
+                                                r"prepared on 1 of them\)"):
+        run(40, body)
+
+
+def _chain(p, method, **kw):
+    @qd.qnode(qd.device("statevector", wires=1), diff_method=method, **kw)
+    def f(x):
+        for i in range(p):
+            qd.RX(x[i], wires=0)
+        return qd.expval(qd.Z(0))
+    return f
+
+
+@pytest.mark.parametrize("method,rows", [("parameter-shift", 2000), ("finite-diff", 2000)])
+def test_shift_tables_refused_before_they_are_built(monkeypatch, method, rows):
+    """The (S, P) shift table and the S shifted bindings grow as P**2: 20000 parameters
+    asked torch for 6.4 GB."""
+    x = torch.zeros(1000, dtype=torch.float64, requires_grad=True)
+    out = _chain(1000, method)(x)
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "16M")
+    with pytest.raises(QdiffMemoryError, match=rf"{method}: {rows} shifted copies of 1 "
+                                                r"binding\(s\) of 1000 parameters .*'adjoint'"):
+        out.backward()
+
+
+def test_spsa_directions_refused_before_drawing(monkeypatch):
+    x = torch.zeros(10, dtype=torch.float64, requires_grad=True)
+    out = _chain(10, "spsa", num_directions=10 ** 5)(x)
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "16M")
+    with pytest.raises(QdiffMemoryError, match=r"spsa: 200000 shifted copies"):
+        out.backward()
+
+
+def test_metric_tensor_rows_and_derivative_states_stated_first(monkeypatch):
+    """approx=None holds P rows of P parameters and P derivative states (about 17 MB here,
+    three times the 6 MB of the metric itself)."""
+    @qd.qnode(qd.device("statevector", wires=2))
+    def f(x):
+        for i in range(600):
+            qd.RX(x[i], wires=i % 2)
+        return qd.expval(qd.Z(0))
+    x = torch.zeros(600, dtype=torch.float64, requires_grad=True)
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "8M")
+    with pytest.raises(QdiffMemoryError, match=r"forward-mode derivatives: 600 rows of 600 "
+                                                r"parameters"):
+        qd.metric_tensor(f, approx=None)(x)
+
+
+def test_block_metric_layer_circuits_stated_first(monkeypatch):
+    """The block-diagonal metric runs one circuit per layer with all the gates before it:
+    quadratic in the depth (20000 parameters ended in a raw MemoryError after 40 s); here
+    200 layers between fixed gates hold 2.6 MB of gate references for a 0.3 MB metric."""
+    @qd.qnode(qd.device("statevector", wires=2))
+    def f(x):
+        for i in range(200):
+            qd.RX(x[i], wires=i % 2)
+            for _ in range(15):
+                qd.CNOT(wires=[0, 1])
+        return qd.expval(qd.Z(0))
+    x = torch.zeros(200, dtype=torch.float64, requires_grad=True)
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "2M")
+    with pytest.raises(QdiffMemoryError, match=r"metric_tensor\(approx='block-diag'\): 200 "
+                                                r"layer circuits with \d+ gates in all"):
+        qd.metric_tensor(f)(x)
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_pennylane_devices_state_their_shot_samples(name):
+    """PennyLane's sampler, which the devices hand the final state, asked numpy for 7.28 TiB
+    at shots=10**12."""
+    qml = pytest.importorskip("pennylane")
+    from pennylane.exceptions import DeviceError
+
+    @qml.set_shots(10 ** 12)
+    @qml.qnode(qml.device(name, wires=2))
+    def f():
+        qml.Hadamard(0)
+        return qml.sample(wires=[0, 1])
+    with pytest.raises(DeviceError, match=rf"{name}: sampling 1000000000000 shots of 1 "
+                                          r"state\(s\) on 2 wires needs about"):
+        f()
+
+
+def _example(name):
+    import importlib
+    import os
+    import sys
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    return importlib.import_module(name)
+
+
+@pytest.mark.parametrize("name,argv,what", [
+    ("hybrid_classifier", ["--train", "10000000000", "--epochs", "1"],
+     "the data set of 10000000000 samples"),
+    ("bond_dissociation", ["--points", "1000000000000"], "--points 1000000000000"),
+    ("vqe_h2", ["--ansatz", "hea", "--layers", "10000000000", "--steps", "1"],
+     r"the weights \(10000000000, 4, 2\) of 10000000000 layers")])
+def test_example_sizes_stated_before_allocating(name, argv, what):
+    """Each of these was a traceback (exit 1) from torch or numpy's allocator."""
+    with pytest.raises(QdiffMemoryError, match=what):
+        _example(name).main(argv, log=lambda *a: None)
+
+
+@pytest.mark.parametrize("gate,what", [
+    (lambda: qd.MultiRZ(0.3, wires=range(20)), r"the generator of MultiRZ on 20 wires"),
+    (lambda: qd.PauliRot(0.3, "XY" * 10, wires=range(20)), r"the matrices of PauliRot "
+                                                           r"'XYXYXYXYXYXYXYXYXYXY' on 20 wires")])
+def test_wide_rotation_records_refused_before_their_dense_matrices(gate, what):
+    """The records keep dense 2**k x 2**k generators: built by repeated Kronecker products,
+    they reached numpy's 'Unable to allocate 16.0 GiB' after several GiB."""
+    def body():
+        gate()
+        return qd.expval(qd.Z(0))
+    with pytest.raises(QdiffMemoryError, match=what):
+        run(20, body)
+
+
+def test_multirz_diagonal_without_the_dense_product():
+    from qdiff.circuits.gates import multirz_gate
+    g = multirz_gate(3)
+    zzz = np.kron(np.kron(np.diag([1, -1]), np.diag([1, -1])), np.diag([1, -1]))
+    assert np.allclose(g.generators[0], zzz / 2)
+    t = torch.tensor([0.7], dtype=torch.float64)
+    assert torch.allclose(g.matrix_fn(t)[0], torch.linalg.matrix_exp(
+        torch.tensor(-0.35j * zzz, dtype=torch.complex128)), atol=1e-14)
+
+
+def test_mixed_reverse_mode_names_backprop_when_block_superoperators_dominate():
+    """A 9-wire MultiRZ on the mixed device: its 4**9 x 4**9 superoperator (TiB) is refused
+    by the reverse mode; the refusal names the method that holds none, which runs."""
+    def f(a):
+        for w in range(9):
+            qd.H(w)
+        qd.MultiRZ(a, wires=range(9))
+        return qd.expval(qd.X(8))
+    a = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(QdiffMemoryError, match="superoperators .* diff_method='backprop' holds "
+                                                "none"):
+        qd.qnode(qd.device("mixed", wires=9), diff_method="adjoint")(f)(a).backward()
+    out = qd.qnode(qd.device("mixed", wires=9), diff_method="backprop")(f)(a)
+    (g,) = torch.autograd.grad(out, a)
+    assert float(out) == pytest.approx(np.cos(0.3)) and float(g) == pytest.approx(-np.sin(0.3))
+
+
+def test_pennylane_adjoint_jacobian_states_its_repeated_states(monkeypatch):
+    """The device's adjoint Jacobian repeats each final state once per output: probs of 14
+    wires asked torch for 4 GiB at 16384 outputs. Stated first; the refusal names the
+    vector-Jacobian product, which needs one sweep and runs within the same budget."""
+    qml = pytest.importorskip("pennylane")
+    from pennylane.exceptions import DeviceError
+    dev = qml.device("qdiff.statevector", wires=10)
+    w = torch.arange(1024, dtype=torch.float64)
+    exact = None
+    for kw in ({}, {"device_vjp": True}):
+        @qml.qnode(dev, diff_method="adjoint", interface="torch", **kw)
+        def f(x):
+            qml.RX(x, wires=0)
+            qml.RY(0.4, wires=1)
+            return qml.probs(wires=range(10))
+        x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+        if exact is None:
+            (exact,) = torch.autograd.grad(f(x) @ w, x)
+            monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "20M")
+            with pytest.raises(DeviceError, match=r"the adjoint Jacobian of 1024 outputs x 1 "
+                                                  r"binding\(s\) on 10 wires .*device_vjp=True"):
+                torch.autograd.grad(f(x) @ w, x)
+        else:
+            (g,) = torch.autograd.grad(f(x) @ w, x)
+            assert torch.allclose(g, exact, atol=1e-10)

@@ -126,7 +126,9 @@ def plan(n: int, batch: int, stored: int, cdtype, device, budget: Optional[float
         f"{memory.gib(per * one + extra)} for one binding ({per:g} density matrices of "
         f"{memory.gib(one)}: checkpoints of {stored} non-unitary blocks every {interval}, the "
         f"recomputed segment and the working set; and the blocks' own matrices) but the memory "
-        f"budget is {memory.gib(budget)}")
+        f"budget is {memory.gib(budget)}"
+        + ("; the blocks' superoperators (16**wires entries each) are most of it: "
+           "diff_method='backprop' holds none" if extra > per * one else ""))
 
 
 # ------------------------------------------------------------------------------------------

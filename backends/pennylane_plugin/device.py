@@ -48,6 +48,7 @@ from qdiff.circuits.pennylane_autograd import execute_autograd, has_boxes
 from qdiff.backends.statevector import StatevectorBackend
 from qdiff.backends.statevector.engine import Residual
 from qdiff.backends.statevector.simulate import Trace
+from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.pennylane_transforms import decompose_broadcast, map_measurement_wires
@@ -404,6 +405,10 @@ class QdiffStatevector(Device):
         meas = native if native is not None else [Measurement("state")]
         engine = self._engine(n)
         try:
+            if tape.shots:  # PennyLane's sampler: a float64 draw, an index and n bits per shot
+                total, rows = tape.shots.total_shots, tape.batch_size or 1
+                memory.require(float(total) * rows * (16.0 + 8 * n),
+                               f"sampling {total} shots of {rows} state(s) on {n} wires")
             rec, sources = from_pennylane_tape(tape, labels, meas, engine.check_batch,
                                                postselect=True)
         except QdiffError as exc:
@@ -511,6 +516,15 @@ class QdiffStatevector(Device):
                 continue
             k = sum(_flat_size(m, job.circuit.num_wires) for m in job.circuit.measurements)
             b = job.theta.shape[0]
+            n = job.circuit.num_wires
+            try:  # k copies of each final state (and the sweep's two), k one-hot cotangents
+                memory.require(k * b * (4 * 2.0 ** n * r.residual.state.element_size()
+                                        + 8.0 * (k + job.theta.shape[1])),
+                               f"the adjoint Jacobian of {k} outputs x {b} binding(s) on {n} "
+                               f"wires (one reverse sweep per output)",
+                               hint="a vector-Jacobian product (device_vjp=True) needs one sweep")
+            except QdiffError as exc:
+                raise DeviceError(f"{self.name}: {exc}") from None
             init = None if job.initial_state is None else \
                 job.initial_state.expand(b, -1).repeat(k, 1)
             big.append(replace(job, theta=job.theta.repeat(k, 1), initial_state=init))

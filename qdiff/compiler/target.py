@@ -113,6 +113,9 @@ def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None) -
     from qiskit.transpiler import generate_preset_pass_manager
     from qdiff.circuits.qiskit_io import from_qiskit, to_qiskit
     backend = device_backend(name)
+    if imp.circuit.num_wires > backend.num_qubits:
+        raise QdiffError(f"target '{name}' has {backend.num_qubits} qubits; the circuit has "
+                         f"{imp.circuit.num_wires}")
     qc = to_qiskit(imp.circuit)
     if imp.measurements:
         from qiskit import ClassicalRegister
