@@ -280,9 +280,10 @@ def test_complex64_amplitudes():
     close(a, b, atol=1e-6)
 
 
-@pytest.mark.parametrize("device_vjp", [False, True])
-def test_torchlayer_training_step_equals_default_qubit(device_vjp):
+@pytest.mark.parametrize("method", ["adjoint-vjp", "adjoint", "backprop"])
+def test_torchlayer_training_step_equals_default_qubit(method):
     n = 3
+    diff_method, kw = method.split("-")[0], ({"device_vjp": True} if "vjp" in method else {})
 
     def circuit_with_inputs(inputs, w):  # TorchLayer's signature: the input argument first
         return sel_circuit(n)(inputs, w)
@@ -290,7 +291,7 @@ def test_torchlayer_training_step_equals_default_qubit(device_vjp):
     torch.manual_seed(3)
     x, y = torch.rand(16, n), torch.rand(16, 1)
     grads = []
-    for name, diff, kw in (("qdiff.statevector", "adjoint", {"device_vjp": device_vjp}),
+    for name, diff, kw in (("qdiff.statevector", diff_method, kw),
                            ("default.qubit", "backprop", {})):
         dev = qml.device(name, wires=n)
         q = qml.QNode(circuit_with_inputs, dev, interface="torch", diff_method=diff, **kw)
