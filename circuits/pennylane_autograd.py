@@ -84,8 +84,7 @@ def execute_autograd(circuits, run):
             slots.append((ti, pi, np.shape(getval(p)), cplx))
             flat = anp.ravel(p)
             parts += [anp.real(flat), anp.imag(flat)] if cplx else [flat]
-    x = anp.concatenate([anp.ravel(anp.asarray(q, dtype=np.float64) if not isinstance(q, Box)
-                                   else q) for q in parts])
+    x = anp.concatenate(parts)
     layout: list = []  # the results' structure, filled by the first evaluation
 
     def bound(v: torch.Tensor):
