@@ -38,7 +38,7 @@ from qdiff.backends.base import DEVICE_SHOTS, Backend, Job, check_shots
 from qdiff.circuits.circuit import Circuit, memo, unitary_ops
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
-from qdiff.circuits import caches
+from qdiff.circuits import caches, memory
 from qdiff.circuits.observables import Factor, Hermitian, Observable
 from qdiff.circuits.operation import ParamRef, is_concrete
 from qdiff.rules import (BACKPROP, FINITE_DIFF, PARAMETER_SHIFT, SHOT_FD_STEP, Options, Rule,
@@ -350,6 +350,10 @@ def engine_jvp(theta, theta_t, plan: Plan):
                                  plan.rule.name)
     b, p = theta.shape
     k = _num_outputs(plan)
+    memory.require(theta.element_size() * (k * b * (p + k) + k * k),
+                   f"the forward-mode Jacobian of {k} outputs x {b} bindings by one reverse "
+                   "sweep per output (repeated bindings and unit cotangents)", theta.device,
+                   hint="fewer outputs (probs of fewer wires) or reverse mode")
     with torch.no_grad():
         rows = theta.detach().repeat(k, 1)  # (K * B, P): binding b for output column j
         eye = torch.eye(k, dtype=rows.dtype, device=rows.device)

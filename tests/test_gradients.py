@@ -658,3 +658,34 @@ def test_trainable_qubit_unitary_matrix_refused_by_angle_rules(method):
         f(a, b)
     with torch.no_grad():
         assert math.isclose(f(a, b).item(), math.cos(0.9), abs_tol=1e-12)
+
+
+def test_forward_mode_through_a_gate_without_generator_and_its_memory_check(monkeypatch):
+    """A gate known only by its matrix under torch.autograd.forward_ad with the reverse-mode
+    engine: its matrix derivative is taken inside the caller's dual level (torch nests no
+    forward-mode levels) and equals central differences; the Jacobian's one-sweep-per-output
+    buffers are checked against memory first."""
+    import torch.autograd.forward_ad as fwAD
+    gate = Gate("rx_matrix_only", 1, 1, qd.RX.matrix_fn, pl_name="RXMatrixOnly")
+    dev = qd.device("statevector", wires=6)
+
+    @qd.qnode(dev, diff_method="adjoint")
+    def f(x):
+        for w in range(1, 6):
+            qd.H(w)
+        qd.RY(0.4, wires=0)
+        gate(x, wires=0)
+        qd.CNOT(wires=[0, 1])
+        return qd.probs()
+    x, h = 0.3, 1e-6
+    with fwAD.dual_level():
+        y = f(fwAD.make_dual(torch.tensor(x, dtype=torch.float64),
+                             torch.tensor(1.0, dtype=torch.float64)))
+        tangent = fwAD.unpack_dual(y).tangent
+    up, down = (f(torch.tensor(v, dtype=torch.float64)) for v in (x + h, x - h))
+    assert torch.allclose(tangent, (up - down) / (2 * h), atol=1e-8, rtol=0)
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "20000")  # the run fits, 64 x 64 cotangents not
+    with pytest.raises(qd.QdiffMemoryError, match="forward-mode Jacobian of 64 outputs"):
+        with fwAD.dual_level():
+            f(fwAD.make_dual(torch.tensor(x, dtype=torch.float64),
+                             torch.tensor(1.0, dtype=torch.float64)))

@@ -215,9 +215,25 @@ def _weight_tensor(weights: tuple, cdtype, device) -> torch.Tensor:
 
 
 def _autodiff_matrix(gate, angles, slot, cdtype):
-    """Fallback for gates with no generator: forward-mode AD of the matrix function."""
+    """Fallback for gates with no generator: forward-mode AD of the matrix function (reverse
+    mode, one backward per real matrix entry, inside a caller's forward-mode level, which
+    torch does not nest)."""
     import torch.autograd.forward_ad as fwAD
     width = max(a.shape[0] for a in angles)
+    if fwAD._current_level >= 0:
+        args = [a.detach().expand(width) for a in angles]
+        with torch.enable_grad():
+            x = args[slot] = args[slot].clone().requires_grad_(True)
+            u = gate.matrix_fn(*args)
+            parts = torch.view_as_real(u.to(torch.complex128)) if u.is_complex() else u
+            flat = parts.reshape(width, -1)
+            cols = []
+            for j in range(flat.shape[1]):  # matrix row b depends on angle b only
+                (g,) = torch.autograd.grad(flat[:, j].sum(), x, retain_graph=True,
+                                           allow_unused=True)
+                cols.append(torch.zeros_like(x) if g is None else g)
+        du = torch.stack(cols, 1).reshape(parts.shape)
+        return (torch.view_as_complex(du.contiguous()) if u.is_complex() else du).to(cdtype)
     with fwAD.dual_level():
         args = [a.expand(width) for a in angles]
         args[slot] = fwAD.make_dual(args[slot], torch.ones_like(args[slot]))
