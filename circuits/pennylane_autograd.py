@@ -61,6 +61,18 @@ def _vector_primitive(fn, n_in: int):
     return f
 
 
+def backprop_interface(config, circuit):
+    """The interface a backprop call runs under: the config's, with ``"auto"`` resolved from
+    the circuit's parameters (torch, autograd or numpy; anything else stays ``"auto"``)."""
+    from pennylane.math import Interface, get_interface
+    interface = config.interface
+    if interface == Interface.AUTO and circuit is not None:
+        name = get_interface(*circuit.get_parameters(trainable_only=False))
+        if name in ("torch", "autograd", "numpy"):
+            interface = Interface(name)
+    return interface
+
+
 def has_boxes(circuits) -> bool:
     """Whether any tape parameter is an autograd box (the call is being differentiated)."""
     from autograd.tracer import Box

@@ -62,19 +62,15 @@ class Refused:
         return f"Refused({self.name!r})"
 
 
-def _make(name: str) -> Refused:
-    return Refused(name)
-
-
-Barrier = _make("Barrier")
-Snapshot = _make("Snapshot")
-WireCut = _make("WireCut")
-Projector = _make("Projector")
-BasisStateProjector = _make("BasisStateProjector")
-StateVectorProjector = _make("StateVectorProjector")
-SpecialUnitary = _make("SpecialUnitary")
-BlockEncode = _make("BlockEncode")
-IntegerComparator = _make("IntegerComparator")
-QubitDensityMatrix = _make("QubitDensityMatrix")
-SparseHamiltonian = _make("SparseHamiltonian")
-TmpPauliRot = _make("TmpPauliRot")
+Barrier = Refused("Barrier")
+Snapshot = Refused("Snapshot")
+WireCut = Refused("WireCut")
+Projector = Refused("Projector")
+BasisStateProjector = Refused("BasisStateProjector")
+StateVectorProjector = Refused("StateVectorProjector")
+SpecialUnitary = Refused("SpecialUnitary")
+BlockEncode = Refused("BlockEncode")
+IntegerComparator = Refused("IntegerComparator")
+QubitDensityMatrix = Refused("QubitDensityMatrix")
+SparseHamiltonian = Refused("SparseHamiltonian")
+TmpPauliRot = Refused("TmpPauliRot")

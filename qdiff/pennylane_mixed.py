@@ -62,7 +62,7 @@ from pennylane.measurements import (ClassicalShadowMP, CountsMP, DensityMatrixMP
 from pennylane.transforms import defer_measurements
 
 from qdiff.backends.base import Job
-from qdiff.circuits.pennylane_autograd import execute_autograd, has_boxes
+from qdiff.circuits.pennylane_autograd import backprop_interface, execute_autograd, has_boxes
 from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
@@ -202,11 +202,7 @@ class QdiffMixed(Device):
             return True
         if execution_config.gradient_method not in ("backprop", "best"):
             return False
-        interface = execution_config.interface
-        if interface == Interface.AUTO and circuit is not None:
-            name = qml.math.get_interface(*circuit.get_parameters(trainable_only=False))
-            interface = Interface(name) if name in ("torch", "autograd", "numpy") else interface
-        if interface not in _BACKPROP_INTERFACES:
+        if backprop_interface(execution_config, circuit) not in _BACKPROP_INTERFACES:
             return False  # jax, tensorflow: PennyLane's gradient transforms
         return circuit is None or not circuit.shots
 

@@ -44,7 +44,7 @@ from pennylane.measurements import (ClassicalShadowMP, ExpectationMP, Probabilit
 from pennylane.transforms import defer_measurements
 
 from qdiff.backends.base import Job
-from qdiff.circuits.pennylane_autograd import execute_autograd, has_boxes
+from qdiff.circuits.pennylane_autograd import backprop_interface, execute_autograd, has_boxes
 from qdiff.backends.statevector import StatevectorBackend
 from qdiff.backends.statevector.engine import Residual
 from qdiff.backends.statevector.simulate import Trace
@@ -275,11 +275,7 @@ class QdiffStatevector(Device):
         """Backprop through the torch engine: the torch interface, autograd (the engine inside
         one autograd primitive) and numpy (no derivatives), exact; ``"auto"`` resolved from
         the circuit's parameters."""
-        interface = config.interface
-        if interface == Interface.AUTO and circuit is not None:
-            name = qml.math.get_interface(*circuit.get_parameters(trainable_only=False))
-            interface = Interface(name) if name in ("torch", "autograd", "numpy") else interface
-        if interface not in _BACKPROP_INTERFACES:
+        if backprop_interface(config, circuit) not in _BACKPROP_INTERFACES:
             return False
         return circuit is None or not circuit.shots
 
