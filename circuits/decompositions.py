@@ -18,12 +18,14 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from typing import Optional
 
 import numpy as np
 
 from qdiff.circuits import caches
+from qdiff.circuits.circuit import memo
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.gates import GATES
+from qdiff.circuits.gates import DENSE_WORD_WIRES, GATES, PauliGenerator, multirz_gate
 from qdiff.circuits.operation import Operation
 
 _P = {"I": np.eye(2), "X": np.array([[0, 1], [1, 0]]), "Y": np.array([[0, -1j], [1j, 0]]),
@@ -103,3 +105,74 @@ def decompose(op: Operation) -> list[Operation]:
                 out.extend(paulirot_ops(_scaled(p[0], 2 * c), word, w))
         return out
     raise QdiffError(f"no decomposition for gate '{op.gate.pl_name or name}'")
+
+
+# ------------------------------------------------------------------------------------------
+# wide Pauli rotations, as the engines run them
+
+#: a PauliRot on more wires than this runs as a basis change around a MultiRZ (statevector)
+#: or as its CNOT ladder (density matrices); a MultiRZ on more than ``DENSE_WORD_WIRES`` wires
+#: folds its extra wires' parity onto ``DENSE_WORD_WIRES`` of them with CNOTs
+LOWER_PAULIROT_WIRES = 4
+
+
+def pauli_generator_terms(gate) -> tuple:
+    """``((c, word), ...)`` of a one-parameter gate's generator: read off a Pauli word kept
+    as such, else the dense matrix's Pauli decomposition."""
+    g = gate.generator
+    if isinstance(g, PauliGenerator):
+        return ((g.coeff, g.word),)
+    return tuple(pauli_decompose(np.asarray(g)))
+
+
+def _fold_multirz(angle, wires) -> list[Operation]:
+    """``MultiRZ`` on ``wires`` with at most ``DENSE_WORD_WIRES`` wires per gate: the extra
+    wires' bits XORed into the kept ones by CNOTs (the parity, hence the phase, is the same)."""
+    keep, extra = wires[:DENSE_WORD_WIRES], wires[DENSE_WORD_WIRES:]
+    if not extra:
+        return [Operation(multirz_gate(len(wires)), tuple(wires), (angle,))]
+    fold = [Operation(GATES["cx"], (e, keep[i % len(keep)])) for i, e in enumerate(extra)]
+    return fold + [Operation(multirz_gate(len(keep)), tuple(keep), (angle,))] + fold[::-1]
+
+
+def _lower_statevector(op) -> Optional[list]:
+    name, k = op.gate.name, op.gate.num_wires
+    if name == "multirz" and k > DENSE_WORD_WIRES:
+        return _fold_multirz(op.params[0], op.wires)
+    if name != "paulirot" or k <= LOWER_PAULIROT_WIRES:
+        return None
+    act = [(w, c) for w, c in zip(op.wires, op.gate.hyper[0]) if c != "I"]
+    if not act:  # exp(-i theta / 2) I
+        return [Operation(GATES["globalphase"], op.wires[:1], (_scaled(op.params[0], 0.5),))]
+    # X = H Z H and Y = SX^dag Z SX: exp(-i t P / 2) = V^dag exp(-i t Z..Z / 2) V
+    pre = [Operation(GATES["h" if c == "X" else "sx"], (w,)) for w, c in act if c != "Z"]
+    post = [Operation(GATES["h" if c == "X" else "sxdg"], (w,)) for w, c in act if c != "Z"]
+    return pre + _fold_multirz(op.params[0], [w for w, _ in act]) + post
+
+
+def _lower_mixed(op) -> Optional[list]:
+    if op.gate.name not in ("paulirot", "multirz") or op.gate.num_wires <= LOWER_PAULIROT_WIRES:
+        return None
+    word = op.gate.hyper[0] if op.gate.name == "paulirot" else "Z" * op.gate.num_wires
+    return paulirot_ops(op.params[0], word, op.wires)  # a global phase is no density matrix's
+
+
+_LOWERINGS = {"statevector": _lower_statevector, "mixed": _lower_mixed}
+
+
+def lowered(circuit, engine: str):
+    """``circuit`` as the ``engine`` (``"statevector"`` or ``"mixed"``) runs it: wide Pauli
+    rotations as gates on few wires, the same unitary exactly, every angle the same parameter
+    reference (so gradients per parameter are unchanged); ``circuit`` itself when it has none."""
+    def build():
+        rule = _LOWERINGS[engine]
+        ops, changed = [], False
+        for op in circuit.operations:
+            sub = rule(op) if op.gate.name in ("paulirot", "multirz") else None
+            if sub is None:
+                ops.append(op)
+            else:
+                ops.extend(sub)
+                changed = True
+        return circuit.with_operations(ops) if changed else circuit
+    return memo(circuit, ("lowered", engine), build)

@@ -193,6 +193,8 @@ def generator_spectrum(gate: Gate, slot: int, tol: float = 1e-9) -> np.ndarray:
     if gate.generators is None or gate.generators[slot] is None:
         raise QdiffError(f"gate '{gate.pl_name or gate.name}' has no generator for parameter "
                          f"{slot}")
+    if isinstance(gate.generators[slot], PauliGenerator):
+        return gate.generators[slot].spectrum()
     if not _own_record(gate):
         check_generator(gate, slot)
     out: list = []
@@ -733,18 +735,81 @@ def _kron_all(ms) -> np.ndarray:
     return functools.reduce(np.kron, ms, np.eye(1, dtype=complex))
 
 
+#: widest MultiRZ / PauliRot whose generator is kept as a dense matrix; a wider one keeps its
+#: Pauli word (:class:`PauliGenerator`) and the engines run it as a basis change around a
+#: diagonal (:func:`qdiff.circuits.decompositions.lowered`)
+DENSE_WORD_WIRES = 6
+
+
+class PauliGenerator:
+    """The generator ``coeff * P`` of a Pauli word ``P`` on many wires, kept as the word: its
+    spectrum, diagonal and Pauli terms come from the word; a dense matrix is made only when a
+    caller asks for one (``np.asarray``), checked against memory first."""
+
+    __slots__ = ("word", "coeff")
+    ndim = 2
+
+    def __init__(self, word: str, coeff: float):
+        self.word, self.coeff = word, float(coeff)
+
+    @property
+    def shape(self) -> tuple:
+        return (2 ** len(self.word),) * 2
+
+    def spectrum(self) -> np.ndarray:
+        c = abs(self.coeff)
+        return np.array([self.coeff] if set(self.word) <= {"I"} else [-c, c])
+
+    def diagonal(self) -> np.ndarray:
+        """The diagonal (zero unless the word has only I and Z letters)."""
+        if set(self.word) - {"I", "Z"}:
+            return np.zeros(2 ** len(self.word))
+        return self.coeff * _word_signs(self.word)
+
+    def __array__(self, dtype=None, copy=None):
+        side = 2 ** len(self.word)
+        memory.require(16.0 * side * side, f"the generator of a Pauli rotation on "
+                                           f"{len(self.word)} wires as a dense {side}x{side} "
+                                           "matrix")
+        m = self.coeff * _kron_all([_PAULI[c] for c in self.word])
+        return m if dtype is None else m.astype(dtype)
+
+    def __repr__(self):
+        return f"PauliGenerator({self.word!r}, {self.coeff})"
+
+
+def _word_signs(word: str) -> np.ndarray:
+    """The diagonal of an I/Z word: ``(-1)**(parity of the Z bits)`` per basis state."""
+    return functools.reduce(np.kron, [np.array([1.0, -1.0]) if c == "Z" else np.ones(2)
+                                      for c in word], np.ones(1))
+
+
+def _dense_on_demand(fn, what: str, k: int):
+    """``fn`` (a matrix function on ``k`` wires) with its dense output checked against memory
+    first: wide rotations run structured; their matrix is made only when asked for."""
+    side = 2 ** k
+
+    def checked(t):
+        memory.require(16.0 * side * side * max(1, t.numel()),
+                       f"the matrix of {what} on {k} wires (dense {side}x{side})", t.device)
+        return fn(t)
+    return checked
+
+
 @caches.cached(maxsize=None)
 def multirz_gate(n: int) -> Gate:
     """``exp(-i theta Z⊗…⊗Z / 2)`` on ``n`` wires (diagonal)."""
-    side = 2 ** n
-    memory.require(16.0 * side * side, f"the generator of MultiRZ on {n} wires "
-                                       f"(dense {side}x{side})")
-    zz = functools.reduce(np.kron, [np.array([1.0, -1.0])] * n, np.ones(1))
+    zz = _word_signs("Z" * n)
     zz_t = torch.tensor(zz, dtype=torch.float64)
 
     def diag(t):
         return _expi(-t[..., None] / 2 * zz_t.to(t.dtype).to(t.device))
-    gate = Gate("multirz", n, 1, lambda t: _diag_embed(diag(t)), generators=(np.diag(zz) / 2 + 0j,),
+    if n > DENSE_WORD_WIRES:
+        gen, fn = PauliGenerator("Z" * n, 0.5), _dense_on_demand(
+            lambda t: _diag_embed(diag(t)), "MultiRZ", n)
+    else:
+        gen, fn = np.diag(zz) / 2 + 0j, lambda t: _diag_embed(diag(t))
+    gate = Gate("multirz", n, 1, fn, generators=(gen,),
                 inverse_fn=lambda p: (multirz_gate(n), (-p[0],)), diag_fn=diag,
                 pl_name="MultiRZ", qiskit_name="multirz", hyper=(n,), native_code="multirz")
     return gate
@@ -755,24 +820,28 @@ def paulirot_gate(word: str) -> Gate:
     """``exp(-i theta P / 2)`` for a Pauli word such as ``"XYZ"``."""
     if not word or any(c not in "IXYZ" for c in word):
         raise QdiffError(f"PauliRot: invalid Pauli word '{word}' (letters I, X, Y, Z)")
-    side = 2 ** len(word)
-    memory.require(4 * 16.0 * side * side, f"the matrices of PauliRot '{word}' on {len(word)} "
-                                           f"wires (dense {side}x{side})")
-    p = _kron_all([_PAULI[c] for c in word])
-    pt = torch.tensor(p, dtype=torch.complex128)
-    eye = torch.eye(p.shape[0], dtype=torch.complex128)
+    wide = len(word) > DENSE_WORD_WIRES
+    dense = None if wide else _kron_all([_PAULI[c] for c in word])
+    pt0 = None if wide else torch.tensor(dense, dtype=torch.complex128)
 
     def fn(t):
         c, s = _cplx(torch.cos(t / 2)), _cplx(torch.sin(t / 2))
-        return (c[..., None, None] * eye.to(device=c.device, dtype=c.dtype)
-                - 1j * s[..., None, None] * pt.to(device=c.device, dtype=c.dtype))
+        pt = pt0 if pt0 is not None else torch.tensor(_kron_all([_PAULI[x] for x in word]))
+        pt = pt.to(device=c.device, dtype=c.dtype)
+        eye = torch.eye(pt.shape[0], dtype=c.dtype, device=c.device)
+        return c[..., None, None] * eye - 1j * s[..., None, None] * pt
     diag = None
     if set(word) <= {"I", "Z"}:
-        dz = torch.tensor(np.real(np.diag(p)), dtype=torch.float64)
+        dz = torch.tensor(_word_signs(word), dtype=torch.float64)
 
         def diag(t):
             return _expi(-t[..., None] / 2 * dz.to(t.dtype).to(t.device))
-    return Gate("paulirot", len(word), 1, fn, generators=(p / 2,),
+    if wide:
+        gen, fn = PauliGenerator(word, 0.5), _dense_on_demand(fn, f"PauliRot '{word}'",
+                                                              len(word))
+    else:
+        gen = dense / 2
+    return Gate("paulirot", len(word), 1, fn, generators=(gen,),
                 inverse_fn=lambda a: (paulirot_gate(word), (-a[0],)), diag_fn=diag,
                 pl_name="PauliRot", qiskit_name="paulirot", hyper=(word,))
 

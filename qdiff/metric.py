@@ -45,7 +45,7 @@ from qdiff.circuits import caches, memory
 from qdiff.backends.base import Job
 from qdiff.circuits.channels import Channel
 from qdiff.circuits.circuit import Circuit, trainable_matrix_op
-from qdiff.circuits.decompositions import decompose, pauli_decompose
+from qdiff.circuits.decompositions import decompose, pauli_generator_terms
 from qdiff.circuits.errors import QdiffError, QdiffMemoryError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Factor, Observable
@@ -208,7 +208,7 @@ def _expand(op):
 
 @caches.cached(maxsize=None)
 def _generator_terms(gate):
-    return tuple(pauli_decompose(gate.generator))
+    return pauli_generator_terms(gate)
 
 
 def generator_observable(op) -> Observable:

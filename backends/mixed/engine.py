@@ -19,6 +19,7 @@ import torch
 from qdiff.backends.base import (Backend, Capabilities, Result, flat_outputs, register_backend,
                                  torch_placement)
 from qdiff.backends.mixed import reverse
+from qdiff.circuits.decompositions import lowered
 from qdiff.backends.mixed.measure import NotADistribution, measure_all
 from qdiff.backends.mixed.simulate import check_memory, evolve
 from qdiff.circuits import memory
@@ -99,8 +100,9 @@ class MixedBackend(Backend):
         check_memory(self.num_wires, 1, self.cdtype, self.torch_device, 3.0)
 
     def noisy(self, circuit):
-        """``circuit`` with the noise model's channels inserted (itself without a model)."""
-        return circuit if self.noise is None else self.noise.apply(circuit)
+        """``circuit`` with the noise model's channels inserted (itself without a model), as
+        the engine runs it (wide Pauli rotations lowered after the noise model saw them)."""
+        return lowered(circuit if self.noise is None else self.noise.apply(circuit), "mixed")
 
     def density_matrices(self, circuit, theta: torch.Tensor, initial_state=None):
         """Final density matrices ``(B, 2**n, 2**n)`` of the noisy circuit."""

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
 import torch
 
 from qdiff.backends.base import flat_outputs
@@ -449,7 +450,7 @@ def _gate_slot_grads(rec, cols: list, env: torch.Tensor, slots: list) -> dict:
     for s in slots:
         if rec.generators is not None and rec.num_params == 1 and \
                 generator_on_left(rec):  # U = exp(-i phi G) V
-            g = torch.as_tensor(rec.generators[0], dtype=u.dtype, device=u.device)
+            g = torch.as_tensor(np.asarray(rec.generators[0]), dtype=u.dtype, device=u.device)
             du = -1j * torch.matmul(g, u)
         elif rec.generators is not None:
             shifts, weights = derivative_weights(rec, s, "mat")

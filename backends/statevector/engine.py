@@ -24,6 +24,7 @@ from qdiff.backends.statevector.measure import expval as state_expval
 from qdiff.backends.statevector.trajectories import simulate_trajectories
 from qdiff.circuits.circuit import trainable_matrix_op
 from qdiff.circuits.channels import has_channels, is_channel
+from qdiff.circuits.decompositions import lowered
 from qdiff.circuits.noise import resolve_noise
 from qdiff.backends.statevector.simulate import Trace, simulate
 from qdiff.circuits.errors import QdiffError
@@ -107,8 +108,8 @@ class StatevectorBackend(Backend):
                     use_native=None) -> torch.Tensor:
         """Final states ``(B, 2**n)`` (differentiable by autograd when ``theta`` requires grad)."""
         dev = self.target_device(theta)
-        return simulate(circuit, theta.to(dev), initial_state, self.cdtype, dev, self.fuse,
-                        trace, use_native)
+        return simulate(lowered(circuit, "statevector"), theta.to(dev), initial_state,
+                        self.cdtype, dev, self.fuse, trace, use_native)
 
     def _use_native(self, job) -> bool:
         """The kernel choice for ``job``, made once here and kept for its adjoint sweep."""
@@ -162,7 +163,8 @@ class StatevectorBackend(Backend):
                              "diff_method='backprop' (or 'best')")
         if self.job_shots(job):
             raise QdiffError("trajectories and shots together are not supported")
-        circuit = job.circuit if self.noise is None else self.noise.apply(job.circuit)
+        circuit = lowered(job.circuit if self.noise is None else self.noise.apply(job.circuit),
+                          "statevector")
         dev = self.target_device(job.theta)
         k = self.trajectories
         states, weights = simulate_trajectories(circuit, job.theta, k, self.cdtype, dev,
@@ -179,7 +181,7 @@ class StatevectorBackend(Backend):
                 res = self._execute_one(_keeping(job)).residual
             trainable = job.trainable or (True,) * job.theta.shape[1]
             theta = job.theta.to(res.state.device)
-            out.append(adjoint_vjp(job.circuit, theta, res.state, g.to(res.state.device),
+            out.append(adjoint_vjp(lowered(job.circuit, "statevector"), theta, res.state, g.to(res.state.device),
                                    trainable, shared=job.shared, trace=res.trace,
                                    use_native=res.use_native))
         return out

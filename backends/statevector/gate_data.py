@@ -153,8 +153,8 @@ def derivative_weights(gate, slot: int, kind: str):
 
 def _generator_tensor(gate, kind, like):
     g = gate.target.generators[0] if kind == "ctrl" else gate.generators[0]
-    g = torch.as_tensor(g, dtype=like.dtype, device=like.device)
-    return torch.diagonal(g) if kind == "diag" else g
+    g = np.array(g.diagonal()) if kind == "diag" else np.asarray(g)  # a Pauli word: no dense
+    return torch.as_tensor(g, dtype=like.dtype, device=like.device)
 
 
 def derivative_data(ops, angles, slots, cdtype, data=None) -> dict:

@@ -23,6 +23,7 @@ tensor([[1., 1.],
 from __future__ import annotations
 
 import ctypes
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ from qdiff.backends.statevector import native, zwords
 from qdiff.backends.statevector.native_abi import (DTYPES, BatchArgs, check, program_arg, ptr,
                                                    threads)
 from qdiff.backends.statevector.simulate import check_memory
+from qdiff.circuits.decompositions import lowered
 
 _MAX_WIRES = 16  # above, the sign matrix and the engine's half-register reads are better
 _DENSE_MAX = 64  # largest 2**n for the embedding-then-shared-unitary path
@@ -41,6 +43,9 @@ _LANE_MAXN = 10  # largest register for the lane-layout kernels (a chunk stays i
 
 def prepare(backend, job) -> Prepared:
     """:class:`NativePrepared` when the job fits it, else the generic :class:`Prepared`."""
+    low = lowered(job.circuit, "statevector")
+    if low is not job.circuit:
+        job = replace(job, circuit=low)
     if not _fits(backend, job):
         return Prepared(backend, job)
     return NativePrepared(backend, job)
