@@ -16,6 +16,12 @@ each in turn, CPU time of this process), and reports per configuration the media
 ratios are PennyLane default.qubit's median over qdiff static's. ``--runs`` runs; the summary
 gives the median and the range of the run medians.
 
+Every configuration is also run as ``stand-in``: the same model with the quantum layer
+replaced by a torch layer of the same weights and shapes that costs two torch ops
+(``cos(x + w.sum())``). Its step is the classical part of the model (Linear layers, loss,
+autograd, Adam) with a near-free middle layer, so ``dq/stand-in`` bounds the ratio any quantum
+layer can reach against PennyLane on that model under this interleaving.
+
 ``--torchquantum PYTHON`` adds TorchQuantum's step (the same models on ``tq.QuantumDevice``,
 backprop, complex64 and float32: its only state precision) from ``bench/tq_worker.py`` run
 by that interpreter (TorchQuantum needs its own torch and Qiskit): interleaved with the
@@ -71,6 +77,20 @@ def pennylane_model(shape, n, device_name, diff_method, **kw):
         return [qml.expval(qml.PauliZ(i)) for i in range(n)]
     layer = qml.qnn.TorchLayer(circuit, {"weights": (3, n, 3)})
     return _wrap(shape, n, layer).double()
+
+
+def standin_model(shape, n):
+    """The model with its quantum layer replaced by two torch ops on the same weights."""
+    import torch
+
+    class StandIn(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weights = torch.nn.Parameter(torch.rand(3, n, 3, dtype=torch.float64))
+
+        def forward(self, x):
+            return torch.cos(x + self.weights.sum())
+    return _wrap(shape, n, StandIn())
 
 
 def _wrap(shape, n, layer):
@@ -201,10 +221,10 @@ def main(argv=None):
           f"{args.runs} runs x {args.steps} interleaved steps, CPU time, "
           f"{args.threads} thread(s)")
     head = f"{'shape':>7} {'n':>3} {'B':>5} {'qdiff ms':>10} {'static ms':>10} " \
-           f"{'PL dq ms':>10}" + (f" {'PL lt ms':>10}" if args.lightning else "") + \
+           f"{'PL dq ms':>10} {'stand-in':>9}" + (f" {'PL lt ms':>10}" if args.lightning else "") + \
            (f" {'TQ ms':>10}" if args.torchquantum else "") + \
            (f" {'Cat ms':>10}" if args.catalyst else "") + \
-           f" {'dq/static':>18} {'dq/qdiff':>10}" + \
+           f" {'dq/static':>18} {'dq/qdiff':>10} {'dq/stand-in':>12}" + \
            (f" {'TQ/static':>10}" if args.torchquantum else "") + \
            (f" {'Cat/static':>10}" if args.catalyst else "")
     print(head)
@@ -222,7 +242,8 @@ def main(argv=None):
                 steps = {"qdiff": step_fn(shape, qdiff_model(shape, n, False), x, y),
                          "static": step_fn(shape, static_model, x, y),
                          "dq": step_fn(shape, pennylane_model(shape, n, "default.qubit",
-                                                              "backprop"), x, y)}
+                                                              "backprop"), x, y),
+                         "standin": step_fn(shape, standin_model(shape, n), x, y)}
                 if args.lightning:
                     steps["lt"] = step_fn(shape, pennylane_model(
                         shape, n, "lightning.qubit", "adjoint", device_vjp=True), x, y)
@@ -244,7 +265,8 @@ def main(argv=None):
                 pr = "".join(f" {med[k] / med['static']:>9.1f}x" if k in med else f" {'n/a':>10}"
                              for k in peers)
                 print(f"{shape:>7} {n:>3} {b:>5} {med['qdiff']:>10.2f} {med['static']:>10.2f} "
-                      f"{med['dq']:>10.2f}{lt}{pm} {rng:>18} {med['dq'] / med['qdiff']:>9.1f}x"
+                      f"{med['dq']:>10.2f} {med['standin']:>9.2f}{lt}{pm} {rng:>18} "
+                      f"{med['dq'] / med['qdiff']:>9.1f}x {med['dq'] / med['standin']:>11.1f}x"
                       f"{pr}", flush=True)
     if "tq" in peers and peers["tq"].setups:
         print(f"# TorchQuantum worker: torch {peers['tq'].setups[0][3]['torch']}")
