@@ -99,8 +99,8 @@ def _import(qc, cache: dict, what: str):
     """``from_qiskit(qc)`` once per circuit object within a run."""
     imp = cache.get(id(qc))
     if imp is None:
-        if qc.num_vars or any(op.operation.name == "reset" for op in qc.data):
-            raise QdiffError(f"{what}: classical variables and reset are not supported")
+        if qc.num_vars:
+            raise QdiffError(f"{what}: classical variables are not supported")
         imp = cache[id(qc)] = (from_qiskit(qc), qc)
     return imp[0]
 
@@ -282,7 +282,8 @@ class Sampler(BaseSamplerV2):
     """
 
     def __init__(self, *, default_shots: int = 1024, seed=None):
-        if not (isinstance(default_shots, (int, np.integer)) and default_shots >= 1):
+        if isinstance(default_shots, bool) or not (isinstance(default_shots, (int, np.integer))
+                                                   and default_shots >= 1):
             raise QdiffError(f"default_shots must be a positive integer; got {default_shots!r}")
         self._default_shots = int(default_shots)
         self._seed = seed

@@ -262,8 +262,9 @@ def test_sampler_without_measurements_and_shots_validation():
     qc.h(0)
     res = Sampler().run([qc], shots=3).result()[0]
     assert res.data.c.get_counts() == {"00": 3}
-    with pytest.raises(QdiffError, match="default_shots must be a positive integer"):
-        Sampler(default_shots=0)
+    for bad in (0, True, 2.5):  # a bool is no shot count (Qiskit's PUB refuses shots=True)
+        with pytest.raises(QdiffError, match="default_shots must be a positive integer"):
+            Sampler(default_shots=bad)
     with pytest.warns(UserWarning, match="PUB 1 has no classical registers"):
         res = Sampler().run([qc, QuantumCircuit(1)]).result()  # warned as by Qiskit's
     assert not list(res[1].data.keys())
@@ -272,6 +273,29 @@ def test_sampler_without_measurements_and_shots_validation():
     qc.measure([0, 1], [0, 1])
     with pytest.raises(QdiffMemoryError, match="sampling 1000000000000 shots"):
         Sampler().run([qc], shots=10 ** 12).result()  # checked before torch allocates 8 TB
+
+
+def test_reset_of_a_fresh_qubit_runs_as_in_transpiled_initialize():
+    """A transpiled ``initialize`` starts with top-level resets of fresh qubits (the identity):
+    both primitives run it as Qiskit's do; a reset after operations on its qubit is refused."""
+    from qiskit import QuantumCircuit, transpile
+    from qiskit.primitives import StatevectorEstimator
+    qc = QuantumCircuit(2)
+    qc.initialize(np.array([0.6, 0, 0, 0.8j]), [0, 1])
+    tq = transpile(qc, basis_gates=["cx", "u", "reset"], optimization_level=3)
+    assert tq.data[0].operation.name == "reset"
+    pub = (tq, ["ZZ", "YX", "ZI"])
+    np.testing.assert_allclose(Estimator().run([pub]).result()[0].data.evs,
+                               StatevectorEstimator().run([pub]).result()[0].data.evs, atol=1e-12)
+    tq.measure_all()
+    counts = Sampler(seed=1).run([tq], shots=2000).result()[0].data.meas.get_counts()
+    assert set(counts) == {"00", "11"} and abs(counts["11"] / 2000 - 0.64) < 0.05
+    late = QuantumCircuit(1)
+    late.h(0)
+    late.reset(0)
+    with pytest.raises(QdiffError, match=r"'reset' on qubits \[0\]\): reset of a qubit after "
+                                         "operations on it is not supported"):
+        Estimator().run([(late, "Z")]).result()
 
 
 def test_empty_parameter_values_give_empty_results():
