@@ -143,7 +143,11 @@ class CircuitQNode:
         if missing:
             raise QdiffError(f"no binding for parameter(s) {_preview(missing)}")
         cols = [_float(by_key[n]) for n in order]
-        shape = torch.broadcast_shapes(*(c.shape for c in cols)) if cols else ()
+        try:
+            shape = torch.broadcast_shapes(*(c.shape for c in cols)) if cols else ()
+        except RuntimeError:
+            raise QdiffError("binding batch shapes do not broadcast: " + ", ".join(
+                f"{n} {tuple(c.shape)}" for n, c in zip(order, cols))) from None
         if not cols:
             return torch.zeros(0, dtype=torch.float64)
         return torch.stack([c.expand(shape) for c in cols], dim=-1)

@@ -5,7 +5,8 @@ A PUB's parameter-value array, of any broadcast shape, runs as ONE batched simul
 Estimator also stacks every PUB of a ``run`` that shares a circuit into that one simulation (a
 parameter-shift gradient sends hundreds of one-binding PUBs). Circuits run through the ordinary
 qnode path (:class:`~qdiff.circuit_qnode.CircuitQNode`), so every Qiskit parameter expression
-is supported.
+is supported. Qubits no gate touches stay in |0> and are not simulated (a circuit transpiled
+for a large device runs as the qubits it uses).
 
 - ``Estimator``: exact expectation values (``stds`` 0) at precision 0; with a precision ``p > 0``
   every Pauli term is estimated from ``ceil(1 / p**2)`` sampled shots in its eigenbasis (as a
@@ -27,6 +28,7 @@ is supported.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections import OrderedDict
@@ -39,8 +41,10 @@ from qiskit.primitives.containers import (BitArray, DataBin, PrimitiveResult, Pu
 from qiskit.primitives.containers.estimator_pub import EstimatorPub
 from qiskit.primitives.containers.sampler_pub import SamplerPub
 
+from qdiff.circuits import memory
 from qdiff.circuits.measurements import sample_indices
 from qdiff.circuit_qnode import CircuitQNode
+from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.errors import QdiffError, QdiffMemoryError
 from qdiff.circuits.observables import Factor, Observable
 from qdiff.circuits.qiskit_io import from_qiskit
@@ -99,8 +103,8 @@ def _import(qc, cache: dict, what: str):
     """``from_qiskit(qc)`` once per circuit object within a run."""
     imp = cache.get(id(qc))
     if imp is None:
-        if qc.num_vars or any(op.operation.name == "reset" for op in qc.data):
-            raise QdiffError(f"{what}: classical variables and reset are not supported")
+        if qc.num_vars:
+            raise QdiffError(f"{what}: classical variables are not supported")
         imp = cache[id(qc)] = (from_qiskit(qc), qc)
     return imp[0]
 
@@ -223,6 +227,11 @@ class Estimator(BaseEstimatorV2):
 
     def _term_means(self, imp, values: np.ndarray, words: list, shots) -> np.ndarray:
         """``(R, W)`` expectation values of every Pauli word (exact, or from ``shots``)."""
+        busy = _busy_wires(imp)
+        # a Z on a qubit no gate touches (still in |0>) is 1, sampled or not: left out
+        words = [tuple((q, ch) for q, ch in w if q in busy or ch != "Z") for w in words]
+        imp, pos = _compact(imp, busy | {q for w in words for q, _ in w})
+        words = [tuple((pos[q], ch) for q, ch in w) for w in words]
         live = [w for w in words if w]  # the identity word is 1 exactly
         out = np.ones((values.shape[0], len(words)))
         if live:
@@ -233,6 +242,25 @@ class Estimator(BaseEstimatorV2):
             cols = [i for i, w in enumerate(words) if w]
             out[:, cols] = vals.numpy()
         return out
+
+
+def _busy_wires(imp) -> set:
+    """The qubits some operation acts on (the others stay in |0>)."""
+    return {w for op in imp.circuit.operations for w in op.wires}
+
+
+def _compact(imp, keep: set) -> tuple:
+    """``(import on the qubits keep only, renumbered in order; {old qubit: new})``: a circuit
+    transpiled for a large device simulates the qubits it uses, as Aer's primitives do."""
+    c = imp.circuit
+    if len(keep) == c.num_wires:
+        return imp, {w: w for w in range(c.num_wires)}
+    pos = {w: i for i, w in enumerate(sorted(keep))}
+    ops = tuple(dataclasses.replace(op, wires=tuple(pos[w] for w in op.wires))
+                for op in c.operations)
+    circ = Circuit(len(pos), ops, (), c.num_params)
+    meas = [(pos[q], b) for q, b in imp.measurements if q in pos]
+    return dataclasses.replace(imp, circuit=circ, measurements=meas), pos
 
 
 def _shots(precision: float) -> int:
@@ -282,7 +310,8 @@ class Sampler(BaseSamplerV2):
     """
 
     def __init__(self, *, default_shots: int = 1024, seed=None):
-        if not (isinstance(default_shots, (int, np.integer)) and default_shots >= 1):
+        if isinstance(default_shots, bool) or not (isinstance(default_shots, (int, np.integer))
+                                                   and default_shots >= 1):
             raise QdiffError(f"default_shots must be a positive integer; got {default_shots!r}")
         self._default_shots = int(default_shots)
         self._seed = seed
@@ -339,23 +368,27 @@ class Sampler(BaseSamplerV2):
 
     def _sample(self, imp, values: np.ndarray, wires: list, shots: int) -> np.ndarray:
         """``(R, shots, k)`` uint8 bits of ``wires`` (in that order) per binding row."""
-        r = values.shape[0]
-        if not wires:
-            return np.zeros((r, shots, 0), dtype=np.uint8)
-        from qdiff.circuits.measurements import Measurement
-        circ = imp.circuit.with_measurements((Measurement("probs", None, tuple(wires)),))
-        src = type(imp)(circ, imp.parameters, [], 0, imp.global_phase, imp.expressions)
-        qn = self._runner._qnode(src, [], ("probs", tuple(wires)))
-        with torch.no_grad():
-            p = qn(torch.as_tensor(values, dtype=torch.float64)).reshape(r, 2 ** len(wires))
-        k = len(wires)
+        r, k = values.shape[0], len(wires)
         # a shot's bytes: its index (8), one shifted bit at a time (16), its bits (k), and a
         # register's bits and their padded copy (2 (clbits + 8)) as it is packed
         words = 3 + (k + 2 * (imp.num_clbits + 8) + 7) // 8
+        busy = _busy_wires(imp)
+        live = [j for j, w in enumerate(wires) if w in busy]  # a qubit no gate touches reads 0
+        if not live:
+            memory.require(8.0 * r * shots * words, f"sampling {shots} shots of {r} binding(s)")
+            return np.zeros((r, shots, k), dtype=np.uint8)
+        imp, pos = _compact(imp, busy)
+        measured = tuple(pos[wires[j]] for j in live)
+        from qdiff.circuits.measurements import Measurement
+        circ = imp.circuit.with_measurements((Measurement("probs", None, measured),))
+        src = type(imp)(circ, imp.parameters, [], 0, imp.global_phase, imp.expressions)
+        qn = self._runner._qnode(src, [], ("probs", measured))
+        with torch.no_grad():
+            p = qn(torch.as_tensor(values, dtype=torch.float64)).reshape(r, 2 ** len(live))
         idx = sample_indices(p, shots, self._runner._generator(), words=words).numpy()
-        bits = np.empty(idx.shape + (k,), dtype=np.uint8)
-        for j in range(k):
-            bits[..., j] = (idx >> (k - 1 - j)) & 1
+        bits = np.zeros(idx.shape + (k,), dtype=np.uint8)
+        for i, j in enumerate(live):
+            bits[..., j] = (idx >> (len(live) - 1 - i)) & 1
         return bits
 
 

@@ -200,7 +200,7 @@ def test_estimator_errors():
             Estimator().run([(free, "Z")], precision=bad)
     with pytest.raises(QdiffError, match=r"Estimator: precision 1e-07 takes 100000000000001 "
                                          r"shots per Pauli term; sampling"):
-        Estimator().run([(free, "Z")], precision=1e-7).result()
+        Estimator().run([(free, "X")], precision=1e-7).result()  # Z of |0> is 1, unsampled
     # Qiskit's own PUB checks, as QdiffErrors (ValueErrors) naming the PUB
     with pytest.raises(QdiffError, match=r"PUB 1: The number of qubits of the circuit \(1\)"):
         Estimator().run([(free, "Z"), (free, "ZZ")])
@@ -262,8 +262,9 @@ def test_sampler_without_measurements_and_shots_validation():
     qc.h(0)
     res = Sampler().run([qc], shots=3).result()[0]
     assert res.data.c.get_counts() == {"00": 3}
-    with pytest.raises(QdiffError, match="default_shots must be a positive integer"):
-        Sampler(default_shots=0)
+    for bad in (0, True, 2.5):  # a bool is no shot count (Qiskit's PUB refuses shots=True)
+        with pytest.raises(QdiffError, match="default_shots must be a positive integer"):
+            Sampler(default_shots=bad)
     with pytest.warns(UserWarning, match="PUB 1 has no classical registers"):
         res = Sampler().run([qc, QuantumCircuit(1)]).result()  # warned as by Qiskit's
     assert not list(res[1].data.keys())
@@ -272,6 +273,66 @@ def test_sampler_without_measurements_and_shots_validation():
     qc.measure([0, 1], [0, 1])
     with pytest.raises(QdiffMemoryError, match="sampling 1000000000000 shots"):
         Sampler().run([qc], shots=10 ** 12).result()  # checked before torch allocates 8 TB
+
+
+def test_reset_of_a_fresh_qubit_runs_as_in_transpiled_initialize():
+    """A transpiled ``initialize`` starts with top-level resets of fresh qubits (the identity):
+    both primitives run it as Qiskit's do; a reset after operations on its qubit is refused."""
+    from qiskit import QuantumCircuit, transpile
+    from qiskit.primitives import StatevectorEstimator
+    qc = QuantumCircuit(2)
+    qc.initialize(np.array([0.6, 0, 0, 0.8j]), [0, 1])
+    tq = transpile(qc, basis_gates=["cx", "u", "reset"], optimization_level=3)
+    assert tq.data[0].operation.name == "reset"
+    pub = (tq, ["ZZ", "YX", "ZI"])
+    np.testing.assert_allclose(Estimator().run([pub]).result()[0].data.evs,
+                               StatevectorEstimator().run([pub]).result()[0].data.evs, atol=1e-12)
+    tq.measure_all()
+    counts = Sampler(seed=1).run([tq], shots=2000).result()[0].data.meas.get_counts()
+    assert set(counts) == {"00", "11"} and abs(counts["11"] / 2000 - 0.64) < 0.05
+    late = QuantumCircuit(1)
+    late.h(0)
+    late.reset(0)
+    with pytest.raises(QdiffError, match=r"'reset' on qubits \[0\]\): reset of a qubit after "
+                                         "operations on it is not supported"):
+        Estimator().run([(late, "Z")]).result()
+
+
+def test_qubits_no_gate_touches_are_not_simulated():
+    """A circuit laid out on a large device (40 qubits, gates on 3 of them) runs as its 3-qubit
+    equivalent on both primitives: Z on an untouched qubit is 1 (standard error 0), X/Y 0, and
+    a measured untouched qubit reads 0."""
+    from qiskit import ClassicalRegister, QuantumCircuit
+    from qiskit.circuit import ParameterVector
+    from qiskit.primitives import StatevectorEstimator
+    t = ParameterVector("t", 3)
+    wide, narrow = QuantumCircuit(40), QuantumCircuit(3)
+    for qc, (a, b, c) in ((wide, (31, 7, 22)), (narrow, (2, 0, 1))):
+        qc.ry(t[0], a)
+        qc.cx(a, b)
+        qc.rx(t[1], c)
+        qc.crz(t[2], b, c)
+        qc.h(a)
+    where = {31: 2, 7: 0, 22: 1}
+
+    def label(word, n):  # {qubit: letter} -> a Qiskit label on n qubits
+        return "".join(word.get(q, "I") for q in reversed(range(n)))
+    words = [{31: "Z", 7: "X"}, {22: "Y", 0: "Z"}, {5: "Z", 39: "Z"}, {5: "X"}, {}, {7: "Z"}]
+    values = np.random.default_rng(3).uniform(0, 3, (4, 1, 3))
+    got = Estimator().run([(wide, [label(w, 40) for w in words], values)]).result()[0].data.evs
+    ref = StatevectorEstimator().run([(narrow, [label({where[q]: ch for q, ch in w.items()
+                                                       if q in where}, 3) for w in words],
+                                       values)]).result()[0].data.evs
+    ref[:, 3] = 0.0  # X on an untouched qubit
+    np.testing.assert_allclose(got, ref, atol=1e-12)
+    res = Estimator(seed=1).run([(wide, [label(w, 40) for w in words], values)],
+                                precision=0.05).result()[0].data
+    assert (res.stds[:, 2] == 0).all() and (res.evs[:, 2] == 1).all()
+    assert (res.stds[:, [0, 1, 3, 5]] > 0).all()
+    wide.add_register(ClassicalRegister(2, "c"))
+    wide.measure([31, 5], [0, 1])  # after its H, qubit 31 is uniform whatever the angles
+    counts = Sampler(seed=1).run([(wide, values[0])], shots=4000).result()[0].data.c.get_counts()
+    assert set(counts) == {"00", "01"} and abs(counts["01"] / 4000 - 0.5) < 0.05, counts
 
 
 def test_empty_parameter_values_give_empty_results():

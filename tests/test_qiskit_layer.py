@@ -316,6 +316,9 @@ def test_qnode_mapping_of_parameter_vectors_and_binding_errors():
     assert f({x: torch.rand(5, 2), a: 0.7}).shape == (5,)
     with pytest.raises(QdiffError, match=r"binding for x has shape \(3,\)"):
         f({x: [0.4, 1.1, 2.0], a: 0.7})
+    with pytest.raises(QdiffError, match=r"binding batch shapes do not broadcast: a \(4,\), "
+                                         r"x\[0\] \(3,\), x\[1\] \(3,\)"):
+        f({x: torch.rand(3, 2), a: torch.rand(4)})
     with pytest.raises(QdiffError, match="'a' is bound twice"):
         f({x: [0.4, 1.1], a: 0.7, "a": 0.7})
     with pytest.raises(QdiffError, match="different Parameter of the same name"):
