@@ -886,7 +886,9 @@ class StaticQNode:
         if trace is None:
             # recorded with grad mode on: which angles are trainable follows the arguments'
             # requires_grad (part of the key), whatever the grad mode of this first call
-            with torch.enable_grad():
+            # (its own saved tensors kept from outer saved-tensor hooks: the record's graphs
+            # are not the output's, so a checkpoint's recomputation, which replays, matches)
+            with torch.enable_grad(), _own_saved_tensors():
                 trace = trace_call(self.qnode, args, kwargs, key, tensors, shots)
             self._traces[key] = trace
             if len(self._traces) > self.max_traces:
@@ -917,6 +919,16 @@ class StaticQNode:
     def __repr__(self):
         return f"<StaticQNode {getattr(self.func, '__name__', '?')} on {self.device!r}, " \
                f"diff_method={self.diff_method!r}, traces={self.num_traces}>"
+
+
+def _own_saved_tensors():
+    """Saved-tensor hooks that keep tensors as they are, shadowing any outer ones
+    (``torch.utils.checkpoint``'s) while a signature is recorded."""
+    return torch.autograd.graph.saved_tensors_hooks(_same, _same)
+
+
+def _same(t):
+    return t
 
 
 def _load(module: str, qualname: str):
