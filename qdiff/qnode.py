@@ -162,21 +162,31 @@ class QNode:
 
     def __reduce__(self):
         """Pickle by reference (module + name), so ``torch.save(model)`` works for qnodes
-        defined at module level with the decorator."""
-        import sys
-        mod, qual = getattr(self, "__module__", None), getattr(self, "__qualname__", "")
-        obj = sys.modules.get(mod)
-        for part in qual.split("."):
-            obj = getattr(obj, part, None)
-        if obj is not self:
-            raise QdiffError(f"cannot pickle qnode '{qual}': it is not reachable as {mod}.{qual} "
-                             "(define it at module level)")
-        return (_load_qnode, (mod, qual))
+        defined at module level (with the decorator, or bound to any module-level name)."""
+        return (_load_qnode, module_reference(self, "qnode"))
 
     def __repr__(self):
         shots = "" if self.shots == DEVICE_SHOTS else f", shots={self.shots}"
         return f"<QNode {getattr(self.func, '__name__', '?')} on {self.device!r}, " \
                f"diff_method={self.diff_method!r}{shots}>"
+
+
+def module_reference(obj, kind: str) -> tuple:
+    """``(module, name)`` under which ``obj`` can be imported back: its ``__qualname__`` in its
+    ``__module__``, else a module-level name bound to it (``fast = qd.jit(circuit)``)."""
+    import sys
+    mod, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
+    module = sys.modules.get(mod)
+    found = module
+    for part in qual.split("."):
+        found = getattr(found, part, None)
+    if found is obj:
+        return mod, qual
+    for name, value in list(vars(module).items()) if module is not None else ():
+        if value is obj:
+            return mod, name
+    raise QdiffError(f"cannot pickle {kind} '{qual}': it is not reachable as {mod}.{qual} nor "
+                     f"under another name in module {mod} (define it at module level)")
 
 
 def _load_qnode(module: str, qualname: str):

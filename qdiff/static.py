@@ -906,15 +906,8 @@ class StaticQNode:
 
     def __reduce__(self):
         """Pickle by reference, like a qnode (define it at module level)."""
-        import sys
-        mod, qual = getattr(self, "__module__", None), getattr(self, "__qualname__", "")
-        obj = sys.modules.get(mod)
-        for part in qual.split("."):
-            obj = getattr(obj, part, None)
-        if obj is not self:
-            raise QdiffError(f"cannot pickle static qnode '{qual}': it is not reachable as "
-                             f"{mod}.{qual} (define it at module level)")
-        return (_load, (mod, qual))
+        from qdiff.qnode import module_reference
+        return (_load, module_reference(self, "static qnode"))
 
     def __repr__(self):
         return f"<StaticQNode {getattr(self.func, '__name__', '?')} on {self.device!r}, " \

@@ -137,6 +137,25 @@ def test_torch_save_load_round_trip(tmp_path):
     torch.save(model.state_dict(), buf)
 
 
+# module-level qnodes bound to names other than their function's
+FAST_CIRCUIT = qd.jit(circuit)
+BOUND_QNODE = qd.QNode(_body, DEV, diff_method="parameter-shift")
+
+
+@pytest.mark.parametrize("name", ["FAST_CIRCUIT", "BOUND_QNODE"])
+def test_torch_save_of_a_qnode_bound_to_a_module_level_name(name, tmp_path):
+    """``fast = qd.jit(circuit)`` or ``q = qd.QNode(func, dev)`` at module level pickles by
+    that name: ``torch.save(model)`` / ``torch.load`` round-trip it."""
+    q = globals()[name]
+    model = torch.nn.Sequential(torch.nn.Linear(4, N, dtype=torch.float64),
+                                qd.QuantumLayer(q, {"weights": (2, N, 3)}, dtype=torch.float64))
+    x = torch.rand(3, 4, dtype=torch.float64)
+    torch.save(model, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    assert loaded[1].qnode is q
+    torch.testing.assert_close(loaded(x), model(x))
+
+
 def test_pickling_a_local_qnode_fails_clearly():
     import pickle
 
