@@ -54,8 +54,9 @@ import torch.autograd.forward_ad as _forward_ad
 
 from qdiff.backends.base import Gather, Prepared, flat_outputs
 from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective_shots,
-                          engine_vjp, exact_precision, expand_coefficients, refuse_graph_capture,
-                          unshare, validate_rules)
+                          engine_vjp, exact_precision, expand_coefficients,
+                          refuse_batched_cotangent, refuse_graph_capture, unshare,
+                          validate_rules)
 from qdiff.circuits import recording
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
@@ -474,6 +475,7 @@ class ReplayFunction(torch.autograd.Function):
     @exact_precision
     def backward(ctx, g_out):
         trace = ctx.trace
+        refuse_batched_cotangent(g_out, trace.rule)
         tensors = ctx.saved_tensors
         needs = ctx.needs_input_grad[1:]
         if torch.is_grad_enabled():  # create_graph: a differentiable gradient
@@ -499,6 +501,7 @@ class BoundFunction(torch.autograd.Function):
     @exact_precision
     def backward(ctx, g_out):
         trace = ctx.trace
+        refuse_batched_cotangent(g_out, trace.rule)
         needs = ctx.needs_input_grad
         if torch.is_grad_enabled():  # create_graph: a differentiable gradient
             return (None,) + differentiable_grads(trace, ctx.saved_tensors, g_out, needs[1:])

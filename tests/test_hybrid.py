@@ -456,12 +456,15 @@ def test_layer_of_mixed_measurements_with_shots_and_counts():
         make(lambda: qd.counts(wires=[1]))(torch.rand(3, 2))
 
 
-@pytest.mark.parametrize("method", ["adjoint", "parameter-shift", "finite-diff"])
-def test_vectorized_autograd_jacobian_is_refused_clearly(method):
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("method", ["best", "adjoint", "parameter-shift", "finite-diff"])
+def test_vectorized_autograd_jacobian_is_refused_clearly(method, static):
     """torch.autograd.functional's vectorize=True (batched cotangents) is a QdiffError naming
-    the alternatives; torch.func.jacrev and vectorize=False give the Jacobian."""
+    the alternatives, plain and static qnodes alike; torch.func.jacrev and vectorize=False
+    give the Jacobian."""
     from qdiff import QdiffError
     q = qd.QNode(_body, DEV, diff_method=method)
+    q = qd.jit(q) if static else q
     x = torch.rand(2, N, dtype=torch.float64)
     w = torch.rand(1, N, 3, dtype=torch.float64)
     with pytest.raises(QdiffError, match=r"vectorize=True.*torch\.func\.jacrev"):
