@@ -606,6 +606,44 @@ def test_extra_leading_dims_run_as_rows_as_in_torchlayer():
 
 @pytest.mark.parametrize("static", [False, True])
 @pytest.mark.parametrize("method", ["best", "backprop", "parameter-shift"])
+def test_half_precision_inputs_and_weights(method, static):
+    """bfloat16 inputs (a Linear under torch.autocast before the layer) and float16 weights
+    (``.half()``) reach the qnode in float32, static qnodes included: the outputs are the
+    float32 layer's on the same values, in the input's dtype, and gradients reach both."""
+    torch.manual_seed(0)
+    q = qd.QNode(_body, DEV, diff_method=method)
+    q = qd.jit(q) if static else q
+    model = torch.nn.Sequential(torch.nn.Linear(4, N), qd.QuantumLayer(q, {"weights": (2, N, 3)}))
+    ref = qd.QuantumLayer(qd.QNode(_body, DEV, diff_method="backprop"), {"weights": (2, N, 3)},
+                          init_method={"weights": model[1].weights.detach()})
+    x = torch.rand(5, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = model[0](x)
+        out = model[1](h)
+    assert h.dtype == out.dtype == torch.bfloat16
+    hr = h.detach().float().requires_grad_()
+    expected = ref(hr)
+    torch.testing.assert_close(out.float(), expected.to(torch.bfloat16).float())
+    g = torch.rand_like(expected)
+    (gw,) = torch.autograd.grad(out, model[1].weights, g.to(out.dtype))
+    (gwr,) = torch.autograd.grad(expected, ref.weights, g.to(out.dtype).float())
+    torch.testing.assert_close(gw, gwr, atol=1e-5, rtol=1e-5)
+    layer = model[1].half()
+    xh = torch.rand(5, N, dtype=torch.float16, requires_grad=True)
+    out = layer(xh)
+    ref.weights.data = layer.weights.detach().float()
+    xr = xh.detach().float().requires_grad_()
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out, ref(xr).half())
+    out.sum().backward()
+    ref(xr).sum().backward()
+    assert layer.weights.grad.dtype == xh.grad.dtype == torch.float16
+    torch.testing.assert_close(layer.weights.grad, ref.weights.grad.half(), atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(xh.grad, xr.grad.half(), atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("method", ["best", "backprop", "parameter-shift"])
 def test_autocast_leaves_the_engine_in_the_device_precision(method, static):
     """Under torch.autocast (bfloat16) a complex64 device's outputs and gradients are those
     computed without it: the engine's float32 products are not run in bfloat16."""
