@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
+import contextlib
 from contextlib import contextmanager
 import sys
 import threading
@@ -919,7 +920,10 @@ class StaticQNode:
 
 def _own_saved_tensors():
     """Saved-tensor hooks that keep tensors as they are, shadowing any outer ones
-    (``torch.utils.checkpoint``'s) while a signature is recorded."""
+    (``torch.utils.checkpoint``'s) while a signature is recorded (none where a context has
+    disabled saved-tensor hooks: no outer ones run there either)."""
+    if not torch._C._autograd._saved_tensors_hooks_is_enabled():
+        return contextlib.nullcontext()
     return torch.autograd.graph.saved_tensors_hooks(_same, _same)
 
 
