@@ -47,8 +47,22 @@ def _keep_calls_eager() -> None:
     rather than at import: the wrapper imports ``torch._dynamo`` (about 2 s), and no qnode can
     be traced by ``torch.compile`` before one exists."""
     if not getattr(QNode, "_calls_eager", False):
-        QNode.__call__ = torch.compiler.disable(QNode.__call__)
+        QNode.__call__ = eager_under_compile(QNode.__call__)
         QNode._calls_eager = True
+
+
+EAGER_REASON = ("a qdiff qnode call records its circuit in Python at each call and stays eager "
+                "under torch.compile (a graph break): torch.compile(fullgraph=True) cannot "
+                "include it; compile without fullgraph")
+
+
+def eager_under_compile(fn):
+    """``fn`` wrapped in ``torch.compiler.disable``, with the reason torch shows where a graph
+    break is an error (``fullgraph=True``) where this torch takes one."""
+    try:
+        return torch.compiler.disable(fn, reason=EAGER_REASON)
+    except TypeError:  # a torch without disable(reason=...)
+        return torch.compiler.disable(fn)
 
 
 class QNode:

@@ -853,7 +853,8 @@ class StaticQNode:
         if not getattr(StaticQNode, "_calls_eager", False):
             # under torch.compile the call stays eager (a graph break), as a plain qnode's:
             # dynamo would otherwise trace the recording of a new signature into its graph
-            StaticQNode.__call__ = torch.compiler.disable(StaticQNode.__call__)
+            from qdiff.qnode import eager_under_compile
+            StaticQNode.__call__ = eager_under_compile(StaticQNode.__call__)
             StaticQNode._calls_eager = True
 
     @property

@@ -497,6 +497,29 @@ def test_jit_trace_script_and_export_are_refused_by_name(make):
     assert layer(x).shape[0] == 2  # eager calls are unaffected
 
 
+@pytest.mark.parametrize("make", ["plain", "static", "qiskit"])
+def test_torch_compile_fullgraph_names_the_eager_qnode_call(make):
+    """torch.compile(fullgraph=True), which cannot take the qnode call's graph break, fails
+    with a reason that says so (where torch shows one)."""
+    import inspect
+    if "reason" not in inspect.signature(torch.compiler.disable).parameters:
+        pytest.skip("this torch's compiler.disable takes no reason")
+    if make == "qiskit":
+        pytest.importorskip("qiskit")
+        from qiskit.circuit.library import real_amplitudes
+        ansatz = real_amplitudes(N, reps=1)
+        ps = list(ansatz.parameters)
+        layer = qd.QuantumLayer.from_qiskit(ansatz, input_params=ps[:N], weight_params=ps[N:])
+    else:
+        q = qd.qnode(DEV, static=make == "static")(_body)
+        layer = qd.QuantumLayer(q, {"weights": (1, N, 3)}, dtype=torch.float64)
+    model = torch.nn.Sequential(torch.nn.Linear(N, N, dtype=torch.float64), layer)
+    x = torch.rand(2, N, dtype=torch.float64)
+    with pytest.raises(Exception, match=r"stays eager under torch\.compile.*fullgraph"):
+        torch.compile(model, fullgraph=True)(x)
+    torch._dynamo.reset()
+
+
 def test_init_method_must_set_every_weight():
     """An init_method that fills only part of its tensor, or returns something that is not a
     tensor, is refused (never uninitialised memory as weights); in-place inits that return
