@@ -48,8 +48,9 @@ class QuantumLayer(nn.Module):
             ``.float()`` / ``.double()`` change it).
 
     The circuit runs in the wider of the input and weight dtypes (angles in float64 when
-    either is); the output is cast to the input's floating dtype (the weights' dtype for
-    integer inputs, and for lists and arrays). Measurements of different shapes (``probs``
+    either is; float16 and bfloat16 inputs and weights reach the qnode in float32); the output
+    is cast to the input's floating dtype (the weights' dtype for integer inputs, and for lists
+    and arrays). Measurements of different shapes (``probs``
     with ``expval``) are flattened per input row and concatenated in order: ``(..., K)``, as
     ``TorchLayer``'s.
     """
@@ -172,10 +173,16 @@ class QuantumLayer(nn.Module):
         ref = None
         for name in self.weight_shapes:
             w = params.get(name)
-            weights[name] = w = w if w is not None else getattr(self, name)
+            w = w if w is not None else getattr(self, name)
             ref = w if ref is None else ref
+            # float16/bfloat16 weights (.half()) reach the qnode in float32, exactly
+            weights[name] = w.float() if w.dtype in _HALF else w
         if not isinstance(inputs, torch.Tensor):  # a list or an array: a tensor of the weights'
             inputs = weights[self.input_arg] = _as_input(inputs, ref)  # dtype, its batch kept
+        want = inputs.dtype if inputs.dtype.is_floating_point else \
+            ref.dtype if ref is not None else None
+        if inputs.dtype in _HALF:  # (a float16/bfloat16 layer before it, torch.autocast)
+            inputs = weights[self.input_arg] = inputs.float()
         batch = None
         if inputs.ndim > 2:  # (..., F) runs as (B, F), as TorchLayer's (a circuit reading
             batch = tuple(inputs.shape[:-1])  # inputs[:, i] sees one row per sample)
@@ -185,10 +192,6 @@ class QuantumLayer(nn.Module):
             out = _concat_outputs(out, inputs)
         if batch is not None and out.ndim and out.shape[0] == inputs.shape[0]:
             out = out.reshape(batch + tuple(out.shape[1:]))
-        if isinstance(inputs, torch.Tensor) and inputs.dtype.is_floating_point:
-            want = inputs.dtype
-        else:
-            want = ref.dtype if ref is not None else None
         if want is not None and out.dtype.is_floating_point and out.dtype != want:
             out = out.to(want)
         return out
@@ -208,6 +211,9 @@ class QuantumLayer(nn.Module):
 
     def extra_repr(self) -> str:
         return f"qnode={getattr(self.qnode, '__name__', '?')}, weights={self.weight_shapes}"
+
+
+_HALF = (torch.float16, torch.bfloat16)
 
 
 def _as_input(inputs, ref) -> torch.Tensor:

@@ -184,6 +184,16 @@ def check_device(device, who: str = "qnode") -> None:
                      f"{type(device).__name__} from {mod or 'builtins'}: {hint}")
 
 
+def refuse_batched_cotangent(g_out, rule) -> None:
+    """A rule's backward takes one cotangent: torch.autograd's batched cotangents (a legacy
+    batched tensor, without storage) are refused by name."""
+    if torch._C._functorch.is_legacy_batchedtensor(g_out):
+        raise QdiffError(f"diff_method='{rule.name}' does not run under torch.autograd's "
+                         "batched cotangents (torch.autograd.functional.jacobian/hessian "
+                         "with vectorize=True, grad(is_grads_batched=True)); use "
+                         "torch.func.jacrev/jacfwd/hessian or vectorize=False")
+
+
 def exact_precision(fn):
     """``fn`` run with torch's autocast off: under ``torch.autocast`` the engine still computes
     in the device's precision (autocast would run its float32 products in bfloat16/float16)."""
@@ -256,11 +266,7 @@ class QuantumFunction(torch.autograd.Function):
     def backward(ctx, g_out, _g_residual):
         (theta,) = ctx.saved_tensors
         plan = ctx.plan
-        if torch._C._functorch.is_legacy_batchedtensor(g_out):
-            raise QdiffError(f"diff_method='{plan.rule.name}' does not run under torch.autograd's "
-                             "batched cotangents (torch.autograd.functional.jacobian/hessian "
-                             "with vectorize=True, grad(is_grads_batched=True)); use "
-                             "torch.func.jacrev/jacfwd/hessian or vectorize=False")
+        refuse_batched_cotangent(g_out, plan.rule)
         if plan.rule.keep:
             grad = engine_vjp(theta, g_out, plan, ctx.residual)
         else:

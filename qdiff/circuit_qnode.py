@@ -30,6 +30,7 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Factor, Observable
 from qdiff.circuits.qiskit_io import QiskitImport, from_qiskit, observable_from_qiskit
+from qdiff.qnode import eager_under_compile
 
 
 class CircuitQNode:
@@ -93,7 +94,7 @@ class CircuitQNode:
     def num_parameters(self) -> int:
         return len(self.names)
 
-    @torch.compiler.disable
+    @eager_under_compile
     def __call__(self, *args, **kwargs):
         """Run the circuit for the given bindings (stays eager under ``torch.compile``)."""
         from qdiff.bridge import execute, refuse_graph_capture

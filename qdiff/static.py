@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
+import contextlib
 from contextlib import contextmanager
 import sys
 import threading
@@ -54,8 +55,9 @@ import torch.autograd.forward_ad as _forward_ad
 
 from qdiff.backends.base import Gather, Prepared, flat_outputs
 from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective_shots,
-                          engine_vjp, exact_precision, expand_coefficients, refuse_graph_capture,
-                          unshare, validate_rules)
+                          engine_vjp, exact_precision, expand_coefficients,
+                          refuse_batched_cotangent, refuse_graph_capture, unshare,
+                          validate_rules)
 from qdiff.circuits import recording
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
@@ -474,6 +476,7 @@ class ReplayFunction(torch.autograd.Function):
     @exact_precision
     def backward(ctx, g_out):
         trace = ctx.trace
+        refuse_batched_cotangent(g_out, trace.rule)
         tensors = ctx.saved_tensors
         needs = ctx.needs_input_grad[1:]
         if torch.is_grad_enabled():  # create_graph: a differentiable gradient
@@ -499,6 +502,7 @@ class BoundFunction(torch.autograd.Function):
     @exact_precision
     def backward(ctx, g_out):
         trace = ctx.trace
+        refuse_batched_cotangent(g_out, trace.rule)
         needs = ctx.needs_input_grad
         if torch.is_grad_enabled():  # create_graph: a differentiable gradient
             return (None,) + differentiable_grads(trace, ctx.saved_tensors, g_out, needs[1:])
@@ -849,7 +853,8 @@ class StaticQNode:
         if not getattr(StaticQNode, "_calls_eager", False):
             # under torch.compile the call stays eager (a graph break), as a plain qnode's:
             # dynamo would otherwise trace the recording of a new signature into its graph
-            StaticQNode.__call__ = torch.compiler.disable(StaticQNode.__call__)
+            from qdiff.qnode import eager_under_compile
+            StaticQNode.__call__ = eager_under_compile(StaticQNode.__call__)
             StaticQNode._calls_eager = True
 
     @property
@@ -886,7 +891,9 @@ class StaticQNode:
         if trace is None:
             # recorded with grad mode on: which angles are trainable follows the arguments'
             # requires_grad (part of the key), whatever the grad mode of this first call
-            with torch.enable_grad():
+            # (its own saved tensors kept from outer saved-tensor hooks: the record's graphs
+            # are not the output's, so a checkpoint's recomputation, which replays, matches)
+            with torch.enable_grad(), _own_saved_tensors():
                 trace = trace_call(self.qnode, args, kwargs, key, tensors, shots)
             self._traces[key] = trace
             if len(self._traces) > self.max_traces:
@@ -904,19 +911,25 @@ class StaticQNode:
 
     def __reduce__(self):
         """Pickle by reference, like a qnode (define it at module level)."""
-        import sys
-        mod, qual = getattr(self, "__module__", None), getattr(self, "__qualname__", "")
-        obj = sys.modules.get(mod)
-        for part in qual.split("."):
-            obj = getattr(obj, part, None)
-        if obj is not self:
-            raise QdiffError(f"cannot pickle static qnode '{qual}': it is not reachable as "
-                             f"{mod}.{qual} (define it at module level)")
-        return (_load, (mod, qual))
+        from qdiff.qnode import module_reference
+        return (_load, module_reference(self, "static qnode"))
 
     def __repr__(self):
         return f"<StaticQNode {getattr(self.func, '__name__', '?')} on {self.device!r}, " \
                f"diff_method={self.diff_method!r}, traces={self.num_traces}>"
+
+
+def _own_saved_tensors():
+    """Saved-tensor hooks that keep tensors as they are, shadowing any outer ones
+    (``torch.utils.checkpoint``'s) while a signature is recorded (none where a context has
+    disabled saved-tensor hooks: no outer ones run there either)."""
+    if not torch._C._autograd._saved_tensors_hooks_is_enabled():
+        return contextlib.nullcontext()
+    return torch.autograd.graph.saved_tensors_hooks(_same, _same)
+
+
+def _same(t):
+    return t
 
 
 def _load(module: str, qualname: str):

@@ -137,6 +137,25 @@ def test_torch_save_load_round_trip(tmp_path):
     torch.save(model.state_dict(), buf)
 
 
+# module-level qnodes bound to names other than their function's
+FAST_CIRCUIT = qd.jit(circuit)
+BOUND_QNODE = qd.QNode(_body, DEV, diff_method="parameter-shift")
+
+
+@pytest.mark.parametrize("name", ["FAST_CIRCUIT", "BOUND_QNODE"])
+def test_torch_save_of_a_qnode_bound_to_a_module_level_name(name, tmp_path):
+    """``fast = qd.jit(circuit)`` or ``q = qd.QNode(func, dev)`` at module level pickles by
+    that name: ``torch.save(model)`` / ``torch.load`` round-trip it."""
+    q = globals()[name]
+    model = torch.nn.Sequential(torch.nn.Linear(4, N, dtype=torch.float64),
+                                qd.QuantumLayer(q, {"weights": (2, N, 3)}, dtype=torch.float64))
+    x = torch.rand(3, 4, dtype=torch.float64)
+    torch.save(model, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    assert loaded[1].qnode is q
+    torch.testing.assert_close(loaded(x), model(x))
+
+
 def test_pickling_a_local_qnode_fails_clearly():
     import pickle
 
@@ -437,12 +456,15 @@ def test_layer_of_mixed_measurements_with_shots_and_counts():
         make(lambda: qd.counts(wires=[1]))(torch.rand(3, 2))
 
 
-@pytest.mark.parametrize("method", ["adjoint", "parameter-shift", "finite-diff"])
-def test_vectorized_autograd_jacobian_is_refused_clearly(method):
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("method", ["best", "adjoint", "parameter-shift", "finite-diff"])
+def test_vectorized_autograd_jacobian_is_refused_clearly(method, static):
     """torch.autograd.functional's vectorize=True (batched cotangents) is a QdiffError naming
-    the alternatives; torch.func.jacrev and vectorize=False give the Jacobian."""
+    the alternatives, plain and static qnodes alike; torch.func.jacrev and vectorize=False
+    give the Jacobian."""
     from qdiff import QdiffError
     q = qd.QNode(_body, DEV, diff_method=method)
+    q = qd.jit(q) if static else q
     x = torch.rand(2, N, dtype=torch.float64)
     w = torch.rand(1, N, 3, dtype=torch.float64)
     with pytest.raises(QdiffError, match=r"vectorize=True.*torch\.func\.jacrev"):
@@ -473,6 +495,29 @@ def test_jit_trace_script_and_export_are_refused_by_name(make):
         with pytest.raises(QdiffError, match="torch.export cannot capture a qnode call"):
             torch.export.export(layer, (x,))
     assert layer(x).shape[0] == 2  # eager calls are unaffected
+
+
+@pytest.mark.parametrize("make", ["plain", "static", "qiskit"])
+def test_torch_compile_fullgraph_names_the_eager_qnode_call(make):
+    """torch.compile(fullgraph=True), which cannot take the qnode call's graph break, fails
+    with a reason that says so (where torch shows one)."""
+    import inspect
+    if "reason" not in inspect.signature(torch.compiler.disable).parameters:
+        pytest.skip("this torch's compiler.disable takes no reason")
+    if make == "qiskit":
+        pytest.importorskip("qiskit")
+        from qiskit.circuit.library import real_amplitudes
+        ansatz = real_amplitudes(N, reps=1)
+        ps = list(ansatz.parameters)
+        layer = qd.QuantumLayer.from_qiskit(ansatz, input_params=ps[:N], weight_params=ps[N:])
+    else:
+        q = qd.qnode(DEV, static=make == "static")(_body)
+        layer = qd.QuantumLayer(q, {"weights": (1, N, 3)}, dtype=torch.float64)
+    model = torch.nn.Sequential(torch.nn.Linear(N, N, dtype=torch.float64), layer)
+    x = torch.rand(2, N, dtype=torch.float64)
+    with pytest.raises(Exception, match=r"stays eager under torch\.compile.*fullgraph"):
+        torch.compile(model, fullgraph=True)(x)
+    torch._dynamo.reset()
 
 
 def test_init_method_must_set_every_weight():
@@ -580,6 +625,44 @@ def test_extra_leading_dims_run_as_rows_as_in_torchlayer():
     (gx_ref,) = torch.autograd.grad(layer(x.reshape(6, 2)).sum(), x)
     assert torch.allclose(gx, gx_ref, atol=1e-12)
     assert layer(torch.rand(2, 0, 2, dtype=torch.float64)).shape == (2, 0, 3)
+
+
+@pytest.mark.parametrize("static", [False, True])
+@pytest.mark.parametrize("method", ["best", "backprop", "parameter-shift"])
+def test_half_precision_inputs_and_weights(method, static):
+    """bfloat16 inputs (a Linear under torch.autocast before the layer) and float16 weights
+    (``.half()``) reach the qnode in float32, static qnodes included: the outputs are the
+    float32 layer's on the same values, in the input's dtype, and gradients reach both."""
+    torch.manual_seed(0)
+    q = qd.QNode(_body, DEV, diff_method=method)
+    q = qd.jit(q) if static else q
+    model = torch.nn.Sequential(torch.nn.Linear(4, N), qd.QuantumLayer(q, {"weights": (2, N, 3)}))
+    ref = qd.QuantumLayer(qd.QNode(_body, DEV, diff_method="backprop"), {"weights": (2, N, 3)},
+                          init_method={"weights": model[1].weights.detach()})
+    x = torch.rand(5, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = model[0](x)
+        out = model[1](h)
+    assert h.dtype == out.dtype == torch.bfloat16
+    hr = h.detach().float().requires_grad_()
+    expected = ref(hr)
+    torch.testing.assert_close(out.float(), expected.to(torch.bfloat16).float())
+    g = torch.rand_like(expected)
+    (gw,) = torch.autograd.grad(out, model[1].weights, g.to(out.dtype))
+    (gwr,) = torch.autograd.grad(expected, ref.weights, g.to(out.dtype).float())
+    torch.testing.assert_close(gw, gwr, atol=1e-5, rtol=1e-5)
+    layer = model[1].half()
+    xh = torch.rand(5, N, dtype=torch.float16, requires_grad=True)
+    out = layer(xh)
+    ref.weights.data = layer.weights.detach().float()
+    xr = xh.detach().float().requires_grad_()
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out, ref(xr).half())
+    out.sum().backward()
+    ref(xr).sum().backward()
+    assert layer.weights.grad.dtype == xh.grad.dtype == torch.float16
+    torch.testing.assert_close(layer.weights.grad, ref.weights.grad.half(), atol=2e-3, rtol=2e-3)
+    torch.testing.assert_close(xh.grad, xr.grad.half(), atol=2e-3, rtol=2e-3)
 
 
 @pytest.mark.parametrize("static", [False, True])

@@ -261,6 +261,32 @@ def test_first_call_under_no_grad_then_training(method):
     torch.testing.assert_close(gs, gp)
 
 
+@pytest.mark.parametrize("reentrant", [False, True])
+@pytest.mark.parametrize("method", ["best", "adjoint", "parameter-shift", "backprop"])
+def test_first_call_inside_torch_utils_checkpoint(method, reentrant):
+    """A signature first recorded inside ``torch.utils.checkpoint`` (whose recomputation in
+    the backward replays it) gives the plain qnode's gradients."""
+    from torch.utils.checkpoint import checkpoint
+    dev = qd.device("statevector", wires=2)
+
+    def circuit(inputs, w):
+        qd.AngleEmbedding(inputs, wires=range(2))
+        qd.BasicEntanglerLayers(w, wires=range(2))
+        return [qd.expval(qd.Z(i)) for i in range(2)]
+    torch.manual_seed(1)
+    static = qd.QuantumLayer(qd.qnode(dev, static=True, diff_method=method)(circuit),
+                             {"w": (2, 2)}, dtype=torch.float64)
+    plain = qd.QuantumLayer(qd.qnode(dev, diff_method=method)(circuit), {"w": (2, 2)},
+                            dtype=torch.float64)
+    plain.load_state_dict(static.state_dict())
+    x = torch.rand(5, 2, dtype=torch.float64)
+    xs, xp = x.clone().requires_grad_(), x.clone().requires_grad_()
+    checkpoint(static, xs, use_reentrant=reentrant).pow(2).sum().backward()
+    plain(xp).pow(2).sum().backward()
+    torch.testing.assert_close(static.w.grad, plain.w.grad)
+    torch.testing.assert_close(xs.grad, xp.grad)
+
+
 @pytest.mark.parametrize("method", ["best", "backprop", "adjoint", "parameter-shift"])
 def test_torch_func_transforms_run_the_plain_qnode(method):
     """torch.func.grad / vmap / jacrev of a static qnode give the plain qnode's values
