@@ -184,6 +184,38 @@ def check_device(device, who: str = "qnode") -> None:
                      f"{type(device).__name__} from {mod or 'builtins'}: {hint}")
 
 
+EAGER_REASON = ("a qdiff qnode call records its circuit in Python at each call and stays eager "
+                "under torch.compile (a graph break): torch.compile(fullgraph=True) cannot "
+                "include it; compile without fullgraph")
+
+
+def eager_under_compile(fn):
+    """``fn`` wrapped in ``torch.compiler.disable``, with the reason torch shows where a graph
+    break is an error (``fullgraph=True``) where this torch takes one."""
+    try:
+        return torch.compiler.disable(fn, reason=EAGER_REASON)
+    except TypeError:  # a torch without disable(reason=...)
+        return torch.compiler.disable(fn)
+
+
+def module_reference(obj, kind: str) -> tuple:
+    """``(module, name)`` under which ``obj`` can be imported back: its ``__qualname__`` in its
+    ``__module__``, else a module-level name bound to it (``fast = qd.jit(circuit)``)."""
+    import sys
+    mod, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
+    module = sys.modules.get(mod)
+    found = module
+    for part in qual.split("."):
+        found = getattr(found, part, None)
+    if found is obj:
+        return mod, qual
+    for name, value in list(vars(module).items()) if module is not None else ():
+        if value is obj:
+            return mod, name
+    raise QdiffError(f"cannot pickle {kind} '{qual}': it is not reachable as {mod}.{qual} nor "
+                     f"under another name in module {mod} (define it at module level)")
+
+
 def refuse_batched_cotangent(g_out, rule) -> None:
     """A rule's backward takes one cotangent: torch.autograd's batched cotangents (a legacy
     batched tensor, without storage) are refused by name."""

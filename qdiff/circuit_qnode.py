@@ -30,7 +30,7 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Factor, Observable
 from qdiff.circuits.qiskit_io import QiskitImport, from_qiskit, observable_from_qiskit
-from qdiff.qnode import eager_under_compile
+from qdiff.bridge import eager_under_compile
 
 
 class CircuitQNode:

@@ -47,22 +47,9 @@ def _keep_calls_eager() -> None:
     rather than at import: the wrapper imports ``torch._dynamo`` (about 2 s), and no qnode can
     be traced by ``torch.compile`` before one exists."""
     if not getattr(QNode, "_calls_eager", False):
+        from qdiff.bridge import eager_under_compile
         QNode.__call__ = eager_under_compile(QNode.__call__)
         QNode._calls_eager = True
-
-
-EAGER_REASON = ("a qdiff qnode call records its circuit in Python at each call and stays eager "
-                "under torch.compile (a graph break): torch.compile(fullgraph=True) cannot "
-                "include it; compile without fullgraph")
-
-
-def eager_under_compile(fn):
-    """``fn`` wrapped in ``torch.compiler.disable``, with the reason torch shows where a graph
-    break is an error (``fullgraph=True``) where this torch takes one."""
-    try:
-        return torch.compiler.disable(fn, reason=EAGER_REASON)
-    except TypeError:  # a torch without disable(reason=...)
-        return torch.compiler.disable(fn)
 
 
 class QNode:
@@ -177,30 +164,13 @@ class QNode:
     def __reduce__(self):
         """Pickle by reference (module + name), so ``torch.save(model)`` works for qnodes
         defined at module level (with the decorator, or bound to any module-level name)."""
+        from qdiff.bridge import module_reference
         return (_load_qnode, module_reference(self, "qnode"))
 
     def __repr__(self):
         shots = "" if self.shots == DEVICE_SHOTS else f", shots={self.shots}"
         return f"<QNode {getattr(self.func, '__name__', '?')} on {self.device!r}, " \
                f"diff_method={self.diff_method!r}{shots}>"
-
-
-def module_reference(obj, kind: str) -> tuple:
-    """``(module, name)`` under which ``obj`` can be imported back: its ``__qualname__`` in its
-    ``__module__``, else a module-level name bound to it (``fast = qd.jit(circuit)``)."""
-    import sys
-    mod, qual = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
-    module = sys.modules.get(mod)
-    found = module
-    for part in qual.split("."):
-        found = getattr(found, part, None)
-    if found is obj:
-        return mod, qual
-    for name, value in list(vars(module).items()) if module is not None else ():
-        if value is obj:
-            return mod, name
-    raise QdiffError(f"cannot pickle {kind} '{qual}': it is not reachable as {mod}.{qual} nor "
-                     f"under another name in module {mod} (define it at module level)")
 
 
 def _load_qnode(module: str, qualname: str):

@@ -853,7 +853,7 @@ class StaticQNode:
         if not getattr(StaticQNode, "_calls_eager", False):
             # under torch.compile the call stays eager (a graph break), as a plain qnode's:
             # dynamo would otherwise trace the recording of a new signature into its graph
-            from qdiff.qnode import eager_under_compile
+            from qdiff.bridge import eager_under_compile
             StaticQNode.__call__ = eager_under_compile(StaticQNode.__call__)
             StaticQNode._calls_eager = True
 
@@ -911,7 +911,7 @@ class StaticQNode:
 
     def __reduce__(self):
         """Pickle by reference, like a qnode (define it at module level)."""
-        from qdiff.qnode import module_reference
+        from qdiff.bridge import module_reference
         return (_load, module_reference(self, "static qnode"))
 
     def __repr__(self):
