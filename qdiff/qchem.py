@@ -124,6 +124,8 @@ def from_pennylane(op, wire_order: Optional[Sequence] = None) -> Observable:
 def to_pennylane(obs: Observable):
     """The PennyLane operator of a Pauli-sum :class:`qdiff.Observable` (wires as integers)."""
     import pennylane as qml
+    if not isinstance(obs, Observable):
+        raise QdiffError(f"to_pennylane: expected a qdiff Observable; got {type(obs).__name__}")
     ops = []
     for word in obs.pauli_words():
         p = [getattr(qml, "Pauli" + l)(w) for w, l in sorted(word.items())]
@@ -318,7 +320,7 @@ def molecular_problem(symbols: Sequence[str], coordinates, *, unit: str,
 def molecule(name: str, **overrides) -> MolecularProblem:
     """A preset molecule of the VQE examples: ``"H2"``, ``"LiH"`` (10 qubits), ``"LiH-12"``,
     ``"BeH2"`` (12 qubits); keyword arguments override the preset."""
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:
         raise QdiffError(f"unknown molecule preset {name!r}; choose from {sorted(PRESETS)}")
     valid = ("symbols", "coordinates") + _OPTIONS
     unknown = sorted(set(overrides) - set(valid))

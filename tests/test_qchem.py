@@ -90,6 +90,10 @@ def test_conversion_roundtrip_and_wire_order():
 def test_bad_input_and_units():
     with pytest.raises(qd.QdiffError, match="unknown molecule"):
         qchem.molecule("XeF6")
+    with pytest.raises(qd.QdiffError, match="unknown molecule"):
+        qchem.molecule(["H2"])
+    with pytest.raises(qd.QdiffError, match="Observable"):
+        qchem.to_pennylane("Z0")
     with pytest.raises(qd.QdiffError, match="6 coordinates"):
         qchem.molecular_hamiltonian(["H", "H"], [0.0, 0.0, 0.7])
     with pytest.raises(qd.QdiffError, match="unit"):
