@@ -301,6 +301,22 @@ def test_bad_options_are_one_line_and_exit_2(name, argv, what, tmp_path, capsys)
     assert err.count("\n") == 1 and what in err, err
 
 
+def test_spin_chain_checks_both_plot_paths_before_the_runs(tmp_path, capsys):
+    """With both models, the two plot files (x_tfim.png, x_heisenberg.png) are checked up
+    front: a read-only one is exit 2 before any optimization step."""
+    target = tmp_path / "x_heisenberg.png"
+    target.write_text("keep")
+    target.chmod(0o444)
+    if os.access(target, os.W_OK) and os.geteuid() != 0:
+        pytest.skip("cannot make a read-only file here")
+    main = load("vqe_spin_chain").main
+    with pytest.raises(SystemExit) as exc:
+        load("_cli").run(lambda: main(["--spins", "4", "--plot", str(tmp_path / "x.png")]))
+    out, err = capsys.readouterr()
+    assert exc.value.code == 2 and "x_heisenberg.png" in err and err.count("\n") == 1, err
+    assert "step" not in out and target.read_text() == "keep"
+
+
 def test_interrupt_is_one_line_and_exit_130(capsys):
     """Ctrl-C in a script's run is one line on stderr and exit code 130, not a traceback."""
     import signal
