@@ -312,6 +312,11 @@ def molecular_problem(symbols: Sequence[str], coordinates, *, unit: str,
                          f"active_orbitals={active_orbitals}, mapping={mapping!r}, "
                          f"method={method!r}): {e}") from None
     electrons = active_electrons if active_electrons is not None else n_el
+    if n_el < 0 or electrons > n:
+        what = (f"charge={charge} leaves {n_el} electrons" if n_el < 0 else
+                f"{electrons} electrons (charge={charge}) do not fit in its {n} spin orbitals")
+        raise QdiffError(f"molecular Hamiltonian of {list(symbols)}: {what}; no such state "
+                         f"exists")
     obs = Observable(coeffs.clone(), terms, simplify=False)
     return MolecularProblem(obs, n, electrons, tuple(symbols), coords, unit,
                             extra=dict(total_electrons=n_el, basis=basis, mapping=mapping))

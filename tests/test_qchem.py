@@ -224,7 +224,9 @@ def test_from_pennylane_keeps_integer_wire_labels_and_refuses_non_pauli_operator
 def test_molecule_inputs_are_checked_before_pennylane():
     """Non-finite or coincident coordinates, symbols that are not a list of symbols, and
     basis / mapping / method that are not strings are QdiffErrors naming the input
-    (PennyLane returns 0 * I for an infinite coordinate)."""
+    (PennyLane returns 0 * I for an infinite coordinate); so is a charge that leaves fewer than
+    zero electrons, or more than the spin orbitals hold (PennyLane builds a Hamiltonian there,
+    whose HF state would not fit the qubits)."""
     sym = ["H", "H"]
     for co, what in (([0, 0, 0, 0, 0, float("inf")], "finite"),
                      ([0, 0, 0, 0, 0, float("nan")], "finite"),
@@ -237,5 +239,8 @@ def test_molecule_inputs_are_checked_before_pennylane():
     for kw in (dict(basis=None), dict(mapping=None), dict(mapping=3), dict(method=None)):
         with pytest.raises(qd.QdiffError, match=f"{next(iter(kw))} must be a string"):
             qchem.molecular_hamiltonian(sym, [0, 0, 0, 0, 0, 1.4], **kw)
+    for charge, what in ((-4, "6 electrons"), (4, "-2 electrons")):  # 4 spin orbitals in H2
+        with pytest.raises(qd.QdiffError, match=what):
+            qchem.molecule("H2", charge=charge)
     H, n = qchem.molecular_hamiltonian(np.array(sym), [0, 0, 0, 0, 0, 1.4])  # an array of names
     assert n == 4 and len(H.terms) == 15
