@@ -300,6 +300,12 @@ def molecular_problem(symbols: Sequence[str], coordinates, *, unit: str,
     for name, v in (("charge", charge), ("mult", mult)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise QdiffError(f"molecular_problem: {name} must be an integer; got {v!r}")
+    for name, v in (("active_electrons", active_electrons), ("active_orbitals", active_orbitals)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+            raise QdiffError(f"molecular_problem: {name} must be an integer or None; got {v!r}")
+    charge, mult = int(charge), int(mult)
+    active_electrons = None if active_electrons is None else int(active_electrons)
+    active_orbitals = None if active_orbitals is None else int(active_orbitals)
     mapping = mapping.strip().lower()  # as PennyLane reads it
     try:
         coeffs, terms, n, n_el = _cached(tuple(symbols), coords, unit, charge, mult, basis,

@@ -239,6 +239,12 @@ def test_molecule_inputs_are_checked_before_pennylane():
     for kw in (dict(basis=None), dict(mapping=None), dict(mapping=3), dict(method=None)):
         with pytest.raises(qd.QdiffError, match=f"{next(iter(kw))} must be a string"):
             qchem.molecular_hamiltonian(sym, [0, 0, 0, 0, 0, 1.4], **kw)
+    qchem.molecular_hamiltonian(sym, [0, 0, 0, 0, 0, 1.4], active_electrons=2)  # now cached
+    for v in (2.0, True, "2"):  # refused whatever the cache holds
+        with pytest.raises(qd.QdiffError, match="active_electrons must be an integer"):
+            qchem.molecular_hamiltonian(sym, [0, 0, 0, 0, 0, 1.4], active_electrons=v)
+    with pytest.raises(qd.QdiffError, match="active_orbitals must be an integer"):
+        qchem.molecular_hamiltonian(sym, [0, 0, 0, 0, 0, 1.4], active_orbitals=2.0)
     for charge, what in ((-4, "6 electrons"), (4, "-2 electrons")):  # 4 spin orbitals in H2
         with pytest.raises(qd.QdiffError, match=what):
             qchem.molecule("H2", charge=charge)
