@@ -5,19 +5,21 @@ code 2 (argparse's code), never a traceback; ``--help`` exits 0.
 check ranges while parsing; :func:`check_plot` refuses an unusable ``--plot`` path before any
 work is done; :func:`run` calls a script's ``main`` and turns a :class:`qdiff.QdiffError`
 (bad input met later: an unknown device, a gradient method the backend cannot do) into the same
-one line and exit 2.
+one line and exit 2, and Ctrl-C into one line and exit 130.
 """
 from __future__ import annotations
 
 import argparse
 import math
 import os
+import signal
 import sys
 
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.fileio import check_target
 
 EXIT_USAGE = 2
+EXIT_INTERRUPT = 130
 
 
 class Parser(argparse.ArgumentParser):
@@ -48,6 +50,17 @@ nonnegative_float = _number(float, 0.0, False, "a finite number >= 0")
 
 def finite_float(text):
     return _number(float, -math.inf, False, "a finite number")(text)
+
+
+def thread_count(text):
+    """``--threads``: 0 (torch's default) up to the machine's CPU count; more threads than
+    CPUs only contend, and far more exhaust the process limit inside the BLAS library."""
+    v = nonnegative_int(text)
+    cpus = os.cpu_count() or 1
+    if v > cpus:
+        raise argparse.ArgumentTypeError(f"an integer from 0 to the CPU count ({cpus}) "
+                                         f"expected; got {text!r}")
+    return v
 
 
 def seed_int(text):
@@ -81,11 +94,16 @@ def check_plot(path, option: str = "--plot") -> None:
 
 def run(main) -> None:
     """``sys.exit(main())`` for a script's ``__main__``: a :class:`QdiffError` is one line on
-    stderr and exit code 2."""
+    stderr and exit code 2; Ctrl-C is one line and exit code 130 (plots are written
+    atomically, so none is left half-written)."""
+    prog = os.path.basename(sys.argv[0]) or "example"
     try:
         main()
     except QdiffError as exc:
-        prog = os.path.basename(sys.argv[0]) or "example"
         print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C cannot cut the line
+        print(f"{prog}: error: interrupted", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPT)
     sys.exit(0)

@@ -31,7 +31,7 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.fileio import save_figure
 
 from _cli import (Parser, check_plot, finite_float, nonnegative_int,  # noqa: F401 (scripts)
-                  positive_float, positive_int, run, seed_int)
+                  positive_float, positive_int, run, seed_int, thread_count)
 
 CHEMICAL_ACCURACY = 1.6e-3  # Ha
 QNG_LR = 0.25  # reached chemical accuracy in 2-3 steps on H2, LiH, BeH2; 0.5 diverged on BeH2
@@ -101,7 +101,7 @@ def parser(description: str, steps: int, lr: float, ansatz: str = "givens") -> P
                    help=f"learning rate (default {lr} for adam, {QNG_LR} for qng)")
     p.set_defaults(adam_lr=lr)
     p.add_argument("--seed", type=seed_int, default=0)
-    p.add_argument("--threads", type=nonnegative_int, default=1,
+    p.add_argument("--threads", type=thread_count, default=1,
                    help="torch threads (default 1: these states are small; 0 = torch's default)")
     p.add_argument("--every", type=positive_int, default=1,
                    help="print a progress line every N steps")

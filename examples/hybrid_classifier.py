@@ -24,8 +24,8 @@ from qdiff.circuits import memory
 from qdiff.circuits.fileio import save_figure
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _cli import (Parser, check_plot, nonnegative_float, nonnegative_int,  # noqa: E402
-                  positive_float, positive_int, run, seed_int)
+from _cli import (Parser, check_plot, nonnegative_float,  # noqa: E402
+                  positive_float, positive_int, run, seed_int, thread_count)
 
 
 def two_moons(n: int, noise: float, gen: torch.Generator):
@@ -135,7 +135,7 @@ def parser() -> Parser:
                    choices=["best", "adjoint", "backprop", "parameter-shift"])
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--seed", type=seed_int, default=0)
-    p.add_argument("--threads", type=nonnegative_int, default=1)
+    p.add_argument("--threads", type=thread_count, default=1)
     p.add_argument("--every", type=positive_int, default=5)
     p.add_argument("--plot", default=None, help="save the decision boundary plot here")
     return p

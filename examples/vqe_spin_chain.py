@@ -113,12 +113,15 @@ def main(argv=None, log=print):
                 "even --spins (or --model tfim, or --ansatz hea)")
     common.setup(args, ansatzes=("hva", "hea"))
     models = ["tfim", "heisenberg"] if args.model == "both" else [args.model]
+    plots = {model: args.plot for model in models}
+    if args.plot and len(models) > 1:  # one plot per model, each checked before any run
+        root, ext = os.path.splitext(args.plot)
+        plots = {model: f"{root}_{model}{ext or '.png'}" for model in models}
+        for path in plots.values():
+            common.check_plot(path)
     results = []
-    plot = args.plot
     for model in models:
-        if plot and len(models) > 1:
-            root, ext = os.path.splitext(plot)
-            args.plot = f"{root}_{model}{ext or '.png'}"
+        args.plot = plots[model]
         results.append(common.main(chain_problem(model, args.spins, args.field), args, log))
     return results
 

@@ -85,15 +85,25 @@ class MolecularProblem:
 def from_pennylane(op, wire_order: Optional[Sequence] = None) -> Observable:
     """Convert a PennyLane operator (anything with a ``pauli_rep``) to a :class:`qdiff.Observable`.
 
-    Wires are mapped to their position in ``wire_order`` (default: ``op.wires`` sorted when they
-    are integers). Coefficients with an imaginary part above 1e-12 are refused (not Hermitian).
+    Wires are mapped to their position in ``wire_order``. Without it, integer wires keep their
+    labels (PennyLane's wire 2 is qdiff's wire 2, as in ``qml.expval(H)``) and other labels
+    take their position in ``op.wires``. Coefficients with an imaginary part above 1e-12 are
+    refused (not Hermitian).
     """
     import pennylane as qml
-    ps = op.pauli_rep if getattr(op, "pauli_rep", None) is not None else qml.pauli.pauli_sentence(op)
+    try:
+        ps = op.pauli_rep if getattr(op, "pauli_rep", None) is not None else \
+            qml.pauli.pauli_sentence(op)
+    except (ValueError, TypeError, AttributeError) as e:
+        raise QdiffError(f"from_pennylane: {op!r} is not a linear combination of Pauli "
+                         f"operators ({type(e).__name__}: {e})") from None
     if wire_order is None:
         ws = list(op.wires)
-        wire_order = sorted(ws) if all(isinstance(w, int) for w in ws) else ws
-    pos = {w: i for i, w in enumerate(wire_order)}
+        ints = all(isinstance(w, (int, np.integer)) and not isinstance(w, bool) and w >= 0
+                   for w in ws)
+        pos = {w: int(w) for w in ws} if ints else {w: i for i, w in enumerate(ws)}
+    else:
+        pos = {w: i for i, w in enumerate(wire_order)}
     coeffs, terms = [], []
     for word, c in ps.items():
         c = complex(qml.math.toarray(c))
@@ -114,6 +124,8 @@ def from_pennylane(op, wire_order: Optional[Sequence] = None) -> Observable:
 def to_pennylane(obs: Observable):
     """The PennyLane operator of a Pauli-sum :class:`qdiff.Observable` (wires as integers)."""
     import pennylane as qml
+    if not isinstance(obs, Observable):
+        raise QdiffError(f"to_pennylane: expected a qdiff Observable; got {type(obs).__name__}")
     ops = []
     for word in obs.pauli_words():
         p = [getattr(qml, "Pauli" + l)(w) for w, l in sorted(word.items())]
@@ -256,17 +268,45 @@ def molecular_problem(symbols: Sequence[str], coordinates, *, unit: str,
                          "not differentiable with respect to the geometry; pass "
                          "coordinates.detach()")
     try:
+        names = [] if isinstance(symbols, str) else list(symbols)
+    except TypeError:
+        names = []
+    if not names or not all(isinstance(s, str) for s in names):
+        raise QdiffError(f"molecular_problem: symbols must be a non-empty list of atomic symbols "
+                         f"such as ['H', 'H']; got {symbols!r}")
+    symbols = [str(s) for s in names]
+    try:
         coords = tuple(float(x) for x in np.asarray(coordinates, dtype=float).reshape(-1))
     except (TypeError, ValueError) as e:
         raise QdiffError(f"coordinates must be numbers; {e}") from None
     if len(coords) != 3 * len(symbols):
         raise QdiffError(f"{len(symbols)} atom(s) need {3 * len(symbols)} coordinates; got "
                          f"{len(coords)}")
+    bad = [i for i, x in enumerate(coords) if not np.isfinite(x)]
+    if bad:
+        raise QdiffError(f"molecular_problem: coordinate {bad[0]} (atom {bad[0] // 3}, "
+                         f"{symbols[bad[0] // 3]!r}) is {coords[bad[0]]}; coordinates must be "
+                         "finite")
+    xyz = np.array(coords).reshape(-1, 3)
+    for i in range(len(xyz)):
+        for j in range(i + 1, len(xyz)):
+            if np.array_equal(xyz[i], xyz[j]):
+                raise QdiffError(f"molecular_problem: atoms {i} ({symbols[i]!r}) and {j} "
+                                 f"({symbols[j]!r}) are both at {xyz[i].tolist()} {unit}; the "
+                                 "nuclear repulsion of coincident atoms is infinite")
+    for name, v in (("basis", basis), ("mapping", mapping), ("method", method)):
+        if not isinstance(v, str):
+            raise QdiffError(f"molecular_problem: {name} must be a string; got {v!r}")
     for name, v in (("charge", charge), ("mult", mult)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
             raise QdiffError(f"molecular_problem: {name} must be an integer; got {v!r}")
-    if isinstance(mapping, str):
-        mapping = mapping.strip().lower()  # as PennyLane reads it
+    for name, v in (("active_electrons", active_electrons), ("active_orbitals", active_orbitals)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
+            raise QdiffError(f"molecular_problem: {name} must be an integer or None; got {v!r}")
+    charge, mult = int(charge), int(mult)
+    active_electrons = None if active_electrons is None else int(active_electrons)
+    active_orbitals = None if active_orbitals is None else int(active_orbitals)
+    mapping = mapping.strip().lower()  # as PennyLane reads it
     try:
         coeffs, terms, n, n_el = _cached(tuple(symbols), coords, unit, charge, mult, basis,
                                          active_electrons, active_orbitals, mapping, method)
@@ -278,6 +318,11 @@ def molecular_problem(symbols: Sequence[str], coordinates, *, unit: str,
                          f"active_orbitals={active_orbitals}, mapping={mapping!r}, "
                          f"method={method!r}): {e}") from None
     electrons = active_electrons if active_electrons is not None else n_el
+    if n_el < 0 or electrons > n:
+        what = (f"charge={charge} leaves {n_el} electrons" if n_el < 0 else
+                f"{electrons} electrons (charge={charge}) do not fit in its {n} spin orbitals")
+        raise QdiffError(f"molecular Hamiltonian of {list(symbols)}: {what}; no such state "
+                         f"exists")
     obs = Observable(coeffs.clone(), terms, simplify=False)
     return MolecularProblem(obs, n, electrons, tuple(symbols), coords, unit,
                             extra=dict(total_electrons=n_el, basis=basis, mapping=mapping))
@@ -286,7 +331,7 @@ def molecular_problem(symbols: Sequence[str], coordinates, *, unit: str,
 def molecule(name: str, **overrides) -> MolecularProblem:
     """A preset molecule of the VQE examples: ``"H2"``, ``"LiH"`` (10 qubits), ``"LiH-12"``,
     ``"BeH2"`` (12 qubits); keyword arguments override the preset."""
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:
         raise QdiffError(f"unknown molecule preset {name!r}; choose from {sorted(PRESETS)}")
     valid = ("symbols", "coordinates") + _OPTIONS
     unknown = sorted(set(overrides) - set(valid))

@@ -274,7 +274,15 @@ def _thick_restart(mv, project, v, k, m, tol, maxiter, space, fresh):
             T[j + 1, j] = T[j, j + 1] = beta
         size = j_end
         Tm = T[:size, :size]
-        theta, Y = torch.linalg.eigh(0.5 * (Tm + Tm.conj().transpose(0, 1)))
+        overflow = QdiffError(f"lanczos: the Krylov recurrence overflowed {Tm.dtype}; the "
+                              "operator's coefficients are too large for this precision: "
+                              "rescale the operator")
+        if not bool(torch.isfinite(Tm).all()):
+            raise overflow
+        try:
+            theta, Y = torch.linalg.eigh(0.5 * (Tm + Tm.conj().transpose(0, 1)))
+        except torch.linalg.LinAlgError:
+            raise overflow from None
         res = (beta * Y[size - 1, :]).abs()
         kk = min(k, size)
         scale = torch.clamp(theta[:kk].abs(), min=1.0)

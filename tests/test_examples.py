@@ -264,6 +264,8 @@ def test_bad_option_from_the_shell_is_one_line_and_exit_2():
     ("vqe_h2", ["--steps", "-1"], "--steps"),
     ("vqe_h2", ["--every", "0"], "--every"),
     ("vqe_h2", ["--threads", "-1"], "--threads"),
+    ("vqe_h2", ["--threads", "100000"], "CPU count"),
+    ("hybrid_classifier", ["--threads", "100000"], "CPU count"),
     ("vqe_h2", ["--shots", "0"], "--shots"),
     ("vqe_h2", ["--lr", "nan"], "--lr"),
     ("vqe_h2", ["--ansatz", "hea", "--layers", "0"], "--layers"),
@@ -297,6 +299,39 @@ def test_bad_options_are_one_line_and_exit_2(name, argv, what, tmp_path, capsys)
     err = capsys.readouterr().err
     assert exc.value.code == 2, err
     assert err.count("\n") == 1 and what in err, err
+
+
+def test_spin_chain_checks_both_plot_paths_before_the_runs(tmp_path, capsys):
+    """With both models, the two plot files (x_tfim.png, x_heisenberg.png) are checked up
+    front: a read-only one is exit 2 before any optimization step."""
+    target = tmp_path / "x_heisenberg.png"
+    target.write_text("keep")
+    target.chmod(0o444)
+    if os.access(target, os.W_OK) and os.geteuid() != 0:
+        pytest.skip("cannot make a read-only file here")
+    main = load("vqe_spin_chain").main
+    with pytest.raises(SystemExit) as exc:
+        load("_cli").run(lambda: main(["--spins", "4", "--plot", str(tmp_path / "x.png")]))
+    out, err = capsys.readouterr()
+    assert exc.value.code == 2 and "x_heisenberg.png" in err and err.count("\n") == 1, err
+    assert "step" not in out and target.read_text() == "keep"
+
+
+def test_interrupt_is_one_line_and_exit_130(capsys):
+    """Ctrl-C in a script's run is one line on stderr and exit code 130, not a traceback."""
+    import signal
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as exc:
+            load("_cli").run(interrupted)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    err = capsys.readouterr().err
+    assert exc.value.code == 130 and err.count("\n") == 1 and "interrupted" in err, err
 
 
 def test_mapping_other_than_jordan_wigner_is_refused(common):

@@ -90,6 +90,10 @@ def test_conversion_roundtrip_and_wire_order():
 def test_bad_input_and_units():
     with pytest.raises(qd.QdiffError, match="unknown molecule"):
         qchem.molecule("XeF6")
+    with pytest.raises(qd.QdiffError, match="unknown molecule"):
+        qchem.molecule(["H2"])
+    with pytest.raises(qd.QdiffError, match="Observable"):
+        qchem.to_pennylane("Z0")
     with pytest.raises(qd.QdiffError, match="6 coordinates"):
         qchem.molecular_hamiltonian(["H", "H"], [0.0, 0.0, 0.7])
     with pytest.raises(qd.QdiffError, match="unit"):
@@ -200,3 +204,49 @@ def test_molecule_overrides_and_missing_backends_are_qdiff_errors():
     except ImportError:
         with pytest.raises(qd.QdiffError, match="method='pyscf'"):
             qchem.molecular_hamiltonian(["H", "H"], [0, 0, 0, 0, 0, 1.4], method="pyscf")
+
+
+def test_from_pennylane_keeps_integer_wire_labels_and_refuses_non_pauli_operators():
+    """Without wire_order, PennyLane's integer wires are qdiff's wires (Z(2) measures wire 2,
+    as qml.expval(H) does), and an operator that is no Pauli sum is a QdiffError."""
+    import pennylane as qml
+    H = qml.PauliZ(2) + 0.5 * qml.PauliX(3) @ qml.PauliY(5)
+    obs = qchem.from_pennylane(H)
+    assert sorted(map(lambda w: sorted(w.items()), obs.pauli_words())) == \
+        [[(2, "Z")], [(3, "X"), (5, "Y")]]
+    ref = torch.tensor(qml.matrix(H, wire_order=range(6)))
+    assert torch.allclose(obs.matrix(wire_order=list(range(6))), ref, atol=1e-14)
+    for bad in (qml.Hadamard(0), qml.RX(0.3, wires=0), "Z0", 3.0):
+        with pytest.raises(qd.QdiffError, match="Pauli"):
+            qchem.from_pennylane(bad)
+
+
+def test_molecule_inputs_are_checked_before_pennylane():
+    """Non-finite or coincident coordinates, symbols that are not a list of symbols, and
+    basis / mapping / method that are not strings are QdiffErrors naming the input
+    (PennyLane returns 0 * I for an infinite coordinate); so is a charge that leaves fewer than
+    zero electrons, or more than the spin orbitals hold (PennyLane builds a Hamiltonian there,
+    whose HF state would not fit the qubits)."""
+    sym = ["H", "H"]
+    for co, what in (([0, 0, 0, 0, 0, float("inf")], "finite"),
+                     ([0, 0, 0, 0, 0, float("nan")], "finite"),
+                     ([0, 0, 0.5, 0, 0, 0.5], "coincident")):
+        with pytest.raises(qd.QdiffError, match=what):
+            qchem.molecular_hamiltonian(sym, co)
+    for symbols in ("HH", [], None, ["H", 1]):
+        with pytest.raises(qd.QdiffError, match="symbols"):
+            qchem.molecular_hamiltonian(symbols, [0, 0, 0, 0, 0, 1.4])
+    for kw in (dict(basis=None), dict(mapping=None), dict(mapping=3), dict(method=None)):
+        with pytest.raises(qd.QdiffError, match=f"{next(iter(kw))} must be a string"):
+            qchem.molecular_hamiltonian(sym, [0, 0, 0, 0, 0, 1.4], **kw)
+    qchem.molecular_hamiltonian(sym, [0, 0, 0, 0, 0, 1.4], active_electrons=2)  # now cached
+    for v in (2.0, True, "2"):  # refused whatever the cache holds
+        with pytest.raises(qd.QdiffError, match="active_electrons must be an integer"):
+            qchem.molecular_hamiltonian(sym, [0, 0, 0, 0, 0, 1.4], active_electrons=v)
+    with pytest.raises(qd.QdiffError, match="active_orbitals must be an integer"):
+        qchem.molecular_hamiltonian(sym, [0, 0, 0, 0, 0, 1.4], active_orbitals=2.0)
+    for charge, what in ((-4, "6 electrons"), (4, "-2 electrons")):  # 4 spin orbitals in H2
+        with pytest.raises(qd.QdiffError, match=what):
+            qchem.molecule("H2", charge=charge)
+    H, n = qchem.molecular_hamiltonian(np.array(sym), [0, 0, 0, 0, 0, 1.4])  # an array of names
+    assert n == 4 and len(H.terms) == 15

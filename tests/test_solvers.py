@@ -64,6 +64,16 @@ def test_lanczos_spin_chain_12_qubits_and_restart_small_basis():
     assert np.allclose(e.numpy(), ref, atol=1e-9)
 
 
+def test_lanczos_overflow_is_a_qdiff_error():
+    """Coefficients near the float64 limit overflow the recurrence: a QdiffError saying so,
+    not a LinAlgError from eigh or a NaN energy (the TFIM example with --field 1e308)."""
+    terms = [qd.PauliZ(i) @ qd.PauliZ(i + 1) for i in range(3)] + [qd.PauliX(i) for i in range(4)]
+    H = sum((c * t for c, t in zip([-1.0] * 3 + [-1e308] * 4, terms)), 0 * qd.PauliZ(0))
+    op = PauliSumOperator.from_observable(H, 4)
+    with pytest.raises(qd.QdiffError, match="overflowed"):
+        ground_state(op)
+
+
 def test_lanczos_in_particle_number_sector():
     mol = qd.qchem.molecule("H2")
     op = PauliSumOperator.from_observable(mol.hamiltonian, mol.n_qubits)
