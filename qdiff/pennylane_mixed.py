@@ -202,8 +202,12 @@ class QdiffMixed(Device):
             return True
         if execution_config.gradient_method not in ("backprop", "best"):
             return False
-        if backprop_interface(execution_config, circuit) not in _BACKPROP_INTERFACES:
-            return False  # jax, tensorflow: PennyLane's gradient transforms
+        interface = backprop_interface(execution_config, circuit)
+        if interface not in _BACKPROP_INTERFACES and \
+                not (circuit is None and interface == Interface.AUTO):
+            return False  # jax, tensorflow: PennyLane's gradient transforms (without a
+            # circuit, e.g. ``qml.add_noise`` resolving a QNode's diff method, "auto" is
+            # offered: the call resolves it)
         return circuit is None or not circuit.shots
 
     def setup_execution_config(self, config: Optional[ExecutionConfig] = None,

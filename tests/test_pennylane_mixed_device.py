@@ -324,6 +324,28 @@ def test_explicit_backprop_under_torch_and_autograd():
     assert not dev.supports_derivatives(cfg(gradient_method="backprop", interface="jax"))
 
 
+def test_backprop_with_a_noise_model_added_to_the_qnode():
+    """``qml.add_noise`` resolves the QNode's diff method before any circuit exists (interface
+    "auto", no tape): backprop is offered there; <Z> = 1 - (1 - gamma)(1 - cos x) and its
+    derivative under torch and autograd."""
+    from pennylane import numpy as pnp
+    model = qml.NoiseModel({qml.noise.op_eq(qml.RX):
+                            qml.noise.partial_wires(qml.AmplitudeDamping, 0.2)})
+
+    @qml.qnode(qml.device("qdiff.mixed", wires=1), diff_method="backprop")
+    def f(x):
+        qml.RX(x, 0)
+        return qml.expval(qml.Z(0))
+    noisy = qml.add_noise(f, model)
+    x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    y = noisy(x)
+    (g,) = torch.autograd.grad(y, x)
+    assert abs(float(y) - (1 - 0.8 * (1 - np.cos(0.3)))) < 1e-12
+    assert abs(float(g) + 0.8 * np.sin(0.3)) < 1e-12
+    assert abs(float(qml.grad(noisy)(pnp.array(0.3, requires_grad=True))) +
+               0.8 * np.sin(0.3)) < 1e-12
+
+
 def test_autograd_backprop_equals_default_mixed_to_second_order():
     """Gate angles and channel parameters under the autograd interface: values, Jacobians
     (expval and purity) and the Hessian equal default.mixed's backprop."""

@@ -320,6 +320,29 @@ def test_backprop_is_offered_for_torch_autograd_and_numpy():
                   diff_method="backprop")(0.3)
 
 
+def test_backprop_with_a_noise_model_added_to_the_qnode_equals_default_qubit():
+    """``qml.add_noise`` resolves the QNode's diff method before any circuit exists (interface
+    "auto", no tape): backprop is offered there, and the noisy QNode's values and gradients
+    equal default.qubit's under torch and autograd."""
+    from pennylane import numpy as pnp
+    model = qml.NoiseModel({qml.noise.op_eq(qml.RX): qml.noise.partial_wires(qml.RY, 0.05)})
+    out = []
+    for name in ("qdiff.statevector", "default.qubit"):
+        @qml.qnode(qml.device(name, wires=2), diff_method="backprop")
+        def f(x):
+            qml.RX(x, 0)
+            qml.CNOT([0, 1])
+            return qml.expval(qml.Z(1))
+        noisy = qml.add_noise(f, model)
+        x = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
+        y = noisy(x)
+        (g,) = torch.autograd.grad(y, x)
+        xa = pnp.array(0.4, requires_grad=True)
+        out.append([float(y.detach()), float(g), float(noisy(xa)), float(qml.grad(noisy)(xa))])
+    np.testing.assert_allclose(out[0], out[1], atol=1e-12, rtol=0)
+    assert abs(out[0][0] - np.cos(0.4) * np.cos(0.05)) < 1e-12
+
+
 def _autograd_cases():
     def mixed_outputs(x, y):
         qml.RX(x[0], 0)

@@ -274,8 +274,11 @@ class QdiffStatevector(Device):
     def _backprop_supports(config, circuit) -> bool:
         """Backprop through the torch engine: the torch interface, autograd (the engine inside
         one autograd primitive) and numpy (no derivatives), exact; ``"auto"`` resolved from
-        the circuit's parameters."""
-        if backprop_interface(config, circuit) not in _BACKPROP_INTERFACES:
+        the circuit's parameters; without a circuit (``qml.add_noise`` resolving a QNode's
+        diff method), ``"auto"`` is offered, the call resolving it."""
+        interface = backprop_interface(config, circuit)
+        if interface not in _BACKPROP_INTERFACES and \
+                not (circuit is None and interface == Interface.AUTO):
             return False
         return circuit is None or not circuit.shots
 
