@@ -719,6 +719,24 @@ def test_adjoint_differentiates_circuits_with_snapshots():
     assert abs(float(y) - np.cos(0.3)) < 1e-12 and abs(float(x.grad) + np.sin(0.3)) < 1e-12
 
 
+def test_snapshots_of_a_best_qnode_equal_default_qubit():
+    """``qml.snapshots`` splits a circuit into one tape per snapshot, and PennyLane resolves
+    "best" on the first: a later snapshot of the state runs too (nothing is differentiated)."""
+    def body(x):
+        qml.RX(x, 0)
+        qml.Snapshot("z", measurement=qml.expval(qml.Z(0)))
+        qml.Snapshot("state")
+        qml.CNOT([0, 1])
+        qml.Snapshot("p", measurement=qml.probs([0, 1]))
+        return qml.expval(qml.Z(1))
+
+    got, want = (qml.snapshots(qml.QNode(body, qml.device(name, wires=2)))(0.3)
+                 for name in ("qdiff.statevector", "default.qubit"))
+    assert got.keys() == want.keys()
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], atol=1e-12, rtol=0)
+
+
 def test_pennylane_qubit_gates_run_natively_and_match_default_qubit():
     """The gates PennyLane has and qdiff records run as themselves on the device (not
     decomposed), with default.qubit's values and adjoint gradients."""

@@ -316,11 +316,15 @@ class QdiffStatevector(Device):
         updated = {}
         method = config.gradient_method
         if method == "best" and self._backprop_supports(config, circuit) and (
+                config.interface == Interface.NUMPY or
                 not self._adjoint_supports(config, circuit) or _trainable_state_prep(circuit)):
             # higher derivatives, measurements of the state (purity, entropies, density
             # matrices), trainable observables, postselection, and a trainable state
             # preparation (the adjoint would differentiate its decomposition, singular where
-            # amplitudes vanish): torch autograd through the engine
+            # amplitudes vanish): torch autograd through the engine. Under numpy nothing is
+            # differentiated: a plain execution, without the adjoint method's checks (PennyLane
+            # resolves "best" on a batch's first tape; ``qml.snapshots`` makes batches whose
+            # later tapes measure the state)
             method = updated["gradient_method"] = "backprop"
         elif method == "best":
             # the engine's reverse mode, used as a VJP (one reverse sweep per backward pass,
