@@ -353,7 +353,9 @@ class QdiffMixed(Device):
         if rest:
             meas.append(Measurement("density_matrix", None, labels))
         outs, _ = self._engine_run(tape, meas)
-        got = iter(_to_user(o if batched else o[0]) for o in outs[:len(outs) - bool(rest)])
+        keep = _torch_tape(tape)
+        got = iter(_to_user(o if batched else o[0], keep)
+                   for o in outs[:len(outs) - bool(rest)])
         if rest:  # the others (entropies, projector probs, ...) by PennyLane from rho
             read = self._measure(rest, outs[-1], tape, batched, n)
             others = iter((read,) if len(rest) == 1 else read)
@@ -374,7 +376,7 @@ class QdiffMixed(Device):
         return tuple(parts)
 
     def _measure(self, mps, rho, tape, batched: bool, n: int):
-        state = _to_user(rho)
+        state = _to_user(rho, _torch_tape(tape))
         shape = ((rho.shape[0],) if batched else ()) + (2,) * (2 * n)
         state = state.reshape(shape) if batched else state[0].reshape(shape)
         script = qml.tape.QuantumScript([], mps, shots=tape.shots)
@@ -468,8 +470,15 @@ def _native_measurement(mp, labels):
     return None
 
 
-def _to_user(t: torch.Tensor):
-    """Numpy for results outside autograd, the tensor itself inside it (backprop)."""
-    if t.requires_grad:
+def _torch_tape(tape) -> bool:
+    """Whether a tape has torch parameters (the torch interface's backprop: its results are
+    torch tensors, with or without gradients, as on ``default.mixed``)."""
+    return any(isinstance(p, torch.Tensor) for p in tape.get_parameters(trainable_only=False))
+
+
+def _to_user(t: torch.Tensor, keep: bool = False):
+    """Numpy for results outside torch, the tensor itself inside autograd (backprop) or for a
+    tape with torch parameters (``keep``)."""
+    if t.requires_grad or keep:
         return t
     return t.detach().cpu().numpy()

@@ -346,6 +346,30 @@ def test_backprop_with_a_noise_model_added_to_the_qnode():
                0.8 * np.sin(0.3)) < 1e-12
 
 
+@pytest.mark.parametrize("diff_method", ["backprop", "best"])
+def test_torch_backprop_without_gradients_returns_torch_tensors(diff_method):
+    """Torch parameters that need no gradient (``torch.no_grad()``, a constant input) give
+    torch results, as on default.mixed (every measurement kind: engine-computed and read off
+    the density matrix by PennyLane)."""
+    def body(x):
+        qml.RX(x, 0)
+        qml.AmplitudeDamping(0.2, 0)
+        qml.CNOT([0, 1])
+        return (qml.expval(qml.Z(1)), qml.probs(wires=[0]), qml.density_matrix([0]),
+                qml.vn_entropy(wires=[0]))
+
+    got, want = (qml.QNode(body, qml.device(name, wires=2), diff_method=diff_method)
+                 for name in ("qdiff.mixed", "default.mixed"))
+    for x in (torch.tensor(0.3, dtype=torch.float64), torch.tensor([0.3, 0.5])):
+        with torch.no_grad():
+            g, w = got(x), want(x)
+        assert [type(r) for r in g] == [type(r) for r in w] == [torch.Tensor] * 4
+        for a, b in zip(g, w):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            # (float32 input: default.* evaluates its rotations in float32)
+            np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-7, rtol=0)
+
+
 def test_autograd_backprop_equals_default_mixed_to_second_order():
     """Gate angles and channel parameters under the autograd interface: values, Jacobians
     (expval and purity) and the Hessian equal default.mixed's backprop."""

@@ -343,6 +343,38 @@ def test_backprop_with_a_noise_model_added_to_the_qnode_equals_default_qubit():
     assert abs(out[0][0] - np.cos(0.4) * np.cos(0.05)) < 1e-12
 
 
+@pytest.mark.parametrize("diff_method", ["backprop", "best"])
+def test_torch_backprop_without_gradients_returns_torch_tensors(diff_method):
+    """Torch parameters that need no gradient (``torch.no_grad()``, a constant input) give
+    torch results under backprop, as on default.qubit: a TorchLayer evaluates in no_grad."""
+    def body(x):
+        qml.RX(x, 0)
+        qml.CNOT([0, 1])
+        return qml.expval(qml.Z(1)), qml.probs(wires=[0]), qml.state()
+
+    got, want = (qml.QNode(body, qml.device(name, wires=2), diff_method=diff_method)
+                 for name in ("qdiff.statevector", "default.qubit"))
+    for x in (torch.tensor(0.3, dtype=torch.float64), torch.tensor([0.3, 0.5])):
+        with torch.no_grad():
+            g, w = got(x), want(x)
+        assert [type(r) for r in g] == [type(r) for r in w] == [torch.Tensor] * 3
+        for a, b in zip(g, w):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            # (float32 input: default.* evaluates its rotations in float32)
+            np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-7, rtol=0)
+
+    @qml.qnode(qml.device("qdiff.statevector", wires=2), diff_method=diff_method)
+    def layer(inputs, w):
+        qml.AngleEmbedding(inputs, wires=range(2))
+        qml.BasicEntanglerLayers(w, wires=range(2))
+        return [qml.expval(qml.Z(i)) for i in range(2)]
+    model = torch.nn.Sequential(qml.qnn.TorchLayer(layer, {"w": (2, 2)}), torch.nn.Linear(2, 1))
+    x = torch.rand(4, 2)
+    with torch.no_grad():
+        y = model(x)
+    assert torch.allclose(y, model(x).detach())
+
+
 def _autograd_cases():
     def mixed_outputs(x, y):
         qml.RX(x[0], 0)

@@ -465,9 +465,10 @@ class QdiffStatevector(Device):
         if plan.native:
             if isinstance(outputs, torch.Tensor):  # flat
                 outputs = _split_flat(outputs, plan.job.circuit.measurements, plan.n)
-            vals = [_to_user(o if plan.batched else o[0]) for o in outputs]
+            keep = _torch_tape(tape)
+            vals = [_to_user(o if plan.batched else o[0], keep) for o in outputs]
             return vals[0] if len(mps) == 1 else tuple(vals)
-        state = _to_user(outputs[0])
+        state = _to_user(outputs[0], _torch_tape(tape))
         shots = tape.shots
         if plan.postselect:
             state, shots = self._postselected(state, shots)
@@ -712,9 +713,16 @@ def _column_trainable(tape, sources) -> tuple:
     return tuple(k in tr for k, _ in sources)
 
 
-def _to_user(t: torch.Tensor):
-    """Numpy for results outside autograd, the tensor itself inside it (backprop)."""
-    if t.requires_grad:
+def _torch_tape(tape) -> bool:
+    """Whether a tape has torch parameters (the torch interface's backprop: its results are
+    torch tensors, with or without gradients, as on ``default.qubit``)."""
+    return any(isinstance(p, torch.Tensor) for p in tape.get_parameters(trainable_only=False))
+
+
+def _to_user(t: torch.Tensor, keep: bool = False):
+    """Numpy for results outside torch, the tensor itself inside autograd (backprop) or for a
+    tape with torch parameters (``keep``)."""
+    if t.requires_grad or keep:
         return t
     return t.detach().cpu().numpy()
 
