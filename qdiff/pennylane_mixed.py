@@ -258,7 +258,8 @@ class QdiffMixed(Device):
     def execute(self, circuits, execution_config: Optional[ExecutionConfig] = None):
         if has_boxes(circuits):  # backprop under the autograd interface
             return execute_autograd(circuits, lambda tapes: tuple(self._run(t) for t in tapes))
-        return tuple(self._run(t) for t in circuits)
+        torch_out = _torch_backprop(execution_config)
+        return tuple(self._run(t, torch_out) for t in circuits)
 
     def _labels(self, tape) -> tuple:
         labels = tuple(self.wires) if self.wires is not None else tuple(tape.wires)
@@ -322,7 +323,10 @@ class QdiffMixed(Device):
             raise DeviceError(f"{self.name}: {exc}") from None
         return res.outputs, final
 
-    def _run(self, tape):
+    def _run(self, tape, torch_out: bool = False):
+        """One tape's results; torch tensors for torch parameters, and with ``torch_out``
+        (backprop under the torch interface)."""
+        keep = torch_out or _torch_tape(tape)
         labels = self._labels(tape)
         n = len(labels)
         batched = _batched(tape)
@@ -342,41 +346,40 @@ class QdiffMixed(Device):
         if _density_prep(tape) is not None:
             rho, final = self._mixture_run(tape, labels)
             if tape.shots:
-                return self._sampled(mps_idx, rho, final, tape, batched, n)
-            return self._measure(mps_idx, rho, tape, batched, n)
+                return self._sampled(mps_idx, rho, final, tape, batched, n, keep)
+            return self._measure(mps_idx, rho, tape, batched, n, keep)
         if tape.shots:  # every sample from the one final density matrix
             outs, final = self._engine_run(tape, [Measurement("density_matrix", None, labels)])
-            return self._sampled(mps_idx, outs[0], final, tape, batched, n)
+            return self._sampled(mps_idx, outs[0], final, tape, batched, n, keep)
         native = [_native_measurement(m, labels) for m in mps]
         rest = [m for m, q in zip(mps_idx, native) if q is None]
         meas = [q for q in native if q is not None]
         if rest:
             meas.append(Measurement("density_matrix", None, labels))
         outs, _ = self._engine_run(tape, meas)
-        keep = _torch_tape(tape)
         got = iter(_to_user(o if batched else o[0], keep)
                    for o in outs[:len(outs) - bool(rest)])
         if rest:  # the others (entropies, projector probs, ...) by PennyLane from rho
-            read = self._measure(rest, outs[-1], tape, batched, n)
+            read = self._measure(rest, outs[-1], tape, batched, n, keep)
             others = iter((read,) if len(rest) == 1 else read)
         vals = [next(got) if q is not None else next(others) for q in native]
         return vals[0] if len(vals) == 1 else tuple(vals)
 
-    def _sampled(self, mps, rho, final, tape, batched, n):
+    def _sampled(self, mps, rho, final, tape, batched, n, keep=False):
         read = self._readout(rho, final) if self.noise is not None and (
             self.noise.readout or self.noise.readout_default is not None) \
             and any(_computational(m) for m in mps) else None
         if read is None or all(_computational(m) for m in mps):
-            return self._measure(mps, read if read is not None else rho, tape, batched, n)
+            return self._measure(mps, read if read is not None else rho, tape, batched, n, keep)
         # readout errors on the computational-basis measurements only: measured one by one
-        parts = [self._measure([m], read if _computational(m) else rho, tape, batched, n)
+        parts = [self._measure([m], read if _computational(m) else rho, tape, batched, n, keep)
                  for m in mps]
         if tape.shots.has_partitioned_shots:
             return tuple(tuple(p[i] for p in parts) for i in range(tape.shots.num_copies))
         return tuple(parts)
 
-    def _measure(self, mps, rho, tape, batched: bool, n: int):
-        state = _to_user(rho, _torch_tape(tape))
+    def _measure(self, mps, rho, tape, batched: bool, n: int, keep: bool = False):
+        state = _to_user(rho, keep)
         shape = ((rho.shape[0],) if batched else ()) + (2,) * (2 * n)
         state = state.reshape(shape) if batched else state[0].reshape(shape)
         script = qml.tape.QuantumScript([], mps, shots=tape.shots)
@@ -468,6 +471,13 @@ def _native_measurement(mp, labels):
         return Measurement("density_matrix" if type(mp) is DensityMatrixMP else "purity", None,
                            wires)
     return None
+
+
+def _torch_backprop(config) -> bool:
+    """Whether a call is backprop under the torch interface (its results are torch tensors,
+    a tape without parameters' too, as on ``default.mixed``)."""
+    return config is not None and config.interface == Interface.TORCH and \
+        config.gradient_method == "backprop"
 
 
 def _torch_tape(tape) -> bool:

@@ -369,6 +369,24 @@ def test_torch_backprop_without_gradients_returns_torch_tensors(diff_method):
             # (float32 input: default.* evaluates its rotations in float32)
             np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-7, rtol=0)
 
+    # a tape without parameters in a torch call (the snapshot before the first gate)
+    def snap(x):
+        qml.Snapshot()
+        qml.RX(x, 0)
+        qml.AmplitudeDamping(0.2, 0)
+        qml.Snapshot("z", measurement=qml.expval(qml.Z(0)))
+        return qml.probs(wires=[0])
+
+    x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    got, want = (qml.snapshots(qml.QNode(snap, qml.device(name, wires=1),
+                                         diff_method=diff_method))(x)
+                 for name in ("qdiff.mixed", "default.mixed"))
+    assert got.keys() == want.keys()
+    for k in want:
+        assert type(got[k]) is type(want[k]) is torch.Tensor, k
+        np.testing.assert_allclose(got[k].detach().numpy(), want[k].detach().numpy(),
+                                   atol=1e-12, rtol=0)
+
 
 def test_autograd_backprop_equals_default_mixed_to_second_order():
     """Gate angles and channel parameters under the autograd interface: values, Jacobians

@@ -374,6 +374,24 @@ def test_torch_backprop_without_gradients_returns_torch_tensors(diff_method):
         y = model(x)
     assert torch.allclose(y, model(x).detach())
 
+    # a tape without parameters in a torch backprop call (the snapshot before the first gate)
+    def snap(x):
+        qml.Snapshot()
+        qml.RX(x, 0)
+        return qml.probs(wires=[0]), qml.state()
+
+    x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    got, want = (qml.snapshots(qml.QNode(snap, qml.device(name, wires=1),
+                                         diff_method="backprop"))(x)
+                 for name in ("qdiff.statevector", "default.qubit"))
+    assert got.keys() == want.keys()
+    for k in want:
+        for a, b in zip(got[k] if k == "execution_results" else [got[k]],
+                        want[k] if k == "execution_results" else [want[k]]):
+            assert type(a) is type(b) is torch.Tensor, k
+            np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), atol=1e-12,
+                                       rtol=0)
+
 
 def _autograd_cases():
     def mixed_outputs(x, y):

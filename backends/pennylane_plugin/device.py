@@ -429,12 +429,14 @@ class QdiffStatevector(Device):
     def execute(self, circuits, execution_config: Optional[ExecutionConfig] = None):
         if has_boxes(circuits):  # backprop under the autograd interface
             return execute_autograd(circuits, self._execute)
-        return self._execute(circuits)
+        return self._execute(circuits, _torch_backprop(execution_config))
 
-    def _execute(self, circuits):
+    def _execute(self, circuits, torch_out: bool = False):
+        """The tapes' results; torch tensors for torch parameters, and for every tape with
+        ``torch_out`` (backprop under the torch interface)."""
         plans = [self._plan(t) for t in circuits]
         outputs = self._execute_grouped([p.job for p in plans])
-        return tuple(self._finish(p, o) for p, o in zip(plans, outputs))
+        return tuple(self._finish(p, o, torch_out) for p, o in zip(plans, outputs))
 
     def _execute_grouped(self, jobs, keep_residuals=False):
         """Run ``jobs`` with ONE engine ``execute`` call per register size; jobs of the same
@@ -459,16 +461,16 @@ class QdiffStatevector(Device):
             return outputs, merged, members, results
         return outputs
 
-    def _finish(self, plan: _Plan, outputs):
+    def _finish(self, plan: _Plan, outputs, torch_out: bool = False):
         tape = plan.tape
         mps = tape.measurements
         if plan.native:
             if isinstance(outputs, torch.Tensor):  # flat
                 outputs = _split_flat(outputs, plan.job.circuit.measurements, plan.n)
-            keep = _torch_tape(tape)
+            keep = torch_out or _torch_tape(tape)
             vals = [_to_user(o if plan.batched else o[0], keep) for o in outputs]
             return vals[0] if len(mps) == 1 else tuple(vals)
-        state = _to_user(outputs[0], _torch_tape(tape))
+        state = _to_user(outputs[0], torch_out or _torch_tape(tape))
         shots = tape.shots
         if plan.postselect:
             state, shots = self._postselected(state, shots)
@@ -711,6 +713,13 @@ def _native_measurements(mps, labels):
 def _column_trainable(tape, sources) -> tuple:
     tr = set(tape.trainable_params)
     return tuple(k in tr for k, _ in sources)
+
+
+def _torch_backprop(config) -> bool:
+    """Whether a call is backprop under the torch interface (its results are torch tensors,
+    a tape without parameters' too, as on ``default.qubit``)."""
+    return config is not None and config.interface == Interface.TORCH and \
+        config.gradient_method == "backprop"
 
 
 def _torch_tape(tape) -> bool:
