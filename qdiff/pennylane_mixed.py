@@ -59,7 +59,6 @@ from pennylane.math import Interface
 from pennylane.measurements import (ClassicalShadowMP, CountsMP, DensityMatrixMP, ExpectationMP,
                                     ProbabilityMP, PurityMP, SampleMP, ShadowExpvalMP,
                                     VarianceMP)
-from pennylane.transforms import defer_measurements
 
 from qdiff.backends.base import Job
 from qdiff.circuits.pennylane_autograd import backprop_interface, execute_autograd, has_boxes
@@ -69,7 +68,8 @@ from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.noise import resolve_noise
 from qdiff.circuits.pennylane_io import (from_pennylane_observable, from_pennylane_tape,
                                         tape_channel_supported, tape_op_supported)
-from qdiff.circuits.pennylane_transforms import decompose_broadcast, map_measurement_wires
+from qdiff.circuits.pennylane_transforms import (decompose_broadcast, defer_within,
+                                                 map_measurement_wires)
 from qdiff.noise import routing_for
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
@@ -225,8 +225,9 @@ class QdiffMixed(Device):
         updated["grad_on_execution"] = False
         mcm = config.mcm_config
         if mcm.mcm_method not in (None, "deferred"):
-            raise DeviceError(f"mcm_method={mcm.mcm_method!r} is not supported with "
-                              f"{self.name}; use mcm_method='deferred'")
+            method = getattr(mcm.mcm_method, "value", mcm.mcm_method)  # PennyLane's enum
+            raise DeviceError(f"mcm_method={method!r} is not supported with {self.name}; use "
+                              "mcm_method='deferred'")
         updated["mcm_config"] = replace(mcm, mcm_method="deferred")
         options = dict(config.device_options)
         options.setdefault("c_dtype", self._c_dtype)
@@ -238,7 +239,8 @@ class QdiffMixed(Device):
         program = qml.CompilePipeline()
         if self.noise is not None:
             program.add_transform(_refuse_mid_circuit_measurements, self.noise.name)
-        program.add_transform(defer_measurements, allow_postselect=False)
+        program.add_transform(defer_within(), device_wires=self.wires, name=self.name,
+                              allow_postselect=False)
         program.add_transform(decompose_broadcast(), stopping_condition=_stopping_condition,
                               decomposer=_decomposer, split_rows=_split_channel_rows,
                               name=self.name)

@@ -242,9 +242,13 @@ def test_bad_input_names_the_operation_wire_or_option():
         qml.QNode(lambda: (qml.RX(0.1, 5), qml.expval(qml.Z(0)))[1], dev)()
     with pytest.raises(DeviceError, match="c_dtype"):
         qml.device("qdiff.statevector", wires=2, c_dtype=np.float32)
-    with pytest.raises(DeviceError, match="mcm_method"):
+    with pytest.raises(DeviceError, match="mcm_method='one-shot' is not supported"):
         dev.setup_execution_config(qml.devices.ExecutionConfig(
             mcm_config=qml.devices.MCMConfig(mcm_method="one-shot")))
+    for name in ("qdiff.statevector", "qdiff.mixed"):  # as a QNode gives it (an enum)
+        with pytest.raises(DeviceError, match="mcm_method='tree-traversal' is not supported"):
+            qml.QNode(lambda: (qml.measure(0), qml.expval(qml.Z(0)))[1],
+                      qml.device(name, wires=2), mcm_method="tree-traversal")()
     with pytest.raises(DeviceError, match="bogus"):
         dev.setup_execution_config(qml.devices.ExecutionConfig(device_options={"bogus": 1}))
     shots_dev = qml.device("qdiff.statevector", wires=2, shots=100)
@@ -265,6 +269,32 @@ def test_mid_circuit_measurement_is_deferred_exactly():
     a = qml.QNode(circuit, qml.device("qdiff.statevector", wires=3))(0.9)
     b = qml.QNode(circuit, qml.device("default.qubit", wires=3))(0.9)
     close(a, b)
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_too_few_wires_for_deferred_measurements_is_refused_by_name(name):
+    """Deferring takes one free wire per mid-circuit measurement: a device without them
+    refuses the circuit naming the measurements and the wires (not wires the user never
+    wrote); with the wires it runs."""
+    def circuit(x):
+        qml.RX(x, 0)
+        m = qml.measure(0)
+        qml.cond(m, qml.RY)(0.7, 1)
+        m2 = qml.measure(1)
+        return qml.expval(qml.Z(1)), qml.probs(op=m2)
+
+    with pytest.raises(qml.exceptions.DeviceError,
+                       match=r"2 mid-circuit measurements.*deferred.*3 wires.*has 2"):
+        qml.QNode(circuit, qml.device(name, wires=2))(0.9)
+    with pytest.raises(qml.exceptions.DeviceError, match="mid-circuit"):
+        qml.QNode(circuit, qml.device(name, wires=2, shots=10))(0.9)
+    a = qml.QNode(circuit, qml.device(name, wires=4))(0.9)
+    b = qml.QNode(circuit, qml.device("default.qubit", wires=4))(0.9)
+    close(a, b)
+    # a wire the device lacks in the circuit itself: PennyLane's own refusal of that wire
+    with pytest.raises(qml.exceptions.WireError, match="7"):
+        qml.QNode(lambda: (qml.measure(0), qml.X(7), qml.expval(qml.Z(0)))[2],
+                  qml.device(name, wires=4))()
 
 
 def test_complex64_amplitudes():

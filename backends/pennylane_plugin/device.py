@@ -41,7 +41,6 @@ from pennylane.exceptions import DeviceError
 from pennylane.math import Interface
 from pennylane.measurements import (ClassicalShadowMP, ExpectationMP, ProbabilityMP, ShadowExpvalMP, StateMP,
                                     StateMeasurement, VarianceMP)
-from pennylane.transforms import defer_measurements
 
 from qdiff.backends.base import Job
 from qdiff.circuits.pennylane_autograd import backprop_interface, execute_autograd, has_boxes
@@ -51,7 +50,8 @@ from qdiff.backends.statevector.simulate import Trace
 from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
-from qdiff.circuits.pennylane_transforms import decompose_broadcast, map_measurement_wires
+from qdiff.circuits.pennylane_transforms import (decompose_broadcast, defer_within,
+                                                 map_measurement_wires)
 from qdiff.circuits.operation import is_concrete
 from qdiff.circuits.gates import check_unitary
 from qdiff.circuits.pennylane_io import (exp_pauli_rotation, from_pennylane_observable,
@@ -340,8 +340,9 @@ class QdiffStatevector(Device):
             updated["grad_on_execution"] = method == "adjoint"
         mcm = config.mcm_config
         if mcm.mcm_method not in (None, "deferred"):
-            raise DeviceError(f"mcm_method={mcm.mcm_method!r} is not supported with "
-                              f"{self.name}; use mcm_method='deferred'")
+            method = getattr(mcm.mcm_method, "value", mcm.mcm_method)  # PennyLane's enum
+            raise DeviceError(f"mcm_method={method!r} is not supported with {self.name}; use "
+                              "mcm_method='deferred'")
         if mcm.postselect_mode == "fill-shots":
             raise DeviceError(f"postselect_mode='fill-shots' is not supported with {self.name}")
         updated["mcm_config"] = replace(mcm, mcm_method="deferred")
@@ -353,7 +354,8 @@ class QdiffStatevector(Device):
     def preprocess_transforms(self, execution_config: Optional[ExecutionConfig] = None):
         config = execution_config or ExecutionConfig()
         program = qml.CompilePipeline()
-        program.add_transform(defer_measurements, allow_postselect=True)
+        program.add_transform(defer_within(), device_wires=self.wires, name=self.name,
+                              allow_postselect=True)
         program.add_transform(decompose_broadcast(), stopping_condition=_stopping_condition,
                               decomposer=_decomposer, device_wires=self.wires,
                               target_gates=self._gate_set, name=self.name)
