@@ -53,9 +53,8 @@ def map_measurement_wires(mp, wire_map):
 def defer_within():
     """The transform ``defer_within(tape, device_wires, name, allow_postselect)``: PennyLane's
     ``defer_measurements``, refusing by name (a ``DeviceError``) a circuit on the device's
-    wires whose deferral needs wires the device lacks (one per mid-circuit measurement whose
-    wire is used again); a circuit already off the device's wires is left to PennyLane's wire
-    validation."""
+    wires whose deferral needs wires the device lacks (deferring adds wires); a circuit
+    already off the device's wires is left to PennyLane's wire validation."""
     import pennylane as qml
     from pennylane.exceptions import DeviceError
     from pennylane.measurements import MidMeasureMP
@@ -73,8 +72,8 @@ def defer_within():
         if extra:
             raise DeviceError(
                 f"{name}: the circuit's {k} mid-circuit measurement{'s' * (k > 1)} are "
-                f"deferred (mcm_method='deferred', this device's only method), one free wire "
-                f"each whose wire is used again: the deferred circuit needs "
+                f"deferred (mcm_method='deferred', this device's only method), which adds "
+                f"wires: the deferred circuit needs "
                 f"{len(device_wires) + len(extra)} wires and the device has "
                 f"{len(device_wires)}; create the device with more wires")
         return tapes, fn
