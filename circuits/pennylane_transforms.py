@@ -47,3 +47,34 @@ def map_measurement_wires(mp, wire_map):
             else qml.map_wires(mp.H, wire_map)
         return ShadowExpvalMP(obs, seed=mp.seed, k=mp.k)
     return mp.map_wires(wire_map)
+
+
+@functools.lru_cache(maxsize=None)
+def defer_within():
+    """The transform ``defer_within(tape, device_wires, name, allow_postselect)``: PennyLane's
+    ``defer_measurements``, refusing by name (a ``DeviceError``) a circuit on the device's
+    wires whose deferral needs wires the device lacks (deferring adds wires); a circuit
+    already off the device's wires is left to PennyLane's wire validation."""
+    import pennylane as qml
+    from pennylane.exceptions import DeviceError
+    from pennylane.measurements import MidMeasureMP
+    from pennylane.transforms import defer_measurements
+
+    @qml.transform
+    def transform(tape, device_wires, name, allow_postselect=True):
+        tapes, fn = defer_measurements(tape, allow_postselect=allow_postselect)
+        if device_wires is None:
+            return tapes, fn
+        k = sum(isinstance(op, MidMeasureMP) for op in tape.operations)
+        if not k or not set(tape.wires) <= set(device_wires):
+            return tapes, fn
+        extra = [w for w in tapes[0].wires if w not in device_wires]
+        if extra:
+            raise DeviceError(
+                f"{name}: the circuit's {k} mid-circuit measurement{'s' * (k > 1)} are "
+                f"deferred (mcm_method='deferred', this device's only method), which adds "
+                f"wires: the deferred circuit needs "
+                f"{len(device_wires) + len(extra)} wires and the device has "
+                f"{len(device_wires)}; create the device with more wires")
+        return tapes, fn
+    return transform

@@ -59,7 +59,6 @@ from pennylane.math import Interface
 from pennylane.measurements import (ClassicalShadowMP, CountsMP, DensityMatrixMP, ExpectationMP,
                                     ProbabilityMP, PurityMP, SampleMP, ShadowExpvalMP,
                                     VarianceMP)
-from pennylane.transforms import defer_measurements
 
 from qdiff.backends.base import Job
 from qdiff.circuits.pennylane_autograd import backprop_interface, execute_autograd, has_boxes
@@ -69,7 +68,8 @@ from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.noise import resolve_noise
 from qdiff.circuits.pennylane_io import (from_pennylane_observable, from_pennylane_tape,
                                         tape_channel_supported, tape_op_supported)
-from qdiff.circuits.pennylane_transforms import decompose_broadcast, map_measurement_wires
+from qdiff.circuits.pennylane_transforms import (decompose_broadcast, defer_within,
+                                                 map_measurement_wires)
 from qdiff.noise import routing_for
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
@@ -202,8 +202,12 @@ class QdiffMixed(Device):
             return True
         if execution_config.gradient_method not in ("backprop", "best"):
             return False
-        if backprop_interface(execution_config, circuit) not in _BACKPROP_INTERFACES:
-            return False  # jax, tensorflow: PennyLane's gradient transforms
+        interface = backprop_interface(execution_config, circuit)
+        if interface not in _BACKPROP_INTERFACES and \
+                not (circuit is None and interface == Interface.AUTO):
+            return False  # jax, tensorflow: PennyLane's gradient transforms (without a
+            # circuit, e.g. ``qml.add_noise`` resolving a QNode's diff method, "auto" is
+            # offered: the call resolves it)
         return circuit is None or not circuit.shots
 
     def setup_execution_config(self, config: Optional[ExecutionConfig] = None,
@@ -221,8 +225,9 @@ class QdiffMixed(Device):
         updated["grad_on_execution"] = False
         mcm = config.mcm_config
         if mcm.mcm_method not in (None, "deferred"):
-            raise DeviceError(f"mcm_method={mcm.mcm_method!r} is not supported with "
-                              f"{self.name}; use mcm_method='deferred'")
+            method = getattr(mcm.mcm_method, "value", mcm.mcm_method)  # PennyLane's enum
+            raise DeviceError(f"mcm_method={method!r} is not supported with {self.name}; use "
+                              "mcm_method='deferred'")
         updated["mcm_config"] = replace(mcm, mcm_method="deferred")
         options = dict(config.device_options)
         options.setdefault("c_dtype", self._c_dtype)
@@ -234,7 +239,8 @@ class QdiffMixed(Device):
         program = qml.CompilePipeline()
         if self.noise is not None:
             program.add_transform(_refuse_mid_circuit_measurements, self.noise.name)
-        program.add_transform(defer_measurements, allow_postselect=False)
+        program.add_transform(defer_within(), device_wires=self.wires, name=self.name,
+                              allow_postselect=False)
         program.add_transform(decompose_broadcast(), stopping_condition=_stopping_condition,
                               decomposer=_decomposer, split_rows=_split_channel_rows,
                               name=self.name)
@@ -254,7 +260,8 @@ class QdiffMixed(Device):
     def execute(self, circuits, execution_config: Optional[ExecutionConfig] = None):
         if has_boxes(circuits):  # backprop under the autograd interface
             return execute_autograd(circuits, lambda tapes: tuple(self._run(t) for t in tapes))
-        return tuple(self._run(t) for t in circuits)
+        torch_out = _torch_backprop(execution_config)
+        return tuple(self._run(t, torch_out) for t in circuits)
 
     def _labels(self, tape) -> tuple:
         labels = tuple(self.wires) if self.wires is not None else tuple(tape.wires)
@@ -318,7 +325,10 @@ class QdiffMixed(Device):
             raise DeviceError(f"{self.name}: {exc}") from None
         return res.outputs, final
 
-    def _run(self, tape):
+    def _run(self, tape, torch_out: bool = False):
+        """One tape's results; torch tensors for torch parameters, and with ``torch_out``
+        (backprop under the torch interface)."""
+        keep = torch_out or _torch_tape(tape)
         labels = self._labels(tape)
         n = len(labels)
         batched = _batched(tape)
@@ -338,39 +348,40 @@ class QdiffMixed(Device):
         if _density_prep(tape) is not None:
             rho, final = self._mixture_run(tape, labels)
             if tape.shots:
-                return self._sampled(mps_idx, rho, final, tape, batched, n)
-            return self._measure(mps_idx, rho, tape, batched, n)
+                return self._sampled(mps_idx, rho, final, tape, batched, n, keep)
+            return self._measure(mps_idx, rho, tape, batched, n, keep)
         if tape.shots:  # every sample from the one final density matrix
             outs, final = self._engine_run(tape, [Measurement("density_matrix", None, labels)])
-            return self._sampled(mps_idx, outs[0], final, tape, batched, n)
+            return self._sampled(mps_idx, outs[0], final, tape, batched, n, keep)
         native = [_native_measurement(m, labels) for m in mps]
         rest = [m for m, q in zip(mps_idx, native) if q is None]
         meas = [q for q in native if q is not None]
         if rest:
             meas.append(Measurement("density_matrix", None, labels))
         outs, _ = self._engine_run(tape, meas)
-        got = iter(_to_user(o if batched else o[0]) for o in outs[:len(outs) - bool(rest)])
+        got = iter(_to_user(o if batched else o[0], keep)
+                   for o in outs[:len(outs) - bool(rest)])
         if rest:  # the others (entropies, projector probs, ...) by PennyLane from rho
-            read = self._measure(rest, outs[-1], tape, batched, n)
+            read = self._measure(rest, outs[-1], tape, batched, n, keep)
             others = iter((read,) if len(rest) == 1 else read)
         vals = [next(got) if q is not None else next(others) for q in native]
         return vals[0] if len(vals) == 1 else tuple(vals)
 
-    def _sampled(self, mps, rho, final, tape, batched, n):
+    def _sampled(self, mps, rho, final, tape, batched, n, keep=False):
         read = self._readout(rho, final) if self.noise is not None and (
             self.noise.readout or self.noise.readout_default is not None) \
             and any(_computational(m) for m in mps) else None
         if read is None or all(_computational(m) for m in mps):
-            return self._measure(mps, read if read is not None else rho, tape, batched, n)
+            return self._measure(mps, read if read is not None else rho, tape, batched, n, keep)
         # readout errors on the computational-basis measurements only: measured one by one
-        parts = [self._measure([m], read if _computational(m) else rho, tape, batched, n)
+        parts = [self._measure([m], read if _computational(m) else rho, tape, batched, n, keep)
                  for m in mps]
         if tape.shots.has_partitioned_shots:
             return tuple(tuple(p[i] for p in parts) for i in range(tape.shots.num_copies))
         return tuple(parts)
 
-    def _measure(self, mps, rho, tape, batched: bool, n: int):
-        state = _to_user(rho)
+    def _measure(self, mps, rho, tape, batched: bool, n: int, keep: bool = False):
+        state = _to_user(rho, keep)
         shape = ((rho.shape[0],) if batched else ()) + (2,) * (2 * n)
         state = state.reshape(shape) if batched else state[0].reshape(shape)
         script = qml.tape.QuantumScript([], mps, shots=tape.shots)
@@ -464,8 +475,22 @@ def _native_measurement(mp, labels):
     return None
 
 
-def _to_user(t: torch.Tensor):
-    """Numpy for results outside autograd, the tensor itself inside it (backprop)."""
-    if t.requires_grad:
+def _torch_backprop(config) -> bool:
+    """Whether a call is backprop under the torch interface (its results are torch tensors,
+    a tape without parameters' too, as on ``default.mixed``)."""
+    return config is not None and config.interface == Interface.TORCH and \
+        config.gradient_method == "backprop"
+
+
+def _torch_tape(tape) -> bool:
+    """Whether a tape has torch parameters (the torch interface's backprop: its results are
+    torch tensors, with or without gradients, as on ``default.mixed``)."""
+    return any(isinstance(p, torch.Tensor) for p in tape.get_parameters(trainable_only=False))
+
+
+def _to_user(t: torch.Tensor, keep: bool = False):
+    """Numpy for results outside torch, the tensor itself inside autograd (backprop) or for a
+    tape with torch parameters (``keep``)."""
+    if t.requires_grad or keep:
         return t
     return t.detach().cpu().numpy()

@@ -324,6 +324,70 @@ def test_explicit_backprop_under_torch_and_autograd():
     assert not dev.supports_derivatives(cfg(gradient_method="backprop", interface="jax"))
 
 
+def test_backprop_with_a_noise_model_added_to_the_qnode():
+    """``qml.add_noise`` resolves the QNode's diff method before any circuit exists (interface
+    "auto", no tape): backprop is offered there; <Z> = 1 - (1 - gamma)(1 - cos x) and its
+    derivative under torch and autograd."""
+    from pennylane import numpy as pnp
+    model = qml.NoiseModel({qml.noise.op_eq(qml.RX):
+                            qml.noise.partial_wires(qml.AmplitudeDamping, 0.2)})
+
+    @qml.qnode(qml.device("qdiff.mixed", wires=1), diff_method="backprop")
+    def f(x):
+        qml.RX(x, 0)
+        return qml.expval(qml.Z(0))
+    noisy = qml.add_noise(f, model)
+    x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    y = noisy(x)
+    (g,) = torch.autograd.grad(y, x)
+    assert abs(float(y) - (1 - 0.8 * (1 - np.cos(0.3)))) < 1e-12
+    assert abs(float(g) + 0.8 * np.sin(0.3)) < 1e-12
+    assert abs(float(qml.grad(noisy)(pnp.array(0.3, requires_grad=True))) +
+               0.8 * np.sin(0.3)) < 1e-12
+
+
+@pytest.mark.parametrize("diff_method", ["backprop", "best"])
+def test_torch_backprop_without_gradients_returns_torch_tensors(diff_method):
+    """Torch parameters that need no gradient (``torch.no_grad()``, a constant input) give
+    torch results, as on default.mixed (every measurement kind: engine-computed and read off
+    the density matrix by PennyLane)."""
+    def body(x):
+        qml.RX(x, 0)
+        qml.AmplitudeDamping(0.2, 0)
+        qml.CNOT([0, 1])
+        return (qml.expval(qml.Z(1)), qml.probs(wires=[0]), qml.density_matrix([0]),
+                qml.vn_entropy(wires=[0]))
+
+    got, want = (qml.QNode(body, qml.device(name, wires=2), diff_method=diff_method)
+                 for name in ("qdiff.mixed", "default.mixed"))
+    for x in (torch.tensor(0.3, dtype=torch.float64), torch.tensor([0.3, 0.5])):
+        with torch.no_grad():
+            g, w = got(x), want(x)
+        assert [type(r) for r in g] == [type(r) for r in w] == [torch.Tensor] * 4
+        for a, b in zip(g, w):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            # (float32 input: default.* evaluates its rotations in float32)
+            np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-7, rtol=0)
+
+    # a tape without parameters in a torch call (the snapshot before the first gate)
+    def snap(x):
+        qml.Snapshot()
+        qml.RX(x, 0)
+        qml.AmplitudeDamping(0.2, 0)
+        qml.Snapshot("z", measurement=qml.expval(qml.Z(0)))
+        return qml.probs(wires=[0])
+
+    x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    got, want = (qml.snapshots(qml.QNode(snap, qml.device(name, wires=1),
+                                         diff_method=diff_method))(x)
+                 for name in ("qdiff.mixed", "default.mixed"))
+    assert got.keys() == want.keys()
+    for k in want:
+        assert type(got[k]) is type(want[k]) is torch.Tensor, k
+        np.testing.assert_allclose(got[k].detach().numpy(), want[k].detach().numpy(),
+                                   atol=1e-12, rtol=0)
+
+
 def test_autograd_backprop_equals_default_mixed_to_second_order():
     """Gate angles and channel parameters under the autograd interface: values, Jacobians
     (expval and purity) and the Hessian equal default.mixed's backprop."""

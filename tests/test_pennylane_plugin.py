@@ -242,9 +242,13 @@ def test_bad_input_names_the_operation_wire_or_option():
         qml.QNode(lambda: (qml.RX(0.1, 5), qml.expval(qml.Z(0)))[1], dev)()
     with pytest.raises(DeviceError, match="c_dtype"):
         qml.device("qdiff.statevector", wires=2, c_dtype=np.float32)
-    with pytest.raises(DeviceError, match="mcm_method"):
+    with pytest.raises(DeviceError, match="mcm_method='one-shot' is not supported"):
         dev.setup_execution_config(qml.devices.ExecutionConfig(
             mcm_config=qml.devices.MCMConfig(mcm_method="one-shot")))
+    for name in ("qdiff.statevector", "qdiff.mixed"):  # as a QNode gives it (an enum)
+        with pytest.raises(DeviceError, match="mcm_method='tree-traversal' is not supported"):
+            qml.QNode(lambda: (qml.measure(0), qml.expval(qml.Z(0)))[1],
+                      qml.device(name, wires=2), mcm_method="tree-traversal")()
     with pytest.raises(DeviceError, match="bogus"):
         dev.setup_execution_config(qml.devices.ExecutionConfig(device_options={"bogus": 1}))
     shots_dev = qml.device("qdiff.statevector", wires=2, shots=100)
@@ -265,6 +269,32 @@ def test_mid_circuit_measurement_is_deferred_exactly():
     a = qml.QNode(circuit, qml.device("qdiff.statevector", wires=3))(0.9)
     b = qml.QNode(circuit, qml.device("default.qubit", wires=3))(0.9)
     close(a, b)
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_too_few_wires_for_deferred_measurements_is_refused_by_name(name):
+    """Deferring takes one free wire per mid-circuit measurement: a device without them
+    refuses the circuit naming the measurements and the wires (not wires the user never
+    wrote); with the wires it runs."""
+    def circuit(x):
+        qml.RX(x, 0)
+        m = qml.measure(0)
+        qml.cond(m, qml.RY)(0.7, 1)
+        m2 = qml.measure(1)
+        return qml.expval(qml.Z(1)), qml.probs(op=m2)
+
+    with pytest.raises(qml.exceptions.DeviceError,
+                       match=r"2 mid-circuit measurements.*deferred.*3 wires.*has 2"):
+        qml.QNode(circuit, qml.device(name, wires=2))(0.9)
+    with pytest.raises(qml.exceptions.DeviceError, match="mid-circuit"):
+        qml.QNode(circuit, qml.device(name, wires=2, shots=10))(0.9)
+    a = qml.QNode(circuit, qml.device(name, wires=4))(0.9)
+    b = qml.QNode(circuit, qml.device("default.qubit", wires=4))(0.9)
+    close(a, b)
+    # a wire the device lacks in the circuit itself: PennyLane's own refusal of that wire
+    with pytest.raises(qml.exceptions.WireError, match="7"):
+        qml.QNode(lambda: (qml.measure(0), qml.X(7), qml.expval(qml.Z(0)))[2],
+                  qml.device(name, wires=4))()
 
 
 def test_complex64_amplitudes():
@@ -318,6 +348,79 @@ def test_backprop_is_offered_for_torch_autograd_and_numpy():
     with pytest.raises(qml.exceptions.QuantumFunctionError, match="backprop"):
         qml.QNode(q.func, qml.device("qdiff.statevector", wires=1, shots=10),
                   diff_method="backprop")(0.3)
+
+
+def test_backprop_with_a_noise_model_added_to_the_qnode_equals_default_qubit():
+    """``qml.add_noise`` resolves the QNode's diff method before any circuit exists (interface
+    "auto", no tape): backprop is offered there, and the noisy QNode's values and gradients
+    equal default.qubit's under torch and autograd."""
+    from pennylane import numpy as pnp
+    model = qml.NoiseModel({qml.noise.op_eq(qml.RX): qml.noise.partial_wires(qml.RY, 0.05)})
+    out = []
+    for name in ("qdiff.statevector", "default.qubit"):
+        @qml.qnode(qml.device(name, wires=2), diff_method="backprop")
+        def f(x):
+            qml.RX(x, 0)
+            qml.CNOT([0, 1])
+            return qml.expval(qml.Z(1))
+        noisy = qml.add_noise(f, model)
+        x = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
+        y = noisy(x)
+        (g,) = torch.autograd.grad(y, x)
+        xa = pnp.array(0.4, requires_grad=True)
+        out.append([float(y.detach()), float(g), float(noisy(xa)), float(qml.grad(noisy)(xa))])
+    np.testing.assert_allclose(out[0], out[1], atol=1e-12, rtol=0)
+    assert abs(out[0][0] - np.cos(0.4) * np.cos(0.05)) < 1e-12
+
+
+@pytest.mark.parametrize("diff_method", ["backprop", "best"])
+def test_torch_backprop_without_gradients_returns_torch_tensors(diff_method):
+    """Torch parameters that need no gradient (``torch.no_grad()``, a constant input) give
+    torch results under backprop, as on default.qubit: a TorchLayer evaluates in no_grad."""
+    def body(x):
+        qml.RX(x, 0)
+        qml.CNOT([0, 1])
+        return qml.expval(qml.Z(1)), qml.probs(wires=[0]), qml.state()
+
+    got, want = (qml.QNode(body, qml.device(name, wires=2), diff_method=diff_method)
+                 for name in ("qdiff.statevector", "default.qubit"))
+    for x in (torch.tensor(0.3, dtype=torch.float64), torch.tensor([0.3, 0.5])):
+        with torch.no_grad():
+            g, w = got(x), want(x)
+        assert [type(r) for r in g] == [type(r) for r in w] == [torch.Tensor] * 3
+        for a, b in zip(g, w):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            # (float32 input: default.* evaluates its rotations in float32)
+            np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-7, rtol=0)
+
+    @qml.qnode(qml.device("qdiff.statevector", wires=2), diff_method=diff_method)
+    def layer(inputs, w):
+        qml.AngleEmbedding(inputs, wires=range(2))
+        qml.BasicEntanglerLayers(w, wires=range(2))
+        return [qml.expval(qml.Z(i)) for i in range(2)]
+    model = torch.nn.Sequential(qml.qnn.TorchLayer(layer, {"w": (2, 2)}), torch.nn.Linear(2, 1))
+    x = torch.rand(4, 2)
+    with torch.no_grad():
+        y = model(x)
+    assert torch.allclose(y, model(x).detach())
+
+    # a tape without parameters in a torch backprop call (the snapshot before the first gate)
+    def snap(x):
+        qml.Snapshot()
+        qml.RX(x, 0)
+        return qml.probs(wires=[0]), qml.state()
+
+    x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    got, want = (qml.snapshots(qml.QNode(snap, qml.device(name, wires=1),
+                                         diff_method="backprop"))(x)
+                 for name in ("qdiff.statevector", "default.qubit"))
+    assert got.keys() == want.keys()
+    for k in want:
+        for a, b in zip(got[k] if k == "execution_results" else [got[k]],
+                        want[k] if k == "execution_results" else [want[k]]):
+            assert type(a) is type(b) is torch.Tensor, k
+            np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), atol=1e-12,
+                                       rtol=0)
 
 
 def _autograd_cases():
@@ -694,6 +797,24 @@ def test_adjoint_differentiates_circuits_with_snapshots():
     y = q(x)
     y.backward()
     assert abs(float(y) - np.cos(0.3)) < 1e-12 and abs(float(x.grad) + np.sin(0.3)) < 1e-12
+
+
+def test_snapshots_of_a_best_qnode_equal_default_qubit():
+    """``qml.snapshots`` splits a circuit into one tape per snapshot, and PennyLane resolves
+    "best" on the first: a later snapshot of the state runs too (nothing is differentiated)."""
+    def body(x):
+        qml.RX(x, 0)
+        qml.Snapshot("z", measurement=qml.expval(qml.Z(0)))
+        qml.Snapshot("state")
+        qml.CNOT([0, 1])
+        qml.Snapshot("p", measurement=qml.probs([0, 1]))
+        return qml.expval(qml.Z(1))
+
+    got, want = (qml.snapshots(qml.QNode(body, qml.device(name, wires=2)))(0.3)
+                 for name in ("qdiff.statevector", "default.qubit"))
+    assert got.keys() == want.keys()
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], atol=1e-12, rtol=0)
 
 
 def test_pennylane_qubit_gates_run_natively_and_match_default_qubit():

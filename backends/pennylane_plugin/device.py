@@ -41,7 +41,6 @@ from pennylane.exceptions import DeviceError
 from pennylane.math import Interface
 from pennylane.measurements import (ClassicalShadowMP, ExpectationMP, ProbabilityMP, ShadowExpvalMP, StateMP,
                                     StateMeasurement, VarianceMP)
-from pennylane.transforms import defer_measurements
 
 from qdiff.backends.base import Job
 from qdiff.circuits.pennylane_autograd import backprop_interface, execute_autograd, has_boxes
@@ -51,7 +50,8 @@ from qdiff.backends.statevector.simulate import Trace
 from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
-from qdiff.circuits.pennylane_transforms import decompose_broadcast, map_measurement_wires
+from qdiff.circuits.pennylane_transforms import (decompose_broadcast, defer_within,
+                                                 map_measurement_wires)
 from qdiff.circuits.operation import is_concrete
 from qdiff.circuits.gates import check_unitary
 from qdiff.circuits.pennylane_io import (exp_pauli_rotation, from_pennylane_observable,
@@ -274,8 +274,11 @@ class QdiffStatevector(Device):
     def _backprop_supports(config, circuit) -> bool:
         """Backprop through the torch engine: the torch interface, autograd (the engine inside
         one autograd primitive) and numpy (no derivatives), exact; ``"auto"`` resolved from
-        the circuit's parameters."""
-        if backprop_interface(config, circuit) not in _BACKPROP_INTERFACES:
+        the circuit's parameters; without a circuit (``qml.add_noise`` resolving a QNode's
+        diff method), ``"auto"`` is offered, the call resolving it."""
+        interface = backprop_interface(config, circuit)
+        if interface not in _BACKPROP_INTERFACES and \
+                not (circuit is None and interface == Interface.AUTO):
             return False
         return circuit is None or not circuit.shots
 
@@ -313,11 +316,15 @@ class QdiffStatevector(Device):
         updated = {}
         method = config.gradient_method
         if method == "best" and self._backprop_supports(config, circuit) and (
+                config.interface == Interface.NUMPY or
                 not self._adjoint_supports(config, circuit) or _trainable_state_prep(circuit)):
             # higher derivatives, measurements of the state (purity, entropies, density
             # matrices), trainable observables, postselection, and a trainable state
             # preparation (the adjoint would differentiate its decomposition, singular where
-            # amplitudes vanish): torch autograd through the engine
+            # amplitudes vanish): torch autograd through the engine. Under numpy nothing is
+            # differentiated: a plain execution, without the adjoint method's checks (PennyLane
+            # resolves "best" on a batch's first tape; ``qml.snapshots`` makes batches whose
+            # later tapes measure the state)
             method = updated["gradient_method"] = "backprop"
         elif method == "best":
             # the engine's reverse mode, used as a VJP (one reverse sweep per backward pass,
@@ -333,8 +340,9 @@ class QdiffStatevector(Device):
             updated["grad_on_execution"] = method == "adjoint"
         mcm = config.mcm_config
         if mcm.mcm_method not in (None, "deferred"):
-            raise DeviceError(f"mcm_method={mcm.mcm_method!r} is not supported with "
-                              f"{self.name}; use mcm_method='deferred'")
+            method = getattr(mcm.mcm_method, "value", mcm.mcm_method)  # PennyLane's enum
+            raise DeviceError(f"mcm_method={method!r} is not supported with {self.name}; use "
+                              "mcm_method='deferred'")
         if mcm.postselect_mode == "fill-shots":
             raise DeviceError(f"postselect_mode='fill-shots' is not supported with {self.name}")
         updated["mcm_config"] = replace(mcm, mcm_method="deferred")
@@ -346,7 +354,8 @@ class QdiffStatevector(Device):
     def preprocess_transforms(self, execution_config: Optional[ExecutionConfig] = None):
         config = execution_config or ExecutionConfig()
         program = qml.CompilePipeline()
-        program.add_transform(defer_measurements, allow_postselect=True)
+        program.add_transform(defer_within(), device_wires=self.wires, name=self.name,
+                              allow_postselect=True)
         program.add_transform(decompose_broadcast(), stopping_condition=_stopping_condition,
                               decomposer=_decomposer, device_wires=self.wires,
                               target_gates=self._gate_set, name=self.name)
@@ -422,12 +431,14 @@ class QdiffStatevector(Device):
     def execute(self, circuits, execution_config: Optional[ExecutionConfig] = None):
         if has_boxes(circuits):  # backprop under the autograd interface
             return execute_autograd(circuits, self._execute)
-        return self._execute(circuits)
+        return self._execute(circuits, _torch_backprop(execution_config))
 
-    def _execute(self, circuits):
+    def _execute(self, circuits, torch_out: bool = False):
+        """The tapes' results; torch tensors for torch parameters, and for every tape with
+        ``torch_out`` (backprop under the torch interface)."""
         plans = [self._plan(t) for t in circuits]
         outputs = self._execute_grouped([p.job for p in plans])
-        return tuple(self._finish(p, o) for p, o in zip(plans, outputs))
+        return tuple(self._finish(p, o, torch_out) for p, o in zip(plans, outputs))
 
     def _execute_grouped(self, jobs, keep_residuals=False):
         """Run ``jobs`` with ONE engine ``execute`` call per register size; jobs of the same
@@ -452,15 +463,16 @@ class QdiffStatevector(Device):
             return outputs, merged, members, results
         return outputs
 
-    def _finish(self, plan: _Plan, outputs):
+    def _finish(self, plan: _Plan, outputs, torch_out: bool = False):
         tape = plan.tape
         mps = tape.measurements
         if plan.native:
             if isinstance(outputs, torch.Tensor):  # flat
                 outputs = _split_flat(outputs, plan.job.circuit.measurements, plan.n)
-            vals = [_to_user(o if plan.batched else o[0]) for o in outputs]
+            keep = torch_out or _torch_tape(tape)
+            vals = [_to_user(o if plan.batched else o[0], keep) for o in outputs]
             return vals[0] if len(mps) == 1 else tuple(vals)
-        state = _to_user(outputs[0])
+        state = _to_user(outputs[0], torch_out or _torch_tape(tape))
         shots = tape.shots
         if plan.postselect:
             state, shots = self._postselected(state, shots)
@@ -705,9 +717,23 @@ def _column_trainable(tape, sources) -> tuple:
     return tuple(k in tr for k, _ in sources)
 
 
-def _to_user(t: torch.Tensor):
-    """Numpy for results outside autograd, the tensor itself inside it (backprop)."""
-    if t.requires_grad:
+def _torch_backprop(config) -> bool:
+    """Whether a call is backprop under the torch interface (its results are torch tensors,
+    a tape without parameters' too, as on ``default.qubit``)."""
+    return config is not None and config.interface == Interface.TORCH and \
+        config.gradient_method == "backprop"
+
+
+def _torch_tape(tape) -> bool:
+    """Whether a tape has torch parameters (the torch interface's backprop: its results are
+    torch tensors, with or without gradients, as on ``default.qubit``)."""
+    return any(isinstance(p, torch.Tensor) for p in tape.get_parameters(trainable_only=False))
+
+
+def _to_user(t: torch.Tensor, keep: bool = False):
+    """Numpy for results outside torch, the tensor itself inside autograd (backprop) or for a
+    tape with torch parameters (``keep``)."""
+    if t.requires_grad or keep:
         return t
     return t.detach().cpu().numpy()
 
