@@ -221,7 +221,8 @@ def main(argv=None):
           f"{args.runs} runs x {args.steps} interleaved steps, CPU time, "
           f"{args.threads} thread(s)")
     head = f"{'shape':>7} {'n':>3} {'B':>5} {'qdiff ms':>10} {'static ms':>10} " \
-           f"{'PL dq ms':>10} {'stand-in':>9}" + (f" {'PL lt ms':>10}" if args.lightning else "") + \
+           f"{'PL dq ms':>10} {'stand-in':>9}" + \
+           (f" {'PL lt ms':>10}" if args.lightning else "") + \
            (f" {'TQ ms':>10}" if args.torchquantum else "") + \
            (f" {'Cat ms':>10}" if args.catalyst else "") + \
            f" {'dq/static':>18} {'dq/qdiff':>10} {'dq/stand-in':>12}" + \

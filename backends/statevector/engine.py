@@ -181,9 +181,9 @@ class StatevectorBackend(Backend):
                 res = self._execute_one(_keeping(job)).residual
             trainable = job.trainable or (True,) * job.theta.shape[1]
             theta = job.theta.to(res.state.device)
-            out.append(adjoint_vjp(lowered(job.circuit, "statevector"), theta, res.state, g.to(res.state.device),
-                                   trainable, shared=job.shared, trace=res.trace,
-                                   use_native=res.use_native))
+            out.append(adjoint_vjp(lowered(job.circuit, "statevector"), theta, res.state,
+                                   g.to(res.state.device), trainable, shared=job.shared,
+                                   trace=res.trace, use_native=res.use_native))
         return out
 
 
