@@ -393,7 +393,14 @@ class BasisState(Template):
 
     def _build(self, state, wires):
         wires = normalize_wires(wires)
-        bits = np.asarray(state.detach().cpu() if isinstance(state, torch.Tensor) else state).reshape(-1)
+        if isinstance(state, torch.Tensor):
+            try:  # tolist() also reads a constant made inside torch.func.grad/jacrev/jacfwd
+                state = state.detach().cpu().tolist()
+            except RuntimeError:
+                raise QdiffError("BasisState: the bits of a state batched by torch.func.vmap "
+                                 "cannot be read; pass the bits as a constant, not as a vmapped "
+                                 "argument") from None
+        bits = np.asarray(state).reshape(-1)
         if len(bits) != len(wires) or not np.isin(bits, [0, 1]).all():
             raise QdiffError(f"BasisState: state must be {len(wires)} bits (0/1); got {bits.tolist()}")
         for b, w in zip(bits, wires):

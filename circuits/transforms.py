@@ -140,3 +140,67 @@ def ctrl(op_or_fn, control, control_values=None):
             _emit(_controlled(o, ctrl_w, values))
         return out
     return controlled
+
+
+def _no_other_keywords(who: str, kwargs: dict) -> None:
+    if kwargs:
+        raise QdiffError(f"{who}: unknown keyword(s) {sorted(kwargs)}; valid: wires, "
+                         "control_values, work_wires, work_wire_type"
+                         + (", unitary_check" if who == "ControlledQubitUnitary" else ""))
+
+
+def _work_wires(who: str, wires: tuple, work_wires, work_wire_type) -> None:
+    """PennyLane's ``work_wires``/``work_wire_type``: hints for decomposing a many-controlled
+    gate, which the simulators apply directly; checked, then not needed."""
+    work = normalize_wires(work_wires) if work_wires not in (None, ()) else ()
+    clash = set(work) & set(wires)
+    if clash:
+        raise QdiffError(f"{who}: work_wires {sorted(clash, key=str)} overlap its wires "
+                         f"{list(wires)}")
+    if work_wire_type not in (None, "borrowed", "zeroed", "dirty", "clean"):
+        raise QdiffError(f"{who}: work_wire_type {work_wire_type!r} must be 'borrowed' or "
+                         "'zeroed'")
+
+
+def MultiControlledX(wires=None, control_values=None, work_wires=(), work_wire_type="borrowed",
+                     **kwargs):
+    """PennyLane's ``MultiControlledX``: X on ``wires[-1]`` controlled by ``wires[:-1]``
+    (acting when they hold ``control_values``, default all 1); ``qd.ctrl(qd.X(t), ...)``.
+
+    >>> import qdiff as qd
+    >>> with qd.record() as rec:
+    ...     _ = qd.MultiControlledX(wires=[0, 1, 2], control_values=[1, 0])
+    >>> [op.gate.pl_name for op in rec.operations]
+    ['PauliX', 'Toffoli', 'PauliX']
+    """
+    _no_other_keywords("MultiControlledX", kwargs)
+    ws = normalize_wires(wires)
+    if len(ws) < 2:
+        raise QdiffError(f"MultiControlledX: wires {list(ws)} must be the control wires "
+                         "followed by the target wire (at least two)")
+    _work_wires("MultiControlledX", ws, work_wires, work_wire_type)
+    _controls(ws[:-1], control_values, "MultiControlledX")
+    return ctrl(lambda: GATES["x"](wires=ws[-1]), ws[:-1], control_values)()
+
+
+def ControlledQubitUnitary(base, wires, control_values=None, unitary_check=False,
+                           work_wires=(), work_wire_type="borrowed", **kwargs):
+    """PennyLane's ``ControlledQubitUnitary``: the matrix ``base`` (``2**k`` square) on the
+    last ``k`` of ``wires``, controlled by the others; ``qd.ctrl(qd.QubitUnitary(...), ...)``
+    (the matrix is always checked to be unitary)."""
+    from qdiff.circuits.gates import QubitUnitary
+    _no_other_keywords("ControlledQubitUnitary", kwargs)
+    ws = normalize_wires(wires)
+    shape = tuple(getattr(base, "shape", ()))
+    dim = shape[-1] if len(shape) >= 2 else 0
+    k = dim.bit_length() - 1 if dim > 0 else 0
+    if dim < 2 or dim != 2 ** k or len(ws) <= k:
+        raise QdiffError(f"ControlledQubitUnitary: base of shape {shape} needs a 2**k square "
+                         f"matrix and more than k wires (control wires, then the k target "
+                         f"wires); got wires {list(ws)}")
+    if not isinstance(unitary_check, bool):
+        raise QdiffError(f"ControlledQubitUnitary: unitary_check must be True or False; got "
+                         f"{unitary_check!r}")
+    _work_wires("ControlledQubitUnitary", ws, work_wires, work_wire_type)
+    _controls(ws[:-k], control_values, "ControlledQubitUnitary")
+    return ctrl(lambda: QubitUnitary(base, wires=ws[-k:]), ws[:-k], control_values)()

@@ -226,6 +226,9 @@ def refuse_batched_cotangent(g_out, rule) -> None:
                          "torch.func.jacrev/jacfwd/hessian or vectorize=False")
 
 
+_transforms_active = torch._C._are_functorch_transforms_active
+
+
 def exact_precision(fn):
     """``fn`` run with torch's autocast off: under ``torch.autocast`` the engine still computes
     in the device's precision (autocast would run its float32 products in bfloat16/float16)."""
@@ -408,7 +411,20 @@ def _batched_plan(plan: Plan, v: int) -> Plan:
     """The plan for ``v`` vmapped copies of the batch (a shared column now varies over them)."""
     if plan.initial_state is None:
         return replace(plan, shared=None)
-    return replace(plan, initial_state=plan.initial_state.repeat(v, 1), shared=None)
+    return replace(plan, initial_state=_active(plan.initial_state).repeat(v, 1), shared=None)
+
+
+def _active(t: torch.Tensor) -> torch.Tensor:
+    """``t`` without the ``torch.func`` grad/jvp wrappers of levels above the active one: a
+    rule's ``jvp`` runs below the level that recorded the call's state (``hessian`` =
+    ``jacfwd(jacrev)``), where those wrappers cannot be used (and carry nothing: a state
+    that requires grad at its level is refused for the rules)."""
+    f = torch._C._functorch
+    level = f.maybe_current_level()
+    while f.is_functorch_wrapped_tensor(t) and not f.is_batchedtensor(t) and (
+            level is None or f.maybe_get_level(t) > level):
+        t = f.get_unwrapped(t)
+    return t
 
 
 # ------------------------------------------------------------------------------------------
@@ -545,7 +561,7 @@ def shift_jacobian(theta: torch.Tensor, plan: Plan) -> Optional[torch.Tensor]:
         return None
     thetas = (theta.unsqueeze(0) + shifts.unsqueeze(1)).reshape(s * b, p)
     sub = replace(plan, circuit=shift_circ, initial_state=None if plan.initial_state is None
-                  else plan.initial_state.repeat(s, 1))
+                  else _active(plan.initial_state).repeat(s, 1))
     res = QuantumFunction.apply(thetas, sub)[0].reshape(s, b, -1)
     # d(outputs)/d theta_j for the shifted-measurement columns: (P, B, K')
     jac = torch.einsum("sp,sbk->pbk", weights.to(device=res.device, dtype=res.dtype), res)
@@ -672,12 +688,32 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
         if tangents is not None:
             recorded, rule = tangents
             needs_grad = True
+    if rule is not BACKPROP and needs_grad and _transforms_active():
+        nested = _dual_leaves(recorded, _is_wrapped)
+        if nested:  # an outer torch.func level may differentiate these constants of the rule
+            out = _run_nested(recorded, backend, rule, diff_method, shots, nested[0])
+            if out is not None:
+                return out
     if rule is BACKPROP or not needs_grad:
         return backend.run(circuit, theta, prep, shots=shots)
     if options is None or diff_method == "best":
         options = make_options(rule.name, {})
     return execute_with_rule(recorded, backend, rule, options, higher_order(diff_method, rule),
                              stacked=stacked, shots=shots)
+
+
+def _run_nested(recorded, backend, rule: Rule, diff_method: str, shots, leaf: str):
+    """A call under nested ``torch.func`` levels whose ``leaf`` (a state, an observable or a
+    gate matrix) is computed inside them, so an outer level may differentiate it: the rules
+    take it as a constant, the torch simulation carries every level's derivative exactly.
+    ``None`` where the rule runs as usual (shots, a device outside torch)."""
+    if shots or not backend.capabilities.backprop:
+        return None
+    if rule.second_order != "exact" and higher_order(diff_method, rule) is None:
+        raise QdiffError(f"second derivatives are not available with diff_method='{rule.name}' "
+                         f"(nested torch.func transforms over a call whose {leaf} is computed "
+                         "inside them); use 'parameter-shift' or 'backprop' for Hessians")
+    return backend.run(recorded.circuit, recorded.theta, recorded.initial_state, shots=shots)
 
 
 def _tangent_rule(recorded, backend, rule: Rule, shots=None) -> Optional[tuple]:
@@ -713,12 +749,29 @@ def _tangent_rule(recorded, backend, rule: Rule, shots=None) -> Optional[tuple]:
     return replace(recorded, trainable=(True,) * theta.shape[1]), rule
 
 
-def _dual_leaves(recorded) -> list:
-    """Names of the tensors besides the angles that carry a ``torch.autograd.forward_ad``
-    tangent (state preparation, observable coefficients or matrices, gate matrices)."""
-    def dual(t):
-        return isinstance(t, torch.Tensor) and _forward_ad.unpack_dual(t).tangent is not None
+def _is_dual(t) -> bool:
+    return isinstance(t, torch.Tensor) and _forward_ad.unpack_dual(t).tangent is not None
 
+
+def _is_wrapped(t) -> bool:
+    """Whether ``t`` is wrapped by an outer ``torch.func`` grad or jvp level besides the
+    innermost one (vmap levels carry no derivative): such a level may differentiate it."""
+    if not isinstance(t, torch.Tensor):
+        return False
+    f, levels = torch._C._functorch, 0
+    while f.is_functorch_wrapped_tensor(t):
+        if not f.is_batchedtensor(t):
+            levels += 1
+            if levels > 1:
+                return True
+        t = f.get_unwrapped(t)
+    return False
+
+
+def _dual_leaves(recorded, dual=_is_dual) -> list:
+    """Names of the tensors besides the angles that carry a ``torch.autograd.forward_ad``
+    tangent (state preparation, observable coefficients or matrices, gate matrices); with
+    ``dual=_is_wrapped``, those that are ``torch.func`` wrapped tensors."""
     circuit = recorded.circuit
     out = ["state preparation"] if dual(recorded.initial_state) else []
     for m in circuit.measurements:

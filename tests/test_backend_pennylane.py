@@ -227,3 +227,18 @@ def test_torch_func_transforms_on_a_pennylane_device(method):
     else:
         assert torch.allclose(hess(W), torch.func.hessian(lambda w: ref(X[0], w)[0])(W),
                               atol=1e-9)
+
+
+@pytest.mark.parametrize("method", ["best", "parameter-shift"])
+def test_torch_func_hessian_with_a_state_prepared_in_the_call(method):
+    """torch.func.hessian (jacfwd over jacrev) of a qnode whose StatePrep vector is made in
+    the call: the rule's jvp runs below the level that recorded the state, and the Hessian
+    is exact."""
+    def f(w):
+        qd.StatePrep(torch.tensor([0.6, 0.8], dtype=torch.float64), wires=0)
+        qd.RX(w[0], wires=0)
+        return qd.expval(qd.Z(0))
+    g = qd.qnode(qd.device("pennylane", name="default.qubit", wires=1), diff_method=method)(f)
+    ref = qd.qnode(qd.device("statevector", wires=1), diff_method="backprop")(f)
+    w = torch.tensor([0.3], dtype=torch.float64)
+    assert torch.allclose(torch.func.hessian(g)(w), torch.func.hessian(ref)(w), atol=1e-10)

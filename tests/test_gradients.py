@@ -386,6 +386,86 @@ def test_torch_func_hessian_of_first_order_rules_raises(method):
         torch.func.hessian(f)(w)
 
 
+def _built_in_the_call(kind, s, w):
+    """A circuit whose state, observable or gate matrix is computed from ``s`` in the call."""
+    if kind == "state":
+        qd.StatePrep(s, wires=0)
+    if kind == "matrix":
+        c, d = torch.cos(s[0]), torch.sin(s[0])
+        qd.QubitUnitary(torch.stack([torch.stack([c, -d]), torch.stack([d, c])]).to(
+            torch.complex128), wires=0)
+    qd.RX(w[0], wires=0)
+    if kind == "hermitian":
+        return qd.expval(qd.Hermitian(torch.stack([torch.stack([s[0], s[1]]),
+                                                   torch.stack([s[1], -s[0]])]), 0))
+    if kind == "coefficients":
+        return qd.expval(s[0] * qd.Z(0) + s[1] * qd.Y(0))
+    return qd.expval(qd.Z(0))
+
+
+@pytest.mark.parametrize("engine,kind", [("statevector", "state"), ("statevector", "matrix"),
+                                         ("statevector", "hermitian"),
+                                         ("statevector", "coefficients"), ("mixed", "state"),
+                                         ("mixed", "hermitian"), ("mixed", "coefficients")])
+@pytest.mark.parametrize("method", ["parameter-shift", "best"])
+def test_nested_torch_func_transforms_differentiate_what_the_call_builds(engine, method, kind):
+    """The mixed derivative d/ds (df/dw) through a state, gate matrix or observable computed
+    from ``s`` inside the call, the angles differentiated by an exact rule: the outer level's
+    derivative of those is carried (the rule alone would see constants: a zero)."""
+    dev = qd.device(engine, wires=1)
+    f = qd.QNode(lambda s, w: _built_in_the_call(kind, s, w), dev, diff_method=method)
+    fb = qd.QNode(lambda s, w: _built_in_the_call(kind, s, w), dev, diff_method="backprop")
+    s = torch.tensor([0.6, 0.8], dtype=torch.float64)
+    w = torch.tensor([0.3], dtype=torch.float64)
+    ref = torch.func.jacrev(torch.func.jacrev(fb, 1), 0)(s, w)
+    assert ref.abs().max() > 0.1
+    jf, jr = torch.func.jacfwd, torch.func.jacrev
+    for outer, inner in [(jf, jr), (jr, jr), (jr, jf), (jf, jf)]:
+        assert torch.allclose(outer(inner(f, 1), 0)(s, w), ref, atol=1e-10)
+    # the Hessian in the angles with a constant state made in the call
+    assert torch.allclose(torch.func.hessian(f, 1)(s, w), torch.func.hessian(fb, 1)(s, w),
+                          atol=1e-10)
+
+
+@pytest.mark.parametrize("method", ["adjoint", "finite-diff"])
+def test_nested_torch_func_transforms_of_first_order_rules_raise(method):
+    f = qd.QNode(lambda s, w: _built_in_the_call("state", s, w), qd.device("statevector", wires=1),
+                 diff_method=method)
+    s = torch.tensor([0.6, 0.8], dtype=torch.float64)
+    w = torch.tensor([0.3], dtype=torch.float64)
+    for outer in (torch.func.jacfwd, torch.func.jacrev):
+        with pytest.raises(qd.QdiffError, match="second derivatives are not available"):
+            outer(torch.func.jacrev(f, 1), 0)(s, w)
+
+
+@pytest.mark.parametrize("method", ["backprop", "adjoint", "parameter-shift"])
+def test_torch_func_with_basis_state_bits_made_in_the_call(method):
+    """BasisState bits made as a tensor inside the call are read under torch.func.jacrev /
+    jacfwd / hessian; bits batched by vmap are a QdiffError naming BasisState."""
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev, diff_method=method)
+    def f(w):
+        qd.BasisState(torch.tensor([1, 0]), wires=[0, 1])
+        qd.RY(w[0], wires=0); qd.CNOT(wires=[0, 1])
+        return qd.expval(qd.Z(1))
+
+    w = torch.tensor([0.4], dtype=torch.float64)
+    ref = torch.tensor([[math.sin(0.4)]], dtype=torch.float64)  # <Z1> = -cos(w)
+    assert torch.allclose(torch.func.jacrev(f)(w), ref[0], atol=1e-10)
+    assert torch.allclose(torch.func.jacfwd(f)(w), ref[0], atol=1e-10)
+    if method != "adjoint":
+        assert torch.allclose(torch.func.hessian(f)(w), torch.cos(w)[None], atol=1e-10)
+
+    @qd.qnode(dev, diff_method=method)
+    def g(bits):
+        qd.BasisState(bits, wires=[0, 1])
+        return qd.expval(qd.Z(0))
+
+    with pytest.raises(qd.QdiffError, match="BasisState"):
+        torch.func.vmap(g)(torch.tensor([[1, 0], [0, 1]]))
+
+
 @pytest.mark.parametrize("in_dtype,dev_dtype", [(torch.float32, torch.complex128),
                                                 (torch.float64, torch.complex64),
                                                 (torch.float32, torch.complex64)])

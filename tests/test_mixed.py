@@ -670,3 +670,36 @@ def test_trainable_gate_matrix_is_refused_not_dropped():
         f(a)
     with torch.no_grad():
         assert abs(float(f(a)) - math.cos(0.7) * (1 - 4 * 0.1 / 3)) < 1e-12
+
+
+@pytest.mark.parametrize("method", ["backprop", "best", "parameter-shift"])
+def test_gate_matrix_under_torch_func_forward_mode_is_refused_not_dropped(method):
+    """A QubitUnitary matrix computed from an argument carries a torch.func tangent under
+    jacfwd/jvp (no requires_grad there) or an outer level's derivative under nested
+    transforms: refused by name, never a zero; a constant matrix made in the call runs."""
+    def ry(a):
+        c, s = torch.cos(a / 2), torch.sin(a / 2)
+        return torch.stack([torch.stack([c, -s]), torch.stack([s, c])]).to(torch.complex128)
+
+    @qd.qnode(qd.device("mixed", wires=1), diff_method=method)
+    def f(a, w):
+        qd.QubitUnitary(ry(a), wires=0)
+        qd.RX(w, wires=0)
+        return qd.expval(qd.Z(0))
+
+    @qd.qnode(qd.device("mixed", wires=1), diff_method=method)
+    def g(w):
+        qd.QubitUnitary(ry(torch.tensor(0.7, dtype=torch.float64)), wires=0)
+        qd.RX(w, wires=0)
+        return qd.expval(qd.Z(0))
+
+    a = torch.tensor(0.7, dtype=torch.float64)
+    w = torch.tensor(0.3, dtype=torch.float64)
+    for run in (lambda: torch.func.jacfwd(f)(a, w),
+                lambda: torch.func.jvp(f, (a, w), (torch.ones_like(a), torch.zeros_like(w))),
+                lambda: torch.func.jacfwd(torch.func.grad(f, 1), 0)(a, w)):
+        with pytest.raises(qd.QdiffError, match="QubitUnitary: a gate matrix"):
+            run()
+    want = -math.cos(0.7) * math.sin(0.3)
+    assert abs(float(torch.func.jacrev(g)(w)) - want) < 1e-10
+    assert abs(float(torch.func.jacfwd(g)(w)) - want) < 1e-10

@@ -166,6 +166,42 @@ def test_ctrl_gradient_of_multi_parameter_gate_by_finite_differences():
     check_vjp(f, torch.tensor([0.3, -1.1, 0.7], dtype=DT))
 
 
+def test_multi_controlled_x_and_controlled_qubit_unitary_match_pennylane():
+    """PennyLane's MultiControlledX and ControlledQubitUnitary (control wires first, control
+    values, string and non-contiguous labels): the same probabilities and gradient as
+    default.qubit; bad wires, values and keywords name the operator."""
+    U = np.asarray(qml.matrix(qml.prod(qml.Rot(0.3, 0.5, -0.2, wires=0), qml.RX(0.4, wires=1))))
+    labels = ["a", 3, "q", 7, 0]
+
+    def body(lib, x):
+        for i, w in enumerate(labels):
+            lib.RY(0.3 + 0.4 * i, wires=w); lib.RX(x * (i + 1), wires=w)
+        lib.MultiControlledX(wires=["a", 3, "q"], control_values=[0, 1])
+        lib.MultiControlledX(wires=[7, 0], work_wires=["a"])
+        lib.ControlledQubitUnitary(torch.tensor(U), wires=[0, "a", 3, "q"], control_values=[1, 0])
+        lib.ControlledQubitUnitary(torch.tensor(U), wires=[7, 0, "a"])
+        return lib.probs(wires=labels)
+
+    x = torch.tensor(0.37, dtype=DT, requires_grad=True)
+    ours = qd.qnode(qd.device("statevector", wires=labels))(lambda x: body(qd, x))(x)
+    theirs = qml.QNode(lambda x: body(qml, x), qml.device("default.qubit", wires=labels),
+                       interface="torch")(x)
+    assert torch.allclose(ours, theirs.to(DT), atol=1e-12)
+    c = torch.arange(32, dtype=DT)
+    g1, = torch.autograd.grad((ours * c).sum(), x)
+    g2, = torch.autograd.grad((theirs * c).sum(), x)
+    assert abs(float(g1 - g2)) < 1e-10
+    for bad, match in [(lambda: qd.MultiControlledX(wires=[0]), "MultiControlledX: wires"),
+                       (lambda: qd.MultiControlledX(wires=[0, 1], work_wires=[1]), "work_wires"),
+                       (lambda: qd.MultiControlledX(wires=[0, 1, 2], control_values=[1]),
+                        "MultiControlledX: control_values"),
+                       (lambda: qd.MultiControlledX(wires=[0, 1], bogus=1), "bogus"),
+                       (lambda: qd.ControlledQubitUnitary(torch.eye(2), wires=[0]), "base"),
+                       (lambda: qd.ControlledQubitUnitary(torch.eye(3), wires=[0, 1]), "base")]:
+        with pytest.raises(QdiffError, match=match):
+            bad()
+
+
 def test_ctrl_refuses_bad_controls():
     with qd.record():
         with pytest.raises(QdiffError, match=r"overlap the wires \[0\]"):

@@ -16,10 +16,11 @@ from __future__ import annotations
 import string
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from qdiff.backends.mixed.superops import Evaluator, fusion_plan, is_constant, op_matrices
 from qdiff.circuits import memory
-from qdiff.circuits.circuit import memo, trainable_matrix_op
+from qdiff.circuits.circuit import memo, trainable_matrix_op, unitary_ops
 from qdiff.circuits.errors import QdiffError
 
 _LETTERS = string.ascii_letters[1:]  # "a" is the batch
@@ -93,6 +94,26 @@ def is_superop(mat: torch.Tensor, wires) -> bool:
     return mat.shape[-1] == 4 ** len(wires)
 
 
+def _tangent_matrix_op(circuit):
+    """The name of the first QubitUnitary whose matrix carries a forward-mode tangent
+    (``torch.func.jvp``/``jacfwd``, whose levels do not set ``requires_grad``) or is wrapped
+    by nested ``torch.func`` levels (an outer one may differentiate it); ``None`` otherwise
+    (a constant made inside one transform is wrapped at that level only)."""
+    if not torch._C._are_functorch_transforms_active():
+        return None
+    f = torch._C._functorch
+    for op, gate in unitary_ops(circuit):
+        t, levels = gate.matrix_fn(), 0
+        if _forward_ad.unpack_dual(t).tangent is not None:
+            return op.gate.pl_name or op.gate.name
+        while f.is_functorch_wrapped_tensor(t):
+            levels += not f.is_batchedtensor(t)
+            t = f.get_unwrapped(t)
+        if levels > 1:
+            return op.gate.pl_name or op.gate.name
+    return None
+
+
 def evolve(circuit, theta: torch.Tensor, initial=None, cdtype=torch.complex128,
            device=None) -> torch.Tensor:
     """Final density matrices ``(B, 2**n, 2**n)`` for bindings ``theta`` ``(B, P)``;
@@ -102,6 +123,12 @@ def evolve(circuit, theta: torch.Tensor, initial=None, cdtype=torch.complex128,
         raise QdiffError(f"{name}: a gate matrix that requires grad is not differentiable on the "
                          "mixed device; build the gate from parametrized gates or pass "
                          "matrix.detach()")
+    name = _tangent_matrix_op(circuit)
+    if name is not None:
+        raise QdiffError(f"{name}: a gate matrix that carries a torch.func tangent, or is built "
+                         "inside nested torch.func transforms (which may differentiate it), is "
+                         "not differentiable on the mixed device; build the gate from "
+                         "parametrized gates, or the matrix outside the transformed function")
     n = circuit.num_wires
     device = theta.device if device is None else torch.device(device)
     batch = theta.shape[0]
