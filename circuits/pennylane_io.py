@@ -295,9 +295,17 @@ def to_pennylane(circuit: Circuit, theta=None, shots=None, initial_state=None,
 
 
 def _param_tensor(p) -> torch.Tensor:
-    if isinstance(p, torch.Tensor):
-        return p if p.dtype.is_floating_point else p.to(torch.float64)
-    return torch.as_tensor(np.asarray(p, dtype=float))
+    """A real angle (array) as a tensor: one of a complex dtype is taken when its imaginary
+    part is zero and refused otherwise (never cut to its real part)."""
+    if not isinstance(p, torch.Tensor):
+        a = np.asarray(p)
+        p = a.astype(complex if np.iscomplexobj(a) else float)
+    t = p if isinstance(p, torch.Tensor) else torch.as_tensor(p)
+    if t.is_complex():
+        if bool((t.detach().imag != 0).any()):
+            raise QdiffError(f"a gate angle {p!r:.80} has an imaginary part (angles are real)")
+        t = t.real
+    return t if t.dtype.is_floating_point else t.to(torch.float64)
 
 
 def _global_phase(op, any_wire) -> list:
@@ -485,8 +493,8 @@ def _op_items(op, who: str, first: bool, any_wire=None) -> list:
         data = op.data[0]
         if hasattr(data, "toarray"):  # a scipy sparse state (StatePrep's sparse form)
             data = np.asarray(data.toarray()).reshape(-1)
-        vec = _param_tensor(data) if not torch.is_tensor(data) else data
-        vec = vec.to(torch.complex128)
+        vec = data if torch.is_tensor(data) else torch.as_tensor(np.asarray(data))
+        vec = vec.to(torch.complex128)  # (complex amplitudes kept)
         prep_wires = tuple(op.wires)
         if vec.shape[-1] != 2 ** len(prep_wires):
             raise QdiffError(f"{who}: {name} vector of length {vec.shape[-1]} "

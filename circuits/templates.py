@@ -30,7 +30,8 @@ from qdiff.circuits.operation import BlockStructure, OpBlock, Operation, ParamRe
 def _tensor(x) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         return x if (x.dtype.is_floating_point or x.is_complex()) else x.to(torch.float64)
-    return torch.as_tensor(np.asarray(x, dtype=float))
+    a = np.asarray(x)  # complex amplitudes stay complex (angles refuse them by name)
+    return torch.as_tensor(a.astype(complex if np.iscomplexobj(a) else float))
 
 
 def _check_tail(name: str, w: torch.Tensor, expected: tuple) -> None:

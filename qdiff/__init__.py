@@ -94,6 +94,39 @@ _GATE_ALIASES = {"I": "Identity", "X": "PauliX", "Y": "PauliY", "Z": "PauliZ", "
                  "SQISW": "SISWAP"}
 
 
+# PennyLane's qubit templates qdiff does not write itself: ``qd.GroverOperator`` is
+# ``qml.GroverOperator`` (imported on first use), recorded into a qdiff qnode through
+# PennyLane's operator queue and decomposed into qdiff's gates, torch parameters differentiable
+# (tests/test_pennylane_templates.py checks the list against PennyLane's)
+_PENNYLANE_TEMPLATES = (
+    "AQFT", "Adder", "AmplitudeAmplification", "ApproxTimeEvolution", "ArbitraryStatePreparation",
+    "ArbitraryUnitary", "BBQRAM", "BasisEmbedding", "BasisRotation", "CommutingEvolution",
+    "ControlledSequence", "CosineWindow", "Elbow", "FABLE", "FermionicDoubleExcitation",
+    "FermionicSingleExcitation", "FlipSign", "GQSP", "GateFabric", "GroverOperator",
+    "HilbertSchmidt", "HybridQRAM", "IQP", "LocalHilbertSchmidt", "MERA", "MPS", "MPSPrep",
+    "ModExp", "MottonenStatePreparation", "MultiplexerStatePreparation", "Multiplier",
+    "OutAdder", "OutMultiplier", "OutPoly", "ParticleConservingU1", "ParticleConservingU2",
+    "Permute", "PhaseAdder", "PrepSelPrep", "QAOAEmbedding", "QDrift", "QROM",
+    "QROMStatePreparation", "QSVT", "QuantumMonteCarlo", "QuantumPhaseEstimation",
+    "Qubitization", "RandomLayers", "Reflection", "Select", "SelectOnlyQRAM", "SelectPauliRot",
+    "SemiAdder", "SimplifiedTwoDesign", "SumOfSlatersPrep", "Superposition", "TTN",
+    "TemporaryAND", "TrotterProduct", "TwoLocalSwapNetwork", "UCCSD")
+
+
+def _pennylane_template(name: str):
+    try:
+        import pennylane.templates as templates
+    except ImportError:
+        raise AttributeError(f"qd.{name} is PennyLane's template qml.{name} (recorded into "
+                             "qdiff qnodes); it needs pennylane installed") from None
+    value = getattr(templates, name, None)
+    if value is None:
+        import pennylane
+        raise AttributeError(f"qd.{name} is PennyLane's template qml.{name}, which PennyLane "
+                             f"{pennylane.__version__} does not have")
+    return value
+
+
 def _gate(pl_name: str):
     from qdiff.circuits.gates import GATES
     import qdiff.circuits.observables  # noqa: F401  (arithmetic on gates makes observables)
@@ -113,6 +146,8 @@ def __getattr__(name: str):
         value = _gate(name)
     elif name in _GATE_ALIASES:
         value = _gate(_GATE_ALIASES[name])
+    elif name in _PENNYLANE_TEMPLATES:
+        value = _pennylane_template(name)
     elif not name.startswith("__") and importlib.util.find_spec(f"qdiff.{name}") is not None:
         value = importlib.import_module(f"qdiff.{name}")  # a submodule: qd.backends, ...
     else:
@@ -122,7 +157,8 @@ def __getattr__(name: str):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS) | set(_GATE_NAMES) | set(_GATE_ALIASES))
+    return sorted(set(globals()) | set(_EXPORTS) | set(_GATE_NAMES) | set(_GATE_ALIASES) |
+                  set(_PENNYLANE_TEMPLATES))
 
 
 class _Front(types.ModuleType):

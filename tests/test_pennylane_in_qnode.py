@@ -786,3 +786,18 @@ def test_pennylane_templates_in_a_qdiff_qnode_and_on_the_device_match_default_qu
             b.backward()
             assert abs(float(a) - float(b)) < 1e-10, name
             assert torch.allclose(x.grad, y.grad, atol=1e-10), name
+
+
+def test_complex_numpy_state_preparations_keep_their_imaginary_parts():
+    """A PennyLane state preparation given a complex numpy vector (StatePrep,
+    AmplitudeEmbedding, MottonenStatePreparation) keeps its complex amplitudes; a gate angle
+    with an imaginary part is refused, not cut to its real part."""
+    qml = pytest.importorskip("pennylane")
+    dev = qd.device("statevector", wires=2)
+    vec = np.array([1, 1j, 0, 0]) / np.sqrt(2)
+    for make in (qml.StatePrep, qml.AmplitudeEmbedding, qml.MottonenStatePreparation):
+        out = qd.qnode(dev)(lambda: (make(vec, wires=[0, 1]), qd.expval(qd.Y(1)))[-1])()
+        assert float(out) == pytest.approx(1.0, abs=1e-12), make.__name__
+    with pytest.raises(qd.QdiffError, match="has an imaginary part"):
+        qd.qnode(dev)(lambda: (qml.RX(np.array(0.3 + 0.2j), wires=0),
+                               qd.expval(qd.Z(0)))[-1])()

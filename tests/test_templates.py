@@ -373,3 +373,17 @@ def test_iqp_embedding_takes_a_numpy_integer_n_repeats():
     assert np.allclose(ours, theirs, atol=1e-12)
     with pytest.raises(qd.QdiffError, match="n_repeats must be a positive integer"):
         qd.IQPEmbedding(torch.tensor(x), wires=range(3), n_repeats=np.bool_(True))
+
+
+def test_complex_numpy_amplitudes_keep_their_imaginary_parts():
+    """A complex numpy vector given to StatePrep / AmplitudeEmbedding keeps its complex
+    amplitudes (normalize=True normalised the real part alone, silently); complex numpy
+    angles are refused by name."""
+    dev = qd.device("statevector", wires=2)
+    for make, kw in ((qd.StatePrep, {}), (qd.AmplitudeEmbedding, {"normalize": True})):
+        vec = np.array([1, 1j, 0, 0]) / (np.sqrt(2) if not kw else 1.0)
+        out = qd.qnode(dev)(lambda: (make(vec, wires=[0, 1], **kw), qd.expval(qd.Y(1)))[-1])()
+        assert float(out) == pytest.approx(1.0, abs=1e-12), make.__name__
+    with pytest.raises(qd.QdiffError, match="angles must be real"):
+        qd.qnode(dev)(lambda: (qd.AngleEmbedding(np.array([0.1 + 0.1j, 0.2]), wires=[0, 1]),
+                               qd.expval(qd.Z(0)))[-1])()
