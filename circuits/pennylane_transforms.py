@@ -78,3 +78,49 @@ def defer_within():
                 f"{len(device_wires)}; create the device with more wires")
         return tapes, fn
     return transform
+
+
+@functools.lru_cache(maxsize=None)
+def snapshots_taken():
+    """The transform ``snapshots_taken(tape, device)``: the tape without its ``Snapshot``
+    operations; while ``qml.snapshots`` debugs the device (its ``_debugger`` active), each
+    snapshot's measurement (the state by default) is first taken on the circuit up to it, by
+    ``device._snapshot_result(tape)``, and stored under its tag as default.qubit stores it
+    (exact for state measurements, else with the snapshot's shots)."""
+    import pennylane as qml
+    from pennylane.measurements import StateMP
+
+    @qml.transform
+    def transform(tape, device):
+        ops = tape.operations
+        if not any(isinstance(op, qml.Snapshot) for op in ops):
+            return (tape,), lambda results: results[0]
+        debugger = getattr(device, "_debugger", None)
+        if debugger is not None and debugger.active:
+            for i, op in enumerate(ops):
+                if not isinstance(op, qml.Snapshot):
+                    continue
+                m = op.hyperparameters["measurement"]
+                shots = op.hyperparameters["shots"]
+                shots = tape.shots if shots == "workflow" else shots
+                prefix = [o for o in ops[:i] if not isinstance(o, qml.Snapshot)]
+                sub = qml.tape.QuantumScript(prefix, [m],
+                                             shots=None if isinstance(m, StateMP) else shots)
+                _store_snapshot(debugger, op.tag, device._snapshot_result(sub))
+        kept = [op for op in ops if not isinstance(op, qml.Snapshot)]
+        return (tape.copy(operations=kept),), lambda results: results[0]
+    return transform
+
+
+def _store_snapshot(debugger, tag, value) -> None:
+    """default.qubit's bookkeeping: an untagged snapshot under its index, a repeated tag
+    collecting its values in a list."""
+    snaps = debugger.snapshots
+    if tag is None:
+        snaps[len(snaps)] = value
+    elif tag not in snaps:
+        snaps[tag] = value
+    elif isinstance(snaps[tag], list):
+        snaps[tag].append(value)
+    else:
+        snaps[tag] = [snaps[tag], value]

@@ -69,7 +69,7 @@ from qdiff.circuits.noise import resolve_noise
 from qdiff.circuits.pennylane_io import (from_pennylane_observable, from_pennylane_tape,
                                         tape_channel_supported, tape_op_supported)
 from qdiff.circuits.pennylane_transforms import (decompose_broadcast, defer_within,
-                                                 map_measurement_wires)
+                                                 map_measurement_wires, snapshots_taken)
 from qdiff.noise import routing_for
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
@@ -179,6 +179,7 @@ class QdiffMixed(Device):
         seed = np.random.randint(0, 2 ** 31 - 1) if seed == "global" else seed
         self._rng = np.random.default_rng(seed)
         self._engines: dict = {}
+        self._debugger = None  # qml.snapshots' debugger while it is active (snapshots_taken)
         if self.wires is not None:
             self._engine(len(self.wires))  # a device wider than the noise model: refused now
 
@@ -251,6 +252,7 @@ class QdiffMixed(Device):
         program.add_transform(validate_observables, stopping_condition=observable_stopping_condition,
                               name=self.name)
         program.add_transform(_expand_shadow_broadcast)
+        program.add_transform(snapshots_taken(), device=self)
         if config.gradient_method == "backprop":
             program.add_transform(no_sampling, name=f"backprop + {self.name}")
         return program
@@ -262,6 +264,13 @@ class QdiffMixed(Device):
             return execute_autograd(circuits, lambda tapes: tuple(self._run(t) for t in tapes))
         torch_out = _torch_backprop(execution_config)
         return tuple(self._run(t, torch_out) for t in circuits)
+
+    def _snapshot_result(self, tape):
+        """One snapshot's measurement, on the circuit up to it (torch and autograd parameters
+        kept differentiable)."""
+        if has_boxes((tape,)):
+            return execute_autograd((tape,), lambda tapes: tuple(self._run(t) for t in tapes))[0]
+        return self._run(tape)
 
     def _labels(self, tape) -> tuple:
         labels = tuple(self.wires) if self.wires is not None else tuple(tape.wires)

@@ -532,3 +532,26 @@ def test_classical_shadows_on_wire_labels_and_broadcast_rows():
                           qml.device(name, wires=1, shots=30, seed=4))()
                 for name in ("qdiff.mixed", "default.mixed"))
     np.testing.assert_array_equal(got, ref)
+
+
+def test_snapshots_run_natively_with_the_density_matrix_as_the_state():
+    """``qml.snapshots`` on qdiff.mixed: each snapshot's measurement on the circuit up to it
+    (the state as a density matrix), a repeated tag collecting a list, as default.qubit's
+    bookkeeping; trainable torch parameters under "best"."""
+    def body(x):
+        qml.RX(x, 0)
+        qml.Snapshot("z", measurement=qml.expval(qml.Z(0)))
+        qml.CNOT([0, 1])
+        qml.Snapshot("rho")
+        qml.Snapshot("z", measurement=qml.expval(qml.X(1)))
+        return qml.expval(qml.Z(1))
+    x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    got = qml.snapshots(qml.QNode(body, qml.device("qdiff.mixed", wires=2)))(x)
+    want = qml.snapshots(qml.QNode(body, qml.device("default.qubit", wires=2)))(x)
+    assert got.keys() == want.keys()
+    psi = want["rho"].detach().numpy()
+    np.testing.assert_allclose(got["rho"].detach().numpy(), np.outer(psi, psi.conj()),
+                               atol=1e-12)
+    for a, b in zip(got["z"], want["z"]):
+        assert float(a) == pytest.approx(float(b), abs=1e-12)
+    assert float(got["execution_results"]) == pytest.approx(float(want["execution_results"]))

@@ -799,22 +799,33 @@ def test_adjoint_differentiates_circuits_with_snapshots():
     assert abs(float(y) - np.cos(0.3)) < 1e-12 and abs(float(x.grad) + np.sin(0.3)) < 1e-12
 
 
-def test_snapshots_of_a_best_qnode_equal_default_qubit():
-    """``qml.snapshots`` splits a circuit into one tape per snapshot, and PennyLane resolves
-    "best" on the first: a later snapshot of the state runs too (nothing is differentiated)."""
+@pytest.mark.parametrize("method", ["best", "adjoint", "backprop", "parameter-shift"])
+@pytest.mark.parametrize("interface", ["numpy", "autograd", "torch"])
+def test_snapshots_equal_default_qubit(method, interface):
+    """``qml.snapshots`` runs natively (the device offers the debugger hook): every snapshot,
+    a state snapshot after an expval one and a repeated tag included, with trainable
+    parameters under every method (split into tapes, "best" resolved on the first tape took
+    the adjoint method, which refused the state tape)."""
     def body(x):
         qml.RX(x, 0)
         qml.Snapshot("z", measurement=qml.expval(qml.Z(0)))
         qml.Snapshot("state")
         qml.CNOT([0, 1])
         qml.Snapshot("p", measurement=qml.probs([0, 1]))
+        qml.Snapshot("z", measurement=qml.expval(qml.X(1)))
         return qml.expval(qml.Z(1))
-
-    got, want = (qml.snapshots(qml.QNode(body, qml.device(name, wires=2)))(0.3)
-                 for name in ("qdiff.statevector", "default.qubit"))
+    x = {"numpy": 0.3, "autograd": qml.numpy.array(0.3, requires_grad=True),
+         "torch": torch.tensor(0.3, dtype=torch.float64, requires_grad=True)}[interface]
+    got = qml.snapshots(qml.QNode(body, qml.device("qdiff.statevector", wires=2),
+                                  diff_method=method))(x)
+    want = qml.snapshots(qml.QNode(body, qml.device("default.qubit", wires=2),
+                                   diff_method="backprop" if method == "adjoint" else method))(x)
     assert got.keys() == want.keys()
     for k in want:
-        np.testing.assert_allclose(got[k], want[k], atol=1e-12, rtol=0)
+        g, w = (v if isinstance(v, list) else [v] for v in (got[k], want[k]))
+        for a, b in zip(g, w):
+            np.testing.assert_allclose(qml.math.unwrap(qml.math.detach(a)),
+                                       qml.math.unwrap(qml.math.detach(b)), atol=1e-12, rtol=0)
 
 
 def test_pennylane_qubit_gates_run_natively_and_match_default_qubit():

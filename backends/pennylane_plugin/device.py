@@ -51,7 +51,7 @@ from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.pennylane_transforms import (decompose_broadcast, defer_within,
-                                                 map_measurement_wires)
+                                                 map_measurement_wires, snapshots_taken)
 from qdiff.circuits.operation import is_concrete
 from qdiff.circuits.gates import check_unitary
 from qdiff.circuits.pennylane_io import (exp_pauli_rotation, from_pennylane_observable,
@@ -169,16 +169,6 @@ def _trainable_state_prep(tape) -> bool:
 
 
 @qml.transform
-def _drop_snapshots(tape):
-    """The tape without its ``Snapshot`` operations (they leave the state and the results as
-    they are; ``qml.snapshots`` reads them in tapes of their own)."""
-    if not any(isinstance(op, qml.Snapshot) for op in tape.operations):
-        return (tape,), lambda results: results[0]
-    ops = [op for op in tape.operations if not isinstance(op, qml.Snapshot)]
-    return (tape.copy(operations=ops),), lambda results: results[0]
-
-
-@qml.transform
 def _refuse_trainable_observables(tape, name: str):
     """A trainable observable parameter in a tape the adjoint method would differentiate:
     refused (the reverse mode differentiates gate parameters only)."""
@@ -247,6 +237,7 @@ class QdiffStatevector(Device):
         self._engines: dict = {}
         self._gate_set = self.capabilities.gate_set()  # the TOML's gates (computed once)
         self._adjoint_checked = (None, (), False)  # the last tape the adjoint program checked
+        self._debugger = None  # qml.snapshots' debugger while it is active (snapshots_taken)
 
     def _engine(self, n: int) -> StatevectorBackend:
         eng = self._engines.get(n)
@@ -364,6 +355,7 @@ class QdiffStatevector(Device):
         program.add_transform(validate_device_wires, self.wires, name=self.name)
         program.add_transform(validate_measurements, analytic_measurements=_accepted_analytic,
                               sample_measurements=_accepted_sample, name=self.name)
+        program.add_transform(snapshots_taken(), device=self)
         if config.gradient_method == "backprop":
             program.add_transform(no_sampling, name=f"backprop + {self.name}")
         if config.gradient_method == "adjoint":
@@ -380,7 +372,7 @@ class QdiffStatevector(Device):
                               decomposer=_decomposer, device_wires=self.wires,
                               target_gates=self._gate_set,
                               skip_initial_state_prep=False, name=name)
-        program.add_transform(_drop_snapshots)
+        program.add_transform(snapshots_taken(), device=None)  # (taken, if asked, before)
         _add_measurement_checks(program, name)
         program.add_transform(validate_adjoint_trainable_params)
         # PennyLane's Jacobian format has no broadcast axis, and its VJPs none for a trainable
@@ -432,6 +424,13 @@ class QdiffStatevector(Device):
         if has_boxes(circuits):  # backprop under the autograd interface
             return execute_autograd(circuits, self._execute)
         return self._execute(circuits, _torch_backprop(execution_config))
+
+    def _snapshot_result(self, tape):
+        """One snapshot's measurement, on the circuit up to it (torch and autograd parameters
+        kept differentiable)."""
+        if has_boxes((tape,)):
+            return execute_autograd((tape,), self._execute)[0]
+        return self._execute((tape,))[0]
 
     def _execute(self, circuits, torch_out: bool = False):
         """The tapes' results; torch tensors for torch parameters, and for every tape with
