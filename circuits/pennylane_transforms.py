@@ -85,7 +85,8 @@ def snapshots_taken():
     """The transform ``snapshots_taken(tape, device)``: the tape without its ``Snapshot``
     operations; while ``qml.snapshots`` debugs the device (its ``_debugger`` active), each
     snapshot's measurement (the state by default) is first taken on the circuit up to it, by
-    ``device._snapshot_result(tape)``, and stored under its tag as default.qubit stores it
+    ``device._snapshot_result(sub_tape, tape)`` (torch results where the tape has torch
+    parameters), and stored under its tag as default.qubit stores it
     (exact for state measurements, else with the snapshot's shots)."""
     import pennylane as qml
     from pennylane.measurements import StateMP
@@ -106,7 +107,7 @@ def snapshots_taken():
                 prefix = [o for o in ops[:i] if not isinstance(o, qml.Snapshot)]
                 sub = qml.tape.QuantumScript(prefix, [m],
                                              shots=None if isinstance(m, StateMP) else shots)
-                _store_snapshot(debugger, op.tag, device._snapshot_result(sub))
+                _store_snapshot(debugger, op.tag, device._snapshot_result(sub, tape))
         kept = [op for op in ops if not isinstance(op, qml.Snapshot)]
         return (tape.copy(operations=kept),), lambda results: results[0]
     return transform

@@ -265,12 +265,12 @@ class QdiffMixed(Device):
         torch_out = _torch_backprop(execution_config)
         return tuple(self._run(t, torch_out) for t in circuits)
 
-    def _snapshot_result(self, tape):
+    def _snapshot_result(self, tape, whole):
         """One snapshot's measurement, on the circuit up to it (torch and autograd parameters
-        kept differentiable)."""
+        kept differentiable; a torch result where the ``whole`` tape has torch parameters)."""
         if has_boxes((tape,)):
             return execute_autograd((tape,), lambda tapes: tuple(self._run(t) for t in tapes))[0]
-        return self._run(tape)
+        return self._run(tape, _torch_tape(whole))
 
     def _labels(self, tape) -> tuple:
         labels = tuple(self.wires) if self.wires is not None else tuple(tape.wires)

@@ -425,12 +425,12 @@ class QdiffStatevector(Device):
             return execute_autograd(circuits, self._execute)
         return self._execute(circuits, _torch_backprop(execution_config))
 
-    def _snapshot_result(self, tape):
+    def _snapshot_result(self, tape, whole):
         """One snapshot's measurement, on the circuit up to it (torch and autograd parameters
-        kept differentiable)."""
+        kept differentiable; a torch result where the ``whole`` tape has torch parameters)."""
         if has_boxes((tape,)):
             return execute_autograd((tape,), self._execute)[0]
-        return self._execute((tape,))[0]
+        return self._execute((tape,), _torch_tape(whole))[0]
 
     def _execute(self, circuits, torch_out: bool = False):
         """The tapes' results; torch tensors for torch parameters, and for every tape with
