@@ -25,7 +25,8 @@ import numpy as np
 from qdiff.circuits import caches
 from qdiff.circuits.circuit import memo
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.gates import DENSE_WORD_WIRES, GATES, PauliGenerator, multirz_gate
+from qdiff.circuits.gates import (DENSE_WORD_WIRES, GATES, PauliGenerator, multirz_gate,
+                                  paulirot_gate)
 from qdiff.circuits.operation import Operation
 
 _P = {"I": np.eye(2), "X": np.array([[0, 1], [1, 0]]), "Y": np.array([[0, -1j], [1j, 0]]),
@@ -142,8 +143,9 @@ def _lower_statevector(op) -> Optional[list]:
     if name != "paulirot" or k <= LOWER_PAULIROT_WIRES:
         return None
     act = [(w, c) for w, c in zip(op.wires, op.gate.hyper[0]) if c != "I"]
-    if not act:  # exp(-i theta / 2) I
-        return [Operation(GATES["globalphase"], op.wires[:1], (_scaled(op.params[0], 0.5),))]
+    if not act:  # exp(-i theta / 2) I, a global phase: the one-wire rotation "I" (the same
+        # angle: no arithmetic on it here, where tensors are built as constants)
+        return [Operation(paulirot_gate("I"), op.wires[:1], op.params)]
     # X = H Z H and Y = SX^dag Z SX: exp(-i t P / 2) = V^dag exp(-i t Z..Z / 2) V
     pre = [Operation(GATES["h" if c == "X" else "sx"], (w,)) for w, c in act if c != "Z"]
     post = [Operation(GATES["h" if c == "X" else "sxdg"], (w,)) for w, c in act if c != "Z"]
