@@ -706,14 +706,41 @@ def _run_nested(recorded, backend, rule: Rule, diff_method: str, shots, leaf: st
     """A call under nested ``torch.func`` levels whose ``leaf`` (a state, an observable or a
     gate matrix) is computed inside them, so an outer level may differentiate it: the rules
     take it as a constant, the torch simulation carries every level's derivative exactly.
-    ``None`` where the rule runs as usual (shots, a device outside torch)."""
+    With shots or on a device outside torch nothing carries it: refused where a reverse-mode
+    level differentiates it (forward-mode levels show no sign of a tangent from outside them:
+    such a leaf runs as a constant there, as documented)."""
     if shots or not backend.capabilities.backprop:
-        return None
+        if not _reverse_level_differentiates(recorded):
+            return None
+        where = "with shots" if shots else f"on {type(backend).__name__}"
+        raise QdiffError(f"nested torch.func transforms over a call whose {leaf} is computed "
+                         f"inside them: an outer level differentiates it, which the "
+                         f"'{rule.name}' rules {where} take as a constant; build it outside "
+                         "the transformed function, or run exact (shots=None) on a torch "
+                         "device")
     if rule.second_order != "exact" and higher_order(diff_method, rule) is None:
         raise QdiffError(f"second derivatives are not available with diff_method='{rule.name}' "
                          f"(nested torch.func transforms over a call whose {leaf} is computed "
                          "inside them); use 'parameter-shift' or 'backprop' for Hessians")
     return backend.run(recorded.circuit, recorded.theta, recorded.initial_state, shots=shots)
+
+
+def _reverse_level_differentiates(recorded) -> bool:
+    """Whether a ``torch.func`` reverse-mode (grad) level records a derivative of a state,
+    observable or gate matrix of the call (its unwrapped value requires grad there)."""
+    from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+    f = torch._C._functorch
+    grad_levels = {i.level() for i in retrieve_all_functorch_interpreters()
+                   if i.key().name == "Grad"}
+
+    def differentiated(t) -> bool:
+        while isinstance(t, torch.Tensor) and f.is_functorch_wrapped_tensor(t):
+            u = f.get_unwrapped(t)
+            if f.maybe_get_level(t) in grad_levels and u.requires_grad:
+                return True
+            t = u
+        return False
+    return bool(_dual_leaves(recorded, differentiated))
 
 
 def _tangent_rule(recorded, backend, rule: Rule, shots=None) -> Optional[tuple]:

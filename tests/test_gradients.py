@@ -427,6 +427,20 @@ def test_nested_torch_func_transforms_differentiate_what_the_call_builds(engine,
                           atol=1e-10)
 
 
+def test_nested_torch_func_transforms_with_shots_refuse_what_the_call_builds():
+    """With shots the rules cannot carry an outer reverse-mode level's derivative through a
+    state built in the call: refused (it was a silent zero); the angles' own Hessian runs."""
+    dev = qd.device("statevector", wires=1, shots=2000, seed=3)
+    f = qd.QNode(lambda s, w: _built_in_the_call("state", s, w), dev,
+                 diff_method="parameter-shift")
+    s = torch.tensor([0.6, 0.8], dtype=torch.float64)
+    w = torch.tensor([0.3], dtype=torch.float64)
+    with pytest.raises(qd.QdiffError, match="state preparation is computed inside them.*"
+                                            "with shots"):
+        torch.func.jacrev(torch.func.jacrev(f, 1), 0)(s, w)
+    assert torch.func.hessian(f, 1)(s, w).shape == (1, 1)
+
+
 @pytest.mark.parametrize("method", ["adjoint", "finite-diff"])
 def test_nested_torch_func_transforms_of_first_order_rules_raise(method):
     f = qd.QNode(lambda s, w: _built_in_the_call("state", s, w), qd.device("statevector", wires=1),
