@@ -79,6 +79,19 @@ def test_string_and_bool_angles(angle):
         run(1, body)
 
 
+@pytest.mark.parametrize("angle", [np.complex128(0.3 + 0.1j), np.array(0.3 + 0.1j),
+                                   np.array([0.3 + 0.1j, 0.2]), np.clongdouble(0.3 + 1j)])
+def test_complex_numpy_angles_are_refused(angle):
+    """A complex numpy angle is refused as a complex Python number or tensor is, not cut to its
+    real part."""
+    def body():
+        qd.RX(angle, wires=0)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(QdiffError, match=r"'RX': angle must be a real number or tensor, got "
+                                         r".*complex"):
+        run(1, body)
+
+
 @pytest.mark.parametrize("make", [
     lambda: qd.Hamiltonian([float("nan"), 1.0], [qd.Z(0), qd.X(0)]),
     lambda: qd.Hamiltonian(torch.tensor([1.0, float("inf")]), [qd.Z(0), qd.X(0)]),
