@@ -299,6 +299,9 @@ def _param_tensor(p, gate: str = "") -> torch.Tensor:
     part is zero and refused otherwise (never cut to its real part)."""
     if not isinstance(p, torch.Tensor):
         a = np.asarray(p)
+        if a.dtype.kind in "USV":  # numpy would parse "0.3" as 0.3
+            where = f"gate '{gate}': " if gate else ""
+            raise QdiffError(f"{where}a gate angle {p!r:.80} is not a number")
         p = a.astype(complex if np.iscomplexobj(a) else float)
     t = p if isinstance(p, torch.Tensor) else torch.as_tensor(p)
     if t.is_complex():
