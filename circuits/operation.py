@@ -89,13 +89,15 @@ def check_param(value, gate_name: str):
     try:
         import numpy as np
         kind = np.asarray(value).dtype
-        if kind == np.bool_:
+        if kind == np.bool_ or kind.kind == "c":  # (a complex one is never cut to its real part)
             raise TypeError
         arr = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
         what = type(value).__name__
         if np.asarray(value).dtype == np.bool_ and what != "bool":
             what += " of bool"
+        elif np.iscomplexobj(value) and "complex" not in what:
+            what += " of complex"
         raise QdiffError(f"gate '{gate_name}': angle must be a real number or tensor, "
                          f"got {what}") from None
     return check_param(torch.as_tensor(arr), gate_name)

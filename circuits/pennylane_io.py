@@ -294,16 +294,21 @@ def to_pennylane(circuit: Circuit, theta=None, shots=None, initial_state=None,
 # -- from PennyLane ----------------------------------------------------------------------------
 
 
-def _param_tensor(p) -> torch.Tensor:
+def _param_tensor(p, gate: str = "") -> torch.Tensor:
     """A real angle (array) as a tensor: one of a complex dtype is taken when its imaginary
     part is zero and refused otherwise (never cut to its real part)."""
     if not isinstance(p, torch.Tensor):
         a = np.asarray(p)
+        if a.dtype.kind in "USV":  # numpy would parse "0.3" as 0.3
+            where = f"gate '{gate}': " if gate else ""
+            raise QdiffError(f"{where}a gate angle {p!r:.80} is not a number")
         p = a.astype(complex if np.iscomplexobj(a) else float)
     t = p if isinstance(p, torch.Tensor) else torch.as_tensor(p)
     if t.is_complex():
         if bool((t.detach().imag != 0).any()):
-            raise QdiffError(f"a gate angle {p!r:.80} has an imaginary part (angles are real)")
+            where = f"gate '{gate}': " if gate else ""
+            raise QdiffError(f"{where}a gate angle {p!r:.80} has an imaginary part "
+                             "(angles are real)")
         t = t.real
     return t if t.dtype.is_floating_point else t.to(torch.float64)
 
@@ -676,7 +681,7 @@ def _channel_operation(op, wires) -> Operation:
         return Operation(qubit_channel([np.asarray(k) for k in op.data]), wires, ())
     ch = pauli_error_channel(op.hyperparameters["operators"]) if name == "PauliError" \
         else CHANNELS[name]
-    params = tuple(_gate_param(p) for p in op.data)
+    params = tuple(_param_tensor(p, op.name) for p in op.data)
     ch.check(params)
     return Operation(ch, wires, params)
 
@@ -778,13 +783,7 @@ def _single_gate_params(op) -> tuple:
     """The angles of :func:`_single_gate` (a ``QubitUnitary``'s matrix is part of its gate)."""
     if type(op).__name__ in ("QubitUnitary", "DiagonalQubitUnitary"):
         return ()
-    return tuple(_gate_param(p) for p in op.data)
-
-
-def _gate_param(p) -> torch.Tensor:
-    if isinstance(p, torch.Tensor):
-        return p if p.dtype.is_floating_point else p.to(torch.float64)
-    return torch.as_tensor(np.asarray(p, dtype=np.float64))
+    return tuple(_param_tensor(p, op.name) for p in op.data)
 
 
 def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, channels=False,
@@ -839,7 +838,7 @@ def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, chann
                              "directly; decompose it first")
         if name == "GlobalPhase":  # exp(-i phi) I on any one wire
             w = (wires or tuple(labels))[:1]
-            items.append(Operation(GATES["globalphase"], w, (_gate_param(op.data[0]),)))
+            items.append(Operation(GATES["globalphase"], w, (_param_tensor(op.data[0], name),)))
             sources.append((k, 1.0))
         elif name in ("Snapshot", "Barrier"):
             pass

@@ -13,7 +13,7 @@ from qdiff.circuits import fileio, qasm_bounds
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.errors import QdiffError, QdiffParseError
 from qdiff.circuits.fileio import write_atomic  # noqa: F401  (qasm.write_atomic, as before)
-from qdiff.circuits.qiskit_io import QiskitImport, from_qiskit, to_qiskit
+from qdiff.circuits.qiskit_io import QiskitImport, from_qiskit, real_values, to_qiskit
 
 _LINE = re.compile(r"(\d+),(\d+)")
 _ANTLR_LINE = re.compile(r"L(\d+):C(\d+):")  # the OpenQASM 3 lexer's position
@@ -404,8 +404,7 @@ def _import_theta(imp: QiskitImport, theta):
     """The circuit's theta columns ``(1, P)`` from values of the import's parameters (in
     ``imp.parameters`` order; the expression columns computed from them)."""
     import torch
-    values = torch.as_tensor(theta.detach().cpu() if isinstance(theta, torch.Tensor) else theta,
-                             dtype=torch.float64).reshape(-1)
+    values = torch.as_tensor(real_values(theta, "dumps")).reshape(-1)
     k = len(imp.parameters)
     if values.numel() != k:
         names = ", ".join(f"theta[{i}]" if p is None else p.name

@@ -620,6 +620,22 @@ def _condition(bits: list):
     return out
 
 
+def real_values(theta, who: str) -> np.ndarray:
+    """``theta`` (a tensor, an array, a list) as a float64 array; complex values are refused,
+    never cut to their real parts."""
+    try:
+        arr = np.asarray(theta.detach().cpu() if hasattr(theta, "detach") else theta)
+        if arr.dtype.kind == "c":
+            raise QdiffError(f"{who}: theta must be real; got complex values "
+                             f"{arr.reshape(-1)[:4].tolist()}")
+        return np.asarray(arr, dtype=float)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, QdiffError):
+            raise
+        raise QdiffError(f"{who}: theta must be real numbers; got {type(theta).__name__}") \
+            from None
+
+
 def _column_sources(num_params: int, theta, columns) -> tuple:
     """``(symbols per column, bound values or None)`` for :func:`to_qiskit`."""
     from qiskit.circuit import ParameterVector
@@ -632,8 +648,7 @@ def _column_sources(num_params: int, theta, columns) -> tuple:
         pv = ParameterVector("theta", num_params) if num_params else []
     values = None
     if theta is not None:
-        values = np.asarray(theta.detach().cpu() if hasattr(theta, "detach") else theta,
-                            dtype=float).reshape(-1)
+        values = real_values(theta, "to_qiskit").reshape(-1)
         if values.size != num_params:
             raise QdiffError(f"to_qiskit: theta has {values.size} values for {num_params} "
                              "parameters")

@@ -77,10 +77,29 @@ def record():
     rec = Recorder()
     _stack().append(rec)
     try:
-        with _pennylane_capture(rec):
+        capture = _pennylane_capture(rec)
+        if not isinstance(capture, nullcontext):
+            rec._late_queue = None  # forwarded from the start
+        with capture:
             yield rec
     finally:
+        late = rec.__dict__.pop("_late_queue", None)
+        if late is not None:
+            late.__exit__(None, None, None)
         _stack().pop()
+
+
+def capture_pennylane_late() -> None:
+    """PennyLane imported while recording (``qd.GroverOperator`` used first inside a qnode):
+    forward its queue into the active recorders from now on, outermost first (each stops with
+    its recording), so the operator about to be made is recorded, not dropped."""
+    if "pennylane" not in sys.modules:
+        return
+    for rec in _stack():
+        if "_late_queue" not in rec.__dict__:
+            queue = _pennylane_capture(rec)
+            queue.__enter__()
+            rec._late_queue = queue
 
 
 def _pennylane_capture(rec: Recorder):

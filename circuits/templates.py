@@ -27,11 +27,27 @@ from qdiff.circuits.observables import as_observable
 from qdiff.circuits.operation import BlockStructure, OpBlock, Operation, ParamRef, normalize_wires
 
 
-def _tensor(x) -> torch.Tensor:
+def _tensor(x, who: str) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         return x if (x.dtype.is_floating_point or x.is_complex()) else x.to(torch.float64)
-    a = np.asarray(x)  # complex amplitudes stay complex (angles refuse them by name)
+    a = _numbers(x, who)  # complex amplitudes stay complex (angles refuse them by name)
     return torch.as_tensor(a.astype(complex if np.iscomplexobj(a) else float))
+
+
+def _numbers(x, who: str) -> np.ndarray:
+    """``x`` as a numeric array (an object array of numbers by their own types); strings
+    ("0.3") and other objects are refused, never parsed."""
+    try:
+        a = np.asarray(x)
+        if a.dtype == object and all(isinstance(v, numbers.Number)
+                                     for v in a.reshape(-1).tolist()):
+            a = np.array(a.tolist())
+    except (TypeError, ValueError):
+        a = None
+    if a is None or a.dtype.kind not in "biufc":
+        raise QdiffError(f"{who}: expected numbers or a tensor; got "
+                         f"{type(x).__name__}" + (f" of {a.dtype}" if a is not None else ""))
+    return a
 
 
 def _check_tail(name: str, w: torch.Tensor, expected: tuple) -> None:
@@ -160,7 +176,7 @@ class AngleEmbedding(Template):
     @staticmethod
     def _checked(features, wires, rotation):
         wires = normalize_wires(wires)
-        f = _tensor(features)
+        f = _tensor(features, "AngleEmbedding")
         if f.ndim == 0 or f.shape[-1] > len(wires):
             raise QdiffError(f"AngleEmbedding: features of shape {tuple(f.shape)} need at most "
                              f"{len(wires)} entries in the last dimension (one per wire)")
@@ -195,7 +211,7 @@ class AmplitudeEmbedding(Template):
                              f"{validate_norm!r}")
         wires = normalize_wires(wires)
         _distinct("AmplitudeEmbedding", wires)
-        f = _tensor(features)
+        f = _tensor(features, type(self).__name__)
         d = 2 ** len(wires)
         if f.ndim == 0 or f.shape[-1] > d or (f.shape[-1] < d and pad_with is None):
             n = f.shape[-1] if f.ndim else 1
@@ -254,7 +270,7 @@ class BasicEntanglerLayers(Template):
         return (n_layers, n_wires)
 
     def _build(self, weights, wires=None, rotation=None):
-        w = _tensor(weights)
+        w = _tensor(weights, "BasicEntanglerLayers")
         wires = normalize_wires(wires)
         n = len(wires)
         if w.ndim < 2:
@@ -294,7 +310,7 @@ class StronglyEntanglingLayers(Template):
 
     @staticmethod
     def _checked(weights, wires, ranges):
-        w = _tensor(weights)
+        w = _tensor(weights, "StronglyEntanglingLayers")
         wires = normalize_wires(wires)
         n = len(wires)
         if w.ndim < 3:
@@ -374,7 +390,7 @@ class HardwareEfficientAnsatz(Template):
         return (n_layers, n_wires, 2)
 
     def _build(self, weights, wires):
-        w = _tensor(weights)
+        w = _tensor(weights, "HardwareEfficientAnsatz")
         wires = normalize_wires(wires)
         n = len(wires)
         if w.ndim < 3:
@@ -472,7 +488,7 @@ class AllSinglesDoubles(Template):
         doubles = [list(d) for d in (doubles or [])]
         if not singles and not doubles:
             raise QdiffError("AllSinglesDoubles: singles and doubles cannot both be empty")
-        w = _tensor(weights)
+        w = _tensor(weights, "AllSinglesDoubles")
         _check_tail("AllSinglesDoubles", w, (len(singles) + len(doubles),))
         BasisState(hf_state, wires=wires)
         for i, d in enumerate(doubles):
@@ -490,7 +506,7 @@ def cost_layer(gamma, hamiltonian):
             continue
         wires = sorted(word, key=str)
         letters = "".join(word[x] for x in wires)
-        angle = 2 * _tensor(gamma) * c
+        angle = 2 * _tensor(gamma, "cost_layer") * c
         if set(letters) == {"Z"}:
             ops.append(G.MultiRZ(angle, wires=wires))
         else:
@@ -525,7 +541,7 @@ class QAOALayers(Template):
 
     def _build(self, params, wires, cost_h, mixer_h=None, init_plus=True):
         wires = normalize_wires(wires)
-        p = _tensor(params)
+        p = _tensor(params, "QAOALayers")
         if p.ndim < 2 or p.shape[-1] != 2:
             raise QdiffError(f"QAOALayers: params must have shape (..., depth, 2); got {tuple(p.shape)}")
         mixer_h = mixer_h if mixer_h is not None else x_mixer(wires)
@@ -560,7 +576,7 @@ class IQPEmbedding(Template):
 
     def _build(self, features, wires, n_repeats: int = 1, pattern=None):
         wires = normalize_wires(wires)
-        f = _tensor(features)
+        f = _tensor(features, "IQPEmbedding")
         _real_angles("IQPEmbedding", f)
         _distinct("IQPEmbedding", wires)
         if f.ndim == 0 or f.shape[-1] != len(wires):

@@ -24,6 +24,7 @@ import inspect
 import math
 from typing import Callable, Optional, Union
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -103,8 +104,8 @@ class QuantumLayer(nn.Module):
     def _init(name, shape, init_method, dtype) -> torch.Tensor:
         init = init_method.get(name) if isinstance(init_method, dict) else init_method
         if init is not None and not callable(init) and not isinstance(init, torch.Tensor):
-            try:
-                init = torch.as_tensor(init, dtype=dtype)
+            try:  # (its dtype once it is checked real: a complex one is never cut)
+                init = torch.as_tensor(init if hasattr(init, "dtype") else np.asarray(init))
             except (TypeError, ValueError, RuntimeError):
                 raise QdiffError(f"QuantumLayer: init_method for '{name}' must be a callable or "
                                  f"an initial value; got {type(init).__name__}") from None

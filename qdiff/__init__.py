@@ -119,6 +119,8 @@ def _pennylane_template(name: str):
     except ImportError:
         raise AttributeError(f"qd.{name} is PennyLane's template qml.{name} (recorded into "
                              "qdiff qnodes); it needs pennylane installed") from None
+    from qdiff.circuits import recording
+    recording.capture_pennylane_late()  # PennyLane's first import inside a qnode's recording
     value = getattr(templates, name, None)
     if value is None:
         import pennylane

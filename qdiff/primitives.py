@@ -132,6 +132,22 @@ def _word_observable(word: tuple) -> Observable:
     return Observable([1.0], [tuple(Factor((q,), ch) for q, ch in word)])
 
 
+def _check_real_values(pub, at: int, i: int) -> None:
+    """Refuse parameter values (``pub[at]`` of a tuple PUB: an array or a dict of arrays) with
+    an imaginary part: Qiskit's coercion would cut them to their real parts."""
+    if not isinstance(pub, tuple) or len(pub) <= at or pub[at] is None:
+        return
+    values = pub[at]
+    for v in (values.values() if isinstance(values, dict) else (values,)):
+        try:
+            a = np.asarray(v)
+        except (TypeError, ValueError):
+            continue  # Qiskit's coercion names it
+        if a.dtype.kind == "c" and bool(np.any(a.imag != 0)):
+            raise QdiffError(f"PUB {i}: parameter values must be real; got complex values "
+                             f"{np.asarray(v).reshape(-1)[:4].tolist()}")
+
+
 def _coerce(kind, pubs, default) -> list:
     """Qiskit's PUB coercion and validation, its errors as ``QdiffError`` s naming the PUB."""
     if isinstance(pubs, (str, bytes)) or not hasattr(pubs, "__iter__"):
@@ -139,6 +155,7 @@ def _coerce(kind, pubs, default) -> list:
                          "single PUB in a list: run([(circuit, ...)]))")
     out = []
     for i, pub in enumerate(pubs):
+        _check_real_values(pub, 2 if kind is EstimatorPub else 1, i)
         try:
             out.append(kind.coerce(pub, default))
         except (ValueError, TypeError, IndexError) as exc:

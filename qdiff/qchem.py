@@ -276,6 +276,9 @@ def molecular_problem(symbols: Sequence[str], coordinates, *, unit: str,
                          f"such as ['H', 'H']; got {symbols!r}")
     symbols = [str(s) for s in names]
     try:
+        raw = np.asarray(coordinates)
+        if raw.dtype.kind == "c":  # never cut to the real part
+            raise TypeError(f"got {raw.dtype} values")
         coords = tuple(float(x) for x in np.asarray(coordinates, dtype=float).reshape(-1))
     except (TypeError, ValueError) as e:
         raise QdiffError(f"coordinates must be numbers; {e}") from None

@@ -79,6 +79,37 @@ def test_string_and_bool_angles(angle):
         run(1, body)
 
 
+@pytest.mark.parametrize("name,make", [
+    ("AngleEmbedding", lambda: qd.AngleEmbedding(["0.3", "0.4"], wires=[0, 1])),
+    ("BasicEntanglerLayers", lambda: qd.BasicEntanglerLayers([["0.3", "0.4"]], wires=[0, 1])),
+    ("StronglyEntanglingLayers",
+     lambda: qd.StronglyEntanglingLayers(np.full((1, 2, 3), "0.3"), wires=[0, 1])),
+    ("StatePrep", lambda: qd.StatePrep(["1", "0", "0", "0"], wires=[0, 1])),
+    ("AmplitudeEmbedding", lambda: qd.AmplitudeEmbedding(np.array([b"1", b"0"]), wires=0)),
+    ("IQPEmbedding", lambda: qd.IQPEmbedding(["0.3", "0.4"], wires=[0, 1])),
+])
+def test_templates_refuse_strings_as_numbers(name, make):
+    """Template features and weights given as strings ("0.3") are refused, never parsed."""
+    def body():
+        make()
+        return qd.expval(qd.Z(0))
+    with pytest.raises(QdiffError, match=rf"{name}: expected numbers or a tensor; got"):
+        run(2, body)
+
+
+@pytest.mark.parametrize("angle", [np.complex128(0.3 + 0.1j), np.array(0.3 + 0.1j),
+                                   np.array([0.3 + 0.1j, 0.2]), np.clongdouble(0.3 + 1j)])
+def test_complex_numpy_angles_are_refused(angle):
+    """A complex numpy angle is refused as a complex Python number or tensor is, not cut to its
+    real part."""
+    def body():
+        qd.RX(angle, wires=0)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(QdiffError, match=r"'RX': angle must be a real number or tensor, got "
+                                         r".*complex"):
+        run(1, body)
+
+
 @pytest.mark.parametrize("make", [
     lambda: qd.Hamiltonian([float("nan"), 1.0], [qd.Z(0), qd.X(0)]),
     lambda: qd.Hamiltonian(torch.tensor([1.0, float("inf")]), [qd.Z(0), qd.X(0)]),

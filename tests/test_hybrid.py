@@ -7,6 +7,7 @@ import io
 import math
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -565,6 +566,11 @@ def test_layer_refuses_what_it_cannot_take_by_name():
     f = make("w")
     with pytest.raises(qd.QdiffError, match="initial value of 'w' is complex"):
         qd.QuantumLayer(f, {"w": 1}, init_method={"w": torch.tensor(1 + 1j)})
+    for init in (np.array([0.3 + 0.2j]), [0.3 + 0.2j]):  # numpy and lists as tensors are
+        with pytest.raises(qd.QdiffError, match="initial value of 'w' is complex"):
+            qd.QuantumLayer(f, {"w": (1,)}, init_method={"w": init})
+    layer = qd.QuantumLayer(f, {"w": (1,)}, init_method=[0.1], dtype=torch.float64)
+    assert layer.w.dtype == torch.float64 and float(layer.w) == 0.1  # a list kept in float64
     with pytest.raises(qd.QdiffError, match="init_method for 'w' returned a complex tensor"):
         qd.QuantumLayer(f, {"w": 1}, init_method=lambda t: torch.full(t.shape, 1 + 1j))
     with pytest.raises(qd.QdiffError, match="qnode must be a qnode"):

@@ -259,6 +259,30 @@ def test_bad_input_names_the_operation_wire_or_option():
         qml.device("qdiff.statevector", wires=2, not_an_option=1)
 
 
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_complex_gate_angles_are_refused_or_taken_when_real(name):
+    """A tape angle of a complex dtype (numpy, torch, PennyLane numpy; a controlled gate's and
+    a channel's too) is refused when its imaginary part is not zero and is never cut to its
+    real part; one whose imaginary part is zero gives default.qubit's value. A string angle
+    is refused, not parsed."""
+    dev = qml.device(name, wires=2)
+    for angle in (np.complex128(0.3 + 0.1j), np.array([0.3 + 0.1j]), pnp.array(0.3 + 0.1j),
+                  torch.tensor(0.3 + 0.1j, dtype=torch.complex128)):
+        for body in (lambda: qml.RX(angle, wires=0), lambda: qml.CRY(angle, wires=[1, 0]),
+                     lambda: qml.GlobalPhase(angle, wires=0)):
+            with pytest.raises(DeviceError, match="imaginary part"):
+                qml.QNode(lambda: (body(), qml.expval(qml.Z(0)))[1], dev)()
+    if name == "qdiff.mixed":
+        with pytest.raises(DeviceError, match="imaginary part"):
+            qml.QNode(lambda: (qml.DepolarizingChannel(np.complex128(0.1 + 0.1j), wires=0),
+                               qml.expval(qml.Z(0)))[1], dev)()
+    with pytest.raises(DeviceError, match="gate 'RX': a gate angle '0.3' is not a number"):
+        qml.QNode(lambda: (qml.RX("0.3", wires=0), qml.expval(qml.Z(0)))[1], dev)()
+    for angle in (np.complex128(0.3), torch.tensor(0.3 + 0j, dtype=torch.complex128)):
+        out = qml.QNode(lambda: (qml.RX(angle, wires=0), qml.expval(qml.Z(0)))[1], dev)()
+        assert float(out) == pytest.approx(np.cos(0.3), abs=1e-12)
+
+
 def test_mid_circuit_measurement_is_deferred_exactly():
     def circuit(x):
         qml.RX(x, 0)

@@ -100,3 +100,34 @@ def test_a_static_qnode_refuses_a_template_whose_structure_follows_the_angles():
     with pytest.raises(qd.QdiffError, match="static qnode: the circuit structure"):
         circuit(x)
         circuit(x + 0.1)
+
+
+def test_a_template_first_used_inside_a_qnode_is_recorded():
+    """``qd.QAOAEmbedding`` first used inside a qnode imports PennyLane there, during the
+    recording: the template is recorded (default.qubit's value), and one first used later in
+    a recording that began with PennyLane loaded is recorded once."""
+    import subprocess
+    import sys
+    code = (
+        "import sys, qdiff as qd\n"
+        "assert 'pennylane' not in sys.modules\n"
+        "dev = qd.device('statevector', wires=2)\n"
+        "def f():\n"
+        "    qd.RX(0.3, wires=0)\n"
+        "    qd.QAOAEmbedding([0.3, 0.4], weights=[[0.1, 0.2, 0.3]], wires=[0, 1])\n"
+        "    return qd.expval(qd.Z(0))\n"
+        "def g():\n"
+        "    qd.RY(0.3, wires=0)\n"
+        "    qd.Permute([1, 0], wires=[0, 1])\n"
+        "    return qd.expval(qd.Z(0))\n"
+        "print(float(qd.qnode(dev)(f)()), float(qd.qnode(dev)(g)()))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    qml = pytest.importorskip("pennylane")
+    dq = qml.device("default.qubit", wires=2)
+    want_f = qml.QNode(lambda: (qml.RX(0.3, wires=0), qml.QAOAEmbedding(
+        [0.3, 0.4], weights=[[0.1, 0.2, 0.3]], wires=[0, 1]), qml.expval(qml.Z(0)))[-1], dq)()
+    want_g = qml.QNode(lambda: (qml.RY(0.3, wires=0), qml.Permute([1, 0], wires=[0, 1]),
+                                qml.expval(qml.Z(0)))[-1], dq)()  # 1 (cos 0.3 dropped or twice)
+    assert float(out[0]) == pytest.approx(float(want_f), abs=1e-12)
+    assert float(out[1]) == pytest.approx(float(want_g), abs=1e-12)

@@ -4,6 +4,8 @@ statistics, the bit layout of registers, errors, and Qiskit ML's EstimatorQNN + 
 training on qdiff's Estimator."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -207,6 +209,26 @@ def test_estimator_errors():
         Estimator().run([(free, "Z"), (free, "ZZ")])
     with pytest.raises(QdiffError, match="run.. takes an iterable of PUBs"):
         Estimator().run(free)
+
+
+def test_complex_parameter_values_are_refused_not_cut_to_their_real_parts():
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    t = Parameter("t")
+    qc = QuantumCircuit(1)
+    qc.rx(t, 0)
+    for values in (np.array([0.3 + 0.1j]), [0.3 + 0.1j], {t: np.array([0.3, 0.2 + 1e-3j])}):
+        with pytest.raises(QdiffError, match="PUB 0: parameter values must be real"):
+            Estimator().run([(qc, "Z", values)])
+        measured = qc.copy()
+        measured.measure_all()
+        with pytest.raises(QdiffError, match="PUB 0: parameter values must be real"):
+            Sampler().run([(measured, values)])
+    # an exact real value of a complex dtype is kept (as Qiskit's primitives take it)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)
+        ev = Estimator().run([(qc, "Z", np.array([0.3 + 0j]))]).result()[0].data.evs
+    assert float(ev) == pytest.approx(np.cos(0.3), abs=1e-12)
 
 
 def test_sampler_bit_layout_matches_statevector_sampler():

@@ -182,6 +182,12 @@ def test_qiskit_parameters_and_affine_expressions():
                        atol=1e-12)
     bound_back = to_qiskit(imp.circuit, theta=torch.tensor([0.3, -1.1]))
     assert not bound_back.parameters
+    # complex values are refused, never written as their real parts
+    for theta in (np.array([0.3 + 0.1j, -1.1]), torch.tensor([0.3, -1.1 + 1j]), [0.3j, 1.0]):
+        with pytest.raises(QdiffError, match="to_qiskit: theta must be real; got complex"):
+            to_qiskit(imp.circuit, theta=theta)
+        with pytest.raises(QdiffError, match="dumps: theta must be real; got complex"):
+            qasm.dumps(imp, version=2, theta=theta)
 
 
 def test_dump_is_atomic_and_writes_measurements(tmp_path):

@@ -98,6 +98,10 @@ def test_bad_input_and_units():
         qchem.molecular_hamiltonian(["H", "H"], [0.0, 0.0, 0.7])
     with pytest.raises(qd.QdiffError, match="unit"):
         qchem.molecular_hamiltonian(["H", "H"], [0, 0, 0, 0, 0, 0.74], unit="pm")
+    for coords in (np.array([0, 0, 0, 0, 0, 0.74 + 0.1j]), np.array([0, 0, 0, 0, 0, 0.74 + 0j]),
+                   torch.tensor([0, 0, 0, 0, 0, 0.74 + 0.1j])):  # never cut to the real part
+        with pytest.raises(qd.QdiffError, match="coordinates must be numbers; got complex"):
+            qchem.molecular_hamiltonian(["H", "H"], coords, unit="angstrom")
     with pytest.raises(qd.QdiffError, match=r"unknown keyword\(s\) \['units'\]"):
         qchem.molecular_hamiltonian(["H", "H"], [0, 0, 0, 0, 0, 0.74], units="angstrom")
     # bohr vs angstrom: the same geometry in the two units gives the same Hamiltonian
