@@ -431,6 +431,31 @@ def exp_pauli_rotation(op):
     return theta.to(torch.float64), "".join(word[w] for w in wires), wires
 
 
+def broadcast_exp_rotation(op):
+    """``(theta, pauli_word, wires)`` of ``qml.exp``/``qml.evolve`` of a scaled Pauli word with
+    a broadcast numpy or autograd coefficient (PennyLane's own decomposition cannot read one):
+    ``theta = 2j * coeff * c`` of shape ``(B,)``, real, in the coefficient's interface;
+    ``None`` for anything else (a non-Pauli base, a scalar or torch coefficient, a coefficient
+    with a real part: not unitary)."""
+    import pennylane as qml
+    base, coeff = op.base, op.coeff
+    if isinstance(coeff, torch.Tensor) or qml.math.ndim(coeff) == 0:
+        return None
+    while type(base).__name__ == "SProd":
+        coeff, base = coeff * base.scalar, base.base
+    rep = getattr(base, "pauli_rep", None)
+    if rep is None or len(rep) != 1:
+        return None
+    (word, c), = rep.items()
+    word = dict(word)
+    theta = 2j * coeff * c
+    imag = np.asarray(qml.math.unwrap(qml.math.imag(theta)))
+    if not word or bool((np.abs(imag) > 1e-10).any()):
+        return None
+    wires = tuple(word)
+    return qml.math.real(theta), "".join(word[w] for w in wires), wires
+
+
 def _exp_pauli_rot(op):
     """:func:`exp_pauli_rotation` as one qdiff ``PauliRot`` operation (or ``None``)."""
     rot = exp_pauli_rotation(op)
