@@ -340,7 +340,9 @@ def _qdiff_ops(op, any_wire=None) -> list:
         u = op.data[0]
         trainable = isinstance(u, torch.Tensor) and u.requires_grad
         if getattr(u, "ndim", 2) == 2 and not trainable:
-            return [Operation(unitary_gate(torch.as_tensor(np.asarray(u))), wires, ())]
+            return [Operation(unitary_gate(torch.as_tensor(np.asarray(u)),
+                                           who=f"QubitUnitary on wires {list(wires)}"),
+                              wires, ())]
         if trainable and len(wires) != 1:  # one wire: PennyLane's differentiable Rot form
             raise QdiffError(f"QubitUnitary on wires {list(wires)}: a matrix that requires "
                              "grad is differentiable on one wire only; parametrize the gate "
@@ -747,7 +749,8 @@ def _single_gate(op):
     """The qdiff gate of an ``op`` that passes :func:`_single_gate_supported`."""
     name = type(op).__name__
     if name == "QubitUnitary":
-        return unitary_gate(torch.as_tensor(np.asarray(op.data[0])))
+        return unitary_gate(torch.as_tensor(np.asarray(op.data[0])),
+                            who=f"QubitUnitary on wires {list(op.wires)}")
     if name == "DiagonalQubitUnitary":
         return diagonal_unitary_gate(torch.as_tensor(np.asarray(op.data[0])))
     if name == "PCPhase":

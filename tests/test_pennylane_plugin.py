@@ -917,6 +917,17 @@ def test_a_trainable_matrix_that_is_not_unitary_is_refused_by_name(make, diff_me
         f(torch.tensor(0.37, dtype=torch.float64, requires_grad=True))
 
 
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_a_constant_controlled_matrix_that_is_not_unitary_is_refused_naming_its_wires(name):
+    """A non-unitary constant ControlledQubitUnitary (e.g. the controlled generators of
+    ``qml.metric_tensor(approx=None)``) is refused naming the matrix's wires."""
+    f = qml.QNode(lambda: (qml.Hadamard(0),
+                           qml.ControlledQubitUnitary(np.diag([1.0, 2.0]), wires=[0, 1]),
+                           qml.expval(qml.Z(1)))[-1], qml.device(name, wires=2))
+    with pytest.raises(DeviceError, match=r"QubitUnitary on wires \[1\]: matrix is not unitary"):
+        f()
+
+
 def test_a_qutrit_operation_is_refused_by_name():
     f = qml.QNode(lambda: (qml.TRX(0.3, wires=0), qml.expval(qml.Z(0)))[1],
                   qml.device("qdiff.statevector", wires=1))
