@@ -867,8 +867,9 @@ def check_unitary(m: torch.Tensor, given=None, who: str = "QubitUnitary") -> Non
                          f"tolerance {atol:.3g} for {given})")
 
 
-def unitary_gate(matrix) -> Gate:
-    """A constant gate from a unitary matrix (not differentiable by shift rules)."""
+def unitary_gate(matrix, who: str = "QubitUnitary") -> Gate:
+    """A constant gate from a unitary matrix (not differentiable by shift rules); ``who`` names
+    the operation in the refusal of a matrix that is not unitary."""
     m = matrix.detach() if isinstance(matrix, torch.Tensor) else torch.as_tensor(np.asarray(matrix))
     given = m.dtype
     m = m.to(torch.complex128) if not m.is_complex() or m.dtype == torch.complex128 else m
@@ -876,7 +877,7 @@ def unitary_gate(matrix) -> Gate:
     if m.ndim != 2 or m.shape[0] != d or d & (d - 1) or d < 2:
         raise QdiffError(f"QubitUnitary: matrix must be square with a power-of-two size; "
                          f"got shape {tuple(m.shape)}")
-    check_unitary(m, given)
+    check_unitary(m, given, who=who)
     src = matrix if isinstance(matrix, torch.Tensor) else m
     # the inverse keeps the user's tensor (and its autograd graph), as the gate itself does
     return Gate("unitary", int(round(math.log2(d))), 0, lambda *_: src.to(m.dtype),

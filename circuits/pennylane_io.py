@@ -345,7 +345,9 @@ def _qdiff_ops(op, any_wire=None) -> list:
         u = op.data[0]
         trainable = isinstance(u, torch.Tensor) and u.requires_grad
         if getattr(u, "ndim", 2) == 2 and not trainable:
-            return [Operation(unitary_gate(torch.as_tensor(np.asarray(u))), wires, ())]
+            return [Operation(unitary_gate(torch.as_tensor(np.asarray(u)),
+                                           who=f"QubitUnitary on wires {list(wires)}"),
+                              wires, ())]
         if trainable and len(wires) != 1:  # one wire: PennyLane's differentiable Rot form
             raise QdiffError(f"QubitUnitary on wires {list(wires)}: a matrix that requires "
                              "grad is differentiable on one wire only; parametrize the gate "
@@ -434,6 +436,31 @@ def exp_pauli_rotation(op):
     theta = theta.real if theta.is_complex() else theta
     wires = tuple(word)
     return theta.to(torch.float64), "".join(word[w] for w in wires), wires
+
+
+def broadcast_exp_rotation(op):
+    """``(theta, pauli_word, wires)`` of ``qml.exp``/``qml.evolve`` of a scaled Pauli word with
+    a broadcast numpy or autograd coefficient (PennyLane's own decomposition cannot read one):
+    ``theta = 2j * coeff * c`` of shape ``(B,)``, real, in the coefficient's interface;
+    ``None`` for anything else (a non-Pauli base, a scalar or torch coefficient, a coefficient
+    with a real part: not unitary)."""
+    import pennylane as qml
+    base, coeff = op.base, op.coeff
+    if isinstance(coeff, torch.Tensor) or qml.math.ndim(coeff) == 0:
+        return None
+    while type(base).__name__ == "SProd":
+        coeff, base = coeff * base.scalar, base.base
+    rep = getattr(base, "pauli_rep", None)
+    if rep is None or len(rep) != 1:
+        return None
+    (word, c), = rep.items()
+    word = dict(word)
+    theta = 2j * coeff * c
+    imag = np.asarray(qml.math.unwrap(qml.math.imag(theta)))
+    if not word or bool((np.abs(imag) > 1e-10).any()):
+        return None
+    wires = tuple(word)
+    return qml.math.real(theta), "".join(word[w] for w in wires), wires
 
 
 def _exp_pauli_rot(op):
@@ -727,7 +754,8 @@ def _single_gate(op):
     """The qdiff gate of an ``op`` that passes :func:`_single_gate_supported`."""
     name = type(op).__name__
     if name == "QubitUnitary":
-        return unitary_gate(torch.as_tensor(np.asarray(op.data[0])))
+        return unitary_gate(torch.as_tensor(np.asarray(op.data[0])),
+                            who=f"QubitUnitary on wires {list(op.wires)}")
     if name == "DiagonalQubitUnitary":
         return diagonal_unitary_gate(torch.as_tensor(np.asarray(op.data[0])))
     if name == "PCPhase":

@@ -64,9 +64,11 @@ from qdiff.backends.base import Job
 from qdiff.circuits.pennylane_autograd import backprop_interface, execute_autograd, has_boxes
 from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.gates import check_unitary
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.noise import resolve_noise
-from qdiff.circuits.pennylane_io import (from_pennylane_observable, from_pennylane_tape,
+from qdiff.circuits.pennylane_io import (broadcast_exp_rotation, from_pennylane_observable,
+                                        from_pennylane_tape,
                                         tape_channel_supported, tape_op_supported)
 from qdiff.circuits.pennylane_transforms import (decompose_broadcast, defer_within,
                                                  map_measurement_wires, snapshots_taken)
@@ -87,10 +89,31 @@ def _stopping_condition(op) -> bool:
 
 def _decomposer(op):
     """PennyLane's decomposition of ``op``; an operation without one but with a matrix becomes
-    that ``QubitUnitary``."""
+    that ``QubitUnitary``; ``qml.exp``/``qml.evolve`` with a broadcast coefficient (which
+    PennyLane's decomposition cannot read) becomes its ``PauliRot`` or its matrix."""
+    if type(op).__name__ in ("Exp", "Evolution") and qml.math.ndim(op.coeff) > 0:
+        rot = broadcast_exp_rotation(op)
+        if rot is not None:
+            return [qml.PauliRot(rot[0], rot[1], wires=rot[2])]
+        return [qml.QubitUnitary(_unitary(op), wires=op.wires)]
+    if type(op).__name__ == "QubitUnitary":  # its decomposition holds for a unitary only
+        _unitary(op)
     if op.has_decomposition or not op.has_matrix:
         return op.decomposition()
-    return [qml.QubitUnitary(op.matrix(), wires=op.wires)]
+    return [qml.QubitUnitary(_unitary(op), wires=op.wires)]
+
+
+def _unitary(op):
+    """``op``'s matrix; a ``DeviceError`` naming ``op`` unless it is unitary (a trainable
+    ``QubitUnitary`` is decomposed further, which holds for a unitary matrix only)."""
+    m = op.matrix()
+    if not qml.math.is_abstract(m):
+        t = m if isinstance(m, torch.Tensor) else torch.as_tensor(np.asarray(qml.math.to_numpy(m)))
+        try:
+            check_unitary(t, who=f"{op.name} on wires {list(op.wires)}")
+        except QdiffError as e:
+            raise DeviceError(f"qdiff.mixed: {e}") from None
+    return m
 
 
 def _accepted_analytic(mp) -> bool:

@@ -555,3 +555,26 @@ def test_snapshots_run_natively_with_the_density_matrix_as_the_state():
     for a, b in zip(got["z"], want["z"]):
         assert float(a) == pytest.approx(float(b), abs=1e-12)
     assert float(got["execution_results"]) == pytest.approx(float(want["execution_results"]))
+
+
+@pytest.mark.parametrize("make, methods", [
+    (lambda p: qml.exp(qml.X(0) @ qml.Y(1), p), ("parameter-shift", "backprop")),
+    (lambda p: qml.QubitUnitary(qml.math.stack([[1.0, 0.5], [0.2, 0.9]]) * p, wires=1),
+     ("backprop",)),
+], ids=["exp-real", "QubitUnitary"])
+def test_a_trainable_matrix_that_is_not_unitary_is_refused_by_name(make, methods):
+    """A trainable matrix operator is decomposed as a unitary (as on qdiff.statevector): one
+    that is not unitary (``qml.exp`` with a real coefficient) is refused, naming it, rather
+    than run as a different gate. (PennyLane's parameter-shift rule decomposes a trainable
+    ``QubitUnitary`` itself before the device sees it, as on default.mixed.)"""
+    from pennylane import numpy as pnp
+
+    def qfunc(p):
+        qml.RY(0.4, 0)
+        make(p)
+        return qml.expval(qml.Z(0))
+    for diff_method in methods:
+        f = qml.QNode(qfunc, qml.device("qdiff.mixed", wires=2), diff_method=diff_method)
+        with pytest.raises(qml.exceptions.DeviceError, match=r"on wires \[.*\]: matrix is not "
+                                                             r"unitary"):
+            qml.grad(f)(pnp.array(0.37, requires_grad=True))

@@ -900,6 +900,39 @@ def test_exp_of_a_pauli_word_with_torch_parameters_matches_default_qubit(diff_me
         close(a.grad, b.grad, 1e-12)
 
 
+def _exp_broadcast(p, pauli_only=False):
+    qml.RY(0.4, 0)
+    qml.RX(0.3, 1)
+    qml.exp(qml.X(0) @ qml.Y(1), -0.5j * p)
+    if not pauli_only:  # not a Pauli word: its matrix
+        qml.exp(qml.X(0) @ qml.Y(1) + 0.5 * qml.Z(0), -0.5j * p)
+    return qml.expval(qml.Z(0) + 0.3 * qml.Y(1)), qml.probs(wires=[1])
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_exp_with_a_broadcast_numpy_coefficient_matches_default_qubit(name):
+    """qml.exp with a broadcast numpy or autograd coefficient (PennyLane's own decomposition
+    of it cannot read one): values, Jacobians and shapes equal default.qubit's; a broadcast
+    coefficient with a real part (not unitary) is refused by name."""
+    ours = qml.QNode(_exp_broadcast, qml.device(name, wires=2), diff_method="backprop")
+    ref = qml.QNode(_exp_broadcast, qml.device("default.qubit", wires=2),
+                    diff_method="backprop")
+    x = np.array([0.5, -0.7, 1.1])
+    for a, b in zip(ours(x), ref(x)):
+        assert np.shape(a) == np.shape(b)
+        close(a, b, 1e-12)
+    def flat(dev):
+        q = qml.QNode(lambda p: _exp_broadcast(p, pauli_only=True), qml.device(dev, wires=2),
+                      diff_method="backprop")
+        return lambda p: qml.math.hstack([q(p)[0][:, None], q(p)[1]])
+    xp = pnp.array(x, requires_grad=True)
+    close(qml.jacobian(flat(name))(xp), qml.jacobian(flat("default.qubit"))(xp), 1e-12)
+    bad = qml.QNode(lambda p: (qml.exp(qml.X(0), p), qml.expval(qml.Z(0)))[1],
+                    qml.device(name, wires=1))
+    with pytest.raises(DeviceError, match=r"Exp on wires \[0\]: matrix is not unitary"):
+        bad(x)
+
+
 @pytest.mark.parametrize("diff_method", ["best", "backprop"])
 @pytest.mark.parametrize("make", [
     lambda p: qml.QubitUnitary(torch.tensor([[1.0, 0.5], [0.2, 0.9]], dtype=torch.complex128) * p,
@@ -917,6 +950,17 @@ def test_a_trainable_matrix_that_is_not_unitary_is_refused_by_name(make, diff_me
                   diff_method=diff_method)
     with pytest.raises(DeviceError, match=r"on wires \[1\]: matrix is not unitary"):
         f(torch.tensor(0.37, dtype=torch.float64, requires_grad=True))
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_a_constant_controlled_matrix_that_is_not_unitary_is_refused_naming_its_wires(name):
+    """A non-unitary constant ControlledQubitUnitary (e.g. the controlled generators of
+    ``qml.metric_tensor(approx=None)``) is refused naming the matrix's wires."""
+    f = qml.QNode(lambda: (qml.Hadamard(0),
+                           qml.ControlledQubitUnitary(np.diag([1.0, 2.0]), wires=[0, 1]),
+                           qml.expval(qml.Z(1)))[-1], qml.device(name, wires=2))
+    with pytest.raises(DeviceError, match=r"QubitUnitary on wires \[1\]: matrix is not unitary"):
+        f()
 
 
 def test_a_qutrit_operation_is_refused_by_name():

@@ -54,7 +54,8 @@ from qdiff.circuits.pennylane_transforms import (decompose_broadcast, defer_with
                                                  map_measurement_wires, snapshots_taken)
 from qdiff.circuits.operation import is_concrete
 from qdiff.circuits.gates import check_unitary
-from qdiff.circuits.pennylane_io import (exp_pauli_rotation, from_pennylane_observable,
+from qdiff.circuits.pennylane_io import (broadcast_exp_rotation, exp_pauli_rotation,
+                                        from_pennylane_observable,
                                         from_pennylane_tape, tape_op_supported, tape_projector)
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
@@ -74,9 +75,14 @@ def _decomposer(op):
     becomes its ``PauliRot``."""
     name = type(op).__name__
     if name in ("Exp", "Evolution"):
-        rot = exp_pauli_rotation(op)
+        rot = exp_pauli_rotation(op) or broadcast_exp_rotation(op)
         if rot is not None:
             return [qml.PauliRot(rot[0], rot[1], wires=rot[2])]
+        if qml.math.ndim(op.coeff) > 0:  # PennyLane's decomposition cannot read a broadcast
+            # coefficient: its (checked) matrix, one row per coefficient
+            m = op.matrix()
+            _unitary(m, op)
+            return [qml.QubitUnitary(m, wires=op.wires)]
     if name == "QubitUnitary":
         _unitary(op.data[0], op)
     if name == "StatePrep" and hasattr(op.data[0], "toarray"):  # a sparse state: PennyLane's
