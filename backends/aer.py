@@ -71,7 +71,7 @@ class AerBackend(QiskitBackend):
         if method == "extended_stabilizer" and not shots:
             raise QdiffError("Aer method 'extended_stabilizer' has no exact expectation values "
                              "(no save_expval); set shots=N")
-        if optimization_level not in (0, 1, 2, 3):
+        if isinstance(optimization_level, bool) or optimization_level not in (0, 1, 2, 3):
             raise QdiffError(f"optimization_level must be 0..3; got {optimization_level!r}")
         import inspect
         runner_kw = tuple(n for n in inspect.signature(JobRunner).parameters if n != "label")

@@ -248,6 +248,8 @@ def test_errors():
         qd.device("aer", wires=40)
     with pytest.raises(QdiffError, match="noise_model must be"):
         qd.device("aer", wires=1, noise_model="lots")
+    with pytest.raises(QdiffError, match="optimization_level must be 0..3; got True"):
+        qd.device("aer", wires=1, optimization_level=True)
     with pytest.raises(QdiffError, match="sample\\(\\) needs a device with shots"):
         qd.qnode(qd.device("aer", wires=1))(lambda: qd.sample(wires=[0]))()
     with pytest.raises(QdiffError, match="state\\(\\) is not available"):
