@@ -34,6 +34,7 @@ from qdiff.backends.base import Capabilities, register_backend
 from qdiff.backends.qiskit_backend import QiskitBackend, assemble, split_variants
 from qdiff.backends.runtime_jobs import JobRunner, is_transient, register_secret, scrub
 from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.memory import require
 
 MODES = ("job", "batch", "session")
 # Local mode with the executor primitives simulates every device qubit: only small devices.
@@ -364,6 +365,14 @@ class IbmBackend(QiskitBackend):
         variants = split_variants(circuit, batch, initial_state)
         ops = qc_common.measured_operators(circuit)
         merged = [(v.rows, {}) for v in variants]
+        if ops and self.is_local:
+            # local mode simulates every shot: ~128 bytes per shot, binding and basis (measured)
+            flat = [op for _, g in ops for op in g]
+            nbases = max(1, len(qc_common.qwc_bases(flat, circuit.num_wires)[0]))
+            require(128.0 * self.shots * batch * nbases,
+                    f"ibm {self.backend_name}: the local simulation of {self.shots} shots x "
+                    f"{batch} bindings x {nbases} measurement bases",
+                    hint="use fewer shots or a smaller batch")
         if ops:
             for (rows, res), (_, part) in zip(merged, self.run_estimator(circuit, theta,
                                                                          variants, ops)):

@@ -357,3 +357,16 @@ def test_auto_primitive_uses_v2_on_large_fake_devices():
     small = qd.device("ibm", backend="fake_manila", wires=2)
     assert big._primitive_class("estimator").__name__ == "EstimatorV2"
     assert small._primitive_class("estimator").__module__.endswith("executor_estimator.estimator")
+
+
+def test_large_shot_counts_are_checked_against_memory_before_the_job():
+    """Local mode simulates every shot (about 128 bytes each per binding and basis): 10**10
+    shots are refused before any job is submitted, instead of filling the memory."""
+    from qdiff import QdiffMemoryError
+    dev = qd.device("ibm", backend="fake_lima", wires=1, shots=10 ** 10, seed=1)
+    with pytest.raises(QdiffMemoryError, match="local simulation of 10000000000 shots x 2 "
+                                               "bindings x 2 measurement bases"):
+        qd.qnode(dev)(lambda x: (qd.RY(x, wires=0), [qd.expval(qd.Z(0)),
+                                                      qd.expval(qd.X(0))])[1])(
+            torch.tensor([0.1, 0.2]))
+    assert dev.jobs_submitted == 0
