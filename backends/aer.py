@@ -71,7 +71,7 @@ class AerBackend(QiskitBackend):
         if method == "extended_stabilizer" and not shots:
             raise QdiffError("Aer method 'extended_stabilizer' has no exact expectation values "
                              "(no save_expval); set shots=N")
-        if optimization_level not in (0, 1, 2, 3):
+        if isinstance(optimization_level, bool) or optimization_level not in (0, 1, 2, 3):
             raise QdiffError(f"optimization_level must be 0..3; got {optimization_level!r}")
         import inspect
         runner_kw = tuple(n for n in inspect.signature(JobRunner).parameters if n != "label")
@@ -165,10 +165,11 @@ class AerBackend(QiskitBackend):
         _check_saved_memory(circuit, theta.shape[0])
         ops = qc_common.measured_operators(circuit)
         labels = sorted({lbl for _, g in ops for op in g for lbl in op.paulis.to_labels()})
-        circuits, binds, sizes = [], [], []
+        circuits, binds, sizes, physs = [], [], [], []
         for v in variants:
             isa, cols = self._isa(circuit, v)
             circuits.append(self._with_saves(circuit, isa, labels))
+            physs.append(final_qubits(isa, circuit.num_wires))
             vals = qc_common.binding_values(theta[v.rows], cols)
             if vals.shape[1]:
                 binds.append({p: vals[:, j] for j, p in enumerate(isa.parameters)})
@@ -180,23 +181,26 @@ class AerBackend(QiskitBackend):
         result = self.runner.run(lambda: self.simulator().run(circuits, **run_kw))
         _check_success(result, self.backend_options["method"])
         parts, k = [], 0
-        for v, size in zip(variants, sizes):
+        for v, size, phys in zip(variants, sizes, physs):
             datas = [result.data(k + j) for j in range(size)]
             k += size
             datas = datas * len(v.rows) if size == 1 else datas
-            parts.append((v.rows, self._exact_outputs(circuit, ops, datas)))
+            parts.append((v.rows, self._exact_outputs(circuit, ops, datas, phys)))
         return parts
 
     def _with_saves(self, circuit, isa, labels):
         from qiskit.quantum_info import Pauli
         qc = isa.copy()
         n = circuit.num_wires
+        # the qubit holding each wire at the end (levels 2-3 elide SWAPs into a permutation)
+        phys = final_qubits(isa, n)
         for lbl in labels:
-            qc.save_expectation_value(Pauli(lbl), qubits=range(n), label="ev_" + lbl)
+            qc.save_expectation_value(Pauli(lbl), qubits=phys, label="ev_" + lbl)
         for i, m in enumerate(circuit.measurements):
             wires = list(range(n)) if m.wires is None else list(m.wires)
             if m.kind == "probs":  # reversed: the first wire becomes the most significant bit
-                qc.save_probabilities(qubits=wires[::-1], label=f"probs_{i}")
+                qc.save_probabilities(qubits=[phys[w] for w in wires[::-1]],
+                                      label=f"probs_{i}")
             elif m.kind == "state":
                 if self.noise_model is not None:
                     raise QdiffError("state() is not available on a noisy device (the state is "
@@ -210,7 +214,7 @@ class AerBackend(QiskitBackend):
                                  "(qd.device('aer', wires=..., shots=N))")
         return qc
 
-    def _exact_outputs(self, circuit, ops, datas) -> dict:
+    def _exact_outputs(self, circuit, ops, datas, phys) -> dict:
         n = circuit.num_wires
         flat = [op for _, g in ops for op in g]
         evs = np.zeros((len(datas), len(flat)))
@@ -223,7 +227,8 @@ class AerBackend(QiskitBackend):
             if m.kind == "probs":
                 res[i] = np.stack([np.asarray(d[f"probs_{i}"], dtype=float) for d in datas])
             elif m.kind == "state":
-                res[i] = np.stack([_big_endian(np.asarray(d[f"state_{i}"]), n) for d in datas])
+                res[i] = np.stack([_big_endian(np.asarray(d[f"state_{i}"]), n, phys)
+                                   for d in datas])
         return res
 
 
@@ -274,8 +279,20 @@ def check_noise_coverage(isa, noise_model) -> None:
                 "qd.device('mixed', noise=...) or qd.device('ibm', backend=...), which route")
 
 
-def _big_endian(vec: np.ndarray, n: int) -> np.ndarray:
-    return vec.reshape([2] * n).transpose(list(range(n))[::-1]).reshape(-1)
+def final_qubits(isa, n: int) -> list:
+    """The qubit of ``isa`` holding each of the ``n`` wires at the end of the circuit: the
+    identity unless the transpiler left a permutation (``ElidePermutations`` at levels 2-3
+    removes SWAPs and relabels the qubits after them)."""
+    layout = getattr(isa, "layout", None)
+    if layout is None:
+        return list(range(n))
+    return [int(q) for q in layout.final_index_layout(filter_ancillas=True)][:n]
+
+
+def _big_endian(vec: np.ndarray, n: int, phys=None) -> np.ndarray:
+    """A saved state (Qiskit order) -> wire 0 most significant; wire i is on qubit ``phys[i]``."""
+    phys = list(range(n)) if phys is None else phys
+    return vec.reshape([2] * n).transpose([n - 1 - phys[i] for i in range(n)]).reshape(-1)
 
 
 def _noise_model(noise_model):

@@ -34,6 +34,7 @@ from qdiff.backends.base import Capabilities, register_backend
 from qdiff.backends.qiskit_backend import QiskitBackend, assemble, split_variants
 from qdiff.backends.runtime_jobs import JobRunner, is_transient, register_secret, scrub
 from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.memory import require
 
 MODES = ("job", "batch", "session")
 # Local mode with the executor primitives simulates every device qubit: only small devices.
@@ -111,7 +112,7 @@ def _service_error(exc: BaseException, had_token: bool) -> str:
             f"or channel, or the service is unreachable): {name}: {detail}")
 
 
-def _as_dict(value, enabled_key: dict) -> Optional[dict]:
+def _as_dict(keyword: str, value, enabled_key: dict) -> Optional[dict]:
     """``True``/``False``/dict option -> dict (``enabled_key`` is what ``True`` means)."""
     if value is None:
         return None
@@ -119,7 +120,35 @@ def _as_dict(value, enabled_key: dict) -> Optional[dict]:
         return {k: value for k in enabled_key}
     if isinstance(value, dict):
         return dict(value)
-    raise QdiffError(f"expected True/False or a dict of options; got {value!r}")
+    raise QdiffError(f"{keyword} must be True, False or a dict of options; got {value!r}")
+
+
+def _primitive_options(keyword: str, value) -> dict:
+    """``estimator_options``/``sampler_options``: a dict without the options that have a
+    keyword of their own (that keyword would be silently overridden)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise QdiffError(f"{keyword} must be a dict of primitive options; got "
+                         f"{type(value).__name__}")
+    if "default_shots" in value:
+        raise QdiffError(f"{keyword}={{'default_shots': ...}}: pass it as "
+                         "qd.device('ibm', ..., shots=...) instead")
+    if isinstance(value.get("simulator"), dict) and "seed_simulator" in value["simulator"]:
+        raise QdiffError(f"{keyword}={{'simulator': {{'seed_simulator': ...}}}}: pass it as "
+                         "qd.device('ibm', ..., seed=...) instead")
+    return dict(value)
+
+
+# options the V2 primitives' local testing mode uses (everything else it ignores, warning)
+_LOCAL_V2_OPTIONS = ("default_shots", "default_precision", "simulator", "run_options")
+
+
+def _is_on(value) -> bool:
+    """An option that asks for something: a true value, or a dict holding one."""
+    if isinstance(value, dict):
+        return any(_is_on(v) for v in value.values())
+    return bool(value)
 
 
 def _merge(into: dict, extra: dict) -> dict:
@@ -172,7 +201,7 @@ class IbmBackend(QiskitBackend):
             raise QdiffError(f"mode must be one of {list(MODES)}; got {mode!r}")
         if primitive not in ("auto", "executor", "v2"):
             raise QdiffError(f"primitive must be 'auto', 'executor' or 'v2'; got {primitive!r}")
-        if optimization_level not in (0, 1, 2, 3):
+        if isinstance(optimization_level, bool) or optimization_level not in (0, 1, 2, 3):
             raise QdiffError(f"optimization_level must be 0..3; got {optimization_level!r}")
         self.target_backend, self.is_local = self._resolve(backend, token, instance, channel,
                                                            service)
@@ -186,12 +215,38 @@ class IbmBackend(QiskitBackend):
                              f"'{self.backend_name}' has {nq}")
         self.optimization_level, self.mode, self.primitive = optimization_level, mode, primitive
         self.options = {"resilience_level": resilience_level, "resilience": resilience,
-                        "twirling": _as_dict(twirling, {"enable_gates": 1, "enable_measure": 1}),
-                        "dynamical_decoupling": _as_dict(dynamical_decoupling, {"enable": 1})}
-        self.extra_options = {"estimator": estimator_options or {},
-                              "sampler": sampler_options or {}}
+                        "twirling": _as_dict("twirling", twirling,
+                                             {"enable_gates": 1, "enable_measure": 1}),
+                        "dynamical_decoupling": _as_dict("dynamical_decoupling",
+                                                         dynamical_decoupling, {"enable": 1})}
+        self.extra_options = {
+            "estimator": _primitive_options("estimator_options", estimator_options),
+            "sampler": _primitive_options("sampler_options", sampler_options)}
         self._pm = None
         self._mode_obj = None
+        if self.is_local:
+            self._check_local_options()
+
+    def _check_local_options(self):
+        """A fake device checks its options now, not at the first run: the primitives are
+        built (unknown options are refused), and the V2 primitives' local mode, which ignores
+        mitigation options, refuses them instead."""
+        from qiskit_ibm_runtime import EstimatorV2
+        if self._primitive_class("estimator") is EstimatorV2:
+            ignored = sorted({k for kind in ("estimator", "sampler")
+                              for k, v in self.primitive_options(kind).items()
+                              if k not in _LOCAL_V2_OPTIONS and _is_on(v)})
+            if ignored:
+                why = ("primitive='v2'" if self.primitive == "v2" else
+                       f"'{self.backend_name}' has more than {LOCAL_EXECUTOR_MAX_QUBITS} qubits, "
+                       "so it runs the V2 primitives")
+                raise QdiffError(f"ibm {self.backend_name}: {ignored} would have no effect: "
+                                 f"{why}, whose local testing mode ignores them; drop them "
+                                 "or use a fake device of at most "
+                                 f"{LOCAL_EXECUTOR_MAX_QUBITS} qubits with the executor "
+                                 "primitives")
+        self._make("estimator")
+        self._make("sampler")
 
     @staticmethod
     def _resolve(backend, token, instance, channel, service):
@@ -310,6 +365,14 @@ class IbmBackend(QiskitBackend):
         variants = split_variants(circuit, batch, initial_state)
         ops = qc_common.measured_operators(circuit)
         merged = [(v.rows, {}) for v in variants]
+        if ops and self.is_local:
+            # local mode simulates every shot: ~128 bytes per shot, binding and basis (measured)
+            flat = [op for _, g in ops for op in g]
+            nbases = max(1, len(qc_common.qwc_bases(flat, circuit.num_wires)[0]))
+            require(128.0 * self.shots * batch * nbases,
+                    f"ibm {self.backend_name}: the local simulation of {self.shots} shots x "
+                    f"{batch} bindings x {nbases} measurement bases",
+                    hint="use fewer shots or a smaller batch")
         if ops:
             for (rows, res), (_, part) in zip(merged, self.run_estimator(circuit, theta,
                                                                          variants, ops)):

@@ -107,6 +107,32 @@ def test_probs_and_state_exact():
     assert all(close_up_to_phase(a, b) for a, b in zip(got, ref))  # transpiling drops phases
 
 
+def _swapped(x):
+    qd.RX(x[0], wires=0)
+    qd.RY(x[1], wires=1)
+    qd.Hadamard(2)
+    qd.RZ(x[2], wires=3)
+    qd.SWAP([0, 2])
+    qd.CNOT([2, 3])
+    qd.SWAP([1, 3])
+    qd.RY(x[3], wires=0)
+    qd.SWAP([0, 1])
+    return [qd.expval(qd.X(0) @ qd.Y(3) + 0.3 * qd.Z(1)), qd.expval(qd.Y(2)),
+            qd.var(qd.X(1) @ qd.Z(2)), qd.probs(wires=[3, 0]), qd.state()]
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+def test_exact_outputs_follow_swaps_at_every_optimization_level(level):
+    """Levels 2-3 elide SWAPs into a final qubit permutation: expectations, probabilities and
+    the state are read from the qubit holding each wire at the end."""
+    x = torch.rand(4, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 3
+    ref = qd.qnode(qd.device("statevector", wires=4))(_swapped)(x)
+    got = qd.qnode(qd.device("aer", wires=4, optimization_level=level))(_swapped)(x)
+    for g, r in zip(got[:4], ref[:4]):
+        assert torch.allclose(g, r, atol=1e-10)
+    assert all(close_up_to_phase(a, b) for a, b in zip(got[4], ref[4]))
+
+
 def test_affine_and_shared_parameters():
     """ParamRef scale/offset (as produced by compiled circuits) and a column used twice."""
     ops = (Operation(GATES["rx"], (0,), (ParamRef(0, 2.0, 0.5),)),
@@ -222,6 +248,8 @@ def test_errors():
         qd.device("aer", wires=40)
     with pytest.raises(QdiffError, match="noise_model must be"):
         qd.device("aer", wires=1, noise_model="lots")
+    with pytest.raises(QdiffError, match="optimization_level must be 0..3; got True"):
+        qd.device("aer", wires=1, optimization_level=True)
     with pytest.raises(QdiffError, match="sample\\(\\) needs a device with shots"):
         qd.qnode(qd.device("aer", wires=1))(lambda: qd.sample(wires=[0]))()
     with pytest.raises(QdiffError, match="state\\(\\) is not available"):

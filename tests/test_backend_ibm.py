@@ -116,9 +116,36 @@ def test_executor_options_are_passed_through():
     est = dev._estimator()
     assert type(est).__module__.startswith("qiskit_ibm_runtime.executor_estimator")
     assert est.options.resilience_level == 2
-    bad = qd.device("ibm", backend="fake_lima", wires=1, estimator_options={"no_such": 1})
     with pytest.raises(QdiffError, match="could not create the estimator"):
-        bad._estimator()
+        qd.device("ibm", backend="fake_lima", wires=1, estimator_options={"no_such": 1})
+    with pytest.raises(QdiffError, match="could not create the sampler"):
+        qd.device("ibm", backend="fake_lima", wires=1, sampler_options={"no_such": 1})
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"optimization_level": True}, "optimization_level must be 0..3; got True"),
+    ({"twirling": "yes"}, "twirling must be True, False or a dict"),
+    ({"dynamical_decoupling": 1}, "dynamical_decoupling must be True, False or a dict"),
+    ({"estimator_options": [1]}, "estimator_options must be a dict"),
+    ({"estimator_options": {"default_shots": 10}}, "pass it as .*shots="),
+    ({"sampler_options": {"default_shots": 10}}, "pass it as .*shots="),
+    ({"estimator_options": {"simulator": {"seed_simulator": 3}}}, "pass it as .*seed="),
+    ({"primitive": "v2", "resilience_level": 1}, r"\['resilience_level'\] would have no effect"),
+    ({"primitive": "v2", "twirling": True, "dynamical_decoupling": True},
+     r"\['dynamical_decoupling', 'twirling'\] would have no effect"),
+])
+def test_options_that_would_be_ignored_or_overridden_are_refused(kwargs, message):
+    """The device's shots and seed are the ones used; the V2 primitives' local mode ignores
+    mitigation options (a Qiskit warning only), so a fake device refuses them."""
+    with pytest.raises(QdiffError, match=message):
+        qd.device("ibm", backend="fake_lima", wires=1, **kwargs)
+
+
+def test_v2_local_mode_without_mitigation_runs():
+    dev = qd.device("ibm", backend="fake_lima", wires=1, primitive="v2", twirling=False,
+                    resilience_level=0, shots=100, seed=1)
+    got = qd.qnode(dev)(lambda: qd.expval(qd.Z(0)))()
+    assert float(got) > 0.8
 
 
 def test_probs_and_counts_through_the_sampler():
@@ -330,3 +357,16 @@ def test_auto_primitive_uses_v2_on_large_fake_devices():
     small = qd.device("ibm", backend="fake_manila", wires=2)
     assert big._primitive_class("estimator").__name__ == "EstimatorV2"
     assert small._primitive_class("estimator").__module__.endswith("executor_estimator.estimator")
+
+
+def test_large_shot_counts_are_checked_against_memory_before_the_job():
+    """Local mode simulates every shot (about 128 bytes each per binding and basis): 10**10
+    shots are refused before any job is submitted, instead of filling the memory."""
+    from qdiff import QdiffMemoryError
+    dev = qd.device("ibm", backend="fake_lima", wires=1, shots=10 ** 10, seed=1)
+    with pytest.raises(QdiffMemoryError, match="local simulation of 10000000000 shots x 2 "
+                                               "bindings x 2 measurement bases"):
+        qd.qnode(dev)(lambda x: (qd.RY(x, wires=0), [qd.expval(qd.Z(0)),
+                                                      qd.expval(qd.X(0))])[1])(
+            torch.tensor([0.1, 0.2]))
+    assert dev.jobs_submitted == 0
