@@ -264,6 +264,29 @@ class IbmBackend(QiskitBackend):
                        f"({type(exc).__name__}: {scrub(exc)})")
         raise QdiffError(message)  # outside the handler: no __context__ holding the token
 
+    def __getstate__(self):
+        """A fake device pickles as any Qiskit device; a device on a real IBM backend is
+        refused: its backend object holds the account service and its token, which
+        ``torch.save(model)`` would write into the file."""
+        if not self.is_local:
+            raise QdiffError(f"ibm {self.backend_name}: a device on a real IBM backend is not "
+                             "pickled (its backend object holds the account's token); save the "
+                             "model's state_dict and create the device again where it is "
+                             "loaded")
+        return super().__getstate__()
+
+    def __deepcopy__(self, memo):
+        """A copy (``copy.deepcopy`` of a model) that shares the runtime objects holding the
+        account (the backend, its service and session) and copies the rest."""
+        import copy
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        state = QiskitBackend.__getstate__(self)
+        shared = {k: state.pop(k) for k in ("target_backend", "_mode_obj") if k in state}
+        new.__dict__.update(copy.deepcopy(state, memo))
+        new.__dict__.update(shared)
+        return new
+
     def __repr__(self):
         return (f"<IbmBackend {self.backend_name} wires={self.num_wires}, shots={self.shots}, "
                 f"mode={self.mode!r}>")

@@ -370,3 +370,28 @@ def test_large_shot_counts_are_checked_against_memory_before_the_job():
                                                       qd.expval(qd.X(0))])[1])(
             torch.tensor([0.1, 0.2]))
     assert dev.jobs_submitted == 0
+
+
+def test_a_real_device_is_not_pickled_with_its_token():
+    """A device on a real backend holds the account service (and its token) in its backend
+    object: pickling it (torch.save of a model) is refused without naming the token; a
+    deepcopy shares that object; a fake device pickles."""
+    import copy
+    import pickle
+    dev = qd.device("ibm", backend="fake_lima", wires=1, shots=100, seed=1)
+    assert pickle.loads(pickle.dumps(dev)).backend_name == dev.backend_name
+
+    class Service:
+        token = "SECRET-TOKEN-123"
+
+    class Backend:
+        name = "ibm_real"
+        num_qubits = 5
+        service = Service()
+    dev.target_backend, dev.is_local, dev.backend_name = Backend(), False, "ibm_real"
+    with pytest.raises(QdiffError, match="not pickled") as info:
+        pickle.dumps(dev)
+    assert "SECRET" not in str(info.value)
+    twin = copy.deepcopy(dev)
+    assert twin is not dev and twin.target_backend is dev.target_backend
+    assert twin.shots == dev.shots and twin.runner is not dev.runner
