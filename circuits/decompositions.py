@@ -53,8 +53,8 @@ def _scaled(p, c: float):
 def paulirot_ops(angle, word: str, wires) -> list[Operation]:
     """``exp(-i angle P / 2)``: basis change, CNOT ladder onto the last active wire, RZ, undo."""
     act = [(w, c) for w, c in zip(wires, word) if c != "I"]
-    if not act:
-        return []
+    if not act:  # exp(-i angle / 2) I: kept, a controlled gate sees it
+        return [Operation(GATES["globalphase"], tuple(wires[:1]), (_scaled(angle, 0.5),))]
     pre, post = [], []
     for w, c in act:
         if c == "X":
@@ -156,10 +156,16 @@ def _lower_mixed(op) -> Optional[list]:
     if op.gate.name not in ("paulirot", "multirz") or op.gate.num_wires <= LOWER_PAULIROT_WIRES:
         return None
     word = op.gate.hyper[0] if op.gate.name == "paulirot" else "Z" * op.gate.num_wires
-    return paulirot_ops(op.params[0], word, op.wires)  # a global phase is no density matrix's
+    return paulirot_ops(op.params[0], word, op.wires)
 
 
 _LOWERINGS = {"statevector": _lower_statevector, "mixed": _lower_mixed}
+
+
+def lowered_op(op, engine: str = "statevector") -> list:
+    """``[op]``, or a wide Pauli rotation as the ``engine`` runs it (see :func:`lowered`)."""
+    sub = _LOWERINGS[engine](op) if op.gate.name in ("paulirot", "multirz") else None
+    return [op] if sub is None else sub
 
 
 def lowered(circuit, engine: str):

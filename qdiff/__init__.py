@@ -110,7 +110,7 @@ _PENNYLANE_TEMPLATES = (
     "QROMStatePreparation", "QSVT", "QuantumMonteCarlo", "QuantumPhaseEstimation",
     "Qubitization", "RandomLayers", "Reflection", "Select", "SelectOnlyQRAM", "SelectPauliRot",
     "SemiAdder", "SimplifiedTwoDesign", "SumOfSlatersPrep", "Superposition", "TTN",
-    "TemporaryAND", "TrotterProduct", "TwoLocalSwapNetwork", "UCCSD")
+    "TemporaryAND", "TrotterProduct", "TwoLocalSwapNetwork", "UCCSD", "kUpCCGSD")
 
 
 def _pennylane_template(name: str):

@@ -23,13 +23,14 @@ NOT_QUBIT = {"CVNeuralNetLayers", "DisplacementEmbedding", "SqueezingEmbedding",
 def test_every_qubit_template_of_pennylane_has_a_qdiff_name():
     import pennylane.templates as templates
     from pennylane.operation import Operator
-    names = {n for n in dir(templates) if n[:1].isupper() and inspect.isclass(
+    names = {n for n in dir(templates) if not n.startswith("_") and inspect.isclass(
         getattr(templates, n)) and issubclass(getattr(templates, n), Operator)}
     forwarded = set(qd._PENNYLANE_TEMPLATES)
     assert forwarded <= names
     own = {n for n in names if n in qd._EXPORTS}  # qdiff's own templates
     assert names - own - NOT_QUBIT == forwarded
     assert qd.GroverOperator is qml.GroverOperator and "GroverOperator" in dir(qd)
+    assert qd.kUpCCGSD is qml.kUpCCGSD and "kUpCCGSD" in dir(qd)
 
 
 def _cases(m):
@@ -50,6 +51,9 @@ def _cases(m):
         "UCCSD": lambda x, w: m.UCCSD(x[:3], wires=range(N), s_wires=[[0, 1, 2], [1, 2, 3]],
                                       d_wires=[[[0, 1], [2, 3]]],
                                       init_state=np.array([1, 1, 0, 0])),
+        "kUpCCGSD": lambda x, w: m.kUpCCGSD(torch.cat([x, x[:2]]).reshape(1, 6),
+                                            wires=range(N), k=1, delta_sz=0,
+                                            init_state=np.array([1, 1, 0, 0])),
         "CommutingEvolution": lambda x, w: ([m.Hadamard(i) for i in range(N)],
                                             m.CommutingEvolution(commuting, x[0])),
         "MottonenStatePreparation": lambda x, w: (m.MottonenStatePreparation(

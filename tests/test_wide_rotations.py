@@ -169,3 +169,48 @@ def test_narrow_rotations_run_as_recorded():
     names = [op.name for op in lowered(wide, "statevector").operations]
     assert names == ["h", "sx", "h", "sx", "multirz", "h", "sxdg", "h", "sxdg"]
     assert all(len(op.wires) <= 2 for op in lowered(wide, "mixed").operations)
+
+
+def _state_of(n, gates):
+    @qd.qnode(qd.device("statevector", wires=n))
+    def f():
+        for i in range(n):
+            qd.RY(0.2 * (i + 1), wires=i)
+        gates()
+        return qd.state()
+    recorded, _ = f.construct()
+    return f().numpy(), recorded
+
+
+def _qiskit_state(qc, n):
+    from qiskit.quantum_info import Statevector
+    return Statevector(qc).data.reshape([2] * n).transpose(list(range(n))[::-1]).reshape(-1)
+
+
+@pytest.mark.parametrize("gates", [
+    lambda: qd.PauliRot(0.9, "IIIII", wires=range(5)),
+    lambda: qd.ctrl(qd.PauliRot, control=0)(0.9, "II", wires=[1, 2]),
+    lambda: qd.ctrl(qd.PauliRot, control=4)(0.9, "IIII", wires=[3, 2, 1, 0])])
+def test_identity_words_keep_their_phase_in_decompositions_and_qiskit(gates):
+    pytest.importorskip("qiskit")
+    from qdiff.circuits.decompositions import decompose
+    from qdiff.circuits.qiskit_io import to_qiskit
+    psi, recorded = _state_of(5, gates)
+    assert np.allclose(_qiskit_state(to_qiskit(recorded.circuit, recorded.theta), 5), psi,
+                       atol=1e-12)
+    word = Operation(paulirot_gate("III"), (0, 1, 2), (0.9,))
+    assert [(o.name, float(o.params[0])) for o in decompose(word)] == [("globalphase", 0.45)]
+
+
+@pytest.mark.parametrize("gates", [
+    lambda: qd.PauliRot(0.4, "XIYZZIXYZ", wires=[8, 0, 7, 1, 6, 2, 5, 3, 4]),
+    lambda: qd.MultiRZ(0.4, wires=range(9)),
+    lambda: qd.PauliRot(0.4, "I" * 9, wires=range(9)),
+    lambda: qd.ctrl(qd.PauliRot, control=0)(0.3, "XYZZXIIZ", wires=range(1, 9))])
+def test_compiler_verifies_and_keeps_wide_rotations_exact(gates):
+    pytest.importorskip("qiskit")
+    from qdiff.circuits.qiskit_io import to_qiskit
+    psi, recorded = _state_of(9, gates)
+    out, report = qd.compile(recorded.circuit)  # exact up to a global phase
+    overlap = _qiskit_state(to_qiskit(out, recorded.theta), 9) @ psi.conj()
+    assert abs(abs(overlap) - 1) < 1e-10

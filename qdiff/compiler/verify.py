@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qdiff.circuits.decompositions import lowered_op
 from qdiff.circuits.errors import QdiffError, QdiffMemoryError
 from qdiff.circuits.memory import require
 from qdiff.circuits.operation import Operation, ParamRef
@@ -137,7 +138,7 @@ def _apply_torch(st, g, w, n: int):
     letters = "abcdefghijklmnopqrstuvwxyz"
     ins = letters[:n + 1]
     out = list(ins)
-    new = "ABCDEFGH"[:k]
+    new = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[:k]
     for i, q in enumerate(w):
         out[q + 1] = new[i]
     expr = f"{new}{''.join(ins[q + 1] for q in w)},{ins}->{''.join(out)}"
@@ -147,7 +148,7 @@ def _apply_torch(st, g, w, n: int):
 def run(state: np.ndarray, ops, inverse: bool = False) -> np.ndarray:
     """``state`` ``(B, 2, ..., 2)`` after ``ops`` (or their inverse), complex128."""
     import torch
-    seq = fused(ops)
+    seq = fused([sub for o in ops for sub in lowered_op(o)])  # wide rotations: few wires each
     if inverse:
         seq = _dagger(seq)
     st = torch.from_numpy(np.array(state, dtype=complex))
