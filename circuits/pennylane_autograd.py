@@ -183,3 +183,25 @@ def _unflatten(y, struct):
         return anp.reshape(seg, shape)
 
     return build(struct)
+
+
+def torch_backprop(config) -> bool:
+    """Whether a call is backprop under the torch interface (its results are torch tensors,
+    a tape without parameters' too, as on PennyLane's default devices)."""
+    from pennylane.math import Interface
+    return config is not None and config.interface == Interface.TORCH and \
+        config.gradient_method == "backprop"
+
+
+def torch_tape(tape) -> bool:
+    """Whether a tape has torch parameters (its results are torch tensors, with or without
+    gradients, as on PennyLane's default devices)."""
+    return any(isinstance(p, torch.Tensor) for p in tape.get_parameters(trainable_only=False))
+
+
+def to_user(t: torch.Tensor, keep: bool = False):
+    """Numpy for results outside torch, the tensor itself inside autograd (backprop) or for a
+    tape with torch parameters (``keep``)."""
+    if t.requires_grad or keep:
+        return t
+    return t.detach().cpu().numpy()

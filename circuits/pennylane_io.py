@@ -415,12 +415,9 @@ def _decomposition(op) -> list:
             from None
 
 
-def exp_pauli_rotation(op):
-    """``(theta, pauli_word, wires)`` of ``qml.exp``/``qml.evolve`` of a scaled Pauli word
-    with a torch coefficient (of the exponent or of the word): ``exp(coeff * c P) =
-    PauliRot(theta = 2j * coeff * c)``, ``theta`` a real tensor kept in the graph
-    (PennyLane's own decomposition of it needs ``real_if_close``, which torch lacks);
-    ``None`` for anything else (PennyLane's decomposition, or its refusal, applies)."""
+def _scaled_word(op):
+    """``(2j * coeff * c, {wire: letter})`` of ``qml.exp`` of ``coeff`` times a scaled Pauli
+    word ``c P`` (scalar products unrolled), or ``None`` when the base is not one word."""
     base, coeff = op.base, op.coeff
     while type(base).__name__ == "SProd":
         coeff, base = coeff * base.scalar, base.base
@@ -428,8 +425,19 @@ def exp_pauli_rotation(op):
     if rep is None or len(rep) != 1:
         return None
     (word, c), = rep.items()
-    word = dict(word)
-    theta = 2j * coeff * c
+    return 2j * coeff * c, dict(word)
+
+
+def exp_pauli_rotation(op):
+    """``(theta, pauli_word, wires)`` of ``qml.exp``/``qml.evolve`` of a scaled Pauli word
+    with a torch coefficient (of the exponent or of the word): ``exp(coeff * c P) =
+    PauliRot(theta = 2j * coeff * c)``, ``theta`` a real tensor kept in the graph
+    (PennyLane's own decomposition of it needs ``real_if_close``, which torch lacks);
+    ``None`` for anything else (PennyLane's decomposition, or its refusal, applies)."""
+    scaled = _scaled_word(op)
+    if scaled is None:
+        return None
+    theta, word = scaled
     if not isinstance(theta, torch.Tensor) or not word or \
             (theta.is_complex() and bool((theta.detach().imag.abs() > 1e-10).any())):
         return None
@@ -445,17 +453,12 @@ def broadcast_exp_rotation(op):
     ``None`` for anything else (a non-Pauli base, a scalar or torch coefficient, a coefficient
     with a real part: not unitary)."""
     import pennylane as qml
-    base, coeff = op.base, op.coeff
-    if isinstance(coeff, torch.Tensor) or qml.math.ndim(coeff) == 0:
+    if isinstance(op.coeff, torch.Tensor) or qml.math.ndim(op.coeff) == 0:
         return None
-    while type(base).__name__ == "SProd":
-        coeff, base = coeff * base.scalar, base.base
-    rep = getattr(base, "pauli_rep", None)
-    if rep is None or len(rep) != 1:
+    scaled = _scaled_word(op)
+    if scaled is None:
         return None
-    (word, c), = rep.items()
-    word = dict(word)
-    theta = 2j * coeff * c
+    theta, word = scaled
     imag = np.asarray(qml.math.unwrap(qml.math.imag(theta)))
     if not word or bool((np.abs(imag) > 1e-10).any()):
         return None

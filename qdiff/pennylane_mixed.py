@@ -61,7 +61,8 @@ from pennylane.measurements import (ClassicalShadowMP, CountsMP, DensityMatrixMP
                                     VarianceMP)
 
 from qdiff.backends.base import Job
-from qdiff.circuits.pennylane_autograd import backprop_interface, execute_autograd, has_boxes
+from qdiff.circuits.pennylane_autograd import (backprop_interface, execute_autograd, has_boxes,
+                                               to_user, torch_backprop, torch_tape)
 from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import check_unitary
@@ -285,7 +286,7 @@ class QdiffMixed(Device):
     def execute(self, circuits, execution_config: Optional[ExecutionConfig] = None):
         if has_boxes(circuits):  # backprop under the autograd interface
             return execute_autograd(circuits, lambda tapes: tuple(self._run(t) for t in tapes))
-        torch_out = _torch_backprop(execution_config)
+        torch_out = torch_backprop(execution_config)
         return tuple(self._run(t, torch_out) for t in circuits)
 
     def _snapshot_result(self, tape, whole):
@@ -293,7 +294,7 @@ class QdiffMixed(Device):
         kept differentiable; a torch result where the ``whole`` tape has torch parameters)."""
         if has_boxes((tape,)):
             return execute_autograd((tape,), lambda tapes: tuple(self._run(t) for t in tapes))[0]
-        return self._run(tape, _torch_tape(whole))
+        return self._run(tape, torch_tape(whole))
 
     def _labels(self, tape) -> tuple:
         labels = tuple(self.wires) if self.wires is not None else tuple(tape.wires)
@@ -360,7 +361,7 @@ class QdiffMixed(Device):
     def _run(self, tape, torch_out: bool = False):
         """One tape's results; torch tensors for torch parameters, and with ``torch_out``
         (backprop under the torch interface)."""
-        keep = torch_out or _torch_tape(tape)
+        keep = torch_out or torch_tape(tape)
         labels = self._labels(tape)
         n = len(labels)
         batched = _batched(tape)
@@ -391,7 +392,7 @@ class QdiffMixed(Device):
         if rest:
             meas.append(Measurement("density_matrix", None, labels))
         outs, _ = self._engine_run(tape, meas)
-        got = iter(_to_user(o if batched else o[0], keep)
+        got = iter(to_user(o if batched else o[0], keep)
                    for o in outs[:len(outs) - bool(rest)])
         if rest:  # the others (entropies, projector probs, ...) by PennyLane from rho
             read = self._measure(rest, outs[-1], tape, batched, n, keep)
@@ -413,7 +414,7 @@ class QdiffMixed(Device):
         return tuple(parts)
 
     def _measure(self, mps, rho, tape, batched: bool, n: int, keep: bool = False):
-        state = _to_user(rho, keep)
+        state = to_user(rho, keep)
         shape = ((rho.shape[0],) if batched else ()) + (2,) * (2 * n)
         state = state.reshape(shape) if batched else state[0].reshape(shape)
         script = qml.tape.QuantumScript([], mps, shots=tape.shots)
@@ -507,22 +508,3 @@ def _native_measurement(mp, labels):
     return None
 
 
-def _torch_backprop(config) -> bool:
-    """Whether a call is backprop under the torch interface (its results are torch tensors,
-    a tape without parameters' too, as on ``default.mixed``)."""
-    return config is not None and config.interface == Interface.TORCH and \
-        config.gradient_method == "backprop"
-
-
-def _torch_tape(tape) -> bool:
-    """Whether a tape has torch parameters (the torch interface's backprop: its results are
-    torch tensors, with or without gradients, as on ``default.mixed``)."""
-    return any(isinstance(p, torch.Tensor) for p in tape.get_parameters(trainable_only=False))
-
-
-def _to_user(t: torch.Tensor, keep: bool = False):
-    """Numpy for results outside torch, the tensor itself inside autograd (backprop) or for a
-    tape with torch parameters (``keep``)."""
-    if t.requires_grad or keep:
-        return t
-    return t.detach().cpu().numpy()

@@ -43,7 +43,8 @@ from pennylane.measurements import (ClassicalShadowMP, ExpectationMP, Probabilit
                                     StateMeasurement, VarianceMP)
 
 from qdiff.backends.base import Job
-from qdiff.circuits.pennylane_autograd import backprop_interface, execute_autograd, has_boxes
+from qdiff.circuits.pennylane_autograd import (backprop_interface, execute_autograd, has_boxes,
+                                               to_user, torch_backprop, torch_tape)
 from qdiff.backends.statevector import StatevectorBackend
 from qdiff.backends.statevector.engine import Residual
 from qdiff.backends.statevector.simulate import Trace
@@ -429,14 +430,14 @@ class QdiffStatevector(Device):
     def execute(self, circuits, execution_config: Optional[ExecutionConfig] = None):
         if has_boxes(circuits):  # backprop under the autograd interface
             return execute_autograd(circuits, self._execute)
-        return self._execute(circuits, _torch_backprop(execution_config))
+        return self._execute(circuits, torch_backprop(execution_config))
 
     def _snapshot_result(self, tape, whole):
         """One snapshot's measurement, on the circuit up to it (torch and autograd parameters
         kept differentiable; a torch result where the ``whole`` tape has torch parameters)."""
         if has_boxes((tape,)):
             return execute_autograd((tape,), self._execute)[0]
-        return self._execute((tape,), _torch_tape(whole))[0]
+        return self._execute((tape,), torch_tape(whole))[0]
 
     def _execute(self, circuits, torch_out: bool = False):
         """The tapes' results; torch tensors for torch parameters, and for every tape with
@@ -474,10 +475,10 @@ class QdiffStatevector(Device):
         if plan.native:
             if isinstance(outputs, torch.Tensor):  # flat
                 outputs = _split_flat(outputs, plan.job.circuit.measurements, plan.n)
-            keep = torch_out or _torch_tape(tape)
-            vals = [_to_user(o if plan.batched else o[0], keep) for o in outputs]
+            keep = torch_out or torch_tape(tape)
+            vals = [to_user(o if plan.batched else o[0], keep) for o in outputs]
             return vals[0] if len(mps) == 1 else tuple(vals)
-        state = _to_user(outputs[0], torch_out or _torch_tape(tape))
+        state = to_user(outputs[0], torch_out or torch_tape(tape))
         shots = tape.shots
         if plan.postselect:
             state, shots = self._postselected(state, shots)
@@ -722,25 +723,6 @@ def _column_trainable(tape, sources) -> tuple:
     return tuple(k in tr for k, _ in sources)
 
 
-def _torch_backprop(config) -> bool:
-    """Whether a call is backprop under the torch interface (its results are torch tensors,
-    a tape without parameters' too, as on ``default.qubit``)."""
-    return config is not None and config.interface == Interface.TORCH and \
-        config.gradient_method == "backprop"
-
-
-def _torch_tape(tape) -> bool:
-    """Whether a tape has torch parameters (the torch interface's backprop: its results are
-    torch tensors, with or without gradients, as on ``default.qubit``)."""
-    return any(isinstance(p, torch.Tensor) for p in tape.get_parameters(trainable_only=False))
-
-
-def _to_user(t: torch.Tensor, keep: bool = False):
-    """Numpy for results outside torch, the tensor itself inside autograd (backprop) or for a
-    tape with torch parameters (``keep``)."""
-    if t.requires_grad or keep:
-        return t
-    return t.detach().cpu().numpy()
 
 
 def _flat_size(m: Measurement, n: int) -> int:
