@@ -429,7 +429,8 @@ def test_nested_torch_func_transforms_differentiate_what_the_call_builds(engine,
 
 def test_nested_torch_func_transforms_with_shots_refuse_what_the_call_builds():
     """With shots the rules cannot carry an outer reverse-mode level's derivative through a
-    state built in the call: refused (it was a silent zero); the angles' own Hessian runs."""
+    state built in the call: refused, never taken as a constant (a silent zero); the angles'
+    own Hessian runs."""
     dev = qd.device("statevector", wires=1, shots=2000, seed=3)
     f = qd.QNode(lambda s, w: _built_in_the_call("state", s, w), dev,
                  diff_method="parameter-shift")

@@ -377,7 +377,7 @@ def test_iqp_embedding_takes_a_numpy_integer_n_repeats():
 
 def test_complex_numpy_amplitudes_keep_their_imaginary_parts():
     """A complex numpy vector given to StatePrep / AmplitudeEmbedding keeps its complex
-    amplitudes (normalize=True normalised the real part alone, silently); complex numpy
+    amplitudes (normalize=True normalises the complex vector, not its real part); complex numpy
     angles are refused by name."""
     dev = qd.device("statevector", wires=2)
     for make, kw in ((qd.StatePrep, {}), (qd.AmplitudeEmbedding, {"normalize": True})):
