@@ -35,6 +35,13 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import Operation
 
 
+#: gates made per width, word or matrix (no one registry record): a rule names the family and
+#: matches every instance (a multi-wire channel must then fit each instance's width)
+_FAMILIES = {**{n: n for n in ("paulirot", "multirz", "pcphase", "unitary")},
+             "PauliRot": "paulirot", "MultiRZ": "multirz", "PCPhase": "pcphase",
+             "QubitUnitary": "unitary"}
+
+
 @dataclass(frozen=True)
 class NoiseRule:
     """After gate ``gate`` (IR name, ``"*"``: every gate) on exactly ``wires`` (``None``: any
@@ -92,9 +99,14 @@ class NoiseModel:
         gate such as ``qd.CNOT``; ``"*"`` for all) on ``wires`` (``None``: anywhere), insert
         ``channel`` with ``params``. Returns the model (calls chain)."""
         name = gate if isinstance(gate, str) else getattr(gate, "name", None)
+        if not isinstance(name, str) and callable(gate):  # qd.PauliRot, qd.MultiRZ, ...
+            name = getattr(gate, "__name__", None)
         if not isinstance(name, str):
             raise QdiffError(f"noise rule: gate must be a name or a gate; got {gate!r}")
-        if name != "*":  # an OpenQASM or PennyLane name ("cx", "CNOT"): the gate's IR name
+        family = _FAMILIES.get(name)  # a gate made per width or word: any of its instances
+        if family is not None:
+            name = family
+        elif name != "*":  # an OpenQASM or PennyLane name ("cx", "CNOT"): the gate's IR name
             from qdiff.circuits.gates import get_gate
             try:
                 name = get_gate(name).name
@@ -119,7 +131,7 @@ class NoiseModel:
                 raise QdiffError(f"noise rule: channel '{channel.name}' parameter "
                                  f"{channel.param_names[i]} must be a number; got {p!r}")
         channel.check([float(p) for p in params])
-        if name != "*":
+        if name != "*" and family is None:
             from qdiff.circuits.gates import GATES
             if channel.num_wires not in (1, GATES[name].num_wires):
                 raise QdiffError(f"noise rule: channel '{channel.name}' acts on "
@@ -130,7 +142,7 @@ class NoiseModel:
             else wires))
         if ws is not None and name != "*":
             from qdiff.circuits.gates import GATES
-            k = GATES[name].num_wires
+            k = len(ws) if family is not None else GATES[name].num_wires
             if len(ws) != k or len(set(ws)) != k:
                 raise QdiffError(f"noise rule for '{name}': wires {list(ws)} do not name the "
                                  f"{k} distinct wire(s) of a '{name}' gate, so it would never "

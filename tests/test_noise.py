@@ -458,3 +458,32 @@ def test_parameter_shift_names_a_channel_parameter_and_the_methods_that_take_it(
     with pytest.raises(qd.QdiffError, match="channel 'AmplitudeDamping': parameter gamma.*"
                                          "no parameter-shift rule.*finite-diff"):
         f(p).backward()
+
+
+@pytest.mark.parametrize("gate", ["PauliRot", "paulirot", qd.PauliRot])
+def test_noise_rules_name_gate_families_made_per_word(gate):
+    """A rule may name PauliRot / MultiRZ / PCPhase / QubitUnitary (made per word, width or
+    matrix): it matches every instance, wide ones included (run lowered after the channels
+    are inserted); equal to default.mixed with the channels written out."""
+    qml = pytest.importorskip("pennylane")
+    a = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    model = qd.noise.NoiseModel().add(gate, qd.DepolarizingChannel, 0.05)
+
+    @qd.qnode(qd.device("mixed", wires=6, noise=model), diff_method="adjoint")
+    def ours(a):
+        qd.RY(0.4, wires=2)
+        qd.PauliRot(a, "XYZXYZ", wires=range(6))
+        qd.MultiRZ(0.3, wires=[0, 1])
+        return qd.expval(qd.Z(0) @ qd.X(2))
+
+    @qml.qnode(qml.device("default.mixed", wires=6), interface="torch")
+    def ref(a):
+        qml.RY(0.4, wires=2)
+        qml.PauliRot(a, "XYZXYZ", wires=range(6))
+        for w in range(6):
+            qml.DepolarizingChannel(0.05, wires=w)
+        qml.MultiRZ(0.3, wires=[0, 1])
+        return qml.expval(qml.Z(0) @ qml.X(2))
+    assert float(ours(a)) == pytest.approx(float(ref(a)), abs=1e-10)
+    with pytest.raises(qd.QdiffError, match="do not name the 2 distinct wire"):
+        qd.noise.NoiseModel().add("MultiRZ", qd.DepolarizingChannel, 0.05, wires=[0, 0])
