@@ -173,14 +173,8 @@ def lowered(circuit, engine: str):
     rotations as gates on few wires, the same unitary exactly, every angle the same parameter
     reference (so gradients per parameter are unchanged); ``circuit`` itself when it has none."""
     def build():
-        rule = _LOWERINGS[engine]
-        ops, changed = [], False
-        for op in circuit.operations:
-            sub = rule(op) if op.gate.name in ("paulirot", "multirz") else None
-            if sub is None:
-                ops.append(op)
-            else:
-                ops.extend(sub)
-                changed = True
-        return circuit.with_operations(ops) if changed else circuit
+        parts = [lowered_op(op, engine) for op in circuit.operations]
+        if all(len(p) == 1 and p[0] is op for p, op in zip(parts, circuit.operations)):
+            return circuit
+        return circuit.with_operations([sub for p in parts for sub in p])
     return memo(circuit, ("lowered", engine), build)
