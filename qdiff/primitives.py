@@ -56,8 +56,14 @@ _QNODE_CACHE_SIZE = 64
 class _Runner:
     """Shared machinery: circuit imports (per run), qnodes (cached by structure), devices."""
 
-    def __init__(self, seed):
-        self._rng = np.random.default_rng(seed)
+    def __init__(self, seed, who: str):
+        if isinstance(seed, bool):
+            seed = "a bool"  # numpy would take True as 1
+        try:
+            self._rng = np.random.default_rng(seed)
+        except (TypeError, ValueError):
+            raise QdiffError(f"{who}: seed must be None, a non-negative integer or a "
+                             f"np.random.Generator; got {seed!r}") from None
         self._qnodes: "OrderedDict" = OrderedDict()
         self._devices: dict = {}
 
@@ -87,6 +93,14 @@ class _Runner:
         g = torch.Generator()
         g.manual_seed(int(self._rng.integers(2 ** 62)))
         return g
+
+
+def _refuse_unknown(kwargs: dict, who: str, valid: tuple) -> None:
+    """An unknown keyword (``options=`` of Aer's primitives, a misspelt ``shot=``) is a
+    QdiffError naming it, not a TypeError."""
+    if kwargs:
+        raise QdiffError(f"{who}: unknown keyword(s) {sorted(kwargs)}; valid keywords: "
+                         f"{list(valid)}")
 
 
 def _structure_key(imp) -> tuple:
@@ -173,11 +187,12 @@ class Estimator(BaseEstimatorV2):
         seed: seed (or ``np.random.Generator``) of the shot sampling at precision > 0.
     """
 
-    def __init__(self, *, default_precision: float = 0.0, seed=None):
+    def __init__(self, *, default_precision: float = 0.0, seed=None, **unknown):
+        _refuse_unknown(unknown, "Estimator", ("default_precision", "seed"))
         _check_precision(default_precision, "default_precision")
         self._default_precision = float(default_precision)
         self._seed = seed
-        self._runner = _Runner(seed)
+        self._runner = _Runner(seed, "Estimator")
 
     @property
     def default_precision(self) -> float:
@@ -187,7 +202,8 @@ class Estimator(BaseEstimatorV2):
     def seed(self):
         return self._seed
 
-    def run(self, pubs, *, precision=None) -> PrimitiveJob:
+    def run(self, pubs, *, precision=None, **unknown) -> PrimitiveJob:
+        _refuse_unknown(unknown, "Estimator.run", ("precision",))
         if precision is None:
             precision = self._default_precision
         _check_precision(precision, "precision")
@@ -328,13 +344,14 @@ class Sampler(BaseSamplerV2):
         seed: seed (or ``np.random.Generator``) of the sampling (a reproducible sequence).
     """
 
-    def __init__(self, *, default_shots: int = 1024, seed=None):
+    def __init__(self, *, default_shots: int = 1024, seed=None, **unknown):
+        _refuse_unknown(unknown, "Sampler", ("default_shots", "seed"))
         if isinstance(default_shots, bool) or not (isinstance(default_shots, (int, np.integer))
                                                    and default_shots >= 1):
             raise QdiffError(f"default_shots must be a positive integer; got {default_shots!r}")
         self._default_shots = int(default_shots)
         self._seed = seed
-        self._runner = _Runner(seed)
+        self._runner = _Runner(seed, "Sampler")
 
     @property
     def default_shots(self) -> int:
@@ -344,7 +361,8 @@ class Sampler(BaseSamplerV2):
     def seed(self):
         return self._seed
 
-    def run(self, pubs, *, shots=None) -> PrimitiveJob:
+    def run(self, pubs, *, shots=None, **unknown) -> PrimitiveJob:
+        _refuse_unknown(unknown, "Sampler.run", ("shots",))
         if shots is None:
             shots = self._default_shots
         coerced = _coerce(SamplerPub, pubs, shots)
