@@ -37,6 +37,16 @@ FROM_QISKIT = {
     "ryy": "ryy", "rzz": "rzz",
 }
 _SKIP = {"barrier", "delay"}
+# control flow and classical instructions: refused, each with what it is
+_CLASSICAL = {
+    "if_else": "classically controlled operations are not supported",
+    "while_loop": "classically controlled operations are not supported",
+    "switch_case": "classically controlled operations are not supported",
+    "for_loop": "control flow (for_loop) is not supported; unroll the loop first "
+                "(qiskit.transpiler.passes.UnrollForLoops)",
+    "box": "control flow (box) is not supported; append its body instead",
+    "store": "classical variables (store) are not supported",
+}
 # XXPlusYYGate(theta, beta) with a constant beta that makes it one qdiff gate:
 # beta -> (qdiff gate, factor on theta) (checked against the matrices in tests/test_gates.py)
 _XX_PLUS_YY = {0.0: ("isingxy", -1.0), -math.pi / 2: ("single_excitation", 1.0),
@@ -160,9 +170,8 @@ def _convert_into(qc, qmap, imp: _Importer, top: bool):
         name = op.name
         qubits = tuple(local_q[q] for q in inst.qubits)
         where = f"instruction {k} ('{name}' on qubits {list(qubits)})"
-        if getattr(op, "condition", None) is not None or name in ("if_else", "while_loop",
-                                                                   "for_loop", "switch_case"):
-            raise QdiffError(f"{where}: classically controlled operations are not supported")
+        if getattr(op, "condition", None) is not None or name in _CLASSICAL:
+            raise QdiffError(f"{where}: {_CLASSICAL.get(name, _CLASSICAL['if_else'])}")
         if name in _SKIP:
             continue
         if name == "measure":

@@ -386,6 +386,77 @@ def test_empty_parameter_values_give_empty_results():
     assert f(torch.zeros(0, 1, dtype=torch.float64)).shape == (0, 1)
 
 
+def test_unknown_keywords_and_bad_seeds_are_refused_by_name():
+    """Aer's ``options=``, a misspelt ``shot=``, a seed numpy cannot take: QdiffErrors naming
+    the keyword or the seed, not TypeErrors."""
+    from qiskit import QuantumCircuit
+    qc = QuantumCircuit(1, 1)
+    qc.h(0)
+    qc.measure(0, 0)
+    free = QuantumCircuit(1)
+    with pytest.raises(QdiffError, match=r"Sampler: unknown keyword\(s\) \['options'\]"):
+        Sampler(options={"default_shots": 5})
+    with pytest.raises(QdiffError, match=r"Estimator: unknown keyword\(s\) \['options'\]"):
+        Estimator(options={"default_precision": 0.1})
+    with pytest.raises(QdiffError, match=r"Sampler.run: unknown keyword\(s\) \['shot'\]; "
+                                         r"valid keywords: \['shots'\]"):
+        Sampler().run([qc], shot=10)
+    with pytest.raises(QdiffError, match=r"Estimator.run: unknown keyword\(s\) \['shots'\]"):
+        Estimator().run([(free, "Z")], shots=10)
+    for bad in ("x", -1, 1.5, True):
+        for make in (Sampler, Estimator):
+            with pytest.raises(QdiffError, match=f"{make.__name__}: seed must be None, a "
+                                                 "non-negative integer"):
+                make(seed=bad)
+    assert Sampler(seed=np.random.default_rng(1)).run([qc], shots=4).result()[0].data.c.num_shots \
+        == 4
+
+
+@pytest.mark.parametrize("construct", ["if_else", "switch_case", "while_loop", "for_loop", "box",
+                                       "store"])
+def test_dynamic_circuit_constructs_are_refused_by_name(construct):
+    """Control flow and classical instructions a Qiskit user writes: each a QdiffError naming
+    the construct and what it is, on both primitives and a circuit qnode (never run without it)."""
+    import qdiff as qd
+    from qiskit import ClassicalRegister, QuantumCircuit, QuantumRegister
+    from qiskit.circuit.classical import expr
+    cr = ClassicalRegister(2, "c")
+    qc = QuantumCircuit(QuantumRegister(2), cr)
+    qc.h(0)
+    if construct == "if_else":
+        with qc.if_test(expr.equal(cr, 1)):
+            qc.x(1)
+    elif construct == "switch_case":
+        with qc.switch(cr) as case:
+            with case(1):
+                qc.x(1)
+    elif construct == "while_loop":
+        with qc.while_loop((cr[0], 0)):
+            qc.x(1)
+    elif construct == "for_loop":
+        with qc.for_loop(range(2)):
+            qc.x(1)
+    elif construct == "box":
+        with qc.box():
+            qc.x(1)
+    else:
+        qc.store(qc.add_var("v", False), True)
+    what = {"for_loop": r"control flow \(for_loop\) is not supported; unroll the loop first",
+            "box": r"control flow \(box\) is not supported",
+            "store": r"classical variables \(store\) are not supported"}.get(
+        construct, "classically controlled operations are not supported")
+    with pytest.raises(QdiffError, match=f"'{construct}' on qubits .*{what}"):
+        qd.qnode(qd.device("statevector", wires=2))(qc)
+    measured = qc.copy()
+    measured.measure(1, 1)
+    # the primitives refuse a circuit with variables before reading its instructions
+    what = "classical variables" if construct == "store" else what
+    for call in (lambda: Estimator().run([(qc, "ZZ")]).result(),
+                 lambda: Sampler().run([measured]).result()):
+        with pytest.raises(QdiffError, match=what):
+            call()
+
+
 def test_estimator_qnn_trains_on_qdiff_estimator():
     from qiskit.circuit.library import real_amplitudes, zz_feature_map
     from qiskit.primitives import StatevectorEstimator
