@@ -638,7 +638,6 @@ def classical_bits(qc, registers, num_clbits: int, measurements) -> list:
     return list(creg)
 
 
-
 _CTRL_BASIS = ["u", "p", "rx", "ry", "rz", "h", "x", "cx", "cp", "crx", "cry", "crz", "cu",
                "ccx"]
 
