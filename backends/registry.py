@@ -41,8 +41,6 @@ def device(name: str = "statevector", /, wires=None, **kwargs) -> Backend:
     _builtin()
     if not isinstance(name, str):
         raise QdiffError(f"device name must be a string; got {type(name).__name__}")
-    if wires is None:
-        raise QdiffError("device(...) needs wires=")
     key = name.lower()
     if key not in registered() and key in _LAZY:
         importlib.import_module(_LAZY[key])  # registers it; qiskit/pennylane load only now
@@ -56,6 +54,9 @@ def device(name: str = "statevector", /, wires=None, **kwargs) -> Backend:
                     + (" (qdiff's own simulator is qd.device(\"statevector\", wires=...))"
                        if key.startswith("default.") else ""))
         raise QdiffError(f"unknown device '{name}'{hint}; available: {names}")
+    if wires is None:
+        raise QdiffError(f"device '{name}' needs wires= (a number of wires or a sequence of "
+                         f"labels)")
     _check_keywords(name, factories[key], kwargs)
     return factories[key](wires=wires, **kwargs)
 

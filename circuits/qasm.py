@@ -13,7 +13,8 @@ from qdiff.circuits import fileio, qasm_bounds
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.errors import QdiffError, QdiffParseError
 from qdiff.circuits.fileio import write_atomic  # noqa: F401  (qasm.write_atomic, as before)
-from qdiff.circuits.qiskit_io import QiskitImport, from_qiskit, real_values, to_qiskit
+from qdiff.circuits.qiskit_io import (QiskitImport, classical_bits, from_qiskit, real_values,
+                                      to_qiskit)
 
 _LINE = re.compile(r"(\d+),(\d+)")
 _ANTLR_LINE = re.compile(r"L(\d+):C(\d+):")  # the OpenQASM 3 lexer's position
@@ -338,7 +339,7 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
     if basis is not None:
         _basis_names(qc, {str(b).strip().lower() for b in basis})
     if measurements:
-        bits = _classical_bits(qc, registers, num_clbits, measurements)
+        bits = classical_bits(qc, registers, num_clbits, measurements)
         for q, c in measurements:
             qc.measure(q, bits[c])
     if version not in (2, 3):
@@ -377,27 +378,6 @@ def _is_value(p, value: float) -> bool:
         return float(p) == value
     except TypeError:  # a free parameter
         return False
-
-
-def _classical_bits(qc, registers, num_clbits: int, measurements) -> list:
-    """Add the classical registers to ``qc``; returns its bit of each clbit index. An import's
-    registers are kept (names, sizes, bits) when they hold every clbit once; otherwise one
-    register ``c``."""
-    from qiskit import ClassicalRegister
-    size = max(num_clbits, 1 + max(c for _, c in measurements))
-    if registers:
-        held = sorted(c for _, bits in registers for c in bits)
-        if held == list(range(size)):
-            out = [None] * size
-            for name, bits in registers:
-                reg = ClassicalRegister(len(bits), name)
-                qc.add_register(reg)
-                for j, c in enumerate(bits):
-                    out[c] = reg[j]
-            return out
-    creg = ClassicalRegister(size, "c")
-    qc.add_register(creg)
-    return list(creg)
 
 
 def _import_theta(imp: QiskitImport, theta):

@@ -502,7 +502,16 @@ def to_qiskit(circuit: Circuit, theta=None, measure: bool = False, columns=None,
     ``Parameter``/``ParameterExpression`` per column, e.g. ``QiskitImport.columns()``) names
     them. ``measure`` adds final measures. The extra wires of mid-circuit measurements
     (deferred measurement, :mod:`qdiff.circuits.midcircuit`) become classical bits again: a
-    ``measure`` into bit ``m<i>`` and ``if`` blocks for the operations they control."""
+    ``measure`` into bit ``m<i>`` and ``if`` blocks for the operations they control.
+
+    ``circuit`` may also be a :class:`QiskitImport` (from :func:`from_qiskit` or
+    ``qasm.loads``): its own parameters, angle expressions, global phase and final
+    measurements come back, and ``theta`` binds values of ``parameters`` in that order."""
+    if isinstance(circuit, QiskitImport):
+        return _import_to_qiskit(circuit, theta, measure, columns, global_phase)
+    if not isinstance(circuit, Circuit):
+        raise QdiffError(f"to_qiskit: expected a Circuit or a QiskitImport; got "
+                         f"{type(circuit).__name__}")
     from qiskit import ClassicalRegister, QuantumCircuit, QuantumRegister
     from qdiff.circuits.midcircuit import is_mid_wire
     pv, values = _column_sources(circuit.num_params, theta, columns)
@@ -588,6 +597,54 @@ def to_qiskit(circuit: Circuit, theta=None, measure: bool = False, columns=None,
     if measure:
         qc.measure(range(circuit.num_wires), range(circuit.num_wires))
     return qc
+
+
+def _import_to_qiskit(imp: QiskitImport, theta, measure: bool, columns, global_phase):
+    """:func:`to_qiskit` of an import: its parameters as the columns (or ``theta`` binding
+    them), its global phase and its final measurements into its classical registers."""
+    if columns is not None or global_phase:
+        raise QdiffError("to_qiskit: a QiskitImport brings its own parameters and global "
+                         "phase; columns= and global_phase= apply to a Circuit")
+    if measure and imp.measurements:
+        raise QdiffError("to_qiskit: measure=True for a circuit with final measurements of "
+                         "its own")
+    k = len(imp.parameters)
+    if theta is not None:
+        values = torch.as_tensor(real_values(theta, "to_qiskit")).reshape(-1)
+        if values.numel() != k:
+            raise QdiffError(f"to_qiskit: theta has {values.numel()} values for the circuit's "
+                             f"{k} parameter(s)")
+        theta = imp.theta(values.reshape(1, k))
+    elif all(p is not None for p in imp.parameters):
+        columns = imp.columns()
+    qc = to_qiskit(imp.circuit, theta, measure, columns=columns,
+                   global_phase=imp.global_phase)
+    if imp.measurements:
+        bits = classical_bits(qc, imp.registers, imp.num_clbits, imp.measurements)
+        for q, c in imp.measurements:
+            qc.measure(q, bits[c])
+    return qc
+
+
+def classical_bits(qc, registers, num_clbits: int, measurements) -> list:
+    """Add the classical registers to ``qc``; returns its bit of each clbit index. An import's
+    registers are kept (names, sizes, bits) when they hold every clbit once; otherwise one
+    register ``c``."""
+    from qiskit import ClassicalRegister
+    size = max(num_clbits, 1 + max(c for _, c in measurements))
+    if registers:
+        held = sorted(c for _, bits in registers for c in bits)
+        if held == list(range(size)):
+            out = [None] * size
+            for name, bits in registers:
+                reg = ClassicalRegister(len(bits), name)
+                qc.add_register(reg)
+                for j, c in enumerate(bits):
+                    out[c] = reg[j]
+            return out
+    creg = ClassicalRegister(size, "c")
+    qc.add_register(creg)
+    return list(creg)
 
 
 _CTRL_BASIS = ["u", "p", "rx", "ry", "rz", "h", "x", "cx", "cp", "crx", "cry", "crz", "cu",

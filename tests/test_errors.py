@@ -267,7 +267,10 @@ def test_sample_needs_shots_and_state_refuses_shots():
     (dict(wires=10 ** 9, _name="mixed"), r"at most 100000 wires"),
     (dict(wires=2, shots=0), r"shots must be a positive integer"),
     (dict(wires=2, dtype=torch.float16), r"dtype must be complex128 or complex64"),
-    (dict(), r"needs wires="),
+    (dict(), r"device 'statevector' needs wires="),
+    (dict(_name="default.qubit"), r"unknown device 'default.qubit'.*qd.device\(\"pennylane\", "
+                                  r"name=\"default.qubit\""),
+    (dict(_name="lightning.qubit"), r"unknown device 'lightning.qubit'.*name=\"lightning"),
     (dict(wires=[[0], [1]]), r"device wire label \[0\] is not hashable \(list\)"),
     (dict(wires=torch.tensor([[0], [1]])), r"device wire label \[0\] is not hashable"),
     (dict(wires=[torch.tensor([0, 1])]), r"device wire label tensor\(\[0, 1\]\): a tensor "

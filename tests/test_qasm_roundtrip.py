@@ -236,3 +236,44 @@ measure q[1] -> c[0];
             assert set(again[k].get_counts()) == set(ref[k].get_counts())
             assert set(ours[k].get_counts()) == set(ref[k].get_counts())
         assert ref["d"].get_counts() == {"1": 50}
+
+
+def test_to_qiskit_of_an_import_gives_the_circuit_back():
+    """``to_qiskit(from_qiskit(qc))`` is ``qc``: the same operator for any parameter values,
+    the same parameter names, the final measurements into the same classical registers; a
+    ``theta`` binds values of the import's parameters."""
+    from qiskit import ClassicalRegister, QuantumCircuit
+    from qiskit.circuit import Parameter
+    from qiskit.circuit.library import real_amplitudes, zz_feature_map
+    from qiskit.quantum_info import Operator
+    from qdiff.circuits.qiskit_io import from_qiskit, to_qiskit
+    qc = zz_feature_map(2).compose(real_amplitudes(2, reps=1))  # non-affine angle expressions
+    t = Parameter("t")
+    qc.rz(2 * t + 0.5, 1)
+    qc.global_phase = 0.3
+    back = to_qiskit(from_qiskit(qc))
+    assert sorted(p.name for p in back.parameters) == sorted(p.name for p in qc.parameters)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        vals = dict(zip(qc.parameters, rng.uniform(-2, 2, qc.num_parameters)))
+        by_name = {p: vals[next(q for q in qc.parameters if q.name == p.name)]
+                   for p in back.parameters}
+        ref = Operator(qc.assign_parameters(vals)).data
+        assert np.allclose(Operator(back.assign_parameters(by_name)).data, ref, atol=1e-12)
+        bound = to_qiskit(from_qiskit(qc), theta=[vals[p] for p in qc.parameters])
+        assert bound.num_parameters == 0
+        assert np.allclose(Operator(bound).data, ref, atol=1e-12)
+    m = QuantumCircuit(2)
+    m.add_register(ClassicalRegister(2, "out"))
+    m.h(0)
+    m.cx(0, 1)
+    m.measure(1, 0)
+    back = to_qiskit(from_qiskit(m))
+    assert [r.name for r in back.cregs] == ["out"] and back.count_ops()["measure"] == 1
+    with pytest.raises(QdiffError, match="theta has 1 values for the circuit's 7 parameter"):
+        to_qiskit(from_qiskit(qc), theta=[0.1])
+    with pytest.raises(QdiffError, match="measure=True for a circuit with final measurements"):
+        to_qiskit(from_qiskit(m), measure=True)
+    with pytest.raises(QdiffError, match="to_qiskit: expected a Circuit or a QiskitImport; "
+                                         "got str"):
+        to_qiskit("h q[0];")
