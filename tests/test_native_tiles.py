@@ -137,6 +137,42 @@ def test_tiled_sweep_gradients_do_not_depend_on_the_thread_count(cdtype):
     torch.testing.assert_close(grads[0], ref, atol=tol, rtol=tol)
 
 
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+@pytest.mark.parametrize("mode", ["slots", "tiles off"])
+def test_untiled_sweep_gradients_do_not_depend_on_the_thread_count(cdtype, mode, monkeypatch):
+    # one state of 2^16 amplitudes swept gate by gate (gates with data given, or the coded
+    # sweep with the tiles off), its kernels split over the threads: every overlap is summed in
+    # fixed parts added in order, so 1 and 2 threads give the same bits
+    from qdiff.circuits import get_gate
+    n = 16
+    if mode == "tiles off":
+        monkeypatch.setenv("QDIFF_NATIVE_TILES", "0")
+    u = get_gate("u2" if mode == "slots" else "rot")
+    ops, p = [], 0
+    for w in (0, 3, 8, 13, 14, 15):
+        ops.append(Operation(u, (w,), tuple(ParamRef(p + i) for i in range(u.num_params))))
+        p += u.num_params
+    ops += [Operation(get_gate("crx"), (14, 2), (ParamRef(p),)),
+            Operation(get_gate("rxx"), (15, 1), (ParamRef(p + 1),))]
+    c = Circuit(n, tuple(ops), num_params=p + 2).with_measurements(
+        (qd.expval(qd.X(0) @ qd.Y(13) + 0.5 * qd.Y(15) @ qd.X(2)), qd.probs(wires=[14])))
+    assert (native.coded_plan(c.operations, n) is None) == (mode == "slots")
+    theta = torch.tensor(np.random.default_rng(7).uniform(-3, 3, (1, c.num_params)))
+    cot = torch.tensor([[0.8, -0.3, 1.1]])
+    with torch.no_grad():
+        state = simulate(c, theta, cdtype=cdtype)
+    grads = []
+    for t in (1, 2):
+        with torch.no_grad(), torch_threads(t):
+            grads.append(adjoint_vjp(c, theta, state.clone(), cot, [True] * c.num_params))
+    assert float(grads[0].abs().max()) > 1e-3
+    assert torch.equal(grads[0], grads[1])
+    with torch.no_grad(), native.disabled():
+        ref = adjoint_vjp(c, theta, state.clone(), cot, [True] * c.num_params)
+    tol = 1e-9 if cdtype == torch.complex128 else 2e-3
+    torch.testing.assert_close(grads[0], ref, atol=tol, rtol=tol)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_tiled_sweep_of_a_deep_circuit_matches_the_untiled_sweep(threads, monkeypatch):
     # more than a thousand gates: the sweep's runs are split over several parallel regions

@@ -501,3 +501,8 @@ def test_single_precision_qubit_unitary_runs(k, cdtype):
                      axes=(list(range(k, 2 * k)), wires))
     s = np.transpose(s, np.argsort(wires + [w for w in range(n) if w not in wires]))
     assert np.allclose(f().numpy(), s.reshape(-1), atol=1e-6)
+
+
+def test_fusion_module_exports_exist():
+    import qdiff.backends.statevector.fusion as fusion
+    assert all(hasattr(fusion, name) for name in fusion.__all__)

@@ -174,4 +174,4 @@ def _cheap_alone(op) -> bool:
             or g.num_wires > 3)
 
 
-__all__ = ["plan_blocks", "block_matrix", "apply_window", "evolve_fused"]
+__all__ = ["plan_blocks", "block_matrix", "Layout", "evolve_fused"]

@@ -536,6 +536,22 @@ static void split_1q(i64 nblk, i64 w, int t, int nt, i64 *j0, i64 *j1, i64 *e0, 
     *e1 = 16 * b;
 }
 
+/* Sums over one state of at least 2^SUM_PARTS_MIN_BITS amplitudes (the adjoint's overlaps,
+ * where one state is split over threads) are taken in SUM_PARTS fixed parts, each summed from
+ * zero, and the parts are added in order however many threads share them: the gradients are
+ * the same bits for any number of threads. */
+#define SUM_PARTS 16
+#define SUM_PARTS_MIN_BITS 16
+
+/* out[e] = the SUM_PARTS parts' sums of entry e, added in part order */
+static void sum_parts(double (*part)[8], double *out) {
+    for (int e = 0; e < 8; e++) {
+        double acc = 0;
+        for (int q = 0; q < SUM_PARTS; q++) acc += part[q][e];
+        out[e] = acc;
+    }
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* loops over the groups of a gate                                                           */
 
@@ -594,6 +610,48 @@ static void split_1q(i64 nblk, i64 w, int t, int nt, i64 *j0, i64 *j1, i64 *e0, 
     do {                                                                                       \
         if (par_ > 1) FOR_GROUPS_PAR(g, nbits, __VA_ARGS__);                                   \
         else FOR_GROUPS(g, nbits, __VA_ARGS__);                                                \
+    } while (0)
+
+/* FOR_GROUPS over part q_ of nq_ of the groups (contiguous shares of the outer loop), one
+ * thread. */
+#define FOR_GROUPS_PART(g, nbits, q_, nq_, ...)                                                \
+    do {                                                                                       \
+        i64 ngroups_ = (i64)1 << ((nbits) - (g)->nspecial), a_, b_;                            \
+        int pmin_ = (g)->nspecial ? (g)->special[0] : 0;                                       \
+        i64 inner_ = (i64)1 << pmin_;                                                          \
+        if (inner_ > ngroups_) inner_ = ngroups_;                                              \
+        if (inner_ >= 4) {                                                                     \
+            share(ngroups_ / inner_, q_, nq_, &a_, &b_);                                       \
+            for (i64 o_ = a_; o_ < b_; o_++) {                                                 \
+                i64 base0_ = group_base(g, o_ * inner_);                                       \
+                for (i64 l_ = 0; l_ < inner_; l_++) {                                          \
+                    i64 base = base0_ + l_;                                                    \
+                    __VA_ARGS__                                                                \
+                }                                                                              \
+            }                                                                                  \
+        } else {                                                                               \
+            int s1_ = (g)->nspecial > 1 ? (g)->special[1] : (nbits);                           \
+            i64 run_ = (i64)1 << (s1_ - pmin_ - 1);                                            \
+            if (run_ * inner_ > ngroups_) run_ = ngroups_ / inner_;                            \
+            const i64 step_ = (i64)2 << pmin_;                                                 \
+            if (run_ >= 4) {                                                                   \
+                share(ngroups_ / (run_ * inner_), q_, nq_, &a_, &b_);                          \
+                for (i64 o_ = a_; o_ < b_; o_++) {                                             \
+                    i64 base0_ = group_base(g, o_ * run_ * inner_);                            \
+                    for (i64 lo_ = 0; lo_ < inner_; lo_++)                                     \
+                        for (i64 l_ = 0; l_ < run_; l_++) {                                    \
+                            i64 base = base0_ + lo_ + l_ * step_;                              \
+                            __VA_ARGS__                                                        \
+                        }                                                                      \
+                }                                                                              \
+            } else {                                                                           \
+                share(ngroups_, q_, nq_, &a_, &b_);                                            \
+                for (i64 j_ = a_; j_ < b_; j_++) {                                             \
+                    i64 base = group_base(g, j_);                                              \
+                    __VA_ARGS__                                                                \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
     } while (0)
 
 #define RE(p, i) (p)[2 * (i)]

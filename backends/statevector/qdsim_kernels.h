@@ -1018,23 +1018,28 @@ static void SFX(vstep_all)(R *psi, R *lam, int nbits, int p, const R *v, int upd
                            int par) {
     const i64 nblk = (i64)1 << (nbits - 1 - p), w = (i64)2 << p;
     const i64 ngroups = ((i64)2 << nbits) / VL, per = w < VL ? VL / (2 * w) : 1;
-    if (par > 1 && nbits >= PAR_MIN_BITS) {
-        for (int e = 0; e < 8; e++) out[e] = 0;
-#pragma omp parallel num_threads(par)
-        {
-            i64 j0, j1, e0 = 0, e1 = w;
-            double part[8];
-            if (w < VL) {
-                share(ngroups, THREAD_ID, NUM_THREADS, &j0, &j1);
-                j0 *= per;
-                j1 *= per;
-            } else {
-                split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
-            }
-            SFX(vstep_part)(psi, lam, p, v, upd, j0, j1, e0, e1, part);
-#pragma omp critical
-            for (int e = 0; e < 8; e++) out[e] += part[e];
+    if (nbits >= SUM_PARTS_MIN_BITS || (par > 1 && nbits >= PAR_MIN_BITS)) {
+        double part[SUM_PARTS][8];
+#define VSTEP_PART_Q(q)                                                                        \
+        {                                                                                      \
+            i64 j0, j1, e0 = 0, e1 = w;                                                        \
+            if (w < VL) {                                                                      \
+                share(ngroups, q, SUM_PARTS, &j0, &j1);                                        \
+                j0 *= per;                                                                     \
+                j1 *= per;                                                                     \
+            } else {                                                                           \
+                split_1q(nblk, w, q, SUM_PARTS, &j0, &j1, &e0, &e1);                           \
+            }                                                                                  \
+            SFX(vstep_part)(psi, lam, p, v, upd, j0, j1, e0, e1, part[q]);                     \
         }
+        if (par > 1 && nbits >= PAR_MIN_BITS) {
+#pragma omp parallel for num_threads(par) schedule(static)
+            for (int q = 0; q < SUM_PARTS; q++) VSTEP_PART_Q(q)
+        } else {
+            for (int q = 0; q < SUM_PARTS; q++) VSTEP_PART_Q(q)
+        }
+#undef VSTEP_PART_Q
+        sum_parts(part, out);
         return;
     }
     SFX(vstep_part)(psi, lam, p, v, upd, 0, nblk, 0, w, out);
@@ -1117,16 +1122,15 @@ static void SFX(overlap_1q_low)(const R *lam, const R *psi, int nbits, int p, in
         SFX(vstep_all)((R *)psi, (R *)lam, nbits, p, none, 0, v, par);
     } else
 #endif
-    if (par > 1 && nbits >= PAR_MIN_BITS) {
-#pragma omp parallel num_threads(par)
-        {
+    if (nbits >= SUM_PARTS_MIN_BITS || (par > 1 && nbits >= PAR_MIN_BITS)) {
+        double part[SUM_PARTS][8];
+#pragma omp parallel for if (par > 1 && nbits >= PAR_MIN_BITS) num_threads(par) schedule(static)
+        for (int q = 0; q < SUM_PARTS; q++) {
             i64 j0, j1, e0, e1;
-            double part[8];
-            split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
-            SFX(overlap_1q_part)(lam, psi, p, j0, j1, e0, e1, part);
-#pragma omp critical
-            for (int e = 0; e < 8; e++) v[e] += part[e];
+            split_1q(nblk, w, q, SUM_PARTS, &j0, &j1, &e0, &e1);
+            SFX(overlap_1q_part)(lam, psi, p, j0, j1, e0, e1, part[q]);
         }
+        sum_parts(part, v);
     } else {
         SFX(overlap_1q_part)(lam, psi, p, 0, nblk, 0, w, v);
     }
@@ -1225,17 +1229,15 @@ static void SFX(adjoint_step_1q)(R *psi, R *lam, int nbits, int p, const R *v, i
         return;
     }
 #endif
-    if (par > 1 && nbits >= PAR_MIN_BITS) {
-        for (int e = 0; e < 8; e++) out[e] = 0;
-#pragma omp parallel num_threads(par)
-        {
+    if (nbits >= SUM_PARTS_MIN_BITS || (par > 1 && nbits >= PAR_MIN_BITS)) {
+        double part[SUM_PARTS][8];
+#pragma omp parallel for if (par > 1 && nbits >= PAR_MIN_BITS) num_threads(par) schedule(static)
+        for (int q = 0; q < SUM_PARTS; q++) {
             i64 j0, j1, e0, e1;
-            double part[8];
-            split_1q(nblk, w, THREAD_ID, NUM_THREADS, &j0, &j1, &e0, &e1);
-            SFX(step_1q_part)(psi, lam, p, v, do_lam, j0, j1, e0, e1, part);
-#pragma omp critical
-            for (int e = 0; e < 8; e++) out[e] += part[e];
+            split_1q(nblk, w, q, SUM_PARTS, &j0, &j1, &e0, &e1);
+            SFX(step_1q_part)(psi, lam, p, v, do_lam, j0, j1, e0, e1, part[q]);
         }
+        sum_parts(part, out);
         return;
     }
     SFX(step_1q_part)(psi, lam, p, v, do_lam, 0, nblk, 0, w, out);
@@ -1286,9 +1288,21 @@ static void SFX(overlap_matrix)(const R *lam, const R *psi, int nbits, const gat
         s01r += l0r * p1r + l0i * p1i; s01i += l0r * p1i - l0i * p1r;                          \
         s10r += l1r * p0r + l1i * p0i; s10i += l1r * p0i - l1i * p0r;                          \
     }
-        if (par_ > 1) {  /* one large state: split the sums over threads */
-            FOR_GROUPS_(g, nbits, _Pragma("omp parallel for num_threads(par_) schedule(static) \
-reduction(+: s00r, s00i, s01r, s01i, s10r, s10i, s11r, s11i)"), OVERLAP_1Q_BODY);
+        if (nbits >= SUM_PARTS_MIN_BITS || par_ > 1) {  /* fixed parts (threads: one large state) */
+            double part[SUM_PARTS][8];
+#pragma omp parallel for if (par_ > 1) num_threads(par_) schedule(static)
+            for (int q = 0; q < SUM_PARTS; q++) {
+                double s00r = 0, s00i = 0, s01r = 0, s01i = 0, s10r = 0, s10i = 0, s11r = 0,
+                       s11i = 0;
+                FOR_GROUPS_PART(g, nbits, q, SUM_PARTS, OVERLAP_1Q_BODY);
+                double *o = part[q];
+                o[0] = s00r; o[1] = s00i; o[2] = s01r; o[3] = s01i;
+                o[4] = s10r; o[5] = s10i; o[6] = s11r; o[7] = s11i;
+            }
+            double t[8];
+            sum_parts(part, t);
+            s00r = t[0]; s00i = t[1]; s01r = t[2]; s01i = t[3];
+            s10r = t[4]; s10i = t[5]; s11r = t[6]; s11i = t[7];
         } else {
             FOR_GROUPS(g, nbits, OVERLAP_1Q_BODY);
         }
@@ -1318,9 +1332,19 @@ reduction(+: s00r, s00i, s01r, s01i, s10r, s10i, s11r, s11i)"), OVERLAP_1Q_BODY)
         for (int r = 0; r < 4; r++)                                                            \
             for (int c = 0; c < 4; c++) { OVERLAP_PAIR(l, p, r, c) }                           \
     }
-        if (par_ > 1) {
-            FOR_GROUPS_(g, nbits, _Pragma("omp parallel for num_threads(par_) schedule(static) \
-reduction(+: sr[:16], si[:16])"), OVERLAP_2Q_BODY);
+        if (nbits >= SUM_PARTS_MIN_BITS || par_ > 1) {  /* fixed parts (threads: one large state) */
+            double part[SUM_PARTS][32];
+#pragma omp parallel for if (par_ > 1) num_threads(par_) schedule(static)
+            for (int q = 0; q < SUM_PARTS; q++) {
+                double *sr = part[q], *si = part[q] + 16;
+                for (int e = 0; e < 32; e++) part[q][e] = 0;
+                FOR_GROUPS_PART(g, nbits, q, SUM_PARTS, OVERLAP_2Q_BODY);
+            }
+            for (int e = 0; e < 16; e++)
+                for (int q = 0; q < SUM_PARTS; q++) {
+                    sr[e] += part[q][e];
+                    si[e] += part[q][16 + e];
+                }
         } else {
             FOR_GROUPS(g, nbits, OVERLAP_2Q_BODY);
         }
