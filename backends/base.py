@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import abc
 import numbers
+import threading
 from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence, Union
 
@@ -225,6 +226,9 @@ def torch_placement(dtype, device) -> tuple:
     return TORCH_DTYPES[dtype], torch_device
 
 
+_GENERATOR_LOCK = threading.Lock()  # makes a backend's shot generator once
+
+
 class Backend(abc.ABC):
     """Base class: holds wires, shots and the seed; engines implement :meth:`execute`."""
 
@@ -244,15 +248,21 @@ class Backend(abc.ABC):
 
     def generator(self, device) -> torch.Generator:
         """The backend's random generator on ``device`` (seeded by ``seed=`` when given), kept
-        across calls so that successive shot draws differ."""
-        if self._generator is None or self._generator.device != torch.device(device):
-            g = torch.Generator(device=device)
-            if self.seed is not None:
-                g.manual_seed(int(self.seed))
-            else:
-                g.seed()
-            self._generator = g
-        return self._generator
+        across calls so that successive shot draws differ. Threads sharing the backend draw
+        from one generator, made once (two first calls at once would otherwise each start the
+        seed's stream: the same shots twice)."""
+        g = self._generator
+        if g is None or g.device != torch.device(device):
+            with _GENERATOR_LOCK:
+                g = self._generator
+                if g is None or g.device != torch.device(device):
+                    g = torch.Generator(device=device)
+                    if self.seed is not None:
+                        g.manual_seed(int(self.seed))
+                    else:
+                        g.seed()
+                    self._generator = g
+        return g
 
     @property
     def num_wires(self) -> int:

@@ -60,16 +60,23 @@ class TranspileCache:
         self.misses = 0
 
     def get(self, key, build):
-        if key in self._store:
+        entry = self._store.get(key)
+        if entry is not None:
             self.hits += 1
-            self._store.move_to_end(key)
-            return self._store[key]
+            try:
+                self._store.move_to_end(key)
+            except KeyError:  # evicted meanwhile by another thread: the entry is still valid
+                pass
+            return entry
         self.misses += 1
         isa = self._transpile(build())
         entry = (isa, parameter_columns(isa))
         self._store[key] = entry
         if len(self._store) > self.maxsize:
-            self._store.popitem(last=False)
+            try:
+                self._store.popitem(last=False)
+            except KeyError:  # emptied meanwhile by another thread
+                pass
         return entry
 
     def __len__(self):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import warnings
 from collections import OrderedDict
 
@@ -54,7 +55,12 @@ _QNODE_CACHE_SIZE = 64
 
 
 class _Runner:
-    """Shared machinery: circuit imports (per run), qnodes (cached by structure), devices."""
+    """Shared machinery: circuit imports (per run), qnodes (cached by structure), devices.
+
+    Qiskit's ``PrimitiveJob`` runs each job on a thread of its own, so several jobs submitted
+    before their results are read run at once: a job's random stream is drawn from the
+    primitive's seed when it is submitted (:meth:`job_rng`), in submission order, and the
+    caches are shared under a lock."""
 
     def __init__(self, seed, who: str):
         if isinstance(seed, bool):
@@ -66,33 +72,44 @@ class _Runner:
                              f"np.random.Generator; got {seed!r}") from None
         self._qnodes: "OrderedDict" = OrderedDict()
         self._devices: dict = {}
+        self._lock = threading.Lock()
+
+    def job_rng(self) -> np.random.Generator:
+        """The random stream of the job being submitted (the seed's sequence, one per job)."""
+        with self._lock:
+            return np.random.default_rng(int(self._rng.integers(2 ** 62)))
 
     def _device(self, n: int, shots=None):
         key = (n, shots)
-        if key not in self._devices:
-            import qdiff  # the device registry sits above the engines, at the package front
-            seed = None if shots is None else int(self._rng.integers(2 ** 62))
-            self._devices[key] = qdiff.device("statevector", wires=n, shots=shots, seed=seed)
-        return self._devices[key]
+        with self._lock:
+            if key not in self._devices:
+                import qdiff  # the device registry sits above the engines, at the package front
+                seed = None if shots is None else int(self._rng.integers(2 ** 62))
+                self._devices[key] = qdiff.device("statevector", wires=n, shots=shots, seed=seed)
+            return self._devices[key]
 
     def _qnode(self, imp, observables: list, obs_keys: tuple, shots=None) -> CircuitQNode:
         """A qnode for ``imp`` measuring ``observables`` (reused while the structure stays)."""
         key = (_structure_key(imp), obs_keys, shots)
-        qn = self._qnodes.get(key)
-        if qn is None:
-            qn = CircuitQNode(imp, self._device(imp.circuit.num_wires, shots),
-                              observables=observables or None)
-            self._qnodes[key] = qn
+        with self._lock:
+            qn = self._qnodes.get(key)
+            if qn is not None:
+                self._qnodes.move_to_end(key)
+                return qn
+        qn = CircuitQNode(imp, self._device(imp.circuit.num_wires, shots),
+                          observables=observables or None)
+        with self._lock:
+            qn = self._qnodes.setdefault(key, qn)
+            self._qnodes.move_to_end(key)
             if len(self._qnodes) > _QNODE_CACHE_SIZE:
                 self._qnodes.popitem(last=False)
-        else:
-            self._qnodes.move_to_end(key)
         return qn
 
-    def _generator(self) -> torch.Generator:
-        g = torch.Generator()
-        g.manual_seed(int(self._rng.integers(2 ** 62)))
-        return g
+
+def _generator(rng: np.random.Generator) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(int(rng.integers(2 ** 62)))
+    return g
 
 
 def _refuse_unknown(kwargs: dict, who: str, valid: tuple) -> None:
@@ -210,11 +227,11 @@ class Estimator(BaseEstimatorV2):
         coerced = _coerce(EstimatorPub, pubs, precision)
         for p in coerced:
             _check_precision(p.precision, "precision")
-        job = PrimitiveJob(self._run, coerced)
+        job = PrimitiveJob(self._run, coerced, self._runner.job_rng())
         job._submit()
         return job
 
-    def _run(self, pubs: list) -> PrimitiveResult:
+    def _run(self, pubs: list, rng: np.random.Generator) -> PrimitiveResult:
         groups: "OrderedDict" = OrderedDict()
         for i, pub in enumerate(pubs):
             groups.setdefault((id(pub.circuit), pub.precision), []).append(i)
@@ -222,7 +239,7 @@ class Estimator(BaseEstimatorV2):
         imports: dict = {}
         for (_, precision), members in groups.items():
             for i, (evs, stds) in zip(members, self._run_group([pubs[i] for i in members],
-                                                               precision, imports)):
+                                                               precision, imports, rng)):
                 pub = pubs[i]
                 results[i] = PubResult(
                     DataBin(evs=evs, stds=stds, shape=evs.shape),
@@ -231,7 +248,7 @@ class Estimator(BaseEstimatorV2):
                                                        if precision > 0 else {})})
         return PrimitiveResult(results, metadata={"version": 2})
 
-    def _run_group(self, pubs: list, precision: float, imports: dict) -> list:
+    def _run_group(self, pubs: list, precision: float, imports: dict, rng) -> list:
         """One simulation for every PUB of one circuit: ``[(evs, stds)]`` per PUB."""
         qc = pubs[0].circuit
         imp = _import(qc, imports, "Estimator")
@@ -250,10 +267,10 @@ class Estimator(BaseEstimatorV2):
             start += len(vals)
         values = np.concatenate(rows) if rows else np.zeros((0, qc.num_parameters))
         shots = _shots(precision) if precision > 0 else None
-        means = self._term_means(imp, values, list(words), shots)
+        means = self._term_means(imp, values, list(words), shots, rng)
         return [_combine(means, plan, shots) for plan in plans]
 
-    def _term_means(self, imp, values: np.ndarray, words: list, shots) -> np.ndarray:
+    def _term_means(self, imp, values: np.ndarray, words: list, shots, rng) -> np.ndarray:
         """``(R, W)`` expectation values of every Pauli word (exact, or from ``shots``)."""
         busy = _busy_wires(imp)
         # a Z on a qubit no gate touches (still in |0>) is 1, sampled or not: left out
@@ -272,7 +289,7 @@ class Estimator(BaseEstimatorV2):
                 # independently: their count of +1 is binomial, drawn from the exact mean
                 p = ((1.0 + vals) / 2).clamp(0.0, 1.0)
                 ups = torch.binomial(torch.full_like(p, float(shots)), p,
-                                     generator=self._runner._generator())
+                                     generator=_generator(rng))
                 vals = 2.0 * ups / shots - 1.0
             cols = [i for i, w in enumerate(words) if w]
             out[:, cols] = vals.numpy()
@@ -371,15 +388,16 @@ class Sampler(BaseSamplerV2):
                 warnings.warn(f"Sampler: the circuit of PUB {i} has no classical registers, so "
                               "its result is empty; measure into one (circuit.measure_all())",
                               stacklevel=2)
-        job = PrimitiveJob(self._run, coerced)
+        job = PrimitiveJob(self._run, coerced, self._runner.job_rng())
         job._submit()
         return job
 
-    def _run(self, pubs: list) -> PrimitiveResult:
+    def _run(self, pubs: list, rng: np.random.Generator) -> PrimitiveResult:
         imports: dict = {}
-        return PrimitiveResult([self._run_pub(p, imports) for p in pubs], metadata={"version": 2})
+        return PrimitiveResult([self._run_pub(p, imports, rng) for p in pubs],
+                               metadata={"version": 2})
 
-    def _run_pub(self, pub, imports: dict) -> SamplerPubResult:
+    def _run_pub(self, pub, imports: dict, rng) -> SamplerPubResult:
         qc = pub.circuit
         imp = _import(qc, imports, "Sampler")
         values = _values(pub, qc)
@@ -387,7 +405,7 @@ class Sampler(BaseSamplerV2):
         for q, c in imp.measurements:
             owner[c] = q
         wires = sorted(set(owner.values()))
-        bits = self._sample(imp, values, wires, pub.shots)  # (R, shots, len(wires))
+        bits = self._sample(imp, values, wires, pub.shots, rng)  # (R, shots, len(wires))
         pos = {q: i for i, q in enumerate(wires)}
         data = {}
         for creg in qc.cregs:
@@ -403,7 +421,7 @@ class Sampler(BaseSamplerV2):
                                 metadata={"shots": pub.shots,
                                           "circuit_metadata": qc.metadata})
 
-    def _sample(self, imp, values: np.ndarray, wires: list, shots: int) -> np.ndarray:
+    def _sample(self, imp, values: np.ndarray, wires: list, shots: int, rng) -> np.ndarray:
         """``(R, shots, k)`` uint8 bits of ``wires`` (in that order) per binding row."""
         r, k = values.shape[0], len(wires)
         # a shot's bytes: its index (8), one shifted bit at a time (16), its bits (k), and a
@@ -422,7 +440,7 @@ class Sampler(BaseSamplerV2):
         qn = self._runner._qnode(src, [], ("probs", measured))
         with torch.no_grad():
             p = qn(torch.as_tensor(values, dtype=torch.float64)).reshape(r, 2 ** len(live))
-        idx = sample_indices(p, shots, self._runner._generator(), words=words).numpy()
+        idx = sample_indices(p, shots, _generator(rng), words=words).numpy()
         bits = np.zeros(idx.shape + (k,), dtype=np.uint8)
         for i, j in enumerate(live):
             bits[..., j] = (idx >> (len(live) - 1 - i)) & 1

@@ -897,9 +897,15 @@ class StaticQNode:
                 trace = trace_call(self.qnode, args, kwargs, key, tensors, shots)
             self._traces[key] = trace
             if len(self._traces) > self.max_traces:
-                self._traces.popitem(last=False)
+                try:
+                    self._traces.popitem(last=False)
+                except KeyError:  # emptied meanwhile by another thread
+                    pass
         elif len(self._traces) > 1:
-            self._traces.move_to_end(key)  # least recently used first
+            try:
+                self._traces.move_to_end(key)  # least recently used first
+            except KeyError:  # evicted meanwhile by another thread: the trace is still valid
+                pass
         if _autocast_cpu() or _autocast_cuda():  # the engine computes in its own precision
             return exact_precision(trace.replay)(tensors)
         return trace.replay(tensors)

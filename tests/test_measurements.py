@@ -174,6 +174,34 @@ def test_same_seed_same_samples_and_different_seed_differs():
     assert not torch.equal(a, c)
 
 
+
+def test_seeded_device_first_calls_from_threads_share_one_stream(monkeypatch):
+    """Threads whose first calls on one seeded device meet draw from one generator: no two of
+    them start the seed's stream anew (which would give them the same shots)."""
+    import threading
+    import time
+    made = []
+    real = torch.Generator
+
+    def slow_generator(*args, **kwargs):  # widens the window between check and store
+        time.sleep(0.05)
+        made.append(real(*args, **kwargs))
+        return made[-1]
+    dev = qd.device("statevector", wires=N, shots=50, seed=3)
+    monkeypatch.setattr(torch, "Generator", slow_generator)
+    gens, barrier = [None] * 4, threading.Barrier(4)
+
+    def first(i):
+        barrier.wait()
+        gens[i] = dev.generator("cpu")
+    threads = [threading.Thread(target=first, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 1 and all(g is made[0] for g in gens)
+
+
 def test_sample_and_counts_shapes():
     shots = 64
     dev = qd.device("statevector", wires=N, shots=shots, seed=1)

@@ -141,3 +141,40 @@ def test_vqe_gradient_matches_backprop(h2, method):
         qd.qnode(dev, diff_method=m)(circuit)(w).backward()
         grads.append(w.grad)
     assert torch.allclose(grads[0], grads[1], atol=1e-10)
+
+
+def test_cached_groups_and_diagonals_from_threads():
+    """Threads evaluating many Pauli sums share the caches of groups and diagonals: no error
+    and the same diagonals as one thread gets."""
+    import sys
+    import threading
+    pairs = [(a, b) for a in range(4) for b in range(4) if a != b]
+    base = [qd.Z(0), qd.Z(1) @ qd.Z(2), qd.X(0) @ qd.X(1), qd.Y(2) @ qd.Y(3), qd.Z(3), qd.X(2)]
+
+    def hamiltonian(i):
+        k = (i * 7) % 144
+        (a, b), (c, d) = pairs[k % 12], pairs[k // 12]
+        return qd.Hamiltonian([0.1 * (j + 1 + i % 5) for j in range(8)],
+                              base + [qd.X(a) @ qd.Y(b), qd.Y(c) @ qd.X(d)])
+    expected = {i: pauli_sum.diagonals_of(hamiltonian(i), 4, torch.complex128, "cpu")[1]
+                for i in range(150)}
+    errors, old = [], sys.getswitchinterval()
+
+    def worker(t):
+        for i in range(t, 150 * 4, 3):
+            try:
+                d = pauli_sum.diagonals_of(hamiltonian(i % 150), 4, torch.complex128, "cpu")[1]
+                if not torch.equal(d, expected[i % 150]):
+                    errors.append(f"diagonals of {i % 150} differ")
+            except Exception as exc:  # noqa: BLE001 - collected for the assertion
+                errors.append(repr(exc))
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=worker, args=(t,)) for t in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors[:3]

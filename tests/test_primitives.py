@@ -186,6 +186,39 @@ def test_precision_samples_shots_with_standard_errors():
     np.testing.assert_array_equal(again.data.evs, res.data.evs)  # seeded
 
 
+
+def test_seeded_jobs_submitted_together_match_jobs_run_one_at_a_time():
+    """Qiskit runs each PrimitiveJob on a thread of its own: jobs submitted before any result
+    is read run at once, and a seeded primitive still gives each job the results it gives when
+    the jobs run one after another (its random stream is drawn when the job is submitted)."""
+    from qiskit.quantum_info import SparsePauliOp
+    rng = np.random.default_rng(11)
+    qc, used = random_circuit(rng, 4, 4)
+    obs = SparsePauliOp.from_list([("ZZXI", 0.7), ("IYIZ", -0.4)])
+    vals = [rng.uniform(-1, 1, used) for _ in range(8)]
+    qm = qc.copy()
+    qm.measure_all()
+
+    def estimates(together):
+        est = Estimator(default_precision=0.05, seed=3)
+        if together:
+            jobs = [est.run([(qc, obs, v)]) for v in vals]
+            return [float(j.result()[0].data.evs) for j in jobs]
+        return [float(est.run([(qc, obs, v)]).result()[0].data.evs) for v in vals]
+
+    def counts(together):
+        smp = Sampler(seed=3)
+        if together:
+            jobs = [smp.run([(qm, v)], shots=64) for v in vals]
+            return [j.result()[0].data.meas.get_counts() for j in jobs]
+        return [smp.run([(qm, v)], shots=64).result()[0].data.meas.get_counts() for v in vals]
+
+    one_by_one = estimates(False), counts(False)
+    assert len(set(one_by_one[0])) > 1  # the jobs draw different shots
+    for _ in range(3):
+        assert (estimates(True), counts(True)) == one_by_one
+
+
 def test_estimator_errors():
     from qiskit import QuantumCircuit
     qc = QuantumCircuit(1, 1)

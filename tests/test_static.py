@@ -850,3 +850,28 @@ def test_sparse_argument_runs_the_plain_qnode():
     assert abs(float(g) + 2 * math.sin(0.6)) < 1e-12
     assert static.num_traces == 0
     assert static(x, m, shots=None).shape == ()
+
+
+def test_trace_evicted_by_another_thread_between_lookup_and_reorder_still_replays():
+    """Threads share a static qnode's traces: a trace that another thread evicts right after
+    this call found it is still replayed (the least-recently-used reordering skips it)."""
+    from collections import OrderedDict
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def c(x, k):
+        qd.RX(x[0], k % 2)
+        qd.RY(x[1], 1)
+        return qd.expval(qd.Z(0) @ qd.Z(1))
+    f = qd.jit(c, max_traces=3)
+    x = torch.tensor([0.3, 0.4], dtype=torch.float64)
+    for k in range(3):  # three signatures
+        f(x, k)
+
+    class EvictedOnLookup(OrderedDict):  # another thread's eviction, just after the lookup
+        def get(self, key, default=None):
+            hit = super().get(key, default)
+            self.pop(key, None)
+            return hit
+    f._traces = EvictedOnLookup(f._traces)
+    torch.testing.assert_close(f(x, 0), c(x, 0), rtol=0, atol=1e-14)

@@ -8,6 +8,7 @@ differentiable torch ops (gradients reach the state and the coefficients).
 """
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 
 import torch
@@ -24,6 +25,7 @@ MIN_TERMS = 6
 
 _GROUPS: "OrderedDict[tuple, PauliGroups]" = caches.register("pauli_sum.groups", OrderedDict())
 _DIAGS: "OrderedDict[tuple, tuple]" = caches.register("pauli_sum.diagonals", OrderedDict())
+_LOCK = threading.Lock()  # the two caches' bookkeeping: threads share them
 
 
 def _words_key(obs, n: int) -> tuple:
@@ -33,15 +35,17 @@ def _words_key(obs, n: int) -> tuple:
 def groups_of(obs, n: int) -> PauliGroups:
     """The (cached) :class:`PauliGroups` of a Pauli-sum observable on ``n`` wires."""
     key = _words_key(obs, n)
-    g = _GROUPS.get(key)
-    if g is None:
-        with caches.constants():
-            g = PauliGroups(obs.pauli_words(), n)
+    with _LOCK:
+        g = _GROUPS.get(key)
+        if g is not None:
+            _GROUPS.move_to_end(key)
+            return g
+    with caches.constants():
+        g = PauliGroups(obs.pauli_words(), n)
+    with _LOCK:
         _GROUPS[key] = g
         while len(_GROUPS) > 32:
             _GROUPS.popitem(last=False)
-    else:
-        _GROUPS.move_to_end(key)
     return g
 
 
@@ -54,16 +58,18 @@ def diagonals_of(obs, n: int, dtype: torch.dtype, device) -> tuple:
     if c.requires_grad or not is_concrete(c):  # a transformed (e.g. vmapped) coefficient
         return groups, groups.diagonals(c, rdtype)
     key = (_words_key(obs, n), str(device), rdtype)
-    hit = _DIAGS.get(key)
-    if hit is not None and hit[0].shape == c.shape and torch.equal(hit[0], c):
-        _DIAGS.move_to_end(key)
-        return groups, hit[1]
+    with _LOCK:
+        hit = _DIAGS.get(key)
+        if hit is not None and hit[0].shape == c.shape and torch.equal(hit[0], c):
+            _DIAGS.move_to_end(key)
+            return groups, hit[1]
     with caches.constants():
         d = groups.diagonals(c, rdtype)
     if d.numel() * d.element_size() <= _CACHE_BYTES:
-        _DIAGS[key] = (c.detach().clone(), d)
-        while sum(v[1].numel() * v[1].element_size() for v in _DIAGS.values()) > _CACHE_BYTES:
-            _DIAGS.popitem(last=False)
+        with _LOCK:
+            _DIAGS[key] = (c.detach().clone(), d)
+            while sum(v[1].numel() * v[1].element_size() for v in _DIAGS.values()) > _CACHE_BYTES:
+                _DIAGS.popitem(last=False)
     return groups, d
 
 
