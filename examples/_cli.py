@@ -93,12 +93,15 @@ def check_plot(path, option: str = "--plot") -> None:
 
 
 def run(main) -> None:
-    """``sys.exit(main())`` for a script's ``__main__``: a :class:`QdiffError` is one line on
-    stderr and exit code 2; Ctrl-C is one line and exit code 130 (plots are written
-    atomically, so none is left half-written)."""
+    """``sys.exit(main())`` for a script's ``__main__`` (an int that ``main`` returns is the
+    exit code, anything else exits 0): a :class:`QdiffError` is one line on stderr and exit
+    code 2; Ctrl-C is one line and exit code 130 (plots are written atomically, so none is
+    left half-written). SIGINT goes back to Python's handler first (``_startup`` held it
+    while the script's imports ran)."""
     prog = os.path.basename(sys.argv[0]) or "example"
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        main()
+        code = main()
     except QdiffError as exc:
         print(f"{prog}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
@@ -106,4 +109,4 @@ def run(main) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C cannot cut the line
         print(f"{prog}: error: interrupted", file=sys.stderr)
         sys.exit(EXIT_INTERRUPT)
-    sys.exit(0)
+    sys.exit(code if isinstance(code, int) and not isinstance(code, bool) else 0)

@@ -11,6 +11,9 @@ about -0.2 to about -pi/2, and the warm start carries it along.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # first: Ctrl-C during the imports below is one line, exit 130
+    import _startup  # noqa: F401
+
 import os
 import sys
 

@@ -12,6 +12,9 @@ plots the decision boundary with the test points.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # first: Ctrl-C during the imports below is one line, exit 130
+    import _startup  # noqa: F401
+
 import math
 import os
 import sys

@@ -24,6 +24,9 @@ Run:  python examples/noise_aware_vqe.py [--molecule H2|LiH|both] [--steps 40] [
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # first: Ctrl-C during the imports below is one line, exit 130
+    import _startup  # noqa: F401
+
 import math
 import os
 import sys

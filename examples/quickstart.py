@@ -8,6 +8,9 @@
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # first: Ctrl-C during the imports below is one line, exit 130
+    import _startup  # noqa: F401
+
 import math
 import os
 import sys
@@ -18,7 +21,7 @@ import torch
 import qdiff as qd
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _cli import Parser  # noqa: E402
+from _cli import Parser, run  # noqa: E402
 
 
 def two_moons(n: int, noise: float, gen: torch.Generator):
@@ -106,4 +109,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run(main)

@@ -16,6 +16,9 @@ On hardware: set QISKIT_IBM_TOKEN (and QISKIT_IBM_INSTANCE) and pass --backend i
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # first: Ctrl-C during the imports below is one line, exit 130
+    import _startup  # noqa: F401
+
 import os
 import sys
 import time

@@ -11,6 +11,9 @@ double excitation as Givens rotations (`--ansatz hea` for a hardware-efficient o
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # first: Ctrl-C during the imports below is one line, exit 130
+    import _startup  # noqa: F401
+
 import os
 import sys
 

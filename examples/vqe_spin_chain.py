@@ -14,6 +14,9 @@ is qdiff's Lanczos ground state; the target is 1e-3 relative error.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # first: Ctrl-C during the imports below is one line, exit 130
+    import _startup  # noqa: F401
+
 import os
 import sys
 

@@ -339,3 +339,21 @@ def test_mapping_other_than_jordan_wigner_is_refused(common):
     parity the 'sector' would be the wrong states (-0.53 Ha for H2 instead of -1.137 Ha)."""
     with pytest.raises(qd.QdiffError, match="mapping='parity'"):
         common.molecular_problem("H2", mapping="parity")
+
+
+@pytest.mark.parametrize("script", ["vqe_h2.py", "quickstart.py"])
+def test_interrupt_while_the_script_imports_is_one_line_and_exit_130(script):
+    """Ctrl-C that lands while a script still imports torch and qdiff (its first second or
+    more) is the same one line and exit code 130, not an import traceback."""
+    import signal
+    import subprocess
+    import time
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                        script)
+    proc = subprocess.Popen([sys.executable, path], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(0.4)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert err == f"{script}: error: interrupted\n", err
