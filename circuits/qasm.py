@@ -253,8 +253,8 @@ def loads(text: str, filename: str = "<string>") -> QiskitImport:
     ``Circuit``; the import itself is accepted by ``qd.qnode(dev)(imp)``, ``qd.compile`` and
     :func:`dumps` (which keeps its parameter names, angle expressions and measurements)."""
     qc, _ = parse_qiskit(text, filename)
-    try:
-        return from_qiskit(qc)
+    try:  # dumps and compile write final measurements only: no deferred measurement here
+        return from_qiskit(qc, dynamic=False)
     except QdiffError as exc:
         raise QdiffError(f"{filename}{_line_of(text, str(exc))}: {exc}") from None
 

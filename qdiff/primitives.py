@@ -235,8 +235,10 @@ class Estimator(BaseEstimatorV2):
         """One simulation for every PUB of one circuit: ``[(evs, stds)]`` per PUB."""
         qc = pubs[0].circuit
         imp = _import(qc, imports, "Estimator")
-        if imp.measurements:
-            raise QdiffError("Estimator: the circuit has measurements; estimate observables of "
+        nq = imp.num_qubits
+        if any(q < nq for q, _ in imp.measurements):  # deferred ones are on extra wires
+            raise QdiffError("Estimator: the circuit has measurements that are final (no "
+                             "operation or condition follows them); estimate observables of "
                              "a circuit without them (circuit.remove_final_measurements())")
         words: "OrderedDict" = OrderedDict()   # Pauli word -> output column
         rows, plans, start = [], [], 0
