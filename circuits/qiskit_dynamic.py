@@ -28,19 +28,24 @@ _CONTROL_FLOW = {"if_else", "switch_case", "for_loop", "while_loop", "box"}
 def final_measurements(qc) -> set:
     """Indices of the top-level ``measure`` instructions of ``qc`` that are final: no later
     instruction acts on their qubit, and no later control-flow instruction reads or writes
-    their classical bit."""
+    their classical bit. (A backward walk on the instructions' names, which builds no
+    operation objects; it stops once every qubit is used: no earlier measurement is final.)"""
     touched, read, out = set(), set(), set()
-    for k in range(len(qc.data) - 1, -1, -1):
-        inst = qc.data[k]
-        name = inst.operation.name
+    data = qc.data
+    n = qc.num_qubits
+    for k in range(len(data) - 1, -1, -1):
+        inst = data[k]
+        name = inst.name
         if name in ("barrier", "delay"):
             continue
         if name == "measure":
             if inst.qubits[0] not in touched and inst.clbits[0] not in read:
                 out.add(k)
-        elif name in _CONTROL_FLOW or getattr(inst.operation, "blocks", None):
+        elif name in _CONTROL_FLOW:
             read.update(inst.clbits)
         touched.update(inst.qubits)
+        if len(touched) == n:
+            break
     return out
 
 

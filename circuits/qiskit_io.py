@@ -145,7 +145,13 @@ class _Importer:
         self.extra = 0
         self.source: dict = {}
         self.depth = 0
-        self.final = final_measurements(qc) if dynamic else set()
+        self._qc, self._final = qc, None
+
+    def final(self, k: int) -> bool:
+        """Whether top-level instruction ``k`` (a measure) is a final measurement."""
+        if self._final is None:
+            self._final = final_measurements(self._qc)
+        return k in self._final
 
     def new_wire(self) -> int:
         self.extra += 1
@@ -218,7 +224,7 @@ def _deferred_labels(imp: _Importer) -> tuple:
 def _convert_into(qc, qmap, imp: _Importer, top: bool, bits: Optional[Bits] = None):
     local_q = {q: qmap[i] for i, q in enumerate(qc.qubits)}
     if bits is None:
-        bits = Bits(dict(imp.cidx)) if top else Bits({})
+        bits = Bits(imp.cidx) if top else Bits({})  # read only
     ops, meas = imp.ops, imp.meas
     for k, inst in enumerate(qc.data):
         op = inst.operation
@@ -233,7 +239,10 @@ def _convert_into(qc, qmap, imp: _Importer, top: bool, bits: Optional[Bits] = No
         if name in _SKIP:
             continue
         if imp.dynamic and name in ("measure", "reset"):
-            _measure_or_reset(inst, qubits, bits, imp, top and k in imp.final, where)
+            if name == "measure" and top and imp.allow_meas and imp.final(k):
+                meas.append((qubits[0], imp.cidx[inst.clbits[0]]))  # read at the end
+            else:
+                _measure_or_reset(inst, qubits, bits, imp, where)
             continue
         if name == "measure":
             if not (imp.allow_meas and top):
@@ -269,20 +278,16 @@ def _convert_into(qc, qmap, imp: _Importer, top: bool, bits: Optional[Bits] = No
             ops.append(_matrix_operation(_operator_matrix(op, qubits, where), qubits, where))
 
 
-def _measure_or_reset(inst, qubits: tuple, bits: Bits, imp: _Importer, final: bool,
-                      where: str) -> None:
-    """A measurement or reset of a dynamic circuit: a final measurement is read at the end; any
-    other is deferred onto a fresh extra wire (a reset then CNOTs the wire back onto its
-    qubit); a top-level reset of a qubit nothing has acted on yet is the identity."""
+def _measure_or_reset(inst, qubits: tuple, bits: Bits, imp: _Importer, where: str) -> None:
+    """A measurement that is not final or a reset, in a dynamic circuit: deferred onto a fresh
+    extra wire (a reset then CNOTs the wire back onto its qubit); a top-level reset of a qubit
+    nothing has acted on yet is the identity."""
     from qdiff.circuits.midcircuit import measurement_ops
     q = qubits[0]
-    if inst.operation.name == "measure":
+    if inst.name == "measure":
         if not imp.allow_meas:
             raise QdiffError(f"{where}: mid-circuit measurement is not supported")
         c = bits.of(inst.clbits[0], where)
-        if final:
-            imp.meas.append((q, c))
-            return
         w = imp.new_wire()
         imp.ops.extend(measurement_ops(q, w, False))
         imp.meas.append((w, c))
@@ -327,8 +332,8 @@ def _controlled_body(body, qubits: tuple, bits: Bits, imp: _Importer, cubes: lis
                      negated: list) -> None:
     """Convert ``body`` and apply its operations controlled on each cube; a classical bit
     measured in it keeps its previous value (copied onto the new wire) where the condition
-    does not hold."""
-    from qdiff.circuits.midcircuit import controlled_by
+    does not hold. Inside another body the operations stay ``(operation, cube)`` pairs, so
+    nested conditions merge into one cube (a wire read by both is one control)."""
     outer, before = imp.ops, dict(imp.source)
     imp.ops = []
     imp.depth += 1
@@ -338,18 +343,46 @@ def _controlled_body(body, qubits: tuple, bits: Bits, imp: _Importer, cubes: lis
     finally:
         imp.ops = outer
         imp.depth -= 1
+    items = []
     for cube in cubes:
-        ws, vs = tuple(w for w, _ in cube), tuple(v for _, v in cube)
-        outer.extend(inner if not cube else [o for op in inner
-                                             for o in controlled_by(op, ws, vs)])
+        for it in inner:
+            op, own = it if isinstance(it, tuple) else (it, ())
+            merged = _merge_cubes(cube, own)
+            if merged is not None:
+                items.append((op, merged))
     for c, w in imp.source.items():
         old = before.get(c)
-        if old is None or old == w:
-            continue
-        copy = Operation(GATES["cx"], (old, w), ())
-        for cube in negated:
-            ws, vs = tuple(x for x, _ in cube), tuple(v for _, v in cube)
-            outer.extend([copy] if not cube else controlled_by(copy, ws, vs))
+        if old is not None and old != w:
+            items.extend((Operation(GATES["cx"], (old, w), ()), cube) for cube in negated)
+    if imp.depth:
+        outer.extend(items)
+    else:
+        for op, cube in items:
+            outer.extend(_conditioned(op, cube))
+
+
+def _merge_cubes(a: tuple, b: tuple):
+    """The cube where both hold (None when they ask a wire for different values)."""
+    out = dict(a)
+    for w, v in b:
+        if out.setdefault(w, v) != v:
+            return None
+    return tuple(sorted(out.items()))
+
+
+def _conditioned(op: Operation, cube: tuple) -> list:
+    """``op`` applied where the extra wires hold the cube's values; the copy of a wire the cube
+    fixes (``cx(old, new)``) is an X on the new wire under the cube, or nothing."""
+    from qdiff.circuits.midcircuit import controlled_by
+    fixed = dict(cube)
+    if op.name == "cx" and op.wires[0] in fixed:
+        if not fixed[op.wires[0]]:
+            return []
+        op = Operation(GATES["x"], (op.wires[1],), ())
+    if not fixed:
+        return [op]
+    ws = tuple(fixed)
+    return controlled_by(op, ws, tuple(fixed[w] for w in ws))
 
 
 def _pauli_evolution(op, qubits: tuple, imp: _Importer, where: str) -> None:
