@@ -214,10 +214,11 @@ def _deferred_labels(imp: _Importer) -> tuple:
     from qdiff.circuits import memory
     from qdiff.circuits.midcircuit import MidWire
     busy = len({w for op in imp.ops for w in op.wires if w < imp.nq})
-    memory.require(16.0 * 2.0 ** (busy + imp.extra),
+    n = busy + imp.extra
+    memory.require(4 * 16.0 * 2.0 ** n,  # the engine's working states (simulate.check_memory)
                    f"deferred measurement of a dynamic circuit ({busy} qubit(s) in use and "
-                   f"{imp.extra} extra wire(s), one per mid-circuit measurement or reset: a "
-                   f"state of {busy + imp.extra} qubits)")
+                   f"{imp.extra} extra wire(s), one per mid-circuit measurement or reset: 4 "
+                   f"states of {n} qubits)")
     return tuple(range(imp.nq)) + tuple(MidWire(i) for i in range(imp.extra))
 
 

@@ -432,3 +432,83 @@ def test_conditions_on_classical_variables_are_refused():
         qc.x(0)
     with pytest.raises(QdiffError, match=r"classical variables \(expr.Var 'flag'\)"):
         qd.qnode(qd.device("statevector", wires=1))(qc)
+
+
+def _random_condition(rng, cr):
+    from qiskit.circuit.classical import expr
+    bit = lambda: cr[int(rng.integers(len(cr)))]  # noqa: E731
+    return [lambda: (bit(), int(rng.integers(2))), lambda: (cr, int(rng.integers(4))),
+            lambda: expr.logic_or(bit(), expr.logic_not(bit())),
+            lambda: expr.bit_xor(bit(), bit()), lambda: expr.less(cr, int(rng.integers(1, 4))),
+            lambda: expr.logic_and(bit(), bit()), lambda: expr.not_equal(cr, int(rng.integers(4))),
+            lambda: expr.bit_and(expr.bit_not(bit()), bit())][int(rng.integers(8))]()
+
+
+def _random_body(rng, qc, cr, n, depth):
+    for _ in range(rng.integers(2, 6)):
+        r, q = rng.random(), int(rng.integers(n))
+        if r < 0.35:
+            g = ["rx", "ry", "rz", "h"][int(rng.integers(4))]
+            getattr(qc, g)(*([] if g == "h" else [float(rng.uniform(-3, 3))]), q)
+        elif r < 0.45 and n > 1:
+            a, b = rng.choice(n, 2, replace=False)
+            qc.cx(int(a), int(b))
+        elif r < 0.6:
+            qc.measure(q, cr[int(rng.integers(len(cr)))])
+        elif r < 0.68:
+            qc.reset(q)
+        elif r < 0.85 and depth < 2:
+            with qc.if_test(_random_condition(rng, cr)) as else_:
+                _random_body(rng, qc, cr, n, depth + 1)
+            if rng.random() < 0.5:
+                with else_:
+                    _random_body(rng, qc, cr, n, depth + 1)
+        elif r < 0.93 and depth < 2:
+            vals = [int(v) for v in rng.permutation(4)]
+            with qc.switch(cr) as case:
+                with case(*vals[:2]):
+                    _random_body(rng, qc, cr, n, depth + 1)
+                with case(vals[2]):
+                    _random_body(rng, qc, cr, n, depth + 1)
+                if rng.random() < 0.5:
+                    with case(case.DEFAULT):
+                        _random_body(rng, qc, cr, n, depth + 1)
+        elif depth < 2:
+            with qc.for_loop(range(2)):
+                _random_body(rng, qc, cr, n, depth + 1)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_dynamic_circuits_match_the_branching_oracle(seed):
+    """Random circuits of gates, measurements, resets, nested if_else (expression
+    conditions, else branches that measure), switch and for_loop: the classical bits'
+    distribution and Pauli expectation values equal the oracle's."""
+    from qiskit import ClassicalRegister, QuantumCircuit, QuantumRegister
+    from qiskit.quantum_info import SparsePauliOp
+    from qdiff.circuits.qiskit_io import from_qiskit
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 4))
+    cr = ClassicalRegister(2, "c")
+    qc = QuantumCircuit(QuantumRegister(n), cr)
+    for q in range(n):
+        qc.ry(float(rng.uniform(0, 3)), q)
+    _random_body(rng, qc, cr, n, 0)
+    qc.measure(0, 1)
+    imp = from_qiskit(qc)
+    if imp.circuit.num_wires > 14:
+        pytest.skip("too many deferred measurements for a fast test")
+    written = sorted({c for _, c in imp.measurements})
+    dev = qd.device("statevector", wires=n)
+    p = qd.qnode(dev)(qc)(torch.zeros(0, dtype=torch.float64)).numpy()
+    want = np.zeros(2 ** len(written))
+    brs = branches(qc)
+    for pr, _, bits in brs:
+        want[sum(bits[c] << j for j, c in enumerate(written))] += pr
+    np.testing.assert_allclose(p, want, atol=1e-10)
+    qc.data.pop()  # observables of the state without the final measurement
+    words = ["Z" * n, "ZI" * (n // 2) + "Z" * (n % 2)]
+    if all(q >= n for q, _ in from_qiskit(qc).measurements):  # (final ones are read, not
+        words += ["X" * n, "Y" + "I" * (n - 1)]                # collapsed, by observables)
+    e = qd.qnode(dev, observables=words)(qc)(torch.zeros(0, dtype=torch.float64)).numpy()
+    np.testing.assert_allclose(e, [exact_expval(qc, SparsePauliOp(w)) for w in words],
+                               atol=1e-10)
