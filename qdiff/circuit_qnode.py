@@ -68,13 +68,12 @@ class CircuitQNode:
                       device, diff_method, observables, arguments, dict(gradient_kwargs))
         circuit = imp.circuit
         nq = imp.num_qubits
-        if device.num_wires not in (nq, circuit.num_wires):
+        if device.num_wires != nq:
             raise QdiffError(f"the circuit has {nq} qubits but the device has "
                              f"{device.num_wires} wires")
         self.source, self.device, self.diff_method = imp, device, diff_method
         # a dynamic circuit's deferred measurements: one extra wire each after the device's
-        self._backend = device if device.num_wires == circuit.num_wires else \
-            _deferred_backend(device, circuit)
+        self._backend = device if nq == circuit.num_wires else _deferred_backend(device, circuit)
         self.gradient_kwargs = dict(gradient_kwargs)
         try:
             ms, self.single = _measurements(imp, observables)
@@ -243,7 +242,7 @@ class CircuitQNode:
 
 
 def _deferred_backend(device, circuit):
-    from qdiff.qnode import deferred_backend
+    from qdiff.bridge import deferred_backend
     return deferred_backend(device, circuit, {})
 
 

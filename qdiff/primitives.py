@@ -12,8 +12,13 @@ for a large device runs as the qubits it uses).
   every Pauli term is estimated from ``ceil(1 / p**2)`` shots in its eigenbasis (as a
   shot-based device does; their count of +1 outcomes is drawn from its binomial distribution
   at the exact mean) and ``stds`` holds each estimate's standard error.
-- ``Sampler``: ``shots`` samples of the final measurements per binding, one ``BitArray`` per
-  classical register (Qiskit's bit layout).
+- ``Sampler``: ``shots`` samples of the classical bits at the end per binding, one
+  ``BitArray`` per classical register (Qiskit's bit layout).
+
+Dynamic circuits (mid-circuit measurements, resets, ``if_test`` / ``switch``, ``for_loop``) run
+by deferred measurement (:mod:`qdiff.circuits.qiskit_dynamic`): one extra wire per measurement
+that is not final, sampled with the qubits; the Estimator's values are those of the circuit's
+qubits' mixed state.
 
 >>> import numpy as np
 >>> from qiskit import QuantumCircuit
@@ -80,7 +85,7 @@ class _Runner:
         key = (_structure_key(imp), obs_keys, shots)
         qn = self._qnodes.get(key)
         if qn is None:
-            qn = CircuitQNode(imp, self._device(imp.circuit.num_wires, shots),
+            qn = CircuitQNode(imp, self._device(imp.num_qubits, shots),
                               observables=observables or None)
             self._qnodes[key] = qn
             if len(self._qnodes) > _QNODE_CACHE_SIZE:
@@ -111,7 +116,7 @@ def _structure_key(imp) -> tuple:
     table = imp.expressions
     exprs = () if table is None else tuple(zip(map(str, table.expressions),
                                                table.dependencies))
-    return (c.num_wires, c.num_params, ops, exprs, tuple(imp.measurements))
+    return (c.num_wires, imp.num_qubits, c.num_params, ops, exprs, tuple(imp.measurements))
 
 
 def _import(qc, cache: dict, what: str):

@@ -134,6 +134,9 @@ class QNode:
         """The device, or for a circuit with mid-circuit measurements (extra wires after the
         device's) a copy of it with those wires, kept per width so its sampling stream goes
         on from call to call."""
+        if circuit.num_wires <= self.device.num_wires:
+            return self.device
+        from qdiff.bridge import deferred_backend
         return deferred_backend(self.device, circuit, self.__dict__.setdefault("_widened", {}))
 
     def __deepcopy__(self, memo):
@@ -274,31 +277,6 @@ def _record(func, wires, args, kwargs, check_batch=None) -> tuple:
     if mid_count:
         wires, flat = _deferred(wires, flat, mid_count)
     return Circuit.from_recording(items, wires, flat, check_batch=check_batch), result
-
-
-def deferred_backend(device, circuit, cache: dict):
-    """``device``, or for a circuit with mid-circuit measurements (extra wires after the
-    device's) a copy of it with those wires, kept in ``cache`` per width."""
-    extra = circuit.num_wires - device.num_wires
-    if extra <= 0:
-        return device
-    if not device.capabilities.backprop:
-        raise QdiffError(f"mid-circuit measurements are simulated by deferred measurement "
-                         f"(one extra wire each) on qdiff's torch engine; device "
-                         f"'{device.name}' has a fixed register: use "
-                         f"qd.device(\"statevector\", ...)")
-    noise = getattr(device, "noise", None)
-    if noise is not None:
-        raise QdiffError(f"mid-circuit measurements on a noisy device (noise model "
-                         f"'{noise.name}') are not simulated: deferred measurement adds "
-                         "wires and gates that the noise model would treat as device "
-                         "qubits and gates; measure at the end of the circuit")
-    if extra not in cache:
-        import copy
-        dev = copy.copy(device)
-        dev.wires = tuple(device.wires) + tuple(circuit.labels[device.num_wires:])
-        cache[extra] = dev
-    return cache[extra]
 
 
 def _deferred(wires: tuple, flat: list, count: int) -> tuple:
