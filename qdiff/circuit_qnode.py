@@ -41,8 +41,9 @@ class CircuitQNode:
             ``QiskitImport`` (``qasm.load``; parameters are ``imp.parameters``).
         device: a backend from :func:`qdiff.device`, as wide as the circuit.
         diff_method: as for :class:`qdiff.QNode`.
-        observables: ``None`` (the circuit's own measurements; else the probabilities of its
-            final measured qubits, indexed by the classical bits' integer (bit 0 least
+        observables: ``None`` (the circuit's own measurements; else the probabilities of the
+            values its measurements leave in the classical bits (a dynamic circuit's deferred
+            ones included), indexed by the classical bits' integer (bit 0 least
             significant, as Qiskit's counts and SamplerQNN); else ``Z`` on every qubit as one observable, ``Z⊗...⊗Z`` as
             Qiskit ML's EstimatorQNN), one observable (output without a trailing dim) or a list
             (output ``(..., K)``); each a ``SparsePauliOp``, ``Pauli``, label or qdiff observable.
