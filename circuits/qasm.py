@@ -326,6 +326,10 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
         if theta is not None:
             theta = _import_theta(imp, theta)
         if measurements is None:
+            if imp.num_qubits != circuit.num_wires:
+                raise QdiffError("dumps: the import is a dynamic circuit run by deferred "
+                                 "measurement (its classical bits are extra wires); export "
+                                 "the QuantumCircuit itself (qiskit.qasm3.dumps)")
             measurements, num_clbits = imp.measurements, max(num_clbits, imp.num_clbits)
             registers = imp.registers
     elif not isinstance(circuit, Circuit):

@@ -422,6 +422,25 @@ def test_estimator_refuses_final_measurements_and_memory_names_extra_wires(monke
         qd.qnode(qd.device("statevector", wires=2))(big)
 
 
+def test_openqasm_paths_take_static_circuits_only():
+    """The OpenQASM import and qd.compile keep refusing dynamic constructs by name; dumping a
+    dynamic import is a QdiffError naming the way out, not a Qiskit CircuitError."""
+    from qiskit import QuantumCircuit
+    from qdiff.circuits import qasm
+    from qdiff.circuits.qiskit_io import from_qiskit
+    qc = QuantumCircuit(1, 1)
+    qc.h(0)
+    qc.measure(0, 0)
+    qc.x(0)
+    with pytest.raises(QdiffError, match="dumps: the import is a dynamic circuit"):
+        qasm.dumps(from_qiskit(qc), version=3)
+    with pytest.raises(QdiffError, match=r"f\.qasm.*mid-circuit measurement"):
+        qasm.loads('OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[1] q; bit[1] c;\nh q[0];\n'
+                   'c[0] = measure q[0];\nx q[0];\n', "f.qasm")
+    with pytest.raises(QdiffError, match="mid-circuit measurement"):
+        qd.compile(qc)
+
+
 def test_conditions_on_classical_variables_are_refused():
     from qiskit import ClassicalRegister, QuantumCircuit, QuantumRegister
     from qiskit.circuit.classical import expr, types
