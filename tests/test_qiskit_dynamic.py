@@ -212,7 +212,8 @@ def test_teleportation_gives_the_teleported_state():
 def test_sampler_and_estimator_match_aer_on_a_parametrized_mid_circuit_measurement():
     """A parametrized circuit with a measurement whose qubit is used again and whose bit
     drives a correction: Sampler counts vs Aer's SamplerV2 (total variation) and the oracle
-    (chi-square); Estimator vs the oracle (exact) and Aer's EstimatorV2 (its shots)."""
+    (chi-square); Estimator vs the oracle (exact) and Aer's EstimatorV2 (12000 shots, 5
+    standard errors)."""
     pytest.importorskip("qiskit_aer")
     from qiskit import ClassicalRegister, QuantumCircuit, QuantumRegister
     from qiskit.circuit import Parameter
@@ -237,9 +238,10 @@ def test_sampler_and_estimator_match_aer_on_a_parametrized_mid_circuit_measureme
     evs = Estimator().run([(est, obs, vals[:, None, :])]).result()[0].data.evs
     want = np.array([[exact_expval(est, o, v) for o in obs] for v in vals])
     np.testing.assert_allclose(evs, want, atol=1e-12)
-    aer = AerEstimator(options={"default_precision": 0.006, "run_options": {"seed": 3}})
+    # Aer estimates a dynamic circuit from its run_options' shots (not from the precision)
+    aer = AerEstimator(options={"run_options": {"shots": 12000, "seed_simulator": 3}})
     ref = aer.run([(est, obs, vals[:, None, :])]).result()[0].data.evs
-    np.testing.assert_allclose(evs, ref, atol=0.03)
+    np.testing.assert_allclose(evs, ref, atol=0.05)
     qc.measure([0, 1], [2, 3])
     shots = 20000
     for v in vals:
