@@ -254,8 +254,8 @@ def loads(text: str, filename: str = "<string>") -> QiskitImport:
     ``Circuit``; the import itself is accepted by ``qd.qnode(dev)(imp)``, ``qd.compile`` and
     :func:`dumps` (which keeps its parameter names, angle expressions and measurements)."""
     qc, _ = parse_qiskit(text, filename)
-    try:
-        return from_qiskit(qc)
+    try:  # dumps and compile write final measurements only: no deferred measurement here
+        return from_qiskit(qc, dynamic=False)
     except QdiffError as exc:
         raise QdiffError(f"{filename}{_line_of(text, str(exc))}: {exc}") from None
 
@@ -327,6 +327,10 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
         if theta is not None:
             theta = _import_theta(imp, theta)
         if measurements is None:
+            if imp.num_qubits != circuit.num_wires:
+                raise QdiffError("dumps: the import is a dynamic circuit run by deferred "
+                                 "measurement (its classical bits are extra wires); export "
+                                 "the QuantumCircuit itself (qiskit.qasm3.dumps)")
             measurements, num_clbits = imp.measurements, max(num_clbits, imp.num_clbits)
             registers = imp.registers
     elif not isinstance(circuit, Circuit):

@@ -25,6 +25,8 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import GATES, unitary_gate
 from qdiff.circuits.observables import Factor, Observable, as_observable
 from qdiff.circuits.operation import Operation, ParamRef
+from qdiff.circuits.qiskit_dynamic import (Bits, condition_cubes, final_measurements,
+                                           switch_cubes)
 from qdiff.circuits.qiskit_expr import ExpressionTable, analyse
 
 # qiskit instruction name -> (qdiff gate name, angle transform)
@@ -46,7 +48,12 @@ _CLASSICAL = {
                 "(qiskit.transpiler.passes.UnrollForLoops)",
     "box": "control flow (box) is not supported; append its body instead",
     "store": "classical variables (store) are not supported",
+    "break_loop": "control flow (break_loop) is not supported",
+    "continue_loop": "control flow (continue_loop) is not supported",
 }
+_DYNAMIC = {"if_else", "switch_case", "for_loop", "while_loop"}  # run by deferred measurement
+_WHILE = ("control flow (while_loop) is not supported: the number of its iterations depends on "
+          "measurement outcomes (unbounded); deferred measurement needs a fixed circuit")
 # XXPlusYYGate(theta, beta) with a constant beta that makes it one qdiff gate:
 # beta -> (qdiff gate, factor on theta) (checked against the matrices in tests/test_gates.py)
 _XX_PLUS_YY = {0.0: ("isingxy", -1.0), -math.pi / 2: ("single_excitation", 1.0),
@@ -57,7 +64,8 @@ _XX_PLUS_YY = {0.0: ("isingxy", -1.0), -math.pi / 2: ("single_excitation", 1.0),
 class QiskitImport:
     """Result of :func:`from_qiskit`: the circuit, Qiskit parameters in column order, and the
     trailing measurements ``[(qubit, clbit), ...]`` with the number of classical bits and the
-    classical registers ``[(name, [clbit, ...])]``.
+    classical registers ``[(name, [clbit, ...])]``. A dynamic circuit's deferred measurements
+    are ``(extra wire, clbit)`` entries (wires from :attr:`num_qubits` on).
 
     ``circuit`` has ``len(parameters) + len(expressions)`` theta columns: one per parameter,
     then one per distinct non-affine angle expression (``expressions``, evaluated in torch from
@@ -71,6 +79,16 @@ class QiskitImport:
     global_phase: float = 0.0
     expressions: Optional[ExpressionTable] = None
     registers: list = field(default_factory=list)  # [(name, [clbit, ...])] classical registers
+
+    @property
+    def num_qubits(self) -> int:
+        """The Qiskit circuit's qubits: the circuit's wires less the extra wires of deferred
+        measurements (``MidWire`` labels, after the qubits)."""
+        c = self.circuit
+        if c.wire_labels is None:
+            return c.num_wires
+        from qdiff.circuits.midcircuit import is_mid_wire
+        return sum(1 for w in c.wire_labels if not is_mid_wire(w))
 
     @property
     def num_expressions(self) -> int:
@@ -111,15 +129,33 @@ def angle_from_qiskit(value, params: dict, where: str):
 
 
 class _Importer:
-    """State of one conversion: parameter columns, the expression table, the output lists."""
+    """State of one conversion: parameter columns, the expression table, the output lists;
+    for a dynamic circuit the extra wires of deferred measurements (``source``: classical bit
+    -> the wire holding its value) and the depth of control-flow bodies."""
 
-    def __init__(self, qc, allow_measurements: bool):
+    def __init__(self, qc, allow_measurements: bool, dynamic: bool = False):
         self.params = {p: i for i, p in enumerate(qc.parameters)}
         self.table = ExpressionTable(self.params)
         self.ops: list = []
         self.meas: list = []
         self.cidx = {c: i for i, c in enumerate(qc.clbits)}
         self.allow_meas = allow_measurements
+        self.dynamic = dynamic
+        self.nq = qc.num_qubits
+        self.extra = 0
+        self.source: dict = {}
+        self.depth = 0
+        self._qc, self._final = qc, None
+
+    def final(self, k: int) -> bool:
+        """Whether top-level instruction ``k`` (a measure) is a final measurement."""
+        if self._final is None:
+            self._final = final_measurements(self._qc)
+        return k in self._final
+
+    def new_wire(self) -> int:
+        self.extra += 1
+        return self.nq + self.extra - 1
 
     def angle(self, value, where: str):
         """Float, ``ParamRef`` (affine in one parameter) or the column of an expression."""
@@ -145,16 +181,26 @@ class _Importer:
         return self.params[par]
 
 
-def from_qiskit(qc, allow_measurements: bool = True) -> QiskitImport:
+def from_qiskit(qc, allow_measurements: bool = True, dynamic: bool = True) -> QiskitImport:
     """Convert a ``QuantumCircuit``; unknown gates are expanded through their Qiskit definition.
     Angles affine in one parameter become ``ParamRef`` s; any other parameter expression becomes
-    a theta column evaluated in torch (see :mod:`qdiff.circuits.qiskit_expr`)."""
-    imp = _Importer(qc, allow_measurements)
+    a theta column evaluated in torch (see :mod:`qdiff.circuits.qiskit_expr`).
+
+    With ``dynamic`` (default), mid-circuit measurements, resets, ``if_test`` / ``if_else`` /
+    ``switch`` and ``for_loop`` run by deferred measurement (:mod:`qdiff.circuits.qiskit_dynamic`):
+    the circuit gets one extra wire (a ``MidWire`` label) per deferred measurement or reset after
+    its qubits, and ``measurements`` lists ``(wire, clbit)`` in program order, the wire an extra
+    wire for a deferred measurement (a classical bit holds the value of its last entry)."""
+    imp = _Importer(qc, allow_measurements, dynamic)
     qidx = {q: i for i, q in enumerate(qc.qubits)}
     _convert_into(qc, [qidx[q] for q in qc.qubits], imp, True)
     params = list(qc.parameters)
     table = imp.table if len(imp.table) else None
-    circ = Circuit(qc.num_qubits, tuple(imp.ops), (), len(params) + len(imp.table))
+    labels = None
+    if imp.extra:
+        labels = _deferred_labels(imp)
+    circ = Circuit(qc.num_qubits + imp.extra, tuple(imp.ops), (), len(params) + len(imp.table),
+                   labels)
     phase = qc.global_phase
     cidx = {c: i for i, c in enumerate(qc.clbits)}
     registers = [(r.name, [cidx[b] for b in r]) for r in qc.cregs]
@@ -162,17 +208,42 @@ def from_qiskit(qc, allow_measurements: bool = True) -> QiskitImport:
                         0.0 if hasattr(phase, "parameters") else float(phase), table, registers)
 
 
-def _convert_into(qc, qmap, imp: _Importer, top: bool):
+def _deferred_labels(imp: _Importer) -> tuple:
+    """Wire labels of a dynamic import (its qubits, then one ``MidWire`` per extra wire), after
+    checking that the deferred state fits in memory."""
+    from qdiff.circuits import memory
+    from qdiff.circuits.midcircuit import MidWire
+    busy = len({w for op in imp.ops for w in op.wires if w < imp.nq})
+    n = busy + imp.extra
+    memory.require(4 * 16.0 * 2.0 ** n,  # the engine's working states (simulate.check_memory)
+                   f"deferred measurement of a dynamic circuit ({busy} qubit(s) in use and "
+                   f"{imp.extra} extra wire(s), one per mid-circuit measurement or reset: 4 "
+                   f"states of {n} qubits)")
+    return tuple(range(imp.nq)) + tuple(MidWire(i) for i in range(imp.extra))
+
+
+def _convert_into(qc, qmap, imp: _Importer, top: bool, bits: Optional[Bits] = None):
     local_q = {q: qmap[i] for i, q in enumerate(qc.qubits)}
+    if bits is None:
+        bits = Bits(imp.cidx) if top else Bits({})  # read only
     ops, meas = imp.ops, imp.meas
     for k, inst in enumerate(qc.data):
         op = inst.operation
         name = op.name
         qubits = tuple(local_q[q] for q in inst.qubits)
         where = f"instruction {k} ('{name}' on qubits {list(qubits)})"
+        if imp.dynamic and name in _DYNAMIC:
+            _control_flow(inst, qubits, bits, imp, where)
+            continue
         if getattr(op, "condition", None) is not None or name in _CLASSICAL:
             raise QdiffError(f"{where}: {_CLASSICAL.get(name, _CLASSICAL['if_else'])}")
         if name in _SKIP:
+            continue
+        if imp.dynamic and name in ("measure", "reset"):
+            if name == "measure" and top and imp.allow_meas and imp.final(k):
+                meas.append((qubits[0], imp.cidx[inst.clbits[0]]))  # read at the end
+            else:
+                _measure_or_reset(inst, qubits, bits, imp, where)
             continue
         if name == "measure":
             if not (imp.allow_meas and top):
@@ -202,9 +273,117 @@ def _convert_into(qc, qmap, imp: _Importer, top: bool):
         elif name == "annotated" and hasattr(op, "modifiers"):
             _convert_into(_unannotated(op, where), list(qubits), imp, False)
         elif getattr(op, "definition", None) is not None:
-            _convert_into(op.definition, list(qubits), imp, False)
+            _convert_into(op.definition, list(qubits), imp, False,
+                          bits.body(op.definition, inst.clbits) if inst.clbits else None)
         else:
             ops.append(_matrix_operation(_operator_matrix(op, qubits, where), qubits, where))
+
+
+def _measure_or_reset(inst, qubits: tuple, bits: Bits, imp: _Importer, where: str) -> None:
+    """A measurement that is not final or a reset, in a dynamic circuit: deferred onto a fresh
+    extra wire (a reset then CNOTs the wire back onto its qubit); a top-level reset of a qubit
+    nothing has acted on yet is the identity."""
+    from qdiff.circuits.midcircuit import measurement_ops
+    q = qubits[0]
+    if inst.name == "measure":
+        if not imp.allow_meas:
+            raise QdiffError(f"{where}: mid-circuit measurement is not supported")
+        c = bits.of(inst.clbits[0], where)
+        w = imp.new_wire()
+        imp.ops.extend(measurement_ops(q, w, False))
+        imp.meas.append((w, c))
+        imp.source[c] = w
+        return
+    if imp.depth == 0 and not any(q in o.wires for o in imp.ops) and \
+            q not in {m for m, _ in imp.meas}:
+        return  # a qubit still in |0> (as qc.initialize() writes it): the identity
+    imp.ops.extend(measurement_ops(q, imp.new_wire(), True))
+
+
+def _control_flow(inst, qubits: tuple, bits: Bits, imp: _Importer, where: str) -> None:
+    """``if_else`` / ``switch_case`` bodies controlled by the wires their condition reads;
+    ``for_loop`` unrolled; ``while_loop`` refused."""
+    op = inst.operation
+    name = op.name
+    if name == "while_loop":
+        raise QdiffError(f"{where}: {_WHILE}")
+    if name == "for_loop":
+        indexset, loop_param, body = op.params
+        inner = bits.body(body, inst.clbits)
+        for value in indexset:
+            b = body
+            if loop_param is not None and loop_param in set(body.parameters):
+                b = body.assign_parameters({loop_param: value}, inplace=False)
+            _convert_into(b, list(qubits), imp, False, inner)
+        return
+    if name == "if_else":
+        yes, no = condition_cubes(op.condition, bits, imp.source, where)
+        branches = [(op.blocks[0], yes, no)]
+        if len(op.blocks) > 1 and op.blocks[1] is not None:
+            branches.append((op.blocks[1], no, yes))
+    else:  # switch_case: the cases' conditions read the target before any case runs
+        cases = list(op.cases_specifier())
+        cubes = switch_cubes(op.target, [v for v, _ in cases], bits, imp.source, where)
+        branches = [(body, c[0], c[1]) for (_, body), c in zip(cases, cubes)]
+    for body, cubes, negated in branches:
+        _controlled_body(body, qubits, bits.body(body, inst.clbits), imp, cubes, negated)
+
+
+def _controlled_body(body, qubits: tuple, bits: Bits, imp: _Importer, cubes: list,
+                     negated: list) -> None:
+    """Convert ``body`` and apply its operations controlled on each cube; a classical bit
+    measured in it keeps its previous value (copied onto the new wire) where the condition
+    does not hold. Inside another body the operations stay ``(operation, cube)`` pairs, so
+    nested conditions merge into one cube (a wire read by both is one control)."""
+    outer, before = imp.ops, dict(imp.source)
+    imp.ops = []
+    imp.depth += 1
+    try:
+        _convert_into(body, list(qubits), imp, False, bits)
+        inner = imp.ops
+    finally:
+        imp.ops = outer
+        imp.depth -= 1
+    items = []
+    for cube in cubes:
+        for it in inner:
+            op, own = it if isinstance(it, tuple) else (it, ())
+            merged = _merge_cubes(cube, own)
+            if merged is not None:
+                items.append((op, merged))
+    for c, w in imp.source.items():
+        old = before.get(c)
+        if old is not None and old != w:
+            items.extend((Operation(GATES["cx"], (old, w), ()), cube) for cube in negated)
+    if imp.depth:
+        outer.extend(items)
+    else:
+        for op, cube in items:
+            outer.extend(_conditioned(op, cube))
+
+
+def _merge_cubes(a: tuple, b: tuple):
+    """The cube where both hold (None when they ask a wire for different values)."""
+    out = dict(a)
+    for w, v in b:
+        if out.setdefault(w, v) != v:
+            return None
+    return tuple(sorted(out.items()))
+
+
+def _conditioned(op: Operation, cube: tuple) -> list:
+    """``op`` applied where the extra wires hold the cube's values; the copy of a wire the cube
+    fixes (``cx(old, new)``) is an X on the new wire under the cube, or nothing."""
+    from qdiff.circuits.midcircuit import controlled_by
+    fixed = dict(cube)
+    if op.name == "cx" and op.wires[0] in fixed:
+        if not fixed[op.wires[0]]:
+            return []
+        op = Operation(GATES["x"], (op.wires[1],), ())
+    if not fixed:
+        return [op]
+    ws = tuple(fixed)
+    return controlled_by(op, ws, tuple(fixed[w] for w in ws))
 
 
 def _pauli_evolution(op, qubits: tuple, imp: _Importer, where: str) -> None:

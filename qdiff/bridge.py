@@ -163,6 +163,31 @@ def _run(plan: Plan, theta: torch.Tensor):
     return flat.to(theta.dtype if theta.dtype.is_floating_point else flat.dtype), res.residual
 
 
+def deferred_backend(device, circuit, cache: dict):
+    """``device``, or for a circuit with mid-circuit measurements (extra wires after the
+    device's) a copy of it with those wires, kept in ``cache`` per width."""
+    extra = circuit.num_wires - device.num_wires
+    if extra <= 0:
+        return device
+    if not device.capabilities.backprop:
+        raise QdiffError(f"mid-circuit measurements are simulated by deferred measurement "
+                         f"(one extra wire each) on qdiff's torch engine; device "
+                         f"'{device.name}' has a fixed register: use "
+                         f"qd.device(\"statevector\", ...)")
+    noise = getattr(device, "noise", None)
+    if noise is not None:
+        raise QdiffError(f"mid-circuit measurements on a noisy device (noise model "
+                         f"'{noise.name}') are not simulated: deferred measurement adds "
+                         "wires and gates that the noise model would treat as device "
+                         "qubits and gates; measure at the end of the circuit")
+    if extra not in cache:
+        import copy
+        dev = copy.copy(device)
+        dev.wires = tuple(device.wires) + tuple(circuit.labels[device.num_wires:])
+        cache[extra] = dev
+    return cache[extra]
+
+
 def check_device(device, who: str = "qnode") -> None:
     """A qdiff device (a Backend, or an object speaking its protocol); a PennyLane or Qiskit
     device, or anything else, is a QdiffError naming the way to use it."""

@@ -41,8 +41,9 @@ class CircuitQNode:
             ``QiskitImport`` (``qasm.load``; parameters are ``imp.parameters``).
         device: a backend from :func:`qdiff.device`, as wide as the circuit.
         diff_method: as for :class:`qdiff.QNode`.
-        observables: ``None`` (the circuit's own measurements; else the probabilities of its
-            final measured qubits, indexed by the classical bits' integer (bit 0 least
+        observables: ``None`` (the circuit's own measurements; else the probabilities of the
+            values its measurements leave in the classical bits (a dynamic circuit's deferred
+            ones included), indexed by the classical bits' integer (bit 0 least
             significant, as Qiskit's counts and SamplerQNN); else ``Z`` on every qubit as one observable, ``Z⊗...⊗Z`` as
             Qiskit ML's EstimatorQNN), one observable (output without a trailing dim) or a list
             (output ``(..., K)``); each a ``SparsePauliOp``, ``Pauli``, label or qdiff observable.
@@ -67,10 +68,13 @@ class CircuitQNode:
         self._args = (source if type(source).__name__ == "QuantumCircuit" else None,
                       device, diff_method, observables, arguments, dict(gradient_kwargs))
         circuit = imp.circuit
-        if device.num_wires != circuit.num_wires:
-            raise QdiffError(f"the circuit has {circuit.num_wires} qubits but the device has "
+        nq = imp.num_qubits
+        if device.num_wires != nq:
+            raise QdiffError(f"the circuit has {nq} qubits but the device has "
                              f"{device.num_wires} wires")
         self.source, self.device, self.diff_method = imp, device, diff_method
+        # a dynamic circuit's deferred measurements: one extra wire each after the device's
+        self._backend = device if nq == circuit.num_wires else _deferred_backend(device, circuit)
         self.gradient_kwargs = dict(gradient_kwargs)
         try:
             ms, self.single = _measurements(imp, observables)
@@ -100,7 +104,7 @@ class CircuitQNode:
         from qdiff.bridge import execute, refuse_graph_capture
         refuse_graph_capture("circuit qnode", None)
         recorded = self.record(*args, **kwargs)
-        outs = execute(recorded, self.device, self.diff_method, stacked=True,
+        outs = execute(recorded, self._backend, self.diff_method, stacked=True,
                        options=self.options)
         bshape = tuple(recorded.batch_shape)
         if isinstance(outs, torch.Tensor):
@@ -238,6 +242,11 @@ class CircuitQNode:
                 f"parameters on {self.device!r}, diff_method={self.diff_method!r}>")
 
 
+def _deferred_backend(device, circuit):
+    from qdiff.bridge import deferred_backend
+    return deferred_backend(device, circuit, {})
+
+
 def _rebuild(qc, device, diff_method, observables, arguments, kwargs) -> CircuitQNode:
     return CircuitQNode(qc, device, diff_method, observables, arguments, **kwargs)
 
@@ -266,7 +275,7 @@ def _preview(names, limit: int = 8) -> str:
 
 def _measurements(imp: QiskitImport, observables) -> tuple:
     """``(measurements, single)``: ``single`` when one observable was given (no trailing dim)."""
-    n = imp.circuit.num_wires
+    n = imp.num_qubits
     if observables is None:
         if imp.circuit.measurements:
             return tuple(imp.circuit.measurements), len(imp.circuit.measurements) == 1

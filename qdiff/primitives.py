@@ -12,8 +12,13 @@ for a large device runs as the qubits it uses).
   every Pauli term is estimated from ``ceil(1 / p**2)`` shots in its eigenbasis (as a
   shot-based device does; their count of +1 outcomes is drawn from its binomial distribution
   at the exact mean) and ``stds`` holds each estimate's standard error.
-- ``Sampler``: ``shots`` samples of the final measurements per binding, one ``BitArray`` per
-  classical register (Qiskit's bit layout).
+- ``Sampler``: ``shots`` samples of the classical bits at the end per binding, one
+  ``BitArray`` per classical register (Qiskit's bit layout).
+
+Dynamic circuits (mid-circuit measurements, resets, ``if_test`` / ``switch``, ``for_loop``) run
+by deferred measurement (:mod:`qdiff.circuits.qiskit_dynamic`): one extra wire per measurement
+that is not final, sampled with the qubits; the Estimator's values are those of the circuit's
+qubits' mixed state.
 
 >>> import numpy as np
 >>> from qiskit import QuantumCircuit
@@ -96,7 +101,7 @@ class _Runner:
             if qn is not None:
                 self._qnodes.move_to_end(key)
                 return qn
-        qn = CircuitQNode(imp, self._device(imp.circuit.num_wires, shots),
+        qn = CircuitQNode(imp, self._device(imp.num_qubits, shots),
                           observables=observables or None)
         with self._lock:
             qn = self._qnodes.setdefault(key, qn)
@@ -128,7 +133,7 @@ def _structure_key(imp) -> tuple:
     table = imp.expressions
     exprs = () if table is None else tuple(zip(map(str, table.expressions),
                                                table.dependencies))
-    return (c.num_wires, c.num_params, ops, exprs, tuple(imp.measurements))
+    return (c.num_wires, imp.num_qubits, c.num_params, ops, exprs, tuple(imp.measurements))
 
 
 def _import(qc, cache: dict, what: str):
@@ -252,8 +257,10 @@ class Estimator(BaseEstimatorV2):
         """One simulation for every PUB of one circuit: ``[(evs, stds)]`` per PUB."""
         qc = pubs[0].circuit
         imp = _import(qc, imports, "Estimator")
-        if imp.measurements:
-            raise QdiffError("Estimator: the circuit has measurements; estimate observables of "
+        nq = imp.num_qubits
+        if any(q < nq for q, _ in imp.measurements):  # deferred ones are on extra wires
+            raise QdiffError("Estimator: the circuit has measurements that are final (no "
+                             "operation or condition follows them); estimate observables of "
                              "a circuit without them (circuit.remove_final_measurements())")
         words: "OrderedDict" = OrderedDict()   # Pauli word -> output column
         rows, plans, start = [], [], 0

@@ -134,27 +134,10 @@ class QNode:
         """The device, or for a circuit with mid-circuit measurements (extra wires after the
         device's) a copy of it with those wires, kept per width so its sampling stream goes
         on from call to call."""
-        extra = circuit.num_wires - self.device.num_wires
-        if extra <= 0:
+        if circuit.num_wires <= self.device.num_wires:
             return self.device
-        if not self.device.capabilities.backprop:
-            raise QdiffError(f"mid-circuit measurements are simulated by deferred measurement "
-                             f"(one extra wire each) on qdiff's torch engine; device "
-                             f"'{self.device.name}' has a fixed register: use "
-                             f"qd.device(\"statevector\", ...)")
-        noise = getattr(self.device, "noise", None)
-        if noise is not None:
-            raise QdiffError(f"mid-circuit measurements on a noisy device (noise model "
-                             f"'{noise.name}') are not simulated: deferred measurement adds "
-                             "wires and gates that the noise model would treat as device "
-                             "qubits and gates; measure at the end of the circuit")
-        cache = self.__dict__.setdefault("_widened", {})
-        if extra not in cache:
-            import copy
-            dev = copy.copy(self.device)
-            dev.wires = tuple(self.device.wires) + tuple(circuit.labels[self.device.num_wires:])
-            cache[extra] = dev
-        return cache[extra]
+        from qdiff.bridge import deferred_backend
+        return deferred_backend(self.device, circuit, self.__dict__.setdefault("_widened", {}))
 
     def __deepcopy__(self, memo):
         """A deep copy shares the qnode, as it shares a function: ``copy.deepcopy(model)``

@@ -215,6 +215,6 @@ def _as_import(x):
             return qasm.load(x)
         raise QdiffError(f"compile: '{x[:60]}' is neither OpenQASM text nor an existing file")
     if type(x).__name__ == "QuantumCircuit":
-        return from_qiskit(x)
+        return from_qiskit(x, dynamic=False)  # the compiler takes unitary circuits
     raise QdiffError(f"compile: expected a Circuit, a QuantumCircuit, OpenQASM text or a path; "
                      f"got {type(x).__name__}")

@@ -83,7 +83,7 @@ def qiskit_o3(circuit):
     from qdiff.circuits.qiskit_io import from_qiskit, to_qiskit
     qc = transpile(to_qiskit(circuit), basis_gates=["cx", "u"], optimization_level=3,
                    seed_transpiler=0, approximation_degree=1.0)
-    out = lower(circuit.with_operations(from_qiskit(qc).circuit.operations))
+    out = lower(circuit.with_operations(from_qiskit(qc, dynamic=False).circuit.operations))
     if circuit.num_wires <= EXACT_QUBITS:
         wires = tuple(range(circuit.num_wires))
         dist = phase_distance(block_unitary(out.operations, wires),

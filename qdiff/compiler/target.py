@@ -135,7 +135,7 @@ def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None) -
         warnings.simplefilter("ignore")
         pm = generate_preset_pass_manager(optimization_level=1, seed_transpiler=seed, **extra)
         out = pm.run(qc)
-    r = from_qiskit(out)
+    r = from_qiskit(out, dynamic=False)
     k = imp.circuit.num_wires
     final = tuple(out.layout.final_index_layout()) if out.layout is not None else tuple(range(k))
     initial = tuple(out.layout.initial_index_layout()[:k]) if out.layout is not None else \
