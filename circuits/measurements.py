@@ -15,7 +15,7 @@ import torch
 from qdiff.circuits import memory, recording
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.midcircuit import MeasurementValue
-from qdiff.circuits.observables import Observable, as_observable
+from qdiff.circuits.observables import Observable, as_observable, one_term
 from qdiff.circuits.operation import normalize_wires
 
 
@@ -143,11 +143,8 @@ def counts(op=None, wires=None, all_outcomes: bool = False) -> Measurement:
         ws = tuple(w for m in op for w in m.probs_wires())
         m = Measurement("counts", None, _wires(ws, "counts"), all_outcomes)
     elif op is not None:
-        obs = _obs(op, "counts")
-        if len(obs.terms) != 1:
-            raise QdiffError("counts(op) needs an observable with one term (a product of "
-                             "one-wire observables); measure the terms separately")
-        m = Measurement("counts", obs, None, all_outcomes)
+        m = Measurement("counts", one_term(_obs(op, "counts"), "counts(op)", shared=False), None,
+                        all_outcomes)
     else:
         m = Measurement("counts", None, _wires(wires, "counts"), all_outcomes)
     if all_outcomes and m.wires is not None and len(m.wires) > MAX_ALL_OUTCOMES_WIRES:

@@ -389,6 +389,40 @@ def Hermitian(A, wires) -> Observable:
     return Observable([1.0], [(Factor(wires, "M", m),)])
 
 
+#: wires of the one dense matrix that a sampled observable whose terms do not share an
+#: eigenbasis wire by wire (``Hadamard``, ``Z0 + X0``) is read out in (its eigendecomposition)
+DENSE_SAMPLE_WIRES = 12
+
+
+def qubitwise_commuting(obs: Observable) -> bool:
+    """Whether the terms of ``obs`` are Pauli words that agree on every wire they share (one
+    measurement basis serves them all), or ``obs`` has a single term."""
+    if len(obs.terms) == 1:
+        return True
+    letters: dict = {}
+    for term in obs.terms:
+        for f in term:
+            if f.kind == "M" or letters.setdefault(f.wires[0], f.kind) != f.kind:
+                return False
+    return True
+
+
+def one_term(obs: Observable, what: str, shared: bool = True) -> Observable:
+    """``obs`` read out in one basis: itself when it has one term, or (``shared``) when its
+    terms share a basis wire by wire, else ONE term, the Hermitian of its dense matrix on its
+    wires (as PennyLane samples a sum by its eigendecomposition), at most
+    :data:`DENSE_SAMPLE_WIRES` wires."""
+    if len(obs.terms) == 1 or (shared and qubitwise_commuting(obs)):
+        return obs
+    k = len(obs.wires)
+    if k > DENSE_SAMPLE_WIRES:
+        raise QdiffError(f"{what} with shots of an observable whose terms do not commute wire "
+                         f"by wire is read out in the eigenbasis of its dense matrix, at most "
+                         f"{DENSE_SAMPLE_WIRES} wires; this one acts on {k}: measure the terms "
+                         f"separately")
+    return Hermitian(obs.matrix().detach(), obs.wires)
+
+
 def Hamiltonian(coeffs, observables) -> Observable:
     """``sum_i coeffs[i] * observables[i]``, like terms merged.
 

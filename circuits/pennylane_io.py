@@ -30,7 +30,7 @@ from qdiff.circuits.gates import (GATES, Gate, check_unitary, controlled_gate,
                                   pcphase_gate, unitary_gate)
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import (Hermitian, Observable, as_observable,
-                                        observable_from_op, set_pennylane_conversion)
+                                        observable_from_op, one_term, set_pennylane_conversion)
 from qdiff.circuits.operation import Operation, ParamRef
 
 # qdiff gate name -> PennyLane class name (parameters in the same order and convention)
@@ -500,9 +500,8 @@ def _qdiff_measurement(mp, mids=None) -> Measurement:
     wires = tuple(mp.wires) if obs is None and len(mp.wires) else None
     if kind in ("expval", "var") and obs is None:
         raise QdiffError(f"from_pennylane: {kind} needs an observable")
-    if kind == "counts" and obs is not None and len(obs.terms) != 1:
-        raise QdiffError("counts(op) needs an observable with one term (a product of one-wire "
-                         "observables); measure the terms separately")
+    if kind == "counts" and obs is not None:
+        obs = one_term(obs, "counts(op)", shared=False)
     return Measurement(kind, obs, wires, every)
 
 

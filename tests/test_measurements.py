@@ -324,7 +324,8 @@ def test_counts_of_observables_bits_and_mid_circuit_values():
 
 def test_counts_refuses_what_it_cannot_count():
     dev = qd.device("statevector", wires=2, shots=10)
-    for bad, pattern in [(lambda: qd.counts(qd.Z(0) + qd.X(1)), "one term"),
+    wide = sum((qd.X(w) for w in range(13)), qd.Z(0))
+    for bad, pattern in [(lambda: qd.counts(wide), "at most 12 wires; this one acts on 13"),
                          (lambda: qd.counts(qd.Z(0), wires=[1]), "not both"),
                          (lambda: qd.sample(qd.Z(0), wires=[1]), "not both"),
                          (lambda: qd.counts(wires=[0], all_outcomes=1), "True or False"),
@@ -516,9 +517,13 @@ def test_counts_of_a_hermitian_product_list_each_eigenvalue_once(dtype):
 def test_sample_and_var_of_a_sum_commuting_wire_by_wire_with_shots(name):
     """As PennyLane's qml.sample(H)/qml.var(H) with shots: terms that agree on each wire are
     measured in one basis; each shot's value is the sum's. The sample mean and variance
-    match the exact expectation and variance; terms that do not commute are refused."""
+    match the exact expectation and variance. Terms that do not share a basis wire by wire
+    (Hadamard, Z0 + X0) are read out in the eigenbasis of the sum's dense matrix, as PennyLane
+    does; past the dense readout's width they are refused."""
     obs = [lambda: qd.Z(0) + qd.X(1), lambda: 0.5 * qd.Z(0) @ qd.X(1) - 1.5 * qd.X(1) + 0.3,
-           lambda: qd.Z(0) + qd.Z(1) @ qd.Z(0)]
+           lambda: qd.Z(0) + qd.Z(1) @ qd.Z(0), lambda: qd.Z(0) + qd.X(0),
+           lambda: qd.X(0) @ qd.Z(1) + qd.Z(0), lambda: qd.Hadamard(0),
+           lambda: 0.5 * qd.Hadamard(0) @ qd.Y(1) + qd.Z(1)]
 
     def prepare(x):
         qd.RX(x, 0)
@@ -537,10 +542,40 @@ def test_sample_and_var_of_a_sum_commuting_wire_by_wire_with_shots(name):
         assert bool(((s.mean(-1) - ev).abs() <= 5 * se + 1e-12).all())
         torch.testing.assert_close(v, var, atol=0.06, rtol=0.0)
         torch.testing.assert_close(s.var(-1, correction=0), v, atol=0.06, rtol=0.0)
-    f = qd.qnode(qd.device(name, wires=2, shots=10))
-    for bad in (lambda: qd.sample(qd.Z(0) + qd.X(0)), lambda: qd.var(qd.X(0) @ qd.Z(1) + qd.Z(0))):
-        with pytest.raises(qd.QdiffError, match="commute wire by wire"):
+    wide = sum((qd.X(w) for w in range(13)), qd.Z(0))
+    f = qd.qnode(qd.device(name, wires=13, shots=10))
+    for bad in (lambda: qd.sample(wide), lambda: qd.var(wide)):
+        with pytest.raises(qd.QdiffError, match="at most 12 wires; this one acts on 13"):
             f(lambda b=bad: (qd.H(0), b())[1])()
+
+
+@pytest.mark.parametrize("name", ["statevector", "mixed"])
+def test_counts_of_a_sum_are_counts_of_its_eigenvalues(name):
+    """counts(op) of a sum (Hadamard, Z0 + X0, Z0 + Z1) counts the eigenvalues of its dense
+    matrix, as PennyLane's qml.counts(H): every key an eigenvalue, the frequencies those of the
+    exact distribution over the eigenvalues."""
+    from qdiff.circuits.observables import as_observable
+    cases = [(qd.Hadamard(0), "Hadamard"), (qd.Z(0) + qd.X(0), "Z0 + X0"),
+             (qd.Z(0) + qd.Z(1), "Z0 + Z1")]
+
+    def prepare():
+        qd.RX(0.7, 0)
+        qd.RY(-0.4, 1)
+        qd.CNOT([0, 1])
+    exact = qd.qnode(qd.device("statevector", wires=2))(lambda: (prepare(), qd.state())[1])()
+    for obs, label in cases:
+        dev = qd.device(name, wires=2, shots=40000, seed=7)
+        counts = qd.qnode(dev)(lambda o=obs: (prepare(), qd.counts(o))[1])()
+        vals, vecs = np.linalg.eigh(as_observable(obs).matrix([0, 1]).numpy())
+        amp = vecs.conj().T @ exact.numpy()
+        want: dict = {}
+        for v, a in zip(vals, amp):
+            key = round(float(v), 9) + 0.0
+            want[key] = want.get(key, 0.0) + abs(a) ** 2
+        got = {round(k, 9) + 0.0: c / 40000 for k, c in counts.items()}
+        assert set(got) <= set(want), (label, got, want)
+        for k, p in want.items():
+            assert abs(got.get(k, 0.0) - p) < 5 * (p * (1 - p) / 40000) ** 0.5 + 1e-9, (label, k)
 
 
 @pytest.mark.parametrize("method", ["best", "parameter-shift", "finite-diff", "spsa"])

@@ -15,7 +15,7 @@ from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import GATES
 from qdiff.circuits.measurements import sample_indices  # noqa: F401  (the engines' sampler)
-from qdiff.circuits.observables import Observable
+from qdiff.circuits.observables import Observable, one_term
 
 
 def _axes(state, n):
@@ -221,27 +221,29 @@ def sampled_expval(state, obs, n, shots, generator):
 def shared_basis(obs: Observable, what: str) -> tuple:
     """One term measuring every term of ``obs`` at once: its factors, one per wire, when the
     terms are Pauli words that agree on each wire they share (qubit-wise commuting, as
-    ``Z0 + Z0 @ X1``), or a one-term observable itself. ``what`` names the measurement that
-    needs it in the error otherwise."""
-    if len(obs.terms) == 1:
-        return obs.terms[0]
+    ``Z0 + Z0 @ X1``), or a one-term observable itself; else (``Hadamard``, ``Z0 + X0``) one
+    Hermitian factor, the dense matrix of ``obs`` on its wires (:func:`one_term`; ``what``
+    names the measurement in the error when that is too wide)."""
+    one = one_term(obs, what)
+    if len(one.terms) == 1:
+        return one.terms[0]
     factors = {}
     for term in obs.terms:
         for f in term:
-            if f.kind == "M" or factors.setdefault(f.wires[0], f).kind != f.kind:
-                raise QdiffError(f"{what} with shots needs an observable whose terms commute "
-                                 f"wire by wire (one Pauli letter per wire, e.g. Z0 + Z0 @ X1); "
-                                 f"measure the terms separately")
+            factors.setdefault(f.wires[0], f)
     return tuple(factors.values())
 
 
 def shared_basis_values(idx: torch.Tensor, obs: Observable, basis: tuple,
                         dtype) -> torch.Tensor:
     """The value of ``obs`` on each outcome ``idx`` ``(B, shots)`` drawn in the eigenbasis
-    of ``basis`` (:func:`shared_basis`): ``sum_t c_t * prod_{w in t} (+-1)``."""
-    if len(obs.terms) == 1:
+    of ``basis`` (:func:`shared_basis`): ``sum_t c_t * prod_{w in t} (+-1)``, or the dense
+    basis's eigenvalue (coefficients included) when ``obs`` has several terms and one
+    Hermitian factor measures them."""
+    if len(obs.terms) == 1 or (len(basis) == 1 and basis[0].kind == "M"):
         _, _, eig = term_basis(basis)
-        c = obs.real_coeffs().to(device=idx.device, dtype=dtype)[0]
+        c = obs.real_coeffs().to(device=idx.device, dtype=dtype)[0] if len(obs.terms) == 1 \
+            else 1.0
         return eig.to(device=idx.device, dtype=dtype)[idx] * c
     pos = {f.wires[0]: j for j, f in enumerate(basis)}
     k = len(basis)
