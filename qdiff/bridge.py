@@ -723,8 +723,31 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
         return backend.run(circuit, theta, prep, shots=shots)
     if options is None or diff_method == "best":
         options = make_options(rule.name, {})
+    if any(m.kind in ("sample", "counts") for m in circuit.measurements):
+        return _with_samples(recorded, backend, rule, options, higher_order(diff_method, rule),
+                             shots)
     return execute_with_rule(recorded, backend, rule, options, higher_order(diff_method, rule),
                              stacked=stacked, shots=shots)
+
+
+def _with_samples(recorded, backend, rule: Rule, options, higher, shots) -> list:
+    """Samples or counts returned next to differentiated outputs (as PennyLane allows): every
+    value comes from one run of the whole circuit, the values a call without gradients gives;
+    the differentiated outputs carry the rule's derivatives, from the rule's own run of those
+    outputs (whose values are not returned). Samples and counts carry no gradient."""
+    circuit = recorded.circuit
+    prep = recorded.initial_state
+    with torch.no_grad():
+        full = backend.run(circuit, recorded.theta.detach(),
+                           None if prep is None else prep.detach(), shots=shots)
+    keep = [i for i, m in enumerate(circuit.measurements) if m.kind not in ("sample", "counts")]
+    sub = replace(recorded, circuit=circuit.with_measurements(
+        tuple(circuit.measurements[i] for i in keep)))
+    ruled = execute_with_rule(sub, backend, rule, options, higher, shots=shots)
+    out = list(full)
+    for i, g in zip(keep, ruled):
+        out[i] = full[i].to(device=g.device, dtype=g.dtype) + (g - g.detach())
+    return out
 
 
 def _run_nested(recorded, backend, rule: Rule, diff_method: str, shots, leaf: str):

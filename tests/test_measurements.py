@@ -581,7 +581,9 @@ def test_counts_of_a_sum_are_counts_of_its_eigenvalues(name):
 @pytest.mark.parametrize("method", ["best", "parameter-shift", "finite-diff", "spsa"])
 def test_samples_and_counts_of_trainable_inputs_are_returned_without_gradient(method):
     """As PennyLane: a qnode returning only samples and counts runs with inputs that require
-    grad (the outputs carry no gradient); mixed with a differentiable output it is refused."""
+    grad (the outputs carry no gradient); next to a differentiated output, the values are those
+    of a call without gradients (one run of the circuit) and the expval carries the diff
+    method's derivative."""
     dev = qd.device("statevector", wires=2, shots=50, seed=2)
 
     @qd.qnode(dev, diff_method=method)
@@ -595,9 +597,18 @@ def test_samples_and_counts_of_trainable_inputs_are_returned_without_gradient(me
     assert torch.equal(bits[:, 0], bits[:, 1]) and torch.equal(zz, torch.ones(50, dtype=zz.dtype))
     assert sum(counts.values()) == 50
 
-    @qd.qnode(dev, diff_method=method)
     def g(x):
         qd.RX(x, wires=0)
-        return qd.expval(qd.Z(0)), qd.sample(wires=[0])
-    with pytest.raises(qd.QdiffError, match="sample"):
-        g(x)
+        return qd.expval(qd.Z(0)), qd.sample(wires=[0]), qd.counts(wires=[0])
+    shots = 40000
+    ev, bits, counts = qd.qnode(qd.device("statevector", wires=1, shots=shots, seed=5),
+                                diff_method=method)(g)(x)
+    with torch.no_grad():
+        ev0, bits0, counts0 = qd.qnode(qd.device("statevector", wires=1, shots=shots, seed=5),
+                                       diff_method=method)(g)(x)
+    assert ev.requires_grad and not bits.requires_grad
+    assert float(ev) == float(ev0) and torch.equal(bits, bits0) and counts == counts0
+    ev.backward()
+    if method in ("best", "parameter-shift"):  # exact rules: the derivative of cos(x)
+        assert abs(float(x.grad) + math.sin(2.0)) < 5 * (1 / shots) ** 0.5 * 2
+    assert x.grad is not None and torch.isfinite(x.grad)
