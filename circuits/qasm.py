@@ -13,8 +13,8 @@ from qdiff.circuits import fileio, qasm_bounds
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.errors import QdiffError, QdiffParseError
 from qdiff.circuits.fileio import write_atomic  # noqa: F401  (qasm.write_atomic, as before)
-from qdiff.circuits.qiskit_io import (QiskitImport, classical_bits, from_qiskit, real_values,
-                                      to_qiskit)
+from qdiff.circuits.qiskit_io import (QiskitImport, classical_bits, from_qiskit, import_phase,
+                                      real_values, to_qiskit)
 
 _LINE = re.compile(r"(\d+),(\d+)")
 _ANTLR_LINE = re.compile(r"L(\d+):C(\d+):")  # the OpenQASM 3 lexer's position
@@ -320,12 +320,15 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
     free = None if not isinstance(circuit, Circuit) else circuit.num_params
     if isinstance(circuit, QiskitImport):
         imp = circuit
-        circuit, phase = imp.circuit, imp.global_phase
+        circuit, phase = imp.circuit, import_phase(imp)
         free = len(imp.parameters)
         if theta is None and all(p is not None for p in imp.parameters):
             columns = imp.columns()
         if theta is not None:
+            bound = theta
             theta = _import_theta(imp, theta)
+            import torch
+            phase = import_phase(imp, torch.as_tensor(real_values(bound, "dumps")).reshape(-1))
         if measurements is None:
             if imp.num_qubits != circuit.num_wires:
                 raise QdiffError("dumps: the import is a dynamic circuit run by deferred "

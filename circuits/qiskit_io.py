@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -76,7 +76,7 @@ class QiskitImport:
     parameters: list = field(default_factory=list)
     measurements: list = field(default_factory=list)
     num_clbits: int = 0
-    global_phase: float = 0.0
+    global_phase: Any = 0.0  # a float, or the circuit's ParameterExpression of its parameters
     expressions: Optional[ExpressionTable] = None
     registers: list = field(default_factory=list)  # [(name, [clbit, ...])] classical registers
 
@@ -204,8 +204,9 @@ def from_qiskit(qc, allow_measurements: bool = True, dynamic: bool = True) -> Qi
     phase = qc.global_phase
     cidx = {c: i for i, c in enumerate(qc.clbits)}
     registers = [(r.name, [cidx[b] for b in r]) for r in qc.cregs]
-    return QiskitImport(circ, params, imp.meas, qc.num_clbits,
-                        0.0 if hasattr(phase, "parameters") else float(phase), table, registers)
+    if not getattr(phase, "parameters", None):
+        phase = float(phase)
+    return QiskitImport(circ, params, imp.meas, qc.num_clbits, phase, table, registers)
 
 
 def _deferred_labels(imp: _Importer) -> tuple:
@@ -703,7 +704,8 @@ def to_qiskit(circuit: Circuit, theta=None, measure: bool = False, columns=None,
         qc = QuantumCircuit(QuantumRegister(nq, "q"), ClassicalRegister(len(mids), "m"))
     else:
         qc = QuantumCircuit(circuit.num_wires, circuit.num_wires if measure else 0)
-    qc.global_phase = float(global_phase)
+    qc.global_phase = global_phase if getattr(global_phase, "parameters", None) else \
+        float(global_phase)
     clbit = {w: qc.clbits[k] for k, w in enumerate(mids)}
     negated: set = set()  # mid wires currently flipped (an X pair around a condition on 0)
 
@@ -797,12 +799,25 @@ def _import_to_qiskit(imp: QiskitImport, theta, measure: bool, columns, global_p
     elif all(p is not None for p in imp.parameters):
         columns = imp.columns()
     qc = to_qiskit(imp.circuit, theta, measure, columns=columns,
-                   global_phase=imp.global_phase)
+                   global_phase=import_phase(imp, None if theta is None else values))
     if imp.measurements:
         bits = classical_bits(qc, imp.registers, imp.num_clbits, imp.measurements)
         for q, c in imp.measurements:
             qc.measure(q, bits[c])
     return qc
+
+
+def import_phase(imp: QiskitImport, values=None):
+    """The import's global phase for an export: a float, evaluated at ``values`` of its
+    parameters when they are bound, else its expression (of the circuit's own parameters)."""
+    phase = imp.global_phase
+    if not getattr(phase, "parameters", None):
+        return float(phase)
+    if values is None:
+        return phase
+    used = set(phase.parameters)
+    return float(phase.bind({p: float(v) for p, v in zip(imp.parameters, values.tolist())
+                             if p in used}))
 
 
 def classical_bits(qc, registers, num_clbits: int, measurements) -> list:

@@ -240,8 +240,9 @@ measure q[1] -> c[0];
 
 def test_to_qiskit_of_an_import_gives_the_circuit_back():
     """``to_qiskit(from_qiskit(qc))`` is ``qc``: the same operator for any parameter values,
-    the same parameter names, the final measurements into the same classical registers; a
-    ``theta`` binds values of the import's parameters."""
+    the same parameter names, the same global phase (an expression of the parameters too), the
+    final measurements into the same classical registers; a ``theta`` binds values of the
+    import's parameters."""
     from qiskit import ClassicalRegister, QuantumCircuit
     from qiskit.circuit import Parameter
     from qiskit.circuit.library import real_amplitudes, zz_feature_map
@@ -250,7 +251,7 @@ def test_to_qiskit_of_an_import_gives_the_circuit_back():
     qc = zz_feature_map(2).compose(real_amplitudes(2, reps=1))  # non-affine angle expressions
     t = Parameter("t")
     qc.rz(2 * t + 0.5, 1)
-    qc.global_phase = 0.3
+    qc.global_phase = 0.3 - 1.5 * t  # an expression of the parameters: kept exactly
     back = to_qiskit(from_qiskit(qc))
     assert sorted(p.name for p in back.parameters) == sorted(p.name for p in qc.parameters)
     rng = np.random.default_rng(0)
