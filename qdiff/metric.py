@@ -23,7 +23,9 @@ Mapping to the user's arguments (``hybrid=True``, the default): with ``J = d the
 classical Jacobian of the recorded angles, the metric of an argument is ``J^T g J``, of shape
 ``arg.shape + arg.shape``; with several trainable arguments a tuple of these diagonal blocks
 (as PennyLane returns). ``hybrid=False`` returns ``g`` over the trainable ``theta`` columns,
-``batch_shape + (P, P)``. The result is not differentiable (detached).
+``batch_shape + (P, P)``. The result is not differentiable (detached). With every ``approx`` it
+is in the dtype of the qnode's own output for the same call (float32 arguments: float32), computed
+in the backend's precision (float32 at least) and rounded once.
 
 >>> import torch, qdiff as qd
 >>> dev = qd.device("statevector", wires=1)
@@ -33,7 +35,7 @@ classical Jacobian of the recorded angles, the metric of an argument is ``J^T g 
 ...     return qd.expval(qd.Z(0))
 >>> qd.metric_tensor(f, approx=None)(torch.tensor([0.0, 0.0], requires_grad=True))
 tensor([[0.2500, 0.0000],
-        [0.0000, 0.2500]], dtype=torch.float64)
+        [0.0000, 0.2500]])
 """
 from __future__ import annotations
 
@@ -79,15 +81,18 @@ def metric_tensor(qnode, approx="block-diag", hybrid: bool = True, **kwargs):
         with torch.enable_grad():  # what requires grad is recorded, also under no_grad()
             recorded = record_call(qnode, args, kwargs)
         g, cols = theta_metric(recorded, qnode.device, approx)
+        out = recorded.theta.dtype  # the dtype of the qnode's own output for these arguments
         if not hybrid:
-            return g.reshape(*recorded.batch_shape, len(cols), len(cols))
+            return g.reshape(*recorded.batch_shape, len(cols), len(cols)).to(out)
         blocks = contract_with_args(g, cols, recorded, qnode, args, kwargs)
-        return blocks[0] if len(blocks) == 1 else tuple(blocks)
+        return blocks[0].to(out) if len(blocks) == 1 else tuple(b.to(out) for b in blocks)
     return wrapper
 
 
 def theta_metric(recorded, backend, approx):
-    """``(g (B, P, P), trainable columns)`` over the trainable theta columns."""
+    """``(g (B, P, P), trainable columns)`` over the trainable theta columns, in the precision
+    it was computed in (float32 at least, whatever theta's dtype): callers round once, at the
+    end."""
     cols = [i for i, t in enumerate(recorded.trainable) if t]
     theta = recorded.theta.detach()
     memory.require(8.0 * theta.shape[0] * len(cols) ** 2 * 2,
@@ -291,7 +296,6 @@ def block_metric(circuit, theta, cols, backend, initial_state=None, diag_only=Fa
                    f"metric_tensor(approx='block-diag'): {len(layers)} layer circuits with "
                    f"{prefix} gates in all and the {b}x{len(cols)}x{len(cols)} metric",
                    theta.device)
-    g = torch.zeros(b, len(cols), len(cols), dtype=theta.dtype, device=theta.device)
     jobs, metas = [], []
     for uses, bits in layers:
         pre = _indices(bits)
@@ -308,6 +312,11 @@ def block_metric(circuit, theta, cols, backend, initial_state=None, diag_only=Fa
         results = [r.outputs for r in backend.execute([Job(*route_circuit(sub, theta, backend,
                                                                           initial_state),
                                                            initial_state) for sub in jobs])]
+    # covariances are differences of nearby numbers: taken in the results' precision (theta's
+    # if higher, float32 at least), not in a float16 theta's
+    work = functools.reduce(torch.promote_types, [r.dtype for res in results for r in res],
+                            torch.promote_types(theta.dtype, torch.float32))
+    g = torch.zeros(b, len(cols), len(cols), dtype=work, device=theta.device)
     for (uses, pairs), res in zip(metas, results):
         k = len(uses)
         mean = torch.stack([r.to(g.device, g.dtype) for r in res[:k]], -1)  # (B, k)

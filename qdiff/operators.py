@@ -57,6 +57,14 @@ def _coeff_vector(coeffs, who: str) -> torch.Tensor:
     return c
 
 
+def _scalar_result_dtype(coeffs: torch.Tensor, other) -> torch.dtype:
+    """torch's rule for ``coeffs op other``: a Python number or 0-d tensor keeps float32
+    coefficients float32 (complex64 for a complex number); never complex32, which torch's
+    kernels mostly lack."""
+    dt = torch.result_type(coeffs, other)
+    return torch.complex64 if dt == torch.complex32 else dt
+
+
 class PauliSumOperator:
     """``H = sum_t c_t P_t`` on ``n_qubits`` qubits, applied to ``(..., 2**n)`` states.
 
@@ -237,6 +245,7 @@ class PauliSumOperator:
             if c.numel() != 1:
                 raise QdiffError(f"PauliSumOperator + tensor: the tensor must have one element; "
                                  f"got shape {tuple(other.shape)}")
+            c = c.to(_scalar_result_dtype(self.coeffs, other))
             other = PauliSumOperator([{}], c, self.n_qubits)
         if not isinstance(other, PauliSumOperator):
             return NotImplemented
@@ -269,14 +278,16 @@ class PauliSumOperator:
         if t.numel() != 1:
             raise QdiffError(f"PauliSumOperator * tensor: the tensor must have one element; got "
                              f"shape {tuple(c.shape)} (use with_coeffs for new coefficients)")
-        return self.with_coeffs(self.coeffs * t.to(self.coeffs.device))
+        dt = _scalar_result_dtype(self.coeffs, c)
+        return self.with_coeffs(self.coeffs * t.to(self.coeffs.device, dt))
 
     __rmul__ = __mul__
 
     def __truediv__(self, c):
         if isinstance(c, bool) or not isinstance(c, (numbers.Number, torch.Tensor)):
             return NotImplemented
-        return self * (1.0 / _coeff_vector(c, "PauliSumOperator / scalar"))
+        t = 1.0 / _coeff_vector(c, "PauliSumOperator / scalar")
+        return self * (t.reshape(()) if t.numel() == 1 and isinstance(c, numbers.Number) else t)
 
     def expval(self, psi: torch.Tensor) -> torch.Tensor:
         """``<psi|H|psi>`` ``(...)`` real, for (unnormalized) ``psi`` ``(..., 2**n)``; a

@@ -21,6 +21,7 @@ hardware, where the block-diagonal metric needs one circuit per layer).
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import Callable, Optional
@@ -142,7 +143,14 @@ class QNGOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def compute_metric(self) -> torch.Tensor:
-        """The (unregularized) metric over the optimized tensors, flattened ``(D, D)``."""
+        """The (unregularized) metric over the optimized tensors, flattened ``(D, D)``, in their
+        (promoted) dtype, as ``qd.metric_tensor`` gives it."""
+        params = self._params()
+        dtype = functools.reduce(torch.promote_types, [p.dtype for p in params])
+        return self._metric().to(dtype)
+
+    def _metric(self) -> torch.Tensor:
+        """:meth:`compute_metric` in the precision it was computed in (float32 at least)."""
         args = self._args()
         if self.metric != "spsa":
             approx = None if self.metric == "full" else self.metric
@@ -201,8 +209,12 @@ class QNGOptimizer(torch.optim.Optimizer):
         params = self._params()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads])
-        g = self.compute_metric().to(flat.dtype)
-        self.last_metric = g
+        g = self._metric()
+        self.last_metric = g.to(flat.dtype)
+        # solved in the metric's precision (float32 at least: torch has no float16 solver);
+        # each step is rounded to its parameter's dtype
+        work = torch.promote_types(torch.promote_types(g.dtype, flat.dtype), torch.float32)
+        g, flat = g.to(work), flat.to(work)
         # each group's own lam on the diagonal entries of its parameters
         lam = torch.cat([torch.full((p.numel(),), float(group["lam"]), dtype=g.dtype)
                          for group in self.param_groups for p in group["params"]]).to(g.device)
@@ -222,7 +234,8 @@ class QNGOptimizer(torch.optim.Optimizer):
     # -- QN-SPSA ------------------------------------------------------------------------------
     def _spsa_metric(self, args, total):
         train = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
-        base = torch.cat([args[i].detach().reshape(-1) for i in train])
+        # in float64: the estimate divides fidelity differences by 2 eps**2
+        base = torch.cat([args[i].detach().reshape(-1).to(torch.float64) for i in train])
         with torch.enable_grad():
             check_angles_only(record_call(self.qnode, args, {}), "QNGOptimizer(metric='spsa')",
                               " (make it constant)")
@@ -285,7 +298,7 @@ def fidelities(qnode, args, train, base, shifts):
         with torch.no_grad():
             (a,) = dev.run(circ, rec0.theta.detach(), rec0.initial_state)
             (b,) = dev.run(circ, thetas, rec0.initial_state)
-        return ((a.conj() * b).sum(-1).abs() ** 2).real.cpu().to(base.dtype)
+        return ((a.conj() * b).sum(-1).abs() ** 2).real.cpu().to(torch.float64)
     if rec0.initial_state is not None:
         raise QdiffError("QN-SPSA fidelities on a sampling backend need circuits that start "
                          "from |0...0> (no StatePrep/AmplitudeEmbedding)")
@@ -294,7 +307,7 @@ def fidelities(qnode, args, train, base, shifts):
     from qdiff.noise import route_circuit
     circ, theta = route_circuit(circ, theta, dev)
     (p,) = dev.run(circ, theta, rec0.initial_state)
-    return p[:, 0].detach().cpu().to(base.dtype)
+    return p[:, 0].detach().cpu().to(torch.float64)
 
 
 def _overlap_circuit(circuit):

@@ -113,8 +113,8 @@ def test_hybrid_mapping_multiple_args_and_theta_space():
         qd.CNOT(wires=[0, 1])
         qd.RZ(x[1] + y, wires=1)
         return qd.expval(qd.Z(1))
-    x = torch.tensor([0.3, -0.2], requires_grad=True)
-    y = torch.tensor(0.7, requires_grad=True)
+    x = torch.tensor([0.3, -0.2], dtype=torch.float64, requires_grad=True)
+    y = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
     gx, gy = metric_tensor(f, approx=None)(x, y)
     gt = metric_tensor(f, approx=None, hybrid=False)(x, y)  # theta columns: x0, 3y, x1+y
     J = torch.tensor([[1.0, 0, 0], [0, 0, 3.0], [0, 1.0, 1.0]], dtype=torch.float64)
@@ -291,3 +291,43 @@ def test_multi_parameter_gate_without_split_refused_naming_the_approximation():
         with pytest.raises(qd.QdiffError, match=f"approx='{approx}'.*C2\\(Rot\\)"):
             metric_tensor(f, approx=approx)(w)
     assert metric_tensor(f, approx=None)(w).shape == (3, 3)
+
+
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_metric_dtype_is_the_qnode_output_dtype_for_every_approx(dtype, cdtype):
+    dev = qd.device("statevector", wires=2, dtype=cdtype)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RX(x[0], wires=0)
+        qd.RY(x[1], wires=1)
+        qd.CNOT(wires=[0, 1])
+        qd.RZ(x[0], wires=1)
+        qd.RY(x[1], wires=0)
+        return qd.expval(qd.Z(0) @ qd.Z(1))
+    x = torch.tensor([1.3, 0.05], dtype=dtype, requires_grad=True)
+    assert f(x).dtype == dtype
+    exact = {a: metric_tensor(f, approx=a)(x.detach().double().requires_grad_())
+             for a in (None, "block-diag", "diag")}
+    tol = 1e-6 if cdtype == torch.complex64 else 1e-12
+    for approx in (None, "block-diag", "diag"):
+        for hybrid in (True, False):
+            g = metric_tensor(f, approx=approx, hybrid=hybrid)(x)
+            assert g.dtype == dtype, (approx, hybrid)
+        # computed in the device's precision, then rounded once to the argument's dtype
+        g = metric_tensor(f, approx=approx)(x).double()
+        err = (exact[approx].to(dtype).double() - exact[approx]).abs().max().item()
+        assert (g - exact[approx]).abs().max().item() <= err + tol, approx
+    a = torch.tensor(0.3, dtype=dtype, requires_grad=True)
+    b = torch.tensor(0.2, dtype=torch.float64, requires_grad=True)
+
+    @qd.qnode(dev)
+    def f2(a, b):
+        qd.RX(a, wires=0)
+        qd.RY(b, wires=1)
+        qd.CNOT(wires=[0, 1])
+        qd.RZ(b, wires=1)
+        return qd.expval(qd.Z(0) @ qd.Z(1))
+    for approx in (None, "block-diag", "diag"):  # several arguments: promoted, as the output
+        assert [g.dtype for g in metric_tensor(f2, approx=approx)(a, b)] == [f2(a, b).dtype] * 2

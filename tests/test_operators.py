@@ -261,6 +261,26 @@ def test_sums_differences_and_scalar_multiples_of_operators():
         H * H
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.complex64, torch.float64])
+def test_scalar_arithmetic_keeps_the_coefficient_dtype_as_torch_does(dtype):
+    """A Python number or 0-d tensor does not promote the coefficients (torch's rule for
+    ``float32_tensor * 2.0``), so a float32 operator shifted by a number is still solved in
+    float32; a complex number makes a real operator complex of the same precision."""
+    H = PauliSumOperator.from_strings(["XZ", "YY"], torch.tensor([1.0, 0.5], dtype=dtype))
+    t = torch.tensor(0.7, dtype=torch.float64)
+    for op in (H + 3.0, 3 - H, H - 1, 2 * H, H * 2, H / 4, H * t, H + t, -H, H + H):
+        assert op.coeffs.dtype == dtype
+    assert (H + 0.5j).coeffs.dtype == torch.promote_types(dtype, torch.complex64)
+    assert (H * torch.tensor([2.0], dtype=torch.float64)).coeffs.dtype == \
+        torch.promote_types(dtype, torch.float64)  # a dimensioned tensor promotes, as in torch
+    assert torch.allclose((3 - H / 4).to_dense(), 3 * torch.eye(4, dtype=torch.complex128)
+                          - H.to_dense() / 4, atol=1e-3 if dtype == torch.float16 else 1e-6)
+    if dtype in (torch.float32, torch.complex64):
+        b = torch.ones(4, dtype=torch.float32)
+        x, _ = qd.cg(H + 3.0, b)
+        assert x.dtype == dtype and qd.ground_state(H - 1)[0].dtype == torch.float32
+
+
 def test_an_operator_without_terms_is_the_zero_operator():
     op = PauliSumOperator([], torch.zeros(0, dtype=torch.float64), 2)
     psi = random_states(3, 2, 6)

@@ -345,3 +345,26 @@ def test_qn_spsa_without_a_seed_follows_torchs_global_generator():
     _, after = run(5, "block-diag")
     torch.manual_seed(5)
     assert torch.equal(after, torch.rand(1))
+
+
+@pytest.mark.parametrize("metric", ["block-diag", "diag", "full", "spsa"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_qng_steps_low_precision_parameters_in_their_dtype(metric, dtype):
+    """float16/bfloat16/float32 parameters: the metric is solved in float32 at least and the
+    step is the float64 run's step rounded to the parameter's dtype."""
+    cost = make_cost()
+    w0 = init(3)
+
+    def run(dt):
+        w = w0.detach().clone().to(dt).requires_grad_()
+        opt = qd.QNGOptimizer([w], cost, lr=0.05, lam=0.1, metric=metric, seed=7)
+        opt.zero_grad()
+        cost(w).backward()
+        opt.step()
+        return w, opt
+    ref, _ = run(torch.float64)
+    w, opt = run(dtype)
+    assert w.dtype == dtype and opt.last_metric.dtype == dtype
+    assert opt.compute_metric().dtype == dtype
+    tol = {torch.float16: 1e-3, torch.bfloat16: 5e-3, torch.float32: 1e-7}[dtype]
+    assert torch.allclose(w.double(), ref.detach(), atol=tol, rtol=0)
