@@ -555,16 +555,18 @@ static void sum_parts(double (*part)[8], double *out) {
 /* ---------------------------------------------------------------------------------------- */
 /* loops over the groups of a gate                                                           */
 
-#define FOR_GROUPS_(g, nbits, PRAGMA, ...)                                                     \
+/* Run BODY for every group base of part q_ of nq_ (contiguous shares of the outer loop; 0 of
+ * 1: every group), PRAGMA before the outer loop. */
+#define FOR_GROUPS_IN(g, nbits, PRAGMA, q_, nq_, ...)                                          \
     do {                                                                                       \
-        i64 ngroups_ = (i64)1 << ((nbits) - (g)->nspecial);                                    \
+        i64 ngroups_ = (i64)1 << ((nbits) - (g)->nspecial), a_, b_;                            \
         int pmin_ = (g)->nspecial ? (g)->special[0] : 0;                                       \
         i64 inner_ = (i64)1 << pmin_;                                                          \
         if (inner_ > ngroups_) inner_ = ngroups_;                                              \
         if (inner_ >= 4) {                                                                     \
-            i64 nout_ = ngroups_ / inner_;                                                     \
+            share(ngroups_ / inner_, q_, nq_, &a_, &b_);                                       \
             PRAGMA                                                                             \
-            for (i64 o_ = 0; o_ < nout_; o_++) {                                               \
+            for (i64 o_ = a_; o_ < b_; o_++) {                                                 \
                 i64 base0_ = group_base(g, o_ * inner_);                                       \
                 for (i64 l_ = 0; l_ < inner_; l_++) {                                          \
                     i64 base = base0_ + l_;                                                    \
@@ -579,63 +581,8 @@ static void sum_parts(double (*part)[8], double *out) {
             if (run_ * inner_ > ngroups_) run_ = ngroups_ / inner_;                            \
             const i64 step_ = (i64)2 << pmin_;                                                 \
             if (run_ >= 4) {                                                                   \
-                i64 nout_ = ngroups_ / (run_ * inner_);                                        \
-                PRAGMA                                                                         \
-                for (i64 o_ = 0; o_ < nout_; o_++) {                                           \
-                    i64 base0_ = group_base(g, o_ * run_ * inner_);                            \
-                    for (i64 lo_ = 0; lo_ < inner_; lo_++)                                     \
-                        for (i64 l_ = 0; l_ < run_; l_++) {                                    \
-                            i64 base = base0_ + lo_ + l_ * step_;                              \
-                            __VA_ARGS__                                                        \
-                        }                                                                      \
-                }                                                                              \
-            } else {                                                                           \
-                PRAGMA                                                                         \
-                for (i64 j_ = 0; j_ < ngroups_; j_++) {                                        \
-                    i64 base = group_base(g, j_);                                              \
-                    __VA_ARGS__                                                                \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
-    } while (0)
-
-/* Run BODY for every group base: the innermost loop runs over contiguous amplitudes when the
- * lowest special bit is >= 2 (vectorised), otherwise one flat loop over groups. The parallel
- * variant splits the loop over par_ threads (one large state). */
-#define FOR_GROUPS(g, nbits, ...) FOR_GROUPS_(g, nbits, , __VA_ARGS__)
-#define FOR_GROUPS_PAR(g, nbits, ...)                                                          \
-    FOR_GROUPS_(g, nbits, _Pragma("omp parallel for num_threads(par_) schedule(static)"),      \
-                __VA_ARGS__)
-#define FOR_GROUPS_ANY(g, nbits, ...)                                                          \
-    do {                                                                                       \
-        if (par_ > 1) FOR_GROUPS_PAR(g, nbits, __VA_ARGS__);                                   \
-        else FOR_GROUPS(g, nbits, __VA_ARGS__);                                                \
-    } while (0)
-
-/* FOR_GROUPS over part q_ of nq_ of the groups (contiguous shares of the outer loop), one
- * thread. */
-#define FOR_GROUPS_PART(g, nbits, q_, nq_, ...)                                                \
-    do {                                                                                       \
-        i64 ngroups_ = (i64)1 << ((nbits) - (g)->nspecial), a_, b_;                            \
-        int pmin_ = (g)->nspecial ? (g)->special[0] : 0;                                       \
-        i64 inner_ = (i64)1 << pmin_;                                                          \
-        if (inner_ > ngroups_) inner_ = ngroups_;                                              \
-        if (inner_ >= 4) {                                                                     \
-            share(ngroups_ / inner_, q_, nq_, &a_, &b_);                                       \
-            for (i64 o_ = a_; o_ < b_; o_++) {                                                 \
-                i64 base0_ = group_base(g, o_ * inner_);                                       \
-                for (i64 l_ = 0; l_ < inner_; l_++) {                                          \
-                    i64 base = base0_ + l_;                                                    \
-                    __VA_ARGS__                                                                \
-                }                                                                              \
-            }                                                                                  \
-        } else {                                                                               \
-            int s1_ = (g)->nspecial > 1 ? (g)->special[1] : (nbits);                           \
-            i64 run_ = (i64)1 << (s1_ - pmin_ - 1);                                            \
-            if (run_ * inner_ > ngroups_) run_ = ngroups_ / inner_;                            \
-            const i64 step_ = (i64)2 << pmin_;                                                 \
-            if (run_ >= 4) {                                                                   \
                 share(ngroups_ / (run_ * inner_), q_, nq_, &a_, &b_);                          \
+                PRAGMA                                                                         \
                 for (i64 o_ = a_; o_ < b_; o_++) {                                             \
                     i64 base0_ = group_base(g, o_ * run_ * inner_);                            \
                     for (i64 lo_ = 0; lo_ < inner_; lo_++)                                     \
@@ -646,6 +593,7 @@ static void sum_parts(double (*part)[8], double *out) {
                 }                                                                              \
             } else {                                                                           \
                 share(ngroups_, q_, nq_, &a_, &b_);                                            \
+                PRAGMA                                                                         \
                 for (i64 j_ = a_; j_ < b_; j_++) {                                             \
                     i64 base = group_base(g, j_);                                              \
                     __VA_ARGS__                                                                \
@@ -653,6 +601,23 @@ static void sum_parts(double (*part)[8], double *out) {
             }                                                                                  \
         }                                                                                      \
     } while (0)
+
+/* Run BODY for every group base: the innermost loop runs over contiguous amplitudes when the
+ * lowest special bit is >= 2 (vectorised), otherwise one flat loop over groups. The parallel
+ * variant splits the loop over par_ threads (one large state). */
+#define FOR_GROUPS_(g, nbits, PRAGMA, ...) FOR_GROUPS_IN(g, nbits, PRAGMA, 0, 1, __VA_ARGS__)
+#define FOR_GROUPS(g, nbits, ...) FOR_GROUPS_(g, nbits, , __VA_ARGS__)
+#define FOR_GROUPS_PAR(g, nbits, ...)                                                          \
+    FOR_GROUPS_(g, nbits, _Pragma("omp parallel for num_threads(par_) schedule(static)"),      \
+                __VA_ARGS__)
+#define FOR_GROUPS_ANY(g, nbits, ...)                                                          \
+    do {                                                                                       \
+        if (par_ > 1) FOR_GROUPS_PAR(g, nbits, __VA_ARGS__);                                   \
+        else FOR_GROUPS(g, nbits, __VA_ARGS__);                                                \
+    } while (0)
+
+/* FOR_GROUPS over part q_ of nq_ of the groups, one thread. */
+#define FOR_GROUPS_PART(g, nbits, q_, nq_, ...) FOR_GROUPS_IN(g, nbits, , q_, nq_, __VA_ARGS__)
 
 #define RE(p, i) (p)[2 * (i)]
 #define IM(p, i) (p)[2 * (i) + 1]
