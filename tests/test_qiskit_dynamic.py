@@ -561,3 +561,27 @@ def test_imports_of_dynamic_circuits_in_to_qiskit_and_quantum_layer():
     np.testing.assert_allclose(want(x)[0].detach().numpy(),
                                [0.5, 0.5 * np.cos(0.35) ** 2, 0.0, 0.5 * np.sin(0.35) ** 2],
                                atol=1e-12)
+
+
+def test_qnode_on_a_wide_device_names_the_extra_wires_when_they_do_not_fit(monkeypatch):
+    """qd.qnode simulates every wire of its device plus one extra wire per deferred
+    measurement: a circuit that fits as a static one on the device but not with its extra
+    wires is a QdiffMemoryError naming them when the qnode is made; the primitives, which
+    simulate the qubits the circuit uses, still run it."""
+    from qiskit import QuantumCircuit
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "96M")
+    qc = QuantumCircuit(20, 2)
+    qc.h(0)
+    qc.measure(0, 0)
+    qc.h(0)
+    qc.measure(0, 1)
+    qc.x(0)
+    static = QuantumCircuit(20)
+    static.h(0)
+    dev = qd.device("statevector", wires=20)
+    qd.qnode(dev)(static)(torch.zeros(0, dtype=torch.float64))  # 20 qubits fit
+    with pytest.raises(QdiffMemoryError, match=r"20 wire\(s\) of the device and 2 extra "
+                                               r"wire\(s\)"):
+        qd.qnode(dev)(qc)
+    counts = Sampler(seed=1).run([qc], shots=100).result()[0].data.c.get_counts()
+    assert set(counts) <= {"00", "01", "10", "11"}
