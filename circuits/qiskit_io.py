@@ -789,6 +789,10 @@ def _import_to_qiskit(imp: QiskitImport, theta, measure: bool, columns, global_p
     if measure and imp.measurements:
         raise QdiffError("to_qiskit: measure=True for a circuit with final measurements of "
                          "its own")
+    if imp.num_qubits != imp.circuit.num_wires:
+        raise QdiffError("to_qiskit: the import is a dynamic circuit run by deferred "
+                         "measurement (its classical bits are extra wires); use the "
+                         "QuantumCircuit itself")
     k = len(imp.parameters)
     if theta is not None:
         values = torch.as_tensor(real_values(theta, "to_qiskit")).reshape(-1)

@@ -41,7 +41,7 @@ def layer_from_qiskit(cls, qc, input_params=None, weight_params=None, observable
             raise QdiffError(f"from_qiskit: {key}= is EstimatorQNN/SamplerQNN's keyword, not "
                              f"this layer's: {_QISKIT_ML_KEYWORDS[key]}")
     n = qc.num_qubits if type(qc).__name__ == "QuantumCircuit" else \
-        as_import(qc).circuit.num_wires
+        as_import(qc).num_qubits
     if device is None or isinstance(device, str):
         device = qd.device(device or "statevector", wires=n)
     from qdiff.backends.base import Backend

@@ -243,7 +243,17 @@ class CircuitQNode:
 
 
 def _deferred_backend(device, circuit):
+    """The device widened by the extra wires of a dynamic circuit's deferred measurements,
+    after checking that its states fit (every wire of the device is simulated)."""
     from qdiff.bridge import deferred_backend
+    from qdiff.circuits import memory
+    n, extra = circuit.num_wires, circuit.num_wires - device.num_wires
+    memory.require(4 * 16.0 * 2.0 ** n,  # the engine's working states (simulate.check_memory)
+                   f"deferred measurement of a dynamic circuit ({device.num_wires} wire(s) of "
+                   f"the device and {extra} extra wire(s), one per mid-circuit measurement or "
+                   f"reset: 4 states of {n} qubits)", getattr(device, "torch_device", None),
+                   hint="qdiff.primitives' Sampler / Estimator simulate only the qubits the "
+                        "circuit uses")
     return deferred_backend(device, circuit, {})
 
 

@@ -533,3 +533,55 @@ def test_random_dynamic_circuits_match_the_branching_oracle(seed):
     e = qd.qnode(dev, observables=words)(qc)(torch.zeros(0, dtype=torch.float64)).numpy()
     np.testing.assert_allclose(e, [exact_expval(qc, SparsePauliOp(w)) for w in words],
                                atol=1e-10)
+
+
+def test_imports_of_dynamic_circuits_in_to_qiskit_and_quantum_layer():
+    """An import of a dynamic circuit: ``to_qiskit`` names the way out (its classical bits are
+    extra wires) instead of a Qiskit CircuitError, and ``QuantumLayer.from_qiskit`` of it sizes
+    its device by the circuit's qubits and gives the QuantumCircuit's outputs."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    from qdiff.circuits.qiskit_io import from_qiskit, to_qiskit
+    a = Parameter("a")
+    qc = QuantumCircuit(2, 2)
+    qc.h(0)
+    qc.measure(0, 0)
+    qc.x(0)
+    with qc.if_test((qc.clbits[0], 1)):
+        qc.ry(a, 1)
+    qc.measure(1, 1)
+    imp = from_qiskit(qc)
+    with pytest.raises(QdiffError, match="to_qiskit: the import is a dynamic circuit"):
+        to_qiskit(imp)
+    w = torch.tensor([0.7], dtype=torch.float64)
+    layer = qd.QuantumLayer.from_qiskit(imp, weight_params=[a], init_method=w)
+    want = qd.QuantumLayer.from_qiskit(qc, weight_params=[a], init_method=w)
+    x = torch.zeros(2, 0, dtype=torch.float64)
+    torch.testing.assert_close(layer(x), want(x))
+    np.testing.assert_allclose(want(x)[0].detach().numpy(),
+                               [0.5, 0.5 * np.cos(0.35) ** 2, 0.0, 0.5 * np.sin(0.35) ** 2],
+                               atol=1e-12)
+
+
+def test_qnode_on_a_wide_device_names_the_extra_wires_when_they_do_not_fit(monkeypatch):
+    """qd.qnode simulates every wire of its device plus one extra wire per deferred
+    measurement: a circuit that fits as a static one on the device but not with its extra
+    wires is a QdiffMemoryError naming them when the qnode is made; the primitives, which
+    simulate the qubits the circuit uses, still run it."""
+    from qiskit import QuantumCircuit
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "96M")
+    qc = QuantumCircuit(20, 2)
+    qc.h(0)
+    qc.measure(0, 0)
+    qc.h(0)
+    qc.measure(0, 1)
+    qc.x(0)
+    static = QuantumCircuit(20)
+    static.h(0)
+    dev = qd.device("statevector", wires=20)
+    qd.qnode(dev)(static)(torch.zeros(0, dtype=torch.float64))  # 20 qubits fit
+    with pytest.raises(QdiffMemoryError, match=r"20 wire\(s\) of the device and 2 extra "
+                                               r"wire\(s\)"):
+        qd.qnode(dev)(qc)
+    counts = Sampler(seed=1).run([qc], shots=100).result()[0].data.c.get_counts()
+    assert set(counts) <= {"00", "01", "10", "11"}
