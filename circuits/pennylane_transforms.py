@@ -17,12 +17,20 @@ def decompose_broadcast():
     of a broadcast operation without a decomposition) splits the tape into one tape per row
     (``broadcast_expand``; the engines take one matrix per gate): each row's matrix is then an
     ordinary ``QubitUnitary``. ``split_rows(rows)`` splits what ``broadcast_expand`` leaves
-    broadcast (channels)."""
+    broadcast (channels). ``skip_initial_state_prep="constant"``: a leading state preparation
+    is kept whole unless some amplitude requires grad (the engines start from its state; only
+    a trainable one is decomposed into gates whose angles carry its derivative)."""
     import pennylane as qml
     from pennylane.devices.preprocess import decompose
+    from pennylane.operation import StatePrepBase
 
     @qml.transform
     def transform(tape, stopping_condition, decomposer, split_rows=None, **kwargs):
+        if kwargs.get("skip_initial_state_prep") == "constant":
+            ops = tape.operations
+            kwargs["skip_initial_state_prep"] = bool(ops) and isinstance(ops[0], StatePrepBase) \
+                and not any(qml.math.requires_grad(d) for d in ops[0].data)
+
         def held(op):
             return stopping_condition(op) or _broadcast_unitary(op)
         (tape,), _ = decompose(tape, stopping_condition=held, decomposer=decomposer, **kwargs)

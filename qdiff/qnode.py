@@ -14,6 +14,7 @@ torch.Size([3])
 from __future__ import annotations
 
 import functools
+from collections import Counter
 import torch
 
 from qdiff.backends.base import shot_vector
@@ -213,6 +214,7 @@ def _to_counts(samples: torch.Tensor, m: Measurement):
     eigenvalues ``(B, shots)``); with ``all_outcomes`` every possible outcome is a key.
     Eigenvalues count under the observable's eigenvalue they were sampled from
     (:func:`~qdiff.circuits.measurements.outcome_values`), in any precision."""
+    import numpy as np
     from qdiff.circuits.measurements import (MAX_ALL_OUTCOMES_WIRES, nearest_outcomes,
                                              outcome_values)
     if m.obs is None:
@@ -222,19 +224,27 @@ def _to_counts(samples: torch.Tensor, m: Measurement):
                              f"outcomes; at most {MAX_ALL_OUTCOMES_WIRES} wires")
         every = [format(i, f"0{k}b") for i in range(2 ** k)] if m.all_outcomes else []
 
-        def keys(b):
-            return ["".join(str(int(v)) for v in row) for row in b.tolist()]
+        def tally(b):
+            # each shot's bits as one integer, counted by torch: only the distinct outcomes
+            # become Python strings
+            if not 0 < k <= 62:
+                return Counter("".join(str(int(v)) for v in row) for row in b.tolist()).items()
+            weights = torch.tensor([1 << (k - 1 - j) for j in range(k)], dtype=torch.int64,
+                                   device=b.device)
+            vals, cnt = torch.unique((b.to(torch.int64) * weights).sum(-1), return_counts=True)
+            return zip([format(v, f"0{k}b") for v in vals.tolist()], cnt.tolist())
     else:
         outcomes = outcome_values(m.obs)
         every = outcomes if m.all_outcomes else []
 
-        def keys(b):
-            return nearest_outcomes(b.detach().cpu().numpy(), outcomes)
+        def tally(b):
+            vals, cnt = np.unique(b.detach().cpu().numpy().reshape(-1), return_counts=True)
+            return zip(nearest_outcomes(vals, outcomes), cnt.tolist())
 
     def one(b):
         out = dict.fromkeys(every, 0)
-        for key in keys(b):
-            out[key] = out.get(key, 0) + 1
+        for key, c in tally(b):
+            out[key] = out.get(key, 0) + c
         return dict(sorted(out.items()))
     return one(samples[0]) if samples.shape[0] == 1 else [one(b) for b in samples]
 

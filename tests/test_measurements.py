@@ -322,6 +322,28 @@ def test_counts_of_observables_bits_and_mid_circuit_values():
     assert {float(k): v for k, v in pa.items()} == qa and dict(pb) == qb
 
 
+def test_counts_tally_the_samples_drawn_with_the_same_seed():
+    """Counts of bits and of eigenvalues are the samples of the same seed, tallied (a batch
+    row by row); every key a string of the wires' bits or an outcome, every count an int."""
+    from collections import Counter
+    shots = 3000
+    w = weights((2,))
+
+    def run(meas):
+        dev = qd.device("statevector", wires=N, shots=shots, seed=11)
+        return qd.qnode(dev)(lambda w: (prepare(w), meas())[1])(w)
+    for wires in ([2, 0], [1], [0, 1, 2]):
+        bits, cnt = run(lambda: qd.sample(wires=wires)), run(lambda: qd.counts(wires=wires))
+        for b, c in zip(bits, cnt):
+            ref = Counter("".join(map(str, row)) for row in b.tolist())
+            assert c == dict(sorted(ref.items())) and list(c) == sorted(c)
+            assert all(type(v) is int for v in c.values())
+    obs = qd.Z(0) @ qd.X(1)
+    vals, cnt = run(lambda: qd.sample(obs)), run(lambda: qd.counts(obs))
+    for v, c in zip(vals, cnt):
+        assert c == dict(sorted(Counter(v.tolist()).items()))
+
+
 def test_counts_refuses_what_it_cannot_count():
     dev = qd.device("statevector", wires=2, shots=10)
     wide = sum((qd.X(w) for w in range(13)), qd.Z(0))

@@ -11,7 +11,7 @@ from qdiff.backends.statevector.adjoint import adjoint_vjp
 from qdiff.backends.statevector import native
 from qdiff.backends.statevector.simulate import simulate
 from qdiff.circuits import Circuit, Operation, ParamRef
-from qdiff.circuits.gates import BUILTIN_GATES, Gate, multirz_gate
+from qdiff.circuits.gates import BUILTIN_GATES, Gate, controlled_gate, multirz_gate
 
 pytestmark = pytest.mark.skipif(native.library() is None,
                                 reason="no C compiler: the native kernels are not built")
@@ -48,7 +48,11 @@ def _gate_circuit(gate, n, rng):
 
 
 def _gates():
-    return [BUILTIN_GATES[name] for name in CODED] + [multirz_gate(k) for k in (1, 2, 3, 5)]
+    # controlled gates through their coded target, several controls in the record's mask
+    ctrl = [controlled_gate(BUILTIN_GATES[name], k)
+            for name, k in (("rx", 2), ("rot", 3), ("rzz", 2), ("crx", 2))]
+    return [BUILTIN_GATES[name] for name in CODED] + [multirz_gate(k) for k in (1, 2, 3, 5)] + \
+        ctrl
 
 
 def test_coded_gates_come_from_the_gate_records():
@@ -63,7 +67,8 @@ def test_coded_gates_come_from_the_gate_records():
     assert native.code_of(multirz_gate(7)) is None  # wider than the kernels' records
 
 
-@pytest.mark.parametrize("gate", _gates(), ids=lambda g: f"{g.name}{g.num_wires}")
+@pytest.mark.parametrize("gate", _gates(),
+                         ids=lambda g: f"{g.pl_name if g.controls > 1 else g.name}{g.num_wires}")
 @pytest.mark.parametrize("batch", [1, 5, 37])
 def test_coded_gate_forward_and_gradient_match_torch(gate, batch):
     n = 5

@@ -1008,3 +1008,63 @@ def test_sparse_state_prep_matches_default_qubit(diff_method):
         return qml.probs(wires=range(3))
     ours, ref = both(qfunc, n=3, diff_method=diff_method)
     close(ours(), ref(), 1e-12)
+
+
+def _prepared(v, w):
+    qml.AmplitudeEmbedding(v, wires=range(3), normalize=True)
+    qml.RY(w[0], 0)
+    qml.CNOT([0, 2])
+    qml.RX(w[1], 2)
+    return qml.expval(qml.Z(0) @ qml.X(2)), qml.probs(wires=[1, 2])
+
+
+@pytest.mark.parametrize("method", ["adjoint", "best"])
+def test_a_constant_state_preparation_is_the_adjoint_sweeps_initial_state(method):
+    """Amplitudes that do not require grad are the engine's initial state (a batch of them
+    included), not decomposed into gates; amplitudes that require grad are (their gradient
+    then flows through the decomposition's angles)."""
+    from pennylane.devices import ExecutionConfig
+    rng = np.random.default_rng(4)
+    v = torch.tensor(rng.normal(size=(5, 8)), dtype=torch.float64)
+    w = torch.tensor([0.4, -1.1], dtype=torch.float64, requires_grad=True)
+    w2 = w.detach().clone().requires_grad_(True)
+    a = qml.QNode(_prepared, qml.device("qdiff.statevector", wires=3), diff_method=method)
+    r = qml.QNode(_prepared, qml.device("default.qubit", wires=3), diff_method="backprop")
+    close(a(v, w), r(v, w2))
+    close(torch.autograd.grad(torch.cat([x.reshape(-1) for x in a(v, w)]).sum(), w),
+          torch.autograd.grad(torch.cat([x.reshape(-1) for x in r(v, w2)]).sum(), w2))
+    dev = qml.device("qdiff.statevector", wires=3)
+    program = dev.preprocess_transforms(dev.setup_execution_config(
+        ExecutionConfig(gradient_method="adjoint", interface="torch")))
+    for amps, kept in ((v[0], True), (v[0].clone().requires_grad_(True), False)):
+        tape = qml.tape.make_qscript(_prepared)(amps, w)
+        (out,), _ = program((tape,))
+        assert isinstance(out.operations[0], qml.operation.StatePrepBase) is kept
+    u = v[0].clone().requires_grad_(True)
+    u2 = v[0].clone().requires_grad_(True)
+    adj = qml.QNode(_prepared, qml.device("qdiff.statevector", wires=3), diff_method="adjoint")
+    close(torch.autograd.grad(adj(u, w)[0], u), torch.autograd.grad(r(u2, w)[0], u2))
+
+
+def test_resolving_best_for_a_broadcast_tape_does_not_split_it(monkeypatch):
+    """``diff_method="best"`` asks whether the adjoint method takes a tape: a broadcast tape is
+    answered whole (splitting it into one tape per row checks nothing more), and runs as one
+    broadcast job; values and gradients are default.qubit's."""
+    split = []
+    expand = qml.transforms.broadcast_expand
+    real = expand._tape_transform
+    monkeypatch.setattr(expand, "_tape_transform",
+                        lambda tape, *a, **k: split.append(tape.batch_size) or real(tape, *a, **k))
+
+    def f(x, w):
+        qml.AngleEmbedding(x, wires=range(3))
+        qml.BasicEntanglerLayers(w, wires=range(3))
+        return [qml.expval(qml.Z(i)) for i in range(3)]
+    x = torch.tensor(np.random.default_rng(2).normal(size=(40, 3)), dtype=torch.float64)
+    w = torch.tensor([[0.3, -0.7, 1.2]], dtype=torch.float64, requires_grad=True)
+    w2 = w.detach().clone().requires_grad_(True)
+    a, r = both(f, n=3)
+    ya, yr = torch.stack(a(x, w)), torch.stack(r(x, w2))
+    close(ya, yr)
+    assert split == []
+    close(torch.autograd.grad(ya.sum(), w), torch.autograd.grad(yr.sum(), w2))

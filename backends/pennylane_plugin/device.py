@@ -293,7 +293,7 @@ class QdiffStatevector(Device):
         if last is circuit and last_key == key:
             return last_ok
         try:
-            self._adjoint_program()((circuit,))
+            self._adjoint_program(expand=None)((circuit,))
             ok = True
         except (DeviceError, qml.exceptions.DecompositionUndefinedError, AttributeError,
                 qml.exceptions.QuantumFunctionError):
@@ -370,6 +370,8 @@ class QdiffStatevector(Device):
         return program
 
     def _adjoint_program(self, expand=True):
+        """The adjoint method's transforms; ``expand=None``: its checks only (a broadcast tape
+        is not split, which checks nothing more)."""
         name = f"adjoint + {self.name}"
         program = qml.CompilePipeline()
         program.add_transform(no_sampling, name=name)
@@ -378,7 +380,7 @@ class QdiffStatevector(Device):
                               stopping_condition=_adjoint_stopping_condition,
                               decomposer=_decomposer, device_wires=self.wires,
                               target_gates=self._gate_set,
-                              skip_initial_state_prep=False, name=name)
+                              skip_initial_state_prep="constant", name=name)
         program.add_transform(snapshots_taken(), device=None)  # (taken, if asked, before)
         _add_measurement_checks(program, name)
         program.add_transform(validate_adjoint_trainable_params)
@@ -386,8 +388,9 @@ class QdiffStatevector(Device):
         # broadcast parameter: expand those tapes (the engine merges the expanded tapes, one
         # structure, back into one batched job). A VJP w.r.t. scalar parameters keeps the
         # broadcast tape as it is.
-        program.add_transform(qml.transforms.broadcast_expand if expand
-                              else _expand_trainable_broadcast)
+        if expand is not None:
+            program.add_transform(qml.transforms.broadcast_expand if expand
+                                  else _expand_trainable_broadcast)
         return program
 
     # -- conversion ------------------------------------------------------------------------

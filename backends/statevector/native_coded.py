@@ -4,7 +4,7 @@ A gate whose :class:`~qdiff.circuits.gates.Gate` record names a ``native_code`` 
 formula in ``qdsim.c``'s ``CODES``) is encoded as a record with that code, its angles' theta
 columns, scales and shifts: no gate data is computed in torch, and the adjoint sweep evaluates
 the derivatives too. A controlled gate whose target is coded is coded through its target, with
-the control as the record's control mask. A :class:`CodedPlan` is built once per circuit
+its controls (any number) as the record's control mask. A :class:`CodedPlan` is built once per circuit
 structure (cached) and runs with any ``theta``.
 
 >>> import torch
@@ -78,12 +78,11 @@ def formula(name: str) -> tuple:
 def code_of(gate):
     """``(code, kind, number of control wires)`` of a coded gate, or ``None``."""
     base, nctrl = gate, 0
-    if not gate.native_code:
-        tgt = gate.target
-        if not (gate.controls == 1 and tgt is not None and tgt.native_code
-                and tgt.num_params == gate.num_params):
+    while not base.native_code:  # controls first in the wires, also of a controlled target
+        tgt = base.target
+        if not (base.controls >= 1 and tgt is not None and tgt.num_params == gate.num_params):
             return None
-        base, nctrl = tgt, 1
+        base, nctrl = tgt, nctrl + base.controls
     code, kind, k, na = formula(base.native_code)
     if not code or na != gate.num_params or (k and k != base.num_wires) or \
             base.num_wires > MAXK:
