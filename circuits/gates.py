@@ -193,7 +193,7 @@ def generator_spectrum(gate: Gate, slot: int, tol: float = 1e-9) -> np.ndarray:
     if gate.generators is None or gate.generators[slot] is None:
         raise QdiffError(f"gate '{gate.pl_name or gate.name}' has no generator for parameter "
                          f"{slot}")
-    if isinstance(gate.generators[slot], PauliGenerator):
+    if isinstance(gate.generators[slot], (PauliGenerator, ControlledGenerator)):
         return gate.generators[slot].spectrum()
     if not _own_record(gate):
         check_generator(gate, slot)
@@ -778,6 +778,44 @@ class PauliGenerator:
         return f"PauliGenerator({self.word!r}, {self.coeff})"
 
 
+class ControlledGenerator:
+    """The generator ``|1..1><1..1| ⊗ G`` of a gate controlled by ``k`` wires, kept as
+    ``(k, G)``: its spectrum is G's and 0; a dense matrix is made only when a caller asks for
+    one (``np.asarray``), checked against memory first (a gate with many controls runs coded
+    through its target, and its shift rules need only the spectrum)."""
+
+    __slots__ = ("k", "base")
+    ndim = 2
+
+    def __init__(self, k: int, base):
+        self.k, self.base = int(k), base
+
+    @property
+    def shape(self) -> tuple:
+        return (2 ** self.k * np.shape(self.base)[0],) * 2
+
+    def spectrum(self, tol: float = 1e-9) -> np.ndarray:
+        vals = self.base.spectrum() if hasattr(self.base, "spectrum") else \
+            np.linalg.eigvalsh(np.asarray(self.base))
+        out: list = []
+        for v in np.sort(np.append(np.asarray(vals, dtype=float), 0.0)):
+            if not out or v - out[-1] > tol:
+                out.append(float(v))
+        return np.array(out)
+
+    def __array__(self, dtype=None, copy=None):
+        side = self.shape[0]
+        memory.require(16.0 * side * side, f"the generator of a gate controlled by {self.k} "
+                                           f"wires as a dense {side}x{side} matrix")
+        proj = np.zeros((2 ** self.k, 2 ** self.k), dtype=complex)
+        proj[-1, -1] = 1.0
+        m = np.kron(proj, np.asarray(self.base))
+        return m if dtype is None else m.astype(dtype)
+
+    def __repr__(self):
+        return f"ControlledGenerator({self.k}, {self.base!r})"
+
+
 def _word_signs(word: str) -> np.ndarray:
     """The diagonal of an I/Z word: ``(-1)**(parity of the Z bits)`` per basis state."""
     return functools.reduce(np.kron, [np.array([1.0, -1.0]) if c == "Z" else np.ones(2)
@@ -1061,16 +1099,14 @@ def controlled_gate(base: Gate, k: int) -> Gate:
         return BUILTIN_GATES[short]
     d = 2 ** base.num_wires
     rest = (2 ** k - 1) * d
-    if base.generators is not None:
-        side = 2.0 ** (k + base.num_wires)
-        memory.require(16.0 * side * side * (len(base.generators) + 1),
-                       f"the generators of {base.pl_name or base.name} controlled by {k} "
-                       f"wires ({len(base.generators)} dense {int(side)}x{int(side)})")
     gens = None
-    if base.generators is not None:
+    if base.generators is not None and k + base.num_wires > DENSE_WORD_WIRES:
+        gens = tuple(None if g is None else ControlledGenerator(k, g) for g in base.generators)
+    elif base.generators is not None:
         proj = np.zeros((2 ** k, 2 ** k), dtype=complex)
         proj[-1, -1] = 1.0
-        gens = tuple(None if g is None else np.kron(proj, g) for g in base.generators)
+        gens = tuple(None if g is None else np.kron(proj, np.asarray(g))
+                     for g in base.generators)
     diag = None
     if base.diag_fn is not None:
         def diag(*angles):

@@ -373,3 +373,20 @@ def test_adjoint_sweeps_constant_gates_whose_inverse_has_angles(native_on):
     xr = x.detach().clone().requires_grad_(True)
     (ref,) = torch.autograd.grad(qd.QNode(f, dev, diff_method="backprop")(xr), xr)
     assert torch.allclose(g, ref, atol=1e-12) and ref.abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("base, k", [("ry", 6), ("rot", 6), ("isingxy", 5), ("crx", 6)])
+def test_generators_of_many_controls_kept_structured_match_the_dense_ones(base, k):
+    """A gate controlled by many wires keeps each generator as (k, G): its spectrum (which the
+    shift rules derive from) and its dense matrix on demand are those of |1..1><1..1| (x) G."""
+    from qdiff.circuits.gates import generator_spectrum
+    g = controlled_gate(GATES[base], k)
+    assert g.num_wires > 6
+    for slot, gen in enumerate(g.generators):
+        assert not isinstance(gen, np.ndarray)
+        proj = np.zeros((2 ** k, 2 ** k))
+        proj[-1, -1] = 1.0
+        dense = np.kron(proj, np.asarray(GATES[base].generators[slot]))
+        np.testing.assert_array_equal(np.asarray(gen), dense)
+        want = np.unique(np.round(np.linalg.eigvalsh(dense), 9))
+        np.testing.assert_allclose(generator_spectrum(g, slot), want, atol=1e-9)
