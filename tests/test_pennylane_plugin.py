@@ -1068,3 +1068,25 @@ def test_resolving_best_for_a_broadcast_tape_does_not_split_it(monkeypatch):
     close(ya, yr)
     assert split == []
     close(torch.autograd.grad(ya.sum(), w), torch.autograd.grad(yr.sum(), w2))
+
+
+def test_hamiltonians_of_one_structure_and_other_coefficients_are_not_confused():
+    """The device caches converted observables by content: Hamiltonians with the same terms
+    and coefficients that differ (in one place, by one ulp, as numpy or Python numbers) give
+    their own expectation values, equal to default.qubit's."""
+    ops = [qml.Z(0) @ qml.Z(1), qml.X(0), qml.Y(1) @ qml.X(2), qml.Z(2)]
+    base = [0.3, -1.2, 0.7, 2.5]
+    variants = [base, [0.3, -1.2, 0.7, 2.6], [0.3, -1.2, np.nextafter(0.7, 1.0), 2.5],
+                [np.float64(c) for c in base], [np.float32(c) for c in base], [1, -1, 2, 0]]
+
+    def body(h):
+        qml.RX(0.4, wires=0)
+        qml.RY(-0.9, wires=1)
+        qml.CNOT(wires=[1, 2])
+        qml.RX(1.3, wires=2)
+        return qml.expval(h)
+    dq = qml.QNode(body, qml.device("default.qubit", wires=3))
+    qd_ = qml.QNode(body, qml.device("qdiff.statevector", wires=3))
+    for coeffs in variants:
+        h = qml.Hamiltonian(coeffs, ops)
+        assert abs(float(qd_(h)) - float(dq(h))) < 1e-12, coeffs

@@ -669,10 +669,17 @@ def _data_key(d):
 
 def _observable_key(op):
     """The cache key of a PennyLane observable: its structure (``op.hash``), wire labels and
-    the exact bytes of its data; None when some datum has no byte form (then not cached)."""
-    data = tuple(_data_key(d) for d in op.data)
-    if any(k is None for k in data):
-        return None
+    the exact bytes of its data; None when some datum has no byte form (then not cached).
+    Data that are all plain real numbers (a Hamiltonian's coefficients) are one array, hashed
+    once."""
+    values = op.data
+    if values and all(isinstance(d, (float, int, np.floating, np.integer)) and
+                      not isinstance(d, (bool, np.bool_)) for d in values):
+        data = _data_key(np.asarray(values))
+    else:
+        data = tuple(_data_key(d) for d in values)
+        if any(k is None for k in data):
+            return None
     return (op.hash, tuple(map(repr, op.wires)), data)  # hash(-1) == hash(-2): the labels too
 
 
