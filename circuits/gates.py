@@ -803,6 +803,12 @@ class ControlledGenerator:
                 out.append(float(v))
         return np.array(out)
 
+    def diagonal(self) -> np.ndarray:
+        """The diagonal: zeros, then G's diagonal on the all-ones control block."""
+        base = self.base.diagonal() if hasattr(self.base, "diagonal") else \
+            np.diagonal(np.asarray(self.base))
+        return np.concatenate([np.zeros((2 ** self.k - 1) * len(base), dtype=base.dtype), base])
+
     def __array__(self, dtype=None, copy=None):
         side = self.shape[0]
         memory.require(16.0 * side * side, f"the generator of a gate controlled by {self.k} "

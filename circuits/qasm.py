@@ -357,7 +357,29 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
         text = (q2 if version == 2 else q3).dumps(qc)
     except Exception as exc:  # the exporters raise their own types
         raise QdiffError(f"cannot write OpenQASM {version}: {exc}") from None
+    if version == 3:
+        text = _with_gphase(text, phase)
     return text if text.endswith("\n") else text + "\n"  # a text file ends with a newline
+
+
+def _with_gphase(text: str, phase) -> str:
+    """``text`` with a ``gphase(...)`` statement of a nonzero global ``phase`` (a float or an
+    expression of the circuit's parameters) after the qubit declaration: Qiskit's OpenQASM 3
+    exporter does not write the phase. The expression is written as the exporter writes a gate
+    angle (the same identifiers for the parameters)."""
+    if not getattr(phase, "parameters", None):
+        if float(phase) == 0.0:
+            return text
+        expr = repr(float(phase))
+    else:
+        import qiskit.qasm3 as q3
+        from qiskit import QuantumCircuit
+        probe = QuantumCircuit(1)
+        probe.rz(phase, 0)
+        expr = re.search(r"^rz\((.*)\) q\[0\];$", q3.dumps(probe), re.M).group(1)
+    lines = text.split("\n")
+    at = max(i for i, line in enumerate(lines) if line.startswith("qubit[")) + 1
+    return "\n".join(lines[:at] + [f"gphase({expr});"] + lines[at:])
 
 
 def _basis_names(qc, names: set) -> None:

@@ -278,3 +278,34 @@ def test_to_qiskit_of_an_import_gives_the_circuit_back():
     with pytest.raises(QdiffError, match="to_qiskit: expected a Circuit or a QiskitImport; "
                                          "got str"):
         to_qiskit("h q[0];")
+
+
+def test_openqasm3_text_carries_the_global_phase():
+    """OpenQASM 3 text of an import writes its global phase as ``gphase``: the expression of
+    the parameters (unbound) or its value (bound); loading the text gives the same operator."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    from qiskit.quantum_info import Operator
+    from qdiff.circuits import qasm
+    from qdiff.circuits.qiskit_io import from_qiskit, to_qiskit
+    a, b = Parameter("a"), Parameter("b")
+    qc = QuantumCircuit(2)
+    qc.rx(a, 0)
+    qc.ry(2 * b, 1)
+    qc.cx(0, 1)
+    qc.global_phase = 0.3 + a * b - 0.5 * b * b  # not affine in the parameters
+    imp = from_qiskit(qc)
+    vals = [0.7, -1.3]
+    ref = Operator(qc.assign_parameters(dict(zip(qc.parameters, vals)))).data
+    bound = qasm.dumps(imp, version=3, theta=vals)
+    assert "gphase(" in bound
+    assert np.allclose(Operator(to_qiskit(qasm.loads(bound))).data, ref, atol=1e-12)
+    free = qasm.loads(qasm.dumps(imp, version=3))
+    back = to_qiskit(free)
+    by_name = {p: vals[[q.name for q in qc.parameters].index(p.name)] for p in back.parameters}
+    assert np.allclose(Operator(back.assign_parameters(by_name)).data, ref, atol=1e-12)
+    plain = QuantumCircuit(1)
+    plain.x(0)
+    plain.global_phase = 0.25
+    assert "gphase(0.25);" in qasm.dumps(from_qiskit(plain), version=3)
+    assert "gphase" not in qasm.dumps(imp, version=2, theta=vals)
