@@ -423,9 +423,10 @@ class QdiffStatevector(Device):
         trainable = _column_trainable(tape, sources)
         job = Job(rec.circuit, rec.theta, rec.initial_state, shots=None, trainable=trainable)
         # batched by the converted parameters themselves: PennyLane's ``tape.batch_size`` can
-        # outlive ``broadcast_expand`` (an expanded MultiRZ keeps its batch size)
-        batched = tape.batch_size is not None and (bool(rec.batch_shape) or
-                                                   rec.initial_state is not None)
+        # outlive ``broadcast_expand`` (an expanded MultiRZ keeps its batch size); it checks
+        # every operator, so it is asked only when the parameters are batched
+        batched = (bool(rec.batch_shape) or rec.initial_state is not None) and \
+            tape.batch_size is not None
         return _Plan(tape, job, sources, native is not None, n, wire_map, postselect, batched)
 
     # -- execution -------------------------------------------------------------------------
