@@ -14,7 +14,7 @@ from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.errors import QdiffError, QdiffParseError
 from qdiff.circuits.fileio import write_atomic  # noqa: F401  (qasm.write_atomic, as before)
 from qdiff.circuits.qiskit_io import (QiskitImport, classical_bits, from_qiskit, import_phase,
-                                      real_values, to_qiskit)
+                                      import_theta, to_qiskit)
 
 _LINE = re.compile(r"(\d+),(\d+)")
 _ANTLR_LINE = re.compile(r"L(\d+):C(\d+):")  # the OpenQASM 3 lexer's position
@@ -325,10 +325,8 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
         if theta is None and all(p is not None for p in imp.parameters):
             columns = imp.columns()
         if theta is not None:
-            bound = theta
-            theta = _import_theta(imp, theta)
-            import torch
-            phase = import_phase(imp, torch.as_tensor(real_values(bound, "dumps")).reshape(-1))
+            theta, values = import_theta(imp, theta, "dumps")
+            phase = import_phase(imp, values)
         if measurements is None:
             if imp.num_qubits != circuit.num_wires:
                 raise QdiffError("dumps: the import is a dynamic circuit run by deferred "
@@ -407,20 +405,6 @@ def _is_value(p, value: float) -> bool:
         return float(p) == value
     except TypeError:  # a free parameter
         return False
-
-
-def _import_theta(imp: QiskitImport, theta):
-    """The circuit's theta columns ``(1, P)`` from values of the import's parameters (in
-    ``imp.parameters`` order; the expression columns computed from them)."""
-    import torch
-    values = torch.as_tensor(real_values(theta, "dumps")).reshape(-1)
-    k = len(imp.parameters)
-    if values.numel() != k:
-        names = ", ".join(f"theta[{i}]" if p is None else p.name
-                          for i, p in enumerate(imp.parameters))
-        raise QdiffError(f"dumps: theta has {values.numel()} values for the circuit's {k} "
-                         f"parameter(s){' (' + names + ')' if names else ''}")
-    return imp.theta(values.reshape(1, k))
 
 
 def dump(circuit, path, version: int = 2, *, force: bool = False, **kwargs) -> None:

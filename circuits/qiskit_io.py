@@ -793,22 +793,32 @@ def _import_to_qiskit(imp: QiskitImport, theta, measure: bool, columns, global_p
         raise QdiffError("to_qiskit: the import is a dynamic circuit run by deferred "
                          "measurement (its classical bits are extra wires); use the "
                          "QuantumCircuit itself")
-    k = len(imp.parameters)
+    values = None
     if theta is not None:
-        values = torch.as_tensor(real_values(theta, "to_qiskit")).reshape(-1)
-        if values.numel() != k:
-            raise QdiffError(f"to_qiskit: theta has {values.numel()} values for the circuit's "
-                             f"{k} parameter(s)")
-        theta = imp.theta(values.reshape(1, k))
+        theta, values = import_theta(imp, theta, "to_qiskit")
     elif all(p is not None for p in imp.parameters):
         columns = imp.columns()
     qc = to_qiskit(imp.circuit, theta, measure, columns=columns,
-                   global_phase=import_phase(imp, None if theta is None else values))
+                   global_phase=import_phase(imp, values))
     if imp.measurements:
         bits = classical_bits(qc, imp.registers, imp.num_clbits, imp.measurements)
         for q, c in imp.measurements:
             qc.measure(q, bits[c])
     return qc
+
+
+def import_theta(imp: QiskitImport, theta, who: str) -> tuple:
+    """``(theta columns (1, P), values)``: values of the import's parameters (in
+    ``imp.parameters`` order) and the circuit's columns they give (the expression columns
+    computed from them)."""
+    values = torch.as_tensor(real_values(theta, who)).reshape(-1)
+    k = len(imp.parameters)
+    if values.numel() != k:
+        names = ", ".join(f"theta[{i}]" if p is None else p.name
+                          for i, p in enumerate(imp.parameters))
+        raise QdiffError(f"{who}: theta has {values.numel()} values for the circuit's {k} "
+                         f"parameter(s){' (' + names + ')' if names else ''}")
+    return imp.theta(values.reshape(1, k)), values
 
 
 def import_phase(imp: QiskitImport, values=None):
