@@ -209,12 +209,25 @@ static void SFX(lane_coeffs)(const gate_t *g, const R *u, int p, R *A, R *B, R *
 /* The same with the group as one vector of 16 reals and the partners as constant shuffles
  * (the loop above stays scalar: the compiler does not see the permutations). */
 typedef R SFX(v16) __attribute__((vector_size(16 * sizeof(R))));
-static inline SFX(v16) SFX(vld)(const R *p) { SFX(v16) v; memcpy(&v, p, sizeof v); return v; }
+/* (16 doubles span two registers: QD_INREG only for 16 floats) */
+#undef V16_INREG
+#if RBYTES == 4
+#define V16_INREG(x) QD_INREG(x)
+#else
+#define V16_INREG(x) ((void)0)
+#endif
+static inline SFX(v16) SFX(vld)(const R *p) {
+    SFX(v16) v;
+    memcpy(&v, p, sizeof v);
+    V16_INREG(v);
+    return v;
+}
 static inline void SFX(vst)(R *p, SFX(v16) v) { memcpy(p, &v, sizeof v); }
 #define LANE_VBODY(EXPR)                                                                       \
     LOW_GROUPS({                                                                               \
         SFX(v16) v, t;                                                                         \
         memcpy(&v, v_, sizeof v);                                                              \
+        V16_INREG(v);                                                                          \
         t = EXPR;                                                                              \
         memcpy(v_, &t, sizeof t);                                                              \
     })
@@ -366,6 +379,7 @@ static void SFX(flip_part)(R *s, int p, int c, i64 j0, i64 j1) {
             for (i64 e = 0; e < w; e += 64 / (i64)sizeof(R)) {                                 \
                 vb_t xv, yv, nx, ny;                                                           \
                 memcpy(&xv, x + e, 64); memcpy(&yv, y + e, 64);                                \
+                QD_INREG(xv); QD_INREG(yv);                                                    \
                 nx = __builtin_shufflevector(xv, yv, FBS(C));                                  \
                 ny = __builtin_shufflevector(yv, xv, FBS(C));                                  \
                 memcpy(x + e, &nx, 64); memcpy(y + e, &ny, 64);                                \
@@ -609,7 +623,12 @@ static void SFX(apply_range)(R *st, int nbits, const gate_t *g, const R *u_in, i
 typedef R SFX(vv) __attribute__((vector_size(VL * sizeof(R))));
 typedef struct { double d[8][VL]; } SFX(vacc_t);
 
-static inline SFX(vv) SFX(vvld)(const R *p) { SFX(vv) v; memcpy(&v, p, sizeof v); return v; }
+static inline SFX(vv) SFX(vvld)(const R *p) {
+    SFX(vv) v;
+    memcpy(&v, p, sizeof v);
+    QD_INREG(v);
+    return v;
+}
 static inline void SFX(vvst)(R *p, SFX(vv) v) { memcpy(p, &v, sizeof v); }
 
 static inline __attribute__((always_inline)) void SFX(vflush)(SFX(vacc_t) *da, SFX(vv) *acc) {
@@ -731,6 +750,7 @@ QD_FMA_CHAIN static void SFX(lane_part_v)(R *restrict s, int p, int diag, const 
         SFX(vv) a, b;                                                                          \
         memcpy(&a, v_, sizeof a);                                                              \
         memcpy(&b, v_ + 8, sizeof b);                                                          \
+        QD_INREG(a); QD_INREG(b);                                                              \
         SFX(vv) x = LO, y = HI;                                                                \
         memcpy(v_, &x, sizeof x);                                                              \
         memcpy(v_ + 8, &y, sizeof y);                                                          \
@@ -1777,6 +1797,7 @@ QD_FMA static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R
             V a0, a1, a2, a3;                                                                  \
             memcpy(&a0, p + o0, sizeof(V)); memcpy(&a1, p + o1, sizeof(V));                    \
             memcpy(&a2, p + o2, sizeof(V)); memcpy(&a3, p + o3, sizeof(V));                    \
+            QD_INREG(a0); QD_INREG(a1); QD_INREG(a2); QD_INREG(a3);                            \
             V s0 = SHUF(a0, __VA_ARGS__), s1 = SHUF(a1, __VA_ARGS__);                          \
             V s2 = SHUF(a2, __VA_ARGS__), s3 = SHUF(a3, __VA_ARGS__);                          \
             V y0 = Vr[0] * a0 + Vi[0] * s0 + Vr[1] * a1 + Vi[1] * s1;                          \
@@ -1801,6 +1822,7 @@ QD_FMA static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R
         V a0, a1, a2, a3;                                                                      \
         memcpy(&a0, p, sizeof(V)); memcpy(&a1, p + olo, sizeof(V));                            \
         memcpy(&a2, p + ohi, sizeof(V)); memcpy(&a3, p + ohi + olo, sizeof(V));                \
+        QD_INREG(a0); QD_INREG(a1); QD_INREG(a2); QD_INREG(a3);                                \
         V s0 = SHUF(a0, __VA_ARGS__), s1 = SHUF(a1, __VA_ARGS__);                              \
         V s2 = SHUF(a2, __VA_ARGS__), s3 = SHUF(a3, __VA_ARGS__);                              \
         V y[4];                                                                                \
@@ -1894,6 +1916,7 @@ static void SFX(fz_lane_coeffs)(const R *m, int hi, int lo, R (*A)[16], R (*B)[1
         R *p = st + FZL_NV * G;                                                                \
         V v0, v1;                                                                              \
         memcpy(&v0, p, sizeof v0); memcpy(&v1, p + ohi, sizeof v1);                            \
+        QD_INREG(v0); QD_INREG(v1);                                                            \
         const V f0 = SHUF(v0, XL), f1 = SHUF(v1, XL);                                          \
         const V y0 = A[0] * v0 + A[1] * f0 + A[2] * v1 + A[3] * f1 +                           \
                      SHUF(B[0] * v0 + B[1] * f0 + B[2] * v1 + B[3] * f1, FZL_X1);              \
@@ -1906,6 +1929,7 @@ static void SFX(fz_lane_coeffs)(const R *m, int hi, int lo, R (*A)[16], R (*B)[1
         R *p = st + FZL_NV * g;                                                                \
         V v;                                                                                   \
         memcpy(&v, p, sizeof v);                                                               \
+        QD_INREG(v);                                                                           \
         const V fl = SHUF(v, XL), fh = SHUF(v, XH), fb = SHUF(v, XB);                          \
         const V y = A[0] * v + A[1] * fl + A[2] * fh + A[3] * fb +                             \
                     SHUF(B[0] * v + B[1] * fl + B[2] * fh + B[3] * fb, FZL_X1);                \
@@ -2558,6 +2582,7 @@ QD_FMA static void SFX(product_run)(R *restrict o, const R *restrict t, i64 dh, 
     for (i64 vb = 0; vb < nv; vb++) {
         V x;
         memcpy(&x, t + (64 / sizeof(R)) * (vb ^ dh), sizeof x);
+        QD_INREG(x);
         const V y = a * x + b * SHUF(x, PT_X1);
         memcpy(o + (64 / sizeof(R)) * vb, &y, sizeof y);
     }
