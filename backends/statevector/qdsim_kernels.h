@@ -245,6 +245,7 @@ static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const 
 #endif
 static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R *C_,
                          const R *D_, const int *hb, int nh, i64 j0, i64 j1);
+static void SFX(swap_low)(R *s, int nbits, int h, int l, int par);
 QD_FMA_CHAIN static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, const R *B_,
                            const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
     if (!diag && SFX(lane_two)(s, p, A_, B_, C_, D_, hb, nh, j0, j1)) return;
@@ -426,12 +427,40 @@ static void SFX(flip_1q_low)(R *s, int nbits, int p, int c, int par) {
 /* ---------------------------------------------------------------------------------------- */
 /* any gate                                                                                   */
 
+#ifndef FZ_MIN_N
+#define FZ_MIN_N 6
+#endif
+static void SFX(fz_expand)(const gate_t *g, const R *u, int nb, const int *bl, double *E);
+static void SFX(fz_apply2)(R *st, int nbits, int hi, int lo, const R *m, int par, int sel,
+                           const R *m1);
+
 /* Apply gate g with data u (this binding's) to the 2^nbits amplitudes at st. */
 static void SFX(apply_range)(R *st, int nbits, const gate_t *g, const R *u_in, int dag,
                              int par_, SFX(scratch_t) *sc) {
     R small[32];
     const R *u = SFX(effective)(g, u_in, dag, g->k <= 2 ? small : sc->u);
     R *restrict s = st;
+#if QD_VEC
+    /* an uncontrolled two-bit gate (Ising, Givens, excitations, SWAP, a two-bit diagonal):
+     * its 4x4 matrix through the fused-block kernels, which have vector loops for every
+     * placement of the two bits (the generic loops below index every amplitude: 3-20x
+     * lightning.qubit's time per gate, measured) */
+    if (g->kind == K_SWAP && g->cmask == 0 && g->tmask < 8 && nbits >= 3) {
+        SFX(swap_low)(s, nbits, g->bits[0] > g->bits[1] ? g->bits[0] : g->bits[1],
+                      g->bits[0] > g->bits[1] ? g->bits[1] : g->bits[0], par_);
+        return;
+    }
+    if (g->k == 2 && g->cmask == 0 && g->kind != K_SWAP && nbits >= FZ_MIN_N) {
+        const int bl[2] = {g->bits[0] > g->bits[1] ? g->bits[0] : g->bits[1],
+                           g->bits[0] > g->bits[1] ? g->bits[1] : g->bits[0]};
+        double E[32];
+        R m[32];
+        SFX(fz_expand)(g, u, 2, bl, E);
+        for (int e = 0; e < 32; e++) m[e] = (R)E[e];
+        SFX(fz_apply2)(s, nbits, bl[0], bl[1], m, par_, -1, 0);
+        return;
+    }
+#endif
     if (g->k == 1 && g->tmask < 8 && nbits >= 3 + __builtin_popcountll(g->cmask >> 3) &&
         (g->cmask >> nbits) == 0 && !(g->kind == K_DIAG && g->cmask == 0)) {
 #if QD_VEC
@@ -950,6 +979,56 @@ static void SFX(flip_low_part)(R *restrict s, int p, int lo, const int *hb, int 
     }
 }
 #undef FLIP_V
+
+/* SWAP of bits h > l, both below 3: a constant permutation of every group of 8 amplitudes
+ * (the real that lands on real e: bits h and l of its amplitude exchanged). */
+#ifndef QD_SWI_ONCE
+#define QD_SWI_ONCE
+#define SWI(e, H, L)                                                                           \
+    (2 * ((((e) >> 1) & ~((1 << (H)) | (1 << (L)))) | ((((e) >> (1 + (H))) & 1) << (L)) |     \
+          ((((e) >> (1 + (L))) & 1) << (H))) + ((e) & 1))
+#define SWI8(o, H, L) SWI((o), H, L), SWI((o) + 1, H, L), SWI((o) + 2, H, L),                  \
+                      SWI((o) + 3, H, L), SWI((o) + 4, H, L), SWI((o) + 5, H, L),              \
+                      SWI((o) + 6, H, L), SWI((o) + 7, H, L)
+#endif
+#if RBYTES == 8
+#define SWAP_V(H, L)                                                                           \
+    LOW_GROUPS({                                                                               \
+        SFX(vv) a = SFX(vvld)(v_), b = SFX(vvld)(v_ + 8);                                      \
+        SFX(vvst)(v_, __builtin_shufflevector(a, b, SWI8(0, H, L)));                           \
+        SFX(vvst)(v_ + 8, __builtin_shufflevector(a, b, SWI8(8, H, L)));                       \
+    })
+#else
+#define SWAP_V(H, L)                                                                           \
+    LOW_GROUPS({                                                                               \
+        SFX(vv) a = SFX(vvld)(v_);                                                             \
+        SFX(vvst)(v_, __builtin_shufflevector(a, a, SWI8(0, H, L), SWI8(8, H, L)));            \
+    })
+#endif
+static void SFX(swap_low_part)(R *restrict s, int h, int l, i64 j0, i64 j1) {
+    const int nh = 0, *hb = 0;
+    (void)hb;
+    switch (h * 4 + l) {
+    case 4: SWAP_V(1, 0); break;
+    case 8: SWAP_V(2, 0); break;
+    default: SWAP_V(2, 1); break;
+    }
+}
+#undef SWAP_V
+
+static void SFX(swap_low)(R *s, int nbits, int h, int l, int par) {
+    const i64 ngroups = (i64)1 << (nbits - 3);
+    if (par > 1 && nbits >= PAR_MIN_BITS) {
+#pragma omp parallel num_threads(par)
+        {
+            i64 j0, j1;
+            share(ngroups, THREAD_ID, NUM_THREADS, &j0, &j1);
+            SFX(swap_low_part)(s, h, l, j0, j1);
+        }
+        return;
+    }
+    SFX(swap_low_part)(s, h, l, 0, ngroups);
+}
 
 /* lane path: w = 2 << p < VL reals, groups [g0, g1) of VL reals */
 #define VSTEP_LANES(XW, XW1)                                                                   \
@@ -1651,9 +1730,6 @@ static int SFX(tile_schedule)(const SFX(ctx_t) *c, const gate_t *const *gl, i64 
  * chain takes one pass per two links. Other gates flush the blocks on their bits and run as
  * they are (low-bit runs still share chunked passes). Used for one state of at least
  * 2^FZ_MIN_N amplitudes, and on the ops of tile runs. */
-#ifndef FZ_MIN_N
-#define FZ_MIN_N 6
-#endif
 #undef FZ_VB
 #define FZ_VB (RBYTES == 4 ? 2 : 1)
 
