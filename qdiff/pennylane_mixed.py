@@ -406,10 +406,22 @@ class QdiffMixed(Device):
             and any(_computational(m) for m in mps) else None
         if read is None or all(_computational(m) for m in mps):
             return self._measure(mps, read if read is not None else rho, tape, batched, n, keep)
-        # readout errors on the computational-basis measurements only: measured one by one
-        parts = [self._measure([m], read if _computational(m) else rho, tape, batched, n, keep)
-                 for m in mps]
-        if tape.shots.has_partitioned_shots:
+        # readout errors on the computational-basis measurements only: those read one set of
+        # samples through them, the others PennyLane's groups of the state itself
+        vector = tape.shots.has_partitioned_shots
+        got = {}
+        for through in (True, False):
+            idx = [i for i, m in enumerate(mps) if _computational(m) == through]
+            if not idx:
+                continue
+            res = self._measure([mps[i] for i in idx], read if through else rho, tape, batched,
+                                n, keep)
+            if len(idx) == 1:  # one measurement's result comes unwrapped
+                res = tuple((r,) for r in res) if vector else (res,)
+            for j, i in enumerate(idx):
+                got[i] = tuple(r[j] for r in res) if vector else res[j]
+        parts = [got[i] for i in range(len(mps))]
+        if vector:
             return tuple(tuple(p[i] for p in parts) for i in range(tape.shots.num_copies))
         return tuple(parts)
 

@@ -245,3 +245,23 @@ def test_measure_on_a_wire_the_device_lacks_names_the_measurement():
         return qd.expval(qd.Z(0))
     with pytest.raises(qd.QdiffError, match=r"qd.measure on wire 5: the device has wires \[0, 1\]$"):
         f(torch.tensor(0.3))
+
+
+def test_outcomes_of_a_measurement_and_the_final_bits_read_one_draw():
+    """The values of a mid-circuit measurement and the wires measured at the end read one
+    draw of the computational basis: expval(m) is the mean of sample(m), probs(op=m) its
+    frequencies, and m (measured on wire 0, not reset) agrees with wire 0's final bit."""
+    dev = qd.device("statevector", wires=2, shots=400, seed=3)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RY(x, wires=0)
+        m = qd.measure(0)
+        qd.CNOT(wires=[0, 1])
+        return qd.expval(m), qd.sample(m), qd.probs(op=m), qd.sample(wires=[0, 1])
+
+    for x in (torch.tensor(1.1, dtype=DT), torch.tensor([0.4, 2.0], dtype=DT)):
+        e, s, p, bits = f(x)
+        torch.testing.assert_close(e, s.double().mean(-1), atol=1e-12, rtol=0)
+        torch.testing.assert_close(p[..., 1], s.double().mean(-1), atol=1e-12, rtol=0)
+        assert torch.equal(s, bits[..., 0]) and torch.equal(s, bits[..., 1])

@@ -703,3 +703,28 @@ def test_gate_matrix_under_torch_func_forward_mode_is_refused_not_dropped(method
     want = -math.cos(0.7) * math.sin(0.3)
     assert abs(float(torch.func.jacrev(g)(w)) - want) < 1e-10
     assert abs(float(torch.func.jacfwd(g)(w)) - want) < 1e-10
+
+
+def test_shots_of_one_basis_read_one_draw_readout_errors_apart():
+    """With readout errors, probs/sample/counts of wires and sample(op) read one draw through
+    them, expval and var another, of the state itself: each group's values come from the
+    same bits."""
+    m = qd.noise.NoiseModel().add_readout(0, 0.2, 0.1).add_readout(1, 0.05, 0.3)
+    dev = qd.device("mixed", wires=2, noise=m, shots=500, seed=1)
+
+    @qd.qnode(dev)
+    def f():
+        qd.Hadamard(0)
+        qd.CNOT(wires=[0, 1])
+        qd.BitFlip(0.2, wires=1)
+        return (qd.probs(wires=[0, 1]), qd.sample(wires=[0, 1]), qd.sample(qd.Z(0) @ qd.Z(1)),
+                qd.expval(qd.Z(0) @ qd.Z(1)), qd.var(qd.Z(0) @ qd.Z(1)))
+    p, bits, zz, e, v = f()
+    idx = bits[:, 0] * 2 + bits[:, 1]
+    torch.testing.assert_close(p, torch.stack([(idx == k).double().mean() for k in range(4)]),
+                               atol=1e-12, rtol=0)
+    b = 1 - 2 * bits.double()
+    torch.testing.assert_close(zz, b[:, 0] * b[:, 1], atol=1e-12, rtol=0)
+    torch.testing.assert_close(v, 1 - e ** 2, atol=1e-12, rtol=0)
+    # expval reads the state, not the readout errors: 0.6, not 0.6 * 0.6 * 0.5 (within 5 sd)
+    assert abs(float(e) - 0.6) < 5 * 0.8 / 500 ** 0.5

@@ -175,6 +175,28 @@ def test_shots_sample_the_noisy_distribution():
     assert sum(res[0][2].values()) == 100 and sum(res[2][2].values()) == 10
 
 
+def test_readout_errors_keep_one_set_of_samples_per_basis():
+    """With readout errors, the computational-basis measurements (probs, sample and counts of
+    wires) read one set of samples through them, the measurements of observables PennyLane's
+    groups of the state itself (expval and sample of Z0 from one set)."""
+    m = qd.noise.NoiseModel().add_readout(0, 0.2, 0.1).add_readout(1, 0.05, 0.3)
+    dev = qml.device("qdiff.mixed", wires=2, noise=m, seed=2)
+
+    def sampled():
+        qml.Hadamard(wires=0)
+        qml.CNOT(wires=[0, 1])
+        return (qml.probs(wires=[0, 1]), qml.expval(qml.Z(0)), qml.sample(wires=[0, 1]),
+                qml.sample(qml.Z(0)), qml.counts(wires=[0, 1]))
+    for shots in (400, [100, (300, 2)]):
+        out = qml.set_shots(qml.QNode(sampled, dev), shots=shots)()
+        for p, z0, bits, s0, counts in (out if isinstance(shots, list) else [out]):
+            idx = bits[:, 0] * 2 + bits[:, 1]
+            np.testing.assert_allclose(p, [(idx == k).mean() for k in range(4)], atol=1e-12)
+            assert counts == {f"{k >> 1}{k & 1}": int((idx == k).sum())
+                              for k in range(4) if (idx == k).any()}
+            np.testing.assert_allclose(z0, s0.mean(), atol=1e-12, rtol=0)
+
+
 def test_mid_circuit_measurements_are_deferred_like_default_mixed():
     def circuit(x):
         qml.RY(x, wires=0)

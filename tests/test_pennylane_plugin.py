@@ -215,6 +215,34 @@ def test_samples_counts_shot_vectors_and_seeds():
     assert len(vec) == 3
 
 
+@pytest.mark.parametrize("shots", [300, [100, (200, 2)]])
+@pytest.mark.parametrize("x", [0.9, np.array([0.4, 2.0])])
+def test_measurements_sharing_a_basis_read_one_set_of_samples_as_default_qubit(shots, x):
+    """qdiff.statevector samples with PennyLane's own sampler, so its groups are
+    default.qubit's: the measurements without an observable (probs, sample, counts of wires)
+    read one set of samples; qubit-wise commuting Pauli words (Z0, Z0 @ Z1, their var and
+    sample) another; X0's group a third (default.qubit colours the qubit-wise commuting graph:
+    a Pauli word that commutes with both groups may join either); each broadcast row and each
+    partition its own."""
+    def circuit(x):
+        qml.RX(x, wires=0)
+        qml.RY(0.7, wires=1)
+        qml.CNOT(wires=[0, 1])
+        return (qml.probs(wires=[0, 1]), qml.sample(wires=[0, 1]), qml.expval(qml.Z(0)),
+                qml.expval(qml.Z(0) @ qml.Z(1)), qml.var(qml.Z(0)), qml.sample(qml.Z(0)),
+                qml.sample(qml.Z(0) @ qml.Z(1)), qml.expval(qml.X(0)), qml.sample(qml.X(0)))
+    dev = qml.device("qdiff.statevector", wires=2, seed=5)
+    out = qml.set_shots(qml.QNode(circuit, dev), shots=shots)(x)
+    for p, bits, z0, zz, v0, s0, szz, x0, sx in (out if isinstance(shots, list) else [out]):
+        idx = bits[..., 0] * 2 + bits[..., 1]
+        freq = np.stack([(idx == k).mean(-1) for k in range(4)], -1)
+        np.testing.assert_allclose(p, freq, atol=1e-12, rtol=0)
+        np.testing.assert_allclose(z0, s0.mean(-1), atol=1e-12, rtol=0)
+        np.testing.assert_allclose(zz, szz.mean(-1), atol=1e-12, rtol=0)
+        np.testing.assert_allclose(v0, 1 - s0.mean(-1) ** 2, atol=1e-12, rtol=0)
+        np.testing.assert_allclose(x0, sx.mean(-1), atol=1e-12, rtol=0)
+
+
 def test_wire_labels_and_dynamic_wires():
     def circuit():
         qml.RX(0.4, "a")

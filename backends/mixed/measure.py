@@ -13,8 +13,8 @@ import string
 
 import torch
 
-from qdiff.backends.statevector.measure import apply_observable, marginal, shared_basis, \
-    shared_basis_values, term_basis
+from qdiff.backends.statevector.measure import apply_observable, marginal
+from qdiff.backends.statevector.sampling import SAMPLED, ShotPlan, measure_shots
 from qdiff.backends.statevector.measure import sample_indices as _sample_indices
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import Observable
@@ -86,20 +86,19 @@ def purity(rho: torch.Tensor, wires, n: int) -> torch.Tensor:
 # shots
 
 
-def _rotated(rho: torch.Tensor, term, n: int):
-    """Outcome probabilities of ``term``'s wires in its eigenbasis, and its eigenvalues."""
+def rotated_probs(rho: torch.Tensor, ops, wires, n: int, readout=None) -> torch.Tensor:
+    """Outcome probabilities ``(B, 2**k)`` of ``wires`` after the basis changes ``ops``
+    (``(wires, matrix)`` pairs, :func:`~qdiff.backends.statevector.sampling.term_basis`),
+    through ``readout``'s confusion matrices when given."""
     from qdiff.backends.mixed.simulate import apply_on
-    ops, wires, eig = term_basis(term)
     b, d, _ = rho.shape
     vec = rho.reshape(b, d * d)
     for w, u in ops:
         u = u.to(device=rho.device, dtype=rho.dtype).reshape(1, *u.shape[-2:])
         vec = apply_on(vec, u, tuple(w), 2 * n)
         vec = apply_on(vec, u.conj(), tuple(n + x for x in w), 2 * n)
-    r = vec.reshape(b, d, d)
-    p = marginal(diagonal(r), wires, n) if wires else torch.ones(b, 1, dtype=rho.real.dtype,
-                                                                 device=rho.device)
-    return p, eig.to(device=rho.device, dtype=p.dtype)
+    p = marginal(diagonal(vec.reshape(b, d, d)), wires, n)
+    return readout.readout_probs(p, wires) if readout is not None else p
 
 
 class NotADistribution(QdiffError):
@@ -118,58 +117,34 @@ def sample_indices(p: torch.Tensor, shots: int, generator, words: int = 3) -> to
     return _sample_indices(p, shots, generator, words)
 
 
-def sampled_expval(rho, obs, n, shots, generator):
-    total = torch.zeros(rho.shape[0], dtype=rho.real.dtype, device=rho.device)
-    coeffs = obs.real_coeffs().to(device=rho.device, dtype=total.dtype)
-    for c, term in zip(coeffs, obs.terms):
-        p, eig = _rotated(rho, term, n)
-        total = total + c * eig[sample_indices(p, shots, generator)].mean(-1)
-    return total
-
-
-def sampled_var(rho, obs, n, shots, generator):
-    vals = sample_eigvals(rho, obs, n, shots, generator, what="var()")
-    return vals.pow(2).mean(-1) - vals.mean(-1) ** 2
-
-
-def sample_eigvals(rho, obs, n, shots, generator, readout=None, what: str = "sample(op)"):
-    """``(B, shots)`` values of ``obs`` (one term, or terms commuting wire by wire): its wires
-    are read out in the shared eigenbasis, through the readout errors of those wires."""
-    basis = shared_basis(obs, what)
-    p, _ = _rotated(rho, basis, n)
-    wires = term_basis(basis)[1]
-    if readout is not None and wires:
-        p = readout.readout_probs(p, wires)
-    return shared_basis_values(sample_indices(p, shots, generator), obs, basis, p.dtype)
-
-
-def sample_bits(rho, wires, n, shots, generator, readout=None):
-    """``(B, shots, k)`` int64 bits of ``wires`` (readout errors included)."""
-    wires = list(range(n)) if wires is None else list(wires)
-    k = len(wires)
-    idx = sample_indices(probs(rho, wires, n, readout), shots, generator, words=k + 1)
-    shifts = torch.arange(k - 1, -1, -1, device=idx.device)
-    return (idx.unsqueeze(-1) >> shifts) & 1
+def has_readout(noise) -> bool:
+    """Whether the noise model ``noise`` (or None) has readout errors."""
+    return noise is not None and (bool(noise.readout) or noise.readout_default is not None)
 
 
 def measure_all(rho, circuit, shots, generator, readout=None) -> list:
-    """One tensor per measurement of ``circuit`` from the final ``rho``."""
+    """One tensor per measurement of ``circuit`` from the final ``rho``; with ``shots``,
+    every sampled measurement from its basis group's one draw (the readout errors' outcomes,
+    of probs/sample/counts, drawn apart from expval/var's)."""
     n = circuit.num_wires
     out = []
-    for m in circuit.measurements:
-        if m.kind == "expval":
-            out.append(expval(rho, m.obs, n) if not shots else
-                       sampled_expval(rho, m.obs, n, shots, generator))
+    sampled = None
+    for i, m in enumerate(circuit.measurements):
+        if shots and m.kind in SAMPLED:
+            if sampled is None:
+                ro = readout if has_readout(readout) else None
+                plan = ShotPlan(rho.shape[0], shots, generator,
+                                lambda ops, wires, errs: rotated_probs(
+                                    rho, ops, wires, n, ro if errs else None),
+                                sample_indices, rho.real.dtype, rho.device)
+                sampled = measure_shots(plan, circuit.measurements, n, ro is not None)
+            out.append(sampled[i])
+        elif m.kind == "expval":
+            out.append(expval(rho, m.obs, n))
         elif m.kind == "var":
-            out.append(variance(rho, m.obs, n) if not shots else
-                       sampled_var(rho, m.obs, n, shots, generator))
+            out.append(variance(rho, m.obs, n))
         elif m.kind == "probs":
-            p = probs(rho, m.wires, n, readout)
-            if shots:
-                idx = sample_indices(p, shots, generator)
-                p = torch.zeros_like(p).scatter_add_(
-                    1, idx, torch.ones_like(idx, dtype=p.dtype)) / shots
-            out.append(p)
+            out.append(probs(rho, m.wires, n, readout))
         elif m.kind in ("density_matrix", "purity"):
             if shots:
                 raise QdiffError(f"{m.kind}() is exact only; it is not available with shots")
@@ -179,11 +154,7 @@ def measure_all(rho, circuit, shots, generator, readout=None) -> list:
             raise QdiffError("state() returns a state vector; the mixed device holds density "
                              "matrices: use density_matrix(wires)")
         elif m.kind in ("sample", "counts"):
-            if not shots:
-                raise QdiffError(f"{m.kind}() needs a device with shots (qd.device(..., shots=N))")
-            out.append(sample_eigvals(rho, m.obs, n, shots, generator, readout)
-                       if m.obs is not None
-                       else sample_bits(rho, m.wires, n, shots, generator, readout))
+            raise QdiffError(f"{m.kind}() needs a device with shots (qd.device(..., shots=N))")
         else:
             raise QdiffError(f"unknown measurement '{m.kind}'")
     return out

@@ -15,7 +15,8 @@ from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import GATES
 from qdiff.circuits.measurements import sample_indices  # noqa: F401  (the engines' sampler)
-from qdiff.circuits.observables import Observable, one_term
+from qdiff.circuits.observables import Observable
+from qdiff.backends.statevector.sampling import SAMPLED, ShotPlan, measure_shots
 
 
 def _axes(state, n):
@@ -161,120 +162,17 @@ def reduced_density_matrix(state: torch.Tensor, wires, n: int) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------------
-# shots
+# shots (one draw per basis group: :mod:`qdiff.backends.statevector.sampling`)
 
 
-def term_basis(term: tuple):
-    """Basis change and eigenvalues of one term: ``(ops, wires, eigvals (2**k,))``.
-
-    ``ops`` is a list of ``(gate, wires, matrix or None)`` that rotates the term's eigenbasis onto
-    the computational basis.
-    """
-    ops, wires, eig = [], [], torch.ones(1, dtype=torch.float64)
-    for f in term:
-        if f.kind == "M":
-            vals, vecs = torch.linalg.eigh(f.matrix.to(torch.complex128))
-            ops.append((f.wires, vecs.conj().T))
-            e = vals
-        else:
-            if f.kind == "X":
-                ops.append((f.wires, GATES["h"].matrix()))
-            elif f.kind == "Y":
-                ops.append((f.wires, GATES["h"].matrix() @ GATES["sdg"].matrix()))
-            e = torch.tensor([1.0, -1.0], dtype=torch.float64)
-        wires.extend(f.wires)
-        eig = torch.kron(eig, e)
-    return ops, wires, eig
-
-
-def rotated_marginal(state, term, n):
-    ops, wires, eig = term_basis(term)
+def rotated_probs(state: torch.Tensor, ops, wires, n: int) -> torch.Tensor:
+    """Outcome probabilities ``(B, 2**k)`` of ``wires`` after the basis changes ``ops``
+    (``(wires, matrix)`` pairs, :func:`~qdiff.backends.statevector.sampling.term_basis`)."""
     s = state
     for w, u in ops:
         u = kernels.as_batch_matrix(u.to(state.device), state.dtype)
         s = kernels.apply_matrix(s, u, w, n) if len(w) > 1 else kernels.apply_one_qubit(s, u, w[0], n)
-    p = probs(s, wires, n) if wires else torch.ones(state.shape[0], 1, dtype=state.real.dtype,
-                                                    device=state.device)
-    return p, eig.to(state.device)
-
-
-def sampled_term_values(state, obs: Observable, n: int, shots: int, generator):
-    """Shot estimates of every term, ``(B, T)``, and of the squared term, for variances."""
-    means, sq = [], []
-    if not obs.terms:  # the zero observable
-        zero = torch.zeros(state.shape[0], 0, dtype=state.real.dtype, device=state.device)
-        return zero, zero
-    for term in obs.terms:
-        p, eig = rotated_marginal(state, term, n)
-        idx = sample_indices(p, shots, generator)
-        vals = eig.to(p.dtype)[idx]
-        means.append(vals.mean(-1))
-        sq.append((vals ** 2).mean(-1))
-    return torch.stack(means, -1), torch.stack(sq, -1)
-
-
-def sampled_expval(state, obs, n, shots, generator):
-    means, _ = sampled_term_values(state, obs, n, shots, generator)
-    return means @ obs.real_coeffs().to(device=means.device, dtype=means.dtype)
-
-
-def shared_basis(obs: Observable, what: str) -> tuple:
-    """One term measuring every term of ``obs`` at once: its factors, one per wire, when the
-    terms are Pauli words that agree on each wire they share (qubit-wise commuting, as
-    ``Z0 + Z0 @ X1``), or a one-term observable itself; else (``Hadamard``, ``Z0 + X0``) one
-    Hermitian factor, the dense matrix of ``obs`` on its wires (:func:`one_term`; ``what``
-    names the measurement in the error when that is too wide)."""
-    one = one_term(obs, what)
-    if len(one.terms) == 1:
-        return one.terms[0]
-    factors = {}
-    for term in obs.terms:
-        for f in term:
-            factors.setdefault(f.wires[0], f)
-    return tuple(factors.values())
-
-
-def shared_basis_values(idx: torch.Tensor, obs: Observable, basis: tuple,
-                        dtype) -> torch.Tensor:
-    """The value of ``obs`` on each outcome ``idx`` ``(B, shots)`` drawn in the eigenbasis
-    of ``basis`` (:func:`shared_basis`): ``sum_t c_t * prod_{w in t} (+-1)``, or the dense
-    basis's eigenvalue (coefficients included) when ``obs`` has several terms and one
-    Hermitian factor measures them."""
-    if len(obs.terms) == 1 or (len(basis) == 1 and basis[0].kind == "M"):
-        _, _, eig = term_basis(basis)
-        c = obs.real_coeffs().to(device=idx.device, dtype=dtype)[0] if len(obs.terms) == 1 \
-            else 1.0
-        return eig.to(device=idx.device, dtype=dtype)[idx] * c
-    pos = {f.wires[0]: j for j, f in enumerate(basis)}
-    k = len(basis)
-    out = torch.zeros(idx.shape, dtype=dtype, device=idx.device)
-    for c, term in zip(obs.real_coeffs().tolist(), obs.terms):
-        sign = torch.ones(idx.shape, dtype=dtype, device=idx.device)
-        for f in term:
-            sign = sign * (1 - 2 * ((idx >> (k - 1 - pos[f.wires[0]])) & 1)).to(dtype)
-        out = out + c * sign
-    return out
-
-
-def sampled_var(state, obs, n, shots, generator):
-    vals = sample_eigvals(state, obs, n, shots, generator, what="var()")
-    return vals.pow(2).mean(-1) - vals.mean(-1) ** 2
-
-
-def sample_bits(state, wires, n, shots, generator) -> torch.Tensor:
-    """``(B, shots, k)`` int64 bits of ``wires`` (wire order), one row per shot."""
-    wires = list(range(n)) if wires is None else list(wires)
-    k = len(wires)
-    idx = sample_indices(probs(state, wires, n), shots, generator, words=k + 1)
-    shifts = torch.arange(k - 1, -1, -1, device=idx.device)
-    return (idx.unsqueeze(-1) >> shifts) & 1
-
-
-def sample_eigvals(state, obs, n, shots, generator, what: str = "sample(op)") -> torch.Tensor:
-    """``(B, shots)`` values of ``obs`` (one term, or terms commuting wire by wire)."""
-    basis = shared_basis(obs, what)
-    p, _ = rotated_marginal(state, basis, n)
-    return shared_basis_values(sample_indices(p, shots, generator), obs, basis, p.dtype)
+    return probs(s, wires, n)
 
 
 def purity(rho: torch.Tensor) -> torch.Tensor:
@@ -283,25 +181,28 @@ def purity(rho: torch.Tensor) -> torch.Tensor:
 
 
 def measure_all(state, circuit, shots, generator) -> list:
-    """One tensor per measurement of ``circuit`` from the final ``state`` ``(B, 2**n)``."""
+    """One tensor per measurement of ``circuit`` from the final ``state`` ``(B, 2**n)``; with
+    ``shots``, every sampled measurement from its basis group's one draw."""
     n = circuit.num_wires
     out = []
     joint = {} if shots else zwords.joint_z_expvals(state, circuit)
+    sampled = None
     for i, m in enumerate(circuit.measurements):
         if i in joint:
             out.append(joint[i])
+        elif shots and m.kind in SAMPLED:
+            if sampled is None:
+                plan = ShotPlan(state.shape[0], shots, generator,
+                                lambda ops, wires, _: rotated_probs(state, ops, wires, n),
+                                sample_indices, state.real.dtype, state.device)
+                sampled = measure_shots(plan, circuit.measurements, n)
+            out.append(sampled[i])
         elif m.kind == "expval":
-            out.append(expval(state, m.obs, n) if not shots else
-                       sampled_expval(state, m.obs, n, shots, generator))
+            out.append(expval(state, m.obs, n))
         elif m.kind == "var":
-            out.append(variance(state, m.obs, n) if not shots else
-                       sampled_var(state, m.obs, n, shots, generator))
+            out.append(variance(state, m.obs, n))
         elif m.kind == "probs":
-            p = probs(state, m.wires, n)
-            if shots:
-                idx = sample_indices(p, shots, generator)
-                p = torch.zeros_like(p).scatter_add_(1, idx, torch.ones_like(idx, dtype=p.dtype)) / shots
-            out.append(p)
+            out.append(probs(state, m.wires, n))
         elif m.kind in ("density_matrix", "purity"):
             if shots:
                 raise QdiffError(f"{m.kind}() is exact only; it is not available with shots")
@@ -312,12 +213,7 @@ def measure_all(state, circuit, shots, generator) -> list:
                 raise QdiffError("state() is not available with shots")
             out.append(state)
         elif m.kind in ("sample", "counts"):
-            if not shots:
-                raise QdiffError(f"{m.kind}() needs a device with shots (qd.device(..., shots=N))")
-            if m.obs is not None:
-                out.append(sample_eigvals(state, m.obs, n, shots, generator))
-            else:
-                out.append(sample_bits(state, m.wires, n, shots, generator))
+            raise QdiffError(f"{m.kind}() needs a device with shots (qd.device(..., shots=N))")
         else:  # pragma: no cover - Measurement kinds are fixed
             raise QdiffError(f"unknown measurement '{m.kind}'")
     return out
