@@ -10,6 +10,7 @@ equals torch autograd; the matrix equals PennyLane's ``qml.matrix`` exactly and 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import numpy as np
@@ -417,3 +418,151 @@ def test_adjoint_of_diagonal_gates_with_many_controls(native_on):
     xr = x.detach().clone().requires_grad_(True)
     (ref,) = torch.autograd.grad(qd.QNode(f, dev, diff_method="backprop")(xr), xr)
     assert torch.allclose(g, ref, atol=1e-12) and ref.abs().min() > 1e-3
+
+
+# -- gates with several controls on the torch kernels (backprop, QDIFF_NATIVE=0, CUDA): the
+# target's matrix on the slice where every control is 1, identity elsewhere (no dense matrix)
+
+# per number of controls: wires, then (gate, controls, targets) with controls above, below and
+# between the targets; one- and two-wire targets, coded (RY, Rot, IsingXX) and dense (IsingXY,
+# U3: the native kernels take their matrices)
+_SLICE_CIRCUITS = {
+    1: (4, [("RY", [0], [1]), ("Rot", [3], [1]), ("IsingXX", [1], [0, 3]),
+            ("IsingXY", [2], [3, 0])]),
+    2: (5, [("RY", [0, 4], [2]), ("Rot", [2, 0], [4]), ("IsingXY", [1, 4], [0, 3]),
+            ("U3", [3, 1], [0])]),
+    3: (6, [("RY", [5, 0, 3], [2]), ("Rot", [1, 2, 3], [0]), ("IsingXX", [0, 5, 2], [4, 1]),
+            ("IsingXY", [1, 2, 3], [5, 0])]),
+    5: (8, [("RY", [0, 1, 2, 3, 4], [7]), ("Rot", [7, 1, 6, 2, 4], [3]),
+            ("IsingXX", [0, 2, 5, 6, 7], [4, 1]), ("U3", [0, 1, 2, 3, 4], [6])]),
+}
+_THREE = ("Rot", "U3")
+
+
+def _slice_body(mod, x, k):
+    n, spec = _SLICE_CIRCUITS[k]
+    for w in range(n):
+        mod.RY(0.9 + 0.37 * w + 0.1 * x[..., 0], wires=w)
+    j = 1
+    for name, ctr, tw in spec:
+        m = 3 if name in _THREE else 1
+        mod.ctrl(getattr(mod, name), control=ctr)(*[x[..., j + i] for i in range(m)], wires=tw)
+        j += m
+    for w in range(n):
+        mod.CNOT(wires=[w, (w + 1) % n])
+    return mod.expval(sum((0.3 + 0.1 * w) * mod.PauliX(w) for w in range(n))
+                      + mod.PauliZ(0) @ mod.PauliY(n - 1))
+
+
+def _slice_angles(k):
+    p = 1 + sum(3 if name in _THREE else 1 for name, _, _ in _SLICE_CIRCUITS[k][1])
+    return torch.linspace(-1.3, 1.1, 2 * p, dtype=torch.float64).reshape(p, 2).T.contiguous()
+
+
+@functools.lru_cache(maxsize=None)
+def _slice_reference(k):
+    """PennyLane default.qubit (backprop, complex128): values and gradients per row."""
+    qml = pytest.importorskip("pennylane")
+    pf = qml.QNode(lambda x: _slice_body(qml, x, k), qml.device("default.qubit",
+                   wires=_SLICE_CIRCUITS[k][0]), interface="torch", diff_method="backprop")
+    vals, grads = [], []
+    for row in _slice_angles(k):
+        x = row.clone().requires_grad_(True)
+        y = pf(x)
+        vals.append(float(y))
+        grads.append(torch.autograd.grad(y, x)[0])
+    return torch.tensor(vals, dtype=torch.float64), torch.stack(grads)
+
+
+@pytest.mark.parametrize("sliced", [False, True], ids=["tiny", "sliced"])
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64], ids=["c128", "c64"])
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_controlled_gates_on_the_control_slice_match_pennylane(k, cdtype, sliced, monkeypatch):
+    """Gates with 1, 2, 3, 5 controls (qd.ctrl, PennyLane's qml.ctrl), batched angles: values
+    and gradients of backprop, adjoint (torch and native kernels) and parameter-shift on the
+    torch kernels equal PennyLane's default.qubit; backprop equals finite differences. Tiny
+    states (one torch op per gate) and the slice kernels (``sliced``) both."""
+    import qdiff as qd
+    from qdiff.backends.statevector import gate_data, native
+    if sliced:
+        monkeypatch.setattr(gate_data, "SMALL", 0)
+    want_y, want_g = _slice_reference(k)
+    rdtype = torch.float64 if cdtype == torch.complex128 else torch.float32
+    tol = 1e-10 if cdtype == torch.complex128 else 2e-4 * (1 + want_y.abs().max())
+    dev = qd.device("statevector", wires=_SLICE_CIRCUITS[k][0], dtype=cdtype)
+    runs = [("backprop", False), ("adjoint", False), ("parameter-shift", False)]
+    if native.library() is not None:
+        runs.append(("adjoint", True))
+    for method, native_on in runs:
+        x = _slice_angles(k).to(rdtype).requires_grad_(True)
+        with (contextlib.nullcontext() if native_on else native.disabled()):
+            y = qd.qnode(dev, diff_method=method)(lambda x: _slice_body(qd, x, k))(x)
+            (g,) = torch.autograd.grad(y.sum(), x)
+        assert y.dtype == rdtype and g.dtype == rdtype
+        assert torch.allclose(y.double(), want_y, atol=tol), (method, native_on)
+        assert torch.allclose(g.double(), want_g, atol=tol), (method, native_on)
+    if cdtype == torch.complex128:
+        f = qd.qnode(dev, diff_method="backprop")(lambda x: _slice_body(qd, x, k))
+        x, h = _slice_angles(k)[0], 1e-6
+        fd = torch.stack([(f(x + h * e) - f(x - h * e)) / (2 * h)
+                          for e in torch.eye(x.shape[0], dtype=x.dtype)])
+        assert torch.allclose(fd, want_g[0], atol=1e-7)
+
+
+@pytest.mark.parametrize("k", [3, 5])
+def test_controlled_gates_apply_no_dense_matrix(k, monkeypatch):
+    """Backprop and the torch adjoint apply a gate with several controls through its target:
+    no matrix wider than the target (2 wires here) reaches the dense kernel, and no dense
+    controlled matrix is built, on tiny states and on the slice kernels."""
+    import qdiff as qd
+    from qdiff.backends.statevector import gate_data, kernels, native
+    sides = []
+    dense = kernels.apply_matrix
+    monkeypatch.setattr(kernels, "apply_matrix",
+                        lambda s, u, *a, **kw: sides.append(u.shape[-1]) or dense(s, u, *a, **kw))
+    full = gate_data.full_matrix
+    monkeypatch.setattr(gate_data, "full_matrix", lambda kind, v, *a: full(
+        kind, v, *a) if kind not in ("ctrl", "dctrl") else pytest.fail("dense matrix"))
+    dev = qd.device("statevector", wires=_SLICE_CIRCUITS[k][0])
+    for small in (gate_data.SMALL, 0):
+        monkeypatch.setattr(gate_data, "SMALL", small)
+        for method in ("backprop", "adjoint"):
+            x = _slice_angles(k).requires_grad_(True)
+            with native.disabled():
+                y = qd.qnode(dev, diff_method=method)(lambda x: _slice_body(qd, x, k))(x)
+                torch.autograd.grad(y.sum(), x)
+    assert sides and max(sides) <= 4
+
+
+@pytest.mark.parametrize("sliced", [False, True], ids=["tiny", "sliced"])
+def test_torch_func_through_gates_with_several_controls(sliced, monkeypatch):
+    """torch.func (hessian, vmap of grad, jacfwd) through backprop of gates with several
+    controls, parameterised and constant (the functional slice kernel), equals the exact
+    shift rules."""
+    import qdiff as qd
+    from qdiff.backends.statevector import gate_data
+    if sliced:
+        monkeypatch.setattr(gate_data, "SMALL", 0)
+    n = 6
+
+    def body(w):
+        for q in range(n):
+            qd.RY(0.4 + 0.3 * q, wires=q)
+        qd.ctrl(qd.RY, control=[0, 5, 2])(w[0], wires=3)
+        qd.ctrl(qd.IsingXY, control=[1, 4])(w[1], wires=[5, 0])
+        qd.ctrl(qd.Rot, control=[3, 2, 4])(w[2], w[0], w[1], wires=1)
+        qd.ctrl(qd.Hadamard, control=[0, 1, 2])(wires=5)
+        qd.MultiControlledX(wires=[0, 1, 3, 4])
+        return qd.expval(qd.X(3) + qd.Y(1) @ qd.Z(5) + 0.2 * qd.X(0))
+
+    dev = qd.device("statevector", wires=n)
+    fb = qd.QNode(body, dev, diff_method="backprop")
+    fp = qd.QNode(body, dev, diff_method="parameter-shift")
+    w = torch.tensor([0.3, 0.5, 0.7], dtype=torch.float64)
+    h = torch.func.hessian(fb)(w)
+    assert torch.allclose(h, torch.autograd.functional.hessian(fp, w), atol=1e-12)
+    assert h.abs().max() > 1e-2
+    ws = torch.stack([w, w + 0.25])
+    gv = torch.func.vmap(torch.func.grad(fb))(ws)
+    assert torch.allclose(gv[1], torch.func.grad(fp)(ws[1]), atol=1e-12)
+    assert torch.allclose(torch.func.jacfwd(fb)(w), torch.func.jacrev(fp)(w), atol=1e-12)

@@ -2,6 +2,7 @@
 the compiler's verifier, shot sampling, the batch of bindings, the Aer backend."""
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -12,7 +13,7 @@ import qdiff as qd
 from qdiff.backends.statevector import native
 from qdiff.circuits import Circuit, memory
 from qdiff.circuits.errors import QdiffError, QdiffMemoryError
-from qdiff.circuits.gates import multirz_gate, paulirot_gate
+from qdiff.circuits.gates import Gate, _controlled_fn, multirz_gate, paulirot_gate
 from qdiff.compiler.ops import op
 from qdiff.compiler.verify import equivalence
 
@@ -203,48 +204,82 @@ def test_engine_guard_is_the_memory_model(available, monkeypatch):
 def test_many_controls_keep_their_generator_structured(monkeypatch):
     """qd.ctrl over 12 controls: its generator |1..1><1..1| (x) G is kept as (12, G) (the
     shift rule needs its spectrum only; a dense one would be 2**13 x 2**13, 1 GiB), so it runs
-    on the native kernels within a 256 MiB budget, value and gradient exact; the torch
-    kernels' dense 2**13 x 2**13 gate matrix is stated and refused against the budget first."""
+    within a 256 MiB budget, value and gradient exact, on the native kernels and on the torch
+    kernels (which apply the target's matrix on the control slice), backprop too."""
     monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "256M")
     dev = qd.device("statevector", wires=13)
 
-    @qd.qnode(dev, diff_method="parameter-shift")
     def f(a):
         for w in range(12):
             qd.X(w)
         qd.ctrl(qd.RX(a, wires=12), control=list(range(12)))
         return qd.expval(qd.Z(12))
-    a = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
-    if native.library() is not None:
-        y = f(a)
-        y.backward()
+    for method, native_on in [("parameter-shift", True), ("parameter-shift", False),
+                              ("adjoint", False), ("backprop", False)]:
+        if native_on and native.library() is None:
+            continue
+        a = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+        with (contextlib.nullcontext() if native_on else native.disabled()):
+            y = qd.qnode(dev, diff_method=method)(f)(a)
+            y.backward()
         assert abs(float(y) - math.cos(0.3)) < 1e-12
         assert abs(float(a.grad) + math.sin(0.3)) < 1e-12
-    with native.disabled(), pytest.raises(QdiffMemoryError, match="C12\\(RX\\)"):
-        f(a)
+
+
+def test_backprop_of_a_gate_with_14_controls_within_a_small_budget(monkeypatch):
+    """RY with 14 controls at n = 16 under backprop (the torch kernels): the target's matrix on
+    the control slice, not a dense 2**15 x 2**15 matrix (16 GiB each); value and gradient
+    equal parameter-shift's, within a 2 GiB budget."""
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "2G")
+    n = 16
+    ctr = [w for w in range(15) if w != 7]  # controls above and below the target
+
+    def body(x):
+        for w in range(n):
+            qd.RY(2.9 if w in ctr else 0.4 + 0.1 * w, wires=w)
+        qd.ctrl(qd.RY, control=ctr)(x[0], wires=7)
+        qd.ctrl(qd.RY, control=ctr)(x[1], wires=15)
+        qd.CNOT(wires=[7, 15])
+        return qd.expval(qd.X(7) + qd.Z(15))
+    dev = qd.device("statevector", wires=n)
+    res = {}
+    for method in ("backprop", "parameter-shift"):
+        x = torch.tensor([0.6, -1.1], dtype=torch.float64, requires_grad=True)
+        y = qd.qnode(dev, diff_method=method)(body)(x)
+        res[method] = (y.detach(), torch.autograd.grad(y, x)[0])
+    (yb, gb), (yp, gp) = res["backprop"], res["parameter-shift"]
+    assert abs(float(yb - yp)) < 1e-12 and torch.allclose(gb, gp, atol=1e-12)
+    assert gb.abs().min() > 0.1
 
 
 def test_dense_gate_matrices_checked_against_the_budget(monkeypatch):
     """A parameterised gate on 10 wires with 8 per-binding angles is 8 dense 1024x1024
     matrices on the torch kernels: the engine states them before it evaluates them; within the
-    budget it runs. The native kernels code it through its target (no dense matrix): it runs
-    within the small budget there."""
+    budget it runs. A controlled gate is its target's matrix on the control slice (no dense
+    matrix): it runs within the small budget on both kernels."""
+    ry = qd.get_gate("ry")
+    wide = Gate("wide_cry", 10, 1, _controlled_fn(ry.matrix_fn, 2, 9), pl_name="WideCRY")
     dev = qd.device("statevector", wires=10)
 
-    @qd.qnode(dev)
-    def f(a):
-        for w in range(9):
-            qd.X(w)
-        qd.ctrl(qd.RY(a, wires=9), control=list(range(9)))
-        return qd.expval(qd.Z(9))
+    def circuit(gate):
+        @qd.qnode(dev)
+        def f(a):
+            for w in range(9):
+                qd.X(w)
+            gate(a)
+            return qd.expval(qd.Z(9))
+        return f
+    f = circuit(lambda a: qd.ctrl(qd.RY(a, wires=9), control=list(range(9))))
+    g = circuit(lambda a: wide(a, wires=list(range(10))))
     a = torch.linspace(0.1, 0.8, 8, dtype=torch.float64)
     with torch.no_grad():
-        assert torch.allclose(f(a), torch.cos(a), atol=1e-12)
+        assert torch.allclose(g(a), torch.cos(a), atol=1e-12)
         monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "128M")
-        if native.library() is not None:
+        assert torch.allclose(f(a), torch.cos(a), atol=1e-12)
+        with native.disabled():
             assert torch.allclose(f(a), torch.cos(a), atol=1e-12)
-        with native.disabled(), pytest.raises(QdiffMemoryError, match="C9\\(RY\\)"):
-            f(a)
+            with pytest.raises(QdiffMemoryError, match="the matrices of 1 WideCRY gate"):
+                g(a)
 
 
 # -- gate records, state preparation, gradient rules, the metric -----------------------------

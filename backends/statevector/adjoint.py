@@ -16,7 +16,7 @@ import torch
 
 from qdiff.backends.statevector import kernels, measure, native, zwords
 from qdiff.backends.statevector.gate_data import (GateData, apply_data, circuit_angles, circuit_data,
-                                      derivative_data, full_matrix)
+                                      derivative_data)
 from qdiff.backends.statevector.apply import real_dtype_of
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import ParamRef, is_concrete
@@ -54,10 +54,17 @@ def effective_state(state, circuit, cotangent, n):
     return lam
 
 
-def overlap_matrix(psi, lam, wires, n, diagonal: bool):
+def overlap_matrix(psi, lam, wires, n, diagonal: bool, controls=()):
     """``M[b, k, i] = sum_rest psi[b, .., k, ..] conj(lam[b, .., i, ..])`` over the gate wires,
-    ``(B, d, d)`` (``(B, d)``, the diagonal only, when ``diagonal``); one pass over both states."""
+    ``(B, d, d)`` (``(B, d)``, the diagonal only, when ``diagonal``); one pass over both states.
+    With ``controls``, the sum runs over the slice where every control wire is 1 only."""
     b = psi.shape[0]
+    if controls:
+        ps, wmap = kernels.control_slice(psi, controls, n)
+        ls, _ = kernels.control_slice(lam, controls, n)
+        m = n - len(controls)
+        return overlap_matrix(ps.reshape(b, 2 ** m), ls.reshape(b, 2 ** m),
+                              [wmap[w] for w in wires], m, diagonal)
     k = len(wires)
     if psi.device.type != "cpu":
         return overlap_pairs(psi, lam, wires, n, diagonal)
@@ -106,14 +113,14 @@ def overlap_pairs(psi, lam, wires, n, diagonal: bool):
 
 
 def gradient_from_overlap(dd, m):
-    """``2 Re <lam| dU |psi>`` per binding from the overlap matrix and dU's data."""
+    """``2 Re <lam| dU |psi>`` per binding from the overlap matrix and dU's data (for a
+    ``"dctrl"`` derivative, ``m`` is the overlap on the control slice, over the target wires)."""
     v = dd.value
     if dd.kind == "diag":
         mm = m if m.shape[-1] == v.shape[-1] else torch.diagonal(m, dim1=-2, dim2=-1)
         g = 2 * (v.reshape(-1, v.shape[-1]) * mm).sum(-1).real
     else:
-        full = full_matrix(dd.kind, v)
-        g = 2 * (full.reshape(-1, *full.shape[-2:]) * m.transpose(-1, -2)).sum((-1, -2)).real
+        g = 2 * (v.reshape(-1, *v.shape[-2:]) * m.transpose(-1, -2)).sum((-1, -2)).real
     return g
 
 
@@ -175,7 +182,10 @@ def adjoint_vjp(circuit, theta, state, cotangent, trainable, return_state: bool 
         op_slots = [(s, p) for s, p in enumerate(op.params) if (i, s) in ddata]
         if op_slots:
             kinds = {ddata[(i, s)].kind for s, _ in op_slots}
-            m = overlap_matrix(both[:b], both[b:], op.wires, n, diagonal=kinds == {"diag"})
+            # a controlled gate's derivatives are all "dctrl": the overlap on its control slice
+            k = op.gate.controls if kinds == {"dctrl"} else 0
+            m = overlap_matrix(both[:b], both[b:], op.wires[k:], n, diagonal=kinds == {"diag"},
+                               controls=op.wires[:k])
             for s, p in op_slots:
                 cols[p.index] = gradient_from_overlap(_dagger_times(data[i], ddata[(i, s)]), m)
     psi = both[:b]
@@ -211,6 +221,6 @@ def _dagger_times(u: GateData, du: GateData) -> GateData:
     if du.kind == "diag":
         return GateData("diag", u.value.conj() * du.value)
     v = u.value
-    if du.kind == "mat" and u.kind != "mat":  # e.g. an autodiff fallback for a diagonal gate
-        v = torch.diag_embed(v) if u.kind == "diag" else full_matrix(u.kind, v)
+    if du.kind == "mat" and u.kind == "diag":  # an autodiff fallback for a diagonal gate
+        v = torch.diag_embed(v)
     return GateData(du.kind, v.conj().transpose(-1, -2) @ du.value)

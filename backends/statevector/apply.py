@@ -57,7 +57,7 @@ def apply_gate(state, gate, wires, angles, n: int, inplace: bool = False, matrix
         return kernels.apply_diagonal(state, d, wires, n, inplace)
     if gate.name == "cx" and matrix is None:
         return kernels.apply_cnot(state, wires[0], wires[1], n, inplace)
-    if gate.controls and matrix is None and (inplace or gate.controls == 1):
+    if gate.controls and matrix is None:
         controls, targets = wires[:gate.controls], wires[gate.controls:]
 
         def target_apply(sub, m, wmap, ip):

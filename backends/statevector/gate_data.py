@@ -10,8 +10,9 @@ at shifts ``s_m`` give the ``C_k`` (a K x K Vandermonde solve, fixed per gate) a
 ``dU/dphi = sum_k (-i lambda_k) C_k = sum_m w_m U(phi + s_m)``.
 
 Kinds of data: ``"const"`` (no parameters: the simulator's fast paths apply), ``"diag"``
-(``(B', 2**k)``), ``"ctrl"`` (the target's matrix on the control-1 slice), ``"mat"``
-(``(B', d, d)``); derivative data adds ``"dctrl"`` (the control-0 slice maps to zero).
+(``(B', 2**k)``), ``"ctrl"`` (the target's matrix on the slice where all of the gate's
+``gate.controls`` control wires are 1, identity elsewhere: any number of controls, no dense
+matrix), ``"mat"`` (``(B', d, d)``); derivative data adds ``"dctrl"`` (the rest maps to zero).
 """
 from __future__ import annotations
 
@@ -90,7 +91,7 @@ def _kind(gate) -> str:
         return "const"
     if gate.diag_fn is not None:
         return "diag"
-    if gate.controls == 1 and gate.target is not None and gate.target.num_params == gate.num_params:
+    if gate.controls >= 1 and gate.target is not None and gate.target.num_params == gate.num_params:
         return "ctrl"
     return "mat"
 
@@ -117,7 +118,7 @@ def circuit_data(ops, angles, cdtype) -> list:
     for gate, idx in _grouped(ops, angles).items():
         kind = _kind(gate)
         stacked = _stacked_angles(angles, idx, gate.num_params)
-        if kind == "mat":  # dense (m, B', 2**w, 2**w): e.g. a gate with many controls
+        if kind == "mat":  # dense (m, B', 2**w, 2**w)
             memory.require(2.0 * stacked[0].numel() * 4.0 ** gate.num_wires * cdtype.itemsize,
                            f"the matrices of {len(idx)} {gate.pl_name or gate.name} gate(s) "
                            f"on {gate.num_wires} wires")
@@ -179,9 +180,11 @@ def derivative_data(ops, angles, slots, cdtype, data=None) -> dict:
                 u = data[i].value
                 out[(i, s)] = GateData(dkind, -1j * (g * u if kind == "diag" else g @ u))
             continue
-        if gate.generators is None and not (kind == "ctrl" and gate.target.generators):
+        if gens is None:  # (of a controlled gate: its target's matrix on the slice)
+            src = gate.target if kind == "ctrl" else gate
             for i in idx:
-                out[(i, s)] = GateData("mat", _autodiff_matrix(gate, angles[i], s, cdtype))
+                out[(i, s)] = GateData("dctrl" if kind == "ctrl" else "mat",
+                                       _autodiff_matrix(src, angles[i], s, cdtype))
             continue
         spectral.setdefault((gate, tuple(idx)), []).append(s)
     for (gate, idx), gslots in spectral.items():
@@ -307,15 +310,37 @@ def _perm_index(gate, wires: tuple, n: int, dagger: bool, device: str):
     return t.reshape([2] * n).permute(*back).reshape(-1).to(device)
 
 
-def full_matrix(kind: str, v: torch.Tensor) -> torch.Tensor:
-    """The whole controlled matrix ``(..., 2d, 2d)`` from a target block (identity or, for a
-    derivative, zero on the control-0 block); other kinds unchanged. Functional (vmap-safe)."""
+DENSE_SIDE = 8  # a controlled gate's matrix side up to which tiny states apply it densely
+
+
+def full_matrix(kind: str, v: torch.Tensor, controls: int) -> torch.Tensor:
+    """The whole matrix ``(..., 2**controls * d, 2**controls * d)`` of a gate with
+    ``controls`` control wires from its target block ``v`` (identity or, for a derivative,
+    zero on the other blocks), checked against memory first; other kinds unchanged.
+    Functional (vmap-safe)."""
     if kind not in ("ctrl", "dctrl"):
         return v
     d = v.shape[-1]
-    z = torch.zeros_like(v)
-    tl = torch.eye(d, dtype=v.dtype, device=v.device).expand_as(v) if kind == "ctrl" else z
-    return torch.cat([torch.cat([tl, z], -1), torch.cat([z, v], -1)], -2)
+    side = d << controls
+    if side > DENSE_SIDE:
+        batch = int(np.prod(v.shape[:-2], dtype=np.int64))
+        memory.require(float(batch) * side * side * v.element_size(),
+                       f"the dense {side}x{side} matrix of a gate with {controls} controls",
+                       v.device)
+    rest = side - d
+    top = torch.eye(side, dtype=v.dtype, device=v.device)[:rest].expand(*v.shape[:-2], -1, -1)
+    if kind == "dctrl":
+        top = torch.zeros_like(top)
+    left = torch.zeros(*v.shape[:-2], d, rest, dtype=v.dtype, device=v.device)
+    return torch.cat([top, torch.cat([left, v], -1)], -2)
+
+
+def _tiny_path(op, data: GateData) -> bool:
+    """Whether tiny states take ``op`` in one torch op: not a controlled gate on more than 3
+    wires that would need its dense matrix there (it goes through its control slice)."""
+    g = op.gate
+    return not g.controls or 2 ** len(op.wires) <= DENSE_SIDE or data.kind == "diag" or (
+        data.kind == "const" and (g.perm is not None or g.diag_fn is not None))
 
 
 def _apply_small(state, op, data, n, dagger):
@@ -334,7 +359,7 @@ def _apply_small(state, op, data, n, dagger):
         kind = data.kind
     if kind == "diag":
         return kernels.apply_diagonal(state, v.reshape(-1, v.shape[-1]), op.wires, n)
-    u = kernels.as_batch_matrix(full_matrix(kind, v), state.dtype)
+    u = kernels.as_batch_matrix(full_matrix(kind, v, op.gate.controls), state.dtype)
     if len(op.wires) == 1:
         w = op.wires[0]
         b = state.shape[0]
@@ -345,7 +370,7 @@ def _apply_small(state, op, data, n, dagger):
 def apply_data(state, op, data: GateData, n: int, inplace: bool, dagger: bool = False):
     """Apply ``op`` (or its adjoint) with precomputed ``data``; returns the new state (which
     may be a new tensor even when ``inplace``: callers use the return value)."""
-    if state.numel() <= SMALL:
+    if state.numel() <= SMALL and _tiny_path(op, data):
         return _apply_small(state, op, data, n, dagger)
     if data.kind == "const":
         if dagger:  # (a constant gate's inverse may be a gate at constant angles: SISWAP's)
@@ -359,30 +384,21 @@ def apply_data(state, op, data: GateData, n: int, inplace: bool, dagger: bool = 
         return kernels.apply_diagonal(state, v.reshape(-1, v.shape[-1]), op.wires, n, inplace)
     if data.kind in ("ctrl", "dctrl"):
         u = kernels.as_batch_matrix(v, state.dtype)
-        targets = op.wires[1:]
+        k = op.gate.controls
+        controls, targets = op.wires[:k], op.wires[k:]
 
         def target_apply(sub, m, wmap, ip):
             tw = tuple(wmap[w] for w in targets)
             return kernels.apply_one_qubit(sub, u, tw[0], m, ip) if len(tw) == 1 else \
                 kernels.apply_matrix(sub, u, tw, m)
-        if data.kind == "ctrl":
-            if len(targets) == 1:
-                return kernels.apply_controlled_one_qubit(state, op.wires[0], targets[0], u, n,
-                                                          inplace)
-            return kernels.apply_controlled(state, op.wires[:1], target_apply, n, inplace)
-        return _controlled_derivative(state, op.wires[0], target_apply, n)
+        if data.kind == "ctrl" and k == 1 and len(targets) == 1:
+            return kernels.apply_controlled_one_qubit(state, controls[0], targets[0], u, n,
+                                                      inplace)
+        return kernels.apply_controlled(state, controls, target_apply, n, inplace,
+                                        zero_rest=data.kind == "dctrl")
     u = kernels.as_batch_matrix(v, state.dtype)
     if len(op.wires) == 1:
         return kernels.apply_one_qubit(state, u, op.wires[0], n, inplace)
     out = kernels.apply_matrix(state, u, op.wires, n)
     return state.copy_(out) if inplace else out
 
-
-def _controlled_derivative(state, c: int, target_apply, n: int):
-    """``|1><1|_c (x) dV`` applied functionally: the control-0 half becomes zero."""
-    b = state.shape[0]
-    s = state.view(b, *([2] * n))
-    s1 = s.select(1 + c, 1)
-    wmap = {w: (w if w < c else w - 1) for w in range(n) if w != c}
-    new1 = target_apply(s1.reshape(b, 2 ** (n - 1)), n - 1, wmap, False).view(s1.shape)
-    return torch.stack([torch.zeros_like(new1), new1], dim=1 + c).reshape(state.shape)

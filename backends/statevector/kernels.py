@@ -171,26 +171,32 @@ def control_slice(state: torch.Tensor, controls, n: int):
     return sub, {w: i for i, w in enumerate(rest)}
 
 
-def apply_controlled(state, controls, target_apply, n: int, inplace=False):
-    """Apply ``target_apply(sub (B, 2**m), m, wire_map, inplace)`` to the control-1 slice only.
+def apply_controlled(state, controls, target_apply, n: int, inplace=False, zero_rest=False):
+    """Apply ``target_apply(sub (B, 2**m), m, wire_map, inplace)`` to the slice where every
+    control wire is 1 (any number of controls); the rest is kept, or made zero with
+    ``zero_rest`` (a derivative ``|1..1><1..1| (x) dV``).
 
-    ``wire_map`` maps an original wire to its index in the slice. The functional mode supports
-    one control (callers use :func:`apply_matrix` for more).
+    ``wire_map`` maps an original wire to its index in the slice. The functional mode stacks
+    the kept (or zero) half back at each control axis: no dense matrix, autograd and vmap safe.
     """
     b = state.shape[0]
     m = n - len(controls)
-    if inplace:
+    if inplace and not zero_rest:
         sub, wmap = control_slice(state, controls, n)
         flat = sub.reshape(b, 2 ** m)
         res = target_apply(flat, m, wmap, True)
         if res.data_ptr() != sub.data_ptr():
             sub.copy_(res.view(sub.shape))
         return state
-    if len(controls) != 1:
-        raise ValueError("functional controlled application takes one control")
-    c = controls[0]
-    s = _axes_view(state, n)
-    s0, s1 = s.select(1 + c, 0), s.select(1 + c, 1)
-    wmap = {w: (w if w < c else w - 1) for w in range(n) if w != c}
-    new1 = target_apply(s1.reshape(b, 2 ** (n - 1)), n - 1, wmap, False)
-    return torch.stack([s0, new1.view(s1.shape)], dim=1 + c).reshape(state.shape)
+    rest = [w for w in range(n) if w not in controls]
+    wmap = {w: i for i, w in enumerate(rest)}
+
+    def on_slice(v, axes):  # axes: the control axes of v, highest first (selects keep the rest)
+        if not axes:
+            return target_apply(v.reshape(b, 2 ** m), m, wmap, False).view(v.shape)
+        a = axes[0]
+        other = v.select(a, 0)
+        return torch.stack([torch.zeros_like(other) if zero_rest else other,
+                            on_slice(v.select(a, 1), axes[1:])], dim=a)
+    out = on_slice(_axes_view(state, n), sorted((1 + c for c in controls), reverse=True))
+    return out.reshape(state.shape)

@@ -134,8 +134,9 @@ class Program:
         if kind == "diag":
             return self.add(DIAG, bits, 0, value, value.shape[-1])
         d = value.shape[-1]
-        if kind in ("ctrl", "dctrl"):
-            return self.add(DENSE, bits[1:], 1 << bits[0], value, d * d)
+        if kind in ("ctrl", "dctrl"):  # the target's matrix, every control in the mask
+            k = op.gate.controls
+            return self.add(DENSE, bits[k:], sum(1 << c for c in bits[:k]), value, d * d)
         return self.add(DENSE, bits, 0, value, d * d)
 
     def add_matrix(self, wire: int, u: torch.Tensor) -> None:
