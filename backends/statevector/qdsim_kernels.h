@@ -1848,15 +1848,61 @@ static int SFX(fz_pairs)(const R *m, int *io) {
         PF_AT(st, 2 * t_, sizeof(R)); PF_AT(st, 2 * t_ + olo, sizeof(R));                      \
         PF_AT(st, 2 * t_ + ohi, sizeof(R)); PF_AT(st, 2 * t_ + ohi + olo, sizeof(R));          \
     } while (0)
+/* The forms of a paired block's two 2x2 products (pc: pair 0's rows from its columns, then
+ * pair 1's) that need two vector products per output instead of four: every entry real (a
+ * Givens rotation, an excitation), real diagonals with imaginary off-diagonals (IsingXX, YY,
+ * XY, iSWAP), diagonal (IsingZZ). */
+#ifndef QD_FZ_FORMS_ONCE
+#define QD_FZ_FORMS_ONCE
+enum { FZ_GENERAL = 0, FZ_REAL, FZ_RX, FZ_DIAG };
+#endif
+static int SFX(fz_pair_form)(const R *pc) {
+    int real = 1, rx = 1, diag = 1;
+    for (int e = 0; e < 8; e++) {
+        const int on = e == 0 || e == 3 || e == 4 || e == 7;  /* a row from its own column */
+        real &= pc[2 * e + 1] == 0;
+        rx &= on ? pc[2 * e + 1] == 0 : pc[2 * e] == 0;
+        diag &= on || (pc[2 * e] == 0 && pc[2 * e + 1] == 0);
+    }
+    return real ? FZ_REAL : rx ? FZ_RX : diag ? FZ_DIAG : FZ_GENERAL;
+}
+/* the paired loop with outputs Y0-Y3 (expressions of a0-a3, their re/im swaps s0-s3 and the
+ * coefficient vectors); the arguments after Y3: the re/im swap */
+#define FZ_PAIRED(Y0, Y1, Y2, Y3, ...)                                                         \
+    FZ_RUNS({                                                                                  \
+        if (pf) FZ_PF(v + dv);                                                                 \
+        R *p = st + 2 * j;                                                                     \
+        V a0, a1, a2, a3;                                                                      \
+        memcpy(&a0, p + o0, sizeof(V)); memcpy(&a1, p + o1, sizeof(V));                        \
+        memcpy(&a2, p + o2, sizeof(V)); memcpy(&a3, p + o3, sizeof(V));                        \
+        QD_INREG(a0); QD_INREG(a1); QD_INREG(a2); QD_INREG(a3);                                \
+        V s0 = SHUF(a0, __VA_ARGS__), s1 = SHUF(a1, __VA_ARGS__);                              \
+        V s2 = SHUF(a2, __VA_ARGS__), s3 = SHUF(a3, __VA_ARGS__);                              \
+        (void)s0; (void)s1; (void)s2; (void)s3;                                                \
+        V y0 = Y0, y1 = Y1, y2 = Y2, y3 = Y3;                                                  \
+        memcpy(p + o4, &y0, sizeof(V)); memcpy(p + o5, &y1, sizeof(V));                        \
+        memcpy(p + o6, &y2, sizeof(V)); memcpy(p + o7, &y3, sizeof(V));                        \
+    })
+/* vectors [v0, v1) with j the first amplitude of vector v's group: computed once per run of
+ * vectors below the lowest inserted zero (contiguous: the next vector's group starts va
+ * amplitudes on) */
+#define FZ_RUNS(...)                                                                           \
+    for (i64 v = v0; v < v1;) {                                                                \
+        FZ_GROUP(v, j)                                                                         \
+        const i64 end_ = (v / run + 1) * run < v1 ? (v / run + 1) * run : v1;                  \
+        for (; v < end_; v++, j += va) __VA_ARGS__                                             \
+    }
 #define FZ_PART(NAME, NV, ...)                                                                 \
 typedef R SFX(NAME##_t) __attribute__((vector_size(NV * sizeof(R))));                          \
 QD_FMA static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R *pc,         \
-                             const i64 *o_, const R *m, i64 v0, i64 v1, const i64 *ins) {      \
+                             const i64 *o_, const R *m, i64 v0, i64 v1, const i64 *ins,        \
+                             int pf_ok) {                                                      \
     typedef SFX(NAME##_t) V;                                                                   \
     const i64 va = NV / 2, olo = (i64)2 << lo, ohi = (i64)2 << hi;                             \
     const i64 ma = ins[0], mb = ins[1], mc = ins[2], sb = ins[3];                              \
     const i64 rlo = olo * (i64)sizeof(R), dv = PF_BYTES / (NV * (i64)sizeof(R));               \
-    const int pf = pf_run(rlo >= 512 ? rlo : ohi * (i64)sizeof(R));                            \
+    const int pf = pf_ok && pf_run(rlo >= 512 ? rlo : ohi * (i64)sizeof(R));                   \
+    const i64 run = ma + 1 > va ? (ma + 1) / va : 1;  /* vectors per contiguous run */         \
     if (paired) {                                                                              \
         V Vr[8], Vi[8];                                                                        \
         for (int e = 0; e < 8; e++)                                                            \
@@ -1866,22 +1912,24 @@ QD_FMA static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R
             }                                                                                  \
         const i64 o0 = o_[0], o1 = o_[1], o2 = o_[2], o3 = o_[3];                              \
         const i64 o4 = o_[4], o5 = o_[5], o6 = o_[6], o7 = o_[7];                              \
-        for (i64 v = v0; v < v1; v++) {                                                        \
-            FZ_GROUP(v, j)                                                                     \
-            if (pf) FZ_PF(v + dv);                                                             \
-            R *p = st + 2 * j;                                                                 \
-            V a0, a1, a2, a3;                                                                  \
-            memcpy(&a0, p + o0, sizeof(V)); memcpy(&a1, p + o1, sizeof(V));                    \
-            memcpy(&a2, p + o2, sizeof(V)); memcpy(&a3, p + o3, sizeof(V));                    \
-            QD_INREG(a0); QD_INREG(a1); QD_INREG(a2); QD_INREG(a3);                            \
-            V s0 = SHUF(a0, __VA_ARGS__), s1 = SHUF(a1, __VA_ARGS__);                          \
-            V s2 = SHUF(a2, __VA_ARGS__), s3 = SHUF(a3, __VA_ARGS__);                          \
-            V y0 = Vr[0] * a0 + Vi[0] * s0 + Vr[1] * a1 + Vi[1] * s1;                          \
-            V y1 = Vr[2] * a0 + Vi[2] * s0 + Vr[3] * a1 + Vi[3] * s1;                          \
-            V y2 = Vr[4] * a2 + Vi[4] * s2 + Vr[5] * a3 + Vi[5] * s3;                          \
-            V y3 = Vr[6] * a2 + Vi[6] * s2 + Vr[7] * a3 + Vi[7] * s3;                          \
-            memcpy(p + o4, &y0, sizeof(V)); memcpy(p + o5, &y1, sizeof(V));                    \
-            memcpy(p + o6, &y2, sizeof(V)); memcpy(p + o7, &y3, sizeof(V));                    \
+        switch (SFX(fz_pair_form)(pc)) {                                                       \
+        case FZ_REAL:                                                                          \
+            FZ_PAIRED(Vr[0] * a0 + Vr[1] * a1, Vr[2] * a0 + Vr[3] * a1,                        \
+                      Vr[4] * a2 + Vr[5] * a3, Vr[6] * a2 + Vr[7] * a3, __VA_ARGS__);          \
+            break;                                                                             \
+        case FZ_RX:                                                                            \
+            FZ_PAIRED(Vr[0] * a0 + Vi[1] * s1, Vi[2] * s0 + Vr[3] * a1,                        \
+                      Vr[4] * a2 + Vi[5] * s3, Vi[6] * s2 + Vr[7] * a3, __VA_ARGS__);          \
+            break;                                                                             \
+        case FZ_DIAG:                                                                          \
+            FZ_PAIRED(Vr[0] * a0 + Vi[0] * s0, Vr[3] * a1 + Vi[3] * s1,                        \
+                      Vr[4] * a2 + Vi[4] * s2, Vr[7] * a3 + Vi[7] * s3, __VA_ARGS__);          \
+            break;                                                                             \
+        default:                                                                               \
+            FZ_PAIRED(Vr[0] * a0 + Vi[0] * s0 + Vr[1] * a1 + Vi[1] * s1,                       \
+                      Vr[2] * a0 + Vi[2] * s0 + Vr[3] * a1 + Vi[3] * s1,                       \
+                      Vr[4] * a2 + Vi[4] * s2 + Vr[5] * a3 + Vi[5] * s3,                       \
+                      Vr[6] * a2 + Vi[6] * s2 + Vr[7] * a3 + Vi[7] * s3, __VA_ARGS__);         \
         }                                                                                      \
         return;                                                                                \
     }                                                                                          \
@@ -1891,8 +1939,7 @@ QD_FMA static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R
             Vr[e][l] = m[2 * e];                                                               \
             Vi[e][l] = (l & 1) ? m[2 * e + 1] : -m[2 * e + 1];                                 \
         }                                                                                      \
-    for (i64 v = v0; v < v1; v++) {                                                            \
-        FZ_GROUP(v, j)                                                                         \
+    FZ_RUNS({                                                                                  \
         if (pf) FZ_PF(v + dv);                                                                 \
         R *p = st + 2 * j;                                                                     \
         V a0, a1, a2, a3;                                                                      \
@@ -1908,7 +1955,7 @@ QD_FMA static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R
                    Vi[4 * r + 3] * s3;                                                         \
         memcpy(p, &y[0], sizeof(V)); memcpy(p + olo, &y[1], sizeof(V));                        \
         memcpy(p + ohi, &y[2], sizeof(V)); memcpy(p + ohi + olo, &y[3], sizeof(V));            \
-    }                                                                                          \
+    })                                                                                         \
 }
 #if RBYTES == 4
 FZ_PART(fz_part16, 16, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14)
@@ -1917,21 +1964,26 @@ FZ_PART(fz_part8, 8, 1, 0, 3, 2, 5, 4, 7, 6)
 FZ_PART(fz_part4, 4, 1, 0, 3, 2)
 FZ_PART(fz_part2, 2, 1, 0)
 #undef FZ_PART
+#undef FZ_PAIRED
+#undef FZ_RUNS
 #undef FZ_PF
 #undef FZ_GROUP
 
 /* The widest vector part for lo: reals per vector. ins: the masks of the zeros inserted
  * into a vector's group index (ascending bits; the last all ones unless a selector bit is
- * fixed) and the selector's value there. */
+ * fixed) and the selector's value there. pf_ok: the state is large enough for the middle-bit
+ * prefetches (below PF_LIGHT_LO bytes it stays in the core's caches, where they cost up to
+ * 20%, measured). */
 static void SFX(fz_part)(R *restrict st, int hi, int lo, int paired, const R *pc,
-                         const i64 *o, const R *m, i64 v0, i64 v1, int nv, const i64 *ins) {
+                         const i64 *o, const R *m, i64 v0, i64 v1, int nv, const i64 *ins,
+                         int pf_ok) {
     switch (nv) {
 #if RBYTES == 4
-    case 16: SFX(fz_part16)(st, hi, lo, paired, pc, o, m, v0, v1, ins); break;
+    case 16: SFX(fz_part16)(st, hi, lo, paired, pc, o, m, v0, v1, ins, pf_ok); break;
 #endif
-    case 8: SFX(fz_part8)(st, hi, lo, paired, pc, o, m, v0, v1, ins); break;
-    case 4: SFX(fz_part4)(st, hi, lo, paired, pc, o, m, v0, v1, ins); break;
-    default: SFX(fz_part2)(st, hi, lo, paired, pc, o, m, v0, v1, ins); break;
+    case 8: SFX(fz_part8)(st, hi, lo, paired, pc, o, m, v0, v1, ins, pf_ok); break;
+    case 4: SFX(fz_part4)(st, hi, lo, paired, pc, o, m, v0, v1, ins, pf_ok); break;
+    default: SFX(fz_part2)(st, hi, lo, paired, pc, o, m, v0, v1, ins, pf_ok); break;
     }
 }
 #endif
@@ -1981,7 +2033,8 @@ static void SFX(fz_lane_coeffs)(const R *m, int hi, int lo, R (*A)[16], R (*B)[1
 #endif
 /* groups [g0, g1) of the outer form (groups at hi = 0; partner + ohi reals) and of the inner
  * form (every group); XL: the flip of lo, XH: of hi, XB: of both */
-#define FZL_OUTER(XL)                                                                          \
+#define FZL_T(M, k, E) ((((M) >> (k)) & 1) ? (E) : Z)
+#define FZL_OUTER(XL, MA, MB)                                                                  \
     for (i64 g = g0; g < g1; g++) {                                                            \
         i64 G = ((g & ~mh) << 1) | (g & mh);                                                   \
         if (pf) {                                                                              \
@@ -1994,60 +2047,103 @@ static void SFX(fz_lane_coeffs)(const R *m, int hi, int lo, R (*A)[16], R (*B)[1
         memcpy(&v0, p, sizeof v0); memcpy(&v1, p + ohi, sizeof v1);                            \
         QD_INREG(v0); QD_INREG(v1);                                                            \
         const V f0 = SHUF(v0, XL), f1 = SHUF(v1, XL);                                          \
-        const V y0 = A[0] * v0 + A[1] * f0 + A[2] * v1 + A[3] * f1 +                           \
-                     SHUF(B[0] * v0 + B[1] * f0 + B[2] * v1 + B[3] * f1, FZL_X1);              \
-        const V y1 = A[4] * v0 + A[5] * f0 + A[6] * v1 + A[7] * f1 +                           \
-                     SHUF(B[4] * v0 + B[5] * f0 + B[6] * v1 + B[7] * f1, FZL_X1);              \
+        const V y0 = FZL_T(MA, 0, A[0] * v0) + FZL_T(MA, 1, A[1] * f0) +                       \
+                     FZL_T(MA, 2, A[2] * v1) + FZL_T(MA, 3, A[3] * f1) +                       \
+                     ((MB) & 15 ? SHUF(FZL_T(MB, 0, B[0] * v0) + FZL_T(MB, 1, B[1] * f0) +     \
+                                       FZL_T(MB, 2, B[2] * v1) + FZL_T(MB, 3, B[3] * f1),      \
+                                       FZL_X1) : Z);                                           \
+        const V y1 = FZL_T(MA, 4, A[4] * v0) + FZL_T(MA, 5, A[5] * f0) +                       \
+                     FZL_T(MA, 6, A[6] * v1) + FZL_T(MA, 7, A[7] * f1) +                       \
+                     ((MB) & 240 ? SHUF(FZL_T(MB, 4, B[4] * v0) + FZL_T(MB, 5, B[5] * f0) +    \
+                                        FZL_T(MB, 6, B[6] * v1) + FZL_T(MB, 7, B[7] * f1),     \
+                                        FZL_X1) : Z);                                          \
         memcpy(p, &y0, sizeof y0); memcpy(p + ohi, &y1, sizeof y1);                            \
     }
-#define FZL_INNER(XL, XH, XB)                                                                  \
+#define FZL_INNER(XL, XH, XB, MA, MB)                                                          \
     for (i64 g = g0; g < g1; g++) {                                                            \
         R *p = st + FZL_NV * g;                                                                \
         V v;                                                                                   \
         memcpy(&v, p, sizeof v);                                                               \
         QD_INREG(v);                                                                           \
         const V fl = SHUF(v, XL), fh = SHUF(v, XH), fb = SHUF(v, XB);                          \
-        const V y = A[0] * v + A[1] * fl + A[2] * fh + A[3] * fb +                             \
-                    SHUF(B[0] * v + B[1] * fl + B[2] * fh + B[3] * fb, FZL_X1);                \
+        const V y = FZL_T(MA, 0, A[0] * v) + FZL_T(MA, 1, A[1] * fl) +                         \
+                    FZL_T(MA, 2, A[2] * fh) + FZL_T(MA, 3, A[3] * fb) +                        \
+                    ((MB) ? SHUF(FZL_T(MB, 0, B[0] * v) + FZL_T(MB, 1, B[1] * fl) +            \
+                                 FZL_T(MB, 2, B[2] * fh) + FZL_T(MB, 3, B[3] * fb), FZL_X1)    \
+                          : Z);                                                                \
         memcpy(p, &y, sizeof y);                                                               \
     }
+/* The terms a block's lane coefficients use (a bit per term: outer y0 from v0, f0, v1, f1,
+ * then y1 from the same; inner v, fl, fh, fb), of the real parts (A) and the imaginary
+ * parts (B), and the forms whose loops skip the others: a diagonal (IsingZZ: each amplitude
+ * from itself), the pairs that flip both bits (IsingXX/YY/XY, iSWAP: a real diagonal and
+ * imaginary partners; a Givens rotation or excitation: all real; any such pairs). */
+#define FZL_SUB(m, f) (((m) & ~(f)) == 0)
+#define FZL_FORMS(LOOP, DG, FB, FBP, ALL)                                                      \
+    if (FZL_SUB(ma, DG) && FZL_SUB(mb, DG)) { LOOP(DG, DG) }                                   \
+    else if (FZL_SUB(ma, FB) && mb == 0) { LOOP(FB, 0) }                                       \
+    else if (FZL_SUB(ma, DG) && FZL_SUB(mb, FBP)) { LOOP(DG, FBP) }                            \
+    else if (FZL_SUB(ma, FB) && FZL_SUB(mb, FB)) { LOOP(FB, FB) }                              \
+    else { LOOP(ALL, ALL) }
 typedef R SFX(vl) __attribute__((vector_size(64)));
 QD_FMA static void SFX(fz_lane_part)(R *restrict st, int hi, int lo, const R (*A_)[16],
-                                     const R (*B_)[16], i64 g0, i64 g1) {
+                                     const R (*B_)[16], i64 g0, i64 g1, int pf_ok) {
     typedef SFX(vl) V;
     V A[8], B[8];
+    const V Z = {0};
+    int ma = 0, mb = 0;
     for (int q = 0; q < 8; q++) {
         memcpy(&A[q], A_[q], sizeof(V));
         V b;
         memcpy(&b, B_[q], sizeof(V));
         B[q] = SHUF(b, FZL_X1);  /* B x[e ^ 1] = (Bs x) re/im swapped */
+        for (int l = 0; l < FZL_NV && (q < 4 || hi >= FZL_GB); l++) {  /* inner: 4 terms */
+            ma |= (A_[q][l] != 0) << q;
+            mb |= (B_[q][l] != 0) << q;
+        }
     }
     if (hi >= FZL_GB) {
         const i64 ohi = (i64)2 << hi, mh = ((i64)1 << (hi - FZL_GB)) - 1;
         const i64 dv = PF_BYTES / 64;
-        const int pf = pf_run(ohi * (i64)sizeof(R));
+        const int pf = pf_ok && pf_run(ohi * (i64)sizeof(R));
+        /* diagonal: y0 from v0, y1 from v1; both-bit partners: y0 from f1, y1 from f0 */
+#define FZL_O2(MA, MB) FZL_OUTER(FZL_X2, MA, MB)
+#define FZL_O4(MA, MB) FZL_OUTER(FZL_X4, MA, MB)
 #if RBYTES == 4
+#define FZL_O8(MA, MB) FZL_OUTER(FZL_X8, MA, MB)
         switch (lo) {
-        case 0: FZL_OUTER(FZL_X2) break;
-        case 1: FZL_OUTER(FZL_X4) break;
-        default: FZL_OUTER(FZL_X8) break;
+        case 0: FZL_FORMS(FZL_O2, 0x41, 0x69, 0x28, 0xff) break;
+        case 1: FZL_FORMS(FZL_O4, 0x41, 0x69, 0x28, 0xff) break;
+        default: FZL_FORMS(FZL_O8, 0x41, 0x69, 0x28, 0xff) break;
         }
+#undef FZL_O8
 #else
-        if (lo == 0) FZL_OUTER(FZL_X2)
-        else FZL_OUTER(FZL_X4)
+        if (lo == 0) { FZL_FORMS(FZL_O2, 0x41, 0x69, 0x28, 0xff) }
+        else { FZL_FORMS(FZL_O4, 0x41, 0x69, 0x28, 0xff) }
 #endif
+#undef FZL_O2
+#undef FZL_O4
         return;
     }
+#define FZL_I246(MA, MB) FZL_INNER(FZL_X2, FZL_X4, FZL_X6, MA, MB)
 #if RBYTES == 4
-    if (hi == 1) FZL_INNER(FZL_X2, FZL_X4, FZL_X6)       /* lo = 0 */
-    else if (lo == 0) FZL_INNER(FZL_X2, FZL_X8, FZL_X10) /* hi = 2 */
-    else FZL_INNER(FZL_X4, FZL_X8, FZL_X12)              /* hi = 2, lo = 1 */
+#define FZL_I2810(MA, MB) FZL_INNER(FZL_X2, FZL_X8, FZL_X10, MA, MB)
+#define FZL_I4812(MA, MB) FZL_INNER(FZL_X4, FZL_X8, FZL_X12, MA, MB)
+    if (hi == 1) { FZL_FORMS(FZL_I246, 0x1, 0x9, 0x8, 0xf) }           /* lo = 0 */
+    else if (lo == 0) { FZL_FORMS(FZL_I2810, 0x1, 0x9, 0x8, 0xf) }     /* hi = 2 */
+    else { FZL_FORMS(FZL_I4812, 0x1, 0x9, 0x8, 0xf) }                  /* hi = 2, lo = 1 */
+#undef FZL_I2810
+#undef FZL_I4812
 #else
-    FZL_INNER(FZL_X2, FZL_X4, FZL_X6)                    /* hi = 1, lo = 0 */
+    FZL_FORMS(FZL_I246, 0x1, 0x9, 0x8, 0xf)                            /* hi = 1, lo = 0 */
 #endif
+#undef FZL_I246
 }
 #undef FZL_OUTER
 #undef FZL_INNER
+#undef FZL_T
+#undef FZL_SUB
+#undef FZL_FORMS
 #undef FZL_X1
 #undef FZL_X2
 #undef FZL_X4
@@ -2062,16 +2158,17 @@ static void SFX(fz_lane)(R *st, int nbits, int hi, int lo, const R *m, int par) 
     R A[8][16], B[8][16];
     SFX(fz_lane_coeffs)(m, hi, lo, A, B);
     const i64 ng = (i64)1 << (nbits - FZL_GB - (hi >= FZL_GB));
+    const int pf_ok = (RSIZE << (nbits + 1)) >= PF_LIGHT_LO;  /* as fz_part */
     if (par > 1 && nbits >= PAR_MIN_BITS) {
 #pragma omp parallel num_threads(par)
         {
             i64 g0, g1;
             share(ng, THREAD_ID, NUM_THREADS, &g0, &g1);
-            SFX(fz_lane_part)(st, hi, lo, (const R(*)[16])A, (const R(*)[16])B, g0, g1);
+            SFX(fz_lane_part)(st, hi, lo, (const R(*)[16])A, (const R(*)[16])B, g0, g1, pf_ok);
         }
         return;
     }
-    SFX(fz_lane_part)(st, hi, lo, (const R(*)[16])A, (const R(*)[16])B, 0, ng);
+    SFX(fz_lane_part)(st, hi, lo, (const R(*)[16])A, (const R(*)[16])B, 0, ng, pf_ok);
 }
 #undef FZL_NV
 #undef FZL_GB
@@ -2123,18 +2220,21 @@ static void SFX(fz_apply2)(R *st, int nbits, int hi, int lo, const R *m, int par
     int nv = 64 / (int)sizeof(R);  /* reals per vector: 64 bytes, or 2^lo amplitudes */
     while (nv > 2 && ((i64)nv >> 1) > ((i64)1 << lo)) nv >>= 1;
     const i64 nvec = ngr / (nv / 2);
+    const int pf_ok = (RSIZE << (nbits + 1)) >= PF_LIGHT_LO;
     if (par > 1 && nbits >= PAR_MIN_BITS) {  /* both halves in one region */
 #pragma omp parallel num_threads(par)
         {
             i64 v0, v1;
             share(nvec, THREAD_ID, NUM_THREADS, &v0, &v1);
             for (int h = 0; h < nh; h++)
-                SFX(fz_part)(st, hi, lo, paired[h], pc[h], o[h], h ? m1 : m, v0, v1, nv, ins[h]);
+                SFX(fz_part)(st, hi, lo, paired[h], pc[h], o[h], h ? m1 : m, v0, v1, nv, ins[h],
+                             pf_ok);
         }
         return;
     }
     for (int h = 0; h < nh; h++)
-        SFX(fz_part)(st, hi, lo, paired[h], pc[h], o[h], h ? m1 : m, 0, nvec, nv, ins[h]);
+        SFX(fz_part)(st, hi, lo, paired[h], pc[h], o[h], h ? m1 : m, 0, nvec, nv, ins[h],
+                     pf_ok);
 #else
     (void)pc; (void)paired; (void)o;
     for (int h = 0; h < nh; h++) {
