@@ -1,10 +1,11 @@
 """One gate at a time: qdiff's native kernels against qulacs, qsim, lightning.qubit and Aer,
 RX, Rot (the general one-qubit gate) and CNOT on the low, middle and high bits, complex128 and
-complex64, against the memory-bandwidth floor.
+complex64, against the memory-bandwidth floor; ``--kinds`` picks other gates (RZ, H, CZ, SWAP,
+IsingXX, IsingZZ, SingleExcitation).
 
 Bits count from the least significant bit of the basis index: low = bits (1, 0), middle =
-(n/2, n/2 - 1), high = (n-1, n-2) for CNOT (control, target) and the second of them for
-one-qubit gates. The floor is 2 * (bytes of the state) / copy bandwidth measured in the same
+(n/2, n/2 - 1), high = (n-1, n-2) for two-bit gates (CNOT: control, target) and the second of
+them for one-qubit gates. The floor is 2 * (bytes of the state) / copy bandwidth measured in the same
 run. CPU time, 1 thread, median of ``--reps`` calls; ``--runs`` interleaved rounds give the
 median and range (in a round, each row's simulators run back to back).
 
@@ -24,8 +25,10 @@ n = 16, 16 at n = 20, 8 at n = 22).
   (``StateVectorC128/C64.RX/Rot/CNOT``: no qnode or tape, which add Python work per op);
   t_empty is K calls of its Identity kernel;
 - qulacs: one ``QuantumCircuit`` of K gates (it applies them one by one: no fusion unless a
-  circuit optimiser is called), Rot as one U3 gate;
-- Aer: one circuit of K gates with ``fusion_enable=False``, Rot as one U gate;
+  circuit optimiser is called), Rot as one U3 gate, IsingXX/ZZ as its Pauli-rotation gate,
+  SingleExcitation as its dense two-qubit gate;
+- Aer: one circuit of K gates with ``fusion_enable=False``, Rot as one U gate,
+  SingleExcitation as its dense two-qubit ``unitary``;
 - qsim: fuses gates on the same qubits whatever ``max_fused_gate_size`` (measured: 16 copies
   cost about 1/16 of one), so its figure is its ONE-gate circuit with
   ``max_fused_gate_size=1`` minus the empty circuit (3x ``--reps`` calls), marked ``(1)``:
@@ -37,7 +40,7 @@ and shares memory passes in cache tiles or chunks; lightning through its qnode):
 makes of a run of equal gates, not the cost of a gate.
 
     OMP_NUM_THREADS=1 python bench/bench_native_gates.py [--sizes 16 20 22] [--runs 3]
-        [--mode per-gate|fused] [--gates K]
+        [--mode per-gate|fused] [--gates K] [--kinds rx rot cx]
 """
 from __future__ import annotations
 
@@ -55,7 +58,9 @@ from native_peers import KERNEL_MAKERS, MAKERS, available, copy_bandwidth, cpu_t
 
 warnings.filterwarnings("ignore")
 DTYPES = {"c128": torch.complex128, "c64": torch.complex64}
-GATES = {"rx": (0.37,), "rot": (0.3, 1.1, -0.7), "cx": ()}
+GATES = {"rx": (0.37,), "rot": (0.3, 1.1, -0.7), "cx": (), "rz": (0.37,), "h": (), "cz": (),
+         "swap": (), "isingxx": (0.37,), "isingzz": (0.37,), "single_excitation": (0.37,)}
+TWO_BIT = ("cx", "cz", "swap", "isingxx", "isingzz", "single_excitation")
 
 
 def placements(n):
@@ -63,8 +68,8 @@ def placements(n):
 
 
 def ops_for(gate, bits, count):
-    if gate == "cx":
-        return [("cx", bits, ())] * count
+    if gate in TWO_BIT:
+        return [(gate, bits, GATES[gate])] * count
     return [(gate, (bits[1],), GATES[gate])] * count
 
 
@@ -111,11 +116,11 @@ def timed_pair(name, n, gate, bits, cdtype, count, reps, mode):
             cpu_time(MAKERS[name](n, [], cdtype), reps), count)
 
 
-def one_round(n, sims, count, reps, out, mode):
+def one_round(n, sims, count, reps, out, mode, kinds):
     """Every row once: a row's simulators back to back (the machine's state then moves its
     ratios least)."""
     for dt, cdtype in DTYPES.items():
-        for gate in GATES:
+        for gate in kinds:
             for where, bits in placements(n).items():
                 for name in sims[dt]:
                     t, empty, k = timed_pair(name, n, gate, bits, cdtype, count, reps, mode)
@@ -133,6 +138,8 @@ def main():
     ap.add_argument("--mode", choices=("per-gate", "fused"), default="per-gate",
                     help="per-gate: one pass per gate for everyone (default); fused: a run of "
                          "copies with each simulator's own optimisations")
+    ap.add_argument("--kinds", nargs="+", default=["rx", "rot", "cx"], choices=list(GATES),
+                    help="gates to time (default: rx rot cx)")
     ap.add_argument("--sims", nargs="+", default=None,
                     help="simulators to time (default: qdiff and every available peer)")
     args = ap.parse_args()
@@ -162,7 +169,7 @@ def main():
     out = {}
     for r in range(args.runs):
         for n in args.sizes:
-            one_round(n, sims, copies[n], args.reps, out, args.mode)
+            one_round(n, sims, copies[n], args.reps, out, args.mode, args.kinds)
         print(f"round {r + 1}/{args.runs} done", file=sys.stderr, flush=True)
     for dt in DTYPES:
         peers = [s for s in sims[dt] if s != "qdiff"]
@@ -174,7 +181,7 @@ def main():
         print("|---" * (6 + len(peers) + 1) + "|")
         for n in args.sizes:
             floor = 2 * (2 ** n) * (16 if dt == "c128" else 8) / bw
-            for gate in GATES:
+            for gate in args.kinds:
                 for where in placements(n):
                     q = out[(n, dt, gate, where, "qdiff")]
                     ts = {p: out[(n, dt, gate, where, p)] for p in peers}

@@ -3,7 +3,9 @@
 benchmarks (``bench_native_gates.py``, ``bench_native_sel.py``, ``bench_native_threads.py``).
 
 A circuit is a list of ``(name, bits, angles)`` with name in ``rx``, ``rot`` (RZ RY RZ, the
-general one-qubit gate), ``cx``; ``bits`` count from the least significant bit of the basis
+general one-qubit gate), ``cx``, and for the per-gate table of further gates ``rz``, ``h``,
+``cz``, ``swap``, ``isingxx``, ``isingzz``, ``single_excitation`` (two-bit gates on
+``bits = (first, second)``); ``bits`` count from the least significant bit of the basis
 index (qdiff wire ``n - 1 - bit``), so every simulator acts on the same amplitudes whatever its
 own qubit order. Each ``make_*`` returns ``run()`` that evolves a fresh |0...0> state through
 the circuit and returns nothing; peers that cannot skip returning the state return it
@@ -130,8 +132,25 @@ def make_qulacs(n: int, ops, cdtype=torch.complex128):
             circ.add_RX_gate(bits[0], a[0])
         elif name == "rot":  # RZ(omega) RY(theta) RZ(phi) as one U3 up to a phase
             circ.add_U3_gate(bits[0], a[1], a[0], a[2])
-        else:
+        elif name == "cx":
             circ.add_CNOT_gate(bits[0], bits[1])
+        elif name == "rz":
+            circ.add_RZ_gate(bits[0], a[0])
+        elif name == "h":
+            circ.add_H_gate(bits[0])
+        elif name == "cz":
+            circ.add_CZ_gate(bits[0], bits[1])
+        elif name == "swap":
+            circ.add_SWAP_gate(bits[0], bits[1])
+        elif name in ("isingxx", "isingzz"):  # its Pauli-rotation gate
+            pauli = 1 if name == "isingxx" else 3
+            circ.add_multi_Pauli_rotation_gate(list(bits), [pauli, pauli], a[0])
+        elif name == "single_excitation":  # its dense two-qubit gate
+            c, s_ = math.cos(a[0] / 2), math.sin(a[0] / 2)
+            m = np.array([[1, 0, 0, 0], [0, c, -s_, 0], [0, s_, c, 0], [0, 0, 0, 1]])
+            circ.add_dense_matrix_gate(list(bits), m)
+        else:
+            raise ValueError(f"qulacs: no mapping for {name!r}")
     state = qulacs.QuantumState(n)
 
     def run():
@@ -149,19 +168,41 @@ def make_qsim(n: int, ops, cdtype=torch.complex64, fuse: bool = True):
     wire = lambda b: q[n - 1 - b]  # noqa: E731
     moments = []
     for name, bits, a in ops:
+        w = [wire(b) for b in bits]
         if name == "rx":
-            moments.append(cirq.rx(a[0]).on(wire(bits[0])))
+            moments.append(cirq.rx(a[0]).on(w[0]))
         elif name == "rot":
-            t = wire(bits[0])
-            moments += [cirq.rz(a[0]).on(t), cirq.ry(a[1]).on(t), cirq.rz(a[2]).on(t)]
+            moments += [cirq.rz(a[0]).on(w[0]), cirq.ry(a[1]).on(w[0]), cirq.rz(a[2]).on(w[0])]
+        elif name == "cx":
+            moments.append(cirq.CNOT(*w))
+        elif name == "rz":
+            moments.append(cirq.rz(a[0]).on(w[0]))
+        elif name == "h":
+            moments.append(cirq.H(w[0]))
+        elif name == "cz":
+            moments.append(cirq.CZ(*w))
+        elif name == "swap":
+            moments.append(cirq.SWAP(*w))
+        elif name == "isingxx":
+            moments.append(cirq.XXPowGate(exponent=a[0] / math.pi).on(*w))
+        elif name == "isingzz":
+            moments.append(cirq.ZZPowGate(exponent=a[0] / math.pi).on(*w))
+        elif name == "single_excitation":
+            moments.append(cirq.givens(a[0] / 2).on(*w))
         else:
-            moments.append(cirq.CNOT(wire(bits[0]), wire(bits[1])))
+            raise ValueError(f"qsim: no mapping for {name!r}")
     circuit = cirq.Circuit(moments)
     opts = dict(cpu_threads=torch.get_num_threads())
     if not fuse:  # gates stay one matrix each (one-qubit gates on one qubit may still merge)
         opts["max_fused_gate_size"] = 1
     sim = qsimcirq.QSimSimulator(qsimcirq.QSimOptions(**opts))
     return lambda: sim.simulate(circuit, qubit_order=q)
+
+
+# PennyLane's names (lightning.qubit's kernels carry the same)
+PL_NAMES = {"rx": "RX", "rot": "Rot", "cx": "CNOT", "id": "Identity", "rz": "RZ", "h": "Hadamard",
+            "cz": "CZ", "swap": "SWAP", "isingxx": "IsingXX", "isingzz": "IsingZZ",
+            "single_excitation": "SingleExcitation"}
 
 
 def make_lightning(n: int, ops, cdtype=torch.complex128):
@@ -172,13 +213,7 @@ def make_lightning(n: int, ops, cdtype=torch.complex128):
     @qml.qnode(dev)
     def circuit():
         for name, bits, a in ops:
-            wires = [n - 1 - b for b in bits]
-            if name == "rx":
-                qml.RX(a[0], wires=wires[0])
-            elif name == "rot":
-                qml.Rot(*a, wires=wires[0])
-            else:
-                qml.CNOT(wires=wires)
+            getattr(qml, PL_NAMES[name])(*a, wires=[n - 1 - b for b in bits])
         return qml.state()
     return circuit
 
@@ -193,7 +228,7 @@ def make_lightning_kernels(n: int, ops, cdtype=torch.complex128):
     calls = []
     for name, bits, a in ops:
         wires = [n - 1 - b for b in bits]
-        kernel = {"rx": sv.RX, "rot": sv.Rot, "cx": sv.CNOT, "id": sv.Identity}[name]
+        kernel = getattr(sv, PL_NAMES[name])
         calls.append((kernel, wires, list(a)))
 
     def run():
@@ -208,12 +243,14 @@ def make_aer(n: int, ops, cdtype=torch.complex128, fuse: bool = True):
     from qiskit_aer import AerSimulator
     qc = QuantumCircuit(n)
     for name, bits, a in ops:
-        if name == "rx":
-            qc.rx(a[0], bits[0])
-        elif name == "rot":  # RZ(omega) RY(theta) RZ(phi) as one U gate up to a phase
+        if name == "rot":  # RZ(omega) RY(theta) RZ(phi) as one U gate up to a phase
             qc.u(a[1], a[0], a[2], bits[0])
+        elif name == "single_excitation":  # its dense two-qubit gate
+            c, s_ = math.cos(a[0] / 2), math.sin(a[0] / 2)
+            qc.unitary(np.array([[1, 0, 0, 0], [0, c, -s_, 0], [0, s_, c, 0], [0, 0, 0, 1]]),
+                       list(bits))
         else:
-            qc.cx(bits[0], bits[1])
+            getattr(qc, {"isingxx": "rxx", "isingzz": "rzz"}.get(name, name))(*a, *bits)
     qc.save_statevector()
     sim = AerSimulator(method="statevector", max_parallel_threads=torch.get_num_threads(),
                        precision="double" if cdtype == torch.complex128 else "single",
