@@ -462,7 +462,7 @@ static void SFX(apply_range)(R *st, int nbits, const gate_t *g, const R *u_in, i
     }
 #endif
     if (g->k == 1 && g->tmask < 8 && nbits >= 3 + __builtin_popcountll(g->cmask >> 3) &&
-        (g->cmask >> nbits) == 0 && !(g->kind == K_DIAG && g->cmask == 0)) {
+        (g->cmask >> nbits) == 0) {
 #if QD_VEC
         if (g->kind == K_FLIP) {
             SFX(flip_low_1q)(s, nbits, g, par_);
