@@ -737,3 +737,20 @@ def test_a_hermitian_observable_measured_twice_reads_one_draw():
     torch.testing.assert_close(e, s.mean(), atol=1e-12, rtol=0)
     torch.testing.assert_close(v, (s ** 2).mean() - s.mean() ** 2, atol=1e-12, rtol=0)
     torch.testing.assert_close(ed, (2.0 - 3.0 * bits[:, 0].double()).mean(), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["statevector", "mixed"])
+def test_sample_and_counts_of_no_wires_next_to_other_measurements(name):
+    """sample/counts of an empty wire list read nothing: ``(..., shots, 0)`` bits and the
+    empty bit string counted once per shot, beside measurements that do draw."""
+    dev = qd.device(name, wires=2, shots=6, seed=3)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RX(x, wires=0)
+        return qd.sample(wires=[]), qd.counts(wires=[]), qd.probs(wires=[]), qd.sample(wires=[0])
+    empty, counts, p, bits = f(torch.tensor([0.3, 2.1], dtype=torch.float64))
+    assert empty.shape == (2, 6, 0) and empty.dtype == torch.int64
+    assert counts == [{"": 6}, {"": 6}]
+    torch.testing.assert_close(p, torch.ones(2, 1, dtype=torch.float64))
+    assert bits.shape == (2, 6, 1)

@@ -197,6 +197,8 @@ class ShotPlan:
     def bits(self, handle, wires) -> torch.Tensor:
         """``(B, shots, k)`` int64 bits of ``wires`` (wire order)."""
         g, _ = handle
+        if g is None:  # no wires: nothing drawn, no bits
+            return torch.zeros(self.batch, self.shots, 0, dtype=torch.int64, device=self.device)
         idx = self._drawn(g)
         k, pos = len(g.wires), {w: i for i, w in enumerate(g.wires)}
         shifts = torch.tensor([k - 1 - pos[w] for w in wires], device=idx.device)
