@@ -719,6 +719,8 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
             out = _run_nested(recorded, backend, rule, diff_method, shots, nested[0])
             if out is not None:
                 return out
+    if shots and torch.is_grad_enabled():
+        _refuse_sampled_trainable_matrix(circuit)
     if rule is BACKPROP or not needs_grad:
         return backend.run(circuit, theta, prep, shots=shots)
     if options is None or diff_method == "best":
@@ -728,6 +730,17 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
                              shots)
     return execute_with_rule(recorded, backend, rule, options, higher_order(diff_method, rule),
                              stacked=stacked, shots=shots)
+
+
+def _refuse_sampled_trainable_matrix(circuit) -> None:
+    """With shots, an expval/var of a Hermitian whose matrix requires grad has no derivative
+    to give: the samples, drawn in its eigenbasis, estimate its value (differentiating their
+    eigenvalues would drop the state's coherences in that basis)."""
+    for m in circuit.measurements:
+        if m.kind in ("expval", "var") and m.obs.has_trainable_matrix:
+            raise QdiffError(f"{m.kind}() with shots of an observable with a trainable matrix "
+                             f"(Hermitian) is not differentiable: the samples estimate its value "
+                             f"only; run exact (shots=None), or detach the matrix")
 
 
 def _with_samples(recorded, backend, rule: Rule, options, higher, shots) -> list:

@@ -737,3 +737,68 @@ def test_a_hermitian_observable_measured_twice_reads_one_draw():
     torch.testing.assert_close(e, s.mean(), atol=1e-12, rtol=0)
     torch.testing.assert_close(v, (s ** 2).mean() - s.mean() ** 2, atol=1e-12, rtol=0)
     torch.testing.assert_close(ed, (2.0 - 3.0 * bits[:, 0].double()).mean(), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["statevector", "mixed"])
+def test_sample_and_counts_of_no_wires_next_to_other_measurements(name):
+    """sample/counts of an empty wire list read nothing: ``(..., shots, 0)`` bits and the
+    empty bit string counted once per shot, beside measurements that do draw."""
+    dev = qd.device(name, wires=2, shots=6, seed=3)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RX(x, wires=0)
+        return qd.sample(wires=[]), qd.counts(wires=[]), qd.probs(wires=[]), qd.sample(wires=[0])
+    empty, counts, p, bits = f(torch.tensor([0.3, 2.1], dtype=torch.float64))
+    assert empty.shape == (2, 6, 0) and empty.dtype == torch.int64
+    assert counts == [{"": 6}, {"": 6}]
+    torch.testing.assert_close(p, torch.ones(2, 1, dtype=torch.float64))
+    assert bits.shape == (2, 6, 1)
+
+
+@pytest.mark.parametrize("name", ["statevector", "mixed"])
+def test_sampled_var_keeps_the_derivative_of_trainable_coefficients(name):
+    """var() of ``c * Z0`` (and of a sum read in one basis) with shots: the coefficients'
+    derivative is the one of the sampled values (``2 c var(Z0)`` estimated from the same
+    bits); the samples themselves carry none."""
+    dev = qd.device(name, wires=2, shots=400, seed=5)
+
+    @qd.qnode(dev, diff_method="parameter-shift")
+    def f(c):
+        qd.RX(0.8, wires=0)
+        qd.RY(0.5, wires=1)
+        return (qd.var(c * qd.Z(0)), qd.var(c * qd.Z(0) + 0.5 * qd.Z(0) @ qd.X(1)),
+                qd.sample(qd.Z(0)), qd.sample(c * qd.Z(0)))
+    c = torch.tensor(1.7, dtype=torch.float64, requires_grad=True)
+    v1, v2, z0, cz0 = f(c)
+    assert not cz0.requires_grad
+    (g1,) = torch.autograd.grad(v1, c)
+    torch.testing.assert_close(g1, 2 * 1.7 * z0.double().var(unbiased=False), atol=1e-12, rtol=0)
+    (g2,) = torch.autograd.grad(v2, c)
+    assert torch.isfinite(g2) and g2 != 0
+
+
+@pytest.mark.parametrize("method", ["best", "parameter-shift", "finite-diff", "spsa"])
+@pytest.mark.parametrize("diagonal", [False, True])
+def test_sampled_expval_of_a_trainable_hermitian_is_refused(method, diagonal):
+    """With shots, the draw in a Hermitian's eigenbasis estimates its value but not its
+    derivative in the matrix (the state's coherences in that basis are not read): refused
+    by name, not a biased gradient; without gradients, or exact, it runs."""
+    a = torch.tensor([[1.0, 0.5 - 0.2j], [0.5 + 0.2j, -0.3]], dtype=torch.complex128)
+    a = (torch.diag(torch.diagonal(a)) if diagonal else a).requires_grad_(True)
+    dev = qd.device("statevector", wires=2, shots=200, seed=1)
+
+    @qd.qnode(dev, diff_method=method)
+    def f(x, a):
+        qd.RX(x, wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.RY(0.5, wires=1)
+        return qd.expval(qd.Hermitian(a, 1)), qd.var(qd.Z(0))
+    x = torch.tensor(0.8, dtype=torch.float64)
+    with pytest.raises(qd.QdiffError, match="expval.*shots.*trainable matrix"):
+        f(x, a)
+    with torch.no_grad():
+        assert torch.isfinite(f(x, a)[0])
+    e = f(x, a, shots=None)[0]
+    (g,) = torch.autograd.grad(e, a)
+    assert abs(complex(g[0, 1])) > 0.1  # the exact derivative reads the coherence

@@ -197,6 +197,8 @@ class ShotPlan:
     def bits(self, handle, wires) -> torch.Tensor:
         """``(B, shots, k)`` int64 bits of ``wires`` (wire order)."""
         g, _ = handle
+        if g is None:  # no wires: nothing drawn, no bits
+            return torch.zeros(self.batch, self.shots, 0, dtype=torch.int64, device=self.device)
         idx = self._drawn(g)
         k, pos = len(g.wires), {w: i for i, w in enumerate(g.wires)}
         shifts = torch.tensor([k - 1 - pos[w] for w in wires], device=idx.device)
@@ -212,15 +214,16 @@ class ShotPlan:
         ``sum_t c_t * prod_{w in t} (+-1)``, or the basis's eigenvalue (coefficients
         included) when ``obs`` has one term or one Hermitian factor measures its terms."""
         basis = handle[1]
+        # the coefficients as tensors: a var() of trainable ones keeps their derivative
+        coeffs = obs.real_coeffs().to(device=self.device, dtype=self.dtype)
         if len(obs.terms) == 1 or (len(basis) == 1 and basis[0].kind == "M"):
-            c = obs.real_coeffs()[0].item() if len(obs.terms) == 1 else 1.0
-            return self.eigvals(handle) * c
+            return self.eigvals(handle) * (coeffs[0] if len(obs.terms) == 1 else 1.0)
         _, wires, _ = self.basis(basis)
         idx = self.outcomes(handle, wires)
         pos = {w: j for j, w in enumerate(wires)}
         k = len(wires)
         out = torch.zeros(idx.shape, dtype=self.dtype, device=idx.device)
-        for c, term in zip(obs.real_coeffs().tolist(), obs.terms):
+        for c, term in zip(coeffs, obs.terms):
             sign = torch.ones(idx.shape, dtype=self.dtype, device=idx.device)
             for f in term:
                 sign = sign * (1 - 2 * ((idx >> (k - 1 - pos[f.wires[0]])) & 1)).to(self.dtype)
@@ -260,7 +263,8 @@ def measure_shots(plan: ShotPlan, measurements, n: int, readout: bool = False) -
             out[i] = means @ coeffs
         elif m.kind == "var" or m.obs is not None:
             vals = plan.values(h, m.obs)
-            out[i] = vals.pow(2).mean(-1) - vals.mean(-1) ** 2 if m.kind == "var" else vals
+            out[i] = vals.pow(2).mean(-1) - vals.mean(-1) ** 2 if m.kind == "var" else \
+                vals.detach()  # samples carry no gradient
         else:
             wires = list(range(n)) if m.wires is None else list(m.wires)
             if m.kind == "probs":
