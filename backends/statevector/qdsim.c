@@ -592,6 +592,11 @@ static void sum_parts(double (*part)[8], double *out) {
             i64 run_ = (i64)1 << (s1_ - pmin_ - 1);                                            \
             if (run_ * inner_ > ngroups_) run_ = ngroups_ / inner_;                            \
             const i64 step_ = (i64)2 << pmin_;                                                 \
+            int lowc_ = 0;                                                                     \
+            while (lowc_ < (g)->nspecial && (g)->special[lowc_] == lowc_) lowc_++;             \
+            i64 lowrun_ = (i64)1 << ((lowc_ < (g)->nspecial ? (g)->special[lowc_] : (nbits))  \
+                                     - lowc_);                                                 \
+            if (lowrun_ > ngroups_) lowrun_ = ngroups_;                                        \
             if (run_ >= 4) {                                                                   \
                 share(ngroups_ / (run_ * inner_), q_, nq_, &a_, &b_);                          \
                 PRAGMA                                                                         \
@@ -602,6 +607,17 @@ static void sum_parts(double (*part)[8], double *out) {
                             i64 base = base0_ + lo_ + l_ * step_;                              \
                             __VA_ARGS__                                                        \
                         }                                                                      \
+                }                                                                              \
+            } else if (pmin_ == 0 && lowrun_ >= 4) {                                           \
+                /* special bits 0..c-1: runs of groups 2^c apart up to the next special bit */ \
+                share(ngroups_ / lowrun_, q_, nq_, &a_, &b_);                                  \
+                PRAGMA                                                                         \
+                for (i64 o_ = a_; o_ < b_; o_++) {                                             \
+                    i64 base0_ = group_base(g, o_ * lowrun_);                                  \
+                    for (i64 l_ = 0; l_ < lowrun_; l_++) {                                     \
+                        i64 base = base0_ + (l_ << lowc_);                                     \
+                        __VA_ARGS__                                                            \
+                    }                                                                          \
                 }                                                                              \
             } else {                                                                           \
                 share(ngroups_, q_, nq_, &a_, &b_);                                            \

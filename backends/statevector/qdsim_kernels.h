@@ -5,7 +5,7 @@
  * matrix of the adjoint sweep (heap: sized by the widest gate of the call). */
 typedef struct {
     R *u, *vr, *vi;
-    int *cols, *ptr, *rows, *er, *ec;
+    int *cols, *ptr, *rows, *er, *ec, *colv;
     double *m;
 } SFX(scratch_t);
 
@@ -546,9 +546,36 @@ static void SFX(apply_range)(R *st, int nbits, const gate_t *g, const R *u_in, i
             ptr[nact] = nnz;
         }
         if (nact == 0) return;
+        /* only the columns those rows read are loaded (a DoubleExcitation: 2 of 16) */
+        int ncol = 0, *colv = sc->colv;
+        for (int c = 0; c < d; c++)
+            for (int e = 0; e < nnz; e++)
+                if (cols[e] == c) { colv[ncol++] = c; break; }
+        if (nact == 2 && ncol == 2 && rows[0] == colv[0] && rows[1] == colv[1]) {
+            /* a 2x2 on two basis states of the group (a DoubleExcitation): those two only */
+            R m[8] = {0};
+            for (int a = 0; a < 2; a++)
+                for (int e = ptr[a]; e < ptr[a + 1]; e++) {
+                    const int b = cols[e] == colv[1];
+                    m[2 * (2 * a + b)] = vr[e]; m[2 * (2 * a + b) + 1] = vi[e];
+                }
+            const i64 p0 = g->off[colv[0]], p1 = g->off[colv[1]];
+            FOR_GROUPS_ANY(g, nbits, {
+                R a0r = RE(s, base + p0), a0i = IM(s, base + p0);
+                R a1r = RE(s, base + p1), a1i = IM(s, base + p1);
+                RE(s, base + p0) = m[0] * a0r - m[1] * a0i + m[2] * a1r - m[3] * a1i;
+                IM(s, base + p0) = m[0] * a0i + m[1] * a0r + m[2] * a1i + m[3] * a1r;
+                RE(s, base + p1) = m[4] * a0r - m[5] * a0i + m[6] * a1r - m[7] * a1i;
+                IM(s, base + p1) = m[4] * a0i + m[5] * a0r + m[6] * a1i + m[7] * a1r;
+            });
+            return;
+        }
         FOR_GROUPS_ANY(g, nbits, {
             R xr[1 << MAXK], xi[1 << MAXK], yr[1 << MAXK], yi[1 << MAXK];
-            for (int m = 0; m < d; m++) { xr[m] = RE(s, base + g->off[m]); xi[m] = IM(s, base + g->off[m]); }
+            for (int q = 0; q < ncol; q++) {
+                const i64 i = base + g->off[colv[q]];
+                xr[colv[q]] = RE(s, i); xi[colv[q]] = IM(s, i);
+            }
             for (int a = 0; a < nact; a++) {
                 R ar = 0, ai = 0;
                 for (int e = ptr[a]; e < ptr[a + 1]; e++) {
@@ -1586,7 +1613,7 @@ static int SFX(ctx_init)(SFX(ctx_t) *c, const qd_program *prog, const qd_program
     }
     /* scratch per thread, sized by the widest gate */
     size_t dd = (size_t)1 << (2 * maxk), d = (size_t)1 << maxk;
-    size_t bytes = sizeof(R) * 4 * dd + sizeof(int) * (3 * dd + 2 * d + 1) + sizeof(double) * 2 * dd;
+    size_t bytes = sizeof(R) * 4 * dd + sizeof(int) * (3 * dd + 3 * d + 1) + sizeof(double) * 2 * dd;
     bytes = (bytes + 63) & ~(size_t)63;
     c->scr_mem = malloc(bytes * nt + 64);
     c->scr = (SFX(scratch_t) *)malloc(sizeof(SFX(scratch_t)) * nt);
@@ -1610,7 +1637,8 @@ static int SFX(ctx_init)(SFX(ctx_t) *c, const qd_program *prog, const qd_program
         s->er = (int *)p; p += sizeof(int) * dd;
         s->ec = (int *)p; p += sizeof(int) * dd;
         s->ptr = (int *)p; p += sizeof(int) * (d + 1);
-        s->rows = (int *)p;
+        s->rows = (int *)p; p += sizeof(int) * d;
+        s->colv = (int *)p;
     }
     return QD_OK;
 }
