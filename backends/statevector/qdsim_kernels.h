@@ -1894,6 +1894,13 @@ static int SFX(fz_pair_form)(const R *pc) {
     }
     return real ? FZ_REAL : rx ? FZ_RX : diag ? FZ_DIAG : FZ_GENERAL;
 }
+/* Whether pair h of a paired block maps its two amplitudes onto themselves unchanged (rows
+ * from the same columns, the identity 2x2). */
+static int SFX(fz_pair_identity)(const R *pc, const i64 *o, int h) {
+    const R *c = pc + 8 * h;
+    return o[2 * h] == o[4 + 2 * h] && o[2 * h + 1] == o[5 + 2 * h] && c[0] == 1 && c[1] == 0 &&
+           c[2] == 0 && c[3] == 0 && c[4] == 0 && c[5] == 0 && c[6] == 1 && c[7] == 0;
+}
 /* the paired loop with outputs Y0-Y3 (expressions of a0-a3, their re/im swaps s0-s3 and the
  * coefficient vectors); the arguments after Y3: the re/im swap */
 #define FZ_PAIRED(Y0, Y1, Y2, Y3, ...)                                                         \
@@ -1910,6 +1917,19 @@ static int SFX(fz_pair_form)(const R *pc) {
         V y0 = Y0, y1 = Y1, y2 = Y2, y3 = Y3;                                                  \
         memcpy(p + o4, &y0, sizeof(V)); memcpy(p + o5, &y1, sizeof(V));                        \
         memcpy(p + o6, &y2, sizeof(V)); memcpy(p + o7, &y3, sizeof(V));                        \
+    })
+/* the paired loop on one pair: amplitudes at i0, i1 in, Y0, Y1 out to w0, w1 (a pair that is
+ * the identity is neither read nor written) */
+#define FZ_ONEPAIR(Y0, Y1, ...)                                                                \
+    FZ_RUNS({                                                                                  \
+        if (pf) FZ_PF(v + dv);                                                                 \
+        R *p = st + 2 * j;                                                                     \
+        V a0, a1;                                                                              \
+        memcpy(&a0, p + i0, sizeof(V)); memcpy(&a1, p + i1, sizeof(V));                        \
+        QD_INREG(a0); QD_INREG(a1);                                                            \
+        V s0 = SHUF(a0, __VA_ARGS__), s1 = SHUF(a1, __VA_ARGS__);                              \
+        V y0 = Y0, y1 = Y1;                                                                    \
+        memcpy(p + w0, &y0, sizeof(V)); memcpy(p + w1, &y1, sizeof(V));                        \
     })
 /* vectors [v0, v1) with j the first amplitude of vector v's group: computed once per run of
  * vectors below the lowest inserted zero (contiguous: the next vector's group starts va
@@ -1940,6 +1960,16 @@ QD_FMA static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R
             }                                                                                  \
         const i64 o0 = o_[0], o1 = o_[1], o2 = o_[2], o3 = o_[3];                              \
         const i64 o4 = o_[4], o5 = o_[5], o6 = o_[6], o7 = o_[7];                              \
+        const int id0 = SFX(fz_pair_identity)(pc, o_, 0), id1 = SFX(fz_pair_identity)(pc, o_, 1); \
+        if (id0 != id1) {  /* one pair is the identity (an excitation, iSWAP): the other only */ \
+            const int c = id0 ? 4 : 0;                                                         \
+            const i64 i0 = id0 ? o2 : o0, i1 = id0 ? o3 : o1;                                  \
+            const i64 w0 = id0 ? o6 : o4, w1 = id0 ? o7 : o5;                                  \
+            FZ_ONEPAIR(Vr[c] * a0 + Vi[c] * s0 + Vr[c + 1] * a1 + Vi[c + 1] * s1,               \
+                       Vr[c + 2] * a0 + Vi[c + 2] * s0 + Vr[c + 3] * a1 + Vi[c + 3] * s1,       \
+                       __VA_ARGS__);                                                           \
+            return;                                                                            \
+        }                                                                                      \
         switch (SFX(fz_pair_form)(pc)) {                                                       \
         case FZ_REAL:                                                                          \
             FZ_PAIRED(Vr[0] * a0 + Vr[1] * a1, Vr[2] * a0 + Vr[3] * a1,                        \
@@ -1993,6 +2023,7 @@ FZ_PART(fz_part4, 4, 1, 0, 3, 2)
 FZ_PART(fz_part2, 2, 1, 0)
 #undef FZ_PART
 #undef FZ_PAIRED
+#undef FZ_ONEPAIR
 #undef FZ_RUNS
 #undef FZ_PF
 #undef FZ_GROUP
