@@ -4,9 +4,9 @@ complex64, against the memory-bandwidth floor; ``--kinds`` picks other gates (RZ
 IsingXX, IsingZZ, SingleExcitation).
 
 Bits count from the least significant bit of the basis index: low = bits (1, 0), middle =
-(n/2, n/2 - 1), high = (n-1, n-2) for two-bit gates (CNOT: control, target) and the second of
-them for one-qubit gates. The floor is 2 * (bytes of the state) / copy bandwidth measured in the same
-run. CPU time, 1 thread, median of ``--reps`` calls; ``--runs`` interleaved rounds give the
+(n/2, n/2 - 1), high = (n-1, n-2) for two-bit gates (CNOT: control, target) and the second
+of them for one-qubit gates. The floor is 2 * (bytes of the state) / copy bandwidth measured in
+the same run. CPU time, 1 thread, median of ``--reps`` calls; ``--runs`` interleaved rounds give the
 median and range (in a round, each row's simulators run back to back).
 
 ``--mode per-gate`` (default): the cost of ONE memory pass of one gate, measured over K copies

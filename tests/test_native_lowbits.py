@@ -188,6 +188,37 @@ def test_low_target_circuits_match_torch(n, batch, cdtype):
     assert torch.allclose(ours, ref, atol=atol)
 
 
+
+def _gates_then_mixer(n, placed, mixer):
+    """The circuit of every (gate, wires) in placed, each followed by the mixer on its first
+    wire; every angle its own column."""
+    ops, p = [], 0
+    for gate, wires in placed:
+        ops.append(Operation(gate, wires, tuple(ParamRef(p + i) for i in range(gate.num_params))))
+        p += gate.num_params
+        ops.append(Operation(G[mixer[0]], (wires[0],), (mixer[1],)))
+    return Circuit(n, tuple(ops), num_params=p)
+
+
+def _native_and_torch(c, theta, psi0, cdtype, threads):
+    """(native final states, torch kernels' final states) from psi0 with `threads` threads."""
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        with torch.no_grad():
+            ours = simulate(c, theta, initial_state=psi0, cdtype=cdtype)
+            with native.disabled():
+                ref = simulate(c, theta, initial_state=psi0, cdtype=cdtype)
+    finally:
+        torch.set_num_threads(old)
+    return ours, ref
+
+
+def _random_state(n, cdtype):
+    psi0 = torch.tensor(_random((1, 2 ** n), n, cdtype))
+    return psi0 / psi0.norm()
+
+
 TWO_BIT_GATES = ["swap", "iswap", "ecr", "rxx", "ryy", "rzz", "isingxy", "single_excitation",
                  "pswap", "cphaseshift01", "fermionic_swap"]
 
@@ -203,28 +234,15 @@ def test_two_bit_gates_on_every_pair_match_torch(n, threads, tiles, cdtype, monk
     monkeypatch.setenv("QDIFF_NATIVE_TILES", tiles)
     rng = np.random.default_rng(n)
     pairs = list(itertools.permutations(range(n), 2))
-    ops, p = [], 0
+    placed = []
     for name in TWO_BIT_GATES:
-        gate = G[name]
         chosen = pairs if n < 8 else [pairs[i] for i in rng.choice(len(pairs), 24, replace=False)]
-        for wires in chosen:
-            ops.append(Operation(gate, wires,
-                                 tuple(ParamRef(p + i) for i in range(gate.num_params))))
-            p += gate.num_params
-            ops.append(Operation(G["ry"], (wires[0],), (0.4,)))
-    c = Circuit(n, tuple(ops), num_params=p)
+        placed += [(G[name], wires) for wires in chosen]
+    c = _gates_then_mixer(n, placed, ("ry", 0.4))
+    p = c.num_params
     theta = torch.tensor(rng.uniform(-3, 3, (2, p)))
-    psi0 = torch.tensor(_random((1, 2 ** n), n, cdtype))
-    psi0 = psi0 / psi0.norm()
-    old = torch.get_num_threads()
-    try:
-        torch.set_num_threads(threads)
-        with torch.no_grad():
-            ours = simulate(c, theta, initial_state=psi0, cdtype=cdtype)
-            with native.disabled():
-                ref = simulate(c, theta, initial_state=psi0, cdtype=cdtype)
-    finally:
-        torch.set_num_threads(old)
+    psi0 = _random_state(n, cdtype)
+    ours, ref = _native_and_torch(c, theta, psi0, cdtype, threads)
     atol = 1e-11 if cdtype == torch.complex128 else 5e-5
     assert torch.allclose(ours, ref, atol=atol)
     if cdtype == torch.complex64:
@@ -232,6 +250,7 @@ def test_two_bit_gates_on_every_pair_match_torch(n, threads, tiles, cdtype, monk
     obs = qd.Z(0) @ qd.X(n - 1) + 0.5 * qd.Y(n // 2)
     cm = Circuit(n, c.operations, num_params=p, measurements=(qd.expval(obs),))
     cot = torch.tensor([[0.7], [-1.3]], dtype=torch.float64)
+    old = torch.get_num_threads()
     try:
         torch.set_num_threads(threads)
         final = simulate(cm, theta, initial_state=psi0, cdtype=cdtype)
@@ -256,33 +275,16 @@ def test_gates_on_three_and_four_bits_match_torch(n, threads, tiles, cdtype, mon
     bits, the highest bits; gate by gate and fused, batch rows with their own angles."""
     monkeypatch.setenv("QDIFF_NATIVE_TILES", tiles)
     rng = np.random.default_rng(n + 1)
-    ops, p = [], 0
+    placed = []
     for name in WIDE_GATES:
-        gate = G.get(name)
-        if gate is None:
-            continue
+        gate = G[name]
         k = gate.num_wires
         places = [tuple(range(k)), tuple(range(k))[::-1], tuple(range(k - 1)) + (n - 1,),
                   tuple(range(n - k, n)), (0, n - 1) + tuple(range(2, k)),
                   tuple(int(w) for w in rng.choice(n, k, replace=False))]
-        for bits in places:
-            wires = tuple(n - 1 - b for b in bits)  # bit b is wire n - 1 - b
-            ops.append(Operation(gate, wires,
-                                 tuple(ParamRef(p + i) for i in range(gate.num_params))))
-            p += gate.num_params
-            ops.append(Operation(G["rx"], (wires[0],), (0.3,)))
-    c = Circuit(n, tuple(ops), num_params=p)
-    theta = torch.tensor(rng.uniform(-3, 3, (2, p)))
-    psi0 = torch.tensor(_random((1, 2 ** n), n, cdtype))
-    psi0 = psi0 / psi0.norm()
-    old = torch.get_num_threads()
-    try:
-        torch.set_num_threads(threads)
-        with torch.no_grad():
-            ours = simulate(c, theta, initial_state=psi0, cdtype=cdtype)
-            with native.disabled():
-                ref = simulate(c, theta, initial_state=psi0, cdtype=cdtype)
-    finally:
-        torch.set_num_threads(old)
+        placed += [(gate, tuple(n - 1 - b for b in bits)) for bits in places]  # bit b: wire n-1-b
+    c = _gates_then_mixer(n, placed, ("rx", 0.3))
+    theta = torch.tensor(rng.uniform(-3, 3, (2, c.num_params)))
+    ours, ref = _native_and_torch(c, theta, _random_state(n, cdtype), cdtype, threads)
     atol = 1e-11 if cdtype == torch.complex128 else 5e-5
     assert torch.allclose(ours, ref, atol=atol)
