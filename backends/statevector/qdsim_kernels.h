@@ -441,10 +441,11 @@ static void SFX(apply_range)(R *st, int nbits, const gate_t *g, const R *u_in, i
     const R *u = SFX(effective)(g, u_in, dag, g->k <= 2 ? small : sc->u);
     R *restrict s = st;
 #if QD_VEC
-    /* an uncontrolled two-bit gate (Ising, Givens, excitations, SWAP, a two-bit diagonal):
-     * its 4x4 matrix through the fused-block kernels, which have vector loops for every
-     * placement of the two bits (the generic loops below index every amplitude: 3-20x
-     * lightning.qubit's time per gate, measured) */
+    /* SWAP of two bits below 3: a permutation inside each group of 8 amplitudes (elsewhere
+     * the swap loop below moves contiguous runs); any other uncontrolled two-bit gate (Ising,
+     * Givens, excitations, iSWAP, a two-bit diagonal): its 4x4 matrix through the fused-block
+     * kernels, which have vector loops for every placement of the two bits (the generic loops
+     * below index every amplitude: 3-22x lightning.qubit's time per gate, measured) */
     if (g->kind == K_SWAP && g->cmask == 0 && g->tmask < 8 && nbits >= 3) {
         SFX(swap_low)(s, nbits, g->bits[0] > g->bits[1] ? g->bits[0] : g->bits[1],
                       g->bits[0] > g->bits[1] ? g->bits[1] : g->bits[0], par_);
