@@ -17,9 +17,12 @@ converted circuit and the tape parameter behind each theta column) per signature
 """
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 
 import numpy as np
+
+from qdiff.circuits import caches
 
 #: parameter types taken as plain real numbers (PennyLane hands a device numpy data)
 REALS = frozenset({float, int, np.float64, np.float32, np.float16, np.int64, np.int32,
@@ -44,12 +47,18 @@ class Template:
         self.n, self.wire_map, self.trainable = n, wire_map, trainable
 
 
+_ALL: "weakref.WeakSet" = weakref.WeakSet()  # every device's templates (qdiff.clear_caches)
+caches.register("pennylane_plugin.templates", _ALL,
+                clear=lambda: [t.clear() for t in list(_ALL)])
+
+
 class Templates:
     """A bounded LRU map signature -> :class:`Template` (one per device)."""
 
     def __init__(self, size: int = 64):
         self.size = size
         self._d: OrderedDict = OrderedDict()
+        _ALL.add(self)
 
     def get(self, key):
         t = self._d.get(key)
