@@ -60,7 +60,8 @@ def diagonals_of(obs, n: int, dtype: torch.dtype, device, words=None) -> tuple:
     c = obs.coeffs.to(device)
     if c.requires_grad or not is_concrete(c):  # a transformed (e.g. vmapped) coefficient
         return groups, groups.diagonals(c, rdtype)
-    key = (words, str(device), rdtype)
+    cplx = dtype.is_complex
+    key = (words, str(device), rdtype, cplx)
     with _LOCK:
         hit = _DIAGS.get(key)
         if hit is not None and hit[0].shape == c.shape and torch.equal(hit[0], c):
@@ -68,6 +69,10 @@ def diagonals_of(obs, n: int, dtype: torch.dtype, device, words=None) -> tuple:
             return groups, hit[1]
     with caches.constants():
         d = groups.diagonals(c, rdtype)
+        if cplx and not d.is_complex() and 2 * d.numel() * d.element_size() <= _CACHE_BYTES // 4:
+            # for complex states, kept complex: a real diagonal is promoted on every
+            # multiply-add (the same values; the promotion costs as much as the product)
+            d = d.to(torch.complex64 if rdtype == torch.float32 else torch.complex128)
     if d.numel() * d.element_size() <= _CACHE_BYTES:
         with _LOCK:
             _DIAGS[key] = (c.detach().clone(), d)
