@@ -12,11 +12,13 @@ state vectors, projectors, snapshots, torch tensors and autograd boxes, mid-circ
 measurement values) has no signature: such a tape is converted on its own every time.
 
 :func:`scan` reads a batch of tapes once; the device keeps one :class:`Template` (the
-converted circuit and the tape parameter behind each theta column) per signature, and
-:func:`thetas` gathers the angles of all tapes of one template into ONE ``(T, P)`` array.
+converted circuit and the tape parameter behind each theta column) per signature, reads a
+tape's angles in column order with :func:`row` (or :func:`broadcast_theta` for a broadcast
+tape), and stacks the rows of all tapes of one template into ONE ``(T, P)`` array.
 """
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import OrderedDict
 
@@ -58,21 +60,25 @@ class Templates:
     def __init__(self, size: int = 64):
         self.size = size
         self._d: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()  # threads may share a device
         _ALL.add(self)
 
     def get(self, key):
-        t = self._d.get(key)
-        if t is not None:
-            self._d.move_to_end(key)
-        return t
+        with self._lock:
+            t = self._d.get(key)
+            if t is not None:
+                self._d.move_to_end(key)
+            return t
 
     def put(self, key, template: Template) -> None:
-        self._d[key] = template
-        if len(self._d) > self.size:
-            self._d.popitem(last=False)
+        with self._lock:
+            self._d[key] = template
+            if len(self._d) > self.size:
+                self._d.popitem(last=False)
 
     def clear(self) -> None:
-        self._d.clear()
+        with self._lock:
+            self._d.clear()
 
     def __len__(self):
         return len(self._d)
