@@ -23,6 +23,7 @@ import numbers
 
 import torch
 
+from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
 
 
@@ -134,12 +135,24 @@ def z_signs(zy: int, n: int, dtype, device) -> torch.Tensor:
     return s
 
 
+GATHER_MAX_WIRES = 20  # up to here a mask of 3+ bit runs permutes by one index gather
+
+
+@caches.cached(maxsize=8)
+def _indices(n: int, device) -> torch.Tensor:
+    return torch.arange(1 << n, device=device)
+
+
 def xor_permute(x: torch.Tensor, mask: int, n: int, dim: int = 0) -> torch.Tensor:
     """``y[i] = x[i ^ mask]`` along axis ``dim`` (of length ``2**n``), as a new tensor.
 
     The axis is viewed as runs of consecutive index bits, flipped or kept; reversing a run of
-    ``k`` bits is XOR with ``2**k - 1``, so one ``flip`` does it with no index tensor."""
+    ``k`` bits is XOR with ``2**k - 1``, so one ``flip`` does it with no index tensor. A mask of
+    many runs (a ``flip`` over many axes is several times slower than a gather) is one
+    ``index_select`` of ``arange(2**n) ^ mask`` on registers up to ``GATHER_MAX_WIRES``."""
     dim = dim % x.dim()
+    if n <= GATHER_MAX_WIRES and ((mask ^ (mask >> 1)) & ((1 << max(n - 1, 0)) - 1)).bit_count() > 1:
+        return x.index_select(dim, _indices(n, x.device) ^ mask)
     sizes, flipped, b = [], [], n - 1
     while b >= 0:
         f = (mask >> b) & 1

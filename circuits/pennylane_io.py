@@ -685,6 +685,13 @@ TAPE_NATIVE = frozenset(_FROM_PL) | {"PauliRot", "QubitUnitary", "GlobalPhase", 
 TAPE_ADJOINT_BASES = frozenset(_ADJOINT_FROM_PL)
 
 
+def simple_tape_gates() -> frozenset:
+    """PennyLane operation names :func:`from_pennylane_tape` converts from the name, the wires
+    (and the device's wires, for a ``GlobalPhase`` on none) and the angles alone: no
+    hyperparameter or matrix enters their conversion."""
+    return frozenset(_FROM_PL)
+
+
 #: PennyLane's noise channels :func:`from_pennylane_tape` converts with ``channels=True``
 TAPE_CHANNELS = frozenset(CHANNELS) | {"PauliError", "QubitChannel"}
 

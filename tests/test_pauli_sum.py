@@ -178,3 +178,19 @@ def test_cached_groups_and_diagonals_from_threads():
     finally:
         sys.setswitchinterval(old)
     assert not errors, errors[:3]
+
+
+@pytest.mark.parametrize("n", [1, 3, 8, 12, 21])
+def test_xor_permute_is_the_index_xor_for_every_kind_of_mask(n):
+    """``y[i] = x[i ^ mask]`` along any axis, for masks of one, two and many bit runs (a flip
+    of the runs, or one index gather)."""
+    from qdiff.circuits.paulis import xor_permute
+    gen = torch.Generator().manual_seed(n)
+    x = torch.randn(2, 1 << n, 3, generator=gen, dtype=torch.float64)
+    top = (1 << n) - 1
+    masks = {0, 1, top, 1 << (n - 1), int("10" * n, 2) & top, int("110" * n, 2) & top,
+             int(torch.randint(0, 1 << n, (), generator=gen))}
+    i = torch.arange(1 << n)
+    for m in sorted(masks):
+        assert torch.equal(xor_permute(x, m, n, dim=1), x[:, i ^ m]), m
+        assert torch.equal(xor_permute(x[0], m, n), x[0, i ^ m]), m

@@ -1118,3 +1118,203 @@ def test_hamiltonians_of_one_structure_and_other_coefficients_are_not_confused()
     for coeffs in variants:
         h = qml.Hamiltonian(coeffs, ops)
         assert abs(float(qd_(h)) - float(dq(h))) < 1e-12, coeffs
+
+
+# -- tapes of one operation signature share one conversion ----------------------------------
+
+
+def _same(a, b):
+    """``a`` and ``b`` equal bit for bit (nested tuples, lists, dicts of arrays)."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys()
+        for k in a:
+            _same(a[k], b[k])
+    elif isinstance(a, (tuple, list)):
+        assert isinstance(b, (tuple, list)) and len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.shape == b.shape and a.dtype == b.dtype
+        assert np.array_equal(a, b, equal_nan=True), (a, b)
+
+
+def _converted_alone(dev):
+    """``dev`` with every tape converted on its own (no signature)."""
+    dev._scan = lambda tapes: [None] * len(tapes)
+    return dev
+
+
+def _signature_variants():
+    """A tape, then tapes that each differ from it in one thing the conversion reads, then the
+    first tape with other angles (the same signature)."""
+    def ops(a=(0.3, 0.7, 0.5, 0.4, 1.1), **change):
+        spec = dict(first=qml.RX(a[0], 0), cnot=qml.CNOT([0, 1]),
+                    rot=qml.PauliRot(a[1], "XY", wires=[1, 2]),
+                    ctrl=qml.ctrl(qml.RY(a[2], 2), control=[0, 1], control_values=[1, 0]),
+                    pc=qml.PCPhase(a[3], dim=2, wires=[0, 1]), adj=qml.adjoint(qml.S(2)),
+                    last=qml.RZ(a[4], 1))
+        spec.update(change)
+        return list(spec.values())
+
+    a = np.random.default_rng(2).normal(size=(8, 8)) + 1j * np.random.default_rng(3).normal(
+        size=(8, 8))
+    every = qml.expval(qml.Hermitian(a + a.conj().T, wires=[0, 1, 2]))  # sees every gate
+
+    def tape(o=None, m=None, shots=None, trainable=None, prep=None):
+        o = ops() if o is None else o
+        t = qml.tape.QuantumScript(([prep] if prep is not None else []) + o,
+                                   m or [every], shots=shots)
+        if trainable is not None:
+            t.trainable_params = trainable
+        return t
+
+    h = [qml.Z(0) @ qml.Z(1), qml.X(2)]
+    return {
+        "base": tape(),
+        "gate name": tape(ops(first=qml.RY(0.3, 0))),
+        "gate wire": tape(ops(first=qml.RX(0.3, 1))),
+        "two-qubit gate wires": tape(ops(cnot=qml.CNOT([1, 0]))),
+        "Pauli word": tape(ops(rot=qml.PauliRot(0.7, "YX", wires=[1, 2]))),
+        "Pauli word wires": tape(ops(rot=qml.PauliRot(0.7, "XY", wires=[2, 1]))),
+        "control values": tape(ops(ctrl=qml.ctrl(qml.RY(0.5, 2), control=[0, 1],
+                                                 control_values=[0, 1]))),
+        "control wires": tape(ops(ctrl=qml.ctrl(qml.RY(0.5, 2), control=[1, 0],
+                                                control_values=[1, 0]))),
+        "controlled gate": tape(ops(ctrl=qml.ctrl(qml.RZ(0.5, 2), control=[0, 1],
+                                                  control_values=[1, 0]))),
+        "PCPhase dimension": tape(ops(pc=qml.PCPhase(0.4, dim=1, wires=[0, 1]))),
+        "adjoint base": tape(ops(adj=qml.adjoint(qml.T(2)))),
+        "one gate more": tape(ops() + [qml.Hadamard(0)]),
+        "basis state": tape(prep=qml.BasisState(np.array([1, 0, 1]), wires=[0, 1, 2])),
+        "other basis state": tape(prep=qml.BasisState(np.array([0, 1, 1]), wires=[0, 1, 2])),
+        "observable": tape(m=[qml.expval(qml.Z(0) @ qml.X(1))]),
+        "observable wires": tape(m=[qml.expval(qml.Z(0) @ qml.Z(2))]),
+        "Hamiltonian": tape(m=[qml.expval(qml.Hamiltonian([0.5, -0.25], h))]),
+        "Hamiltonian coefficient": tape(m=[qml.expval(qml.Hamiltonian([0.5, -0.125], h))]),
+        "variance": tape(m=[qml.var(qml.Z(0) @ qml.Z(1))]),
+        "probabilities": tape(m=[qml.probs(wires=[0, 1])]),
+        "probability wires": tape(m=[qml.probs(wires=[1, 0])]),
+        "state": tape(m=[qml.state()]),
+        "two measurements": tape(m=[qml.expval(qml.Z(0) @ qml.Z(1)), qml.probs(wires=[2])]),
+        "shots": tape(shots=100),
+        "other shots": tape(shots=200),
+        "shot vector": tape(shots=[100, 100]),
+        "samples": tape(m=[qml.sample(wires=[0, 2])], shots=20),
+        "counts": tape(m=[qml.counts(wires=[0, 2])], shots=20),
+        "trainable": tape(trainable=[0]),
+        "other trainable": tape(trainable=[1]),
+        "other angles": tape(ops((-1.3, 2.9, 0.05, -0.6, 3.0))),
+    }
+
+
+def test_tapes_differing_in_anything_but_angles_never_share_a_conversion():
+    """Every tape of the batch has a signature; only the tape with other angles shares the
+    first tape's, and each result equals the one of the tape converted on its own, bit for
+    bit (the samples too: the same seeded stream), and default.qubit's (exact runs)."""
+    variants = _signature_variants()
+    names, tapes = list(variants), list(variants.values())
+    dev = qml.device("qdiff.statevector", wires=3, seed=5)
+    keys = [s[0] for s in dev._scan(tapes)]
+    assert keys[names.index("other angles")] == keys[0]
+    assert len(set(keys)) == len(keys) - 1
+    got = [dev.execute(tapes) for _ in range(2)]  # the second: every tape from its template
+    assert len(dev._templates) == len(keys) - 1
+    alone = _converted_alone(qml.device("qdiff.statevector", wires=3, seed=5))
+    _same(got, [alone.execute(tapes) for _ in range(2)])
+    grads = [variants[k] for k in ("trainable", "other angles", "other trainable", "base")]
+    fresh = qml.device("qdiff.statevector", wires=3)
+    _same(fresh.compute_vjp(grads, [1.0] * 4), alone.compute_vjp(grads, [1.0] * 4))
+    ref = qml.device("default.qubit", wires=3)
+    for name, tape, r in zip(names, tapes, got[1]):
+        if not tape.shots:
+            close(r, ref.execute(tape))
+    one = qml.device("qdiff.statevector", wires=3, seed=5)
+    for t in tapes:  # one tape per call: the templates of earlier calls
+        one.execute(t)
+    _same(got[0][:1] + got[0][-1:], [one.execute(tapes[0]), one.execute(tapes[-1])])
+
+
+def test_device_without_wires_keys_tapes_by_their_wire_order():
+    """On a device without wires a tape's wires are its register, in order of appearance: the
+    same gates met in another wire order are another signature."""
+    a = qml.tape.QuantumScript([qml.RX(0.3, 0), qml.RY(0.4, 1), qml.CNOT([0, 1])],
+                               [qml.probs(wires=[0, 1])])
+    b = qml.tape.QuantumScript([qml.RY(0.4, 1), qml.RX(0.3, 0), qml.CNOT([0, 1])],
+                               [qml.probs(wires=[0, 1])])
+    dev = qml.device("qdiff.statevector")
+    ka, kb = (s[0] for s in dev._scan([a, b]))
+    assert ka != kb
+    for _ in range(2):
+        got = dev.execute([a, b, a])
+        close(got[0], got[1])
+        _same(got, _converted_alone(qml.device("qdiff.statevector")).execute([a, b, a]))
+
+
+def _sel_cost(n):
+    def cost(x, w):
+        qml.AngleEmbedding(x, wires=range(n))
+        qml.StronglyEntanglingLayers(w, wires=range(n))
+        return qml.expval(qml.Z(0) @ qml.Z(1) + 0.5 * qml.X(2)), qml.probs(wires=[1])
+    return cost
+
+
+@pytest.mark.parametrize("method,kw", [("parameter-shift", {}), ("finite-diff", {}),
+                                       ("spsa", {"num_directions": 3, "sampler_rng": 7})])
+def test_gradient_transform_tapes_equal_converting_each_tape_alone(method, kw):
+    """Parameter-shift, finite-difference and SPSA tapes (many tapes of one signature) give
+    Jacobians equal bit for bit to converting each tape on its own, over two calls (the
+    second from templates only), with one broadcast input too; parameter-shift equals
+    default.qubit's."""
+    n = 3
+    rng = np.random.default_rng(3)
+    w = pnp.array(rng.uniform(0, 2 * np.pi, (2, n, 3)), requires_grad=True)
+    for x in (pnp.array(rng.uniform(0, 2, n), requires_grad=False),
+              pnp.array(rng.uniform(0, 2, (4, n)), requires_grad=False)):
+        def jac(dev):
+            f = qml.QNode(_sel_cost(n), dev, diff_method=method, gradient_kwargs=kw)
+            flat = lambda w: pnp.concatenate([pnp.reshape(r, (-1,)) for r in f(x, w)])  # noqa: E731
+            return [qml.jacobian(flat)(w) for _ in range(2)]
+        got = jac(qml.device("qdiff.statevector", wires=n))
+        _same(got, jac(_converted_alone(qml.device("qdiff.statevector", wires=n))))
+        if method == "parameter-shift":
+            close(got[0], jac(qml.device("default.qubit", wires=n))[0])
+
+
+def test_parameter_shift_tapes_run_as_one_engine_job(monkeypatch):
+    """The 2P + 1 tapes of a parameter-shift gradient: one engine call, one job of 2P + 1
+    rows."""
+    calls = []
+    orig = StatevectorBackend.execute
+    monkeypatch.setattr(StatevectorBackend, "execute", lambda self, jobs: (
+        calls.append([tuple(j.theta.shape) for j in jobs]), orig(self, jobs))[1])
+    n = 3
+    f = qml.QNode(_sel_cost(n), qml.device("qdiff.statevector", wires=n),
+                  diff_method="parameter-shift")
+    x = pnp.array([0.1, 0.2, 0.3], requires_grad=False)
+    w = pnp.array(np.full((2, n, 3), 0.4), requires_grad=True)
+    for _ in range(2):
+        calls.clear()
+        qml.jacobian(lambda w: qml.math.hstack(f(x, w)))(w)
+        p = w.size + n  # the embedding's angles are columns too
+        assert calls == [[(1, p)], [(2 * w.size, p)]]
+
+
+def test_a_tape_of_a_known_signature_with_a_bad_angle_is_refused_by_name():
+    """A NaN angle, a torch angle or a complex one in a tape whose signature has a template:
+    converted on its own, with its own error or result kind."""
+    dev = qml.device("qdiff.statevector", wires=2)
+
+    def tape(a):
+        return qml.tape.QuantumScript([qml.RX(0.2, 0), qml.CRY(a, [0, 1])],
+                                      [qml.expval(qml.Z(1))])
+    dev.execute([tape(0.5), tape(0.6)])
+    assert len(dev._templates) == 1
+    with pytest.raises(DeviceError, match="CRY.*NaN"):
+        dev.execute([tape(0.5), tape(float("nan"))])
+    out = dev.execute([tape(0.5), tape(torch.tensor(0.6, dtype=torch.float64))])
+    assert isinstance(out[1], torch.Tensor) and not isinstance(out[0], torch.Tensor)
+    _same(out[0], np.asarray(dev.execute(tape(0.5))))
+    assert abs(float(out[1]) - float(dev.execute(tape(0.6)))) == 0
+    with pytest.raises(DeviceError, match="imaginary"):
+        dev.execute([tape(0.5), tape(np.complex128(0.6 + 0.1j))])

@@ -24,6 +24,7 @@ torch autograd (torch interface, exact results).
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
@@ -43,6 +44,7 @@ from pennylane.measurements import (ClassicalShadowMP, ExpectationMP, Probabilit
                                     StateMeasurement, VarianceMP)
 
 from qdiff.backends.base import Job
+from qdiff.backends.pennylane_plugin import signature
 from qdiff.circuits.pennylane_autograd import (backprop_interface, execute_autograd, has_boxes,
                                                to_user, torch_backprop, torch_tape)
 from qdiff.backends.statevector import StatevectorBackend
@@ -201,13 +203,18 @@ def _expand_trainable_broadcast(tape):
 class _Plan:
     """One tape as one engine job: the job, its theta sources, and how to read the results."""
 
-    __slots__ = ("tape", "job", "sources", "native", "batched", "n", "wire_map", "postselect")
+    __slots__ = ("tape", "job", "sources", "native", "batched", "n", "wire_map", "postselect",
+                 "torch")
 
     def __init__(self, tape, job, sources, native, n, wire_map, postselect=False,
-                 batched=None):
+                 batched=None, torch_params=None):
         self.tape, self.job, self.sources, self.native = tape, job, sources, native
         self.batched = tape.batch_size is not None if batched is None else batched
         self.n, self.wire_map, self.postselect = n, wire_map, postselect
+        self.torch = torch_params  # whether the tape has torch parameters (None: ask it)
+
+    def torch_params(self) -> bool:
+        return torch_tape(self.tape) if self.torch is None else self.torch
 
 
 @simulator_tracking
@@ -244,6 +251,7 @@ class QdiffStatevector(Device):
         self._engines: dict = {}
         self._gate_set = self.capabilities.gate_set()  # the TOML's gates (computed once)
         self._adjoint_checked = (None, (), False)  # the last tape the adjoint program checked
+        self._templates = signature.Templates()  # conversions by tape signature
         self._debugger = None  # qml.snapshots' debugger while it is active (snapshots_taken)
 
     def _engine(self, n: int) -> StatevectorBackend:
@@ -400,11 +408,21 @@ class QdiffStatevector(Device):
             return tuple(self.wires)
         return tuple(tape.wires)
 
-    def _plan(self, tape) -> _Plan:
+    def _register(self, tape):
+        """``(labels, n)``: the engine's wire labels for ``tape`` (one wire for none)."""
         labels = self._labels(tape)
-        n = len(labels)
-        if n == 0:
-            labels, n = (0,), 1
+        return (labels, len(labels)) if labels else ((0,), 1)
+
+    @staticmethod
+    def _check_sampling(tape, n: int) -> None:
+        """PennyLane's sampler holds a float64 draw, an index and n bits per shot."""
+        if tape.shots:
+            total, rows = tape.shots.total_shots, tape.batch_size or 1
+            memory.require(float(total) * rows * (16.0 + 8 * n),
+                           f"sampling {total} shots of {rows} state(s) on {n} wires")
+
+    def _plan(self, tape) -> _Plan:
+        labels, n = self._register(tape)
         wire_map = None if labels == tuple(range(n)) else {w: i for i, w in enumerate(labels)}
         postselect = any(tape_projector(op) for op in tape.operations)
         native = None if tape.shots or postselect else \
@@ -412,10 +430,7 @@ class QdiffStatevector(Device):
         meas = native if native is not None else [Measurement("state")]
         engine = self._engine(n)
         try:
-            if tape.shots:  # PennyLane's sampler: a float64 draw, an index and n bits per shot
-                total, rows = tape.shots.total_shots, tape.batch_size or 1
-                memory.require(float(total) * rows * (16.0 + 8 * n),
-                               f"sampling {total} shots of {rows} state(s) on {n} wires")
+            self._check_sampling(tape, n)
             rec, sources = from_pennylane_tape(tape, labels, meas, engine.check_batch,
                                                postselect=True)
         except QdiffError as exc:
@@ -429,12 +444,102 @@ class QdiffStatevector(Device):
             tape.batch_size is not None
         return _Plan(tape, job, sources, native is not None, n, wire_map, postselect, batched)
 
+    def _scan(self, tapes) -> list:
+        """Per tape its signature and parameters (:func:`signature.scan`), or None."""
+        return signature.scan(tapes, lambda t: self._register(t)[0], _observable_key)
+
+    def _plans(self, tapes, scans=None) -> list:
+        """One plan per tape. A tape whose signature was converted before reuses that
+        conversion (:class:`signature.Template`): only its angles are read, and the angles of
+        all tapes of one template become ONE ``(T, P)`` array. The first tape of a signature
+        is converted in full and, when its angles alone make its theta, becomes the
+        template."""
+        if scans is None:
+            scans = self._scan(tapes)
+        plans: list = [None] * len(tapes)
+        rows: dict = {}  # id(template) -> (template, [(tape index, row of angles)])
+        for i, (tape, sc) in enumerate(zip(tapes, scans)):
+            tpl = None if sc is None else self._templates.get(sc[0])
+            if tpl is not None:
+                plans[i] = self._template_plan(tape, tpl, sc[1], rows, i)
+            if plans[i] is None:
+                plans[i] = self._plan(tape)
+                if sc is not None and tpl is None:
+                    self._remember(sc, plans[i])
+        for tpl, members in rows.values():
+            big = torch.from_numpy(np.array([r for _, r in members], dtype=np.float64))
+            for j, (i, _) in enumerate(members):
+                plans[i] = _Plan(tapes[i], Job(tpl.circuit, big[j:j + 1], None, shots=None,
+                                               trainable=tpl.trainable),
+                                 tpl.sources, tpl.native, tpl.n, tpl.wire_map, False, False,
+                                 torch_params=False)
+        return plans
+
+    def _template_plan(self, tape, tpl, params, rows, i):
+        """The plan of ``tape`` from its template: a broadcast tape's now, an unbatched
+        tape's angles appended to ``rows`` (its plan made with its template's array: returns
+        ``False``); None when the angles need the full conversion (another kind of number, a
+        NaN or infinite angle, a batch too large: it names the fault)."""
+        p = len(tpl.columns)
+        try:
+            r = signature.row(params, tpl.columns)
+            if r is not None:
+                if not all(map(math.isfinite, r)):
+                    return None
+                bsz, batched, theta = 1, False, None
+            else:
+                got = signature.broadcast_theta(params, tpl.columns)
+                if got is None or not np.isfinite(got[1]).all():
+                    return None
+                batched, theta = got
+                bsz = theta.shape[0]
+            self._engine(tpl.n).check_batch(bsz, p)
+            memory.require(8.0 * bsz * p, f"the parameters of a batch of {bsz} bindings")
+            self._check_sampling(tape, tpl.n)
+        except (QdiffError, OverflowError):
+            return None
+        if theta is None:
+            rows.setdefault(id(tpl), (tpl, []))[1].append((i, r))
+            return False
+        batched = batched and tape.batch_size is not None
+        job = Job(tpl.circuit, torch.from_numpy(theta), None, shots=None,
+                  trainable=tpl.trainable)
+        return _Plan(tape, job, tpl.sources, tpl.native, tpl.n, tpl.wire_map, False, batched,
+                     torch_params=False)
+
+    def _remember(self, scanned, plan) -> None:
+        """Keep ``plan``'s conversion as the template of its tape's signature when its theta
+        is exactly the tape's angles gathered by column (checked here, bit for bit)."""
+        key, params = scanned
+        job = plan.job
+        theta = job.theta
+        if job.initial_state is not None or plan.postselect or theta.requires_grad or \
+                theta.dtype != torch.float64 or theta.device.type != "cpu" or \
+                len(plan.sources) != theta.shape[1] or \
+                any(f != 1.0 for _, f in plan.sources):
+            return
+        columns = tuple(k for k, _ in plan.sources)
+        r = signature.row(params, columns)
+        if r is not None:
+            again, batched = np.array([r], dtype=np.float64), False
+        else:
+            got = signature.broadcast_theta(params, columns)
+            if got is None:
+                return
+            batched, again = got
+        if again.shape != tuple(theta.shape) or not torch.equal(torch.from_numpy(again), theta) \
+                or plan.batched != (batched and plan.tape.batch_size is not None):
+            return
+        self._templates.put(key, signature.Template(job.circuit, plan.sources, plan.native,
+                                                    plan.n, plan.wire_map, job.trainable))
+
     # -- execution -------------------------------------------------------------------------
 
     def execute(self, circuits, execution_config: Optional[ExecutionConfig] = None):
-        if has_boxes(circuits):  # backprop under the autograd interface
-            return execute_autograd(circuits, self._execute)
-        return self._execute(circuits, torch_backprop(execution_config))
+        scans = self._scan(circuits)  # a tape with a signature has plain numbers only
+        if has_boxes([t for t, sc in zip(circuits, scans) if sc is None]):
+            return execute_autograd(circuits, self._execute)  # backprop under autograd
+        return self._execute(circuits, torch_backprop(execution_config), scans)
 
     def _snapshot_result(self, tape, whole):
         """One snapshot's measurement, on the circuit up to it (torch and autograd parameters
@@ -443,10 +548,10 @@ class QdiffStatevector(Device):
             return execute_autograd((tape,), self._execute)[0]
         return self._execute((tape,), torch_tape(whole))[0]
 
-    def _execute(self, circuits, torch_out: bool = False):
+    def _execute(self, circuits, torch_out: bool = False, scans=None):
         """The tapes' results; torch tensors for torch parameters, and for every tape with
         ``torch_out`` (backprop under the torch interface)."""
-        plans = [self._plan(t) for t in circuits]
+        plans = self._plans(circuits, scans)
         outputs = self._execute_grouped([p.job for p in plans])
         return tuple(self._finish(p, o, torch_out) for p, o in zip(plans, outputs))
 
@@ -479,10 +584,10 @@ class QdiffStatevector(Device):
         if plan.native:
             if isinstance(outputs, torch.Tensor):  # flat
                 outputs = _split_flat(outputs, plan.job.circuit.measurements, plan.n)
-            keep = torch_out or torch_tape(tape)
+            keep = torch_out or plan.torch_params()
             vals = [to_user(o if plan.batched else o[0], keep) for o in outputs]
             return vals[0] if len(mps) == 1 else tuple(vals)
-        state = to_user(outputs[0], torch_out or torch_tape(tape))
+        state = to_user(outputs[0], torch_out or plan.torch_params())
         shots = tape.shots
         if plan.postselect:
             state, shots = self._postselected(state, shots)
@@ -525,7 +630,7 @@ class QdiffStatevector(Device):
         structure merged into one job, ONE forward over its rows, then one reverse sweep per
         output over the final states repeated once per output (one-hot cotangents, one engine
         ``vjp`` call)."""
-        plans = [self._adjoint_plan(t) for t in circuits]
+        plans = self._adjoint_plans(circuits)
         jobs = [replace(p.job, flat=True, keep=True) for p in plans]
         outputs, merged, members, res = self._execute_grouped(jobs, keep_residuals=True)
         big, cots, resid, todo = [], [], [], []
@@ -568,15 +673,17 @@ class QdiffStatevector(Device):
         vals = tuple(self._finish(p, o) for p, o in zip(plans, outputs))
         return vals, jacs
 
-    def _adjoint_plan(self, tape) -> _Plan:
-        plan = self._plan(tape)
-        if not plan.native or tape.shots:
-            raise DeviceError(f"{self.name}: the adjoint method differentiates exact expval, var "
-                              f"and probs(wires) only; got {list(tape.measurements)}")
-        return plan
+    def _adjoint_plans(self, tapes) -> list:
+        plans = self._plans(tapes)
+        for plan in plans:
+            if not plan.native or plan.tape.shots:
+                raise DeviceError(f"{self.name}: the adjoint method differentiates exact "
+                                  f"expval, var and probs(wires) only; got "
+                                  f"{list(plan.tape.measurements)}")
+        return plans
 
     def compute_vjp(self, circuits, cotangents, execution_config=None):
-        plans = [self._adjoint_plan(t) for t in circuits]
+        plans = self._adjoint_plans(circuits)
         cots = [_flat_cotangent(p, dy) for p, dy in zip(plans, cotangents)]
         merged, members = _merge([p.job for p in plans])
         mcots = [torch.cat([cots[j] for j, _ in mem]) if len(mem) > 1 else cots[mem[0][0]]
@@ -668,12 +775,32 @@ def _data_key(d):
     return h.digest()
 
 
-def _observable_key(op):
+def _pauli_key(op):
+    """The content key of an observable with a Pauli representation whose coefficients are
+    real numbers: its wire labels, its Pauli words and the coefficients' float64 bytes, in the
+    representation's order (the conversion reads that representation alone); else None."""
+    rep = getattr(op, "pauli_rep", None)
+    if rep is None:
+        return None
+    coeffs = list(rep.values())
+    if not all(type(c) in signature.REALS for c in coeffs):
+        return None
+    try:
+        c = np.array(coeffs, dtype=np.float64)
+    except OverflowError:
+        return None
+    return ("pauli", tuple(map(repr, op.wires)), tuple(rep), c.tobytes())
+
+
+def _observable_key(op, values=None):
     """The cache key of a PennyLane observable: its structure (``op.hash``), wire labels and
-    the exact bytes of its data; None when some datum has no byte form (then not cached).
-    Data that are all plain real numbers (a Hamiltonian's coefficients) are one array, hashed
-    once."""
-    values = op.data
+    the exact bytes of its data (``values``: ``op.data`` when the caller has read it); None
+    when some datum has no byte form (then not cached). Data that are all plain real numbers
+    (a Hamiltonian's coefficients) are one array, hashed once."""
+    key = _pauli_key(op)
+    if key is not None:
+        return key
+    values = op.data if values is None else values
     if values and all(isinstance(d, (float, int, np.floating, np.integer)) and
                       not isinstance(d, (bool, np.bool_)) for d in values):
         data = _data_key(np.asarray(values))

@@ -122,7 +122,8 @@ class StatevectorBackend(Backend):
         """One :class:`~qdiff.backends.base.Result` per job (see the Backend protocol)."""
         return [self._execute_one(job) for job in jobs]
 
-    def _execute_one(self, job) -> Result:
+    def _execute_one(self, job, measure: bool = True) -> Result:
+        """``measure=False``: the residual of a ``keep`` job only (no outputs)."""
         if self.trajectories:
             return self._execute_trajectories(job)
         if has_channels(job.circuit):
@@ -143,6 +144,8 @@ class StatevectorBackend(Backend):
                                               if d.value is not None) > _TRACE_LIMIT:
                 trace.data = trace.program = None  # recomputed by the sweep: memory first
             residual = Residual(state, trace, use_native)
+        if not measure:
+            return Result(None, residual)
         if job.flat and not shots:
             flat = zwords.stacked_expvals(state, job.circuit)
             if flat is not None:
@@ -177,8 +180,8 @@ class StatevectorBackend(Backend):
         residual its forward kept (or a fresh forward run when there is none)."""
         out = []
         for job, g, res in zip(jobs, cotangents, residuals):
-            if res is None:
-                res = self._execute_one(_keeping(job)).residual
+            if res is None:  # the forward's final state (its measurements are not needed)
+                res = self._execute_one(_keeping(job), measure=False).residual
             trainable = job.trainable or (True,) * job.theta.shape[1]
             theta = job.theta.to(res.state.device)
             out.append(adjoint_vjp(lowered(job.circuit, "statevector"), theta, res.state,

@@ -32,9 +32,10 @@ def _words_key(obs, n: int) -> tuple:
     return (n, tuple(tuple((f.wires[0], f.kind) for f in t) for t in obs.terms))
 
 
-def groups_of(obs, n: int) -> PauliGroups:
-    """The (cached) :class:`PauliGroups` of a Pauli-sum observable on ``n`` wires."""
-    key = _words_key(obs, n)
+def groups_of(obs, n: int, key=None) -> PauliGroups:
+    """The (cached) :class:`PauliGroups` of a Pauli-sum observable on ``n`` wires (``key``: its
+    :func:`_words_key` when the caller has it)."""
+    key = _words_key(obs, n) if key is None else key
     with _LOCK:
         g = _GROUPS.get(key)
         if g is not None:
@@ -49,15 +50,18 @@ def groups_of(obs, n: int) -> PauliGroups:
     return g
 
 
-def diagonals_of(obs, n: int, dtype: torch.dtype, device) -> tuple:
+def diagonals_of(obs, n: int, dtype: torch.dtype, device, words=None) -> tuple:
     """``(groups, D (G, 2**n))`` of ``obs`` in the real dtype matching state dtype ``dtype``
-    (complex when needed), on ``device``; cached unless the coefficients require grad."""
-    groups = groups_of(obs, n)
+    (complex when needed), on ``device``; cached unless the coefficients require grad
+    (``words``: the observable's :func:`_words_key` when the caller has it)."""
+    words = _words_key(obs, n) if words is None else words
+    groups = groups_of(obs, n, words)
     rdtype = torch.float32 if dtype in (torch.float32, torch.complex64) else torch.float64
     c = obs.coeffs.to(device)
     if c.requires_grad or not is_concrete(c):  # a transformed (e.g. vmapped) coefficient
         return groups, groups.diagonals(c, rdtype)
-    key = (_words_key(obs, n), str(device), rdtype)
+    cplx = dtype.is_complex
+    key = (words, str(device), rdtype, cplx)
     with _LOCK:
         hit = _DIAGS.get(key)
         if hit is not None and hit[0].shape == c.shape and torch.equal(hit[0], c):
@@ -65,6 +69,10 @@ def diagonals_of(obs, n: int, dtype: torch.dtype, device) -> tuple:
             return groups, hit[1]
     with caches.constants():
         d = groups.diagonals(c, rdtype)
+        if cplx and not d.is_complex() and 2 * d.numel() * d.element_size() <= _CACHE_BYTES // 4:
+            # for complex states, kept complex: a real diagonal is promoted on every
+            # multiply-add (the same values; the promotion costs as much as the product)
+            d = d.to(torch.complex64 if rdtype == torch.float32 else torch.complex128)
     if d.numel() * d.element_size() <= _CACHE_BYTES:
         with _LOCK:
             _DIAGS[key] = (c.detach().clone(), d)
@@ -86,11 +94,12 @@ def apply_pauli_sum(state: torch.Tensor, obs, n: int) -> torch.Tensor:
     memory.require(6.0 * state.numel() * state.element_size(),
                    f"applying a {len(obs.terms)}-term Pauli sum to {state.shape[0]} state(s) of "
                    f"{n} qubits", state.device)
-    groups = groups_of(obs, n)
+    words = _words_key(obs, n)
+    groups = groups_of(obs, n, words)
     c = obs.coeffs.to(state.device)
     if (groups.num_groups << n) * 8 > _CACHE_BYTES // 4 and not c.requires_grad:
         return apply(groups, c, state)  # large: O(1) extra states, nothing cached
-    _, d = diagonals_of(obs, n, state.dtype, state.device)
+    _, d = diagonals_of(obs, n, state.dtype, state.device, words)
     return apply(groups, c, state, diagonals=d)
 
 
