@@ -6,6 +6,11 @@ pipeline, against ``lightning.qubit`` (adjoint) and ``default.qubit`` (backprop)
    Adam; forward + backward + optimizer step on a batch of B inputs (the inputs are broadcast
    by TorchLayer: one broadcast tape per step).
 2. Gradient of sum_i <Z_i> after SEL(L=3) w.r.t. the SEL weights (one input), n = 12..20.
+3. ``--shift``: parameter-shift gradients on every device (PennyLane's transform makes two
+   tapes per trainable angle, all of one structure): SEL(L=6) on 6 qubits (108 angles) with
+   expval Z0 Z1, and one RY layer + CNOT chain on 12 qubits (12 angles) with the expval of a
+   random 500-term Pauli Hamiltonian (timed with a full garbage collection before each call
+   and none during it, as ``timeit`` does).
 
 Every configuration is timed interleaved with its peers in the same run (rounds of one call
 each, after a warm-up); the script prints medians and the ratios qdiff / peer (< 1: qdiff
@@ -14,11 +19,13 @@ one expval) per device: PennyLane's own fixed cost per call.
 
     OMP_NUM_THREADS=1 python bench/bench_pennylane_plugin.py [--layer-sizes 4,8]
         [--batches 32,256] [--sel-sizes 12,14,16,18,20] [--rounds 5] [--device-vjp]
+        [--empty] [--shift]
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import statistics
 import time
 import warnings
@@ -79,6 +86,43 @@ def sel_grad(name, diff, n, device_vjp, seed=0):
     return step
 
 
+def shift_grad(name, workload, seed=0):
+    """qml.grad of a parameter-shift qnode (autograd interface) as a torch tensor."""
+    import numpy as np
+    import pennylane as qml
+    import torch
+    rng = np.random.default_rng(seed)
+    if workload == "sel":
+        n = 6
+        dev = qml.device(name, wires=n)
+
+        @qml.qnode(dev, diff_method="parameter-shift")
+        def circuit(w):
+            qml.StronglyEntanglingLayers(w, wires=range(n))
+            return qml.expval(qml.Z(0) @ qml.Z(1))
+        w = qml.numpy.array(rng.uniform(0, 6.28, (6, n, 3)), requires_grad=True)
+    else:
+        n, words = 12, set()
+        while len(words) < 500:
+            word = "".join(rng.choice(list("IXYZ"), n))
+            if set(word) != {"I"}:
+                words.add(word)
+        words = sorted(words)
+        H = qml.Hamiltonian([float(c) for c in rng.normal(size=len(words))],
+                            [qml.pauli.string_to_pauli_word(wd) for wd in words])
+        dev = qml.device(name, wires=n)
+
+        @qml.qnode(dev, diff_method="parameter-shift")
+        def circuit(w):
+            for i in range(n):
+                qml.RY(w[i], wires=i)
+            for i in range(n - 1):
+                qml.CNOT(wires=[i, i + 1])
+            return qml.expval(H)
+        w = qml.numpy.array(rng.uniform(0, 6.28, n), requires_grad=True)
+    return lambda: torch.as_tensor(np.asarray(qml.grad(circuit)(w)))
+
+
 def empty_call(name):
     import pennylane as qml
     dev = qml.device(name, wires=1)
@@ -90,9 +134,11 @@ def empty_call(name):
     return lambda: (circuit(0.1), None)[1]
 
 
-def interleave(steps: dict, rounds: int) -> dict:
+def interleave(steps: dict, rounds: int, gc_off: bool = False) -> dict:
     """Median seconds per call of each step, timed round-robin after one warm-up each; also
-    checks that the returned gradients agree."""
+    checks that the returned gradients agree. ``gc_off``: a full collection before each timed
+    call and none during it (as ``timeit`` does): a full collection of the PennyLane + torch
+    heap costs about 0.25 s and otherwise lands in whichever call crosses its threshold."""
     results = {k: s() for k, s in steps.items()}
     ref = next(iter(results.values()))
     for k, r in results.items():
@@ -102,9 +148,16 @@ def interleave(steps: dict, rounds: int) -> dict:
     times = {k: [] for k in steps}
     for _ in range(rounds):
         for k, s in steps.items():
-            t0 = time.perf_counter()
-            s()
-            times[k].append(time.perf_counter() - t0)
+            if gc_off:
+                gc.collect()
+                gc.disable()
+            try:
+                t0 = time.perf_counter()
+                s()
+                times[k].append(time.perf_counter() - t0)
+            finally:
+                if gc_off:
+                    gc.enable()
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -123,6 +176,8 @@ def main():
     ap.add_argument("--device-vjp", action="store_true",
                     help="adjoint with device_vjp=True (PennyLane's default is False)")
     ap.add_argument("--empty", action="store_true")
+    ap.add_argument("--shift", action="store_true",
+                    help="also time the parameter-shift gradients (every device)")
     args = ap.parse_args()
     import pennylane as qml
     import torch
@@ -134,6 +189,18 @@ def main():
         t = interleave({k: empty_call(name) for k, name, _ in PEERS}, max(args.rounds, 20))
         print("empty circuit (one RZ, one expval), ms: " +
               ", ".join(f"{k} {fmt(v)}" for k, v in t.items()))
+    if args.shift:
+        print("\nParameter-shift gradients (every device diff_method='parameter-shift'; a full "
+              "garbage collection before each timed call, none during it), ms")
+        print("| circuit | qdiff | lightning | default | qdiff/lightning | qdiff/default |")
+        print("|---|---|---|---|---|---|")
+        for wl, label in (("sel", "SEL(L=6), 6 qubits, 108 angles, expval Z0 Z1"),
+                          ("ham", "RY + CNOT chain, 12 qubits, 12 angles, 500-term H")):
+            t = interleave({k: shift_grad(name, wl) for k, name, _ in PEERS}, args.rounds,
+                           gc_off=True)
+            print(f"| {label} | {fmt(t['qdiff'])} | {fmt(t['lightning'])} | "
+                  f"{fmt(t['default'])} | {t['qdiff'] / t['lightning']:.2f} | "
+                  f"{t['qdiff'] / t['default']:.2f} |", flush=True)
     sizes = [int(s) for s in args.layer_sizes.split(",") if s]
     batches = [int(b) for b in args.batches.split(",") if b]
     if sizes:
