@@ -351,12 +351,24 @@ def test_every_gate_has_a_reference():
     assert not missing
 
 
+def _adjoint_and_backprop(f, dev, x, native_on):
+    """The gradients of the qnode f at x by the adjoint (native kernels or, native_on False,
+    the torch kernels) and by backprop."""
+    import qdiff as qd
+    from qdiff.backends.statevector import native
+    ctx = contextlib.nullcontext() if native_on else native.disabled()
+    with ctx:
+        (g,) = torch.autograd.grad(qd.QNode(f, dev, diff_method="adjoint")(x), x)
+    xr = x.detach().clone().requires_grad_(True)
+    (ref,) = torch.autograd.grad(qd.QNode(f, dev, diff_method="backprop")(xr), xr)
+    return g, ref
+
+
 @pytest.mark.parametrize("native_on", [True, False])
 def test_adjoint_sweeps_constant_gates_whose_inverse_has_angles(native_on):
     """SISWAP's inverse is IsingXY at a constant angle: the adjoint sweep (native and torch
     kernels, states above the small-state path) uncomputes it with that angle."""
     import qdiff as qd
-    from qdiff.backends.statevector import native
     n = 16
     dev = qd.device("statevector", wires=n)
 
@@ -368,11 +380,7 @@ def test_adjoint_sweeps_constant_gates_whose_inverse_has_angles(native_on):
         return qd.expval(qd.Z(0) + qd.X(1) + qd.Y(2) + qd.Z(1) @ qd.X(2))
 
     x = torch.tensor([0.7, -0.4], dtype=torch.float64, requires_grad=True)
-    ctx = contextlib.nullcontext() if native_on else native.disabled()
-    with ctx:
-        (g,) = torch.autograd.grad(qd.QNode(f, dev, diff_method="adjoint")(x), x)
-    xr = x.detach().clone().requires_grad_(True)
-    (ref,) = torch.autograd.grad(qd.QNode(f, dev, diff_method="backprop")(xr), xr)
+    g, ref = _adjoint_and_backprop(f, dev, x, native_on)
     assert torch.allclose(g, ref, atol=1e-12) and ref.abs().max() > 1e-3
 
 
@@ -398,7 +406,6 @@ def test_adjoint_of_diagonal_gates_with_many_controls(native_on):
     """Diagonal gates controlled by many wires (generators kept as (k, G)): the adjoint sweep
     (native and torch kernels) differentiates them as backprop does."""
     import qdiff as qd
-    from qdiff.backends.statevector import native
     n = 8
     dev = qd.device("statevector", wires=n)
 
@@ -412,11 +419,7 @@ def test_adjoint_of_diagonal_gates_with_many_controls(native_on):
         return qd.expval(qd.X(6) @ qd.Z(7) + 0.4 * qd.Y(6) + qd.X(7))
 
     x = torch.tensor([0.7, -0.4, 0.9], dtype=torch.float64, requires_grad=True)
-    ctx = contextlib.nullcontext() if native_on else native.disabled()
-    with ctx:
-        (g,) = torch.autograd.grad(qd.QNode(f, dev, diff_method="adjoint")(x), x)
-    xr = x.detach().clone().requires_grad_(True)
-    (ref,) = torch.autograd.grad(qd.QNode(f, dev, diff_method="backprop")(xr), xr)
+    g, ref = _adjoint_and_backprop(f, dev, x, native_on)
     assert torch.allclose(g, ref, atol=1e-12) and ref.abs().min() > 1e-3
 
 

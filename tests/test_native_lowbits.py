@@ -173,20 +173,10 @@ def test_low_target_circuits_match_torch(n, batch, cdtype):
             p += gate.num_params
     c = Circuit(n, tuple(ops), num_params=p)
     theta = torch.tensor(rng.uniform(-3, 3, (batch, p)))
-    psi0 = torch.tensor(_random((1, 2 ** n), n, cdtype))
-    psi0 = psi0 / psi0.norm()
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2 if n == 14 else 1)
-        with torch.no_grad():
-            ours = simulate(c, theta, initial_state=psi0, cdtype=cdtype)
-            with native.disabled():
-                ref = simulate(c, theta, initial_state=psi0, cdtype=cdtype)
-    finally:
-        torch.set_num_threads(threads)
+    ours, ref = _native_and_torch(c, theta, _random_state(n, cdtype), cdtype,
+                                  2 if n == 14 else 1)
     atol = 1e-11 if cdtype == torch.complex128 else 5e-5
     assert torch.allclose(ours, ref, atol=atol)
-
 
 
 def _gates_then_mixer(n, placed, mixer):
