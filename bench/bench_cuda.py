@@ -6,7 +6,8 @@ Problems (float64/complex128 and float32/complex64):
   backprop (torch tensors on the GPU: its simulation runs in torch there);
 - the hybrid training step of bench_training.py (Linear(16, n) -> AngleEmbedding + SEL(3) ->
   Linear(n, 2), cross-entropy, Adam) at batch 256: qdiff (plain and static=True) vs
-  PennyLane's TorchLayer on default.qubit, whole model on the GPU.
+  PennyLane's TorchLayer on default.qubit, whole model on the GPU; qdiff's static step on the
+  CPU (native kernels) beside.
 Same run, interleaved rounds, wall time after torch.cuda.synchronize(), medians; the ratios
 are per round. qdiff's CPU figure (native kernels, the given thread count) is printed beside.
 
@@ -118,7 +119,8 @@ def training_step(n, batch, device, impl):
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", default="16,20,24")
+    ap.add_argument("--sizes", default="16,20,24",
+                    help="SEL sizes, comma-separated (empty: the training steps only)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=16)
@@ -130,7 +132,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     print(f"# {torch.cuda.get_device_name(0)}, torch {torch.__version__}, "
           f"CPU threads {torch.get_num_threads()}")
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     rows = []
     for n in sizes:
         for cdtype in (torch.complex128, torch.complex64):
@@ -159,6 +161,7 @@ def main(argv=None):
     print("# training step (hybrid shape, batch 256, float64, whole model on the GPU), ms")
     for n in (4, 8):
         fns = {impl: training_step(n, 256, "cuda", impl) for impl in ("plain", "static", "pl")}
+        fns["static cpu"] = training_step(n, 256, "cpu", "static")
         times = {k: [] for k in fns}
         failed = {}
         for _ in range(args.rounds):

@@ -7,6 +7,12 @@ import numpy as np
 import pytest
 import torch
 
+# torch devices of the device-parametrized tests: the CPU always, CUDA marked ``cuda`` and
+# skipped without a GPU (``python -m pytest -m cuda`` on a GPU machine)
+CUDA = pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device")])
+TORCH_DEVICES = ["cpu", CUDA]
+
 
 @contextlib.contextmanager
 def torch_threads(t: int):

@@ -20,13 +20,12 @@ import torch
 
 import qdiff as qd
 from qdiff.circuits.gates import GATES
+from conftest import TORCH_DEVICES
 from test_gradients import _circuit, _num_params, _observables, _random_ops
 from test_simulator import random_spec, run_qdiff
 
 HAS_CUDA = torch.cuda.is_available()
-CUDA = pytest.param("cuda", marks=[pytest.mark.cuda,
-                                   pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")])
-DEVICES = ["cpu", CUDA]
+DEVICES = TORCH_DEVICES
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -455,7 +454,8 @@ def test_qng_optimizer_on_device(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_pennylane_plugin_with_device_tensors(device):
     """PennyLane's torch interface on qml.device("qdiff.statevector") with tensors on
-    ``device``: values and gradients equal default.qubit's, on the CPU."""
+    ``device``: values and gradients equal default.qubit's, on the CPU; a second call with
+    other angles (the device reuses the first call's conversion of the tape) too."""
     qml = pytest.importorskip("pennylane")
 
     def body(x, w):
@@ -464,19 +464,23 @@ def test_pennylane_plugin_with_device_tensors(device):
         return qml.expval(qml.Z(0) @ qml.Z(1)), qml.probs(wires=[2])
 
     gen = torch.Generator().manual_seed(9)
-    x = torch.rand(3, dtype=torch.float64, generator=gen)
-    w = torch.rand(2, 3, 3, dtype=torch.float64, generator=gen)
-    xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
-    ref = qml.QNode(body, qml.device("default.qubit", wires=3), interface="torch")(xr, wr)
-    rg = torch.autograd.grad(ref[0] + ref[1][0], (xr, wr))
+    angles = [(torch.rand(3, dtype=torch.float64, generator=gen),
+               torch.rand(2, 3, 3, dtype=torch.float64, generator=gen)) for _ in range(2)]
+    refs = []
+    for x, w in angles:
+        xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        ref = qml.QNode(body, qml.device("default.qubit", wires=3), interface="torch")(xr, wr)
+        refs.append((ref, torch.autograd.grad(ref[0] + ref[1][0], (xr, wr))))
     # (diff_method="backprop" on this device goes through qml.execute: see the README)
     for method in ("adjoint", "best", "parameter-shift"):
-        xd, wd = x.to(device).requires_grad_(True), w.to(device).requires_grad_(True)
-        out = qml.QNode(body, qml.device("qdiff.statevector", wires=3), interface="torch",
-                        diff_method=method)(xd, wd)
-        _close(list(out), list(ref), 1e-9, device)
-        g = torch.autograd.grad(out[0] + out[1][0], (xd, wd))
-        _close(list(g), list(rg), 1e-8, device)
+        q = qml.QNode(body, qml.device("qdiff.statevector", wires=3), interface="torch",
+                      diff_method=method)
+        for (x, w), (ref, rg) in zip(angles, refs):
+            xd, wd = x.to(device).requires_grad_(True), w.to(device).requires_grad_(True)
+            out = q(xd, wd)
+            _close(list(out), list(ref), 1e-9, device)
+            g = torch.autograd.grad(out[0] + out[1][0], (xd, wd))
+            _close(list(g), list(rg), 1e-8, device)
 
 
 @pytest.mark.parametrize("device", DEVICES)

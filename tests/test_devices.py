@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import qdiff as qd
+from conftest import TORCH_DEVICES
 
-DEVICES = ["cpu", pytest.param("cuda", marks=[
-    pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")])]
+DEVICES = TORCH_DEVICES
 
 
 def _body(x, w):

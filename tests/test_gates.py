@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import close_up_to_phase, random_unitary
+from conftest import TORCH_DEVICES, close_up_to_phase, random_unitary
 from qdiff.circuits.gates import (GATES, controlled_gate, multirz_gate, paulirot_gate,
                                   pcphase_gate, unitary_gate)
 
@@ -477,14 +477,17 @@ def _slice_reference(k):
     return torch.tensor(vals, dtype=torch.float64), torch.stack(grads)
 
 
+@pytest.mark.parametrize("device", TORCH_DEVICES)
 @pytest.mark.parametrize("sliced", [False, True], ids=["tiny", "sliced"])
 @pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64], ids=["c128", "c64"])
 @pytest.mark.parametrize("k", [1, 2, 3, 5])
-def test_controlled_gates_on_the_control_slice_match_pennylane(k, cdtype, sliced, monkeypatch):
+def test_controlled_gates_on_the_control_slice_match_pennylane(k, cdtype, sliced, device,
+                                                               monkeypatch):
     """Gates with 1, 2, 3, 5 controls (qd.ctrl, PennyLane's qml.ctrl), batched angles: values
-    and gradients of backprop, adjoint (torch and native kernels) and parameter-shift on the
-    torch kernels equal PennyLane's default.qubit; backprop equals finite differences. Tiny
-    states (one torch op per gate) and the slice kernels (``sliced``) both."""
+    and gradients of backprop, adjoint (torch and, on the CPU, native kernels) and
+    parameter-shift on the torch kernels equal PennyLane's default.qubit, on the angles'
+    device; backprop equals finite differences. Tiny states (one torch op per gate) and the
+    slice kernels (``sliced``) both."""
     import qdiff as qd
     from qdiff.backends.statevector import gate_data, native
     if sliced:
@@ -494,17 +497,18 @@ def test_controlled_gates_on_the_control_slice_match_pennylane(k, cdtype, sliced
     tol = 1e-10 if cdtype == torch.complex128 else 2e-4 * (1 + want_y.abs().max())
     dev = qd.device("statevector", wires=_SLICE_CIRCUITS[k][0], dtype=cdtype)
     runs = [("backprop", False), ("adjoint", False), ("parameter-shift", False)]
-    if native.library() is not None:
+    if native.library() is not None and device == "cpu":
         runs.append(("adjoint", True))
     for method, native_on in runs:
-        x = _slice_angles(k).to(rdtype).requires_grad_(True)
+        x = _slice_angles(k).to(rdtype).to(device).requires_grad_(True)
         with (contextlib.nullcontext() if native_on else native.disabled()):
             y = qd.qnode(dev, diff_method=method)(lambda x: _slice_body(qd, x, k))(x)
             (g,) = torch.autograd.grad(y.sum(), x)
         assert y.dtype == rdtype and g.dtype == rdtype
-        assert torch.allclose(y.double(), want_y, atol=tol), (method, native_on)
-        assert torch.allclose(g.double(), want_g, atol=tol), (method, native_on)
-    if cdtype == torch.complex128:
+        assert y.device.type == device and g.device.type == device
+        assert torch.allclose(y.double().cpu(), want_y, atol=tol), (method, native_on)
+        assert torch.allclose(g.double().cpu(), want_g, atol=tol), (method, native_on)
+    if cdtype == torch.complex128 and device == "cpu":
         f = qd.qnode(dev, diff_method="backprop")(lambda x: _slice_body(qd, x, k))
         x, h = _slice_angles(k)[0], 1e-6
         fd = torch.stack([(f(x + h * e) - f(x - h * e)) / (2 * h)

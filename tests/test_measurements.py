@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import qdiff as qd
+from conftest import TORCH_DEVICES
 from qdiff.backends.statevector import measure
 from qdiff.circuits.observables import as_observable
 
@@ -655,14 +656,15 @@ def _bell_like(x):
     qd.RX(0.3, wires=2)
 
 
+@pytest.mark.parametrize("device", TORCH_DEVICES)
 @pytest.mark.parametrize("name", ["statevector", "mixed"])
 @pytest.mark.parametrize("batch", [(), (3,)])
-def test_measurements_sharing_a_basis_read_one_draw_of_each_call(name, batch):
+def test_measurements_sharing_a_basis_read_one_draw_of_each_call(name, batch, device):
     """As PennyLane's default.qubit reads a group of measurements that share a basis from one
     set of samples: Z words, probs, sample and counts of wires read the computational basis's
     one draw (expval(Z0) == 1 - 2 mean(sample(wires=0)), probs == counts / shots, var from the
     same bits); X0 and X0 @ Z2 one draw in the X/Z basis; a sum of such terms the same bits;
-    each batch row its own draw."""
+    each batch row its own draw; on the angles' device."""
     shots = 300
     dev = qd.device(name, wires=3, shots=shots, seed=4)
 
@@ -676,7 +678,10 @@ def test_measurements_sharing_a_basis_read_one_draw_of_each_call(name, batch):
                 qd.counts(wires=[0, 1]))
     x = torch.linspace(0.4, 2.0, 3, dtype=torch.float64) if batch else \
         torch.tensor(0.9, dtype=torch.float64)
-    z0, bits, zz, p, v1, x0, xz, vx0, s1, ham, sx0, counts = f(x)
+    out = f(x.to(device))
+    assert all(r.device.type == device for r in out if isinstance(r, torch.Tensor))
+    z0, bits, zz, p, v1, x0, xz, vx0, s1, ham, sx0, counts = [
+        r.cpu() if isinstance(r, torch.Tensor) else r for r in out]
     b = 1 - 2 * bits.double()
     assert bits.shape == batch + (shots, 2)
     tol = dict(atol=1e-12, rtol=0)

@@ -5,11 +5,11 @@ import pytest
 import torch
 
 import qdiff as qd
+from conftest import TORCH_DEVICES
 from qdiff.metric import metric_tensor
 
 pytestmark = pytest.mark.filterwarnings("ignore")
-DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device")])]
+DEVICES = TORCH_DEVICES
 
 
 def body(lib, w):

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import qdiff as qd
+from conftest import TORCH_DEVICES
 from qdiff.operators import PauliSumOperator, walsh_hadamard
 
-DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device")])]
+DEVICES = TORCH_DEVICES
 
 
 def random_op(n, terms, seed, complex_y=True):

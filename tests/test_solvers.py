@@ -8,12 +8,12 @@ import scipy.sparse.linalg as sla
 import torch
 
 import qdiff as qd
+from conftest import TORCH_DEVICES
 from qdiff.operators import PauliSumOperator
 from qdiff.solvers import cg, ground_state, lanczos, minres
 from qdiff.qchem import particle_number_mask
 
-DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device")])]
+DEVICES = TORCH_DEVICES
 
 
 def random_op(n, terms, seed, letters="XYZ"):
