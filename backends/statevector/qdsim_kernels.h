@@ -688,16 +688,38 @@ static inline SFX(vv) SFX(vvld)(const R *p) {
 }
 static inline void SFX(vvst)(R *p, SFX(vv) v) { memcpy(p, &v, sizeof v); }
 
-static inline __attribute__((always_inline)) void SFX(vflush)(SFX(vacc_t) *da, SFX(vv) *acc) {
+/* da += acc, acc = 0: whole-vector conversions and adds (an element loop over acc made GCC keep
+ * the accumulators in memory, re-read and re-written at every step of the loop) */
+typedef double SFX(vdd) __attribute__((vector_size(64)));
+#if RBYTES == 4
+typedef float SFX(vhalf) __attribute__((vector_size(32)));
+#endif
+QD_FMA static inline __attribute__((always_inline)) void SFX(vflush)(SFX(vacc_t) *da, SFX(vv) *acc) {
+#pragma GCC unroll 8
     for (int k = 0; k < 8; k++) {
-        for (int l = 0; l < VL; l++) da->d[k][l] += (double)acc[k][l];
+        SFX(vdd) d0;
+        memcpy(&d0, da->d[k], sizeof d0);
+#if RBYTES == 4
+        SFX(vdd) d1;
+        memcpy(&d1, da->d[k] + 8, sizeof d1);
+        d0 += __builtin_convertvector(
+            (SFX(vhalf))__builtin_shufflevector(acc[k], acc[k], 0, 1, 2, 3, 4, 5, 6, 7),
+            SFX(vdd));
+        d1 += __builtin_convertvector(
+            (SFX(vhalf))__builtin_shufflevector(acc[k], acc[k], 8, 9, 10, 11, 12, 13, 14, 15),
+            SFX(vdd));
+        memcpy(da->d[k] + 8, &d1, sizeof d1);
+#else
+        d0 += acc[k];
+#endif
+        memcpy(da->d[k], &d0, sizeof d0);
         acc[k] = (SFX(vv)){0};
     }
 }
 
 /* block path: halves of w >= VL reals, blocks [j0, j1), reals [e0, e1) of each half
  * (multiples of 16); upd: 0 sums only, 1 also psi <- V psi, 2 also lam <- V lam */
-static inline __attribute__((always_inline)) void SFX(vstep_blocks)(
+QD_FMA static inline __attribute__((always_inline)) void SFX(vstep_blocks)(
         R *restrict psi, R *restrict lam, i64 w, const R *v, int upd, i64 j0, i64 j1, i64 e0,
         i64 e1, SFX(vacc_t) *da) {
     SFX(vv) acc[8], V[8];
@@ -1073,7 +1095,7 @@ static void SFX(swap_low)(R *s, int nbits, int h, int l, int par) {
         if (++cnt == STEP_FLUSH) { SFX(vflush)(da, acc); cnt = 0; }                            \
     }
 
-static inline __attribute__((always_inline)) void SFX(vstep_lanes)(
+QD_FMA static inline __attribute__((always_inline)) void SFX(vstep_lanes)(
         R *restrict psi, R *restrict lam, int p, const R *v, int upd, i64 g0, i64 g1,
         SFX(vacc_t) *da) {
     SFX(vv) acc[8], A, B, C, D;
@@ -1121,7 +1143,7 @@ static void SFX(vsums)(const SFX(vacc_t) *da, int lanes, i64 w, double *out) {
 
 /* One part of the vector step (blocks [j0, j1), reals [e0, e1) of each half as split_1q
  * gives them; for w < VL whole groups of VL reals) into M (8 doubles). */
-static void SFX(vstep_part)(R *psi, R *lam, int p, const R *v, int upd, i64 j0, i64 j1,
+QD_FMA static void SFX(vstep_part)(R *psi, R *lam, int p, const R *v, int upd, i64 j0, i64 j1,
                             i64 e0, i64 e1, double *out) {
     SFX(vacc_t) da;
     memset(&da, 0, sizeof da);
