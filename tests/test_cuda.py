@@ -22,7 +22,7 @@ import qdiff as qd
 from qdiff.circuits.gates import GATES
 from conftest import TORCH_DEVICES
 from test_gradients import _circuit, _num_params, _observables, _random_ops
-from test_simulator import random_spec, run_qdiff
+from test_simulator import GATE_NAMES, random_spec, run_qdiff
 
 HAS_CUDA = torch.cuda.is_available()
 DEVICES = TORCH_DEVICES
@@ -98,10 +98,22 @@ def test_adjoint_overlaps_by_reductions_match_the_matrix_products(cdtype):
                 assert torch.allclose(a, b, atol=1e-4 if cdtype == torch.complex64 else 1e-12)
 
 
+# seeds of 4- and 5-qubit circuits (seed % 3 != 0) whose gates cover every registered gate
+RANDOM_SEEDS = range(1, 42, 3)
+
+
+def test_random_circuit_seeds_cover_every_gate():
+    """The device's random circuits draw every registered gate (four-wire ones included) in
+    some seed, batched and not."""
+    for batch in (None, 3):
+        seen = {op[0] for seed in RANDOM_SEEDS for op in random_spec(seed, batch)[1]}
+        assert seen >= set(GATE_NAMES), sorted(set(GATE_NAMES) - seen)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
 @pytest.mark.parametrize("batch", [None, 3])
-@pytest.mark.parametrize("seed", range(0, 42, 3))
+@pytest.mark.parametrize("seed", RANDOM_SEEDS)
 def test_random_circuits_every_gate_and_measurement(device, cdtype, batch, seed):
     """Random circuits over every registered gate and exact measurement type (values and
     backprop gradients) on ``device`` against the CPU in complex128."""
