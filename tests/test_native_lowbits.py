@@ -16,7 +16,7 @@ import torch
 import qdiff as qd
 from qdiff.backends.statevector import native
 from qdiff.backends.statevector.adjoint import adjoint_vjp
-from qdiff.backends.statevector.native_abi import DENSE, DIAG, FLIP
+from qdiff.backends.statevector.native_abi import DENSE, DIAG, FLIP, SWAP
 from qdiff.backends.statevector.simulate import simulate
 from qdiff.circuits import Circuit, Operation, ParamRef
 from qdiff.circuits.gates import BUILTIN_GATES as G
@@ -150,6 +150,68 @@ def test_flip_with_no_control_or_one_above_the_target(n, cdtype, threads):
 
 LOW_GATES = ["x", "cx", "ccx", "cz", "cy", "h", "rx", "ry", "rot", "crx", "cry", "crz", "cp",
              "crot"]
+
+
+def _diag_reference(psi, bits, cmask, d):
+    """psi (B, 2^n); the diagonal d (B, 2^k) on bits (bits[0] the most significant of the
+    local index) where every bit of cmask is 1."""
+    idx = np.arange(psi.shape[1])
+    m = sum(((idx >> b) & 1) << (len(bits) - 1 - j) for j, b in enumerate(bits))
+    on = (idx & cmask) == cmask
+    return np.where(on, d[:, m], 1) * psi
+
+
+def _swap_reference(psi, a, b):
+    idx = np.arange(psi.shape[1])
+    x = ((idx >> a) ^ (idx >> b)) & 1
+    return psi[:, idx ^ (x << a) ^ (x << b)]
+
+
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+@pytest.mark.parametrize("n,threads", [(4, 1), (6, 1), (9, 1), (13, 2)])
+def test_diagonals_and_swaps_by_groups_on_every_placement(n, threads, cdtype):
+    """Diagonals on one bit with controls (CZ, CP, CRZ, CCZ forms) and on two bits with or
+    without a control (IsingZZ, a phase on |11> only), and SWAP, on every placement of their
+    bits among low (0-2) and high bits: the group kernels' per-lane constants, their visits of
+    only the groups where the gate acts, split over two threads at n = 13; exactly the
+    reference (and the inverse program restores the state)."""
+    rng = np.random.default_rng(n)
+    psi = _random((2, 2 ** n), 3 * n, cdtype)
+    cases = []
+    for t in range(n):
+        others = [c for c in range(n) if c != t]
+        masks = [1 << c for c in others] + [(1 << c) | (1 << e) for c in others
+                                             for e in others if c < e and (c < 3) != (e < 3)]
+        cases += [([t], m) for m in masks]
+    for a, b in itertools.permutations(range(n), 2):
+        cases.append(([a, b], 0))
+        c = next((c for c in (0, n - 1, 3) if c not in (a, b) and c < n), None)
+        if c is not None:
+            cases.append(([a, b], 1 << c))
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        for i, (bits, cmask) in enumerate(cases):
+            k = len(bits)
+            d = np.exp(1j * rng.uniform(-3, 3, (2, 2 ** k)))
+            if i % 2:  # a phase on the all-ones entry only (CZ, CP): the one-combination path
+                d[:, :-1] = 1
+            prog = native.Program(2, n, cdtype)
+            prog.add(DIAG, bits, cmask, torch.tensor(d.astype(psi.dtype)), 2 ** k)
+            state = torch.tensor(psi)
+            native.run(state, prog)
+            ref = _diag_reference(psi.astype(np.complex128), bits, cmask, d)
+            assert np.allclose(state.numpy(), ref, atol=TOL[cdtype]), (bits, cmask)
+            native.run(state, prog, dagger=True)
+            assert np.allclose(state.numpy(), psi, atol=2 * TOL[cdtype]), (bits, cmask)
+        for a, b in itertools.permutations(range(n), 2):
+            prog = native.Program(2, n, cdtype)
+            prog.add(SWAP, [a, b], 0, None, 0)
+            state = torch.tensor(psi)
+            native.run(state, prog)
+            assert np.array_equal(state.numpy(), _swap_reference(psi, a, b)), (a, b)
+    finally:
+        torch.set_num_threads(old)
 
 
 @pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])

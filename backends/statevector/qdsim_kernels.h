@@ -246,6 +246,8 @@ static void SFX(lane_part_v)(R *restrict s, int p, int diag, const R *A_, const 
 static int SFX(lane_two)(R *restrict s, int p, const R *A_, const R *B_, const R *C_,
                          const R *D_, const int *hb, int nh, i64 j0, i64 j1);
 static void SFX(swap_low)(R *s, int nbits, int h, int l, int par);
+static void SFX(swap_groups)(R *s, int nbits, int h, int l, int par);
+static void SFX(diag_groups)(R *s, int nbits, const gate_t *g, const R *u, int par);
 QD_FMA_CHAIN static void SFX(lane_part)(R *restrict s, int p, int diag, const R *A_, const R *B_,
                            const R *C_, const R *D_, const int *hb, int nh, i64 j0, i64 j1) {
     if (!diag && SFX(lane_two)(s, p, A_, B_, C_, D_, hb, nh, j0, j1)) return;
@@ -446,9 +448,18 @@ static void SFX(apply_range)(R *st, int nbits, const gate_t *g, const R *u_in, i
      * Givens, excitations, iSWAP, a two-bit diagonal): its 4x4 matrix through the fused-block
      * kernels, which have vector loops for every placement of the two bits (the generic loops
      * below index every amplitude: 3-22x lightning.qubit's time per gate, measured) */
-    if (g->kind == K_SWAP && g->cmask == 0 && g->tmask < 8 && nbits >= 3) {
-        SFX(swap_low)(s, nbits, g->bits[0] > g->bits[1] ? g->bits[0] : g->bits[1],
-                      g->bits[0] > g->bits[1] ? g->bits[1] : g->bits[0], par_);
+    if (g->kind == K_SWAP && g->cmask == 0 && nbits >= 3) {
+        const int h = g->bits[0] > g->bits[1] ? g->bits[0] : g->bits[1];
+        const int l = g->bits[0] > g->bits[1] ? g->bits[1] : g->bits[0];
+        if (h < 3) SFX(swap_low)(s, nbits, h, l, par_);
+        else SFX(swap_groups)(s, nbits, h, l, par_);
+        return;
+    }
+    /* a diagonal on two bits (CZ, CP, IsingZZ) or a controlled one-bit diagonal (CRZ, CCZ):
+     * by groups of 8 amplitudes with per-lane constants, visiting only the groups where it is
+     * not the identity (the generic loop below indexes every amplitude) */
+    if (g->kind == K_DIAG && g->k <= 2 && (g->k == 2 || g->cmask != 0) && nbits >= 3) {
+        SFX(diag_groups)(s, nbits, g, u, par_);
         return;
     }
     if (g->k == 2 && g->cmask == 0 && g->kind != K_SWAP && nbits >= FZ_MIN_N) {
@@ -1079,6 +1090,207 @@ static void SFX(swap_low)(R *s, int nbits, int h, int l, int par) {
     }
     SFX(swap_low_part)(s, h, l, 0, ngroups);
 }
+
+/* Groups of 8 amplitudes (16 reals) whose group-index bits at pos[0..np) (ascending) hold
+ * val[...]: BODY runs with gi, the group index, for each in ascending order, in runs of
+ * consecutive groups (up to the lowest fixed bit, at most 2^12), the runs' starts stepped by
+ * setting the fixed and in-run bits, adding one, clearing them; split over the threads by runs
+ * for a large state. */
+#ifndef QD_DEPOSIT_ONCE
+#define QD_DEPOSIT_ONCE
+static inline i64 deposit_bits(i64 j, const int *pos, int np) {
+    for (int q = 0; q < np; q++) {
+        const int p = pos[q];
+        j = ((j >> p) << (p + 1)) | (j & (((i64)1 << p) - 1));
+    }
+    return j;
+}
+#endif
+#define FIXED_GROUPS_RANGE(a, b, ...)                                                          \
+    {                                                                                          \
+        i64 f_ = deposit_bits((a) * run_, pos_, np_);                                          \
+        for (i64 j_ = (a); j_ < (b); j_++) {                                                   \
+            const i64 g0_ = f_ | fv_;                                                          \
+            for (i64 r_ = 0; r_ < run_; r_++) {                                                \
+                const i64 gi = g0_ + r_;                                                       \
+                __VA_ARGS__                                                                    \
+            }                                                                                  \
+            f_ = ((f_ | lm_) + 1) & ~lm_;                                                      \
+        }                                                                                      \
+    }
+#define FOR_FIXED_GROUPS(nbits, pos, val, np, par, ...)                                        \
+    do {                                                                                       \
+        const int *pos_ = (pos), np_ = (np), gb_ = (nbits) - 3;                                \
+        i64 fm_ = 0, fv_ = 0;                                                                  \
+        for (int q_ = 0; q_ < np_; q_++) {                                                     \
+            fm_ |= (i64)1 << pos_[q_];                                                         \
+            fv_ |= (i64)(val)[q_] << pos_[q_];                                                 \
+        }                                                                                      \
+        int rb_ = np_ ? pos_[0] : gb_;                                                         \
+        if (rb_ > 12) rb_ = 12;                                                                \
+        const i64 run_ = (i64)1 << rb_, lm_ = fm_ | (run_ - 1);                                \
+        const i64 nout_ = ((i64)1 << (gb_ - np_)) / run_;                                      \
+        const int pp_ = (par) > 1 && (nbits) >= PAR_MIN_BITS && nout_ >= (par) ? (par) : 1;    \
+        if (pp_ > 1) {                                                                         \
+            _Pragma("omp parallel num_threads(pp_)")                                           \
+            {                                                                                  \
+                i64 a_, b_;                                                                    \
+                share(nout_, THREAD_ID, NUM_THREADS, &a_, &b_);                                \
+                FIXED_GROUPS_RANGE(a_, b_, __VA_ARGS__)                                        \
+            }                                                                                  \
+        } else {                                                                               \
+            FIXED_GROUPS_RANGE(0, nout_, __VA_ARGS__)                                          \
+        }                                                                                      \
+    } while (0)
+
+/* SWAP of bits h >= 3 and l < h. l >= 3: each group with bit h clear and bit l set exchanged
+ * whole with its partner (h set, l clear). l < 3: the groups with bit h clear and their
+ * partners 2^(h-3) groups on: amplitudes with bit l set in the first cross with those with
+ * bit l clear in the second, as two-source shuffles (W reals per vector). */
+#define SWA(r, L, W) ((((r) >> (1 + (L))) & 1) ? (W) + ((r) ^ (2 << (L))) : (r))
+#define SWB(r, L, W) ((((r) >> (1 + (L))) & 1) ? (W) + (r) : ((r) ^ (2 << (L))))
+#define SW8(F, o, L, W) F((o), L, W), F((o) + 1, L, W), F((o) + 2, L, W), F((o) + 3, L, W),     \
+                        F((o) + 4, L, W), F((o) + 5, L, W), F((o) + 6, L, W), F((o) + 7, L, W)
+#if RBYTES == 4
+#define SWAP_GROUPS_LOW(L)                                                                     \
+    FOR_FIXED_GROUPS(nbits, pos, val, 1, par, {                                                \
+        R *x = s + 16 * gi, *y = x + 16 * hd;                                                  \
+        SFX(vv) a = SFX(vvld)(x), b = SFX(vvld)(y);                                            \
+        SFX(vvst)(x, __builtin_shufflevector(a, b, SW8(SWA, 0, L, 16), SW8(SWA, 8, L, 16)));   \
+        SFX(vvst)(y, __builtin_shufflevector(a, b, SW8(SWB, 0, L, 16), SW8(SWB, 8, L, 16)));   \
+    })
+#else
+#define SWAP_GROUPS_LOW(L)                                                                     \
+    FOR_FIXED_GROUPS(nbits, pos, val, 1, par, {                                                \
+        R *x = s + 16 * gi, *y = x + 16 * hd;                                                  \
+        SFX(vv) a0 = SFX(vvld)(x), a1 = SFX(vvld)(x + 8);                                      \
+        SFX(vv) b0 = SFX(vvld)(y), b1 = SFX(vvld)(y + 8);                                      \
+        if ((L) == 2) {                                                                        \
+            SFX(vvst)(x + 8, b0);                                                              \
+            SFX(vvst)(y, a1);                                                                  \
+        } else {                                                                               \
+            SFX(vvst)(x, __builtin_shufflevector(a0, b0, SW8(SWA, 0, (L) & 1, 8)));            \
+            SFX(vvst)(x + 8, __builtin_shufflevector(a1, b1, SW8(SWA, 0, (L) & 1, 8)));        \
+            SFX(vvst)(y, __builtin_shufflevector(a0, b0, SW8(SWB, 0, (L) & 1, 8)));            \
+            SFX(vvst)(y + 8, __builtin_shufflevector(a1, b1, SW8(SWB, 0, (L) & 1, 8)));        \
+        }                                                                                      \
+    })
+#endif
+static void SFX(swap_groups)(R *s, int nbits, int h, int l, int par) {
+    const i64 hd = (i64)1 << (h - 3);
+    if (l >= 3) {
+        const i64 ld = (i64)1 << (l - 3);
+        const int pos[2] = {l - 3, h - 3}, val[2] = {1, 0};
+        FOR_FIXED_GROUPS(nbits, pos, val, 2, par, {
+            R *x = s + 16 * gi, *y = s + 16 * (gi - ld + hd);
+            SFX(vv) a = SFX(vvld)(x), b = SFX(vvld)(y);
+            SFX(vvst)(x, b);
+            SFX(vvst)(y, a);
+#if RBYTES == 8
+            SFX(vv) a1 = SFX(vvld)(x + 8), b1 = SFX(vvld)(y + 8);
+            SFX(vvst)(x + 8, b1);
+            SFX(vvst)(y + 8, a1);
+#endif
+        });
+        return;
+    }
+    const int pos[1] = {h - 3}, val[1] = {0};
+    switch (l) {
+    case 0: SWAP_GROUPS_LOW(0); break;
+    case 1: SWAP_GROUPS_LOW(1); break;
+    default: SWAP_GROUPS_LOW(2); break;
+    }
+}
+#undef SWAP_GROUPS_LOW
+#undef SW8
+#undef SWA
+#undef SWB
+
+/* A diagonal on one or two bits with any controls, by groups of 8 amplitudes: real r of a
+ * group becomes A[r] v[r] + B[r] v[r ^ 1] (B: the imaginary part with the sign of its place),
+ * the identity on lanes whose low controls (bits 0-2) are not all set; the coefficients of a
+ * group depend on its values of the targets at bits >= 3 (one set per combination). Visited:
+ * the groups whose high controls are set, with their high targets clear, and for each the
+ * partner groups of the combinations that are not the identity; a single such combination
+ * fixes the high targets to it instead (CZ, CP on high bits: a quarter or half of the state). */
+QD_FMA static void SFX(diag_groups)(R *s, int nbits, const gate_t *g, const R *u, int par) {
+    const int k = g->k;
+    const i64 lowc = g->cmask & 7;
+    int hi[2], nh = 0;
+    for (int j = 0; j < k; j++)
+        if (g->bits[j] >= 3) hi[nh++] = j;
+    R A[4][16], B[4][16];
+    int live[4], nlive = 0;
+    for (int c = 0; c < (1 << nh); c++) {
+        int ident = 1;
+        for (int r = 0; r < 16; r++) {
+            const int e = r >> 1;
+            int m = 0;
+            for (int j = 0, h = 0; j < k; j++) {
+                int v;
+                if (g->bits[j] < 3) v = (e >> g->bits[j]) & 1;
+                else v = (c >> h++) & 1;
+                m |= v << (k - 1 - j);
+            }
+            const int on = (e & lowc) == lowc;
+            A[c][r] = on ? u[2 * m] : 1;
+            B[c][r] = on ? ((r & 1) ? u[2 * m + 1] : -u[2 * m + 1]) : 0;
+            if (A[c][r] != 1 || B[c][r] != 0) ident = 0;
+        }
+        if (!ident) live[nlive++] = c;
+    }
+    if (!nlive) return;
+    /* fixed group-index bits, ascending: high controls 1, high targets 0 (or the one live
+     * combination's values) */
+    int pos[64], val[64], np = 0;
+    const int one = nlive == 1;
+    for (int b = 3; b < nbits; b++) {
+        int h = -1;
+        for (int q = 0; q < nh; q++)
+            if (g->bits[hi[q]] == b) h = q;
+        if ((g->cmask >> b) & 1) { pos[np] = b - 3; val[np++] = 1; }
+        else if (h >= 0) { pos[np] = b - 3; val[np++] = one ? (live[0] >> h) & 1 : 0; }
+    }
+    i64 goff[4];
+    SFX(vv) VA[4][2], VB[4][2];
+    for (int q = 0; q < nlive; q++) {
+        const int c = live[q];
+        goff[q] = 0;
+        if (!one)
+            for (int h = 0; h < nh; h++)
+                if ((c >> h) & 1) goff[q] += (i64)1 << (g->bits[hi[h]] - 3);
+        for (int w = 0; w < 16 / VL; w++) {
+            memcpy(&VA[q][w], &A[c][w * VL], sizeof VA[q][w]);
+            memcpy(&VB[q][w], &B[c][w * VL], sizeof VB[q][w]);
+        }
+    }
+    if (nlive == 1) {  /* one coefficient set: held in registers */
+        const SFX(vv) a0 = VA[0][0], b0 = VB[0][0];
+        const SFX(vv) a1 = VA[0][16 / VL - 1], b1 = VB[0][16 / VL - 1];
+        const i64 o = goff[0];
+        FOR_FIXED_GROUPS(nbits, pos, val, np, par, {
+            R *x = s + 16 * (gi + o);
+            SFX(vv) v = SFX(vvld)(x);
+            SFX(vvst)(x, a0 * v + b0 * SHUF(v, VX1));
+            if (VL < 16) {
+                SFX(vv) w = SFX(vvld)(x + VL);
+                SFX(vvst)(x + VL, a1 * w + b1 * SHUF(w, VX1));
+            }
+        });
+        return;
+    }
+    FOR_FIXED_GROUPS(nbits, pos, val, np, par, {
+        for (int q = 0; q < nlive; q++) {
+            R *x = s + 16 * (gi + goff[q]);
+            for (int w = 0; w < 16 / VL; w++) {
+                SFX(vv) v = SFX(vvld)(x + w * VL);
+                SFX(vvst)(x + w * VL, VA[q][w] * v + VB[q][w] * SHUF(v, VX1));
+            }
+        }
+    });
+}
+#undef FOR_FIXED_GROUPS
+#undef FIXED_GROUPS_RANGE
 
 /* lane path: w = 2 << p < VL reals, groups [g0, g1) of VL reals */
 #define VSTEP_LANES(XW, XW1)                                                                   \
