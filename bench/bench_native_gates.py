@@ -5,9 +5,11 @@ IsingXX, IsingZZ, SingleExcitation).
 
 Bits count from the least significant bit of the basis index: low = bits (1, 0), middle =
 (n/2, n/2 - 1), high = (n-1, n-2) for two-bit gates (CNOT: control, target) and the second
-of them for one-qubit gates. The floor is 2 * (bytes of the state) / copy bandwidth measured in
-the same run. CPU time, 1 thread, median of ``--reps`` calls; ``--runs`` interleaved rounds give the
-median and range (in a round, each row's simulators run back to back).
+of them for one-qubit gates; ``--placements`` adds apart = (n/2, 1) and gap = (n/2, 3), two-bit
+placements with one bit among or just above the lowest three. The floor is 2 * (bytes of
+the state) / copy bandwidth measured in the same run. CPU time, 1 thread, median of
+``--reps`` calls; ``--runs`` interleaved rounds give the median and range (in a round, each
+row's simulators run back to back).
 
 ``--mode per-gate`` (default): the cost of ONE memory pass of one gate, measured over K copies
 so that the gates, not the peers' fixed cost per call (cirq translation, qnode, Aer's result
@@ -40,7 +42,7 @@ and shares memory passes in cache tiles or chunks; lightning through its qnode):
 makes of a run of equal gates, not the cost of a gate.
 
     OMP_NUM_THREADS=1 python bench/bench_native_gates.py [--sizes 16 20 22] [--runs 3]
-        [--mode per-gate|fused] [--gates K] [--kinds rx rot cx]
+        [--mode per-gate|fused] [--gates K] [--kinds rx rot cx] [--placements low mid high]
 """
 from __future__ import annotations
 
@@ -63,8 +65,15 @@ GATES = {"rx": (0.37,), "rot": (0.3, 1.1, -0.7), "cx": (), "rz": (0.37,), "h": (
 TWO_BIT = ("cx", "cz", "swap", "isingxx", "isingzz", "single_excitation")
 
 
-def placements(n):
-    return {"low": (1, 0), "mid": (n // 2, n // 2 - 1), "high": (n - 1, n - 2)}
+PLACES = ("low", "mid", "high", "apart", "gap")
+
+
+def placements(n, names=("low", "mid", "high")):
+    """Bits of each named placement: low (1, 0), mid (n/2, n/2 - 1), high (n-1, n-2), apart
+    (n/2, 1: one bit among the lowest three, one in the middle), gap (n/2, 3)."""
+    every = {"low": (1, 0), "mid": (n // 2, n // 2 - 1), "high": (n - 1, n - 2),
+             "apart": (n // 2, 1), "gap": (n // 2, 3)}
+    return {k: every[k] for k in names}
 
 
 def ops_for(gate, bits, count):
@@ -116,12 +125,12 @@ def timed_pair(name, n, gate, bits, cdtype, count, reps, mode):
             cpu_time(MAKERS[name](n, [], cdtype), reps), count)
 
 
-def one_round(n, sims, count, reps, out, mode, kinds):
+def one_round(n, sims, count, reps, out, mode, kinds, places):
     """Every row once: a row's simulators back to back (the machine's state then moves its
     ratios least)."""
     for dt, cdtype in DTYPES.items():
         for gate in kinds:
-            for where, bits in placements(n).items():
+            for where, bits in placements(n, places).items():
                 for name in sims[dt]:
                     t, empty, k = timed_pair(name, n, gate, bits, cdtype, count, reps, mode)
                     out.setdefault((n, dt, gate, where, name), []).append(
@@ -140,6 +149,9 @@ def main():
                          "copies with each simulator's own optimisations")
     ap.add_argument("--kinds", nargs="+", default=["rx", "rot", "cx"], choices=list(GATES),
                     help="gates to time (default: rx rot cx)")
+    ap.add_argument("--placements", nargs="+", default=["low", "mid", "high"], choices=PLACES,
+                    help="bit placements (default: low mid high; apart and gap for two-bit "
+                         "gates: (n/2, 1) and (n/2, 3))")
     ap.add_argument("--sims", nargs="+", default=None,
                     help="simulators to time (default: qdiff and every available peer)")
     args = ap.parse_args()
@@ -169,7 +181,8 @@ def main():
     out = {}
     for r in range(args.runs):
         for n in args.sizes:
-            one_round(n, sims, copies[n], args.reps, out, args.mode, args.kinds)
+            one_round(n, sims, copies[n], args.reps, out, args.mode, args.kinds,
+                      args.placements)
         print(f"round {r + 1}/{args.runs} done", file=sys.stderr, flush=True)
     for dt in DTYPES:
         peers = [s for s in sims[dt] if s != "qdiff"]
@@ -182,7 +195,7 @@ def main():
         for n in args.sizes:
             floor = 2 * (2 ** n) * (16 if dt == "c128" else 8) / bw
             for gate in args.kinds:
-                for where in placements(n):
+                for where in placements(n, args.placements):
                     q = out[(n, dt, gate, where, "qdiff")]
                     ts = {p: out[(n, dt, gate, where, p)] for p in peers}
                     best = [min(vals) for vals in zip(*ts.values())] if ts else q
