@@ -241,6 +241,22 @@ def test_low_target_circuits_match_torch(n, batch, cdtype):
     assert torch.allclose(ours, ref, atol=atol)
 
 
+@pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
+@pytest.mark.parametrize("threads", [3, 5])
+def test_two_bit_passes_split_off_their_runs_match_torch(threads, cdtype, monkeypatch):
+    """One state split over 3 or 5 threads: a thread's share of a two-bit gate's pass starts
+    inside a contiguous run of vectors (the lower bit 2-5, runs of 2-16 vectors), and the runs
+    after it start where they should; gate by gate, every gate on pairs with each lower bit."""
+    monkeypatch.setenv("QDIFF_NATIVE_TILES", "0")
+    n = 13
+    placed = [(G[name], (hi, lo)) for name in ("rxx", "single_excitation", "isingxy")
+              for lo in (2, 3, 4, 5) for hi in (lo + 1, 9, 12)]
+    c = _gates_then_mixer(n, placed, ("ry", 0.4))
+    theta = torch.tensor(np.random.default_rng(5).uniform(-3, 3, (1, c.num_params)))
+    ours, ref = _native_and_torch(c, theta, _random_state(n, cdtype), cdtype, threads)
+    assert torch.allclose(ours, ref, atol=1e-11 if cdtype == torch.complex128 else 5e-5)
+
+
 def _gates_then_mixer(n, placed, mixer):
     """The circuit of every (gate, wires) in placed, each followed by the mixer on its first
     wire; every angle its own column."""

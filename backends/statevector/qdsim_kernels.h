@@ -2193,9 +2193,9 @@ static int SFX(fz_pair_identity)(const R *pc, const i64 *o, int h) {
     })
 /* vectors [v0, v1) with j the first amplitude of vector v's group: computed once per run of
  * vectors below the lowest inserted zero (contiguous: the next vector's group starts va
- * amplitudes on); runs of one vector step j instead (set the inserted bits, add va, clear
- * them, the selector's value back: a block on bit 3 in complex64 took 2-2.5x lightning.qubit's
- * time per gate computing every vector's group index) */
+ * amplitudes on), the next run's start stepped from this one's (set the inserted bits, add a
+ * run's amplitudes, clear them, the selector's value back: a block on bit 3 in complex64 took
+ * 2-2.5x lightning.qubit's time per gate computing every vector's group index) */
 #define FZ_RUNS(...)                                                                           \
     if (run == 1) {                                                                            \
         const i64 mz_ = (ma + 1) | (mb + 1) | (mc >= 0 ? mc + 1 : 0);                          \
@@ -2204,12 +2204,16 @@ static int SFX(fz_pair_identity)(const R *pc, const i64 *o, int h) {
             __VA_ARGS__                                                                        \
             j = (((j | mz_) + va) & ~mz_) | sb;                                                \
         }                                                                                      \
-    } else                                                                                     \
+    } else {                                                                                   \
+        const i64 mz_ = (ma + 1) | (mb + 1) | (mc >= 0 ? mc + 1 : 0), rs_ = run * va;          \
+        FZ_GROUP(v0, j)                                                                        \
         for (i64 v = v0; v < v1;) {                                                            \
-            FZ_GROUP(v, j)                                                                     \
-            const i64 end_ = (v / run + 1) * run < v1 ? (v / run + 1) * run : v1;              \
+            const i64 end_ = (v | (run - 1)) + 1 < v1 ? (v | (run - 1)) + 1 : v1;              \
+            const i64 j0_ = j - (v & (run - 1)) * va;                                          \
             for (; v < end_; v++, j += va) __VA_ARGS__                                         \
-        }
+            j = (((j0_ | mz_) + rs_) & ~mz_) | sb;                                             \
+        }                                                                                      \
+    }
 #define FZ_PART(NAME, NV, ...)                                                                 \
 typedef R SFX(NAME##_t) __attribute__((vector_size(NV * sizeof(R))));                          \
 QD_FMA static void SFX(NAME)(R *restrict st, int hi, int lo, int paired, const R *pc,         \
