@@ -2197,21 +2197,21 @@ static int SFX(fz_pair_identity)(const R *pc, const i64 *o, int h) {
  * run's amplitudes, clear them, the selector's value back: a block on bit 3 in complex64 took
  * 2-2.5x lightning.qubit's time per gate computing every vector's group index) */
 #define FZ_RUNS(...)                                                                           \
-    if (run == 1) {                                                                            \
-        const i64 mz_ = (ma + 1) | (mb + 1) | (mc >= 0 ? mc + 1 : 0);                          \
-        FZ_GROUP(v0, j)                                                                        \
-        for (i64 v = v0; v < v1; v++) {                                                        \
-            __VA_ARGS__                                                                        \
-            j = (((j | mz_) + va) & ~mz_) | sb;                                                \
-        }                                                                                      \
-    } else {                                                                                   \
+    {                                                                                          \
         const i64 mz_ = (ma + 1) | (mb + 1) | (mc >= 0 ? mc + 1 : 0), rs_ = run * va;          \
         FZ_GROUP(v0, j)                                                                        \
-        for (i64 v = v0; v < v1;) {                                                            \
-            const i64 end_ = (v | (run - 1)) + 1 < v1 ? (v | (run - 1)) + 1 : v1;              \
-            const i64 j0_ = j - (v & (run - 1)) * va;                                          \
-            for (; v < end_; v++, j += va) __VA_ARGS__                                         \
-            j = (((j0_ | mz_) + rs_) & ~mz_) | sb;                                             \
+        if (run == 1) {                                                                        \
+            for (i64 v = v0; v < v1; v++) {                                                    \
+                __VA_ARGS__                                                                    \
+                j = (((j | mz_) + va) & ~mz_) | sb;                                            \
+            }                                                                                  \
+        } else {                                                                               \
+            for (i64 v = v0; v < v1;) {                                                        \
+                const i64 end_ = (v | (run - 1)) + 1 < v1 ? (v | (run - 1)) + 1 : v1;          \
+                const i64 j0_ = j - (v & (run - 1)) * va;                                      \
+                for (; v < end_; v++, j += va) __VA_ARGS__                                     \
+                j = (((j0_ | mz_) + rs_) & ~mz_) | sb;                                         \
+            }                                                                                  \
         }                                                                                      \
     }
 #define FZ_PART(NAME, NV, ...)                                                                 \
