@@ -215,10 +215,11 @@ def test_diagonals_and_swaps_by_groups_on_every_placement(n, threads, cdtype):
 
 
 @pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
-@pytest.mark.parametrize("n,batch", [(3, 2), (4, 1), (5, 3), (6, 1), (14, 1)])
+@pytest.mark.parametrize("n,batch", [(3, 2), (4, 1), (5, 3), (6, 1), (16, 1)])
 def test_low_target_circuits_match_torch(n, batch, cdtype):
     """Every gate above with its target on bits 0-2 and its controls anywhere (a sample at
-    n = 14), after a mixer, from a random state; batch rows with their own angles."""
+    n = 16, split over two threads), after a mixer, from a random state; batch rows with their
+    own angles."""
     ops, p = [], 0
     for w in range(n):
         ops += [Operation(G["h"], (w,)), Operation(G["ry"], (w,), (0.3 + 0.2 * w,))]
@@ -236,7 +237,7 @@ def test_low_target_circuits_match_torch(n, batch, cdtype):
     c = Circuit(n, tuple(ops), num_params=p)
     theta = torch.tensor(rng.uniform(-3, 3, (batch, p)))
     ours, ref = _native_and_torch(c, theta, _random_state(n, cdtype), cdtype,
-                                  2 if n == 14 else 1)
+                                  2 if n == 16 else 1)
     atol = 1e-11 if cdtype == torch.complex128 else 5e-5
     assert torch.allclose(ours, ref, atol=atol)
 
@@ -248,9 +249,9 @@ def test_two_bit_passes_split_off_their_runs_match_torch(threads, cdtype, monkey
     inside a contiguous run of vectors (the lower bit 2-5, runs of 2-16 vectors), and the runs
     after it start where they should; gate by gate, every gate on pairs with each lower bit."""
     monkeypatch.setenv("QDIFF_NATIVE_TILES", "0")
-    n = 13
+    n = 16
     placed = [(G[name], (hi, lo)) for name in ("rxx", "single_excitation", "isingxy")
-              for lo in (2, 3, 4, 5) for hi in (lo + 1, 9, 12)]
+              for lo in (2, 3, 4, 5) for hi in (lo + 1, 9, 15)]
     c = _gates_then_mixer(n, placed, ("ry", 0.4))
     theta = torch.tensor(np.random.default_rng(5).uniform(-3, 3, (1, c.num_params)))
     ours, ref = _native_and_torch(c, theta, _random_state(n, cdtype), cdtype, threads)

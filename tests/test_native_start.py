@@ -46,7 +46,7 @@ def _garbage(batch, n, cdtype):
 
 @pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
 @pytest.mark.parametrize("prefix", [True, False])
-@pytest.mark.parametrize("n, batch", [(5, 1), (5, 6), (13, 1), (13, 3)])
+@pytest.mark.parametrize("n, batch", [(5, 1), (5, 6), (16, 1), (13, 3)])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_run_plan_from_zero_never_reads_the_state(cdtype, prefix, n, batch, threads):
     c = _circuit(n, prefix)
@@ -69,8 +69,9 @@ def test_run_plan_from_zero_never_reads_the_state(cdtype, prefix, n, batch, thre
 
 @pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
 def test_dagger_from_zero_starts_at_zero(cdtype):
-    """``from_zero`` with the inverse program: |0...0> is written first, then U^dag applied."""
-    n = 13
+    """``from_zero`` with the inverse program: |0...0> is written first, then U^dag applied
+    (one state, split over the threads from 2^16 amplitudes on)."""
+    n = 16
     c = _circuit(n, False)
     plan = native.coded_plan(c.operations, n)
     theta = torch.tensor(np.random.default_rng(3).uniform(-3, 3, (1, c.num_params)))

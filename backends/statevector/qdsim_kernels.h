@@ -3231,10 +3231,11 @@ static int SFX(run)(qd_run_args *a) {
      * same parallel split as the gates (first touch of fresh pages on every thread) */
     i64 pe = a->from_zero && !dag ? SFX(product_prefix)(&c, nops, n) : 0;
     const int zfill = a->from_zero && !pe;
-    if (B == 1) {  /* one state: the kernels split it over the threads */
-        if (pe) SFX(write_product)(states, n, &c, pe, 0, 0, nthreads);
-        if (zfill) SFX(write_zero)(states, n, nthreads);
-        SFX(run_one)(states, n, &c, us, nops, 0, dag, nthreads, 0, pe);
+    if (B == 1) {  /* one state: the kernels split it over the threads (from RUN_PAR_MIN_BITS) */
+        const int par = n >= RUN_PAR_MIN_BITS ? nthreads : 1;
+        if (pe) SFX(write_product)(states, n, &c, pe, 0, 0, par);
+        if (zfill) SFX(write_zero)(states, n, par);
+        SFX(run_one)(states, n, &c, us, nops, 0, dag, par, 0, pe);
         ntiles = 0;
     }
 #pragma omp parallel for if (nt > 1) num_threads(nt) schedule(static)
