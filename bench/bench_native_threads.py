@@ -11,7 +11,12 @@ computes all the time, lower when one waits at a barrier or for a core) and the 
 (CPU time with T threads / with 1: above 1.0 is work the split adds, spinning included);
 T x work ratio^-1 x efficiency is the speed-up T free cores would give. On a machine shared
 with other work, T threads only help when T cores are free: the load average at the start and
-end is printed. The kernels share torch's GNU
+end is printed. Two cores of one die hand a cache line to each other in about 100 ns, two cores of
+different dies in 3-4x that, and a state split over threads pays that for every line one thread
+writes and another reads next (a pass on the top bit moves a quarter of the state each way
+between the threads' shares): the round trip between the first two CPUs (``bench/handoff.py``) is measured
+before and after each size's block of every round, and the speed-ups are also given apart for
+the blocks where both were near (one die) and where both were far. The kernels share torch's GNU
 OpenMP runtime, whose threads spin at barriers: on a busy machine run with a short spin
 (``GOMP_SPINCOUNT=10000``, read when torch starts), as the command below does.
 
@@ -33,9 +38,11 @@ import torch
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from native_peers import make_qdiff, sel_ops  # noqa: E402
 from bench_native_sel import grad_qdiff  # noqa: E402
+from handoff import round_trip_ns  # noqa: E402
 
 warnings.filterwarnings("ignore")
 DTYPES = {"c128": torch.complex128, "c64": torch.complex64}
+NEAR_NS = 200  # a round trip at or below: the two cores share a last-level cache
 
 
 def times(fn, reps):
@@ -78,11 +85,19 @@ def main():
           f"{os.environ.get('GOMP_SPINCOUNT', 'unset')}; load average at start "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     out = {}
+    place = {}  # (n, round) -> core-to-core round trips before and after (ns)
     for r in range(args.runs):
         for n in args.sizes:
+            before = round_trip_ns()
             one_round(n, args.reps, t, out)
+            place[(n, r)] = (before, round_trip_ns())
         print(f"round {r + 1}/{args.runs} done", file=sys.stderr, flush=True)
-    print(f"load average at end {os.getloadavg()[0]:.1f}\n")
+    print(f"load average at end {os.getloadavg()[0]:.1f}")
+    trips = [x for v in place.values() for x in v if x is not None]
+    if trips:
+        print(f"core-to-core round trip (bench/handoff.py, CPUs {sorted(os.sched_getaffinity(0))[:2]}) "
+              f"around each size's block: {min(trips):.0f}-{max(trips):.0f} ns")
+    print()
     print(f"| n | dtype | run | 1 thread (ms) | {t} threads (ms) | speed-up, median [range] | "
           f"CPU efficiency at {t} | work ratio {t}/1 |")
     print("|---|---|---|---|---|---|---|---|")
@@ -99,6 +114,30 @@ def main():
                       f"{statistics.median(sp):.2f} [{min(sp):.2f}-{max(sp):.2f}] | "
                       f"{statistics.median(eff):.2f} [{min(eff):.2f}-{max(eff):.2f}] | "
                       f"{statistics.median(work):.2f} [{min(work):.2f}-{max(work):.2f}] |")
+    by_place = {}
+    for (n, r), trip in place.items():
+        if None not in trip:
+            label = "near" if max(trip) <= NEAR_NS else "far" if min(trip) > NEAR_NS else None
+            if label:
+                by_place.setdefault(label, []).append((n, r))
+    if not by_place:
+        return
+    print(f"\nSpeed-up at {t} threads by where the first two cores were (round trip before and "
+          f"after the block: near <= {NEAR_NS} ns both times, far > {NEAR_NS} ns both times; "
+          f"blocks where it changed left out): median [range] (blocks)")
+    labels = [x for x in ("near", "far") if x in by_place]
+    print("| n | dtype | run | " + " | ".join(labels) + " |")
+    print("|---|---|---|" + "---|" * len(labels))
+    for n in args.sizes:
+        for dt in DTYPES:
+            for what in ("forward", "adjoint"):
+                rows = out[(n, dt, what)]
+                cells = []
+                for label in labels:
+                    sp = [rows[r][0][0] / rows[r][1][0] for m, r in by_place[label] if m == n]
+                    cells.append(f"{statistics.median(sp):.2f} [{min(sp):.2f}-{max(sp):.2f}] "
+                                 f"({len(sp)})" if sp else "-")
+                print(f"| {n} | {dt} | {what} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

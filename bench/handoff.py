@@ -1,0 +1,97 @@
+"""Core-to-core handoff time: two threads pinned to two of this process's CPUs pass a cache line
+back and forth, and the round trip in nanoseconds is printed. On one die (cores sharing a
+last-level cache) a round trip takes about 100 ns; between dies or sockets 3-4x that, and a
+state split over threads on such cores pays for every line one thread writes and the other
+then reads. A virtual machine's cores may move between those placements while it runs, so the
+thread-scaling benchmark measures this before and after each of its rounds.
+
+    python bench/handoff.py            # round trip between the first two CPUs, in ns
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import subprocess
+import tempfile
+
+SOURCE = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdatomic.h>
+#include <time.h>
+static _Atomic long flag __attribute__((aligned(64)));
+static long rounds;
+static int cpu_a, cpu_b;
+static void pin(int c) {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(c, &s);
+    pthread_setaffinity_np(pthread_self(), sizeof s, &s);
+}
+static void *other(void *arg) {
+    (void)arg;
+    pin(cpu_b);
+    for (long i = 0; i < rounds; i++) {
+        while (atomic_load_explicit(&flag, memory_order_acquire) != 2 * i + 1) {}
+        atomic_store_explicit(&flag, 2 * i + 2, memory_order_release);
+    }
+    return 0;
+}
+int main(int argc, char **argv) {
+    cpu_a = atoi(argv[1]); cpu_b = atoi(argv[2]); rounds = atol(argv[3]);
+    pthread_t t;
+    pin(cpu_a);
+    pthread_create(&t, 0, other, 0);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (long i = 0; i < rounds; i++) {
+        atomic_store_explicit(&flag, 2 * i + 1, memory_order_release);
+        while (atomic_load_explicit(&flag, memory_order_acquire) != 2 * i + 2) {}
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    pthread_join(t, 0);
+    printf("%.1f\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / rounds);
+    return 0;
+}
+"""
+
+_EXE: list[str] = []
+
+
+def _build() -> str | None:
+    if _EXE:
+        return _EXE[0] or None
+    exe = ""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if cc:
+        d = tempfile.mkdtemp(prefix="qdiff-handoff-")
+        atexit.register(shutil.rmtree, d, True)
+        src, out = os.path.join(d, "handoff.c"), os.path.join(d, "handoff")
+        with open(src, "w") as fh:
+            fh.write(SOURCE)
+        if subprocess.run([cc, "-O2", "-pthread", src, "-o", out],
+                          capture_output=True).returncode == 0:
+            exe = out
+    _EXE.append(exe)
+    return exe or None
+
+
+def round_trip_ns(rounds: int = 200_000) -> float | None:
+    """Round trip of a cache line between the first two CPUs this process may run on, in ns
+    (None without a C compiler or with fewer than two CPUs)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    exe = _build()
+    if exe is None or len(cpus) < 2:
+        return None
+    out = subprocess.run([exe, str(cpus[0]), str(cpus[1]), str(rounds)], capture_output=True,
+                         text=True, timeout=60)
+    return float(out.stdout) if out.returncode == 0 else None
+
+
+if __name__ == "__main__":
+    ns = round_trip_ns()
+    print("no C compiler or fewer than two CPUs" if ns is None else f"{ns:.0f} ns")
