@@ -11,14 +11,15 @@ computes all the time, lower when one waits at a barrier or for a core) and the 
 (CPU time with T threads / with 1: above 1.0 is work the split adds, spinning included);
 T x work ratio^-1 x efficiency is the speed-up T free cores would give. On a machine shared
 with other work, T threads only help when T cores are free: the load average at the start and
-end is printed. Two cores of one die hand a cache line to each other in about 100 ns, two cores of
-different dies in 3-4x that, and a state split over threads pays that for every line one thread
-writes and another reads next (a pass on the top bit moves a quarter of the state each way
-between the threads' shares): the round trip between the first two CPUs (``bench/handoff.py``) is measured
-before and after each size's block of every round, and the speed-ups are also given apart for
-the blocks where both were near (one die) and where both were far. The kernels share torch's GNU
-OpenMP runtime, whose threads spin at barriers: on a busy machine run with a short spin
-(``GOMP_SPINCOUNT=10000``, read when torch starts), as the command below does.
+end is printed. Two cores of one die hand a cache line to each other in about 100 ns, two
+cores of different dies in 3-4x that, and a state split over threads pays that for every line
+one thread writes and another reads next (a pass on the top bit moves a quarter of the state
+each way between the threads' shares): the round trip between the first two CPUs
+(``bench/handoff.py``) is measured before and after each size's block of every round, and the
+speed-ups are also given apart for the blocks where both were near (one die) and where both
+were far. The kernels share torch's GNU OpenMP runtime, whose threads spin at barriers: on a
+busy machine run with a short spin (``GOMP_SPINCOUNT=10000``, read when torch starts), as the
+command below does.
 
     GOMP_SPINCOUNT=10000 python bench/bench_native_threads.py [--sizes 18 20 22] [--runs 3]
         [--threads 2]
@@ -95,8 +96,9 @@ def main():
     print(f"load average at end {os.getloadavg()[0]:.1f}")
     trips = [x for v in place.values() for x in v if x is not None]
     if trips:
-        print(f"core-to-core round trip (bench/handoff.py, CPUs {sorted(os.sched_getaffinity(0))[:2]}) "
-              f"around each size's block: {min(trips):.0f}-{max(trips):.0f} ns")
+        cpus = sorted(os.sched_getaffinity(0))[:2]
+        print(f"core-to-core round trip (bench/handoff.py, CPUs {cpus}) around each size's "
+              f"block: {min(trips):.0f}-{max(trips):.0f} ns")
     print()
     print(f"| n | dtype | run | 1 thread (ms) | {t} threads (ms) | speed-up, median [range] | "
           f"CPU efficiency at {t} | work ratio {t}/1 |")

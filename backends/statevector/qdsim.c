@@ -64,8 +64,8 @@ typedef int64_t i64;
  * (ADJ_PAR_MIN_BITS) and the Z-word marginals (ZM_MIN_AMPS) do: below, its passes take a few
  * microseconds each, about what a parallel region's start and end cost, and several times
  * that when the cores sit on different dies (SEL(6) at n = 12-14 took 1.3-2.7x the time of one
- * thread on 2 cores, and its gradient at n = 14-15, whose forward left half the state in the
- * other core's cache for a one-thread sweep, up to 1.4x, measured) */
+ * thread on 2 cores, and its gradient at n = 14-15 up to 1.4x, where a pass split over the
+ * threads next to one that was not moves half the state between the cores' caches, measured) */
 #define RUN_PAR_MIN_BITS 16
 
 /* Software prefetch for passes over a state out of the core's caches whose contiguous runs
