@@ -35,26 +35,37 @@ static void pin(int c) {
 static void *other(void *arg) {
     (void)arg;
     pin(cpu_b);
-    for (long i = 0; i < rounds; i++) {
-        while (atomic_load_explicit(&flag, memory_order_acquire) != 2 * i + 1) {}
+    for (long i = 0;; i++) {
+        long f;
+        while ((f = atomic_load_explicit(&flag, memory_order_acquire)) != 2 * i + 1)
+            if (f < 0) return 0;
         atomic_store_explicit(&flag, 2 * i + 2, memory_order_release);
     }
-    return 0;
+}
+static double since(const struct timespec *a) {
+    struct timespec b;
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    return (b.tv_sec - a->tv_sec) * 1e9 + (b.tv_nsec - a->tv_nsec);
 }
 int main(int argc, char **argv) {
+    if (argc != 4) return 2;
     cpu_a = atoi(argv[1]); cpu_b = atoi(argv[2]); rounds = atol(argv[3]);
     pthread_t t;
     pin(cpu_a);
     pthread_create(&t, 0, other, 0);
-    struct timespec a, b;
+    struct timespec a;
     clock_gettime(CLOCK_MONOTONIC, &a);
-    for (long i = 0; i < rounds; i++) {
+    long i = 0;
+    double ns = 0;
+    /* at most 100 ms: a core busy with other work answers once per time slice */
+    for (; i < rounds && (i % 1024 || (ns = since(&a)) < 1e8); i++) {
         atomic_store_explicit(&flag, 2 * i + 1, memory_order_release);
         while (atomic_load_explicit(&flag, memory_order_acquire) != 2 * i + 2) {}
     }
-    clock_gettime(CLOCK_MONOTONIC, &b);
+    ns = since(&a);
+    atomic_store_explicit(&flag, -1, memory_order_release);
     pthread_join(t, 0);
-    printf("%.1f\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / rounds);
+    printf("%.1f\n", i ? ns / i : 1e9);
     return 0;
 }
 """
@@ -80,18 +91,29 @@ def _build() -> str | None:
     return exe or None
 
 
+BUSY_NS = 5000  # a round trip above this: one of the cores was running something else
+
+
 def round_trip_ns(rounds: int = 200_000) -> float | None:
     """Round trip of a cache line between the first two CPUs this process may run on, in ns
-    (None without a C compiler or with fewer than two CPUs)."""
+    (at most ``rounds`` round trips or 100 ms). None without a C compiler, with fewer than two
+    CPUs, or when a core was busy with other work (a round trip above ``BUSY_NS``)."""
     cpus = sorted(os.sched_getaffinity(0))
     exe = _build()
     if exe is None or len(cpus) < 2:
         return None
-    out = subprocess.run([exe, str(cpus[0]), str(cpus[1]), str(rounds)], capture_output=True,
-                         text=True, timeout=60)
-    return float(out.stdout) if out.returncode == 0 else None
+    try:
+        out = subprocess.run([exe, str(cpus[0]), str(cpus[1]), str(rounds)],
+                             capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return None
+    if out.returncode != 0:
+        return None
+    ns = float(out.stdout)
+    return ns if ns <= BUSY_NS else None
 
 
 if __name__ == "__main__":
     ns = round_trip_ns()
-    print("no C compiler or fewer than two CPUs" if ns is None else f"{ns:.0f} ns")
+    print("not measured (no C compiler, fewer than two CPUs, or a core busy with other work)"
+          if ns is None else f"{ns:.0f} ns")
