@@ -55,11 +55,11 @@ def forward_round(n, layers, sims, reps, out):
             out.setdefault((n, dt, name + " empty"), []).append(cpu_time(empty, reps))
 
 
-def grad_qdiff(n, layers, cdtype):
+def grad_qdiff(n, layers, cdtype, static=False):
     import qdiff as qd
     dev = qd.device("statevector", wires=n, dtype=cdtype)
 
-    @qd.qnode(dev, diff_method="adjoint")
+    @qd.qnode(dev, diff_method="adjoint", static=static)
     def f(w):
         qd.StronglyEntanglingLayers(w, wires=range(n))
         return [qd.expval(qd.Z(i)) for i in range(n)]

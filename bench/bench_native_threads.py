@@ -1,7 +1,8 @@
 """Thread scaling of the native kernels: SEL(L=6) forward (the coded program) and the adjoint
-gradient of sum_i <Z_i> (forward + backward through torch), complex128 and complex64, with 1 and
-T threads (``--threads``, 2 by default; ``torch.set_num_threads``, which the kernels follow),
-wall time.
+gradient of sum_i <Z_i> (forward + backward through torch; through a plain qnode, and through one
+with ``static=True``, which records the circuit once and replays only the angles, as a training
+loop would), complex128 and complex64, with 1 and T threads (``--threads``, 2 by default;
+``torch.set_num_threads``, which the kernels follow), wall time.
 
 Each round measures every configuration with 1 and then T threads back to back (median of
 ``--reps``); the speed-up is the same-round ratio, reported as the median and range over
@@ -44,6 +45,7 @@ from handoff import round_trip_ns  # noqa: E402
 warnings.filterwarnings("ignore")
 DTYPES = {"c128": torch.complex128, "c64": torch.complex64}
 NEAR_NS = 200  # a round trip at or below: the two cores share a last-level cache
+WHAT = ("forward", "adjoint", "static adjoint")
 
 
 def times(fn, reps):
@@ -62,7 +64,8 @@ def one_round(n, reps, threads, out):
     for dt, cdtype in DTYPES.items():
         fwd = make_qdiff(n, sel_ops(n, 6), cdtype)
         grad = grad_qdiff(n, 6, cdtype)
-        for what, fn in (("forward", fwd), ("adjoint", grad)):
+        grad_static = grad_qdiff(n, 6, cdtype, static=True)
+        for what, fn in (("forward", fwd), ("adjoint", grad), ("static adjoint", grad_static)):
             ts = []
             for t in (1, threads):
                 torch.set_num_threads(t)
@@ -105,7 +108,7 @@ def main():
     print("|---|---|---|---|---|---|---|---|")
     for n in args.sizes:
         for dt in DTYPES:
-            for what in ("forward", "adjoint"):
+            for what in WHAT:
                 rows = out[(n, dt, what)]
                 sp = [a[0] / b[0] for a, b in rows]
                 eff = [b[1] / (t * b[0]) for a, b in rows]
@@ -132,7 +135,7 @@ def main():
     print("|---|---|---|" + "---|" * len(labels))
     for n in args.sizes:
         for dt in DTYPES:
-            for what in ("forward", "adjoint"):
+            for what in WHAT:
                 rows = out[(n, dt, what)]
                 cells = []
                 for label in labels:
