@@ -10,6 +10,7 @@ thread-scaling benchmark measures this before and after each of its rounds.
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import shutil
 import subprocess
@@ -70,25 +71,19 @@ int main(int argc, char **argv) {
 }
 """
 
-_EXE: list[str] = []
-
-
+@functools.lru_cache(maxsize=None)
 def _build() -> str | None:
-    if _EXE:
-        return _EXE[0] or None
-    exe = ""
+    """The compiled program (once per process; None without a C compiler)."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if cc:
-        d = tempfile.mkdtemp(prefix="qdiff-handoff-")
-        atexit.register(shutil.rmtree, d, True)
-        src, out = os.path.join(d, "handoff.c"), os.path.join(d, "handoff")
-        with open(src, "w") as fh:
-            fh.write(SOURCE)
-        if subprocess.run([cc, "-O2", "-pthread", src, "-o", out],
-                          capture_output=True).returncode == 0:
-            exe = out
-    _EXE.append(exe)
-    return exe or None
+    if not cc:
+        return None
+    d = tempfile.mkdtemp(prefix="qdiff-handoff-")
+    atexit.register(shutil.rmtree, d, True)
+    src, out = os.path.join(d, "handoff.c"), os.path.join(d, "handoff")
+    with open(src, "w") as fh:
+        fh.write(SOURCE)
+    ok = subprocess.run([cc, "-O2", "-pthread", src, "-o", out], capture_output=True)
+    return out if ok.returncode == 0 else None
 
 
 BUSY_NS = 5000  # a round trip above this: one of the cores was running something else

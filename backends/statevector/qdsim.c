@@ -60,13 +60,13 @@ typedef int64_t i64;
 #define CHUNK_BITS 12
 #define TILE_BITS 10
 #define PAR_MIN_BITS 12  /* one state is split over threads from 2^12 amplitudes on */
-/* ... but a forward run splits one state only from 2^16 amplitudes on, as the adjoint sweep
- * (ADJ_PAR_MIN_BITS) and the Z-word marginals (ZM_MIN_AMPS) do: below, its passes take a few
- * microseconds each, about what a parallel region's start and end cost, and several times
+/* ... but a forward run, an adjoint sweep and the Z-word marginals split one state only from
+ * 2^STATE_PAR_MIN_BITS amplitudes on, all three from the same size: below, their passes take a
+ * few microseconds each, about what a parallel region's start and end cost, and several times
  * that when the cores sit on different dies (SEL(6) at n = 12-14 took 1.3-2.7x the time of one
  * thread on 2 cores, and its gradient at n = 14-15 up to 1.4x, where a pass split over the
  * threads next to one that was not moves half the state between the cores' caches, measured) */
-#define RUN_PAR_MIN_BITS 16
+#define STATE_PAR_MIN_BITS 16
 
 /* Software prefetch for passes over a state out of the core's caches whose contiguous runs
  * are 512 bytes to 32 KiB long (gates on middle bits): the hardware prefetchers lose track of
@@ -894,7 +894,7 @@ int qd_abs2(int32_t dtype, const void *s, void *out, int64_t count) {
  * and are added in block order, so the results are the same bits for any number of threads:
  * bindings are split over the threads when there are several, else a binding's blocks are. */
 #define ZM_BLOCKS 16
-#define ZM_MIN_AMPS ((i64)1 << 16)  /* one binding is split over threads from here on (as a run) */
+#define ZM_MIN_AMPS ((i64)1 << STATE_PAR_MIN_BITS)  /* one binding is split over threads from here on */
 
 /* Rows [h0, h1) of one state (rows of L amplitudes): their sums into hi, their sums to the low
  * bits into tmp (from zero). One function per type, called by every path, and the blocks' sums

@@ -2417,7 +2417,9 @@ static void SFX(fz_lane_coeffs)(const R *m, int hi, int lo, R (*A)[16], R (*B)[1
  * build, where the other gates' lane loops took 2.8 us; 2.9 us with two in another, measured). */
 #define FZL_INNER_XP(XB1)                                                                      \
     {                                                                                          \
-        const V a0 = A[0], b3 = SHUF(B[3], FZL_X1);                                            \
+        V b3;                                                                                  \
+        memcpy(&b3, B_[3], sizeof b3);                                                         \
+        const V a0 = A[0];                                                                     \
         for (i64 g = g0; g < g1; g++) {                                                        \
             R *p = st + FZL_NV * g;                                                            \
             V v;                                                                               \
@@ -3263,8 +3265,8 @@ static int SFX(run)(qd_run_args *a) {
      * same parallel split as the gates (first touch of fresh pages on every thread) */
     i64 pe = a->from_zero && !dag ? SFX(product_prefix)(&c, nops, n) : 0;
     const int zfill = a->from_zero && !pe;
-    if (B == 1) {  /* one state: the kernels split it over the threads (from RUN_PAR_MIN_BITS) */
-        const int par = n >= RUN_PAR_MIN_BITS ? nthreads : 1;
+    if (B == 1) {  /* one state: the kernels split it over the threads (from STATE_PAR_MIN_BITS) */
+        const int par = n >= STATE_PAR_MIN_BITS ? nthreads : 1;
         if (pe) SFX(write_product)(states, n, &c, pe, 0, 0, par);
         if (zfill) SFX(write_zero)(states, n, par);
         SFX(run_one)(states, n, &c, us, nops, 0, dag, par, 0, pe);
@@ -3369,7 +3371,6 @@ static void SFX(coded_step)(const SFX(ctx_t) *c, i64 i, R *p, R *l, int n, int t
  * depend on the number of threads. A gate no tile set holds is applied on its own between
  * regions. lam is not uncomputed through the sweep's last gate. */
 #define TS_CHUNKS 64
-#define ADJ_PAR_MIN_BITS 16  /* one state's sweep is split over threads from here on */
 #define TS_SEG_GATES 1024  /* gates per region (bounds the relocated gates and partial sums) */
 
 typedef struct {
@@ -3658,10 +3659,10 @@ static int SFX(adjoint)(qd_adjoint_args *a, int slots) {
         SFX(ctx_free)(&c);
         return rc ? rc : QD_ENOMEM;
     }
-    /* one state of fewer than 2^ADJ_PAR_MIN_BITS amplitudes is swept by one thread: gate by gate
+    /* one state of fewer than 2^STATE_PAR_MIN_BITS amplitudes is swept by one thread: gate by gate
      * (no cache tiles below TILE_MIN_N), a parallel region per kernel call costs about what the
      * split saves on a state this small, and much more whenever a thread waits for a core */
-    int par = B == 1 && n >= ADJ_PAR_MIN_BITS ? nthreads : 1;
+    int par = B == 1 && n >= STATE_PAR_MIN_BITS ? nthreads : 1;
     /* one tile (one state, its kernels split over the threads): no enclosing region, so that
      * the kernels' own parallel regions are top-level and reuse the runtime's threads (nested
      * in an inactive region, GNU OpenMP starts and ends fresh threads for every one) */
