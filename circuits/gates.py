@@ -890,25 +890,40 @@ def paulirot_gate(word: str) -> Gate:
                 pl_name="PauliRot", qiskit_name="paulirot", hyper=(word,))
 
 
+UNITARY_ATOL = 1e-6  # PennyLane's own unitarity check (QubitUnitary(unitary_check=True))
+
+
+def unitary_tolerance(m: torch.Tensor, given=None, d: int = 1) -> float:
+    """The unitarity tolerance of matrix (or diagonal) ``m`` of size ``d``: ``UNITARY_ATOL``, or
+    the rounding of single precision (``64 d eps``) when the values carry single precision
+    only: given in a single-precision dtype (``given``, default ``m.dtype``), or stored in
+    double precision with every entry a float32 value (a float32 torch computation cast to
+    complex128)."""
+    given = m.dtype if given is None else given
+    single = given in (torch.complex64, torch.float32, torch.float16, torch.bfloat16)
+    if not single and m.dtype in (torch.complex128, torch.float64):
+        narrow = torch.complex64 if m.is_complex() else torch.float32
+        single = bool((m.to(narrow).to(m.dtype) == m).all())
+    return max(UNITARY_ATOL, 64 * d * torch.finfo(torch.float32).eps) if single else UNITARY_ATOL
+
+
 def check_unitary(m: torch.Tensor, given=None, who: str = "QubitUnitary") -> None:
     """Raise a :class:`QdiffError` naming ``who`` unless every matrix of ``m`` ``(..., d, d)``
-    is unitary: checked in double precision, to the rounding of the precision the matrix was
-    given in (``given``, default ``m.dtype``; a complex64 unitary is unitary to about 1e-7,
-    not 1e-8)."""
+    is unitary: ``|U^dag U - I|`` checked in double precision against
+    :func:`unitary_tolerance` (``given``: the dtype the matrix was given in, default
+    ``m.dtype``)."""
     m = m.detach()
-    given = m.dtype if given is None else given
     d = m.shape[-1]
     memory.require(4.0 * 16 * m.numel(),
                    f"{who}: checking that the {d}x{d} matrix is unitary (U^dag U in "
                    "complex128)", m.device)
-    real = given.to_real() if given.is_complex else given
-    atol = max(1e-8, 64 * d * torch.finfo(real).eps) if real.is_floating_point else 1e-8
+    atol = unitary_tolerance(m, given, d)
     m128 = m.to(torch.complex128)
     dev = (m128.conj().transpose(-2, -1) @ m128 -
            torch.eye(d, dtype=torch.complex128, device=m.device)).abs().max().item()
     if not dev <= atol:
         raise QdiffError(f"{who}: matrix is not unitary (|U^dag U - I| = {dev:.3g}, "
-                         f"tolerance {atol:.3g} for {given})")
+                         f"tolerance {atol:.3g})")
 
 
 def unitary_gate(matrix, who: str = "QubitUnitary") -> Gate:
@@ -954,10 +969,10 @@ def diagonal_unitary_gate(diag) -> Gate:
     d = d.to(torch.complex64 if d.dtype in (torch.complex64, torch.float32) else
              torch.complex128)
     dev = (d.abs() - 1).abs().max().item()
-    atol = 1e-8 if d.dtype == torch.complex128 else 1e-6
+    atol = unitary_tolerance(d)
     if not dev <= atol:
         raise QdiffError(f"DiagonalQubitUnitary: the diagonal is not unitary (max ||d_i| - 1| = "
-                         f"{dev:.3g})")
+                         f"{dev:.3g}, tolerance {atol:.3g})")
     side = d.shape[0]
     memory.require(float(side) * side * d.element_size(),
                    f"DiagonalQubitUnitary on {int(round(math.log2(side)))} wires: its dense "

@@ -200,8 +200,10 @@ def torch_tape(tape) -> bool:
 
 
 def to_user(t: torch.Tensor, keep: bool = False):
-    """Numpy for results outside torch, the tensor itself inside autograd (backprop) or for a
-    tape with torch parameters (``keep``)."""
+    """Numpy for results outside torch (a scalar as a NumPy scalar, as default.qubit returns
+    it), the tensor itself inside autograd (backprop) or for a tape with torch parameters
+    (``keep``)."""
     if t.requires_grad or keep:
         return t
-    return t.detach().cpu().numpy()
+    a = t.detach().cpu().numpy()
+    return a[()] if a.ndim == 0 else a

@@ -79,7 +79,7 @@ def defer_within():
         extra = [w for w in tapes[0].wires if w not in device_wires]
         if extra:
             raise DeviceError(
-                f"{name}: the circuit's {k} mid-circuit measurement{'s' * (k > 1)} are "
+                f"{name}: the circuit's {k} mid-circuit measurement{'s are' if k > 1 else ' is'} "
                 f"deferred (mcm_method='deferred', this device's only method), which adds "
                 f"wires: the deferred circuit needs "
                 f"{len(device_wires) + len(extra)} wires and the device has "

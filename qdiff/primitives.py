@@ -9,9 +9,11 @@ is supported. Qubits no gate touches stay in |0> and are not simulated (a circui
 for a large device runs as the qubits it uses).
 
 - ``Estimator``: exact expectation values (``stds`` 0) at precision 0; with a precision ``p > 0``
-  every Pauli term is estimated from ``ceil(1 / p**2)`` shots in its eigenbasis (as a
-  shot-based device does; their count of +1 outcomes is drawn from its binomial distribution
-  at the exact mean) and ``stds`` holds each estimate's standard error.
+  each value's standard error is at most ``p``: every Pauli term is estimated from shots in
+  its eigenbasis (``ceil(|c_i| S / p**2)`` for a term with coefficient ``c_i`` of an
+  observable whose coefficients sum to ``S`` in absolute value; their count of +1 outcomes is
+  drawn from its binomial distribution at the exact mean) and ``stds`` holds each estimate's
+  standard error.
 - ``Sampler``: ``shots`` samples of the classical bits at the end per binding, one
   ``BitArray`` per classical register (Qiskit's bit layout).
 
@@ -243,13 +245,13 @@ class Estimator(BaseEstimatorV2):
         results = [None] * len(pubs)
         imports: dict = {}
         for (_, precision), members in groups.items():
-            for i, (evs, stds) in zip(members, self._run_group([pubs[i] for i in members],
-                                                               precision, imports, rng)):
+            for i, (evs, stds, shots) in zip(members, self._run_group(
+                    [pubs[i] for i in members], precision, imports, rng)):
                 pub = pubs[i]
                 results[i] = PubResult(
                     DataBin(evs=evs, stds=stds, shape=evs.shape),
                     metadata={"target_precision": precision, "circuit_metadata":
-                              pub.circuit.metadata, **({"shots": _shots(precision)}
+                              pub.circuit.metadata, **({"shots": shots}
                                                        if precision > 0 else {})})
         return PrimitiveResult(results, metadata={"version": 2})
 
@@ -273,15 +275,18 @@ class Estimator(BaseEstimatorV2):
             plans.append((start, pub.parameter_values.shape, obs.shape, terms))
             start += len(vals)
         values = np.concatenate(rows) if rows else np.zeros((0, qc.num_parameters))
-        shots = _shots(precision) if precision > 0 else None
-        means = self._term_means(imp, values, list(words), shots, rng)
-        return [_combine(means, plan, shots) for plan in plans]
-
-    def _term_means(self, imp, values: np.ndarray, words: list, shots, rng) -> np.ndarray:
-        """``(R, W)`` expectation values of every Pauli word (exact, or from ``shots``)."""
         busy = _busy_wires(imp)
         # a Z on a qubit no gate touches (still in |0>) is 1, sampled or not: left out
         words = [tuple((q, ch) for q, ch in w if q in busy or ch != "Z") for w in words]
+        shots = _word_shots(words, [t for plan in plans for t in plan[3]], precision) \
+            if precision > 0 else None
+        means = self._term_means(imp, busy, values, words, shots, rng)
+        return [_combine(means, plan, shots) for plan in plans]
+
+    def _term_means(self, imp, busy: set, values: np.ndarray, words: list, shots,
+                    rng) -> np.ndarray:
+        """``(R, W)`` expectation values of every Pauli word (idle Z factors already left out;
+        the empty word is the identity): exact, or from ``shots[w]`` shots of word ``w``."""
         imp, pos = _compact(imp, busy | {q for w in words for q, _ in w})
         words = [tuple((pos[q], ch) for q, ch in w) for w in words]
         live = [w for w in words if w]  # the identity word is 1 exactly
@@ -291,14 +296,14 @@ class Estimator(BaseEstimatorV2):
             with torch.no_grad():
                 vals = qn(torch.as_tensor(values, dtype=torch.float64))
             vals = vals.reshape(len(values), len(live))
-            if shots:
+            cols = [i for i, w in enumerate(words) if w]
+            if shots is not None:
                 # a Pauli word's shots in its eigenbasis read +1 with probability (1 + <P>) / 2,
                 # independently: their count of +1 is binomial, drawn from the exact mean
                 p = ((1.0 + vals) / 2).clamp(0.0, 1.0)
-                ups = torch.binomial(torch.full_like(p, float(shots)), p,
-                                     generator=_generator(rng))
-                vals = 2.0 * ups / shots - 1.0
-            cols = [i for i, w in enumerate(words) if w]
+                n = torch.as_tensor(shots[cols], dtype=torch.float64).expand_as(p)
+                ups = torch.binomial(n.contiguous(), p, generator=_generator(rng))
+                vals = 2.0 * ups / n - 1.0
             out[:, cols] = vals.numpy()
         return out
 
@@ -322,13 +327,37 @@ def _compact(imp, keep: set) -> tuple:
     return dataclasses.replace(imp, circuit=circ, measurements=meas), pos
 
 
-def _shots(precision: float) -> int:
-    return int(math.ceil(1.0 / precision ** 2))
+MAX_WORD_SHOTS = 2.0 ** 53  # shots of one Pauli word (counts stay exact float64 integers)
+
+
+def _word_shots(words: list, observables: list, precision: float) -> np.ndarray:
+    """Shots of each Pauli word so that every observable's estimate has a standard error of at
+    most ``precision``: an observable ``sum_i c_i P_i`` over the sampled words (not the
+    identity) gives word ``i`` ``ceil(|c_i| S / p**2)`` shots, ``S = sum_i |c_i|`` (the
+    allocation of the fewest shots in all for that bound: the variance ``sum_i c_i**2
+    (1 - <P_i>**2) / N_i`` is at most ``p**2``), and a word shared by observables takes the
+    most any of them asks (at most ``MAX_WORD_SHOTS``). A single term with coefficient 1
+    takes ``ceil(1 / p**2)``; a word read with coefficient 0 only, one."""
+    need = np.array([1.0 if w else 0.0 for w in words])
+    for terms in observables:
+        live = [(col, abs(c)) for col, c in terms if words[col] and c != 0]
+        total = math.fsum(c for _, c in live)
+        for col, c in live:
+            need[col] = max(need[col], math.ceil(min(c * total / precision ** 2,
+                                                     MAX_WORD_SHOTS)))
+    return need
+
+
+def _pub_shots(plan: tuple, shots: np.ndarray) -> int:
+    """Shots behind each of a PUB's estimates: those of every sampled word it reads."""
+    cols = {col for terms in plan[3] for col, _ in terms if shots[col] > 0}
+    return int(sum(shots[col] for col in cols))
 
 
 def _check_precision(precision, what: str) -> None:
-    """0 (exact) or a finite positive precision whose ``ceil(1/p**2)`` shots are finite."""
+    """0 (exact) or a finite positive precision (not a bool) whose ``1/p**2`` is finite."""
     ok = isinstance(precision, (int, float, np.integer, np.floating)) and \
+        not isinstance(precision, (bool, np.bool_)) and \
         0 <= precision < math.inf and (precision == 0 or 0 < precision ** 2 < math.inf and
                                        1.0 / precision ** 2 < math.inf)
     if not ok:
@@ -337,12 +366,15 @@ def _check_precision(precision, what: str) -> None:
 
 
 def _combine(means: np.ndarray, plan: tuple, shots) -> tuple:
-    """``(evs, stds)`` of one PUB from the term means of its rows."""
+    """``(evs, stds, shots)`` of one PUB from the term means of its rows (``shots``: per word,
+    0 for an exact one; None: exact)."""
     start, pshape, oshape, terms = plan
+    total = _pub_shots(plan, shots) if shots is not None else None
     if not pshape and not oshape:  # one binding, one observable (a gradient's shifted PUB)
         ev = sum(c * means[start, col] for col, c in terms[0])
-        var = sum(c * c * max(1.0 - means[start, col] ** 2, 0.0) for col, c in terms[0])
-        return np.array(ev, dtype=np.float64), np.array(math.sqrt(var / shots) if shots else 0.0)
+        var = sum(c * c * max(1.0 - means[start, col] ** 2, 0.0) / shots[col]
+                  for col, c in terms[0] if shots is not None and shots[col] > 0)
+        return np.array(ev, dtype=np.float64), np.array(math.sqrt(var)), total
     shape = np.broadcast_shapes(pshape, oshape)
     prow = np.broadcast_to(np.arange(int(np.prod(pshape, dtype=np.int64))).reshape(pshape), shape)
     oidx = np.broadcast_to(np.arange(len(terms)).reshape(oshape), shape)
@@ -354,9 +386,9 @@ def _combine(means: np.ndarray, plan: tuple, shots) -> tuple:
         for col, c in obs_terms:
             m = means[r, col]
             evs[mask] += c * m
-            if shots:
-                var[mask] += c * c * np.clip(1.0 - m * m, 0.0, None) / shots
-    return evs, np.sqrt(var) if shots else np.zeros(shape)
+            if shots is not None and shots[col] > 0:
+                var[mask] += c * c * np.clip(1.0 - m * m, 0.0, None) / shots[col]
+    return evs, np.sqrt(var), total
 
 
 class Sampler(BaseSamplerV2):

@@ -737,6 +737,70 @@ def test_postselection_with_shots_keeps_the_postselected_shots():
     assert len(res) == 2 and all((r[1][:, 1] == 1).all() for r in res)
 
 
+def test_postselection_that_keeps_no_shot_gives_nan_results():
+    """A postselection whose kept shot count is 0 (probability 0, or a binomial draw of none)
+    gives NaN results of each measurement's shape, as default.qubit's mid-circuit measurements
+    do when every shot is discarded; a shot vector's other bins are sampled as usual."""
+    def f(x):
+        qml.RX(x, 0)
+        qml.measure(0, postselect=1)
+        return (qml.expval(qml.Z(0)), qml.var(qml.Z(0)), qml.counts(wires=[0]),
+                qml.sample(wires=[0]), qml.probs(wires=[0, 1]))
+    dev = qml.device("qdiff.statevector", wires=3, seed=2)
+    res = qml.set_shots(qml.QNode(f, dev), shots=10)(0.0)
+    assert all(np.isnan(r).all() for r in res) and np.shape(res[4]) == (4,)
+    # probability sin(0.05)^2 ~ 0.0025: the 2-shot bins keep none, the large one keeps some
+    res = qml.set_shots(qml.QNode(f, dev), shots=[2, 2, 20000])(0.1)
+    assert all(np.isnan(r).all() for bin_ in res[:2] for r in bin_)
+    assert res[2][0] == -1.0 and res[2][1] == 0.0 and (res[2][3] == 1).all()
+    np.testing.assert_allclose(res[2][4], [0, 0, 1, 0])
+
+
+def test_float32_unitary_stored_in_double_precision_is_accepted():
+    """A unitary computed in single precision (torch's default float32) and cast to complex128
+    is unitary to single-precision rounding only: accepted on both devices, as default.qubit
+    does; a matrix that is not unitary is still refused."""
+    t = torch.tensor(0.7, requires_grad=True)
+    c, s_ = torch.cos(t / 2), torch.sin(t / 2)
+    u = torch.stack([torch.stack([c, -s_]), torch.stack([s_, c])]).to(torch.complex128)
+
+    def f(m):
+        qml.Hadamard(0)
+        qml.QubitUnitary(m, wires=0)
+        return qml.expval(qml.X(0))
+    for name in ("qdiff.statevector", "qdiff.mixed"):
+        got = qml.QNode(f, qml.device(name, wires=1))(u)
+        want = qml.QNode(f, qml.device("default.qubit", wires=1))(u)
+        assert abs(float(got) - float(want)) < 1e-6
+        with pytest.raises(DeviceError, match="matrix is not unitary"):
+            qml.QNode(f, qml.device(name, wires=1))(u.detach() * 1.001)
+
+
+def test_expval_of_an_operator_without_diagonalizing_gates_is_refused_in_validation():
+    def f():
+        qml.RX(0.3, 0)
+        return qml.expval(qml.RX(0.4, 0))
+    with pytest.raises(DeviceError, match=r"expval\(RX.*not accepted for analytic simulation"):
+        qml.QNode(f, qml.device("qdiff.statevector", wires=1))()
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_scalar_results_are_numpy_scalars_and_the_tracker_sums_them(name):
+    """Scalar results are NumPy scalars, as default.qubit's and default.mixed's (``qml.Tracker``
+    sums results into its totals only then)."""
+    def c(x):
+        qml.RX(x, 0)
+        return qml.expval(qml.Z(0)), qml.var(qml.Z(0)), qml.purity([0]), qml.probs(wires=[0])
+    dev = qml.device(name, wires=1)
+    out = qml.QNode(c, dev)(0.3)
+    assert [type(r) for r in out] == [np.float64] * 3 + [np.ndarray]
+    node = qml.QNode(lambda x: (qml.RX(x, 0), qml.expval(qml.Z(0)))[-1], dev,
+                     diff_method="parameter-shift")
+    with qml.Tracker(dev) as tracker:
+        qml.grad(node)(pnp.array(0.3, requires_grad=True))
+    assert abs(tracker.totals["results"] - np.cos(0.3)) < 1e-12
+
+
 def _hessian_body(x):
     qml.RX(x, 0)
     qml.RY(x, 0)

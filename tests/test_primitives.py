@@ -177,14 +177,55 @@ def test_precision_samples_shots_with_standard_errors():
     vals = rng.uniform(-1, 1, (200, used))
     exact = StatevectorEstimator().run([(qc, obs, vals)]).result()[0].data.evs
     res = Estimator(default_precision=0.05, seed=7).run([(qc, obs, vals)]).result()[0]
-    assert res.metadata["target_precision"] == 0.05 and res.metadata["shots"] == 400
+    # shots ceil(|c_i| S / p^2) per sampled word, S = 0.8 + 0.5 (the identity is exact)
+    assert res.metadata["target_precision"] == 0.05 and res.metadata["shots"] == 416 + 260
     z = (res.data.evs - exact) / res.data.stds
     assert abs(z.mean()) < 0.35 and 0.7 < z.std() < 1.3  # standard normal errors
-    expected = np.sqrt(0.64 + 0.25) / 20  # sqrt(sum c^2 (1 - m^2) / shots) <= this
-    assert (res.data.stds <= expected + 1e-12).all()
+    # sqrt(sum c^2 (1 - m^2) / N_i) <= sqrt(sum c^2 / N_i) <= the precision
+    expected = np.sqrt(0.64 / 416 + 0.25 / 260)
+    assert (res.data.stds <= expected + 1e-12).all() and expected <= 0.05
     again = Estimator(default_precision=0.05, seed=7).run([(qc, obs, vals)]).result()[0]
     np.testing.assert_array_equal(again.data.evs, res.data.evs)  # seeded
 
+
+
+@pytest.mark.parametrize("coeffs", [[50.0], [3.0, -1.5, 0.2], [1.0, 1.0, 1.0, 1.0]])
+def test_precision_is_the_standard_error_of_the_whole_estimate(coeffs):
+    """A precision is a bound on the standard error of each returned value, whatever the
+    observable's coefficients (as StatevectorEstimator's and Aer's precision): the spread of
+    repeated estimates stays within it, and stds says what it is."""
+    from qiskit import QuantumCircuit
+    from qiskit.primitives import StatevectorEstimator
+    from qiskit.quantum_info import SparsePauliOp
+    qc = QuantumCircuit(2)
+    qc.ry(0.7, 0)
+    qc.rx(-1.1, 1)
+    qc.cx(0, 1)
+    words = ["ZI", "XX", "IY", "ZZ"][:len(coeffs)]
+    obs = SparsePauliOp(words, coeffs)
+    exact = StatevectorEstimator().run([(qc, obs)]).result()[0].data.evs
+    est = Estimator(seed=3)
+    runs = [est.run([(qc, obs)], precision=0.02).result()[0] for _ in range(600)]
+    vals = np.array([r.data.evs for r in runs])
+    assert vals.std() <= 0.02 * 1.15 and abs(vals.mean() - exact) < 4 * 0.02 / np.sqrt(600)
+    stds = np.array([r.data.stds for r in runs])
+    assert (stds <= 0.02 + 1e-12).all() and abs(stds.mean() / vals.std() - 1) < 0.15
+
+
+def test_word_shared_by_observables_takes_the_most_shots_asked():
+    from qiskit import QuantumCircuit
+    from qiskit.quantum_info import SparsePauliOp
+    qc = QuantumCircuit(2)
+    qc.h(0)
+    qc.cx(0, 1)
+    small, big = SparsePauliOp(["ZZ"], [1.0]), SparsePauliOp(["ZZ", "XI"], [4.0, 1.0])
+    res = Estimator(seed=1).run([(qc, [small, big])], precision=0.1).result()[0]
+    # ZZ: max(ceil(1 * 1 / 0.01), ceil(4 * 5 / 0.01)) = 2000 shots, XI: ceil(1 * 5 / 0.01) = 500
+    assert res.metadata["shots"] == 2500
+    assert res.data.stds[0] == 0.0 and res.data.evs[0] == 1.0  # <ZZ> = 1: every shot reads +1
+    assert 0 < res.data.stds[1] <= 0.1
+    with pytest.raises(QdiffError, match="precision must be"):
+        Estimator().run([(qc, "ZZ")], precision=True)
 
 
 def test_seeded_jobs_submitted_together_match_jobs_run_one_at_a_time():

@@ -503,6 +503,32 @@ def test_single_precision_qubit_unitary_runs(k, cdtype):
     assert np.allclose(f().numpy(), s.reshape(-1), atol=1e-6)
 
 
+def test_unitary_tolerance_follows_the_precision_the_values_carry():
+    """|U^dag U - I| is checked against 1e-6 (PennyLane's unitarity check), or single-precision
+    rounding when the values are single precision (given as complex64, or float32 values
+    stored as complex128); beyond that the matrix is refused."""
+    from qdiff.circuits.gates import unitary_tolerance
+    u = random_unitary(8, torch.Generator().manual_seed(4))
+    single = u.to(torch.complex64).to(torch.complex128)
+    assert unitary_tolerance(u, d=8) == 1e-6
+    assert unitary_tolerance(single, d=8) == unitary_tolerance(u.to(torch.complex64), d=8) \
+        == 64 * 8 * torch.finfo(torch.float32).eps
+    rounded = torch.tensor([[0.7071068, 0.7071068], [0.7071068, -0.7071068]],
+                           dtype=torch.complex128)  # 7 digits: 1.1e-7 from unitary
+    for m in (single, rounded):
+        dev = qd.device("statevector", wires=3)
+
+        @qd.qnode(dev)
+        def f():
+            qd.QubitUnitary(m, wires=list(range(m.shape[0].bit_length() - 1)))
+            return qd.expval(qd.Z(0))
+        f()
+    with pytest.raises(qd.QdiffError, match=r"not unitary \(\|U\^dag U - I\| = 2e-05, "
+                                            r"tolerance 1e-06\)"):
+        qd.QubitUnitary(torch.tensor([[1.0, 0], [0, 1.00001]], dtype=torch.complex128),
+                        wires=[0])
+
+
 def test_fusion_module_exports_exist():
     import qdiff.backends.statevector.fusion as fusion
     assert all(hasattr(fusion, name) for name in fusion.__all__)

@@ -132,7 +132,7 @@ def _adjoint_observable(obs) -> bool:
 
 
 def _accepted_analytic(mp) -> bool:
-    return isinstance(mp, StateMeasurement)
+    return qml.devices.default_qubit.accepted_analytic_measurement(mp)
 
 
 def _accepted_sample(mp) -> bool:
@@ -596,6 +596,19 @@ class QdiffStatevector(Device):
         if plan.wire_map is not None:
             mps = [map_measurement_wires(m, plan.wire_map) for m in mps]
         from pennylane.devices.qubit.simulate import measure_final_state
+        if plan.postselect and shots and 0 in list(shots):
+            # a shot count the postselection kept none of: NaN results, as default.qubit's
+            # mid-circuit measurements give for shots that are all discarded
+            from pennylane.devices.qubit.simulate import measurement_with_no_shots
+            per = []
+            for s in shots:
+                if s:
+                    script = qml.tape.QuantumScript([], mps, shots=s)
+                    per.append(measure_final_state(script, state, plan.batched, rng=self._rng))
+                else:
+                    vals = [measurement_with_no_shots(m) for m in mps]
+                    per.append(vals[0] if len(vals) == 1 else tuple(vals))
+            return tuple(per) if shots.has_partitioned_shots else per[0]
         script = qml.tape.QuantumScript([], mps, shots=shots)
         return measure_final_state(script, state, plan.batched, rng=self._rng)
 
