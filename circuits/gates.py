@@ -373,13 +373,17 @@ def _phase_diag(t):
 
 def _rot(phi, theta, omega):
     c, s_ = _cplx(torch.cos(theta / 2)), _cplx(torch.sin(theta / 2))
-    a, b = _expi(-(phi + omega) / 2), _expi((phi - omega) / 2)
+    # phases as products, not of the angles' sum: unitary to rounding for any finite angles
+    # (phi + omega drops omega when |phi| is 1e17 or more, and is infinite near 1e308)
+    ep, eo = _expi(-phi / 2), _expi(-omega / 2)
+    a, b = ep * eo, ep.conj() * eo
     return _stack([[a * c, -b * s_], [b.conj() * s_, a.conj() * c]], theta)
 
 
 def _u3(theta, phi, lam):
     c, s = _cplx(torch.cos(theta / 2)), _cplx(torch.sin(theta / 2))
-    return _stack([[c, -_expi(lam) * s], [_expi(phi) * s, _expi(phi + lam) * c]], theta)
+    el, ep = _expi(lam), _expi(phi)  # e^{i(phi + lam)} as a product, as in _rot
+    return _stack([[c, -el * s], [ep * s, ep * el * c]], theta)
 
 
 def _u2(phi, lam):

@@ -47,16 +47,79 @@ def parse_qiskit(text: str, filename: str = "<string>"):
     qasm_bounds.check_source(text, filename)
     try:
         qc = _parse2(text) if version == 2 else _parse3(text)
+        _build_definitions(qc)
     except (KeyboardInterrupt, SystemExit, GeneratorExit):
         raise
     except BaseException as exc:  # qiskit raises parser-specific types; Rust panics too
         if _interrupted(exc):  # Ctrl-C while Qiskit's extension loads arrives wrapped
             raise KeyboardInterrupt from exc
-        raise _parse_error(exc, filename) from None
+        raise _parse_error(exc, filename, text) from None
     if qc.num_qubits > qasm_bounds.MAX_QUBITS:
         raise QdiffParseError(f"{filename}: {qc.num_qubits} qubits; the limit is "
                               f"{qasm_bounds.MAX_QUBITS}")
     return qc, version
+
+
+def _build_definitions(qc) -> None:
+    """Build the definitions of the file's own gates now (Qiskit's OpenQASM 2 importer builds
+    each on first use), so that a call that does not fit its definition (too few parameters
+    for the body) is a parse error of the file rather than a failure of a later step."""
+    stack, seen = [qc], set()
+    while stack:
+        for inst in stack.pop().data:
+            op = inst.operation
+            if (type(op).__module__ or "").startswith("qiskit.qasm2") and id(op) not in seen:
+                seen.add(id(op))
+                try:
+                    d = op.definition
+                except Exception as exc:  # noqa: BLE001 (the importer's own types)
+                    raise _CallError(op.name, len(op.params), exc) from exc
+                if d is not None:
+                    stack.append(d)
+
+
+class _CallError(Exception):
+    """A call of the file's gate ``name`` with ``k`` parameters whose definition failed."""
+
+    def __init__(self, name: str, k: int, cause: BaseException):
+        super().__init__(name, k, cause)
+        self.name, self.k, self.cause = name, k, cause
+
+
+_MISSING = re.compile(r"(\w+)\.__init__\(\) missing \d+ required positional arguments?: (.+)")
+_TOO_MANY = re.compile(r"(\w+)\.__init__\(\) takes .* positional arguments? but \d+ w")
+
+
+def _gate_name(cls: str) -> str:
+    """The OpenQASM name of Qiskit's library gate class ``cls`` (``RXGate`` -> ``rx``)."""
+    import inspect
+
+    import qiskit.circuit.library as lib
+    try:
+        c = getattr(lib, cls)
+        k = sum(1 for p in list(inspect.signature(c).parameters.values())
+                if p.default is inspect.Parameter.empty and p.kind == p.POSITIONAL_OR_KEYWORD)
+        return c(*[0.0] * k).name
+    except Exception:  # noqa: BLE001 (not a library gate: its class name)
+        return cls
+
+
+def _parameter_message(msg: str):
+    """A readable message for a gate called with the wrong number of parameters (Qiskit's
+    constructors raise TypeError about their arguments), and the gate's name; None if
+    ``msg`` is not one."""
+    m = _MISSING.search(msg)
+    if m:
+        name = _gate_name(m.group(1))
+        args = m.group(2).replace("'", "").replace(" and ", ", ")
+        s = "s" if "," in args else ""
+        return f"gate '{name}' called without its parameter{s} {args}", name
+    m = _TOO_MANY.search(msg)
+    if m or "label expects a string" in msg:
+        name = _gate_name(m.group(1)) if m else None
+        return (f"gate '{name}' called with more parameters than it takes" if name else
+                "a gate called with more parameters than it takes"), name
+    return None
 
 
 _INCLUDE = re.compile(r'\binclude\s*"([^"]*)"\s*;')
@@ -196,9 +259,25 @@ def _parse3(text: str):
     return convert(QASMNodeVisitor().visitProgram(parser.program()))
 
 
-def _parse_error(exc: BaseException, filename: str) -> QdiffParseError:
+def _parse_error(exc: BaseException, filename: str, text: str = "") -> QdiffParseError:
     """One line: ``file:line: message`` (the line from the message, the ANTLR token or the
     AST node being converted when the importer failed)."""
+    if isinstance(exc, _CallError):
+        inner = " ".join(str(exc.cause).split()).strip("'\"")
+        fix = _parameter_message(inner)
+        why = ("its definition uses more parameters" if "index out of range" in inner else
+               f"in its definition, {fix[0]}" if fix else inner)
+        calls = _calls(text, exc.name, r"[(A-Za-z_$]")
+        line = f":{calls[0]}" if len(calls) == 1 else ""
+        return QdiffParseError(f"{filename}{line}: gate '{exc.name}' called with {exc.k} "
+                               f"parameter{'s' * (exc.k != 1)}: {why}")
+    fix = _parameter_message(str(exc)) if isinstance(exc, TypeError) else None
+    if fix:
+        line = _node_line(exc)
+        if not line and fix[1]:  # a call without parentheses, when parameters were missing
+            calls = _calls(text, fix[1], r"[A-Za-z_$]" if "without" in fix[0] else r"\(")
+            line = calls[0] if calls else None
+        return QdiffParseError(f"{filename}{f':{line}' if line else ''}: {fix[0]}")
     if isinstance(exc, ZeroDivisionError):
         msg = "division by zero in an expression"
     elif isinstance(exc, RecursionError):
@@ -220,6 +299,14 @@ def _parse_error(exc: BaseException, filename: str) -> QdiffParseError:
             node_line = _node_line(exc)
             line = f":{node_line}" if node_line else ""
     return QdiffParseError(f"{filename}{line}: {msg or type(exc).__name__}")
+
+
+def _calls(text: str, name: str, then: str) -> list:
+    """Lines of the statements applying gate ``name`` followed by ``then`` (a pattern)."""
+    code = qasm_bounds.strip_comments(text)
+    return [_line_at(code, m.end() - 1) for m in
+            re.finditer(_STATEMENT + re.escape(name) + r"\b\s*" + then, code,
+                        flags=re.MULTILINE)]
 
 
 def _node_line(exc: BaseException):
@@ -308,15 +395,17 @@ def load(path) -> QiskitImport:
 
 
 def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: int = 0,
-          basis=None) -> str:
+          basis=None, registers=None) -> str:
     """OpenQASM text of ``circuit`` (a ``Circuit`` or a ``QiskitImport`` from :func:`loads`,
     whose parameters, expressions and measurements are written unless given here);
-    ``measurements`` ``[(qubit, clbit)]`` are appended. Free parameters need ``version=3``
+    ``measurements`` ``[(qubit, clbit)]`` are appended, into the classical ``registers``
+    ``[(name, [clbit, ...])]`` when given and holding every clbit once (one register ``c``
+    otherwise). Free parameters need ``version=3``
     (``input float[64]``) or a ``theta`` binding. ``basis`` (gate names, e.g. a compiler
     basis ``u1,u2,u3,cx``) names the one-qubit gates written: ``u3``/``u2`` for ``u`` and
     ``u1`` for ``p`` when the basis has those names and not ``u``/``p``. The text ends with a
     newline."""
-    columns, phase, registers = None, 0.0, None
+    columns, phase = None, 0.0
     free = None if not isinstance(circuit, Circuit) else circuit.num_params
     if isinstance(circuit, QiskitImport):
         imp = circuit
@@ -333,7 +422,7 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
                                  "measurement (its classical bits are extra wires); export "
                                  "the QuantumCircuit itself (qiskit.qasm3.dumps)")
             measurements, num_clbits = imp.measurements, max(num_clbits, imp.num_clbits)
-            registers = imp.registers
+            registers = imp.registers if registers is None else registers
     elif not isinstance(circuit, Circuit):
         raise QdiffError(f"dumps: expected a Circuit or a QiskitImport; got "
                          f"{type(circuit).__name__}")

@@ -248,7 +248,9 @@ def _compile(args) -> int:
         if code == EXIT_INTERNAL:
             _err(f"{msg}; {REPORT_HINT}", "internal error")
         else:
-            _err(msg if len(files) == 1 or msg.startswith(path) else f"{path}: {msg}")
+            label = "<stdin>" if path == "-" else path
+            named = not path or msg.startswith((label, "<stdout>", "<stderr>"))
+            _err(msg if named else f"{label}: {msg}")
     return max([code for _, code, _ in failures], default=EXIT_OK)
 
 
@@ -294,11 +296,12 @@ def _compile_one(args, path, output, to_stdout, reports) -> tuple:
                             name="<stdin>" if path == "-" else path, approx=args.approx,
                             work=args.work, progress=_stage_printer(path))
         _clear_stage()
-        reports.append(rep)
         if rep.verified is False:
+            reports.append(rep)
             return EXIT_VERIFY, (f"{path}: output not equivalent to the input "
                                  f"(1-F = {rep.infidelity:.3g}); nothing written")
         _write(_with_parameters(out, imp), rep, args, output, version, to_stdout)
+        reports.append(rep)  # (a run whose output could not be written has no report)
         return EXIT_OK, ""
     except QdiffError as exc:
         return EXIT_INPUT, str(exc)
@@ -399,7 +402,8 @@ def _with_parameters(out, imp):
 def _write(out, rep, args, output, version, to_stdout) -> None:
     from qdiff.circuits import fileio, qasm
     text = qasm.dumps(out, args.qasm_version or version, measurements=rep.measurements,
-                      num_clbits=rep.num_clbits, basis=rep.basis.split(","))
+                      num_clbits=rep.num_clbits, basis=rep.basis.split(","),
+                      registers=rep.registers)
     if to_stdout:
         _write_stream(sys.stdout, text)
     elif output is not None:

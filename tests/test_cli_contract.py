@@ -57,6 +57,20 @@ BAD_INPUTS = {
     "qasm3_syntax": (H3 + "qubit[2] q;\nh q[0;\n", "bad.qasm:4: syntax error at ';'"),
     "qasm3_slice": (H3 + "qubit[2] q;\nh q[0:5];\n", "bad.qasm:4: q[0:5]: index 5 is out"),
     "binary": ("\x00\x01", "bad.qasm: not a text file"),
+    # a call that does not fit its gate's parameters, at the top or inside a definition
+    "call_no_params": (H2 + "qreg q[2];\nrx q[0];\n",
+                       "bad.qasm:4: gate 'rx' called without its parameter theta"),
+    "qasm3_call_no_params": (H3 + "qubit[2] q;\nrx q[0];\n",
+                             "bad.qasm:4: gate 'rx' called without its parameter theta"),
+    "qasm3_extra_param": (H3 + "qubit[2] q;\nh(0.5) q[0];\n",
+                          "bad.qasm:4: a gate called with more parameters than it takes"),
+    "body_uses_more_params": (H2 + "gate g(a) x { rx(a) x; }\nqreg q[2];\ng q[0];\n",
+                              "bad.qasm:5: gate 'g' called with 0 parameters: its definition "
+                              "uses more parameters"),
+    "body_call_no_params": (H2 + "gate g x { u1 x; }\nqreg q[1];\ng q[0];\n",
+                            "bad.qasm:5: gate 'g' called with 0 parameters: in its definition, "
+                            "gate 'u1' called without its parameter theta"),
+    "version_4": ("OPENQASM 4.0;\nqubit[1] q;\n", "bad.qasm: unsupported OpenQASM version 4"),
 }
 
 
@@ -348,6 +362,56 @@ def test_unwritable_stdout_is_bad_input_not_an_internal_error(tmp_path, capsys, 
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("qdiff: error: <stdout>: cannot write"), err
     assert not any("internal error" in line or "Traceback" in line for line in err)
+    if args[0] == "-o":  # the output not written: no report saying the run went well
+        assert len(err) == 1, err
+
+
+def test_classical_registers_are_kept_in_the_output(tmp_path, capsys):
+    """The output measures into the input's classical registers (names, sizes, bits), in
+    both OpenQASM versions and with a target's routing."""
+    src = write(tmp_path, "in.qasm", H2 + "qreg a[1];\nqreg b[2];\ncreg m[1];\ncreg yy[2];\n"
+                "h a[0];\ncx a[0],b[1];\nx b[0];\nmeasure a[0] -> yy[1];\n"
+                "measure b[0] -> m[0];\nmeasure b[1] -> yy[0];\n")
+    for extra in ([], ["--target", "fake_manila"], ["--qasm-version", "3"]):
+        out = tmp_path / "out.qasm"
+        assert main(["compile", src, "-o", str(out), *extra]) == 0
+        text = out.read_text()
+        if "--qasm-version" in extra:
+            assert "bit[1] m;" in text and "bit[2] yy;" in text
+        else:
+            assert "creg m[1];" in text and "creg yy[2];" in text and "creg c" not in text
+        assert text.count("-> yy[") + text.count("yy[0] = measure") + \
+            text.count("yy[1] = measure") == 2
+
+
+def test_huge_finite_angles_compile_exactly(tmp_path, capsys):
+    """Finite angles up to 1e308 are valid input: phases of a Rot / U3 sum as products (an
+    angle sum would drop the smaller angle or overflow), and the output is the same unitary
+    (checked here against an independent product of the gates' matrices)."""
+    import numpy as np
+    src = write(tmp_path, "in.qasm", H2 + "qreg q[1];\nu3(1,-1e308,3) q[0];\nrz(1e308) q[0];\n"
+                "rz(3) q[0];\nrx(1e17) q[0];\nrx(1) q[0];\nu3(1e17,1,1e17) q[0];\n")
+    out = tmp_path / "out.qasm"
+    assert main(["compile", src, "-o", str(out)]) == 0
+
+    def e(a):
+        return np.exp(1j * a)
+
+    def u3(t, p, la):
+        c, s_ = np.cos(t / 2), np.sin(t / 2)
+        return np.array([[c, -e(la) * s_], [e(p) * s_, e(p) * e(la) * c]])
+
+    def rz(t):
+        return np.diag([e(-t / 2), e(t / 2)])
+
+    def rx(t):
+        return u3(t, -np.pi / 2, np.pi / 2)
+    want = u3(1e17, 1, 1e17) @ rx(1) @ rx(1e17) @ rz(3) @ rz(1e308) @ u3(1, -1e308, 3)
+    from qdiff.circuits import qasm
+    got = qasm.loads(out.read_text()).circuit
+    from qdiff.circuits.unitary import unitary
+    u = unitary(got).numpy()
+    assert abs(abs(np.vdot(u.ravel(), want.ravel())) / 2 - 1) < 1e-12
 
 
 @pytest.mark.parametrize("data,ok", [(b'\xef\xbb\xbf' + GOOD.encode(), True),

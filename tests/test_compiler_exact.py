@@ -271,3 +271,48 @@ def test_the_verdict_allows_the_rounding_of_long_circuits_and_no_more():
     off = Circuit(1, tuple(op("h", (0,)) for _ in range(100)) + (op("rz", (0,), (1e-5,)),))
     v = equivalence(off, Circuit(1, ()))
     assert not v.ok and abs(v.infidelity - 2.5e-11) < 1e-12
+
+
+def test_a_rust_panic_in_qiskit_is_a_qdiff_error_and_prints_nothing(capfd):
+    """Qiskit's Rust code reports some failures by panicking (printed on the process's
+    stderr by Rust's hook, then raised as pyo3's PanicException, a BaseException): a guarded
+    call turns it into a QdiffError and keeps the hook's lines off stderr; what a call that
+    does not fail writes to stderr still gets there."""
+    import os
+
+    import qiskit.qasm2 as q2
+    from qdiff.compiler.synth import guarded
+    with pytest.raises(QdiffError, match="Qiskit's synthesis failed"):
+        guarded(q2.loads, "OPENQASM 2.0;\nqreg q[99999999999999999999];\n")  # a real panic
+    assert capfd.readouterr().err == ""
+
+    def talks():
+        os.write(2, b"a warning\n")
+        return 7
+    assert guarded(talks) == 7
+    assert capfd.readouterr().err == "a warning\n"
+
+
+def test_exact_synthesis_goes_on_when_qiskit_fails_on_one_way(monkeypatch):
+    """A decomposition way that fails in Qiskit (here: the Shannon decomposition's default
+    two-qubit step panicking, as the Weyl decomposition does on rare inputs) is skipped for the
+    next one; the result is still exact."""
+    from qdiff.compiler import synth
+    from qdiff.compiler.blocks import block_unitary
+    from qdiff.compiler.budget import EXACT_DELTA, phase_distance
+
+    class PanicException(BaseException):
+        pass
+    real = synth.shannon
+
+    def panics():
+        raise PanicException("TwoQubitWeylDecomposition: failed to diagonalize M2")
+
+    def shannon(u, wires, exact_2q=False):
+        return real(u, wires, exact_2q=True) if exact_2q else synth.guarded(panics)
+    monkeypatch.setattr(synth, "shannon", shannon)
+    rng = np.random.default_rng(3)
+    from scipy.stats import unitary_group
+    u = unitary_group.rvs(8, random_state=rng)
+    ops = synth.exact_synthesis(u, (0, 1, 2))
+    assert phase_distance(block_unitary(ops, (0, 1, 2)), u) <= EXACT_DELTA

@@ -72,7 +72,8 @@ def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, na
                              "basis is used; give one of them")
     imp = _as_import(circuit_or_qasm)
     report = CompileReport(name=name, level=level, measurements=list(imp.measurements),
-                           num_clbits=imp.num_clbits, approx=approx)
+                           num_clbits=imp.num_clbits, registers=list(imp.registers),
+                           approx=approx)
     routed = None
     if target is not None:
         from qdiff.compiler.target import route

@@ -19,7 +19,7 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import ParamRef
 from qdiff.compiler.fuse import canonical_1q
 from qdiff.compiler.ops import is_constant, matrix, op
-from qdiff.compiler.synth import from_qiskit_ops
+from qdiff.compiler.synth import from_qiskit_ops, guarded
 
 _TWO_Q = ("cx", "cz", "ecr")
 _EULER = [({"u"}, "U3"), ({"u1", "u2", "u3"}, "U321"), ({"u3"}, "U3"),
@@ -182,7 +182,7 @@ def _param_rz_name(basis: Basis) -> str:
 
 def euler_ops(u: np.ndarray, wire: int, euler: str) -> list:
     from qiskit.synthesis import OneQubitEulerDecomposer
-    return from_qiskit_ops(_decomposer(euler)(u), (wire,))
+    return from_qiskit_ops(guarded(_decomposer(euler), u), (wire,))
 
 
 @caches.cached(maxsize=16)

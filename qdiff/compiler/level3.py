@@ -165,7 +165,10 @@ def optimize3(lowered, opt, s: Search, coupling=None):
         fn = functools.partial(p, budget=b) if getattr(p, "func", None) is pauli_resynthesis else p
         try:
             out = chain(fn, clean)(src)
-        except Exception as exc:  # a strategy that cannot handle this circuit is skipped
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 (a Rust panic in Qiskit is one too)
+            # a strategy that cannot handle this circuit is skipped
             s.log.append(f"{name}: skipped ({type(exc).__name__}: {exc})")
             continue
         cands.append((name, src, out, b))

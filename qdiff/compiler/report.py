@@ -32,6 +32,7 @@ class CompileReport:
     log: list = field(default_factory=list)
     measurements: list = field(default_factory=list)
     num_clbits: int = 0
+    registers: list = field(default_factory=list)  # the input's classical registers
     target: str | None = None
     two_q: str = "cx"
     t_before: int = 0

@@ -12,6 +12,10 @@ distance ``<= EXACT_DELTA``) and otherwise writes the unspecialised Weyl decompo
 from __future__ import annotations
 
 import math
+import os
+import sys
+import tempfile
+import threading
 import warnings
 
 import numpy as np
@@ -20,6 +24,60 @@ from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import get_gate
 from qdiff.compiler.ops import op
+
+_GUARD = threading.Lock()
+_capture: list = []  # the process's capture file for stderr (created on first use)
+
+
+def guarded(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, a call into Qiskit's native synthesis, with its failures made
+    a :class:`QdiffError`: a ``QiskitError``, or a panic of its Rust code (pyo3's
+    ``PanicException``, a ``BaseException``: e.g. the Weyl decomposition's "failed to
+    diagonalize M2" on some nearly block-diagonal inputs). Rust's panic hook writes the panic
+    to the process's stderr before Python sees it: while ``fn`` runs, file descriptor 2 goes to
+    a capture file, which is written back to stderr afterwards unless the call panicked."""
+    from qiskit.exceptions import QiskitError
+    with _GUARD:
+        try:
+            sys.stderr.flush()
+            if not _capture:
+                _capture.append(tempfile.TemporaryFile())
+            cap = _capture[0].fileno()
+            os.lseek(cap, 0, os.SEEK_SET)
+            os.ftruncate(cap, 0)
+            saved = os.dup(2)
+        except (OSError, ValueError, AttributeError):  # no stderr to guard: call as it is
+            saved = None
+        if saved is not None:
+            os.dup2(cap, 2)
+        panicked = False
+        try:
+            return fn(*args, **kwargs)
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException as exc:
+            panicked = type(exc).__name__ == "PanicException"
+            if not (panicked or isinstance(exc, QiskitError)):
+                raise
+            text = " ".join(str(exc).split())
+            raise QdiffError(f"Qiskit's synthesis failed: {text[:200]}") from None
+        finally:
+            if saved is not None:
+                try:
+                    sys.stderr.flush()
+                except (OSError, ValueError, AttributeError):
+                    pass
+                os.dup2(saved, 2)
+                os.close(saved)
+                if not panicked:
+                    size = os.lseek(cap, 0, os.SEEK_END)
+                    if size:
+                        os.lseek(cap, 0, os.SEEK_SET)
+                        data = os.read(cap, size)
+                        try:
+                            os.write(2, data)
+                        except OSError:
+                            pass
 
 
 @caches.cached(maxsize=1)
@@ -30,12 +88,12 @@ def _kak():
 
 
 def kak_cx_count(u: np.ndarray) -> int:
-    return int(_kak().num_basis_gates(u))
+    return int(guarded(_kak().num_basis_gates, u))
 
 
 def kak(u: np.ndarray, wires) -> list:
     """Optimal (<= 3 CX) circuit for a 4x4 unitary ``u`` on ``wires``."""
-    return from_qiskit_ops(_kak()(u), wires)
+    return from_qiskit_ops(guarded(_kak(), u), wires)
 
 
 def exact_synthesis(u: np.ndarray, wires) -> list:
@@ -51,13 +109,19 @@ def exact_synthesis(u: np.ndarray, wires) -> list:
         tries = [lambda: kak(u, wires), lambda: weyl_exact(u, wires)]
     else:
         tries = [lambda: shannon(u, wires), lambda: shannon(u, wires, exact_2q=True)]
-    best = math.inf
+    best, failed = math.inf, None
     for make in tries:
-        ops = make()
+        try:
+            ops = make()
+        except QdiffError as exc:  # Qiskit's synthesis failed on this input: the next way
+            failed = exc
+            continue
         dist = phase_distance(block_unitary(ops, wires), u)
         if dist <= EXACT_DELTA:
             return ops
         best = min(best, dist)
+    if best == math.inf:
+        raise QdiffError(f"{k}-qubit unitary: no exact decomposition found ({failed})")
     raise QdiffError(f"{k}-qubit unitary: no exact decomposition found (best distance "
                      f"{best:.2g} > {EXACT_DELTA:g})")
 
@@ -66,7 +130,7 @@ def weyl_exact(u: np.ndarray, wires) -> list:
     """``u`` (4x4) as its unspecialised Weyl decomposition: 3 CX, or 2 when the smallest
     coordinate is zero to rounding."""
     from qiskit.synthesis import TwoQubitWeylDecomposition
-    w = TwoQubitWeylDecomposition(np.asarray(u, dtype=complex), fidelity=None)
+    w = guarded(TwoQubitWeylDecomposition, np.asarray(u, dtype=complex), fidelity=None)
     a, b, c = w.a, w.b, w.c
     p, q = wires  # kron(K1l, K1r): K1l acts on wires[0] (big-endian)
     seq = [(p, w.K2l), (q, w.K2r)]
@@ -121,7 +185,7 @@ def shannon(u: np.ndarray, wires, exact_2q: bool = False) -> list:
     from qiskit.synthesis import qs_decomposition
     from qdiff.compiler.qiskit_translation import qiskit_basis_translation
     if not exact_2q:
-        return from_qiskit_ops(qiskit_basis_translation(qs_decomposition(u)), wires)
+        return from_qiskit_ops(qiskit_basis_translation(guarded(qs_decomposition, u)), wires)
     from qiskit import QuantumCircuit
 
     def two_q(m):  # the two-qubit leaves written exactly (Qiskit's little-endian matrices)
@@ -131,7 +195,7 @@ def shannon(u: np.ndarray, wires, exact_2q: bool = False) -> list:
         return qc
     with warnings.catch_warnings():  # a callable decomposer_2q is deprecated in Qiskit 2.x
         warnings.simplefilter("ignore")
-        qc = qs_decomposition(u, decomposer_2q=two_q)
+        qc = guarded(qs_decomposition, u, decomposer_2q=two_q)
     return from_qiskit_ops(qiskit_basis_translation(qc), wires)
 
 

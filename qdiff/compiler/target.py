@@ -20,7 +20,7 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import Operation
 from qdiff.compiler.basis import Basis, parse_basis
 from qdiff.compiler.ops import matrix
-from qdiff.compiler.synth import from_qiskit_ops
+from qdiff.compiler.synth import from_qiskit_ops, guarded
 
 
 @dataclass
@@ -176,7 +176,7 @@ def fix_directions(c: Circuit, routed: Routed, basis: Basis) -> Circuit:
 def _oriented(o, wires, basis: Basis) -> list:
     """``o`` re-synthesized with the basis gate acting on ``(wires[1], wires[0])``."""
     # Qiskit puts its basis gate on (qubit 0, qubit 1), which from_qiskit_ops maps to (b, a)
-    return from_qiskit_ops(_decomposer(basis.two_q)(matrix(o)), wires)
+    return from_qiskit_ops(guarded(_decomposer(basis.two_q), matrix(o)), wires)
 
 
 @caches.cached(maxsize=4)
