@@ -495,3 +495,27 @@ def test_best_adjoint_gives_exact_hessians_by_shift_rules():
     h_back = torch.autograd.functional.hessian(lambda w: back(x, w).sum(), w0)
     torch.testing.assert_close(h_best, h_back, atol=1e-10, rtol=0)
     assert h_back.abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_rot_of_huge_angles_keeps_the_smaller_angle(static):
+    """Rot(phi, theta, omega)'s phases are products of the half angles' phases in the native
+    kernels (plain and record-once), as in the torch matrices: with |phi| = 1e17 the sum
+    phi + omega would drop omega = 1 entirely."""
+    n = 8
+    dev = qd.device("statevector", wires=n)
+
+    def body(w):
+        for i in range(n):
+            qd.Hadamard(i)
+        for i in range(n):
+            qd.Rot(w[0], w[1], w[2], wires=i)
+        for i in range(n - 1):
+            qd.CNOT([i, i + 1])
+        return qd.expval(qd.X(0)), qd.expval(qd.Y(3))
+    f = qd.qnode(dev, static=static)(body)
+    w = torch.tensor([1e17, 0.4, 1.0], dtype=torch.float64)
+    with native.disabled():
+        want = [float(v) for v in qd.qnode(dev)(body)(w)]
+    for _ in range(2):  # the static qnode's second call replays
+        np.testing.assert_allclose([float(v) for v in f(w)], want, atol=1e-12)

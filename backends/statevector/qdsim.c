@@ -453,8 +453,12 @@ static void gate_eval(const gate_t *g, const double *a, double *u) {
     case C_PHASE: SET(u, 0, 1, 0); SET(u, 1, cos(a[0]), sin(a[0])); break;
     case C_ROT: {  /* RZ(omega) RY(theta) RZ(phi), angles (phi, theta, omega) */
         double ct = cos(0.5 * a[1]), st = sin(0.5 * a[1]);
-        double ap = -0.5 * (a[0] + a[2]), bp = 0.5 * (a[0] - a[2]);
-        double ar = cos(ap), ai = sin(ap), br = cos(bp), bi = sin(bp);
+        /* e^{-i(phi + omega)/2} = ar + i ai and e^{i(phi - omega)/2} = br + i bi as products
+         * of the half angles' phases (their sum drops omega once |phi| is ~1e16 |omega|) */
+        double cp = cos(0.5 * a[0]), sp = sin(0.5 * a[0]);
+        double co = cos(0.5 * a[2]), so = sin(0.5 * a[2]);
+        double ar = cp * co - sp * so, ai = -(sp * co + cp * so);
+        double br = cp * co + sp * so, bi = sp * co - cp * so;
         SET(u, 0, ar * ct, ai * ct); SET(u, 1, -br * st, -bi * st);
         SET(u, 2, br * st, -bi * st); SET(u, 3, ar * ct, -ai * ct);
         break;

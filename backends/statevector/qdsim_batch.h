@@ -121,8 +121,12 @@ static void SFX(brot_fill)(double *u, double ar, double ai, double br, double bi
 
 static void SFX(brot_eval)(const double *a, int deriv, double *u) {
     double ct = cos(0.5 * a[1]), st = sin(0.5 * a[1]);
-    double ap = -0.5 * (a[0] + a[2]), bp = 0.5 * (a[0] - a[2]);
-    double ar = cos(ap), ai = sin(ap), br = cos(bp), bi = sin(bp);
+    /* e^{-i(phi + omega)/2} = ar + i ai and e^{i(phi - omega)/2} = br + i bi as products
+     * of the half angles' phases (their sum drops omega once |phi| is ~1e16 |omega|) */
+    double cp = cos(0.5 * a[0]), sp = sin(0.5 * a[0]);
+    double co = cos(0.5 * a[2]), so = sin(0.5 * a[2]);
+    double ar = cp * co - sp * so, ai = -(sp * co + cp * so);
+    double br = cp * co + sp * so, bi = sp * co - cp * so;
     SFX(brot_fill)(u, ar, ai, br, bi, ct, st, 1.0);
     if (!deriv) return;
     SFX(brot_fill)(u + 8, ai, -ar, -bi, br, ct, st, 0.5);   /* phi + pi: ap - pi/2, bp + pi/2 */
