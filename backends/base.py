@@ -42,6 +42,8 @@ class Capabilities:
     reverse mode (``vjp``), differentiating the output kinds in ``vjp_kinds``. ``fast_vjp``: that
     reverse mode is the fastest exact gradient at every size (``diff_method="best"`` then picks
     it over backprop); otherwise ``best`` prefers backprop up to ``backprop_max_wires``.
+    ``stochastic``: results are Monte Carlo estimates even without shots (noise by
+    trajectories): finite differences take the sampled step, as with shots.
     """
 
     backprop: bool = False
@@ -51,6 +53,7 @@ class Capabilities:
     vjp_kinds: tuple = ("expval", "var", "probs")
     fast_vjp: bool = False
     backprop_max_wires: int = 16
+    stochastic: bool = False
 
 
 @dataclass(frozen=True, eq=False)

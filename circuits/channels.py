@@ -417,7 +417,7 @@ def _reset_branches(p0, p1):
 
 
 def _thermal_rates(t1, t2, tq):
-    p_reset = 1 - torch.exp(-tq / t1)
+    p_reset = -torch.expm1(-tq / t1)  # 1 - exp(-tq/t1), accurate for short times too
     return p_reset, torch.exp(-tq / t2)
 
 
@@ -439,11 +439,19 @@ def _thermal_branches(pe, t1, t2, tq):
     """The map's Choi matrix split without square roots of the rates: the jumps
     ``|1><0|`` (weight ``r pe``) and ``|0><1|`` (``r (1 - pe)``), and its population block
     ``[[A, c], [c, D]]`` as ``A (1, c/A)(1, c/A)^T + (D - c**2/A) e_1 e_1^T`` (``A >= 1 - r > 0``;
-    ``A D >= c**2`` for every physical parameter set)."""
+    ``A D >= c**2`` for every physical parameter set). ``A = (1 - pe) + pe exp(-tq/t1)`` is
+    formed without ``1 - r``, which rounds to 0 from ``tq/t1`` ~ 37; where ``A`` underflows
+    (``pe = 1``, ``tq/t1`` > 745) ``c`` is 0 too, mathematically, and so is the first
+    branch."""
     r, c = _thermal_rates(t1, t2, tq)
-    a, d = 1 - r * pe, 1 - r * (1 - pe)
-    keep = _mix([(torch.ones_like(a), _e(0, 0, 2)), (c / a, _e(1, 1, 2))], pe)
-    return _branches([a, d - c * c / a, r * pe, r * (1 - pe)],
+    decay = torch.exp(-tq / t1)
+    a, d = (1 - pe) + pe * decay, pe + (1 - pe) * decay
+    pos = a > 0
+    safe = torch.where(pos, a, torch.ones_like(a))
+    ratio = torch.where(pos, c / safe, torch.zeros_like(c))
+    rest = torch.clamp(d - torch.where(pos, c * c / safe, torch.zeros_like(c)), min=0)
+    keep = _mix([(torch.ones_like(a), _e(0, 0, 2)), (ratio, _e(1, 1, 2))], pe)
+    return _branches([a, rest, r * pe, r * (1 - pe)],
                      [keep, _e(1, 1, 2), _e(1, 0, 2), _e(0, 1, 2)], pe)
 
 

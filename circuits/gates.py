@@ -832,6 +832,21 @@ def _word_signs(word: str) -> np.ndarray:
                                       for c in word], np.ones(1))
 
 
+def _signs_on_demand(word: str):
+    """``get(device, dtype)``: the diagonal of an I/Z word as a tensor, made on first use and
+    checked against memory first (a wide word's ``2**n`` signs are the size of a state; the
+    engines apply wide words without them)."""
+    box: list = []
+
+    def get(device, dtype):
+        if not box:
+            memory.require(16.0 * 2 ** len(word), f"the {2 ** len(word)} signs of a "
+                           f"{len(word)}-wire Z word (its diagonal)")
+            box.append(torch.tensor(_word_signs(word), dtype=torch.float64))
+        return box[0].to(dtype).to(device)
+    return get
+
+
 def _dense_on_demand(fn, what: str, k: int):
     """``fn`` (a matrix function on ``k`` wires) with its dense output checked against memory
     first: wide rotations run structured; their matrix is made only when asked for."""
@@ -847,16 +862,15 @@ def _dense_on_demand(fn, what: str, k: int):
 @caches.cached(maxsize=None)
 def multirz_gate(n: int) -> Gate:
     """``exp(-i theta Z⊗…⊗Z / 2)`` on ``n`` wires (diagonal)."""
-    zz = _word_signs("Z" * n)
-    zz_t = torch.tensor(zz, dtype=torch.float64)
+    signs = _signs_on_demand("Z" * n)
 
     def diag(t):
-        return _expi(-t[..., None] / 2 * zz_t.to(t.dtype).to(t.device))
+        return _expi(-t[..., None] / 2 * signs(t.device, t.dtype))
     if n > DENSE_WORD_WIRES:
         gen, fn = PauliGenerator("Z" * n, 0.5), _dense_on_demand(
             lambda t: _diag_embed(diag(t)), "MultiRZ", n)
     else:
-        gen, fn = np.diag(zz) / 2 + 0j, lambda t: _diag_embed(diag(t))
+        gen, fn = np.diag(_word_signs("Z" * n)) / 2 + 0j, lambda t: _diag_embed(diag(t))
     gate = Gate("multirz", n, 1, fn, generators=(gen,),
                 inverse_fn=lambda p: (multirz_gate(n), (-p[0],)), diag_fn=diag,
                 pl_name="MultiRZ", qiskit_name="multirz", hyper=(n,), native_code="multirz")
@@ -880,10 +894,10 @@ def paulirot_gate(word: str) -> Gate:
         return c[..., None, None] * eye - 1j * s[..., None, None] * pt
     diag = None
     if set(word) <= {"I", "Z"}:
-        dz = torch.tensor(_word_signs(word), dtype=torch.float64)
+        signs = _signs_on_demand(word)
 
         def diag(t):
-            return _expi(-t[..., None] / 2 * dz.to(t.dtype).to(t.device))
+            return _expi(-t[..., None] / 2 * signs(t.device, t.dtype))
     if wide:
         gen, fn = PauliGenerator(word, 0.5), _dense_on_demand(fn, f"PauliRot '{word}'",
                                                               len(word))
@@ -1138,8 +1152,8 @@ def controlled_gate(base: Gate, k: int) -> Gate:
             t = base.diag_fn(*angles)
             ones = torch.ones(*t.shape[:-1], rest, dtype=t.dtype, device=t.device)
             return torch.cat([ones, t], dim=-1)
-    perm = None
-    if base.perm is not None:
+    perm = None  # (a wide one, 2**wires long, would be made at recording: engines take the
+    if base.perm is not None and k + base.num_wires <= DENSE_WORD_WIRES:  # target instead)
         perm = tuple(range(rest)) + tuple(rest + i for i in base.perm)
 
     def inverse(p):

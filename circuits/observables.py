@@ -373,7 +373,6 @@ def Hermitian(A, wires) -> Observable:
     """A Hermitian matrix observable on ``wires`` (checked)."""
     try:
         m = A if isinstance(A, torch.Tensor) else torch.as_tensor(np.asarray(A))
-        m = m.to(torch.complex128)
     except (TypeError, ValueError, RuntimeError):
         raise QdiffError(f"Hermitian: the matrix must be a square array of numbers; got "
                          f"{type(A).__name__} {A!r:.60}") from None
@@ -381,9 +380,17 @@ def Hermitian(A, wires) -> Observable:
     if len(set(wires)) != len(wires):
         raise QdiffError(f"Hermitian: repeated wire in {list(wires)}")
     d = 2 ** len(wires)
-    if m.shape != (d, d):
+    if tuple(m.shape) != (d, d):
         raise QdiffError(f"Hermitian: a matrix on {len(wires)} wire(s) must be {d}x{d}; got "
                          f"shape {tuple(m.shape)}")
+    # the complex128 copy and the comparison with its conjugate transpose: three matrices
+    memory.require(3 * 16.0 * d * d, f"Hermitian: the {d}x{d} matrix in complex128 and its "
+                   "check", m.device)
+    try:
+        m = m.to(torch.complex128)
+    except (TypeError, RuntimeError):
+        raise QdiffError(f"Hermitian: the matrix must be an array of numbers; got dtype "
+                         f"{m.dtype}") from None
     if not torch.allclose(m, m.conj().T, atol=1e-8):
         raise QdiffError(f"Hermitian: the matrix on wires {list(wires)} is not Hermitian")
     return Observable([1.0], [(Factor(wires, "M", m),)])

@@ -572,7 +572,8 @@ def shift_jacobian(theta: torch.Tensor, plan: Plan) -> Optional[torch.Tensor]:
         theta = theta.to(real)
     options = plan.options
     if plan.rule is FINITE_DIFF and options["h"] is None:
-        step = SHOT_FD_STEP if call_shots(plan.backend, plan.shots) else default_step(real)
+        sampled = call_shots(plan.backend, plan.shots) or plan.backend.capabilities.stochastic
+        step = SHOT_FD_STEP if sampled else default_step(real)
         options = replace(options, values=dict(options.values, h=step))
     b, p = theta.shape
     shifts, weights = plan.rule.shifts(plan.circuit, plan.trainable, theta, options)
@@ -660,7 +661,9 @@ def effective_shots(backend, shots=DEVICE_SHOTS):
         raise QdiffError(f"shots=None: backend '{backend.name}' has no exact mode; give a "
                          "number of shots")
     if shots is not None and not caps.shots:
-        raise QdiffError(f"shots={shots}: backend '{backend.name}' does not sample shots")
+        why = (" (it samples noise by trajectories, whose count is its sampling: set "
+               "trajectories=, or use the mixed engine for shots)" if caps.stochastic else "")
+        raise QdiffError(f"shots={shots}: backend '{backend.name}' does not sample shots{why}")
     return shots
 
 

@@ -266,8 +266,10 @@ def resolve(method: str, backend, circuit, recorded=None, shots=_DEVICE) -> Rule
         raise QdiffError(f"unknown diff_method '{method}'; choose from {list(DIFF_METHODS)}")
     caps = backend.capabilities
     if rule.needs is not None and not getattr(caps, rule.needs):
+        why = (" (it samples noise by trajectories; the mixed engine's reverse mode is "
+               "exact)" if caps.stochastic else "")
         raise QdiffError(f"diff_method='{method}' needs {_NEEDS_TEXT[rule.needs]}; "
-                         f"'{backend.name}' is not one (use 'parameter-shift')")
+                         f"'{backend.name}' is not one{why} (use 'parameter-shift')")
     if rule.exact_only and call_shots(backend, shots):
         raise QdiffError(f"diff_method='{method}' is exact only and cannot be used with "
                          f"shots={call_shots(backend, shots)}; use 'parameter-shift' or 'spsa'")

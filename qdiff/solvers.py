@@ -61,6 +61,7 @@ def _matvec_of(A) -> tuple[Callable, Optional[int]]:
     if isinstance(A, torch.Tensor):
         if A.dim() != 2 or A.shape[0] != A.shape[1]:
             raise QdiffError(f"operator matrix must be square (N, N); got shape {tuple(A.shape)}")
+        _check_hermitian_matrix(A)
         if A.layout != torch.strided:
             return (lambda v: (A @ v.reshape(-1, A.shape[0]).transpose(0, 1)).transpose(0, 1)
                     .reshape(v.shape)), A.shape[0]
@@ -72,6 +73,34 @@ def _matvec_of(A) -> tuple[Callable, Optional[int]]:
     except QdiffError:
         raise QdiffError(f"expected an operator (PauliSumOperator, Observable, tensor or "
                          f"callable); got {type(A).__name__}") from None
+
+
+def _check_hermitian_matrix(A: torch.Tensor) -> None:
+    """Refuse a dense or sparse matrix with non-finite entries, or one that is not Hermitian
+    (``|A - A^dag| <= 1e-6 max|A|``, ``1e-3`` in single precision: a gross error, not the
+    rounding of a matrix built Hermitian, nor a finite-difference probe of one): the solvers
+    would return a wrong answer without a word (an eigenvalue of a non-Hermitian matrix, a CG
+    iterate)."""
+    what = "eigsh/lanczos/ground_state/cg/minres: the operator matrix"
+    A = A.detach()
+    if A.layout == torch.strided:
+        memory.require(3.0 * A.numel() * A.element_size(), f"{what}'s Hermiticity check",
+                       A.device)
+        vals, diff = A, (A - A.conj().transpose(0, 1))
+    else:
+        c = (A if A.layout == torch.sparse_coo else A.to_sparse_coo()).coalesce()
+        vals = c.values()
+        diff = (c - c.conj().transpose(0, 1)).coalesce().values()
+    if vals.numel() == 0:
+        return
+    if not bool(torch.isfinite(vals).all()):
+        raise QdiffError(f"{what} has NaN or infinite entries")
+    scale = float(vals.abs().max())
+    single = A.dtype in (torch.float32, torch.complex64, torch.float16, torch.bfloat16)
+    off = float(diff.abs().max()) if diff.numel() else 0.0
+    if off > (1e-3 if single else 1e-6) * scale:
+        raise QdiffError(f"{what} is not Hermitian (max |A - A^dag| = {off:.3g}, max |A| = "
+                         f"{scale:.3g}); these solvers need a Hermitian operator")
 
 
 def _operator_dtype(A) -> Optional[torch.dtype]:
@@ -388,7 +417,17 @@ def _perturbation_solve(op, e0, psi, g, opts):
     rhs = -proj(g.to(psi.dtype))
     tol = max(opts.get("tol", 1e-10), 1e-12)
     x, info = _cg_solve(shifted, rhs, None, tol, opts.get("maxiter", 10000), None)
-    return proj(x), info
+    x = proj(x)
+    # |x| <= |rhs| / gap: a ratio below 1e-8 of the Hamiltonian's scale is a ground space
+    # that is degenerate (to rounding), where the state, and so its gradient, is not defined
+    rn, xn = float(torch.linalg.vector_norm(rhs)), float(torch.linalg.vector_norm(x))
+    scale = max(float(op.coeffs.detach().abs().sum()), 1e-300)
+    if rn > 0 and xn > 0 and rn / xn < 1e-8 * scale:
+        raise QdiffError(f"ground_state: the ground space is degenerate (gap <= {rn / xn:.2g}, "
+                         f"Hamiltonian scale {scale:.3g}): the ground state is not unique and "
+                         "its gradient is not defined; differentiate the energy, or break the "
+                         "degeneracy (a symmetry sector's mask, a small field)")
+    return x, info
 
 
 def ground_state(H, *, n_qubits: Optional[int] = None, tol: float = 1e-10,

@@ -487,3 +487,52 @@ def test_noise_rules_name_gate_families_made_per_word(gate):
     assert float(ours(a)) == pytest.approx(float(ref(a)), abs=1e-10)
     with pytest.raises(qd.QdiffError, match="do not name the 2 distinct wire"):
         qd.noise.NoiseModel().add("MultiRZ", qd.DepolarizingChannel, 0.05, wires=[0, 0])
+
+
+def test_thermal_relaxation_long_after_t1_on_trajectories():
+    """ThermalRelaxationError with tq/t1 from ~37 on (exp(-tq/t1) rounds 1 - r to 0) and
+    beyond 745 (it underflows): the trajectories' branches stay finite, and agree with the
+    mixed engine within their sampling error."""
+    for args in [(1.0, 1.0, 1.0, 40.0), (1.0, 1.0, 2.0, 800.0), (0.3, 1.0, 0.5, 800.0)]:
+        def body():
+            qd.Hadamard(0)
+            qd.RY(0.3, 0)
+            qd.ThermalRelaxationError(*args, wires=0)
+            return qd.expval(qd.Z(0))
+        exact = float(qd.qnode(qd.device("mixed", wires=1))(body)())
+        traj = qd.device("statevector", wires=1, trajectories=4000, seed=5)
+        assert abs(float(qd.qnode(traj)(body)()) - exact) < 0.05, args
+
+
+def test_finite_differences_on_trajectories_take_the_sampled_step():
+    """Each shifted binding draws its own trajectories: the step is the sampled one (h = 0.1,
+    as with shots), not 1e-6, which divided the sampling noise by 2e-6 (gradients off by
+    10^2-10^3)."""
+    nm = qd.noise.NoiseModel().add("rx", qd.DepolarizingChannel, 0.1)
+    dev = qd.device("statevector", wires=1, noise=nm, trajectories=4000, seed=0)
+
+    @qd.qnode(dev, diff_method="finite-diff")
+    def f(x):
+        qd.RX(x, 0)
+        return qd.expval(qd.Z(0))
+    x = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(f(x), x)
+    exact = -(1 - 4 * 0.1 / 3) * math.sin(0.7)  # depolarizing shrinks <Z> by 1 - 4p/3
+    assert abs(float(g) - exact) < 0.15
+    with pytest.raises(qd.QdiffError, match="trajectories"):
+        qd.qnode(dev, diff_method="adjoint")(lambda x: (qd.RX(x, 0), qd.expval(qd.Z(0)))[1])(x)
+
+
+def test_readout_error_on_a_sampled_hermitian_observable_acts_on_its_largest_eigenvalue():
+    """Sampling Hadamard(0) under a readout error reads its eigenbasis as a device would after
+    Hadamard's RY(-pi/4): the largest eigenvalue as 0, where P(read 1 | 0) acts."""
+    nm = qd.noise.NoiseModel().add_readout(0, 0.3, 0.0)
+    dev = qd.device("mixed", wires=1, noise=nm, shots=40000, seed=2)
+
+    @qd.qnode(dev)
+    def f():
+        qd.Hadamard(0)
+        return qd.sample(qd.Hadamard(0))
+    p0 = math.cos(math.pi / 8) ** 2  # P(+1) of Hadamard on |+>
+    want = (0.7 * p0) - (1 - 0.7 * p0)
+    assert abs(float(f().double().mean()) - want) < 4 / math.sqrt(40000)

@@ -5,6 +5,8 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse.linalg as sla
+import math
+
 import torch
 
 import qdiff as qd
@@ -396,3 +398,38 @@ def test_minres_converged_means_the_true_residual_meets_tol():
         assert info.residual == pytest.approx(true, rel=1e-6)
         assert info.converged == (true <= tol)
     assert minres(A, b, tol=1e-8)[1].converged
+
+
+@pytest.mark.parametrize("layout", ["dense", "coo", "csr"])
+def test_matrices_that_are_not_hermitian_or_finite_are_refused(layout):
+    """eigsh/cg/minres on a matrix tensor: one that is not Hermitian (an eigenvalue of it, a
+    CG iterate would be returned without a word) or has NaN entries is refused by name."""
+    a = torch.tensor([[1, 1j], [1j, 2]], dtype=torch.complex128)
+    nan = torch.tensor([[1.0, float("nan")], [float("nan"), 2.0]], dtype=torch.float64)
+
+    def as_layout(m):
+        return {"dense": m, "coo": m.to_sparse_coo(), "csr": m.to_sparse_csr()}[layout]
+    b = torch.ones(2, dtype=torch.complex128)
+    for call in (lambda m: qd.eigsh(m), lambda m: qd.cg(m, b.to(m.dtype)),
+                 lambda m: qd.minres(m, b.to(m.dtype))):
+        with pytest.raises(qd.QdiffError, match="not Hermitian"):
+            call(as_layout(a))
+        with pytest.raises(qd.QdiffError, match="NaN or infinite"):
+            call(as_layout(nan))
+    herm = torch.tensor([[2, 1j], [-1j, 3]], dtype=torch.complex128)
+    vals, _, _ = qd.eigsh(as_layout(herm))
+    assert abs(float(vals[0]) - (2.5 - math.sqrt(1.25))) < 1e-9
+
+
+def test_ground_state_gradient_of_a_degenerate_ground_space_is_refused():
+    """H = Z0 on two qubits: the ground space is 2-fold degenerate, the ground state (and any
+    gradient of it) undefined: refused by name instead of gradients of 1e15; the energy's
+    gradient is still given."""
+    c = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64, requires_grad=True)
+    H = qd.PauliSumOperator.from_strings(["ZI", "IZ", "IX"], c)
+    e, psi, _ = qd.ground_state(H)
+    (ge,) = torch.autograd.grad(e, c, retain_graph=True)
+    assert abs(float(ge[0]) + 1) < 1e-9  # dE/dc_ZI = <ZI> = -1 on the ground space
+    ix = qd.PauliSumOperator.from_strings(["IX"], torch.tensor([1.0], dtype=torch.float64))
+    with pytest.raises(qd.QdiffError, match="ground space is degenerate"):
+        torch.autograd.grad(ix.expval(psi), c)

@@ -71,7 +71,8 @@ class StatevectorBackend(Backend):
         exact gradient at every size."""
         dev, cdtype = getattr(self, "torch_device", None), getattr(self, "cdtype", None)
         if getattr(self, "trajectories", None):
-            return Capabilities(backprop=True, vjp=False, shots=False, exact=True)
+            return Capabilities(backprop=True, vjp=False, shots=False, exact=True,
+                                stochastic=True)
         fast = (dev is None or dev.type == "cpu") and \
             cdtype in (torch.complex128, torch.complex64) and native.library() is not None
         return Capabilities(backprop=True, vjp=True, shots=True, exact=True, fast_vjp=fast)

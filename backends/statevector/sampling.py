@@ -44,15 +44,18 @@ def term_basis(term: tuple):
     """Basis change and eigenvalues of one term: ``(ops, wires, eigvals (2**k,))``.
 
     ``ops`` is a list of ``(wires, matrix)`` that rotates the term's eigenbasis onto the
-    computational basis (none for Z and diagonal Hermitian factors).
+    computational basis (none for Z and diagonal Hermitian factors; a Hermitian factor's
+    eigenvalues in descending order, so its largest is read as all zeros).
     """
     ops, wires, eig = [], [], torch.ones(1, dtype=torch.float64)
     for f in term:
         if f.kind == "M":
             if is_diagonal(f):
                 e = torch.diagonal(f.matrix.detach()).real.to(torch.float64)
-            else:
+            else:  # eigenvalues descending: the largest read as all zeros (as +1 of a Pauli
+                # word, and Hadamard's RY(-pi/4)), which is where readout errors act
                 vals, vecs = torch.linalg.eigh(f.matrix.to(torch.complex128))
+                vals, vecs = vals.flip(0), vecs.flip(1)
                 ops.append((f.wires, vecs.conj().T))
                 e = vals
         else:
