@@ -93,6 +93,7 @@ class NoiseModel:
     native: Optional[tuple] = None
     num_qubits: Optional[int] = None
     device: Any = field(default=None, repr=False, compare=False)  # the Qiskit backend described
+    basis: Optional[frozenset] = None  # a converted Aer model's basis gates (Qiskit names)
 
     def add(self, gate, channel, *params, wires=None) -> "NoiseModel":
         """After every ``gate`` (OpenQASM or PennyLane name like ``"cx"`` or ``"CNOT"``, or a
@@ -227,11 +228,35 @@ class NoiseModel:
         per circuit for the model's current rules and device: the key is their content, so a
         changed rule, or another model, never reuses a circuit made for different noise)."""
         from qdiff.circuits.circuit import memo
-        key = ("noise", tuple(self.rules), self.native)
+        key = ("noise", tuple(self.rules), self.native, self.basis)
         return memo(circuit, key, lambda: self._apply(circuit))
+
+    def check_basis(self, circuit) -> None:
+        """A model converted from a ``qiskit_aer`` NoiseModel without a device: refuse a gate
+        outside its basis gates whose translation into them would pass through noisy basis
+        gates (Aer translates circuits into the basis before adding noise; run as it is, the
+        gate would be noiseless here: a different answer without a word)."""
+        if self.basis is None or self.native is not None:
+            return
+        from qdiff.circuits.gates import GATES
+        noisy = {r.gate for r in self.rules}
+        noisy1 = {g for g in noisy if g in GATES and GATES[g].num_wires == 1}
+        for op in circuit.operations:
+            if is_channel(op.gate) or (op.gate.qiskit_name or op.gate.name) in self.basis:
+                continue
+            if any(r.matches(op) for r in self.rules):
+                continue  # a rule of its own: noise where it is
+            if (noisy1 if len(op.wires) == 1 else noisy):
+                raise QdiffError(
+                    f"gate '{op.gate.pl_name or op.name}' on wires {list(op.wires)} is not "
+                    f"one of the noise model's basis gates ({', '.join(sorted(self.basis))}), "
+                    "which Aer translates circuits into before adding their noise; translate "
+                    f"the circuit first (qd.compile(circuit, basis="
+                    f"'{','.join(sorted(self.basis))}')) or give the gate a rule of its own")
 
     def _apply(self, circuit):
         self.check_native(circuit)
+        self.check_basis(circuit)
         ops = []
         for op in circuit.operations:
             ops.append(op)
@@ -351,6 +376,9 @@ def from_qiskit(source, name: Optional[str] = None) -> NoiseModel:
             model.rules.append(NoiseRule(by_qiskit[gname], None, _channel_of(err), (),
                                          fallback=True))
     _readouts(model, aer)
+    if backend is None:
+        model.basis = frozenset(str(b) for b in getattr(aer, "basis_gates", ())
+                                if b not in ("delay", "measure", "reset")) or None
     if backend is not None:
         model.device = backend
         model.num_qubits = backend.num_qubits

@@ -536,3 +536,42 @@ def test_readout_error_on_a_sampled_hermitian_observable_acts_on_its_largest_eig
     p0 = math.cos(math.pi / 8) ** 2  # P(+1) of Hadamard on |+>
     want = (0.7 * p0) - (1 - 0.7 * p0)
     assert abs(float(f().double().mean()) - want) < 4 / math.sqrt(40000)
+
+
+def test_aer_noise_model_without_a_device_refuses_gates_outside_its_basis():
+    """An Aer NoiseModel's noise lands on its basis gates, which Aer translates circuits into:
+    a gate outside the basis whose translation would pass through noisy basis gates is refused
+    (run as it is, it would be noiseless); in the basis the values are Aer's; a one-qubit gate
+    outside the basis when only two-qubit gates are noisy runs (its translation is noiseless)."""
+    from qiskit_aer.noise import NoiseModel as AerNoise, depolarizing_error
+    nm = AerNoise(basis_gates=["cx", "rz", "sx", "x"])
+    nm.add_all_qubit_quantum_error(depolarizing_error(0.1, 2), ["cx"])
+    nm.add_all_qubit_quantum_error(depolarizing_error(0.05, 1), ["sx", "x"])
+    model = qd.noise.from_backend(nm)
+
+    def outside():
+        qd.Hadamard(0)
+        qd.CRY(0.8, wires=[0, 1])
+        return qd.expval(qd.Z(1))
+    with pytest.raises(qd.QdiffError, match="not one of the noise model's basis gates"):
+        qd.qnode(qd.device("mixed", wires=2, noise=model))(outside)()
+
+    def inside():
+        qd.SX(0)
+        qd.RZ(0.4, 0)
+        qd.CNOT([0, 1])
+        qd.X(1)
+        return qd.expval(qd.Z(0) @ qd.Z(1)), qd.expval(qd.Y(0))
+    ours = qd.qnode(qd.device("mixed", wires=2, noise=model))(inside)()
+    aer = qd.qnode(qd.device("aer", wires=2, noise_model=nm, method="density_matrix"))(inside)()
+    assert all(abs(float(a) - float(b)) < 1e-9 for a, b in zip(ours, aer))
+    cx_only = AerNoise(basis_gates=["cx", "rz", "sx", "x"])
+    cx_only.add_all_qubit_quantum_error(depolarizing_error(0.1, 2), ["cx"])
+
+    def h_then_cx():
+        qd.Hadamard(0)
+        qd.CNOT([0, 1])
+        return qd.expval(qd.Z(0) @ qd.Z(1))
+    dev = qd.device("mixed", wires=2, noise=qd.noise.from_backend(cx_only))
+    # the Bell state's <ZZ> = 1 through Aer's depolarizing_error(0.1, 2) (rho -> 0.9 rho + 0.1 I/4)
+    assert abs(float(qd.qnode(dev)(h_then_cx)()) - 0.9) < 1e-9
