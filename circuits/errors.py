@@ -15,3 +15,24 @@ class QdiffMemoryError(QdiffError, MemoryError):
 
 class QdiffParseError(QdiffError):
     """Malformed circuit text (OpenQASM); the message names the file and line."""
+
+
+def checked_call(fn):
+    """``fn`` with its call checked against its signature first: an unknown keyword, a missing
+    or surplus argument is a :class:`QdiffError` naming it and the keywords ``fn`` takes (not
+    Python's bare ``TypeError``)."""
+    import functools
+    import inspect
+    sig = inspect.signature(fn)
+    names = [p.name for p in sig.parameters.values()
+             if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"]
+    who = fn.__qualname__.replace(".__init__", "")
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise QdiffError(f"{who}: {exc} (its arguments: {', '.join(names)})") from None
+        return fn(*args, **kwargs)
+    return call

@@ -951,6 +951,10 @@ def unitary_gate(matrix, who: str = "QubitUnitary") -> Gate:
     given = m.dtype
     m = m.to(torch.complex128) if not m.is_complex() or m.dtype == torch.complex128 else m
     d = m.shape[-1]
+    if m.ndim == 3 and m.shape[1] == m.shape[2]:
+        raise QdiffError(f"QubitUnitary: a batch of matrices (shape {tuple(m.shape)}) is not "
+                         "supported; give one matrix per gate (broadcast the angles of "
+                         "parametrized gates instead)")
     if m.ndim != 2 or m.shape[0] != d or d & (d - 1) or d < 2:
         raise QdiffError(f"QubitUnitary: matrix must be square with a power-of-two size; "
                          f"got shape {tuple(m.shape)}")

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.errors import QdiffError, checked_call
 
 
 def _default_init(t: torch.Tensor) -> torch.Tensor:
@@ -56,6 +56,7 @@ class QuantumLayer(nn.Module):
     ``TorchLayer``'s.
     """
 
+    @checked_call
     def __init__(self, qnode, weight_shapes: dict, init_method: Optional[Union[Callable, dict]] = None,
                  dtype: Optional[torch.dtype] = None):
         super().__init__()

@@ -224,6 +224,10 @@ class PauliSumOperator:
 
     # -- application ------------------------------------------------------------------------
     def _check_state(self, psi: torch.Tensor) -> None:
+        if not isinstance(psi, torch.Tensor):
+            raise QdiffError(f"PauliSumOperator applies to a state tensor (..., {self.dim}); "
+                             f"got {type(psi).__name__} (the operator's matrix product with "
+                             "another operator is not formed: use to_dense() or to_sparse_csr())")
         if psi.shape[-1] != self.dim:
             raise QdiffError(f"PauliSumOperator on {self.n_qubits} qubits needs states of "
                              f"length {self.dim}; got shape {tuple(psi.shape)}")

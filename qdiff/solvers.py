@@ -30,7 +30,7 @@ from typing import Callable, Optional
 import torch
 
 from qdiff.circuits import memory
-from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.errors import QdiffError, checked_call
 from qdiff.operators import PauliSumOperator, as_operator
 
 
@@ -67,12 +67,22 @@ def _matvec_of(A) -> tuple[Callable, Optional[int]]:
                     .reshape(v.shape)), A.shape[0]
         return (lambda v: v @ A.transpose(0, 1)), A.shape[0]
     if callable(A):
-        return A, None
+        def checked(v):
+            out = A(v)
+            if not isinstance(out, torch.Tensor) or out.shape != v.shape:
+                got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+                raise QdiffError(f"the operator callable returned {got} for a vector of shape "
+                                 f"{tuple(v.shape)}; it must return a tensor of the same shape")
+            return out
+        return checked, None
     try:
-        return _matvec_of(as_operator(A))
+        op = as_operator(A)
     except QdiffError:
+        if hasattr(A, "terms"):  # an Observable that does not convert: its own reason
+            raise
         raise QdiffError(f"expected an operator (PauliSumOperator, Observable, tensor or "
                          f"callable); got {type(A).__name__}") from None
+    return _matvec_of(op)
 
 
 def _check_hermitian_matrix(A: torch.Tensor) -> None:
@@ -150,6 +160,7 @@ def _inner(a, b):
 # Lanczos
 
 
+@checked_call
 def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int] = None,
             tol: float = 1e-10, max_basis: Optional[int] = None, maxiter: int = 10000,
             mask: Optional[torch.Tensor] = None, dtype=None, device=None, seed: int = 1234,
@@ -430,6 +441,7 @@ def _perturbation_solve(op, e0, psi, g, opts):
     return x, info
 
 
+@checked_call
 def ground_state(H, *, n_qubits: Optional[int] = None, tol: float = 1e-10,
                  max_basis: Optional[int] = None, maxiter: int = 10000,
                  mask: Optional[torch.Tensor] = None, v0: Optional[torch.Tensor] = None,
@@ -617,6 +629,7 @@ def _solve(method, A, b, x0, tol, maxiter, params, **kw):
     return x, info
 
 
+@checked_call
 def cg(A, b: torch.Tensor, *, x0: Optional[torch.Tensor] = None, tol: float = 1e-10,
        maxiter: Optional[int] = None, M: Optional[Callable] = None, params=None):
     """Solve ``A x = b`` for Hermitian positive-definite ``A`` by conjugate gradients.
@@ -636,6 +649,7 @@ def cg(A, b: torch.Tensor, *, x0: Optional[torch.Tensor] = None, tol: float = 1e
     return _solve("cg", A, b, x0, tol, maxiter, params, M=M)
 
 
+@checked_call
 def minres(A, b: torch.Tensor, *, x0: Optional[torch.Tensor] = None, shift: float = 0.0,
            tol: float = 1e-10, maxiter: Optional[int] = None, params=None):
     """Solve ``(A - shift I) x = b`` for Hermitian (possibly indefinite) ``A`` by MINRES.

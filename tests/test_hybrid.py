@@ -700,3 +700,15 @@ def test_autocast_leaves_the_engine_in_the_device_precision(method, static):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             (g,) = torch.autograd.grad(layer(x).pow(2).sum(), layer.w)
         assert torch.allclose(g, gref, atol=1e-6, rtol=0)
+
+
+def test_quantum_layer_refuses_an_unknown_keyword_by_name():
+    dev = qd.device("statevector", wires=1)
+
+    @qd.qnode(dev)
+    def f(inputs, w):
+        qd.RX(w, 0)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffError, match=r"QuantumLayer: .*'foo' \(its arguments: qnode, "
+                                            r"weight_shapes, init_method, dtype\)"):
+        qd.QuantumLayer(f, {"w": ()}, foo=1)

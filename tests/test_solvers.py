@@ -433,3 +433,22 @@ def test_ground_state_gradient_of_a_degenerate_ground_space_is_refused():
     ix = qd.PauliSumOperator.from_strings(["IX"], torch.tensor([1.0], dtype=torch.float64))
     with pytest.raises(qd.QdiffError, match="ground space is degenerate"):
         torch.autograd.grad(ix.expval(psi), c)
+
+
+def test_solver_calls_that_do_not_fit_are_qdiff_errors_naming_what_is_wrong():
+    eye = torch.eye(2, dtype=torch.float64)
+    b = torch.ones(2, dtype=torch.float64)
+    with pytest.raises(qd.QdiffError, match=r"lanczos: .*'foo' \(its arguments: A, k, v0"):
+        qd.eigsh(eye, k=1, foo=1)
+    with pytest.raises(qd.QdiffError, match=r"cg: .*'atol'"):
+        qd.cg(eye, b, atol=1e-3)
+    with pytest.raises(qd.QdiffError, match=r"minres: .*'rtol'"):
+        qd.minres(eye, b, rtol=1e-3)
+    with pytest.raises(qd.QdiffError, match=r"returned \(3,\) for a vector of shape \(4,\)"):
+        qd.eigsh(lambda v: v[..., :3], k=1, n=4)
+    a = PauliSumOperator.from_strings(["XZ", "YY"], torch.tensor([0.5, -0.2], dtype=torch.float64))
+    with pytest.raises(qd.QdiffError, match="applies to a state tensor"):
+        a @ a
+    obs = 0.5 * qd.Z("q") @ qd.X("r") + qd.Y("r")
+    with pytest.raises(qd.QdiffError, match="wire label 'q' is not an integer"):
+        qd.eigsh(obs, k=1)
