@@ -117,7 +117,13 @@ class PennyLaneBackend(Backend):
                     hint="use fewer shots or a smaller batch")
         tape = self._tape(circuit, theta.detach(), initial_state, "numpy")
         try:
-            res = qml.execute([tape], self.pl_device)[0]
+            if tape.batch_size and any(isinstance(op, qml.operation.Channel)
+                                       for op in tape.operations):
+                # PennyLane's channels take one value per parameter (no broadcasting, and
+                # broadcast_expand leaves their parameters whole): one tape per binding
+                res = self._per_binding(circuit, theta, initial_state)
+            else:
+                res = qml.execute([tape], self.pl_device)[0]
         except QdiffError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -125,6 +131,21 @@ class PennyLaneBackend(Backend):
                              f"{type(exc).__name__}: {exc}") from None
         self.executions += 1
         return _outputs(circuit, res, tape.batch_size, theta.shape[0], theta.device)
+
+    def _per_binding(self, circuit, theta, initial_state):
+        """The results of a broadcast tape computed one binding at a time, stacked as the
+        broadcast tape's would be (each measurement ``(B, ...)``)."""
+        import pennylane as qml
+        rows = []
+        for b in range(theta.shape[0]):
+            init = None if initial_state is None else \
+                initial_state[b:b + 1] if initial_state.shape[0] > 1 else initial_state
+            t = self._tape(circuit, theta[b:b + 1].detach(), init, "numpy")
+            r = qml.execute([t], self.pl_device)[0]
+            r = [r] if len(circuit.measurements) == 1 else list(r)
+            rows.append([np.asarray(x) if t.batch_size else np.asarray(x)[None] for x in r])
+        out = [np.concatenate([row[i] for row in rows]) for i in range(len(rows[0]))]
+        return out[0] if len(out) == 1 else tuple(out)
 
     def vjp(self, jobs, cotangents, residuals) -> list:
         """``(B, P)`` vector-Jacobian products by the device's adjoint method, one per job
