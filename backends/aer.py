@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
+import torch
 
 from qdiff.backends import qiskit_common as qc_common
 from qdiff.backends.base import Capabilities, register_backend
@@ -188,6 +189,16 @@ class AerBackend(QiskitBackend):
             parts.append((v.rows, self._exact_outputs(circuit, ops, datas, phys)))
         return parts
 
+    def _readout(self):
+        """The noise model's readout errors as qdiff's model (per device qubit), for the exact
+        probabilities (Aer applies them to sampled counts only); None without any."""
+        if self.noise_model is None or not _has_readout(self.noise_model):
+            return None
+        if getattr(self, "_readout_model", None) is None:
+            from qdiff.circuits.noise import from_qiskit
+            self._readout_model = from_qiskit(self.noise_model)
+        return self._readout_model
+
     def _with_saves(self, circuit, isa, labels):
         from qiskit.quantum_info import Pauli
         qc = isa.copy()
@@ -226,10 +237,20 @@ class AerBackend(QiskitBackend):
         for i, m in enumerate(circuit.measurements):
             if m.kind == "probs":
                 res[i] = np.stack([np.asarray(d[f"probs_{i}"], dtype=float) for d in datas])
+                readout = self._readout()
+                if readout is not None:  # Aer saves the state's probabilities: its readout
+                    wires = list(range(n)) if m.wires is None else list(m.wires)  # errors too
+                    res[i] = readout.readout_probs(torch.as_tensor(res[i]),
+                                                   [phys[w] for w in wires]).numpy()
             elif m.kind == "state":
                 res[i] = np.stack([_big_endian(np.asarray(d[f"state_{i}"]), n, phys)
                                    for d in datas])
         return res
+
+
+def _has_readout(noise_model) -> bool:
+    return bool(getattr(noise_model, "_local_readout_errors", None)) or \
+        getattr(noise_model, "_default_readout_error", None) is not None
 
 
 def _check_saved_memory(circuit, batch: int) -> None:

@@ -412,3 +412,20 @@ def test_result_buffers_are_checked_before_the_run(monkeypatch):
         qd.qnode(qd.device("aer", wires=4))(g)(x)
     monkeypatch.delenv("QDIFF_MEMORY_LIMIT")
     assert qd.qnode(qd.device("aer", wires=4))(g)(x[:3]).shape == (3, 16)
+
+
+def test_exact_probabilities_go_through_the_noise_models_readout_errors():
+    """Aer saves the state's probabilities (no readout errors, which it applies to counts):
+    the exact probs of a noisy Aer device go through the model's readout errors, as with
+    shots and on the mixed engine; expval stays the state's."""
+    from qiskit_aer.noise import NoiseModel, ReadoutError
+    nm = NoiseModel()
+    nm.add_readout_error(ReadoutError([[0.7, 0.3], [0.0, 1.0]]), [0])
+
+    def body():
+        qd.Identity(0)
+        return qd.probs(wires=[0]), qd.expval(qd.Z(0))
+    p, z = qd.qnode(qd.device("aer", wires=1, noise_model=nm, method="density_matrix"))(body)()
+    assert np.allclose(np.asarray(p), [0.7, 0.3]) and abs(float(z) - 1.0) < 1e-12
+    pm, zm = qd.qnode(qd.device("mixed", wires=1, noise=qd.noise.from_backend(nm)))(body)()
+    assert np.allclose(np.asarray(pm), np.asarray(p)) and abs(float(zm) - float(z)) < 1e-12
