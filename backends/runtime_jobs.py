@@ -172,7 +172,7 @@ class JobRunner:
             raise QdiffError(message)  # outside the handler: no __context__ (see submit)
 
     def result(self, job):
-        st = status_name(job)
+        st = self._poll(job)  # (retried, and a failure scrubbed, as while waiting)
         jid = _job_id(job)
         if st == "CANCELLED":
             raise QdiffError(f"{self.label}: job {jid} was cancelled")

@@ -306,12 +306,32 @@ def _measurements(imp: QiskitImport, observables) -> tuple:
     obs = [observables] if single else list(observables)
     if not obs:
         raise QdiffError("observables: an empty list (give at least one observable)")
+    measured = {q for q, _ in imp.measurements}  # final measurements (not run: read)
     ms = []
     for i, o in enumerate(obs):
-        ob = observable_from_qiskit(o, n, "observable" if single else f"observables[{i}]")
+        what = "observable" if single else f"observables[{i}]"
+        ob = observable_from_qiskit(o, n, what)
         ob.check_hermitian()
+        _check_after_final_measurements(ob, measured, what)
         ms.append(Measurement("expval", ob))
     return tuple(ms), single
+
+
+def _check_after_final_measurements(ob: Observable, measured: set, what: str) -> None:
+    """An observable of a circuit with final measurements acts on the measured qubits by Z
+    (or I) only: those commute with the measurements, so their value is the same with or
+    without them; another one's value would have to be of the measured mixture: refused."""
+    for term in ob.terms:
+        for f in term:
+            if not measured.intersection(f.wires) or f.kind in ("Z", "I"):
+                continue
+            if f.kind == "M" and bool((f.matrix - torch.diag(torch.diagonal(f.matrix)))
+                                      .abs().max() == 0):
+                continue  # a diagonal matrix commutes with the measurements too
+            raise QdiffError(f"{what}: acts on qubit(s) {sorted(measured & set(f.wires))} "
+                             f"by {f.kind} after their final measurement, so its value would "
+                             "be of the measured mixture; remove the final measurements "
+                             "(circuit.remove_final_measurements()) to take it of the state")
 
 
 def _split(imp: QiskitImport, names: list, arguments) -> tuple:

@@ -243,3 +243,36 @@ def test_timeout_says_when_the_cancellation_failed():
     r, _ = runner(timeout=5)
     with pytest.raises(QdiffError, match="it was cancelled"):
         r.run(lambda: FakeJob(["QUEUED"]))
+
+
+@pytest.mark.parametrize("transient", [True, False])
+def test_status_query_of_the_result_step_is_retried_and_scrubbed(transient):
+    """The status read again before fetching the result goes through the same retries and
+    scrubbing as the waiting: a transient failure there is retried, a permanent one is a
+    QdiffError without the secret (nor an unscrubbed context)."""
+    secret = "TOKSECRET_result_status_77"
+    register_secret(secret)
+
+    class Job:
+        calls = 0
+
+        def status(self):
+            Job.calls += 1
+            if Job.calls == 2:  # the wait's poll succeeds; the result step's query fails
+                exc = ConnectionError if transient else RuntimeError
+                raise exc(f"reset while sending 'Authorization: Bearer {secret}'")
+            return "DONE"
+
+        def result(self):
+            return "RESULT"
+
+        def job_id(self):
+            return "job-1"
+    runner = JobRunner("ibm test", backoff=0.0)
+    if transient:
+        assert runner.run(Job) == "RESULT"
+        return
+    with pytest.raises(QdiffError) as err:
+        runner.run(Job)
+    assert secret not in str(err.value) and err.value.__context__ is None
+    assert "could not get the status of job job-1" in str(err.value)

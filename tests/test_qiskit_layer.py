@@ -568,3 +568,19 @@ def test_annotated_operations_apply_their_modifiers():
     with pytest.raises(QdiffError, match=r"'annotated' on qubits \[0\].*annotated u with "
                                          r"modifiers \['PowerModifier'\]"):
         qd.qnode(qd.device("statevector", wires=1))(bad)
+
+
+def test_observables_after_final_measurements():
+    """A final measurement is read, not run: an observable acting on its qubit by Z (which
+    commutes with it) has the same value with or without it; one acting by X is refused
+    rather than taken of the unmeasured state (+1 here, where the measured qubit gives 0)."""
+    from qiskit import QuantumCircuit
+    qc = QuantumCircuit(2, 1)
+    qc.h(0)
+    qc.ry(0.4, 1)
+    qc.measure(0, 0)
+    dev = qd.device("statevector", wires=2)
+    z = qd.qnode(dev, observables=["IZ", "ZI"])(qc)(torch.zeros(0, dtype=torch.float64))
+    np.testing.assert_allclose(z.numpy(), [0.0, np.cos(0.4)], atol=1e-12)  # <Z0>, <Z1>
+    with pytest.raises(qd.QdiffError, match=r"acts on qubit\(s\) \[0\] by X after their final"):
+        qd.qnode(dev, observables="IX")(qc)(torch.zeros(0, dtype=torch.float64))
