@@ -251,7 +251,14 @@ class IbmBackend(QiskitBackend):
     @staticmethod
     def _resolve(backend, token, instance, channel, service):
         if not isinstance(backend, str):
-            return backend, "fake" in type(backend).__module__
+            if not (hasattr(backend, "target") and hasattr(backend, "num_qubits")):
+                raise QdiffError(f"backend={backend!r:.60}: expected an IBM backend name "
+                                 "('ibm_...', 'fake_...') or a Qiskit BackendV2 object; got "
+                                 f"{type(backend).__name__}")
+            from qiskit_ibm_runtime import IBMBackend
+            # a runtime backend of an account runs remotely; any other object (a fake device,
+            # an AerSimulator) runs here, seeded
+            return backend, not isinstance(backend, IBMBackend)
         if backend.lower().startswith("fake_"):
             return fake_backend(backend), True
         service = service or runtime_service(token, instance, channel)

@@ -79,6 +79,7 @@ class QiskitImport:
     global_phase: Any = 0.0  # a float, or the circuit's ParameterExpression of its parameters
     expressions: Optional[ExpressionTable] = None
     registers: list = field(default_factory=list)  # [(name, [clbit, ...])] classical registers
+    delays: int = 0  # delays of nonzero duration left out (the identity, without noise)
 
     @property
     def num_qubits(self) -> int:
@@ -143,6 +144,7 @@ class _Importer:
         self.dynamic = dynamic
         self.nq = qc.num_qubits
         self.extra = 0
+        self.delays = 0
         self.source: dict = {}
         self.depth = 0
         self._qc, self._final = qc, None
@@ -206,7 +208,16 @@ def from_qiskit(qc, allow_measurements: bool = True, dynamic: bool = True) -> Qi
     registers = [(r.name, [cidx[b] for b in r]) for r in qc.cregs]
     if not getattr(phase, "parameters", None):
         phase = float(phase)
-    return QiskitImport(circ, params, imp.meas, qc.num_clbits, phase, table, registers)
+    return QiskitImport(circ, params, imp.meas, qc.num_clbits, phase, table, registers,
+                        imp.delays)
+
+
+def _nonzero_duration(op) -> bool:
+    """Whether a delay lasts (a parametrized duration counts: it may)."""
+    try:
+        return float(op.params[0]) != 0.0
+    except (TypeError, ValueError, IndexError):
+        return True
 
 
 def _deferred_labels(imp: _Importer) -> tuple:
@@ -239,6 +250,8 @@ def _convert_into(qc, qmap, imp: _Importer, top: bool, bits: Optional[Bits] = No
         if getattr(op, "condition", None) is not None or name in _CLASSICAL:
             raise QdiffError(f"{where}: {_CLASSICAL.get(name, _CLASSICAL['if_else'])}")
         if name in _SKIP:
+            if name == "delay" and _nonzero_duration(op):
+                imp.delays += 1
             continue
         if imp.dynamic and name in ("measure", "reset"):
             if name == "measure" and top and imp.allow_meas and imp.final(k):

@@ -72,6 +72,14 @@ class CircuitQNode:
         if device.num_wires != nq:
             raise QdiffError(f"the circuit has {nq} qubits but the device has "
                              f"{device.num_wires} wires")
+        noisy = getattr(device, "noise", None) is not None or \
+            getattr(device, "noise_model", None) is not None or getattr(device, "name", "") == "ibm"
+        if imp.delays and noisy:  # (qdiff's circuits carry no delays: they are left out)
+            raise QdiffError(f"the circuit has {imp.delays} delay(s) of nonzero duration and "
+                             f"the device ({getattr(device, 'name', '?')}) has noise: the "
+                             "decoherence during the delays would be left out; remove them, "
+                             "or model the idle time as channels (qd.ThermalRelaxationError "
+                             "on the wires, on a qdiff noise device)")
         self.source, self.device, self.diff_method = imp, device, diff_method
         # a dynamic circuit's deferred measurements: one extra wire each after the device's
         self._backend = device if nq == circuit.num_wires else _deferred_backend(device, circuit)
@@ -328,8 +336,9 @@ def _check_after_final_measurements(ob: Observable, measured: set, what: str) ->
             if f.kind == "M" and bool((f.matrix - torch.diag(torch.diagonal(f.matrix)))
                                       .abs().max() == 0):
                 continue  # a diagonal matrix commutes with the measurements too
-            raise QdiffError(f"{what}: acts on qubit(s) {sorted(measured & set(f.wires))} "
-                             f"by {f.kind} after their final measurement, so its value would "
+            raise QdiffError(f"{what}: applies {f.kind} to qubit(s) "
+                             f"{sorted(measured & set(f.wires))} after their final "
+                             "measurement, so its value would "
                              "be of the measured mixture; remove the final measurements "
                              "(circuit.remove_final_measurements()) to take it of the state")
 

@@ -395,3 +395,26 @@ def test_a_real_device_is_not_pickled_with_its_token():
     twin = copy.deepcopy(dev)
     assert twin is not dev and twin.target_backend is dev.target_backend
     assert twin.shots == dev.shots and twin.runner is not dev.runner
+
+
+def test_a_local_backend_object_is_seeded_and_a_foreign_object_refused():
+    """A Qiskit backend object that is not an account's runtime backend (an AerSimulator, a
+    fake device) runs locally: seeded, reproducible and picklable; something that is not a
+    backend is refused by name."""
+    import pickle
+
+    from qiskit_aer import AerSimulator
+
+    def f(x):
+        qd.RY(x, wires=0)
+        qd.CNOT(wires=[0, 1])
+        return qd.probs(wires=[0, 1])
+    outs = []
+    for _ in range(2):
+        dev = qd.device("ibm", backend=AerSimulator(), wires=2, shots=200, seed=123)
+        outs.append(qd.qnode(dev)(f)(torch.tensor(1.0, dtype=torch.float64)))
+    assert dev.is_local and torch.equal(outs[0], outs[1])
+    pickle.dumps(dev)
+    for bad in (42, object(), ["fake_manila"]):
+        with pytest.raises(qd.QdiffError, match="expected an IBM backend name"):
+            qd.device("ibm", backend=bad, wires=2)

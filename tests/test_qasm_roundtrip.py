@@ -146,16 +146,22 @@ def test_import_runs_in_qnodes_compile_and_dumps():
     v = torch.tensor([[0.3, 1.2], [0.9, -0.4]], dtype=torch.float64)
     probs = qd.qnode(dev)(imp)(v)  # final measurements: their probabilities
     assert probs.shape == (2, 4) and torch.allclose(probs.sum(-1), torch.ones(2, dtype=torch.float64))
-    obs = [qd.Z(0), qd.X(1) @ qd.Z(0)]
-    ref = qd.qnode(dev, observables=obs)(imp)(v)
+    obs = [qd.Z(0), qd.X(1) @ qd.Z(0)]  # (of the state: the final measurements left out)
+
+    def state_of(i):
+        return dataclasses.replace(i, measurements=[], num_clbits=0)
+    ref = qd.qnode(dev, observables=obs)(state_of(imp))(v)
+    with pytest.raises(QdiffError, match=r"applies X to qubit\(s\) \[1\] after their final"):
+        qd.qnode(dev, observables=obs)(imp)
     out, report = qd.compile(imp, level=2)
     assert report.verified and report.cx_after < report.cx_before
     compiled = dataclasses.replace(imp, circuit=out)  # the compiled circuit, same columns
-    assert torch.allclose(qd.qnode(dev, observables=obs)(compiled)(v), ref, atol=1e-10)
+    assert torch.allclose(qd.qnode(dev, observables=obs)(state_of(compiled))(v), ref,
+                          atol=1e-10)
     text = qasm.dumps(compiled, version=3)
     assert "input float[64] a;" in text and "measure" in text
     back = qasm.loads(text)
-    assert torch.allclose(qd.qnode(dev, observables=obs)(back)(v), ref, atol=1e-10)
+    assert torch.allclose(qd.qnode(dev, observables=obs)(state_of(back))(v), ref, atol=1e-10)
 
 
 def test_dumps_errors_are_qdiff_errors():

@@ -582,5 +582,25 @@ def test_observables_after_final_measurements():
     dev = qd.device("statevector", wires=2)
     z = qd.qnode(dev, observables=["IZ", "ZI"])(qc)(torch.zeros(0, dtype=torch.float64))
     np.testing.assert_allclose(z.numpy(), [0.0, np.cos(0.4)], atol=1e-12)  # <Z0>, <Z1>
-    with pytest.raises(qd.QdiffError, match=r"acts on qubit\(s\) \[0\] by X after their final"):
+    with pytest.raises(qd.QdiffError, match=r"applies X to qubit\(s\) \[0\] after their final"):
         qd.qnode(dev, observables="IX")(qc)(torch.zeros(0, dtype=torch.float64))
+
+
+def test_a_delay_on_a_device_with_noise_is_refused():
+    """A delay is the identity without noise (run); on a device with noise (qdiff's noise
+    engines, an IBM device) its decoherence would be left out: refused, saying so."""
+    from qiskit import QuantumCircuit
+    qc = QuantumCircuit(1)
+    qc.x(0)
+    qc.delay(500, 0, unit="us")
+    z = qd.qnode(qd.device("statevector", wires=1), observables="Z")(qc)(
+        torch.zeros(0, dtype=torch.float64))
+    assert abs(float(z) + 1) < 1e-12
+    for dev in (qd.device("mixed", wires=1, noise="fake_manila"),
+                qd.device("ibm", backend="fake_manila", wires=1, shots=100, seed=1)):
+        with pytest.raises(qd.QdiffError, match="1 delay\\(s\\) of nonzero duration"):
+            qd.qnode(dev, observables="Z")(qc)
+    qc0 = QuantumCircuit(1)
+    qc0.x(0)
+    qc0.delay(0, 0)
+    qd.qnode(qd.device("mixed", wires=1, noise="fake_manila"), observables="Z")(qc0)
