@@ -84,6 +84,14 @@ def check_plot(path, option: str = "--plot") -> None:
     if ext not in formats:
         raise QdiffError(f"{option} {path}: matplotlib cannot write '.{ext}' files; use one of "
                          f"{formats}")
+    if ext == "pgf":  # written through a TeX engine, which must be installed
+        import shutil
+
+        import matplotlib
+        tex = matplotlib.rcParams.get("pgf.texsystem", "xelatex")
+        if shutil.which(tex) is None:
+            raise QdiffError(f"{option} {path}: matplotlib writes '.pgf' through {tex}, which "
+                             "is not installed; use another format (.png, .pdf, .svg)")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise QdiffError(f"{option} {path}: cannot write (no folder {folder})")

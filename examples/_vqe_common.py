@@ -366,9 +366,11 @@ def report(problem: Problem, res: Result, args, log=print) -> None:
     if abs(res.final_exact_energy - res.final_energy) > 1e-12:
         rows.append((f"error of final params, exact ({unit})",
                      f"{err_x:.4g}" if unit == "mHa" else f"{err_x:.3e}"))
-    noisy = not (args.backend == "statevector" and not args.shots)
+    noisy = bool(args.shots)  # (exact backends, Aer's included, give exact energies)
+    first = " (first noisy estimate)" if noisy else " (first reached)" if res.steps != \
+        res.reached else ""
     rows += [("steps", str(res.steps)), ("wall time, loop (s)", f"{res.wall:.3f}"),
-             (target + (" (first noisy estimate)" if noisy else ""), hit)]
+             (target + first, hit)]
     width = max(len(k) for k, _ in rows)
     log("-" * (width + 40))
     for k, v in rows:

@@ -419,6 +419,9 @@ class PauliSumOperator:
 def as_operator(H, n_qubits: Optional[int] = None) -> PauliSumOperator:
     """A :class:`PauliSumOperator` from an operator or a Pauli-sum :class:`qdiff.Observable`."""
     if isinstance(H, PauliSumOperator):
+        if n_qubits is not None and n_qubits != H.n_qubits:
+            raise QdiffError(f"n_qubits={n_qubits}: the operator acts on {H.n_qubits} qubits "
+                             "(n_qubits sizes an observable's register; leave it out)")
         return H
     if isinstance(H, Observable):
         return PauliSumOperator.from_observable(H, n_qubits)

@@ -27,6 +27,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+import numpy as np
 import torch
 
 from qdiff.circuits import memory
@@ -219,6 +220,12 @@ def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int
         device = v0.device if v0 is not None else (
             A.coeffs.device if isinstance(A, PauliSumOperator) else
             A.device if isinstance(A, torch.Tensor) else torch.device("cpu"))
+    if mask is not None and not isinstance(mask, torch.Tensor):
+        try:
+            mask = torch.as_tensor(np.asarray(mask))
+        except (TypeError, ValueError, RuntimeError):
+            raise QdiffError(f"lanczos: mask must be a (N,) bool tensor or array; got "
+                             f"{type(mask).__name__}") from None
     maskf = None if mask is None else mask.to(device=device, dtype=torch.bool)
     if maskf is not None and maskf.shape != (dim,):
         raise QdiffError(f"lanczos: mask must have shape ({dim},); got {tuple(maskf.shape)}")
@@ -229,6 +236,12 @@ def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int
         where = "the operator dimension" if maskf is None else "the number of states in mask"
         raise QdiffError(f"lanczos: k must be an integer with 1 <= k <= {space} ({where}); "
                          f"got {k!r}")
+    if max_basis is not None and (not isinstance(max_basis, (int, np.integer)) or
+                                  isinstance(max_basis, bool) or max_basis < 2):
+        raise QdiffError(f"lanczos: max_basis must be an integer >= 2 (or None for the "
+                         f"default); got {max_basis!r}")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
+        raise QdiffError(f"lanczos: seed must be an integer; got {seed!r}")
     m = max_basis or max(2 * k + 20, 30)
     m = min(m, space)
     if k > m - 1 and space > k:
@@ -416,7 +429,8 @@ class _GroundState(torch.autograd.Function):
 def _perturbation_solve(op, e0, psi, g, opts):
     """``x = -(H - E0)^+ (1 - |psi><psi|) g`` by CG on the orthogonal complement of ``psi``."""
     mask = opts.get("mask")
-    mask = None if mask is None else mask.to(psi.device)
+    mask = None if mask is None else torch.as_tensor(np.asarray(mask) if not isinstance(
+        mask, torch.Tensor) else mask).to(device=psi.device, dtype=torch.bool)
 
     def proj(v):
         v = v - psi * _inner(psi, v)

@@ -357,3 +357,14 @@ def test_interrupt_while_the_script_imports_is_one_line_and_exit_130(script):
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, (proc.returncode, err)
     assert err == f"{script}: error: interrupted\n", err
+
+
+def test_a_pgf_plot_without_its_tex_engine_is_refused_before_the_run(tmp_path, monkeypatch):
+    """matplotlib lists .pgf among its formats but writes it through a TeX engine: without
+    one the plot would fail after the whole run, so it is refused up front."""
+    cli = load("_cli")
+    import shutil
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(qd.QdiffError, match=r"writes '\.pgf' through .*not installed"):
+        cli.check_plot(str(tmp_path / "out.pgf"))
+    cli.check_plot(str(tmp_path / "out.png"))

@@ -452,3 +452,18 @@ def test_solver_calls_that_do_not_fit_are_qdiff_errors_naming_what_is_wrong():
     obs = 0.5 * qd.Z("q") @ qd.X("r") + qd.Y("r")
     with pytest.raises(qd.QdiffError, match="wire label 'q' is not an integer"):
         qd.eigsh(obs, k=1)
+
+
+def test_ground_state_arguments_are_checked_and_array_masks_taken():
+    op = PauliSumOperator.from_strings(["ZZ", "XI", "IX"],
+                                       torch.tensor([1.0, 0.4, 0.4], dtype=torch.float64))
+    with pytest.raises(qd.QdiffError, match="n_qubits=3: the operator acts on 2 qubits"):
+        ground_state(op, n_qubits=3)
+    for kw, msg in ((dict(max_basis=0), "max_basis must be an integer >= 2"),
+                    (dict(seed="x"), "seed must be an integer")):
+        with pytest.raises(qd.QdiffError, match=msg):
+            ground_state(op, **kw)
+    mask = np.array([True, False, False, True])
+    e_t = ground_state(op, mask=torch.as_tensor(mask))[0]
+    for m in (mask, mask.tolist()):
+        assert abs(float(ground_state(op, mask=m)[0]) - float(e_t)) < 1e-10
