@@ -59,7 +59,8 @@ class AerBackend(QiskitBackend):
     """
 
     name = "aer"
-    capabilities = Capabilities(backprop=False, vjp=False, shots=True, exact=True)
+    capabilities = Capabilities(backprop=False, vjp=False, shots=True, exact=True,
+                                call_shots=False)
 
     def __init__(self, wires, shots: Optional[int] = None, method: str = "automatic",
                  noise_model=None, seed: Optional[int] = None, optimization_level: int = 1,

@@ -44,6 +44,8 @@ class Capabilities:
     it over backprop); otherwise ``best`` prefers backprop up to ``backprop_max_wires``.
     ``stochastic``: results are Monte Carlo estimates even without shots (noise by
     trajectories): finite differences take the sampled step, as with shots.
+    ``call_shots``: a job may ask for shots other than the device's (else they are the
+    device's setting only).
     """
 
     backprop: bool = False
@@ -54,6 +56,7 @@ class Capabilities:
     fast_vjp: bool = False
     backprop_max_wires: int = 16
     stochastic: bool = False
+    call_shots: bool = True
 
 
 @dataclass(frozen=True, eq=False)

@@ -184,7 +184,8 @@ class IbmBackend(QiskitBackend):
     """
 
     name = "ibm"
-    capabilities = Capabilities(backprop=False, vjp=False, shots=True, exact=False)
+    capabilities = Capabilities(backprop=False, vjp=False, shots=True, exact=False,
+                                call_shots=False)
 
     def __init__(self, wires, backend=None, shots: Optional[int] = 4096,
                  optimization_level: int = 2, mode: str = "job",

@@ -46,7 +46,8 @@ class PennyLaneBackend(Backend):
     """
 
     name = "pennylane"
-    capabilities = Capabilities(backprop=False, vjp=False, shots=True, exact=True)
+    capabilities = Capabilities(backprop=False, vjp=False, shots=True, exact=True,
+                                call_shots=False)
 
     def __init__(self, wires, name: str = "default.qubit", shots: Optional[int] = None,
                  seed: Optional[int] = None, **device_kwargs):
@@ -70,7 +71,7 @@ class PennyLaneBackend(Backend):
         has_adjoint = bool(self.pl_device.supports_derivatives(
             ExecutionConfig(gradient_method="adjoint")))
         self.capabilities = Capabilities(backprop=False, vjp=has_adjoint, shots=True, exact=True,
-                                         vjp_kinds=("expval",))
+                                         vjp_kinds=("expval",), call_shots=False)
         self.executions = 0  # qml.execute calls made (forward and vjp)
 
     def __repr__(self):

@@ -93,7 +93,8 @@ class QiskitBackend(Backend):
     """
 
     name = "qiskit"
-    capabilities = Capabilities(backprop=False, vjp=False, shots=True, exact=False)
+    capabilities = Capabilities(backprop=False, vjp=False, shots=True, exact=False,
+                                call_shots=False)
 
     def __init__(self, wires, shots, seed, runner: JobRunner):
         super().__init__(wires, shots, seed)

@@ -660,6 +660,10 @@ def effective_shots(backend, shots=DEVICE_SHOTS):
     if shots is None and not caps.exact:
         raise QdiffError(f"shots=None: backend '{backend.name}' has no exact mode; give a "
                          "number of shots")
+    if not caps.call_shots and shots != getattr(backend, "shots", None):
+        raise QdiffError(f"shots={shots}: backend '{backend.name}' takes its shots from the "
+                         f"device ({getattr(backend, 'shots', None)}); create the device with "
+                         f"shots={shots} instead")
     if shots is not None and not caps.shots:
         why = (" (it samples noise by trajectories, whose count is its sampling: set "
                "trajectories=, or use the mixed engine for shots)" if caps.stochastic else "")

@@ -429,3 +429,19 @@ def test_exact_probabilities_go_through_the_noise_models_readout_errors():
     assert np.allclose(np.asarray(p), [0.7, 0.3]) and abs(float(z) - 1.0) < 1e-12
     pm, zm = qd.qnode(qd.device("mixed", wires=1, noise=qd.noise.from_backend(nm)))(body)()
     assert np.allclose(np.asarray(pm), np.asarray(p)) and abs(float(zm) - float(z)) < 1e-12
+
+
+def test_shots_other_than_the_devices_are_refused_when_asked():
+    """Aer (as every Qiskit or PennyLane device backend) takes its shots from the device: a
+    qnode or a call asking for others is refused where it asks, naming the way to get them."""
+    def f(x):
+        qd.RY(x, wires=0)
+        return qd.expval(qd.Z(0))
+    exact, sampled = qd.device("aer", wires=1), qd.device("aer", wires=1, shots=100, seed=1)
+    with pytest.raises(qd.QdiffError, match=r"shots=50: backend 'aer' takes its shots from the "
+                                            r"device \(None\); create the device with shots=50"):
+        qd.qnode(exact, shots=50)(f)
+    with pytest.raises(qd.QdiffError, match=r"shots=None: .* \(100\)"):
+        qd.qnode(sampled)(f)(torch.tensor(0.3), shots=None)
+    x = torch.tensor(0.3, dtype=torch.float64)
+    assert abs(float(qd.qnode(exact, shots=None)(f)(x)) - np.cos(0.3)) < 1e-12
