@@ -305,9 +305,20 @@ class Backend(abc.ABC):
         :meth:`execute` and :meth:`vjp` with the job's fields."""
         return Prepared(self, job)
 
-    def run(self, circuit, theta: torch.Tensor, initial_state=None,
+    def run(self, circuit, theta: Optional[torch.Tensor] = None, initial_state=None,
             shots=DEVICE_SHOTS) -> list:
-        """One job: one tensor per measurement, each with leading dim ``B``."""
+        """One job: one tensor per measurement, each with leading dim ``B`` (``theta``
+        ``(B, P)``; may be left out for a circuit without parameters)."""
+        from qdiff.circuits.circuit import Circuit
+        if not isinstance(circuit, Circuit):
+            raise QdiffError(f"{self.name}.run: expected a qdiff Circuit; got "
+                             f"{type(circuit).__name__} (a Qiskit circuit runs as "
+                             "qd.qnode(dev)(qc)(values), or through qdiff.primitives)")
+        if theta is None:
+            if circuit.num_params:
+                raise QdiffError(f"{self.name}.run: the circuit has {circuit.num_params} "
+                                 "parameter(s); give theta (B, P)")
+            theta = torch.zeros(1, 0, dtype=torch.float64)
         return self.execute([Job(circuit, theta, initial_state, shots)])[0].outputs
 
     def job_shots(self, job: Job):

@@ -445,3 +445,13 @@ def test_shots_other_than_the_devices_are_refused_when_asked():
         qd.qnode(sampled)(f)(torch.tensor(0.3), shots=None)
     x = torch.tensor(0.3, dtype=torch.float64)
     assert abs(float(qd.qnode(exact, shots=None)(f)(x)) - np.cos(0.3)) < 1e-12
+
+
+def test_backend_run_of_a_qiskit_circuit_points_to_the_qnode():
+    from qiskit import QuantumCircuit
+    qc = QuantumCircuit(1)
+    qc.h(0)
+    dev = qd.device("aer", wires=1)
+    with pytest.raises(qd.QdiffError, match=r"aer.run: expected a qdiff Circuit; got "
+                                            r"QuantumCircuit .*qd.qnode\(dev\)\(qc\)"):
+        dev.run(qc)
