@@ -285,6 +285,9 @@ def test_a_rust_panic_in_qiskit_is_a_qdiff_error_and_prints_nothing(capfd):
     with pytest.raises(QdiffError, match="Qiskit's synthesis failed"):
         guarded(q2.loads, "OPENQASM 2.0;\nqreg q[99999999999999999999];\n")  # a real panic
     assert capfd.readouterr().err == ""
+    with pytest.raises(QdiffError, match="Qiskit's synthesis failed"):  # nested guarded calls
+        guarded(lambda: guarded(q2.loads, "OPENQASM 2.0;\nqreg q[99999999999999999999];\n"))
+    assert capfd.readouterr().err == ""
 
     def talks():
         os.write(2, b"a warning\n")

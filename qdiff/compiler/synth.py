@@ -25,8 +25,9 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import get_gate
 from qdiff.compiler.ops import op
 
-_GUARD = threading.Lock()
+_GUARD = threading.RLock()  # (a guarded call may make guarded calls: only the outer redirects)
 _capture: list = []  # the process's capture file for stderr (created on first use)
+_depth = threading.local()
 
 
 def guarded(fn, *args, **kwargs):
@@ -38,30 +39,36 @@ def guarded(fn, *args, **kwargs):
     a capture file, which is written back to stderr afterwards unless the call panicked."""
     from qiskit.exceptions import QiskitError
     with _GUARD:
+        saved, outer = None, not getattr(_depth, "n", 0)
         try:
-            sys.stderr.flush()
-            if not _capture:
-                _capture.append(tempfile.TemporaryFile())
-            cap = _capture[0].fileno()
-            os.lseek(cap, 0, os.SEEK_SET)
-            os.ftruncate(cap, 0)
-            saved = os.dup(2)
+            if outer:
+                sys.stderr.flush()
+                if not _capture:
+                    _capture.append(tempfile.TemporaryFile())
+                cap = _capture[0].fileno()
+                os.lseek(cap, 0, os.SEEK_SET)
+                os.ftruncate(cap, 0)
+                saved = os.dup(2)
         except (OSError, ValueError, AttributeError):  # no stderr to guard: call as it is
             saved = None
         if saved is not None:
             os.dup2(cap, 2)
-        panicked = False
+        if outer:
+            _depth.panicked = False  # set by a guarded call inside that panics
+        _depth.n = getattr(_depth, "n", 0) + 1
         try:
             return fn(*args, **kwargs)
         except (KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
         except BaseException as exc:
-            panicked = type(exc).__name__ == "PanicException"
-            if not (panicked or isinstance(exc, QiskitError)):
+            if type(exc).__name__ == "PanicException":
+                _depth.panicked = True
+            elif not isinstance(exc, QiskitError):
                 raise
             text = " ".join(str(exc).split())
             raise QdiffError(f"Qiskit's synthesis failed: {text[:200]}") from None
         finally:
+            _depth.n -= 1
             if saved is not None:
                 try:
                     sys.stderr.flush()
@@ -69,7 +76,7 @@ def guarded(fn, *args, **kwargs):
                     pass
                 os.dup2(saved, 2)
                 os.close(saved)
-                if not panicked:
+                if not _depth.panicked:
                     size = os.lseek(cap, 0, os.SEEK_END)
                     if size:
                         os.lseek(cap, 0, os.SEEK_SET)
