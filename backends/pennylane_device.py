@@ -137,12 +137,11 @@ class PennyLaneBackend(Backend):
         """The results of a broadcast tape computed one binding at a time, stacked as the
         broadcast tape's would be (each measurement ``(B, ...)``)."""
         import pennylane as qml
+        tapes = [self._tape(circuit, theta[b:b + 1].detach(), None if initial_state is None else
+                            initial_state[b:b + 1] if initial_state.shape[0] > 1 else
+                            initial_state, "numpy") for b in range(theta.shape[0])]
         rows = []
-        for b in range(theta.shape[0]):
-            init = None if initial_state is None else \
-                initial_state[b:b + 1] if initial_state.shape[0] > 1 else initial_state
-            t = self._tape(circuit, theta[b:b + 1].detach(), init, "numpy")
-            r = qml.execute([t], self.pl_device)[0]
+        for t, r in zip(tapes, qml.execute(tapes, self.pl_device)):
             r = [r] if len(circuit.measurements) == 1 else list(r)
             rows.append([np.asarray(x) if t.batch_size else np.asarray(x)[None] for x in r])
         out = [np.concatenate([row[i] for row in rows]) for i in range(len(rows[0]))]

@@ -51,18 +51,20 @@ class SolverInfo:
     backward: Optional["SolverInfo"] = None
 
 
-def _matvec_of(A) -> tuple[Callable, Optional[int]]:
-    """A batched matvec ``(..., N) -> (..., N)`` and ``N`` (None when unknown)."""
+def _matvec_of(A, check: bool = True) -> tuple[Callable, Optional[int]]:
+    """A batched matvec ``(..., N) -> (..., N)`` and ``N`` (None when unknown); ``check=False``
+    for an operator already checked (its dtype converted, its shifted form)."""
     if isinstance(A, PauliSumOperator):
         A.check_hermitian("eigsh/lanczos/ground_state/cg/minres", "; these solvers need a "
                           "Hermitian operator")
         return A.apply, A.dim
     if isinstance(A, _Shifted):
-        return A, _matvec_of(A.A)[1]
+        return A, _matvec_of(A.A, check=False)[1]
     if isinstance(A, torch.Tensor):
         if A.dim() != 2 or A.shape[0] != A.shape[1]:
             raise QdiffError(f"operator matrix must be square (N, N); got shape {tuple(A.shape)}")
-        _check_hermitian_matrix(A)
+        if check:
+            _check_hermitian_matrix(A)
         if A.layout != torch.strided:
             return (lambda v: (A @ v.reshape(-1, A.shape[0]).transpose(0, 1)).transpose(0, 1)
                     .reshape(v.shape)), A.shape[0]
@@ -112,6 +114,17 @@ def _check_hermitian_matrix(A: torch.Tensor) -> None:
     if off > (1e-3 if single else 1e-6) * scale:
         raise QdiffError(f"{what} is not Hermitian (max |A - A^dag| = {off:.3g}, max |A| = "
                          f"{scale:.3g}); these solvers need a Hermitian operator")
+
+
+def _as_mask(mask) -> torch.Tensor:
+    """A sector mask (a tensor, array or list) as a bool tensor."""
+    if not isinstance(mask, torch.Tensor):
+        try:
+            mask = torch.as_tensor(np.asarray(mask))
+        except (TypeError, ValueError, RuntimeError):
+            raise QdiffError(f"lanczos: mask must be a (N,) bool tensor or array; got "
+                             f"{type(mask).__name__}") from None
+    return mask.to(torch.bool)
 
 
 def _operator_dtype(A) -> Optional[torch.dtype]:
@@ -215,18 +228,12 @@ def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int
         raise QdiffError(f"lanczos: the operator is complex; dtype {dtype} would drop its "
                          "imaginary part (use a complex dtype)")
     if isinstance(A, torch.Tensor) and A.dtype != dtype:
-        mv, _ = _matvec_of(A.detach().to(dtype))
+        mv, _ = _matvec_of(A.detach().to(dtype), check=False)
     if device is None:
         device = v0.device if v0 is not None else (
             A.coeffs.device if isinstance(A, PauliSumOperator) else
             A.device if isinstance(A, torch.Tensor) else torch.device("cpu"))
-    if mask is not None and not isinstance(mask, torch.Tensor):
-        try:
-            mask = torch.as_tensor(np.asarray(mask))
-        except (TypeError, ValueError, RuntimeError):
-            raise QdiffError(f"lanczos: mask must be a (N,) bool tensor or array; got "
-                             f"{type(mask).__name__}") from None
-    maskf = None if mask is None else mask.to(device=device, dtype=torch.bool)
+    maskf = None if mask is None else _as_mask(mask).to(device=device)
     if maskf is not None and maskf.shape != (dim,):
         raise QdiffError(f"lanczos: mask must have shape ({dim},); got {tuple(maskf.shape)}")
     space = dim if maskf is None else int(maskf.sum())
@@ -429,8 +436,7 @@ class _GroundState(torch.autograd.Function):
 def _perturbation_solve(op, e0, psi, g, opts):
     """``x = -(H - E0)^+ (1 - |psi><psi|) g`` by CG on the orthogonal complement of ``psi``."""
     mask = opts.get("mask")
-    mask = None if mask is None else torch.as_tensor(np.asarray(mask) if not isinstance(
-        mask, torch.Tensor) else mask).to(device=psi.device, dtype=torch.bool)
+    mask = None if mask is None else _as_mask(mask).to(psi.device)
 
     def proj(v):
         v = v - psi * _inner(psi, v)
@@ -613,9 +619,9 @@ def _solve(method, A, b, x0, tol, maxiter, params, **kw):
     dt = b.dtype if own is None else torch.promote_types(own, b.dtype)
     b = b.to(dt)  # a real right-hand side of a complex system is solved in complex
     if isinstance(A, torch.Tensor) and A.dtype != dt:
-        mv = _matvec_of(A.to(dt))[0]  # differentiable: gradients reach A in its own dtype
+        mv = _matvec_of(A.to(dt), check=False)[0]  # differentiable: gradients reach A in its own dtype
     elif isinstance(A, _Shifted) and isinstance(A.A, torch.Tensor) and A.A.dtype != dt:
-        mv = _Shifted(_matvec_of(A.A.to(dt))[0], A.shift, A.A)
+        mv = _Shifted(_matvec_of(A.A.to(dt), check=False)[0], A.shift, A.A)
     if x0 is not None:
         x0 = _as_vector(x0, f"{method}: x0").detach().to(device=b.device, dtype=dt)
         if x0.shape != b.shape:
