@@ -102,6 +102,22 @@ class PauliGroups:
     def num_groups(self) -> int:
         return len(self.masks)
 
+    @property
+    def constant(self) -> torch.Tensor:
+        """``(G,)`` bool: the groups of X words alone (no Z or Y), whose diagonal is constant."""
+        if "_constant" not in self.__dict__:
+            flags = torch.ones(self.num_groups, dtype=torch.bool)
+            flags.index_fill_(0, self.group[self.zy != 0], False)
+            self._constant = flags
+        return self._constant
+
+    @property
+    def mask_tensor(self) -> torch.Tensor:
+        """``masks`` as an int64 CPU tensor (for kernels)."""
+        if "_mask_tensor" not in self.__dict__:
+            self._mask_tensor = torch.tensor(self.masks, dtype=torch.int64)
+        return self._mask_tensor
+
     def diagonals(self, coeffs: torch.Tensor, rdtype: torch.dtype, lo: int = 0,
                   hi: int = None) -> torch.Tensor:
         """``D`` ``(hi - lo, 2**n)`` of groups ``lo..hi`` (real when every phase and coefficient
@@ -176,12 +192,32 @@ def group_chunks(num_groups: int, n: int, rows: int) -> int:
     return max(1, min(num_groups, rows))
 
 
+_KERNELS: list = []  # engines' flip-group products (register_kernel)
+
+
+def register_kernel(kernel) -> None:
+    """Register an engine's flip-group product for the states it takes: ``kernel.takes(x)``
+    for states ``x`` ``(B, 2**n)``, and ``kernel(x, groups, lo, hi, D, out)`` adds
+    ``sum_g D[g - lo, i] x[b, i ^ masks[g]]`` over groups ``lo..hi`` to ``out`` (a new tensor
+    when ``None``) and returns it. The statevector engine registers its native kernel."""
+    if kernel not in _KERNELS:
+        _KERNELS.append(kernel)
+
+
+def kernel_for(psi: torch.Tensor):
+    """The first registered kernel that takes the states ``psi`` ``(..., 2**n)``, or None."""
+    x = psi.reshape(-1, psi.shape[-1])
+    return next((k for k in _KERNELS if k.takes(x)), None)
+
+
 def apply(groups: PauliGroups, coeffs: torch.Tensor, psi: torch.Tensor,
-          diagonals: torch.Tensor = None) -> torch.Tensor:
+          diagonals: torch.Tensor = None, kernel=None) -> torch.Tensor:
     """``H psi`` for ``psi`` ``(..., 2**n)`` (a new tensor; real stays real for a real ``H``).
 
     ``diagonals``: all groups' ``D`` when the caller has them (cached); otherwise they are
-    formed a chunk of groups at a time (:func:`group_chunks`)."""
+    formed a chunk of groups at a time (:func:`group_chunks`). ``kernel``: a registered
+    kernel (:func:`register_kernel`; default: :func:`kernel_for` the states) forms the sum
+    outside autograd; the torch loop below runs where none takes the states."""
     dim = 1 << groups.n
     if psi.shape[-1] != dim:
         raise QdiffError(f"a Pauli sum on {groups.n} qubits needs states of length {dim}; got "
@@ -194,17 +230,26 @@ def apply(groups: PauliGroups, coeffs: torch.Tensor, psi: torch.Tensor,
             and not coeffs.is_complex() and (diagonals is None or not diagonals.requires_grad)):
         # H is Hermitian: its vector-Jacobian product is H applied again, so nothing of the
         # forward (a diagonal per group) is kept for the backward pass
-        return _HermitianApply.apply(psi, groups, coeffs, diagonals)
+        return _HermitianApply.apply(psi, groups, coeffs, diagonals, kernel)
     lead = psi.shape[:-1]
     x = psi.reshape(-1, dim)
     rows = x.shape[0]
-    # rows = basis states: gathering rows is several times faster than along the last axis
-    x = x.reshape(dim) if rows == 1 else x.transpose(0, 1).contiguous()
     grad = torch.is_grad_enabled() and (psi.requires_grad or coeffs.requires_grad or (
         diagonals is not None and diagonals.requires_grad))
-    out = None
     step = max(1, groups.num_groups if diagonals is not None else
                group_chunks(groups.num_groups, groups.n, rows))  # no groups: H = 0
+    if kernel is None and not grad:
+        kernel = kernel_for(x)
+    if kernel is not None and not grad and groups.num_groups and kernel.takes(x):
+        out = None
+        for lo in range(0, groups.num_groups, step):
+            hi = min(lo + step, groups.num_groups)
+            d = diagonals[lo:hi] if diagonals is not None else groups.diagonals(coeffs, rdtype, lo, hi)
+            out = kernel(x, groups, lo, hi, d.to(psi.device), out)
+        return out.reshape(*lead, dim)
+    # rows = basis states: gathering rows is several times faster than along the last axis
+    x = x.reshape(dim) if rows == 1 else x.transpose(0, 1).contiguous()
+    out = None
     for lo in range(0, groups.num_groups, step):
         hi = min(lo + step, groups.num_groups)
         d = diagonals[lo:hi] if diagonals is not None else groups.diagonals(coeffs, rdtype, lo, hi)
@@ -228,11 +273,11 @@ class _HermitianApply(torch.autograd.Function):
     """``H psi`` for a Hermitian ``H`` (real coefficients, no grad): backward is ``H g``."""
 
     @staticmethod
-    def forward(ctx, psi, groups, coeffs, diagonals):
-        ctx.groups, ctx.coeffs, ctx.diagonals = groups, coeffs, diagonals
+    def forward(ctx, psi, groups, coeffs, diagonals, kernel):
+        ctx.groups, ctx.coeffs, ctx.diagonals, ctx.kernel = groups, coeffs, diagonals, kernel
         with torch.no_grad():
-            return apply(groups, coeffs, psi.detach(), diagonals)
+            return apply(groups, coeffs, psi.detach(), diagonals, kernel)
 
     @staticmethod
     def backward(ctx, g):
-        return apply(ctx.groups, ctx.coeffs, g, ctx.diagonals), None, None, None
+        return apply(ctx.groups, ctx.coeffs, g, ctx.diagonals, ctx.kernel), None, None, None, None

@@ -30,10 +30,11 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+import qdiff.backends.base  # noqa: F401  (loads the embedded engine: it registers its kernels)
 from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import Observable, as_coeff_tensor, as_observable, check_finite
-from qdiff.circuits.paulis import PauliGroups, apply, walsh_hadamard, xor_permute
+from qdiff.circuits.paulis import PauliGroups, apply, kernel_for, walsh_hadamard, xor_permute
 
 MAX_QUBITS = 62  # flip and sign masks are int64 bit masks
 
@@ -205,17 +206,17 @@ class PauliSumOperator:
         Cached while the coefficients do not require grad.
         """
         c = self.coeffs if device is None else self.coeffs.to(device)
-        key = (c.device, c.dtype, dtype, c._version, c.data_ptr())
+        rdtype = torch.float32 if c.dtype in (torch.float32, torch.complex64) else torch.float64
+        own = rdtype if self.real_matrix else rdtype.to_complex()
+        target = own if dtype is None or (own.is_complex and not dtype.is_complex) else dtype
+        key = (c.device, c.dtype, target, c._version, c.data_ptr())  # one entry per result
         if key in self._diag_cache and not c.requires_grad:
             return self._diag_cache[key]
-        rdtype = torch.float32 if c.dtype in (torch.float32, torch.complex64) else torch.float64
         # the diagonals (complex in general) and one transform temporary
         _require(2.0 * self.num_groups * 2.0 ** self.n_qubits * 2 * rdtype.itemsize,
                  f"the {self.num_groups} flip-group diagonals of a {self.n_qubits}-qubit "
                  "Pauli sum", c.device)
-        d = self.groups.diagonals(c, rdtype)
-        if dtype is not None and (dtype.is_complex or not d.is_complex()):
-            d = d.to(dtype)
+        d = self.groups.diagonals(c, rdtype).to(target)
         if not c.requires_grad:
             if len(self._diag_cache) > 4:
                 self._diag_cache.clear()
@@ -235,8 +236,16 @@ class PauliSumOperator:
     def apply(self, psi: torch.Tensor) -> torch.Tensor:
         """``H psi`` for ``psi`` ``(..., 2**n)`` (real psi stays real if the matrix is real)."""
         self._check_state(psi)
-        d = self.diagonals(device=psi.device, dtype=psi.dtype)
-        return apply(self.groups, self.coeffs.to(psi.device), psi, diagonals=d)
+        kernel = kernel_for(psi)
+        # D in the states' precision: real for a real matrix where the native kernel reads it
+        # (the torch loop multiplies complex states fastest by a complex one), else complex
+        if not self.real_matrix:
+            dtype = torch.complex64 if psi.dtype in (torch.float32, torch.complex64) else \
+                torch.complex128
+        else:
+            dtype = psi.real.dtype if kernel is not None else psi.dtype
+        d = self.diagonals(device=psi.device, dtype=dtype)
+        return apply(self.groups, self.coeffs.to(psi.device), psi, diagonals=d, kernel=kernel)
 
     __matmul__ = apply
 

@@ -40,8 +40,10 @@ import torch
 from torch._C._functorch import is_functorch_wrapped_tensor as _is_functorch_wrapped
 
 from qdiff.backends.statevector import native_lib
+from qdiff.circuits.errors import QdiffError
 from qdiff.backends.statevector.gate_data import circuit_angles, circuit_data, fused_schedule
-from qdiff.backends.statevector.native_abi import (DENSE, DIAG, DTYPES, MAXK, RECORD,
+from qdiff.backends.statevector.native_abi import (DENSE, DIAG, DTYPES, MAXK, PAULI_DTYPES,
+                                                   RECORD,
                                                    AdjointArgs, angles_arg, call_run, check,
                                                    program_arg, ptr, record, threads,
                                                    tiles)
@@ -50,7 +52,7 @@ from qdiff.backends.statevector.native_coded import (PLANS, CodedPlan, Unsupport
                                                      plan_adjoint, run_plan)
 
 __all__ = ["library", "disabled", "runs", "usable", "Unsupported", "Program", "run", "abs2",
-           "evolve", "adjoint_sweep", "CodedPlan", "coded_plan", "code_of", "run_plan",
+           "evolve", "adjoint_sweep", "pauli_kernel", "CodedPlan", "coded_plan", "code_of", "run_plan",
            "plan_adjoint", "PLANS"]
 
 
@@ -189,6 +191,49 @@ def half_marginals(state: torch.Tensor, n: int, low_bits: int):
     rc = library().qd_zmarginals(DTYPES[state.dtype], ptr(state), b, n, low_bits, ptr(hi),
                                  ptr(lo), threads())
     return (hi, lo) if rc == 0 else None
+
+
+class PauliKernel:
+    """The flip-group product ``out[b, i] (+)= sum_g D[g, i] x[b, i ^ m_g]`` of a Pauli sum
+    (:func:`qdiff.circuits.paulis.apply`'s ``kernel``) in one native call per chunk of groups:
+    the torch loop takes a gather and a multiply-add per group, each a pass over the states.
+    A group of X words alone has a constant diagonal: the kernel reads its value, not its row."""
+
+    def takes(self, x: torch.Tensor) -> bool:
+        """Whether states ``x`` ``(B, 2**n)`` (complex128/complex64, or float64/float32 for a
+        real matrix, on the CPU, not under a torch.func transform; the caller keeps autograd
+        out) go to the native kernel."""
+        return (x.dim() == 2 and x.device.type == "cpu" and x.dtype in PAULI_DTYPES
+                and _plain(x) and library() is not None)
+
+    def __call__(self, x: torch.Tensor, groups, lo: int, hi: int, d: torch.Tensor,
+                 out: torch.Tensor = None) -> torch.Tensor:
+        """``out`` (new when ``None``, else added to) for states ``x`` taken by :meth:`takes`,
+        the groups ``lo..hi`` of :class:`~qdiff.circuits.paulis.PauliGroups` ``groups`` and
+        their diagonals ``d`` ``(hi - lo, 2**n)`` (real, or complex for complex states)."""
+        x = x.detach().contiguous()
+        b, dim = x.shape
+        dcomplex = d.is_complex()
+        if dcomplex and not x.is_complex():
+            raise QdiffError("a complex Pauli-sum diagonal on real states")
+        d = d.detach().to(x.dtype if dcomplex else x.real.dtype).contiguous()
+        const = groups.constant[lo:hi]
+        drow = torch.where(const, -1, torch.arange(hi - lo))
+        consts = d[:, 0].contiguous()
+        accumulate = out is not None
+        if out is None:
+            out = torch.empty_like(x)
+        rc = library().qd_pauli_apply(PAULI_DTYPES[x.dtype], ptr(x), b, dim.bit_length() - 1,
+                                      hi - lo, ptr(groups.mask_tensor[lo:hi]), ptr(drow),
+                                      d.shape[0], ptr(d), ptr(consts), int(dcomplex), ptr(out),
+                                      int(accumulate), threads())
+        if rc:
+            raise QdiffError(f"native kernels rejected a Pauli sum's flip groups: "
+                             f"{library().qd_strerror(rc).decode()}")
+        return out
+
+
+pauli_kernel = PauliKernel()
 
 
 def evolve(state, operations, theta, n, rdtype, fuse: bool = True, from_zero: bool = False,

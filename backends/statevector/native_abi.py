@@ -19,7 +19,7 @@ import torch
 
 from qdiff.circuits.errors import QdiffError, QdiffMemoryError
 
-ABI_VERSION = 6
+ABI_VERSION = 7
 MAXK = 6   # target bits of one record (qdsim.h QD_MAXK)
 MAXA = 3   # angles of one coded gate (QD_MAXA)
 C128, C64 = 0, 1          # QD_C128, QD_C64
@@ -28,6 +28,8 @@ ENOMEM = 1                # QD_ENOMEM
 ENONFINITE = 13           # QD_ENONFINITE
 BATCH_MAXN = 16           # QD_BATCH_MAXN
 DTYPES = {torch.complex128: C128, torch.complex64: C64}
+#: the state types of qd_pauli_apply (QD_F64, QD_F32: real states of a real matrix)
+PAULI_DTYPES = {**DTYPES, torch.float64: 2, torch.float32: 3}
 
 #: qd_record (qdsim.h) as a numpy structured dtype; checked against the library at load.
 RECORD = np.dtype([
@@ -201,6 +203,8 @@ def check_abi(lib) -> str:
                        ("qd_adjoint_slots", [ctypes.POINTER(AdjointArgs)]),
                        ("qd_abs2", [_i32, _p, _p, _i64]),
                        ("qd_zmarginals", [_i32, _p, _i64, _i32, _i32, _p, _p, _i32]),
+                       ("qd_pauli_apply", [_i32, _p, _i64, _i32, _i64, _p, _p, _i64, _p, _p,
+                                           _i32, _p, _i32, _i32]),
                        ("qd_gate_code", [ctypes.c_char_p]),
                        ("qd_code_info", [ctypes.c_int, ctypes.POINTER(_i32),
                                          ctypes.POINTER(_i32), ctypes.POINTER(_i32)])):

@@ -15,7 +15,8 @@ import torch
 
 from qdiff.circuits import caches, memory
 from qdiff.circuits.operation import is_concrete
-from qdiff.circuits.paulis import PauliGroups, apply
+from qdiff.circuits.paulis import PauliGroups, apply, kernel_for, register_kernel
+from qdiff.backends.statevector import native
 
 # cached diagonals, in bytes over all observables
 _CACHE_BYTES = 1 << 28
@@ -26,6 +27,8 @@ MIN_TERMS = 6
 _GROUPS: "OrderedDict[tuple, PauliGroups]" = caches.register("pauli_sum.groups", OrderedDict())
 _DIAGS: "OrderedDict[tuple, tuple]" = caches.register("pauli_sum.diagonals", OrderedDict())
 _LOCK = threading.Lock()  # the two caches' bookkeeping: threads share them
+
+register_kernel(native.pauli_kernel)  # Pauli sums on CPU states: one native call per chunk
 
 
 def _words_key(obs, n: int) -> tuple:
@@ -50,17 +53,20 @@ def groups_of(obs, n: int, key=None) -> PauliGroups:
     return g
 
 
-def diagonals_of(obs, n: int, dtype: torch.dtype, device, words=None) -> tuple:
+def diagonals_of(obs, n: int, dtype: torch.dtype, device, words=None,
+                 promote: bool = True) -> tuple:
     """``(groups, D (G, 2**n))`` of ``obs`` in the real dtype matching state dtype ``dtype``
     (complex when needed), on ``device``; cached unless the coefficients require grad
-    (``words``: the observable's :func:`_words_key` when the caller has it)."""
+    (``words``: the observable's :func:`_words_key` when the caller has it). ``promote``: a
+    real ``D`` for complex states is kept complex (for the torch loop; the native kernel reads
+    it real)."""
     words = _words_key(obs, n) if words is None else words
     groups = groups_of(obs, n, words)
     rdtype = torch.float32 if dtype in (torch.float32, torch.complex64) else torch.float64
     c = obs.coeffs.to(device)
     if c.requires_grad or not is_concrete(c):  # a transformed (e.g. vmapped) coefficient
         return groups, groups.diagonals(c, rdtype)
-    cplx = dtype.is_complex
+    cplx = dtype.is_complex and promote
     key = (words, str(device), rdtype, cplx)
     with _LOCK:
         hit = _DIAGS.get(key)
@@ -97,10 +103,11 @@ def apply_pauli_sum(state: torch.Tensor, obs, n: int) -> torch.Tensor:
     words = _words_key(obs, n)
     groups = groups_of(obs, n, words)
     c = obs.coeffs.to(state.device)
+    kernel = kernel_for(state)
     if (groups.num_groups << n) * 8 > _CACHE_BYTES // 4 and not c.requires_grad:
-        return apply(groups, c, state)  # large: O(1) extra states, nothing cached
-    _, d = diagonals_of(obs, n, state.dtype, state.device, words)
-    return apply(groups, c, state, diagonals=d)
+        return apply(groups, c, state, kernel=kernel)  # large: O(1) extra states, nothing cached
+    _, d = diagonals_of(obs, n, state.dtype, state.device, words, promote=kernel is None)
+    return apply(groups, c, state, diagonals=d, kernel=kernel)
 
 
 def pauli_sum_expval(state: torch.Tensor, obs, n: int) -> torch.Tensor:

@@ -978,6 +978,115 @@ int qd_zmarginals(int32_t dtype, const void *sv, int64_t B, int32_t n, int32_t l
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* Pauli sums by flip groups                                                                   */
+
+/* out[b, i] (+)= sum_g d[g, i] x[b, i ^ m_g]: a Pauli sum applied to B states of 2^n
+ * amplitudes (complex, or real for a real matrix), its terms grouped by X/Y flip mask m_g, each
+ * group one diagonal: row drow[g] of d (the states' real type, or complex when dcomplex), or,
+ * where drow[g] < 0 (a group of X words alone), the constant consts[g]. The output is formed a
+ * block of PA_BITS amplitudes at a time in a buffer in L1, every group added in order: the
+ * partner block of mask m is the block at i0 ^ (m's high bits), read in runs as long as m's
+ * low bits allow (1 << ctz of them), so each group streams its diagonal (if any) and one block
+ * of x per block of out. Every output entry is summed by one thread in group order: the same
+ * bits for any number of threads. Blocks of all states are split over the threads. */
+#define PA_BITS 10
+
+/* a[r] += d * s[r] over a run: XC complex states, DC complex d, CONST one d for the run */
+#define PA_RUN(T, XC, DC, CONST, len)                                                          \
+    for (i64 r = 0; r < len; r++) {                                                            \
+        const T dr = CONST ? kr : (DC ? dc[2 * r] : dc[r]);                                    \
+        const T di = CONST ? ki : (DC ? dc[2 * r + 1] : (T)0);                                 \
+        if (XC && DC) {                                                                        \
+            a[2 * r] += dr * src[2 * r] - di * src[2 * r + 1];                                 \
+            a[2 * r + 1] += dr * src[2 * r + 1] + di * src[2 * r];                             \
+        } else if (XC) {                                                                       \
+            a[2 * r] += dr * src[2 * r];                                                       \
+            a[2 * r + 1] += dr * src[2 * r + 1];                                               \
+        } else {                                                                               \
+            a[r] += dr * src[r];                                                               \
+        }                                                                                      \
+    }
+
+/* the run of len entries of out from c, from the partner entries at src */
+#define PA_CHUNK(T, XC, DC, c, srcp, len)                                                      \
+    {                                                                                          \
+        const T *src = (srcp);                                                                 \
+        T *a = acc + W * (c);                                                                  \
+        const i64 run_ = (len);                                                                \
+        if (row < 0) {                                                                         \
+            const T *dc = 0;  /* not read for a constant */                                    \
+            PA_RUN(T, XC, DC, 1, run_)                                                         \
+        } else {                                                                               \
+            const T *dc = dg + WD * (c);                                                       \
+            PA_RUN(T, XC, DC, 0, run_)                                                         \
+        }                                                                                      \
+    }
+
+#define PA_BODY(T, XC, DC)                                                                     \
+    do {                                                                                       \
+        const int W = XC ? 2 : 1, WD = DC ? 2 : 1;                                             \
+        const T *xs = (const T *)xv, *ds = (const T *)dv, *ks = (const T *)kv;                 \
+        T *os = (T *)outv;                                                                     \
+        const int bb = n < PA_BITS ? n : PA_BITS;                                              \
+        const i64 BS = (i64)1 << bb, nblk = (i64)1 << (n - bb), total = B * nblk;             \
+        const int nt = nthreads > 1 && B * ((i64)1 << n) >= ((i64)1 << PAR_MIN_BITS) ? nthreads : 1; \
+        _Pragma("omp parallel for num_threads(nt) schedule(static) if (nt > 1)")              \
+        for (i64 t = 0; t < total; t++) {                                                      \
+            T acc[2 << PA_BITS];                                                               \
+            const i64 b = t / nblk, i0 = (t % nblk) << bb;                                     \
+            const T *x = xs + W * (b << n);                                                    \
+            T *o = os + W * ((b << n) + i0);                                                   \
+            for (i64 j = 0; j < W * BS; j++) acc[j] = accumulate ? o[j] : (T)0;                \
+            for (i64 g = 0; g < G; g++) {                                                      \
+                const i64 m = masks[g], lo = m & (BS - 1), row = drow[g];                      \
+                const T *xp = x + W * (i0 ^ (m & ~(BS - 1)));                                  \
+                const T *dg = row < 0 ? 0 : ds + WD * ((row << n) + i0);                       \
+                const T kr = row < 0 ? ks[WD * g] : (T)0;                                      \
+                const T ki = row < 0 && DC ? ks[WD * g + 1] : (T)0;                            \
+                const i64 run = lo ? (lo & -lo) : BS;                                          \
+                if (run >= 4) {                                                                \
+                    for (i64 c = 0; c < BS; c += run)                                          \
+                        PA_CHUNK(T, XC, DC, c, xp + W * (c ^ lo), run)                         \
+                } else if (run == 2) {                                                         \
+                    for (i64 c = 0; c < BS; c += 2) PA_CHUNK(T, XC, DC, c, xp + W * (c ^ lo), 2) \
+                } else {  /* pairs: partner pair at c ^ (lo - 1), its two entries swapped */   \
+                    for (i64 c = 0; c < BS; c += 2) {                                          \
+                        const T *sp = xp + W * (c ^ (lo - 1));                                 \
+                        PA_CHUNK(T, XC, DC, c, sp + W, 1)                                      \
+                        PA_CHUNK(T, XC, DC, c + 1, sp, 1)                                      \
+                    }                                                                          \
+                }                                                                              \
+            }                                                                                  \
+            memcpy(o, acc, sizeof(T) * W * (size_t)BS);                                        \
+        }                                                                                      \
+    } while (0)
+
+int qd_pauli_apply(int32_t dtype, const void *xv, int64_t B, int32_t n, int64_t G,
+                   const int64_t *masks, const int64_t *drow, int64_t D, const void *dv,
+                   const void *kv, int32_t dcomplex, void *outv, int32_t accumulate,
+                   int32_t nthreads) {
+    if (B < 0 || n < 0 || n > 62 || G < 0 || D < 0 || nthreads < 1 || nthreads > 4096 ||
+        (B > 0 && (!xv || !outv)) || (B > 0 && G > 0 && (!masks || !drow || !kv)) ||
+        (D > 0 && !dv) || (B > 0 && xv == outv))
+        return QD_EARGS;
+    for (i64 g = 0; g < G; g++)
+        if (masks[g] < 0 || (masks[g] >> n) != 0 || drow[g] >= D) return QD_EARGS;
+    if (B == 0) return QD_OK;
+    if (dtype == QD_C128) {
+        if (dcomplex) PA_BODY(double, 1, 1); else PA_BODY(double, 1, 0);
+    } else if (dtype == QD_C64) {
+        if (dcomplex) PA_BODY(float, 1, 1); else PA_BODY(float, 1, 0);
+    } else if (dtype == QD_F64 && !dcomplex) {
+        PA_BODY(double, 0, 0);
+    } else if (dtype == QD_F32 && !dcomplex) {
+        PA_BODY(float, 0, 0);
+    } else {
+        return QD_EDTYPE;
+    }
+    return QD_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
 /* batched small states                                                                       */
 
 int64_t qd_batch_args_size(void) { return (int64_t)sizeof(qd_batch_args); }

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#define QD_ABI_VERSION 6
+#define QD_ABI_VERSION 7
 #define QD_MAXK 6        /* target bits of one gate */
 #define QD_MAXA 3        /* angles of one coded gate */
 #define QD_MAXN 40       /* qubits of one state */
@@ -20,7 +20,7 @@
 enum { QD_DENSE = 0, QD_DIAG = 1, QD_FLIP = 2, QD_SWAP = 3, QD_NKINDS };
 
 /* precisions of states and gate data */
-enum { QD_C128 = 0, QD_C64 = 1 };
+enum { QD_C128 = 0, QD_C64 = 1, QD_F64 = 2, QD_F32 = 3 };  /* real: qd_pauli_apply only */
 
 /* error codes (qd_strerror names them) */
 enum {
@@ -176,6 +176,14 @@ int qd_abs2(int32_t dtype, const void *s, void *out, int64_t count);
  * lb low bits (lo: B x 2^lb), the states' real type; the same bits for any nthreads */
 int qd_zmarginals(int32_t dtype, const void *s, int64_t B, int32_t n, int32_t lb, void *hi,
                   void *lo, int32_t nthreads);
+/* out[b, i] (+= when accumulate) sum_g D_g[i] x[b, i ^ masks[g]] for B states of 2^n
+ * amplitudes (dtype QD_C128/QD_C64, or QD_F64/QD_F32 with a real d) and G flip groups; D_g is
+ * row drow[g] of d (D x 2^n, the states' real type, or complex when dcomplex), or the constant
+ * consts[g] where drow[g] < 0; out must not be x; the same bits for any nthreads */
+int qd_pauli_apply(int32_t dtype, const void *x, int64_t B, int32_t n, int64_t G,
+                   const int64_t *masks, const int64_t *drow, int64_t D, const void *d,
+                   const void *consts, int32_t dcomplex, void *out, int32_t accumulate,
+                   int32_t nthreads);
 int64_t qd_scratch_release(void);  /* free the scratch kept between calls */
 int64_t qd_scratch_held(void);     /* bytes of scratch kept between calls */
 int64_t qd_batch_args_size(void);
