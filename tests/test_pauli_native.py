@@ -63,6 +63,19 @@ def test_kernel_matches_the_torch_loop(n, complex_coeffs):
         assert torch.allclose(chunked, ref.to(chunked.dtype), atol=_tol(dtype), rtol=0)
 
 
+@pytest.mark.parametrize("n", [0, 1, 2])
+def test_kernel_on_blocks_of_one_to_four_amplitudes(n):
+    words = [{}] if n == 0 else [{}, {0: "X"}, {n - 1: "Z"}, {0: "Y", n - 1: "X"}]
+    groups = PauliGroups(words, n)
+    c = torch.arange(1.0, len(words) + 1, dtype=torch.float64)
+    x = torch.randn(3, 2 ** n, dtype=torch.complex128)
+    out = native.pauli_kernel(x, groups, 0, groups.num_groups,
+                              groups.diagonals(c, torch.float64))
+    with native.disabled():
+        ref = apply(groups, c, x)
+    assert torch.allclose(out, ref, atol=1e-14, rtol=0)
+
+
 def test_kernel_chunks_accumulate_and_threads_agree_bit_for_bit():
     n = 14
     words = _words(n, 60, seed=3)

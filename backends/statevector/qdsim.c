@@ -1044,7 +1044,7 @@ int qd_zmarginals(int32_t dtype, const void *sv, int64_t B, int32_t n, int32_t l
                 const T kr = row < 0 ? ks[WD * g] : (T)0;                                      \
                 const T ki = row < 0 && DC ? ks[WD * g + 1] : (T)0;                            \
                 const i64 run = lo ? (lo & -lo) : BS;                                          \
-                if (run >= 4) {                                                                \
+                if (run >= 4 || lo == 0) {  /* lo == 0: the whole block, any size */          \
                     for (i64 c = 0; c < BS; c += run)                                          \
                         PA_CHUNK(T, XC, DC, c, xp + W * (c ^ lo), run)                         \
                 } else if (run == 2) {                                                         \
