@@ -240,20 +240,23 @@ def apply(groups: PauliGroups, coeffs: torch.Tensor, psi: torch.Tensor,
                group_chunks(groups.num_groups, groups.n, rows))  # no groups: H = 0
     if kernel is None and not grad:
         kernel = kernel_for(x)
-    if kernel is not None and not grad and groups.num_groups and kernel.takes(x):
-        out = None
+
+    def chunks():  # (lo, hi, the diagonals of groups lo..hi)
         for lo in range(0, groups.num_groups, step):
             hi = min(lo + step, groups.num_groups)
-            d = diagonals[lo:hi] if diagonals is not None else groups.diagonals(coeffs, rdtype, lo, hi)
-            out = kernel(x, groups, lo, hi, d.to(psi.device), out)
+            d = diagonals[lo:hi] if diagonals is not None else \
+                groups.diagonals(coeffs, rdtype, lo, hi)
+            yield lo, hi, d.to(psi.device)
+
+    if kernel is not None and not grad and groups.num_groups and kernel.takes(x):
+        out = None
+        for lo, hi, d in chunks():
+            out = kernel(x, groups, lo, hi, d, out)
         return out.reshape(*lead, dim)
     # rows = basis states: gathering rows is several times faster than along the last axis
     x = x.reshape(dim) if rows == 1 else x.transpose(0, 1).contiguous()
     out = None
-    for lo in range(0, groups.num_groups, step):
-        hi = min(lo + step, groups.num_groups)
-        d = diagonals[lo:hi] if diagonals is not None else groups.diagonals(coeffs, rdtype, lo, hi)
-        d = d.to(psi.device)
+    for lo, hi, d in chunks():
         dcol = d if rows == 1 else d.unsqueeze(-1)
         for g in range(lo, hi):
             term = x if groups.masks[g] == 0 else xor_permute(x, groups.masks[g], groups.n)

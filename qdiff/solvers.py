@@ -320,7 +320,7 @@ def _thick_restart(mv, project, v, k, m, tol, maxiter, space, fresh):
             # 1/sqrt(2) of it), as ARPACK does; each pass reads the basis twice
             norm0 = float(torch.linalg.vector_norm(w))
             h = torch.mv(Vj.conj(), w) if w.is_complex() else torch.mv(Vj, w)
-            w = w.addmv_(Vj.transpose(0, 1), h, alpha=-1)
+            w = torch.addmv(w, Vj.transpose(0, 1), h, alpha=-1)  # a new w: mv may return its input
             beta = float(torch.linalg.vector_norm(w))
             if not beta > 0.7071 * norm0:
                 h2 = torch.mv(Vj.conj(), w) if w.is_complex() else torch.mv(Vj, w)

@@ -59,7 +59,8 @@ def test_kernel_matches_the_torch_loop(n, complex_coeffs):
         with native.disabled():
             ref = op.apply(psi)
         assert ours.dtype == ref.dtype and ours.shape == ref.shape
-        assert torch.allclose(ours, ref, atol=_tol(dtype), rtol=0), (dtype, (ours - ref).abs().max())
+        assert torch.allclose(ours, ref, atol=_tol(dtype), rtol=0), (dtype,
+                                                                      (ours - ref).abs().max())
         assert torch.allclose(chunked, ref.to(chunked.dtype), atol=_tol(dtype), rtol=0)
 
 
@@ -121,8 +122,8 @@ def test_kernel_refuses_what_it_cannot_take():
 
 def test_views_empty_batches_and_autograd():
     n = 9
-    op = PauliSumOperator(_words(n, 30, seed=5),
-                          torch.randn(30, dtype=torch.float64, generator=torch.Generator().manual_seed(2)),
+    g = torch.Generator().manual_seed(2)
+    op = PauliSumOperator(_words(n, 30, seed=5), torch.randn(30, dtype=torch.float64, generator=g),
                           n)
     base = torch.randn(2 ** n, 4, dtype=torch.complex128)
     view = base.transpose(0, 1)  # not contiguous

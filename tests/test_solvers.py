@@ -170,6 +170,14 @@ def test_lanczos_finds_the_copy_of_a_degenerate_level_in_a_tight_cluster(low):
         assert torch.allclose(e, lam[:k], atol=1e-9), (k, e, lam[:k])
 
 
+def test_lanczos_callable_returning_its_input():
+    """An operator callable may return the very vector it was given (the identity): the
+    Krylov basis must not be changed through it."""
+    e, X, info = lanczos(lambda v: v, 2, n=8)
+    assert info.converged and torch.allclose(e, torch.ones(2, dtype=e.dtype))
+    assert torch.allclose(X @ X.T, torch.eye(2, dtype=X.dtype), atol=1e-12)
+
+
 def test_lanczos_degenerate_in_mask_and_with_start_vector():
     # diagonal operator with a 3-fold lowest level inside the sector and a lower state outside
     d = torch.tensor([-5., 0, 0, 1, 0, 2, 2, 3], dtype=torch.float64)

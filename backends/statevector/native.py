@@ -40,20 +40,19 @@ import torch
 from torch._C._functorch import is_functorch_wrapped_tensor as _is_functorch_wrapped
 
 from qdiff.backends.statevector import native_lib
-from qdiff.circuits.errors import QdiffError
 from qdiff.backends.statevector.gate_data import circuit_angles, circuit_data, fused_schedule
 from qdiff.backends.statevector.native_abi import (DENSE, DIAG, DTYPES, MAXK, PAULI_DTYPES,
-                                                   RECORD,
-                                                   AdjointArgs, angles_arg, call_run, check,
+                                                   RECORD, AdjointArgs, angles_arg, call_run, check,
                                                    program_arg, ptr, record, threads,
                                                    tiles)
 from qdiff.backends.statevector.native_coded import (PLANS, CodedPlan, Unsupported,
                                                      code_of, coded_plan, const_gate,
                                                      plan_adjoint, run_plan)
+from qdiff.circuits.errors import QdiffError
 
 __all__ = ["library", "disabled", "runs", "usable", "Unsupported", "Program", "run", "abs2",
-           "evolve", "adjoint_sweep", "pauli_kernel", "CodedPlan", "coded_plan", "code_of", "run_plan",
-           "plan_adjoint", "PLANS"]
+           "evolve", "adjoint_sweep", "pauli_kernel", "CodedPlan", "coded_plan", "code_of",
+           "run_plan", "plan_adjoint", "PLANS"]
 
 
 def library():
