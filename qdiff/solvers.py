@@ -353,10 +353,12 @@ def _thick_restart(mv, project, v, k, m, tol, maxiter, space, fresh):
             raise overflow from None
         res = (beta * Y[size - 1, :]).abs()
         kk = min(k, size)
-        # once pairs are locked, the cycles from the fresh direction must also converge the
-        # lowest pair above them: a missing copy of a degenerate eigenvalue is reached from
-        # there slowly, and would pass unseen while its Ritz value still sat above the k-th
-        kv = kk if locked is None else min(kk + 1, size)
+        # for k >= 2, once pairs are locked, the cycles from the fresh direction must also
+        # converge the lowest pair above them (where the basis can hold it beside them): a
+        # missing copy of a degenerate eigenvalue among the k is reached from there slowly, and
+        # would pass unseen while its Ritz value still sat above the k-th (for k = 1 a copy
+        # leaves the value unchanged, and a lower level shows as a lower Ritz value)
+        kv = kk + 1 if locked is not None and k > 1 and m >= kk + 2 and size > kk + 1 else kk
         scale = torch.clamp(theta[:kv].abs(), min=1.0)
         # rounding limits residuals to ~eps ||A|| (single precision: ~1e-7 ||A||)
         floor = 100 * torch.finfo(theta.dtype).eps * float(theta.abs().max())
@@ -391,12 +393,17 @@ def _thick_restart(mv, project, v, k, m, tol, maxiter, space, fresh):
             good = resid <= torch.clamp(tol * scale, min=floor)
             info = SolverInfo("lanczos", bool(good.all()) and (ok or exhausted), restarts,
                               float(resid.max()), tol, maxiter, matvecs)
-            if not info.converged:
+            if not info.converged and bool(good.all()) and locked is not None:
+                warnings.warn(f"lanczos: the {kk} pairs converged (residual {info.residual:.2e}"
+                              f" <= tol {tol:.1e}) but the check for further copies of a "
+                              f"degenerate eigenvalue among them did not finish in {matvecs} "
+                              "matvecs (maxiter)", stacklevel=3)
+            elif not info.converged:
                 warnings.warn(f"lanczos did not converge in {matvecs} matvecs (residual "
                               f"{info.residual:.2e} > tol {tol:.1e})", stacklevel=3)
             return theta[:kk], X, info
         restarts += 1
-        p = min(size - 1, kk + max(kk, (size - kk) // 2))
+        p = min(size - 1, kv + max(kv, (size - kv) // 2))
         Yp = Y[:, :p].to(V.dtype)
         newV = Yp.transpose(0, 1) @ V[:size]
         V[:p] = newV

@@ -170,6 +170,16 @@ def test_lanczos_finds_the_copy_of_a_degenerate_level_in_a_tight_cluster(low):
         assert torch.allclose(e, lam[:k], atol=1e-9), (k, e, lam[:k])
 
 
+def test_lanczos_smallest_bases_still_converge():
+    """A basis of k + 1 vectors leaves no room for the pair above the k: the check for
+    missing copies is skipped there, and the k pairs converge as before."""
+    for k, m in ((2, 3), (2, 4)):
+        e, _, info = lanczos(tfim(10), k, max_basis=m, tol=1e-9, maxiter=4000)
+        ref = torch.linalg.eigvalsh(tfim(10).to_dense())[:k]
+        assert info.converged, (k, m, info)
+        assert torch.allclose(e, ref, atol=1e-8)
+
+
 def test_lanczos_callable_returning_its_input():
     """An operator callable may return the very vector it was given (the identity): the
     Krylov basis must not be changed through it."""
