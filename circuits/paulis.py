@@ -25,6 +25,7 @@ import torch
 
 from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.operation import is_concrete
 
 
 
@@ -227,9 +228,11 @@ def apply(groups: PauliGroups, coeffs: torch.Tensor, psi: torch.Tensor,
     if needs_complex and not psi.is_complex():
         psi = psi.to(torch.complex64 if rdtype == torch.float32 else torch.complex128)
     if (torch.is_grad_enabled() and psi.requires_grad and not coeffs.requires_grad
-            and not coeffs.is_complex() and (diagonals is None or not diagonals.requires_grad)):
+            and not coeffs.is_complex() and (diagonals is None or not diagonals.requires_grad)
+            and is_concrete(psi)):
         # H is Hermitian: its vector-Jacobian product is H applied again, so nothing of the
-        # forward (a diagonal per group) is kept for the backward pass
+        # forward (a diagonal per group) is kept for the backward pass (inside torch.func
+        # transforms the differentiable loop below runs instead)
         return _HermitianApply.apply(psi, groups, coeffs, diagonals, kernel)
     lead = psi.shape[:-1]
     x = psi.reshape(-1, dim)

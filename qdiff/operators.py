@@ -34,6 +34,7 @@ import qdiff.backends.base  # noqa: F401  (loads the embedded engine: it registe
 from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import Observable, as_coeff_tensor, as_observable, check_finite
+from qdiff.circuits.operation import is_concrete
 from qdiff.circuits.paulis import PauliGroups, apply, kernel_for, walsh_hadamard, xor_permute
 
 MAX_QUBITS = 62  # flip and sign masks are int64 bit masks
@@ -209,15 +210,18 @@ class PauliSumOperator:
         rdtype = torch.float32 if c.dtype in (torch.float32, torch.complex64) else torch.float64
         own = rdtype if self.real_matrix else rdtype.to_complex()
         target = own if dtype is None or (own.is_complex and not dtype.is_complex) else dtype
-        key = (c.device, c.dtype, target, c._version, c.data_ptr())  # one entry per result
-        if key in self._diag_cache and not c.requires_grad:
+        # one entry per result; none inside torch.func transforms (the coefficients are
+        # wrapped there, without storage)
+        cached = not c.requires_grad and is_concrete(c)
+        key = (c.device, c.dtype, target, c._version, c.data_ptr()) if cached else None
+        if cached and key in self._diag_cache:
             return self._diag_cache[key]
         # the diagonals (complex in general) and one transform temporary
         _require(2.0 * self.num_groups * 2.0 ** self.n_qubits * 2 * rdtype.itemsize,
                  f"the {self.num_groups} flip-group diagonals of a {self.n_qubits}-qubit "
                  "Pauli sum", c.device)
         d = self.groups.diagonals(c, rdtype).to(target)
-        if not c.requires_grad:
+        if cached:
             if len(self._diag_cache) > 4:
                 self._diag_cache.clear()
             self._diag_cache[key] = d

@@ -330,7 +330,10 @@ def _thick_restart(mv, project, v, k, m, tol, maxiter, space, fresh):
             T[:j + 1, j] = h
             T[j, :j + 1] = h.conj()
             nxt = None
-            if j + 1 < space and beta > 1e-14 * max(1.0, float(h.abs().max())):
+            # below a few roundings of A v the rest is noise, not a direction: an invariant
+            # Krylov space (in single precision that noise is 1e-7 of it, not 1e-16)
+            limit = 10 * torch.finfo(w.real.dtype).eps * max(1.0, norm0, float(h.abs().max()))
+            if j + 1 < space and beta > limit:
                 nxt = w / beta
             elif j + 1 < space:  # invariant Krylov space: go on from a fresh direction
                 beta = 0.0

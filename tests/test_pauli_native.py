@@ -160,6 +160,46 @@ class _Counting:
         return self.kernel(*args)
 
 
+def test_lazy_conjugate_and_negative_views():
+    """conj()/neg views carry a bit, not new values: the kernel reads their values."""
+    n = 7
+    g = torch.Generator().manual_seed(8)
+    op = PauliSumOperator(_words(n, 25, seed=9), torch.randn(25, dtype=torch.float64,
+                                                                 generator=g), n)
+    psi = torch.randn(2, 2 ** n, dtype=torch.complex128, generator=g)
+    for view in (psi.conj(), -psi.conj(), torch.view_as_real(psi).neg()[..., 0]):
+        with native.disabled():
+            ref = op.apply(view.clone())
+        assert torch.allclose(op.apply(view), ref, atol=1e-12)
+        assert torch.allclose(op.expval(view), (view.conj() * ref).real.sum(-1), atol=1e-12)
+    # autograd hands the backward a conjugate view here
+    w = torch.randn(2 ** n, dtype=torch.complex128, generator=g)
+    grads = []
+    for ctx in (native.disabled, None):
+        x = psi.clone().requires_grad_(True)
+        if ctx is None:
+            (op.apply(x).conj() * w).real.sum().backward()
+        else:
+            with ctx():
+                (op.apply(x).conj() * w).real.sum().backward()
+        grads.append(x.grad)
+    assert torch.allclose(grads[0], grads[1], atol=1e-12)
+
+
+def test_torch_func_transforms_of_a_pauli_sum():
+    n = 4
+    g = torch.Generator().manual_seed(3)
+    op = PauliSumOperator(_words(n, 8, seed=4), torch.randn(8, dtype=torch.float64,
+                                                             generator=g), n)
+    psi = torch.randn(2 ** n, dtype=torch.complex128, generator=g)
+    ours = torch.func.grad(lambda p: op.expval(p))(psi)
+    x = psi.clone().requires_grad_(True)
+    op.expval(x).backward()
+    assert torch.allclose(ours, x.grad, atol=1e-12)
+    batch = torch.randn(3, 2 ** n, dtype=torch.complex128, generator=g)
+    assert torch.allclose(torch.func.vmap(op.apply)(batch), op.apply(batch), atol=1e-12)
+
+
 @pytest.mark.parametrize("cdtype", [torch.complex128, torch.complex64])
 def test_engine_expval_and_adjoint_of_a_pauli_sum(cdtype, monkeypatch):
     """A qnode's Hamiltonian expval and adjoint gradient go through the kernel."""

@@ -180,6 +180,18 @@ def test_lanczos_smallest_bases_still_converge():
         assert torch.allclose(e, ref, atol=1e-8)
 
 
+@pytest.mark.parametrize("n", [4, 6])
+def test_lanczos_single_precision_few_levels(n):
+    """A ring of ZZ terms in float32 (five levels): its Krylov space is invariant after a few
+    steps, and the rounding noise left (1e-7 of A v, not 1e-16) is no new direction."""
+    words = [{i: "Z", (i + 1) % n: "Z"} for i in range(n)]
+    H = PauliSumOperator(words, -torch.ones(n, dtype=torch.float32), n)
+    e, _, info = lanczos(H, 1, tol=1e-5)
+    assert info.converged and abs(float(e[0]) + n) < 1e-4
+    e0, _, _ = qd.ground_state(H, tol=1e-5)
+    assert abs(float(e0) + n) < 1e-4
+
+
 def test_lanczos_callable_returning_its_input():
     """An operator callable may return the very vector it was given (the identity): the
     Krylov basis must not be changed through it."""

@@ -210,12 +210,13 @@ class PauliKernel:
         """``out`` (new when ``None``, else added to) for states ``x`` taken by :meth:`takes`,
         the groups ``lo..hi`` of :class:`~qdiff.circuits.paulis.PauliGroups` ``groups`` and
         their diagonals ``d`` ``(hi - lo, 2**n)`` (real, or complex for complex states)."""
-        x = x.detach().contiguous()
+        x = x.detach().resolve_conj().resolve_neg().contiguous()  # lazy views: their values
         b, dim = x.shape
         dcomplex = d.is_complex()
         if dcomplex and not x.is_complex():
             raise QdiffError("a complex Pauli-sum diagonal on real states")
-        d = d.detach().to(x.dtype if dcomplex else x.real.dtype).contiguous()
+        d = d.detach().to(x.dtype if dcomplex else x.real.dtype).resolve_conj().resolve_neg()
+        d = d.contiguous()
         const = groups.constant[lo:hi]
         drow = torch.where(const, -1, torch.arange(hi - lo))
         consts = d[:, 0].contiguous()
