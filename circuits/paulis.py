@@ -112,6 +112,16 @@ class PauliGroups:
             self._constant = flags
         return self._constant
 
+    def kernel_rows(self, lo: int, hi: int) -> torch.Tensor:
+        """int64 ``(hi - lo,)``: each group's row among the diagonals of groups ``lo..hi``,
+        or -1 for a constant one (kernels read its value, not its row); cached."""
+        rows = self.__dict__.setdefault("_kernel_rows", {})
+        if (lo, hi) not in rows:
+            if len(rows) > 64:
+                rows.clear()
+            rows[(lo, hi)] = torch.where(self.constant[lo:hi], -1, torch.arange(hi - lo))
+        return rows[(lo, hi)]
+
     @property
     def mask_tensor(self) -> torch.Tensor:
         """``masks`` as an int64 CPU tensor (for kernels)."""

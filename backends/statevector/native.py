@@ -210,15 +210,13 @@ class PauliKernel:
         """``out`` (new when ``None``, else added to) for states ``x`` taken by :meth:`takes`,
         the groups ``lo..hi`` of :class:`~qdiff.circuits.paulis.PauliGroups` ``groups`` and
         their diagonals ``d`` ``(hi - lo, 2**n)`` (real, or complex for complex states)."""
-        x = x.detach().resolve_conj().resolve_neg().contiguous()  # lazy views: their values
+        x = _values(x.detach())
         b, dim = x.shape
         dcomplex = d.is_complex()
         if dcomplex and not x.is_complex():
             raise QdiffError("a complex Pauli-sum diagonal on real states")
-        d = d.detach().to(x.dtype if dcomplex else x.real.dtype).resolve_conj().resolve_neg()
-        d = d.contiguous()
-        const = groups.constant[lo:hi]
-        drow = torch.where(const, -1, torch.arange(hi - lo))
+        d = _values(d.detach().to(x.dtype if dcomplex else x.real.dtype))
+        drow = groups.kernel_rows(lo, hi)
         consts = d[:, 0].contiguous()
         accumulate = out is not None
         if out is None:
@@ -231,6 +229,15 @@ class PauliKernel:
             raise QdiffError(f"native kernels rejected a Pauli sum's flip groups: "
                              f"{library().qd_strerror(rc).decode()}")
         return out
+
+
+def _values(t: torch.Tensor) -> torch.Tensor:
+    """``t`` contiguous with its lazy conjugate or negation applied (the kernels read memory)."""
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    return t.contiguous()
 
 
 pauli_kernel = PauliKernel()
