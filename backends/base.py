@@ -216,11 +216,15 @@ def torch_placement(dtype, device) -> tuple:
     ``device=`` options, checked (an unknown dtype or device, or CUDA where there is none, is a
     ``QdiffError``)."""
     if dtype not in TORCH_DTYPES:
-        raise QdiffError(f"dtype must be complex128 or complex64; got {dtype}")
+        raise QdiffError(f"dtype must be complex128 or complex64 (float64 and float32 name the "
+                         f"same precisions); got {dtype}")
     try:
         torch_device = torch.device(device) if device is not None else None
     except RuntimeError as exc:
         raise QdiffError(f"invalid torch device {device!r}: {exc}") from None
+    if torch_device is not None and torch_device.type == "meta":
+        raise QdiffError(f"device={device!r}: meta tensors hold no values to simulate; use "
+                         "'cpu' or 'cuda'")
     if torch_device is not None and torch_device.type == "cuda" and not torch.cuda.is_available():
         raise QdiffError(f"device={device!r}: no CUDA device is available here (use 'cpu')")
     if torch_device is not None and torch_device.type != "cpu":

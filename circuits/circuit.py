@@ -508,6 +508,9 @@ def _check_finite(theta: torch.Tensor, ops) -> None:
     """One check for NaN/inf angles; the message names the first offending gate."""
     if theta.numel() == 0 or not is_concrete(theta):
         return
+    if theta.device.type == "meta":
+        raise QdiffError("gate angles on torch's 'meta' device hold no values to simulate; "
+                         "give them on 'cpu' or 'cuda'")
     ok = torch.isfinite(theta.detach()).all(dim=0)
     if bool(ok.all()):
         return

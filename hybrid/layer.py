@@ -72,13 +72,16 @@ class QuantumLayer(nn.Module):
                              f"{type(qnode).__name__}")
         self.qnode = qnode
         signature = inspect.signature(getattr(qnode, "func", qnode)).parameters
-        params = list(signature)
+        var_kw = any(p.kind is p.VAR_KEYWORD for p in signature.values())
+        params = [k for k, p in signature.items()
+                  if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
         if not params:
             raise QdiffError("QuantumLayer: the qnode needs an input argument (e.g. 'inputs')")
         # PennyLane's TorchLayer feeds the argument named 'inputs', wherever it stands
         self.input_arg = "inputs" if "inputs" in params and "inputs" not in weight_shapes \
             else params[0]
-        missing = [k for k in weight_shapes if k not in params]
+        # weights reach the qnode by name: its arguments, or its **kwargs (as in PennyLane)
+        missing = [] if var_kw else [k for k in weight_shapes if k not in params]
         if missing:
             raise QdiffError(f"QuantumLayer: weight(s) {missing} are not arguments of the qnode "
                              f"(its arguments: {params})")

@@ -59,7 +59,7 @@ from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective
                           refuse_batched_cotangent, refuse_graph_capture, unshare,
                           validate_rules)
 from qdiff.circuits import recording
-from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.errors import QdiffError, checked_call
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.operation import ParamRef
 from qdiff.rules import BACKPROP, higher_order, make_options, resolve
@@ -946,6 +946,7 @@ def _load(module: str, qualname: str):
     return obj
 
 
+@checked_call
 def jit(qnode, max_traces: int = 16) -> StaticQNode:
     """Record ``qnode`` once per call signature and replay the angle binding afterwards.
 

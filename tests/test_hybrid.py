@@ -712,3 +712,43 @@ def test_quantum_layer_refuses_an_unknown_keyword_by_name():
     with pytest.raises(qd.QdiffError, match=r"QuantumLayer: .*'foo' \(its arguments: qnode, "
                                             r"weight_shapes, init_method, dtype\)"):
         qd.QuantumLayer(f, {"w": ()}, foo=1)
+
+
+def test_layer_feeds_weights_through_the_qnodes_kwargs_as_pennylane():
+    """PennyLane's TorchLayer passes weights by name, so a qnode may take them as **kwargs."""
+    qml = pytest.importorskip("pennylane")
+    n = 2
+    w0 = torch.rand(1, n, dtype=torch.float64)
+    x = torch.rand(3, n, dtype=torch.float64)
+
+    @qd.qnode(qd.device("statevector", wires=n))
+    def ours(inputs, **kw):
+        qd.AngleEmbedding(inputs, wires=range(n))
+        qd.BasicEntanglerLayers(kw["w"], wires=range(n))
+        return qd.expval(qd.Z(0))
+
+    @qml.qnode(qml.device("default.qubit", wires=n), interface="torch")
+    def theirs(inputs, **kw):
+        qml.AngleEmbedding(inputs, wires=range(n))
+        qml.BasicEntanglerLayers(kw["w"], wires=range(n))
+        return qml.expval(qml.Z(0))
+
+    layer = qd.QuantumLayer(ours, {"w": (1, n)}, init_method={"w": w0}, dtype=torch.float64)
+    ref = qml.qnn.TorchLayer(theirs, {"w": (1, n)}, init_method={"w": lambda t: w0.clone()})
+    assert torch.allclose(layer(x), ref.double()(x), atol=1e-12)
+    layer(x).sum().backward()
+    assert layer.w.grad is not None and layer.w.grad.shape == (1, n)
+
+
+def test_meta_devices_and_meta_inputs_are_refused_by_name():
+    with pytest.raises(qd.QdiffError, match="meta tensors hold no values"):
+        qd.device("statevector", wires=1, device="meta")
+    layer = qd.QuantumLayer(circuit, {"weights": (2, N, 3)}, dtype=torch.float64).to("meta")
+    with pytest.raises(qd.QdiffError, match="'meta' device hold no values"):
+        layer(torch.zeros(2, N, dtype=torch.float64, device="meta"))
+
+
+def test_jit_names_an_unknown_keyword():
+    with pytest.raises(qd.QdiffError, match="jit: got an unexpected keyword argument "
+                                            "'diff_method'.*qnode, max_traces"):
+        qd.jit(circuit, diff_method="adjoint")
