@@ -1029,7 +1029,7 @@ int qd_zmarginals(int32_t dtype, const void *sv, int64_t B, int32_t n, int32_t l
         T *os = (T *)outv;                                                                     \
         const int bb = n < PA_BITS ? n : PA_BITS;                                              \
         const i64 BS = (i64)1 << bb, nblk = (i64)1 << (n - bb), total = B * nblk;             \
-        const int nt = nthreads > 1 && B * ((i64)1 << n) >= ((i64)1 << PAR_MIN_BITS) ? nthreads : 1; \
+        const int nt = nthreads > 1 && (B << n) >= ((i64)1 << PAR_MIN_BITS) ? nthreads : 1;   \
         _Pragma("omp parallel for num_threads(nt) schedule(static) if (nt > 1)")              \
         for (i64 t = 0; t < total; t++) {                                                      \
             T acc[2 << PA_BITS];                                                               \
@@ -1048,7 +1048,8 @@ int qd_zmarginals(int32_t dtype, const void *sv, int64_t B, int32_t n, int32_t l
                     for (i64 c = 0; c < BS; c += run)                                          \
                         PA_CHUNK(T, XC, DC, c, xp + W * (c ^ lo), run)                         \
                 } else if (run == 2) {                                                         \
-                    for (i64 c = 0; c < BS; c += 2) PA_CHUNK(T, XC, DC, c, xp + W * (c ^ lo), 2) \
+                    for (i64 c = 0; c < BS; c += 2)                                            \
+                        PA_CHUNK(T, XC, DC, c, xp + W * (c ^ lo), 2)                           \
                 } else {  /* pairs: partner pair at c ^ (lo - 1), its two entries swapped */   \
                     for (i64 c = 0; c < BS; c += 2) {                                          \
                         const T *sp = xp + W * (c ^ (lo - 1));                                 \
