@@ -108,7 +108,9 @@ class QNode:
         (``_keep_calls_eager`` wraps it when the first qnode is made). A shot vector
         (``shots=[100, (10, 3)]``) gives a tuple with one result per partition."""
         from qdiff.bridge import refuse_graph_capture
+        from qdiff.static import refuse_nested
         refuse_graph_capture("qnode", self.func)
+        refuse_nested()
         shots = self.shots
         if "shots" in kwargs and not self._func_takes_shots:
             shots = kwargs.pop("shots")

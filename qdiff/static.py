@@ -227,6 +227,20 @@ def _register_autoray() -> None:
         _register_autoray.done = True
 
 
+def tracing() -> bool:
+    """True while a static qnode records its function (in this thread)."""
+    return getattr(_GUARD, "on", False)
+
+
+def refuse_nested(what: str = "a qnode") -> None:
+    """A qnode called from the function a static qnode is recording: refused by name (its
+    result would be a value computed in Python, which no replay could repeat)."""
+    if tracing():
+        raise QdiffError(f"static qnode: {what} is called inside the function it records; a "
+                         "replay binds angles only and cannot rerun it. Call it outside and "
+                         "pass its result in, or use static=False for the outer qnode")
+
+
 @contextmanager
 def _guarded(storages=frozenset()):
     _GUARD.on, _GUARD.storages = True, storages
@@ -872,6 +886,7 @@ class StaticQNode:
 
     def __call__(self, *args, **kwargs):
         refuse_graph_capture("qnode", self.qnode.func)
+        refuse_nested("a static qnode")
         if _transforms_active() or _forward_ad._current_level >= 0:
             # torch.func.grad / vmap / jacrev, or torch.autograd.forward_ad's dual tensors
             # (which a replay's gather would drop): the plain qnode's path

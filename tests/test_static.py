@@ -875,3 +875,27 @@ def test_trace_evicted_by_another_thread_between_lookup_and_reorder_still_replay
             return hit
     f._traces = EvictedOnLookup(f._traces)
     torch.testing.assert_close(f(x, 0), c(x, 0), rtol=0, atol=1e-14)
+
+
+def test_a_qnode_called_inside_a_static_qnode_is_refused_by_name():
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def inner(x):
+        qd.RX(x, wires=0)
+        return qd.expval(qd.Z(0))
+
+    def body(x):
+        qd.RY(inner(x), wires=1)
+        return qd.expval(qd.Z(1))
+
+    x = torch.tensor(0.3, dtype=torch.float64)
+    with pytest.raises(qd.QdiffError, match="a qnode is called inside the function it records"):
+        qd.qnode(dev, static=True)(body)(x)
+    with pytest.raises(qd.QdiffError, match="a static qnode is called inside"):
+        inner_static = qd.qnode(dev, static=True)(inner.func)
+        qd.qnode(dev, static=True)(lambda x: (qd.RY(inner_static(x), wires=1),
+                                              qd.expval(qd.Z(1)))[1])(x)
+    # a plain outer qnode runs the inner one as classical processing
+    plain = qd.qnode(dev)(body)(x)
+    assert torch.allclose(plain, torch.cos(torch.cos(x)), atol=1e-12)
