@@ -444,8 +444,8 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
         text = (q2 if version == 2 else q3).dumps(qc)
     except Exception as exc:  # the exporters raise their own types
         raise QdiffError(f"cannot write OpenQASM {version}: {exc}") from None
-    if version == 3:
-        text = _with_gphase(text, phase)
+    if version == 3:  # the phase given and the one the circuit's gates gathered
+        text = _with_gphase(text, qc.global_phase)
     return text if text.endswith("\n") else text + "\n"  # a text file ends with a newline
 
 

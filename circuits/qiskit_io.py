@@ -208,6 +208,8 @@ def from_qiskit(qc, allow_measurements: bool = True, dynamic: bool = True) -> Qi
     registers = [(r.name, [cidx[b] for b in r]) for r in qc.cregs]
     if not getattr(phase, "parameters", None):
         phase = float(phase)
+        if not math.isfinite(phase):
+            raise QdiffError(f"the circuit's global phase (gphase) {phase} is NaN or infinite")
     return QiskitImport(circ, params, imp.meas, qc.num_clbits, phase, table, registers,
                         imp.delays)
 

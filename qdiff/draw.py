@@ -27,15 +27,22 @@ def _fmt(p, theta, decimals) -> str:
     return f"{float(p):.{decimals}f}"
 
 
+# the label of a controlled gate's innermost target
+_TARGET_LABEL = {"x": "X", "y": "Y", "z": "Z", "h": "H", "swap": "SWAP", "rx": "RX", "ry": "RY",
+                 "rz": "RZ", "p": "Rϕ", "rot": "Rot"}
+
+
 def _labels(op, theta, decimals):
-    name = op.gate.pl_name or op.name
     params = "" if decimals is None else ",".join(_fmt(p, theta, decimals) for p in op.params)
-    c = op.gate.controls
-    if op.name in _CTRL_TARGET or (c and op.gate.target is not None):
-        target = _CTRL_TARGET.get(op.name) or op.gate.target.pl_name or op.gate.target.name
+    gate, c = op.gate, 0
+    while gate.controls and gate.target is not None:  # controls of controls, outermost first
+        c, gate = c + gate.controls, gate.target
+    if c:
+        target = (_CTRL_TARGET.get(op.name) if gate is op.gate.target else None) or \
+            _TARGET_LABEL.get(gate.name) or gate.pl_name or gate.name
         t = target + (f"({params})" if params else "")
         return ["●"] * c + [t] * (len(op.wires) - c)
-    label = name + (f"({params})" if params else "")
+    label = (op.gate.pl_name or op.name) + (f"({params})" if params else "")
     return [label] * len(op.wires)
 
 

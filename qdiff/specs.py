@@ -44,7 +44,7 @@ def _used_wires(circuit) -> set:
 
 def _gradient_cost(qnode, recorded, rule, shots) -> tuple:
     """``(backend calls, circuit executions)`` of one backward pass of this call."""
-    from qdiff.bridge import expand_coefficients, unshare
+    from qdiff.bridge import DIFFERENTIABLE_KINDS, expand_coefficients, unshare
     from qdiff.rules import BACKPROP, make_options
     b = recorded.theta.shape[0]
     if not any(recorded.trainable):
@@ -54,7 +54,12 @@ def _gradient_cost(qnode, recorded, rule, shots) -> tuple:
     if rule.shifts is None:
         return 1, b  # the backend's own reverse mode: one vjp call over the batch
     circ, theta, train, _ = unshare(recorded.circuit, recorded.theta, recorded.trainable)
-    circ, _ = expand_coefficients(circ)
+    # samples and counts beside a differentiated output carry no gradient: the shifted
+    # circuits are those of the differentiable measurements
+    diff = [m for m in circ.measurements if m.kind in DIFFERENTIABLE_KINDS]
+    if not diff:
+        return 0, 0
+    circ, _ = expand_coefficients(circ.with_measurements(diff))
     opts = qnode.options if qnode.diff_method != "best" else make_options(rule.name, {})
     shifts, _ = rule.shifts(circ, train, theta.detach(), opts)
     s = shifts.shape[0]

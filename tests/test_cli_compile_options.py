@@ -190,3 +190,15 @@ def test_batch_is_quiet_when_stderr_is_not_a_terminal(tmp_path, capsys, monkeypa
     monkeypatch.setattr(sys, "stderr", tty)
     assert main(["compile", str(d), "--out-dir", str(tmp_path / "out2"), "-O", "0"]) == 0
     assert "compiling" in tty.text  # the batch's progress bar, on a terminal only
+
+
+def test_a_tiny_angle_at_level_3_writes_nothing_on_stderr(tmp_path, capsys):
+    """A success prints its report and nothing on stderr (a 1e-300 rotation once raised
+    NumPy overflow warnings in the Clifford matching)."""
+    p = tmp_path / "tiny.qasm"
+    p.write_text('OPENQASM 2.0;\ninclude "qelib1.inc";\nqreg q[1];\nrz(1e-300) q[0];\n')
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert main(["compile", str(p), "-O", "3", "-o", str(tmp_path / "o.qasm")]) == 0
+    assert capsys.readouterr().err == ""

@@ -103,3 +103,18 @@ def test_draw_controlled_gates_show_controls_and_target():
     assert "├●" in lines[1] and "├IsingXX(0.20)" in lines[1]
     assert "╰RX(0.30)" in lines[2] and "╰IsingXX(0.20)" in lines[2]
     assert "C2(" not in "".join(lines) and "C(" not in "".join(lines)
+
+
+def test_nested_controls_are_drawn_on_every_control_wire():
+    dev = qd.device("statevector", wires=4)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.ctrl(qd.ctrl(qd.RZ, control=0), control=[1, 2])(x, wires=3)
+        qd.ctrl(qd.CNOT, control=[3])(wires=[0, 1])
+        return qd.probs()
+
+    assert qd.draw(f)(0.2).splitlines() == ["0: ──╭●─────────╭●──┤  probs",
+                                            "1: ──├●─────────├X──┤  probs",
+                                            "2: ──├●─────────│───┤  probs",
+                                            "3: ──╰RZ(0.20)──╰●──┤  probs"]

@@ -489,3 +489,19 @@ def test_layer_argument_conventions_match_torch_layer():
         a, b = ours(x), pl(x)
         assert a.shape == b.shape == shape[:-1]
         assert torch.allclose(a, b, atol=1e-12)
+
+
+def test_specs_of_a_call_with_samples_beside_a_differentiated_expval():
+    """specs takes every call the qnode takes: a sample next to an expval whose input
+    requires grad counts only the expval's shifted circuits."""
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RX(x, 0)
+        qd.CNOT([0, 1])
+        return qd.expval(qd.Z(0)), qd.sample(qd.Z(1))
+
+    x = torch.tensor(0.2, requires_grad=True)
+    info = qd.specs(f)(x, shots=10)
+    assert info["circuits_per_gradient"] == 2 and info["backend_calls_per_gradient"] == 1

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import close_up_to_phase
 from qdiff.backends.statevector.simulate import simulate
+import qdiff as qd
 from qdiff.circuits import qasm
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.qiskit_io import from_qiskit, to_qiskit
@@ -435,3 +436,22 @@ def test_a_reset_line_is_named_only_when_it_is_the_one_reset():
     text = head + "reset q;\nh q[0];\nreset q[0];\n"  # the first reset (fresh qubits) runs
     with pytest.raises(QdiffError, match=r"^f\.qasm: .*reset"):
         qasm.loads(text, "f.qasm")
+
+
+def test_an_infinite_global_phase_is_refused():
+    src = 'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[1] q;\ngphase(1e400);\nh q[0];\n'
+    with pytest.raises(qd.QdiffError, match="global phase"):
+        qasm.loads(src)
+
+
+def test_openqasm3_export_keeps_the_phase_the_circuit_gathers():
+    """A GlobalPhase gate of a plain Circuit becomes the export's gphase (Qiskit's exporter
+    writes none), so the text reloads with the same unitary, phase included."""
+    from qdiff.circuits import Circuit, Operation
+    from qdiff.circuits.gates import get_gate
+    circ = Circuit(1, (Operation(get_gate("hadamard"), (0,), ()),
+                       Operation(get_gate("globalphase"), (0,), (0.3,))), num_params=0)
+    text = qasm.dumps(circ, version=3)
+    assert "gphase(" in text
+    back = qasm.loads(text)
+    assert math.isclose(back.global_phase % (2 * math.pi), (-0.3) % (2 * math.pi), abs_tol=1e-12)

@@ -105,7 +105,9 @@ def clifford_word(u: np.ndarray):
     stack = _clifford_stack()
     t = np.einsum("kij,ij->k", stack.conj(), u)
     a = np.abs(t)
-    ph = np.where(a > 0, t / np.where(a > 0, a, 1.0), 1.0)
+    # a trace near 0 (u far from m) leaves the phase free: 1 (no division by a subnormal)
+    big = a > 1e-12
+    ph = np.where(big, t / np.where(big, a, 1.0), 1.0)
     dist = np.linalg.norm((u[None] - ph[:, None, None] * stack).reshape(len(stack), -1),
                           axis=1) / math.sqrt(2.0)
     k = int(np.argmin(dist))
