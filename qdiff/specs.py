@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.midcircuit import is_mid_wire
 
 
 def _depth(circuit) -> int:
@@ -89,6 +90,25 @@ def split_shots(qnode, kwargs: dict):
     return qnode.shots, kwargs
 
 
+def _label(op, mid: set):
+    """The name ``op`` counts under: its gate's; ``MidMeasureMP`` for a mid-circuit
+    measurement (its outcome copied onto a measurement wire) and ``Conditional(<gate>)`` for
+    a gate that measurements control (a reset after a measurement counts so too, as
+    ``Conditional(PauliX)``); ``None`` for the flips of a condition on outcome 0, which are
+    not the user's gates."""
+    on_mid = [w in mid for w in op.wires]
+    if not any(on_mid):
+        return op.gate.pl_name or op.name
+    if op.name == "cx" and not on_mid[0] and on_mid[1]:
+        return "MidMeasureMP"
+    if all(on_mid):
+        return None
+    gate, k = op.gate, sum(on_mid)
+    while k > 0 and gate.controls and gate.target is not None:
+        k, gate = k - gate.controls, gate.target
+    return f"Conditional({gate.pl_name or gate.name})"
+
+
 def specs(qnode):
     """A function of the qnode's arguments returning a dict: ``gate_types`` (PennyLane names
     and counts), ``num_operations``, ``depth``, ``num_wires`` (device) and ``num_used_wires``
@@ -116,17 +136,19 @@ def specs(qnode):
         circuit = recorded.circuit
         shots = effective_shots(qnode.device, shots)
         rule = resolve(qnode.diff_method, qnode.device, circuit, recorded, shots)
+        mid = {i for i, w in enumerate(circuit.labels or ()) if is_mid_wire(w)}
         types: dict = {}
         for op in circuit.operations:
-            label = op.gate.pl_name or op.name
-            types[label] = types.get(label, 0) + 1
+            label = _label(op, mid)
+            if label is not None:
+                types[label] = types.get(label, 0) + 1
         calls, circuits = _gradient_cost(qnode, recorded, rule, shots)
         return {
             "gate_types": types,
-            "num_operations": len(circuit.operations),
+            "num_operations": sum(types.values()),
             "depth": _depth(circuit),
-            "num_wires": circuit.num_wires,
-            "num_used_wires": len(_used_wires(circuit)),
+            "num_wires": circuit.num_wires - len(mid),
+            "num_used_wires": len(_used_wires(circuit) - mid),
             "num_params": circuit.num_params,
             "num_trainable_params": int(sum(recorded.trainable)),
             "batch_size": int(recorded.theta.shape[0]) if recorded.batch_shape else None,

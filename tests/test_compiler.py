@@ -300,3 +300,18 @@ def test_compile_a_path_whose_name_looks_like_qasm(tmp_path, folder):
     p.write_text(src)
     out, rep = compile(str(p), level=1)
     assert rep.verified and rep.cx_after == 1 and rep.num_qubits == 2
+
+
+def test_compile_refuses_mid_circuit_measurements_by_name():
+    import qdiff as qd
+    from qdiff.qnode import record_circuit
+
+    def f(x):
+        qd.RY(x, 0)
+        m = qd.measure(0)
+        qd.cond(m, qd.RX)(0.7, wires=1)
+        return qd.probs(wires=[0, 1])
+
+    rec = record_circuit(f, 2, torch.tensor(0.9, dtype=torch.float64))
+    with pytest.raises(qd.QdiffError, match="compile: the circuit measures mid-circuit"):
+        qd.compile(rec.circuit)

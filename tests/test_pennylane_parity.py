@@ -505,3 +505,18 @@ def test_specs_of_a_call_with_samples_beside_a_differentiated_expval():
     x = torch.tensor(0.2, requires_grad=True)
     info = qd.specs(f)(x, shots=10)
     assert info["circuits_per_gradient"] == 2 and info["backend_calls_per_gradient"] == 1
+
+
+def test_specs_counts_mid_circuit_measurements_as_the_user_wrote_them():
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.H(0)
+        m = qd.measure(0)
+        qd.cond(~m, qd.RX)(x, wires=1)
+        return qd.expval(qd.Z(1))
+
+    s = qd.specs(f)(torch.tensor(0.3))
+    assert s["gate_types"] == {"Hadamard": 1, "MidMeasureMP": 1, "Conditional(RX)": 1}
+    assert s["num_operations"] == 3 and s["num_wires"] == 2 and s["num_used_wires"] == 2

@@ -15,6 +15,7 @@ import time
 
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.midcircuit import is_mid_wire
 from qdiff.compiler.approx import drop_small_gates
 from qdiff.compiler.basis import parse_basis, translate
 from qdiff.compiler.budget import Budget, Work
@@ -71,6 +72,10 @@ def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, na
             raise QdiffError(f"compile: basis '{b}' with target '{target}': the target's own "
                              "basis is used; give one of them")
     imp = _as_import(circuit_or_qasm)
+    if any(is_mid_wire(w) for w in imp.circuit.labels or ()):
+        raise QdiffError("compile: the circuit measures mid-circuit (its outcome wires are not "
+                         "qubits to optimize, and classically controlled operations are not "
+                         "compiled); compile the part without them")
     report = CompileReport(name=name, level=level, measurements=list(imp.measurements),
                            num_clbits=imp.num_clbits, registers=list(imp.registers),
                            approx=approx)
