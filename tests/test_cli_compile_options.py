@@ -193,8 +193,8 @@ def test_batch_is_quiet_when_stderr_is_not_a_terminal(tmp_path, capsys, monkeypa
 
 
 def test_a_tiny_angle_at_level_3_writes_nothing_on_stderr(tmp_path, capsys):
-    """A success prints its report and nothing on stderr (a 1e-300 rotation once raised
-    NumPy overflow warnings in the Clifford matching)."""
+    """A success prints its report and nothing on stderr (a 1e-300 rotation takes the
+    Clifford matching's traces down to subnormal numbers)."""
     p = tmp_path / "tiny.qasm"
     p.write_text('OPENQASM 2.0;\ninclude "qelib1.inc";\nqreg q[1];\nrz(1e-300) q[0];\n')
     import warnings
