@@ -129,6 +129,14 @@ class Gate:
     symmetric: bool = False
     zyz: Optional[Callable] = None
 
+    def unwrap_controls(self, limit: Optional[int] = None) -> tuple:
+        """``(control wires, gate)``: the controls of nested controlled gates, outermost
+        first, and the target they leave (up to ``limit`` control wires; default all)."""
+        gate, c = self, 0
+        while gate.controls and gate.target is not None and (limit is None or c < limit):
+            c, gate = c + gate.controls, gate.target
+        return c, gate
+
     # -- math ---------------------------------------------------------------------------------
     def matrix(self, *angles) -> torch.Tensor:
         """The unitary, ``(..., 2**k, 2**k)`` complex (constant gates: ``(2**k, 2**k)``)."""

@@ -34,9 +34,7 @@ _TARGET_LABEL = {"x": "X", "y": "Y", "z": "Z", "h": "H", "swap": "SWAP", "rx": "
 
 def _labels(op, theta, decimals):
     params = "" if decimals is None else ",".join(_fmt(p, theta, decimals) for p in op.params)
-    gate, c = op.gate, 0
-    while gate.controls and gate.target is not None:  # controls of controls, outermost first
-        c, gate = c + gate.controls, gate.target
+    c, gate = op.gate.unwrap_controls()  # controls of controls, outermost first
     if c:
         target = (_CTRL_TARGET.get(op.name) if gate is op.gate.target else None) or \
             _TARGET_LABEL.get(gate.name) or gate.pl_name or gate.name

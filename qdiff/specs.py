@@ -103,9 +103,7 @@ def _label(op, mid: set):
         return "MidMeasureMP"
     if all(on_mid):
         return None
-    gate, k = op.gate, sum(on_mid)
-    while k > 0 and gate.controls and gate.target is not None:
-        k, gate = k - gate.controls, gate.target
+    _, gate = op.gate.unwrap_controls(limit=sum(on_mid))
     return f"Conditional({gate.pl_name or gate.name})"
 
 
