@@ -16,7 +16,7 @@ import torch
 from qdiff.circuits import caches, memory
 from qdiff.circuits.operation import is_concrete
 from qdiff.circuits.paulis import PauliGroups, apply, kernel_for, register_kernel
-from qdiff.backends.statevector import native
+from qdiff.backends.statevector import native, pauli_triton
 
 # cached diagonals, in bytes over all observables
 _CACHE_BYTES = 1 << 28
@@ -29,6 +29,7 @@ _DIAGS: "OrderedDict[tuple, tuple]" = caches.register("pauli_sum.diagonals", Ord
 _LOCK = threading.Lock()  # the two caches' bookkeeping: threads share them
 
 register_kernel(native.pauli_kernel)  # Pauli sums on CPU states: one native call per chunk
+register_kernel(pauli_triton.pauli_kernel)  # on CUDA states: one Triton launch per chunk
 
 
 def _words_key(obs, n: int) -> tuple:
