@@ -207,9 +207,12 @@ class PauliSumOperator:
         Cached while the coefficients do not require grad.
         """
         c = self.coeffs if device is None else self.coeffs.to(device)
-        rdtype = torch.float32 if c.dtype in (torch.float32, torch.complex64) else torch.float64
-        own = rdtype if self.real_matrix else rdtype.to_complex()
+        crdtype = torch.float32 if c.dtype in (torch.float32, torch.complex64) else torch.float64
+        own = crdtype if self.real_matrix else crdtype.to_complex()
         target = own if dtype is None or (own.is_complex and not dtype.is_complex) else dtype
+        # formed in the wider of the coefficients' and the result's precision (as torch
+        # promotes a float32 factor in a float64 product)
+        rdtype = torch.float64 if target in (torch.float64, torch.complex128) else crdtype
         # one entry per result; none inside torch.func transforms (the coefficients are
         # wrapped there, without storage)
         cached = not c.requires_grad and is_concrete(c)

@@ -97,6 +97,23 @@ def test_complex64_follows_state_dtype():
                           atol=1e-5)
 
 
+@pytest.mark.parametrize("letters", ["XZ", "XYZ"])
+def test_float32_coefficients_on_double_states_sum_in_double(letters):
+    """As torch promotes a float32 factor in a float64 product: the diagonals of float32
+    coefficients applied to complex128/float64 states are summed in float64."""
+    rng = random.Random(7)
+    n, terms = 8, 60
+    words = [{q: rng.choice(letters) for q in rng.sample(range(n), 4)} for _ in range(terms)]
+    c = torch.randn(terms, generator=torch.Generator().manual_seed(3)).float()
+    op32, op64 = PauliSumOperator(words, c, n), PauliSumOperator(words, c.double(), n)
+    for dtype in ((torch.complex128, torch.float64) if letters == "XZ" else (torch.complex128,)):
+        psi = torch.randn(2, 2 ** n, dtype=dtype, generator=torch.Generator().manual_seed(4))
+        out = op32.apply(psi)
+        assert out.dtype == dtype
+        assert torch.allclose(out, op64.apply(psi), atol=1e-12, rtol=0)
+        assert torch.allclose(op32.expval(psi), op64.expval(psi), atol=1e-11, rtol=0)
+
+
 def test_walsh_hadamard_matches_definition():
     x = torch.randn(3, 2 ** 7, dtype=torch.float64)
     y = torch.arange(2 ** 7)
