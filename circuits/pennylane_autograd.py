@@ -80,6 +80,22 @@ def has_boxes(circuits) -> bool:
                for p in t.get_parameters(trainable_only=False))
 
 
+def nested_boxes(circuit) -> bool:
+    """Whether the tape's parameters carry boxes of more than one autograd trace (a box
+    holding another box, or boxes of two traces side by side): a derivative is being
+    differentiated again (``qml.jacobian(qml.jacobian(f))``, a mixed partial), whatever
+    ``max_diff`` says."""
+    from autograd.tracer import Box
+    if circuit is None:
+        return False
+    traces = set()
+    for p in circuit.get_parameters(trainable_only=False):
+        while isinstance(p, Box):
+            traces.add(p._trace)
+            p = p._value
+    return len(traces) > 1
+
+
 def execute_autograd(circuits, run):
     """``run(tapes)`` (the device's execution of tapes with torch parameters, returning torch
     results that carry their autograd graph) differentiated by autograd: the results as

@@ -7,7 +7,7 @@ measurements and decomposes every operation into the gates and channels qdiff co
 ``BitFlip``, ``PhaseFlip``, ``DepolarizingChannel``, ``AmplitudeDamping``,
 ``GeneralizedAmplitudeDamping``, ``PhaseDamping``, ``ThermalRelaxationError``, ``ResetError``,
 ``PauliError`` and constant ``QubitChannel``; a leading ``QubitDensityMatrix`` runs as the
-batch of its eigenvectors, weighted). ``execute`` runs each tape (all its broadcast
+batch of its eigenvectors, weighted, a later one as the channel that prepares its state). ``execute`` runs each tape (all its broadcast
 rows at once) on the mixed engine (``qd.device("mixed")``), which returns the final density
 matrix; every measurement is then read off that density matrix by PennyLane's own
 ``default.mixed`` measurement functions (expval, var, probs, ``density_matrix``, ``purity``,
@@ -135,6 +135,31 @@ def _refuse_mid_circuit_measurements(tape, noise_name: str):
                               "wires and gates that the model would treat as device qubits and "
                               "gates; measure at the end of the circuit")
     return (tape,), lambda results: results[0]
+
+
+@qml.transform
+def _density_resets(tape):
+    """A ``QubitDensityMatrix(sigma)`` after the first operation replaces its wires' state by
+    ``sigma`` (``rho -> Tr_w(rho) (x) sigma``, as ``default.mixed`` applies it): the constant
+    channel with Kraus matrices ``sqrt(l_i) |v_i><j|`` over the eigenpairs of ``sigma`` and
+    the basis states ``j``."""
+    ops = list(tape.operations)
+    if not any(type(op).__name__ == "QubitDensityMatrix" for op in ops[1:]):
+        return (tape,), lambda results: results[0]
+    for i, op in enumerate(ops[1:], start=1):
+        if type(op).__name__ != "QubitDensityMatrix":
+            continue
+        sigma = op.data[0]
+        if qml.math.requires_grad(sigma) or qml.math.ndim(sigma) != 2:
+            raise DeviceError(f"qdiff.mixed: QubitDensityMatrix on wires {list(op.wires)} "
+                              "after the first operation must be one constant density matrix "
+                              "(not trainable, not broadcast)")
+        lam, vecs = np.linalg.eigh(np.asarray(qml.math.unwrap(sigma), dtype=complex))
+        d = vecs.shape[0]
+        kraus = [np.sqrt(l) * np.outer(vecs[:, a], np.eye(d)[j])
+                 for a, l in enumerate(lam) if l > 1e-15 for j in range(d)]
+        ops[i] = qml.QubitChannel(kraus, wires=op.wires)
+    return (tape.copy(operations=ops),), lambda results: results[0]
 
 
 _SHADOWS = (ClassicalShadowMP, ShadowExpvalMP)
@@ -266,6 +291,7 @@ class QdiffMixed(Device):
             program.add_transform(_refuse_mid_circuit_measurements, self.noise.name)
         program.add_transform(defer_within(), device_wires=self.wires, name=self.name,
                               allow_postselect=False)
+        program.add_transform(_density_resets)
         program.add_transform(decompose_broadcast(), stopping_condition=_stopping_condition,
                               decomposer=_decomposer, split_rows=_split_channel_rows,
                               name=self.name)

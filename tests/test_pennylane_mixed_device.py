@@ -462,6 +462,44 @@ def test_a_density_matrix_as_initial_state_equals_default_mixed():
         g(trainable)
 
 
+def test_a_density_matrix_after_the_first_operation_equals_default_mixed():
+    """QubitDensityMatrix later in the circuit replaces its wires' state (the rest traced
+    out), as on default.mixed: values, density matrices and a backprop gradient."""
+    sigma = np.array([[0.3, 0.2 - 0.1j], [0.2 + 0.1j, 0.7]])
+
+    def circuit(x):
+        qml.RY(x, wires=0)
+        qml.CNOT(wires=[0, 1])
+        qml.Hadamard(wires=2)
+        qml.QubitDensityMatrix(sigma, wires=[1])
+        qml.CRY(x, wires=[1, 2])
+        qml.QubitDensityMatrix(np.diag([0.1, 0.2, 0.3, 0.4]).astype(complex), wires=[2, 0])
+        qml.CNOT(wires=[0, 1])
+        return (qml.expval(qml.PauliZ(0) @ qml.PauliX(2)), qml.density_matrix(wires=[2, 0, 1]),
+                qml.purity(wires=[0, 1]), qml.probs(wires=[1]))
+    got, want = (q(0.7) for q in _both(3, circuit))
+    _same(got, want, 1e-10)
+
+    def single(x):
+        qml.RY(x, wires=0)
+        qml.QubitDensityMatrix(sigma, wires=[1])
+        qml.CRX(x, wires=[0, 1])
+        return qml.expval(qml.PauliZ(1))
+    from pennylane import numpy as pnp
+    x = pnp.array(0.7, requires_grad=True)
+    grads = [qml.grad(qml.QNode(single, qml.device(name, wires=2), diff_method="backprop"))(x)
+             for name in ("qdiff.mixed", "default.mixed")]
+    assert abs(grads[0] - grads[1]) < 1e-10
+
+    @qml.qnode(qml.device("qdiff.mixed", wires=2), interface="torch")
+    def g(m):
+        qml.RX(0.3, wires=0)
+        qml.QubitDensityMatrix(m, wires=[1])
+        return qml.expval(qml.PauliZ(1))
+    with pytest.raises(qml.exceptions.DeviceError, match="QubitDensityMatrix.*not trainable"):
+        g(torch.tensor(sigma, requires_grad=True))
+
+
 def test_a_broadcast_channel_parameter_gives_one_row_per_value():
     # PennyLane's channels report no batch_size; each value of p is one row, as each value of
     # a broadcast gate angle is (default.mixed refuses this input: compared value by value)

@@ -822,6 +822,39 @@ def test_best_second_derivatives_equal_default_qubit(interface):
     assert abs(vals[0] - vals[1]) < 1e-8
 
 
+def test_best_second_derivatives_without_max_diff_equal_default_qubit():
+    """Nested qml.jacobian / qml.grad with PennyLane's default max_diff=1: a Hessian and a
+    mixed partial through 'best' equal default.qubit's (the reverse sweep's VJP cannot be
+    differentiated again, so the nested call backpropagates)."""
+    def body(a, b):
+        qml.RX(a, 0)
+        qml.RY(b, 0)
+        qml.CRX(a * b, [0, 1])
+        return qml.expval(qml.Z(0) @ qml.Z(1))
+
+    got = []
+    for name in ("qdiff.statevector", "default.qubit"):
+        q = qml.QNode(body, qml.device(name, wires=2))
+        a, b = pnp.array(0.3, requires_grad=True), pnp.array(0.8, requires_grad=True)
+        hess = qml.jacobian(qml.jacobian(lambda v: q(v[0], v[1])))(pnp.array([0.3, 0.8]))
+        mixed = qml.grad(lambda y: qml.grad(lambda x: q(x, y))(a))(b)
+        got.append((hess, mixed))
+    assert np.allclose(got[0][0], got[1][0], atol=1e-10)
+    assert abs(got[0][1] - got[1][1]) < 1e-10 and abs(got[1][1]) > 0.1
+
+
+def test_device_vjp_refuses_torch_create_graph():
+    """torch differentiating the device VJP again (a Hessian with max_diff=1): refused by
+    name, not a Hessian missing the circuit's second derivatives."""
+    q = qml.QNode(_hessian_body, qml.device("qdiff.statevector", wires=1), diff_method="best",
+                  interface="torch")
+    x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(qml.exceptions.DeviceError, match="create_graph=True.*max_diff=2"):
+        torch.autograd.functional.hessian(q, x)
+    (g,) = torch.autograd.grad(q(x), x)  # a plain backward still takes the reverse sweep
+    assert abs(float(g) + np.sin(0.6)) < 1e-12
+
+
 def test_adjoint_refuses_second_derivatives():
     dev = qml.device("qdiff.statevector", wires=1)
     with pytest.raises(qml.exceptions.QuantumFunctionError, match="adjoint"):

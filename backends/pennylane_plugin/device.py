@@ -46,7 +46,8 @@ from pennylane.measurements import (ClassicalShadowMP, ExpectationMP, Probabilit
 from qdiff.backends.base import Job
 from qdiff.backends.pennylane_plugin import signature
 from qdiff.circuits.pennylane_autograd import (backprop_interface, execute_autograd, has_boxes,
-                                               to_user, torch_backprop, torch_tape)
+                                               nested_boxes, to_user, torch_backprop,
+                                               torch_tape)
 from qdiff.backends.statevector import StatevectorBackend
 from qdiff.backends.statevector.engine import Residual
 from qdiff.backends.statevector.simulate import Trace
@@ -292,7 +293,7 @@ class QdiffStatevector(Device):
         """The engine's reverse mode: first derivatives of what :meth:`_adjoint_program`
         accepts (a VJP of constant cotangents has no second derivative). PennyLane asks up to
         three times about the same tape per call: the last tape's answer is kept."""
-        if config.derivative_order > 1:
+        if config.derivative_order > 1 or nested_boxes(circuit):
             return False
         if circuit is None:
             return True
@@ -696,6 +697,16 @@ class QdiffStatevector(Device):
         return plans
 
     def compute_vjp(self, circuits, cotangents, execution_config=None):
+        if execution_config is not None and execution_config.interface == Interface.TORCH \
+                and torch.is_grad_enabled():
+            # torch's backward with create_graph=True (a Hessian, a gradient penalty; torch
+            # runs a plain backward with grad mode off): the tapes hold plain numbers here, so
+            # the VJP cannot be differentiated again
+            raise DeviceError(f"{self.name}: the device VJP (diff_method='best' or 'adjoint' "
+                              "with device_vjp=True) is a first derivative and torch asked to "
+                              "differentiate it again (create_graph=True); pass max_diff=2 "
+                              "('best' then backpropagates) or use diff_method='backprop' or "
+                              "'parameter-shift' with max_diff=2")
         plans = self._adjoint_plans(circuits)
         cots = [_flat_cotangent(p, dy) for p, dy in zip(plans, cotangents)]
         merged, members = _merge([p.job for p in plans])
