@@ -7,8 +7,8 @@ measurements and decomposes every operation into the gates and channels qdiff co
 ``BitFlip``, ``PhaseFlip``, ``DepolarizingChannel``, ``AmplitudeDamping``,
 ``GeneralizedAmplitudeDamping``, ``PhaseDamping``, ``ThermalRelaxationError``, ``ResetError``,
 ``PauliError`` and constant ``QubitChannel``; a leading ``QubitDensityMatrix`` runs as the
-batch of its eigenvectors, weighted, a later one as the channel that prepares its state). ``execute`` runs each tape (all its broadcast
-rows at once) on the mixed engine (``qd.device("mixed")``), which returns the final density
+batch of its eigenvectors, weighted, a later one as the channel that prepares its state).
+``execute`` runs each tape (all its broadcast rows at once) on the mixed engine (``qd.device("mixed")``), which returns the final density
 matrix; every measurement is then read off that density matrix by PennyLane's own
 ``default.mixed`` measurement functions (expval, var, probs, ``density_matrix``, ``purity``,
 ``vn_entropy``, ``mutual_info``, sample/counts with shots, shot vectors), so results have
