@@ -376,6 +376,30 @@ def test_forward_mode_ad_dual_tensors_carry_tangents(method, static):
         g(fwAD.make_dual(s, torch.ones(4, dtype=torch.float64)))
 
 
+@pytest.mark.parametrize("method,shots", [("spsa", None), ("parameter-shift", 4000),
+                                          ("spsa", 4000), ("best", 4000)])
+def test_vectorized_forward_mode_jacobian_with_random_draws(method, shots):
+    """torch.autograd.functional.jacobian(vectorize=True, strategy="forward-mode") runs the
+    function in torch's legacy vmap mode, which refuses random draws: SPSA's directions and a
+    device's shots are drawn outside it (one draw, as without the Jacobian), and the estimate
+    is within its statistical error of the exact Jacobian; a seed repeats it."""
+    def make():
+        dev = qd.device("statevector", wires=2, shots=shots, seed=11)
+        kw = {"num_directions": 4000, "seed": 5} if method == "spsa" else {}
+
+        @qd.qnode(dev, diff_method=method, **kw)
+        def f(x):
+            qd.RX(x[0], wires=0); qd.RY(x[1], wires=1); qd.CNOT(wires=[0, 1])
+            return qd.expval(qd.Z(0) @ qd.Z(1))
+        return f
+    x = torch.tensor([0.3, 0.8], dtype=torch.float64)
+    exact = torch.tensor([0.0, -math.sin(0.8)], dtype=torch.float64)  # <Z0 Z1> = cos(x[1])
+    jac = [torch.autograd.functional.jacobian(make(), x, vectorize=True,
+                                              strategy="forward-mode") for _ in range(2)]
+    assert torch.equal(jac[0], jac[1])
+    assert torch.allclose(jac[0], exact, atol=0.08, rtol=0)
+
+
 @pytest.mark.parametrize("method", ["adjoint", "finite-diff", "spsa"])
 def test_torch_func_hessian_of_first_order_rules_raises(method):
     f = qd.QNode(lambda w: (qd.RX(w[0], wires=0), qd.RY(w[1], wires=0),
