@@ -19,6 +19,7 @@ import torch
 from qdiff.backends import qiskit_common as qc_common
 from qdiff.backends.base import Backend, Capabilities, Result, flat_outputs
 from qdiff.backends.runtime_jobs import JobRunner
+from qdiff.circuits import caches
 from qdiff.circuits.channels import is_channel
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.memory import require
@@ -107,7 +108,8 @@ class QiskitBackend(Backend):
         with the same seed repeats the same sequence (as the embedded engine's shots do)."""
         if self.seed is None:
             return None
-        return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=self.generator("cpu")))
+        with caches.outside_legacy_vmap():
+            return int(torch.randint(0, 2 ** 31 - 1, (1,), generator=self.generator("cpu")))
 
     def __getstate__(self):
         """Pickled (``torch.save`` of a model, ``copy.deepcopy``) without the built pass

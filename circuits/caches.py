@@ -56,6 +56,23 @@ def constants():
         yield
 
 
+@contextlib.contextmanager
+def outside_legacy_vmap():
+    """The block runs outside torch's legacy vmap mode, where random draws (shots, SPSA
+    directions) are refused. ``torch.autograd.functional.jacobian(..., vectorize=True,
+    strategy="forward-mode")`` runs the whole function in that mode with only its tangents
+    batched: a draw from plain tensors there is one draw, as without the Jacobian."""
+    depth = 0
+    while torch._C._vmapmode_decrement_nesting() >= 0:
+        depth += 1
+    torch._C._vmapmode_increment_nesting()  # the last step went below zero: back to it
+    try:
+        yield
+    finally:
+        for _ in range(depth):
+            torch._C._vmapmode_increment_nesting()
+
+
 def cached(maxsize=None):
     """``functools.lru_cache(maxsize)`` that registers itself under the function's
     ``module.qualname``; the function runs under :func:`constants`."""

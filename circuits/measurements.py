@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from qdiff.circuits import memory, recording
+from qdiff.circuits import caches, memory, recording
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.midcircuit import MeasurementValue
 from qdiff.circuits.observables import Observable, as_observable, one_term
@@ -230,7 +230,9 @@ def sample_indices(p: torch.Tensor, shots: int, generator, words: int = 3) -> to
     p = p.clamp_min(0).to(torch.float64)
     p = p / p.sum(-1, keepdim=True)
     if d <= _MULTINOMIAL_MAX:
-        return torch.multinomial(p, shots, replacement=True, generator=generator)
+        with caches.outside_legacy_vmap():
+            return torch.multinomial(p, shots, replacement=True, generator=generator)
     cdf = torch.cumsum(p, -1)
-    u = torch.rand(b, shots, dtype=torch.float64, device=p.device, generator=generator)
+    with caches.outside_legacy_vmap():
+        u = torch.rand(b, shots, dtype=torch.float64, device=p.device, generator=generator)
     return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp_max_(d - 1)

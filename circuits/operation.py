@@ -78,8 +78,11 @@ def check_param(value, gate_name: str):
         if not value.dtype.is_floating_point:
             value = value.to(torch.get_default_dtype() if torch.get_default_dtype() == torch.float64
                              else torch.float64)
+        if value.layout != torch.strided:  # a sparse tensor: its values, differentiably
+            value = value.to_dense()
         return value  # finiteness is checked once on the stacked theta (Circuit.from_recording)
-    if isinstance(value, (str, bytes, bool)):  # numpy would turn "0.3" into 0.3 silently
+    if value is None or isinstance(value, (str, bytes, bool)):  # numpy would turn "0.3" into
+        # 0.3 and None into NaN silently
         raise QdiffError(f"gate '{gate_name}': angle must be a real number or tensor, "
                          f"got {type(value).__name__} {value!r}")
     if isinstance(value, numbers.Real):

@@ -42,8 +42,8 @@ from qdiff.circuits import caches, memory
 from qdiff.circuits.observables import Factor, Hermitian, Observable
 from qdiff.circuits.operation import ParamRef, is_concrete
 from qdiff.rules import (BACKPROP, FINITE_DIFF, PARAMETER_SHIFT, SHOT_FD_STEP, Options, Rule,
-                         call_shots, default_step, higher_order, make_options, needs_backprop,
-                         resolve, trainable_matrix_op)
+                         call_shots, default_step, has_shiftless_trainables, higher_order,
+                         make_options, needs_backprop, resolve, trainable_matrix_op)
 from qdiff.shift_rules import shift_rule
 
 DIFFERENTIABLE_KINDS = ("expval", "var", "probs")
@@ -726,6 +726,11 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
             out = _run_nested(recorded, backend, rule, diff_method, shots, nested[0])
             if out is not None:
                 return out
+        if higher_order(diff_method, rule) is not None and _is_wrapped(theta) and \
+                has_shiftless_trainables(circuit, recorded):
+            # nested levels (torch.func.hessian) over a best adjoint whose gates lack the
+            # shift rules its second derivative takes: the torch simulation carries them all
+            return backend.run(circuit, theta, prep, shots=shots)
     if shots and torch.is_grad_enabled():
         _refuse_sampled_trainable_matrix(circuit)
     if rule is BACKPROP or not needs_grad:

@@ -106,7 +106,8 @@ def _spsa_shifts(circuit, trainable, theta, options):
     k, eps = int(options["num_directions"]), float(options["epsilon"])
     dt, dev = theta.dtype, theta.device
     _require_shifts("spsa", 2 * k, theta, extra=(8.0 + 3 * theta.element_size()) * k * p)
-    with caches.constants():  # the qnode's own stream, also inside torch.func transforms
+    # the qnode's own stream, also inside torch.func transforms and torch's legacy vmap mode
+    with caches.constants(), caches.outside_legacy_vmap():
         signs = torch.randint(0, 2, (k, len(cols)), generator=options.generator)
     delta = torch.zeros(k, p, dtype=dt, device=dev)
     delta[:, cols] = signs.to(dt).mul_(2).sub_(1).to(dev)

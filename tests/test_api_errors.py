@@ -110,6 +110,32 @@ def test_complex_numpy_angles_are_refused(angle):
         run(1, body)
 
 
+def test_none_angle_is_refused_by_type():
+    """None is not an angle: named by its type, not read as NaN."""
+    def body():
+        qd.RX(None, wires=0)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(QdiffError, match=r"'RX': angle must be a real number or tensor, got "
+                                         r"NoneType"):
+        run(1, body)
+
+
+def test_sparse_tensor_angles_are_their_values():
+    """A sparse tensor of angles is its dense values, and its gradient reaches it."""
+    dev = qd.device("statevector", wires=1)
+
+    @qd.qnode(dev, diff_method="adjoint")
+    def f(x):
+        qd.RX(x, wires=0)
+        return qd.expval(qd.Z(0))
+    dense = torch.tensor([0.3, 0.0, 0.5], dtype=torch.float64)
+    x = dense.to_sparse().requires_grad_()
+    out = f(x)
+    assert torch.allclose(out, torch.cos(dense), atol=1e-12)
+    out.sum().backward()
+    assert torch.allclose(x.grad.to_dense(), -torch.sin(dense), atol=1e-12)
+
+
 @pytest.mark.parametrize("make", [
     lambda: qd.Hamiltonian([float("nan"), 1.0], [qd.Z(0), qd.X(0)]),
     lambda: qd.Hamiltonian(torch.tensor([1.0, float("inf")]), [qd.Z(0), qd.X(0)]),

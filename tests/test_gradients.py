@@ -376,6 +376,30 @@ def test_forward_mode_ad_dual_tensors_carry_tangents(method, static):
         g(fwAD.make_dual(s, torch.ones(4, dtype=torch.float64)))
 
 
+@pytest.mark.parametrize("method,shots", [("spsa", None), ("parameter-shift", 4000),
+                                          ("spsa", 4000), ("best", 4000)])
+def test_vectorized_forward_mode_jacobian_with_random_draws(method, shots):
+    """torch.autograd.functional.jacobian(vectorize=True, strategy="forward-mode") runs the
+    function in torch's legacy vmap mode, which refuses random draws: SPSA's directions and a
+    device's shots are drawn outside it (one draw, as without the Jacobian), and the estimate
+    is within its statistical error of the exact Jacobian; a seed repeats it."""
+    def make():
+        dev = qd.device("statevector", wires=2, shots=shots, seed=11)
+        kw = {"num_directions": 4000, "seed": 5} if method == "spsa" else {}
+
+        @qd.qnode(dev, diff_method=method, **kw)
+        def f(x):
+            qd.RX(x[0], wires=0); qd.RY(x[1], wires=1); qd.CNOT(wires=[0, 1])
+            return qd.expval(qd.Z(0) @ qd.Z(1))
+        return f
+    x = torch.tensor([0.3, 0.8], dtype=torch.float64)
+    exact = torch.tensor([0.0, -math.sin(0.8)], dtype=torch.float64)  # <Z0 Z1> = cos(x[1])
+    jac = [torch.autograd.functional.jacobian(make(), x, vectorize=True,
+                                              strategy="forward-mode") for _ in range(2)]
+    assert torch.equal(jac[0], jac[1])
+    assert torch.allclose(jac[0], exact, atol=0.08, rtol=0)
+
+
 @pytest.mark.parametrize("method", ["adjoint", "finite-diff", "spsa"])
 def test_torch_func_hessian_of_first_order_rules_raises(method):
     f = qd.QNode(lambda w: (qd.RX(w[0], wires=0), qd.RY(w[1], wires=0),
@@ -784,3 +808,43 @@ def test_forward_mode_through_a_gate_without_generator_and_its_memory_check(monk
         with fwAD.dual_level():
             f(fwAD.make_dual(torch.tensor(x, dtype=torch.float64),
                              torch.tensor(1.0, dtype=torch.float64)))
+
+
+def test_torch_func_hessians_through_a_gate_without_generator():
+    """A gate known only by its (not single-generator) matrix under torch.func's nested
+    transforms: ``best`` gives the backprop Hessian by jacfwd(jacrev), jacrev(jacrev) and
+    jacfwd(grad); ``adjoint`` refuses by name; first-order jacfwd of ``adjoint`` is exact."""
+    def mat(t):  # RX(t) RZ(t**2): no U = A exp(-i t G) B form
+        c, s = torch.cos(t / 2), torch.sin(t / 2)
+        rx = torch.stack([torch.stack([c + 0j, -1j * s], -1),
+                          torch.stack([-1j * s, c + 0j], -1)], -2)
+        ph = torch.exp(-0.5j * t * t)
+        zero = torch.zeros_like(ph)
+        rz = torch.stack([torch.stack([ph, zero], -1), torch.stack([zero, ph.conj()], -1)], -2)
+        return rx @ rz
+    gate = Gate("rx_rz_sq", 1, 1, mat, pl_name="RXRZSquared")
+    dev = qd.device("statevector", wires=2)
+
+    def make(method):
+        @qd.qnode(dev, diff_method=method)
+        def f(x):
+            gate(x[0], wires=0)
+            qd.RY(x[1], wires=1)
+            qd.CNOT(wires=[0, 1])
+            qd.RY(0.3, wires=0)
+            qd.CRX(x[1], wires=[1, 0])
+            return qd.expval(qd.Y(0))  # a single Pauli word: no coefficient tensor
+        return f
+    x = torch.tensor([0.7, -0.4], dtype=torch.float64)
+    ref = torch.autograd.functional.hessian(make("backprop"), x)
+    assert ref.abs().max() > 0.1
+    best = make("best")
+    for hess in (torch.func.hessian, lambda g: torch.func.jacrev(torch.func.jacrev(g)),
+                 lambda g: torch.func.jacfwd(torch.func.grad(g))):
+        assert torch.allclose(hess(best)(x), ref, atol=1e-10, rtol=0)
+    adjoint = make("adjoint")
+    assert torch.allclose(torch.func.jacfwd(adjoint)(x),
+                          torch.autograd.functional.jacobian(make("backprop"), x), atol=1e-12)
+    with pytest.raises(qd.QdiffError, match="second derivatives are not available with "
+                                            "diff_method='adjoint'"):
+        torch.func.hessian(adjoint)(x)

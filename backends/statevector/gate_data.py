@@ -219,22 +219,27 @@ def _weight_tensor(weights: tuple, cdtype, device) -> torch.Tensor:
 
 def _autodiff_matrix(gate, angles, slot, cdtype):
     """Fallback for gates with no generator: forward-mode AD of the matrix function (reverse
-    mode, one backward per real matrix entry, inside a caller's forward-mode level, which
-    torch does not nest)."""
+    mode, one pullback per real matrix entry, inside a caller's forward-mode level, which
+    torch does not nest; by ``torch.func.vjp``, which also runs inside torch.func transforms,
+    where ``requires_grad_`` is refused)."""
     import torch.autograd.forward_ad as fwAD
     width = max(a.shape[0] for a in angles)
     if fwAD._current_level >= 0:
         args = [a.detach().expand(width) for a in angles]
+        u = gate.matrix_fn(*args)
+
+        def entries(x):
+            m = gate.matrix_fn(*args[:slot], x, *args[slot + 1:])
+            return torch.view_as_real(m.to(torch.complex128)) if m.is_complex() else m
+
         with torch.enable_grad():
-            x = args[slot] = args[slot].clone().requires_grad_(True)
-            u = gate.matrix_fn(*args)
-            parts = torch.view_as_real(u.to(torch.complex128)) if u.is_complex() else u
-            flat = parts.reshape(width, -1)
-            cols = []
-            for j in range(flat.shape[1]):  # matrix row b depends on angle b only
-                (g,) = torch.autograd.grad(flat[:, j].sum(), x, retain_graph=True,
-                                           allow_unused=True)
-                cols.append(torch.zeros_like(x) if g is None else g)
+            parts, pull = torch.func.vjp(entries, args[slot])
+        flat = parts.reshape(width, -1)
+        cols = []
+        for j in range(flat.shape[1]):  # matrix row b depends on angle b only
+            unit = torch.zeros_like(flat)
+            unit[:, j] = 1
+            cols.append(pull(unit.reshape(parts.shape))[0])
         du = torch.stack(cols, 1).reshape(parts.shape)
         return (torch.view_as_complex(du.contiguous()) if u.is_complex() else du).to(cdtype)
     with fwAD.dual_level():

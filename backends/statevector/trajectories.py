@@ -20,7 +20,7 @@ from qdiff.backends.statevector import kernels
 from qdiff.backends.statevector.apply import real_dtype_of
 from qdiff.backends.statevector.gate_data import circuit_angles
 from qdiff.backends.statevector.simulate import check_memory, evolve, zero_state
-from qdiff.circuits import memory
+from qdiff.circuits import caches, memory
 from qdiff.circuits.channels import is_channel
 
 UNIFORM_SHARE = 0.05
@@ -61,8 +61,9 @@ def apply_channel(state, weights, ops, wires, n, generator) -> tuple:
         mixed = (1 - UNIFORM_SHARE) * weight + UNIFORM_SHARE / m
         q = torch.where((weight == 0).any(-1, keepdim=True), mixed, weight)
         q = q.expand(r, m).to(state.device)
-        idx = torch.multinomial(q.cpu() if generator.device.type == "cpu" else q, 1,
-                                generator=generator).to(state.device)[:, 0]
+        with caches.outside_legacy_vmap():
+            idx = torch.multinomial(q.cpu() if generator.device.type == "cpu" else q, 1,
+                                    generator=generator).to(state.device)[:, 0]
         q_drawn = q.gather(1, idx[:, None])[:, 0]
     rows = torch.arange(r, device=state.device)
     w = weights.to(state.device).expand(r, m)[rows, idx]
