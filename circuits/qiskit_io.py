@@ -147,6 +147,7 @@ class _Importer:
         self.delays = 0
         self.source: dict = {}
         self.depth = 0
+        self.phase = 0.0  # the global phases of the definitions expanded (outside conditions)
         self._qc, self._final = qc, None
 
     def final(self, k: int) -> bool:
@@ -203,7 +204,7 @@ def from_qiskit(qc, allow_measurements: bool = True, dynamic: bool = True) -> Qi
         labels = _deferred_labels(imp)
     circ = Circuit(qc.num_qubits + imp.extra, tuple(imp.ops), (), len(params) + len(imp.table),
                    labels)
-    phase = qc.global_phase
+    phase = qc.global_phase + imp.phase
     cidx = {c: i for i, c in enumerate(qc.clbits)}
     registers = [(r.name, [cidx[b] for b in r]) for r in qc.cregs]
     if not getattr(phase, "parameters", None):
@@ -238,6 +239,8 @@ def _deferred_labels(imp: _Importer) -> tuple:
 
 def _convert_into(qc, qmap, imp: _Importer, top: bool, bits: Optional[Bits] = None):
     local_q = {q: qmap[i] for i, q in enumerate(qc.qubits)}
+    if not top and not imp.depth:  # a phase under a classical condition is unobservable
+        imp.phase = imp.phase + qc.global_phase
     if bits is None:
         bits = Bits(imp.cidx) if top else Bits({})  # read only
     ops, meas = imp.ops, imp.meas
@@ -288,7 +291,9 @@ def _convert_into(qc, qmap, imp: _Importer, top: bool, bits: Optional[Bits] = No
             _pauli_evolution(op, qubits, imp, where)
         elif name == "annotated" and hasattr(op, "modifiers"):
             _convert_into(_unannotated(op, where), list(qubits), imp, False)
-        elif getattr(op, "definition", None) is not None:
+        elif name == "hamiltonian" and _free_parameters(op.params[-1:]):
+            _hamiltonian_evolution(op, qubits, imp, where)
+        elif _definition(op, where) is not None:
             _convert_into(op.definition, list(qubits), imp, False,
                           bits.body(op.definition, inst.clbits) if inst.clbits else None)
         else:
@@ -437,6 +442,53 @@ def _pauli_evolution(op, qubits: tuple, imp: _Importer, where: str) -> None:
     ops.append(_matrix_operation(expm(-1j * t * h), qubits, where))
 
 
+def _free_parameters(values) -> bool:
+    """Whether any of ``values`` is a parameter expression with unbound parameters."""
+    from qiskit.circuit import ParameterExpression
+    return any(isinstance(v, ParameterExpression) and v.parameters for v in values)
+
+
+def _definition(op, where: str):
+    """``op.definition``; a definition Qiskit cannot build (one that needs a bound parameter)
+    is a QdiffError naming the gate."""
+    try:
+        return getattr(op, "definition", None)
+    except Exception as exc:  # qiskit raises several types for unbound parameters
+        raise QdiffError(f"{where}: Qiskit cannot build the definition of '{op.name}' with "
+                         f"parameters {[str(p) for p in op.params if not hasattr(p, 'shape')]} "
+                         f"({type(exc).__name__}: {exc}); bind them first "
+                         "(qc.assign_parameters)") from None
+
+
+def _hamiltonian_evolution(op, qubits: tuple, imp: _Importer, where: str) -> None:
+    """A ``HamiltonianGate`` ``exp(-i t H)`` with a parameter time, exactly: ``H = V D V^†``
+    gives ``V exp(-i t D) V^†``, and ``exp(-i t D)`` is a product of commuting ``MultiRZ``
+    rotations by ``2 t c_s`` on the Z words ``s`` of ``D``'s Walsh expansion (the identity term
+    ``c_0`` is the global phase ``-t c_0``)."""
+    from qdiff.circuits.gates import multirz_gate
+    k = len(qubits)
+    if k > MAX_MATRIX_QUBITS:
+        raise QdiffError(f"{where}: HamiltonianGate on {k} qubits: its matrix is above the "
+                         f"limit of {MAX_MATRIX_QUBITS} qubits")
+    time = imp.angle(op.params[1], where)
+    if not isinstance(time, ParamRef):  # the expression is a constant after all
+        return _convert_into(op.definition, list(qubits), imp, False)
+    h = np.asarray(op.params[0], dtype=complex)
+    d, v = np.linalg.eigh((h + h.conj().T) / 2)
+    x = np.arange(2 ** k)
+    # c_s = 2^-k sum_x d_x (-1)^popcount(s & x); bit j of x (little-endian) is qubit j
+    parity = np.array([[bin(s & i).count("1") & 1 for i in x] for s in x])
+    coeffs = (1 - 2 * parity) @ d / 2 ** k
+    if not imp.depth:
+        imp.phase = imp.phase - float(coeffs[0]) * op.params[1]
+    imp.ops.append(_matrix_operation(v.conj().T, qubits, where))
+    for s in range(1, 2 ** k):
+        if abs(coeffs[s]) > 1e-14 * max(1.0, float(np.abs(d).max())):
+            wires = tuple(qubits[j] for j in range(k) if s >> j & 1)
+            imp.ops.append(Operation(multirz_gate(len(wires)), wires, (time * (2 * coeffs[s]),)))
+    imp.ops.append(_matrix_operation(v, qubits, where))
+
+
 def _unannotated(op, where: str):
     """An ``AnnotatedOperation`` as a circuit of its base operation with its modifiers applied
     in order (``inverse()``, ``control(k, ctrl_state)``, ``power(x)``)."""
@@ -533,8 +585,8 @@ _SAME_PROBES = (0.7316, 1.2931, 0.4127, 1.6183)
 def _same_as_standard(op, name: str) -> bool:
     """Whether a user gate named like a standard gate is that gate: the same width and number
     of parameters, and its definition has the standard gate's matrix at probe values of every
-    free parameter, up to a global phase (which the conversion of a definition drops as
-    well). Qiskit's OpenQASM exporters write such definitions (``gate iswap``, ``gate
+    free parameter, up to a global phase (such a definition runs as the standard gate, the
+    phase left out). Qiskit's OpenQASM exporters write such definitions (``gate iswap``, ``gate
     rzz(p0)``) for standard gates outside ``stdgates.inc`` / ``qelib1.inc``."""
     std = _standard(name)
     definition = getattr(op, "definition", None)

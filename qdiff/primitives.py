@@ -423,6 +423,7 @@ class Sampler(BaseSamplerV2):
             shots = self._default_shots
         coerced = _coerce(SamplerPub, pubs, shots)
         for i, p in enumerate(coerced):
+            _check_register_names(p.circuit, i)
             if not p.circuit.cregs:
                 warnings.warn(f"Sampler: the circuit of PUB {i} has no classical registers, so "
                               "its result is empty; measure into one (circuit.measure_all())",
@@ -484,6 +485,16 @@ class Sampler(BaseSamplerV2):
         for i, j in enumerate(live):
             bits[..., j] = (idx >> (len(live) - 1 - i)) & 1
         return bits
+
+
+def _check_register_names(qc, i: int) -> None:
+    """A classical register's name is a field of the result's ``DataBin``: a name the DataBin
+    keeps for itself (``shape``, ``keys``, ``values``, ...) is refused, naming the register."""
+    reserved = getattr(DataBin, "_RESTRICTED_NAMES", frozenset())
+    bad = [r.name for r in qc.cregs if r.name in reserved or hasattr(DataBin, r.name)]
+    if bad:
+        raise QdiffError(f"Sampler: PUB {i}: classical register name(s) {bad} cannot be fields "
+                         "of the result's DataBin (its own attributes); rename the register(s)")
 
 
 def _pack(reg: np.ndarray) -> np.ndarray:

@@ -372,6 +372,29 @@ def test_sampler_without_measurements_and_shots_validation():
         Sampler().run([qc], shots=10 ** 12).result()  # checked before torch allocates 8 TB
 
 
+def test_register_names_the_result_databin_cannot_hold_are_refused_by_name():
+    """A register is a field of the result's DataBin: names the DataBin keeps for itself
+    (``shape``, ``keys``, ``__class__``) are a QdiffError at run(); other names work as in
+    Qiskit's StatevectorSampler."""
+    from qiskit import ClassicalRegister, QuantumCircuit, QuantumRegister
+    from qiskit.primitives import StatevectorSampler
+    for name in ("shape", "keys", "values", "__class__"):
+        qc = QuantumCircuit(QuantumRegister(2), ClassicalRegister(2, name))
+        qc.x(0)
+        qc.measure([0, 1], [0, 1])
+        with pytest.raises(QdiffError, match=rf"PUB 0: classical register name\(s\) "
+                                             rf"\['{name}'\] cannot be fields"):
+            Sampler().run([qc], shots=4)
+    for name in ("_fields", "with space", "1abc"):
+        qc = QuantumCircuit(QuantumRegister(2), ClassicalRegister(2, name))
+        qc.x(0)
+        qc.measure([0, 1], [0, 1])
+        got = Sampler().run([qc], shots=4).result()[0].data
+        ref = StatevectorSampler().run([qc], shots=4).result()[0].data
+        assert list(got) == list(ref) == [name]
+        assert got[name].get_counts() == ref[name].get_counts() == {"01": 4}
+
+
 def test_reset_of_a_fresh_qubit_runs_as_in_transpiled_initialize():
     """A transpiled ``initialize`` starts with top-level resets of fresh qubits (the identity,
     no extra wire): both primitives run it as Qiskit's do; a reset after operations on its

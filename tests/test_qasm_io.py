@@ -444,6 +444,39 @@ def test_an_infinite_global_phase_is_refused():
         qasm.loads(src)
 
 
+def test_the_global_phases_of_expanded_definitions_are_kept():
+    """Gates that run through their Qiskit definition (GlobalPhaseGate, RVGate, DiagonalGate,
+    UCGate, StatePreparation, Isometry, a custom gate) keep the definition's global phase: the
+    import exports to the very unitary of the circuit (Qiskit's Operator, phase included). A
+    phase inside a classically conditioned body is not a global phase and is left out."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    from qiskit.circuit import library as lib
+    from qiskit.quantum_info import Operator, random_unitary
+    a = Parameter("a")
+    custom = QuantumCircuit(1, global_phase=0.25 + a)
+    custom.rx(a, 0)
+    qc = QuantumCircuit(3, global_phase=0.1)
+    qc.append(lib.GlobalPhaseGate(0.4), [])
+    qc.append(lib.RVGate(0.1, 0.2, 0.3), [0])
+    qc.append(lib.DiagonalGate([1, 1j, -1, np.exp(0.3j)]), [1, 2])
+    qc.append(lib.UCGate([np.eye(2), lib.XGate().to_matrix()]), [2, 0])
+    qc.append(lib.StatePreparation([0.5, 0.5, 0.5j, -0.5]), [0, 1])
+    qc.append(lib.Isometry(random_unitary(4, seed=1).data[:, :2], 0, 0), [1, 2])
+    qc.append(custom.to_gate(), [2])
+    imp = from_qiskit(qc)
+    got = Operator(to_qiskit(imp, theta=[0.7])).data
+    want = Operator(qc.assign_parameters([0.7])).data
+    assert np.allclose(got, want, atol=1e-12)
+    dyn = QuantumCircuit(1, 1)
+    dyn.h(0)
+    dyn.measure(0, 0)
+    with dyn.if_test((dyn.clbits[0], 1)):
+        dyn.append(lib.GlobalPhaseGate(0.4), [])
+        dyn.x(0)
+    assert from_qiskit(dyn).global_phase == 0.0
+
+
 def test_openqasm3_export_keeps_the_phase_the_circuit_gathers():
     """A GlobalPhase gate of a plain Circuit becomes the export's gphase (Qiskit's exporter
     writes none), so the text reloads with the same unitary, phase included."""

@@ -493,6 +493,58 @@ def test_pauli_evolution_is_the_exact_exponential_as_in_qiskit_statevector():
     assert abs(got.item() - _qiskit_expval(dec, [0.7], obs)) < 1e-12
 
 
+def test_hamiltonian_gate_with_a_parameter_time_is_the_exact_exponential():
+    """``HamiltonianGate(H, t)`` with a parameter time runs as ``exp(-i t H)`` (Qiskit builds
+    its matrix only once ``t`` is bound): values equal Statevector's, gradients finite
+    differences, and the unitary (phase included) Qiskit's Operator of the bound circuit."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    from qiskit.circuit.library import HamiltonianGate
+    from qiskit.quantum_info import Operator, SparsePauliOp, random_hermitian
+    from qdiff.circuits.qiskit_io import from_qiskit, to_qiskit
+    a, b = Parameter("a"), Parameter("b")
+    obs = SparsePauliOp(["ZXY", "IZI", "YIX"], [0.6, -0.3, 0.8])
+    dev = qd.device("statevector", wires=3)
+    for k, t in ((1, a), (2, 2 * a + 0.3), (3, a * b), (3, a.sin())):
+        qc = QuantumCircuit(3)
+        qc.h(0)
+        qc.ry(b, 2)
+        qc.append(HamiltonianGate(random_hermitian(2 ** k, seed=k).data, t), [2, 0, 1][:k])
+        qc.cx(0, 1)
+        x0 = [0.7, -0.4]
+        x = torch.tensor(x0, dtype=torch.float64, requires_grad=True)
+        out = qd.qnode(dev, observables=obs)(qc)(x)
+        assert abs(out.item() - _qiskit_expval(qc, x0, obs)) < 1e-12
+        grad = torch.autograd.grad(out, x)[0]
+        for i in range(2):
+            e = np.eye(2)[i] * 1e-6
+            fd = (_qiskit_expval(qc, x0 + e, obs) - _qiskit_expval(qc, x0 - e, obs)) / 2e-6
+            assert abs(grad[i].item() - fd) < 1e-7
+        bound = to_qiskit(from_qiskit(qc), theta=x0)
+        want = qc.assign_parameters(dict(zip(qc.parameters, x0)))
+        assert np.allclose(Operator(bound).data, Operator(want).data, atol=1e-12)
+
+
+def test_a_definition_qiskit_cannot_build_for_a_free_parameter_is_a_qdiff_error():
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Gate, Parameter
+
+    class Numeric(Gate):  # a gate whose definition needs a number, as Qiskit's often do
+        def __init__(self, angle):
+            super().__init__("numeric", 1, [angle])
+
+        def _define(self):
+            qc = QuantumCircuit(1)
+            qc.rx(float(self.params[0]) ** 2, 0)
+            self.definition = qc
+
+    qc = QuantumCircuit(1)
+    qc.append(Numeric(Parameter("a")), [0])
+    with pytest.raises(QdiffError, match=r"instruction 0 \('numeric' on qubits \[0\]\): Qiskit "
+                                         r"cannot build the definition .*\['a'\].*bind them"):
+        qd.qnode(qd.device("statevector", wires=1))(qc)
+
+
 def test_initialize_and_resets_of_fresh_qubits_are_exact():
     """``qc.initialize`` (a reset, then a state preparation) at the start of a circuit, as
     Qiskit's Statevector evaluates it; a reset after operations on its qubit is a deferred
