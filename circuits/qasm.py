@@ -403,8 +403,9 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
     otherwise). Free parameters need ``version=3``
     (``input float[64]``) or a ``theta`` binding. ``basis`` (gate names, e.g. a compiler
     basis ``u1,u2,u3,cx``) names the one-qubit gates written: ``u3``/``u2`` for ``u`` and
-    ``u1`` for ``p`` when the basis has those names and not ``u``/``p``. The text ends with a
-    newline."""
+    ``u1`` for ``p`` when the basis has those names and not ``u``/``p``. OpenQASM 2 has no
+    global phase: version 2 is the circuit up to its phase, version 3 writes ``gphase``. The
+    text ends with a newline."""
     columns, phase = None, 0.0
     free = None if not isinstance(circuit, Circuit) else circuit.num_params
     if isinstance(circuit, QiskitImport):
