@@ -116,6 +116,36 @@ def test_cpu_states_and_disabled_kernels_are_not_taken():
         assert not kernel.takes(torch.ones(1, 4, dtype=torch.complex128))
 
 
+class _FailingLaunch:
+    """A Triton kernel whose launch fails as one does without a host C compiler."""
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            raise RuntimeError("Failed to find C compiler. Please specify via CC")
+        return launch
+
+
+def test_a_kernel_that_cannot_launch_falls_back_to_the_torch_loop(monkeypatch):
+    kernel = pauli_triton.pauli_kernel
+    monkeypatch.setattr(pauli_triton, "_kernel", lambda: _FailingLaunch())
+    monkeypatch.setattr(pauli_triton.TritonPauliKernel, "failed", None)
+    n = 6
+    groups = PauliGroups(_words(n, 20, seed=2), n)
+    c = torch.randn(20, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    d = groups.diagonals(c, torch.float64)
+    x = torch.randn(2, 2 ** n, dtype=torch.complex128, generator=torch.Generator().manual_seed(6))
+    ref = _reference(x, groups, 0, groups.num_groups, d)
+    with pytest.warns(RuntimeWarning, match="C compiler.*torch loop runs instead"):
+        out = kernel(x, groups, 0, groups.num_groups, d)
+    assert torch.allclose(out, ref, atol=1e-12, rtol=0)
+    assert kernel.failed and "C compiler" in kernel.failed
+    assert not kernel.takes(torch.ones(1, 4, dtype=torch.complex128))
+    half = groups.num_groups // 2  # adding to an output, as chunks do
+    parts = kernel(x, groups, 0, half, d[:half])
+    parts = kernel(x, groups, half, groups.num_groups, d[half:], parts)
+    assert torch.allclose(parts, ref, atol=1e-12, rtol=0)
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
 def test_kernel_on_cuda():

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 
 import torch
 
 from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.paulis import xor_permute
 from qdiff.backends.statevector.native import _plain, _values
 from qdiff.backends.statevector.native_lib import _disabled_by_env
 
@@ -110,7 +112,9 @@ class TritonPauliKernel:
         real matrix, on a CUDA device, not under a torch.func transform; the caller keeps
         autograd out) go to the Triton kernel."""
         return (x.dim() == 2 and x.device.type == "cuda" and x.dtype in DTYPES and _plain(x)
-                and not _disabled_by_env() and _kernel() is not None)
+                and not _disabled_by_env() and self.failed is None and _kernel() is not None)
+
+    failed = None  # why the kernel could not compile or launch here (then the torch loop runs)
 
     def __call__(self, x: torch.Tensor, groups, lo: int, hi: int, d: torch.Tensor,
                  out: torch.Tensor = None) -> torch.Tensor:
@@ -146,9 +150,30 @@ class TritonPauliKernel:
         with torch.cuda.device(x.device) if x.is_cuda else contextlib.nullcontext():
             for first in range(0, total, _GRID_ROWS):
                 grid = (min(_GRID_ROWS, total - first),)
-                kernel[grid](xf, df, masks, drows, of, hi - lo, dim, nblocks, first,
-                             XC=x.is_complex(), DC=dcomplex, ACC=accumulate, BLOCK=block)
+                try:
+                    kernel[grid](xf, df, masks, drows, of, hi - lo, dim, nblocks, first,
+                                 XC=x.is_complex(), DC=dcomplex, ACC=accumulate, BLOCK=block)
+                except Exception as exc:  # noqa: BLE001 - Triton's compiler and launcher
+                    if first:  # a later launch: earlier ones wrote their rows already
+                        raise
+                    # a first launch fails before it writes (no host C compiler for Triton's
+                    # launcher, a GPU it cannot target): the torch loop, from now on
+                    TritonPauliKernel.failed = f"{type(exc).__name__}: {exc}"
+                    warnings.warn("Pauli sums on CUDA states: the Triton kernel could not run "
+                                  f"({TritonPauliKernel.failed[:300]}); the torch loop runs "
+                                  "instead", RuntimeWarning, stacklevel=2)
+                    return _torch_loop(x, groups, lo, hi, d, out if accumulate else None)
         return out
+
+
+def _torch_loop(x: torch.Tensor, groups, lo: int, hi: int, d: torch.Tensor,
+                out: torch.Tensor = None) -> torch.Tensor:
+    """What the kernel computes, by a gather and a multiply-add per group."""
+    out = torch.zeros_like(x) if out is None else out
+    for k in range(hi - lo):
+        m = groups.masks[lo + k]
+        out.add_(d[k] * (x if m == 0 else xor_permute(x, m, groups.n, dim=1)))
+    return out
 
 
 pauli_kernel = TritonPauliKernel()
