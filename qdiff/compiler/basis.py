@@ -256,7 +256,7 @@ def _phase(a: float, wire: int, basis: Basis) -> list:
             return [op(n, (wire,)) for n in names]
     if "rz" in basis.names:
         return [op("rz", (wire,), (a,))]
-    raise QdiffError(f"basis '{basis}': rotation by {a:.6g} rad is not a multiple of pi/4 and "
+    raise QdiffError(f"basis '{basis}': rotation by {a:.15g} rad is not a multiple of pi/4 and "
                      "the basis has no rz")
 
 
