@@ -903,23 +903,35 @@ def import_phase(imp: QiskitImport, values=None):
 
 def classical_bits(qc, registers, num_clbits: int, measurements) -> list:
     """Add the classical registers to ``qc``; returns its bit of each clbit index. An import's
-    registers are kept (names, sizes, bits) when they hold every clbit once; otherwise one
-    register ``c``."""
+    registers are kept (names, sizes, bits) when no clbit is in two of them; clbits in none (an
+    OpenQASM 3 ``bit b;``, a loose Qiskit clbit) go to registers of fresh names, one per run of
+    such bits, and the registers are added in the order of their first clbit, so that every
+    clbit keeps its index. Overlapping registers: one register ``c``."""
     from qiskit import ClassicalRegister
     size = max(num_clbits, 1 + max(c for _, c in measurements))
-    if registers:
-        held = sorted(c for _, bits in registers for c in bits)
-        if held == list(range(size)):
-            out = [None] * size
-            for name, bits in registers:
-                reg = ClassicalRegister(len(bits), name)
-                qc.add_register(reg)
-                for j, c in enumerate(bits):
-                    out[c] = reg[j]
-            return out
-    creg = ClassicalRegister(size, "c")
-    qc.add_register(creg)
-    return list(creg)
+    held = [c for _, bits in (registers or ()) for c in bits]
+    if len(held) != len(set(held)) or not all(0 <= c < size for c in held):
+        registers, held = [], []
+    regs = list(registers or ())
+    taken = {name for name, _ in regs}
+    runs: list = []
+    for c in sorted(set(range(size)) - set(held)):
+        if runs and runs[-1][-1] == c - 1:
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    for run in runs:
+        name = next(n for n in ("c", *(f"c{i}" for i in range(len(taken) + 1)))
+                    if n not in taken)
+        taken.add(name)
+        regs.append((name, run))
+    out = [None] * size
+    for name, bits in sorted(regs, key=lambda r: min(r[1], default=size)):
+        reg = ClassicalRegister(len(bits), name)
+        qc.add_register(reg)
+        for j, c in enumerate(bits):
+            out[c] = reg[j]
+    return out
 
 
 _CTRL_BASIS = ["u", "p", "rx", "ry", "rz", "h", "x", "cx", "cp", "crx", "cry", "crz", "cu",

@@ -384,6 +384,34 @@ def test_classical_registers_are_kept_in_the_output(tmp_path, capsys):
             text.count("yy[1] = measure") == 2
 
 
+def test_a_loose_bit_does_not_rename_the_registers(tmp_path, capsys):
+    """An OpenQASM 3 ``bit d;`` (a clbit in no register) goes to a register of its own: the
+    register ``c`` keeps its two bits and their values (Qiskit's sampler), and every clbit
+    keeps its index."""
+    from qiskit import qasm2, qasm3
+    from qiskit.primitives import StatevectorSampler
+    src = write(tmp_path, "in.qasm", 'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[3] q;\n'
+                "bit d;\nbit[2] c;\nx q[0];\nx q[2];\nd = measure q[0];\n"
+                "c[0] = measure q[1];\nc[1] = measure q[2];\n")
+
+    def measured(qc):  # {clbit index: qubit index}
+        return {qc.find_bit(i.clbits[0]).index: qc.find_bit(i.qubits[0]).index
+                for i in qc.data if i.operation.name == "measure"}
+
+    qc = qasm3.loads(open(src).read())
+    assert StatevectorSampler(seed=1).run([qc], shots=10).result()[0].data.c.get_counts() \
+        == {"10": 10}
+    legacy = qasm2.LEGACY_CUSTOM_INSTRUCTIONS  # for the u gate of the default basis
+    for version, loader in ((3, qasm3.loads),
+                            (2, lambda t: qasm2.loads(t, custom_instructions=legacy))):
+        out = tmp_path / f"out{version}.qasm"
+        assert main(["compile", src, "-o", str(out), "--qasm-version", str(version)]) == 0
+        oc = loader(out.read_text())
+        res = StatevectorSampler(seed=1).run([oc], shots=10).result()[0]
+        assert res.data.c.get_counts() == {"10": 10} and res.data.c.num_bits == 2
+        assert measured(oc) == measured(qc) and oc.num_clbits == 3
+
+
 def test_huge_finite_angles_compile_exactly(tmp_path, capsys):
     """Finite angles up to 1e308 are valid input: phases of a Rot / U3 sum as products (an
     angle sum would drop the smaller angle or overflow), and the output is the same unitary

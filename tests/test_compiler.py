@@ -172,6 +172,16 @@ def test_random_clifford_t_products_compile_in_clifford_t(seed):
         assert rep.verified and qiskit_equiv(c, out)
 
 
+@pytest.mark.parametrize("level", [0, 2])
+def test_clifford_t_refuses_a_gate_1e10_from_a_clifford(level):
+    """u3(pi/2 + 1e-10, 0, pi) is 1e-10 rad from h, above rounding: no exact Clifford+T word
+    writes it, and the error shows the angle to the digits that differ from pi/2."""
+    c = Circuit(1, (op("u3", (0,), (math.pi / 2 + 1e-10, 0.0, math.pi)),))
+    with pytest.raises(QdiffError, match=r"rotation by 1\.5707963268\d* rad is not a multiple "
+                                         r"of pi/4"):
+        compile(c, level=level, basis=CLIFFORD_T)
+
+
 def test_bad_basis_message():
     with pytest.raises(QdiffError, match="two-qubit"):
         parse_basis("u,rz")

@@ -261,6 +261,33 @@ def test_qasm3_inverse_of_a_small_controlled_rotation_is_exact():
     assert _qiskit_equiv(qasm3.loads(src), out)
 
 
+@pytest.mark.parametrize("basis", ["cx,u", "rz,sx,x,cx", "cz,rz,sx,x", "h,rz,cx", "rz,ry,cx"])
+def test_rotations_of_1e9_rad_are_written_in_every_basis(basis):
+    """A 1e-9 rad rotation is 5e-10 from the identity (above the 1e-11 of rounding): the
+    translation into a basis keeps it."""
+    from qiskit import QuantumCircuit
+    from qiskit.quantum_info import Operator
+    qc = QuantumCircuit(2)
+    qc.rx(1e-9, 0)
+    qc.cp(1e-9, 0, 1)
+    qc.h(1)
+    qc.rz(1e-9, 1)
+    qc.h(1)
+    want = Operator(qc.reverse_bits()).data  # big-endian, as block_unitary
+    for level in (0, 1, 2):
+        out, rep = compile(qc, level=level, basis=basis)
+        assert rep.verified
+        assert phase_distance(block_unitary(out.operations, (0, 1)), want) <= 1e-11
+
+
+def test_many_tiny_rotations_rebase_and_verify():
+    """10000 rotations by 9e-10 rad (9e-6 rad in all, a process infidelity of 2e-11 if they
+    were dropped) are a valid input: the rebased circuit keeps them and verifies."""
+    many = Circuit(1, tuple(op("rx", (0,), (9e-10,)) for _ in range(10000)))
+    out, rep = compile(many, level=0, basis="rz,sx,x,cx")
+    assert rep.verified and rep.gates_after > 0
+
+
 def test_the_verdict_allows_the_rounding_of_long_circuits_and_no_more():
     """10000 Hadamards are the identity: their measured infidelity is rounding (~1.6e-16 per
     gate, above 1e-12 here) and passes; a 1e-5 rad rotation (2.5e-11) in 100 gates fails."""

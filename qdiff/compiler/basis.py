@@ -17,6 +17,7 @@ import numpy as np
 from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.operation import ParamRef
+from qdiff.compiler.budget import EXACT_DELTA, phase_distance
 from qdiff.compiler.fuse import canonical_1q
 from qdiff.compiler.ops import is_constant, matrix, op
 from qdiff.compiler.synth import from_qiskit_ops, guarded
@@ -94,7 +95,7 @@ def _run_ops(run, wire: int, basis: Basis) -> list:
     for o in run:
         u = matrix(o) @ u
     cands = []
-    word = _words(basis).get(_unitary_key(u))
+    word = _word(u, basis)
     if word is not None:
         cands.append([op(n, (wire,)) for n in word])
     try:
@@ -113,6 +114,19 @@ def _unitary_key(u: np.ndarray) -> bytes:
 
 
 _CONST_1Q = ("id", "x", "y", "z", "h", "s", "sdg", "t", "tdg", "sx", "sxdg")
+
+
+def _word(u: np.ndarray, basis: Basis):
+    """The shortest word of the basis's constant gates whose product is ``u`` to rounding
+    (phase-aligned distance ``<= EXACT_DELTA``), or None. The table's keys are rounded to
+    1e-9, so a rotation by 1e-9 rad shares its key with the identity: the word is checked."""
+    word = _words(basis).get(_unitary_key(u))
+    if word is None:
+        return None
+    m = np.eye(2, dtype=complex)
+    for name in word:
+        m = matrix(op(name, (0,))) @ m
+    return word if phase_distance(m, u) <= EXACT_DELTA else None
 
 
 @caches.cached(maxsize=16)
@@ -159,7 +173,7 @@ def _one_q(o, basis: Basis) -> list:
     if o.name in basis.names and o.name != "u3":
         return [o]
     u = matrix(o)
-    word = _words(basis).get(_unitary_key(u))
+    word = _word(u, basis)
     word = None if word is None else [op(n, w) for n in word]
     try:
         synth = (h_phase(u, w[0], basis) if basis.euler in ("HRZ", "CLIFFORD_T")
@@ -242,7 +256,7 @@ def _phase(a: float, wire: int, basis: Basis) -> list:
             return [op(n, (wire,)) for n in names]
     if "rz" in basis.names:
         return [op("rz", (wire,), (a,))]
-    raise QdiffError(f"basis '{basis}': rotation by {a:.6g} rad is not a multiple of pi/4 and "
+    raise QdiffError(f"basis '{basis}': rotation by {a:.15g} rad is not a multiple of pi/4 and "
                      "the basis has no rz")
 
 
