@@ -37,15 +37,27 @@ class StatePrep:
 
 @dataclass(frozen=True, eq=False)
 class Circuit:
-    """Operations on ``num_wires`` qubits (indices 0..n-1) with ``num_params`` theta columns."""
+    """Operations on ``num_wires`` qubits (indices 0..n-1) with ``num_params`` theta columns.
+
+    ``barriers``: ``((position, wires), ...)``, a barrier on ``wires`` before operation
+    ``position`` (``len(operations)``: after the last), as imported from Qiskit or OpenQASM.
+    Simulation reads nothing of them; the compiler optimizes between them, not across, and the
+    exporters write them. A circuit with new operations (:meth:`with_operations`) has none."""
 
     num_wires: int
     operations: tuple = ()
     measurements: tuple = ()
     num_params: int = 0
     wire_labels: Optional[tuple] = None
+    barriers: tuple = ()
 
     def __post_init__(self):
+        for pos, wires in self.barriers:
+            if not (isinstance(pos, int) and 0 <= pos <= len(self.operations)) or not all(
+                    isinstance(w, int) and 0 <= w < self.num_wires for w in wires):
+                raise QdiffError(f"a barrier on wires {list(wires)} at position {pos!r}: out of "
+                                 f"range for a {self.num_wires}-qubit circuit of "
+                                 f"{len(self.operations)} operations")
         for op in self.operations:
             for w in op.wires:
                 if not (isinstance(w, int) and 0 <= w < self.num_wires):
@@ -73,7 +85,7 @@ class Circuit:
 
     def with_measurements(self, ms: Sequence[Measurement]) -> "Circuit":
         return Circuit(self.num_wires, self.operations, tuple(ms), self.num_params,
-                       self.wire_labels)
+                       self.wire_labels, self.barriers)
 
     def count_ops(self) -> dict:
         out: dict = {}

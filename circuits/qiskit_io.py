@@ -145,6 +145,7 @@ class _Importer:
         self.nq = qc.num_qubits
         self.extra = 0
         self.delays = 0
+        self.barriers: list = []  # (position, wires) of the top level's barriers
         self.source: dict = {}
         self.depth = 0
         self.phase = 0.0  # the global phases of the definitions expanded (outside conditions)
@@ -203,7 +204,7 @@ def from_qiskit(qc, allow_measurements: bool = True, dynamic: bool = True) -> Qi
     if imp.extra:
         labels = _deferred_labels(imp)
     circ = Circuit(qc.num_qubits + imp.extra, tuple(imp.ops), (), len(params) + len(imp.table),
-                   labels)
+                   labels, tuple(imp.barriers))
     phase = qc.global_phase + imp.phase
     cidx = {c: i for i, c in enumerate(qc.clbits)}
     registers = [(r.name, [cidx[b] for b in r]) for r in qc.cregs]
@@ -257,6 +258,8 @@ def _convert_into(qc, qmap, imp: _Importer, top: bool, bits: Optional[Bits] = No
         if name in _SKIP:
             if name == "delay" and _nonzero_duration(op):
                 imp.delays += 1
+            elif name == "barrier" and top and not imp.depth and qubits:
+                imp.barriers.append((len(ops), qubits))  # where it stands, for the exporters
             continue
         if imp.dynamic and name in ("measure", "reset"):
             if name == "measure" and top and imp.allow_meas and imp.final(k):
@@ -835,11 +838,18 @@ def to_qiskit(circuit: Circuit, theta=None, measure: bool = False, columns=None,
             emit(inner, qc, list(range(nq)))
 
     wmap = list(range(circuit.num_wires))
-    for op in circuit.operations:
+    fences: dict = {}  # position -> the wires of each barrier standing there
+    for pos, wires in circuit.barriers:
+        fences.setdefault(pos, []).append(wires)
+    for i, op in enumerate(circuit.operations):
+        for wires in fences.get(i, ()):
+            qc.barrier(*wires)
         if mids and any(w in clbit for w in op.wires):
             emit_mid(op)
         else:
             emit(op, qc, wmap)
+    for wires in fences.get(len(circuit.operations), ()):
+        qc.barrier(*wires)
     if columns is not None and values is None:
         _keep_unused(qc, pv)
     if measure:

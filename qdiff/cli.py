@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--work", type=_work, default=None, metavar="UNITS",
                    help="level-3 search budget in work units (default 25 per input CX, 100-2500): the same input, "
                    "level, basis and seed give the same output on any machine")
+    c.add_argument("--ignore-barriers", action="store_true",
+                   help="optimize across the input's barriers and leave them out of the output "
+                   "(default: kept, no gate moved across one, as Qiskit's transpiler does)")
     c.add_argument("--verify", choices=["final", "auto", "unitary", "statevector", "none"],
                    default="final", help="final (default): full unitary up to 12 qubits, "
                    "random states above")
@@ -294,7 +297,8 @@ def _compile_one(args, path, output, to_stdout, reports) -> tuple:
                             verify=args.verify,
                             seed=args.seed, time_limit=args.time_limit, target=args.target,
                             name="<stdin>" if path == "-" else path, approx=args.approx,
-                            work=args.work, progress=_stage_printer(path))
+                            work=args.work, progress=_stage_printer(path),
+                            keep_barriers=not args.ignore_barriers)
         _clear_stage()
         if rep.verified is False:
             reports.append(rep)

@@ -53,6 +53,24 @@ def test_approx_is_reported_and_bounded(tmp_path, src, capsys):
     assert rep["approx"] == 1e-6 and rep["infidelity"] <= 1e-6 and rep["verified"]
 
 
+@pytest.mark.parametrize("flag", [[], ["--ignore-barriers"]])
+def test_barriers_kept_or_ignored(tmp_path, capsys, flag):
+    text = ('OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit[2] c;\ncx q[0], q[1];\n'
+            'barrier q;\ncx q[0], q[1];\nc = measure q;\n')
+    p = tmp_path / "b.qasm"
+    p.write_text(text)
+    out = tmp_path / "o.qasm"
+    assert main(["compile", str(p), "-o", str(out), "--report", "json", *flag]) == 0
+    rep = json.loads(capsys.readouterr().out)[0]
+    written = out.read_text()
+    if flag:
+        assert rep["barriers"] == 0 and rep["cx_after"] == 0 and "barrier" not in written
+    else:
+        assert rep["barriers"] == 1 and rep["cx_after"] == 2
+        assert written.index("cx") < written.index("barrier q[0], q[1];") < \
+            written.rindex("cx")
+
+
 @pytest.mark.parametrize("eps", ["0", "1", "-1e-3", "abc"])
 def test_bad_approx_exit_2(src, capsys, eps):
     assert main(["compile", src, "--approx", eps]) == 2

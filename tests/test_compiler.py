@@ -325,3 +325,89 @@ def test_compile_refuses_mid_circuit_measurements_by_name():
     rec = record_circuit(f, 2, torch.tensor(0.9, dtype=torch.float64))
     with pytest.raises(qd.QdiffError, match="compile: the circuit measures mid-circuit"):
         qd.compile(rec.circuit)
+
+
+BARRIER_QASM = """OPENQASM 2.0;
+include "qelib1.inc";
+qreg q[3];
+creg c[3];
+h q[0];
+cx q[0], q[1];
+barrier q[0], q[1];
+cx q[0], q[1];
+h q[0];
+rz(0.3) q[2];
+barrier q;
+rz(0.4) q[2];
+measure q -> c;
+"""
+
+
+def _instructions(text):
+    """``[(name, qubit indices)]`` of an OpenQASM 2 text, as Qiskit reads it."""
+    import qiskit.qasm2
+    qc = qiskit.qasm2.loads(text, custom_instructions=qiskit.qasm2.LEGACY_CUSTOM_INSTRUCTIONS)
+    return [(i.operation.name, [qc.find_bit(q).index for q in i.qubits]) for i in qc.data]
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+def test_barriers_are_kept_and_nothing_moves_across_them(level):
+    """As Qiskit's transpiler: a barrier is written where it stood and no gate is cancelled,
+    merged or commuted across it (the CX pair and the two rz around barriers stay apart)."""
+    from qdiff.circuits import qasm
+    from qdiff.circuits.qiskit_io import to_qiskit as export
+    from qiskit.quantum_info import Operator
+    imp = qasm.loads(BARRIER_QASM)
+    assert imp.circuit.barriers == ((2, (0, 1)), (5, (0, 1, 2)))
+    out, rep = compile(imp, level=level)
+    assert rep.verified and rep.barriers == 2 and rep.cx_after == 2
+    text = qasm.dumps(out)
+    seq = _instructions(text)
+    bars = [i for i, (name, _) in enumerate(seq) if name == "barrier"]
+    assert [seq[i][1] for i in bars] == [[0, 1], [0, 1, 2]]
+    before = [s for s in seq[:bars[0]] if s[0] == "cx"]
+    between = [s for s in seq[bars[0]:bars[1]] if s[0] == "cx"]
+    assert len(before) == 1 and len(between) == 1
+    # the rz after the full barrier is still after it: one rotation on q[2] each side
+    assert any(2 in w for n, w in seq[bars[1] + 1:]) and any(2 in w for n, w in seq[:bars[1]])
+    assert Operator(export(out)).equiv(Operator(export(imp.circuit)))
+    # optimizing across them: the CX pair cancels, the rotations merge
+    free, rep2 = compile(imp, level=level, keep_barriers=False)
+    assert rep2.verified and rep2.barriers == 0 and free.barriers == ()
+    if level >= 1:
+        assert rep2.cx_after == 0
+    assert "barrier" not in qasm.dumps(free)
+
+
+def test_barriers_survive_routing_to_a_device():
+    from qdiff.circuits import qasm
+    out, rep = compile(qasm.loads(BARRIER_QASM), level=2, target="fake_manila")
+    assert rep.verified and rep.barriers == 2 and out.num_wires == 5
+    seq = _instructions(qasm.dumps(out))
+    assert [n for n, _ in seq].count("barrier") == 2 and rep.cx_after >= 2
+
+
+def test_qiskit_circuits_keep_their_barriers_through_compile():
+    from qiskit import QuantumCircuit
+    from qdiff.circuits.qiskit_io import to_qiskit as export
+    qc = QuantumCircuit(2)
+    qc.x(0)
+    qc.barrier()
+    qc.x(0)
+    qc.cx(0, 1)
+    qc.barrier(1)
+    qc.cx(0, 1)
+    out, rep = compile(qc)
+    back = export(out)
+    assert [i.operation.name for i in back.data].count("barrier") == 2
+    assert rep.cx_after == 2 and rep.verified
+    assert sum(1 for i in back.data if i.operation.name == "barrier") == 2
+
+
+def test_a_barrier_out_of_range_is_refused():
+    with pytest.raises(QdiffError, match="barrier on wires \\[0, 3\\]"):
+        Circuit(2, (op("h", (0,)),), barriers=((1, (0, 3)),))
+    with pytest.raises(QdiffError, match="position 2"):
+        Circuit(2, (op("h", (0,)),), barriers=((2, (0,)),))
+    c = Circuit(2, (op("h", (0,)),), barriers=((1, (0, 1)),))
+    assert c.with_operations(c.operations).barriers == ()  # new operations: no old barriers

@@ -488,3 +488,22 @@ def test_openqasm3_export_keeps_the_phase_the_circuit_gathers():
     assert "gphase(" in text
     back = qasm.loads(text)
     assert math.isclose(back.global_phase % (2 * math.pi), (-0.3) % (2 * math.pi), abs_tol=1e-12)
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_barriers_round_trip_and_leave_simulation_alone(version):
+    import qdiff as qd
+    header = ('OPENQASM 2.0;\ninclude "qelib1.inc";\nqreg q[3];\n' if version == 2 else
+              'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[3] q;\n')
+    text = header + "barrier q;\nh q[0];\nbarrier q[0], q[2];\nry(0.4) q[2];\ncx q[0], q[1];\n" \
+        "barrier q[1];\n"
+    imp = qasm.loads(text)
+    assert imp.circuit.barriers == ((0, (0, 1, 2)), (1, (0, 2)), (3, (1,)))
+    again = qasm.loads(qasm.dumps(imp, version=version))
+    assert again.circuit.barriers == imp.circuit.barriers
+    assert [o.name for o in again.circuit.operations] == ["h", "ry", "cx"]
+    plain = qasm.loads(header + "h q[0];\nry(0.4) q[2];\ncx q[0], q[1];\n")
+    obs = [qd.Z(0) @ qd.Z(1), qd.X(2)]
+    dev = qd.device("statevector", wires=3)
+    run = [qd.qnode(dev, observables=obs)(i)(torch.zeros(0)) for i in (imp, plain)]
+    assert torch.allclose(run[0], run[1], atol=0)

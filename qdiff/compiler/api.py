@@ -35,7 +35,8 @@ VERIFY = ("auto", "final", "unitary", "statevector", "none")
 
 def compile(circuit_or_qasm, level: int = 2, basis=None, verify: str = "final", seed: int = 0,
             time_limit: float | None = None, target: str | None = None, name: str = "<circuit>",
-            approx: float | None = None, work: float | None = None, progress=None):
+            approx: float | None = None, work: float | None = None, progress=None,
+            keep_barriers: bool = True):
     """Optimize a circuit; returns ``(Circuit, CompileReport)``.
 
     ``circuit_or_qasm``: a qdiff ``Circuit``, a Qiskit ``QuantumCircuit``, OpenQASM 2/3 text or
@@ -55,15 +56,17 @@ def compile(circuit_or_qasm, level: int = 2, basis=None, verify: str = "final", 
     ``report.time_cut`` says when it stopped the search. Gate count, depth and two-qubit
     count of the output are each at most those of the input rebased into ``basis``
     (otherwise the rebased input is returned). ``progress(stage, best_cx)`` is called as
-    level 3 advances. Parametric angles (theta columns) stay affine ParamRefs.
+    level 3 advances. Parametric angles (theta columns) stay affine ParamRefs. The input's
+    barriers are kept and no gate moves across one (the parts between them are optimized one
+    by one) unless ``keep_barriers=False``, which optimizes across them and leaves them out.
     """
     with single_thread():  # small tensors: torch's thread pool costs more than it gains
         return _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, name,
-                        approx, work, progress)
+                        approx, work, progress, keep_barriers)
 
 
 def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, name, approx,
-             work, progress):
+             work, progress, keep_barriers):
     t0 = time.perf_counter()
     _check_args(level, verify, approx, work)
     if basis is not None:
@@ -88,31 +91,34 @@ def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, na
     else:
         source, b = imp.circuit, parse_basis("cx,u" if basis is None else basis)
     report.basis, report.num_qubits, report.two_q = str(b), source.num_wires, b.two_q
-    lowered = lower(source)
-    base = translate(lowered, b, fuse=False)
-    _count(report, base, "before")
+    if not keep_barriers:
+        report.log.append(f"{len(source.barriers)} barrier(s) ignored: optimized across")
+        source = Circuit(source.num_wires, source.operations, source.measurements,
+                         source.num_params, source.wire_labels)
+    report.barriers = len(source.barriers)
+    deadline = None if time_limit is None else t0 + time_limit
     budget = Budget(approx or 0.0)
-    out = base
-    if level >= 1:
-        deadline = None if time_limit is None else t0 + time_limit
-        if work is None:
-            work = min(MAX_WORK, max(MIN_WORK, WORK_PER_CX * report.cx_before))
-        def search(bud):
-            s = Search(verify, seed, Work(work, deadline),
-                       bud, report.log, progress, b.euler == "CLIFFORD_T",
-                       functools.partial(_admissible, basis=b, limit=score(base), routed=routed))
-            out, name = _no_worse(_candidates(lowered, level, s, b, routed), base)
-            report.time_cut = report.time_cut or s.work.cut
-            report.work = (report.work or 0.0) + s.work.used
-            return out, name
-
-        if approx:  # the exact search's result is a candidate too: --approx is never worse
-            exact, exact_name = search(Budget(0.0))
-        out, report.strategy = search(budget)
-        if approx and score(exact) <= score(out):
-            report.log.append(f"exact search {cx_count(exact.operations)} CX <= approximate "
-                              f"{cx_count(out.operations)} CX: exact result kept")
-            out, report.strategy, budget = exact, exact_name + " (exact)", Budget(approx)
+    # barriers: no gate moves across one, each part between them is optimized on its own
+    parts = [(lower(p), None) for p in _segments(source)]
+    parts = [(low, translate(low, b, fuse=False)) for low, _ in parts]
+    cxs = [max(cx_count(base.operations), 1) for _, base in parts]
+    if work is None:
+        work = min(MAX_WORK, max(MIN_WORK, WORK_PER_CX * sum(cxs)))
+    outs, names = [], []
+    for (lowered, base), cx in zip(parts, cxs):  # the work shared as the CX are
+        out, name = _optimize(lowered, base, level, b, verify, seed, deadline,
+                              work * cx / sum(cxs), budget, approx, report, progress, routed)
+        outs.append(out)
+        names.append(name)
+    base, out = _joined([base for _, base in parts], source), _joined(outs, source)
+    _count(report, base, "before")
+    report.strategy = ", ".join(dict.fromkeys(n for n in names if n))
+    if len(outs) > 1 and not all(x <= y for x, y in zip(score(out), score(base))):
+        # each part is within its rebased input's counts; their depths may stack differently
+        report.log.append("the parts' outputs together are deeper than the rebased input: "
+                          "rebased input kept")
+        out, report.strategy = base, "input"
+        budget = Budget(approx or 0.0)
     _count(report, out, "after")
     report.approx_bound = budget.spent_bound if approx else None
     if verify != "none":
@@ -127,6 +133,55 @@ def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, na
         out = routed.expand(out)
     report.seconds = time.perf_counter() - t0
     return out, report
+
+
+def _optimize(lowered, base, level, b, verify, seed, deadline, work, budget, approx, report,
+              progress, routed) -> tuple:
+    """``(output, strategy)`` of one lowered circuit without barriers (``base``: it rebased);
+    approximations spend from the shared ``budget`` (nothing when the exact result is kept)."""
+    if level < 1:
+        return base, ""
+
+    def search(bud):
+        s = Search(verify, seed, Work(work, deadline),
+                   bud, report.log, progress, b.euler == "CLIFFORD_T",
+                   functools.partial(_admissible, basis=b, limit=score(base), routed=routed))
+        out, name = _no_worse(_candidates(lowered, level, s, b, routed), base)
+        report.time_cut = report.time_cut or s.work.cut
+        report.work = (report.work or 0.0) + s.work.used
+        return out, name
+
+    if approx:  # the exact search's result is a candidate too: --approx is never worse
+        exact, exact_name = search(Budget(0.0))
+    spent = budget.spent
+    out, name = search(budget)
+    if approx and score(exact) <= score(out):
+        report.log.append(f"exact search {cx_count(exact.operations)} CX <= approximate "
+                          f"{cx_count(out.operations)} CX: exact result kept")
+        out, name = exact, exact_name + " (exact)"
+        budget.spent = spent
+    return out, name
+
+
+def _segments(c: Circuit) -> list:
+    """The parts of ``c`` between its barriers (one part when it has none inside)."""
+    cuts = sorted({pos for pos, _ in c.barriers if 0 < pos < len(c.operations)})
+    edges = [0, *cuts, len(c.operations)]
+    return [Circuit(c.num_wires, c.operations[a:z], (), c.num_params, c.wire_labels)
+            for a, z in zip(edges, edges[1:])]
+
+
+def _joined(parts: list, source: Circuit) -> Circuit:
+    """The parts' operations in order, with ``source``'s barriers between them."""
+    cuts = sorted({pos for pos, _ in source.barriers if 0 < pos < len(source.operations)})
+    at = {0: 0, len(source.operations): sum(len(p.operations) for p in parts)}
+    total = 0
+    for cut, part in zip(cuts, parts):
+        total += len(part.operations)
+        at[cut] = total
+    ops = tuple(o for p in parts for o in p.operations)
+    return Circuit(parts[0].num_wires, ops, (), parts[0].num_params, parts[0].wire_labels,
+                   tuple((at[pos], wires) for pos, wires in source.barriers))
 
 
 def _check_args(level, verify, approx, work=None) -> None:

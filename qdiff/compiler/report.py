@@ -12,7 +12,8 @@ class CompileReport:
     output against the input (``method``: full unitary or random states); ``approx`` the
     budget that was allowed (None: exact) and ``approx_bound`` the proven bound on what the
     approximations spent; ``time_cut`` is True when ``--time-limit`` stopped the search
-    before its work budget (``work`` units used) was spent."""
+    before its work budget (``work`` units used) was spent; ``barriers`` counts the input's
+    barriers kept (the parts between them are optimized separately)."""
 
     name: str = "<circuit>"
     num_qubits: int = 0
@@ -41,6 +42,7 @@ class CompileReport:
     approx_bound: float | None = None
     time_cut: bool = False
     work: float = 0.0
+    barriers: int = 0  # the input's barriers kept (no gate was moved across one)
 
     def to_dict(self) -> dict:
         d = asdict(self)

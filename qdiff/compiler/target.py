@@ -40,7 +40,9 @@ class Routed:
     def expand(self, c: Circuit) -> Circuit:
         ops = tuple(Operation(o.gate, tuple(self.physical[w] for w in o.wires), o.params)
                     for o in c.operations)
-        return Circuit(self.num_physical, ops, c.measurements, c.num_params)
+        return Circuit(self.num_physical, ops, c.measurements, c.num_params, None,
+                       tuple((pos, tuple(self.physical[w] for w in wires))
+                             for pos, wires in c.barriers))
 
 
 @caches.cached(maxsize=1)
@@ -149,7 +151,11 @@ def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None) -
     basis = parse_basis(names)
     allowed = frozenset((loc[a], loc[b]) for a, b in backend.target[basis.two_q].keys()
                         if a in loc and b in loc)
-    return Routed(backend.name, Circuit(len(used), ops, (), r.circuit.num_params), tuple(used),
+    barriers = tuple((pos, tuple(loc[w] for w in wires if w in loc))
+                     for pos, wires in r.circuit.barriers)
+    circuit = Circuit(len(used), ops, (), r.circuit.num_params, None,
+                      tuple((pos, wires) for pos, wires in barriers if wires))
+    return Routed(backend.name, circuit, tuple(used),
                   r.circuit.num_wires, basis, allowed, list(r.measurements), r.num_clbits, r,
                   final, initial)
 
