@@ -163,6 +163,8 @@ def test_operators_engine_and_solver_on_cuda_use_the_kernel():
     psi = torch.randn(4, 2 ** n, dtype=torch.complex128, generator=g)
     x = psi.cuda()
     assert paulis.kernel_for(x) is pauli_triton.pauli_kernel
+    with native.disabled():  # the native kernels off (QDIFF_NATIVE=0): the torch loop
+        assert not pauli_triton.pauli_kernel.takes(x)
     calls = []
     orig = pauli_triton.TritonPauliKernel.__call__
 

@@ -75,17 +75,18 @@ def runs(cdtype, device, theta: torch.Tensor, grad: bool) -> bool:
     job and kept for its adjoint sweep: native for complex128 and complex64 states on the CPU
     outside autograd and torch.func transforms, when the library is built."""
     return (not grad and torch.device(device).type == "cpu" and cdtype in DTYPES
-            and _plain(theta) and library() is not None)
+            and transform_free(theta) and library() is not None)
 
 
 def usable(state: torch.Tensor) -> bool:
     """Whether ``state`` ``(B, 2**n)`` itself can be handed to the native kernels."""
     return (state.device.type == "cpu" and state.dtype in DTYPES
-            and not state.requires_grad and _plain(state) and state.is_contiguous()
+            and not state.requires_grad and transform_free(state) and state.is_contiguous()
             and library() is not None)
 
 
-def _plain(t: torch.Tensor) -> bool:
+def transform_free(t: torch.Tensor) -> bool:
+    """Whether ``t`` is a plain tensor, not one wrapped by a torch.func transform."""
     return not _is_functorch_wrapped(t)
 
 
@@ -203,19 +204,19 @@ class PauliKernel:
         real matrix, on the CPU, not under a torch.func transform; the caller keeps autograd
         out) go to the native kernel."""
         return (x.dim() == 2 and x.device.type == "cpu" and x.dtype in PAULI_DTYPES
-                and _plain(x) and library() is not None)
+                and transform_free(x) and library() is not None)
 
     def __call__(self, x: torch.Tensor, groups, lo: int, hi: int, d: torch.Tensor,
                  out: torch.Tensor = None) -> torch.Tensor:
         """``out`` (new when ``None``, else added to) for states ``x`` taken by :meth:`takes`,
         the groups ``lo..hi`` of :class:`~qdiff.circuits.paulis.PauliGroups` ``groups`` and
         their diagonals ``d`` ``(hi - lo, 2**n)`` (real, or complex for complex states)."""
-        x = _values(x.detach())
+        x = resolved(x.detach())
         b, dim = x.shape
         dcomplex = d.is_complex()
         if dcomplex and not x.is_complex():
             raise QdiffError("a complex Pauli-sum diagonal on real states")
-        d = _values(d.detach().to(x.dtype if dcomplex else x.real.dtype))
+        d = resolved(d.detach().to(x.dtype if dcomplex else x.real.dtype))
         drow = groups.kernel_rows(lo, hi)
         consts = d[:, 0].contiguous()
         accumulate = out is not None
@@ -231,7 +232,7 @@ class PauliKernel:
         return out
 
 
-def _values(t: torch.Tensor) -> torch.Tensor:
+def resolved(t: torch.Tensor) -> torch.Tensor:
     """``t`` contiguous with its lazy conjugate or negation applied (the kernels read memory)."""
     if t.is_conj():
         t = t.resolve_conj()

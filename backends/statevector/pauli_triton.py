@@ -8,8 +8,9 @@ in registers, so a product is one launch and one write of ``out``. A group of X 
 a constant diagonal: its value is read, not its row. Complex states and diagonals are read as
 interleaved real pairs; sums run in the states' precision.
 
-Triton ships with CUDA builds of torch; without it (or with ``QDIFF_NATIVE=0``) the torch loop
-runs. ``TRITON_INTERPRET=1`` runs the same kernel on CPU tensors (tests).
+Triton ships with CUDA builds of torch; without it, or with the native kernels off (no C
+compiler, which Triton's launcher needs too; ``QDIFF_NATIVE=0``), the torch loop runs.
+``TRITON_INTERPRET=1`` runs the same kernel on CPU tensors (tests).
 """
 from __future__ import annotations
 
@@ -21,8 +22,7 @@ import torch
 
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.paulis import xor_permute
-from qdiff.backends.statevector.native import _plain, _values
-from qdiff.backends.statevector.native_lib import _disabled_by_env
+from qdiff.backends.statevector.native import library, resolved, transform_free
 
 DTYPES = (torch.complex128, torch.complex64, torch.float64, torch.float32)
 BLOCK = 1024
@@ -110,9 +110,10 @@ class TritonPauliKernel:
     def takes(self, x: torch.Tensor) -> bool:
         """Whether states ``x`` ``(B, 2**n)`` (complex128/complex64, or float64/float32 for a
         real matrix, on a CUDA device, not under a torch.func transform; the caller keeps
-        autograd out) go to the Triton kernel."""
-        return (x.dim() == 2 and x.device.type == "cuda" and x.dtype in DTYPES and _plain(x)
-                and not _disabled_by_env() and self.failed is None and _kernel() is not None)
+        autograd out) go to the Triton kernel, while the native kernels are on."""
+        return (x.dim() == 2 and x.device.type == "cuda" and x.dtype in DTYPES
+                and transform_free(x) and self.failed is None and library() is not None
+                and _kernel() is not None)
 
     failed = None  # why the kernel could not compile or launch here (then the torch loop runs)
 
@@ -124,7 +125,7 @@ class TritonPauliKernel:
         kernel = _kernel()
         if kernel is None:
             raise QdiffError("Pauli sums on CUDA states: Triton could not be imported")
-        x = _values(x.detach())
+        x = resolved(x.detach())
         rows, dim = x.shape
         if d.shape != (hi - lo, dim):
             raise QdiffError(f"Pauli-sum diagonals of shape {tuple(d.shape)} for {hi - lo} "
@@ -142,7 +143,7 @@ class TritonPauliKernel:
         if rows == 0 or hi == lo:
             return out if accumulate else out.zero_()
         masks, drows = _group_rows(groups, lo, hi, x.device)
-        xf, df = _reals(x), _reals(_values(d))
+        xf, df = _reals(x), _reals(resolved(d))
         of = _reals(out)
         block = min(BLOCK, max(16, 1 << (dim - 1).bit_length()))
         nblocks = -(-dim // block)
