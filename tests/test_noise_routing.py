@@ -170,6 +170,33 @@ def test_a_u1_u2_u3_device_runs_routed_circuits_with_its_errors():
     np.testing.assert_allclose(rho, _logical(aer, r.final), atol=1e-10, rtol=0)
 
 
+def test_a_device_with_qiskits_u_gate_runs_routed_circuits_with_its_errors():
+    """Qiskit's U comes back as U3: a device whose basis is u, cx runs it as its u."""
+    from qiskit.providers.fake_provider import GenericBackendV2
+    from qiskit_aer import AerSimulator
+    from qiskit_aer.noise import NoiseModel as AerNoise
+    from qdiff.circuits.qiskit_io import to_qiskit
+    be = GenericBackendV2(3, basis_gates=["cx", "u"], coupling_map=[[0, 1], [1, 2]], seed=2)
+
+    def f(x):
+        qd.Hadamard(wires=0)
+        qd.CNOT(wires=[0, 2])          # uncoupled
+        qd.RY(x, wires=1)
+        return qd.density_matrix([0, 1, 2])
+    q = qd.qnode(qd.device("mixed", wires=3, noise=be))(f)
+    x = torch.tensor(0.3, dtype=torch.float64)
+    rho = q(x).numpy()
+    rec = q.construct(x)[0]
+    r = qd.noise.prepare(rec.circuit, q.device.noise)
+    qc = to_qiskit(r.circuit, theta=r.theta(rec.theta).detach())
+    assert "u" in qc.count_ops()
+    qc.save_density_matrix()
+    sim = AerSimulator(method="density_matrix", noise_model=AerNoise.from_backend(be))
+    aer = np.asarray(sim.run(qc).result().data()["density_matrix"]).reshape([2] * 6)
+    aer = aer.transpose([2, 1, 0, 5, 4, 3])
+    np.testing.assert_allclose(rho, _logical(aer, r.final), atol=1e-10, rtol=0)
+
+
 def test_routing_never_changes_the_noiseless_answer(quiet):
     ideal = qd.qnode(qd.device("statevector", wires=N))(body)
     routed = qd.qnode(qd.device("mixed", wires=N, noise=quiet))(body)
