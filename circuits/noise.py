@@ -41,6 +41,21 @@ _FAMILIES = {**{n: n for n in ("paulirot", "multirz", "pcphase", "unitary")},
              "PauliRot": "paulirot", "MultiRZ": "multirz", "PCPhase": "pcphase",
              "QubitUnitary": "unitary"}
 
+#: Qiskit instruction names that are the same gate as an IR gate under another spelling
+#: (Qiskit's u1 is imported as p, u as u3, cu1 as cp): a device whose basis has one runs the
+#: other as it, with its errors (a routed circuit's u1 gates come back as p)
+_SAME_AS = {"p": ("u1",), "u1": ("p",), "u3": ("u",), "cp": ("cu1",)}
+
+
+def _qiskit_names(gate) -> tuple:
+    """The Qiskit instruction names ``gate`` (an IR gate record) runs as on a device."""
+    qn = gate.qiskit_name or gate.name
+    return (qn,) + _SAME_AS.get(gate.name, ())
+
+
+def _in_basis(gate, basis) -> bool:
+    return any(q in basis for q in _qiskit_names(gate))
+
 
 @dataclass(frozen=True)
 class NoiseRule:
@@ -211,8 +226,7 @@ class NoiseModel:
         for op in circuit.operations:
             if is_channel(op.gate):
                 continue
-            qn = op.gate.qiskit_name or op.gate.name
-            if qn not in basis:
+            if not _in_basis(op.gate, basis):
                 raise QdiffError(f"gate '{op.gate.pl_name or op.name}' on wires {list(op.wires)} "
                                  f"is not a basis gate of {self.name} ({', '.join(sorted(basis))}"
                                  f"); route and translate the circuit first "
@@ -346,6 +360,25 @@ def _readouts(model: NoiseModel, aer) -> None:
         model.readout_default = (eye if dro is None else dro) @ (eye if dme is None else dme)
 
 
+def _noisy_gates(names: set, device: bool) -> dict:
+    """IR gate names of the gates that carry the errors of each Qiskit instruction name in
+    ``names``: the gate of that name, and on a device (whose basis decides what runs) a gate
+    of another spelling (an imported ``u1`` is ``p``) unless the model gives errors of its own
+    to that spelling."""
+    from qdiff.circuits.gates import GATES
+    out: dict = {}
+    for g in GATES.values():
+        primary = g.qiskit_name or g.name
+        if primary in names:
+            out.setdefault(primary, []).append(g.name)
+            continue
+        alias = next((a for a in _SAME_AS.get(g.name, ()) if a in names), None) if device \
+            else ("u" if g.name == "u3" and "u" in names else None)  # Qiskit's U is U3
+        if alias is not None:
+            out.setdefault(alias, []).append(g.name)
+    return out
+
+
 def from_qiskit(source, name: Optional[str] = None) -> NoiseModel:
     """A :class:`NoiseModel` from a fake device name (``"fake_manila"``), a Qiskit backend or
     a ``qiskit_aer.noise.NoiseModel``."""
@@ -361,20 +394,16 @@ def from_qiskit(source, name: Optional[str] = None) -> NoiseModel:
     aer = AerNoiseModel.from_backend(backend) if backend is not None else source
     label = name or (backend.name if backend is not None else "aer_noise_model")
     model = NoiseModel(name=label)
-    from qdiff.circuits.gates import GATES
-    by_qiskit = {g.qiskit_name or g.name: g.name for g in GATES.values()}
-    by_qiskit.setdefault("u", "u3")  # Qiskit's U(theta, phi, lambda) is U3
     errors = getattr(aer, "_local_quantum_errors", {})
+    defaults = getattr(aer, "_default_quantum_errors", {})
+    gates = _noisy_gates(set(errors) | set(defaults), backend is not None)
     for gname, per_qubits in errors.items():
-        if gname not in by_qiskit:
-            continue  # reset, delay, measure (below): not gates of qdiff circuits
-        for qubits, err in per_qubits.items():
-            ch = _channel_of(err)
-            model.rules.append(NoiseRule(by_qiskit[gname], tuple(qubits), ch, ()))
-    for gname, err in getattr(aer, "_default_quantum_errors", {}).items():
-        if gname in by_qiskit:  # on every qubit where the gate has no error of its own
-            model.rules.append(NoiseRule(by_qiskit[gname], None, _channel_of(err), (),
-                                         fallback=True))
+        for ir in gates.get(gname, ()):  # none: reset, delay, measure (below)
+            for qubits, err in per_qubits.items():
+                model.rules.append(NoiseRule(ir, tuple(qubits), _channel_of(err), ()))
+    for gname, err in defaults.items():
+        for ir in gates.get(gname, ()):  # on every qubit where the gate has no error of its own
+            model.rules.append(NoiseRule(ir, None, _channel_of(err), (), fallback=True))
     _readouts(model, aer)
     if backend is None:
         model.basis = frozenset(str(b) for b in getattr(aer, "basis_gates", ())

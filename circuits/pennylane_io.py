@@ -540,6 +540,13 @@ def _op_items(op, who: str, first: bool, any_wire=None) -> list:
     if name in ("MidMeasureMP", "MidMeasure", "Conditional"):
         raise QdiffError(f"{who}: PennyLane's mid-circuit {name} ({op!r}) is not converted; "
                          "use qd.measure(wire) and qd.cond(m, op) in a qdiff qnode")
+    if name in TAPE_CHANNELS:  # qml.BitFlip(p, wires): qdiff's channel of the same name
+        if not tape_channel_supported(op):
+            raise QdiffError(f"{who}: QubitChannel on wires {list(op.wires)}: Kraus matrices "
+                             "that require grad or carry a batch dimension are not converted "
+                             "(a QubitChannel is a constant channel); detach them, or write "
+                             "the noise with parametrized channels")
+        return [_channel_operation(op, tuple(op.wires))]
     return _qdiff_ops(op, any_wire)
 
 

@@ -361,6 +361,37 @@ def test_channel_parameters_by_pennylane_keywords_equal_default_mixed():
         qd.ResetError(p0=0.1, wires=0)
 
 
+def test_pennylane_channels_in_a_qdiff_qnode_are_qdiffs_channels():
+    pytest.importorskip("pennylane")
+    import pennylane as qml
+    kraus = [np.sqrt(0.8) * np.eye(2), np.sqrt(0.2) * np.array([[0.0, 1.0], [1.0, 0.0]])]
+
+    def body(x, p):
+        qml.RX(x, wires=0)
+        qml.CNOT(wires=[0, 1])
+        qml.AmplitudeDamping(p, wires=1)
+        qml.ThermalRelaxationError(0.1, 50.0, 40.0, 5.0, wires=0)
+        qml.PauliError("YZ", p, wires=[1, 0])
+        qml.QubitChannel(kraus, wires=1)
+        return qml.expval(qml.PauliZ(1) + qml.PauliX(0))
+
+    want_f = qml.QNode(body, qml.device("default.mixed", wires=2), diff_method="backprop")
+    for method in ("best", "backprop"):
+        x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+        p = torch.tensor(0.2, dtype=torch.float64, requires_grad=True)
+        got = qd.qnode(qd.device("mixed", wires=2), diff_method=method)(body)(x, p)
+        g = torch.autograd.grad(got, (x, p))
+        x2 = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+        p2 = torch.tensor(0.2, dtype=torch.float64, requires_grad=True)
+        want = want_f(x2, p2)
+        w = torch.autograd.grad(want, (x2, p2))
+        assert abs(float(got) - float(want)) < 1e-8
+        for a, b in zip(g, w):
+            assert abs(float(a) - float(b)) < 1e-7
+    with pytest.raises(qd.QdiffError, match="AmplitudeDamping.*trajectories"):
+        qd.qnode(qd.device("statevector", wires=2))(body)(0.3, 0.2)
+
+
 def test_thermal_relaxation_without_t1_or_t2_decay():
     """t1 = inf or t2 = inf (no decay of that kind), as PennyLane and Qiskit accept: after
     RY(x), <X> = sin(x) exp(-tq/t2) and <Z> = cos(x) when t1 = inf; no change at all when both

@@ -129,6 +129,74 @@ def test_a_non_native_circuit_equals_aer_on_the_routed_circuit(manila, x, y):
     _check(outs, _logical(_aer_rho(qc), r.final))
 
 
+def test_a_u1_u2_u3_device_runs_routed_circuits_with_its_errors():
+    """fake_burlington's basis is u1, u2, u3, cx: the routed circuit's u1 gates come back from
+    Qiskit as p (PhaseShift), which the device runs as its u1."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit.library import U1Gate, U2Gate, U3Gate
+    from qiskit_aer import AerSimulator
+    from qiskit_aer.noise import NoiseModel as AerNoise
+    from qiskit_ibm_runtime.fake_provider import FakeBurlingtonV2
+    from qdiff.circuits.qiskit_io import to_qiskit
+    model = qd.noise.from_backend("fake_burlington")
+
+    def f(x, y):
+        qd.Hadamard(wires=0)
+        qd.RY(x, wires=1)
+        qd.CZ(wires=[0, 1])
+        qd.CNOT(wires=[0, 2])          # uncoupled on burlington
+        qd.CRZ(y, wires=[2, 1])
+        qd.S(wires=0)
+        return qd.density_matrix([0, 1, 2])
+    q = qd.qnode(qd.device("mixed", wires=3, noise=model))(f)
+    args = (torch.tensor(0.7, dtype=torch.float64), torch.tensor(-0.4, dtype=torch.float64))
+    rho = q(*args).numpy()
+    rec = q.construct(*args)[0]
+    r = qd.noise.prepare(rec.circuit, model)
+    names = [op.name for op in r.circuit.operations]
+    assert "p" in names and "u3" in names and "u2" in names
+    exported = to_qiskit(r.circuit, theta=r.theta(rec.theta).detach())
+    qc = QuantumCircuit(3)   # the device's spelling of each gate (the errors attach by name)
+    spell = {"p": lambda a: U1Gate(a[0]), "u2": lambda a: U2Gate(*a[1:]),
+             "u3": lambda a: U3Gate(*a)}
+    for name, ins in zip(names, exported.data):
+        op = spell[name](ins.operation.params) if name in spell else ins.operation
+        qc.append(op, ins.qubits)
+    qc.save_density_matrix()
+    sim = AerSimulator(method="density_matrix",
+                       noise_model=AerNoise.from_backend(FakeBurlingtonV2()))
+    aer = np.asarray(sim.run(qc).result().data()["density_matrix"]).reshape([2] * 6)
+    aer = aer.transpose([2, 1, 0, 5, 4, 3])
+    np.testing.assert_allclose(rho, _logical(aer, r.final), atol=1e-10, rtol=0)
+
+
+def test_a_device_with_qiskits_u_gate_runs_routed_circuits_with_its_errors():
+    """Qiskit's U comes back as U3: a device whose basis is u, cx runs it as its u."""
+    from qiskit.providers.fake_provider import GenericBackendV2
+    from qiskit_aer import AerSimulator
+    from qiskit_aer.noise import NoiseModel as AerNoise
+    from qdiff.circuits.qiskit_io import to_qiskit
+    be = GenericBackendV2(3, basis_gates=["cx", "u"], coupling_map=[[0, 1], [1, 2]], seed=2)
+
+    def f(x):
+        qd.Hadamard(wires=0)
+        qd.CNOT(wires=[0, 2])          # uncoupled
+        qd.RY(x, wires=1)
+        return qd.density_matrix([0, 1, 2])
+    q = qd.qnode(qd.device("mixed", wires=3, noise=be))(f)
+    x = torch.tensor(0.3, dtype=torch.float64)
+    rho = q(x).numpy()
+    rec = q.construct(x)[0]
+    r = qd.noise.prepare(rec.circuit, q.device.noise)
+    qc = to_qiskit(r.circuit, theta=r.theta(rec.theta).detach())
+    assert "u" in qc.count_ops()
+    qc.save_density_matrix()
+    sim = AerSimulator(method="density_matrix", noise_model=AerNoise.from_backend(be))
+    aer = np.asarray(sim.run(qc).result().data()["density_matrix"]).reshape([2] * 6)
+    aer = aer.transpose([2, 1, 0, 5, 4, 3])
+    np.testing.assert_allclose(rho, _logical(aer, r.final), atol=1e-10, rtol=0)
+
+
 def test_routing_never_changes_the_noiseless_answer(quiet):
     ideal = qd.qnode(qd.device("statevector", wires=N))(body)
     routed = qd.qnode(qd.device("mixed", wires=N, noise=quiet))(body)
