@@ -254,3 +254,16 @@ def test_molecule_inputs_are_checked_before_pennylane():
             qchem.molecule("H2", charge=charge)
     H, n = qchem.molecular_hamiltonian(np.array(sym), [0, 0, 0, 0, 0, 1.4])  # an array of names
     assert n == 4 and len(H.terms) == 15
+
+
+def test_nearly_coincident_atoms_are_refused_as_linearly_dependent_basis():
+    """Atoms so close that their basis functions are linearly dependent: PennyLane's
+    Hartree-Fock returns the nuclear repulsion alone at 1e-6 bohr (the electrons' -2.6 Ha
+    gone) and an energy 40 Ha too low at 1e-4 bohr; both are refused, naming the atoms. At
+    1e-3 bohr the electronic energy is that of the united atom limit."""
+    for d in (1e-6, 1e-4):
+        with pytest.raises(qd.QdiffError, match=r"linearly dependent.*atoms, 0 \('H'\) and 1"):
+            qchem.molecular_hamiltonian(["H", "H"], [0, 0, 0, 0, 0, d])
+    H, n = qchem.molecular_hamiltonian(["H", "H"], [0, 0, 0, 0, 0, 1e-3])
+    e = float(torch.linalg.eigvalsh(H.matrix(wire_order=range(n)))[0])
+    assert e - 1e3 == pytest.approx(-2.6175, abs=1e-3)
