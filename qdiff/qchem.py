@@ -310,6 +310,9 @@ def molecular_problem(symbols: Sequence[str], coordinates, *, unit: str,
         raw = np.asarray(coordinates)
         if raw.dtype.kind == "c":  # never cut to the real part
             raise TypeError(f"got {raw.dtype} values")
+        if raw.dtype.kind in "USO" and any(isinstance(x, (str, bytes))
+                                          for x in raw.reshape(-1).tolist()):
+            raise TypeError("got text, not numbers")
         coords = tuple(float(x) for x in np.asarray(coordinates, dtype=float).reshape(-1))
     except (TypeError, ValueError) as e:
         raise QdiffError(f"coordinates must be numbers; {e}") from None
@@ -337,6 +340,9 @@ def molecular_problem(symbols: Sequence[str], coordinates, *, unit: str,
     for name, v in (("active_electrons", active_electrons), ("active_orbitals", active_orbitals)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
             raise QdiffError(f"molecular_problem: {name} must be an integer or None; got {v!r}")
+    if mult < 1:
+        raise QdiffError(f"molecular_problem: mult is the spin multiplicity 2S + 1, at least 1; "
+                         f"got {mult}")
     charge, mult = int(charge), int(mult)
     active_electrons = None if active_electrons is None else int(active_electrons)
     active_orbitals = None if active_orbitals is None else int(active_orbitals)
