@@ -69,6 +69,7 @@ class Result:
     final_exact_energy: float  # final parameters evaluated on the exact statevector
     params: torch.Tensor
     backend: str
+    noisy: bool = False  # shot-based estimates (--shots, or an IBM device's default shots)
 
     @property
     def error(self) -> float:
@@ -292,7 +293,8 @@ def vqe(problem: Problem, args, log=print, w0: Optional[torch.Tensor] = None) ->
         method = resolve("best", dev, qnode.construct(w0)[0].circuit).name
     w = w0.clone().requires_grad_(True)
     opt = make_optimizer(args, w, qnode)
-    early = not (args.run_all or args.shots or args.backend != "statevector")
+    noisy = bool(getattr(dev, "shots", None))  # an IBM device has shots without --shots
+    early = not (args.run_all or noisy)
     energies, reached, t_reached = [], None, None
     start = time.perf_counter()
     for step in range(args.steps + 1):
@@ -312,10 +314,10 @@ def vqe(problem: Problem, args, log=print, w0: Optional[torch.Tensor] = None) ->
         e.backward()
         opt.step()
     wall = time.perf_counter() - start
-    exact_run = args.backend == "statevector" and not args.shots
+    exact_run = args.backend == "statevector" and not noisy
     final_exact = energies[-1] if exact_run else exact_value(problem, ansatz, w)
     return Result(energies, problem.exact, step, wall, reached, t_reached, energies[-1],
-                  final_exact, w.detach().clone(), f"{label}, {method}")
+                  final_exact, w.detach().clone(), f"{label}, {method}", noisy)
 
 
 def exact_value(problem: Problem, ansatz, w) -> float:
@@ -366,8 +368,7 @@ def report(problem: Problem, res: Result, args, log=print) -> None:
     if abs(res.final_exact_energy - res.final_energy) > 1e-12:
         rows.append((f"error of final params, exact ({unit})",
                      f"{err_x:.4g}" if unit == "mHa" else f"{err_x:.3e}"))
-    noisy = bool(args.shots)  # (exact backends, Aer's included, give exact energies)
-    first = " (first noisy estimate)" if noisy else " (first reached)" if res.steps != \
+    first = " (first noisy estimate)" if res.noisy else " (first reached)" if res.steps != \
         res.reached else ""
     rows += [("steps", str(res.steps)), ("wall time, loop (s)", f"{res.wall:.3f}"),
              (target + first, hit)]

@@ -155,11 +155,42 @@ def _cached(symbols, coordinates, unit, charge, mult, basis, active_electrons, a
     geom = np.array(coordinates, dtype=float).reshape(-1, 3)
     mol = qml.qchem.Molecule(list(symbols), geom, charge=charge, mult=mult, basis_name=basis,
                              unit=unit)
+    _check_basis_independent(mol, symbols, basis)
     op, n = qml.qchem.molecular_hamiltonian(mol, active_electrons=active_electrons,
                                             active_orbitals=active_orbitals, mapping=mapping,
                                             method=method)
     obs = from_pennylane(op, wire_order=list(range(n)))
     return obs.coeffs.detach().clone(), obs.terms, int(n), int(mol.n_electrons)
+
+
+# Smallest eigenvalue of the basis overlap matrix below which the basis counts as linearly
+# dependent. Molecules in PennyLane's basis sets (sto-3g to cc-pvdz) stay above 1e-3; H2 at
+# 3e-4 bohr (2e-8) already comes out 1.4 mHa off, and at 1e-4 bohr (2e-9) 40 Ha off.
+_OVERLAP_FLOOR = 1e-7
+
+
+def _check_basis_independent(mol, symbols, basis) -> None:
+    """Refuse a geometry whose basis functions are (numerically) linearly dependent: atoms so
+    close that their orbitals nearly coincide. PennyLane's Hartree-Fock orthogonalizes with
+    the overlap matrix's inverse square root and there returns a meaningless Hamiltonian
+    (for nearly coincident H atoms: one term, the nuclear repulsion)."""
+    import pennylane as qml
+    s = np.asarray(qml.math.toarray(qml.qchem.overlap_matrix(mol.basis_set)()), dtype=float)
+    s_min = float(np.linalg.eigvalsh(s)[0])
+    if s_min >= _OVERLAP_FLOOR:
+        return
+    xyz = np.asarray(qml.math.toarray(mol.coordinates), dtype=float).reshape(-1, 3)  # bohr
+    pairs = [(float(np.linalg.norm(xyz[i] - xyz[j])), i, j)
+             for i in range(len(xyz)) for j in range(i + 1, len(xyz))]
+    where = ""
+    if pairs:
+        d, i, j = min(pairs)
+        where = (f"; the closest atoms, {i} ({symbols[i]!r}) and {j} ({symbols[j]!r}), are "
+                 f"{d:.3g} bohr ({d * 0.529177210903:.3g} angstrom) apart")
+    raise QdiffError(f"molecular Hamiltonian of {list(symbols)}: the {basis} basis functions "
+                     f"are linearly dependent (smallest overlap eigenvalue {s_min:.2g}, below "
+                     f"{_OVERLAP_FLOOR:g}){where}; Hartree-Fock has no meaningful solution "
+                     "there")
 
 
 _OPTIONS = ("unit", "charge", "mult", "basis", "active_electrons", "active_orbitals",
@@ -279,6 +310,9 @@ def molecular_problem(symbols: Sequence[str], coordinates, *, unit: str,
         raw = np.asarray(coordinates)
         if raw.dtype.kind == "c":  # never cut to the real part
             raise TypeError(f"got {raw.dtype} values")
+        if raw.dtype.kind in "USO" and any(isinstance(x, (str, bytes))
+                                          for x in raw.reshape(-1).tolist()):
+            raise TypeError("got text, not numbers")
         coords = tuple(float(x) for x in np.asarray(coordinates, dtype=float).reshape(-1))
     except (TypeError, ValueError) as e:
         raise QdiffError(f"coordinates must be numbers; {e}") from None
@@ -306,6 +340,9 @@ def molecular_problem(symbols: Sequence[str], coordinates, *, unit: str,
     for name, v in (("active_electrons", active_electrons), ("active_orbitals", active_orbitals)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))):
             raise QdiffError(f"molecular_problem: {name} must be an integer or None; got {v!r}")
+    if mult < 1:
+        raise QdiffError(f"molecular_problem: mult is the spin multiplicity 2S + 1, at least 1; "
+                         f"got {mult}")
     charge, mult = int(charge), int(mult)
     active_electrons = None if active_electrons is None else int(active_electrons)
     active_orbitals = None if active_orbitals is None else int(active_orbitals)

@@ -187,6 +187,27 @@ def test_hybrid_classifier_learns():
     assert acc >= 0.95
 
 
+def test_device_default_shots_count_as_noisy_and_exact_aer_stops_at_the_target(common,
+                                                                                 monkeypatch):
+    """An IBM device samples with its own default shots when --shots is not given: the run
+    takes every step and a noisy estimate within the target is labelled as one, not as
+    chemical accuracy reached. Aer without --shots is exact and stops at the target."""
+    pytest.importorskip("qiskit_aer")
+
+    def sampled(args, n):  # a device with default shots, as qd.device("ibm", ...) has
+        return qd.device("statevector", wires=n, shots=20000, seed=0), "parameter-shift", \
+            "ibm fake (20000 shots)"
+
+    with monkeypatch.context() as m:
+        m.setattr(common, "make_device", sampled)
+        res, out = run("vqe_h2", ["--backend", "ibm:fake_manila", "--steps", "6"])
+    assert res.noisy and res.steps == 6
+    assert "(first noisy estimate)" in out and "(first reached)" not in out
+    res, out = run("vqe_h2", ["--backend", "aer", "--steps", "40"])
+    assert not res.noisy and res.reached == res.steps < 40
+    assert abs(res.error) <= 1.6e-3 and "(first reached)" not in out
+
+
 @pytest.mark.slow
 def test_vqe_h2_on_aer_with_shots():
     pytest.importorskip("qiskit_aer")

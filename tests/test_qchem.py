@@ -254,3 +254,27 @@ def test_molecule_inputs_are_checked_before_pennylane():
             qchem.molecule("H2", charge=charge)
     H, n = qchem.molecular_hamiltonian(np.array(sym), [0, 0, 0, 0, 0, 1.4])  # an array of names
     assert n == 4 and len(H.terms) == 15
+
+
+def test_nearly_coincident_atoms_are_refused_as_linearly_dependent_basis():
+    """Atoms so close that their basis functions are linearly dependent: PennyLane's
+    Hartree-Fock returns the nuclear repulsion alone at 1e-6 bohr (the electrons' -2.6 Ha
+    gone) and an energy 40 Ha too low at 1e-4 bohr; both are refused, naming the atoms. At
+    1e-3 bohr the electronic energy is that of the united atom limit."""
+    for d in (1e-6, 1e-4):
+        with pytest.raises(qd.QdiffError, match=r"linearly dependent.*atoms, 0 \('H'\) and 1"):
+            qchem.molecular_hamiltonian(["H", "H"], [0, 0, 0, 0, 0, d])
+    H, n = qchem.molecular_hamiltonian(["H", "H"], [0, 0, 0, 0, 0, 1e-3])
+    e = float(torch.linalg.eigvalsh(H.matrix(wire_order=range(n)))[0])
+    assert e - 1e3 == pytest.approx(-2.6175, abs=1e-3)
+
+
+def test_text_coordinates_and_multiplicity_below_one_are_refused():
+    """Coordinates given as text are not read as numbers, and a multiplicity below 1 is named
+    as such (PennyLane calls it an open-shell system)."""
+    for co in (["0"] * 5 + ["1.4"], np.array(["0"] * 5 + ["1.4"])):
+        with pytest.raises(qd.QdiffError, match="coordinates must be numbers; got text"):
+            qchem.molecular_hamiltonian(["H", "H"], co)
+    for mult in (0, -1):
+        with pytest.raises(qd.QdiffError, match=rf"multiplicity 2S \+ 1, at least 1; got {mult}"):
+            qchem.molecular_hamiltonian(["H", "H"], [0, 0, 0, 0, 0, 1.4], mult=mult)
