@@ -106,8 +106,9 @@ def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, na
         work = min(MAX_WORK, max(MIN_WORK, WORK_PER_CX * sum(cxs)))
     outs, names = [], []
     for (lowered, base), cx in zip(parts, cxs):  # the work shared as the CX are
-        out, name = _optimize(lowered, base, level, b, verify, seed, deadline,
-                              work * cx / sum(cxs), budget, approx, report, progress, routed)
+        share = work if len(parts) == 1 else work * cx / sum(cxs)
+        out, name = _optimize(lowered, base, level, b, verify, seed, deadline, share, budget,
+                              approx, report, progress, routed)
         outs.append(out)
         names.append(name)
     base, out = _joined([base for _, base in parts], source), _joined(outs, source)
