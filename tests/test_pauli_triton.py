@@ -207,3 +207,24 @@ def test_operators_engine_and_solver_on_cuda_use_the_kernel():
     e, vecs, info = qd.lanczos(op.to("cuda"), 2)
     e_cpu, _, _ = qd.lanczos(op, 2)
     assert vecs.is_cuda and torch.allclose(e.cpu(), e_cpu, atol=1e-8, rtol=0)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
+def test_diagonal_rows_past_two_to_the_31_entries():
+    """65 groups of a 25-qubit state: the last group's row starts at entry 2**31."""
+    n, count = 25, 65
+    if torch.cuda.get_device_properties(0).total_memory < 24 << 30:
+        pytest.skip("needs a GPU with 24 GiB")
+    words = [{q: "X" for q in range(7) if (g + 1) >> q & 1} for g in range(count)]
+    groups = PauliGroups(words, n)
+    assert groups.num_groups == count and bool(groups.constant.all())
+    d = torch.zeros(count, 2 ** n, dtype=torch.float32, device="cuda")
+    d[:, 0] = torch.arange(1, count + 1, dtype=torch.float32, device="cuda")
+    x = torch.randn(1, 2 ** n, dtype=torch.complex64, device="cuda")
+    out = pauli_triton.pauli_kernel(x, groups, 0, count, d)
+    idx = torch.arange(2 ** n, device="cuda")
+    ref = torch.zeros_like(x)
+    for g in range(count):
+        ref += (g + 1) * x[:, idx ^ groups.masks[g]]
+    assert torch.allclose(out, ref, atol=1e-3, rtol=1e-5)

@@ -60,7 +60,8 @@ def _kernel():
             else:
                 xr = tl.load(x_ptr + j, mask=valid, other=0.0)
             # a constant group's value sits at its row's first entry: every lane reads it
-            k = tl.where(r < 0, g * dim, g * dim + offs)
+            row = g.to(tl.int64) * dim  # past 2**31 entries for many groups of large states
+            k = tl.where(r < 0, row, row + offs)
             if DC:
                 dr = tl.load(d_ptr + 2 * k, mask=valid, other=0.0)
                 di = tl.load(d_ptr + 2 * k + 1, mask=valid, other=0.0)
