@@ -515,7 +515,7 @@ def _unit(vec: torch.Tensor) -> torch.Tensor:
 _STATE_PREPS = ("StatePrep", "AmplitudeEmbedding", "MottonenStatePreparation")
 
 
-def _op_items(op, who: str, first: bool, any_wire=None) -> list:
+def op_items(op, who: str, first: bool, any_wire=None) -> list:
     """Recorded-style items (operations, a leading :class:`StatePrep`) for one PennyLane
     operation; ``who`` names the caller in errors."""
     name = type(op).__name__
@@ -586,7 +586,7 @@ def convert_recording(raw: list, result, mid_start: int = 0, wires=()):
         elif hasattr(it, "wires") and hasattr(it, "data"):
             first = not any(not isinstance(i, Measurement) for i in items)
             try:
-                items.extend(_op_items(it, "qnode", first, any_wire))
+                items.extend(op_items(it, "qnode", first, any_wire))
             except QdiffError as e:
                 msg = str(e)
                 raise QdiffError(msg if msg.startswith("qnode") else
@@ -673,7 +673,7 @@ def from_pennylane(tape, wires=None) -> Recorded:
     labels = tuple(tape.wires) if wires is None else tuple(wires)
     items = []
     for k, op in enumerate(tape.operations):
-        items.extend(_op_items(op, "from_pennylane", first=k == 0,
+        items.extend(op_items(op, "from_pennylane", first=k == 0,
                                any_wire=labels[0] if labels else None))
     items.extend(_qdiff_measurement(mp) for mp in tape.measurements)
     try:

@@ -133,6 +133,24 @@ def _pennylane_capture(rec: Recorder):
 _FORWARD = None
 
 
+def refuse_pennylane_recording(what: str = "a qdiff qnode") -> None:
+    """Refuse a qdiff qnode run while PennyLane records a quantum function: a PennyLane
+    transform or drawer given a qdiff qnode (``qml.add_noise(qnode, model)``,
+    ``qml.adjoint(qnode)``), or a qdiff qnode called inside a PennyLane qnode. PennyLane would
+    see none of its gates, so its transform would silently leave the result as it is."""
+    queuing = sys.modules.get("pennylane.queuing")
+    if queuing is None:
+        return
+    ctx = queuing.QueuingManager.active_context()
+    if ctx is not None and (_FORWARD is None or not isinstance(ctx, _FORWARD)):
+        from qdiff.circuits.errors import QdiffError
+        raise QdiffError(f"{what} was called while PennyLane records a quantum function (a "
+                         "PennyLane transform or drawer given a qdiff qnode, or a qdiff qnode "
+                         "inside a PennyLane qnode): PennyLane sees none of its gates. Use "
+                         "qdiff's own (qd.draw, qd.specs, qd.adjoint, qd.ctrl, qd.compile, "
+                         "device noise models), or call it outside and pass its result in")
+
+
 def is_pennylane(obj) -> bool:
     """Whether ``obj`` is a PennyLane object (operator, measurement process, ...)."""
     return type(obj).__module__.split(".", 1)[0] == "pennylane"

@@ -406,7 +406,8 @@ class HardwareEfficientAnsatz(Template):
 
 
 class BasisState(Template):
-    """Prepare the computational basis state ``state`` (bits) on ``wires`` with X gates."""
+    """Prepare the computational basis state ``state`` (bits, or an integer whose binary digits
+    are the bits, ``wires[0]`` most significant) on ``wires`` with X gates."""
 
     def _build(self, state, wires):
         wires = normalize_wires(wires)
@@ -417,6 +418,11 @@ class BasisState(Template):
                 raise QdiffError("BasisState: the bits of a state batched by torch.func.vmap "
                                  "cannot be read; pass the bits as a constant, not as a vmapped "
                                  "argument") from None
+        if isinstance(state, (int, np.integer)) and not isinstance(state, bool):
+            if not 0 <= state < 2 ** len(wires):  # PennyLane's integer form: wires[0] first
+                raise QdiffError(f"BasisState: integer state {int(state)} has no {len(wires)}-bit "
+                                 f"form (0 to {2 ** len(wires) - 1})")
+            state = [int(b) for b in format(int(state), f"0{len(wires)}b")] if wires else []
         bits = np.asarray(state).reshape(-1)
         if len(bits) != len(wires) or not np.isin(bits, [0, 1]).all():
             raise QdiffError(f"BasisState: state must be {len(wires)} bits (0/1); got {bits.tolist()}")

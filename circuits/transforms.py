@@ -21,10 +21,24 @@ from qdiff.circuits.midcircuit import is_mid_wire
 from qdiff.circuits.operation import Operation, OpBlock, normalize_wires
 
 
+def _operator_leaves(tree):
+    """The operations (qdiff's or PennyLane's) among nested lists, tuples and dict values."""
+    if isinstance(tree, (list, tuple)):
+        return [leaf for t in tree for leaf in _operator_leaves(t)]
+    if isinstance(tree, dict):
+        return _operator_leaves(list(tree.values()))
+    return [tree] if isinstance(tree, Operation) or _pennylane_operator(tree) else []
+
+
 def _recorded_ops(fn, args, kwargs, what: str) -> tuple:
-    """Record ``fn(*args, **kwargs)`` apart: ``(operations, return value)``."""
+    """Record ``fn(*args, **kwargs)`` apart: ``(operations, return value)``. Operations
+    passed as arguments (``qd.ctrl(qd.QuantumPhaseEstimation, 0)(qml.RX(x, 3), ...)``) are
+    the function's input, not gates of the circuit: they leave the recording, as in
+    PennyLane."""
     with recording.record() as rec:
         out = fn(*args, **kwargs)
+    for leaf in _operator_leaves((args, kwargs)):
+        recording.consume(leaf)
     ops = []
     for it in rec.raw:
         if isinstance(it, OpBlock):
@@ -33,17 +47,54 @@ def _recorded_ops(fn, args, kwargs, what: str) -> tuple:
             ops.append(it)
         elif isinstance(it, StatePrep):
             raise QdiffError(f"{what}: state preparation cannot be inverted or controlled")
-        elif recording.is_pennylane(it):
-            raise QdiffError(f"{what}: PennyLane operation {it!r} inside; use qdiff gates or "
-                             "PennyLane's own qml.adjoint/qml.ctrl")
+        elif _pennylane_operator(it):
+            ops.extend(_from_pennylane(it, what, _some_wire(rec.raw)))
         else:
             raise QdiffError(f"{what}: {type(it).__name__} {it!r} is not an operation "
                              "(measurements cannot be inverted or controlled)")
+    _no_channels(ops, what)
     for op in ops:
         if any(is_mid_wire(w) for w in op.wires[op.gate.controls:]):
             raise QdiffError(f"{what}: a mid-circuit measurement (qd.measure) inside cannot be "
                              "inverted or controlled")
     return ops, out
+
+
+def _no_channels(ops, what: str) -> None:
+    from qdiff.circuits.channels import Channel
+    for op in ops:
+        if isinstance(op.gate, Channel):
+            raise QdiffError(f"{what}: channel {op.gate.name} on wires {list(op.wires)} cannot "
+                             "be inverted or controlled")
+
+
+def _pennylane_operator(obj) -> bool:
+    """A PennyLane operator (``qml.RX(x, 0)``, ``qd.GroverOperator(...)``), not a measurement."""
+    return recording.is_pennylane(obj) and hasattr(obj, "wires") and hasattr(obj, "data") \
+        and not hasattr(obj, "obs")
+
+
+def _some_wire(raw: list):
+    """A wire some recorded item acts on (where a ``GlobalPhase`` naming none is put)."""
+    for it in raw:
+        for w in tuple(getattr(it, "wires", ())):
+            return w
+    return None
+
+
+def _from_pennylane(op, what: str, any_wire) -> list:
+    """qdiff's operations for a PennyLane operator (its decomposition into qdiff's gates, as a
+    qnode converts it); a channel has no inverse or controlled form."""
+    from pennylane.queuing import QueuingManager
+    from qdiff.circuits.pennylane_io import TAPE_CHANNELS, op_items
+    if type(op).__name__ in TAPE_CHANNELS:
+        raise QdiffError(f"{what}: PennyLane channel {op!r} cannot be inverted or controlled")
+    try:
+        with QueuingManager.stop_recording():  # its decomposition is not part of the circuit
+            items = op_items(op, what, first=False, any_wire=any_wire)
+    except QdiffError as e:
+        raise QdiffError(f"{what}: PennyLane operation {op!r}: {e}") from None
+    return [o for it in items for o in (it.operations() if isinstance(it, OpBlock) else [it])]
 
 
 def _emit(ops) -> None:
@@ -54,26 +105,34 @@ def _emit(ops) -> None:
 
 
 def _operation(obj, what: str):
+    """The operations of ``obj`` when it is one (a qdiff or PennyLane operation), else None."""
     if isinstance(obj, Operation):
+        _no_channels([obj], what)
         recording.consume(obj)  # it was recorded when made; its transform replaces it
-        return obj
+        return [obj]
+    if _pennylane_operator(obj):
+        recording.consume(obj)
+        return _from_pennylane(obj, what, _some_wire([obj]))
     return None
 
 
-def adjoint(op_or_fn):
+def adjoint(op_or_fn, lazy=True):
     """The inverse of an operation, or a function recording the inverse of ``op_or_fn``'s
-    operations (reverse order, each gate's own inverse from its record).
+    operations (reverse order, each gate's own inverse from its record). ``lazy`` is
+    PennyLane's (how its ``Adjoint`` object is built): checked, the result is the same.
 
     >>> import torch, qdiff as qd
     >>> with qd.record() as rec:
     ...     qd.adjoint(qd.RX(0.3, wires=0))
     RX(-0.3, wires=[0])
     """
-    op = _operation(op_or_fn, "adjoint")
-    if op is not None:
-        inv = op.inverse()
-        _emit([inv])
-        return inv
+    if not isinstance(lazy, bool):
+        raise QdiffError(f"adjoint: lazy must be True or False; got {lazy!r}")
+    ops = _operation(op_or_fn, "adjoint")
+    if ops is not None:
+        inv = [o.inverse() for o in reversed(ops)]
+        _emit(inv)
+        return inv[0] if len(inv) == 1 else inv
     if not callable(op_or_fn):
         raise QdiffError(f"adjoint: expected an operation or a quantum function, got "
                          f"{type(op_or_fn).__name__}")
@@ -113,10 +172,11 @@ def _controlled(op: Operation, ctrl: tuple, values: tuple) -> list:
     return flips + [Operation(gate, ctrl + op.wires, op.params)] + flips
 
 
-def ctrl(op_or_fn, control, control_values=None):
+def ctrl(op_or_fn, control, control_values=None, work_wires=None, work_wire_type="borrowed"):
     """``op_or_fn`` controlled by the wires ``control`` (acting when they hold
     ``control_values``, default all 1): an operation, or a function recording its operations
-    controlled.
+    controlled. ``work_wires``/``work_wire_type`` are PennyLane's decomposition hints: checked,
+    and not needed (the simulators apply a controlled gate directly).
 
     >>> import qdiff as qd
     >>> with qd.record() as rec:
@@ -125,11 +185,12 @@ def ctrl(op_or_fn, control, control_values=None):
     ['PauliX', 'C2(RY)', 'PauliX']
     """
     ctrl_w, values = _controls(control, control_values, "ctrl")
-    op = _operation(op_or_fn, "ctrl")
-    if op is not None:
-        ops = _controlled(op, ctrl_w, values)
-        _emit(ops)
-        return ops[len(ops) // 2]
+    _work_wires("ctrl", ctrl_w, work_wires, work_wire_type)
+    ops = _operation(op_or_fn, "ctrl")
+    if ops is not None:
+        out = [_controlled(o, ctrl_w, values) for o in ops]
+        _emit([o for group in out for o in group])
+        return out[0][len(out[0]) // 2] if len(out) == 1 else [g[len(g) // 2] for g in out]
     if not callable(op_or_fn):
         raise QdiffError(f"ctrl: expected an operation or a quantum function, got "
                          f"{type(op_or_fn).__name__}")

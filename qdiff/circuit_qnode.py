@@ -25,6 +25,7 @@ import numbers
 
 import torch
 
+from qdiff.circuits import recording
 from qdiff.circuits.circuit import Circuit, Recorded
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
@@ -111,6 +112,7 @@ class CircuitQNode:
         """Run the circuit for the given bindings (stays eager under ``torch.compile``)."""
         from qdiff.bridge import execute, refuse_graph_capture
         refuse_graph_capture("circuit qnode", None)
+        recording.refuse_pennylane_recording("a circuit qnode")
         recorded = self.record(*args, **kwargs)
         outs = execute(recorded, self._backend, self.diff_method, stacked=True,
                        options=self.options)

@@ -44,8 +44,47 @@ def _labels(op, theta, decimals):
     return [label] * len(op.wires)
 
 
-# an observable's factor on its wires, by measurement: <Z> for expval, Var[Z] for var, ...
+# a measurement of an observable: <Z> for expval, Var[Z] for var, ... (PennyLane's labels)
 _OBS_LABEL = {"expval": "<{}>", "var": "Var[{}]", "sample": "Sample[{}]", "counts": "Counts[{}]"}
+
+
+def _measurement(m, n: int) -> tuple:
+    """``(wires, label)`` of one measurement: a single Pauli word with coefficient 1 by its
+    letters (``<Z@Z>``), any other observable (sums, coefficients, Hermitian matrices) as 𝓗."""
+    if m.obs is None:
+        return tuple(m.wires if m.wires is not None else range(n)), m.kind
+    terms = m.obs.terms
+    wires = tuple(dict.fromkeys(w for t in terms for f in t for w in f.wires))
+    word = len(terms) == 1 and float(m.obs.coeffs.detach().reshape(-1)[0]) == 1.0 and \
+        all(f.kind != "M" for f in terms[0])
+    name = "@".join(f.kind for f in terms[0]) if word else "𝓗"
+    return wires, _OBS_LABEL[m.kind].format(name or "I")
+
+
+def _measurement_columns(circuit) -> list:
+    """One list of cells per wire: each measurement in the first column free over the wires
+    it spans, bracketed (╭ ├ ╰, │ across wires between) when it spans several."""
+    n = circuit.num_wires
+    cols: list = []  # per column: {wire: cell}
+    for m in circuit.measurements:
+        wires, label = _measurement(m, n)
+        if not wires:
+            continue
+        lo, hi = min(wires), max(wires)
+        at = next((i for i in range(len(cols) - 1, -1, -1)
+                   if any(w in cols[i] for w in range(lo, hi + 1))), -1) + 1
+        if at == len(cols):
+            cols.append({})
+        for w in range(lo, hi + 1):
+            mark = " " if lo == hi else "╭" if w == lo else "╰" if w == hi else \
+                "├" if w in wires else "│"
+            cols[at][w] = mark + (label if w in wires else "")
+    out = [[] for _ in range(n)]
+    for col in cols:
+        width = max(len(c) for c in col.values())
+        for w in range(n):
+            out[w].append(col.get(w, "").ljust(width))
+    return out
 
 
 def draw_circuit(circuit, theta=None, decimals: int = 2) -> str:
@@ -72,23 +111,15 @@ def draw_circuit(circuit, theta=None, decimals: int = 2) -> str:
             lines[w].append("──" + s.ljust(width + (1 if hi > lo else 0), "─"))
             length[w] = cur + len(lines[w][-1])
     total = max((len("".join(l)) for l in lines), default=0)
-    meas = {w: [] for w in range(n)}
-    for m in circuit.measurements:
-        if m.obs is not None:
-            for term in m.obs.terms:
-                for f in term:
-                    for w in f.wires:
-                        meas[w].append(_OBS_LABEL[m.kind].format(f.kind if f.kind != 'M' else 'H'))
-        else:
-            for w in (m.wires if m.wires is not None else range(n)):
-                meas[w].append(m.kind)
+    meas = _measurement_columns(circuit)
     width_label = max(len(str(l)) for l in circuit.labels)
     out = []
     for w in range(n):
         body = "".join(lines[w])
         body += "─" * (total - len(body)) + "──┤"
-        tail = ("  " + " ".join(dict.fromkeys(meas[w]))) if meas[w] else ""
-        out.append(f"{str(circuit.labels[w]).rjust(width_label)}: {body}{tail}")
+        tail = " ".join(meas[w]).rstrip()
+        out.append(f"{str(circuit.labels[w]).rjust(width_label)}: {body}" +
+                   (" " + tail if tail else ""))
     return "\n".join(out)
 
 

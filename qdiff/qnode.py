@@ -111,6 +111,7 @@ class QNode:
         from qdiff.static import refuse_nested
         refuse_graph_capture("qnode", self.func)
         refuse_nested()
+        recording.refuse_pennylane_recording()
         shots = self.shots
         if "shots" in kwargs and not self._func_takes_shots:
             shots = kwargs.pop("shots")

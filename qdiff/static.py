@@ -887,6 +887,7 @@ class StaticQNode:
     def __call__(self, *args, **kwargs):
         refuse_graph_capture("qnode", self.qnode.func)
         refuse_nested("a static qnode")
+        recording.refuse_pennylane_recording("a static qnode")
         if _transforms_active() or _forward_ad._current_level >= 0:
             # torch.func.grad / vmap / jacrev, or torch.autograd.forward_ad's dual tensors
             # (which a replay's gather would drop): the plain qnode's path

@@ -114,7 +114,27 @@ def test_nested_controls_are_drawn_on_every_control_wire():
         qd.ctrl(qd.CNOT, control=[3])(wires=[0, 1])
         return qd.probs()
 
-    assert qd.draw(f)(0.2).splitlines() == ["0: ──╭●─────────╭●──┤  probs",
-                                            "1: ──├●─────────├X──┤  probs",
-                                            "2: ──├●─────────│───┤  probs",
-                                            "3: ──╰RZ(0.20)──╰●──┤  probs"]
+    assert qd.draw(f)(0.2).splitlines() == ["0: ──╭●─────────╭●──┤ ╭probs",
+                                            "1: ──├●─────────├X──┤ ├probs",
+                                            "2: ──├●─────────│───┤ ├probs",
+                                            "3: ──╰RZ(0.20)──╰●──┤ ╰probs"]
+
+
+def test_draw_tells_one_measurement_on_several_wires_from_several_measurements():
+    """A product of Paulis is one bracketed measurement (``<Z@Z>``, PennyLane's label), apart
+    from one measurement per wire; sums, coefficients and Hermitian matrices draw as 𝓗
+    (never as the letter H of a Hadamard); each measurement takes its own column where
+    wires overlap."""
+    dev = qd.device("statevector", wires=4)
+
+    def drawn(*ms):
+        return qd.draw(qd.qnode(dev)(lambda: list(ms) if len(ms) > 1 else ms[0]))().splitlines()
+    assert drawn(qd.expval(qd.Z(0) @ qd.Z(1))) == \
+        ["0: ──┤ ╭<Z@Z>", "1: ──┤ ╰<Z@Z>", "2: ──┤", "3: ──┤"]
+    assert drawn(qd.expval(qd.Z(0)), qd.expval(qd.Z(1))) == \
+        ["0: ──┤  <Z>", "1: ──┤  <Z>", "2: ──┤", "3: ──┤"]
+    assert drawn(qd.var(qd.X(0) @ qd.Y(2)), qd.probs(wires=[1]), qd.expval(qd.Z(0))) == \
+        ["0: ──┤ ╭Var[X@Y]  <Z>", "1: ──┤ │          probs", "2: ──┤ ╰Var[X@Y]", "3: ──┤"]
+    assert drawn(qd.expval(qd.Hermitian(torch.eye(2), wires=3)), qd.expval(0.5 * qd.Z(0)),
+                 qd.expval(qd.Z(1) + qd.X(2))) == \
+        ["0: ──┤  <𝓗>", "1: ──┤ ╭<𝓗>", "2: ──┤ ╰<𝓗>", "3: ──┤  <𝓗>"]

@@ -184,6 +184,30 @@ def test_unconvertible_pennylane_objects_are_refused_by_name():
         bad_obs()
 
 
+@pytest.mark.parametrize("static", [False, True])
+def test_pennylane_transforms_given_a_qdiff_qnode_are_refused_not_left_undone(static):
+    """A PennyLane transform applied to a qdiff qnode records it as a quantum function and sees
+    none of its gates: ``qml.add_noise`` would leave the noiseless value (0.955 where
+    default.mixed gives 0.978), ``qml.adjoint`` return an empty list. The qnode refuses to
+    run inside PennyLane's recording, by name; outside, and inside qdiff's own, it runs."""
+    dev = qd.device("mixed", wires=2)
+
+    @qd.qnode(dev, static=static)
+    def f(x):
+        qd.RX(x, 0)
+        qd.CNOT([0, 1])
+        return qd.expval(qd.Z(1))
+    x = torch.tensor(0.3, dtype=torch.float64)
+    model = qml.NoiseModel({qml.noise.op_eq(qml.CNOT):
+                            qml.noise.partial_wires(qml.AmplitudeDamping, 0.5)})
+    for transformed in (qml.add_noise(f, model), qml.adjoint(f), qml.ctrl(f, control=1),
+                        qml.transforms.cancel_inverses(f), qml.map_wires(f, {0: 1, 1: 0})):
+        with pytest.raises(QdiffError, match="called while PennyLane records a quantum "
+                                             "function"):
+            transformed(x)
+    assert float(f(x)) == pytest.approx(math.cos(0.3), abs=1e-12)
+
+
 def test_foreign_object_in_recording_is_refused():
     with qd.record() as rec:
         qd.RX(0.1, 0)

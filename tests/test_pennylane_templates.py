@@ -135,3 +135,77 @@ def test_a_template_first_used_inside_a_qnode_is_recorded():
                                 qml.expval(qml.Z(0)))[-1], dq)()  # 1 (cos 0.3 dropped or twice)
     assert float(out[0]) == pytest.approx(float(want_f), abs=1e-12)
     assert float(out[1]) == pytest.approx(float(want_g), abs=1e-12)
+
+
+def _transformed_cases(m):
+    h = qml.dot([0.5, -0.3], [qml.Z(0) @ qml.Z(1), qml.X(2)])
+    return {
+        "adjoint GroverOperator": lambda x: m.adjoint(m.GroverOperator)(wires=[0, 1, 2]),
+        "ctrl GroverOperator": lambda x: m.ctrl(m.GroverOperator, control=3)(wires=[0, 1, 2]),
+        "adjoint ArbitraryUnitary": lambda x: m.adjoint(m.ArbitraryUnitary)(
+            torch.cat([x, x, x, x[:3]]), wires=[1, 2]),
+        "ctrl RandomLayers": lambda x: m.ctrl(m.RandomLayers, control=0, control_values=0)(
+            x[:3].reshape(1, 3), wires=[1, 2], seed=3),
+        "ctrl BasisEmbedding": lambda x: m.ctrl(m.BasisEmbedding, control=0)([1, 0, 1],
+                                                                            wires=[1, 2, 3]),
+        # an operator passed as an argument is the template's input, not a gate of its own
+        "ctrl QuantumPhaseEstimation": lambda x: m.ctrl(m.QuantumPhaseEstimation, control=0)(
+            qml.RX(x[0], wires=3), estimation_wires=[1, 2]),
+        "adjoint TrotterProduct": lambda x: m.adjoint(m.TrotterProduct)(h, x[1], n=2, order=2),
+        "adjoint of an operator": lambda x: m.adjoint(qml.Rot(x[0], x[1], x[2], wires=1)),
+        "ctrl of an operator": lambda x: m.ctrl(qml.IsingXY(x[3], wires=[1, 2]), control=[0, 3],
+                                                control_values=[0, 1]),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_transformed_cases(qml)))
+def test_adjoint_and_ctrl_of_pennylane_templates_and_operators_match_default_qubit(name):
+    """``qd.adjoint``/``qd.ctrl`` of PennyLane's templates and operators (``qd.GroverOperator``
+    is ``qml.GroverOperator``): the decomposition into qdiff's gates, inverted or controlled,
+    values and gradients equal to ``qml.adjoint``/``qml.ctrl`` on default.qubit."""
+    x = torch.tensor([0.3, 0.7, -0.4, 1.1], dtype=torch.float64, requires_grad=True)
+    ref_body, body = _transformed_cases(qml)[name], _transformed_cases(qd)[name]
+
+    def prefix(m, x):
+        for i in range(N):
+            m.RY(0.4 * i + 0.2 + x[i] / 3, wires=i)
+
+    @qml.qnode(qml.device("default.qubit", wires=N), interface="torch")
+    def ref(x):
+        prefix(qml, x)
+        ref_body(x)
+        return qml.expval(qml.Z(0) @ qml.X(1) + qml.Y(3))
+    want = ref(x)
+    want_grad, = torch.autograd.grad(want, x)
+    for method in ("backprop", "adjoint", "parameter-shift"):
+        @qd.qnode(qd.device("statevector", wires=N), diff_method=method)
+        def circuit(x):
+            prefix(qd, x)
+            body(x)
+            return qd.expval(qd.Z(0) @ qd.X(1) + qd.Y(3))
+        out = circuit(x)
+        grad, = torch.autograd.grad(out, x)
+        assert out.item() == pytest.approx(want.item(), abs=1e-12), method
+        assert torch.allclose(grad, want_grad, atol=1e-12), method
+
+
+def test_adjoint_and_ctrl_take_pennylanes_keywords_and_refuse_channels():
+    dev = qd.device("statevector", wires=3)
+
+    def run(body, device=dev):
+        return qd.qnode(device)(lambda: (body(), qd.expval(qd.Z(0)))[-1])()
+    x = run(lambda: (qd.RX(0.3, wires=1), qd.X(2), qd.ctrl(qd.CNOT, control=2, work_wires=[],
+                                                           work_wire_type="zeroed")(wires=[1, 0]),
+                     qd.adjoint(qd.S, lazy=False)(wires=0)))
+    assert float(x) == pytest.approx(np.cos(0.3), abs=1e-12)
+    with pytest.raises(qd.QdiffError, match="ctrl: work_wires \\[2\\] overlap"):
+        run(lambda: qd.ctrl(qd.CNOT, control=2, work_wires=[2])(wires=[1, 0]))
+    with pytest.raises(qd.QdiffError, match="adjoint: lazy must be True or False"):
+        run(lambda: qd.adjoint(qd.S, lazy="no")(wires=0))
+    mixed = qd.device("mixed", wires=2)
+    for make in (lambda: qd.adjoint(qd.BitFlip(0.1, wires=0)),
+                 lambda: qd.ctrl(lambda: qd.BitFlip(0.1, wires=0), control=1)(),
+                 lambda: qd.adjoint(lambda: qml.BitFlip(0.1, wires=0))()):
+        with pytest.raises(qd.QdiffError, match="channel BitFlip.*cannot be inverted or "
+                                                "controlled"):
+            run(make, mixed)

@@ -150,6 +150,16 @@ def test_basis_state(bits):
     assert np.allclose(ours, theirs, atol=1e-12)
 
 
+@pytest.mark.parametrize("value,wires", [(3, [0, 1]), (1, [2, 0, 1]), (np.int64(6), [0, 1, 2]),
+                                         (torch.tensor(5), [1, 2, 0]), (0, [1])])
+def test_basis_state_takes_pennylanes_integer_form(value, wires):
+    ours = qd_state(3, lambda: qd.BasisState(value, wires=wires))
+    theirs = pl_state(3, lambda: qml.BasisState(value, wires=wires))
+    assert np.allclose(ours, theirs, atol=1e-12)
+    with pytest.raises(qd.QdiffError, match="integer state 4 has no 2-bit form"):
+        qd_state(2, lambda: qd.BasisState(4, wires=[0, 1]))
+
+
 @pytest.mark.parametrize("electrons,orbitals", [(2, 4), (2, 6), (4, 8), (3, 6)])
 def test_excitations_and_hf_state_match_qchem(electrons, orbitals):
     assert np.array_equal(qd.hf_state(electrons, orbitals), qml.qchem.hf_state(electrons, orbitals))
