@@ -327,6 +327,23 @@ def test_compile_refuses_mid_circuit_measurements_by_name():
         qd.compile(rec.circuit)
 
 
+
+@pytest.mark.parametrize("level", [0, 2])
+def test_compile_keeps_the_measurements_of_a_recorded_circuit(level):
+    import qdiff as qd
+    from qdiff.qnode import record_circuit
+
+    def f(x):
+        qd.RX(x, wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.CNOT(wires=[0, 1])
+        qd.RY(0.3, wires=1)
+        return qd.expval(qd.Z(0) @ qd.Z(1)), qd.probs(wires=[1])
+
+    rec = record_circuit(f, 2, torch.tensor(0.9, dtype=torch.float64))
+    out, rep = compile(rec.circuit, level=level)
+    assert rep.verified and out.measurements == rec.circuit.measurements
+
 BARRIER_QASM = """OPENQASM 2.0;
 include "qelib1.inc";
 qreg q[3];
