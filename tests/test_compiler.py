@@ -467,3 +467,5 @@ def test_a_barrier_out_of_range_is_refused():
         Circuit(2, (op("h", (0,)),), barriers=((2, (0,)),))
     c = Circuit(2, (op("h", (0,)),), barriers=((1, (0, 1)),))
     assert c.with_operations(c.operations).barriers == ()  # new operations: no old barriers
+    with pytest.raises(QdiffError, match="keep_barriers 'no': expected True or False"):
+        compile(c, keep_barriers="no")

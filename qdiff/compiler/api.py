@@ -69,6 +69,8 @@ def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, na
              work, progress, keep_barriers):
     t0 = time.perf_counter()
     _check_args(level, verify, approx, work)
+    if not isinstance(keep_barriers, bool):
+        raise QdiffError(f"keep_barriers {keep_barriers!r}: expected True or False")
     if basis is not None:
         b = parse_basis(basis)
         if target is not None:
