@@ -840,7 +840,8 @@ def to_qiskit(circuit: Circuit, theta=None, measure: bool = False, columns=None,
     wmap = list(range(circuit.num_wires))
     fences: dict = {}  # position -> the wires of each barrier standing there
     for pos, wires in circuit.barriers:
-        fences.setdefault(pos, []).append(wires)
+        if wires:  # (qc.barrier() of no qubits would stand on all of them)
+            fences.setdefault(pos, []).append(wires)
     for i, op in enumerate(circuit.operations):
         for wires in fences.get(i, ()):
             qc.barrier(*wires)

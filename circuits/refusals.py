@@ -14,10 +14,10 @@ from qdiff.circuits.errors import QdiffError
 
 #: name -> (why qdiff has no such gate, what to use instead)
 REFUSED = {
-    "Barrier": ("qdiff circuits carry no barriers (the simulators need none, and the compiler "
-                "optimises the circuit it is given as a whole)",
-                "drop it; to keep the compiler from merging across a point, compile the two "
-                "parts separately"),
+    "Barrier": ("a recorded circuit carries no barriers: the simulators need none",
+                "drop it; to keep the compiler from merging across a point, compile a Qiskit "
+                "QuantumCircuit or an OpenQASM file with a barrier there (both keep theirs), "
+                "or the two parts separately"),
     "Snapshot": ("qdiff records no intermediate states",
                  "return qd.state() (or qd.density_matrix) from a qnode that stops at that "
                  "point"),

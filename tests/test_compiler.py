@@ -327,6 +327,23 @@ def test_compile_refuses_mid_circuit_measurements_by_name():
         qd.compile(rec.circuit)
 
 
+
+@pytest.mark.parametrize("level", [0, 2])
+def test_compile_keeps_the_measurements_of_a_recorded_circuit(level):
+    import qdiff as qd
+    from qdiff.qnode import record_circuit
+
+    def f(x):
+        qd.RX(x, wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.CNOT(wires=[0, 1])
+        qd.RY(0.3, wires=1)
+        return qd.expval(qd.Z(0) @ qd.Z(1)), qd.probs(wires=[1])
+
+    rec = record_circuit(f, 2, torch.tensor(0.9, dtype=torch.float64))
+    out, rep = compile(rec.circuit, level=level)
+    assert rep.verified and out.measurements == rec.circuit.measurements
+
 BARRIER_QASM = """OPENQASM 2.0;
 include "qelib1.inc";
 qreg q[3];
@@ -387,6 +404,45 @@ def test_barriers_survive_routing_to_a_device():
     assert [n for n, _ in seq].count("barrier") == 2 and rep.cx_after >= 2
 
 
+def test_barriers_on_idle_qubits_survive_routing():
+    """Qiskit's transpiler keeps a barrier on the device qubits of every wire it names, idle
+    ones included (and a circuit of barriers only keeps them all)."""
+    from qiskit import QuantumCircuit
+    from qdiff.compiler.target import route
+    from qdiff.circuits.qiskit_io import from_qiskit
+    qc = QuantumCircuit(4, 3)
+    qc.h(0)
+    qc.cx(0, 1)
+    qc.barrier(0, 1, 3)  # wire 3 has no gate and no measurement
+    qc.cx(0, 2)
+    qc.barrier()
+    qc.measure(range(3), range(3))
+    routed = route(from_qiskit(qc), "fake_manila").imported.circuit
+    out, rep = compile(qc, level=2, target="fake_manila")
+    assert rep.verified and rep.barriers == 2
+    assert [set(w) for _, w in out.barriers] == [set(w) for _, w in routed.barriers]
+    assert [len(w) for _, w in out.barriers] == [3, 4]
+    only = QuantumCircuit(2)
+    only.barrier()
+    only.barrier(1)
+    out, rep = compile(only, target="fake_manila")
+    assert [len(w) for _, w in out.barriers] == [2, 1] and rep.barriers == 2
+    # a wide circuit using two qubits is still optimized and verified on those two
+    wide = QuantumCircuit(30)
+    wide.h(0)
+    wide.cx(0, 1)
+    wide.barrier()
+    wide.cx(0, 1)
+    out, rep = compile(wide, target="fake_sherbrooke")
+    assert rep.verified and rep.num_qubits == 2 and rep.cx_after == 2
+    assert [len(w) for _, w in out.barriers] == [30]
+
+
+def test_a_barrier_on_no_qubit_is_not_written():
+    from qdiff.circuits.qiskit_io import to_qiskit as export
+    c = Circuit(2, (op("h", (0,)),), barriers=((1, ()), (1, (1,))))
+    assert [len(i.qubits) for i in export(c).data if i.operation.name == "barrier"] == [1]
+
 def test_qiskit_circuits_keep_their_barriers_through_compile():
     from qiskit import QuantumCircuit
     from qdiff.circuits.qiskit_io import to_qiskit as export
@@ -411,3 +467,5 @@ def test_a_barrier_out_of_range_is_refused():
         Circuit(2, (op("h", (0,)),), barriers=((2, (0,)),))
     c = Circuit(2, (op("h", (0,)),), barriers=((1, (0, 1)),))
     assert c.with_operations(c.operations).barriers == ()  # new operations: no old barriers
+    with pytest.raises(QdiffError, match="keep_barriers 'no': expected True or False"):
+        compile(c, keep_barriers="no")

@@ -69,6 +69,8 @@ def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, na
              work, progress, keep_barriers):
     t0 = time.perf_counter()
     _check_args(level, verify, approx, work)
+    if not isinstance(keep_barriers, bool):
+        raise QdiffError(f"keep_barriers {keep_barriers!r}: expected True or False")
     if basis is not None:
         b = parse_basis(basis)
         if target is not None:
@@ -173,7 +175,8 @@ def _segments(c: Circuit) -> list:
 
 
 def _joined(parts: list, source: Circuit) -> Circuit:
-    """The parts' operations in order, with ``source``'s barriers between them."""
+    """The parts' operations in order, with ``source``'s barriers between them and its
+    measurements."""
     cuts = sorted({pos for pos, _ in source.barriers if 0 < pos < len(source.operations)})
     at = {0: 0, len(source.operations): sum(len(p.operations) for p in parts)}
     total = 0
@@ -181,8 +184,8 @@ def _joined(parts: list, source: Circuit) -> Circuit:
         total += len(part.operations)
         at[cut] = total
     ops = tuple(o for p in parts for o in p.operations)
-    return Circuit(parts[0].num_wires, ops, (), parts[0].num_params, parts[0].wire_labels,
-                   tuple((at[pos], wires) for pos, wires in source.barriers))
+    return Circuit(parts[0].num_wires, ops, source.measurements, parts[0].num_params,
+                   parts[0].wire_labels, tuple((at[pos], wires) for pos, wires in source.barriers))
 
 
 def _check_args(level, verify, approx, work=None) -> None:

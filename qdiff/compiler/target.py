@@ -36,13 +36,19 @@ class Routed:
     imported: object = None   # the routed circuit as imported (theta columns, expressions)
     final: tuple = ()         # physical qubit holding each input wire's state at the end
     initial: tuple = ()       # physical qubit of each input wire at the start
+    barriers: tuple = ()      # physical qubits of each barrier of ``circuit``, idle ones too
 
     def expand(self, c: Circuit) -> Circuit:
+        """``c`` (on the active qubits, its barriers those of ``circuit`` in order, moved or
+        not) on the device's qubits."""
         ops = tuple(Operation(o.gate, tuple(self.physical[w] for w in o.wires), o.params)
                     for o in c.operations)
-        return Circuit(self.num_physical, ops, c.measurements, c.num_params, None,
-                       tuple((pos, tuple(self.physical[w] for w in wires))
-                             for pos, wires in c.barriers))
+        if len(c.barriers) == len(self.barriers):
+            fences = tuple((pos, wires) for (pos, _), wires in zip(c.barriers, self.barriers))
+        else:
+            fences = tuple((pos, tuple(self.physical[w] for w in wires))
+                           for pos, wires in c.barriers)
+        return Circuit(self.num_physical, ops, c.measurements, c.num_params, None, fences)
 
 
 @caches.cached(maxsize=1)
@@ -151,13 +157,14 @@ def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None) -
     basis = parse_basis(names)
     allowed = frozenset((loc[a], loc[b]) for a, b in backend.target[basis.two_q].keys()
                         if a in loc and b in loc)
+    # each barrier on its active qubits (none: it still splits the circuit); expand writes it
+    # on all of its device qubits, idle ones included, as Qiskit's transpiler does
     barriers = tuple((pos, tuple(loc[w] for w in wires if w in loc))
                      for pos, wires in r.circuit.barriers)
-    circuit = Circuit(len(used), ops, (), r.circuit.num_params, None,
-                      tuple((pos, wires) for pos, wires in barriers if wires))
+    circuit = Circuit(len(used), ops, (), r.circuit.num_params, None, barriers)
     return Routed(backend.name, circuit, tuple(used),
                   r.circuit.num_wires, basis, allowed, list(r.measurements), r.num_clbits, r,
-                  final, initial)
+                  final, initial, tuple(wires for _, wires in r.circuit.barriers))
 
 
 _CONTROL = {"if_else", "for_loop", "switch_case", "while_loop", "delay", "reset", "measure"}
