@@ -503,8 +503,9 @@ def test_solver_calls_that_do_not_fit_are_qdiff_errors_naming_what_is_wrong():
 
 
 def test_ground_state_arguments_are_checked_and_array_masks_taken():
-    op = PauliSumOperator.from_strings(["ZZ", "XI", "IX"],
-                                       torch.tensor([1.0, 0.4, 0.4], dtype=torch.float64))
+    # XX and ZI keep the parity sector {|00>, |11>} of the mask below
+    op = PauliSumOperator.from_strings(["ZZ", "XX", "ZI"],
+                                       torch.tensor([1.0, 0.4, 0.3], dtype=torch.float64))
     with pytest.raises(qd.QdiffError, match="n_qubits=3: the operator acts on 2 qubits"):
         ground_state(op, n_qubits=3)
     for kw, msg in ((dict(max_basis=0), "max_basis must be an integer >= 2"),
@@ -515,3 +516,63 @@ def test_ground_state_arguments_are_checked_and_array_masks_taken():
     e_t = ground_state(op, mask=torch.as_tensor(mask))[0]
     for m in (mask, mask.tolist()):
         assert abs(float(ground_state(op, mask=m)[0]) - float(e_t)) < 1e-10
+
+
+def test_a_mask_the_operator_does_not_preserve_is_refused():
+    """The pairs found in such a mask are those of the projected operator, not eigenpairs."""
+    op = PauliSumOperator.from_strings(["ZZ", "XI"],
+                                       torch.tensor([1.0, 0.4], dtype=torch.float64))
+    mask = torch.tensor([True, False, False, True])
+    for call in (lambda: lanczos(op, 1, mask=mask), lambda: ground_state(op, mask=mask),
+                 lambda: lanczos(op.to_dense(), 2, mask=mask)):
+        with pytest.raises(qd.QdiffError, match="does not preserve mask"):
+            call()
+    # a sector it keeps (XX flips both bits) is taken
+    kept = PauliSumOperator.from_strings(["ZZ", "XX"],
+                                         torch.tensor([1.0, 0.4], dtype=torch.float64))
+    assert abs(float(lanczos(kept, 1, mask=mask)[0][0]) - 0.6) < 1e-10  # ZZ = 1 there
+
+
+def test_solvers_take_pennylane_observables_and_integer_matrices():
+    qml = pytest.importorskip("pennylane")
+    H = qml.PauliZ(0) @ qml.PauliZ(1) + 0.5 * qml.PauliX(1)
+    ref = np.linalg.eigvalsh(qml.matrix(H, wire_order=[0, 1]))
+    e, _, _ = lanczos(H, 2)
+    assert np.allclose(e.numpy(), ref[:2], atol=1e-10)
+    assert abs(float(ground_state(H)[0]) - ref[0]) < 1e-10
+    adjacency = torch.tensor([[False, True, True], [True, False, True], [True, True, False]])
+    assert np.allclose(lanczos(adjacency, 3)[0].numpy(), [-1, -1, 2], atol=1e-10)
+    x, _ = cg(adjacency.to(torch.int64) + 2 * torch.eye(3, dtype=torch.int64),
+              torch.ones(3, dtype=torch.float64))
+    assert torch.allclose(x, torch.full((3,), 0.25, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("call, msg", [
+    (lambda A, b: lanczos(A.half(), 1), "float16 is not supported"),
+    (lambda A, b: lanczos(A, 1, dtype=torch.bfloat16), "bfloat16 is not supported"),
+    (lambda A, b: cg(A.half(), b.half()), "float16 is not supported"),
+    (lambda A, b: minres(A.bfloat16(), b.bfloat16()), "bfloat16 is not supported"),
+    (lambda A, b: lanczos(A, 1, dtype="float64"), "dtype must be a torch dtype"),
+    (lambda A, b: lanczos(A, 1, device="nowhere"), "device must be a torch device"),
+    (lambda A, b: lanczos(A, 1, n=5), "n=5, but the operator is 3x3"),
+    (lambda A, b: lanczos(lambda v: v, 1, n=4.0), "n must be an integer >= 1"),
+    (lambda A, b: lanczos(torch.zeros(0, 0), 1), "the operator is 0x0"),
+    (lambda A, b: minres(A, b, shift=1j), "shift must be a finite real number"),
+    (lambda A, b: minres(A, b, shift=float("nan")), "shift must be a finite real number"),
+    (lambda A, b: minres(A, b, shift="1"), "shift must be a finite real number"),
+    (lambda A, b: minres(A, b, shift=torch.tensor(0.5, requires_grad=True)),
+     "shift requires grad"),
+    (lambda A, b: cg(A, b, M=2.0), "M \\(the preconditioner\\) must be a callable"),
+    (lambda A, b: cg(A, b, M=lambda r: r[:2]), "the preconditioner M returned \\(2,\\)"),
+    (lambda A, b: cg(A, b, params=3), "params must be a list of the tensors"),
+    (lambda A, b: minres(A, b, params=[A, 3]), "params must be a list of the tensors"),
+])
+def test_solver_arguments_that_would_mislead_are_refused(call, msg):
+    """Half precision would report a tolerance met in float16 arithmetic; a shift that
+    requires grad would get no gradient; the rest would end in a raw torch error."""
+    A = torch.tensor([[4.0, 1.0, 0.0], [1.0, 3.0, 0.0], [0.0, 0.0, 2.0]], dtype=torch.float64)
+    b = torch.ones(3, dtype=torch.float64)
+    with pytest.raises(qd.QdiffError, match=msg):
+        call(A, b)
+    x, _ = minres(A, b, shift=torch.tensor(0.5))  # a plain 0-d tensor is a number
+    assert torch.allclose(x, torch.linalg.solve(A - 0.5 * torch.eye(3, dtype=A.dtype), b))
