@@ -576,3 +576,25 @@ def test_solver_arguments_that_would_mislead_are_refused(call, msg):
         call(A, b)
     x, _ = minres(A, b, shift=torch.tensor(0.5))  # a plain 0-d tensor is a number
     assert torch.allclose(x, torch.linalg.solve(A - 0.5 * torch.eye(3, dtype=A.dtype), b))
+
+
+def test_ground_state_state_gradient_in_single_precision():
+    """The backward solve stops at what float32 can reach (asked for 1e-10 it drifted away
+    and gave gradients off by ~100); one that stops short says so."""
+    strings = ["ZZI", "XIX", "IYY", "ZIZ", "XYZ", "IIX", "YZY"]
+    c0 = torch.randn(7, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    obs = PauliSumOperator.from_strings(["ZXI", "IIZ"], [0.7, -0.3])
+
+    def grad(dtype, **kw):
+        c = c0.to(dtype).detach().requires_grad_()
+        e, psi, info = ground_state(PauliSumOperator.from_strings(strings, c), **kw)
+        (e + obs.expval(psi)).backward()
+        return c.grad.double(), info
+
+    ref, _ = grad(torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g, info = grad(torch.float32)
+    assert info.backward.converged and torch.allclose(g, ref, atol=1e-4)
+    with pytest.warns(UserWarning, match="backward solve for the state's gradient stopped"):
+        grad(torch.float64, maxiter=2)
