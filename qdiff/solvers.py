@@ -223,11 +223,23 @@ def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int
     Returns:
         ``(eigenvalues (k,), eigenvectors (k, N), SolverInfo)``, eigenvalues in ascending order.
     """
+    _refuse_vmap("lanczos/eigsh")
     if which not in ("SA", "LA"):
         raise QdiffError(f"lanczos: which must be 'SA' (smallest) or 'LA' (largest); "
                          f"got {which!r}")
     _check_stop("lanczos", tol, maxiter)
     maxiter = 10000 if maxiter is None else maxiter
+    if not isinstance(A, (PauliSumOperator, torch.Tensor)) and not callable(A):
+        try:
+            A = as_operator(A)
+        except QdiffError:
+            pass  # _matvec_of names what it is
+    tracked = A.coeffs if isinstance(A, PauliSumOperator) else A
+    if torch.is_grad_enabled() and isinstance(tracked, torch.Tensor) and tracked.requires_grad:
+        raise QdiffError("lanczos/eigsh: the operator requires grad, but its eigenpairs are "
+                         "not differentiated (they would come back detached); use "
+                         "qd.ground_state for gradients of the lowest pair, or pass the "
+                         "operator detached (A.detach(), H.with_coeffs(H.coeffs.detach()))")
     mv, dim = _matvec_of(A)
     if v0 is not None:
         v0 = _as_vector(v0, "lanczos: v0")
@@ -480,20 +492,54 @@ def eigsh(A, k: int = 1, **kwargs):
 # differentiable ground state
 
 
+class _Box:
+    """Attributes passed through an autograd.Function as they are (torch.func copies the
+    lists and dicts among its inputs, so what forward stores there would be lost)."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _no_batching_error(who: str) -> QdiffError:
+    return QdiffError(f"{who} has no batching or forward-mode rule (torch.func.vmap, jvp, "
+                      "jacfwd): loop over the batch, or differentiate in reverse mode "
+                      "(backward, torch.func.grad/jacrev)")
+
+
+def _no_batching(who: str):
+    """An autograd.Function ``vmap``/``jvp`` rule that refuses by name."""
+    def refuse(*args, **kwargs):
+        raise _no_batching_error(who)
+    return staticmethod(refuse)
+
+
+def _refuse_vmap(who: str) -> None:
+    """The iterations branch on the vectors' values, which torch.func.vmap cannot batch."""
+    try:
+        from torch._C._functorch import TransformType
+        from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+    except ImportError:  # a torch without these: vmap reports for itself
+        return
+    if any(i.key() == TransformType.Vmap for i in retrieve_all_functorch_interpreters()):
+        raise _no_batching_error(who)
+
+
 class _GroundState(torch.autograd.Function):
     """``coeffs -> (E0, psi0)``; the backward is implicit (no unrolled iterations)."""
 
     @staticmethod
-    def forward(coeffs, op, opts, info_box):
-        e, x, info = lanczos(op.with_coeffs(coeffs.detach()), 1, **opts)
-        info_box.append(info)
+    def forward(coeffs, op, box):
+        e, x, info = lanczos(op.with_coeffs(coeffs.detach()), 1, **box.opts)
+        box.info = info
         return e[0], x[0]
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        coeffs, op, opts, info_box = inputs
-        ctx.op, ctx.opts, ctx.info = op, opts, info_box[0]
+        coeffs, op, box = inputs
+        ctx.op, ctx.opts, ctx.info = op, box.opts, box.info
         ctx.save_for_backward(coeffs, *output)
+
+    vmap = jvp = _no_batching("ground_state")
 
     @staticmethod
     def backward(ctx, g_e, g_psi):
@@ -507,7 +553,7 @@ class _GroundState(torch.autograd.Function):
             ctx.info.backward = binfo
             part = op.bilinear_terms(x, psi)
             grad = part if grad is None else grad + part
-        return (None if grad is None else grad.to(coeffs.dtype)), None, None, None
+        return (None if grad is None else grad.to(coeffs.dtype)), None, None
 
 
 def _perturbation_solve(op, e0, psi, g, opts):
@@ -560,9 +606,9 @@ def ground_state(H, *, n_qubits: Optional[int] = None, tol: float = 1e-10,
     """
     op = as_operator(H, n_qubits)
     opts = dict(tol=tol, max_basis=max_basis, maxiter=maxiter, mask=mask, v0=v0, seed=seed)
-    box: list = []
-    e, psi = _GroundState.apply(op.coeffs, op, opts, box)
-    return e, psi, box[0]
+    box = _Box(opts=opts, info=None)
+    e, psi = _GroundState.apply(op.coeffs, op, box)
+    return e, psi, box.info
 
 
 # ------------------------------------------------------------------------------------------
@@ -662,8 +708,8 @@ class _ImplicitSolve(torch.autograd.Function):
 
     @staticmethod
     def forward(b, spec, *params):
-        x, info = spec["solve"](b.detach())
-        spec["info"] = info
+        x, info = spec.solve(b.detach())
+        spec.info = info
         return x
 
     @staticmethod
@@ -676,21 +722,24 @@ class _ImplicitSolve(torch.autograd.Function):
     def backward(ctx, g):
         x, *params = ctx.saved_tensors
         spec = ctx.spec
-        lam, binfo = spec["solve"](g.detach())  # A is Hermitian: the adjoint system is A lam = g
-        spec["info"].backward = binfo
+        lam, binfo = spec.solve(g.detach())  # A is Hermitian: the adjoint system is A lam = g
+        spec.info.backward = binfo
         grads = [None] * len(params)
         need = [i for i, p in enumerate(params) if ctx.needs_input_grad[2 + i]]
         if need:
             with torch.enable_grad():
-                ax = spec["matvec"](x.detach())
+                ax = spec.matvec(x.detach())
                 got = torch.autograd.grad(ax, [params[i] for i in need], grad_outputs=-lam,
                                           allow_unused=True)
             for i, gr in zip(need, got):
                 grads[i] = gr
         return (lam if ctx.needs_input_grad[0] else None, None, *grads)
 
+    vmap = jvp = _no_batching("cg/minres")
+
 
 def _solve(method, A, b, x0, tol, maxiter, params, **kw):
+    _refuse_vmap(method)
     _check_stop(method, tol, maxiter)
     mv, dim = _matvec_of(A)
     b = _as_vector(b, f"{method}: b")
@@ -734,9 +783,9 @@ def _solve(method, A, b, x0, tol, maxiter, params, **kw):
         def solve(rhs):
             with torch.no_grad():
                 return _minres_solve(mv, rhs, x0, tol, maxiter, kw.get("shift", 0.0))
-    spec = {"solve": solve, "matvec": mv}
+    spec = _Box(solve=solve, matvec=mv, info=None)
     x = _ImplicitSolve.apply(b, spec, *params)
-    info = spec["info"]
+    info = spec.info
     if not info.converged:
         warnings.warn(f"{method} stopped after {info.iterations} iterations with relative "
                       f"residual {info.residual:.2e} > tol {tol:.1e}", stacklevel=3)

@@ -598,3 +598,49 @@ def test_ground_state_state_gradient_in_single_precision():
     assert info.backward.converged and torch.allclose(g, ref, atol=1e-4)
     with pytest.warns(UserWarning, match="backward solve for the state's gradient stopped"):
         grad(torch.float64, maxiter=2)
+
+
+def test_solvers_under_torch_func():
+    """torch.func.grad takes the same implicit backward as autograd; vmap and forward mode
+    are refused by name (the iterations branch on the vectors' values)."""
+    from torch.func import grad, jacfwd, vmap
+    op = PauliSumOperator.from_strings(["ZZ", "XI", "IX", "YY"],
+                                       torch.tensor([1.0, 0.4, 0.3, 0.2], dtype=torch.float64))
+    obs = PauliSumOperator.from_strings(["ZI", "XX"], [0.7, 0.5])
+
+    def loss(c):
+        e, psi, _ = ground_state(op.with_coeffs(c))
+        return e + obs.expval(psi)
+
+    c = op.coeffs.clone().requires_grad_()
+    loss(c).backward()
+    assert torch.allclose(grad(loss)(op.coeffs), c.grad, atol=1e-12)
+    A = torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64)
+    b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    x = torch.linalg.solve(A, b)
+    w = torch.linalg.solve(A, torch.ones(2, dtype=torch.float64))
+    for solver in (cg, minres):
+        assert torch.allclose(grad(lambda b: solver(A, b)[0].sum())(b), w, atol=1e-12)
+        assert torch.allclose(grad(lambda A: solver(A, b)[0].sum())(A), -torch.outer(w, x),
+                              atol=1e-12)
+    for call in (lambda: vmap(loss)(op.coeffs.expand(2, -1)),
+                 lambda: jacfwd(loss)(op.coeffs),
+                 lambda: vmap(lambda b: cg(A, b)[0])(b.expand(3, -1)),
+                 lambda: jacfwd(lambda b: minres(A, b)[0])(b),
+                 lambda: vmap(lambda A: lanczos(A, 1)[0])(A.expand(2, -1, -1))):
+        with pytest.raises(qd.QdiffError, match="no batching or forward-mode rule"):
+            call()
+
+
+def test_lanczos_refuses_an_operator_that_requires_grad():
+    """Its pairs come back detached: a loss built on them would get no gradient from them."""
+    A = torch.tensor([[2.0, 1.0], [1.0, 2.0]], dtype=torch.float64, requires_grad=True)
+    op = PauliSumOperator.from_strings(["ZZ", "XI"], torch.tensor([1.0, 0.5], requires_grad=True))
+    from torch.func import grad
+    for call in (lambda: lanczos(A, 1), lambda: qd.eigsh(op, 2),
+                 lambda: grad(lambda M: lanczos(M, 1)[0].sum())(A.detach())):
+        with pytest.raises(qd.QdiffError, match="requires grad, but its eigenpairs are not"):
+            call()
+    with torch.no_grad():
+        assert abs(float(lanczos(A, 1)[0][0]) - 1.0) < 1e-12
+    assert abs(float(lanczos(A.detach(), 1)[0][0]) - 1.0) < 1e-12
