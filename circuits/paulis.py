@@ -142,7 +142,8 @@ class PauliGroups:
             vals = vals.real  # these groups' diagonals are real
         if hi - lo == 1 and len(sel) <= DIRECT_TERMS:
             # a few terms: their sign vectors directly (no transform temporaries)
-            grad = torch.is_grad_enabled() and vals.requires_grad
+            # out of place under autograd and torch.func transforms (vmap batches vals alone)
+            grad = (torch.is_grad_enabled() and vals.requires_grad) or not is_concrete(vals)
             d = torch.zeros(1 << self.n, dtype=vals.dtype, device=dev)
             for v, zy in zip(vals, self.zy[sel].tolist()):
                 signs = z_signs(zy, self.n, vals.real.dtype, dev)
@@ -239,7 +240,8 @@ def apply(groups: PauliGroups, coeffs: torch.Tensor, psi: torch.Tensor,
         psi = psi.to(torch.complex64 if rdtype == torch.float32 else torch.complex128)
     if (torch.is_grad_enabled() and psi.requires_grad and not coeffs.requires_grad
             and not coeffs.is_complex() and (diagonals is None or not diagonals.requires_grad)
-            and is_concrete(psi)):
+            and is_concrete(psi) and is_concrete(coeffs)
+            and (diagonals is None or is_concrete(diagonals))):
         # H is Hermitian: its vector-Jacobian product is H applied again, so nothing of the
         # forward (a diagonal per group) is kept for the backward pass (inside torch.func
         # transforms the differentiable loop below runs instead)
@@ -261,7 +263,10 @@ def apply(groups: PauliGroups, coeffs: torch.Tensor, psi: torch.Tensor,
                 groups.diagonals(coeffs, rdtype, lo, hi)
             yield lo, hi, d.to(psi.device)
 
-    if kernel is not None and not grad and groups.num_groups and kernel.takes(x):
+    # the kernels read raw memory: the diagonals too must be plain tensors (coefficients
+    # batched by vmap wrap them while the states are plain)
+    if kernel is not None and not grad and groups.num_groups and kernel.takes(x) and \
+            is_concrete(coeffs) and (diagonals is None or is_concrete(diagonals)):
         out = None
         for lo, hi, d in chunks():
             out = kernel(x, groups, lo, hi, d, out)

@@ -15,6 +15,7 @@ start fast. ``dir(qdiff)`` lists every public name.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import sys
@@ -138,8 +139,23 @@ def _gate(pl_name: str):
     raise AttributeError(f"module 'qdiff' has no attribute {pl_name!r}")
 
 
+def _outside_transforms():
+    """A context in which no torch.func transform is active: a module loaded on first use
+    inside ``grad``/``vmap`` builds its constant tensors as plain ones."""
+    torch = sys.modules.get("torch")  # not loaded: no transform can be running
+    disable = getattr(getattr(torch, "_C", None), "_DisableFuncTorch", None)
+    return disable() if disable is not None else contextlib.nullcontext()
+
+
 def __getattr__(name: str):
     """Import a public name on first use and cache it in the module's namespace."""
+    with _outside_transforms():
+        value = _load(name)
+    globals()[name] = value
+    return value
+
+
+def _load(name: str):
     if name in _EXPORTS:
         module, attr = _EXPORTS[name]
         mod = importlib.import_module(module)
@@ -154,7 +170,6 @@ def __getattr__(name: str):
         value = importlib.import_module(f"qdiff.{name}")  # a submodule: qd.backends, ...
     else:
         raise AttributeError(f"module 'qdiff' has no attribute {name!r}")
-    globals()[name] = value
     return value
 
 

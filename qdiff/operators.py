@@ -129,6 +129,9 @@ class PauliSumOperator:
     @classmethod
     def from_strings(cls, strings: Sequence[str], coeffs) -> "PauliSumOperator":
         """From Pauli strings like ``"XXIZ"`` (character ``k`` acts on wire ``k``)."""
+        if isinstance(strings, str):
+            raise QdiffError(f"PauliSumOperator.from_strings takes a list of Pauli strings; got "
+                             f"the string {strings!r:.60} (for one term: [{strings!r:.60}])")
         n = len(strings[0]) if strings else 0
         words = []
         for s in strings:
@@ -377,12 +380,12 @@ class PauliSumOperator:
             return rows.new_empty(0, self.dim)
         return torch.stack([rows ^ m for m in self.masks])
 
-    def _coo(self, tol: float = 0.0):
+    def _coo(self, tol: float = 0.0, dtype=None):
         # rows, columns and mask (int64) beside the values, per group and basis state
         _require(40.0 * self.num_groups * 2.0 ** self.n_qubits,
                  f"the sparse matrix of a {self.n_qubits}-qubit Pauli sum "
                  f"({self.num_groups} flip groups)", self.coeffs.device)
-        d = self.diagonals().detach()
+        d = self.diagonals(dtype=dtype).detach()
         rows = torch.arange(self.dim, device=d.device)
         cols = self._flip_columns(rows)  # (G, N)
         r = rows.expand(self.num_groups, -1)
@@ -391,7 +394,10 @@ class PauliSumOperator:
 
     def to_sparse_csr(self, dtype: torch.dtype = torch.complex128, tol: float = 0.0) -> torch.Tensor:
         """``(2**n, 2**n)`` torch sparse CSR matrix (entries with ``|value| <= tol`` dropped)."""
-        r, c, v = self._coo(tol)
+        if not isinstance(dtype, torch.dtype) or not (dtype.is_complex or dtype.is_floating_point):
+            raise QdiffError(f"to_sparse_csr: dtype must be a floating or complex torch dtype; got "
+                             f"{dtype!r}")
+        r, c, v = self._coo(tol, dtype)
         self._real_check(v, dtype, "to_sparse_csr")
         v = v.real if v.is_complex() and not dtype.is_complex else v
         coo = torch.sparse_coo_tensor(torch.stack([r, c]), v.to(dtype), (self.dim, self.dim),
@@ -412,10 +418,13 @@ class PauliSumOperator:
         if self.n_qubits > 14:
             raise QdiffError(f"to_dense: {self.n_qubits} qubits would need a "
                              f"{self.dim}x{self.dim} matrix; use apply() or to_sparse_csr()")
+        if not isinstance(dtype, torch.dtype) or not (dtype.is_complex or dtype.is_floating_point):
+            raise QdiffError(f"to_dense: dtype must be a floating or complex torch dtype; got "
+                             f"{dtype!r}")
         _require(2.0 * 4.0 ** self.n_qubits * dtype.itemsize,
                  f"the dense {self.dim}x{self.dim} matrix of a {self.n_qubits}-qubit Pauli sum",
                  self.coeffs.device)
-        d = self.diagonals()
+        d = self.diagonals(dtype=dtype)  # in the result's precision, as apply() on its states
         self._real_check(d, dtype, "to_dense")
         d = (d.real if d.is_complex() and not dtype.is_complex else d).to(dtype)
         rows = torch.arange(self.dim, device=d.device)
@@ -442,7 +451,10 @@ def as_operator(H, n_qubits: Optional[int] = None) -> PauliSumOperator:
     if isinstance(H, Observable):
         return PauliSumOperator.from_observable(H, n_qubits)
     from qdiff.circuits.operation import Operation
+    from qdiff.circuits.recording import is_pennylane
     if isinstance(H, Operation):
         return PauliSumOperator.from_observable(H.as_observable(), n_qubits)
-    raise QdiffError(f"expected a PauliSumOperator or a Pauli-sum observable, got "
-                     f"{type(H).__name__}")
+    if is_pennylane(H):  # a PennyLane observable, as from_observable takes it
+        return PauliSumOperator.from_observable(H, n_qubits)
+    raise QdiffError(f"expected a PauliSumOperator or a Pauli-sum observable (qdiff's or "
+                     f"PennyLane's), got {type(H).__name__}")

@@ -63,6 +63,8 @@ def _matvec_of(A, check: bool = True) -> tuple[Callable, Optional[int]]:
     if isinstance(A, torch.Tensor):
         if A.dim() != 2 or A.shape[0] != A.shape[1]:
             raise QdiffError(f"operator matrix must be square (N, N); got shape {tuple(A.shape)}")
+        if not (A.is_complex() or A.dtype.is_floating_point):  # integers, bools: float64
+            A = A.to(torch.float64)
         if check:
             _check_hermitian_matrix(A)
         if A.layout != torch.strided:
@@ -70,14 +72,7 @@ def _matvec_of(A, check: bool = True) -> tuple[Callable, Optional[int]]:
                     .reshape(v.shape)), A.shape[0]
         return (lambda v: v @ A.transpose(0, 1)), A.shape[0]
     if callable(A):
-        def checked(v):
-            out = A(v)
-            if not isinstance(out, torch.Tensor) or out.shape != v.shape:
-                got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-                raise QdiffError(f"the operator callable returned {got} for a vector of shape "
-                                 f"{tuple(v.shape)}; it must return a tensor of the same shape")
-            return out
-        return checked, None
+        return _checked_callable(A, "the operator callable"), None
     try:
         op = as_operator(A)
     except QdiffError:
@@ -86,6 +81,18 @@ def _matvec_of(A, check: bool = True) -> tuple[Callable, Optional[int]]:
         raise QdiffError(f"expected an operator (PauliSumOperator, Observable, tensor or "
                          f"callable); got {type(A).__name__}") from None
     return _matvec_of(op)
+
+
+def _checked_callable(f: Callable, what: str) -> Callable:
+    """``f`` whose every result is checked to be a tensor of its argument's shape."""
+    def checked(v):
+        out = f(v)
+        if not isinstance(out, torch.Tensor) or out.shape != v.shape:
+            got = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise QdiffError(f"{what} returned {got} for a vector of shape {tuple(v.shape)}; it "
+                             "must return a tensor of the same shape")
+        return out
+    return checked
 
 
 def _check_hermitian_matrix(A: torch.Tensor) -> None:
@@ -155,6 +162,17 @@ def _as_vector(x, what: str) -> torch.Tensor:
     return x
 
 
+_LOW_PRECISION = (torch.float16, torch.bfloat16, torch.complex32)
+
+
+def _check_precision(method: str, dtype: torch.dtype) -> None:
+    """The solvers run in single or double precision (as torch.linalg); a tolerance met in
+    float16 arithmetic says little about the matrix's own residual."""
+    if dtype in _LOW_PRECISION:
+        raise QdiffError(f"{method}: {dtype} is not supported (as in torch.linalg); convert the "
+                         "operator and vectors to float32 or float64")
+
+
 def _check_stop(method: str, tol, maxiter) -> None:
     """``tol`` a finite number >= 0, ``maxiter`` None or an integer >= 1."""
     if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not math.isfinite(tol) \
@@ -205,14 +223,37 @@ def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int
     Returns:
         ``(eigenvalues (k,), eigenvectors (k, N), SolverInfo)``, eigenvalues in ascending order.
     """
+    _refuse_vmap("lanczos/eigsh")
     if which not in ("SA", "LA"):
         raise QdiffError(f"lanczos: which must be 'SA' (smallest) or 'LA' (largest); "
                          f"got {which!r}")
     _check_stop("lanczos", tol, maxiter)
     maxiter = 10000 if maxiter is None else maxiter
+    if not isinstance(A, (PauliSumOperator, torch.Tensor)) and not callable(A):
+        try:
+            A = as_operator(A)
+        except QdiffError:
+            pass  # _matvec_of names what it is
+    tracked = A.coeffs if isinstance(A, PauliSumOperator) else A
+    if torch.is_grad_enabled() and isinstance(tracked, torch.Tensor) and tracked.requires_grad:
+        raise QdiffError("lanczos/eigsh: the operator requires grad, but its eigenpairs are "
+                         "not differentiated (they would come back detached); use "
+                         "qd.ground_state for gradients of the lowest pair, or pass the "
+                         "operator detached (A.detach(), H.with_coeffs(H.coeffs.detach()))")
     mv, dim = _matvec_of(A)
     if v0 is not None:
         v0 = _as_vector(v0, "lanczos: v0")
+    if n is not None:
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+            raise QdiffError(f"lanczos: n must be an integer >= 1; got {n!r}")
+        if dim is not None and n != dim:
+            raise QdiffError(f"lanczos: n={n}, but the operator is {dim}x{dim} (n sizes a "
+                             "callable operator; leave it out)")
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        raise QdiffError(f"lanczos: dtype must be a torch dtype (such as torch.float64); got "
+                         f"{dtype!r}")
+    if dim == 0:
+        raise QdiffError("lanczos: the operator is 0x0; it has no eigenpairs")
     dim = dim or n or (v0.shape[-1] if v0 is not None else None)
     if dim is None:
         raise QdiffError("lanczos: give n (the dimension) or v0 with a callable operator")
@@ -225,6 +266,7 @@ def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int
             dtype = torch.promote_types(dtype, v0.dtype)
     if not (dtype.is_complex or dtype.is_floating_point):
         raise QdiffError(f"lanczos: dtype must be a floating or complex torch dtype; got {dtype}")
+    _check_precision("lanczos", dtype)
     if own is not None and own.is_complex and not dtype.is_complex:
         raise QdiffError(f"lanczos: the operator is complex; dtype {dtype} would drop its "
                          "imaginary part (use a complex dtype)")
@@ -234,6 +276,12 @@ def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int
         device = v0.device if v0 is not None else (
             A.coeffs.device if isinstance(A, PauliSumOperator) else
             A.device if isinstance(A, torch.Tensor) else torch.device("cpu"))
+    else:
+        try:
+            device = torch.device(device)
+        except (RuntimeError, TypeError, ValueError):
+            raise QdiffError(f"lanczos: device must be a torch device (such as 'cpu' or "
+                             f"'cuda'); got {device!r}") from None
     maskf = None if mask is None else _as_mask(mask).to(device=device)
     if maskf is not None and maskf.shape != (dim,):
         raise QdiffError(f"lanczos: mask must have shape ({dim},); got {tuple(maskf.shape)}")
@@ -274,9 +322,25 @@ def lanczos(A, k: int = 1, *, v0: Optional[torch.Tensor] = None, n: Optional[int
 
     with torch.no_grad():
         theta, X, info = _thick_restart(op, project, v / nv, k, m, tol, maxiter, space, fresh)
+        if maskf is not None:
+            _check_sector(mv, X, theta, maskf, tol)
     if which == "LA":
         theta, X = -theta.flip(0), X.flip(0)
     return theta, X, info
+
+
+def _check_sector(mv, X, theta, maskf, tol) -> None:
+    """Refuse a mask the operator does not preserve: the pairs found are then those of the
+    operator projected on the masked states, not eigenpairs of the operator."""
+    eps = torch.finfo(X.real.dtype).eps
+    for x, t in zip(X, theta.tolist()):
+        ax = mv(x)
+        leak = float(torch.linalg.vector_norm(ax.masked_fill(maskf, 0)))
+        if leak > max(tol * max(1.0, abs(t)), 1e3 * eps * float(torch.linalg.vector_norm(ax))):
+            raise QdiffError(f"lanczos: the operator does not preserve mask: it maps the "
+                             f"eigenvector of {t:.6g} out of the masked basis states (norm "
+                             f"{leak:.3g}); mask must select a symmetry sector of the operator "
+                             "(such as a particle number it conserves)")
 
 
 def _orthonormal_fresh(fresh, project, V):
@@ -428,20 +492,54 @@ def eigsh(A, k: int = 1, **kwargs):
 # differentiable ground state
 
 
+class _Box:
+    """Attributes passed through an autograd.Function as they are (torch.func copies the
+    lists and dicts among its inputs, so what forward stores there would be lost)."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _no_batching_error(who: str) -> QdiffError:
+    return QdiffError(f"{who} has no batching or forward-mode rule (torch.func.vmap, jvp, "
+                      "jacfwd): loop over the batch, or differentiate in reverse mode "
+                      "(backward, torch.func.grad/jacrev)")
+
+
+def _no_batching(who: str):
+    """An autograd.Function ``vmap``/``jvp`` rule that refuses by name."""
+    def refuse(*args, **kwargs):
+        raise _no_batching_error(who)
+    return staticmethod(refuse)
+
+
+def _refuse_vmap(who: str) -> None:
+    """The iterations branch on the vectors' values, which torch.func.vmap cannot batch."""
+    try:
+        from torch._C._functorch import TransformType
+        from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+    except ImportError:  # a torch without these: vmap reports for itself
+        return
+    if any(i.key() == TransformType.Vmap for i in retrieve_all_functorch_interpreters()):
+        raise _no_batching_error(who)
+
+
 class _GroundState(torch.autograd.Function):
     """``coeffs -> (E0, psi0)``; the backward is implicit (no unrolled iterations)."""
 
     @staticmethod
-    def forward(coeffs, op, opts, info_box):
-        e, x, info = lanczos(op.with_coeffs(coeffs.detach()), 1, **opts)
-        info_box.append(info)
+    def forward(coeffs, op, box):
+        e, x, info = lanczos(op.with_coeffs(coeffs.detach()), 1, **box.opts)
+        box.info = info
         return e[0], x[0]
 
     @staticmethod
     def setup_context(ctx, inputs, output):
-        coeffs, op, opts, info_box = inputs
-        ctx.op, ctx.opts, ctx.info = op, opts, info_box[0]
+        coeffs, op, box = inputs
+        ctx.op, ctx.opts, ctx.info = op, box.opts, box.info
         ctx.save_for_backward(coeffs, *output)
+
+    vmap = jvp = _no_batching("ground_state")
 
     @staticmethod
     def backward(ctx, g_e, g_psi):
@@ -455,7 +553,7 @@ class _GroundState(torch.autograd.Function):
             ctx.info.backward = binfo
             part = op.bilinear_terms(x, psi)
             grad = part if grad is None else grad + part
-        return (None if grad is None else grad.to(coeffs.dtype)), None, None, None
+        return (None if grad is None else grad.to(coeffs.dtype)), None, None
 
 
 def _perturbation_solve(op, e0, psi, g, opts):
@@ -471,8 +569,15 @@ def _perturbation_solve(op, e0, psi, g, opts):
         return proj(op.apply(v) - e0 * v)
 
     rhs = -proj(g.to(psi.dtype))
-    tol = max(opts.get("tol", 1e-10), 1e-12)
+    # a residual below a few hundred roundings is out of reach (in single precision 1e-5):
+    # CG asked for more drifts away from the solution
+    tol = max(opts.get("tol", 1e-10), 1e-12, 100 * torch.finfo(psi.real.dtype).eps)
     x, info = _cg_solve(shifted, rhs, None, tol, opts.get("maxiter", 10000), None)
+    if not info.converged:
+        warnings.warn(f"ground_state: the backward solve for the state's gradient stopped "
+                      f"after {info.iterations} iterations with relative residual "
+                      f"{info.residual:.2e} > tol {tol:.1e}; the gradient is not accurate "
+                      "(info.backward)", stacklevel=2)
     x = proj(x)
     # |x| <= |rhs| / gap: a ratio below 1e-8 of the Hamiltonian's scale is a ground space
     # that is degenerate (to rounding), where the state, and so its gradient, is not defined
@@ -501,9 +606,9 @@ def ground_state(H, *, n_qubits: Optional[int] = None, tol: float = 1e-10,
     """
     op = as_operator(H, n_qubits)
     opts = dict(tol=tol, max_basis=max_basis, maxiter=maxiter, mask=mask, v0=v0, seed=seed)
-    box: list = []
-    e, psi = _GroundState.apply(op.coeffs, op, opts, box)
-    return e, psi, box[0]
+    box = _Box(opts=opts, info=None)
+    e, psi = _GroundState.apply(op.coeffs, op, box)
+    return e, psi, box.info
 
 
 # ------------------------------------------------------------------------------------------
@@ -603,8 +708,8 @@ class _ImplicitSolve(torch.autograd.Function):
 
     @staticmethod
     def forward(b, spec, *params):
-        x, info = spec["solve"](b.detach())
-        spec["info"] = info
+        x, info = spec.solve(b.detach())
+        spec.info = info
         return x
 
     @staticmethod
@@ -617,21 +722,24 @@ class _ImplicitSolve(torch.autograd.Function):
     def backward(ctx, g):
         x, *params = ctx.saved_tensors
         spec = ctx.spec
-        lam, binfo = spec["solve"](g.detach())  # A is Hermitian: the adjoint system is A lam = g
-        spec["info"].backward = binfo
+        lam, binfo = spec.solve(g.detach())  # A is Hermitian: the adjoint system is A lam = g
+        spec.info.backward = binfo
         grads = [None] * len(params)
         need = [i for i, p in enumerate(params) if ctx.needs_input_grad[2 + i]]
         if need:
             with torch.enable_grad():
-                ax = spec["matvec"](x.detach())
+                ax = spec.matvec(x.detach())
                 got = torch.autograd.grad(ax, [params[i] for i in need], grad_outputs=-lam,
                                           allow_unused=True)
             for i, gr in zip(need, got):
                 grads[i] = gr
         return (lam if ctx.needs_input_grad[0] else None, None, *grads)
 
+    vmap = jvp = _no_batching("cg/minres")
+
 
 def _solve(method, A, b, x0, tol, maxiter, params, **kw):
+    _refuse_vmap(method)
     _check_stop(method, tol, maxiter)
     mv, dim = _matvec_of(A)
     b = _as_vector(b, f"{method}: b")
@@ -642,6 +750,7 @@ def _solve(method, A, b, x0, tol, maxiter, params, **kw):
                          f"is {dim}x{dim}")
     own = _operator_dtype(A.A if isinstance(A, _Shifted) else A)
     dt = b.dtype if own is None else torch.promote_types(own, b.dtype)
+    _check_precision(method, dt)
     b = b.to(dt)  # a real right-hand side of a complex system is solved in complex
     if isinstance(A, torch.Tensor) and A.dtype != dt:
         mv = _matvec_of(A.to(dt), check=False)[0]  # differentiable: gradients reach A in its own dtype
@@ -656,7 +765,16 @@ def _solve(method, A, b, x0, tol, maxiter, params, **kw):
     if params is None:
         params = [A.coeffs] if isinstance(A, PauliSumOperator) else \
             [A] if isinstance(A, torch.Tensor) else []
-    params = [p for p in params if isinstance(p, torch.Tensor)]
+    elif isinstance(params, torch.Tensor) or not isinstance(params, (list, tuple)) or \
+            not all(isinstance(p, torch.Tensor) for p in params):
+        raise QdiffError(f"{method}: params must be a list of the tensors the operator "
+                         f"depends on; got {params!r:.80}")
+    M = kw.get("M")
+    if M is not None and not callable(M):
+        raise QdiffError(f"{method}: M (the preconditioner) must be a callable (..., N) -> "
+                         f"(..., N); got {type(M).__name__}")
+    if M is not None:
+        kw["M"] = _checked_callable(M, "the preconditioner M")
     if method == "cg":
         def solve(rhs):
             with torch.no_grad():
@@ -665,9 +783,9 @@ def _solve(method, A, b, x0, tol, maxiter, params, **kw):
         def solve(rhs):
             with torch.no_grad():
                 return _minres_solve(mv, rhs, x0, tol, maxiter, kw.get("shift", 0.0))
-    spec = {"solve": solve, "matvec": mv}
+    spec = _Box(solve=solve, matvec=mv, info=None)
     x = _ImplicitSolve.apply(b, spec, *params)
-    info = spec["info"]
+    info = spec.info
     if not info.converged:
         warnings.warn(f"{method} stopped after {info.iterations} iterations with relative "
                       f"residual {info.residual:.2e} > tol {tol:.1e}", stacklevel=3)
@@ -702,6 +820,16 @@ def minres(A, b: torch.Tensor, *, x0: Optional[torch.Tensor] = None, shift: floa
     Same arguments and implicit backward as :func:`cg`; ``info.residual`` is the true relative
     residual at exit.
     """
+    if isinstance(shift, torch.Tensor) and shift.requires_grad:
+        raise QdiffError("minres: shift requires grad, but the solve is not differentiated "
+                         "with respect to it; pass shift.detach(), or a callable A(v) - s v "
+                         "with params=[s]")
+    if isinstance(shift, torch.Tensor) and shift.numel() == 1:
+        shift = shift.item()
+    if isinstance(shift, bool) or not isinstance(shift, numbers.Real) or \
+            not math.isfinite(shift):
+        raise QdiffError(f"minres: shift must be a finite real number (A - shift I must stay "
+                         f"Hermitian); got {shift!r:.60}")
     if shift != 0.0:
         base, _ = _matvec_of(A)
         return _solve("minres", _Shifted(base, shift, A), b, x0, tol, maxiter,

@@ -310,3 +310,64 @@ def test_an_operator_without_terms_is_the_zero_operator():
     assert torch.equal(op.to_dense(), zero) and torch.equal(op.to_sparse_csr().to_dense(), zero)
     assert op.to_scipy().nnz == 0
     assert float(qd.eigsh(op, k=1)[0][0]) == 0.0
+
+
+def test_coefficients_batched_by_vmap():
+    """torch.func.vmap over the coefficients (the states plain): every method gives the
+    loop's values; the native kernel, which reads raw memory, is left to plain tensors."""
+    from torch.func import jacrev, vmap
+    op = random_op(3, 8, 7)
+    g = torch.Generator().manual_seed(1)
+    cs = torch.randn(4, op.num_terms, dtype=torch.float64, generator=g)
+    psi = random_states(2, 3, 8)
+    ops = [op.with_coeffs(c) for c in cs]
+    for f in (lambda o: o.apply(psi), lambda o: o.expval(psi), lambda o: o.term_expvals(psi),
+              lambda o: o.to_dense()):
+        got = vmap(lambda c: f(op.with_coeffs(c)))(cs)
+        assert torch.allclose(got, torch.stack([f(o) for o in ops]), atol=1e-12)
+    real = PauliSumOperator.from_strings(["XX", "ZI", "IZ"], torch.ones(3, dtype=torch.float64))
+    x = torch.randn(4, dtype=torch.float64)
+    got = vmap(lambda c: real.with_coeffs(c).apply(x))(cs[:, :3])
+    assert torch.allclose(got, torch.stack([real.with_coeffs(c).apply(x) for c in cs[:, :3]]))
+    # the states requiring grad beside batched coefficients
+    p1 = psi[0].clone().requires_grad_()
+    vmap(lambda c: op.with_coeffs(c).expval(p1))(cs).sum().backward()
+    p2 = psi[0].clone().requires_grad_()
+    sum(o.expval(p2) for o in ops).backward()
+    assert torch.allclose(p1.grad, p2.grad, atol=1e-12)
+    jac = vmap(jacrev(lambda c: op.with_coeffs(c).expval(psi)))(cs)
+    assert torch.allclose(jac, op.term_expvals(psi).expand(4, -1, -1), atol=1e-12)
+
+
+def test_first_use_inside_a_torch_func_transform():
+    """qdiff's lazy front loads modules (and their constant tensors) on first use, which may
+    be inside torch.func.grad."""
+    import subprocess
+    import sys
+    code = ("import torch, qdiff as qd\n"
+            "from torch.func import grad\n"
+            "f = lambda x: (x * x).sum() if qd.RX.name == 'rx' else None\n"
+            "print(grad(f)(torch.tensor([1.0, 2.0])).tolist())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["[2.0,", "4.0]"]
+
+
+def test_from_strings_takes_a_list_of_strings():
+    with pytest.raises(qd.QdiffError, match="takes a list of Pauli strings"):
+        PauliSumOperator.from_strings("XZ", [1.0, 2.0])
+
+
+def test_double_precision_matrices_of_a_single_precision_operator():
+    """``to_dense(complex128)`` and ``to_sparse_csr(complex128)`` sum float32 coefficients in
+    double precision, as ``apply`` does on complex128 states: the three agree to rounding."""
+    op = random_op(4, 20, 9).to(dtype=torch.float32)
+    dense = op.to_dense(torch.complex128)
+    psi = random_states(3, 4, 10)
+    assert torch.allclose(psi @ dense.T, op.apply(psi), atol=1e-14, rtol=0)
+    assert torch.allclose(op.to_sparse_csr(torch.complex128).to_dense(), dense, atol=1e-15, rtol=0)
+    for bad in (torch.bool, "complex128"):
+        with pytest.raises(qd.QdiffError, match="dtype must be a floating or complex"):
+            op.to_sparse_csr(bad)
+        with pytest.raises(qd.QdiffError, match="dtype must be a floating or complex"):
+            op.to_dense(bad)

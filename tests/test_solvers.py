@@ -503,8 +503,9 @@ def test_solver_calls_that_do_not_fit_are_qdiff_errors_naming_what_is_wrong():
 
 
 def test_ground_state_arguments_are_checked_and_array_masks_taken():
-    op = PauliSumOperator.from_strings(["ZZ", "XI", "IX"],
-                                       torch.tensor([1.0, 0.4, 0.4], dtype=torch.float64))
+    # XX and ZI keep the parity sector {|00>, |11>} of the mask below
+    op = PauliSumOperator.from_strings(["ZZ", "XX", "ZI"],
+                                       torch.tensor([1.0, 0.4, 0.3], dtype=torch.float64))
     with pytest.raises(qd.QdiffError, match="n_qubits=3: the operator acts on 2 qubits"):
         ground_state(op, n_qubits=3)
     for kw, msg in ((dict(max_basis=0), "max_basis must be an integer >= 2"),
@@ -515,3 +516,131 @@ def test_ground_state_arguments_are_checked_and_array_masks_taken():
     e_t = ground_state(op, mask=torch.as_tensor(mask))[0]
     for m in (mask, mask.tolist()):
         assert abs(float(ground_state(op, mask=m)[0]) - float(e_t)) < 1e-10
+
+
+def test_a_mask_the_operator_does_not_preserve_is_refused():
+    """The pairs found in such a mask are those of the projected operator, not eigenpairs."""
+    op = PauliSumOperator.from_strings(["ZZ", "XI"],
+                                       torch.tensor([1.0, 0.4], dtype=torch.float64))
+    mask = torch.tensor([True, False, False, True])
+    for call in (lambda: lanczos(op, 1, mask=mask), lambda: ground_state(op, mask=mask),
+                 lambda: lanczos(op.to_dense(), 2, mask=mask)):
+        with pytest.raises(qd.QdiffError, match="does not preserve mask"):
+            call()
+    # a sector it keeps (XX flips both bits) is taken
+    kept = PauliSumOperator.from_strings(["ZZ", "XX"],
+                                         torch.tensor([1.0, 0.4], dtype=torch.float64))
+    assert abs(float(lanczos(kept, 1, mask=mask)[0][0]) - 0.6) < 1e-10  # ZZ = 1 there
+
+
+def test_solvers_take_pennylane_observables_and_integer_matrices():
+    qml = pytest.importorskip("pennylane")
+    H = qml.PauliZ(0) @ qml.PauliZ(1) + 0.5 * qml.PauliX(1)
+    ref = np.linalg.eigvalsh(qml.matrix(H, wire_order=[0, 1]))
+    e, _, _ = lanczos(H, 2)
+    assert np.allclose(e.numpy(), ref[:2], atol=1e-10)
+    assert abs(float(ground_state(H)[0]) - ref[0]) < 1e-10
+    adjacency = torch.tensor([[False, True, True], [True, False, True], [True, True, False]])
+    assert np.allclose(lanczos(adjacency, 3)[0].numpy(), [-1, -1, 2], atol=1e-10)
+    x, _ = cg(adjacency.to(torch.int64) + 2 * torch.eye(3, dtype=torch.int64),
+              torch.ones(3, dtype=torch.float64))
+    assert torch.allclose(x, torch.full((3,), 0.25, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("call, msg", [
+    (lambda A, b: lanczos(A.half(), 1), "float16 is not supported"),
+    (lambda A, b: lanczos(A, 1, dtype=torch.bfloat16), "bfloat16 is not supported"),
+    (lambda A, b: cg(A.half(), b.half()), "float16 is not supported"),
+    (lambda A, b: minres(A.bfloat16(), b.bfloat16()), "bfloat16 is not supported"),
+    (lambda A, b: lanczos(A, 1, dtype="float64"), "dtype must be a torch dtype"),
+    (lambda A, b: lanczos(A, 1, device="nowhere"), "device must be a torch device"),
+    (lambda A, b: lanczos(A, 1, n=5), "n=5, but the operator is 3x3"),
+    (lambda A, b: lanczos(lambda v: v, 1, n=4.0), "n must be an integer >= 1"),
+    (lambda A, b: lanczos(torch.zeros(0, 0), 1), "the operator is 0x0"),
+    (lambda A, b: minres(A, b, shift=1j), "shift must be a finite real number"),
+    (lambda A, b: minres(A, b, shift=float("nan")), "shift must be a finite real number"),
+    (lambda A, b: minres(A, b, shift="1"), "shift must be a finite real number"),
+    (lambda A, b: minres(A, b, shift=torch.tensor(0.5, requires_grad=True)),
+     "shift requires grad"),
+    (lambda A, b: cg(A, b, M=2.0), "M \\(the preconditioner\\) must be a callable"),
+    (lambda A, b: cg(A, b, M=lambda r: r[:2]), "the preconditioner M returned \\(2,\\)"),
+    (lambda A, b: cg(A, b, params=3), "params must be a list of the tensors"),
+    (lambda A, b: minres(A, b, params=[A, 3]), "params must be a list of the tensors"),
+])
+def test_solver_arguments_that_would_mislead_are_refused(call, msg):
+    """Half precision would report a tolerance met in float16 arithmetic; a shift that
+    requires grad would get no gradient; the rest would end in a raw torch error."""
+    A = torch.tensor([[4.0, 1.0, 0.0], [1.0, 3.0, 0.0], [0.0, 0.0, 2.0]], dtype=torch.float64)
+    b = torch.ones(3, dtype=torch.float64)
+    with pytest.raises(qd.QdiffError, match=msg):
+        call(A, b)
+    x, _ = minres(A, b, shift=torch.tensor(0.5))  # a plain 0-d tensor is a number
+    assert torch.allclose(x, torch.linalg.solve(A - 0.5 * torch.eye(3, dtype=A.dtype), b))
+
+
+def test_ground_state_state_gradient_in_single_precision():
+    """The backward solve stops at what float32 can reach (asked for 1e-10 it drifted away
+    and gave gradients off by ~100); one that stops short says so."""
+    strings = ["ZZI", "XIX", "IYY", "ZIZ", "XYZ", "IIX", "YZY"]
+    c0 = torch.randn(7, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    obs = PauliSumOperator.from_strings(["ZXI", "IIZ"], [0.7, -0.3])
+
+    def grad(dtype, **kw):
+        c = c0.to(dtype).detach().requires_grad_()
+        e, psi, info = ground_state(PauliSumOperator.from_strings(strings, c), **kw)
+        (e + obs.expval(psi)).backward()
+        return c.grad.double(), info
+
+    ref, _ = grad(torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g, info = grad(torch.float32)
+    assert info.backward.converged and torch.allclose(g, ref, atol=1e-4)
+    with pytest.warns(UserWarning, match="backward solve for the state's gradient stopped"):
+        grad(torch.float64, maxiter=2)
+
+
+def test_solvers_under_torch_func():
+    """torch.func.grad takes the same implicit backward as autograd; vmap and forward mode
+    are refused by name (the iterations branch on the vectors' values)."""
+    from torch.func import grad, jacfwd, vmap
+    op = PauliSumOperator.from_strings(["ZZ", "XI", "IX", "YY"],
+                                       torch.tensor([1.0, 0.4, 0.3, 0.2], dtype=torch.float64))
+    obs = PauliSumOperator.from_strings(["ZI", "XX"], [0.7, 0.5])
+
+    def loss(c):
+        e, psi, _ = ground_state(op.with_coeffs(c))
+        return e + obs.expval(psi)
+
+    c = op.coeffs.clone().requires_grad_()
+    loss(c).backward()
+    assert torch.allclose(grad(loss)(op.coeffs), c.grad, atol=1e-12)
+    A = torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64)
+    b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    x = torch.linalg.solve(A, b)
+    w = torch.linalg.solve(A, torch.ones(2, dtype=torch.float64))
+    for solver in (cg, minres):
+        assert torch.allclose(grad(lambda b: solver(A, b)[0].sum())(b), w, atol=1e-12)
+        assert torch.allclose(grad(lambda A: solver(A, b)[0].sum())(A), -torch.outer(w, x),
+                              atol=1e-12)
+    for call in (lambda: vmap(loss)(op.coeffs.expand(2, -1)),
+                 lambda: jacfwd(loss)(op.coeffs),
+                 lambda: vmap(lambda b: cg(A, b)[0])(b.expand(3, -1)),
+                 lambda: jacfwd(lambda b: minres(A, b)[0])(b),
+                 lambda: vmap(lambda A: lanczos(A, 1)[0])(A.expand(2, -1, -1))):
+        with pytest.raises(qd.QdiffError, match="no batching or forward-mode rule"):
+            call()
+
+
+def test_lanczos_refuses_an_operator_that_requires_grad():
+    """Its pairs come back detached: a loss built on them would get no gradient from them."""
+    A = torch.tensor([[2.0, 1.0], [1.0, 2.0]], dtype=torch.float64, requires_grad=True)
+    op = PauliSumOperator.from_strings(["ZZ", "XI"], torch.tensor([1.0, 0.5], requires_grad=True))
+    from torch.func import grad
+    for call in (lambda: lanczos(A, 1), lambda: qd.eigsh(op, 2),
+                 lambda: grad(lambda M: lanczos(M, 1)[0].sum())(A.detach())):
+        with pytest.raises(qd.QdiffError, match="requires grad, but its eigenpairs are not"):
+            call()
+    with torch.no_grad():
+        assert abs(float(lanczos(A, 1)[0][0]) - 1.0) < 1e-12
+    assert abs(float(lanczos(A.detach(), 1)[0][0]) - 1.0) < 1e-12
