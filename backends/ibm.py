@@ -76,9 +76,26 @@ def fake_backend(name: str):
     return table[key]
 
 
+def offline_hint(name: str) -> str:
+    """Where to run offline instead of the real device ``name``: its fake twin
+    (``ibm_brisbane`` -> ``fake_brisbane``) if qiskit-ibm-runtime ships one, else close fake
+    names."""
+    table = _fake_table()
+    key = str(name).lower()
+    twin = "fake_" + (key[4:] if key.startswith("ibm_") else key)
+    if twin in table:
+        return (f"; to run offline, backend='{twin}' is the noisy fake twin of '{name}' "
+                f"({table[twin].num_qubits} qubits, its noise model)")
+    close = difflib.get_close_matches(twin, table, n=3)
+    listed = f" (close: {close})" if close else ""
+    return (f"; to run offline, use a fake device{listed}: all are listed by "
+            "qd.backends.available('ibm')")
+
+
 def runtime_service(token: Optional[str] = None, instance: Optional[str] = None,
-                    channel: Optional[str] = None):
-    """A ``QiskitRuntimeService`` from arguments, environment variables or a saved account."""
+                    channel: Optional[str] = None, hint: str = ""):
+    """A ``QiskitRuntimeService`` from arguments, environment variables or a saved account
+    (``hint`` ends a failure's message)."""
     from qiskit_ibm_runtime import QiskitRuntimeService
     token = token or os.environ.get("QISKIT_IBM_TOKEN") or None
     instance = instance or os.environ.get("QISKIT_IBM_INSTANCE") or None
@@ -96,7 +113,7 @@ def runtime_service(token: Optional[str] = None, instance: Optional[str] = None,
         return service
     # raised outside the handler: the error keeps no __context__ (the original exception,
     # whose text may hold the token)
-    raise QdiffError(message)
+    raise QdiffError(message + hint)
 
 
 def _service_error(exc: BaseException, had_token: bool) -> str:
@@ -204,6 +221,10 @@ class IbmBackend(QiskitBackend):
             raise QdiffError(f"primitive must be 'auto', 'executor' or 'v2'; got {primitive!r}")
         if isinstance(optimization_level, bool) or optimization_level not in (0, 1, 2, 3):
             raise QdiffError(f"optimization_level must be 0..3; got {optimization_level!r}")
+        if resilience_level is not None and (isinstance(resilience_level, bool) or
+                                             resilience_level not in (0, 1, 2)):
+            raise QdiffError(f"resilience_level must be 0 (none), 1 (TREX) or 2 (ZNE) or None; "
+                             f"got {resilience_level!r}")
         self.target_backend, self.is_local = self._resolve(backend, token, instance, channel,
                                                            service)
         self.backend_name = str(getattr(self.target_backend, "name", backend))
@@ -262,7 +283,8 @@ class IbmBackend(QiskitBackend):
             return backend, not isinstance(backend, IBMBackend)
         if backend.lower().startswith("fake_"):
             return fake_backend(backend), True
-        service = service or runtime_service(token, instance, channel)
+        hint = offline_hint(backend)
+        service = service or runtime_service(token, instance, channel, hint=hint)
         try:
             return service.backend(backend), False
         except Exception as exc:  # noqa: BLE001
@@ -270,7 +292,8 @@ class IbmBackend(QiskitBackend):
                        if is_transient(exc) else
                        f"unknown IBM backend '{backend}' for this account "
                        f"({type(exc).__name__}: {scrub(exc)})")
-        raise QdiffError(message)  # outside the handler: no __context__ holding the token
+        # outside the handler: no __context__ holding the token
+        raise QdiffError(message + hint)
 
     def __getstate__(self):
         """A fake device pickles as any Qiskit device; a device on a real IBM backend is

@@ -184,8 +184,40 @@ class PennyLaneBackend(Backend):
             flat = torch.cat(rows, dim=0)
             if not flat.requires_grad:
                 return torch.zeros_like(theta)
-            (g,) = torch.autograd.grad(flat, t, cotangent.to(flat.dtype), allow_unused=True)
+            g = _pullback(flat, t, cotangent.to(torch.float64), _single_precision(res))
         return torch.zeros_like(theta) if g is None else g.to(theta.dtype)
+
+
+def _single_precision(res) -> bool:
+    """Whether PennyLane handed a result to torch in single precision: devices that return
+    Python floats (``lightning.qubit``) come back as torch's default float32, and the
+    cotangent then reaches the device's VJP rounded to float32 (relative error ~6e-8)."""
+    if isinstance(res, (list, tuple)):
+        return any(_single_precision(r) for r in res)
+    return isinstance(res, torch.Tensor) and res.is_floating_point() and \
+        torch.finfo(res.dtype).bits < 64
+
+
+def _pullback(flat, t, cotangent, single: bool):
+    """``cotangent^T d flat / d t`` ``(B, P)`` in float64 for outputs ``flat`` ``(B, K)``.
+
+    With single-precision outputs a general cotangent would reach the device rounded to
+    float32 (and the device's VJP combines the observables with those rounded weights), so
+    the Jacobian rows are pulled back one output at a time with unit cotangents (exact in
+    float32) and contracted here in float64."""
+    if not single:
+        return torch.autograd.grad(flat, t, cotangent, allow_unused=True)[0]
+    g, k_last = None, flat.shape[1] - 1
+    for k in range(flat.shape[1]):
+        if not bool(cotangent[:, k].any()):
+            continue
+        unit = torch.zeros_like(cotangent)
+        unit[:, k] = 1.0
+        (jk,) = torch.autograd.grad(flat, t, unit, retain_graph=k < k_last, allow_unused=True)
+        if jk is not None:
+            term = jk.to(torch.float64) * cotangent[:, k:k + 1]
+            g = term if g is None else g + term
+    return g
 
 
 def _outputs(circuit, res, batch_size, batch: int, device, keep_graph: bool = False) -> list:

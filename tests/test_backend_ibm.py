@@ -124,6 +124,8 @@ def test_executor_options_are_passed_through():
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"optimization_level": True}, "optimization_level must be 0..3; got True"),
+    ({"resilience_level": True}, "resilience_level must be 0 .* got True"),
+    ({"resilience_level": 3}, "resilience_level must be 0 .* got 3"),
     ({"twirling": "yes"}, "twirling must be True, False or a dict"),
     ({"dynamical_decoupling": 1}, "dynamical_decoupling must be True, False or a dict"),
     ({"estimator_options": [1]}, "estimator_options must be a dict"),
@@ -185,8 +187,13 @@ def test_parameter_shift_training_step_is_two_jobs():
 
 
 def test_missing_account_is_a_clear_error(no_account):
-    with pytest.raises(QdiffError, match="no IBM Quantum account found: set QISKIT_IBM_TOKEN"):
+    with pytest.raises(QdiffError, match="no IBM Quantum account found: set QISKIT_IBM_TOKEN") \
+            as info:
         qd.device("ibm", backend="ibm_brisbane", wires=2)
+    assert "backend='fake_brisbane' is the noisy fake twin of 'ibm_brisbane'" in str(info.value)
+    with pytest.raises(QdiffError, match="no IBM Quantum account found") as info:
+        qd.device("ibm", backend="ibm_nowhere_like", wires=2)  # no twin: where fakes are listed
+    assert "qd.backends.available('ibm')" in str(info.value)
 
 
 class RecordingService:
@@ -219,6 +226,7 @@ def test_service_from_environment_variables(monkeypatch, no_account, caplog):
                                            "instance": "crn:v1:my-instance"}
     assert not dev.is_local and dev.backend_name == "fake_quito"
     assert "unknown IBM backend 'ibm_nowhere'" in str(info.value)
+    assert "to run offline" in str(info.value)
     for text in (repr(dev), str(vars(dev)), str(info.value), caplog.text):
         assert TOKEN not in text
 
@@ -232,6 +240,7 @@ def test_rejected_token_never_appears(no_account, caplog):
                       channel="ibm_quantum_platform")
     msg = str(info.value)
     assert "did not accept the account" in msg or "could not reach IBM Quantum" in msg
+    assert "backend='fake_brisbane' is the noisy fake twin" in msg
     assert TOKEN not in msg and TOKEN not in caplog.text
     assert info.value.__cause__ is None and info.value.__context__ is None
 
