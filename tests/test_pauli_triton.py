@@ -8,7 +8,6 @@ is installed, the same checks also run on CPU tensors through Triton's interpret
 from __future__ import annotations
 
 import os
-import random
 import subprocess
 import sys
 
@@ -20,26 +19,13 @@ from qdiff.backends.statevector import native, pauli_triton
 from qdiff.circuits import paulis
 from qdiff.circuits.paulis import PauliGroups, apply
 from qdiff.operators import PauliSumOperator
+from test_pauli_native import _tol, _words
 
 HAS_CUDA = torch.cuda.is_available()
 HAS_TRITON = pauli_triton._kernel() is not None if HAS_CUDA else (
     __import__("importlib").util.find_spec("triton") is not None)
 STATE_TYPES = (torch.complex128, torch.complex64, torch.float64, torch.float32)
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _words(n, count, seed, letters="XYZI"):
-    rng = random.Random(seed)
-    words = []
-    for t in range(count):
-        pool = letters if t % 3 else "XI"  # every third word of X alone: constant groups
-        w = {q: rng.choice(pool) for q in range(n)}
-        words.append({q: p for q, p in w.items() if p != "I"})
-    return words
-
-
-def _tol(dtype):
-    return 1e-12 if dtype in (torch.complex128, torch.float64) else 2e-4
 
 
 def _reference(x, groups, lo, hi, d):
