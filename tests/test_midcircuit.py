@@ -265,3 +265,41 @@ def test_outcomes_of_a_measurement_and_the_final_bits_read_one_draw():
         torch.testing.assert_close(e, s.double().mean(-1), atol=1e-12, rtol=0)
         torch.testing.assert_close(p[..., 1], s.double().mean(-1), atol=1e-12, rtol=0)
         assert torch.equal(s, bits[..., 0]) and torch.equal(s, bits[..., 1])
+
+
+def test_a_channel_conditioned_on_an_outcome_is_refused_by_name():
+    dev = qd.device("mixed", wires=2)
+
+    def run(cond):
+        @qd.qnode(dev)
+        def f():
+            qd.RY(1.1, wires=0)
+            cond(qd.measure(0))
+            return qd.expval(qd.Z(1))
+        return f()
+
+    for cond in (lambda m: qd.cond(m, qd.DepolarizingChannel)(0.3, wires=1),
+                 lambda m: qd.cond(m, qd.DepolarizingChannel(0.3, wires=1))):
+        with pytest.raises(QdiffError, match=r"cond: channel DepolarizingChannel on wires \[1\]"):
+            run(cond)
+
+
+@pytest.mark.parametrize("diff_method", ["backprop", "adjoint", "parameter-shift"])
+def test_pennylane_operations_in_a_conditioned_function(diff_method):
+    """qd.cond of a function or gate class written with PennyLane's operations, inside a
+    qdiff qnode: <Z1> = P0 cos 2x + P1 with P0 = cos^2(x/2), and its derivative."""
+    @qd.qnode(qd.device("statevector", wires=2), diff_method=diff_method)
+    def f(x):
+        qd.RY(x, wires=0)
+        m = qd.measure(0)
+        qd.cond(~m, qml.RX)(2 * x, wires=1)
+        qd.cond(m, lambda: qml.RX(0.0, wires=1))()
+        return qd.expval(qd.Z(1))
+
+    x = torch.tensor(1.1, dtype=DT, requires_grad=True)
+    v = f(x)
+    (g,) = torch.autograd.grad(v, x)
+    p0 = math.cos(0.55) ** 2
+    assert abs(float(v) - (p0 * math.cos(2.2) + 1 - p0)) < 1e-12
+    ref = -math.sin(1.1) / 2 * math.cos(2.2) - 2 * p0 * math.sin(2.2) + math.sin(1.1) / 2
+    assert abs(float(g) - ref) < 1e-10
