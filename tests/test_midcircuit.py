@@ -303,3 +303,38 @@ def test_pennylane_operations_in_a_conditioned_function(diff_method):
     assert abs(float(v) - (p0 * math.cos(2.2) + 1 - p0)) < 1e-12
     ref = -math.sin(1.1) / 2 * math.cos(2.2) - 2 * p0 * math.sin(2.2) + math.sin(1.1) / 2
     assert abs(float(g) - ref) < 1e-10
+
+
+def test_counts_of_an_outcome_have_int_keys_as_its_samples():
+    """PennyLane's ``qml.counts(m)`` (deferred) keys the 0/1 outcomes as integers, as its and
+    qdiff's samples of ``m`` are: so do qdiff's counts, all_outcomes and batches included."""
+    dev = qd.device("statevector", wires=1, shots=20, seed=4)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RY(x, wires=0)
+        m = qd.measure(0)
+        return qd.counts(m), qd.counts(~m, all_outcomes=True), qd.counts(op=m)
+
+    c, cn, co = f(torch.tensor(0.0, dtype=DT))
+    assert c == co == {0: 20} and cn == {0: 0, 1: 20}
+    assert all(type(k) is int for d in (c, cn, co) for k in d)
+    cb = f(torch.tensor([0.0, math.pi], dtype=DT))[0]
+    assert cb == [{0: 20}, {1: 20}] and all(type(k) is int for d in cb for k in d)
+
+
+def test_pennylane_samples_and_counts_of_values_inside_a_qdiff_qnode():
+    """qml.sample / qml.counts of PennyLane measurement values in a qdiff qnode: int64 samples
+    and int keys of the values (arithmetic included), as default.qubit gives them."""
+    @qd.qnode(qd.device("statevector", wires=2, shots=30, seed=1))
+    def f():
+        qml.PauliX(0)
+        m0, m1 = qml.measure(0), qml.measure(1)
+        return (qml.sample(m0), qml.counts(m0), qml.counts(m0 + 2 * m1, all_outcomes=True),
+                qml.sample(0.5 * m0))
+
+    s, c, ca, half = f()
+    assert s.dtype == torch.int64 and s.tolist() == [1] * 30
+    assert c == {1: 30} and all(type(k) is int for k in c)
+    assert ca == {0: 0, 1: 30, 2: 0, 3: 0} and all(type(k) is int for k in ca)
+    assert half.dtype == DT and half.tolist() == [0.5] * 30
