@@ -130,9 +130,9 @@ MAX_ALL_OUTCOMES_WIRES = 20  # all_outcomes=True lists 2**k bit strings
 def counts(op=None, wires=None, all_outcomes: bool = False) -> Measurement:
     """Shot counts: of the bit strings of ``wires`` (all wires if None), a dict
     ``{'01': n, ...}``, or of the eigenvalues of ``op`` (one term), ``{-1.0: n, 1.0: m}``; a
-    mid-circuit measurement value counts its 0/1 values, a list of them their bits. One dict per
-    binding (a list for a batch). ``all_outcomes=True`` lists every possible outcome, zero
-    counts included (at most 2**20 bit strings)."""
+    mid-circuit measurement value counts its 0/1 values (int keys, as its samples), a list of
+    them their bits. One dict per binding (a list for a batch). ``all_outcomes=True`` lists
+    every possible outcome, zero counts included (at most 2**20 bit strings)."""
     if not isinstance(all_outcomes, bool):
         raise QdiffError(f"counts: all_outcomes must be True or False; got {all_outcomes!r}")
     if op is not None and wires is not None:
@@ -144,7 +144,7 @@ def counts(op=None, wires=None, all_outcomes: bool = False) -> Measurement:
         m = Measurement("counts", None, _wires(ws, "counts"), all_outcomes)
     elif op is not None:
         m = Measurement("counts", one_term(_obs(op, "counts"), "counts(op)", shared=False), None,
-                        all_outcomes)
+                        all_outcomes, integer=isinstance(op, MeasurementValue))
     else:
         m = Measurement("counts", None, _wires(wires, "counts"), all_outcomes)
     if all_outcomes and m.wires is not None and len(m.wires) > MAX_ALL_OUTCOMES_WIRES:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qdiff.circuits import recording
+from qdiff.circuits.channels import Channel
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import GATES, controlled_gate
 from qdiff.circuits.observables import Hermitian
@@ -158,6 +159,9 @@ def measure(wires, reset: bool = False, postselect=None) -> MeasurementValue:
 def controlled_by(op: Operation, wires: tuple, values: tuple) -> list:
     """``op`` applied when the measurement wires ``wires`` hold ``values``: X flips around
     the controlled gate for the values 0."""
+    if isinstance(op.gate, Channel):
+        raise QdiffError(f"cond: channel {op.gate.name} on wires {list(op.wires)} cannot be "
+                         "conditioned on a mid-circuit measurement (gates and templates only)")
     flips = [Operation(GATES["x"], (w,), ()) for w, v in zip(wires, values) if not v]
     gate = controlled_gate(op.gate, len(wires))
     return flips + [Operation(gate, tuple(wires) + op.wires, op.params)] + flips
@@ -176,6 +180,7 @@ def _controlled_by(op: Operation, cond: MeasurementValue) -> list:
 
 
 def _ops_of(fn, args, kwargs) -> list:
+    from qdiff.circuits import transforms
     with recording.record() as rec:
         fn(*args, **kwargs)
     ops = []
@@ -184,6 +189,8 @@ def _ops_of(fn, args, kwargs) -> list:
             ops.extend(it.operations())
         elif isinstance(it, Operation):
             ops.append(it)
+        elif transforms._pennylane_operator(it):
+            ops.extend(transforms._from_pennylane(it, "cond", transforms._some_wire(rec.raw)))
         else:
             raise QdiffError(f"cond: {type(it).__name__} {it!r} cannot be conditioned on a "
                              "measurement (gates and templates only)")

@@ -487,12 +487,15 @@ def _qdiff_measurement(mp, mids=None) -> Measurement:
         if mids is None:
             raise QdiffError(f"from_pennylane: {mp!r} measures a mid-circuit outcome; record "
                              "the circuit in a qdiff qnode")
-        if kind in ("probs", "counts") or isinstance(mv, (list, tuple)):
+        if kind == "probs" or isinstance(mv, (list, tuple)):
             if kind not in ("probs", "sample", "counts"):
                 raise QdiffError(f"{kind} of a list of measurement values is not supported")
             ws = mids.plain_wires(mv if isinstance(mv, (list, tuple)) else [mv])
             return Measurement(kind, None, ws, every)
-        return Measurement(kind, mids.observable(mv), None, every)
+        # samples and counts of a value are its values, int where they all are (PennyLane's)
+        integer = kind in ("sample", "counts") and all(
+            float(v).is_integer() for v in mv.branches.values())
+        return Measurement(kind, mids.observable(mv), None, every, integer)
     obs = None if mp.obs is None else from_pennylane_observable(mp.obs)
     if kind == "probs" and obs is not None:
         raise QdiffError("from_pennylane: probs(op=...) is not supported; rotate the basis "

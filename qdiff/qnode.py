@@ -240,6 +240,10 @@ def _to_counts(samples: torch.Tensor, m: Measurement):
         outcomes = outcome_values(m.obs)
         every = outcomes if m.all_outcomes else []
 
+        if m.integer:  # 0/1 values of a mid-circuit measurement value, int as its samples
+            outcomes = [int(v) for v in outcomes]
+            every = outcomes if m.all_outcomes else []
+
         def tally(b):
             vals, cnt = np.unique(b.detach().cpu().numpy().reshape(-1), return_counts=True)
             return zip(nearest_outcomes(vals, outcomes), cnt.tolist())

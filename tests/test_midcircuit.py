@@ -265,3 +265,76 @@ def test_outcomes_of_a_measurement_and_the_final_bits_read_one_draw():
         torch.testing.assert_close(e, s.double().mean(-1), atol=1e-12, rtol=0)
         torch.testing.assert_close(p[..., 1], s.double().mean(-1), atol=1e-12, rtol=0)
         assert torch.equal(s, bits[..., 0]) and torch.equal(s, bits[..., 1])
+
+
+def test_a_channel_conditioned_on_an_outcome_is_refused_by_name():
+    dev = qd.device("mixed", wires=2)
+
+    def run(cond):
+        @qd.qnode(dev)
+        def f():
+            qd.RY(1.1, wires=0)
+            cond(qd.measure(0))
+            return qd.expval(qd.Z(1))
+        return f()
+
+    for cond in (lambda m: qd.cond(m, qd.DepolarizingChannel)(0.3, wires=1),
+                 lambda m: qd.cond(m, qd.DepolarizingChannel(0.3, wires=1))):
+        with pytest.raises(QdiffError, match=r"cond: channel DepolarizingChannel on wires \[1\]"):
+            run(cond)
+
+
+@pytest.mark.parametrize("diff_method", ["backprop", "adjoint", "parameter-shift"])
+def test_pennylane_operations_in_a_conditioned_function(diff_method):
+    """qd.cond of a function or gate class written with PennyLane's operations, inside a
+    qdiff qnode: <Z1> = P0 cos 2x + P1 with P0 = cos^2(x/2), and its derivative."""
+    @qd.qnode(qd.device("statevector", wires=2), diff_method=diff_method)
+    def f(x):
+        qd.RY(x, wires=0)
+        m = qd.measure(0)
+        qd.cond(~m, qml.RX)(2 * x, wires=1)
+        qd.cond(m, lambda: qml.RX(0.0, wires=1))()
+        return qd.expval(qd.Z(1))
+
+    x = torch.tensor(1.1, dtype=DT, requires_grad=True)
+    v = f(x)
+    (g,) = torch.autograd.grad(v, x)
+    p0 = math.cos(0.55) ** 2
+    assert abs(float(v) - (p0 * math.cos(2.2) + 1 - p0)) < 1e-12
+    ref = -math.sin(1.1) / 2 * math.cos(2.2) - 2 * p0 * math.sin(2.2) + math.sin(1.1) / 2
+    assert abs(float(g) - ref) < 1e-10
+
+
+def test_counts_of_an_outcome_have_int_keys_as_its_samples():
+    """PennyLane's ``qml.counts(m)`` (deferred) keys the 0/1 outcomes as integers, as its and
+    qdiff's samples of ``m`` are: so do qdiff's counts, all_outcomes and batches included."""
+    dev = qd.device("statevector", wires=1, shots=20, seed=4)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RY(x, wires=0)
+        m = qd.measure(0)
+        return qd.counts(m), qd.counts(~m, all_outcomes=True), qd.counts(op=m)
+
+    c, cn, co = f(torch.tensor(0.0, dtype=DT))
+    assert c == co == {0: 20} and cn == {0: 0, 1: 20}
+    assert all(type(k) is int for d in (c, cn, co) for k in d)
+    cb = f(torch.tensor([0.0, math.pi], dtype=DT))[0]
+    assert cb == [{0: 20}, {1: 20}] and all(type(k) is int for d in cb for k in d)
+
+
+def test_pennylane_samples_and_counts_of_values_inside_a_qdiff_qnode():
+    """qml.sample / qml.counts of PennyLane measurement values in a qdiff qnode: int64 samples
+    and int keys of the values (arithmetic included), as default.qubit gives them."""
+    @qd.qnode(qd.device("statevector", wires=2, shots=30, seed=1))
+    def f():
+        qml.PauliX(0)
+        m0, m1 = qml.measure(0), qml.measure(1)
+        return (qml.sample(m0), qml.counts(m0), qml.counts(m0 + 2 * m1, all_outcomes=True),
+                qml.sample(0.5 * m0))
+
+    s, c, ca, half = f()
+    assert s.dtype == torch.int64 and s.tolist() == [1] * 30
+    assert c == {1: 30} and all(type(k) is int for k in c)
+    assert ca == {0: 0, 1: 30, 2: 0, 3: 0} and all(type(k) is int for k in ca)
+    assert half.dtype == DT and half.tolist() == [0.5] * 30
