@@ -22,8 +22,9 @@ from qdiff.hybrid.layer import QuantumLayer
 
 class TorchLayer(QuantumLayer):
     """A qnode as a ``torch.nn.Module`` (PennyLane's ``qml.qnn.TorchLayer``): weights in
-    ``torch.get_default_dtype()``, initialised by ``init_method`` (a callable, a dict of
-    callables or tensors per weight; default uniform on [0, 2 pi))."""
+    ``torch.get_default_dtype()`` (a floating tensor from ``init_method`` keeps its dtype),
+    initialised by ``init_method`` (a callable, a dict of callables or tensors per weight;
+    default uniform on [0, 2 pi))."""
 
     def __init__(self, qnode, weight_shapes: dict,
                  init_method: Optional[Union[Callable, dict]] = None):
