@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Union
 
-from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.errors import QdiffError, checked_call
 from qdiff.hybrid.layer import QuantumLayer
 
 
@@ -26,6 +26,7 @@ class TorchLayer(QuantumLayer):
     initialised by ``init_method`` (a callable, a dict of callables or tensors per weight;
     default uniform on [0, 2 pi))."""
 
+    @checked_call
     def __init__(self, qnode, weight_shapes: dict,
                  init_method: Optional[Union[Callable, dict]] = None):
         super().__init__(qnode, weight_shapes, init_method)

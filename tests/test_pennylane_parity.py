@@ -410,6 +410,14 @@ def test_torch_layer_has_pennylanes_signature():
     assert issubclass(qd.qnn.TorchLayer, qd.QuantumLayer)
 
 
+def test_torch_layer_refuses_an_unknown_or_missing_argument_by_name():
+    with pytest.raises(QdiffError, match=r"TorchLayer: .*'dtype' \(its arguments: qnode, "
+                                         r"weight_shapes, init_method\)"):
+        qd.qnn.TorchLayer(_circuit(), {"weights": (3, 2)}, dtype=torch.float64)
+    with pytest.raises(QdiffError, match=r"TorchLayer: .*'weight_shapes'"):
+        qd.qnn.TorchLayer(_circuit())
+
+
 def test_layer_follows_default_dtype_and_input_dtype():
     layer = qd.qnn.TorchLayer(_circuit(), {"weights": (3, 2)})
     assert layer.weights.dtype == torch.float32
