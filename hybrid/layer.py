@@ -127,7 +127,11 @@ class QuantumLayer(nn.Module):
                                  f"{tuple(init.shape)}, expected {tuple(shape)}")
             return init.detach().clone().to(_weight_dtype(init, dtype, keep))
         t = torch.full(shape, float("nan"), dtype=dtype)  # entries an init leaves unset show
-        out = (init or _default_init)(t)
+        try:
+            out = (init or _default_init)(t)
+        except (ValueError, RuntimeError) as exc:  # (torch.nn.init's refusals of a shape)
+            raise QdiffError(f"QuantumLayer: init_method for '{name}' cannot initialise a weight "
+                             f"of shape {tuple(shape)}: {exc}") from exc
         if out is None:  # an in-place init that returns nothing
             out = t
         if not isinstance(out, torch.Tensor):
