@@ -4,7 +4,8 @@ The qnode takes the layer input as its argument named ``inputs`` (as PennyLane's
 ``TorchLayer``; a qnode without one takes it as its first argument) and its weights by the
 names in ``weight_shapes``; any other argument needs a default. Inputs ``(B, F)``
 or ``(F,)`` run as ONE batched circuit execution. Weights take ``torch.get_default_dtype()``
-unless ``dtype`` is given (as PennyLane's ``TorchLayer``); the output takes the input's floating
+unless ``dtype`` is given or ``init_method`` gives a floating tensor (as PennyLane's
+``TorchLayer``); the output takes the input's floating
 dtype, so a float32 ``nn.Linear`` can follow.
 
 >>> import torch, qdiff as qd
@@ -45,8 +46,9 @@ class QuantumLayer(nn.Module):
             ``(n,)`` and ``1`` a scalar ``()``, as in PennyLane's ``TorchLayer``.
         init_method: a callable ``tensor -> tensor`` (in-place init), a dict of them per
             weight, or a dict of ready tensors; default uniform on [0, 2 pi).
-        dtype: dtype of the weights (default ``torch.get_default_dtype()`` at construction;
-            ``.float()`` / ``.double()`` change it).
+        dtype: dtype of the weights (default ``torch.get_default_dtype()`` at construction,
+            or that of a floating tensor ``init_method`` gives or returns, as in PennyLane's
+            ``TorchLayer``; ``.float()`` / ``.double()`` change it).
 
     The circuit runs in the wider of the input and weight dtypes (angles in float64 when
     either is; float16 and bfloat16 inputs and weights reach the qnode in float32); the output
@@ -60,6 +62,7 @@ class QuantumLayer(nn.Module):
     def __init__(self, qnode, weight_shapes: dict, init_method: Optional[Union[Callable, dict]] = None,
                  dtype: Optional[torch.dtype] = None):
         super().__init__()
+        keep = dtype is None  # a floating tensor from init_method keeps its dtype (as TorchLayer)
         if dtype is None:
             dtype = torch.get_default_dtype()
         if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
@@ -102,12 +105,14 @@ class QuantumLayer(nn.Module):
             raise QdiffError(f"QuantumLayer: weight name(s) {taken} are attributes of the torch "
                              "module (nn.Module / QuantumLayer); rename the qnode argument(s)")
         for name, shape in self.weight_shapes.items():
-            self.register_parameter(name, nn.Parameter(self._init(name, shape, init_method, dtype)))
+            self.register_parameter(name, nn.Parameter(self._init(name, shape, init_method, dtype,
+                                                                   keep)))
 
     @staticmethod
-    def _init(name, shape, init_method, dtype) -> torch.Tensor:
+    def _init(name, shape, init_method, dtype, keep=False) -> torch.Tensor:
         init = init_method.get(name) if isinstance(init_method, dict) else init_method
         if init is not None and not callable(init) and not isinstance(init, torch.Tensor):
+            keep = False  # (a list or an array takes the layer's dtype)
             try:  # (its dtype once it is checked real: a complex one is never cut)
                 init = torch.as_tensor(init if hasattr(init, "dtype") else np.asarray(init))
             except (TypeError, ValueError, RuntimeError):
@@ -120,9 +125,13 @@ class QuantumLayer(nn.Module):
             if tuple(init.shape) != tuple(shape):
                 raise QdiffError(f"QuantumLayer: initial value of '{name}' has shape "
                                  f"{tuple(init.shape)}, expected {tuple(shape)}")
-            return init.detach().clone().to(dtype)
+            return init.detach().clone().to(_weight_dtype(init, dtype, keep))
         t = torch.full(shape, float("nan"), dtype=dtype)  # entries an init leaves unset show
-        out = (init or _default_init)(t)
+        try:
+            out = (init or _default_init)(t)
+        except (ValueError, RuntimeError) as exc:  # (torch.nn.init's refusals of a shape)
+            raise QdiffError(f"QuantumLayer: init_method for '{name}' cannot initialise a weight "
+                             f"of shape {tuple(shape)}: {exc}") from exc
         if out is None:  # an in-place init that returns nothing
             out = t
         if not isinstance(out, torch.Tensor):
@@ -138,7 +147,7 @@ class QuantumLayer(nn.Module):
         if out.is_floating_point() and bool(torch.isnan(out).any()):
             raise QdiffError(f"QuantumLayer: init_method for '{name}' left entries unset (NaN); "
                              "it must fill the tensor it is given or return a tensor")
-        return out.detach().to(dtype)
+        return out.detach().to(_weight_dtype(out, dtype, keep))
 
     @classmethod
     def from_qiskit(cls, qc, input_params=None, weight_params=None, observables=None,
@@ -219,6 +228,12 @@ class QuantumLayer(nn.Module):
 
 
 _HALF = (torch.float16, torch.bfloat16)
+
+
+def _weight_dtype(value: torch.Tensor, dtype: torch.dtype, keep: bool) -> torch.dtype:
+    """A weight's dtype: ``dtype``, or where the layer was given none, that of a floating tensor
+    ``init_method`` gave or returned (PennyLane's ``TorchLayer`` keeps a float64 initial value)."""
+    return value.dtype if keep and value.is_floating_point() else dtype
 
 
 def _as_input(inputs, ref) -> torch.Tensor:

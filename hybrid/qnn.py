@@ -16,15 +16,17 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Union
 
-from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.errors import QdiffError, checked_call
 from qdiff.hybrid.layer import QuantumLayer
 
 
 class TorchLayer(QuantumLayer):
     """A qnode as a ``torch.nn.Module`` (PennyLane's ``qml.qnn.TorchLayer``): weights in
-    ``torch.get_default_dtype()``, initialised by ``init_method`` (a callable, a dict of
-    callables or tensors per weight; default uniform on [0, 2 pi))."""
+    ``torch.get_default_dtype()`` (a floating tensor from ``init_method`` keeps its dtype),
+    initialised by ``init_method`` (a callable, a dict of callables or tensors per weight;
+    default uniform on [0, 2 pi))."""
 
+    @checked_call
     def __init__(self, qnode, weight_shapes: dict,
                  init_method: Optional[Union[Callable, dict]] = None):
         super().__init__(qnode, weight_shapes, init_method)

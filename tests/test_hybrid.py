@@ -702,6 +702,22 @@ def test_autocast_leaves_the_engine_in_the_device_precision(method, static):
         assert torch.allclose(g, gref, atol=1e-6, rtol=0)
 
 
+def test_init_method_refusing_a_weight_shape_is_named():
+    """torch.nn.init functions that need two dimensions (xavier, kaiming) refuse a vector or a
+    scalar weight: the error names the weight and its shape."""
+    @qd.qnode(qd.device("statevector", wires=1))
+    def f(inputs, w, b):
+        qd.RX(w[0] + b, 0)
+        return qd.expval(qd.Z(0))
+    for init in (torch.nn.init.xavier_uniform_, {"w": torch.nn.init.kaiming_normal_}):
+        with pytest.raises(qd.QdiffError, match=r"init_method for 'w' cannot initialise a "
+                                                r"weight of shape \(3,\): Fan in"):
+            qd.QuantumLayer(f, {"w": 3, "b": 1}, init_method=init)
+    layer = qd.QuantumLayer(f, {"w": 3, "b": 1}, init_method={"w": torch.nn.init.zeros_,
+                                                                "b": torch.nn.init.ones_})
+    assert float(layer.b) == 1.0 and not layer.w.detach().any()
+
+
 def test_quantum_layer_refuses_an_unknown_keyword_by_name():
     dev = qd.device("statevector", wires=1)
 

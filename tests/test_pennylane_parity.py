@@ -410,6 +410,14 @@ def test_torch_layer_has_pennylanes_signature():
     assert issubclass(qd.qnn.TorchLayer, qd.QuantumLayer)
 
 
+def test_torch_layer_refuses_an_unknown_or_missing_argument_by_name():
+    with pytest.raises(QdiffError, match=r"TorchLayer: .*'dtype' \(its arguments: qnode, "
+                                         r"weight_shapes, init_method\)"):
+        qd.qnn.TorchLayer(_circuit(), {"weights": (3, 2)}, dtype=torch.float64)
+    with pytest.raises(QdiffError, match=r"TorchLayer: .*'weight_shapes'"):
+        qd.qnn.TorchLayer(_circuit())
+
+
 def test_layer_follows_default_dtype_and_input_dtype():
     layer = qd.qnn.TorchLayer(_circuit(), {"weights": (3, 2)})
     assert layer.weights.dtype == torch.float32
@@ -426,6 +434,34 @@ def test_layer_follows_default_dtype_and_input_dtype():
         torch.set_default_dtype(old)
     with pytest.raises(QdiffError, match="dtype must be a floating"):
         qd.QuantumLayer(_circuit(), {"weights": (3, 2)}, dtype=torch.int64)
+
+
+def test_layer_keeps_the_dtype_of_a_tensor_init_method_gives():
+    """A float64 tensor given (or returned) by init_method stays float64, as in PennyLane's
+    TorchLayer: same weights and outputs as qml.qnn.TorchLayer under a float32 default."""
+    w0 = torch.rand(3, 2, dtype=DT)
+
+    def body(inputs, weights):
+        qml.AngleEmbedding(inputs, wires=range(2))
+        qml.BasicEntanglerLayers(weights, wires=range(2))
+        return [qml.expval(qml.PauliZ(i)) for i in range(2)]
+    pl = qml.qnn.TorchLayer(qml.qnode(qml.device("default.qubit", wires=2))(body),
+                            {"weights": (3, 2)}, init_method={"weights": w0.clone()})
+    ours = qd.qnn.TorchLayer(_circuit(), {"weights": (3, 2)}, init_method={"weights": w0})
+    assert pl.weights.dtype == ours.weights.dtype == DT
+    assert torch.equal(ours.weights.detach(), w0)
+    x = torch.rand(4, 2, dtype=DT)
+    assert torch.allclose(ours(x), pl(x), atol=1e-14, rtol=0)
+    returned = qd.qnn.TorchLayer(_circuit(), {"weights": (3, 2)},
+                                 init_method=lambda t: w0.clone())
+    assert returned.weights.dtype == DT
+    # in-place inits, lists, and an explicit dtype keep the layer's dtype
+    assert qd.qnn.TorchLayer(_circuit(), {"weights": (3, 2)},
+                             init_method=torch.nn.init.normal_).weights.dtype == torch.float32
+    assert qd.qnn.TorchLayer(_circuit(), {"weights": (3, 2)},
+                             init_method={"weights": w0.tolist()}).weights.dtype == torch.float32
+    assert qd.QuantumLayer(_circuit(), {"weights": (3, 2)}, init_method={"weights": w0},
+                           dtype=torch.float32).weights.dtype == torch.float32
 
 
 def test_float32_layer_matches_float64_to_float32_precision():
