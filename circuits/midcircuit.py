@@ -28,7 +28,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from qdiff.circuits import recording
-from qdiff.circuits.channels import Channel
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import GATES, controlled_gate
 from qdiff.circuits.observables import Hermitian
@@ -159,7 +158,7 @@ def measure(wires, reset: bool = False, postselect=None) -> MeasurementValue:
 def controlled_by(op: Operation, wires: tuple, values: tuple) -> list:
     """``op`` applied when the measurement wires ``wires`` hold ``values``: X flips around
     the controlled gate for the values 0."""
-    if isinstance(op.gate, Channel):
+    if getattr(op.gate, "is_channel", False):  # a noise channel (no controlled form)
         raise QdiffError(f"cond: channel {op.gate.name} on wires {list(op.wires)} cannot be "
                          "conditioned on a mid-circuit measurement (gates and templates only)")
     flips = [Operation(GATES["x"], (w,), ()) for w, v in zip(wires, values) if not v]
@@ -180,7 +179,6 @@ def _controlled_by(op: Operation, cond: MeasurementValue) -> list:
 
 
 def _ops_of(fn, args, kwargs) -> list:
-    from qdiff.circuits import transforms
     with recording.record() as rec:
         fn(*args, **kwargs)
     ops = []
@@ -189,11 +187,10 @@ def _ops_of(fn, args, kwargs) -> list:
             ops.extend(it.operations())
         elif isinstance(it, Operation):
             ops.append(it)
-        elif transforms._pennylane_operator(it):
-            ops.extend(transforms._from_pennylane(it, "cond", transforms._some_wire(rec.raw)))
         else:
             raise QdiffError(f"cond: {type(it).__name__} {it!r} cannot be conditioned on a "
-                             "measurement (gates and templates only)")
+                             "measurement (qdiff's gates and templates only: write qd.RX, ...; "
+                             "a PennyLane qml.cond converts inside a qdiff qnode)")
     for op in ops:
         if any(is_mid_wire(w) for w in op.wires[op.gate.controls:]):
             raise QdiffError("cond: a mid-circuit measurement inside a conditioned function "
