@@ -143,6 +143,8 @@ class TritonPauliKernel:
                              f"shape {tuple(x.shape)}; got {out.dtype} {tuple(out.shape)}")
         if rows == 0 or hi == lo:
             return out if accumulate else out.zero_()
+        if TritonPauliKernel.failed is not None:  # it could not run here before
+            return _torch_loop(x, groups, lo, hi, d, out if accumulate else None)
         masks, drows = _group_rows(groups, lo, hi, x.device)
         xf, df = _reals(x), _reals(resolved(d))
         of = _reals(out)
