@@ -446,8 +446,16 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
     except Exception as exc:  # the exporters raise their own types
         raise QdiffError(f"cannot write OpenQASM {version}: {exc}") from None
     if version == 3:  # the phase given and the one the circuit's gates gathered
-        text = _with_gphase(text, qc.global_phase)
+        text = _with_gphase(text, qc.global_phase + _definition_phase(qc))
     return text if text.endswith("\n") else text + "\n"  # a text file ends with a newline
+
+
+def _definition_phase(qc) -> float:
+    """The global phase of the definitions of ``qc``'s matrix gates (``UnitaryGate``), which
+    Qiskit's OpenQASM 3 exporter writes as ``gate unitary ... { ... }`` bodies without it."""
+    from qiskit.circuit.library import UnitaryGate
+    return sum(float(inst.operation.definition.global_phase) for inst in qc.data
+               if isinstance(inst.operation, UnitaryGate))
 
 
 def _with_gphase(text: str, phase) -> str:
