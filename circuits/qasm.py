@@ -351,8 +351,11 @@ _STATEMENT = r"(?:^|[;{}])\s*"  # where a statement starts
 # (message key, statement pattern, whether every such statement is refused: then the first
 # one is the line; otherwise a line is named only when it is the one such statement)
 _CONSTRUCTS = (("classically controlled", _STATEMENT + r"(if|while|for|switch)\b", True),
+               ("control flow (for_loop)", _STATEMENT + r"for\b", True),
+               ("control flow (box)", _STATEMENT + r"box\b", True),
                ("reset", _STATEMENT + r"reset\b", False),
-               ("mid-circuit measurement", _STATEMENT + r"measure\b", False))
+               ("mid-circuit measurement",
+                _STATEMENT + r"(?:[\w\[\]:\s]*=\s*)?measure\b", False))  # OpenQASM 3: c = measure q
 
 
 def _line_of(text: str, message: str) -> str:
