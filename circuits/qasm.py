@@ -351,8 +351,11 @@ _STATEMENT = r"(?:^|[;{}])\s*"  # where a statement starts
 # (message key, statement pattern, whether every such statement is refused: then the first
 # one is the line; otherwise a line is named only when it is the one such statement)
 _CONSTRUCTS = (("classically controlled", _STATEMENT + r"(if|while|for|switch)\b", True),
+               ("control flow (for_loop)", _STATEMENT + r"for\b", True),
+               ("control flow (box)", _STATEMENT + r"box\b", True),
                ("reset", _STATEMENT + r"reset\b", False),
-               ("mid-circuit measurement", _STATEMENT + r"measure\b", False))
+               ("mid-circuit measurement",
+                _STATEMENT + r"(?:[\w\[\]:\s]*=\s*)?measure\b", False))  # OpenQASM 3: c = measure q
 
 
 def _line_of(text: str, message: str) -> str:
@@ -446,8 +449,16 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
     except Exception as exc:  # the exporters raise their own types
         raise QdiffError(f"cannot write OpenQASM {version}: {exc}") from None
     if version == 3:  # the phase given and the one the circuit's gates gathered
-        text = _with_gphase(text, qc.global_phase)
+        text = _with_gphase(text, qc.global_phase + _definition_phase(qc))
     return text if text.endswith("\n") else text + "\n"  # a text file ends with a newline
+
+
+def _definition_phase(qc) -> float:
+    """The global phase of the definitions of ``qc``'s matrix gates (``UnitaryGate``), which
+    Qiskit's OpenQASM 3 exporter writes as ``gate unitary ... { ... }`` bodies without it."""
+    from qiskit.circuit.library import UnitaryGate
+    return sum(float(inst.operation.definition.global_phase) for inst in qc.data
+               if isinstance(inst.operation, UnitaryGate))
 
 
 def _with_gphase(text: str, phase) -> str:

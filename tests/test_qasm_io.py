@@ -431,6 +431,16 @@ def test_unsupported_statements_name_their_line_wherever_they_stand():
             qasm.loads(text, "f.qasm")
 
 
+def test_refused_openqasm3_statements_name_their_line():
+    head = 'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[2] q;\nbit c;\n'
+    cases = ((head + "h q[0];\nfor uint i in [0:1] { h q[0]; }\n", r"^f\.qasm:6: .*for_loop"),
+             (head + "h q[0];\nbox { x q[0]; }\n", r"^f\.qasm:6: .*box"),
+             (head + "h q[0];\nc = measure q[0];\ncx q[0], q[1];\n", r"^f\.qasm:6: .*measured"))
+    for text, match in cases:
+        with pytest.raises(QdiffError, match=match):
+            qasm.loads(text, "f.qasm")
+
+
 def test_a_reset_line_is_named_only_when_it_is_the_one_reset():
     head = 'OPENQASM 2.0;\ninclude "qelib1.inc";\nqreg q[2];\n'
     text = head + "reset q;\nh q[0];\nreset q[0];\n"  # the first reset (fresh qubits) runs

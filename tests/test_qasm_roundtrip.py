@@ -315,3 +315,18 @@ def test_openqasm3_text_carries_the_global_phase():
     plain.global_phase = 0.25
     assert "gphase(0.25);" in qasm.dumps(from_qiskit(plain), version=3)
     assert "gphase" not in qasm.dumps(imp, version=2, theta=vals)
+
+
+@pytest.mark.parametrize("statement", ["pow(-0.5) @ h q[0];", "pow(0.25) @ cx q[0], q[1];",
+                                       "pow(0.3) @ ccx q[0], q[1], q[2];"])
+def test_openqasm3_text_of_matrix_gates_keeps_their_phase(statement):
+    """A fractional power is imported as a matrix gate; its OpenQASM 3 text (a ``gate unitary``
+    definition) reloads to the same operator, global phase included, in qdiff and in Qiskit."""
+    from qiskit import qasm3
+    from qiskit.quantum_info import Operator
+    from qdiff.circuits.qiskit_io import to_qiskit
+    src = f'OPENQASM 3.0;\ninclude "stdgates.inc";\nqubit[3] q;\nh q;\n{statement}\n'
+    want = Operator(qasm3.loads(src)).data
+    text = qasm.dumps(qasm.loads(src), version=3)
+    assert np.allclose(Operator(to_qiskit(qasm.loads(text))).data, want, atol=1e-10)
+    assert np.allclose(Operator(qasm3.loads(text)).data, want, atol=1e-10)
