@@ -124,6 +124,7 @@ def _parameter_message(msg: str):
 
 _INCLUDE = re.compile(r'\binclude\s*"([^"]*)"\s*;')
 MAX_INCLUDE_DEPTH = 16
+MAX_INCLUDES = 1000  # include statements in all (each reads a file)
 
 
 def _include_dirs(filename: str) -> list:
@@ -140,20 +141,28 @@ def _expand_includes(text: str, filename: str) -> str:
     included program (recursively, comments removed, written on the include's line so that
     line numbers of ``text`` do not move). The included text is then under the same input
     limits as the program; a missing file, a cycle, nesting deeper than
-    ``MAX_INCLUDE_DEPTH`` or more than ``qasm_bounds.MAX_BYTES`` in all are parse errors
-    naming the include's line."""
-    budget = [qasm_bounds.MAX_BYTES - len(text)]
+    ``MAX_INCLUDE_DEPTH``, more than ``MAX_INCLUDES`` include statements or more than
+    ``qasm_bounds.MAX_BYTES`` in all are parse errors naming the include's line."""
+    budget = [qasm_bounds.MAX_BYTES - len(text), MAX_INCLUDES]
     return _expand(text, filename, _include_dirs(filename), (), budget, None)
 
 
 def _expand(text, filename, dirs, chain, budget, where):
     code = qasm_bounds.strip_comments(text)
     out, pos = [], 0
+    line, counted = 1, 0  # the line number at code[counted], advanced incrementally
     for m in _INCLUDE.finditer(code):
         name = m.group(1)
         if name == "qelib1.inc":
             continue
-        at = where or f"{filename}:{code.count(chr(10), 0, m.start()) + 1}"
+        if where is None:
+            line += code.count("\n", counted, m.start())
+            counted = m.start()
+        at = where or f"{filename}:{line}"
+        budget[1] -= 1
+        if budget[1] < 0:
+            raise QdiffParseError(f'{at}: include "{name}": more than {MAX_INCLUDES} includes '
+                                  "in all (the limit)")
         path = next((p for p in (os.path.join(d, name) for d in dirs)
                      if os.path.exists(p) and not os.path.isdir(p)),
                     None)

@@ -174,6 +174,9 @@ def _err(msg: str, kind: str = "error") -> None:
     token = os.environ.get("QISKIT_IBM_TOKEN")
     if token and token.strip():  # never printed, whatever message quotes it
         text = text.replace(token.strip(), "***")
+    jobs = sys.modules.get("qdiff.backends.runtime_jobs")
+    if jobs is not None:  # a saved account's token, once an IBM service has been made
+        text = jobs.scrub(text)
     print(f"qdiff: {kind}: {text}", file=sys.stderr)
 
 

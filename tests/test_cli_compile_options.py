@@ -141,6 +141,37 @@ def test_real_device_with_a_rejected_token_is_one_line_without_the_token(
     assert TOKEN not in captured.err + captured.out
 
 
+def test_saved_account_token_is_not_printed_by_an_unexpected_error(src, capfd, monkeypatch,
+                                                                    tmp_path):
+    """No token in the environment: the service takes the saved account's. An error the
+    backend raises later (an internal error line) quoting that token prints it as ***."""
+    import types
+    import qiskit_ibm_runtime
+    saved = "qdiff-cli-saved-TOKEN-77aa0123"
+
+    class Backend:
+        name, num_qubits = "ibm_x", 5
+
+        @property
+        def target(self):
+            raise RuntimeError(f"GET /backends/ibm_x failed (Authorization: Bearer {saved})")
+
+    class SavedAccountService:
+        def __init__(self, **kwargs):
+            self._account = types.SimpleNamespace(token=saved)
+
+        def backend(self, name):
+            return Backend()
+
+    monkeypatch.setattr(qiskit_ibm_runtime, "QiskitRuntimeService", SavedAccountService)
+    monkeypatch.delenv("QISKIT_IBM_TOKEN", raising=False)
+    out = tmp_path / "o.qasm"
+    assert main(["compile", src, "--target", "ibm_x", "-o", str(out)]) == 3
+    captured = capfd.readouterr()
+    assert "Bearer ***" in captured.err and not out.exists()
+    assert saved not in captured.err + captured.out
+
+
 def test_unknown_device_lists_close_names(src, capsys):
     assert main(["compile", src, "--target", "fake_manilla"]) == 2
     assert "fake_manila" in _err_line(capsys)

@@ -391,6 +391,23 @@ def test_qasm2_include_errors_and_limits_name_the_include_line(tmp_path, monkeyp
         qasm.loads('OPENQASM 2.0;\ninclude "/dev/zero";\nqreg q[1];\n', "p.qasm")
 
 
+
+def test_qasm2_include_count_is_bounded(tmp_path, monkeypatch):
+    """Each include reads a file: more than ``MAX_INCLUDES`` include statements in all (an
+    empty file included a million times fits the byte limit) is a parse error naming the
+    first include past the limit, found at once."""
+    import time
+    monkeypatch.chdir(tmp_path)
+    _write(tmp_path / "empty.inc", "// nothing\n")
+    n = qasm.MAX_INCLUDES
+    ok = 'OPENQASM 2.0;\ninclude "qelib1.inc";\n' + 'include "empty.inc";\n' * n
+    assert qasm.loads(ok + "qreg q[1];\nx q[0];\n", "p.qasm").circuit.num_wires == 1
+    t0 = time.perf_counter()
+    with pytest.raises(QdiffError, match=rf'p.qasm:{n + 3}: include "empty.inc": more than '
+                       rf"{n} includes in all"):
+        qasm.loads(ok + 'include "empty.inc";\n' * 100_000 + "qreg q[1];\n", "p.qasm")
+    assert time.perf_counter() - t0 < 5.0
+
 MOD3_HEAD = ('OPENQASM 3.0;\ninclude "stdgates.inc";\n'
              "gate g(a) x, y { rz(a) x; cx x, y; ry(-a/2) y; }\n"
              "gate k(t) a, b { inv @ g(t) b, a; pow(2) @ rx(t) a; }\nqubit[3] q;\nqubit r;\n")

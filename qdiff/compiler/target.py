@@ -88,6 +88,7 @@ def device_backend(name):
 def _real_backend(name: str, twin):
     import os
     from qiskit_ibm_runtime import QiskitRuntimeService
+    from qdiff.backends.runtime_jobs import register_secret
     suggest = f"; its offline twin is '{twin}' (--target {twin})" if twin else ""
     kwargs = {k: os.environ[e] for k, e in (("token", "QISKIT_IBM_TOKEN"),
                                            ("instance", "QISKIT_IBM_INSTANCE"),
@@ -98,6 +99,8 @@ def _real_backend(name: str, twin):
         detail = type(exc).__name__
     else:
         detail = None
+        # a saved account's token is as secret as QISKIT_IBM_TOKEN: scrubbed from messages
+        register_secret(getattr(getattr(service, "_account", None), "token", None))
     if detail == "AccountNotFoundError" or (detail is not None and "token" not in kwargs):
         raise QdiffError(f"target '{name}' is a real IBM device and no IBM Quantum account is "
                          f"configured (set QISKIT_IBM_TOKEN or save an account){suggest}")
