@@ -32,8 +32,8 @@ from qdiff.circuits import caches
 from qdiff.backends import qiskit_common as qc_common
 from qdiff.backends.base import Capabilities, register_backend
 from qdiff.backends.qiskit_backend import QiskitBackend, assemble, split_variants
-from qdiff.backends.runtime_jobs import JobRunner, is_transient, register_secret, scrub
-from qdiff.circuits.errors import QdiffError
+from qdiff.backends.runtime_jobs import JobRunner, is_transient
+from qdiff.circuits.errors import QdiffError, register_secret, scrub
 from qdiff.circuits.memory import require
 
 MODES = ("job", "batch", "session")

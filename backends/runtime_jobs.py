@@ -21,29 +21,14 @@ import sys
 import time
 from typing import Callable, Optional
 
-from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.errors import QdiffError, scrub
 
 log = logging.getLogger("qdiff.backends")
 
-_SECRETS: set = set()
 FINAL = ("DONE", "ERROR", "CANCELLED")
 _TRANSIENT_NAMES = {"ConnectionError", "ConnectTimeout", "ReadTimeout", "Timeout",
                     "ChunkedEncodingError", "RemoteDisconnected", "ProtocolError"}
 _TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
-
-
-def register_secret(secret: Optional[str]) -> None:
-    """Remember a secret (a token) so that :func:`scrub` removes it from every message."""
-    if secret:
-        _SECRETS.add(str(secret))
-
-
-def scrub(text) -> str:
-    """``text`` with every registered secret replaced by ``***``."""
-    text = str(text)
-    for s in _SECRETS:
-        text = text.replace(s, "***")
-    return text
 
 
 def status_name(job) -> str:

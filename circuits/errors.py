@@ -1,8 +1,12 @@
-"""The error type every user-facing failure of qdiff raises.
+"""The error type every user-facing failure of qdiff raises, and the secrets (tokens) scrubbed
+from every message.
 
 ``QdiffError`` lives in the lowest layer (``qdiff.circuits``) so that every layer can raise it;
 ``qdiff.QdiffError`` re-exports it.
 """
+from typing import Optional
+
+_SECRETS: set = set()
 
 
 class QdiffError(ValueError):
@@ -36,3 +40,17 @@ def checked_call(fn):
             raise QdiffError(f"{who}: {exc} (its arguments: {', '.join(names)})") from None
         return fn(*args, **kwargs)
     return call
+
+
+def register_secret(secret: Optional[str]) -> None:
+    """Remember a secret (a token) so that :func:`scrub` removes it from every message."""
+    if secret:
+        _SECRETS.add(str(secret))
+
+
+def scrub(text) -> str:
+    """``text`` with every registered secret replaced by ``***``."""
+    text = str(text)
+    for s in _SECRETS:
+        text = text.replace(s, "***")
+    return text

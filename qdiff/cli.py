@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 
-from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.errors import QdiffError, scrub
 
 EXIT_OK, EXIT_VERIFY, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPT = 0, 1, 2, 3, 130
 REPORT_HINT = "please report it with the input and command line (QDIFF_DEBUG=1 shows details)"
@@ -174,9 +174,7 @@ def _err(msg: str, kind: str = "error") -> None:
     token = os.environ.get("QISKIT_IBM_TOKEN")
     if token and token.strip():  # never printed, whatever message quotes it
         text = text.replace(token.strip(), "***")
-    jobs = sys.modules.get("qdiff.backends.runtime_jobs")
-    if jobs is not None:  # a saved account's token, once an IBM service has been made
-        text = jobs.scrub(text)
+    text = scrub(text)  # a saved account's token, once an IBM service has been made
     print(f"qdiff: {kind}: {text}", file=sys.stderr)
 
 

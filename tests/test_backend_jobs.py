@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from qdiff import QdiffError
-from qdiff.backends.runtime_jobs import JobRunner, is_transient, register_secret, scrub
+from qdiff.backends.runtime_jobs import JobRunner, is_transient
+from qdiff.circuits.errors import register_secret, scrub
 
 
 class FakeJob:

@@ -88,7 +88,7 @@ def device_backend(name):
 def _real_backend(name: str, twin):
     import os
     from qiskit_ibm_runtime import QiskitRuntimeService
-    from qdiff.backends.runtime_jobs import register_secret
+    from qdiff.circuits.errors import register_secret
     suggest = f"; its offline twin is '{twin}' (--target {twin})" if twin else ""
     kwargs = {k: os.environ[e] for k, e in (("token", "QISKIT_IBM_TOKEN"),
                                            ("instance", "QISKIT_IBM_INSTANCE"),
