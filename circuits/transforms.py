@@ -61,9 +61,9 @@ def _recorded_ops(fn, args, kwargs, what: str) -> tuple:
 
 
 def _no_channels(ops, what: str) -> None:
-    from qdiff.circuits.channels import Channel
+    from qdiff.circuits.channels import is_channel
     for op in ops:
-        if isinstance(op.gate, Channel):
+        if is_channel(op.gate):
             raise QdiffError(f"{what}: channel {op.gate.name} on wires {list(op.wires)} cannot "
                              "be inverted or controlled")
 
