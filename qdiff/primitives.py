@@ -3,7 +3,8 @@
 
 A PUB's parameter-value array, of any broadcast shape, runs as ONE batched simulation; the
 Estimator also stacks every PUB of a ``run`` that shares a circuit into that one simulation (a
-parameter-shift gradient sends hundreds of one-binding PUBs). Circuits run through the ordinary
+parameter-shift gradient sends hundreds of one-binding PUBs), in row chunks when the rows do not
+fit the memory budget at once. Circuits run through the ordinary
 qnode path (:class:`~qdiff.circuit_qnode.CircuitQNode`), so every Qiskit parameter expression
 is supported. Qubits no gate touches stay in |0> and are not simulated (a circuit transpiled
 for a large device runs as the qubits it uses).
@@ -293,9 +294,7 @@ class Estimator(BaseEstimatorV2):
         out = np.ones((values.shape[0], len(words)))
         if live:
             qn = self._runner._qnode(imp, [_word_observable(w) for w in live], tuple(live))
-            with torch.no_grad():
-                vals = qn(torch.as_tensor(values, dtype=torch.float64))
-            vals = vals.reshape(len(values), len(live))
+            vals = _run_rows(qn, values, imp.circuit.num_wires).reshape(len(values), len(live))
             cols = [i for i, w in enumerate(words) if w]
             if shots is not None:
                 # a Pauli word's shots in its eigenbasis read +1 with probability (1 + <P>) / 2,
@@ -306,6 +305,23 @@ class Estimator(BaseEstimatorV2):
                 vals = 2.0 * ups / n - 1.0
             out[:, cols] = vals.numpy()
         return out
+
+
+ROW_STATES = 8.0  # states of one binding row the engine may hold at once (it checks for 4)
+
+
+def _run_rows(qn, values: np.ndarray, num_wires: int) -> torch.Tensor:
+    """``qn`` on the rows of ``values`` ``(R, P)`` (no gradient): one batched simulation when
+    the rows fit the memory budget, else row chunks that each fit it. A run stacks every PUB
+    of a circuit (a parameter-shift gradient of a data batch: thousands of rows), and Qiskit's
+    primitives take any number of bindings."""
+    x = torch.as_tensor(values, dtype=torch.float64)
+    per_row = ROW_STATES * 16.0 * 2.0 ** num_wires
+    step = max(1, int(memory.budget() // per_row))
+    with torch.no_grad():
+        if step >= len(x):
+            return qn(x)
+        return torch.cat([qn(x[i:i + step]) for i in range(0, len(x), step)])
 
 
 def _busy_wires(imp) -> set:
@@ -478,8 +494,7 @@ class Sampler(BaseSamplerV2):
         circ = imp.circuit.with_measurements((Measurement("probs", None, measured),))
         src = type(imp)(circ, imp.parameters, [], 0, imp.global_phase, imp.expressions)
         qn = self._runner._qnode(src, [], ("probs", measured))
-        with torch.no_grad():
-            p = qn(torch.as_tensor(values, dtype=torch.float64)).reshape(r, 2 ** len(live))
+        p = _run_rows(qn, values, circ.num_wires).reshape(r, 2 ** len(live))
         idx = sample_indices(p, shots, _generator(rng), words=words).numpy()
         bits = np.zeros(idx.shape + (k,), dtype=np.uint8)
         for i, j in enumerate(live):

@@ -106,6 +106,36 @@ def test_pubs_of_one_circuit_run_as_one_simulation(monkeypatch):
         np.testing.assert_allclose(a.data.evs, b.data.evs, atol=1e-10)
 
 
+@pytest.mark.parametrize("rows", [5, 9])
+def test_rows_beyond_the_memory_budget_run_in_chunks(monkeypatch, rows):
+    """A run whose stacked bindings do not fit the memory budget at once (a gradient of a data
+    batch) runs in row chunks that do, with Qiskit's values and the same seeded samples; a
+    chunk of one row (the last of 5, 7 or 11 rows in pairs) keeps its shape."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    from qiskit.primitives import StatevectorEstimator
+    a = Parameter("a")
+    qc = QuantumCircuit(10)
+    qc.h(range(10))
+    qc.ry(a, 0)
+    qc.cx(0, 9)
+    qm = qc.measure_all(inplace=False)
+    values = np.linspace(0, 3, rows)[:, None]
+    pubs = [(qc, ["XIIIIIIIIZ", "IIIIIIIIIZ"], values[:, None]),
+            (qc, "XIIIIIIIII", [[0.3], [0.1]])]
+    small_sample = Sampler(seed=3).run([(qm, values)], shots=50).result()[0].data.meas
+    # 300 kB: two rows of a 10-qubit simulation fit, five do not
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "300K")
+    got = Estimator().run(pubs).result()
+    ref = StatevectorEstimator().run(pubs).result()
+    for g, r in zip(got, ref):
+        assert g.data.evs.shape == r.data.evs.shape
+        np.testing.assert_allclose(g.data.evs, r.data.evs, atol=1e-10)
+    sample = Sampler(seed=3).run([(qm, values)], shots=50).result()[0].data.meas
+    assert sample.shape == (rows,)
+    np.testing.assert_array_equal(sample.array, small_sample.array)
+
+
 def test_circuits_alike_but_for_the_columns_of_an_expression_keep_their_own_values():
     """``a*c`` reads columns (0, 2) of {a, b, c} and (0, 1) of {a, c, d}: two circuits with the
     same gates on the same columns and the same expression text are different circuits."""
