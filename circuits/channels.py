@@ -130,6 +130,11 @@ class Channel:
         if not self.pl_name:
             object.__setattr__(self, "pl_name", self.name)
 
+    def unwrap_controls(self, limit: Optional[int] = None) -> tuple:
+        """``(0, self)``: a channel has no controls (the Gate method's answer, so that
+        drawings and counts walk gates and channels alike)."""
+        return 0, self
+
     @property
     def differentiable(self) -> bool:
         return False  # no shift rule: backprop, or finite differences with shots
