@@ -122,6 +122,7 @@ class Channel:
     diag_fn = None
     perm = None
     controls = 0
+    target = None             # no controlled base (the Gate attribute)
     native_code = ""
     decomposition = None
     is_channel = True
