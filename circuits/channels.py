@@ -122,6 +122,7 @@ class Channel:
     diag_fn = None
     perm = None
     controls = 0
+    target = None             # no controlled base (the Gate attribute)
     native_code = ""
     decomposition = None
     is_channel = True
@@ -129,6 +130,11 @@ class Channel:
     def __post_init__(self):
         if not self.pl_name:
             object.__setattr__(self, "pl_name", self.name)
+
+    def unwrap_controls(self, limit: Optional[int] = None) -> tuple:
+        """``(0, self)``: a channel has no controls (the Gate method's answer, so that
+        drawings and counts walk gates and channels alike)."""
+        return 0, self
 
     @property
     def differentiable(self) -> bool:

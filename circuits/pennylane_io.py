@@ -634,6 +634,10 @@ class _MidWires:
         from qdiff.circuits.midcircuit import controlled_by
         mv = op.meas_val
         wires = self.wires(mv)
+        if type(op.base).__name__ in TAPE_CHANNELS:  # as qd.cond refuses one
+            raise QdiffError(f"qnode: cond: channel {type(op.base).__name__} on wires "
+                             f"{list(op.base.wires)} cannot be conditioned on a mid-circuit "
+                             "measurement (gates and templates only)")
         base = _qdiff_ops(op.base, self.any_wire)
         out = []
         for bits, value in mv.branches.items():  # exclusive branches: at most one fires

@@ -51,6 +51,11 @@ _CLASSICAL = {
     "break_loop": "control flow (break_loop) is not supported",
     "continue_loop": "control flow (continue_loop) is not supported",
 }
+# noise instructions (a Kraus / SuperOp appended, Aer's QuantumError.to_instruction()): refused
+_NOISE = {"kraus", "superop", "quantum_channel"}
+_NOISE_HINT = ("is a noise channel, not a gate: a Qiskit circuit imports its gates only; "
+               "run noise on qd.device('mixed', noise=<Aer NoiseModel or qdiff noise model>), "
+               "or write the channel in a qnode (qd.QubitChannel(kraus, wires))")
 _DYNAMIC = {"if_else", "switch_case", "for_loop", "while_loop"}  # run by deferred measurement
 _WHILE = ("control flow (while_loop) is not supported: the number of its iterations depends on "
           "measurement outcomes (unbounded); deferred measurement needs a fixed circuit")
@@ -255,6 +260,8 @@ def _convert_into(qc, qmap, imp: _Importer, top: bool, bits: Optional[Bits] = No
             continue
         if getattr(op, "condition", None) is not None or name in _CLASSICAL:
             raise QdiffError(f"{where}: {_CLASSICAL.get(name, _CLASSICAL['if_else'])}")
+        if name in _NOISE:
+            raise QdiffError(f"{where}: '{name}' {_NOISE_HINT}")
         if name in _SKIP:
             if name == "delay" and _nonzero_duration(op):
                 imp.delays += 1

@@ -145,7 +145,9 @@ def draw(qnode, decimals: int = 2, level: str = "top"):
         _, kwargs = split_shots(qnode, kwargs)  # the drawing is the same for any shots
         rec, _ = qnode.construct(*args, **kwargs)
         if level == "device":
+            from qdiff.bridge import deferred_backend
             from qdiff.noise import route_recorded
-            rec = route_recorded(rec, qnode.device)
+            # widened by deferred measurements, refused on a noisy device as a call is
+            rec = route_recorded(rec, deferred_backend(qnode.device, rec.circuit, {}))
         return draw_circuit(rec.circuit, rec.theta, decimals)
     return wrapper

@@ -45,6 +45,7 @@ import torch
 
 from qdiff.circuits import caches, memory
 from qdiff.backends.base import Job
+from qdiff.bridge import deferred_backend
 from qdiff.circuits.channels import Channel
 from qdiff.circuits.circuit import Circuit, trainable_matrix_op
 from qdiff.circuits.decompositions import decompose, pauli_generator_terms
@@ -95,6 +96,8 @@ def theta_metric(recorded, backend, approx):
     end."""
     cols = [i for i, t in enumerate(recorded.trainable) if t]
     theta = recorded.theta.detach()
+    # mid-circuit measurements: the device widened by their wires (refused on a noisy one)
+    backend = deferred_backend(backend, recorded.circuit, {})
     memory.require(8.0 * theta.shape[0] * len(cols) ** 2 * 2,
                    f"the metric tensor over {len(cols)} gate angles", theta.device)
     if not cols:

@@ -423,7 +423,8 @@ class QdiffMixed(Device):
         if rest:  # the others (entropies, projector probs, ...) by PennyLane from rho
             read = self._measure(rest, outs[-1], tape, batched, n, keep)
             others = iter((read,) if len(rest) == 1 else read)
-        vals = [next(got) if q is not None else next(others) for q in native]
+        vals = [_mid_statistic(m, next(got)) if q is not None else next(others)
+                for m, q in zip(mps, native)]
         return vals[0] if len(vals) == 1 else tuple(vals)
 
     def _sampled(self, mps, rho, final, tape, batched, n, keep=False):
@@ -525,8 +526,9 @@ def _native_measurement(mp, labels):
     """The qdiff measurement (on wire labels) of ``mp`` when the engine computes it exactly
     (expval/var of an observable qdiff converts, probs/density_matrix/purity of wires), else
     ``None`` (PennyLane measures it from the density matrix)."""
-    if mp.mv is not None:
-        return None
+    if mp.mv is not None:  # deferred: the probabilities of its measurement wires
+        kinds = (ExpectationMP, VarianceMP, ProbabilityMP)
+        return Measurement("probs", None, tuple(mp.wires)) if type(mp) in kinds else None
     if isinstance(mp, (ExpectationMP, VarianceMP)) and mp.obs is not None:
         if any(qml.math.requires_grad(d) for d in mp.obs.data):
             return None
@@ -546,3 +548,17 @@ def _native_measurement(mp, labels):
     return None
 
 
+def _mid_statistic(mp, probs):
+    """The statistic of a mid-circuit measurement value from the engine's probabilities
+    ``probs`` of its measurement wires (``(2**k,)`` or ``(B, 2**k)``), as PennyLane's
+    measurement functions compute it from them: the probabilities themselves, or their dot
+    with the value of each outcome (``mp.eigvals()``). PennyLane's own route from a density
+    matrix takes square roots of its diagonal, whose derivative is NaN where one is zero;
+    these are polynomials in the probabilities. Other measurements pass through."""
+    if mp.mv is None or type(mp) is ProbabilityMP:
+        return probs
+    values = qml.math.convert_like(np.asarray(mp.eigvals(), dtype=np.float64), probs)
+    mean = qml.math.dot(probs, values)
+    if type(mp) is ExpectationMP:
+        return mean
+    return qml.math.dot(probs, values ** 2) - mean ** 2

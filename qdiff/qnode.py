@@ -125,7 +125,7 @@ class QNode:
         # the device refuses a batch that cannot run before theta (B, P) is assembled
         recorded, result = _record(self.func, self.device.wires, args, kwargs,
                                    getattr(self.device, "check_batch", None))
-        outs = execute(recorded, self._backend_for(recorded.circuit), self.diff_method,
+        outs = execute(recorded, self.backend_for(recorded.circuit), self.diff_method,
                        stacked=True, options=self.options, shots=shots)
         if isinstance(outs, torch.Tensor):  # (B, K) of scalar measurements
             bshape = tuple(recorded.batch_shape)
@@ -134,7 +134,7 @@ class QNode:
             return outs.reshape(bshape + (outs.shape[-1],))
         return _assemble(outs, recorded, result)
 
-    def _backend_for(self, circuit):
+    def backend_for(self, circuit):
         """The device, or for a circuit with mid-circuit measurements (extra wires after the
         device's) a copy of it with those wires, kept per width so its sampling stream goes
         on from call to call."""

@@ -123,17 +123,19 @@ def specs(qnode):
     qnode = as_qnode(qnode, "specs")
 
     def run(*args, **kwargs):
-        from qdiff.bridge import effective_shots
+        from qdiff.bridge import deferred_backend, effective_shots
         from qdiff.rules import resolve
         shots, kwargs = split_shots(qnode, kwargs)
         recorded, _ = qnode.construct(*args, **kwargs)
+        # the device a call runs on: widened by deferred measurements (refused when noisy)
+        device = deferred_backend(qnode.device, recorded.circuit, {})
         from qdiff.noise import route_recorded
-        routed = route_recorded(recorded, qnode.device)
-        routed_for = None if routed is recorded else qnode.device.noise.name
+        routed = route_recorded(recorded, device)
+        routed_for = None if routed is recorded else device.noise.name
         recorded = routed
         circuit = recorded.circuit
-        shots = effective_shots(qnode.device, shots)
-        rule = resolve(qnode.diff_method, qnode.device, circuit, recorded, shots)
+        shots = effective_shots(device, shots)
+        rule = resolve(qnode.diff_method, device, circuit, recorded, shots)
         mid = {i for i, w in enumerate(circuit.labels or ()) if is_mid_wire(w)}
         types: dict = {}
         for op in circuit.operations:

@@ -716,22 +716,23 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
                          "reproduced by a gather (use static=False)")
     circ_e, post = expand_coefficients(circ_u)
     rec_like = _Rec(circ_u, thetas[-1], train_u)
-    rule = resolve(qnode.diff_method, qnode.device, circ_u, rec_like, shots)
+    device = qnode.backend_for(circ_u)  # widened by deferred measurements' wires
+    rule = resolve(qnode.diff_method, device, circ_u, rec_like, shots)
     options = qnode.options if qnode.diff_method != "best" else \
         make_options(rule.name, {})
-    trace.plan = Plan(circ_e, qnode.device, rule, train_u, None, options, shared_u,
+    trace.plan = Plan(circ_e, device, rule, train_u, None, options, shared_u,
                       higher_order(qnode.diff_method, rule), shots)
     trace.rule = rule
     validate_rules(trace.plan)
     job = trace.plan.job(thetas[-1].detach(), keep=rule.keep)
-    prepare = getattr(qnode.device, "prepare", None)
-    trace.prepared = prepare(job) if prepare is not None else Prepared(qnode.device, job)
+    prepare = getattr(device, "prepare", None)
+    trace.prepared = prepare(job) if prepare is not None else Prepared(device, job)
     if trace.idx.device.type == "cpu" and not job.theta.requires_grad:
         trace.bound = trace.prepared.bind(Gather(
             trace.idx, None if scale is None else scale.expand(b, p).contiguous(),
             None if offset is None else offset.expand(b, p).contiguous(), consts,
             tuple(t.numel() for t in tensors), tuple(t.requires_grad for t in tensors)))
-    check_batch = getattr(qnode.device, "check_batch", None)
+    check_batch = getattr(device, "check_batch", None)
     if check_batch is not None:
         check_batch(b, p)
     return trace

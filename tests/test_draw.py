@@ -138,3 +138,27 @@ def test_draw_tells_one_measurement_on_several_wires_from_several_measurements()
     assert drawn(qd.expval(qd.Hermitian(torch.eye(2), wires=3)), qd.expval(0.5 * qd.Z(0)),
                  qd.expval(qd.Z(1) + qd.X(2))) == \
         ["0: ──┤  <𝓗>", "1: ──┤ ╭<𝓗>", "2: ──┤ ╰<𝓗>", "3: ──┤  <𝓗>"]
+
+
+def test_draw_channels_by_name_beside_mid_circuit_measurements():
+    """Channels draw as their PennyLane name with their parameters (a constant Kraus channel
+    without), in a circuit with a mid-circuit measurement and a conditioned gate too."""
+    import numpy as np
+    dev = qd.device("mixed", wires=2)
+    kraus = [np.sqrt(0.9) * np.eye(2), np.sqrt(0.1) * np.array([[0.0, 1.0], [1.0, 0.0]])]
+
+    @qd.qnode(dev)
+    def f(x, p):
+        qd.RX(x, wires=0)
+        qd.DepolarizingChannel(p, wires=0)
+        m = qd.measure(0, reset=True)
+        qd.cond(m, qd.RY)(0.7, wires=1)
+        qd.PauliError("XY", 0.2, wires=[0, 1])
+        qd.QubitChannel(kraus, wires=1)
+        return qd.expval(qd.Z(1))
+
+    lines = qd.draw(f)(torch.tensor(0.5), torch.tensor(0.1)).splitlines()
+    assert len(lines) == 3
+    assert "DepolarizingChannel(0.10)" in lines[0] and "╭PauliError(0.20)" in lines[0]
+    assert "╰PauliError(0.20)" in lines[1] and "QubitChannel──" in lines[1]
+    assert "RY(0.70)" in lines[1] and lines[2].startswith("m0: ")

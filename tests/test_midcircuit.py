@@ -283,6 +283,15 @@ def test_a_channel_conditioned_on_an_outcome_is_refused_by_name():
         with pytest.raises(QdiffError, match=r"cond: channel DepolarizingChannel on wires \[1\]"):
             run(cond)
 
+    @qd.qnode(dev)
+    def written_with_pennylane():  # qml.measure / qml.cond inside a qdiff qnode
+        qml.RY(1.1, wires=0)
+        qml.cond(qml.measure(0), qml.BitFlip)(0.1, wires=1)
+        return qd.expval(qd.Z(1))
+    with pytest.raises(QdiffError, match=r"cond: channel BitFlip on wires \[1\] cannot be "
+                                         r"conditioned"):
+        written_with_pennylane()
+
 
 def test_pennylane_operations_in_qd_cond_are_refused_by_name():
     """qd.cond conditions qdiff's gates; PennyLane's operations are named in the refusal, which

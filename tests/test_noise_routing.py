@@ -500,6 +500,24 @@ def test_mid_circuit_measurements_on_a_noisy_device_are_refused(manila, kind):
     with pytest.raises(qd.QdiffError, match="mid-circuit measurements on a noisy device"):
         f()
 
+    def trained(t):
+        qd.RY(t[0], wires=0)
+        m = qd.measure(0)
+        qd.cond(m, qd.RX)(t[1], wires=1)
+        qd.CNOT(wires=[1, 2])
+        return qd.expval(qd.Z(2))
+    t = torch.tensor([0.3, 0.5], dtype=torch.float64, requires_grad=True)
+    # every entry point that runs the circuit refuses alike: a replay, the metric tensor,
+    # and the counts and drawing of the circuit that would run
+    assert "m0" in qd.draw(qd.qnode(dev)(trained))(t)   # the circuit as written
+    for run in (lambda: qd.qnode(dev, static=True)(trained)(t),
+                lambda: qd.specs(qd.qnode(dev)(trained))(t),
+                lambda: qd.draw(qd.qnode(dev)(trained), level="device")(t),
+                lambda: qd.metric_tensor(qd.qnode(dev)(trained), approx="block-diag")(t),
+                lambda: qd.metric_tensor(qd.qnode(dev)(trained), approx="diag")(t)):
+        with pytest.raises(qd.QdiffError, match="mid-circuit measurements on a noisy device"):
+            run()
+
 
 def test_specs_count_the_routed_circuit(manila):
     dev = qd.device("mixed", wires=3, noise=manila)

@@ -209,6 +209,52 @@ def test_mid_circuit_measurements_are_deferred_like_default_mixed():
     _same(got, want, 1e-10)
 
 
+def test_mid_circuit_statistics_have_finite_gradients_equal_to_default_qubit():
+    """Statistics of measurement values (expval, var of arithmetic on them, probs) are read
+    from the engine's probabilities of the measurement wires: backprop gradients equal
+    default.qubit's where outcomes have probability 0 (PennyLane's route from the density
+    matrix, default.mixed's too, gives NaN there), with torch, broadcast, and autograd."""
+    def circuit(x):
+        qml.RX(x, wires=0)
+        qml.CNOT(wires=[0, 1])
+        qml.AmplitudeDamping(0.0, wires=2)
+        m0 = qml.measure(0, reset=True)
+        m1 = qml.measure(1)
+        qml.cond(m0 & m1, qml.RY)(x, wires=0)
+        return (qml.expval(m0), qml.var(m0 + 2 * m1), qml.expval(m0 * 3 - m1),
+                qml.probs(op=[m0, m1]), qml.var(m1), qml.expval(qml.PauliZ(0)))
+
+    def pure(x):  # the same circuit without the (identity) channel, for default.qubit
+        qml.RX(x, wires=0)
+        qml.CNOT(wires=[0, 1])
+        m0 = qml.measure(0, reset=True)
+        m1 = qml.measure(1)
+        qml.cond(m0 & m1, qml.RY)(x, wires=0)
+        return (qml.expval(m0), qml.var(m0 + 2 * m1), qml.expval(m0 * 3 - m1),
+                qml.probs(op=[m0, m1]), qml.var(m1), qml.expval(qml.PauliZ(0)))
+
+    def flat(f, x):
+        return torch.cat([t.reshape(x.shape + (-1,)) for t in f(x)], -1)
+    for x in (torch.tensor(0.7, dtype=torch.float64),
+              torch.tensor([0.7, 1.3, 0.0], dtype=torch.float64)):
+        f = qml.QNode(circuit, qml.device("qdiff.mixed", wires=5), interface="torch",
+                      diff_method="backprop")
+        g = qml.QNode(pure, qml.device("default.qubit", wires=5), interface="torch",
+                      diff_method="backprop")
+        _same(flat(f, x), flat(g, x).detach(), 1e-12)
+        jf = torch.autograd.functional.jacobian(lambda v: flat(f, v), x)
+        jg = torch.autograd.functional.jacobian(lambda v: flat(g, v), x)
+        assert torch.isfinite(jf).all()
+        _same(jf, jg, 1e-12)
+    def spread(x):
+        qml.RX(x, wires=0)
+        return qml.var(qml.measure(0) + 2 * qml.measure(1))
+    f, g = (qml.QNode(spread, qml.device(name, wires=4), interface="autograd")
+            for name in ("qdiff.mixed", "default.qubit"))
+    x = qml.numpy.array(0.7, requires_grad=True)
+    np.testing.assert_allclose(qml.grad(f)(x), qml.grad(g)(x), atol=1e-12, rtol=0)
+
+
 # -- device noise models ---------------------------------------------------------------------
 
 

@@ -656,3 +656,24 @@ def test_a_delay_on_a_device_with_noise_is_refused():
     qc0.x(0)
     qc0.delay(0, 0)
     qd.qnode(qd.device("mixed", wires=1, noise="fake_manila"), observables="Z")(qc0)
+
+
+def test_noise_instructions_in_a_qiskit_circuit_are_refused_by_name_and_position():
+    """A Kraus or SuperOp appended to a circuit, or Aer's QuantumError.to_instruction(), is
+    a noise channel, not a gate: refused naming its instruction (its index in the circuit,
+    not inside its definition) and where noise runs instead."""
+    from qiskit import QuantumCircuit
+    from qiskit.quantum_info import Kraus, SuperOp
+    pytest.importorskip("qiskit_aer")
+    from qiskit_aer.noise import amplitude_damping_error, depolarizing_error
+    dev = qd.device("mixed", wires=2)
+    for inst, name in ((depolarizing_error(0.1, 1).to_instruction(), "quantum_channel"),
+                       (Kraus(amplitude_damping_error(0.3).to_quantumchannel()), "kraus"),
+                       (SuperOp(amplitude_damping_error(0.3).to_quantumchannel()), "kraus")):
+        qc = QuantumCircuit(2)
+        qc.h(0)
+        qc.cx(0, 1)
+        qc.append(inst, [1])
+        with pytest.raises(qd.QdiffError, match=rf"instruction 2 \('{name}' on qubits \[1\]\)"
+                                                r".*noise channel.*qd.device\('mixed', noise="):
+            qd.qnode(dev, observables="ZZ")(qc)

@@ -899,3 +899,51 @@ def test_a_qnode_called_inside_a_static_qnode_is_refused_by_name():
     # a plain outer qnode runs the inner one as classical processing
     plain = qd.qnode(dev)(body)(x)
     assert torch.allclose(plain, torch.cos(torch.cos(x)), atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["best", "backprop", "adjoint"])
+def test_mid_circuit_measurements_with_channels_on_the_mixed_device(method):
+    """The deferred wires widen the device for a replay as for a plain call: values and
+    gradients equal the plain qnode's on the mixed engine (channels beside the
+    measurements); a noisy device refuses the measurements as a plain call does, and the
+    statevector device refuses a channel by name."""
+    def body(x):
+        qd.RX(x[0], wires=0)
+        qd.CNOT(wires=[0, 1])
+        qd.DepolarizingChannel(0.2, wires=0)
+        m0 = qd.measure(0, reset=True)
+        m1 = qd.measure(1)
+        qd.cond(~m0 & m1, qd.RY)(x[1], wires=0)
+        qd.AmplitudeDamping(0.3, wires=1)
+        return qd.expval(qd.Z(0) @ qd.Z(1)), qd.probs(op=[m0, m1])
+
+    dev = qd.device("mixed", wires=2)
+    plain, static = qd.qnode(dev, diff_method=method)(body), \
+        qd.qnode(dev, diff_method=method, static=True)(body)
+    for v in ([0.8, 0.4], [1.9, -0.7]):
+        x = torch.tensor(v, dtype=torch.float64, requires_grad=True)
+        got, want = static(x), plain(x)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, atol=1e-12, rtol=0)
+        gg = torch.autograd.grad(got[0] + got[1][2], x)[0]
+        gw = torch.autograd.grad(want[0] + want[1][2], x)[0]
+        torch.testing.assert_close(gg, gw, atol=1e-12, rtol=0)
+
+    def measured(x):
+        qd.RX(x, wires=0)
+        qd.CNOT(wires=[0, 1])
+        m = qd.measure(0, reset=True)
+        qd.cond(m, qd.RY)(x, wires=1)
+        return qd.expval(qd.Z(1))
+    noisy = qd.device("mixed", wires=2,
+                      noise=qd.noise.NoiseModel().add("cx", qd.DepolarizingChannel, 0.3))
+    x = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(qd.QdiffError, match="mid-circuit measurements on a noisy device"):
+        qd.qnode(noisy, static=True)(measured)(x)
+
+    def channel(x):
+        qd.RX(x, wires=0)
+        qd.DepolarizingChannel(0.2, wires=0)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffError, match="DepolarizingChannel.*trajectories"):
+        qd.qnode(qd.device("statevector", wires=1), static=True)(channel)(x)
