@@ -141,7 +141,7 @@ def from_pennylane_observable(op) -> Observable:
         for o in op.operands:
             part = from_pennylane_observable(o)
             out = part if out is None else out @ part
-        return out
+        return _hermitian_product(out, op)
     if name == "Hadamard":
         return observable_from_op(Operation(GATES["h"], tuple(op.wires)))
     if op.has_matrix and not getattr(op, "batch_size", None):
@@ -156,6 +156,24 @@ def from_pennylane_observable(op) -> Observable:
 
 
 set_pennylane_conversion(from_pennylane_observable)
+
+
+def _hermitian_product(obs: Observable, op) -> Observable:
+    """``obs``, the product of the factors of PennyLane's ``Prod`` ``op``, checked Hermitian.
+    Factors sharing a wire need not commute: their product can carry complex coefficients or
+    non-Hermitian matrix factors whose sum is still Hermitian (then the dense matrix on its
+    wires), or be no observable at all (a ``QdiffError``: its expectation is complex)."""
+    try:
+        obs.check_hermitian()
+        return obs
+    except QdiffError:
+        pass
+    m = obs.matrix()
+    md = m.detach()
+    if not torch.allclose(md, md.conj().transpose(0, 1), atol=1e-10):
+        raise QdiffError(f"PennyLane operator {op!r} is not Hermitian (its factors do not "
+                         f"commute), so it is not an observable")
+    return Hermitian(m, list(obs.wires))
 
 
 def _word_term(word: dict) -> tuple:
