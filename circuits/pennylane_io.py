@@ -750,6 +750,23 @@ def _channel_operation(op, wires) -> Operation:
     return Operation(ch, wires, params)
 
 
+def trainable_unitary_decomposition(op) -> list:
+    """PennyLane's decomposition of a ``QubitUnitary`` ``op`` whose matrix is trainable (qdiff's
+    circuits take angles, not matrices); a ``QdiffError`` naming it where that decomposition
+    cannot follow the matrix's gradient (on two or more wires under torch)."""
+    try:
+        return op.decomposition()
+    except QdiffError:
+        raise
+    except Exception as e:  # noqa: BLE001 - e.g. torch refusing numpy() of a grad tensor
+        d = 2 ** len(op.wires)
+        raise QdiffError(
+            f"{op.name} on wires {list(op.wires)}: PennyLane's decomposition of a trainable "
+            f"{d}x{d} matrix is not differentiable here ({type(e).__name__}); differentiate "
+            f"the angles that build it (qml.RX, qml.PauliRot, ...) or a one-wire "
+            f"matrix") from None
+
+
 def tape_op_supported(op) -> bool:
     """Whether :func:`from_pennylane_tape` converts ``op`` directly: a gate qdiff has (with
     PennyLane's parameters and convention), ``Adjoint`` of S/T/SX/ISWAP, ``PauliRot``,

@@ -1126,6 +1126,24 @@ def test_a_trainable_matrix_that_is_not_unitary_is_refused_by_name(make, diff_me
 
 
 @pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+@pytest.mark.parametrize("make", [
+    lambda p: qml.QubitUnitary(torch.linalg.matrix_exp(-1j * p * torch.tensor(
+        qml.matrix(qml.X(0) @ qml.Y(1) + qml.Z(0)), dtype=torch.complex128)), wires=[0, 1]),
+    lambda p: qml.evolve(qml.X(0) @ qml.X(1) + 0.8 * qml.Z(1), p),
+], ids=["QubitUnitary", "evolve-sum"])
+def test_a_trainable_two_wire_matrix_is_refused_by_name_under_torch_backprop(name, make):
+    """PennyLane's decomposition of a trainable two-wire matrix cannot carry torch's graph:
+    a DeviceError naming the operation, not torch's RuntimeError; one wire runs."""
+    def qfunc(p):
+        qml.RY(0.4, 0)
+        make(p)
+        return qml.expval(qml.Z(0))
+    f = qml.QNode(qfunc, qml.device(name, wires=2), interface="torch", diff_method="backprop")
+    with pytest.raises(DeviceError, match=r"QubitUnitary on wires \[0, 1\]: .*trainable 4x4"):
+        f(torch.tensor(0.37, dtype=torch.float64, requires_grad=True))
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
 def test_a_constant_controlled_matrix_that_is_not_unitary_is_refused_naming_its_wires(name):
     """A non-unitary constant ControlledQubitUnitary (e.g. the controlled generators of
     ``qml.metric_tensor(approx=None)``) is refused naming the matrix's wires."""
