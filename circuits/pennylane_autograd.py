@@ -132,9 +132,7 @@ def execute_autograd(circuits, run):
             if new is None:
                 tapes.append(_unboxed(tape))
                 continue
-            params = [new.get(pi, p) for pi, p in
-                      enumerate(_unboxed(tape).get_parameters(trainable_only=False))]
-            tape = tape.bind_new_parameters(params, list(range(len(params))))
+            tape = _rebound(tape, new)
             tape.trainable_params = sorted(new)  # the boxed parameters, whatever was marked
             tapes.append(tape)
         return tapes
@@ -156,9 +154,40 @@ def execute_autograd(circuits, run):
 def _unboxed(tape):
     from autograd.tracer import Box, getval
     params = tape.get_parameters(trainable_only=False)
-    if not any(isinstance(p, Box) for p in params):
+    return _rebound(tape, {i: getval(p) for i, p in enumerate(params) if isinstance(p, Box)})
+
+
+def _rebound(tape, values: dict):
+    """``tape`` with its parameters at the indices of ``values`` (index -> value, indices into
+    ``tape.get_parameters(trainable_only=False)``) replaced; every other operation is kept as
+    it is. A controlled operation is rebuilt around its rebound base with its control wires,
+    control values and work wires (PennyLane's ``bind_new_parameters`` of a
+    ``ControlledQubitUnitary`` drops its control values)."""
+    if not values:
         return tape
-    return tape.bind_new_parameters([getval(p) for p in params], list(range(len(params))))
+    ops, start = [], 0
+    for op in tape.operations:
+        n = len(op.data)
+        mine = {i - start: v for i, v in values.items() if start <= i < start + n}
+        start += n
+        ops.append(_rebound_op(op, [mine.get(k, d) for k, d in enumerate(op.data)])
+                   if mine else op)
+    rest = {i: v for i, v in values.items() if i >= start}  # observables' parameters
+    tape = tape.copy(operations=ops)
+    if rest:
+        tape = tape.bind_new_parameters(list(rest.values()), list(rest))
+    return tape
+
+
+def _rebound_op(op, params):
+    import pennylane as qml
+    from pennylane.ops.op_math import Controlled
+    if isinstance(op, Controlled):
+        base = _rebound_op(op.base, params)
+        with qml.QueuingManager.stop_recording():
+            return qml.ctrl(base, control=op.control_wires, control_values=op.control_values,
+                            work_wires=op.work_wires, work_wire_type=op.work_wire_type)
+    return qml.ops.functions.bind_new_parameters(op, params)
 
 
 def _flatten(results):

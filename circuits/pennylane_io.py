@@ -141,7 +141,7 @@ def from_pennylane_observable(op) -> Observable:
         for o in op.operands:
             part = from_pennylane_observable(o)
             out = part if out is None else out @ part
-        return out
+        return _hermitian_product(out, op)
     if name == "Hadamard":
         return observable_from_op(Operation(GATES["h"], tuple(op.wires)))
     if op.has_matrix and not getattr(op, "batch_size", None):
@@ -156,6 +156,24 @@ def from_pennylane_observable(op) -> Observable:
 
 
 set_pennylane_conversion(from_pennylane_observable)
+
+
+def _hermitian_product(obs: Observable, op) -> Observable:
+    """``obs``, the product of the factors of PennyLane's ``Prod`` ``op``, checked Hermitian.
+    Factors sharing a wire need not commute: their product can carry complex coefficients or
+    non-Hermitian matrix factors whose sum is still Hermitian (then the dense matrix on its
+    wires), or be no observable at all (a ``QdiffError``: its expectation is complex)."""
+    try:
+        obs.check_hermitian()
+        return obs
+    except QdiffError:
+        pass
+    m = obs.matrix()
+    md = m.detach()
+    if not torch.allclose(md, md.conj().transpose(0, 1), atol=1e-10):
+        raise QdiffError(f"PennyLane operator {op!r} is not Hermitian (its factors do not "
+                         f"commute), so it is not an observable")
+    return Hermitian(m, list(obs.wires))
 
 
 def _word_term(word: dict) -> tuple:
@@ -734,6 +752,23 @@ def _channel_operation(op, wires) -> Operation:
     params = tuple(_param_tensor(p, op.name) for p in op.data)
     ch.check(params)
     return Operation(ch, wires, params)
+
+
+def trainable_unitary_decomposition(op) -> list:
+    """PennyLane's decomposition of a ``QubitUnitary`` ``op`` whose matrix is trainable (qdiff's
+    circuits take angles, not matrices); a ``QdiffError`` naming it where that decomposition
+    cannot follow the matrix's gradient (on two or more wires under torch)."""
+    try:
+        return op.decomposition()
+    except QdiffError:
+        raise
+    except Exception as e:  # noqa: BLE001 - e.g. torch refusing numpy() of a grad tensor
+        d = 2 ** len(op.wires)
+        raise QdiffError(
+            f"{op.name} on wires {list(op.wires)}: PennyLane's decomposition of a trainable "
+            f"{d}x{d} matrix is not differentiable here ({type(e).__name__}); differentiate "
+            f"the angles that build it (qml.RX, qml.PauliRot, ...) or a one-wire "
+            f"matrix") from None
 
 
 def tape_op_supported(op) -> bool:

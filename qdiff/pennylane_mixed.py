@@ -70,7 +70,8 @@ from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.noise import resolve_noise
 from qdiff.circuits.pennylane_io import (broadcast_exp_rotation, from_pennylane_observable,
                                         from_pennylane_tape,
-                                        tape_channel_supported, tape_op_supported)
+                                        tape_channel_supported, tape_op_supported,
+                                        trainable_unitary_decomposition)
 from qdiff.circuits.pennylane_transforms import (decompose_broadcast, defer_within,
                                                  map_measurement_wires, snapshots_taken)
 from qdiff.noise import routing_for
@@ -99,6 +100,11 @@ def _decomposer(op):
         return [qml.QubitUnitary(_unitary(op), wires=op.wires)]
     if type(op).__name__ == "QubitUnitary":  # its decomposition holds for a unitary only
         _unitary(op)
+        if qml.math.requires_grad(op.data[0]):
+            try:
+                return trainable_unitary_decomposition(op)
+            except QdiffError as e:
+                raise DeviceError(f"qdiff.mixed: {e}") from None
     if op.has_decomposition or not op.has_matrix:
         return op.decomposition()
     return [qml.QubitUnitary(_unitary(op), wires=op.wires)]

@@ -550,6 +550,54 @@ def test_autograd_backprop_of_a_complex_trainable_state_equals_default_qubit():
     assert np.allclose(grads[0], grads[1], atol=1e-12)
 
 
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_autograd_backprop_keeps_the_control_values_of_a_controlled_unitary(name):
+    """A ControlledQubitUnitary with a control on |0> next to a trainable angle: autograd's
+    backprop gradient equals default.qubit's (the control values survive rebinding the
+    tape's parameters)."""
+    from pennylane import numpy as pnp
+    u = qml.matrix(qml.Rot(0.1, 0.2, 0.3, wires=0) @ qml.Hadamard(0))
+
+    def f(x):
+        qml.RX(x, 0)
+        qml.RY(0.4, 1)
+        qml.ControlledQubitUnitary(u, wires=[0, 2, 1], control_values=[1, 0])
+        qml.MultiControlledX(wires=[1, 0, 2], control_values=[0, 1])
+        return qml.expval(qml.PauliX(1)), qml.expval(qml.PauliZ(2))
+    x = pnp.array(0.7, requires_grad=True)
+    jacs = [qml.jacobian(lambda x: qml.math.stack(qml.QNode(
+        f, qml.device(dev, wires=3), diff_method="backprop")(x)))(x)
+        for dev in (name, "default.qubit")]
+    assert np.allclose(jacs[0], jacs[1], atol=1e-12)
+    assert np.abs(jacs[1]).min() > 0.05
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_products_of_non_commuting_factors_equal_default_qubit(name):
+    """``qml.prod`` of factors sharing a wire: a non-Hermitian product has the complex
+    expectation default.qubit gives, a Hermitian one its real value and gradient."""
+    a = np.array([[1, 0.5j, 0, 0], [-0.5j, 2, 0, 0.3], [0, 0, -1, 0], [0, 0.3, 0, 0.4]])
+    products = [lambda: qml.prod(qml.X(0), qml.Z(0) @ qml.Y(1), qml.Hermitian(a, [1, 2])),
+                lambda: qml.prod(qml.Y(1), qml.Hermitian(a, [1, 2]), qml.Y(1))]
+    for make in products:
+        def f(x):
+            qml.RX(x, 0)
+            qml.RY(0.7, 1)
+            qml.CNOT([0, 1])
+            qml.RY(0.3, 2)
+            return qml.expval(make())
+        got, want = (qml.QNode(f, qml.device(dev, wires=3), interface="torch")
+                     (torch.tensor(0.4)) for dev in (name, "default.qubit"))
+        assert torch.allclose(got.to(want.dtype), want, atol=1e-10)
+        assert abs(want) > 0.1
+    grads = []
+    for dev in (name, "default.qubit"):
+        x = torch.tensor(0.4, requires_grad=True)
+        qml.QNode(f, qml.device(dev, wires=3), interface="torch")(x).real.backward()
+        grads.append(x.grad)
+    assert torch.allclose(grads[0], grads[1], atol=1e-10)
+
+
 def test_observables_whose_printed_data_agree_give_their_own_values():
     # PennyLane's op.hash prints the data: numpy abbreviates large arrays, scipy prints 50
     # entries, torch 4 decimals; each observable still gives its own expectation value
@@ -1074,6 +1122,24 @@ def test_a_trainable_matrix_that_is_not_unitary_is_refused_by_name(make, diff_me
     f = qml.QNode(qfunc, qml.device("qdiff.statevector", wires=2), interface="torch",
                   diff_method=diff_method)
     with pytest.raises(DeviceError, match=r"on wires \[1\]: matrix is not unitary"):
+        f(torch.tensor(0.37, dtype=torch.float64, requires_grad=True))
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+@pytest.mark.parametrize("make", [
+    lambda p: qml.QubitUnitary(torch.linalg.matrix_exp(-1j * p * torch.tensor(
+        qml.matrix(qml.X(0) @ qml.Y(1) + qml.Z(0)), dtype=torch.complex128)), wires=[0, 1]),
+    lambda p: qml.evolve(qml.X(0) @ qml.X(1) + 0.8 * qml.Z(1), p),
+], ids=["QubitUnitary", "evolve-sum"])
+def test_a_trainable_two_wire_matrix_is_refused_by_name_under_torch_backprop(name, make):
+    """PennyLane's decomposition of a trainable two-wire matrix cannot carry torch's graph:
+    a DeviceError naming the operation, not torch's RuntimeError; one wire runs."""
+    def qfunc(p):
+        qml.RY(0.4, 0)
+        make(p)
+        return qml.expval(qml.Z(0))
+    f = qml.QNode(qfunc, qml.device(name, wires=2), interface="torch", diff_method="backprop")
+    with pytest.raises(DeviceError, match=r"QubitUnitary on wires \[0, 1\]: .*trainable 4x4"):
         f(torch.tensor(0.37, dtype=torch.float64, requires_grad=True))
 
 

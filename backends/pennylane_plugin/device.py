@@ -60,7 +60,8 @@ from qdiff.circuits.operation import is_concrete
 from qdiff.circuits.gates import check_unitary
 from qdiff.circuits.pennylane_io import (broadcast_exp_rotation, exp_pauli_rotation,
                                         from_pennylane_observable,
-                                        from_pennylane_tape, tape_op_supported, tape_projector)
+                                        from_pennylane_tape, tape_op_supported, tape_projector,
+                                        trainable_unitary_decomposition)
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
            torch.complex128: torch.complex128, torch.complex64: torch.complex64}
@@ -89,6 +90,11 @@ def _decomposer(op):
             return [qml.QubitUnitary(m, wires=op.wires)]
     if name == "QubitUnitary":
         _unitary(op.data[0], op)
+        if qml.math.requires_grad(op.data[0]):
+            try:
+                return trainable_unitary_decomposition(op)
+            except QdiffError as e:
+                raise DeviceError(f"qdiff device: {e}") from None
     if name == "StatePrep" and hasattr(op.data[0], "toarray"):  # a sparse state: PennyLane's
         # decomposition of it needs the dense vector
         return [qml.StatePrep(op.data[0].toarray().reshape(-1), wires=op.wires)]
