@@ -239,6 +239,21 @@ def torch_placement(dtype, device) -> tuple:
 _GENERATOR_LOCK = threading.Lock()  # makes a backend's shot generator once
 
 
+def global_generator(device) -> Optional[torch.Generator]:
+    """Torch's global generator on ``device`` (CPU or CUDA; None for another device type): the
+    draws of an unseeded device or rule, so that ``torch.manual_seed`` repeats them and the
+    worker processes of a ``DataLoader``, which torch reseeds one by one, draw apart (a
+    generator of its own, made before a fork, would give every child the same draws)."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return torch.default_generator
+    if device.type == "cuda":
+        torch.cuda.init()
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return torch.cuda.default_generators[index]
+    return None
+
+
 class Backend(abc.ABC):
     """Base class: holds wires, shots and the seed; engines implement :meth:`execute`."""
 
@@ -257,10 +272,15 @@ class Backend(abc.ABC):
         self._generator = None
 
     def generator(self, device) -> torch.Generator:
-        """The backend's random generator on ``device`` (seeded by ``seed=`` when given), kept
+        """The backend's random generator on ``device``: seeded by ``seed=`` when given, kept
         across calls so that successive shot draws differ. Threads sharing the backend draw
         from one generator, made once (two first calls at once would otherwise each start the
-        seed's stream: the same shots twice)."""
+        seed's stream: the same shots twice). Without a seed, torch's global generator of that
+        device (:func:`global_generator`)."""
+        if self.seed is None:
+            g = global_generator(device)
+            if g is not None:
+                return g
         g = self._generator
         if g is None or g.device != torch.device(device):
             with _GENERATOR_LOCK:

@@ -22,6 +22,7 @@ import torch
 from qdiff.circuits import caches, memory
 from qdiff.circuits.circuit import trainable_matrix_op  # noqa: F401  (re-exported)
 from qdiff.circuits.errors import QdiffError
+from qdiff.backends.base import global_generator
 from qdiff.circuits.operation import ParamRef
 from qdiff.shift_rules import shift_rule
 
@@ -178,13 +179,11 @@ def _check_values(method: str, values: dict) -> None:
 
 
 def spsa_generator(seed=None) -> torch.Generator:
-    """CPU generator of SPSA directions (seeded: a reproducible sequence of directions)."""
-    gen = torch.Generator()
-    if seed is not None:
-        gen.manual_seed(int(seed))
-    else:
-        gen.seed()
-    return gen
+    """CPU generator of SPSA directions (seeded: a reproducible sequence of directions; else
+    torch's global generator, which ``torch.manual_seed`` sets)."""
+    if seed is None:
+        return global_generator("cpu")
+    return torch.Generator().manual_seed(int(seed))
 
 
 def needs_backprop(circuit, recorded) -> bool:

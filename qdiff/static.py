@@ -373,6 +373,21 @@ class Trace:
             widths is not None and all(w is None for w in widths)
         self.arg_dtypes = ()  # the tensor arguments' dtypes (set by the trace)
         self.any_requires_grad = True  # whether any tensor argument requires grad (ditto)
+        self.arg_used = None  # per tensor argument: whether an angle reads it (see `used`)
+
+    def used(self, tensors) -> tuple:
+        """Per tensor argument, whether any angle reads one of its entries: an argument no
+        angle reads gets no gradient (None), as in the plain qnode's graph, so optimizers
+        skip it (weight decay, momentum) as they skip an unused parameter."""
+        if self.arg_used is None:
+            read = torch.zeros(sum(t.numel() for t in tensors) + 1, dtype=torch.bool)
+            read[self.flat_idx.cpu().clamp(max=read.numel() - 1)] = True
+            flags, pos = [], 0
+            for t in tensors:
+                flags.append(bool(read[pos:pos + t.numel()].any()))
+                pos += t.numel()
+            self.arg_used = tuple(flags)
+        return self.arg_used
 
     def scatter(self, grad_theta: torch.Tensor, tensors, needs) -> list:
         """The gradients of the tensor arguments from ``grad_theta`` ``(B, P)`` (the
@@ -385,14 +400,15 @@ class Trace:
         src = torch.zeros(total, dtype=g.dtype, device=g.device)
         src.index_add_(0, self.flat_idx, g.reshape(-1))
         out, pos = [], 0
-        for t, need in zip(tensors, needs):
+        for t, need, used in zip(tensors, needs, self.used(tensors)):
             m = t.numel()
-            out.append(src[pos:pos + m].view(t.shape).to(t.dtype) if need else None)
+            out.append(src[pos:pos + m].view(t.shape).to(t.dtype) if need and used else None)
             pos += m
         return out
 
     def theta(self, tensors) -> torch.Tensor:
-        parts = [t.reshape(-1) for t in tensors]
+        parts = [t.reshape(-1) if used else t.detach().reshape(-1)  # (no graph edge to it)
+                 for t, used in zip(tensors, self.used(tensors))]
         if self.consts is not None:
             parts.append(self.consts)
         if not parts:  # no tensor arguments and no angles
@@ -466,6 +482,7 @@ def differentiable_grads(trace, tensors, g_out, needs) -> tuple:
     through the angle gather by autograd."""
     theta = trace.theta(tensors)
     grad = engine_vjp(theta, g_out, trace.plan, None)
+    needs = [need and used for need, used in zip(needs, trace.used(tensors))]
     wrt = [t for t, need in zip(tensors, needs) if need]
     got = iter(torch.autograd.grad(theta, wrt, grad, create_graph=True, allow_unused=True))
     return tuple(next(got) if need else None for need in needs)
@@ -508,7 +525,7 @@ class BoundFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, trace, *tensors):
         out, res = trace.bound.run(tensors, keep=True)
-        ctx.trace, ctx.residual = trace, res
+        ctx.trace, ctx.residual, ctx.used = trace, res, trace.used(tensors)
         ctx.save_for_backward(*tensors)
         return out if out.dtype is trace.dtype else out.to(trace.dtype)
 
@@ -525,8 +542,9 @@ class BoundFunction(torch.autograd.Function):
         # angles are the run's): the saved tensors are unpacked only for a rerun
         grads = trace.bound.grad(ctx.saved_tensors if res is None else None, res, g_out)
         out = [None]
-        for g, dt, need in zip(grads, trace.arg_dtypes, needs[1:]):
-            out.append(None if g is None or not need else g if g.dtype is dt else g.to(dt))
+        for g, dt, need, used in zip(grads, trace.arg_dtypes, needs[1:], ctx.used):
+            out.append(None if g is None or not (need and used) else g if g.dtype is dt else
+                       g.to(dt))
         return tuple(out)
 
 

@@ -768,3 +768,56 @@ def test_jit_names_an_unknown_keyword():
     with pytest.raises(qd.QdiffError, match="jit: got an unexpected keyword argument "
                                             "'diff_method'.*qnode, max_traces"):
         qd.jit(circuit, diff_method="adjoint")
+
+
+SHOT_DEV = qd.device("statevector", wires=N, shots=100)
+
+
+@qd.qnode(SHOT_DEV)
+def shot_circuit(inputs, weights):
+    return _body(inputs, weights)
+
+
+class _ShotRows(torch.utils.data.Dataset):
+    """Each item runs the same sampled circuit (same input, same weights)."""
+
+    def __init__(self, weights):
+        self.weights = weights
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return shot_circuit(torch.full((N,), 0.5, dtype=torch.float64), self.weights)
+
+
+def test_unseeded_shots_follow_torchs_global_generator():
+    """Without a device seed, shots (and SPSA directions) are drawn from torch's global
+    generator: torch.manual_seed repeats them, another seed changes them."""
+    layer = qd.QuantumLayer(shot_circuit, {"weights": (2, N, 3)}, dtype=torch.float64)
+    x = torch.rand(6, N, dtype=torch.float64)
+
+    def run(seed):
+        torch.manual_seed(seed)
+        return layer(x).detach()
+    a, b, c = run(5), run(5), run(6)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    spsa = qd.QNode(_body, DEV, diff_method="spsa")
+    w = torch.rand(2, N, 3, dtype=torch.float64, requires_grad=True)
+
+    def grad(seed):
+        torch.manual_seed(seed)
+        return torch.autograd.grad(spsa(x, w).sum(), w)[0]
+    assert torch.equal(grad(5), grad(5)) and not torch.equal(grad(5), grad(6))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_dataloader_fork_workers_draw_different_shots():
+    """DataLoader workers forked after the parent sampled draw apart (torch reseeds each
+    worker's global generator), instead of repeating one inherited stream."""
+    weights = torch.rand(2, N, 3, dtype=torch.float64)
+    shot_circuit(torch.zeros(N, dtype=torch.float64), weights)  # the parent draws first
+    loader = torch.utils.data.DataLoader(_ShotRows(weights), batch_size=2, num_workers=2,
+                                         multiprocessing_context="fork", timeout=120)
+    first, second = list(loader)
+    assert not torch.equal(first, second)

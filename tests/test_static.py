@@ -947,3 +947,35 @@ def test_mid_circuit_measurements_with_channels_on_the_mixed_device(method):
         return qd.expval(qd.Z(0))
     with pytest.raises(qd.QdiffError, match="DepolarizingChannel.*trajectories"):
         qd.qnode(qd.device("statevector", wires=1), static=True)(channel)(x)
+
+
+@pytest.mark.parametrize("method", ["best", "backprop", "parameter-shift"])
+@pytest.mark.parametrize("batch", [3, 64])
+def test_an_argument_no_angle_reads_gets_no_gradient(method, batch):
+    """A weight the circuit never reads has no gradient (None), as with the plain qnode, so
+    AdamW's weight decay skips it and a static layer trains exactly as the plain one."""
+    dev = qd.device("statevector", wires=2)
+
+    def body(inputs, a, unused):
+        qd.RX(inputs[..., 0], wires=0)
+        qd.RY(a, wires=1)
+        return qd.expval(qd.Z(0) @ qd.Z(1))
+    layers = []
+    for static in (False, True):
+        torch.manual_seed(0)
+        q = qd.QNode(body, dev, diff_method=method)
+        layers.append(qd.QuantumLayer(qd.jit(q) if static else q, {"a": 1, "unused": (2,)},
+                                      dtype=torch.float64))
+    x = torch.rand(batch, 2, dtype=torch.float64, requires_grad=True)
+    for layer in layers:
+        opt = torch.optim.AdamW(layer.parameters(), lr=0.1, weight_decay=0.5)
+        for _ in range(3):
+            opt.zero_grad()
+            layer(x).pow(2).sum().backward()
+            opt.step()
+        assert layer.unused.grad is None
+        gx, = torch.autograd.grad(layer(x).sum(), x, create_graph=True)
+        assert torch.autograd.grad(gx.sum(), layer.unused, allow_unused=True)[0] is None
+    plain, static = layers
+    assert torch.equal(plain.unused, static.unused)
+    assert torch.allclose(plain.a, static.a, atol=1e-12)
