@@ -144,14 +144,13 @@ def measure(wires, reset: bool = False, postselect=None) -> MeasurementValue:
     (w,) = ws
     if is_mid_wire(w):
         raise QdiffError(f"measure: wire {w!r} is a measurement outcome, not a qubit")
-    stack = recording.recorders()
-    if not stack:
+    root = recording.circuit_root()
+    if root is None:
         raise QdiffError("qd.measure is only available while a qnode records its circuit")
-    root = stack[0]
     aux = MidWire(root.mid_count)
     root.mid_count += 1
     for op in measurement_ops(w, aux, reset):
-        stack[-1].append(op)
+        recording.active().append(op)
     return MeasurementValue([(aux, 1)])
 
 

@@ -97,6 +97,8 @@ def as_coeff_tensor(coeffs) -> torch.Tensor:
             if not (t.is_complex() or t.dtype.is_floating_point):
                 t = t.to(torch.float64)
             return t.reshape(-1)
+    if isinstance(coeffs, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in coeffs):
+        return _stack_coeffs(coeffs)
     try:
         arr = np.asarray(coeffs)
         if arr.dtype.kind not in "biufc" and not all(
@@ -112,6 +114,24 @@ def as_coeff_tensor(coeffs) -> torch.Tensor:
         if np.iscomplexobj(arr):
             return torch.tensor(arr.reshape(-1), dtype=torch.complex128)
         return torch.tensor(arr.reshape(-1), dtype=torch.float64)
+
+
+def _stack_coeffs(items) -> torch.Tensor:
+    """Coefficients given as a list holding tensors (``[c, 0.5]`` with ``c`` a trainable 0-d
+    tensor): one 1-D tensor in the tensors' promoted dtype (complex where a number is), their
+    autograd graph kept."""
+    for x in items:
+        if not isinstance(x, (numbers.Number, torch.Tensor)):
+            raise QdiffError(f"observable coefficients must be numbers; got {list(items)!r}")
+    scalars = [_scalar(x, "coefficient") if isinstance(x, torch.Tensor) else x for x in items]
+    tensors = [x for x in scalars if isinstance(x, torch.Tensor)]
+    dtype = tensors[0].dtype
+    for t in tensors[1:]:
+        dtype = torch.promote_types(dtype, t.dtype)
+    if any(isinstance(x, complex) for x in scalars):
+        dtype = torch.promote_types(dtype, torch.complex64)
+    device = tensors[0].device
+    return torch.stack([torch.as_tensor(x, dtype=dtype, device=device) for x in scalars])
 
 
 def _scalar(c, what: str) -> torch.Tensor:

@@ -33,6 +33,7 @@ class Recorder:
     def __init__(self):
         self.raw: list = []
         self.mid_count = 0  # mid-circuit measurements so far (their extra wires' indices)
+        self.root = False  # a circuit's own recording (a qnode's), not a sub-recording
 
     def append(self, item):
         self.raw.append(item)
@@ -68,13 +69,27 @@ def active() -> Recorder | None:
     return st[-1] if st else None
 
 
+def circuit_root() -> Recorder | None:
+    """The recorder of the innermost circuit being recorded: the innermost ``root`` recorder
+    (a qnode called inside another qnode's function records a circuit of its own), else the
+    outermost one. Sub-recordings (``qd.adjoint``, ``qd.ctrl``, ``qd.cond`` of a function)
+    belong to it, so mid-circuit measurements inside them count against it."""
+    st = _stack()
+    for rec in reversed(st):
+        if rec.root:
+            return rec
+    return st[0] if st else None
+
+
 @contextmanager
-def record():
+def record(root: bool = False):
     """Collect the operations and measurements made inside. Where PennyLane is loaded, its
     operators and measurements made inside are collected too, in call order (a queue that
     forwards PennyLane's queuing into this recorder): a qnode converts or refuses them, it
-    never drops them."""
+    never drops them. ``root=True`` marks a circuit's own recording (a qnode's): recordings
+    opened inside it are parts of that circuit, recordings around it are not."""
     rec = Recorder()
+    rec.root = root
     _stack().append(rec)
     try:
         capture = _pennylane_capture(rec)

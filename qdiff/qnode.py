@@ -280,7 +280,7 @@ def _assemble(outs: list, recorded: Recorded, result):
 
 
 def _record(func, wires, args, kwargs, check_batch=None) -> tuple:
-    with recording.record() as rec:
+    with recording.record(root=True) as rec:
         result = func(*args, **kwargs)
     raw = rec.raw
     if any(recording.is_pennylane(i) for i in raw) or recording.is_pennylane(result) or (

@@ -406,6 +406,33 @@ def test_a_one_wire_observable_divides_by_a_scalar():
 
 
 
+@pytest.mark.parametrize("diff_method", ["backprop", "adjoint", "parameter-shift"])
+def test_hamiltonian_coefficient_list_with_a_trainable_tensor(diff_method):
+    """qd.Hamiltonian([c, 0.5], ops) with c a 0-d tensor that requires grad, as PennyLane's
+    Hamiltonian takes it: the expectation is differentiable with respect to c; a coefficient
+    that is not a number, or a tensor of several, is refused by name."""
+    c = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    x = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
+    h = qd.Hamiltonian([c, 0.5], [qd.Z(0), qd.X(1)])
+    assert h.coeffs.dtype == torch.float64 and h.coeffs.requires_grad
+
+    @qd.qnode(qd.device("statevector", wires=2), diff_method=diff_method)
+    def f(x):
+        qd.RX(x, wires=0)
+        return qd.expval(h)
+
+    val = f(x)
+    gc, gx = torch.autograd.grad(val, (c, x))
+    torch.testing.assert_close(val, torch.tensor(0.7 * math.cos(0.3), dtype=torch.float64))
+    torch.testing.assert_close(gc, torch.tensor(math.cos(0.3), dtype=torch.float64))
+    torch.testing.assert_close(gx, torch.tensor(-0.7 * math.sin(0.3), dtype=torch.float64))
+    assert qd.Hamiltonian([c, 0.5j], [qd.Z(0), qd.X(1)]).coeffs.dtype == torch.complex128
+    with pytest.raises(qd.QdiffError, match="must be numbers"):
+        qd.Hamiltonian([c, "a"], [qd.Z(0), qd.X(1)])
+    with pytest.raises(qd.QdiffError, match="one element"):
+        qd.Hamiltonian([c, torch.tensor([1.0, 2.0])], [qd.Z(0), qd.X(1)])
+
+
 def test_observable_scalars_tensors_powers_and_sums():
     """Tensor scalars add and subtract (gradients kept), a batch of coefficients is refused by
     name, integer powers multiply out, and sum() adds no identity term."""

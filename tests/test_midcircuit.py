@@ -340,3 +340,32 @@ def test_pennylane_samples_and_counts_of_values_inside_a_qdiff_qnode():
     assert c == {1: 30} and all(type(k) is int for k in c)
     assert ca == {0: 0, 1: 30, 2: 0, 3: 0} and all(type(k) is int for k in ca)
     assert half.dtype == DT and half.tolist() == [0.5] * 30
+
+
+@pytest.mark.parametrize("lib", ["qd", "qml"])
+def test_a_qnode_with_measurements_called_inside_another_qnode_numbers_its_own_outcomes(lib):
+    """A qnode called in another qnode's function records a circuit of its own: its
+    outcome wires count from its own first measurement, and the outer circuit's from the
+    outer's, whichever side measures first."""
+    L = qd if lib == "qd" else qml
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev)
+    def inner(x):
+        L.RX(x, wires=0)
+        m = L.measure(0)
+        L.cond(m, L.PauliX)(wires=1)
+        return qd.expval(qd.Z(1))
+
+    @qd.qnode(dev)
+    def outer(x):
+        L.measure(1)
+        y = inner(x)
+        qd.RY(y, wires=0)
+        m = L.measure(0)
+        return qd.expval(qd.Z(0)), L.expval(m)
+
+    x = torch.tensor(0.3, dtype=DT)
+    c = math.cos(math.cos(0.3))
+    assert torch.allclose(inner(x), torch.tensor(math.cos(0.3), dtype=DT), atol=1e-12)
+    assert torch.allclose(outer(x), torch.tensor([c, (1 - c) / 2], dtype=DT), atol=1e-12)
