@@ -850,7 +850,8 @@ def _signs_on_demand(word: str):
         if not box:
             memory.require(16.0 * 2 ** len(word), f"the {2 ** len(word)} signs of a "
                            f"{len(word)}-wire Z word (its diagonal)")
-            box.append(torch.tensor(_word_signs(word), dtype=torch.float64))
+            with caches.constants():  # kept by the gate: plain, whatever transform asks first
+                box.append(torch.tensor(_word_signs(word), dtype=torch.float64))
         return box[0].to(dtype).to(device)
     return get
 
@@ -955,6 +956,10 @@ def check_unitary(m: torch.Tensor, given=None, who: str = "QubitUnitary") -> Non
 def unitary_gate(matrix, who: str = "QubitUnitary") -> Gate:
     """A constant gate from a unitary matrix (not differentiable by shift rules); ``who`` names
     the operation in the refusal of a matrix that is not unitary."""
+    if isinstance(matrix, torch.Tensor):
+        # a conjugate view (``U.mH``, an inverse's ``conj()``) is materialised: the exporters
+        # and the compiler read the matrix through NumPy, which refuses such views
+        matrix = matrix.resolve_conj().resolve_neg()
     m = matrix.detach() if isinstance(matrix, torch.Tensor) else torch.as_tensor(np.asarray(matrix))
     given = m.dtype
     m = m.to(torch.complex128) if not m.is_complex() or m.dtype == torch.complex128 else m

@@ -312,6 +312,14 @@ def to_pennylane(circuit: Circuit, theta=None, shots=None, initial_state=None,
 # -- from PennyLane ----------------------------------------------------------------------------
 
 
+def _constant_tensor(data) -> torch.Tensor:
+    """PennyLane operator data (a NumPy array or a torch tensor, a conjugate view such as
+    PennyLane's adjoint of a torch matrix included) as a detached tensor."""
+    if isinstance(data, torch.Tensor):
+        return data.detach().resolve_conj().resolve_neg()
+    return torch.as_tensor(np.asarray(data))
+
+
 def _param_tensor(p, gate: str = "") -> torch.Tensor:
     """A real angle (array) as a tensor: one of a complex dtype is taken when its imaginary
     part is zero and refused otherwise (never cut to its real part)."""
@@ -357,13 +365,13 @@ def _qdiff_ops(op, any_wire=None) -> list:
     if name == "PCPhase":
         return [Operation(_pcphase(op), wires, (_param_tensor(op.data[0]),))]
     if name == "DiagonalQubitUnitary" and _constant_diagonal(op):
-        return [Operation(diagonal_unitary_gate(torch.as_tensor(np.asarray(op.data[0]))),
+        return [Operation(diagonal_unitary_gate(_constant_tensor(op.data[0])),
                           wires, ())]
     if name == "QubitUnitary":
         u = op.data[0]
         trainable = isinstance(u, torch.Tensor) and u.requires_grad
         if getattr(u, "ndim", 2) == 2 and not trainable:
-            return [Operation(unitary_gate(torch.as_tensor(np.asarray(u)),
+            return [Operation(unitary_gate(_constant_tensor(u),
                                            who=f"QubitUnitary on wires {list(wires)}"),
                               wires, ())]
         if trainable and len(wires) != 1:  # one wire: PennyLane's differentiable Rot form
@@ -403,8 +411,7 @@ def _constant(op) -> bool:
 
 
 def _constant_matrix(op) -> torch.Tensor:
-    m = op.matrix()
-    m = m.detach() if isinstance(m, torch.Tensor) else torch.as_tensor(np.asarray(m))
+    m = _constant_tensor(op.matrix())
     if m.shape[-1] != 2 ** len(op.wires):
         raise QdiffError(f"{op.name} on wires {list(op.wires)}: a {m.shape[-1]}x{m.shape[-1]} "
                          "matrix is not a qubit operator")
@@ -812,10 +819,10 @@ def _single_gate(op):
     """The qdiff gate of an ``op`` that passes :func:`_single_gate_supported`."""
     name = type(op).__name__
     if name == "QubitUnitary":
-        return unitary_gate(torch.as_tensor(np.asarray(op.data[0])),
+        return unitary_gate(_constant_tensor(op.data[0]),
                             who=f"QubitUnitary on wires {list(op.wires)}")
     if name == "DiagonalQubitUnitary":
-        return diagonal_unitary_gate(torch.as_tensor(np.asarray(op.data[0])))
+        return diagonal_unitary_gate(_constant_tensor(op.data[0]))
     if name == "PCPhase":
         return _pcphase(op)
     if name.startswith("Adjoint"):

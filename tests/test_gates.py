@@ -81,6 +81,28 @@ def test_inverse_of_qubit_unitary(gen):
     assert torch.allclose(inv.matrix(*ang) @ g.matrix(), torch.eye(4, dtype=u.dtype), atol=1e-12)
 
 
+def test_inverse_of_qubit_unitary_exports_and_compiles(gen):
+    """The inverse of a QubitUnitary (a conjugate of the user's tensor) and a matrix given as a
+    conjugate view reach OpenQASM, Qiskit and the compiler as the same unitary."""
+    import qdiff as qd
+    from qiskit.quantum_info import Operator
+    from qdiff.circuits import qasm
+    from qdiff.circuits.circuit import Circuit
+    from qdiff.circuits.operation import Operation
+    from qdiff.circuits.qiskit_io import to_qiskit
+    from qdiff.circuits.unitary import unitary
+    u = random_unitary(4, gen)
+    for g in (unitary_gate(u).inverse(())[0], unitary_gate(u.mH)):
+        c = Circuit(2, (Operation(g, (0, 1), ()),))
+        want = u.mH.resolve_conj().numpy()
+        assert np.allclose(unitary(c).numpy(), want, atol=1e-12)
+        assert np.allclose(Operator(to_qiskit(c)).reverse_qargs().data, want, atol=1e-10)
+        back = qasm.loads(qasm.dumps(c)).circuit
+        assert close_up_to_phase(unitary(back).numpy(), want, atol=1e-8)
+        out, _ = qd.compile(c)
+        assert close_up_to_phase(unitary(out).numpy(), want, atol=1e-8)
+
+
 def test_diagonal_hint_matches_matrix():
     for gate in ALL:
         if gate.diag_fn is None:

@@ -294,6 +294,32 @@ def test_torch_func_forward_mode_leaves_no_transformed_tensor_in_caches(dev_kw):
                           torch.full((2,), value, dtype=real), atol=tol)
 
 
+def test_z_word_rotation_signs_first_made_inside_a_transform_stay_plain():
+    """The sign diagonal a PauliRot on an I/Z word or a MultiRZ makes on first use is kept by
+    the gate: made inside a hessian, it still serves the transforms and calls after it."""
+    qd.clear_caches()  # the gates' signs are first asked for inside the hessian below
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev, diff_method="backprop")
+    def f(v):
+        qd.Hadamard(0); qd.Hadamard(1)
+        qd.PauliRot(v[0], "ZI", wires=[0, 1]); qd.MultiRZ(v[1], wires=[0, 1])
+        return qd.expval(qd.X(0))
+
+    a, b = 0.4, 0.9
+    x = torch.tensor([a, b], dtype=torch.float64)
+    # <X0> = cos(a) cos(b) on |++>
+    h_exact = torch.tensor([[-math.cos(a) * math.cos(b), math.sin(a) * math.sin(b)],
+                            [math.sin(a) * math.sin(b), -math.cos(a) * math.cos(b)]],
+                           dtype=torch.float64)
+    for _ in range(2):
+        assert torch.allclose(torch.func.jacfwd(torch.func.jacrev(f))(x), h_exact, atol=1e-10)
+    assert torch.allclose(torch.func.jacrev(f)(x), torch.tensor(
+        [-math.sin(a) * math.cos(b), -math.cos(a) * math.sin(b)], dtype=torch.float64),
+        atol=1e-10)
+    assert abs(float(f(x)) - math.cos(a) * math.cos(b)) < 1e-10
+
+
 @pytest.mark.parametrize("method", ["adjoint", "finite-diff", "spsa"])
 def test_second_derivative_raises_instead_of_silent_zero(method):
     """PennyLane returns all-zero Hessians for adjoint (#9901); qdiff raises."""

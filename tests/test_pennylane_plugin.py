@@ -824,6 +824,28 @@ def test_float32_unitary_stored_in_double_precision_is_accepted():
             qml.QNode(f, qml.device(name, wires=1))(u.detach() * 1.001)
 
 
+def test_adjoint_of_a_torch_unitary_and_a_conjugate_view_run_as_on_default_qubit():
+    """PennyLane's adjoint of a QubitUnitary of a torch matrix (a conjugate view of it) and a
+    matrix given as ``U.mH`` run on both devices, and inside a qdiff qnode, as on
+    default.qubit."""
+    import qdiff as qd
+    z = torch.randn(4, 4, dtype=torch.complex128, generator=torch.Generator().manual_seed(3))
+    u = torch.linalg.qr(z)[0]
+    h = torch.tensor([[1.0, 0.5, 0, 0], [0.5, -1.0, 0.2j, 0], [0, -0.2j, 0.3, 0],
+                      [0, 0, 0, 0.7]], dtype=torch.complex128)
+
+    def f():
+        qml.Hadamard(0)
+        qml.adjoint(qml.QubitUnitary(u, wires=[0, 1]))
+        qml.QubitUnitary(u.mH, wires=[1, 0])
+        qml.ctrl(qml.adjoint(qml.QubitUnitary(u, wires=[1, 2])), control=0)
+        return qml.expval(qml.Hermitian(h, wires=[2, 0]))
+    want = float(qml.QNode(f, qml.device("default.qubit", wires=3))())
+    for name in ("qdiff.statevector", "qdiff.mixed"):
+        assert abs(float(qml.QNode(f, qml.device(name, wires=3))()) - want) < 1e-10
+    assert abs(float(qd.qnode(qd.device("statevector", wires=3))(f)()) - want) < 1e-10
+
+
 def test_expval_of_an_operator_without_diagonalizing_gates_is_refused_in_validation():
     def f():
         qml.RX(0.3, 0)
