@@ -145,6 +145,13 @@ def trainable_matrix_op(circuit) -> Optional[str]:
     return None
 
 
+def has_trainable_matrix(op) -> bool:
+    """Whether ``op`` is a ``QubitUnitary`` (also controlled) whose matrix is a tensor that
+    requires grad, whatever the grad mode: its matrix is then no constant of the circuit."""
+    gate = _unitary_gate(op.gate)
+    return gate is not None and gate.matrix_fn().requires_grad
+
+
 def unitary_ops(circuit) -> tuple:
     """``(operation, its QubitUnitary gate)`` for every operation that is a QubitUnitary (also
     controlled): the only gates whose matrix can be a tensor requiring grad (kept on the
@@ -152,13 +159,18 @@ def unitary_ops(circuit) -> tuple:
     return memo(circuit, "unitary_ops", lambda: _unitary_ops(circuit))
 
 
+def _unitary_gate(gate):
+    """The ``QubitUnitary`` gate ``gate`` is (or controls), else ``None``."""
+    while gate.controls and gate.target is not None and gate.num_params == 0:
+        gate = gate.target
+    return gate if gate.num_params == 0 and gate.name == "unitary" else None
+
+
 def _unitary_ops(circuit) -> tuple:
     out = []
     for op in circuit.operations:
-        gate = op.gate
-        while gate.controls and gate.target is not None and gate.num_params == 0:
-            gate = gate.target
-        if gate.num_params == 0 and gate.name == "unitary":
+        gate = _unitary_gate(op.gate)
+        if gate is not None:
             out.append((op, gate))
     return tuple(out)
 

@@ -778,6 +778,46 @@ def trainable_unitary_decomposition(op) -> list:
             f"matrix") from None
 
 
+def tape_trainable_matrix(op) -> bool:
+    """Whether ``op`` is an unbatched ``QubitUnitary`` whose matrix requires grad, or a
+    controlled one (``qml.ctrl``, ``ControlledQubitUnitary``): :func:`from_pennylane_tape`
+    converts it into ONE qdiff gate holding that matrix (a torch tensor keeps its autograd
+    graph, which backprop differentiates; the matrix has no angles for other methods)."""
+    import pennylane as qml
+    base = op.base if type(op).__name__ not in TAPE_NATIVE and _is_controlled(op) else op
+    return type(base).__name__ == "QubitUnitary" and base.batch_size is None and \
+        qml.math.requires_grad(base.data[0])
+
+
+def trainable_matrix_ops(tape) -> list:
+    """The operations of ``tape`` that are a ``QubitUnitary`` (also controlled, also
+    broadcast) whose matrix requires grad."""
+    import pennylane as qml
+    out = []
+    for op in tape.operations:
+        base = op.base if type(op).__name__ not in TAPE_NATIVE and _is_controlled(op) else op
+        if type(base).__name__ == "QubitUnitary" and qml.math.requires_grad(base.data[0]):
+            out.append(op)
+    return out
+
+
+def transform_matrix_refusal(tape, method):
+    """Why PennyLane's gradient transform ``method`` (parameter-shift, finite differences,
+    ...) cannot differentiate ``tape``: the first trainable matrix on two or more wires (also
+    controlled), which it would differentiate through PennyLane's decomposition of the
+    matrix, which does not carry the matrix's gradient; ``None`` when there is none (a
+    one-wire matrix decomposes into differentiable ``Rot`` angles)."""
+    for op in trainable_matrix_ops(tape):
+        if len(op.wires) > 1:
+            d = 2 ** len(op.wires)
+            label = getattr(method, "__name__", None) or str(method)
+            return (f"{op.name} on wires {list(op.wires)}: a trainable {d}x{d} matrix is "
+                    f"differentiated by diff_method='backprop' (or 'best') only; the gradient "
+                    f"transform {label} would differentiate PennyLane's decomposition of it, "
+                    f"which does not carry its gradient")
+    return None
+
+
 def tape_op_supported(op) -> bool:
     """Whether :func:`from_pennylane_tape` converts ``op`` directly: a gate qdiff has (with
     PennyLane's parameters and convention), ``Adjoint`` of S/T/SX/ISWAP, ``PauliRot``,
@@ -818,8 +858,9 @@ def _single_gate_supported(op) -> bool:
 def _single_gate(op):
     """The qdiff gate of an ``op`` that passes :func:`_single_gate_supported`."""
     name = type(op).__name__
-    if name == "QubitUnitary":
-        return unitary_gate(_constant_tensor(op.data[0]),
+    if name == "QubitUnitary":  # a torch matrix keeps its autograd graph
+        m = op.data[0]
+        return unitary_gate(m if isinstance(m, torch.Tensor) else torch.as_tensor(np.asarray(m)),
                             who=f"QubitUnitary on wires {list(op.wires)}")
     if name == "DiagonalQubitUnitary":
         return diagonal_unitary_gate(_constant_tensor(op.data[0]))
@@ -881,7 +922,8 @@ def _single_gate_params(op) -> tuple:
 
 def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, channels=False,
                         postselect=False):
-    """Convert a PennyLane tape whose operations all pass :func:`tape_op_supported` (or, with
+    """Convert a PennyLane tape whose operations all pass :func:`tape_op_supported` or
+    :func:`tape_trainable_matrix` (or, with
     ``channels``, :func:`tape_channel_supported`; with ``postselect``, :func:`tape_projector`:
     the unnormalised projection) into ``(recorded, sources)``.
 
@@ -926,7 +968,7 @@ def from_pennylane_tape(tape, labels, measurements=None, check_batch=None, chann
             items.append(Operation(projector_gate(bits), wires, ()))
             k += nd
             continue
-        if not tape_op_supported(op):
+        if not tape_op_supported(op) and not tape_trainable_matrix(op):
             raise QdiffError(f"operation {op.name} on wires {list(wires)} is not supported "
                              "directly; decompose it first")
         if name == "GlobalPhase":  # exp(-i phi) I on any one wire

@@ -64,6 +64,7 @@ from qdiff.backends.base import Job
 from qdiff.circuits.pennylane_autograd import (backprop_interface, execute_autograd, has_boxes,
                                                to_user, torch_backprop, torch_tape)
 from qdiff.circuits import memory
+from qdiff.circuits.circuit import trainable_matrix_op
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import check_unitary
 from qdiff.circuits.measurements import Measurement
@@ -71,7 +72,8 @@ from qdiff.circuits.noise import resolve_noise
 from qdiff.circuits.pennylane_io import (broadcast_exp_rotation, from_pennylane_observable,
                                         from_pennylane_tape,
                                         tape_channel_supported, tape_op_supported,
-                                        trainable_unitary_decomposition)
+                                        tape_trainable_matrix, trainable_matrix_ops,
+                                        transform_matrix_refusal)
 from qdiff.circuits.pennylane_transforms import (decompose_broadcast, defer_within,
                                                  map_measurement_wires, snapshots_taken)
 from qdiff.noise import routing_for
@@ -85,7 +87,10 @@ _BACKPROP_INTERFACES = (Interface.TORCH, Interface.AUTOGRAD, Interface.NUMPY)
 
 
 def _stopping_condition(op) -> bool:
-    return tape_op_supported(op) or tape_channel_supported(op) or \
+    """What the engine runs as it is: its gates and channels, ``QubitDensityMatrix``, and a
+    ``QubitUnitary`` (also controlled) whose matrix requires grad, one engine gate holding that
+    matrix (backprop differentiates it, as ``default.mixed`` does)."""
+    return tape_op_supported(op) or tape_channel_supported(op) or tape_trainable_matrix(op) or \
         type(op).__name__ == "QubitDensityMatrix"
 
 
@@ -100,19 +105,13 @@ def _decomposer(op):
         return [qml.QubitUnitary(_unitary(op), wires=op.wires)]
     if type(op).__name__ == "QubitUnitary":  # its decomposition holds for a unitary only
         _unitary(op)
-        if qml.math.requires_grad(op.data[0]):
-            try:
-                return trainable_unitary_decomposition(op)
-            except QdiffError as e:
-                raise DeviceError(f"qdiff.mixed: {e}") from None
     if op.has_decomposition or not op.has_matrix:
         return op.decomposition()
     return [qml.QubitUnitary(_unitary(op), wires=op.wires)]
 
 
 def _unitary(op):
-    """``op``'s matrix; a ``DeviceError`` naming ``op`` unless it is unitary (a trainable
-    ``QubitUnitary`` is decomposed further, which holds for a unitary matrix only)."""
+    """``op``'s matrix; a ``DeviceError`` naming ``op`` unless it is unitary."""
     m = op.matrix()
     if not qml.math.is_abstract(m):
         t = m if isinstance(m, torch.Tensor) else torch.as_tensor(np.asarray(qml.math.to_numpy(m)))
@@ -274,6 +273,10 @@ class QdiffMixed(Device):
                 raise DeviceError(f"device option {option} not present on {self}")
         updated = {}
         method = config.gradient_method
+        if method is not None and not isinstance(method, str) and circuit is not None:
+            refusal = transform_matrix_refusal(circuit, method)  # a gradient transform
+            if refusal is not None:
+                raise DeviceError(f"{self.name}: {refusal}")
         if method == "best" and config.interface in (Interface.TORCH, Interface.AUTOGRAD):
             method = updated["gradient_method"] = "backprop"
         updated["use_device_gradient"] = method == "backprop"
@@ -383,6 +386,13 @@ class QdiffMixed(Device):
             rec, _ = from_pennylane_tape(tape, labels, meas, engine.check_batch, channels=True)
             routing = routing_for(rec.circuit, engine, rec.initial_state)
             circuit, theta, final = rec.circuit, rec.theta, tuple(range(n))
+            if routing is not None and trainable_matrix_op(rec.circuit) is not None:
+                op = trainable_matrix_ops(tape)[0]
+                raise QdiffError(f"{op.name} on wires {list(op.wires)}: a trainable matrix in "
+                                 f"a circuit routed and translated for the noise model "
+                                 f"'{self.noise.name}' is not differentiable (the translation "
+                                 f"synthesizes gates from the matrix's values); parametrize "
+                                 f"the gate with rotations, or detach the matrix")
             if routing is not None:
                 circuit, theta, final = routing.circuit, routing.theta(theta), routing.final
             res = engine.execute([Job(circuit, theta, rec.initial_state, shots=None)])[0]

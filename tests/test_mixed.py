@@ -683,24 +683,37 @@ def test_shots_from_a_channel_outside_its_range_are_refused_naming_it():
         f(g)[1].backward()
 
 
-def test_trainable_gate_matrix_is_refused_not_dropped():
-    """The mixed engine takes gate matrices as constants: a QubitUnitary of a matrix that
-    requires grad is refused by name (never a silently missing gradient); under no_grad it
-    runs."""
+def test_trainable_gate_matrix_is_differentiated_by_backprop():
+    """A QubitUnitary (also controlled) of a matrix that requires grad is no constant of the
+    mixed engine: backprop differentiates it (the closed form, and the statevector engine's
+    gradient); parameter-shift refuses it by name (never a silently missing gradient)."""
     def ry(a):
         c, s = torch.cos(a / 2), torch.sin(a / 2)
         return torch.stack([torch.stack([c, -s]), torch.stack([s, c])]).to(torch.complex128)
 
-    @qd.qnode(qd.device("mixed", wires=1))
-    def f(a):
+    def circuit(a):
         qd.QubitUnitary(ry(a), wires=0)
-        qd.DepolarizingChannel(0.1, wires=0)
-        return qd.expval(qd.Z(0))
-    a = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
-    with pytest.raises(qd.QdiffError, match="QubitUnitary: a gate matrix that requires grad"):
-        f(a)
-    with torch.no_grad():
-        assert abs(float(f(a)) - math.cos(0.7) * (1 - 4 * 0.1 / 3)) < 1e-12
+        qd.ctrl(qd.QubitUnitary(ry(2 * a), wires=1), control=0)
+        return qd.expval(qd.Z(0)), qd.expval(qd.Z(1))
+
+    def grads(name, method, noisy):
+        @qd.qnode(qd.device(name, wires=2), diff_method=method)
+        def f(a):
+            if noisy:
+                qd.DepolarizingChannel(0.1, wires=0)
+            return circuit(a)
+        a = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+        z0, z1 = f(a)
+        return torch.stack([z0, z1]).detach(), torch.autograd.grad(z0 + 2 * z1, a)[0]
+    v, g = grads("mixed", "backprop", True)
+    assert abs(float(v[0]) - math.cos(0.7) * (1 - 4 * 0.1 / 3)) < 1e-12
+    vs, gs = grads("statevector", "backprop", False)
+    vm, gm = grads("mixed", "best", False)
+    torch.testing.assert_close(vm, vs, atol=1e-12, rtol=0)
+    torch.testing.assert_close(gm, gs, atol=1e-12, rtol=0)
+    with pytest.raises(qd.QdiffError, match="QubitUnitary: a gate matrix that requires grad is "
+                                            "only differentiable with diff_method='backprop'"):
+        grads("mixed", "parameter-shift", True)
 
 
 @pytest.mark.parametrize("method", ["backprop", "best", "parameter-shift"])

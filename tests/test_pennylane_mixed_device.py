@@ -669,9 +669,9 @@ def test_snapshots_run_natively_with_the_density_matrix_as_the_state():
      ("backprop",)),
 ], ids=["exp-real", "QubitUnitary"])
 def test_a_trainable_matrix_that_is_not_unitary_is_refused_by_name(make, methods):
-    """A trainable matrix operator is decomposed as a unitary (as on qdiff.statevector): one
-    that is not unitary (``qml.exp`` with a real coefficient) is refused, naming it, rather
-    than run as a different gate. (PennyLane's parameter-shift rule decomposes a trainable
+    """A trainable matrix operator runs as a unitary (as on qdiff.statevector): one that is
+    not unitary (``qml.exp`` with a real coefficient) is refused, naming it, rather than run
+    as a different gate. (PennyLane's parameter-shift rule decomposes a trainable
     ``QubitUnitary`` itself before the device sees it, as on default.mixed.)"""
     from pennylane import numpy as pnp
 
@@ -684,3 +684,68 @@ def test_a_trainable_matrix_that_is_not_unitary_is_refused_by_name(make, methods
         with pytest.raises(qml.exceptions.DeviceError, match=r"on wires \[.*\]: matrix is not "
                                                              r"unitary"):
             qml.grad(f)(pnp.array(0.37, requires_grad=True))
+
+
+def _trainable_unitary(k: int, seed: int, t):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(2 ** k, 2 ** k, dtype=torch.complex128, generator=g)
+    return torch.linalg.matrix_exp(1j * t * (a + a.conj().T) / 2)
+
+
+@pytest.mark.parametrize("diff_method", ["backprop", "best"])
+@pytest.mark.parametrize("wires", [["b"], [2, "b"], [0, "b", 2]], ids=["1", "2", "3"])
+def test_a_trainable_matrix_between_channels_is_differentiated_as_on_default_mixed(
+        wires, diff_method):
+    """A QubitUnitary whose torch matrix requires grad, between noise channels, on 1-3
+    string/non-adjacent wires: one engine gate holding the matrix; expval, probs, purity
+    equal default.mixed's, and their torch backprop gradients equal central finite
+    differences and default.mixed's where it is finite (its own backprop gives NaN after the
+    one-wire case's gates)."""
+    def qfunc(t, p):
+        qml.Hadamard(0)
+        qml.RY(0.3, "b")
+        qml.DepolarizingChannel(p, wires=0)
+        qml.QubitUnitary(_trainable_unitary(len(wires), len(wires), t), wires=wires)
+        qml.AmplitudeDamping(0.2, wires="b")
+        qml.ctrl(qml.QubitUnitary(_trainable_unitary(1, 7, 2 * t), wires=2), control=0)
+        return (qml.expval(qml.Z(0) @ qml.X("b") + 0.5 * qml.Y(2)), qml.probs(wires=[2, 0]),
+                qml.purity(wires=[0, "b"]))
+
+    def run(name, x=0.4, y=0.1):
+        f = qml.QNode(qfunc, qml.device(name, wires=[0, "b", 2]), interface="torch",
+                      diff_method=diff_method)
+        t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+        p = torch.tensor(y, dtype=torch.float64, requires_grad=True)
+        e, pr, pu = f(t, p)
+        loss = e + (pr * torch.tensor([0.3, -0.7, 0.2, 0.5], dtype=torch.float64)).sum() + pu
+        return torch.cat([e.reshape(1), pr, pu.reshape(1)]).detach(), \
+            torch.stack(torch.autograd.grad(loss, (t, p))), float(loss)
+    got, want = run("qdiff.mixed"), run("default.mixed")
+    torch.testing.assert_close(got[0], want[0], atol=1e-10, rtol=0)
+    h = 1e-6
+    fd = torch.tensor([(run("qdiff.mixed", 0.4 + h)[2] - run("qdiff.mixed", 0.4 - h)[2]) / (2 * h),
+                       (run("qdiff.mixed", 0.4, 0.1 + h)[2] -
+                        run("qdiff.mixed", 0.4, 0.1 - h)[2]) / (2 * h)], dtype=torch.float64)
+    torch.testing.assert_close(got[1], fd, atol=1e-7, rtol=0)
+    finite = torch.isfinite(want[1])
+    assert finite.any() or len(wires) == 1
+    torch.testing.assert_close(got[1][finite], want[1][finite], atol=1e-9, rtol=0)
+
+
+def test_a_trainable_matrix_routed_for_a_noise_model_is_refused_by_name():
+    """With a device noise model the circuit is translated from the matrix's values: a
+    trainable matrix there is refused by name (never a result without its gradient); a
+    constant one runs."""
+    def qfunc(t):
+        qml.Hadamard(0)
+        qml.QubitUnitary(_trainable_unitary(2, 3, t), wires=[0, 1])
+        return qml.expval(qml.Z(0) @ qml.X(1))
+    f = qml.QNode(qfunc, qml.device("qdiff.mixed", wires=5, noise="fake_manila"),
+                  interface="torch", diff_method="backprop")
+    t = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(qml.exceptions.DeviceError,
+                       match=r"QubitUnitary on wires \[0, 1\]: a trainable matrix in a circuit "
+                             r"routed .*'fake_manila' is not differentiable"):
+        f(t)
+    with torch.no_grad():
+        assert -1.0 <= float(f(t)) <= 1.0

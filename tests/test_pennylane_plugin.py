@@ -1147,22 +1147,149 @@ def test_a_trainable_matrix_that_is_not_unitary_is_refused_by_name(make, diff_me
         f(torch.tensor(0.37, dtype=torch.float64, requires_grad=True))
 
 
+def _hermitian(k: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(2 ** k, 2 ** k, dtype=torch.complex128, generator=g)
+    return (a + a.conj().T) / 2
+
+
+def _expm_i(h, t):
+    """``exp(i t h)``; a broadcast ``t`` ``(B,)`` gives ``(B, d, d)``."""
+    return torch.linalg.matrix_exp(1j * (t[..., None, None] if t.ndim else t) * h)
+
+
+_ROWS = torch.tensor([1.0, -0.5, 2.0], dtype=torch.float64)
+
+# trainable matrices of one parameter t on the device wires ["a", 1, 2]
+_TRAINABLE_MATRICES = {
+    "QubitUnitary-1": lambda t: qml.QubitUnitary(_expm_i(_hermitian(1, 1), t), wires=1),
+    "QubitUnitary-2": lambda t: qml.QubitUnitary(_expm_i(_hermitian(2, 2), t), wires=[2, "a"]),
+    "QubitUnitary-3": lambda t: qml.QubitUnitary(_expm_i(_hermitian(3, 3), t),
+                                                 wires=[1, "a", 2]),
+    "ctrl": lambda t: qml.ctrl(qml.QubitUnitary(_expm_i(_hermitian(1, 4), t), wires=2),
+                               control=["a"]),
+    "ctrl-2-value0": lambda t: qml.ctrl(qml.QubitUnitary(_expm_i(_hermitian(2, 5), t),
+                                                         wires=[2, 1]),
+                                        control=["a"], control_values=[0]),
+    "ControlledQubitUnitary": lambda t: qml.ControlledQubitUnitary(
+        _expm_i(_hermitian(1, 6), t), wires=["a", 1, 2], control_values=[1, 0]),
+    "adjoint": lambda t: qml.adjoint(qml.QubitUnitary(_expm_i(_hermitian(2, 7), t),
+                                                      wires=[1, "a"])),
+    "evolve-sum": lambda t: qml.evolve(qml.X("a") @ qml.X(2) + 0.8 * qml.Z(2), t),
+    "exp-sum": lambda t: qml.exp(qml.X(1) @ qml.Y(2) + 0.3 * qml.Z(1), 1j * t),
+    "broadcast": lambda t: qml.QubitUnitary(_expm_i(_hermitian(2, 8), t * _ROWS),
+                                            wires=[2, "a"]),
+    "broadcast-ctrl": lambda t: qml.ctrl(qml.QubitUnitary(_expm_i(_hermitian(1, 9), t * _ROWS),
+                                                          wires=2), control=["a"]),
+    "broadcast-evolve": lambda t: qml.evolve(qml.X("a") @ qml.X(2) + 0.8 * qml.Z(2),
+                                             t * _ROWS[:2]),
+}
+
+
+def _matrix_circuit(name, make, diff_method, interface="torch"):
+    def qfunc(t):
+        qml.Hadamard("a")
+        qml.RY(0.3, 1)
+        qml.RX(0.7, 2)
+        make(t)
+        return qml.expval(qml.Z("a") @ qml.X(1) + 0.5 * qml.Y(2)), qml.probs(wires=[2])
+    return qml.QNode(qfunc, qml.device(name, wires=["a", 1, 2]), interface=interface,
+                     diff_method=diff_method)
+
+
+def _value_and_grad(f, x=0.4):
+    """Both measurements flattened and the gradient of a fixed combination of them."""
+    t = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    e, p = f(t)
+    loss = e.sum() + (p * torch.tensor([0.3, -0.7], dtype=torch.float64)).sum()
+    (g,) = torch.autograd.grad(loss, t)
+    return torch.cat([e.reshape(-1), p.reshape(-1)]).detach(), g
+
+
 @pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
-@pytest.mark.parametrize("make", [
-    lambda p: qml.QubitUnitary(torch.linalg.matrix_exp(-1j * p * torch.tensor(
-        qml.matrix(qml.X(0) @ qml.Y(1) + qml.Z(0)), dtype=torch.complex128)), wires=[0, 1]),
-    lambda p: qml.evolve(qml.X(0) @ qml.X(1) + 0.8 * qml.Z(1), p),
-], ids=["QubitUnitary", "evolve-sum"])
-def test_a_trainable_two_wire_matrix_is_refused_by_name_under_torch_backprop(name, make):
-    """PennyLane's decomposition of a trainable two-wire matrix cannot carry torch's graph:
-    a DeviceError naming the operation, not torch's RuntimeError; one wire runs."""
-    def qfunc(p):
-        qml.RY(0.4, 0)
-        make(p)
-        return qml.expval(qml.Z(0))
-    f = qml.QNode(qfunc, qml.device(name, wires=2), interface="torch", diff_method="backprop")
-    with pytest.raises(DeviceError, match=r"QubitUnitary on wires \[0, 1\]: .*trainable 4x4"):
-        f(torch.tensor(0.37, dtype=torch.float64, requires_grad=True))
+@pytest.mark.parametrize("diff_method", ["backprop", "best"])
+@pytest.mark.parametrize("case", list(_TRAINABLE_MATRICES))
+def test_a_trainable_matrix_is_differentiated_as_on_default_qubit(name, diff_method, case):
+    """A QubitUnitary whose torch matrix requires grad (on 1-3 string/non-adjacent wires,
+    controlled, adjoint, broadcast, or what qml.evolve/qml.exp of a non-Pauli-word sum
+    becomes) runs as one engine gate holding that matrix: values and torch backprop gradients
+    equal default.qubit's."""
+    make = _TRAINABLE_MATRICES[case]
+    got_v, got_g = _value_and_grad(_matrix_circuit(name, make, diff_method))
+    want_v, want_g = _value_and_grad(_matrix_circuit("default.qubit", make, diff_method))
+    close(got_v, want_v, 1e-10)
+    close(got_g, want_g, 1e-10)
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_a_trainable_matrix_under_autograd_backprop_matches_default_qubit(name, k):
+    """Under the autograd interface the matrix's boxes reach the engine as one torch tensor
+    (the autograd primitive): value, gradient and Hessian equal default.qubit's."""
+    h = pnp.array(_hermitian(k, 10 + k).numpy(), requires_grad=False)
+    lam, vecs = np.linalg.eigh(np.asarray(h))
+
+    def qfunc(t):
+        qml.Hadamard("a")
+        qml.RY(0.3, 1)
+        qml.QubitUnitary((vecs * pnp.exp(1j * t * lam)) @ vecs.conj().T,
+                         wires=["a", 2, 1][:k])
+        return qml.expval(qml.Z("a") @ qml.X(1) + 0.5 * qml.Y(2))
+
+    t = pnp.array(0.4, requires_grad=True)
+    f = qml.QNode(qfunc, qml.device(name, wires=["a", 1, 2]), diff_method="backprop")
+    ref = qml.QNode(qfunc, qml.device("default.qubit", wires=["a", 1, 2]),
+                    diff_method="backprop")
+    close(f(t), ref(t), 1e-10)
+    close(qml.grad(f)(t), qml.grad(ref)(t), 1e-10)
+    close(qml.jacobian(qml.grad(f))(t), qml.jacobian(qml.grad(ref))(t), 1e-9)
+
+
+@pytest.mark.parametrize("diff_method", ["adjoint", "parameter-shift", "finite-diff"])
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_a_trainable_one_wire_matrix_by_other_methods_matches_default_qubit(name, diff_method):
+    """A one-wire trainable matrix decomposes into differentiable Rot angles for the adjoint
+    method and PennyLane's gradient transforms, as on default.qubit: default.qubit's exact
+    values and gradient (qdiff.mixed offers no adjoint method)."""
+    if name == "qdiff.mixed" and diff_method == "adjoint":
+        pytest.skip("qdiff.mixed has no adjoint method")
+    make = _TRAINABLE_MATRICES["QubitUnitary-1"]
+    got_v, got_g = _value_and_grad(_matrix_circuit(name, make, diff_method))
+    # (default.qubit's adjoint method does not differentiate probs: its exact gradient)
+    want_v, want_g = _value_and_grad(_matrix_circuit("default.qubit", make, "backprop"))
+    close(got_v, want_v, 1e-10)
+    close(got_g, want_g, 1e-6 if diff_method == "finite-diff" else 1e-9)
+
+
+@pytest.mark.parametrize("interface", ["torch", "autograd"])
+@pytest.mark.parametrize("diff_method", ["adjoint", "parameter-shift", "finite-diff"])
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+@pytest.mark.parametrize("case", ["QubitUnitary-2", "QubitUnitary-3", "ctrl"])
+def test_a_wider_trainable_matrix_is_refused_by_name_where_backprop_is_not_used(
+        name, diff_method, interface, case):
+    """The adjoint method and PennyLane's gradient transforms would differentiate PennyLane's
+    decomposition of a trainable matrix on two or more wires, which does not carry its
+    gradient (default.qubit raises torch's RuntimeError, or autograd's TypeError, from inside
+    it): a DeviceError naming the operation and pointing to backprop."""
+    if name == "qdiff.mixed" and diff_method == "adjoint":
+        pytest.skip("qdiff.mixed has no adjoint method")
+    make = _TRAINABLE_MATRICES[case]
+    if interface == "autograd":
+        m = qml.matrix(make(torch.tensor(0.4, dtype=torch.float64)))
+        wires = make(torch.tensor(0.4, dtype=torch.float64)).wires
+        make = lambda t: qml.QubitUnitary(pnp.array(m.detach().numpy(), requires_grad=True) * t,  # noqa: E731
+                                          wires=wires)
+    f = _matrix_circuit(name, make, diff_method, interface)
+    t = torch.tensor(0.4, dtype=torch.float64, requires_grad=True) if interface == "torch" \
+        else pnp.array(1.0, requires_grad=True)
+    what = "gradient transform" if diff_method != "adjoint" else "adjoint method"
+    with pytest.raises(DeviceError, match=rf"on wires \[.*\]: a trainable \d+x\d+ matrix is "
+                                          rf"differentiated by diff_method='backprop'.*{what}"):
+        if interface == "torch":
+            e, _ = f(t)
+            e.backward()
+        else:
+            qml.grad(lambda x: f(x)[0])(t)
 
 
 @pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])

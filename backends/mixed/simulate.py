@@ -117,12 +117,8 @@ def _tangent_matrix_op(circuit):
 def evolve(circuit, theta: torch.Tensor, initial=None, cdtype=torch.complex128,
            device=None) -> torch.Tensor:
     """Final density matrices ``(B, 2**n, 2**n)`` for bindings ``theta`` ``(B, P)``;
-    differentiable by torch autograd in ``theta`` (gate angles and channel parameters)."""
-    name = trainable_matrix_op(circuit)
-    if name is not None:  # gate matrices are taken as constants here (cached per circuit)
-        raise QdiffError(f"{name}: a gate matrix that requires grad is not differentiable on the "
-                         "mixed device; build the gate from parametrized gates or pass "
-                         "matrix.detach()")
+    differentiable by torch autograd in ``theta`` (gate angles and channel parameters) and in
+    the matrices of ``QubitUnitary`` gates that require grad."""
     name = _tangent_matrix_op(circuit)
     if name is not None:
         raise QdiffError(f"{name}: a gate matrix that carries a torch.func tangent, or is built "
@@ -134,7 +130,8 @@ def evolve(circuit, theta: torch.Tensor, initial=None, cdtype=torch.complex128,
     batch = theta.shape[0]
     rdtype = torch.float32 if cdtype == torch.complex64 else torch.float64
     plan = fusion_plan(circuit)
-    grad = torch.is_grad_enabled() and theta.requires_grad
+    grad = torch.is_grad_enabled() and (theta.requires_grad or
+                                        trainable_matrix_op(circuit) is not None)
     # under autograd each block keeps about three density matrices for the backward (its
     # input, the permuted copy its product reads, the product: 2.8 measured at 9 qubits)
     check_memory(n, batch, cdtype, device, 3.0 + (3.0 * len(plan) if grad else 0.0))

@@ -61,7 +61,8 @@ from qdiff.circuits.gates import check_unitary
 from qdiff.circuits.pennylane_io import (broadcast_exp_rotation, exp_pauli_rotation,
                                         from_pennylane_observable,
                                         from_pennylane_tape, tape_op_supported, tape_projector,
-                                        trainable_unitary_decomposition)
+                                        tape_trainable_matrix, transform_matrix_refusal,
+                                        trainable_matrix_ops, trainable_unitary_decomposition)
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
            torch.complex128: torch.complex128, torch.complex64: torch.complex64}
@@ -69,15 +70,24 @@ _BACKPROP_INTERFACES = (Interface.TORCH, Interface.AUTOGRAD, Interface.NUMPY)
 
 
 def _stopping_condition(op) -> bool:
-    return tape_op_supported(op) or tape_projector(op)
+    """Operations the engine runs as they are: its gates, a postselection's projector, and a
+    ``QubitUnitary`` (also controlled) whose matrix requires grad, one engine gate holding
+    that matrix (backprop differentiates it as ``default.qubit`` does; the adjoint method
+    decomposes it, see :func:`_decomposer`)."""
+    return tape_op_supported(op) or tape_projector(op) or tape_trainable_matrix(op)
 
 
 def _decomposer(op):
     """PennyLane's decomposition of ``op``; an operation without one but with a matrix (e.g.
-    ``BlockEncode``, ``DoubleExcitationPlus``) becomes that ``QubitUnitary`` (a trainable one
-    decomposes further, differentiably, which holds for a unitary matrix only: anything else
-    is refused by name). ``qml.exp``/``qml.evolve`` of a Pauli word with a torch coefficient
-    becomes its ``PauliRot``."""
+    ``BlockEncode``, ``DoubleExcitationPlus``) becomes that ``QubitUnitary``, only when the
+    matrix is unitary (anything else is refused by name). A trainable one reaches this only
+    where the adjoint method would differentiate it: on one wire it decomposes into
+    differentiable ``Rot`` angles, a wider or controlled one is refused by name (PennyLane's
+    decomposition of it does not carry the matrix's gradient). ``qml.exp``/``qml.evolve`` of
+    a Pauli word with a torch coefficient becomes its ``PauliRot``."""
+    if tape_trainable_matrix(op) and (type(op).__name__ != "QubitUnitary" or
+                                      len(op.wires) > 1):
+        raise DeviceError(_adjoint_matrix_refusal(op))
     name = type(op).__name__
     if name in ("Exp", "Evolution"):
         rot = exp_pauli_rotation(op) or broadcast_exp_rotation(op)
@@ -106,6 +116,21 @@ def _decomposer(op):
                           f"{qml.math.shape(m)[-1]}-dimensional matrix is not a qubit operator")
     _unitary(m, op)
     return [qml.QubitUnitary(m, wires=op.wires)]
+
+
+def _adjoint_matrix_refusal(op) -> str:
+    d = 2 ** len(op.wires)
+    return (f"adjoint + qdiff.statevector: {op.name} on wires {list(op.wires)}: a trainable "
+            f"{d}x{d} matrix is differentiated by diff_method='backprop' only (the adjoint "
+            f"method differentiates gate angles); use diff_method='backprop' or 'best'")
+
+
+def _refuse_adjoint_matrix(circuit) -> None:
+    """A ``DeviceError`` naming the first trainable matrix of ``circuit`` (a tape, or None)
+    that the adjoint method cannot differentiate: on two or more wires, or controlled."""
+    for op in trainable_matrix_ops(circuit) if circuit is not None else ():
+        if type(op).__name__ != "QubitUnitary" or len(op.wires) > 1:
+            raise DeviceError(_adjoint_matrix_refusal(op))
 
 
 def _unitary(m, op) -> None:
@@ -277,6 +302,7 @@ class QdiffStatevector(Device):
         if method == "backprop":
             return self._backprop_supports(execution_config, circuit)
         if method == "adjoint":
+            _refuse_adjoint_matrix(circuit)
             return self._adjoint_supports(execution_config, circuit)
         if method == "best":
             return self._adjoint_supports(execution_config, circuit) or \
@@ -328,13 +354,20 @@ class QdiffStatevector(Device):
                 raise DeviceError(f"device option {option} not present on {self}")
         updated = {}
         method = config.gradient_method
+        if method is not None and not isinstance(method, str):  # a gradient transform
+            refusal = transform_matrix_refusal(circuit, method) if circuit is not None else None
+            if refusal is not None:
+                raise DeviceError(f"{self.name}: {refusal}")
         if method == "best" and self._backprop_supports(config, circuit) and (
                 config.interface == Interface.NUMPY or
-                not self._adjoint_supports(config, circuit) or _trainable_state_prep(circuit)):
+                not self._adjoint_supports(config, circuit) or _trainable_state_prep(circuit) or
+                (circuit is not None and trainable_matrix_ops(circuit))):
             # higher derivatives, measurements of the state (purity, entropies, density
-            # matrices), trainable observables, postselection, and a trainable state
+            # matrices), trainable observables, postselection, a trainable state
             # preparation (the adjoint would differentiate its decomposition, singular where
-            # amplitudes vanish): torch autograd through the engine. Under numpy nothing is
+            # amplitudes vanish) and a trainable matrix (the adjoint method differentiates a
+            # one-wire matrix through its Rot angles, singular where they are not unique, and
+            # no wider one): torch autograd through the engine. Under numpy nothing is
             # differentiated: a plain execution, without the adjoint method's checks (PennyLane
             # resolves "best" on a batch's first tape; ``qml.snapshots`` makes batches whose
             # later tapes measure the state)
