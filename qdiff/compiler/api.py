@@ -87,7 +87,7 @@ def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, na
     routed = None
     if target is not None:
         from qdiff.compiler.target import route
-        routed = route(imp, target, seed)
+        routed = route(imp, target, seed, one_two_qubit_gate=True)
         source, b, report.measurements = routed.circuit, routed.basis, routed.measurements
         report.target, report.num_clbits = routed.name, routed.num_clbits
     else:
@@ -101,8 +101,7 @@ def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, na
     deadline = None if time_limit is None else t0 + time_limit
     budget = Budget(approx or 0.0)
     # barriers: no gate moves across one, each part between them is optimized on its own
-    parts = [(lower(p), None) for p in _segments(source)]
-    parts = [(low, translate(low, b, fuse=False)) for low, _ in parts]
+    parts = [(low, _rebased(low, b, routed)) for low in map(lower, _segments(source))]
     cxs = [max(cx_count(base.operations), 1) for _, base in parts]
     if work is None:
         work = min(MAX_WORK, max(MIN_WORK, WORK_PER_CX * sum(cxs)))
@@ -233,6 +232,17 @@ def _candidates(lowered: Circuit, level: int, s, b, routed) -> list:
             continue
         out.append((name, t))
     return out
+
+
+def _rebased(lowered, b, routed):
+    """``lowered`` rewritten gate by gate into the basis (the rebased input every level is
+    compared with, and level 0's output); on a target, its two-qubit gates turned to the
+    device's directions."""
+    t = translate(lowered, b, fuse=False)
+    if routed is not None:
+        from qdiff.compiler.target import fix_directions
+        t = translate(fix_directions(t, routed, b), b, fuse=False)
+    return t
 
 
 def _in_basis(c, b, routed):
