@@ -189,6 +189,17 @@ def test_bad_basis_message():
         parse_basis("cx,rz")
 
 
+def test_a_basis_naming_an_unknown_gate_is_refused_by_name():
+    """A misspelt gate is not silently left out of the basis; gates the output does not use
+    (Qiskit's or qdiff's) and a device list's instructions are accepted, as in Qiskit."""
+    with pytest.raises(QdiffError, match="unknown gate 'sxx'"):
+        parse_basis("cx,rz,sxx")
+    with pytest.raises(QdiffError, match="unknown gate 'foo'"):
+        compile('OPENQASM 2.0; include "qelib1.inc"; qreg q[2]; cx q[0],q[1];', basis="cx,u,foo")
+    b = parse_basis("cx,rz,sx,x,rzx,swap,id,measure,delay,reset")
+    assert (b.two_q, b.euler) == ("cx", "ZSXX")
+
+
 @pytest.mark.parametrize("level", [0, 1, 2])
 def test_levels_equivalent_and_not_worse(level):
     from qiskit.circuit.random import random_circuit
