@@ -48,8 +48,9 @@ def compile(circuit_or_qasm, level: int = 2, basis=None, verify: str = "final", 
     The output is exact (process infidelity at most 1e-12, measured and reported) unless
     ``approx`` = EPS in (0, 1) is given: then resynthesis and gate dropping may spend a process
     infidelity of at most EPS, and the check enforces it; the exact search runs too and its
-    result is kept when the budgeted one is not better, so ``approx`` never gives more CX
-    (nor depth, gates) than the exact run (at twice the time). The level-3 search is bounded by
+    result is kept when the budgeted one is not better (fewer CX; at as many, less depth; then
+    fewer gates), so ``approx`` never gives more CX than the exact run, nor more depth or gates
+    at as many CX (at twice the time). The level-3 search is bounded by
     ``work`` (default 25 per input CX, 100 to 2500 units of Levenberg-Marquardt iterations x
     starts), so a result does
     not depend on the machine's load; ``time_limit`` (seconds) is an outer bound only, and
