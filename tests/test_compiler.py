@@ -189,6 +189,17 @@ def test_bad_basis_message():
         parse_basis("cx,rz")
 
 
+def test_a_basis_naming_an_unknown_gate_is_refused_by_name():
+    """A misspelt gate is not silently left out of the basis; gates the output does not use
+    (Qiskit's or qdiff's) and a device list's instructions are accepted, as in Qiskit."""
+    with pytest.raises(QdiffError, match="unknown gate 'sxx'"):
+        parse_basis("cx,rz,sxx")
+    with pytest.raises(QdiffError, match="unknown gate 'foo'"):
+        compile('OPENQASM 2.0; include "qelib1.inc"; qreg q[2]; cx q[0],q[1];', basis="cx,u,foo")
+    b = parse_basis("cx,rz,sx,x,rzx,swap,id,measure,delay,reset")
+    assert (b.two_q, b.euler) == ("cx", "ZSXX")
+
+
 @pytest.mark.parametrize("level", [0, 1, 2])
 def test_levels_equivalent_and_not_worse(level):
     from qiskit.circuit.random import random_circuit
@@ -436,6 +447,29 @@ def test_barriers_on_idle_qubits_survive_routing():
     out, rep = compile(wide, target="fake_sherbrooke")
     assert rep.verified and rep.num_qubits == 2 and rep.cx_after == 2
     assert [len(w) for _, w in out.barriers] == [30]
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_target_output_uses_the_device_gate_directions_at_every_level(level):
+    """Every two-qubit gate of the output is one the device has, in its direction (ECR is not
+    symmetric), the rebased input of level 0 included."""
+    from qdiff.compiler.target import device_backend
+    src = ('OPENQASM 2.0; include "qelib1.inc"; qreg q[3]; h q[0]; cx q[0],q[1]; '
+           'cx q[1],q[2]; cx q[2],q[0]; cx q[1],q[0];')
+    pairs = set(device_backend("fake_sherbrooke").target["ecr"].keys())
+    out, rep = compile(src, level=level, target="fake_sherbrooke")
+    assert rep.verified and rep.two_q == "ecr" and rep.cx_after > 0
+    two = [o for o in out.operations if len(o.wires) == 2]
+    assert {o.name for o in two} == {"ecr"}
+    assert all(o.wires in pairs for o in two), [o.wires for o in two if o.wires not in pairs]
+
+
+def test_a_device_coupling_pairs_by_different_two_qubit_gates_is_refused():
+    """fake_cairo has CX on some pairs and ECR on the others: one two-qubit gate cannot be
+    written on all of them, and the refusal names the gates."""
+    src = 'OPENQASM 2.0; include "qelib1.inc"; qreg q[2]; h q[0]; cx q[0],q[1];'
+    with pytest.raises(QdiffError, match=r"fake_cairo.*cx on \d+ pairs; ecr"):
+        compile(src, level=1, target="fake_cairo")
 
 
 def test_a_barrier_on_no_qubit_is_not_written():

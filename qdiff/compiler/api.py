@@ -48,8 +48,9 @@ def compile(circuit_or_qasm, level: int = 2, basis=None, verify: str = "final", 
     The output is exact (process infidelity at most 1e-12, measured and reported) unless
     ``approx`` = EPS in (0, 1) is given: then resynthesis and gate dropping may spend a process
     infidelity of at most EPS, and the check enforces it; the exact search runs too and its
-    result is kept when the budgeted one is not better, so ``approx`` never gives more CX
-    (nor depth, gates) than the exact run (at twice the time). The level-3 search is bounded by
+    result is kept when the budgeted one is not better (fewer CX; at as many, less depth; then
+    fewer gates), so ``approx`` never gives more CX than the exact run, nor more depth or gates
+    at as many CX (at twice the time). The level-3 search is bounded by
     ``work`` (default 25 per input CX, 100 to 2500 units of Levenberg-Marquardt iterations x
     starts), so a result does
     not depend on the machine's load; ``time_limit`` (seconds) is an outer bound only, and
@@ -87,7 +88,7 @@ def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, na
     routed = None
     if target is not None:
         from qdiff.compiler.target import route
-        routed = route(imp, target, seed)
+        routed = route(imp, target, seed, one_two_qubit_gate=True)
         source, b, report.measurements = routed.circuit, routed.basis, routed.measurements
         report.target, report.num_clbits = routed.name, routed.num_clbits
     else:
@@ -101,8 +102,7 @@ def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, na
     deadline = None if time_limit is None else t0 + time_limit
     budget = Budget(approx or 0.0)
     # barriers: no gate moves across one, each part between them is optimized on its own
-    parts = [(lower(p), None) for p in _segments(source)]
-    parts = [(low, translate(low, b, fuse=False)) for low, _ in parts]
+    parts = [(low, _rebased(low, b, routed)) for low in map(lower, _segments(source))]
     cxs = [max(cx_count(base.operations), 1) for _, base in parts]
     if work is None:
         work = min(MAX_WORK, max(MIN_WORK, WORK_PER_CX * sum(cxs)))
@@ -233,6 +233,17 @@ def _candidates(lowered: Circuit, level: int, s, b, routed) -> list:
             continue
         out.append((name, t))
     return out
+
+
+def _rebased(lowered, b, routed):
+    """``lowered`` rewritten gate by gate into the basis (the rebased input every level is
+    compared with, and level 0's output); on a target, its two-qubit gates turned to the
+    device's directions."""
+    t = translate(lowered, b, fuse=False)
+    if routed is not None:
+        from qdiff.compiler.target import fix_directions
+        t = translate(fix_directions(t, routed, b), b, fuse=False)
+    return t
 
 
 def _in_basis(c, b, routed):

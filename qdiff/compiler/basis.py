@@ -16,6 +16,7 @@ import numpy as np
 
 from qdiff.circuits import caches
 from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.gates import get_gate
 from qdiff.circuits.operation import ParamRef
 from qdiff.compiler.budget import EXACT_DELTA, phase_distance
 from qdiff.compiler.fuse import canonical_1q
@@ -43,6 +44,10 @@ class Basis:
 def parse_basis(text) -> Basis:
     names = frozenset(s.strip().lower() for s in (text.split(",") if isinstance(text, str)
                                                   else text) if s.strip())
+    unknown = sorted(n for n in names if not _is_gate_name(n))
+    if unknown:
+        raise QdiffError(f"basis '{','.join(sorted(names))}': unknown gate "
+                         f"{', '.join(repr(n) for n in unknown)}")
     two = [g for g in _TWO_Q if g in names]
     if not two:
         raise QdiffError(f"basis '{','.join(sorted(names))}': needs a two-qubit gate "
@@ -52,6 +57,23 @@ def parse_basis(text) -> Basis:
             return Basis(names, two[0], euler)
     raise QdiffError(f"basis '{','.join(sorted(names))}': cannot write every one-qubit gate "
                      "with it (use u, or rz,sx,x, or rz,ry, or h,rz, or h,s,t,...)")
+
+
+_INSTRUCTIONS = {"measure", "reset", "delay", "barrier"}  # in device basis lists, not gates
+
+
+def _is_gate_name(name: str) -> bool:
+    """Whether ``name`` is a gate of qdiff's registry or of Qiskit's standard library (a basis
+    may list gates the output does not use, as Qiskit's ``basis_gates``)."""
+    if name in _INSTRUCTIONS:
+        return True
+    try:
+        get_gate(name)
+        return True
+    except QdiffError:
+        pass
+    from qiskit.circuit.library import get_standard_gate_name_mapping
+    return name in get_standard_gate_name_mapping()
 
 
 def translate(circuit, basis: Basis, fuse: bool = True):

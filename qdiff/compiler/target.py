@@ -116,10 +116,13 @@ def _real_backend(name: str, twin):
                      f"({detail}){suggest}")
 
 
-def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None) -> Routed:
+def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None,
+          one_two_qubit_gate: bool = False) -> Routed:
     """Lay out, route and translate ``imp.circuit`` for device ``name`` by Qiskit's preset
     pass manager (level 1). ``num_qubits``: use only the device's qubits ``0..num_qubits-1``
-    (their coupling); ``initial_layout``: the physical qubit of each input wire."""
+    (their coupling); ``initial_layout``: the physical qubit of each input wire;
+    ``one_two_qubit_gate``: refuse a device that couples some pairs by another two-qubit gate
+    than the basis's (the compiler writes that one gate on every pair)."""
     import warnings
     from qiskit.transpiler import generate_preset_pass_manager
     from qdiff.circuits.qiskit_io import from_qiskit, to_qiskit
@@ -127,6 +130,9 @@ def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None) -
     if imp.circuit.num_wires > backend.num_qubits:
         raise QdiffError(f"target '{name}' has {backend.num_qubits} qubits; the circuit has "
                          f"{imp.circuit.num_wires}")
+    basis = parse_basis([n for n in backend.target.operation_names if n in _KNOWN])
+    if one_two_qubit_gate:
+        _check_two_qubit_gate(backend, basis, name, num_qubits)
     qc = to_qiskit(imp.circuit)
     if imp.measurements:
         from qiskit import ClassicalRegister
@@ -156,8 +162,6 @@ def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None) -
     loc = {p: i for i, p in enumerate(used)}
     ops = tuple(Operation(o.gate, tuple(loc[w] for w in o.wires), o.params)
                 for o in r.circuit.operations)
-    names = [n for n in backend.target.operation_names if n in _KNOWN]
-    basis = parse_basis(names)
     allowed = frozenset((loc[a], loc[b]) for a, b in backend.target[basis.two_q].keys()
                         if a in loc and b in loc)
     # each barrier on its active qubits (none: it still splits the circuit); expand writes it
@@ -168,6 +172,25 @@ def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None) -
     return Routed(backend.name, circuit, tuple(used),
                   r.circuit.num_wires, basis, allowed, list(r.measurements), r.num_clbits, r,
                   final, initial, tuple(wires for _, wires in r.circuit.barriers))
+
+
+def _check_two_qubit_gate(backend, basis: Basis, name: str, num_qubits=None) -> None:
+    """Refuse a device whose coupled pairs do not all carry the basis's two-qubit gate (one
+    way or the other): the output writes that one gate on every pair."""
+    width = backend.num_qubits if num_qubits is None else num_qubits
+    native = {frozenset(q) for q in backend.target[basis.two_q].keys() or ()
+              if q is not None and len(q) == 2}
+    other: dict = {}
+    for gate in backend.target.operation_names:
+        for q in backend.target[gate].keys() or ():
+            if q is not None and len(q) == 2 and max(q) < width and frozenset(q) not in native:
+                other.setdefault(gate, set()).add(frozenset(q))
+    if other:
+        found = ", ".join(f"{g} on {len(p)} pair(s) such as {sorted(next(iter(p)))}"
+                          for g, p in sorted(other.items()))
+        raise QdiffError(f"target '{name}' couples qubits by more than one two-qubit gate "
+                         f"({basis.two_q} on {len(native)} pairs; {found} without "
+                         f"{basis.two_q}); the compiler writes one two-qubit gate per device")
 
 
 _CONTROL = {"if_else", "for_loop", "switch_case", "while_loop", "delay", "reset", "measure"}
