@@ -374,10 +374,11 @@ def _qdiff_ops(op, any_wire=None) -> list:
             return [Operation(unitary_gate(_constant_tensor(u),
                                            who=f"QubitUnitary on wires {list(wires)}"),
                               wires, ())]
-        if trainable and len(wires) != 1:  # one wire: PennyLane's differentiable Rot form
-            raise QdiffError(f"QubitUnitary on wires {list(wires)}: a matrix that requires "
-                             "grad is differentiable on one wire only; parametrize the gate "
-                             "with rotations")
+        if trainable and getattr(u, "ndim", 2) == 2 and len(wires) != 1:
+            # the gate qd.QubitUnitary makes of it: its matrix keeps the autograd graph, which
+            # backprop differentiates (one wire: PennyLane's Rot form, every method)
+            return [Operation(unitary_gate(u, who=f"QubitUnitary on wires {list(wires)}"),
+                              wires, ())]
         if trainable:  # the Rot form holds for a unitary only
             check_unitary(u, who=f"QubitUnitary on wires {list(wires)}")
     if name in _FROM_PL:

@@ -459,8 +459,10 @@ def test_pennylane_stateprep_after_gates_is_decomposed():
 
 
 def test_pennylane_qubit_unitary_with_trainable_matrix():
-    """qml.QubitUnitary of a matrix that requires grad: on one wire values and gradients equal
-    default.qubit's; on more wires a QdiffError names the gate and wires."""
+    """qml.QubitUnitary of a matrix that requires grad: values and gradients equal
+    default.qubit's, on one wire (PennyLane's Rot form, every method) and on more wires (the
+    gate qd.QubitUnitary makes, differentiated by backprop; another method is refused by
+    name)."""
     def fn(x, a):
         qml.RX(x, 0)
         qml.QubitUnitary(torch.matrix_exp(1j * (a + a.T)), wires=[0])
@@ -471,11 +473,22 @@ def test_pennylane_qubit_unitary_with_trainable_matrix():
     assert torch.allclose(yq, yp, atol=1e-12)
     _close_grads(gq, gp)
 
-    @qd.qnode(qd.device("statevector", wires=2))
+    def wide(x, a):
+        qml.Hadamard(0)
+        qml.RY(x, 1)
+        qml.QubitUnitary(torch.matrix_exp(1j * (a + a.T)), wires=[2, 0, 1])
+        return [qml.expval(qml.Z(0) @ qml.X(2)), qml.expval(qml.Y(1))]
+    args = (torch.tensor(0.3, dtype=torch.float64),
+            torch.rand(8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(2)))
+    (yq, gq), (yp, gp) = _pl_and_qdiff(wide, 3, *args, diff_method="backprop")
+    assert torch.allclose(yq, yp, atol=1e-12)
+    _close_grads(gq, gp)
+
+    @qd.qnode(qd.device("statevector", wires=2), diff_method="adjoint")
     def two(a):
         qml.QubitUnitary(torch.matrix_exp(1j * (a + a.T)), wires=[0, 1])
         return qml.expval(qml.Z(0))
-    with pytest.raises(QdiffError, match=r"QubitUnitary on wires \[0, 1\].*requires grad"):
+    with pytest.raises(QdiffError, match=r"QubitUnitary.*requires grad.*backprop"):
         two(torch.rand(4, 4, dtype=torch.float64, requires_grad=True))
 
 
