@@ -322,6 +322,12 @@ class Backend(abc.ABC):
         raise QdiffError(f"backend '{self.name}' has no reverse mode of its own (vjp); use "
                          "diff_method='parameter-shift'")
 
+    def vjp_suits(self, circuit) -> bool:
+        """Whether the backend's own reverse mode suits one binding of ``circuit``: it fits the
+        memory budget and costs no more than backprop (``diff_method="best"`` takes backprop
+        where it does not)."""
+        return True
+
     def prepare(self, job: Job) -> "Prepared":
         """``job`` with its structure fixed (circuit, batch size, trainable and shared columns,
         initial state): the returned :class:`Prepared` runs it for new bindings ``theta``.

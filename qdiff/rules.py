@@ -238,15 +238,17 @@ def best(backend, circuit, recorded=None, shots=_DEVICE) -> Rule:
 
     On a torch-simulated backend without shots: backprop when the call needs it; the engine's
     reverse mode when it is the fast gradient (``fast_vjp``) or the register is larger than
-    ``backprop_max_wires``; backprop otherwise. Everywhere else: parameter-shift, or finite
-    differences when a trainable parameter has no shift rule (a channel's probability).
+    ``backprop_max_wires``, and it suits the circuit (``backend.vjp_suits``: its memory);
+    backprop otherwise. Everywhere else: parameter-shift, or finite differences when a
+    trainable parameter has no shift rule (a channel's probability).
     """
     caps = backend.capabilities
     if call_shots(backend, shots) or not caps.backprop:
         return FINITE_DIFF if has_shiftless_trainables(circuit, recorded) else PARAMETER_SHIFT
     if needs_backprop(circuit, recorded) or not caps.vjp:
         return BACKPROP
-    if caps.fast_vjp or circuit.num_wires > caps.backprop_max_wires:
+    if (caps.fast_vjp or circuit.num_wires > caps.backprop_max_wires) and \
+            backend.vjp_suits(circuit):
         return ADJOINT
     return BACKPROP
 

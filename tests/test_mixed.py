@@ -772,3 +772,30 @@ def test_shots_of_one_basis_read_one_draw_readout_errors_apart():
     torch.testing.assert_close(v, 1 - e ** 2, atol=1e-12, rtol=0)
     # expval reads the state, not the readout errors: 0.6, not 0.6 * 0.6 * 0.5 (within 5 sd)
     assert abs(float(e) - 0.6) < 5 * 0.8 / 500 ** 0.5
+
+
+def test_best_takes_backprop_where_the_reverse_mode_would_hold_a_wide_gates_environment():
+    """A trainable gate on every wire holds 16**n entries in the reverse mode (20 GiB at 7
+    qubits) where backprop holds density matrices: ``best`` takes backprop there, with the
+    gradient backprop gives; a circuit of one- and two-wire blocks keeps the reverse mode."""
+    n = 7
+    dev = qd.device("mixed", wires=n)
+
+    def wide(x):
+        for w in range(n):
+            qd.RY(2.2 + 0.1 * w, wires=w)
+        qd.ctrl(qd.PauliRot, control=[0, 1, 2])(x, "XYZX", wires=[3, 4, 5, 6])
+        return qd.expval(qd.Z(3) @ qd.Z(0))
+
+    best = qd.qnode(dev, diff_method="best")(wide)
+    x = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    assert qd.specs(best)(x)["gradient_method"] == "backprop"
+    (g,) = torch.autograd.grad(best(x), x)
+    (g_ref,) = torch.autograd.grad(qd.qnode(dev, diff_method="backprop")(wide)(x), x)
+    assert abs(float(g_ref)) > 1e-3 and torch.allclose(g, g_ref, atol=1e-12)
+
+    def narrow(x):
+        qd.RY(x, wires=0)
+        qd.CNOT(wires=[0, 1])
+        return qd.expval(qd.Z(1))
+    assert qd.specs(qd.qnode(dev, diff_method="best")(narrow))(x)["gradient_method"] == "adjoint"

@@ -21,10 +21,10 @@ from qdiff.backends.base import (Backend, Capabilities, Result, flat_outputs, re
 from qdiff.backends.mixed import reverse
 from qdiff.circuits.decompositions import lowered
 from qdiff.backends.mixed.measure import NotADistribution, measure_all
-from qdiff.backends.mixed.simulate import check_memory, evolve
+from qdiff.backends.mixed.simulate import check_memory, evolve, state_bytes
 from qdiff.circuits import memory
 from qdiff.circuits.channels import is_channel
-from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.errors import QdiffError, QdiffMemoryError
 from qdiff.circuits.noise import NoiseModel, resolve_noise
 from qdiff.circuits.operation import ParamRef
 
@@ -131,6 +131,23 @@ class MixedBackend(Backend):
                      if any(reverse.is_channel(circuit.operations[i].gate) for i in blk.ops))
         return reverse.plan(self.num_wires, batch, stored, self.cdtype, self.torch_device,
                             extra=reverse.block_bytes(circuit, self.cdtype))
+
+    def vjp_suits(self, circuit) -> bool:
+        """Whether the reverse mode suits one binding of ``circuit`` (noise included): its plan
+        fits the memory budget and, beyond ``memory.ALWAYS_FITS``, holds no more than the
+        density matrices backprop keeps (three per block). A trainable gate on k >= 3 wires
+        holds ``16**k`` entries there (its environment on rows and columns): one on 7 of 7
+        wires, 20 GiB and half a minute, where backprop takes a few MiB and milliseconds."""
+        noisy = self.noisy(circuit)
+        extra = reverse.block_bytes(noisy, self.cdtype)
+        if extra <= memory.ALWAYS_FITS:
+            return True
+        try:
+            need = self.reverse_plan(noisy, 1).need
+        except QdiffMemoryError:
+            return False
+        one = state_bytes(self.num_wires, self.cdtype)
+        return need <= (3.0 + 3.0 * len(reverse.fusion_plan(noisy))) * one
 
     def execute(self, jobs) -> list:
         out = []
