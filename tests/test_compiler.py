@@ -198,6 +198,9 @@ def test_a_basis_naming_an_unknown_gate_is_refused_by_name():
         compile('OPENQASM 2.0; include "qelib1.inc"; qreg q[2]; cx q[0],q[1];', basis="cx,u,foo")
     b = parse_basis("cx,rz,sx,x,rzx,swap,id,measure,delay,reset")
     assert (b.two_q, b.euler) == ("cx", "ZSXX")
+    # another name of a gate (PennyLane's CNOT, Hadamard) is that gate; u stays Qiskit's u
+    b = parse_basis("CNOT,Hadamard,rz")
+    assert (b.two_q, b.euler, "u3" in parse_basis("cnot,u").names) == ("cx", "HRZ", False)
 
 
 @pytest.mark.parametrize("level", [0, 1, 2])

@@ -42,8 +42,8 @@ class Basis:
 
 
 def parse_basis(text) -> Basis:
-    names = frozenset(s.strip().lower() for s in (text.split(",") if isinstance(text, str)
-                                                  else text) if s.strip())
+    names = frozenset(_canonical(s.strip().lower()) for s in (
+        text.split(",") if isinstance(text, str) else text) if s.strip())
     unknown = sorted(n for n in names if not _is_gate_name(n))
     if unknown:
         raise QdiffError(f"basis '{','.join(sorted(names))}': unknown gate "
@@ -60,6 +60,19 @@ def parse_basis(text) -> Basis:
 
 
 _INSTRUCTIONS = {"measure", "reset", "delay", "barrier"}  # in device basis lists, not gates
+
+
+def _canonical(name: str) -> str:
+    """A gate's name as a basis lists it: Qiskit's standard names as they are (``u``, ``p``,
+    ``cx``), another name of a qdiff gate (``cnot``, ``toffoli``, ``hadamard``) as that gate's
+    own name; an unknown name as it is (refused by :func:`parse_basis`)."""
+    from qiskit.circuit.library import get_standard_gate_name_mapping
+    if name in _INSTRUCTIONS or name in get_standard_gate_name_mapping():
+        return name
+    try:
+        return get_gate(name).name
+    except QdiffError:
+        return name
 
 
 def _is_gate_name(name: str) -> bool:
