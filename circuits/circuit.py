@@ -528,6 +528,12 @@ def _unbounded_columns(theta: torch.Tensor, ops) -> torch.Tensor:
     return cols
 
 
+def check_finite_angles(theta: torch.Tensor, ops) -> None:
+    """Refuse NaN/inf angles in ``theta`` ``(B, P)`` read by ``ops``: the message names the
+    first offending gate."""
+    _check_finite(theta, ops)
+
+
 def _check_finite(theta: torch.Tensor, ops) -> None:
     """One check for NaN/inf angles; the message names the first offending gate."""
     if theta.numel() == 0 or not is_concrete(theta):

@@ -59,6 +59,7 @@ from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective
                           refuse_batched_cotangent, refuse_graph_capture, unshare,
                           validate_rules)
 from qdiff.circuits import recording
+from qdiff.circuits.circuit import check_finite_angles
 from qdiff.circuits.errors import QdiffError, checked_call
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.operation import ParamRef
@@ -428,7 +429,7 @@ class Trace:
             if grad:
                 flat = _apply_bound(self, tensors)
                 return flat if self.flat_out else self.shape(flat)
-            flat = self.bound.run(tensors, keep=False)[0]
+            flat = self.run_bound(tensors, keep=False)[0]
             return self.shape(flat if flat.dtype == self.dtype else flat.to(self.dtype))
         if grad and self.rule.keep:
             return self.shape(ReplayFunction.apply(self, *tensors))
@@ -452,8 +453,25 @@ class Trace:
     def checked_theta(self, tensors) -> torch.Tensor:
         theta = self.theta(tensors)
         if theta.numel() and not bool(torch.isfinite(theta).all()):
-            raise QdiffError("static qnode: a gate angle is NaN or infinite")
+            self.refuse_angles(theta)
         return theta
+
+    def run_bound(self, tensors, keep: bool):
+        """The engine's bound runner on ``tensors``; its refusal of a NaN or infinite angle
+        names the gate, as a plain call's does (checked only when the kernels refuse)."""
+        try:
+            return self.bound.run(tensors, keep=keep)
+        except QdiffError:
+            with torch.no_grad():
+                theta = self.theta(tensors)
+            if theta.numel() and not bool(torch.isfinite(theta).all()):
+                self.refuse_angles(theta)
+            raise
+
+    def refuse_angles(self, theta: torch.Tensor) -> None:
+        """Raise the error naming the first gate whose angle in ``theta`` is NaN or infinite."""
+        check_finite_angles(theta.detach(), self.plan.circuit.operations)
+        raise QdiffError("static qnode: a gate angle is NaN or infinite")
 
     def shape(self, flat: torch.Tensor):
         if self.flat_out:
@@ -524,7 +542,7 @@ class BoundFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, trace, *tensors):
-        out, res = trace.bound.run(tensors, keep=True)
+        out, res = trace.run_bound(tensors, keep=True)
         ctx.trace, ctx.residual, ctx.used = trace, res, trace.used(tensors)
         ctx.save_for_backward(*tensors)
         return out if out.dtype is trace.dtype else out.to(trace.dtype)

@@ -979,3 +979,28 @@ def test_an_argument_no_angle_reads_gets_no_gradient(method, batch):
     plain, static = layers
     assert torch.equal(plain.unused, static.unused)
     assert torch.allclose(plain.a, static.a, atol=1e-12)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+@pytest.mark.parametrize("batch", [None, 2])
+def test_a_nan_or_infinite_angle_in_a_replay_names_the_gate(requires_grad, batch):
+    """A replay refuses a NaN or infinite angle naming the gate and wires, as a plain call does,
+    whichever engine path runs it."""
+    dev = qd.device("statevector", wires=2)
+
+    def body(x):
+        qd.RX(x[..., 0], wires=0)
+        qd.RY(2 * x[..., 1], wires=1)
+        return qd.expval(qd.Z(0))
+
+    def bad(value):
+        x = torch.tensor([0.1, value], dtype=torch.float64)
+        x = x if batch is None else x.expand(batch, 2).clone()
+        return x.requires_grad_(requires_grad)
+
+    for static in (False, True):
+        f = qd.qnode(dev, static=static)(body)
+        f(bad(0.2))
+        for value in (float("nan"), float("inf")):
+            with pytest.raises(qd.QdiffError, match=r"gate .RY. on wires \[1\]: angle is NaN"):
+                f(bad(value))
