@@ -953,6 +953,33 @@ def test_best_differentiates_state_measurements_and_observable_parameters_under_
     assert abs(float(grads[0][1][0]) - 3 * np.cos(0.7)) < 1e-10
 
 
+@pytest.mark.parametrize("interface", ["torch", "autograd"])
+@pytest.mark.parametrize("diff_method", ["backprop", "best"])
+def test_device_vjp_is_accepted_where_the_derivative_is_backprop(diff_method, interface):
+    """``device_vjp=True`` with backprop (asked for, or what ``"best"`` takes for a purity):
+    PennyLane asks the device for no VJP there; values and gradients equal default.qubit's."""
+    def body(x):
+        qml.RY(x, 0)
+        qml.CNOT([0, 1])
+        return qml.purity(wires=[0]), qml.expval(qml.X(0) @ qml.Z(1))
+
+    grads = []
+    for name in ("qdiff.statevector", "default.qubit"):
+        q = qml.QNode(body, qml.device(name, wires=2), diff_method=diff_method,
+                      device_vjp=True, interface=interface)
+        if interface == "torch":
+            x = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+            pur, e = q(x)
+            (pur + 2 * e).backward()
+            grads.append(float(x.grad))
+        else:
+            grads.append(float(qml.grad(lambda x: q(x)[0] + 2 * q(x)[1])(
+                pnp.array(0.7, requires_grad=True))))
+    # purity of RY(x)|0> entangled: (1 + cos(x)**2) / 2; <X0 Z1> = 0
+    assert abs(grads[0] + np.cos(0.7) * np.sin(0.7)) < 1e-10
+    assert abs(grads[0] - grads[1]) < 1e-12
+
+
 def test_adjoint_refuses_trainable_observable_parameters():
     dev = qml.device("qdiff.statevector", wires=1)
     q = qml.QNode(lambda x, c: (qml.RX(x, 0), qml.expval(qml.Hamiltonian(c, [qml.Z(0)])))[1],

@@ -343,8 +343,10 @@ class QdiffStatevector(Device):
         return ok
 
     def supports_vjp(self, execution_config=None, circuit=None) -> bool:
-        return execution_config is None or execution_config.gradient_method != "backprop" and \
-            self.supports_derivatives(execution_config, circuit)
+        """The adjoint method's VJP; under backprop PennyLane never asks the device for a
+        VJP, so ``device_vjp=True`` is accepted there (also where ``"best"`` resolves to
+        backprop), as on ``default.qubit``."""
+        return execution_config is None or self.supports_derivatives(execution_config, circuit)
 
     def setup_execution_config(self, config: Optional[ExecutionConfig] = None,
                                circuit=None) -> ExecutionConfig:
