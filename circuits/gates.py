@@ -949,8 +949,13 @@ def check_unitary(m: torch.Tensor, given=None, who: str = "QubitUnitary") -> Non
     dev = (m128.conj().transpose(-2, -1) @ m128 -
            torch.eye(d, dtype=torch.complex128, device=m.device)).abs().max().item()
     if not dev <= atol:
+        hermitian = bool((m128 - m128.conj().transpose(-2, -1)).abs().max() <= atol)
         raise QdiffError(f"{who}: matrix is not unitary (|U^dag U - I| = {dev:.3g}, "
-                         f"tolerance {atol:.3g})")
+                         f"tolerance {atol:.3g})" + (
+                             "; it is Hermitian: an observable or a generator, not a gate "
+                             "(PennyLane's metric_tensor(approx=None) applies generators as "
+                             "gates: qml.adjoint_metric_tensor gives the full metric tensor "
+                             "here)" if hermitian else ""))
 
 
 def unitary_gate(matrix, who: str = "QubitUnitary") -> Gate:

@@ -1657,3 +1657,27 @@ def test_a_tape_of_a_known_signature_with_a_bad_angle_is_refused_by_name():
     assert abs(float(out[1]) - float(dev.execute(tape(0.6)))) == 0
     with pytest.raises(DeviceError, match="imaginary"):
         dev.execute([tape(0.5), tape(np.complex128(0.6 + 0.1j))])
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_metric_tensor_of_generators_as_gates_is_refused_pointing_to_the_adjoint_metric(name):
+    """PennyLane's full metric tensor applies a controlled rotation's Hermitian generator as a
+    gate, which the devices refuse naming it and the way to the full metric tensor here:
+    ``qml.adjoint_metric_tensor``, equal to the Fubini-Study metric in closed form."""
+    dev = qml.device(name, wires=3)  # a free wire for the metric tensor's auxiliary wire
+
+    @qml.qnode(dev)
+    def c(x):
+        qml.RX(x[0], 0)
+        qml.CRY(x[1], [0, 1])
+        qml.RZ(x[2], 1)
+        return qml.expval(qml.Z(1))
+    x = pnp.array([0.3, 0.5, 0.7], requires_grad=True)
+    with pytest.raises(Exception, match="Hermitian.*adjoint_metric_tensor"):
+        qml.metric_tensor(c, approx=None)(x)
+    g = np.asarray(qml.adjoint_metric_tensor(c)(x))
+    # variances of the generators: X/2 on |0>; |1><1| (x) Y/2 with P(1) = sin^2(0.15), <Y> = 0;
+    # Z/2 on wire 1 after CRY: (1 - <Z>^2) / 4, <Z> = 1 - 2 sin^2(0.15) sin^2(0.25)
+    p1 = np.sin(0.15) ** 2
+    z = 1 - 2 * p1 * np.sin(0.25) ** 2
+    assert np.allclose(g, np.diag([0.25, p1 / 4, (1 - z ** 2) / 4]), atol=1e-10)
