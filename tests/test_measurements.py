@@ -357,6 +357,26 @@ def test_counts_tally_the_samples_drawn_with_the_same_seed():
         assert c == dict(sorted(Counter(v.tolist()).items()))
 
 
+@pytest.mark.parametrize("scale", [1e-13, 1e-9, 1e3])
+def test_counts_of_an_observable_keep_every_eigenvalue_at_any_scale(scale):
+    """Counts of ``c * O`` are its samples of the same seed tallied, each distinct eigenvalue
+    its own key, for a coefficient far below 1 as well (as PennyLane's counts of
+    ``qml.s_prod``)."""
+    from collections import Counter
+
+    def run(meas):
+        dev = qd.device("statevector", wires=2, shots=2000, seed=5)
+        return qd.qnode(dev)(lambda x: (qd.RX(x, 0), qd.RY(x, 1), meas())[-1])(
+            torch.tensor(1.0, dtype=torch.float64))
+    for obs in (scale * qd.Z(0), scale * qd.Hermitian(np.diag([1.0, 2.0]), 1),
+                scale * (qd.Z(0) + qd.X(0))):
+        seen = Counter(run(lambda: qd.sample(obs)).tolist())
+        cnt = run(lambda: qd.counts(obs, all_outcomes=True))
+        assert len(cnt) == len(seen) == 2
+        for (key, c), (v, n) in zip(sorted(cnt.items()), sorted(seen.items())):
+            assert abs(key - v) <= 1e-9 * scale and c == n
+
+
 def test_counts_refuses_what_it_cannot_count():
     dev = qd.device("statevector", wires=2, shots=10)
     wide = sum((qd.X(w) for w in range(13)), qd.Z(0))
