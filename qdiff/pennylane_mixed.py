@@ -75,7 +75,8 @@ from qdiff.circuits.pennylane_io import (broadcast_exp_rotation, from_pennylane_
                                         tape_trainable_matrix, trainable_matrix_ops,
                                         transform_matrix_refusal)
 from qdiff.circuits.pennylane_transforms import (decompose_broadcast, defer_within,
-                                                 map_measurement_wires, snapshots_taken)
+                                                 map_measurement_wires,
+                                                 sampled_measurements, snapshots_taken)
 from qdiff.noise import routing_for
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
@@ -499,6 +500,7 @@ class QdiffMixed(Device):
         state = to_user(rho, keep)
         shape = ((rho.shape[0],) if batched else ()) + (2,) * (2 * n)
         state = state.reshape(shape) if batched else state[0].reshape(shape)
+        mps = sampled_measurements(mps) if tape.shots else mps
         script = qml.tape.QuantumScript([], mps, shots=tape.shots)
         return measure_final_state(script, state, batched, rng=self._rng)
 
