@@ -290,7 +290,14 @@ class Observable:
         return total
 
     def eigvals(self) -> torch.Tensor:
-        return torch.linalg.eigvalsh(self.matrix())
+        """Eigenvalues of :meth:`matrix`: real and ascending for a Hermitian observable;
+        complex (``torch.linalg.eigvals``) for one that is not, such as ``qd.X(0) @ qd.Y(0)``
+        (``1j * Z(0)``: ``[1j, -1j]``), as PennyLane's ``qml.eigvals``."""
+        m = self.matrix()
+        md = m.detach()
+        if torch.allclose(md, md.conj().transpose(0, 1), atol=1e-8):  # Hermitian()'s check
+            return torch.linalg.eigvalsh(m)
+        return torch.linalg.eigvals(m)
 
     # -- arithmetic ------------------------------------------------------------------------
     def __matmul__(self, other):

@@ -294,6 +294,21 @@ def test_observable_algebra_simplifies_like_terms():
     assert np.allclose(p.matrix(wire_order=[0]).numpy(), 1j * np.diag([1, -1]))
 
 
+
+def test_eigvals_of_observables_equal_numpy_and_pennylane():
+    """Real eigenvalues (ascending) of a Hermitian observable; the complex ones of an operator
+    that is not Hermitian (``X(0) @ Y(0)`` is ``1j * Z(0)``), as ``qml.eigvals``, not those of
+    one triangle of its matrix."""
+    herm = np.array([[1.0, 0.5 - 0.2j], [0.5 + 0.2j, -1.0]])
+    for obs in (0.5 * qd.Z(0) @ qd.X(2) + qd.Hermitian(herm, 1) - 2.0, qd.Z(0) @ qd.Z(3)):
+        m = obs.matrix().numpy()
+        assert obs.eigvals().dtype == torch.float64
+        assert np.allclose(obs.eigvals().numpy(), np.linalg.eigvalsh(m), atol=1e-12)
+    for obs in (qd.X(0) @ qd.Y(0), 2j * qd.Z(0) + qd.X(1)):
+        got = np.sort_complex(obs.eigvals().numpy())
+        assert np.allclose(got, np.sort_complex(np.linalg.eigvals(obs.matrix().numpy())))
+    assert np.allclose(np.sort_complex((qd.X(0) @ qd.Y(0)).eigvals().numpy()), [-1j, 1j])
+
 def test_counts_of_observables_bits_and_mid_circuit_values():
     """PennyLane's counts(op=None, wires=None, all_outcomes=False): eigenvalue counts of an
     observable, bit-string counts of wires, every outcome listed on request."""
