@@ -149,6 +149,14 @@ def _scalar(c, what: str) -> torch.Tensor:
     return c if (c.dtype.is_floating_point or c.is_complex()) else c.to(torch.float64)
 
 
+def _number_array(x):
+    """A one-element NumPy array of numbers (``np.array(2.5)``) as its Python number, which
+    adds to an observable as it multiplies one; anything else as it is."""
+    if isinstance(x, np.ndarray) and x.size == 1 and x.dtype.kind in "iufc":
+        return x.item()
+    return x
+
+
 def check_finite(coeffs: torch.Tensor) -> None:
     """NaN or infinite coefficients would only turn every result into NaN: refuse them."""
     if coeffs.numel() and is_concrete(coeffs) and not bool(torch.isfinite(coeffs.detach()).all()):
@@ -314,6 +322,7 @@ class Observable:
         return as_observable(other) @ self
 
     def __add__(self, other):
+        other = _number_array(other)
         if isinstance(other, numbers.Number) and other == 0 and not isinstance(other, bool):
             return self  # sum([...]) starts from 0: no identity term
         if isinstance(other, numbers.Number) or (isinstance(other, torch.Tensor)
@@ -330,6 +339,7 @@ class Observable:
         return Observable(-self.coeffs, self.terms, simplify=False, check=False)
 
     def __sub__(self, other):
+        other = _number_array(other)
         if isinstance(other, numbers.Number) and not isinstance(other, bool):
             return self + -other
         if isinstance(other, (bool, torch.Tensor)):

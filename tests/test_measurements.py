@@ -309,6 +309,17 @@ def test_eigvals_of_observables_equal_numpy_and_pennylane():
         assert np.allclose(got, np.sort_complex(np.linalg.eigvals(obs.matrix().numpy())))
     assert np.allclose(np.sort_complex((qd.X(0) @ qd.Y(0)).eigvals().numpy()), [-1j, 1j])
 
+
+def test_numpy_scalars_add_to_observables_as_they_multiply_them():
+    for c in (np.array(2.5), np.float64(2.5), 2.5):
+        for got, want in ((qd.Z(0) + c, [[3.5, 0], [0, 1.5]]), (c + qd.Z(0), [[3.5, 0], [0, 1.5]]),
+                          (qd.Z(0) - c, [[-1.5, 0], [0, -3.5]]),
+                          (c - qd.Z(0), [[1.5, 0], [0, 3.5]]),
+                          (qd.Z(0) * c, [[2.5, 0], [0, -2.5]])):
+            assert isinstance(got, qd.Observable)
+            assert np.allclose(got.matrix(wire_order=[0]).numpy(), want)
+    assert np.allclose((qd.Z(0) - np.array([2.5])).matrix().numpy(), [[-1.5, 0], [0, -3.5]])
+
 def test_counts_of_observables_bits_and_mid_circuit_values():
     """PennyLane's counts(op=None, wires=None, all_outcomes=False): eigenvalue counts of an
     observable, bit-string counts of wires, every outcome listed on request."""
