@@ -223,6 +223,10 @@ def _pullback(flat, t, cotangent, single: bool):
 def _outputs(circuit, res, batch_size, batch: int, device, keep_graph: bool = False) -> list:
     """PennyLane results -> one ``(B, ...)`` tensor per measurement."""
     res = [res] if len(circuit.measurements) == 1 else list(res)
+    if len(res) != len(circuit.measurements):  # zip would pair results with the wrong ones
+        raise QdiffError(f"the PennyLane device returned {len(res)} result(s) for "
+                         f"{len(circuit.measurements)} measurement(s) "
+                         f"{list(circuit.measurements)}")
     out = []
     for m, r in zip(circuit.measurements, res):
         t = r if isinstance(r, torch.Tensor) else torch.as_tensor(np.asarray(r))

@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -153,10 +154,16 @@ def counts(op=None, wires=None, all_outcomes: bool = False) -> Measurement:
     return _record(m)
 
 
-def outcome_key(value: float) -> float:
-    """The dict key of a counted eigenvalue (12 decimals, no negative zero), so that equal
-    eigenvalues computed in different ways count together."""
-    return round(float(value), 12) + 0.0
+def outcome_key(value: float, scale: float = 1.0) -> float:
+    """The dict key of a counted eigenvalue (no negative zero), rounded so that equal
+    eigenvalues computed in different ways count together: to 12 decimals, or for an
+    observable whose eigenvalues are all smaller (``scale``: the largest magnitude, below
+    0.1) to about 12 significant digits of that scale (``1e-13 * Z(0)`` keeps its two
+    outcomes)."""
+    digits = 12
+    if 0 < scale < 0.1:
+        digits += -math.floor(math.log10(scale)) - 1
+    return round(float(value), digits) + 0.0
 
 
 def outcome_values(obs: Observable) -> list:
@@ -171,12 +178,13 @@ def outcome_values(obs: Observable) -> list:
             np.linalg.eigvalsh(f.matrix.detach().cpu().numpy())
         vals = np.outer(vals, eig).reshape(-1)
     vals = np.sort(float(obs.real_coeffs()[0]) * vals)
-    tol = 1e-9 * max(1.0, float(np.abs(vals).max()))
+    scale = float(np.abs(vals).max())
+    tol = 1e-9 * scale  # relative: the eigensolver's error scales with the matrix
     keep = [vals[0]]
     for v in vals[1:]:
         if v - keep[-1] > tol:
             keep.append(v)
-    return sorted({outcome_key(v) for v in keep})
+    return sorted({outcome_key(v, scale) for v in keep})
 
 
 def nearest_outcomes(values, outcomes: list) -> list:

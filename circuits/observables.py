@@ -149,6 +149,14 @@ def _scalar(c, what: str) -> torch.Tensor:
     return c if (c.dtype.is_floating_point or c.is_complex()) else c.to(torch.float64)
 
 
+def _number_array(x):
+    """A one-element NumPy array of numbers (``np.array(2.5)``) as its Python number, which
+    adds to an observable as it multiplies one; anything else as it is."""
+    if isinstance(x, np.ndarray) and x.size == 1 and x.dtype.kind in "iufc":
+        return x.item()
+    return x
+
+
 def check_finite(coeffs: torch.Tensor) -> None:
     """NaN or infinite coefficients would only turn every result into NaN: refuse them."""
     if coeffs.numel() and is_concrete(coeffs) and not bool(torch.isfinite(coeffs.detach()).all()):
@@ -290,7 +298,14 @@ class Observable:
         return total
 
     def eigvals(self) -> torch.Tensor:
-        return torch.linalg.eigvalsh(self.matrix())
+        """Eigenvalues of :meth:`matrix`: real and ascending for a Hermitian observable;
+        complex (``torch.linalg.eigvals``) for one that is not, such as ``qd.X(0) @ qd.Y(0)``
+        (``1j * Z(0)``: ``[1j, -1j]``), as PennyLane's ``qml.eigvals``."""
+        m = self.matrix()
+        md = m.detach()
+        if torch.allclose(md, md.conj().transpose(0, 1), atol=1e-8):  # Hermitian()'s check
+            return torch.linalg.eigvalsh(m)
+        return torch.linalg.eigvals(m)
 
     # -- arithmetic ------------------------------------------------------------------------
     def __matmul__(self, other):
@@ -307,6 +322,7 @@ class Observable:
         return as_observable(other) @ self
 
     def __add__(self, other):
+        other = _number_array(other)
         if isinstance(other, numbers.Number) and other == 0 and not isinstance(other, bool):
             return self  # sum([...]) starts from 0: no identity term
         if isinstance(other, numbers.Number) or (isinstance(other, torch.Tensor)
@@ -323,6 +339,7 @@ class Observable:
         return Observable(-self.coeffs, self.terms, simplify=False, check=False)
 
     def __sub__(self, other):
+        other = _number_array(other)
         if isinstance(other, numbers.Number) and not isinstance(other, bool):
             return self + -other
         if isinstance(other, (bool, torch.Tensor)):

@@ -83,8 +83,11 @@ def to_pennylane_observable(obs: Observable, wire_map=None):
             any_wire = wm(obs.wires[0]) if obs.wires else 0
             factors = [qml.Identity(any_wire)]
         ops.append(factors[0] if len(factors) == 1 else qml.prod(*factors))
-    if len(ops) == 1 and coeffs[0] == 1.0:
-        return ops[0]
+    if len(ops) == 1:
+        # one term as PennyLane writes ``c * op`` (an SProd): default.qubit with shots puts a
+        # one-term LinearCombination that is a Pauli word in a group with the commuting
+        # measurements after it and returns that group's first result only
+        return ops[0] if coeffs[0] == 1.0 else qml.s_prod(coeffs[0].item(), ops[0])
     return qml.Hamiltonian(coeffs.tolist(), ops)
 
 

@@ -57,6 +57,26 @@ def map_measurement_wires(mp, wire_map):
     return mp.map_wires(wire_map)
 
 
+def sampled_measurements(mps) -> list:
+    """``mps`` for PennyLane's shot sampler, each ``expval`` of a one-term
+    ``LinearCombination`` (``qml.Hamiltonian([0.5], [qml.Z(0)])``) written as the expval of
+    ``c * op`` (``SProd``, the same observable): the sampler puts such a Pauli word in one group
+    with the commuting measurements after it, measures that group as a Hamiltonian and returns
+    its first result only (PennyLane 0.45), which pairs the later results with the wrong
+    measurements."""
+    import pennylane as qml
+    from pennylane.measurements import ExpectationMP
+    out = []
+    for mp in mps:
+        obs = mp.obs
+        if type(mp) is ExpectationMP and mp.mv is None and \
+                isinstance(obs, qml.ops.LinearCombination) and len(obs.terms()[0]) == 1:
+            (c,), (op,) = obs.terms()
+            mp = ExpectationMP(obs=qml.s_prod(c, op))
+        out.append(mp)
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def defer_within():
     """The transform ``defer_within(tape, device_wires, name, allow_postselect)``: PennyLane's

@@ -75,7 +75,8 @@ from qdiff.circuits.pennylane_io import (broadcast_exp_rotation, from_pennylane_
                                         tape_trainable_matrix, trainable_matrix_ops,
                                         transform_matrix_refusal)
 from qdiff.circuits.pennylane_transforms import (decompose_broadcast, defer_within,
-                                                 map_measurement_wires, snapshots_taken)
+                                                 map_measurement_wires,
+                                                 sampled_measurements, snapshots_taken)
 from qdiff.noise import routing_for
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
@@ -431,14 +432,22 @@ class QdiffMixed(Device):
         native = [_native_measurement(m, labels) for m in mps]
         rest = [m for m, q in zip(mps_idx, native) if q is None]
         meas = [q for q in native if q is not None]
-        if rest:
-            meas.append(Measurement("density_matrix", None, labels))
+        # the others (entropies, probs of an observable, trainable observables, ...) by
+        # PennyLane, each from the reduced density matrix of the wires it reads: an idle
+        # wire's zero probabilities would reach PennyLane's square root of the probabilities
+        # and turn backprop gradients into NaN (default.mixed's are finite there)
+        reads = [sorted({int(w) for w in m.wires}) or list(range(n)) for m in rest]
+        meas += [Measurement("density_matrix", None, tuple(labels[i] for i in ws))
+                 for ws in reads]
         outs, _ = self._engine_run(tape, meas)
         got = iter(to_user(o if batched else o[0], keep)
-                   for o in outs[:len(outs) - bool(rest)])
-        if rest:  # the others (entropies, projector probs, ...) by PennyLane from rho
-            read = self._measure(rest, outs[-1], tape, batched, n, keep)
-            others = iter((read,) if len(rest) == 1 else read)
+                   for o in outs[:len(outs) - len(rest)])
+        if rest:
+            others = iter(
+                self._measure_one(m if ws == list(range(n)) else
+                                  map_measurement_wires(m, {w: i for i, w in enumerate(ws)}),
+                                  rho, tape, batched, len(ws), keep)
+                for m, ws, rho in zip(rest, reads, outs[len(outs) - len(rest):]))
         vals = [_mid_statistic(m, next(got)) if q is not None else next(others)
                 for m, q in zip(mps, native)]
         return vals[0] if len(vals) == 1 else tuple(vals)
@@ -468,10 +477,30 @@ class QdiffMixed(Device):
             return tuple(tuple(p[i] for p in parts) for i in range(tape.shots.num_copies))
         return tuple(parts)
 
+    def _measure_one(self, mp, rho, tape, batched: bool, n: int, keep: bool):
+        """The exact result of ``mp`` (on wires ``0..n-1``) from the density matrices ``rho``
+        ``(B, 2**n, 2**n)``: an expval/var of an observable with trainable parameters as
+        ``Tr(rho O)`` (``Tr(rho O**2) - Tr(rho O)**2``) of its dense matrix, whose gradient is
+        finite where an outcome has probability 0; anything else by PennyLane."""
+        if isinstance(mp, (ExpectationMP, VarianceMP)) and mp.obs is not None and \
+                mp.mv is None and keep:
+            try:
+                obs = from_pennylane_observable(mp.obs)
+                m = obs.matrix(wire_order=range(n)).to(device=rho.device, dtype=rho.dtype)
+            except (QdiffError, TypeError, ValueError):
+                m = None
+            if m is not None:
+                mean = torch.einsum("bij,ji->b", rho, m).real
+                val = mean if isinstance(mp, ExpectationMP) else \
+                    torch.einsum("bij,ji->b", rho, m @ m).real - mean ** 2
+                return to_user(val if batched else val[0], keep)
+        return self._measure([mp], rho, tape, batched, n, keep)
+
     def _measure(self, mps, rho, tape, batched: bool, n: int, keep: bool = False):
         state = to_user(rho, keep)
         shape = ((rho.shape[0],) if batched else ()) + (2,) * (2 * n)
         state = state.reshape(shape) if batched else state[0].reshape(shape)
+        mps = sampled_measurements(mps) if tape.shots else mps
         script = qml.tape.QuantumScript([], mps, shots=tape.shots)
         return measure_final_state(script, state, batched, rng=self._rng)
 

@@ -138,6 +138,23 @@ def test_shots_samples_and_counts():
     assert abs(float(e) - float(torch.cos(torch.tensor(1.0)))) < 5 * (1 / 500) ** 0.5
 
 
+
+def test_shots_keep_every_output_next_to_a_scaled_pauli_word():
+    """A one-term observable with a coefficient (``0.5 * Z0``, ``Z0 - Z0``) measured first
+    among commuting measurements: every measurement keeps its own value, with shots as exact."""
+    def f(x):
+        qd.RX(x, wires=0)
+        qd.RX(2 * x, wires=2)
+        return [qd.expval(0.5 * qd.Z(0)), qd.expval(qd.Z(1)), qd.expval(qd.Z(2)),
+                qd.var(qd.X(0)), qd.expval(qd.Z(0) - qd.Z(0)), qd.expval(qd.Z(1))]
+    x = torch.tensor(0.3, dtype=torch.float64)
+    exact = qd.qnode(qd.device("statevector", wires=3))(f)(x)
+    for shots in (None, 4000):
+        dev = qd.device("pennylane", name="default.qubit", wires=3, shots=shots, seed=3)
+        out = qd.qnode(dev)(f)(x)
+        assert out.shape == exact.shape == (6,)
+        assert torch.allclose(out, exact, atol=1e-10 if shots is None else 0.1)
+
 def test_channels_run_on_default_mixed_as_on_the_mixed_engine():
     """Every channel (PauliError and QubitChannel included) goes to PennyLane as its channel
     of the same name: default.mixed equals qdiff's mixed engine to 1e-10."""

@@ -294,6 +294,32 @@ def test_observable_algebra_simplifies_like_terms():
     assert np.allclose(p.matrix(wire_order=[0]).numpy(), 1j * np.diag([1, -1]))
 
 
+
+def test_eigvals_of_observables_equal_numpy_and_pennylane():
+    """Real eigenvalues (ascending) of a Hermitian observable; the complex ones of an operator
+    that is not Hermitian (``X(0) @ Y(0)`` is ``1j * Z(0)``), as ``qml.eigvals``, not those of
+    one triangle of its matrix."""
+    herm = np.array([[1.0, 0.5 - 0.2j], [0.5 + 0.2j, -1.0]])
+    for obs in (0.5 * qd.Z(0) @ qd.X(2) + qd.Hermitian(herm, 1) - 2.0, qd.Z(0) @ qd.Z(3)):
+        m = obs.matrix().numpy()
+        assert obs.eigvals().dtype == torch.float64
+        assert np.allclose(obs.eigvals().numpy(), np.linalg.eigvalsh(m), atol=1e-12)
+    for obs in (qd.X(0) @ qd.Y(0), 2j * qd.Z(0) + qd.X(1)):
+        got = np.sort_complex(obs.eigvals().numpy())
+        assert np.allclose(got, np.sort_complex(np.linalg.eigvals(obs.matrix().numpy())))
+    assert np.allclose(np.sort_complex((qd.X(0) @ qd.Y(0)).eigvals().numpy()), [-1j, 1j])
+
+
+def test_numpy_scalars_add_to_observables_as_they_multiply_them():
+    for c in (np.array(2.5), np.float64(2.5), 2.5):
+        for got, want in ((qd.Z(0) + c, [[3.5, 0], [0, 1.5]]), (c + qd.Z(0), [[3.5, 0], [0, 1.5]]),
+                          (qd.Z(0) - c, [[-1.5, 0], [0, -3.5]]),
+                          (c - qd.Z(0), [[1.5, 0], [0, 3.5]]),
+                          (qd.Z(0) * c, [[2.5, 0], [0, -2.5]])):
+            assert isinstance(got, qd.Observable)
+            assert np.allclose(got.matrix(wire_order=[0]).numpy(), want)
+    assert np.allclose((qd.Z(0) - np.array([2.5])).matrix().numpy(), [[-1.5, 0], [0, -3.5]])
+
 def test_counts_of_observables_bits_and_mid_circuit_values():
     """PennyLane's counts(op=None, wires=None, all_outcomes=False): eigenvalue counts of an
     observable, bit-string counts of wires, every outcome listed on request."""
@@ -355,6 +381,26 @@ def test_counts_tally_the_samples_drawn_with_the_same_seed():
     vals, cnt = run(lambda: qd.sample(obs)), run(lambda: qd.counts(obs))
     for v, c in zip(vals, cnt):
         assert c == dict(sorted(Counter(v.tolist()).items()))
+
+
+@pytest.mark.parametrize("scale", [1e-13, 1e-9, 1e3])
+def test_counts_of_an_observable_keep_every_eigenvalue_at_any_scale(scale):
+    """Counts of ``c * O`` are its samples of the same seed tallied, each distinct eigenvalue
+    its own key, for a coefficient far below 1 as well (as PennyLane's counts of
+    ``qml.s_prod``)."""
+    from collections import Counter
+
+    def run(meas):
+        dev = qd.device("statevector", wires=2, shots=2000, seed=5)
+        return qd.qnode(dev)(lambda x: (qd.RX(x, 0), qd.RY(x, 1), meas())[-1])(
+            torch.tensor(1.0, dtype=torch.float64))
+    for obs in (scale * qd.Z(0), scale * qd.Hermitian(np.diag([1.0, 2.0]), 1),
+                scale * (qd.Z(0) + qd.X(0))):
+        seen = Counter(run(lambda: qd.sample(obs)).tolist())
+        cnt = run(lambda: qd.counts(obs, all_outcomes=True))
+        assert len(cnt) == len(seen) == 2
+        for (key, c), (v, n) in zip(sorted(cnt.items()), sorted(seen.items())):
+            assert abs(key - v) <= 1e-9 * scale and c == n
 
 
 def test_counts_refuses_what_it_cannot_count():

@@ -133,6 +133,35 @@ def test_backprop_is_finite_where_default_mixed_gives_nan():
     assert bool(torch.isnan(r)) or abs(float(r) + np.sin(1.75)) < 1e-12
 
 
+
+def test_backprop_through_measurements_pennylane_reads_is_finite_next_to_idle_wires():
+    """Probs of an observable, and expval/var of observables with trainable coefficients (both
+    measured from the density matrix of the wires they read), on a register with an idle
+    wire: backprop gradients equal default.mixed's and finite differences, not NaN."""
+    c0 = torch.tensor(0.7, dtype=torch.float64)
+    x0 = torch.tensor(0.4, dtype=torch.float64)
+    cases = [lambda c: qml.probs(op=qml.Y(1)), lambda c: qml.expval(c * qml.Y(1)),
+             lambda c: qml.expval(c * qml.Z(0)),
+             lambda c: qml.var(c * qml.Y(1) + c * qml.Z(0)),
+             lambda c: qml.var(qml.s_prod(c, qml.X(0) @ qml.Z(2)))]
+    for meas in cases:
+        def circuit(x, c):
+            qml.RX(x, wires=0)
+            qml.RY(x, wires=1)
+            return meas(c)
+        got = []
+        for qn in _both(3, circuit, diff_method="backprop", interface="torch"):
+            x, c = x0.clone().requires_grad_(), c0.clone().requires_grad_()
+            gx, gc = torch.autograd.grad(qn(x, c).sum(), (x, c), allow_unused=True)
+            got.append((gx, gc))
+        (gx, gc), (rx, rc) = got
+        h = 1e-6
+        fd = (qml.QNode(circuit, qml.device("default.mixed", wires=3))(x0 + h, c0).sum() -
+              qml.QNode(circuit, qml.device("default.mixed", wires=3))(x0 - h, c0).sum()) / (2 * h)
+        assert torch.isfinite(gx) and abs(float(gx) - float(fd)) < 1e-7
+        assert torch.isnan(rx) or abs(float(gx) - float(rx)) < 1e-10
+        assert (gc is None) == (rc is None) and (gc is None or abs(float(gc - rc)) < 1e-10)
+
 def test_autograd_best_is_one_backprop_run_and_parameter_shift_agrees():
     def circuit(x, y):
         qml.RX(x, wires=0)

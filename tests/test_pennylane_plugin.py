@@ -197,6 +197,23 @@ def test_shot_statistics_agree_with_exact_values():
     assert np.all(np.abs(got[2] - exact[2]) < 6 * sd)
 
 
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_shots_keep_every_result_after_a_one_term_hamiltonian(name):
+    """expval of ``qml.Hamiltonian([0.5], [Z(0)])`` (a one-term LinearCombination) first among
+    commuting measurements: with shots every measurement still has its own result (PennyLane
+    0.45's sampler returns the first result of such a group only), a shot vector too."""
+    def circuit(x):
+        qml.RX(x, wires=0)
+        qml.RX(2 * x, wires=2)
+        return (qml.expval(qml.Hamiltonian([0.5], [qml.Z(0)])), qml.expval(qml.Z(1)),
+                qml.expval(qml.Z(2)), qml.var(qml.X(0)))
+    exact = qml.QNode(circuit, qml.device("default.qubit", wires=3))(0.3)
+    got = qml.QNode(circuit, qml.device(name, wires=3, shots=20000, seed=3))(0.3)
+    assert len(got) == 4 and np.allclose(got, exact, atol=0.05)
+    vec = qml.QNode(circuit, qml.device(name, wires=3, shots=[20000, 20000], seed=3))(0.3)
+    assert len(vec) == 2 and all(len(r) == 4 and np.allclose(r, exact, atol=0.05) for r in vec)
+
 def test_samples_counts_shot_vectors_and_seeds():
     def circuit():
         qml.Hadamard(0)

@@ -55,7 +55,8 @@ from qdiff.circuits import memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.pennylane_transforms import (decompose_broadcast, defer_within,
-                                                 map_measurement_wires, snapshots_taken)
+                                                 map_measurement_wires,
+                                                 sampled_measurements, snapshots_taken)
 from qdiff.circuits.operation import is_concrete
 from qdiff.circuits.gates import check_unitary
 from qdiff.circuits.pennylane_io import (broadcast_exp_rotation, exp_pauli_rotation,
@@ -637,6 +638,8 @@ class QdiffStatevector(Device):
         state = state.reshape(shape) if plan.batched else state[0].reshape(shape)
         if plan.wire_map is not None:
             mps = [map_measurement_wires(m, plan.wire_map) for m in mps]
+        if shots:
+            mps = sampled_measurements(mps)
         from pennylane.devices.qubit.simulate import measure_final_state
         if plan.postselect and shots and 0 in list(shots):
             # a shot count the postselection kept none of: NaN results, as default.qubit's
