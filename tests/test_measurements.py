@@ -294,6 +294,34 @@ def test_observable_algebra_simplifies_like_terms():
     assert np.allclose(p.matrix(wire_order=[0]).numpy(), 1j * np.diag([1, -1]))
 
 
+def test_a_sum_built_term_by_term_keys_each_term_a_bounded_number_of_times(monkeypatch):
+    """``sum(c * P for ...)`` merges like terms without re-keying the terms already summed:
+    work linear in the number of terms (it was quadratic: seconds for a few thousand)."""
+    from qdiff.circuits.observables import Factor
+    calls = [0]
+    key = Factor.key
+
+    def counted(self):
+        calls[0] += 1
+        return key(self)
+
+    monkeypatch.setattr(Factor, "key", counted)
+    k = 600
+    words = [qd.Z(i % 7) @ qd.X(7 + i % 11) for i in range(k)]  # 77 distinct words
+    calls[0] = 0
+    h = sum(0.5 * w for w in words) - qd.Z(0) @ qd.X(7) + qd.Y(3)
+    assert calls[0] < 20 * k
+    assert len(h.terms) == 78
+    ref = {}
+    for i in range(k):
+        ref[(i % 7, 7 + i % 11)] = ref.get((i % 7, 7 + i % 11), 0.0) + 0.5
+    ref[(0, 7)] -= 1.0
+    got = {tuple(sorted(f.wires[0] for f in t)): float(c)
+           for c, t in zip(h.coeffs, h.terms) if len(t) == 2}
+    assert got == pytest.approx(ref)
+    assert [repr(f) for f in h.terms[-1]] == ["Y(3)"]
+
+
 def test_counts_of_observables_bits_and_mid_circuit_values():
     """PennyLane's counts(op=None, wires=None, all_outcomes=False): eigenvalue counts of an
     observable, bit-string counts of wires, every outcome listed on request."""
