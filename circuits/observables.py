@@ -514,11 +514,18 @@ def Hamiltonian(coeffs, observables) -> Observable:
     c = as_coeff_tensor(coeffs)
     if c.numel() != len(obs):
         raise QdiffError(f"Hamiltonian: {c.numel()} coefficient(s) for {len(obs)} observable(s)")
-    all_c, all_t = [], []
-    for i, o in enumerate(obs):
-        all_c.append(c[i] * o.coeffs.to(torch.promote_types(c.dtype, o.coeffs.dtype)))
-        all_t.extend(o.terms)
-    return Observable(torch.cat(all_c) if all_c else c, all_t)
+    if not obs:
+        return Observable(c, [])
+    # one tensor operation for all terms (a product per term would give the backward pass a
+    # full-length gradient per term: quadratic in the number of terms)
+    inner = torch.cat([o.coeffs.reshape(-1) for o in obs]).to(c.device)
+    counts = [len(o.terms) for o in obs]
+    dt = torch.promote_types(c.dtype, inner.dtype)
+    if len(inner) == len(obs) and not inner.requires_grad and bool((inner == 1).all()):
+        all_c = c.to(dt)  # unit terms (qd.Z(0) @ qd.X(1), ...): the coefficients as given
+    else:
+        all_c = c.to(dt).repeat_interleave(torch.tensor(counts, device=c.device)) * inner.to(dt)
+    return Observable(all_c, [t for o in obs for t in o.terms])
 
 
 _OP_OBS = {"x": "X", "y": "Y", "z": "Z", "id": "I"}

@@ -434,6 +434,43 @@ def test_a_one_wire_observable_divides_by_a_scalar():
 
 
 
+def _graph_size(t: torch.Tensor) -> int:
+    seen, todo = set(), [t.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        todo.extend(nxt for nxt, _ in node.next_functions)
+    return len(seen)
+
+
+def test_hamiltonian_of_many_terms_is_one_operation_on_its_coefficients():
+    """qd.Hamiltonian(coeffs, ops) with coefficients that require grad: a graph of a few
+    nodes whatever the number of terms (a node per term made the backward quadratic: 25 s
+    for 80,000 terms), and unit terms keep the given tensor, so one Hamiltonian serves
+    several backward passes."""
+    k = 3000
+    words = [qd.Z(i % 12) @ qd.X(12 + i // 12) for i in range(k)]
+    c = torch.linspace(-1.0, 1.0, k, dtype=torch.float64, requires_grad=True)
+    h = qd.Hamiltonian(c, words)
+    assert len(h.terms) == k and _graph_size(h.coeffs) < 5
+    scaled = qd.Hamiltonian(c, [2.0 * w for w in words[:-1]] + [qd.Y(0) + qd.X(1)])
+    assert len(scaled.terms) == k + 1 and _graph_size(scaled.coeffs) < 8
+    (g,) = torch.autograd.grad(scaled.coeffs.sum(), c)
+    assert torch.equal(g, torch.tensor([2.0] * (k - 1) + [2.0], dtype=torch.float64))
+    dev = qd.device("statevector", wires=2)
+    small = torch.tensor([0.5, -0.25], dtype=torch.float64, requires_grad=True)
+    ham = qd.Hamiltonian(small, [qd.Z(0), qd.X(0) @ qd.Z(1)])
+    circuit = qd.qnode(dev)(lambda x: (qd.RY(x, wires=0), qd.expval(ham))[1])
+    x = torch.tensor(0.3, dtype=torch.float64)
+    for _ in range(2):
+        small.grad = None
+        circuit(x).backward()
+        torch.testing.assert_close(small.grad, torch.tensor([math.cos(0.3), math.sin(0.3)],
+                                                            dtype=torch.float64))
+
+
 @pytest.mark.parametrize("diff_method", ["backprop", "adjoint", "parameter-shift"])
 def test_hamiltonian_coefficient_list_with_a_trainable_tensor(diff_method):
     """qd.Hamiltonian([c, 0.5], ops) with c a 0-d tensor that requires grad, as PennyLane's
