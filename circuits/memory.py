@@ -36,6 +36,16 @@ def gib(nbytes: float) -> str:
     return f"{nbytes / 2 ** 30:.3g} GiB"
 
 
+def _distinct(need: float, have: float) -> tuple:
+    """``gib`` of both, with as many digits as it takes to tell them apart (a need just over
+    the budget does not read as equal to it)."""
+    for digits in range(3, 13):
+        a, b = (f"{x / 2 ** 30:.{digits}g} GiB" for x in (need, have))
+        if a != b:
+            break
+    return a, b
+
+
 def _device_type(device) -> str:
     if device is None:
         return "cpu"
@@ -124,7 +134,8 @@ def require(need: float, what: str, device=None, hint: str = "") -> None:
     have = budget(device)
     if not need <= have:
         where = _device_type(device)
-        raise QdiffMemoryError(f"{what} needs about {gib(need)} but the memory budget on "
-                               f"{where} is {gib(have)} ({MARGIN:.0%} of the available memory"
+        need_s, have_s = _distinct(need, have)
+        raise QdiffMemoryError(f"{what} needs about {need_s} but the memory budget on "
+                               f"{where} is {have_s} ({MARGIN:.0%} of the available memory"
                                f"{', capped by QDIFF_MEMORY_LIMIT' if env_limit() else ''})"
                                f"{'; ' + hint if hint else ''}")

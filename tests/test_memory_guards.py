@@ -50,6 +50,14 @@ def test_env_limit_caps_the_budget(available, monkeypatch):
         memory.budget()
 
 
+def test_a_need_just_over_the_budget_does_not_read_as_equal(available, monkeypatch):
+    available(100 * GiB)
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "2G")
+    with pytest.raises(QdiffMemoryError, match=r"needs about 2\.0000002 GiB but the memory "
+                                                r"budget on cpu is 2 GiB"):
+        memory.require(2 * GiB + 208, "two states and their angles")
+
+
 def test_cgroup_room_lowers_available(monkeypatch):
     monkeypatch.setattr(memory, "_meminfo_available", lambda: 50 * GiB)
     monkeypatch.setattr(memory, "_cgroup_room", lambda: 3 * GiB)
