@@ -9,8 +9,9 @@ batches of bindings) is stated in bytes *before* it is made and compared with th
 * ``budget(device)``: ``MARGIN`` (90%) of that, capped by the environment variable
   ``QDIFF_MEMORY_LIMIT`` (bytes, or with a ``K``/``M``/``G``/``T`` suffix) when it is set;
 * ``require(need, what, device)``: raises :class:`~qdiff.circuits.errors.QdiffMemoryError`
-  naming what needs the memory, how much, and the budget. Needs under ``ALWAYS_FITS`` are
-  accepted without reading the system's figures (the check sits on hot paths).
+  naming what needs the memory, how much, and the budget. Needs under ``ALWAYS_FITS`` (and
+  under ``QDIFF_MEMORY_LIMIT`` when it is set) are accepted without reading the system's
+  figures (the check sits on hot paths).
 
 >>> require(1024, "a small buffer")            # fits: returns None
 >>> try:
@@ -129,8 +130,9 @@ def require(need: float, what: str, device=None, hint: str = "") -> None:
     ``hint`` (optional) says what the user can do instead.
     """
     need = float(need)
-    if need < ALWAYS_FITS and not math.isnan(need) and "QDIFF_MEMORY_LIMIT" not in os.environ:
-        return
+    if need < ALWAYS_FITS and not math.isnan(need) and (
+            "QDIFF_MEMORY_LIMIT" not in os.environ or need <= env_limit()):
+        return  # a small need under the cap: the system's figures are not read
     have = budget(device)
     if not need <= have:
         where = _device_type(device)
