@@ -521,7 +521,8 @@ def Hamiltonian(coeffs, observables) -> Observable:
     inner = torch.cat([o.coeffs.reshape(-1) for o in obs]).to(c.device)
     counts = [len(o.terms) for o in obs]
     dt = torch.promote_types(c.dtype, inner.dtype)
-    if len(inner) == len(obs) and not inner.requires_grad and bool((inner == 1).all()):
+    if len(inner) == len(obs) and is_concrete(inner) and not inner.requires_grad and \
+            bool((inner == 1).all()):
         all_c = c.to(dt)  # unit terms (qd.Z(0) @ qd.X(1), ...): the coefficients as given
     else:
         all_c = c.to(dt).repeat_interleave(torch.tensor(counts, device=c.device)) * inner.to(dt)
