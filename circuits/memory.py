@@ -9,8 +9,9 @@ batches of bindings) is stated in bytes *before* it is made and compared with th
 * ``budget(device)``: ``MARGIN`` (90%) of that, capped by the environment variable
   ``QDIFF_MEMORY_LIMIT`` (bytes, or with a ``K``/``M``/``G``/``T`` suffix) when it is set;
 * ``require(need, what, device)``: raises :class:`~qdiff.circuits.errors.QdiffMemoryError`
-  naming what needs the memory, how much, and the budget. Needs under ``ALWAYS_FITS`` are
-  accepted without reading the system's figures (the check sits on hot paths).
+  naming what needs the memory, how much, and the budget. Needs under ``ALWAYS_FITS`` (and
+  under ``QDIFF_MEMORY_LIMIT`` when it is set) are accepted without reading the system's
+  figures (the check sits on hot paths).
 
 >>> require(1024, "a small buffer")            # fits: returns None
 >>> try:
@@ -34,6 +35,16 @@ _UNITS = {"": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
 def gib(nbytes: float) -> str:
     """``'1.5 GiB'`` (three significant digits)."""
     return f"{nbytes / 2 ** 30:.3g} GiB"
+
+
+def _distinct(need: float, have: float) -> tuple:
+    """``gib`` of both, with as many digits as it takes to tell them apart (a need just over
+    the budget does not read as equal to it)."""
+    for digits in range(3, 13):
+        a, b = (f"{x / 2 ** 30:.{digits}g} GiB" for x in (need, have))
+        if a != b:
+            break
+    return a, b
 
 
 def _device_type(device) -> str:
@@ -119,12 +130,14 @@ def require(need: float, what: str, device=None, hint: str = "") -> None:
     ``hint`` (optional) says what the user can do instead.
     """
     need = float(need)
-    if need < ALWAYS_FITS and not math.isnan(need) and "QDIFF_MEMORY_LIMIT" not in os.environ:
-        return
+    if need < ALWAYS_FITS and not math.isnan(need) and (
+            "QDIFF_MEMORY_LIMIT" not in os.environ or need <= env_limit()):
+        return  # a small need under the cap: the system's figures are not read
     have = budget(device)
     if not need <= have:
         where = _device_type(device)
-        raise QdiffMemoryError(f"{what} needs about {gib(need)} but the memory budget on "
-                               f"{where} is {gib(have)} ({MARGIN:.0%} of the available memory"
+        need_s, have_s = _distinct(need, have)
+        raise QdiffMemoryError(f"{what} needs about {need_s} but the memory budget on "
+                               f"{where} is {have_s} ({MARGIN:.0%} of the available memory"
                                f"{', capped by QDIFF_MEMORY_LIMIT' if env_limit() else ''})"
                                f"{'; ' + hint if hint else ''}")

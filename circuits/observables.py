@@ -87,6 +87,10 @@ def _mul_terms(a: tuple, b: tuple) -> tuple[complex, tuple]:
     return phase, tuple(sorted(factors, key=lambda f: str(f.wires[0])))
 
 
+def _term_key(term: tuple) -> tuple:
+    return tuple(f.key() for f in term)
+
+
 def as_coeff_tensor(coeffs) -> torch.Tensor:
     """A 1-D coefficient tensor; plain (fit for a recorded circuit that later calls reuse)
     unless ``coeffs`` is a tensor that requires grad or comes from a torch.func transform."""
@@ -209,18 +213,59 @@ class Observable:
 
     def _merge(self):
         index: dict = {}
-        keys = []
-        for t in self.terms:
-            k = tuple(f.key() for f in t)
-            if k not in index:
-                index[k] = len(index)
-                keys.append(t)
-        if len(index) == len(self.terms):
-            return
-        idx = torch.tensor([index[tuple(f.key() for f in t)] for t in self.terms])
-        merged = torch.zeros(len(index), dtype=self.coeffs.dtype, device=self.coeffs.device)
-        self.coeffs = merged.index_add(0, idx.to(self.coeffs.device), self.coeffs)
-        self.terms = tuple(keys)
+        pos = [index.setdefault(_term_key(t), len(index)) for t in self.terms]
+        if len(index) < len(self.terms):
+            idx = torch.tensor(pos, device=self.coeffs.device)
+            merged = torch.zeros(len(index), dtype=self.coeffs.dtype, device=self.coeffs.device)
+            self.coeffs = merged.index_add(0, idx, self.coeffs)
+            first = {}
+            for p, t in zip(pos, self.terms):
+                first.setdefault(p, t)
+            self.terms = tuple(first.values())
+        self.__dict__["_index"] = index
+
+    def _term_index(self) -> Optional[dict]:
+        """``{term key: position}`` when the terms are distinct, else None. Kept on the
+        observable (its terms never change): a sum built one term at a time,
+        ``sum(c * P for ...)``, then keys each term once instead of at every addition."""
+        d = self.__dict__
+        if "_index" not in d:
+            index: dict = {}
+            for i, t in enumerate(self.terms):
+                index.setdefault(_term_key(t), i)
+            d["_index"] = index if len(index) == len(self.terms) else None
+        return d["_index"]
+
+    def _with_coeffs(self, coeffs) -> "Observable":
+        """The same terms with new coefficients (already checked)."""
+        out = Observable(coeffs, self.terms, simplify=False, check=False)
+        if "_index" in self.__dict__:
+            out.__dict__["_index"] = self.__dict__["_index"]
+        return out
+
+    def _extend(self, index: dict, a: torch.Tensor, other: "Observable",
+                b: torch.Tensor) -> "Observable":
+        """``self + other`` for ``self`` with distinct terms (``index``): ``other``'s terms are
+        looked up in a copy of the index, so the work is a copy of ``self``, not a re-keying."""
+        check_finite(b)
+        index = dict(index)
+        new_terms, pos = [], []
+        for t in other.terms:
+            k = _term_key(t)
+            p = index.get(k)
+            if p is None:
+                p = index[k] = len(index)
+                new_terms.append(t)
+            pos.append(p)
+        if len(new_terms) == len(other.terms):
+            coeffs = torch.cat([a, b])
+        else:
+            coeffs = torch.cat([a, a.new_zeros(len(new_terms))]).index_add(
+                0, torch.tensor(pos, device=a.device), b)
+        out = Observable.__new__(Observable)
+        out.coeffs, out.terms = coeffs, self.terms + tuple(new_terms)
+        out.__dict__["_index"] = index
+        return out
 
     def simplify(self, tol: float = 0.0) -> "Observable":
         """Drop terms whose coefficient magnitude is at most ``tol`` (like terms are already
@@ -331,12 +376,15 @@ class Observable:
         other = as_observable(other)
         a, b = self.coeffs, other.coeffs
         dt = torch.promote_types(a.dtype, b.dtype)
+        index = self._term_index()
+        if index is not None and a.device == b.device:
+            return self._extend(index, a.to(dt), other, b.to(dt))
         return Observable(torch.cat([a.to(dt), b.to(dt)]), self.terms + other.terms)
 
     __radd__ = __add__
 
     def __neg__(self):
-        return Observable(-self.coeffs, self.terms, simplify=False, check=False)
+        return self._with_coeffs(-self.coeffs)
 
     def __sub__(self, other):
         other = _number_array(other)
@@ -351,8 +399,9 @@ class Observable:
 
     def __mul__(self, c):
         if isinstance(c, (numbers.Number, torch.Tensor)):
-            return Observable(self.coeffs * _scalar(c, "multiplying an observable"), self.terms,
-                              simplify=False)
+            coeffs = self.coeffs * _scalar(c, "multiplying an observable")
+            check_finite(coeffs)
+            return self._with_coeffs(coeffs)
         return NotImplemented
 
     __rmul__ = __mul__
@@ -482,11 +531,19 @@ def Hamiltonian(coeffs, observables) -> Observable:
     c = as_coeff_tensor(coeffs)
     if c.numel() != len(obs):
         raise QdiffError(f"Hamiltonian: {c.numel()} coefficient(s) for {len(obs)} observable(s)")
-    all_c, all_t = [], []
-    for i, o in enumerate(obs):
-        all_c.append(c[i] * o.coeffs.to(torch.promote_types(c.dtype, o.coeffs.dtype)))
-        all_t.extend(o.terms)
-    return Observable(torch.cat(all_c) if all_c else c, all_t)
+    if not obs:
+        return Observable(c, [])
+    # one tensor operation for all terms (a product per term would give the backward pass a
+    # full-length gradient per term: quadratic in the number of terms)
+    inner = torch.cat([o.coeffs.reshape(-1) for o in obs]).to(c.device)
+    counts = [len(o.terms) for o in obs]
+    dt = torch.promote_types(c.dtype, inner.dtype)
+    if len(inner) == len(obs) and is_concrete(inner) and not inner.requires_grad and \
+            bool((inner == 1).all()):
+        all_c = c.to(dt)  # unit terms (qd.Z(0) @ qd.X(1), ...): the coefficients as given
+    else:
+        all_c = c.to(dt).repeat_interleave(torch.tensor(counts, device=c.device)) * inner.to(dt)
+    return Observable(all_c, [t for o in obs for t in o.terms])
 
 
 _OP_OBS = {"x": "X", "y": "Y", "z": "Z", "id": "I"}

@@ -320,6 +320,35 @@ def test_numpy_scalars_add_to_observables_as_they_multiply_them():
             assert np.allclose(got.matrix(wire_order=[0]).numpy(), want)
     assert np.allclose((qd.Z(0) - np.array([2.5])).matrix().numpy(), [[-1.5, 0], [0, -3.5]])
 
+
+def test_a_sum_built_term_by_term_keys_each_term_a_bounded_number_of_times(monkeypatch):
+    """``sum(c * P for ...)`` merges like terms without re-keying the terms already summed:
+    work linear in the number of terms (it was quadratic: seconds for a few thousand)."""
+    from qdiff.circuits.observables import Factor
+    calls = [0]
+    key = Factor.key
+
+    def counted(self):
+        calls[0] += 1
+        return key(self)
+
+    monkeypatch.setattr(Factor, "key", counted)
+    k = 600
+    words = [qd.Z(i % 7) @ qd.X(7 + i % 11) for i in range(k)]  # 77 distinct words
+    calls[0] = 0
+    h = sum(0.5 * w for w in words) - qd.Z(0) @ qd.X(7) + qd.Y(3)
+    assert calls[0] < 20 * k
+    assert len(h.terms) == 78
+    ref = {}
+    for i in range(k):
+        ref[(i % 7, 7 + i % 11)] = ref.get((i % 7, 7 + i % 11), 0.0) + 0.5
+    ref[(0, 7)] -= 1.0
+    got = {tuple(sorted(f.wires[0] for f in t)): float(c)
+           for c, t in zip(h.coeffs, h.terms) if len(t) == 2}
+    assert got == pytest.approx(ref)
+    assert [repr(f) for f in h.terms[-1]] == ["Y(3)"]
+
+
 def test_counts_of_observables_bits_and_mid_circuit_values():
     """PennyLane's counts(op=None, wires=None, all_outcomes=False): eigenvalue counts of an
     observable, bit-string counts of wires, every outcome listed on request."""
@@ -450,6 +479,43 @@ def test_a_one_wire_observable_divides_by_a_scalar():
         val = qd.qnode(dev)(lambda o=obs: (qd.RY(0.5, wires=0), qd.expval(o))[1])()
         torch.testing.assert_close(val, torch.tensor(math.cos(0.5) / 2, dtype=torch.float64))
 
+
+
+def _graph_size(t: torch.Tensor) -> int:
+    seen, todo = set(), [t.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        todo.extend(nxt for nxt, _ in node.next_functions)
+    return len(seen)
+
+
+def test_hamiltonian_of_many_terms_is_one_operation_on_its_coefficients():
+    """qd.Hamiltonian(coeffs, ops) with coefficients that require grad: a graph of a few
+    nodes whatever the number of terms (a node per term made the backward quadratic: 25 s
+    for 80,000 terms), and unit terms keep the given tensor, so one Hamiltonian serves
+    several backward passes."""
+    k = 3000
+    words = [qd.Z(i % 12) @ qd.X(12 + i // 12) for i in range(k)]
+    c = torch.linspace(-1.0, 1.0, k, dtype=torch.float64, requires_grad=True)
+    h = qd.Hamiltonian(c, words)
+    assert len(h.terms) == k and _graph_size(h.coeffs) < 5
+    scaled = qd.Hamiltonian(c, [2.0 * w for w in words[:-1]] + [qd.Y(0) + qd.X(1)])
+    assert len(scaled.terms) == k + 1 and _graph_size(scaled.coeffs) < 8
+    (g,) = torch.autograd.grad(scaled.coeffs.sum(), c)
+    assert torch.equal(g, torch.tensor([2.0] * (k - 1) + [2.0], dtype=torch.float64))
+    dev = qd.device("statevector", wires=2)
+    small = torch.tensor([0.5, -0.25], dtype=torch.float64, requires_grad=True)
+    ham = qd.Hamiltonian(small, [qd.Z(0), qd.X(0) @ qd.Z(1)])
+    circuit = qd.qnode(dev)(lambda x: (qd.RY(x, wires=0), qd.expval(ham))[1])
+    x = torch.tensor(0.3, dtype=torch.float64)
+    for _ in range(2):
+        small.grad = None
+        circuit(x).backward()
+        torch.testing.assert_close(small.grad, torch.tensor([math.cos(0.3), math.sin(0.3)],
+                                                            dtype=torch.float64))
 
 
 @pytest.mark.parametrize("diff_method", ["backprop", "adjoint", "parameter-shift"])

@@ -50,6 +50,31 @@ def test_env_limit_caps_the_budget(available, monkeypatch):
         memory.budget()
 
 
+def test_a_need_just_over_the_budget_does_not_read_as_equal(available, monkeypatch):
+    available(100 * GiB)
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "2G")
+    with pytest.raises(QdiffMemoryError, match=r"needs about 2\.0000002 GiB but the memory "
+                                                r"budget on cpu is 2 GiB"):
+        memory.require(2 * GiB + 208, "two states and their angles")
+
+
+def test_small_needs_under_the_env_limit_do_not_read_the_system(monkeypatch):
+    """The check sits on per-tape and per-call paths: a need under ``ALWAYS_FITS`` and under
+    ``QDIFF_MEMORY_LIMIT`` reads no /proc or cgroup file; one over the limit is refused."""
+    def unread():
+        raise AssertionError("read the system's memory figures")
+    monkeypatch.setattr(memory, "_meminfo_available", unread)
+    monkeypatch.setattr(memory, "_cgroup_room", unread)
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "4G")
+    for _ in range(100):
+        memory.require(1024, "a small buffer")
+    monkeypatch.setattr(memory, "_meminfo_available", lambda: 100 * GiB)
+    monkeypatch.setattr(memory, "_cgroup_room", lambda: None)
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1K")
+    with pytest.raises(QdiffMemoryError, match=r"^two pages needs about"):
+        memory.require(8192, "two pages")
+
+
 def test_cgroup_room_lowers_available(monkeypatch):
     monkeypatch.setattr(memory, "_meminfo_available", lambda: 50 * GiB)
     monkeypatch.setattr(memory, "_cgroup_room", lambda: 3 * GiB)

@@ -1698,3 +1698,26 @@ def test_metric_tensor_of_generators_as_gates_is_refused_pointing_to_the_adjoint
     p1 = np.sin(0.15) ** 2
     z = 1 - 2 * p1 * np.sin(0.25) ** 2
     assert np.allclose(g, np.diag([0.25, p1 / 4, (1 - z ** 2) / 4]), atol=1e-10)
+
+
+def test_adjoint_jacobian_of_many_parameters_scales_linearly():
+    """The Jacobian of P trainable parameters maps theta columns to tape parameters without a
+    dense (P, P) matrix: 4000 rotations take well under the 128 MB such a matrix would."""
+    import tracemalloc
+    p = 4000
+    angles = np.linspace(-1.0, 1.0, p) / p
+    tape = qml.tape.QuantumScript([qml.RY(a, wires=0) for a in angles],
+                                  [qml.expval(qml.PauliZ(0))])
+    tape.trainable_params = list(range(p))
+    dev = qml.device("qdiff.statevector", wires=1)
+    dev.execute_and_compute_derivatives((tape,))  # the tape's structure, recorded once
+    tracemalloc.start()
+    try:
+        (val,), (jac,) = dev.execute_and_compute_derivatives((tape,))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    total = angles.sum()
+    assert np.isclose(val, np.cos(total))
+    assert np.allclose(np.asarray(jac, dtype=float), -np.sin(total))
+    assert peak < 16e6, f"peak {peak / 1e6:.0f} MB"

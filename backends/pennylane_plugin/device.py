@@ -723,7 +723,7 @@ class QdiffStatevector(Device):
                 if g is None or not p.tape.trainable_params:
                     continue
                 sizes = [_flat_size(m, p.n) for m in p.job.circuit.measurements]
-                jac = g[:, rows].detach().cpu().numpy() @ _column_map(p.tape, p.sources)
+                jac = _by_parameter(p.tape, g[:, rows], p.sources)
                 jacs[j] = _jacobian_format(p.tape, jac, sizes, p.batched)
         jacs = tuple(jacs)
         if not results:
@@ -957,22 +957,30 @@ def _flat_cotangent(plan: _Plan, dy) -> torch.Tensor:
     return torch.cat(cols, dim=1)
 
 
-def _column_map(tape, sources) -> np.ndarray:
-    """``(P, T)`` matrix taking gradients by theta column to gradients by trainable tape
-    parameter (``factor`` where column ``c`` comes from parameter ``t``)."""
+def _by_parameter(tape, g: torch.Tensor, sources) -> np.ndarray:
+    """Gradients by theta column ``(..., P)`` -> by trainable tape parameter ``(..., T)``:
+    column ``c`` from parameter ``t`` with ``factor`` adds ``factor * g[..., c]`` to ``t``
+    (a scatter over the columns, O(P) work: a dense ``(P, T)`` map would be quadratic)."""
     index = {k: i for i, k in enumerate(tape.trainable_params)}
-    m = np.zeros((len(sources), len(index)))
+    cols, params, factors = [], [], []
     for c, (k, factor) in enumerate(sources):
         i = index.get(k)
         if i is not None:
-            m[c, i] += factor
-    return m
+            cols.append(c)
+            params.append(i)
+            factors.append(factor)
+    g = g.detach().cpu().to(torch.float64)
+    out = torch.zeros(g.shape[:-1] + (len(index),), dtype=torch.float64)
+    if cols:
+        picked = g[..., cols] * torch.tensor(factors, dtype=torch.float64)
+        out.index_add_(-1, torch.tensor(params, dtype=torch.long), picked)
+    return out.numpy()
 
 
 def _param_grads(tape, g: torch.Tensor, sources) -> tuple:
     """``(B, P)`` column gradients -> one gradient per trainable tape parameter, shaped like
     the parameter (a broadcast parameter keeps its rows; a scalar sums them)."""
-    per = g.detach().cpu().numpy() @ _column_map(tape, sources)  # (B, T)
+    per = _by_parameter(tape, g, sources)  # (B, T)
     params = tape.get_parameters(trainable_only=True)
     out = []
     for t, p in enumerate(params):
