@@ -21,7 +21,7 @@ from qdiff.backends.base import shot_vector
 from qdiff.circuits import pennylane_io, recording  # noqa: F401  (pennylane_io installs the
 # conversion of PennyLane observables given to qd.expval & co.; PennyLane itself stays unimported)
 from qdiff.circuits.circuit import Circuit, Recorded
-from qdiff.circuits.errors import QdiffError
+from qdiff.circuits.errors import QdiffError, QdiffMemoryError
 from qdiff.circuits.measurements import Measurement
 from qdiff.rules import DIFF_METHODS, RULES, make_options  # noqa: F401  (DIFF_METHODS re-exported)
 
@@ -125,8 +125,16 @@ class QNode:
         # the device refuses a batch that cannot run before theta (B, P) is assembled
         recorded, result = _record(self.func, self.device.wires, args, kwargs,
                                    getattr(self.device, "check_batch", None))
-        outs = execute(recorded, self.backend_for(recorded.circuit), self.diff_method,
-                       stacked=True, options=self.options, shots=shots)
+        try:
+            outs = execute(recorded, self.backend_for(recorded.circuit), self.diff_method,
+                           stacked=True, options=self.options, shots=shots)
+        except QdiffMemoryError as e:
+            extra = recorded.circuit.num_wires - self.device.num_wires
+            if extra <= 0:
+                raise
+            raise QdiffMemoryError(f"{e} ({extra} of the {recorded.circuit.num_wires} wires "
+                                   f"are the circuit's mid-circuit measurements: deferred "
+                                   f"measurement adds one wire each)") from None
         if isinstance(outs, torch.Tensor):  # (B, K) of scalar measurements
             bshape = tuple(recorded.batch_shape)
             if isinstance(result, Measurement):

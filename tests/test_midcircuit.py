@@ -369,3 +369,19 @@ def test_a_qnode_with_measurements_called_inside_another_qnode_numbers_its_own_o
     c = math.cos(math.cos(0.3))
     assert torch.allclose(inner(x), torch.tensor(math.cos(0.3), dtype=DT), atol=1e-12)
     assert torch.allclose(outer(x), torch.tensor([c, (1 - c) / 2], dtype=DT), atol=1e-12)
+
+
+def test_a_register_too_wide_for_memory_says_the_measurements_added_its_wires(monkeypatch):
+    """Thirty measurements on three wires simulate 33 qubits: the memory refusal says how many
+    of them the measurements add."""
+    monkeypatch.setenv("QDIFF_MEMORY_LIMIT", "1G")
+
+    @qd.qnode(qd.device("statevector", wires=3))
+    def f(x):
+        for i in range(30):
+            qd.RX(x, wires=i % 3)
+            qd.measure(i % 3)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffMemoryError, match=r"33 qubits.*30 of the 33 wires are the "
+                       r"circuit's mid-circuit measurements"):
+        f(torch.tensor(0.3))
