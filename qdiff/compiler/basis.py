@@ -60,19 +60,24 @@ def parse_basis(text) -> Basis:
 
 
 _INSTRUCTIONS = {"measure", "reset", "delay", "barrier"}  # in device basis lists, not gates
+_CLIFFORD_T = {"s", "sdg", "tdg", "z"}  # with h, t (and x): a Clifford+T basis
 
 
 def _canonical(name: str) -> str:
     """A gate's name as a basis lists it: Qiskit's standard names as they are (``u``, ``p``,
     ``cx``), another name of a qdiff gate (``cnot``, ``toffoli``, ``hadamard``) as that gate's
     own name; an unknown name as it is (refused by :func:`parse_basis`)."""
-    from qiskit.circuit.library import get_standard_gate_name_mapping
-    if name in _INSTRUCTIONS or name in get_standard_gate_name_mapping():
+    if name in _INSTRUCTIONS or name in _TWO_Q or any(name in s for s, _ in _EULER) or \
+            name in _CLIFFORD_T:
         return name
     try:
-        return get_gate(name).name
+        canonical = get_gate(name).name
     except QdiffError:
         return name
+    if canonical == name:
+        return name
+    from qiskit.circuit.library import get_standard_gate_name_mapping
+    return name if name in get_standard_gate_name_mapping() else canonical
 
 
 def _is_gate_name(name: str) -> bool:
