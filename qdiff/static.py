@@ -1047,9 +1047,14 @@ class StaticQNode:
             # recorded with grad mode on: which angles are trainable follows the arguments'
             # requires_grad (part of the key), whatever the grad mode of this first call
             # (its own saved tensors kept from outer saved-tensor hooks: the record's graphs
-            # are not the output's, so a checkpoint's recomputation, which replays, matches)
-            with torch.enable_grad(), _own_saved_tensors():
-                trace = trace_call(self.qnode, args, kwargs, key, tensors, shots)
+            # are not the output's, so a checkpoint's recomputation, which replays, matches).
+            # Under torch.inference_mode, enable_grad alone records nothing: the record runs
+            # outside it, on ordinary copies of the call's inference tensors
+            if torch.is_inference_mode_enabled():
+                trace = self._trace_outside_inference_mode(args, kwargs, key, tensors, shots)
+            else:
+                with torch.enable_grad(), _own_saved_tensors():
+                    trace = trace_call(self.qnode, args, kwargs, key, tensors, shots)
             self._traces[key] = trace
             if len(self._traces) > self.max_traces:
                 try:
@@ -1064,6 +1069,12 @@ class StaticQNode:
         if _autocast_cpu() or _autocast_cuda():  # the engine computes in its own precision
             return exact_precision(trace.replay)(tensors)
         return trace.replay(tensors)
+
+    def _trace_outside_inference_mode(self, args, kwargs, key, tensors, shots):
+        with torch.inference_mode(False), torch.enable_grad(), _own_saved_tensors():
+            copies = [t.clone() if t.is_inference() else t for t in tensors]
+            args, kwargs = _substitute(args, kwargs, copies)
+            return trace_call(self.qnode, args, kwargs, key, copies, shots)
 
     def __deepcopy__(self, memo):
         """A deep copy shares the qnode, as it shares a function: ``copy.deepcopy(model)``

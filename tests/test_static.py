@@ -1156,3 +1156,26 @@ def test_a_normalised_float32_embedding_replays(batch):
         torch.testing.assert_close(torch.stack(list(f(x)), -1), torch.stack(list(g(x)), -1),
                                    atol=2e-5, rtol=0)
     assert f.num_traces == 1
+
+
+@pytest.mark.parametrize("method", ["best", "backprop", "adjoint", "parameter-shift"])
+@pytest.mark.parametrize("batch", [(), (3,), (200,)])
+def test_first_call_under_inference_mode_then_training(method, batch):
+    """A signature first called under ``torch.inference_mode`` (where ``enable_grad`` records
+    no graph) replays with gradients later, as one first called under ``no_grad``."""
+    dev = qd.device("statevector", wires=2)
+
+    def body(x, w):
+        qd.RX(x[..., 0], wires=0)
+        qd.RY(w[0], wires=1)
+        qd.CNOT(wires=[0, 1])
+        return qd.expval(qd.Z(1))
+    f, g = (qd.qnode(dev, diff_method=method, static=s)(body) for s in (True, False))
+    w = torch.tensor([0.3], dtype=torch.float64, requires_grad=True)
+    with torch.inference_mode():
+        x = torch.full(batch + (2,), 0.5, dtype=torch.float64)
+        torch.testing.assert_close(f(x, w), g(x, w))
+        torch.testing.assert_close(f(x + 1, w), g(x + 1, w))
+    x = torch.full(batch + (2,), 0.7, dtype=torch.float64)
+    torch.testing.assert_close(torch.autograd.grad(f(x, w).sum(), w)[0],
+                               torch.autograd.grad(g(x, w).sum(), w)[0])
