@@ -186,6 +186,9 @@ class GuardedTensor(torch.Tensor):
             _refuse_read(name)
         if name in ("__repr__", "__format__"):
             return _placeholder(name, args, kwargs)
+        if name == "__deepcopy__":  # a new tensor holding the values (torch's default makes
+            # it through new_empty, which is plain here); no gradient reaches the argument
+            return args[0].detach().clone()
         guarded = _guarded_in(args, kwargs)
         affine = _affine_call(name, args, kwargs, guarded)
         target = None

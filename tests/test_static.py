@@ -1179,3 +1179,35 @@ def test_first_call_under_inference_mode_then_training(method, batch):
     x = torch.full(batch + (2,), 0.7, dtype=torch.float64)
     torch.testing.assert_close(torch.autograd.grad(f(x, w).sum(), w)[0],
                                torch.autograd.grad(g(x, w).sum(), w)[0])
+
+
+def test_a_deep_copy_of_an_argument_stays_guarded_and_replays():
+    """``copy.deepcopy(x)`` inside the function is a new tensor holding the values: a branch on
+    it is a read, and an angle from it replays as the plain qnode runs it (a new leaf: no
+    gradient reaches ``x``)."""
+    import copy
+    dev = qd.device("statevector", wires=1)
+
+    def branch(x):
+        if copy.deepcopy(x)[0] > 100:
+            qd.PauliX(0)
+        return qd.expval(qd.Z(0))
+
+    def body(x, w):
+        qd.RX(copy.deepcopy(x)[0], wires=0)
+        qd.RY(w[0], wires=0)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffError, match="reads an argument's value"):
+        qd.qnode(dev, static=True)(branch)(torch.tensor([0.3], dtype=torch.float64))
+    f, g = (qd.qnode(dev, static=s)(body) for s in (True, False))
+    for v in (0.3, 0.9):
+        got = []
+        for q in (f, g):
+            x = torch.tensor([v], dtype=torch.float64, requires_grad=True)
+            w = torch.tensor([0.2], dtype=torch.float64, requires_grad=True)
+            out = q(x, w)
+            got.append((out, *torch.autograd.grad(out, [x, w], allow_unused=True)))
+        (o1, gx1, gw1), (o2, gx2, gw2) = got
+        torch.testing.assert_close(o1, o2)
+        torch.testing.assert_close(gw1, gw2)
+        assert gx1 is None and gx2 is None
