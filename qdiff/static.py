@@ -52,6 +52,7 @@ import threading
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
+from torch.overrides import TorchFunctionMode
 
 from qdiff.backends.base import Gather, Prepared, flat_outputs
 from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective_shots,
@@ -102,6 +103,12 @@ _AFFINE = frozenset({
     "div_", "true_divide_",
     # attribute reads (shape, dtype, .T, .data, ...)
     "__get__"})
+# ops whose results hold no argument values (constants shaped like one)
+_CONSTANT = frozenset({"new_zeros", "new_ones", "new_full", "new_empty", "zeros_like",
+                       "ones_like", "full_like", "empty_like"})
+# torch functions that copy their data argument without dispatching to its class
+# (torch.tensor(x)): their result holds the argument's values
+_COPIES = frozenset({"tensor", "as_tensor", "asarray"})
 _DIVIDE = frozenset({"div", "divide", "true_divide", "__truediv__", "__itruediv__", "div_",
                      "true_divide_"})
 _PRODUCT = frozenset({"mul", "multiply", "__mul__", "__rmul__", "__imul__", "mul_", "matmul",
@@ -173,9 +180,15 @@ class GuardedTensor(torch.Tensor):
         kwargs = kwargs or {}
         if not getattr(_GUARD, "on", False):
             return super().__torch_function__(func, types, args, kwargs)
+        _GUARD.dispatched = True
         name = getattr(func, "__name__", "")
         if name in _READS:
             _refuse_read(name)
+        if name in ("__repr__", "__format__"):
+            return _placeholder(name, args, kwargs)
+        if name == "__deepcopy__":  # a new tensor holding the values (torch's default makes
+            # it through new_empty, which is plain here); no gradient reaches the argument
+            return args[0].detach().clone()
         guarded = _guarded_in(args, kwargs)
         affine = _affine_call(name, args, kwargs, guarded)
         target = None
@@ -188,6 +201,9 @@ class GuardedTensor(torch.Tensor):
                     "a replay does not run the function and cannot repeat that. Work on a "
                     "copy (x = x.clone()) or use static=False")
         ret = super().__torch_function__(func, types, args, kwargs)
+        if affine and name not in _CONSTANT and isinstance(ret, torch.Tensor) and not (
+                ret.dtype.is_floating_point or ret.dtype.is_complex):
+            affine = False  # a cast to an integer or bool dtype rounds
         mark = NonAffineTensor if not affine or any(
             isinstance(g, NonAffineTensor) for g in guarded) else GuardedTensor
         if isinstance(target, torch.Tensor) and not isinstance(target, mark):
@@ -205,6 +221,49 @@ class GuardedTensor(torch.Tensor):
 
 class NonAffineTensor(GuardedTensor):
     """A guarded tensor computed by an op that is not affine in the arguments."""
+
+
+def _placeholder(name, args, kwargs) -> str:
+    """``repr``/``format`` of a guarded tensor: its shape and dtype, not its values (as a
+    traced array prints under ``jax.jit``); a format spec (``f"{x:.3f}"``) reads the value."""
+    t = args[0]
+    spec = args[1] if len(args) > 1 else kwargs.get("format_spec", "")
+    if name == "__format__" and spec:
+        _refuse_read("__format__")
+    return f"<traced tensor shape={tuple(t.shape)} dtype={t.dtype}>"
+
+
+def _holds_guarded(v, depth: int = 0) -> bool:
+    if isinstance(v, GuardedTensor):
+        return True
+    if depth < 4 and isinstance(v, (list, tuple)):
+        return any(_holds_guarded(u, depth + 1) for u in v)
+    return False
+
+
+class _ValueReads(TorchFunctionMode):
+    """Active while a static qnode traces its function. A torch call that takes a guarded
+    tensor only where it expects a number (``torch.full((2,), x[0])``, ``torch.arange(x[0])``)
+    reads its value in C++ without dispatching to :class:`GuardedTensor`: refused as a read.
+    The copy constructors (``torch.tensor(x)``, ``torch.as_tensor``, ``torch.asarray``) keep
+    the guard on their result."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not (_holds_guarded(args) or _holds_guarded(tuple(kwargs.values()))):
+            return func(*args, **kwargs)
+        _GUARD.dispatched = False
+        ret = func(*args, **kwargs)
+        if _GUARD.dispatched:
+            return ret
+        name = getattr(func, "__name__", "")
+        if name in _COPIES and isinstance(ret, torch.Tensor):
+            if isinstance(ret, GuardedTensor):
+                return ret
+            real = ret.dtype.is_floating_point or ret.dtype.is_complex
+            with torch._C.DisableTorchFunctionSubclass():
+                return ret.as_subclass(GuardedTensor if real else NonAffineTensor)
+        _refuse_read(name)
 
 
 def _mark(ret):
@@ -246,7 +305,8 @@ def refuse_nested(what: str = "a qnode") -> None:
 def _guarded(storages=frozenset()):
     _GUARD.on, _GUARD.storages = True, storages
     try:
-        yield
+        with _ValueReads():
+            yield
     finally:
         _GUARD.on, _GUARD.storages = False, frozenset()
 
@@ -375,6 +435,9 @@ class Trace:
         self.arg_dtypes = ()  # the tensor arguments' dtypes (set by the trace)
         self.any_requires_grad = True  # whether any tensor argument requires grad (ditto)
         self.arg_used = None  # per tensor argument: whether an angle reads it (see `used`)
+        # per theta column: True where the recorded angle reads an argument but carries no
+        # gradient (read through .detach(), .data or torch.tensor); None when there is none
+        self.frozen = None
 
     def used(self, tensors) -> tuple:
         """Per tensor argument, whether any angle reads one of its entries: an argument no
@@ -382,7 +445,10 @@ class Trace:
         skip it (weight decay, momentum) as they skip an unused parameter."""
         if self.arg_used is None:
             read = torch.zeros(sum(t.numel() for t in tensors) + 1, dtype=torch.bool)
-            read[self.flat_idx.cpu().clamp(max=read.numel() - 1)] = True
+            idx = self.idx.cpu()
+            if self.frozen is not None:  # an angle without gradient does not count as a read
+                idx = idx[:, ~self.frozen.cpu()]
+            read[idx.reshape(-1).clamp(max=read.numel() - 1)] = True
             flags, pos = [], 0
             for t in tensors:
                 flags.append(bool(read[pos:pos + t.numel()].any()))
@@ -420,6 +486,8 @@ class Trace:
         theta = src[self.idx]
         if self.scale is not None:
             theta = theta * self.scale + self.offset
+        if self.frozen is not None and theta.requires_grad:
+            theta = torch.where(self.frozen, theta.detach(), theta)
         return theta
 
     def replay(self, tensors):
@@ -586,14 +654,20 @@ def _apply_bound(trace, tensors):
 def _probe_codes(total: int) -> list:
     """The probe bindings' values for the ``k``-th element of the arguments' concatenation:
     zeros, ones, ``k + 1``, ``perm[k] + 1`` (the two that identify the element), then a
-    negative, large one (``-e^2 (k + 1)``) and a fractional one (``(perm[k] + 1) / pi + 1/4``)
-    that only an affine angle also matches (``relu``, ``abs``, ``x ** 2``, ``sin`` or a
-    clamp agree with a line on non-negative integers but not there)."""
-    perm = torch.randperm(total, generator=torch.Generator().manual_seed(1234))
+    negative, large one (``-e^2 (k + 1)``) and a fractional one (``(perm[k] + 1)(1 + u[k]) /
+    pi + 1/4``, ``u`` uniform in [0, 1)) that only an affine angle also matches (``relu``,
+    ``abs``, ``x ** 2``, ``sin`` or a clamp agree with a line on non-negative integers but
+    not there). Every probe before the fractional one is affine in ``k`` or in ``perm[k]``:
+    a sum of elements whose codes form an arithmetic progression there (``x[2] + x[4]``
+    against ``2 * x[3]``) matches all of them, and only the random factor ``1 + u`` (of the
+    codes' size, above any tolerance) tells it from one element."""
+    gen = torch.Generator().manual_seed(1234)
+    perm = torch.randperm(total, generator=gen)
+    u = torch.rand(total, generator=gen, dtype=torch.float64)
     k1 = torch.arange(1, total + 1, dtype=torch.float64)
     p1 = (perm + 1).to(torch.float64)
     return [torch.zeros(total, dtype=torch.float64), torch.ones(total, dtype=torch.float64),
-            k1, p1, -7.38905609893065 * k1, p1 * 0.3183098861837907 + 0.25]
+            k1, p1, -7.38905609893065 * k1, p1 * (1 + u) * 0.3183098861837907 + 0.25]
 
 
 def _probes(tensors, total: int):
@@ -651,8 +725,22 @@ def _gather_map(thetas, codes, total: int, tol: float):
     k = torch.where(moving, (t2 - c) / torch.where(moving, a, torch.ones_like(a)) - 1,
                     torch.zeros_like(a))
     kr = k.round()
-    ok = (k - kr).abs() <= 1e-6 * (1 + kr.abs())
+
+    def err(t):
+        return tol * (1 + t.abs())
+    # the error k inherits from the angles' rounding: with float32 arguments an angle such as
+    # (x - 128) / 255 loses most digits of t1 - t0 to cancellation. Up to a quarter is taken
+    # for rounding error; the other probes tell a misread element
+    slack = (err(t2) + err(t0) + (kr.abs() + 1) * (err(t1) + err(t0))) / \
+        torch.where(moving, a.abs(), torch.ones_like(a))
+    sharp = (k - kr).abs() <= 1e-6 * (1 + kr.abs())
+    ok = sharp | ((k - kr).abs() <= slack.clamp(max=0.25))
     kr = kr.clamp(0, max(total - 1, 0)).long()
+    refit = moving & ~sharp
+    if total and bool(refit.any()):  # the scale of those refitted on the index probe, whose
+        # code kr + 1 is the larger
+        a = torch.where(refit, (t2 - c) / (kr + 1), a)
+        ok &= (t1 - (a + c)).abs() <= err(t1)
     for t, code in zip(thetas[3:], codes[3:]):
         t = t.detach().to("cpu", torch.float64)
         expect = torch.where(moving, a * code[kr] + c, c) if total else c
@@ -706,7 +794,7 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     probes[0] = [t.detach() for t in probes[0]]  # no argument requires grad in this one
     for p in probes + [[t.detach().requires_grad_(t.requires_grad) for t in tensors]]:
         pa, pk = _substitute(args, kwargs, p)
-        rec, _ = qnode.construct(*pa, **pk)
+        rec = _probe_record(qnode, pa, pk, len(thetas) < len(probes))
         if structure_signature(rec.circuit) != sig:
             raise QdiffError("static qnode: the circuit structure (gates, wires, constant "
                              "angles or observables) depends on the argument values; a static "
@@ -744,6 +832,9 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
         offset = offset.to(dev) if offset is not None else None
     trace = Trace(None, None, idx, scale, offset, consts, dtype, tuple(ref.batch_shape), result,
                   _widths(result, circuit))
+    frozen = moving.any(dim=0) & ~torch.tensor(train_u, dtype=torch.bool).reshape(-1)
+    if bool(frozen.any()) and any(t.requires_grad for t in tensors):
+        trace.frozen = frozen.to(idx.device)
     trace.arg_dtypes = tuple(t.dtype for t in tensors)
     trace.any_requires_grad = any(t.requires_grad for t in tensors)
     check = trace.theta(tensors).detach().to(torch.float64)
@@ -772,6 +863,20 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     if check_batch is not None:
         check_batch(b, p)
     return trace
+
+
+def _probe_record(qnode, args, kwargs, probe: bool):
+    """The record of one binding; a probe binding the function fails on is a refusal (the
+    function depends on the values in a way a replay cannot follow)."""
+    if not probe:
+        return qnode.construct(*args, **kwargs)[0]
+    try:
+        return qnode.construct(*args, **kwargs)[0]
+    except Exception as e:
+        raise QdiffError(
+            "static qnode: the function fails when its tensor arguments hold other values "
+            f"than this call's ({type(e).__name__}: {e}), so what it records depends on them; "
+            "a static qnode replays one structure per signature (use static=False)") from e
 
 
 _HOLE = object()  # where an EmptyTrace puts each call's tensor arguments
@@ -945,9 +1050,14 @@ class StaticQNode:
             # recorded with grad mode on: which angles are trainable follows the arguments'
             # requires_grad (part of the key), whatever the grad mode of this first call
             # (its own saved tensors kept from outer saved-tensor hooks: the record's graphs
-            # are not the output's, so a checkpoint's recomputation, which replays, matches)
-            with torch.enable_grad(), _own_saved_tensors():
-                trace = trace_call(self.qnode, args, kwargs, key, tensors, shots)
+            # are not the output's, so a checkpoint's recomputation, which replays, matches).
+            # Under torch.inference_mode, enable_grad alone records nothing: the record runs
+            # outside it, on ordinary copies of the call's inference tensors
+            if torch.is_inference_mode_enabled():
+                trace = self._trace_outside_inference_mode(args, kwargs, key, tensors, shots)
+            else:
+                with torch.enable_grad(), _own_saved_tensors():
+                    trace = trace_call(self.qnode, args, kwargs, key, tensors, shots)
             self._traces[key] = trace
             if len(self._traces) > self.max_traces:
                 try:
@@ -962,6 +1072,12 @@ class StaticQNode:
         if _autocast_cpu() or _autocast_cuda():  # the engine computes in its own precision
             return exact_precision(trace.replay)(tensors)
         return trace.replay(tensors)
+
+    def _trace_outside_inference_mode(self, args, kwargs, key, tensors, shots):
+        with torch.inference_mode(False), torch.enable_grad(), _own_saved_tensors():
+            copies = [t.clone() if t.is_inference() else t for t in tensors]
+            args, kwargs = _substitute(args, kwargs, copies)
+            return trace_call(self.qnode, args, kwargs, key, copies, shots)
 
     def __deepcopy__(self, memo):
         """A deep copy shares the qnode, as it shares a function: ``copy.deepcopy(model)``

@@ -1004,3 +1004,210 @@ def test_a_nan_or_infinite_angle_in_a_replay_names_the_gate(requires_grad, batch
         for value in (float("nan"), float("inf")):
             with pytest.raises(qd.QdiffError, match=r"gate .RY. on wires \[1\]: angle is NaN"):
                 f(bad(value))
+
+
+@pytest.mark.parametrize("total,i,j", [(8, 2, 4), (16, 6, 10), (24, 13, 15)])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_sum_of_two_elements_is_refused_at_zero_first_values(total, i, j, dtype):
+    """``x[i] + x[j]`` agrees with ``2 * x[(i + j) / 2]`` on every probe that is affine in the
+    element's index or in a permutation of it, where those codes form an arithmetic
+    progression; at the first call's zeros (an initialisation) the real binding agrees too.
+    It is refused, not replayed as one element."""
+    dev = qd.device("statevector", wires=1)
+
+    def body(x):
+        qd.RX(x[i] + x[j], wires=0)
+        return qd.expval(qd.Z(0))
+    f = qd.qnode(dev, static=True)(body)
+    with pytest.raises(qd.QdiffError, match="not an argument element"):
+        f(torch.zeros(total, dtype=dtype))
+    x = torch.linspace(-1, 2, total, dtype=dtype)
+    assert torch.allclose(qd.qnode(dev)(body)(x), torch.cos(x[i] + x[j]))
+
+
+def _read_by(how):
+    def body(x):
+        t = how(x)
+        if t[0] > 100:
+            qd.PauliX(0)
+        qd.RY(x[1], wires=0)
+        return qd.expval(qd.X(0))
+    return body
+
+
+@pytest.mark.parametrize("name,how", [
+    ("tensor", lambda x: torch.tensor(x)),
+    ("asarray", lambda x: torch.asarray(x, copy=True)),
+    ("as_tensor", lambda x: torch.as_tensor(x, dtype=torch.float32)),
+    ("full", lambda x: torch.full((1,), x[0]))])
+def test_values_read_by_copy_constructors_and_scalar_arguments_are_guarded(name, how):
+    """``torch.tensor(x)`` and ``torch.full(size, x[0])`` read an argument's values in C++
+    without dispatching to the guarded class; a threshold no probe value reaches would
+    otherwise freeze the first call's branch. The copies stay guarded and a number taken from
+    a tensor is a read."""
+    dev = qd.device("statevector", wires=1)
+    f = qd.qnode(dev, static=True)(_read_by(how))
+    with pytest.raises(qd.QdiffError, match="reads an argument's value"):
+        f(torch.tensor([0.5, 0.3], dtype=torch.float64))
+    # the plain qnode flips the state for large values: a replay could not
+    plain = qd.qnode(dev)(_read_by(how))
+    assert float(plain(torch.tensor([200.0, 0.3], dtype=torch.float64))) < 0
+
+
+def test_a_traced_argument_prints_its_shape_and_a_copy_of_it_replays():
+    dev = qd.device("statevector", wires=1)
+    seen = []
+
+    def body(x):
+        seen.append(str(x))
+        qd.RX(torch.tensor(x)[1] * 2, wires=0)
+        return qd.expval(qd.Z(0))
+    f = qd.qnode(dev, static=True)(body)
+    x = torch.tensor([0.5, 0.3], dtype=torch.float64)
+    assert torch.allclose(f(x), torch.cos(2 * x[1]))
+    assert "shape=(2,)" in seen[0] and "0.3" not in seen[0]
+    with pytest.raises(qd.QdiffError, match="reads an argument's value"):
+        qd.qnode(dev, static=True)(lambda x: (qd.RX(x[0], wires=0), f"{x[0]:.3f}",
+                                              qd.expval(qd.Z(0)))[2])(x)
+    assert torch.allclose(f(x + 1), torch.cos(2 * (x[1] + 1)))
+
+
+@pytest.mark.parametrize("cast", [lambda x: table_at(x.to(torch.long)),
+                                  lambda x: x.type(torch.int32).to(x.dtype),
+                                  lambda x: x.to(torch.bool).to(x.dtype)])
+def test_an_integer_cast_of_an_argument_is_not_an_affine_angle(cast):
+    """A cast to an integer or bool dtype rounds: the angle is refused by the op, whatever
+    the probe values give."""
+    dev = qd.device("statevector", wires=1)
+    f = qd.qnode(dev, static=True)(lambda x: (qd.RX(cast(x)[0], wires=0),
+                                              qd.expval(qd.Z(0)))[1])
+    with pytest.raises(qd.QdiffError, match="torch op that is not affine"):
+        f(torch.tensor([2.0], dtype=torch.float64))
+
+
+def table_at(i):
+    return torch.linspace(0.0, 3.0, 40, dtype=torch.float64)[i]
+
+
+def test_a_function_that_fails_on_other_values_is_refused():
+    dev = qd.device("statevector", wires=1)
+
+    def body(x):
+        torch.linalg.cholesky(torch.diag(x))  # fails at zeros
+        qd.RX(x[0], wires=0)
+        return qd.expval(qd.Z(0))
+    f = qd.qnode(dev, static=True)(body)
+    with pytest.raises(qd.QdiffError, match="fails when its tensor arguments hold other"):
+        f(torch.tensor([0.5, 0.3], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("method", ["backprop", "best", "parameter-shift", "adjoint"])
+@pytest.mark.parametrize("batch", [(), (3,)])
+@pytest.mark.parametrize("cut", ["detach", "data", "tensor"])
+def test_angles_read_through_detach_get_no_gradient(method, batch, cut):
+    """An angle read through ``.detach()``, ``.data`` or ``torch.tensor`` carries no gradient
+    in the plain qnode; the replay does not give it one (backprop differentiates the gather
+    itself)."""
+    dev = qd.device("statevector", wires=2)
+    strip = {"detach": lambda t: t.detach(), "data": lambda t: t.data,
+             "tensor": lambda t: torch.tensor(t)}[cut]
+
+    def body(x, w, u):
+        qd.RX(strip(x)[..., 0], wires=0)
+        qd.RY(x[..., 1] * 2, wires=1)
+        qd.RY(w[0], wires=0)
+        qd.RZ(strip(u)[0], wires=0)
+        qd.CNOT(wires=[0, 1])
+        return qd.expval(qd.Y(0) @ qd.Z(1))
+    grads = []
+    for static in (False, True):
+        f = qd.qnode(dev, diff_method=method, static=static)(body)
+        for k in range(2):  # the trace, then a replay
+            x = (torch.tensor([0.4, 0.9], dtype=torch.float64) + k).expand(*batch, 2)
+            x = x.clone().requires_grad_(True)
+            w = torch.tensor([0.3], dtype=torch.float64, requires_grad=True)
+            u = torch.tensor([0.7], dtype=torch.float64, requires_grad=True)
+            out = f(x, w, u)
+            g = torch.autograd.grad(out.sum(), [x, w, u], allow_unused=True)
+        grads.append((out.detach(), *g))
+    (o1, gx1, gw1, gu1), (o2, gx2, gw2, gu2) = grads
+    torch.testing.assert_close(o2, o1)
+    torch.testing.assert_close(gx2, gx1)
+    torch.testing.assert_close(gw2, gw1)
+    assert gx1[..., 0].abs().max() == 0 and gu1 is None and gu2 is None
+
+
+@pytest.mark.parametrize("batch", [1, 8, 64])
+def test_a_normalised_float32_embedding_replays(batch):
+    """``(x - 128) / 255`` of float32 inputs (the torch default dtype) loses most digits of
+    the slope to cancellation in the probes; it is an affine angle, accepted and replayed as
+    the plain qnode runs it (to float32 precision)."""
+    dev = qd.device("statevector", wires=4)
+
+    def body(x):
+        qd.AngleEmbedding((x - 128.0) / 255.0, wires=range(4))
+        qd.RY(0.013 * x[..., 0] - 0.7, wires=0)
+        qd.CNOT(wires=[0, 1])
+        return [qd.expval(qd.Z(i)) for i in range(4)]
+    f, g = qd.qnode(dev, static=True)(body), qd.qnode(dev)(body)
+    gen = torch.Generator().manual_seed(batch)
+    for _ in range(2):
+        x = torch.rand(batch, 4, generator=gen) * 255
+        torch.testing.assert_close(torch.stack(list(f(x)), -1), torch.stack(list(g(x)), -1),
+                                   atol=2e-5, rtol=0)
+    assert f.num_traces == 1
+
+
+@pytest.mark.parametrize("method", ["best", "backprop", "adjoint", "parameter-shift"])
+@pytest.mark.parametrize("batch", [(), (3,), (200,)])
+def test_first_call_under_inference_mode_then_training(method, batch):
+    """A signature first called under ``torch.inference_mode`` (where ``enable_grad`` records
+    no graph) replays with gradients later, as one first called under ``no_grad``."""
+    dev = qd.device("statevector", wires=2)
+
+    def body(x, w):
+        qd.RX(x[..., 0], wires=0)
+        qd.RY(w[0], wires=1)
+        qd.CNOT(wires=[0, 1])
+        return qd.expval(qd.Z(1))
+    f, g = (qd.qnode(dev, diff_method=method, static=s)(body) for s in (True, False))
+    w = torch.tensor([0.3], dtype=torch.float64, requires_grad=True)
+    with torch.inference_mode():
+        x = torch.full(batch + (2,), 0.5, dtype=torch.float64)
+        torch.testing.assert_close(f(x, w), g(x, w))
+        torch.testing.assert_close(f(x + 1, w), g(x + 1, w))
+    x = torch.full(batch + (2,), 0.7, dtype=torch.float64)
+    torch.testing.assert_close(torch.autograd.grad(f(x, w).sum(), w)[0],
+                               torch.autograd.grad(g(x, w).sum(), w)[0])
+
+
+def test_a_deep_copy_of_an_argument_stays_guarded_and_replays():
+    """``copy.deepcopy(x)`` inside the function is a new tensor holding the values: a branch on
+    it is a read, and an angle from it replays as the plain qnode runs it (a new leaf: no
+    gradient reaches ``x``)."""
+    import copy
+    dev = qd.device("statevector", wires=1)
+
+    def branch(x):
+        if copy.deepcopy(x)[0] > 100:
+            qd.PauliX(0)
+        return qd.expval(qd.Z(0))
+
+    def body(x, w):
+        qd.RX(copy.deepcopy(x)[0], wires=0)
+        qd.RY(w[0], wires=0)
+        return qd.expval(qd.Z(0))
+    with pytest.raises(qd.QdiffError, match="reads an argument's value"):
+        qd.qnode(dev, static=True)(branch)(torch.tensor([0.3], dtype=torch.float64))
+    f, g = (qd.qnode(dev, static=s)(body) for s in (True, False))
+    for v in (0.3, 0.9):
+        got = []
+        for q in (f, g):
+            x = torch.tensor([v], dtype=torch.float64, requires_grad=True)
+            w = torch.tensor([0.2], dtype=torch.float64, requires_grad=True)
+            out = q(x, w)
+            got.append((out, *torch.autograd.grad(out, [x, w], allow_unused=True)))
+        (o1, gx1, gw1), (o2, gx2, gw2) = got
+        torch.testing.assert_close(o1, o2)
+        torch.testing.assert_close(gw1, gw2)
+        assert gx1 is None and gx2 is None
