@@ -52,7 +52,7 @@ from qdiff.circuits.decompositions import decompose, pauli_generator_terms
 from qdiff.circuits.errors import QdiffError, QdiffMemoryError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Factor, Observable
-from qdiff.circuits.operation import ParamRef
+from qdiff.circuits.operation import Operation, ParamRef
 from qdiff.noise import route_circuit
 
 APPROX = ("block-diag", "diag", None)
@@ -209,9 +209,18 @@ def full_metric(circuit, theta, cols, backend, initial_state=None):
 
 
 def _expand(op):
-    """Multi-parameter gates as one-parameter rotations (their Gate record's decomposition;
-    global phases dropped)."""
-    return decompose(op) if op.gate.decomposition is not None else [op]
+    """Multi-parameter gates as one-parameter rotations (their Gate record's decomposition).
+    A gate with a generator of its own is kept whole, and so is a gate whose decomposition
+    puts one of its parameters into several pieces (FermionicSWAP's IsingXY and RZs): the
+    pieces would fall into different layers, and the block-diagonal metric would keep each
+    piece's variance but drop their covariances, which the gate's own generator holds."""
+    gate = op.gate
+    if gate.decomposition is None or getattr(gate, "generator", None) is not None:
+        return [op]
+    probe = decompose(Operation(gate, op.wires, tuple(ParamRef(k)
+                                                      for k in range(gate.num_params))))
+    slots = [q.index for piece in probe for q in piece.params if isinstance(q, ParamRef)]
+    return decompose(op) if len(slots) == len(set(slots)) else [op]
 
 
 @caches.cached(maxsize=None)

@@ -103,6 +103,33 @@ def test_full_metric_vs_finite_differences_all_gate_kinds():
     assert torch.allclose(torch.diag(bd), torch.diag(full), atol=1e-12)
 
 
+
+def test_block_diag_of_a_gate_with_a_generator_is_its_generator_variance():
+    """FermionicSWAP has a decomposition (IsingXY and RZs sharing its angle) and a generator of
+    its own: each gate's diagonal entry is the variance of its whole generator, the exact
+    metric's entry, also under qd.ctrl with control value 0 and with the angle shared."""
+    dev = qd.device("statevector", wires=3)
+
+    @qd.qnode(dev)
+    def f(w):
+        qd.Hadamard(wires=0)
+        qd.RY(0.7, wires=1)
+        qd.RX(-0.4, wires=2)
+        qd.FermionicSWAP(w[0], wires=[0, 1])
+        qd.ctrl(qd.FermionicSWAP, control=0, control_values=0)(w[1], wires=[1, 2])
+        qd.adjoint(qd.FermionicSWAP)(2 * w[2] + 0.1, wires=[2, 0])
+        qd.FermionicSWAP(w[2], wires=[0, 1])
+        return qd.state()
+    w = torch.tensor([0.4, 1.1, -0.6], dtype=torch.float64, requires_grad=True)
+    ref = fs_metric_fd(lambda t: f(t), w.detach())
+    assert torch.allclose(metric_tensor(f, approx=None)(w), ref, atol=1e-8)
+    # one gate per layer: diag and block-diag are the exact metric's diagonal in theta columns
+    exact = metric_tensor(f, approx=None, hybrid=False)(w)
+    for approx in ("block-diag", "diag"):
+        g = metric_tensor(f, approx=approx, hybrid=False)(w)
+        assert torch.allclose(g, torch.diag(torch.diag(exact)), atol=1e-12), approx
+    assert torch.allclose(metric_tensor(f, approx="diag")(w)[0, 0], ref[0, 0], atol=1e-8)
+
 def test_hybrid_mapping_multiple_args_and_theta_space():
     dev = qd.device("statevector", wires=2)
 
