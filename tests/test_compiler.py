@@ -452,6 +452,33 @@ def test_barriers_on_idle_qubits_survive_routing():
     assert [len(w) for _, w in out.barriers] == [30]
 
 
+@pytest.mark.parametrize("level", [0, 2])
+def test_target_keeps_the_input_parameter_columns(level):
+    """Qiskit's routing drops the parameters no gate uses (one read only by the global phase,
+    one used only inside angle expressions): the output's angles still refer to the input's
+    own theta columns, so the output bound at any values equals the bound input compiled."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    from qiskit.quantum_info import Operator
+    from qdiff.circuits.qiskit_io import from_qiskit
+    a, b, c = Parameter("a"), Parameter("b"), Parameter("c")
+    qc = QuantumCircuit(2)
+    qc.global_phase = a
+    qc.rx(b, 0)
+    qc.cx(0, 1)
+    qc.rz(b * c, 1)
+    qc.ry(c, 0)
+    imp = from_qiskit(qc, dynamic=False)
+    out, rep = compile(qc, level=level, target="fake_manila")
+    assert rep.verified and out.num_params == imp.circuit.num_params == 4
+    assert rep.method == "unitary at 2 random parameter bindings"  # a sample, and says so
+    for values in ([0.3, 1.1, -0.7], [-2.0, 0.4, 2.5]):
+        theta = imp.theta(torch.tensor([values], dtype=torch.float64))[0]
+        ref, _ = compile(qc.assign_parameters(dict(zip((a, b, c), values))), level=0,
+                         target="fake_manila")
+        assert Operator(to_qiskit(out, theta=theta)).equiv(Operator(to_qiskit(ref)))
+
+
 @pytest.mark.parametrize("level", [0, 1, 2])
 def test_target_output_uses_the_device_gate_directions_at_every_level(level):
     """Every two-qubit gate of the output is one the device has, in its direction (ECR is not

@@ -24,7 +24,7 @@ from qdiff.compiler.lower import lower
 from qdiff.compiler.ops import cx_count, depth, single_thread, t_count
 from qdiff.compiler.pipeline import chain, guarded, level1, level2
 from qdiff.compiler.report import CompileReport
-from qdiff.compiler.verify import equivalence
+from qdiff.compiler.verify import BINDINGS, equivalence
 
 LEVELS = (0, 1, 2, 3)
 # level-3 search budget in Levenberg-Marquardt iterations x starts: 25 per two-qubit gate of
@@ -132,6 +132,8 @@ def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, na
             _count(report, out, "after")
             v = equivalence(source, out, verify, seed=seed + 1, tol=budget.tol)
         report.verified, report.method, report.infidelity = v.ok, v.method, v.infidelity
+        if max(source.num_params, out.num_params):  # a sample of the parameters, not a proof
+            report.method = f"{v.method} at {BINDINGS} random parameter bindings"
     if routed is not None:
         out = routed.expand(out)
     report.seconds = time.perf_counter() - t0

@@ -9,11 +9,12 @@ class CompileReport:
     """Counts are two-qubit gates (``cx``: the basis's two-qubit gate, named by ``two_q``:
     cx, cz or ecr), circuit depth, gate totals and T gates; ``verified`` is None when
     verification was switched off. ``infidelity`` is the measured process infidelity of the
-    output against the input (``method``: full unitary or random states); ``approx`` the
-    budget that was allowed (None: exact) and ``approx_bound`` the proven bound on what the
-    approximations spent; ``time_cut`` is True when ``--time-limit`` stopped the search
-    before its work budget (``work`` units used) was spent; ``barriers`` counts the input's
-    barriers kept (the parts between them are optimized separately)."""
+    output against the input (``method``: full unitary or random states; for a parametric
+    circuit it names the random parameter bindings compared, a sample, not a proof);
+    ``approx`` the budget that was allowed (None: exact) and ``approx_bound`` the proven
+    bound on what the approximations spent; ``time_cut`` is True when ``--time-limit``
+    stopped the search before its work budget (``work`` units used) was spent; ``barriers``
+    counts the input's barriers kept (the parts between them are optimized separately)."""
 
     name: str = "<circuit>"
     num_qubits: int = 0

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from qdiff.circuits import caches
 from qdiff.circuits.circuit import Circuit
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.operation import Operation
+from qdiff.circuits.operation import Operation, ParamRef
 from qdiff.compiler.basis import Basis, parse_basis
 from qdiff.compiler.ops import matrix
 from qdiff.compiler.synth import from_qiskit_ops, guarded
@@ -153,6 +153,7 @@ def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None,
         pm = generate_preset_pass_manager(optimization_level=1, seed_transpiler=seed, **extra)
         out = pm.run(qc)
     r = from_qiskit(out, dynamic=False)
+    ops = _input_columns(r, imp, backend.name)
     k = imp.circuit.num_wires
     final = tuple(out.layout.final_index_layout()) if out.layout is not None else tuple(range(k))
     initial = tuple(out.layout.initial_index_layout()[:k]) if out.layout is not None else \
@@ -160,18 +161,57 @@ def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None,
     used = sorted({w for o in r.circuit.operations for w in o.wires} |
                   {q for q, _ in r.measurements})
     loc = {p: i for i, p in enumerate(used)}
-    ops = tuple(Operation(o.gate, tuple(loc[w] for w in o.wires), o.params)
-                for o in r.circuit.operations)
+    ops = tuple(Operation(o.gate, tuple(loc[w] for w in o.wires), o.params) for o in ops)
     allowed = frozenset((loc[a], loc[b]) for a, b in backend.target[basis.two_q].keys()
                         if a in loc and b in loc)
     # each barrier on its active qubits (none: it still splits the circuit); expand writes it
     # on all of its device qubits, idle ones included, as Qiskit's transpiler does
     barriers = tuple((pos, tuple(loc[w] for w in wires if w in loc))
                      for pos, wires in r.circuit.barriers)
-    circuit = Circuit(len(used), ops, (), r.circuit.num_params, None, barriers)
+    circuit = Circuit(len(used), ops, (), imp.circuit.num_params, None, barriers)
     return Routed(backend.name, circuit, tuple(used),
                   r.circuit.num_wires, basis, allowed, list(r.measurements), r.num_clbits, r,
                   final, initial, tuple(wires for _, wires in r.circuit.barriers))
+
+
+def _input_columns(r, imp, name: str) -> list:
+    """The routed circuit's operations with their angles on the input's theta columns.
+
+    The routed circuit's own columns are the parameters Qiskit's output still holds, in its
+    order (those its gates no longer use are gone), then any angle expression its translation
+    made of several parameters; each parameter ``theta[i]`` is the input's column ``i``. An
+    angle that is no affine function of one input column has no ``ParamRef``: refused, naming
+    the gate and the expression."""
+    cols = [p.index for p in r.parameters]
+    exprs = r.columns()[len(cols):]
+
+    def angle(p, o):
+        if not isinstance(p, ParamRef):
+            return p
+        if p.index < len(cols):
+            return ParamRef(cols[p.index], p.scale, p.offset)
+        expr = _named(exprs[p.index - len(cols)], imp)
+        raise QdiffError(f"target '{name}': the device's translation writes gate '{o.name}' "
+                         f"with the angle {p.scale:g} * ({expr}) + {p.offset:g}, which is not "
+                         f"affine in one parameter; bind the parameters or compile without "
+                         f"a target")
+
+    return [Operation(o.gate, o.wires, tuple(angle(p, o) for p in o.params))
+            for o in r.circuit.operations]
+
+
+def _named(expr, imp) -> str:
+    """``expr`` (of the ``theta[i]`` column symbols) written with the input's own parameters
+    and angle expressions where it has them."""
+    columns = imp.columns() if hasattr(imp, "columns") else []
+    try:
+        for p in expr.parameters:
+            if p.index < len(columns):
+                expr = expr.subs({p: columns[p.index]}) if hasattr(columns[p.index], "name") \
+                    else expr.assign(p, columns[p.index])
+    except Exception:  # noqa: BLE001 - the message then names the column symbols
+        pass
+    return str(expr)
 
 
 def _check_two_qubit_gate(backend, basis: Basis, name: str, num_qubits=None) -> None:

@@ -46,6 +46,7 @@ MAX_UNITARY_QUBITS = 12
 FINAL_BUDGET = 8e9
 UNITARY_BUDGET = 1e7  # 4**n * gates above which a pass guard ('auto') uses random states
 NUM_STATES = 8
+BINDINGS = 2  # random bindings of theta at which parametric circuits are compared
 
 
 @dataclass(frozen=True)
@@ -233,7 +234,7 @@ def equivalence(a, b, method: str = "auto", seed: int = 1234, num_states: int = 
                          "(auto, final, unitary, statevector, none)")
     method = feasible_method(n, len(a.operations) + len(b.operations), method, num_states)
     rng = np.random.default_rng(seed)
-    nb = 1 if max(a.num_params, b.num_params) == 0 else 2
+    nb = 1 if max(a.num_params, b.num_params) == 0 else BINDINGS
     worst = 0.0
     for _ in range(nb):
         theta = rng.uniform(-np.pi, np.pi, size=max(a.num_params, b.num_params))
