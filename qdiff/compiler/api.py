@@ -88,7 +88,7 @@ def _compile(circuit_or_qasm, level, basis, verify, seed, time_limit, target, na
     routed = None
     if target is not None:
         from qdiff.compiler.target import route
-        routed = route(imp, target, seed, one_two_qubit_gate=True)
+        routed = route(imp, target, seed, one_two_qubit_gate=True, input_columns=True)
         source, b, report.measurements = routed.circuit, routed.basis, routed.measurements
         report.target, report.num_clbits = routed.name, routed.num_clbits
     else:

@@ -117,12 +117,14 @@ def _real_backend(name: str, twin):
 
 
 def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None,
-          one_two_qubit_gate: bool = False) -> Routed:
+          one_two_qubit_gate: bool = False, input_columns: bool = False) -> Routed:
     """Lay out, route and translate ``imp.circuit`` for device ``name`` by Qiskit's preset
     pass manager (level 1). ``num_qubits``: use only the device's qubits ``0..num_qubits-1``
     (their coupling); ``initial_layout``: the physical qubit of each input wire;
     ``one_two_qubit_gate``: refuse a device that couples some pairs by another two-qubit gate
-    than the basis's (the compiler writes that one gate on every pair)."""
+    than the basis's (the compiler writes that one gate on every pair); ``input_columns``: the
+    routed angles on the input's theta columns (the compiler's output keeps the input's
+    parameters), else on the routed import's own columns (``Routed.imported`` maps them)."""
     import warnings
     from qiskit.transpiler import generate_preset_pass_manager
     from qdiff.circuits.qiskit_io import from_qiskit, to_qiskit
@@ -153,7 +155,7 @@ def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None,
         pm = generate_preset_pass_manager(optimization_level=1, seed_transpiler=seed, **extra)
         out = pm.run(qc)
     r = from_qiskit(out, dynamic=False)
-    ops = _input_columns(r, imp, backend.name)
+    ops = _input_columns(r, imp, backend.name) if input_columns else r.circuit.operations
     k = imp.circuit.num_wires
     final = tuple(out.layout.final_index_layout()) if out.layout is not None else tuple(range(k))
     initial = tuple(out.layout.initial_index_layout()[:k]) if out.layout is not None else \
@@ -168,7 +170,8 @@ def route(imp, name: str, seed: int = 0, num_qubits=None, initial_layout=None,
     # on all of its device qubits, idle ones included, as Qiskit's transpiler does
     barriers = tuple((pos, tuple(loc[w] for w in wires if w in loc))
                      for pos, wires in r.circuit.barriers)
-    circuit = Circuit(len(used), ops, (), imp.circuit.num_params, None, barriers)
+    circuit = Circuit(len(used), ops, (), imp.circuit.num_params if input_columns else
+                      r.circuit.num_params, None, barriers)
     return Routed(backend.name, circuit, tuple(used),
                   r.circuit.num_wires, basis, allowed, list(r.measurements), r.num_clbits, r,
                   final, initial, tuple(wires for _, wires in r.circuit.barriers))
