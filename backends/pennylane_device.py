@@ -230,6 +230,11 @@ def _outputs(circuit, res, batch_size, batch: int, device, keep_graph: bool = Fa
     out = []
     for m, r in zip(circuit.measurements, res):
         t = r if isinstance(r, torch.Tensor) else torch.as_tensor(np.asarray(r))
+        if m.kind == "state" and t.ndim != (1 if batch_size is None else 2):
+            # a mixed-state device (default.mixed) answers qml.state() with its density matrix
+            raise QdiffError(f"state() returns a state vector; the PennyLane device returned "
+                             f"shape {tuple(t.shape)} (a density matrix): use "
+                             "density_matrix(wires)")
         if batch_size is None:
             t = t.unsqueeze(0).expand(batch, *t.shape) if batch > 1 else t.unsqueeze(0)
         if not keep_graph:

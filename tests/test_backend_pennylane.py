@@ -184,6 +184,21 @@ def test_channels_run_on_default_mixed_as_on_the_mixed_engine():
         torch.testing.assert_close(g, w, atol=1e-10, rtol=0)
 
 
+@pytest.mark.parametrize("x", [torch.tensor(0.4, dtype=torch.float64),
+                               torch.tensor([0.4, 1.2], dtype=torch.float64)])
+def test_state_is_a_state_vector_or_refused(x):
+    def body(x):
+        qd.RX(x, wires="a")
+        qd.CNOT(["a", "b"])
+        return [qd.state(), qd.expval(qd.Z("a"))]
+    want = qd.qnode(qd.device("statevector", wires=["a", "b"]))(body)(x)
+    got = qd.qnode(qd.device("pennylane", name="default.qubit", wires=["a", "b"]))(body)(x)
+    torch.testing.assert_close(got[0], want[0], atol=1e-10, rtol=0)
+    # default.mixed holds a density matrix: state() is refused, as on the mixed engine
+    with pytest.raises(QdiffError, match="state\\(\\) returns a state vector.*density_matrix"):
+        qd.qnode(qd.device("pennylane", name="default.mixed", wires=["a", "b"]))(body)(x)
+
+
 def test_errors_and_repr():
     with pytest.raises(QdiffError, match="unknown PennyLane device 'nope.qubit'"):
         qd.device("pennylane", name="nope.qubit", wires=1)
