@@ -462,12 +462,30 @@ def dumps(circuit, version: int = 2, theta=None, measurements=None, num_clbits: 
     return text if text.endswith("\n") else text + "\n"  # a text file ends with a newline
 
 
-def _definition_phase(qc) -> float:
-    """The global phase of the definitions of ``qc``'s matrix gates (``UnitaryGate``), which
-    Qiskit's OpenQASM 3 exporter writes as ``gate unitary ... { ... }`` bodies without it."""
-    from qiskit.circuit.library import UnitaryGate
-    return sum(float(inst.operation.definition.global_phase) for inst in qc.data
-               if isinstance(inst.operation, UnitaryGate))
+# gates Qiskit's OpenQASM 3 exporter writes as calls of stdgates.inc (or U), without a definition
+_STDGATES = frozenset("p x y z h s sdg t tdg sx rx ry rz cx cy cz cp crx cry crz ch swap ccx cswap "
+                      "cu id u1 u2 u3 u".split())
+
+
+def _definition_phase(qc, standard=None):
+    """The global phase Qiskit's OpenQASM 3 exporter leaves out of ``qc``: it writes every gate
+    outside ``stdgates.inc`` as a ``gate ... { ... }`` body without its definition's global
+    phase (``sxdg`` as ``s; h; s``, ``ecr``, ``gate unitary``), at every level of nesting. A
+    float, or an expression of the circuit's parameters."""
+    if standard is None:
+        from qiskit.circuit.library import get_standard_gate_name_mapping
+        standard = get_standard_gate_name_mapping()
+    total = 0.0
+    for inst in qc.data:
+        op = inst.operation
+        std = standard.get(op.name) if op.name in _STDGATES else None
+        if std is not None and getattr(op, "base_class", type(op)) is std.base_class and \
+                getattr(op, "ctrl_state", None) == getattr(std, "ctrl_state", None):
+            continue
+        definition = getattr(op, "definition", None)
+        if definition is not None:
+            total = total + definition.global_phase + _definition_phase(definition, standard)
+    return total if getattr(total, "parameters", None) else float(total)
 
 
 def _with_gphase(text: str, phase) -> str:

@@ -290,9 +290,13 @@ def _convert_into(qc, qmap, imp: _Importer, top: bool, bits: Optional[Bits] = No
         xy = _xx_plus_yy(op, name)
         if xy is not None:
             gate, factor = xy
+            if not imp.depth:
+                imp.phase = imp.phase + _standard_phase(op, name)
             theta = imp.angle(op.params[0], where)
             ops.append(Operation(GATES[gate], qubits, (-theta if factor < 0 else theta,)))
-        elif name in FROM_QISKIT and (_is_standard(op, name) or _same_as_standard(op, name)):
+        elif name in FROM_QISKIT and (std_phase := _standard_phase(op, name)) is not None:
+            if std_phase and not imp.depth:  # a user definition's phase over the standard gate
+                imp.phase = imp.phase + std_phase
             gate = GATES[FROM_QISKIT[name]]
             ops.append(Operation(gate, qubits, tuple(imp.angle(v, where) for v in op.params)))
         elif _is_unitary_gate(op):
@@ -553,8 +557,7 @@ def _paulis_commute(terms: list) -> bool:
 def _xx_plus_yy(op, name: str):
     """``(qdiff gate, factor)`` for an ``XXPlusYYGate`` whose beta is one of ``_XX_PLUS_YY``'s
     (else None: it is converted through its definition)."""
-    if name != "xx_plus_yy" or len(op.params) != 2 or not (
-            _is_standard(op, name) or _same_as_standard(op, name)):
+    if name != "xx_plus_yy" or len(op.params) != 2 or _standard_phase(op, name) is None:
         return None
     from qiskit.circuit import ParameterExpression
     beta = op.params[1]
@@ -592,24 +595,29 @@ _SAME: dict = caches.register("qiskit_io.standard_definitions", {})
 _SAME_PROBES = (0.7316, 1.2931, 0.4127, 1.6183)
 
 
-def _same_as_standard(op, name: str) -> bool:
-    """Whether a user gate named like a standard gate is that gate: the same width and number
-    of parameters, and its definition has the standard gate's matrix at probe values of every
-    free parameter, up to a global phase (such a definition runs as the standard gate, the
-    phase left out). Qiskit's OpenQASM exporters write such definitions (``gate iswap``, ``gate
-    rzz(p0)``) for standard gates outside ``stdgates.inc`` / ``qelib1.inc``."""
+def _standard_phase(op, name: str):
+    """For a user gate named like a standard gate: the global phase by which its definition
+    differs from the standard gate (a float), or None where it is not that gate. It is that
+    gate when it has the same width and number of parameters, and its definition has the
+    standard gate's matrix times one constant phase at probe values of every free parameter
+    (a phase that depends on the parameters is not recognised: the definition runs as
+    written). Such a definition runs as the standard gate, its phase added to the circuit's
+    global phase. Qiskit's OpenQASM exporters write such definitions (``gate iswap``, ``gate
+    rzz(p0)``, ``gate sxdg`` as ``s; h; s``) for standard gates outside ``stdgates.inc`` /
+    ``qelib1.inc``. Qiskit's own gate ``name`` has phase 0."""
+    if _is_standard(op, name):
+        return 0.0
     std = _standard(name)
     definition = getattr(op, "definition", None)
     if (definition is None or op.num_qubits != std.num_qubits or op.num_clbits
             or len(op.params) != len(std.params)):
-        return False
+        return None
     key = (name, tuple(str(p) for p in op.params), _fingerprint(definition))
-    hit = _SAME.get(key)
-    if hit is None:
-        hit = _SAME[key] = _matrices_agree(op, definition, std)
+    if key not in _SAME:
+        _SAME[key] = _matrices_agree(op, definition, std)
         if len(_SAME) > 4096:
             _SAME.pop(next(iter(_SAME)))
-    return hit
+    return _SAME[key]
 
 
 def _fingerprint(qc) -> tuple:
@@ -630,7 +638,8 @@ def _fingerprint(qc) -> tuple:
     return tuple(out)
 
 
-def _matrices_agree(op, definition, std) -> bool:
+def _matrices_agree(op, definition, std):
+    """The one phase ``definition`` has over ``std``'s matrix at every probe, or None."""
     from qiskit.circuit import ParameterExpression
     from qiskit.quantum_info import Operator
     free = set(definition.parameters)
@@ -638,6 +647,7 @@ def _matrices_agree(op, definition, std) -> bool:
         if isinstance(v, ParameterExpression):
             free |= set(v.parameters)
     names = sorted({p.name for p in free})
+    phases = []
     for shift in range(2 if names else 1):
         value = {n: _SAME_PROBES[(i + shift) % len(_SAME_PROBES)] * (1 + i // 4)
                  for i, n in enumerate(names)}
@@ -645,19 +655,22 @@ def _matrices_agree(op, definition, std) -> bool:
             params = [complex(v.bind({p: value[p.name] for p in v.parameters}))
                       if isinstance(v, ParameterExpression) else complex(v) for v in op.params]
             if any(abs(c.imag) > 1e-12 for c in params):
-                return False
+                return None
             body = definition.assign_parameters({p: value[p.name] for p in definition.parameters})
             got = Operator(body).data
             want = std.base_class(*[c.real for c in params]).to_matrix()
         except Exception:  # a definition Qiskit cannot evaluate: not recognised
-            return False
+            return None
         if got.shape != want.shape:
-            return False
+            return None
         k = np.unravel_index(np.argmax(np.abs(want)), want.shape)
         phase = got[k] / want[k]
         if abs(abs(phase) - 1.0) > 1e-10 or not np.allclose(got, phase * want, atol=1e-10):
-            return False
-    return True
+            return None
+        phases.append(phase)
+    if any(abs(p - phases[0]) > 1e-10 for p in phases):
+        return None
+    return float(np.angle(phases[0])) if abs(phases[0] - 1.0) > 1e-12 else 0.0
 
 
 def _is_unitary_gate(op) -> bool:

@@ -534,3 +534,32 @@ def test_barriers_round_trip_and_leave_simulation_alone(version):
     dev = qd.device("statevector", wires=3)
     run = [qd.qnode(dev, observables=obs)(i)(torch.zeros(0)) for i in (imp, plain)]
     assert torch.allclose(run[0], run[1], atol=0)
+
+
+@pytest.mark.parametrize("definition, call", [
+    ("gate sxdg a { s a; h a; s a; }", "sxdg q[0];"),
+    ("gate iswap a, b { s a; s b; h a; cx a, b; cx b, a; h b; gphase(0.4); }", "iswap q[0], q[1];"),
+    ("gate rzz(t) a, b { cx a, b; rz(t) b; cx a, b; gphase(1.0); }",
+     "rzz(0.7) q[1], q[0];"),
+])
+def test_user_definition_of_a_standard_gate_keeps_its_phase(definition, call):
+    """A user definition that is a standard gate times a constant phase runs as that gate with
+    the phase in the import's global phase: the same operator as Qiskit's, phase included."""
+    from qiskit import qasm3
+    from qiskit.quantum_info import Operator
+    src = f'OPENQASM 3.0;\ninclude "stdgates.inc";\n{definition}\nqubit[2] q;\nh q[1];\n{call}\n'
+    imp = qasm.loads(src)
+    assert len(imp.circuit.operations) == 2
+    assert np.allclose(Operator(to_qiskit(imp)).data, Operator(qasm3.loads(src)).data,
+                       atol=1e-10)
+
+
+def test_user_definition_with_a_parameter_dependent_phase_keeps_it():
+    from qiskit import qasm3
+    from qiskit.quantum_info import Operator
+    src = ('OPENQASM 3.0;\ninclude "stdgates.inc";\n'
+           'gate rzz(t) a, b { cx a, b; rz(t) b; cx a, b; gphase(t); }\n'
+           'qubit[3] q;\nh q;\nrzz(0.9) q[0], q[1];\nctrl @ rzz(0.4) q[2], q[1], q[0];\n')
+    imp = qasm.loads(src)
+    assert np.allclose(Operator(to_qiskit(imp)).data, Operator(qasm3.loads(src)).data,
+                       atol=1e-10)
