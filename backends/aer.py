@@ -154,6 +154,8 @@ class AerBackend(QiskitBackend):
         if any(m.kind == "density_matrix" for m in circuit.measurements):
             raise QdiffError("density_matrix() is not available on backend 'aer' (use the "
                              "statevector device)")
+        if self.method == "stabilizer":
+            _refuse_non_clifford(circuit, theta)
         if self.shots:
             qc_common.check_measurements(circuit, self.name)
             plan = qc_common.SamplingPlan(circuit, qc_common.measured_operators(circuit))
@@ -265,6 +267,52 @@ def _check_saved_memory(circuit, batch: int) -> None:
             need += 2.0 * batch * 8.0 * 2.0 ** (n if m.wires is None else len(m.wires))
     require(need, f"aer: the saved states/probabilities of {batch} bindings on {n} qubits",
             hint="use a smaller batch")
+
+
+CLIFFORD_TOL = 1e-8  # |U P U^dag - c Q| per entry: float32 pi/2 (off by 4e-8) is no Clifford
+
+
+def _refuse_non_clifford(circuit, theta) -> None:
+    """Under ``method="stabilizer"``, the first gate with angles whose matrix at some binding is
+    not a Clifford gate (it maps the Paulis on its wires to Paulis), named with its angles,
+    instead of Aer's "invalid parameters" for the whole circuit."""
+    import itertools
+    from qdiff.backends.statevector.gate_data import circuit_angles
+    ops = [op for op in circuit.operations if op.params and op.gate.num_wires <= 3]
+    if not ops or theta.shape[0] == 0:
+        return
+    angles = circuit_angles(ops, theta.detach().to(torch.float64), torch.float64)
+    for op, vals in zip(ops, angles):
+        us = op.gate.matrix_fn(*vals).to(torch.complex128)
+        k = op.gate.num_wires
+        one = [torch.eye(2, dtype=torch.complex128),
+               torch.tensor([[0, 1], [1, 0]], dtype=torch.complex128),
+               torch.tensor([[0, -1j], [1j, 0]], dtype=torch.complex128),
+               torch.diag(torch.tensor([1, -1], dtype=torch.complex128))]
+        words = []
+        for letters in itertools.product(range(4), repeat=k):
+            m = torch.ones(1, 1, dtype=torch.complex128)
+            for j in letters:
+                m = torch.kron(m, one[j])
+            words.append(m)
+        paulis = torch.stack(words)  # (4**k, d, d)
+        gens = [paulis[c * 4 ** (k - 1 - w)] for w in range(k) for c in (1, 3)]  # X_w, Z_w
+        for b in range(us.shape[0]):
+            u = us[b]
+            for g in gens:
+                img = u @ g @ u.conj().T
+                # the Pauli expansion's largest coefficient (one of modulus 1 for a Clifford)
+                coef = torch.einsum("pij,ji->p", paulis.conj().transpose(1, 2), img) / u.shape[0]
+                best = coef[coef.abs().argmax()]
+                if (img - best * paulis[coef.abs().argmax()]).abs().max() > CLIFFORD_TOL:
+                    shown = ", ".join(repr(float(v[min(b, v.shape[0] - 1)])) for v in vals)
+                    near = (img - best * paulis[coef.abs().argmax()]).abs().max() < 1e-5
+                    raise QdiffError(
+                        f"aer method 'stabilizer': gate '{op.gate.pl_name or op.name}' on wires "
+                        f"{list(op.wires)} with angle(s) {shown} is not a Clifford gate (its "
+                        f"angles must be multiples of pi/2)" + (
+                            "; within 1e-5 of one: single-precision angles? pass float64 "
+                            "tensors" if near else ""))
 
 
 def _check_success(result, method: str) -> None:

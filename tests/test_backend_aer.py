@@ -455,3 +455,24 @@ def test_backend_run_of_a_qiskit_circuit_points_to_the_qnode():
     with pytest.raises(qd.QdiffError, match=r"aer.run: expected a qdiff Circuit; got "
                                             r"QuantumCircuit .*qd.qnode\(dev\)\(qc\)"):
         dev.run(qc)
+
+
+def test_stabilizer_method_names_a_non_clifford_gate_and_its_angle():
+    """Under method="stabilizer" a gate whose angle makes it no Clifford gate is refused naming
+    the gate, its wires and the angle (float32 pi/2 is one, with a hint); Clifford angles run."""
+    import math
+    dev = qd.device("aer", wires=2, method="stabilizer", shots=200, seed=3)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.H(1)
+        qd.RX(x, wires=0)
+        qd.CRZ(2 * x, wires=[0, 1])
+        return qd.expval(qd.Z(1))
+    with pytest.raises(QdiffError, match=r"gate 'RX' on wires \[0\] with angle\(s\) "
+                                         r"1.57079637.*not a Clifford gate.*float64"):
+        f(torch.tensor(math.pi / 2, dtype=torch.float32))
+    with pytest.raises(QdiffError, match=r"gate 'RX' on wires \[0\] with angle\(s\) 0.3"):
+        f(torch.tensor(0.3, dtype=torch.float64))
+    out = f(torch.tensor([math.pi, math.pi / 2], dtype=torch.float64))
+    assert out.shape == (2,) and torch.all(out.abs() <= 1)
