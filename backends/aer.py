@@ -19,6 +19,8 @@ True
 """
 from __future__ import annotations
 
+import functools
+import itertools
 from typing import Optional
 
 import numpy as np
@@ -28,6 +30,7 @@ from qdiff.backends import qiskit_common as qc_common
 from qdiff.backends.base import Capabilities, register_backend
 from qdiff.backends.qiskit_backend import QiskitBackend, assemble, split_variants
 from qdiff.backends.runtime_jobs import JobRunner
+from qdiff.circuits.channels import pauli_word_matrix
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.memory import require
 
@@ -305,19 +308,13 @@ def _refuse_non_clifford(circuit, theta) -> None:
                     if float(worst[b]) < 1e-5 else ""))
 
 
+@functools.lru_cache(maxsize=None)
 def _pauli_words(k: int) -> torch.Tensor:
     """The ``4**k`` Pauli words on ``k`` wires (I, X, Y, Z per wire, the first wire most
     significant), ``(4**k, 2**k, 2**k)`` complex128 (the words are Hermitian: the coefficient
     of word P in M is tr(P M) / 2**k)."""
-    one = torch.stack([torch.eye(2, dtype=torch.complex128),
-                       torch.tensor([[0, 1], [1, 0]], dtype=torch.complex128),
-                       torch.tensor([[0, -1j], [1j, 0]], dtype=torch.complex128),
-                       torch.diag(torch.tensor([1, -1], dtype=torch.complex128))])
-    out = torch.ones(1, 1, 1, dtype=torch.complex128)
-    for _ in range(k):
-        out = torch.einsum("aij,bkl->abikjl", out, one).reshape(
-            out.shape[0] * 4, out.shape[1] * 2, out.shape[2] * 2)
-    return out
+    return torch.as_tensor(np.stack([pauli_word_matrix("".join(w))
+                                     for w in itertools.product("IXYZ", repeat=k)]))
 
 
 def _check_success(result, method: str) -> None:

@@ -535,7 +535,9 @@ ResetError = _register(Channel("ResetError", 1, 2, ("p_0", "p_1"), _reset_super,
 # families: PauliError(word), QubitChannel(kraus matrices)
 
 
-def _pauli_word_matrix(word: str) -> np.ndarray:
+def pauli_word_matrix(word: str) -> np.ndarray:
+    """The matrix of a Pauli word (``"XIZ"``: its first letter on the most significant
+    qubit)."""
     m = np.ones((1, 1), dtype=complex)
     for c in word:
         m = np.kron(m, _PAULI[c])
@@ -561,7 +563,7 @@ def pauli_error_channel(word: str) -> Channel:
         raise QdiffError(f"channel 'PauliError': operators must be a non-empty string of "
                          f"I, X, Y, Z; got {word!r}")
     if word not in _PAULI_ERRORS:
-        pm = _pauli_word_matrix(word)
+        pm = pauli_word_matrix(word)
         d2 = 4 ** len(word)
 
         @functools.lru_cache(maxsize=1)

@@ -309,7 +309,7 @@ def _checked_theta(cols, batch_shape, dtype, device, ops, check_batch=None,
         theta = _assemble_theta(cols, batch_shape, bsz, dtype, device)
     else:
         theta = torch.zeros(bsz, 0, dtype=dtype, device=device)
-    _check_finite(theta, ops)
+    check_finite_angles(theta, ops)
     return theta, bsz
 
 
@@ -529,13 +529,8 @@ def _unbounded_columns(theta: torch.Tensor, ops) -> torch.Tensor:
 
 
 def check_finite_angles(theta: torch.Tensor, ops) -> None:
-    """Refuse NaN/inf angles in ``theta`` ``(B, P)`` read by ``ops``: the message names the
-    first offending gate."""
-    _check_finite(theta, ops)
-
-
-def _check_finite(theta: torch.Tensor, ops) -> None:
-    """One check for NaN/inf angles; the message names the first offending gate."""
+    """Refuse NaN/inf angles in ``theta`` ``(B, P)`` read by ``ops`` (one check): the message
+    names the first offending gate."""
     if theta.numel() == 0 or not is_concrete(theta):
         return
     if theta.device.type == "meta":

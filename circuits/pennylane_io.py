@@ -788,9 +788,14 @@ def tape_trainable_matrix(op) -> bool:
     converts it into ONE qdiff gate holding that matrix (a torch tensor keeps its autograd
     graph, which backprop differentiates; the matrix has no angles for other methods)."""
     import pennylane as qml
-    base = op.base if type(op).__name__ not in TAPE_NATIVE and _is_controlled(op) else op
+    base = _controlled_base(op)
     return type(base).__name__ == "QubitUnitary" and base.batch_size is None and \
         qml.math.requires_grad(base.data[0])
+
+
+def _controlled_base(op):
+    """The operation a ``qml.ctrl``/``ControlledQubitUnitary`` controls, else ``op``."""
+    return op.base if type(op).__name__ not in TAPE_NATIVE and _is_controlled(op) else op
 
 
 def trainable_matrix_ops(tape) -> list:
@@ -799,7 +804,7 @@ def trainable_matrix_ops(tape) -> list:
     import pennylane as qml
     out = []
     for op in tape.operations:
-        base = op.base if type(op).__name__ not in TAPE_NATIVE and _is_controlled(op) else op
+        base = _controlled_base(op)
         if type(base).__name__ == "QubitUnitary" and qml.math.requires_grad(base.data[0]):
             out.append(op)
     return out

@@ -209,18 +209,24 @@ def full_metric(circuit, theta, cols, backend, initial_state=None):
 
 
 def _expand(op):
-    """Multi-parameter gates as one-parameter rotations (their Gate record's decomposition).
-    A gate with a generator of its own is kept whole, and so is a gate whose decomposition
-    puts one of its parameters into several pieces (FermionicSWAP's IsingXY and RZs): the
-    pieces would fall into different layers, and the block-diagonal metric would keep each
-    piece's variance but drop their covariances, which the gate's own generator holds."""
-    gate = op.gate
+    """Multi-parameter gates as one-parameter rotations (their Gate record's decomposition),
+    where :func:`_splits` says so."""
+    return decompose(op) if _splits(op.gate) else [op]
+
+
+@caches.cached(maxsize=256)
+def _splits(gate) -> bool:
+    """Whether the metric takes ``gate`` as the pieces of its decomposition. A gate with a
+    generator of its own is kept whole, and so is a gate whose decomposition puts one of its
+    parameters into several pieces (FermionicSWAP's IsingXY and RZs): the pieces would fall
+    into different layers, and the block-diagonal metric would keep each piece's variance but
+    drop their covariances, which the gate's own generator holds."""
     if gate.decomposition is None or getattr(gate, "generator", None) is not None:
-        return [op]
-    probe = decompose(Operation(gate, op.wires, tuple(ParamRef(k)
-                                                      for k in range(gate.num_params))))
+        return False
+    probe = decompose(Operation(gate, tuple(range(gate.num_wires)),
+                                tuple(ParamRef(k) for k in range(gate.num_params))))
     slots = [q.index for piece in probe for q in piece.params if isinstance(q, ParamRef)]
-    return decompose(op) if len(slots) == len(set(slots)) else [op]
+    return len(slots) == len(set(slots))
 
 
 @caches.cached(maxsize=None)
