@@ -43,9 +43,51 @@ def final_measurements(qc) -> set:
                 out.add(k)
         elif name in _CONTROL_FLOW:
             read.update(inst.clbits)
+            read.update(_condition_clbits(inst.operation))
         touched.update(inst.qubits)
         if len(touched) == n:
             break
+    return out
+
+
+def bind_parameter(circ, param, value):
+    """A copy of ``circ`` with ``param`` bound to ``value``, in its control-flow blocks too (a
+    ``for_loop`` body, once per iteration). Every level is rebuilt: Qiskit's
+    ``assign_parameters(inplace=False)`` binds the gate objects of nested blocks
+    (``PauliEvolutionGate``, ``HamiltonianGate``, ...) in place, objects shared with ``circ``,
+    so a second iteration would see the first one's value."""
+    out = circ.copy_empty_like()
+    for inst in circ.data:
+        op = inst.operation
+        blocks = getattr(op, "blocks", None)
+        if blocks and any(param in set(b.parameters) for b in blocks):
+            op = op.replace_blocks([bind_parameter(b, param, value) for b in blocks])
+        out.append(op, inst.qubits, inst.clbits, copy=True)  # parametrized gates: copies
+    if param in set(out.parameters):
+        out.assign_parameters({param: value}, inplace=True)
+    return out
+
+
+def _condition_clbits(op) -> list:
+    """The classical bits an ``if_else`` / ``while_loop`` condition or a ``switch`` target
+    reads (a hand-built ``IfElseOp`` may read bits its instruction does not list)."""
+    from qiskit.circuit import Clbit, ClassicalRegister
+    from qiskit.circuit.classical import expr
+    node = getattr(op, "condition", None)
+    if node is None:
+        node = getattr(op, "target", None)
+    if isinstance(node, tuple):
+        node = node[0]
+    if isinstance(node, expr.Expr):
+        found = [v.var for v in expr.iter_vars(node)]
+    else:
+        found = [node]
+    out = []
+    for x in found:
+        if isinstance(x, Clbit):
+            out.append(x)
+        elif isinstance(x, ClassicalRegister):
+            out.extend(x)
     return out
 
 

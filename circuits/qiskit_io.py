@@ -25,8 +25,8 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import GATES, unitary_gate
 from qdiff.circuits.observables import Factor, Observable, as_observable
 from qdiff.circuits.operation import Operation, ParamRef
-from qdiff.circuits.qiskit_dynamic import (Bits, condition_cubes, final_measurements,
-                                           switch_cubes)
+from qdiff.circuits.qiskit_dynamic import (Bits, bind_parameter, condition_cubes,
+                                           final_measurements, switch_cubes)
 from qdiff.circuits.qiskit_expr import ExpressionTable, analyse
 
 # qiskit instruction name -> (qdiff gate name, angle transform)
@@ -345,10 +345,9 @@ def _control_flow(inst, qubits: tuple, bits: Bits, imp: _Importer, where: str) -
     if name == "for_loop":
         indexset, loop_param, body = op.params
         inner = bits.body(body, inst.clbits)
+        bind = loop_param is not None and loop_param in set(body.parameters)
         for value in indexset:
-            b = body
-            if loop_param is not None and loop_param in set(body.parameters):
-                b = body.assign_parameters({loop_param: value}, inplace=False)
+            b = bind_parameter(body, loop_param, value) if bind else body
             _convert_into(b, list(qubits), imp, False, inner)
         return
     if name == "if_else":

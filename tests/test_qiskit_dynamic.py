@@ -381,6 +381,48 @@ def test_switch_with_default_and_for_loop():
     np.testing.assert_allclose(p, want, atol=1e-12)
 
 
+def test_for_loop_binds_its_parameter_in_nested_blocks_per_iteration():
+    """A loop parameter read by a gate object inside a nested block (a ``PauliEvolutionGate``
+    under an ``if_test`` in the loop body) takes each iteration's value, and the caller's
+    circuit keeps the parameter (the import binds copies)."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit.library import PauliEvolutionGate
+    from qiskit.quantum_info import SparsePauliOp, Statevector
+    qc = QuantumCircuit(3, 1)
+    qc.x(2)
+    qc.measure(2, 0)
+    with qc.for_loop(range(1, 4)) as i:
+        with qc.if_test((qc.clbits[0], 1)):
+            qc.append(PauliEvolutionGate(SparsePauliOp(["XY"]), time=0.3 * i), [0, 1])
+    ref = QuantumCircuit(2)
+    for k in range(1, 4):
+        ref.append(PauliEvolutionGate(SparsePauliOp(["XY"]), time=0.3 * k), [0, 1])
+    want = [Statevector(ref).expectation_value(SparsePauliOp(w)).real for w in ("ZI", "IZ")]
+    for _ in range(2):
+        evs = Estimator().run([(qc, ["IZI", "IIZ"])]).result()[0].data.evs
+        np.testing.assert_allclose(evs, want, atol=1e-12)
+    inner = qc.data[2].operation.blocks[0].data[0].operation.blocks[0].data[0].operation
+    assert inner.params[0].parameters == {i}
+
+
+def test_condition_on_a_bit_the_instruction_does_not_list():
+    """A hand-built ``IfElseOp`` whose condition reads an outer bit that is not among the
+    instruction's classical bits (its body has a bit of its own): the measurement of that
+    bit still comes before the condition (it is not taken as a final measurement)."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import IfElseOp
+    body = QuantumCircuit(1, 1)
+    body.x(0)
+    body.measure(0, 0)
+    qc = QuantumCircuit(2, 2)
+    qc.h(1)
+    qc.measure(1, 1)
+    qc.append(IfElseOp((qc.clbits[1], 1), body), [0], [qc.clbits[0]])
+    p = qd.qnode(qd.device("statevector", wires=2))(qc)(torch.zeros(0, dtype=torch.float64))
+    np.testing.assert_allclose(p.numpy(), [0.5, 0.0, 0.0, 0.5], atol=1e-12)
+    check_counts(sample_all(qc, None, 4000)["c"], {"00": 0.5, "11": 0.5}, 4000)
+
+
 def test_clbit_rules_last_write_and_never_written():
     """A bit measured twice holds the last outcome, a bit never written reads 0, and a final
     measurement stays a read of its qubit (no extra wire)."""
