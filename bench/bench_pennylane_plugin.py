@@ -19,7 +19,10 @@ one expval) per device: PennyLane's own fixed cost per call.
 
     OMP_NUM_THREADS=1 python bench/bench_pennylane_plugin.py [--layer-sizes 4,8]
         [--batches 32,256] [--sel-sizes 12,14,16,18,20] [--rounds 5] [--device-vjp]
-        [--empty] [--shift]
+        [--empty] [--shift] [--one-shot 1000,10000]
+
+4. ``--one-shot``: dynamic circuits with mid-circuit measurements and conditioned operations
+   under ``mcm_method="one-shot"`` at the given shot counts (:func:`one_shot_call`).
 """
 from __future__ import annotations
 
@@ -134,6 +137,42 @@ def empty_call(name):
     return lambda: (circuit(0.1), None)[1]
 
 
+def one_shot_call(name, workload, shots, seed=0):
+    """A dynamic circuit under ``mcm_method="one-shot"``: ``"cond"``, 3 wires, 3 mid-circuit
+    measurements (one with reset) and 2 conditioned operations, expval/probs/sample of an
+    outcome; ``"rounds"``, 4 wires, 8 rounds of entangling, measuring an ancilla with reset
+    and a conditioned correction, expval and the outcomes' sum."""
+    import pennylane as qml
+    n = 3 if workload == "cond" else 4
+    dev = qml.device(name, wires=n, seed=seed)
+
+    def cond(x, y):
+        qml.RX(x, 0)
+        qml.Hadamard(2)
+        m0 = qml.measure(0)
+        qml.cond(m0, qml.RY)(y, wires=1)
+        qml.CNOT([2, 0])
+        m1 = qml.measure(0, reset=True)
+        m2 = qml.measure(1)
+        qml.cond(m1 & m2, qml.CRX)(y, wires=[2, 0])
+        return qml.expval(qml.Z(1)), qml.probs(wires=[0, 2]), qml.sample(m0)
+
+    def rounds(x, y):
+        for w in range(3):
+            qml.RY(x * (w + 1), w)
+        ms = []
+        for k in range(8):
+            qml.CNOT([k % 3, 3])
+            qml.RY(y, 3)
+            ms.append(qml.measure(3, reset=True))
+            qml.cond(ms[-1], qml.RZ)(x, wires=k % 3)
+        return qml.expval(qml.Z(0) @ qml.Z(1)), qml.expval(sum(ms))
+
+    circuit = qml.set_shots(qml.QNode(cond if workload == "cond" else rounds, dev,
+                                      mcm_method="one-shot"), shots)
+    return lambda: (circuit(0.8, 0.4), None)[1]
+
+
 def interleave(steps: dict, rounds: int, gc_off: bool = False) -> dict:
     """Median seconds per call of each step, timed round-robin after one warm-up each; also
     checks that the returned gradients agree. ``gc_off``: a full collection before each timed
@@ -178,6 +217,9 @@ def main():
     ap.add_argument("--empty", action="store_true")
     ap.add_argument("--shift", action="store_true",
                     help="also time the parameter-shift gradients (every device)")
+    ap.add_argument("--one-shot", default="",
+                    help="shot counts for mid-circuit measurements with mcm_method='one-shot' "
+                         "(e.g. 1000,10000); default.qubit simulates each shot on its own")
     args = ap.parse_args()
     import pennylane as qml
     import torch
@@ -201,6 +243,19 @@ def main():
             print(f"| {label} | {fmt(t['qdiff'])} | {fmt(t['lightning'])} | "
                   f"{fmt(t['default'])} | {t['qdiff'] / t['lightning']:.2f} | "
                   f"{t['qdiff'] / t['default']:.2f} |", flush=True)
+    if args.one_shot:
+        print("\nMid-circuit measurements, mcm_method='one-shot' (seconds per call)")
+        print("| circuit | shots | qdiff | lightning | default | qdiff/lightning | "
+              "qdiff/default |")
+        print("|---|---|---|---|---|---|---|")
+        for wl, label in (("cond", "3 wires, 3 measurements, 2 conditioned ops"),
+                          ("rounds", "4 wires, 8 measurements with reset, 8 conditioned ops")):
+            for shots in (int(s) for s in args.one_shot.split(",") if s):
+                t = interleave({k: one_shot_call(name, wl, shots) for k, name, _ in PEERS},
+                               args.rounds)
+                print(f"| {label} | {shots} | {t['qdiff']:.3g} | {t['lightning']:.3g} | "
+                      f"{t['default']:.3g} | {t['qdiff'] / t['lightning']:.3f} | "
+                      f"{t['qdiff'] / t['default']:.3f} |", flush=True)
     sizes = [int(s) for s in args.layer_sizes.split(",") if s]
     batches = [int(b) for b in args.batches.split(",") if b]
     if sizes:

@@ -79,9 +79,10 @@ def sampled_measurements(mps) -> list:
 
 @functools.lru_cache(maxsize=None)
 def defer_within():
-    """The transform ``defer_within(tape, device_wires, name, allow_postselect)``: PennyLane's
-    ``defer_measurements``, refusing by name (a ``DeviceError``) a circuit on the device's
-    wires whose deferral needs wires the device lacks (deferring adds wires); a circuit
+    """The transform ``defer_within(tape, device_wires, name, allow_postselect, one_shot)``:
+    PennyLane's ``defer_measurements``, refusing by name (a ``DeviceError``) a circuit on the
+    device's wires whose deferral needs wires the device lacks (deferring adds wires; the
+    message points to ``mcm_method="one-shot"`` where the device offers it); a circuit
     already off the device's wires is left to PennyLane's wire validation."""
     import pennylane as qml
     from pennylane.exceptions import DeviceError
@@ -89,7 +90,7 @@ def defer_within():
     from pennylane.transforms import defer_measurements
 
     @qml.transform
-    def transform(tape, device_wires, name, allow_postselect=True):
+    def transform(tape, device_wires, name, allow_postselect=True, one_shot=True):
         tapes, fn = defer_measurements(tape, allow_postselect=allow_postselect)
         if device_wires is None:
             return tapes, fn
@@ -100,10 +101,10 @@ def defer_within():
         if extra:
             raise DeviceError(
                 f"{name}: the circuit's {k} mid-circuit measurement{'s are' if k > 1 else ' is'} "
-                f"deferred (mcm_method='deferred', this device's only method), which adds "
-                f"wires: the deferred circuit needs "
-                f"{len(device_wires) + len(extra)} wires and the device has "
-                f"{len(device_wires)}; create the device with more wires")
+                f"deferred (mcm_method='deferred'), which adds wires: the deferred circuit "
+                f"needs {len(device_wires) + len(extra)} wires and the device has "
+                f"{len(device_wires)}; create the device with more wires" +
+                (", or measure them with shots (mcm_method='one-shot')" if one_shot else ""))
         return tapes, fn
     return transform
 

@@ -287,9 +287,10 @@ def test_bad_input_names_the_operation_wire_or_option():
         qml.QNode(lambda: (qml.RX(0.1, 5), qml.expval(qml.Z(0)))[1], dev)()
     with pytest.raises(DeviceError, match="c_dtype"):
         qml.device("qdiff.statevector", wires=2, c_dtype=np.float32)
-    with pytest.raises(DeviceError, match="mcm_method='one-shot' is not supported"):
+    with pytest.raises(DeviceError, match="mcm_method='single-branch-statistics' is not "
+                                          "supported"):
         dev.setup_execution_config(qml.devices.ExecutionConfig(
-            mcm_config=qml.devices.MCMConfig(mcm_method="one-shot")))
+            mcm_config=qml.devices.MCMConfig(mcm_method="single-branch-statistics")))
     for name in ("qdiff.statevector", "qdiff.mixed"):  # as a QNode gives it (an enum)
         with pytest.raises(DeviceError, match="mcm_method='tree-traversal' is not supported"):
             qml.QNode(lambda: (qml.measure(0), qml.expval(qml.Z(0)))[1],

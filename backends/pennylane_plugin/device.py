@@ -44,7 +44,8 @@ from pennylane.measurements import (ClassicalShadowMP, ExpectationMP, Probabilit
                                     StateMeasurement, VarianceMP)
 
 from qdiff.backends.base import Job
-from qdiff.backends.pennylane_plugin import signature
+from qdiff.backends.pennylane_plugin import one_shot, signature
+from qdiff.backends.pennylane_plugin.one_shot import mcm_config
 from qdiff.circuits.pennylane_autograd import (backprop_interface, execute_autograd, has_boxes,
                                                nested_boxes, to_user, torch_backprop,
                                                torch_tape)
@@ -233,6 +234,64 @@ def _expand_trainable_broadcast(tape):
     return (tape,), lambda results: results[0]
 
 
+class _PureStates(one_shot.Model):
+    """State vectors for one-shot execution: rows ``(B, 2**n)`` run by the device's engine."""
+
+    def __init__(self, device, labels, n, wire_map):
+        self.device, self.labels, self.n, self.wire_map = device, labels, n, wire_map
+        self.engine = device._engine(n)
+        self.row_bytes = float(2 ** n) * torch.empty((), dtype=device._cdtype).element_size()
+
+    def evolve(self, states, ops):
+        if states is not None and not ops:
+            return states
+        rec, _ = from_pennylane_tape(qml.tape.QuantumScript(list(ops)), self.labels,
+                                     [Measurement("state")], self.engine.check_batch)
+        if states is not None and rec.initial_state is not None:
+            raise QdiffError(f"{ops[0].name} on wires {list(ops[0].wires)}: a state "
+                             "preparation after a mid-circuit measurement is not supported")
+        start = states if states is not None else rec.initial_state
+        rows = 1 if start is None else start.shape[0]
+        theta = rec.theta if rec.theta.shape[0] == rows else rec.theta.expand(rows, -1)
+        (res,) = self.engine.execute([Job(rec.circuit, theta.contiguous(), start, shots=None)])
+        return res.outputs[0]
+
+    def _split(self, states, wire):
+        return states.reshape(states.shape[0], 2 ** wire, 2, -1)
+
+    def prob_one(self, states, wire):
+        p = self._split(states, wire)[:, :, 1].abs().square().sum((1, 2))
+        total = states.abs().square().sum(1)
+        return (p / total).to(torch.float64).cpu().numpy()
+
+    def collapse(self, states, wire, outcomes, reset):
+        s = self._split(states, wire)
+        rows = torch.arange(s.shape[0], device=s.device)
+        o = torch.as_tensor(outcomes, device=s.device)
+        kept = s[rows, :, o]  # (B, 2**wire, rest)
+        kept = kept / kept.abs().square().sum((1, 2), keepdim=True).sqrt()
+        new = torch.zeros_like(s)
+        new[rows, :, torch.zeros_like(o) if reset else o] = kept
+        return new.reshape(states.shape)
+
+    def select(self, states, rows):
+        return states[torch.as_tensor(rows, device=states.device)]
+
+    def assign(self, states, rows, values):
+        return states.index_copy(0, torch.as_tensor(rows, device=states.device), values)
+
+    def sample(self, states, row, mps, shots):
+        from pennylane.devices.qubit.sampling import measure_with_samples
+        mps = sampled_measurements(mps)
+        if self.wire_map is not None:
+            mps = [map_measurement_wires(m, self.wire_map) for m in mps]
+        total = shots.total_shots
+        memory.require(float(total) * (16.0 + 8 * self.n),
+                       f"sampling {total} shots on {self.n} wires")
+        state = states[row].detach().cpu().numpy().reshape((2,) * self.n)
+        return measure_with_samples(mps, state, shots, rng=self.device._rng)
+
+
 class _Plan:
     """One tape as one engine job: the job, its theta sources, and how to read the results."""
 
@@ -387,14 +446,7 @@ class QdiffStatevector(Device):
             updated["use_device_jacobian_product"] = method == "adjoint"
         if config.grad_on_execution is None:
             updated["grad_on_execution"] = method == "adjoint"
-        mcm = config.mcm_config
-        if mcm.mcm_method not in (None, "deferred"):
-            method = getattr(mcm.mcm_method, "value", mcm.mcm_method)  # PennyLane's enum
-            raise DeviceError(f"mcm_method={method!r} is not supported with {self.name}; use "
-                              "mcm_method='deferred'")
-        if mcm.postselect_mode == "fill-shots":
-            raise DeviceError(f"postselect_mode='fill-shots' is not supported with {self.name}")
-        updated["mcm_config"] = replace(mcm, mcm_method="deferred")
+        updated["mcm_config"] = mcm_config(config.mcm_config, self.name)
         options = dict(config.device_options)
         options.setdefault("c_dtype", self._c_dtype)
         updated["device_options"] = options
@@ -403,17 +455,26 @@ class QdiffStatevector(Device):
     def preprocess_transforms(self, execution_config: Optional[ExecutionConfig] = None):
         config = execution_config or ExecutionConfig()
         program = qml.CompilePipeline()
-        program.add_transform(defer_within(), device_wires=self.wires, name=self.name,
-                              allow_postselect=True)
-        program.add_transform(decompose_broadcast(), stopping_condition=_stopping_condition,
+        measured = config.mcm_config.mcm_method == "one-shot"
+        if not measured:
+            program.add_transform(defer_within(), device_wires=self.wires, name=self.name,
+                                  allow_postselect=True)
+        program.add_transform(decompose_broadcast(),
+                              stopping_condition=one_shot.stopping_condition(_stopping_condition)
+                              if measured else _stopping_condition,
                               decomposer=_decomposer, device_wires=self.wires,
                               target_gates=self._gate_set, name=self.name)
         program.add_transform(_expand_postselected_broadcast)
-        program.add_transform(device_resolve_dynamic_wires, wires=self.wires, allow_resets=False)
+        program.add_transform(device_resolve_dynamic_wires, wires=self.wires,
+                              allow_resets=measured)
         program.add_transform(validate_device_wires, self.wires, name=self.name)
         program.add_transform(validate_measurements, analytic_measurements=_accepted_analytic,
                               sample_measurements=_accepted_sample, name=self.name)
         program.add_transform(snapshots_taken(), device=self)
+        if measured:
+            from pennylane.transforms import dynamic_one_shot
+            program.add_transform(dynamic_one_shot,
+                                  postselect_mode=config.mcm_config.postselect_mode)
         if config.gradient_method == "backprop":
             program.add_transform(no_sampling, name=f"backprop + {self.name}")
         if config.gradient_method == "adjoint":
@@ -579,10 +640,24 @@ class QdiffStatevector(Device):
     # -- execution -------------------------------------------------------------------------
 
     def execute(self, circuits, execution_config: Optional[ExecutionConfig] = None):
+        if any(one_shot.has_mid_measure(t) for t in circuits):  # mcm_method="one-shot"
+            return tuple(self._one_shot(t) if one_shot.has_mid_measure(t) else
+                         self.execute((t,), execution_config)[0] for t in circuits)
         scans = self._scan(circuits)  # a tape with a signature has plain numbers only
         if has_boxes([t for t, sc in zip(circuits, scans) if sc is None]):
             return execute_autograd(circuits, self._execute)  # backprop under autograd
         return self._execute(circuits, torch_backprop(execution_config), scans)
+
+    def _one_shot(self, tape):
+        """A ``dynamic_one_shot`` tape's per-shot results (:mod:`one_shot`)."""
+        labels, n = self._register(tape)
+        index = {w: i for i, w in enumerate(labels)}
+        wire_map = None if labels == tuple(range(n)) else index
+        try:
+            return one_shot.execute(tape, _PureStates(self, labels, n, wire_map),
+                                    index.__getitem__, self._rng, 0.5 * memory.budget())
+        except QdiffError as exc:
+            raise DeviceError(f"{self.name}: {exc}") from None
 
     def _snapshot_result(self, tape, whole):
         """One snapshot's measurement, on the circuit up to it (torch and autograd parameters

@@ -1,0 +1,251 @@
+"""Mid-circuit measurements measured, not deferred: PennyLane's ``mcm_method="one-shot"``.
+
+PennyLane's ``dynamic_one_shot`` transform hands the device one tape whose shots are ``S``
+single shots; each shot measures every mid-circuit measurement (collapsing the state, resetting
+the wire where asked) and acts on the outcomes, and the device returns per shot the final
+measurements and the outcomes. ``default.qubit`` simulates the ``S`` shots one after another.
+
+Here the shots are simulated together, grouped by their history: shots that drew the same
+outcomes so far are in the same state, so the simulation holds one state per distinct history
+(a *branch*), at most ``min(S, 2**k)`` states after ``k`` measurements, and every branch runs
+as one row of ONE batched engine call per run of gates. At a measurement each branch's shots
+draw their outcomes from its probability of 1 (the device's generator); a branch whose shots
+drew both outcomes splits in two. A conditional operation runs on the branches whose outcomes
+make its condition true. At the end each branch's shots are sampled by PennyLane's own sampler
+(``measure_with_samples``, one single-shot bin per shot), so the per-shot results are
+``default.qubit``'s, in shot order.
+
+The state model (pure states or density matrices) comes from the device as a :class:`Model`.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+class Model:
+    """What the driver needs from a device's engine. ``states`` is a batch of states, one row
+    per branch (its layout is the model's own)."""
+
+    row_bytes: float  # bytes of one state
+
+    def evolve(self, states, ops):
+        """``states`` after the PennyLane operations ``ops``; ``states=None``: from the device's
+        start state, one row."""
+        raise NotImplementedError
+
+    def prob_one(self, states, wire: int) -> np.ndarray:
+        """Per row, the probability of measuring 1 on engine wire ``wire``."""
+        raise NotImplementedError
+
+    def collapse(self, states, wire: int, outcomes: np.ndarray, reset: bool):
+        """Per row, the normalised state after measuring ``outcomes[row]`` on ``wire`` (then
+        on |0> where ``reset``)."""
+        raise NotImplementedError
+
+    def select(self, states, rows):
+        """The rows ``rows`` (a list of indices) of ``states``."""
+        raise NotImplementedError
+
+    def assign(self, states, rows, values):
+        """``states`` with the rows ``rows`` replaced by ``values``."""
+        raise NotImplementedError
+
+    def sample(self, states, row: int, mps, shots):
+        """PennyLane's results of the measurements ``mps`` sampled from row ``row`` with the
+        ``Shots`` ``shots`` (one single-shot bin per shot)."""
+        raise NotImplementedError
+
+
+METHODS = ("deferred", "one-shot")
+
+
+def mcm_config(mcm, name: str):
+    """The device's ``MCMConfig`` for the one asked: ``"deferred"`` (also when none is named)
+    or ``"one-shot"``; another method, or ``postselect_mode="fill-shots"``, is refused by
+    name (a ``DeviceError``)."""
+    from dataclasses import replace
+    from pennylane.exceptions import DeviceError
+    method = getattr(mcm.mcm_method, "value", mcm.mcm_method)  # PennyLane's enum
+    if method not in (None,) + METHODS:
+        raise DeviceError(f"mcm_method={method!r} is not supported with {name}; use "
+                          "mcm_method='deferred' or 'one-shot'")
+    if mcm.postselect_mode == "fill-shots":
+        raise DeviceError(f"postselect_mode='fill-shots' is not supported with {name}")
+    return replace(mcm, mcm_method=method or "deferred")
+
+
+def stopping_condition(device_stops):
+    """The decomposition's stopping condition with measured mid-circuit measurements: the
+    device's operations, mid-circuit measurements, and a conditional operation whose operation
+    the device runs (another is decomposed: PennyLane conditions each piece)."""
+    from pennylane.ops import Conditional, MidMeasure
+
+    def stops(op) -> bool:
+        if isinstance(op, MidMeasure):
+            return True
+        if isinstance(op, Conditional):
+            return device_stops(op.base)
+        return device_stops(op)
+    return stops
+
+
+def has_mid_measure(tape) -> bool:
+    from pennylane.ops import MidMeasure
+    return any(isinstance(op, MidMeasure) for op in tape.operations)
+
+
+def _segments(ops) -> list:
+    """``[("gates", [ops]) | ("measure", op) | ("cond", op)]`` in circuit order."""
+    from pennylane.ops import Conditional, MidMeasure
+    out, run = [], []
+    for op in ops:
+        kind = "measure" if isinstance(op, MidMeasure) else \
+            "cond" if isinstance(op, Conditional) else None
+        if kind is None:
+            run.append(op)
+            continue
+        if run:
+            out.append(("gates", run))
+            run = []
+        out.append((kind, op))
+    if run:
+        out.append(("gates", run))
+    return out
+
+
+def execute(tape, model: Model, wire_index, rng, budget: float) -> tuple:
+    """Per shot of ``tape`` (a ``dynamic_one_shot`` tape: ``S`` single shots, its last ``k``
+    measurements the samples of its ``k`` mid-circuit measurements), ``default.qubit``'s result
+    of one shot. ``wire_index(label)``: the engine wire of a wire label; ``budget``: bytes the
+    branch states may take (the shots are run in groups that fit it)."""
+    from pennylane.ops import MidMeasure
+    from pennylane.exceptions import DeviceError
+    ops = tape.operations
+    mcms = [op for op in ops if isinstance(op, MidMeasure)]
+    final = list(tape.measurements[:len(tape.measurements) - len(mcms)])
+    total = tape.shots.total_shots
+    group = int(budget // (3.0 * model.row_bytes))
+    if group < 1:
+        raise DeviceError(
+            f"one-shot execution: a state of {model.row_bytes / 2 ** 30:.3g} GiB does not fit "
+            f"the memory available ({budget / 2 ** 30:.3g} GiB for the branch states)")
+    segments = _segments(ops)
+    lead = 0  # the gates before the first measurement run once, for every shot
+    start = None
+    if segments and segments[0][0] == "gates":
+        start = model.evolve(None, segments[0][1])
+        lead = 1
+    elif segments:
+        start = model.evolve(None, [])
+    out: list = [None] * total
+    single = len(tape.measurements) == 1
+    for first in range(0, total, group):
+        shots = min(group, total - first)
+        _run_group(segments[lead:], start, shots, first, model, wire_index, rng, final,
+                   mcms, single, out)
+    return tuple(out)
+
+
+def _run_group(segments, start, shots, first, model, wire_index, rng, final, mcms, single,
+               out) -> None:
+    from pennylane.measurements import Shots
+    states = start
+    # branch i: (outcomes so far {mcm: 0/1}, the shot indices in it)
+    branches = [({}, np.arange(first, first + shots))]
+    for kind, item in segments:
+        if kind == "gates":
+            states = model.evolve(states, item)
+        elif kind == "cond":
+            rows = [i for i, (values, _) in enumerate(branches)
+                    if item.meas_val.concretize(values)]
+            if rows:
+                states = model.assign(states, rows,
+                                      model.evolve(model.select(states, rows), [item.base]))
+        else:
+            wire = wire_index(item.wires[0])
+            p1 = model.prob_one(states, wire)
+            src, outcomes, grown = [], [], []
+            for i, (values, idx) in enumerate(branches):
+                ones = rng.random(len(idx)) < p1[i]
+                for outcome, members in ((0, idx[~ones]), (1, idx[ones])):
+                    if len(members):
+                        src.append(i)
+                        outcomes.append(outcome)
+                        grown.append(({**values, item: outcome}, members))
+            states = model.collapse(model.select(states, src), wire,
+                                    np.asarray(outcomes, dtype=np.int64), item.reset)
+            branches = grown
+    raw = _raw_samples(final)
+    for i, (values, idx) in enumerate(branches):
+        tail = tuple(int(values[m]) for m in mcms)
+        if not final:
+            per_shot = [()] * len(idx)
+        elif raw is not None:  # drawn at once, then read shot by shot
+            got = model.sample(states, i, raw, Shots(len(idx)))
+            per_shot = _split_shots(final, got, len(idx))
+        else:
+            got = model.sample(states, i, final, Shots([(1, len(idx))]))
+            per_shot = got if len(idx) > 1 else (got,)
+        for s, res in zip(idx, per_shot):
+            res = tuple(res) + tail
+            out[s] = res[0] if single else res
+
+
+
+def _raw_samples(final):
+    """The raw samples behind the single-shot results of ``final``: ``sample(wires)`` for a
+    measurement of wires (``probs``, ``counts``, ``sample``), ``sample(obs)`` for one of an
+    observable PennyLane samples in one basis (``expval``, ``sample``), grouped by PennyLane as
+    the measurements themselves; None when some measurement is of another kind (those are
+    sampled one single-shot bin at a time)."""
+    from pennylane.measurements import CountsMP, ExpectationMP, ProbabilityMP, SampleMP
+    from pennylane.ops import LinearCombination, Sum
+    out = []
+    for mp in final:
+        kind = type(mp)
+        if mp.mv is not None:
+            return None
+        if mp.obs is None:
+            if kind not in (SampleMP, ProbabilityMP, CountsMP) or not len(mp.wires):
+                return None
+            out.append(SampleMP(wires=mp.wires))
+        elif kind in (ExpectationMP, SampleMP) and not isinstance(mp.obs,
+                                                                  (Sum, LinearCombination)):
+            out.append(SampleMP(obs=mp.obs))
+        else:
+            return None
+    return out
+
+
+def _split_shots(final, got, shots: int) -> list:
+    """Per shot, the results of ``final`` read off their raw samples ``got`` (in the formats
+    of PennyLane's single-shot results)."""
+    from pennylane.measurements import CountsMP, ExpectationMP, ProbabilityMP
+    columns = []
+    for mp, samples in zip(final, got):
+        kind = type(mp)
+        if mp.obs is not None:
+            values = np.asarray(samples).reshape(shots)
+            columns.append([np.float64(v) for v in values] if kind is ExpectationMP else
+                           [values[j:j + 1] for j in range(shots)])
+            continue
+        k = len(mp.wires)
+        bits = np.asarray(samples).reshape(shots, k)
+        if kind is ProbabilityMP:
+            index = bits @ (1 << np.arange(k - 1, -1, -1))
+            onehot = np.zeros((shots, 2 ** k))
+            onehot[np.arange(shots), index] = 1.0
+            columns.append(list(onehot))
+        elif kind is CountsMP:
+            keys = ["".join(map(str, row)) for row in bits.tolist()]
+            if mp.all_outcomes:
+                names = [format(i, f"0{k}b") for i in range(2 ** k)]
+                columns.append([{name: np.int64(name == key) for name in names}
+                                for key in keys])
+            else:
+                columns.append([{np.str_(key): np.int64(1)} for key in keys])
+        else:
+            columns.append([bits[j:j + 1] for j in range(shots)])
+    return list(zip(*columns))

@@ -1,0 +1,206 @@
+"""Mid-circuit measurements measured shot by shot (``mcm_method="one-shot"``) on qdiff's
+PennyLane devices, against default.qubit: the per-shot result formats exactly, the statistics
+against exact values (deferred measurement on a wide default.qubit), and the refusals."""
+import numpy as np
+import pytest
+
+qml = pytest.importorskip("pennylane")
+from pennylane.exceptions import DeviceError  # noqa: E402
+
+ONE_SHOT = qml.devices.ExecutionConfig(mcm_config=qml.devices.MCMConfig(mcm_method="one-shot"))
+
+
+def _struct(x):
+    if isinstance(x, dict):
+        return ("dict", tuple(sorted((type(k).__name__, type(v).__name__)
+                                     for k, v in x.items())))
+    if isinstance(x, (tuple, list)):
+        return tuple(_struct(y) for y in x)
+    return (type(x).__name__, str(getattr(x, "dtype", None)), getattr(x, "shape", None))
+
+
+def _raw(name, tape, wires=3):
+    dev = qml.device(name, wires=wires, seed=3)
+    config = dev.setup_execution_config(ONE_SHOT)
+    tapes, _ = dev.preprocess_transforms(config)((tape,))
+    return dev.execute(tapes, config)[0]
+
+
+def _conditioned(x, y):
+    qml.RX(x, 0)
+    qml.Hadamard(2)
+    m0 = qml.measure(0)
+    qml.cond(m0, qml.RY)(y, wires=1)
+    qml.CNOT([2, 0])
+    m1 = qml.measure(0, reset=True)
+    m2 = qml.measure(1)
+    qml.cond(m1 & m2, qml.QFT)(wires=[0, 1, 2])  # decomposed, each piece conditioned
+    qml.cond(~m1, qml.X, qml.Hadamard)(2)  # an else branch
+    return m0, m1, m2
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_per_shot_results_have_default_qubit_formats(fast):
+    def circuit():
+        _conditioned(0.8, 0.4)
+        out = [qml.expval(qml.Z(1)), qml.probs(wires=[0, 2]), qml.sample(wires=[2, 0]),
+               qml.sample(qml.X(2)), qml.counts(wires=[0, 1]), qml.var(qml.Y(0))]
+        if not fast:  # a sum's expval is sampled term by term: PennyLane's per-shot path
+            out.append(qml.expval(qml.X(2) + 0.5 * qml.Z(0)))
+        return out
+
+    tape = qml.tape.make_qscript(circuit, shots=40)()
+    ref = _raw("default.qubit", tape)
+    got = _raw("qdiff.statevector", tape)
+    assert len(got) == len(ref) == 40
+    assert {_struct(r) for r in got} == {_struct(r) for r in ref}
+    one = qml.tape.make_qscript(lambda: (_conditioned(0.8, 0.4), qml.sample(wires=[1]))[1],
+                                shots=5)()
+    assert {_struct(r) for r in _raw("qdiff.statevector", one)} == \
+        {_struct(r) for r in _raw("default.qubit", one)}
+
+
+def _exact(fn, *args, wires=12):
+    return qml.QNode(fn, qml.device("default.qubit", wires=wires), mcm_method="deferred")(*args)
+
+
+def test_statistics_match_exact_values():
+    def circuit(x, y):
+        m0, m1, m2 = _conditioned(x, y)
+        return (qml.expval(qml.Z(1)), qml.probs(wires=[0, 2]), qml.expval(m0),
+                qml.probs(op=[m1, m2]), qml.var(qml.X(2)), qml.expval(qml.Y(2) @ qml.Z(1)),
+                qml.expval(qml.X(2) + 0.5 * qml.Z(0)))
+
+    shots = 6000
+    f = qml.set_shots(qml.QNode(circuit, qml.device("qdiff.statevector", wires=3, seed=5),
+                                mcm_method="one-shot"), shots)
+    got = f(0.8, 0.4)
+    ref = _exact(circuit, 0.8, 0.4)
+    for g, r in zip(got, ref):  # 5 standard deviations of a mean of +-1 values or less
+        assert np.allclose(g, r, atol=5 * 1.2 / np.sqrt(shots)), (g, r)
+
+
+def test_each_shot_keeps_its_outcomes_with_its_final_samples():
+    def circuit():
+        qml.RY(1.1, 0)
+        qml.RY(0.7, 1)
+        m0 = qml.measure(0)
+        m1 = qml.measure(1, reset=True)
+        qml.cond(m0, qml.X)(2)
+        return qml.sample(wires=[0, 1, 2]), qml.sample(m0), qml.sample(m1), qml.sample(m0 + m1)
+
+    f = qml.set_shots(qml.QNode(circuit, qml.device("qdiff.statevector", wires=3, seed=1),
+                                mcm_method="one-shot"), 2000)
+    bits, m0, m1, total = f()
+    assert np.array_equal(bits[:, 0], m0) and np.array_equal(bits[:, 2], m0)
+    assert not bits[:, 1].any()  # reset
+    assert np.array_equal(total, m0 + m1)
+    # the shots are not sorted by outcome: both outcomes appear in the first tenth
+    assert 0 < m0[:200].sum() < 200 and 0 < m1[:200].sum() < 200
+
+
+def test_more_measurements_than_wires_and_postselection():
+    def circuit(x):
+        qml.RY(x, 0)
+        ms = []
+        for k in range(6):
+            qml.CNOT([0, 1])
+            qml.RX(0.3 * k + x, 1)
+            ms.append(qml.measure(1, reset=True))
+            qml.cond(ms[-1], qml.RZ)(0.5, 0)
+        qml.measure(0, postselect=1)
+        return qml.expval(qml.X(0)), qml.expval(sum(ms)), qml.probs(op=ms[:2])
+
+    with pytest.raises(DeviceError, match="one-shot"):  # deferring needs 9 wires
+        qml.QNode(circuit, qml.device("qdiff.statevector", wires=2))(0.7)
+    shots = 6000
+    f = qml.set_shots(qml.QNode(circuit, qml.device("qdiff.statevector", wires=2, seed=2),
+                                mcm_method="one-shot"), shots)
+    got = f(0.7)
+    ref = _exact(circuit, 0.7)
+    kept = shots * 0.32  # about a third of the shots keep the postselected outcome
+    assert np.allclose(got[0], ref[0], atol=5 / np.sqrt(kept))
+    assert np.allclose(got[1], ref[1], atol=5 * 2.5 / np.sqrt(kept))
+    assert np.allclose(got[2], ref[2], atol=5 * 0.5 / np.sqrt(kept))
+
+
+def test_parameter_shift_gradient_shot_vector_and_broadcast():
+    from pennylane import numpy as pnp
+
+    def circuit(x):
+        qml.RX(x, 0)
+        m = qml.measure(0, reset=True)
+        qml.cond(m, qml.X)(1)
+        qml.RY(x, 1)
+        return qml.expval(qml.Z(1))
+
+    # exact: <Z1> = (cos^2(x/2) - sin^2(x/2)) cos(x) = cos^2(x). (A parameter inside qml.cond
+    # has no shift rule: PennyLane takes finite differences of it, noisy with shots, on
+    # default.qubit too.)
+    def exact(x):
+        return np.cos(x) ** 2
+
+    dev = qml.device("qdiff.statevector", wires=2, seed=4)
+    f = qml.set_shots(qml.QNode(circuit, dev, mcm_method="one-shot",
+                                diff_method="parameter-shift"), 20000)
+    x = pnp.array(0.9, requires_grad=True)
+    assert abs(qml.grad(f)(x) + np.sin(1.8)) < 0.05
+    vec = qml.set_shots(qml.QNode(circuit, dev, mcm_method="one-shot"), [3000, 5000])(0.9)
+    assert isinstance(vec, tuple) and len(vec) == 2
+    assert all(abs(v - exact(0.9)) < 0.07 for v in vec)
+    xs = np.array([0.2, 1.5, 2.8])
+    rows = qml.set_shots(qml.QNode(circuit, dev, mcm_method="one-shot"), 4000)(xs)
+    assert np.allclose(rows, exact(xs), atol=0.07)
+
+
+def test_labels_complex64_seed_and_chunks(monkeypatch):
+    def circuit():
+        qml.Hadamard("a")
+        m = qml.measure("a")
+        qml.cond(m, qml.PauliX)("b")
+        qml.RY(0.4, "b")
+        return qml.sample(wires=["b"]), qml.sample(m), qml.expval(qml.Z("b"))
+
+    outs = []
+    for c_dtype in (np.complex128, np.complex64):
+        dev = qml.device("qdiff.statevector", wires=["b", "a"], seed=9, c_dtype=c_dtype)
+        f = qml.set_shots(qml.QNode(circuit, dev, mcm_method="one-shot"), 3000)
+        outs.append(f())
+    again = qml.set_shots(qml.QNode(circuit, qml.device("qdiff.statevector", wires=["b", "a"],
+                                                        seed=9), mcm_method="one-shot"), 3000)()
+    assert np.array_equal(outs[0][0], again[0]) and np.array_equal(outs[0][1], again[1])
+    for bits, m, ez in outs:
+        # b is |m> rotated by RY(0.4): P(b != m) = sin^2(0.2)
+        flips = np.mean(bits[:, 0] != m)
+        assert abs(flips - np.sin(0.2) ** 2) < 0.03
+        assert abs(ez - 0.0) < 0.1
+    # shots in groups that fit the memory budget give the same statistics
+    from qdiff.backends.pennylane_plugin import one_shot
+    from qdiff.circuits import memory
+    runs = []
+    real = one_shot._run_group
+    monkeypatch.setattr(one_shot, "_run_group", lambda *a: (runs.append(a[2]), real(*a))[1])
+    row = 4 * 16  # two wires, complex128
+    monkeypatch.setattr(memory, "budget", lambda device=None: 2 * 150 * 3 * row)
+    dev = qml.device("qdiff.statevector", wires=["b", "a"], seed=9)
+    bits, m, _ = qml.set_shots(qml.QNode(circuit, dev, mcm_method="one-shot"), 1000)()
+    assert runs == [150] * 6 + [100]
+    assert abs(np.mean(bits[:, 0] != m) - np.sin(0.2) ** 2) < 0.04
+    monkeypatch.setattr(memory, "budget", lambda device=None: 100)
+    with pytest.raises(DeviceError, match="does not fit the memory"):
+        qml.set_shots(qml.QNode(circuit, dev, mcm_method="one-shot"), 10)()
+
+
+def test_refusals_name_the_method_or_the_memory():
+    circuit = qml.QNode(lambda: (qml.measure(0), qml.expval(qml.Z(0)))[1],
+                        qml.device("qdiff.statevector", wires=2), mcm_method="tree-traversal")
+    with pytest.raises(DeviceError, match="tree-traversal.*'deferred' or 'one-shot'"):
+        circuit()
+    dev = qml.device("qdiff.statevector", wires=2)
+    with pytest.raises(DeviceError, match="fill-shots"):
+        qml.set_shots(qml.QNode(lambda: (qml.measure(0, postselect=1),
+                                         qml.expval(qml.Z(0)))[1], dev,
+                                mcm_method="one-shot", postselect_mode="fill-shots"), 10)()
+    with pytest.raises(Exception, match="one-shot.*analytic mode"):  # as default.qubit
+        qml.QNode(lambda: (qml.measure(0), qml.expval(qml.Z(0)))[1], dev,
+                  mcm_method="one-shot")()
