@@ -61,6 +61,7 @@ from pennylane.measurements import (ClassicalShadowMP, CountsMP, DensityMatrixMP
                                     VarianceMP)
 
 from qdiff.backends.base import Job
+from qdiff.circuits import pennylane_one_shot as one_shot
 from qdiff.circuits.pennylane_autograd import (backprop_interface, execute_autograd, has_boxes,
                                                to_user, torch_backprop, torch_tape)
 from qdiff.circuits import memory
@@ -139,8 +140,97 @@ def _refuse_mid_circuit_measurements(tape, noise_name: str):
             raise DeviceError(f"qdiff.mixed: mid-circuit measurements with the noise model "
                               f"'{noise_name}' are not simulated: deferred measurement adds "
                               "wires and gates that the model would treat as device qubits and "
-                              "gates; measure at the end of the circuit")
+                              "gates, and the model routes and translates whole circuits, not "
+                              "the stretches between measurements (mcm_method='one-shot'); "
+                              "measure at the end of the circuit, or put the noise in the "
+                              "circuit as channels on a device without a noise model")
     return (tape,), lambda results: results[0]
+
+
+class _DensityStates(one_shot.Model):
+    """Density matrices for one-shot execution: rows ``(B, 2**n, 2**n)`` run by the device's
+    mixed engine (channels included)."""
+
+    def __init__(self, device, labels, wire_map):
+        self.device, self.labels, self.n, self.wire_map = device, labels, len(labels), wire_map
+        self.engine = device._engine(self.n)
+        self.row_bytes = float(4 ** self.n) * \
+            torch.empty((), dtype=device._cdtype).element_size()
+
+    def evolve(self, states, ops):
+        ops = list(ops)
+        if states is not None and not ops:
+            return states
+        start = None
+        if states is None and ops and type(ops[0]).__name__ == "QubitDensityMatrix":
+            start = self._embedded(ops.pop(0))
+        rec, _ = from_pennylane_tape(qml.tape.QuantumScript(ops), self.labels,
+                                     [Measurement("density_matrix", None, self.labels)],
+                                     self.engine.check_batch, channels=True)
+        if rec.initial_state is not None:
+            if states is not None:
+                raise QdiffError(f"{ops[0].name} on wires {list(ops[0].wires)}: a state "
+                                 "preparation after a mid-circuit measurement is not supported")
+            start = rec.initial_state
+        start = states if states is not None else start
+        rows = 1 if start is None else start.shape[0]
+        theta = rec.theta if rec.theta.shape[0] == rows else rec.theta.expand(rows, -1)
+        return self.engine.density_matrices(rec.circuit, theta.contiguous(), start)
+
+    def _embedded(self, op):
+        """A leading ``QubitDensityMatrix(sigma)``'s state ``(1, 2**n, 2**n)``: ``sigma`` on
+        its wires, |0><0| on the others."""
+        sigma = op.data[0]
+        if qml.math.requires_grad(sigma) or qml.math.ndim(sigma) != 2:
+            raise QdiffError("QubitDensityMatrix must be one constant density matrix (not "
+                             "trainable, not broadcast)")
+        k = len(op.wires)
+        t = np.asarray(qml.math.unwrap(sigma), dtype=complex).reshape((2,) * (2 * k))
+        perm = [list(op.wires).index(w) for w in self.labels if w in op.wires]
+        full = np.zeros((2,) * (2 * self.n), dtype=complex)
+        where = tuple(slice(None) if w in op.wires else 0 for w in self.labels)
+        full[where * 2] = t.transpose(perm + [k + p for p in perm])
+        d = 2 ** self.n
+        return torch.as_tensor(full.reshape(1, d, d))
+
+    def _split(self, states, wire):
+        b, r = states.shape[0], 2 ** (self.n - wire - 1)
+        return states.reshape(b, 2 ** wire, 2, r, 2 ** wire, 2, r)
+
+    def prob_one(self, states, wire):
+        diag = torch.diagonal(states, dim1=1, dim2=2).real
+        p = diag.reshape(diag.shape[0], 2 ** wire, 2, -1)[:, :, 1].sum((1, 2))
+        return (p / diag.sum(1)).to(torch.float64).cpu().numpy()
+
+    def collapse(self, states, wire, outcomes, reset):
+        s = self._split(states, wire)
+        rows = torch.arange(s.shape[0], device=s.device)
+        o = torch.as_tensor(outcomes, device=s.device)
+        kept = s.permute(0, 2, 5, 1, 3, 4, 6)[rows, o, o]  # (B, 2**w, r, 2**w, r)
+        trace = torch.diagonal(kept.reshape(kept.shape[0], kept[0, :, :, 0, 0].numel(), -1),
+                               dim1=1, dim2=2).sum(1).real
+        kept = kept / trace.reshape(-1, 1, 1, 1, 1).to(kept.dtype)
+        new = torch.zeros_like(s).permute(0, 2, 5, 1, 3, 4, 6)
+        at = torch.zeros_like(o) if reset else o
+        new[rows, at, at] = kept
+        return new.permute(0, 3, 1, 4, 5, 2, 6).reshape(states.shape)
+
+    def select(self, states, rows):
+        return states[torch.as_tensor(rows, device=states.device)]
+
+    def assign(self, states, rows, values):
+        return states.index_copy(0, torch.as_tensor(rows, device=states.device), values)
+
+    def sample(self, states, row, mps, shots):
+        from pennylane.devices.qubit_mixed.sampling import measure_with_samples
+        mps = sampled_measurements(mps)
+        if self.wire_map is not None:
+            mps = [map_measurement_wires(m, self.wire_map) for m in mps]
+        total = shots.total_shots
+        memory.require(float(total) * (16.0 + 8 * self.n),
+                       f"sampling {total} shots on {self.n} wires")
+        rho = states[row].detach().cpu().numpy().reshape((2,) * (2 * self.n))
+        return measure_with_samples(mps, rho, shots, rng=self.device._rng)
 
 
 @qml.transform
@@ -283,12 +373,7 @@ class QdiffMixed(Device):
         updated["use_device_gradient"] = method == "backprop"
         updated["use_device_jacobian_product"] = False
         updated["grad_on_execution"] = False
-        mcm = config.mcm_config
-        if mcm.mcm_method not in (None, "deferred"):
-            method = getattr(mcm.mcm_method, "value", mcm.mcm_method)  # PennyLane's enum
-            raise DeviceError(f"mcm_method={method!r} is not supported with {self.name}; use "
-                              "mcm_method='deferred'")
-        updated["mcm_config"] = replace(mcm, mcm_method="deferred")
+        updated["mcm_config"] = one_shot.mcm_config(config.mcm_config, self.name)
         options = dict(config.device_options)
         options.setdefault("c_dtype", self._c_dtype)
         updated["device_options"] = options
@@ -297,15 +382,20 @@ class QdiffMixed(Device):
     def preprocess_transforms(self, execution_config: Optional[ExecutionConfig] = None):
         config = execution_config or ExecutionConfig()
         program = qml.CompilePipeline()
+        measured = config.mcm_config.mcm_method == "one-shot"
         if self.noise is not None:
             program.add_transform(_refuse_mid_circuit_measurements, self.noise.name)
-        program.add_transform(defer_within(), device_wires=self.wires, name=self.name,
-                              allow_postselect=False)
+        if not measured:
+            program.add_transform(defer_within(), device_wires=self.wires, name=self.name,
+                                  allow_postselect=False)
         program.add_transform(_density_resets)
-        program.add_transform(decompose_broadcast(), stopping_condition=_stopping_condition,
+        program.add_transform(decompose_broadcast(),
+                              stopping_condition=one_shot.stopping_condition(_stopping_condition)
+                              if measured else _stopping_condition,
                               decomposer=_decomposer, split_rows=_split_channel_rows,
                               name=self.name)
-        program.add_transform(device_resolve_dynamic_wires, wires=self.wires, allow_resets=False)
+        program.add_transform(device_resolve_dynamic_wires, wires=self.wires,
+                              allow_resets=measured)
         program.add_transform(validate_device_wires, self.wires, name=self.name)
         program.add_transform(validate_measurements, analytic_measurements=_accepted_analytic,
                               sample_measurements=_accepted_sample, name=self.name)
@@ -315,15 +405,34 @@ class QdiffMixed(Device):
         program.add_transform(snapshots_taken(), device=self)
         if config.gradient_method == "backprop":
             program.add_transform(no_sampling, name=f"backprop + {self.name}")
+        if measured:
+            from pennylane.transforms import dynamic_one_shot
+            program.add_transform(dynamic_one_shot,
+                                  postselect_mode=config.mcm_config.postselect_mode)
         return program
 
     # -- execution -------------------------------------------------------------------------
 
     def execute(self, circuits, execution_config: Optional[ExecutionConfig] = None):
+        if any(one_shot.has_mid_measure(t) for t in circuits):  # mcm_method="one-shot"
+            return tuple(self._one_shot(t) if one_shot.has_mid_measure(t) else
+                         self.execute((t,), execution_config)[0] for t in circuits)
         if has_boxes(circuits):  # backprop under the autograd interface
             return execute_autograd(circuits, lambda tapes: tuple(self._run(t) for t in tapes))
         torch_out = torch_backprop(execution_config)
         return tuple(self._run(t, torch_out) for t in circuits)
+
+    def _one_shot(self, tape):
+        """A ``dynamic_one_shot`` tape's per-shot results
+        (:mod:`qdiff.circuits.pennylane_one_shot`)."""
+        labels = self._labels(tape)
+        index = {w: i for i, w in enumerate(labels)}
+        wire_map = None if labels == tuple(range(len(labels))) else index
+        try:
+            return one_shot.execute(tape, _DensityStates(self, labels, wire_map),
+                                    index.__getitem__, self._rng, 0.5 * memory.budget())
+        except QdiffError as exc:
+            raise DeviceError(f"{self.name}: {exc}") from None
 
     def _snapshot_result(self, tape, whole):
         """One snapshot's measurement, on the circuit up to it (torch and autograd parameters

@@ -175,7 +175,7 @@ def test_labels_complex64_seed_and_chunks(monkeypatch):
         assert abs(flips - np.sin(0.2) ** 2) < 0.03
         assert abs(ez - 0.0) < 0.1
     # shots in groups that fit the memory budget give the same statistics
-    from qdiff.backends.pennylane_plugin import one_shot
+    from qdiff.circuits import pennylane_one_shot as one_shot
     from qdiff.circuits import memory
     runs = []
     real = one_shot._run_group
@@ -204,3 +204,76 @@ def test_refusals_name_the_method_or_the_memory():
     with pytest.raises(Exception, match="one-shot.*analytic mode"):  # as default.qubit
         qml.QNode(lambda: (qml.measure(0), qml.expval(qml.Z(0)))[1], dev,
                   mcm_method="one-shot")()
+
+
+def _noisy(x, y):
+    qml.RX(x, 0)
+    qml.Hadamard(2)
+    qml.DepolarizingChannel(0.1, 2)
+    m0 = qml.measure(0)
+    qml.cond(m0, qml.RY)(y, wires=1)
+    qml.AmplitudeDamping(0.3, 1)
+    qml.CNOT([2, 0])
+    m1 = qml.measure(0, reset=True)
+    m2 = qml.measure(1)
+    qml.cond(m1 & m2, qml.QFT)(wires=[0, 1, 2])
+    qml.cond(~m1, qml.X, qml.Hadamard)(2)
+    return m0, m1, m2
+
+
+def test_mixed_device_with_channels_matches_exact_values_and_formats():
+    def circuit(x, y):
+        m0, m1, m2 = _noisy(x, y)
+        return (qml.expval(qml.Z(1)), qml.probs(wires=[0, 2]), qml.expval(m0),
+                qml.probs(op=[m1, m2]), qml.sample(qml.X(2)))
+
+    shots = 6000
+    f = qml.set_shots(qml.QNode(circuit, qml.device("qdiff.mixed", wires=3, seed=5),
+                                mcm_method="one-shot"), shots)
+    got = f(0.8, 0.4)
+    def reference(x, y):
+        m0, m1, m2 = _noisy(x, y)
+        return (qml.expval(qml.Z(1)), qml.probs(wires=[0, 2]), qml.expval(m0),
+                qml.probs(op=[m1, m2]), qml.expval(qml.X(2)))
+
+    exact = qml.QNode(reference, qml.device("default.mixed", wires=6),
+                      mcm_method="deferred")(0.8, 0.4)
+    for g, r in zip(got[:4] + (np.mean(got[4]),), exact):
+        assert np.allclose(g, r, atol=5 * 1.2 / np.sqrt(shots)), (g, r)
+    # default.mixed has no one-shot method: the formats are default.qubit's (no channels)
+    tape = qml.tape.make_qscript(
+        lambda: (_conditioned(0.8, 0.4), qml.expval(qml.Z(1)), qml.probs(wires=[0, 2]),
+                 qml.sample(wires=[2, 0]), qml.counts(wires=[0, 1]), qml.var(qml.Y(0)),
+                 qml.expval(qml.X(2) + qml.Z(0)))[1:], shots=30)()
+    assert {_struct(r) for r in _raw("qdiff.mixed", tape)} == \
+        {_struct(r) for r in _raw("default.qubit", tape)}
+
+
+def test_mixed_device_conditioned_channel_and_density_start():
+    def circuit(x):
+        qml.QubitDensityMatrix(np.diag([0.25, 0.75]), wires=2)
+        qml.RX(x, 0)
+        m = qml.measure(0, reset=True)
+        qml.cond(m, qml.BitFlip)(0.4, wires=1)
+        m2 = qml.measure(2)
+        qml.cond(m2, qml.X)(0)
+        return qml.probs(wires=[0, 1]), qml.expval(m)
+
+    shots = 8000
+    f = qml.set_shots(qml.QNode(circuit, qml.device("qdiff.mixed", wires=3, seed=6),
+                                mcm_method="one-shot"), shots)
+    probs, em = f(1.2)
+    p1 = np.sin(0.6) ** 2
+    # wire 0: |1> when wire 2 (|1> with probability 3/4) is measured 1; wire 1 flipped with
+    # probability 0.4 when m = 1
+    ref = np.kron([0.25, 0.75], [1 - 0.4 * p1, 0.4 * p1])
+    assert np.allclose(probs, ref, atol=0.025) and abs(em - p1) < 0.025
+
+
+def test_mixed_device_refuses_one_shot_with_a_device_noise_model():
+    pytest.importorskip("qiskit_ibm_runtime")
+    dev = qml.device("qdiff.mixed", wires=2, noise="fake_manila")
+    f = qml.set_shots(qml.QNode(lambda: (qml.measure(0), qml.expval(qml.Z(0)))[1], dev,
+                                mcm_method="one-shot"), 10)
+    with pytest.raises(DeviceError, match="fake_manila.*whole circuits"):
+        f()

@@ -105,10 +105,14 @@ class MixedBackend(Backend):
         return lowered(circuit if self.noise is None else self.noise.apply(circuit), "mixed")
 
     def density_matrices(self, circuit, theta: torch.Tensor, initial_state=None):
-        """Final density matrices ``(B, 2**n, 2**n)`` of the noisy circuit."""
+        """Final density matrices ``(B, 2**n, 2**n)`` of the noisy circuit, from ``|0...0>``,
+        from state vectors ``initial_state`` ``(B or 1, 2**n)``, or from density matrices
+        ``initial_state`` ``(B or 1, 2**n, 2**n)``."""
         dev = self.torch_device if self.torch_device is not None else theta.device
         init = None
-        if initial_state is not None:
+        if initial_state is not None and initial_state.dim() == 3:
+            init = initial_state.to(device=dev, dtype=self.cdtype)
+        elif initial_state is not None:
             psi = initial_state.to(device=dev, dtype=self.cdtype)
             init = psi.unsqueeze(-1) * psi.conj().unsqueeze(-2)
         return evolve(self.noisy(circuit), theta, init, self.cdtype, dev)

@@ -44,8 +44,8 @@ from pennylane.measurements import (ClassicalShadowMP, ExpectationMP, Probabilit
                                     StateMeasurement, VarianceMP)
 
 from qdiff.backends.base import Job
-from qdiff.backends.pennylane_plugin import one_shot, signature
-from qdiff.backends.pennylane_plugin.one_shot import mcm_config
+from qdiff.backends.pennylane_plugin import signature
+from qdiff.circuits import pennylane_one_shot as one_shot
 from qdiff.circuits.pennylane_autograd import (backprop_interface, execute_autograd, has_boxes,
                                                nested_boxes, to_user, torch_backprop,
                                                torch_tape)
@@ -446,7 +446,7 @@ class QdiffStatevector(Device):
             updated["use_device_jacobian_product"] = method == "adjoint"
         if config.grad_on_execution is None:
             updated["grad_on_execution"] = method == "adjoint"
-        updated["mcm_config"] = mcm_config(config.mcm_config, self.name)
+        updated["mcm_config"] = one_shot.mcm_config(config.mcm_config, self.name)
         options = dict(config.device_options)
         options.setdefault("c_dtype", self._c_dtype)
         updated["device_options"] = options
@@ -649,7 +649,7 @@ class QdiffStatevector(Device):
         return self._execute(circuits, torch_backprop(execution_config), scans)
 
     def _one_shot(self, tape):
-        """A ``dynamic_one_shot`` tape's per-shot results (:mod:`one_shot`)."""
+        """A ``dynamic_one_shot`` tape's per-shot results (:mod:`qdiff.circuits.pennylane_one_shot`)."""
         labels, n = self._register(tape)
         index = {w: i for i, w in enumerate(labels)}
         wire_map = None if labels == tuple(range(n)) else index

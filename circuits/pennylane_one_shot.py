@@ -11,11 +11,14 @@ outcomes so far are in the same state, so the simulation holds one state per dis
 as one row of ONE batched engine call per run of gates. At a measurement each branch's shots
 draw their outcomes from its probability of 1 (the device's generator); a branch whose shots
 drew both outcomes splits in two. A conditional operation runs on the branches whose outcomes
-make its condition true. At the end each branch's shots are sampled by PennyLane's own sampler
-(``measure_with_samples``, one single-shot bin per shot), so the per-shot results are
-``default.qubit``'s, in shot order.
+make its condition true. At the end each branch's shots are sampled together by PennyLane's
+own sampler (``measure_with_samples``): the raw samples of wires or of an observable measured
+in one basis, read shot by shot; any other measurement one single-shot bin per shot. The
+per-shot results are ``default.qubit``'s, in shot order, each shot's outcomes beside its own
+final samples.
 
-The state model (pure states or density matrices) comes from the device as a :class:`Model`.
+The state model (pure states or density matrices, run by the device's engine) comes from the
+device as a :class:`Model`; this module holds no engine.
 """
 from __future__ import annotations
 
