@@ -361,11 +361,36 @@ def test_vqe_h2_on_fake_manila_reaches_20_mha():
 
 
 def test_auto_primitive_uses_v2_on_large_fake_devices():
-    """Local executor primitives simulate every device qubit; auto picks V2 beyond 32."""
+    """Local executor primitives simulate every device qubit; auto picks V2 beyond 16."""
     big = qd.device("ibm", backend="fake_sherbrooke", wires=2)
     small = qd.device("ibm", backend="fake_manila", wires=2)
     assert big._primitive_class("estimator").__name__ == "EstimatorV2"
     assert small._primitive_class("estimator").__module__.endswith("executor_estimator.estimator")
+
+
+@pytest.mark.parametrize("name, why", [
+    ("fake_kolkata", r"has 27 qubits.*simulates every one"),
+    ("fake_essex", r"lacks the gates \['rz', 'sx', 'x'\].*'u1', 'u2', 'u3'"),
+])
+def test_fake_devices_the_local_executor_cannot_run_use_v2(name, why):
+    """A 27-qubit fake under the executor primitives simulates all 27 qubits shot by shot
+    (over 200 s and 5 GB for 10 shots); a u1/u2/u3 fake fails inside them. Auto runs both on
+    the V2 primitives, and an explicit primitive='executor' is refused with the reason."""
+    dev = qd.device("ibm", backend=name, wires=2, shots=500, seed=2)
+    assert dev._primitive_class("estimator").__name__ == "EstimatorV2"
+    assert dev._primitive_class("sampler").__name__ == "SamplerV2"
+
+    @qd.qnode(dev)
+    def f():
+        qd.PauliX(0)
+        return qd.expval(qd.Z(0) @ qd.Z(1)), qd.probs(wires=[0, 1])
+    zz, probs = f()
+    assert float(zz) < -1 + NOISY_ATOL and float(probs[2]) > 1 - NOISY_ATOL
+    with pytest.raises(QdiffError, match=f"primitive='executor' cannot run this device "
+                                         f"locally: it {why}"):
+        qd.device("ibm", backend=name, wires=2, primitive="executor")
+    with pytest.raises(QdiffError, match=f"'resilience_level'.*no effect.*'{name}' {why}"):
+        qd.device("ibm", backend=name, wires=2, resilience_level=1)
 
 
 def test_large_shot_counts_are_checked_against_memory_before_the_job():
