@@ -452,3 +452,24 @@ def test_a_local_backend_object_is_seeded_and_a_foreign_object_refused():
     for bad in (42, object(), ["fake_manila"]):
         with pytest.raises(qd.QdiffError, match="expected an IBM backend name"):
             qd.device("ibm", backend=bad, wires=2)
+
+
+def test_observables_with_only_zero_coefficients_are_zero():
+    """``Z - Z`` or ``0 * X`` is 0, as on the other devices (the estimators refuse such an
+    observable as empty): it is left out of the job, and a call with only such observables
+    submits none."""
+    dev = qd.device("ibm", backend="fake_manila", wires=2, shots=500, seed=1)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RX(x, wires=0)
+        qd.PauliX(1)
+        return (qd.expval(qd.Z(0) - qd.Z(0)), qd.expval(qd.Z(1)), qd.var(0.0 * qd.X(0)),
+                qd.expval(0.0 * qd.Z(1) + 2.0 * qd.Identity(0)))
+    zero, z1, var0, two = f(torch.tensor(0.3, dtype=torch.float64))
+    assert float(zero) == 0.0 and float(var0) == 0.0
+    assert float(z1) < -1 + NOISY_ATOL and float(two) == pytest.approx(2.0, abs=NOISY_ATOL)
+    assert dev.jobs_submitted == 1
+    only_zero = qd.qnode(dev)(lambda x: (qd.RX(x, wires=0), qd.expval(0.0 * qd.Z(0)))[1])
+    assert float(only_zero(torch.tensor(0.3, dtype=torch.float64))) == 0.0
+    assert dev.jobs_submitted == 1
