@@ -37,8 +37,13 @@ from qdiff.circuits.errors import QdiffError, register_secret, scrub
 from qdiff.circuits.memory import require
 
 MODES = ("job", "batch", "session")
-# Local mode with the executor primitives simulates every device qubit: only small devices.
-LOCAL_EXECUTOR_MAX_QUBITS = 32
+# Local mode with the executor primitives simulates every device qubit, shot by shot under the
+# device's noise: a 16-qubit fake takes ~45 s per 1000 shots, a 27-qubit one over 200 s and
+# ~5 GB for 10 shots. Larger local devices run the V2 primitives, which drop idle qubits.
+LOCAL_EXECUTOR_MAX_QUBITS = 16
+# The executor primitives twirl and dress with these gates: a device whose target lacks them
+# (the u1/u2/u3 fakes: fake_essex, fake_almaden, ...) fails inside samplomatic or Aer.
+EXECUTOR_GATES = ("rz", "sx", "x")
 
 
 @caches.cached(maxsize=1)
@@ -161,6 +166,20 @@ def _primitive_options(keyword: str, value) -> dict:
 _LOCAL_V2_OPTIONS = ("default_shots", "default_precision", "simulator", "run_options")
 
 
+def local_executor_obstacle(backend) -> Optional[str]:
+    """Why the executor primitives cannot simulate ``backend`` in local mode, or None."""
+    nq = backend.num_qubits
+    if nq > LOCAL_EXECUTOR_MAX_QUBITS:
+        return (f"has {nq} qubits, and the executor primitives' local mode simulates every one "
+                f"(hours and gigabytes beyond {LOCAL_EXECUTOR_MAX_QUBITS})")
+    names = set(getattr(getattr(backend, "target", None), "operation_names", ()) or ())
+    missing = [g for g in EXECUTOR_GATES if g not in names]
+    if missing:
+        return (f"lacks the gates {missing} that the executor primitives twirl with (its basis "
+                f"is {sorted(n for n in names if n not in ('delay', 'measure', 'reset'))})")
+    return None
+
+
 def _is_on(value) -> bool:
     """An option that asks for something: a true value, or a dict holding one."""
     if isinstance(value, dict):
@@ -193,8 +212,8 @@ class IbmBackend(QiskitBackend):
             to the primitives.
         estimator_options, sampler_options: further options, deep-merged last.
         primitive: ``"auto"`` (executor Estimator/Sampler if installed, else the V2 ones;
-            V2 for fake devices of more than 32 qubits, see ``_primitive_class``),
-            ``"executor"`` or ``"v2"``.
+            V2 for local devices the executor cannot simulate, see
+            :func:`local_executor_obstacle`), ``"executor"`` or ``"v2"``.
         token, instance, channel: account for a real device (else env vars / saved account).
         seed: local-mode simulator seed.
         timeout, max_retries, backoff, progress: job handling (see ``JobRunner``).
@@ -260,13 +279,14 @@ class IbmBackend(QiskitBackend):
                               if k not in _LOCAL_V2_OPTIONS and _is_on(v)})
             if ignored:
                 why = ("primitive='v2'" if self.primitive == "v2" else
-                       f"'{self.backend_name}' has more than {LOCAL_EXECUTOR_MAX_QUBITS} qubits, "
-                       "so it runs the V2 primitives")
+                       f"'{self.backend_name}' "
+                       f"{local_executor_obstacle(self.target_backend)}, so it runs the V2 "
+                       "primitives")
                 raise QdiffError(f"ibm {self.backend_name}: {ignored} would have no effect: "
                                  f"{why}, whose local testing mode ignores them; drop them "
                                  "or use a fake device of at most "
-                                 f"{LOCAL_EXECUTOR_MAX_QUBITS} qubits with the executor "
-                                 "primitives")
+                                 f"{LOCAL_EXECUTOR_MAX_QUBITS} qubits with the gates "
+                                 f"{list(EXECUTOR_GATES)} and the executor primitives")
         self._make("estimator")
         self._make("sampler")
 
@@ -372,11 +392,15 @@ class IbmBackend(QiskitBackend):
         return _merge(opts, self.extra_options[kind])
 
     def _primitive_class(self, kind: str):
-        # qiskit-ibm-runtime 0.51's executor primitives make Aer simulate every qubit of a large
-        # fake device in local mode (fails: "more memory than max_memory_mb"); the V2 ones
-        # truncate idle qubits. "auto" therefore picks V2 for large fake devices.
-        big_local = self.is_local and self.target_backend.num_qubits > LOCAL_EXECUTOR_MAX_QUBITS
-        if self.primitive == "executor" or (self.primitive == "auto" and not big_local):
+        # qiskit-ibm-runtime 0.51's executor primitives make Aer simulate every qubit of a
+        # fake device in local mode, and fail on devices without rz/sx/x; the V2 ones truncate
+        # idle qubits and run any basis. "auto" therefore picks V2 for such local devices, and
+        # an explicit "executor" is refused for them.
+        obstacle = local_executor_obstacle(self.target_backend) if self.is_local else None
+        if self.primitive == "executor" and obstacle is not None:
+            raise QdiffError(f"ibm {self.backend_name}: primitive='executor' cannot run this "
+                             f"device locally: it {obstacle}; use primitive='auto' or 'v2'")
+        if self.primitive == "executor" or (self.primitive == "auto" and obstacle is None):
             try:
                 if kind == "estimator":
                     from qiskit_ibm_runtime.executor_estimator import Estimator as cls

@@ -204,17 +204,22 @@ class QiskitBackend(Backend):
     def run_estimator(self, circuit, theta, variants: list, ops: list) -> list:
         """One Estimator job, one PUB per variant: ``[(rows, {i: (Bv,)}), ...]``."""
         flat = [op for _, g in ops for op in g]
+        # an observable whose coefficients are all zero (0 * Z, Z - Z) is 0: the estimators
+        # refuse it ("Empty observable"), so it is not sent
+        live = [k for k, op in enumerate(flat) if np.any(op.coeffs != 0)]
         pubs = []
         for v in variants:
             isa, cols = self._isa(circuit, v)
-            laid = [op.apply_layout(isa.layout, num_qubits=isa.num_qubits) for op in flat]
+            laid = [flat[k].apply_layout(isa.layout, num_qubits=isa.num_qubits) for k in live]
             vals = qc_common.binding_values(theta[v.rows], cols)
             pubs.append((isa, [laid], vals[:, None, :]))
-        result = self.runner.run(lambda: self._estimator().run(pubs))
+        result = self.runner.run(lambda: self._estimator().run(pubs)) if live else None
         parts = []
         for j, v in enumerate(variants):
-            evs = np.asarray(result[j].data.evs, dtype=float).reshape(-1, len(flat))
-            evs = np.broadcast_to(evs, (len(v.rows), len(flat)))
+            evs = np.zeros((len(v.rows), len(flat)))
+            if live:
+                got = np.asarray(result[j].data.evs, dtype=float).reshape(-1, len(live))
+                evs[:, live] = np.broadcast_to(got, (len(v.rows), len(live)))
             parts.append((v.rows, qc_common.ops_outputs(ops, evs)))
         return parts
 

@@ -185,10 +185,14 @@ def _job_id(job) -> str:
 
 
 def _try_cancel(job) -> bool:
-    """Ask for the job's cancellation; False where that failed (the timeout error says so)."""
+    """Ask for the job's cancellation; False where that failed (the timeout error says so):
+    ``cancel()`` raised, or returned False (a local testing-mode job already running: its
+    future cannot be cancelled and the simulation goes on)."""
     try:
-        job.cancel()
+        accepted = job.cancel()
     except Exception:  # noqa: BLE001 - best effort; the timeout error follows anyway
+        accepted = False
+    if accepted is False:
         log.warning("could not cancel job %s", _job_id(job))
         return False
     return True

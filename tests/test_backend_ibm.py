@@ -361,11 +361,36 @@ def test_vqe_h2_on_fake_manila_reaches_20_mha():
 
 
 def test_auto_primitive_uses_v2_on_large_fake_devices():
-    """Local executor primitives simulate every device qubit; auto picks V2 beyond 32."""
+    """Local executor primitives simulate every device qubit; auto picks V2 beyond 16."""
     big = qd.device("ibm", backend="fake_sherbrooke", wires=2)
     small = qd.device("ibm", backend="fake_manila", wires=2)
     assert big._primitive_class("estimator").__name__ == "EstimatorV2"
     assert small._primitive_class("estimator").__module__.endswith("executor_estimator.estimator")
+
+
+@pytest.mark.parametrize("name, why", [
+    ("fake_kolkata", r"has 27 qubits.*simulates every one"),
+    ("fake_essex", r"lacks the gates \['rz', 'sx', 'x'\].*'u1', 'u2', 'u3'"),
+])
+def test_fake_devices_the_local_executor_cannot_run_use_v2(name, why):
+    """A 27-qubit fake under the executor primitives simulates all 27 qubits shot by shot
+    (over 200 s and 5 GB for 10 shots); a u1/u2/u3 fake fails inside them. Auto runs both on
+    the V2 primitives, and an explicit primitive='executor' is refused with the reason."""
+    dev = qd.device("ibm", backend=name, wires=2, shots=500, seed=2)
+    assert dev._primitive_class("estimator").__name__ == "EstimatorV2"
+    assert dev._primitive_class("sampler").__name__ == "SamplerV2"
+
+    @qd.qnode(dev)
+    def f():
+        qd.PauliX(0)
+        return qd.expval(qd.Z(0) @ qd.Z(1)), qd.probs(wires=[0, 1])
+    zz, probs = f()
+    assert float(zz) < -1 + NOISY_ATOL and float(probs[2]) > 1 - NOISY_ATOL
+    with pytest.raises(QdiffError, match=f"primitive='executor' cannot run this device "
+                                         f"locally: it {why}"):
+        qd.device("ibm", backend=name, wires=2, primitive="executor")
+    with pytest.raises(QdiffError, match=f"'resilience_level'.*no effect.*'{name}' {why}"):
+        qd.device("ibm", backend=name, wires=2, resilience_level=1)
 
 
 def test_large_shot_counts_are_checked_against_memory_before_the_job():
@@ -427,3 +452,24 @@ def test_a_local_backend_object_is_seeded_and_a_foreign_object_refused():
     for bad in (42, object(), ["fake_manila"]):
         with pytest.raises(qd.QdiffError, match="expected an IBM backend name"):
             qd.device("ibm", backend=bad, wires=2)
+
+
+def test_observables_with_only_zero_coefficients_are_zero():
+    """``Z - Z`` or ``0 * X`` is 0, as on the other devices (the estimators refuse such an
+    observable as empty): it is left out of the job, and a call with only such observables
+    submits none."""
+    dev = qd.device("ibm", backend="fake_manila", wires=2, shots=500, seed=1)
+
+    @qd.qnode(dev)
+    def f(x):
+        qd.RX(x, wires=0)
+        qd.PauliX(1)
+        return (qd.expval(qd.Z(0) - qd.Z(0)), qd.expval(qd.Z(1)), qd.var(0.0 * qd.X(0)),
+                qd.expval(0.0 * qd.Z(1) + 2.0 * qd.Identity(0)))
+    zero, z1, var0, two = f(torch.tensor(0.3, dtype=torch.float64))
+    assert float(zero) == 0.0 and float(var0) == 0.0
+    assert float(z1) < -1 + NOISY_ATOL and float(two) == pytest.approx(2.0, abs=NOISY_ATOL)
+    assert dev.jobs_submitted == 1
+    only_zero = qd.qnode(dev)(lambda x: (qd.RX(x, wires=0), qd.expval(0.0 * qd.Z(0)))[1])
+    assert float(only_zero(torch.tensor(0.3, dtype=torch.float64))) == 0.0
+    assert dev.jobs_submitted == 1

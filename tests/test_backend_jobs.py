@@ -3,7 +3,9 @@ failed/cancelled jobs, progress lines, secret scrubbing (fake job objects; no ne
 from __future__ import annotations
 
 import pytest
+import torch
 
+import qdiff as qd
 from qdiff import QdiffError
 from qdiff.backends.runtime_jobs import JobRunner, is_transient
 from qdiff.circuits.errors import register_secret, scrub
@@ -244,6 +246,30 @@ def test_timeout_says_when_the_cancellation_failed():
     r, _ = runner(timeout=5)
     with pytest.raises(QdiffError, match="it was cancelled"):
         r.run(lambda: FakeJob(["QUEUED"]))
+
+
+def test_timeout_says_when_a_running_local_job_could_not_be_cancelled():
+    """A local testing-mode job's cancel() returns False once it runs (its future cannot be
+    cancelled): the error says it may still run, not that it was cancelled."""
+    class Running(FakeJob):
+        def cancel(self):
+            return False
+
+    r, _ = runner(timeout=5)
+    with pytest.raises(QdiffError, match="cancelling it failed, so it may still run"):
+        r.run(lambda: Running(["RUNNING"]))
+
+
+def test_timeout_of_a_running_fake_device_job_is_not_reported_cancelled():
+    dev = qd.device("ibm", backend="fake_manila", wires=2, shots=20000, seed=1, timeout=0.01)
+    f = qd.qnode(dev)(lambda x: (qd.RX(x, wires=0), qd.CNOT([0, 1]),
+                                 qd.expval(qd.Z(0) @ qd.Z(1)))[2])
+    with pytest.raises(QdiffError, match="did not finish within 0.01 s .*(it was cancelled|"
+                                         "cancelling it failed, so it may still run)") as info:
+        f(torch.rand(30, dtype=torch.float64))
+    last = str(info.value).split("last status ")[1]
+    if last.startswith("RUNNING"):
+        assert "may still run" in last
 
 
 @pytest.mark.parametrize("transient", [True, False])
