@@ -22,7 +22,7 @@ device as a :class:`Model`; this module holds no engine.
 """
 from __future__ import annotations
 
-import math
+import functools
 
 import numpy as np
 
@@ -60,23 +60,36 @@ class Model:
         ``Shots`` ``shots`` (one single-shot bin per shot)."""
         raise NotImplementedError
 
+    def measure(self, states, mps):
+        """PennyLane's exact results of ``mps`` for every row (a leading batch axis)."""
+        raise NotImplementedError
 
-METHODS = ("deferred", "one-shot")
+
+METHODS = ("deferred", "one-shot", "tree-traversal")
 
 
 def mcm_config(mcm, name: str):
-    """The device's ``MCMConfig`` for the one asked: ``"deferred"`` (also when none is named)
-    or ``"one-shot"``; another method, or ``postselect_mode="fill-shots"``, is refused by
+    """The device's ``MCMConfig`` for the one asked: ``"deferred"`` (also when none is
+    named), ``"one-shot"`` or ``"tree-traversal"`` (also for ``"device"``, as on
+    ``default.qubit``); another method, or ``postselect_mode="fill-shots"``, is refused by
     name (a ``DeviceError``)."""
     from dataclasses import replace
     from pennylane.exceptions import DeviceError
     method = getattr(mcm.mcm_method, "value", mcm.mcm_method)  # PennyLane's enum
+    method = "tree-traversal" if method == "device" else method
     if method not in (None,) + METHODS:
         raise DeviceError(f"mcm_method={method!r} is not supported with {name}; use "
-                          "mcm_method='deferred' or 'one-shot'")
+                          "mcm_method='deferred', 'one-shot' or 'tree-traversal'")
     if mcm.postselect_mode == "fill-shots":
         raise DeviceError(f"postselect_mode='fill-shots' is not supported with {name}")
     return replace(mcm, mcm_method=method or "deferred")
+
+
+def traversed(config) -> bool:
+    """Whether ``config`` asks for the outcome tree (``"tree-traversal"``/``"device"``), whose
+    branch weights only PennyLane's gradient transforms differentiate."""
+    method = getattr(config.mcm_config.mcm_method, "value", config.mcm_config.mcm_method)
+    return method in ("tree-traversal", "device")
 
 
 def stopping_condition(device_stops):
@@ -99,7 +112,7 @@ def has_mid_measure(tape) -> bool:
     return any(isinstance(op, MidMeasure) for op in tape.operations)
 
 
-def _segments(ops) -> list:
+def segments(ops) -> list:
     """``[("gates", [ops]) | ("measure", op) | ("cond", op)]`` in circuit order."""
     from pennylane.ops import Conditional, MidMeasure
     out, run = [], []
@@ -134,30 +147,30 @@ def execute(tape, model: Model, wire_index, rng, budget: float) -> tuple:
         raise DeviceError(
             f"one-shot execution: a state of {model.row_bytes / 2 ** 30:.3g} GiB does not fit "
             f"the memory available ({budget / 2 ** 30:.3g} GiB for the branch states)")
-    segments = _segments(ops)
+    parts = segments(ops)
     lead = 0  # the gates before the first measurement run once, for every shot
     start = None
-    if segments and segments[0][0] == "gates":
-        start = model.evolve(None, segments[0][1])
+    if parts and parts[0][0] == "gates":
+        start = model.evolve(None, parts[0][1])
         lead = 1
-    elif segments:
+    elif parts:
         start = model.evolve(None, [])
     out: list = [None] * total
     single = len(tape.measurements) == 1
     for first in range(0, total, group):
         shots = min(group, total - first)
-        _run_group(segments[lead:], start, shots, first, model, wire_index, rng, final,
+        _run_group(parts[lead:], start, shots, first, model, wire_index, rng, final,
                    mcms, single, out)
     return tuple(out)
 
 
-def _run_group(segments, start, shots, first, model, wire_index, rng, final, mcms, single,
+def _run_group(parts, start, shots, first, model, wire_index, rng, final, mcms, single,
                out) -> None:
     from pennylane.measurements import Shots
     states = start
     # branch i: (outcomes so far {mcm: 0/1}, the shot indices in it)
     branches = [({}, np.arange(first, first + shots))]
-    for kind, item in segments:
+    for kind, item in parts:
         if kind == "gates":
             states = model.evolve(states, item)
         elif kind == "cond":
@@ -252,3 +265,43 @@ def _split_shots(final, got, shots: int) -> list:
         else:
             columns.append([bits[j:j + 1] for j in range(shots)])
     return list(zip(*columns))
+
+
+def measured_transforms(program, method: str, postselect_mode) -> None:
+    """Add to ``program`` what runs after the device's own validation when mid-circuit
+    measurements are measured: ``"one-shot"``, PennyLane's ``dynamic_one_shot``;
+    ``"tree-traversal"``, one tape per broadcast row, and with shots the tree sampled as one
+    shot grouping (``dynamic_one_shot`` of each sampled tape; exact tapes are traversed by the
+    device)."""
+    from pennylane.transforms import dynamic_one_shot
+    if method == "one-shot":
+        program.add_transform(dynamic_one_shot, postselect_mode=postselect_mode)
+    elif method == "tree-traversal":
+        program.add_transform(_sampled_tree(), postselect_mode=postselect_mode)
+
+
+@functools.lru_cache(maxsize=None)
+def _sampled_tree():
+    import pennylane as qml
+    from pennylane.transforms import dynamic_one_shot
+
+    @qml.transform
+    def transform(tape, postselect_mode=None):
+        if not has_mid_measure(tape):
+            return (tape,), lambda results: results[0]
+        rows, join = qml.transforms.broadcast_expand(tape) if tape.batch_size is not None \
+            else ((tape,), lambda results: results[0])
+        if not tape.shots:
+            return rows, join
+        made = [dynamic_one_shot(r, postselect_mode=postselect_mode) for r in rows]
+        tapes = [t for ts, _ in made for t in ts]
+        sizes = [len(ts) for ts, _ in made]
+
+        def fn(results):
+            out, at = [], 0
+            for (_, post), k in zip(made, sizes):
+                out.append(post(results[at:at + k]))
+                at += k
+            return join(out)
+        return tapes, fn
+    return transform

@@ -62,6 +62,7 @@ from pennylane.measurements import (ClassicalShadowMP, CountsMP, DensityMatrixMP
 
 from qdiff.backends.base import Job
 from qdiff.circuits import pennylane_one_shot as one_shot
+from qdiff.circuits import pennylane_tree as tree
 from qdiff.circuits.pennylane_autograd import (backprop_interface, execute_autograd, has_boxes,
                                                to_user, torch_backprop, torch_tape)
 from qdiff.circuits import memory
@@ -221,6 +222,13 @@ class _DensityStates(one_shot.Model):
     def assign(self, states, rows, values):
         return states.index_copy(0, torch.as_tensor(rows, device=states.device), values)
 
+    def measure(self, states, mps):
+        if self.wire_map is not None:
+            mps = [map_measurement_wires(m, self.wire_map) for m in mps]
+        rho = states.detach().cpu().numpy().reshape((states.shape[0],) + (2,) * (2 * self.n))
+        got = measure_final_state(qml.tape.QuantumScript([], mps), rho, True)
+        return (got,) if len(mps) == 1 else got
+
     def sample(self, states, row, mps, shots):
         from pennylane.devices.qubit_mixed.sampling import measure_with_samples
         mps = sampled_measurements(mps)
@@ -346,6 +354,8 @@ class QdiffMixed(Device):
                              circuit=None) -> bool:
         if execution_config is None:
             return True
+        if one_shot.traversed(execution_config):
+            return False  # the branches' weights are not differentiated: gradient transforms
         if execution_config.gradient_method not in ("backprop", "best"):
             return False
         interface = backprop_interface(execution_config, circuit)
@@ -382,7 +392,7 @@ class QdiffMixed(Device):
     def preprocess_transforms(self, execution_config: Optional[ExecutionConfig] = None):
         config = execution_config or ExecutionConfig()
         program = qml.CompilePipeline()
-        measured = config.mcm_config.mcm_method == "one-shot"
+        measured = config.mcm_config.mcm_method in ("one-shot", "tree-traversal")
         if self.noise is not None:
             program.add_transform(_refuse_mid_circuit_measurements, self.noise.name)
         if not measured:
@@ -406,31 +416,34 @@ class QdiffMixed(Device):
         if config.gradient_method == "backprop":
             program.add_transform(no_sampling, name=f"backprop + {self.name}")
         if measured:
-            from pennylane.transforms import dynamic_one_shot
-            program.add_transform(dynamic_one_shot,
-                                  postselect_mode=config.mcm_config.postselect_mode)
+            one_shot.measured_transforms(program, config.mcm_config.mcm_method,
+                                         config.mcm_config.postselect_mode)
         return program
 
     # -- execution -------------------------------------------------------------------------
 
     def execute(self, circuits, execution_config: Optional[ExecutionConfig] = None):
-        if any(one_shot.has_mid_measure(t) for t in circuits):  # mcm_method="one-shot"
-            return tuple(self._one_shot(t) if one_shot.has_mid_measure(t) else
+        if any(one_shot.has_mid_measure(t) for t in circuits):  # measured, not deferred
+            return tuple(self._measured(t) if one_shot.has_mid_measure(t) else
                          self.execute((t,), execution_config)[0] for t in circuits)
         if has_boxes(circuits):  # backprop under the autograd interface
             return execute_autograd(circuits, lambda tapes: tuple(self._run(t) for t in tapes))
         torch_out = torch_backprop(execution_config)
         return tuple(self._run(t, torch_out) for t in circuits)
 
-    def _one_shot(self, tape):
-        """A ``dynamic_one_shot`` tape's per-shot results
-        (:mod:`qdiff.circuits.pennylane_one_shot`)."""
+    def _measured(self, tape):
+        """A tape with mid-circuit measurements measured: with shots a ``dynamic_one_shot``
+        tape's per-shot results (:mod:`qdiff.circuits.pennylane_one_shot`), without, the exact
+        results of its outcome tree (:mod:`qdiff.circuits.pennylane_tree`)."""
         labels = self._labels(tape)
         index = {w: i for i, w in enumerate(labels)}
         wire_map = None if labels == tuple(range(len(labels))) else index
+        model = _DensityStates(self, labels, wire_map)
         try:
-            return one_shot.execute(tape, _DensityStates(self, labels, wire_map),
-                                    index.__getitem__, self._rng, 0.5 * memory.budget())
+            if tape.shots:
+                return one_shot.execute(tape, model, index.__getitem__, self._rng,
+                                        0.5 * memory.budget())
+            return tree.execute(tape, model, index.__getitem__, 0.5 * memory.budget())
         except QdiffError as exc:
             raise DeviceError(f"{self.name}: {exc}") from None
 

@@ -1,6 +1,8 @@
-"""Mid-circuit measurements measured shot by shot (``mcm_method="one-shot"``) on qdiff's
-PennyLane devices, against default.qubit: the per-shot result formats exactly, the statistics
-against exact values (deferred measurement on a wide default.qubit), and the refusals."""
+"""Mid-circuit measurements measured, not deferred, on qdiff's PennyLane devices: shot by shot
+(``mcm_method="one-shot"``), against default.qubit's per-shot result formats exactly and
+against exact values (deferred measurement on a wide default.qubit / default.mixed)
+statistically; and by traversing the outcome tree (``mcm_method="tree-traversal"``), exactly
+equal to deferred measurement; and the refusals."""
 import numpy as np
 import pytest
 
@@ -192,10 +194,6 @@ def test_labels_complex64_seed_and_chunks(monkeypatch):
 
 
 def test_refusals_name_the_method_or_the_memory():
-    circuit = qml.QNode(lambda: (qml.measure(0), qml.expval(qml.Z(0)))[1],
-                        qml.device("qdiff.statevector", wires=2), mcm_method="tree-traversal")
-    with pytest.raises(DeviceError, match="tree-traversal.*'deferred' or 'one-shot'"):
-        circuit()
     dev = qml.device("qdiff.statevector", wires=2)
     with pytest.raises(DeviceError, match="fill-shots"):
         qml.set_shots(qml.QNode(lambda: (qml.measure(0, postselect=1),
@@ -277,3 +275,106 @@ def test_mixed_device_refuses_one_shot_with_a_device_noise_model():
                                 mcm_method="one-shot"), 10)
     with pytest.raises(DeviceError, match="fake_manila.*whole circuits"):
         f()
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_tree_traversal_equals_deferred_measurement(name):
+    def circuit(x, y):
+        if name == "qdiff.mixed":
+            m0, m1, m2 = _noisy(x, y)
+        else:
+            m0, m1, m2 = _conditioned(x, y)
+        return (qml.expval(qml.Z(1)), qml.probs(wires=[0, 2]), qml.expval(m0),
+                qml.probs(op=[m1, m2]), qml.var(qml.X(2) + qml.Z(0)), qml.probs(op=m2),
+                qml.var(m0 + 2 * m1), qml.expval(m0 * m2 - m1),
+                qml.expval(qml.Hamiltonian([0.5], [qml.Y(2)])))
+
+    ref_dev = "default.mixed" if name == "qdiff.mixed" else "default.qubit"
+    got = qml.QNode(circuit, qml.device(name, wires=3), mcm_method="tree-traversal")(0.8, 0.4)
+    ref = _exact(circuit, 0.8, 0.4) if name == "qdiff.statevector" else \
+        qml.QNode(circuit, qml.device(ref_dev, wires=6), mcm_method="deferred")(0.8, 0.4)
+    for g, r in zip(got, ref):
+        assert np.allclose(g, r, atol=1e-10), (g, r)
+    device = qml.QNode(circuit, qml.device(name, wires=3), mcm_method="device")(0.8, 0.4)
+    assert np.allclose(device[0], ref[0], atol=1e-10)
+
+
+def test_tree_traversal_many_measurements_postselection_gradients_broadcast():
+    from pennylane import numpy as pnp
+
+    def circuit(x):
+        qml.RY(x, 0)
+        ms = []
+        for k in range(6):
+            qml.CNOT([0, 1])
+            qml.RX(0.3 * k + x, 1)
+            ms.append(qml.measure(1, reset=True))
+            qml.cond(ms[-1], qml.RZ)(0.5, 0)
+        qml.measure(0, postselect=1)
+        return qml.expval(qml.X(0)), qml.expval(sum(ms)), qml.probs(op=ms[:2])
+
+    f = qml.QNode(circuit, qml.device("qdiff.statevector", wires=2), mcm_method="tree-traversal")
+    x = pnp.array(0.7, requires_grad=True)
+    for g, r in zip(f(x), _exact(circuit, x)):
+        assert np.allclose(g, r, atol=1e-10)
+
+    def graded(x):
+        qml.RY(x, 0)
+        qml.CNOT([0, 1])
+        qml.RX(0.4 * x, 1)
+        m = qml.measure(1, reset=True)
+        qml.cond(m, qml.RX)(0.3, 0)
+        qml.RY(x, 1)
+        return qml.expval(qml.Z(0) @ qml.Z(1)), qml.probs(wires=[0]), qml.expval(m)
+
+    f = qml.QNode(graded, qml.device("qdiff.statevector", wires=2), mcm_method="tree-traversal")
+    ref = qml.QNode(graded, qml.device("default.qubit", wires=3), mcm_method="deferred")
+    jac = qml.jacobian(lambda x: qml.math.hstack(f(x)))(x)  # "best": parameter-shift
+    assert np.allclose(jac, qml.jacobian(lambda x: qml.math.hstack(ref(x)))(x), atol=1e-8)
+    for method in ("backprop", "adjoint"):  # the branch weights are not differentiated
+        with pytest.raises(qml.exceptions.QuantumFunctionError, match=method):
+            qml.QNode(graded, qml.device("qdiff.statevector", wires=2),
+                      mcm_method="tree-traversal", diff_method=method)(x)
+    xs = np.array([0.1, 0.7, 2.0])
+    for g, r in zip(f(xs), ref(xs)):
+        assert np.allclose(g, r, atol=1e-10)
+    shots = qml.set_shots(qml.QNode(graded, qml.device("qdiff.statevector", wires=2, seed=8),
+                                    mcm_method="tree-traversal"), 8000)(0.7)
+    for g, r in zip(shots, ref(0.7)):  # sampled: the one-shot grouping
+        assert np.allclose(g, r, atol=0.05)
+
+
+def test_tree_traversal_in_halves_and_refusals(monkeypatch):
+    from qdiff.circuits import memory, pennylane_tree
+
+    def circuit():
+        for w in range(3):
+            qml.Hadamard(w)
+        ms = [qml.measure(w) for w in range(3)]
+        qml.cond(ms[0] & ms[2], qml.RX)(0.7, 1)
+        return qml.expval(qml.Z(1)), qml.probs(op=ms)
+
+    exact = qml.QNode(circuit, qml.device("qdiff.statevector", wires=3),
+                      mcm_method="tree-traversal")()
+    levels = []
+    real = pennylane_tree._walk
+    monkeypatch.setattr(pennylane_tree, "_walk",
+                        lambda parts, i, states, *a: (levels.append(len(a[0])),
+                                                      real(parts, i, states, *a))[1])
+    row = 8 * 16
+    monkeypatch.setattr(memory, "budget", lambda device=None: 2 * 3 * 2 * row)  # two states
+    halves = qml.QNode(circuit, qml.device("qdiff.statevector", wires=3),
+                       mcm_method="tree-traversal")()
+    assert max(levels) <= 2 and len(levels) > 3  # depth first, in halves
+    for g, r in zip(halves, exact):
+        assert np.allclose(g, r, atol=1e-12)
+    # uniform outcomes; wire 1 collapsed to |m1>, then RX on half the branches: <Z1> = 0
+    assert np.allclose(exact[1], np.full(8, 1 / 8)) and abs(exact[0]) < 1e-12
+    monkeypatch.setattr(memory, "budget", lambda device=None: 100)
+    with pytest.raises(DeviceError, match="does not fit the memory"):
+        qml.QNode(circuit, qml.device("qdiff.statevector", wires=3),
+                  mcm_method="tree-traversal")()
+    monkeypatch.undo()
+    with pytest.raises(DeviceError, match="tree-traversal.*StateMP"):
+        qml.QNode(lambda: (qml.measure(0), qml.state())[1],
+                  qml.device("qdiff.statevector", wires=2), mcm_method="tree-traversal")()

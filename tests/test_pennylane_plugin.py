@@ -291,10 +291,11 @@ def test_bad_input_names_the_operation_wire_or_option():
                                           "supported"):
         dev.setup_execution_config(qml.devices.ExecutionConfig(
             mcm_config=qml.devices.MCMConfig(mcm_method="single-branch-statistics")))
-    for name in ("qdiff.statevector", "qdiff.mixed"):  # as a QNode gives it (an enum)
-        with pytest.raises(DeviceError, match="mcm_method='tree-traversal' is not supported"):
-            qml.QNode(lambda: (qml.measure(0), qml.expval(qml.Z(0)))[1],
-                      qml.device(name, wires=2), mcm_method="tree-traversal")()
+    for name in ("qdiff.statevector", "qdiff.mixed"):
+        with pytest.raises(DeviceError, match="mcm_method='single-branch-statistics' is not "
+                                              "supported"):
+            qml.device(name, wires=2).setup_execution_config(qml.devices.ExecutionConfig(
+                mcm_config=qml.devices.MCMConfig(mcm_method="single-branch-statistics")))
     with pytest.raises(DeviceError, match="bogus"):
         dev.setup_execution_config(qml.devices.ExecutionConfig(device_options={"bogus": 1}))
     shots_dev = qml.device("qdiff.statevector", wires=2, shots=100)

@@ -46,6 +46,7 @@ from pennylane.measurements import (ClassicalShadowMP, ExpectationMP, Probabilit
 from qdiff.backends.base import Job
 from qdiff.backends.pennylane_plugin import signature
 from qdiff.circuits import pennylane_one_shot as one_shot
+from qdiff.circuits import pennylane_tree as tree
 from qdiff.circuits.pennylane_autograd import (backprop_interface, execute_autograd, has_boxes,
                                                nested_boxes, to_user, torch_backprop,
                                                torch_tape)
@@ -280,6 +281,14 @@ class _PureStates(one_shot.Model):
     def assign(self, states, rows, values):
         return states.index_copy(0, torch.as_tensor(rows, device=states.device), values)
 
+    def measure(self, states, mps):
+        from pennylane.devices.qubit.simulate import measure_final_state
+        if self.wire_map is not None:
+            mps = [map_measurement_wires(m, self.wire_map) for m in mps]
+        state = states.detach().cpu().numpy().reshape((states.shape[0],) + (2,) * self.n)
+        got = measure_final_state(qml.tape.QuantumScript([], mps), state, True)
+        return (got,) if len(mps) == 1 else got
+
     def sample(self, states, row, mps, shots):
         from pennylane.devices.qubit.sampling import measure_with_samples
         mps = sampled_measurements(mps)
@@ -358,6 +367,8 @@ class QdiffStatevector(Device):
                              circuit=None) -> bool:
         if execution_config is None:
             return True
+        if one_shot.traversed(execution_config):
+            return False  # the branches' weights are not differentiated: gradient transforms
         method = execution_config.gradient_method
         if method == "backprop":
             return self._backprop_supports(execution_config, circuit)
@@ -455,7 +466,7 @@ class QdiffStatevector(Device):
     def preprocess_transforms(self, execution_config: Optional[ExecutionConfig] = None):
         config = execution_config or ExecutionConfig()
         program = qml.CompilePipeline()
-        measured = config.mcm_config.mcm_method == "one-shot"
+        measured = config.mcm_config.mcm_method in ("one-shot", "tree-traversal")
         if not measured:
             program.add_transform(defer_within(), device_wires=self.wires, name=self.name,
                                   allow_postselect=True)
@@ -472,9 +483,8 @@ class QdiffStatevector(Device):
                               sample_measurements=_accepted_sample, name=self.name)
         program.add_transform(snapshots_taken(), device=self)
         if measured:
-            from pennylane.transforms import dynamic_one_shot
-            program.add_transform(dynamic_one_shot,
-                                  postselect_mode=config.mcm_config.postselect_mode)
+            one_shot.measured_transforms(program, config.mcm_config.mcm_method,
+                                         config.mcm_config.postselect_mode)
         if config.gradient_method == "backprop":
             program.add_transform(no_sampling, name=f"backprop + {self.name}")
         if config.gradient_method == "adjoint":
@@ -640,22 +650,27 @@ class QdiffStatevector(Device):
     # -- execution -------------------------------------------------------------------------
 
     def execute(self, circuits, execution_config: Optional[ExecutionConfig] = None):
-        if any(one_shot.has_mid_measure(t) for t in circuits):  # mcm_method="one-shot"
-            return tuple(self._one_shot(t) if one_shot.has_mid_measure(t) else
+        if any(one_shot.has_mid_measure(t) for t in circuits):  # measured, not deferred
+            return tuple(self._measured(t) if one_shot.has_mid_measure(t) else
                          self.execute((t,), execution_config)[0] for t in circuits)
         scans = self._scan(circuits)  # a tape with a signature has plain numbers only
         if has_boxes([t for t, sc in zip(circuits, scans) if sc is None]):
             return execute_autograd(circuits, self._execute)  # backprop under autograd
         return self._execute(circuits, torch_backprop(execution_config), scans)
 
-    def _one_shot(self, tape):
-        """A ``dynamic_one_shot`` tape's per-shot results (:mod:`qdiff.circuits.pennylane_one_shot`)."""
+    def _measured(self, tape):
+        """A tape with mid-circuit measurements measured: with shots a ``dynamic_one_shot``
+        tape's per-shot results (:mod:`qdiff.circuits.pennylane_one_shot`), without, the exact
+        results of its outcome tree (:mod:`qdiff.circuits.pennylane_tree`)."""
         labels, n = self._register(tape)
         index = {w: i for i, w in enumerate(labels)}
         wire_map = None if labels == tuple(range(n)) else index
+        model = _PureStates(self, labels, n, wire_map)
         try:
-            return one_shot.execute(tape, _PureStates(self, labels, n, wire_map),
-                                    index.__getitem__, self._rng, 0.5 * memory.budget())
+            if tape.shots:
+                return one_shot.execute(tape, model, index.__getitem__, self._rng,
+                                        0.5 * memory.budget())
+            return tree.execute(tape, model, index.__getitem__, 0.5 * memory.budget())
         except QdiffError as exc:
             raise DeviceError(f"{self.name}: {exc}") from None
 

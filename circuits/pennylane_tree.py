@@ -1,0 +1,177 @@
+"""Exact results of circuits with mid-circuit measurements by traversing their outcome tree:
+PennyLane's ``mcm_method="tree-traversal"`` without shots.
+
+Every branch of outcomes is simulated with its weight (the probability of its outcomes): at a
+measurement each branch splits into the outcomes of nonzero probability, each collapsed and
+renormalised (reset where asked), a postselected measurement keeping its outcome only; a
+conditional operation runs on the branches whose outcomes make its condition true. The
+branches of one level run as rows of ONE batched engine call per stretch of gates; where the
+rows of the next level would not fit the memory budget, the branches are traversed in halves,
+one after the other (depth first), so memory stays bounded whatever the number of
+measurements. No wires are added, unlike deferred measurement; the time grows with the number
+of branches (up to ``2**k`` for ``k`` measurements).
+
+At the leaves the final measurements are exact per branch (PennyLane's own measurement
+functions on the batch of branch states) and combined with the weights: ``expval`` and
+``probs`` as weighted means, ``var`` from the weighted second moment, and the statistics of
+measurement values (``expval``/``var``/``probs`` of ``m``, of arithmetic on several, of a list)
+from each branch's outcomes. A postselection renormalises by the kept weight (NaN results
+where nothing is kept, as ``default.qubit``).
+
+With shots the tree is sampled instead: the device runs the one-shot grouping of
+:mod:`qdiff.circuits.pennylane_one_shot` (shots grouped by outcome history are the sampled
+branches of the tree).
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from qdiff.circuits.pennylane_one_shot import segments
+
+PRUNE = 1e-13  # an outcome less likely than this is not followed (its state is noise)
+
+
+def supported(mp) -> bool:
+    """Whether the exact traversal computes ``mp``."""
+    from pennylane.measurements import ExpectationMP, ProbabilityMP, VarianceMP
+    return type(mp) in (ExpectationMP, ProbabilityMP, VarianceMP)
+
+
+def execute(tape, model, wire_index, budget: float):
+    """The exact results of ``tape`` (no shots, mid-circuit measurements in its operations):
+    one value per measurement, as ``default.qubit`` gives them. ``model``: the device's
+    :class:`~qdiff.circuits.pennylane_one_shot.Model` (with ``measure``); ``budget``: bytes the
+    branch states of one level may take."""
+    from pennylane.exceptions import DeviceError
+    for mp in tape.measurements:
+        if not supported(mp):
+            raise DeviceError(
+                f"mcm_method='tree-traversal' computes expval, var and probs; "
+                f"{type(mp).__name__} ({mp!r}) of a circuit with mid-circuit measurements is "
+                "not a combination of its branches' results: use mcm_method='deferred'")
+    if 3.0 * model.row_bytes > budget:
+        raise DeviceError(
+            f"tree-traversal: a state of {model.row_bytes / 2 ** 30:.3g} GiB does not fit the "
+            f"memory available ({budget / 2 ** 30:.3g} GiB for the branch states)")
+    parts = segments(tape.operations)
+    lead = 1 if parts and parts[0][0] == "gates" else 0
+    states = model.evolve(None, parts[0][1] if lead else [])
+    acc = _Accumulator(tape, model)
+    _walk(parts, lead, states, [({}, 1.0)], model, wire_index, budget, acc)
+    out = acc.results()
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+def _walk(parts, i, states, branches, model, wire_index, budget, acc) -> None:
+    """Traverse ``parts[i:]`` from ``branches`` (``(outcomes, weight)`` per row of
+    ``states``), adding the leaves to ``acc``."""
+    for at in range(i, len(parts)):
+        kind, item = parts[at]
+        if kind == "gates":
+            states = model.evolve(states, item)
+        elif kind == "cond":
+            rows = [r for r, (values, _) in enumerate(branches)
+                    if item.meas_val.concretize(values)]
+            if rows:
+                states = model.assign(states, rows,
+                                      model.evolve(model.select(states, rows), [item.base]))
+        else:
+            p1 = model.prob_one(states, wire_index(item.wires[0]))
+            src, outcomes, grown = [], [], []
+            for r, (values, weight) in enumerate(branches):
+                for outcome, p in ((0, 1.0 - p1[r]), (1, p1[r])):
+                    if p < PRUNE or (item.postselect is not None and outcome != item.postselect):
+                        continue
+                    src.append(r)
+                    outcomes.append(outcome)
+                    grown.append(({**values, item: outcome}, weight * p))
+            if not grown:  # every branch postselected away
+                return
+            if 3.0 * len(grown) * model.row_bytes > budget and len(branches) > 1:
+                half = len(branches) // 2  # depth first: one half, then the other
+                for rows in (list(range(half)), list(range(half, len(branches)))):
+                    _walk(parts, at, model.select(states, rows), [branches[r] for r in rows],
+                          model, wire_index, budget, acc)
+                return
+            states = model.collapse(model.select(states, src), wire_index(item.wires[0]),
+                                    np.asarray(outcomes, dtype=np.int64), item.reset)
+            branches = grown
+    acc.add(states, branches)
+
+
+class _Accumulator:
+    """The weighted sums of the final measurements over the leaves."""
+
+    def __init__(self, tape, model):
+        from pennylane.measurements import ExpectationMP, VarianceMP
+        self.mps = list(tape.measurements)
+        self.model = model
+        # per branch: the wire/observable measurements, and an expval beside each var
+        self.direct = []
+        for mp in self.mps:
+            if mp.mv is None:
+                self.direct.append(mp)
+                if isinstance(mp, VarianceMP):
+                    self.direct.append(ExpectationMP(obs=mp.obs))
+        self.sums = [None] * len(self.direct)
+        self.second = {}  # index of a var in direct -> sum of w * (var + mean**2)
+        self.leaves = []  # (outcomes, weight) of every leaf, for the measurement values
+        self.total = 0.0
+
+    def add(self, states, branches) -> None:
+        from pennylane.measurements import VarianceMP
+        w = np.array([weight for _, weight in branches], dtype=np.float64)
+        self.total += float(w.sum())
+        self.leaves.extend(branches)
+        if not self.direct:
+            return
+        got = self.model.measure(states, self.direct)
+        for j, (mp, value) in enumerate(zip(self.direct, got)):
+            value = np.asarray(value, dtype=np.float64).reshape(len(branches), -1)
+            if isinstance(mp, VarianceMP):
+                mean = np.asarray(got[j + 1], dtype=np.float64).reshape(len(branches), -1)
+                value = value + mean ** 2
+            s = w @ value
+            self.sums[j] = s if self.sums[j] is None else self.sums[j] + s
+
+    def results(self) -> list:
+        from pennylane.measurements import ExpectationMP, VarianceMP
+        total = self.total
+        out, j = [], 0
+        for mp in self.mps:
+            if mp.mv is not None:
+                out.append(self._mid_statistic(mp))
+                continue
+            s = self.sums[j] / total if total > 0 else np.full_like(self.sums[j], np.nan)
+            if isinstance(mp, VarianceMP):
+                mean = self.sums[j + 1] / total if total > 0 else np.nan
+                out.append(np.float64((s - mean ** 2)[0]))
+                j += 2
+                continue
+            out.append(np.float64(s[0]) if isinstance(mp, ExpectationMP) else s)
+            j += 1
+        return out
+
+    def _mid_statistic(self, mp):
+        """``expval``/``var``/``probs`` of measurement values from the leaves' outcomes (the
+        value sets and order of PennyLane's own statistics of sampled outcomes)."""
+        from pennylane.measurements import ExpectationMP, ProbabilityMP
+        w = np.array([weight for _, weight in self.leaves], dtype=np.float64)
+        total = w.sum()
+        if isinstance(mp, ProbabilityMP):
+            mvs = mp.mv if isinstance(mp.mv, (list, tuple)) else [mp.mv]
+            got = np.array([[float(m.concretize(values)) for m in mvs]
+                            for values, _ in self.leaves]).reshape(len(self.leaves), len(mvs))
+            grid = list(itertools.product(*[list(m.branches.values()) for m in mvs]))
+            counts = np.array([w[np.all(got == np.array(v, dtype=float), axis=1)].sum()
+                               for v in grid])
+            return counts / counts.sum() if total > 0 else np.full(len(grid), np.nan)
+        f = np.array([float(mp.mv.concretize(values)) for values, _ in self.leaves])
+        if total <= 0:
+            return np.float64(np.nan)
+        mean = float(w @ f / total)
+        if isinstance(mp, ExpectationMP):
+            return np.float64(mean)
+        return np.float64(w @ (f - mean) ** 2 / total)
