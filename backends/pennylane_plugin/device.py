@@ -246,16 +246,39 @@ class _PureStates(one_shot.Model):
     def evolve(self, states, ops):
         if states is not None and not ops:
             return states
-        rec, _ = from_pennylane_tape(qml.tape.QuantumScript(list(ops)), self.labels,
-                                     [Measurement("state")], self.engine.check_batch)
-        if states is not None and rec.initial_state is not None:
+        circuit, theta, initial = self._converted(qml.tape.QuantumScript(list(ops)))
+        if states is not None and initial is not None:
             raise QdiffError(f"{ops[0].name} on wires {list(ops[0].wires)}: a state "
                              "preparation after a mid-circuit measurement is not supported")
-        start = states if states is not None else rec.initial_state
+        start = states if states is not None else initial
         rows = 1 if start is None else start.shape[0]
-        theta = rec.theta if rec.theta.shape[0] == rows else rec.theta.expand(rows, -1)
-        (res,) = self.engine.execute([Job(rec.circuit, theta.contiguous(), start, shots=None)])
+        theta = theta if theta.shape[0] == rows else theta.expand(rows, -1)
+        (res,) = self.engine.execute([Job(circuit, theta.contiguous(), start, shots=None)])
         return res.outputs[0]
+
+    def _converted(self, tape):
+        """``(circuit, theta, initial state)`` of a stretch of gates; a stretch whose signature
+        the device has converted before (its template, kept when its theta is its angles
+        gathered by column) only has its angles read (the same stretches recur in every
+        call and branch)."""
+        scanned = signature.scan([tape], lambda t: self.labels, _observable_key)[0]
+        key = None if scanned is None else ("stretch", self.labels, scanned[0])
+        tpl = None if key is None else self.device._templates.get(key)
+        if tpl is not None:
+            r = signature.row(scanned[1], tpl.columns)
+            if r is not None and all(map(math.isfinite, r)):
+                return tpl.circuit, torch.tensor([r], dtype=torch.float64), None
+        rec, sources = from_pennylane_tape(tape, self.labels, [Measurement("state")],
+                                           self.engine.check_batch)
+        theta = rec.theta
+        if key is not None and rec.initial_state is None and not theta.requires_grad and \
+                theta.dtype == torch.float64 and theta.shape[0] == 1 and \
+                len(sources) == theta.shape[1] and all(f == 1.0 for _, f in sources):
+            r = signature.row(scanned[1], tuple(k for k, _ in sources))
+            if r is not None and torch.equal(torch.tensor([r], dtype=torch.float64), theta):
+                self.device._templates.put(key, signature.Template(
+                    rec.circuit, sources, None, self.n, None, None))
+        return rec.circuit, theta, rec.initial_state
 
     def _split(self, states, wire):
         return states.reshape(states.shape[0], 2 ** wire, 2, -1)
