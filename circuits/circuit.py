@@ -389,6 +389,9 @@ def _build_recorded(items, meas_in, labels, check_batch=None) -> Recorded:
         memory.require(float(bsz) * 2 ** n * initial.element_size(),
                        f"the initial states of a batch of {bsz} bindings", device)
         initial = initial.expand(*batch_shape, 2 ** n).reshape(-1, 2 ** n)
+    circuit = Circuit(n, tuple(ops), tuple(meas), ncol, labels)
+    if cols:
+        dtype = _output_dtype(dtype, circuit, initial)
     theta, bsz = _checked_theta(cols, batch_shape, dtype, device, ops, check_batch, ncol)
     trainable = []
     for c in cols:
@@ -396,9 +399,28 @@ def _build_recorded(items, meas_in, labels, check_batch=None) -> Recorded:
             trainable.extend([bool(c.source.requires_grad)] * c.structure.num_angles)
         else:
             trainable.append(bool(c.requires_grad))
-    circuit = Circuit(n, tuple(ops), tuple(meas), ncol, labels)
     return Recorded(circuit, theta, batch_shape, tuple(trainable), initial,
                     shared=_shared_columns(cols, bsz))
+
+
+def _output_dtype(dtype: torch.dtype, circuit: Circuit, initial) -> torch.dtype:
+    """The angles' real ``dtype`` promoted with the (real) dtype of every tensor that requires
+    grad among the state preparation, the observables' coefficients and matrices and the
+    ``QubitUnitary`` matrices: outputs take theta's dtype, and one narrower than such an input
+    would round its values and its gradient (torch promotes ``float32 * float64`` to float64
+    the same way). Plain tensors there do not widen it: float32 angles measured with a
+    Hamiltonian of float64 constants give float32."""
+    leaves = [initial]
+    for m in circuit.measurements:
+        if m.obs is not None:
+            leaves.append(m.obs.coeffs)
+            leaves.extend(f.matrix for t in m.obs.terms for f in t if f.kind == "M")
+    leaves.extend(gate.matrix_fn() for _, gate in unitary_ops(circuit))
+    for t in leaves:
+        if isinstance(t, torch.Tensor) and t.requires_grad and (
+                t.is_complex() or t.dtype.is_floating_point):
+            dtype = torch.promote_types(dtype, t.real.dtype if t.is_complex() else t.dtype)
+    return dtype
 
 
 def _shared_columns(cols, bsz: int):

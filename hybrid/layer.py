@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from qdiff.bridge import refuse_float16_overflow
 from qdiff.circuits.errors import QdiffError, checked_call
 
 
@@ -208,6 +209,9 @@ class QuantumLayer(nn.Module):
             out = out.reshape(batch + tuple(out.shape[1:]))
         if want is not None and out.dtype.is_floating_point and out.dtype != want:
             out = out.to(want)
+            if want is torch.float16:
+                refuse_float16_overflow(out, f"QuantumLayer "
+                                             f"'{getattr(self.qnode, '__name__', '?')}'")
         return out
 
     def __prepare_scriptable__(self):

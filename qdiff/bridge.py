@@ -163,6 +163,22 @@ def _run(plan: Plan, theta: torch.Tensor):
     return flat.to(theta.dtype if theta.dtype.is_floating_point else flat.dtype), res.residual
 
 
+def refuse_float16_overflow(out, who: str) -> None:
+    """Outputs take float16 when the angles are float16 (computed in the device's precision,
+    then cast): a value beyond float16's range (65504) would become inf, which no later
+    layer or loss can tell from a diverged model. Raises a ``QdiffError`` naming ``who``
+    instead; ``out`` is a tensor or a list/tuple of them (other entries, such as counts
+    dicts, are skipped; so are tensors inside torch.func transforms, whose values Python
+    cannot read)."""
+    items = out if isinstance(out, (list, tuple)) else [out]
+    for t in items:
+        if isinstance(t, torch.Tensor) and t.dtype is torch.float16 and is_concrete(t) and \
+                not bool(torch.isfinite(t).all()):
+            raise QdiffError(f"{who}: an output exceeds the range of float16 (largest "
+                             f"{torch.finfo(torch.float16).max:g}), the dtype of its float16 "
+                             "inputs; give float32 inputs (x.float()) or scale the observable")
+
+
 def deferred_backend(device, circuit, cache: dict):
     """``device``, or for a circuit with mid-circuit measurements (extra wires after the
     device's) a copy of it with those wires, kept in ``cache`` per width."""

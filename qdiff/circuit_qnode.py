@@ -116,6 +116,7 @@ class CircuitQNode:
         recorded = self.record(*args, **kwargs)
         outs = execute(recorded, self._backend, self.diff_method, stacked=True,
                        options=self.options)
+        outs = _in_dtype(outs, recorded.theta.dtype if self.circuit.num_params else None)
         bshape = tuple(recorded.batch_shape)
         if isinstance(outs, torch.Tensor):
             outs = list(outs.unbind(1)) if self.single else [outs]
@@ -443,6 +444,17 @@ def _as_tensor(value, name: str, k: int, what: str = "") -> torch.Tensor:
         raise QdiffError(f"{what} has shape {tuple(value.shape)}; expected "
                          f"(..., {k}) ({k} parameter value(s) on the last dim)")
     return value
+
+
+def _in_dtype(outs, dtype):
+    """Real outputs in the bindings' ``dtype`` (float32 bindings give float32 outputs, whichever
+    path ran: the rules' Function, backprop or a call without gradients), as a function
+    qnode's; complex outputs (states) and integer samples keep theirs."""
+    if dtype is None:
+        return outs
+    if isinstance(outs, torch.Tensor):
+        return outs.to(dtype) if outs.dtype.is_floating_point and outs.dtype != dtype else outs
+    return [o.to(dtype) if o.dtype.is_floating_point and o.dtype != dtype else o for o in outs]
 
 
 def _result_dtype(tensors: list) -> torch.dtype:

@@ -138,9 +138,15 @@ class QNode:
         if isinstance(outs, torch.Tensor):  # (B, K) of scalar measurements
             bshape = tuple(recorded.batch_shape)
             if isinstance(result, Measurement):
-                return outs[:, 0].reshape(bshape)
-            return outs.reshape(bshape + (outs.shape[-1],))
-        return _assemble(outs, recorded, result)
+                out = outs[:, 0].reshape(bshape)
+            else:
+                out = outs.reshape(bshape + (outs.shape[-1],))
+        else:
+            out = _assemble(outs, recorded, result)
+        if recorded.theta.dtype is torch.float16:
+            from qdiff.bridge import refuse_float16_overflow
+            refuse_float16_overflow(out, f"qnode '{getattr(self.func, '__name__', '?')}'")
+        return out
 
     def backend_for(self, circuit):
         """The device, or for a circuit with mid-circuit measurements (extra wires after the

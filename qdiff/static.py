@@ -57,8 +57,8 @@ from torch.overrides import TorchFunctionMode
 from qdiff.backends.base import Gather, Prepared, flat_outputs
 from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective_shots,
                           engine_vjp, exact_precision, expand_coefficients,
-                          refuse_batched_cotangent, refuse_graph_capture, unshare,
-                          validate_rules)
+                          refuse_batched_cotangent, refuse_float16_overflow,
+                          refuse_graph_capture, unshare, validate_rules)
 from qdiff.circuits import recording
 from qdiff.circuits.circuit import check_finite_angles
 from qdiff.circuits.errors import QdiffError, checked_call
@@ -1070,8 +1070,12 @@ class StaticQNode:
             except KeyError:  # evicted meanwhile by another thread: the trace is still valid
                 pass
         if _autocast_cpu() or _autocast_cuda():  # the engine computes in its own precision
-            return exact_precision(trace.replay)(tensors)
-        return trace.replay(tensors)
+            out = exact_precision(trace.replay)(tensors)
+        else:
+            out = trace.replay(tensors)
+        if getattr(trace, "dtype", None) is torch.float16:
+            refuse_float16_overflow(out, f"qnode '{getattr(self.qnode.func, '__name__', '?')}'")
+        return out
 
     def _trace_outside_inference_mode(self, args, kwargs, key, tensors, shots):
         with torch.inference_mode(False), torch.enable_grad(), _own_saved_tensors():

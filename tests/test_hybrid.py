@@ -659,6 +659,89 @@ def test_extra_leading_dims_run_as_rows_as_in_torchlayer():
     assert layer(torch.rand(2, 0, 2, dtype=torch.float64)).shape == (2, 0, 3)
 
 
+@pytest.mark.parametrize("method", ["best", "backprop", "adjoint", "parameter-shift"])
+def test_trainable_float64_observable_widens_float32_angles(method):
+    """float32 angles measured with trainable float64 Hamiltonian coefficients give float64
+    outputs (as torch promotes float32 * float64) and float64-exact coefficient gradients;
+    the angles' gradient stays float32. Plain float64 coefficients keep the float32 output."""
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev, diff_method=method)
+    def f(x, coeffs):
+        qd.RX(x, wires=0)
+        qd.RY(0.3, wires=1)
+        return qd.expval(qd.Hamiltonian(coeffs, [qd.Z(0), qd.X(1)]))
+
+    x = torch.tensor([0.4, 0.5], requires_grad=True)
+    coeffs = torch.tensor([1 + 1e-9, 1 / 3], dtype=torch.float64, requires_grad=True)
+    out = f(x, coeffs)
+    assert out.dtype == torch.float64
+    expected = coeffs.detach()[0] * torch.cos(x.detach().double()) + coeffs.detach()[1] * \
+        math.sin(0.3)
+    torch.testing.assert_close(out.detach(), expected, atol=1e-15, rtol=0)
+    out.sum().backward()
+    assert x.grad.dtype == torch.float32 and coeffs.grad.dtype == torch.float64
+    torch.testing.assert_close(coeffs.grad[1].item(), 2 * math.sin(0.3), atol=1e-15, rtol=0)
+    assert f(x, coeffs.detach()).dtype == torch.float32
+
+
+def test_trainable_float64_state_and_matrix_widen_float32_angles():
+    """A trainable float64 state preparation or QubitUnitary matrix widens float32 angles'
+    outputs to float64 too (backprop differentiates them)."""
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev, diff_method="backprop")
+    def prep(features, x):
+        qd.AmplitudeEmbedding(features, wires=[0, 1], normalize=True)
+        qd.RX(x, wires=0)
+        return qd.expval(qd.Z(1))
+
+    @qd.qnode(dev)
+    def unitary(u, x):
+        qd.QubitUnitary(u, wires=0)
+        qd.RX(x, wires=1)
+        return qd.expval(qd.Z(0))
+
+    x = torch.tensor(0.4, requires_grad=True)
+    features = torch.tensor([1.0, 1 / 3, 0.2, 0.1], dtype=torch.float64, requires_grad=True)
+    v = features.detach() / features.detach().norm()
+    out = prep(features, x)
+    assert out.dtype == torch.float64
+    assert abs(out.item() - (v[0] ** 2 - v[1] ** 2 + v[2] ** 2 - v[3] ** 2).item()) < 1e-15
+    th = torch.tensor(1 / 3, dtype=torch.float64, requires_grad=True)
+    c, s = torch.cos(th), torch.sin(th)
+    u = torch.stack([torch.stack([c, -s]), torch.stack([s, c])]).to(torch.complex128)
+    out = unitary(u, x)
+    assert out.dtype == torch.float64 and abs(out.item() - math.cos(2 / 3)) < 1e-15
+    out.backward()
+    assert x.grad.dtype == torch.float32 and th.grad.dtype == torch.float64
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_float16_output_overflow_is_refused(static):
+    """Outputs of float16 angles are float16: a value past 65504 is a QdiffError naming
+    float16, never a silent inf (float32 inputs give the value; bfloat16 holds it)."""
+    dev = qd.device("statevector", wires=1)
+
+    def body(inputs, w):
+        qd.RX(inputs[..., 0], wires=0)
+        qd.RY(w[0], wires=0)
+        return [qd.expval(1e5 * qd.Z(0)), qd.expval(qd.Z(0))]
+
+    q = qd.qnode(dev, static=static)(body)
+    x = torch.tensor([[0.1]], dtype=torch.float16)
+    w = torch.tensor([0.2], dtype=torch.float16)
+    with pytest.raises(qd.QdiffError, match="range of float16"):
+        q(x, w)
+    assert q(torch.tensor([[1.4]], dtype=torch.float16), w).isfinite().all()
+    torch.testing.assert_close(q(x.float(), w.float())[0, 0].item(),
+                               1e5 * math.cos(x.item()) * math.cos(w.item()), rtol=1e-6, atol=0)
+    assert torch.isfinite(q(x.bfloat16(), w.bfloat16())).all()
+    layer = qd.QuantumLayer(q, {"w": (1,)}).half()
+    with pytest.raises(qd.QdiffError, match="QuantumLayer.*range of float16"):
+        layer(x)
+
+
 @pytest.mark.parametrize("static", [False, True])
 @pytest.mark.parametrize("method", ["best", "backprop", "parameter-shift"])
 def test_half_precision_inputs_and_weights(method, static):

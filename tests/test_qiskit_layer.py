@@ -4,6 +4,7 @@ order, errors, batching, state_dict, torch.compile, Aer and IBM fake devices, an
 ``qd.qnode(dev)(circuit)`` for QuantumCircuits, Circuits and OpenQASM imports."""
 from __future__ import annotations
 
+import math
 
 import numpy as np
 import pytest
@@ -298,6 +299,32 @@ def test_qnode_mapping_of_python_numbers_binds_float64():
     for value in (0.3, [0.3], np.float64(0.3), np.array(0.3)):
         assert abs(f({a: value}).reshape(-1)[0].item() - np.cos(0.3)) < 1e-14
         assert abs(f({"a": value}).reshape(-1)[0].item() - np.cos(0.3)) < 1e-14
+
+
+@pytest.mark.parametrize("method", ["best", "backprop", "parameter-shift", "adjoint"])
+def test_qnode_of_a_circuit_returns_the_bindings_dtype(method):
+    """float32 bindings give float32 outputs with every method, with or without gradients
+    (as a function qnode's); float16 bindings run and return float64."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    a = Parameter("a")
+    qc = QuantumCircuit(2)
+    qc.rx(a, 0)
+    qc.cx(0, 1)
+    f = qd.qnode(qd.device("statevector", wires=2), diff_method=method,
+                 observables=[qd.Z(0), qd.Z(1)])(qc)
+    for dtype, out_dtype in ((torch.float32, torch.float32), (torch.float64, torch.float64),
+                             (torch.float16, torch.float64)):
+        for grad in (False, True):
+            x = torch.tensor([0.4], dtype=dtype, requires_grad=grad)
+            out = f(x)
+            assert out.dtype == out_dtype, (dtype, grad)
+            torch.testing.assert_close(out.double(), torch.full((2,), math.cos(0.4),
+                                                                 dtype=torch.float64),
+                                       atol=1e-3 if dtype is torch.float16 else 1e-6, rtol=0)
+            if grad:
+                out.sum().backward()
+                assert x.grad.dtype == dtype
 
 
 def test_qnode_mapping_of_parameter_vectors_and_binding_errors():
