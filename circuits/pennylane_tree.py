@@ -55,29 +55,51 @@ def execute(tape, model, wire_index, budget: float):
         raise DeviceError(
             f"tree-traversal: a state of {model.row_bytes / 2 ** 30:.3g} GiB does not fit the "
             f"memory available ({budget / 2 ** 30:.3g} GiB for the branch states)")
+    from pennylane.ops import MidMeasure
     parts = segments(tape.operations)
+    mcms = [op for op in tape.operations if isinstance(op, MidMeasure)]
+    outcome = Outcomes(mcms)
+    parts = [(kind, (item, outcome.reader(item.meas_val)) if kind == "cond" else
+              (item, outcome.index[item]) if kind == "measure" else item)
+             for kind, item in parts]
     lead = 1 if parts and parts[0][0] == "gates" else 0
     states = model.evolve(None, parts[0][1] if lead else [])
-    acc = _Accumulator(tape, model)
-    _walk(parts, lead, states, [({}, 1.0)], model, wire_index, budget, acc)
+    acc = _Accumulator(tape, model, outcome)
+    _walk(parts, lead, states, [((None,) * len(mcms), 1.0)], model, wire_index, budget, acc)
     out = acc.results()
     return out[0] if len(out) == 1 else tuple(out)
 
 
+class Outcomes:
+    """A branch's outcomes as a tuple in the order of the circuit's mid-circuit measurements;
+    a measurement value is read through its measurements' positions, found once (PennyLane
+    hashes a measurement at every dictionary lookup)."""
+
+    def __init__(self, mcms):
+        self.index = {m: i for i, m in enumerate(mcms)}
+
+    def reader(self, mv):
+        """``values -> mv``'s value for the outcome tuple ``values``."""
+        at = tuple(self.index[m] for m in mv.measurements)
+        fn = mv.processing_fn
+        return lambda values: fn(*(values[i] for i in at))
+
+
 def _walk(parts, i, states, branches, model, wire_index, budget, acc) -> None:
     """Traverse ``parts[i:]`` from ``branches`` (``(outcomes, weight)`` per row of
-    ``states``), adding the leaves to ``acc``."""
+    ``states``, the outcomes a tuple in measurement order), adding the leaves to ``acc``."""
     for at in range(i, len(parts)):
         kind, item = parts[at]
         if kind == "gates":
             states = model.evolve(states, item)
         elif kind == "cond":
-            rows = [r for r, (values, _) in enumerate(branches)
-                    if item.meas_val.concretize(values)]
+            item, holds = item
+            rows = [r for r, (values, _) in enumerate(branches) if holds(values)]
             if rows:
                 states = model.assign(states, rows,
                                       model.evolve(model.select(states, rows), [item.base]))
         else:
+            item, j = item
             p1 = model.prob_one(states, wire_index(item.wires[0]))
             src, outcomes, grown = [], [], []
             for r, (values, weight) in enumerate(branches):
@@ -86,7 +108,7 @@ def _walk(parts, i, states, branches, model, wire_index, budget, acc) -> None:
                         continue
                     src.append(r)
                     outcomes.append(outcome)
-                    grown.append(({**values, item: outcome}, weight * p))
+                    grown.append((values[:j] + (outcome,) + values[j + 1:], weight * p))
             if not grown:  # every branch postselected away
                 return
             if 3.0 * len(grown) * model.row_bytes > budget and len(branches) > 1:
@@ -104,10 +126,10 @@ def _walk(parts, i, states, branches, model, wire_index, budget, acc) -> None:
 class _Accumulator:
     """The weighted sums of the final measurements over the leaves."""
 
-    def __init__(self, tape, model):
+    def __init__(self, tape, model, outcome: Outcomes):
         from pennylane.measurements import ExpectationMP, VarianceMP
         self.mps = list(tape.measurements)
-        self.model = model
+        self.model, self.outcome = model, outcome
         # per branch: the wire/observable measurements, and an expval beside each var
         self.direct = []
         for mp in self.mps:
@@ -162,13 +184,15 @@ class _Accumulator:
         total = w.sum()
         if isinstance(mp, ProbabilityMP):
             mvs = mp.mv if isinstance(mp.mv, (list, tuple)) else [mp.mv]
-            got = np.array([[float(m.concretize(values)) for m in mvs]
+            read = [self.outcome.reader(m) for m in mvs]
+            got = np.array([[float(f(values)) for f in read]
                             for values, _ in self.leaves]).reshape(len(self.leaves), len(mvs))
             grid = list(itertools.product(*[list(m.branches.values()) for m in mvs]))
             counts = np.array([w[np.all(got == np.array(v, dtype=float), axis=1)].sum()
                                for v in grid])
             return counts / counts.sum() if total > 0 else np.full(len(grid), np.nan)
-        f = np.array([float(mp.mv.concretize(values)) for values, _ in self.leaves])
+        read = self.outcome.reader(mp.mv)
+        f = np.array([float(read(values)) for values, _ in self.leaves])
         if total <= 0:
             return np.float64(np.nan)
         mean = float(w @ f / total)
