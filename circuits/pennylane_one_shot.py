@@ -64,6 +64,11 @@ class Model:
         """PennyLane's exact results of ``mps`` for every row (a leading batch axis)."""
         raise NotImplementedError
 
+    def measure_one(self, states, row: int, mp):
+        """PennyLane's exact result of the measurement ``mp`` of row ``row`` (a snapshot's)."""
+        raise NotImplementedError
+
+
 
 METHODS = ("deferred", "one-shot", "tree-traversal")
 
@@ -94,17 +99,28 @@ def traversed(config) -> bool:
 
 def stopping_condition(device_stops):
     """The decomposition's stopping condition with measured mid-circuit measurements: the
-    device's operations, mid-circuit measurements, and a conditional operation whose operation
-    the device runs (another is decomposed: PennyLane conditions each piece)."""
-    from pennylane.ops import Conditional, MidMeasure
+    device's operations, mid-circuit measurements, and a conditional operation (also one
+    nested in conditions, as a ``qml.cond`` inside a conditioned function makes) whose
+    operation the device runs (another is decomposed: PennyLane conditions each piece)."""
+    from pennylane.ops import MidMeasure
 
     def stops(op) -> bool:
         if isinstance(op, MidMeasure):
             return True
-        if isinstance(op, Conditional):
-            return device_stops(op.base)
-        return device_stops(op)
+        return device_stops(conditioned(op)[1])
     return stops
+
+
+def conditioned(op) -> tuple:
+    """``(conditions, operation)``: the measurement values every one of which ``op``'s
+    operation needs true (none for an operation that is not conditional; one per ``qml.cond``
+    it is nested in), and that operation."""
+    from pennylane.ops import Conditional
+    conditions = []
+    while isinstance(op, Conditional):
+        conditions.append(op.meas_val)
+        op = op.base
+    return conditions, op
 
 
 def has_mid_measure(tape) -> bool:
@@ -113,12 +129,14 @@ def has_mid_measure(tape) -> bool:
 
 
 def segments(ops) -> list:
-    """``[("gates", [ops]) | ("measure", op) | ("cond", op)]`` in circuit order."""
-    from pennylane.ops import Conditional, MidMeasure
+    """``[("gates", [ops]) | ("measure", op) | ("cond", op) | ("snapshot", op)]`` in circuit
+    order."""
+    from pennylane.ops import Conditional, MidMeasure, Snapshot
     out, run = [], []
     for op in ops:
         kind = "measure" if isinstance(op, MidMeasure) else \
-            "cond" if isinstance(op, Conditional) else None
+            "cond" if isinstance(op, Conditional) else \
+            "snapshot" if isinstance(op, Snapshot) else None
         if kind is None:
             run.append(op)
             continue
@@ -131,11 +149,14 @@ def segments(ops) -> list:
     return out
 
 
-def execute(tape, model: Model, wire_index, rng, budget: float) -> tuple:
+def execute(tape, model: Model, wire_index, rng, budget: float, snapshots=None) -> tuple:
     """Per shot of ``tape`` (a ``dynamic_one_shot`` tape: ``S`` single shots, its last ``k``
     measurements the samples of its ``k`` mid-circuit measurements), ``default.qubit``'s result
     of one shot. ``wire_index(label)``: the engine wire of a wire label; ``budget``: bytes the
-    branch states may take (the shots are run in groups that fit it)."""
+    branch states may take (the shots are run in groups that fit it). The tape's ``Snapshot``
+    operations are taken in each shot, as ``default.qubit`` takes them, and passed to
+    ``snapshots(tag, value)`` shot by shot in circuit order (``qml.snapshots``' bookkeeping;
+    ``None``: not taken)."""
     from pennylane.ops import MidMeasure
     from pennylane.exceptions import DeviceError
     ops = tape.operations
@@ -157,28 +178,59 @@ def execute(tape, model: Model, wire_index, rng, budget: float) -> tuple:
         start = model.evolve(None, [])
     out: list = [None] * total
     single = len(tape.measurements) == 1
+    # the snapshots by position (equal snapshots are distinct operations)
+    parts = parts[lead:]
+    taken = [i for i, (kind, _) in enumerate(parts) if kind == "snapshot"] \
+        if snapshots else []
     for first in range(0, total, group):
         shots = min(group, total - first)
-        _run_group(parts[lead:], start, shots, first, model, wire_index, rng, final,
-                   mcms, single, out)
+        snaps = {i: [None] * shots for i in taken}
+        _run_group(parts, start, shots, first, model, wire_index, rng, final, mcms,
+                   single, out, snaps)
+        for j in range(shots):
+            for i in taken:
+                snapshots(parts[i][1].tag, snaps[i][j])
     return tuple(out)
 
 
+def _snapshot(model, states, branches, op, first, values) -> None:
+    """Each shot's value of the snapshot ``op`` (into ``values``, by shot index from
+    ``first``): its measurement of the shot's state, exact for a state or where its shots are
+    None, else sampled with its shots (one per shot of the circuit by default)."""
+    from pennylane.measurements import Shots, StateMP
+    mp, shots = op.hyperparameters["measurement"], op.hyperparameters["shots"]
+    shots = 1 if shots == "workflow" else shots
+    for i, (_, idx) in enumerate(branches):
+        if isinstance(mp, StateMP) or not shots:
+            got = [model.measure_one(states, i, mp)] * len(idx)
+        else:
+            got = [model.sample(states, i, [mp], Shots(shots))[0] for _ in idx]
+        for s, value in zip(idx, got):
+            values[s - first] = value
+
+
 def _run_group(parts, start, shots, first, model, wire_index, rng, final, mcms, single,
-               out) -> None:
+               out, snaps) -> None:
+    """The shots ``first, ..., first + shots - 1`` through ``parts`` from ``start``: their
+    results into ``out``, the values of the snapshots at the positions ``snaps`` holds into
+    ``snaps``."""
     from pennylane.measurements import Shots
     states = start
     # branch i: (outcomes so far {mcm: 0/1}, the shot indices in it)
     branches = [({}, np.arange(first, first + shots))]
-    for kind, item in parts:
+    for at, (kind, item) in enumerate(parts):
         if kind == "gates":
             states = model.evolve(states, item)
+        elif kind == "snapshot":
+            if at in snaps:
+                _snapshot(model, states, branches, item, first, snaps[at])
         elif kind == "cond":
+            conditions, base = conditioned(item)
             rows = [i for i, (values, _) in enumerate(branches)
-                    if item.meas_val.concretize(values)]
+                    if all(c.concretize(values) for c in conditions)]
             if rows:
                 states = model.assign(states, rows,
-                                      model.evolve(model.select(states, rows), [item.base]))
+                                      model.evolve(model.select(states, rows), [base]))
         else:
             wire = wire_index(item.wires[0])
             p1 = model.prob_one(states, wire)

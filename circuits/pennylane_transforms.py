@@ -116,7 +116,9 @@ def snapshots_taken():
     snapshot's measurement (the state by default) is first taken on the circuit up to it, by
     ``device._snapshot_result(sub_tape, tape)`` (torch results where the tape has torch
     parameters), and stored under its tag as default.qubit stores it
-    (exact for state measurements, else with the snapshot's shots)."""
+    (exact for state measurements, else with the snapshot's shots). A tape with mid-circuit
+    measurements still in it (measured shot by shot) keeps its snapshots while ``qml.snapshots``
+    debugs: the device takes them in each shot and stores them by :func:`snapshot_store`."""
     import pennylane as qml
     from pennylane.measurements import StateMP
 
@@ -126,6 +128,11 @@ def snapshots_taken():
         if not any(isinstance(op, qml.Snapshot) for op in ops):
             return (tape,), lambda results: results[0]
         debugger = getattr(device, "_debugger", None)
+        if debugger is not None and debugger.active and \
+                any(isinstance(op, qml.ops.MidMeasure) for op in ops):
+            # measured mid-circuit measurements (mcm_method="one-shot"): the device takes
+            # each snapshot in each shot (snapshot_store)
+            return (tape,), lambda results: results[0]
         if debugger is not None and debugger.active:
             for i, op in enumerate(ops):
                 if not isinstance(op, qml.Snapshot):
@@ -140,6 +147,15 @@ def snapshots_taken():
         kept = [op for op in ops if not isinstance(op, qml.Snapshot)]
         return (tape.copy(operations=kept),), lambda results: results[0]
     return transform
+
+
+def snapshot_store(debugger):
+    """``store(tag, value)`` of per-shot snapshot values while ``qml.snapshots`` debugs
+    (``None`` otherwise), as default.qubit stores a one-shot circuit's (a list per tag of the
+    values of every shot)."""
+    if debugger is None or not debugger.active:
+        return None
+    return lambda tag, value: _store_snapshot(debugger, tag, value)
 
 
 def _store_snapshot(debugger, tag, value) -> None:

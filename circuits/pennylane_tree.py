@@ -28,7 +28,7 @@ import itertools
 
 import numpy as np
 
-from qdiff.circuits.pennylane_one_shot import segments
+from qdiff.circuits.pennylane_one_shot import conditioned, segments
 
 PRUNE = 1e-13  # an outcome less likely than this is not followed (its state is noise)
 
@@ -59,7 +59,11 @@ def execute(tape, model, wire_index, budget: float):
     parts = segments(tape.operations)
     mcms = [op for op in tape.operations if isinstance(op, MidMeasure)]
     outcome = Outcomes(mcms)
-    parts = [(kind, (item, outcome.reader(item.meas_val)) if kind == "cond" else
+    if any(kind == "snapshot" for kind, _ in parts):
+        raise DeviceError("qml.snapshots of a circuit with mid-circuit measurements is taken "
+                          "per shot (mcm_method='one-shot') or of the deferred circuit "
+                          "(mcm_method='deferred'), not by mcm_method='tree-traversal'")
+    parts = [(kind, _condition(item, outcome) if kind == "cond" else
               (item, outcome.index[item]) if kind == "measure" else item)
              for kind, item in parts]
     lead = 1 if parts and parts[0][0] == "gates" else 0
@@ -68,6 +72,14 @@ def execute(tape, model, wire_index, budget: float):
     _walk(parts, lead, states, [((None,) * len(mcms), 1.0)], model, wire_index, budget, acc)
     out = acc.results()
     return out[0] if len(out) == 1 else tuple(out)
+
+
+def _condition(op, outcome):
+    """``(operation, holds)``: a conditional ``op``'s operation and ``values -> bool``, whether
+    a branch's outcomes make every condition it is nested in true."""
+    conditions, base = conditioned(op)
+    readers = [outcome.reader(c) for c in conditions]
+    return base, lambda values: all(read(values) for read in readers)
 
 
 class Outcomes:
@@ -93,11 +105,11 @@ def _walk(parts, i, states, branches, model, wire_index, budget, acc) -> None:
         if kind == "gates":
             states = model.evolve(states, item)
         elif kind == "cond":
-            item, holds = item
+            base, holds = item
             rows = [r for r, (values, _) in enumerate(branches) if holds(values)]
             if rows:
                 states = model.assign(states, rows,
-                                      model.evolve(model.select(states, rows), [item.base]))
+                                      model.evolve(model.select(states, rows), [base]))
         else:
             item, j = item
             p1 = model.prob_one(states, wire_index(item.wires[0]))

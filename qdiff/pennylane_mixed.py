@@ -78,7 +78,8 @@ from qdiff.circuits.pennylane_io import (broadcast_exp_rotation, from_pennylane_
                                         transform_matrix_refusal)
 from qdiff.circuits.pennylane_transforms import (decompose_broadcast, defer_within,
                                                  map_measurement_wires,
-                                                 sampled_measurements, snapshots_taken)
+                                                 sampled_measurements, snapshot_store,
+                                                 snapshots_taken)
 from qdiff.noise import routing_for
 
 _DTYPES = {np.complex128: torch.complex128, np.complex64: torch.complex64,
@@ -239,6 +240,12 @@ class _DensityStates(one_shot.Model):
                        f"sampling {total} shots on {self.n} wires")
         rho = states[row].detach().cpu().numpy().reshape((2,) * (2 * self.n))
         return measure_with_samples(mps, rho, shots, rng=self.device._rng)
+
+    def measure_one(self, states, row, mp):
+        from pennylane.devices.qubit_mixed import measure
+        if self.wire_map is not None:
+            mp = map_measurement_wires(mp, self.wire_map)
+        return measure(mp, states[row].detach().cpu().numpy().reshape((2,) * (2 * self.n)))
 
 
 @qml.transform
@@ -442,7 +449,7 @@ class QdiffMixed(Device):
         try:
             if tape.shots:
                 return one_shot.execute(tape, model, index.__getitem__, self._rng,
-                                        0.5 * memory.budget())
+                                        0.5 * memory.budget(), snapshot_store(self._debugger))
             return tree.execute(tape, model, index.__getitem__, 0.5 * memory.budget())
         except QdiffError as exc:
             raise DeviceError(f"{self.name}: {exc}") from None

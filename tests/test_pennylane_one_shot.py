@@ -101,6 +101,57 @@ def test_each_shot_keeps_its_outcomes_with_its_final_samples():
     assert 0 < m0[:200].sum() < 200 and 0 < m1[:200].sum() < 200
 
 
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_condition_nested_in_a_conditioned_function_needs_both_outcomes(name):
+    def circuit():
+        qml.Hadamard(0)
+        qml.Hadamard(1)
+        m0 = qml.measure(0)
+        m1 = qml.measure(1)
+
+        def inner():
+            qml.X(2)
+            qml.cond(m1, qml.CNOT)(wires=[2, 0])  # runs where m0 and m1 are 1
+
+        qml.cond(m0, inner)()
+        return qml.sample(wires=[0, 2]), qml.sample(m0), qml.sample(m1)
+
+    f = qml.set_shots(qml.QNode(circuit, qml.device(name, wires=3, seed=4),
+                                mcm_method="one-shot"), 400)
+    bits, m0, m1 = f()
+    assert np.array_equal(bits[:, 1], m0)
+    assert np.array_equal(bits[:, 0], m0 * (1 - m1))
+    assert 0 < (m0 * m1).sum() < 400 and 0 < (m0 * (1 - m1)).sum() < 400
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_snapshots_are_taken_in_each_shot_as_on_default_qubit(name):
+    def circuit():
+        qml.RX(0.8, 0)
+        qml.Snapshot("start")
+        m0 = qml.measure(0)
+        qml.Snapshot("z", measurement=qml.expval(qml.Z(0)))
+        qml.cond(m0, qml.X)(1)
+        qml.Snapshot("probs", measurement=qml.probs(wires=[0, 1]), shots=None)
+        return qml.sample(m0)
+
+    def snaps(dev, shots):
+        return qml.snapshots(qml.set_shots(qml.QNode(circuit, dev, mcm_method="one-shot"),
+                                           shots))()
+
+    for shots in (1, 30):
+        got = snaps(qml.device(name, wires=2, seed=5), shots)
+        ref = snaps(qml.device("default.qubit", wires=2, seed=5), shots)
+        assert got.keys() == ref.keys()
+        for key in ("z", "probs"):
+            assert _struct(got[key]) == _struct(ref[key]), key
+    m0 = got["execution_results"]
+    # each shot's snapshots are of its own state: after the measurement, Z is (-1)**m0
+    assert np.array_equal(np.asarray(got["z"]), 1 - 2 * m0)
+    assert np.array_equal(np.asarray(got["probs"])[:, 3], m0)
+    assert len(got["start"]) == 30 and np.allclose(got["start"][0], got["start"][-1])
+
+
 def test_more_measurements_than_wires_and_postselection():
     def circuit(x):
         qml.RY(x, 0)
@@ -378,3 +429,43 @@ def test_tree_traversal_in_halves_and_refusals(monkeypatch):
     with pytest.raises(DeviceError, match="tree-traversal.*StateMP"):
         qml.QNode(lambda: (qml.measure(0), qml.state())[1],
                   qml.device("qdiff.statevector", wires=2), mcm_method="tree-traversal")()
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_tree_traversal_nested_conditions_and_snapshots(name):
+    def nested():
+        qml.RY(1.1, 0)
+        qml.RY(0.6, 1)
+        m0 = qml.measure(0)
+        m1 = qml.measure(1)
+
+        def inner():
+            qml.RX(0.9, 2)
+            qml.cond(m1, qml.CNOT)(wires=[2, 0])
+
+        qml.cond(m0, inner)()
+        return qml.probs(wires=[0, 2]), qml.expval(m0 * m1)
+
+    def flat():  # the same circuit with the conditions spelt out
+        qml.RY(1.1, 0)
+        qml.RY(0.6, 1)
+        m0 = qml.measure(0)
+        m1 = qml.measure(1)
+        qml.cond(m0, qml.RX)(0.9, wires=2)
+        qml.cond(m0 & m1, qml.CNOT)(wires=[2, 0])
+        return qml.probs(wires=[0, 2]), qml.expval(m0 * m1)
+
+    got = qml.QNode(nested, qml.device(name, wires=3), mcm_method="tree-traversal")()
+    ref = _exact(flat)
+    for g, r in zip(got, ref):
+        assert np.allclose(g, r, atol=1e-10)
+
+    def snapped():
+        qml.Hadamard(0)
+        qml.measure(0)
+        qml.Snapshot("s")
+        return qml.expval(qml.Z(0))
+
+    with pytest.raises(DeviceError, match="snapshots.*tree-traversal"):
+        qml.snapshots(qml.QNode(snapped, qml.device(name, wires=1),
+                                mcm_method="tree-traversal"))()

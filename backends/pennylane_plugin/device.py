@@ -58,7 +58,8 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.pennylane_transforms import (decompose_broadcast, defer_within,
                                                  map_measurement_wires,
-                                                 sampled_measurements, snapshots_taken)
+                                                 sampled_measurements, snapshot_store,
+                                                 snapshots_taken)
 from qdiff.circuits.operation import is_concrete
 from qdiff.circuits.gates import check_unitary
 from qdiff.circuits.pennylane_io import (broadcast_exp_rotation, exp_pauli_rotation,
@@ -284,16 +285,17 @@ class _PureStates(one_shot.Model):
         return states.reshape(states.shape[0], 2 ** wire, 2, -1)
 
     def prob_one(self, states, wire):
-        p = self._split(states, wire)[:, :, 1].abs().square().sum((1, 2))
-        total = states.abs().square().sum(1)
-        return (p / total).to(torch.float64).cpu().numpy()
+        weights = torch.view_as_real(states).square().sum(-1)  # |amplitude|^2, no sqrt
+        p = weights.reshape(states.shape[0], 2 ** wire, 2, -1)[:, :, 1].sum((1, 2))
+        return (p / weights.sum(1)).to(torch.float64).cpu().numpy()
 
     def collapse(self, states, wire, outcomes, reset):
         s = self._split(states, wire)
         rows = torch.arange(s.shape[0], device=s.device)
         o = torch.as_tensor(outcomes, device=s.device)
         kept = s[rows, :, o]  # (B, 2**wire, rest)
-        kept = kept / kept.abs().square().sum((1, 2), keepdim=True).sqrt()
+        norm = torch.view_as_real(kept).square().sum((1, 2, 3)).sqrt()
+        kept = kept / norm.reshape(-1, 1, 1).to(kept.dtype)
         new = torch.zeros_like(s)
         new[rows, :, torch.zeros_like(o) if reset else o] = kept
         return new.reshape(states.shape)
@@ -322,6 +324,12 @@ class _PureStates(one_shot.Model):
                        f"sampling {total} shots on {self.n} wires")
         state = states[row].detach().cpu().numpy().reshape((2,) * self.n)
         return measure_with_samples(mps, state, shots, rng=self.device._rng)
+
+    def measure_one(self, states, row, mp):
+        from pennylane.devices.qubit import measure
+        if self.wire_map is not None:
+            mp = map_measurement_wires(mp, self.wire_map)
+        return measure(mp, states[row].detach().cpu().numpy().reshape((2,) * self.n))
 
 
 class _Plan:
@@ -692,7 +700,7 @@ class QdiffStatevector(Device):
         try:
             if tape.shots:
                 return one_shot.execute(tape, model, index.__getitem__, self._rng,
-                                        0.5 * memory.budget())
+                                        0.5 * memory.budget(), snapshot_store(self._debugger))
             return tree.execute(tape, model, index.__getitem__, 0.5 * memory.budget())
         except QdiffError as exc:
             raise DeviceError(f"{self.name}: {exc}") from None
