@@ -264,8 +264,9 @@ def main():
                           for s in args.one_shot.split(",") if s):
                 t = interleave({k: one_shot_call(name, wl, shots) for k, name, _ in PEERS},
                                args.rounds)
-                print(f"| {label} | {shots or 'exact (tree-traversal)'} | {t['qdiff']:.3g} | {t['lightning']:.3g} | "
-                      f"{t['default']:.3g} | {t['qdiff'] / t['lightning']:.3f} | "
+                print(f"| {label} | {shots or 'exact (tree-traversal)'} | {t['qdiff']:.3g} | "
+                      f"{t['lightning']:.3g} | {t['default']:.3g} | "
+                      f"{t['qdiff'] / t['lightning']:.3f} | "
                       f"{t['qdiff'] / t['default']:.3f} |", flush=True)
     sizes = [int(s) for s in args.layer_sizes.split(",") if s]
     batches = [int(b) for b in args.batches.split(",") if b]

@@ -13,7 +13,7 @@ backend and ``diff_method``, batched bindings, torch autograd back into the bind
 >>> a, b = Parameter("a"), Parameter("b")
 >>> qc = QuantumCircuit(1); _ = qc.rx(a * b, 0)
 >>> f = qd.qnode(qd.device("statevector", wires=1))(qc)
->>> f(torch.tensor([0.5, 2.0]))          # values of qc.parameters (a, b) on the last dim (float32 in, float32 out)
+>>> f(torch.tensor([0.5, 2.0]))          # values of qc.parameters (a, b) on the last dim
 tensor([0.5403])
 >>> f({a: torch.zeros(3), "b": 1.0}).shape   # or a mapping by Parameter or name
 torch.Size([3, 1])
