@@ -10,6 +10,10 @@ to be active when the cache was filled, so later calls, transformed or not, can 
 plans memoised on circuit objects (:func:`qdiff.circuits.circuit.memo`); results are the same
 before and after, only slower to get once.
 
+Threads share these caches, and :func:`clear` may run while other threads read and fill them:
+read an entry once (:func:`fetch`) and evict with :func:`trim`, never test for a key and then
+index it.
+
 >>> from qdiff.circuits import caches
 >>> @caches.cached(maxsize=8)
 ... def square(x):
@@ -28,6 +32,7 @@ from typing import Callable
 import torch
 
 _CLEARERS: dict = {}
+_MISSING = object()
 _generation = 0  # bumped by clear(): memo entries of an older generation are stale
 
 
@@ -85,6 +90,36 @@ def cached(maxsize=None):
         register(f"{fn.__module__}.{fn.__qualname__}", wrapped, wrapped.cache_clear)
         return wrapped
     return deco
+
+
+def fetch(cache, key, build: Callable):
+    """``cache[key]``, or ``build()`` (run under :func:`constants`) stored there on a miss.
+    The entry is read once, so another thread clearing or trimming the cache meanwhile costs a
+    rebuild, never a ``KeyError``.
+
+    >>> fetch({}, "k", lambda: 1)
+    1
+    """
+    val = cache.get(key, _MISSING)
+    if val is _MISSING:
+        with constants():
+            val = build()
+        cache[key] = val
+    return val
+
+
+def trim(cache, size: int) -> None:
+    """Drop the oldest entries of ``cache`` (a dict or ``OrderedDict``, oldest first) until at
+    most ``size`` are left; entries another thread removed meanwhile are skipped.
+
+    >>> d = {1: "a", 2: "b", 3: "c"}; trim(d, 1); d
+    {3: 'c'}
+    """
+    while len(cache) > size:
+        try:
+            cache.pop(next(iter(cache)))
+        except (KeyError, StopIteration, RuntimeError):  # changed by another thread: look again
+            continue
 
 
 def generation() -> int:

@@ -281,8 +281,7 @@ def _from_recording(items, wires, measurements=None, check_batch=None) -> Record
         if sig is not None and rec.initial_state is None and _plain(rec.circuit):
             _STRUCT_CACHE[sig] = (rec.circuit, rec.batch_shape, rec.trainable, rec.theta.dtype,
                                   rec.theta.device, meas_in, rec.shared)
-            if len(_STRUCT_CACHE) > _STRUCT_CACHE_SIZE:
-                _STRUCT_CACHE.popitem(last=False)
+            caches.trim(_STRUCT_CACHE, _STRUCT_CACHE_SIZE)
         return rec
     try:
         _STRUCT_CACHE.move_to_end(sig)

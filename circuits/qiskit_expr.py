@@ -58,8 +58,7 @@ def analyse(expr, where: str):
         return hit
     out = _analyse(expr, where)
     _ANALYSES[key] = out
-    if len(_ANALYSES) > _CACHE_SIZE:
-        _ANALYSES.popitem(last=False)
+    caches.trim(_ANALYSES, _CACHE_SIZE)
     return out
 
 
@@ -170,8 +169,7 @@ def compiled(canonical, num_slots: int, what: str):
     if fn is None:
         slot = {f"_s{i}": i for i in range(num_slots)}
         fn = _COMPILED[canonical] = _compile(canonical, slot, what)
-        if len(_COMPILED) > _CACHE_SIZE:
-            _COMPILED.pop(next(iter(_COMPILED)))
+        caches.trim(_COMPILED, _CACHE_SIZE)
     return fn
 
 

@@ -612,11 +612,9 @@ def _standard_phase(op, name: str):
             or len(op.params) != len(std.params)):
         return None
     key = (name, tuple(str(p) for p in op.params), _fingerprint(definition))
-    if key not in _SAME:
-        _SAME[key] = _matrices_agree(op, definition, std)
-        if len(_SAME) > 4096:
-            _SAME.pop(next(iter(_SAME)))
-    return _SAME[key]
+    same = caches.fetch(_SAME, key, lambda: _matrices_agree(op, definition, std))
+    caches.trim(_SAME, 4096)
+    return same
 
 
 def _fingerprint(qc) -> tuple:

@@ -82,6 +82,17 @@ class _Runner:
         self._devices: dict = {}
         self._lock = threading.Lock()
 
+    def __getstate__(self):
+        """A copy or an unpickled primitive goes on with the seed's sequence where this one
+        stands; its devices and qnodes are built anew on use (a lock does not pickle)."""
+        return {"_rng": self._rng}
+
+    def __setstate__(self, state):
+        self._rng = state["_rng"]
+        self._qnodes = OrderedDict()
+        self._devices = {}
+        self._lock = threading.Lock()
+
     def job_rng(self) -> np.random.Generator:
         """The random stream of the job being submitted (the seed's sequence, one per job)."""
         with self._lock:

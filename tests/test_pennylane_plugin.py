@@ -232,6 +232,30 @@ def test_samples_counts_shot_vectors_and_seeds():
     assert len(vec) == 3
 
 
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+@pytest.mark.parametrize("shots", [None, 200])
+def test_used_device_pickles_and_deep_copies_as_default_qubit_does(name, shots):
+    """``copy.deepcopy`` and ``pickle`` of a device that has run circuits (as
+    ``default.qubit``'s): each copy runs on its own, a seeded one going on with the stream
+    where the device stands."""
+    import copy
+    import pickle
+
+    def circuit(x):
+        qml.RX(x, wires=0)
+        qml.CNOT(wires=[0, 1])
+        return qml.expval(qml.Z(1)), qml.expval(qml.X(0) @ qml.X(1))
+
+    dev = qml.device(name, wires=2, shots=shots, seed=3)
+    x = torch.tensor(1.1, dtype=torch.float64)
+    qml.QNode(circuit, dev, interface="torch")(x)
+    copies = [copy.deepcopy(dev), pickle.loads(pickle.dumps(dev))]
+    want = torch.stack(qml.QNode(circuit, dev, interface="torch")(x))
+    for d in copies:
+        got = torch.stack(qml.QNode(circuit, d, interface="torch")(x))
+        assert torch.equal(got, want)
+
+
 @pytest.mark.parametrize("shots", [300, [100, (200, 2)]])
 @pytest.mark.parametrize("x", [0.9, np.array([0.4, 2.0])])
 def test_measurements_sharing_a_basis_read_one_set_of_samples_as_default_qubit(shots, x):

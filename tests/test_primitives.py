@@ -290,6 +290,31 @@ def test_seeded_jobs_submitted_together_match_jobs_run_one_at_a_time():
         assert (estimates(True), counts(True)) == one_by_one
 
 
+def test_used_primitives_pickle_and_deep_copy_as_qiskits_do():
+    """``pickle`` and ``copy.deepcopy`` of a seeded primitive that has run jobs (as Qiskit's
+    and Aer's primitives): the copy keeps its options and goes on with the seed's sequence
+    where the original stands."""
+    import copy
+    import pickle
+    from qiskit.quantum_info import SparsePauliOp
+    rng = np.random.default_rng(5)
+    qc, used = random_circuit(rng, 3, 4)
+    obs = SparsePauliOp.from_list([("ZZX", 0.7), ("IYZ", -0.4)])
+    vals = rng.uniform(-1, 1, (3, used))
+    qm = qc.copy()
+    qm.measure_all()
+    est, smp = Estimator(default_precision=0.05, seed=3), Sampler(default_shots=40, seed=3)
+    est.run([(qc, obs, vals)]).result()
+    smp.run([(qm, vals)]).result()
+    for copier in (copy.deepcopy, lambda p: pickle.loads(pickle.dumps(p))):
+        e, s = copier(est), copier(smp)
+        assert (e.seed, e.default_precision, s.seed, s.default_shots) == (3, 0.05, 3, 40)
+        np.testing.assert_array_equal(e.run([(qc, obs, vals)]).result()[0].data.evs,
+                                      est.run([(qc, obs, vals)]).result()[0].data.evs)
+        assert s.run([(qm, vals)]).result()[0].data.meas.get_counts() == \
+            smp.run([(qm, vals)]).result()[0].data.meas.get_counts()
+
+
 def test_estimator_errors():
     from qiskit import QuantumCircuit
     qc = QuantumCircuit(1, 1)

@@ -145,3 +145,58 @@ def test_clear_caches_empties_every_cache_and_results_stay_the_same():
     again = run()
     for a, b in zip(first, again):
         assert torch.allclose(a, b, atol=1e-12, rtol=0)
+
+
+def test_clear_caches_while_other_threads_run_qnodes():
+    """qdiff.clear_caches() called again and again in one thread while four others run a
+    qnode reading Pauli words, Z words and a Pauli sum (values and adjoint gradients): every
+    call succeeds with the values of a serial run."""
+    import sys
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import qdiff as qd
+
+    dev = qd.device("statevector", wires=4)
+    terms = [qd.X(0), qd.Y(1) @ qd.Z(2), qd.Z(3), qd.X(1) @ qd.X(2), qd.Z(0) @ qd.Z(3),
+             qd.Y(0) @ qd.X(3)]
+
+    @qd.qnode(dev, diff_method="adjoint")
+    def f(x, w):
+        qd.AngleEmbedding(x, wires=range(4))
+        qd.StronglyEntanglingLayers(w, wires=range(4))
+        return [qd.expval(qd.Z(0) @ qd.X(1)), qd.expval(qd.Y(2) @ qd.Z(3)),
+                qd.expval(qd.Z(0) @ qd.Z(2)), qd.expval(qd.Z(1)),
+                qd.expval(sum(0.1 * (k + 1) * p for k, p in enumerate(terms)))]
+
+    def run(k):
+        x = torch.linspace(0.1, 0.9, 4 * (1 + k % 3), dtype=torch.float64).reshape(-1, 4)
+        w = torch.linspace(-1, 1, 24, dtype=torch.float64).reshape(2, 4, 3) + 0.01 * k
+        w.requires_grad_()
+        out = f(x, w)
+        (g,) = torch.autograd.grad(out.sum(), w)
+        return out.detach(), g
+
+    serial = [run(k) for k in range(12)]
+    stop = threading.Event()
+
+    def clear():
+        while not stop.is_set():
+            qd.clear_caches()
+            stop.wait(0.0005)
+
+    clearer = threading.Thread(target=clear)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often, so that a window between two steps shows
+    clearer.start()
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            for _ in range(30):
+                got = [fut.result(timeout=120) for fut in [pool.submit(run, k) for k in range(12)]]
+                for a, b in zip(got, serial):
+                    for u, v in zip(a, b):
+                        assert torch.allclose(u, v, atol=1e-12, rtol=0)
+    finally:
+        stop.set()
+        clearer.join(timeout=60)
+        sys.setswitchinterval(interval)

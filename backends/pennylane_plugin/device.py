@@ -935,6 +935,7 @@ def _merge(jobs):
 
 
 _OBS_CACHE: dict = {}
+_MISSING = object()
 
 
 def _data_key(d):
@@ -1004,8 +1005,9 @@ def _observable(op):
     """The qdiff observable for a PennyLane observable, or None when it has none (cached by
     content, see :func:`_observable_key`)."""
     key = _observable_key(op)
-    if key is not None and key in _OBS_CACHE:
-        return _OBS_CACHE[key]
+    hit = _OBS_CACHE.get(key, _MISSING) if key is not None else _MISSING
+    if hit is not _MISSING:  # read once: another thread may empty the cache meanwhile
+        return hit
     try:
         obs = from_pennylane_observable(op)
     except Exception:  # noqa: BLE001 - PennyLane raises many kinds; the fallback handles it

@@ -83,6 +83,11 @@ class Templates:
     def __len__(self):
         return len(self._d)
 
+    def __reduce__(self):
+        """A copy or an unpickled device starts with empty templates (they are rebuilt on
+        use; a lock does not pickle)."""
+        return (Templates, (self.size,))
+
 
 def _init() -> None:
     global _MEASUREMENTS, _CONTROLLED

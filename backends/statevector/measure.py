@@ -50,14 +50,12 @@ _SIGN_CACHE: dict = caches.register("statevector.parity_signs", {})
 
 def _parity_signs(k: int, device, dtype) -> torch.Tensor:
     """``(-1)**popcount(x)`` for ``x`` in ``range(2**k)``."""
-    key = (k, str(device), dtype)
-    if key not in _SIGN_CACHE:
-        with caches.constants():
-            s = torch.ones(1, dtype=dtype, device=device)
-            for _ in range(k):
-                s = torch.cat([s, -s])
-        _SIGN_CACHE[key] = s
-    return _SIGN_CACHE[key]
+    def build():
+        s = torch.ones(1, dtype=dtype, device=device)
+        for _ in range(k):
+            s = torch.cat([s, -s])
+        return s
+    return caches.fetch(_SIGN_CACHE, (k, str(device), dtype), build)
 
 
 def pauli_term_values(state: torch.Tensor, words, n: int) -> torch.Tensor:

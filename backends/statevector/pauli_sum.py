@@ -24,9 +24,20 @@ _CACHE_BYTES = 1 << 28
 MIN_TERMS = 6
 
 
-_GROUPS: "OrderedDict[tuple, PauliGroups]" = caches.register("pauli_sum.groups", OrderedDict())
-_DIAGS: "OrderedDict[tuple, tuple]" = caches.register("pauli_sum.diagonals", OrderedDict())
 _LOCK = threading.Lock()  # the two caches' bookkeeping: threads share them
+
+
+def _locked_clear(cache):
+    def clear():
+        with _LOCK:
+            cache.clear()
+    return clear
+
+
+_GROUPS: "OrderedDict[tuple, PauliGroups]" = OrderedDict()
+_DIAGS: "OrderedDict[tuple, tuple]" = OrderedDict()
+caches.register("pauli_sum.groups", _GROUPS, clear=_locked_clear(_GROUPS))
+caches.register("pauli_sum.diagonals", _DIAGS, clear=_locked_clear(_DIAGS))
 
 register_kernel(native.pauli_kernel)  # Pauli sums on CPU states: one native call per chunk
 register_kernel(pauli_triton.pauli_kernel)  # on CUDA states: one Triton launch per chunk

@@ -29,18 +29,16 @@ def is_z_word(m) -> bool:
 
 def sign_matrix(words: tuple, n: int, dtype, device) -> torch.Tensor:
     """``S[x, t] = (-1)**popcount(x & mask_t)`` for Z words given as wire tuples."""
-    key = (words, n, dtype, str(device))
-    if key not in _SIGN_CACHE:
-        with caches.constants():
-            x = torch.arange(2 ** n, device=device)
-            cols = []
-            for wires in words:
-                par = torch.zeros_like(x)
-                for w in wires:
-                    par ^= (x >> (n - 1 - w)) & 1
-                cols.append(1 - 2 * par)
-            _SIGN_CACHE[key] = torch.stack(cols, dim=-1).to(dtype)
-    return _SIGN_CACHE[key]
+    def build():
+        x = torch.arange(2 ** n, device=device)
+        cols = []
+        for wires in words:
+            par = torch.zeros_like(x)
+            for w in wires:
+                par ^= (x >> (n - 1 - w)) & 1
+            cols.append(1 - 2 * par)
+        return torch.stack(cols, dim=-1).to(dtype)
+    return caches.fetch(_SIGN_CACHE, (words, n, dtype, str(device)), build)
 
 
 def half_register_words(words: dict, n: int) -> list:
