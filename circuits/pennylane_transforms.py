@@ -79,18 +79,33 @@ def sampled_measurements(mps) -> list:
 
 @functools.lru_cache(maxsize=None)
 def defer_within():
-    """The transform ``defer_within(tape, device_wires, name, allow_postselect, one_shot)``:
-    PennyLane's ``defer_measurements``, refusing by name (a ``DeviceError``) a circuit on the
-    device's wires whose deferral needs wires the device lacks (deferring adds wires; the
-    message points to ``mcm_method="one-shot"`` where the device offers it); a circuit
-    already off the device's wires is left to PennyLane's wire validation."""
+    """The transform ``defer_within(tape, device_wires, name, allow_postselect)``: PennyLane's
+    ``defer_measurements``, refusing by name (a ``DeviceError``) a circuit on the device's
+    wires whose deferral needs wires the device lacks (deferring adds wires; the message
+    points to the methods that measure instead); a circuit already off the device's wires is
+    left to PennyLane's wire validation. A condition nested in another (a ``qml.cond`` inside
+    a conditioned function) becomes ONE condition on both measurement values first:
+    PennyLane 0.45's deferral keeps only the outer one, which applies the operation where the
+    inner condition is false."""
     import pennylane as qml
     from pennylane.exceptions import DeviceError
     from pennylane.measurements import MidMeasureMP
+    from pennylane.ops import Conditional
     from pennylane.transforms import defer_measurements
 
+    def flat(op):
+        if not isinstance(op, Conditional) or not isinstance(op.base, Conditional):
+            return op
+        mv, base = op.meas_val, op.base
+        while isinstance(base, Conditional):
+            mv, base = mv & base.meas_val, base.base
+        return Conditional(mv, base)
+
     @qml.transform
-    def transform(tape, device_wires, name, allow_postselect=True, one_shot=True):
+    def transform(tape, device_wires, name, allow_postselect=True):
+        if any(isinstance(op, Conditional) and isinstance(op.base, Conditional)
+               for op in tape.operations):
+            tape = tape.copy(operations=[flat(op) for op in tape.operations])
         tapes, fn = defer_measurements(tape, allow_postselect=allow_postselect)
         if device_wires is None:
             return tapes, fn
@@ -103,8 +118,8 @@ def defer_within():
                 f"{name}: the circuit's {k} mid-circuit measurement{'s are' if k > 1 else ' is'} "
                 f"deferred (mcm_method='deferred'), which adds wires: the deferred circuit "
                 f"needs {len(device_wires) + len(extra)} wires and the device has "
-                f"{len(device_wires)}; create the device with more wires" +
-                (", or measure them with shots (mcm_method='one-shot')" if one_shot else ""))
+                f"{len(device_wires)}; create the device with more wires, or measure them "
+                f"(mcm_method='one-shot' with shots, 'tree-traversal' without)")
         return tapes, fn
     return transform
 

@@ -469,3 +469,35 @@ def test_tree_traversal_nested_conditions_and_snapshots(name):
     with pytest.raises(DeviceError, match="snapshots.*tree-traversal"):
         qml.snapshots(qml.QNode(snapped, qml.device(name, wires=1),
                                 mcm_method="tree-traversal"))()
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_deferred_nested_conditions_need_both_outcomes(name):
+    """PennyLane's deferral keeps only the outer of two nested conditions (default.qubit
+    applies the CNOT where m1 = 0 too); the devices join them into one condition first."""
+    def nested(x):
+        qml.RY(x, 0)
+        qml.RY(0.6, 1)
+        m0 = qml.measure(0)
+        m1 = qml.measure(1)
+
+        def inner():
+            qml.RX(0.9, 2)
+            qml.cond(m1, qml.CNOT)(wires=[2, 0])
+
+        qml.cond(m0, inner)()
+        return qml.probs(wires=[0, 2]), qml.expval(m0 * m1)
+
+    def flat(x):
+        qml.RY(x, 0)
+        qml.RY(0.6, 1)
+        m0 = qml.measure(0)
+        m1 = qml.measure(1)
+        qml.cond(m0, qml.RX)(0.9, wires=2)
+        qml.cond(m0 & m1, qml.CNOT)(wires=[2, 0])
+        return qml.probs(wires=[0, 2]), qml.expval(m0 * m1)
+
+    ref = qml.QNode(flat, qml.device("default.qubit", wires=5))(1.1)
+    for wires in (5, None):
+        got = qml.QNode(nested, qml.device(name, wires=wires))(1.1)
+        assert np.allclose(got[0], ref[0], atol=1e-10) and np.isclose(got[1], ref[1])
