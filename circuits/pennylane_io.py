@@ -661,13 +661,15 @@ class _MidWires:
 
     def conditional(self, op) -> list:
         from qdiff.circuits.midcircuit import controlled_by
-        mv = op.meas_val
+        mv, inner = op.meas_val, op.base
+        while type(inner).__name__ == "Conditional":  # a qml.cond inside a conditioned
+            mv, inner = mv & inner.meas_val, inner.base  # function: both conditions hold
         wires = self.wires(mv)
-        if type(op.base).__name__ in TAPE_CHANNELS:  # as qd.cond refuses one
-            raise QdiffError(f"qnode: cond: channel {type(op.base).__name__} on wires "
-                             f"{list(op.base.wires)} cannot be conditioned on a mid-circuit "
+        if type(inner).__name__ in TAPE_CHANNELS:  # as qd.cond refuses one
+            raise QdiffError(f"qnode: cond: channel {type(inner).__name__} on wires "
+                             f"{list(inner.wires)} cannot be conditioned on a mid-circuit "
                              "measurement (gates and templates only)")
-        base = _qdiff_ops(op.base, self.any_wire)
+        base = _qdiff_ops(inner, self.any_wire)
         out = []
         for bits, value in mv.branches.items():  # exclusive branches: at most one fires
             if value:

@@ -226,6 +226,32 @@ def test_pennylane_measurement_value_arithmetic_as_statistic():
     assert torch.allclose(_outputs(ours), _outputs(ref), atol=1e-12)
 
 
+def test_pennylane_condition_nested_in_a_conditioned_function_needs_both():
+    """A qml.cond inside a function qml.cond conditions: both conditions hold (PennyLane's
+    own deferral keeps only the outer one), as qd.cond nests."""
+    def body(lib, m):
+        lib.RY(1.1, wires=0)
+        lib.RY(0.6, wires=1)
+        m0, m1 = lib.measure(0), lib.measure(1)
+
+        def inner():
+            lib.RX(0.9, wires=2)
+            lib.cond(m1, lib.CNOT)(wires=[2, 0])
+
+        lib.cond(m0, inner)()
+        return m.probs(wires=[0, 2])
+
+    dev = qd.device("statevector", wires=3)
+    got = qd.qnode(dev)(lambda: body(qml, qd))()
+    native = qd.qnode(dev)(lambda: body(qd, qd))()
+    flat = qml.qnode(qml.device("default.qubit"))(lambda: (
+        qml.RY(1.1, 0), qml.RY(0.6, 1), m0 := qml.measure(0), m1 := qml.measure(1),
+        qml.cond(m0, qml.RX)(0.9, wires=2), qml.cond(m0 & m1, qml.CNOT)(wires=[2, 0]),
+        qml.probs(wires=[0, 2]))[-1])()
+    assert torch.allclose(got, native, atol=1e-12)
+    assert np.allclose(got.numpy(), flat, atol=1e-12)
+
+
 def test_pennylane_postselect_is_refused():
     @qd.qnode(qd.device("statevector", wires=2))
     def f():
