@@ -28,10 +28,19 @@ import numpy as np
 
 
 class Model:
-    """What the driver needs from a device's engine. ``states`` is a batch of states, one row
-    per branch (its layout is the model's own)."""
+    """What the driver needs from a device's engine. ``states`` is a torch batch of states,
+    one row per branch. A subclass gives :meth:`evolve`, :meth:`prob_one` and
+    :meth:`collapse`, and sets ``n`` (wires), ``wire_map`` (wire label -> engine wire, None
+    when the labels are ``0..n-1``), ``rng`` (the device's generator), ``row_shape`` (one
+    state as PennyLane's functions read it) and ``pennylane`` (the module of those functions:
+    ``"qubit"`` for state vectors, ``"qubit_mixed"`` for density matrices)."""
 
     row_bytes: float  # bytes of one state
+    n: int
+    wire_map = None
+    rng = None
+    row_shape: tuple = ()
+    pennylane = "qubit"
 
     def evolve(self, states, ops):
         """``states`` after the PennyLane operations ``ops``; ``states=None``: from the device's
@@ -49,25 +58,49 @@ class Model:
 
     def select(self, states, rows):
         """The rows ``rows`` (a list of indices) of ``states``."""
-        raise NotImplementedError
+        import torch
+        return states[torch.as_tensor(rows, device=states.device)]
 
     def assign(self, states, rows, values):
-        """``states`` with the rows ``rows`` replaced by ``values``."""
-        raise NotImplementedError
+        """``states`` with the rows ``rows`` replaced by ``values`` (a new tensor)."""
+        import torch
+        return states.index_copy(0, torch.as_tensor(rows, device=states.device), values)
+
+    def _mapped(self, mps) -> list:
+        from qdiff.circuits.pennylane_transforms import map_measurement_wires
+        if self.wire_map is None:
+            return list(mps)
+        return [map_measurement_wires(m, self.wire_map) for m in mps]
+
+    def _functions(self, name: str):
+        import importlib
+        return importlib.import_module(f"pennylane.devices.{self.pennylane}.{name}")
 
     def sample(self, states, row: int, mps, shots):
         """PennyLane's results of the measurements ``mps`` sampled from row ``row`` with the
-        ``Shots`` ``shots`` (one single-shot bin per shot)."""
-        raise NotImplementedError
+        ``Shots`` ``shots``."""
+        from qdiff.circuits import memory
+        from qdiff.circuits.pennylane_transforms import sampled_measurements
+        total = shots.total_shots
+        memory.require(float(total) * (16.0 + 8 * self.n),
+                       f"sampling {total} shots on {self.n} wires")
+        state = states[row].detach().cpu().numpy().reshape(self.row_shape)
+        return self._functions("sampling").measure_with_samples(
+            self._mapped(sampled_measurements(mps)), state, shots, rng=self.rng)
 
     def measure(self, states, mps):
         """PennyLane's exact results of ``mps`` for every row (a leading batch axis)."""
-        raise NotImplementedError
+        import pennylane as qml
+        rows = states.detach().cpu().numpy().reshape((states.shape[0],) + self.row_shape)
+        got = self._functions("simulate").measure_final_state(
+            qml.tape.QuantumScript([], self._mapped(mps)), rows, True)
+        return (got,) if len(mps) == 1 else got
 
     def measure_one(self, states, row: int, mp):
         """PennyLane's exact result of the measurement ``mp`` of row ``row`` (a snapshot's)."""
-        raise NotImplementedError
-
+        (mp,) = self._mapped([mp])
+        state = states[row].detach().cpu().numpy().reshape(self.row_shape)
+        return self._functions("measure").measure(mp, state)
 
 
 METHODS = ("deferred", "one-shot", "tree-traversal")

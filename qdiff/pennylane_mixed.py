@@ -153,9 +153,12 @@ class _DensityStates(one_shot.Model):
     """Density matrices for one-shot execution: rows ``(B, 2**n, 2**n)`` run by the device's
     mixed engine (channels included)."""
 
+    pennylane = "qubit_mixed"
+
     def __init__(self, device, labels, wire_map):
         self.device, self.labels, self.n, self.wire_map = device, labels, len(labels), wire_map
         self.engine = device._engine(self.n)
+        self.rng, self.row_shape = device._rng, (2,) * (2 * self.n)
         self.row_bytes = float(4 ** self.n) * \
             torch.empty((), dtype=device._cdtype).element_size()
 
@@ -216,36 +219,6 @@ class _DensityStates(one_shot.Model):
         at = torch.zeros_like(o) if reset else o
         new[rows, at, at] = kept
         return new.permute(0, 3, 1, 4, 5, 2, 6).reshape(states.shape)
-
-    def select(self, states, rows):
-        return states[torch.as_tensor(rows, device=states.device)]
-
-    def assign(self, states, rows, values):
-        return states.index_copy(0, torch.as_tensor(rows, device=states.device), values)
-
-    def measure(self, states, mps):
-        if self.wire_map is not None:
-            mps = [map_measurement_wires(m, self.wire_map) for m in mps]
-        rho = states.detach().cpu().numpy().reshape((states.shape[0],) + (2,) * (2 * self.n))
-        got = measure_final_state(qml.tape.QuantumScript([], mps), rho, True)
-        return (got,) if len(mps) == 1 else got
-
-    def sample(self, states, row, mps, shots):
-        from pennylane.devices.qubit_mixed.sampling import measure_with_samples
-        mps = sampled_measurements(mps)
-        if self.wire_map is not None:
-            mps = [map_measurement_wires(m, self.wire_map) for m in mps]
-        total = shots.total_shots
-        memory.require(float(total) * (16.0 + 8 * self.n),
-                       f"sampling {total} shots on {self.n} wires")
-        rho = states[row].detach().cpu().numpy().reshape((2,) * (2 * self.n))
-        return measure_with_samples(mps, rho, shots, rng=self.device._rng)
-
-    def measure_one(self, states, row, mp):
-        from pennylane.devices.qubit_mixed import measure
-        if self.wire_map is not None:
-            mp = map_measurement_wires(mp, self.wire_map)
-        return measure(mp, states[row].detach().cpu().numpy().reshape((2,) * (2 * self.n)))
 
 
 @qml.transform

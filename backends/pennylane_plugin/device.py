@@ -242,6 +242,7 @@ class _PureStates(one_shot.Model):
     def __init__(self, device, labels, n, wire_map):
         self.device, self.labels, self.n, self.wire_map = device, labels, n, wire_map
         self.engine = device._engine(n)
+        self.rng, self.row_shape = device._rng, (2,) * n
         self.row_bytes = float(2 ** n) * torch.empty((), dtype=device._cdtype).element_size()
 
     def evolve(self, states, ops):
@@ -299,37 +300,6 @@ class _PureStates(one_shot.Model):
         new = torch.zeros_like(s)
         new[rows, :, torch.zeros_like(o) if reset else o] = kept
         return new.reshape(states.shape)
-
-    def select(self, states, rows):
-        return states[torch.as_tensor(rows, device=states.device)]
-
-    def assign(self, states, rows, values):
-        return states.index_copy(0, torch.as_tensor(rows, device=states.device), values)
-
-    def measure(self, states, mps):
-        from pennylane.devices.qubit.simulate import measure_final_state
-        if self.wire_map is not None:
-            mps = [map_measurement_wires(m, self.wire_map) for m in mps]
-        state = states.detach().cpu().numpy().reshape((states.shape[0],) + (2,) * self.n)
-        got = measure_final_state(qml.tape.QuantumScript([], mps), state, True)
-        return (got,) if len(mps) == 1 else got
-
-    def sample(self, states, row, mps, shots):
-        from pennylane.devices.qubit.sampling import measure_with_samples
-        mps = sampled_measurements(mps)
-        if self.wire_map is not None:
-            mps = [map_measurement_wires(m, self.wire_map) for m in mps]
-        total = shots.total_shots
-        memory.require(float(total) * (16.0 + 8 * self.n),
-                       f"sampling {total} shots on {self.n} wires")
-        state = states[row].detach().cpu().numpy().reshape((2,) * self.n)
-        return measure_with_samples(mps, state, shots, rng=self.device._rng)
-
-    def measure_one(self, states, row, mp):
-        from pennylane.devices.qubit import measure
-        if self.wire_map is not None:
-            mp = map_measurement_wires(mp, self.wire_map)
-        return measure(mp, states[row].detach().cpu().numpy().reshape((2,) * self.n))
 
 
 class _Plan:
