@@ -252,6 +252,35 @@ def test_pennylane_condition_nested_in_a_conditioned_function_needs_both():
     assert np.allclose(got.numpy(), flat, atol=1e-12)
 
 
+def test_pennylane_combined_conditions_record_the_same_structure_every_call():
+    """A condition or statistic of several PennyLane measurement values (m0 | m1,
+    m0 & ~m1 & m2, m0 * 0.5 + m1) records one structure on every call (PennyLane orders the
+    measurements of a combined value by random ids), so a static qnode replays it."""
+    def body(lib, x):
+        for w in range(3):
+            lib.RY(x[w], wires=w)
+        m0, m1, m2 = lib.measure(0, reset=True), lib.measure(1), lib.measure(2)
+        lib.cond(m0 | m1, lib.RY)(x[3], wires=2)
+        lib.cond(m0 & ~m1 & m2, lib.RX)(x[4], wires=0)
+        return lib.expval(lib.Z(2) @ lib.Z(0)), lib.expval(m0 * 0.5 + m1 - 2 * m2)
+
+    x = torch.tensor([0.7, -1.2, 0.4, 2.1, 0.3], dtype=DT)
+    structures = set()
+    for _ in range(12):
+        rec = record_circuit(lambda x: body(qml, x), 3, x)
+        structures.add((tuple((op.gate.name, op.wires) for op in rec.circuit.operations),
+                        tuple(repr(m) for m in rec.circuit.measurements)))
+    assert len(structures) == 1
+    ref = qml.qnode(qml.device("default.qubit"), interface="torch")(lambda x: body(qml, x))
+    static = qd.qnode(qd.device("statevector", wires=3), static=True)(lambda x: body(qml, x))
+    for k in range(3):
+        y = (x * (1 + k / 3)).requires_grad_()
+        a, b = static(y), torch.stack(ref(y))
+        assert torch.allclose(a, b, atol=1e-12)
+        assert torch.allclose(torch.autograd.grad(a.sum(), y)[0],
+                              torch.autograd.grad(b.sum(), y)[0], atol=1e-10)
+
+
 def test_pennylane_postselect_is_refused():
     @qd.qnode(qd.device("statevector", wires=2))
     def f():
