@@ -362,6 +362,88 @@ def test_pennylane_operations_in_qd_cond_are_refused_by_name():
         f(torch.tensor(1.1, dtype=DT))
 
 
+def test_qdiff_gates_inside_a_function_pennylane_records_are_refused():
+    """qml.cond / qml.adjoint / qml.ctrl of a function record only PennyLane's operations: a
+    qdiff gate made inside would act unconditioned, uninverted or uncontrolled (cos 1.3 for
+    <Z1> where the conditioned circuit gives 0.914), so it is refused by name."""
+    dev = qd.device("statevector", wires=2)
+    x = torch.tensor([0.7, 1.3], dtype=DT)
+
+    def rx(t):
+        qd.RX(t, wires=1)
+
+    wraps = (lambda x: qml.cond(qml.measure(0), rx)(x[1]),
+             lambda x: qml.cond(qml.measure(0), qd.RX)(x[1], wires=1),
+             lambda x: qml.adjoint(rx)(x[1]),
+             lambda x: qml.adjoint(qd.RY)(x[1], wires=1),
+             lambda x: qml.ctrl(rx, control=0)(x[1]))
+    for wrap in wraps:
+        @qd.qnode(dev)
+        def f(x):
+            qml.RY(x[0], wires=0)
+            wrap(x)
+            return qd.expval(qd.Z(1))
+        with pytest.raises(QdiffError, match=r"qdiff r[xy] on wires \[1\] was made inside a "
+                                             r"function PennyLane records.*qd.cond"):
+            f(x)
+
+    @qd.qnode(dev)
+    def g(x):  # PennyLane's gates there, or qdiff's own conditioning: both run
+        qml.RY(x[0], wires=0)
+        qml.cond(qml.measure(0), lambda t: qml.RX(t, wires=1))(x[1])
+        qd.cond(qd.measure(0), rx)(x[1])
+        return qd.expval(qd.Z(1))
+    p1 = (1 - math.cos(0.7)) / 2
+    assert float(g(x)) == pytest.approx(1 - p1 + p1 * math.cos(2.6), abs=1e-12)
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_qd_cond_nested_in_conditioned_functions_joins_the_conditions(static):
+    """A qd.cond inside a function qd.cond conditions holds when both do, whatever the
+    values asked (~m, else branches, three levels; a contradicting one never fires):
+    values and gradients as the flat conditions on default.qubit."""
+    def nested(x):
+        for w in range(3):
+            qd.RY(x[w], wires=w)
+        m0, m1, m2 = qd.measure(0), qd.measure(1), qd.measure(2)
+
+        def lvl3(a):
+            qd.RX(a, wires=0)
+            qd.cond(m0, qd.RY(a, wires=0))  # under ~m0: never
+
+        def lvl2(a):
+            qd.RZ(a, wires=2)
+            qd.cond(~m2, lvl3)(a * 2)
+            qd.cond(m2, qd.PauliX(wires=1))
+
+        def lvl1(a):
+            qd.RX(a, wires=2)
+            qd.cond(~m1, lvl2, lambda b: qd.RY(b, wires=1))(a)
+
+        qd.cond(~m0, lvl1, lambda a: qd.RX(a, wires=0))(x[3])
+        return qd.probs(wires=[0, 1, 2])
+
+    def flat(x):
+        for w in range(3):
+            qml.RY(x[w], wires=w)
+        m0, m1, m2 = qml.measure(0), qml.measure(1), qml.measure(2)
+        qml.cond(~m0, qml.RX)(x[3], wires=2)
+        qml.cond(~m0 & ~m1, qml.RZ)(x[3], wires=2)
+        qml.cond(~m0 & ~m1 & ~m2, qml.RX)(x[3] * 2, wires=0)
+        qml.cond(~m0 & ~m1 & m2, qml.PauliX)(wires=1)
+        qml.cond(~m0 & m1, qml.RY)(x[3], wires=1)
+        qml.cond(m0, qml.RX)(x[3], wires=0)
+        return qml.probs(wires=[0, 1, 2])
+
+    x = torch.tensor([0.7, 1.3, 0.9, -0.4], dtype=DT, requires_grad=True)
+    ours = qd.qnode(qd.device("statevector", wires=3), static=static)(nested)(x)
+    ref = qml.qnode(qml.device("default.qubit"), interface="torch")(flat)(x)
+    assert torch.allclose(ours, ref, atol=1e-12)
+    weights = torch.arange(8, dtype=DT)
+    assert torch.allclose(torch.autograd.grad((ours * weights).sum(), x)[0],
+                          torch.autograd.grad((ref * weights).sum(), x)[0], atol=1e-10)
+
+
 def test_counts_of_an_outcome_have_int_keys_as_its_samples():
     """PennyLane's ``qml.counts(m)`` (deferred) keys the 0/1 outcomes as integers, as its and
     qdiff's samples of ``m`` are: so do qdiff's counts, all_outcomes and batches included."""
