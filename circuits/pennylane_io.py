@@ -119,6 +119,10 @@ def _coeff_vector(coeffs: list):
 
 def from_pennylane_observable(op) -> Observable:
     """A qdiff observable for a PennyLane operator (wires keep PennyLane's labels)."""
+    if type(op).__name__ == "MeasurementValue":
+        raise QdiffError(f"PennyLane measurement value {op!r} (qml.measure) given to a qdiff "
+                         "measurement: write qml.expval(m) / qml.var / qml.sample / "
+                         "qml.counts / qml.probs(op=m), or measure with qd.measure")
     rep = getattr(op, "pauli_rep", None)
     if rep is not None:
         coeffs, terms = [], []

@@ -198,6 +198,29 @@ def test_shots_and_seed_stream_continue_across_calls():
     assert np.isin(a.numpy(), [0.0, 1.0]).all()
 
 
+def test_qnodes_with_measurements_draw_from_their_devices_one_stream():
+    """Every qnode on a seeded device draws on from the device's stream, those with
+    mid-circuit measurements (run on a copy of the device with their extra wires) too: two
+    such qnodes, or one and then a plain one, do not repeat each other's shots; the same
+    seed on a fresh device repeats the whole sequence."""
+    def draws():
+        dev = qd.device("statevector", wires=1, shots=64, seed=5)
+
+        def mcm():
+            qd.Hadamard(0)
+            return qd.sample(qd.measure(0))
+
+        def plain():
+            qd.Hadamard(0)
+            return qd.sample(wires=[0])
+        return [qd.qnode(dev)(mcm)(), qd.qnode(dev)(mcm)(),
+                qd.qnode(dev)(plain)().reshape(-1).to(torch.int64)]
+    first, again = draws(), draws()
+    a, b, c = first
+    assert not torch.equal(a, b) and not torch.equal(a, c) and not torch.equal(b, c)
+    assert all(torch.equal(u, v) for u, v in zip(first, again))
+
+
 @pytest.mark.parametrize("diff_method", ["backprop", "parameter-shift"])
 def test_pennylane_mid_circuit_measurements_inside_a_qdiff_qnode(diff_method):
     """qml.measure / qml.cond / statistics of PennyLane measurement values, written inside a
@@ -442,6 +465,17 @@ def test_qd_cond_nested_in_conditioned_functions_joins_the_conditions(static):
     weights = torch.arange(8, dtype=DT)
     assert torch.allclose(torch.autograd.grad((ours * weights).sum(), x)[0],
                           torch.autograd.grad((ref * weights).sum(), x)[0], atol=1e-10)
+
+
+def test_a_pennylane_measurement_value_in_a_qdiff_statistic_is_refused_by_name():
+    dev = qd.device("statevector", wires=1, shots=10)
+    for stat in (qd.expval, qd.var, qd.sample, qd.counts):
+        @qd.qnode(dev)
+        def f():
+            qml.RY(0.4, wires=0)
+            return stat(qml.measure(0))
+        with pytest.raises(QdiffError, match=r"PennyLane measurement value .* qml.expval\(m\)"):
+            f()
 
 
 def test_counts_of_an_outcome_have_int_keys_as_its_samples():
