@@ -177,23 +177,47 @@ def _controlled_by(op: Operation, cond: MeasurementValue) -> list:
     return controlled_by(op, cond.wires, cond.values)
 
 
-def _ops_of(fn, args, kwargs) -> list:
+class ConditionedOps:
+    """Operations a ``qd.cond`` inside a conditioned function recorded, already conditioned
+    on both conditions (the enclosing ``qd.cond`` passes them on unchanged)."""
+
+    def __init__(self, ops):
+        self.ops = list(ops)
+
+
+def _conjoin(a: MeasurementValue | None, b: MeasurementValue):
+    """``a & b``, or None where they contradict (the branch never fires)."""
+    if a is None:
+        return b
+    mine = dict(a.pairs)
+    if any(mine.get(w, v) != v for w, v in b.pairs):
+        return None
+    return a & b
+
+
+def _ops_of(fn, args, kwargs, condition) -> list:
+    """``(operation, conditioned already)`` pairs of ``fn(*args)`` recorded under
+    ``condition``."""
     with recording.record() as rec:
+        rec.condition = condition
         fn(*args, **kwargs)
     ops = []
     for it in rec.raw:
-        if isinstance(it, OpBlock):
-            ops.extend(it.operations())
+        if isinstance(it, ConditionedOps):
+            ops.extend((op, True) for op in it.ops)
+        elif isinstance(it, OpBlock):
+            ops.extend((op, False) for op in it.operations())
         elif isinstance(it, Operation):
-            ops.append(it)
+            ops.append((it, False))
         else:
             raise QdiffError(f"cond: {type(it).__name__} {it!r} cannot be conditioned on a "
                              "measurement (qdiff's gates and templates only: write qd.RX, ...; "
                              "a PennyLane qml.cond converts inside a qdiff qnode)")
-    for op in ops:
-        if any(is_mid_wire(w) for w in op.wires[op.gate.controls:]):
+    for op, done in ops:
+        if not done and any(is_mid_wire(w) for w in op.wires[op.gate.controls:]):
             raise QdiffError("cond: a mid-circuit measurement inside a conditioned function "
-                             "is not supported")
+                             "is not supported (nor a qd.cond under qd.adjoint or qd.ctrl "
+                             "there: write qd.cond(m0 & m1, ...) instead)")
     return ops
 
 
@@ -211,10 +235,13 @@ def cond(condition, true_fn, false_fn=None):
     if isinstance(true_fn, Operation):
         if false_fn is not None and not isinstance(false_fn, Operation):
             raise QdiffError("cond: give both branches as operations or both as functions")
+        outer = _outer_condition()
         out = []
         for c, op in branches:
             recording.consume(op)
-            out.extend(_controlled_by(op, c))
+            full = _conjoin(outer, c)
+            if full is not None:
+                out.extend(_controlled_by(op, full))
         _emit(out)
         return None
     for _, fn in branches:
@@ -223,14 +250,29 @@ def cond(condition, true_fn, false_fn=None):
                              f"{type(fn).__name__}")
 
     def conditioned(*args, **kwargs):
+        outer = _outer_condition()  # a qd.cond inside a conditioned function: both hold
+        out = []
         for c, fn in branches:
-            _emit([o for op in _ops_of(fn, args, kwargs) for o in _controlled_by(op, c)])
+            full = _conjoin(outer, c)
+            ops = _ops_of(fn, args, kwargs, full)
+            if full is not None:
+                out.extend(o for op, done in ops
+                           for o in ([op] if done else _controlled_by(op, full)))
+        _emit(out)
     return conditioned
+
+
+def _outer_condition():
+    rec = recording.active()
+    return None if rec is None else rec.condition
 
 
 def _emit(ops) -> None:
     rec = recording.active()
     if rec is None:
         raise QdiffError("qd.cond is only available while a qnode records its circuit")
+    if rec.condition is not None:  # recorded by an enclosing qd.cond of a function
+        rec.append(ConditionedOps(ops))
+        return
     for op in ops:
         rec.append(op)

@@ -119,6 +119,10 @@ def _coeff_vector(coeffs: list):
 
 def from_pennylane_observable(op) -> Observable:
     """A qdiff observable for a PennyLane operator (wires keep PennyLane's labels)."""
+    if type(op).__name__ == "MeasurementValue":
+        raise QdiffError(f"PennyLane measurement value {op!r} (qml.measure) given to a qdiff "
+                         "measurement: write qml.expval(m) / qml.var / qml.sample / "
+                         "qml.counts / qml.probs(op=m), or measure with qd.measure")
     rep = getattr(op, "pauli_rep", None)
     if rep is not None:
         coeffs, terms = [], []
@@ -659,29 +663,40 @@ class _MidWires:
             raise QdiffError(f"qnode: the mid-circuit measurement value {mv!r} comes from a "
                              "measurement made outside this circuit") from None
 
+    def branches(self, mv) -> tuple:
+        """``(wires, [(bits, value), ...])`` of ``mv``, its measurements in the order they were
+        made and its branches in the order of their bits (PennyLane orders a combined value's
+        measurements by random ids, which would make the recorded structure differ from call
+        to call)."""
+        wires = self.wires(mv)
+        order = sorted(range(len(wires)), key=lambda i: wires[i].index)
+        return (tuple(wires[i] for i in order),
+                sorted((tuple(int(bits[i]) for i in order), value)
+                       for bits, value in mv.branches.items()))
+
     def conditional(self, op) -> list:
         from qdiff.circuits.midcircuit import controlled_by
         mv, inner = op.meas_val, op.base
         while type(inner).__name__ == "Conditional":  # a qml.cond inside a conditioned
             mv, inner = mv & inner.meas_val, inner.base  # function: both conditions hold
-        wires = self.wires(mv)
+        wires, branches = self.branches(mv)
         if type(inner).__name__ in TAPE_CHANNELS:  # as qd.cond refuses one
             raise QdiffError(f"qnode: cond: channel {type(inner).__name__} on wires "
                              f"{list(inner.wires)} cannot be conditioned on a mid-circuit "
                              "measurement (gates and templates only)")
         base = _qdiff_ops(inner, self.any_wire)
         out = []
-        for bits, value in mv.branches.items():  # exclusive branches: at most one fires
+        for bits, value in branches:  # exclusive branches: at most one fires
             if value:
-                out.extend(o for b in base for o in controlled_by(b, wires, tuple(bits)))
+                out.extend(o for b in base for o in controlled_by(b, wires, bits))
         return out
 
     def observable(self, mv):
         """The diagonal observable whose eigenvalue on each branch is the value there."""
-        wires = self.wires(mv)
+        wires, branches = self.branches(mv)
         diag = np.zeros(2 ** len(wires))
-        for bits, value in mv.branches.items():
-            diag[int("".join(str(int(b)) for b in bits), 2) if bits else 0] = float(value)
+        for bits, value in branches:
+            diag[int("".join(str(b) for b in bits), 2) if bits else 0] = float(value)
         return Hermitian(np.diag(diag), list(wires))
 
     def plain_wires(self, mvs) -> tuple:

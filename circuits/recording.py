@@ -34,8 +34,11 @@ class Recorder:
         self.raw: list = []
         self.mid_count = 0  # mid-circuit measurements so far (their extra wires' indices)
         self.root = False  # a circuit's own recording (a qnode's), not a sub-recording
+        self.condition = None  # the mid-circuit condition of a function qd.cond records
 
     def append(self, item):
+        if not is_pennylane(item):
+            refuse_inside_pennylane_function(item)
         self.raw.append(item)
 
     def remove(self, item) -> None:
@@ -164,6 +167,28 @@ def refuse_pennylane_recording(what: str = "a qdiff qnode") -> None:
                          "inside a PennyLane qnode): PennyLane sees none of its gates. Use "
                          "qdiff's own (qd.draw, qd.specs, qd.adjoint, qd.ctrl, qd.compile, "
                          "device noise models), or call it outside and pass its result in")
+
+
+def refuse_inside_pennylane_function(item) -> None:
+    """Refuse a qdiff gate or measurement made while PennyLane records a function inside a
+    qdiff recording (``qml.cond(m, fn)``, ``qml.adjoint(fn)``, ``qml.ctrl(fn, ...)`` with
+    qdiff gates in ``fn``): PennyLane conditions, inverts or controls only the operations it
+    records itself, so the qdiff one would act unchanged."""
+    queuing = sys.modules.get("pennylane.queuing")
+    if queuing is None or _FORWARD is None:
+        return
+    ctx = queuing.QueuingManager.active_context()
+    if ctx is None or isinstance(ctx, _FORWARD):
+        return
+    from qdiff.circuits.errors import QdiffError
+    gate = getattr(item, "gate", None)
+    what = f"{gate.name} on wires {list(item.wires)}" if gate is not None else \
+        type(item).__name__
+    raise QdiffError(f"qdiff {what} was made inside a function PennyLane records (qml.cond, "
+                     "qml.adjoint or qml.ctrl of a function): PennyLane would condition, "
+                     "invert or control only its own operations and leave this one as it is. "
+                     "Write that function with PennyLane's gates, or use qd.cond, qd.adjoint "
+                     "or qd.ctrl")
 
 
 def is_pennylane(obj) -> bool:

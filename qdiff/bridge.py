@@ -181,7 +181,8 @@ def refuse_float16_overflow(out, who: str) -> None:
 
 def deferred_backend(device, circuit, cache: dict):
     """``device``, or for a circuit with mid-circuit measurements (extra wires after the
-    device's) a copy of it with those wires, kept in ``cache`` per width."""
+    device's) a copy of it with those wires, kept in ``cache`` per width, drawing its shots
+    from the device's random stream."""
     extra = circuit.num_wires - device.num_wires
     if extra <= 0:
         return device
@@ -200,6 +201,10 @@ def deferred_backend(device, circuit, cache: dict):
         import copy
         dev = copy.copy(device)
         dev.wires = tuple(device.wires) + tuple(circuit.labels[device.num_wires:])
+        if callable(getattr(device, "generator", None)):
+            # shots drawn from the device's own stream: a copy making its generator anew
+            # from the seed would repeat the draws of every other qnode on the device
+            dev.generator = device.generator
         cache[extra] = dev
     return cache[extra]
 

@@ -198,6 +198,29 @@ def test_shots_and_seed_stream_continue_across_calls():
     assert np.isin(a.numpy(), [0.0, 1.0]).all()
 
 
+def test_qnodes_with_measurements_draw_from_their_devices_one_stream():
+    """Every qnode on a seeded device draws on from the device's stream, those with
+    mid-circuit measurements (run on a copy of the device with their extra wires) too: two
+    such qnodes, or one and then a plain one, do not repeat each other's shots; the same
+    seed on a fresh device repeats the whole sequence."""
+    def draws():
+        dev = qd.device("statevector", wires=1, shots=64, seed=5)
+
+        def mcm():
+            qd.Hadamard(0)
+            return qd.sample(qd.measure(0))
+
+        def plain():
+            qd.Hadamard(0)
+            return qd.sample(wires=[0])
+        return [qd.qnode(dev)(mcm)(), qd.qnode(dev)(mcm)(),
+                qd.qnode(dev)(plain)().reshape(-1).to(torch.int64)]
+    first, again = draws(), draws()
+    a, b, c = first
+    assert not torch.equal(a, b) and not torch.equal(a, c) and not torch.equal(b, c)
+    assert all(torch.equal(u, v) for u, v in zip(first, again))
+
+
 @pytest.mark.parametrize("diff_method", ["backprop", "parameter-shift"])
 def test_pennylane_mid_circuit_measurements_inside_a_qdiff_qnode(diff_method):
     """qml.measure / qml.cond / statistics of PennyLane measurement values, written inside a
@@ -250,6 +273,35 @@ def test_pennylane_condition_nested_in_a_conditioned_function_needs_both():
         qml.probs(wires=[0, 2]))[-1])()
     assert torch.allclose(got, native, atol=1e-12)
     assert np.allclose(got.numpy(), flat, atol=1e-12)
+
+
+def test_pennylane_combined_conditions_record_the_same_structure_every_call():
+    """A condition or statistic of several PennyLane measurement values (m0 | m1,
+    m0 & ~m1 & m2, m0 * 0.5 + m1) records one structure on every call (PennyLane orders the
+    measurements of a combined value by random ids), so a static qnode replays it."""
+    def body(lib, x):
+        for w in range(3):
+            lib.RY(x[w], wires=w)
+        m0, m1, m2 = lib.measure(0, reset=True), lib.measure(1), lib.measure(2)
+        lib.cond(m0 | m1, lib.RY)(x[3], wires=2)
+        lib.cond(m0 & ~m1 & m2, lib.RX)(x[4], wires=0)
+        return lib.expval(lib.Z(2) @ lib.Z(0)), lib.expval(m0 * 0.5 + m1 - 2 * m2)
+
+    x = torch.tensor([0.7, -1.2, 0.4, 2.1, 0.3], dtype=DT)
+    structures = set()
+    for _ in range(12):
+        rec = record_circuit(lambda x: body(qml, x), 3, x)
+        structures.add((tuple((op.gate.name, op.wires) for op in rec.circuit.operations),
+                        tuple(repr(m) for m in rec.circuit.measurements)))
+    assert len(structures) == 1
+    ref = qml.qnode(qml.device("default.qubit"), interface="torch")(lambda x: body(qml, x))
+    static = qd.qnode(qd.device("statevector", wires=3), static=True)(lambda x: body(qml, x))
+    for k in range(3):
+        y = (x * (1 + k / 3)).requires_grad_()
+        a, b = static(y), torch.stack(ref(y))
+        assert torch.allclose(a, b, atol=1e-12)
+        assert torch.allclose(torch.autograd.grad(a.sum(), y)[0],
+                              torch.autograd.grad(b.sum(), y)[0], atol=1e-10)
 
 
 def test_pennylane_postselect_is_refused():
@@ -331,6 +383,99 @@ def test_pennylane_operations_in_qd_cond_are_refused_by_name():
 
     with pytest.raises(qd.QdiffError, match="RX.*cannot be conditioned.*qml.cond"):
         f(torch.tensor(1.1, dtype=DT))
+
+
+def test_qdiff_gates_inside_a_function_pennylane_records_are_refused():
+    """qml.cond / qml.adjoint / qml.ctrl of a function record only PennyLane's operations: a
+    qdiff gate made inside would act unconditioned, uninverted or uncontrolled (cos 1.3 for
+    <Z1> where the conditioned circuit gives 0.914), so it is refused by name."""
+    dev = qd.device("statevector", wires=2)
+    x = torch.tensor([0.7, 1.3], dtype=DT)
+
+    def rx(t):
+        qd.RX(t, wires=1)
+
+    wraps = (lambda x: qml.cond(qml.measure(0), rx)(x[1]),
+             lambda x: qml.cond(qml.measure(0), qd.RX)(x[1], wires=1),
+             lambda x: qml.adjoint(rx)(x[1]),
+             lambda x: qml.adjoint(qd.RY)(x[1], wires=1),
+             lambda x: qml.ctrl(rx, control=0)(x[1]))
+    for wrap in wraps:
+        @qd.qnode(dev)
+        def f(x):
+            qml.RY(x[0], wires=0)
+            wrap(x)
+            return qd.expval(qd.Z(1))
+        with pytest.raises(QdiffError, match=r"qdiff r[xy] on wires \[1\] was made inside a "
+                                             r"function PennyLane records.*qd.cond"):
+            f(x)
+
+    @qd.qnode(dev)
+    def g(x):  # PennyLane's gates there, or qdiff's own conditioning: both run
+        qml.RY(x[0], wires=0)
+        qml.cond(qml.measure(0), lambda t: qml.RX(t, wires=1))(x[1])
+        qd.cond(qd.measure(0), rx)(x[1])
+        return qd.expval(qd.Z(1))
+    p1 = (1 - math.cos(0.7)) / 2
+    assert float(g(x)) == pytest.approx(1 - p1 + p1 * math.cos(2.6), abs=1e-12)
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_qd_cond_nested_in_conditioned_functions_joins_the_conditions(static):
+    """A qd.cond inside a function qd.cond conditions holds when both do, whatever the
+    values asked (~m, else branches, three levels; a contradicting one never fires):
+    values and gradients as the flat conditions on default.qubit."""
+    def nested(x):
+        for w in range(3):
+            qd.RY(x[w], wires=w)
+        m0, m1, m2 = qd.measure(0), qd.measure(1), qd.measure(2)
+
+        def lvl3(a):
+            qd.RX(a, wires=0)
+            qd.cond(m0, qd.RY(a, wires=0))  # under ~m0: never
+
+        def lvl2(a):
+            qd.RZ(a, wires=2)
+            qd.cond(~m2, lvl3)(a * 2)
+            qd.cond(m2, qd.PauliX(wires=1))
+
+        def lvl1(a):
+            qd.RX(a, wires=2)
+            qd.cond(~m1, lvl2, lambda b: qd.RY(b, wires=1))(a)
+
+        qd.cond(~m0, lvl1, lambda a: qd.RX(a, wires=0))(x[3])
+        return qd.probs(wires=[0, 1, 2])
+
+    def flat(x):
+        for w in range(3):
+            qml.RY(x[w], wires=w)
+        m0, m1, m2 = qml.measure(0), qml.measure(1), qml.measure(2)
+        qml.cond(~m0, qml.RX)(x[3], wires=2)
+        qml.cond(~m0 & ~m1, qml.RZ)(x[3], wires=2)
+        qml.cond(~m0 & ~m1 & ~m2, qml.RX)(x[3] * 2, wires=0)
+        qml.cond(~m0 & ~m1 & m2, qml.PauliX)(wires=1)
+        qml.cond(~m0 & m1, qml.RY)(x[3], wires=1)
+        qml.cond(m0, qml.RX)(x[3], wires=0)
+        return qml.probs(wires=[0, 1, 2])
+
+    x = torch.tensor([0.7, 1.3, 0.9, -0.4], dtype=DT, requires_grad=True)
+    ours = qd.qnode(qd.device("statevector", wires=3), static=static)(nested)(x)
+    ref = qml.qnode(qml.device("default.qubit"), interface="torch")(flat)(x)
+    assert torch.allclose(ours, ref, atol=1e-12)
+    weights = torch.arange(8, dtype=DT)
+    assert torch.allclose(torch.autograd.grad((ours * weights).sum(), x)[0],
+                          torch.autograd.grad((ref * weights).sum(), x)[0], atol=1e-10)
+
+
+def test_a_pennylane_measurement_value_in_a_qdiff_statistic_is_refused_by_name():
+    dev = qd.device("statevector", wires=1, shots=10)
+    for stat in (qd.expval, qd.var, qd.sample, qd.counts):
+        @qd.qnode(dev)
+        def f():
+            qml.RY(0.4, wires=0)
+            return stat(qml.measure(0))
+        with pytest.raises(QdiffError, match=r"PennyLane measurement value .* qml.expval\(m\)"):
+            f()
 
 
 def test_counts_of_an_outcome_have_int_keys_as_its_samples():
