@@ -37,7 +37,7 @@ class Recorder:
         self.condition = None  # the mid-circuit condition of a function qd.cond records
 
     def append(self, item):
-        if not is_pennylane(item):
+        if _QUEUING is not None:  # PennyLane records here: not inside a function of its own
             refuse_inside_pennylane_function(item)
         self.raw.append(item)
 
@@ -125,9 +125,9 @@ def _pennylane_capture(rec: Recorder):
     imported: then no PennyLane object can be made inside)."""
     if "pennylane" not in sys.modules:
         return nullcontext()
-    global _FORWARD
+    global _FORWARD, _QUEUING
     if _FORWARD is None:
-        from pennylane.queuing import AnnotatedQueue
+        from pennylane.queuing import AnnotatedQueue, QueuingManager
 
         class ForwardingQueue(AnnotatedQueue):
             """PennyLane's queue, mirrored into a qdiff :class:`Recorder`."""
@@ -144,11 +144,12 @@ def _pennylane_capture(rec: Recorder):
                 super().remove(obj)
                 self.target.remove(obj)
 
-        _FORWARD = ForwardingQueue
+        _FORWARD, _QUEUING = ForwardingQueue, QueuingManager
     return _FORWARD(rec)
 
 
 _FORWARD = None
+_QUEUING = None  # PennyLane's QueuingManager, once a recording has forwarded PennyLane's queue
 
 
 def refuse_pennylane_recording(what: str = "a qdiff qnode") -> None:
@@ -174,11 +175,10 @@ def refuse_inside_pennylane_function(item) -> None:
     qdiff recording (``qml.cond(m, fn)``, ``qml.adjoint(fn)``, ``qml.ctrl(fn, ...)`` with
     qdiff gates in ``fn``): PennyLane conditions, inverts or controls only the operations it
     records itself, so the qdiff one would act unchanged."""
-    queuing = sys.modules.get("pennylane.queuing")
-    if queuing is None or _FORWARD is None:
+    if _QUEUING is None:
         return
-    ctx = queuing.QueuingManager.active_context()
-    if ctx is None or isinstance(ctx, _FORWARD):
+    ctx = _QUEUING.active_context()
+    if ctx is None or isinstance(ctx, _FORWARD) or is_pennylane(item):
         return
     from qdiff.circuits.errors import QdiffError
     gate = getattr(item, "gate", None)
