@@ -177,8 +177,11 @@ def refuse_inside_pennylane_function(item) -> None:
     records itself, so the qdiff one would act unchanged."""
     if _QUEUING is None:
         return
-    ctx = _QUEUING.active_context()
-    if ctx is None or isinstance(ctx, _FORWARD) or is_pennylane(item):
+    # PennyLane 0.45's stack of active queues, read directly (this runs for every recorded
+    # gate; QueuingManager.active_context() reads the same list through two calls)
+    stack = getattr(_QUEUING, "_active_contexts", None)
+    ctx = (stack[-1] if stack else None) if stack is not None else _QUEUING.active_context()
+    if ctx is None or type(ctx) is _FORWARD or is_pennylane(item):
         return
     from qdiff.circuits.errors import QdiffError
     gate = getattr(item, "gate", None)
