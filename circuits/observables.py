@@ -540,7 +540,9 @@ def Hamiltonian(coeffs, observables) -> Observable:
     dt = torch.promote_types(c.dtype, inner.dtype)
     if len(inner) == len(obs) and is_concrete(inner) and not inner.requires_grad and \
             bool((inner == 1).all()):
-        all_c = c.to(dt)  # unit terms (qd.Z(0) @ qd.X(1), ...): the coefficients as given
+        # unit terms (qd.Z(0) @ qd.X(1), ...): the coefficient tensor itself, in its own
+        # real dtype, so an optimizer's in-place update of it reaches the observable
+        all_c = c if c.dtype.is_floating_point and not dt.is_complex else c.to(dt)
     else:
         all_c = c.to(dt).repeat_interleave(torch.tensor(counts, device=c.device)) * inner.to(dt)
     return Observable(all_c, [t for o in obs for t in o.terms])

@@ -518,6 +518,28 @@ def test_hamiltonian_of_many_terms_is_one_operation_on_its_coefficients():
                                                             dtype=torch.float64))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_hamiltonian_of_unit_terms_follows_an_optimizer_step_on_its_coefficients(dtype):
+    """A qd.Hamiltonian of unit terms built once from a trainable coefficient tensor (float32,
+    torch's default, as well as float64) sees the optimizer's in-place updates: every step's
+    expectation uses the current coefficients, not those at construction."""
+    c = torch.tensor([0.3, 0.7], dtype=dtype, requires_grad=True)
+    ham = qd.Hamiltonian(c, [qd.Z(0) @ qd.Z(1), qd.X(0)])
+    circuit = qd.qnode(qd.device("statevector", wires=2))(
+        lambda x: (qd.RY(x, wires=0), qd.expval(ham))[1])
+    x = torch.tensor(0.4, dtype=dtype)
+    opt = torch.optim.SGD([c], lr=1.0)
+    for _ in range(3):
+        opt.zero_grad()
+        val = circuit(x)
+        expected = c.detach().double() @ torch.tensor([math.cos(0.4), math.sin(0.4)],
+                                                       dtype=torch.float64)
+        assert val.dtype == dtype
+        assert abs(val.item() - expected.item()) < 1e-6
+        val.backward()
+        opt.step()
+
+
 @pytest.mark.parametrize("diff_method", ["backprop", "adjoint", "parameter-shift"])
 def test_hamiltonian_coefficient_list_with_a_trainable_tensor(diff_method):
     """qd.Hamiltonian([c, 0.5], ops) with c a 0-d tensor that requires grad, as PennyLane's
