@@ -32,6 +32,7 @@ class Model:
     per branch (its layout is the model's own)."""
 
     row_bytes: float  # bytes of one state
+    eps: float = float(np.finfo(np.float64).eps)  # machine epsilon of the states' numbers
 
     def evolve(self, states, ops):
         """``states`` after the PennyLane operations ``ops``; ``states=None``: from the device's
@@ -40,6 +41,12 @@ class Model:
 
     def prob_one(self, states, wire: int) -> np.ndarray:
         """Per row, the probability of measuring 1 on engine wire ``wire``."""
+        raise NotImplementedError
+
+    def outcome_probs(self, states, wire: int) -> np.ndarray:
+        """Per row, the probabilities of measuring 0 and of measuring 1 on engine wire
+        ``wire`` (``(B, 2)``), each summed from its own amplitudes (``1 - p1`` would round a
+        small probability of 0 away)."""
         raise NotImplementedError
 
     def collapse(self, states, wire: int, outcomes: np.ndarray, reset: bool):

@@ -158,6 +158,7 @@ class _DensityStates(one_shot.Model):
         self.engine = device._engine(self.n)
         self.row_bytes = float(4 ** self.n) * \
             torch.empty((), dtype=device._cdtype).element_size()
+        self.eps = float(torch.finfo(device._cdtype).eps)
 
     def evolve(self, states, ops):
         ops = list(ops)
@@ -203,6 +204,11 @@ class _DensityStates(one_shot.Model):
         diag = torch.diagonal(states, dim1=1, dim2=2).real
         p = diag.reshape(diag.shape[0], 2 ** wire, 2, -1)[:, :, 1].sum((1, 2))
         return (p / diag.sum(1)).to(torch.float64).cpu().numpy()
+
+    def outcome_probs(self, states, wire):
+        diag = torch.diagonal(states, dim1=1, dim2=2).real.to(torch.float64)
+        p = diag.reshape(diag.shape[0], 2 ** wire, 2, -1).sum((1, 3))
+        return (p / diag.sum(1, keepdim=True)).cpu().numpy()
 
     def collapse(self, states, wire, outcomes, reset):
         s = self._split(states, wire)

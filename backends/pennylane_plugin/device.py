@@ -243,6 +243,7 @@ class _PureStates(one_shot.Model):
         self.device, self.labels, self.n, self.wire_map = device, labels, n, wire_map
         self.engine = device._engine(n)
         self.row_bytes = float(2 ** n) * torch.empty((), dtype=device._cdtype).element_size()
+        self.eps = float(torch.finfo(device._cdtype).eps)
 
     def evolve(self, states, ops):
         if states is not None and not ops:
@@ -288,6 +289,11 @@ class _PureStates(one_shot.Model):
         weights = torch.view_as_real(states).square().sum(-1)  # |amplitude|^2, no sqrt
         p = weights.reshape(states.shape[0], 2 ** wire, 2, -1)[:, :, 1].sum((1, 2))
         return (p / weights.sum(1)).to(torch.float64).cpu().numpy()
+
+    def outcome_probs(self, states, wire):
+        weights = torch.view_as_real(states).square().sum(-1).to(torch.float64)
+        p = weights.reshape(states.shape[0], 2 ** wire, 2, -1).sum((1, 3))
+        return (p / weights.sum(1, keepdim=True)).cpu().numpy()
 
     def collapse(self, states, wire, outcomes, reset):
         s = self._split(states, wire)
