@@ -32,7 +32,7 @@ class Model:
     per branch (its layout is the model's own)."""
 
     row_bytes: float  # bytes of one state
-    eps: float = float(np.finfo(np.float64).eps)  # machine epsilon of the states' numbers
+    rounding: float = 0.0  # a probability rounding alone can give an impossible outcome
 
     def evolve(self, states, ops):
         """``states`` after the PennyLane operations ``ops``; ``states=None``: from the device's

@@ -4,9 +4,9 @@ PennyLane's ``mcm_method="tree-traversal"`` without shots.
 Every branch of outcomes is simulated with its weight (the probability of its outcomes): at a
 measurement each branch splits into its possible outcomes, each collapsed and renormalised
 (reset where asked), a postselected measurement keeping its outcome only. An outcome is
-possible when its probability, summed from the state's own amplitudes, is at least
-:func:`prune_below` (``1e4 * eps**2`` of the states' precision: an outcome that rounding alone
-makes nonzero is not followed; one that is followed biases nothing). A conditional operation
+possible when its probability, summed from the state's own amplitudes, is at least the
+model's ``rounding`` (what rounding alone makes nonzero: ``1e4 * eps**2`` for a state vector,
+``100 * eps`` for a density matrix, of the states' precision); one below it is not followed. A conditional operation
 runs on the branches whose outcomes make its condition true. The branches of one level run as
 rows of ONE batched engine call per stretch of gates; where the rows of the next level would
 not fit the memory budget, the branches are traversed in halves, one after the other (depth
@@ -33,13 +33,6 @@ import itertools
 import numpy as np
 
 from qdiff.circuits.pennylane_one_shot import conditioned, segments
-
-
-def prune_below(eps: float) -> float:
-    """The probability below which an outcome is not followed, for states whose real numbers
-    have machine epsilon ``eps``: ``1e4 * eps**2`` (amplitudes under ``100 * eps`` are
-    rounding; 4.9e-28 in double precision, 1.4e-10 in single)."""
-    return 1e4 * eps * eps
 
 
 def supported(mp) -> bool:
@@ -77,7 +70,7 @@ def execute(tape, model, wire_index, budget: float):
              for kind, item in parts]
     lead = 1 if parts and parts[0][0] == "gates" else 0
     acc = _Accumulator(tape, model, outcome)
-    walk = _Walk(parts, model, wire_index, budget, acc, prune_below(model.eps))
+    walk = _Walk(parts, model, wire_index, budget, acc, model.rounding)
     walk.walk(lead, model.evolve(None, parts[0][1] if lead else []),
          [((None,) * len(mcms), 1.0)], 0.0)
     out = acc.results()
