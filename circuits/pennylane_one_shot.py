@@ -29,11 +29,12 @@ import numpy as np
 
 class Model:
     """What the driver needs from a device's engine. ``states`` is a torch batch of states,
-    one row per branch. A subclass gives :meth:`evolve`, :meth:`prob_one` and
-    :meth:`collapse`, and sets ``n`` (wires), ``wire_map`` (wire label -> engine wire, None
-    when the labels are ``0..n-1``), ``rng`` (the device's generator), ``row_shape`` (one
-    state as PennyLane's functions read it) and ``pennylane`` (the module of those functions:
-    ``"qubit"`` for state vectors, ``"qubit_mixed"`` for density matrices)."""
+    one row per branch. A subclass gives :meth:`evolve`, :meth:`prob_one`,
+    :meth:`outcome_probs` and :meth:`collapse`, and sets ``n`` (wires), ``wire_map`` (wire
+    label -> engine wire, None when the labels are ``0..n-1``), ``rng`` (the device's
+    generator), ``row_shape`` (one state as PennyLane's functions read it), ``pennylane``
+    (the module of those functions: ``"qubit"`` for state vectors, ``"qubit_mixed"`` for
+    density matrices) and ``rounding``."""
 
     row_bytes: float  # bytes of one state
     n: int
@@ -41,6 +42,7 @@ class Model:
     rng = None
     row_shape: tuple = ()
     pennylane = "qubit"
+    rounding: float = 0.0  # a probability rounding alone can give an impossible outcome
 
     def evolve(self, states, ops):
         """``states`` after the PennyLane operations ``ops``; ``states=None``: from the device's
@@ -49,6 +51,12 @@ class Model:
 
     def prob_one(self, states, wire: int) -> np.ndarray:
         """Per row, the probability of measuring 1 on engine wire ``wire``."""
+        raise NotImplementedError
+
+    def outcome_probs(self, states, wire: int) -> np.ndarray:
+        """Per row, the probabilities of measuring 0 and of measuring 1 on engine wire
+        ``wire`` (``(B, 2)``), each summed from its own amplitudes (``1 - p1`` would round a
+        small probability of 0 away)."""
         raise NotImplementedError
 
     def collapse(self, states, wire: int, outcomes: np.ndarray, reset: bool):

@@ -2,14 +2,18 @@
 PennyLane's ``mcm_method="tree-traversal"`` without shots.
 
 Every branch of outcomes is simulated with its weight (the probability of its outcomes): at a
-measurement each branch splits into the outcomes of nonzero probability, each collapsed and
-renormalised (reset where asked), a postselected measurement keeping its outcome only; a
-conditional operation runs on the branches whose outcomes make its condition true. The
-branches of one level run as rows of ONE batched engine call per stretch of gates; where the
-rows of the next level would not fit the memory budget, the branches are traversed in halves,
-one after the other (depth first), so memory stays bounded whatever the number of
-measurements. No wires are added, unlike deferred measurement; the time grows with the number
-of branches (up to ``2**k`` for ``k`` measurements).
+measurement each branch splits into its possible outcomes, each collapsed and renormalised
+(reset where asked), a postselected measurement keeping its outcome only. An outcome is
+possible when its probability, summed from the state's own amplitudes, is at least the
+model's ``rounding`` (what rounding alone makes nonzero: ``1e4 * eps**2`` for a state vector,
+``100 * eps`` for a density matrix, of the states' precision); one below it is not followed. A conditional operation
+runs on the branches whose outcomes make its condition true. The branches of one level run as
+rows of ONE batched engine call per stretch of gates; where the rows of the next level would
+not fit the memory budget, the branches are traversed in halves, one after the other (depth
+first; a single branch one outcome after the other), the states still to traverse counted
+against the budget, so the memory stays within it. No wires are added, unlike deferred
+measurement; the time grows with the number of branches (up to ``2**k`` for ``k``
+measurements).
 
 At the leaves the final measurements are exact per branch (PennyLane's own measurement
 functions on the batch of branch states) and combined with the weights: ``expval`` and
@@ -30,8 +34,6 @@ import numpy as np
 
 from qdiff.circuits.pennylane_one_shot import conditioned, segments
 
-PRUNE = 1e-13  # an outcome less likely than this is not followed (its state is noise)
-
 
 def supported(mp) -> bool:
     """Whether the exact traversal computes ``mp``."""
@@ -43,7 +45,7 @@ def execute(tape, model, wire_index, budget: float):
     """The exact results of ``tape`` (no shots, mid-circuit measurements in its operations):
     one value per measurement, as ``default.qubit`` gives them. ``model``: the device's
     :class:`~qdiff.circuits.pennylane_one_shot.Model` (with ``measure``); ``budget``: bytes the
-    branch states of one level may take."""
+    branch states may take, those waiting their turn included."""
     from pennylane.exceptions import DeviceError
     for mp in tape.measurements:
         if not supported(mp):
@@ -67,9 +69,10 @@ def execute(tape, model, wire_index, budget: float):
               (item, outcome.index[item]) if kind == "measure" else item)
              for kind, item in parts]
     lead = 1 if parts and parts[0][0] == "gates" else 0
-    states = model.evolve(None, parts[0][1] if lead else [])
     acc = _Accumulator(tape, model, outcome)
-    _walk(parts, lead, states, [((None,) * len(mcms), 1.0)], model, wire_index, budget, acc)
+    walk = _Walk(parts, model, wire_index, budget, acc, model.rounding)
+    walk.walk(lead, model.evolve(None, parts[0][1] if lead else []),
+         [((None,) * len(mcms), 1.0)], 0.0)
     out = acc.results()
     return out[0] if len(out) == 1 else tuple(out)
 
@@ -97,42 +100,87 @@ class Outcomes:
         return lambda values: fn(*(values[i] for i in at))
 
 
-def _walk(parts, i, states, branches, model, wire_index, budget, acc) -> None:
-    """Traverse ``parts[i:]`` from ``branches`` (``(outcomes, weight)`` per row of
-    ``states``, the outcomes a tuple in measurement order), adding the leaves to ``acc``."""
-    for at in range(i, len(parts)):
-        kind, item = parts[at]
-        if kind == "gates":
-            states = model.evolve(states, item)
-        elif kind == "cond":
-            base, holds = item
-            rows = [r for r, (values, _) in enumerate(branches) if holds(values)]
-            if rows:
-                states = model.assign(states, rows,
-                                      model.evolve(model.select(states, rows), [base]))
-        else:
-            item, j = item
-            p1 = model.prob_one(states, wire_index(item.wires[0]))
-            src, outcomes, grown = [], [], []
-            for r, (values, weight) in enumerate(branches):
-                for outcome, p in ((0, 1.0 - p1[r]), (1, p1[r])):
-                    if p < PRUNE or (item.postselect is not None and outcome != item.postselect):
-                        continue
-                    src.append(r)
-                    outcomes.append(outcome)
-                    grown.append((values[:j] + (outcome,) + values[j + 1:], weight * p))
-            if not grown:  # every branch postselected away
-                return
-            if 3.0 * len(grown) * model.row_bytes > budget and len(branches) > 1:
-                half = len(branches) // 2  # depth first: one half, then the other
-                for rows in (list(range(half)), list(range(half, len(branches)))):
-                    _walk(parts, at, model.select(states, rows), [branches[r] for r in rows],
-                          model, wire_index, budget, acc)
-                return
-            states = model.collapse(model.select(states, src), wire_index(item.wires[0]),
-                                    np.asarray(outcomes, dtype=np.int64), item.reset)
-            branches = grown
-    acc.add(states, branches)
+class _Walk:
+    """The depth-first traversal of ``parts`` (the circuit's segments), adding the leaves to
+    ``acc``."""
+
+    def __init__(self, parts, model, wire_index, budget, acc, prune):
+        self.parts, self.model, self.wire_index = parts, model, wire_index
+        self.budget, self.acc, self.prune = budget, acc, prune
+
+    def walk(self, i, states, branches, held: float) -> None:
+        """Traverse ``parts[i:]`` from ``branches`` (``(outcomes, weight)`` per row of
+        ``states``, the outcomes a tuple in measurement order); ``held``: bytes of the states
+        kept for later traversal (the budget left is what they leave)."""
+        model, row = self.model, self.model.row_bytes
+        for at in range(i, len(self.parts)):
+            kind, item = self.parts[at]
+            if kind == "gates":
+                states = model.evolve(states, item)
+            elif kind == "cond":
+                base, holds = item
+                rows = [r for r, (values, _) in enumerate(branches) if holds(values)]
+                if rows:
+                    states = model.assign(states, rows,
+                                          model.evolve(model.select(states, rows), [base]))
+            else:
+                item, j = item
+                wire = self.wire_index(item.wires[0])
+                probs = model.outcome_probs(states, wire)
+                src, outcomes, grown = [], [], []
+                for r, (values, weight) in enumerate(branches):
+                    for outcome in (0, 1):
+                        p = float(probs[r, outcome])
+                        if p < self.prune or (item.postselect is not None and
+                                              outcome != item.postselect):
+                            continue
+                        src.append(r)
+                        outcomes.append(outcome)
+                        grown.append((values[:j] + (outcome,) + values[j + 1:], weight * p))
+                if not grown:  # every branch postselected away: leaves of no weight
+                    self.acc.add(states, [(values[:j] + (item.postselect,) + values[j + 1:], 0.0)
+                                          for values, _ in branches])
+                    return
+                if held + 3.0 * len(grown) * row > self.budget:
+                    box = [states]  # passed on, not kept in this frame
+                    del states
+                    self._split(at, box, branches, held, wire, outcomes, grown)
+                    return
+                states = model.collapse(model.select(states, src), wire,
+                                        np.asarray(outcomes, dtype=np.int64), item.reset)
+                branches = grown
+        self.acc.add(states, branches)
+
+    def _split(self, at, box, branches, held, wire, outcomes, grown) -> None:
+        """Traverse the measurement ``parts[at]`` and what follows in parts that fit: the
+        branches in halves, a single branch one outcome after the other (``box``: a list
+        holding the states, emptied here so that no frame keeps them)."""
+        from pennylane.exceptions import DeviceError
+        model, row = self.model, self.model.row_bytes
+        states = box.pop()
+        if len(branches) > 1:
+            half = len(branches) // 2
+            # the second half waits; the first is passed on, not kept here
+            pending = [model.select(states, list(range(half, len(branches)))),
+                       model.select(states, list(range(half)))]
+            del states
+            self.walk(at, pending.pop(), branches[:half], held + (len(branches) - half) * row)
+            self.walk(at, pending.pop(), branches[half:], held)
+            return
+        if held + 4.0 * row > self.budget:
+            raise DeviceError(
+                f"tree-traversal: the states kept for the branches still to traverse "
+                f"({held / 2 ** 30:.3g} GiB) and one more do not fit the memory available "
+                f"({self.budget / 2 ** 30:.3g} GiB for the branch states)")
+        item = self.parts[at][1][0]
+        for k, (outcome, leaf) in enumerate(zip(outcomes, grown)):
+            # the branch's state waits while its first outcome is traversed
+            last = k == len(grown) - 1
+            pending = [model.collapse(states, wire, np.asarray([outcome], dtype=np.int64),
+                                      item.reset)]
+            if last:
+                del states
+            self.walk(at + 1, pending.pop(), [leaf], held + (0.0 if last else row))
 
 
 class _Accumulator:

@@ -408,10 +408,10 @@ def test_tree_traversal_in_halves_and_refusals(monkeypatch):
     exact = qml.QNode(circuit, qml.device("qdiff.statevector", wires=3),
                       mcm_method="tree-traversal")()
     levels = []
-    real = pennylane_tree._walk
-    monkeypatch.setattr(pennylane_tree, "_walk",
-                        lambda parts, i, states, *a: (levels.append(len(a[0])),
-                                                      real(parts, i, states, *a))[1])
+    real = pennylane_tree._Walk.walk
+    monkeypatch.setattr(pennylane_tree._Walk, "walk",
+                        lambda self, i, states, *a: (levels.append(len(a[0])),
+                                                     real(self, i, states, *a))[1])
     row = 8 * 16
     monkeypatch.setattr(memory, "budget", lambda device=None: 2 * 3 * 2 * row)  # two states
     halves = qml.QNode(circuit, qml.device("qdiff.statevector", wires=3),
@@ -501,3 +501,84 @@ def test_deferred_nested_conditions_need_both_outcomes(name):
     for wires in (5, None):
         got = qml.QNode(nested, qml.device(name, wires=wires))(1.1)
         assert np.allclose(got[0], ref[0], atol=1e-10) and np.isclose(got[1], ref[1])
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_tree_traversal_unlikely_outcomes_and_postselection_of_nothing(name):
+    """An outcome of tiny probability is followed (no bias beyond rounding); a postselected
+    outcome of probability 5e-14 is kept and renormalised, as deferred measurement does; one
+    of probability 0 leaves nothing: NaN results in their shapes, as default.qubit."""
+    p, k = 9e-14, 20
+
+    def flips():
+        for _ in range(k):
+            qml.RX(2 * np.arcsin(np.sqrt(p)), 0)
+            m = qml.measure(0, reset=True)
+            qml.cond(m, qml.X)(1)
+        return qml.expval(qml.Z(1))
+
+    got = qml.QNode(flips, qml.device(name, wires=2), mcm_method="tree-traversal")()
+    assert abs(got - (1 - 2 * p) ** k) < 1e-14
+
+    def rare(q):
+        qml.RX(2 * np.arcsin(np.sqrt(q)), 1)
+        qml.RX(0.4, 0)
+        qml.CNOT([1, 2])
+        m = qml.measure(1, postselect=1)
+        return qml.expval(qml.Z(2)), qml.probs(wires=[0]), qml.var(qml.X(0)), qml.expval(m)
+
+    got = qml.QNode(rare, qml.device(name, wires=3), mcm_method="tree-traversal")(5e-14)
+    assert np.allclose(got[0], -1.0) and np.allclose(got[1], [np.cos(0.2) ** 2,
+                                                             np.sin(0.2) ** 2])
+    assert np.isclose(got[3], 1.0)
+    got = qml.QNode(rare, qml.device(name, wires=3), mcm_method="tree-traversal")(0.0)
+    assert np.shape(got[1]) == (2,) and all(np.all(np.isnan(g)) for g in got)
+
+
+def test_tree_traversal_memory_counts_the_states_kept_for_later(monkeypatch):
+    """Depth first, the states waiting for their turn count against the budget: the live
+    branch states stay within the traversal's share of the memory budget (half of it),
+    however many measurements."""
+    import weakref
+    from qdiff.backends.pennylane_plugin import device as plugin
+    from qdiff.circuits import memory
+
+    def circuit():
+        for w in range(3):
+            qml.Hadamard(w)
+        for i in range(12):
+            qml.RY(0.3 + 0.1 * i, i % 3)
+            m = qml.measure(i % 3)
+            qml.cond(m, qml.RX)(0.4, (i + 1) % 3)
+        return qml.expval(qml.Z(2)), qml.probs(wires=[0, 1])
+
+    exact = qml.QNode(circuit, qml.device("qdiff.statevector", wires=3),
+                      mcm_method="tree-traversal")()
+    live, peak = weakref.WeakSet(), [0]
+
+    def tracked(method):
+        real = getattr(plugin._PureStates, method)
+
+        def run(self, *args):
+            out = real(self, *args)
+            live.add(out)
+            peak[0] = max(peak[0], sum(s.untyped_storage().nbytes() for s in
+                                       {t.untyped_storage().data_ptr(): t for t in live}
+                                       .values()))
+            return out
+        return run
+
+    for method in ("evolve", "collapse", "select", "assign"):
+        monkeypatch.setattr(plugin._PureStates, method, tracked(method))
+    row = 8 * 16
+    budget = 24 * row
+    monkeypatch.setattr(memory, "budget", lambda device=None: 2 * budget)
+    got = qml.QNode(circuit, qml.device("qdiff.statevector", wires=3),
+                    mcm_method="tree-traversal")()
+    for g, r in zip(got, exact):
+        assert np.allclose(g, r, atol=1e-12)
+    assert 0 < peak[0] <= budget
+    monkeypatch.setattr(memory, "budget", lambda device=None: 2 * 8 * row)
+    with pytest.raises(DeviceError, match="kept for the branches still to traverse"):
+        qml.QNode(circuit, qml.device("qdiff.statevector", wires=3),
+                  mcm_method="tree-traversal")()
