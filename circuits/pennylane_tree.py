@@ -6,8 +6,8 @@ measurement each branch splits into its possible outcomes, each collapsed and re
 (reset where asked), a postselected measurement keeping its outcome only. An outcome is
 possible when its probability, summed from the state's own amplitudes, is at least the
 model's ``rounding`` (what rounding alone makes nonzero: ``1e4 * eps**2`` for a state vector,
-``100 * eps`` for a density matrix, of the states' precision); one below it is not followed. A conditional operation
-runs on the branches whose outcomes make its condition true. The branches of one level run as
+``100 * eps`` for a density matrix, of the states' precision); one below it is not followed.
+A conditional operation runs on the branches whose outcomes make its condition true. The branches of one level run as
 rows of ONE batched engine call per stretch of gates; where the rows of the next level would
 not fit the memory budget, the branches are traversed in halves, one after the other (depth
 first; a single branch one outcome after the other), the states still to traverse counted
