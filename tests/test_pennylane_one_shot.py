@@ -535,50 +535,75 @@ def test_tree_traversal_unlikely_outcomes_and_postselection_of_nothing(name):
     assert np.shape(got[1]) == (2,) and all(np.all(np.isnan(g)) for g in got)
 
 
-def test_tree_traversal_memory_counts_the_states_kept_for_later(monkeypatch):
+_MEMORY_SCRIPT = r"""
+import weakref
+import numpy as np
+import pennylane as qml
+from pennylane.exceptions import DeviceError
+from qdiff.backends.pennylane_plugin import device as plugin
+from qdiff.circuits import memory
+
+
+def circuit():
+    for w in range(3):
+        qml.Hadamard(w)
+    for i in range(12):
+        qml.RY(0.3 + 0.1 * i, i % 3)
+        m = qml.measure(i % 3)
+        qml.cond(m, qml.RX)(0.4, (i + 1) % 3)
+    return qml.expval(qml.Z(2)), qml.probs(wires=[0, 1])
+
+
+exact = qml.QNode(circuit, qml.device("qdiff.statevector", wires=3),
+                  mcm_method="tree-traversal")()
+live, peak = weakref.WeakSet(), [0]
+
+
+def tracked(method):
+    real = getattr(plugin._PureStates, method)
+
+    def run(self, *args):
+        out = real(self, *args)
+        live.add(out)
+        peak[0] = max(peak[0], sum(s.untyped_storage().nbytes() for s in
+                                   {t.untyped_storage().data_ptr(): t for t in live}.values()))
+        return out
+    return run
+
+
+for method in ("evolve", "collapse", "select", "assign"):
+    setattr(plugin._PureStates, method, tracked(method))
+row = 8 * 16
+budget = 24 * row
+memory.budget = lambda device=None: 2 * budget
+got = qml.QNode(circuit, qml.device("qdiff.statevector", wires=3),
+                mcm_method="tree-traversal")()
+close = all(np.allclose(g, r, atol=1e-12) for g, r in zip(got, exact))
+memory.budget = lambda device=None: 2 * 8 * row
+try:
+    qml.QNode(circuit, qml.device("qdiff.statevector", wires=3),
+              mcm_method="tree-traversal")()
+    refused = ""
+except DeviceError as exc:
+    refused = str(exc)
+print(close, peak[0], budget, repr(refused))
+"""
+
+
+def test_tree_traversal_memory_counts_the_states_kept_for_later():
     """Depth first, the states waiting for their turn count against the budget: the live
     branch states stay within the traversal's share of the memory budget (half of it),
-    however many measurements."""
-    import weakref
-    from qdiff.backends.pennylane_plugin import device as plugin
-    from qdiff.circuits import memory
+    however many measurements. Measured in a fresh interpreter: after a torch.compile in the
+    same process (torch's frame evaluation hook), states live longer than Python's
+    reference counts say."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    close, peak, budget, refused = out.stdout.strip().splitlines()[-1].split(" ", 3)
+    assert close == "True"
+    assert 0 < int(peak) <= int(budget)
+    assert "kept for the branches still to traverse" in refused
 
-    def circuit():
-        for w in range(3):
-            qml.Hadamard(w)
-        for i in range(12):
-            qml.RY(0.3 + 0.1 * i, i % 3)
-            m = qml.measure(i % 3)
-            qml.cond(m, qml.RX)(0.4, (i + 1) % 3)
-        return qml.expval(qml.Z(2)), qml.probs(wires=[0, 1])
 
-    exact = qml.QNode(circuit, qml.device("qdiff.statevector", wires=3),
-                      mcm_method="tree-traversal")()
-    live, peak = weakref.WeakSet(), [0]
-
-    def tracked(method):
-        real = getattr(plugin._PureStates, method)
-
-        def run(self, *args):
-            out = real(self, *args)
-            live.add(out)
-            peak[0] = max(peak[0], sum(s.untyped_storage().nbytes() for s in
-                                       {t.untyped_storage().data_ptr(): t for t in live}
-                                       .values()))
-            return out
-        return run
-
-    for method in ("evolve", "collapse", "select", "assign"):
-        monkeypatch.setattr(plugin._PureStates, method, tracked(method))
-    row = 8 * 16
-    budget = 24 * row
-    monkeypatch.setattr(memory, "budget", lambda device=None: 2 * budget)
-    got = qml.QNode(circuit, qml.device("qdiff.statevector", wires=3),
-                    mcm_method="tree-traversal")()
-    for g, r in zip(got, exact):
-        assert np.allclose(g, r, atol=1e-12)
-    assert 0 < peak[0] <= budget
-    monkeypatch.setattr(memory, "budget", lambda device=None: 2 * 8 * row)
-    with pytest.raises(DeviceError, match="kept for the branches still to traverse"):
-        qml.QNode(circuit, qml.device("qdiff.statevector", wires=3),
-                  mcm_method="tree-traversal")()
