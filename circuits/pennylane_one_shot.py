@@ -29,8 +29,8 @@ import numpy as np
 
 class Model:
     """What the driver needs from a device's engine. ``states`` is a torch batch of states,
-    one row per branch. A subclass gives :meth:`evolve`, :meth:`prob_one`,
-    :meth:`outcome_probs` and :meth:`collapse`, and sets ``n`` (wires), ``wire_map`` (wire
+    one row per branch. A subclass gives :meth:`evolve`, :meth:`weights` and :meth:`collapse`,
+    and sets ``n`` (wires), ``wire_map`` (wire
     label -> engine wire, None when the labels are ``0..n-1``), ``rng`` (the device's
     generator), ``row_shape`` (one state as PennyLane's functions read it), ``pennylane``
     (the module of those functions: ``"qubit"`` for state vectors, ``"qubit_mixed"`` for
@@ -49,15 +49,22 @@ class Model:
         start state, one row."""
         raise NotImplementedError
 
-    def prob_one(self, states, wire: int) -> np.ndarray:
-        """Per row, the probability of measuring 1 on engine wire ``wire``."""
+    def weights(self, states):
+        """Per row, the probability of each basis state (a real ``(B, 2**n)`` tensor)."""
         raise NotImplementedError
 
     def outcome_probs(self, states, wire: int) -> np.ndarray:
         """Per row, the probabilities of measuring 0 and of measuring 1 on engine wire
-        ``wire`` (``(B, 2)``), each summed from its own amplitudes (``1 - p1`` would round a
-        small probability of 0 away)."""
-        raise NotImplementedError
+        ``wire`` (``(B, 2)`` float64), each summed from its own basis states (``1 - p1`` would
+        round a small probability of 0 away)."""
+        import torch
+        w = self.weights(states).to(torch.float64)
+        p = w.reshape(w.shape[0], 2 ** wire, 2, -1).sum((1, 3))
+        return (p / w.sum(1, keepdim=True)).cpu().numpy()
+
+    def prob_one(self, states, wire: int) -> np.ndarray:
+        """Per row, the probability of measuring 1 on engine wire ``wire``."""
+        return self.outcome_probs(states, wire)[:, 1]
 
     def collapse(self, states, wire: int, outcomes: np.ndarray, reset: bool):
         """Per row, the normalised state after measuring ``outcomes[row]`` on ``wire`` (then

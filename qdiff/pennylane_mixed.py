@@ -205,15 +205,8 @@ class _DensityStates(one_shot.Model):
         b, r = states.shape[0], 2 ** (self.n - wire - 1)
         return states.reshape(b, 2 ** wire, 2, r, 2 ** wire, 2, r)
 
-    def prob_one(self, states, wire):
-        diag = torch.diagonal(states, dim1=1, dim2=2).real
-        p = diag.reshape(diag.shape[0], 2 ** wire, 2, -1)[:, :, 1].sum((1, 2))
-        return (p / diag.sum(1)).to(torch.float64).cpu().numpy()
-
-    def outcome_probs(self, states, wire):
-        diag = torch.diagonal(states, dim1=1, dim2=2).real.to(torch.float64)
-        p = diag.reshape(diag.shape[0], 2 ** wire, 2, -1).sum((1, 3))
-        return (p / diag.sum(1, keepdim=True)).cpu().numpy()
+    def weights(self, states):
+        return torch.diagonal(states, dim1=1, dim2=2).real
 
     def collapse(self, states, wire, outcomes, reset):
         s = self._split(states, wire)

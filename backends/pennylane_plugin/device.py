@@ -287,15 +287,8 @@ class _PureStates(one_shot.Model):
     def _split(self, states, wire):
         return states.reshape(states.shape[0], 2 ** wire, 2, -1)
 
-    def prob_one(self, states, wire):
-        weights = torch.view_as_real(states).square().sum(-1)  # |amplitude|^2, no sqrt
-        p = weights.reshape(states.shape[0], 2 ** wire, 2, -1)[:, :, 1].sum((1, 2))
-        return (p / weights.sum(1)).to(torch.float64).cpu().numpy()
-
-    def outcome_probs(self, states, wire):
-        weights = torch.view_as_real(states).square().sum(-1).to(torch.float64)
-        p = weights.reshape(states.shape[0], 2 ** wire, 2, -1).sum((1, 3))
-        return (p / weights.sum(1, keepdim=True)).cpu().numpy()
+    def weights(self, states):
+        return torch.view_as_real(states).square().sum(-1)  # |amplitude|^2, no sqrt
 
     def collapse(self, states, wire, outcomes, reset):
         s = self._split(states, wire)
