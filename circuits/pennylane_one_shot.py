@@ -22,21 +22,23 @@ device as a :class:`Model`; this module holds no engine.
 """
 from __future__ import annotations
 
+import abc
 import functools
 
 import numpy as np
 
 
-class Model:
+class Model(abc.ABC):
     """What the driver needs from a device's engine. ``states`` is a torch batch of states,
     one row per branch. A subclass gives :meth:`evolve`, :meth:`weights` and :meth:`collapse`,
-    and sets ``n`` (wires), ``wire_map`` (wire
-    label -> engine wire, None when the labels are ``0..n-1``), ``rng`` (the device's
-    generator), ``row_shape`` (one state as PennyLane's functions read it), ``pennylane``
-    (the module of those functions: ``"qubit"`` for state vectors, ``"qubit_mixed"`` for
-    density matrices) and ``rounding``."""
+    and sets ``labels`` (the device's wire labels in engine order), ``n`` (wires),
+    ``wire_map`` (wire label -> engine wire, None when the labels are ``0..n-1``), ``rng``
+    (the device's generator), ``row_shape`` (one state as PennyLane's functions read it),
+    ``pennylane`` (the module of those functions: ``"qubit"`` for state vectors,
+    ``"qubit_mixed"`` for density matrices) and ``rounding``."""
 
     row_bytes: float  # bytes of one state
+    labels: tuple
     n: int
     wire_map = None
     rng = None
@@ -44,14 +46,14 @@ class Model:
     pennylane = "qubit"
     rounding: float = 0.0  # a probability rounding alone can give an impossible outcome
 
+    @abc.abstractmethod
     def evolve(self, states, ops):
         """``states`` after the PennyLane operations ``ops``; ``states=None``: from the device's
         start state, one row."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def weights(self, states):
         """Per row, the probability of each basis state (a real ``(B, 2**n)`` tensor)."""
-        raise NotImplementedError
 
     def outcome_probs(self, states, wire: int) -> np.ndarray:
         """Per row, the probabilities of measuring 0 and of measuring 1 on engine wire
@@ -66,10 +68,10 @@ class Model:
         """Per row, the probability of measuring 1 on engine wire ``wire``."""
         return self.outcome_probs(states, wire)[:, 1]
 
+    @abc.abstractmethod
     def collapse(self, states, wire: int, outcomes: np.ndarray, reset: bool):
         """Per row, the normalised state after measuring ``outcomes[row]`` on ``wire`` (then
         on |0> where ``reset``)."""
-        raise NotImplementedError
 
     def select(self, states, rows):
         """The rows ``rows`` (a list of indices) of ``states``."""

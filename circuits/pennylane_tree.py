@@ -4,14 +4,14 @@ PennyLane's ``mcm_method="tree-traversal"`` without shots.
 Every branch of outcomes is simulated with its weight (the probability of its outcomes): at a
 measurement each branch splits into its possible outcomes, each collapsed and renormalised
 (reset where asked), a postselected measurement keeping its outcome only. An outcome is
-possible when its probability, summed from the state's own amplitudes, is at least the
-model's ``rounding`` (what rounding alone makes nonzero: ``1e4 * eps**2`` for a state vector,
-``100 * eps`` for a density matrix, of the states' precision); one below it is not followed.
-A conditional operation runs on the branches whose outcomes make its condition true. The branches of one level run as
-rows of ONE batched engine call per stretch of gates; where the rows of the next level would
-not fit the memory budget, the branches are traversed in halves, one after the other (depth
-first; a single branch one outcome after the other), the states still to traverse counted
-against the budget, so the memory stays within it. No wires are added, unlike deferred
+possible when its probability, summed from the state's own amplitudes, is at least the model's
+``rounding`` (what rounding alone makes nonzero: ``1e4 * eps**2`` for a state vector,
+``100 * eps`` for a density matrix, of the states' precision); one below it is not followed. A
+conditional operation runs on the branches whose outcomes make its condition true. The branches
+of one level run as rows of ONE batched engine call per stretch of gates; where the rows of the
+next level would not fit the memory budget, the branches are traversed in halves, one after the
+other (depth first; a single branch one outcome after the other), the states still to traverse
+counted against the budget, so the memory stays within it. No wires are added, unlike deferred
 measurement; the time grows with the number of branches (up to ``2**k`` for ``k``
 measurements).
 
@@ -32,7 +32,22 @@ import itertools
 
 import numpy as np
 
+from qdiff.circuits import pennylane_one_shot as one_shot
 from qdiff.circuits.pennylane_one_shot import conditioned, segments
+
+
+def run(tape, model, rng, snapshots=None):
+    """A device's results of ``tape`` with its mid-circuit measurements measured: with shots
+    a ``dynamic_one_shot`` tape's per-shot results
+    (:func:`qdiff.circuits.pennylane_one_shot.execute`, ``snapshots`` storing its snapshot
+    values), without, the exact results of its outcome tree (:func:`execute`). The branch
+    states may take half the memory budget."""
+    from qdiff.circuits import memory
+    index = {w: i for i, w in enumerate(model.labels)}.__getitem__
+    budget = 0.5 * memory.budget()
+    if tape.shots:
+        return one_shot.execute(tape, model, index, rng, budget, snapshots)
+    return execute(tape, model, index, budget)
 
 
 def supported(mp) -> bool:

@@ -413,18 +413,15 @@ class QdiffMixed(Device):
         return tuple(self._run(t, torch_out) for t in circuits)
 
     def _measured(self, tape):
-        """A tape with mid-circuit measurements measured: with shots a ``dynamic_one_shot``
-        tape's per-shot results (:mod:`qdiff.circuits.pennylane_one_shot`), without, the exact
-        results of its outcome tree (:mod:`qdiff.circuits.pennylane_tree`)."""
+        """A tape with mid-circuit measurements measured
+        (:func:`qdiff.circuits.pennylane_tree.run`: one-shot with shots, the outcome tree
+        without)."""
         labels = self._labels(tape)
-        index = {w: i for i, w in enumerate(labels)}
-        wire_map = None if labels == tuple(range(len(labels))) else index
-        model = _DensityStates(self, labels, wire_map)
+        wire_map = None if labels == tuple(range(len(labels))) else \
+            {w: i for i, w in enumerate(labels)}
         try:
-            if tape.shots:
-                return one_shot.execute(tape, model, index.__getitem__, self._rng,
-                                        0.5 * memory.budget(), snapshot_store(self._debugger))
-            return tree.execute(tape, model, index.__getitem__, 0.5 * memory.budget())
+            return tree.run(tape, _DensityStates(self, labels, wire_map), self._rng,
+                            snapshot_store(self._debugger))
         except QdiffError as exc:
             raise DeviceError(f"{self.name}: {exc}") from None
 
