@@ -495,6 +495,48 @@ def test_pennylane_plugin_with_device_tensors(device):
             _close(list(g), list(rg), 1e-8, device)
 
 
+def _mcm_body(x):
+    import pennylane as qml
+
+    qml.RY(x[0], wires=0)
+    qml.CNOT(wires=[0, 1])
+    m0 = qml.measure(1)
+    qml.cond(m0, qml.RX)(x[1], wires=2)
+    qml.RY(0.5 * x[0], wires=1)
+    m1 = qml.measure(2, reset=True)
+    qml.cond(m0 & ~m1, qml.RZ)(0.3, wires=0)
+    qml.Hadamard(wires=0)
+    return (qml.expval(qml.Z(0)), qml.probs(wires=[1]), qml.expval(m0),
+            qml.probs(op=[m0, m1]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+def test_pennylane_measured_midcircuit_measurements_with_device_tensors(device, name):
+    """Mid-circuit measurements measured, not deferred, on both PennyLane devices with angles
+    on ``device``: the tree traversal equals default.qubit's deferred circuit on the CPU
+    (values and the gradient of the unconditioned angle), one-shot sampling agrees within its
+    statistics; outputs and gradients stay on ``device``."""
+    qml = pytest.importorskip("pennylane")
+    xr = torch.tensor([0.8, 1.1], dtype=torch.float64, requires_grad=True)
+    ref = qml.QNode(_mcm_body, qml.device("default.qubit"), interface="torch",
+                    mcm_method="deferred")(xr)
+    (rg,) = torch.autograd.grad(ref[0] + ref[1][0], xr)
+    xd = xr.detach().to(device).requires_grad_(True)
+    out = qml.QNode(_mcm_body, qml.device(name, wires=3), interface="torch",
+                    mcm_method="tree-traversal", diff_method="parameter-shift")(xd)
+    _close(list(out), list(ref), 1e-10, device)
+    (g,) = torch.autograd.grad(out[0] + out[1][0], xd)
+    # (the conditioned angle has no shift rule in PennyLane: finite differences)
+    _close(g, rg, 1e-6, device)
+    # (PennyLane's torch boundary moves sampled results to the device of the trainable
+    # parameters; with none trainable they stay on the CPU, on default.qubit too)
+    shots = qml.QNode(_mcm_body, qml.device(name, wires=3, seed=4), interface="torch",
+                      mcm_method="one-shot", shots=4000)(xd)
+    _close([s.detach() for s in shots], [r.detach() for r in ref], 5 / math.sqrt(4000),
+           device)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_memory_guard_on_device(device):
     with pytest.raises(qd.QdiffMemoryError, match="40 qubits"):
