@@ -106,28 +106,35 @@ class PauliGroups:
     @property
     def constant(self) -> torch.Tensor:
         """``(G,)`` bool: the groups of X words alone (no Z or Y), whose diagonal is constant."""
-        if "_constant" not in self.__dict__:
+        flags = self.__dict__.get("_constant")
+        if flags is None:
             flags = torch.ones(self.num_groups, dtype=torch.bool)
             flags.index_fill_(0, self.group[self.zy != 0], False)
-            self._constant = flags
-        return self._constant
+            flags = self.__dict__.setdefault("_constant", flags)
+        return flags
 
     def kernel_rows(self, lo: int, hi: int) -> torch.Tensor:
         """int64 ``(hi - lo,)``: each group's row among the diagonals of groups ``lo..hi``,
         or -1 for a constant one (kernels read its value, not its row); cached."""
         rows = self.__dict__.setdefault("_kernel_rows", {})
-        if (lo, hi) not in rows:
+        row = rows.get((lo, hi))
+        if row is None:
             if len(rows) > 64:
                 rows.clear()
-            rows[(lo, hi)] = torch.where(self.constant[lo:hi], -1, torch.arange(hi - lo))
-        return rows[(lo, hi)]
+            row = rows.setdefault((lo, hi),
+                                  torch.where(self.constant[lo:hi], -1, torch.arange(hi - lo)))
+        return row
 
     @property
     def mask_tensor(self) -> torch.Tensor:
         """``masks`` as an int64 CPU tensor (for kernels)."""
-        if "_mask_tensor" not in self.__dict__:
-            self._mask_tensor = torch.tensor(self.masks, dtype=torch.int64)
-        return self._mask_tensor
+        masks = self.__dict__.get("_mask_tensor")
+        if masks is None:
+            # the first one stored is the one every thread gets (a pointer the kernels read
+            # must stay valid while another thread builds the same tensor)
+            masks = self.__dict__.setdefault(
+                "_mask_tensor", torch.tensor(self.masks, dtype=torch.int64))
+        return masks
 
     def diagonals(self, coeffs: torch.Tensor, rdtype: torch.dtype, lo: int = 0,
                   hi: int = None) -> torch.Tensor:

@@ -194,3 +194,40 @@ def test_xor_permute_is_the_index_xor_for_every_kind_of_mask(n):
     for m in sorted(masks):
         assert torch.equal(xor_permute(x, m, n, dim=1), x[:, i ^ m]), m
         assert torch.equal(xor_permute(x[0], m, n), x[0, i ^ m]), m
+
+
+def test_pauli_groups_lazy_tensors_are_one_object_when_built_twice_at_once():
+    """Two threads building a PauliGroups' mask tensor (or constant flags, or kernel rows) at
+    once both get the one stored first: the kernels read the tensor through a pointer while
+    the other thread finishes, so the one they read must stay held. The second build is
+    emulated deterministically by building it again from inside the first."""
+    from qdiff.circuits.paulis import PauliGroups
+
+    groups = PauliGroups([{0: "X"}, {1: "Y", 0: "Z"}, {0: "Z"}], 2)
+    inner = []
+
+    class Interleaved:
+        """``groups.masks`` that, when first read, lets "another thread" build the tensor."""
+
+        def __init__(self, masks):
+            self.masks = masks
+
+        def __len__(self):
+            return len(self.masks)
+
+        def __getitem__(self, i):
+            if not inner:
+                inner.append(None)
+                inner[0] = groups.mask_tensor
+            return self.masks[i]
+
+    groups.masks = Interleaved(list(groups.masks))
+    outer = groups.mask_tensor
+    assert outer is inner[0] and groups.mask_tensor is outer
+    assert outer.tolist() == groups.masks.masks
+
+    # the kernel rows of a range, read while the cache of ranges is emptied in between
+    rows = groups.kernel_rows(0, 2)
+    cache = groups.__dict__["_kernel_rows"]
+    cache.clear()
+    assert groups.kernel_rows(0, 2).tolist() == rows.tolist()

@@ -218,12 +218,13 @@ class PauliKernel:
             raise QdiffError("a complex Pauli-sum diagonal on real states")
         d = resolved(d.detach().to(x.dtype if dcomplex else x.real.dtype))
         drow = groups.kernel_rows(lo, hi)
+        masks = groups.mask_tensor[lo:hi]  # held while the kernels read it
         consts = d[:, 0].contiguous()
         accumulate = out is not None
         if out is None:
             out = torch.empty_like(x)
         rc = library().qd_pauli_apply(PAULI_DTYPES[x.dtype], ptr(x), b, dim.bit_length() - 1,
-                                      hi - lo, ptr(groups.mask_tensor[lo:hi]), ptr(drow),
+                                      hi - lo, ptr(masks), ptr(drow),
                                       d.shape[0], ptr(d), ptr(consts), int(dcomplex), ptr(out),
                                       int(accumulate), threads())
         if rc:
