@@ -65,10 +65,14 @@ _QNODE_CACHE_SIZE = 64
 class _Runner:
     """Shared machinery: circuit imports (per run), qnodes (cached by structure), devices.
 
-    Qiskit's ``PrimitiveJob`` runs each job on a thread of its own, so several jobs submitted
-    before their results are read run at once: a job's random stream is drawn from the
-    primitive's seed when it is submitted (:meth:`job_rng`), in submission order, and the
-    caches are shared under a lock."""
+    An integer seed (or a sequence of them, a ``SeedSequence``) gives every job the same
+    random stream, as Qiskit's ``StatevectorSampler`` / ``StatevectorEstimator`` (and its
+    backend and Aer primitives with a simulator seed) do: a run repeats its samples. A
+    ``np.random.Generator`` (or ``BitGenerator``) seed, and no seed, go on with their sequence,
+    one stream per job. Qiskit's ``PrimitiveJob`` runs each job on a thread of its own, so
+    several jobs submitted before their results are read run at once: a job's random stream is
+    drawn when it is submitted (:meth:`job_rng`), in submission order, and the caches are
+    shared under a lock."""
 
     def __init__(self, seed, who: str):
         if isinstance(seed, bool):
@@ -78,23 +82,32 @@ class _Runner:
         except (TypeError, ValueError):
             raise QdiffError(f"{who}: seed must be None, a non-negative integer or a "
                              f"np.random.Generator; got {seed!r}") from None
+        stateful = seed is None or isinstance(seed, (np.random.Generator,
+                                                     np.random.BitGenerator))
+        self._repeat_seed = None if stateful else seed
         self._qnodes: "OrderedDict" = OrderedDict()
         self._devices: dict = {}
         self._lock = threading.Lock()
 
     def __getstate__(self):
         """A copy or an unpickled primitive goes on with the seed's sequence where this one
-        stands; its devices and qnodes are built anew on use (a lock does not pickle)."""
-        return {"_rng": self._rng}
+        stands (an integer seed: the same stream for every job); its devices and qnodes are built
+        anew on use (a lock does not pickle)."""
+        return {"_rng": self._rng, "_repeat_seed": self._repeat_seed}
 
     def __setstate__(self, state):
         self._rng = state["_rng"]
+        self._repeat_seed = state.get("_repeat_seed")
         self._qnodes = OrderedDict()
         self._devices = {}
         self._lock = threading.Lock()
 
     def job_rng(self) -> np.random.Generator:
-        """The random stream of the job being submitted (the seed's sequence, one per job)."""
+        """The random stream of the job being submitted: for an integer seed the same one for
+        every job (the first of the seed's sequence), else the next of the seed's sequence."""
+        if self._repeat_seed is not None:
+            return np.random.default_rng(
+                int(np.random.default_rng(self._repeat_seed).integers(2 ** 62)))
         with self._lock:
             return np.random.default_rng(int(self._rng.integers(2 ** 62)))
 
@@ -201,8 +214,10 @@ def _check_real_values(pub, at: int, i: int) -> None:
 def _coerce(kind, pubs, default) -> list:
     """Qiskit's PUB coercion and validation, its errors as ``QdiffError`` s naming the PUB."""
     if isinstance(pubs, (str, bytes)) or not hasattr(pubs, "__iter__"):
-        raise QdiffError(f"run() takes an iterable of PUBs; got {type(pubs).__name__} (wrap a "
-                         "single PUB in a list: run([(circuit, ...)]))")
+        who = "Estimator" if kind is EstimatorPub else "Sampler"
+        raise QdiffError(f"An invalid {who} pub-like was given: run() takes an iterable of "
+                         f"PUBs; got {type(pubs).__name__} (wrap a single PUB in a list: "
+                         "run([(circuit, ...)]))")
     out = []
     for i, pub in enumerate(pubs):
         _check_real_values(pub, 2 if kind is EstimatorPub else 1, i)
@@ -220,7 +235,8 @@ class Estimator(BaseEstimatorV2):
 
     Args:
         default_precision: precision of PUBs that give none (0: exact).
-        seed: seed (or ``np.random.Generator``) of the shot sampling at precision > 0.
+        seed: seed of the shot sampling at precision > 0: an integer seed gives every
+            run the same estimates; a ``np.random.Generator`` goes on with its sequence.
     """
 
     def __init__(self, *, default_precision: float = 0.0, seed=None, **unknown):
@@ -424,7 +440,8 @@ class Sampler(BaseSamplerV2):
 
     Args:
         default_shots: shots of PUBs that give none.
-        seed: seed (or ``np.random.Generator``) of the sampling (a reproducible sequence).
+        seed: seed of the sampling: an integer seed gives every run the same samples;
+            a ``np.random.Generator`` goes on with its sequence.
     """
 
     def __init__(self, *, default_shots: int = 1024, seed=None, **unknown):

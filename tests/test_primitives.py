@@ -234,7 +234,7 @@ def test_precision_is_the_standard_error_of_the_whole_estimate(coeffs):
     words = ["ZI", "XX", "IY", "ZZ"][:len(coeffs)]
     obs = SparsePauliOp(words, coeffs)
     exact = StatevectorEstimator().run([(qc, obs)]).result()[0].data.evs
-    est = Estimator(seed=3)
+    est = Estimator(seed=np.random.default_rng(3))  # a sequence: each run new shots
     runs = [est.run([(qc, obs)], precision=0.02).result()[0] for _ in range(600)]
     vals = np.array([r.data.evs for r in runs])
     assert vals.std() <= 0.02 * 1.15 and abs(vals.mean() - exact) < 4 * 0.02 / np.sqrt(600)
@@ -258,10 +258,14 @@ def test_word_shared_by_observables_takes_the_most_shots_asked():
         Estimator().run([(qc, "ZZ")], precision=True)
 
 
-def test_seeded_jobs_submitted_together_match_jobs_run_one_at_a_time():
+@pytest.mark.parametrize("seed", [3, "generator"])
+def test_seeded_jobs_submitted_together_match_jobs_run_one_at_a_time(seed):
     """Qiskit runs each PrimitiveJob on a thread of its own: jobs submitted before any result
     is read run at once, and a seeded primitive still gives each job the results it gives when
-    the jobs run one after another (its random stream is drawn when the job is submitted)."""
+    the jobs run one after another (its random stream is drawn when the job is submitted; a
+    Generator seed's sequence in submission order)."""
+    def make_seed():
+        return np.random.default_rng(3) if seed == "generator" else seed
     from qiskit.quantum_info import SparsePauliOp
     rng = np.random.default_rng(11)
     qc, used = random_circuit(rng, 4, 4)
@@ -271,14 +275,14 @@ def test_seeded_jobs_submitted_together_match_jobs_run_one_at_a_time():
     qm.measure_all()
 
     def estimates(together):
-        est = Estimator(default_precision=0.05, seed=3)
+        est = Estimator(default_precision=0.05, seed=make_seed())
         if together:
             jobs = [est.run([(qc, obs, v)]) for v in vals]
             return [float(j.result()[0].data.evs) for j in jobs]
         return [float(est.run([(qc, obs, v)]).result()[0].data.evs) for v in vals]
 
     def counts(together):
-        smp = Sampler(seed=3)
+        smp = Sampler(seed=make_seed())
         if together:
             jobs = [smp.run([(qm, v)], shots=64) for v in vals]
             return [j.result()[0].data.meas.get_counts() for j in jobs]
@@ -290,10 +294,40 @@ def test_seeded_jobs_submitted_together_match_jobs_run_one_at_a_time():
         assert (estimates(True), counts(True)) == one_by_one
 
 
-def test_used_primitives_pickle_and_deep_copy_as_qiskits_do():
+def test_integer_seed_repeats_every_run_and_generator_seed_goes_on():
+    """As Qiskit's StatevectorSampler / StatevectorEstimator: an integer seed (or a
+    SeedSequence) gives every run the same samples and estimates; a np.random.Generator seed
+    goes on with its sequence, run after run."""
+    from qiskit import QuantumCircuit
+    qc = QuantumCircuit(2)
+    qc.h(0)
+    qc.ry(0.7, 1)
+    qm = qc.copy()
+    qm.measure_all()
+
+    def samples(smp):
+        return [smp.run([qm], shots=200).result()[0].data.meas.get_counts() for _ in range(3)]
+
+    def estimates(est):
+        return [float(est.run([(qc, "XZ")]).result()[0].data.evs) for _ in range(3)]
+    for repeat in (5, np.random.SeedSequence(5)):
+        first, *again = samples(Sampler(seed=repeat))
+        assert all(a == first for a in again)
+        first, *again = estimates(Estimator(default_precision=0.05, seed=repeat))
+        assert all(a == first for a in again)
+    runs = samples(Sampler(seed=np.random.default_rng(5)))
+    assert runs[0] != runs[1] or runs[1] != runs[2]
+    runs = estimates(Estimator(default_precision=0.05, seed=np.random.default_rng(5)))
+    assert len(set(runs)) > 1
+    # the first job of an integer seed is that of a Generator seeded alike
+    assert samples(Sampler(seed=5))[0] == samples(Sampler(seed=np.random.default_rng(5)))[0]
+
+
+@pytest.mark.parametrize("seed", [3, "generator"])
+def test_used_primitives_pickle_and_deep_copy_as_qiskits_do(seed):
     """``pickle`` and ``copy.deepcopy`` of a seeded primitive that has run jobs (as Qiskit's
     and Aer's primitives): the copy keeps its options and goes on with the seed's sequence
-    where the original stands."""
+    where the original stands (an integer seed: the same stream for every job)."""
     import copy
     import pickle
     from qiskit.quantum_info import SparsePauliOp
@@ -303,12 +337,17 @@ def test_used_primitives_pickle_and_deep_copy_as_qiskits_do():
     vals = rng.uniform(-1, 1, (3, used))
     qm = qc.copy()
     qm.measure_all()
-    est, smp = Estimator(default_precision=0.05, seed=3), Sampler(default_shots=40, seed=3)
+    def make_seed():
+        return np.random.default_rng(3) if seed == "generator" else seed
+    est = Estimator(default_precision=0.05, seed=make_seed())
+    smp = Sampler(default_shots=40, seed=make_seed())
     est.run([(qc, obs, vals)]).result()
     smp.run([(qm, vals)]).result()
     for copier in (copy.deepcopy, lambda p: pickle.loads(pickle.dumps(p))):
         e, s = copier(est), copier(smp)
-        assert (e.seed, e.default_precision, s.seed, s.default_shots) == (3, 0.05, 3, 40)
+        assert (e.default_precision, s.default_shots) == (0.05, 40)
+        if seed == 3:
+            assert (e.seed, s.seed) == (3, 3)
         np.testing.assert_array_equal(e.run([(qc, obs, vals)]).result()[0].data.evs,
                                       est.run([(qc, obs, vals)]).result()[0].data.evs)
         assert s.run([(qm, vals)]).result()[0].data.meas.get_counts() == \
