@@ -116,6 +116,15 @@ class QiskitImport:
         return torch.cat([values, self.expressions.evaluate(values)], dim=1)
 
 
+def is_quantum_circuit(obj) -> bool:
+    """Whether ``obj`` is a ``qiskit.QuantumCircuit``, a subclass included (the library's
+    ``QFT``, ``RealAmplitudes``, ``EfficientSU2``, ... classes); without importing qiskit when
+    the caller never did (such an object cannot exist then)."""
+    import sys
+    module = sys.modules.get("qiskit.circuit")
+    return module is not None and isinstance(obj, module.QuantumCircuit)
+
+
 def angle_from_qiskit(value, params: dict, where: str):
     """Float, or ``ParamRef`` for an expression affine in one Qiskit Parameter (columns from
     ``params``, extended in place); any other expression is an error. For callers that need

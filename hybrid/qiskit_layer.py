@@ -36,11 +36,12 @@ def layer_from_qiskit(cls, qc, input_params=None, weight_params=None, observable
     import torch
     import qdiff as qd
     from qdiff.circuit_qnode import CircuitQNode, as_import
+    from qdiff.circuits.qiskit_io import is_quantum_circuit
     for key in gradient_kwargs:
         if key in _QISKIT_ML_KEYWORDS:
             raise QdiffError(f"from_qiskit: {key}= is EstimatorQNN/SamplerQNN's keyword, not "
                              f"this layer's: {_QISKIT_ML_KEYWORDS[key]}")
-    n = qc.num_qubits if type(qc).__name__ == "QuantumCircuit" else \
+    n = qc.num_qubits if is_quantum_circuit(qc) else \
         as_import(qc).num_qubits
     if device is None or isinstance(device, str):
         device = qd.device(device or "statevector", wires=n)

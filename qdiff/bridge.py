@@ -755,7 +755,8 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
     if shots and torch.is_grad_enabled():
         _refuse_sampled_trainable_matrix(circuit)
     if rule is BACKPROP or not needs_grad:
-        return backend.run(circuit, theta, prep, shots=shots)
+        outs = backend.run(circuit, theta, prep, shots=shots)
+        return _connected(outs, theta) if rule is BACKPROP and needs_grad else outs
     if options is None or diff_method == "best":
         options = make_options(rule.name, {})
     if any(m.kind in ("sample", "counts") for m in circuit.measurements):
@@ -763,6 +764,21 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
                              shots)
     return execute_with_rule(recorded, backend, rule, options, higher_order(diff_method, rule),
                              stacked=stacked, shots=shots)
+
+
+def _connected(outs, theta: torch.Tensor):
+    """Backprop outputs that no angle reaches (every parameter of an imported circuit only in
+    its global phase) joined to ``theta`` with a zero derivative, as the other rules give: a
+    ``backward()`` then yields zero gradients instead of torch's "does not require grad"."""
+    if not theta.requires_grad:
+        return outs
+
+    def join(t):
+        if t.requires_grad or not (t.is_floating_point() or t.is_complex()):
+            return t
+        return t + (theta.sum() * 0).to(t.real.dtype if t.is_complex() else t.dtype)
+
+    return join(outs) if isinstance(outs, torch.Tensor) else [join(t) for t in outs]
 
 
 def _refuse_sampled_trainable_matrix(circuit) -> None:

@@ -30,7 +30,8 @@ from qdiff.circuits.circuit import Circuit, Recorded
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.observables import Factor, Observable
-from qdiff.circuits.qiskit_io import QiskitImport, from_qiskit, observable_from_qiskit
+from qdiff.circuits.qiskit_io import (QiskitImport, from_qiskit, is_quantum_circuit,
+                                      observable_from_qiskit)
 from qdiff.bridge import eager_under_compile
 
 
@@ -66,7 +67,7 @@ class CircuitQNode:
         self.options = make_options(diff_method, gradient_kwargs)
         imp = as_import(source)
         # a QuantumCircuit source is kept so that the qnode pickles (torch.save of a model)
-        self._args = (source if type(source).__name__ == "QuantumCircuit" else None,
+        self._args = (source if is_quantum_circuit(source) else None,
                       device, diff_method, observables, arguments, dict(gradient_kwargs))
         circuit = imp.circuit
         nq = imp.num_qubits
@@ -99,8 +100,11 @@ class CircuitQNode:
         self.circuit = circuit.with_measurements(ms)
         self.names = _parameter_names(imp)
         self.arg_names, self.arg_sizes, self.perm = _split(imp, self.names, arguments)
+        # a circuit without parameters is called with no bindings: f() (or f(torch.zeros(0)))
+        empty = inspect.Parameter.empty if any(self.arg_sizes) else None
         self.__signature__ = inspect.Signature(
-            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in self.arg_names])
+            [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=empty)
+             for n in self.arg_names])
         self.__name__ = "circuit"
 
     @property
@@ -137,7 +141,9 @@ class CircuitQNode:
         except TypeError as exc:
             raise QdiffError(f"circuit qnode: {exc}; its arguments are {list(self.arg_names)}") \
                 from None
-        values = [bound.arguments[n] for n in self.arg_names]
+        bound.apply_defaults()
+        values = [torch.zeros(0, dtype=torch.float64) if bound.arguments[n] is None else
+                  bound.arguments[n] for n in self.arg_names]
         if len(values) == 1 and isinstance(values[0], dict):
             values = [self._from_mapping(values[0])]
         tensors = [_as_tensor(v, n, k) for v, n, k in zip(values, self.arg_names, self.arg_sizes)]
@@ -278,7 +284,7 @@ def as_import(source) -> QiskitImport:
         return source
     if isinstance(source, Circuit):
         return QiskitImport(source, [None] * source.num_params)
-    if type(source).__name__ == "QuantumCircuit":
+    if is_quantum_circuit(source):
         return from_qiskit(source)
     raise QdiffError(f"expected a callable, a Circuit, a QuantumCircuit or a QiskitImport "
                      f"(qasm.load); got {type(source).__name__}")

@@ -238,6 +238,58 @@ def test_qnode_of_quantum_circuit_circuit_and_import_agree():
     assert torch.allclose(qd.qnode(dev, observables=obs)(again)(vals), out, atol=1e-12)
 
 
+def test_library_circuit_classes_run_as_qnodes_layers_and_compile():
+    """Qiskit's library classes (QFT, RealAmplitudes, ...) are QuantumCircuit subclasses: each
+    door takes them as the circuits they are."""
+    from qiskit.circuit.library import QFT, RealAmplitudes
+    from qiskit.quantum_info import SparsePauliOp, Statevector
+    ansatz = RealAmplitudes(3, reps=1)
+    vals = np.linspace(0.2, 1.4, ansatz.num_parameters)
+    obs = SparsePauliOp.from_list([("XZY", 0.4), ("ZZI", -0.8)])
+    ref = Statevector(ansatz.assign_parameters(vals)).expectation_value(obs).real
+    out = qd.qnode(qd.device("statevector", wires=3), observables=obs)(ansatz)(torch.tensor(vals))
+    assert abs(out.item() - ref) < 1e-12
+    layer = qd.QuantumLayer.from_qiskit(ansatz, input_params=[], weight_params=ansatz.parameters,
+                                        observables=obs, init_method=torch.tensor(vals))
+    assert abs(layer(torch.zeros(1, 0, dtype=torch.float64)).item() - ref) < 1e-12
+    qft = QFT(3, approximation_degree=1, inverse=True)
+    zzz = SparsePauliOp("XXX")
+    f = qd.qnode(qd.device("statevector", wires=3), observables=zzz)(qft)
+    assert abs(f().item() - Statevector(qft).expectation_value(zzz).real) < 1e-12
+    compiled, _ = qd.compile(qft, level=1)
+    assert compiled.num_wires == 3
+
+
+def test_qnode_of_a_circuit_without_parameters_is_called_without_bindings():
+    from qiskit import QuantumCircuit
+    qc = QuantumCircuit(2)
+    qc.h(0)
+    qc.cx(0, 1)
+    f = qd.qnode(qd.device("statevector", wires=2), observables=["XX", "ZI"])(qc)
+    assert torch.allclose(f(), torch.tensor([1.0, 0.0], dtype=torch.float64), atol=1e-12)
+    assert torch.equal(f(), f(torch.zeros(0, dtype=torch.float64)))
+    assert f(torch.zeros(3, 0, dtype=torch.float64)).shape == (3, 2)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_parameters_only_in_the_global_phase_have_zero_gradients(method):
+    """A global phase is unobservable: every method gives the gradient 0, and backward() runs
+    (backprop included, where no gate reads the column)."""
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    from qiskit.circuit.library import GlobalPhaseGate
+    a, b = Parameter("a"), Parameter("b")
+    qc = QuantumCircuit(1, global_phase=2 * a)
+    qc.append(GlobalPhaseGate(b), [])
+    qc.h(0)
+    f = qd.qnode(qd.device("statevector", wires=1), observables="X", diff_method=method)(qc)
+    x = torch.tensor([0.3, -0.2], dtype=torch.float64, requires_grad=True)
+    y = f(x)
+    assert abs(y.item() - 1.0) < 1e-12
+    y.backward()
+    assert torch.allclose(x.grad, torch.zeros(2, dtype=torch.float64), atol=1e-6)
+
+
 def test_qnode_of_circuit_with_measurements_returns_probabilities():
     from qiskit import QuantumCircuit
     from qiskit.quantum_info import Statevector

@@ -276,7 +276,7 @@ def _no_worse(cands, base):
 
 
 def _as_import(x):
-    from qdiff.circuits.qiskit_io import QiskitImport, from_qiskit
+    from qdiff.circuits.qiskit_io import QiskitImport, from_qiskit, is_quantum_circuit
     from qdiff.circuits import qasm
     if isinstance(x, QiskitImport):
         return x
@@ -292,7 +292,7 @@ def _as_import(x):
         if os.path.exists(x):
             return qasm.load(x)
         raise QdiffError(f"compile: '{x[:60]}' is neither OpenQASM text nor an existing file")
-    if type(x).__name__ == "QuantumCircuit":
+    if is_quantum_circuit(x):
         return from_qiskit(x, dynamic=False)  # the compiler takes unitary circuits
     raise QdiffError(f"compile: expected a Circuit, a QuantumCircuit, OpenQASM text or a path; "
                      f"got {type(x).__name__}")
