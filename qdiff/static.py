@@ -995,6 +995,10 @@ class StaticQNode:
             qnode = qnode.qnode
         if not (callable(getattr(qnode, "construct", None)) and callable(getattr(qnode, "func", None))
                 and hasattr(qnode, "options") and hasattr(qnode, "device")):
+            if type(qnode).__name__ == "CircuitQNode":
+                raise QdiffError("qd.jit takes a qnode of a Python function; a qnode of a "
+                                 "QuantumCircuit or Circuit records nothing per call (its "
+                                 "structure is fixed when it is made): call it directly")
             raise QdiffError(f"qd.jit takes a qnode made by qd.qnode; got "
                              f"{type(qnode).__name__}")
         if isinstance(max_traces, bool) or not isinstance(max_traces, int) or max_traces < 1:

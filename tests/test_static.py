@@ -474,6 +474,12 @@ def test_other_refusals():
         g(bytearray(b"x"))
     with pytest.raises(qd.QdiffError, match="qd.jit takes a qnode"):
         qd.jit(lambda x: x)
+    from qiskit import QuantumCircuit
+    from qiskit.circuit import Parameter
+    qc = QuantumCircuit(1)
+    qc.rx(Parameter("a"), 0)
+    with pytest.raises(qd.QdiffError, match="records nothing per call"):
+        qd.jit(qd.qnode(dev)(qc))
     with pytest.raises(qd.QdiffError, match="static must be"):
         qd.qnode(dev, static="yes")
     nan = qd.qnode(dev, static=True)(lambda x: (qd.RX(x, wires=0), qd.expval(qd.Z(0)))[1])
