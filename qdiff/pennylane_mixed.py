@@ -397,6 +397,7 @@ class QdiffMixed(Device):
         if config.gradient_method == "backprop":
             program.add_transform(no_sampling, name=f"backprop + {self.name}")
         if measured:
+            program.add_transform(_measured_channel_rows)
             one_shot.measured_transforms(program, config.mcm_config.mcm_method,
                                          config.mcm_config.postselect_mode)
         return program
@@ -659,6 +660,43 @@ def _split_channel_rows(rows):
             ops.append(op)
         out.append(row.copy(operations=ops))
     return out
+
+
+@qml.transform
+def _measured_channel_rows(tape):
+    """A tape whose mid-circuit measurements are measured (one-shot, tree traversal) and that
+    is broadcast by a channel parameter, as one tape per row: those methods take a broadcast
+    tape row by row, and PennyLane's row split (``broadcast_expand``, also inside
+    ``dynamic_one_shot``) sees gate parameters only, so the channel's rows would meet one row
+    of states. Results are stacked as ``broadcast_expand`` stacks them."""
+    if not one_shot.has_mid_measure(tape) or \
+            not any(_broadcast_channel(op) for op in tape.operations):
+        return (tape,), lambda results: results[0]
+    if tape.batch_size is not None:
+        rows, join = qml.transforms.broadcast_expand(tape)
+        return tuple(_split_channel_rows(rows)), join
+    size = max(qml.math.shape(d)[0] for op in tape.operations if _broadcast_channel(op)
+               for d in op.data if qml.math.ndim(d) > 0)
+    return tuple(_split_channel_rows([tape] * size)), _stacked_rows(tape)
+
+
+def _stacked_rows(tape):
+    """The results of one tape per broadcast row of ``tape`` stacked per measurement (and per
+    shot-vector entry), the layout of a broadcast tape's results."""
+    many = len(tape.measurements) > 1
+    copies = tape.shots.num_copies if tape.shots.has_partitioned_shots else None
+
+    def stack(per_row):
+        if many:
+            return tuple(qml.math.stack([r[m] for r in per_row])
+                         for m in range(len(tape.measurements)))
+        return qml.math.stack(list(per_row))
+
+    def fn(results):
+        if copies is None:
+            return stack(results)
+        return tuple(stack([r[s] for r in results]) for s in range(copies))
+    return fn
 
 
 def _density_prep(tape):

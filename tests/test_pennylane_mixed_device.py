@@ -616,6 +616,41 @@ def test_a_broadcast_channel_parameter_gives_one_row_per_value():
     np.testing.assert_allclose(p.grad.numpy(), -4 / 3 * np.cos(0.37) * np.ones(3), atol=1e-10)
 
 
+@pytest.mark.parametrize("angle", [0.4, np.array([0.2, 0.9, 1.7])], ids=["one", "rows"])
+def test_a_broadcast_channel_parameter_with_measured_mid_circuit_measurements(angle):
+    # the tree traversal and one-shot take one row at a time: each value of the channel
+    # parameter is its own row there too (default.mixed, deferred, compared value by value)
+    ps = np.array([0.1, 0.3, 0.5])
+
+    def circuit(p, x):
+        qml.RX(x, wires=0)
+        qml.CNOT(wires=[0, 1])
+        qml.BitFlip(p, wires=0)
+        m = qml.measure(0)
+        qml.cond(m, qml.RY)(0.5, wires=1)
+        qml.AmplitudeDamping(p, wires=1)
+        return qml.expval(qml.PauliZ(1)), qml.probs(wires=[1]), qml.expval(m)
+
+    xs = np.broadcast_to(angle, ps.shape)
+    rows = [qml.QNode(circuit, qml.device("default.mixed", wires=3))(p, x)
+            for p, x in zip(ps, xs)]
+    want = tuple(np.stack(w) for w in zip(*rows))
+    dev = qml.device("qdiff.mixed", wires=2)
+    _same(qml.QNode(circuit, dev, mcm_method="tree-traversal")(ps, angle), want, 1e-10)
+    dev = qml.device("qdiff.mixed", wires=2, seed=4)
+    got = qml.set_shots(qml.QNode(circuit, dev, mcm_method="one-shot"), shots=20000)(ps, angle)
+    assert [np.shape(g) for g in got] == [(3,), (3, 2), (3,)]
+    _same(got, want, 0.03)
+    got = qml.set_shots(qml.QNode(circuit, dev, mcm_method="tree-traversal"),
+                        shots=[4000, (2000, 2)])(ps, angle)
+    assert len(got) == 3
+    for g in got:
+        _same(g, want, 0.06)
+    if np.ndim(angle):  # rows of the angle and of the channel that differ in number
+        with pytest.raises(qml.exceptions.DeviceError, match="BitFlip on wires \\[0\\]"):
+            qml.QNode(circuit, dev, mcm_method="tree-traversal")(ps[:2], angle)
+
+
 def test_broadcast_multi_controlled_gates_and_unitaries_equal_default_mixed_row_by_row():
     # default.mixed refuses these broadcast inputs: compared value by value
     b = np.array([0.1, 0.5, 0.9])
