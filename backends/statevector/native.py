@@ -218,12 +218,16 @@ class PauliKernel:
             raise QdiffError("a complex Pauli-sum diagonal on real states")
         d = resolved(d.detach().to(x.dtype if dcomplex else x.real.dtype))
         drow = groups.kernel_rows(lo, hi)
+        # held here for the call: the kernel reads them with the GIL released, while another
+        # thread may replace the groups' cached mask tensor (a temporary slice would leave
+        # only a pointer into memory freed with it)
+        masks = groups.mask_tensor[lo:hi]
         consts = d[:, 0].contiguous()
         accumulate = out is not None
         if out is None:
             out = torch.empty_like(x)
         rc = library().qd_pauli_apply(PAULI_DTYPES[x.dtype], ptr(x), b, dim.bit_length() - 1,
-                                      hi - lo, ptr(groups.mask_tensor[lo:hi]), ptr(drow),
+                                      hi - lo, ptr(masks), ptr(drow),
                                       d.shape[0], ptr(d), ptr(consts), int(dcomplex), ptr(out),
                                       int(accumulate), threads())
         if rc:
