@@ -260,6 +260,38 @@ def test_tile_modes(monkeypatch):
         assert native_abi.tiles() == mode
 
 
+def test_extra_flags_follow_the_builds_own_and_key_the_cache(tmp_path):
+    """QDIFF_NATIVE_CFLAGS reaches the compiler after the build's own flags (a later -O1
+    overrides -O3), shows in the status, and builds a library of its own."""
+    cc = _fake_cc(tmp_path)
+    args_log = tmp_path / "args.log"
+    logging_cc = tmp_path / "argscc"
+    logging_cc.write_text(f'#!/bin/sh\n[ "$1" = "--version" ] || echo "$@" >> "{args_log}"\n'
+                          f'exec "{cc}" "$@"\n')
+    logging_cc.chmod(0o755)
+    code = CHILD + "print('FLAGS', *st.flags)\n"
+    flags = "-O1 -DQD_PROBE='a b'"
+    assert _run_child(tmp_path, logging_cc, code=code)[0] == ["True", "True"]
+    status, res = _run_child(tmp_path, logging_cc, {"QDIFF_NATIVE_CFLAGS": flags}, code=code)
+    assert status == ["True", "True"] and _builds(tmp_path) == 2
+    cmds = args_log.read_text().splitlines()
+    assert "-O1" not in cmds[0] and "-DQD_PROBE=a b" in cmds[1]
+    assert cmds[1].index("-O3") < cmds[1].index("-O1") < cmds[1].index("qdsim.c")
+    assert "-O1" in next(ln for ln in res.stdout.splitlines() if ln.startswith("FLAGS"))
+    assert len(list((tmp_path / "cache" / "native").glob("qdsim-*.so"))) == 2
+    _run_child(tmp_path, logging_cc, {"QDIFF_NATIVE_CFLAGS": flags}, code=code)
+    assert _builds(tmp_path) == 2  # the flagged library is reused
+
+
+def test_extra_flags_unbalanced_quote_is_named(monkeypatch):
+    from qdiff.backends.statevector import native_lib
+    monkeypatch.setenv("QDIFF_NATIVE_CFLAGS", "-DX='a")
+    with pytest.raises(qd.QdiffError, match="QDIFF_NATIVE_CFLAGS"):
+        native_lib.extra_flags()
+    monkeypatch.setenv("QDIFF_NATIVE_CFLAGS", " -O1  -g ")
+    assert native_lib.extra_flags() == ["-O1", "-g"]
+
+
 def test_doctor_reports_the_kernels(capsys):
     from qdiff.cli import main
     assert main(["doctor"]) == 0

@@ -237,3 +237,42 @@ def test_engine_expval_and_adjoint_of_a_pauli_sum(cdtype, monkeypatch):
     tol = 1e-10 if cdtype == torch.complex128 else 2e-4
     assert abs(float(v) - float(v_ref)) < tol
     assert torch.allclose(g, g_ref, atol=tol)
+
+
+def test_kernel_call_holds_the_masks_it_passes(monkeypatch):
+    """The flip masks handed to the kernel stay alive for the whole call (the kernel runs with
+    the GIL released; another thread may replace the groups' cached mask tensor meanwhile)."""
+    import weakref
+    n = 4
+    op = PauliSumOperator(_words(n, 12, seed=3), torch.linspace(0.1, 1.2, 12,
+                                                              dtype=torch.float64), n)
+    groups = op.groups
+    freed = []
+
+    class Fresh:  # every access a new tensor, referenced by nothing but the caller's slice
+        def __getitem__(self, key):
+            t = torch.tensor(groups.masks, dtype=torch.int64)[key]
+            weakref.finalize(t, freed.append, True)
+            return t
+
+    class Groups:
+        def __getattr__(self, name):
+            return Fresh() if name == "mask_tensor" else getattr(groups, name)
+
+    lib = native.library()
+
+    class Lib:
+        def __getattr__(self, name):
+            return getattr(lib, name)
+
+        def qd_pauli_apply(self, *args):
+            assert not freed, "the masks were freed before the kernel ran"
+            return lib.qd_pauli_apply(*args)
+
+    psi = torch.randn(2, 2 ** n, dtype=torch.complex128)
+    d = groups.diagonals(op.coeffs, torch.float64)
+    with native.disabled():
+        ref = op.apply(psi)
+    monkeypatch.setattr(native, "library", lambda: Lib())
+    out = native.pauli_kernel(psi, Groups(), 0, groups.num_groups, d)
+    assert torch.allclose(out, ref, atol=1e-12)

@@ -218,7 +218,10 @@ class PauliKernel:
             raise QdiffError("a complex Pauli-sum diagonal on real states")
         d = resolved(d.detach().to(x.dtype if dcomplex else x.real.dtype))
         drow = groups.kernel_rows(lo, hi)
-        masks = groups.mask_tensor[lo:hi]  # held while the kernels read it
+        # held here for the call: the kernel reads them with the GIL released, while another
+        # thread may replace the groups' cached mask tensor (a temporary slice would leave
+        # only a pointer into memory freed with it)
+        masks = groups.mask_tensor[lo:hi]
         consts = d[:, 0].contiguous()
         accumulate = out is not None
         if out is None:

@@ -3,7 +3,9 @@
 The C sources ship with the package and are compiled on first use with the system C compiler
 (``$CC`` or ``cc``; ``-O3 -march=native`` and OpenMP when the compiler takes them) into
 ``$QDIFF_CACHE_DIR/native`` (default ``~/.cache/qdiff/native``), named by a hash of the sources,
-the compiler, the flags and the CPU. Beside each library lies the SHA-256 of its bytes, written
+the compiler, the flags and the CPU. ``QDIFF_NATIVE_CFLAGS`` adds compiler flags after the build's
+own (a later ``-O1`` overrides ``-O3``; a sanitizer build: ``-fsanitize=address,undefined -O1
+-g``, run with the sanitizer runtime in ``LD_PRELOAD``); they are part of the cache key. Beside each library lies the SHA-256 of its bytes, written
 at build time. A library is loaded only when its bytes match that hash; anything else (a
 missing, truncated, corrupted or stale file) is rebuilt, one build at a time across processes
 (an exclusive ``fcntl.flock`` on a lock file beside it). The verified bytes are loaded from an
@@ -24,6 +26,7 @@ import hashlib
 import logging
 import os
 import platform
+import shlex
 import signal
 import subprocess
 import tempfile
@@ -86,6 +89,16 @@ def _cpu_tag() -> str:
     except OSError:
         flags = ""
     return platform.machine() + platform.processor() + flags
+
+
+def extra_flags() -> list:
+    """``QDIFF_NATIVE_CFLAGS``: compiler flags added after the build's own (split as a shell
+    splits words); ``[]`` when unset."""
+    value = os.environ.get("QDIFF_NATIVE_CFLAGS", "")
+    try:
+        return shlex.split(value)
+    except ValueError as exc:
+        raise QdiffError(f"QDIFF_NATIVE_CFLAGS={value!r}: {exc}") from None
 
 
 def _disabled_by_env() -> bool:
@@ -159,6 +172,7 @@ def _load():
     if _disabled_by_env():
         return None, NativeStatus(False, "disabled by QDIFF_NATIVE=0")
     cc = os.environ.get("CC", "cc")
+    user = extra_flags()
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True,
                                  timeout=30).stdout
@@ -168,11 +182,12 @@ def _load():
         sources = b"".join((_DIR / name).read_bytes() for name in SOURCES)
     except OSError as exc:
         return None, NativeStatus(False, f"kernel sources missing: {exc}")
+    flags_key = (_FLAGS, _VARIANTS) + ((user,) if user else ())
     key = hashlib.sha256(sources + version.encode() + _cpu_tag().encode()
-                         + repr((_FLAGS, _VARIANTS)).encode()).hexdigest()[:16]
+                         + repr(flags_key).encode()).hexdigest()[:16]
     out = cache_dir() / f"qdsim-{key}.so"
     try:
-        blob, flags = _verified_or_built(out, cc)
+        blob, flags = _verified_or_built(out, cc, user)
     except OSError as exc:
         return None, NativeStatus(False, f"build failed: kernel cache {out.parent}: {exc}")
     if blob is None:
@@ -203,7 +218,7 @@ def _read_verified(out: Path):
     return blob, meta[1:]
 
 
-def _verified_or_built(out: Path, cc: str):
+def _verified_or_built(out: Path, cc: str, user: list = ()):
     hit = _read_verified(out)
     if hit is not None:
         _touch(out)
@@ -218,7 +233,7 @@ def _verified_or_built(out: Path, cc: str):
                 return hit
             if out.exists():
                 log.warning("qdiff: rebuilding the damaged or stale native kernel cache %s", out)
-            built = _build(out, cc)
+            built = _build(out, cc, user)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     if built[0] is not None:
@@ -286,24 +301,26 @@ def _prune(out: Path, keep: int = KEEP_BUILDS) -> list:
     return removed
 
 
-def _build(out: Path, cc: str):
+def _build(out: Path, cc: str, user: list = ()):
     """Compile into a temporary file, then install it and its hash atomically (the hash
-    last: a reader never accepts a library whose hash was not written for it)."""
+    last: a reader never accepts a library whose hash was not written for it). ``user``:
+    flags added after the build's own (:func:`extra_flags`)."""
     errors = []
     for extra in _VARIANTS:
         with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
             tmp_out = Path(tmp) / out.name
-            problem = _compile([cc, *_FLAGS, *extra, str(_DIR / "qdsim.c"), "-o", str(tmp_out)])
+            problem = _compile([cc, *_FLAGS, *extra, *user, str(_DIR / "qdsim.c"), "-o",
+                                str(tmp_out)])
             if problem:
                 errors.append(problem)
                 log.debug("native build with %s failed: %s", extra, problem)
                 continue
             blob = tmp_out.read_bytes()
             meta = Path(tmp) / "meta"
-            meta.write_text(" ".join([_digest(blob), *extra]) + "\n")
+            meta.write_text(" ".join([_digest(blob), *extra, *user]) + "\n")
             os.replace(tmp_out, out)
             os.replace(meta, out.with_name(out.name + ".sha256"))
-            return blob, extra
+            return blob, [*extra, *user]
     return None, f"{cc} could not compile qdsim.c ({'; '.join(errors)[-300:]})"
 
 
