@@ -747,6 +747,9 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
             out = _run_nested(recorded, backend, rule, diff_method, shots, nested[0])
             if out is not None:
                 return out
+        vmapped = _dual_leaves(recorded, _is_vmapped)
+        if vmapped:  # one per vmapped binding: the Function's plan holds one constant
+            return _run_vmapped(recorded, backend, rule, diff_method, shots, vmapped[0])
         if higher_order(diff_method, rule) is not None and _is_wrapped(theta) and \
                 has_shiftless_trainables(circuit, recorded):
             # nested levels (torch.func.hessian) over a best adjoint whose gates lack the
@@ -819,6 +822,26 @@ def _run_nested(recorded, backend, rule: Rule, diff_method: str, shots, leaf: st
     return backend.run(recorded.circuit, recorded.theta, recorded.initial_state, shots=shots)
 
 
+def _run_vmapped(recorded, backend, rule: Rule, diff_method: str, shots, leaf: str):
+    """A differentiated call under ``torch.func.vmap`` whose ``leaf`` (a state, an observable
+    or a gate matrix) differs from one vmapped binding to the next: the Function's vmap rule
+    folds vmapped angles into its batch, but its plan holds that leaf as one constant. The
+    torch simulation carries every level exactly (second derivatives still raise for the
+    first-order rules); with shots or on a device outside torch it is refused by name."""
+    if shots or not backend.capabilities.backprop:
+        where = "with shots" if shots else f"on {type(backend).__name__}"
+        raise QdiffError(f"torch.func.vmap over the {leaf} of a call differentiated by the "
+                         f"'{rule.name}' rules {where}: they take it as one constant, not one "
+                         "per vmapped binding; build it outside vmap (or loop over its "
+                         "values), or run exact (shots=None) on a torch device")
+    if _is_wrapped(recorded.theta) and rule.second_order != "exact" and \
+            higher_order(diff_method, rule) is None:
+        raise QdiffError(f"second derivatives are not available with diff_method='{rule.name}' "
+                         f"(nested torch.func transforms under vmap over the {leaf}); use "
+                         "'parameter-shift' or 'backprop' for Hessians")
+    return backend.run(recorded.circuit, recorded.theta, recorded.initial_state, shots=shots)
+
+
 def _reverse_level_differentiates(recorded) -> bool:
     """Whether a ``torch.func`` reverse-mode (grad) level records a derivative of a state,
     observable or gate matrix of the call (its unwrapped value requires grad there)."""
@@ -885,6 +908,19 @@ def _is_wrapped(t) -> bool:
             levels += 1
             if levels > 1:
                 return True
+        t = f.get_unwrapped(t)
+    return False
+
+
+def _is_vmapped(t) -> bool:
+    """Whether ``t`` is batched by a ``torch.func.vmap`` level (one value per vmapped
+    binding) under any of its functorch wrappers."""
+    if not isinstance(t, torch.Tensor):
+        return False
+    f = torch._C._functorch
+    while f.is_functorch_wrapped_tensor(t):
+        if f.is_batchedtensor(t):
+            return True
         t = f.get_unwrapped(t)
     return False
 
