@@ -308,8 +308,10 @@ class FirstOrderOnly(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, _):
-        raise QdiffError(f"second derivatives are not available with diff_method='{ctx.method}'; "
-                         "use 'parameter-shift' or 'backprop' for Hessians")
+        raise QdiffError(f"second derivatives are not available with diff_method='{ctx.method}' "
+                         "(nor torch.autograd.functional.jvp/hvp, which differentiate the "
+                         "gradient: use torch.func.jvp); use 'parameter-shift' or 'backprop' "
+                         "for Hessians")
 
     @staticmethod
     def jvp(ctx, *_):
@@ -844,16 +846,21 @@ def _run_vmapped(recorded, backend, rule: Rule, diff_method: str, shots, leaf: s
 
 def _reverse_level_differentiates(recorded) -> bool:
     """Whether a ``torch.func`` reverse-mode (grad) level records a derivative of a state,
-    observable or gate matrix of the call (its unwrapped value requires grad there)."""
+    observable or gate matrix of the call: its unwrapped value requires grad there, or its
+    wrapper at a grad level outside the innermost one does (``jacrev(jacfwd(f, 0), 1)``,
+    whose inner jvp level lifts the outer level's input)."""
     from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
     f = torch._C._functorch
     grad_levels = {i.level() for i in retrieve_all_functorch_interpreters()
                    if i.key().name == "Grad"}
+    current = f.maybe_current_level()
 
     def differentiated(t) -> bool:
         while isinstance(t, torch.Tensor) and f.is_functorch_wrapped_tensor(t):
             u = f.get_unwrapped(t)
-            if f.maybe_get_level(t) in grad_levels and u.requires_grad:
+            level = f.maybe_get_level(t)
+            if level in grad_levels and (u.requires_grad or (
+                    current is not None and level < current and t.requires_grad)):
                 return True
             t = u
         return False
@@ -871,11 +878,18 @@ def _tangent_rule(recorded, backend, rule: Rule, shots=None) -> Optional[tuple]:
     rules there.
     ``None``: nothing to carry (no dual tensor)."""
     theta = recorded.theta
+    where = _dual_leaves(recorded)
+    if where and (shots or not backend.capabilities.backprop):
+        place = "with shots" if shots else f"on backend '{backend.name}'"
+        raise QdiffError(f"forward mode (torch.func.jvp/jacfwd, torch.autograd.forward_ad): a "
+                         f"tangent on the {where[0]} is not carried {place}, whose rules take "
+                         "it as a constant; differentiate it in reverse mode "
+                         "(torch.func.jacrev/grad, backward()), or run exact (shots=None) on "
+                         "a torch device")
     if not is_concrete(theta):
         if backend.capabilities.backprop and not shots:  # torch.func runs through the torch
             return None                                  # simulation
     else:
-        where = _dual_leaves(recorded)
         if where:
             raise QdiffError(f"torch.autograd.forward_ad: a tangent on the {where[0]} is not "
                              "carried through the circuit (only gate angles carry tangents); "
@@ -899,14 +913,18 @@ def _is_dual(t) -> bool:
 
 def _is_wrapped(t) -> bool:
     """Whether ``t`` is wrapped by an outer ``torch.func`` grad or jvp level besides the
-    innermost one (vmap levels carry no derivative): such a level may differentiate it."""
+    innermost one (vmap levels carry no derivative): such a level may differentiate it. A
+    single grad or jvp wrapper counts when its level is below the innermost active one
+    (``jacrev(jacfwd(f, 0), 1)``: the second argument is the outer level's input), not when
+    it is that level's own (a constant made inside the innermost transform)."""
     if not isinstance(t, torch.Tensor):
         return False
     f, levels = torch._C._functorch, 0
+    current = f.maybe_current_level()
     while f.is_functorch_wrapped_tensor(t):
         if not f.is_batchedtensor(t):
             levels += 1
-            if levels > 1:
+            if levels > 1 or (current is not None and f.maybe_get_level(t) < current):
                 return True
         t = f.get_unwrapped(t)
     return False
