@@ -124,16 +124,23 @@ def expand_coefficients(circuit: Circuit) -> tuple:
 
     Returns the new circuit and, per original measurement, ``(start, width, coeffs or None)``.
     """
-    if not any(m.obs is not None and m.obs.coeffs.requires_grad for m in circuit.measurements):
+    if not any(m.obs is not None and _variable(m.obs.coeffs) for m in circuit.measurements):
         return memo(circuit, "expand", lambda: _expand_coefficients(circuit))
     return _expand_coefficients(circuit)
+
+
+def _variable(coeffs: torch.Tensor) -> bool:
+    """Whether observable coefficients may carry a derivative: they require grad, or an outer
+    torch.func level wraps them (an outer jacfwd's tangent shows no sign at the inner level):
+    either way they multiply the terms' outputs in torch, outside the Function."""
+    return coeffs.requires_grad or _is_wrapped(coeffs)
 
 
 def _expand_coefficients(circuit: Circuit) -> tuple:
     ms, post, col = [], [], 0
     n = circuit.num_wires
     for m in circuit.measurements:
-        if m.kind == "expval" and m.obs.coeffs.requires_grad and len(m.obs.terms) > 0:
+        if m.kind == "expval" and _variable(m.obs.coeffs) and len(m.obs.terms) > 0:
             for t in m.obs.terms:
                 ms.append(Measurement("expval", Observable([1.0], [t], simplify=False)))
             post.append((col, len(m.obs.terms), m.obs.real_coeffs()))

@@ -718,6 +718,11 @@ def test_forward_mode_over_coefficients_with_shots_or_outside_torch(where, metho
     tol = 0.15 if where == "shots" else 1e-10
     assert abs(float(terms[0]) - math.cos(0.4)) < tol
     assert abs(float(terms[1]) - math.sin(0.9)) < tol
+    # an outer jacfwd over the coefficients past an inner jacrev over the angles: the
+    # coefficients multiply the terms in torch, so its tangent is carried
+    mixed = torch.func.jacfwd(torch.func.jacrev(f, argnums=0), argnums=1)(w, c)
+    want = torch.tensor([[-math.sin(0.4), 0.0], [0.0, math.cos(0.9)]], dtype=torch.float64)
+    assert torch.allclose(mixed, want, atol=tol), mixed
 
 
 def test_parameter_shift_with_probs_before_var_and_expval():
