@@ -71,7 +71,9 @@ def plain_values(t: torch.Tensor) -> torch.Tensor:
     cannot be read directly: the result holds every slice, the vmapped dims in front
     (``(V, *t.shape)`` for one ``vmap``), so a check over the trailing dims checks them all.
     ``torch.func.grad``/``jvp`` wrappers are removed."""
-    f = torch._C._functorch
+    f = getattr(torch._C, "_functorch", None)
+    if f is None:  # older torch
+        return t.detach()
     while f.is_functorch_wrapped_tensor(t):
         if f.is_batchedtensor(t):
             t = f.get_unwrapped(t).movedim(f.maybe_get_bdim(t), 0)
