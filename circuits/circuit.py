@@ -145,11 +145,16 @@ def trainable_matrix_op(circuit) -> Optional[str]:
     return None
 
 
-def has_trainable_matrix(op) -> bool:
+def has_variable_matrix(op) -> bool:
     """Whether ``op`` is a ``QubitUnitary`` (also controlled) whose matrix is a tensor that
-    requires grad, whatever the grad mode: its matrix is then no constant of the circuit."""
+    requires grad, whatever the grad mode, or one made inside a ``torch.func`` transform (one
+    value per vmapped binding, or carrying the transform's derivative): its matrix is then no
+    constant of the circuit."""
     gate = _unitary_gate(op.gate)
-    return gate is not None and gate.matrix_fn().requires_grad
+    if gate is None:
+        return False
+    m = gate.matrix_fn()
+    return m.requires_grad or not is_concrete(m)
 
 
 def unitary_ops(circuit) -> tuple:

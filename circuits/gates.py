@@ -27,6 +27,7 @@ import torch
 from qdiff.circuits import caches, memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits import recording
+from qdiff.circuits.operation import plain_values
 
 __all__ = ["Gate", "GATES", "register_gate", "get_gate", "MultiRZ", "PauliRot", "QubitUnitary",
            "PCPhase", "DiagonalQubitUnitary", "GlobalPhase"]
@@ -938,8 +939,8 @@ def check_unitary(m: torch.Tensor, given=None, who: str = "QubitUnitary") -> Non
     """Raise a :class:`QdiffError` naming ``who`` unless every matrix of ``m`` ``(..., d, d)``
     is unitary: ``|U^dag U - I|`` checked in double precision against
     :func:`unitary_tolerance` (``given``: the dtype the matrix was given in, default
-    ``m.dtype``)."""
-    m = m.detach()
+    ``m.dtype``; every slice of a matrix vmapped by ``torch.func.vmap``)."""
+    m = plain_values(m)
     d = m.shape[-1]
     memory.require(4.0 * 16 * m.numel(),
                    f"{who}: checking that the {d}x{d} matrix is unitary (U^dag U in "

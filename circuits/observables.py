@@ -23,7 +23,7 @@ import torch
 from qdiff.circuits import caches, memory
 from qdiff.circuits import recording
 from qdiff.circuits.errors import QdiffError
-from qdiff.circuits.operation import (Operation, is_concrete, normalize_wires,
+from qdiff.circuits.operation import (Operation, is_concrete, normalize_wires, plain_values,
                                       set_observable_conversion)
 
 # product of Pauli letters: (a, b) -> (phase, letter)
@@ -298,12 +298,12 @@ class Observable:
         return [{f.wires[0]: f.kind for f in t} for t in self.terms]
 
     def check_hermitian(self, atol: float = 1e-10) -> None:
-        if self.coeffs.is_complex() and self.coeffs.numel() and float(self.coeffs.detach().imag.abs().max()) > atol:
+        if self.coeffs.is_complex() and self.coeffs.numel() and float(plain_values(self.coeffs).imag.abs().max()) > atol:
             raise QdiffError(f"observable {self!r} is not Hermitian (complex coefficients)")
         for t in self.terms:
             for f in t:
                 if f.kind == "M":
-                    m = f.matrix.detach()
+                    m = plain_values(f.matrix)
                     if not torch.allclose(m, m.conj().transpose(-1, -2), atol=1e-8):
                         raise QdiffError(f"observable on wires {list(f.wires)} is not Hermitian")
 
@@ -477,7 +477,8 @@ def Hermitian(A, wires) -> Observable:
     except (TypeError, RuntimeError):
         raise QdiffError(f"Hermitian: the matrix must be an array of numbers; got dtype "
                          f"{m.dtype}") from None
-    if not torch.allclose(m, m.conj().T, atol=1e-8):
+    v = plain_values(m)  # every slice of a vmapped matrix
+    if not torch.allclose(v, v.conj().transpose(-1, -2), atol=1e-8):
         raise QdiffError(f"Hermitian: the matrix on wires {list(wires)} is not Hermitian")
     return Observable([1.0], [(Factor(wires, "M", m),)])
 

@@ -65,6 +65,23 @@ def is_concrete(t: torch.Tensor) -> bool:
         return True
 
 
+def plain_values(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values as a plain tensor (detached), for validation that reads them in Python.
+    Under ``torch.func.vmap`` a tensor holds one slice per vmapped binding and its values
+    cannot be read directly: the result holds every slice, the vmapped dims in front
+    (``(V, *t.shape)`` for one ``vmap``), so a check over the trailing dims checks them all.
+    ``torch.func.grad``/``jvp`` wrappers are removed."""
+    f = getattr(torch._C, "_functorch", None)
+    if f is None:  # older torch
+        return t.detach()
+    while f.is_functorch_wrapped_tensor(t):
+        if f.is_batchedtensor(t):
+            t = f.get_unwrapped(t).movedim(f.maybe_get_bdim(t), 0)
+        else:
+            t = f.get_unwrapped(t)
+    return t.detach()
+
+
 def check_param(value, gate_name: str):
     """Validate one angle: a real number or a real tensor, all finite."""
     if isinstance(value, ParamRef):

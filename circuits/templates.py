@@ -24,7 +24,8 @@ from qdiff.circuits import recording
 from qdiff.circuits.circuit import StatePrep as _StatePrepItem
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import as_observable
-from qdiff.circuits.operation import BlockStructure, OpBlock, Operation, ParamRef, normalize_wires
+from qdiff.circuits.operation import (BlockStructure, OpBlock, Operation, ParamRef, normalize_wires,
+                                      plain_values)
 
 
 def _tensor(x, who: str) -> torch.Tensor:
@@ -217,7 +218,7 @@ class AmplitudeEmbedding(Template):
             n = f.shape[-1] if f.ndim else 1
             raise QdiffError(f"AmplitudeEmbedding: {n} features for {len(wires)} wires "
                              f"(expected {d}{', or fewer with pad_with' if n < d else ''})")
-        if not bool(torch.isfinite(f.detach()).all()):
+        if not bool(torch.isfinite(plain_values(f)).all()):
             raise QdiffError("AmplitudeEmbedding: features must be finite (NaN or infinite "
                              "entries)")
         f = f.to(torch.complex128 if f.dtype != torch.complex64 else f.dtype)
@@ -230,11 +231,12 @@ class AmplitudeEmbedding(Template):
                              device=f.device)
             f = torch.cat([f, pad], dim=-1)
         norm = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
+        values = plain_values(norm)  # every slice of a vmapped input
         if normalize:
-            if bool((norm.detach() == 0).any()):
+            if bool((values == 0).any()):
                 raise QdiffError("AmplitudeEmbedding: cannot normalize a zero feature vector")
             f = f / norm
-        elif not torch.allclose(norm.detach(), torch.ones_like(norm.detach()).real.to(norm.dtype), atol=1e-7):
+        elif not torch.allclose(values, torch.ones_like(values), atol=1e-7):
             raise QdiffError(f"{type(self).__name__}: features must be normalized (norm 1 to "
                              f"1e-7, checked whatever validate_norm says), or pass "
                              f"normalize=True")

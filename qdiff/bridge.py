@@ -124,16 +124,23 @@ def expand_coefficients(circuit: Circuit) -> tuple:
 
     Returns the new circuit and, per original measurement, ``(start, width, coeffs or None)``.
     """
-    if not any(m.obs is not None and m.obs.coeffs.requires_grad for m in circuit.measurements):
+    if not any(m.obs is not None and _variable(m.obs.coeffs) for m in circuit.measurements):
         return memo(circuit, "expand", lambda: _expand_coefficients(circuit))
     return _expand_coefficients(circuit)
+
+
+def _variable(coeffs: torch.Tensor) -> bool:
+    """Whether observable coefficients may carry a derivative: they require grad, or an outer
+    torch.func level wraps them (an outer jacfwd's tangent shows no sign at the inner level):
+    either way they multiply the terms' outputs in torch, outside the Function."""
+    return coeffs.requires_grad or _is_wrapped(coeffs)
 
 
 def _expand_coefficients(circuit: Circuit) -> tuple:
     ms, post, col = [], [], 0
     n = circuit.num_wires
     for m in circuit.measurements:
-        if m.kind == "expval" and m.obs.coeffs.requires_grad and len(m.obs.terms) > 0:
+        if m.kind == "expval" and _variable(m.obs.coeffs) and len(m.obs.terms) > 0:
             for t in m.obs.terms:
                 ms.append(Measurement("expval", Observable([1.0], [t], simplify=False)))
             post.append((col, len(m.obs.terms), m.obs.real_coeffs()))
@@ -308,8 +315,10 @@ class FirstOrderOnly(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, _):
-        raise QdiffError(f"second derivatives are not available with diff_method='{ctx.method}'; "
-                         "use 'parameter-shift' or 'backprop' for Hessians")
+        raise QdiffError(f"second derivatives are not available with diff_method='{ctx.method}' "
+                         "(nor torch.autograd.functional.jvp/hvp, which differentiate the "
+                         "gradient: use torch.func.jvp); use 'parameter-shift' or 'backprop' "
+                         "for Hessians")
 
     @staticmethod
     def jvp(ctx, *_):
@@ -747,6 +756,9 @@ def execute(recorded, backend, diff_method: str = "best", stacked: bool = False,
             out = _run_nested(recorded, backend, rule, diff_method, shots, nested[0])
             if out is not None:
                 return out
+        vmapped = _dual_leaves(recorded, _is_vmapped)
+        if vmapped:  # one per vmapped binding: the Function's plan holds one constant
+            return _run_vmapped(recorded, backend, rule, diff_method, shots, vmapped[0])
         if higher_order(diff_method, rule) is not None and _is_wrapped(theta) and \
                 has_shiftless_trainables(circuit, recorded):
             # nested levels (torch.func.hessian) over a best adjoint whose gates lack the
@@ -835,18 +847,43 @@ def _run_nested(recorded, backend, rule: Rule, diff_method: str, shots, leaf: st
     return backend.run(recorded.circuit, recorded.theta, recorded.initial_state, shots=shots)
 
 
+def _run_vmapped(recorded, backend, rule: Rule, diff_method: str, shots, leaf: str):
+    """A differentiated call under ``torch.func.vmap`` whose ``leaf`` (a state, an observable
+    or a gate matrix) differs from one vmapped binding to the next: the Function's vmap rule
+    folds vmapped angles into its batch, but its plan holds that leaf as one constant. The
+    torch simulation carries every level exactly (second derivatives still raise for the
+    first-order rules); with shots or on a device outside torch it is refused by name."""
+    if shots or not backend.capabilities.backprop:
+        where = "with shots" if shots else f"on {type(backend).__name__}"
+        raise QdiffError(f"torch.func.vmap over the {leaf} of a call differentiated by the "
+                         f"'{rule.name}' rules {where}: they take it as one constant, not one "
+                         "per vmapped binding; build it outside vmap (or loop over its "
+                         "values), or run exact (shots=None) on a torch device")
+    if _is_wrapped(recorded.theta) and rule.second_order != "exact" and \
+            higher_order(diff_method, rule) is None:
+        raise QdiffError(f"second derivatives are not available with diff_method='{rule.name}' "
+                         f"(nested torch.func transforms under vmap over the {leaf}); use "
+                         "'parameter-shift' or 'backprop' for Hessians")
+    return backend.run(recorded.circuit, recorded.theta, recorded.initial_state, shots=shots)
+
+
 def _reverse_level_differentiates(recorded) -> bool:
     """Whether a ``torch.func`` reverse-mode (grad) level records a derivative of a state,
-    observable or gate matrix of the call (its unwrapped value requires grad there)."""
+    observable or gate matrix of the call: its unwrapped value requires grad there, or its
+    wrapper at a grad level outside the innermost one does (``jacrev(jacfwd(f, 0), 1)``,
+    whose inner jvp level lifts the outer level's input)."""
     from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
     f = torch._C._functorch
     grad_levels = {i.level() for i in retrieve_all_functorch_interpreters()
                    if i.key().name == "Grad"}
+    current = f.maybe_current_level()
 
     def differentiated(t) -> bool:
         while isinstance(t, torch.Tensor) and f.is_functorch_wrapped_tensor(t):
             u = f.get_unwrapped(t)
-            if f.maybe_get_level(t) in grad_levels and u.requires_grad:
+            level = f.maybe_get_level(t)
+            if level in grad_levels and (u.requires_grad or (
+                    current is not None and level < current and t.requires_grad)):
                 return True
             t = u
         return False
@@ -864,11 +901,18 @@ def _tangent_rule(recorded, backend, rule: Rule, shots=None) -> Optional[tuple]:
     rules there.
     ``None``: nothing to carry (no dual tensor)."""
     theta = recorded.theta
+    where = _dual_leaves(recorded)
+    if where and (shots or not backend.capabilities.backprop):
+        place = "with shots" if shots else f"on backend '{backend.name}'"
+        raise QdiffError(f"forward mode (torch.func.jvp/jacfwd, torch.autograd.forward_ad): a "
+                         f"tangent on the {where[0]} is not carried {place}, whose rules take "
+                         "it as a constant; differentiate it in reverse mode "
+                         "(torch.func.jacrev/grad, backward()), or run exact (shots=None) on "
+                         "a torch device")
     if not is_concrete(theta):
         if backend.capabilities.backprop and not shots:  # torch.func runs through the torch
             return None                                  # simulation
     else:
-        where = _dual_leaves(recorded)
         if where:
             raise QdiffError(f"torch.autograd.forward_ad: a tangent on the {where[0]} is not "
                              "carried through the circuit (only gate angles carry tangents); "
@@ -892,15 +936,32 @@ def _is_dual(t) -> bool:
 
 def _is_wrapped(t) -> bool:
     """Whether ``t`` is wrapped by an outer ``torch.func`` grad or jvp level besides the
-    innermost one (vmap levels carry no derivative): such a level may differentiate it."""
+    innermost one (vmap levels carry no derivative): such a level may differentiate it. A
+    single grad or jvp wrapper counts when its level is below the innermost active one
+    (``jacrev(jacfwd(f, 0), 1)``: the second argument is the outer level's input), not when
+    it is that level's own (a constant made inside the innermost transform)."""
     if not isinstance(t, torch.Tensor):
         return False
     f, levels = torch._C._functorch, 0
+    current = f.maybe_current_level()
     while f.is_functorch_wrapped_tensor(t):
         if not f.is_batchedtensor(t):
             levels += 1
-            if levels > 1:
+            if levels > 1 or (current is not None and f.maybe_get_level(t) < current):
                 return True
+        t = f.get_unwrapped(t)
+    return False
+
+
+def _is_vmapped(t) -> bool:
+    """Whether ``t`` is batched by a ``torch.func.vmap`` level (one value per vmapped
+    binding) under any of its functorch wrappers."""
+    if not isinstance(t, torch.Tensor):
+        return False
+    f = torch._C._functorch
+    while f.is_functorch_wrapped_tensor(t):
+        if f.is_batchedtensor(t):
+            return True
         t = f.get_unwrapped(t)
     return False
 

@@ -1073,6 +1073,12 @@ class StaticQNode:
                 self._traces.move_to_end(key)  # least recently used first
             except KeyError:  # evicted meanwhile by another thread: the trace is still valid
                 pass
+        if torch.is_grad_enabled() and any(t.is_inference() for t in tensors) and \
+                any(t.requires_grad for t in tensors):
+            # an input made under torch.inference_mode next to one that requires grad: autograd
+            # cannot save an inference tensor, so the replay reads an ordinary copy of its
+            # values (as the plain qnode's recording does)
+            tensors = [t.clone() if t.is_inference() else t for t in tensors]
         if _autocast_cpu() or _autocast_cuda():  # the engine computes in its own precision
             out = exact_precision(trace.replay)(tensors)
         else:

@@ -688,6 +688,43 @@ def test_torch_func_forward_mode_and_vmap_with_shots(method):
     assert torch.allclose(out, want, atol=5 * 1.5 / math.sqrt(shots)), (out, want)
 
 
+@pytest.mark.parametrize("where", ["shots", "pennylane"])
+@pytest.mark.parametrize("method", ["parameter-shift", "best"])
+def test_forward_mode_over_coefficients_with_shots_or_outside_torch(where, method):
+    """With shots or on a device outside torch the rules take an observable as a constant:
+    a forward-mode tangent on its coefficients (jacfwd, jvp), or an outer reverse level
+    differentiating them past an inner jacfwd, is a QdiffError, never a silent zero;
+    jacrev over the coefficients is exact (they multiply the terms' expectations)."""
+    if where == "shots":
+        dev = qd.device("statevector", wires=2, shots=1000, seed=2)
+    else:
+        pytest.importorskip("pennylane")
+        dev = qd.device("pennylane", name="default.qubit", wires=2)
+
+    @qd.qnode(dev, diff_method=method)
+    def f(w, c):
+        qd.RX(w[0], 0); qd.RY(w[1], 1); qd.CNOT([0, 1])
+        return qd.expval(qd.Hamiltonian(c, [qd.Z(0), qd.X(1)]))
+
+    w = torch.tensor([0.4, 0.9], dtype=torch.float64)
+    c = torch.tensor([0.7, -0.3], dtype=torch.float64)
+    with pytest.raises(qd.QdiffError, match="tangent on the observable"):
+        torch.func.jacfwd(f, argnums=1)(w, c)
+    with pytest.raises(qd.QdiffError, match="tangent on the observable"):
+        torch.func.jvp(f, (w, c), (torch.ones(2, dtype=torch.float64),) * 2)
+    with pytest.raises(qd.QdiffError, match="outer level differentiates"):
+        torch.func.jacrev(torch.func.jacfwd(f, argnums=0), argnums=1)(w, c)
+    terms = torch.func.jacrev(f, argnums=1)(w, c)  # <Z0> = cos(0.4), <X1> = sin(0.9)
+    tol = 0.15 if where == "shots" else 1e-10
+    assert abs(float(terms[0]) - math.cos(0.4)) < tol
+    assert abs(float(terms[1]) - math.sin(0.9)) < tol
+    # an outer jacfwd over the coefficients past an inner jacrev over the angles: the
+    # coefficients multiply the terms in torch, so its tangent is carried
+    mixed = torch.func.jacfwd(torch.func.jacrev(f, argnums=0), argnums=1)(w, c)
+    want = torch.tensor([[-math.sin(0.4), 0.0], [0.0, math.cos(0.9)]], dtype=torch.float64)
+    assert torch.allclose(mixed, want, atol=tol), mixed
+
+
 def test_parameter_shift_with_probs_before_var_and_expval():
     """Output columns after a multi-column probs keep their place in the shifted layout."""
     dev = qd.device("statevector", wires=2)

@@ -247,6 +247,109 @@ def test_torch_func_grad_and_vmap(method):
         assert torch.allclose(row, torch.autograd.grad(f(xr), xr)[0], atol=1e-10)
 
 
+@pytest.mark.parametrize("method", ["best", "backprop", "adjoint", "parameter-shift"])
+def test_vmap_over_checked_matrices_and_states(method):
+    """vmap over a Hermitian observable's matrix, a StatePrep/AmplitudeEmbedding state and a
+    QubitUnitary matrix: each vmapped slice is checked and the result equals a loop; a bad
+    slice is a QdiffError naming what is wrong."""
+    dev = qd.device("statevector", wires=2)
+
+    @qd.qnode(dev, diff_method=method)
+    def herm(a):
+        qd.RX(0.3, 0); qd.CNOT([0, 1])
+        return qd.expval(qd.Hermitian(a, wires=[1]))
+
+    @qd.qnode(dev, diff_method=method)
+    def prep(v):
+        qd.AmplitudeEmbedding(v, wires=[0, 1], normalize=True)
+        return qd.expval(qd.Z(0))
+
+    @qd.qnode(dev, diff_method=method)
+    def unitary(t):
+        x = torch.tensor([[0, 1], [1, 0]], dtype=torch.complex128)
+        qd.QubitUnitary(torch.linalg.matrix_exp(-1j * t * x), wires=0)
+        return qd.expval(qd.Z(0))
+
+    torch.manual_seed(0)
+    a = torch.randn(3, 2, 2, dtype=torch.complex128)
+    a = a + a.mH
+    for f, batch in ((herm, a), (prep, torch.rand(3, 4, dtype=torch.float64)),
+                     (unitary, torch.rand(3, dtype=torch.float64))):
+        assert torch.allclose(torch.func.vmap(f)(batch), torch.stack([f(b) for b in batch]),
+                              atol=1e-12)
+    bad = torch.eye(2, dtype=torch.complex128).repeat(3, 1, 1)
+    bad[2, 0, 1] = 1.0
+    with pytest.raises(qd.QdiffError, match="not Hermitian"):
+        torch.func.vmap(herm)(bad)
+    with pytest.raises(qd.QdiffError, match="not unitary"):
+        torch.func.vmap(lambda u: unitary_of(u, dev, method))(2 * bad)
+    zero = torch.rand(3, 4, dtype=torch.float64)
+    zero[1] = 0
+    with pytest.raises(qd.QdiffError, match="zero feature vector"):
+        torch.func.vmap(prep)(zero)
+
+
+@pytest.mark.parametrize("method", ["best", "adjoint", "parameter-shift"])
+@pytest.mark.parametrize("kind", ["coeffs", "var", "hermitian", "state", "unitary"])
+@pytest.mark.parametrize("engine", ["statevector", "mixed"])
+def test_per_sample_gradients_with_vmapped_observable_state_or_matrix(engine, kind, method):
+    """vmap(grad) and vmap(jacrev) over the angles while the observable, the prepared state
+    or a QubitUnitary matrix is vmapped too (one per binding): every rule gives the
+    per-binding derivatives of a loop of backprop calls."""
+    if engine == "mixed" and method == "adjoint":
+        pytest.skip("the mixed device's adjoint is covered in test_mixed_reverse")
+    dev = qd.device(engine, wires=2)
+    x = torch.tensor([[0, 1], [1, 0]], dtype=torch.complex128)
+
+    def body(w, c):
+        if kind == "state":
+            qd.StatePrep(c / torch.linalg.norm(c), wires=[0, 1])
+        qd.RX(w[0], 0); qd.RY(w[1], 1); qd.CNOT([0, 1])
+        if kind == "unitary":
+            qd.QubitUnitary(torch.linalg.matrix_exp(-1j * c[0] * x), wires=1)
+        if kind == "coeffs":
+            return qd.expval(qd.Hamiltonian(c[:2], [qd.Z(0), qd.X(1)]))
+        if kind == "var":
+            return qd.var(c[0] * qd.Z(0) + qd.X(1))
+        if kind == "hermitian":
+            a = torch.stack([torch.stack([c[0], c[1]]), torch.stack([c[1], c[2]])])
+            return qd.expval(qd.Hermitian(a.to(torch.complex128), wires=[1]))
+        return qd.expval(qd.Z(0) @ qd.X(1))
+
+    f = qd.qnode(dev, diff_method=method)(body)
+    ref = qd.qnode(dev, diff_method="backprop")(body)
+    torch.manual_seed(3)
+    w = torch.randn(4, 2, dtype=torch.float64)
+    c = torch.rand(4, 4, dtype=torch.float64) + 0.1
+    want = torch.stack([torch.func.grad(ref)(w[i], c[i]) for i in range(4)])
+    assert torch.allclose(torch.func.vmap(torch.func.grad(f))(w, c), want, atol=1e-10)
+    assert torch.allclose(torch.func.vmap(torch.func.jacrev(f))(w, c), want, atol=1e-10)
+    shared = torch.func.vmap(torch.func.grad(f), in_dims=(None, 0))(w[0], c)
+    assert torch.allclose(shared, torch.stack([torch.func.grad(ref)(w[0], ci) for ci in c]),
+                          atol=1e-10)
+
+
+def test_vmapped_observable_under_rules_outside_torch_is_refused():
+    dev = qd.device("statevector", wires=2, shots=100, seed=1)
+
+    @qd.qnode(dev, diff_method="parameter-shift")
+    def f(w, c):
+        qd.RX(w[0], 0); qd.RY(w[1], 1)
+        return qd.expval(qd.Hamiltonian(c, [qd.Z(0), qd.X(1)]))
+
+    w, c = torch.rand(3, 2, dtype=torch.float64), torch.rand(3, 2, dtype=torch.float64)
+    with pytest.raises(qd.QdiffError, match="vmap over the observable"):
+        torch.func.vmap(torch.func.grad(f))(w, c)
+
+
+def unitary_of(u, dev, method):
+    @qd.qnode(dev, diff_method=method)
+    def f(m):
+        qd.QubitUnitary(m, wires=0)
+        return qd.expval(qd.Z(0))
+    return f(u)
+
+
 @pytest.mark.parametrize("dev_kw", [{"name": "statevector"},
                                     {"name": "statevector", "dtype": torch.complex64},
                                     {"name": "mixed"}])

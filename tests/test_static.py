@@ -1187,6 +1187,27 @@ def test_first_call_under_inference_mode_then_training(method, batch):
                                torch.autograd.grad(g(x, w).sum(), w)[0])
 
 
+@pytest.mark.parametrize("method", ["best", "adjoint", "parameter-shift"])
+@pytest.mark.parametrize("batch", [(), (3,), (200,)])
+def test_an_inference_mode_input_trains_weights_as_with_the_plain_qnode(method, batch):
+    """Data made under ``torch.inference_mode`` (a preprocessed batch) fed with weights that
+    require grad: the replay differentiates the weights as the plain qnode does."""
+    dev = qd.device("statevector", wires=2)
+
+    def body(x, w):
+        qd.RX(x[..., 0], wires=0)
+        qd.RY(w[0], wires=1)
+        qd.CRX(w[1], wires=[0, 1])
+        return qd.expval(qd.Z(1))
+    f, g = (qd.qnode(dev, diff_method=method, static=s)(body) for s in (True, False))
+    w = torch.tensor([0.3, 0.8], dtype=torch.float64, requires_grad=True)
+    with torch.inference_mode():
+        x = torch.rand(batch + (2,), dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    for _ in range(2):  # recorded, then replayed
+        torch.testing.assert_close(torch.autograd.grad(f(x, w).sum(), w)[0],
+                                   torch.autograd.grad(g(x, w).sum(), w)[0])
+
+
 def test_a_deep_copy_of_an_argument_stays_guarded_and_replays():
     """``copy.deepcopy(x)`` inside the function is a new tensor holding the values: a branch on
     it is a read, and an angle from it replays as the plain qnode runs it (a new leaf: no

@@ -26,7 +26,7 @@ import torch
 from qdiff.backends.statevector.gate_data import circuit_angles
 from qdiff.circuits import caches
 from qdiff.circuits.channels import is_channel
-from qdiff.circuits.circuit import has_trainable_matrix, memo
+from qdiff.circuits.circuit import has_variable_matrix, memo
 
 _LETTERS = string.ascii_letters
 
@@ -158,10 +158,10 @@ def embed(s: torch.Tensor, op_wires: tuple, block_wires: tuple) -> torch.Tensor:
 
 
 def is_constant(op) -> bool:
-    """No theta column, no tensor among the parameters and no matrix that requires grad: the
-    superoperator is a constant."""
+    """No theta column, no tensor among the parameters and no matrix that requires grad or
+    varies under a torch.func transform: the superoperator is a constant."""
     return all(type(p) is float or type(p) is int for p in op.params) and \
-        not has_trainable_matrix(op)
+        not has_variable_matrix(op)
 
 
 def _fold(idx, ops) -> tuple:

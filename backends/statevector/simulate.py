@@ -20,7 +20,7 @@ from qdiff.backends.statevector.gate_data import (SMALL, apply_data, circuit_ang
                                                   fused_schedule)
 from qdiff.backends.statevector.apply import real_dtype_of
 from qdiff.circuits import memory
-from qdiff.circuits.circuit import trainable_matrix_op
+from qdiff.circuits.circuit import trainable_matrix_op, unitary_ops
 from qdiff.circuits.operation import is_concrete
 
 
@@ -86,7 +86,9 @@ def simulate(circuit, theta: torch.Tensor, initial_state=None, cdtype=torch.comp
         p.requires_grad for p in _tensor_params(circuit)) or
         trainable_matrix_op(circuit) is not None)
     check_memory(n, batch, cdtype, device, copies=4.0 + (len(circuit.operations) if grad else 0))
-    inplace = not grad and is_concrete(theta)  # torch.func transforms need out-of-place ops
+    # torch.func transforms need out-of-place ops (a vmapped gate matrix included)
+    inplace = not grad and is_concrete(theta) and all(
+        is_concrete(gate.matrix_fn()) for _, gate in unitary_ops(circuit))
     if use_native is None:
         use_native = native.runs(cdtype, device, theta, grad)
     if initial_state is None:
