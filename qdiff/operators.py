@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 import qdiff.backends.base  # noqa: F401  (loads the embedded engine: it registers its kernels)
-from qdiff.circuits import memory
+from qdiff.circuits import caches, memory
 from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.observables import Observable, as_coeff_tensor, as_observable, check_finite
 from qdiff.circuits.operation import is_concrete
@@ -186,12 +186,13 @@ class PauliSumOperator:
             return True
         imag = self.coeffs.detach().imag
         if len(self.words) > 1:
-            if "_word_index" not in self.__dict__:  # which terms are the same word (structure)
+            idx = self.__dict__.get("_word_index")  # which terms are the same word (structure)
+            if idx is None:
                 key = torch.stack([self.groups.group, self.groups.zy])
                 idx = torch.empty(len(self.words), dtype=torch.long)
                 idx[self.groups.order] = torch.unique(key, dim=1, return_inverse=True)[1]
-                self._word_index = idx
-            idx = self._word_index.to(imag.device)
+                idx = self.__dict__.setdefault("_word_index", idx)
+            idx = idx.to(imag.device)
             imag = torch.zeros(len(self.words), dtype=imag.dtype, device=imag.device) \
                 .index_add(0, idx, imag)
         return not bool((imag.abs() > 1e-10).any())
@@ -209,28 +210,32 @@ class PauliSumOperator:
         Real when :attr:`real_matrix`, else complex; differentiable w.r.t. :attr:`coeffs`.
         Cached while the coefficients do not require grad.
         """
-        c = self.coeffs if device is None else self.coeffs.to(device)
+        src = self.coeffs
+        c = src if device is None else src.to(device)
         crdtype = torch.float32 if c.dtype in (torch.float32, torch.complex64) else torch.float64
         own = crdtype if self.real_matrix else crdtype.to_complex()
         target = own if dtype is None or (own.is_complex and not dtype.is_complex) else dtype
         # formed in the wider of the coefficients' and the result's precision (as torch
         # promotes a float32 factor in a float64 product)
         rdtype = torch.float64 if target in (torch.float64, torch.complex128) else crdtype
-        # one entry per result; none inside torch.func transforms (the coefficients are
-        # wrapped there, without storage)
-        cached = not c.requires_grad and is_concrete(c)
-        key = (c.device, c.dtype, target, c._version, c.data_ptr()) if cached else None
-        if cached and key in self._diag_cache:
-            return self._diag_cache[key]
+        # one entry per result, valid while the coefficients are the same tensor object
+        # (the entry holds it: its address cannot pass to another tensor) unchanged in place;
+        # none inside torch.func transforms (the coefficients are wrapped there, without
+        # storage) nor for inference tensors (which count no in-place changes)
+        cached = not c.requires_grad and is_concrete(c) and not src.is_inference()
+        key = (str(c.device), target)
+        if cached:
+            hit = self._diag_cache.get(key)  # read once: another thread may trim the cache
+            if hit is not None and hit[0] is src and hit[1] == src._version:
+                return hit[2]
         # the diagonals (complex in general) and one transform temporary
         _require(2.0 * self.num_groups * 2.0 ** self.n_qubits * 2 * rdtype.itemsize,
                  f"the {self.num_groups} flip-group diagonals of a {self.n_qubits}-qubit "
                  "Pauli sum", c.device)
         d = self.groups.diagonals(c, rdtype).to(target)
         if cached:
-            if len(self._diag_cache) > 4:
-                self._diag_cache.clear()
-            self._diag_cache[key] = d
+            self._diag_cache[key] = (src, src._version, d)
+            caches.trim(self._diag_cache, 4)
         return d
 
     # -- application ------------------------------------------------------------------------
@@ -340,17 +345,19 @@ class PauliSumOperator:
         b = b.expand(*lead, self.dim)
         cd = a.dtype if a.is_complex() else (b.dtype if b.is_complex() else None)
         ac = a.conj() if a.is_complex() else a
-        if "_group_sizes" not in self.__dict__:  # structure: shared by with_coeffs copies
-            self._group_sizes = torch.bincount(self.groups.group,
-                                               minlength=self.num_groups).tolist()
+        # structure, shared by with_coeffs copies: built whole, then stored once (threads)
+        layout = self.__dict__.get("_term_layout")
+        if layout is None:
+            sizes = torch.bincount(self.groups.group, minlength=self.num_groups).tolist()
             inv = torch.empty_like(self.groups.order)
             inv[self.groups.order] = torch.arange(len(self.words))
-            self._term_position = inv
+            layout = self.__dict__.setdefault("_term_layout", (sizes, inv))
+        group_sizes, term_position = layout
         zy = self.groups.zy.to(a.device)
         phase = self.groups.phase.to(a.device, dtype=cd or torch.complex128)
         imag = (self.groups.phase.imag != 0).tolist()
         parts, start = [], 0
-        for g, size in enumerate(self._group_sizes):
+        for g, size in enumerate(group_sizes):
             stop = start + size
             bg = b if self.masks[g] == 0 else xor_permute(b, self.masks[g], self.n_qubits, -1)
             picked = walsh_hadamard(ac * bg).index_select(-1, zy[start:stop])
@@ -362,7 +369,7 @@ class PauliSumOperator:
         if not parts:
             return torch.zeros(*lead, 0, dtype=a.real.dtype, device=a.device)
         res = torch.cat(parts, -1).to(a.real.dtype)
-        return res.index_select(-1, self._term_position.to(res.device))
+        return res.index_select(-1, term_position.to(res.device))
 
     # -- matrices -----------------------------------------------------------------------------
     def _real_check(self, d: torch.Tensor, dtype, who: str) -> None:

@@ -611,7 +611,9 @@ class BoundFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, trace, *tensors):
         out, res = trace.run_bound(tensors, keep=True)
-        ctx.trace, ctx.residual, ctx.used = trace, res, trace.used(tensors)
+        # in a list, taken by one pop: threads may run this backward of one graph at once
+        # (retain_graph), and the sweep consumes the residual in place
+        ctx.trace, ctx.residual, ctx.used = trace, [res], trace.used(tensors)
         ctx.save_for_backward(*tensors)
         return out if out.dtype is trace.dtype else out.to(trace.dtype)
 
@@ -623,7 +625,10 @@ class BoundFunction(torch.autograd.Function):
         needs = ctx.needs_input_grad
         if torch.is_grad_enabled():  # create_graph: a differentiable gradient
             return (None,) + differentiable_grads(trace, ctx.saved_tensors, g_out, needs[1:])
-        res, ctx.residual = ctx.residual, None  # consumed by the sweep (a second call reruns)
+        try:
+            res = ctx.residual.pop()  # consumed by the sweep (a second call reruns)
+        except IndexError:
+            res = None
         # with the run's residual the engine reads neither the tensors nor their values (the
         # angles are the run's): the saved tensors are unpacked only for a rerun
         grads = trace.bound.grad(ctx.saved_tensors if res is None else None, res, g_out)

@@ -191,3 +191,26 @@ def test_coded_sweep_two_threads_match_one():
     finally:
         torch.set_num_threads(old)
     torch.testing.assert_close(grads[0], grads[1], atol=1e-12, rtol=0)
+
+
+def test_adjoint_records_evicted_by_another_thread_meanwhile():
+    """Threads share a circuit's plan: when two evict the oldest adjoint records at once, the
+    second finds them gone (emulated: the entry disappears just before it is removed) and
+    keeps the cache bounded without an error."""
+    ops = tuple(Operation(qd.get_gate("rx"), (w % 2,), (ParamRef(w),)) for w in range(5))
+    plan = native.coded_plan(ops, 2)
+    if plan is None:
+        pytest.skip("native kernels not built")
+
+    class Raced(dict):
+        def pop(self, key, *default):
+            dict.pop(self, key, None)  # "another thread" evicted it first
+            return dict.pop(self, key, *default)
+
+    plan._adjoint = Raced()
+    for i in range(40):
+        train = tuple(bool(i >> j & 1) for j in range(5))
+        recs, lo = plan.adjoint_records(train)
+        assert recs["train"].tolist() == [int(t) for t in train]
+        assert lo == (train.index(True) if any(train) else 5)
+    assert len(plan._adjoint) <= 16

@@ -371,3 +371,73 @@ def test_double_precision_matrices_of_a_single_precision_operator():
             op.to_sparse_csr(bad)
         with pytest.raises(qd.QdiffError, match="dtype must be a floating or complex"):
             op.to_dense(bad)
+
+
+def test_cached_diagonals_follow_the_coefficients_tensor_object():
+    """The diagonals are cached per coefficients tensor: a new tensor at the address of the
+    one before (same version count, other values) gets its own diagonals."""
+    buf = bytearray(24)
+    view = np.frombuffer(buf, dtype=np.float64)
+    view[:] = (1.0, 2.0, 3.0)
+    op = PauliSumOperator.from_strings(["ZI", "IZ", "XX"], torch.frombuffer(buf, dtype=torch.float64))
+    psi = torch.tensor([[1.0, 0, 0, 0]], dtype=torch.complex128)
+    assert op.expval(psi).item() == pytest.approx(3.0)
+    view[:] = (5.0, 2.0, 3.0)
+    op.coeffs = torch.frombuffer(buf, dtype=torch.float64)  # same address, version 0
+    assert op.expval(psi).item() == pytest.approx(7.0)
+    op.coeffs.mul_(2)  # in place: the version count moves
+    assert op.expval(psi).item() == pytest.approx(14.0)
+
+
+def test_operator_of_inference_tensors_under_inference_mode():
+    psi = torch.tensor([[1.0, 0, 0, 0]], dtype=torch.complex128)
+    with torch.inference_mode():
+        op = PauliSumOperator.from_strings(["ZI", "IZ", "XX"], torch.tensor([1.0, 2.0, 3.0]))
+        assert op.expval(psi).item() == pytest.approx(3.0)
+        op.coeffs.mul_(2)
+        assert op.expval(psi).item() == pytest.approx(6.0)
+    assert op.expval(psi).item() == pytest.approx(6.0)
+
+
+def test_diagonal_cache_emptied_by_another_thread_between_lookups():
+    """Another thread may empty the operator's diagonal cache at any point: a lookup reads
+    its entry once (emulated: the cache empties itself whenever it is asked for a key)."""
+    op = random_op(3, 8, 4)
+    psi = random_states(2, 3, 5)
+    want = psi @ dense_ref(op).T
+
+    class Emptied(dict):
+        def __contains__(self, key):
+            found = dict.__contains__(self, key)
+            self.clear()
+            return found
+
+        def get(self, key, default=None):
+            found = dict.get(self, key, default)
+            self.clear()
+            return found
+
+    op._diag_cache = Emptied()
+    for _ in range(3):
+        assert torch.allclose(op.apply(psi), want, atol=1e-12, rtol=0)
+
+
+def test_term_layout_built_twice_at_once_is_one_object(monkeypatch):
+    """Two threads reading a new operator's term expectations at once: the second may run
+    while the first builds the term layout (emulated deterministically by a read from inside
+    the first build); both see a whole layout, and the one stored first."""
+    op = random_op(3, 8, 6)
+    psi = random_states(2, 3, 7)
+    real_arange, inner = torch.arange, []
+
+    def arange(*args, **kwargs):
+        if not inner:
+            inner.append(None)
+            inner[0] = op.term_expvals(psi)
+        return real_arange(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "arange", arange)
+    outer = op.term_expvals(psi)
+    monkeypatch.undo()
+    assert inner and torch.allclose(outer, inner[0], atol=1e-12, rtol=0)
+    assert torch.allclose(outer, op.with_coeffs(op.coeffs).term_expvals(psi), atol=1e-12, rtol=0)

@@ -135,6 +135,31 @@ def test_a_kernel_that_cannot_launch_falls_back_to_the_torch_loop(monkeypatch):
     assert torch.allclose(parts, ref, atol=1e-12, rtol=0)
 
 
+
+def test_device_rows_emptied_by_another_thread_meanwhile():
+    """The groups' masks and rows on a device are shared by threads, and one may empty them at
+    any point (emulated: they empty themselves whenever asked for a key or written): each
+    call reads its entry once and gets the masks and rows of its own groups."""
+    n = 4
+    groups = PauliGroups(_words(n, 12, seed=3), n)
+
+    class Emptied(dict):
+        def __contains__(self, key):
+            found = dict.__contains__(self, key)
+            self.clear()
+            return found
+
+        def __setitem__(self, key, value):
+            dict.__setitem__(self, key, value)
+            self.clear()
+
+    groups.__dict__["_device_rows"] = Emptied()
+    g = groups.num_groups
+    for lo, hi in ((0, g), (1, g), (0, g)):
+        masks, rows = pauli_triton._group_rows(groups, lo, hi, torch.device("cpu"))
+        assert masks.tolist() == groups.masks[lo:hi]
+        assert rows.tolist() == groups.kernel_rows(lo, hi).tolist()
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device")
 def test_kernel_on_cuda():

@@ -202,6 +202,39 @@ def test_repeated_backward_and_no_grad():
         torch.testing.assert_close(_flat(static(x, w)), _flat(plain(x, w)))
 
 
+
+def test_backward_of_one_graph_in_two_threads_at_once():
+    """torch runs one node's backward in two threads at once when both differentiate a
+    shared graph (retain_graph): one takes the run's residual, the other reruns; neither
+    shares the other's slot (a stress check: the switch interval is made tiny)."""
+    import sys
+    import threading
+    n = 3
+    static = _hybrid_circuit(n, True)
+    x = torch.rand(6, n, dtype=torch.float64)
+    w = torch.rand(3, n, 3, dtype=torch.float64, requires_grad=True)
+    (want,) = torch.autograd.grad(_flat(static(x, w)).sum(), w)
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(20):
+            y = _flat(static(x, w)).sum()
+            got = [None, None]
+
+            def back(i):
+                got[i] = torch.autograd.grad(y, w, retain_graph=True)[0]
+            threads = [threading.Thread(target=back, args=(i,)) for i in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            for g in got:
+                torch.testing.assert_close(g, want)
+            spare = _bound(static)._spare
+            assert len({id(s) for s in spare}) == len(spare)
+    finally:
+        sys.setswitchinterval(saved)
+
 def test_second_derivatives_take_the_differentiable_path():
     n = 2
     static, plain = _hybrid_circuit(n, True), _hybrid_circuit(n, False)

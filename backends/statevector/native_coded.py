@@ -175,8 +175,7 @@ class CodedPlan:
                 if mask and lo == len(self.columns):
                     lo = i
             hit = self._adjoint[key] = (recs, lo)
-            if len(self._adjoint) > 16:
-                self._adjoint.pop(next(iter(self._adjoint)))
+            caches.trim(self._adjoint, 16)  # threads share the plan: never a KeyError
         return hit
 
 

@@ -97,11 +97,13 @@ def _group_rows(groups, lo: int, hi: int, device) -> tuple:
     of groups ``lo..hi`` on ``device``, kept with the groups (one copy to the device each)."""
     held = groups.__dict__.setdefault("_device_rows", {})
     key = (lo, hi, str(device))
-    if key not in held:
+    hit = held.get(key)  # read once: another thread may clear the entries meanwhile
+    if hit is None:
         if len(held) > 64:
             held.clear()
-        held[key] = (groups.mask_tensor[lo:hi].to(device), groups.kernel_rows(lo, hi).to(device))
-    return held[key]
+        hit = held.setdefault(key, (groups.mask_tensor[lo:hi].to(device),
+                                    groups.kernel_rows(lo, hi).to(device)))
+    return hit
 
 
 class TritonPauliKernel:
