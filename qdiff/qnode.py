@@ -327,7 +327,12 @@ def _deferred(wires: tuple, flat: list, count: int) -> tuple:
 
 
 def record_circuit(func, wires, *args, **kwargs) -> Recorded:
-    """Record ``func(*args)`` on ``wires`` without running it (for drawing, compiling, export)."""
+    """Record ``func(*args)`` on ``wires`` without running it (for drawing, compiling, export).
+
+    ``func`` is a quantum function or a qnode of one (plain or static: its function is
+    recorded)."""
     from qdiff.backends.base import normalize_device_wires
+    if isinstance(func, QNode) or isinstance(getattr(func, "qnode", None), QNode):
+        func = func.func
     return _record(func, normalize_device_wires(wires), args, kwargs)[0]
 

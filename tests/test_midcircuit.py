@@ -150,6 +150,24 @@ def test_qasm3_export_runs_as_a_dynamic_circuit_on_aer():
     assert bool(((freq - exact).abs() <= 5 * sd + 1e-3).all())
 
 
+def test_record_circuit_of_a_qnode_records_its_function():
+    """The README's export ``dumps(record_circuit(f, n, *args).circuit, version=3)`` takes the
+    qnode as well as its quantum function (plain and static qnodes)."""
+    from qdiff.circuits.qasm import dumps
+    x = torch.tensor([0.7, -1.2, 0.4, 2.1], dtype=DT)
+
+    def f(x):
+        _body(qd, x)
+        return qd.probs(wires=[0, 1, 2])
+
+    expected = dumps(record_circuit(f, 3, x).circuit, version=3)
+    node = qd.qnode(qd.device("statevector", wires=3))(f)
+    for q in (node, qd.jit(node)):
+        rec = record_circuit(q, 3, x)
+        assert dumps(rec.circuit, version=3) == expected
+        torch.testing.assert_close(rec.theta, record_circuit(f, 3, x).theta)
+
+
 def test_refusals_name_the_fix():
     dev = qd.device("statevector", wires=2)
     with pytest.raises(QdiffError, match="only available while a qnode records"):
