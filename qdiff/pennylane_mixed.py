@@ -72,7 +72,7 @@ from qdiff.circuits.gates import check_unitary
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.noise import resolve_noise
 from qdiff.circuits.pennylane_io import (autograd_exp_matrix, broadcast_exp_rotation,
-                                        from_pennylane_observable,
+                                        exp_pauli_rotation, from_pennylane_observable,
                                         from_pennylane_tape,
                                         tape_channel_supported, tape_op_supported,
                                         tape_trainable_matrix, trainable_matrix_ops,
@@ -101,11 +101,12 @@ def _stopping_condition(op) -> bool:
 
 def _decomposer(op):
     """PennyLane's decomposition of ``op``; an operation without one but with a matrix becomes
-    that ``QubitUnitary``; ``qml.exp``/``qml.evolve`` with a broadcast coefficient (which
-    PennyLane's decomposition cannot read) becomes its ``PauliRot`` or its matrix, and with a
+    that ``QubitUnitary``; ``qml.exp``/``qml.evolve`` of a Pauli word with a torch coefficient,
+    or with a broadcast coefficient (which PennyLane's decomposition cannot read), becomes its
+    ``PauliRot`` (another broadcast one its matrix), and with a
     trainable autograd coefficient its matrix from :func:`autograd_exp_matrix`."""
     if type(op).__name__ in ("Exp", "Evolution"):
-        rot = broadcast_exp_rotation(op)
+        rot = exp_pauli_rotation(op) or broadcast_exp_rotation(op)
         if rot is not None:
             return [qml.PauliRot(rot[0], rot[1], wires=rot[2])]
         m = autograd_exp_matrix(op)
