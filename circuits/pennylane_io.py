@@ -499,6 +499,29 @@ def broadcast_exp_rotation(op):
     return qml.math.real(theta), "".join(word[w] for w in wires), wires
 
 
+def autograd_exp_matrix(op):
+    """The matrix ``exp(coeff * B)`` of ``qml.exp``/``qml.evolve`` whose coefficient is an
+    autograd value that requires grad (scalar or broadcast ``(B,)``) and whose base ``B`` is a
+    constant Hermitian operator: ``V diag(exp(coeff * l)) V^dag`` from ``B = V diag(l) V^dag``,
+    autograd-differentiable in ``coeff``, shape ``(2**k, 2**k)`` or ``(B, 2**k, 2**k)``;
+    ``None`` for anything else. PennyLane's own autograd matrix of such an operator combines
+    the base's eigenvalues with its diagonalizing gates, which is not ``exp(coeff * B)`` when
+    ``B`` is a sum of terms that do not commute."""
+    import pennylane as qml
+    coeff = op.coeff
+    if qml.math.get_interface(coeff) != "autograd" or not qml.math.requires_grad(coeff) or \
+            any(qml.math.requires_grad(d) for d in op.base.data) or \
+            (_scaled_word(op) is not None and qml.math.ndim(coeff) == 0):
+        return None  # (one Pauli word: PennyLane decomposes it into its PauliRot)
+    base = np.asarray(qml.math.unwrap(qml.matrix(op.base, wire_order=op.wires)))
+    if not np.allclose(base, base.conj().T, atol=1e-10):
+        return None
+    vals, vecs = np.linalg.eigh(base)
+    c = qml.math.reshape(coeff, (-1, 1)) if qml.math.ndim(coeff) else coeff
+    phases = qml.math.exp(c * vals)  # (k,) or (B, k)
+    return qml.math.einsum("ij,...j,kj->...ik", vecs, phases, vecs.conj())
+
+
 def _exp_pauli_rot(op):
     """:func:`exp_pauli_rotation` as one qdiff ``PauliRot`` operation (or ``None``)."""
     rot = exp_pauli_rotation(op)

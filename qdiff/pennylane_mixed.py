@@ -71,7 +71,8 @@ from qdiff.circuits.errors import QdiffError
 from qdiff.circuits.gates import check_unitary
 from qdiff.circuits.measurements import Measurement
 from qdiff.circuits.noise import resolve_noise
-from qdiff.circuits.pennylane_io import (broadcast_exp_rotation, from_pennylane_observable,
+from qdiff.circuits.pennylane_io import (autograd_exp_matrix, broadcast_exp_rotation,
+                                        exp_pauli_rotation, from_pennylane_observable,
                                         from_pennylane_tape,
                                         tape_channel_supported, tape_op_supported,
                                         tape_trainable_matrix, trainable_matrix_ops,
@@ -100,13 +101,17 @@ def _stopping_condition(op) -> bool:
 
 def _decomposer(op):
     """PennyLane's decomposition of ``op``; an operation without one but with a matrix becomes
-    that ``QubitUnitary``; ``qml.exp``/``qml.evolve`` with a broadcast coefficient (which
-    PennyLane's decomposition cannot read) becomes its ``PauliRot`` or its matrix."""
-    if type(op).__name__ in ("Exp", "Evolution") and qml.math.ndim(op.coeff) > 0:
-        rot = broadcast_exp_rotation(op)
+    that ``QubitUnitary``; ``qml.exp``/``qml.evolve`` of a Pauli word with a torch coefficient,
+    or with a broadcast coefficient (which PennyLane's decomposition cannot read), becomes its
+    ``PauliRot`` (another broadcast one its matrix), and with a
+    trainable autograd coefficient its matrix from :func:`autograd_exp_matrix`."""
+    if type(op).__name__ in ("Exp", "Evolution"):
+        rot = exp_pauli_rotation(op) or broadcast_exp_rotation(op)
         if rot is not None:
             return [qml.PauliRot(rot[0], rot[1], wires=rot[2])]
-        return [qml.QubitUnitary(_unitary(op), wires=op.wires)]
+        m = autograd_exp_matrix(op)
+        if m is not None or qml.math.ndim(op.coeff) > 0:
+            return [qml.QubitUnitary(_unitary(op, m), wires=op.wires)]
     if type(op).__name__ == "QubitUnitary":  # its decomposition holds for a unitary only
         _unitary(op)
     if op.has_decomposition or not op.has_matrix:
@@ -114,9 +119,10 @@ def _decomposer(op):
     return [qml.QubitUnitary(_unitary(op), wires=op.wires)]
 
 
-def _unitary(op):
-    """``op``'s matrix; a ``DeviceError`` naming ``op`` unless it is unitary."""
-    m = op.matrix()
+def _unitary(op, m=None):
+    """``op``'s matrix (``m`` where given); a ``DeviceError`` naming ``op`` unless it is
+    unitary."""
+    m = op.matrix() if m is None else m
     if not qml.math.is_abstract(m):
         t = m if isinstance(m, torch.Tensor) else torch.as_tensor(np.asarray(qml.math.to_numpy(m)))
         try:
@@ -310,7 +316,9 @@ class QdiffMixed(Device):
         except QdiffError as exc:
             raise DeviceError(f"qdiff.mixed: {exc}") from None
         self.layout = layout
-        seed = np.random.randint(0, 2 ** 31 - 1) if seed == "global" else seed
+        # drawn as default.qubit/default.mixed draw it: after np.random.seed(s) the device
+        # samples what PennyLane's devices sample and leaves the global stream where they do
+        seed = np.random.randint(0, high=10000000) if seed == "global" else seed
         self._rng = np.random.default_rng(seed)
         self._engines: dict = {}
         self._debugger = None  # qml.snapshots' debugger while it is active (snapshots_taken)

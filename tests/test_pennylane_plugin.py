@@ -232,6 +232,27 @@ def test_samples_counts_shot_vectors_and_seeds():
     assert len(vec) == 3
 
 
+@pytest.mark.parametrize("name,ref", [("qdiff.statevector", "default.qubit"),
+                                      ("qdiff.mixed", "default.mixed")])
+def test_global_seed_samples_and_stream_as_default_devices(name, ref):
+    """With ``seed="global"`` (the default) the device draws its seed from numpy's global
+    generator as PennyLane's devices draw it: after ``np.random.seed(s)`` it samples what
+    ``default.qubit``/``default.mixed`` sample and leaves the global stream where they leave it
+    (an SPSA or shot-adaptive optimization seeded globally follows the same trajectory)."""
+    def circuit():
+        qml.Hadamard(0)
+        qml.RY(0.7, 1)
+        return qml.sample(wires=[0, 1])
+
+    out = {}
+    for d in (name, ref):
+        np.random.seed(5)
+        dev = qml.device(d, wires=2, shots=50)
+        out[d] = (qml.QNode(circuit, dev)(), np.random.rand())
+    np.testing.assert_array_equal(out[name][0], out[ref][0])
+    assert out[name][1] == out[ref][1]
+
+
 @pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
 @pytest.mark.parametrize("shots", [None, 200])
 def test_used_device_pickles_and_deep_copies_as_default_qubit_does(name, shots):
@@ -1313,6 +1334,38 @@ def test_a_trainable_matrix_under_autograd_backprop_matches_default_qubit(name, 
     close(f(t), ref(t), 1e-10)
     close(qml.grad(f)(t), qml.grad(ref)(t), 1e-10)
     close(qml.jacobian(qml.grad(f))(t), qml.jacobian(qml.grad(ref))(t), 1e-9)
+
+
+@pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
+@pytest.mark.parametrize("kind", ["evolve", "exp", "broadcast"])
+def test_evolve_of_a_sum_under_autograd_matches_torch(name, kind):
+    """qml.evolve/qml.exp of a sum of non-commuting terms with an autograd time that requires
+    grad is exp(-i t H) (PennyLane's own autograd matrix of it is not, and default.qubit's
+    backprop returns its values): value, gradient and Hessian equal default.qubit's torch
+    backprop of the same circuit, broadcast times row by row."""
+    h = qml.Hamiltonian([0.5, -0.3, 0.8], [qml.Z(0) @ qml.Z(1), qml.X(0), qml.Y(1) @ qml.X(2)])
+
+    def qfunc(t):
+        qml.Hadamard(0)
+        qml.RX(0.4, 1)
+        if kind == "exp":
+            qml.exp(h, -1j * t)
+        else:
+            qml.evolve(h, t)
+        return qml.expval(qml.Y(0) @ qml.Z(2) + qml.Z(1))
+
+    x = [0.37, 0.9] if kind == "broadcast" else 0.37
+    ref = qml.QNode(qfunc, qml.device("default.qubit", wires=3), interface="torch")
+    tt = torch.tensor(x, dtype=torch.float64)
+    want_v = ref(tt).detach().numpy()
+    want_g = torch.autograd.functional.jacobian(ref, tt).numpy()
+    f = qml.QNode(qfunc, qml.device(name, wires=3))
+    t = pnp.array(x, requires_grad=True)
+    close(f(t), want_v, 1e-10)
+    close(qml.jacobian(f)(t), want_g, 1e-10)
+    if kind != "broadcast":
+        close(qml.jacobian(qml.grad(f))(t),
+              torch.autograd.functional.hessian(ref, tt).numpy(), 1e-9)
 
 
 @pytest.mark.parametrize("diff_method", ["adjoint", "parameter-shift", "finite-diff"])

@@ -62,8 +62,8 @@ from qdiff.circuits.pennylane_transforms import (decompose_broadcast, defer_with
                                                  snapshots_taken)
 from qdiff.circuits.operation import is_concrete
 from qdiff.circuits.gates import check_unitary
-from qdiff.circuits.pennylane_io import (broadcast_exp_rotation, exp_pauli_rotation,
-                                        from_pennylane_observable,
+from qdiff.circuits.pennylane_io import (autograd_exp_matrix, broadcast_exp_rotation,
+                                        exp_pauli_rotation, from_pennylane_observable,
                                         from_pennylane_tape, tape_op_supported, tape_projector,
                                         tape_trainable_matrix, transform_matrix_refusal,
                                         trainable_matrix_ops, trainable_unitary_decomposition)
@@ -84,7 +84,9 @@ def _stopping_condition(op) -> bool:
 def _decomposer(op):
     """PennyLane's decomposition of ``op``; an operation without one but with a matrix (e.g.
     ``BlockEncode``, ``DoubleExcitationPlus``) becomes that ``QubitUnitary``, only when the
-    matrix is unitary (anything else is refused by name). A trainable one reaches this only
+    matrix is unitary (anything else is refused by name; under autograd the matrix of
+    ``qml.exp``/``qml.evolve`` with a trainable coefficient is :func:`autograd_exp_matrix`'s).
+    A trainable one reaches this only
     where the adjoint method would differentiate it: on one wire it decomposes into
     differentiable ``Rot`` angles, a wider or controlled one is refused by name (PennyLane's
     decomposition of it does not carry the matrix's gradient). ``qml.exp``/``qml.evolve`` of
@@ -97,9 +99,10 @@ def _decomposer(op):
         rot = exp_pauli_rotation(op) or broadcast_exp_rotation(op)
         if rot is not None:
             return [qml.PauliRot(rot[0], rot[1], wires=rot[2])]
-        if qml.math.ndim(op.coeff) > 0:  # PennyLane's decomposition cannot read a broadcast
-            # coefficient: its (checked) matrix, one row per coefficient
-            m = op.matrix()
+        m = autograd_exp_matrix(op)
+        if m is not None or qml.math.ndim(op.coeff) > 0:  # PennyLane's decomposition cannot
+            # read a broadcast coefficient: its (checked) matrix, one row per coefficient
+            m = op.matrix() if m is None else m
             _unitary(m, op)
             return [qml.QubitUnitary(m, wires=op.wires)]
     if name == "QubitUnitary":
@@ -348,7 +351,9 @@ class QdiffStatevector(Device):
                               f"numpy.complex64; got {c_dtype!r}")
         self._c_dtype = c_dtype
         self._cdtype = _DTYPES[key]
-        seed = np.random.randint(0, 2 ** 31 - 1) if seed == "global" else seed
+        # drawn as default.qubit/default.mixed draw it: after np.random.seed(s) the device
+        # samples what PennyLane's devices sample and leaves the global stream where they do
+        seed = np.random.randint(0, high=10000000) if seed == "global" else seed
         self._rng = np.random.default_rng(seed)
         self._engines: dict = {}
         self._gate_set = self.capabilities.gate_set()  # the TOML's gates (computed once)
