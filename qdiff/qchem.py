@@ -156,11 +156,53 @@ def _cached(symbols, coordinates, unit, charge, mult, basis, active_electrons, a
     mol = qml.qchem.Molecule(list(symbols), geom, charge=charge, mult=mult, basis_name=basis,
                              unit=unit)
     _check_basis_independent(mol, symbols, basis)
+    n_el = int(mol.n_electrons)
+    if n_el >= 0 and (mult - 1 > n_el or (n_el - mult + 1) % 2):
+        raise QdiffError(f"molecular Hamiltonian of {list(symbols)}: {n_el} electrons "
+                         f"(charge={charge}) cannot have multiplicity mult={mult}; 2S = mult - 1 "
+                         f"unpaired electrons need at least as many electrons, of the same "
+                         f"parity")
     op, n = qml.qchem.molecular_hamiltonian(mol, active_electrons=active_electrons,
                                             active_orbitals=active_orbitals, mapping=mapping,
                                             method=method)
     obs = from_pennylane(op, wire_order=list(range(n)))
+    if method == "dhf":
+        coupling = _scf_residual(mol)
+        if coupling > _BRILLOUIN_TOL:
+            raise QdiffError(
+                f"molecular Hamiltonian of {list(symbols)} at {list(coordinates)} {unit}: "
+                f"PennyLane's Hartree-Fock (method='dhf', plain SCF iterations) did not "
+                f"converge there; its orbitals leave an occupied-virtual Fock element of "
+                f"{coupling:.2g} Ha (0 for Hartree-Fock orbitals by Brillouin's theorem, "
+                f"accepted up to {_BRILLOUIN_TOL:g}), so the Hartree-Fock state and energy of "
+                f"its Hamiltonian, and any active space chosen from its orbitals, are not "
+                f"Hartree-Fock's")
     return obs.coeffs.detach().clone(), obs.terms, int(n), int(mol.n_electrons)
+
+
+# Largest occupied-virtual Fock element (in Ha) that counts as converged Hartree-Fock orbitals;
+# it is the coupling <S|H|HF> of the HF state to a single excitation, and the HF energy error
+# of such orbitals is about its square over the orbital gap. PennyLane's SCF leaves about 1e-9
+# on the presets and 1e-5 where it converges slowly (H4 chain at 2 angstrom); where it does not
+# converge (LiH at 4 angstrom, stretched H2O, N2 at 2 angstrom) it leaves 0.08-0.3 Ha.
+_BRILLOUIN_TOL = 1e-4
+
+
+def _scf_residual(mol) -> float:
+    """Largest ``|F_ia|`` (occupied ``i``, virtual ``a``) of the Fock matrix built from the
+    orbitals of PennyLane's SCF, in their own basis: 0 for self-consistent (Hartree-Fock)
+    orbitals. PennyLane's SCF is deterministic, so these are the orbitals of its Hamiltonian."""
+    import pennylane as qml
+    _, coeffs, _, h_core, eri = qml.qchem.scf(mol)()
+    c = np.asarray(qml.math.toarray(coeffs), dtype=float)
+    occ = int(mol.n_electrons) // 2
+    if occ == 0 or occ >= c.shape[1]:
+        return 0.0
+    eri = np.asarray(qml.math.toarray(eri), dtype=float)
+    p = c[:, :occ] @ c[:, :occ].T
+    fock = (np.asarray(qml.math.toarray(h_core), dtype=float)
+            + 2 * np.einsum("pqrs,rs->pq", eri, p) - np.einsum("psqr,rs->pq", eri, p))
+    return float(np.abs(c[:, :occ].T @ fock @ c[:, occ:]).max())
 
 
 # Smallest eigenvalue of the basis overlap matrix below which the basis counts as linearly

@@ -278,3 +278,40 @@ def test_text_coordinates_and_multiplicity_below_one_are_refused():
     for mult in (0, -1):
         with pytest.raises(qd.QdiffError, match=rf"multiplicity 2S \+ 1, at least 1; got {mult}"):
             qchem.molecular_hamiltonian(["H", "H"], [0, 0, 0, 0, 0, 1.4], mult=mult)
+
+
+def test_unconverged_hartree_fock_is_refused():
+    """PennyLane's SCF (plain iterations, 50 steps) does not converge for LiH at 4 angstrom: the
+    determinant it calls Hartree-Fock lies 330 mHa above the self-consistent one and an
+    active space would be chosen from those orbitals. Its occupied-virtual Fock elements
+    (Brillouin's theorem) are 0.08 Ha there, and the molecule is refused; H4 at 2 angstrom,
+    where the SCF converges slowly (1e-5 Ha left), is kept."""
+    for active in ({}, dict(active_electrons=2, active_orbitals=3)):
+        with pytest.raises(qd.QdiffError, match=r"\['Li', 'H'\] at .*4\.0\] angstrom: "
+                                                r"PennyLane's Hartree-Fock .* did not converge"):
+            qchem.molecular_problem(["Li", "H"], [0, 0, 0, 0, 0, 4.0], unit="angstrom",
+                                    **active)
+    mol = qchem.molecular_problem(["H"] * 4, [0, 0, 0, 0, 0, 2, 0, 0, 4, 0, 0, 6],
+                                  unit="angstrom")
+    op = PauliSumOperator.from_observable(mol.hamiltonian, mol.n_qubits)
+    psi = torch.zeros(2 ** mol.n_qubits, dtype=torch.float64)
+    psi[mol.hf_index] = 1.0
+    hf_e = float(op.expval(psi))
+    e0 = float(torch.linalg.eigvalsh(mol.hamiltonian.matrix(range(8)))[0])
+    assert hf_e - e0 > 0.1  # stretched: far from exact, but a Hartree-Fock energy
+
+
+def test_multiplicity_impossible_for_the_electron_count_is_named():
+    """An odd electron count with multiplicity 1 (or an even one with 2, or more unpaired
+    electrons than electrons) has no state at all; PennyLane calls it an unsupported open-shell
+    system and points to another method."""
+    h3 = [0, 0, 0, 0.874, 0, 0, 0.437, 0.757, 0]
+    for sym, co, kw, n_el in ((["H"] * 3, h3, dict(mult=1), 3),
+                              (["H", "H"], [0, 0, 0, 0, 0, 0.74], dict(mult=2), 2),
+                              (["H", "H"], [0, 0, 0, 0, 0, 0.74], dict(mult=5), 2),
+                              (["H"] * 3, h3, dict(charge=1, mult=2), 2)):
+        with pytest.raises(qd.QdiffError, match=rf"{n_el} electrons \(charge=.*\) cannot have "
+                                                rf"multiplicity mult={kw['mult']}"):
+            qchem.molecular_problem(sym, co, unit="angstrom", **kw)
+    with pytest.raises(qd.QdiffError, match="Open-shell"):  # possible, but not by method='dhf'
+        qchem.molecular_problem(["H", "H"], [0, 0, 0, 0, 0, 0.74], unit="angstrom", mult=3)
