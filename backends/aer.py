@@ -143,11 +143,10 @@ class AerBackend(QiskitBackend):
 
     def _sampler(self):
         from qiskit_aer.primitives import SamplerV2
-        seed = self.run_seed()
-        run_options = {} if seed is None else {"seed_simulator": seed}
-        return SamplerV2(default_shots=self.shots,
-                         options={"backend_options": self.backend_options,
-                                  "run_options": run_options})
+        # the seed goes in as SamplerV2's own: qiskit-aer 0.17 passes a run_options
+        # seed_simulator to AerSimulator.run next to its own seed_simulator=None (a TypeError)
+        return SamplerV2(default_shots=self.shots, seed=self.run_seed(),
+                         options={"backend_options": self.backend_options})
 
     # -- execution -------------------------------------------------------------------------
     def _execute(self, circuit, theta, initial_state=None) -> list:

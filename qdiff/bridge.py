@@ -282,12 +282,29 @@ def refuse_batched_cotangent(g_out, rule) -> None:
 _transforms_active = torch._C._are_functorch_transforms_active
 
 
+def autocast_probe(device_type: str):
+    """A function of no arguments telling whether ``torch.autocast`` is on for
+    ``device_type`` ("cpu" or "cuda"): ``torch.is_autocast_enabled(device_type)``, or on a
+    torch before 2.4 (whose ``is_autocast_enabled()`` takes no argument and answers for CUDA)
+    ``torch.is_autocast_cpu_enabled`` / ``torch.is_autocast_enabled``."""
+    try:
+        torch.is_autocast_enabled(device_type)
+    except TypeError:
+        return torch.is_autocast_cpu_enabled if device_type == "cpu" else \
+            torch.is_autocast_enabled
+    return functools.partial(torch.is_autocast_enabled, device_type)
+
+
+autocast_cpu_enabled = autocast_probe("cpu")
+autocast_cuda_enabled = autocast_probe("cuda")
+
+
 def exact_precision(fn):
     """``fn`` run with torch's autocast off: under ``torch.autocast`` the engine still computes
     in the device's precision (autocast would run its float32 products in bfloat16/float16)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        cpu, cuda = torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda")
+        cpu, cuda = autocast_cpu_enabled(), autocast_cuda_enabled()
         if not (cpu or cuda):
             return fn(*args, **kwargs)
         with contextlib.ExitStack() as stack:
@@ -708,7 +725,7 @@ def refuse_graph_capture(kind: str, fn) -> None:
     function, or None) name the call in the error."""
     if torch.jit.is_tracing():
         capture = "torch.jit.trace"
-    elif torch.compiler.is_exporting():
+    elif getattr(torch.compiler, "is_exporting", bool)():  # torch >= 2.6 tells export apart
         capture = "torch.export"
     else:
         return

@@ -55,7 +55,8 @@ import torch.autograd.forward_ad as _forward_ad
 from torch.overrides import TorchFunctionMode
 
 from qdiff.backends.base import Gather, Prepared, flat_outputs
-from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, effective_shots,
+from qdiff.bridge import (DIFFERENTIABLE_KINDS, Plan, QuantumFunction, autocast_cpu_enabled,
+                          autocast_cuda_enabled, effective_shots,
                           engine_vjp, exact_precision, expand_coefficients,
                           refuse_batched_cotangent, refuse_float16_overflow,
                           refuse_graph_capture, unshare, validate_rules)
@@ -641,8 +642,8 @@ class BoundFunction(torch.autograd.Function):
 
 _FunctionBase_apply = super(torch.autograd.Function, BoundFunction).apply
 _transforms_active = torch._C._are_functorch_transforms_active
-_autocast_cpu = functools.partial(torch.is_autocast_enabled, "cpu")
-_autocast_cuda = functools.partial(torch.is_autocast_enabled, "cuda")
+_autocast_cpu = autocast_cpu_enabled
+_autocast_cuda = autocast_cuda_enabled
 _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 
 

@@ -476,3 +476,27 @@ def test_stabilizer_method_names_a_non_clifford_gate_and_its_angle():
         f(torch.tensor(0.3, dtype=torch.float64))
     out = f(torch.tensor([math.pi, math.pi / 2], dtype=torch.float64))
     assert out.shape == (2,) and torch.all(out.abs() <= 1)
+
+
+def test_seeded_shots_run_on_a_sampler_that_refuses_a_run_options_seed(monkeypatch):
+    """qiskit-aer 0.17's SamplerV2 passes a ``run_options`` seed_simulator to
+    ``AerSimulator.run`` next to its own (a TypeError): the device's seed is the sampler's
+    own ``seed``, and the same seed repeats the same bits."""
+    import qiskit_aer.primitives as aer_primitives
+    base = aer_primitives.SamplerV2
+
+    class Sampler017(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if "seed_simulator" in self.options.run_options:
+                raise TypeError("AerBackend.run() got multiple values for keyword argument "
+                                "'seed_simulator'")
+    monkeypatch.setattr(aer_primitives, "SamplerV2", Sampler017)
+
+    def f():
+        qd.Hadamard(0)
+        return qd.sample(wires=[0])
+    first = qd.qnode(qd.device("aer", wires=1, shots=64, seed=3))(f)()
+    again = qd.qnode(qd.device("aer", wires=1, shots=64, seed=3))(f)()
+    assert first.shape == (64, 1) and torch.equal(first, again)
+    assert 0 < int(first.sum()) < 64

@@ -162,7 +162,10 @@ def test_ctrl_c_during_write_leaves_no_partial_file(tmp_path, capsys, monkeypatc
 
 
 def test_console_script_declared():
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: pytest's own TOML reader
+        import tomli as tomllib
     with open(os.path.join(os.path.dirname(__file__), "..", "pyproject.toml"), "rb") as fh:
         meta = tomllib.load(fh)
     assert meta["project"]["scripts"]["qdiff"] == "qdiff._console:main"

@@ -322,7 +322,10 @@ def test_ctrl_c_while_the_console_script_imports_the_cli(tmp_path):
 
 
 def _script_entry() -> str:
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: pytest's own TOML reader
+        import tomli as tomllib
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with open(os.path.join(root, "pyproject.toml"), "rb") as fh:
         return tomllib.load(fh)["project"]["scripts"]["qdiff"]

@@ -914,6 +914,33 @@ def test_autocast_leaves_the_engine_in_the_device_precision(method, static):
         assert torch.allclose(g, gref, atol=1e-6, rtol=0)
 
 
+def test_autocast_probe_reads_a_torch_without_the_device_argument(monkeypatch):
+    """torch before 2.4: ``is_autocast_enabled()`` takes no argument and answers for CUDA,
+    ``is_autocast_cpu_enabled()`` for the CPU; the probes read those."""
+    from qdiff.bridge import autocast_probe
+
+    def is_autocast_enabled(*args):
+        if args:
+            raise TypeError("is_autocast_enabled() takes 0 positional arguments but 1 was given")
+        return "cuda flag"
+    monkeypatch.setattr(torch, "is_autocast_enabled", is_autocast_enabled)
+    monkeypatch.setattr(torch, "is_autocast_cpu_enabled", lambda: "cpu flag", raising=False)
+    assert autocast_probe("cpu")() == "cpu flag"
+    assert autocast_probe("cuda")() == "cuda flag"
+    monkeypatch.undo()
+    assert autocast_probe("cpu")() is False
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert autocast_probe("cpu")() is True
+
+
+def test_graph_capture_check_runs_on_a_torch_without_is_exporting(monkeypatch):
+    """torch before 2.6 has no ``torch.compiler.is_exporting``: the check before each qnode
+    call passes eager calls instead of raising AttributeError."""
+    from qdiff.bridge import refuse_graph_capture
+    monkeypatch.delattr(torch.compiler, "is_exporting")
+    assert refuse_graph_capture("qnode", None) is None
+
+
 def test_init_method_refusing_a_weight_shape_is_named():
     """torch.nn.init functions that need two dimensions (xavier, kaiming) refuse a vector or a
     scalar weight: the error names the weight and its shape."""

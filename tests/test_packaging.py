@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: pytest's own TOML reader
+    import tomli as tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOP = {"qdiff": "qdiff", "circuits": "qdiff.circuits", "backends": "qdiff.backends",
