@@ -15,10 +15,14 @@ Jobs are counted by wrapping each framework's primitive/simulator ``run``.
 """
 from __future__ import annotations
 
-import argparse
+import os
 import statistics
+import sys
 import time
 import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import ArgumentParser, require  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -109,12 +113,14 @@ def timed(step, reps):
 
 def main():
     import numpy as np
-    ap = argparse.ArgumentParser()
+    ap = ArgumentParser()
     ap.add_argument("--sizes", default="4,8")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--reps", type=int, default=5)
     args = ap.parse_args()
+    require("bench_aer_qnn.py", "qiskit-aer", "qiskit_aer")
+    require("bench_aer_qnn.py", "qiskit-machine-learning", "qiskit_machine_learning")
     rng = np.random.default_rng(0)
     print("| n | layers | batch | qdiff ms | QML ms | QML/qdiff | qdiff jobs/step | QML jobs/step "
           "| max grad diff |")

@@ -8,32 +8,30 @@ infidelity (which the budget bounds) and the proven bound on what the approximat
 """
 from __future__ import annotations
 
-import argparse
-import glob
 import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_DIR = os.path.join(HERE, "..", "..", "shared", "benchmarks", "qasm")
+sys.path.insert(0, HERE)
+from benchutil import ArgumentParser, circuit_files  # noqa: E402
 
 
 def main(argv=None) -> int:
     import qdiff as qd
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default=DEFAULT_DIR)
     ap.add_argument("--eps", type=float, nargs="+", default=[1e-6, 1e-4, 1e-2])
     ap.add_argument("--level", type=int, default=3)
     ap.add_argument("--only", nargs="*", default=None, help="circuit names (without .qasm)")
     args = ap.parse_args(argv)
+    files = circuit_files(ap, args.dir, args.only)
     head = ["circuit", "exact CX"]
     for e in args.eps:
         head += [f"{e:g} CX", "1-F", "bound"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     tot = [0] * (1 + len(args.eps))
-    files = sorted(glob.glob(os.path.join(args.dir, "*.qasm")))
-    if args.only:
-        files = [f for f in files if os.path.basename(f)[:-5] in args.only]
     for path in files:
         _, ex = qd.compile(path, level=args.level)
         row, cx = [os.path.basename(path)[:-5], ex.cx_after], [ex.cx_after]

@@ -15,7 +15,6 @@ CPU seconds (the machine is shared); wall seconds are saved too.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import subprocess
@@ -25,6 +24,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_DIR = os.path.join(HERE, "..", "..", "shared", "benchmarks", "qasm")
+sys.path.insert(0, HERE)
+from benchutil import ArgumentParser, circuit_files  # noqa: E402
 
 
 WARM_UP = 'OPENQASM 2.0; include "qelib1.inc"; qreg q[3]; h q[0]; cx q[0],q[1]; t q[1]; cx q[1],q[2];'
@@ -101,8 +102,17 @@ def table(rows, levels) -> str:
     return "\n".join(lines)
 
 
+def done(row, levels, saved) -> bool:
+    """Whether a saved row answers a run at ``levels``: it holds every one of them, or it was
+    stopped (time-out, error) in a run of at least those levels (``saved``: the levels of the
+    run that wrote rows without their own record of them)."""
+    if "timeout" in row or "error" in row:
+        return set(levels) <= set(row.get("levels", saved))
+    return all(str(lv) in row for lv in levels)
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default=DEFAULT_DIR)
     ap.add_argument("--basis", default="h,s,sdg,t,tdg,cx,x,z")
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 2, 3])
@@ -119,20 +129,23 @@ def main(argv=None) -> int:
     if args.json and os.path.exists(args.json):
         with open(args.json) as f:
             data = json.load(f)
-    files = sorted(glob.glob(os.path.join(args.dir, "nam_*.qasm")), key=os.path.getsize)
-    if args.only:
-        files = [f for f in files if os.path.basename(f)[:-5] in args.only]
+    files = sorted(circuit_files(ap, args.dir, args.only, "nam_*.qasm"), key=os.path.getsize)
     if not args.table:
+        saved = data["meta"].get("levels", [])
+        if data["rows"] and data["meta"].get("basis", args.basis) != args.basis:
+            ap.error(f"--json {args.json} holds results for basis {data['meta']['basis']}, "
+                     f"not {args.basis}: give another file")
         data["meta"].update(basis=args.basis, levels=args.levels, timeout=args.timeout)
         for f in files:
             name = os.path.basename(f)[:-5]
-            if any(r["name"] == name for r in data["rows"]):
+            if any(r["name"] == name and done(r, args.levels, saved) for r in data["rows"]):
                 continue
             load0 = os.getloadavg()[0]
             r = run_circuit(f, args)
+            r["levels"] = list(args.levels)
             r["load"] = round((load0 + os.getloadavg()[0]) / 2, 1)
             r["date"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
-            data["rows"].append(r)
+            data["rows"] = [x for x in data["rows"] if x["name"] != name] + [r]
             if args.json:
                 from qdiff.circuits.fileio import write_atomic
                 write_atomic(args.json, json.dumps(data, indent=1) + "\n")

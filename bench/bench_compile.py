@@ -20,7 +20,6 @@ smallest first; a second shard with ``--reverse`` on the same file runs largest 
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import platform
@@ -32,6 +31,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_DIR = os.path.join(HERE, "..", "..", "shared", "benchmarks", "qasm")
+sys.path.insert(0, HERE)
+from benchutil import ArgumentParser, circuit_files  # noqa: E402
+
 TOOLS = ("in", "qk", "tk", "qd", "ax")  # input, Qiskit O3, pytket FPO, qdiff exact, qdiff approx
 
 
@@ -274,7 +276,7 @@ def _claim(path, name) -> bool:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default=DEFAULT_DIR)
     ap.add_argument("--level", type=int, default=3)
     ap.add_argument("--approx", type=float, default=1e-6, help="also run qdiff --approx EPS "
@@ -304,10 +306,14 @@ def main(argv=None) -> int:
             print("pytket is not installed: its column is left out", file=sys.stderr)
             use_pytket = False
     data = _load_json(args.json)
-    files = sorted(glob.glob(os.path.join(args.dir, "*.qasm")), key=os.path.getsize)
-    if args.only:
-        files = [f for f in files if os.path.basename(f)[:-5] in args.only]
+    every = sorted(circuit_files(ap, args.dir), key=os.path.getsize)
+    files = sorted(circuit_files(ap, args.dir, args.only), key=os.path.getsize)
     if not args.table:
+        saved = {k: data["meta"][k] for k in ("level", "approx") if k in data["meta"]}
+        asked = {"level": args.level, "approx": args.approx}
+        if data["rows"] and any(saved[k] != asked[k] for k in saved):
+            ap.error(f"--json {args.json} holds results for {saved}, not {asked}: give "
+                     "another file")
         data["meta"].update(level=args.level, approx=args.approx, timeout=args.timeout,
                             cpu_limit=args.cpu_limit,
                             python=platform.python_version(), cores=os.cpu_count())
@@ -336,8 +342,7 @@ def main(argv=None) -> int:
                   f" ax={_g(r, 'ax', 'cx')} ({ax.get('cpu', 0):.1f} CPU s) load={r['load']}"
                   + (f" TIMEOUT {r['timeout']}" if "timeout" in r else "")
                   + (f" ERROR {r['error']}" if "error" in r else ""), flush=True)
-    order = {os.path.basename(f)[:-5]: i for i, f in enumerate(
-        sorted(glob.glob(os.path.join(args.dir, "*.qasm")), key=os.path.getsize))}
+    order = {os.path.basename(f)[:-5]: i for i, f in enumerate(every)}
     rows = sorted(data["rows"], key=lambda r: order.get(r["name"], 1e9))
     if args.only:
         rows = [r for r in rows if r["name"] in args.only]

@@ -15,12 +15,16 @@ are per round. qdiff's CPU figure (native kernels, the given thread count) is pr
 """
 from __future__ import annotations
 
-import argparse
+import os
 import statistics
+import sys
 import time
 import warnings
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import ArgumentParser  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -118,7 +122,7 @@ def training_step(n, batch, device, impl):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser()
+    ap = ArgumentParser()
     ap.add_argument("--sizes", default="16,20,24",
                     help="SEL sizes, comma-separated (empty: the training steps only)")
     ap.add_argument("--rounds", type=int, default=3)

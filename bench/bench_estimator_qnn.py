@@ -13,10 +13,14 @@ the ratios, and checks that all produce the same gradients.
 """
 from __future__ import annotations
 
-import argparse
+import os
 import statistics
+import sys
 import time
 import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import ArgumentParser, check_peers, require  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -57,19 +61,20 @@ def stepper(model, dtype, x, y):
     return step
 
 
-def bench(n, reps_ansatz, batch, reps):
+def bench(n, reps_ansatz, batch, reps, aer=True):
     import numpy as np
     from qiskit.primitives import StatevectorEstimator
-    from qiskit_aer.primitives import EstimatorV2 as AerEstimator
     from qdiff.primitives import Estimator
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 1, (batch, n))
     y = np.sign(x[:, :1] - 0.5)
     w0 = rng.uniform(0, 2 * np.pi, n * (reps_ansatz + 1))
     runs = {"qdiff.primitives.Estimator": qml_model(Estimator(), n, reps_ansatz, w0),
-            "StatevectorEstimator": qml_model(StatevectorEstimator(), n, reps_ansatz, w0),
-            "Aer EstimatorV2": qml_model(AerEstimator(), n, reps_ansatz, w0),
-            "qd.QuantumLayer.from_qiskit": qdiff_layer(n, reps_ansatz, w0)}
+            "StatevectorEstimator": qml_model(StatevectorEstimator(), n, reps_ansatz, w0)}
+    if aer:
+        from qiskit_aer.primitives import EstimatorV2 as AerEstimator
+        runs["Aer EstimatorV2"] = qml_model(AerEstimator(), n, reps_ansatz, w0)
+    runs["qd.QuantumLayer.from_qiskit"] = qdiff_layer(n, reps_ansatz, w0)
     steps = {k: stepper(m, dt, x, y) for k, (m, dt) in runs.items()}
     grads = {k: s() for k, s in steps.items()}  # warm-up; gradients for the check
     ref = grads["StatevectorEstimator"]
@@ -87,20 +92,24 @@ def bench(n, reps_ansatz, batch, reps):
         diff = float(np.abs(grads[k] - ref).max())
         print(f"  {k:30s} {t * 1e3:9.1f} ms/step   x{t / base:6.2f} vs qdiff Estimator   "
               f"max |grad - StatevectorEstimator| {diff:.1e}")
+    aer_ratio = (f"{med['Aer EstimatorV2'] / base:.1f}x" if "Aer EstimatorV2" in med
+                 else "unavailable")
     print(f"  ratio StatevectorEstimator / qdiff Estimator: "
           f"{med['StatevectorEstimator'] / base:.1f}x; Aer EstimatorV2 / qdiff Estimator: "
-          f"{med['Aer EstimatorV2'] / base:.1f}x")
+          f"{aer_ratio}")
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="4,6")
     ap.add_argument("--reps-ansatz", type=int, default=2)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--reps", type=int, default=5)
     a = ap.parse_args()
+    require("bench_estimator_qnn.py", "qiskit-machine-learning", "qiskit_machine_learning")
+    aer = not check_peers({"Aer EstimatorV2": "qiskit_aer"})
     for n in (int(s) for s in a.sizes.split(",")):
-        bench(n, a.reps_ansatz, a.batch, a.reps)
+        bench(n, a.reps_ansatz, a.batch, a.reps, aer)
 
 
 if __name__ == "__main__":

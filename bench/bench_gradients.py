@@ -7,11 +7,14 @@ default device_vjp=False. All timed in the same run (medians), ratios printed.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
+import sys
 import time
 import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import ArgumentParser, check_peers  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -53,7 +56,7 @@ def lightning_grad(n, layers, device_vjp):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser()
+    ap = ArgumentParser()
     ap.add_argument("--sizes", default="4,8,12,16,18,20")
     ap.add_argument("--layers", default="2,6")
     ap.add_argument("--reps", type=int, default=3)
@@ -63,14 +66,15 @@ def main(argv=None):
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     import torch
     torch.set_num_threads(args.threads)
+    lightning = not check_peers({"lightning.qubit": "pennylane_lightning"})
     print(f"{'n':>3} {'L':>2} {'qdiff adjoint':>14} {'qdiff backprop':>15} {'lightning vjp':>14} "
           f"{'lightning':>10} {'lightning_vjp/qdiff_adj':>24}")
     for n in [int(s) for s in args.sizes.split(",")]:
         for layers in [int(s) for s in args.layers.split(",")]:
             fns = {"adj": qdiff_grad(n, layers, "adjoint"),
                    "bp": qdiff_grad(n, layers, "backprop") if n <= args.backprop_max else None,
-                   "lvjp": lightning_grad(n, layers, True),
-                   "l": lightning_grad(n, layers, False)}
+                   "lvjp": lightning_grad(n, layers, True) if lightning else None,
+                   "l": lightning_grad(n, layers, False) if lightning else None}
             t = {k: (median_time(f, args.reps) if f else float("nan")) for k, f in fns.items()}
             print(f"{n:>3} {layers:>2} {t['adj']:>14.4f} {t['bp']:>15.4f} {t['lvjp']:>14.4f} "
                   f"{t['l']:>10.4f} {t['lvjp'] / t['adj']:>23.2f}x", flush=True)

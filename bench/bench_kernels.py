@@ -22,13 +22,17 @@ On a GPU:
 """
 from __future__ import annotations
 
-import argparse
+import os
 import statistics
+import sys
 import time
 import warnings
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import ArgumentParser  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -193,7 +197,7 @@ def bench_ground_state(sizes, device="cpu", cpu_peer_max=None, repeats=1):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="*", default=[16, 18, 20])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--device", default="cpu", help="torch device of qdiff's side (cpu, cuda)")
@@ -202,6 +206,12 @@ def main():
     ap.add_argument("--solve-repeats", type=int, default=1,
                     help="ground-state solves timed per size (> 1: median after a warm-up solve)")
     args = ap.parse_args()
+    try:
+        kind = torch.device(args.device).type
+    except RuntimeError:
+        ap.error(f"--device {args.device}: not a torch device (cpu, cuda, cuda:N)")
+    if kind == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"bench_kernels.py: --device {args.device}: no CUDA device here")
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, qdiff on {args.device}"
           + (f" ({torch.cuda.get_device_name()})" if args.device.startswith("cuda") else ""))
     print("[1] Pauli-sum expectation")

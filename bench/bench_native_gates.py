@@ -46,7 +46,6 @@ makes of a run of equal gates, not the cost of a gate.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import os
 import statistics
@@ -56,7 +55,8 @@ import warnings
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from native_peers import KERNEL_MAKERS, MAKERS, available, copy_bandwidth, cpu_time  # noqa: E402
+from benchutil import ArgumentParser  # noqa: E402
+from native_peers import KERNEL_MAKERS, MAKERS, PEERS, copy_bandwidth, cpu_time, pick_peers  # noqa: E402
 
 warnings.filterwarnings("ignore")
 DTYPES = {"c128": torch.complex128, "c64": torch.complex64}
@@ -138,7 +138,7 @@ def one_round(n, sims, count, reps, out, mode, kinds, places):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[16, 20, 22])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3)
@@ -152,14 +152,11 @@ def main():
     ap.add_argument("--placements", nargs="+", default=["low", "mid", "high"], choices=PLACES,
                     help="bit placements (default: low mid high; apart and gap for two-bit "
                          "gates: (n/2, 1) and (n/2, 3))")
-    ap.add_argument("--sims", nargs="+", default=None,
+    ap.add_argument("--sims", nargs="+", default=None, choices=("qdiff",) + PEERS,
                     help="simulators to time (default: qdiff and every available peer)")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    wanted = args.sims or ["qdiff", "qulacs", "qsim", "lightning", "aer"]
-    sims = {dt: ["qdiff"] + [p for p in ("qulacs", "qsim", "lightning", "aer")
-                             if p in wanted and available(p, cd)]
-            for dt, cd in DTYPES.items()}
+    sims = pick_peers(args.sims or PEERS, DTYPES)
     bw = copy_bandwidth()
     copies = {n: copies_for(n, args.gates) for n in args.sizes}
     setup = {}  # qdiff's cost of a one-gate program beyond an empty one where the gate is ~free
@@ -189,8 +186,8 @@ def main():
         heads = [p + (" (1)" if p == "qsim" and args.mode == "per-gate" else "") for p in peers]
         print(f"\n{dt}: microseconds per gate, median [range]; ratios qdiff/floor and "
               "qdiff/fastest peer (< 1: qdiff faster; per round)")
-        print("| n | gate | bits | floor | qdiff | " + " | ".join(heads)
-              + " | qdiff/floor | qdiff/fastest peer |")
+        print("| n | gate | bits | floor | qdiff | " + "".join(h + " | " for h in heads)
+              + "qdiff/floor | qdiff/fastest peer |")
         print("|---" * (6 + len(peers) + 1) + "|")
         for n in args.sizes:
             floor = 2 * (2 ** n) * (16 if dt == "c128" else 8) / bw
@@ -198,14 +195,17 @@ def main():
                 for where in placements(n, args.placements):
                     q = out[(n, dt, gate, where, "qdiff")]
                     ts = {p: out[(n, dt, gate, where, p)] for p in peers}
-                    best = [min(vals) for vals in zip(*ts.values())] if ts else q
                     cell = lambda v: (f"{statistics.median(v) * 1e6:.3g} "  # noqa: E731
                                       f"[{min(v) * 1e6:.3g}-{max(v) * 1e6:.3g}]")
-                    rb = [a / b if b > 0 else float("inf") for a, b in zip(q, best)]
+                    if ts:
+                        best = [min(vals) for vals in zip(*ts.values())]
+                        rb = [a / b if b > 0 else float("inf") for a, b in zip(q, best)]
+                        vs = f"{statistics.median(rb):.2f} [{min(rb):.2f}-{max(rb):.2f}]"
+                    else:
+                        vs = "no peer"
                     print(f"| {n} | {gate} | {where} | {floor * 1e6:.3g} | {cell(q)} | "
-                          + " | ".join(cell(ts[p]) for p in peers)
-                          + f" | {statistics.median(q) / floor:.2f} | "
-                          f"{statistics.median(rb):.2f} [{min(rb):.2f}-{max(rb):.2f}] |")
+                          + "".join(cell(ts[p]) + " | " for p in peers)
+                          + f"{statistics.median(q) / floor:.2f} | {vs} |")
 
 
 if __name__ == "__main__":

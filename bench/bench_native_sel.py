@@ -20,7 +20,6 @@ calls each; 1 thread everywhere); the tables give the median and the range over 
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import statistics
 import sys
@@ -29,7 +28,8 @@ import warnings
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from native_peers import MAKERS, available, cpu_time, sel_ops  # noqa: E402
+from benchutil import ArgumentParser  # noqa: E402
+from native_peers import MAKERS, PEERS, cpu_time, pick_peers, sel_ops  # noqa: E402
 
 warnings.filterwarnings("ignore")
 DTYPES = {"c128": torch.complex128, "c64": torch.complex64}
@@ -81,39 +81,41 @@ def grad_lightning(n, layers, cdtype):
     return lambda: torch.autograd.grad(torch.stack(f(w)).sum(), w)
 
 
-def grad_round(n, layers, reps, out):
+def grad_round(n, layers, reps, out, sims):
     for dt, cdtype in DTYPES.items():
         for name, make in (("qdiff", grad_qdiff), ("lightning", grad_lightning)):
-            out.setdefault((n, dt, name), []).append(cpu_time(make(n, layers, cdtype), reps))
+            if name in sims[dt]:
+                out.setdefault((n, dt, name), []).append(cpu_time(make(n, layers, cdtype), reps))
 
 
-def tables(sizes, sims, fwd, grad):
+def tables(sizes, sims, fwd, grad, layers=6):
     """The forward tables (when ``fwd`` holds timings) and the gradient table (when ``grad``
     does)."""
     if fwd:
-        forward_tables(sizes, sims, fwd)
+        forward_tables(sizes, sims, fwd, layers)
     if grad:
         gradient_table(sizes, grad)
 
 
-def forward_tables(sizes, sims, fwd):
-    print("\nForward, SEL(L=6) to the final state: CPU ms, median [range] over rounds")
+def forward_tables(sizes, sims, fwd, layers=6):
+    print(f"\nForward, SEL(L={layers}) to the final state: CPU ms, median [range] over rounds")
     for dt in DTYPES:
         peers = [s for s in sims[dt] if s != "qdiff"]
-        last = "lightning" if "lightning" in peers else peers[0]
-        print(f"\n{dt}\n| n | qdiff | qdiff every gate | " + " | ".join(peers) + " | " +
-              " | ".join(f"qdiff/{p}" for p in peers) + f" | every gate/{last} |")
+        last = "lightning" if "lightning" in peers else (peers or [None])[0]
+        print(f"\n{dt}\n| n | qdiff | qdiff every gate | " + "".join(p + " | " for p in peers)
+              + "".join(f"qdiff/{p} | " for p in peers)
+              + (f"every gate/{last} |" if last else "every gate/qdiff |"))
         print("|---" * (4 + 2 * len(peers)) + "|")
         for n in sizes:
             q, qa = fwd[(n, dt, "qdiff")], fwd[(n, dt, "qdiff every gate")]
             cells = [fmt(fwd[(n, dt, p)]) for p in peers]
             ratios = [fmt([a / b for a, b in zip(q, fwd[(n, dt, p)])], 1) for p in peers]
-            every = fmt([a / b for a, b in zip(qa, fwd[(n, dt, last)])], 1)
-            print(f"| {n} | {fmt(q)} | {fmt(qa)} | " + " | ".join(cells) + " | " +
-                  " | ".join(ratios) + f" | {every} |")
+            every = fmt([a / b for a, b in zip(qa, fwd[(n, dt, last or "qdiff")])], 1)
+            print(f"| {n} | {fmt(q)} | {fmt(qa)} | " + "".join(c + " | " for c in cells)
+                  + "".join(r + " | " for r in ratios) + f"{every} |")
         print("peers' fixed overhead (empty circuit, ms): " + ", ".join(
             f"n={n} {p} {statistics.median(fwd[(n, dt, p + ' empty')]) * 1e3:.3g}"
-            for n in sizes for p in peers))
+            for n in sizes for p in peers) or "no peer")
 
 
 def gradient_table(sizes, grad):
@@ -122,15 +124,17 @@ def gradient_table(sizes, grad):
     print("|---|---|---|---|---|---|")
     for n in sizes:
         for dt in DTYPES:
-            q, lt = grad[(n, dt, "qdiff")], grad[(n, dt, "lightning")]
+            q, lt = grad[(n, dt, "qdiff")], grad.get((n, dt, "lightning"))
             half = fmt([a / b for a, b in zip(grad[(n, "c64", "qdiff")],
                                                grad[(n, "c128", "qdiff")])], 1)
-            print(f"| {n} | {dt} | {fmt(q)} | {fmt(lt)} | "
-                  f"{fmt([a / b for a, b in zip(q, lt)], 1)} | {half if dt == 'c64' else ''} |")
+            vs = (fmt(lt), fmt([a / b for a, b in zip(q, lt)], 1)) if lt else ("unavailable",
+                                                                              "-")
+            print(f"| {n} | {dt} | {fmt(q)} | {vs[0]} | {vs[1]} | "
+                  f"{half if dt == 'c64' else ''} |")
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[16, 20, 22])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3)
@@ -139,8 +143,7 @@ def main():
     ap.add_argument("--no-forward", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    sims = {dt: ["qdiff"] + [p for p in ("qulacs", "qsim", "lightning", "aer")
-                             if available(p, cd)] for dt, cd in DTYPES.items()}
+    sims = pick_peers(PEERS, DTYPES)
     print(f"{datetime.date.today()}  torch {torch.__version__}, 1 thread; simulators: {sims}")
     fwd, grad = {}, {}
     for r in range(args.runs):
@@ -148,9 +151,9 @@ def main():
             if not args.no_forward:
                 forward_round(n, args.layers, sims, args.reps, fwd)
             if not args.no_grad:
-                grad_round(n, args.layers, max(1, args.reps - 1), grad)
+                grad_round(n, args.layers, max(1, args.reps - 1), grad, sims)
         print(f"round {r + 1}/{args.runs} done", file=sys.stderr, flush=True)
-    tables(args.sizes, sims, fwd, grad)
+    tables(args.sizes, sims, fwd, grad, args.layers)
 
 
 if __name__ == "__main__":

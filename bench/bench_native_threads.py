@@ -27,7 +27,6 @@ command below does.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import os
 import statistics
@@ -38,6 +37,7 @@ import warnings
 import torch
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from benchutil import ArgumentParser  # noqa: E402
 from native_peers import make_qdiff, sel_ops  # noqa: E402
 from bench_native_sel import grad_qdiff  # noqa: E402
 from handoff import round_trip_ns  # noqa: E402
@@ -75,15 +75,14 @@ def one_round(n, reps, threads, out):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[18, 20, 22])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2, help="threads compared with one")
     args = ap.parse_args()
     if not 2 <= args.threads <= (os.cpu_count() or 1):
-        raise SystemExit(f"bench_native_threads.py: --threads {args.threads} is not between 2 "
-                         f"and the {os.cpu_count()} cores")
+        ap.error(f"--threads {args.threads} is not between 2 and the {os.cpu_count()} cores")
     t = args.threads
     print(f"{datetime.date.today()}  torch {torch.__version__}; GOMP_SPINCOUNT="
           f"{os.environ.get('GOMP_SPINCOUNT', 'unset')}; load average at start "

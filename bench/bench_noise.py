@@ -25,7 +25,6 @@ seconds.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -35,7 +34,11 @@ import sys
 import time
 import warnings
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import ArgumentParser, check_peers  # noqa: E402
+
 warnings.filterwarnings("ignore")
+PEER_MODULES = {"pennylane": "pennylane", "aer": "qiskit_aer"}
 LAYERS, P_DEP, GAMMA = 6, 0.01, 0.02
 
 
@@ -211,7 +214,7 @@ def bounded_run(peer, n, batch, limit):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser()
+    ap = ArgumentParser()
     ap.add_argument("--sizes", default="4,6,8,10")
     ap.add_argument("--batches", default="1,64")
     ap.add_argument("--reps", type=int, default=3)
@@ -222,6 +225,13 @@ def main(argv=None):
                     help="run every peer once in a child process stopped at --peer-limit")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    peers = [] if args.peers == "none" else [p for p in args.peers.split(",") if p]
+    unknown = [p for p in peers if p not in PEER_MODULES]
+    if unknown:
+        ap.error(f"--peers: unknown {', '.join(unknown)} (choose from "
+                 f"{', '.join(PEER_MODULES)}, or none)")
+    gone = check_peers({p: PEER_MODULES[p] for p in peers})
+    peers = [p for p in peers if p not in gone]
     import torch
     torch.set_num_threads(1)
     rows = []
@@ -252,7 +262,7 @@ def main(argv=None):
                 del fns["qdiff"]
             bounds = {}
             for peer, make in (("pennylane", pennylane_grad), ("aer", aer_grad)):
-                if peer not in args.peers.split(","):
+                if peer not in peers:
                     continue
                 guess = None
                 if (peer, batch) in last:
@@ -302,6 +312,10 @@ def main(argv=None):
             def fmt(k):
                 if k in med:
                     return f"{med[k]:.4g}"
+                if k in gone:
+                    return "unavailable"
+                if k not in peers:
+                    return "not run"
                 return f">{bounds[k]:.0f}" if k in bounds else "skipped"
 
             def ratio(k):
@@ -317,8 +331,8 @@ def main(argv=None):
                   f"{ratio('backprop'):>6} {row['state_bytes'] / 2**20:>10.3g} {plan_s:>14} "
                   f"{plan.need / 2**20:>10.4g} {peak_s:>9} {load:>5.1f}", flush=True)
             if args.json:
-                with open(args.json, "w") as fh:
-                    json.dump(rows, fh, indent=1)
+                from qdiff.circuits.fileio import write_atomic
+                write_atomic(args.json, json.dumps(rows, indent=1) + "\n")
 
 
 if __name__ == "__main__":

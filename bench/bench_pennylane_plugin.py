@@ -27,12 +27,16 @@ one expval) per device: PennyLane's own fixed cost per call.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import gc
+import os
 import statistics
+import sys
 import time
 import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import ArgumentParser, check_peers  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -214,7 +218,7 @@ def fmt(t):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = ArgumentParser()
     ap.add_argument("--layer-sizes", default="4,8")
     ap.add_argument("--batches", default="32,256")
     ap.add_argument("--sel-sizes", default="12,14,16,18,20")
@@ -231,6 +235,11 @@ def main():
                          "(e.g. 1000,10000; 'exact': mcm_method='tree-traversal' without "
                          "shots); default.qubit simulates each shot on its own")
     args = ap.parse_args()
+    gone = check_peers({"lightning": "pennylane_lightning"})
+    active = tuple(p for p in PEERS if p[0] not in gone)
+
+    def interleaved(steps, rounds, gc_off=False):  # a peer left out reads nan
+        return {**interleave(steps, rounds, gc_off), **{k: float("nan") for k in gone}}
     import pennylane as qml
     import torch
     torch.set_num_threads(1)
@@ -238,7 +247,7 @@ def main():
           f"1 torch thread, device_vjp={args.device_vjp}, {args.rounds} interleaved rounds, "
           "median ms per call")
     if args.empty:
-        t = interleave({k: empty_call(name) for k, name, _ in PEERS}, max(args.rounds, 20))
+        t = interleaved({k: empty_call(name) for k, name, _ in active}, max(args.rounds, 20))
         print("empty circuit (one RZ, one expval), ms: " +
               ", ".join(f"{k} {fmt(v)}" for k, v in t.items()))
     if args.shift:
@@ -248,7 +257,7 @@ def main():
         print("|---|---|---|---|---|---|")
         for wl, label in (("sel", "SEL(L=6), 6 qubits, 108 angles, expval Z0 Z1"),
                           ("ham", "RY + CNOT chain, 12 qubits, 12 angles, 500-term H")):
-            t = interleave({k: shift_grad(name, wl) for k, name, _ in PEERS}, args.rounds,
+            t = interleaved({k: shift_grad(name, wl) for k, name, _ in active}, args.rounds,
                            gc_off=True)
             print(f"| {label} | {fmt(t['qdiff'])} | {fmt(t['lightning'])} | "
                   f"{fmt(t['default'])} | {t['qdiff'] / t['lightning']:.2f} | "
@@ -262,7 +271,7 @@ def main():
                           ("rounds", "4 wires, 8 measurements with reset, 8 conditioned ops")):
             for shots in (None if s == "exact" else int(s)
                           for s in args.one_shot.split(",") if s):
-                t = interleave({k: one_shot_call(name, wl, shots) for k, name, _ in PEERS},
+                t = interleaved({k: one_shot_call(name, wl, shots) for k, name, _ in active},
                                args.rounds)
                 print(f"| {label} | {shots or 'exact (tree-traversal)'} | {t['qdiff']:.3g} | "
                       f"{t['lightning']:.3g} | {t['default']:.3g} | "
@@ -278,8 +287,8 @@ def main():
         for n in sizes:
             for b in batches:
                 steps = {k: layer_step(name, diff, n, b, args.device_vjp)
-                         for k, name, diff in PEERS}
-                t = interleave(steps, args.rounds)
+                         for k, name, diff in active}
+                t = interleaved(steps, args.rounds)
                 print(f"| {n} | {b} | {fmt(t['qdiff'])} | {fmt(t['lightning'])} | "
                       f"{fmt(t['default'])} | {t['qdiff'] / t['lightning']:.2f} | "
                       f"{t['qdiff'] / t['default']:.2f} |", flush=True)
@@ -290,9 +299,9 @@ def main():
               "qdiff/default |")
         print("|---|---|---|---|---|---|")
         for n in sel:
-            steps = {k: sel_grad(name, diff, n, args.device_vjp) for k, name, diff in PEERS
+            steps = {k: sel_grad(name, diff, n, args.device_vjp) for k, name, diff in active
                      if k != "default" or n <= args.default_max}
-            t = interleave(steps, args.rounds)
+            t = interleaved(steps, args.rounds)
             d = t.get("default")
             print(f"| {n} | {fmt(t['qdiff'])} | {fmt(t['lightning'])} | "
                   f"{fmt(d) if d else '-'} | {t['qdiff'] / t['lightning']:.2f} | "

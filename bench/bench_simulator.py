@@ -19,8 +19,9 @@ import os
 
 os.environ["OMP_NUM_THREADS"] = "1"  # before lightning/aer load their OpenMP runtimes
 
-import argparse
+import os
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -31,6 +32,9 @@ torch.set_num_threads(1)
 import qdiff as qd  # noqa: E402
 from qdiff.backends.statevector.apply import apply_gate  # noqa: E402
 from qdiff.circuits.gates import GATES  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import ArgumentParser, check_peers  # noqa: E402
 
 KINDS = {"1q": ("u3", 3), "cnot": ("cx", 0), "diag": ("rz", 1)}
 
@@ -191,7 +195,7 @@ def aer_sel(n: int, layers: int, reps: int) -> float:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--full", action="store_true", help="n = 10..24 (default 10, 14, 18, 20)")
     ap.add_argument("--sizes", type=int, nargs="*", help="explicit qubit counts")
     ap.add_argument("--reps", type=int, default=5)
@@ -201,6 +205,9 @@ def main(argv=None) -> None:
                     help="largest n for default.qubit (it is slow)")
     args = ap.parse_args(argv)
     sizes = args.sizes or (list(range(10, 25, 2)) if args.full else [10, 14, 18, 20])
+    gone = check_peers({"lightning.qubit": "pennylane_lightning", "default.qubit": "pennylane",
+                        "aer": "qiskit_aer"})
+    have_dq = "default.qubit" not in gone
     bw = bandwidth(args.reps)
     print(f"bandwidth {bw / 1e9:.1f} GB/s (256 MiB torch copy), 1 thread, torch {torch.__version__}")
     print("\n## per gate (ms); ratio = time / floor")
@@ -214,10 +221,11 @@ def main(argv=None) -> None:
             reps = max(3, args.reps if n <= 20 else 3)
             q = qdiff_gate(kind, n, reps)
             qc = qdiff_gate_circuit(kind, n, reps, args.gates)
-            lq = pl_gate("lightning.qubit", kind, n, reps, args.gates)
-            dq = pl_gate("default.qubit", kind, n, 3, args.gates) if n <= args.default_qubit_max \
-                else float("nan")
-            aer = aer_gate(kind, n, reps, args.gates)
+            lq = pl_gate("lightning.qubit", kind, n, reps, args.gates) \
+                if "lightning.qubit" not in gone else float("nan")
+            dq = pl_gate("default.qubit", kind, n, 3, args.gates) \
+                if have_dq and n <= args.default_qubit_max else float("nan")
+            aer = aer_gate(kind, n, reps, args.gates) if "aer" not in gone else float("nan")
             print(f"| {n} | {kind} | {floor * 1e3:.3f} | {q * 1e3:.3f} | {qc * 1e3:.3f} | "
                   f"{lq * 1e3:.3f} | {dq * 1e3:.3f} | {aer * 1e3:.3f} | {q / floor:.2f} | "
                   f"{lq / floor:.2f} | {aer / floor:.2f} | {dq / q:.2f} | "
@@ -230,10 +238,11 @@ def main(argv=None) -> None:
         reps = 3 if n <= 20 else 1
         q = qdiff_sel(n, args.layers, reps)
         q4 = qdiff_sel(n, args.layers, reps, torch_kernels=True)
-        lq = pl_sel("lightning.qubit", n, args.layers, reps)
-        dq = pl_sel("default.qubit", n, args.layers, 1) if n <= args.default_qubit_max \
-            else float("nan")
-        aer = aer_sel(n, args.layers, reps)
+        lq = pl_sel("lightning.qubit", n, args.layers, reps) \
+            if "lightning.qubit" not in gone else float("nan")
+        dq = pl_sel("default.qubit", n, args.layers, 1) \
+            if have_dq and n <= args.default_qubit_max else float("nan")
+        aer = aer_sel(n, args.layers, reps) if "aer" not in gone else float("nan")
         print(f"| {n} | {q:.4f} | {q4:.4f} | {lq:.4f} | {dq:.4f} | {aer:.4f} | {q / lq:.2f} | "
               f"{q / dq:.2f} | {q / aer:.2f} |", flush=True)
 

@@ -12,7 +12,6 @@ circuit of the set with at most 4 qubits and 50 CX).
 """
 from __future__ import annotations
 
-import argparse
 import os
 import resource
 import shutil
@@ -23,6 +22,9 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_DIR = os.path.join(HERE, "..", "..", "shared", "benchmarks", "qasm")
+sys.path.insert(0, HERE)
+from benchutil import ArgumentParser, circuit_files  # noqa: E402
+
 SMALL = ["qasmbench_adder_n4", "qasmbench_fredkin_n3", "qasmbench_qft_n4", "qasmbench_toffoli_n3",
          "qasmbench_variational_n4", "qasmbench_vqe_n4", "qasmbench_wstate_n3"]
 
@@ -59,7 +61,11 @@ def measure(cmds: dict, repeat: int) -> tuple:
     for _ in range(repeat):
         for k, cmd in cmds.items():
             c, t = _cpu(), time.perf_counter()
-            subprocess.run(cmd, check=True, capture_output=True)
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode:
+                last = (done.stderr.strip().splitlines() or [""])[-1]
+                sys.exit(f"bench_startup.py: `{k}` failed (exit status {done.returncode}): "
+                         f"{last}")
             wall[k].append(time.perf_counter() - t)
             cpu[k].append(_cpu() - c)
     med = statistics.median
@@ -67,10 +73,11 @@ def measure(cmds: dict, repeat: int) -> tuple:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--dir", default=DEFAULT_DIR)
     args = ap.parse_args(argv)
+    circuit_files(ap, args.dir, SMALL)
     wall, cpu = measure(commands(args.dir), args.repeat)
     rows = [("import qdiff", "import qdiff", "import torch", 0.5),
             ("qdiff --help", "qdiff --help", None, 0.3),

@@ -37,13 +37,16 @@ unrolled); its compile time (the first step) is printed separately.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import subprocess
+import sys
 import time
 import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchutil import ArgumentParser, check_peers  # noqa: E402
 
 warnings.filterwarnings("ignore")
 
@@ -140,8 +143,11 @@ class Worker:
         self.threads, self.script, self.setups = threads, script, []
 
     def ask(self, **req):
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):  # it exited (or its pipe was closed)
+            raise RuntimeError(f"the {self.script} worker exited") from None
         line = self.proc.stdout.readline()
         if not line:
             raise RuntimeError(f"the {self.script} worker exited")
@@ -196,7 +202,7 @@ def one_run(steps: dict, reps: int) -> dict:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser()
+    ap = ArgumentParser()
     ap.add_argument("--shapes", default="first,hybrid")
     ap.add_argument("--sizes", default="4,8")
     ap.add_argument("--batches", default="32,256")
@@ -215,11 +221,24 @@ def main(argv=None):
     # (NumPy's OpenBLAS under PennyLane) would otherwise add CPU time to the next step timed
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, str(args.threads))
+    if args.lightning and check_peers({"lightning.qubit": "pennylane_lightning"}):
+        args.lightning = False
     import torch
     torch.set_num_threads(args.threads)
     print(f"# load average before: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "
           f"{args.runs} runs x {args.steps} interleaved steps, CPU time, "
           f"{args.threads} thread(s)")
+    peers = {}
+    for key, opt, script in (("tq", "torchquantum", "tq_worker.py"),
+                             ("cat", "catalyst", "catalyst_worker.py")):
+        python = getattr(args, opt)
+        if python:
+            try:
+                peers[key] = Worker(python, script, args.threads)
+            except OSError as exc:
+                print(f"# {script}: cannot start {python} ({exc.strerror or exc}): not run",
+                      flush=True)
+                setattr(args, opt, None)
     head = f"{'shape':>7} {'n':>3} {'B':>5} {'qdiff ms':>10} {'static ms':>10} " \
            f"{'PL dq ms':>10} {'stand-in':>9}" + \
            (f" {'PL lt ms':>10}" if args.lightning else "") + \
@@ -230,11 +249,6 @@ def main(argv=None):
            (f" {'Cat/static':>10}" if args.catalyst else "")
     print(head)
     rows = []
-    peers = {}
-    if args.torchquantum:
-        peers["tq"] = Worker(args.torchquantum, "tq_worker.py", args.threads)
-    if args.catalyst:
-        peers["cat"] = Worker(args.catalyst, "catalyst_worker.py", args.threads)
     for shape in args.shapes.split(","):
         for n in [int(s) for s in args.sizes.split(",")]:
             for b in [int(s) for s in args.batches.split(",")]:

@@ -108,14 +108,13 @@ def build(shape, n, b):
 
 
 def main():
-    import jax
-    import jax.numpy as jnp
     from peer_worker import serve
-    jax.config.update("jax_enable_x64", True)
     state = {}
 
-    def setup(req):
+    def setup(req):  # imports here: a missing package is answered as this request's error
+        import jax
         import catalyst
+        jax.config.update("jax_enable_x64", True)
         state["circuit"], state["step"] = build(req["shape"], int(req["n"]), int(req["b"]))
         t0 = time.perf_counter()
         state["step"]()
@@ -127,6 +126,7 @@ def main():
         return {"cpu": time.process_time() - t0}
 
     def layer(req):
+        import jax.numpy as jnp
         w = jnp.array(req["w"])
         return {"out": [[float(v) for v in state["circuit"](jnp.array(row), w)]
                         for row in req["x"]]}

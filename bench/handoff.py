@@ -109,6 +109,8 @@ def round_trip_ns(rounds: int = 200_000) -> float | None:
 
 
 if __name__ == "__main__":
+    from benchutil import ArgumentParser
+    ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     ns = round_trip_ns()
     print("not measured (no C compiler, fewer than two CPUs, or a core busy with other work)"
           if ns is None else f"{ns:.0f} ns")

@@ -264,13 +264,36 @@ MAKERS = {"qdiff": make_qdiff, "qulacs": make_qulacs, "qsim": make_qsim,
 KERNEL_MAKERS = {"lightning": make_lightning_kernels}
 
 
-def available(name: str, cdtype) -> bool:
-    """Whether ``name`` runs ``cdtype`` here (installed, and that precision supported)."""
+def why_unavailable(name: str, cdtype) -> str | None:
+    """Why ``name`` does not run ``cdtype`` here (not installed, or that precision not
+    supported); None when it does."""
     try:
         MAKERS[name](2, [("rx", (0,), (0.1,))], cdtype)()
-        return True
-    except Exception:  # noqa: BLE001 - any failure means "not available here"
-        return False
+        return None
+    except Exception as exc:  # noqa: BLE001 - any failure means "not available here"
+        text = (str(exc).strip().splitlines() or [""])[0]
+        return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def available(name: str, cdtype) -> bool:
+    """Whether ``name`` runs ``cdtype`` here (installed, and that precision supported)."""
+    return why_unavailable(name, cdtype) is None
+
+
+def pick_peers(wanted, dtypes: dict) -> dict:
+    """{dtype label: ["qdiff"] + the peers of ``wanted`` that run that dtype here}; prints one
+    line per peer left out, with the reason."""
+    sims = {dt: ["qdiff"] for dt in dtypes}
+    for p in PEERS:
+        if p not in wanted:
+            continue
+        for dt, cdtype in dtypes.items():
+            reason = why_unavailable(p, cdtype)
+            if reason is None:
+                sims[dt].append(p)
+            else:
+                print(f"peer {p} unavailable for {dt} ({reason}): left out", flush=True)
+    return sims
 
 
 def threads_env() -> str:

@@ -67,11 +67,11 @@ def build(shape, n, b):
 
 
 def main():
-    import torch
     from peer_worker import serve
     state = {}
 
-    def setup(req):
+    def setup(req):  # imports here: a missing package is answered as this request's error
+        import torch
         torch.set_num_threads(int(req.get("threads", 1)))
         state["layer"], state["step"] = build(req["shape"], int(req["n"]), int(req["b"]))
         return {"ok": True, "torch": torch.__version__}
@@ -82,6 +82,7 @@ def main():
         return {"cpu": time.process_time() - t0}
 
     def layer(req):
+        import torch
         lay = state["layer"]
         with torch.no_grad():
             lay.weights.copy_(torch.tensor(req["w"], dtype=torch.float32))
