@@ -272,6 +272,22 @@ class Channel:
     def __repr__(self):
         return f"Channel({self.name!r})"
 
+    def __deepcopy__(self, memo):
+        """A channel is immutable: a deep copy (of a noise model, a device) shares it."""
+        return self
+
+    def __reduce__(self):
+        """Pickle by how the channel is made: a registered channel by its name, a PauliError
+        by its word, a QubitChannel by its Kraus matrices (its functions are closures)."""
+        if CHANNELS.get(self.name) is self:
+            return get_channel, (self.name,)
+        if _PAULI_ERRORS.get(self.name[len("PauliError["):-1]) is self:
+            return pauli_error_channel, (self.name[len("PauliError["):-1],)
+        if self.name == "QubitChannel" and self.num_params == 0:
+            return qubit_channel, (self.kraus_fn().detach().cpu(),)
+        raise QdiffError(f"cannot pickle channel '{self.name}': it is not a registered channel, "
+                         "a PauliError or a QubitChannel")
+
 
 def _readable(t: torch.Tensor) -> bool:
     """Whether ``t``'s values can be read in Python: not under ``torch.func.vmap`` (a batched

@@ -193,6 +193,19 @@ class Gate:
     def __repr__(self):
         return f"Gate({self.name!r})"
 
+    def __deepcopy__(self, memo):
+        """A gate is immutable: a deep copy (of a circuit, a model) shares it."""
+        return self
+
+    def __reduce__(self):
+        """Pickle a registered gate by its name (its functions are closures); a gate made per
+        call (``PauliRot``, ``QubitUnitary``, ``qd.ctrl``, ...) does not pickle."""
+        if GATES.get(self.name) is self:
+            return get_gate, (self.name,)
+        raise QdiffError(f"cannot pickle gate '{self.pl_name or self.name}': only registered "
+                         "gates pickle (by name); save the parameters (a state_dict) and "
+                         "rebuild the circuit instead")
+
 
 @caches.cached(maxsize=None)
 def generator_spectrum(gate: Gate, slot: int, tol: float = 1e-9) -> np.ndarray:

@@ -595,3 +595,13 @@ def test_torch_func_through_gates_with_several_controls(sliced, monkeypatch):
     gv = torch.func.vmap(torch.func.grad(fb))(ws)
     assert torch.allclose(gv[1], torch.func.grad(fp)(ws[1]), atol=1e-12)
     assert torch.allclose(torch.func.jacfwd(fb)(w), torch.func.jacrev(fp)(w), atol=1e-12)
+
+
+def test_registered_gates_pickle_by_name_and_others_name_themselves():
+    import copy
+    import pickle
+    from qdiff.circuits.errors import QdiffError
+    assert pickle.loads(pickle.dumps(GATES["rx"])) is GATES["rx"]
+    assert copy.deepcopy(GATES["cx"]) is GATES["cx"]
+    with pytest.raises(QdiffError, match="cannot pickle gate 'PauliRot'"):
+        pickle.dumps(paulirot_gate("XY"))

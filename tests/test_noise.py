@@ -575,3 +575,50 @@ def test_aer_noise_model_without_a_device_refuses_gates_outside_its_basis():
     dev = qd.device("mixed", wires=2, noise=qd.noise.from_backend(cx_only))
     # the Bell state's <ZZ> = 1 through Aer's depolarizing_error(0.1, 2) (rho -> 0.9 rho + 0.1 I/4)
     assert abs(float(qd.qnode(dev)(h_then_cx)()) - 0.9) < 1e-9
+
+
+_LOAD_NOISY_DEVICE = """
+import pickle, sys, torch
+import qdiff as qd
+torch.set_default_dtype(torch.float64)
+device, expected = pickle.loads(sys.stdin.buffer.read())
+
+@qd.qnode(device)
+def circuit(w):
+    qd.X(0); qd.RX(w, wires=1); qd.CNOT(wires=[0, 1])
+    return qd.probs(wires=[0, 1])
+
+print(float((circuit(torch.tensor(0.4)) - expected).abs().max()))
+"""
+
+
+def test_noisy_mixed_device_pickles_into_a_fresh_process():
+    """Registered channels pickle by name, a PauliError by its word, a QubitChannel by its
+    Kraus matrices: a device with such a noise model loads in another process and gives
+    the same probabilities."""
+    import pickle
+    import subprocess
+    import sys
+    kraus = [torch.eye(2, dtype=torch.float64) * 0.6 ** 0.5,
+             torch.tensor([[0, 1], [1, 0]], dtype=torch.float64) * 0.4 ** 0.5]
+    nm = (qd.noise.NoiseModel().add("cx", qd.PauliError, "XZ", 0.1)
+          .add("x", qd.QubitChannel, kraus).add("rx", qd.AmplitudeDamping, 0.2)
+          .add_readout(0, 0.02, 0.03))
+    device = qd.device("mixed", wires=2, noise=nm)
+
+    @qd.qnode(device)
+    def circuit(w):
+        qd.X(0); qd.RX(w, wires=1); qd.CNOT(wires=[0, 1])
+        return qd.probs(wires=[0, 1])
+
+    expected = circuit(torch.tensor(0.4, dtype=torch.float64))
+    plain = qd.device("mixed", wires=2)
+    assert float((qd.qnode(plain)(circuit.func)(torch.tensor(0.4, dtype=torch.float64))
+                  - expected).abs().max()) > 1e-3  # the noise matters
+    rules = pickle.loads(pickle.dumps(nm)).rules
+    assert rules[2].channel is qd.AmplitudeDamping
+    assert [r.channel.name for r in rules] == ["PauliError[XZ]", "QubitChannel", "AmplitudeDamping"]
+    out = subprocess.run([sys.executable, "-c", _LOAD_NOISY_DEVICE],
+                         input=pickle.dumps((device, expected)), capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    assert float(out.stdout.decode().split()[-1]) < 1e-12
