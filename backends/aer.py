@@ -98,7 +98,6 @@ class AerBackend(QiskitBackend):
             self.backend_options["noise_model"] = self.noise_model
         _check_memory(self.num_wires, sim_method)
         self._simulator = None
-        self._pm = None
         self.simulator()  # unknown backend_options are refused now, not at the first run
 
     def __repr__(self):
@@ -118,7 +117,7 @@ class AerBackend(QiskitBackend):
         return self._simulator
 
     def _transpile(self, qc):
-        if self._pm is None:
+        def make():
             from qiskit.transpiler import generate_preset_pass_manager
             # Aer's native controlled rotations (crx/cry/crz/cp/cu) give wrong results when
             # their angle is bound through parameter_binds (qiskit-aer 0.18.2; tested in
@@ -130,10 +129,11 @@ class AerBackend(QiskitBackend):
                 # the gates this method runs: a 1-qubit Clifford block must not merge into 'u'
                 native = set(self.simulator().configuration().basis_gates)
                 basis = [g for g in basis if g in native]
-            self._pm = generate_preset_pass_manager(optimization_level=self.optimization_level,
-                                                    basis_gates=basis)
+            return generate_preset_pass_manager(optimization_level=self.optimization_level,
+                                                basis_gates=basis)
+        pm = self.pass_manager(make)
         try:
-            isa = self._pm.run(qc)
+            isa = pm.run(qc)
         except Exception as exc:  # noqa: BLE001 - a gate the method's basis cannot express
             raise QdiffError(f"aer: the circuit cannot be compiled for method="
                              f"{self.method!r}: {type(exc).__name__}: {exc}") from None

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import difflib
 import os
+import threading
+import warnings
 from typing import Optional
 
 from qdiff.circuits import caches
@@ -37,6 +39,7 @@ from qdiff.circuits.errors import QdiffError, register_secret, scrub
 from qdiff.circuits.memory import require
 
 MODES = ("job", "batch", "session")
+_MODE_LOCK = threading.Lock()  # publishes a device's Batch/Session once; close() takes it
 # Local mode with the executor primitives simulates every device qubit, shot by shot under the
 # device's noise: a 16-qubit fake takes ~45 s per 1000 shots, a 27-qubit one over 200 s and
 # ~5 GB for 10 shots. Larger local devices run the V2 primitives, which drop idle qubits.
@@ -180,6 +183,18 @@ def local_executor_obstacle(backend) -> Optional[str]:
     return None
 
 
+def _close_quietly(mode_obj) -> None:
+    """Close a Batch/Session no job was sent through; a failure is a warning, not the run's."""
+    try:
+        mode_obj.close()
+    except Exception as exc:  # noqa: BLE001
+        message = (f"could not close an unused {type(mode_obj).__name__}: "
+                   f"{type(exc).__name__}: {scrub(exc)}")
+    else:
+        return
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
 def _is_on(value) -> bool:
     """An option that asks for something: a true value, or a dict holding one."""
     if isinstance(value, dict):
@@ -263,7 +278,6 @@ class IbmBackend(QiskitBackend):
         self.extra_options = {
             "estimator": _primitive_options("estimator_options", estimator_options),
             "sampler": _primitive_options("sampler_options", sampler_options)}
-        self._pm = None
         self._mode_obj = None
         if self.is_local:
             self._check_local_options()
@@ -344,27 +358,40 @@ class IbmBackend(QiskitBackend):
 
     # -- execution modes ---------------------------------------------------------------------
     def execution_mode(self):
-        """The ``mode=`` object handed to the primitives: the backend, a Batch or a Session."""
+        """The ``mode=`` object handed to the primitives: the backend, a Batch or a Session.
+        The Batch/Session opens on first use; threads sharing the device share it: two that
+        both find none open one each, the first is kept and the other closed at once."""
         if self.mode == "job":
             return self.target_backend
-        if self._mode_obj is None:
-            from qiskit_ibm_runtime import Batch, Session
-            cls = Batch if self.mode == "batch" else Session
-            message = None
-            try:
-                self._mode_obj = cls(backend=self.target_backend)
-            except Exception as exc:  # noqa: BLE001
-                message = (f"could not open a {self.mode} on '{self.backend_name}': "
-                           f"{type(exc).__name__}: {scrub(exc)}")
-            if message is not None:
-                raise QdiffError(message)  # outside the handler: no __context__
-        return self._mode_obj
+        held = self._mode_obj
+        if held is None:
+            built = self._open_mode()
+            with _MODE_LOCK:
+                if self._mode_obj is None:
+                    self._mode_obj = built
+                held = self._mode_obj
+            if held is not built:
+                _close_quietly(built)
+        return held
+
+    def _open_mode(self):
+        from qiskit_ibm_runtime import Batch, Session
+        cls = Batch if self.mode == "batch" else Session
+        message = None
+        try:
+            return cls(backend=self.target_backend)
+        except Exception as exc:  # noqa: BLE001
+            message = (f"could not open a {self.mode} on '{self.backend_name}': "
+                       f"{type(exc).__name__}: {scrub(exc)}")
+        raise QdiffError(message)  # outside the handler: no __context__
 
     def close(self):
-        """Close an open Batch/Session (no-op in job mode)."""
-        if self._mode_obj is not None:
-            self._mode_obj.close()
-            self._mode_obj = None
+        """Close an open Batch/Session (no-op in job mode). Jobs already submitted through it
+        run to completion; a later run on the device opens a new one."""
+        with _MODE_LOCK:
+            held, self._mode_obj = self._mode_obj, None
+        if held is not None:
+            held.close()
 
     def __enter__(self):
         return self
@@ -374,12 +401,12 @@ class IbmBackend(QiskitBackend):
 
     # -- hooks -----------------------------------------------------------------------------
     def _transpile(self, qc):
-        if self._pm is None:
+        def make():
             from qiskit.transpiler import generate_preset_pass_manager
-            self._pm = generate_preset_pass_manager(optimization_level=self.optimization_level,
-                                                    backend=self.target_backend,
-                                                    seed_transpiler=self.seed)
-        return self._pm.run(qc)
+            return generate_preset_pass_manager(optimization_level=self.optimization_level,
+                                                backend=self.target_backend,
+                                                seed_transpiler=self.seed)
+        return self.pass_manager(make).run(qc)
 
     def primitive_options(self, kind: str) -> dict:
         """Options dict for the ``kind`` (``"estimator"``/``"sampler"``) primitive."""

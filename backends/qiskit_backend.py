@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 
 import hashlib
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -86,6 +87,25 @@ def assemble(parts: list, circuit, batch: int, like: torch.Tensor) -> list:
     return out
 
 
+_PASS_MANAGER_LOCK = threading.Lock()  # publishes a backend's pass manager once
+
+
+class SerialPassManager:
+    """A transpiler pass manager that runs one circuit at a time. Qiskit's ``PassManager.run``
+    keeps the run's property set on the pass manager and on its passes, and its Rust passes
+    hold borrowed state while they run: two threads running one pass manager at once fail
+    ("Already borrowed") or could read each other's layout. Threads sharing a device therefore
+    transpile one after the other, once per circuit structure (``transpile_cache``)."""
+
+    def __init__(self, pm):
+        self.pm = pm
+        self.lock = threading.Lock()
+
+    def run(self, qc):
+        with self.lock:
+            return self.pm.run(qc)
+
+
 class QiskitBackend(Backend):
     """Base of the Aer and IBM backends: transpile cache, job runner, shared execute flow.
 
@@ -101,6 +121,20 @@ class QiskitBackend(Backend):
         super().__init__(wires, shots, seed)
         self.runner = runner
         self.transpile_cache = qc_common.TranspileCache(self._transpile)
+        self._pm = None
+
+    def pass_manager(self, make) -> SerialPassManager:
+        """The device's one pass manager, ``make()`` on first use. Two threads that both find
+        none build one each (cheap, no resources held) and the first published is kept, so
+        every thread runs through the same lock."""
+        held = self._pm
+        if held is None:
+            built = SerialPassManager(make())
+            with _PASS_MANAGER_LOCK:
+                if self._pm is None:
+                    self._pm = built
+                held = self._pm
+        return held
 
     def run_seed(self):
         """The simulator seed of one run: ``None`` without ``seed=``; else the next draw of the

@@ -500,3 +500,81 @@ def test_seeded_shots_run_on_a_sampler_that_refuses_a_run_options_seed(monkeypat
     again = qd.qnode(qd.device("aer", wires=1, shots=64, seed=3))(f)()
     assert first.shape == (64, 1) and torch.equal(first, again)
     assert 0 < int(first.sum()) < 64
+
+
+def _two_structures(dev):
+    @qd.qnode(dev)
+    def f(x):
+        qd.RY(x, wires=0)
+        qd.CNOT([0, 1])
+        return qd.expval(qd.Z(1))
+
+    @qd.qnode(dev)
+    def g(x):
+        qd.RX(x, wires=1)
+        qd.SWAP([0, 1])
+        return qd.expval(qd.Z(0))
+    return f, g
+
+
+def test_threads_sharing_a_device_transpile_one_at_a_time(monkeypatch):
+    """Qiskit's PassManager.run keeps its run's state on the pass manager (two runs at once
+    fail with "Already borrowed" or could mix layouts): a thread whose circuit needs
+    transpiling while another thread transpiles waits for it, and both get their values."""
+    import threading
+
+    import qiskit.transpiler as transpiler
+    make = transpiler.generate_preset_pass_manager
+    dev = qd.device("aer", wires=2, optimization_level=2)
+    f, g = _two_structures(dev)
+    x = torch.tensor(0.4, dtype=torch.float64)
+    other, seen = [], {}
+
+    class Watched:
+        def __init__(self, pm):
+            self.pm = pm
+
+        def run(self, qc):
+            if not other:  # the first run: another thread's circuit arrives meanwhile
+                other.append(threading.Thread(target=lambda: seen.setdefault("g", g(x))))
+                other[0].start()
+                other[0].join(timeout=1.0)
+                seen["overlapped"] = not other[0].is_alive()
+            return self.pm.run(qc)
+    monkeypatch.setattr(transpiler, "generate_preset_pass_manager",
+                        lambda *a, **k: Watched(make(*a, **k)))
+    value = f(x)
+    other[0].join()
+    assert seen["overlapped"] is False
+    assert torch.allclose(value, torch.cos(x), atol=1e-10)
+    assert torch.allclose(seen["g"], torch.cos(x), atol=1e-10)
+
+
+def test_a_pass_manager_built_twice_at_once_is_kept_once(monkeypatch):
+    """Two threads that both find no pass manager build one each: the first published serves
+    every later circuit, so all of them run through one lock."""
+    import threading
+
+    import qiskit.transpiler as transpiler
+    make = transpiler.generate_preset_pass_manager
+    dev = qd.device("aer", wires=2)
+    f, g = _two_structures(dev)
+    x = torch.tensor(0.4, dtype=torch.float64)
+    built, seen = [], {}
+
+    def building(*a, **k):
+        pm = make(*a, **k)
+        built.append(pm)
+        if len(built) == 1:  # another thread builds and publishes its own meanwhile
+            t = threading.Thread(target=lambda: seen.setdefault("g", g(x)))
+            t.start()
+            t.join()
+        return pm
+    monkeypatch.setattr(transpiler, "generate_preset_pass_manager", building)
+    assert torch.allclose(f(x), torch.cos(x), atol=1e-10)
+    assert torch.allclose(seen["g"], torch.cos(x), atol=1e-10)
+    assert len(built) == 2
+    kept = dev.pass_manager(lambda: pytest.fail("a third pass manager was built"))
+    assert kept.pm is built[1]
+    g(torch.tensor(0.1, dtype=torch.float64))  # cached; a new structure uses the kept one
+    assert len(built) == 2

@@ -473,3 +473,50 @@ def test_observables_with_only_zero_coefficients_are_zero():
     only_zero = qd.qnode(dev)(lambda x: (qd.RX(x, wires=0), qd.expval(0.0 * qd.Z(0)))[1])
     assert float(only_zero(torch.tensor(0.3, dtype=torch.float64))) == 0.0
     assert dev.jobs_submitted == 1
+
+
+def test_threads_sharing_a_session_device_leave_no_session_open(monkeypatch):
+    """Threads sharing a ``mode="session"`` device: two that both find no Session open one
+    each; the first published serves every job and the other is closed at once (no Session
+    left open on the account). ``close()`` (and leaving ``with``) closes the kept one once,
+    even when another thread closes the device meanwhile."""
+    import threading
+
+    import qiskit_ibm_runtime
+
+    class Backend:
+        name = "ibm_stub"
+        num_qubits = 5
+
+    class Service:
+        def backend(self, name):
+            return Backend()
+
+    opened, got = [], []
+
+    def in_thread(fn):
+        t = threading.Thread(target=fn)
+        t.start()
+        t.join()
+
+    class StubSession:
+        def __init__(self, backend):
+            self.closed = 0
+            opened.append(self)
+            if len(opened) == 1:  # another thread opens and publishes one meanwhile
+                in_thread(lambda: got.append(dev.execution_mode()))
+
+        def close(self):
+            self.closed += 1
+            if self.closed == 1 and self is got[0]:  # another thread closes the device too
+                in_thread(dev.close)
+    monkeypatch.setattr(qiskit_ibm_runtime, "Session", StubSession)
+    with qd.device("ibm", backend="ibm_stub", wires=2, mode="session",
+                   service=Service()) as dev:
+        first = dev.execution_mode()
+        assert len(opened) == 2 and first is got[0] is opened[1]
+        assert [s.closed for s in opened] == [1, 0]
+        assert dev.execution_mode() is first and len(opened) == 2
+    assert [s.closed for s in opened] == [1, 1]
+    dev.close()
+    assert [s.closed for s in opened] == [1, 1]
