@@ -525,7 +525,9 @@ def _assemble_theta(cols, batch_shape, bsz: int, dtype, device) -> torch.Tensor:
             singles.extend(j for j, _ in members)
             continue
         idx = torch.tensor([o for _, o in members], device=base.device)
-        blk = base.flatten(d).index_select(d, idx)  # (a reshape to -1 fails on 0 elements)
+        # (a reshape to -1 fails on 0 elements; a base without dims past d gets one)
+        flat = base.flatten(d) if d < base.ndim else base.unsqueeze(d)
+        blk = flat.index_select(d, idx)
         blocks.append(blk.to(dtype=dtype, device=device).expand(*batch_shape, len(members))
                       .reshape(bsz, len(members)))
         order.extend(starts[j] for j, _ in members)

@@ -23,8 +23,11 @@ The trace checks that a replay is exact:
 
 A new signature (another batch size, a new ``requires_grad``, another non-tensor argument)
 traces again (up to ``max_traces`` kept). What the function reads from outside its arguments
-(globals, closures, attributes) is part of the trace: after changing such state call
-:meth:`StaticQNode.retrace`; an angle from such a tensor that requires grad is refused. Float
+is checked on each call and a change traces again: its globals and closure variables
+(rebound, or plain values and containers of them changed in place) and the tensors it passed
+to torch ops (changed in place, through ``.data``, or in ``requires_grad``). Attributes of
+other objects are part of the trace: after changing them call :meth:`StaticQNode.retrace`; an
+angle from an outside tensor that requires grad is refused. Float
 tensors inside list, tuple and dict arguments are tensor arguments. Inside ``torch.func`` transforms (``grad``, ``vmap``,
 ``jacrev``) a call runs the plain qnode instead: nothing is recorded or replayed there.
 
@@ -49,6 +52,7 @@ import contextlib
 from contextlib import contextmanager
 import sys
 import threading
+import warnings
 
 import torch
 import torch.autograd.forward_ad as _forward_ad
@@ -251,8 +255,16 @@ class _ValueReads(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        reads = getattr(_GUARD, "reads", None)
+        if reads is not None:
+            _note_reads(args, reads)
+            if kwargs:
+                _note_reads(tuple(kwargs.values()), reads)
         if not (_holds_guarded(args) or _holds_guarded(tuple(kwargs.values()))):
-            return func(*args, **kwargs)
+            ret = func(*args, **kwargs)
+            if reads is not None:
+                _note_made(ret, reads)
+            return ret
         _GUARD.dispatched = False
         ret = func(*args, **kwargs)
         if _GUARD.dispatched:
@@ -265,6 +277,32 @@ class _ValueReads(TorchFunctionMode):
             with torch._C.DisableTorchFunctionSubclass():
                 return ret.as_subclass(GuardedTensor if real else NonAffineTensor)
         _refuse_read(name)
+
+
+def _note_reads(args, reads, depth: int = 0) -> None:
+    """Add the plain tensors among ``args`` to ``reads`` (id -> tensor): candidates for the
+    tensors the function reads from outside its arguments."""
+    for v in args:
+        if isinstance(v, torch.Tensor):
+            if not isinstance(v, GuardedTensor) and id(v) not in reads:
+                reads[id(v)] = v
+        elif depth < 2 and isinstance(v, (list, tuple)):
+            _note_reads(v, reads, depth + 1)
+
+
+def _note_made(ret, reads) -> None:
+    """Mark tensors a torch call made while recording: they are not read from outside (a
+    ``None`` entry keeps the id; ``reads`` holds the tensor in ``made`` so that it stays
+    unique while recording)."""
+    if isinstance(ret, torch.Tensor):
+        if id(ret) not in reads:
+            reads[id(ret)] = None
+            reads.setdefault("made", []).append(ret)
+    elif isinstance(ret, (list, tuple)):
+        for r in ret:
+            if isinstance(r, torch.Tensor) and id(r) not in reads:
+                reads[id(r)] = None
+                reads.setdefault("made", []).append(r)
 
 
 def _mark(ret):
@@ -303,13 +341,13 @@ def refuse_nested(what: str = "a qnode") -> None:
 
 
 @contextmanager
-def _guarded(storages=frozenset()):
-    _GUARD.on, _GUARD.storages = True, storages
+def _guarded(storages=frozenset(), reads=None):
+    _GUARD.on, _GUARD.storages, _GUARD.reads = True, storages, reads
     try:
         with _ValueReads():
             yield
     finally:
-        _GUARD.on, _GUARD.storages = False, frozenset()
+        _GUARD.on, _GUARD.storages, _GUARD.reads = False, frozenset(), None
 
 
 # ------------------------------------------------------------------------------------------
@@ -439,6 +477,9 @@ class Trace:
         # per theta column: True where the recorded angle reads an argument but carries no
         # gradient (read through .detach(), .data or torch.tensor); None when there is none
         self.frozen = None
+        # the tensors read from outside the arguments, with what a replay checks of them
+        self.outside = ()
+        self.python = None  # the globals and closure variables it reads (_python_guards)
 
     def used(self, tensors) -> tuple:
         """Per tensor argument, whether any angle reads one of its entries: an argument no
@@ -763,7 +804,7 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     func = qnode.func
 
     def guarded_func(*a, **k):
-        with _guarded(storages):
+        with _guarded(storages, reads):
             result = func(*a, **k)
         _refuse_non_affine(recording.active())
         return result
@@ -773,6 +814,8 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     guarded.func = guarded_func
     _register_autoray()
     g = [t.detach().as_subclass(GuardedTensor).requires_grad_(t.requires_grad) for t in tensors]
+    reads: dict = {}  # the plain tensors the guarded run reads (see _note_reads)
+    python_before = _python_guards(func)
     storages = frozenset(_storage(t) for t in tensors if t.numel()) - {None}
     ga, gk = _substitute(args, kwargs, g)
     ref, result = guarded.construct(*ga, **gk)
@@ -868,7 +911,165 @@ def trace_call(qnode, args, kwargs, key, tensors, shots="device") -> Trace:
     check_batch = getattr(device, "check_batch", None)
     if check_batch is not None:
         check_batch(b, p)
+    trace.outside = _outside_guards(reads)
+    trace.python = _python_guards(func, python_before)
     return trace
+
+
+_SNAPSHOT_MAX = 256  # elements of an outside CPU tensor whose values a replay compares
+
+
+def _outside_guards(reads) -> tuple:
+    """Per tensor the recorded function read from outside its arguments (a closure's, a
+    global's, an attribute's): ``(tensor, version, data_ptr, values, requires_grad)``,
+    ``values`` a copy of a small CPU tensor's (a write through ``.data`` bumps no version), else
+    ``None``."""
+    guards = []
+    for key, t in reads.items():
+        if key == "made" or t is None:
+            continue
+        with torch._C.DisableTorchFunctionSubclass():
+            snap = t.detach().clone() if t.device.type == "cpu" and \
+                t.layout is _STRIDED and t.numel() <= _SNAPSHOT_MAX else None
+            guards.append((t, t._version, t.data_ptr() if t.layout is _STRIDED else 0, snap,
+                           t.requires_grad))
+    return tuple(guards)
+
+
+_PLAIN = frozenset({int, float, complex, bool, str, bytes, type(None), range})
+_MISSING = object()
+
+
+def _code_names(code, names: set, depth: int = 0) -> set:
+    """The global names ``code`` and the functions and comprehensions inside it read."""
+    names.update(code.co_names)
+    if depth < 4:
+        for c in code.co_consts:
+            if hasattr(c, "co_names"):
+                _code_names(c, names, depth + 1)
+    return names
+
+
+def _snapshot(v):
+    """``(kept, by_value)``: a plain value is compared by value, a list, tuple or dict by its
+    items (plain ones by value, others by identity), a small NumPy array by its values (a
+    copy); anything else by identity."""
+    t = type(v)
+    if t in _PLAIN:
+        return v, True
+    if t in (list, tuple) and len(v) <= _SNAPSHOT_MAX:
+        return (v, tuple(v)), True
+    if t is dict and len(v) <= _SNAPSHOT_MAX:
+        return (v, tuple(v.items())), True
+    if t.__module__ == "numpy" and t.__name__ == "ndarray" and v.size <= _SNAPSHOT_MAX and \
+            v.dtype.kind in "biufc":
+        return (v, v.copy()), True
+    return v, False
+
+
+def _python_guards(func, before=None) -> tuple:
+    """``(globals, names, cells)`` for ``func``: the values of the globals and closure
+    variables it reads (its own code's and its nested functions'), as :func:`_snapshot` keeps
+    them, for :func:`python_changed`. A container the function itself changed since
+    ``before`` (these guards taken before it ran: a list it appends to) is its output, not
+    what it records from: kept by identity only."""
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return None
+    glob = getattr(func, "__globals__", {})
+    names = tuple(n for n in sorted(_code_names(code, set())) if n in glob)
+    cells = tuple((c, *_snapshot(c.cell_contents)) for c in (func.__closure__ or ())
+                  if _cell_set(c))
+    names = tuple((n, *_snapshot(glob[n])) for n in names)
+    if before is not None:
+        # (one kept by identity before though comparable by value was written before)
+        written = {n for n, kept, by_value in before[1] if n in glob and (
+            not _unchanged(glob[n], kept, by_value) if by_value else _snapshot(glob[n])[1])}
+        written_cells = {id(c) for c, kept, by_value in before[2] if _cell_set(c) and (
+            not _unchanged(c.cell_contents, kept, by_value) if by_value else
+            _snapshot(c.cell_contents)[1])}
+        names = tuple((n, glob[n], False) if n in written else (n, v, b)
+                      for n, v, b in names)
+        cells = tuple((c, c.cell_contents, False) if id(c) in written_cells else (c, v, b)
+                      for c, v, b in cells)
+    return glob, names, cells
+
+
+def _cell_set(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:  # not yet assigned
+        return False
+    return True
+
+
+def _unchanged(now, kept, by_value) -> bool:
+    if not by_value:
+        return now is kept
+    if type(kept) is not tuple:  # a plain value
+        return type(now) is type(kept) and now == kept
+    obj, copy = kept
+    if now is not obj:
+        return False
+    if type(copy) is tuple:  # a list's, tuple's or dict's items
+        items = tuple(obj.items()) if type(obj) is dict else obj
+        return len(items) == len(copy) and all(_item_unchanged(u, k)
+                                               for u, k in zip(items, copy))
+    return obj.shape == copy.shape and obj.dtype == copy.dtype and bool((obj == copy).all())
+
+
+def _item_unchanged(now, kept) -> bool:
+    if now is kept:
+        return True
+    if type(now) is tuple and type(kept) is tuple:  # a dict's (key, value)
+        return len(now) == len(kept) and all(_item_unchanged(u, k) for u, k in zip(now, kept))
+    return type(now) in _PLAIN and type(now) is type(kept) and now == kept
+
+
+def python_changed(guards) -> bool:
+    """Whether a global or closure variable the recorded function reads was rebound, or a
+    plain value or container of them it reads changed, since the recording."""
+    glob, names, cells = guards
+    for name, kept, by_value in names:
+        now = glob.get(name, _MISSING)
+        if now is not kept and not _unchanged(now, kept, by_value):
+            return True
+    for cell, kept, by_value in cells:
+        try:
+            now = cell.cell_contents
+        except ValueError:
+            return True
+        if now is not kept and not _unchanged(now, kept, by_value):
+            return True
+    return False
+
+
+def _stale(trace) -> bool:
+    """Whether what ``trace`` read from outside its arguments changed since it was taken."""
+    return (trace.python is not None and python_changed(trace.python)) or \
+        bool(trace.outside and outside_changed(trace.outside))
+
+
+def _refresh(trace, func) -> None:
+    """Take ``trace``'s outside values afresh (after another signature's recording ran the
+    function)."""
+    if trace.python is not None:
+        trace.python = _python_guards(func, trace.python)
+    if trace.outside:
+        trace.outside = _outside_guards({id(g[0]): g[0] for g in trace.outside})
+
+
+def outside_changed(guards) -> bool:
+    """Whether a tensor the trace read from outside its arguments changed since (in place,
+    through ``.data``, given new data, or its ``requires_grad``)."""
+    for t, version, ptr, snap, grad in guards:
+        if t._version != version or t.requires_grad is not grad or (
+                t.layout is _STRIDED and t.data_ptr() != ptr):
+            return True
+        if snap is not None and not (t.shape == snap.shape and t.dtype == snap.dtype and
+                                     torch.equal(t.detach(), snap)):
+            return True
+    return False
 
 
 def _probe_record(qnode, args, kwargs, probe: bool):
@@ -885,6 +1086,9 @@ def _probe_record(qnode, args, kwargs, probe: bool):
             "a static qnode replays one structure per signature (use static=False)") from e
 
 
+_RERECORD_WARN = 8  # recordings again after which a static qnode warns once
+
+
 _HOLE = object()  # where an EmptyTrace puts each call's tensor arguments
 
 
@@ -892,6 +1096,8 @@ class EmptyTrace:
     """The trace of a signature whose batch is empty: its replay is the plain qnode's call,
     which returns the empty outputs without running the engine
     (:func:`~qdiff.bridge.empty_outputs`)."""
+
+    outside, python = (), None  # its replay runs the function
 
     def __init__(self, qnode, args, kwargs, shots):
         self.qnode, self.shots = qnode, shots
@@ -1015,6 +1221,7 @@ class StaticQNode:
         self.diff_method = qnode.diff_method
         self.max_traces = max_traces
         self._traces: OrderedDict = OrderedDict()
+        self._rerecords = 0  # recordings again after an outside tensor changed
         functools.update_wrapper(self, qnode.func)
         if not getattr(StaticQNode, "_calls_eager", False):
             # under torch.compile the call stays eager (a graph break), as a plain qnode's:
@@ -1056,7 +1263,26 @@ class StaticQNode:
             return self.qnode(*args, **kwargs, **({"shots": shots} if own_shots else {}))
         key = (key, shots)
         trace = self._traces.get(key)
+        if trace is not None and _stale(trace):
+            # a global, closure variable or tensor the function read from outside its
+            # arguments changed: record again
+            self._traces.pop(key, None)
+            trace = None
+            self._rerecords += 1
+            if self._rerecords == _RERECORD_WARN:
+                warnings.warn(
+                    f"static qnode '{getattr(self.func, '__name__', '?')}' recorded its "
+                    f"circuit again {_RERECORD_WARN} times because a global, closure variable "
+                    "or tensor it reads from outside its arguments changed; pass that value "
+                    "as an argument to replay without recording", stacklevel=2)
         if trace is None:
+            # what the function writes while recording (a list it appends to, ...) is not a
+            # change for the other traces: those stale before it are dropped, the rest take
+            # their outside values afresh after it
+            others = list(self._traces.items())
+            for k, t in others:
+                if _stale(t):
+                    self._traces.pop(k, None)
             # recorded with grad mode on: which angles are trainable follows the arguments'
             # requires_grad (part of the key), whatever the grad mode of this first call
             # (its own saved tensors kept from outer saved-tensor hooks: the record's graphs
@@ -1068,6 +1294,9 @@ class StaticQNode:
             else:
                 with torch.enable_grad(), _own_saved_tensors():
                     trace = trace_call(self.qnode, args, kwargs, key, tensors, shots)
+            for k, t in others:
+                if k in self._traces:
+                    _refresh(t, self.qnode.func)
             self._traces[key] = trace
             if len(self._traces) > self.max_traces:
                 try:

@@ -166,3 +166,22 @@ def test_observable_changed_in_place_is_read_anew(observable, other, factor, exp
     torch.testing.assert_close(out2[0], factor * out1[0], atol=1e-12, rtol=0)
     (g,) = torch.autograd.grad(out2[0], w)
     torch.testing.assert_close(g, torch.tensor(expected, dtype=torch.float64), atol=1e-12, rtol=0)
+
+
+def test_angles_selected_twice_from_a_view_of_a_flat_tensor():
+    # x is a view of a 1-D tensor: x[..., 0] selects from a base with no dims past it
+    dev = qd.device("statevector", wires=1)
+
+    def f(x):
+        qd.RX(x[..., 0], wires=0)
+        qd.RX(x[..., 0], wires=0)
+        return qd.expval(qd.Z(0))
+    flat = torch.rand(5, dtype=torch.float64, requires_grad=True)
+    x = flat.view(5, 1)
+    out = QNode(f, dev)(x)
+    torch.testing.assert_close(out, torch.cos(2 * x[:, 0]))
+    out.sum().backward()
+    torch.testing.assert_close(flat.grad, -2 * torch.sin(2 * flat.detach()))
+    static = qd.qnode(dev, static=True)(f)
+    torch.testing.assert_close(static(torch.rand(5, 1, dtype=torch.float64) * 0 + x.detach()),
+                               torch.cos(2 * x.detach()[:, 0]))

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -1238,3 +1240,128 @@ def test_a_deep_copy_of_an_argument_stays_guarded_and_replays():
         torch.testing.assert_close(o1, o2)
         torch.testing.assert_close(gw1, gw2)
         assert gx1 is None and gx2 is None
+
+
+def _pair(f, wires=2):
+    dev = qd.device("statevector", wires=wires)
+    return qd.qnode(dev, static=True)(f), qd.QNode(f, dev)
+
+
+def test_outside_tensor_changed_in_place_records_again():
+    ang = torch.tensor([0.4, 0.1], dtype=torch.float64)
+    coeffs = torch.tensor([0.5, -0.2], dtype=torch.float64)
+    u = torch.eye(2, dtype=torch.complex128)
+
+    def f(x):
+        qd.RX(x[0] + ang[1], wires=0)
+        qd.RY(2 * ang[0], wires=1)
+        qd.RZ(float(ang[1]), wires=1)
+        qd.QubitUnitary(u, wires=1)
+        return qd.expval(qd.Hamiltonian(coeffs, [qd.Z(0), qd.X(1)]))
+    static, plain = _pair(f)
+    x = torch.tensor([0.3], dtype=torch.float64)
+    torch.testing.assert_close(static(x), plain(x))
+    changes = [lambda: ang.mul_(3.0),  # in place
+               lambda: ang.data.add_(0.5),  # through .data (no version bump)
+               lambda: u.copy_(torch.tensor([[1, 1], [1, -1]], dtype=torch.complex128) /
+                               math.sqrt(2)),
+               lambda: setattr(coeffs, "data", torch.tensor([1.0, 2.0], dtype=torch.float64))]
+    for change in changes:
+        before = static(x).detach()
+        change()
+        torch.testing.assert_close(static(x), plain(x))
+        assert not torch.allclose(static(x), before)
+    assert static.num_traces == 1
+
+
+def test_outside_tensor_made_trainable_later_is_refused():
+    ang = torch.tensor(0.4, dtype=torch.float64)
+
+    def f(x):
+        qd.RX(x[0], wires=0)
+        qd.RY(ang, wires=0)
+        return qd.expval(qd.Z(0))
+    static, _ = _pair(f)
+    x = torch.tensor([0.3], dtype=torch.float64)
+    static(x)
+    ang.requires_grad_()
+    with pytest.raises(qd.QdiffError, match="requires grad and is not an argument"):
+        static(x)
+
+
+_LAYERS = 1
+_CFG = {"flag": False, "obs": None}
+
+
+def test_globals_and_closure_variables_changed_record_again():
+    wires = [0, 1]
+    angle = 0.3
+    arr = np.array([0.2, 0.7])
+
+    def f(x):
+        for _ in range(_LAYERS):
+            qd.RX(x[0], wires=wires[0])
+            qd.CNOT(wires=wires)
+        if _CFG["flag"]:
+            qd.RY(x[0], wires=1)
+        qd.RZ(angle, wires=wires[1])
+        qd.RX(arr[1], wires=wires[1])
+        return qd.expval(_CFG["obs"] or qd.Z(1))
+    static, plain = _pair(f)
+    x = torch.tensor([0.3], dtype=torch.float64)
+
+    def set_angle():
+        nonlocal angle
+        angle = 1.1
+
+    def set_layers():
+        global _LAYERS
+        _LAYERS = 2
+    try:
+        for change in (lambda: None, set_layers, lambda: _CFG.update(flag=True),
+                       lambda: wires.reverse(), set_angle, lambda: arr.__setitem__(1, 1.9),
+                       lambda: _CFG.update(obs=qd.X(0))):
+            change()
+            torch.testing.assert_close(static(x), plain(x))
+    finally:
+        _CFG.update(flag=False, obs=None)
+        set_layers.__globals__["_LAYERS"] = 1
+    assert static.num_traces == 1
+
+
+def test_function_writing_a_global_does_not_record_again():
+    log = []
+    dev = qd.device("statevector", wires=1)
+
+    @qd.qnode(dev, static=True)
+    def f(x):
+        log.append(1)
+        qd.RX(x[..., 0], wires=0)
+        return qd.expval(qd.Z(0))
+    a = torch.rand(4, 1, dtype=torch.float64)
+    b = torch.rand(3, 1, dtype=torch.float64)
+    f(a), f(b)
+    runs = len(log)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(10):  # alternating signatures replay, the function does not run
+            torch.testing.assert_close(f(a), torch.cos(a[:, 0]))
+            torch.testing.assert_close(f(b), torch.cos(b[:, 0]))
+    assert len(log) == runs and f.num_traces == 2
+
+
+def test_recording_again_many_times_warns_once():
+    ang = torch.tensor(0.4, dtype=torch.float64)
+
+    def f(x):
+        qd.RX(x[0] + ang, wires=0)
+        return qd.expval(qd.Z(0))
+    static, plain = _pair(f, wires=1)
+    x = torch.tensor([0.3], dtype=torch.float64)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(12):
+            ang.add_(0.1)
+            torch.testing.assert_close(static(x), plain(x))
+    msgs = [str(w.message) for w in caught if "recorded its circuit again" in str(w.message)]
+    assert len(msgs) == 1 and "pass that value as an argument" in msgs[0]
