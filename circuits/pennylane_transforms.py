@@ -86,7 +86,8 @@ def defer_within():
     left to PennyLane's wire validation. A condition nested in another (a ``qml.cond`` inside
     a conditioned function) becomes ONE condition on both measurement values first:
     PennyLane 0.45's deferral keeps only the outer one, which applies the operation where the
-    inner condition is false."""
+    inner condition is false. With ``allow_postselect=False`` a postselected measurement is
+    refused by name, pointing to the methods that measure."""
     import pennylane as qml
     from pennylane.exceptions import DeviceError
     from pennylane.measurements import MidMeasureMP
@@ -106,6 +107,12 @@ def defer_within():
         if any(isinstance(op, Conditional) and isinstance(op.base, Conditional)
                for op in tape.operations):
             tape = tape.copy(operations=[flat(op) for op in tape.operations])
+        if not allow_postselect and any(isinstance(op, MidMeasureMP) and
+                                        op.postselect is not None for op in tape.operations):
+            raise DeviceError(
+                f"{name}: postselection is not taken with deferred mid-circuit measurements "
+                "(mcm_method='deferred') on this device; measure them instead: "
+                "mcm_method='tree-traversal' (exact) or 'one-shot' (with shots)")
         tapes, fn = defer_measurements(tape, allow_postselect=allow_postselect)
         if device_wires is None:
             return tapes, fn

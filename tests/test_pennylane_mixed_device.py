@@ -841,3 +841,24 @@ def test_evolution_of_pauli_words_with_a_torch_time(make):
     _same(value, f(0.37), 1e-12)
     eps = 1e-6
     _same(grad, (f(0.37 + eps) - f(0.37 - eps)) / (2 * eps), 1e-8)
+
+
+def test_postselection_with_deferred_measurements_points_to_the_measuring_methods():
+    """Deferred measurement cannot postselect on qdiff.mixed (as on default.mixed, which has no
+    Projector gate): refused by name with the methods that do, which give default.qubit's
+    deferred values."""
+    import pennylane as qml
+    from pennylane.exceptions import DeviceError
+
+    def body(x):
+        qml.RY(x, wires=0)
+        qml.measure(0, postselect=1)
+        qml.CNOT(wires=[0, 1])
+        return qml.expval(qml.Z(1)), qml.probs(wires=[0])
+
+    with pytest.raises(DeviceError, match="tree-traversal"):
+        qml.QNode(body, qml.device("qdiff.mixed", wires=3), mcm_method="deferred")(0.7)
+    ref = qml.QNode(body, qml.device("default.qubit"), mcm_method="deferred")(0.7)
+    out = qml.QNode(body, qml.device("qdiff.mixed", wires=3), mcm_method="tree-traversal")(0.7)
+    assert np.allclose(np.concatenate([np.ravel(r) for r in out]),
+                       np.concatenate([np.ravel(r) for r in ref]), atol=1e-10)
