@@ -172,7 +172,8 @@ def optimize3(lowered, opt, s: Search, coupling=None):
             s.log.append(f"{name}: skipped ({type(exc).__name__}: {exc})")
             continue
         cands.append((name, src, out, b))
-        if b.exact and hasattr(p, "tol"):  # a strategy that may approximate: a tighter check
+        if hasattr(p, "tol"):  # a strategy that may approximate without charging the
+            # budget: held to its own tolerance, with or without an approximation budget
             tols[name] = min(b.tol, p.tol)
         best_cx = min(best_cx, cx_count(out.operations))
         s.tell(name, best_cx)
