@@ -93,6 +93,9 @@ def test_approx_bound_covers_what_uncharged_candidates_change():
     out, rep = compile(c, level=3, approx=1e-8)
     assert rep.verified and not rep.strategy.startswith("qiskit")
     assert _true_infidelity(c, out) <= rep.approx_bound + 1e-12 <= 1e-8 + 1e-12
+    # without the check, the exact search does not take that candidate on trust either
+    out, rep = compile(c, level=3, verify="none")
+    assert rep.verified is None and _true_infidelity(c, out) <= 1e-12
 
 
 @pytest.mark.parametrize("bad", [0, 1, -1e-3, 2.0, "x"])
