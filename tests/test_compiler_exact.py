@@ -80,6 +80,24 @@ def test_approx_spends_its_budget_and_reports_it():
     assert rep.approx == 1e-6 and "approx" in rep.summary()
 
 
+def test_approx_bound_covers_what_uncharged_candidates_change():
+    # above 4 qubits Qiskit's O3 is a level-3 candidate; it snaps controlled rotations of
+    # 3e-5 rad to the identity (1-F ~ 2e-9 here) without charging the budget, so under
+    # approx it must still match its source to rounding, or the bound would not hold
+    n = 9
+    ops = [op("h", (i,)) for i in range(n)]
+    for _ in range(2):
+        ops += [op("crz", (i, i + 1), (3e-5,)) for i in range(n - 1)]
+        ops += [op("t", (i,)) for i in range(n)]
+    c = Circuit(n, tuple(ops))
+    out, rep = compile(c, level=3, approx=1e-8)
+    assert rep.verified and not rep.strategy.startswith("qiskit")
+    assert _true_infidelity(c, out) <= rep.approx_bound + 1e-12 <= 1e-8 + 1e-12
+    # without the check, the exact search does not take that candidate on trust either
+    out, rep = compile(c, level=3, verify="none")
+    assert rep.verified is None and _true_infidelity(c, out) <= 1e-12
+
+
 @pytest.mark.parametrize("bad", [0, 1, -1e-3, 2.0, "x"])
 def test_approx_must_be_a_budget(bad):
     with pytest.raises(QdiffError, match="approx"):
