@@ -91,7 +91,7 @@ def run(backend="fake_manila", steps=8, shots=4000, lr=0.5, theta0=0.6, seed=1,
     if verbose:
         print(f"exact {exact:.6f} Ha, Hartree-Fock {hf:.6f} Ha ({1e3 * (hf - exact):.1f} mHa above)")
         print(f"final (ZNE, resilience_level={final_resilience}): {final:.6f} Ha, error "
-              f"{out['final_error_mha']:+.1f} mHa; noiseless energy at the trained angle: "
+              f"{out['final_error_mha']:+.2f} mHa; noiseless energy at the trained angle: "
               f"{out['ideal_at_theta_error_mha']:+.2f} mHa above exact")
         print(f"runtime jobs: {out['jobs']} ({out['jobs_per_step']:.0f} per step + 1 final), "
               f"{out['seconds']:.0f} s")
