@@ -683,8 +683,6 @@ class BoundFunction(torch.autograd.Function):
 
 _FunctionBase_apply = super(torch.autograd.Function, BoundFunction).apply
 _transforms_active = torch._C._are_functorch_transforms_active
-_autocast_cpu = autocast_cpu_enabled
-_autocast_cuda = autocast_cuda_enabled
 _unwrap_if_dead = torch._C._functorch.unwrap_if_dead
 
 
@@ -1314,7 +1312,8 @@ class StaticQNode:
             # cannot save an inference tensor, so the replay reads an ordinary copy of its
             # values (as the plain qnode's recording does)
             tensors = [t.clone() if t.is_inference() else t for t in tensors]
-        if _autocast_cpu() or _autocast_cuda():  # the engine computes in its own precision
+        # the engine computes in its own precision
+        if autocast_cpu_enabled() or autocast_cuda_enabled():
             out = exact_precision(trace.replay)(tensors)
         else:
             out = trace.replay(tensors)

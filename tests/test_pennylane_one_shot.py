@@ -431,32 +431,36 @@ def test_tree_traversal_in_halves_and_refusals(monkeypatch):
                   qml.device("qdiff.statevector", wires=2), mcm_method="tree-traversal")()
 
 
+def _nested(x):
+    """A qml.cond inside a conditioned function (two nested conditions)."""
+    qml.RY(x, 0)
+    qml.RY(0.6, 1)
+    m0 = qml.measure(0)
+    m1 = qml.measure(1)
+
+    def inner():
+        qml.RX(0.9, 2)
+        qml.cond(m1, qml.CNOT)(wires=[2, 0])
+
+    qml.cond(m0, inner)()
+    return qml.probs(wires=[0, 2]), qml.expval(m0 * m1)
+
+
+def _flat(x):
+    """:func:`_nested` with the conditions spelt out."""
+    qml.RY(x, 0)
+    qml.RY(0.6, 1)
+    m0 = qml.measure(0)
+    m1 = qml.measure(1)
+    qml.cond(m0, qml.RX)(0.9, wires=2)
+    qml.cond(m0 & m1, qml.CNOT)(wires=[2, 0])
+    return qml.probs(wires=[0, 2]), qml.expval(m0 * m1)
+
+
 @pytest.mark.parametrize("name", ["qdiff.statevector", "qdiff.mixed"])
 def test_tree_traversal_nested_conditions_and_snapshots(name):
-    def nested():
-        qml.RY(1.1, 0)
-        qml.RY(0.6, 1)
-        m0 = qml.measure(0)
-        m1 = qml.measure(1)
-
-        def inner():
-            qml.RX(0.9, 2)
-            qml.cond(m1, qml.CNOT)(wires=[2, 0])
-
-        qml.cond(m0, inner)()
-        return qml.probs(wires=[0, 2]), qml.expval(m0 * m1)
-
-    def flat():  # the same circuit with the conditions spelt out
-        qml.RY(1.1, 0)
-        qml.RY(0.6, 1)
-        m0 = qml.measure(0)
-        m1 = qml.measure(1)
-        qml.cond(m0, qml.RX)(0.9, wires=2)
-        qml.cond(m0 & m1, qml.CNOT)(wires=[2, 0])
-        return qml.probs(wires=[0, 2]), qml.expval(m0 * m1)
-
-    got = qml.QNode(nested, qml.device(name, wires=3), mcm_method="tree-traversal")()
-    ref = _exact(flat)
+    got = qml.QNode(_nested, qml.device(name, wires=3), mcm_method="tree-traversal")(1.1)
+    ref = _exact(_flat, 1.1)
     for g, r in zip(got, ref):
         assert np.allclose(g, r, atol=1e-10)
 
@@ -475,31 +479,9 @@ def test_tree_traversal_nested_conditions_and_snapshots(name):
 def test_deferred_nested_conditions_need_both_outcomes(name):
     """PennyLane's deferral keeps only the outer of two nested conditions (default.qubit
     applies the CNOT where m1 = 0 too); the devices join them into one condition first."""
-    def nested(x):
-        qml.RY(x, 0)
-        qml.RY(0.6, 1)
-        m0 = qml.measure(0)
-        m1 = qml.measure(1)
-
-        def inner():
-            qml.RX(0.9, 2)
-            qml.cond(m1, qml.CNOT)(wires=[2, 0])
-
-        qml.cond(m0, inner)()
-        return qml.probs(wires=[0, 2]), qml.expval(m0 * m1)
-
-    def flat(x):
-        qml.RY(x, 0)
-        qml.RY(0.6, 1)
-        m0 = qml.measure(0)
-        m1 = qml.measure(1)
-        qml.cond(m0, qml.RX)(0.9, wires=2)
-        qml.cond(m0 & m1, qml.CNOT)(wires=[2, 0])
-        return qml.probs(wires=[0, 2]), qml.expval(m0 * m1)
-
-    ref = qml.QNode(flat, qml.device("default.qubit", wires=5))(1.1)
+    ref = qml.QNode(_flat, qml.device("default.qubit", wires=5))(1.1)
     for wires in (5, None):
-        got = qml.QNode(nested, qml.device(name, wires=wires))(1.1)
+        got = qml.QNode(_nested, qml.device(name, wires=wires))(1.1)
         assert np.allclose(got[0], ref[0], atol=1e-10) and np.isclose(got[1], ref[1])
 
 

@@ -253,11 +253,12 @@ def test_library_circuit_classes_run_as_qnodes_layers_and_compile():
                                         observables=obs, init_method=torch.tensor(vals))
     assert abs(layer(torch.zeros(1, 0, dtype=torch.float64)).item() - ref) < 1e-12
     qft = QFT(3, approximation_degree=1, inverse=True)
-    zzz = SparsePauliOp("XXX")
-    f = qd.qnode(qd.device("statevector", wires=3), observables=zzz)(qft)
-    assert abs(f().item() - Statevector(qft).expectation_value(zzz).real) < 1e-12
-    compiled, _ = qd.compile(qft, level=1)
+    xxx = SparsePauliOp("XXX")
+    f = qd.qnode(qd.device("statevector", wires=3), observables=xxx)(qft)
+    assert abs(f().item() - Statevector(qft).expectation_value(xxx).real) < 1e-12
+    compiled, report = qd.compile(qft, level=1)
     assert compiled.num_wires == 3
+    assert report.verified and report.infidelity < 1e-12
 
 
 def test_qnode_of_a_circuit_without_parameters_is_called_without_bindings():
